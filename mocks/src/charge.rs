@@ -1,0 +1,244 @@
+//! The charge: its wire body, the request parameters that identify it, and the
+//! deterministic outcomes that tests select by payment method.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+
+use crate::config::FaultKind;
+
+/// Largest accepted `amount_minor`, the same bound as the ChargePayment command's.
+pub const MAX_AMOUNT_MINOR: i64 = 1_000_000_000_000;
+
+/// Longest accepted `Idempotency-Key`, in characters (contract §3).
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// Payment methods with a fixed meaning, so tests and `onecharge demo` can ask for an
+/// outcome instead of hoping for one. Any other payment method succeeds.
+pub mod payment_methods {
+    /// Always declined with `decline_code: "card_declined"`.
+    pub const CARD_DECLINED: &str = "pm_card_declined";
+    /// Always declined with `decline_code: "insufficient_funds"`.
+    pub const INSUFFICIENT_FUNDS: &str = "pm_card_insufficient_funds";
+    /// An ordinary card that succeeds.
+    pub const CARD_VISA: &str = "pm_card_visa";
+
+    // Fault triggers: each fires only on the first request under an idempotency key; later
+    // requests with that key behave normally (and the card succeeds), so a retry or a
+    // lookup can settle the attempt.
+
+    /// `500`, nothing charged.
+    pub const FAULT_ERROR_BEFORE: &str = "pm_fault_error_before";
+    /// Charged, then `500`.
+    pub const FAULT_ERROR_AFTER: &str = "pm_fault_error_after";
+    /// Charged, then the response is held for `hang_for`.
+    pub const FAULT_HANG_AFTER: &str = "pm_fault_hang_after";
+    /// Charged, then the connection is closed without any response.
+    pub const FAULT_DROP_AFTER: &str = "pm_fault_drop_after";
+    /// `429` + `Retry-After: 1`, nothing charged.
+    pub const FAULT_RATE_LIMIT: &str = "pm_fault_rate_limit";
+    /// `400 invalid_request` although the request is valid, nothing charged.
+    pub const FAULT_BAD_REQUEST: &str = "pm_fault_bad_request";
+}
+
+/// The fault a payment method triggers on the first request under a key, if any.
+pub fn fault_trigger(payment_method: &str) -> Option<FaultKind> {
+    use payment_methods::*;
+    match payment_method {
+        FAULT_ERROR_BEFORE => Some(FaultKind::ErrorBefore),
+        FAULT_ERROR_AFTER => Some(FaultKind::ErrorAfter),
+        FAULT_HANG_AFTER => Some(FaultKind::HangAfter),
+        FAULT_DROP_AFTER => Some(FaultKind::DropAfter),
+        FAULT_RATE_LIMIT => Some(FaultKind::RateLimit),
+        FAULT_BAD_REQUEST => Some(FaultKind::BadRequest),
+        _ => None,
+    }
+}
+
+/// The decline code a payment method always gets, or `None` when it succeeds.
+pub fn decline_code(payment_method: &str) -> Option<&'static str> {
+    match payment_method {
+        payment_methods::CARD_DECLINED => Some("card_declined"),
+        payment_methods::INSUFFICIENT_FUNDS => Some("insufficient_funds"),
+        _ => None,
+    }
+}
+
+/// Whether the customer was charged. Both are final and both are stored under the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChargeStatus {
+    Succeeded,
+    Declined,
+}
+
+/// A committed charge: exactly the charge body of contract §3, and one ledger entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Charge {
+    /// `ch_` followed by 24 hex digits drawn from the seeded generator.
+    pub id: String,
+    pub status: ChargeStatus,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub customer_id: String,
+    pub payment_method: String,
+    /// onecharge's `payment_attempt_id`; what an operator searches the gateway for.
+    pub reference: String,
+    pub idempotency_key: String,
+    /// Why a declined charge was declined; `null` when it succeeded.
+    pub decline_code: Option<String>,
+    /// On the mock's clock, so it jumps with `advance_clock`.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// A request body the gateway refuses with `400 invalid_request`; the message says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRequest(pub String);
+
+/// The validated parameters of `POST /v1/charges`.
+///
+/// Two requests under one idempotency key are "the same request" exactly when these are
+/// equal; otherwise the second is `422 idempotency_key_reused`. Unknown body fields are
+/// ignored and take no part in that comparison.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChargeParams {
+    pub amount_minor: i64,
+    pub currency: String,
+    pub customer_id: String,
+    pub payment_method: String,
+    pub reference: String,
+    pub description: Option<String>,
+}
+
+impl ChargeParams {
+    /// Parses and validates a request body, naming the first field that is wrong.
+    pub fn from_json(body: &[u8]) -> Result<ChargeParams, InvalidRequest> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| InvalidRequest(format!("the body is not valid JSON: {e}")))?;
+        let Value::Object(fields) = value else {
+            return Err(InvalidRequest("the body must be a JSON object".to_owned()));
+        };
+        let amount_minor = fields
+            .get("amount_minor")
+            .ok_or_else(|| InvalidRequest("amount_minor is required".to_owned()))?
+            .as_i64()
+            .filter(|amount| (1..=MAX_AMOUNT_MINOR).contains(amount))
+            .ok_or_else(|| {
+                InvalidRequest(format!(
+                    "amount_minor must be an integer from 1 to {MAX_AMOUNT_MINOR}"
+                ))
+            })?;
+        let currency = text_field(&fields, "currency", 3)?;
+        if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(InvalidRequest(
+                "currency must be a three-letter upper-case ISO 4217 code".to_owned(),
+            ));
+        }
+        let description = match fields.get("description") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(text_field(&fields, "description", 500)?),
+        };
+        Ok(ChargeParams {
+            amount_minor,
+            currency,
+            customer_id: text_field(&fields, "customer_id", 128)?,
+            payment_method: text_field(&fields, "payment_method", 255)?,
+            reference: text_field(&fields, "reference", 255)?,
+            description,
+        })
+    }
+}
+
+fn text_field(
+    fields: &Map<String, Value>,
+    name: &str,
+    max_chars: usize,
+) -> Result<String, InvalidRequest> {
+    let text = match fields.get(name) {
+        None | Some(Value::Null) => return Err(InvalidRequest(format!("{name} is required"))),
+        Some(Value::String(text)) => text,
+        Some(_) => return Err(InvalidRequest(format!("{name} must be a string"))),
+    };
+    let chars = text.chars().count();
+    if chars == 0 || chars > max_chars {
+        return Err(InvalidRequest(format!(
+            "{name} must be 1 to {max_chars} characters"
+        )));
+    }
+    Ok(text.clone())
+}
+
+/// Checks an `Idempotency-Key` header value: 1–255 printable ASCII characters.
+pub fn validate_idempotency_key(raw: Option<&[u8]>) -> Result<String, InvalidRequest> {
+    let raw = raw.ok_or_else(|| InvalidRequest("the Idempotency-Key header is required".into()))?;
+    let printable = raw.iter().all(|b| (0x20..0x7f).contains(b));
+    if raw.is_empty() || raw.len() > MAX_IDEMPOTENCY_KEY_LEN || !printable {
+        return Err(InvalidRequest(format!(
+            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} printable ASCII characters"
+        )));
+    }
+    Ok(String::from_utf8_lossy(raw).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(overrides: Value) -> Vec<u8> {
+        let mut value = serde_json::json!({
+            "amount_minor": 1999, "currency": "EUR", "customer_id": "cus_42",
+            "payment_method": "pm_card_visa", "reference": "ref-1", "description": "Order 1"
+        });
+        for (k, v) in overrides.as_object().unwrap() {
+            value[k] = v.clone();
+        }
+        serde_json::to_vec(&value).unwrap()
+    }
+
+    #[test]
+    fn a_complete_body_is_accepted_and_unknown_fields_are_ignored() {
+        let params = ChargeParams::from_json(&body(serde_json::json!({"extra": 1}))).unwrap();
+        assert_eq!(params.amount_minor, 1999);
+        assert_eq!(params.description.as_deref(), Some("Order 1"));
+    }
+
+    #[test]
+    fn each_malformed_field_is_named_in_the_error() {
+        let cases = [
+            (serde_json::json!({"amount_minor": 0}), "amount_minor"),
+            (serde_json::json!({"amount_minor": 1.5}), "amount_minor"),
+            (serde_json::json!({"amount_minor": "10"}), "amount_minor"),
+            (
+                serde_json::json!({"amount_minor": MAX_AMOUNT_MINOR + 1}),
+                "amount_minor",
+            ),
+            (serde_json::json!({"currency": "eur"}), "currency"),
+            (serde_json::json!({"currency": "EURO"}), "currency"),
+            (serde_json::json!({"customer_id": ""}), "customer_id"),
+            (serde_json::json!({"payment_method": null}), "payment_method"),
+            (serde_json::json!({"reference": 7}), "reference"),
+            (
+                serde_json::json!({"description": "x".repeat(501)}),
+                "description",
+            ),
+        ];
+        for (overrides, field) in cases {
+            let err = ChargeParams::from_json(&body(overrides.clone())).unwrap_err();
+            assert!(err.0.contains(field), "{overrides}: {err}");
+        }
+    }
+
+    #[test]
+    fn idempotency_keys_must_be_1_to_255_printable_characters() {
+        assert!(validate_idempotency_key(None).is_err());
+        assert!(validate_idempotency_key(Some(b"")).is_err());
+        assert!(validate_idempotency_key(Some("k".repeat(256).as_bytes())).is_err());
+        assert!(validate_idempotency_key(Some(b"tab\tkey")).is_err());
+        assert_eq!(
+            validate_idempotency_key(Some("k".repeat(255).as_bytes())).unwrap(),
+            "k".repeat(255)
+        );
+    }
+}

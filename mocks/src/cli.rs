@@ -1,0 +1,192 @@
+//! The `mock-gateway` command line: flags for every [`MockConfig`] field, then serve until
+//! SIGINT/SIGTERM.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{FaultConfig, FaultRule, Latency, MockConfig};
+use crate::MockGateway;
+
+/// A payment gateway that speaks onecharge's gateway contract (POST/GET /v1/charges), with
+/// idempotency keys, a ledger, and injectable faults.
+///
+/// On start it prints its base URL as the only line on stdout; logs (one line per request)
+/// go to stderr, filtered by RUST_LOG (default "info"). Test controls, without auth:
+/// GET /__ledger, GET /__stats, GET /__requests, GET|PUT /__faults,
+/// POST /__clock/advance {"seconds":N}, GET /__health.
+#[derive(Debug, Parser)]
+#[command(name = "mock-gateway", version, max_term_width = 100)]
+pub struct Cli {
+    /// IP address to listen on.
+    #[arg(long, env = "MOCK_GATEWAY_HOST", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    pub host: IpAddr,
+
+    /// TCP port to listen on; 0 picks a free port (read it from stdout).
+    #[arg(short, long, env = "MOCK_GATEWAY_PORT", default_value_t = 8090)]
+    pub port: u16,
+
+    /// The bearer token clients must send (`Authorization: Bearer <key>`). Never printed.
+    #[arg(long, env = "MOCK_GATEWAY_API_KEY", hide_env_values = true)]
+    pub api_key: String,
+
+    /// How long an idempotency key is remembered after its first request (e.g. 24h, 90m,
+    /// 10s). An older key is forgotten: reusing it charges again.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
+    pub key_retention: Duration,
+
+    /// How long a hang_after fault holds the response (real time); make it longer than the
+    /// client's timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub hang_for: Duration,
+
+    /// Seed for fault dice, latency jitter and charge ids; the same seed and the same
+    /// sequence of requests give the same run. Default: random, and logged at start.
+    #[arg(long, env = "MOCK_GATEWAY_SEED")]
+    pub seed: Option<u64>,
+
+    /// Replay a stored decline as 200 instead of its stored 402 (both are allowed by the
+    /// contract; successes are always replayed as 200).
+    #[arg(long)]
+    pub replay_declined_with_200: bool,
+
+    /// How many recent /v1 requests GET /__requests keeps.
+    #[arg(long, default_value_t = 100_000)]
+    pub request_log_capacity: usize,
+
+    #[command(flatten)]
+    pub faults: FaultArgs,
+}
+
+/// Fault flags: each kind fires on the next COUNT charging requests, and otherwise with
+/// PROBABILITY. Faults touch only requests that would charge (never replays, 409 or 422).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Fault injection (change at run time with PUT /__faults)")]
+pub struct FaultArgs {
+    /// Chance of a 500 before charging (nothing charged).
+    #[arg(long, value_name = "P", value_parser = probability, default_value_t = 0.0)]
+    pub error_before_probability: f64,
+    /// Number of next charging requests answered 500 before charging.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub error_before_count: u64,
+
+    /// Chance of charging, then answering 500.
+    #[arg(long, value_name = "P", value_parser = probability, default_value_t = 0.0)]
+    pub error_after_probability: f64,
+    /// Number of next charging requests that charge, then answer 500.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub error_after_count: u64,
+
+    /// Chance of charging, then holding the response for --hang-for.
+    #[arg(long, value_name = "P", value_parser = probability, default_value_t = 0.0)]
+    pub hang_after_probability: f64,
+    /// Number of next charging requests that charge, then hold the response.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub hang_after_count: u64,
+
+    /// Chance of charging, then closing the connection with no response.
+    #[arg(long, value_name = "P", value_parser = probability, default_value_t = 0.0)]
+    pub drop_after_probability: f64,
+    /// Number of next charging requests that charge, then lose their connection.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub drop_after_count: u64,
+
+    /// Chance of a 429 with Retry-After: 1 (nothing charged).
+    #[arg(long, value_name = "P", value_parser = probability, default_value_t = 0.0)]
+    pub rate_limit_probability: f64,
+    /// Number of next charging requests answered 429.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub rate_limit_count: u64,
+
+    /// Fixed latency added to every /v1 request, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Extra random latency, uniform in 0..=MS milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub latency_jitter_ms: u64,
+}
+
+impl FaultArgs {
+    pub fn to_config(&self) -> FaultConfig {
+        let rule = |probability, count| FaultRule { probability, count };
+        FaultConfig {
+            error_before: rule(self.error_before_probability, self.error_before_count),
+            error_after: rule(self.error_after_probability, self.error_after_count),
+            hang_after: rule(self.hang_after_probability, self.hang_after_count),
+            drop_after: rule(self.drop_after_probability, self.drop_after_count),
+            rate_limit: rule(self.rate_limit_probability, self.rate_limit_count),
+            latency: Latency {
+                fixed_ms: self.latency_ms,
+                jitter_ms: self.latency_jitter_ms,
+            },
+        }
+    }
+}
+
+fn probability(text: &str) -> Result<f64, String> {
+    let p: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err("must be between 0 and 1".to_owned())
+    }
+}
+
+impl Cli {
+    /// The library configuration these flags describe; a missing seed becomes a random one.
+    pub fn to_config(&self) -> MockConfig {
+        MockConfig {
+            api_key: self.api_key.clone(),
+            key_retention: self.key_retention,
+            faults: self.faults.to_config(),
+            seed: self.seed.unwrap_or_else(rand::random),
+            hang_for: self.hang_for,
+            bind: SocketAddr::new(self.host, self.port),
+            replay_declined_with_200: self.replay_declined_with_200,
+            request_log_capacity: self.request_log_capacity,
+        }
+    }
+}
+
+/// Logs to stderr so that stdout carries only the base URL.
+pub fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Starts the gateway, prints its base URL, serves until SIGINT or SIGTERM.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = cli.to_config();
+    let seed = config.seed;
+    let gateway = MockGateway::start(config).await?;
+    tracing::info!(base_url = %gateway.base_url(), seed, "mock gateway listening");
+    println!("{}", gateway.base_url());
+    wait_for_stop_signal().await?;
+    tracing::info!("stopping");
+    gateway.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_stop_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate =
+            signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => result.context("listening for SIGINT")?,
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c()
+        .await
+        .context("listening for Ctrl-C")?;
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! How a mock gateway is set up: credentials, key retention, faults.
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything [`MockGateway::start`](crate::MockGateway::start) needs.
+///
+/// The defaults are what tests want: a free loopback port, no faults, a fixed seed (so a
+/// sequential run is reproducible), and the 24 h key retention of real gateways.
+#[derive(Clone)]
+pub struct MockConfig {
+    /// The only bearer token `/v1/*` accepts; anything else is a `401`.
+    pub api_key: String,
+    /// How long an idempotency key is remembered after its first request, on the mock's
+    /// clock. After that the key is forgotten and the same key charges again, as real
+    /// gateways do; this is the window onecharge's reconciler must respect.
+    pub key_retention: Duration,
+    /// Random (and counted) fault injection; changeable later with
+    /// [`MockGateway::set_faults`](crate::MockGateway::set_faults) or `PUT /__faults`.
+    pub faults: FaultConfig,
+    /// Seeds both the fault dice and the charge ids, so a run with the same sequence of
+    /// requests produces the same faults and the same ids.
+    pub seed: u64,
+    /// How long a `hang_after` fault holds the response (real time), to outlast the
+    /// client's timeout.
+    pub hang_for: Duration,
+    /// Where to listen; port 0 picks a free port (see
+    /// [`MockGateway::base_url`](crate::MockGateway::base_url)).
+    pub bind: SocketAddr,
+    /// Replay a stored decline as `200` instead of its stored `402`. The contract allows
+    /// both ("`200` or the stored status"); the default keeps `402` like the gateways
+    /// onecharge talks to, and this switch lets the executor's tests cover the other reading.
+    pub replay_declined_with_200: bool,
+    /// How many of the most recent `/v1` requests [`MockGateway::requests`](crate::MockGateway::requests)
+    /// keeps; older ones are forgotten so a long benchmark does not grow without bound.
+    pub request_log_capacity: usize,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            api_key: "sk_test_mock_gateway".to_owned(),
+            key_retention: Duration::from_secs(24 * 60 * 60),
+            faults: FaultConfig::default(),
+            seed: 0,
+            hang_for: Duration::from_secs(30),
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            replay_declined_with_200: false,
+            request_log_capacity: 100_000,
+        }
+    }
+}
+
+/// Hand-written so that the API key never reaches a log line.
+impl fmt::Debug for MockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockConfig")
+            .field("api_key", &"<redacted>")
+            .field("key_retention", &self.key_retention)
+            .field("faults", &self.faults)
+            .field("seed", &self.seed)
+            .field("hang_for", &self.hang_for)
+            .field("bind", &self.bind)
+            .field("replay_declined_with_200", &self.replay_declined_with_200)
+            .field("request_log_capacity", &self.request_log_capacity)
+            .finish()
+    }
+}
+
+/// Which faults are injected into charge requests, and how often.
+///
+/// This is also the JSON of `GET`/`PUT /__faults`; every field may be left out (it then
+/// means "off"), and unknown fields are rejected so that a typo does not silently disable
+/// a fault. Faults apply only to requests that would charge (a new key, or a key whose
+/// earlier request failed before charging); replays, `409` and `422` answers are never
+/// faulted, so a retry can always settle.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultConfig {
+    /// `500` before charging: nothing is committed, the key is free for a retry.
+    pub error_before: FaultRule,
+    /// The charge is committed, then the answer is a `500`: the ambiguous case.
+    pub error_after: FaultRule,
+    /// The charge is committed, then the response is held for `hang_for`: a client timeout.
+    pub hang_after: FaultRule,
+    /// The charge is committed, then the TCP connection is closed with no response at all.
+    pub drop_after: FaultRule,
+    /// `429` with `Retry-After: 1`, nothing charged.
+    pub rate_limit: FaultRule,
+    /// Delay added to every `/v1` request; for a new charge it is spent while the key is
+    /// in progress, which is how tests make concurrent duplicates overlap.
+    pub latency: Latency,
+}
+
+impl FaultConfig {
+    /// Rejects probabilities outside `0..=1`, so that `PUT /__faults` and the command line
+    /// say what is wrong instead of quietly treating `50` as "always".
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, rule) in self.rules() {
+            if !(0.0..=1.0).contains(&rule.probability) {
+                return Err(format!(
+                    "{name}.probability must be between 0 and 1, got {}",
+                    rule.probability
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn rules(&self) -> [(&'static str, &FaultRule); 5] {
+        [
+            ("rate_limit", &self.rate_limit),
+            ("error_before", &self.error_before),
+            ("error_after", &self.error_after),
+            ("hang_after", &self.hang_after),
+            ("drop_after", &self.drop_after),
+        ]
+    }
+}
+
+/// When one fault kind fires.
+///
+/// A request gets the fault if `count` is above zero (it is then decremented, so
+/// `GET /__faults` shows what is left) or, failing that, with `probability`. `count` makes
+/// a test exact ("the next request fails"); `probability` makes a soak test realistic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultRule {
+    /// Chance per eligible request, `0..=1`.
+    pub probability: f64,
+    /// How many of the next eligible requests get this fault for certain.
+    pub count: u64,
+}
+
+impl FaultRule {
+    /// Fires on each of the next `count` eligible requests.
+    pub fn times(count: u64) -> FaultRule {
+        FaultRule {
+            probability: 0.0,
+            count,
+        }
+    }
+
+    /// Fires on each eligible request with this chance.
+    pub fn probability(probability: f64) -> FaultRule {
+        FaultRule {
+            probability,
+            count: 0,
+        }
+    }
+}
+
+/// Added response time: `fixed_ms` plus a uniform draw from `0..=jitter_ms`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Latency {
+    pub fixed_ms: u64,
+    pub jitter_ms: u64,
+}
+
+/// The faults the mock can produce; recorded per request and in logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    ErrorBefore,
+    ErrorAfter,
+    HangAfter,
+    DropAfter,
+    RateLimit,
+    /// Only from the `pm_fault_bad_request` trigger: a `400` for a valid request.
+    BadRequest,
+}
+
+impl FaultKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::ErrorBefore => "error_before",
+            FaultKind::ErrorAfter => "error_after",
+            FaultKind::HangAfter => "hang_after",
+            FaultKind::DropAfter => "drop_after",
+            FaultKind::RateLimit => "rate_limit",
+            FaultKind::BadRequest => "bad_request",
+        }
+    }
+
+    /// Whether the charge is committed before the fault shows.
+    pub fn charges(self) -> bool {
+        matches!(
+            self,
+            FaultKind::ErrorAfter | FaultKind::HangAfter | FaultKind::DropAfter
+        )
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

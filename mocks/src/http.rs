@@ -1,0 +1,577 @@
+//! The HTTP surface: `/v1/charges` as contract §3 defines it, and the `/__*` test controls.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::charge::{
+    decline_code, fault_trigger, validate_idempotency_key, Charge, ChargeParams, ChargeStatus,
+    InvalidRequest, MAX_IDEMPOTENCY_KEY_LEN,
+};
+use crate::config::{FaultConfig, FaultKind};
+use crate::keys::Claim;
+use crate::record::{Finish, ResponseClass};
+use crate::server::{ConnectionControl, Shared};
+
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// Longest clock advance accepted over HTTP; far beyond any retention, short of overflow.
+const MAX_CLOCK_ADVANCE_SECS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/charges", post(create_charge).get(lookup_charges))
+        .route("/__faults", get(get_faults).put(put_faults))
+        .route("/__ledger", get(get_ledger))
+        .route("/__stats", get(get_stats))
+        .route("/__requests", get(get_requests))
+        .route("/__clock/advance", post(advance_clock))
+        .route("/__health", get(health))
+        .fallback(not_found)
+        .layer(middleware::from_fn(log_request))
+        .with_state(shared)
+}
+
+/// A response body and status, before it is delivered (or not).
+struct Answer {
+    status: StatusCode,
+    body: Value,
+    replayed: bool,
+    retry_after_secs: Option<u32>,
+}
+
+impl Answer {
+    fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Answer {
+        Answer {
+            status,
+            body: json!({"error": {"type": kind, "message": message.into()}}),
+            replayed: false,
+            retry_after_secs: None,
+        }
+    }
+
+    fn charge(status: StatusCode, charge: &Charge) -> Answer {
+        Answer {
+            status,
+            body: serde_json::to_value(charge).expect("a charge serializes"),
+            replayed: false,
+            retry_after_secs: None,
+        }
+    }
+
+    fn into_response(self, note: Note) -> Response {
+        let mut response = (self.status, Json(self.body)).into_response();
+        let headers = response.headers_mut();
+        if self.replayed {
+            headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+        }
+        if let Some(secs) = self.retry_after_secs {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response.extensions_mut().insert(note);
+        response
+    }
+}
+
+/// How the answer reaches the client: that is where the "after" faults differ.
+enum Delivery {
+    Now,
+    /// `hang_after`: hold the (already committed) answer this long.
+    Hold(Duration),
+    /// `drop_after`: close the connection instead of answering.
+    Drop,
+}
+
+struct Outcome {
+    class: ResponseClass,
+    fault: Option<FaultKind>,
+    answer: Answer,
+    delivery: Delivery,
+}
+
+impl Outcome {
+    fn now(class: ResponseClass, answer: Answer) -> Outcome {
+        Outcome {
+            class,
+            fault: None,
+            answer,
+            delivery: Delivery::Now,
+        }
+    }
+
+    fn invalid(err: InvalidRequest) -> Outcome {
+        Outcome::now(
+            ResponseClass::InvalidRequest,
+            Answer::error(StatusCode::BAD_REQUEST, "invalid_request", err.0),
+        )
+    }
+
+    fn unauthorized() -> Outcome {
+        Outcome::now(
+            ResponseClass::Unauthorized,
+            Answer::error(
+                StatusCode::UNAUTHORIZED,
+                "authentication_failed",
+                "a valid `Authorization: Bearer <api key>` header is required",
+            ),
+        )
+    }
+}
+
+/// Carried on the response so the access log can name key, class and fault.
+#[derive(Clone)]
+struct Note {
+    idempotency_key: Option<String>,
+    class: ResponseClass,
+    fault: Option<FaultKind>,
+}
+
+async fn create_charge(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<ConnectionControl>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let raw_key = headers
+        .get(IDEMPOTENCY_KEY)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let seq = shared.begin("POST", &uri, raw_key.clone(), recorded_body(&body));
+    let outcome = decide_charge(&shared, &headers, &body).await;
+    deliver(&shared, &connection, seq, raw_key, outcome).await
+}
+
+async fn decide_charge(shared: &Arc<Shared>, headers: &HeaderMap, body: &Bytes) -> Outcome {
+    if !shared.authorized(headers) {
+        return Outcome::unauthorized();
+    }
+    let key = match validate_idempotency_key(headers.get(IDEMPOTENCY_KEY).map(|v| v.as_bytes())) {
+        Ok(key) => key,
+        Err(err) => return Outcome::invalid(err),
+    };
+    let params = match ChargeParams::from_json(body) {
+        Ok(params) => params,
+        Err(err) => return Outcome::invalid(err),
+    };
+    let latency = shared.faults.latency();
+    let (generation, first_request) = match shared.keys.claim(&key, &params, shared.clock.now()) {
+        Claim::Charge {
+            generation,
+            first_request,
+        } => (generation, first_request),
+        Claim::Replay(charge) => {
+            pause(latency).await;
+            let status = shared.replay_status(&charge);
+            return Outcome::now(
+                ResponseClass::Replayed,
+                Answer {
+                    replayed: true,
+                    ..Answer::charge(status, &charge)
+                },
+            );
+        }
+        Claim::InProgress => {
+            pause(latency).await;
+            return Outcome::now(
+                ResponseClass::InProgress,
+                Answer::error(
+                    StatusCode::CONFLICT,
+                    "idempotency_in_progress",
+                    "a request with this Idempotency-Key is still running; retry later",
+                ),
+            );
+        }
+        Claim::Reused => {
+            pause(latency).await;
+            return Outcome::now(
+                ResponseClass::KeyReused,
+                Answer::error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used with different parameters",
+                ),
+            );
+        }
+    };
+    // The key is ours until commit or release. Finish in a task of its own so that a client
+    // hanging up (hyper then drops this future) cannot leave the key in progress forever.
+    let claimed = Claimed {
+        shared: Arc::clone(shared),
+        key,
+        params,
+        generation,
+        first_request,
+        latency,
+    };
+    tokio::spawn(claimed.charge())
+        .await
+        .unwrap_or_else(|_| {
+            Outcome::now(
+                ResponseClass::ServerError,
+                Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal error"),
+            )
+        })
+}
+
+/// A charge request that owns its idempotency key.
+struct Claimed {
+    shared: Arc<Shared>,
+    key: String,
+    params: ChargeParams,
+    generation: u64,
+    first_request: bool,
+    latency: Duration,
+}
+
+impl Claimed {
+    async fn charge(self) -> Outcome {
+        let Claimed {
+            shared,
+            key,
+            params,
+            generation,
+            first_request,
+            latency,
+        } = self;
+        // Spent while the key is in progress: concurrent duplicates see `409` meanwhile.
+        pause(latency).await;
+        let trigger = first_request
+            .then(|| fault_trigger(&params.payment_method))
+            .flatten();
+        let fault = trigger.or_else(|| shared.faults.draw());
+        if let Some(kind) = fault.filter(|kind| !kind.charges()) {
+            shared.keys.release(&key, generation);
+            return refused(kind);
+        }
+
+        let decline = decline_code(&params.payment_method);
+        let charge = Charge {
+            id: shared.ids.next(),
+            status: if decline.is_some() {
+                ChargeStatus::Declined
+            } else {
+                ChargeStatus::Succeeded
+            },
+            amount_minor: params.amount_minor,
+            currency: params.currency,
+            customer_id: params.customer_id,
+            payment_method: params.payment_method,
+            reference: params.reference,
+            idempotency_key: key.clone(),
+            decline_code: decline.map(str::to_owned),
+            created_at: shared.clock.wall_now(),
+        };
+        shared.keys.commit(&key, generation, charge.clone());
+
+        let (class, status) = match charge.status {
+            ChargeStatus::Succeeded => (ResponseClass::Created, StatusCode::CREATED),
+            ChargeStatus::Declined => (ResponseClass::Declined, StatusCode::PAYMENT_REQUIRED),
+        };
+        let answer = Answer::charge(status, &charge);
+        let (class, answer, delivery) = match fault {
+            None => (class, answer, Delivery::Now),
+            Some(FaultKind::ErrorAfter) => (
+                ResponseClass::ServerError,
+                Answer::error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "api_error",
+                    "injected fault: error_after",
+                ),
+                Delivery::Now,
+            ),
+            Some(FaultKind::HangAfter) => (
+                ResponseClass::Hung,
+                answer,
+                Delivery::Hold(shared.hang_for),
+            ),
+            Some(_) => (ResponseClass::Dropped, answer, Delivery::Drop),
+        };
+        Outcome {
+            class,
+            fault,
+            answer,
+            delivery,
+        }
+    }
+}
+
+/// The answer of a fault that fires before anything is charged.
+fn refused(kind: FaultKind) -> Outcome {
+    let (class, answer) = match kind {
+        FaultKind::RateLimit => (
+            ResponseClass::RateLimited,
+            Answer {
+                retry_after_secs: Some(1),
+                ..Answer::error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    "injected fault: rate_limit",
+                )
+            },
+        ),
+        FaultKind::BadRequest => (
+            ResponseClass::InvalidRequest,
+            Answer::error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "injected fault: bad_request",
+            ),
+        ),
+        _ => (
+            ResponseClass::ServerError,
+            Answer::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "api_error",
+                "injected fault: error_before",
+            ),
+        ),
+    };
+    Outcome {
+        class,
+        fault: Some(kind),
+        answer,
+        delivery: Delivery::Now,
+    }
+}
+
+/// Records the outcome, then answers, holds, or closes the connection.
+async fn deliver(
+    shared: &Shared,
+    connection: &ConnectionControl,
+    seq: u64,
+    idempotency_key: Option<String>,
+    outcome: Outcome,
+) -> Response {
+    let Outcome {
+        class,
+        fault,
+        answer,
+        delivery,
+    } = outcome;
+    shared.counters.count(class);
+    let status = answer.status.as_u16();
+    match delivery {
+        Delivery::Now => {}
+        Delivery::Drop => {
+            shared.log.finish(
+                seq,
+                Finish {
+                    status: None,
+                    class,
+                    fault,
+                    finished_at: Some(shared.clock.wall_now()),
+                },
+            );
+            // The access log never sees this request (there is no response), so log it here.
+            tracing::info!(
+                method = "POST",
+                path = "/v1/charges",
+                idempotency_key,
+                class = class.as_str(),
+                fault = fault.map(FaultKind::as_str),
+                "request: connection dropped without a response"
+            );
+            return connection.drop_now().await;
+        }
+        Delivery::Hold(hold) => {
+            shared.log.finish(
+                seq,
+                Finish {
+                    status: None,
+                    class,
+                    fault,
+                    finished_at: None,
+                },
+            );
+            tokio::select! {
+                () = tokio::time::sleep(hold) => {}
+                () = shared.shutdown.cancelled() => return connection.drop_now().await,
+            }
+        }
+    }
+    shared.log.finish(
+        seq,
+        Finish {
+            status: Some(status),
+            class,
+            fault,
+            finished_at: Some(shared.clock.wall_now()),
+        },
+    );
+    answer.into_response(Note {
+        idempotency_key,
+        class,
+        fault,
+    })
+}
+
+#[derive(Deserialize)]
+struct LookupQuery {
+    idempotency_key: Option<String>,
+}
+
+async fn lookup_charges(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<ConnectionControl>,
+    uri: Uri,
+    headers: HeaderMap,
+    query: Result<Query<LookupQuery>, QueryRejection>,
+) -> Response {
+    let key = query.ok().and_then(|Query(query)| query.idempotency_key);
+    let seq = shared.begin("GET", &uri, key.clone(), Value::Null);
+    let outcome = if !shared.authorized(&headers) {
+        Outcome::unauthorized()
+    } else {
+        match key.as_deref() {
+            Some(key) if (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.chars().count()) => {
+                pause(shared.faults.latency()).await;
+                let charges = shared.keys.lookup(key, shared.clock.now());
+                Outcome::now(
+                    ResponseClass::Lookup,
+                    Answer {
+                        status: StatusCode::OK,
+                        body: json!({ "data": charges }),
+                        replayed: false,
+                        retry_after_secs: None,
+                    },
+                )
+            }
+            _ => Outcome::invalid(InvalidRequest(format!(
+                "the idempotency_key query parameter is required (1 to \
+                 {MAX_IDEMPOTENCY_KEY_LEN} characters)"
+            ))),
+        }
+    };
+    deliver(&shared, &connection, seq, key, outcome).await
+}
+
+async fn pause(latency: Duration) {
+    // A zero-length tokio sleep still waits for the next timer tick (about 1 ms).
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+}
+
+/// The body as the request log keeps it: JSON when it parses, else the raw text.
+fn recorded_body(body: &Bytes) -> Value {
+    if body.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+async fn get_faults(State(shared): State<Arc<Shared>>) -> Json<FaultConfig> {
+    Json(shared.faults.config())
+}
+
+async fn put_faults(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let faults = serde_json::from_slice::<FaultConfig>(&body)
+        .map_err(|e| format!("not a fault configuration: {e}"))
+        .and_then(|faults| faults.validate().map(|()| faults));
+    match faults {
+        Ok(faults) => {
+            tracing::info!(?faults, "faults changed");
+            shared.faults.set(faults.clone());
+            Json(faults).into_response()
+        }
+        Err(message) => {
+            Answer::error(StatusCode::BAD_REQUEST, "invalid_request", message).into_response_plain()
+        }
+    }
+}
+
+async fn get_ledger(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.keys.ledger()).into_response()
+}
+
+async fn get_stats(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.stats()).into_response()
+}
+
+async fn get_requests(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.log.snapshot()).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClockAdvance {
+    seconds: f64,
+}
+
+async fn advance_clock(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let by = serde_json::from_slice::<ClockAdvance>(&body)
+        .map_err(|e| format!("expected {{\"seconds\": N}}: {e}"))
+        .and_then(|advance| {
+            if (0.0..=MAX_CLOCK_ADVANCE_SECS).contains(&advance.seconds) {
+                Ok(Duration::from_secs_f64(advance.seconds))
+            } else {
+                Err(format!(
+                    "seconds must be between 0 and {MAX_CLOCK_ADVANCE_SECS}"
+                ))
+            }
+        });
+    match by {
+        Ok(by) => {
+            shared.advance_clock(by);
+            let now = shared
+                .clock
+                .wall_now()
+                .format(&time::format_description::well_known::Rfc3339)
+                .expect("the mock clock formats as RFC 3339");
+            Json(json!({ "now": now })).into_response()
+        }
+        Err(message) => {
+            Answer::error(StatusCode::BAD_REQUEST, "invalid_request", message).into_response_plain()
+        }
+    }
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn not_found() -> Response {
+    Answer::error(StatusCode::NOT_FOUND, "not_found", "no such endpoint").into_response_plain()
+}
+
+impl Answer {
+    /// For the `/__*` endpoints, which are not counted or classified.
+    fn into_response_plain(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+/// One log line per request, after its response (a dropped connection logs itself).
+async fn log_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    let note = response.extensions().get::<Note>();
+    tracing::info!(
+        method = %method,
+        path,
+        status = response.status().as_u16(),
+        idempotency_key = note.and_then(|note| note.idempotency_key.as_deref()),
+        class = note.map(|note| note.class.as_str()),
+        fault = note.and_then(|note| note.fault).map(FaultKind::as_str),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    response
+}

@@ -1,0 +1,210 @@
+//! Idempotency keys and the ledger, behind one lock.
+//!
+//! Claiming a key, committing its charge and appending to the ledger all happen under the
+//! same mutex, so a key can charge at most once per retention window however many requests
+//! race for it. The lock is held only for map operations, never across an `.await`.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::charge::{Charge, ChargeParams};
+use crate::clock::MockInstant;
+
+/// What a charge request may do with its key.
+pub(crate) enum Claim {
+    /// The request owns the key until it commits or releases it. `first_request` is true
+    /// when no earlier request used this key (within retention): deterministic fault
+    /// triggers fire only then.
+    Charge {
+        generation: u64,
+        first_request: bool,
+    },
+    /// Same parameters as the stored outcome: answer with it.
+    Replay(Charge),
+    /// Same parameters as a request still running.
+    InProgress,
+    /// Different parameters from the stored or running request.
+    Reused,
+}
+
+pub(crate) struct Keys {
+    retention: Duration,
+    inner: Mutex<KeysInner>,
+}
+
+#[derive(Default)]
+struct KeysInner {
+    entries: HashMap<String, Entry>,
+    /// Keys in first-seen order, which is also expiry order because the clock is monotonic
+    /// and retention is fixed: purging pops from the front only.
+    by_first_seen: VecDeque<(MockInstant, u64, String)>,
+    ledger: Vec<Charge>,
+    next_generation: u64,
+    in_progress: usize,
+}
+
+struct Entry {
+    /// Tells this life of the key from an earlier, expired one with the same name.
+    generation: u64,
+    first_seen: MockInstant,
+    state: KeyState,
+}
+
+enum KeyState {
+    /// Seen, but its request failed before charging (error_before, 429, injected 400):
+    /// nothing stored, the next request charges.
+    Released,
+    InProgress(ChargeParams),
+    Completed(ChargeParams, Charge),
+}
+
+impl Keys {
+    pub(crate) fn new(retention: Duration) -> Self {
+        Keys {
+            retention,
+            inner: Mutex::new(KeysInner::default()),
+        }
+    }
+
+    pub(crate) fn claim(&self, key: &str, params: &ChargeParams, now: MockInstant) -> Claim {
+        let mut inner = self.inner.lock();
+        inner.purge_expired(self.retention, now);
+        inner.forget_if_expired(key, self.retention, now);
+        let in_progress = match inner.entries.get_mut(key) {
+            None => None,
+            Some(entry) => match &entry.state {
+                KeyState::InProgress(running) if running == params => return Claim::InProgress,
+                KeyState::Completed(stored, charge) if stored == params => {
+                    return Claim::Replay(charge.clone())
+                }
+                KeyState::InProgress(_) | KeyState::Completed(..) => return Claim::Reused,
+                KeyState::Released => {
+                    entry.state = KeyState::InProgress(params.clone());
+                    Some(entry.generation)
+                }
+            },
+        };
+        inner.in_progress += 1;
+        if let Some(generation) = in_progress {
+            return Claim::Charge {
+                generation,
+                first_request: false,
+            };
+        }
+        let generation = inner.next_generation;
+        inner.next_generation += 1;
+        inner.entries.insert(
+            key.to_owned(),
+            Entry {
+                generation,
+                first_seen: now,
+                state: KeyState::InProgress(params.clone()),
+            },
+        );
+        inner
+            .by_first_seen
+            .push_back((now, generation, key.to_owned()));
+        Claim::Charge {
+            generation,
+            first_request: true,
+        }
+    }
+
+    /// Stores the outcome under the key and appends it to the ledger, in one step.
+    pub(crate) fn commit(&self, key: &str, generation: u64, charge: Charge) {
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let Some(entry) = inner.entries.get_mut(key) else {
+            return;
+        };
+        if entry.generation != generation {
+            return;
+        }
+        let state = std::mem::replace(&mut entry.state, KeyState::Released);
+        let KeyState::InProgress(params) = state else {
+            entry.state = state;
+            return;
+        };
+        entry.state = KeyState::Completed(params, charge.clone());
+        inner.ledger.push(charge);
+        inner.in_progress -= 1;
+    }
+
+    /// Frees the key after a request that charged nothing, so that a retry can charge.
+    pub(crate) fn release(&self, key: &str, generation: u64) {
+        let mut inner = self.inner.lock();
+        let Some(entry) = inner.entries.get_mut(key) else {
+            return;
+        };
+        if entry.generation == generation && matches!(entry.state, KeyState::InProgress(_)) {
+            entry.state = KeyState::Released;
+            inner.in_progress -= 1;
+        }
+    }
+
+    /// The outcomes recorded under a live key: empty when it charged nothing, is still
+    /// running, or was forgotten.
+    pub(crate) fn lookup(&self, key: &str, now: MockInstant) -> Vec<Charge> {
+        let mut inner = self.inner.lock();
+        inner.forget_if_expired(key, self.retention, now);
+        match inner.entries.get(key) {
+            Some(Entry {
+                state: KeyState::Completed(_, charge),
+                ..
+            }) => vec![charge.clone()],
+            _ => Vec::new(),
+        }
+    }
+
+    pub(crate) fn purge_expired(&self, now: MockInstant) {
+        self.inner.lock().purge_expired(self.retention, now);
+    }
+
+    pub(crate) fn ledger(&self) -> Vec<Charge> {
+        self.inner.lock().ledger.clone()
+    }
+
+    pub(crate) fn ledger_len(&self) -> usize {
+        self.inner.lock().ledger.len()
+    }
+
+    pub(crate) fn in_progress(&self) -> usize {
+        self.inner.lock().in_progress
+    }
+}
+
+impl KeysInner {
+    fn forget_if_expired(&mut self, key: &str, retention: Duration, now: MockInstant) {
+        if self
+            .entries
+            .get(key)
+            .is_some_and(|entry| entry.expired(retention, now))
+        {
+            self.entries.remove(key);
+        }
+    }
+
+    fn purge_expired(&mut self, retention: Duration, now: MockInstant) {
+        while let Some((first_seen, _, _)) = self.by_first_seen.front() {
+            if first_seen.after(retention) > now {
+                break;
+            }
+            let (_, generation, key) = self.by_first_seen.pop_front().expect("front exists");
+            // A running request keeps its key until it finishes; the lazy check in
+            // `forget_if_expired` forgets it on the next use after that.
+            if self.entries.get(&key).is_some_and(|entry| {
+                entry.generation == generation && entry.expired(retention, now)
+            }) {
+                self.entries.remove(&key);
+            }
+        }
+    }
+}
+
+impl Entry {
+    fn expired(&self, retention: Duration, now: MockInstant) -> bool {
+        !matches!(self.state, KeyState::InProgress(_)) && self.first_seen.after(retention) <= now
+    }
+}

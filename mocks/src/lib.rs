@@ -1,0 +1,43 @@
+//! A mock payment gateway that speaks onecharge's gateway contract (contract §3) and
+//! behaves like a real idempotent gateway, including its failures.
+//!
+//! - `POST /v1/charges` charges at most once per `Idempotency-Key` (per retention window),
+//!   atomically under concurrent requests; it replays stored outcomes, answers `409` while a
+//!   key is in progress and `422` when a key is reused with other parameters.
+//! - `GET /v1/charges?idempotency_key=K` looks outcomes up, as the reconciler does.
+//! - Faults (5xx before/after charging, hang, dropped connection, 429, latency) are injected
+//!   by seeded dice, by counts, or deterministically by payment method
+//!   ([`payment_methods`]), and can be changed at run time.
+//! - A ledger ([`MockGateway::ledger`], `GET /__ledger`) lets tests check "exactly one
+//!   charge" against what the gateway really committed.
+//!
+//! Tests and `onecharge demo` start it in-process:
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use mock_gateway::{MockConfig, MockGateway};
+//! let gateway = MockGateway::start(MockConfig::default()).await?;
+//! let url = gateway.base_url(); // give this to the client under test
+//! // … run the client …
+//! assert_eq!(gateway.ledger().len(), 1);
+//! gateway.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod charge;
+pub mod cli;
+mod clock;
+mod config;
+mod faults;
+mod http;
+mod keys;
+mod record;
+mod server;
+
+pub use charge::{
+    decline_code, fault_trigger, payment_methods, validate_idempotency_key, Charge,
+    ChargeParams, ChargeStatus, InvalidRequest, MAX_AMOUNT_MINOR, MAX_IDEMPOTENCY_KEY_LEN,
+};
+pub use config::{FaultConfig, FaultKind, FaultRule, Latency, MockConfig};
+pub use record::{RecordedRequest, ResponseClass, Stats};
+pub use server::MockGateway;

@@ -1,0 +1,320 @@
+//! The running gateway: shared state, the accept loop, and per-connection serving.
+//!
+//! Connections are served with hyper directly (not `axum::serve`) because the `drop_after`
+//! fault must close a connection with no HTTP response at all, which only the task that owns
+//! the connection can do.
+
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::http::{header, HeaderMap, Request, Uri};
+use axum::response::Response;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use time::OffsetDateTime;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::charge::{Charge, ChargeStatus};
+use crate::clock::MockClock;
+use crate::config::{FaultConfig, MockConfig};
+use crate::faults::{ChargeIds, FaultInjector};
+use crate::keys::Keys;
+use crate::record::{Counters, RecordedRequest, RequestLog, Stats};
+
+/// Pending connections the kernel queues before `accept`; bursts of thousands of clients
+/// connecting at once must not be refused.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// How long `shutdown` lets in-flight requests finish before cutting connections.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A running mock gateway on a loopback (or configured) port.
+///
+/// Start it with [`MockGateway::start`], point the client at [`MockGateway::base_url`], and
+/// verify with [`MockGateway::ledger`]. Dropping the handle stops the server too, so a
+/// failing test does not leak it; [`MockGateway::shutdown`] also waits for it.
+pub struct MockGateway {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl MockGateway {
+    /// Binds, spawns the server on the current tokio runtime and returns at once: the port
+    /// accepts connections when this returns.
+    pub async fn start(config: MockConfig) -> anyhow::Result<MockGateway> {
+        let listener = bind(config.bind)
+            .with_context(|| format!("binding the mock gateway to {}", config.bind))?;
+        let addr = listener
+            .local_addr()
+            .context("reading the mock gateway's address")?;
+        let shared = Arc::new(Shared::new(&config));
+        let router = crate::http::router(Arc::clone(&shared));
+        let server = tokio::spawn(accept_connections(
+            listener,
+            router,
+            shared.shutdown.clone(),
+        ));
+        tracing::debug!(%addr, ?config, "mock gateway started");
+        Ok(MockGateway {
+            shared,
+            addr,
+            server,
+        })
+    }
+
+    /// `http://<ip>:<port>`, without a trailing slash.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every committed charge in commit order: one per key per retention window, whatever
+    /// the client sent. This is what "charged at most once" is checked against.
+    pub fn ledger(&self) -> Vec<Charge> {
+        self.shared.keys.ledger()
+    }
+
+    /// The ledger entries made under one idempotency key, expired or not.
+    pub fn charges_for_key(&self, idempotency_key: &str) -> Vec<Charge> {
+        self.ledger()
+            .into_iter()
+            .filter(|charge| charge.idempotency_key == idempotency_key)
+            .collect()
+    }
+
+    /// The most recent `/v1` requests (up to `request_log_capacity`), oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.log.snapshot()
+    }
+
+    /// Counts by response class.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
+    /// The current fault configuration, with counts reduced by the faults already fired.
+    pub fn faults(&self) -> FaultConfig {
+        self.shared.faults.config()
+    }
+
+    /// Replaces the fault configuration for all requests that claim a key from now on.
+    pub fn set_faults(&self, faults: FaultConfig) {
+        self.shared.faults.set(faults);
+    }
+
+    /// Moves the mock's clock forward, expiring keys older than the retention, so tests
+    /// exercise key expiry without sleeping.
+    pub fn advance_clock(&self, by: Duration) {
+        self.shared.advance_clock(by);
+    }
+
+    /// The mock clock's current time (the time `created_at` would get).
+    pub fn now(&self) -> OffsetDateTime {
+        self.shared.clock.wall_now()
+    }
+
+    /// Stops accepting, lets in-flight requests finish (up to 5 s; held `hang_after`
+    /// responses are cut at once), and waits for the server to stop.
+    pub async fn shutdown(mut self) {
+        self.shared.shutdown.cancel();
+        if let Err(err) = (&mut self.server).await {
+            tracing::warn!(%err, "mock gateway server task failed");
+        }
+    }
+}
+
+impl Drop for MockGateway {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+    }
+}
+
+/// Everything the handlers share; owned by the server and the [`MockGateway`] handle.
+pub(crate) struct Shared {
+    api_key: String,
+    pub(crate) clock: MockClock,
+    pub(crate) keys: Keys,
+    pub(crate) faults: FaultInjector,
+    pub(crate) ids: ChargeIds,
+    pub(crate) log: RequestLog,
+    pub(crate) counters: Counters,
+    pub(crate) hang_for: Duration,
+    replay_declined_with_200: bool,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Shared {
+    fn new(config: &MockConfig) -> Shared {
+        Shared {
+            api_key: config.api_key.clone(),
+            clock: MockClock::new(),
+            keys: Keys::new(config.key_retention),
+            faults: FaultInjector::new(config.faults.clone(), config.seed),
+            ids: ChargeIds::new(config.seed),
+            log: RequestLog::new(config.request_log_capacity),
+            counters: Counters::default(),
+            hang_for: config.hang_for,
+            replay_declined_with_200: config.replay_declined_with_200,
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Compares the bearer token in constant time, so the mock is not a timing oracle for
+    /// anyone who reuses a real key with it.
+    pub(crate) fn authorized(&self, headers: &HeaderMap) -> bool {
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return false;
+        };
+        let value = value.as_bytes();
+        let Some(token) = value
+            .get(..7)
+            .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
+            .map(|_| &value[7..])
+        else {
+            return false;
+        };
+        let expected = self.api_key.as_bytes();
+        token.len() == expected.len()
+            && token
+                .iter()
+                .zip(expected)
+                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+                == 0
+    }
+
+    /// Counts and logs an arriving `/v1` request; returns its sequence number.
+    pub(crate) fn begin(
+        &self,
+        method: &str,
+        uri: &Uri,
+        idempotency_key: Option<String>,
+        body: serde_json::Value,
+    ) -> u64 {
+        self.counters.received();
+        let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+        self.log
+            .begin(method, path, idempotency_key, body, self.clock.wall_now())
+    }
+
+    /// A stored outcome answered again: `200` for a success; a decline keeps its `402`
+    /// unless `replay_declined_with_200` is set.
+    pub(crate) fn replay_status(&self, charge: &Charge) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match charge.status {
+            ChargeStatus::Declined if !self.replay_declined_with_200 => {
+                StatusCode::PAYMENT_REQUIRED
+            }
+            _ => StatusCode::OK,
+        }
+    }
+
+    pub(crate) fn advance_clock(&self, by: Duration) {
+        self.clock.advance(by);
+        self.keys.purge_expired(self.clock.now());
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.counters
+            .snapshot(self.keys.ledger_len(), self.keys.in_progress())
+    }
+}
+
+/// Lets a handler close its own connection without answering (`drop_after`).
+#[derive(Clone, Default)]
+pub(crate) struct ConnectionControl {
+    dropped: CancellationToken,
+}
+
+impl ConnectionControl {
+    /// Tells the connection task to close the socket, then waits forever: the task drops
+    /// this handler together with the connection, so no response is ever written.
+    pub(crate) async fn drop_now(&self) -> Response {
+        self.dropped.cancel();
+        std::future::pending().await
+    }
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+async fn accept_connections(listener: TcpListener, router: Router, shutdown: CancellationToken) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve_connection(stream, router.clone(), shutdown.clone()));
+                }
+                Err(err) => {
+                    // Usually out of file descriptors: back off instead of spinning, keep
+                    // serving the connections we have.
+                    tracing::warn!(%err, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            "closing connections still busy after the shutdown grace period"
+        );
+        connections.shutdown().await;
+    }
+}
+
+async fn serve_connection(stream: TcpStream, router: Router, shutdown: CancellationToken) {
+    let _ = stream.set_nodelay(true);
+    let control = ConnectionControl::default();
+    let dropped = control.dropped.clone();
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(control.clone());
+        router.clone().oneshot(request)
+    });
+    let mut connection = pin!(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(err) = result {
+                    tracing::debug!(%err, "connection ended with an error");
+                }
+                return;
+            }
+            // Returning drops the connection, and with it the socket: the client sees the
+            // connection close with no response.
+            () = dropped.cancelled() => return,
+            () = shutdown.cancelled(), if !draining => {
+                connection.as_mut().graceful_shutdown();
+                draining = true;
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Building and running the service: `setup`, and `serve` with its roles. Tests start the
+//! real thing through [`Application`], not a copy of it.
+
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Broker;
+use crate::config::{LogFormat, Settings};
+use crate::intake::Intake;
+use crate::store::Store;
+
+/// A part of `serve` that can run alone (`--roles`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Role {
+    /// Records commands from the command stream
+    Intake,
+    /// Admin HTTP: health, readiness, metrics, operator API
+    Admin,
+}
+
+impl Role {
+    pub const ALL: [Role; 2] = [Role::Intake, Role::Admin];
+}
+
+/// Human or JSON log lines on stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,async_nats=warn,sqlx=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// `onecharge setup`: database (created if missing), migrations, streams, durable consumer.
+pub async fn setup(settings: &Settings) -> anyhow::Result<()> {
+    let store = Store::setup(&settings.database_url).await?;
+    let broker = Broker::connect(settings).await?;
+    broker.ensure_streams().await?;
+    broker.ensure_intake_consumer(settings).await?;
+    drop(store);
+    println!(
+        "setup complete: database migrated; streams {}, {}, {}; consumer {}",
+        broker.names.commands_stream(),
+        broker.names.events_stream(),
+        broker.names.dlq_stream(),
+        settings.intake.consumer
+    );
+    Ok(())
+}
+
+/// `onecharge serve`: runs the roles until SIGTERM or Ctrl-C, then drains.
+pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
+    let app = Application::build(settings, roles).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    app.run(shutdown).await
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutdown requested: finishing work in hand");
+    shutdown.cancel();
+}
+
+/// A built, not yet running, service: connections made, schema and streams ensured, the
+/// admin listener bound (so its address is known before `run`).
+pub struct Application {
+    settings: Settings,
+    store: Store,
+    broker: Broker,
+    roles: Vec<Role>,
+    admin_listener: Option<tokio::net::TcpListener>,
+}
+
+impl Application {
+    /// Connects, migrates and ensures streams; binds the admin address when that role runs.
+    /// An empty `roles` means all of them.
+    pub async fn build(settings: Settings, roles: &[Role]) -> anyhow::Result<Self> {
+        let roles: Vec<Role> = if roles.is_empty() { Role::ALL.to_vec() } else { roles.to_vec() };
+        let store = Store::setup(&settings.database_url).await?;
+        let broker = Broker::connect(&settings).await?;
+        broker.ensure_streams().await?;
+        let admin_listener = if roles.contains(&Role::Admin) {
+            Some(
+                tokio::net::TcpListener::bind(settings.admin_addr)
+                    .await
+                    .with_context(|| format!("cannot bind the admin HTTP address {} (set --admin-addr or ONECHARGE_ADMIN_ADDR)", settings.admin_addr))?,
+            )
+        } else {
+            None
+        };
+        Ok(Self { settings, store, broker, roles, admin_listener })
+    }
+
+    /// Where the admin HTTP listens, when it runs.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// Runs every role until `shutdown` fires and each has settled the work in its hands.
+    /// The first role to fail stops the others.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let metrics = crate::metrics::install();
+        let mut roles = JoinSet::new();
+        if self.roles.contains(&Role::Intake) {
+            let intake = Intake::new(self.store.clone(), self.broker.clone(), &self.settings).await?;
+            roles.spawn(intake.run(shutdown.clone()));
+        }
+        if let Some(listener) = self.admin_listener {
+            let state = crate::admin::AdminState {
+                store: self.store.clone(),
+                broker: self.broker.clone(),
+                metrics,
+                admin_token: self.settings.admin_token.clone(),
+            };
+            roles.spawn(crate::admin::serve(listener, state, shutdown.clone()));
+        }
+        tracing::info!(roles = ?self.roles, "onecharge serving");
+        let mut result = Ok(());
+        while let Some(joined) = roles.join_next().await {
+            let outcome = joined.context("a role panicked").and_then(|r| r);
+            if let Err(err) = outcome {
+                tracing::error!(error = %format!("{err:#}"), "a role failed; stopping the others");
+                shutdown.cancel();
+                if result.is_ok() {
+                    result = Err(err);
+                }
+            }
+        }
+        result
+    }
+}

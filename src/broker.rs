@@ -1,0 +1,263 @@
+//! The JetStream side of onecharge: stream and subject names, creating what is missing at
+//! `setup`, and checking that what exists can be used.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use async_nats::jetstream::{self, consumer, stream};
+
+use crate::config::Settings;
+
+/// Stream names and subjects for one deployment. With an empty namespace these are exactly
+/// the contract's names; a namespace prefixes every stream and subject so that several
+/// deployments (the demo, each test) can share one broker without seeing each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    prefix_stream: String,
+    prefix_subject: String,
+}
+
+impl Names {
+    pub fn new(namespace: &str) -> Self {
+        if namespace.is_empty() {
+            Self { prefix_stream: String::new(), prefix_subject: String::new() }
+        } else {
+            Self {
+                prefix_stream: format!("{}_", namespace.to_uppercase().replace('-', "_")),
+                prefix_subject: format!("{namespace}."),
+            }
+        }
+    }
+
+    pub fn commands_stream(&self) -> String {
+        format!("{}PAYMENTS_COMMANDS", self.prefix_stream)
+    }
+    pub fn events_stream(&self) -> String {
+        format!("{}PAYMENTS_EVENTS", self.prefix_stream)
+    }
+    pub fn dlq_stream(&self) -> String {
+        format!("{}PAYMENTS_DLQ", self.prefix_stream)
+    }
+    /// `payments.commands.charge-payment.v1`
+    pub fn charge_subject(&self) -> String {
+        format!("{}payments.commands.charge-payment.v1", self.prefix_subject)
+    }
+    /// `payments.dlq.charge-payment.v1`
+    pub fn dlq_subject(&self) -> String {
+        format!("{}payments.dlq.charge-payment.v1", self.prefix_subject)
+    }
+    /// Prefixes a contract subject (an event subject from the outbox) with the namespace.
+    pub fn subject(&self, contract_subject: &str) -> String {
+        format!("{}{contract_subject}", self.prefix_subject)
+    }
+    fn wildcard(&self, family: &str) -> String {
+        format!("{}payments.{family}.>", self.prefix_subject)
+    }
+}
+
+/// A connected JetStream context with this deployment's names.
+#[derive(Clone)]
+pub struct Broker {
+    pub client: async_nats::Client,
+    pub jetstream: jetstream::Context,
+    pub names: Names,
+}
+
+impl Broker {
+    /// Connects to NATS; fails within seconds when the server is unreachable.
+    pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(5))
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .name("onecharge")
+            .connect(&settings.nats_url);
+        let client = tokio::time::timeout(Duration::from_secs(8), client)
+            .await
+            .map_err(|_| anyhow::anyhow!("timed out"))
+            .and_then(|r| r.map_err(anyhow::Error::from))
+            .with_context(|| format!("cannot connect to NATS at {}", settings.nats_url))?;
+        Ok(Self {
+            jetstream: jetstream::new(client.clone()),
+            client,
+            names: Names::new(&settings.namespace),
+        })
+    }
+
+    /// Creates the three streams when missing. An existing stream is used as it is (its
+    /// settings are the operator's), unless it cannot serve: then a clear error says why.
+    pub async fn ensure_streams(&self) -> anyhow::Result<()> {
+        for (name, family) in [
+            (self.names.commands_stream(), "commands"),
+            (self.names.events_stream(), "events"),
+            (self.names.dlq_stream(), "dlq"),
+        ] {
+            let required = self.names.wildcard(family);
+            self.ensure_stream(&name, &required).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_stream(&self, name: &str, required_subject: &str) -> anyhow::Result<()> {
+        match self.jetstream.get_stream(name).await {
+            Ok(mut existing) => {
+                let info = existing.info().await.with_context(|| format!("reading stream {name}"))?;
+                check_stream_compatible(name, &info.config, required_subject)
+            }
+            Err(err) if is_not_found(&err) => {
+                self.jetstream
+                    .create_stream(stream::Config {
+                        name: name.to_owned(),
+                        subjects: vec![required_subject.to_owned()],
+                        storage: stream::StorageType::File,
+                        retention: stream::RetentionPolicy::Limits,
+                        // Producer retries carry the same Nats-Msg-Id; JetStream drops them
+                        // inside this window, the dedupe table catches the rest.
+                        duplicate_window: Duration::from_secs(120),
+                        max_age: Duration::from_secs(7 * 24 * 3600),
+                        ..Default::default()
+                    })
+                    .await
+                    .with_context(|| format!("creating stream {name} for {required_subject}"))?;
+                tracing::info!(stream = name, subjects = required_subject, "created stream");
+                Ok(())
+            }
+            Err(err) => Err(err).with_context(|| format!("looking up stream {name}")),
+        }
+    }
+
+    /// Creates (or updates to the configured limits) the durable pull consumer of the
+    /// command stream and returns it.
+    pub async fn ensure_intake_consumer(
+        &self,
+        settings: &Settings,
+    ) -> anyhow::Result<consumer::PullConsumer> {
+        let intake = &settings.intake;
+        let stream = self
+            .jetstream
+            .get_stream(self.names.commands_stream())
+            .await
+            .with_context(|| format!("stream {} is missing: run `onecharge setup`", self.names.commands_stream()))?;
+        let config = consumer::pull::Config {
+            durable_name: Some(intake.consumer.clone()),
+            description: Some("onecharge intake: records ChargePayment commands".into()),
+            filter_subject: self.names.charge_subject(),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: intake.ack_wait,
+            max_deliver: intake.max_deliver,
+            // Bounded by what this deployment can have in hand at once.
+            max_ack_pending: (intake.batch_size * intake.concurrency) as i64,
+            max_batch: intake.batch_size as i64,
+            ..Default::default()
+        };
+        match stream.get_consumer::<consumer::pull::Config>(&intake.consumer).await {
+            Ok(existing) => {
+                let current = &existing.cached_info().config;
+                if current.filter_subject != config.filter_subject {
+                    bail!(
+                        "consumer {} on {} filters `{}`, expected `{}`: delete it or choose another intake.consumer",
+                        intake.consumer,
+                        self.names.commands_stream(),
+                        current.filter_subject,
+                        config.filter_subject
+                    );
+                }
+                if current.ack_wait != config.ack_wait
+                    || current.max_deliver != config.max_deliver
+                    || current.max_ack_pending != config.max_ack_pending
+                    || current.max_batch != config.max_batch
+                {
+                    stream.update_consumer(config).await.context("updating the intake consumer's limits")?;
+                }
+            }
+            Err(_) => {
+                stream.create_consumer(config).await.with_context(|| {
+                    format!("creating durable consumer {} on {}", intake.consumer, self.names.commands_stream())
+                })?;
+            }
+        }
+        stream
+            .get_consumer(&intake.consumer)
+            .await
+            .map_err(|e| anyhow::anyhow!("binding to consumer {}: {e}", intake.consumer))
+    }
+
+    /// True when the server answers (readiness).
+    pub async fn ping(&self) -> bool {
+        matches!(self.client.connection_state(), async_nats::connection::State::Connected)
+            && tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await.is_ok_and(|r| r.is_ok())
+    }
+}
+
+fn is_not_found(err: &jetstream::context::GetStreamError) -> bool {
+    matches!(
+        err.kind(),
+        jetstream::context::GetStreamErrorKind::JetStream(e)
+            if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+    )
+}
+
+/// An existing stream must capture the subjects onecharge uses and must acknowledge
+/// publishes (otherwise "recorded" can never be confirmed).
+fn check_stream_compatible(
+    name: &str,
+    config: &stream::Config,
+    required_subject: &str,
+) -> anyhow::Result<()> {
+    if config.no_ack {
+        bail!("stream {name} exists with no_ack=true: onecharge needs acknowledged publishes; recreate it without no_ack");
+    }
+    let covered = config
+        .subjects
+        .iter()
+        .any(|s| s == required_subject || s == ">" || subject_covers(s, required_subject));
+    if !covered {
+        bail!(
+            "stream {name} exists with subjects {:?}, which do not include `{required_subject}`: fix the stream or choose another namespace",
+            config.subjects
+        );
+    }
+    Ok(())
+}
+
+/// Whether the subject filter `pattern` matches every subject that `wanted` matches.
+fn subject_covers(pattern: &str, wanted: &str) -> bool {
+    let mut p = pattern.split('.');
+    let mut w = wanted.split('.');
+    loop {
+        match (p.next(), w.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(t)) if t != ">" => continue,
+            (Some(a), Some(b)) if a == b => continue,
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_namespace_the_contract_names_are_used() {
+        let n = Names::new("");
+        assert_eq!(n.commands_stream(), "PAYMENTS_COMMANDS");
+        assert_eq!(n.charge_subject(), "payments.commands.charge-payment.v1");
+        assert_eq!(n.dlq_subject(), "payments.dlq.charge-payment.v1");
+        let t = Names::new("demo-1");
+        assert_eq!(t.commands_stream(), "DEMO_1_PAYMENTS_COMMANDS");
+        assert_eq!(t.subject("payments.events.payment-succeeded.v1"), "demo-1.payments.events.payment-succeeded.v1");
+    }
+
+    #[test]
+    fn stream_subjects_must_cover_what_onecharge_uses() {
+        assert!(subject_covers("payments.>", "payments.commands.>"));
+        assert!(subject_covers("payments.*.>", "payments.commands.>"));
+        assert!(!subject_covers("payments.events.>", "payments.commands.>"));
+        assert!(!subject_covers("payments.commands.x", "payments.commands.>"));
+        let config = stream::Config { subjects: vec!["orders.>".into()], ..Default::default() };
+        let err = check_stream_compatible("S", &config, "payments.commands.>").unwrap_err().to_string();
+        assert!(err.contains("do not include"), "{err}");
+    }
+}

@@ -1,0 +1,120 @@
+//! The `onecharge` command line (contract §5). Parsing only: each subcommand calls one
+//! library function. Exit codes: 0 success, 1 runtime failure, 2 usage or configuration.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::app::Role;
+use crate::config::{ConfigError, LogFormat, Overrides, Settings, UsageError};
+
+/// Turns at-least-once delivery of ChargePayment commands into exactly one charge.
+#[derive(Debug, Parser)]
+#[command(name = "onecharge", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Settings that every subcommand takes. Secrets (gateway API key, admin token) are read
+/// from the file or the environment only, never from flags, so they stay out of `ps`.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Configuration file [default: onecharge.toml when present]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// PostgreSQL URL [env: ONECHARGE_DATABASE_URL] [default: postgres://127.0.0.1:5432/onecharge]
+    #[arg(long, global = true, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// NATS URL [env: ONECHARGE_NATS_URL] [default: nats://127.0.0.1:4222]
+    #[arg(long, global = true, value_name = "URL")]
+    pub nats_url: Option<String>,
+    /// Payment gateway base URL [env: ONECHARGE_GATEWAY_URL]
+    #[arg(long, global = true, value_name = "URL")]
+    pub gateway_url: Option<String>,
+    /// Admin HTTP address of `serve` [env: ONECHARGE_ADMIN_ADDR] [default: 127.0.0.1:9464]
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub admin_addr: Option<String>,
+    /// Prefix for stream names and subjects (demo, tests) [env: ONECHARGE_NAMESPACE]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub namespace: Option<String>,
+    /// Log line format [env: ONECHARGE_LOG_FORMAT] [default: human]
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run migrations (creating the database if missing), create streams and the durable consumer
+    Setup,
+    /// Run the service roles until SIGTERM or Ctrl-C
+    Serve {
+        /// Roles to run, comma-separated [default: all]
+        #[arg(long, value_delimiter = ',', value_enum)]
+        roles: Vec<Role>,
+    },
+    /// Publish a command (for operators and tests)
+    #[command(subcommand)]
+    Publish(PublishCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PublishCommand {
+    /// Publish one ChargePayment command and print its message id and stream sequence
+    Charge(crate::publish::ChargeArgs),
+}
+
+impl GlobalArgs {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            database_url: self.database_url.clone(),
+            nats_url: self.nats_url.clone(),
+            gateway_url: self.gateway_url.clone(),
+            admin_addr: self.admin_addr.clone(),
+            namespace: self.namespace.clone(),
+            log_format: self.log_format,
+        }
+    }
+}
+
+/// Runs a parsed command line and returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let settings = match Settings::load(cli.global.config.as_deref(), &cli.global.overrides()) {
+        Ok(settings) => settings,
+        Err(err) => return config_failure(&err),
+    };
+    crate::app::init_logging(settings.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Setup => crate::app::setup(&settings).await,
+            Command::Serve { roles } => crate::app::serve(settings, &roles).await,
+            Command::Publish(PublishCommand::Charge(args)) => crate::publish::charge(&settings, args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if err.is::<ConfigError>() || err.is::<UsageError>() => {
+            eprintln!("{err}");
+            ExitCode::from(2)
+        }
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn config_failure(err: &ConfigError) -> ExitCode {
+    eprintln!("{err}");
+    ExitCode::from(2)
+}

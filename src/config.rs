@@ -1,0 +1,288 @@
+//! Typed settings: defaults < `onecharge.toml` (or `--config`) < `ONECHARGE_*` environment <
+//! command-line flags. A wrong value is a [`ConfigError`]: the process exits 2 with one line
+//! naming the setting and what to fix. Secrets are [`SecretString`]s: they print as
+//! `[REDACTED]` in every `Debug` and never appear in `--help`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+
+/// The file read when `--config` is not given, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "onecharge.toml";
+
+/// A configuration the operator must fix. Its `Display` is the one line printed before exit 2.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration error: {0}")]
+pub struct ConfigError(pub String);
+
+/// A command line that asks for something impossible (an invalid command to publish, a
+/// status that does not exist). Also exits 2, with its one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Everything onecharge can be told. Field names are the TOML keys; the environment
+/// variable is `ONECHARGE_` + the upper-case name, with `__` between section and key
+/// (`ONECHARGE_INTAKE__BATCH_SIZE`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// PostgreSQL URL. `setup` creates the database when it is missing.
+    pub database_url: String,
+    /// NATS server URL.
+    pub nats_url: String,
+    /// Base URL of the payment gateway (contract §3).
+    pub gateway_url: String,
+    /// Bearer key for the gateway. Needed by the executor and reconciler only.
+    #[serde(serialize_with = "redact", default)]
+    pub gateway_api_key: Option<SecretString>,
+    /// Where `serve` binds its admin HTTP.
+    pub admin_addr: SocketAddr,
+    /// When set, `/api/*` requires `Authorization: Bearer <admin_token>`.
+    #[serde(serialize_with = "redact", default)]
+    pub admin_token: Option<SecretString>,
+    /// Prefix for stream names and subjects, so that several deployments (the demo, tests)
+    /// can share one broker. Empty in production: the contract's names are used unchanged.
+    pub namespace: String,
+    /// `human` or `json` log lines.
+    pub log_format: LogFormat,
+    pub intake: IntakeSettings,
+}
+
+/// Intake consumer settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntakeSettings {
+    /// Durable consumer name, also the first half of the dedupe key. Changing it makes every
+    /// message the stream still holds look new to the dedupe table (the attempts table
+    /// still stops a second charge); see docs/decisions.md.
+    pub consumer: String,
+    /// Messages fetched and recorded per database transaction. 1 is single-message mode.
+    pub batch_size: usize,
+    /// Batches in hand at once; with `batch_size` it bounds the consumer's `max_ack_pending`.
+    pub concurrency: usize,
+    /// Deliveries before a transiently failing message is dead-lettered as `exhausted`.
+    pub max_deliver: i64,
+    /// How long JetStream waits for an ack before redelivering.
+    #[serde(with = "humantime_serde")]
+    pub ack_wait: Duration,
+    /// Commands whose `requested_at` is older than this are recorded as `expired` and never
+    /// charged. 0 disables the check.
+    #[serde(with = "humantime_serde")]
+    pub max_command_age: Duration,
+    /// First delay of the Nak backoff for transient failures; it doubles up to `retry_max_delay`.
+    #[serde(with = "humantime_serde")]
+    pub retry_min_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_max_delay: Duration,
+}
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            database_url: "postgres://127.0.0.1:5432/onecharge".into(),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            gateway_url: "http://127.0.0.1:8080".into(),
+            gateway_api_key: None,
+            admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            admin_token: None,
+            namespace: String::new(),
+            log_format: LogFormat::Human,
+            intake: IntakeSettings::default(),
+        }
+    }
+}
+
+impl Default for IntakeSettings {
+    fn default() -> Self {
+        Self {
+            consumer: "onecharge-intake".into(),
+            batch_size: 256,
+            concurrency: 2,
+            max_deliver: 10,
+            ack_wait: Duration::from_secs(30),
+            max_command_age: Duration::from_secs(24 * 3600),
+            retry_min_delay: Duration::from_millis(500),
+            retry_max_delay: Duration::from_secs(60),
+        }
+    }
+}
+
+fn redact<S: serde::Serializer>(value: &Option<SecretString>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(_) => s.serialize_some("[REDACTED]"),
+        None => s.serialize_none(),
+    }
+}
+
+/// Values given as flags: they win over the file and the environment.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Overrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_addr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+}
+
+impl Settings {
+    /// Loads settings from, in rising precedence: defaults, the config file, the
+    /// environment, `overrides`. An explicitly named file that does not exist is an error;
+    /// the default file is optional.
+    pub fn load(config_file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let file: PathBuf = match config_file {
+            Some(path) if !path.exists() => {
+                return Err(ConfigError(format!(
+                    "--config {}: no such file",
+                    path.display()
+                )))
+            }
+            Some(path) => path.to_owned(),
+            None => PathBuf::from(DEFAULT_CONFIG_FILE),
+        };
+        let figment = Figment::from(Serialized::defaults(Settings::default()))
+            .merge(Toml::file(file))
+            .merge(Env::prefixed("ONECHARGE_").split("__"))
+            .merge(Serialized::defaults(overrides));
+        let settings: Settings = figment.extract().map_err(|e| ConfigError(one_line(&e)))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks what serde cannot: ranges and URL shapes.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |key: &str, what: String| Err(ConfigError(format!("{key}: {what}")));
+        if !self.database_url.starts_with("postgres://") && !self.database_url.starts_with("postgresql://") {
+            return fail("database_url (ONECHARGE_DATABASE_URL)", "must start with postgres:// or postgresql://".into());
+        }
+        if !self.nats_url.contains("://") && self.nats_url.contains(' ') {
+            return fail("nats_url (ONECHARGE_NATS_URL)", "is not a NATS URL such as nats://127.0.0.1:4222".into());
+        }
+        if reqwest::Url::parse(&self.gateway_url).map(|u| u.scheme().starts_with("http")) != Ok(true) {
+            return fail("gateway_url (ONECHARGE_GATEWAY_URL)", format!("`{}` is not an http(s) URL", self.gateway_url));
+        }
+        if !self.namespace.is_empty()
+            && !self.namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return fail("namespace (ONECHARGE_NAMESPACE)", "may contain only letters, digits, `_` and `-`".into());
+        }
+        let intake = &self.intake;
+        if !(1..=1000).contains(&intake.batch_size) {
+            return fail("intake.batch_size", format!("must be between 1 and 1000, got {}", intake.batch_size));
+        }
+        if !(1..=64).contains(&intake.concurrency) {
+            return fail("intake.concurrency", format!("must be between 1 and 64, got {}", intake.concurrency));
+        }
+        if !(2..=1000).contains(&intake.max_deliver) {
+            return fail("intake.max_deliver", format!("must be between 2 and 1000, got {}", intake.max_deliver));
+        }
+        if intake.ack_wait < Duration::from_secs(1) {
+            return fail("intake.ack_wait", "must be at least 1s".into());
+        }
+        if intake.consumer.is_empty()
+            || !intake.consumer.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return fail("intake.consumer", "must be non-empty letters, digits, `_` and `-`".into());
+        }
+        if intake.retry_min_delay.is_zero() || intake.retry_min_delay > intake.retry_max_delay {
+            return fail("intake.retry_min_delay", "must be above zero and at most intake.retry_max_delay".into());
+        }
+        Ok(())
+    }
+
+    /// The gateway key, or the configuration error that names where to set it.
+    pub fn require_gateway_api_key(&self) -> Result<&str, ConfigError> {
+        self.gateway_api_key
+            .as_ref()
+            .map(|key| key.expose_secret())
+            .filter(|key| !key.is_empty())
+            .ok_or_else(|| ConfigError("gateway_api_key is not set: set ONECHARGE_GATEWAY_API_KEY (or gateway_api_key in onecharge.toml)".into()))
+    }
+}
+
+fn one_line(error: &figment::Error) -> String {
+    let mut text = error.to_string().replace('\n', " ");
+    if let Some(profile_key) = error.path.first() {
+        if !text.contains(profile_key.as_str()) {
+            text = format!("{}: {text}", error.path.join("."));
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let s = Settings::default();
+        assert_eq!(s.database_url, "postgres://127.0.0.1:5432/onecharge");
+        assert_eq!(s.nats_url, "nats://127.0.0.1:4222");
+        assert_eq!(s.admin_addr.to_string(), "127.0.0.1:9464");
+        assert_eq!(s.intake.max_command_age, Duration::from_secs(86_400));
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn file_then_environment_then_flags_take_precedence() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "nats_url = \"nats://file:1\"\ndatabase_url = \"postgres://file/db\"\n[intake]\nbatch_size = 7\n")?;
+            jail.set_env("ONECHARGE_DATABASE_URL", "postgres://env/db");
+            jail.set_env("ONECHARGE_INTAKE__MAX_COMMAND_AGE", "2h");
+            let overrides = Overrides { nats_url: Some("nats://flag:2".into()), ..Default::default() };
+            let s = Settings::load(Some(Path::new("c.toml")), &overrides).unwrap();
+            assert_eq!(s.nats_url, "nats://flag:2");
+            assert_eq!(s.database_url, "postgres://env/db");
+            assert_eq!(s.intake.batch_size, 7);
+            assert_eq!(s.intake.max_command_age, Duration::from_secs(7200));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_value_is_one_line_naming_the_setting() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("ONECHARGE_INTAKE__BATCH_SIZE", "lots");
+            let err = Settings::load(None, &Overrides::default()).unwrap_err().to_string();
+            assert!(err.contains("batch_size"), "{err}");
+            assert!(!err.contains('\n'));
+            jail.set_env("ONECHARGE_INTAKE__BATCH_SIZE", "0");
+            let err = Settings::load(None, &Overrides::default()).unwrap_err().to_string();
+            assert!(err.contains("intake.batch_size: must be between 1 and 1000, got 0"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_or_serialised_settings() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("ONECHARGE_GATEWAY_API_KEY", "sk_live_very_secret");
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.require_gateway_api_key().unwrap(), "sk_live_very_secret");
+            assert!(!format!("{s:?}").contains("very_secret"));
+            assert!(!serde_json::to_string(&s).unwrap().contains("very_secret"));
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,99 @@
+//! The downstream integration event of contract §2.3, one per final state (and one per
+//! entry into `needs_review`). Built here, stored in the outbox in the same transaction as
+//! the state it announces, and published later by the relay.
+
+use serde::Serialize;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::AttemptStatus;
+
+/// The body of `payments.events.payment-<state>.v1`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct PaymentEvent {
+    /// Also the `Nats-Msg-Id`, so a relay retry is deduplicated by JetStream.
+    pub event_id: Uuid,
+    pub payment_attempt_id: Uuid,
+    pub order_id: String,
+    pub status: AttemptStatus,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub gateway_charge_id: Option<String>,
+    pub decline_code: Option<String>,
+    pub reason: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub occurred_at: OffsetDateTime,
+}
+
+/// The provenance headers an event carries besides its `Nats-Msg-Id`.
+#[derive(Debug, Clone, Default)]
+pub struct EventProvenance {
+    /// The command's `Correlation-Id`, when it had one.
+    pub correlation_id: Option<String>,
+    /// The `Nats-Msg-Id` of the command that created the attempt.
+    pub causation_id: String,
+    /// W3C trace context to continue, when the command carried one.
+    pub traceparent: Option<String>,
+}
+
+impl PaymentEvent {
+    /// The subject without any deployment namespace, e.g. `payments.events.payment-succeeded.v1`.
+    ///
+    /// # Panics
+    /// When built for a status that has no event (pending, in_flight, unknown): a bug.
+    pub fn subject(&self) -> String {
+        let name = self
+            .status
+            .event_name()
+            .unwrap_or_else(|| panic!("no event exists for status {}", self.status));
+        format!("payments.events.payment-{name}.v1")
+    }
+
+    /// The message headers, as (name, value) pairs.
+    pub fn headers(&self, provenance: &EventProvenance) -> Vec<(String, String)> {
+        let mut headers = vec![
+            ("Nats-Msg-Id".to_owned(), self.event_id.to_string()),
+            ("Causation-Id".to_owned(), provenance.causation_id.clone()),
+        ];
+        if let Some(correlation) = &provenance.correlation_id {
+            headers.push(("Correlation-Id".to_owned(), correlation.clone()));
+        }
+        if let Some(traceparent) = &provenance.traceparent {
+            headers.push(("traceparent".to_owned(), traceparent.clone()));
+        }
+        headers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn an_event_serialises_to_the_contract_shape() {
+        let event = PaymentEvent {
+            event_id: Uuid::nil(),
+            payment_attempt_id: Uuid::nil(),
+            order_id: "ord_1001".into(),
+            status: AttemptStatus::NeedsReview,
+            amount_minor: 1999,
+            currency: "EUR".into(),
+            gateway_charge_id: None,
+            decline_code: None,
+            reason: Some("cannot prove whether the customer was charged".into()),
+            occurred_at: datetime!(2026-11-29 10:15:01.234 UTC),
+        };
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["status"], "needs_review");
+        assert_eq!(json["occurred_at"], "2026-11-29T10:15:01.234Z");
+        assert_eq!(json["gateway_charge_id"], serde_json::Value::Null);
+        assert_eq!(event.subject(), "payments.events.payment-needs-review.v1");
+        let headers = event.headers(&EventProvenance {
+            causation_id: "msg-1".into(),
+            ..Default::default()
+        });
+        assert_eq!(headers[0], ("Nats-Msg-Id".into(), Uuid::nil().to_string()));
+        assert_eq!(headers[1], ("Causation-Id".into(), "msg-1".into()));
+    }
+}

@@ -1,0 +1,35 @@
+//! The pure core of onecharge: what a valid command is, which states an attempt may take,
+//! how a gateway answer is read, and what an event says. Nothing in here does I/O, so every
+//! rule can be tested without a database, a broker or a gateway.
+
+pub mod attempt;
+pub mod command;
+pub mod event;
+
+pub use attempt::AttemptStatus;
+pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
+pub use event::PaymentEvent;
+
+/// Cuts `text` to at most `max` characters (on a character boundary), so that reasons and
+/// errors stored or sent on the wire stay bounded whatever an upstream system said.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+
+    #[test]
+    fn bounded_text_never_exceeds_its_limit_and_marks_the_cut() {
+        assert_eq!(bounded("short", 10), "short");
+        let cut = bounded(&"é".repeat(600), 512);
+        assert_eq!(cut.chars().count(), 512);
+        assert!(cut.ends_with('…'));
+    }
+}

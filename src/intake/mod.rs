@@ -1,0 +1,399 @@
+//! Intake: the JetStream pull consumer that turns ChargePayment messages into recorded
+//! payment attempts.
+//!
+//! Invariants:
+//! - Nothing is acknowledged before the transaction that recorded it committed.
+//! - A duplicate is recognised by the database's unique keys, never by read-then-write.
+//! - A permanently invalid or conflicting message is dead-lettered with a bounded reason and
+//!   is not recorded as processed; it is terminated only after the dead letter is stored.
+//! - A transient failure is Nak'd with an application-computed delay; on its last allowed
+//!   delivery it is dead-lettered as `exhausted`. Nothing is dropped.
+
+mod dead_letter;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
+use backon::BackoffBuilder as _;
+use futures::StreamExt as _;
+use time::OffsetDateTime;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+pub use dead_letter::DlqClass;
+
+use crate::broker::Broker;
+use crate::config::{IntakeSettings, Settings};
+use crate::domain::command::{self, CommandHeaders};
+use crate::metrics;
+use crate::store::intake::{record_batch, IntakeRecord, Recorded};
+use crate::store::{self, Store};
+
+/// How one delivery ended. Each variant maps to exactly one way of settling the message
+/// with the broker; retryable versus fatal is decided here, by type, not by error text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryOutcome {
+    #[error("processed")]
+    Processed,
+    #[error("duplicate")]
+    Duplicate,
+    #[error("business duplicate")]
+    BusinessDuplicate,
+    #[error("stale")]
+    Stale,
+    /// Invalid now and forever: dead-letter as `invalid`.
+    #[error("permanent: {0}")]
+    Permanent(String),
+    /// Contradicts what was recorded before: dead-letter as `conflict`.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// May succeed later (database down, serialization failure): Nak with a delay.
+    #[error("transient: {0}")]
+    Transient(String),
+}
+
+impl DeliveryOutcome {
+    /// The bounded metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Processed => "processed",
+            Self::Duplicate => "duplicate",
+            Self::BusinessDuplicate => "business_duplicate",
+            Self::Stale => "stale",
+            Self::Permanent(_) => "permanent",
+            Self::Conflict(_) => "conflict",
+            Self::Transient(_) => "transient",
+        }
+    }
+}
+
+impl From<Recorded> for DeliveryOutcome {
+    fn from(recorded: Recorded) -> Self {
+        match recorded {
+            Recorded::Accepted => Self::Processed,
+            Recorded::Stale => Self::Stale,
+            Recorded::Duplicate => Self::Duplicate,
+            Recorded::BusinessDuplicate => Self::BusinessDuplicate,
+            Recorded::Conflict(reason) => Self::Conflict(reason),
+        }
+    }
+}
+
+/// What one batch came to, for tests, the demo and logs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BatchReport {
+    pub outcomes: Vec<DeliveryOutcome>,
+    /// Messages that went to the dead-letter stream, by class.
+    pub dead_lettered: Vec<DlqClass>,
+}
+
+impl BatchReport {
+    pub fn count(&self, label: &str) -> usize {
+        self.outcomes.iter().filter(|o| o.label() == label).count()
+    }
+}
+
+/// The intake role: one durable pull consumer, any number of instances.
+#[derive(Clone)]
+pub struct Intake {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    broker: Broker,
+    consumer: PullConsumer,
+    settings: IntakeSettings,
+}
+
+impl Intake {
+    /// Binds to (creating or updating) the durable consumer.
+    pub async fn new(store: Store, broker: Broker, settings: &Settings) -> anyhow::Result<Self> {
+        let consumer = broker.ensure_intake_consumer(settings).await?;
+        Ok(Self {
+            inner: Arc::new(Inner { store, broker, consumer, settings: settings.intake.clone() }),
+        })
+    }
+
+    /// Consumes until `shutdown` fires, with up to `intake.concurrency` batches in hand.
+    /// On shutdown it stops taking messages and settles every batch already in hand.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let settings = &self.inner.settings;
+        let permits = Arc::new(tokio::sync::Semaphore::new(settings.concurrency));
+        let mut in_hand = JoinSet::new();
+        tracing::info!(consumer = %settings.consumer, batch_size = settings.batch_size, "intake started");
+        'reconnect: while !shutdown.is_cancelled() {
+            let messages = self
+                .inner
+                .consumer
+                .stream()
+                .max_messages_per_batch(settings.batch_size)
+                .heartbeat(Duration::from_secs(5))
+                .expires(Duration::from_secs(30))
+                .messages()
+                .await;
+            let messages = match messages {
+                Ok(m) => m,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot start pulling; retrying in 1s");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            let mut chunks = messages.ready_chunks(settings.batch_size);
+            loop {
+                let permit = tokio::select! {
+                    _ = shutdown.cancelled() => break 'reconnect,
+                    permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
+                };
+                let chunk = tokio::select! {
+                    _ = shutdown.cancelled() => break 'reconnect,
+                    chunk = chunks.next() => chunk,
+                };
+                let Some(chunk) = chunk else { continue 'reconnect };
+                let mut batch = Vec::with_capacity(chunk.len());
+                for item in chunk {
+                    match item {
+                        Ok(message) => batch.push(message),
+                        Err(err) => tracing::warn!(error = %err, "pull stream error"),
+                    }
+                }
+                if batch.is_empty() {
+                    continue;
+                }
+                let intake = self.clone();
+                in_hand.spawn(async move {
+                    intake.handle(batch).await;
+                    drop(permit);
+                });
+                while in_hand.try_join_next().is_some() {}
+            }
+        }
+        tracing::info!(in_hand = in_hand.len(), "intake stopping: settling batches in hand");
+        while in_hand.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// One deterministic step for tests and tools: fetches what is available (up to one
+    /// batch, waiting at most `wait` for the first message), records and settles it.
+    pub async fn process_batch(&self, wait: Duration) -> anyhow::Result<BatchReport> {
+        let messages: Vec<jetstream::Message> = self
+            .inner
+            .consumer
+            .batch()
+            .max_messages(self.inner.settings.batch_size)
+            .expires(wait.max(Duration::from_millis(100)))
+            .messages()
+            .await?
+            .filter_map(|m| async move { m.ok() })
+            .collect()
+            .await;
+        Ok(self.handle(messages).await)
+    }
+
+    /// Validates, records in one transaction and settles `messages`.
+    pub async fn handle(&self, messages: Vec<jetstream::Message>) -> BatchReport {
+        if messages.is_empty() {
+            return BatchReport::default();
+        }
+        let started = std::time::Instant::now();
+        let outcomes = self.with_progress_acks(&messages, self.record(&messages)).await;
+        let mut report = BatchReport::default();
+        let settled = futures::future::join_all(
+            messages.iter().zip(&outcomes).map(|(message, outcome)| self.settle(message, outcome)),
+        )
+        .await;
+        for (outcome, dead_letter) in outcomes.into_iter().zip(settled) {
+            metrics::delivery(&self.inner.settings.consumer, outcome.label());
+            report.dead_lettered.extend(dead_letter);
+            report.outcomes.push(outcome);
+        }
+        metrics::batch_duration(started.elapsed());
+        report
+    }
+
+    /// Records the valid messages of a batch and classifies every message. Never fails:
+    /// a failure becomes each message's outcome.
+    pub async fn record(&self, messages: &[jetstream::Message]) -> Vec<DeliveryOutcome> {
+        let now = OffsetDateTime::now_utc();
+        let mut outcomes: Vec<Option<DeliveryOutcome>> = vec![None; messages.len()];
+        let mut records = Vec::new();
+        let mut positions = Vec::new();
+        for (i, message) in messages.iter().enumerate() {
+            let headers = command_headers(message);
+            match command::validate(&headers, &message.payload) {
+                Ok(valid) => {
+                    let stale = valid.command.is_stale(now, self.inner.settings.max_command_age);
+                    records.push(IntakeRecord {
+                        message_id: valid.message_id,
+                        stream_sequence: message.info().map(|info| info.stream_sequence).unwrap_or(0),
+                        body_sha256: valid.body_sha256,
+                        command: valid.command,
+                        correlation_id: valid.correlation_id,
+                        traceparent: valid.traceparent,
+                        stale,
+                    });
+                    positions.push(i);
+                }
+                Err(invalid) => outcomes[i] = Some(DeliveryOutcome::Permanent(invalid.0)),
+            }
+        }
+        for (i, outcome) in positions.iter().zip(self.record_valid(&records, now).await) {
+            outcomes[*i] = Some(outcome);
+        }
+        outcomes.into_iter().map(|o| o.expect("every message classified")).collect()
+    }
+
+    /// Records the batch in one transaction. When the database rejects the batch for a
+    /// reason that will not go away (a row it refuses), each record is retried alone, so
+    /// one bad message cannot poison the rest of its batch.
+    async fn record_valid(&self, records: &[IntakeRecord], now: OffsetDateTime) -> Vec<DeliveryOutcome> {
+        if records.is_empty() {
+            return Vec::new();
+        }
+        let consumer = &self.inner.settings.consumer;
+        match record_batch(&self.inner.store, consumer, records, now).await {
+            Ok(recorded) => recorded.into_iter().map(DeliveryOutcome::from).collect(),
+            Err(err) if store::is_transient(&err) || records.len() == 1 => {
+                vec![classify_db_error(&err); records.len()]
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, batch = records.len(), "batch rejected by the database; recording its messages one by one");
+                let mut outcomes = Vec::with_capacity(records.len());
+                for record in records {
+                    outcomes.push(match record_batch(&self.inner.store, consumer, std::slice::from_ref(record), now).await {
+                        Ok(mut one) => DeliveryOutcome::from(one.remove(0)),
+                        Err(err) => classify_db_error(&err),
+                    });
+                }
+                outcomes
+            }
+        }
+    }
+
+    /// Keeps the messages of a long-running batch from being redelivered meanwhile by
+    /// sending in-progress acks every third of the ack wait.
+    async fn with_progress_acks<T>(&self, messages: &[jetstream::Message], work: impl std::future::Future<Output = T>) -> T {
+        let period = self.inner.settings.ack_wait / 3;
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                result = &mut work => return result,
+                _ = ticker.tick() => {
+                    for message in messages {
+                        if let Err(err) = message.ack_with(AckKind::Progress).await {
+                            tracing::debug!(error = %err, "in-progress ack failed");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Settles one message with the broker according to its outcome. Returns the dead-letter
+    /// class when it was dead-lettered.
+    async fn settle(&self, message: &jetstream::Message, outcome: &DeliveryOutcome) -> Option<DlqClass> {
+        let headers = command_headers(message);
+        let span = tracing::info_span!(
+            "settle",
+            message_id = headers.message_id.as_deref().unwrap_or(""),
+            correlation_id = headers.correlation_id.as_deref().unwrap_or(""),
+            outcome = outcome.label(),
+        );
+        async {
+            let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+            match outcome {
+                DeliveryOutcome::Processed
+                | DeliveryOutcome::Duplicate
+                | DeliveryOutcome::BusinessDuplicate
+                | DeliveryOutcome::Stale => {
+                    // A lost ack is harmless: the redelivery is recognised as a duplicate.
+                    if let Err(err) = message.double_ack().await {
+                        tracing::warn!(error = %err, "ack after commit failed; the redelivery will be a duplicate");
+                    }
+                    None
+                }
+                DeliveryOutcome::Permanent(reason) => self.dead_letter(message, DlqClass::Invalid, reason, delivered).await,
+                DeliveryOutcome::Conflict(reason) => self.dead_letter(message, DlqClass::Conflict, reason, delivered).await,
+                DeliveryOutcome::Transient(reason) if delivered >= self.inner.settings.max_deliver => {
+                    let reason = format!("still failing after {delivered} deliveries: {reason}");
+                    self.dead_letter(message, DlqClass::Exhausted, &reason, delivered).await
+                }
+                DeliveryOutcome::Transient(reason) => {
+                    let delay = self.retry_delay(delivered);
+                    tracing::warn!(delivered, delay_ms = delay.as_millis() as u64, reason, "transient failure; will be redelivered");
+                    if let Err(err) = message.ack_with(AckKind::Nak(Some(delay))).await {
+                        tracing::warn!(error = %err, "nak failed; the message will be redelivered after ack_wait");
+                    }
+                    None
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn dead_letter(&self, message: &jetstream::Message, class: DlqClass, reason: &str, delivered: i64) -> Option<DlqClass> {
+        let consumer = &self.inner.settings.consumer;
+        match dead_letter::publish(&self.inner.broker, consumer, message, class, reason).await {
+            Ok(()) => {
+                tracing::info!(class = class.as_str(), reason, "dead-lettered");
+                metrics::dead_letter(class.as_str());
+                if let Err(err) = message.double_ack_with(AckKind::Term).await {
+                    tracing::warn!(error = %err, "term after dead-letter failed; the redelivery will be dead-lettered again under the same id");
+                }
+                Some(class)
+            }
+            Err(err) => {
+                let delay = self.retry_delay(delivered);
+                tracing::error!(error = %err, "dead-letter publish failed; nak so that it is retried");
+                let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
+                None
+            }
+        }
+    }
+
+    /// Exponential backoff with jitter for the `delivered`-th delivery.
+    fn retry_delay(&self, delivered: i64) -> Duration {
+        let s = &self.inner.settings;
+        backon::ExponentialBuilder::new()
+            .with_min_delay(s.retry_min_delay)
+            .with_max_delay(s.retry_max_delay)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            .nth(delivered.saturating_sub(1).max(0) as usize)
+            .unwrap_or(s.retry_max_delay)
+    }
+}
+
+fn classify_db_error(err: &sqlx::Error) -> DeliveryOutcome {
+    let text = crate::domain::bounded(&err.to_string(), 400);
+    if store::is_transient(err) {
+        DeliveryOutcome::Transient(format!("database unavailable: {text}"))
+    } else {
+        DeliveryOutcome::Permanent(format!("rejected by the database: {text}"))
+    }
+}
+
+/// Reads the headers intake cares about.
+pub fn command_headers(message: &async_nats::Message) -> CommandHeaders {
+    let get = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+    };
+    CommandHeaders {
+        message_id: get("Nats-Msg-Id"),
+        correlation_id: get("Correlation-Id"),
+        traceparent: get("traceparent"),
+    }
+}

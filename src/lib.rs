@@ -1,0 +1,13 @@
+//! onecharge turns at-least-once delivery of `ChargePayment` commands into exactly one charge
+//! per payment attempt. See docs/ARCHITECTURE.md for the map of this crate.
+
+pub mod admin;
+pub mod app;
+pub mod broker;
+pub mod cli;
+pub mod config;
+pub mod domain;
+pub mod intake;
+pub mod metrics;
+pub mod publish;
+pub mod store;

@@ -1,0 +1,334 @@
+//! Recording a batch of commands: the dedupe rows and the attempts, in one transaction.
+
+use std::collections::HashMap;
+
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::outbox;
+use super::Store;
+use crate::domain::event::{EventProvenance, PaymentEvent};
+use crate::domain::{AttemptStatus, ChargePayment};
+
+/// One valid command to record, as intake read it from the broker.
+#[derive(Debug, Clone)]
+pub struct IntakeRecord {
+    pub message_id: String,
+    pub stream_sequence: u64,
+    pub body_sha256: [u8; 32],
+    pub command: ChargePayment,
+    pub correlation_id: Option<String>,
+    pub traceparent: Option<String>,
+    /// Older than the maximum command age: recorded as `expired`, never charged.
+    pub stale: bool,
+}
+
+/// What the database said about one record. Each maps to one way of settling the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// New message, new attempt: the attempt is `pending`.
+    Accepted,
+    /// New message, new attempt, but too old: the attempt is `expired`.
+    Stale,
+    /// This message id was recorded before with the same body (a redelivery or a producer retry).
+    Duplicate,
+    /// New message id for an attempt that exists with the same parameters: one charge.
+    BusinessDuplicate,
+    /// Must be dead-lettered as `conflict`: the message id was used for a different body, or
+    /// the attempt id for different parameters. Nothing of it stays recorded.
+    Conflict(String),
+}
+
+/// Records `records` (already validated) for `consumer` in one transaction and says what
+/// each one turned out to be, in input order.
+///
+/// Duplicates are recognised by the unique keys (`ON CONFLICT DO NOTHING … RETURNING`), never
+/// by reading first. Rows are inserted in key order so that two instances recording
+/// overlapping batches lock in the same order and cannot deadlock each other.
+pub async fn record_batch(
+    store: &Store,
+    consumer: &str,
+    records: &[IntakeRecord],
+    now: OffsetDateTime,
+) -> Result<Vec<Recorded>, sqlx::Error> {
+    let mut outcomes: Vec<Option<Recorded>> = vec![None; records.len()];
+
+    // The same message id twice in one batch: the first is recorded, the others compare to it.
+    let mut lead_by_message: HashMap<&str, usize> = HashMap::new();
+    for (i, record) in records.iter().enumerate() {
+        match lead_by_message.get(record.message_id.as_str()) {
+            Some(&lead) => outcomes[i] = Some(compare_bodies(&records[lead], record)),
+            None => {
+                lead_by_message.insert(&record.message_id, i);
+            }
+        }
+    }
+    let mut leads: Vec<usize> = lead_by_message.into_values().collect();
+    leads.sort_by(|&a, &b| records[a].message_id.cmp(&records[b].message_id));
+
+    let mut tx = store.pool().begin().await?;
+
+    let inserted: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO processed_messages
+             (consumer, message_id, body_sha256, payment_attempt_id, result, stream_sequence)
+         SELECT $1, m.message_id, m.body_sha256, m.payment_attempt_id, m.result, m.stream_sequence
+         FROM UNNEST($2::text[], $3::bytea[], $4::uuid[], $5::text[], $6::int8[])
+             AS m(message_id, body_sha256, payment_attempt_id, result, stream_sequence)
+         ON CONFLICT (consumer, message_id) DO NOTHING
+         RETURNING message_id",
+    )
+    .bind(consumer)
+    .bind(leads.iter().map(|&i| records[i].message_id.clone()).collect::<Vec<_>>())
+    .bind(leads.iter().map(|&i| records[i].body_sha256.to_vec()).collect::<Vec<_>>())
+    .bind(leads.iter().map(|&i| records[i].command.payment_attempt_id).collect::<Vec<_>>())
+    .bind(leads.iter().map(|&i| if records[i].stale { "stale" } else { "accepted" }).collect::<Vec<_>>())
+    .bind(leads.iter().map(|&i| records[i].stream_sequence as i64).collect::<Vec<_>>())
+    .fetch_all(&mut *tx)
+    .await?;
+    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+
+    // Message ids seen before: a harmless redelivery, or a producer defect.
+    let seen: Vec<usize> = leads.iter().copied().filter(|&i| !inserted.contains(&records[i].message_id)).collect();
+    if !seen.is_empty() {
+        let stored: HashMap<String, Vec<u8>> = sqlx::query_as::<_, (String, Vec<u8>)>(
+            "SELECT message_id, body_sha256 FROM processed_messages
+             WHERE consumer = $1 AND message_id = ANY($2)",
+        )
+        .bind(consumer)
+        .bind(seen.iter().map(|&i| records[i].message_id.clone()).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+        for &i in &seen {
+            outcomes[i] = Some(match stored.get(&records[i].message_id) {
+                Some(hash) if hash.as_slice() != records[i].body_sha256 => reused_message_id(&records[i]),
+                // Equal body, or the row was purged since the insert saw it: either way this
+                // message id was processed before.
+                _ => Recorded::Duplicate,
+            });
+        }
+    }
+
+    // New message ids: create the attempts, one per attempt id.
+    let fresh: Vec<usize> = leads.iter().copied().filter(|&i| inserted.contains(&records[i].message_id)).collect();
+    let mut lead_by_attempt: HashMap<Uuid, usize> = HashMap::new();
+    for &i in &fresh {
+        let attempt = records[i].command.payment_attempt_id;
+        match lead_by_attempt.get(&attempt) {
+            Some(&lead) => outcomes[i] = Some(compare_parameters(&records[lead].command, &records[i].command)),
+            None => {
+                lead_by_attempt.insert(attempt, i);
+            }
+        }
+    }
+    let mut attempt_leads: Vec<usize> = lead_by_attempt.into_values().collect();
+    attempt_leads.sort_by_key(|&i| records[i].command.payment_attempt_id);
+
+    let created: std::collections::HashSet<Uuid> = insert_attempts(&mut tx, &attempt_leads, records, now)
+        .await?
+        .into_iter()
+        .collect();
+    let existing: Vec<usize> = attempt_leads
+        .iter()
+        .copied()
+        .filter(|&i| !created.contains(&records[i].command.payment_attempt_id))
+        .collect();
+    if !existing.is_empty() {
+        let stored: HashMap<Uuid, Vec<u8>> = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
+            "SELECT payment_attempt_id, fingerprint FROM payment_attempts
+             WHERE payment_attempt_id = ANY($1)",
+        )
+        .bind(existing.iter().map(|&i| records[i].command.payment_attempt_id).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+        for &i in &existing {
+            let fingerprint = records[i].command.fingerprint();
+            outcomes[i] = Some(match stored.get(&records[i].command.payment_attempt_id) {
+                Some(stored) if stored.as_slice() == fingerprint => Recorded::BusinessDuplicate,
+                _ => conflicting_parameters(&records[i].command),
+            });
+        }
+    }
+    for &i in &attempt_leads {
+        if created.contains(&records[i].command.payment_attempt_id) {
+            outcomes[i] = Some(if records[i].stale { Recorded::Stale } else { Recorded::Accepted });
+        }
+    }
+
+    // A conflicting message is dead-lettered, so it must not stay recorded as processed.
+    let unrecord: Vec<String> = fresh
+        .iter()
+        .filter(|&&i| matches!(outcomes[i], Some(Recorded::Conflict(_))))
+        .map(|&i| records[i].message_id.clone())
+        .collect();
+    if !unrecord.is_empty() {
+        sqlx::query("DELETE FROM processed_messages WHERE consumer = $1 AND message_id = ANY($2)")
+            .bind(consumer)
+            .bind(&unrecord)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let business: Vec<String> = fresh
+        .iter()
+        .filter(|&&i| outcomes[i] == Some(Recorded::BusinessDuplicate))
+        .map(|&i| records[i].message_id.clone())
+        .collect();
+    if !business.is_empty() {
+        sqlx::query(
+            "UPDATE processed_messages SET result = 'business_duplicate'
+             WHERE consumer = $1 AND message_id = ANY($2)",
+        )
+        .bind(consumer)
+        .bind(&business)
+        .execute(&mut *tx)
+        .await?;
+    }
+
+    let born: Vec<usize> = attempt_leads
+        .iter()
+        .copied()
+        .filter(|&i| created.contains(&records[i].command.payment_attempt_id))
+        .collect();
+    record_births(&mut tx, consumer, &born, records, now).await?;
+
+    tx.commit().await?;
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.expect("every record is classified"))
+        .collect())
+}
+
+async fn insert_attempts(
+    tx: &mut sqlx::PgConnection,
+    leads: &[usize],
+    records: &[IntakeRecord],
+    now: OffsetDateTime,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    let column = |f: &dyn Fn(&IntakeRecord) -> Option<String>| -> Vec<Option<String>> {
+        leads.iter().map(|&i| f(&records[i])).collect()
+    };
+    sqlx::query_scalar(
+        "INSERT INTO payment_attempts
+             (payment_attempt_id, order_id, customer_id, amount_minor, currency, payment_method,
+              description, requested_at, fingerprint, idempotency_key, status, first_message_id,
+              correlation_id, traceparent, next_run_at, created_at, updated_at)
+         SELECT a.id, a.order_id, a.customer_id, a.amount_minor, a.currency, a.payment_method,
+                a.description, a.requested_at, a.fingerprint, a.idempotency_key, a.status,
+                a.first_message_id, a.correlation_id, a.traceparent, $15, $15, $15
+         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::text[],
+                     $7::text[], $8::timestamptz[], $9::bytea[], $10::text[], $11::text[],
+                     $12::text[], $13::text[], $14::text[])
+             AS a(id, order_id, customer_id, amount_minor, currency, payment_method, description,
+                  requested_at, fingerprint, idempotency_key, status, first_message_id,
+                  correlation_id, traceparent)
+         ON CONFLICT (payment_attempt_id) DO NOTHING
+         RETURNING payment_attempt_id",
+    )
+    .bind(leads.iter().map(|&i| records[i].command.payment_attempt_id).collect::<Vec<_>>())
+    .bind(column(&|r| Some(r.command.order_id.clone())))
+    .bind(column(&|r| Some(r.command.customer_id.clone())))
+    .bind(leads.iter().map(|&i| records[i].command.amount_minor).collect::<Vec<_>>())
+    .bind(column(&|r| Some(r.command.currency.clone())))
+    .bind(column(&|r| Some(r.command.payment_method.clone())))
+    .bind(column(&|r| r.command.description.clone()))
+    .bind(leads.iter().map(|&i| records[i].command.requested_at).collect::<Vec<_>>())
+    .bind(leads.iter().map(|&i| records[i].command.fingerprint().to_vec()).collect::<Vec<_>>())
+    .bind(column(&|r| Some(r.command.idempotency_key())))
+    .bind(column(&|r| Some(initial_status(r).as_str().to_owned())))
+    .bind(column(&|r| Some(r.message_id.clone())))
+    .bind(column(&|r| r.correlation_id.clone()))
+    .bind(column(&|r| r.traceparent.clone()))
+    .bind(now)
+    .fetch_all(tx)
+    .await
+}
+
+fn initial_status(record: &IntakeRecord) -> AttemptStatus {
+    if record.stale {
+        AttemptStatus::Expired
+    } else {
+        AttemptStatus::Pending
+    }
+}
+
+/// The first transition of each new attempt, and the `payment-expired` event of stale ones.
+async fn record_births(
+    tx: &mut sqlx::PgConnection,
+    consumer: &str,
+    born: &[usize],
+    records: &[IntakeRecord],
+    now: OffsetDateTime,
+) -> Result<(), sqlx::Error> {
+    if born.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+         SELECT t.id, NULL, t.to_status, t.cause, $1, t.detail, $2
+         FROM UNNEST($3::uuid[], $4::text[], $5::text[], $6::text[]) AS t(id, to_status, cause, detail)",
+    )
+    .bind(format!("intake:{consumer}"))
+    .bind(now)
+    .bind(born.iter().map(|&i| records[i].command.payment_attempt_id).collect::<Vec<_>>())
+    .bind(born.iter().map(|&i| initial_status(&records[i]).as_str()).collect::<Vec<_>>())
+    .bind(born.iter().map(|&i| if records[i].stale { "stale_command" } else { "command_accepted" }).collect::<Vec<_>>())
+    .bind(born.iter().map(|&i| format!("message {} (stream sequence {})", records[i].message_id, records[i].stream_sequence)).collect::<Vec<_>>())
+    .execute(&mut *tx)
+    .await?;
+
+    for &i in born.iter().filter(|&&i| records[i].stale) {
+        let record = &records[i];
+        let event = PaymentEvent {
+            event_id: Uuid::new_v4(),
+            payment_attempt_id: record.command.payment_attempt_id,
+            order_id: record.command.order_id.clone(),
+            status: AttemptStatus::Expired,
+            amount_minor: record.command.amount_minor,
+            currency: record.command.currency.clone(),
+            gateway_charge_id: None,
+            decline_code: None,
+            reason: Some("command older than the maximum command age; never sent to the gateway".into()),
+            occurred_at: now,
+        };
+        let provenance = EventProvenance {
+            correlation_id: record.correlation_id.clone(),
+            causation_id: record.message_id.clone(),
+            traceparent: record.traceparent.clone(),
+        };
+        outbox::insert_event(tx, &event, &provenance).await?;
+    }
+    Ok(())
+}
+
+fn compare_bodies(lead: &IntakeRecord, other: &IntakeRecord) -> Recorded {
+    if lead.body_sha256 == other.body_sha256 {
+        Recorded::Duplicate
+    } else {
+        reused_message_id(other)
+    }
+}
+
+fn compare_parameters(lead: &ChargePayment, other: &ChargePayment) -> Recorded {
+    if lead.fingerprint() == other.fingerprint() {
+        Recorded::BusinessDuplicate
+    } else {
+        conflicting_parameters(other)
+    }
+}
+
+fn reused_message_id(record: &IntakeRecord) -> Recorded {
+    Recorded::Conflict(format!(
+        "Nats-Msg-Id `{}` was already recorded with a different body (producer reused a message id)",
+        record.message_id
+    ))
+}
+
+fn conflicting_parameters(command: &ChargePayment) -> Recorded {
+    Recorded::Conflict(format!(
+        "payment_attempt_id {} already exists with different parameters (amount, currency, customer, payment method or order)",
+        command.payment_attempt_id
+    ))
+}

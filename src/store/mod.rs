@@ -1,0 +1,110 @@
+//! The store layer owns every SQL statement of onecharge. Roles call typed functions here;
+//! no other module writes SQL. Concurrency is resolved by the database — unique keys,
+//! `ON CONFLICT DO NOTHING`, `FOR UPDATE SKIP LOCKED`, fencing tokens — never by a read
+//! followed by a write in the application.
+//!
+//! Queries are checked at run time (`sqlx::query`), not with the compile-time macros; every
+//! query is exercised by the test suite. See docs/decisions.md for why.
+
+pub mod intake;
+pub mod outbox;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sqlx::migrate::MigrateDatabase as _;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+
+/// The embedded migrations in `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// A connection pool to onecharge's database.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    /// Connects without touching the schema. Fails fast (a few seconds) when the server is
+    /// unreachable, so an operator sees the error instead of a hang.
+    pub async fn connect(database_url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        let options: PgConnectOptions = database_url
+            .parse()
+            .with_context(|| format!("database_url `{}` is not a PostgreSQL URL", redact_url(database_url)))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .with_context(|| format!("cannot connect to PostgreSQL at {}", redact_url(database_url)))?;
+        Ok(Self { pool })
+    }
+
+    /// Wraps an existing pool (tests, benchmarks).
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool, for the store's own modules.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Creates the database when missing (if the user may), then applies pending migrations.
+    pub async fn setup(database_url: &str) -> anyhow::Result<Self> {
+        let exists = Postgres::database_exists(database_url)
+            .await
+            .with_context(|| format!("cannot reach PostgreSQL at {}", redact_url(database_url)))?;
+        if !exists {
+            Postgres::create_database(database_url)
+                .await
+                .with_context(|| format!("database at {} is missing and could not be created", redact_url(database_url)))?;
+            tracing::info!(database = %redact_url(database_url), "created database");
+        }
+        let store = Self::connect(database_url, 4).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Applies pending migrations.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        MIGRATOR.run(&self.pool).await.context("running database migrations")
+    }
+
+    /// True when the database answers a trivial query (readiness).
+    pub async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+}
+
+/// The URL with any password replaced, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("redacted"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Whether a database error may go away on its own (the server restarting, a dropped
+/// connection, a serialization failure or deadlock), as opposed to a statement the
+/// database will reject every time. Decided on SQLSTATE classes, never on message text.
+pub fn is_transient(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // 08 connection exception, 40 transaction rollback (serialization, deadlock),
+            // 53 insufficient resources, 57 operator intervention (shutdown), 58 system error
+            ["08", "40", "53", "57", "58"].iter().any(|class| code.starts_with(class))
+        }),
+        _ => false,
+    }
+}
