@@ -68,7 +68,9 @@ pub fn decline_code(payment_method: &str) -> Option<&'static str> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChargeStatus {
+    /// The customer was charged: `201` when new.
     Succeeded,
+    /// The card was refused (`decline_code` says why): `402`, final, never retried.
     Declined,
 }
 
@@ -77,13 +79,19 @@ pub enum ChargeStatus {
 pub struct Charge {
     /// `ch_` followed by 24 hex digits drawn from the seeded generator.
     pub id: String,
+    /// Succeeded or declined; decided by the payment method alone.
     pub status: ChargeStatus,
+    /// In the currency's minor unit, as requested (1 to 10^12).
     pub amount_minor: i64,
+    /// ISO 4217 alphabetic code, as requested.
     pub currency: String,
+    /// As requested; lets a test tell whose charge a ledger entry is.
     pub customer_id: String,
+    /// As requested; it selected the outcome and any fault trigger.
     pub payment_method: String,
     /// onecharge's `payment_attempt_id`; what an operator searches the gateway for.
     pub reference: String,
+    /// The key the charge is stored under; a key charges once per retention window.
     pub idempotency_key: String,
     /// Why a declined charge was declined; `null` when it succeeded.
     pub decline_code: Option<String>,
@@ -104,11 +112,17 @@ pub struct InvalidRequest(pub String);
 /// ignored and take no part in that comparison.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChargeParams {
+    /// 1 to [`MAX_AMOUNT_MINOR`]; a JSON integer, not a float or a string.
     pub amount_minor: i64,
+    /// Three upper-case letters (the code list itself is onecharge's intake's to check).
     pub currency: String,
+    /// 1 to 128 characters.
     pub customer_id: String,
+    /// 1 to 255 characters; selects the outcome ([`payment_methods`]).
     pub payment_method: String,
+    /// 1 to 255 characters; onecharge sends the `payment_attempt_id`.
     pub reference: String,
+    /// Optional, at most 500 characters; part of the comparison like every other field.
     pub description: Option<String>,
 }
 
@@ -217,7 +231,10 @@ mod tests {
             (serde_json::json!({"currency": "eur"}), "currency"),
             (serde_json::json!({"currency": "EURO"}), "currency"),
             (serde_json::json!({"customer_id": ""}), "customer_id"),
-            (serde_json::json!({"payment_method": null}), "payment_method"),
+            (
+                serde_json::json!({"payment_method": null}),
+                "payment_method",
+            ),
             (serde_json::json!({"reference": 7}), "reference"),
             (
                 serde_json::json!({"description": "x".repeat(501)}),

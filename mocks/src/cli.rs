@@ -1,6 +1,7 @@
 //! The `mock-gateway` command line: flags for every [`MockConfig`] field, then serve until
 //! SIGINT/SIGTERM.
 
+use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -11,6 +12,20 @@ use tracing_subscriber::EnvFilter;
 use crate::config::{FaultConfig, FaultRule, Latency, MockConfig};
 use crate::MockGateway;
 
+const TRIGGERS_HELP: &str = "\
+Deterministic outcomes by payment_method:
+  pm_card_declined            402, decline_code card_declined
+  pm_card_insufficient_funds  402, decline_code insufficient_funds
+  anything else               201 succeeded
+Fault triggers by payment_method, only on the first request under an idempotency key (later
+requests with that key behave normally and succeed):
+  pm_fault_error_before  500, nothing charged
+  pm_fault_error_after   charged, then 500
+  pm_fault_hang_after    charged, response held for --hang-for
+  pm_fault_drop_after    charged, connection closed with no response
+  pm_fault_rate_limit    429 + Retry-After: 1, nothing charged
+  pm_fault_bad_request   400 invalid_request, nothing charged";
+
 /// A payment gateway that speaks onecharge's gateway contract (POST/GET /v1/charges), with
 /// idempotency keys, a ledger, and injectable faults.
 ///
@@ -18,8 +33,11 @@ use crate::MockGateway;
 /// go to stderr, filtered by RUST_LOG (default "info"). Test controls, without auth:
 /// GET /__ledger, GET /__stats, GET /__requests, GET|PUT /__faults,
 /// POST /__clock/advance {"seconds":N}, GET /__health.
+///
+/// Each fault kind fires on the next COUNT charging requests, and otherwise with
+/// PROBABILITY; faults touch only requests that would charge (never replays, 409 or 422).
 #[derive(Debug, Parser)]
-#[command(name = "mock-gateway", version, max_term_width = 100)]
+#[command(name = "mock-gateway", version, after_long_help = TRIGGERS_HELP)]
 pub struct Cli {
     /// IP address to listen on.
     #[arg(long, env = "MOCK_GATEWAY_HOST", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
@@ -57,6 +75,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 100_000)]
     pub request_log_capacity: usize,
 
+    /// The fault flags, in a help section of their own.
     #[command(flatten)]
     pub faults: FaultArgs,
 }
@@ -110,6 +129,7 @@ pub struct FaultArgs {
 }
 
 impl FaultArgs {
+    /// The [`FaultConfig`] these flags describe, the same as `PUT /__faults` would take.
     pub fn to_config(&self) -> FaultConfig {
         let rule = |probability, count| FaultRule { probability, count };
         FaultConfig {
@@ -157,6 +177,7 @@ pub fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
@@ -177,8 +198,7 @@ async fn wait_for_stop_signal() -> anyhow::Result<()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut terminate =
-            signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+        let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
         tokio::select! {
             result = tokio::signal::ctrl_c() => result.context("listening for SIGINT")?,
             _ = terminate.recv() => {}

@@ -23,6 +23,11 @@ impl MockInstant {
     pub(crate) fn after(self, by: Duration) -> MockInstant {
         MockInstant(self.0.saturating_add(by))
     }
+
+    #[cfg(test)]
+    pub(crate) fn from_start(since_start: Duration) -> MockInstant {
+        MockInstant(since_start)
+    }
 }
 
 /// Real elapsed time plus a forward skew that only [`MockClock::advance`] changes.

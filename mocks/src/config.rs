@@ -157,7 +157,9 @@ impl FaultRule {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Latency {
+    /// Milliseconds added to every `/v1` request.
     pub fixed_ms: u64,
+    /// Upper bound of a uniform random extra, in milliseconds, from the seeded dice.
     pub jitter_ms: u64,
 }
 
@@ -165,16 +167,22 @@ pub struct Latency {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
+    /// `500`, nothing charged.
     ErrorBefore,
+    /// Charged, then `500`.
     ErrorAfter,
+    /// Charged, then the response is held for `hang_for`.
     HangAfter,
+    /// Charged, then the connection is closed without a response.
     DropAfter,
+    /// `429` with `Retry-After: 1`, nothing charged.
     RateLimit,
     /// Only from the `pm_fault_bad_request` trigger: a `400` for a valid request.
     BadRequest,
 }
 
 impl FaultKind {
+    /// The snake_case name used in JSON, flags and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             FaultKind::ErrorBefore => "error_before",

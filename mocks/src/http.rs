@@ -11,7 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::charge::{
@@ -46,44 +46,60 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 /// A response body and status, before it is delivered (or not).
 struct Answer {
     status: StatusCode,
-    body: Value,
+    /// Serialized JSON: a charge keeps the field order of its struct (`id` first).
+    body: Vec<u8>,
     replayed: bool,
     retry_after_secs: Option<u32>,
 }
 
 impl Answer {
+    fn json(status: StatusCode, body: &impl Serialize) -> Answer {
+        Answer {
+            status,
+            body: serde_json::to_vec(body).expect("response bodies serialize"),
+            replayed: false,
+            retry_after_secs: None,
+        }
+    }
+
     fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Answer {
-        Answer {
+        Answer::json(
             status,
-            body: json!({"error": {"type": kind, "message": message.into()}}),
-            replayed: false,
-            retry_after_secs: None,
-        }
+            &json!({"error": {"type": kind, "message": message.into()}}),
+        )
     }
 
-    fn charge(status: StatusCode, charge: &Charge) -> Answer {
-        Answer {
-            status,
-            body: serde_json::to_value(charge).expect("a charge serializes"),
-            replayed: false,
-            retry_after_secs: None,
-        }
-    }
-
+    /// A `/v1` response: the contract's headers, and the note the access log reads.
     fn into_response(self, note: Note) -> Response {
-        let mut response = (self.status, Json(self.body)).into_response();
-        let headers = response.headers_mut();
-        if self.replayed {
+        let Answer {
+            status,
+            body,
+            replayed,
+            retry_after_secs,
+        } = self;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if replayed {
             headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
         }
-        if let Some(secs) = self.retry_after_secs {
+        if let Some(secs) = retry_after_secs {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if self.status == StatusCode::UNAUTHORIZED {
+        if status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        let mut response = (status, headers, body).into_response();
         response.extensions_mut().insert(note);
         response
+    }
+
+    /// A response that is not counted or classified: the `/__*` endpoints and 404s.
+    fn into_response_plain(self) -> Response {
+        let content_type = [(header::CONTENT_TYPE, "application/json")];
+        (self.status, content_type, self.body).into_response()
     }
 }
 
@@ -180,7 +196,7 @@ async fn decide_charge(shared: &Arc<Shared>, headers: &HeaderMap, body: &Bytes) 
                 ResponseClass::Replayed,
                 Answer {
                     replayed: true,
-                    ..Answer::charge(status, &charge)
+                    ..Answer::json(status, &charge)
                 },
             );
         }
@@ -217,14 +233,16 @@ async fn decide_charge(shared: &Arc<Shared>, headers: &HeaderMap, body: &Bytes) 
         first_request,
         latency,
     };
-    tokio::spawn(claimed.charge())
-        .await
-        .unwrap_or_else(|_| {
-            Outcome::now(
-                ResponseClass::ServerError,
-                Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal error"),
-            )
-        })
+    tokio::spawn(claimed.charge()).await.unwrap_or_else(|_| {
+        Outcome::now(
+            ResponseClass::ServerError,
+            Answer::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "api_error",
+                "internal error",
+            ),
+        )
+    })
 }
 
 /// A charge request that owns its idempotency key.
@@ -281,7 +299,7 @@ impl Claimed {
             ChargeStatus::Succeeded => (ResponseClass::Created, StatusCode::CREATED),
             ChargeStatus::Declined => (ResponseClass::Declined, StatusCode::PAYMENT_REQUIRED),
         };
-        let answer = Answer::charge(status, &charge);
+        let answer = Answer::json(status, &charge);
         let (class, answer, delivery) = match fault {
             None => (class, answer, Delivery::Now),
             Some(FaultKind::ErrorAfter) => (
@@ -293,11 +311,9 @@ impl Claimed {
                 ),
                 Delivery::Now,
             ),
-            Some(FaultKind::HangAfter) => (
-                ResponseClass::Hung,
-                answer,
-                Delivery::Hold(shared.hang_for),
-            ),
+            Some(FaultKind::HangAfter) => {
+                (ResponseClass::Hung, answer, Delivery::Hold(shared.hang_for))
+            }
             Some(_) => (ResponseClass::Dropped, answer, Delivery::Drop),
         };
         Outcome {
@@ -419,6 +435,12 @@ async fn deliver(
     })
 }
 
+/// The lookup's `{"data":[charge…]}`.
+#[derive(Serialize)]
+struct ChargeList<'a> {
+    data: &'a [Charge],
+}
+
 #[derive(Deserialize)]
 struct LookupQuery {
     idempotency_key: Option<String>,
@@ -442,12 +464,7 @@ async fn lookup_charges(
                 let charges = shared.keys.lookup(key, shared.clock.now());
                 Outcome::now(
                     ResponseClass::Lookup,
-                    Answer {
-                        status: StatusCode::OK,
-                        body: json!({ "data": charges }),
-                        replayed: false,
-                        retry_after_secs: None,
-                    },
+                    Answer::json(StatusCode::OK, &ChargeList { data: &charges }),
                 )
             }
             _ => Outcome::invalid(InvalidRequest(format!(
@@ -547,13 +564,6 @@ async fn health() -> Json<Value> {
 
 async fn not_found() -> Response {
     Answer::error(StatusCode::NOT_FOUND, "not_found", "no such endpoint").into_response_plain()
-}
-
-impl Answer {
-    /// For the `/__*` endpoints, which are not counted or classified.
-    fn into_response_plain(self) -> Response {
-        (self.status, Json(self.body)).into_response()
-    }
 }
 
 /// One log line per request, after its response (a dropped connection logs itself).

@@ -72,7 +72,7 @@ impl Keys {
         let mut inner = self.inner.lock();
         inner.purge_expired(self.retention, now);
         inner.forget_if_expired(key, self.retention, now);
-        let in_progress = match inner.entries.get_mut(key) {
+        let reclaimed = match inner.entries.get_mut(key) {
             None => None,
             Some(entry) => match &entry.state {
                 KeyState::InProgress(running) if running == params => return Claim::InProgress,
@@ -81,13 +81,14 @@ impl Keys {
                 }
                 KeyState::InProgress(_) | KeyState::Completed(..) => return Claim::Reused,
                 KeyState::Released => {
+                    // Parameters are not bound by a request that charged nothing.
                     entry.state = KeyState::InProgress(params.clone());
                     Some(entry.generation)
                 }
             },
         };
         inner.in_progress += 1;
-        if let Some(generation) = in_progress {
+        if let Some(generation) = reclaimed {
             return Claim::Charge {
                 generation,
                 first_request: false,
@@ -206,5 +207,119 @@ impl KeysInner {
 impl Entry {
     fn expired(&self, retention: Duration, now: MockInstant) -> bool {
         !matches!(self.state, KeyState::InProgress(_)) && self.first_seen.after(retention) <= now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::charge::ChargeStatus;
+
+    const RETENTION: Duration = Duration::from_secs(100);
+
+    fn at(secs: u64) -> MockInstant {
+        MockInstant::from_start(Duration::from_secs(secs))
+    }
+
+    fn params(amount_minor: i64) -> ChargeParams {
+        ChargeParams {
+            amount_minor,
+            currency: "EUR".into(),
+            customer_id: "cus_1".into(),
+            payment_method: "pm_card_visa".into(),
+            reference: "ref".into(),
+            description: None,
+        }
+    }
+
+    fn charge(id: &str) -> Charge {
+        Charge {
+            id: id.into(),
+            status: ChargeStatus::Succeeded,
+            amount_minor: 1,
+            currency: "EUR".into(),
+            customer_id: "cus_1".into(),
+            payment_method: "pm_card_visa".into(),
+            reference: "ref".into(),
+            idempotency_key: "k".into(),
+            decline_code: None,
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    fn claim_new(keys: &Keys, now: MockInstant) -> u64 {
+        match keys.claim("k", &params(1), now) {
+            Claim::Charge {
+                generation,
+                first_request: true,
+            } => generation,
+            _ => panic!("expected a first claim"),
+        }
+    }
+
+    #[test]
+    fn a_claimed_key_answers_in_progress_then_replays_and_rejects_other_parameters() {
+        let keys = Keys::new(RETENTION);
+        let generation = claim_new(&keys, at(0));
+        assert!(matches!(
+            keys.claim("k", &params(1), at(1)),
+            Claim::InProgress
+        ));
+        assert!(matches!(keys.claim("k", &params(2), at(1)), Claim::Reused));
+
+        keys.commit("k", generation, charge("ch_1"));
+
+        assert!(matches!(keys.claim("k", &params(1), at(2)), Claim::Replay(c) if c.id == "ch_1"));
+        assert!(matches!(keys.claim("k", &params(2), at(2)), Claim::Reused));
+        assert_eq!(keys.ledger().len(), 1);
+        assert_eq!(keys.in_progress(), 0);
+    }
+
+    #[test]
+    fn a_released_key_charges_again_without_being_a_first_request() {
+        let keys = Keys::new(RETENTION);
+        let generation = claim_new(&keys, at(0));
+        keys.release("k", generation);
+
+        assert!(keys.lookup("k", at(1)).is_empty());
+        assert!(matches!(
+            keys.claim("k", &params(2), at(1)),
+            Claim::Charge {
+                first_request: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_running_request_keeps_its_key_past_retention_and_it_expires_after_commit() {
+        let keys = Keys::new(RETENTION);
+        let generation = claim_new(&keys, at(0));
+        keys.purge_expired(at(500));
+        assert!(matches!(
+            keys.claim("k", &params(1), at(500)),
+            Claim::InProgress
+        ));
+
+        keys.commit("k", generation, charge("ch_1"));
+
+        assert!(keys.lookup("k", at(501)).is_empty());
+        claim_new(&keys, at(501));
+    }
+
+    #[test]
+    fn a_key_charged_again_after_expiry_gets_a_retention_window_of_its_own() {
+        let keys = Keys::new(RETENTION);
+        let first = claim_new(&keys, at(0));
+        keys.commit("k", first, charge("ch_1"));
+        assert!(keys.lookup("k", at(100)).is_empty());
+        let second = claim_new(&keys, at(150));
+        keys.commit("k", second, charge("ch_2"));
+
+        keys.purge_expired(at(200));
+
+        assert_eq!(keys.lookup("k", at(200))[0].id, "ch_2");
+        assert!(keys.lookup("k", at(250)).is_empty());
+        assert_eq!(keys.ledger().len(), 2);
     }
 }

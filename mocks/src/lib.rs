@@ -24,6 +24,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod charge;
 pub mod cli;
 mod clock;
@@ -35,8 +37,8 @@ mod record;
 mod server;
 
 pub use charge::{
-    decline_code, fault_trigger, payment_methods, validate_idempotency_key, Charge,
-    ChargeParams, ChargeStatus, InvalidRequest, MAX_AMOUNT_MINOR, MAX_IDEMPOTENCY_KEY_LEN,
+    decline_code, fault_trigger, payment_methods, validate_idempotency_key, Charge, ChargeParams,
+    ChargeStatus, InvalidRequest, MAX_AMOUNT_MINOR, MAX_IDEMPOTENCY_KEY_LEN,
 };
 pub use config::{FaultConfig, FaultKind, FaultRule, Latency, MockConfig};
 pub use record::{RecordedRequest, ResponseClass, Stats};

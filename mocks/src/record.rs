@@ -55,6 +55,7 @@ impl ResponseClass {
         ResponseClass::Lookup,
     ];
 
+    /// The snake_case name used in JSON and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             ResponseClass::Created => "created",
@@ -81,6 +82,7 @@ impl ResponseClass {
 pub struct RecordedRequest {
     /// Arrival order, from 0.
     pub seq: u64,
+    /// `POST` (a charge) or `GET` (a lookup).
     pub method: String,
     /// Path and query, e.g. `/v1/charges?idempotency_key=k`.
     pub path: String,
@@ -112,17 +114,29 @@ pub struct RecordedRequest {
 pub struct Stats {
     /// `/v1` requests received, answered or not.
     pub requests: u64,
+    /// `201`: new successful charges.
     pub created: u64,
+    /// `402` for a new decline (a replayed decline counts as `replayed`).
     pub declined: u64,
+    /// Stored outcomes answered again with `Idempotent-Replayed: true`.
     pub replayed: u64,
+    /// `409 idempotency_in_progress`.
     pub in_progress: u64,
+    /// `422 idempotency_key_reused`.
     pub key_reused: u64,
+    /// `400`, including the `pm_fault_bad_request` trigger.
     pub invalid_request: u64,
+    /// `401`.
     pub unauthorized: u64,
+    /// `429`.
     pub rate_limited: u64,
+    /// `500` from `error_before` and `error_after`.
     pub server_error: u64,
+    /// `hang_after` fired (charged, response held).
     pub hung: u64,
+    /// `drop_after` fired (charged, connection closed).
     pub dropped: u64,
+    /// `200` answers to `GET /v1/charges`.
     pub lookups: u64,
     /// Ledger entries: committed charges, succeeded or declined.
     pub charges: u64,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::http::{header, HeaderMap, Request, Uri};
+use axum::http::{header, HeaderMap, Request, StatusCode, Uri};
 use axum::response::Response;
 use axum::Router;
 use hyper::body::Incoming;
@@ -76,6 +76,7 @@ impl MockGateway {
         format!("http://{}", self.addr)
     }
 
+    /// The bound address, for clients that want a `SocketAddr` rather than a URL.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
@@ -210,8 +211,7 @@ impl Shared {
 
     /// A stored outcome answered again: `200` for a success; a decline keeps its `402`
     /// unless `replay_declined_with_200` is set.
-    pub(crate) fn replay_status(&self, charge: &Charge) -> axum::http::StatusCode {
-        use axum::http::StatusCode;
+    pub(crate) fn replay_status(&self, charge: &Charge) -> StatusCode {
         match charge.status {
             ChargeStatus::Declined if !self.replay_declined_with_200 => {
                 StatusCode::PAYMENT_REQUIRED
@@ -298,7 +298,8 @@ async fn serve_connection(stream: TcpStream, router: Router, shutdown: Cancellat
         request.extensions_mut().insert(control.clone());
         router.clone().oneshot(request)
     });
-    let mut connection = pin!(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+    let mut connection =
+        pin!(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
     let mut draining = false;
     loop {
         tokio::select! {

@@ -1,0 +1,124 @@
+//! Starts a real mock gateway on a free loopback port and talks to it over HTTP.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use mock_gateway::{MockConfig, MockGateway};
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde_json::{json, Value};
+
+pub const API_KEY: &str = "sk_test_gateway_suite";
+
+pub struct TestGateway {
+    pub gateway: MockGateway,
+    pub client: reqwest::Client,
+    pub url: String,
+}
+
+pub async fn spawn_gateway() -> TestGateway {
+    spawn_gateway_with(MockConfig::default()).await
+}
+
+pub async fn spawn_gateway_with(config: MockConfig) -> TestGateway {
+    let gateway = MockGateway::start(MockConfig {
+        api_key: API_KEY.to_owned(),
+        ..config
+    })
+    .await
+    .expect("the mock gateway starts");
+    let url = gateway.base_url();
+    TestGateway {
+        gateway,
+        client: reqwest::Client::new(),
+        url,
+    }
+}
+
+/// A valid charge body; the reference doubles as the payment attempt id.
+pub fn charge_body(reference: &str, payment_method: &str) -> Value {
+    json!({
+        "amount_minor": 1999,
+        "currency": "EUR",
+        "customer_id": "cus_42",
+        "payment_method": payment_method,
+        "reference": reference,
+        "description": "Order ord_1001",
+    })
+}
+
+impl TestGateway {
+    pub fn post_charge(&self, key: &str, body: &Value) -> RequestBuilder {
+        self.client
+            .post(format!("{}/v1/charges", self.url))
+            .bearer_auth(API_KEY)
+            .header("Idempotency-Key", key)
+            .json(body)
+    }
+
+    pub async fn charge(&self, key: &str, body: &Value) -> Response {
+        self.post_charge(key, body)
+            .send()
+            .await
+            .expect("the charge request gets a response")
+    }
+
+    pub async fn lookup(&self, key: &str) -> Vec<Value> {
+        let response = self
+            .client
+            .get(format!("{}/v1/charges", self.url))
+            .query(&[("idempotency_key", key)])
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .expect("the lookup gets a response");
+        assert_eq!(response.status(), StatusCode::OK);
+        let body: Value = response.json().await.unwrap();
+        body["data"].as_array().expect("data is a list").clone()
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Value {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "GET {path}");
+        response.json().await.unwrap()
+    }
+}
+
+/// Reads a JSON body and its error type, for the `{"error":{"type":…}}` answers.
+pub async fn error_type(response: Response) -> String {
+    let body: Value = response.json().await.expect("a JSON error body");
+    body["error"]["type"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error type in {body}"))
+        .to_owned()
+}
+
+pub fn is_replay(response: &Response) -> bool {
+    response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true")
+}
+
+/// Waits for a condition on the gateway's state, failing after `deadline`.
+pub async fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Fails a test that would otherwise hang.
+pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} took longer than {limit:?}"))
+}
