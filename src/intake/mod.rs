@@ -181,18 +181,38 @@ impl Intake {
     /// One deterministic step for tests and tools: fetches what is available (up to one
     /// batch, waiting at most `wait` for the first message), records and settles it.
     pub async fn process_batch(&self, wait: Duration) -> anyhow::Result<BatchReport> {
-        let messages: Vec<jetstream::Message> = self
-            .inner
-            .consumer
+        let messages = self.fetch(wait).await?;
+        Ok(self.handle(messages).await)
+    }
+
+    /// Pulls up to one batch: waits at most `wait` for a first message, then takes whatever
+    /// else is already available without waiting (so nothing sits unacknowledged while the
+    /// batch fills). The caller owns settling them; tests use this to stand between commit
+    /// and ack.
+    pub async fn fetch(&self, wait: Duration) -> anyhow::Result<Vec<jetstream::Message>> {
+        let consumer = &self.inner.consumer;
+        let mut messages: Vec<jetstream::Message> = consumer
             .batch()
-            .max_messages(self.inner.settings.batch_size)
+            .max_messages(1)
             .expires(wait.max(Duration::from_millis(100)))
             .messages()
             .await?
             .filter_map(|m| async move { m.ok() })
             .collect()
             .await;
-        Ok(self.handle(messages).await)
+        if messages.is_empty() || self.inner.settings.batch_size == 1 {
+            return Ok(messages);
+        }
+        let rest: Vec<jetstream::Message> = consumer
+            .fetch()
+            .max_messages(self.inner.settings.batch_size - 1)
+            .messages()
+            .await?
+            .filter_map(|m| async move { m.ok() })
+            .collect()
+            .await;
+        messages.extend(rest);
+        Ok(messages)
     }
 
     /// Validates, records in one transaction and settles `messages`.

@@ -111,7 +111,9 @@ pub async fn record_batch(
     }
 
     // New message ids: create the attempts, one per attempt id.
-    let fresh: Vec<usize> = leads.iter().copied().filter(|&i| inserted.contains(&records[i].message_id)).collect();
+    // In delivery order: the earliest command for an attempt is the one that creates it.
+    let mut fresh: Vec<usize> = leads.iter().copied().filter(|&i| inserted.contains(&records[i].message_id)).collect();
+    fresh.sort_unstable();
     let mut lead_by_attempt: HashMap<Uuid, usize> = HashMap::new();
     for &i in &fresh {
         let attempt = records[i].command.payment_attempt_id;
