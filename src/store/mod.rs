@@ -102,8 +102,11 @@ pub fn is_transient(error: &sqlx::Error) -> bool {
         | sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             // 08 connection exception, 40 transaction rollback (serialization, deadlock),
-            // 53 insufficient resources, 57 operator intervention (shutdown), 58 system error
-            ["08", "40", "53", "57", "58"].iter().any(|class| code.starts_with(class))
+            // 53 insufficient resources, 55 object not in prerequisite state (a database
+            // not accepting connections, a lock not available), 57 operator intervention
+            // (shutdown), 58 system error, 25006 read-only transaction (a failover in progress)
+            code == "25006"
+                || ["08", "40", "53", "55", "57", "58"].iter().any(|class| code.starts_with(class))
         }),
         _ => false,
     }
