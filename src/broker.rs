@@ -20,7 +20,10 @@ pub struct Names {
 impl Names {
     pub fn new(namespace: &str) -> Self {
         if namespace.is_empty() {
-            Self { prefix_stream: String::new(), prefix_subject: String::new() }
+            Self {
+                prefix_stream: String::new(),
+                prefix_subject: String::new(),
+            }
         } else {
             Self {
                 prefix_stream: format!("{}_", namespace.to_uppercase().replace('-', "_")),
@@ -101,7 +104,10 @@ impl Broker {
     async fn ensure_stream(&self, name: &str, required_subject: &str) -> anyhow::Result<()> {
         match self.jetstream.get_stream(name).await {
             Ok(mut existing) => {
-                let info = existing.info().await.with_context(|| format!("reading stream {name}"))?;
+                let info = existing
+                    .info()
+                    .await
+                    .with_context(|| format!("reading stream {name}"))?;
                 check_stream_compatible(name, &info.config, required_subject)
             }
             Err(err) if is_not_found(&err) => {
@@ -137,7 +143,12 @@ impl Broker {
             .jetstream
             .get_stream(self.names.commands_stream())
             .await
-            .with_context(|| format!("stream {} is missing: run `onecharge setup`", self.names.commands_stream()))?;
+            .with_context(|| {
+                format!(
+                    "stream {} is missing: run `onecharge setup`",
+                    self.names.commands_stream()
+                )
+            })?;
         let config = consumer::pull::Config {
             durable_name: Some(intake.consumer.clone()),
             description: Some("onecharge intake: records ChargePayment commands".into()),
@@ -150,7 +161,10 @@ impl Broker {
             max_batch: intake.batch_size as i64,
             ..Default::default()
         };
-        match stream.get_consumer::<consumer::pull::Config>(&intake.consumer).await {
+        match stream
+            .get_consumer::<consumer::pull::Config>(&intake.consumer)
+            .await
+        {
             Ok(existing) => {
                 let current = &existing.cached_info().config;
                 if current.filter_subject != config.filter_subject {
@@ -167,12 +181,19 @@ impl Broker {
                     || current.max_ack_pending != config.max_ack_pending
                     || current.max_batch != config.max_batch
                 {
-                    stream.update_consumer(config).await.context("updating the intake consumer's limits")?;
+                    stream
+                        .update_consumer(config)
+                        .await
+                        .context("updating the intake consumer's limits")?;
                 }
             }
             Err(_) => {
                 stream.create_consumer(config).await.with_context(|| {
-                    format!("creating durable consumer {} on {}", intake.consumer, self.names.commands_stream())
+                    format!(
+                        "creating durable consumer {} on {}",
+                        intake.consumer,
+                        self.names.commands_stream()
+                    )
                 })?;
             }
         }
@@ -184,8 +205,12 @@ impl Broker {
 
     /// True when the server answers (readiness).
     pub async fn ping(&self) -> bool {
-        matches!(self.client.connection_state(), async_nats::connection::State::Connected)
-            && tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await.is_ok_and(|r| r.is_ok())
+        matches!(
+            self.client.connection_state(),
+            async_nats::connection::State::Connected
+        ) && tokio::time::timeout(Duration::from_secs(2), self.client.flush())
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 }
 
@@ -247,7 +272,10 @@ mod tests {
         assert_eq!(n.dlq_subject(), "payments.dlq.charge-payment.v1");
         let t = Names::new("demo-1");
         assert_eq!(t.commands_stream(), "DEMO_1_PAYMENTS_COMMANDS");
-        assert_eq!(t.subject("payments.events.payment-succeeded.v1"), "demo-1.payments.events.payment-succeeded.v1");
+        assert_eq!(
+            t.subject("payments.events.payment-succeeded.v1"),
+            "demo-1.payments.events.payment-succeeded.v1"
+        );
     }
 
     #[test]
@@ -255,9 +283,17 @@ mod tests {
         assert!(subject_covers("payments.>", "payments.commands.>"));
         assert!(subject_covers("payments.*.>", "payments.commands.>"));
         assert!(!subject_covers("payments.events.>", "payments.commands.>"));
-        assert!(!subject_covers("payments.commands.x", "payments.commands.>"));
-        let config = stream::Config { subjects: vec!["orders.>".into()], ..Default::default() };
-        let err = check_stream_compatible("S", &config, "payments.commands.>").unwrap_err().to_string();
+        assert!(!subject_covers(
+            "payments.commands.x",
+            "payments.commands.>"
+        ));
+        let config = stream::Config {
+            subjects: vec!["orders.>".into()],
+            ..Default::default()
+        };
+        let err = check_stream_compatible("S", &config, "payments.commands.>")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("do not include"), "{err}");
     }
 }

@@ -98,7 +98,9 @@ pub fn run(cli: Cli) -> ExitCode {
         match cli.command {
             Command::Setup => crate::app::setup(&settings).await,
             Command::Serve { roles } => crate::app::serve(settings, &roles).await,
-            Command::Publish(PublishCommand::Charge(args)) => crate::publish::charge(&settings, args).await,
+            Command::Publish(PublishCommand::Charge(args)) => {
+                crate::publish::charge(&settings, args).await
+            }
         }
     });
     match result {

@@ -66,7 +66,11 @@ pub async fn charge(settings: &Settings, args: ChargeArgs) -> anyhow::Result<()>
         published.message_id,
         published.payment_attempt_id,
         published.stream_sequence,
-        if published.duplicate { " (duplicate: JetStream already had this message id)" } else { "" }
+        if published.duplicate {
+            " (duplicate: JetStream already had this message id)"
+        } else {
+            ""
+        }
     );
     Ok(())
 }
@@ -74,10 +78,14 @@ pub async fn charge(settings: &Settings, args: ChargeArgs) -> anyhow::Result<()>
 /// The reusable part of [`charge`], for the demo and tests.
 pub async fn publish_charge(broker: &Broker, args: ChargeArgs) -> anyhow::Result<Published> {
     let attempt = args.attempt_id.unwrap_or_else(Uuid::new_v4);
-    let message_id = args.message_id.unwrap_or_else(|| Uuid::new_v4().to_string());
+    let message_id = args
+        .message_id
+        .unwrap_or_else(|| Uuid::new_v4().to_string());
     let requested_at = match args.requested_at {
         Some(at) => at,
-        None => OffsetDateTime::now_utc().format(&Rfc3339).expect("now formats"),
+        None => OffsetDateTime::now_utc()
+            .format(&Rfc3339)
+            .expect("now formats"),
     };
     let mut body = serde_json::json!({
         "payment_attempt_id": attempt,
@@ -98,8 +106,11 @@ pub async fn publish_charge(broker: &Broker, args: ChargeArgs) -> anyhow::Result
         traceparent: None,
     };
     if !args.no_validate {
-        command::validate(&headers, &payload)
-            .map_err(|invalid| UsageError(format!("the command is invalid: {invalid} (use --no-validate to publish it anyway)")))?;
+        command::validate(&headers, &payload).map_err(|invalid| {
+            UsageError(format!(
+                "the command is invalid: {invalid} (use --no-validate to publish it anyway)"
+            ))
+        })?;
     }
     let mut nats_headers = HeaderMap::new();
     nats_headers.insert("Nats-Msg-Id", message_id.as_str());
@@ -113,6 +124,13 @@ pub async fn publish_charge(broker: &Broker, args: ChargeArgs) -> anyhow::Result
         .await
         .with_context(|| format!("publishing to {subject}"))?
         .await
-        .with_context(|| format!("JetStream did not store the command on {subject}: is `onecharge setup` done?"))?;
-    Ok(Published { message_id, payment_attempt_id: attempt, stream_sequence: ack.sequence, duplicate: ack.duplicate })
+        .with_context(|| {
+            format!("JetStream did not store the command on {subject}: is `onecharge setup` done?")
+        })?;
+    Ok(Published {
+        message_id,
+        payment_attempt_id: attempt,
+        stream_sequence: ack.sequence,
+        duplicate: ack.duplicate,
+    })
 }

@@ -44,7 +44,10 @@ fn secrets_never_appear_in_help_or_errors() {
     let env = [
         ("ONECHARGE_GATEWAY_API_KEY", secret),
         ("ONECHARGE_ADMIN_TOKEN", secret),
-        ("ONECHARGE_DATABASE_URL", "postgres://u:sk_live_do_not_print_me@127.0.0.1:1/x"),
+        (
+            "ONECHARGE_DATABASE_URL",
+            "postgres://u:sk_live_do_not_print_me@127.0.0.1:1/x",
+        ),
     ];
     for args in [&["--help"][..], &["serve", "--help"], &["setup"]] {
         let out = onecharge(args, &env);
@@ -55,14 +58,35 @@ fn secrets_never_appear_in_help_or_errors() {
 
 #[test]
 fn an_unreachable_database_is_a_runtime_failure_with_a_clear_line() {
-    let out = onecharge(&["setup", "--database-url", "postgres://127.0.0.1:1/onecharge"], &[]);
+    let out = onecharge(
+        &[
+            "setup",
+            "--database-url",
+            "postgres://127.0.0.1:1/onecharge",
+        ],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("cannot reach PostgreSQL at postgres://127.0.0.1:1/onecharge"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot reach PostgreSQL at postgres://127.0.0.1:1/onecharge"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
 fn publishing_an_invalid_command_is_refused_before_it_reaches_the_broker() {
-    let out = onecharge(&["publish", "charge", "--amount-minor", "0", "--currency", "EUR"], &[]);
+    let out = onecharge(
+        &[
+            "publish",
+            "charge",
+            "--amount-minor",
+            "0",
+            "--currency",
+            "EUR",
+        ],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("amount_minor"));
 }

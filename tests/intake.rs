@@ -48,9 +48,15 @@ async fn the_same_message_in_the_hands_of_two_instances_records_one_attempt_and_
 
     let mut outcomes = vec![a.outcomes[0].clone(), b.outcomes[0].clone()];
     outcomes.sort_by_key(|o| o.label());
-    assert_eq!(outcomes, vec![DeliveryOutcome::Duplicate, DeliveryOutcome::Processed]);
+    assert_eq!(
+        outcomes,
+        vec![DeliveryOutcome::Duplicate, DeliveryOutcome::Processed]
+    );
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        1
+    );
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
@@ -59,7 +65,8 @@ async fn racing_transactions_for_one_message_are_decided_by_the_unique_key() {
     let env = TestEnv::new().await;
     let intake = env.intake().await;
     for i in 0..20 {
-        env.publish(&format!("race-{i}"), &command(Uuid::new_v4(), json!({}))).await;
+        env.publish(&format!("race-{i}"), &command(Uuid::new_v4(), json!({})))
+            .await;
     }
     let messages = intake.fetch(WAIT).await.unwrap();
     assert_eq!(messages.len(), 20);
@@ -72,8 +79,14 @@ async fn racing_transactions_for_one_message_are_decided_by_the_unique_key() {
         pair.sort();
         assert_eq!(pair, ["duplicate", "processed"]);
     }
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 20);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages").await, 20);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM payment_attempts").await,
+        20
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        20
+    );
 }
 
 #[tokio::test]
@@ -85,17 +98,29 @@ async fn redelivery_after_commit_without_ack_is_a_duplicate_and_records_nothing_
 
     // Commit, then "crash" before the ack: the messages are dropped unsettled.
     let messages = crashed.fetch(WAIT).await.unwrap();
-    assert_eq!(crashed.record(&messages).await, vec![DeliveryOutcome::Processed]);
+    assert_eq!(
+        crashed.record(&messages).await,
+        vec![DeliveryOutcome::Processed]
+    );
     drop(messages);
     drop(crashed);
 
     let restarted = env.intake().await;
-    let report = restarted.process_batch(Duration::from_secs(10)).await.unwrap();
+    let report = restarted
+        .process_batch(Duration::from_secs(10))
+        .await
+        .unwrap();
 
     assert_eq!(report.outcomes, vec![DeliveryOutcome::Duplicate]);
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages").await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM attempt_transitions").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        1
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM attempt_transitions").await,
+        1
+    );
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
@@ -113,19 +138,30 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
     .await
     .unwrap();
     let attempt = Uuid::new_v4();
-    env.publish("m-rollback", &command(attempt, json!({}))).await;
+    env.publish("m-rollback", &command(attempt, json!({})))
+        .await;
 
     let first = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(first.outcomes.len(), 1);
     assert_eq!(first.outcomes[0].label(), "transient");
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages").await, 0);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        0
+    );
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
 
-    sqlx::query("DROP TRIGGER fail_attempts ON payment_attempts").execute(env.store.pool()).await.unwrap();
+    sqlx::query("DROP TRIGGER fail_attempts ON payment_attempts")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
     let second = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(second.outcomes, vec![DeliveryOutcome::Processed]);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'm-rollback'").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'm-rollback'")
+            .await,
+        1
+    );
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
     assert!(env.dead_letters().await.is_empty());
 }
@@ -144,20 +180,35 @@ async fn one_message_the_database_rejects_does_not_poison_its_batch() {
     .execute(env.store.pool())
     .await
     .unwrap();
-    env.publish("good-1", &command(Uuid::new_v4(), json!({}))).await;
-    env.publish("poison", &command(Uuid::new_v4(), json!({"order_id": "ord_poison"}))).await;
-    env.publish("good-2", &command(Uuid::new_v4(), json!({}))).await;
+    env.publish("good-1", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.publish(
+        "poison",
+        &command(Uuid::new_v4(), json!({"order_id": "ord_poison"})),
+    )
+    .await;
+    env.publish("good-2", &command(Uuid::new_v4(), json!({})))
+        .await;
 
     let report = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(report.count("processed"), 2);
     assert_eq!(report.count("permanent"), 1);
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 2);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'poison'").await, 0);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'poison'")
+            .await,
+        0
+    );
     let dlq = env.dead_letters().await;
     assert_eq!(dlq.len(), 1);
-    assert_eq!(header(&dlq[0], "Dlq-Original-Msg-Id").as_deref(), Some("poison"));
-    assert!(header(&dlq[0], "Dlq-Reason").unwrap().contains("rejected by the database"));
+    assert_eq!(
+        header(&dlq[0], "Dlq-Original-Msg-Id").as_deref(),
+        Some("poison")
+    );
+    assert!(header(&dlq[0], "Dlq-Reason")
+        .unwrap()
+        .contains("rejected by the database"));
 }
 
 #[tokio::test]
@@ -166,15 +217,51 @@ async fn every_kind_of_invalid_input_is_dead_lettered_with_its_reason_and_writes
     let intake = env.intake().await;
     let a = Uuid::new_v4();
     let cases: Vec<(Option<&str>, Vec<u8>, &str)> = vec![
-        (Some("bad-json"), b"{not json".to_vec(), "not a valid ChargePayment JSON"),
-        (Some("missing-field"), serde_json::to_vec(&command(a, json!({"customer_id": null}))).unwrap(), "missing field `customer_id`"),
-        (Some("wrong-type"), serde_json::to_vec(&command(a, json!({"amount_minor": "19.99"}))).unwrap(), "invalid type"),
-        (Some("zero"), serde_json::to_vec(&command(a, json!({"amount_minor": 0}))).unwrap(), "amount_minor"),
-        (Some("negative"), serde_json::to_vec(&command(a, json!({"amount_minor": -1}))).unwrap(), "amount_minor"),
-        (Some("too-big"), serde_json::to_vec(&command(a, json!({"amount_minor": 1_000_000_000_001i64}))).unwrap(), "amount_minor"),
-        (Some("currency"), serde_json::to_vec(&command(a, json!({"currency": "ABC"}))).unwrap(), "currency"),
-        (Some("oversized"), serde_json::to_vec(&command(a, json!({"padding": "x".repeat(70_000)}))).unwrap(), "bytes"),
-        (None, serde_json::to_vec(&command(a, json!({}))).unwrap(), "missing Nats-Msg-Id"),
+        (
+            Some("bad-json"),
+            b"{not json".to_vec(),
+            "not a valid ChargePayment JSON",
+        ),
+        (
+            Some("missing-field"),
+            serde_json::to_vec(&command(a, json!({"customer_id": null}))).unwrap(),
+            "missing field `customer_id`",
+        ),
+        (
+            Some("wrong-type"),
+            serde_json::to_vec(&command(a, json!({"amount_minor": "19.99"}))).unwrap(),
+            "invalid type",
+        ),
+        (
+            Some("zero"),
+            serde_json::to_vec(&command(a, json!({"amount_minor": 0}))).unwrap(),
+            "amount_minor",
+        ),
+        (
+            Some("negative"),
+            serde_json::to_vec(&command(a, json!({"amount_minor": -1}))).unwrap(),
+            "amount_minor",
+        ),
+        (
+            Some("too-big"),
+            serde_json::to_vec(&command(a, json!({"amount_minor": 1_000_000_000_001i64}))).unwrap(),
+            "amount_minor",
+        ),
+        (
+            Some("currency"),
+            serde_json::to_vec(&command(a, json!({"currency": "ABC"}))).unwrap(),
+            "currency",
+        ),
+        (
+            Some("oversized"),
+            serde_json::to_vec(&command(a, json!({"padding": "x".repeat(70_000)}))).unwrap(),
+            "bytes",
+        ),
+        (
+            None,
+            serde_json::to_vec(&command(a, json!({}))).unwrap(),
+            "missing Nats-Msg-Id",
+        ),
     ];
     let mut sequences = Vec::new();
     for (id, body, _) in &cases {
@@ -196,15 +283,33 @@ async fn every_kind_of_invalid_input_is_dead_lettered_with_its_reason_and_writes
         let got = header(letter, "Dlq-Reason").unwrap();
         assert!(got.contains(reason), "{id:?}: {got}");
         assert!(got.chars().count() <= 512);
-        assert_eq!(letter.payload.as_ref(), body.as_slice(), "the original body, unchanged");
-        assert_eq!(header(letter, "Nats-Msg-Id"), Some(format!("dlq-onecharge-intake-{seq}")));
+        assert_eq!(
+            letter.payload.as_ref(),
+            body.as_slice(),
+            "the original body, unchanged"
+        );
+        assert_eq!(
+            header(letter, "Nats-Msg-Id"),
+            Some(format!("dlq-onecharge-intake-{seq}"))
+        );
         assert_eq!(header(letter, "Dlq-Original-Msg-Id").as_deref(), *id);
-        assert_eq!(header(letter, "Dlq-Consumer").as_deref(), Some("onecharge-intake"));
+        assert_eq!(
+            header(letter, "Dlq-Consumer").as_deref(),
+            Some("onecharge-intake")
+        );
         assert_eq!(header(letter, "Dlq-Delivery-Count").as_deref(), Some("1"));
-        assert_eq!(header(letter, "Correlation-Id").as_deref(), Some("corr-test"));
-        assert!(header(letter, "Dlq-Original-Subject").unwrap().ends_with("payments.commands.charge-payment.v1"));
+        assert_eq!(
+            header(letter, "Correlation-Id").as_deref(),
+            Some("corr-test")
+        );
+        assert!(header(letter, "Dlq-Original-Subject")
+            .unwrap()
+            .ends_with("payments.commands.charge-payment.v1"));
     }
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages").await, 0);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        0
+    );
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
@@ -215,8 +320,13 @@ async fn a_business_duplicate_is_one_attempt_and_conflicting_parameters_are_dead
     let intake = env.intake().await;
     let attempt = Uuid::new_v4();
     env.publish("first", &command(attempt, json!({}))).await;
-    env.publish("retry-new-id", &command(attempt, json!({"description": "same charge, new words"}))).await;
-    env.publish("conflict", &command(attempt, json!({"amount_minor": 5000}))).await;
+    env.publish(
+        "retry-new-id",
+        &command(attempt, json!({"description": "same charge, new words"})),
+    )
+    .await;
+    env.publish("conflict", &command(attempt, json!({"amount_minor": 5000})))
+        .await;
 
     let report = intake.process_batch(WAIT).await.unwrap();
 
@@ -224,16 +334,32 @@ async fn a_business_duplicate_is_one_attempt_and_conflicting_parameters_are_dead
     assert_eq!(report.outcomes[1], DeliveryOutcome::BusinessDuplicate);
     assert_eq!(report.outcomes[2].label(), "conflict");
     assert_eq!(report.dead_lettered, vec![DlqClass::Conflict]);
-    assert_eq!(env.scalar(&format!("SELECT amount_minor FROM payment_attempts WHERE payment_attempt_id = '{attempt}'")).await, 1999);
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT amount_minor FROM payment_attempts WHERE payment_attempt_id = '{attempt}'"
+        ))
+        .await,
+        1999
+    );
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
     assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'retry-new-id' AND result = 'business_duplicate'").await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'conflict'").await, 0);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'conflict'")
+            .await,
+        0
+    );
     let dlq = env.dead_letters().await;
     assert_eq!(header(&dlq[0], "Dlq-Class").as_deref(), Some("conflict"));
-    assert!(header(&dlq[0], "Dlq-Reason").unwrap().contains("different parameters"));
+    assert!(header(&dlq[0], "Dlq-Reason")
+        .unwrap()
+        .contains("different parameters"));
 
     // The conflicting command arriving again later is still a conflict, not a charge.
-    env.publish("conflict-again", &command(attempt, json!({"currency": "USD"}))).await;
+    env.publish(
+        "conflict-again",
+        &command(attempt, json!({"currency": "USD"})),
+    )
+    .await;
     let later = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(later.dead_lettered, vec![DlqClass::Conflict]);
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
@@ -244,13 +370,26 @@ async fn a_reused_message_id_with_a_different_body_is_dead_lettered_and_never_ch
     let env = TestEnv::new().await;
     // Shrink JetStream's own duplicate window so that the reused id reaches onecharge, as it
     // does in production once the window has passed.
-    let mut config = env.broker.jetstream.get_stream(env.broker.names.commands_stream()).await.unwrap().info().await.unwrap().config.clone();
+    let mut config = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
     config.duplicate_window = Duration::from_millis(100);
     env.broker.jetstream.update_stream(config).await.unwrap();
     let intake = env.intake().await;
     let first = Uuid::new_v4();
     env.publish("reused", &command(first, json!({}))).await;
-    assert_eq!(intake.process_batch(WAIT).await.unwrap().outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(
+        intake.process_batch(WAIT).await.unwrap().outcomes,
+        vec![DeliveryOutcome::Processed]
+    );
 
     let mut reused = None;
     // Outside the duplicate window the broker stores the message again.
@@ -277,18 +416,35 @@ async fn a_reused_message_id_with_a_different_body_is_dead_lettered_and_never_ch
 
     assert_eq!(report.dead_lettered, vec![DlqClass::Conflict]);
     let dlq = env.dead_letters().await;
-    assert!(header(&dlq[0], "Dlq-Reason").unwrap().contains("different body"));
+    assert!(header(&dlq[0], "Dlq-Reason")
+        .unwrap()
+        .contains("different body"));
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        1
+    );
 }
 
 async fn stop_database(env: &TestEnv) {
-    env.admin(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false", env.db_name)).await;
-    env.admin(&format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'", env.db_name)).await;
+    env.admin(&format!(
+        "ALTER DATABASE {} WITH ALLOW_CONNECTIONS false",
+        env.db_name
+    ))
+    .await;
+    env.admin(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+        env.db_name
+    ))
+    .await;
 }
 
 async fn start_database(env: &TestEnv) {
-    env.admin(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true", env.db_name)).await;
+    env.admin(&format!(
+        "ALTER DATABASE {} WITH ALLOW_CONNECTIONS true",
+        env.db_name
+    ))
+    .await;
 }
 
 #[tokio::test]
@@ -302,7 +458,11 @@ async fn while_the_database_is_down_messages_are_nakd_and_processed_once_it_is_b
     let during = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(during.count("transient"), 1, "{during:?}");
     let again = intake.process_batch(WAIT).await.unwrap();
-    assert_eq!(again.count("transient"), 1, "redelivered after the Nak delay: {again:?}");
+    assert_eq!(
+        again.count("transient"),
+        1,
+        "redelivered after the Nak delay: {again:?}"
+    );
     assert!(again.dead_lettered.is_empty());
 
     start_database(&env).await;
@@ -318,7 +478,8 @@ async fn while_the_database_is_down_messages_are_nakd_and_processed_once_it_is_b
 async fn the_last_allowed_delivery_of_a_transient_failure_is_dead_lettered_as_exhausted() {
     let env = TestEnv::new().await; // max_deliver = 3
     let intake = env.intake().await;
-    env.publish("m-exhaust", &command(Uuid::new_v4(), json!({}))).await;
+    env.publish("m-exhaust", &command(Uuid::new_v4(), json!({})))
+        .await;
     stop_database(&env).await;
 
     let mut reports = Vec::new();
@@ -327,13 +488,20 @@ async fn the_last_allowed_delivery_of_a_transient_failure_is_dead_lettered_as_ex
     }
     start_database(&env).await;
 
-    assert!(reports[..2].iter().all(|r| r.count("transient") == 1 && r.dead_lettered.is_empty()));
+    assert!(reports[..2]
+        .iter()
+        .all(|r| r.count("transient") == 1 && r.dead_lettered.is_empty()));
     assert_eq!(reports[2].dead_lettered, vec![DlqClass::Exhausted]);
     let dlq = env.dead_letters().await;
     assert_eq!(dlq.len(), 1);
     assert_eq!(header(&dlq[0], "Dlq-Delivery-Count").as_deref(), Some("3"));
-    assert!(header(&dlq[0], "Dlq-Reason").unwrap().contains("database unavailable"));
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages").await, 0);
+    assert!(header(&dlq[0], "Dlq-Reason")
+        .unwrap()
+        .contains("database unavailable"));
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        0
+    );
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
@@ -342,13 +510,21 @@ async fn a_stale_command_is_recorded_expired_with_its_event_and_never_charged() 
     let env = TestEnv::new().await;
     let intake = env.intake().await;
     let attempt = Uuid::new_v4();
-    env.publish("m-old", &command(attempt, json!({"requested_at": "2020-01-01T00:00:00Z"}))).await;
+    env.publish(
+        "m-old",
+        &command(attempt, json!({"requested_at": "2020-01-01T00:00:00Z"})),
+    )
+    .await;
 
     let report = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(report.outcomes, vec![DeliveryOutcome::Stale]);
     assert_eq!(env.scalar(&format!("SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}' AND status = 'expired' AND tries = 0 AND dispatched_at IS NULL")).await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE result = 'stale'").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages WHERE result = 'stale'")
+            .await,
+        1
+    );
     assert_eq!(env.scalar("SELECT count(*) FROM attempt_transitions WHERE to_status = 'expired' AND cause = 'stale_command'").await, 1);
     assert_eq!(env.scalar("SELECT count(*) FROM outbox WHERE status = 'expired' AND subject = 'payments.events.payment-expired.v1' AND headers->>'Causation-Id' = 'm-old'").await, 1);
     assert!(env.dead_letters().await.is_empty());
@@ -361,20 +537,30 @@ async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(intake.run(shutdown.clone()));
     for i in 0..100 {
-        env.publish(&format!("burst-{i}"), &command(Uuid::new_v4(), json!({}))).await;
+        env.publish(&format!("burst-{i}"), &command(Uuid::new_v4(), json!({})))
+            .await;
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while env.scalar("SELECT count(*) FROM processed_messages").await < 100 {
-        assert!(tokio::time::Instant::now() < deadline, "intake did not record the burst in time");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "intake did not record the burst in time"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     shutdown.cancel();
     running.await.unwrap().unwrap();
 
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 100);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM payment_attempts").await,
+        100
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while env.consumer_backlog().await != (0, 0) {
-        assert!(tokio::time::Instant::now() < deadline, "acks did not reach the broker");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "acks did not reach the broker"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

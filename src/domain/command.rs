@@ -137,9 +137,8 @@ pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidCommand, I
     let wire: Wire = serde_json::from_str(text)
         .map_err(|e| InvalidCommand::new(format!("body is not a valid ChargePayment JSON: {e}")))?;
 
-    let payment_attempt_id = Uuid::parse_str(&wire.payment_attempt_id).map_err(|e| {
-        InvalidCommand::new(format!("payment_attempt_id is not a UUID: {e}"))
-    })?;
+    let payment_attempt_id = Uuid::parse_str(&wire.payment_attempt_id)
+        .map_err(|e| InvalidCommand::new(format!("payment_attempt_id is not a UUID: {e}")))?;
     check_length("order_id", &wire.order_id, 1, 128)?;
     check_length("customer_id", &wire.customer_id, 1, 128)?;
     check_length("payment_method", &wire.payment_method, 1, 255)?;
@@ -191,9 +190,7 @@ pub fn validate_message_id(id: Option<&str>) -> Result<String, InvalidCommand> {
         )));
     }
     if !id.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
-        return Err(InvalidCommand::new(
-            "Nats-Msg-Id must be printable ASCII",
-        ));
+        return Err(InvalidCommand::new("Nats-Msg-Id must be printable ASCII"));
     }
     Ok(id.to_owned())
 }
@@ -274,7 +271,10 @@ mod tests {
     fn the_contract_example_is_valid_and_unknown_fields_are_ignored() {
         let valid = validate(&headers(), &body(serde_json::json!({"extra": [1, 2]}))).unwrap();
         assert_eq!(valid.command.amount_minor, 1999);
-        assert_eq!(valid.command.requested_at, Some(datetime!(2026-11-29 10:15:00 UTC)));
+        assert_eq!(
+            valid.command.requested_at,
+            Some(datetime!(2026-11-29 10:15:00 UTC))
+        );
         assert_eq!(valid.message_id, "msg-1");
     }
 
@@ -282,7 +282,10 @@ mod tests {
     fn each_invalid_field_is_named_in_the_reason() {
         assert!(reason(serde_json::json!({"amount_minor": 0})).contains("amount_minor"));
         assert!(reason(serde_json::json!({"amount_minor": -5})).contains("amount_minor"));
-        assert!(reason(serde_json::json!({"amount_minor": 1_000_000_000_001i64})).contains("amount_minor"));
+        assert!(
+            reason(serde_json::json!({"amount_minor": 1_000_000_000_001i64}))
+                .contains("amount_minor")
+        );
         assert!(reason(serde_json::json!({"amount_minor": "12"})).contains("invalid type"));
         assert!(reason(serde_json::json!({"currency": "EURO"})).contains("currency"));
         assert!(reason(serde_json::json!({"currency": "eur"})).contains("currency"));
@@ -298,8 +301,14 @@ mod tests {
 
     #[test]
     fn bodies_that_are_not_json_or_too_big_are_invalid() {
-        assert!(validate(&headers(), b"not json").unwrap_err().0.contains("JSON"));
-        assert!(validate(&headers(), &[0xff, 0xfe]).unwrap_err().0.contains("UTF-8"));
+        assert!(validate(&headers(), b"not json")
+            .unwrap_err()
+            .0
+            .contains("JSON"));
+        assert!(validate(&headers(), &[0xff, 0xfe])
+            .unwrap_err()
+            .0
+            .contains("UTF-8"));
         let big = vec![b' '; MAX_BODY_BYTES + 1];
         assert!(validate(&headers(), &big).unwrap_err().0.contains("bytes"));
     }
@@ -307,7 +316,10 @@ mod tests {
     #[test]
     fn message_ids_must_be_present_bounded_and_printable() {
         let no_id = CommandHeaders::default();
-        assert!(validate(&no_id, &body(serde_json::json!({}))).unwrap_err().0.contains("missing Nats-Msg-Id"));
+        assert!(validate(&no_id, &body(serde_json::json!({})))
+            .unwrap_err()
+            .0
+            .contains("missing Nats-Msg-Id"));
         assert!(validate_message_id(Some(&"a".repeat(201))).is_err());
         assert!(validate_message_id(Some("tab\there")).is_err());
         assert!(validate_message_id(Some(&"a".repeat(200))).is_ok());
@@ -315,20 +327,37 @@ mod tests {
 
     #[test]
     fn fingerprint_covers_what_is_charged_and_nothing_else() {
-        let a = validate(&headers(), &body(serde_json::json!({}))).unwrap().command;
-        let same = validate(&headers(), &body(serde_json::json!({"description": "other", "requested_at": null}))).unwrap().command;
-        let more = validate(&headers(), &body(serde_json::json!({"amount_minor": 2000}))).unwrap().command;
+        let a = validate(&headers(), &body(serde_json::json!({})))
+            .unwrap()
+            .command;
+        let same = validate(
+            &headers(),
+            &body(serde_json::json!({"description": "other", "requested_at": null})),
+        )
+        .unwrap()
+        .command;
+        let more = validate(&headers(), &body(serde_json::json!({"amount_minor": 2000})))
+            .unwrap()
+            .command;
         assert_eq!(a.fingerprint(), same.fingerprint());
         assert_ne!(a.fingerprint(), more.fingerprint());
-        assert_eq!(a.idempotency_key(), "onecharge-6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11");
+        assert_eq!(
+            a.idempotency_key(),
+            "onecharge-6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11"
+        );
     }
 
     #[test]
     fn staleness_uses_the_configured_age_and_zero_disables_it() {
-        let cmd = validate(&headers(), &body(serde_json::json!({}))).unwrap().command;
+        let cmd = validate(&headers(), &body(serde_json::json!({})))
+            .unwrap()
+            .command;
         let day = std::time::Duration::from_secs(86_400);
         assert!(!cmd.is_stale(datetime!(2026-11-30 10:00:00 UTC), day));
         assert!(cmd.is_stale(datetime!(2026-11-30 10:16:00 UTC), day));
-        assert!(!cmd.is_stale(datetime!(2030-01-01 00:00:00 UTC), std::time::Duration::ZERO));
+        assert!(!cmd.is_stale(
+            datetime!(2030-01-01 00:00:00 UTC),
+            std::time::Duration::ZERO
+        ));
     }
 }

@@ -42,14 +42,19 @@ pub async fn publish(
     class: DlqClass,
     reason: &str,
 ) -> anyhow::Result<()> {
-    let info = message.info().map_err(|e| anyhow::anyhow!("message has no JetStream metadata: {e}"))?;
+    let info = message
+        .info()
+        .map_err(|e| anyhow::anyhow!("message has no JetStream metadata: {e}"))?;
     let mut headers = message.headers.clone().unwrap_or_default();
     let original_id = headers.get("Nats-Msg-Id").map(|v| v.as_str().to_owned());
     let mut set = |name: &str, value: String| {
         // A header value must be one line.
         headers.insert(name, value.replace(['\r', '\n'], " ").as_str());
     };
-    set("Nats-Msg-Id", format!("dlq-{consumer}-{}", info.stream_sequence));
+    set(
+        "Nats-Msg-Id",
+        format!("dlq-{consumer}-{}", info.stream_sequence),
+    );
     set("Dlq-Reason", bounded(reason, MAX_REASON_CHARS));
     set("Dlq-Class", class.as_str().to_owned());
     set("Dlq-Original-Subject", message.subject.to_string());
@@ -59,7 +64,13 @@ pub async fn publish(
     if let Some(id) = original_id {
         set("Dlq-Original-Msg-Id", id);
     }
-    publish_acked(broker, broker.names.dlq_subject(), headers, message.payload.clone()).await
+    publish_acked(
+        broker,
+        broker.names.dlq_subject(),
+        headers,
+        message.payload.clone(),
+    )
+    .await
 }
 
 /// Publishes and waits for the stream's acknowledgement.

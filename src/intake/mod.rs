@@ -113,7 +113,12 @@ impl Intake {
     pub async fn new(store: Store, broker: Broker, settings: &Settings) -> anyhow::Result<Self> {
         let consumer = broker.ensure_intake_consumer(settings).await?;
         Ok(Self {
-            inner: Arc::new(Inner { store, broker, consumer, settings: settings.intake.clone() }),
+            inner: Arc::new(Inner {
+                store,
+                broker,
+                consumer,
+                settings: settings.intake.clone(),
+            }),
         })
     }
 
@@ -154,7 +159,9 @@ impl Intake {
                     _ = shutdown.cancelled() => break 'reconnect,
                     chunk = chunks.next() => chunk,
                 };
-                let Some(chunk) = chunk else { continue 'reconnect };
+                let Some(chunk) = chunk else {
+                    continue 'reconnect;
+                };
                 let mut batch = Vec::with_capacity(chunk.len());
                 for item in chunk {
                     match item {
@@ -173,7 +180,10 @@ impl Intake {
                 while in_hand.try_join_next().is_some() {}
             }
         }
-        tracing::info!(in_hand = in_hand.len(), "intake stopping: settling batches in hand");
+        tracing::info!(
+            in_hand = in_hand.len(),
+            "intake stopping: settling batches in hand"
+        );
         while in_hand.join_next().await.is_some() {}
         Ok(())
     }
@@ -221,10 +231,15 @@ impl Intake {
             return BatchReport::default();
         }
         let started = std::time::Instant::now();
-        let outcomes = self.with_progress_acks(&messages, self.record(&messages)).await;
+        let outcomes = self
+            .with_progress_acks(&messages, self.record(&messages))
+            .await;
         let mut report = BatchReport::default();
         let settled = futures::future::join_all(
-            messages.iter().zip(&outcomes).map(|(message, outcome)| self.settle(message, outcome)),
+            messages
+                .iter()
+                .zip(&outcomes)
+                .map(|(message, outcome)| self.settle(message, outcome)),
         )
         .await;
         for (outcome, dead_letter) in outcomes.into_iter().zip(settled) {
@@ -247,10 +262,15 @@ impl Intake {
             let headers = command_headers(message);
             match command::validate(&headers, &message.payload) {
                 Ok(valid) => {
-                    let stale = valid.command.is_stale(now, self.inner.settings.max_command_age);
+                    let stale = valid
+                        .command
+                        .is_stale(now, self.inner.settings.max_command_age);
                     records.push(IntakeRecord {
                         message_id: valid.message_id,
-                        stream_sequence: message.info().map(|info| info.stream_sequence).unwrap_or(0),
+                        stream_sequence: message
+                            .info()
+                            .map(|info| info.stream_sequence)
+                            .unwrap_or(0),
                         body_sha256: valid.body_sha256,
                         command: valid.command,
                         correlation_id: valid.correlation_id,
@@ -265,13 +285,20 @@ impl Intake {
         for (i, outcome) in positions.iter().zip(self.record_valid(&records, now).await) {
             outcomes[*i] = Some(outcome);
         }
-        outcomes.into_iter().map(|o| o.expect("every message classified")).collect()
+        outcomes
+            .into_iter()
+            .map(|o| o.expect("every message classified"))
+            .collect()
     }
 
     /// Records the batch in one transaction. When the database rejects the batch for a
     /// reason that will not go away (a row it refuses), each record is retried alone, so
     /// one bad message cannot poison the rest of its batch.
-    async fn record_valid(&self, records: &[IntakeRecord], now: OffsetDateTime) -> Vec<DeliveryOutcome> {
+    async fn record_valid(
+        &self,
+        records: &[IntakeRecord],
+        now: OffsetDateTime,
+    ) -> Vec<DeliveryOutcome> {
         if records.is_empty() {
             return Vec::new();
         }
@@ -285,10 +312,19 @@ impl Intake {
                 tracing::warn!(error = %err, batch = records.len(), "batch rejected by the database; recording its messages one by one");
                 let mut outcomes = Vec::with_capacity(records.len());
                 for record in records {
-                    outcomes.push(match record_batch(&self.inner.store, consumer, std::slice::from_ref(record), now).await {
-                        Ok(mut one) => DeliveryOutcome::from(one.remove(0)),
-                        Err(err) => classify_db_error(&err),
-                    });
+                    outcomes.push(
+                        match record_batch(
+                            &self.inner.store,
+                            consumer,
+                            std::slice::from_ref(record),
+                            now,
+                        )
+                        .await
+                        {
+                            Ok(mut one) => DeliveryOutcome::from(one.remove(0)),
+                            Err(err) => classify_db_error(&err),
+                        },
+                    );
                 }
                 outcomes
             }
@@ -297,7 +333,11 @@ impl Intake {
 
     /// Keeps the messages of a long-running batch from being redelivered meanwhile by
     /// sending in-progress acks every third of the ack wait.
-    async fn with_progress_acks<T>(&self, messages: &[jetstream::Message], work: impl std::future::Future<Output = T>) -> T {
+    async fn with_progress_acks<T>(
+        &self,
+        messages: &[jetstream::Message],
+        work: impl std::future::Future<Output = T>,
+    ) -> T {
         let period = self.inner.settings.ack_wait / 3;
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tokio::pin!(work);
@@ -317,7 +357,11 @@ impl Intake {
 
     /// Settles one message with the broker according to its outcome. Returns the dead-letter
     /// class when it was dead-lettered.
-    async fn settle(&self, message: &jetstream::Message, outcome: &DeliveryOutcome) -> Option<DlqClass> {
+    async fn settle(
+        &self,
+        message: &jetstream::Message,
+        outcome: &DeliveryOutcome,
+    ) -> Option<DlqClass> {
         let headers = command_headers(message);
         let span = tracing::info_span!(
             "settle",
@@ -358,7 +402,13 @@ impl Intake {
         .await
     }
 
-    async fn dead_letter(&self, message: &jetstream::Message, class: DlqClass, reason: &str, delivered: i64) -> Option<DlqClass> {
+    async fn dead_letter(
+        &self,
+        message: &jetstream::Message,
+        class: DlqClass,
+        reason: &str,
+        delivered: i64,
+    ) -> Option<DlqClass> {
         let consumer = &self.inner.settings.consumer;
         match dead_letter::publish(&self.inner.broker, consumer, message, class, reason).await {
             Ok(()) => {

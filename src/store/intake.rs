@@ -78,31 +78,72 @@ pub async fn record_batch(
          RETURNING message_id",
     )
     .bind(consumer)
-    .bind(leads.iter().map(|&i| records[i].message_id.clone()).collect::<Vec<_>>())
-    .bind(leads.iter().map(|&i| records[i].body_sha256.to_vec()).collect::<Vec<_>>())
-    .bind(leads.iter().map(|&i| records[i].command.payment_attempt_id).collect::<Vec<_>>())
-    .bind(leads.iter().map(|&i| if records[i].stale { "stale" } else { "accepted" }).collect::<Vec<_>>())
-    .bind(leads.iter().map(|&i| records[i].stream_sequence as i64).collect::<Vec<_>>())
+    .bind(
+        leads
+            .iter()
+            .map(|&i| records[i].message_id.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        leads
+            .iter()
+            .map(|&i| records[i].body_sha256.to_vec())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        leads
+            .iter()
+            .map(|&i| records[i].command.payment_attempt_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        leads
+            .iter()
+            .map(|&i| {
+                if records[i].stale {
+                    "stale"
+                } else {
+                    "accepted"
+                }
+            })
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        leads
+            .iter()
+            .map(|&i| records[i].stream_sequence as i64)
+            .collect::<Vec<_>>(),
+    )
     .fetch_all(&mut *tx)
     .await?;
     let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
 
     // Message ids seen before: a harmless redelivery, or a producer defect.
-    let seen: Vec<usize> = leads.iter().copied().filter(|&i| !inserted.contains(&records[i].message_id)).collect();
+    let seen: Vec<usize> = leads
+        .iter()
+        .copied()
+        .filter(|&i| !inserted.contains(&records[i].message_id))
+        .collect();
     if !seen.is_empty() {
         let stored: HashMap<String, Vec<u8>> = sqlx::query_as::<_, (String, Vec<u8>)>(
             "SELECT message_id, body_sha256 FROM processed_messages
              WHERE consumer = $1 AND message_id = ANY($2)",
         )
         .bind(consumer)
-        .bind(seen.iter().map(|&i| records[i].message_id.clone()).collect::<Vec<_>>())
+        .bind(
+            seen.iter()
+                .map(|&i| records[i].message_id.clone())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .collect();
         for &i in &seen {
             outcomes[i] = Some(match stored.get(&records[i].message_id) {
-                Some(hash) if hash.as_slice() != records[i].body_sha256 => reused_message_id(&records[i]),
+                Some(hash) if hash.as_slice() != records[i].body_sha256 => {
+                    reused_message_id(&records[i])
+                }
                 // Equal body, or the row was purged since the insert saw it: either way this
                 // message id was processed before.
                 _ => Recorded::Duplicate,
@@ -112,13 +153,22 @@ pub async fn record_batch(
 
     // New message ids: create the attempts, one per attempt id.
     // In delivery order: the earliest command for an attempt is the one that creates it.
-    let mut fresh: Vec<usize> = leads.iter().copied().filter(|&i| inserted.contains(&records[i].message_id)).collect();
+    let mut fresh: Vec<usize> = leads
+        .iter()
+        .copied()
+        .filter(|&i| inserted.contains(&records[i].message_id))
+        .collect();
     fresh.sort_unstable();
     let mut lead_by_attempt: HashMap<Uuid, usize> = HashMap::new();
     for &i in &fresh {
         let attempt = records[i].command.payment_attempt_id;
         match lead_by_attempt.get(&attempt) {
-            Some(&lead) => outcomes[i] = Some(compare_parameters(&records[lead].command, &records[i].command)),
+            Some(&lead) => {
+                outcomes[i] = Some(compare_parameters(
+                    &records[lead].command,
+                    &records[i].command,
+                ))
+            }
             None => {
                 lead_by_attempt.insert(attempt, i);
             }
@@ -127,10 +177,11 @@ pub async fn record_batch(
     let mut attempt_leads: Vec<usize> = lead_by_attempt.into_values().collect();
     attempt_leads.sort_by_key(|&i| records[i].command.payment_attempt_id);
 
-    let created: std::collections::HashSet<Uuid> = insert_attempts(&mut tx, &attempt_leads, records, now)
-        .await?
-        .into_iter()
-        .collect();
+    let created: std::collections::HashSet<Uuid> =
+        insert_attempts(&mut tx, &attempt_leads, records, now)
+            .await?
+            .into_iter()
+            .collect();
     let existing: Vec<usize> = attempt_leads
         .iter()
         .copied()
@@ -141,7 +192,12 @@ pub async fn record_batch(
             "SELECT payment_attempt_id, fingerprint FROM payment_attempts
              WHERE payment_attempt_id = ANY($1)",
         )
-        .bind(existing.iter().map(|&i| records[i].command.payment_attempt_id).collect::<Vec<_>>())
+        .bind(
+            existing
+                .iter()
+                .map(|&i| records[i].command.payment_attempt_id)
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
@@ -156,7 +212,11 @@ pub async fn record_batch(
     }
     for &i in &attempt_leads {
         if created.contains(&records[i].command.payment_attempt_id) {
-            outcomes[i] = Some(if records[i].stale { Recorded::Stale } else { Recorded::Accepted });
+            outcomes[i] = Some(if records[i].stale {
+                Recorded::Stale
+            } else {
+                Recorded::Accepted
+            });
         }
     }
 
@@ -229,15 +289,35 @@ async fn insert_attempts(
          ON CONFLICT (payment_attempt_id) DO NOTHING
          RETURNING payment_attempt_id",
     )
-    .bind(leads.iter().map(|&i| records[i].command.payment_attempt_id).collect::<Vec<_>>())
+    .bind(
+        leads
+            .iter()
+            .map(|&i| records[i].command.payment_attempt_id)
+            .collect::<Vec<_>>(),
+    )
     .bind(column(&|r| Some(r.command.order_id.clone())))
     .bind(column(&|r| Some(r.command.customer_id.clone())))
-    .bind(leads.iter().map(|&i| records[i].command.amount_minor).collect::<Vec<_>>())
+    .bind(
+        leads
+            .iter()
+            .map(|&i| records[i].command.amount_minor)
+            .collect::<Vec<_>>(),
+    )
     .bind(column(&|r| Some(r.command.currency.clone())))
     .bind(column(&|r| Some(r.command.payment_method.clone())))
     .bind(column(&|r| r.command.description.clone()))
-    .bind(leads.iter().map(|&i| records[i].command.requested_at).collect::<Vec<_>>())
-    .bind(leads.iter().map(|&i| records[i].command.fingerprint().to_vec()).collect::<Vec<_>>())
+    .bind(
+        leads
+            .iter()
+            .map(|&i| records[i].command.requested_at)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        leads
+            .iter()
+            .map(|&i| records[i].command.fingerprint().to_vec())
+            .collect::<Vec<_>>(),
+    )
     .bind(column(&|r| Some(r.command.idempotency_key())))
     .bind(column(&|r| Some(initial_status(r).as_str().to_owned())))
     .bind(column(&|r| Some(r.message_id.clone())))
@@ -292,7 +372,9 @@ async fn record_births(
             currency: record.command.currency.clone(),
             gateway_charge_id: None,
             decline_code: None,
-            reason: Some("command older than the maximum command age; never sent to the gateway".into()),
+            reason: Some(
+                "command older than the maximum command age; never sent to the gateway".into(),
+            ),
             occurred_at: now,
         };
         let provenance = EventProvenance {

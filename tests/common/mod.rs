@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 /// Server URL without a database; override with ONECHARGE_TEST_DATABASE_URL.
 pub fn server_url() -> String {
-    std::env::var("ONECHARGE_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
+    std::env::var("ONECHARGE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
 }
 
 pub struct TestEnv {
@@ -34,7 +35,8 @@ impl TestEnv {
         let db_name = format!("onecharge_test_{id}");
         let mut settings = Settings::default();
         settings.database_url = format!("{}/{db_name}", server_url());
-        settings.nats_url = std::env::var("ONECHARGE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+        settings.nats_url = std::env::var("ONECHARGE_TEST_NATS_URL")
+            .unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
         settings.namespace = format!("t{}", &id[..12]);
         settings.admin_addr = "127.0.0.1:0".parse().unwrap();
         settings.intake.batch_size = 64;
@@ -44,14 +46,25 @@ impl TestEnv {
         settings.intake.retry_max_delay = Duration::from_millis(200);
         adjust(&mut settings);
         settings.validate().expect("test settings are valid");
-        let store = Store::setup(&settings.database_url).await.expect("test database");
-        let broker = Broker::connect(&settings).await.expect("NATS at 127.0.0.1:4222");
+        let store = Store::setup(&settings.database_url)
+            .await
+            .expect("test database");
+        let broker = Broker::connect(&settings)
+            .await
+            .expect("NATS at 127.0.0.1:4222");
         broker.ensure_streams().await.expect("streams");
-        Self { settings, store, broker, db_name }
+        Self {
+            settings,
+            store,
+            broker,
+            db_name,
+        }
     }
 
     pub async fn intake(&self) -> Intake {
-        Intake::new(self.store.clone(), self.broker.clone(), &self.settings).await.expect("intake")
+        Intake::new(self.store.clone(), self.broker.clone(), &self.settings)
+            .await
+            .expect("intake")
     }
 
     /// Publishes raw bytes to the command subject with the given message id.
@@ -63,7 +76,11 @@ impl TestEnv {
         headers.insert("Correlation-Id", "corr-test");
         self.broker
             .jetstream
-            .publish_with_headers(self.broker.names.charge_subject(), headers, body.to_vec().into())
+            .publish_with_headers(
+                self.broker.names.charge_subject(),
+                headers,
+                body.to_vec().into(),
+            )
             .await
             .expect("publish")
             .await
@@ -73,7 +90,8 @@ impl TestEnv {
 
     /// Publishes a valid command (see [`command`]) under `message_id`.
     pub async fn publish(&self, message_id: &str, body: &serde_json::Value) -> u64 {
-        self.publish_raw(Some(message_id), &serde_json::to_vec(body).unwrap()).await
+        self.publish_raw(Some(message_id), &serde_json::to_vec(body).unwrap())
+            .await
     }
 
     /// Every message on this namespace's dead-letter stream, in order.
@@ -83,10 +101,14 @@ impl TestEnv {
 
     /// Every message on this namespace's events stream, in order.
     pub async fn events(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
-        self.stream_messages(&self.broker.names.events_stream()).await
+        self.stream_messages(&self.broker.names.events_stream())
+            .await
     }
 
-    async fn stream_messages(&self, name: &str) -> Vec<async_nats::jetstream::message::StreamMessage> {
+    async fn stream_messages(
+        &self,
+        name: &str,
+    ) -> Vec<async_nats::jetstream::message::StreamMessage> {
         let mut stream = self.broker.jetstream.get_stream(name).await.unwrap();
         let last = stream.info().await.unwrap().state.last_sequence;
         let mut out = Vec::new();
@@ -100,21 +122,36 @@ impl TestEnv {
 
     /// A scalar from the test database.
     pub async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar::<_, i64>(sql).fetch_one(self.store.pool()).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     /// Runs SQL as an administrator of the server (not inside the test database's pool).
     pub async fn admin(&self, sql: &str) {
-        let pool = sqlx::PgPool::connect(&format!("{}/postgres", server_url())).await.unwrap();
-        sqlx::query(sql).execute(&pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let pool = sqlx::PgPool::connect(&format!("{}/postgres", server_url()))
+            .await
+            .unwrap();
+        sqlx::query(sql)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
         pool.close().await;
     }
 
     /// (pending, ack pending) of the intake consumer: both 0 when everything was settled.
     pub async fn consumer_backlog(&self) -> (u64, usize) {
-        let stream = self.broker.jetstream.get_stream(self.broker.names.commands_stream()).await.unwrap();
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer =
-            stream.get_consumer(&self.settings.intake.consumer).await.unwrap();
+        let stream = self
+            .broker
+            .jetstream
+            .get_stream(self.broker.names.commands_stream())
+            .await
+            .unwrap();
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream
+            .get_consumer(&self.settings.intake.consumer)
+            .await
+            .unwrap();
         let info = consumer.info().await.unwrap();
         (info.num_pending, info.num_ack_pending)
     }
@@ -132,7 +169,10 @@ impl Drop for TestEnv {
         // Drop runs inside the test's runtime, which is blocked meanwhile: clean up on a
         // thread with its own runtime and its own connections.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async move {
                 if let Ok(client) = async_nats::connect(&nats_url).await {
                     let jetstream = async_nats::jetstream::new(client);
@@ -140,8 +180,11 @@ impl Drop for TestEnv {
                         let _ = jetstream.delete_stream(name).await;
                     }
                 }
-                if let Ok(pool) = sqlx::PgPool::connect(&format!("{}/postgres", server_url())).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")).execute(&pool).await;
+                if let Ok(pool) = sqlx::PgPool::connect(&format!("{}/postgres", server_url())).await
+                {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
+                        .execute(&pool)
+                        .await;
                 }
             });
         })
@@ -172,6 +215,9 @@ pub fn command(attempt: Uuid, patch: serde_json::Value) -> serde_json::Value {
 }
 
 /// The value of a header on a stream message.
-pub fn header(message: &async_nats::jetstream::message::StreamMessage, name: &str) -> Option<String> {
+pub fn header(
+    message: &async_nats::jetstream::message::StreamMessage,
+    name: &str,
+) -> Option<String> {
     message.headers.get(name).map(|v| v.as_str().to_owned())
 }
