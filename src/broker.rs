@@ -158,7 +158,7 @@ impl Broker {
             max_deliver: intake.max_deliver,
             // Bounded by what this deployment can have in hand at once.
             max_ack_pending: (intake.batch_size * intake.concurrency) as i64,
-            max_batch: intake.batch_size as i64,
+            max_batch: (intake.batch_size * intake.concurrency) as i64,
             ..Default::default()
         };
         match stream

@@ -134,7 +134,8 @@ impl Intake {
                 .inner
                 .consumer
                 .stream()
-                .max_messages_per_batch(settings.batch_size)
+                // Pull what every batch in hand can take; each transaction still holds one batch.
+                .max_messages_per_batch(settings.batch_size * settings.concurrency)
                 .heartbeat(Duration::from_secs(5))
                 .expires(Duration::from_secs(30))
                 .messages()
