@@ -1,16 +1,26 @@
 //! Admin HTTP (contract §6): liveness, readiness, Prometheus metrics and the operator API.
 //! Bound to 127.0.0.1 by default; `/api/*` requires the admin token when one is configured.
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::Router;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret as _, SecretString};
+use sha2::{Digest as _, Sha256};
+use subtle::ConstantTimeEq as _;
+use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::broker::Broker;
+use crate::domain::AttemptStatus;
+use crate::gateway::GatewayHealth;
+use crate::operator::resolve::{self, ResolveError, ResolveRequest};
+use crate::operator::{attempts, RetryWindow};
 use crate::store::Store;
 
 /// What the handlers need.
@@ -20,28 +30,248 @@ pub struct AdminState {
     pub broker: Broker,
     pub metrics: PrometheusHandle,
     pub admin_token: Option<SecretString>,
+    /// The executor's view of the gateway, when this process runs one: readiness fails
+    /// while the gateway rejects onecharge's credentials (every call is paused).
+    pub gateway_health: Option<GatewayHealth>,
 }
 
-/// The admin router.
+/// The admin router, its operator API enforcing the default retry window. `serve` uses
+/// [`router_with`] and the configured window.
 pub fn router(state: AdminState) -> Router {
+    router_with(state, RetryWindow::default())
+}
+
+/// The admin router: health, readiness, metrics, and the operator API under `/api`, whose
+/// resolve endpoint enforces `window` exactly as `onecharge attempts resolve` does.
+pub fn router_with(state: AdminState, window: RetryWindow) -> Router {
+    let api = Router::new()
+        .route("/api/attempts", get(list_attempts))
+        .route("/api/attempts/{id}", get(show_attempt))
+        .route("/api/attempts/{id}/resolve", post(resolve_attempt))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_admin_token,
+        ))
+        .with_state(ApiState {
+            admin: state.clone(),
+            window,
+        });
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state)
+        .merge(api)
 }
 
-/// Serves until `shutdown` fires.
-pub async fn serve(listener: tokio::net::TcpListener, state: AdminState, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// Serves until `shutdown` fires, with the default retry window (see [`serve_with`]).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    serve_with(listener, state, RetryWindow::default(), shutdown).await
+}
+
+/// Serves until `shutdown` fires; the operator API enforces `window`.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    window: RetryWindow,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "admin HTTP listening");
-    axum::serve(listener, router(state))
+    axum::serve(listener, router_with(state, window))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await?;
     Ok(())
 }
 
-/// Ready when the database and NATS answer; the body says what is wrong otherwise.
+/// What the operator API handlers need.
+#[derive(Clone)]
+struct ApiState {
+    admin: AdminState,
+    window: RetryWindow,
+}
+
+/// An API failure: its status and a JSON body `{"error": {"type": …, "message": …}}`, so a
+/// script can branch on `type` without parsing prose.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    fn internal(err: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %err, "admin API request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the request failed on the server; see its log",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"type": self.kind, "message": self.message}});
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+impl From<ResolveError> for ApiError {
+    fn from(err: ResolveError) -> Self {
+        match err {
+            ResolveError::Invalid(why) => Self::bad_request(why),
+            err @ ResolveError::NotFound(_) => {
+                Self::new(StatusCode::NOT_FOUND, "not_found", err.to_string())
+            }
+            ResolveError::Refused(why) => Self::new(StatusCode::CONFLICT, "conflict", why),
+            err @ ResolveError::Store(_) => Self::internal(err),
+        }
+    }
+}
+
+/// When an admin token is configured, `/api/*` needs `Authorization: Bearer <token>`.
+/// Compared in constant time (over SHA-256 digests, so the length leaks nothing either).
+async fn require_admin_token(
+    State(state): State<AdminState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(expected) = &state.admin_token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let matches = presented.is_some_and(|token| {
+            let presented = Sha256::digest(token.trim().as_bytes());
+            let expected = Sha256::digest(expected.expose_secret().as_bytes());
+            bool::from(presented.ct_eq(&expected))
+        });
+        if !matches {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this API needs Authorization: Bearer <admin_token>",
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// `GET /api/attempts` query: `status`, `stuck` (a duration such as `15m`: non-final attempts
+/// older than it plus every `needs_review`, oldest first), `limit` (without `stuck`;
+/// default 100, 0 = all).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    status: Option<String>,
+    stuck: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn list_attempts(
+    State(api): State<ApiState>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Vec<attempts::AttemptView>>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let status = query
+        .status
+        .as_deref()
+        .map(str::parse::<AttemptStatus>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let now = OffsetDateTime::now_utc();
+    let store = &api.admin.store;
+    let views = match query.stuck.as_deref() {
+        Some(stuck) => {
+            let older_than = humantime::parse_duration(stuck).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "stuck=`{stuck}` is not a duration such as 15m: {e}"
+                ))
+            })?;
+            attempts::stuck(store, older_than, status, now, &api.window).await
+        }
+        None => attempts::list(store, status, query.limit.unwrap_or(100), now, &api.window).await,
+    }
+    .map_err(ApiError::internal)?;
+    Ok(Json(views))
+}
+
+fn attempt_id(id: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, ApiError> {
+    id.map(|Path(id)| id)
+        .map_err(|e| ApiError::bad_request(format!("not a payment_attempt_id: {}", e.body_text())))
+}
+
+async fn show_attempt(
+    State(api): State<ApiState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Json<attempts::AttemptDetail>, ApiError> {
+    let id = attempt_id(id)?;
+    attempts::show(&api.admin.store, id, OffsetDateTime::now_utc(), &api.window)
+        .await
+        .map_err(ApiError::internal)?
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no payment attempt {id}"),
+            )
+        })
+}
+
+/// The actor recorded for decisions taken through the API.
+pub const API_ACTOR: &str = "admin-api";
+
+/// `POST /api/attempts/{id}/resolve` with `{"as": "succeeded|declined|retry", "reason": …,
+/// "gateway_charge_id": …, "decline_code": …}`: the decision of `attempts resolve`. Answers
+/// `{"resolution": …, "attempt": <as GET /api/attempts/{id}>}`.
+async fn resolve_attempt(
+    State(api): State<ApiState>,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Result<Json<ResolveRequest>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id = attempt_id(id)?;
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let now = OffsetDateTime::now_utc();
+    let store = &api.admin.store;
+    let resolution = resolve::resolve(store, id, &request, API_ACTOR, &api.window, now).await?;
+    let attempt = attempts::show(store, id, now, &api.window)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(
+        serde_json::json!({"resolution": resolution, "attempt": attempt}),
+    ))
+}
+
+/// Ready when the database and NATS answer and the gateway accepts the credentials; the
+/// body says what is wrong otherwise.
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     let (db, nats) = tokio::join!(state.store.ping(), state.broker.ping());
     let mut problems = Vec::new();
@@ -51,16 +281,29 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     if !nats {
         problems.push("NATS unreachable");
     }
+    if state
+        .gateway_health
+        .as_ref()
+        .is_some_and(|h| h.credentials_rejected())
+    {
+        problems.push("gateway rejected the API key (gateway calls paused)");
+    }
     if problems.is_empty() {
         (StatusCode::OK, "ready\n".to_owned())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", problems.join(", ")))
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}\n", problems.join(", ")),
+        )
     }
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
     (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
         state.metrics.render(),
     )
 }

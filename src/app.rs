@@ -19,17 +19,35 @@ pub enum Role {
     Intake,
     /// Admin HTTP: health, readiness, metrics, operator API
     Admin,
+    /// Charges due payment attempts through the gateway
+    Executor,
+    /// Publishes outbox events to the events stream
+    Relay,
+    /// Deletes dedupe rows past purge.dedupe_retention, every purge.interval
+    Purge,
+    /// Settles ambiguous outcomes by looking charges up at the gateway
+    Reconciler,
 }
 
 impl Role {
-    pub const ALL: [Role; 2] = [Role::Intake, Role::Admin];
+    pub const ALL: [Role; 6] = [
+        Role::Intake,
+        Role::Admin,
+        Role::Executor,
+        Role::Relay,
+        Role::Purge,
+        Role::Reconciler,
+    ];
 }
 
 /// Human or JSON log lines on stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,async_nats=warn,sqlx=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,async_nats=warn,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
@@ -61,7 +79,8 @@ pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
     app.run(shutdown).await
 }
 
-async fn cancel_on_signal(shutdown: CancellationToken) {
+/// Cancels `shutdown` on SIGTERM or Ctrl-C.
+pub async fn cancel_on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     let terminate = async {
@@ -96,7 +115,11 @@ impl Application {
     /// Connects, migrates and ensures streams; binds the admin address when that role runs.
     /// An empty `roles` means all of them.
     pub async fn build(settings: Settings, roles: &[Role]) -> anyhow::Result<Self> {
-        let roles: Vec<Role> = if roles.is_empty() { Role::ALL.to_vec() } else { roles.to_vec() };
+        let roles: Vec<Role> = if roles.is_empty() {
+            Role::ALL.to_vec()
+        } else {
+            roles.to_vec()
+        };
         let store = Store::setup(&settings.database_url).await?;
         let broker = Broker::connect(&settings).await?;
         broker.ensure_streams().await?;
@@ -109,12 +132,20 @@ impl Application {
         } else {
             None
         };
-        Ok(Self { settings, store, broker, roles, admin_listener })
+        Ok(Self {
+            settings,
+            store,
+            broker,
+            roles,
+            admin_listener,
+        })
     }
 
     /// Where the admin HTTP listens, when it runs.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin_listener.as_ref().and_then(|l| l.local_addr().ok())
+        self.admin_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
     }
 
     pub fn store(&self) -> &Store {
@@ -130,9 +161,57 @@ impl Application {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let metrics = crate::metrics::install();
         let mut roles = JoinSet::new();
+        // Built before any role starts: a missing gateway key fails `serve` with nothing running.
+        // The executor and the reconciler share one client and one health: a credentials
+        // fault seen by either pauses both.
+        let calls_gateway =
+            self.roles.contains(&Role::Executor) || self.roles.contains(&Role::Reconciler);
+        let gateway = if calls_gateway {
+            Some((
+                crate::gateway::GatewayClient::from_settings(&self.settings)?,
+                crate::gateway::GatewayHealth::from_settings(&self.settings.executor),
+            ))
+        } else {
+            None
+        };
+        let gateway_health = gateway.as_ref().map(|(_, health)| health.clone());
+        let executor = match &gateway {
+            Some((client, health)) if self.roles.contains(&Role::Executor) => {
+                // Its own pool, sized to its calls in flight, so charges never queue behind intake.
+                let pool_size = self.settings.executor.concurrency.min(32) as u32 + 2;
+                let store = Store::connect(&self.settings.database_url, pool_size).await?;
+                Some(crate::executor::Executor::new(
+                    store,
+                    client.clone(),
+                    health.clone(),
+                    &self.settings,
+                ))
+            }
+            _ => None,
+        };
+        if let Some((client, health)) = &gateway {
+            if self.roles.contains(&Role::Reconciler) {
+                let reconciler = crate::reconciler::Reconciler::new(
+                    self.store.clone(),
+                    client.clone(),
+                    health.clone(),
+                    &self.settings,
+                );
+                roles.spawn(reconciler.run(shutdown.clone()));
+            }
+        }
         if self.roles.contains(&Role::Intake) {
-            let intake = Intake::new(self.store.clone(), self.broker.clone(), &self.settings).await?;
+            let intake =
+                Intake::new(self.store.clone(), self.broker.clone(), &self.settings).await?;
             roles.spawn(intake.run(shutdown.clone()));
+        }
+        if let Some(executor) = executor {
+            roles.spawn(executor.run(shutdown.clone()));
+        }
+        if self.roles.contains(&Role::Relay) {
+            let relay =
+                crate::relay::Relay::new(self.store.clone(), self.broker.clone(), &self.settings);
+            roles.spawn(relay.run(shutdown.clone()));
         }
         if let Some(listener) = self.admin_listener {
             let state = crate::admin::AdminState {
@@ -140,8 +219,23 @@ impl Application {
                 broker: self.broker.clone(),
                 metrics,
                 admin_token: self.settings.admin_token.clone(),
+                gateway_health,
             };
-            roles.spawn(crate::admin::serve(listener, state, shutdown.clone()));
+            let window = crate::operator::RetryWindow::from_settings(&self.settings);
+            roles.spawn(crate::admin::serve_with(
+                listener,
+                state,
+                window,
+                shutdown.clone(),
+            ));
+        }
+        if self.roles.contains(&Role::Purge) {
+            let purger = crate::operator::purge::Purger::new(
+                self.store.clone(),
+                self.broker.clone(),
+                &self.settings,
+            );
+            roles.spawn(purger.run(shutdown.clone()));
         }
         tracing::info!(roles = ?self.roles, "onecharge serving");
         let mut result = Ok(());

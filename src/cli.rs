@@ -59,6 +59,20 @@ pub enum Command {
     /// Publish a command (for operators and tests)
     #[command(subcommand)]
     Publish(PublishCommand),
+    /// Inspect payment attempts, and resolve those in needs_review
+    #[command(subcommand)]
+    Attempts(crate::operator::AttemptsCommand),
+    /// Inspect and replay dead-lettered commands
+    #[command(subcommand)]
+    Dlq(crate::operator::DlqCommand),
+    /// Delete dedupe rows older than purge.dedupe_retention (also runs inside `serve`)
+    Purge(crate::operator::purge::PurgeArgs),
+    /// Settle ambiguous attempts by looking them up at the gateway (continuously, or one pass)
+    Reconcile {
+        /// One pass over everything due now, print what it did, and exit
+        #[arg(long)]
+        once: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,6 +115,10 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Publish(PublishCommand::Charge(args)) => {
                 crate::publish::charge(&settings, args).await
             }
+            Command::Attempts(command) => crate::operator::run_attempts(&settings, command).await,
+            Command::Dlq(command) => crate::operator::run_dlq(&settings, command).await,
+            Command::Purge(args) => crate::operator::purge::run_purge(&settings, args).await,
+            Command::Reconcile { once } => crate::reconciler::run_command(settings, once).await,
         }
     });
     match result {

@@ -52,6 +52,221 @@ pub struct Settings {
     /// `human` or `json` log lines.
     pub log_format: LogFormat,
     pub intake: IntakeSettings,
+    /// Longest wait for a TCP connection to the gateway. A connect failure means the
+    /// request was never sent, so it is retried safely.
+    #[serde(with = "humantime_serde", default = "default_gateway_connect_timeout")]
+    pub gateway_connect_timeout: Duration,
+    /// Longest wait for a whole gateway request. Past it the answer is ambiguous (the
+    /// gateway may have charged) and the attempt goes to the reconciler.
+    #[serde(with = "humantime_serde", default = "default_gateway_request_timeout")]
+    pub gateway_request_timeout: Duration,
+    /// How long the gateway remembers an idempotency key (contract §3: 24 h by default).
+    /// Counted from an attempt's first gateway call.
+    #[serde(with = "humantime_serde", default = "default_gateway_key_retention")]
+    pub gateway_key_retention: Duration,
+    /// Safety margin inside the key retention: once `gateway_key_retention` minus this has
+    /// passed since the first call, onecharge never re-sends a charge for the attempt (the
+    /// key may be forgotten and a re-send could charge twice); it looks up instead.
+    #[serde(
+        with = "humantime_serde",
+        default = "default_gateway_key_retention_margin"
+    )]
+    pub gateway_key_retention_margin: Duration,
+    #[serde(default)]
+    pub executor: ExecutorSettings,
+    #[serde(default)]
+    pub relay: RelaySettings,
+    #[serde(default)]
+    pub purge: PurgeSettings,
+    #[serde(default)]
+    pub reconciler: ReconcilerSettings,
+}
+
+/// Reconciler settings: how ambiguous outcomes are looked up at the gateway.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReconcilerSettings {
+    /// Delays between lookups that could not settle an attempt (the gateway failed to
+    /// answer). The first lookup is made as soon as the attempt becomes `unknown`; after one
+    /// failed lookup per entry here, the attempt goes to `needs_review`.
+    #[serde(with = "duration_list")]
+    pub schedule: Vec<Duration>,
+    /// Attempts claimed per pass.
+    pub batch_size: usize,
+    /// How long an idle reconciler waits before the next pass.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// How long a claimed `unknown` attempt is held by one reconciler; if it dies mid-lookup,
+    /// another may take the attempt after this.
+    #[serde(with = "humantime_serde")]
+    pub claim_hold: Duration,
+}
+
+impl Default for ReconcilerSettings {
+    fn default() -> Self {
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        Self {
+            schedule: vec![
+                minutes(1),
+                minutes(5),
+                minutes(30),
+                minutes(120),
+                minutes(360),
+                minutes(1440),
+            ],
+            batch_size: 32,
+            poll_interval: Duration::from_secs(1),
+            claim_hold: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Executor settings: how attempts are claimed, leased and retried.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutorSettings {
+    /// Gateway calls one instance has in flight at once.
+    pub concurrency: usize,
+    /// Most attempts claimed by one query (never more than the free concurrency).
+    pub batch_size: usize,
+    /// How long a claim is exclusive. Must outlast a whole gateway call (connect plus
+    /// request timeout): a lease that expires mid-call hands the attempt to the reconciler.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// How long an idle executor waits before looking for due attempts again.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Gateway tries per attempt (credentials faults do not count); then the reconciler
+    /// takes over.
+    pub max_tries: u32,
+    /// No retry is scheduled for an attempt older than this (since it was recorded); it
+    /// goes to the reconciler instead.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    /// First retry delay; it doubles (with jitter) up to `retry_max_delay`.
+    #[serde(with = "humantime_serde")]
+    pub retry_min_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_max_delay: Duration,
+    /// Delay before retrying after `409 idempotency_in_progress`.
+    #[serde(with = "humantime_serde")]
+    pub in_progress_delay: Duration,
+    /// While the gateway rejects the credentials, one probe call is made this often.
+    #[serde(with = "humantime_serde")]
+    pub credentials_probe_interval: Duration,
+    /// Consecutive gateway failures (unreachable, 5xx, timeouts) that open the circuit breaker.
+    pub breaker_failure_threshold: u32,
+    /// How long an open breaker stops all calls before one probe may test the gateway.
+    #[serde(with = "humantime_serde")]
+    pub breaker_cooldown: Duration,
+}
+
+impl Default for ExecutorSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 16,
+            batch_size: 32,
+            lease: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(250),
+            max_tries: 8,
+            max_age: Duration::from_secs(3600),
+            retry_min_delay: Duration::from_secs(1),
+            retry_max_delay: Duration::from_secs(300),
+            in_progress_delay: Duration::from_secs(2),
+            credentials_probe_interval: Duration::from_secs(30),
+            breaker_failure_threshold: 5,
+            breaker_cooldown: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Outbox relay settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelaySettings {
+    /// Outbox rows claimed and published per step.
+    pub batch_size: usize,
+    /// How long an idle relay waits before looking for unpublished events again.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Longest wait for JetStream to acknowledge one publish.
+    #[serde(with = "humantime_serde")]
+    pub publish_timeout: Duration,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        Self {
+            batch_size: 128,
+            poll_interval: Duration::from_millis(200),
+            publish_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Dedupe-row purge settings (`onecharge purge`, and the `purge` role of `serve`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PurgeSettings {
+    /// How long a `processed_messages` row is kept. Must be at least the command stream's
+    /// `max_age`: while the stream still holds a message, its dedupe row must exist, or a
+    /// redelivery or replay of it would look new (the attempts table would still stop a
+    /// second charge, but the message would no longer be a plain `duplicate`).
+    #[serde(with = "humantime_serde")]
+    pub dedupe_retention: Duration,
+    /// How often `serve` purges.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Rows deleted per statement, so that a purge never holds many locks or a long
+    /// transaction against intake.
+    pub batch_size: usize,
+}
+
+impl Default for PurgeSettings {
+    fn default() -> Self {
+        Self {
+            dedupe_retention: Duration::from_secs(14 * 24 * 3600),
+            interval: Duration::from_secs(3600),
+            batch_size: 1000,
+        }
+    }
+}
+
+/// A list of durations written like `["1m", "5m", "2h"]`.
+mod duration_list {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(list: &[Duration], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            list.iter()
+                .map(|d| humantime::format_duration(*d).to_string()),
+        )
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|text| humantime::parse_duration(text).map_err(serde::de::Error::custom))
+            .collect()
+    }
+}
+
+fn default_gateway_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_gateway_request_timeout() -> Duration {
+    Duration::from_secs(20)
+}
+
+fn default_gateway_key_retention() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+
+fn default_gateway_key_retention_margin() -> Duration {
+    Duration::from_secs(3600)
 }
 
 /// Intake consumer settings.
@@ -102,6 +317,14 @@ impl Default for Settings {
             namespace: String::new(),
             log_format: LogFormat::Human,
             intake: IntakeSettings::default(),
+            gateway_connect_timeout: default_gateway_connect_timeout(),
+            gateway_request_timeout: default_gateway_request_timeout(),
+            gateway_key_retention: default_gateway_key_retention(),
+            gateway_key_retention_margin: default_gateway_key_retention_margin(),
+            executor: ExecutorSettings::default(),
+            relay: RelaySettings::default(),
+            purge: PurgeSettings::default(),
+            reconciler: ReconcilerSettings::default(),
         }
     }
 }
@@ -172,40 +395,179 @@ impl Settings {
     /// Checks what serde cannot: ranges and URL shapes.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let fail = |key: &str, what: String| Err(ConfigError(format!("{key}: {what}")));
-        if !self.database_url.starts_with("postgres://") && !self.database_url.starts_with("postgresql://") {
-            return fail("database_url (ONECHARGE_DATABASE_URL)", "must start with postgres:// or postgresql://".into());
+        if !self.database_url.starts_with("postgres://")
+            && !self.database_url.starts_with("postgresql://")
+        {
+            return fail(
+                "database_url (ONECHARGE_DATABASE_URL)",
+                "must start with postgres:// or postgresql://".into(),
+            );
         }
         if !self.nats_url.contains("://") && self.nats_url.contains(' ') {
-            return fail("nats_url (ONECHARGE_NATS_URL)", "is not a NATS URL such as nats://127.0.0.1:4222".into());
+            return fail(
+                "nats_url (ONECHARGE_NATS_URL)",
+                "is not a NATS URL such as nats://127.0.0.1:4222".into(),
+            );
         }
-        if reqwest::Url::parse(&self.gateway_url).map(|u| u.scheme().starts_with("http")) != Ok(true) {
-            return fail("gateway_url (ONECHARGE_GATEWAY_URL)", format!("`{}` is not an http(s) URL", self.gateway_url));
+        if reqwest::Url::parse(&self.gateway_url).map(|u| u.scheme().starts_with("http"))
+            != Ok(true)
+        {
+            return fail(
+                "gateway_url (ONECHARGE_GATEWAY_URL)",
+                format!("`{}` is not an http(s) URL", self.gateway_url),
+            );
         }
         if !self.namespace.is_empty()
-            && !self.namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            && !self
+                .namespace
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         {
-            return fail("namespace (ONECHARGE_NAMESPACE)", "may contain only letters, digits, `_` and `-`".into());
+            return fail(
+                "namespace (ONECHARGE_NAMESPACE)",
+                "may contain only letters, digits, `_` and `-`".into(),
+            );
         }
         let intake = &self.intake;
         if !(1..=1000).contains(&intake.batch_size) {
-            return fail("intake.batch_size", format!("must be between 1 and 1000, got {}", intake.batch_size));
+            return fail(
+                "intake.batch_size",
+                format!("must be between 1 and 1000, got {}", intake.batch_size),
+            );
         }
         if !(1..=64).contains(&intake.concurrency) {
-            return fail("intake.concurrency", format!("must be between 1 and 64, got {}", intake.concurrency));
+            return fail(
+                "intake.concurrency",
+                format!("must be between 1 and 64, got {}", intake.concurrency),
+            );
         }
         if !(2..=1000).contains(&intake.max_deliver) {
-            return fail("intake.max_deliver", format!("must be between 2 and 1000, got {}", intake.max_deliver));
+            return fail(
+                "intake.max_deliver",
+                format!("must be between 2 and 1000, got {}", intake.max_deliver),
+            );
         }
         if intake.ack_wait < Duration::from_secs(1) {
             return fail("intake.ack_wait", "must be at least 1s".into());
         }
         if intake.consumer.is_empty()
-            || !intake.consumer.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            || !intake
+                .consumer
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         {
-            return fail("intake.consumer", "must be non-empty letters, digits, `_` and `-`".into());
+            return fail(
+                "intake.consumer",
+                "must be non-empty letters, digits, `_` and `-`".into(),
+            );
         }
         if intake.retry_min_delay.is_zero() || intake.retry_min_delay > intake.retry_max_delay {
-            return fail("intake.retry_min_delay", "must be above zero and at most intake.retry_max_delay".into());
+            return fail(
+                "intake.retry_min_delay",
+                "must be above zero and at most intake.retry_max_delay".into(),
+            );
+        }
+        if self.gateway_connect_timeout.is_zero() || self.gateway_request_timeout.is_zero() {
+            return fail(
+                "gateway_connect_timeout / gateway_request_timeout",
+                "must be above zero".into(),
+            );
+        }
+        if self.gateway_key_retention_margin >= self.gateway_key_retention {
+            return fail(
+                "gateway_key_retention_margin",
+                "must be less than gateway_key_retention".into(),
+            );
+        }
+        let executor = &self.executor;
+        if !(1..=1024).contains(&executor.concurrency) {
+            return fail(
+                "executor.concurrency",
+                format!("must be between 1 and 1024, got {}", executor.concurrency),
+            );
+        }
+        if !(1..=1000).contains(&executor.batch_size) {
+            return fail(
+                "executor.batch_size",
+                format!("must be between 1 and 1000, got {}", executor.batch_size),
+            );
+        }
+        if executor.lease
+            < self.gateway_connect_timeout + self.gateway_request_timeout + Duration::from_secs(1)
+        {
+            return fail("executor.lease", "must exceed gateway_connect_timeout + gateway_request_timeout by at least 1s, so that a live call never outlasts its lease".into());
+        }
+        if executor.max_tries == 0 {
+            return fail("executor.max_tries", "must be at least 1".into());
+        }
+        if executor.retry_min_delay.is_zero() || executor.retry_min_delay > executor.retry_max_delay
+        {
+            return fail(
+                "executor.retry_min_delay",
+                "must be above zero and at most executor.retry_max_delay".into(),
+            );
+        }
+        if executor.poll_interval.is_zero() || executor.breaker_failure_threshold == 0 {
+            return fail(
+                "executor.poll_interval / executor.breaker_failure_threshold",
+                "must be above zero".into(),
+            );
+        }
+        if !(1..=1000).contains(&self.relay.batch_size) {
+            return fail(
+                "relay.batch_size",
+                format!("must be between 1 and 1000, got {}", self.relay.batch_size),
+            );
+        }
+        if self.relay.poll_interval.is_zero() || self.relay.publish_timeout.is_zero() {
+            return fail(
+                "relay.poll_interval / relay.publish_timeout",
+                "must be above zero".into(),
+            );
+        }
+        if self
+            .admin_token
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().trim().is_empty())
+        {
+            return fail(
+                "admin_token (ONECHARGE_ADMIN_TOKEN)",
+                "is set but empty: set a token, or unset it to leave /api open on loopback".into(),
+            );
+        }
+        if self.purge.dedupe_retention < Duration::from_secs(60) {
+            return fail("purge.dedupe_retention", "must be at least 1m".into());
+        }
+        if self.purge.interval < Duration::from_secs(1) {
+            return fail("purge.interval", "must be at least 1s".into());
+        }
+        let reconciler = &self.reconciler;
+        if reconciler.schedule.is_empty() || reconciler.schedule.iter().any(Duration::is_zero) {
+            return fail(
+                "reconciler.schedule",
+                "must list at least one delay, each above zero (e.g. [\"1m\", \"5m\"])".into(),
+            );
+        }
+        if !(1..=1000).contains(&reconciler.batch_size) {
+            return fail(
+                "reconciler.batch_size",
+                format!("must be between 1 and 1000, got {}", reconciler.batch_size),
+            );
+        }
+        if reconciler.claim_hold <= self.gateway_connect_timeout + self.gateway_request_timeout {
+            return fail(
+                "reconciler.claim_hold",
+                "must be longer than gateway_connect_timeout + gateway_request_timeout".into(),
+            );
+        }
+        if !(1..=100_000).contains(&self.purge.batch_size) {
+            return fail(
+                "purge.batch_size",
+                format!(
+                    "must be between 1 and 100000, got {}",
+                    self.purge.batch_size
+                ),
+            );
         }
         Ok(())
     }
@@ -231,6 +593,8 @@ fn one_line(error: &figment::Error) -> String {
 }
 
 #[cfg(test)]
+// figment::Jail's closures return figment::Error, which is large; that is its API.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
 
@@ -250,7 +614,10 @@ mod tests {
             jail.create_file("c.toml", "nats_url = \"nats://file:1\"\ndatabase_url = \"postgres://file/db\"\n[intake]\nbatch_size = 7\n")?;
             jail.set_env("ONECHARGE_DATABASE_URL", "postgres://env/db");
             jail.set_env("ONECHARGE_INTAKE__MAX_COMMAND_AGE", "2h");
-            let overrides = Overrides { nats_url: Some("nats://flag:2".into()), ..Default::default() };
+            let overrides = Overrides {
+                nats_url: Some("nats://flag:2".into()),
+                ..Default::default()
+            };
             let s = Settings::load(Some(Path::new("c.toml")), &overrides).unwrap();
             assert_eq!(s.nats_url, "nats://flag:2");
             assert_eq!(s.database_url, "postgres://env/db");
@@ -264,12 +631,19 @@ mod tests {
     fn a_bad_value_is_one_line_naming_the_setting() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("ONECHARGE_INTAKE__BATCH_SIZE", "lots");
-            let err = Settings::load(None, &Overrides::default()).unwrap_err().to_string();
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("batch_size"), "{err}");
             assert!(!err.contains('\n'));
             jail.set_env("ONECHARGE_INTAKE__BATCH_SIZE", "0");
-            let err = Settings::load(None, &Overrides::default()).unwrap_err().to_string();
-            assert!(err.contains("intake.batch_size: must be between 1 and 1000, got 0"), "{err}");
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("intake.batch_size: must be between 1 and 1000, got 0"),
+                "{err}"
+            );
             Ok(())
         });
     }

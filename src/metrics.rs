@@ -40,3 +40,9 @@ pub fn batch_duration(elapsed: Duration) {
 pub fn dead_letter(class: &'static str) {
     metrics::counter!("onecharge_dead_letters_total", "class" => class).increment(1);
 }
+
+/// One looked-up attempt, by where it went (`succeeded`, `declined`, `pending`,
+/// `needs_review`, `rescheduled`, `fenced`).
+pub fn reconciliation(result: &'static str) {
+    metrics::counter!("onecharge_reconciliations_total", "result" => result).increment(1);
+}

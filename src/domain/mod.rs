@@ -5,6 +5,7 @@
 pub mod attempt;
 pub mod command;
 pub mod event;
+pub mod outcome;
 
 pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};

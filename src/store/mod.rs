@@ -6,8 +6,13 @@
 //! Queries are checked at run time (`sqlx::query`), not with the compile-time macros; every
 //! query is exercised by the test suite. See docs/decisions.md for why.
 
+pub mod executor;
 pub mod intake;
+pub mod operator;
 pub mod outbox;
+pub mod purge;
+pub mod reconciler;
+pub mod relay;
 
 use std::time::Duration;
 
@@ -29,15 +34,23 @@ impl Store {
     /// Connects without touching the schema. Fails fast (a few seconds) when the server is
     /// unreachable, so an operator sees the error instead of a hang.
     pub async fn connect(database_url: &str, max_connections: u32) -> anyhow::Result<Self> {
-        let options: PgConnectOptions = database_url
-            .parse()
-            .with_context(|| format!("database_url `{}` is not a PostgreSQL URL", redact_url(database_url)))?;
+        let options: PgConnectOptions = database_url.parse().with_context(|| {
+            format!(
+                "database_url `{}` is not a PostgreSQL URL",
+                redact_url(database_url)
+            )
+        })?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
             .await
-            .with_context(|| format!("cannot connect to PostgreSQL at {}", redact_url(database_url)))?;
+            .with_context(|| {
+                format!(
+                    "cannot connect to PostgreSQL at {}",
+                    redact_url(database_url)
+                )
+            })?;
         Ok(Self { pool })
     }
 
@@ -59,7 +72,12 @@ impl Store {
         if !exists {
             Postgres::create_database(database_url)
                 .await
-                .with_context(|| format!("database at {} is missing and could not be created", redact_url(database_url)))?;
+                .with_context(|| {
+                    format!(
+                        "database at {} is missing and could not be created",
+                        redact_url(database_url)
+                    )
+                })?;
             tracing::info!(database = %redact_url(database_url), "created database");
         }
         let store = Self::connect(database_url, 4).await?;
@@ -69,7 +87,10 @@ impl Store {
 
     /// Applies pending migrations.
     pub async fn migrate(&self) -> anyhow::Result<()> {
-        MIGRATOR.run(&self.pool).await.context("running database migrations")
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .context("running database migrations")
     }
 
     /// True when the database answers a trivial query (readiness).
@@ -106,7 +127,9 @@ pub fn is_transient(error: &sqlx::Error) -> bool {
             // not accepting connections, a lock not available), 57 operator intervention
             // (shutdown), 58 system error, 25006 read-only transaction (a failover in progress)
             code == "25006"
-                || ["08", "40", "53", "55", "57", "58"].iter().any(|class| code.starts_with(class))
+                || ["08", "40", "53", "55", "57", "58"]
+                    .iter()
+                    .any(|class| code.starts_with(class))
         }),
         _ => false,
     }

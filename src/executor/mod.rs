@@ -1,0 +1,416 @@
+//! The executor: charges each due payment attempt through the gateway, at most once.
+//!
+//! One step ([`Executor::run_once`]) asks the shared [`GatewayHealth`] how many calls may
+//! start, claims that many due `pending` attempts under a fenced lease (committed, with the
+//! dispatch stamp and transition, before any call), calls the gateway with each attempt's
+//! stored key and body, classifies the answer ([`crate::domain::outcome`]), decides where the
+//! attempt goes ([`RetryPolicy`]) and writes that under the lease's fencing token together
+//! with its transition, its event and the call's evidence. [`Executor::run`] repeats it with
+//! a bounded number of calls in flight until shutdown, then finishes the calls in hand.
+//!
+//! Invariants:
+//! - A gateway call happens only under a lease whose claim (`in_flight`, `dispatched_at`,
+//!   transition) committed first. A process killed mid-call leaves `in_flight` with a lease
+//!   that expires; the executor never claims `in_flight` rows, so the reconciler settles it
+//!   by lookup and no second charge is sent as new.
+//! - Every write after the call is fenced by the lease token: a worker whose lease was taken
+//!   over changes nothing (its call is still recorded as evidence).
+//! - Every try of an attempt sends the same key and the same bytes.
+//! - No retry is sent once the gateway might have forgotten the key (key retention minus
+//!   margin since the first call), nor past the maximum tries or age: those go to `unknown`.
+//! - While the gateway rejects the credentials nothing is claimed (one probe per interval),
+//!   attempts stay `pending` and no try is consumed; while the breaker is open, likewise.
+//! - Nothing cuts a gateway call off: shutdown stops claiming and waits for calls in hand.
+
+mod clock;
+mod metrics;
+mod policy;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use policy::RetryPolicy;
+
+use crate::config::{ExecutorSettings, Settings};
+use crate::domain::outcome::GatewayOutcome;
+use crate::domain::AttemptStatus;
+use crate::gateway::{Admission, GatewayClient, GatewayHealth};
+use crate::store::executor::{
+    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, Settlement,
+};
+use crate::store::{self, Store};
+
+/// What became of one claimed attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// The result was written: the attempt is now in this state.
+    Moved(AttemptStatus),
+    /// The fencing token refused the write: the lease had passed to another worker (or the
+    /// attempt already left `in_flight`). Nothing changed but the call's evidence.
+    Fenced,
+    /// The result could not be written (the database failed). The attempt stays
+    /// `in_flight` until its lease expires and the reconciler settles it by lookup.
+    Unrecorded(String),
+}
+
+/// One attempt's step, for tests, benchmarks and logs.
+#[derive(Debug, Clone)]
+pub struct AttemptReport {
+    pub payment_attempt_id: Uuid,
+    /// The try this step was (unchanged by a hand-over).
+    pub try_number: i32,
+    pub lease_token: i64,
+    /// The gateway's classified answer; `None` when no call was made (a hand-over).
+    pub outcome: Option<GatewayOutcome>,
+    pub disposition: Disposition,
+}
+
+/// What one [`Executor::run_once`] did.
+#[derive(Debug, Clone)]
+pub struct ExecutorReport {
+    /// What the gateway health allowed at the start of the step.
+    pub admission: Admission,
+    pub attempts: Vec<AttemptReport>,
+}
+
+impl ExecutorReport {
+    /// Attempts claimed in this step.
+    pub fn claimed(&self) -> usize {
+        self.attempts.len()
+    }
+
+    /// Attempts this step moved to `status`.
+    pub fn count(&self, status: AttemptStatus) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| a.disposition == Disposition::Moved(status))
+            .count()
+    }
+
+    /// Results refused by the fencing token.
+    pub fn fenced(&self) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| a.disposition == Disposition::Fenced)
+            .count()
+    }
+}
+
+/// A process-unique worker name, `<host>-<pid>-<random>`, written as lease owner and actor.
+pub fn default_owner() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into());
+    format!(
+        "{host}-{}-{}",
+        std::process::id(),
+        &Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+/// The executor role. Cheap to clone; clones share the gateway client, health and clock.
+#[derive(Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    gateway: GatewayClient,
+    health: GatewayHealth,
+    settings: ExecutorSettings,
+    policy: RetryPolicy,
+    owner: String,
+    clock: Arc<dyn Clock>,
+}
+
+impl Executor {
+    /// An executor with a fresh lease owner name (`<host>-<pid>-<random>`), the system clock, and
+    /// `health` shared with whoever else calls this gateway (readiness, the reconciler).
+    pub fn new(
+        store: Store,
+        gateway: GatewayClient,
+        health: GatewayHealth,
+        settings: &Settings,
+    ) -> Self {
+        let owner = default_owner();
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                gateway,
+                health,
+                settings: settings.executor.clone(),
+                policy: RetryPolicy::from_settings(settings),
+                owner,
+                clock: Arc::new(SystemClock),
+            }),
+        }
+    }
+
+    /// The same executor reading time from `clock` (tests).
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                store: inner.store.clone(),
+                gateway: inner.gateway.clone(),
+                health: inner.health.clone(),
+                settings: inner.settings.clone(),
+                policy: inner.policy.clone(),
+                owner: inner.owner.clone(),
+                clock,
+            }),
+        }
+    }
+
+    /// The lease owner name this executor writes.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// The shared gateway health this executor obeys and updates.
+    pub fn health(&self) -> &GatewayHealth {
+        &self.inner.health
+    }
+
+    /// Claims up to `limit` due attempts (see [`sql::claim_due_attempts`]). The claim is
+    /// committed when this returns: each attempt is `in_flight` under this executor's lease.
+    pub async fn claim(&self, limit: usize) -> anyhow::Result<Vec<ClaimedAttempt>> {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let (key_window_cutoff, age_cutoff) = inner.policy.cutoffs(now);
+        let claimed = sql::claim_due_attempts(
+            &inner.store,
+            &inner.owner,
+            now,
+            ClaimLimits {
+                limit,
+                lease_expires_at: now + inner.settings.lease,
+                key_window_cutoff,
+                age_cutoff,
+            },
+        )
+        .await
+        .context("claiming due payment attempts")?;
+        metrics::claimed(&claimed);
+        Ok(claimed)
+    }
+
+    /// One step: claims what the gateway health allows (up to `batch_size`), charges each
+    /// claimed attempt with up to `concurrency` calls at once, and writes every result.
+    pub async fn run_once(&self) -> anyhow::Result<ExecutorReport> {
+        let inner = &self.inner;
+        let admission = inner.health.admit(inner.clock.now());
+        let limit = admission.allowance(inner.settings.batch_size);
+        if limit == 0 {
+            return Ok(ExecutorReport {
+                admission,
+                attempts: Vec::new(),
+            });
+        }
+        let claimed = self.claim(limit).await?;
+        let attempts = futures::stream::iter(claimed)
+            .map(|attempt| self.execute(attempt))
+            .buffer_unordered(inner.settings.concurrency)
+            .collect()
+            .await;
+        Ok(ExecutorReport {
+            admission,
+            attempts,
+        })
+    }
+
+    /// Runs until `shutdown` fires: claims only as many attempts as it has free call slots,
+    /// waits `poll_interval` when nothing is due or the gateway health says wait, and on
+    /// shutdown stops claiming and finishes every call in hand.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let settings = self.inner.settings.clone();
+        let slots = Arc::new(tokio::sync::Semaphore::new(settings.concurrency));
+        let mut in_hand: JoinSet<AttemptReport> = JoinSet::new();
+        let mut failures = 0u32;
+        tracing::info!(owner = %self.inner.owner, concurrency = settings.concurrency, "executor started");
+        loop {
+            while in_hand.try_join_next().is_some() {}
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let free = slots.available_permits().min(settings.batch_size);
+            if free == 0 {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = in_hand.join_next() => continue,
+                }
+            }
+            let limit = self
+                .inner
+                .health
+                .admit(self.inner.clock.now())
+                .allowance(free);
+            let idle = if limit == 0 {
+                true
+            } else {
+                match self.claim(limit).await {
+                    Ok(claimed) => {
+                        failures = 0;
+                        let full = claimed.len() == limit;
+                        for attempt in claimed {
+                            let slot = slots
+                                .clone()
+                                .try_acquire_owned()
+                                .expect("claimed no more than the free slots");
+                            let executor = self.clone();
+                            in_hand.spawn(async move {
+                                let report = executor.execute(attempt).await;
+                                drop(slot);
+                                report
+                            });
+                        }
+                        !full
+                    }
+                    Err(err) => {
+                        failures = failures.saturating_add(1);
+                        let wait = self
+                            .inner
+                            .policy
+                            .backoff(failures as i32)
+                            .min(Duration::from_secs(30));
+                        tracing::error!(error = %format!("{err:#}"), retry_in_ms = wait.as_millis() as u64, "claiming failed");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(wait) => {}
+                        }
+                        continue;
+                    }
+                }
+            };
+            if idle {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(settings.poll_interval) => {}
+                }
+            }
+        }
+        tracing::info!(
+            in_hand = in_hand.len(),
+            "executor stopping: finishing the gateway calls in hand"
+        );
+        while in_hand.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// Charges one claimed attempt and writes the result under its fencing token. Never
+    /// fails: a result that cannot be written is reported as [`Disposition::Unrecorded`].
+    #[tracing::instrument(skip_all, fields(
+        payment_attempt_id = %attempt.payment_attempt_id,
+        try_number = attempt.tries,
+        lease_token = attempt.lease_token,
+        causation_id = %attempt.first_message_id,
+        correlation_id = attempt.correlation_id.as_deref().unwrap_or(""),
+    ))]
+    pub async fn execute(&self, attempt: ClaimedAttempt) -> AttemptReport {
+        let inner = &self.inner;
+        if !attempt.dispatch {
+            let now = inner.clock.now();
+            let settlement = inner.policy.hand_over(&attempt, now);
+            let disposition = self
+                .write(&attempt, &settlement, "retry_window_closed", None)
+                .await;
+            return report(&attempt, None, disposition);
+        }
+        let request = attempt.charge_request();
+        let started_at = inner.clock.now();
+        let call = inner.gateway.charge(&request).await;
+        let now = inner.clock.now();
+        inner.health.record(&call.outcome, now);
+        let (settlement, cause) = inner.policy.settle(&attempt, &call.outcome, now);
+        let evidence = GatewayCallRecord {
+            payment_attempt_id: attempt.payment_attempt_id,
+            operation: "charge",
+            idempotency_key: attempt.idempotency_key.clone(),
+            try_number: attempt.tries,
+            lease_token: Some(attempt.lease_token),
+            started_at,
+            finished_at: started_at + call.elapsed,
+            http_status: call.http_status,
+            outcome: call.outcome.label().to_owned(),
+            gateway_charge_id: call.outcome.charge_id().map(str::to_owned),
+            error: call.error.clone().or_else(|| match &call.outcome {
+                GatewayOutcome::Succeeded { .. } | GatewayOutcome::Declined { .. } => None,
+                other => Some(other.to_string()),
+            }),
+        };
+        let disposition = self
+            .write(&attempt, &settlement, cause, Some(&evidence))
+            .await;
+        report(&attempt, Some(call.outcome), disposition)
+    }
+
+    /// Writes a settlement, retrying a transient database failure a few times while the
+    /// lease lasts.
+    async fn write(
+        &self,
+        attempt: &ClaimedAttempt,
+        settlement: &Settlement,
+        cause: &str,
+        evidence: Option<&GatewayCallRecord>,
+    ) -> Disposition {
+        let inner = &self.inner;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let now = inner.clock.now();
+            match sql::settle_attempt(&inner.store, attempt, settlement, cause, evidence, now).await
+            {
+                Ok(true) => {
+                    let status = settlement.status();
+                    metrics::settled(status);
+                    tracing::info!(status = %status, cause, "attempt settled");
+                    return Disposition::Moved(status);
+                }
+                Ok(false) => {
+                    metrics::fenced();
+                    tracing::warn!(
+                        cause,
+                        "result rejected by the fencing token: the lease was taken over or the attempt already left in_flight"
+                    );
+                    return Disposition::Fenced;
+                }
+                Err(err)
+                    if store::is_transient(&err)
+                        && now + delay < attempt.lease_expires_at
+                        && delay < Duration::from_secs(2) =>
+                {
+                    tracing::warn!(error = %err, retry_in_ms = delay.as_millis() as u64, "writing the result failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 4;
+                }
+                Err(err) => {
+                    metrics::unrecorded();
+                    tracing::error!(
+                        error = %err,
+                        "cannot write the result: the attempt stays in_flight until its lease expires and the reconciler settles it"
+                    );
+                    return Disposition::Unrecorded(crate::domain::bounded(&err.to_string(), 500));
+                }
+            }
+        }
+    }
+}
+
+fn report(
+    attempt: &ClaimedAttempt,
+    outcome: Option<GatewayOutcome>,
+    disposition: Disposition,
+) -> AttemptReport {
+    AttemptReport {
+        payment_attempt_id: attempt.payment_attempt_id,
+        try_number: attempt.tries,
+        lease_token: attempt.lease_token,
+        outcome,
+        disposition,
+    }
+}

@@ -1,0 +1,355 @@
+//! Where an attempt goes after one gateway answer: the executor's retry policy. Pure (time is
+//! passed in), so every rule is a unit test.
+//!
+//! - Final answers (succeeded, declined) and refusals (needs review) settle at once.
+//! - Answers that prove nothing was charged (`409`, `429`, not sent) schedule a durable retry
+//!   with the same key: `409` after a short fixed delay, `429` after `Retry-After`, the rest
+//!   after exponential backoff with jitter.
+//! - No retry is scheduled past `max_tries`, past `max_age` since the attempt was recorded, or
+//!   past the gateway's key retention minus the safety margin since the first call: the
+//!   attempt goes to `unknown` and the reconciler settles it by lookup.
+//! - A credentials fault keeps the attempt `pending`, due now, and un-counts its try: it is
+//!   onecharge's configuration that is wrong, not the attempt.
+//! - Anything that may have charged (ambiguous) goes to `unknown`, never to a retry.
+
+use std::time::Duration;
+
+use backon::BackoffBuilder as _;
+use time::OffsetDateTime;
+
+use crate::config::Settings;
+use crate::domain::outcome::{GatewayOutcome, RetryAfter};
+use crate::store::executor::{ClaimedAttempt, Settlement};
+
+/// The retry rules, from the configuration.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    pub max_tries: u32,
+    pub max_age: Duration,
+    pub retry_min_delay: Duration,
+    pub retry_max_delay: Duration,
+    pub in_progress_delay: Duration,
+    /// Key retention minus its safety margin: no charge is re-sent once this much time has
+    /// passed since the attempt's first gateway call.
+    pub key_window: Duration,
+}
+
+impl RetryPolicy {
+    pub fn from_settings(settings: &Settings) -> Self {
+        let executor = &settings.executor;
+        Self {
+            max_tries: executor.max_tries,
+            max_age: executor.max_age,
+            retry_min_delay: executor.retry_min_delay,
+            retry_max_delay: executor.retry_max_delay,
+            in_progress_delay: executor.in_progress_delay,
+            key_window: settings
+                .gateway_key_retention
+                .saturating_sub(settings.gateway_key_retention_margin),
+        }
+    }
+
+    /// The delay before try `tries + 1`: exponential from `retry_min_delay`, doubling, capped
+    /// at `retry_max_delay`, with jitter so that a burst of failures does not retry in step.
+    pub fn backoff(&self, tries: i32) -> Duration {
+        backon::ExponentialBuilder::new()
+            .with_min_delay(self.retry_min_delay)
+            .with_max_delay(self.retry_max_delay)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            .nth(tries.saturating_sub(1).max(0) as usize)
+            .unwrap_or(self.retry_max_delay)
+    }
+
+    /// Where `attempt` goes after `outcome`, and the transition's cause.
+    pub fn settle(
+        &self,
+        attempt: &ClaimedAttempt,
+        outcome: &GatewayOutcome,
+        now: OffsetDateTime,
+    ) -> (Settlement, &'static str) {
+        match outcome {
+            GatewayOutcome::Succeeded { charge_id, .. } => {
+                (Settlement::Succeeded { charge_id: charge_id.clone() }, "gateway_succeeded")
+            }
+            GatewayOutcome::Declined { charge_id, decline_code, .. } => (
+                Settlement::Declined { charge_id: charge_id.clone(), decline_code: decline_code.clone() },
+                "gateway_declined",
+            ),
+            GatewayOutcome::NeedsReview { reason } => {
+                (Settlement::NeedsReview { reason: reason.clone() }, "gateway_refused_request")
+            }
+            GatewayOutcome::CredentialsFault { status } => (
+                Settlement::Retry {
+                    next_run_at: now,
+                    reason: format!("the gateway rejected onecharge's credentials (HTTP {status}); not counted as a try"),
+                    refund_try: true,
+                },
+                "credentials_fault",
+            ),
+            GatewayOutcome::Ambiguous { reason } => (
+                Settlement::Unknown { reason: format!("the gateway may have charged: {reason}") },
+                "ambiguous_result",
+            ),
+            GatewayOutcome::RetryLater { after, reason } => {
+                let delay = match after {
+                    RetryAfter::InProgress => self.in_progress_delay,
+                    RetryAfter::Delay(delay) => *delay,
+                    RetryAfter::Backoff => self.backoff(attempt.tries),
+                };
+                self.retry(attempt, now, delay, reason)
+            }
+            GatewayOutcome::NotSent { reason } => {
+                self.retry(attempt, now, self.backoff(attempt.tries), &format!("not sent: {reason}"))
+            }
+        }
+    }
+
+    fn retry(
+        &self,
+        attempt: &ClaimedAttempt,
+        now: OffsetDateTime,
+        delay: Duration,
+        reason: &str,
+    ) -> (Settlement, &'static str) {
+        if attempt.tries.max(0) as u32 >= self.max_tries {
+            return (
+                Settlement::Unknown {
+                    reason: format!(
+                        "retries exhausted after {} tries; last: {reason}",
+                        attempt.tries
+                    ),
+                },
+                "retries_exhausted",
+            );
+        }
+        let next_run_at = now + delay;
+        if let Some(closed) = self.window_closed_by(attempt, next_run_at) {
+            return (
+                Settlement::Unknown {
+                    reason: format!("{closed}; last: {reason}"),
+                },
+                "retry_window_closed",
+            );
+        }
+        (
+            Settlement::Retry {
+                next_run_at,
+                reason: reason.to_owned(),
+                refund_try: false,
+            },
+            "retry_scheduled",
+        )
+    }
+
+    /// Why `attempt` may not be sent at `at`, if it may not.
+    fn window_closed_by(&self, attempt: &ClaimedAttempt, at: OffsetDateTime) -> Option<String> {
+        if at >= attempt.created_at + self.max_age {
+            return Some(format!(
+                "no retry past the maximum age of {} (recorded {})",
+                humantime::format_duration(self.max_age),
+                attempt.created_at
+            ));
+        }
+        if at >= attempt.first_dispatched_at + self.key_window {
+            return Some(format!(
+                "the gateway may forget the idempotency key (first sent {}, key window {}): not re-sent",
+                attempt.first_dispatched_at,
+                humantime::format_duration(self.key_window)
+            ));
+        }
+        None
+    }
+
+    /// Where a claimed hand-over goes: `unknown`, with the reason its window closed.
+    pub fn hand_over(&self, attempt: &ClaimedAttempt, now: OffsetDateTime) -> Settlement {
+        let reason = self
+            .window_closed_by(attempt, now)
+            .unwrap_or_else(|| "past its retry window".to_owned());
+        Settlement::Unknown { reason }
+    }
+
+    /// The claim query's cut-offs at `now`: attempts first sent at or before the first, or
+    /// recorded at or before the second, are handed over instead of re-sent.
+    pub fn cutoffs(&self, now: OffsetDateTime) -> (OffsetDateTime, OffsetDateTime) {
+        (now - self.key_window, now - self.max_age)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+    use uuid::Uuid;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-29 10:00 UTC);
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            max_tries: 5,
+            max_age: Duration::from_secs(3600),
+            retry_min_delay: Duration::from_secs(1),
+            retry_max_delay: Duration::from_secs(60),
+            in_progress_delay: Duration::from_secs(2),
+            key_window: Duration::from_secs(23 * 3600),
+        }
+    }
+
+    fn attempt(tries: i32) -> ClaimedAttempt {
+        ClaimedAttempt {
+            payment_attempt_id: Uuid::nil(),
+            order_id: "ord".into(),
+            customer_id: "cus".into(),
+            amount_minor: 100,
+            currency: "EUR".into(),
+            payment_method: "pm_card_visa".into(),
+            description: None,
+            idempotency_key: "k".into(),
+            tries,
+            lease_token: 1,
+            lease_owner: "test".into(),
+            lease_expires_at: NOW + Duration::from_secs(60),
+            created_at: NOW - Duration::from_secs(60),
+            first_dispatched_at: NOW - Duration::from_secs(30),
+            dispatch: true,
+            first_message_id: "msg-1".into(),
+            correlation_id: None,
+        }
+    }
+
+    fn not_sent() -> GatewayOutcome {
+        GatewayOutcome::NotSent {
+            reason: "connection refused".into(),
+        }
+    }
+
+    #[test]
+    fn a_409_retries_after_the_short_in_progress_delay() {
+        let outcome = GatewayOutcome::RetryLater {
+            after: RetryAfter::InProgress,
+            reason: "HTTP 409".into(),
+        };
+        let (settlement, cause) = policy().settle(&attempt(1), &outcome, NOW);
+        assert_eq!(cause, "retry_scheduled");
+        assert!(
+            matches!(settlement, Settlement::Retry { next_run_at, refund_try: false, .. } if next_run_at == NOW + Duration::from_secs(2))
+        );
+    }
+
+    #[test]
+    fn a_429_retries_after_exactly_the_retry_after_delay() {
+        let outcome = GatewayOutcome::RetryLater {
+            after: RetryAfter::Delay(Duration::from_secs(7)),
+            reason: "HTTP 429".into(),
+        };
+        let (settlement, _) = policy().settle(&attempt(1), &outcome, NOW);
+        assert!(
+            matches!(settlement, Settlement::Retry { next_run_at, .. } if next_run_at == NOW + Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn backoff_grows_exponentially_with_jitter_and_is_capped() {
+        let p = policy();
+        for _ in 0..20 {
+            let first = p.backoff(1);
+            assert!(
+                first >= Duration::from_secs(1) && first <= Duration::from_secs(2),
+                "{first:?}"
+            );
+            let third = p.backoff(3);
+            assert!(
+                third >= Duration::from_secs(4) && third <= Duration::from_secs(8),
+                "{third:?}"
+            );
+            assert!(p.backoff(30) <= Duration::from_secs(120));
+        }
+    }
+
+    #[test]
+    fn the_last_allowed_try_hands_the_attempt_to_the_reconciler() {
+        let (settlement, cause) = policy().settle(&attempt(5), &not_sent(), NOW);
+        assert_eq!(cause, "retries_exhausted");
+        assert!(
+            matches!(settlement, Settlement::Unknown { reason } if reason.contains("after 5 tries"))
+        );
+    }
+
+    #[test]
+    fn no_retry_is_scheduled_past_the_maximum_age() {
+        let mut old = attempt(1);
+        old.created_at = NOW - Duration::from_secs(3599);
+        let (settlement, cause) = policy().settle(&old, &not_sent(), NOW);
+        assert_eq!(cause, "retry_window_closed");
+        assert!(
+            matches!(settlement, Settlement::Unknown { reason } if reason.contains("maximum age"))
+        );
+    }
+
+    #[test]
+    fn no_charge_is_re_sent_once_the_key_may_be_forgotten() {
+        let mut p = policy();
+        p.max_age = Duration::from_secs(48 * 3600);
+        let mut old = attempt(1);
+        old.created_at = NOW - Duration::from_secs(23 * 3600);
+        old.first_dispatched_at = NOW - Duration::from_secs(23 * 3600 - 1);
+        let (settlement, cause) = p.settle(&old, &not_sent(), NOW);
+        assert_eq!(cause, "retry_window_closed");
+        assert!(
+            matches!(settlement, Settlement::Unknown { reason } if reason.contains("forget the idempotency key"))
+        );
+        assert!(matches!(
+            p.hand_over(&old, NOW + Duration::from_secs(2)),
+            Settlement::Unknown { .. }
+        ));
+    }
+
+    #[test]
+    fn a_credentials_fault_keeps_the_attempt_due_and_refunds_its_try() {
+        let (settlement, cause) = policy().settle(
+            &attempt(5),
+            &GatewayOutcome::CredentialsFault { status: 401 },
+            NOW,
+        );
+        assert_eq!(cause, "credentials_fault");
+        assert!(
+            matches!(settlement, Settlement::Retry { next_run_at, refund_try: true, .. } if next_run_at == NOW)
+        );
+    }
+
+    #[test]
+    fn an_ambiguous_answer_goes_to_unknown_never_to_a_retry() {
+        let outcome = GatewayOutcome::Ambiguous {
+            reason: "HTTP 500".into(),
+        };
+        let (settlement, cause) = policy().settle(&attempt(1), &outcome, NOW);
+        assert_eq!(cause, "ambiguous_result");
+        assert!(matches!(settlement, Settlement::Unknown { .. }));
+    }
+
+    #[test]
+    fn final_answers_and_refusals_settle_at_once() {
+        let p = policy();
+        let ok = GatewayOutcome::Succeeded {
+            charge_id: "ch_1".into(),
+            replayed: true,
+        };
+        assert_eq!(
+            p.settle(&attempt(1), &ok, NOW).0,
+            Settlement::Succeeded {
+                charge_id: "ch_1".into()
+            }
+        );
+        let review = GatewayOutcome::NeedsReview {
+            reason: "HTTP 422".into(),
+        };
+        assert_eq!(
+            p.settle(&attempt(1), &review, NOW).0,
+            Settlement::NeedsReview {
+                reason: "HTTP 422".into()
+            }
+        );
+    }
+}

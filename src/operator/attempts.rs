@@ -1,0 +1,608 @@
+//! `attempts list | stuck | show`: where attempts stand, and — the question at 3 a.m. — what
+//! happens to each next, who does it and when.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::table::{self, Table};
+use super::RetryWindow;
+use crate::domain::AttemptStatus;
+use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
+use crate::store::Store;
+
+/// One attempt in `--json` output and the admin API: the stored row (contract §5 fields and
+/// more), how old it is and what happens to it next.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptView {
+    #[serde(flatten)]
+    pub attempt: AttemptRecord,
+    /// Seconds since the attempt was recorded.
+    pub age_seconds: i64,
+    pub next_action: NextAction,
+    /// After this the charge is never sent again (the gateway may forget the key, or the
+    /// attempt is past `executor.max_age`); only a lookup or a person can settle it. `null`
+    /// when the gateway has never seen the key (no limit).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub retry_window_closes_at: Option<OffsetDateTime>,
+}
+
+/// Who moves an attempt next, what they do and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NextAction {
+    /// `executor`, `reconciler`, `operator`, or `none` for a final attempt.
+    pub by: &'static str,
+    /// In words, e.g. "executor retries (try 3)".
+    pub action: String,
+    /// When, if it is scheduled.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub at: Option<OffsetDateTime>,
+    /// Set when the action is overdue: which role to check.
+    pub warning: Option<String>,
+}
+
+/// `attempts show`: one attempt with its whole history.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptDetail {
+    #[serde(flatten)]
+    pub view: AttemptView,
+    pub transitions: Vec<Transition>,
+    pub gateway_calls: Vec<GatewayCall>,
+    /// The attempt's events in the outbox, published or not.
+    pub events: Vec<OutboxEvent>,
+}
+
+/// Attempts, newest first, optionally of one status; `limit` 0 means all.
+pub async fn list(
+    store: &Store,
+    status: Option<AttemptStatus>,
+    limit: usize,
+    now: OffsetDateTime,
+    window: &RetryWindow,
+) -> Result<Vec<AttemptView>, sqlx::Error> {
+    let limit = (limit > 0).then_some(limit as i64);
+    let rows = sql::list_attempts(store, status, limit).await?;
+    Ok(rows.into_iter().map(|a| view(a, now, window)).collect())
+}
+
+/// Non-final attempts recorded more than `older_than` ago, plus every `needs_review`
+/// attempt, oldest first.
+pub async fn stuck(
+    store: &Store,
+    older_than: Duration,
+    status: Option<AttemptStatus>,
+    now: OffsetDateTime,
+    window: &RetryWindow,
+) -> Result<Vec<AttemptView>, sqlx::Error> {
+    let rows = sql::stuck_attempts(store, now - older_than, status).await?;
+    Ok(rows.into_iter().map(|a| view(a, now, window)).collect())
+}
+
+/// One attempt with its transitions, gateway calls and events; `None` for an unknown id.
+pub async fn show(
+    store: &Store,
+    id: Uuid,
+    now: OffsetDateTime,
+    window: &RetryWindow,
+) -> Result<Option<AttemptDetail>, sqlx::Error> {
+    let Some(attempt) = sql::get_attempt(store, id).await? else {
+        return Ok(None);
+    };
+    let (transitions, gateway_calls, events) = tokio::try_join!(
+        sql::transitions(store, id),
+        sql::gateway_calls(store, id),
+        sql::events(store, id),
+    )?;
+    Ok(Some(AttemptDetail {
+        view: view(attempt, now, window),
+        transitions,
+        gateway_calls,
+        events,
+    }))
+}
+
+fn view(attempt: AttemptRecord, now: OffsetDateTime, window: &RetryWindow) -> AttemptView {
+    AttemptView {
+        age_seconds: (now - attempt.created_at).whole_seconds().max(0),
+        next_action: next_action(&attempt, now, window),
+        retry_window_closes_at: attempt
+            .first_dispatched_at
+            .map(|first| (first + window.key_window).min(attempt.created_at + window.max_age)),
+        attempt,
+    }
+}
+
+/// How long a due attempt may wait before the listing says something is wrong with the
+/// role that should have taken it.
+const OVERDUE: time::Duration = time::Duration::minutes(1);
+
+/// What happens next to `attempt`, judged from its row alone, with the same limits the
+/// executor applies (`window`).
+pub fn next_action(
+    attempt: &AttemptRecord,
+    now: OffsetDateTime,
+    window: &RetryWindow,
+) -> NextAction {
+    let id = attempt.payment_attempt_id;
+    let overdue = |at: OffsetDateTime, role: &str, hint: &str| {
+        (now - at > OVERDUE).then(|| {
+            format!(
+                "overdue by {}: is the {role} running{hint}?",
+                table::short(now - at)
+            )
+        })
+    };
+    match attempt.status {
+        AttemptStatus::Pending => {
+            let window_closed = attempt.first_dispatched_at.is_some_and(|first| {
+                first <= window.key_window_cutoff(now)
+                    || attempt.created_at <= window.age_cutoff(now)
+            });
+            let what = if window_closed {
+                "executor hands it to the reconciler without sending (retry window closed)"
+                    .to_owned()
+            } else if attempt.tries == 0 {
+                "executor sends the first try".to_owned()
+            } else {
+                format!("executor retries (try {})", attempt.tries + 1)
+            };
+            let paused = attempt
+                .last_gateway_call
+                .as_ref()
+                .is_some_and(|call| call.outcome == "credentials_fault");
+            NextAction {
+                by: "executor",
+                action: what,
+                at: Some(attempt.next_run_at),
+                warning: if paused {
+                    Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)".to_owned())
+                } else {
+                    overdue(
+                        attempt.next_run_at,
+                        "executor",
+                        ", or paused because the gateway rejects its API key (401), or its breaker open",
+                    )
+                },
+            }
+        }
+        AttemptStatus::InFlight => match attempt.lease_expires_at {
+            Some(expires) if expires > now => NextAction {
+                by: "executor",
+                action: format!(
+                    "gateway call in progress ({}); lease expires",
+                    attempt.lease_owner.as_deref().unwrap_or("unknown executor")
+                ),
+                at: Some(expires),
+                warning: None,
+            },
+            expires => NextAction {
+                by: "reconciler",
+                action: "lease expired: reconciler takes it over and looks it up".to_owned(),
+                at: expires,
+                warning: expires.and_then(|e| overdue(e, "reconciler", "")),
+            },
+        },
+        AttemptStatus::Unknown => NextAction {
+            by: "reconciler",
+            action: format!(
+                "reconciler looks the charge up at the gateway (check {})",
+                attempt.reconcile_checks + 1
+            ),
+            at: Some(attempt.next_run_at),
+            warning: overdue(attempt.next_run_at, "reconciler", ""),
+        },
+        AttemptStatus::NeedsReview => NextAction {
+            by: "operator",
+            action: format!(
+                "operator must resolve: onecharge attempts resolve {id} --as succeeded|declined|retry --reason \"…\""
+            ),
+            at: None,
+            warning: None,
+        },
+        AttemptStatus::Succeeded | AttemptStatus::Declined | AttemptStatus::Expired => {
+            NextAction {
+                by: "none",
+                action: "nothing: final".to_owned(),
+                at: None,
+                warning: None,
+            }
+        }
+    }
+}
+
+/// `executor retries (try 3) at 2026-11-29 10:15:01Z (in 4m) — WARNING: …`
+fn next_action_text(next: &NextAction, now: OffsetDateTime) -> String {
+    let mut text = match next.at {
+        Some(at) => format!("{} at {}", next.action, table::at_relative(at, now)),
+        None => next.action.clone(),
+    };
+    if let Some(warning) = &next.warning {
+        text.push_str(" — WARNING: ");
+        text.push_str(warning);
+    }
+    text
+}
+
+/// `charge 503 ambiguous (4m ago)`, or `-` when the gateway was never called.
+fn last_response(call: Option<&GatewayCall>, now: OffsetDateTime) -> String {
+    match call {
+        None => "-".to_owned(),
+        Some(call) => format!(
+            "{} {} {} ({})",
+            call.operation,
+            call.http_status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "no-answer".to_owned()),
+            call.outcome,
+            table::relative(call.finished_at, now)
+        ),
+    }
+}
+
+/// The aligned table of `attempts list`.
+pub fn render_list(views: &[AttemptView], now: OffsetDateTime) -> String {
+    if views.is_empty() {
+        return "no attempts\n".to_owned();
+    }
+    let mut t = Table::new(&[
+        "PAYMENT ATTEMPT",
+        "STATUS",
+        "ORDER",
+        "AMOUNT",
+        "TRIES",
+        "GATEWAY CHARGE",
+        "CREATED",
+        "UPDATED",
+    ]);
+    for v in views {
+        let a = &v.attempt;
+        t.push(vec![
+            a.payment_attempt_id.to_string(),
+            a.status.to_string(),
+            table::cell(&a.order_id, 24),
+            table::amount(a.amount_minor, &a.currency),
+            a.tries.to_string(),
+            table::or_dash(a.gateway_charge_id.as_deref()),
+            table::at_relative(a.created_at, now),
+            table::relative(a.updated_at, now),
+        ]);
+    }
+    format!(
+        "{}{} attempt{} (newest first)\n",
+        t.render(),
+        views.len(),
+        if views.len() == 1 { "" } else { "s" }
+    )
+}
+
+/// The table of `attempts stuck`, with a line saying what was looked for.
+pub fn render_stuck(views: &[AttemptView], older_than: Duration, now: OffsetDateTime) -> String {
+    let threshold = table::setting(older_than);
+    if views.is_empty() {
+        return format!(
+            "nothing stuck: no unsettled attempt older than {threshold}, none in needs_review\n"
+        );
+    }
+    let mut t = Table::new(&[
+        "PAYMENT ATTEMPT",
+        "STATUS",
+        "AGE",
+        "TRIES",
+        "LAST GATEWAY RESPONSE",
+        "REVIEW REASON / LAST ERROR",
+        "NEXT ACTION",
+    ]);
+    for v in views {
+        let a = &v.attempt;
+        let why = a.review_reason.as_deref().or(a.last_error.as_deref());
+        t.push(vec![
+            a.payment_attempt_id.to_string(),
+            a.status.to_string(),
+            table::short(now - a.created_at),
+            a.tries.to_string(),
+            last_response(a.last_gateway_call.as_ref(), now),
+            table::cell(why.unwrap_or("-"), 60),
+            if a.status == AttemptStatus::NeedsReview {
+                "operator must resolve (attempts resolve)".to_owned()
+            } else {
+                next_action_text(&v.next_action, now)
+            },
+        ]);
+    }
+    let review = views
+        .iter()
+        .filter(|v| v.attempt.status == AttemptStatus::NeedsReview)
+        .count();
+    format!(
+        "{} attempt{} need{} attention: {review} in needs_review, {} unsettled for more than {threshold}; oldest first\n{}",
+        views.len(),
+        if views.len() == 1 { "" } else { "s" },
+        if views.len() == 1 { "s" } else { "" },
+        views.len() - review,
+        t.render()
+    )
+}
+
+/// The human form of `attempts show`: the attempt's facts, then its history as one timeline.
+pub fn render_show(detail: &AttemptDetail, now: OffsetDateTime) -> String {
+    let a = &detail.view.attempt;
+    let mut facts = Table::new(&["", ""]);
+    let mut fact = |name: &str, value: String| facts.push(vec![name.to_owned(), value]);
+    fact("payment attempt", a.payment_attempt_id.to_string());
+    fact("status", a.status.to_string());
+    fact("next", next_action_text(&detail.view.next_action, now));
+    if let Some(reason) = &a.review_reason {
+        fact("review reason", table::cell(reason, 300));
+    }
+    if let Some(error) = &a.last_error {
+        fact("last error", table::cell(error, 300));
+    }
+    fact(
+        "amount",
+        format!(
+            "{} ({} minor units)",
+            table::amount(a.amount_minor, &a.currency),
+            a.amount_minor
+        ),
+    );
+    fact(
+        "order / customer",
+        format!("{} / {}", a.order_id, a.customer_id),
+    );
+    fact("payment method", a.payment_method.clone());
+    fact("idempotency key", a.idempotency_key.clone());
+    fact(
+        "gateway charge",
+        match (&a.gateway_charge_id, &a.decline_code) {
+            (Some(charge), Some(code)) => format!("{charge} (decline code {code})"),
+            (Some(charge), None) => charge.clone(),
+            (None, Some(code)) => format!("- (decline code {code})"),
+            (None, None) => "-".to_owned(),
+        },
+    );
+    fact(
+        "tries",
+        format!(
+            "{} charge tries, {} reconciler checks",
+            a.tries, a.reconcile_checks
+        ),
+    );
+    fact("created", table::at_relative(a.created_at, now));
+    fact("updated", table::at_relative(a.updated_at, now));
+    fact(
+        "first sent",
+        a.first_dispatched_at
+            .map(|t| table::at_relative(t, now))
+            .unwrap_or_else(|| "never (the gateway has not seen this key)".to_owned()),
+    );
+    if !a.status.is_final() {
+        fact(
+            "retry window",
+            match detail.view.retry_window_closes_at {
+                None => "open: the gateway has never seen the key".to_owned(),
+                Some(closes) if closes > now => {
+                    format!("open until {}", table::at_relative(closes, now))
+                }
+                Some(closes) => format!(
+                    "closed since {}: never re-sent; settle by lookup (--as succeeded|declined)",
+                    table::at_relative(closes, now)
+                ),
+            },
+        );
+    }
+    if let Some(expires) = a.lease_expires_at {
+        fact(
+            "lease",
+            format!(
+                "{} until {}",
+                a.lease_owner.as_deref().unwrap_or("?"),
+                table::at_relative(expires, now)
+            ),
+        );
+    }
+    fact(
+        "command",
+        format!(
+            "message {}{}",
+            a.first_message_id,
+            a.correlation_id
+                .as_deref()
+                .map(|c| format!(", correlation {c}"))
+                .unwrap_or_default()
+        ),
+    );
+    let mut out = facts
+        .render()
+        .lines()
+        .skip(1)
+        .fold(String::new(), |mut s, l| {
+            s.push_str(l);
+            s.push('\n');
+            s
+        });
+
+    let mut entries: Vec<(OffsetDateTime, u8, [String; 3])> = Vec::new();
+    for t in &detail.transitions {
+        entries.push((
+            t.at,
+            0,
+            [
+                "state".to_owned(),
+                format!(
+                    "{} -> {} ({})",
+                    t.from_status.as_deref().unwrap_or("new"),
+                    t.to_status,
+                    t.cause
+                ),
+                format!(
+                    "by {}{}",
+                    t.actor,
+                    t.detail
+                        .as_deref()
+                        .map(|d| format!(": {}", table::cell(d, 160)))
+                        .unwrap_or_default()
+                ),
+            ],
+        ));
+    }
+    for c in &detail.gateway_calls {
+        entries.push((
+            c.started_at,
+            1,
+            [
+                "gateway".to_owned(),
+                format!(
+                    "{} try {} -> {} {}",
+                    c.operation,
+                    c.try_number,
+                    c.http_status
+                        .map(|s| format!("HTTP {s}"))
+                        .unwrap_or_else(|| "no answer".to_owned()),
+                    c.outcome
+                ),
+                format!(
+                    "{} ms{}{}",
+                    c.duration_ms,
+                    c.gateway_charge_id
+                        .as_deref()
+                        .map(|id| format!(", charge {id}"))
+                        .unwrap_or_default(),
+                    c.error
+                        .as_deref()
+                        .map(|e| format!(", {}", table::cell(e, 160)))
+                        .unwrap_or_default()
+                ),
+            ],
+        ));
+    }
+    for e in &detail.events {
+        entries.push((
+            e.created_at,
+            2,
+            [
+                "event".to_owned(),
+                e.subject.clone(),
+                match e.published_at {
+                    Some(p) => format!("{} published {}", e.event_id, table::at(p)),
+                    None => format!(
+                        "{} NOT YET PUBLISHED ({} tries{})",
+                        e.event_id,
+                        e.publish_attempts,
+                        e.last_error
+                            .as_deref()
+                            .map(|err| format!(", last error: {}", table::cell(err, 120)))
+                            .unwrap_or_default()
+                    ),
+                },
+            ],
+        ));
+    }
+    entries.sort_by_key(|(at, order, _)| (*at, *order));
+    let mut timeline = Table::new(&["TIME (UTC)", "KIND", "WHAT", "DETAIL"]);
+    for (at, _, [kind, what, detail]) in entries {
+        timeline.push(vec![table::at_ms(at), kind, what, detail]);
+    }
+    out.push('\n');
+    out.push_str(&timeline.render());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    fn attempt(status: AttemptStatus) -> AttemptRecord {
+        let t = datetime!(2026-11-29 10:00:00 UTC);
+        AttemptRecord {
+            payment_attempt_id: Uuid::nil(),
+            status,
+            order_id: "ord_1".into(),
+            customer_id: "cus_1".into(),
+            amount_minor: 1999,
+            currency: "EUR".into(),
+            payment_method: "pm_card_visa".into(),
+            description: None,
+            requested_at: None,
+            idempotency_key: "onecharge-0".into(),
+            tries: 2,
+            next_run_at: t + time::Duration::minutes(5),
+            lease_owner: None,
+            lease_expires_at: None,
+            dispatched_at: Some(t),
+            first_dispatched_at: Some(t),
+            reconcile_checks: 1,
+            gateway_charge_id: None,
+            decline_code: None,
+            last_error: None,
+            review_reason: None,
+            first_message_id: "m-1".into(),
+            correlation_id: None,
+            created_at: t,
+            updated_at: t,
+            last_gateway_call: None,
+        }
+    }
+
+    #[test]
+    fn each_state_names_who_moves_it_next_and_when() {
+        let window = RetryWindow::default();
+        let now = datetime!(2026-11-29 10:01:00 UTC);
+        let pending = next_action(&attempt(AttemptStatus::Pending), now, &window);
+        assert_eq!(pending.by, "executor");
+        assert_eq!(pending.action, "executor retries (try 3)");
+        assert_eq!(pending.at, Some(datetime!(2026-11-29 10:05:00 UTC)));
+        assert_eq!(pending.warning, None);
+
+        let unknown = next_action(&attempt(AttemptStatus::Unknown), now, &window);
+        assert_eq!(
+            (unknown.by, unknown.action.as_str()),
+            (
+                "reconciler",
+                "reconciler looks the charge up at the gateway (check 2)"
+            )
+        );
+
+        let mut in_flight = attempt(AttemptStatus::InFlight);
+        in_flight.lease_expires_at = Some(datetime!(2026-11-29 10:00:30 UTC));
+        let expired = next_action(&in_flight, now, &window);
+        assert_eq!(expired.by, "reconciler");
+        assert!(
+            expired.action.starts_with("lease expired"),
+            "{}",
+            expired.action
+        );
+
+        let review = next_action(&attempt(AttemptStatus::NeedsReview), now, &window);
+        assert_eq!((review.by, review.at), ("operator", None));
+        assert_eq!(
+            next_action(&attempt(AttemptStatus::Succeeded), now, &window).by,
+            "none"
+        );
+    }
+
+    #[test]
+    fn an_overdue_retry_asks_whether_the_executor_runs() {
+        let window = RetryWindow::default();
+        let now = datetime!(2026-11-29 10:15:00 UTC);
+        let next = next_action(&attempt(AttemptStatus::Pending), now, &window);
+        let warning = next.warning.expect("an overdue retry warns");
+        assert!(warning.contains("overdue by 10m00s"), "{warning}");
+        assert!(warning.contains("401"), "{warning}");
+    }
+
+    #[test]
+    fn a_pending_attempt_past_the_key_window_is_handed_over_not_sent() {
+        let window = RetryWindow::default();
+        let now = datetime!(2026-11-30 10:00:00 UTC);
+        let next = next_action(&attempt(AttemptStatus::Pending), now, &window);
+        assert!(
+            next.action
+                .starts_with("executor hands it to the reconciler"),
+            "{}",
+            next.action
+        );
+    }
+}

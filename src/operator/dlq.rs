@@ -1,0 +1,351 @@
+//! `dlq list` and `dlq replay`: the dead letters (contract §2.2) and putting one back.
+//!
+//! ## Which `Nats-Msg-Id` a replay carries
+//!
+//! A dead-lettered message was never recorded as processed (contract §1.4), so its original
+//! message id is free in the dedupe table — *for that body*:
+//! - **Unchanged body**: the replay reuses the original `Nats-Msg-Id`. It is the same message,
+//!   so it must dedupe like one: if a producer retry of it was recorded meanwhile, the replay
+//!   is a harmless `duplicate`; if the id was recorded with another body (a `conflict`
+//!   dead letter), the replay is that conflict again, never a charge.
+//! - **Corrected body**: the replay gets a new id, `<original>-replay-<dlq sequence>`. The
+//!   original id may be recorded with another body (then the corrected command would be
+//!   dead-lettered as a reused id), and the new id is still deterministic, so replaying the
+//!   same dead letter twice is recognised as a duplicate.
+//! - A dead letter that had no message id at all gets `dlq-replay-<dlq sequence>`.
+//!
+//! In both cases the attempts table still decides: a replayed command for an attempt that
+//! exists is a business duplicate (same parameters) or a conflict, never a second charge.
+//!
+//! The replay keeps the original headers (`Correlation-Id`, `traceparent`, …) minus the
+//! `Dlq-*` ones and the dead letter's own `Nats-*` ones, and adds
+//! `Replayed-From-Dlq-Sequence` and `Replayed-By`, so the command's origin is visible on the
+//! stream.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use async_nats::HeaderMap;
+use futures::StreamExt as _;
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use super::table::{self, Table};
+use crate::broker::Broker;
+use crate::config::UsageError;
+use crate::domain::command::{self, CommandHeaders, MAX_MESSAGE_ID_CHARS};
+
+/// One dead letter as `dlq list` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetter {
+    /// Its sequence in the dead-letter stream: what `dlq replay` takes.
+    pub sequence: u64,
+    /// When it was dead-lettered.
+    #[serde(with = "time::serde::rfc3339")]
+    pub time: OffsetDateTime,
+    /// `invalid`, `conflict` or `exhausted`.
+    pub class: Option<String>,
+    pub reason: Option<String>,
+    /// The command's `Nats-Msg-Id`, when it had one.
+    pub original_msg_id: Option<String>,
+    pub original_subject: Option<String>,
+    /// The command's sequence in the command stream.
+    pub original_stream_sequence: Option<u64>,
+    /// How often the command had been delivered when it was dead-lettered.
+    pub delivery_count: Option<u64>,
+    pub consumer: Option<String>,
+    pub correlation_id: Option<String>,
+    /// Read from the body when it is JSON with that field (absent for unreadable bodies).
+    pub payment_attempt_id: Option<String>,
+    /// The original body (lossy UTF-8).
+    pub body: String,
+}
+
+/// Every dead letter the dead-letter stream still holds, oldest first.
+pub async fn list_dead_letters(broker: &Broker) -> anyhow::Result<Vec<DeadLetter>> {
+    let name = broker.names.dlq_stream();
+    let mut stream = broker
+        .jetstream
+        .get_stream(&name)
+        .await
+        .with_context(|| format!("reading stream {name}: is `onecharge setup` done?"))?;
+    let state = stream
+        .info()
+        .await
+        .with_context(|| format!("reading stream {name}"))?
+        .state
+        .clone();
+    if state.messages == 0 {
+        return Ok(Vec::new());
+    }
+    let (stream, name) = (&stream, &name);
+    let letters: Vec<Option<DeadLetter>> =
+        futures::stream::iter(state.first_sequence..=state.last_sequence)
+            .map(|sequence| async move {
+                match stream.get_raw_message(sequence).await {
+                    Ok(message) => Ok(Some(dead_letter(&message))),
+                    // Deleted or aged out between the info and the read: nothing to show.
+                    Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                    Err(err) => Err(anyhow::Error::new(err)
+                        .context(format!("reading dead letter {sequence} of {name}"))),
+                }
+            })
+            .buffered(32)
+            .collect::<Vec<anyhow::Result<Option<DeadLetter>>>>()
+            .await
+            .into_iter()
+            .collect::<anyhow::Result<_>>()?;
+    Ok(letters.into_iter().flatten().collect())
+}
+
+fn dead_letter(message: &async_nats::jetstream::message::StreamMessage) -> DeadLetter {
+    let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned());
+    let number = |name: &str| header(name).and_then(|v| v.parse().ok());
+    DeadLetter {
+        sequence: message.sequence,
+        time: message.time,
+        class: header("Dlq-Class"),
+        reason: header("Dlq-Reason"),
+        original_msg_id: header("Dlq-Original-Msg-Id"),
+        original_subject: header("Dlq-Original-Subject"),
+        original_stream_sequence: number("Dlq-Stream-Sequence"),
+        delivery_count: number("Dlq-Delivery-Count"),
+        consumer: header("Dlq-Consumer"),
+        correlation_id: header("Correlation-Id"),
+        payment_attempt_id: serde_json::from_slice::<serde_json::Value>(&message.payload)
+            .ok()
+            .and_then(|body| body.get("payment_attempt_id")?.as_str().map(str::to_owned)),
+        body: String::from_utf8_lossy(&message.payload).into_owned(),
+    }
+}
+
+/// The aligned table of `dlq list`.
+pub fn render_list(letters: &[DeadLetter], stream: &str) -> String {
+    if letters.is_empty() {
+        return format!("no dead letters in {stream}\n");
+    }
+    let now = OffsetDateTime::now_utc();
+    let mut t = Table::new(&[
+        "SEQ",
+        "DEAD-LETTERED",
+        "CLASS",
+        "DELIVERIES",
+        "ORIGINAL MSG ID",
+        "ORIGINAL SUBJECT",
+        "REASON",
+    ]);
+    for d in letters {
+        t.push(vec![
+            d.sequence.to_string(),
+            table::at_relative(d.time, now),
+            table::or_dash(d.class.as_deref()),
+            d.delivery_count
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "-".into()),
+            table::cell(d.original_msg_id.as_deref().unwrap_or("-"), 48),
+            table::or_dash(d.original_subject.as_deref()),
+            table::cell(d.reason.as_deref().unwrap_or("-"), 100),
+        ]);
+    }
+    format!(
+        "{}{} dead letter{} in {stream} (bodies: dlq list --json; republish: dlq replay <SEQ> [--body-file F])\n",
+        t.render(),
+        letters.len(),
+        if letters.len() == 1 { "" } else { "s" }
+    )
+}
+
+/// What a replay published.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replayed {
+    pub dlq_sequence: u64,
+    pub subject: String,
+    pub message_id: String,
+    /// Its sequence in the command stream.
+    pub stream_sequence: u64,
+    /// Whether the body was replaced by the operator's correction.
+    pub body_corrected: bool,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Replayed {
+    /// What was published, for the operator's terminal.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "replayed dead letter {} to {} as stream sequence {} with Nats-Msg-Id {} ({})\nheaders:\n",
+            self.dlq_sequence,
+            self.subject,
+            self.stream_sequence,
+            self.message_id,
+            if self.body_corrected {
+                "corrected body: new message id"
+            } else {
+                "unchanged body: original message id"
+            }
+        );
+        for (name, value) in &self.headers {
+            out.push_str(&format!("  {name}: {value}\n"));
+        }
+        out.push_str("body:\n");
+        out.push_str(self.body.trim_end());
+        out.push('\n');
+        out
+    }
+}
+
+/// Republishes dead letter `sequence` to the command subject, with `corrected` as its body
+/// when given, after checking that the body is a valid command (a replay that would only be
+/// dead-lettered again is refused). See the module documentation for the message id.
+pub async fn replay(
+    broker: &Broker,
+    sequence: u64,
+    corrected: Option<Vec<u8>>,
+    actor: &str,
+) -> anyhow::Result<Replayed> {
+    let dlq = broker.names.dlq_stream();
+    let stream = broker
+        .jetstream
+        .get_stream(&dlq)
+        .await
+        .with_context(|| format!("reading stream {dlq}: is `onecharge setup` done?"))?;
+    let letter = match stream.get_raw_message(sequence).await {
+        Ok(message) => message,
+        Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => anyhow::bail!(
+            "no dead letter with sequence {sequence} in {dlq} (`onecharge dlq list` shows what there is)"
+        ),
+        Err(err) => return Err(err).with_context(|| format!("reading dead letter {sequence} of {dlq}")),
+    };
+    let original_id = letter
+        .headers
+        .get("Dlq-Original-Msg-Id")
+        .map(|v| v.as_str().to_owned())
+        .filter(|id| !id.is_empty());
+    let body_corrected = corrected
+        .as_deref()
+        .is_some_and(|body| body != letter.payload.as_ref());
+    let payload: bytes::Bytes = match corrected {
+        Some(body) if body_corrected => body.into(),
+        _ => letter.payload.clone(),
+    };
+    let message_id = replay_message_id(original_id.as_deref(), body_corrected, sequence);
+
+    let mut headers = HeaderMap::new();
+    let mut shown = Vec::new();
+    for (name, values) in letter.headers.iter() {
+        let name = name.to_string();
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("dlq-") || lower.starts_with("nats-") {
+            continue;
+        }
+        for value in values {
+            headers.append(name.as_str(), value.as_str());
+            shown.push((name.clone(), value.as_str().to_owned()));
+        }
+    }
+    let ours = [
+        ("Nats-Msg-Id", message_id.clone()),
+        ("Replayed-From-Dlq-Sequence", sequence.to_string()),
+        ("Replayed-By", actor.to_owned()),
+    ];
+    for (name, value) in &ours {
+        headers.insert(*name, value.as_str());
+    }
+    shown.sort();
+    shown.splice(0..0, ours.iter().map(|(n, v)| ((*n).to_owned(), v.clone())));
+
+    let command_headers = CommandHeaders {
+        message_id: Some(message_id.clone()),
+        correlation_id: headers.get("Correlation-Id").map(|v| v.as_str().to_owned()),
+        traceparent: headers.get("traceparent").map(|v| v.as_str().to_owned()),
+    };
+    if let Err(invalid) = command::validate(&command_headers, &payload) {
+        return Err(UsageError(if body_corrected {
+            format!("the corrected body is not a valid command: {invalid}; nothing was published")
+        } else {
+            format!(
+                "dead letter {sequence} is still not a valid command ({invalid}): write a corrected body to a file and pass --body-file; nothing was published"
+            )
+        })
+        .into());
+    }
+
+    let subject = broker.names.charge_subject();
+    let ack = broker
+        .jetstream
+        .publish_with_headers(subject.clone(), headers, payload.clone())
+        .await
+        .with_context(|| format!("publishing to {subject}"))?
+        .await
+        .with_context(|| format!("JetStream did not store the replay on {subject}"))?;
+    if ack.duplicate {
+        let window = duplicate_window(broker).await;
+        anyhow::bail!(
+            "JetStream dropped the replay as a duplicate: a message with Nats-Msg-Id {message_id} reached {} less than its duplicate window ({}) ago — this dead letter was just replayed, or its original was published moments ago; nothing new was published",
+            ack.stream,
+            window.map(table::setting).unwrap_or_else(|| "unknown".into())
+        );
+    }
+    tracing::info!(
+        dlq_sequence = sequence,
+        message_id,
+        stream_sequence = ack.sequence,
+        actor,
+        body_corrected,
+        "dead letter replayed"
+    );
+    Ok(Replayed {
+        dlq_sequence: sequence,
+        subject,
+        message_id,
+        stream_sequence: ack.sequence,
+        body_corrected,
+        headers: shown,
+        body: String::from_utf8_lossy(&payload).into_owned(),
+    })
+}
+
+/// The `Nats-Msg-Id` of a replay (see the module documentation).
+pub fn replay_message_id(
+    original: Option<&str>,
+    body_corrected: bool,
+    dlq_sequence: u64,
+) -> String {
+    match (original, body_corrected) {
+        (Some(original), false) => original.to_owned(),
+        (Some(original), true) => {
+            let suffix = format!("-replay-{dlq_sequence}");
+            let keep = MAX_MESSAGE_ID_CHARS - suffix.len();
+            let head: String = original.chars().take(keep).collect();
+            format!("{head}{suffix}")
+        }
+        (None, _) => format!("dlq-replay-{dlq_sequence}"),
+    }
+}
+
+async fn duplicate_window(broker: &Broker) -> Option<Duration> {
+    let stream = broker
+        .jetstream
+        .get_stream(broker.names.commands_stream())
+        .await
+        .ok()?;
+    Some(stream.cached_info().config.duplicate_window)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unchanged_body_keeps_its_message_id_and_a_corrected_one_gets_a_new_stable_id() {
+        assert_eq!(replay_message_id(Some("m-1"), false, 7), "m-1");
+        assert_eq!(replay_message_id(Some("m-1"), true, 7), "m-1-replay-7");
+        assert_eq!(replay_message_id(None, true, 7), "dlq-replay-7");
+        assert_eq!(replay_message_id(None, false, 7), "dlq-replay-7");
+        let long = "x".repeat(200);
+        let id = replay_message_id(Some(&long), true, 12);
+        assert_eq!(id.chars().count(), 200);
+        assert!(id.ends_with("-replay-12"));
+    }
+}

@@ -1,0 +1,270 @@
+//! `attempts resolve` and `POST /api/attempts/{id}/resolve`: a person's decision on an
+//! attempt nobody could settle automatically.
+//!
+//! Only `needs_review` attempts can be resolved, and a retry only inside the gateway's key
+//! window: once the gateway may have forgotten the key, sending the charge again could charge
+//! the customer a second time, so onecharge refuses and says why. Both rules are in the one
+//! guarded SQL statement that makes the change (`crate::store::operator::resolve_attempt`).
+
+use std::fmt;
+
+use serde::Deserialize;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::table;
+use super::RetryWindow;
+use crate::domain::AttemptStatus;
+use crate::store::operator::{self as sql, Resolution, ResolveOutcome, ResolveTarget};
+use crate::store::Store;
+
+/// What the operator established (`--as`; `"as"` in the API body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ResolveAs {
+    /// The gateway charged the customer (needs the gateway's charge id)
+    Succeeded,
+    /// The customer was not charged
+    Declined,
+    /// Send the charge again with the same idempotency key (only inside the key window)
+    Retry,
+}
+
+/// One decision as the CLI or the API received it, not yet validated.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    #[serde(rename = "as")]
+    pub as_: ResolveAs,
+    pub reason: String,
+    #[serde(default)]
+    pub gateway_charge_id: Option<String>,
+    #[serde(default)]
+    pub decline_code: Option<String>,
+}
+
+/// Why a decision was not applied. The CLI and the API branch on the variant: `Invalid` is
+/// the caller's mistake (exit 2 / 400), `NotFound` 404, `Refused` the attempt's state
+/// (exit 1 / 409), `Store` a failure (exit 1 / 500).
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no payment attempt {0}")]
+    NotFound(Uuid),
+    #[error("{0}")]
+    Refused(String),
+    #[error("database error: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+/// A decision that was applied.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Resolved {
+    pub payment_attempt_id: Uuid,
+    pub status: AttemptStatus,
+    pub actor: String,
+    /// The event queued in the outbox for a final state (the relay publishes it).
+    pub event_id: Option<Uuid>,
+}
+
+impl Resolved {
+    /// One line saying what changed.
+    pub fn summary(&self) -> String {
+        let mut line = format!(
+            "attempt {}: needs_review -> {} (by {})",
+            self.payment_attempt_id, self.status, self.actor
+        );
+        match (self.event_id, self.status.event_name()) {
+            (Some(event), Some(name)) => line.push_str(&format!(
+                "; event payment-{name} {event} queued for publishing"
+            )),
+            _ => line.push_str("; the executor sends it again with the same idempotency key"),
+        }
+        line
+    }
+}
+
+/// Most characters kept of an operator's reason.
+const MAX_REASON_CHARS: usize = 1000;
+
+/// Applies `request` to attempt `id` on behalf of `actor`, at `now`.
+pub async fn resolve(
+    store: &Store,
+    id: Uuid,
+    request: &ResolveRequest,
+    actor: &str,
+    window: &RetryWindow,
+    now: OffsetDateTime,
+) -> Result<Resolved, ResolveError> {
+    let target = validate(request)?;
+    let reason = request.reason.trim();
+    let outcome = sql::resolve_attempt(
+        store,
+        &Resolution {
+            payment_attempt_id: id,
+            target,
+            reason,
+            actor,
+            now,
+            key_window_cutoff: window.key_window_cutoff(now),
+            age_cutoff: window.age_cutoff(now),
+        },
+    )
+    .await?;
+    match outcome {
+        ResolveOutcome::Resolved { status, event_id } => {
+            tracing::info!(payment_attempt_id = %id, %status, actor, reason, "attempt resolved by an operator");
+            Ok(Resolved {
+                payment_attempt_id: id,
+                status,
+                actor: actor.to_owned(),
+                event_id,
+            })
+        }
+        ResolveOutcome::NotFound => Err(ResolveError::NotFound(id)),
+        ResolveOutcome::NotInReview { status } => Err(ResolveError::Refused(format!(
+            "attempt {id} is {status}, not needs_review: only attempts in review can be resolved ({})",
+            Owner(status)
+        ))),
+        ResolveOutcome::KeyWindowClosed {
+            first_dispatched_at,
+            idempotency_key,
+        } => Err(ResolveError::Refused(format!(
+            "refusing to retry attempt {id}: its first gateway call was at {} ({}), and the key window is {} (gateway_key_retention {} minus gateway_key_retention_margin {}): the gateway may have forgotten key {idempotency_key}; a retry could charge twice. Look the charge up at the gateway (reference {id}) and resolve --as succeeded or --as declined",
+            table::at(first_dispatched_at),
+            table::relative(first_dispatched_at, now),
+            table::setting(window.key_window),
+            table::setting(window.key_retention),
+            table::setting(window.key_retention_margin),
+        ))),
+        ResolveOutcome::TooOldToRetry { created_at } => Err(ResolveError::Refused(format!(
+            "refusing to retry attempt {id}: it was recorded at {} ({}), past executor.max_age ({}), so the executor would hand it back to the reconciler without sending it. Look the charge up at the gateway (reference {id}) and resolve --as succeeded or --as declined, or raise executor.max_age",
+            table::at(created_at),
+            table::relative(created_at, now),
+            table::setting(window.max_age),
+        ))),
+    }
+}
+
+/// Checks what can be checked without the database.
+fn validate(request: &ResolveRequest) -> Result<ResolveTarget, ResolveError> {
+    let invalid = |why: &str| Err(ResolveError::Invalid(why.to_owned()));
+    let reason = request.reason.trim();
+    if reason.is_empty() {
+        return invalid("--reason must say why (it is recorded with the decision)");
+    }
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return invalid("--reason is longer than 1000 characters");
+    }
+    let charge_id = match request.gateway_charge_id.as_deref().map(str::trim) {
+        Some("") => return invalid("--gateway-charge-id is empty"),
+        Some(id) if id.chars().count() > 255 => {
+            return invalid("--gateway-charge-id is longer than 255 characters")
+        }
+        other => other.map(str::to_owned),
+    };
+    let decline_code = match request.decline_code.as_deref().map(str::trim) {
+        Some("") => return invalid("--decline-code is empty"),
+        Some(code) if code.chars().count() > 255 => {
+            return invalid("--decline-code is longer than 255 characters")
+        }
+        other => other.map(str::to_owned),
+    };
+    match request.as_ {
+        ResolveAs::Succeeded => {
+            if decline_code.is_some() {
+                return invalid("--decline-code goes with --as declined, not --as succeeded");
+            }
+            match charge_id {
+                Some(gateway_charge_id) => Ok(ResolveTarget::Succeeded { gateway_charge_id }),
+                None => invalid(
+                    "--as succeeded needs --gateway-charge-id: the charge the gateway made (look it up by the attempt's idempotency key)",
+                ),
+            }
+        }
+        ResolveAs::Declined => Ok(ResolveTarget::Declined {
+            gateway_charge_id: charge_id,
+            decline_code,
+        }),
+        ResolveAs::Retry => {
+            if charge_id.is_some() || decline_code.is_some() {
+                return invalid(
+                    "--as retry sends the charge again: --gateway-charge-id and --decline-code do not apply",
+                );
+            }
+            Ok(ResolveTarget::Retry)
+        }
+    }
+}
+
+/// Who owns an attempt in `status`, for the refusal message.
+struct Owner(AttemptStatus);
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            AttemptStatus::Pending | AttemptStatus::InFlight => "the executor owns it",
+            AttemptStatus::Unknown => "the reconciler owns it",
+            AttemptStatus::NeedsReview => "it is in review",
+            AttemptStatus::Succeeded | AttemptStatus::Declined | AttemptStatus::Expired => {
+                "it is final"
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(as_: ResolveAs) -> ResolveRequest {
+        ResolveRequest {
+            as_,
+            reason: "checked the gateway dashboard".into(),
+            gateway_charge_id: None,
+            decline_code: None,
+        }
+    }
+
+    #[test]
+    fn succeeded_needs_the_gateway_charge_id() {
+        let err = validate(&request(ResolveAs::Succeeded)).unwrap_err();
+        assert!(err.to_string().contains("--gateway-charge-id"), "{err}");
+        let ok = validate(&ResolveRequest {
+            gateway_charge_id: Some("ch_1".into()),
+            ..request(ResolveAs::Succeeded)
+        })
+        .unwrap();
+        assert_eq!(
+            ok,
+            ResolveTarget::Succeeded {
+                gateway_charge_id: "ch_1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_decision_without_a_reason_is_refused() {
+        let err = validate(&ResolveRequest {
+            reason: "  ".into(),
+            ..request(ResolveAs::Declined)
+        })
+        .unwrap_err();
+        assert!(matches!(err, ResolveError::Invalid(_)));
+    }
+
+    #[test]
+    fn a_retry_takes_no_outcome_fields() {
+        let err = validate(&ResolveRequest {
+            gateway_charge_id: Some("ch_1".into()),
+            ..request(ResolveAs::Retry)
+        })
+        .unwrap_err();
+        assert!(matches!(err, ResolveError::Invalid(_)));
+        assert_eq!(
+            validate(&request(ResolveAs::Retry)).unwrap(),
+            ResolveTarget::Retry
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! Plain-text presentation helpers: aligned tables, times in UTC with how long ago, amounts
+//! in major units. Output meant to be read by a tired person, so every time says its zone
+//! and how far from now it is.
+
+use time::format_description::FormatItem;
+use time::macros::format_description;
+use time::{Duration, OffsetDateTime, UtcOffset};
+
+const TIME: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day] [hour]:[minute]:[second]Z");
+const TIME_MS: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3]Z");
+
+/// A table whose columns are as wide as their widest cell, two spaces apart.
+pub(crate) struct Table {
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub(crate) fn new(headers: &[&'static str]) -> Self {
+        Self {
+            headers: headers.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, row: Vec<String>) {
+        debug_assert_eq!(row.len(), self.headers.len());
+        self.rows.push(row);
+    }
+
+    pub(crate) fn render(&self) -> String {
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let headers: Vec<String> = self.headers.iter().map(|h| (*h).to_owned()).collect();
+        for row in std::iter::once(&headers).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                line.push_str(cell);
+                if i + 1 < row.len() {
+                    line.push_str(&" ".repeat(width - cell.chars().count()));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// `text` on one line, cut to `max` characters.
+pub(crate) fn cell(text: &str, max: usize) -> String {
+    let one_line = text.replace(['\r', '\n', '\t'], " ");
+    crate::domain::bounded(&one_line, max)
+}
+
+/// An optional value, or `-`.
+pub(crate) fn or_dash(value: Option<&str>) -> String {
+    value.unwrap_or("-").to_owned()
+}
+
+/// `2026-11-29 10:15:01Z`
+pub(crate) fn at(t: OffsetDateTime) -> String {
+    t.to_offset(UtcOffset::UTC)
+        .format(TIME)
+        .unwrap_or_else(|_| t.to_string())
+}
+
+/// `2026-11-29 10:15:01.234Z`
+pub(crate) fn at_ms(t: OffsetDateTime) -> String {
+    t.to_offset(UtcOffset::UTC)
+        .format(TIME_MS)
+        .unwrap_or_else(|_| t.to_string())
+}
+
+/// `2026-11-29 10:15:01Z (4m ago)` / `(in 4m)`
+pub(crate) fn at_relative(t: OffsetDateTime, now: OffsetDateTime) -> String {
+    format!("{} ({})", at(t), relative(t, now))
+}
+
+/// `in 4m`, `4m ago`, `now`.
+pub(crate) fn relative(t: OffsetDateTime, now: OffsetDateTime) -> String {
+    let delta = t - now;
+    if delta.whole_seconds().abs() < 1 {
+        "now".to_owned()
+    } else if delta.is_positive() {
+        format!("in {}", short(delta))
+    } else {
+        format!("{} ago", short(-delta))
+    }
+}
+
+/// A duration in its two largest units: `2d3h`, `4h05m`, `4m10s`, `12s`.
+pub(crate) fn short(d: Duration) -> String {
+    let secs = d.whole_seconds().max(0);
+    let (days, hours, minutes, seconds) = (
+        secs / 86_400,
+        secs % 86_400 / 3600,
+        secs % 3600 / 60,
+        secs % 60,
+    );
+    if days > 0 {
+        format!("{days}d{hours}h")
+    } else if hours > 0 {
+        format!("{hours}h{minutes:02}m")
+    } else if minutes > 0 {
+        format!("{minutes}m{seconds:02}s")
+    } else {
+        format!("{seconds}s")
+    }
+}
+
+/// A std duration as the configuration spells it (`14days`, `1h`).
+pub(crate) fn setting(d: std::time::Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// `19.99 EUR` (the currency's minor unit from ISO 4217; `1999 XYZ` when unknown).
+pub(crate) fn amount(minor: i64, currency: &str) -> String {
+    let exponent = iso_currency::Currency::from_code(currency)
+        .and_then(|c| c.exponent())
+        .unwrap_or(0) as u32;
+    if exponent == 0 {
+        return format!("{minor} {currency}");
+    }
+    let unit = 10_i64.pow(exponent);
+    let sign = if minor < 0 { "-" } else { "" };
+    let minor = minor.unsigned_abs();
+    format!(
+        "{sign}{}.{:0width$} {currency}",
+        minor / unit as u64,
+        minor % unit as u64,
+        width = exponent as usize
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn columns_align_on_their_widest_cell() {
+        let mut table = Table::new(&["ID", "STATUS"]);
+        table.push(vec!["a-long-id".into(), "pending".into()]);
+        table.push(vec!["b".into(), "needs_review".into()]);
+        assert_eq!(
+            table.render(),
+            "ID         STATUS\na-long-id  pending\nb          needs_review\n"
+        );
+    }
+
+    #[test]
+    fn amounts_are_shown_in_major_units_of_their_currency() {
+        assert_eq!(amount(1999, "EUR"), "19.99 EUR");
+        assert_eq!(amount(5, "EUR"), "0.05 EUR");
+        assert_eq!(amount(1999, "JPY"), "1999 JPY");
+        assert_eq!(amount(1234, "KWD"), "1.234 KWD");
+    }
+
+    #[test]
+    fn times_say_how_far_from_now_they_are() {
+        let now = datetime!(2026-11-29 10:00:00 UTC);
+        assert_eq!(
+            at_relative(datetime!(2026-11-29 10:04:10 UTC), now),
+            "2026-11-29 10:04:10Z (in 4m10s)"
+        );
+        assert_eq!(
+            relative(datetime!(2026-11-27 07:00:00 UTC), now),
+            "2d3h ago"
+        );
+        assert_eq!(relative(now, now), "now");
+    }
+}

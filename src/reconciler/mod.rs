@@ -1,0 +1,437 @@
+//! The reconciler: settles every ambiguous outcome by asking the gateway what happened
+//! under the attempt's idempotency key, and hands what it cannot settle to a person.
+//!
+//! One pass ([`Reconciler::run_once`]):
+//! 1. moves `in_flight` attempts whose lease expired to `unknown` (cause `lease_expired`);
+//! 2. claims due `unknown` attempts (SKIP LOCKED, fencing token) and looks each up:
+//!    - a charge found → adopt its outcome (`succeeded` / `declined`) with its event;
+//!    - nothing found, inside the key window → back to `pending`: the executor re-sends with
+//!      the **same key**, so even a charge the gateway is still processing is not doubled;
+//!    - nothing found, outside the key window → `needs_review`: the gateway may have
+//!      forgotten the key, so a re-send could charge twice and only a person can decide;
+//!    - the lookup failed → check again after the next delay of the schedule; when the
+//!      schedule is used up → `needs_review` with a `payment-needs-review` event.
+//!
+//! Invariants:
+//! - The reconciler never charges; it only looks up. Re-sending is the executor's, with the
+//!   stored key, and only inside the key window.
+//! - Every write is fenced by the claim's token, so two reconcilers, or a reconciler and an
+//!   operator, never both settle one attempt.
+//! - Every lookup is written to `gateway_calls`; every state change records its cause.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::{ReconcilerSettings, Settings};
+use crate::domain::outcome::{GatewayCharge, LookupOutcome};
+use crate::domain::AttemptStatus;
+use crate::executor::{Clock, SystemClock};
+use crate::gateway::{GatewayClient, GatewayHealth};
+use crate::store::executor::{settle, Fence, GatewayCallRecord, Settlement};
+use crate::store::reconciler::{claim_unknown, expire_leases, reschedule_lookup, UnknownAttempt};
+use crate::store::Store;
+
+/// What happened to one looked-up attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// Moved to this state.
+    Moved(AttemptStatus),
+    /// Stays `unknown`; looked up again at this time.
+    Rescheduled(OffsetDateTime),
+    /// Someone else moved the attempt meanwhile; nothing written but the evidence.
+    Fenced,
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default)]
+pub struct ReconcileReport {
+    /// `in_flight` attempts whose lease had expired, now `unknown`.
+    pub leases_expired: Vec<Uuid>,
+    pub resolutions: Vec<(Uuid, Resolution)>,
+}
+
+impl ReconcileReport {
+    /// Attempts this pass moved to `status`.
+    pub fn count(&self, status: AttemptStatus) -> usize {
+        self.resolutions
+            .iter()
+            .filter(|(_, r)| *r == Resolution::Moved(status))
+            .count()
+    }
+
+    /// Attempts left `unknown` for a later check.
+    pub fn rescheduled(&self) -> usize {
+        self.resolutions
+            .iter()
+            .filter(|(_, r)| matches!(r, Resolution::Rescheduled(_)))
+            .count()
+    }
+}
+
+/// The reconciler role. Cheap to clone.
+#[derive(Clone)]
+pub struct Reconciler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    gateway: GatewayClient,
+    health: GatewayHealth,
+    settings: ReconcilerSettings,
+    /// Key retention minus its safety margin: the key window.
+    key_window: Duration,
+    /// The executor's retry limits: re-pending an attempt past them would only bounce it
+    /// back here without a call.
+    max_tries: u32,
+    max_age: Duration,
+    actor: String,
+    clock: Arc<dyn Clock>,
+}
+
+impl Reconciler {
+    pub fn new(
+        store: Store,
+        gateway: GatewayClient,
+        health: GatewayHealth,
+        settings: &Settings,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                gateway,
+                health,
+                settings: settings.reconciler.clone(),
+                key_window: settings.gateway_key_retention - settings.gateway_key_retention_margin,
+                max_tries: settings.executor.max_tries,
+                max_age: settings.executor.max_age,
+                actor: format!("reconciler:{}", crate::executor::default_owner()),
+                clock: Arc::new(SystemClock),
+            }),
+        }
+    }
+
+    /// Replaces the clock (tests move time instead of sleeping).
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                store: inner.store.clone(),
+                gateway: inner.gateway.clone(),
+                health: inner.health.clone(),
+                settings: inner.settings.clone(),
+                key_window: inner.key_window,
+                max_tries: inner.max_tries,
+                max_age: inner.max_age,
+                actor: inner.actor.clone(),
+                clock,
+            }),
+        }
+    }
+
+    /// One pass: expire leases, then look up every due `unknown` attempt (up to the batch size).
+    pub async fn run_once(&self) -> anyhow::Result<ReconcileReport> {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let leases_expired =
+            expire_leases(&inner.store, &inner.actor, now, inner.settings.batch_size)
+                .await
+                .context("expiring leases")?;
+        for id in &leases_expired {
+            tracing::warn!(payment_attempt_id = %id, "lease expired while in flight; looking the charge up");
+        }
+        let hold_until = now + inner.settings.claim_hold;
+        let claimed = claim_unknown(&inner.store, now, hold_until, inner.settings.batch_size)
+            .await
+            .context("claiming unknown attempts")?;
+        let resolutions = futures::future::join_all(claimed.into_iter().map(|attempt| async move {
+            let id = attempt.payment_attempt_id;
+            match self.reconcile(attempt).await {
+                Ok(resolution) => Some((id, resolution)),
+                Err(err) => {
+                    tracing::error!(payment_attempt_id = %id, error = %format!("{err:#}"), "reconciling failed; the claim lapses and it is retried");
+                    None
+                }
+            }
+        }))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+        Ok(ReconcileReport {
+            leases_expired,
+            resolutions,
+        })
+    }
+
+    /// Runs passes until `shutdown`, every `poll_interval` when idle.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        tracing::info!(actor = %self.inner.actor, "reconciler started");
+        while !shutdown.is_cancelled() {
+            let busy = match self.run_once().await {
+                Ok(report) => report.resolutions.len() == self.inner.settings.batch_size,
+                Err(err) => {
+                    tracing::error!(error = %format!("{err:#}"), "reconciliation pass failed");
+                    false
+                }
+            };
+            if !busy {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(self.inner.settings.poll_interval) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all, fields(payment_attempt_id = %attempt.payment_attempt_id))]
+    async fn reconcile(&self, attempt: UnknownAttempt) -> anyhow::Result<Resolution> {
+        let inner = &self.inner;
+        let started_at = inner.clock.now();
+        let call = inner.gateway.lookup(&attempt.idempotency_key).await;
+        let now = inner.clock.now();
+        inner.health.record_lookup(&call.outcome, now);
+        let evidence = GatewayCallRecord {
+            payment_attempt_id: attempt.payment_attempt_id,
+            operation: "lookup",
+            idempotency_key: attempt.idempotency_key.clone(),
+            try_number: attempt.tries,
+            lease_token: Some(attempt.lease_token),
+            started_at,
+            finished_at: now,
+            http_status: call.http_status,
+            outcome: call.outcome.label().to_owned(),
+            gateway_charge_id: found_charge(&call.outcome).map(|c| c.id.clone()),
+            error: call.error.clone().or_else(|| match &call.outcome {
+                LookupOutcome::Failed { reason } => Some(reason.clone()),
+                _ => None,
+            }),
+        };
+        let decision = self.decide(&attempt, &call.outcome, now);
+        let fence = Fence {
+            payment_attempt_id: attempt.payment_attempt_id,
+            lease_token: attempt.lease_token,
+            from: AttemptStatus::Unknown,
+            actor: inner.actor.clone(),
+        };
+        let resolution = match decision {
+            Decision::Settle { settlement, cause } => {
+                let status = settlement.status();
+                if settle(
+                    &inner.store,
+                    &fence,
+                    &settlement,
+                    cause,
+                    Some(&evidence),
+                    now,
+                )
+                .await?
+                {
+                    tracing::info!(status = %status, cause, "reconciled");
+                    Resolution::Moved(status)
+                } else {
+                    Resolution::Fenced
+                }
+            }
+            Decision::CheckAgain {
+                at,
+                reason,
+                count_check,
+            } => {
+                if reschedule_lookup(
+                    &inner.store,
+                    &attempt,
+                    at,
+                    &reason,
+                    count_check,
+                    &evidence,
+                    now,
+                )
+                .await?
+                {
+                    tracing::warn!(next_check = %at, reason, "lookup settled nothing; checking again later");
+                    Resolution::Rescheduled(at)
+                } else {
+                    Resolution::Fenced
+                }
+            }
+        };
+        crate::metrics::reconciliation(match &resolution {
+            Resolution::Moved(status) => status.as_str(),
+            Resolution::Rescheduled(_) => "rescheduled",
+            Resolution::Fenced => "fenced",
+        });
+        Ok(resolution)
+    }
+
+    /// The pure decision for one lookup answer.
+    fn decide(
+        &self,
+        attempt: &UnknownAttempt,
+        outcome: &LookupOutcome,
+        now: OffsetDateTime,
+    ) -> Decision {
+        let settings = &self.inner.settings;
+        match outcome {
+            LookupOutcome::Found(charges) if !charges.is_empty() => adopt(charges),
+            LookupOutcome::Found(_) => match attempt.first_dispatched_at {
+                Some(first) if now - first >= self.inner.key_window => Decision::Settle {
+                    settlement: Settlement::NeedsReview {
+                        reason: format!(
+                            "cannot prove whether the customer was charged: the gateway finds nothing under key {} \
+                             but it was first sent at {first}, past the key window ({}), so the gateway may have forgotten it; \
+                             a re-send could charge twice",
+                            attempt.idempotency_key,
+                            humantime::format_duration(self.inner.key_window)
+                        ),
+                    },
+                    cause: "lookup_found_nothing_outside_key_window",
+                },
+                _ if attempt.tries.max(0) as u32 >= self.inner.max_tries
+                    || now - attempt.created_at >= self.inner.max_age =>
+                {
+                    Decision::Settle {
+                        settlement: Settlement::NeedsReview {
+                            reason: format!(
+                                "the gateway has no charge under key {}, so the customer was not charged, but the \
+                                 attempt is past its retry limits ({} tries, recorded {}): decline it, or publish a new attempt",
+                                attempt.idempotency_key, attempt.tries, attempt.created_at
+                            ),
+                        },
+                        cause: "lookup_found_nothing_retries_exhausted",
+                    }
+                }
+                _ => Decision::Settle {
+                    settlement: Settlement::Retry {
+                        next_run_at: now,
+                        reason: "the gateway has no charge under this key; re-sending with the same key".into(),
+                        refund_try: false,
+                    },
+                    cause: "lookup_found_nothing",
+                },
+            },
+            LookupOutcome::CredentialsFault { status } => Decision::CheckAgain {
+                at: now + settings.schedule.first().copied().unwrap_or(Duration::from_secs(60)),
+                reason: format!("lookup refused: the gateway rejected onecharge's credentials (HTTP {status})"),
+                count_check: false,
+            },
+            LookupOutcome::Failed { reason } => {
+                let checks = attempt.reconcile_checks.max(0) as usize;
+                match settings.schedule.get(checks) {
+                    Some(delay) => Decision::CheckAgain {
+                        at: now + *delay,
+                        reason: format!("lookup {} failed: {reason}", checks + 1),
+                        count_check: true,
+                    },
+                    None => Decision::Settle {
+                        settlement: Settlement::NeedsReview {
+                            reason: format!(
+                                "cannot settle: {} gateway lookups failed over the whole reconciliation schedule; last: {reason}",
+                                checks + 1
+                            ),
+                        },
+                        cause: "reconciliation_schedule_exhausted",
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// `onecharge reconcile [--once]`: one pass over everything due now (repeated while passes
+/// come back full), with a summary; or passes until SIGTERM/Ctrl-C.
+pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
+    let gateway = GatewayClient::from_settings(&settings)?;
+    let health = GatewayHealth::from_settings(&settings.executor);
+    let store = Store::connect(&settings.database_url, 8).await?;
+    let reconciler = Reconciler::new(store, gateway, health, &settings);
+    if !once {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(crate::app::cancel_on_signal(shutdown.clone()));
+        return reconciler.run(shutdown).await;
+    }
+    let mut total = ReconcileReport::default();
+    loop {
+        let pass = reconciler.run_once().await?;
+        let full = pass.resolutions.len() == settings.reconciler.batch_size;
+        total.leases_expired.extend(pass.leases_expired);
+        total.resolutions.extend(pass.resolutions);
+        if !full {
+            break;
+        }
+    }
+    println!(
+        "reconciled {} attempt(s): {} succeeded, {} declined, {} back to pending (re-sent with the same key), \
+         {} needs_review, {} to check again later; {} expired lease(s) found",
+        total.resolutions.len(),
+        total.count(AttemptStatus::Succeeded),
+        total.count(AttemptStatus::Declined),
+        total.count(AttemptStatus::Pending),
+        total.count(AttemptStatus::NeedsReview),
+        total.rescheduled(),
+        total.leases_expired.len()
+    );
+    Ok(())
+}
+
+enum Decision {
+    Settle {
+        settlement: Settlement,
+        cause: &'static str,
+    },
+    CheckAgain {
+        at: OffsetDateTime,
+        reason: String,
+        count_check: bool,
+    },
+}
+
+/// The charge a lookup found that decides the attempt: a success wins over declines (a
+/// decline followed by a success under one key cannot happen at a conforming gateway, but
+/// money taken is what matters).
+fn found_charge(outcome: &LookupOutcome) -> Option<&GatewayCharge> {
+    match outcome {
+        LookupOutcome::Found(charges) => charges
+            .iter()
+            .find(|c| c.status == "succeeded")
+            .or_else(|| charges.first()),
+        _ => None,
+    }
+}
+
+fn adopt(charges: &[GatewayCharge]) -> Decision {
+    let succeeded: Vec<&GatewayCharge> =
+        charges.iter().filter(|c| c.status == "succeeded").collect();
+    if succeeded.len() > 1 {
+        let ids: Vec<&str> = succeeded.iter().map(|c| c.id.as_str()).collect();
+        return Decision::Settle {
+            settlement: Settlement::NeedsReview {
+                reason: format!("the gateway holds {} successful charges under one key ({}): refund all but one", ids.len(), ids.join(", ")),
+            },
+            cause: "lookup_found_several_charges",
+        };
+    }
+    let charge = found_charge(&LookupOutcome::Found(charges.to_vec()))
+        .cloned()
+        .expect("non-empty");
+    let settlement = if charge.status == "succeeded" {
+        Settlement::Succeeded {
+            charge_id: charge.id,
+        }
+    } else {
+        Settlement::Declined {
+            charge_id: charge.id,
+            decline_code: charge.decline_code,
+        }
+    };
+    Decision::Settle {
+        settlement,
+        cause: "lookup_found_charge",
+    }
+}

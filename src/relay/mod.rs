@@ -1,0 +1,204 @@
+//! The outbox relay: publishes the events that state changes wrote to the outbox
+//! (contract §2.3) onto the events stream.
+//!
+//! Invariants:
+//! - An event is published with `Nats-Msg-Id` = its `event_id`, from the headers stored with
+//!   it, so every publish of one event is the same message and JetStream deduplicates a
+//!   republish (consumers past the duplicate window still see the same id).
+//! - A row is marked published only after JetStream acknowledged it.
+//! - Rows are claimed with `FOR UPDATE SKIP LOCKED` inside a transaction held while they
+//!   are published: several relays never publish one row at the same time, and a relay that
+//!   dies releases its rows unmarked for the next one.
+
+use std::future::IntoFuture as _;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::publish::PublishAck;
+use async_nats::HeaderMap;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Broker;
+use crate::config::{RelaySettings, Settings};
+use crate::domain::PaymentEvent;
+use crate::store::relay::{claim_unpublished, OutboxRow};
+use crate::store::Store;
+
+/// What one [`Relay::run_once`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayReport {
+    /// Rows claimed.
+    pub claimed: usize,
+    /// Acknowledged by JetStream and marked published (including duplicates).
+    pub published: usize,
+    /// Of those, acknowledged as duplicates: JetStream already had the event id (a relay
+    /// died between publishing and marking).
+    pub duplicates: usize,
+    /// Not acknowledged; left unpublished for a later step.
+    pub failed: usize,
+}
+
+/// The relay role. Any number may run against one database.
+#[derive(Clone)]
+pub struct Relay {
+    store: Store,
+    broker: Broker,
+    settings: RelaySettings,
+}
+
+impl Relay {
+    pub fn new(store: Store, broker: Broker, settings: &Settings) -> Self {
+        Self {
+            store,
+            broker,
+            settings: settings.relay.clone(),
+        }
+    }
+
+    /// One step: claims up to `batch_size` unpublished rows, publishes them in order,
+    /// waits for every ack, and marks the acknowledged ones published.
+    pub async fn run_once(&self) -> anyhow::Result<RelayReport> {
+        let started = Instant::now();
+        let claim = claim_unpublished(&self.store, self.settings.batch_size)
+            .await
+            .context("claiming unpublished outbox rows")?;
+        if claim.rows.is_empty() {
+            return Ok(RelayReport::default());
+        }
+        let results = self.publish_rows(&claim.rows).await;
+        let mut report = RelayReport {
+            claimed: claim.rows.len(),
+            ..Default::default()
+        };
+        let mut published = Vec::new();
+        let mut failed = Vec::new();
+        for (row, result) in claim.rows.iter().zip(results) {
+            match result {
+                Ok(ack) => {
+                    report.published += 1;
+                    if ack.duplicate {
+                        report.duplicates += 1;
+                        tracing::info!(event_id = %row.event_id, "event was already on the stream (relay restarted after publishing); marking it published");
+                    }
+                    published.push(row.event_id);
+                }
+                Err(err) => {
+                    report.failed += 1;
+                    tracing::warn!(event_id = %row.event_id, error = %err, "event publish not acknowledged; will retry");
+                    failed.push((row.event_id, err));
+                }
+            }
+        }
+        claim
+            .finish(&published, &failed, OffsetDateTime::now_utc())
+            .await
+            .context("marking outbox rows published")?;
+        metrics::counter!("onecharge_relay_events_total", "result" => "published")
+            .increment((report.published - report.duplicates) as u64);
+        metrics::counter!("onecharge_relay_events_total", "result" => "duplicate")
+            .increment(report.duplicates as u64);
+        metrics::counter!("onecharge_relay_events_total", "result" => "failed")
+            .increment(report.failed as u64);
+        metrics::histogram!("onecharge_relay_batch_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        Ok(report)
+    }
+
+    /// Publishes `rows` in order (sent back to back, then every ack awaited) and returns each
+    /// row's ack or error. Does not mark anything: [`Relay::run_once`] does, after this.
+    pub async fn publish_rows(&self, rows: &[OutboxRow]) -> Vec<Result<PublishAck, String>> {
+        let mut pending: Vec<Result<PublishAckFuture, String>> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let subject = self.broker.names.subject(&row.subject);
+            let sent = self
+                .broker
+                .jetstream
+                .publish_with_headers(subject, headers(row), event_body(row).into())
+                .await
+                .map_err(|e| format!("publish failed: {e}"));
+            pending.push(sent);
+        }
+        let timeout = self.settings.publish_timeout;
+        futures::future::join_all(pending.into_iter().map(|sent| async move {
+            let ack = sent?;
+            match tokio::time::timeout(timeout, ack.into_future()).await {
+                Ok(Ok(ack)) => Ok(ack),
+                Ok(Err(e)) => Err(format!("no publish ack: {e}")),
+                Err(_) => Err(format!(
+                    "no publish ack within {}",
+                    humantime::format_duration(timeout)
+                )),
+            }
+        }))
+        .await
+    }
+
+    /// Runs until `shutdown` fires; after a step that found nothing (or failed) it waits
+    /// `poll_interval` (failures back off up to 30 s). A step in progress is finished.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        tracing::info!(batch_size = self.settings.batch_size, "relay started");
+        let mut failures = 0u32;
+        while !shutdown.is_cancelled() {
+            let wait = match self.run_once().await {
+                Ok(report) if report.claimed == self.settings.batch_size && report.failed == 0 => {
+                    failures = 0;
+                    continue;
+                }
+                Ok(report) if report.failed == 0 => {
+                    failures = 0;
+                    self.settings.poll_interval
+                }
+                Ok(_) => {
+                    failures = failures.saturating_add(1);
+                    backoff(self.settings.poll_interval, failures)
+                }
+                Err(err) => {
+                    failures = failures.saturating_add(1);
+                    tracing::error!(error = %format!("{err:#}"), "relay step failed");
+                    backoff(self.settings.poll_interval, failures)
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        tracing::info!("relay stopped");
+        Ok(())
+    }
+}
+
+fn backoff(base: Duration, failures: u32) -> Duration {
+    base.saturating_mul(1 << failures.min(8))
+        .min(Duration::from_secs(30))
+}
+
+/// The stored headers (`Nats-Msg-Id`, `Causation-Id`, …). The `Nats-Msg-Id` is forced to
+/// the event id whatever the stored headers say, so one event can never carry two ids.
+fn headers(row: &OutboxRow) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Some(stored) = row.headers.as_object() {
+        for (name, value) in stored {
+            if name.eq_ignore_ascii_case("Nats-Msg-Id") {
+                continue;
+            }
+            if let Some(value) = value.as_str() {
+                headers.insert(name.as_str(), value);
+            }
+        }
+    }
+    headers.insert("Nats-Msg-Id", row.event_id.to_string().as_str());
+    headers
+}
+
+/// The event body in the contract's field order (jsonb does not keep key order); the stored
+/// JSON as it is if it no longer reads as an event.
+fn event_body(row: &OutboxRow) -> Vec<u8> {
+    match serde_json::from_value::<PaymentEvent>(row.payload.clone()) {
+        Ok(event) => serde_json::to_vec(&event),
+        Err(_) => serde_json::to_vec(&row.payload),
+    }
+    .expect("JSON values always serialise")
+}

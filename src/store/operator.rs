@@ -1,0 +1,532 @@
+//! The operator's SQL: reading attempts with their history, and the one write an operator
+//! makes — resolving a `needs_review` attempt.
+//!
+//! Invariants kept here:
+//! - A resolution is one guarded statement (`UPDATE … WHERE status = 'needs_review'`, and for
+//!   a retry also the gateway key window), judged by the rows it touched; what the attempt
+//!   looked like before is read only afterwards, to explain a refusal. Two operators racing
+//!   on one attempt: exactly one wins.
+//! - The resolution, its transition and its event commit in one transaction.
+
+use serde::Serialize;
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row as _};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{outbox, Store};
+use crate::domain::event::{EventProvenance, PaymentEvent};
+use crate::domain::{bounded, AttemptStatus};
+
+/// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
+/// Serialised as is into `--json` output and the admin API (contract §5).
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptRecord {
+    pub payment_attempt_id: Uuid,
+    pub status: AttemptStatus,
+    pub order_id: String,
+    pub customer_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub payment_method: String,
+    pub description: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub requested_at: Option<OffsetDateTime>,
+    /// The key every gateway try sends; what to search for in the gateway's dashboard.
+    pub idempotency_key: String,
+    pub tries: i32,
+    #[serde(with = "time::serde::rfc3339")]
+    pub next_run_at: OffsetDateTime,
+    pub lease_owner: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub lease_expires_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub dispatched_at: Option<OffsetDateTime>,
+    /// The gateway's key retention is counted from here.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub first_dispatched_at: Option<OffsetDateTime>,
+    pub reconcile_checks: i32,
+    pub gateway_charge_id: Option<String>,
+    pub decline_code: Option<String>,
+    pub last_error: Option<String>,
+    /// Why the attempt needs a person (set while `needs_review`).
+    pub review_reason: Option<String>,
+    /// The `Nats-Msg-Id` of the command that created the attempt.
+    pub first_message_id: String,
+    pub correlation_id: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    /// The most recent call to the gateway (charge or lookup), if any was made.
+    pub last_gateway_call: Option<GatewayCall>,
+}
+
+/// One recorded call to the gateway (`gateway_calls`): the evidence of what onecharge asked
+/// and what it was told.
+#[derive(Debug, Clone, Serialize)]
+pub struct GatewayCall {
+    pub id: i64,
+    /// `charge` or `lookup`.
+    pub operation: String,
+    pub try_number: i32,
+    pub lease_token: Option<i64>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub finished_at: OffsetDateTime,
+    pub duration_ms: i64,
+    /// `None` when no HTTP answer came (timeout, connection refused or dropped).
+    pub http_status: Option<i32>,
+    /// The classified outcome (`succeeded`, `ambiguous`, `not_found`, …).
+    pub outcome: String,
+    pub gateway_charge_id: Option<String>,
+    pub error: Option<String>,
+}
+
+/// One recorded state change (`attempt_transitions`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Transition {
+    pub id: i64,
+    /// `None` for the attempt's creation.
+    pub from_status: Option<String>,
+    pub to_status: String,
+    pub cause: String,
+    pub actor: String,
+    pub detail: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// One event of the attempt in the outbox, published or not.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutboxEvent {
+    pub event_id: Uuid,
+    pub status: String,
+    pub subject: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// `None` while the relay has not published it yet.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub published_at: Option<OffsetDateTime>,
+    pub publish_attempts: i32,
+    pub last_error: Option<String>,
+    pub payload: serde_json::Value,
+}
+
+/// The attempt columns plus its latest gateway call (`LEFT JOIN LATERAL`), shared by every
+/// attempt query so that each returns the same shape.
+const ATTEMPT_SELECT: &str = "
+    SELECT a.payment_attempt_id, a.status, a.order_id, a.customer_id, a.amount_minor,
+           a.currency, a.payment_method, a.description, a.requested_at, a.idempotency_key,
+           a.tries, a.next_run_at, a.lease_owner, a.lease_expires_at, a.dispatched_at,
+           a.first_dispatched_at, a.reconcile_checks, a.gateway_charge_id, a.decline_code,
+           a.last_error, a.review_reason, a.first_message_id, a.correlation_id,
+           a.created_at, a.updated_at,
+           g.id AS g_id, g.operation AS g_operation, g.try_number AS g_try_number,
+           g.lease_token AS g_lease_token, g.started_at AS g_started_at,
+           g.finished_at AS g_finished_at, g.http_status AS g_http_status,
+           g.outcome AS g_outcome, g.gateway_charge_id AS g_gateway_charge_id,
+           g.error AS g_error
+    FROM payment_attempts a
+    LEFT JOIN LATERAL (
+        SELECT * FROM gateway_calls c
+        WHERE c.payment_attempt_id = a.payment_attempt_id
+        ORDER BY c.id DESC
+        LIMIT 1
+    ) g ON true";
+
+/// Attempts, newest first, optionally of one status; `limit` `None` means all.
+pub async fn list_attempts(
+    store: &Store,
+    status: Option<AttemptStatus>,
+    limit: Option<i64>,
+) -> Result<Vec<AttemptRecord>, sqlx::Error> {
+    let sql = format!(
+        "{ATTEMPT_SELECT}
+         WHERE ($1::text IS NULL OR a.status = $1)
+         ORDER BY a.created_at DESC, a.payment_attempt_id DESC
+         LIMIT $2"
+    );
+    sqlx::query(&sql)
+        .bind(status.map(AttemptStatus::as_str))
+        .bind(limit)
+        .fetch_all(store.pool())
+        .await?
+        .iter()
+        .map(attempt_from_row)
+        .collect()
+}
+
+/// Attempts that should have settled by now: every non-final attempt recorded at or before
+/// `created_before`, and every `needs_review` attempt whatever its age; oldest first.
+/// `status` narrows the result to one state.
+pub async fn stuck_attempts(
+    store: &Store,
+    created_before: OffsetDateTime,
+    status: Option<AttemptStatus>,
+) -> Result<Vec<AttemptRecord>, sqlx::Error> {
+    // Listing the non-final states (rather than excluding the final ones) lets the planner
+    // use the (status, created_at) index instead of scanning every settled attempt.
+    let sql = format!(
+        "{ATTEMPT_SELECT}
+         WHERE a.status IN ('pending', 'in_flight', 'unknown', 'needs_review')
+           AND (a.status = 'needs_review' OR a.created_at <= $1)
+           AND ($2::text IS NULL OR a.status = $2)
+         ORDER BY a.created_at, a.payment_attempt_id"
+    );
+    sqlx::query(&sql)
+        .bind(created_before)
+        .bind(status.map(AttemptStatus::as_str))
+        .fetch_all(store.pool())
+        .await?
+        .iter()
+        .map(attempt_from_row)
+        .collect()
+}
+
+/// One attempt, or `None` when no attempt has this id.
+pub async fn get_attempt(store: &Store, id: Uuid) -> Result<Option<AttemptRecord>, sqlx::Error> {
+    let sql = format!("{ATTEMPT_SELECT} WHERE a.payment_attempt_id = $1");
+    sqlx::query(&sql)
+        .bind(id)
+        .fetch_optional(store.pool())
+        .await?
+        .as_ref()
+        .map(attempt_from_row)
+        .transpose()
+}
+
+/// The attempt's transitions, in the order they happened.
+pub async fn transitions(store: &Store, id: Uuid) -> Result<Vec<Transition>, sqlx::Error> {
+    sqlx::query(
+        "SELECT id, from_status, to_status, cause, actor, detail, at
+         FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(store.pool())
+    .await?
+    .into_iter()
+    .map(|row| {
+        Ok(Transition {
+            id: row.try_get("id")?,
+            from_status: row.try_get("from_status")?,
+            to_status: row.try_get("to_status")?,
+            cause: row.try_get("cause")?,
+            actor: row.try_get("actor")?,
+            detail: row.try_get("detail")?,
+            at: row.try_get("at")?,
+        })
+    })
+    .collect()
+}
+
+/// The attempt's gateway calls, in the order they were made.
+pub async fn gateway_calls(store: &Store, id: Uuid) -> Result<Vec<GatewayCall>, sqlx::Error> {
+    sqlx::query(
+        "SELECT id, operation, try_number, lease_token, started_at, finished_at, http_status,
+                outcome, gateway_charge_id, error
+         FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(store.pool())
+    .await?
+    .into_iter()
+    .map(|row| gateway_call_from_row(&row, ""))
+    .collect::<Result<Vec<_>, _>>()
+    .map(|calls| calls.into_iter().flatten().collect())
+}
+
+/// The attempt's outbox events, oldest first.
+pub async fn events(store: &Store, id: Uuid) -> Result<Vec<OutboxEvent>, sqlx::Error> {
+    sqlx::query(
+        "SELECT event_id, status, subject, created_at, published_at, publish_attempts,
+                last_error, payload
+         FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at, event_id",
+    )
+    .bind(id)
+    .fetch_all(store.pool())
+    .await?
+    .into_iter()
+    .map(|row| {
+        Ok(OutboxEvent {
+            event_id: row.try_get("event_id")?,
+            status: row.try_get("status")?,
+            subject: row.try_get("subject")?,
+            created_at: row.try_get("created_at")?,
+            published_at: row.try_get("published_at")?,
+            publish_attempts: row.try_get("publish_attempts")?,
+            last_error: row.try_get("last_error")?,
+            payload: row.try_get("payload")?,
+        })
+    })
+    .collect()
+}
+
+fn attempt_from_row(row: &PgRow) -> Result<AttemptRecord, sqlx::Error> {
+    let status: String = row.try_get("status")?;
+    let status = status
+        .parse::<AttemptStatus>()
+        .map_err(|e| sqlx::Error::ColumnDecode {
+            index: "status".into(),
+            source: Box::new(e),
+        })?;
+    Ok(AttemptRecord {
+        payment_attempt_id: row.try_get("payment_attempt_id")?,
+        status,
+        order_id: row.try_get("order_id")?,
+        customer_id: row.try_get("customer_id")?,
+        amount_minor: row.try_get("amount_minor")?,
+        currency: row.try_get("currency")?,
+        payment_method: row.try_get("payment_method")?,
+        description: row.try_get("description")?,
+        requested_at: row.try_get("requested_at")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        tries: row.try_get("tries")?,
+        next_run_at: row.try_get("next_run_at")?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at: row.try_get("lease_expires_at")?,
+        dispatched_at: row.try_get("dispatched_at")?,
+        first_dispatched_at: row.try_get("first_dispatched_at")?,
+        reconcile_checks: row.try_get("reconcile_checks")?,
+        gateway_charge_id: row.try_get("gateway_charge_id")?,
+        decline_code: row.try_get("decline_code")?,
+        last_error: row.try_get("last_error")?,
+        review_reason: row.try_get("review_reason")?,
+        first_message_id: row.try_get("first_message_id")?,
+        correlation_id: row.try_get("correlation_id")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        last_gateway_call: gateway_call_from_row(row, "g_")?,
+    })
+}
+
+/// A gateway call from columns named `<prefix>id`, `<prefix>operation`, …; `None` when the
+/// (outer-joined) id is NULL.
+fn gateway_call_from_row(row: &PgRow, prefix: &str) -> Result<Option<GatewayCall>, sqlx::Error> {
+    let column = |name: &str| format!("{prefix}{name}");
+    let Some(id) = row.try_get::<Option<i64>, _>(column("id").as_str())? else {
+        return Ok(None);
+    };
+    let started_at: OffsetDateTime = row.try_get(column("started_at").as_str())?;
+    let finished_at: OffsetDateTime = row.try_get(column("finished_at").as_str())?;
+    Ok(Some(GatewayCall {
+        id,
+        operation: row.try_get(column("operation").as_str())?,
+        try_number: row.try_get(column("try_number").as_str())?,
+        lease_token: row.try_get(column("lease_token").as_str())?,
+        started_at,
+        finished_at,
+        duration_ms: (finished_at - started_at).whole_milliseconds() as i64,
+        http_status: row.try_get(column("http_status").as_str())?,
+        outcome: row.try_get(column("outcome").as_str())?,
+        gateway_charge_id: row.try_get(column("gateway_charge_id").as_str())?,
+        error: row.try_get(column("error").as_str())?,
+    }))
+}
+
+/// Where an operator sends a `needs_review` attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveTarget {
+    /// The operator established that the gateway charged the customer, under this charge.
+    Succeeded { gateway_charge_id: String },
+    /// The operator established that the customer was not charged.
+    Declined {
+        gateway_charge_id: Option<String>,
+        decline_code: Option<String>,
+    },
+    /// Back to `pending` for the executor to send again with the same key.
+    Retry,
+}
+
+impl ResolveTarget {
+    /// The state the attempt moves to.
+    pub fn status(&self) -> AttemptStatus {
+        match self {
+            Self::Succeeded { .. } => AttemptStatus::Succeeded,
+            Self::Declined { .. } => AttemptStatus::Declined,
+            Self::Retry => AttemptStatus::Pending,
+        }
+    }
+}
+
+/// One operator decision, with the boundaries a retry must stay inside.
+#[derive(Debug, Clone)]
+pub struct Resolution<'a> {
+    pub payment_attempt_id: Uuid,
+    pub target: ResolveTarget,
+    /// The operator's words, recorded on the transition and the event.
+    pub reason: &'a str,
+    /// `operator:<user>` or `admin-api`.
+    pub actor: &'a str,
+    pub now: OffsetDateTime,
+    /// A retry is refused for an attempt first sent at or before this: the gateway may have
+    /// forgotten its key (key retention minus the safety margin).
+    pub key_window_cutoff: OffsetDateTime,
+    /// A retry is refused for an attempt already sent and recorded at or before this: the
+    /// executor would hand it straight back to the reconciler without sending it.
+    pub age_cutoff: OffsetDateTime,
+}
+
+/// What a resolution came to. Every refusal says what the attempt looked like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveOutcome {
+    /// Moved to the target; `event_id` is the event queued in the outbox (none for a retry).
+    Resolved {
+        status: AttemptStatus,
+        event_id: Option<Uuid>,
+    },
+    /// No attempt has this id.
+    NotFound,
+    /// The attempt is not in `needs_review` (someone else resolved it, or it never was).
+    NotInReview { status: AttemptStatus },
+    /// A retry outside the gateway's key window.
+    KeyWindowClosed {
+        first_dispatched_at: OffsetDateTime,
+        idempotency_key: String,
+    },
+    /// A retry of an attempt past the executor's maximum age.
+    TooOldToRetry { created_at: OffsetDateTime },
+}
+
+/// Resolves a `needs_review` attempt: one guarded update, its transition (cause
+/// `operator_resolved`, the operator's reason as detail) and, for a final state, its event —
+/// all in one transaction. Nothing is written when the guard refuses.
+pub async fn resolve_attempt(
+    store: &Store,
+    resolution: &Resolution<'_>,
+) -> Result<ResolveOutcome, sqlx::Error> {
+    let target = resolution.target.status();
+    let (charge_id, decline_code) = match &resolution.target {
+        ResolveTarget::Succeeded { gateway_charge_id } => (Some(gateway_charge_id.as_str()), None),
+        ResolveTarget::Declined {
+            gateway_charge_id,
+            decline_code,
+        } => (gateway_charge_id.as_deref(), decline_code.as_deref()),
+        ResolveTarget::Retry => (None, None),
+    };
+    let detail = match &resolution.target {
+        ResolveTarget::Succeeded { gateway_charge_id } => {
+            format!("charge {gateway_charge_id}: {}", resolution.reason)
+        }
+        ResolveTarget::Declined { decline_code, .. } => format!(
+            "decline code {}: {}",
+            decline_code.as_deref().unwrap_or("none"),
+            resolution.reason
+        ),
+        ResolveTarget::Retry => format!("re-queued with the same key: {}", resolution.reason),
+    };
+
+    let mut tx = store.pool().begin().await?;
+    // A retry also resets the reconciler's schedule: the attempt starts a new round of
+    // sending, and whatever comes of it deserves the reconciler's full schedule again.
+    let resolved = sqlx::query(
+        "WITH resolved AS (
+             UPDATE payment_attempts SET
+                 status = $2,
+                 gateway_charge_id = COALESCE($3, gateway_charge_id),
+                 decline_code = COALESCE($4, decline_code),
+                 review_reason = CASE WHEN $2 = 'pending' THEN NULL ELSE review_reason END,
+                 next_run_at = CASE WHEN $2 = 'pending' THEN $5 ELSE next_run_at END,
+                 reconcile_checks = CASE WHEN $2 = 'pending' THEN 0 ELSE reconcile_checks END,
+                 updated_at = $5
+             WHERE payment_attempt_id = $1
+               AND status = 'needs_review'
+               AND ($2 <> 'pending'
+                    OR first_dispatched_at IS NULL
+                    OR (first_dispatched_at > $6 AND created_at > $7))
+             RETURNING payment_attempt_id, order_id, amount_minor, currency, first_message_id,
+                       correlation_id, traceparent
+         ),
+         transition AS (
+             INSERT INTO attempt_transitions
+                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+             SELECT payment_attempt_id, 'needs_review', $2, 'operator_resolved', $8, $9, $5
+             FROM resolved
+         )
+         SELECT * FROM resolved",
+    )
+    .bind(resolution.payment_attempt_id)
+    .bind(target.as_str())
+    .bind(charge_id)
+    .bind(decline_code)
+    .bind(resolution.now)
+    .bind(resolution.key_window_cutoff)
+    .bind(resolution.age_cutoff)
+    .bind(resolution.actor)
+    .bind(bounded(&detail, 2048))
+    .fetch_optional(&mut *tx)
+    .await?;
+
+    let Some(row) = resolved else {
+        let outcome = explain_refusal(&mut tx, resolution).await?;
+        tx.rollback().await?;
+        return Ok(outcome);
+    };
+    let mut event_id = None;
+    if target.is_final() {
+        let event = PaymentEvent {
+            event_id: Uuid::new_v4(),
+            payment_attempt_id: resolution.payment_attempt_id,
+            order_id: row.try_get("order_id")?,
+            status: target,
+            amount_minor: row.try_get("amount_minor")?,
+            currency: row.try_get("currency")?,
+            gateway_charge_id: charge_id.map(str::to_owned),
+            decline_code: decline_code.map(str::to_owned),
+            reason: Some(bounded(
+                &format!("resolved by {}: {}", resolution.actor, resolution.reason),
+                1024,
+            )),
+            occurred_at: resolution.now,
+        };
+        let provenance = EventProvenance {
+            correlation_id: row.try_get("correlation_id")?,
+            causation_id: row.try_get("first_message_id")?,
+            traceparent: row.try_get("traceparent")?,
+        };
+        outbox::insert_event(&mut tx, &event, &provenance).await?;
+        event_id = Some(event.event_id);
+    }
+    tx.commit().await?;
+    Ok(ResolveOutcome::Resolved {
+        status: target,
+        event_id,
+    })
+}
+
+/// Why the guarded update touched nothing. Read after the write, only to explain it.
+async fn explain_refusal(
+    conn: &mut PgConnection,
+    resolution: &Resolution<'_>,
+) -> Result<ResolveOutcome, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT status, first_dispatched_at, created_at, idempotency_key FROM payment_attempts
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(resolution.payment_attempt_id)
+    .fetch_optional(conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(ResolveOutcome::NotFound);
+    };
+    let status: String = row.try_get("status")?;
+    let status = status
+        .parse::<AttemptStatus>()
+        .map_err(|e| sqlx::Error::ColumnDecode {
+            index: "status".into(),
+            source: Box::new(e),
+        })?;
+    if status != AttemptStatus::NeedsReview {
+        return Ok(ResolveOutcome::NotInReview { status });
+    }
+    let first_dispatched_at: Option<OffsetDateTime> = row.try_get("first_dispatched_at")?;
+    let created_at: OffsetDateTime = row.try_get("created_at")?;
+    Ok(match first_dispatched_at {
+        Some(first) if first <= resolution.key_window_cutoff => ResolveOutcome::KeyWindowClosed {
+            first_dispatched_at: first,
+            idempotency_key: row.try_get("idempotency_key")?,
+        },
+        _ => ResolveOutcome::TooOldToRetry { created_at },
+    })
+}

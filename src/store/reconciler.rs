@@ -1,0 +1,159 @@
+//! The reconciler's SQL: turning expired leases into `unknown`, claiming due `unknown`
+//! attempts under a fencing token, and rescheduling a lookup that settled nothing.
+//! Resolutions go through [`super::executor::settle`] with an `unknown` fence.
+
+use sqlx::Row as _;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::executor::{record_gateway_call, GatewayCallRecord};
+use super::Store;
+
+/// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
+/// every write about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownAttempt {
+    pub payment_attempt_id: Uuid,
+    pub idempotency_key: String,
+    pub lease_token: i64,
+    /// Failed lookups so far; the schedule decides the next delay and when to give up.
+    pub reconcile_checks: i32,
+    pub tries: i32,
+    /// When the gateway first saw the key; `None` when it never did.
+    pub first_dispatched_at: Option<OffsetDateTime>,
+    pub created_at: OffsetDateTime,
+}
+
+/// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
+/// `lease_expired`), due for a lookup now. Their executor may have died mid-call: only the
+/// gateway can say whether it charged, so they are never re-sent blindly. The fencing token
+/// is incremented, so the old executor's late result is refused. Returns the attempt ids.
+pub async fn expire_leases(
+    store: &Store,
+    actor: &str,
+    now: OffsetDateTime,
+    limit: usize,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH expired AS (
+             SELECT payment_attempt_id, lease_owner, lease_expires_at
+             FROM payment_attempts
+             WHERE status = 'in_flight' AND lease_expires_at <= $1
+             ORDER BY lease_expires_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         ),
+         moved AS (
+             UPDATE payment_attempts a SET
+                 status = 'unknown',
+                 lease_token = a.lease_token + 1,
+                 lease_owner = NULL,
+                 lease_expires_at = NULL,
+                 next_run_at = $1,
+                 last_error = 'lease of ' || COALESCE(expired.lease_owner, '?')
+                              || ' expired while in flight: the gateway may have charged',
+                 updated_at = $1
+             FROM expired
+             WHERE a.payment_attempt_id = expired.payment_attempt_id
+             RETURNING a.payment_attempt_id, expired.lease_owner, expired.lease_expires_at
+         ),
+         transitions AS (
+             INSERT INTO attempt_transitions
+                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+             SELECT payment_attempt_id, 'in_flight', 'unknown', 'lease_expired', $3,
+                    'lease of ' || COALESCE(lease_owner, '?') || ' expired at ' || lease_expires_at,
+                    $1
+             FROM moved
+         )
+         SELECT payment_attempt_id FROM moved",
+    )
+    .bind(now)
+    .bind(limit as i64)
+    .bind(actor)
+    .fetch_all(store.pool())
+    .await
+}
+
+/// Claims up to `limit` due `unknown` attempts, oldest due first, skipping those another
+/// reconciler holds. Each claim increments the fencing token and pushes `next_run_at` to
+/// `hold_until`, so that a reconciler that dies mid-lookup leaves the attempt to be claimed
+/// again after that time, and nobody else looks it up meanwhile.
+pub async fn claim_unknown(
+    store: &Store,
+    now: OffsetDateTime,
+    hold_until: OffsetDateTime,
+    limit: usize,
+) -> Result<Vec<UnknownAttempt>, sqlx::Error> {
+    let rows = sqlx::query(
+        "WITH due AS (
+             SELECT payment_attempt_id FROM payment_attempts
+             WHERE status = 'unknown' AND next_run_at <= $1
+             ORDER BY next_run_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         )
+         UPDATE payment_attempts a SET
+             lease_token = a.lease_token + 1,
+             next_run_at = $3,
+             updated_at = $1
+         FROM due
+         WHERE a.payment_attempt_id = due.payment_attempt_id
+         RETURNING a.payment_attempt_id, a.idempotency_key, a.lease_token, a.reconcile_checks,
+                   a.tries, a.first_dispatched_at, a.created_at",
+    )
+    .bind(now)
+    .bind(limit as i64)
+    .bind(hold_until)
+    .fetch_all(store.pool())
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(UnknownAttempt {
+                payment_attempt_id: row.try_get("payment_attempt_id")?,
+                idempotency_key: row.try_get("idempotency_key")?,
+                lease_token: row.try_get("lease_token")?,
+                reconcile_checks: row.try_get("reconcile_checks")?,
+                tries: row.try_get("tries")?,
+                first_dispatched_at: row.try_get("first_dispatched_at")?,
+                created_at: row.try_get("created_at")?,
+            })
+        })
+        .collect()
+}
+
+/// A lookup that settled nothing: the attempt stays `unknown`, due again at `next_run_at`.
+/// `count_check` is false for a credentials fault, which is onecharge's problem, not the
+/// attempt's. The lookup's evidence is written in the same transaction. Returns false when
+/// the fence refused (another reconciler or an operator moved the attempt meanwhile).
+pub async fn reschedule_lookup(
+    store: &Store,
+    attempt: &UnknownAttempt,
+    next_run_at: OffsetDateTime,
+    reason: &str,
+    count_check: bool,
+    call: &GatewayCallRecord,
+    now: OffsetDateTime,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    let updated = sqlx::query(
+        "UPDATE payment_attempts SET
+             reconcile_checks = reconcile_checks + $3,
+             next_run_at = $4,
+             last_error = $5,
+             updated_at = $6
+         WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'unknown'",
+    )
+    .bind(attempt.payment_attempt_id)
+    .bind(attempt.lease_token)
+    .bind(i32::from(count_check))
+    .bind(next_run_at)
+    .bind(crate::domain::bounded(reason, 1024))
+    .bind(now)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    record_gateway_call(&mut tx, call).await?;
+    tx.commit().await?;
+    Ok(updated)
+}

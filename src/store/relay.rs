@@ -1,0 +1,103 @@
+//! The relay's SQL: claiming unpublished outbox rows and marking them published.
+//!
+//! A claim is an open transaction holding the rows' locks (`FOR UPDATE SKIP LOCKED`): while
+//! one relay publishes a row no other relay can take it, and when a relay dies its
+//! connection closes, the transaction rolls back and the rows are free again, unmarked. The
+//! next relay publishes them again under the same event id, which JetStream recognises
+//! (`Nats-Msg-Id`), so an event is never published under two ids.
+
+use sqlx::{Postgres, Row as _, Transaction};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::Store;
+
+/// One outbox row to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    /// Also the `Nats-Msg-Id`.
+    pub event_id: Uuid,
+    pub payment_attempt_id: Uuid,
+    /// The contract subject, without any deployment namespace.
+    pub subject: String,
+    /// Header name → value, as written with the event.
+    pub headers: serde_json::Value,
+    pub payload: serde_json::Value,
+    pub publish_attempts: i32,
+}
+
+/// Rows claimed by one relay step. Dropping it without [`OutboxClaim::finish`] releases the
+/// rows unmarked (what a crash does).
+pub struct OutboxClaim {
+    tx: Transaction<'static, Postgres>,
+    pub rows: Vec<OutboxRow>,
+}
+
+/// Claims up to `limit` unpublished rows, oldest first, skipping rows another relay holds.
+pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClaim, sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    let rows = sqlx::query(
+        "SELECT event_id, payment_attempt_id, subject, headers, payload, publish_attempts
+         FROM outbox
+         WHERE published_at IS NULL
+         ORDER BY created_at, event_id
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED",
+    )
+    .bind(limit as i64)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .map(|row| {
+        Ok(OutboxRow {
+            event_id: row.try_get("event_id")?,
+            payment_attempt_id: row.try_get("payment_attempt_id")?,
+            subject: row.try_get("subject")?,
+            headers: row.try_get("headers")?,
+            payload: row.try_get("payload")?,
+            publish_attempts: row.try_get("publish_attempts")?,
+        })
+    })
+    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    Ok(OutboxClaim { tx, rows })
+}
+
+impl OutboxClaim {
+    /// Marks `published` rows published at `now` (after their JetStream ack), records the
+    /// error of each `failed` row (it stays unpublished for the next step), and releases
+    /// the claim.
+    pub async fn finish(
+        mut self,
+        published: &[Uuid],
+        failed: &[(Uuid, String)],
+        now: OffsetDateTime,
+    ) -> Result<(), sqlx::Error> {
+        if !published.is_empty() {
+            sqlx::query(
+                "UPDATE outbox SET published_at = $2, publish_attempts = publish_attempts + 1, last_error = NULL
+                 WHERE event_id = ANY($1) AND published_at IS NULL",
+            )
+            .bind(published)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        if !failed.is_empty() {
+            sqlx::query(
+                "UPDATE outbox o SET publish_attempts = o.publish_attempts + 1, last_error = f.error
+                 FROM UNNEST($1::uuid[], $2::text[]) AS f(event_id, error)
+                 WHERE o.event_id = f.event_id",
+            )
+            .bind(failed.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+            .bind(
+                failed
+                    .iter()
+                    .map(|(_, e)| crate::domain::bounded(e, 1000))
+                    .collect::<Vec<_>>(),
+            )
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        self.tx.commit().await
+    }
+}
