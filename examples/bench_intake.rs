@@ -28,7 +28,11 @@ struct Args {
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args { commands: 20_000, batch_size: 256, concurrency: 2 };
+    let mut args = Args {
+        commands: 20_000,
+        batch_size: 256,
+        concurrency: 2,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
@@ -54,18 +58,22 @@ fn body(i: usize) -> Vec<u8> {
     .unwrap()
 }
 
-async fn environment(tag: &str, batch_size: usize, concurrency: usize) -> anyhow::Result<(Settings, Store, Broker)> {
+async fn environment(
+    tag: &str,
+    batch_size: usize,
+    concurrency: usize,
+) -> anyhow::Result<(Settings, Store, Broker)> {
     let id = &Uuid::new_v4().simple().to_string()[..10];
-    let mut settings = Settings::default();
-    settings.database_url = format!("postgres://127.0.0.1:5432/onecharge_bench_{tag}_{id}");
-    settings.namespace = format!("bench{tag}{id}");
+    let mut settings = Settings {
+        database_url: format!("postgres://127.0.0.1:5432/onecharge_bench_{tag}_{id}"),
+        namespace: format!("bench{tag}{id}"),
+        ..Settings::default()
+    };
     settings.intake.batch_size = batch_size;
     settings.intake.concurrency = concurrency;
-    let store = Store::setup(&settings.database_url).await?;
-    let store = Store::connect(&settings.database_url, 8).await.map(|s| {
-        drop(store);
-        s
-    })?;
+    // Migrate once, then a pool large enough for the batches in flight.
+    drop(Store::setup(&settings.database_url).await?);
+    let store = Store::connect(&settings.database_url, 8).await?;
     let broker = Broker::connect(&settings).await?;
     broker.ensure_streams().await?;
     Ok((settings, store, broker))
@@ -73,12 +81,18 @@ async fn environment(tag: &str, batch_size: usize, concurrency: usize) -> anyhow
 
 async fn teardown(settings: &Settings, store: Store, broker: &Broker) {
     store.pool().close().await;
-    for name in [broker.names.commands_stream(), broker.names.events_stream(), broker.names.dlq_stream()] {
+    for name in [
+        broker.names.commands_stream(),
+        broker.names.events_stream(),
+        broker.names.dlq_stream(),
+    ] {
         let _ = broker.jetstream.delete_stream(name).await;
     }
     if let Ok(pool) = sqlx::PgPool::connect("postgres://127.0.0.1:5432/postgres").await {
         let db = settings.database_url.rsplit('/').next().unwrap();
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&pool).await;
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+            .execute(&pool)
+            .await;
     }
 }
 
@@ -90,7 +104,12 @@ async fn publish(broker: &Broker, n: usize) -> anyhow::Result<()> {
         for i in chunk_start..(chunk_start + 1000).min(n) {
             let mut headers = HeaderMap::new();
             headers.insert("Nats-Msg-Id", format!("bench-{i}").as_str());
-            acks.push(broker.jetstream.publish_with_headers(subject.clone(), headers, body(i).into()).await?);
+            acks.push(
+                broker
+                    .jetstream
+                    .publish_with_headers(subject.clone(), headers, body(i).into())
+                    .await?,
+            );
         }
         for ack in acks {
             ack.await?;
@@ -100,35 +119,58 @@ async fn publish(broker: &Broker, n: usize) -> anyhow::Result<()> {
 }
 
 /// Runs intake until all `n` commands are recorded and acknowledged; returns the elapsed time.
-async fn run_intake(settings: &Settings, store: &Store, broker: &Broker, n: usize) -> anyhow::Result<Duration> {
+async fn run_intake(
+    settings: &Settings,
+    store: &Store,
+    broker: &Broker,
+    n: usize,
+) -> anyhow::Result<Duration> {
     let intake = Intake::new(store.clone(), broker.clone(), settings).await?;
     let shutdown = CancellationToken::new();
     let started = Instant::now();
     let task = tokio::spawn(intake.run(shutdown.clone()));
-    let stream = broker.jetstream.get_stream(broker.names.commands_stream()).await?;
+    let stream = broker
+        .jetstream
+        .get_stream(broker.names.commands_stream())
+        .await?;
     loop {
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer =
-            stream.get_consumer(&settings.intake.consumer).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream
+            .get_consumer(&settings.intake.consumer)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let info = consumer.info().await?;
         if info.ack_floor.stream_sequence as usize >= n {
             break;
         }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(600), "intake did not finish in 10 minutes");
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "intake did not finish in 10 minutes"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
     shutdown.cancel();
     task.await??;
-    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts").fetch_one(store.pool()).await?;
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts")
+        .fetch_one(store.pool())
+        .await?;
     anyhow::ensure!(recorded as usize == n, "recorded {recorded} of {n}");
     Ok(elapsed)
 }
 
 /// The ceiling: the same validation and inserts, batch by batch, with no broker at all.
-async fn run_direct(store: &Store, n: usize, batch_size: usize, concurrency: usize) -> anyhow::Result<Duration> {
+async fn run_direct(
+    store: &Store,
+    n: usize,
+    batch_size: usize,
+    concurrency: usize,
+) -> anyhow::Result<Duration> {
     let records: Vec<IntakeRecord> = (0..n)
         .map(|i| {
-            let headers = CommandHeaders { message_id: Some(format!("bench-{i}")), ..Default::default() };
+            let headers = CommandHeaders {
+                message_id: Some(format!("bench-{i}")),
+                ..Default::default()
+            };
             let valid = command::validate(&headers, &body(i)).expect("valid");
             IntakeRecord {
                 message_id: valid.message_id,
@@ -149,7 +191,13 @@ async fn run_direct(store: &Store, n: usize, batch_size: usize, concurrency: usi
         let permit = permits.clone().acquire_owned().await?;
         let store = store.clone();
         tasks.spawn(async move {
-            let result = record_batch(&store, "onecharge-intake", &chunk, OffsetDateTime::now_utc()).await;
+            let result = record_batch(
+                &store,
+                "onecharge-intake",
+                &chunk,
+                OffsetDateTime::now_utc(),
+            )
+            .await;
             drop(permit);
             result
         });
@@ -174,11 +222,16 @@ async fn main() -> anyhow::Result<()> {
 
     let mut rows = Vec::new();
     for (mode, n, batch) in [
-        ("direct to PostgreSQL (ceiling)", args.commands, args.batch_size),
+        (
+            "direct to PostgreSQL (ceiling)",
+            args.commands,
+            args.batch_size,
+        ),
         ("intake, batch mode", args.commands, args.batch_size),
         ("intake, single-message mode", single_n, 1),
     ] {
-        let (settings, store, broker) = environment(if batch == 1 { "s" } else { "b" }, batch, args.concurrency).await?;
+        let (settings, store, broker) =
+            environment(if batch == 1 { "s" } else { "b" }, batch, args.concurrency).await?;
         let elapsed = if mode.starts_with("direct") {
             run_direct(&store, n, batch, args.concurrency).await?
         } else {
@@ -188,11 +241,20 @@ async fn main() -> anyhow::Result<()> {
             run_intake(&settings, &store, &broker, n).await?
         };
         let rate = n as f64 / elapsed.as_secs_f64();
-        println!("  {mode:<32} {n:>7} commands in {:>8.2?}  {rate:>9.0} commands/s", elapsed);
+        println!(
+            "  {mode:<32} {n:>7} commands in {:>8.2?}  {rate:>9.0} commands/s",
+            elapsed
+        );
         rows.push(rate);
         teardown(&settings, store, &broker).await;
     }
-    println!("batch mode / single-message mode: {:.1}x", rows[1] / rows[2]);
-    println!("batch mode / direct ceiling:      {:.0}%", 100.0 * rows[1] / rows[0]);
+    println!(
+        "batch mode / single-message mode: {:.1}x",
+        rows[1] / rows[2]
+    );
+    println!(
+        "batch mode / direct ceiling:      {:.0}%",
+        100.0 * rows[1] / rows[0]
+    );
     Ok(())
 }

@@ -33,12 +33,14 @@ impl TestEnv {
     pub async fn with_settings(adjust: impl FnOnce(&mut Settings)) -> Self {
         let id = Uuid::new_v4().simple().to_string();
         let db_name = format!("onecharge_test_{id}");
-        let mut settings = Settings::default();
-        settings.database_url = format!("{}/{db_name}", server_url());
-        settings.nats_url = std::env::var("ONECHARGE_TEST_NATS_URL")
-            .unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-        settings.namespace = format!("t{}", &id[..12]);
-        settings.admin_addr = "127.0.0.1:0".parse().unwrap();
+        let mut settings = Settings {
+            database_url: format!("{}/{db_name}", server_url()),
+            nats_url: std::env::var("ONECHARGE_TEST_NATS_URL")
+                .unwrap_or_else(|_| "nats://127.0.0.1:4222".into()),
+            namespace: format!("t{}", &id[..12]),
+            admin_addr: "127.0.0.1:0".parse().unwrap(),
+            ..Settings::default()
+        };
         settings.intake.batch_size = 64;
         settings.intake.ack_wait = Duration::from_secs(2);
         settings.intake.max_deliver = 3;
