@@ -40,11 +40,16 @@ impl Role {
     ];
 }
 
-/// Human or JSON log lines on stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logging(format: LogFormat) {
+/// Human or JSON log lines on stderr, filtered by `RUST_LOG` (default `info`);
+/// `quiet` lowers the default to warnings.
+pub fn init_logging(format: LogFormat, quiet: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,async_nats=warn,sqlx=warn"));
+    let default = if quiet {
+        "warn"
+    } else {
+        "info,async_nats=warn,sqlx=warn"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

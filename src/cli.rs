@@ -50,6 +50,8 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Run migrations (creating the database if missing), create streams and the durable consumer
     Setup,
+    /// Run the whole pipeline against a built-in mock gateway with faults and duplicates, then verify
+    Demo(crate::demo::DemoArgs),
     /// Run the service roles until SIGTERM or Ctrl-C
     Serve {
         /// Roles to run, comma-separated [default: all]
@@ -100,7 +102,10 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(settings) => settings,
         Err(err) => return config_failure(&err),
     };
-    crate::app::init_logging(settings.log_format);
+    // The demo talks to a person through its progress lines; its service logs stay quiet
+    // unless RUST_LOG asks for them.
+    let quiet = matches!(cli.command, Command::Demo(_));
+    crate::app::init_logging(settings.log_format, quiet);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -111,6 +116,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Setup => crate::app::setup(&settings).await,
+            Command::Demo(args) => crate::demo::run(&settings, args).await,
             Command::Serve { roles } => crate::app::serve(settings, &roles).await,
             Command::Publish(PublishCommand::Charge(args)) => {
                 crate::publish::charge(&settings, args).await

@@ -530,3 +530,24 @@ async fn explain_refusal(
         _ => ResolveOutcome::TooOldToRetry { created_at },
     })
 }
+
+/// How many attempts are in each state (the demo's progress; the attempts-by-status gauge).
+pub async fn count_by_status(store: &Store) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT status, count(*) FROM payment_attempts GROUP BY status ORDER BY status")
+        .fetch_all(store.pool())
+        .await
+}
+
+/// Outbox events the relay has not published yet.
+pub async fn unpublished_events(store: &Store) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        .fetch_one(store.pool())
+        .await
+}
+
+/// Every published event as (event id, status).
+pub async fn published_event_ids(store: &Store) -> Result<Vec<(Uuid, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT event_id, status FROM outbox WHERE published_at IS NOT NULL")
+        .fetch_all(store.pool())
+        .await
+}

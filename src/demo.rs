@@ -1,0 +1,536 @@
+//! `onecharge demo`: the whole pipeline, end to end, against the local PostgreSQL and NATS
+//! and an in-process mock gateway that declines, rate-limits, fails before and after
+//! charging, hangs and drops connections. It publishes a few hundred commands with producer
+//! retries, business duplicates, conflicts and invalid messages, waits until everything
+//! settled, and checks the promise against the gateway's own ledger. Exit 0 only when it held.
+//!
+//! The demo runs in its own database and stream namespace and removes both afterwards
+//! (unless `--keep`), so it never touches a real deployment on the same servers.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use async_nats::HeaderMap;
+use clap::Args;
+use mock_gateway::{FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+use secrecy::SecretString;
+use sqlx::migrate::MigrateDatabase as _;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::app::Application;
+use crate::broker::Broker;
+use crate::config::Settings;
+use crate::store::Store;
+
+/// Options of `onecharge demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Distinct payment attempts to publish (duplicates, conflicts and invalid messages come on top)
+    #[arg(long, default_value_t = 300)]
+    pub attempts: usize,
+    /// Seed for the command mix and the gateway's faults: the same seed, the same run
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Longest wait for everything to settle
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Keep the demo's database and streams for inspection instead of removing them
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// What the demo published, to check the outcome against.
+#[derive(Debug, Default)]
+struct Published {
+    messages: usize,
+    producer_retries: usize,
+    business_duplicates: usize,
+    conflicts: usize,
+    invalid: usize,
+    /// Every valid attempt, with its payment method.
+    attempts: HashMap<Uuid, String>,
+}
+
+/// Runs the demo; `Err` when the servers are unreachable, the run did not settle in time,
+/// or the promise did not hold.
+pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let tag = &Uuid::new_v4().simple().to_string()[..8];
+    let database_url = sibling_database(&settings.database_url, &format!("onecharge_demo_{tag}"))?;
+    check_servers(settings).await?;
+
+    let api_key = format!("sk_demo_{}", Uuid::new_v4().simple());
+    let gateway = MockGateway::start(MockConfig {
+        api_key: api_key.clone(),
+        seed: args.seed,
+        hang_for: Duration::from_secs(3),
+        faults: demo_faults(),
+        ..MockConfig::default()
+    })
+    .await
+    .context("starting the mock gateway")?;
+
+    let mut demo = settings.clone();
+    demo.database_url = database_url.clone();
+    demo.namespace = format!("demo-{tag}");
+    demo.admin_addr = "127.0.0.1:0".parse().expect("literal address");
+    demo.gateway_url = gateway.base_url();
+    demo.gateway_api_key = Some(SecretString::from(api_key));
+    demo.gateway_connect_timeout = Duration::from_secs(1);
+    demo.gateway_request_timeout = Duration::from_secs(2);
+    demo.intake.ack_wait = Duration::from_secs(5);
+    demo.executor.lease = Duration::from_secs(5);
+    demo.executor.poll_interval = Duration::from_millis(50);
+    demo.executor.retry_min_delay = Duration::from_millis(100);
+    demo.executor.retry_max_delay = Duration::from_secs(1);
+    demo.executor.in_progress_delay = Duration::from_millis(300);
+    demo.executor.breaker_cooldown = Duration::from_secs(1);
+    demo.reconciler.poll_interval = Duration::from_millis(200);
+    demo.reconciler.schedule = vec![
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+        Duration::from_secs(4),
+    ];
+    demo.relay.poll_interval = Duration::from_millis(50);
+    demo.validate()?;
+
+    println!(
+        "onecharge demo: database {}, namespace {}, mock gateway {}",
+        redact(&database_url),
+        demo.namespace,
+        gateway.base_url()
+    );
+    let outcome = run_in(&demo, &gateway, &args, started).await;
+    gateway.shutdown().await;
+    if args.keep {
+        println!(
+            "kept: database {} and streams {}_*",
+            redact(&database_url),
+            demo.namespace.to_uppercase().replace('-', "_")
+        );
+    } else {
+        clean_up(&demo).await;
+    }
+    outcome
+}
+
+async fn run_in(
+    settings: &Settings,
+    gateway: &MockGateway,
+    args: &DemoArgs,
+    started: Instant,
+) -> anyhow::Result<()> {
+    // A short duplicate window on the demo's own command stream lets producer retries reach
+    // intake, as they do in production once JetStream's window has passed.
+    let broker = Broker::connect(settings).await?;
+    broker
+        .jetstream
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: broker.names.commands_stream(),
+            subjects: vec![format!("{}.payments.commands.>", settings.namespace)],
+            duplicate_window: Duration::from_millis(100),
+            max_age: Duration::from_secs(24 * 3600),
+            ..Default::default()
+        })
+        .await
+        .context("creating the demo's command stream")?;
+
+    let app = Application::build(settings.clone(), &[]).await?;
+    let store = app.store().clone();
+    let admin = app.admin_addr();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(app.run(shutdown.clone()));
+    if let Some(addr) = admin {
+        println!("all roles running; metrics at http://{addr}/metrics");
+    }
+
+    let published = publish_mix(&broker, args).await?;
+    println!(
+        "published {} messages: {} attempts, {} producer retries (same Nats-Msg-Id), {} business duplicates, {} conflicts, {} invalid",
+        published.messages,
+        published.attempts.len(),
+        published.producer_retries,
+        published.business_duplicates,
+        published.conflicts,
+        published.invalid
+    );
+
+    let settled = wait_until_settled(&store, &broker, &published, args.timeout).await;
+    shutdown.cancel();
+    match running.await {
+        Ok(result) => result?,
+        Err(join) => bail!("the service panicked: {join}"),
+    }
+    settled?;
+    verify(&store, &broker, gateway, &published, started.elapsed()).await
+}
+
+fn demo_faults() -> FaultConfig {
+    FaultConfig {
+        error_before: FaultRule::probability(0.02),
+        error_after: FaultRule::probability(0.02),
+        hang_after: FaultRule::probability(0.01),
+        drop_after: FaultRule::probability(0.01),
+        rate_limit: FaultRule::probability(0.03),
+        latency: Latency {
+            fixed_ms: 2,
+            jitter_ms: 10,
+        },
+    }
+}
+
+/// The payment method of the `i`-th attempt: mostly cards that succeed, some declines,
+/// and each fault the gateway can have on the first try.
+fn payment_method(rng: &mut StdRng) -> &'static str {
+    match rng.gen_range(0..100) {
+        0..=7 => "pm_card_declined",
+        8..=9 => "pm_card_insufficient_funds",
+        10..=12 => "pm_fault_error_after",
+        13..=15 => "pm_fault_error_before",
+        16..=17 => "pm_fault_hang_after",
+        18..=19 => "pm_fault_drop_after",
+        20..=22 => "pm_fault_rate_limit",
+        _ => "pm_card_visa",
+    }
+}
+
+fn command_body(attempt: Uuid, i: usize, amount: i64, payment_method: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "payment_attempt_id": attempt,
+        "order_id": format!("ord_demo_{i}"),
+        "customer_id": format!("cus_{}", i % 37),
+        "amount_minor": amount,
+        "currency": "EUR",
+        "payment_method": payment_method,
+        "description": format!("Demo order {i}"),
+        "requested_at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).expect("now formats"),
+    }))
+    .expect("json")
+}
+
+async fn publish_one(
+    broker: &Broker,
+    message_id: Option<&str>,
+    body: Vec<u8>,
+) -> anyhow::Result<bool> {
+    let mut headers = HeaderMap::new();
+    if let Some(id) = message_id {
+        headers.insert("Nats-Msg-Id", id);
+    }
+    headers.insert("Correlation-Id", "demo");
+    let ack = broker
+        .jetstream
+        .publish_with_headers(broker.names.charge_subject(), headers, body.into())
+        .await?
+        .await?;
+    Ok(!ack.duplicate)
+}
+
+async fn publish_mix(broker: &Broker, args: &DemoArgs) -> anyhow::Result<Published> {
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut published = Published::default();
+    let mut originals = Vec::new();
+    for i in 0..args.attempts {
+        let attempt = Uuid::from_u128(rng.gen());
+        let method = payment_method(&mut rng);
+        let amount = rng.gen_range(100..50_000);
+        let body = command_body(attempt, i, amount, method);
+        let message_id = format!("demo-{i}");
+        publish_one(broker, Some(&message_id), body.clone()).await?;
+        published.messages += 1;
+        published.attempts.insert(attempt, method.to_owned());
+        originals.push((attempt, i, amount, method, message_id, body));
+    }
+    // Past the stream's duplicate window: retries, duplicates, conflicts and garbage.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for (attempt, i, amount, method, message_id, body) in &originals {
+        match rng.gen_range(0..100) {
+            0..=9 => {
+                if publish_one(broker, Some(message_id), body.clone()).await? {
+                    published.producer_retries += 1;
+                    published.messages += 1;
+                }
+            }
+            10..=19 => {
+                publish_one(
+                    broker,
+                    Some(&format!("{message_id}-again")),
+                    command_body(*attempt, *i, *amount, method),
+                )
+                .await?;
+                published.business_duplicates += 1;
+                published.messages += 1;
+            }
+            20..=21 => {
+                publish_one(
+                    broker,
+                    Some(&format!("{message_id}-conflict")),
+                    command_body(*attempt, *i, amount + 1, method),
+                )
+                .await?;
+                published.conflicts += 1;
+                published.messages += 1;
+            }
+            _ => {}
+        }
+    }
+    let mut ids = (1..).map(|n: u128| Uuid::from_u128(0xdead_0000 + n));
+    let mut valid = |amount: serde_json::Value, currency: &str| {
+        serde_json::to_vec(&serde_json::json!({
+            "payment_attempt_id": ids.next().expect("endless"),
+            "order_id": "ord_invalid",
+            "customer_id": "cus_invalid",
+            "amount_minor": amount,
+            "currency": currency,
+            "payment_method": "pm_card_visa",
+        }))
+        .expect("json")
+    };
+    let invalid: [(Option<&str>, Vec<u8>); 5] = [
+        (Some("demo-bad-json"), b"{\"payment_attempt_id\":".to_vec()),
+        (Some("demo-bad-currency"), valid(500.into(), "EUX")),
+        (Some("demo-zero-amount"), valid(0.into(), "EUR")),
+        (Some("demo-amount-as-text"), valid("19.99".into(), "EUR")),
+        (None, valid(700.into(), "EUR")),
+    ];
+    for (id, body) in invalid {
+        publish_one(broker, id, body).await?;
+        published.invalid += 1;
+        published.messages += 1;
+    }
+    Ok(published)
+}
+
+/// Counts by status, for progress and the summary.
+async fn status_counts(store: &Store) -> anyhow::Result<BTreeMap<String, i64>> {
+    Ok(crate::store::operator::count_by_status(store)
+        .await?
+        .into_iter()
+        .collect())
+}
+
+async fn wait_until_settled(
+    store: &Store,
+    broker: &Broker,
+    published: &Published,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let expected_dead = (published.conflicts + published.invalid) as u64;
+    let mut last_line = String::new();
+    loop {
+        let counts = status_counts(store).await?;
+        let total: i64 = counts.values().sum();
+        let get = |s: &str| counts.get(s).copied().unwrap_or(0);
+        let open = get("pending") + get("in_flight") + get("unknown");
+        let unpublished = crate::store::operator::unpublished_events(store).await?;
+        let dead = stream_count(broker, &broker.names.dlq_stream()).await?;
+        let line = format!(
+            "  attempts {total:>4}/{} | succeeded {:>4} declined {:>3} needs_review {:>2} | in progress {:>3} (unknown {:>2}) | events unpublished {:>3} | dead letters {dead}/{expected_dead}",
+            published.attempts.len(),
+            get("succeeded"),
+            get("declined"),
+            get("needs_review"),
+            open,
+            get("unknown"),
+            unpublished,
+        );
+        if line != last_line {
+            println!("{line}");
+            last_line = line;
+        }
+        if total as usize == published.attempts.len()
+            && open == 0
+            && unpublished == 0
+            && dead >= expected_dead
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "not settled within {}: {}",
+                humantime::format_duration(timeout),
+                last_line.trim()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn stream_count(broker: &Broker, name: &str) -> anyhow::Result<u64> {
+    let mut stream = broker.jetstream.get_stream(name).await?;
+    Ok(stream.info().await?.state.messages)
+}
+
+/// Checks the promise against the gateway's ledger, the database and the streams.
+async fn verify(
+    store: &Store,
+    broker: &Broker,
+    gateway: &MockGateway,
+    published: &Published,
+    elapsed: Duration,
+) -> anyhow::Result<()> {
+    let ledger = gateway.ledger();
+    let mut charges_per_attempt: HashMap<String, usize> = HashMap::new();
+    for charge in ledger
+        .iter()
+        .filter(|c| matches!(c.status, mock_gateway::ChargeStatus::Succeeded))
+    {
+        *charges_per_attempt
+            .entry(charge.reference.clone())
+            .or_default() += 1;
+    }
+    let double_charges = charges_per_attempt.values().filter(|n| **n > 1).count();
+    let attempts = crate::store::operator::list_attempts(store, None, None).await?;
+    let mut problems = Vec::new();
+    let unknown_attempts: Vec<_> = attempts
+        .iter()
+        .filter(|a| !published.attempts.contains_key(&a.payment_attempt_id))
+        .collect();
+    if !unknown_attempts.is_empty() {
+        problems.push(format!(
+            "{} attempts that were never published as valid",
+            unknown_attempts.len()
+        ));
+    }
+    for attempt in &attempts {
+        let charged = charges_per_attempt
+            .get(&attempt.payment_attempt_id.to_string())
+            .copied()
+            .unwrap_or(0);
+        match attempt.status.as_str() {
+            "succeeded" if charged != 1 => problems.push(format!(
+                "{} is succeeded but the gateway charged it {charged} times",
+                attempt.payment_attempt_id
+            )),
+            "declined" if charged != 0 => problems.push(format!(
+                "{} is declined but the gateway charged it",
+                attempt.payment_attempt_id
+            )),
+            "needs_review" if attempt.review_reason.is_none() => problems.push(format!(
+                "{} needs review without a reason",
+                attempt.payment_attempt_id
+            )),
+            "pending" | "in_flight" | "unknown" => problems.push(format!(
+                "{} never settled ({})",
+                attempt.payment_attempt_id, attempt.status
+            )),
+            _ => {}
+        }
+    }
+    // One event per final state, published under one id each.
+    let events = crate::store::operator::published_event_ids(store).await?;
+    let final_attempts = attempts.iter().filter(|a| a.status.is_final()).count();
+    let final_events = events
+        .iter()
+        .filter(|(_, status)| status != "needs_review")
+        .count();
+    if final_events != final_attempts {
+        problems.push(format!(
+            "{final_events} final-state events for {final_attempts} final attempts"
+        ));
+    }
+    let ids: HashSet<&Uuid> = events.iter().map(|(id, _)| id).collect();
+    let on_stream = stream_count(broker, &broker.names.events_stream()).await?;
+    if on_stream as usize != ids.len() {
+        problems.push(format!(
+            "{on_stream} events on the stream for {} event ids",
+            ids.len()
+        ));
+    }
+    let dead = stream_count(broker, &broker.names.dlq_stream()).await?;
+    let expected_dead = (published.conflicts + published.invalid) as u64;
+    if dead != expected_dead {
+        problems.push(format!("{dead} dead letters, expected {expected_dead}"));
+    }
+    let mut by_status: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for attempt in &attempts {
+        *by_status.entry(attempt.status.as_str()).or_default() += 1;
+    }
+
+    println!();
+    println!("summary");
+    println!("  messages published       {}", published.messages);
+    println!(
+        "  payment attempts         {} (of {} published)",
+        attempts.len(),
+        published.attempts.len()
+    );
+    for (status, n) in &by_status {
+        println!("    {status:<22} {n}");
+    }
+    let succeeded_charges: usize = charges_per_attempt.values().sum();
+    let stats = gateway.stats();
+    println!(
+        "  charges at the gateway   {succeeded_charges} succeeded, {} declined ({} requests, {} of them lookups)",
+        ledger.len() - succeeded_charges,
+        stats.requests,
+        stats.lookups
+    );
+    println!("  double charges           {double_charges}");
+    println!("  events published         {on_stream}");
+    println!(
+        "  dead letters             {dead} ({} conflicts, {} invalid)",
+        published.conflicts, published.invalid
+    );
+    println!("  time taken               {:.1?}", elapsed);
+    if double_charges > 0 || !problems.is_empty() {
+        for problem in &problems {
+            println!("  PROBLEM: {problem}");
+        }
+        bail!(
+            "the promise did not hold: {double_charges} double charge(s), {} problem(s)",
+            problems.len()
+        );
+    }
+    println!("the promise held: every attempt charged at most once, every outcome settled and announced once");
+    Ok(())
+}
+
+async fn check_servers(settings: &Settings) -> anyhow::Result<()> {
+    let server = sibling_database(&settings.database_url, "postgres")?;
+    if Store::connect(&server, 1).await.is_err() {
+        bail!(
+            "PostgreSQL is not reachable at {}: start it (see README, \"Getting PostgreSQL and NATS JetStream\") or set ONECHARGE_DATABASE_URL",
+            redact(&settings.database_url)
+        );
+    }
+    if Broker::connect(settings).await.is_err() {
+        bail!(
+            "NATS is not reachable at {}: start `nats-server -js` (see README) or set ONECHARGE_NATS_URL",
+            settings.nats_url
+        );
+    }
+    Ok(())
+}
+
+/// The URL of another database on the same server.
+fn sibling_database(database_url: &str, name: &str) -> anyhow::Result<String> {
+    let mut url = reqwest::Url::parse(database_url)
+        .with_context(|| format!("database_url {} is not a URL", redact(database_url)))?;
+    url.set_path(&format!("/{name}"));
+    Ok(url.to_string())
+}
+
+fn redact(url: &str) -> String {
+    crate::store::redact_url(url)
+}
+
+async fn clean_up(settings: &Settings) {
+    if let Ok(broker) = Broker::connect(settings).await {
+        for name in [
+            broker.names.commands_stream(),
+            broker.names.events_stream(),
+            broker.names.dlq_stream(),
+        ] {
+            let _ = broker.jetstream.delete_stream(name).await;
+        }
+    }
+    if let Err(err) = sqlx::Postgres::force_drop_database(&settings.database_url).await {
+        tracing::warn!(error = %err, "could not drop the demo database");
+    }
+}
