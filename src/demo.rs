@@ -248,34 +248,34 @@ async fn publish_mix(broker: &Broker, args: &DemoArgs) -> anyhow::Result<Publish
     // Past the stream's duplicate window: retries, duplicates, conflicts and garbage.
     tokio::time::sleep(Duration::from_millis(150)).await;
     for (attempt, i, amount, method, message_id, body) in &originals {
-        match rng.gen_range(0..100) {
-            0..=9 => {
-                if publish_one(broker, Some(message_id), body.clone()).await? {
-                    published.producer_retries += 1;
-                    published.messages += 1;
-                }
-            }
-            10..=19 => {
-                publish_one(
-                    broker,
-                    Some(&format!("{message_id}-again")),
-                    command_body(*attempt, *i, *amount, method),
-                )
-                .await?;
-                published.business_duplicates += 1;
+        let roll = rng.gen_range(0..100);
+        if roll < 10 {
+            // The same message again: JetStream keeps it (its window has passed), intake
+            // must recognise it by the dedupe key.
+            if publish_one(broker, Some(message_id), body.clone()).await? {
+                published.producer_retries += 1;
                 published.messages += 1;
             }
-            20..=21 => {
-                publish_one(
-                    broker,
-                    Some(&format!("{message_id}-conflict")),
-                    command_body(*attempt, *i, amount + 1, method),
-                )
-                .await?;
-                published.conflicts += 1;
-                published.messages += 1;
-            }
-            _ => {}
+        } else if roll < 20 {
+            let again = format!("{message_id}-again");
+            publish_one(
+                broker,
+                Some(&again),
+                command_body(*attempt, *i, *amount, method),
+            )
+            .await?;
+            published.business_duplicates += 1;
+            published.messages += 1;
+        } else if roll < 22 {
+            let conflict = format!("{message_id}-conflict");
+            publish_one(
+                broker,
+                Some(&conflict),
+                command_body(*attempt, *i, amount + 1, method),
+            )
+            .await?;
+            published.conflicts += 1;
+            published.messages += 1;
         }
     }
     let mut ids = (1..).map(|n: u128| Uuid::from_u128(0xdead_0000 + n));
