@@ -57,10 +57,12 @@ pub struct Published {
     pub duplicate: bool,
 }
 
-/// Builds, validates and publishes the command, then prints where it landed.
+/// Builds, validates and publishes the command, then prints where it landed. An invalid
+/// command is refused before anything connects.
 pub async fn charge(settings: &Settings, args: ChargeArgs) -> anyhow::Result<()> {
+    let command = prepare(args)?;
     let broker = Broker::connect(settings).await?;
-    let published = publish_charge(&broker, args).await?;
+    let published = publish_prepared(&broker, command).await?;
     println!(
         "published message_id={} payment_attempt_id={} stream_sequence={}{}",
         published.message_id,
@@ -75,8 +77,21 @@ pub async fn charge(settings: &Settings, args: ChargeArgs) -> anyhow::Result<()>
     Ok(())
 }
 
-/// The reusable part of [`charge`], for the demo and tests.
+/// Builds, validates and publishes one command on `broker` (tests and tools).
 pub async fn publish_charge(broker: &Broker, args: ChargeArgs) -> anyhow::Result<Published> {
+    publish_prepared(broker, prepare(args)?).await
+}
+
+/// A command ready to publish.
+struct Prepared {
+    message_id: String,
+    payment_attempt_id: Uuid,
+    correlation_id: Option<String>,
+    payload: Vec<u8>,
+}
+
+/// The command's body with generated ids filled in, validated unless `--no-validate`.
+fn prepare(args: ChargeArgs) -> Result<Prepared, UsageError> {
     let attempt = args.attempt_id.unwrap_or_else(Uuid::new_v4);
     let message_id = args
         .message_id
@@ -112,9 +127,24 @@ pub async fn publish_charge(broker: &Broker, args: ChargeArgs) -> anyhow::Result
             ))
         })?;
     }
+    Ok(Prepared {
+        message_id,
+        payment_attempt_id: attempt,
+        correlation_id: args.correlation_id,
+        payload,
+    })
+}
+
+async fn publish_prepared(broker: &Broker, command: Prepared) -> anyhow::Result<Published> {
+    let Prepared {
+        message_id,
+        payment_attempt_id,
+        correlation_id,
+        payload,
+    } = command;
     let mut nats_headers = HeaderMap::new();
     nats_headers.insert("Nats-Msg-Id", message_id.as_str());
-    if let Some(correlation) = &args.correlation_id {
+    if let Some(correlation) = &correlation_id {
         nats_headers.insert("Correlation-Id", correlation.as_str());
     }
     let subject = broker.names.charge_subject();
@@ -129,7 +159,7 @@ pub async fn publish_charge(broker: &Broker, args: ChargeArgs) -> anyhow::Result
         })?;
     Ok(Published {
         message_id,
-        payment_attempt_id: attempt,
+        payment_attempt_id,
         stream_sequence: ack.sequence,
         duplicate: ack.duplicate,
     })
