@@ -55,7 +55,13 @@ pub fn init_logging(format: LogFormat, quiet: bool) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Human => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        // Every line carries the fields of the span it was logged in and of its parents:
+        // message, correlation and causation ids and the payment attempt id where one exists.
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
     };
 }
 
@@ -233,6 +239,9 @@ impl Application {
                 window,
                 shutdown.clone(),
             ));
+            // Whoever serves /metrics keeps the database-backed gauges fresh.
+            let refresher = crate::metrics::DatabaseGaugesRefresher::new(self.store.clone());
+            roles.spawn(refresher.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Purge) {
             let purger = crate::operator::purge::Purger::new(

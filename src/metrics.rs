@@ -1,9 +1,20 @@
 //! Prometheus metrics. Every label is bounded: consumer names, outcome classes, states —
 //! never message, attempt or customer ids (those belong in logs and traces).
+//!
+//! Counters and histograms are recorded where things happen (intake, the gateway client,
+//! the executor, the relay, purge, the reconciler); the gauges only the database can answer
+//! are refreshed here, by [`DatabaseGaugesRefresher`]. docs/operations.md lists every metric
+//! and the alert it deserves.
 
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::AttemptStatus;
+use crate::store::metrics::DatabaseGauges;
+use crate::store::{self, Store};
 
 /// Installs the process-wide recorder once and returns the handle `/metrics` renders.
 pub fn install() -> PrometheusHandle {
@@ -45,4 +56,94 @@ pub fn dead_letter(class: &'static str) {
 /// `needs_review`, `rescheduled`, `fenced`).
 pub fn reconciliation(result: &'static str) {
     metrics::counter!("onecharge_reconciliations_total", "result" => result).increment(1);
+}
+
+/// How often `serve` (with the admin role) refreshes the database-backed gauges.
+pub const DATABASE_GAUGES_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Keeps the gauges that only the database knows — attempts by status, the oldest waiting
+/// attempt of each non-final status, the outbox backlog — fresh on `/metrics`.
+///
+/// It runs beside the admin role, so every process that serves `/metrics` reports them; with
+/// several such processes, aggregate with `max` (they read one database). A failed read
+/// leaves the previous values in place and counts a failure: alert on
+/// `onecharge_database_gauges_refreshed_timestamp_seconds` going stale, not on the values.
+#[derive(Debug, Clone)]
+pub struct DatabaseGaugesRefresher {
+    store: Store,
+    interval: Duration,
+}
+
+impl DatabaseGaugesRefresher {
+    /// A refresher reading `store` every [`DATABASE_GAUGES_INTERVAL`].
+    pub fn new(store: Store) -> Self {
+        Self {
+            store,
+            interval: DATABASE_GAUGES_INTERVAL,
+        }
+    }
+
+    /// One refresh, ages measured at `now`: reads the database and sets every gauge. Every
+    /// status is set, so a status whose last attempt moved on drops to 0 instead of keeping
+    /// its old value.
+    pub async fn refresh_once(&self, now: OffsetDateTime) -> Result<DatabaseGauges, sqlx::Error> {
+        let gauges = match store::metrics::database_gauges(&self.store).await {
+            Ok(gauges) => gauges,
+            Err(err) => {
+                metrics::counter!("onecharge_database_gauges_refresh_failures_total").increment(1);
+                return Err(err);
+            }
+        };
+        let age = |at: OffsetDateTime| (now - at).as_seconds_f64().max(0.0);
+        for status in AttemptStatus::ALL {
+            let count = gauges
+                .attempts_by_status
+                .iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, n)| *n);
+            metrics::gauge!("onecharge_attempts", "status" => status.as_str()).set(count as f64);
+            if !status.is_final() {
+                let oldest = gauges
+                    .oldest_non_final
+                    .iter()
+                    .find(|(s, _)| *s == status)
+                    .map_or(0.0, |(_, at)| age(*at));
+                metrics::gauge!("onecharge_attempts_oldest_age_seconds", "status" => status.as_str())
+                    .set(oldest);
+            }
+        }
+        metrics::gauge!("onecharge_outbox_pending").set(gauges.outbox_pending as f64);
+        metrics::gauge!("onecharge_outbox_oldest_pending_age_seconds")
+            .set(gauges.outbox_oldest_pending.map_or(0.0, age));
+        metrics::gauge!("onecharge_database_gauges_refreshed_timestamp_seconds")
+            .set(now.unix_timestamp() as f64);
+        Ok(gauges)
+    }
+
+    /// Refreshes every interval until `shutdown` fires. A database that does not answer is
+    /// logged and retried at the next tick; it never stops the service.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+            match self.refresh_once(OffsetDateTime::now_utc()).await {
+                Ok(_) if failing => {
+                    failing = false;
+                    tracing::info!("database gauges refreshed again");
+                }
+                Ok(_) => {}
+                Err(err) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %err, "cannot refresh the database gauges; /metrics keeps the last values");
+                }
+                Err(err) => tracing::debug!(error = %err, "database gauges still not refreshed"),
+            }
+        }
+        Ok(())
+    }
 }

@@ -159,6 +159,16 @@ impl GatewayClient {
 
     /// `POST /v1/charges` with the request's key and bytes, classified per contract §3.
     /// Never fails: every transport problem is an outcome (not sent, or ambiguous).
+    ///
+    /// One span per call, with the OpenTelemetry HTTP client attribute names; the caller's
+    /// span (the executor's `execute`) carries the `payment_attempt_id`.
+    #[tracing::instrument(name = "gateway_call", skip_all, fields(
+        operation = "charge",
+        http.request.method = "POST",
+        url.path = self.charges_url.path(),
+        http.response.status_code = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    ))]
     pub async fn charge(&self, request: &ChargeRequest) -> GatewayCall<GatewayOutcome> {
         let started = Instant::now();
         let sent = self
@@ -194,6 +204,7 @@ impl GatewayClient {
         };
         let elapsed = started.elapsed();
         record_metrics("charge", outcome.label(), elapsed);
+        record_span(http_status, outcome.label(), elapsed);
         GatewayCall {
             outcome,
             http_status,
@@ -203,7 +214,15 @@ impl GatewayClient {
     }
 
     /// `GET /v1/charges?idempotency_key=…`: the outcomes recorded under the key. Safe to
-    /// repeat; never charges.
+    /// repeat; never charges. Its span is like [`GatewayClient::charge`]'s; the caller's
+    /// (the reconciler's `reconcile`) carries the `payment_attempt_id`.
+    #[tracing::instrument(name = "gateway_call", skip_all, fields(
+        operation = "lookup",
+        http.request.method = "GET",
+        url.path = self.charges_url.path(),
+        http.response.status_code = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    ))]
     pub async fn lookup(&self, idempotency_key: &str) -> GatewayCall<LookupOutcome> {
         let started = Instant::now();
         let sent = self
@@ -237,6 +256,7 @@ impl GatewayClient {
         };
         let elapsed = started.elapsed();
         record_metrics("lookup", outcome.label(), elapsed);
+        record_span(http_status, outcome.label(), elapsed);
         GatewayCall {
             outcome,
             http_status,
@@ -252,6 +272,19 @@ fn record_metrics(operation: &'static str, outcome: &'static str, elapsed: Durat
         .increment(1);
     metrics::histogram!("onecharge_gateway_call_duration_seconds", "operation" => operation)
         .record(elapsed.as_secs_f64());
+}
+
+/// Completes the call's span and logs the call at debug level.
+fn record_span(http_status: Option<u16>, outcome: &'static str, elapsed: Duration) {
+    let span = tracing::Span::current();
+    if let Some(status) = http_status {
+        span.record("http.response.status_code", status);
+    }
+    span.record("outcome", outcome);
+    tracing::debug!(
+        elapsed_ms = elapsed.as_millis() as u64,
+        "gateway call finished"
+    );
 }
 
 /// Reads a whole response. A failure before the connection was established (refused, DNS,

@@ -364,14 +364,26 @@ impl Intake {
         outcome: &DeliveryOutcome,
     ) -> Option<DlqClass> {
         let headers = command_headers(message);
+        // One span per delivery, with the OpenTelemetry messaging attribute names. The
+        // producer's `traceparent` is kept as a field (no trace exporter is built yet).
         let span = tracing::info_span!(
             "settle",
-            message_id = headers.message_id.as_deref().unwrap_or(""),
+            messaging.system = "nats",
+            messaging.destination.name = message.subject.as_str(),
+            messaging.operation = "process",
+            messaging.message.id = headers.message_id.as_deref().unwrap_or(""),
+            messaging.consumer.group.name = self.inner.settings.consumer.as_str(),
             correlation_id = headers.correlation_id.as_deref().unwrap_or(""),
+            payment_attempt_id = tracing::field::Empty,
+            traceparent = headers.traceparent.as_deref().unwrap_or(""),
             outcome = outcome.label(),
         );
+        if let Some(id) = attempt_id(&message.payload) {
+            span.record("payment_attempt_id", tracing::field::display(id));
+        }
         async {
             let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+            tracing::debug!(delivered, "settling delivery");
             match outcome {
                 DeliveryOutcome::Processed
                 | DeliveryOutcome::Duplicate
@@ -451,6 +463,18 @@ fn classify_db_error(err: &sqlx::Error) -> DeliveryOutcome {
     } else {
         DeliveryOutcome::Permanent(format!("rejected by the database: {text}"))
     }
+}
+
+/// The `payment_attempt_id` of a command body, when it has a readable one (for spans only:
+/// validation decides what the body is worth).
+fn attempt_id(payload: &[u8]) -> Option<uuid::Uuid> {
+    #[derive(serde::Deserialize)]
+    struct AttemptRef {
+        payment_attempt_id: uuid::Uuid,
+    }
+    serde_json::from_slice::<AttemptRef>(payload)
+        .ok()
+        .map(|r| r.payment_attempt_id)
 }
 
 /// Reads the headers intake cares about.

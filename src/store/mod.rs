@@ -8,6 +8,7 @@
 
 pub mod executor;
 pub mod intake;
+pub mod metrics;
 pub mod operator;
 pub mod outbox;
 pub mod purge;

@@ -1,0 +1,56 @@
+//! The SQL behind the database-backed gauges of `/metrics`: how many attempts are in each
+//! state, how long the oldest attempt of each non-final state has waited, and the outbox
+//! backlog. Read-only, one short round trip per query, each served by an index
+//! (`payment_attempts_status_created_idx`, `outbox_unpublished_idx`) except the per-status
+//! count, which reads the status index whole.
+
+use time::OffsetDateTime;
+
+use super::Store;
+use crate::domain::AttemptStatus;
+
+/// What the database says right now, for the gauges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DatabaseGauges {
+    /// Attempts per status; a status without attempts is absent.
+    pub attempts_by_status: Vec<(AttemptStatus, i64)>,
+    /// The `created_at` of the oldest attempt in each non-final status that has any.
+    pub oldest_non_final: Vec<(AttemptStatus, OffsetDateTime)>,
+    /// Outbox rows not yet acknowledged by JetStream.
+    pub outbox_pending: i64,
+    /// The `created_at` of the oldest of them.
+    pub outbox_oldest_pending: Option<OffsetDateTime>,
+}
+
+/// Reads every database-backed gauge. Statuses the database holds but this build does not
+/// know are skipped (a newer schema), never an error.
+pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Error> {
+    let pool = store.pool();
+    let counts: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM payment_attempts GROUP BY status")
+            .fetch_all(pool)
+            .await?;
+    let oldest: Vec<(String, OffsetDateTime)> = sqlx::query_as(
+        "SELECT status, min(created_at) FROM payment_attempts
+         WHERE status IN ('pending', 'in_flight', 'unknown', 'needs_review')
+         GROUP BY status",
+    )
+    .fetch_all(pool)
+    .await?;
+    let (outbox_pending, outbox_oldest_pending): (i64, Option<OffsetDateTime>) =
+        sqlx::query_as("SELECT count(*), min(created_at) FROM outbox WHERE published_at IS NULL")
+            .fetch_one(pool)
+            .await?;
+    Ok(DatabaseGauges {
+        attempts_by_status: known_statuses(counts),
+        oldest_non_final: known_statuses(oldest),
+        outbox_pending,
+        outbox_oldest_pending,
+    })
+}
+
+fn known_statuses<T>(rows: Vec<(String, T)>) -> Vec<(AttemptStatus, T)> {
+    rows.into_iter()
+        .filter_map(|(status, value)| status.parse().ok().map(|s| (s, value)))
+        .collect()
+}
