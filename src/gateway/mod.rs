@@ -180,37 +180,14 @@ impl GatewayClient {
             .body(request.body.clone())
             .send()
             .await;
-        let (outcome, http_status, error) = match read(sent).await {
-            Ok(raw) => (
-                classify_charge(GatewayReply::Answered {
-                    status: raw.status,
-                    replayed: raw.replayed,
-                    retry_after: raw.retry_after.as_deref(),
-                    body: &raw.body,
-                }),
-                Some(raw.status),
-                None,
-            ),
-            Err(Failure::NotSent(error)) => (
-                classify_charge(GatewayReply::NotSent { error: &error }),
-                None,
-                Some(error),
-            ),
-            Err(Failure::Lost(error)) => (
-                classify_charge(GatewayReply::Lost { error: &error }),
-                None,
-                Some(error),
-            ),
-        };
-        let elapsed = started.elapsed();
-        record_metrics("charge", outcome.label(), elapsed);
-        record_span(http_status, outcome.label(), elapsed);
-        GatewayCall {
-            outcome,
-            http_status,
-            elapsed,
-            error,
-        }
+        finish(
+            "charge",
+            started,
+            sent,
+            classify_charge,
+            GatewayOutcome::label,
+        )
+        .await
     }
 
     /// `GET /v1/charges?idempotency_key=…`: the outcomes recorded under the key. Safe to
@@ -232,37 +209,56 @@ impl GatewayClient {
             .bearer_auth(self.api_key.expose_secret())
             .send()
             .await;
-        let (outcome, http_status, error) = match read(sent).await {
-            Ok(raw) => (
-                classify_lookup(GatewayReply::Answered {
-                    status: raw.status,
-                    replayed: raw.replayed,
-                    retry_after: raw.retry_after.as_deref(),
-                    body: &raw.body,
-                }),
-                Some(raw.status),
-                None,
-            ),
-            Err(Failure::NotSent(error)) => (
-                classify_lookup(GatewayReply::NotSent { error: &error }),
-                None,
-                Some(error),
-            ),
-            Err(Failure::Lost(error)) => (
-                classify_lookup(GatewayReply::Lost { error: &error }),
-                None,
-                Some(error),
-            ),
-        };
-        let elapsed = started.elapsed();
-        record_metrics("lookup", outcome.label(), elapsed);
-        record_span(http_status, outcome.label(), elapsed);
-        GatewayCall {
-            outcome,
-            http_status,
-            elapsed,
-            error,
-        }
+        finish(
+            "lookup",
+            started,
+            sent,
+            classify_lookup,
+            LookupOutcome::label,
+        )
+        .await
+    }
+}
+
+/// Reads the answer to a sent request, classifies it with `classify`, and records the
+/// call's metrics and span: the part every kind of gateway call shares.
+async fn finish<T>(
+    operation: &'static str,
+    started: Instant,
+    sent: Result<reqwest::Response, reqwest::Error>,
+    classify: impl Fn(GatewayReply<'_>) -> T,
+    label: impl Fn(&T) -> &'static str,
+) -> GatewayCall<T> {
+    let (outcome, http_status, error) = match read(sent).await {
+        Ok(raw) => (
+            classify(GatewayReply::Answered {
+                status: raw.status,
+                replayed: raw.replayed,
+                retry_after: raw.retry_after.as_deref(),
+                body: &raw.body,
+            }),
+            Some(raw.status),
+            None,
+        ),
+        Err(Failure::NotSent(error)) => (
+            classify(GatewayReply::NotSent { error: &error }),
+            None,
+            Some(error),
+        ),
+        Err(Failure::Lost(error)) => (
+            classify(GatewayReply::Lost { error: &error }),
+            None,
+            Some(error),
+        ),
+    };
+    let elapsed = started.elapsed();
+    record_metrics(operation, label(&outcome), elapsed);
+    record_span(http_status, label(&outcome), elapsed);
+    GatewayCall {
+        outcome,
+        http_status,
+        elapsed,
+        error,
     }
 }
 
