@@ -84,9 +84,11 @@ pub async fn setup(settings: &Settings) -> anyhow::Result<()> {
 
 /// `onecharge serve`: runs the roles until SIGTERM or Ctrl-C, then drains.
 pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
-    let app = Application::build(settings, roles).await?;
+    // Listen before building: a SIGTERM while connecting and migrating then ends the
+    // process cleanly as soon as it is built, instead of killing it mid-setup.
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let app = Application::build(settings, roles).await?;
     app.run(shutdown).await
 }
 
