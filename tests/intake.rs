@@ -426,34 +426,13 @@ async fn a_reused_message_id_with_a_different_body_is_dead_lettered_and_never_ch
     );
 }
 
-async fn stop_database(env: &TestEnv) {
-    env.admin(&format!(
-        "ALTER DATABASE {} WITH ALLOW_CONNECTIONS false",
-        env.db_name
-    ))
-    .await;
-    env.admin(&format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
-        env.db_name
-    ))
-    .await;
-}
-
-async fn start_database(env: &TestEnv) {
-    env.admin(&format!(
-        "ALTER DATABASE {} WITH ALLOW_CONNECTIONS true",
-        env.db_name
-    ))
-    .await;
-}
-
 #[tokio::test]
 async fn while_the_database_is_down_messages_are_nakd_and_processed_once_it_is_back() {
     let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
     let intake = env.intake().await;
     let attempt = Uuid::new_v4();
     env.publish("m-outage", &command(attempt, json!({}))).await;
-    stop_database(&env).await;
+    env.stop_database().await;
 
     let during = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(during.count("transient"), 1, "{during:?}");
@@ -465,7 +444,7 @@ async fn while_the_database_is_down_messages_are_nakd_and_processed_once_it_is_b
     );
     assert!(again.dead_lettered.is_empty());
 
-    start_database(&env).await;
+    env.start_database().await;
     let after = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
@@ -480,13 +459,13 @@ async fn the_last_allowed_delivery_of_a_transient_failure_is_dead_lettered_as_ex
     let intake = env.intake().await;
     env.publish("m-exhaust", &command(Uuid::new_v4(), json!({})))
         .await;
-    stop_database(&env).await;
+    env.stop_database().await;
 
     let mut reports = Vec::new();
     for _ in 0..3 {
         reports.push(intake.process_batch(WAIT).await.unwrap());
     }
-    start_database(&env).await;
+    env.start_database().await;
 
     assert!(reports[..2]
         .iter()

@@ -382,27 +382,6 @@ async fn the_oldest_waiting_attempt_and_outbox_row_are_reported_by_age_at_refres
     );
 }
 
-async fn stop_database(env: &TestEnv) {
-    env.admin(&format!(
-        "ALTER DATABASE {} WITH ALLOW_CONNECTIONS false",
-        env.db_name
-    ))
-    .await;
-    env.admin(&format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
-        env.db_name
-    ))
-    .await;
-}
-
-async fn start_database(env: &TestEnv) {
-    env.admin(&format!(
-        "ALTER DATABASE {} WITH ALLOW_CONNECTIONS true",
-        env.db_name
-    ))
-    .await;
-}
-
 async fn readyz(admin: SocketAddr) -> (u16, String) {
     let response = reqwest::get(format!("http://{admin}/readyz"))
         .await
@@ -418,7 +397,7 @@ async fn readiness_names_the_database_while_it_refuses_connections_and_recovers_
     let admin = served.admin.unwrap();
     assert_eq!(readyz(admin).await, (200, "ready\n".to_owned()));
 
-    stop_database(&env).await;
+    env.stop_database().await;
     let (status, body) = readyz(admin).await;
     assert_eq!(status, 503);
     assert_eq!(body, "not ready: database unreachable\n");
@@ -427,7 +406,7 @@ async fn readiness_names_the_database_while_it_refuses_connections_and_recovers_
         .unwrap();
     assert_eq!(healthz.status(), 200, "alive, only not ready");
 
-    start_database(&env).await;
+    env.start_database().await;
     eventually("readiness recovers", Duration::from_secs(15), || async {
         readyz(admin).await == (200, "ready\n".to_owned())
     })

@@ -142,6 +142,29 @@ impl TestEnv {
         pool.close().await;
     }
 
+    /// Makes the test database refuse connections and cuts the open ones: an outage.
+    pub async fn stop_database(&self) {
+        self.admin(&format!(
+            "ALTER DATABASE {} WITH ALLOW_CONNECTIONS false",
+            self.db_name
+        ))
+        .await;
+        self.admin(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+            self.db_name
+        ))
+        .await;
+    }
+
+    /// Ends the outage of [`TestEnv::stop_database`].
+    pub async fn start_database(&self) {
+        self.admin(&format!(
+            "ALTER DATABASE {} WITH ALLOW_CONNECTIONS true",
+            self.db_name
+        ))
+        .await;
+    }
+
     /// (pending, ack pending) of the intake consumer: both 0 when everything was settled.
     pub async fn consumer_backlog(&self) -> (u64, usize) {
         let stream = self
