@@ -43,26 +43,38 @@ impl Role {
 /// Human or JSON log lines on stderr, filtered by `RUST_LOG` (default `info`);
 /// `quiet` lowers the default to warnings.
 pub fn init_logging(format: LogFormat, quiet: bool) {
-    use tracing_subscriber::EnvFilter;
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::{propagation::TraceContextPropagator, trace::SdkTracerProvider};
+    use tracing_subscriber::{fmt, layer::SubscriberExt as _, util::SubscriberInitExt as _};
+    use tracing_subscriber::{EnvFilter, Layer as _};
     let default = if quiet {
         "warn"
     } else {
         "info,async_nats=warn,sqlx=warn"
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Human => builder.try_init(),
+    let lines = match format {
+        LogFormat::Human => fmt::layer().with_writer(std::io::stderr).boxed(),
         // Every line carries the fields of the span it was logged in and of its parents:
         // message, correlation and causation ids and the payment attempt id where one exists.
-        LogFormat::Json => builder
+        LogFormat::Json => fmt::layer()
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .try_init(),
+            .with_writer(std::io::stderr)
+            .boxed(),
     };
+    // A tracer provider with no exporter: spans get real W3C trace and span ids, so a
+    // producer's `traceparent` becomes the parent of the delivery span, and nothing leaves
+    // the process. OTLP export, when it is built, is an exporter on this provider.
+    let provider = SdkTracerProvider::builder().build();
+    let traces = tracing_opentelemetry::layer().with_tracer(provider.tracer("onecharge"));
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let _ = tracing_subscriber::registry()
+        .with(lines)
+        .with(traces)
+        .with(filter)
+        .try_init();
 }
 
 /// `onecharge setup`: database (created if missing), migrations, streams, durable consumer.

@@ -11,16 +11,20 @@
 
 mod dead_letter;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use backon::BackoffBuilder as _;
 use futures::StreamExt as _;
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 pub use dead_letter::DlqClass;
 
@@ -365,7 +369,7 @@ impl Intake {
     ) -> Option<DlqClass> {
         let headers = command_headers(message);
         // One span per delivery, with the OpenTelemetry messaging attribute names. The
-        // producer's `traceparent` is kept as a field (no trace exporter is built yet).
+        // producer's `traceparent` is the span's parent, and is kept as a field for the logs.
         let span = tracing::info_span!(
             "settle",
             messaging.system = "nats",
@@ -380,6 +384,14 @@ impl Intake {
         );
         if let Some(id) = attempt_id(&message.payload) {
             span.record("payment_attempt_id", tracing::field::display(id));
+        }
+        if let Some(traceparent) = &headers.traceparent {
+            // W3C trace context is the contract, so the propagator is fixed, not the global one.
+            // A malformed header extracts an empty context and the span starts its own trace.
+            let carrier = HashMap::from([("traceparent".to_owned(), traceparent.clone())]);
+            let parent = TraceContextPropagator::new().extract(&carrier);
+            // Fails only when no OpenTelemetry layer is installed: then there is no trace.
+            let _ = span.set_parent(parent);
         }
         async {
             let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
