@@ -8,7 +8,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
-use crate::config::{LogFormat, Settings};
+use crate::config::{ConfigError, LogFormat, Settings};
 use crate::intake::Intake;
 use crate::store::Store;
 
@@ -41,8 +41,10 @@ impl Role {
 }
 
 /// Human or JSON log lines on stderr, filtered by `RUST_LOG` (default `info`);
-/// `quiet` lowers the default to warnings.
-pub fn init_logging(format: LogFormat, quiet: bool) {
+/// `quiet` lowers the default to warnings. Spans go to `settings.otlp_endpoint` over
+/// OTLP/HTTP when it is set. Keep the returned guard until the process ends: dropping it
+/// flushes the spans still waiting in the batch.
+pub fn init_logging(settings: &Settings, quiet: bool) -> Result<Telemetry, ConfigError> {
     use opentelemetry::trace::TracerProvider as _;
     use opentelemetry_sdk::{propagation::TraceContextPropagator, trace::SdkTracerProvider};
     use tracing_subscriber::{fmt, layer::SubscriberExt as _, util::SubscriberInitExt as _};
@@ -53,7 +55,7 @@ pub fn init_logging(format: LogFormat, quiet: bool) {
         "info,async_nats=warn,sqlx=warn"
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let lines = match format {
+    let lines = match settings.log_format {
         LogFormat::Human => fmt::layer().with_writer(std::io::stderr).boxed(),
         // Every line carries the fields of the span it was logged in and of its parents:
         // message, correlation and causation ids and the payment attempt id where one exists.
@@ -64,10 +66,13 @@ pub fn init_logging(format: LogFormat, quiet: bool) {
             .with_writer(std::io::stderr)
             .boxed(),
     };
-    // A tracer provider with no exporter: spans get real W3C trace and span ids, so a
-    // producer's `traceparent` becomes the parent of the delivery span, and nothing leaves
-    // the process. OTLP export, when it is built, is an exporter on this provider.
-    let provider = SdkTracerProvider::builder().build();
+    // Spans always get real W3C trace and span ids, so a producer's `traceparent` becomes
+    // the parent of the delivery span. Without an endpoint nothing leaves the process.
+    let mut provider = SdkTracerProvider::builder();
+    if let Some(endpoint) = &settings.otlp_endpoint {
+        provider = provider.with_batch_exporter(otlp_span_exporter(endpoint)?);
+    }
+    let provider = provider.build();
     let traces = tracing_opentelemetry::layer().with_tracer(provider.tracer("onecharge"));
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let _ = tracing_subscriber::registry()
@@ -75,6 +80,34 @@ pub fn init_logging(format: LogFormat, quiet: bool) {
         .with(traces)
         .with(filter)
         .try_init();
+    Ok(Telemetry { provider })
+}
+
+/// An OTLP/HTTP (protobuf) exporter posting to `<endpoint>/v1/traces`, as the
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` convention does. The blocking client suits the batch
+/// processor, which exports from its own thread rather than from the tokio runtime.
+fn otlp_span_exporter(endpoint: &str) -> Result<opentelemetry_otlp::SpanExporter, ConfigError> {
+    use opentelemetry_otlp::{Protocol, WithExportConfig as _};
+    opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
+        .build()
+        .map_err(|err| ConfigError(format!("otlp_endpoint (ONECHARGE_OTLP_ENDPOINT): {err}")))
+}
+
+/// Owns the tracer provider. The global subscriber keeps the provider alive for ever, so
+/// it never shuts down by itself; dropping this guard does, exporting the spans still
+/// batched (best effort: an unreachable collector loses them, the process exits anyway).
+#[must_use = "dropping the guard at once stops span export"]
+pub struct Telemetry {
+    provider: opentelemetry_sdk::trace::SdkTracerProvider,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        let _ = self.provider.shutdown();
+    }
 }
 
 /// `onecharge setup`: database (created if missing), migrations, streams, durable consumer.
@@ -254,7 +287,8 @@ impl Application {
                 shutdown.clone(),
             ));
             // Whoever serves /metrics keeps the database-backed gauges fresh.
-            let refresher = crate::metrics::DatabaseGaugesRefresher::new(self.store.clone());
+            let refresher = crate::metrics::DatabaseGaugesRefresher::new(self.store.clone())
+                .with_intake_consumer(self.broker.clone(), &self.settings.intake.consumer);
             roles.spawn(refresher.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Purge) {

@@ -58,6 +58,15 @@ impl Names {
     }
 }
 
+/// A durable consumer's backlog, from JetStream consumer info.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerLag {
+    /// Matching messages the consumer has not delivered yet (`num_pending`).
+    pub pending: u64,
+    /// Messages delivered and not yet acknowledged (`num_ack_pending`).
+    pub ack_pending: u64,
+}
+
 /// A connected JetStream context with this deployment's names.
 #[derive(Clone)]
 pub struct Broker {
@@ -201,6 +210,24 @@ impl Broker {
             .get_consumer(&intake.consumer)
             .await
             .map_err(|e| anyhow::anyhow!("binding to consumer {}: {e}", intake.consumer))
+    }
+
+    /// How far `consumer` on the command stream is behind: messages not yet delivered and
+    /// messages delivered but not yet acknowledged, as the server counts them.
+    pub async fn intake_consumer_lag(&self, consumer: &str) -> anyhow::Result<ConsumerLag> {
+        let stream = self
+            .jetstream
+            .get_stream_no_info(self.names.commands_stream())
+            .await
+            .with_context(|| format!("stream {}", self.names.commands_stream()))?;
+        let info = stream
+            .consumer_info(consumer)
+            .await
+            .with_context(|| format!("reading consumer {consumer}"))?;
+        Ok(ConsumerLag {
+            pending: info.num_pending,
+            ack_pending: info.num_ack_pending as u64,
+        })
     }
 
     /// True when the server answers (readiness).

@@ -105,7 +105,11 @@ pub fn run(cli: Cli) -> ExitCode {
     // The demo talks to a person through its progress lines; its service logs stay quiet
     // unless RUST_LOG asks for them.
     let quiet = matches!(cli.command, Command::Demo(_));
-    crate::app::init_logging(settings.log_format, quiet);
+    // Dropped last, after the runtime: flushes the spans of the whole run.
+    let _telemetry = match crate::app::init_logging(&settings, quiet) {
+        Ok(telemetry) => telemetry,
+        Err(err) => return config_failure(&err),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {

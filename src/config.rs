@@ -51,6 +51,11 @@ pub struct Settings {
     pub namespace: String,
     /// `human` or `json` log lines.
     pub log_format: LogFormat,
+    /// Where to send spans over OTLP/HTTP (protobuf), e.g. `http://collector:4318`; the
+    /// exporter posts to `<endpoint>/v1/traces`. Unset (the default), no span leaves the
+    /// process. Plain `http://` only: no TLS client is built in.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
     pub intake: IntakeSettings,
     /// Longest wait for a TCP connection to the gateway. A connect failure means the
     /// request was never sent, so it is retried safely.
@@ -316,6 +321,7 @@ impl Default for Settings {
             admin_token: None,
             namespace: String::new(),
             log_format: LogFormat::Human,
+            otlp_endpoint: None,
             intake: IntakeSettings::default(),
             gateway_connect_timeout: default_gateway_connect_timeout(),
             gateway_request_timeout: default_gateway_request_timeout(),
@@ -416,6 +422,14 @@ impl Settings {
                 "gateway_url (ONECHARGE_GATEWAY_URL)",
                 format!("`{}` is not an http(s) URL", self.gateway_url),
             );
+        }
+        if let Some(endpoint) = &self.otlp_endpoint {
+            if reqwest::Url::parse(endpoint).map(|u| u.scheme() == "http") != Ok(true) {
+                return fail(
+                    "otlp_endpoint (ONECHARGE_OTLP_ENDPOINT)",
+                    format!("`{endpoint}` is not an http:// URL (https is not built in)"),
+                );
+            }
         }
         if !self.namespace.is_empty()
             && !self
@@ -644,6 +658,27 @@ mod tests {
                 err.contains("intake.batch_size: must be between 1 and 1000, got 0"),
                 "{err}"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_otlp_endpoint_is_off_by_default_and_must_be_an_http_url() {
+        figment::Jail::expect_with(|jail| {
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.otlp_endpoint, None);
+            jail.set_env("ONECHARGE_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+            jail.set_env("ONECHARGE_OTLP_ENDPOINT", "collector:4318");
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("otlp_endpoint (ONECHARGE_OTLP_ENDPOINT)"),
+                "{err}"
+            );
+            assert!(!err.contains('\n'));
             Ok(())
         });
     }

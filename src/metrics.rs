@@ -12,6 +12,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::{Broker, ConsumerLag};
 use crate::domain::AttemptStatus;
 use crate::store::metrics::DatabaseGauges;
 use crate::store::{self, Store};
@@ -62,16 +63,19 @@ pub fn reconciliation(result: &'static str) {
 pub const DATABASE_GAUGES_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Keeps the gauges that only the database knows — attempts by status, the oldest waiting
-/// attempt of each non-final status, the outbox backlog — fresh on `/metrics`.
+/// attempt of each non-final status, the outbox backlog — fresh on `/metrics`, and, given a
+/// broker, the intake consumer's lag.
 ///
 /// It runs beside the admin role, so every process that serves `/metrics` reports them; with
 /// several such processes, aggregate with `max` (they read one database). A failed read
 /// leaves the previous values in place and counts a failure: alert on
 /// `onecharge_database_gauges_refreshed_timestamp_seconds` going stale, not on the values.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DatabaseGaugesRefresher {
     store: Store,
     interval: Duration,
+    /// The broker and intake consumer whose lag is reported, when this process knows them.
+    intake_consumer: Option<(Broker, String)>,
 }
 
 impl DatabaseGaugesRefresher {
@@ -80,7 +84,30 @@ impl DatabaseGaugesRefresher {
         Self {
             store,
             interval: DATABASE_GAUGES_INTERVAL,
+            intake_consumer: None,
         }
+    }
+
+    /// Also reports the lag of the durable intake `consumer` on `broker`'s command stream:
+    /// growing lag means commands wait to be recorded, which no database gauge shows.
+    pub fn with_intake_consumer(mut self, broker: Broker, consumer: impl Into<String>) -> Self {
+        self.intake_consumer = Some((broker, consumer.into()));
+        self
+    }
+
+    /// Reads the intake consumer's lag from JetStream and sets
+    /// `onecharge_intake_consumer_pending` and `onecharge_intake_consumer_ack_pending`.
+    /// `None` when no consumer was given; a failed read leaves the previous values.
+    pub async fn refresh_consumer_lag(&self) -> anyhow::Result<Option<ConsumerLag>> {
+        let Some((broker, consumer)) = &self.intake_consumer else {
+            return Ok(None);
+        };
+        let lag = broker.intake_consumer_lag(consumer).await?;
+        metrics::gauge!("onecharge_intake_consumer_pending", "consumer" => consumer.clone())
+            .set(lag.pending as f64);
+        metrics::gauge!("onecharge_intake_consumer_ack_pending", "consumer" => consumer.clone())
+            .set(lag.ack_pending as f64);
+        Ok(Some(lag))
     }
 
     /// One refresh, ages measured at `now`: reads the database and sets every gauge. Every
@@ -126,6 +153,7 @@ impl DatabaseGaugesRefresher {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        let mut lag_failing = false;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -142,6 +170,24 @@ impl DatabaseGaugesRefresher {
                     tracing::warn!(error = %err, "cannot refresh the database gauges; /metrics keeps the last values");
                 }
                 Err(err) => tracing::debug!(error = %err, "database gauges still not refreshed"),
+            }
+            match self.refresh_consumer_lag().await {
+                Ok(_) if lag_failing => {
+                    lag_failing = false;
+                    tracing::info!("intake consumer lag refreshed again");
+                }
+                Ok(_) => {}
+                Err(err) if !lag_failing => {
+                    lag_failing = true;
+                    tracing::warn!(
+                        error = format!("{err:#}"),
+                        "cannot read the intake consumer lag; /metrics keeps the last values"
+                    );
+                }
+                Err(err) => tracing::debug!(
+                    error = format!("{err:#}"),
+                    "intake consumer lag still not refreshed"
+                ),
             }
         }
         Ok(())
