@@ -85,7 +85,7 @@ pub struct GatewayCall {
 }
 
 /// One recorded state change (`attempt_transitions`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Transition {
     pub id: i64,
     /// `None` for the attempt's creation.
@@ -99,7 +99,7 @@ pub struct Transition {
 }
 
 /// One event of the attempt in the outbox, published or not.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct OutboxEvent {
     pub event_id: Uuid,
     pub status: String,
@@ -199,26 +199,13 @@ pub async fn get_attempt(store: &Store, id: Uuid) -> Result<Option<AttemptRecord
 
 /// The attempt's transitions, in the order they happened.
 pub async fn transitions(store: &Store, id: Uuid) -> Result<Vec<Transition>, sqlx::Error> {
-    sqlx::query(
+    sqlx::query_as(
         "SELECT id, from_status, to_status, cause, actor, detail, at
          FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id",
     )
     .bind(id)
     .fetch_all(store.pool())
-    .await?
-    .into_iter()
-    .map(|row| {
-        Ok(Transition {
-            id: row.try_get("id")?,
-            from_status: row.try_get("from_status")?,
-            to_status: row.try_get("to_status")?,
-            cause: row.try_get("cause")?,
-            actor: row.try_get("actor")?,
-            detail: row.try_get("detail")?,
-            at: row.try_get("at")?,
-        })
-    })
-    .collect()
+    .await
 }
 
 /// The attempt's gateway calls, in the order they were made.
@@ -239,28 +226,14 @@ pub async fn gateway_calls(store: &Store, id: Uuid) -> Result<Vec<GatewayCall>, 
 
 /// The attempt's outbox events, oldest first.
 pub async fn events(store: &Store, id: Uuid) -> Result<Vec<OutboxEvent>, sqlx::Error> {
-    sqlx::query(
+    sqlx::query_as(
         "SELECT event_id, status, subject, created_at, published_at, publish_attempts,
                 last_error, payload
          FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at, event_id",
     )
     .bind(id)
     .fetch_all(store.pool())
-    .await?
-    .into_iter()
-    .map(|row| {
-        Ok(OutboxEvent {
-            event_id: row.try_get("event_id")?,
-            status: row.try_get("status")?,
-            subject: row.try_get("subject")?,
-            created_at: row.try_get("created_at")?,
-            published_at: row.try_get("published_at")?,
-            publish_attempts: row.try_get("publish_attempts")?,
-            last_error: row.try_get("last_error")?,
-            payload: row.try_get("payload")?,
-        })
-    })
-    .collect()
+    .await
 }
 
 fn attempt_from_row(row: &PgRow) -> Result<AttemptRecord, sqlx::Error> {
