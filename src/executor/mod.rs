@@ -119,6 +119,7 @@ pub struct Executor {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     store: Store,
     gateway: GatewayClient,
@@ -154,16 +155,10 @@ impl Executor {
 
     /// The same executor reading time from `clock` (tests).
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
-        let inner = &self.inner;
         Self {
             inner: Arc::new(Inner {
-                store: inner.store.clone(),
-                gateway: inner.gateway.clone(),
-                health: inner.health.clone(),
-                settings: inner.settings.clone(),
-                policy: inner.policy.clone(),
-                owner: inner.owner.clone(),
                 clock,
+                ..(*self.inner).clone()
             }),
         }
     }

@@ -79,6 +79,7 @@ pub struct Reconciler {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     store: Store,
     gateway: GatewayClient,
@@ -118,18 +119,10 @@ impl Reconciler {
 
     /// Replaces the clock (tests move time instead of sleeping).
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
-        let inner = &self.inner;
         Self {
             inner: Arc::new(Inner {
-                store: inner.store.clone(),
-                gateway: inner.gateway.clone(),
-                health: inner.health.clone(),
-                settings: inner.settings.clone(),
-                key_window: inner.key_window,
-                max_tries: inner.max_tries,
-                max_age: inner.max_age,
-                actor: inner.actor.clone(),
                 clock,
+                ..(*self.inner).clone()
             }),
         }
     }
