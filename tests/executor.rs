@@ -11,8 +11,9 @@ use mock_gateway::{
 };
 use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome};
 use onecharge::domain::AttemptStatus;
-use onecharge::executor::Disposition;
+use onecharge::executor::{Disposition, SettlementWriter};
 use onecharge::gateway::{Admission, BreakerState};
+use onecharge::store::executor::{settle_all, GatewayCallRecord, SettleWrite, Settlement};
 use support::{charge_request, charge_request_with_amount, wait_until, Harness, API_KEY};
 use tokio_util::sync::CancellationToken;
 
@@ -929,4 +930,172 @@ async fn shutdown_finishes_the_gateway_call_in_hand() {
         "the call in hand was finished and written"
     );
     assert_eq!(h.gateway.ledger().len(), 1);
+}
+
+/// A settlement for `attempt` as the executor writes it, with the call's evidence.
+fn settled_write(
+    attempt: &onecharge::store::executor::ClaimedAttempt,
+    settlement: Settlement,
+    now: time::OffsetDateTime,
+) -> SettleWrite {
+    let call = GatewayCallRecord {
+        payment_attempt_id: attempt.payment_attempt_id,
+        operation: "charge",
+        idempotency_key: attempt.idempotency_key.clone(),
+        try_number: attempt.tries,
+        lease_token: Some(attempt.lease_token),
+        started_at: now,
+        finished_at: now,
+        http_status: Some(201),
+        outcome: "succeeded".into(),
+        gateway_charge_id: None,
+        error: None,
+    };
+    SettleWrite::for_claim(attempt, settlement, "gateway_succeeded", Some(call), now)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_written_together_keep_each_fence_transition_event_and_call() {
+    let h = Harness::new().await;
+    h.seed_many(&[pm::CARD_VISA; 4]).await;
+    let claimed = h.executor().claim(4).await.unwrap();
+    assert_eq!(claimed.len(), 4);
+    let now = h.now();
+    let succeeded = |n: usize| Settlement::Succeeded {
+        charge_id: format!("ch_batch_{n}"),
+    };
+    let mut stale = claimed[2].clone();
+    stale.lease_token -= 1;
+    let writes = vec![
+        settled_write(&claimed[0], succeeded(0), now),
+        settled_write(&claimed[1], succeeded(1), now),
+        settled_write(&stale, succeeded(2), now),
+        settled_write(
+            &claimed[3],
+            Settlement::Declined {
+                charge_id: "ch_batch_3".into(),
+                decline_code: Some("insufficient_funds".into()),
+            },
+            now,
+        ),
+    ];
+
+    let settled = settle_all(&h.store, &writes).await.unwrap();
+
+    assert_eq!(
+        settled,
+        vec![true, true, false, true],
+        "each write keeps its own fence"
+    );
+    for (i, expected) in [
+        (0, "succeeded"),
+        (1, "succeeded"),
+        (2, "in_flight"),
+        (3, "declined"),
+    ] {
+        let id = claimed[i].payment_attempt_id;
+        assert_eq!(h.attempt(id).await.status, expected, "attempt {i}");
+        let events = h.events(id).await;
+        if expected == "in_flight" {
+            assert!(events.is_empty(), "a fenced write announces nothing");
+            assert_eq!(
+                h.transitions(id).await.len(),
+                2,
+                "recorded, claimed; nothing more"
+            );
+        } else {
+            assert_eq!(events.len(), 1, "attempt {i}");
+            assert_eq!(events[0].0, expected);
+            assert_eq!(events[0].1["payment_attempt_id"], id.to_string());
+            assert_eq!(
+                h.transitions(id).await.last().unwrap(),
+                &pair(Some("in_flight"), expected, "gateway_succeeded")
+            );
+        }
+        assert_eq!(
+            h.gateway_calls(id).await.len(),
+            1,
+            "the call is evidence even when fenced"
+        );
+    }
+    assert_eq!(
+        h.attempt(claimed[1].payment_attempt_id)
+            .await
+            .gateway_charge_id
+            .as_deref(),
+        Some("ch_batch_1")
+    );
+    assert_eq!(
+        h.attempt(claimed[3].payment_attempt_id)
+            .await
+            .decline_code
+            .as_deref(),
+        Some("insufficient_funds")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_written() {
+    let h = Harness::new().await;
+    h.seed_many(&[pm::CARD_VISA; 3]).await;
+    let claimed = h.executor().claim(3).await.unwrap();
+    let poisoned = claimed[1].payment_attempt_id;
+    // An event for the final state already exists: a second one breaks the outbox's unique
+    // index, as a double settlement would.
+    sqlx::query(
+        "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload)
+         VALUES ($1, $2, 'succeeded', 'payments.events.succeeded', '{}', '{}')",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(poisoned)
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let now = h.now();
+    let writes: Vec<SettleWrite> = claimed
+        .iter()
+        .enumerate()
+        .map(|(n, attempt)| {
+            settled_write(
+                attempt,
+                Settlement::Succeeded {
+                    charge_id: format!("ch_poison_{n}"),
+                },
+                now,
+            )
+        })
+        .collect();
+    assert!(
+        settle_all(&h.store, &writes).await.is_err(),
+        "one refused write fails the whole transaction"
+    );
+    assert_eq!(
+        h.attempt(claimed[0].payment_attempt_id).await.status,
+        "in_flight"
+    );
+
+    let writer = SettlementWriter::start(h.store.clone(), 64);
+    let answers =
+        futures::future::join_all(writes.into_iter().map(|write| writer.write(write))).await;
+
+    assert_eq!(answers[0], Ok(true));
+    assert_eq!(answers[2], Ok(true));
+    let refused = answers[1].clone().unwrap_err();
+    assert!(
+        !refused.transient,
+        "a unique violation does not go away: {refused:?}"
+    );
+    assert_eq!(
+        h.attempt(claimed[0].payment_attempt_id).await.status,
+        "succeeded"
+    );
+    assert_eq!(
+        h.attempt(claimed[2].payment_attempt_id).await.status,
+        "succeeded"
+    );
+    assert_eq!(h.attempt(poisoned).await.status, "in_flight");
+    assert!(
+        h.gateway_calls(poisoned).await.is_empty(),
+        "nothing of the refused write remains"
+    );
 }

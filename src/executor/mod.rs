@@ -25,6 +25,7 @@
 mod clock;
 mod metrics;
 mod policy;
+mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,15 +38,16 @@ use uuid::Uuid;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use policy::RetryPolicy;
+pub use writer::{SettlementWriter, WriteError};
 
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
 use crate::gateway::{Admission, GatewayClient, GatewayHealth};
 use crate::store::executor::{
-    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, Settlement,
+    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite,
 };
-use crate::store::{self, Store};
+use crate::store::Store;
 
 /// What became of one claimed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +128,7 @@ struct Inner {
     health: GatewayHealth,
     settings: ExecutorSettings,
     policy: RetryPolicy,
+    writer: SettlementWriter,
     owner: String,
     clock: Arc<dyn Clock>,
 }
@@ -133,6 +136,8 @@ struct Inner {
 impl Executor {
     /// An executor with a fresh lease owner name (`<host>-<pid>-<random>`), the system clock, and
     /// `health` shared with whoever else calls this gateway (readiness, the reconciler).
+    /// Starts its settlement writer on the current Tokio runtime: results ready at the same
+    /// time commit together, up to `executor.batch_size` per transaction.
     pub fn new(
         store: Store,
         gateway: GatewayClient,
@@ -142,6 +147,7 @@ impl Executor {
         let owner = default_owner();
         Self {
             inner: Arc::new(Inner {
+                writer: SettlementWriter::start(store.clone(), settings.executor.batch_size),
                 store,
                 gateway,
                 health,
@@ -223,9 +229,14 @@ impl Executor {
     /// Runs until `shutdown` fires: claims only as many attempts as it has free call slots,
     /// waits `poll_interval` when nothing is due or the gateway health says wait, and on
     /// shutdown stops claiming and finishes every call in hand.
+    ///
+    /// A call slot is freed when the gateway answers, not when the result is written: the
+    /// next claim overlaps the previous result's commit. Attempts in hand (calling or
+    /// writing) are bounded by twice the concurrency, so a slow database slows the claims.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let settings = self.inner.settings.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(settings.concurrency));
+        let max_in_hand = 2 * settings.concurrency;
         let mut in_hand: JoinSet<AttemptReport> = JoinSet::new();
         let mut failures = 0u32;
         tracing::info!(owner = %self.inner.owner, concurrency = settings.concurrency, "executor started");
@@ -234,11 +245,19 @@ impl Executor {
             if shutdown.is_cancelled() {
                 break;
             }
-            let free = slots.available_permits().min(settings.batch_size);
+            let free = slots
+                .available_permits()
+                .min(settings.batch_size)
+                .min(max_in_hand.saturating_sub(in_hand.len()));
             if free == 0 {
+                let writes_full = in_hand.len() >= max_in_hand;
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = in_hand.join_next() => continue,
+                    slot = slots.clone().acquire_owned(), if !writes_full => {
+                        drop(slot);
+                        continue;
+                    }
                 }
             }
             let limit = self
@@ -300,26 +319,36 @@ impl Executor {
 
     /// Charges one claimed attempt and writes the result under its fencing token. Never
     /// fails: a result that cannot be written is reported as [`Disposition::Unrecorded`].
-    #[tracing::instrument(skip_all, fields(
+    pub async fn execute(&self, attempt: ClaimedAttempt) -> AttemptReport {
+        self.execute_in_slot(attempt, None).await
+    }
+
+    /// [`Executor::execute`], freeing `slot` as soon as the gateway has answered.
+    #[tracing::instrument(name = "execute", skip_all, fields(
         payment_attempt_id = %attempt.payment_attempt_id,
         try_number = attempt.tries,
         lease_token = attempt.lease_token,
         causation_id = %attempt.first_message_id,
         correlation_id = attempt.correlation_id.as_deref().unwrap_or(""),
     ))]
-    pub async fn execute(&self, attempt: ClaimedAttempt) -> AttemptReport {
+    async fn execute_in_slot(
+        &self,
+        attempt: ClaimedAttempt,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> AttemptReport {
         let inner = &self.inner;
         if !attempt.dispatch {
             let now = inner.clock.now();
             let settlement = inner.policy.hand_over(&attempt, now);
-            let disposition = self
-                .write(&attempt, &settlement, "retry_window_closed", None)
-                .await;
+            let write =
+                SettleWrite::for_claim(&attempt, settlement, "retry_window_closed", None, now);
+            let disposition = self.write(&attempt, write).await;
             return report(&attempt, None, disposition);
         }
         let request = attempt.charge_request();
         let started_at = inner.clock.now();
         let call = inner.gateway.charge(&request).await;
+        drop(slot);
         let now = inner.clock.now();
         inner.health.record(&call.outcome, now);
         let (settlement, cause) = inner.policy.settle(&attempt, &call.outcome, now);
@@ -339,29 +368,21 @@ impl Executor {
                 other => Some(other.to_string()),
             }),
         };
-        let disposition = self
-            .write(&attempt, &settlement, cause, Some(&evidence))
-            .await;
+        let write = SettleWrite::for_claim(&attempt, settlement, cause, Some(evidence), now);
+        let disposition = self.write(&attempt, write).await;
         report(&attempt, Some(call.outcome), disposition)
     }
 
-    /// Writes a settlement, retrying a transient database failure a few times while the
-    /// lease lasts.
-    async fn write(
-        &self,
-        attempt: &ClaimedAttempt,
-        settlement: &Settlement,
-        cause: &str,
-        evidence: Option<&GatewayCallRecord>,
-    ) -> Disposition {
+    /// Writes a settlement through the settlement writer, retrying a transient database
+    /// failure a few times while the lease lasts.
+    async fn write(&self, attempt: &ClaimedAttempt, mut write: SettleWrite) -> Disposition {
         let inner = &self.inner;
+        let status = write.settlement.status();
+        let cause = write.cause;
         let mut delay = Duration::from_millis(50);
         loop {
-            let now = inner.clock.now();
-            match sql::settle_attempt(&inner.store, attempt, settlement, cause, evidence, now).await
-            {
+            match inner.writer.write(write.clone()).await {
                 Ok(true) => {
-                    let status = settlement.status();
                     metrics::settled(status);
                     tracing::info!(status = %status, cause, "attempt settled");
                     return Disposition::Moved(status);
@@ -375,21 +396,22 @@ impl Executor {
                     return Disposition::Fenced;
                 }
                 Err(err)
-                    if store::is_transient(&err)
-                        && now + delay < attempt.lease_expires_at
+                    if err.transient
+                        && inner.clock.now() + delay < attempt.lease_expires_at
                         && delay < Duration::from_secs(2) =>
                 {
-                    tracing::warn!(error = %err, retry_in_ms = delay.as_millis() as u64, "writing the result failed; retrying");
+                    tracing::warn!(error = %err.message, retry_in_ms = delay.as_millis() as u64, "writing the result failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay *= 4;
+                    write.now = inner.clock.now();
                 }
                 Err(err) => {
                     metrics::unrecorded();
                     tracing::error!(
-                        error = %err,
+                        error = %err.message,
                         "cannot write the result: the attempt stays in_flight until its lease expires and the reconciler settles it"
                     );
-                    return Disposition::Unrecorded(crate::domain::bounded(&err.to_string(), 500));
+                    return Disposition::Unrecorded(crate::domain::bounded(&err.message, 500));
                 }
             }
         }

@@ -32,7 +32,7 @@ use crate::domain::outcome::{GatewayCharge, LookupOutcome};
 use crate::domain::AttemptStatus;
 use crate::executor::{Clock, SystemClock};
 use crate::gateway::{GatewayClient, GatewayHealth};
-use crate::store::executor::{settle, Fence, GatewayCallRecord, Settlement};
+use crate::store::executor::{settle, Fence, GatewayCallRecord, SettleWrite, Settlement};
 use crate::store::reconciler::{claim_unknown, expire_leases, reschedule_lookup, UnknownAttempt};
 use crate::store::Store;
 
@@ -216,16 +216,14 @@ impl Reconciler {
         let resolution = match decision {
             Decision::Settle { settlement, cause } => {
                 let status = settlement.status();
-                if settle(
-                    &inner.store,
-                    &fence,
-                    &settlement,
+                let write = SettleWrite {
+                    fence,
+                    settlement,
                     cause,
-                    Some(&evidence),
+                    call: Some(evidence),
                     now,
-                )
-                .await?
-                {
+                };
+                if settle(&inner.store, &write).await? {
                     tracing::info!(status = %status, cause, "reconciled");
                     Resolution::Moved(status)
                 } else {

@@ -10,6 +10,7 @@
 //! - A final state, its transition and its outbox event commit in one transaction; the
 //!   unique index `outbox_one_event_per_final_state` refuses a second event.
 
+use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -197,26 +198,65 @@ pub async fn record_gateway_call(
     conn: &mut PgConnection,
     call: &GatewayCallRecord,
 ) -> Result<(), sqlx::Error> {
+    record_gateway_calls(conn, &[call]).await
+}
+
+/// Appends several calls to `gateway_calls` in one statement.
+pub async fn record_gateway_calls(
+    conn: &mut PgConnection,
+    calls: &[&GatewayCallRecord],
+) -> Result<(), sqlx::Error> {
+    if calls.is_empty() {
+        return Ok(());
+    }
     sqlx::query(
         "INSERT INTO gateway_calls
              (payment_attempt_id, operation, idempotency_key, try_number, lease_token,
               started_at, finished_at, http_status, outcome, gateway_charge_id, error)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int4[], $5::int8[],
+                              $6::timestamptz[], $7::timestamptz[], $8::int4[], $9::text[],
+                              $10::text[], $11::text[])",
     )
-    .bind(call.payment_attempt_id)
-    .bind(call.operation)
-    .bind(&call.idempotency_key)
-    .bind(call.try_number.max(0))
-    .bind(call.lease_token)
-    .bind(call.started_at)
-    .bind(call.finished_at)
-    .bind(call.http_status.map(i32::from))
-    .bind(&call.outcome)
-    .bind(&call.gateway_charge_id)
     .bind(
-        call.error
-            .as_deref()
-            .map(|e| crate::domain::bounded(e, 1000)),
+        calls
+            .iter()
+            .map(|c| c.payment_attempt_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(calls.iter().map(|c| c.operation).collect::<Vec<_>>())
+    .bind(
+        calls
+            .iter()
+            .map(|c| c.idempotency_key.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        calls
+            .iter()
+            .map(|c| c.try_number.max(0))
+            .collect::<Vec<_>>(),
+    )
+    .bind(calls.iter().map(|c| c.lease_token).collect::<Vec<_>>())
+    .bind(calls.iter().map(|c| c.started_at).collect::<Vec<_>>())
+    .bind(calls.iter().map(|c| c.finished_at).collect::<Vec<_>>())
+    .bind(
+        calls
+            .iter()
+            .map(|c| c.http_status.map(i32::from))
+            .collect::<Vec<_>>(),
+    )
+    .bind(calls.iter().map(|c| c.outcome.as_str()).collect::<Vec<_>>())
+    .bind(
+        calls
+            .iter()
+            .map(|c| c.gateway_charge_id.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        calls
+            .iter()
+            .map(|c| c.error.as_deref().map(|e| crate::domain::bounded(e, 1000)))
+            .collect::<Vec<_>>(),
     )
     .execute(conn)
     .await?;
@@ -259,28 +299,6 @@ impl Settlement {
     }
 }
 
-/// Writes where an in-flight attempt went, fenced by `attempt.lease_token`, in one
-/// transaction with its transition (`cause`), its event (final states and `needs_review`)
-/// and the gateway call's evidence. Returns false when the fence refused the write: the
-/// lease was taken over, or the attempt already left `in_flight`; only the call's evidence
-/// is then stored.
-pub async fn settle_attempt(
-    store: &Store,
-    attempt: &ClaimedAttempt,
-    settlement: &Settlement,
-    cause: &str,
-    call: Option<&GatewayCallRecord>,
-    now: OffsetDateTime,
-) -> Result<bool, sqlx::Error> {
-    let fence = Fence {
-        payment_attempt_id: attempt.payment_attempt_id,
-        lease_token: attempt.lease_token,
-        from: AttemptStatus::InFlight,
-        actor: actor(&attempt.lease_owner),
-    };
-    settle(store, &fence, settlement, cause, call, now).await
-}
-
 /// What a write about an attempt must still find true to be allowed: the attempt is in
 /// `from` under the token the writer was given. The executor's fence is `in_flight` + its
 /// lease token; the reconciler's is `unknown` + the token of its claim.
@@ -293,119 +311,92 @@ pub struct Fence {
     pub actor: String,
 }
 
-/// Moves a fenced attempt to where `settlement` says, in one transaction with its
-/// transition, its event (final states and `needs_review`) and the call's evidence. Returns
-/// false when the fence refused the write; only the call's evidence is then stored.
-pub async fn settle(
-    store: &Store,
-    fence: &Fence,
-    settlement: &Settlement,
-    cause: &str,
-    call: Option<&GatewayCallRecord>,
-    now: OffsetDateTime,
-) -> Result<bool, sqlx::Error> {
-    let (charge_id, decline_code, review_reason, last_error, next_run_at, refund) = match settlement
-    {
-        Settlement::Succeeded { charge_id } => {
-            (Some(charge_id.as_str()), None, None, None, None, 0)
-        }
-        Settlement::Declined {
-            charge_id,
-            decline_code,
-        } => (
-            Some(charge_id.as_str()),
-            decline_code.as_deref(),
-            None,
-            None,
-            None,
-            0,
-        ),
-        Settlement::NeedsReview { reason } => (
-            None,
-            None,
-            Some(reason.as_str()),
-            Some(reason.as_str()),
-            None,
-            0,
-        ),
-        Settlement::Retry {
-            next_run_at,
-            reason,
-            refund_try,
-        } => (
-            None,
-            None,
-            None,
-            Some(reason.as_str()),
-            Some(*next_run_at),
-            i32::from(*refund_try),
-        ),
-        Settlement::Unknown { reason } => (None, None, None, Some(reason.as_str()), Some(now), 0),
-    };
-    let status = settlement.status();
-    let detail = match settlement {
-        Settlement::Succeeded { charge_id } => format!("charge {charge_id}"),
-        Settlement::Declined { decline_code, .. } => {
-            format!("decline code {}", decline_code.as_deref().unwrap_or("none"))
-        }
-        Settlement::Retry {
-            next_run_at,
-            reason,
-            ..
-        } => format!("due {next_run_at}: {reason}"),
-        Settlement::NeedsReview { reason } | Settlement::Unknown { reason } => reason.clone(),
-    };
+/// One fenced write about an attempt: where it goes, why, and the gateway call that led
+/// there.
+#[derive(Debug, Clone)]
+pub struct SettleWrite {
+    pub fence: Fence,
+    pub settlement: Settlement,
+    /// The transition's cause, e.g. `gateway_succeeded`.
+    pub cause: &'static str,
+    /// The call's evidence: stored whether or not the fence lets the write through.
+    pub call: Option<GatewayCallRecord>,
+    pub now: OffsetDateTime,
+}
 
-    let mut tx = store.pool().begin().await?;
-    let settled = sqlx::query(
-        "WITH settled AS (
-             UPDATE payment_attempts SET
-                 status = $3,
-                 lease_owner = NULL,
-                 lease_expires_at = NULL,
-                 gateway_charge_id = COALESCE($4, gateway_charge_id),
-                 decline_code = COALESCE($5, decline_code),
-                 review_reason = COALESCE($6, review_reason),
-                 last_error = COALESCE($7, last_error),
-                 next_run_at = COALESCE($8, next_run_at),
-                 tries = GREATEST(tries - $9, 0),
-                 updated_at = $10
-             WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = $14
-             RETURNING payment_attempt_id, order_id, amount_minor, currency, first_message_id,
-                       correlation_id, traceparent
-         ),
-         transition AS (
-             INSERT INTO attempt_transitions
-                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, $14, $3, $11, $12, $13, $10 FROM settled
-         )
-         SELECT * FROM settled",
-    )
-    .bind(fence.payment_attempt_id)
-    .bind(fence.lease_token)
-    .bind(status.as_str())
-    .bind(charge_id)
-    .bind(decline_code)
-    .bind(review_reason.map(|r| crate::domain::bounded(r, 1024)))
-    .bind(last_error.map(|e| crate::domain::bounded(e, 1024)))
-    .bind(next_run_at)
-    .bind(refund)
-    .bind(now)
-    .bind(cause)
-    .bind(&fence.actor)
-    .bind(crate::domain::bounded(&detail, 2048))
-    .bind(fence.from.as_str())
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some(call) = call {
-        record_gateway_call(&mut tx, call).await?;
+impl SettleWrite {
+    /// The executor's write about an attempt it holds: from `in_flight`, fenced by the
+    /// claim's lease token.
+    pub fn for_claim(
+        attempt: &ClaimedAttempt,
+        settlement: Settlement,
+        cause: &'static str,
+        call: Option<GatewayCallRecord>,
+        now: OffsetDateTime,
+    ) -> Self {
+        Self {
+            fence: Fence {
+                payment_attempt_id: attempt.payment_attempt_id,
+                lease_token: attempt.lease_token,
+                from: AttemptStatus::InFlight,
+                actor: actor(&attempt.lease_owner),
+            },
+            settlement,
+            cause,
+            call,
+            now,
+        }
     }
-    let Some(row) = settled else {
-        tx.commit().await?;
-        return Ok(false);
-    };
-    if status.event_name().is_some() {
-        let (charge_id, decline_code, reason) = match settlement {
+
+    /// The columns this write sets, as the settle statement binds them.
+    fn columns(&self) -> SettleColumns<'_> {
+        let mut columns = SettleColumns::default();
+        match &self.settlement {
+            Settlement::Succeeded { charge_id } => {
+                columns.charge_id = Some(charge_id);
+                columns.detail = format!("charge {charge_id}");
+            }
+            Settlement::Declined {
+                charge_id,
+                decline_code,
+            } => {
+                columns.charge_id = Some(charge_id);
+                columns.decline_code = decline_code.as_deref();
+                columns.detail =
+                    format!("decline code {}", decline_code.as_deref().unwrap_or("none"));
+            }
+            Settlement::NeedsReview { reason } => {
+                columns.review_reason = Some(reason);
+                columns.last_error = Some(reason);
+                columns.detail = reason.clone();
+            }
+            Settlement::Retry {
+                next_run_at,
+                reason,
+                refund_try,
+            } => {
+                columns.last_error = Some(reason);
+                columns.next_run_at = Some(*next_run_at);
+                columns.refund = i32::from(*refund_try);
+                columns.detail = format!("due {next_run_at}: {reason}");
+            }
+            Settlement::Unknown { reason } => {
+                columns.last_error = Some(reason);
+                columns.next_run_at = Some(self.now);
+                columns.detail = reason.clone();
+            }
+        }
+        columns
+    }
+
+    /// The event announcing this write's state, built from the settled row; `None` for
+    /// states without an event (`pending`, `unknown`).
+    fn event(&self, row: &PgRow) -> Result<Option<(PaymentEvent, EventProvenance)>, sqlx::Error> {
+        let status = self.settlement.status();
+        if status.event_name().is_none() {
+            return Ok(None);
+        }
+        let (charge_id, decline_code, reason) = match &self.settlement {
             Settlement::Succeeded { charge_id } => (Some(charge_id.clone()), None, None),
             Settlement::Declined {
                 charge_id,
@@ -418,7 +409,7 @@ pub async fn settle(
         };
         let event = PaymentEvent {
             event_id: Uuid::new_v4(),
-            payment_attempt_id: fence.payment_attempt_id,
+            payment_attempt_id: self.fence.payment_attempt_id,
             order_id: row.try_get("order_id")?,
             status,
             amount_minor: row.try_get("amount_minor")?,
@@ -426,15 +417,163 @@ pub async fn settle(
             gateway_charge_id: charge_id,
             decline_code,
             reason,
-            occurred_at: now,
+            occurred_at: self.now,
         };
         let provenance = EventProvenance {
             correlation_id: row.try_get("correlation_id")?,
             causation_id: row.try_get("first_message_id")?,
             traceparent: row.try_get("traceparent")?,
         };
-        outbox::insert_event(&mut tx, &event, &provenance).await?;
+        Ok(Some((event, provenance)))
     }
+}
+
+#[derive(Default)]
+struct SettleColumns<'a> {
+    charge_id: Option<&'a str>,
+    decline_code: Option<&'a str>,
+    review_reason: Option<&'a str>,
+    last_error: Option<&'a str>,
+    next_run_at: Option<OffsetDateTime>,
+    refund: i32,
+    detail: String,
+}
+
+/// Moves a fenced attempt to where the write says, in one transaction with its transition,
+/// its event (final states and `needs_review`) and the call's evidence. Returns false when
+/// the fence refused the write; only the call's evidence is then stored.
+pub async fn settle(store: &Store, write: &SettleWrite) -> Result<bool, sqlx::Error> {
+    let settled = settle_all(store, std::slice::from_ref(write)).await?;
+    Ok(settled[0])
+}
+
+/// [`settle`] for several writes in one transaction (one commit for all of them): element
+/// `i` of the answer says whether the fence let `writes[i]` through. Every write keeps its
+/// own fence, transition and event; if any statement fails, none of them is written. The
+/// rows are locked in key order, so two batches cannot deadlock on each other.
+pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<bool>, sqlx::Error> {
+    if writes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
+    let mut tx = store.pool().begin().await?;
+    let rows = sqlx::query(
+        "WITH input AS (
+             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
+                                  $6::text[], $7::text[], $8::text[], $9::timestamptz[],
+                                  $10::int4[], $11::timestamptz[], $12::text[], $13::text[],
+                                  $14::text[])
+                 WITH ORDINALITY
+                 AS i(payment_attempt_id, lease_token, from_status, to_status, charge_id,
+                      decline_code, review_reason, last_error, next_run_at, refund, at, cause,
+                      actor, detail, ord)
+         ),
+         locked AS (
+             SELECT a.payment_attempt_id
+             FROM payment_attempts a
+             WHERE a.payment_attempt_id IN (SELECT payment_attempt_id FROM input)
+             ORDER BY a.payment_attempt_id
+             FOR UPDATE
+         ),
+         settled AS (
+             UPDATE payment_attempts a SET
+                 status = i.to_status,
+                 lease_owner = NULL,
+                 lease_expires_at = NULL,
+                 gateway_charge_id = COALESCE(i.charge_id, a.gateway_charge_id),
+                 decline_code = COALESCE(i.decline_code, a.decline_code),
+                 review_reason = COALESCE(i.review_reason, a.review_reason),
+                 last_error = COALESCE(i.last_error, a.last_error),
+                 next_run_at = COALESCE(i.next_run_at, a.next_run_at),
+                 tries = GREATEST(a.tries - i.refund, 0),
+                 updated_at = i.at
+             FROM input i JOIN locked USING (payment_attempt_id)
+             WHERE a.payment_attempt_id = i.payment_attempt_id
+               AND a.lease_token = i.lease_token
+               AND a.status = i.from_status
+             RETURNING i.ord, i.payment_attempt_id, i.from_status, i.to_status, i.cause,
+                       i.actor, i.detail, i.at, a.order_id, a.amount_minor, a.currency,
+                       a.first_message_id, a.correlation_id, a.traceparent
+         ),
+         transitions AS (
+             INSERT INTO attempt_transitions
+                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+             SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, at
+             FROM settled ORDER BY ord
+         )
+         SELECT ord, order_id, amount_minor, currency, first_message_id, correlation_id,
+                traceparent
+         FROM settled",
+    )
+    .bind(
+        writes
+            .iter()
+            .map(|w| w.fence.payment_attempt_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        writes
+            .iter()
+            .map(|w| w.fence.lease_token)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        writes
+            .iter()
+            .map(|w| w.fence.from.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        writes
+            .iter()
+            .map(|w| w.settlement.status().as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(columns.iter().map(|c| c.charge_id).collect::<Vec<_>>())
+    .bind(columns.iter().map(|c| c.decline_code).collect::<Vec<_>>())
+    .bind(
+        columns
+            .iter()
+            .map(|c| c.review_reason.map(|r| crate::domain::bounded(r, 1024)))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        columns
+            .iter()
+            .map(|c| c.last_error.map(|e| crate::domain::bounded(e, 1024)))
+            .collect::<Vec<_>>(),
+    )
+    .bind(columns.iter().map(|c| c.next_run_at).collect::<Vec<_>>())
+    .bind(columns.iter().map(|c| c.refund).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.now).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.cause).collect::<Vec<_>>())
+    .bind(
+        writes
+            .iter()
+            .map(|w| w.fence.actor.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        columns
+            .iter()
+            .map(|c| crate::domain::bounded(&c.detail, 2048))
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();
+    record_gateway_calls(&mut tx, &calls).await?;
+
+    let mut settled = vec![false; writes.len()];
+    let mut events = Vec::new();
+    for row in &rows {
+        let index = usize::try_from(row.try_get::<i64, _>("ord")? - 1)
+            .expect("WITH ORDINALITY counts from 1");
+        settled[index] = true;
+        events.extend(writes[index].event(row)?);
+    }
+    let events: Vec<_> = events.iter().map(|(e, p)| (e, p)).collect();
+    outbox::insert_events(&mut tx, &events).await?;
     tx.commit().await?;
-    Ok(true)
+    Ok(settled)
 }

@@ -13,22 +13,44 @@ pub async fn insert_event(
     event: &PaymentEvent,
     provenance: &EventProvenance,
 ) -> Result<(), sqlx::Error> {
-    let headers: serde_json::Map<String, serde_json::Value> = event
-        .headers(provenance)
-        .into_iter()
-        .map(|(name, value)| (name, serde_json::Value::String(value)))
-        .collect();
+    insert_events(conn, &[(event, provenance)]).await
+}
+
+/// Adds several events in one statement inside the caller's transaction, with the same
+/// guarantee as [`insert_event`]: one duplicate final state aborts the whole transaction.
+pub async fn insert_events(
+    conn: &mut PgConnection,
+    events: &[(&PaymentEvent, &EventProvenance)],
+) -> Result<(), sqlx::Error> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let headers = |event: &PaymentEvent, provenance: &EventProvenance| {
+        serde_json::Value::Object(
+            event
+                .headers(provenance)
+                .into_iter()
+                .map(|(name, value)| (name, serde_json::Value::String(value)))
+                .collect(),
+        )
+    };
     sqlx::query(
         "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[],
+                              $6::jsonb[], $7::timestamptz[])",
     )
-    .bind(event.event_id)
-    .bind(event.payment_attempt_id)
-    .bind(event.status.as_str())
-    .bind(event.subject())
-    .bind(serde_json::Value::Object(headers))
-    .bind(serde_json::to_value(event).expect("an event always serialises"))
-    .bind(event.occurred_at)
+    .bind(events.iter().map(|(e, _)| e.event_id).collect::<Vec<_>>())
+    .bind(events.iter().map(|(e, _)| e.payment_attempt_id).collect::<Vec<_>>())
+    .bind(events.iter().map(|(e, _)| e.status.as_str()).collect::<Vec<_>>())
+    .bind(events.iter().map(|(e, _)| e.subject()).collect::<Vec<_>>())
+    .bind(events.iter().map(|(e, p)| headers(e, p)).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|(e, _)| serde_json::to_value(e).expect("an event always serialises"))
+            .collect::<Vec<_>>(),
+    )
+    .bind(events.iter().map(|(e, _)| e.occurred_at).collect::<Vec<_>>())
     .execute(conn)
     .await?;
     Ok(())
