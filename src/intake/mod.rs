@@ -382,8 +382,10 @@ impl Intake {
             traceparent = headers.traceparent.as_deref().unwrap_or(""),
             outcome = outcome.label(),
         );
-        if let Some(id) = attempt_id(&message.payload) {
-            span.record("payment_attempt_id", tracing::field::display(id));
+        if !span.is_disabled() {
+            if let Some(id) = attempt_id(&message.payload) {
+                span.record("payment_attempt_id", tracing::field::display(id));
+            }
         }
         if let Some(traceparent) = &headers.traceparent {
             // W3C trace context is the contract, so the propagator is fixed, not the global one.
@@ -401,8 +403,11 @@ impl Intake {
                 | DeliveryOutcome::Duplicate
                 | DeliveryOutcome::BusinessDuplicate
                 | DeliveryOutcome::Stale => {
-                    // A lost ack is harmless: the redelivery is recognised as a duplicate.
-                    if let Err(err) = message.double_ack().await {
+                    // A plain ack, not a double ack: the commit already made this delivery
+                    // safe to see again, so waiting for the broker to confirm the ack
+                    // (a round trip per message) buys nothing. A lost ack costs one
+                    // redelivery, recognised by its dedupe row as a duplicate.
+                    if let Err(err) = message.ack().await {
                         tracing::warn!(error = %err, "ack after commit failed; the redelivery will be a duplicate");
                     }
                     None
