@@ -1,15 +1,23 @@
-//! Charges per second of one executor (its real `run` loop) against the in-process mock
-//! gateway, for several gateway latencies and concurrencies. Needs PostgreSQL at
-//! 127.0.0.1:5432 (trust auth); creates and drops its own database per run; NATS is not used.
+//! Charges per second of executors (their real `run` loops) against the in-process mock
+//! gateway, for several gateway latencies, concurrencies, claim batch sizes and numbers of
+//! executor instances. Needs PostgreSQL at 127.0.0.1:5432 (trust auth); creates and drops its
+//! own database per run; NATS is not used.
 //!
 //! ```text
-//! cargo run --release --example bench_executor -- [--charges N] [--latency-ms 0,50] [--concurrency 16,64]
+//! cargo run --release --example bench_executor -- [--charges N] [--latency-ms 0,50] [--concurrency 16,64] [--batch-size 16,64] [--instances 1,2]
+//! cargo run --release --example bench_executor -- --charges 3000 --latency-ms 0,50 --concurrency 16,64 --batch-size 16,64 --instances 1,2
 //! ```
 //!
-//! Each run seeds N pending attempts the way intake records them, starts one executor with
-//! the given concurrency (`executor.batch_size` = min(concurrency, 64), its pool sized as
-//! `serve` sizes it), and measures from start until every attempt is `succeeded` in the
-//! database; it then checks the mock's ledger has exactly N charges.
+//! Every flag takes a comma-separated list and the table has one row per combination
+//! (latency, then concurrency, then batch size, then instances). Each run seeds N pending
+//! attempts the way intake records them, starts `--instances` executors at once in this
+//! process, each built as `serve` builds one (its own pool of min(concurrency, 32) + 2
+//! connections, its own gateway client and health), all against the same database and the
+//! same mock, with `executor.concurrency` and `executor.batch_size` as given (without
+//! `--batch-size`, min(concurrency, 64); `run` never claims more than its free call slots).
+//! It measures from start until every attempt is `succeeded` in the database, then checks
+//! the mock's ledger has exactly N charges. For a non-zero latency the bound is what the
+//! gateway calls alone allow: concurrency × instances ÷ latency.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +31,7 @@ use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
 use secrecy::SecretString;
 use time::OffsetDateTime;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -36,45 +45,102 @@ struct Args {
     /// Gateway latencies to measure, in milliseconds
     #[arg(long, value_delimiter = ',', default_values_t = vec![0u64, 50])]
     latency_ms: Vec<u64>,
-    /// Executor concurrencies to measure
+    /// Executor concurrencies to measure (per instance)
     #[arg(long, value_delimiter = ',', default_values_t = vec![16usize, 64])]
     concurrency: Vec<usize>,
+    /// Claim batch sizes (executor.batch_size) to measure [default: min(concurrency, 64)]
+    #[arg(long, value_delimiter = ',')]
+    batch_size: Vec<usize>,
+    /// Numbers of executor instances running at once
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize])]
+    instances: Vec<usize>,
     /// PostgreSQL server (without database)
     #[arg(long, default_value = "postgres://127.0.0.1:5432")]
     server: String,
 }
 
+/// One measured configuration.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    latency_ms: u64,
+    concurrency: usize,
+    batch_size: usize,
+    instances: usize,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
+    ensure!(
+        args.instances.iter().all(|&i| i >= 1),
+        "--instances must be at least 1"
+    );
+    // Refuse a value the executor would refuse before measuring anything.
+    for &concurrency in &args.concurrency {
+        for batch_size in batch_sizes(&args, concurrency) {
+            let mut settings = Settings::default();
+            settings.executor.concurrency = concurrency;
+            settings.executor.batch_size = batch_size;
+            settings.validate()?;
+        }
+    }
     println!(
-        "one executor, {} charges per run, in-process mock gateway, {} CPU(s)",
+        "executor scaling: instances {}, {} charges per run, in-process mock gateway, {} CPU(s)",
+        args.instances
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         args.charges,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!("| gateway latency | concurrency | charges | seconds | charges/s |");
-    println!("|---:|---:|---:|---:|---:|");
-    for &latency in &args.latency_ms {
+    println!("| gateway latency | concurrency | batch size | instances | charges | seconds | charges/s | bound (concurrency × instances ÷ latency) | of bound |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &latency_ms in &args.latency_ms {
         for &concurrency in &args.concurrency {
-            let (elapsed, charges) = run(&args, latency, concurrency).await?;
-            println!(
-                "| {latency} ms | {concurrency} | {charges} | {:.2} | {:.0} |",
-                elapsed.as_secs_f64(),
-                charges as f64 / elapsed.as_secs_f64()
-            );
+            for batch_size in batch_sizes(&args, concurrency) {
+                for &instances in &args.instances {
+                    let shape = Shape {
+                        latency_ms,
+                        concurrency,
+                        batch_size,
+                        instances,
+                    };
+                    let (elapsed, charges) = run(&args, shape).await?;
+                    let rate = charges as f64 / elapsed.as_secs_f64();
+                    let (bound, of_bound) = if latency_ms == 0 {
+                        ("—".to_string(), "—".to_string())
+                    } else {
+                        let bound = (concurrency * instances) as f64 * 1000.0 / latency_ms as f64;
+                        (
+                            format!("{bound:.0}"),
+                            format!("{:.0} %", 100.0 * rate / bound),
+                        )
+                    };
+                    println!(
+                        "| {latency_ms} ms | {concurrency} | {batch_size} | {instances} | {charges} | {:.2} | {rate:.0} | {bound} | {of_bound} |",
+                        elapsed.as_secs_f64(),
+                    );
+                }
+            }
         }
     }
     Ok(())
 }
 
-async fn run(
-    args: &Args,
-    latency_ms: u64,
-    concurrency: usize,
-) -> anyhow::Result<(Duration, usize)> {
+/// The claim batch sizes to measure at `concurrency`: `--batch-size`, or min(concurrency, 64).
+fn batch_sizes(args: &Args, concurrency: usize) -> Vec<usize> {
+    if args.batch_size.is_empty() {
+        vec![concurrency.min(64)]
+    } else {
+        args.batch_size.clone()
+    }
+}
+
+async fn run(args: &Args, shape: Shape) -> anyhow::Result<(Duration, usize)> {
     let faults = FaultConfig {
         latency: Latency {
-            fixed_ms: latency_ms,
+            fixed_ms: shape.latency_ms,
             jitter_ms: 0,
         },
         ..FaultConfig::default()
@@ -93,13 +159,14 @@ async fn run(
         gateway_api_key: Some(SecretString::from(API_KEY)),
         ..Settings::default()
     };
-    settings.executor.concurrency = concurrency;
-    settings.executor.batch_size = concurrency.min(64);
+    settings.executor.concurrency = shape.concurrency;
+    settings.executor.batch_size = shape.batch_size;
     settings.executor.poll_interval = Duration::from_millis(10);
     settings.validate()?;
-    drop(Store::setup(&settings.database_url).await?);
-    let result = measure(&settings, &gateway, args.charges).await;
     let admin = sqlx::PgPool::connect(&format!("{}/postgres", args.server)).await?;
+    check_connection_budget(&admin, &settings, shape.instances).await?;
+    drop(Store::setup(&settings.database_url).await?);
+    let result = measure(&settings, &gateway, args.charges, shape.instances).await;
     sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
         .execute(&admin)
         .await?;
@@ -107,32 +174,63 @@ async fn run(
     result
 }
 
+/// The pool size `serve` gives its executor: one connection per call in flight (up to 32),
+/// plus two for claiming and the rest.
+fn serve_pool_size(settings: &Settings) -> u32 {
+    settings.executor.concurrency.min(32) as u32 + 2
+}
+
+/// Fails at once, rather than stalling on claim errors, when the executors' pools together
+/// could ask the server for more connections than it accepts.
+async fn check_connection_budget(
+    admin: &sqlx::PgPool,
+    settings: &Settings,
+    instances: usize,
+) -> anyhow::Result<()> {
+    let max: String = sqlx::query_scalar("SHOW max_connections")
+        .fetch_one(admin)
+        .await?;
+    let max: u32 = max.parse().context("max_connections")?;
+    // The observer pool, the admin pool and migrations take a few more.
+    let wanted = instances as u32 * serve_pool_size(settings) + 4;
+    ensure!(
+        wanted <= max,
+        "{instances} executors would need up to {wanted} connections; the server allows {max}"
+    );
+    Ok(())
+}
+
 async fn measure(
     settings: &Settings,
     gateway: &MockGateway,
     charges: usize,
+    instances: usize,
 ) -> anyhow::Result<(Duration, usize)> {
-    let store = Store::connect(
-        &settings.database_url,
-        settings.executor.concurrency.min(32) as u32 + 2,
-    )
-    .await?;
-    seed(&store, charges).await?;
+    // Seeding and watching use their own pool, not one an executor needs.
+    let observer = Store::connect(&settings.database_url, 2).await?;
+    seed(&observer, charges).await?;
 
-    let executor = Executor::new(
-        store.clone(),
-        GatewayClient::from_settings(settings)?,
-        GatewayHealth::from_settings(&settings.executor),
-        settings,
-    );
+    let mut executors = Vec::with_capacity(instances);
+    for _ in 0..instances {
+        let store = Store::connect(&settings.database_url, serve_pool_size(settings)).await?;
+        executors.push(Executor::new(
+            store,
+            GatewayClient::from_settings(settings)?,
+            GatewayHealth::from_settings(&settings.executor),
+            settings,
+        ));
+    }
     let shutdown = CancellationToken::new();
     let started = Instant::now();
-    let running = tokio::spawn(executor.run(shutdown.clone()));
+    let mut running = JoinSet::new();
+    for executor in executors {
+        running.spawn(executor.run(shutdown.clone()));
+    }
     let deadline = started + Duration::from_secs(600);
     loop {
         let done: i64 =
             sqlx::query_scalar("SELECT count(*) FROM payment_attempts WHERE status = 'succeeded'")
-                .fetch_one(store.pool())
+                .fetch_one(observer.pool())
                 .await?;
         if done as usize == charges {
             break;
@@ -145,7 +243,10 @@ async fn measure(
     }
     let elapsed = started.elapsed();
     shutdown.cancel();
-    running.await.context("executor task")??;
+    while let Some(stopped) = running.join_next().await {
+        stopped.context("executor task")??;
+    }
+    observer.pool().close().await;
     ensure!(
         gateway.ledger().len() == charges,
         "ledger has {} charges, expected {charges}",

@@ -1,11 +1,27 @@
 //! Intake throughput: commands durably recorded and acknowledged per second, batch mode vs
 //! single-message mode vs the ceiling of the same inserts straight to PostgreSQL, measured
-//! side by side in one run on this machine.
+//! side by side in one run on this machine; or, with lists of values, how that figure scales
+//! with batch size, concurrency and the number of intake instances.
 //!
-//! `cargo run --release --example bench_intake -- [--commands 20000] [--batch-size 256] [--concurrency 2]`
+//! ```text
+//! cargo run --release --example bench_intake -- [--commands 20000] [--batch-size 256] [--concurrency 2] [--instances 1]
+//! cargo run --release --example bench_intake -- --commands 20000 --batch-size 64,256 --concurrency 1,2,4 --instances 1,2 [--ceiling]
+//! ```
 //!
-//! Needs PostgreSQL on 127.0.0.1:5432 and NATS JetStream on 127.0.0.1:4222. Each mode gets
-//! a fresh database and namespace, dropped afterwards.
+//! - `--batch-size`, `--concurrency`, `--instances` take comma-separated lists. An instance
+//!   is one `Intake` role built as `serve` builds it (its own `Store::setup` pool and its own
+//!   NATS connection), all instances running at once in this process against the same
+//!   durable consumer.
+//! - With one value each (the default) it prints the three modes side by side and their
+//!   ratios. The direct ceiling then keeps `concurrency × instances` transactions in flight.
+//! - With `--sweep`, or when any list has more than one value, it prints one markdown table
+//!   row per combination (batch size, then concurrency, then instances): intake's
+//!   commands/s and its ratio to the first row. Batch size 1 is single-message mode and runs
+//!   a tenth of `--commands` (at least 500), as it does side by side. `--ceiling` adds the
+//!   direct-to-PostgreSQL ceiling of each combination and intake's share of it.
+//!
+//! Needs PostgreSQL on 127.0.0.1:5432 and NATS JetStream on 127.0.0.1:4222. Each mode and
+//! each combination gets a fresh database and namespace, dropped afterwards.
 
 use std::time::{Duration, Instant};
 
@@ -18,32 +34,56 @@ use onecharge::intake::Intake;
 use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
 use time::OffsetDateTime;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+#[derive(Debug, clap::Parser)]
 struct Args {
+    /// Commands per run (single-message mode runs a tenth of them, at least 500)
+    #[arg(long, default_value_t = 20_000)]
     commands: usize,
-    batch_size: usize,
-    concurrency: usize,
+    /// Messages per transaction (intake.batch_size); a list sweeps
+    #[arg(long, value_delimiter = ',', default_values_t = vec![256usize])]
+    batch_size: Vec<usize>,
+    /// Batches in hand per instance (intake.concurrency); a list sweeps
+    #[arg(long, value_delimiter = ',', default_values_t = vec![2usize])]
+    concurrency: Vec<usize>,
+    /// Intake instances sharing the durable consumer; a list sweeps
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize])]
+    instances: Vec<usize>,
+    /// One table row per combination, even when every list has one value
+    #[arg(long)]
+    sweep: bool,
+    /// In a sweep, also measure each combination's direct-to-PostgreSQL ceiling
+    #[arg(long)]
+    ceiling: bool,
 }
 
-fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args {
-        commands: 20_000,
-        batch_size: 256,
-        concurrency: 2,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--commands" => args.commands = value.parse()?,
-            "--batch-size" => args.batch_size = value.parse()?,
-            "--concurrency" => args.concurrency = value.parse()?,
-            other => anyhow::bail!("unknown flag {other}"),
+impl Args {
+    fn is_sweep(&self) -> bool {
+        self.sweep
+            || self.batch_size.len() > 1
+            || self.concurrency.len() > 1
+            || self.instances.len() > 1
+    }
+
+    /// Single-message mode is ten times slower; it runs fewer commands to finish as soon.
+    fn commands_for(&self, batch_size: usize) -> usize {
+        if batch_size == 1 {
+            (self.commands / 10).max(500)
+        } else {
+            self.commands
         }
     }
-    Ok(args)
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    batch_size: usize,
+    concurrency: usize,
+    instances: usize,
 }
 
 fn body(i: usize) -> Vec<u8> {
@@ -58,22 +98,22 @@ fn body(i: usize) -> Vec<u8> {
     .unwrap()
 }
 
-async fn environment(
-    tag: &str,
-    batch_size: usize,
-    concurrency: usize,
-) -> anyhow::Result<(Settings, Store, Broker)> {
+/// A fresh database and namespace for one run, migrated, with its streams; `store` is the
+/// benchmark's own pool (counting, the direct ceiling), not one an intake instance uses.
+async fn environment(tag: &str, shape: Shape) -> anyhow::Result<(Settings, Store, Broker)> {
     let id = &Uuid::new_v4().simple().to_string()[..10];
     let mut settings = Settings {
         database_url: format!("postgres://127.0.0.1:5432/onecharge_bench_{tag}_{id}"),
         namespace: format!("bench{tag}{id}"),
         ..Settings::default()
     };
-    settings.intake.batch_size = batch_size;
-    settings.intake.concurrency = concurrency;
-    // Migrate once, then a pool large enough for the batches in flight.
+    settings.intake.batch_size = shape.batch_size;
+    settings.intake.concurrency = shape.concurrency;
+    settings.validate()?;
+    // Migrate once, then a pool large enough for the ceiling's batches in flight.
     drop(Store::setup(&settings.database_url).await?);
-    let store = Store::connect(&settings.database_url, 8).await?;
+    let pool_size = (shape.concurrency * shape.instances).max(8) as u32;
+    let store = Store::connect(&settings.database_url, pool_size).await?;
     let broker = Broker::connect(&settings).await?;
     broker.ensure_streams().await?;
     Ok((settings, store, broker))
@@ -118,17 +158,35 @@ async fn publish(broker: &Broker, n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs intake until all `n` commands are recorded and acknowledged; returns the elapsed time.
+/// Builds `instances` intake roles as `serve` builds one (`Application::build`: its own
+/// `Store::setup` pool and broker connection), all bound to the same durable consumer.
+async fn build_intakes(settings: &Settings, instances: usize) -> anyhow::Result<Vec<Intake>> {
+    let mut intakes = Vec::with_capacity(instances);
+    for _ in 0..instances {
+        let store = Store::setup(&settings.database_url).await?;
+        let broker = Broker::connect(settings).await?;
+        broker.ensure_streams().await?;
+        intakes.push(Intake::new(store, broker, settings).await?);
+    }
+    Ok(intakes)
+}
+
+/// Runs `instances` intakes at once until all `n` commands are recorded and acknowledged;
+/// returns the elapsed time.
 async fn run_intake(
     settings: &Settings,
     store: &Store,
     broker: &Broker,
     n: usize,
+    instances: usize,
 ) -> anyhow::Result<Duration> {
-    let intake = Intake::new(store.clone(), broker.clone(), settings).await?;
+    let intakes = build_intakes(settings, instances).await?;
     let shutdown = CancellationToken::new();
     let started = Instant::now();
-    let task = tokio::spawn(intake.run(shutdown.clone()));
+    let mut running = JoinSet::new();
+    for intake in intakes {
+        running.spawn(intake.run(shutdown.clone()));
+    }
     let stream = broker
         .jetstream
         .get_stream(broker.names.commands_stream())
@@ -150,7 +208,9 @@ async fn run_intake(
     }
     let elapsed = started.elapsed();
     shutdown.cancel();
-    task.await??;
+    while let Some(stopped) = running.join_next().await {
+        stopped.context("an intake instance panicked")??;
+    }
     let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts")
         .fetch_one(store.pool())
         .await?;
@@ -186,7 +246,7 @@ async fn run_direct(
     let started = Instant::now();
     let chunks: Vec<Vec<IntakeRecord>> = records.chunks(batch_size).map(|c| c.to_vec()).collect();
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency));
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = JoinSet::new();
     for chunk in chunks {
         let permit = permits.clone().acquire_owned().await?;
         let store = store.clone();
@@ -208,45 +268,84 @@ async fn run_direct(
     Ok(started.elapsed())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
-    let single_n = (args.commands / 10).max(500);
+/// Measures `n` commands through intake (`direct` false) or straight to PostgreSQL with
+/// `concurrency × instances` transactions in flight (`direct` true), in a fresh environment.
+async fn measure(shape: Shape, n: usize, direct: bool) -> anyhow::Result<Duration> {
+    let tag = if shape.batch_size == 1 { "s" } else { "b" };
+    let (settings, store, broker) = environment(tag, shape).await?;
+    let elapsed = if direct {
+        run_direct(
+            &store,
+            n,
+            shape.batch_size,
+            shape.concurrency * shape.instances,
+        )
+        .await
+    } else {
+        let published = Instant::now();
+        match publish(&broker, n).await {
+            Ok(()) => {
+                eprintln!("  published {n} commands in {:.2?}", published.elapsed());
+                run_intake(&settings, &store, &broker, n, shape.instances).await
+            }
+            Err(err) => Err(err),
+        }
+    };
+    teardown(&settings, store, &broker).await;
+    elapsed
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Batch mode, single-message mode and the direct ceiling side by side, with their ratios.
+async fn side_by_side(args: &Args) -> anyhow::Result<()> {
+    let shape = Shape {
+        batch_size: args.batch_size[0],
+        concurrency: args.concurrency[0],
+        instances: args.instances[0],
+    };
+    let single_n = args.commands_for(1);
+    let instances = if shape.instances == 1 {
+        String::new()
+    } else {
+        format!(", {} instances", shape.instances)
+    };
     println!(
-        "intake benchmark: {} commands (single-message mode: {single_n}), batch size {}, concurrency {}, {} cores",
+        "intake benchmark: {} commands (single-message mode: {single_n}), batch size {}, concurrency {}{instances}, {} cores",
         args.commands,
-        args.batch_size,
-        args.concurrency,
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        shape.batch_size,
+        shape.concurrency,
+        cores()
     );
 
     let mut rows = Vec::new();
-    for (mode, n, batch) in [
+    for (mode, n, batch_size) in [
         (
             "direct to PostgreSQL (ceiling)",
             args.commands,
-            args.batch_size,
+            shape.batch_size,
         ),
-        ("intake, batch mode", args.commands, args.batch_size),
+        ("intake, batch mode", args.commands, shape.batch_size),
         ("intake, single-message mode", single_n, 1),
     ] {
-        let (settings, store, broker) =
-            environment(if batch == 1 { "s" } else { "b" }, batch, args.concurrency).await?;
-        let elapsed = if mode.starts_with("direct") {
-            run_direct(&store, n, batch, args.concurrency).await?
-        } else {
-            let published = Instant::now();
-            publish(&broker, n).await?;
-            eprintln!("  published {n} commands in {:.2?}", published.elapsed());
-            run_intake(&settings, &store, &broker, n).await?
-        };
+        let direct = mode.starts_with("direct");
+        let elapsed = measure(
+            Shape {
+                batch_size,
+                ..shape
+            },
+            n,
+            direct,
+        )
+        .await?;
         let rate = n as f64 / elapsed.as_secs_f64();
         println!(
             "  {mode:<32} {n:>7} commands in {:>8.2?}  {rate:>9.0} commands/s",
             elapsed
         );
         rows.push(rate);
-        teardown(&settings, store, &broker).await;
     }
     println!(
         "batch mode / single-message mode: {:.1}x",
@@ -257,4 +356,91 @@ async fn main() -> anyhow::Result<()> {
         100.0 * rows[1] / rows[0]
     );
     Ok(())
+}
+
+/// One markdown table row per combination of batch size, concurrency and instances.
+async fn sweep(args: &Args) -> anyhow::Result<()> {
+    println!(
+        "intake scaling: {} commands per run (batch size 1: {}), {} cores",
+        args.commands,
+        args.commands_for(1),
+        cores()
+    );
+    let ceiling_header = if args.ceiling {
+        " direct ceiling | of ceiling |"
+    } else {
+        ""
+    };
+    let ceiling_rule = if args.ceiling { "---:|---:|" } else { "" };
+    println!(
+        "| batch size | concurrency | instances | commands | commands/s | vs first row |{ceiling_header}"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|{ceiling_rule}");
+    let mut first = None;
+    for &batch_size in &args.batch_size {
+        for &concurrency in &args.concurrency {
+            for &instances in &args.instances {
+                let shape = Shape {
+                    batch_size,
+                    concurrency,
+                    instances,
+                };
+                let n = args.commands_for(batch_size);
+                let rate = n as f64 / measure(shape, n, false).await?.as_secs_f64();
+                let first = *first.get_or_insert(rate);
+                let ceiling = if args.ceiling {
+                    let direct = n as f64 / measure(shape, n, true).await?.as_secs_f64();
+                    format!(" {} | {:.0} % |", thousands(direct), 100.0 * rate / direct)
+                } else {
+                    String::new()
+                };
+                println!(
+                    "| {batch_size} | {concurrency} | {instances} | {n} | {} | {:.2}× |{ceiling}",
+                    thousands(rate),
+                    rate / first
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `12345.6` as `12,346`, the way docs/performance.md writes rates.
+fn thousands(rate: f64) -> String {
+    let digits = format!("{:.0}", rate);
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
+    anyhow::ensure!(
+        !args.batch_size.is_empty() && !args.concurrency.is_empty() && !args.instances.is_empty(),
+        "--batch-size, --concurrency and --instances each need at least one value"
+    );
+    anyhow::ensure!(
+        args.instances.iter().all(|&i| i >= 1),
+        "--instances must be at least 1"
+    );
+    // Refuse a value intake would refuse before measuring anything, not midway through a sweep.
+    for &batch_size in args.batch_size.iter().chain([&1]) {
+        for &concurrency in &args.concurrency {
+            let mut settings = Settings::default();
+            settings.intake.batch_size = batch_size;
+            settings.intake.concurrency = concurrency;
+            settings.validate()?;
+        }
+    }
+    if args.is_sweep() {
+        sweep(&args).await
+    } else {
+        side_by_side(&args).await
+    }
 }
