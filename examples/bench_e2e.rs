@@ -1,0 +1,1033 @@
+//! End to end: ChargePayment commands published to JetStream the way producers publish them,
+//! through one real `onecharge serve` process (intake, executor, relay and the other roles)
+//! and the in-process mock gateway, to the events they cause on the events subject. One run,
+//! in phases, against the same serve process:
+//!
+//! 1. **maximum rate**: `--max-commands` commands published as fast as JetStream acknowledges
+//!    them; events/s from the first publish to the last event received (one per attempt);
+//! 2. **latency**: `--latency-commands` commands paced at half that rate (or `--rate`);
+//!    publish-to-event latency per attempt (p50, p90, p99, max), matched by
+//!    `payment_attempt_id`;
+//! 3. **resident memory** (`--memory-commands`, skipped by default): commands paced the same
+//!    way while VmRSS of the serve process is sampled every 5 s; RSS after warm-up (10 % of
+//!    the events) against RSS at the end.
+//!
+//! events/s is always counted from a phase's first publish to its last event. The maximum
+//! rate is that of a burst of `--max-commands`: a short burst (1,000) overstates what the
+//! service sustains, and then "half the maximum" is no longer well below capacity and the
+//! latencies measure a queue; keep the default 5,000 or more, or give `--rate`.
+//!
+//! ```text
+//! cargo build --release && cargo run --release --example bench_e2e      # under a minute
+//! cargo build --release && cargo run --release --example bench_e2e -- \
+//!     --max-commands 5000 --latency-commands 5000 --memory-commands 1000000 [--rate R]
+//! ```
+//!
+//! The second is the long run: a million commands at half the maximum rate take about
+//! 40 minutes on a 2-core machine.
+//!
+//! Needs PostgreSQL on 127.0.0.1:5432 (trust auth; `--server`) and NATS JetStream on
+//! 127.0.0.1:4222 (`--nats-url`), Linux (RSS is read from `/proc`), and the release binary
+//! `onecharge` next to this example (`cargo build --release`: `cargo run --example` does not
+//! build it). Each run creates its own database and stream namespace and removes both at the
+//! end, also on failure or Ctrl-C. The serve process gets its settings from `ONECHARGE_*`
+//! variables; any other `ONECHARGE_*` variable set when the benchmark starts (for example
+//! `ONECHARGE_EXECUTOR__CONCURRENCY=64`) is passed on to it and printed. Its log goes to a
+//! file that is kept (and its end printed) only when the run fails.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _};
+use async_nats::jetstream::context::{DeleteStreamErrorKind, PublishAckFuture};
+use async_nats::jetstream::ErrorCode;
+use async_nats::HeaderMap;
+use futures::StreamExt as _;
+use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
+use onecharge::broker::Broker;
+use onecharge::config::{Overrides, Settings};
+use secrecy::SecretString;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+const API_KEY: &str = "sk_bench_e2e";
+/// Commands pushed through before the first measured phase: connections, pools and caches warm.
+const WARM_UP_COMMANDS: usize = 200;
+/// Publish acks awaited at most at once: the publisher never waits for one ack at a time,
+/// and never runs unboundedly ahead of JetStream either.
+const ACKS_IN_FLIGHT: usize = 1024;
+/// A phase fails when no event arrives for this long while commands are outstanding.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+const RSS_SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// The RSS compared with the end is taken when this share of the phase's events arrived.
+const WARM_UP_SHARE: f64 = 0.10;
+/// `ONECHARGE_*` variables the benchmark sets itself; everything else is passed through.
+const OWN_VARIABLES: [&str; 6] = [
+    "ONECHARGE_DATABASE_URL",
+    "ONECHARGE_NATS_URL",
+    "ONECHARGE_GATEWAY_URL",
+    "ONECHARGE_GATEWAY_API_KEY",
+    "ONECHARGE_ADMIN_ADDR",
+    "ONECHARGE_NAMESPACE",
+];
+
+#[derive(Debug, clap::Parser)]
+struct Args {
+    /// Commands of the maximum-rate phase (0 skips it; then --rate is required)
+    #[arg(long, default_value_t = 5000)]
+    max_commands: usize,
+    /// Commands of the latency phase, paced at --rate (0 skips it)
+    #[arg(long, default_value_t = 5000)]
+    latency_commands: usize,
+    /// Commands of the resident-memory phase, paced at --rate (0 skips it; the long run uses 1000000)
+    #[arg(long, default_value_t = 0)]
+    memory_commands: usize,
+    /// Commands per second of the latency and memory phases [default: half the measured maximum rate]
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Latency the mock gateway adds to every request, in milliseconds
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// PostgreSQL server (without database)
+    #[arg(long, default_value = "postgres://127.0.0.1:5432")]
+    server: String,
+    /// NATS server
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
+    if let Some(rate) = args.rate {
+        ensure!(rate > 0.0, "--rate must be above zero");
+    }
+    ensure!(
+        args.max_commands > 0 || args.rate.is_some(),
+        "--max-commands 0 needs --rate: the paced phases default to half the maximum rate"
+    );
+    let binary = service_binary();
+
+    let tag = Uuid::new_v4().simple().to_string();
+    let database = format!("onecharge_bench_{tag}");
+    let workdir = std::env::temp_dir().join(format!("onecharge_bench_{}", &tag[..12]));
+    std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
+    // The serve process runs here and reads this empty file instead of whatever
+    // onecharge.toml lies in the current directory; the benchmark loads the same.
+    std::fs::write(workdir.join("onecharge.toml"), "")?;
+
+    let gateway = MockGateway::start(MockConfig {
+        api_key: API_KEY.into(),
+        faults: FaultConfig {
+            latency: Latency {
+                fixed_ms: args.latency_ms,
+                jitter_ms: 0,
+            },
+            ..FaultConfig::default()
+        },
+        request_log_capacity: 0,
+        ..MockConfig::default()
+    })
+    .await?;
+    let mut settings = Settings::load(
+        Some(&workdir.join("onecharge.toml")),
+        &Overrides {
+            database_url: Some(format!("{}/{database}", args.server)),
+            nats_url: Some(args.nats_url.clone()),
+            gateway_url: Some(gateway.base_url()),
+            admin_addr: Some(format!("127.0.0.1:{}", free_port()?)),
+            namespace: Some(format!("bench-e2e-{}", &tag[..10])),
+            log_format: None,
+        },
+    )?;
+    settings.gateway_api_key = Some(SecretString::from(API_KEY));
+    settings.validate()?;
+
+    let mut service = None;
+    let mut interrupted = false;
+    let outcome = tokio::select! {
+        outcome = run(&args, &settings, &binary, &workdir, &gateway, &mut service) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            interrupted = true;
+            Err(anyhow::anyhow!("interrupted; the serve process, streams and database are removed"))
+        }
+    };
+    if let Some(service) = service {
+        match service.stop().await {
+            Ok(status) if status.success() || outcome.is_err() => {}
+            Ok(status) => eprintln!("warning: onecharge serve exited with {status} after SIGTERM"),
+            Err(err) => eprintln!("warning: stopping onecharge serve: {err:#}"),
+        }
+    }
+    clean_up(&settings, &args.server, &database).await;
+    gateway.shutdown().await;
+    let log = workdir.join("serve.log");
+    if outcome.is_ok() || interrupted {
+        let _ = std::fs::remove_dir_all(&workdir);
+    } else {
+        eprintln!("the serve log is kept: {}; its last lines:", log.display());
+        if let Ok(text) = std::fs::read_to_string(&log) {
+            let lines: Vec<&str> = text.lines().collect();
+            for line in &lines[lines.len().saturating_sub(10)..] {
+                eprintln!("  {line}");
+            }
+        }
+    }
+    outcome
+}
+
+/// `target/release/onecharge`, two levels above this example's executable
+/// (`target/release/examples/bench_e2e`); exits with one line when it is not built.
+fn service_binary() -> PathBuf {
+    let binary = std::env::current_exe().ok().and_then(|exe| {
+        let release = exe.parent()?.parent()?;
+        let binary = release.join(format!("onecharge{}", std::env::consts::EXE_SUFFIX));
+        binary.is_file().then_some(binary)
+    });
+    let Some(binary) = binary else {
+        eprintln!("build the service first: cargo build --release");
+        std::process::exit(1);
+    };
+    // `cargo run --example` rebuilds the library, not the binary: sources newer than the
+    // binary mean it may not contain the code being measured.
+    let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let edited = [source.join("src"), source.join("migrations")]
+        .iter()
+        .filter_map(|dir| newest_file(dir))
+        .max();
+    if let (Some(built), Some(edited)) = (built, edited) {
+        if edited > built {
+            eprintln!(
+                "warning: {} is older than the sources; run `cargo build --release` to measure the current code",
+                binary.display()
+            );
+        }
+    }
+    binary
+}
+
+/// The latest modification time of any file under `dir`.
+fn newest_file(dir: &Path) -> Option<std::time::SystemTime> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|entry| {
+            let metadata = entry.metadata().ok()?;
+            if metadata.is_dir() {
+                newest_file(&entry.path())
+            } else {
+                metadata.modified().ok()
+            }
+        })
+        .max()
+}
+
+/// A port nobody listens on right now, for the serve process's admin HTTP.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn run(
+    args: &Args,
+    settings: &Settings,
+    binary: &Path,
+    workdir: &Path,
+    gateway: &MockGateway,
+    service: &mut Option<Service>,
+) -> anyhow::Result<()> {
+    let broker = Broker::connect(settings).await?;
+    print_header(args, settings, binary, &broker).await?;
+
+    let setup = service_command(binary, settings, workdir)
+        .arg("setup")
+        .output()
+        .await
+        .with_context(|| format!("running {} setup", binary.display()))?;
+    ensure!(
+        setup.status.success(),
+        "onecharge setup failed ({}): {}",
+        setup.status,
+        String::from_utf8_lossy(&setup.stderr).trim()
+    );
+
+    // Subscribed before the service starts, so that no event can pass unseen.
+    let tracker = Arc::new(Mutex::new(Tracker::default()));
+    let events = broker
+        .client
+        .subscribe(broker.names.subject("payments.events.>"))
+        .await?;
+    broker.client.flush().await?;
+    tokio::spawn(collect_events(events, tracker.clone()));
+
+    let service = service.insert(Service::start(binary, settings, workdir).await?);
+    service.wait_until_ready().await?;
+    let mut rss_by_phase = vec![("start (idle)", service.memory()?)];
+
+    let warm_up = run_phase(
+        &broker,
+        &tracker,
+        service,
+        Phase::new("warmup", WARM_UP_COMMANDS, None),
+    )
+    .await?;
+    eprintln!(
+        "warm-up: {WARM_UP_COMMANDS} commands, last event after {:.2} s",
+        warm_up.span().as_secs_f64()
+    );
+    rss_by_phase.push(("warm-up", service.memory()?));
+    let mut total = WARM_UP_COMMANDS;
+
+    let mut max_rate = None;
+    if args.max_commands > 0 {
+        let max = run_phase(
+            &broker,
+            &tracker,
+            service,
+            Phase::new("max", args.max_commands, None),
+        )
+        .await?;
+        total += args.max_commands;
+        rss_by_phase.push(("maximum rate", service.memory()?));
+        println!();
+        println!("## Maximum rate");
+        println!();
+        println!(
+            "| commands | published in | publish rate | first publish → last event | events/s | latency p50 | p99 | max |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let l = max.latencies();
+        println!(
+            "| {} | {:.2} s | {}/s | {:.2} s | {} | {} | {} | {} |",
+            thousands(max.received as f64),
+            max.publish_elapsed.as_secs_f64(),
+            thousands(max.published as f64 / max.publish_elapsed.as_secs_f64()),
+            max.span().as_secs_f64(),
+            thousands(max.events_per_second()),
+            millis(l.p50),
+            millis(l.p99),
+            millis(l.max),
+        );
+        max_rate = Some(max.events_per_second());
+    }
+    let (rate, rate_note) = match (args.rate, max_rate) {
+        (Some(rate), _) => (rate, "--rate".to_owned()),
+        (None, Some(max)) => (max / 2.0, "half the maximum".to_owned()),
+        (None, None) => unreachable!("checked in main"),
+    };
+
+    if args.latency_commands > 0 {
+        let latency = run_phase(
+            &broker,
+            &tracker,
+            service,
+            Phase::new("latency", args.latency_commands, Some(rate)),
+        )
+        .await?;
+        total += args.latency_commands;
+        rss_by_phase.push(("latency", service.memory()?));
+        println!();
+        println!(
+            "## Publish-to-event latency at {}/s ({rate_note})",
+            thousands(rate)
+        );
+        println!();
+        println!(
+            "| commands | target rate | publish rate | events/s | p50 | p90 | p99 | max | publisher behind schedule (max) |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let l = latency.latencies();
+        println!(
+            "| {} | {}/s | {}/s | {} | {} | {} | {} | {} | {} |",
+            thousands(latency.received as f64),
+            thousands(rate),
+            thousands(latency.published as f64 / latency.publish_elapsed.as_secs_f64()),
+            thousands(latency.events_per_second()),
+            millis(l.p50),
+            millis(l.p90),
+            millis(l.p99),
+            millis(l.max),
+            millis(latency.behind_schedule),
+        );
+    }
+
+    if args.memory_commands > 0 {
+        println!();
+        println!(
+            "## Resident memory of `onecharge serve`: {} commands at {}/s ({rate_note})",
+            thousands(args.memory_commands as f64),
+            thousands(rate)
+        );
+        println!();
+        println!("| elapsed | commands published | events received | RSS MiB | |");
+        println!("|---:|---:|---:|---:|---|");
+        let mut phase = Phase::new("memory", args.memory_commands, Some(rate));
+        phase.sample_memory = true;
+        let memory = run_phase(&broker, &tracker, service, phase).await?;
+        total += args.memory_commands;
+        rss_by_phase.push(("memory", service.memory()?));
+        let (warm, end) = (
+            memory
+                .rss_at_warm_up
+                .context("no RSS sample after warm-up")?,
+            memory.rss_at_end.context("no RSS sample at the end")?,
+        );
+        println!();
+        println!(
+            "| RSS after warm-up ({:.0} % of events) | RSS at end | end / warm-up | peak RSS (VmHWM) | events/s | p50 | p99 | max |",
+            WARM_UP_SHARE * 100.0
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let l = memory.latencies();
+        println!(
+            "| {:.1} MiB | {:.1} MiB | {:.2} | {:.1} MiB | {} | {} | {} | {} |",
+            warm.rss_mib,
+            end.rss_mib,
+            end.rss_mib / warm.rss_mib,
+            end.peak_mib,
+            thousands(memory.events_per_second()),
+            millis(l.p50),
+            millis(l.p99),
+            millis(l.max),
+        );
+    }
+
+    println!();
+    println!("## RSS of `onecharge serve` after each phase");
+    println!();
+    println!("| after | RSS MiB | peak RSS (VmHWM) MiB |");
+    println!("|---|---:|---:|");
+    for (phase, memory) in &rss_by_phase {
+        println!(
+            "| {phase} | {:.1} | {:.1} |",
+            memory.rss_mib, memory.peak_mib
+        );
+    }
+    println!();
+    verify(settings, gateway, &tracker, total).await
+}
+
+async fn print_header(
+    args: &Args,
+    settings: &Settings,
+    binary: &Path,
+    broker: &Broker,
+) -> anyhow::Result<()> {
+    let postgres = sqlx::PgPool::connect(&format!("{}/postgres", args.server))
+        .await
+        .with_context(|| format!("cannot connect to PostgreSQL at {}", args.server))?;
+    let postgres_version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(&postgres)
+        .await?;
+    postgres.close().await;
+    let memory_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| kib_field(&text, "MemTotal:"))
+        .map_or(0.0, |kib| kib as f64 / (1024.0 * 1024.0));
+    println!("# onecharge end to end");
+    println!();
+    println!(
+        "machine: {} CPU(s), {memory_gib:.1} GiB; PostgreSQL {postgres_version}, nats-server {}, all on this host",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        broker.client.server_info().version,
+    );
+    println!(
+        "phases: warm-up {WARM_UP_COMMANDS}, maximum rate {}, latency {}, memory {} commands; paced at {}; mock gateway latency {} ms, no faults",
+        args.max_commands,
+        args.latency_commands,
+        args.memory_commands,
+        args.rate
+            .map_or("half the maximum rate".to_owned(), |r| format!("{r}/s")),
+        args.latency_ms
+    );
+    println!(
+        "service: one `{} serve`, all roles; intake batch {} × {}, executor concurrency {} (batch {}, poll {}), relay batch {} (poll {})",
+        binary.display(),
+        settings.intake.batch_size,
+        settings.intake.concurrency,
+        settings.executor.concurrency,
+        settings.executor.batch_size,
+        humantime::format_duration(settings.executor.poll_interval),
+        settings.relay.batch_size,
+        humantime::format_duration(settings.relay.poll_interval),
+    );
+    let passed: Vec<String> = passed_through()
+        .into_iter()
+        .map(|(name, value)| {
+            if name.contains("KEY") || name.contains("TOKEN") {
+                format!("{name}=[REDACTED]")
+            } else {
+                format!("{name}={value}")
+            }
+        })
+        .collect();
+    println!(
+        "passed to the service: {}",
+        if passed.is_empty() {
+            "no other ONECHARGE_* variables (defaults)".to_owned()
+        } else {
+            passed.join(" ")
+        }
+    );
+    println!(
+        "database {}, namespace {}",
+        settings.database_url.rsplit('/').next().unwrap_or_default(),
+        settings.namespace
+    );
+    Ok(())
+}
+
+/// `ONECHARGE_*` variables of this process that the serve process inherits unchanged.
+fn passed_through() -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(name, _)| name.starts_with("ONECHARGE_") && !OWN_VARIABLES.contains(&&**name))
+        .collect();
+    vars.sort();
+    vars
+}
+
+/// A `onecharge` command configured for this run through `ONECHARGE_*` variables.
+fn service_command(binary: &Path, settings: &Settings, workdir: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(binary);
+    command
+        .current_dir(workdir)
+        .env("ONECHARGE_DATABASE_URL", &settings.database_url)
+        .env("ONECHARGE_NATS_URL", &settings.nats_url)
+        .env("ONECHARGE_GATEWAY_URL", &settings.gateway_url)
+        .env("ONECHARGE_GATEWAY_API_KEY", API_KEY)
+        .env("ONECHARGE_ADMIN_ADDR", settings.admin_addr.to_string())
+        .env("ONECHARGE_NAMESPACE", &settings.namespace)
+        // Its log goes to a file: plain text.
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    // Its own process group: Ctrl-C in the terminal reaches only the benchmark, which
+    // then stops the service in order (SIGTERM, drain) before removing its database.
+    #[cfg(unix)]
+    command.process_group(0);
+    command
+}
+
+/// The `onecharge serve` child process.
+struct Service {
+    child: tokio::process::Child,
+    pid: u32,
+    admin_addr: std::net::SocketAddr,
+    /// Set once the process was reaped: it must not be signalled any more.
+    exited: Option<ExitStatus>,
+}
+
+/// One reading of `/proc/<pid>/status`.
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    rss_mib: f64,
+    peak_mib: f64,
+}
+
+impl Service {
+    async fn start(binary: &Path, settings: &Settings, workdir: &Path) -> anyhow::Result<Self> {
+        let log = std::fs::File::create(workdir.join("serve.log"))?;
+        let child = service_command(binary, settings, workdir)
+            .arg("serve")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {} serve", binary.display()))?;
+        Ok(Self {
+            pid: child.id().context("the serve process has no pid")?,
+            child,
+            admin_addr: settings.admin_addr,
+            exited: None,
+        })
+    }
+
+    /// Fails when the process has exited.
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait()?;
+        }
+        match self.exited {
+            Some(status) => bail!("onecharge serve exited: {status}"),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for `/readyz` to answer 200 (database and NATS reachable).
+    async fn wait_until_ready(&mut self) -> anyhow::Result<()> {
+        let url = format!("http://{}/readyz", self.admin_addr);
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.check_alive()?;
+            if let Ok(response) = client.get(&url).send().await {
+                if response.status().is_success() {
+                    return Ok(());
+                }
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "onecharge serve not ready at {url} after 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Resident and peak resident memory, from `/proc/<pid>/status`.
+    fn memory(&mut self) -> anyhow::Result<Memory> {
+        self.check_alive()?;
+        let path = format!("/proc/{}/status", self.pid);
+        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let mib = |field| {
+            kib_field(&status, field)
+                .map(|kib| kib as f64 / 1024.0)
+                .with_context(|| format!("no {field} in {path}"))
+        };
+        Ok(Memory {
+            rss_mib: mib("VmRSS:")?,
+            peak_mib: mib("VmHWM:")?,
+        })
+    }
+
+    /// SIGTERM, then SIGKILL when it has not drained and exited within 30 s.
+    async fn stop(mut self) -> anyhow::Result<ExitStatus> {
+        if let Some(status) = self.exited {
+            return Ok(status);
+        }
+        let signalled = tokio::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await;
+        if signalled.is_ok_and(|s| s.success()) {
+            if let Ok(status) =
+                tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await
+            {
+                return Ok(status?);
+            }
+            eprintln!("warning: onecharge serve did not exit within 30 s of SIGTERM; killing it");
+        }
+        self.child.kill().await?;
+        Ok(self.child.wait().await?)
+    }
+}
+
+/// The number of kB of a `/proc` field such as `VmRSS:   1234 kB`.
+fn kib_field(text: &str, field: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// What the publisher and the event collector share. Phases run one after the other, so
+/// there is one current phase.
+#[derive(Default)]
+struct Tracker {
+    /// Published attempts whose event has not arrived yet, with their publish instant.
+    in_flight: HashMap<Uuid, Instant>,
+    phase: PhaseStats,
+    /// Events for attempts not in flight: a broker-level repeat of an event already counted.
+    repeats: usize,
+    /// Event bodies that do not parse as an event.
+    unreadable: usize,
+}
+
+#[derive(Default)]
+struct PhaseStats {
+    published: usize,
+    first_publish: Option<Instant>,
+    received: usize,
+    last_event: Option<Instant>,
+    /// Publish-to-event latency of each attempt, in arrival order.
+    latencies: Vec<Duration>,
+    /// Events whose status is not `succeeded` (none are expected from a mock without faults).
+    not_succeeded: usize,
+}
+
+fn lock(tracker: &Mutex<Tracker>) -> MutexGuard<'_, Tracker> {
+    tracker
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[derive(serde::Deserialize)]
+struct EventBody {
+    payment_attempt_id: Uuid,
+    status: String,
+}
+
+/// Stamps every event with its arrival instant and matches it to its publish by
+/// `payment_attempt_id`.
+async fn collect_events(mut events: async_nats::Subscriber, tracker: Arc<Mutex<Tracker>>) {
+    while let Some(message) = events.next().await {
+        let arrived = Instant::now();
+        let event = serde_json::from_slice::<EventBody>(&message.payload);
+        let mut tracker = lock(&tracker);
+        let Ok(event) = event else {
+            tracker.unreadable += 1;
+            continue;
+        };
+        match tracker.in_flight.remove(&event.payment_attempt_id) {
+            Some(published) => {
+                let phase = &mut tracker.phase;
+                phase.received += 1;
+                phase.last_event = Some(arrived);
+                phase.latencies.push(arrived - published);
+                if event.status != "succeeded" {
+                    phase.not_succeeded += 1;
+                }
+            }
+            None => tracker.repeats += 1,
+        }
+    }
+}
+
+/// What one phase publishes.
+struct Phase {
+    name: &'static str,
+    commands: usize,
+    /// Commands per second; `None` publishes as fast as JetStream acknowledges.
+    rate: Option<f64>,
+    /// Print a row of RSS every 5 s, and sample it after warm-up and at the end.
+    sample_memory: bool,
+}
+
+impl Phase {
+    fn new(name: &'static str, commands: usize, rate: Option<f64>) -> Self {
+        Self {
+            name,
+            commands,
+            rate,
+            sample_memory: false,
+        }
+    }
+}
+
+/// What one phase measured.
+struct PhaseReport {
+    published: usize,
+    received: usize,
+    /// From the first publish to the last ack.
+    publish_elapsed: Duration,
+    /// How far the paced publisher fell behind its schedule at worst.
+    behind_schedule: Duration,
+    first_publish: Instant,
+    last_event: Instant,
+    latencies: Vec<Duration>,
+    rss_at_warm_up: Option<Memory>,
+    rss_at_end: Option<Memory>,
+}
+
+struct Percentiles {
+    p50: Duration,
+    p90: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl PhaseReport {
+    /// First publish to last event.
+    fn span(&self) -> Duration {
+        self.last_event - self.first_publish
+    }
+
+    fn events_per_second(&self) -> f64 {
+        self.received as f64 / self.span().as_secs_f64()
+    }
+
+    /// Nearest-rank percentiles of the publish-to-event latencies.
+    fn latencies(&self) -> Percentiles {
+        let mut sorted = self.latencies.clone();
+        sorted.sort_unstable();
+        let at = |q: f64| {
+            let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+            sorted[rank - 1]
+        };
+        Percentiles {
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
+/// Publishes the phase's commands while watching the events arrive; returns once every
+/// attempt's event arrived. Fails when the service exits or the events stop coming.
+async fn run_phase(
+    broker: &Broker,
+    tracker: &Arc<Mutex<Tracker>>,
+    service: &mut Service,
+    phase: Phase,
+) -> anyhow::Result<PhaseReport> {
+    {
+        let mut tracker = lock(tracker);
+        ensure!(
+            tracker.in_flight.is_empty(),
+            "{} attempts of an earlier phase are still in flight",
+            tracker.in_flight.len()
+        );
+        tracker.phase = PhaseStats::default();
+    }
+    let publisher = tokio::spawn(publish_commands(
+        broker.clone(),
+        tracker.clone(),
+        phase.name,
+        phase.commands,
+        phase.rate,
+    ));
+    let mut publisher = Some(publisher);
+    let mut published_in = None;
+    let started = Instant::now();
+    let mut progress = (0, Instant::now());
+    let mut next_sample = started + RSS_SAMPLE_EVERY;
+    let mut rss_at_warm_up = None;
+    let mut rss_at_end = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        if publisher.as_ref().is_some_and(|p| p.is_finished()) {
+            let finished = publisher.take().expect("checked above");
+            published_in = Some(finished.await.context("the publisher panicked")??);
+        }
+        service.check_alive()?;
+        let (published, received) = {
+            let tracker = lock(tracker);
+            (tracker.phase.published, tracker.phase.received)
+        };
+        let now = Instant::now();
+        if received > progress.0 || published == received {
+            progress = (received, now);
+        } else if now - progress.1 > STALL_TIMEOUT {
+            bail!(
+                "{} phase stalled: no event for {} s, {received} of {published} published commands have their event",
+                phase.name,
+                STALL_TIMEOUT.as_secs()
+            );
+        }
+        let done = publisher.is_none() && received == phase.commands;
+        if phase.sample_memory {
+            let row = |memory: Memory, note: &str| {
+                println!(
+                    "| {:.0} s | {} | {} | {:.1} | {note} |",
+                    (now - started).as_secs_f64(),
+                    thousands(published as f64),
+                    thousands(received as f64),
+                    memory.rss_mib
+                );
+            };
+            let warm_up = (phase.commands as f64 * WARM_UP_SHARE).ceil() as usize;
+            let mut printed = false;
+            if rss_at_warm_up.is_none() && received >= warm_up {
+                let memory = service.memory()?;
+                row(memory, "after warm-up");
+                rss_at_warm_up = Some(memory);
+                printed = true;
+            }
+            if done {
+                let memory = service.memory()?;
+                row(memory, "end: every event arrived");
+                rss_at_end = Some(memory);
+            } else if now >= next_sample && !printed {
+                row(service.memory()?, "");
+            }
+            if now >= next_sample {
+                next_sample += RSS_SAMPLE_EVERY;
+            }
+        }
+        if done {
+            break;
+        }
+    }
+    let stats = std::mem::take(&mut lock(tracker).phase);
+    let (publish_elapsed, behind_schedule) = published_in.expect("the publisher finished");
+    if stats.not_succeeded > 0 {
+        eprintln!(
+            "warning: {} events of the {} phase are not payment-succeeded",
+            stats.not_succeeded, phase.name
+        );
+    }
+    Ok(PhaseReport {
+        published: stats.published,
+        received: stats.received,
+        publish_elapsed,
+        behind_schedule,
+        first_publish: stats.first_publish.context("nothing published")?,
+        last_event: stats.last_event.context("no event received")?,
+        latencies: stats.latencies,
+        rss_at_warm_up,
+        rss_at_end,
+    })
+}
+
+/// Publishes `commands` ChargePayment commands as producers do (JetStream publish with a
+/// unique `Nats-Msg-Id`), at `rate` per second or as fast as possible, awaiting the acks in
+/// a bounded pipeline. Returns the time from the first publish to the last ack, and how far
+/// it fell behind the schedule at worst.
+async fn publish_commands(
+    broker: Broker,
+    tracker: Arc<Mutex<Tracker>>,
+    phase: &'static str,
+    commands: usize,
+    rate: Option<f64>,
+) -> anyhow::Result<(Duration, Duration)> {
+    let (acks, mut pending) = tokio::sync::mpsc::channel::<PublishAckFuture>(ACKS_IN_FLIGHT);
+    let acker = tokio::spawn(async move {
+        while let Some(ack) = pending.recv().await {
+            let ack = ack
+                .await
+                .context("JetStream did not acknowledge a command")?;
+            ensure!(
+                !ack.duplicate,
+                "JetStream took command {} as a duplicate",
+                ack.sequence
+            );
+        }
+        anyhow::Ok(())
+    });
+    let subject = broker.names.charge_subject();
+    let started = Instant::now();
+    let mut behind = Duration::ZERO;
+    for i in 0..commands {
+        if let Some(rate) = rate {
+            let due = started + Duration::from_secs_f64(i as f64 / rate);
+            let now = Instant::now();
+            if due > now {
+                tokio::time::sleep_until(due.into()).await;
+            } else {
+                behind = behind.max(now - due);
+            }
+        }
+        let attempt = Uuid::new_v4();
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", format!("bench-{attempt}").as_str());
+        headers.insert("Correlation-Id", format!("bench-e2e-{phase}").as_str());
+        let body = command_body(attempt, phase, i);
+        {
+            let mut tracker = lock(&tracker);
+            let now = Instant::now();
+            tracker.in_flight.insert(attempt, now);
+            tracker.phase.published += 1;
+            tracker.phase.first_publish.get_or_insert(now);
+        }
+        let ack = broker
+            .jetstream
+            .publish_with_headers(subject.clone(), headers, body.into())
+            .await
+            .with_context(|| format!("publishing to {subject}"))?;
+        if acks.send(ack).await.is_err() {
+            break; // the acker failed; its error is returned below
+        }
+    }
+    drop(acks);
+    acker.await.context("the ack task panicked")??;
+    Ok((started.elapsed(), behind))
+}
+
+fn command_body(attempt: Uuid, phase: &str, i: usize) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "payment_attempt_id": attempt,
+        "order_id": format!("ord_{phase}_{i}"),
+        "customer_id": "cus_bench",
+        "amount_minor": 1000 + (i % 1000) as i64,
+        "currency": "EUR",
+        "payment_method": "pm_card_visa",
+        "requested_at": OffsetDateTime::now_utc().format(&Rfc3339).expect("now formats"),
+    }))
+    .expect("json")
+}
+
+/// Every command charged once and settled, every event published and received once.
+async fn verify(
+    settings: &Settings,
+    gateway: &MockGateway,
+    tracker: &Mutex<Tracker>,
+    total: usize,
+) -> anyhow::Result<()> {
+    let pool = sqlx::PgPool::connect(&settings.database_url).await?;
+    let succeeded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM payment_attempts WHERE status = 'succeeded'")
+            .fetch_one(&pool)
+            .await?;
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts")
+        .fetch_one(&pool)
+        .await?;
+    let unpublished: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .fetch_one(&pool)
+            .await?;
+    pool.close().await;
+    let charges = gateway.stats().created;
+    let (repeats, unreadable) = {
+        let tracker = lock(tracker);
+        (tracker.repeats, tracker.unreadable)
+    };
+    println!(
+        "checked: {total} commands published, {attempts} attempts ({succeeded} succeeded), {charges} gateway charges, {unpublished} events unpublished, {repeats} repeated and {unreadable} unreadable events received"
+    );
+    ensure!(
+        attempts as usize == total && succeeded as usize == total && charges as usize == total,
+        "expected {total} attempts, succeeded, and charged"
+    );
+    Ok(())
+}
+
+/// Deletes the run's streams and drops its database; failures are printed, not returned.
+async fn clean_up(settings: &Settings, server: &str, database: &str) {
+    match Broker::connect(settings).await {
+        Ok(broker) => {
+            for stream in [
+                broker.names.commands_stream(),
+                broker.names.events_stream(),
+                broker.names.dlq_stream(),
+            ] {
+                match broker.jetstream.delete_stream(&stream).await {
+                    Ok(_) => {}
+                    // Never created: the run failed before `setup`.
+                    Err(err)
+                        if matches!(err.kind(), DeleteStreamErrorKind::JetStream(e)
+                            if e.error_code() == ErrorCode::STREAM_NOT_FOUND) => {}
+                    Err(err) => eprintln!("warning: deleting stream {stream}: {err}"),
+                }
+            }
+        }
+        Err(err) => eprintln!(
+            "warning: streams of {} not deleted: {err:#}",
+            settings.namespace
+        ),
+    }
+    let dropped = async {
+        let pool = sqlx::PgPool::connect(&format!("{server}/postgres")).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+            .execute(&pool)
+            .await?;
+        pool.close().await;
+        anyhow::Ok(())
+    };
+    if let Err(err) = dropped.await {
+        eprintln!("warning: database {database} not dropped: {err:#}");
+    }
+}
+
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+fn millis(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+}
