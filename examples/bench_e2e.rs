@@ -98,6 +98,10 @@ struct Args {
     /// NATS server
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     nats_url: String,
+    /// Keep the database at the end, to see where time went (`payment_attempts.created_at`,
+    /// `dispatched_at`, `outbox.created_at`, `published_at`); streams are still removed
+    #[arg(long)]
+    keep_database: bool,
 }
 
 #[tokio::main]
@@ -163,7 +167,7 @@ async fn main() -> anyhow::Result<()> {
             Err(err) => eprintln!("warning: stopping onecharge serve: {err:#}"),
         }
     }
-    clean_up(&settings, &args.server, &database).await;
+    clean_up(&settings, &args.server, &database, args.keep_database).await;
     gateway.shutdown().await;
     let log = workdir.join("serve.log");
     if outcome.is_ok() || interrupted {
@@ -979,8 +983,9 @@ async fn verify(
     Ok(())
 }
 
-/// Deletes the run's streams and drops its database; failures are printed, not returned.
-async fn clean_up(settings: &Settings, server: &str, database: &str) {
+/// Deletes the run's streams and drops its database (unless `keep_database`); failures are
+/// printed, not returned.
+async fn clean_up(settings: &Settings, server: &str, database: &str, keep_database: bool) {
     match Broker::connect(settings).await {
         Ok(broker) => {
             for stream in [
@@ -1002,6 +1007,10 @@ async fn clean_up(settings: &Settings, server: &str, database: &str) {
             "warning: streams of {} not deleted: {err:#}",
             settings.namespace
         ),
+    }
+    if keep_database {
+        eprintln!("database {database} kept (drop it with: psql -c 'DROP DATABASE {database}')");
+        return;
     }
     let dropped = async {
         let pool = sqlx::PgPool::connect(&format!("{server}/postgres")).await?;

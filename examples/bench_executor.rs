@@ -11,7 +11,7 @@
 //! Every flag takes a comma-separated list and the table has one row per combination
 //! (latency, then concurrency, then batch size, then instances). Each run seeds N pending
 //! attempts the way intake records them, starts `--instances` executors at once in this
-//! process, each built as `serve` builds one (its own pool of min(concurrency, 32) + 2
+//! process, each built as `serve` builds one (its own pool of `executor::DATABASE_CONNECTIONS`
 //! connections, its own gateway client and health), all against the same database and the
 //! same mock, with `executor.concurrency` and `executor.batch_size` as given (without
 //! `--batch-size`, min(concurrency, 64); `run` never claims more than its free call slots).
@@ -164,7 +164,7 @@ async fn run(args: &Args, shape: Shape) -> anyhow::Result<(Duration, usize)> {
     settings.executor.poll_interval = Duration::from_millis(10);
     settings.validate()?;
     let admin = sqlx::PgPool::connect(&format!("{}/postgres", args.server)).await?;
-    check_connection_budget(&admin, &settings, shape.instances).await?;
+    check_connection_budget(&admin, shape.instances).await?;
     drop(Store::setup(&settings.database_url).await?);
     let result = measure(&settings, &gateway, args.charges, shape.instances).await;
     sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
@@ -174,25 +174,15 @@ async fn run(args: &Args, shape: Shape) -> anyhow::Result<(Duration, usize)> {
     result
 }
 
-/// The pool size `serve` gives its executor: one connection per call in flight (up to 32),
-/// plus two for claiming and the rest.
-fn serve_pool_size(settings: &Settings) -> u32 {
-    settings.executor.concurrency.min(32) as u32 + 2
-}
-
 /// Fails at once, rather than stalling on claim errors, when the executors' pools together
 /// could ask the server for more connections than it accepts.
-async fn check_connection_budget(
-    admin: &sqlx::PgPool,
-    settings: &Settings,
-    instances: usize,
-) -> anyhow::Result<()> {
+async fn check_connection_budget(admin: &sqlx::PgPool, instances: usize) -> anyhow::Result<()> {
     let max: String = sqlx::query_scalar("SHOW max_connections")
         .fetch_one(admin)
         .await?;
     let max: u32 = max.parse().context("max_connections")?;
     // The observer pool, the admin pool and migrations take a few more.
-    let wanted = instances as u32 * serve_pool_size(settings) + 4;
+    let wanted = instances as u32 * onecharge::executor::DATABASE_CONNECTIONS + 4;
     ensure!(
         wanted <= max,
         "{instances} executors would need up to {wanted} connections; the server allows {max}"
@@ -212,7 +202,11 @@ async fn measure(
 
     let mut executors = Vec::with_capacity(instances);
     for _ in 0..instances {
-        let store = Store::connect(&settings.database_url, serve_pool_size(settings)).await?;
+        let store = Store::connect(
+            &settings.database_url,
+            onecharge::executor::DATABASE_CONNECTIONS,
+        )
+        .await?;
         executors.push(Executor::new(
             store,
             GatewayClient::from_settings(settings)?,

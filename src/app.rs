@@ -233,17 +233,25 @@ impl Application {
             None
         };
         let gateway_health = gateway.as_ref().map(|(_, health)| health.clone());
+        // Roles in this process wake each other instead of waiting out their poll intervals.
+        let nudges = crate::nudge::Nudges::default();
         let executor = match &gateway {
             Some((client, health)) if self.roles.contains(&Role::Executor) => {
-                // Its own pool, sized to its calls in flight, so charges never queue behind intake.
-                let pool_size = self.settings.executor.concurrency.min(32) as u32 + 2;
-                let store = Store::connect(&self.settings.database_url, pool_size).await?;
-                Some(crate::executor::Executor::new(
-                    store,
-                    client.clone(),
-                    health.clone(),
-                    &self.settings,
-                ))
+                // Its own pool, so charges never queue behind intake.
+                let store = Store::connect(
+                    &self.settings.database_url,
+                    crate::executor::DATABASE_CONNECTIONS,
+                )
+                .await?;
+                Some(
+                    crate::executor::Executor::new(
+                        store,
+                        client.clone(),
+                        health.clone(),
+                        &self.settings,
+                    )
+                    .with_nudges(nudges.clone()),
+                )
             }
             _ => None,
         };
@@ -259,8 +267,9 @@ impl Application {
             }
         }
         if self.roles.contains(&Role::Intake) {
-            let intake =
-                Intake::new(self.store.clone(), self.broker.clone(), &self.settings).await?;
+            let intake = Intake::new(self.store.clone(), self.broker.clone(), &self.settings)
+                .await?
+                .with_nudges(nudges.clone());
             roles.spawn(intake.run(shutdown.clone()));
         }
         if let Some(executor) = executor {
@@ -268,7 +277,8 @@ impl Application {
         }
         if self.roles.contains(&Role::Relay) {
             let relay =
-                crate::relay::Relay::new(self.store.clone(), self.broker.clone(), &self.settings);
+                crate::relay::Relay::new(self.store.clone(), self.broker.clone(), &self.settings)
+                    .with_nudges(nudges.clone());
             roles.spawn(relay.run(shutdown.clone()));
         }
         if let Some(listener) = self.admin_listener {

@@ -12,6 +12,7 @@ pub mod executor;
 pub mod gateway;
 pub mod intake;
 pub mod metrics;
+pub mod nudge;
 pub mod operator;
 pub mod publish;
 pub mod reconciler;

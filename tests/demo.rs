@@ -11,7 +11,7 @@ async fn the_demo_settles_every_attempt_without_a_double_charge() {
     let settings = Settings {
         database_url: format!(
             "{}/onecharge",
-            std::env::var("ONECHARGE_TEST_DATABASE_URL")
+            std::env::var("TEST_DATABASE_URL")
                 .unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
         ),
         ..Settings::default()

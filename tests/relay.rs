@@ -314,3 +314,51 @@ async fn the_served_executor_and_relay_roles_charge_and_announce_recorded_attemp
         3
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_executor_and_relay_wake_on_a_nudge_long_before_their_poll_interval() {
+    let mut h = Harness::with(mock_gateway::MockConfig::default(), |s| {
+        s.executor.poll_interval = Duration::from_secs(60);
+        s.relay.poll_interval = Duration::from_secs(60);
+    })
+    .await;
+    let nudges = onecharge::nudge::Nudges::default();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let executor = h.executor().with_nudges(nudges.clone());
+    let relay = h.relay().await.with_nudges(nudges.clone());
+    let roles = [
+        tokio::spawn(executor.run(shutdown.clone())),
+        tokio::spawn(relay.run(shutdown.clone())),
+    ];
+    // Both found nothing and are now waiting out their 60 s poll interval.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    nudges.attempts_recorded();
+
+    let store = h.store.clone();
+    let mut published = false;
+    for _ in 0..100 {
+        published = sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM outbox WHERE payment_attempt_id = $1
+                             AND published_at IS NOT NULL)",
+        )
+        .bind(id)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        if published {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        published,
+        "charged and its event published within 5 s, not after the 60 s poll interval"
+    );
+    assert_eq!(h.gateway.ledger().len(), 1);
+    shutdown.cancel();
+    for role in roles {
+        role.await.unwrap().unwrap();
+    }
+}

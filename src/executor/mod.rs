@@ -44,10 +44,16 @@ use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
 use crate::gateway::{Admission, GatewayClient, GatewayHealth};
+use crate::nudge::Nudges;
 use crate::store::executor::{
     self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite,
 };
 use crate::store::Store;
+
+/// Database connections one executor needs: its one claim at a time, the settlement
+/// batches being written, and one spare. It does not grow with `executor.concurrency`:
+/// calls in flight hold no connection.
+pub const DATABASE_CONNECTIONS: u32 = 1 + writer::BATCHES_IN_FLIGHT as u32 + 1;
 
 /// What became of one claimed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +135,7 @@ struct Inner {
     settings: ExecutorSettings,
     policy: RetryPolicy,
     writer: SettlementWriter,
+    nudges: Nudges,
     owner: String,
     clock: Arc<dyn Clock>,
 }
@@ -153,6 +160,7 @@ impl Executor {
                 health,
                 settings: settings.executor.clone(),
                 policy: RetryPolicy::from_settings(settings),
+                nudges: Nudges::default(),
                 owner,
                 clock: Arc::new(SystemClock),
             }),
@@ -164,6 +172,17 @@ impl Executor {
         Self {
             inner: Arc::new(Inner {
                 clock,
+                ..(*self.inner).clone()
+            }),
+        }
+    }
+
+    /// The same executor, woken by this process's intake when attempts are recorded (instead
+    /// of waiting out `poll_interval`), and waking its relay when it writes an event.
+    pub fn with_nudges(self, nudges: Nudges) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                nudges,
                 ..(*self.inner).clone()
             }),
         }
@@ -306,6 +325,7 @@ impl Executor {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(settings.poll_interval) => {}
+                    _ = self.inner.nudges.attempts_due() => {}
                 }
             }
         }
@@ -383,6 +403,9 @@ impl Executor {
         loop {
             match inner.writer.write(write.clone()).await {
                 Ok(true) => {
+                    if status.event_name().is_some() {
+                        inner.nudges.events_written();
+                    }
                     metrics::settled(status);
                     tracing::info!(status = %status, cause, "attempt settled");
                     return Disposition::Moved(status);

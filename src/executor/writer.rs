@@ -19,7 +19,7 @@ use crate::store::{self, Store};
 
 /// Batches written at once. Two lets one batch be built and sent while the previous one
 /// commits.
-const BATCHES_IN_FLIGHT: usize = 2;
+pub(super) const BATCHES_IN_FLIGHT: usize = 2;
 
 /// Why a settlement was not written.
 #[derive(Debug, Clone, PartialEq, Eq)]

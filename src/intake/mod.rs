@@ -32,6 +32,7 @@ use crate::broker::Broker;
 use crate::config::{IntakeSettings, Settings};
 use crate::domain::command::{self, CommandHeaders};
 use crate::metrics;
+use crate::nudge::Nudges;
 use crate::store::intake::{record_batch, IntakeRecord, Recorded};
 use crate::store::{self, Store};
 
@@ -105,11 +106,13 @@ pub struct Intake {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     store: Store,
     broker: Broker,
     consumer: PullConsumer,
     settings: IntakeSettings,
+    nudges: Nudges,
 }
 
 impl Intake {
@@ -122,8 +125,20 @@ impl Intake {
                 broker,
                 consumer,
                 settings: settings.intake.clone(),
+                nudges: Nudges::default(),
             }),
         })
+    }
+
+    /// The same intake, waking the executors of this process when it records new attempts
+    /// (and the relay when it writes an event).
+    pub fn with_nudges(self, nudges: Nudges) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                nudges,
+                ..(*self.inner).clone()
+            }),
+        }
     }
 
     /// Consumes until `shutdown` fires, with up to `intake.concurrency` batches in hand.
@@ -239,6 +254,12 @@ impl Intake {
         let outcomes = self
             .with_progress_acks(&messages, self.record(&messages))
             .await;
+        if outcomes.contains(&DeliveryOutcome::Processed) {
+            self.inner.nudges.attempts_recorded();
+        }
+        if outcomes.contains(&DeliveryOutcome::Stale) {
+            self.inner.nudges.events_written();
+        }
         let mut report = BatchReport::default();
         let settled = futures::future::join_all(
             messages

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::Broker;
 use crate::config::{RelaySettings, Settings};
 use crate::domain::PaymentEvent;
+use crate::nudge::Nudges;
 use crate::store::relay::{claim_unpublished, OutboxRow};
 use crate::store::Store;
 
@@ -46,6 +47,7 @@ pub struct Relay {
     store: Store,
     broker: Broker,
     settings: RelaySettings,
+    nudges: Nudges,
 }
 
 impl Relay {
@@ -54,7 +56,14 @@ impl Relay {
             store,
             broker,
             settings: settings.relay.clone(),
+            nudges: Nudges::default(),
         }
+    }
+
+    /// The same relay, woken by this process's executor when it writes an event (instead of
+    /// waiting out `poll_interval`).
+    pub fn with_nudges(self, nudges: Nudges) -> Self {
+        Self { nudges, ..self }
     }
 
     /// One step: claims up to `batch_size` unpublished rows, publishes them in order,
@@ -160,9 +169,18 @@ impl Relay {
                     backoff(self.settings.poll_interval, failures)
                 }
             };
+            // A nudge cuts an idle wait short, never a failure's backoff.
+            let nudged = async {
+                if failures == 0 {
+                    self.nudges.events_waiting().await
+                } else {
+                    std::future::pending().await
+                }
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
+                _ = nudged => {}
             }
         }
         tracing::info!("relay stopped");

@@ -11,10 +11,9 @@ use onecharge::intake::Intake;
 use onecharge::store::Store;
 use uuid::Uuid;
 
-/// Server URL without a database; override with ONECHARGE_TEST_DATABASE_URL.
+/// Server URL without a database; override with TEST_DATABASE_URL.
 pub fn server_url() -> String {
-    std::env::var("ONECHARGE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
 }
 
 pub struct TestEnv {
@@ -35,7 +34,7 @@ impl TestEnv {
         let db_name = format!("onecharge_test_{id}");
         let mut settings = Settings {
             database_url: format!("{}/{db_name}", server_url()),
-            nats_url: std::env::var("ONECHARGE_TEST_NATS_URL")
+            nats_url: std::env::var("TEST_NATS_URL")
                 .unwrap_or_else(|_| "nats://127.0.0.1:4222".into()),
             namespace: format!("t{}", &id[..12]),
             admin_addr: "127.0.0.1:0".parse().unwrap(),

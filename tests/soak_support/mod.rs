@@ -66,8 +66,7 @@ pub fn free_port() -> u16 {
 }
 
 fn server_url() -> String {
-    std::env::var("ONECHARGE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
 }
 
 /// The soak's database and work directory: removed at the end, kept when the run failed

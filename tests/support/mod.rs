@@ -26,14 +26,13 @@ use uuid::Uuid;
 /// The key the mock gateway accepts in these tests.
 pub const API_KEY: &str = "sk_test_executor_suite";
 
-/// PostgreSQL server without a database; override with ONECHARGE_TEST_DATABASE_URL.
+/// PostgreSQL server without a database; override with TEST_DATABASE_URL.
 pub fn server_url() -> String {
-    std::env::var("ONECHARGE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
 }
 
 fn nats_url() -> String {
-    std::env::var("ONECHARGE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+    std::env::var("TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
 }
 
 /// One test's world.
