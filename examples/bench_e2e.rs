@@ -54,6 +54,9 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+mod support;
+use support::thousands;
+
 const API_KEY: &str = "sk_bench_e2e";
 /// Commands pushed through before the first measured phase: connections, pools and caches warm.
 const WARM_UP_COMMANDS: usize = 200;
@@ -1023,18 +1026,6 @@ async fn clean_up(settings: &Settings, server: &str, database: &str, keep_databa
     if let Err(err) = dropped.await {
         eprintln!("warning: database {database} not dropped: {err:#}");
     }
-}
-
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 fn millis(duration: Duration) -> String {

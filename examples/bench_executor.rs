@@ -57,6 +57,10 @@ struct Args {
     /// PostgreSQL server (without database)
     #[arg(long, default_value = "postgres://127.0.0.1:5432")]
     server: String,
+    /// Keep each run's database, to see where time went (`payment_attempts.dispatched_at`,
+    /// `gateway_calls.started_at` / `finished_at`, `attempt_transitions.at`)
+    #[arg(long)]
+    keep_database: bool,
 }
 
 /// One measured configuration.
@@ -167,9 +171,13 @@ async fn run(args: &Args, shape: Shape) -> anyhow::Result<(Duration, usize)> {
     check_connection_budget(&admin, shape.instances).await?;
     drop(Store::setup(&settings.database_url).await?);
     let result = measure(&settings, &gateway, args.charges, shape.instances).await;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
-        .execute(&admin)
-        .await?;
+    if args.keep_database {
+        eprintln!("kept database {db_name}");
+    } else {
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
+            .execute(&admin)
+            .await?;
+    }
     gateway.shutdown().await;
     result
 }

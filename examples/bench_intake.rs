@@ -38,6 +38,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+mod support;
+use support::thousands;
+
 #[derive(Debug, clap::Parser)]
 struct Args {
     /// Commands per run (single-message mode runs a tenth of them, at least 500)
@@ -403,19 +406,6 @@ async fn sweep(args: &Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// `12345.6` as `12,346`, the way docs/performance.md writes rates.
-fn thousands(rate: f64) -> String {
-    let digits = format!("{:.0}", rate);
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 #[tokio::main]

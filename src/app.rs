@@ -179,6 +179,9 @@ impl Application {
             roles.to_vec()
         };
         let store = Store::setup(&settings.database_url).await?;
+        if roles.contains(&Role::Executor) {
+            store.warn_without_autovacuum().await;
+        }
         let broker = Broker::connect(&settings).await?;
         broker.ensure_streams().await?;
         let admin_listener = if roles.contains(&Role::Admin) {
@@ -219,6 +222,7 @@ impl Application {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let metrics = crate::metrics::install();
         let mut roles = JoinSet::new();
+        roles.spawn(crate::metrics::upkeep(metrics.clone(), shutdown.clone()));
         // Built before any role starts: a missing gateway key fails `serve` with nothing running.
         // The executor and the reconciler share one client and one health: a credentials
         // fault seen by either pauses both.

@@ -38,6 +38,23 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
+/// Drains the recorder's histogram samples into their buckets every few seconds until
+/// `shutdown`. The recorder keeps every sample until a render or an upkeep takes it: a
+/// `serve` nobody scrapes grew by ~25 bytes per command (+7 MiB over 440,000) before this.
+pub async fn upkeep(
+    handle: PrometheusHandle,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    let mut every = tokio::time::interval(Duration::from_secs(5));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = every.tick() => handle.run_upkeep(),
+        }
+    }
+}
+
 /// One delivery settled by intake, by result (`processed`, `duplicate`, …).
 pub fn delivery(consumer: &str, result: &'static str) {
     metrics::counter!("onecharge_intake_deliveries_total", "consumer" => consumer.to_owned(), "result" => result).increment(1);

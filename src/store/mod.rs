@@ -94,6 +94,22 @@ impl Store {
             .context("running database migrations")
     }
 
+    /// Warns when the server's autovacuum is off. Every claim and settlement leaves a dead
+    /// row version behind; without vacuum the executor's claim index fills with them and
+    /// each claim scans further (measured: 1,000 → ~170 charges/s within three minutes).
+    pub async fn warn_without_autovacuum(&self) {
+        match sqlx::query_scalar::<_, String>("SHOW autovacuum")
+            .fetch_one(&self.pool)
+            .await
+        {
+            Ok(setting) if setting == "off" => tracing::warn!(
+                "PostgreSQL autovacuum is off: claims slow down as payment_attempts fills with dead rows; turn it on, or VACUUM payment_attempts and outbox regularly"
+            ),
+            Ok(_) => {}
+            Err(err) => tracing::debug!(error = %err, "cannot read the autovacuum setting"),
+        }
+    }
+
     /// True when the database answers a trivial query (readiness).
     pub async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()

@@ -1,0 +1,14 @@
+//! What the benchmarks share.
+
+/// `12345.6` as `12,346`, the way docs/performance.md writes figures.
+pub fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
