@@ -298,9 +298,7 @@ impl Executor {
                                 .expect("claimed no more than the free slots");
                             let executor = self.clone();
                             in_hand.spawn(async move {
-                                let report = executor.execute(attempt).await;
-                                drop(slot);
-                                report
+                                executor.execute_in_slot(attempt, Some(slot)).await
                             });
                         }
                         !full
