@@ -1081,3 +1081,139 @@ async fn a_conflict_replayed_unchanged_keeps_its_original_message_id() {
         "{stderr}"
     );
 }
+
+/// Bytes a terminal would act on: C0 controls other than the newline, DEL and C1 controls.
+fn terminal_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect()
+}
+
+#[tokio::test]
+async fn human_output_shows_control_characters_from_producers_escaped() {
+    let env = TestEnv::new().await;
+    let id = Uuid::new_v4();
+    let mut hostile = record(id, &format!("m-{id}"));
+    hostile.command.order_id = "ord\u{1b}]0;pwned\u{7}\u{1b}[2J".into();
+    hostile.command.customer_id = "cus\r\u{1b}[1A".into();
+    hostile.command.payment_method = "pm\u{9b}31m".into();
+    hostile.command.description = Some("desc\u{1b}[5m".into());
+    record_batch(
+        &env.store,
+        "onecharge-intake",
+        &[hostile],
+        OffsetDateTime::now_utc(),
+    )
+    .await
+    .unwrap();
+    put_in_review(&env, id, Some("10 minutes"), "20 minutes").await;
+    exec(
+        &env,
+        &format!(
+            "UPDATE payment_attempts SET review_reason = E'gateway said \\x1b]0;owned\\x07',
+                 last_error = E'boom\\x1b[2J', gateway_charge_id = E'ch_\\x1b[31m'
+             WHERE payment_attempt_id = '{id}'"
+        ),
+    )
+    .await;
+
+    let order = r"ord\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    let reason = r"gateway said \u{1b}]0;owned\u{7}";
+    for (args, escaped) in [
+        (&["attempts", "list"][..], order),
+        (&["attempts", "stuck"], reason),
+        (&["attempts", "show", &id.to_string()], order),
+    ] {
+        let (code, stdout, stderr) = cli(&env, args, &[]).await;
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert_eq!(
+            terminal_controls(&stdout),
+            Vec::<char>::new(),
+            "{args:?}: {stdout:?}"
+        );
+        assert!(
+            stdout.contains(escaped),
+            "{args:?} shows {escaped}: {stdout}"
+        );
+    }
+    let (_, shown, _) = cli(&env, &["attempts", "show", &id.to_string()], &[]).await;
+    for escaped in [
+        r"cus\r\u{1b}[1A",
+        r"pm\u{9b}31m",
+        r"gateway said \u{1b}]0;owned\u{7}",
+        r"ch_\u{1b}[31m",
+    ] {
+        assert!(shown.contains(escaped), "{escaped} in {shown}");
+    }
+    // JSON stays JSON: the exact values, escaped by JSON's own rules.
+    let (code, stdout, _) = cli(&env, &["attempts", "list", "--json"], &[]).await;
+    assert_eq!(code, 0);
+    let listed: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(listed[0]["order_id"], "ord\u{1b}]0;pwned\u{7}\u{1b}[2J");
+
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Dlq-Class", "invalid\u{1b}]0;pwned\u{7}");
+    headers.insert("Dlq-Reason", "order_id \u{1b}[2J is wrong\u{7}");
+    headers.insert("Dlq-Original-Msg-Id", "m\u{1b}[2J");
+    headers.insert("Dlq-Original-Subject", "payments\u{1b}[1A");
+    env.broker
+        .jetstream
+        .publish_with_headers(
+            env.broker.names.dlq_subject(),
+            headers,
+            b"{\"order_id\":\"\x1b[2J\"}".to_vec().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let (code, stdout, stderr) = cli(&env, &["dlq", "list"], &[]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(terminal_controls(&stdout), Vec::<char>::new(), "{stdout:?}");
+    for escaped in [
+        r"invalid\u{1b}]0;pwned\u{7}",
+        r"order_id \u{1b}[2J is wrong\u{7}",
+        r"m\u{1b}[2J",
+        r"payments\u{1b}[1A",
+    ] {
+        assert!(stdout.contains(escaped), "{escaped} in {stdout}");
+    }
+    let (code, stdout, _) = cli(&env, &["dlq", "list", "--json"], &[]).await;
+    assert_eq!(code, 0);
+    let letters: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(letters[0]["reason"], "order_id \u{1b}[2J is wrong\u{7}");
+}
+
+#[tokio::test]
+async fn a_nul_in_a_resolve_reason_charge_id_or_decline_code_is_invalid_and_changes_nothing() {
+    let env = TestEnv::new().await;
+    let id = seed(&env, 1).await[0];
+    put_in_review(&env, id, Some("10 minutes"), "20 minutes").await;
+    let window = RetryWindow::default();
+    let now = OffsetDateTime::now_utc();
+    let nul_reason = ResolveRequest {
+        reason: "checked\0".into(),
+        ..request(ResolveAs::Declined, None)
+    };
+    let nul_charge = request(ResolveAs::Succeeded, Some("ch_\u{0}1"));
+    let nul_code = ResolveRequest {
+        decline_code: Some("do_not\0honor".into()),
+        ..request(ResolveAs::Declined, None)
+    };
+    for (request, field) in [
+        (nul_reason, "--reason"),
+        (nul_charge, "--gateway-charge-id"),
+        (nul_code, "--decline-code"),
+    ] {
+        let err = resolve(&env.store, id, &request, OPERATOR, &window, now)
+            .await
+            .unwrap_err();
+        match err {
+            ResolveError::Invalid(why) => {
+                assert!(why.contains(field) && why.contains("NUL"), "{why}")
+            }
+            other => panic!("{field}: expected Invalid (exit 2 / 400), got {other:?}"),
+        }
+    }
+    assert_eq!(status_of(&env, id).await, "needs_review");
+}

@@ -150,6 +150,19 @@ pub async fn resolve(
 /// Checks what can be checked without the database.
 fn validate(request: &ResolveRequest) -> Result<ResolveTarget, ResolveError> {
     let invalid = |why: &str| Err(ResolveError::Invalid(why.to_owned()));
+    // PostgreSQL text cannot hold NUL: refused here, as the caller's mistake, not failed
+    // in the database.
+    for (flag, value) in [
+        ("--reason", Some(&request.reason)),
+        ("--gateway-charge-id", request.gateway_charge_id.as_ref()),
+        ("--decline-code", request.decline_code.as_ref()),
+    ] {
+        if value.is_some_and(|v| v.contains('\0')) {
+            return Err(ResolveError::Invalid(format!(
+                "{flag} contains a NUL character (\\0), which cannot be recorded: remove it"
+            )));
+        }
+    }
     let reason = request.reason.trim();
     if reason.is_empty() {
         return invalid("--reason must say why (it is recorded with the decision)");

@@ -30,16 +30,23 @@ impl Table {
         self.rows.push(row);
     }
 
+    /// The table as text. Every cell is shown [`printable`]: its text comes from producers
+    /// and gateways, and must not move the cursor or retitle the operator's terminal.
     pub(crate) fn render(&self) -> String {
+        let rows: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|row| row.iter().map(|cell| printable(cell)).collect())
+            .collect();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
+        for row in &rows {
             for (width, cell) in widths.iter_mut().zip(row) {
                 *width = (*width).max(cell.chars().count());
             }
         }
         let mut out = String::new();
         let headers: Vec<String> = self.headers.iter().map(|h| (*h).to_owned()).collect();
-        for row in std::iter::once(&headers).chain(&self.rows) {
+        for row in std::iter::once(&headers).chain(&rows) {
             let mut line = String::new();
             for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
                 if i > 0 {
@@ -57,10 +64,36 @@ impl Table {
     }
 }
 
-/// `text` on one line, cut to `max` characters.
+/// `text` cut to `max` characters (shown on one line, escaped, by [`Table::render`]).
 pub(crate) fn cell(text: &str, max: usize) -> String {
-    let one_line = text.replace(['\r', '\n', '\t'], " ");
-    crate::domain::bounded(&one_line, max)
+    crate::domain::bounded(text, max)
+}
+
+/// `text` safe for a terminal: control characters (C0 including newline, CR, BEL, NUL and
+/// ESC, DEL, C1) and the invisible bidirectional overrides are shown escaped, as Rust
+/// writes them (`\u{1b}`, `\r`, `\0`), so that ESC/OSC/CSI sequences from a producer
+/// neither act on the terminal nor hide text.
+pub(crate) fn printable(text: &str) -> String {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.contains(hidden) {
+        return text.to_owned();
+    }
+    text.chars().fold(String::new(), |mut out, c| {
+        if hidden(c) {
+            let escaped = c.escape_debug();
+            if escaped.len() > 1 {
+                out.extend(escaped);
+            } else {
+                out.extend(c.escape_unicode());
+            }
+        } else {
+            out.push(c);
+        }
+        out
+    })
 }
 
 /// An optional value, or `-`.
