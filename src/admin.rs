@@ -166,7 +166,7 @@ async fn require_admin_token(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(bearer_token);
         let matches = presented.is_some_and(|token| {
             let presented = Sha256::digest(token.trim().as_bytes());
             let expected = Sha256::digest(expected.expose_secret().as_bytes());
@@ -182,6 +182,13 @@ async fn require_admin_token(
         }
     }
     next.run(request).await
+}
+
+/// The token of an `Authorization: Bearer <token>` value. The scheme name is matched in any
+/// case (RFC 7235 §2.1; RFC 6750 §2.1), the token exactly.
+fn bearer_token(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 /// `GET /api/attempts` query: `status`, `stuck` (a duration such as `15m`: non-final attempts
@@ -200,6 +207,10 @@ async fn list_attempts(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Vec<attempts::AttemptView>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if let Some(limit) = query.limit {
+        crate::operator::parse_limit(&limit.to_string())
+            .map_err(|e| ApiError::bad_request(format!("limit: {e}")))?;
+    }
     let status = query
         .status
         .as_deref()
@@ -210,11 +221,8 @@ async fn list_attempts(
     let store = &api.admin.store;
     let views = match query.stuck.as_deref() {
         Some(stuck) => {
-            let older_than = humantime::parse_duration(stuck).map_err(|e| {
-                ApiError::bad_request(format!(
-                    "stuck=`{stuck}` is not a duration such as 15m: {e}"
-                ))
-            })?;
+            let older_than = crate::config::parse_duration(stuck)
+                .map_err(|e| ApiError::bad_request(format!("stuck: {e}")))?;
             attempts::stuck(store, older_than, status, now, &api.window).await
         }
         None => attempts::list(store, status, query.limit.unwrap_or(100), now, &api.window).await,

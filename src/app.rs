@@ -8,7 +8,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
-use crate::config::{ConfigError, LogFormat, Settings};
+use crate::config::{ConfigError, LogFormat, Redactor, Settings};
 use crate::intake::Intake;
 use crate::store::Store;
 
@@ -55,15 +55,18 @@ pub fn init_logging(settings: &Settings, quiet: bool) -> Result<Telemetry, Confi
         "info,async_nats=warn,sqlx=warn"
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Every line passes through the redactor: libraries log URLs and connection options
+    // (with their passwords) at debug and trace levels.
+    let stderr = RedactingStderr(std::sync::Arc::new(Redactor::from_settings(settings)));
     let lines = match settings.log_format {
-        LogFormat::Human => fmt::layer().with_writer(std::io::stderr).boxed(),
+        LogFormat::Human => fmt::layer().with_writer(stderr).boxed(),
         // Every line carries the fields of the span it was logged in and of its parents:
         // message, correlation and causation ids and the payment attempt id where one exists.
         LogFormat::Json => fmt::layer()
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .with_writer(std::io::stderr)
+            .with_writer(stderr)
             .boxed(),
     };
     // Spans always get real W3C trace and span ids, so a producer's `traceparent` becomes
@@ -81,6 +84,47 @@ pub fn init_logging(settings: &Settings, quiet: bool) -> Result<Telemetry, Confi
         .with(filter)
         .try_init();
     Ok(Telemetry { provider })
+}
+
+/// Log output to stderr with the configuration's secrets replaced: each log line is
+/// collected whole, scrubbed, then written at once.
+#[derive(Clone)]
+struct RedactingStderr(std::sync::Arc<Redactor>);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RedactingStderr {
+    type Writer = RedactedLine;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        RedactedLine {
+            redactor: self.0.clone(),
+            line: Vec::new(),
+        }
+    }
+}
+
+/// One log line in the making; written to stderr, scrubbed, when dropped.
+struct RedactedLine {
+    redactor: std::sync::Arc<Redactor>,
+    line: Vec<u8>,
+}
+
+impl std::io::Write for RedactedLine {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.line.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RedactedLine {
+    fn drop(&mut self) {
+        use std::io::Write as _;
+        let text = String::from_utf8_lossy(&self.line);
+        let _ = std::io::stderr().write_all(self.redactor.scrub(&text).as_bytes());
+    }
 }
 
 /// An OTLP/HTTP (protobuf) exporter posting to `<endpoint>/v1/traces`, as the
@@ -133,6 +177,10 @@ pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
     // process cleanly as soon as it is built, instead of killing it mid-setup.
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
+    // Before connecting to anything: an exposed, open admin API is a configuration error.
+    if roles.is_empty() || roles.contains(&Role::Admin) {
+        settings.check_admin_exposure()?;
+    }
     let app = Application::build(settings, roles).await?;
     app.run(shutdown).await
 }
@@ -178,6 +226,9 @@ impl Application {
         } else {
             roles.to_vec()
         };
+        if roles.contains(&Role::Admin) {
+            settings.check_admin_exposure()?;
+        }
         let store = Store::setup(&settings.database_url).await?;
         if roles.contains(&Role::Executor) {
             store.warn_without_autovacuum().await;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::app::Role;
-use crate::config::{ConfigError, LogFormat, Overrides, Settings, UsageError};
+use crate::config::{ConfigError, LogFormat, Overrides, Redactor, Settings, UsageError};
 
 /// Turns at-least-once delivery of ChargePayment commands into exactly one charge.
 #[derive(Debug, Parser)]
@@ -57,6 +57,10 @@ pub enum Command {
         /// Roles to run, comma-separated [default: all]
         #[arg(long, value_delimiter = ',', value_enum)]
         roles: Vec<Role>,
+        /// Run the admin API on a non-loopback --admin-addr without an admin token (anyone
+        /// who reaches it can read and resolve attempts) [env: ONECHARGE_INSECURE_ADMIN]
+        #[arg(long)]
+        insecure_admin: bool,
     },
     /// Publish a command (for operators and tests)
     #[command(subcommand)]
@@ -98,10 +102,20 @@ impl GlobalArgs {
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    let settings = match Settings::load(cli.global.config.as_deref(), &cli.global.overrides()) {
+    let mut settings = match Settings::load(cli.global.config.as_deref(), &cli.global.overrides()) {
         Ok(settings) => settings,
         Err(err) => return config_failure(&err),
     };
+    if let Command::Serve {
+        insecure_admin: true,
+        ..
+    } = cli.command
+    {
+        settings.insecure_admin = true;
+    }
+    // Whatever fails below, its message is printed without the configuration's secrets
+    // (a library may quote a URL with its password, or its connection options).
+    let redactor = Redactor::from_settings(&settings);
     // The demo talks to a person through its progress lines; its service logs stay quiet
     // unless RUST_LOG asks for them.
     let quiet = matches!(cli.command, Command::Demo(_));
@@ -121,7 +135,7 @@ pub fn run(cli: Cli) -> ExitCode {
         match cli.command {
             Command::Setup => crate::app::setup(&settings).await,
             Command::Demo(args) => crate::demo::run(&settings, args).await,
-            Command::Serve { roles } => crate::app::serve(settings, &roles).await,
+            Command::Serve { roles, .. } => crate::app::serve(settings, &roles).await,
             Command::Publish(PublishCommand::Charge(args)) => {
                 crate::publish::charge(&settings, args).await
             }
@@ -134,11 +148,11 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.is::<ConfigError>() || err.is::<UsageError>() => {
-            eprintln!("{err}");
+            eprintln!("{}", redactor.scrub(&err.to_string()));
             ExitCode::from(2)
         }
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("{}", redactor.scrub(&format!("error: {err:#}")));
             ExitCode::from(1)
         }
     }

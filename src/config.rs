@@ -38,14 +38,20 @@ pub struct Settings {
     pub nats_url: String,
     /// Base URL of the payment gateway (contract §3).
     pub gateway_url: String,
-    /// Bearer key for the gateway. Needed by the executor and reconciler only.
-    #[serde(serialize_with = "redact", default)]
+    /// Bearer key for the gateway. Needed by the executor and reconciler only. Always a
+    /// string, whatever it looks like (`424242` is the key "424242").
+    #[serde(serialize_with = "redact", deserialize_with = "secret", default)]
     pub gateway_api_key: Option<SecretString>,
     /// Where `serve` binds its admin HTTP.
     pub admin_addr: SocketAddr,
-    /// When set, `/api/*` requires `Authorization: Bearer <admin_token>`.
-    #[serde(serialize_with = "redact", default)]
+    /// When set, `/api/*` requires `Authorization: Bearer <admin_token>`. Always a string.
+    #[serde(serialize_with = "redact", deserialize_with = "secret", default)]
     pub admin_token: Option<SecretString>,
+    /// Lets `serve` run the admin API on a non-loopback `admin_addr` without an
+    /// `admin_token` (`--insecure-admin`). Off: such a `serve` refuses to start, because
+    /// anyone who reaches the address could read attempts and resolve them.
+    #[serde(default)]
+    pub insecure_admin: bool,
     /// Prefix for stream names and subjects, so that several deployments (the demo, tests)
     /// can share one broker. Empty in production: the contract's names are used unchanged.
     pub namespace: String,
@@ -59,21 +65,21 @@ pub struct Settings {
     pub intake: IntakeSettings,
     /// Longest wait for a TCP connection to the gateway. A connect failure means the
     /// request was never sent, so it is retried safely.
-    #[serde(with = "humantime_serde", default = "default_gateway_connect_timeout")]
+    #[serde(with = "bounded_duration", default = "default_gateway_connect_timeout")]
     pub gateway_connect_timeout: Duration,
     /// Longest wait for a whole gateway request. Past it the answer is ambiguous (the
     /// gateway may have charged) and the attempt goes to the reconciler.
-    #[serde(with = "humantime_serde", default = "default_gateway_request_timeout")]
+    #[serde(with = "bounded_duration", default = "default_gateway_request_timeout")]
     pub gateway_request_timeout: Duration,
     /// How long the gateway remembers an idempotency key (contract §3: 24 h by default).
     /// Counted from an attempt's first gateway call.
-    #[serde(with = "humantime_serde", default = "default_gateway_key_retention")]
+    #[serde(with = "bounded_duration", default = "default_gateway_key_retention")]
     pub gateway_key_retention: Duration,
     /// Safety margin inside the key retention: once `gateway_key_retention` minus this has
     /// passed since the first call, onecharge never re-sends a charge for the attempt (the
     /// key may be forgotten and a re-send could charge twice); it looks up instead.
     #[serde(
-        with = "humantime_serde",
+        with = "bounded_duration",
         default = "default_gateway_key_retention_margin"
     )]
     pub gateway_key_retention_margin: Duration,
@@ -99,11 +105,11 @@ pub struct ReconcilerSettings {
     /// Attempts claimed per pass.
     pub batch_size: usize,
     /// How long an idle reconciler waits before the next pass.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub poll_interval: Duration,
     /// How long a claimed `unknown` attempt is held by one reconciler; if it dies mid-lookup,
     /// another may take the attempt after this.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub claim_hold: Duration,
 }
 
@@ -136,33 +142,33 @@ pub struct ExecutorSettings {
     pub batch_size: usize,
     /// How long a claim is exclusive. Must outlast a whole gateway call (connect plus
     /// request timeout): a lease that expires mid-call hands the attempt to the reconciler.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub lease: Duration,
     /// How long an idle executor waits before looking for due attempts again.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub poll_interval: Duration,
     /// Gateway tries per attempt (credentials faults do not count); then the reconciler
     /// takes over.
     pub max_tries: u32,
     /// No retry is scheduled for an attempt older than this (since it was recorded); it
     /// goes to the reconciler instead.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub max_age: Duration,
     /// First retry delay; it doubles (with jitter) up to `retry_max_delay`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub retry_min_delay: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub retry_max_delay: Duration,
     /// Delay before retrying after `409 idempotency_in_progress`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub in_progress_delay: Duration,
     /// While the gateway rejects the credentials, one probe call is made this often.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub credentials_probe_interval: Duration,
     /// Consecutive gateway failures (unreachable, 5xx, timeouts) that open the circuit breaker.
     pub breaker_failure_threshold: u32,
     /// How long an open breaker stops all calls before one probe may test the gateway.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub breaker_cooldown: Duration,
 }
 
@@ -192,10 +198,10 @@ pub struct RelaySettings {
     /// Outbox rows claimed and published per step.
     pub batch_size: usize,
     /// How long an idle relay waits before looking for unpublished events again.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub poll_interval: Duration,
     /// Longest wait for JetStream to acknowledge one publish.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub publish_timeout: Duration,
 }
 
@@ -217,10 +223,10 @@ pub struct PurgeSettings {
     /// `max_age`: while the stream still holds a message, its dedupe row must exist, or a
     /// redelivery or replay of it would look new (the attempts table would still stop a
     /// second charge, but the message would no longer be a plain `duplicate`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub dedupe_retention: Duration,
     /// How often `serve` purges.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub interval: Duration,
     /// Rows deleted per statement, so that a purge never holds many locks or a long
     /// transaction against intake.
@@ -237,7 +243,40 @@ impl Default for PurgeSettings {
     }
 }
 
-/// A list of durations written like `["1m", "5m", "2h"]`.
+/// The longest duration any setting, flag or query parameter accepts. Far beyond any
+/// sensible value and far inside what time arithmetic (`now - max_age`) and PostgreSQL
+/// timestamps hold, so an absurd value is refused by name instead of panicking later.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Parses a duration such as `15m`, `2h` or `14days`, at most [`MAX_DURATION`]. The one
+/// parser for every duration onecharge reads: settings, `--older-than`, `?stuck=`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("`{text}` is not a duration such as 15m or 2h ({e})"))?;
+    if duration > MAX_DURATION {
+        return Err(format!("`{text}` is too long: at most 100 years"));
+    }
+    Ok(duration)
+}
+
+/// A duration setting, read with [`parse_duration`] and written as humantime text. Every
+/// duration setting uses it, so none escapes the bound.
+mod bounded_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        humantime_serde::serialize(duration, s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A list of durations written like `["1m", "5m", "2h"]`, each bounded like any duration.
 mod duration_list {
     use std::time::Duration;
 
@@ -253,9 +292,68 @@ mod duration_list {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
         Vec::<String>::deserialize(d)?
             .iter()
-            .map(|text| humantime::parse_duration(text).map_err(serde::de::Error::custom))
+            .map(|text| super::parse_duration(text).map_err(serde::de::Error::custom))
             .collect()
     }
+}
+
+/// Reads a secret setting as a string, whatever it looks like: `424242` in TOML is the key
+/// "424242". A value that cannot be read as text exactly (a float, a table, a list) is
+/// refused with a message that never repeats it.
+fn secret<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SecretString>, D::Error> {
+    struct Text;
+    impl<'de> serde::de::Visitor<'de> for Text {
+        type Value = Option<SecretString>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(SecretString::from(v.to_owned())))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Self::Value, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Self::Value, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_char<E: serde::de::Error>(self, v: char) -> Result<Self::Value, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Err(not_text())
+        }
+        fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<Self::Value, E> {
+            Err(not_text())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(not_text())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(not_text())
+        }
+    }
+    fn not_text<E: serde::de::Error>() -> E {
+        E::custom("a secret must be a string: put it in quotes (its value is not shown)")
+    }
+    d.deserialize_any(Text)
 }
 
 fn default_gateway_connect_timeout() -> Duration {
@@ -289,16 +387,16 @@ pub struct IntakeSettings {
     /// Deliveries before a transiently failing message is dead-lettered as `exhausted`.
     pub max_deliver: i64,
     /// How long JetStream waits for an ack before redelivering.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub ack_wait: Duration,
     /// Commands whose `requested_at` is older than this are recorded as `expired` and never
     /// charged. 0 disables the check.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub max_command_age: Duration,
     /// First delay of the Nak backoff for transient failures; it doubles up to `retry_max_delay`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub retry_min_delay: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "bounded_duration")]
     pub retry_max_delay: Duration,
 }
 
@@ -319,6 +417,7 @@ impl Default for Settings {
             gateway_api_key: None,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             admin_token: None,
+            insecure_admin: false,
             namespace: String::new(),
             log_format: LogFormat::Human,
             otlp_endpoint: None,
@@ -389,13 +488,41 @@ impl Settings {
             Some(path) => path.to_owned(),
             None => PathBuf::from(DEFAULT_CONFIG_FILE),
         };
-        let figment = Figment::from(Serialized::defaults(Settings::default()))
+        check_toml_syntax(&file)?;
+        // Secrets from the environment are taken as the raw text: figment would read
+        // `ONECHARGE_GATEWAY_API_KEY=0042` as the number 42.
+        let secret_keys = ["gateway_api_key", "admin_token"];
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()))
             .merge(Toml::file(file))
-            .merge(Env::prefixed("ONECHARGE_").split("__"))
-            .merge(Serialized::defaults(overrides));
-        let settings: Settings = figment.extract().map_err(|e| ConfigError(one_line(&e)))?;
-        settings.validate()?;
+            .merge(Env::prefixed("ONECHARGE_").ignore(&secret_keys).split("__"));
+        for (key, value) in Env::prefixed("ONECHARGE_").only(&secret_keys).iter() {
+            figment = figment.merge(Serialized::default(key.as_str(), value));
+        }
+        let figment = figment.merge(Serialized::defaults(overrides));
+        let settings: Settings = figment.extract().map_err(|e| {
+            ConfigError(
+                Redactor::from_figment(&figment)
+                    .scrub(&one_line(&e))
+                    .into_owned(),
+            )
+        })?;
+        settings.validate().map_err(|e| {
+            ConfigError(Redactor::from_settings(&settings).scrub(&e.0).into_owned())
+        })?;
         Ok(settings)
+    }
+
+    /// `serve` with the admin API refuses a non-loopback `admin_addr` without an
+    /// `admin_token`, unless `insecure_admin` says the operator means it: anyone who could
+    /// reach the address could read every attempt and resolve the ones in review.
+    pub fn check_admin_exposure(&self) -> Result<(), ConfigError> {
+        if self.admin_addr.ip().is_loopback() || self.admin_token.is_some() || self.insecure_admin {
+            return Ok(());
+        }
+        Err(ConfigError(format!(
+            "admin_addr {} is not a loopback address and no admin token is set, so anyone who reaches it could read and resolve attempts: set ONECHARGE_ADMIN_TOKEN (admin_token), bind admin_addr to 127.0.0.1, or pass --insecure-admin (ONECHARGE_INSECURE_ADMIN=true) if an open admin API is intended",
+            self.admin_addr
+        )))
     }
 
     /// Checks what serde cannot: ranges and URL shapes.
@@ -420,14 +547,17 @@ impl Settings {
         {
             return fail(
                 "gateway_url (ONECHARGE_GATEWAY_URL)",
-                format!("`{}` is not an http(s) URL", self.gateway_url),
+                format!("`{}` is not an http(s) URL", redact_url(&self.gateway_url)),
             );
         }
         if let Some(endpoint) = &self.otlp_endpoint {
             if reqwest::Url::parse(endpoint).map(|u| u.scheme() == "http") != Ok(true) {
                 return fail(
                     "otlp_endpoint (ONECHARGE_OTLP_ENDPOINT)",
-                    format!("`{endpoint}` is not an http:// URL (https is not built in)"),
+                    format!(
+                        "`{}` is not an http:// URL (https is not built in)",
+                        redact_url(endpoint)
+                    ),
                 );
             }
         }
@@ -606,6 +736,211 @@ fn one_line(error: &figment::Error) -> String {
     text
 }
 
+/// Refuses a configuration file that is not valid TOML with the place and the parser's
+/// complaint only: the usual message quotes the offending line, which may hold a secret.
+fn check_toml_syntax(file: &Path) -> Result<(), ConfigError> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        // Missing (the optional default file) or unreadable: figment reports the latter.
+        return Ok(());
+    };
+    let Err(error) = toml::from_str::<toml::Table>(&text) else {
+        return Ok(());
+    };
+    let place = error
+        .span()
+        .map(|span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!(" at line {line}, column {column}")
+        })
+        .unwrap_or_default();
+    Err(ConfigError(format!(
+        "{}: not valid TOML{place}: {} (the line is not shown: it may hold a secret)",
+        file.display(),
+        error.message().trim().replace('\n', "; ")
+    )))
+}
+
+/// The secret values of one configuration (keys, tokens, the credentials inside URLs), to be
+/// blotted out of every line onecharge prints: errors, and log lines at any level, including
+/// those of libraries that print a URL or their connection options.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    /// Longest first, so that a secret containing another is blotted out whole.
+    secrets: Vec<String>,
+}
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Secrets shorter than this are not searched for in printed text (every `1` of a line
+/// would go); they are still never printed by onecharge itself.
+const MIN_SCRUBBED_CHARS: usize = 4;
+
+impl Redactor {
+    /// The secrets of loaded settings.
+    pub fn from_settings(settings: &Settings) -> Self {
+        let mut redactor = Self::default();
+        for secret in [&settings.gateway_api_key, &settings.admin_token]
+            .into_iter()
+            .flatten()
+        {
+            redactor.add(secret.expose_secret());
+        }
+        for url in [
+            Some(&settings.database_url),
+            Some(&settings.nats_url),
+            Some(&settings.gateway_url),
+            settings.otlp_endpoint.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            redactor.add_url(url);
+        }
+        redactor.finish()
+    }
+
+    /// The secrets of a configuration that did not load, read from its sources as they are.
+    fn from_figment(figment: &Figment) -> Self {
+        let mut redactor = Self::default();
+        let text = |key: &str| {
+            let value = figment.find_value(key).ok()?;
+            match value.deserialize::<serde_json::Value>().ok()? {
+                serde_json::Value::String(text) => Some(text),
+                serde_json::Value::Null => None,
+                other => Some(other.to_string()),
+            }
+        };
+        for key in ["gateway_api_key", "admin_token"] {
+            if let Some(secret) = text(key) {
+                redactor.add(&secret);
+            }
+        }
+        for key in ["database_url", "nats_url", "gateway_url", "otlp_endpoint"] {
+            if let Some(url) = text(key) {
+                redactor.add_url(&url);
+            }
+        }
+        redactor.finish()
+    }
+
+    fn add(&mut self, secret: &str) {
+        for form in [
+            secret.to_owned(),
+            percent_encoding::percent_decode_str(secret)
+                .decode_utf8_lossy()
+                .into_owned(),
+        ] {
+            if form.chars().count() >= MIN_SCRUBBED_CHARS && !self.secrets.contains(&form) {
+                self.secrets.push(form);
+            }
+        }
+    }
+
+    fn add_url(&mut self, url: &str) {
+        for range in url_secrets(url) {
+            self.add(&url[range]);
+        }
+    }
+
+    fn finish(mut self) -> Self {
+        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        self
+    }
+
+    /// `text` with every secret replaced by `[REDACTED]`.
+    pub fn scrub<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        let mut out = std::borrow::Cow::Borrowed(text);
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = std::borrow::Cow::Owned(out.replace(secret.as_str(), REDACTED));
+            }
+        }
+        out
+    }
+}
+
+/// `url` with its credentials replaced by `[REDACTED]` (see [`url_secrets`]), for messages
+/// that name a server. Works on URLs that do not parse, too.
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    let mut ranges = url_secrets(url);
+    ranges.sort_by_key(|r| std::cmp::Reverse(r.start));
+    for range in ranges {
+        out.replace_range(range, REDACTED);
+    }
+    out
+}
+
+/// Where the credentials of a URL are, found by its shape alone so that a URL that does not
+/// parse is covered too: the password of `user:password@`, a lone `token@` userinfo (NATS
+/// token authentication; a lone PostgreSQL user name is not a secret), and the value of
+/// every query parameter whose name says it holds a credential (`password`, `api_key`,
+/// `token`, …). A NATS URL may list several servers, comma-separated.
+pub fn url_secrets(url: &str) -> Vec<std::ops::Range<usize>> {
+    let is_postgres = url.starts_with("postgres");
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    for part in url.split(',') {
+        url_part_secrets(part, is_postgres, start, &mut ranges);
+        start += part.len() + 1;
+    }
+    ranges
+}
+
+fn url_part_secrets(
+    url: &str,
+    is_postgres: bool,
+    offset: usize,
+    ranges: &mut Vec<std::ops::Range<usize>>,
+) {
+    let authority_start = url.find("://").map_or(0, |i| i + 3);
+    let authority_end = url[authority_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| authority_start + i);
+    if let Some(at) = url[authority_start..authority_end].rfind('@') {
+        let userinfo = authority_start..authority_start + at;
+        match url[userinfo.clone()].find(':') {
+            Some(colon) => ranges.push(offset + userinfo.start + colon + 1..offset + userinfo.end),
+            None if !is_postgres && !userinfo.is_empty() => {
+                ranges.push(offset + userinfo.start..offset + userinfo.end)
+            }
+            None => {}
+        }
+    }
+    let Some(question) = url[authority_start..].find('?') else {
+        return;
+    };
+    let query_start = authority_start + question + 1;
+    let query_end = url[query_start..]
+        .find('#')
+        .map_or(url.len(), |i| query_start + i);
+    let mut at = query_start;
+    for pair in url[query_start..query_end].split('&') {
+        if let Some(eq) = pair.find('=') {
+            let name = pair[..eq].to_ascii_lowercase();
+            let credential = [
+                "pass",
+                "pwd",
+                "secret",
+                "token",
+                "key",
+                "auth",
+                "credential",
+                "sig",
+            ]
+            .iter()
+            .any(|word| name.contains(word));
+            if credential && eq + 1 < pair.len() {
+                ranges.push(offset + at + eq + 1..offset + at + pair.len());
+            }
+        }
+        at += pair.len() + 1;
+    }
+}
+
 #[cfg(test)]
 // figment::Jail's closures return figment::Error, which is large; that is its API.
 #[allow(clippy::result_large_err)]
@@ -679,6 +1014,57 @@ mod tests {
                 "{err}"
             );
             assert!(!err.contains('\n'));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn credentials_inside_urls_are_redacted_even_when_the_url_does_not_parse() {
+        for (url, shown) in [
+            (
+                "postgres://app:pa%40ss@db:5432/x?sslmode=require&password=q1q1",
+                "postgres://app:[REDACTED]@db:5432/x?sslmode=require&password=[REDACTED]",
+            ),
+            (
+                "postgres://app:secret@db:notaport/x",
+                "postgres://app:[REDACTED]@db:notaport/x",
+            ),
+            ("postgres://app@db/x", "postgres://app@db/x"),
+            (
+                "nats://tok3n@n1:4222,nats://u:pw12@n2:4222",
+                "nats://[REDACTED]@n1:4222,nats://u:[REDACTED]@n2:4222",
+            ),
+            (
+                "https://gw.example/v1?api_key=k123&region=eu",
+                "https://gw.example/v1?api_key=[REDACTED]&region=eu",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
+        let redactor = Redactor::from_settings(&Settings {
+            database_url: "postgres://app:pa%40ss1@db/x".into(),
+            ..Settings::default()
+        });
+        assert_eq!(
+            redactor.scrub("password: Some(\"pa@ss1\") pa%40ss1"),
+            "password: Some(\"[REDACTED]\") [REDACTED]"
+        );
+    }
+
+    #[test]
+    fn a_secret_written_as_a_number_is_that_string_and_a_float_is_refused_unshown() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("onecharge.toml", "gateway_api_key = 424242\n")?;
+            jail.set_env("ONECHARGE_ADMIN_TOKEN", "0042");
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.require_gateway_api_key().unwrap(), "424242");
+            assert_eq!(s.admin_token.unwrap().expose_secret(), "0042");
+            jail.create_file("onecharge.toml", "gateway_api_key = 4242.5\n")?;
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("gateway_api_key"), "{err}");
+            assert!(!err.contains("4242"), "{err}");
             Ok(())
         });
     }

@@ -280,3 +280,91 @@ async fn resolve_through_the_api_is_the_cli_decision_recorded_as_admin_api() {
     assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 1);
     admin.stop().await;
 }
+
+#[tokio::test]
+async fn huge_values_and_nul_characters_are_400s_with_a_json_error_never_500s() {
+    let env = TestEnv::new().await;
+    let id = attempt_in_review(&env).await;
+    let admin = Admin::start(&env).await;
+
+    for path in [
+        "/api/attempts?stuck=500000y",
+        "/api/attempts?limit=9223372036854775808",
+    ] {
+        let (status, body) = admin.get(path, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["error"]["type"], "invalid_request", "{path}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("at most"),
+            "{path}: {body}"
+        );
+    }
+
+    let resolve = format!("/api/attempts/{id}/resolve");
+    for (body, field) in [
+        (
+            json!({"as": "declined", "reason": "seen\u{0}at the gateway"}),
+            "reason",
+        ),
+        (
+            json!({"as": "succeeded", "reason": "seen", "gateway_charge_id": "ch_\u{0}1"}),
+            "gateway_charge_id",
+        ),
+        (
+            json!({"as": "declined", "reason": "seen", "decline_code": "card_\u{0}declined"}),
+            "decline_code",
+        ),
+    ] {
+        let (status, answer) = admin.post(&resolve, None, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{field}: {answer}");
+        assert_eq!(answer["error"]["type"], "invalid_request");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("NUL") && message.contains(&field.replace('_', "-")),
+            "{message}"
+        );
+    }
+    let (status, shown) = admin.get(&format!("/api/attempts/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(shown["status"], "needs_review", "nothing was decided");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM attempt_transitions WHERE cause = 'operator_resolved'")
+            .await,
+        0
+    );
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_matched_in_any_case_and_the_token_still_exactly() {
+    let env = TestEnv::with_settings(|s| s.admin_token = Some(SecretString::from(TOKEN))).await;
+    attempt_in_review(&env).await;
+    let admin = Admin::start(&env).await;
+    let with = |authorization: String| {
+        admin
+            .http
+            .get(admin.url("/api/attempts"))
+            .header("Authorization", authorization)
+            .send()
+    };
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let response = with(format!("{scheme} {TOKEN}")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{scheme}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body.as_array().unwrap().len(), 1, "{scheme}");
+    }
+    for wrong in [
+        format!("Basic {TOKEN}"),
+        format!("Bearer {}", TOKEN.to_uppercase()),
+        format!("Bearer{TOKEN}"),
+        format!("bearer {TOKEN}x"),
+        TOKEN.to_owned(),
+    ] {
+        let response = with(wrong.clone()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{wrong}");
+    }
+    admin.stop().await;
+}

@@ -90,3 +90,113 @@ fn publishing_an_invalid_command_is_refused_before_it_reaches_the_broker() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("amount_minor"));
 }
+
+/// The lines a usage error prints, without clap's `For more information, try '--help'.` hint.
+fn error_lines(out: &Output) -> Vec<String> {
+    stderr(out)
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("For more information"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// No command below may reach a database: this one refuses connections at once.
+const NO_DATABASE: (&str, &str) = ("ONECHARGE_DATABASE_URL", "postgres://127.0.0.1:1/onecharge");
+
+#[test]
+fn a_huge_threshold_or_limit_is_a_one_line_usage_error_never_a_panic() {
+    for (args, what) in [
+        (
+            &["attempts", "stuck", "--older-than", "500000y"][..],
+            "--older-than",
+        ),
+        (
+            &["attempts", "list", "--limit", "9223372036854775808"][..],
+            "--limit",
+        ),
+    ] {
+        let out = onecharge(args, &[NO_DATABASE]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let lines = error_lines(&out);
+        assert_eq!(lines.len(), 1, "{args:?}: {lines:?}");
+        assert!(lines[0].contains(what), "{args:?}: {lines:?}");
+        assert!(lines[0].contains("at most"), "{args:?}: {lines:?}");
+    }
+}
+
+#[test]
+fn every_duration_setting_refuses_a_huge_value_with_one_line_naming_it() {
+    for (variable, key) in [
+        ("ONECHARGE_EXECUTOR__MAX_AGE", "executor.max_age"),
+        ("ONECHARGE_GATEWAY_KEY_RETENTION", "gateway_key_retention"),
+        (
+            "ONECHARGE_INTAKE__MAX_COMMAND_AGE",
+            "intake.max_command_age",
+        ),
+        (
+            "ONECHARGE_PURGE__DEDUPE_RETENTION",
+            "purge.dedupe_retention",
+        ),
+        ("ONECHARGE_RECONCILER__CLAIM_HOLD", "reconciler.claim_hold"),
+        ("ONECHARGE_RECONCILER__SCHEDULE", "reconciler.schedule"),
+    ] {
+        let value = if key == "reconciler.schedule" {
+            "[\"1m\", \"600000000y\"]"
+        } else {
+            "600000000y"
+        };
+        let out = onecharge(&["setup"], &[NO_DATABASE, (variable, value)]);
+        assert_eq!(out.status.code(), Some(2), "{variable}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{variable}: {err}");
+        assert!(err.contains(key), "{variable}: {err}");
+        assert!(err.contains("at most"), "{variable}: {err}");
+    }
+}
+
+#[test]
+fn serve_refuses_an_open_admin_api_on_a_non_loopback_address_before_connecting() {
+    let exposed = ("ONECHARGE_ADMIN_ADDR", "0.0.0.0:0");
+    let out = onecharge(&["serve"], &[NO_DATABASE, exposed]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("0.0.0.0:0"), "{err}");
+    assert!(err.contains("ONECHARGE_ADMIN_TOKEN"), "{err}");
+    assert!(err.contains("--insecure-admin"), "{err}");
+    assert!(
+        !err.contains("PostgreSQL"),
+        "refused before connecting: {err}"
+    );
+
+    // With a token, the explicit flag or setting, or without the admin role, serve goes on
+    // (and fails later, on the unreachable database: exit 1).
+    for (args, env) in [
+        (
+            &["serve"][..],
+            ("ONECHARGE_ADMIN_TOKEN", "a-long-admin-token"),
+        ),
+        (
+            &["serve", "--insecure-admin"][..],
+            ("ONECHARGE_NAMESPACE", ""),
+        ),
+        (&["serve"][..], ("ONECHARGE_INSECURE_ADMIN", "true")),
+        (
+            &["serve", "--roles", "intake"][..],
+            ("ONECHARGE_NAMESPACE", ""),
+        ),
+    ] {
+        let out = onecharge(args, &[NO_DATABASE, exposed, env]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?} {env:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("cannot reach PostgreSQL"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

@@ -62,7 +62,8 @@ pub async fn list(
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<Vec<AttemptView>, sqlx::Error> {
-    let limit = (limit > 0).then_some(limit as i64);
+    // Past i64::MAX a limit leaves nothing out: it means all.
+    let limit = (limit > 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX));
     let rows = sql::list_attempts(store, status, limit).await?;
     Ok(rows.into_iter().map(|a| view(a, now, window)).collect())
 }

@@ -42,7 +42,7 @@ pub enum AttemptsCommand {
         #[arg(long, value_parser = parse_status)]
         status: Option<AttemptStatus>,
         /// At most this many; 0 means all
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = parse_limit)]
         limit: usize,
         /// One JSON document instead of a table
         #[arg(long)]
@@ -52,7 +52,7 @@ pub enum AttemptsCommand {
     /// what happens next
     Stuck {
         /// Age (since recorded) past which a non-final attempt counts as stuck, e.g. 15m, 2h
-        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "15m", value_parser = crate::config::parse_duration)]
         older_than: Duration,
         /// One JSON document instead of a table
         #[arg(long)]
@@ -262,6 +262,21 @@ fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value).context("serialising the output")?;
     println!("{text}");
     Ok(())
+}
+
+/// The largest `--limit` (and `limit=`): what PostgreSQL's `LIMIT` takes.
+pub const MAX_LIMIT: usize = i64::MAX as usize;
+
+/// A row limit: a whole number from 0 (all) to [`MAX_LIMIT`].
+pub fn parse_limit(text: &str) -> Result<usize, String> {
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| *n <= MAX_LIMIT)
+        .ok_or_else(|| {
+            format!("`{text}` is not a whole number from 0 (all) to at most {MAX_LIMIT}")
+        })
 }
 
 fn parse_status(text: &str) -> Result<AttemptStatus, String> {

@@ -118,13 +118,7 @@ impl Store {
 
 /// The URL with any password replaced, for messages and logs.
 pub fn redact_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("redacted"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
+    crate::config::redact_url(url)
 }
 
 /// Whether a database error may go away on its own (the server restarting, a dropped
