@@ -122,7 +122,7 @@ pub fn run(cli: Cli) -> ExitCode {
     // Dropped last, after the runtime: flushes the spans of the whole run.
     let _telemetry = match crate::app::init_logging(&settings, quiet) {
         Ok(telemetry) => telemetry,
-        Err(err) => return config_failure(&err),
+        Err(err) => return config_failure(&ConfigError(redactor.scrub(&err.0).into_owned())),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
