@@ -94,7 +94,9 @@ pub async fn connect_client(settings: &Settings) -> anyhow::Result<async_nats::C
     tokio::time::timeout(Duration::from_secs(8), client)
         .await
         .map_err(|_| anyhow::anyhow!("timed out"))
-        .and_then(|r| r.map_err(anyhow::Error::from))
+        // A ConnectError's Display already ends with its source: keep it as one message so
+        // the reason is not printed twice.
+        .and_then(|r| r.map_err(|err| anyhow::anyhow!("{err}")))
         .with_context(|| format!("cannot connect to NATS at {}", settings.nats_url))
 }
 

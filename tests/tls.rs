@@ -439,11 +439,16 @@ async fn a_tls_nats_server_signed_by_an_unknown_ca_is_refused_with_the_reason() 
             Ok(_) => panic!("connected with nats_ca_file {ca_file:?}"),
             Err(err) => error_chain(&err),
         };
+        eprintln!("with nats_ca_file {ca_file:?}: {err}");
         assert!(
             err.starts_with(&format!("cannot connect to NATS at {}", server.tls_url())),
             "{err}"
         );
-        assert!(err.contains("UnknownIssuer"), "{err}");
+        assert!(
+            err.ends_with(": invalid peer certificate: UnknownIssuer"),
+            "{err}"
+        );
+        assert_eq!(err.matches("UnknownIssuer").count(), 1, "{err}");
     }
 }
 
