@@ -465,3 +465,21 @@ async fn an_unreadable_nats_ca_file_is_a_configuration_error() {
         "configuration error: nats_ca_file (ONECHARGE_NATS_CA_FILE): /nonexistent/nats-ca.pem cannot be read (No such file or directory (os error 2))"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Dependency hygiene
+
+/// One reqwest, one rustls, ring and never aws-lc-rs (docs/decisions.md 32, 33): a feature
+/// default switched on anywhere (reqwest's `rustls`, tokio-rustls' defaults) would pull in
+/// aws-lc-rs and its C build, or a second HTTP stack.
+#[test]
+fn the_lock_file_has_one_reqwest_one_rustls_and_no_aws_lc_rs() {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"))
+        .expect("Cargo.lock");
+    let count = |name: &str| lock.matches(&format!("\nname = \"{name}\"\n")).count();
+    assert_eq!(count("reqwest"), 1, "more than one reqwest in Cargo.lock");
+    assert_eq!(count("rustls"), 1, "more than one rustls in Cargo.lock");
+    assert_eq!(count("ring"), 1);
+    assert_eq!(count("aws-lc-rs"), 0, "aws-lc-rs is in Cargo.lock");
+    assert_eq!(count("aws-lc-sys"), 0, "aws-lc-sys is in Cargo.lock");
+}
