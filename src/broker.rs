@@ -67,6 +67,39 @@ pub struct ConsumerLag {
     pub ack_pending: u64,
 }
 
+/// The one way onecharge connects to NATS (serve, setup, publish, dlq, purge, demo all come
+/// through here). The first connection is tried once and its failure returned as it is
+/// (refused, timed out, a certificate not trusted), so a wrong URL or CA fails the command
+/// within seconds with the reason; once connected, the client reconnects for ever. `tls://` URLs require
+/// TLS; `nats_ca_file` adds a CA to the system's roots and also requires TLS, so a
+/// configured CA never silently falls back to plain text. An unusable CA file is a
+/// [`crate::config::ConfigError`].
+pub async fn connect_client(settings: &Settings) -> anyhow::Result<async_nats::Client> {
+    let extra_roots = match &settings.nats_ca_file {
+        Some(path) => crate::tls::read_ca_file("nats_ca_file (ONECHARGE_NATS_CA_FILE)", path)?,
+        None => Vec::new(),
+    };
+    let require_tls = settings.nats_ca_file.is_some()
+        || settings.nats_url.to_ascii_lowercase().starts_with("tls://");
+    let tls = crate::tls::client_config(extra_roots).map_err(|err| {
+        crate::config::ConfigError(format!("nats_ca_file (ONECHARGE_NATS_CA_FILE): {err:#}"))
+    })?;
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .max_reconnects(None)
+        .name("onecharge")
+        .tls_client_config(tls)
+        .require_tls(require_tls)
+        .connect(&settings.nats_url);
+    tokio::time::timeout(Duration::from_secs(8), client)
+        .await
+        .map_err(|_| anyhow::anyhow!("timed out"))
+        // A ConnectError's Display already ends with its source: keep it as one message so
+        // the reason is not printed twice.
+        .and_then(|r| r.map_err(|err| anyhow::anyhow!("{err}")))
+        .with_context(|| format!("cannot connect to NATS at {}", settings.nats_url))
+}
+
 /// A connected JetStream context with this deployment's names.
 #[derive(Clone)]
 pub struct Broker {
@@ -76,19 +109,9 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Connects to NATS; fails within seconds when the server is unreachable.
+    /// Connects to NATS (see [`connect_client`]) with this deployment's names.
     pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
-        let client = async_nats::ConnectOptions::new()
-            .connection_timeout(Duration::from_secs(5))
-            .retry_on_initial_connect()
-            .max_reconnects(None)
-            .name("onecharge")
-            .connect(&settings.nats_url);
-        let client = tokio::time::timeout(Duration::from_secs(8), client)
-            .await
-            .map_err(|_| anyhow::anyhow!("timed out"))
-            .and_then(|r| r.map_err(anyhow::Error::from))
-            .with_context(|| format!("cannot connect to NATS at {}", settings.nats_url))?;
+        let client = connect_client(settings).await?;
         Ok(Self {
             jetstream: jetstream::new(client.clone()),
             client,

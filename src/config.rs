@@ -34,10 +34,18 @@ pub struct UsageError(pub String);
 pub struct Settings {
     /// PostgreSQL URL. `setup` creates the database when it is missing.
     pub database_url: String,
-    /// NATS server URL.
+    /// NATS server URL. `tls://host:port` requires TLS.
     pub nats_url: String,
+    /// PEM file of CA certificates trusted for NATS's TLS, besides the system's roots
+    /// (a private CA). Setting it also requires TLS, whatever the URL's scheme.
+    #[serde(default)]
+    pub nats_ca_file: Option<PathBuf>,
     /// Base URL of the payment gateway (contract §3).
     pub gateway_url: String,
+    /// PEM file of CA certificates trusted for an `https://` gateway, besides the system's
+    /// roots (a private CA, or a test gateway's own).
+    #[serde(default)]
+    pub gateway_ca_file: Option<PathBuf>,
     /// Bearer key for the gateway. Needed by the executor and reconciler only. Always a
     /// string, whatever it looks like (`424242` is the key "424242").
     #[serde(serialize_with = "redact", deserialize_with = "secret", default)]
@@ -413,7 +421,9 @@ impl Default for Settings {
         Self {
             database_url: "postgres://127.0.0.1:5432/onecharge".into(),
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_ca_file: None,
             gateway_url: "http://127.0.0.1:8080".into(),
+            gateway_ca_file: None,
             gateway_api_key: None,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             admin_token: None,

@@ -18,3 +18,4 @@ pub mod publish;
 pub mod reconciler;
 pub mod relay;
 pub mod store;
+pub mod tls;

@@ -3,13 +3,14 @@
 
 use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{FaultConfig, FaultRule, Latency, MockConfig};
+use crate::config::{FaultConfig, FaultRule, Latency, MockConfig, TlsFiles};
 use crate::MockGateway;
 
 const TRIGGERS_HELP: &str = "\
@@ -74,6 +75,15 @@ pub struct Cli {
     /// How many recent /v1 requests GET /__requests keeps.
     #[arg(long, default_value_t = 100_000)]
     pub request_log_capacity: usize,
+
+    /// Serve HTTPS (only) with this PEM certificate chain, leaf first; needs --tls-key.
+    /// The printed base URL then starts with https://.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 
     /// The fault flags, in a help section of their own.
     #[command(flatten)]
@@ -167,6 +177,14 @@ impl Cli {
             bind: SocketAddr::new(self.host, self.port),
             replay_declined_with_200: self.replay_declined_with_200,
             request_log_capacity: self.request_log_capacity,
+            tls: self
+                .tls_cert
+                .clone()
+                .zip(self.tls_key.clone())
+                .map(|(cert_file, key_file)| TlsFiles {
+                    cert_file,
+                    key_file,
+                }),
         }
     }
 }

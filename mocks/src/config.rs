@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,18 @@ pub struct MockConfig {
     /// How many of the most recent `/v1` requests [`MockGateway::requests`](crate::MockGateway::requests)
     /// keeps; older ones are forgotten so a long benchmark does not grow without bound.
     pub request_log_capacity: usize,
+    /// Serve HTTPS with this certificate chain and key instead of plain HTTP, so a client's
+    /// `https://` gateway URL and CA settings can be tried against the mock.
+    pub tls: Option<TlsFiles>,
+}
+
+/// PEM files for HTTPS: the server's certificate chain (leaf first) and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 impl Default for MockConfig {
@@ -50,6 +63,7 @@ impl Default for MockConfig {
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             replay_declined_with_200: false,
             request_log_capacity: 100_000,
+            tls: None,
         }
     }
 }
@@ -65,6 +79,7 @@ impl fmt::Debug for MockConfig {
             .field("hang_for", &self.hang_for)
             .field("bind", &self.bind)
             .field("replay_declined_with_200", &self.replay_declined_with_200)
+            .field("tls", &self.tls)
             .field("request_log_capacity", &self.request_log_capacity)
             .finish()
     }

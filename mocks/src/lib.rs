@@ -40,6 +40,6 @@ pub use charge::{
     decline_code, fault_trigger, payment_methods, validate_idempotency_key, Charge, ChargeParams,
     ChargeStatus, InvalidRequest, MAX_AMOUNT_MINOR, MAX_IDEMPOTENCY_KEY_LEN,
 };
-pub use config::{FaultConfig, FaultKind, FaultRule, Latency, MockConfig};
+pub use config::{FaultConfig, FaultKind, FaultRule, Latency, MockConfig, TlsFiles};
 pub use record::{RecordedRequest, ResponseClass, Stats};
 pub use server::MockGateway;

@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use time::OffsetDateTime;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +25,7 @@ use tower::ServiceExt;
 
 use crate::charge::{Charge, ChargeStatus};
 use crate::clock::MockClock;
-use crate::config::{FaultConfig, MockConfig};
+use crate::config::{FaultConfig, MockConfig, TlsFiles};
 use crate::faults::{ChargeIds, FaultInjector};
 use crate::keys::Keys;
 use crate::record::{Counters, RecordedRequest, RequestLog, Stats};
@@ -36,6 +37,9 @@ const LISTEN_BACKLOG: u32 = 4096;
 /// How long `shutdown` lets in-flight requests finish before cutting connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// How long a client may take to finish the TLS handshake before its connection is closed.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A running mock gateway on a loopback (or configured) port.
 ///
 /// Start it with [`MockGateway::start`], point the client at [`MockGateway::base_url`], and
@@ -44,13 +48,19 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct MockGateway {
     shared: Arc<Shared>,
     addr: SocketAddr,
+    https: bool,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl MockGateway {
     /// Binds, spawns the server on the current tokio runtime and returns at once: the port
     /// accepts connections when this returns.
+    ///
+    /// With [`MockConfig::tls`] it serves HTTPS only; unreadable certificate or key files
+    /// fail here, before anything listens.
     pub async fn start(config: MockConfig) -> anyhow::Result<MockGateway> {
+        let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
+        let https = tls.is_some();
         let listener = bind(config.bind)
             .with_context(|| format!("binding the mock gateway to {}", config.bind))?;
         let addr = listener
@@ -61,19 +71,22 @@ impl MockGateway {
         let server = tokio::spawn(accept_connections(
             listener,
             router,
+            tls,
             shared.shutdown.clone(),
         ));
         tracing::debug!(%addr, ?config, "mock gateway started");
         Ok(MockGateway {
             shared,
             addr,
+            https,
             server,
         })
     }
 
-    /// `http://<ip>:<port>`, without a trailing slash.
+    /// `http://<ip>:<port>` (`https://` when serving TLS), without a trailing slash.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The bound address, for clients that want a `SocketAddr` rather than a URL.
@@ -257,7 +270,42 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-async fn accept_connections(listener: TcpListener, router: Router, shutdown: CancellationToken) {
+/// A TLS server configuration (ring, HTTP/1.1) from PEM certificate chain and key files.
+fn tls_acceptor(files: &TlsFiles) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(&files.cert_file)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .with_context(|| {
+            format!(
+                "reading the TLS certificate chain {}",
+                files.cert_file.display()
+            )
+        })?;
+    anyhow::ensure!(
+        !chain.is_empty(),
+        "the TLS certificate file {} holds no PEM certificate",
+        files.cert_file.display()
+    );
+    let key = PrivateKeyDer::from_pem_file(&files.key_file)
+        .with_context(|| format!("reading the TLS private key {}", files.key_file.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("choosing TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("the TLS certificate and key do not make a usable pair")?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+async fn accept_connections(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: CancellationToken,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -265,7 +313,12 @@ async fn accept_connections(listener: TcpListener, router: Router, shutdown: Can
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    connections.spawn(serve_connection(stream, router.clone(), shutdown.clone()));
+                    let _ = stream.set_nodelay(true);
+                    let (router, shutdown) = (router.clone(), shutdown.clone());
+                    match tls.clone() {
+                        None => connections.spawn(serve_connection(stream, router, shutdown)),
+                        Some(tls) => connections.spawn(serve_tls_connection(tls, stream, router, shutdown)),
+                    };
                 }
                 Err(err) => {
                     // Usually out of file descriptors: back off instead of spinning, keep
@@ -290,8 +343,29 @@ async fn accept_connections(listener: TcpListener, router: Router, shutdown: Can
     }
 }
 
-async fn serve_connection(stream: TcpStream, router: Router, shutdown: CancellationToken) {
-    let _ = stream.set_nodelay(true);
+/// Completes the TLS handshake (in the connection's own task, so a slow client holds up no
+/// one else), then serves the connection like a plain one.
+async fn serve_tls_connection(
+    tls: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    router: Router,
+    shutdown: CancellationToken,
+) {
+    let handshake = tokio::select! {
+        () = shutdown.cancelled() => return,
+        handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)) => handshake,
+    };
+    match handshake {
+        Ok(Ok(stream)) => serve_connection(stream, router, shutdown).await,
+        Ok(Err(err)) => tracing::debug!(%err, "TLS handshake failed"),
+        Err(_) => tracing::debug!("TLS handshake timed out"),
+    }
+}
+
+async fn serve_connection<S>(stream: S, router: Router, shutdown: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let control = ConnectionControl::default();
     let dropped = control.dropped.clone();
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {

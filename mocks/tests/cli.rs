@@ -31,6 +31,8 @@ async fn help_documents_every_flag_and_never_shows_the_api_key() {
         "--seed",
         "--replay-declined-with-200",
         "--request-log-capacity",
+        "--tls-cert",
+        "--tls-key",
         "--error-before-probability",
         "--error-before-count",
         "--error-after-probability",
@@ -83,6 +85,7 @@ async fn the_binary_serves_the_contract_on_the_port_it_prints_and_stops_on_sigte
         .expect("a line on stdout");
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
 
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let charge = |key: &'static str| {
         client
@@ -137,4 +140,111 @@ async fn the_binary_serves_the_contract_on_the_port_it_prints_and_stops_on_sigte
         "one log line per request:\n{logs}"
     );
     assert!(!logs.contains(SECRET), "the logs show the API key");
+}
+
+/// A self-signed certificate for 127.0.0.1, made with the `openssl` command line: its own
+/// trust anchor, so a client trusting only it can check the mock's HTTPS.
+fn self_signed_certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("mock.pem"), dir.join("mock.key"));
+    let config = dir.join("openssl.cnf");
+    // A leaf (CA:FALSE), not OpenSSL's default CA certificate, which TLS clients refuse as
+    // a server's certificate.
+    std::fs::write(
+        &config,
+        "[req]\ndistinguished_name = dn\nprompt = no\nx509_extensions = leaf\n\
+         [dn]\nCN = 127.0.0.1\n\
+         [leaf]\nbasicConstraints = critical, CA:FALSE\nsubjectAltName = IP:127.0.0.1\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args([
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-config",
+        ])
+        .arg(&config)
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("the openssl command line");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}
+
+#[tokio::test]
+async fn with_tls_cert_and_tls_key_the_binary_serves_https_on_the_url_it_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed_certificate(dir.path());
+    let mut child = Command::new(BINARY)
+        .args(["--port", "0", "--tls-cert"])
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .env("MOCK_GATEWAY_API_KEY", SECRET)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .expect("the base URL is printed")
+        .unwrap()
+        .expect("a line on stdout");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let trusted = reqwest::Certificate::from_pem(&std::fs::read(&cert).unwrap()).unwrap();
+    let client = reqwest::Client::builder()
+        .tls_certs_only([trusted])
+        .build()
+        .unwrap();
+    let health = client.get(format!("{url}/__health")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+
+    let plain = reqwest::Client::new()
+        .get(format!("{}/__health", url.replacen("https", "http", 1)))
+        .send()
+        .await;
+    assert!(plain.is_err(), "plain HTTP is not served: {plain:?}");
+}
+
+#[tokio::test]
+async fn tls_cert_without_tls_key_is_a_usage_error() {
+    let output = Command::new(BINARY)
+        .args(["--api-key", SECRET, "--tls-cert", "/tmp/cert.pem"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--tls-key"), "{stderr}");
+}
+
+#[tokio::test]
+async fn an_unreadable_tls_cert_fails_at_start_naming_the_file() {
+    let output = Command::new(BINARY)
+        .args(["--api-key", SECRET, "--port", "0"])
+        .args([
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent/cert.pem"), "{stderr}");
 }

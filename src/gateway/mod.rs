@@ -15,6 +15,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use rustls::pki_types::CertificateDer;
 use secrecy::{ExposeSecret as _, SecretString};
 use serde::Serialize;
 
@@ -113,11 +114,31 @@ impl GatewayClient {
     /// A client for the gateway at `base_url` (e.g. `http://127.0.0.1:8080`), with a connect
     /// timeout (a connect failure is "not sent") and a whole-request timeout (past it the
     /// answer is ambiguous). Redirects are not followed: a charge is never re-sent elsewhere.
+    /// `https://` trusts the system's roots only; see [`GatewayClient::with_extra_roots`].
     pub fn new(
         base_url: &str,
         api_key: SecretString,
         connect_timeout: Duration,
         request_timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        Self::with_extra_roots(
+            base_url,
+            api_key,
+            connect_timeout,
+            request_timeout,
+            Vec::new(),
+        )
+    }
+
+    /// [`GatewayClient::new`], trusting `extra_roots` (a private CA) besides the system's
+    /// roots for an `https://` gateway. A TLS handshake the gateway fails (an untrusted
+    /// certificate) happens before any byte of the request is sent: it is "not sent".
+    pub fn with_extra_roots(
+        base_url: &str,
+        api_key: SecretString,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        extra_roots: Vec<CertificateDer<'static>>,
     ) -> anyhow::Result<Self> {
         let mut base = reqwest::Url::parse(base_url)
             .with_context(|| format!("gateway_url `{base_url}` is not a URL"))?;
@@ -129,6 +150,12 @@ impl GatewayClient {
         let charges_url = base.join("v1/charges").with_context(|| {
             format!("gateway_url `{base_url}` cannot take the path /v1/charges")
         })?;
+        let extra_roots = extra_roots
+            .iter()
+            .map(|der| reqwest::Certificate::from_der(der))
+            .collect::<Result<Vec<_>, _>>()
+            .context("reading the gateway's CA certificates")?;
+        crate::tls::install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .timeout(request_timeout)
@@ -136,6 +163,7 @@ impl GatewayClient {
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60))
             .user_agent(concat!("onecharge/", env!("CARGO_PKG_VERSION")))
+            .tls_certs_merge(extra_roots)
             .build()
             .context("building the gateway HTTP client")?;
         Ok(Self {
@@ -145,15 +173,23 @@ impl GatewayClient {
         })
     }
 
-    /// The client configured by `gateway_url`, `gateway_api_key` and the gateway timeouts.
-    /// A missing key is a [`crate::config::ConfigError`] (exit 2).
+    /// The client configured by `gateway_url`, `gateway_api_key`, `gateway_ca_file` and the
+    /// gateway timeouts. A missing key or an unusable CA file is a
+    /// [`crate::config::ConfigError`] (exit 2).
     pub fn from_settings(settings: &Settings) -> anyhow::Result<Self> {
         let key = SecretString::from(settings.require_gateway_api_key()?.to_owned());
-        Self::new(
+        let extra_roots = match &settings.gateway_ca_file {
+            Some(path) => {
+                crate::tls::read_ca_file("gateway_ca_file (ONECHARGE_GATEWAY_CA_FILE)", path)?
+            }
+            None => Vec::new(),
+        };
+        Self::with_extra_roots(
             &settings.gateway_url,
             key,
             settings.gateway_connect_timeout,
             settings.gateway_request_timeout,
+            extra_roots,
         )
     }
 

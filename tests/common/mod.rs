@@ -30,6 +30,8 @@ impl TestEnv {
 
     /// A fresh database and namespace; `adjust` may change settings before anything connects.
     pub async fn with_settings(adjust: impl FnOnce(&mut Settings)) -> Self {
+        // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
+        onecharge::tls::install_crypto_provider();
         let id = Uuid::new_v4().simple().to_string();
         let db_name = format!("onecharge_test_{id}");
         let mut settings = Settings {

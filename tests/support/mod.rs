@@ -54,6 +54,8 @@ impl Harness {
     /// A fresh database, a mock gateway started from `mock`, and settings adjusted by `adjust`
     /// (after the test defaults: short gateway timeouts, a 10 s lease).
     pub async fn with(mock: MockConfig, adjust: impl FnOnce(&mut Settings)) -> Self {
+        // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
+        onecharge::tls::install_crypto_provider();
         let gateway = MockGateway::start(MockConfig {
             api_key: API_KEY.to_owned(),
             ..mock

@@ -29,7 +29,12 @@ pub async fn spawn_gateway_with(config: MockConfig) -> TestGateway {
     let url = gateway.base_url();
     TestGateway {
         gateway,
-        client: reqwest::Client::new(),
+        client: {
+            // reqwest is built with rustls and no bundled provider (see the workspace
+            // Cargo.toml): the process must name one before building a client.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::new()
+        },
         url,
     }
 }
