@@ -543,3 +543,82 @@ async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as_invalid() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
+    let intake = env.intake().await;
+    env.publish("m-deploy-1", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.publish("m-deploy-2", &command(Uuid::new_v4(), json!({})))
+        .await;
+    // A migration gone wrong: the table intake writes to is not there (SQLSTATE 42P01).
+    sqlx::raw_sql("ALTER TABLE payment_attempts RENAME TO payment_attempts_moved")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+
+    let during = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(during.count("transient"), 2, "{during:?}");
+    assert!(during.dead_lettered.is_empty(), "{during:?}");
+    assert!(env.dead_letters().await.is_empty());
+
+    sqlx::raw_sql("ALTER TABLE payment_attempts_moved RENAME TO payment_attempts")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    let mut processed = 0;
+    while processed < 2 {
+        let after = intake.process_batch(WAIT).await.unwrap();
+        assert!(!after.outcomes.is_empty(), "both messages come back");
+        processed += after.count("processed");
+    }
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 2);
+    assert!(env.dead_letters().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
+    // intake runs as a role that lost INSERT on payment_attempts (SQLSTATE 42501)
+    let role = format!("r_{}", &env.db_name[15..27]);
+    env.admin(&format!("CREATE ROLE {role} LOGIN")).await;
+    sqlx::raw_sql(&format!(
+        "GRANT ALL ON ALL TABLES IN SCHEMA public TO {role};
+         GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};
+         REVOKE INSERT ON payment_attempts FROM {role};"
+    ))
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    let url = env
+        .settings
+        .database_url
+        .replacen("postgres://", &format!("postgres://{role}@"), 1);
+    let restricted = onecharge::store::Store::connect(&url, 2).await.unwrap();
+    let intake =
+        onecharge::intake::Intake::new(restricted.clone(), env.broker.clone(), &env.settings)
+            .await
+            .unwrap();
+    env.publish("m-perm", &command(Uuid::new_v4(), json!({})))
+        .await;
+
+    let during = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(during.count("transient"), 1, "{during:?}");
+    assert!(env.dead_letters().await.is_empty());
+    sqlx::raw_sql(&format!("GRANT INSERT ON payment_attempts TO {role}"))
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    let after = intake.process_batch(WAIT).await.unwrap();
+    assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    restricted.pool().close().await;
+    sqlx::raw_sql(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role};"))
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    env.admin(&format!("DROP ROLE {role}")).await;
+}

@@ -331,7 +331,9 @@ impl Intake {
         let consumer = &self.inner.settings.consumer;
         match record_batch(&self.inner.store, consumer, records, now).await {
             Ok(recorded) => recorded.into_iter().map(DeliveryOutcome::from).collect(),
-            Err(err) if store::is_transient(&err) || records.len() == 1 => {
+            // Only a refusal of the data can be one message's fault; anything else (an
+            // outage, a missing grant or table) fails the whole batch alike.
+            Err(err) if !store::blames_the_data(&err) || records.len() == 1 => {
                 vec![classify_db_error(&err); records.len()]
             }
             Err(err) => {
@@ -494,12 +496,23 @@ impl Intake {
     }
 }
 
+/// Reads a database error as the fate of the messages it failed. Only SQLSTATE classes 22
+/// and 23 blame a message; every other error is retried, and one that will not go away by
+/// itself (a missing grant or table, an internal error) is counted as a deployment fault
+/// so that someone fixes the deployment (docs/operations.md).
 fn classify_db_error(err: &sqlx::Error) -> DeliveryOutcome {
     let text = crate::domain::bounded(&err.to_string(), 400);
-    if store::is_transient(err) {
+    if store::blames_the_data(err) {
+        DeliveryOutcome::Permanent(format!("rejected by the database: {text}"))
+    } else if store::is_transient(err) {
         DeliveryOutcome::Transient(format!("database unavailable: {text}"))
     } else {
-        DeliveryOutcome::Permanent(format!("rejected by the database: {text}"))
+        let class = store::sqlstate_class(err).unwrap_or_else(|| "none".into());
+        metrics::deployment_fault(class);
+        tracing::error!(error = %err, "the database refused intake's statement for a reason no message causes (a missing grant, table or migration?); retrying");
+        DeliveryOutcome::Transient(format!(
+            "database refused the statement (deployment fault): {text}"
+        ))
     }
 }
 
