@@ -72,6 +72,12 @@ pub fn deployment_fault(sqlstate_class: String) {
         .increment(1);
 }
 
+/// A command that ended without being recorded or dead-lettered, by why (bounded: a
+/// fixed set of reasons in `src/intake/`). Every increment is a command to recover by hand.
+pub fn message_lost(consumer: &str, reason: &'static str) {
+    metrics::counter!("onecharge_intake_messages_lost_total", "consumer" => consumer.to_owned(), "reason" => reason).increment(1);
+}
+
 /// A message dead-lettered, by class.
 pub fn dead_letter(class: &'static str) {
     metrics::counter!("onecharge_dead_letters_total", "class" => class).increment(1);

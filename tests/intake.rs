@@ -622,3 +622,84 @@ async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message(
         .unwrap();
     env.admin(&format!("DROP ROLE {role}")).await;
 }
+
+#[tokio::test]
+async fn a_dead_letter_that_cannot_be_stored_on_the_last_delivery_is_kept_until_it_is() {
+    let env = TestEnv::new().await; // max_deliver = 3
+    let intake = env.intake().await;
+    env.publish("m-keep", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+    // The dead-letter stream is gone: every dead-letter publish fails.
+    env.broker
+        .jetstream
+        .delete_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+
+    for delivery in 1..=3 {
+        let report = intake.process_batch(WAIT).await.unwrap();
+        assert_eq!(
+            report.count("transient"),
+            1,
+            "delivery {delivery}: {report:?}"
+        );
+        assert!(report.dead_lettered.is_empty(), "{report:?}");
+    }
+    env.broker.ensure_streams().await.unwrap();
+
+    // The message was not given up on: it comes back and is dead-lettered as exhausted.
+    let report = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+    assert_eq!(
+        report.dead_lettered,
+        vec![DlqClass::Exhausted],
+        "{report:?}"
+    );
+    let dlq = env.dead_letters().await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(header(&dlq[0], "Dlq-Delivery-Count").as_deref(), Some("4"));
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+}
+
+#[tokio::test]
+async fn the_consumers_real_max_deliver_decides_the_last_delivery_not_the_setting() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 10).await;
+    let intake = env.intake().await;
+    // An operator lowered the consumer's own limit to 2 after intake bound to it.
+    let stream = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap();
+    let mut config = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+            &env.settings.intake.consumer,
+        )
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    config.max_deliver = 2;
+    stream.update_consumer(config).await.unwrap();
+    intake.refresh_consumer_limits().await.unwrap();
+    env.publish("m-real-limit", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+
+    let first = intake.process_batch(WAIT).await.unwrap();
+    let second = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+
+    assert!(first.dead_lettered.is_empty(), "{first:?}");
+    assert_eq!(
+        second.dead_lettered,
+        vec![DlqClass::Exhausted],
+        "{second:?}"
+    );
+    assert_eq!(env.dead_letters().await.len(), 1);
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
