@@ -703,3 +703,50 @@ async fn the_consumers_real_max_deliver_decides_the_last_delivery_not_the_settin
     assert_eq!(env.dead_letters().await.len(), 1);
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
+
+#[tokio::test]
+async fn a_dead_letter_too_large_for_the_dead_letter_stream_is_stored_truncated_never_dropped() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    let mut dlq = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+    let mut config = dlq.info().await.unwrap().config.clone();
+    config.max_message_size = 1024;
+    env.broker.jetstream.update_stream(config).await.unwrap();
+    // Invalid (description over 500 characters) and larger than the dead-letter stream takes.
+    let body = serde_json::to_vec(&command(
+        Uuid::new_v4(),
+        json!({"description": "x".repeat(3000)}),
+    ))
+    .unwrap();
+    env.publish_raw(Some("m-too-big"), &body).await;
+
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.dead_lettered, vec![DlqClass::Invalid], "{report:?}");
+    let letters = env.dead_letters().await;
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(header(letter, "Dlq-Truncated").as_deref(), Some("true"));
+    assert_eq!(
+        header(letter, "Dlq-Original-Size"),
+        Some(body.len().to_string())
+    );
+    assert_eq!(
+        header(letter, "Dlq-Original-Msg-Id").as_deref(),
+        Some("m-too-big")
+    );
+    assert!(header(letter, "Dlq-Reason")
+        .unwrap()
+        .contains("description"));
+    assert!(!letter.payload.is_empty() && letter.payload.len() < 1024);
+    assert!(
+        body.starts_with(&letter.payload),
+        "the kept part is the body's beginning"
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
