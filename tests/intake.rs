@@ -750,3 +750,51 @@ async fn a_dead_letter_too_large_for_the_dead_letter_stream_is_stored_truncated_
     );
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
+
+#[tokio::test]
+async fn a_command_an_operator_set_limit_ends_without_a_dead_letter_is_counted_as_lost() {
+    let env = TestEnv::with_settings(|s| s.intake.consumer = "intake-lost-count".into()).await;
+    let metrics = onecharge::metrics::install();
+    let intake = env.intake().await;
+    let stream = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap();
+    let mut config = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+            &env.settings.intake.consumer,
+        )
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    config.max_deliver = 2;
+    stream.update_consumer(config).await.unwrap();
+    intake.refresh_consumer_limits().await.unwrap();
+    env.publish("m-lost", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+    env.broker
+        .jetstream
+        .delete_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+
+    let first = intake.process_batch(WAIT).await.unwrap();
+    let last = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+
+    assert_eq!(first.count("transient"), 1, "{first:?}");
+    assert_eq!(last.count("transient"), 1, "{last:?}");
+    assert!(last.dead_lettered.is_empty());
+    let rendered = metrics.render();
+    assert!(
+        rendered.lines().any(|line| line
+            == r#"onecharge_intake_messages_lost_total{consumer="intake-lost-count",reason="dead_letter_failed_on_last_delivery"} 1"#),
+        "{rendered}"
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+}
