@@ -798,3 +798,34 @@ async fn a_command_an_operator_set_limit_ends_without_a_dead_letter_is_counted_a
     );
     assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
 }
+
+#[tokio::test]
+async fn a_process_that_dies_holding_the_last_allowed_delivery_loses_nothing() {
+    let env = TestEnv::new().await; // max_deliver = 3, ack_wait = 2 s
+    let intake = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish("m-last-crash", &command(attempt, json!({})))
+        .await;
+    env.stop_database().await;
+    for _ in 0..2 {
+        let report = intake.process_batch(WAIT).await.unwrap();
+        assert_eq!(report.count("transient"), 1, "{report:?}");
+    }
+    env.start_database().await;
+
+    // The third (last allowed) delivery is taken by a process that dies before settling it.
+    let held = intake.fetch(WAIT).await.unwrap();
+    assert_eq!(held[0].info().unwrap().delivered, 3);
+    drop(held);
+
+    let report = intake.process_batch(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(report.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}'"
+        ))
+        .await,
+        1
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}

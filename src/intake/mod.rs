@@ -7,7 +7,10 @@
 //! - A permanently invalid or conflicting message is dead-lettered with a bounded reason and
 //!   is not recorded as processed; it is terminated only after the dead letter is stored.
 //! - A transient failure is Nak'd with an application-computed delay; on its last allowed
-//!   delivery it is dead-lettered as `exhausted`. Nothing is dropped.
+//!   delivery it is dead-lettered as `exhausted`. Nothing is dropped: the consumer has no
+//!   `max_deliver` of its own, and a message whose dead letter cannot be stored is Nak'd
+//!   until it is. Only an operator-set `max_deliver` can end a message unrecorded, and that
+//!   is counted (`onecharge_intake_messages_lost_total`).
 
 mod dead_letter;
 
