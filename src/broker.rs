@@ -187,7 +187,11 @@ impl Broker {
             filter_subject: self.names.charge_subject(),
             ack_policy: consumer::AckPolicy::Explicit,
             ack_wait: intake.ack_wait,
-            max_deliver: intake.max_deliver,
+            // Unlimited: JetStream never ends a message's life on its own (it would drop it
+            // silently when the dead-letter publish failed on the last delivery). Intake
+            // decides when a message is exhausted and keeps it until its dead letter is
+            // stored (docs/decisions.md 27).
+            max_deliver: -1,
             // Bounded by what this deployment can have in hand at once.
             max_ack_pending: (intake.batch_size * intake.concurrency) as i64,
             max_batch: (intake.batch_size * intake.concurrency) as i64,

@@ -65,6 +65,19 @@ pub fn batch_duration(elapsed: Duration) {
     metrics::histogram!("onecharge_intake_batch_duration_seconds").record(elapsed.as_secs_f64());
 }
 
+/// A database error intake retries that no message causes (a missing grant, table or
+/// migration), by SQLSTATE class (`42`, `XX`, …; `none` when not from the server).
+pub fn deployment_fault(sqlstate_class: String) {
+    metrics::counter!("onecharge_intake_database_faults_total", "sqlstate_class" => sqlstate_class)
+        .increment(1);
+}
+
+/// A command that ended without being recorded or dead-lettered, by why (bounded: a
+/// fixed set of reasons in `src/intake/`). Every increment is a command to recover by hand.
+pub fn message_lost(consumer: &str, reason: &'static str) {
+    metrics::counter!("onecharge_intake_messages_lost_total", "consumer" => consumer.to_owned(), "reason" => reason).increment(1);
+}
+
 /// A message dead-lettered, by class.
 pub fn dead_letter(class: &'static str) {
     metrics::counter!("onecharge_dead_letters_total", "class" => class).increment(1);

@@ -543,3 +543,289 @@ async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as_invalid() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
+    let intake = env.intake().await;
+    env.publish("m-deploy-1", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.publish("m-deploy-2", &command(Uuid::new_v4(), json!({})))
+        .await;
+    // A migration gone wrong: the table intake writes to is not there (SQLSTATE 42P01).
+    sqlx::raw_sql("ALTER TABLE payment_attempts RENAME TO payment_attempts_moved")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+
+    let during = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(during.count("transient"), 2, "{during:?}");
+    assert!(during.dead_lettered.is_empty(), "{during:?}");
+    assert!(env.dead_letters().await.is_empty());
+
+    sqlx::raw_sql("ALTER TABLE payment_attempts_moved RENAME TO payment_attempts")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    let mut processed = 0;
+    while processed < 2 {
+        let after = intake.process_batch(WAIT).await.unwrap();
+        assert!(!after.outcomes.is_empty(), "both messages come back");
+        processed += after.count("processed");
+    }
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 2);
+    assert!(env.dead_letters().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
+    // intake runs as a role that lost INSERT on payment_attempts (SQLSTATE 42501)
+    let role = format!("r_{}", &env.db_name[15..27]);
+    env.admin(&format!("CREATE ROLE {role} LOGIN")).await;
+    sqlx::raw_sql(&format!(
+        "GRANT ALL ON ALL TABLES IN SCHEMA public TO {role};
+         GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};
+         REVOKE INSERT ON payment_attempts FROM {role};"
+    ))
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    let url = env
+        .settings
+        .database_url
+        .replacen("postgres://", &format!("postgres://{role}@"), 1);
+    let restricted = onecharge::store::Store::connect(&url, 2).await.unwrap();
+    let intake =
+        onecharge::intake::Intake::new(restricted.clone(), env.broker.clone(), &env.settings)
+            .await
+            .unwrap();
+    env.publish("m-perm", &command(Uuid::new_v4(), json!({})))
+        .await;
+
+    let during = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(during.count("transient"), 1, "{during:?}");
+    assert!(env.dead_letters().await.is_empty());
+    sqlx::raw_sql(&format!("GRANT INSERT ON payment_attempts TO {role}"))
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    let after = intake.process_batch(WAIT).await.unwrap();
+    assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    restricted.pool().close().await;
+    sqlx::raw_sql(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role};"))
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    env.admin(&format!("DROP ROLE {role}")).await;
+}
+
+#[tokio::test]
+async fn a_dead_letter_that_cannot_be_stored_on_the_last_delivery_is_kept_until_it_is() {
+    let env = TestEnv::new().await; // max_deliver = 3
+    let intake = env.intake().await;
+    env.publish("m-keep", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+    // The dead-letter stream is gone: every dead-letter publish fails.
+    env.broker
+        .jetstream
+        .delete_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+
+    for delivery in 1..=3 {
+        let report = intake.process_batch(WAIT).await.unwrap();
+        assert_eq!(
+            report.count("transient"),
+            1,
+            "delivery {delivery}: {report:?}"
+        );
+        assert!(report.dead_lettered.is_empty(), "{report:?}");
+    }
+    env.broker.ensure_streams().await.unwrap();
+
+    // The message was not given up on: it comes back and is dead-lettered as exhausted.
+    let report = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+    assert_eq!(
+        report.dead_lettered,
+        vec![DlqClass::Exhausted],
+        "{report:?}"
+    );
+    let dlq = env.dead_letters().await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(header(&dlq[0], "Dlq-Delivery-Count").as_deref(), Some("4"));
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+}
+
+#[tokio::test]
+async fn the_consumers_real_max_deliver_decides_the_last_delivery_not_the_setting() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 10).await;
+    let intake = env.intake().await;
+    // An operator lowered the consumer's own limit to 2 after intake bound to it.
+    let stream = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap();
+    let mut config = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+            &env.settings.intake.consumer,
+        )
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    config.max_deliver = 2;
+    stream.update_consumer(config).await.unwrap();
+    intake.refresh_consumer_limits().await.unwrap();
+    env.publish("m-real-limit", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+
+    let first = intake.process_batch(WAIT).await.unwrap();
+    let second = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+
+    assert!(first.dead_lettered.is_empty(), "{first:?}");
+    assert_eq!(
+        second.dead_lettered,
+        vec![DlqClass::Exhausted],
+        "{second:?}"
+    );
+    assert_eq!(env.dead_letters().await.len(), 1);
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_dead_letter_too_large_for_the_dead_letter_stream_is_stored_truncated_never_dropped() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    let mut dlq = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+    let mut config = dlq.info().await.unwrap().config.clone();
+    config.max_message_size = 1024;
+    env.broker.jetstream.update_stream(config).await.unwrap();
+    // Invalid (description over 500 characters) and larger than the dead-letter stream takes.
+    let body = serde_json::to_vec(&command(
+        Uuid::new_v4(),
+        json!({"description": "x".repeat(3000)}),
+    ))
+    .unwrap();
+    env.publish_raw(Some("m-too-big"), &body).await;
+
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.dead_lettered, vec![DlqClass::Invalid], "{report:?}");
+    let letters = env.dead_letters().await;
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(header(letter, "Dlq-Truncated").as_deref(), Some("true"));
+    assert_eq!(
+        header(letter, "Dlq-Original-Size"),
+        Some(body.len().to_string())
+    );
+    assert_eq!(
+        header(letter, "Dlq-Original-Msg-Id").as_deref(),
+        Some("m-too-big")
+    );
+    assert!(header(letter, "Dlq-Reason")
+        .unwrap()
+        .contains("description"));
+    assert!(!letter.payload.is_empty() && letter.payload.len() < 1024);
+    assert!(
+        body.starts_with(&letter.payload),
+        "the kept part is the body's beginning"
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_command_an_operator_set_limit_ends_without_a_dead_letter_is_counted_as_lost() {
+    let env = TestEnv::with_settings(|s| s.intake.consumer = "intake-lost-count".into()).await;
+    let metrics = onecharge::metrics::install();
+    let intake = env.intake().await;
+    let stream = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap();
+    let mut config = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+            &env.settings.intake.consumer,
+        )
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    config.max_deliver = 2;
+    stream.update_consumer(config).await.unwrap();
+    intake.refresh_consumer_limits().await.unwrap();
+    env.publish("m-lost", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+    env.broker
+        .jetstream
+        .delete_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+
+    let first = intake.process_batch(WAIT).await.unwrap();
+    let last = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+
+    assert_eq!(first.count("transient"), 1, "{first:?}");
+    assert_eq!(last.count("transient"), 1, "{last:?}");
+    assert!(last.dead_lettered.is_empty());
+    let rendered = metrics.render();
+    assert!(
+        rendered.lines().any(|line| line
+            == r#"onecharge_intake_messages_lost_total{consumer="intake-lost-count",reason="dead_letter_failed_on_last_delivery"} 1"#),
+        "{rendered}"
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+}
+
+#[tokio::test]
+async fn a_process_that_dies_holding_the_last_allowed_delivery_loses_nothing() {
+    let env = TestEnv::new().await; // max_deliver = 3, ack_wait = 2 s
+    let intake = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish("m-last-crash", &command(attempt, json!({})))
+        .await;
+    env.stop_database().await;
+    for _ in 0..2 {
+        let report = intake.process_batch(WAIT).await.unwrap();
+        assert_eq!(report.count("transient"), 1, "{report:?}");
+    }
+    env.start_database().await;
+
+    // The third (last allowed) delivery is taken by a process that dies before settling it.
+    let held = intake.fetch(WAIT).await.unwrap();
+    assert_eq!(held[0].info().unwrap().delivered, 3);
+    drop(held);
+
+    let report = intake.process_batch(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(report.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}'"
+        ))
+        .await,
+        1
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}

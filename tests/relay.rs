@@ -362,3 +362,56 @@ async fn an_idle_executor_and_relay_wake_on_a_nudge_long_before_their_poll_inter
         role.await.unwrap().unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events_behind_it() {
+    let mut h = Harness::with(Default::default(), |s| s.relay.batch_size = 1).await;
+    h.seed_expired(3).await;
+    // The oldest event goes to a subject no stream stores: JetStream refuses it every time.
+    sqlx::query(
+        "UPDATE outbox SET subject = 'payments.nowhere.v1'
+         WHERE event_id = (SELECT event_id FROM outbox ORDER BY created_at, event_id LIMIT 1)",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let relay = h.relay().await;
+
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        reports.push(relay.run_once().await.unwrap());
+    }
+
+    assert_eq!(reports[0].refused, 1, "{reports:?}");
+    assert_eq!(
+        reports.iter().map(|r| r.published).sum::<usize>(),
+        2,
+        "the healthy events behind the poison one are published: {reports:?}"
+    );
+    assert_eq!(h.event_messages().await.len(), 2);
+    assert_eq!(
+        h.scalar(
+            "SELECT count(*) FROM outbox WHERE subject = 'payments.nowhere.v1' AND published_at IS NULL
+             AND publish_attempts = 1 AND next_attempt_at > now() AND last_error LIKE '%no stream%'"
+        )
+        .await,
+        1,
+        "the poison row waits for its own next try"
+    );
+
+    // When its time comes it is tried again (and refused again, waiting longer).
+    sqlx::query("UPDATE outbox SET next_attempt_at = now() - interval '1 second' WHERE published_at IS NULL")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let again = relay.run_once().await.unwrap();
+    assert_eq!((again.claimed, again.refused), (1, 1), "{again:?}");
+    assert_eq!(
+        h.scalar(
+            "SELECT count(*) FROM outbox WHERE publish_attempts = 2
+             AND next_attempt_at > now() + interval '1 second'"
+        )
+        .await,
+        1
+    );
+}

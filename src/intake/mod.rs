@@ -7,14 +7,19 @@
 //! - A permanently invalid or conflicting message is dead-lettered with a bounded reason and
 //!   is not recorded as processed; it is terminated only after the dead letter is stored.
 //! - A transient failure is Nak'd with an application-computed delay; on its last allowed
-//!   delivery it is dead-lettered as `exhausted`. Nothing is dropped.
+//!   delivery it is dead-lettered as `exhausted`. Nothing is dropped: the consumer has no
+//!   `max_deliver` of its own, and a message whose dead letter cannot be stored is Nak'd
+//!   until it is. Only an operator-set `max_deliver` can end a message unrecorded, and that
+//!   is counted (`onecharge_intake_messages_lost_total`).
 
 mod dead_letter;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use backon::BackoffBuilder as _;
 use futures::StreamExt as _;
@@ -113,12 +118,18 @@ struct Inner {
     consumer: PullConsumer,
     settings: IntakeSettings,
     nudges: Nudges,
+    /// The consumer's own `max_deliver` as the server reports it (≤ 0: unlimited). The
+    /// server stops delivering after it whatever `intake.max_deliver` says, so the last
+    /// delivery is the smaller of the two.
+    server_max_deliver: Arc<AtomicI64>,
 }
 
 impl Intake {
     /// Binds to (creating or updating) the durable consumer.
     pub async fn new(store: Store, broker: Broker, settings: &Settings) -> anyhow::Result<Self> {
         let consumer = broker.ensure_intake_consumer(settings).await?;
+        let server_max_deliver =
+            Arc::new(AtomicI64::new(consumer.cached_info().config.max_deliver));
         Ok(Self {
             inner: Arc::new(Inner {
                 store,
@@ -126,8 +137,43 @@ impl Intake {
                 consumer,
                 settings: settings.intake.clone(),
                 nudges: Nudges::default(),
+                server_max_deliver,
             }),
         })
+    }
+
+    /// Reads the consumer's real `max_deliver` from the server again (an operator may have
+    /// changed the consumer since intake bound to it).
+    pub async fn refresh_consumer_limits(&self) -> anyhow::Result<()> {
+        let info = self
+            .inner
+            .consumer
+            .get_info()
+            .await
+            .context("reading the intake consumer's info")?;
+        let previous = self
+            .inner
+            .server_max_deliver
+            .swap(info.config.max_deliver, Ordering::Relaxed);
+        if previous != info.config.max_deliver {
+            tracing::warn!(
+                max_deliver = info.config.max_deliver,
+                "the intake consumer's max_deliver changed on the server"
+            );
+        }
+        Ok(())
+    }
+
+    /// The server's `max_deliver` when it has one.
+    fn server_limit(&self) -> Option<i64> {
+        Some(self.inner.server_max_deliver.load(Ordering::Relaxed)).filter(|&limit| limit > 0)
+    }
+
+    /// The delivery on which a message that still fails transiently is dead-lettered.
+    fn last_delivery(&self) -> i64 {
+        let configured = self.inner.settings.max_deliver;
+        self.server_limit()
+            .map_or(configured, |server| server.min(configured))
     }
 
     /// The same intake, waking the executors of this process when it records new attempts
@@ -149,6 +195,9 @@ impl Intake {
         let mut in_hand = JoinSet::new();
         tracing::info!(consumer = %settings.consumer, batch_size = settings.batch_size, "intake started");
         'reconnect: while !shutdown.is_cancelled() {
+            if let Err(err) = self.refresh_consumer_limits().await {
+                tracing::warn!(error = %format!("{err:#}"), "cannot read the consumer's limits; keeping the last known");
+            }
             let messages = self
                 .inner
                 .consumer
@@ -331,7 +380,9 @@ impl Intake {
         let consumer = &self.inner.settings.consumer;
         match record_batch(&self.inner.store, consumer, records, now).await {
             Ok(recorded) => recorded.into_iter().map(DeliveryOutcome::from).collect(),
-            Err(err) if store::is_transient(&err) || records.len() == 1 => {
+            // Only a refusal of the data can be one message's fault; anything else (an
+            // outage, a missing grant or table) fails the whole batch alike.
+            Err(err) if !store::blames_the_data(&err) || records.len() == 1 => {
                 vec![classify_db_error(&err); records.len()]
             }
             Err(err) => {
@@ -435,7 +486,7 @@ impl Intake {
                 }
                 DeliveryOutcome::Permanent(reason) => self.dead_letter(message, DlqClass::Invalid, reason, delivered).await,
                 DeliveryOutcome::Conflict(reason) => self.dead_letter(message, DlqClass::Conflict, reason, delivered).await,
-                DeliveryOutcome::Transient(reason) if delivered >= self.inner.settings.max_deliver => {
+                DeliveryOutcome::Transient(reason) if delivered >= self.last_delivery() => {
                     let reason = format!("still failing after {delivered} deliveries: {reason}");
                     self.dead_letter(message, DlqClass::Exhausted, &reason, delivered).await
                 }
@@ -470,10 +521,20 @@ impl Intake {
                 }
                 Some(class)
             }
+            Err(err) if self.server_limit().is_some_and(|limit| delivered >= limit) => {
+                // The server will not deliver it again: nothing onecharge can do keeps it.
+                let sequence = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+                metrics::message_lost(consumer, "dead_letter_failed_on_last_delivery");
+                tracing::error!(error = %format!("{err:#}"), stream_sequence = sequence, class = class.as_str(), reason, "LOST: the dead-letter publish failed on the consumer's last delivery (its max_deliver on the server); the command stays in the command stream at this sequence — republish it by hand");
+                None
+            }
             Err(err) => {
+                // Kept, never given up: the redelivery tries the dead letter again.
                 let delay = self.retry_delay(delivered);
-                tracing::error!(error = %err, "dead-letter publish failed; nak so that it is retried");
-                let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
+                tracing::error!(error = %format!("{err:#}"), "dead-letter publish failed; nak so that it is retried");
+                if let Err(err) = message.ack_with(AckKind::Nak(Some(delay))).await {
+                    tracing::warn!(error = %err, "nak failed; the message will be redelivered after ack_wait");
+                }
                 None
             }
         }
@@ -494,12 +555,23 @@ impl Intake {
     }
 }
 
+/// Reads a database error as the fate of the messages it failed. Only SQLSTATE classes 22
+/// and 23 blame a message; every other error is retried, and one that will not go away by
+/// itself (a missing grant or table, an internal error) is counted as a deployment fault
+/// so that someone fixes the deployment (docs/operations.md).
 fn classify_db_error(err: &sqlx::Error) -> DeliveryOutcome {
     let text = crate::domain::bounded(&err.to_string(), 400);
-    if store::is_transient(err) {
+    if store::blames_the_data(err) {
+        DeliveryOutcome::Permanent(format!("rejected by the database: {text}"))
+    } else if store::is_transient(err) {
         DeliveryOutcome::Transient(format!("database unavailable: {text}"))
     } else {
-        DeliveryOutcome::Permanent(format!("rejected by the database: {text}"))
+        let class = store::sqlstate_class(err).unwrap_or_else(|| "none".into());
+        metrics::deployment_fault(class);
+        tracing::error!(error = %err, "the database refused intake's statement for a reason no message causes (a missing grant, table or migration?); retrying");
+        DeliveryOutcome::Transient(format!(
+            "database refused the statement (deployment fault): {text}"
+        ))
     }
 }
 

@@ -205,17 +205,19 @@ pub async fn replay(
     actor: &str,
 ) -> anyhow::Result<Replayed> {
     let dlq = broker.names.dlq_stream();
-    let stream = broker
-        .jetstream
-        .get_stream(&dlq)
-        .await
-        .with_context(|| format!("reading stream {dlq}: is `onecharge setup` done?"))?;
+    let stream = match broker.jetstream.get_stream(&dlq).await {
+        Ok(stream) => stream,
+        Err(err) if stream_not_found(&err) => anyhow::bail!(
+            "stream {dlq} does not exist: run `onecharge setup` (or check ONECHARGE_NAMESPACE); nothing was published"
+        ),
+        Err(err) => anyhow::bail!("cannot read stream {dlq}: {err}; nothing was published"),
+    };
     let letter = match stream.get_raw_message(sequence).await {
         Ok(message) => message,
         Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => anyhow::bail!(
             "no dead letter with sequence {sequence} in {dlq} (`onecharge dlq list` shows what there is)"
         ),
-        Err(err) => return Err(err).with_context(|| format!("reading dead letter {sequence} of {dlq}")),
+        Err(err) => anyhow::bail!("cannot read dead letter {sequence} of {dlq}: {err}; nothing was published"),
     };
     let original_id = letter
         .headers
@@ -260,6 +262,13 @@ pub async fn replay(
         correlation_id: headers.get("Correlation-Id").map(|v| v.as_str().to_owned()),
         traceparent: headers.get("traceparent").map(|v| v.as_str().to_owned()),
     };
+    if holds_nul(&payload) {
+        return Err(UsageError(format!(
+            "the {} body holds a NUL character, which PostgreSQL cannot store: remove it; nothing was published",
+            if body_corrected { "corrected" } else { "dead letter's" }
+        ))
+        .into());
+    }
     if let Err(invalid) = command::validate(&command_headers, &payload) {
         return Err(UsageError(if body_corrected {
             format!("the corrected body is not a valid command: {invalid}; nothing was published")
@@ -272,13 +281,15 @@ pub async fn replay(
     }
 
     let subject = broker.names.charge_subject();
-    let ack = broker
+    let published = match broker
         .jetstream
         .publish_with_headers(subject.clone(), headers, payload.clone())
         .await
-        .with_context(|| format!("publishing to {subject}"))?
-        .await
-        .with_context(|| format!("JetStream did not store the replay on {subject}"))?;
+    {
+        Ok(ack) => ack.await,
+        Err(err) => Err(err),
+    };
+    let ack = published.map_err(|err| publish_failure(&err, &subject, &message_id))?;
     if ack.duplicate {
         let window = duplicate_window(broker).await;
         anyhow::bail!(
@@ -304,6 +315,68 @@ pub async fn replay(
         headers: shown,
         body: String::from_utf8_lossy(&payload).into_owned(),
     })
+}
+
+/// Reads a `--body-file`, refusing one larger than a command may be (contract §2.1) without
+/// reading more than that: an operator pointing at the wrong, huge file gets one line, not
+/// an exhausted memory.
+pub fn read_body_file(path: &std::path::Path) -> Result<Vec<u8>, UsageError> {
+    use std::io::Read as _;
+    let fail = |e: std::io::Error| UsageError(format!("--body-file {}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(fail)?;
+    let mut body = Vec::new();
+    file.take(command::MAX_BODY_BYTES as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(fail)?;
+    if body.len() > command::MAX_BODY_BYTES {
+        return Err(UsageError(format!(
+            "--body-file {} is larger than the {} bytes a command body may have; nothing was published",
+            path.display(),
+            command::MAX_BODY_BYTES
+        )));
+    }
+    Ok(body)
+}
+
+/// Whether a body holds a NUL, raw or as a JSON `\u0000` escape in any string: valid JSON
+/// that PostgreSQL refuses to store (it would only be dead-lettered again).
+fn holds_nul(body: &[u8]) -> bool {
+    fn any_nul(value: &serde_json::Value) -> bool {
+        match value {
+            serde_json::Value::String(s) => s.contains('\0'),
+            serde_json::Value::Array(items) => items.iter().any(any_nul),
+            serde_json::Value::Object(fields) => fields
+                .iter()
+                .any(|(name, value)| name.contains('\0') || any_nul(value)),
+            _ => false,
+        }
+    }
+    body.contains(&0)
+        || serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|value| any_nul(&value))
+}
+
+fn stream_not_found(err: &async_nats::jetstream::context::GetStreamError) -> bool {
+    use async_nats::jetstream::context::GetStreamErrorKind;
+    matches!(err.kind(), GetStreamErrorKind::JetStream(e)
+        if e.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND)
+}
+
+/// One line saying what a failed replay publish means for the operator.
+fn publish_failure(
+    err: &async_nats::jetstream::context::PublishError,
+    subject: &str,
+    message_id: &str,
+) -> anyhow::Error {
+    use async_nats::jetstream::context::PublishErrorKind;
+    match err.kind() {
+        PublishErrorKind::StreamNotFound => anyhow::anyhow!(
+            "no stream stores {subject}: run `onecharge setup` (or check ONECHARGE_NAMESPACE); nothing was published"
+        ),
+        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe => anyhow::anyhow!(
+            "JetStream did not confirm the replay on {subject} ({err}): it may or may not be stored; run the same `dlq replay` again — its Nats-Msg-Id {message_id} makes a second copy a duplicate"
+        ),
+        _ => anyhow::anyhow!("JetStream refused the replay on {subject}: {err}; nothing was published"),
+    }
 }
 
 /// The `Nats-Msg-Id` of a replay (see the module documentation).

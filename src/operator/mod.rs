@@ -245,10 +245,7 @@ pub async fn run_dlq(settings: &Settings, command: DlqCommand) -> anyhow::Result
             body_file,
         } => {
             let corrected = match &body_file {
-                Some(path) => Some(
-                    std::fs::read(path)
-                        .map_err(|e| UsageError(format!("--body-file {}: {e}", path.display())))?,
-                ),
+                Some(path) => Some(dlq::read_body_file(path)?),
                 None => None,
             };
             let replayed = dlq::replay(&broker, sequence, corrected, &operator_actor()).await?;

@@ -14,9 +14,10 @@ use std::future::IntoFuture as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::HeaderMap;
+use backon::BackoffBuilder as _;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +25,7 @@ use crate::broker::Broker;
 use crate::config::{RelaySettings, Settings};
 use crate::domain::PaymentEvent;
 use crate::nudge::Nudges;
-use crate::store::relay::{claim_unpublished, OutboxRow};
+use crate::store::relay::{claim_unpublished, FailedPublish, OutboxRow};
 use crate::store::Store;
 
 /// What one [`Relay::run_once`] did.
@@ -37,9 +38,26 @@ pub struct RelayReport {
     /// Of those, acknowledged as duplicates: JetStream already had the event id (a relay
     /// died between publishing and marking).
     pub duplicates: usize,
-    /// Not acknowledged; left unpublished for a later step.
+    /// Not acknowledged (no answer in time, connection lost); left for the next step.
     pub failed: usize,
+    /// Refused by JetStream (too large for the stream, a subject no stream stores): left
+    /// unpublished and backed off per row, so the rows behind it are still published.
+    pub refused: usize,
 }
+
+/// Why one publish was not acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PublishFailure {
+    /// JetStream (or the client, before sending) refused this message, and will again:
+    /// the row is backed off on its own instead of being retried every step.
+    pub refused: bool,
+    pub message: String,
+}
+
+/// The shortest and longest wait before a refused event is tried again; doubling between.
+const REFUSED_RETRY_MIN: Duration = Duration::from_secs(5);
+const REFUSED_RETRY_MAX: Duration = Duration::from_secs(600);
 
 /// The relay role. Any number may run against one database.
 #[derive(Clone)]
@@ -93,10 +111,24 @@ impl Relay {
                     }
                     published.push(row.event_id);
                 }
+                Err(err) if err.refused => {
+                    report.refused += 1;
+                    let delay = refused_retry_delay(row.publish_attempts);
+                    tracing::error!(event_id = %row.event_id, subject = %row.subject, publish_attempts = row.publish_attempts + 1, retry_in_s = delay.as_secs(), error = %err, "JetStream refused the event; it waits for its own next try, the others go on");
+                    failed.push(FailedPublish {
+                        event_id: row.event_id,
+                        error: err.message,
+                        retry_at: Some(OffsetDateTime::now_utc() + delay),
+                    });
+                }
                 Err(err) => {
                     report.failed += 1;
                     tracing::warn!(event_id = %row.event_id, error = %err, "event publish not acknowledged; will retry");
-                    failed.push((row.event_id, err));
+                    failed.push(FailedPublish {
+                        event_id: row.event_id,
+                        error: err.message,
+                        retry_at: None,
+                    });
                 }
             }
         }
@@ -110,6 +142,8 @@ impl Relay {
             .increment(report.duplicates as u64);
         metrics::counter!("onecharge_relay_events_total", "result" => "failed")
             .increment(report.failed as u64);
+        metrics::counter!("onecharge_relay_events_total", "result" => "refused")
+            .increment(report.refused as u64);
         metrics::histogram!("onecharge_relay_batch_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         Ok(report)
@@ -117,8 +151,12 @@ impl Relay {
 
     /// Publishes `rows` in order (sent back to back, then every ack awaited) and returns each
     /// row's ack or error. Does not mark anything: [`Relay::run_once`] does, after this.
-    pub async fn publish_rows(&self, rows: &[OutboxRow]) -> Vec<Result<PublishAck, String>> {
-        let mut pending: Vec<Result<PublishAckFuture, String>> = Vec::with_capacity(rows.len());
+    pub async fn publish_rows(
+        &self,
+        rows: &[OutboxRow],
+    ) -> Vec<Result<PublishAck, PublishFailure>> {
+        let mut pending: Vec<Result<PublishAckFuture, PublishFailure>> =
+            Vec::with_capacity(rows.len());
         for row in rows {
             let subject = self.broker.names.subject(&row.subject);
             let sent = self
@@ -126,7 +164,7 @@ impl Relay {
                 .jetstream
                 .publish_with_headers(subject, headers(row), event_body(row).into())
                 .await
-                .map_err(|e| format!("publish failed: {e}"));
+                .map_err(|e| publish_failure("publish failed", &e));
             pending.push(sent);
         }
         let timeout = self.settings.publish_timeout;
@@ -134,11 +172,14 @@ impl Relay {
             let ack = sent?;
             match tokio::time::timeout(timeout, ack.into_future()).await {
                 Ok(Ok(ack)) => Ok(ack),
-                Ok(Err(e)) => Err(format!("no publish ack: {e}")),
-                Err(_) => Err(format!(
-                    "no publish ack within {}",
-                    humantime::format_duration(timeout)
-                )),
+                Ok(Err(e)) => Err(publish_failure("no publish ack", &e)),
+                Err(_) => Err(PublishFailure {
+                    refused: false,
+                    message: format!(
+                        "no publish ack within {}",
+                        humantime::format_duration(timeout)
+                    ),
+                }),
             }
         }))
         .await
@@ -186,6 +227,35 @@ impl Relay {
         tracing::info!("relay stopped");
         Ok(())
     }
+}
+
+/// Refused (will be again) versus not answered (may succeed at the next step), by the
+/// error's kind, never its text.
+fn publish_failure(what: &str, err: &PublishError) -> PublishFailure {
+    PublishFailure {
+        refused: !matches!(
+            err.kind(),
+            PublishErrorKind::TimedOut
+                | PublishErrorKind::BrokenPipe
+                | PublishErrorKind::MaxAckPending
+        ),
+        message: match err.kind() {
+            PublishErrorKind::StreamNotFound => format!("{what}: no stream stores this subject"),
+            _ => format!("{what}: {err}"),
+        },
+    }
+}
+
+/// How long a refused event waits after its `publish_attempts`-th try.
+fn refused_retry_delay(publish_attempts: i32) -> Duration {
+    backon::ExponentialBuilder::new()
+        .with_min_delay(REFUSED_RETRY_MIN)
+        .with_max_delay(REFUSED_RETRY_MAX)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(publish_attempts.max(0) as usize)
+        .unwrap_or(REFUSED_RETRY_MAX)
 }
 
 fn backoff(base: Duration, failures: u32) -> Duration {

@@ -145,3 +145,21 @@ pub fn is_transient(error: &sqlx::Error) -> bool {
         _ => false,
     }
 }
+
+/// Whether the database refused the statement because of the data it carried: SQLSTATE class
+/// 22 (data exception: a NUL in a text, a value out of range) or 23 (integrity constraint
+/// violation: a check, a foreign key). Only these blame a message; everything else — a
+/// permission the deployment lacks (42501), a table a migration forgot (42P01), an internal
+/// error (XX000), an outage — is the deployment's fault and fails every message alike, so
+/// it must be retried, never dead-lettered as `invalid`.
+pub fn blames_the_data(error: &sqlx::Error) -> bool {
+    sqlstate_class(error).is_some_and(|class| class == "22" || class == "23")
+}
+
+/// The two-character SQLSTATE class of a database error (a bounded metric label).
+pub fn sqlstate_class(error: &sqlx::Error) -> Option<String> {
+    match error {
+        sqlx::Error::Database(db) => db.code().map(|code| code.chars().take(2).collect()),
+        _ => None,
+    }
+}

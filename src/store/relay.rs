@@ -26,6 +26,15 @@ pub struct OutboxRow {
     pub publish_attempts: i32,
 }
 
+/// A row whose publish was not acknowledged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedPublish {
+    pub event_id: Uuid,
+    pub error: String,
+    /// When it may be claimed again; `None`: at the next step.
+    pub retry_at: Option<OffsetDateTime>,
+}
+
 /// Rows claimed by one relay step. Dropping it without [`OutboxClaim::finish`] releases the
 /// rows unmarked (what a crash does).
 pub struct OutboxClaim {
@@ -33,13 +42,15 @@ pub struct OutboxClaim {
     pub rows: Vec<OutboxRow>,
 }
 
-/// Claims up to `limit` unpublished rows, oldest first, skipping rows another relay holds.
+/// Claims up to `limit` unpublished rows that are due, oldest first, skipping rows another
+/// relay holds. A row JetStream refused waits until its `next_attempt_at`, so it cannot keep
+/// the rows behind it from being claimed.
 pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClaim, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let rows = sqlx::query(
         "SELECT event_id, payment_attempt_id, subject, headers, payload, publish_attempts
          FROM outbox
-         WHERE published_at IS NULL
+         WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
          ORDER BY created_at, event_id
          LIMIT $1
          FOR UPDATE SKIP LOCKED",
@@ -64,12 +75,12 @@ pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClai
 
 impl OutboxClaim {
     /// Marks `published` rows published at `now` (after their JetStream ack), records the
-    /// error of each `failed` row (it stays unpublished for the next step), and releases
-    /// the claim.
+    /// error of each `failed` row and when it may be tried next (`None`: at the next step;
+    /// it stays unpublished either way), and releases the claim.
     pub async fn finish(
         mut self,
         published: &[Uuid],
-        failed: &[(Uuid, String)],
+        failed: &[FailedPublish],
         now: OffsetDateTime,
     ) -> Result<(), sqlx::Error> {
         if !published.is_empty() {
@@ -84,17 +95,19 @@ impl OutboxClaim {
         }
         if !failed.is_empty() {
             sqlx::query(
-                "UPDATE outbox o SET publish_attempts = o.publish_attempts + 1, last_error = f.error
-                 FROM UNNEST($1::uuid[], $2::text[]) AS f(event_id, error)
+                "UPDATE outbox o SET publish_attempts = o.publish_attempts + 1, last_error = f.error,
+                     next_attempt_at = f.next_attempt_at
+                 FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[]) AS f(event_id, error, next_attempt_at)
                  WHERE o.event_id = f.event_id",
             )
-            .bind(failed.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+            .bind(failed.iter().map(|f| f.event_id).collect::<Vec<_>>())
             .bind(
                 failed
                     .iter()
-                    .map(|(_, e)| crate::domain::bounded(e, 1000))
+                    .map(|f| crate::domain::bounded(&f.error, 1000))
                     .collect::<Vec<_>>(),
             )
+            .bind(failed.iter().map(|f| f.retry_at).collect::<Vec<_>>())
             .execute(&mut *self.tx)
             .await?;
         }
