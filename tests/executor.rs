@@ -1099,3 +1099,84 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
         "nothing of the refused write remains"
     );
 }
+
+// ---- issue 11: escalation, time and database faults ----
+
+/// The three session limits as `SHOW` prints them, on `connections` connections of
+/// `store`'s pool held at once.
+async fn session_limits(store: &onecharge::store::Store, connections: usize) -> Vec<Vec<String>> {
+    let mut held = Vec::new();
+    for _ in 0..connections {
+        held.push(store.pool().acquire().await.unwrap());
+    }
+    let mut seen = Vec::new();
+    for conn in &mut held {
+        let mut limits = Vec::new();
+        for setting in [
+            "statement_timeout",
+            "lock_timeout",
+            "idle_in_transaction_session_timeout",
+        ] {
+            limits.push(
+                sqlx::query_scalar::<_, String>(&format!("SHOW {setting}"))
+                    .fetch_one(&mut **conn)
+                    .await
+                    .unwrap(),
+            );
+        }
+        seen.push(limits);
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pooled_connection_carries_the_statement_lock_and_idle_in_transaction_timeouts() {
+    let h = Harness::new().await;
+    assert_eq!(
+        session_limits(&h.store, 3).await,
+        vec![vec!["30s", "5s", "1min"]; 3],
+        "the defaults"
+    );
+
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.database.statement_timeout = Duration::from_secs(7);
+        s.database.lock_timeout = Duration::from_millis(1500);
+        s.database.idle_in_transaction_session_timeout = Duration::from_secs(90);
+    })
+    .await;
+    assert_eq!(
+        session_limits(&h.store, 3).await,
+        vec![vec!["7s", "1500ms", "90s"]; 3],
+        "the configured values"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_behind_a_held_lock_fails_fast_as_a_transient_error_instead_of_hanging() {
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.database.lock_timeout = Duration::from_millis(500);
+    })
+    .await;
+    h.seed(pm::CARD_VISA).await;
+    // A partitioned client that took a lock and never came back.
+    let mut blocker = h.store.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE payment_attempts IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+
+    let claim = tokio::time::timeout(Duration::from_secs(30), h.executor().claim(1))
+        .await
+        .expect("the claim gives up on the lock instead of waiting for it");
+
+    let err = claim.expect_err("a claim behind a held lock fails");
+    let db = err.downcast_ref::<sqlx::Error>().expect("a database error");
+    assert!(onecharge::store::is_transient(db), "{db}");
+    assert_eq!(
+        db.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("55P03"),
+        "lock_not_available: {db}"
+    );
+    blocker.rollback().await.unwrap();
+    assert_eq!(h.executor().claim(1).await.unwrap().len(), 1);
+}

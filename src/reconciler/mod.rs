@@ -340,7 +340,7 @@ impl Reconciler {
 pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
     let gateway = GatewayClient::from_settings(&settings)?;
     let health = GatewayHealth::from_settings(&settings.executor);
-    let store = Store::connect(&settings.database_url, 8).await?;
+    let store = Store::connect_with(&settings.database_url, 8, &settings.database).await?;
     let reconciler = Reconciler::new(store, gateway, health, &settings);
     if !once {
         let shutdown = CancellationToken::new();

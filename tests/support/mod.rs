@@ -81,7 +81,7 @@ impl Harness {
                 .await
                 .expect("test database"),
         );
-        let store = Store::connect(&settings.database_url, 16)
+        let store = Store::connect_with(&settings.database_url, 16, &settings.database)
             .await
             .expect("test database pool");
         Self {
