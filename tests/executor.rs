@@ -1180,3 +1180,82 @@ async fn a_claim_behind_a_held_lock_fails_fast_as_a_transient_error_instead_of_h
     blocker.rollback().await.unwrap();
     assert_eq!(h.executor().claim(1).await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_older_than_the_maximum_age_when_it_would_first_be_sent_is_expired_not_charged() {
+    let h = Harness::new().await; // intake.max_command_age: 24 h
+    let ids: Vec<_> = h
+        .seed_many(&[pm::CARD_VISA; 3])
+        .await
+        .into_iter()
+        .map(|c| c.payment_attempt_id)
+        .collect();
+    let (stale, young, resent) = (ids[0], ids[1], ids[2]);
+    let age = |id, hours: i32, sent: bool| {
+        sqlx::query(
+            "UPDATE payment_attempts SET requested_at = now() - make_interval(hours => $2),
+                    first_dispatched_at = CASE WHEN $3 THEN now() END
+             WHERE payment_attempt_id = $1",
+        )
+        .bind(id)
+        .bind(hours)
+        .bind(sent)
+        .execute(h.store.pool())
+    };
+    age(stale, 25, false).await.unwrap();
+    age(young, 23, false).await.unwrap();
+    // already sent once: the gateway may have it, so only the key window decides
+    age(resent, 25, true).await.unwrap();
+
+    h.executor().run_once().await.unwrap();
+
+    let row = h.attempt(stale).await;
+    assert_eq!(row.status, "expired");
+    assert_eq!(row.tries, 0);
+    assert_eq!(row.first_dispatched_at, None);
+    assert!(h.gateway_calls(stale).await.is_empty());
+    assert_eq!(
+        h.transitions(stale).await,
+        vec![
+            pair(None, "pending", "command_accepted"),
+            pair(Some("pending"), "expired", "stale_at_dispatch"),
+        ]
+    );
+    let events = h.events(stale).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "expired");
+    let reason = events[0].1["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.contains("intake.max_command_age") && reason.contains("never sent"),
+        "{reason}"
+    );
+    assert_eq!(h.attempt(young).await.status, "succeeded");
+    assert_eq!(h.attempt(resent).await.status, "succeeded");
+    assert_eq!(
+        h.gateway.ledger().len(),
+        2,
+        "only the two others are charged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maximum_command_age_of_zero_lets_an_old_command_be_charged() {
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.intake.max_command_age = Duration::ZERO;
+    })
+    .await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    sqlx::query(
+        "UPDATE payment_attempts SET requested_at = now() - interval '30 days'
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+
+    h.executor().run_once().await.unwrap();
+
+    assert_eq!(h.attempt(id).await.status, "succeeded");
+    assert_eq!(h.gateway.ledger().len(), 1);
+}

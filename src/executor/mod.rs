@@ -138,6 +138,9 @@ struct Inner {
     nudges: Nudges,
     owner: String,
     clock: Arc<dyn Clock>,
+    /// `intake.max_command_age`: a command older than this when it would first be sent is
+    /// expired instead (0: never).
+    max_command_age: Duration,
 }
 
 impl Executor {
@@ -163,6 +166,7 @@ impl Executor {
                 nudges: Nudges::default(),
                 owner,
                 clock: Arc::new(SystemClock),
+                max_command_age: settings.intake.max_command_age,
             }),
         }
     }
@@ -200,8 +204,22 @@ impl Executor {
 
     /// Claims up to `limit` due attempts (see [`sql::claim_due_attempts`]). The claim is
     /// committed when this returns: each attempt is `in_flight` under this executor's lease.
+    /// First, due attempts never sent whose command has grown older than
+    /// `intake.max_command_age` are expired ([`sql::expire_stale_commands`]): they are never
+    /// charged late.
     pub async fn claim(&self, limit: usize) -> anyhow::Result<Vec<ClaimedAttempt>> {
         let inner = &self.inner;
+        let expired =
+            sql::expire_stale_commands(&inner.store, &inner.owner, inner.max_command_age, limit)
+                .await
+                .context("expiring stale commands")?;
+        if !expired.is_empty() {
+            for id in &expired {
+                metrics::settled(AttemptStatus::Expired);
+                tracing::warn!(payment_attempt_id = %id, "command too old to charge when it was due: expired, never sent");
+            }
+            inner.nudges.events_written();
+        }
         let now = inner.clock.now();
         let (key_window_cutoff, age_cutoff) = inner.policy.cutoffs(now);
         let claimed = sql::claim_due_attempts(
@@ -213,6 +231,7 @@ impl Executor {
                 lease_expires_at: now + inner.settings.lease,
                 key_window_cutoff,
                 age_cutoff,
+                max_command_age: inner.max_command_age,
             },
         )
         .await

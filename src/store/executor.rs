@@ -80,6 +80,10 @@ pub struct ClaimLimits {
     pub key_window_cutoff: OffsetDateTime,
     /// An attempt recorded at or before this gets no further retry.
     pub age_cutoff: OffsetDateTime,
+    /// `intake.max_command_age`: an attempt never sent whose command was requested longer
+    /// ago than this (by the database's clock) is not claimed; [`expire_stale_commands`]
+    /// expires it. Zero disables the check.
+    pub max_command_age: std::time::Duration,
 }
 
 /// Claims up to `limits.limit` due `pending` attempts, oldest due first, skipping rows other
@@ -100,6 +104,9 @@ pub async fn claim_due_attempts(
                      AND (first_dispatched_at <= $5 OR created_at <= $6)) AS hand_over
              FROM payment_attempts
              WHERE status = 'pending' AND next_run_at <= $1
+               AND NOT ($8::float8 > 0 AND first_dispatched_at IS NULL
+                        AND requested_at IS NOT NULL
+                        AND requested_at <= now() - make_interval(secs => $8::float8))
              ORDER BY next_run_at
              LIMIT $2
              FOR UPDATE SKIP LOCKED
@@ -142,6 +149,7 @@ pub async fn claim_due_attempts(
     .bind(limits.key_window_cutoff)
     .bind(limits.age_cutoff)
     .bind(actor(owner))
+    .bind(limits.max_command_age.as_secs_f64())
     .fetch_all(store.pool())
     .await?;
     rows.into_iter()
@@ -167,6 +175,93 @@ pub async fn claim_due_attempts(
             })
         })
         .collect()
+}
+
+/// Moves up to `limit` due `pending` attempts that were never sent, and whose command was
+/// requested more than `max_command_age` ago, to `expired` — with their transition and
+/// `payment-expired` event, in one transaction — instead of charging them late (after an
+/// outage, say). The age is measured from `requested_at`, as intake measures it, by the
+/// database's clock. An attempt sent before is left alone: the gateway may hold its charge,
+/// and only the key window decides its fate. Zero disables the check. Returns the ids.
+pub async fn expire_stale_commands(
+    store: &Store,
+    owner: &str,
+    max_command_age: std::time::Duration,
+    limit: usize,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    if max_command_age.is_zero() {
+        return Ok(Vec::new());
+    }
+    let reason = format!(
+        "never sent to the gateway: the command was older than intake.max_command_age ({}) when it was due to be sent",
+        humantime::format_duration(max_command_age)
+    );
+    let mut tx = store.pool().begin().await?;
+    let rows = sqlx::query(
+        "WITH stale AS (
+             SELECT payment_attempt_id FROM payment_attempts
+             WHERE status = 'pending' AND next_run_at <= now()
+               AND first_dispatched_at IS NULL
+               AND requested_at <= now() - make_interval(secs => $1::float8)
+             ORDER BY next_run_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         ),
+         moved AS (
+             UPDATE payment_attempts a SET
+                 status = 'expired',
+                 last_error = $3,
+                 updated_at = now()
+             FROM stale
+             WHERE a.payment_attempt_id = stale.payment_attempt_id
+             RETURNING a.payment_attempt_id, a.order_id, a.amount_minor, a.currency,
+                       a.requested_at, a.first_message_id, a.correlation_id, a.traceparent,
+                       a.updated_at
+         ),
+         transitions AS (
+             INSERT INTO attempt_transitions
+                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+             SELECT payment_attempt_id, 'pending', 'expired', 'stale_at_dispatch', $4,
+                    'requested at ' || requested_at || ': ' || $3, updated_at
+             FROM moved
+         )
+         SELECT * FROM moved ORDER BY payment_attempt_id",
+    )
+    .bind(max_command_age.as_secs_f64())
+    .bind(limit as i64)
+    .bind(&reason)
+    .bind(actor(owner))
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut expired = Vec::with_capacity(rows.len());
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let id: Uuid = row.try_get("payment_attempt_id")?;
+        expired.push(id);
+        events.push((
+            PaymentEvent {
+                event_id: Uuid::new_v4(),
+                payment_attempt_id: id,
+                order_id: row.try_get("order_id")?,
+                status: AttemptStatus::Expired,
+                amount_minor: row.try_get("amount_minor")?,
+                currency: row.try_get("currency")?,
+                gateway_charge_id: None,
+                decline_code: None,
+                reason: Some(reason.clone()),
+                occurred_at: row.try_get("updated_at")?,
+            },
+            EventProvenance {
+                correlation_id: row.try_get("correlation_id")?,
+                causation_id: row.try_get("first_message_id")?,
+                traceparent: row.try_get("traceparent")?,
+            },
+        ));
+    }
+    let events: Vec<_> = events.iter().map(|(e, p)| (e, p)).collect();
+    outbox::insert_events(&mut tx, &events).await?;
+    tx.commit().await?;
+    Ok(expired)
 }
 
 /// The actor name recorded on transitions.
