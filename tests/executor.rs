@@ -1102,6 +1102,89 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
 
 // ---- issue 11: escalation, time and database faults ----
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_id_with_a_nul_is_stored_escaped_and_the_attempt_settles_with_its_evidence() {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    let url = support::gateway_answering(serde_json::json!({
+        "id": "ch_\u{0}nul", "status": "succeeded", "decline_code": null
+    }))
+    .await;
+
+    let report = h
+        .executor_with(h.client_with_url(&url))
+        .run_once()
+        .await
+        .unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "succeeded");
+    let charge = row.gateway_charge_id.unwrap();
+    assert!(
+        !charge.contains('\0') && charge.starts_with("ch_") && charge.ends_with("nul"),
+        "the charge id is kept, its NUL escaped: {charge:?}"
+    );
+    assert_eq!(
+        h.gateway_calls(id).await,
+        vec![(
+            1,
+            Some(1),
+            Some(201),
+            "succeeded".into(),
+            Some(charge.clone())
+        )]
+    );
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].1["gateway_charge_id"], charge.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_the_database_refuses_for_good_hands_the_attempt_to_the_reconciler_with_its_evidence(
+) {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    // The database refuses every charge id: the gateway's answer can never be stored.
+    sqlx::query(
+        "ALTER TABLE payment_attempts ADD CONSTRAINT test_refuses_charge_ids
+         CHECK (gateway_charge_id IS NULL)",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+
+    let report = h.executor().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), 1);
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "unknown");
+    assert_eq!(row.lease_expires_at, None);
+    let last_error = row.last_error.unwrap();
+    assert!(
+        last_error.contains("the gateway's answer could not be stored"),
+        "{last_error}"
+    );
+    assert_eq!(
+        h.gateway_calls(id).await,
+        vec![(
+            1,
+            Some(1),
+            Some(201),
+            "succeeded".into(),
+            Some(ledger[0].id.clone())
+        )],
+        "the call's evidence is kept"
+    );
+    assert_eq!(
+        h.transitions(id).await.last().unwrap(),
+        &pair(Some("in_flight"), "unknown", "settlement_refused")
+    );
+    assert!(h.events(id).await.is_empty());
+}
+
 /// The three session limits as `SHOW` prints them, on `connections` connections of
 /// `store`'s pool held at once.
 async fn session_limits(store: &onecharge::store::Store, connections: usize) -> Vec<Vec<String>> {

@@ -341,3 +341,106 @@ async fn two_reconcilers_settle_each_attempt_once() {
 async fn command_key(h: &Harness, id: uuid::Uuid) -> String {
     h.attempt(id).await.idempotency_key
 }
+
+// ---- issue 11: the reconciler can always escalate ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_answer_with_nul_characters_is_stored_escaped_and_settles_the_attempt() {
+    let h = Harness::new().await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    let url = support::gateway_answering(serde_json::json!({
+        "id": "ch_\u{0}nul", "status": "declined", "decline_code": "do_not\u{0}honor"
+    }))
+    .await;
+
+    let report = h
+        .reconciler_with(h.client_with_url(&url))
+        .run_once()
+        .await
+        .unwrap();
+
+    assert_eq!(
+        report.resolutions,
+        vec![(id, Resolution::Moved(AttemptStatus::Declined))]
+    );
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "declined");
+    let code = row.decline_code.unwrap();
+    assert!(
+        !code.contains('\0') && code.starts_with("do_not") && code.ends_with("honor"),
+        "{code:?}"
+    );
+    let charge = row.gateway_charge_id.unwrap();
+    assert!(!charge.contains('\0'), "{charge:?}");
+    let calls = h.gateway_calls(id).await;
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].3, "found");
+    assert_eq!(calls[1].4.as_deref(), Some(charge.as_str()));
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "declined");
+    assert_eq!(events[0].1["decline_code"], code.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_answer_the_database_keeps_refusing_is_counted_and_ends_in_review_with_why() {
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
+    })
+    .await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    let charge_id = h.gateway.ledger()[0].id.clone();
+    // The database refuses every charge id: the answer found can never be stored.
+    sqlx::query(
+        "ALTER TABLE payment_attempts ADD CONSTRAINT test_refuses_charge_ids
+         CHECK (gateway_charge_id IS NULL)",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let reconciler = h.reconciler();
+
+    let first = reconciler.run_once().await.unwrap();
+    assert_eq!(first.rescheduled(), 1, "{first:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "unknown");
+    assert_eq!(row.next_run_at, h.now() + Duration::from_secs(60));
+    let last_error = row.last_error.unwrap();
+    assert!(
+        last_error.contains("the gateway's answer could not be stored"),
+        "{last_error}"
+    );
+
+    h.clock.advance(Duration::from_secs(60));
+    assert_eq!(reconciler.run_once().await.unwrap().rescheduled(), 1);
+    assert_eq!(
+        h.attempt(id).await.next_run_at,
+        h.now() + Duration::from_secs(300)
+    );
+
+    h.clock.advance(Duration::from_secs(300));
+    let last = reconciler.run_once().await.unwrap();
+
+    assert_eq!(last.count(AttemptStatus::NeedsReview), 1, "{last:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "needs_review");
+    let reason = row.review_reason.unwrap();
+    assert!(
+        reason.contains("the gateway's answer could not be stored") && reason.contains(&charge_id),
+        "{reason}"
+    );
+    let found = h
+        .gateway_calls(id)
+        .await
+        .into_iter()
+        .filter(|c| c.3 == "found")
+        .count();
+    assert_eq!(found, 3, "every lookup is evidence");
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "needs_review");
+    assert_eq!(
+        h.transitions(id).await.last().unwrap().2,
+        "reconciliation_schedule_exhausted"
+    );
+}

@@ -46,7 +46,7 @@ use crate::domain::AttemptStatus;
 use crate::gateway::{Admission, GatewayClient, GatewayHealth};
 use crate::nudge::Nudges;
 use crate::store::executor::{
-    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite,
+    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite, Settlement,
 };
 use crate::store::Store;
 
@@ -445,6 +445,7 @@ impl Executor {
                     delay *= 4;
                     write.now = inner.clock.now();
                 }
+                Err(err) if !err.transient => return self.hand_over_unstorable(write, &err).await,
                 Err(err) => {
                     metrics::unrecorded();
                     tracing::error!(
@@ -453,6 +454,51 @@ impl Executor {
                     );
                     return Disposition::Unrecorded(crate::domain::bounded(&err.message, 500));
                 }
+            }
+        }
+    }
+}
+
+impl Executor {
+    /// A result the database refused for good (it will refuse it every time): keeps the
+    /// call's evidence in a transaction of its own, then hands the attempt to the reconciler
+    /// at once (`unknown`, with why and what the gateway said), instead of leaving it
+    /// `in_flight` until its lease expires. The reconciler counts each further refusal and
+    /// ends in `needs_review`, so the attempt never cycles silently.
+    async fn hand_over_unstorable(&self, write: SettleWrite, err: &WriteError) -> Disposition {
+        let inner = &self.inner;
+        metrics::unrecorded();
+        tracing::error!(error = %err.message, cause = write.cause, "the database refused the result; keeping the call's evidence and handing the attempt to the reconciler");
+        if let Some(call) = &write.call {
+            if let Err(evidence) = sql::record_gateway_call_alone(&inner.store, call).await {
+                tracing::error!(error = %evidence, "cannot store the gateway call's evidence either");
+            }
+        }
+        let hand_over = SettleWrite {
+            settlement: Settlement::Unknown {
+                reason: format!(
+                    "the gateway's answer could not be stored: {}; the gateway answered: {}",
+                    crate::domain::bounded(&err.message, 400),
+                    write.settlement.describe()
+                ),
+            },
+            cause: "settlement_refused",
+            call: None,
+            now: inner.clock.now(),
+            fence: write.fence,
+        };
+        match sql::settle(&inner.store, &hand_over).await {
+            Ok(true) => {
+                metrics::settled(AttemptStatus::Unknown);
+                Disposition::Moved(AttemptStatus::Unknown)
+            }
+            Ok(false) => {
+                metrics::fenced();
+                Disposition::Fenced
+            }
+            Err(second) => {
+                tracing::error!(error = %second, "cannot hand the attempt over either: it stays in_flight until its lease expires and the reconciler settles it");
+                Disposition::Unrecorded(crate::domain::bounded(&err.message, 500))
             }
         }
     }

@@ -264,6 +264,37 @@ pub async fn expire_stale_commands(
     Ok(expired)
 }
 
+/// Longest charge id or decline code stored; no real gateway comes near it.
+const GATEWAY_ID_MAX_CHARS: usize = 255;
+
+/// Text a gateway sent (a charge id, a decline code, an error message, a reason quoting
+/// it), made storable: every control character — NUL above all, which PostgreSQL refuses
+/// in `text` and `jsonb` — is written as its escape (`\u{0}`), and the length is bounded
+/// (an over-long value ends with `…`). The one function every gateway-provided string goes
+/// through before it reaches the database, so that an answer can always be stored and an
+/// attempt can always settle or escalate.
+pub fn gateway_text(text: &str, max_chars: usize) -> String {
+    let mut clean = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            clean.extend(c.escape_unicode());
+        } else {
+            clean.push(c);
+        }
+    }
+    crate::domain::bounded(&clean, max_chars)
+}
+
+/// Stores one call's evidence in a transaction of its own: for a result whose settlement
+/// the database refused, so that the call is on record whatever became of the write.
+pub async fn record_gateway_call_alone(
+    store: &Store,
+    call: &GatewayCallRecord,
+) -> Result<(), sqlx::Error> {
+    let mut conn = store.pool().acquire().await?;
+    record_gateway_call(&mut conn, call).await
+}
+
 /// The actor name recorded on transitions.
 pub fn actor(owner: &str) -> String {
     format!("executor:{owner}")
@@ -284,7 +315,7 @@ pub struct GatewayCallRecord {
     /// The classified outcome's label.
     pub outcome: String,
     pub gateway_charge_id: Option<String>,
-    /// Bounded to 1000 characters by the caller.
+    /// Made storable ([`gateway_text`], 1000 characters) when written.
     pub error: Option<String>,
 }
 
@@ -344,13 +375,17 @@ pub async fn record_gateway_calls(
     .bind(
         calls
             .iter()
-            .map(|c| c.gateway_charge_id.as_deref())
+            .map(|c| {
+                c.gateway_charge_id
+                    .as_deref()
+                    .map(|id| gateway_text(id, GATEWAY_ID_MAX_CHARS))
+            })
             .collect::<Vec<_>>(),
     )
     .bind(
         calls
             .iter()
-            .map(|c| c.error.as_deref().map(|e| crate::domain::bounded(e, 1000)))
+            .map(|c| c.error.as_deref().map(|e| gateway_text(e, 1000)))
             .collect::<Vec<_>>(),
     )
     .execute(conn)
@@ -382,6 +417,53 @@ pub enum Settlement {
 }
 
 impl Settlement {
+    /// What this settlement says, in a few words, for a reason an operator reads (e.g.
+    /// `succeeded, charge ch_1`).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Succeeded { charge_id } => format!("succeeded, charge {charge_id}"),
+            Self::Declined {
+                charge_id,
+                decline_code,
+            } => format!(
+                "declined, charge {charge_id}, decline code {}",
+                decline_code.as_deref().unwrap_or("none")
+            ),
+            Self::NeedsReview { reason } => format!("needs review: {reason}"),
+            Self::Retry { reason, .. } | Self::Unknown { reason } => reason.clone(),
+        }
+    }
+
+    /// The same settlement with every gateway-provided text made storable
+    /// ([`gateway_text`]), so that the row, the transition and the event agree.
+    fn storable(&self) -> Self {
+        let id = |text: &str| gateway_text(text, GATEWAY_ID_MAX_CHARS);
+        let reason = |text: &str| gateway_text(text, 1024);
+        match self {
+            Self::Succeeded { charge_id } => Self::Succeeded {
+                charge_id: id(charge_id),
+            },
+            Self::Declined {
+                charge_id,
+                decline_code,
+            } => Self::Declined {
+                charge_id: id(charge_id),
+                decline_code: decline_code.as_deref().map(id),
+            },
+            Self::NeedsReview { reason: r } => Self::NeedsReview { reason: reason(r) },
+            Self::Retry {
+                next_run_at,
+                reason: r,
+                refund_try,
+            } => Self::Retry {
+                next_run_at: *next_run_at,
+                reason: reason(r),
+                refund_try: *refund_try,
+            },
+            Self::Unknown { reason: r } => Self::Unknown { reason: reason(r) },
+        }
+    }
+
     /// The state the attempt moves to.
     pub fn status(&self) -> AttemptStatus {
         match self {
@@ -440,6 +522,14 @@ impl SettleWrite {
             cause,
             call,
             now,
+        }
+    }
+
+    /// This write with every gateway-provided text made storable.
+    fn storable(&self) -> Self {
+        Self {
+            settlement: self.settlement.storable(),
+            ..self.clone()
         }
     }
 
@@ -550,6 +640,7 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     if writes.is_empty() {
         return Ok(Vec::new());
     }
+    let writes: Vec<SettleWrite> = writes.iter().map(SettleWrite::storable).collect();
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
     let mut tx = store.pool().begin().await?;
     let rows = sqlx::query(
@@ -651,7 +742,7 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     .bind(
         columns
             .iter()
-            .map(|c| crate::domain::bounded(&c.detail, 2048))
+            .map(|c| gateway_text(&c.detail, 2048))
             .collect::<Vec<_>>(),
     )
     .fetch_all(&mut *tx)

@@ -6,7 +6,7 @@ use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::executor::{record_gateway_call, GatewayCallRecord};
+use super::executor::{gateway_text, record_gateway_call, GatewayCallRecord};
 use super::Store;
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
@@ -123,7 +123,8 @@ pub async fn claim_unknown(
 
 /// A lookup that settled nothing: the attempt stays `unknown`, due again at `next_run_at`.
 /// `count_check` is false for a credentials fault, which is onecharge's problem, not the
-/// attempt's. The lookup's evidence is written in the same transaction. Returns false when
+/// attempt's. The lookup's evidence, when given, is written in the same transaction (a
+/// caller whose settlement was refused has stored it alone already). Returns false when
 /// the fence refused (another reconciler or an operator moved the attempt meanwhile).
 pub async fn reschedule_lookup(
     store: &Store,
@@ -131,7 +132,7 @@ pub async fn reschedule_lookup(
     next_run_at: OffsetDateTime,
     reason: &str,
     count_check: bool,
-    call: &GatewayCallRecord,
+    call: Option<&GatewayCallRecord>,
     now: OffsetDateTime,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
@@ -147,13 +148,15 @@ pub async fn reschedule_lookup(
     .bind(attempt.lease_token)
     .bind(i32::from(count_check))
     .bind(next_run_at)
-    .bind(crate::domain::bounded(reason, 1024))
+    .bind(gateway_text(reason, 1024))
     .bind(now)
     .execute(&mut *tx)
     .await?
     .rows_affected()
         == 1;
-    record_gateway_call(&mut tx, call).await?;
+    if let Some(call) = call {
+        record_gateway_call(&mut tx, call).await?;
+    }
     tx.commit().await?;
     Ok(updated)
 }

@@ -438,3 +438,26 @@ pub fn refused_url() -> String {
     drop(listener);
     format!("http://127.0.0.1:{port}")
 }
+
+/// A gateway that answers every charge with `charge` (HTTP 201) and every lookup with
+/// `{"data":[charge]}`: for the answers a real gateway may send but the mock never does
+/// (a NUL in a charge id or decline code). Returns its base URL; it runs until the test ends.
+pub async fn gateway_answering(charge: serde_json::Value) -> String {
+    use axum::routing::get;
+    let lookup = serde_json::json!({ "data": [charge.clone()] });
+    let app = axum::Router::new().route(
+        "/v1/charges",
+        get(move || {
+            let lookup = lookup.clone();
+            async move { axum::Json(lookup) }
+        })
+        .post(move || {
+            let charge = charge.clone();
+            async move { (axum::http::StatusCode::CREATED, axum::Json(charge)) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
