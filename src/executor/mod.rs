@@ -220,17 +220,14 @@ impl Executor {
             }
             inner.nudges.events_written();
         }
-        let now = inner.clock.now();
-        let (key_window_cutoff, age_cutoff) = inner.policy.cutoffs(now);
         let claimed = sql::claim_due_attempts(
             &inner.store,
             &inner.owner,
-            now,
             ClaimLimits {
                 limit,
-                lease_expires_at: now + inner.settings.lease,
-                key_window_cutoff,
-                age_cutoff,
+                lease: inner.settings.lease,
+                key_window: inner.policy.key_window,
+                max_age: inner.policy.max_age,
                 max_command_age: inner.max_command_age,
             },
         )
@@ -374,8 +371,9 @@ impl Executor {
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> AttemptReport {
         let inner = &self.inner;
+        let now = database_time(&attempt, inner.settings.lease);
         if !attempt.dispatch {
-            let now = inner.clock.now();
+            let now = now();
             let settlement = inner.policy.hand_over(&attempt, now);
             let write =
                 SettleWrite::for_claim(&attempt, settlement, "retry_window_closed", None, now);
@@ -383,11 +381,11 @@ impl Executor {
             return report(&attempt, None, disposition);
         }
         let request = attempt.charge_request();
-        let started_at = inner.clock.now();
+        let started_at = now();
         let call = inner.gateway.charge(&request).await;
         drop(slot);
-        let now = inner.clock.now();
-        inner.health.record(&call.outcome, now);
+        inner.health.record(&call.outcome, inner.clock.now());
+        let now = now();
         let (settlement, cause) = inner.policy.settle(&attempt, &call.outcome, now);
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
@@ -412,11 +410,12 @@ impl Executor {
 
     /// Writes a settlement through the settlement writer, retrying a transient database
     /// failure a few times while the lease lasts.
-    async fn write(&self, attempt: &ClaimedAttempt, mut write: SettleWrite) -> Disposition {
+    async fn write(&self, attempt: &ClaimedAttempt, write: SettleWrite) -> Disposition {
         let inner = &self.inner;
         let status = write.settlement.status();
         let cause = write.cause;
         let mut delay = Duration::from_millis(50);
+        let mut waited = Duration::ZERO;
         loop {
             match inner.writer.write(write.clone()).await {
                 Ok(true) => {
@@ -437,13 +436,13 @@ impl Executor {
                 }
                 Err(err)
                     if err.transient
-                        && inner.clock.now() + delay < attempt.lease_expires_at
+                        && write.now + waited + delay < attempt.lease_expires_at
                         && delay < Duration::from_secs(2) =>
                 {
                     tracing::warn!(error = %err.message, retry_in_ms = delay.as_millis() as u64, "writing the result failed; retrying");
                     tokio::time::sleep(delay).await;
+                    waited += delay;
                     delay *= 4;
-                    write.now = inner.clock.now();
                 }
                 Err(err) if !err.transient => return self.hand_over_unstorable(write, &err).await,
                 Err(err) => {
@@ -484,7 +483,7 @@ impl Executor {
             },
             cause: "settlement_refused",
             call: None,
-            now: inner.clock.now(),
+            now: write.now,
             fence: write.fence,
         };
         match sql::settle(&inner.store, &hand_over).await {
@@ -502,6 +501,15 @@ impl Executor {
             }
         }
     }
+}
+
+/// The database's time while `attempt` is in hand: its claim's `now()` (the lease's end
+/// minus the lease) plus the time elapsed here since. Retry decisions, the key window and
+/// the stamps of a result are measured on it, never on the host's clock, which may be off.
+fn database_time(attempt: &ClaimedAttempt, lease: Duration) -> impl Fn() -> time::OffsetDateTime {
+    let claimed_at = attempt.lease_expires_at - lease;
+    let since = std::time::Instant::now();
+    move || claimed_at + since.elapsed()
 }
 
 fn report(

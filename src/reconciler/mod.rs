@@ -132,18 +132,19 @@ impl Reconciler {
     /// One pass: expire leases, then look up every due `unknown` attempt (up to the batch size).
     pub async fn run_once(&self) -> anyhow::Result<ReconcileReport> {
         let inner = &self.inner;
-        let now = inner.clock.now();
-        let leases_expired =
-            expire_leases(&inner.store, &inner.actor, now, inner.settings.batch_size)
-                .await
-                .context("expiring leases")?;
+        let leases_expired = expire_leases(&inner.store, &inner.actor, inner.settings.batch_size)
+            .await
+            .context("expiring leases")?;
         for id in &leases_expired {
             tracing::warn!(payment_attempt_id = %id, "lease expired while in flight; looking the charge up");
         }
-        let hold_until = now + inner.settings.claim_hold;
-        let claimed = claim_unknown(&inner.store, now, hold_until, inner.settings.batch_size)
-            .await
-            .context("claiming unknown attempts")?;
+        let claimed = claim_unknown(
+            &inner.store,
+            inner.settings.claim_hold,
+            inner.settings.batch_size,
+        )
+        .await
+        .context("claiming unknown attempts")?;
         let resolutions = futures::future::join_all(claimed.into_iter().map(|attempt| async move {
             let id = attempt.payment_attempt_id;
             match self.reconcile(attempt).await {
@@ -188,10 +189,13 @@ impl Reconciler {
     #[tracing::instrument(skip_all, fields(payment_attempt_id = %attempt.payment_attempt_id))]
     async fn reconcile(&self, attempt: UnknownAttempt) -> anyhow::Result<Resolution> {
         let inner = &self.inner;
-        let started_at = inner.clock.now();
+        // The database's time (the claim's now() plus the time since), never the host's:
+        // the key window and the retry limits are measured on it.
+        let since = std::time::Instant::now();
+        let started_at = attempt.claimed_at;
         let call = inner.gateway.lookup(&attempt.idempotency_key).await;
-        let now = inner.clock.now();
-        inner.health.record_lookup(&call.outcome, now);
+        let now = attempt.claimed_at + since.elapsed();
+        inner.health.record_lookup(&call.outcome, inner.clock.now());
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
             operation: "lookup",

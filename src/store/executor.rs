@@ -74,12 +74,13 @@ impl ClaimedAttempt {
 pub struct ClaimLimits {
     /// Claim at most this many.
     pub limit: usize,
-    /// The lease ends here.
-    pub lease_expires_at: OffsetDateTime,
-    /// An attempt first sent at or before this is not re-sent: the gateway may forget its key.
-    pub key_window_cutoff: OffsetDateTime,
-    /// An attempt recorded at or before this gets no further retry.
-    pub age_cutoff: OffsetDateTime,
+    /// How long the lease lasts, from the database's `now()`.
+    pub lease: std::time::Duration,
+    /// An attempt first sent this long ago or more (by the database's clock) is not
+    /// re-sent: the gateway may forget its key.
+    pub key_window: std::time::Duration,
+    /// An attempt recorded this long ago or more gets no further retry.
+    pub max_age: std::time::Duration,
     /// `intake.max_command_age`: an attempt never sent whose command was requested longer
     /// ago than this (by the database's clock) is not claimed; [`expire_stale_commands`]
     /// expires it. Zero disables the check.
@@ -91,36 +92,40 @@ pub struct ClaimLimits {
 /// under a lease owned by `owner`, increments each fencing token, stamps `dispatched_at`
 /// (and `first_dispatched_at` when unset), counts the try, and records the transition.
 /// Attempts past their retry window are claimed as hand-overs: no stamp, no try.
+///
+/// Every time here is the database's `now()` — due times, the lease, the dispatch stamps,
+/// the key window and age cut-offs — never the host's clock, so an executor whose clock is
+/// off neither stretches the key window nor shortens a lease.
 pub async fn claim_due_attempts(
     store: &Store,
     owner: &str,
-    now: OffsetDateTime,
     limits: ClaimLimits,
 ) -> Result<Vec<ClaimedAttempt>, sqlx::Error> {
     let rows = sqlx::query(
         "WITH due AS (
              SELECT payment_attempt_id,
                     (first_dispatched_at IS NOT NULL
-                     AND (first_dispatched_at <= $5 OR created_at <= $6)) AS hand_over
+                     AND (first_dispatched_at <= now() - make_interval(secs => $4::float8)
+                          OR created_at <= now() - make_interval(secs => $5::float8))) AS hand_over
              FROM payment_attempts
-             WHERE status = 'pending' AND next_run_at <= $1
-               AND NOT ($8::float8 > 0 AND first_dispatched_at IS NULL
+             WHERE status = 'pending' AND next_run_at <= now()
+               AND NOT ($7::float8 > 0 AND first_dispatched_at IS NULL
                         AND requested_at IS NOT NULL
-                        AND requested_at <= now() - make_interval(secs => $8::float8))
+                        AND requested_at <= now() - make_interval(secs => $7::float8))
              ORDER BY next_run_at
-             LIMIT $2
+             LIMIT $1
              FOR UPDATE SKIP LOCKED
          ),
          claimed AS (
              UPDATE payment_attempts a SET
                  status = 'in_flight',
-                 lease_owner = $3,
+                 lease_owner = $2,
                  lease_token = a.lease_token + 1,
-                 lease_expires_at = $4,
+                 lease_expires_at = now() + make_interval(secs => $3::float8),
                  tries = a.tries + CASE WHEN due.hand_over THEN 0 ELSE 1 END,
-                 dispatched_at = CASE WHEN due.hand_over THEN a.dispatched_at ELSE $1 END,
-                 first_dispatched_at = COALESCE(a.first_dispatched_at, $1),
-                 updated_at = $1
+                 dispatched_at = CASE WHEN due.hand_over THEN a.dispatched_at ELSE now() END,
+                 first_dispatched_at = COALESCE(a.first_dispatched_at, now()),
+                 updated_at = now()
              FROM due
              WHERE a.payment_attempt_id = due.payment_attempt_id
              RETURNING a.payment_attempt_id, a.order_id, a.customer_id, a.amount_minor,
@@ -134,20 +139,19 @@ pub async fn claim_due_attempts(
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
              SELECT payment_attempt_id, 'pending', 'in_flight',
                     CASE WHEN hand_over THEN 'claimed_for_hand_over' ELSE 'dispatched' END,
-                    $7,
+                    $6,
                     CASE WHEN hand_over THEN 'past its retry window; lease token ' || lease_token
                          ELSE 'try ' || tries || ', lease token ' || lease_token END,
-                    $1
+                    now()
              FROM claimed
          )
          SELECT * FROM claimed ORDER BY next_run_at",
     )
-    .bind(now)
     .bind(limits.limit as i64)
     .bind(owner)
-    .bind(limits.lease_expires_at)
-    .bind(limits.key_window_cutoff)
-    .bind(limits.age_cutoff)
+    .bind(limits.lease.as_secs_f64())
+    .bind(limits.key_window.as_secs_f64())
+    .bind(limits.max_age.as_secs_f64())
     .bind(actor(owner))
     .bind(limits.max_command_age.as_secs_f64())
     .fetch_all(store.pool())
@@ -602,7 +606,7 @@ impl SettleWrite {
             gateway_charge_id: charge_id,
             decline_code,
             reason,
-            occurred_at: self.now,
+            occurred_at: row.try_get("settled_at")?,
         };
         let provenance = EventProvenance {
             correlation_id: row.try_get("correlation_id")?,
@@ -670,9 +674,9 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
                  decline_code = COALESCE(i.decline_code, a.decline_code),
                  review_reason = COALESCE(i.review_reason, a.review_reason),
                  last_error = COALESCE(i.last_error, a.last_error),
-                 next_run_at = COALESCE(i.next_run_at, a.next_run_at),
+                 next_run_at = COALESCE(now() + (i.next_run_at - i.at), a.next_run_at),
                  tries = GREATEST(a.tries - i.refund, 0),
-                 updated_at = i.at
+                 updated_at = now()
              FROM input i JOIN locked USING (payment_attempt_id)
              WHERE a.payment_attempt_id = i.payment_attempt_id
                AND a.lease_token = i.lease_token
@@ -684,11 +688,11 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
          transitions AS (
              INSERT INTO attempt_transitions
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, at
+             SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, now()
              FROM settled ORDER BY ord
          )
          SELECT ord, order_id, amount_minor, currency, first_message_id, correlation_id,
-                traceparent
+                traceparent, now() AS settled_at
          FROM settled",
     )
     .bind(
