@@ -158,7 +158,7 @@ impl Drop for Telemetry {
 
 /// `onecharge setup`: database (created if missing), migrations, streams, durable consumer.
 pub async fn setup(settings: &Settings) -> anyhow::Result<()> {
-    let store = Store::setup(&settings.database_url).await?;
+    let store = Store::setup_with(&settings.database_url, &settings.database).await?;
     let broker = Broker::connect(settings).await?;
     broker.ensure_streams().await?;
     broker.ensure_intake_consumer(settings).await?;
@@ -231,7 +231,7 @@ impl Application {
         if roles.contains(&Role::Admin) {
             settings.check_admin_exposure()?;
         }
-        let store = Store::setup(&settings.database_url).await?;
+        let store = Store::setup_with(&settings.database_url, &settings.database).await?;
         if roles.contains(&Role::Executor) {
             store.warn_without_autovacuum().await;
         }
@@ -295,9 +295,10 @@ impl Application {
         let executor = match &gateway {
             Some((client, health)) if self.roles.contains(&Role::Executor) => {
                 // Its own pool, so charges never queue behind intake.
-                let store = Store::connect(
+                let store = Store::connect_with(
                     &self.settings.database_url,
                     crate::executor::DATABASE_CONNECTIONS,
+                    &self.settings.database,
                 )
                 .await?;
                 Some(

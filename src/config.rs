@@ -99,6 +99,40 @@ pub struct Settings {
     pub purge: PurgeSettings,
     #[serde(default)]
     pub reconciler: ReconcilerSettings,
+    #[serde(default)]
+    pub database: DatabaseSettings,
+}
+
+/// PostgreSQL session limits, set on every pooled connection when it opens, so that no
+/// statement, lock wait or forgotten transaction can hold rows (and the attempts behind
+/// them) for longer than this. A statement that hits one fails as a transient error and
+/// is retried like any other database hiccup.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSettings {
+    /// Longest any one statement may run (`statement_timeout`).
+    #[serde(with = "bounded_duration")]
+    pub statement_timeout: Duration,
+    /// Longest a statement waits for a lock another session holds (`lock_timeout`): a
+    /// claim behind a stuck session gives up instead of hanging.
+    #[serde(with = "bounded_duration")]
+    pub lock_timeout: Duration,
+    /// Longest a session may sit idle inside an open transaction before PostgreSQL ends it
+    /// and releases its locks (`idle_in_transaction_session_timeout`): a client cut off
+    /// mid-transaction cannot hold row locks for hours. Must outlast the relay's wait for
+    /// publish acks, which happens inside its transaction.
+    #[serde(with = "bounded_duration")]
+    pub idle_in_transaction_session_timeout: Duration,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            statement_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(5),
+            idle_in_transaction_session_timeout: Duration::from_secs(60),
+        }
+    }
 }
 
 /// Reconciler settings: how ambiguous outcomes are looked up at the gateway.
@@ -440,6 +474,7 @@ impl Default for Settings {
             relay: RelaySettings::default(),
             purge: PurgeSettings::default(),
             reconciler: ReconcilerSettings::default(),
+            database: DatabaseSettings::default(),
         }
     }
 }
@@ -721,6 +756,30 @@ impl Settings {
                     "must be between 1 and 100000, got {}",
                     self.purge.batch_size
                 ),
+            );
+        }
+        let database = &self.database;
+        let hour = Duration::from_secs(3600);
+        if !(Duration::from_secs(1)..=hour).contains(&database.statement_timeout) {
+            return fail(
+                "database.statement_timeout",
+                "must be between 1s and 1h (every statement onecharge runs is short)".into(),
+            );
+        }
+        if database.lock_timeout < Duration::from_millis(100)
+            || database.lock_timeout > database.statement_timeout
+        {
+            return fail(
+                "database.lock_timeout",
+                "must be at least 100ms and at most database.statement_timeout".into(),
+            );
+        }
+        if database.idle_in_transaction_session_timeout <= self.relay.publish_timeout
+            || database.idle_in_transaction_session_timeout > hour
+        {
+            return fail(
+                "database.idle_in_transaction_session_timeout",
+                "must be longer than relay.publish_timeout (the relay waits for acks inside its transaction) and at most 1h".into(),
             );
         }
         Ok(())
@@ -1075,6 +1134,54 @@ mod tests {
                 .to_string();
             assert!(err.contains("gateway_api_key"), "{err}");
             assert!(!err.contains("4242"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn database_timeouts_have_defaults_and_a_bad_one_is_one_line_naming_it() {
+        figment::Jail::expect_with(|jail| {
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.database.statement_timeout, Duration::from_secs(30));
+            assert_eq!(s.database.lock_timeout, Duration::from_secs(5));
+            assert_eq!(
+                s.database.idle_in_transaction_session_timeout,
+                Duration::from_secs(60)
+            );
+            jail.set_env("ONECHARGE_DATABASE__LOCK_TIMEOUT", "2m");
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("database.lock_timeout: must be at least 100ms and at most database.statement_timeout"),
+                "{err}"
+            );
+            jail.set_env("ONECHARGE_DATABASE__LOCK_TIMEOUT", "2s");
+            jail.set_env(
+                "ONECHARGE_DATABASE__IDLE_IN_TRANSACTION_SESSION_TIMEOUT",
+                "1s",
+            );
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("database.idle_in_transaction_session_timeout: must be longer than relay.publish_timeout"),
+                "{err}"
+            );
+            jail.set_env(
+                "ONECHARGE_DATABASE__IDLE_IN_TRANSACTION_SESSION_TIMEOUT",
+                "2m",
+            );
+            jail.set_env("ONECHARGE_DATABASE__STATEMENT_TIMEOUT", "soon");
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("statement_timeout"), "{err}");
+            assert!(!err.contains('\n'));
+            jail.set_env("ONECHARGE_DATABASE__STATEMENT_TIMEOUT", "10s");
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.database.statement_timeout, Duration::from_secs(10));
+            assert_eq!(s.database.lock_timeout, Duration::from_secs(2));
             Ok(())
         });
     }

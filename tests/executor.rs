@@ -42,8 +42,8 @@ async fn a_new_charge_succeeds_with_its_transition_event_and_gateway_call_in_one
         row.gateway_charge_id.as_deref(),
         Some(ledger[0].id.as_str())
     );
-    assert_eq!(row.dispatched_at, Some(h.now()));
-    assert_eq!(row.first_dispatched_at, Some(h.now()));
+    assert!(row.dispatched_at.is_some());
+    assert_eq!(row.first_dispatched_at, row.dispatched_at);
     assert_eq!(ledger[0].idempotency_key, row.idempotency_key);
     assert_eq!(ledger[0].reference, id.to_string());
     assert_eq!(
@@ -193,15 +193,15 @@ async fn a_409_in_progress_is_retried_soon_with_the_same_key_and_charges_once() 
     let row = h.attempt(id).await;
     assert_eq!(row.status, "pending");
     assert_eq!(
-        row.next_run_at,
-        h.now() + h.settings.executor.in_progress_delay
+        row.next_run_at - row.updated_at,
+        h.settings.executor.in_progress_delay
     );
     assert!(row.last_error.unwrap().contains("idempotency_in_progress"));
     assert_eq!(earlier.await.unwrap().http_status, Some(201));
 
     // not due yet
     assert_eq!(executor.run_once().await.unwrap().claimed(), 0);
-    h.clock.advance(h.settings.executor.in_progress_delay);
+    h.advance(h.settings.executor.in_progress_delay).await;
     let report = executor.run_once().await.unwrap();
     assert_eq!(report.count(AttemptStatus::Succeeded), 1);
 
@@ -283,8 +283,8 @@ async fn a_429_is_retried_after_retry_after_and_then_charged_once() {
     let row = h.attempt(id).await;
     assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
     assert_eq!(
-        row.next_run_at,
-        h.now() + Duration::from_secs(1),
+        row.next_run_at - row.updated_at,
+        Duration::from_secs(1),
         "Retry-After: 1 honoured"
     );
     assert!(h.gateway.ledger().is_empty());
@@ -294,7 +294,7 @@ async fn a_429_is_retried_after_retry_after_and_then_charged_once() {
         "not due before Retry-After"
     );
 
-    h.clock.advance(Duration::from_secs(1));
+    h.advance(Duration::from_secs(1)).await;
     assert_eq!(
         executor
             .run_once()
@@ -346,7 +346,7 @@ async fn a_5xx_is_ambiguous_and_hands_the_attempt_to_the_reconciler_without_a_re
     }
     // error_after charged, error_before did not; neither is sent again by the executor
     assert_eq!(h.gateway.ledger().len(), 1);
-    h.clock.advance(Duration::from_secs(3600));
+    h.advance(Duration::from_secs(3600)).await;
     assert_eq!(executor.run_once().await.unwrap().claimed(), 0);
     assert_eq!(h.gateway.requests().len(), 2);
 
@@ -424,7 +424,7 @@ async fn a_request_never_sent_is_retried_with_backoff_by_any_executor() {
     );
     let row = h.attempt(id).await;
     assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
-    let delay = row.next_run_at - h.now();
+    let delay = row.next_run_at - row.updated_at;
     assert!(
         delay >= Duration::from_secs(1) && delay <= Duration::from_secs(2),
         "backoff {delay}"
@@ -432,7 +432,7 @@ async fn a_request_never_sent_is_retried_with_backoff_by_any_executor() {
     assert_eq!(h.gateway_calls(id).await[0].2, None);
 
     // the retry is durable: another executor, later, sends it
-    h.clock.advance(Duration::from_secs(2));
+    h.advance(Duration::from_secs(2)).await;
     assert_eq!(
         h.executor()
             .run_once()
@@ -473,7 +473,7 @@ async fn every_retry_sends_the_same_key_and_the_same_body() {
                 .count(AttemptStatus::Pending),
             1
         );
-        h.clock.advance(Duration::from_secs(1));
+        h.advance(Duration::from_secs(1)).await;
     }
     assert_eq!(
         executor
@@ -575,8 +575,8 @@ async fn a_stale_workers_late_result_is_rejected_by_the_fencing_token() {
     let held_by_stale = stale.claim(1).await.unwrap().remove(0);
     assert_eq!(held_by_stale.lease_token, 1);
     // The stale worker stalls past its lease; the attempt is taken over and claimed again.
-    h.clock
-        .advance(h.settings.executor.lease + Duration::from_secs(1));
+    h.advance(h.settings.executor.lease + Duration::from_secs(1))
+        .await;
     h.reconciler_returns_to_pending(id).await;
     let held_by_current = current.claim(1).await.unwrap().remove(0);
     assert_eq!(held_by_current.lease_token, 2);
@@ -666,16 +666,16 @@ async fn an_executor_killed_mid_call_leaves_in_flight_and_a_restarted_one_charge
     let row = h.attempt(id).await;
     assert_eq!(row.status, "in_flight");
     assert_eq!(row.lease_owner.as_deref(), Some(owner.as_str()));
-    assert_eq!(row.dispatched_at, Some(h.now()));
+    assert!(row.dispatched_at.is_some());
     assert!(
         h.gateway_calls(id).await.is_empty(),
         "the result never came back"
     );
 
-    h.clock.advance(Duration::from_secs(31));
+    h.advance(Duration::from_secs(31)).await;
     let row = h.attempt(id).await;
     assert!(
-        row.lease_expires_at.unwrap() < h.now(),
+        row.lease_expires_at.unwrap() < h.db_now().await,
         "the lease expired: the reconciler's to settle"
     );
     let restarted = h.executor();
@@ -721,7 +721,7 @@ async fn a_401_pauses_every_gateway_call_keeps_attempts_pending_and_consumes_no_
             ("pending", 0),
             "no try consumed"
         );
-        assert!(row.next_run_at <= h.now(), "still due");
+        assert!(row.next_run_at <= row.updated_at, "still due");
     }
 
     // readiness says why
@@ -748,8 +748,8 @@ async fn a_401_pauses_every_gateway_call_keeps_attempts_pending_and_consumes_no_
     admin.await.unwrap().unwrap();
 
     // one probe per interval
-    h.clock
-        .advance(h.settings.executor.credentials_probe_interval);
+    h.advance(h.settings.executor.credentials_probe_interval)
+        .await;
     let report = misconfigured.run_once().await.unwrap();
     assert_eq!((report.admission, report.claimed()), (Admission::Probe, 1));
     assert_eq!(h.gateway.requests().len(), 2);
@@ -804,7 +804,7 @@ async fn the_circuit_breaker_stops_calls_after_consecutive_failures_and_probes_a
     };
     assert_eq!(tries, 2, "the third attempt was never tried");
 
-    h.clock.advance(h.settings.executor.breaker_cooldown);
+    h.advance(h.settings.executor.breaker_cooldown).await;
     let probe = down.run_once().await.unwrap();
     assert_eq!((probe.admission, probe.claimed()), (Admission::Probe, 1));
     assert_eq!(
@@ -826,7 +826,7 @@ async fn no_retry_is_sent_once_the_gateway_may_have_forgotten_the_key() {
     assert_eq!(h.attempt(id).await.status, "pending");
 
     // the executor was stopped for most of a day
-    h.clock.advance(Duration::from_secs(23 * 3600));
+    h.advance(Duration::from_secs(23 * 3600)).await;
     let report = executor.run_once().await.unwrap();
     assert_eq!(report.count(AttemptStatus::Unknown), 1);
     assert!(report.attempts[0].outcome.is_none(), "no call made");
@@ -873,7 +873,7 @@ async fn the_last_allowed_try_hands_the_attempt_to_the_reconciler() {
             .count(AttemptStatus::Pending),
         1
     );
-    h.clock.advance(Duration::from_secs(1));
+    h.advance(Duration::from_secs(1)).await;
     assert_eq!(
         executor
             .run_once()
@@ -1098,4 +1098,247 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
         h.gateway_calls(poisoned).await.is_empty(),
         "nothing of the refused write remains"
     );
+}
+
+// ---- issue 11: escalation, time and database faults ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_id_with_a_nul_is_stored_escaped_and_the_attempt_settles_with_its_evidence() {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    let url = support::gateway_answering(serde_json::json!({
+        "id": "ch_\u{0}nul", "status": "succeeded", "decline_code": null
+    }))
+    .await;
+
+    let report = h
+        .executor_with(h.client_with_url(&url))
+        .run_once()
+        .await
+        .unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "succeeded");
+    let charge = row.gateway_charge_id.unwrap();
+    assert!(
+        !charge.contains('\0') && charge.starts_with("ch_") && charge.ends_with("nul"),
+        "the charge id is kept, its NUL escaped: {charge:?}"
+    );
+    assert_eq!(
+        h.gateway_calls(id).await,
+        vec![(
+            1,
+            Some(1),
+            Some(201),
+            "succeeded".into(),
+            Some(charge.clone())
+        )]
+    );
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].1["gateway_charge_id"], charge.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_the_database_refuses_for_good_hands_the_attempt_to_the_reconciler_with_its_evidence(
+) {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    // The database refuses every charge id: the gateway's answer can never be stored.
+    sqlx::query(
+        "ALTER TABLE payment_attempts ADD CONSTRAINT test_refuses_charge_ids
+         CHECK (gateway_charge_id IS NULL)",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+
+    let report = h.executor().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), 1);
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "unknown");
+    assert_eq!(row.lease_expires_at, None);
+    let last_error = row.last_error.unwrap();
+    assert!(
+        last_error.contains("the gateway's answer could not be stored"),
+        "{last_error}"
+    );
+    assert_eq!(
+        h.gateway_calls(id).await,
+        vec![(
+            1,
+            Some(1),
+            Some(201),
+            "succeeded".into(),
+            Some(ledger[0].id.clone())
+        )],
+        "the call's evidence is kept"
+    );
+    assert_eq!(
+        h.transitions(id).await.last().unwrap(),
+        &pair(Some("in_flight"), "unknown", "settlement_refused")
+    );
+    assert!(h.events(id).await.is_empty());
+}
+
+/// The three session limits as `SHOW` prints them, on `connections` connections of
+/// `store`'s pool held at once.
+async fn session_limits(store: &onecharge::store::Store, connections: usize) -> Vec<Vec<String>> {
+    let mut held = Vec::new();
+    for _ in 0..connections {
+        held.push(store.pool().acquire().await.unwrap());
+    }
+    let mut seen = Vec::new();
+    for conn in &mut held {
+        let mut limits = Vec::new();
+        for setting in [
+            "statement_timeout",
+            "lock_timeout",
+            "idle_in_transaction_session_timeout",
+        ] {
+            limits.push(
+                sqlx::query_scalar::<_, String>(&format!("SHOW {setting}"))
+                    .fetch_one(&mut **conn)
+                    .await
+                    .unwrap(),
+            );
+        }
+        seen.push(limits);
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pooled_connection_carries_the_statement_lock_and_idle_in_transaction_timeouts() {
+    let h = Harness::new().await;
+    assert_eq!(
+        session_limits(&h.store, 3).await,
+        vec![vec!["30s", "5s", "1min"]; 3],
+        "the defaults"
+    );
+
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.database.statement_timeout = Duration::from_secs(7);
+        s.database.lock_timeout = Duration::from_millis(1500);
+        s.database.idle_in_transaction_session_timeout = Duration::from_secs(90);
+    })
+    .await;
+    assert_eq!(
+        session_limits(&h.store, 3).await,
+        vec![vec!["7s", "1500ms", "90s"]; 3],
+        "the configured values"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_behind_a_held_lock_fails_fast_as_a_transient_error_instead_of_hanging() {
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.database.lock_timeout = Duration::from_millis(500);
+    })
+    .await;
+    h.seed(pm::CARD_VISA).await;
+    // A partitioned client that took a lock and never came back.
+    let mut blocker = h.store.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE payment_attempts IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+
+    let claim = tokio::time::timeout(Duration::from_secs(30), h.executor().claim(1))
+        .await
+        .expect("the claim gives up on the lock instead of waiting for it");
+
+    let err = claim.expect_err("a claim behind a held lock fails");
+    let db = err.downcast_ref::<sqlx::Error>().expect("a database error");
+    assert!(onecharge::store::is_transient(db), "{db}");
+    assert_eq!(
+        db.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("55P03"),
+        "lock_not_available: {db}"
+    );
+    blocker.rollback().await.unwrap();
+    assert_eq!(h.executor().claim(1).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_older_than_the_maximum_age_when_it_would_first_be_sent_is_expired_not_charged() {
+    let h = Harness::new().await; // intake.max_command_age: 24 h
+    let ids: Vec<_> = h
+        .seed_many(&[pm::CARD_VISA; 3])
+        .await
+        .into_iter()
+        .map(|c| c.payment_attempt_id)
+        .collect();
+    let (stale, young, resent) = (ids[0], ids[1], ids[2]);
+    let age = |id, hours: i32, sent: bool| {
+        sqlx::query(
+            "UPDATE payment_attempts SET requested_at = now() - make_interval(hours => $2),
+                    first_dispatched_at = CASE WHEN $3 THEN now() END
+             WHERE payment_attempt_id = $1",
+        )
+        .bind(id)
+        .bind(hours)
+        .bind(sent)
+        .execute(h.store.pool())
+    };
+    age(stale, 25, false).await.unwrap();
+    age(young, 23, false).await.unwrap();
+    // already sent once: the gateway may have it, so only the key window decides
+    age(resent, 25, true).await.unwrap();
+
+    h.executor().run_once().await.unwrap();
+
+    let row = h.attempt(stale).await;
+    assert_eq!(row.status, "expired");
+    assert_eq!(row.tries, 0);
+    assert_eq!(row.first_dispatched_at, None);
+    assert!(h.gateway_calls(stale).await.is_empty());
+    assert_eq!(
+        h.transitions(stale).await,
+        vec![
+            pair(None, "pending", "command_accepted"),
+            pair(Some("pending"), "expired", "stale_at_dispatch"),
+        ]
+    );
+    let events = h.events(stale).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "expired");
+    let reason = events[0].1["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.contains("intake.max_command_age") && reason.contains("never sent"),
+        "{reason}"
+    );
+    assert_eq!(h.attempt(young).await.status, "succeeded");
+    assert_eq!(h.attempt(resent).await.status, "succeeded");
+    assert_eq!(
+        h.gateway.ledger().len(),
+        2,
+        "only the two others are charged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maximum_command_age_of_zero_lets_an_old_command_be_charged() {
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.intake.max_command_age = Duration::ZERO;
+    })
+    .await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    sqlx::query(
+        "UPDATE payment_attempts SET requested_at = now() - interval '30 days'
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+
+    h.executor().run_once().await.unwrap();
+
+    assert_eq!(h.attempt(id).await.status, "succeeded");
+    assert_eq!(h.gateway.ledger().len(), 1);
 }

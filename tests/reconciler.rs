@@ -62,9 +62,8 @@ async fn a_decline_found_by_lookup_is_adopted_as_declined_with_its_code() {
         .charge(&charge_request(&command))
         .await;
     assert_eq!(earlier.http_status, Some(402));
-    sqlx::query("UPDATE payment_attempts SET status = 'unknown', tries = 1, first_dispatched_at = $2, next_run_at = $2 WHERE payment_attempt_id = $1")
+    sqlx::query("UPDATE payment_attempts SET status = 'unknown', tries = 1, first_dispatched_at = now(), next_run_at = now() WHERE payment_attempt_id = $1")
         .bind(id)
-        .bind(h.now())
         .execute(h.store.pool())
         .await
         .unwrap();
@@ -119,7 +118,7 @@ async fn nothing_found_outside_the_key_window_goes_to_review_and_is_never_resent
     let id = unknown_attempt(&h, pm::FAULT_ERROR_BEFORE).await;
     let requests_before = h.gateway.requests().len();
     // The gateway's key retention (24 h) minus the margin (1 h) has passed.
-    h.clock.advance(Duration::from_secs(23 * 3600 + 1));
+    h.advance(Duration::from_secs(23 * 3600 + 1)).await;
 
     let report = h.reconciler().run_once().await.unwrap();
     assert_eq!(report.count(AttemptStatus::NeedsReview), 1);
@@ -156,7 +155,7 @@ async fn a_failing_lookup_is_rescheduled_and_the_exhausted_schedule_goes_to_revi
     assert_eq!(first.rescheduled(), 1);
     let row = h.attempt(id).await;
     assert_eq!(row.status, "unknown");
-    assert_eq!(row.next_run_at, h.now() + Duration::from_secs(60));
+    assert_eq!(row.next_run_at - row.updated_at, Duration::from_secs(60));
     assert!(row.last_error.unwrap().contains("lookup 1 failed"));
     assert_eq!(
         unreachable.run_once().await.unwrap().resolutions.len(),
@@ -164,14 +163,12 @@ async fn a_failing_lookup_is_rescheduled_and_the_exhausted_schedule_goes_to_revi
         "not due before its time"
     );
 
-    h.clock.advance(Duration::from_secs(60));
+    h.advance(Duration::from_secs(60)).await;
     assert_eq!(unreachable.run_once().await.unwrap().rescheduled(), 1);
-    assert_eq!(
-        h.attempt(id).await.next_run_at,
-        h.now() + Duration::from_secs(300)
-    );
+    let row = h.attempt(id).await;
+    assert_eq!(row.next_run_at - row.updated_at, Duration::from_secs(300));
 
-    h.clock.advance(Duration::from_secs(300));
+    h.advance(Duration::from_secs(300)).await;
     let last = unreachable.run_once().await.unwrap();
 
     assert_eq!(last.count(AttemptStatus::NeedsReview), 1);
@@ -244,8 +241,8 @@ async fn a_killed_executors_attempt_is_found_by_its_expired_lease_and_settled_wi
         "lease still valid"
     );
 
-    h.clock
-        .advance(h.settings.executor.lease + Duration::from_secs(1));
+    h.advance(h.settings.executor.lease + Duration::from_secs(1))
+        .await;
     let report = h.reconciler().run_once().await.unwrap();
     let restarted = h.executor().run_once().await.unwrap();
 
@@ -272,8 +269,8 @@ async fn a_stale_executor_result_after_its_lease_expired_changes_nothing() {
     let id = command.payment_attempt_id;
     let slow = h.executor();
     let claimed = slow.claim(1).await.unwrap();
-    h.clock
-        .advance(h.settings.executor.lease + Duration::from_secs(1));
+    h.advance(h.settings.executor.lease + Duration::from_secs(1))
+        .await;
     // The reconciler takes over before the slow executor's call even starts.
     let report = h.reconciler().run_once().await.unwrap();
     assert_eq!(report.leases_expired, vec![id]);
@@ -340,4 +337,105 @@ async fn two_reconcilers_settle_each_attempt_once() {
 
 async fn command_key(h: &Harness, id: uuid::Uuid) -> String {
     h.attempt(id).await.idempotency_key
+}
+
+// ---- issue 11: the reconciler can always escalate ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_answer_with_nul_characters_is_stored_escaped_and_settles_the_attempt() {
+    let h = Harness::new().await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    let url = support::gateway_answering(serde_json::json!({
+        "id": "ch_\u{0}nul", "status": "declined", "decline_code": "do_not\u{0}honor"
+    }))
+    .await;
+
+    let report = h
+        .reconciler_with(h.client_with_url(&url))
+        .run_once()
+        .await
+        .unwrap();
+
+    assert_eq!(
+        report.resolutions,
+        vec![(id, Resolution::Moved(AttemptStatus::Declined))]
+    );
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "declined");
+    let code = row.decline_code.unwrap();
+    assert!(
+        !code.contains('\0') && code.starts_with("do_not") && code.ends_with("honor"),
+        "{code:?}"
+    );
+    let charge = row.gateway_charge_id.unwrap();
+    assert!(!charge.contains('\0'), "{charge:?}");
+    let calls = h.gateway_calls(id).await;
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].3, "found");
+    assert_eq!(calls[1].4.as_deref(), Some(charge.as_str()));
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "declined");
+    assert_eq!(events[0].1["decline_code"], code.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_answer_the_database_keeps_refusing_is_counted_and_ends_in_review_with_why() {
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
+    })
+    .await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    let charge_id = h.gateway.ledger()[0].id.clone();
+    // The database refuses every charge id: the answer found can never be stored.
+    sqlx::query(
+        "ALTER TABLE payment_attempts ADD CONSTRAINT test_refuses_charge_ids
+         CHECK (gateway_charge_id IS NULL)",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let reconciler = h.reconciler();
+
+    let first = reconciler.run_once().await.unwrap();
+    assert_eq!(first.rescheduled(), 1, "{first:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "unknown");
+    assert_eq!(row.next_run_at - row.updated_at, Duration::from_secs(60));
+    let last_error = row.last_error.unwrap();
+    assert!(
+        last_error.contains("the gateway's answer could not be stored"),
+        "{last_error}"
+    );
+
+    h.advance(Duration::from_secs(60)).await;
+    assert_eq!(reconciler.run_once().await.unwrap().rescheduled(), 1);
+    let row = h.attempt(id).await;
+    assert_eq!(row.next_run_at - row.updated_at, Duration::from_secs(300));
+
+    h.advance(Duration::from_secs(300)).await;
+    let last = reconciler.run_once().await.unwrap();
+
+    assert_eq!(last.count(AttemptStatus::NeedsReview), 1, "{last:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "needs_review");
+    let reason = row.review_reason.unwrap();
+    assert!(
+        reason.contains("the gateway's answer could not be stored") && reason.contains(&charge_id),
+        "{reason}"
+    );
+    let found = h
+        .gateway_calls(id)
+        .await
+        .into_iter()
+        .filter(|c| c.3 == "found")
+        .count();
+    assert_eq!(found, 3, "every lookup is evidence");
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "needs_review");
+    assert_eq!(
+        h.transitions(id).await.last().unwrap().2,
+        "reconciliation_schedule_exhausted"
+    );
 }

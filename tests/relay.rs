@@ -252,7 +252,7 @@ async fn end_to_end_n_commands_with_duplicates_make_exactly_n_charges_and_n_even
     let relay = h.relay().await;
     for _ in 0..10 {
         executor.run_once().await.unwrap();
-        h.clock.advance(Duration::from_secs(1));
+        h.advance(Duration::from_secs(1)).await;
     }
     while relay.run_once().await.unwrap().claimed > 0 {}
 

@@ -72,7 +72,8 @@ impl AttemptStatus {
         use AttemptStatus::*;
         match from {
             None => matches!(to, Pending | Expired),
-            Some(Pending) => matches!(to, InFlight),
+            // expired: the command grew too old before it was ever sent
+            Some(Pending) => matches!(to, InFlight | Expired),
             Some(InFlight) => matches!(to, Succeeded | Declined | Pending | Unknown | NeedsReview),
             Some(Unknown) => matches!(to, Succeeded | Declined | Pending | NeedsReview),
             Some(NeedsReview) => matches!(to, Succeeded | Declined | Pending),

@@ -1,6 +1,8 @@
-//! The executor's notion of "now". Every timestamp it writes (claims, leases, due times,
-//! transitions) and every retry-window decision comes from one [`Clock`], so tests move
-//! time forward instead of sleeping.
+//! The host's clock, for in-memory timing only: the gateway health's credentials pause and
+//! circuit breaker read it, so tests move it instead of sleeping. Nothing stored is timed
+//! by it: claims, leases, due times, dispatch stamps and transitions use the database's
+//! `now()`, and the executor's and reconciler's retry-window decisions are measured from
+//! the time of their claim as the database gave it (see docs/decisions.md, 24).
 
 use std::sync::Mutex;
 use std::time::Duration;

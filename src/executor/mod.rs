@@ -46,7 +46,7 @@ use crate::domain::AttemptStatus;
 use crate::gateway::{Admission, GatewayClient, GatewayHealth};
 use crate::nudge::Nudges;
 use crate::store::executor::{
-    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite,
+    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite, Settlement,
 };
 use crate::store::Store;
 
@@ -138,6 +138,9 @@ struct Inner {
     nudges: Nudges,
     owner: String,
     clock: Arc<dyn Clock>,
+    /// `intake.max_command_age`: a command older than this when it would first be sent is
+    /// expired instead (0: never).
+    max_command_age: Duration,
 }
 
 impl Executor {
@@ -163,6 +166,7 @@ impl Executor {
                 nudges: Nudges::default(),
                 owner,
                 clock: Arc::new(SystemClock),
+                max_command_age: settings.intake.max_command_age,
             }),
         }
     }
@@ -200,19 +204,31 @@ impl Executor {
 
     /// Claims up to `limit` due attempts (see [`sql::claim_due_attempts`]). The claim is
     /// committed when this returns: each attempt is `in_flight` under this executor's lease.
+    /// First, due attempts never sent whose command has grown older than
+    /// `intake.max_command_age` are expired ([`sql::expire_stale_commands`]): they are never
+    /// charged late.
     pub async fn claim(&self, limit: usize) -> anyhow::Result<Vec<ClaimedAttempt>> {
         let inner = &self.inner;
-        let now = inner.clock.now();
-        let (key_window_cutoff, age_cutoff) = inner.policy.cutoffs(now);
+        let expired =
+            sql::expire_stale_commands(&inner.store, &inner.owner, inner.max_command_age, limit)
+                .await
+                .context("expiring stale commands")?;
+        if !expired.is_empty() {
+            for id in &expired {
+                metrics::settled(AttemptStatus::Expired);
+                tracing::warn!(payment_attempt_id = %id, "command too old to charge when it was due: expired, never sent");
+            }
+            inner.nudges.events_written();
+        }
         let claimed = sql::claim_due_attempts(
             &inner.store,
             &inner.owner,
-            now,
             ClaimLimits {
                 limit,
-                lease_expires_at: now + inner.settings.lease,
-                key_window_cutoff,
-                age_cutoff,
+                lease: inner.settings.lease,
+                key_window: inner.policy.key_window,
+                max_age: inner.policy.max_age,
+                max_command_age: inner.max_command_age,
             },
         )
         .await
@@ -355,8 +371,9 @@ impl Executor {
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> AttemptReport {
         let inner = &self.inner;
+        let now = database_time(&attempt, inner.settings.lease);
         if !attempt.dispatch {
-            let now = inner.clock.now();
+            let now = now();
             let settlement = inner.policy.hand_over(&attempt, now);
             let write =
                 SettleWrite::for_claim(&attempt, settlement, "retry_window_closed", None, now);
@@ -364,11 +381,11 @@ impl Executor {
             return report(&attempt, None, disposition);
         }
         let request = attempt.charge_request();
-        let started_at = inner.clock.now();
+        let started_at = now();
         let call = inner.gateway.charge(&request).await;
         drop(slot);
-        let now = inner.clock.now();
-        inner.health.record(&call.outcome, now);
+        inner.health.record(&call.outcome, inner.clock.now());
+        let now = now();
         let (settlement, cause) = inner.policy.settle(&attempt, &call.outcome, now);
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
@@ -393,11 +410,12 @@ impl Executor {
 
     /// Writes a settlement through the settlement writer, retrying a transient database
     /// failure a few times while the lease lasts.
-    async fn write(&self, attempt: &ClaimedAttempt, mut write: SettleWrite) -> Disposition {
+    async fn write(&self, attempt: &ClaimedAttempt, write: SettleWrite) -> Disposition {
         let inner = &self.inner;
         let status = write.settlement.status();
         let cause = write.cause;
         let mut delay = Duration::from_millis(50);
+        let mut waited = Duration::ZERO;
         loop {
             match inner.writer.write(write.clone()).await {
                 Ok(true) => {
@@ -418,14 +436,15 @@ impl Executor {
                 }
                 Err(err)
                     if err.transient
-                        && inner.clock.now() + delay < attempt.lease_expires_at
+                        && write.now + waited + delay < attempt.lease_expires_at
                         && delay < Duration::from_secs(2) =>
                 {
                     tracing::warn!(error = %err.message, retry_in_ms = delay.as_millis() as u64, "writing the result failed; retrying");
                     tokio::time::sleep(delay).await;
+                    waited += delay;
                     delay *= 4;
-                    write.now = inner.clock.now();
                 }
+                Err(err) if !err.transient => return self.hand_over_unstorable(write, &err).await,
                 Err(err) => {
                     metrics::unrecorded();
                     tracing::error!(
@@ -437,6 +456,60 @@ impl Executor {
             }
         }
     }
+}
+
+impl Executor {
+    /// A result the database refused for good (it will refuse it every time): keeps the
+    /// call's evidence in a transaction of its own, then hands the attempt to the reconciler
+    /// at once (`unknown`, with why and what the gateway said), instead of leaving it
+    /// `in_flight` until its lease expires. The reconciler counts each further refusal and
+    /// ends in `needs_review`, so the attempt never cycles silently.
+    async fn hand_over_unstorable(&self, write: SettleWrite, err: &WriteError) -> Disposition {
+        let inner = &self.inner;
+        metrics::unrecorded();
+        tracing::error!(error = %err.message, cause = write.cause, "the database refused the result; keeping the call's evidence and handing the attempt to the reconciler");
+        if let Some(call) = &write.call {
+            if let Err(evidence) = sql::record_gateway_call_alone(&inner.store, call).await {
+                tracing::error!(error = %evidence, "cannot store the gateway call's evidence either");
+            }
+        }
+        let hand_over = SettleWrite {
+            settlement: Settlement::Unknown {
+                reason: format!(
+                    "the gateway's answer could not be stored: {}; the gateway answered: {}",
+                    crate::domain::bounded(&err.message, 400),
+                    write.settlement.describe()
+                ),
+            },
+            cause: "settlement_refused",
+            call: None,
+            now: write.now,
+            fence: write.fence,
+        };
+        match sql::settle(&inner.store, &hand_over).await {
+            Ok(true) => {
+                metrics::settled(AttemptStatus::Unknown);
+                Disposition::Moved(AttemptStatus::Unknown)
+            }
+            Ok(false) => {
+                metrics::fenced();
+                Disposition::Fenced
+            }
+            Err(second) => {
+                tracing::error!(error = %second, "cannot hand the attempt over either: it stays in_flight until its lease expires and the reconciler settles it");
+                Disposition::Unrecorded(crate::domain::bounded(&err.message, 500))
+            }
+        }
+    }
+}
+
+/// The database's time while `attempt` is in hand: its claim's `now()` (the lease's end
+/// minus the lease) plus the time elapsed here since. Retry decisions, the key window and
+/// the stamps of a result are measured on it, never on the host's clock, which may be off.
+fn database_time(attempt: &ClaimedAttempt, lease: Duration) -> impl Fn() -> time::OffsetDateTime {
+    let claimed_at = attempt.lease_expires_at - lease;
+    let since = std::time::Instant::now();
+    move || claimed_at + since.elapsed()
 }
 
 fn report(

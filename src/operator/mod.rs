@@ -165,7 +165,7 @@ pub fn operator_actor() -> String {
 
 /// `onecharge attempts …`: runs one subcommand and prints its result.
 pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyhow::Result<()> {
-    let store = Store::connect(&settings.database_url, 2).await?;
+    let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
     let window = RetryWindow::from_settings(settings);
     let now = OffsetDateTime::now_utc();
     match command {

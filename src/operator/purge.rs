@@ -176,7 +176,7 @@ impl PurgeReport {
 
 /// `onecharge purge [--dry-run]`.
 pub async fn run_purge(settings: &Settings, args: PurgeArgs) -> anyhow::Result<()> {
-    let store = Store::connect(&settings.database_url, 2).await?;
+    let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
     let broker = Broker::connect(settings).await?;
     let report = purge_once(
         &store,

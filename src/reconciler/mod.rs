@@ -32,7 +32,9 @@ use crate::domain::outcome::{GatewayCharge, LookupOutcome};
 use crate::domain::AttemptStatus;
 use crate::executor::{Clock, SystemClock};
 use crate::gateway::{GatewayClient, GatewayHealth};
-use crate::store::executor::{settle, Fence, GatewayCallRecord, SettleWrite, Settlement};
+use crate::store::executor::{
+    record_gateway_call_alone, settle, Fence, GatewayCallRecord, SettleWrite, Settlement,
+};
 use crate::store::reconciler::{claim_unknown, expire_leases, reschedule_lookup, UnknownAttempt};
 use crate::store::Store;
 
@@ -130,18 +132,19 @@ impl Reconciler {
     /// One pass: expire leases, then look up every due `unknown` attempt (up to the batch size).
     pub async fn run_once(&self) -> anyhow::Result<ReconcileReport> {
         let inner = &self.inner;
-        let now = inner.clock.now();
-        let leases_expired =
-            expire_leases(&inner.store, &inner.actor, now, inner.settings.batch_size)
-                .await
-                .context("expiring leases")?;
+        let leases_expired = expire_leases(&inner.store, &inner.actor, inner.settings.batch_size)
+            .await
+            .context("expiring leases")?;
         for id in &leases_expired {
             tracing::warn!(payment_attempt_id = %id, "lease expired while in flight; looking the charge up");
         }
-        let hold_until = now + inner.settings.claim_hold;
-        let claimed = claim_unknown(&inner.store, now, hold_until, inner.settings.batch_size)
-            .await
-            .context("claiming unknown attempts")?;
+        let claimed = claim_unknown(
+            &inner.store,
+            inner.settings.claim_hold,
+            inner.settings.batch_size,
+        )
+        .await
+        .context("claiming unknown attempts")?;
         let resolutions = futures::future::join_all(claimed.into_iter().map(|attempt| async move {
             let id = attempt.payment_attempt_id;
             match self.reconcile(attempt).await {
@@ -186,10 +189,13 @@ impl Reconciler {
     #[tracing::instrument(skip_all, fields(payment_attempt_id = %attempt.payment_attempt_id))]
     async fn reconcile(&self, attempt: UnknownAttempt) -> anyhow::Result<Resolution> {
         let inner = &self.inner;
-        let started_at = inner.clock.now();
+        // The database's time (the claim's now() plus the time since), never the host's:
+        // the key window and the retry limits are measured on it.
+        let since = std::time::Instant::now();
+        let started_at = attempt.claimed_at;
         let call = inner.gateway.lookup(&attempt.idempotency_key).await;
-        let now = inner.clock.now();
-        inner.health.record_lookup(&call.outcome, now);
+        let now = attempt.claimed_at + since.elapsed();
+        inner.health.record_lookup(&call.outcome, inner.clock.now());
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
             operation: "lookup",
@@ -213,44 +219,57 @@ impl Reconciler {
             from: AttemptStatus::Unknown,
             actor: inner.actor.clone(),
         };
-        let resolution = match decision {
+        let answer = match &decision {
+            Decision::Settle { settlement, .. } => settlement.describe(),
+            Decision::CheckAgain { reason, .. } => reason.clone(),
+        };
+        let written = match decision {
             Decision::Settle { settlement, cause } => {
                 let status = settlement.status();
                 let write = SettleWrite {
                     fence,
                     settlement,
                     cause,
-                    call: Some(evidence),
+                    call: Some(evidence.clone()),
                     now,
                 };
-                if settle(&inner.store, &write).await? {
-                    tracing::info!(status = %status, cause, "reconciled");
-                    Resolution::Moved(status)
-                } else {
-                    Resolution::Fenced
-                }
+                settle(&inner.store, &write).await.map(|settled| {
+                    if settled {
+                        tracing::info!(status = %status, cause, "reconciled");
+                        Resolution::Moved(status)
+                    } else {
+                        Resolution::Fenced
+                    }
+                })
             }
             Decision::CheckAgain {
                 at,
                 reason,
                 count_check,
-            } => {
-                if reschedule_lookup(
-                    &inner.store,
-                    &attempt,
-                    at,
-                    &reason,
-                    count_check,
-                    &evidence,
-                    now,
-                )
-                .await?
-                {
+            } => reschedule_lookup(
+                &inner.store,
+                &attempt,
+                at,
+                &reason,
+                count_check,
+                Some(&evidence),
+                now,
+            )
+            .await
+            .map(|rescheduled| {
+                if rescheduled {
                     tracing::warn!(next_check = %at, reason, "lookup settled nothing; checking again later");
                     Resolution::Rescheduled(at)
                 } else {
                     Resolution::Fenced
                 }
+            }),
+        };
+        let resolution = match written {
+            Ok(resolution) => resolution,
+            Err(err) => {
+                self.count_unstored(&attempt, &answer, &evidence, &err, now)
+                    .await?
             }
         };
         crate::metrics::reconciliation(match &resolution {
@@ -258,6 +277,74 @@ impl Reconciler {
             Resolution::Rescheduled(_) => "rescheduled",
             Resolution::Fenced => "fenced",
         });
+        Ok(resolution)
+    }
+
+    /// A lookup whose result the database refused to store (a value it will not take, a
+    /// constraint, a fault): the call's evidence is stored alone, and the failure counts
+    /// like a failed lookup — checked again after the schedule's next delay, and once the
+    /// schedule is used up the attempt goes to `needs_review` saying why and what the
+    /// gateway answered. So no answer, however malformed, keeps an attempt cycling.
+    async fn count_unstored(
+        &self,
+        attempt: &UnknownAttempt,
+        answer: &str,
+        evidence: &GatewayCallRecord,
+        err: &sqlx::Error,
+        now: OffsetDateTime,
+    ) -> anyhow::Result<Resolution> {
+        let inner = &self.inner;
+        tracing::error!(error = %err, answer, "the database refused the reconciliation; counting it against the schedule");
+        if let Err(evidence_err) = record_gateway_call_alone(&inner.store, evidence).await {
+            tracing::error!(error = %evidence_err, "cannot store the lookup's evidence either");
+        }
+        let checks = attempt.reconcile_checks.max(0) as usize;
+        let why = crate::domain::bounded(&err.to_string(), 300);
+        let resolution = match inner.settings.schedule.get(checks) {
+            Some(delay) => {
+                let at = now + *delay;
+                let reason = format!(
+                    "the gateway's answer could not be stored (failure {}): {why}; the gateway answered: {answer}",
+                    checks + 1
+                );
+                if reschedule_lookup(&inner.store, attempt, at, &reason, true, None, now)
+                    .await
+                    .context("counting a reconciliation the database refused")?
+                {
+                    Resolution::Rescheduled(at)
+                } else {
+                    Resolution::Fenced
+                }
+            }
+            None => {
+                let write = SettleWrite {
+                    fence: Fence {
+                        payment_attempt_id: attempt.payment_attempt_id,
+                        lease_token: attempt.lease_token,
+                        from: AttemptStatus::Unknown,
+                        actor: inner.actor.clone(),
+                    },
+                    settlement: Settlement::NeedsReview {
+                        reason: format!(
+                            "cannot settle: the gateway's answer could not be stored, {} times over the whole reconciliation schedule: {why}; \
+                             the gateway answered: {answer}",
+                            checks + 1
+                        ),
+                    },
+                    cause: "reconciliation_schedule_exhausted",
+                    call: None,
+                    now,
+                };
+                if settle(&inner.store, &write)
+                    .await
+                    .context("handing an unstorable answer to review")?
+                {
+                    Resolution::Moved(AttemptStatus::NeedsReview)
+                } else {
+                    Resolution::Fenced
+                }
+            }
+        };
         Ok(resolution)
     }
 
@@ -340,7 +427,7 @@ impl Reconciler {
 pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
     let gateway = GatewayClient::from_settings(&settings)?;
     let health = GatewayHealth::from_settings(&settings.executor);
-    let store = Store::connect(&settings.database_url, 8).await?;
+    let store = Store::connect_with(&settings.database_url, 8, &settings.database).await?;
     let reconciler = Reconciler::new(store, gateway, health, &settings);
     if !once {
         let shutdown = CancellationToken::new();

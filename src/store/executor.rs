@@ -74,12 +74,17 @@ impl ClaimedAttempt {
 pub struct ClaimLimits {
     /// Claim at most this many.
     pub limit: usize,
-    /// The lease ends here.
-    pub lease_expires_at: OffsetDateTime,
-    /// An attempt first sent at or before this is not re-sent: the gateway may forget its key.
-    pub key_window_cutoff: OffsetDateTime,
-    /// An attempt recorded at or before this gets no further retry.
-    pub age_cutoff: OffsetDateTime,
+    /// How long the lease lasts, from the database's `now()`.
+    pub lease: std::time::Duration,
+    /// An attempt first sent this long ago or more (by the database's clock) is not
+    /// re-sent: the gateway may forget its key.
+    pub key_window: std::time::Duration,
+    /// An attempt recorded this long ago or more gets no further retry.
+    pub max_age: std::time::Duration,
+    /// `intake.max_command_age`: an attempt never sent whose command was requested longer
+    /// ago than this (by the database's clock) is not claimed; [`expire_stale_commands`]
+    /// expires it. Zero disables the check.
+    pub max_command_age: std::time::Duration,
 }
 
 /// Claims up to `limits.limit` due `pending` attempts, oldest due first, skipping rows other
@@ -87,33 +92,40 @@ pub struct ClaimLimits {
 /// under a lease owned by `owner`, increments each fencing token, stamps `dispatched_at`
 /// (and `first_dispatched_at` when unset), counts the try, and records the transition.
 /// Attempts past their retry window are claimed as hand-overs: no stamp, no try.
+///
+/// Every time here is the database's `now()` — due times, the lease, the dispatch stamps,
+/// the key window and age cut-offs — never the host's clock, so an executor whose clock is
+/// off neither stretches the key window nor shortens a lease.
 pub async fn claim_due_attempts(
     store: &Store,
     owner: &str,
-    now: OffsetDateTime,
     limits: ClaimLimits,
 ) -> Result<Vec<ClaimedAttempt>, sqlx::Error> {
     let rows = sqlx::query(
         "WITH due AS (
              SELECT payment_attempt_id,
                     (first_dispatched_at IS NOT NULL
-                     AND (first_dispatched_at <= $5 OR created_at <= $6)) AS hand_over
+                     AND (first_dispatched_at <= now() - make_interval(secs => $4::float8)
+                          OR created_at <= now() - make_interval(secs => $5::float8))) AS hand_over
              FROM payment_attempts
-             WHERE status = 'pending' AND next_run_at <= $1
+             WHERE status = 'pending' AND next_run_at <= now()
+               AND NOT ($7::float8 > 0 AND first_dispatched_at IS NULL
+                        AND requested_at IS NOT NULL
+                        AND requested_at <= now() - make_interval(secs => $7::float8))
              ORDER BY next_run_at
-             LIMIT $2
+             LIMIT $1
              FOR UPDATE SKIP LOCKED
          ),
          claimed AS (
              UPDATE payment_attempts a SET
                  status = 'in_flight',
-                 lease_owner = $3,
+                 lease_owner = $2,
                  lease_token = a.lease_token + 1,
-                 lease_expires_at = $4,
+                 lease_expires_at = now() + make_interval(secs => $3::float8),
                  tries = a.tries + CASE WHEN due.hand_over THEN 0 ELSE 1 END,
-                 dispatched_at = CASE WHEN due.hand_over THEN a.dispatched_at ELSE $1 END,
-                 first_dispatched_at = COALESCE(a.first_dispatched_at, $1),
-                 updated_at = $1
+                 dispatched_at = CASE WHEN due.hand_over THEN a.dispatched_at ELSE now() END,
+                 first_dispatched_at = COALESCE(a.first_dispatched_at, now()),
+                 updated_at = now()
              FROM due
              WHERE a.payment_attempt_id = due.payment_attempt_id
              RETURNING a.payment_attempt_id, a.order_id, a.customer_id, a.amount_minor,
@@ -127,21 +139,21 @@ pub async fn claim_due_attempts(
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
              SELECT payment_attempt_id, 'pending', 'in_flight',
                     CASE WHEN hand_over THEN 'claimed_for_hand_over' ELSE 'dispatched' END,
-                    $7,
+                    $6,
                     CASE WHEN hand_over THEN 'past its retry window; lease token ' || lease_token
                          ELSE 'try ' || tries || ', lease token ' || lease_token END,
-                    $1
+                    now()
              FROM claimed
          )
          SELECT * FROM claimed ORDER BY next_run_at",
     )
-    .bind(now)
     .bind(limits.limit as i64)
     .bind(owner)
-    .bind(limits.lease_expires_at)
-    .bind(limits.key_window_cutoff)
-    .bind(limits.age_cutoff)
+    .bind(limits.lease.as_secs_f64())
+    .bind(limits.key_window.as_secs_f64())
+    .bind(limits.max_age.as_secs_f64())
     .bind(actor(owner))
+    .bind(limits.max_command_age.as_secs_f64())
     .fetch_all(store.pool())
     .await?;
     rows.into_iter()
@@ -169,6 +181,124 @@ pub async fn claim_due_attempts(
         .collect()
 }
 
+/// Moves up to `limit` due `pending` attempts that were never sent, and whose command was
+/// requested more than `max_command_age` ago, to `expired` — with their transition and
+/// `payment-expired` event, in one transaction — instead of charging them late (after an
+/// outage, say). The age is measured from `requested_at`, as intake measures it, by the
+/// database's clock. An attempt sent before is left alone: the gateway may hold its charge,
+/// and only the key window decides its fate. Zero disables the check. Returns the ids.
+pub async fn expire_stale_commands(
+    store: &Store,
+    owner: &str,
+    max_command_age: std::time::Duration,
+    limit: usize,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    if max_command_age.is_zero() {
+        return Ok(Vec::new());
+    }
+    let reason = format!(
+        "never sent to the gateway: the command was older than intake.max_command_age ({}) when it was due to be sent",
+        humantime::format_duration(max_command_age)
+    );
+    let mut tx = store.pool().begin().await?;
+    let rows = sqlx::query(
+        "WITH stale AS (
+             SELECT payment_attempt_id FROM payment_attempts
+             WHERE status = 'pending' AND next_run_at <= now()
+               AND first_dispatched_at IS NULL
+               AND requested_at <= now() - make_interval(secs => $1::float8)
+             ORDER BY next_run_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         ),
+         moved AS (
+             UPDATE payment_attempts a SET
+                 status = 'expired',
+                 last_error = $3,
+                 updated_at = now()
+             FROM stale
+             WHERE a.payment_attempt_id = stale.payment_attempt_id
+             RETURNING a.payment_attempt_id, a.order_id, a.amount_minor, a.currency,
+                       a.requested_at, a.first_message_id, a.correlation_id, a.traceparent,
+                       a.updated_at
+         ),
+         transitions AS (
+             INSERT INTO attempt_transitions
+                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+             SELECT payment_attempt_id, 'pending', 'expired', 'stale_at_dispatch', $4,
+                    'requested at ' || requested_at || ': ' || $3, updated_at
+             FROM moved
+         )
+         SELECT * FROM moved ORDER BY payment_attempt_id",
+    )
+    .bind(max_command_age.as_secs_f64())
+    .bind(limit as i64)
+    .bind(&reason)
+    .bind(actor(owner))
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut expired = Vec::with_capacity(rows.len());
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let id: Uuid = row.try_get("payment_attempt_id")?;
+        expired.push(id);
+        events.push((
+            PaymentEvent {
+                event_id: Uuid::new_v4(),
+                payment_attempt_id: id,
+                order_id: row.try_get("order_id")?,
+                status: AttemptStatus::Expired,
+                amount_minor: row.try_get("amount_minor")?,
+                currency: row.try_get("currency")?,
+                gateway_charge_id: None,
+                decline_code: None,
+                reason: Some(reason.clone()),
+                occurred_at: row.try_get("updated_at")?,
+            },
+            EventProvenance {
+                correlation_id: row.try_get("correlation_id")?,
+                causation_id: row.try_get("first_message_id")?,
+                traceparent: row.try_get("traceparent")?,
+            },
+        ));
+    }
+    let events: Vec<_> = events.iter().map(|(e, p)| (e, p)).collect();
+    outbox::insert_events(&mut tx, &events).await?;
+    tx.commit().await?;
+    Ok(expired)
+}
+
+/// Longest charge id or decline code stored; no real gateway comes near it.
+const GATEWAY_ID_MAX_CHARS: usize = 255;
+
+/// Text a gateway sent (a charge id, a decline code, an error message, a reason quoting
+/// it), made storable: every control character — NUL above all, which PostgreSQL refuses
+/// in `text` and `jsonb` — is written as its escape (`\u{0}`), and the length is bounded
+/// (an over-long value ends with `…`). The one function every gateway-provided string goes
+/// through before it reaches the database, so that an answer can always be stored and an
+/// attempt can always settle or escalate.
+pub fn gateway_text(text: &str, max_chars: usize) -> String {
+    let mut clean = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            clean.extend(c.escape_unicode());
+        } else {
+            clean.push(c);
+        }
+    }
+    crate::domain::bounded(&clean, max_chars)
+}
+
+/// Stores one call's evidence in a transaction of its own: for a result whose settlement
+/// the database refused, so that the call is on record whatever became of the write.
+pub async fn record_gateway_call_alone(
+    store: &Store,
+    call: &GatewayCallRecord,
+) -> Result<(), sqlx::Error> {
+    let mut conn = store.pool().acquire().await?;
+    record_gateway_call(&mut conn, call).await
+}
+
 /// The actor name recorded on transitions.
 pub fn actor(owner: &str) -> String {
     format!("executor:{owner}")
@@ -189,7 +319,7 @@ pub struct GatewayCallRecord {
     /// The classified outcome's label.
     pub outcome: String,
     pub gateway_charge_id: Option<String>,
-    /// Bounded to 1000 characters by the caller.
+    /// Made storable ([`gateway_text`], 1000 characters) when written.
     pub error: Option<String>,
 }
 
@@ -249,13 +379,17 @@ pub async fn record_gateway_calls(
     .bind(
         calls
             .iter()
-            .map(|c| c.gateway_charge_id.as_deref())
+            .map(|c| {
+                c.gateway_charge_id
+                    .as_deref()
+                    .map(|id| gateway_text(id, GATEWAY_ID_MAX_CHARS))
+            })
             .collect::<Vec<_>>(),
     )
     .bind(
         calls
             .iter()
-            .map(|c| c.error.as_deref().map(|e| crate::domain::bounded(e, 1000)))
+            .map(|c| c.error.as_deref().map(|e| gateway_text(e, 1000)))
             .collect::<Vec<_>>(),
     )
     .execute(conn)
@@ -287,6 +421,53 @@ pub enum Settlement {
 }
 
 impl Settlement {
+    /// What this settlement says, in a few words, for a reason an operator reads (e.g.
+    /// `succeeded, charge ch_1`).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Succeeded { charge_id } => format!("succeeded, charge {charge_id}"),
+            Self::Declined {
+                charge_id,
+                decline_code,
+            } => format!(
+                "declined, charge {charge_id}, decline code {}",
+                decline_code.as_deref().unwrap_or("none")
+            ),
+            Self::NeedsReview { reason } => format!("needs review: {reason}"),
+            Self::Retry { reason, .. } | Self::Unknown { reason } => reason.clone(),
+        }
+    }
+
+    /// The same settlement with every gateway-provided text made storable
+    /// ([`gateway_text`]), so that the row, the transition and the event agree.
+    fn storable(&self) -> Self {
+        let id = |text: &str| gateway_text(text, GATEWAY_ID_MAX_CHARS);
+        let reason = |text: &str| gateway_text(text, 1024);
+        match self {
+            Self::Succeeded { charge_id } => Self::Succeeded {
+                charge_id: id(charge_id),
+            },
+            Self::Declined {
+                charge_id,
+                decline_code,
+            } => Self::Declined {
+                charge_id: id(charge_id),
+                decline_code: decline_code.as_deref().map(id),
+            },
+            Self::NeedsReview { reason: r } => Self::NeedsReview { reason: reason(r) },
+            Self::Retry {
+                next_run_at,
+                reason: r,
+                refund_try,
+            } => Self::Retry {
+                next_run_at: *next_run_at,
+                reason: reason(r),
+                refund_try: *refund_try,
+            },
+            Self::Unknown { reason: r } => Self::Unknown { reason: reason(r) },
+        }
+    }
+
     /// The state the attempt moves to.
     pub fn status(&self) -> AttemptStatus {
         match self {
@@ -345,6 +526,14 @@ impl SettleWrite {
             cause,
             call,
             now,
+        }
+    }
+
+    /// This write with every gateway-provided text made storable.
+    fn storable(&self) -> Self {
+        Self {
+            settlement: self.settlement.storable(),
+            ..self.clone()
         }
     }
 
@@ -417,7 +606,7 @@ impl SettleWrite {
             gateway_charge_id: charge_id,
             decline_code,
             reason,
-            occurred_at: self.now,
+            occurred_at: row.try_get("settled_at")?,
         };
         let provenance = EventProvenance {
             correlation_id: row.try_get("correlation_id")?,
@@ -455,6 +644,7 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     if writes.is_empty() {
         return Ok(Vec::new());
     }
+    let writes: Vec<SettleWrite> = writes.iter().map(SettleWrite::storable).collect();
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
     let mut tx = store.pool().begin().await?;
     let rows = sqlx::query(
@@ -484,9 +674,9 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
                  decline_code = COALESCE(i.decline_code, a.decline_code),
                  review_reason = COALESCE(i.review_reason, a.review_reason),
                  last_error = COALESCE(i.last_error, a.last_error),
-                 next_run_at = COALESCE(i.next_run_at, a.next_run_at),
+                 next_run_at = COALESCE(now() + (i.next_run_at - i.at), a.next_run_at),
                  tries = GREATEST(a.tries - i.refund, 0),
-                 updated_at = i.at
+                 updated_at = now()
              FROM input i JOIN locked USING (payment_attempt_id)
              WHERE a.payment_attempt_id = i.payment_attempt_id
                AND a.lease_token = i.lease_token
@@ -498,11 +688,11 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
          transitions AS (
              INSERT INTO attempt_transitions
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, at
+             SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, now()
              FROM settled ORDER BY ord
          )
          SELECT ord, order_id, amount_minor, currency, first_message_id, correlation_id,
-                traceparent
+                traceparent, now() AS settled_at
          FROM settled",
     )
     .bind(
@@ -556,7 +746,7 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     .bind(
         columns
             .iter()
-            .map(|c| crate::domain::bounded(&c.detail, 2048))
+            .map(|c| gateway_text(&c.detail, 2048))
             .collect::<Vec<_>>(),
     )
     .fetch_all(&mut *tx)

@@ -22,6 +22,8 @@ use sqlx::migrate::MigrateDatabase as _;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 
+use crate::config::DatabaseSettings;
+
 /// The embedded migrations in `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -32,15 +34,30 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects without touching the schema. Fails fast (a few seconds) when the server is
+    /// Connects without touching the schema, with the default session limits
+    /// ([`DatabaseSettings::default`]). Fails fast (a few seconds) when the server is
     /// unreachable, so an operator sees the error instead of a hang.
     pub async fn connect(database_url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        Self::connect_with(database_url, max_connections, &DatabaseSettings::default()).await
+    }
+
+    /// [`Store::connect`] with the configured session limits: every connection the pool
+    /// opens carries `statement_timeout`, `lock_timeout` and
+    /// `idle_in_transaction_session_timeout`, so a stuck statement, a lock held by a
+    /// partitioned client or a forgotten transaction fails (as a transient error) instead
+    /// of holding rows for hours.
+    pub async fn connect_with(
+        database_url: &str,
+        max_connections: u32,
+        limits: &DatabaseSettings,
+    ) -> anyhow::Result<Self> {
         let options: PgConnectOptions = database_url.parse().with_context(|| {
             format!(
                 "database_url `{}` is not a PostgreSQL URL",
                 redact_url(database_url)
             )
         })?;
+        let options = options.options(session_limits(limits));
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
@@ -66,7 +83,13 @@ impl Store {
     }
 
     /// Creates the database when missing (if the user may), then applies pending migrations.
+    /// The pool has the default session limits; see [`Store::setup_with`].
     pub async fn setup(database_url: &str) -> anyhow::Result<Self> {
+        Self::setup_with(database_url, &DatabaseSettings::default()).await
+    }
+
+    /// [`Store::setup`], the returned pool carrying the configured session limits.
+    pub async fn setup_with(database_url: &str, limits: &DatabaseSettings) -> anyhow::Result<Self> {
         let exists = Postgres::database_exists(database_url)
             .await
             .with_context(|| format!("cannot reach PostgreSQL at {}", redact_url(database_url)))?;
@@ -81,17 +104,34 @@ impl Store {
                 })?;
             tracing::info!(database = %redact_url(database_url), "created database");
         }
-        let store = Self::connect(database_url, 4).await?;
+        let store = Self::connect_with(database_url, 4, limits).await?;
         store.migrate().await?;
         Ok(store)
     }
 
-    /// Applies pending migrations.
+    /// Applies pending migrations, on a connection of its own without the session limits:
+    /// a migration may rewrite a large table, and one instance waits on the migration lock
+    /// while another migrates. That connection is closed afterwards, never pooled.
     pub async fn migrate(&self) -> anyhow::Result<()> {
-        MIGRATOR
-            .run(&self.pool)
+        let mut conn = self
+            .pool
+            .acquire()
             .await
-            .context("running database migrations")
+            .context("connecting to run database migrations")?
+            .detach();
+        sqlx::raw_sql(
+            "SET statement_timeout = 0; SET lock_timeout = 0; \
+             SET idle_in_transaction_session_timeout = 0",
+        )
+        .execute(&mut conn)
+        .await
+        .context("lifting the session limits for migrations")?;
+        MIGRATOR
+            .run(&mut conn)
+            .await
+            .context("running database migrations")?;
+        let _ = sqlx::Connection::close(conn).await;
+        Ok(())
     }
 
     /// Warns when the server's autovacuum is off. Every claim and settlement leaves a dead
@@ -114,6 +154,19 @@ impl Store {
     pub async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
     }
+}
+
+/// The `-c name=value` startup options that set `limits` on a new session.
+fn session_limits(limits: &DatabaseSettings) -> [(&'static str, String); 3] {
+    let millis = |d: Duration| format!("{}ms", d.as_millis());
+    [
+        ("statement_timeout", millis(limits.statement_timeout)),
+        ("lock_timeout", millis(limits.lock_timeout)),
+        (
+            "idle_in_transaction_session_timeout",
+            millis(limits.idle_in_transaction_session_timeout),
+        ),
+    ]
 }
 
 /// The URL with any password replaced, for messages and logs.

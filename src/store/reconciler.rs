@@ -6,7 +6,7 @@ use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::executor::{record_gateway_call, GatewayCallRecord};
+use super::executor::{gateway_text, record_gateway_call, GatewayCallRecord};
 use super::Store;
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
@@ -22,25 +22,29 @@ pub struct UnknownAttempt {
     /// When the gateway first saw the key; `None` when it never did.
     pub first_dispatched_at: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
+    /// The database's `now()` when this claim was made: the reconciler's decisions (the key
+    /// window, the retry limits) are measured from it, never from the host's clock.
+    pub claimed_at: OffsetDateTime,
 }
 
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
 /// `lease_expired`), due for a lookup now. Their executor may have died mid-call: only the
 /// gateway can say whether it charged, so they are never re-sent blindly. The fencing token
 /// is incremented, so the old executor's late result is refused. Returns the attempt ids.
+/// A lease has expired by the database's clock (`now()`), the one that set it, so a
+/// reconciler whose host clock is off expires leases neither early nor late.
 pub async fn expire_leases(
     store: &Store,
     actor: &str,
-    now: OffsetDateTime,
     limit: usize,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
     sqlx::query_scalar(
         "WITH expired AS (
              SELECT payment_attempt_id, lease_owner, lease_expires_at
              FROM payment_attempts
-             WHERE status = 'in_flight' AND lease_expires_at <= $1
+             WHERE status = 'in_flight' AND lease_expires_at <= now()
              ORDER BY lease_expires_at
-             LIMIT $2
+             LIMIT $1
              FOR UPDATE SKIP LOCKED
          ),
          moved AS (
@@ -49,10 +53,10 @@ pub async fn expire_leases(
                  lease_token = a.lease_token + 1,
                  lease_owner = NULL,
                  lease_expires_at = NULL,
-                 next_run_at = $1,
+                 next_run_at = now(),
                  last_error = 'lease of ' || COALESCE(expired.lease_owner, '?')
                               || ' expired while in flight: the gateway may have charged',
-                 updated_at = $1
+                 updated_at = now()
              FROM expired
              WHERE a.payment_attempt_id = expired.payment_attempt_id
              RETURNING a.payment_attempt_id, expired.lease_owner, expired.lease_expires_at
@@ -60,14 +64,13 @@ pub async fn expire_leases(
          transitions AS (
              INSERT INTO attempt_transitions
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, 'in_flight', 'unknown', 'lease_expired', $3,
+             SELECT payment_attempt_id, 'in_flight', 'unknown', 'lease_expired', $2,
                     'lease of ' || COALESCE(lease_owner, '?') || ' expired at ' || lease_expires_at,
-                    $1
+                    now()
              FROM moved
          )
          SELECT payment_attempt_id FROM moved",
     )
-    .bind(now)
     .bind(limit as i64)
     .bind(actor)
     .fetch_all(store.pool())
@@ -76,34 +79,32 @@ pub async fn expire_leases(
 
 /// Claims up to `limit` due `unknown` attempts, oldest due first, skipping those another
 /// reconciler holds. Each claim increments the fencing token and pushes `next_run_at` to
-/// `hold_until`, so that a reconciler that dies mid-lookup leaves the attempt to be claimed
-/// again after that time, and nobody else looks it up meanwhile.
+/// `hold` past the database's `now()`, so that a reconciler that dies mid-lookup leaves the
+/// attempt to be claimed again after that time, and nobody else looks it up meanwhile.
 pub async fn claim_unknown(
     store: &Store,
-    now: OffsetDateTime,
-    hold_until: OffsetDateTime,
+    hold: std::time::Duration,
     limit: usize,
 ) -> Result<Vec<UnknownAttempt>, sqlx::Error> {
     let rows = sqlx::query(
         "WITH due AS (
              SELECT payment_attempt_id FROM payment_attempts
-             WHERE status = 'unknown' AND next_run_at <= $1
+             WHERE status = 'unknown' AND next_run_at <= now()
              ORDER BY next_run_at
-             LIMIT $2
+             LIMIT $1
              FOR UPDATE SKIP LOCKED
          )
          UPDATE payment_attempts a SET
              lease_token = a.lease_token + 1,
-             next_run_at = $3,
-             updated_at = $1
+             next_run_at = now() + make_interval(secs => $2::float8),
+             updated_at = now()
          FROM due
          WHERE a.payment_attempt_id = due.payment_attempt_id
          RETURNING a.payment_attempt_id, a.idempotency_key, a.lease_token, a.reconcile_checks,
-                   a.tries, a.first_dispatched_at, a.created_at",
+                   a.tries, a.first_dispatched_at, a.created_at, now() AS claimed_at",
     )
-    .bind(now)
     .bind(limit as i64)
-    .bind(hold_until)
+    .bind(hold.as_secs_f64())
     .fetch_all(store.pool())
     .await?;
     rows.into_iter()
@@ -116,14 +117,17 @@ pub async fn claim_unknown(
                 tries: row.try_get("tries")?,
                 first_dispatched_at: row.try_get("first_dispatched_at")?,
                 created_at: row.try_get("created_at")?,
+                claimed_at: row.try_get("claimed_at")?,
             })
         })
         .collect()
 }
 
-/// A lookup that settled nothing: the attempt stays `unknown`, due again at `next_run_at`.
+/// A lookup that settled nothing: the attempt stays `unknown`, due again `next_run_at -
+/// now` after the database's `now()` (the caller's clock only measures the delay).
 /// `count_check` is false for a credentials fault, which is onecharge's problem, not the
-/// attempt's. The lookup's evidence is written in the same transaction. Returns false when
+/// attempt's. The lookup's evidence, when given, is written in the same transaction (a
+/// caller whose settlement was refused has stored it alone already). Returns false when
 /// the fence refused (another reconciler or an operator moved the attempt meanwhile).
 pub async fn reschedule_lookup(
     store: &Store,
@@ -131,29 +135,31 @@ pub async fn reschedule_lookup(
     next_run_at: OffsetDateTime,
     reason: &str,
     count_check: bool,
-    call: &GatewayCallRecord,
+    call: Option<&GatewayCallRecord>,
     now: OffsetDateTime,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let updated = sqlx::query(
         "UPDATE payment_attempts SET
              reconcile_checks = reconcile_checks + $3,
-             next_run_at = $4,
+             next_run_at = now() + ($4::timestamptz - $6::timestamptz),
              last_error = $5,
-             updated_at = $6
+             updated_at = now()
          WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'unknown'",
     )
     .bind(attempt.payment_attempt_id)
     .bind(attempt.lease_token)
     .bind(i32::from(count_check))
     .bind(next_run_at)
-    .bind(crate::domain::bounded(reason, 1024))
+    .bind(gateway_text(reason, 1024))
     .bind(now)
     .execute(&mut *tx)
     .await?
     .rows_affected()
         == 1;
-    record_gateway_call(&mut tx, call).await?;
+    if let Some(call) = call {
+        record_gateway_call(&mut tx, call).await?;
+    }
     tx.commit().await?;
     Ok(updated)
 }

@@ -83,7 +83,7 @@ impl Harness {
                 .await
                 .expect("test database"),
         );
-        let store = Store::connect(&settings.database_url, 16)
+        let store = Store::connect_with(&settings.database_url, 16, &settings.database)
             .await
             .expect("test database pool");
         Self {
@@ -108,8 +108,39 @@ impl Harness {
         self.broker.clone().unwrap()
     }
 
+    /// The manual clock's time: what the breaker and the credentials pause read. Attempts'
+    /// times come from the database's clock; see [`Harness::db_now`] and [`Harness::advance`].
     pub fn now(&self) -> OffsetDateTime {
         onecharge::executor::Clock::now(&*self.clock)
+    }
+
+    /// The database's `now()`, the clock every lease, due time and key window is measured on.
+    pub async fn db_now(&self) -> OffsetDateTime {
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap()
+    }
+
+    /// Lets `by` pass for this test without waiting: every time stored on an attempt moves
+    /// back by `by` (as if the database's clock had moved on), and the manual clock that the
+    /// breaker and the credentials pause read moves forward.
+    pub async fn advance(&self, by: Duration) {
+        sqlx::query(
+            "UPDATE payment_attempts SET
+                 next_run_at = next_run_at - make_interval(secs => $1),
+                 lease_expires_at = lease_expires_at - make_interval(secs => $1),
+                 dispatched_at = dispatched_at - make_interval(secs => $1),
+                 first_dispatched_at = first_dispatched_at - make_interval(secs => $1),
+                 requested_at = requested_at - make_interval(secs => $1),
+                 created_at = created_at - make_interval(secs => $1),
+                 updated_at = updated_at - make_interval(secs => $1)",
+        )
+        .bind(by.as_secs_f64())
+        .execute(self.store.pool())
+        .await
+        .unwrap();
+        self.clock.advance(by);
     }
 
     /// A gateway client for this test's mock with `api_key`.
@@ -196,7 +227,7 @@ impl Harness {
         let row = sqlx::query(
             "SELECT status, tries, lease_token, lease_owner, lease_expires_at, next_run_at,
                     dispatched_at, first_dispatched_at, gateway_charge_id, decline_code,
-                    last_error, review_reason, idempotency_key
+                    last_error, review_reason, idempotency_key, updated_at
              FROM payment_attempts WHERE payment_attempt_id = $1",
         )
         .bind(id)
@@ -217,6 +248,7 @@ impl Harness {
             last_error: row.get("last_error"),
             review_reason: row.get("review_reason"),
             idempotency_key: row.get("idempotency_key"),
+            updated_at: row.get("updated_at"),
         }
     }
 
@@ -268,18 +300,16 @@ impl Harness {
     /// `pending` (contract §4: in_flight with an expired lease → unknown → pending). The
     /// lease token is left alone, so the fencing test sees only the executors' own claims.
     pub async fn reconciler_returns_to_pending(&self, id: Uuid) {
-        let now = self.now();
         let moved = sqlx::query(
             "WITH moved AS (
                  UPDATE payment_attempts SET status = 'pending', lease_owner = NULL,
-                        lease_expires_at = NULL, next_run_at = $2, updated_at = $2
-                 WHERE payment_attempt_id = $1 AND status = 'in_flight' AND lease_expires_at < $2
+                        lease_expires_at = NULL, next_run_at = now(), updated_at = now()
+                 WHERE payment_attempt_id = $1 AND status = 'in_flight' AND lease_expires_at < now()
                  RETURNING payment_attempt_id)
              INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at)
-             SELECT payment_attempt_id, 'in_flight', 'pending', 'test_reconciler', 'test', $2 FROM moved",
+             SELECT payment_attempt_id, 'in_flight', 'pending', 'test_reconciler', 'test', now() FROM moved",
         )
         .bind(id)
-        .bind(now)
         .execute(self.store.pool())
         .await
         .unwrap();
@@ -366,6 +396,9 @@ pub struct AttemptRow {
     pub last_error: Option<String>,
     pub review_reason: Option<String>,
     pub idempotency_key: String,
+    /// When the attempt last changed (database clock): `next_run_at - updated_at` is the
+    /// delay a write scheduled.
+    pub updated_at: OffsetDateTime,
 }
 
 /// A valid command for a fresh attempt with `payment_method`.
@@ -439,4 +472,27 @@ pub fn refused_url() -> String {
     let port = listener.local_addr().unwrap().port();
     drop(listener);
     format!("http://127.0.0.1:{port}")
+}
+
+/// A gateway that answers every charge with `charge` (HTTP 201) and every lookup with
+/// `{"data":[charge]}`: for the answers a real gateway may send but the mock never does
+/// (a NUL in a charge id or decline code). Returns its base URL; it runs until the test ends.
+pub async fn gateway_answering(charge: serde_json::Value) -> String {
+    use axum::routing::get;
+    let lookup = serde_json::json!({ "data": [charge.clone()] });
+    let app = axum::Router::new().route(
+        "/v1/charges",
+        get(move || {
+            let lookup = lookup.clone();
+            async move { axum::Json(lookup) }
+        })
+        .post(move || {
+            let charge = charge.clone();
+            async move { (axum::http::StatusCode::CREATED, axum::Json(charge)) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
 }
