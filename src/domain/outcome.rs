@@ -19,6 +19,11 @@ use serde::Deserialize;
 
 use super::bounded;
 
+/// Longest delay a `Retry-After` is honoured for. A gateway that asks for more (or sends a
+/// number too large for any clock) is asked again after this: a bounded wait, never a panic
+/// on a time that overflows, and at worst one more `429`.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
 /// Longest text kept from a gateway's answer in a reason or error (the database bounds
 /// `review_reason`, `last_error` and `gateway_calls.error` to 1024 characters).
 pub const MAX_REASON_CHARS: usize = 1000;
@@ -287,10 +292,17 @@ pub fn classify_lookup(reply: GatewayReply<'_>) -> LookupOutcome {
     }
 }
 
-/// `Retry-After` in delta-seconds (the form the contract names). An HTTP date is not
-/// honoured: the caller falls back to its own backoff.
+/// `Retry-After` in delta-seconds (the form the contract names), capped at
+/// [`MAX_RETRY_AFTER`]: a number too large for a `u64` (or for any clock) is the cap, not an
+/// error. An HTTP date or anything else that is not plain digits is not honoured: the caller
+/// falls back to its own backoff.
 fn parse_retry_after(raw: &str) -> Option<Duration> {
-    raw.trim().parse::<u64>().ok().map(Duration::from_secs)
+    let digits = raw.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds = digits.parse::<u64>().unwrap_or(u64::MAX);
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
 /// "HTTP 422 idempotency_key_reused: <message>", or the start of a body that is not the
@@ -483,6 +495,50 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_huge_retry_after_is_capped_to_a_bounded_delay_never_a_panic() {
+        let with = |retry_after| {
+            classify_charge(GatewayReply::Answered {
+                status: 429,
+                replayed: false,
+                retry_after: Some(retry_after),
+                body: br#"{"error":{"type":"rate_limited"}}"#,
+            })
+        };
+        for huge in [
+            "99999999999999999999",
+            "18446744073709551615",
+            "315360000000",
+            " 86401 ",
+        ] {
+            assert!(
+                matches!(
+                    with(huge),
+                    GatewayOutcome::RetryLater { after: RetryAfter::Delay(d), .. } if d == MAX_RETRY_AFTER
+                ),
+                "Retry-After: {huge} gave {:?}",
+                with(huge)
+            );
+        }
+        assert!(matches!(
+            with("3600"),
+            GatewayOutcome::RetryLater { after: RetryAfter::Delay(d), .. } if d == Duration::from_secs(3600)
+        ));
+        // not a number of seconds at all: the executor's own backoff decides
+        for odd in ["-5", "1.5", "", "9x"] {
+            assert!(
+                matches!(
+                    with(odd),
+                    GatewayOutcome::RetryLater {
+                        after: RetryAfter::Backoff,
+                        ..
+                    }
+                ),
+                "Retry-After: {odd:?}"
+            );
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use backon::BackoffBuilder as _;
 use time::OffsetDateTime;
 
 use crate::config::Settings;
-use crate::domain::outcome::{GatewayOutcome, RetryAfter};
+use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_RETRY_AFTER};
 use crate::store::executor::{ClaimedAttempt, Settlement};
 
 /// The retry rules, from the configuration.
@@ -125,7 +125,7 @@ impl RetryPolicy {
                 "retries_exhausted",
             );
         }
-        let next_run_at = now + delay;
+        let next_run_at = later(now, delay.min(MAX_RETRY_AFTER.max(self.retry_max_delay)));
         if let Some(closed) = self.window_closed_by(attempt, next_run_at) {
             return (
                 Settlement::Unknown {
@@ -146,14 +146,14 @@ impl RetryPolicy {
 
     /// Why `attempt` may not be sent at `at`, if it may not.
     fn window_closed_by(&self, attempt: &ClaimedAttempt, at: OffsetDateTime) -> Option<String> {
-        if at >= attempt.created_at + self.max_age {
+        if at >= later(attempt.created_at, self.max_age) {
             return Some(format!(
                 "no retry past the maximum age of {} (recorded {})",
                 humantime::format_duration(self.max_age),
                 attempt.created_at
             ));
         }
-        if at >= attempt.first_dispatched_at + self.key_window {
+        if at >= later(attempt.first_dispatched_at, self.key_window) {
             return Some(format!(
                 "the gateway may forget the idempotency key (first sent {}, key window {}): not re-sent",
                 attempt.first_dispatched_at,
@@ -176,6 +176,15 @@ impl RetryPolicy {
     pub fn cutoffs(&self, now: OffsetDateTime) -> (OffsetDateTime, OffsetDateTime) {
         (now - self.key_window, now - self.max_age)
     }
+}
+
+/// `at + delay`, or the end of the calendar when that overflows: a delay too long for any
+/// clock is "never" for a window check, and is capped before it schedules a retry.
+fn later(at: OffsetDateTime, delay: Duration) -> OffsetDateTime {
+    time::Duration::try_from(delay)
+        .ok()
+        .and_then(|delay| at.checked_add(delay))
+        .unwrap_or_else(|| time::PrimitiveDateTime::MAX.assume_utc())
 }
 
 #[cfg(test)]
@@ -247,6 +256,23 @@ mod tests {
         let (settlement, _) = policy().settle(&attempt(1), &outcome, NOW);
         assert!(
             matches!(settlement, Settlement::Retry { next_run_at, .. } if next_run_at == NOW + Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn a_retry_delay_beyond_any_clock_is_a_bounded_retry_never_a_panic() {
+        let outcome = GatewayOutcome::RetryLater {
+            after: RetryAfter::Delay(Duration::MAX),
+            reason: "HTTP 429".into(),
+        };
+        let mut p = policy();
+        p.max_age = Duration::MAX;
+        p.key_window = Duration::MAX;
+        let (settlement, cause) = p.settle(&attempt(1), &outcome, NOW);
+        assert_eq!(cause, "retry_scheduled");
+        assert!(
+            matches!(settlement, Settlement::Retry { next_run_at, .. } if next_run_at == NOW + crate::domain::outcome::MAX_RETRY_AFTER),
+            "{settlement:?}"
         );
     }
 
