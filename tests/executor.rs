@@ -9,7 +9,7 @@ use std::time::Duration;
 use mock_gateway::{
     payment_methods as pm, FaultConfig, FaultRule, Latency, MockConfig, ResponseClass,
 };
-use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome};
+use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome, RetryAfter};
 use onecharge::domain::AttemptStatus;
 use onecharge::executor::{Disposition, SettlementWriter};
 use onecharge::gateway::{Admission, BreakerState};
@@ -207,7 +207,11 @@ async fn a_409_in_progress_is_retried_soon_with_the_same_key_and_charges_once() 
 
     assert_eq!(h.gateway.ledger().len(), 1);
     let row = h.attempt(id).await;
-    assert_eq!((row.status.as_str(), row.tries), ("succeeded", 2));
+    assert_eq!(
+        (row.status.as_str(), row.tries),
+        ("succeeded", 1),
+        "the 409 was not a try"
+    );
     let calls = h.gateway_calls(id).await;
     assert_eq!(
         calls
@@ -1098,4 +1102,79 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
         h.gateway_calls(poisoned).await.is_empty(),
         "nothing of the refused write remains"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_409_while_the_gateway_is_still_processing_consumes_no_try_and_the_attempt_ends_succeeded(
+) {
+    let h = Harness::with(
+        MockConfig {
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_request_timeout = Duration::from_millis(300);
+            s.executor.max_tries = 2;
+        },
+    )
+    .await;
+    let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
+    let executor = h.executor();
+    assert_eq!(
+        executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Unknown),
+        1,
+        "the call timed out"
+    );
+    let reconciled = h.reconciler().run_once().await.unwrap();
+    assert_eq!(
+        reconciled.count(AttemptStatus::Pending),
+        1,
+        "{reconciled:?}"
+    );
+
+    // Every re-send meets the request still running: 409, and no try is used up.
+    for _ in 0..3 {
+        let report = executor.run_once().await.unwrap();
+        assert!(
+            matches!(
+                report.attempts[0].outcome,
+                Some(GatewayOutcome::RetryLater {
+                    after: RetryAfter::InProgress,
+                    ..
+                })
+            ),
+            "{report:?}"
+        );
+        assert_eq!(report.count(AttemptStatus::Pending), 1, "{report:?}");
+        let row = h.attempt(id).await;
+        assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
+        h.clock.advance(h.settings.executor.in_progress_delay);
+    }
+
+    h.gateway.finish_slow_charges();
+    let gateway = &h.gateway;
+    wait_until(
+        "the gateway commits the slow charge",
+        Duration::from_secs(5),
+        || gateway.ledger().len() == 1,
+    )
+    .await;
+    let report = executor.run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), 1, "exactly one charge");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(
+        row.gateway_charge_id.as_deref(),
+        Some(ledger[0].id.as_str())
+    );
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "succeeded");
 }

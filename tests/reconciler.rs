@@ -341,3 +341,102 @@ async fn two_reconcilers_settle_each_attempt_once() {
 async fn command_key(h: &Harness, id: uuid::Uuid) -> String {
     h.attempt(id).await.idempotency_key
 }
+
+/// A mock gateway whose `pm_fault_slow_charge` holds its key in progress until the test
+/// calls `finish_slow_charges`, and a request timeout far shorter than that.
+async fn still_processing_harness(
+    adjust: impl FnOnce(&mut onecharge::config::Settings),
+) -> Harness {
+    Harness::with(
+        MockConfig {
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_request_timeout = Duration::from_millis(300);
+            adjust(s);
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_still_processing_is_never_reported_as_not_charged() {
+    let h = still_processing_harness(|s| s.executor.max_tries = 1).await;
+    let id = unknown_attempt(&h, pm::FAULT_SLOW_CHARGE).await;
+    assert!(h.gateway.ledger().is_empty(), "still processing");
+
+    // The lookup finds nothing yet, and the attempt is past its retry limits: that proves
+    // nothing while the send may still be in progress at the gateway.
+    let report = h.reconciler().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 0, "{report:?}");
+    assert_eq!(report.rescheduled(), 1);
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "unknown");
+    let said = row.last_error.unwrap();
+    assert!(said.contains("may still be in progress"), "{said}");
+    assert!(!said.contains("not charged"), "{said}");
+    assert_eq!(
+        row.next_run_at,
+        row.dispatched_at.unwrap() + h.settings.gateway_max_processing_time
+    );
+    assert!(h.events(id).await.is_empty(), "no needs-review event");
+    assert_eq!(
+        h.executor().run_once().await.unwrap().claimed(),
+        0,
+        "never re-sent"
+    );
+
+    // The gateway finishes: it charged.
+    h.gateway.finish_slow_charges();
+    let gateway = &h.gateway;
+    wait_until(
+        "the gateway commits the slow charge",
+        Duration::from_secs(5),
+        || gateway.ledger().len() == 1,
+    )
+    .await;
+    assert_eq!(
+        h.reconciler().run_once().await.unwrap().resolutions.len(),
+        0,
+        "not due before the gateway's maximum processing time"
+    );
+    h.clock.advance(h.settings.gateway_max_processing_time);
+    let report = h.reconciler().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), 1, "exactly one charge");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(
+        row.gateway_charge_id.as_deref(),
+        Some(ledger[0].id.as_str())
+    );
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "succeeded");
+    let causes: Vec<String> = h.transitions(id).await.into_iter().map(|t| t.2).collect();
+    assert!(!causes.iter().any(|c| c.contains("review")), "{causes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_found_past_the_gateways_processing_time_and_past_the_retry_limits_goes_to_review_saying_what_is_known(
+) {
+    let h = Harness::with(MockConfig::default(), |s| s.executor.max_tries = 1).await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_BEFORE).await;
+    let sent_at = h.attempt(id).await.dispatched_at.unwrap();
+    h.clock.advance(h.settings.gateway_max_processing_time);
+
+    let report = h.reconciler().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
+    let reason = h.attempt(id).await.review_reason.unwrap();
+    assert!(reason.contains("no charge under key"), "{reason}");
+    assert!(
+        reason.contains(&sent_at.to_string()),
+        "names the last send: {reason}"
+    );
+    assert!(h.gateway.ledger().is_empty());
+}

@@ -21,7 +21,14 @@ pub struct UnknownAttempt {
     pub tries: i32,
     /// When the gateway first saw the key; `None` when it never did.
     pub first_dispatched_at: Option<OffsetDateTime>,
+    /// The last send under the key: until the gateway's maximum processing time has passed
+    /// since then, an empty lookup proves nothing.
+    pub dispatched_at: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
+    /// What a charge found under the key must match to be adopted (with the key, and the
+    /// attempt id as reference).
+    pub amount_minor: i64,
+    pub currency: String,
 }
 
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
@@ -99,7 +106,8 @@ pub async fn claim_unknown(
          FROM due
          WHERE a.payment_attempt_id = due.payment_attempt_id
          RETURNING a.payment_attempt_id, a.idempotency_key, a.lease_token, a.reconcile_checks,
-                   a.tries, a.first_dispatched_at, a.created_at",
+                   a.tries, a.first_dispatched_at, a.dispatched_at, a.created_at,
+                   a.amount_minor, a.currency",
     )
     .bind(now)
     .bind(limit as i64)
@@ -115,7 +123,10 @@ pub async fn claim_unknown(
                 reconcile_checks: row.try_get("reconcile_checks")?,
                 tries: row.try_get("tries")?,
                 first_dispatched_at: row.try_get("first_dispatched_at")?,
+                dispatched_at: row.try_get("dispatched_at")?,
                 created_at: row.try_get("created_at")?,
+                amount_minor: row.try_get("amount_minor")?,
+                currency: row.try_get("currency")?,
             })
         })
         .collect()
