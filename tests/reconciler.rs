@@ -440,3 +440,32 @@ async fn nothing_found_past_the_gateways_processing_time_and_past_the_retry_limi
     );
     assert!(h.gateway.ledger().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_found_under_the_key_for_another_amount_is_never_adopted() {
+    let h = Harness::new().await;
+    let command = h.seed(pm::CARD_VISA).await;
+    let id = command.payment_attempt_id;
+    // Something charged under this attempt's key, but not this attempt's amount.
+    let other = h
+        .client_with_key(support::API_KEY)
+        .charge(&support::charge_request_with_amount(&command, 5000))
+        .await;
+    assert_eq!(other.http_status, Some(201));
+    sqlx::query("UPDATE payment_attempts SET status = 'unknown', tries = 1, first_dispatched_at = $2, dispatched_at = $2, next_run_at = $2 WHERE payment_attempt_id = $1")
+        .bind(id)
+        .bind(h.now())
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+
+    let report = h.reconciler().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 0, "{report:?}");
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.gateway_charge_id, None, "not adopted");
+    let reason = row.review_reason.unwrap();
+    assert!(reason.contains("amount_minor 5000"), "{reason}");
+    assert_eq!(h.events(id).await[0].0, "needs_review");
+}

@@ -257,6 +257,107 @@ impl LookupOutcome {
     }
 }
 
+/// What a charge found under an attempt's key must say to be that attempt's charge.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpectedCharge<'a> {
+    pub idempotency_key: &'a str,
+    /// The `payment_attempt_id`, sent as the charge's `reference`.
+    pub reference: &'a str,
+    pub amount_minor: i64,
+    pub currency: &'a str,
+}
+
+/// What the charges a lookup found mean for one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LookupReading {
+    /// Nothing recorded under the key (which alone does not prove "not charged": see the
+    /// reconciler).
+    Nothing,
+    /// Exactly one successful charge, matching the attempt.
+    Succeeded(GatewayCharge),
+    /// Only declines, matching the attempt: the first one.
+    Declined(GatewayCharge),
+    /// Several successful charges under one key: money taken more than once.
+    SeveralSucceeded(Vec<String>),
+    /// A charge whose status is neither `succeeded` nor `declined`: not the contract's
+    /// answer, and maybe not final. Never adopted; look again later.
+    Unsettled { reason: String },
+    /// A charge that is not this attempt's (another key, reference, amount or currency, or
+    /// one that does not say): never adopted; a person must look.
+    Mismatch { reason: String },
+}
+
+/// Reads a lookup's charges against the attempt. Only the contract's answer is adopted: a
+/// `succeeded` or `declined` charge under the same key, reference, amount and currency.
+pub fn read_lookup(charges: &[GatewayCharge], expected: &ExpectedCharge<'_>) -> LookupReading {
+    for charge in charges {
+        if let Some(reason) = mismatch(charge, expected) {
+            return LookupReading::Mismatch {
+                reason: bounded(
+                    &format!(
+                        "the gateway's charge {} under key {} is not this attempt's: {reason}; not adopted",
+                        charge.id, expected.idempotency_key
+                    ),
+                    MAX_REASON_CHARS,
+                ),
+            };
+        }
+    }
+    if let Some(odd) = charges
+        .iter()
+        .find(|c| c.status != "succeeded" && c.status != "declined")
+    {
+        return LookupReading::Unsettled {
+            reason: bounded(
+                &format!(
+                    "the gateway's charge {} has status `{}`, neither succeeded nor declined; not adopted",
+                    odd.id, odd.status
+                ),
+                MAX_REASON_CHARS,
+            ),
+        };
+    }
+    let succeeded: Vec<&GatewayCharge> =
+        charges.iter().filter(|c| c.status == "succeeded").collect();
+    match succeeded.as_slice() {
+        [] => charges
+            .first()
+            .cloned()
+            .map_or(LookupReading::Nothing, LookupReading::Declined),
+        [one] => LookupReading::Succeeded((*one).clone()),
+        several => LookupReading::SeveralSucceeded(several.iter().map(|c| c.id.clone()).collect()),
+    }
+}
+
+/// Why `charge` is not the attempt's, if it is not.
+fn mismatch(charge: &GatewayCharge, expected: &ExpectedCharge<'_>) -> Option<String> {
+    fn differs<T: PartialEq + std::fmt::Display + ?Sized>(
+        field: &str,
+        got: Option<&T>,
+        want: &T,
+    ) -> Option<String> {
+        match got {
+            None => Some(format!("it does not say its {field}")),
+            Some(got) if got != want => Some(format!("{field} {got}, the attempt's is {want}")),
+            Some(_) => None,
+        }
+    }
+    differs(
+        "idempotency_key",
+        charge.idempotency_key.as_deref(),
+        expected.idempotency_key,
+    )
+    .or_else(|| differs("reference", charge.reference.as_deref(), expected.reference))
+    .or_else(|| {
+        differs(
+            "amount_minor",
+            charge.amount_minor.as_ref(),
+            &expected.amount_minor,
+        )
+    })
+    .or_else(|| differs("currency", charge.currency.as_deref(), expected.currency))
+}
+
 #[derive(Deserialize)]
 struct LookupBody {
     data: Vec<GatewayCharge>,
@@ -620,6 +721,95 @@ mod tests {
             panic!()
         };
         assert!(reason.chars().count() <= MAX_REASON_CHARS);
+    }
+
+    #[test]
+    fn only_the_contracts_lookup_answer_for_this_attempt_is_adopted() {
+        let expected = ExpectedCharge {
+            idempotency_key: "k",
+            reference: "r",
+            amount_minor: 1999,
+            currency: "EUR",
+        };
+        let found = |overrides: serde_json::Value| -> GatewayCharge {
+            let mut value: serde_json::Value =
+                serde_json::from_str(&charge("succeeded", None)).unwrap();
+            for (k, v) in overrides.as_object().unwrap() {
+                value[k] = v.clone();
+            }
+            serde_json::from_value(value).unwrap()
+        };
+        let ok = found(serde_json::json!({}));
+        let declined =
+            found(serde_json::json!({"status": "declined", "decline_code": "card_declined"}));
+        let read = |charges: &[GatewayCharge]| read_lookup(charges, &expected);
+        let is_mismatch = |r: &LookupReading, word: &str| matches!(r, LookupReading::Mismatch { reason } if reason.contains(word));
+
+        assert_eq!(read(&[]), LookupReading::Nothing);
+        assert_eq!(
+            read(std::slice::from_ref(&ok)),
+            LookupReading::Succeeded(ok.clone())
+        );
+        assert_eq!(
+            read(std::slice::from_ref(&declined)),
+            LookupReading::Declined(declined.clone())
+        );
+        assert_eq!(
+            read(&[declined.clone(), ok.clone()]),
+            LookupReading::Succeeded(ok.clone()),
+            "money taken wins over a decline"
+        );
+        assert_eq!(
+            read(&[ok.clone(), found(serde_json::json!({"id": "ch_2"}))]),
+            LookupReading::SeveralSucceeded(vec!["ch_1".into(), "ch_2".into()])
+        );
+        for status in [
+            "pending",
+            "processing",
+            "failed",
+            "refunded",
+            "",
+            "Succeeded",
+        ] {
+            let odd = found(serde_json::json!({ "status": status }));
+            assert!(
+                matches!(read(&[odd]), LookupReading::Unsettled { ref reason } if reason.contains(&format!("`{status}`"))),
+                "status {status:?} must never be adopted"
+            );
+        }
+        let cases = [
+            (
+                serde_json::json!({"idempotency_key": "other"}),
+                "idempotency_key other",
+            ),
+            (
+                serde_json::json!({"reference": "someone-else"}),
+                "reference someone-else",
+            ),
+            (
+                serde_json::json!({"amount_minor": 2000}),
+                "amount_minor 2000",
+            ),
+            (serde_json::json!({"currency": "USD"}), "currency USD"),
+            (
+                serde_json::json!({"currency": null}),
+                "does not say its currency",
+            ),
+            (
+                serde_json::json!({"amount_minor": null}),
+                "does not say its amount_minor",
+            ),
+        ];
+        for (overrides, words) in cases {
+            let reading = read(&[found(overrides.clone())]);
+            assert!(is_mismatch(&reading, words), "{overrides}: {reading:?}");
+        }
+        let mismatched_decline =
+            found(serde_json::json!({"status": "declined", "amount_minor": 1}));
+        assert!(is_mismatch(
+            &read(&[ok, mismatched_decline]),
+            "amount_minor 1"
+        ));
     }
 
     #[test]

@@ -32,7 +32,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::{ReconcilerSettings, Settings};
-use crate::domain::outcome::{GatewayCharge, LookupOutcome};
+use crate::domain::outcome::{
+    read_lookup, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
+};
 use crate::domain::AttemptStatus;
 use crate::executor::{Clock, SystemClock};
 use crate::gateway::{GatewayClient, GatewayHealth};
@@ -278,8 +280,49 @@ impl Reconciler {
     ) -> Decision {
         let settings = &self.inner.settings;
         match outcome {
-            LookupOutcome::Found(charges) if !charges.is_empty() => adopt(charges),
-            LookupOutcome::Found(_) => self.nothing_found(attempt, now),
+            LookupOutcome::Found(charges) => {
+                let reference = attempt.payment_attempt_id.to_string();
+                let expected = ExpectedCharge {
+                    idempotency_key: &attempt.idempotency_key,
+                    reference: &reference,
+                    amount_minor: attempt.amount_minor,
+                    currency: &attempt.currency,
+                };
+                match read_lookup(charges, &expected) {
+                    LookupReading::Nothing => self.nothing_found(attempt, now),
+                    LookupReading::Succeeded(charge) => Decision::Settle {
+                        settlement: Settlement::Succeeded { charge_id: charge.id },
+                        cause: "lookup_found_charge",
+                    },
+                    LookupReading::Declined(charge) => Decision::Settle {
+                        settlement: Settlement::Declined {
+                            charge_id: charge.id,
+                            decline_code: charge.decline_code,
+                        },
+                        cause: "lookup_found_charge",
+                    },
+                    LookupReading::SeveralSucceeded(ids) => Decision::Settle {
+                        settlement: Settlement::NeedsReview {
+                            reason: format!(
+                                "the gateway holds {} successful charges under one key ({}): refund all but one",
+                                ids.len(),
+                                ids.join(", ")
+                            ),
+                        },
+                        cause: "lookup_found_several_charges",
+                    },
+                    LookupReading::Mismatch { reason } => Decision::Settle {
+                        settlement: Settlement::NeedsReview {
+                            reason: format!(
+                                "cannot tell whether this attempt was charged: {reason}; check the charge at the gateway"
+                            ),
+                        },
+                        cause: "lookup_found_another_charge",
+                    },
+                    // Maybe not final yet: like a lookup that did not answer, along the schedule.
+                    LookupReading::Unsettled { reason } => self.check_again(attempt, now, &reason),
+                }
+            }
             LookupOutcome::CredentialsFault { status } => Decision::CheckAgain {
                 at: now
                     + settings
@@ -292,25 +335,29 @@ impl Reconciler {
                 ),
                 count_check: false,
             },
-            LookupOutcome::Failed { reason } => {
-                let checks = attempt.reconcile_checks.max(0) as usize;
-                match settings.schedule.get(checks) {
-                    Some(delay) => Decision::CheckAgain {
-                        at: now + *delay,
-                        reason: format!("lookup {} failed: {reason}", checks + 1),
-                        count_check: true,
-                    },
-                    None => Decision::Settle {
-                        settlement: Settlement::NeedsReview {
-                            reason: format!(
-                                "cannot settle: {} gateway lookups failed over the whole reconciliation schedule; last: {reason}",
-                                checks + 1
-                            ),
-                        },
-                        cause: "reconciliation_schedule_exhausted",
-                    },
-                }
-            }
+            LookupOutcome::Failed { reason } => self.check_again(attempt, now, reason),
+        }
+    }
+
+    /// A lookup that settled nothing: look again after the schedule's next delay; when the
+    /// schedule is used up, a person decides.
+    fn check_again(&self, attempt: &UnknownAttempt, now: OffsetDateTime, reason: &str) -> Decision {
+        let checks = attempt.reconcile_checks.max(0) as usize;
+        match self.inner.settings.schedule.get(checks) {
+            Some(delay) => Decision::CheckAgain {
+                at: now + *delay,
+                reason: format!("lookup {} failed: {reason}", checks + 1),
+                count_check: true,
+            },
+            None => Decision::Settle {
+                settlement: Settlement::NeedsReview {
+                    reason: format!(
+                        "cannot settle: {} gateway lookups failed over the whole reconciliation schedule; last: {reason}",
+                        checks + 1
+                    ),
+                },
+                cause: "reconciliation_schedule_exhausted",
+            },
         }
     }
 }
@@ -458,36 +505,5 @@ fn found_charge(outcome: &LookupOutcome) -> Option<&GatewayCharge> {
             .find(|c| c.status == "succeeded")
             .or_else(|| charges.first()),
         _ => None,
-    }
-}
-
-fn adopt(charges: &[GatewayCharge]) -> Decision {
-    let succeeded: Vec<&GatewayCharge> =
-        charges.iter().filter(|c| c.status == "succeeded").collect();
-    if succeeded.len() > 1 {
-        let ids: Vec<&str> = succeeded.iter().map(|c| c.id.as_str()).collect();
-        return Decision::Settle {
-            settlement: Settlement::NeedsReview {
-                reason: format!("the gateway holds {} successful charges under one key ({}): refund all but one", ids.len(), ids.join(", ")),
-            },
-            cause: "lookup_found_several_charges",
-        };
-    }
-    let charge = found_charge(&LookupOutcome::Found(charges.to_vec()))
-        .cloned()
-        .expect("non-empty");
-    let settlement = if charge.status == "succeeded" {
-        Settlement::Succeeded {
-            charge_id: charge.id,
-        }
-    } else {
-        Settlement::Declined {
-            charge_id: charge.id,
-            decline_code: charge.decline_code,
-        }
-    };
-    Decision::Settle {
-        settlement,
-        cause: "lookup_found_charge",
     }
 }
