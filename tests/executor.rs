@@ -1178,3 +1178,41 @@ async fn a_409_while_the_gateway_is_still_processing_consumes_no_try_and_the_att
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].0, "succeeded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_404_from_a_wrong_gateway_url_pauses_calls_and_the_attempts_stay_retryable() {
+    let h = Harness::with(MockConfig::default(), |s| s.executor.batch_size = 1).await;
+    let commands = h.seed_many(&[pm::CARD_VISA, pm::CARD_VISA]).await;
+    // A deploy points onecharge at a path the gateway does not serve.
+    let wrong = format!("{}/wrong-prefix", h.gateway.base_url());
+    let misconfigured = h.executor_with(h.client_with_url(&wrong));
+
+    let report = misconfigured.run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 0, "{report:?}");
+    assert_eq!(report.count(AttemptStatus::Pending), 1, "{report:?}");
+    let paused = misconfigured.run_once().await.unwrap();
+    assert!(
+        matches!(paused.admission, Admission::Wait { .. }),
+        "{paused:?}"
+    );
+    assert_eq!(paused.claimed(), 0, "nothing claimed while paused");
+    for command in &commands {
+        let row = h.attempt(command.payment_attempt_id).await;
+        assert_eq!(
+            (row.status.as_str(), row.tries),
+            ("pending", 0),
+            "no try used"
+        );
+        assert!(h.events(command.payment_attempt_id).await.is_empty());
+    }
+    assert!(h.gateway.ledger().is_empty());
+
+    // The URL fixed: each attempt is charged on its first real try.
+    let fixed = h.executor();
+    while fixed.run_once().await.unwrap().claimed() > 0 {}
+    for command in &commands {
+        let row = h.attempt(command.payment_attempt_id).await;
+        assert_eq!((row.status.as_str(), row.tries), ("succeeded", 1));
+    }
+}

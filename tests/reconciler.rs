@@ -469,3 +469,26 @@ async fn a_charge_found_under_the_key_for_another_amount_is_never_adopted() {
     assert!(reason.contains("amount_minor 5000"), "{reason}");
     assert_eq!(h.events(id).await[0].0, "needs_review");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_answered_404_by_a_wrong_url_is_checked_again_without_using_up_the_schedule() {
+    let h = Harness::new().await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    let wrong =
+        h.reconciler_with(h.client_with_url(&format!("{}/wrong-prefix", h.gateway.base_url())));
+
+    let report = wrong.run_once().await.unwrap();
+
+    assert_eq!(report.rescheduled(), 1, "{report:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "unknown");
+    assert!(row.last_error.unwrap().contains("gateway_url"));
+    assert_eq!(
+        h.scalar(&format!(
+            "SELECT reconcile_checks::int8 FROM payment_attempts WHERE payment_attempt_id = '{id}'"
+        ))
+        .await,
+        0,
+        "a configuration fault is not the attempt's check"
+    );
+}

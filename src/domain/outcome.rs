@@ -87,6 +87,11 @@ pub enum GatewayOutcome {
     /// it is fixed; the attempt stays retryable and its try is not counted.
     #[error("the gateway rejected onecharge's credentials (HTTP {status})")]
     CredentialsFault { status: u16 },
+    /// `404`, `405` or a `3xx` (never followed): onecharge is calling the wrong URL (a
+    /// wrong `gateway_url` after a deploy). Nothing was processed; like a credentials fault,
+    /// every call pauses until it is fixed and the try is not counted.
+    #[error("the gateway answered HTTP {status}: gateway_url looks wrong")]
+    EndpointFault { status: u16 },
     /// The request never reached the gateway; retry with backoff.
     #[error("not sent: {reason}")]
     NotSent { reason: String },
@@ -108,6 +113,7 @@ impl GatewayOutcome {
             Self::RetryLater { .. } => "rate_limited",
             Self::NeedsReview { .. } => "needs_review",
             Self::CredentialsFault { .. } => "credentials_fault",
+            Self::EndpointFault { .. } => "endpoint_fault",
             Self::NotSent { .. } => "not_sent",
             Self::Ambiguous { .. } => "ambiguous",
         }
@@ -218,11 +224,12 @@ pub fn classify_charge(reply: GatewayReply<'_>) -> GatewayOutcome {
             reason: gateway_words(status, body),
         },
         401 | 403 => GatewayOutcome::CredentialsFault { status },
+        300..=399 | 404 | 405 => GatewayOutcome::EndpointFault { status },
         500..=599 => GatewayOutcome::Ambiguous {
             reason: gateway_words(status, body),
         },
-        // 400, 422, and anything the contract does not list (a 404 from a wrong base URL, a
-        // redirect that is not followed): the request was refused as it stands.
+        // 400, 422, and anything else the contract does not list: the request was refused
+        // as it stands.
         _ => GatewayOutcome::NeedsReview {
             reason: gateway_words(status, body),
         },
@@ -239,6 +246,9 @@ pub enum LookupOutcome {
     /// `401`/`403`: stop calling the gateway, as for a charge.
     #[error("the gateway rejected onecharge's credentials (HTTP {status})")]
     CredentialsFault { status: u16 },
+    /// `404`, `405`, `3xx`: the wrong URL, as for a charge; ask again later, uncounted.
+    #[error("the gateway answered HTTP {status}: gateway_url looks wrong")]
+    EndpointFault { status: u16 },
     /// The lookup did not answer the question (not sent, timed out, 429, 5xx, an unreadable
     /// body): ask again later. A lookup never charges, so retrying it is always safe.
     #[error("lookup failed: {reason}")]
@@ -252,6 +262,7 @@ impl LookupOutcome {
             Self::Found(charges) if charges.is_empty() => "not_found",
             Self::Found(_) => "found",
             Self::CredentialsFault { .. } => "credentials_fault",
+            Self::EndpointFault { .. } => "endpoint_fault",
             Self::Failed { .. } => "failed",
         }
     }
@@ -373,6 +384,10 @@ pub fn classify_lookup(reply: GatewayReply<'_>) -> LookupOutcome {
             status: status @ (401 | 403),
             ..
         } => LookupOutcome::CredentialsFault { status },
+        GatewayReply::Answered {
+            status: status @ (300..=399 | 404 | 405),
+            ..
+        } => LookupOutcome::EndpointFault { status },
         GatewayReply::Answered {
             status: 200, body, ..
         } => match serde_json::from_slice::<LookupBody>(body) {
@@ -695,19 +710,36 @@ mod tests {
     }
 
     #[test]
-    fn statuses_the_contract_does_not_list_need_review() {
+    fn a_404_405_or_redirect_is_a_configuration_fault_for_charges_and_lookups() {
+        for status in [301, 302, 307, 308, 404, 405] {
+            let outcome = answered(
+                status,
+                r#"{"error":{"type":"not_found","message":"no such endpoint"}}"#,
+            );
+            assert_eq!(outcome, GatewayOutcome::EndpointFault { status });
+            assert_eq!(outcome.label(), "endpoint_fault");
+            assert!(!outcome.is_gateway_failure());
+            let lookup = classify_lookup(GatewayReply::Answered {
+                status,
+                replayed: false,
+                retry_after: None,
+                body: b"",
+            });
+            assert_eq!(lookup, LookupOutcome::EndpointFault { status });
+        }
+    }
+
+    #[test]
+    fn other_statuses_the_contract_does_not_list_need_review() {
         let outcome = answered(
-            404,
-            r#"{"error":{"type":"not_found","message":"no such endpoint"}}"#,
+            418,
+            r#"{"error":{"type":"teapot","message":"short and stout"}}"#,
         );
         assert_eq!(
             outcome,
             GatewayOutcome::NeedsReview {
-                reason: "HTTP 404 not_found: no such endpoint".into()
+                reason: "HTTP 418 teapot: short and stout".into()
             }
-        );
-        assert!(
-            matches!(answered(302, ""), GatewayOutcome::NeedsReview { reason } if reason == "HTTP 302")
         );
     }
 

@@ -90,6 +90,14 @@ impl RetryPolicy {
                 },
                 "credentials_fault",
             ),
+            GatewayOutcome::EndpointFault { status } => (
+                Settlement::Retry {
+                    next_run_at: now,
+                    reason: format!("the gateway answered HTTP {status} to POST /v1/charges: gateway_url looks wrong; nothing was processed, not counted as a try"),
+                    refund_try: true,
+                },
+                "endpoint_fault",
+            ),
             GatewayOutcome::Ambiguous { reason } => (
                 Settlement::Unknown { reason: format!("the gateway may have charged: {reason}") },
                 "ambiguous_result",

@@ -335,6 +335,11 @@ impl Reconciler {
                 ),
                 count_check: false,
             },
+            LookupOutcome::EndpointFault { status } => Decision::CheckAgain {
+                at: now + settings.schedule.first().copied().unwrap_or(Duration::from_secs(60)),
+                reason: format!("lookup refused: the gateway answered HTTP {status}, gateway_url looks wrong; not counted as a check"),
+                count_check: false,
+            },
             LookupOutcome::Failed { reason } => self.check_again(attempt, now, reason),
         }
     }
