@@ -492,3 +492,37 @@ async fn a_lookup_answered_404_by_a_wrong_url_is_checked_again_without_using_up_
         "a configuration fault is not the attempt's check"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_that_works_never_ends_a_pause_that_charges_still_hit() {
+    let h = Harness::new().await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    h.seed(pm::CARD_VISA).await;
+    // One health shared by a paused executor (its key may not charge) and a reconciler
+    // whose lookups work.
+    let misconfigured = h.executor_with(h.client_with_key("sk_cannot_charge"));
+    assert_eq!(misconfigured.run_once().await.unwrap().claimed(), 1);
+    assert!(misconfigured.health().credentials_rejected());
+    let reconciler = onecharge::reconciler::Reconciler::new(
+        h.store.clone(),
+        h.client_with_key(support::API_KEY),
+        misconfigured.health().clone(),
+        &h.settings,
+    )
+    .with_clock(h.clock.clone());
+
+    let report = reconciler.run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    assert_eq!(h.attempt(id).await.status, "succeeded");
+    assert!(
+        misconfigured.health().credentials_rejected(),
+        "still paused"
+    );
+    let next = misconfigured.run_once().await.unwrap();
+    assert!(
+        matches!(next.admission, onecharge::gateway::Admission::Wait { .. }),
+        "{next:?}"
+    );
+    assert_eq!(next.claimed(), 0, "no charge sent with the rejected key");
+}
