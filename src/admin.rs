@@ -289,12 +289,12 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     if !nats {
         problems.push("NATS unreachable");
     }
-    if state
+    if let Some(problem) = state
         .gateway_health
         .as_ref()
-        .is_some_and(|h| h.credentials_rejected())
+        .and_then(|h| h.pause_problem())
     {
-        problems.push("gateway rejected the API key (gateway calls paused)");
+        problems.push(problem);
     }
     if problems.is_empty() {
         (StatusCode::OK, "ready\n".to_owned())

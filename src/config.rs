@@ -91,6 +91,16 @@ pub struct Settings {
         default = "default_gateway_key_retention_margin"
     )]
     pub gateway_key_retention_margin: Duration,
+    /// The longest the gateway (and the bank behind it) may keep a request in progress.
+    /// Until this much time has passed since an attempt's last send, an empty lookup or a
+    /// `409` proves nothing (the send may still charge): the attempt is never called "not
+    /// charged" nor handed to a person for that. Must be less than the key window
+    /// (`gateway_key_retention` − `gateway_key_retention_margin`).
+    #[serde(
+        with = "bounded_duration",
+        default = "default_gateway_max_processing_time"
+    )]
+    pub gateway_max_processing_time: Duration,
     #[serde(default)]
     pub executor: ExecutorSettings,
     #[serde(default)]
@@ -414,6 +424,10 @@ fn default_gateway_key_retention_margin() -> Duration {
     Duration::from_secs(3600)
 }
 
+fn default_gateway_max_processing_time() -> Duration {
+    Duration::from_secs(10 * 60)
+}
+
 /// Intake consumer settings.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -470,6 +484,7 @@ impl Default for Settings {
             gateway_request_timeout: default_gateway_request_timeout(),
             gateway_key_retention: default_gateway_key_retention(),
             gateway_key_retention_margin: default_gateway_key_retention_margin(),
+            gateway_max_processing_time: default_gateway_max_processing_time(),
             executor: ExecutorSettings::default(),
             relay: RelaySettings::default(),
             purge: PurgeSettings::default(),
@@ -666,6 +681,19 @@ impl Settings {
             return fail(
                 "gateway_key_retention_margin",
                 "must be less than gateway_key_retention".into(),
+            );
+        }
+        let key_window = self.gateway_key_retention - self.gateway_key_retention_margin;
+        if self.gateway_max_processing_time.is_zero()
+            || self.gateway_max_processing_time >= key_window
+        {
+            return fail(
+                "gateway_max_processing_time (ONECHARGE_GATEWAY_MAX_PROCESSING_TIME)",
+                format!(
+                    "must be above zero and less than gateway_key_retention - gateway_key_retention_margin ({}), got {}",
+                    humantime::format_duration(key_window),
+                    humantime::format_duration(self.gateway_max_processing_time)
+                ),
             );
         }
         let executor = &self.executor;
@@ -1182,6 +1210,29 @@ mod tests {
             let s = Settings::load(None, &Overrides::default()).unwrap();
             assert_eq!(s.database.statement_timeout, Duration::from_secs(10));
             assert_eq!(s.database.lock_timeout, Duration::from_secs(2));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_gateways_maximum_processing_time_must_fit_inside_the_key_window() {
+        figment::Jail::expect_with(|jail| {
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.gateway_max_processing_time, Duration::from_secs(600));
+            jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "23h");
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                err,
+                "configuration error: gateway_max_processing_time (ONECHARGE_GATEWAY_MAX_PROCESSING_TIME): \
+                 must be above zero and less than gateway_key_retention - gateway_key_retention_margin (23h), got 23h"
+            );
+            jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "0s");
+            assert!(Settings::load(None, &Overrides::default()).is_err());
+            jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "2m");
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.gateway_max_processing_time, Duration::from_secs(120));
             Ok(())
         });
     }

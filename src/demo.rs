@@ -180,6 +180,8 @@ fn demo_faults() -> FaultConfig {
             fixed_ms: 2,
             jitter_ms: 10,
         },
+        // no slow_charge: a key held in progress for a minute would only stall the run
+        ..FaultConfig::default()
     }
 }
 

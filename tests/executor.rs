@@ -9,7 +9,7 @@ use std::time::Duration;
 use mock_gateway::{
     payment_methods as pm, FaultConfig, FaultRule, Latency, MockConfig, ResponseClass,
 };
-use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome};
+use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome, RetryAfter};
 use onecharge::domain::AttemptStatus;
 use onecharge::executor::{Disposition, SettlementWriter};
 use onecharge::gateway::{Admission, BreakerState};
@@ -207,7 +207,11 @@ async fn a_409_in_progress_is_retried_soon_with_the_same_key_and_charges_once() 
 
     assert_eq!(h.gateway.ledger().len(), 1);
     let row = h.attempt(id).await;
-    assert_eq!((row.status.as_str(), row.tries), ("succeeded", 2));
+    assert_eq!(
+        (row.status.as_str(), row.tries),
+        ("succeeded", 1),
+        "the 409 was not a try"
+    );
     let calls = h.gateway_calls(id).await;
     assert_eq!(
         calls
@@ -1341,4 +1345,117 @@ async fn a_maximum_command_age_of_zero_lets_an_old_command_be_charged() {
 
     assert_eq!(h.attempt(id).await.status, "succeeded");
     assert_eq!(h.gateway.ledger().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_409_while_the_gateway_is_still_processing_consumes_no_try_and_the_attempt_ends_succeeded(
+) {
+    let h = Harness::with(
+        MockConfig {
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_request_timeout = Duration::from_millis(300);
+            s.executor.max_tries = 2;
+        },
+    )
+    .await;
+    let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
+    let executor = h.executor();
+    assert_eq!(
+        executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Unknown),
+        1,
+        "the call timed out"
+    );
+    let reconciled = h.reconciler().run_once().await.unwrap();
+    assert_eq!(
+        reconciled.count(AttemptStatus::Pending),
+        1,
+        "{reconciled:?}"
+    );
+
+    // Every re-send meets the request still running: 409, and no try is used up.
+    for _ in 0..3 {
+        let report = executor.run_once().await.unwrap();
+        assert!(
+            matches!(
+                report.attempts[0].outcome,
+                Some(GatewayOutcome::RetryLater {
+                    after: RetryAfter::InProgress,
+                    ..
+                })
+            ),
+            "{report:?}"
+        );
+        assert_eq!(report.count(AttemptStatus::Pending), 1, "{report:?}");
+        let row = h.attempt(id).await;
+        assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
+        h.clock.advance(h.settings.executor.in_progress_delay);
+    }
+
+    h.gateway.finish_slow_charges();
+    let gateway = &h.gateway;
+    wait_until(
+        "the gateway commits the slow charge",
+        Duration::from_secs(5),
+        || gateway.ledger().len() == 1,
+    )
+    .await;
+    let report = executor.run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), 1, "exactly one charge");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(
+        row.gateway_charge_id.as_deref(),
+        Some(ledger[0].id.as_str())
+    );
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_404_from_a_wrong_gateway_url_pauses_calls_and_the_attempts_stay_retryable() {
+    let h = Harness::with(MockConfig::default(), |s| s.executor.batch_size = 1).await;
+    let commands = h.seed_many(&[pm::CARD_VISA, pm::CARD_VISA]).await;
+    // A deploy points onecharge at a path the gateway does not serve.
+    let wrong = format!("{}/wrong-prefix", h.gateway.base_url());
+    let misconfigured = h.executor_with(h.client_with_url(&wrong));
+
+    let report = misconfigured.run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 0, "{report:?}");
+    assert_eq!(report.count(AttemptStatus::Pending), 1, "{report:?}");
+    let paused = misconfigured.run_once().await.unwrap();
+    assert!(
+        matches!(paused.admission, Admission::Wait { .. }),
+        "{paused:?}"
+    );
+    assert_eq!(paused.claimed(), 0, "nothing claimed while paused");
+    for command in &commands {
+        let row = h.attempt(command.payment_attempt_id).await;
+        assert_eq!(
+            (row.status.as_str(), row.tries),
+            ("pending", 0),
+            "no try used"
+        );
+        assert!(h.events(command.payment_attempt_id).await.is_empty());
+    }
+    assert!(h.gateway.ledger().is_empty());
+
+    // The URL fixed: each attempt is charged on its first real try.
+    let fixed = h.executor();
+    while fixed.run_once().await.unwrap().claimed() > 0 {}
+    for command in &commands {
+        let row = h.attempt(command.payment_attempt_id).await;
+        assert_eq!((row.status.as_str(), row.tries), ("succeeded", 1));
+    }
 }

@@ -439,3 +439,188 @@ async fn a_lookup_answer_the_database_keeps_refusing_is_counted_and_ends_in_revi
         "reconciliation_schedule_exhausted"
     );
 }
+
+/// A mock gateway whose `pm_fault_slow_charge` holds its key in progress until the test
+/// calls `finish_slow_charges`, and a request timeout far shorter than that.
+async fn still_processing_harness(
+    adjust: impl FnOnce(&mut onecharge::config::Settings),
+) -> Harness {
+    Harness::with(
+        MockConfig {
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_request_timeout = Duration::from_millis(300);
+            adjust(s);
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_still_processing_is_never_reported_as_not_charged() {
+    let h = still_processing_harness(|s| s.executor.max_tries = 1).await;
+    let id = unknown_attempt(&h, pm::FAULT_SLOW_CHARGE).await;
+    assert!(h.gateway.ledger().is_empty(), "still processing");
+
+    // The lookup finds nothing yet, and the attempt is past its retry limits: that proves
+    // nothing while the send may still be in progress at the gateway.
+    let report = h.reconciler().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 0, "{report:?}");
+    assert_eq!(report.rescheduled(), 1);
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "unknown");
+    let said = row.last_error.unwrap();
+    assert!(said.contains("may still be in progress"), "{said}");
+    assert!(!said.contains("not charged"), "{said}");
+    assert_eq!(
+        row.next_run_at,
+        row.dispatched_at.unwrap() + h.settings.gateway_max_processing_time
+    );
+    assert!(h.events(id).await.is_empty(), "no needs-review event");
+    assert_eq!(
+        h.executor().run_once().await.unwrap().claimed(),
+        0,
+        "never re-sent"
+    );
+
+    // The gateway finishes: it charged.
+    h.gateway.finish_slow_charges();
+    let gateway = &h.gateway;
+    wait_until(
+        "the gateway commits the slow charge",
+        Duration::from_secs(5),
+        || gateway.ledger().len() == 1,
+    )
+    .await;
+    assert_eq!(
+        h.reconciler().run_once().await.unwrap().resolutions.len(),
+        0,
+        "not due before the gateway's maximum processing time"
+    );
+    h.clock.advance(h.settings.gateway_max_processing_time);
+    let report = h.reconciler().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), 1, "exactly one charge");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(
+        row.gateway_charge_id.as_deref(),
+        Some(ledger[0].id.as_str())
+    );
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "succeeded");
+    let causes: Vec<String> = h.transitions(id).await.into_iter().map(|t| t.2).collect();
+    assert!(!causes.iter().any(|c| c.contains("review")), "{causes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_found_past_the_gateways_processing_time_and_past_the_retry_limits_goes_to_review_saying_what_is_known(
+) {
+    let h = Harness::with(MockConfig::default(), |s| s.executor.max_tries = 1).await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_BEFORE).await;
+    let sent_at = h.attempt(id).await.dispatched_at.unwrap();
+    h.clock.advance(h.settings.gateway_max_processing_time);
+
+    let report = h.reconciler().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
+    let reason = h.attempt(id).await.review_reason.unwrap();
+    assert!(reason.contains("no charge under key"), "{reason}");
+    assert!(
+        reason.contains(&sent_at.to_string()),
+        "names the last send: {reason}"
+    );
+    assert!(h.gateway.ledger().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_found_under_the_key_for_another_amount_is_never_adopted() {
+    let h = Harness::new().await;
+    let command = h.seed(pm::CARD_VISA).await;
+    let id = command.payment_attempt_id;
+    // Something charged under this attempt's key, but not this attempt's amount.
+    let other = h
+        .client_with_key(support::API_KEY)
+        .charge(&support::charge_request_with_amount(&command, 5000))
+        .await;
+    assert_eq!(other.http_status, Some(201));
+    sqlx::query("UPDATE payment_attempts SET status = 'unknown', tries = 1, first_dispatched_at = $2, dispatched_at = $2, next_run_at = $2 WHERE payment_attempt_id = $1")
+        .bind(id)
+        .bind(h.now())
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+
+    let report = h.reconciler().run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 0, "{report:?}");
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.gateway_charge_id, None, "not adopted");
+    let reason = row.review_reason.unwrap();
+    assert!(reason.contains("amount_minor 5000"), "{reason}");
+    assert_eq!(h.events(id).await[0].0, "needs_review");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_answered_404_by_a_wrong_url_is_checked_again_without_using_up_the_schedule() {
+    let h = Harness::new().await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    let wrong =
+        h.reconciler_with(h.client_with_url(&format!("{}/wrong-prefix", h.gateway.base_url())));
+
+    let report = wrong.run_once().await.unwrap();
+
+    assert_eq!(report.rescheduled(), 1, "{report:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "unknown");
+    assert!(row.last_error.unwrap().contains("gateway_url"));
+    assert_eq!(
+        h.scalar(&format!(
+            "SELECT reconcile_checks::int8 FROM payment_attempts WHERE payment_attempt_id = '{id}'"
+        ))
+        .await,
+        0,
+        "a configuration fault is not the attempt's check"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_that_works_never_ends_a_pause_that_charges_still_hit() {
+    let h = Harness::new().await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    h.seed(pm::CARD_VISA).await;
+    // One health shared by a paused executor (its key may not charge) and a reconciler
+    // whose lookups work.
+    let misconfigured = h.executor_with(h.client_with_key("sk_cannot_charge"));
+    assert_eq!(misconfigured.run_once().await.unwrap().claimed(), 1);
+    assert!(misconfigured.health().credentials_rejected());
+    let reconciler = onecharge::reconciler::Reconciler::new(
+        h.store.clone(),
+        h.client_with_key(support::API_KEY),
+        misconfigured.health().clone(),
+        &h.settings,
+    )
+    .with_clock(h.clock.clone());
+
+    let report = reconciler.run_once().await.unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    assert_eq!(h.attempt(id).await.status, "succeeded");
+    assert!(
+        misconfigured.health().credentials_rejected(),
+        "still paused"
+    );
+    let next = misconfigured.run_once().await.unwrap();
+    assert!(
+        matches!(next.admission, onecharge::gateway::Admission::Wait { .. }),
+        "{next:?}"
+    );
+    assert_eq!(next.claimed(), 0, "no charge sent with the rejected key");
+}

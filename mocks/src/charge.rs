@@ -39,6 +39,9 @@ pub mod payment_methods {
     pub const FAULT_RATE_LIMIT: &str = "pm_fault_rate_limit";
     /// `400 invalid_request` although the request is valid, nothing charged.
     pub const FAULT_BAD_REQUEST: &str = "pm_fault_bad_request";
+    /// The key stays in progress for `slow_charge_for` (`409` to re-sends, nothing found by
+    /// lookups), then the charge succeeds.
+    pub const FAULT_SLOW_CHARGE: &str = "pm_fault_slow_charge";
 }
 
 /// The fault a payment method triggers on the first request under a key, if any.
@@ -51,6 +54,7 @@ pub fn fault_trigger(payment_method: &str) -> Option<FaultKind> {
         FAULT_DROP_AFTER => Some(FaultKind::DropAfter),
         FAULT_RATE_LIMIT => Some(FaultKind::RateLimit),
         FAULT_BAD_REQUEST => Some(FaultKind::BadRequest),
+        FAULT_SLOW_CHARGE => Some(FaultKind::SlowCharge),
         _ => None,
     }
 }

@@ -25,7 +25,8 @@ requests with that key behave normally and succeed):
   pm_fault_hang_after    charged, response held for --hang-for
   pm_fault_drop_after    charged, connection closed with no response
   pm_fault_rate_limit    429 + Retry-After: 1, nothing charged
-  pm_fault_bad_request   400 invalid_request, nothing charged";
+  pm_fault_bad_request   400 invalid_request, nothing charged
+  pm_fault_slow_charge   key in progress for --slow-charge-for (409, empty lookup), then charged";
 
 /// A payment gateway that speaks onecharge's gateway contract (POST/GET /v1/charges), with
 /// idempotency keys, a ledger, and injectable faults.
@@ -61,6 +62,11 @@ pub struct Cli {
     /// client's timeout.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub hang_for: Duration,
+
+    /// How long a slow_charge fault keeps its key in progress (409 to re-sends, nothing
+    /// found by lookups) before it charges (real time).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub slow_charge_for: Duration,
 
     /// Seed for fault dice, latency jitter and charge ids; the same seed and the same
     /// sequence of requests give the same run. Default: random, and logged at start.
@@ -130,6 +136,13 @@ pub struct FaultArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub rate_limit_count: u64,
 
+    /// Chance of keeping the key in progress for --slow-charge-for, then charging.
+    #[arg(long, value_name = "P", value_parser = probability, default_value_t = 0.0)]
+    pub slow_charge_probability: f64,
+    /// Number of next charging requests kept in progress, then charged.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub slow_charge_count: u64,
+
     /// Fixed latency added to every /v1 request, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub latency_ms: u64,
@@ -148,6 +161,7 @@ impl FaultArgs {
             hang_after: rule(self.hang_after_probability, self.hang_after_count),
             drop_after: rule(self.drop_after_probability, self.drop_after_count),
             rate_limit: rule(self.rate_limit_probability, self.rate_limit_count),
+            slow_charge: rule(self.slow_charge_probability, self.slow_charge_count),
             latency: Latency {
                 fixed_ms: self.latency_ms,
                 jitter_ms: self.latency_jitter_ms,
@@ -174,6 +188,7 @@ impl Cli {
             faults: self.faults.to_config(),
             seed: self.seed.unwrap_or_else(rand::random),
             hang_for: self.hang_for,
+            slow_charge_for: self.slow_charge_for,
             bind: SocketAddr::new(self.host, self.port),
             replay_declined_with_200: self.replay_declined_with_200,
             request_log_capacity: self.request_log_capacity,

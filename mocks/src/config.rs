@@ -28,6 +28,11 @@ pub struct MockConfig {
     /// How long a `hang_after` fault holds the response (real time), to outlast the
     /// client's timeout.
     pub hang_for: Duration,
+    /// How long a `slow_charge` fault keeps its key in progress before it charges (real
+    /// time), unless [`MockGateway::finish_slow_charges`](crate::MockGateway::finish_slow_charges)
+    /// ends it sooner: a gateway (or a bank behind it) still processing after the client gave
+    /// up.
+    pub slow_charge_for: Duration,
     /// Where to listen; port 0 picks a free port (see
     /// [`MockGateway::base_url`](crate::MockGateway::base_url)).
     pub bind: SocketAddr,
@@ -60,6 +65,7 @@ impl Default for MockConfig {
             faults: FaultConfig::default(),
             seed: 0,
             hang_for: Duration::from_secs(30),
+            slow_charge_for: Duration::from_secs(60),
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             replay_declined_with_200: false,
             request_log_capacity: 100_000,
@@ -77,6 +83,7 @@ impl fmt::Debug for MockConfig {
             .field("faults", &self.faults)
             .field("seed", &self.seed)
             .field("hang_for", &self.hang_for)
+            .field("slow_charge_for", &self.slow_charge_for)
             .field("bind", &self.bind)
             .field("replay_declined_with_200", &self.replay_declined_with_200)
             .field("tls", &self.tls)
@@ -105,6 +112,10 @@ pub struct FaultConfig {
     pub drop_after: FaultRule,
     /// `429` with `Retry-After: 1`, nothing charged.
     pub rate_limit: FaultRule,
+    /// The key stays in progress for `slow_charge_for` (meanwhile a re-send gets `409` and a
+    /// lookup finds nothing), then the charge is committed: "not found yet" is not "not
+    /// charged".
+    pub slow_charge: FaultRule,
     /// Delay added to every `/v1` request; for a new charge it is spent while the key is
     /// in progress, which is how tests make concurrent duplicates overlap.
     pub latency: Latency,
@@ -125,13 +136,14 @@ impl FaultConfig {
         Ok(())
     }
 
-    pub(crate) fn rules(&self) -> [(&'static str, &FaultRule); 5] {
+    pub(crate) fn rules(&self) -> [(&'static str, &FaultRule); 6] {
         [
             ("rate_limit", &self.rate_limit),
             ("error_before", &self.error_before),
             ("error_after", &self.error_after),
             ("hang_after", &self.hang_after),
             ("drop_after", &self.drop_after),
+            ("slow_charge", &self.slow_charge),
         ]
     }
 }
@@ -194,6 +206,8 @@ pub enum FaultKind {
     RateLimit,
     /// Only from the `pm_fault_bad_request` trigger: a `400` for a valid request.
     BadRequest,
+    /// The key stays in progress for `slow_charge_for`, then the charge is committed.
+    SlowCharge,
 }
 
 impl FaultKind {
@@ -206,6 +220,7 @@ impl FaultKind {
             FaultKind::DropAfter => "drop_after",
             FaultKind::RateLimit => "rate_limit",
             FaultKind::BadRequest => "bad_request",
+            FaultKind::SlowCharge => "slow_charge",
         }
     }
 
@@ -213,7 +228,10 @@ impl FaultKind {
     pub fn charges(self) -> bool {
         matches!(
             self,
-            FaultKind::ErrorAfter | FaultKind::HangAfter | FaultKind::DropAfter
+            FaultKind::ErrorAfter
+                | FaultKind::HangAfter
+                | FaultKind::DropAfter
+                | FaultKind::SlowCharge
         )
     }
 }

@@ -54,7 +54,7 @@ impl FaultInjector {
     }
 
     /// The fault for one charging request, checking kinds in a fixed order
-    /// (rate_limit, error_before, error_after, hang_after, drop_after) and stopping at the
+    /// (rate_limit, error_before, error_after, hang_after, drop_after, slow_charge) and stopping at the
     /// first that fires, so at most one count is consumed per request.
     pub(crate) fn draw(&self) -> Option<FaultKind> {
         let mut guard = self.state.lock();
@@ -65,6 +65,7 @@ impl FaultInjector {
             (FaultKind::ErrorAfter, &mut config.error_after),
             (FaultKind::HangAfter, &mut config.hang_after),
             (FaultKind::DropAfter, &mut config.drop_after),
+            (FaultKind::SlowCharge, &mut config.slow_charge),
         ];
         for (kind, rule) in rules {
             if rule.count > 0 {

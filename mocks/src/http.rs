@@ -276,6 +276,14 @@ impl Claimed {
             return refused(kind);
         }
 
+        if fault == Some(FaultKind::SlowCharge) {
+            // Still processing: a re-send meanwhile gets `409`, a lookup finds nothing.
+            tokio::select! {
+                () = tokio::time::sleep(shared.slow_charge_for) => {}
+                () = shared.finish_slow.notified() => {}
+                () = shared.shutdown.cancelled() => {}
+            }
+        }
         let decline = decline_code(&params.payment_method);
         let charge = Charge {
             id: shared.ids.next(),
@@ -301,7 +309,7 @@ impl Claimed {
         };
         let answer = Answer::json(status, &charge);
         let (class, answer, delivery) = match fault {
-            None => (class, answer, Delivery::Now),
+            None | Some(FaultKind::SlowCharge) => (class, answer, Delivery::Now),
             Some(FaultKind::ErrorAfter) => (
                 ResponseClass::ServerError,
                 Answer::error(

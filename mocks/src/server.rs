@@ -128,6 +128,13 @@ impl MockGateway {
         self.shared.faults.set(faults);
     }
 
+    /// Ends every `slow_charge` held now: each commits its charge at once (as the gateway
+    /// finishing its processing), without waiting out `slow_charge_for`. Charges that start
+    /// later are held as usual.
+    pub fn finish_slow_charges(&self) {
+        self.shared.finish_slow.notify_waiters();
+    }
+
     /// Moves the mock's clock forward, expiring keys older than the retention, so tests
     /// exercise key expiry without sleeping.
     pub fn advance_clock(&self, by: Duration) {
@@ -165,6 +172,9 @@ pub(crate) struct Shared {
     pub(crate) log: RequestLog,
     pub(crate) counters: Counters,
     pub(crate) hang_for: Duration,
+    pub(crate) slow_charge_for: Duration,
+    /// Woken by [`MockGateway::finish_slow_charges`]: every `slow_charge` held now charges.
+    pub(crate) finish_slow: tokio::sync::Notify,
     replay_declined_with_200: bool,
     pub(crate) shutdown: CancellationToken,
 }
@@ -180,6 +190,8 @@ impl Shared {
             log: RequestLog::new(config.request_log_capacity),
             counters: Counters::default(),
             hang_for: config.hang_for,
+            slow_charge_for: config.slow_charge_for,
+            finish_slow: tokio::sync::Notify::new(),
             replay_declined_with_200: config.replay_declined_with_200,
             shutdown: CancellationToken::new(),
         }

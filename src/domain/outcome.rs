@@ -19,6 +19,11 @@ use serde::Deserialize;
 
 use super::bounded;
 
+/// Longest delay a `Retry-After` is honoured for. A gateway that asks for more (or sends a
+/// number too large for any clock) is asked again after this: a bounded wait, never a panic
+/// on a time that overflows, and at worst one more `429`.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
 /// Longest text kept from a gateway's answer in a reason or error (the database bounds
 /// `review_reason`, `last_error` and `gateway_calls.error` to 1024 characters).
 pub const MAX_REASON_CHARS: usize = 1000;
@@ -82,6 +87,11 @@ pub enum GatewayOutcome {
     /// it is fixed; the attempt stays retryable and its try is not counted.
     #[error("the gateway rejected onecharge's credentials (HTTP {status})")]
     CredentialsFault { status: u16 },
+    /// `404`, `405` or a `3xx` (never followed): onecharge is calling the wrong URL (a
+    /// wrong `gateway_url` after a deploy). Nothing was processed; like a credentials fault,
+    /// every call pauses until it is fixed and the try is not counted.
+    #[error("the gateway answered HTTP {status}: gateway_url looks wrong")]
+    EndpointFault { status: u16 },
     /// The request never reached the gateway; retry with backoff.
     #[error("not sent: {reason}")]
     NotSent { reason: String },
@@ -103,6 +113,7 @@ impl GatewayOutcome {
             Self::RetryLater { .. } => "rate_limited",
             Self::NeedsReview { .. } => "needs_review",
             Self::CredentialsFault { .. } => "credentials_fault",
+            Self::EndpointFault { .. } => "endpoint_fault",
             Self::NotSent { .. } => "not_sent",
             Self::Ambiguous { .. } => "ambiguous",
         }
@@ -213,11 +224,12 @@ pub fn classify_charge(reply: GatewayReply<'_>) -> GatewayOutcome {
             reason: gateway_words(status, body),
         },
         401 | 403 => GatewayOutcome::CredentialsFault { status },
+        300..=399 | 404 | 405 => GatewayOutcome::EndpointFault { status },
         500..=599 => GatewayOutcome::Ambiguous {
             reason: gateway_words(status, body),
         },
-        // 400, 422, and anything the contract does not list (a 404 from a wrong base URL, a
-        // redirect that is not followed): the request was refused as it stands.
+        // 400, 422, and anything else the contract does not list: the request was refused
+        // as it stands.
         _ => GatewayOutcome::NeedsReview {
             reason: gateway_words(status, body),
         },
@@ -234,6 +246,9 @@ pub enum LookupOutcome {
     /// `401`/`403`: stop calling the gateway, as for a charge.
     #[error("the gateway rejected onecharge's credentials (HTTP {status})")]
     CredentialsFault { status: u16 },
+    /// `404`, `405`, `3xx`: the wrong URL, as for a charge; ask again later, uncounted.
+    #[error("the gateway answered HTTP {status}: gateway_url looks wrong")]
+    EndpointFault { status: u16 },
     /// The lookup did not answer the question (not sent, timed out, 429, 5xx, an unreadable
     /// body): ask again later. A lookup never charges, so retrying it is always safe.
     #[error("lookup failed: {reason}")]
@@ -247,9 +262,111 @@ impl LookupOutcome {
             Self::Found(charges) if charges.is_empty() => "not_found",
             Self::Found(_) => "found",
             Self::CredentialsFault { .. } => "credentials_fault",
+            Self::EndpointFault { .. } => "endpoint_fault",
             Self::Failed { .. } => "failed",
         }
     }
+}
+
+/// What a charge found under an attempt's key must say to be that attempt's charge.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpectedCharge<'a> {
+    pub idempotency_key: &'a str,
+    /// The `payment_attempt_id`, sent as the charge's `reference`.
+    pub reference: &'a str,
+    pub amount_minor: i64,
+    pub currency: &'a str,
+}
+
+/// What the charges a lookup found mean for one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LookupReading {
+    /// Nothing recorded under the key (which alone does not prove "not charged": see the
+    /// reconciler).
+    Nothing,
+    /// Exactly one successful charge, matching the attempt.
+    Succeeded(GatewayCharge),
+    /// Only declines, matching the attempt: the first one.
+    Declined(GatewayCharge),
+    /// Several successful charges under one key: money taken more than once.
+    SeveralSucceeded(Vec<String>),
+    /// A charge whose status is neither `succeeded` nor `declined`: not the contract's
+    /// answer, and maybe not final. Never adopted; look again later.
+    Unsettled { reason: String },
+    /// A charge that is not this attempt's (another key, reference, amount or currency, or
+    /// one that does not say): never adopted; a person must look.
+    Mismatch { reason: String },
+}
+
+/// Reads a lookup's charges against the attempt. Only the contract's answer is adopted: a
+/// `succeeded` or `declined` charge under the same key, reference, amount and currency.
+pub fn read_lookup(charges: &[GatewayCharge], expected: &ExpectedCharge<'_>) -> LookupReading {
+    for charge in charges {
+        if let Some(reason) = mismatch(charge, expected) {
+            return LookupReading::Mismatch {
+                reason: bounded(
+                    &format!(
+                        "the gateway's charge {} under key {} is not this attempt's: {reason}; not adopted",
+                        charge.id, expected.idempotency_key
+                    ),
+                    MAX_REASON_CHARS,
+                ),
+            };
+        }
+    }
+    if let Some(odd) = charges
+        .iter()
+        .find(|c| c.status != "succeeded" && c.status != "declined")
+    {
+        return LookupReading::Unsettled {
+            reason: bounded(
+                &format!(
+                    "the gateway's charge {} has status `{}`, neither succeeded nor declined; not adopted",
+                    odd.id, odd.status
+                ),
+                MAX_REASON_CHARS,
+            ),
+        };
+    }
+    let succeeded: Vec<&GatewayCharge> =
+        charges.iter().filter(|c| c.status == "succeeded").collect();
+    match succeeded.as_slice() {
+        [] => charges
+            .first()
+            .cloned()
+            .map_or(LookupReading::Nothing, LookupReading::Declined),
+        [one] => LookupReading::Succeeded((*one).clone()),
+        several => LookupReading::SeveralSucceeded(several.iter().map(|c| c.id.clone()).collect()),
+    }
+}
+
+/// Why `charge` is not the attempt's, if it is not.
+fn mismatch(charge: &GatewayCharge, expected: &ExpectedCharge<'_>) -> Option<String> {
+    fn differs<T: PartialEq + std::fmt::Display + ?Sized>(
+        field: &str,
+        got: Option<&T>,
+        want: &T,
+    ) -> Option<String> {
+        match got {
+            None => Some(format!("it does not say its {field}")),
+            Some(got) if got != want => Some(format!("{field} {got}, the attempt's is {want}")),
+            Some(_) => None,
+        }
+    }
+    differs(
+        "idempotency_key",
+        charge.idempotency_key.as_deref(),
+        expected.idempotency_key,
+    )
+    .or_else(|| differs("reference", charge.reference.as_deref(), expected.reference))
+    .or_else(|| {
+        differs(
+            "amount_minor",
+            charge.amount_minor.as_ref(),
+            &expected.amount_minor,
+        )
+    })
+    .or_else(|| differs("currency", charge.currency.as_deref(), expected.currency))
 }
 
 #[derive(Deserialize)]
@@ -267,6 +384,10 @@ pub fn classify_lookup(reply: GatewayReply<'_>) -> LookupOutcome {
             status: status @ (401 | 403),
             ..
         } => LookupOutcome::CredentialsFault { status },
+        GatewayReply::Answered {
+            status: status @ (300..=399 | 404 | 405),
+            ..
+        } => LookupOutcome::EndpointFault { status },
         GatewayReply::Answered {
             status: 200, body, ..
         } => match serde_json::from_slice::<LookupBody>(body) {
@@ -287,10 +408,17 @@ pub fn classify_lookup(reply: GatewayReply<'_>) -> LookupOutcome {
     }
 }
 
-/// `Retry-After` in delta-seconds (the form the contract names). An HTTP date is not
-/// honoured: the caller falls back to its own backoff.
+/// `Retry-After` in delta-seconds (the form the contract names), capped at
+/// [`MAX_RETRY_AFTER`]: a number too large for a `u64` (or for any clock) is the cap, not an
+/// error. An HTTP date or anything else that is not plain digits is not honoured: the caller
+/// falls back to its own backoff.
 fn parse_retry_after(raw: &str) -> Option<Duration> {
-    raw.trim().parse::<u64>().ok().map(Duration::from_secs)
+    let digits = raw.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds = digits.parse::<u64>().unwrap_or(u64::MAX);
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
 /// "HTTP 422 idempotency_key_reused: <message>", or the start of a body that is not the
@@ -486,6 +614,50 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_retry_after_is_capped_to_a_bounded_delay_never_a_panic() {
+        let with = |retry_after| {
+            classify_charge(GatewayReply::Answered {
+                status: 429,
+                replayed: false,
+                retry_after: Some(retry_after),
+                body: br#"{"error":{"type":"rate_limited"}}"#,
+            })
+        };
+        for huge in [
+            "99999999999999999999",
+            "18446744073709551615",
+            "315360000000",
+            " 86401 ",
+        ] {
+            assert!(
+                matches!(
+                    with(huge),
+                    GatewayOutcome::RetryLater { after: RetryAfter::Delay(d), .. } if d == MAX_RETRY_AFTER
+                ),
+                "Retry-After: {huge} gave {:?}",
+                with(huge)
+            );
+        }
+        assert!(matches!(
+            with("3600"),
+            GatewayOutcome::RetryLater { after: RetryAfter::Delay(d), .. } if d == Duration::from_secs(3600)
+        ));
+        // not a number of seconds at all: the executor's own backoff decides
+        for odd in ["-5", "1.5", "", "9x"] {
+            assert!(
+                matches!(
+                    with(odd),
+                    GatewayOutcome::RetryLater {
+                        after: RetryAfter::Backoff,
+                        ..
+                    }
+                ),
+                "Retry-After: {odd:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_5xx_is_ambiguous_because_it_may_have_charged() {
         for status in [500, 502, 503, 504] {
             let outcome = answered(status, r#"{"error":{"type":"api_error","message":"boom"}}"#);
@@ -538,19 +710,36 @@ mod tests {
     }
 
     #[test]
-    fn statuses_the_contract_does_not_list_need_review() {
+    fn a_404_405_or_redirect_is_a_configuration_fault_for_charges_and_lookups() {
+        for status in [301, 302, 307, 308, 404, 405] {
+            let outcome = answered(
+                status,
+                r#"{"error":{"type":"not_found","message":"no such endpoint"}}"#,
+            );
+            assert_eq!(outcome, GatewayOutcome::EndpointFault { status });
+            assert_eq!(outcome.label(), "endpoint_fault");
+            assert!(!outcome.is_gateway_failure());
+            let lookup = classify_lookup(GatewayReply::Answered {
+                status,
+                replayed: false,
+                retry_after: None,
+                body: b"",
+            });
+            assert_eq!(lookup, LookupOutcome::EndpointFault { status });
+        }
+    }
+
+    #[test]
+    fn other_statuses_the_contract_does_not_list_need_review() {
         let outcome = answered(
-            404,
-            r#"{"error":{"type":"not_found","message":"no such endpoint"}}"#,
+            418,
+            r#"{"error":{"type":"teapot","message":"short and stout"}}"#,
         );
         assert_eq!(
             outcome,
             GatewayOutcome::NeedsReview {
-                reason: "HTTP 404 not_found: no such endpoint".into()
+                reason: "HTTP 418 teapot: short and stout".into()
             }
-        );
-        assert!(
-            matches!(answered(302, ""), GatewayOutcome::NeedsReview { reason } if reason == "HTTP 302")
         );
     }
 
@@ -564,6 +753,95 @@ mod tests {
             panic!()
         };
         assert!(reason.chars().count() <= MAX_REASON_CHARS);
+    }
+
+    #[test]
+    fn only_the_contracts_lookup_answer_for_this_attempt_is_adopted() {
+        let expected = ExpectedCharge {
+            idempotency_key: "k",
+            reference: "r",
+            amount_minor: 1999,
+            currency: "EUR",
+        };
+        let found = |overrides: serde_json::Value| -> GatewayCharge {
+            let mut value: serde_json::Value =
+                serde_json::from_str(&charge("succeeded", None)).unwrap();
+            for (k, v) in overrides.as_object().unwrap() {
+                value[k] = v.clone();
+            }
+            serde_json::from_value(value).unwrap()
+        };
+        let ok = found(serde_json::json!({}));
+        let declined =
+            found(serde_json::json!({"status": "declined", "decline_code": "card_declined"}));
+        let read = |charges: &[GatewayCharge]| read_lookup(charges, &expected);
+        let is_mismatch = |r: &LookupReading, word: &str| matches!(r, LookupReading::Mismatch { reason } if reason.contains(word));
+
+        assert_eq!(read(&[]), LookupReading::Nothing);
+        assert_eq!(
+            read(std::slice::from_ref(&ok)),
+            LookupReading::Succeeded(ok.clone())
+        );
+        assert_eq!(
+            read(std::slice::from_ref(&declined)),
+            LookupReading::Declined(declined.clone())
+        );
+        assert_eq!(
+            read(&[declined.clone(), ok.clone()]),
+            LookupReading::Succeeded(ok.clone()),
+            "money taken wins over a decline"
+        );
+        assert_eq!(
+            read(&[ok.clone(), found(serde_json::json!({"id": "ch_2"}))]),
+            LookupReading::SeveralSucceeded(vec!["ch_1".into(), "ch_2".into()])
+        );
+        for status in [
+            "pending",
+            "processing",
+            "failed",
+            "refunded",
+            "",
+            "Succeeded",
+        ] {
+            let odd = found(serde_json::json!({ "status": status }));
+            assert!(
+                matches!(read(&[odd]), LookupReading::Unsettled { ref reason } if reason.contains(&format!("`{status}`"))),
+                "status {status:?} must never be adopted"
+            );
+        }
+        let cases = [
+            (
+                serde_json::json!({"idempotency_key": "other"}),
+                "idempotency_key other",
+            ),
+            (
+                serde_json::json!({"reference": "someone-else"}),
+                "reference someone-else",
+            ),
+            (
+                serde_json::json!({"amount_minor": 2000}),
+                "amount_minor 2000",
+            ),
+            (serde_json::json!({"currency": "USD"}), "currency USD"),
+            (
+                serde_json::json!({"currency": null}),
+                "does not say its currency",
+            ),
+            (
+                serde_json::json!({"amount_minor": null}),
+                "does not say its amount_minor",
+            ),
+        ];
+        for (overrides, words) in cases {
+            let reading = read(&[found(overrides.clone())]);
+            assert!(is_mismatch(&reading, words), "{overrides}: {reading:?}");
+        }
+        let mismatched_decline =
+            found(serde_json::json!({"status": "declined", "amount_minor": 1}));
+        assert!(is_mismatch(
+            &read(&[ok, mismatched_decline]),
+            "amount_minor 1"
+        ));
     }
 
     #[test]

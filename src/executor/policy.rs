@@ -2,9 +2,10 @@
 //! passed in), so every rule is a unit test.
 //!
 //! - Final answers (succeeded, declined) and refusals (needs review) settle at once.
-//! - Answers that prove nothing was charged (`409`, `429`, not sent) schedule a durable retry
-//!   with the same key: `409` after a short fixed delay, `429` after `Retry-After`, the rest
-//!   after exponential backoff with jitter.
+//! - Answers that prove this request was not processed (`409`, `429`, not sent) schedule a
+//!   durable retry with the same key: `409` after a short fixed delay, `429` after
+//!   `Retry-After` (at most [`MAX_RETRY_AFTER`]), the rest after exponential backoff with
+//!   jitter. A `409` proves nothing about the earlier send still in progress; it is not a try.
 //! - No retry is scheduled past `max_tries`, past `max_age` since the attempt was recorded, or
 //!   past the gateway's key retention minus the safety margin since the first call: the
 //!   attempt goes to `unknown` and the reconciler settles it by lookup.
@@ -18,7 +19,7 @@ use backon::BackoffBuilder as _;
 use time::OffsetDateTime;
 
 use crate::config::Settings;
-use crate::domain::outcome::{GatewayOutcome, RetryAfter};
+use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_RETRY_AFTER};
 use crate::store::executor::{ClaimedAttempt, Settlement};
 
 /// The retry rules, from the configuration.
@@ -89,10 +90,25 @@ impl RetryPolicy {
                 },
                 "credentials_fault",
             ),
+            GatewayOutcome::EndpointFault { status } => (
+                Settlement::Retry {
+                    next_run_at: now,
+                    reason: format!("the gateway answered HTTP {status} to POST /v1/charges: gateway_url looks wrong; nothing was processed, not counted as a try"),
+                    refund_try: true,
+                },
+                "endpoint_fault",
+            ),
             GatewayOutcome::Ambiguous { reason } => (
                 Settlement::Unknown { reason: format!("the gateway may have charged: {reason}") },
                 "ambiguous_result",
             ),
+            // An earlier send under this key is still running at the gateway: this request was
+            // not processed, so it is not a try, and the limit on tries cannot turn a slow
+            // gateway into "retries exhausted".
+            GatewayOutcome::RetryLater {
+                after: RetryAfter::InProgress,
+                reason,
+            } => self.retry_in_progress(attempt, now, reason),
             GatewayOutcome::RetryLater { after, reason } => {
                 let delay = match after {
                     RetryAfter::InProgress => self.in_progress_delay,
@@ -125,7 +141,7 @@ impl RetryPolicy {
                 "retries_exhausted",
             );
         }
-        let next_run_at = now + delay;
+        let next_run_at = later(now, delay.min(MAX_RETRY_AFTER.max(self.retry_max_delay)));
         if let Some(closed) = self.window_closed_by(attempt, next_run_at) {
             return (
                 Settlement::Unknown {
@@ -144,16 +160,48 @@ impl RetryPolicy {
         )
     }
 
+    /// `409`: the same request again after `in_progress_delay`, the try refunded. Only the
+    /// age and key windows stop it (to `unknown`, where the reconciler waits out the
+    /// gateway's maximum processing time before it believes an empty lookup).
+    fn retry_in_progress(
+        &self,
+        attempt: &ClaimedAttempt,
+        now: OffsetDateTime,
+        reason: &str,
+    ) -> (Settlement, &'static str) {
+        let next_run_at = later(now, self.in_progress_delay);
+        if let Some(closed) = self.window_closed_by(attempt, next_run_at) {
+            return (
+                Settlement::Unknown {
+                    reason: format!(
+                        "{closed}; last: {reason} (an earlier send may still be in progress)"
+                    ),
+                },
+                "retry_window_closed",
+            );
+        }
+        (
+            Settlement::Retry {
+                next_run_at,
+                reason: format!(
+                    "{reason}; an earlier send is still in progress, not counted as a try"
+                ),
+                refund_try: true,
+            },
+            "retry_scheduled",
+        )
+    }
+
     /// Why `attempt` may not be sent at `at`, if it may not.
     fn window_closed_by(&self, attempt: &ClaimedAttempt, at: OffsetDateTime) -> Option<String> {
-        if at >= attempt.created_at + self.max_age {
+        if at >= later(attempt.created_at, self.max_age) {
             return Some(format!(
                 "no retry past the maximum age of {} (recorded {})",
                 humantime::format_duration(self.max_age),
                 attempt.created_at
             ));
         }
-        if at >= attempt.first_dispatched_at + self.key_window {
+        if at >= later(attempt.first_dispatched_at, self.key_window) {
             return Some(format!(
                 "the gateway may forget the idempotency key (first sent {}, key window {}): not re-sent",
                 attempt.first_dispatched_at,
@@ -176,6 +224,15 @@ impl RetryPolicy {
     pub fn cutoffs(&self, now: OffsetDateTime) -> (OffsetDateTime, OffsetDateTime) {
         (now - self.key_window, now - self.max_age)
     }
+}
+
+/// `at + delay`, or the end of the calendar when that overflows: a delay too long for any
+/// clock is "never" for a window check, and is capped before it schedules a retry.
+fn later(at: OffsetDateTime, delay: Duration) -> OffsetDateTime {
+    time::Duration::try_from(delay)
+        .ok()
+        .and_then(|delay| at.checked_add(delay))
+        .unwrap_or_else(|| time::PrimitiveDateTime::MAX.assume_utc())
 }
 
 #[cfg(test)]
@@ -226,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn a_409_retries_after_the_short_in_progress_delay() {
+    fn a_409_retries_after_the_short_in_progress_delay_without_counting_a_try() {
         let outcome = GatewayOutcome::RetryLater {
             after: RetryAfter::InProgress,
             reason: "HTTP 409".into(),
@@ -234,7 +291,28 @@ mod tests {
         let (settlement, cause) = policy().settle(&attempt(1), &outcome, NOW);
         assert_eq!(cause, "retry_scheduled");
         assert!(
-            matches!(settlement, Settlement::Retry { next_run_at, refund_try: false, .. } if next_run_at == NOW + Duration::from_secs(2))
+            matches!(settlement, Settlement::Retry { next_run_at, refund_try: true, .. } if next_run_at == NOW + Duration::from_secs(2))
+        );
+        // not even on the last allowed try
+        let (settlement, _) = policy().settle(&attempt(5), &outcome, NOW);
+        assert!(
+            matches!(
+                settlement,
+                Settlement::Retry {
+                    refund_try: true,
+                    ..
+                }
+            ),
+            "{settlement:?}"
+        );
+        // past the maximum age it goes to the reconciler, saying the send may still run
+        let mut old = attempt(1);
+        old.created_at = NOW - Duration::from_secs(3599);
+        let (settlement, cause) = policy().settle(&old, &outcome, NOW);
+        assert_eq!(cause, "retry_window_closed");
+        assert!(
+            matches!(&settlement, Settlement::Unknown { reason } if reason.contains("may still be in progress") && !reason.contains("not charged")),
+            "{settlement:?}"
         );
     }
 
@@ -247,6 +325,23 @@ mod tests {
         let (settlement, _) = policy().settle(&attempt(1), &outcome, NOW);
         assert!(
             matches!(settlement, Settlement::Retry { next_run_at, .. } if next_run_at == NOW + Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn a_retry_delay_beyond_any_clock_is_a_bounded_retry_never_a_panic() {
+        let outcome = GatewayOutcome::RetryLater {
+            after: RetryAfter::Delay(Duration::MAX),
+            reason: "HTTP 429".into(),
+        };
+        let mut p = policy();
+        p.max_age = Duration::MAX;
+        p.key_window = Duration::MAX;
+        let (settlement, cause) = p.settle(&attempt(1), &outcome, NOW);
+        assert_eq!(cause, "retry_scheduled");
+        assert!(
+            matches!(settlement, Settlement::Retry { next_run_at, .. } if next_run_at == NOW + crate::domain::outcome::MAX_RETRY_AFTER),
+            "{settlement:?}"
         );
     }
 

@@ -74,6 +74,13 @@ pub struct HealthSnapshot {
     /// The HTTP status (401/403) with which the gateway rejected the credentials, while
     /// all calls are paused for it.
     pub credentials_rejected: Option<u16>,
+    /// The HTTP status (404/405/3xx) with which the gateway answered a charge sent to the
+    /// wrong URL, while all calls are paused for it.
+    pub endpoint_fault: Option<u16>,
+    /// The configuration fault (401/403/404/405/3xx) the last lookup met, until a lookup
+    /// succeeds. Lookups keep their own health: they never pause charges, open or close the
+    /// breaker, or end a pause.
+    pub lookup_fault: Option<u16>,
     pub breaker: BreakerState,
     pub consecutive_failures: u32,
 }
@@ -89,7 +96,10 @@ pub struct GatewayHealth {
 
 #[derive(Debug)]
 struct State {
+    /// A configuration fault seen by a charge: credentials (401/403) or the URL (404/405/3xx).
     credentials: Option<CredentialsPause>,
+    /// The configuration fault the reconciler's last lookup met (readiness only).
+    lookup_fault: Option<u16>,
     breaker: BreakerState,
     consecutive_failures: u32,
     /// When the next probe may go (breaker open or half-open).
@@ -111,6 +121,7 @@ impl GatewayHealth {
         Self {
             inner: Arc::new(Mutex::new(State {
                 credentials: None,
+                lookup_fault: None,
                 breaker: BreakerState::Closed,
                 consecutive_failures: 0,
                 breaker_probe_at: OffsetDateTime::UNIX_EPOCH,
@@ -148,7 +159,11 @@ impl GatewayHealth {
             }
             return Admission::Wait {
                 until: pause.next_probe_at,
-                reason: "gateway credentials rejected",
+                reason: if is_credentials(pause.status) {
+                    "gateway credentials rejected"
+                } else {
+                    "gateway URL misconfigured"
+                },
             };
         }
         match state.breaker {
@@ -170,16 +185,44 @@ impl GatewayHealth {
         }
     }
 
-    /// Whether the credentials are currently rejected (readiness reports unready).
+    /// Whether the credentials are currently rejected, by a charge or a lookup.
     pub fn credentials_rejected(&self) -> bool {
-        self.state().credentials.is_some()
+        let state = self.state();
+        state
+            .credentials
+            .as_ref()
+            .is_some_and(|p| is_credentials(p.status))
+            || state.lookup_fault.is_some_and(is_credentials)
+    }
+
+    /// What readiness reports while a configuration fault stands, if one does.
+    pub fn pause_problem(&self) -> Option<&'static str> {
+        let state = self.state();
+        match (state.credentials.as_ref().map(|p| p.status), state.lookup_fault) {
+            (Some(status), _) if is_credentials(status) => {
+                Some("gateway rejected the API key (gateway calls paused)")
+            }
+            (Some(_), _) => Some(
+                "gateway answered 404/405/3xx: gateway_url looks wrong (gateway calls paused)",
+            ),
+            (None, Some(status)) if is_credentials(status) => {
+                Some("gateway rejected the API key for lookups (reconciler waiting)")
+            }
+            (None, Some(_)) => Some(
+                "gateway lookups answered 404/405/3xx: gateway_url looks wrong (reconciler waiting)",
+            ),
+            (None, None) => None,
+        }
     }
 
     /// A copy of the state.
     pub fn snapshot(&self) -> HealthSnapshot {
         let state = self.state();
+        let paused = state.credentials.as_ref().map(|p| p.status);
         HealthSnapshot {
-            credentials_rejected: state.credentials.as_ref().map(|p| p.status),
+            credentials_rejected: paused.filter(|s| is_credentials(*s)),
+            endpoint_fault: paused.filter(|s| !is_credentials(*s)),
+            lookup_fault: state.lookup_fault,
             breaker: state.breaker,
             consecutive_failures: state.consecutive_failures,
         }
@@ -188,29 +231,51 @@ impl GatewayHealth {
     /// Learns from one charge answer.
     pub fn record(&self, outcome: &GatewayOutcome, now: OffsetDateTime) {
         match outcome {
-            GatewayOutcome::CredentialsFault { status } => self.credentials_fault(*status, now),
+            GatewayOutcome::CredentialsFault { status }
+            | GatewayOutcome::EndpointFault { status } => self.credentials_fault(*status, now),
             outcome if outcome.is_gateway_failure() => self.failure(now),
             _ => self.success(),
         }
     }
 
-    /// Learns from one lookup answer (the reconciler's calls).
-    pub fn record_lookup(&self, outcome: &LookupOutcome, now: OffsetDateTime) {
+    /// Learns from one lookup answer (the reconciler's calls), for readiness only. Lookup
+    /// health is kept apart from charge health: a lookup is a different request (some keys
+    /// may read and not charge), so a failed lookup never opens the charges' breaker, and
+    /// an answered one never closes it nor ends a pause that charges still hit.
+    pub fn record_lookup(&self, outcome: &LookupOutcome, _now: OffsetDateTime) {
+        let mut state = self.state();
         match outcome {
-            LookupOutcome::CredentialsFault { status } => self.credentials_fault(*status, now),
-            LookupOutcome::Failed { .. } => self.failure(now),
-            LookupOutcome::Found(_) => self.success(),
+            LookupOutcome::CredentialsFault { status }
+            | LookupOutcome::EndpointFault { status } => {
+                if state.lookup_fault.is_none() {
+                    tracing::error!(
+                        http_status = status,
+                        "a gateway lookup met a configuration fault (401/403: gateway_api_key; 404/405/3xx: gateway_url); unknown attempts wait"
+                    );
+                }
+                state.lookup_fault = Some(*status);
+            }
+            LookupOutcome::Found(_) => state.lookup_fault = None,
+            LookupOutcome::Failed { .. } => {}
         }
     }
 
     fn credentials_fault(&self, status: u16, now: OffsetDateTime) {
         let mut state = self.state();
         if state.credentials.is_none() {
-            tracing::error!(
-                http_status = status,
-                "the gateway rejected onecharge's API key: pausing every gateway call (attempts stay pending); fix gateway_api_key"
-            );
-            metrics::counter!("onecharge_gateway_credentials_faults_total").increment(1);
+            if is_credentials(status) {
+                tracing::error!(
+                    http_status = status,
+                    "the gateway rejected onecharge's API key: pausing every gateway call (attempts stay pending); fix gateway_api_key"
+                );
+                metrics::counter!("onecharge_gateway_credentials_faults_total").increment(1);
+            } else {
+                tracing::error!(
+                    http_status = status,
+                    "the gateway answered a charge with HTTP {status}: gateway_url looks wrong; pausing every gateway call (attempts stay pending); fix gateway_url"
+                );
+                metrics::counter!("onecharge_gateway_endpoint_faults_total").increment(1);
+            }
         }
         state.credentials = Some(CredentialsPause {
             status,
@@ -254,6 +319,11 @@ impl GatewayHealth {
             metrics::gauge!("onecharge_gateway_breaker_state").set(BreakerState::Closed.gauge());
         }
     }
+}
+
+/// 401/403: the credentials; anything else that pauses (404/405/3xx) is the URL.
+fn is_credentials(status: u16) -> bool {
+    matches!(status, 401 | 403)
 }
 
 #[cfg(test)]
@@ -361,5 +431,53 @@ mod tests {
             .allowance(32),
             0
         );
+    }
+
+    #[test]
+    fn lookups_never_open_close_or_end_what_charges_decide() {
+        let h = health();
+        let found = LookupOutcome::Found(vec![]);
+        let failed = LookupOutcome::Failed {
+            reason: "HTTP 503".into(),
+        };
+        // failing lookups do not open the charges' breaker
+        for _ in 0..10 {
+            h.record_lookup(&failed, T0);
+        }
+        assert_eq!(h.snapshot().breaker, BreakerState::Closed);
+        assert_eq!(h.admit(T0), Admission::Open);
+        // an open breaker stays open whatever lookups answer
+        for _ in 0..3 {
+            h.record(&failure(), T0);
+        }
+        h.record_lookup(&found, T0);
+        assert_eq!(h.snapshot().breaker, BreakerState::Open);
+        assert!(matches!(h.admit(T0), Admission::Wait { .. }));
+        // a credentials pause that charges hit is not ended by a lookup that works
+        let paused = health();
+        paused.record(&GatewayOutcome::CredentialsFault { status: 401 }, T0);
+        paused.record_lookup(&found, T0);
+        assert!(paused.credentials_rejected());
+        assert!(matches!(paused.admit(T0), Admission::Wait { .. }));
+    }
+
+    #[test]
+    fn a_wrong_url_pauses_calls_and_says_so() {
+        let h = health();
+        h.record(&GatewayOutcome::EndpointFault { status: 404 }, T0);
+        assert!(matches!(
+            h.admit(T0),
+            Admission::Wait {
+                reason: "gateway URL misconfigured",
+                ..
+            }
+        ));
+        assert!(!h.credentials_rejected(), "not the key");
+        assert!(h.pause_problem().unwrap().contains("gateway_url"));
+        assert_eq!(h.snapshot().endpoint_fault, Some(404));
+        assert_eq!(h.admit(T0 + Duration::from_secs(10)), Admission::Probe);
+        h.record(&success(), T0 + Duration::from_secs(10));
+        assert_eq!(h.admit(T0 + Duration::from_secs(10)), Admission::Open);
+        assert_eq!(h.pause_problem(), None);
     }
 }

@@ -9,6 +9,10 @@
 //!      the **same key**, so even a charge the gateway is still processing is not doubled;
 //!    - nothing found, outside the key window → `needs_review`: the gateway may have
 //!      forgotten the key, so a re-send could charge twice and only a person can decide;
+//!    - nothing found while the last send may still be in progress at the gateway (less
+//!      than `gateway_max_processing_time` ago) and the attempt is past its retry limits →
+//!      stays `unknown`, looked up again when that time has passed: an empty lookup proves
+//!      "not charged" only after it;
 //!    - the lookup failed → check again after the next delay of the schedule; when the
 //!      schedule is used up → `needs_review` with a `payment-needs-review` event.
 //!
@@ -28,7 +32,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::{ReconcilerSettings, Settings};
-use crate::domain::outcome::{GatewayCharge, LookupOutcome};
+use crate::domain::outcome::{
+    read_lookup, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
+};
 use crate::domain::AttemptStatus;
 use crate::executor::{Clock, SystemClock};
 use crate::gateway::{GatewayClient, GatewayHealth};
@@ -93,6 +99,9 @@ struct Inner {
     /// back here without a call.
     max_tries: u32,
     max_age: Duration,
+    /// `gateway_max_processing_time`: until this has passed since the last send, an empty
+    /// lookup proves nothing.
+    max_processing_time: Duration,
     actor: String,
     clock: Arc<dyn Clock>,
 }
@@ -113,6 +122,7 @@ impl Reconciler {
                 key_window: settings.gateway_key_retention - settings.gateway_key_retention_margin,
                 max_tries: settings.executor.max_tries,
                 max_age: settings.executor.max_age,
+                max_processing_time: settings.gateway_max_processing_time,
                 actor: format!("reconciler:{}", crate::executor::default_owner()),
                 clock: Arc::new(SystemClock),
             }),
@@ -357,67 +367,174 @@ impl Reconciler {
     ) -> Decision {
         let settings = &self.inner.settings;
         match outcome {
-            LookupOutcome::Found(charges) if !charges.is_empty() => adopt(charges),
-            LookupOutcome::Found(_) => match attempt.first_dispatched_at {
-                Some(first) if now - first >= self.inner.key_window => Decision::Settle {
+            LookupOutcome::Found(charges) => {
+                let reference = attempt.payment_attempt_id.to_string();
+                let expected = ExpectedCharge {
+                    idempotency_key: &attempt.idempotency_key,
+                    reference: &reference,
+                    amount_minor: attempt.amount_minor,
+                    currency: &attempt.currency,
+                };
+                match read_lookup(charges, &expected) {
+                    LookupReading::Nothing => self.nothing_found(attempt, now),
+                    LookupReading::Succeeded(charge) => Decision::Settle {
+                        settlement: Settlement::Succeeded { charge_id: charge.id },
+                        cause: "lookup_found_charge",
+                    },
+                    LookupReading::Declined(charge) => Decision::Settle {
+                        settlement: Settlement::Declined {
+                            charge_id: charge.id,
+                            decline_code: charge.decline_code,
+                        },
+                        cause: "lookup_found_charge",
+                    },
+                    LookupReading::SeveralSucceeded(ids) => Decision::Settle {
+                        settlement: Settlement::NeedsReview {
+                            reason: format!(
+                                "the gateway holds {} successful charges under one key ({}): refund all but one",
+                                ids.len(),
+                                ids.join(", ")
+                            ),
+                        },
+                        cause: "lookup_found_several_charges",
+                    },
+                    LookupReading::Mismatch { reason } => Decision::Settle {
+                        settlement: Settlement::NeedsReview {
+                            reason: format!(
+                                "cannot tell whether this attempt was charged: {reason}; check the charge at the gateway"
+                            ),
+                        },
+                        cause: "lookup_found_another_charge",
+                    },
+                    // Maybe not final yet: like a lookup that did not answer, along the schedule.
+                    LookupReading::Unsettled { reason } => self.check_again(attempt, now, &reason),
+                }
+            }
+            LookupOutcome::CredentialsFault { status } => Decision::CheckAgain {
+                at: now
+                    + settings
+                        .schedule
+                        .first()
+                        .copied()
+                        .unwrap_or(Duration::from_secs(60)),
+                reason: format!(
+                    "lookup refused: the gateway rejected onecharge's credentials (HTTP {status})"
+                ),
+                count_check: false,
+            },
+            LookupOutcome::EndpointFault { status } => Decision::CheckAgain {
+                at: now + settings.schedule.first().copied().unwrap_or(Duration::from_secs(60)),
+                reason: format!("lookup refused: the gateway answered HTTP {status}, gateway_url looks wrong; not counted as a check"),
+                count_check: false,
+            },
+            LookupOutcome::Failed { reason } => self.check_again(attempt, now, reason),
+        }
+    }
+
+    /// A lookup that settled nothing: look again after the schedule's next delay; when the
+    /// schedule is used up, a person decides.
+    fn check_again(&self, attempt: &UnknownAttempt, now: OffsetDateTime, reason: &str) -> Decision {
+        let checks = attempt.reconcile_checks.max(0) as usize;
+        match self.inner.settings.schedule.get(checks) {
+            Some(delay) => Decision::CheckAgain {
+                at: now + *delay,
+                reason: format!("lookup {} failed: {reason}", checks + 1),
+                count_check: true,
+            },
+            None => Decision::Settle {
+                settlement: Settlement::NeedsReview {
+                    reason: format!(
+                        "cannot settle: {} gateway lookups failed over the whole reconciliation schedule; last: {reason}",
+                        checks + 1
+                    ),
+                },
+                cause: "reconciliation_schedule_exhausted",
+            },
+        }
+    }
+}
+
+impl Reconciler {
+    /// The lookup found nothing under the key. That proves "not charged" only once the
+    /// gateway's maximum processing time has passed since the last send (and only while the
+    /// gateway still remembers the key); before that the send may still be running and
+    /// charge, so nothing here says "not charged" and nothing goes to a person for it.
+    fn nothing_found(&self, attempt: &UnknownAttempt, now: OffsetDateTime) -> Decision {
+        let inner = &self.inner;
+        let key = &attempt.idempotency_key;
+        if let Some(first) = attempt.first_dispatched_at {
+            if now - first >= inner.key_window {
+                return Decision::Settle {
                     settlement: Settlement::NeedsReview {
                         reason: format!(
-                            "cannot prove whether the customer was charged: the gateway finds nothing under key {} \
+                            "cannot prove whether the customer was charged: the gateway finds nothing under key {key} \
                              but it was first sent at {first}, past the key window ({}), so the gateway may have forgotten it; \
                              a re-send could charge twice",
-                            attempt.idempotency_key,
-                            humantime::format_duration(self.inner.key_window)
+                            humantime::format_duration(inner.key_window)
                         ),
                     },
                     cause: "lookup_found_nothing_outside_key_window",
-                },
-                _ if attempt.tries.max(0) as u32 >= self.inner.max_tries
-                    || now - attempt.created_at >= self.inner.max_age =>
-                {
-                    Decision::Settle {
-                        settlement: Settlement::NeedsReview {
-                            reason: format!(
-                                "the gateway has no charge under key {}, so the customer was not charged, but the \
-                                 attempt is past its retry limits ({} tries, recorded {}): decline it, or publish a new attempt",
-                                attempt.idempotency_key, attempt.tries, attempt.created_at
-                            ),
-                        },
-                        cause: "lookup_found_nothing_retries_exhausted",
-                    }
-                }
-                _ => Decision::Settle {
-                    settlement: Settlement::Retry {
-                        next_run_at: now,
-                        reason: "the gateway has no charge under this key; re-sending with the same key".into(),
-                        refund_try: false,
-                    },
-                    cause: "lookup_found_nothing",
-                },
-            },
-            LookupOutcome::CredentialsFault { status } => Decision::CheckAgain {
-                at: now + settings.schedule.first().copied().unwrap_or(Duration::from_secs(60)),
-                reason: format!("lookup refused: the gateway rejected onecharge's credentials (HTTP {status})"),
+                };
+            }
+        }
+        let past_limits = attempt.tries.max(0) as u32 >= inner.max_tries
+            || now - attempt.created_at >= inner.max_age;
+        let processing = humantime::format_duration(inner.max_processing_time);
+        let still_running = attempt.dispatched_at.and_then(|last| {
+            let until = time::Duration::try_from(inner.max_processing_time)
+                .ok()
+                .and_then(|d| last.checked_add(d))?;
+            (now < until).then_some((last, until))
+        });
+        match (still_running, past_limits) {
+            (Some((last, until)), true) => Decision::CheckAgain {
+                at: until,
+                reason: format!(
+                    "no charge found yet under key {key}; the last send at {last} may still be in progress at the gateway \
+                     (gateway_max_processing_time {processing}): looking it up again at {until}"
+                ),
                 count_check: false,
             },
-            LookupOutcome::Failed { reason } => {
-                let checks = attempt.reconcile_checks.max(0) as usize;
-                match settings.schedule.get(checks) {
-                    Some(delay) => Decision::CheckAgain {
-                        at: now + *delay,
-                        reason: format!("lookup {} failed: {reason}", checks + 1),
-                        count_check: true,
+            (Some((last, _)), false) => Decision::Settle {
+                settlement: Settlement::Retry {
+                    next_run_at: now,
+                    reason: format!(
+                        "no charge found yet under this key; the last send at {last} may still be in progress: \
+                         re-sending with the same key (the gateway answers 409 while it runs, or replays its outcome)"
+                    ),
+                    refund_try: false,
+                },
+                cause: "lookup_found_nothing",
+            },
+            (None, true) => Decision::Settle {
+                settlement: Settlement::NeedsReview {
+                    reason: match attempt.dispatched_at {
+                        Some(last) => format!(
+                            "the gateway has no charge under key {key}, and the last send at {last} is older than \
+                             gateway_max_processing_time ({processing}), so nothing was charged under this key; the attempt is past \
+                             its retry limits ({} tries, recorded {}): decline it, or publish a new attempt",
+                            attempt.tries, attempt.created_at
+                        ),
+                        None => format!(
+                            "nothing was ever sent under key {key} and the gateway has no charge under it; the attempt is past \
+                             its retry limits ({} tries, recorded {}): decline it, or publish a new attempt",
+                            attempt.tries, attempt.created_at
+                        ),
                     },
-                    None => Decision::Settle {
-                        settlement: Settlement::NeedsReview {
-                            reason: format!(
-                                "cannot settle: {} gateway lookups failed over the whole reconciliation schedule; last: {reason}",
-                                checks + 1
-                            ),
-                        },
-                        cause: "reconciliation_schedule_exhausted",
-                    },
-                }
-            }
+                },
+                cause: "lookup_found_nothing_retries_exhausted",
+            },
+            (None, false) => Decision::Settle {
+                settlement: Settlement::Retry {
+                    next_run_at: now,
+                    reason: format!(
+                        "the gateway has no charge under this key and the last send is past gateway_max_processing_time \
+                         ({processing}): re-sending with the same key"
+                    ),
+                    refund_try: false,
+                },
+                cause: "lookup_found_nothing",
+            },
         }
     }
 }
@@ -480,36 +597,5 @@ fn found_charge(outcome: &LookupOutcome) -> Option<&GatewayCharge> {
             .find(|c| c.status == "succeeded")
             .or_else(|| charges.first()),
         _ => None,
-    }
-}
-
-fn adopt(charges: &[GatewayCharge]) -> Decision {
-    let succeeded: Vec<&GatewayCharge> =
-        charges.iter().filter(|c| c.status == "succeeded").collect();
-    if succeeded.len() > 1 {
-        let ids: Vec<&str> = succeeded.iter().map(|c| c.id.as_str()).collect();
-        return Decision::Settle {
-            settlement: Settlement::NeedsReview {
-                reason: format!("the gateway holds {} successful charges under one key ({}): refund all but one", ids.len(), ids.join(", ")),
-            },
-            cause: "lookup_found_several_charges",
-        };
-    }
-    let charge = found_charge(&LookupOutcome::Found(charges.to_vec()))
-        .cloned()
-        .expect("non-empty");
-    let settlement = if charge.status == "succeeded" {
-        Settlement::Succeeded {
-            charge_id: charge.id,
-        }
-    } else {
-        Settlement::Declined {
-            charge_id: charge.id,
-            decline_code: charge.decline_code,
-        }
-    };
-    Decision::Settle {
-        settlement,
-        cause: "lookup_found_charge",
     }
 }

@@ -21,10 +21,17 @@ pub struct UnknownAttempt {
     pub tries: i32,
     /// When the gateway first saw the key; `None` when it never did.
     pub first_dispatched_at: Option<OffsetDateTime>,
+    /// The last send under the key: until the gateway's maximum processing time has passed
+    /// since then, an empty lookup proves nothing.
+    pub dispatched_at: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
     /// The database's `now()` when this claim was made: the reconciler's decisions (the key
     /// window, the retry limits) are measured from it, never from the host's clock.
     pub claimed_at: OffsetDateTime,
+    /// What a charge found under the key must match to be adopted (with the key, and the
+    /// attempt id as reference).
+    pub amount_minor: i64,
+    pub currency: String,
 }
 
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
@@ -101,7 +108,8 @@ pub async fn claim_unknown(
          FROM due
          WHERE a.payment_attempt_id = due.payment_attempt_id
          RETURNING a.payment_attempt_id, a.idempotency_key, a.lease_token, a.reconcile_checks,
-                   a.tries, a.first_dispatched_at, a.created_at, now() AS claimed_at",
+                   a.tries, a.first_dispatched_at, a.dispatched_at, a.created_at,
+                   a.amount_minor, a.currency, now() AS claimed_at",
     )
     .bind(limit as i64)
     .bind(hold.as_secs_f64())
@@ -116,8 +124,11 @@ pub async fn claim_unknown(
                 reconcile_checks: row.try_get("reconcile_checks")?,
                 tries: row.try_get("tries")?,
                 first_dispatched_at: row.try_get("first_dispatched_at")?,
+                dispatched_at: row.try_get("dispatched_at")?,
                 created_at: row.try_get("created_at")?,
                 claimed_at: row.try_get("claimed_at")?,
+                amount_minor: row.try_get("amount_minor")?,
+                currency: row.try_get("currency")?,
             })
         })
         .collect()

@@ -125,6 +125,8 @@ fn soak_faults() -> FaultConfig {
             fixed_ms: 1,
             jitter_ms: 15,
         },
+        // no slow_charge: a key held in progress for a minute would only stall the run
+        ..FaultConfig::default()
     }
 }
 

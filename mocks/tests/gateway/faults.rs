@@ -263,3 +263,75 @@ async fn fixed_latency_delays_every_answer() {
         assert!(started.elapsed() >= Duration::from_millis(150));
     }
 }
+
+#[tokio::test]
+async fn pm_fault_slow_charge_stays_in_progress_past_the_client_timeout_then_charges_once() {
+    let app = spawn_gateway_with(MockConfig {
+        slow_charge_for: Duration::from_secs(600),
+        ..MockConfig::default()
+    })
+    .await;
+    let body = charge_body("attempt-1", payment_methods::FAULT_SLOW_CHARGE);
+
+    let first = app
+        .post_charge("key-1", &body)
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    let err = first.expect_err("the gateway is still processing when the client gives up");
+    assert!(err.is_timeout(), "{err:?}");
+
+    // Meanwhile: nothing charged, nothing found, and a re-send is refused as in progress.
+    assert!(app.gateway.ledger().is_empty());
+    assert!(app.lookup("key-1").await.is_empty(), "not found yet");
+    let resend = app.charge("key-1", &body).await;
+    assert_eq!(resend.status(), StatusCode::CONFLICT);
+    assert_eq!(error_type(resend).await, "idempotency_in_progress");
+    assert_eq!(app.gateway.stats().charges_in_progress, 1);
+
+    app.gateway.finish_slow_charges();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while app.gateway.ledger().is_empty() {
+        assert!(Instant::now() < deadline, "the slow charge never finished");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let ledger = app.gateway.ledger();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(
+        app.lookup("key-1").await.len(),
+        1,
+        "now the lookup finds it"
+    );
+    let replay = app.charge("key-1", &body).await;
+    assert_eq!(replay.status(), StatusCode::OK);
+    assert!(is_replay(&replay));
+    let replayed: Value = replay.json().await.unwrap();
+    assert_eq!(replayed["id"], ledger[0].id.as_str());
+    assert_eq!(app.gateway.ledger().len(), 1, "charged exactly once");
+}
+
+#[tokio::test]
+async fn a_counted_slow_charge_is_held_until_slow_charge_for_has_passed() {
+    let app = spawn_gateway_with(MockConfig {
+        slow_charge_for: Duration::from_millis(200),
+        faults: FaultConfig {
+            slow_charge: FaultRule::times(1),
+            ..FaultConfig::default()
+        },
+        ..MockConfig::default()
+    })
+    .await;
+    let body = charge_body("attempt-1", payment_methods::CARD_VISA);
+
+    let started = Instant::now();
+    let first = app.charge("key-1", &body).await;
+
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(app.gateway.ledger().len(), 1);
+    assert_eq!(app.gateway.faults().slow_charge.count, 0, "consumed");
+    assert_eq!(app.gateway.requests()[0].fault, Some(FaultKind::SlowCharge));
+    let second = app.charge("key-2", &body).await;
+    assert_eq!(second.status(), StatusCode::CREATED, "only the counted one");
+}
