@@ -1395,7 +1395,7 @@ async fn a_409_while_the_gateway_is_still_processing_consumes_no_try_and_the_att
         assert_eq!(report.count(AttemptStatus::Pending), 1, "{report:?}");
         let row = h.attempt(id).await;
         assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
-        h.clock.advance(h.settings.executor.in_progress_delay);
+        h.advance(h.settings.executor.in_progress_delay).await;
     }
 
     h.gateway.finish_slow_charges();

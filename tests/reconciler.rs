@@ -345,8 +345,20 @@ async fn command_key(h: &Harness, id: uuid::Uuid) -> String {
 async fn a_lookup_answer_with_nul_characters_is_stored_escaped_and_settles_the_attempt() {
     let h = Harness::new().await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    // The contract's answer for this attempt (a lookup is adopted only when it matches),
+    // with NULs where the gateway's own text goes.
+    let (key, amount_minor, currency): (String, i64, String) = sqlx::query_as(
+        "SELECT idempotency_key, amount_minor, currency FROM payment_attempts
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
     let url = support::gateway_answering(serde_json::json!({
-        "id": "ch_\u{0}nul", "status": "declined", "decline_code": "do_not\u{0}honor"
+        "id": "ch_\u{0}nul", "status": "declined", "decline_code": "do_not\u{0}honor",
+        "idempotency_key": key, "reference": id.to_string(),
+        "amount_minor": amount_minor, "currency": currency
     }))
     .await;
 
@@ -475,9 +487,15 @@ async fn a_gateway_still_processing_is_never_reported_as_not_charged() {
     let said = row.last_error.unwrap();
     assert!(said.contains("may still be in progress"), "{said}");
     assert!(!said.contains("not charged"), "{said}");
-    assert_eq!(
-        row.next_run_at,
-        row.dispatched_at.unwrap() + h.settings.gateway_max_processing_time
+    // Due when the processing time has passed since the last send. The reconciler sends
+    // the delay and the database adds it to its own `now()`, so allow the pass's own
+    // duration between the two clocks' readings.
+    let due = row.dispatched_at.unwrap() + h.settings.gateway_max_processing_time;
+    let drift = (row.next_run_at - due).abs();
+    assert!(
+        drift < time::Duration::seconds(2),
+        "next check at {}, expected {due}",
+        row.next_run_at
     );
     assert!(h.events(id).await.is_empty(), "no needs-review event");
     assert_eq!(
@@ -500,7 +518,7 @@ async fn a_gateway_still_processing_is_never_reported_as_not_charged() {
         0,
         "not due before the gateway's maximum processing time"
     );
-    h.clock.advance(h.settings.gateway_max_processing_time);
+    h.advance(h.settings.gateway_max_processing_time).await;
     let report = h.reconciler().run_once().await.unwrap();
 
     assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
@@ -524,8 +542,8 @@ async fn nothing_found_past_the_gateways_processing_time_and_past_the_retry_limi
 ) {
     let h = Harness::with(MockConfig::default(), |s| s.executor.max_tries = 1).await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_BEFORE).await;
+    h.advance(h.settings.gateway_max_processing_time).await;
     let sent_at = h.attempt(id).await.dispatched_at.unwrap();
-    h.clock.advance(h.settings.gateway_max_processing_time);
 
     let report = h.reconciler().run_once().await.unwrap();
 
