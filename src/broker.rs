@@ -190,7 +190,7 @@ impl Broker {
             // Unlimited: JetStream never ends a message's life on its own (it would drop it
             // silently when the dead-letter publish failed on the last delivery). Intake
             // decides when a message is exhausted and keeps it until its dead letter is
-            // stored (docs/decisions.md 27).
+            // stored (docs/decisions.md 28).
             max_deliver: -1,
             // Bounded by what this deployment can have in hand at once.
             max_ack_pending: (intake.batch_size * intake.concurrency) as i64,
