@@ -440,7 +440,9 @@ pub struct IntakeSettings {
     pub batch_size: usize,
     /// Batches in hand at once; with `batch_size` it bounds the consumer's `max_ack_pending`.
     pub concurrency: usize,
-    /// Deliveries before a transiently failing message is dead-lettered as `exhausted`.
+    /// Deliveries before a transiently failing message is dead-lettered as `exhausted`. The
+    /// application counts them: the consumer itself is created with no `max_deliver`, so
+    /// JetStream never ends a message before its dead letter is stored (decision 28).
     pub max_deliver: i64,
     /// How long JetStream waits for an ack before redelivering.
     #[serde(with = "bounded_duration")]
@@ -615,7 +617,7 @@ impl Settings {
                 return fail(
                     "otlp_endpoint (ONECHARGE_OTLP_ENDPOINT)",
                     format!(
-                        "`{}` is not an http:// URL (https is not built in)",
+                        "`{}` is not an http:// URL (the span exporter speaks plain HTTP: send it to a local collector)",
                         redact_url(endpoint)
                     ),
                 );

@@ -152,13 +152,17 @@ pub fn next_action(
             let paused = attempt
                 .last_gateway_call
                 .as_ref()
-                .is_some_and(|call| call.outcome == "credentials_fault");
+                .and_then(|call| match call.outcome.as_str() {
+                    "credentials_fault" => Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)"),
+                    "endpoint_fault" => Some("the gateway answered 404/405/3xx on the last call, so gateway_url looks wrong: the executor is paused until it is fixed (see /readyz)"),
+                    _ => None,
+                });
             NextAction {
                 by: "executor",
                 action: what,
                 at: Some(attempt.next_run_at),
-                warning: if paused {
-                    Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)".to_owned())
+                warning: if let Some(paused) = paused {
+                    Some(paused.to_owned())
                 } else {
                     overdue(
                         attempt.next_run_at,
