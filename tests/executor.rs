@@ -1398,28 +1398,11 @@ async fn a_409_while_the_gateway_is_still_processing_consumes_no_try_and_the_att
         h.advance(h.settings.executor.in_progress_delay).await;
     }
 
-    h.gateway.finish_slow_charges();
-    let gateway = &h.gateway;
-    wait_until(
-        "the gateway commits the slow charge",
-        Duration::from_secs(5),
-        || gateway.ledger().len() == 1,
-    )
-    .await;
+    h.finish_slow_charge().await;
     let report = executor.run_once().await.unwrap();
 
     assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
-    let ledger = h.gateway.ledger();
-    assert_eq!(ledger.len(), 1, "exactly one charge");
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "succeeded");
-    assert_eq!(
-        row.gateway_charge_id.as_deref(),
-        Some(ledger[0].id.as_str())
-    );
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "succeeded");
+    h.assert_charged_once(id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

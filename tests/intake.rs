@@ -668,23 +668,7 @@ async fn the_consumers_real_max_deliver_decides_the_last_delivery_not_the_settin
     let env = TestEnv::with_settings(|s| s.intake.max_deliver = 10).await;
     let intake = env.intake().await;
     // An operator lowered the consumer's own limit to 2 after intake bound to it.
-    let stream = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap();
-    let mut config = stream
-        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
-            &env.settings.intake.consumer,
-        )
-        .await
-        .unwrap()
-        .cached_info()
-        .config
-        .clone();
-    config.max_deliver = 2;
-    stream.update_consumer(config).await.unwrap();
+    set_consumer_max_deliver(&env, 2).await;
     intake.refresh_consumer_limits().await.unwrap();
     env.publish("m-real-limit", &command(Uuid::new_v4(), json!({})))
         .await;
@@ -756,23 +740,7 @@ async fn a_command_an_operator_set_limit_ends_without_a_dead_letter_is_counted_a
     let env = TestEnv::with_settings(|s| s.intake.consumer = "intake-lost-count".into()).await;
     let metrics = onecharge::metrics::install();
     let intake = env.intake().await;
-    let stream = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap();
-    let mut config = stream
-        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
-            &env.settings.intake.consumer,
-        )
-        .await
-        .unwrap()
-        .cached_info()
-        .config
-        .clone();
-    config.max_deliver = 2;
-    stream.update_consumer(config).await.unwrap();
+    set_consumer_max_deliver(&env, 2).await;
     intake.refresh_consumer_limits().await.unwrap();
     env.publish("m-lost", &command(Uuid::new_v4(), json!({})))
         .await;
@@ -828,4 +796,25 @@ async fn a_process_that_dies_holding_the_last_allowed_delivery_loses_nothing() {
         1
     );
     assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+/// What an operator does by hand: sets the durable consumer's own `max_deliver`.
+async fn set_consumer_max_deliver(env: &TestEnv, max_deliver: i64) {
+    let stream = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap();
+    let mut config = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+            &env.settings.intake.consumer,
+        )
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    config.max_deliver = max_deliver;
+    stream.update_consumer(config).await.unwrap();
 }

@@ -505,14 +505,7 @@ async fn a_gateway_still_processing_is_never_reported_as_not_charged() {
     );
 
     // The gateway finishes: it charged.
-    h.gateway.finish_slow_charges();
-    let gateway = &h.gateway;
-    wait_until(
-        "the gateway commits the slow charge",
-        Duration::from_secs(5),
-        || gateway.ledger().len() == 1,
-    )
-    .await;
+    h.finish_slow_charge().await;
     assert_eq!(
         h.reconciler().run_once().await.unwrap().resolutions.len(),
         0,
@@ -522,17 +515,7 @@ async fn a_gateway_still_processing_is_never_reported_as_not_charged() {
     let report = h.reconciler().run_once().await.unwrap();
 
     assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
-    let ledger = h.gateway.ledger();
-    assert_eq!(ledger.len(), 1, "exactly one charge");
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "succeeded");
-    assert_eq!(
-        row.gateway_charge_id.as_deref(),
-        Some(ledger[0].id.as_str())
-    );
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "succeeded");
+    h.assert_charged_once(id).await;
     let causes: Vec<String> = h.transitions(id).await.into_iter().map(|t| t.2).collect();
     assert!(!causes.iter().any(|c| c.contains("review")), "{causes:?}");
 }

@@ -46,6 +46,34 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// Lets the mock's slow charge finish (it charges) and waits until it is in the ledger.
+    pub async fn finish_slow_charge(&self) {
+        self.gateway.finish_slow_charges();
+        let gateway = &self.gateway;
+        wait_until(
+            "the gateway commits the slow charge",
+            Duration::from_secs(5),
+            || gateway.ledger().len() == 1,
+        )
+        .await;
+    }
+
+    /// The attempt succeeded with the gateway's one and only charge, and has exactly one
+    /// `succeeded` event.
+    pub async fn assert_charged_once(&self, id: Uuid) {
+        let ledger = self.gateway.ledger();
+        assert_eq!(ledger.len(), 1, "exactly one charge");
+        let row = self.attempt(id).await;
+        assert_eq!(row.status, "succeeded");
+        assert_eq!(
+            row.gateway_charge_id.as_deref(),
+            Some(ledger[0].id.as_str())
+        );
+        let events = self.events(id).await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].0, "succeeded");
+    }
+
     /// A fresh database and mock gateway (default mock configuration).
     pub async fn new() -> Self {
         Self::with(MockConfig::default(), |_| {}).await
