@@ -26,6 +26,10 @@
 //! The second is the long run: a million commands at half the maximum rate take about
 //! 40 minutes on a 2-core machine.
 //!
+//! `--latency-median 300ms --latency-p99 1.5s [--latency-seed 7]` adds a log-normal gateway
+//! latency on top of `--latency-ms`; the header prints the distribution (and its mean,
+//! exp(mu + sigma²/2)), the final check the mean the mock really drew.
+//!
 //! Needs PostgreSQL on 127.0.0.1:5432 (trust auth; `--server`) and NATS JetStream on
 //! 127.0.0.1:4222 (`--nats-url`), Linux (RSS is read from `/proc`), and the release binary
 //! `onecharge` next to this example (`cargo build --release`: `cargo run --example` does not
@@ -45,6 +49,7 @@ use anyhow::{bail, ensure, Context as _};
 use async_nats::jetstream::context::{DeleteStreamErrorKind, PublishAckFuture};
 use async_nats::jetstream::ErrorCode;
 use async_nats::HeaderMap;
+use clap::CommandFactory as _;
 use futures::StreamExt as _;
 use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
 use onecharge::broker::Broker;
@@ -56,6 +61,8 @@ use uuid::Uuid;
 
 mod support;
 use support::thousands;
+#[path = "support/latency.rs"]
+mod latency;
 
 const API_KEY: &str = "sk_bench_e2e";
 /// Commands pushed through before the first measured phase: connections, pools and caches warm.
@@ -95,6 +102,8 @@ struct Args {
     /// Latency the mock gateway adds to every request, in milliseconds
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
+    #[command(flatten)]
+    distribution: latency::LatencyArgs,
     /// PostgreSQL server (without database)
     #[arg(long, default_value = "postgres://127.0.0.1:5432")]
     server: String,
@@ -110,6 +119,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
+    let distribution = args.distribution.distribution().unwrap_or_else(|message| {
+        Args::command()
+            .error(clap::error::ErrorKind::ValueValidation, message)
+            .exit()
+    });
     if let Some(rate) = args.rate {
         ensure!(rate > 0.0, "--rate must be above zero");
     }
@@ -137,6 +151,7 @@ async fn main() -> anyhow::Result<()> {
             ..FaultConfig::default()
         },
         request_log_capacity: 0,
+        latency_distribution: distribution,
         ..MockConfig::default()
     })
     .await?;
@@ -417,7 +432,7 @@ async fn run(
         );
     }
     println!();
-    verify(settings, gateway, &tracker, total).await
+    verify(settings, gateway, &tracker, total, args.latency_ms).await
 }
 
 async fn print_header(
@@ -444,8 +459,12 @@ async fn print_header(
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         broker.client.server_info().version,
     );
+    let distribution = match args.distribution.distribution() {
+        Ok(Some(distribution)) => format!(" + {distribution}"),
+        _ => String::new(),
+    };
     println!(
-        "phases: warm-up {WARM_UP_COMMANDS}, maximum rate {}, latency {}, memory {} commands; paced at {}; mock gateway latency {} ms, no faults",
+        "phases: warm-up {WARM_UP_COMMANDS}, maximum rate {}, latency {}, memory {} commands; paced at {}; mock gateway latency {} ms{distribution}, no faults",
         args.max_commands,
         args.latency_commands,
         args.memory_commands,
@@ -957,6 +976,7 @@ async fn verify(
     gateway: &MockGateway,
     tracker: &Mutex<Tracker>,
     total: usize,
+    constant_latency_ms: u64,
 ) -> anyhow::Result<()> {
     let pool = sqlx::PgPool::connect(&settings.database_url).await?;
     let succeeded: i64 =
@@ -979,6 +999,15 @@ async fn verify(
     println!(
         "checked: {total} commands published, {attempts} attempts ({succeeded} succeeded), {charges} gateway charges, {unpublished} events unpublished, {repeats} repeated and {unreadable} unreadable events received"
     );
+    let drawn = gateway.latency_drawn();
+    if drawn.draws > 0 {
+        println!(
+            "gateway latency: {} requests drew from the log-normal; observed mean with the constant {} ms: {}",
+            drawn.draws,
+            constant_latency_ms,
+            latency::observed_mean(Duration::from_millis(constant_latency_ms), drawn)
+        );
+    }
     ensure!(
         attempts as usize == total && succeeded as usize == total && charges as usize == total,
         "expected {total} attempts, succeeded, and charged"

@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run --release --example bench_executor -- [--charges N] [--latency-ms 0,50] [--concurrency 16,64] [--batch-size 16,64] [--instances 1,2]
 //! cargo run --release --example bench_executor -- --charges 3000 --latency-ms 0,50 --concurrency 16,64 --batch-size 16,64 --instances 1,2
+//! cargo run --release --example bench_executor -- --charges 2000 --latency-median 300ms --latency-p99 1.5s --concurrency 64,256
 //! ```
 //!
 //! Every flag takes a comma-separated list and the table has one row per combination
@@ -17,12 +18,18 @@
 //! `--batch-size`, min(concurrency, 64); `run` never claims more than its free call slots).
 //! It measures from start until every attempt is `succeeded` in the database, then checks
 //! the mock's ledger has exactly N charges. For a non-zero latency the bound is what the
-//! gateway calls alone allow: concurrency × instances ÷ latency.
+//! gateway calls alone allow: concurrency × instances ÷ mean latency.
+//!
+//! `--latency-median`/`--latency-p99` (with `--latency-seed`, default 7) add a log-normal
+//! latency to every gateway call, on top of `--latency-ms` (which then defaults to 0 alone):
+//! the bound uses the distribution's mean, exp(mu + sigma²/2), plus the constant, and each
+//! row also shows the mean the mock really drew in that run.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _};
-use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
+use clap::CommandFactory as _;
+use mock_gateway::{FaultConfig, Latency, LatencyDistribution, MockConfig, MockGateway};
 use onecharge::config::Settings;
 use onecharge::domain::ChargePayment;
 use onecharge::executor::Executor;
@@ -35,6 +42,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+#[path = "support/latency.rs"]
+mod latency;
+
 const API_KEY: &str = "sk_bench";
 
 #[derive(Debug, clap::Parser)]
@@ -42,9 +52,11 @@ struct Args {
     /// Charges per run
     #[arg(long, default_value_t = 2000)]
     charges: usize,
-    /// Gateway latencies to measure, in milliseconds
-    #[arg(long, value_delimiter = ',', default_values_t = vec![0u64, 50])]
+    /// Constant gateway latencies to measure, in milliseconds [default: 0,50; 0 with --latency-median]
+    #[arg(long, value_delimiter = ',')]
     latency_ms: Vec<u64>,
+    #[command(flatten)]
+    distribution: latency::LatencyArgs,
     /// Executor concurrencies to measure (per instance)
     #[arg(long, value_delimiter = ',', default_values_t = vec![16usize, 64])]
     concurrency: Vec<usize>,
@@ -67,14 +79,35 @@ struct Args {
 #[derive(Debug, Clone, Copy)]
 struct Shape {
     latency_ms: u64,
+    distribution: Option<LatencyDistribution>,
     concurrency: usize,
     batch_size: usize,
     instances: usize,
 }
 
+/// What one run measured.
+struct Measured {
+    elapsed: Duration,
+    charges: usize,
+    /// The mean latency the mock drew from its distribution, if it has one.
+    drawn: mock_gateway::LatencyDrawn,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = <Args as clap::Parser>::parse();
+    let mut args = <Args as clap::Parser>::parse();
+    let distribution = args.distribution.distribution().unwrap_or_else(|message| {
+        Args::command()
+            .error(clap::error::ErrorKind::ValueValidation, message)
+            .exit()
+    });
+    if args.latency_ms.is_empty() {
+        args.latency_ms = if distribution.is_some() {
+            vec![0]
+        } else {
+            vec![0, 50]
+        };
+    }
     ensure!(
         args.instances.iter().all(|&i| i >= 1),
         "--instances must be at least 1"
@@ -98,31 +131,57 @@ async fn main() -> anyhow::Result<()> {
         args.charges,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!("| gateway latency | concurrency | batch size | instances | charges | seconds | charges/s | bound (concurrency × instances ÷ latency) | of bound |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    match &distribution {
+        Some(distribution) => println!(
+            "gateway latency: constant + {distribution}; observed = constant + the mean the mock drew"
+        ),
+        None => println!("gateway latency: constant"),
+    }
+    println!("| gateway latency | mean latency | observed mean | concurrency | batch size | instances | charges | seconds | charges/s | bound (concurrency × instances ÷ mean latency) | of bound |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &latency_ms in &args.latency_ms {
         for &concurrency in &args.concurrency {
             for batch_size in batch_sizes(&args, concurrency) {
                 for &instances in &args.instances {
                     let shape = Shape {
                         latency_ms,
+                        distribution,
                         concurrency,
                         batch_size,
                         instances,
                     };
-                    let (elapsed, charges) = run(&args, shape).await?;
+                    let Measured {
+                        elapsed,
+                        charges,
+                        drawn,
+                    } = run(&args, shape).await?;
                     let rate = charges as f64 / elapsed.as_secs_f64();
-                    let (bound, of_bound) = if latency_ms == 0 {
+                    let constant = Duration::from_millis(latency_ms);
+                    let mean = constant + distribution.map_or(Duration::ZERO, |d| d.mean());
+                    let observed = match distribution {
+                        Some(_) => latency::observed_mean(constant, drawn),
+                        None => latency::millis(constant),
+                    };
+                    let (bound, of_bound) = if mean.is_zero() {
                         ("—".to_string(), "—".to_string())
                     } else {
-                        let bound = (concurrency * instances) as f64 * 1000.0 / latency_ms as f64;
+                        let bound = (concurrency * instances) as f64 / mean.as_secs_f64();
                         (
                             format!("{bound:.0}"),
                             format!("{:.0} %", 100.0 * rate / bound),
                         )
                     };
+                    let latency_label = match distribution {
+                        Some(d) => format!(
+                            "{latency_ms} ms + log-normal {} / p99 {}",
+                            latency::millis(d.median()),
+                            latency::millis(d.p99())
+                        ),
+                        None => format!("{latency_ms} ms"),
+                    };
                     println!(
-                        "| {latency_ms} ms | {concurrency} | {batch_size} | {instances} | {charges} | {:.2} | {rate:.0} | {bound} | {of_bound} |",
+                        "| {latency_label} | {} | {observed} | {concurrency} | {batch_size} | {instances} | {charges} | {:.2} | {rate:.0} | {bound} | {of_bound} |",
+                        latency::millis(mean),
                         elapsed.as_secs_f64(),
                     );
                 }
@@ -141,7 +200,7 @@ fn batch_sizes(args: &Args, concurrency: usize) -> Vec<usize> {
     }
 }
 
-async fn run(args: &Args, shape: Shape) -> anyhow::Result<(Duration, usize)> {
+async fn run(args: &Args, shape: Shape) -> anyhow::Result<Measured> {
     let faults = FaultConfig {
         latency: Latency {
             fixed_ms: shape.latency_ms,
@@ -153,6 +212,7 @@ async fn run(args: &Args, shape: Shape) -> anyhow::Result<(Duration, usize)> {
         api_key: API_KEY.into(),
         faults,
         request_log_capacity: 0,
+        latency_distribution: shape.distribution,
         ..MockConfig::default()
     })
     .await?;
@@ -170,7 +230,13 @@ async fn run(args: &Args, shape: Shape) -> anyhow::Result<(Duration, usize)> {
     let admin = sqlx::PgPool::connect(&format!("{}/postgres", args.server)).await?;
     check_connection_budget(&admin, shape.instances).await?;
     drop(Store::setup(&settings.database_url).await?);
-    let result = measure(&settings, &gateway, args.charges, shape.instances).await;
+    let result = measure(&settings, &gateway, args.charges, shape.instances)
+        .await
+        .map(|(elapsed, charges)| Measured {
+            elapsed,
+            charges,
+            drawn: gateway.latency_drawn(),
+        });
     if args.keep_database {
         eprintln!("kept database {db_name}");
     } else {

@@ -11,6 +11,7 @@ use clap::{Args, Parser};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{FaultConfig, FaultRule, Latency, MockConfig, TlsFiles};
+use crate::latency::LatencyDistribution;
 use crate::MockGateway;
 
 const TRIGGERS_HELP: &str = "\
@@ -90,6 +91,19 @@ pub struct Cli {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+
+    /// Median of a log-normal latency added to every charge and lookup (e.g. 300ms), on
+    /// top of --latency-ms/--latency-jitter-ms and the fault delays; needs --latency-p99.
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration, requires = "latency_p99")]
+    pub latency_median: Option<Duration>,
+
+    /// 99th percentile of the log-normal latency (e.g. 1.5s); not below --latency-median.
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration, requires = "latency_median")]
+    pub latency_p99: Option<Duration>,
+
+    /// Seed of the log-normal latency stream [default: --seed].
+    #[arg(long, value_name = "N", requires = "latency_median")]
+    pub latency_seed: Option<u64>,
 
     /// The fault flags, in a help section of their own.
     #[command(flatten)]
@@ -181,12 +195,23 @@ fn probability(text: &str) -> Result<f64, String> {
 
 impl Cli {
     /// The library configuration these flags describe; a missing seed becomes a random one.
-    pub fn to_config(&self) -> MockConfig {
-        MockConfig {
+    ///
+    /// An error is a usage error (a p99 below the median), in words saying what to change.
+    pub fn to_config(&self) -> Result<MockConfig, String> {
+        let seed = self.seed.unwrap_or_else(rand::random);
+        let latency_distribution = match (self.latency_median, self.latency_p99) {
+            (Some(median), Some(p99)) => Some(LatencyDistribution::log_normal(
+                median,
+                p99,
+                self.latency_seed.unwrap_or(seed),
+            )?),
+            _ => None,
+        };
+        Ok(MockConfig {
             api_key: self.api_key.clone(),
             key_retention: self.key_retention,
             faults: self.faults.to_config(),
-            seed: self.seed.unwrap_or_else(rand::random),
+            seed,
             hang_for: self.hang_for,
             slow_charge_for: self.slow_charge_for,
             bind: SocketAddr::new(self.host, self.port),
@@ -200,7 +225,8 @@ impl Cli {
                     cert_file,
                     key_file,
                 }),
-        }
+            latency_distribution,
+        })
     }
 }
 
@@ -215,11 +241,17 @@ pub fn init_tracing() {
 }
 
 /// Starts the gateway, prints its base URL, serves until SIGINT or SIGTERM.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = cli.to_config();
+///
+/// Takes the configuration from [`Cli::to_config`], whose error the binary reports as a
+/// usage error (exit 2) before this runs.
+pub async fn run(config: MockConfig) -> anyhow::Result<()> {
     let seed = config.seed;
+    let latency = config.latency_distribution.map_or_else(
+        || "none".to_owned(),
+        |distribution| distribution.to_string(),
+    );
     let gateway = MockGateway::start(config).await?;
-    tracing::info!(base_url = %gateway.base_url(), seed, "mock gateway listening");
+    tracing::info!(base_url = %gateway.base_url(), seed, %latency, "mock gateway listening");
     println!("{}", gateway.base_url());
     wait_for_stop_signal().await?;
     tracing::info!("stopping");

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::latency::LatencyDistribution;
+
 /// Everything [`MockGateway::start`](crate::MockGateway::start) needs.
 ///
 /// The defaults are what tests want: a free loopback port, no faults, a fixed seed (so a
@@ -46,6 +48,9 @@ pub struct MockConfig {
     /// Serve HTTPS with this certificate chain and key instead of plain HTTP, so a client's
     /// `https://` gateway URL and CA settings can be tried against the mock.
     pub tls: Option<TlsFiles>,
+    /// A log-normal latency added to every charge and lookup, on top of the fault
+    /// latencies (`faults.latency`, `hang_after`, `slow_charge`); `None` adds nothing.
+    pub latency_distribution: Option<LatencyDistribution>,
 }
 
 /// PEM files for HTTPS: the server's certificate chain (leaf first) and its private key.
@@ -70,6 +75,7 @@ impl Default for MockConfig {
             replay_declined_with_200: false,
             request_log_capacity: 100_000,
             tls: None,
+            latency_distribution: None,
         }
     }
 }
@@ -88,6 +94,7 @@ impl fmt::Debug for MockConfig {
             .field("replay_declined_with_200", &self.replay_declined_with_200)
             .field("tls", &self.tls)
             .field("request_log_capacity", &self.request_log_capacity)
+            .field("latency_distribution", &self.latency_distribution)
             .finish()
     }
 }

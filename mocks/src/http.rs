@@ -183,7 +183,7 @@ async fn decide_charge(shared: &Arc<Shared>, headers: &HeaderMap, body: &Bytes) 
         Ok(params) => params,
         Err(err) => return Outcome::invalid(err),
     };
-    let latency = shared.faults.latency();
+    let latency = shared.request_latency();
     let (generation, first_request) = match shared.keys.claim(&key, &params, shared.clock.now()) {
         Claim::Charge {
             generation,
@@ -468,7 +468,7 @@ async fn lookup_charges(
     } else {
         match key.as_deref() {
             Some(key) if (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.chars().count()) => {
-                pause(shared.faults.latency()).await;
+                pause(shared.request_latency()).await;
                 let charges = shared.keys.lookup(key, shared.clock.now());
                 Outcome::now(
                     ResponseClass::Lookup,

@@ -33,6 +33,7 @@ mod config;
 mod faults;
 mod http;
 mod keys;
+mod latency;
 mod record;
 mod server;
 
@@ -41,5 +42,6 @@ pub use charge::{
     ChargeStatus, InvalidRequest, MAX_AMOUNT_MINOR, MAX_IDEMPOTENCY_KEY_LEN,
 };
 pub use config::{FaultConfig, FaultKind, FaultRule, Latency, MockConfig, TlsFiles};
+pub use latency::{LatencyDistribution, LatencyDrawn};
 pub use record::{RecordedRequest, ResponseClass, Stats};
 pub use server::MockGateway;

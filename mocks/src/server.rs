@@ -28,6 +28,7 @@ use crate::clock::MockClock;
 use crate::config::{FaultConfig, MockConfig, TlsFiles};
 use crate::faults::{ChargeIds, FaultInjector};
 use crate::keys::Keys;
+use crate::latency::{LatencyDrawn, LatencySampler};
 use crate::record::{Counters, RecordedRequest, RequestLog, Stats};
 
 /// Pending connections the kernel queues before `accept`; bursts of thousands of clients
@@ -135,6 +136,15 @@ impl MockGateway {
         self.shared.finish_slow.notify_waiters();
     }
 
+    /// What the log-normal latency drew so far (all zero without one), so a benchmark can
+    /// print the mean it really got beside the distribution's.
+    pub fn latency_drawn(&self) -> LatencyDrawn {
+        self.shared
+            .latency
+            .as_ref()
+            .map_or_else(LatencyDrawn::default, LatencySampler::drawn)
+    }
+
     /// Moves the mock's clock forward, expiring keys older than the retention, so tests
     /// exercise key expiry without sleeping.
     pub fn advance_clock(&self, by: Duration) {
@@ -168,6 +178,8 @@ pub(crate) struct Shared {
     pub(crate) clock: MockClock,
     pub(crate) keys: Keys,
     pub(crate) faults: FaultInjector,
+    /// The log-normal latency, when configured.
+    latency: Option<LatencySampler>,
     pub(crate) ids: ChargeIds,
     pub(crate) log: RequestLog,
     pub(crate) counters: Counters,
@@ -186,6 +198,10 @@ impl Shared {
             clock: MockClock::new(),
             keys: Keys::new(config.key_retention),
             faults: FaultInjector::new(config.faults.clone(), config.seed),
+            latency: config
+                .latency_distribution
+                .as_ref()
+                .map(LatencySampler::new),
             ids: ChargeIds::new(config.seed),
             log: RequestLog::new(config.request_log_capacity),
             counters: Counters::default(),
@@ -242,6 +258,16 @@ impl Shared {
                 StatusCode::PAYMENT_REQUIRED
             }
             _ => StatusCode::OK,
+        }
+    }
+
+    /// The latency one charge or lookup waits: the fault latency (fixed plus jitter) plus
+    /// a draw from the log-normal distribution, if one is configured.
+    pub(crate) fn request_latency(&self) -> Duration {
+        let fault = self.faults.latency();
+        match &self.latency {
+            Some(sampler) => fault.saturating_add(sampler.draw()),
+            None => fault,
         }
     }
 
@@ -403,5 +429,41 @@ where
                 draining = true;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Latency;
+    use crate::latency::LatencyDistribution;
+
+    #[test]
+    fn the_log_normal_latency_adds_to_the_fault_latency() {
+        let shared = Shared::new(&MockConfig {
+            faults: FaultConfig {
+                latency: Latency {
+                    fixed_ms: 100,
+                    jitter_ms: 0,
+                },
+                ..FaultConfig::default()
+            },
+            // A p99 equal to the median draws the median every time.
+            latency_distribution: Some(
+                LatencyDistribution::log_normal(
+                    Duration::from_millis(200),
+                    Duration::from_millis(200),
+                    7,
+                )
+                .unwrap(),
+            ),
+            ..MockConfig::default()
+        });
+
+        let latency = shared.request_latency();
+        let millis = latency.as_secs_f64() * 1000.0;
+        assert!((millis - 300.0).abs() < 1e-6, "waited {millis} ms");
+        let drawn = shared.latency.as_ref().map(LatencySampler::drawn).unwrap();
+        assert_eq!(drawn.draws, 1);
     }
 }

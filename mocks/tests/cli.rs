@@ -45,6 +45,9 @@ async fn help_documents_every_flag_and_never_shows_the_api_key() {
         "--rate-limit-count",
         "--latency-ms",
         "--latency-jitter-ms",
+        "--latency-median",
+        "--latency-p99",
+        "--latency-seed",
         "MOCK_GATEWAY_API_KEY",
         "pm_fault_drop_after",
         "/__faults",
@@ -64,6 +67,57 @@ async fn a_probability_outside_zero_to_one_is_a_usage_error() {
 
     assert_eq!(output.status.code(), Some(2));
     assert!(!String::from_utf8_lossy(&output.stderr).contains(SECRET));
+}
+
+#[tokio::test]
+async fn a_latency_p99_below_the_median_is_a_usage_error_saying_what_to_change() {
+    let output = Command::new(BINARY)
+        .args([
+            "--port",
+            "0",
+            "--latency-median",
+            "300ms",
+            "--latency-p99",
+            "100ms",
+        ])
+        .env("MOCK_GATEWAY_API_KEY", SECRET)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.lines().next(),
+        Some("error: the latency p99 (100ms) must not be below the median (300ms)"),
+        "stderr: {stderr}"
+    );
+    assert!(!stderr.contains(SECRET));
+    assert!(output.stdout.is_empty(), "it must not start serving");
+}
+
+#[tokio::test]
+async fn a_latency_median_without_a_p99_is_a_usage_error() {
+    let output = Command::new(BINARY)
+        .args([
+            "--api-key",
+            SECRET,
+            "--port",
+            "0",
+            "--latency-median",
+            "300ms",
+        ])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--latency-p99"), "stderr: {stderr}");
+    assert!(!stderr.contains(SECRET));
 }
 
 #[tokio::test]

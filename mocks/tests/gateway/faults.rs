@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use mock_gateway::{
-    payment_methods, FaultConfig, FaultKind, FaultRule, Latency, MockConfig, ResponseClass,
+    payment_methods, FaultConfig, FaultKind, FaultRule, Latency, LatencyDistribution, LatencyDrawn,
+    MockConfig, ResponseClass,
 };
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -334,4 +335,30 @@ async fn a_counted_slow_charge_is_held_until_slow_charge_for_has_passed() {
     assert_eq!(app.gateway.requests()[0].fault, Some(FaultKind::SlowCharge));
     let second = app.charge("key-2", &body).await;
     assert_eq!(second.status(), StatusCode::CREATED, "only the counted one");
+}
+
+#[tokio::test]
+async fn the_log_normal_latency_is_drawn_for_every_charge_replay_and_lookup() {
+    let app = spawn_gateway_with(MockConfig {
+        latency_distribution: Some(
+            LatencyDistribution::log_normal(Duration::from_millis(5), Duration::from_millis(20), 7)
+                .unwrap(),
+        ),
+        ..MockConfig::default()
+    })
+    .await;
+    let body = charge_body("attempt-1", "pm_card_visa");
+    assert_eq!(app.gateway.latency_drawn(), LatencyDrawn::default());
+
+    assert_eq!(
+        app.charge("key-1", &body).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(app.charge("key-1", &body).await.status(), StatusCode::OK);
+    assert_eq!(app.lookup("key-1").await.len(), 1);
+
+    let drawn = app.gateway.latency_drawn();
+    assert_eq!(drawn.draws, 3, "one draw per request");
+    assert!(!drawn.total.is_zero());
+    assert_eq!(app.gateway.ledger().len(), 1, "latency never charges twice");
 }
