@@ -106,6 +106,8 @@ pub struct Broker {
     pub client: async_nats::Client,
     pub jetstream: jetstream::Context,
     pub names: Names,
+    /// Replicas of a stream that [`Broker::ensure_streams`] creates (`streams.replicas`).
+    pub replicas: usize,
 }
 
 impl Broker {
@@ -116,6 +118,7 @@ impl Broker {
             jetstream: jetstream::new(client.clone()),
             client,
             names: Names::new(&settings.namespace),
+            replicas: settings.streams.replicas,
         })
     }
 
@@ -153,11 +156,17 @@ impl Broker {
                         // inside this window, the dedupe table catches the rest.
                         duplicate_window: Duration::from_secs(120),
                         max_age: Duration::from_secs(7 * 24 * 3600),
+                        num_replicas: self.replicas,
                         ..Default::default()
                     })
                     .await
                     .with_context(|| format!("creating stream {name} for {required_subject}"))?;
-                tracing::info!(stream = name, subjects = required_subject, "created stream");
+                tracing::info!(
+                    stream = name,
+                    subjects = required_subject,
+                    replicas = self.replicas,
+                    "created stream"
+                );
                 Ok(())
             }
             Err(err) => Err(err).with_context(|| format!("looking up stream {name}")),
