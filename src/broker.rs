@@ -4,7 +4,12 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, consumer, stream};
+use async_nats::HeaderMap;
+use backon::{ExponentialBuilder, Retryable as _};
+use bytes::Bytes;
 
 use crate::config::Settings;
 
@@ -55,6 +60,53 @@ impl Names {
     }
     fn wildcard(&self, family: &str) -> String {
         format!("{}payments.{family}.>", self.prefix_subject)
+    }
+}
+
+/// Which publish a retry belongs to: the `kind` label of `onecharge_publish_retries_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishKind {
+    /// `publish charge`.
+    Command,
+    /// Intake's dead letters.
+    DeadLetter,
+    /// The relay's events.
+    Event,
+    /// `dlq replay`.
+    Replay,
+}
+
+impl PublishKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Command => "command",
+            Self::DeadLetter => "dead_letter",
+            Self::Event => "event",
+            Self::Replay => "replay",
+        }
+    }
+}
+
+/// The longest a publish keeps retrying, counted in waits between tries (each try also
+/// waits up to its acknowledgement timeout). A stream-leader election in a NATS cluster
+/// takes a few seconds, up to about ten when the leader's server died.
+pub const PUBLISH_RETRY_FOR: Duration = Duration::from_secs(20);
+
+/// Whether a failed publish may pass on its own (a stream-leader election, a reconnect) and
+/// is worth another try under the same `Nats-Msg-Id`. A refusal (over-size message, a
+/// JetStream error other than "temporarily unavailable") never is. "No responders" reads
+/// as [`PublishErrorKind::StreamNotFound`]: in a cluster it is what an election looks like,
+/// so it is retried too; a stream that truly is missing fails after [`PUBLISH_RETRY_FOR`].
+pub fn publish_may_pass(err: &PublishError) -> bool {
+    match err.kind() {
+        PublishErrorKind::TimedOut
+        | PublishErrorKind::BrokenPipe
+        | PublishErrorKind::MaxAckPending
+        | PublishErrorKind::StreamNotFound => true,
+        PublishErrorKind::Other => std::error::Error::source(err)
+            .and_then(|source| source.downcast_ref::<jetstream::Error>())
+            .is_some_and(|e| e.code() == 503),
+        _ => false,
     }
 }
 
@@ -264,6 +316,55 @@ impl Broker {
             pending: info.num_pending,
             ack_pending: info.num_ack_pending as u64,
         })
+    }
+
+    /// Publishes and waits for JetStream's acknowledgement, retrying what may pass (see
+    /// [`publish_may_pass`]) with jittered exponential waits for up to [`PUBLISH_RETRY_FOR`].
+    /// Every try is the same message with the same `Nats-Msg-Id` (the caller's headers must
+    /// carry one), so a try that was stored although its ack was lost makes the next one a
+    /// duplicate, never a second copy. `ack_timeout` bounds each try's wait for its ack
+    /// (`None`: the client's default).
+    pub async fn publish_retrying(
+        &self,
+        kind: PublishKind,
+        subject: String,
+        headers: HeaderMap,
+        payload: Bytes,
+        ack_timeout: Option<Duration>,
+    ) -> Result<PublishAck, PublishError> {
+        debug_assert!(
+            headers.get("Nats-Msg-Id").is_some(),
+            "a retried publish needs a Nats-Msg-Id"
+        );
+        let once = || async {
+            let ack = self
+                .jetstream
+                .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                .await?;
+            match ack_timeout {
+                Some(limit) => {
+                    tokio::time::timeout(limit, std::future::IntoFuture::into_future(ack))
+                        .await
+                        .unwrap_or_else(|_| Err(PublishError::new(PublishErrorKind::TimedOut)))
+                }
+                None => ack.await,
+            }
+        };
+        once.retry(
+            ExponentialBuilder::new()
+                .with_jitter()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(2))
+                .with_total_delay(Some(PUBLISH_RETRY_FOR))
+                .without_max_times(),
+        )
+        .sleep(tokio::time::sleep)
+        .when(publish_may_pass)
+        .notify(|err, wait| {
+            crate::metrics::publish_retry(kind);
+            tracing::warn!(kind = kind.as_str(), subject = %subject, error = %err, retry_in_ms = wait.as_millis() as u64, "publish not acknowledged; retrying under the same Nats-Msg-Id");
+        })
+        .await
     }
 
     /// True when the server answers (readiness).
