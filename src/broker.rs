@@ -96,7 +96,8 @@ pub const PUBLISH_RETRY_FOR: Duration = Duration::from_secs(20);
 /// is worth another try under the same `Nats-Msg-Id`. A refusal (over-size message, a
 /// JetStream error other than "temporarily unavailable") never is. "No responders" reads
 /// as [`PublishErrorKind::StreamNotFound`]: in a cluster it is what an election looks like,
-/// so it is retried too; a stream that truly is missing fails after [`PUBLISH_RETRY_FOR`].
+/// so it is retried too ([`Broker::publish_retrying`] first asks JetStream whether a stream
+/// captures the subject at all, and gives up at once when none does).
 pub fn publish_may_pass(err: &PublishError) -> bool {
     match err.kind() {
         PublishErrorKind::TimedOut
@@ -336,18 +337,38 @@ impl Broker {
             headers.get("Nats-Msg-Id").is_some(),
             "a retried publish needs a Nats-Msg-Id"
         );
+        // The error, and whether another try may pass.
         let once = || async {
-            let ack = self
-                .jetstream
-                .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
-                .await?;
-            match ack_timeout {
-                Some(limit) => {
-                    tokio::time::timeout(limit, std::future::IntoFuture::into_future(ack))
-                        .await
-                        .unwrap_or_else(|_| Err(PublishError::new(PublishErrorKind::TimedOut)))
+            let tried = async {
+                let ack = self
+                    .jetstream
+                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                    .await?;
+                match ack_timeout {
+                    Some(limit) => {
+                        tokio::time::timeout(limit, std::future::IntoFuture::into_future(ack))
+                            .await
+                            .unwrap_or_else(|_| Err(PublishError::new(PublishErrorKind::TimedOut)))
+                    }
+                    None => ack.await,
                 }
-                None => ack.await,
+            }
+            .await;
+            match tried {
+                Ok(ack) => Ok(ack),
+                Err(err) if err.kind() == PublishErrorKind::StreamNotFound => {
+                    // "No responders": an election, unless no stream captures the subject
+                    // at all (then no retry will help, and the caller says so at once).
+                    let stream_missing = matches!(
+                        self.jetstream.stream_by_subject(subject.clone()).await,
+                        Err(e) if e.kind() == jetstream::context::GetStreamByNameErrorKind::NotFound
+                    );
+                    Err((err, !stream_missing))
+                }
+                Err(err) => {
+                    let may_pass = publish_may_pass(&err);
+                    Err((err, may_pass))
+                }
             }
         };
         once.retry(
@@ -359,12 +380,13 @@ impl Broker {
                 .without_max_times(),
         )
         .sleep(tokio::time::sleep)
-        .when(publish_may_pass)
-        .notify(|err, wait| {
+        .when(|(_, may_pass)| *may_pass)
+        .notify(|(err, _), wait| {
             crate::metrics::publish_retry(kind);
             tracing::warn!(kind = kind.as_str(), subject = %subject, error = %err, retry_in_ms = wait.as_millis() as u64, "publish not acknowledged; retrying under the same Nats-Msg-Id");
         })
         .await
+        .map_err(|(err, _)| err)
     }
 
     /// True when the server answers (readiness).
@@ -440,6 +462,33 @@ mod tests {
             t.subject("payments.events.payment-succeeded.v1"),
             "demo-1.payments.events.payment-succeeded.v1"
         );
+    }
+
+    #[test]
+    fn only_publish_errors_that_may_pass_are_retried_never_a_refusal() {
+        let api = |json: &str| {
+            let error: jetstream::Error = serde_json::from_str(json).unwrap();
+            PublishError::with_source(PublishErrorKind::Other, error)
+        };
+        for passes in [
+            PublishError::new(PublishErrorKind::TimedOut),
+            PublishError::new(PublishErrorKind::BrokenPipe),
+            PublishError::new(PublishErrorKind::StreamNotFound),
+            api(
+                r#"{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}"#,
+            ),
+        ] {
+            assert!(publish_may_pass(&passes), "{passes}");
+        }
+        for refusal in [
+            PublishError::new(PublishErrorKind::MaxPayloadExceeded),
+            PublishError::new(PublishErrorKind::WrongLastMessageId),
+            api(
+                r#"{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}"#,
+            ),
+        ] {
+            assert!(!publish_may_pass(&refusal), "{refusal}");
+        }
     }
 
     #[test]
