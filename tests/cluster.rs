@@ -91,8 +91,8 @@ async fn setup_with_three_replicas_creates_every_stream_on_three_servers_of_the_
 }
 
 /// Publishes `count` commands one after another through onecharge's publish path while
-/// `disturb` runs once the first few are stored; returns how many publishes failed and the
-/// messages the command stream holds.
+/// the leader steps down (or is killed) once a tenth are stored; returns the failed publishes,
+/// how many messages the command stream holds and the attempts among them.
 async fn publish_through_an_election(
     cluster: &mut NatsCluster,
     count: usize,
@@ -114,6 +114,8 @@ async fn publish_through_an_election(
     let mut publisher_settings = settings.clone();
     publisher_settings.nats_url = cluster.url(follower);
     let broker = Broker::connect(&publisher_settings).await.expect("connect");
+    // Reads the stream afterwards through the same surviving server.
+    let reader = Broker::connect(&publisher_settings).await.expect("connect");
 
     let attempts: Vec<Uuid> = (0..count).map(|_| Uuid::new_v4()).collect();
     let (stored_tx, mut stored_rx) = tokio::sync::watch::channel(0usize);
@@ -147,7 +149,7 @@ async fn publish_through_an_election(
     let info = cluster.stream_info(&stream).await;
     let messages = info["state"]["messages"].as_u64().unwrap_or_default();
     // Every stored command, by its attempt id.
-    let consumer = setup
+    let consumer = reader
         .jetstream
         .get_stream(&stream)
         .await
