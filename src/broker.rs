@@ -4,7 +4,12 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, consumer, stream};
+use async_nats::HeaderMap;
+use backon::{ExponentialBuilder, Retryable as _};
+use bytes::Bytes;
 
 use crate::config::Settings;
 
@@ -58,6 +63,54 @@ impl Names {
     }
 }
 
+/// Which publish a retry belongs to: the `kind` label of `onecharge_publish_retries_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishKind {
+    /// `publish charge`.
+    Command,
+    /// Intake's dead letters.
+    DeadLetter,
+    /// The relay's events.
+    Event,
+    /// `dlq replay`.
+    Replay,
+}
+
+impl PublishKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Command => "command",
+            Self::DeadLetter => "dead_letter",
+            Self::Event => "event",
+            Self::Replay => "replay",
+        }
+    }
+}
+
+/// The longest a publish keeps retrying, counted in waits between tries (each try also
+/// waits up to its acknowledgement timeout). A stream-leader election in a NATS cluster
+/// takes a few seconds, up to about ten when the leader's server died.
+pub const PUBLISH_RETRY_FOR: Duration = Duration::from_secs(20);
+
+/// Whether a failed publish may pass on its own (a stream-leader election, a reconnect) and
+/// is worth another try under the same `Nats-Msg-Id`. A refusal (over-size message, a
+/// JetStream error other than "temporarily unavailable") never is. "No responders" reads
+/// as [`PublishErrorKind::StreamNotFound`]: in a cluster it is what an election looks like,
+/// so it is retried too ([`Broker::publish_retrying`] first asks JetStream whether a stream
+/// captures the subject at all, and gives up at once when none does).
+pub fn publish_may_pass(err: &PublishError) -> bool {
+    match err.kind() {
+        PublishErrorKind::TimedOut
+        | PublishErrorKind::BrokenPipe
+        | PublishErrorKind::MaxAckPending
+        | PublishErrorKind::StreamNotFound => true,
+        PublishErrorKind::Other => std::error::Error::source(err)
+            .and_then(|source| source.downcast_ref::<jetstream::Error>())
+            .is_some_and(|e| e.code() == 503),
+        _ => false,
+    }
+}
+
 /// A durable consumer's backlog, from JetStream consumer info.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerLag {
@@ -106,6 +159,8 @@ pub struct Broker {
     pub client: async_nats::Client,
     pub jetstream: jetstream::Context,
     pub names: Names,
+    /// Replicas of a stream that [`Broker::ensure_streams`] creates (`streams.replicas`).
+    pub replicas: usize,
 }
 
 impl Broker {
@@ -116,6 +171,7 @@ impl Broker {
             jetstream: jetstream::new(client.clone()),
             client,
             names: Names::new(&settings.namespace),
+            replicas: settings.streams.replicas,
         })
     }
 
@@ -153,11 +209,17 @@ impl Broker {
                         // inside this window, the dedupe table catches the rest.
                         duplicate_window: Duration::from_secs(120),
                         max_age: Duration::from_secs(7 * 24 * 3600),
+                        num_replicas: self.replicas,
                         ..Default::default()
                     })
                     .await
                     .with_context(|| format!("creating stream {name} for {required_subject}"))?;
-                tracing::info!(stream = name, subjects = required_subject, "created stream");
+                tracing::info!(
+                    stream = name,
+                    subjects = required_subject,
+                    replicas = self.replicas,
+                    "created stream"
+                );
                 Ok(())
             }
             Err(err) => Err(err).with_context(|| format!("looking up stream {name}")),
@@ -257,6 +319,76 @@ impl Broker {
         })
     }
 
+    /// Publishes and waits for JetStream's acknowledgement, retrying what may pass (see
+    /// [`publish_may_pass`]) with jittered exponential waits for up to [`PUBLISH_RETRY_FOR`].
+    /// Every try is the same message with the same `Nats-Msg-Id` (the caller's headers must
+    /// carry one), so a try that was stored although its ack was lost makes the next one a
+    /// duplicate, never a second copy. `ack_timeout` bounds each try's wait for its ack
+    /// (`None`: the client's default).
+    pub async fn publish_retrying(
+        &self,
+        kind: PublishKind,
+        subject: String,
+        headers: HeaderMap,
+        payload: Bytes,
+        ack_timeout: Option<Duration>,
+    ) -> Result<PublishAck, PublishError> {
+        debug_assert!(
+            headers.get("Nats-Msg-Id").is_some(),
+            "a retried publish needs a Nats-Msg-Id"
+        );
+        // The error, and whether another try may pass.
+        let once = || async {
+            let tried = async {
+                let ack = self
+                    .jetstream
+                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                    .await?;
+                match ack_timeout {
+                    Some(limit) => {
+                        tokio::time::timeout(limit, std::future::IntoFuture::into_future(ack))
+                            .await
+                            .unwrap_or_else(|_| Err(PublishError::new(PublishErrorKind::TimedOut)))
+                    }
+                    None => ack.await,
+                }
+            }
+            .await;
+            match tried {
+                Ok(ack) => Ok(ack),
+                Err(err) if err.kind() == PublishErrorKind::StreamNotFound => {
+                    // "No responders": an election, unless no stream captures the subject
+                    // at all (then no retry will help, and the caller says so at once).
+                    let stream_missing = matches!(
+                        self.jetstream.stream_by_subject(subject.clone()).await,
+                        Err(e) if e.kind() == jetstream::context::GetStreamByNameErrorKind::NotFound
+                    );
+                    Err((err, !stream_missing))
+                }
+                Err(err) => {
+                    let may_pass = publish_may_pass(&err);
+                    Err((err, may_pass))
+                }
+            }
+        };
+        once.retry(
+            ExponentialBuilder::new()
+                .with_jitter()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(2))
+                .with_total_delay(Some(PUBLISH_RETRY_FOR))
+                .without_max_times(),
+        )
+        .sleep(tokio::time::sleep)
+        .when(|(_, may_pass)| *may_pass)
+        .notify(|(err, _), wait| {
+            crate::metrics::publish_retry(kind);
+            tracing::warn!(kind = kind.as_str(), subject = %subject, error = %err, retry_in_ms = wait.as_millis() as u64, "publish not acknowledged; retrying under the same Nats-Msg-Id");
+        })
+        .await
+        .map_err(|(err, _)| err)
+    }
+
     /// True when the server answers (readiness).
     pub async fn ping(&self) -> bool {
         matches!(
@@ -330,6 +462,33 @@ mod tests {
             t.subject("payments.events.payment-succeeded.v1"),
             "demo-1.payments.events.payment-succeeded.v1"
         );
+    }
+
+    #[test]
+    fn only_publish_errors_that_may_pass_are_retried_never_a_refusal() {
+        let api = |json: &str| {
+            let error: jetstream::Error = serde_json::from_str(json).unwrap();
+            PublishError::with_source(PublishErrorKind::Other, error)
+        };
+        for passes in [
+            PublishError::new(PublishErrorKind::TimedOut),
+            PublishError::new(PublishErrorKind::BrokenPipe),
+            PublishError::new(PublishErrorKind::StreamNotFound),
+            api(
+                r#"{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}"#,
+            ),
+        ] {
+            assert!(publish_may_pass(&passes), "{passes}");
+        }
+        for refusal in [
+            PublishError::new(PublishErrorKind::MaxPayloadExceeded),
+            PublishError::new(PublishErrorKind::WrongLastMessageId),
+            api(
+                r#"{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}"#,
+            ),
+        ] {
+            assert!(!publish_may_pass(&refusal), "{refusal}");
+        }
     }
 
     #[test]

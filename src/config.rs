@@ -111,6 +111,24 @@ pub struct Settings {
     pub reconciler: ReconcilerSettings,
     #[serde(default)]
     pub database: DatabaseSettings,
+    #[serde(default)]
+    pub streams: StreamsSettings,
+}
+
+/// How `setup` (and `serve`) create the three streams when they are missing. An existing
+/// stream is used as it is: these settings never change one.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamsSettings {
+    /// Copies JetStream keeps of each stream (1..=5): 1 on a single server, 3 on a cluster,
+    /// so that a stream survives the loss of one server.
+    pub replicas: usize,
+}
+
+impl Default for StreamsSettings {
+    fn default() -> Self {
+        Self { replicas: 1 }
+    }
 }
 
 /// PostgreSQL session limits, set on every pooled connection when it opens, so that no
@@ -492,6 +510,7 @@ impl Default for Settings {
             purge: PurgeSettings::default(),
             reconciler: ReconcilerSettings::default(),
             database: DatabaseSettings::default(),
+            streams: StreamsSettings::default(),
         }
     }
 }
@@ -632,6 +651,15 @@ impl Settings {
             return fail(
                 "namespace (ONECHARGE_NAMESPACE)",
                 "may contain only letters, digits, `_` and `-`".into(),
+            );
+        }
+        if !(1..=5).contains(&self.streams.replicas) {
+            return fail(
+                "streams.replicas (ONECHARGE_STREAMS__REPLICAS)",
+                format!(
+                    "must be between 1 and 5 (3 on a NATS cluster), got {}",
+                    self.streams.replicas
+                ),
             );
         }
         let intake = &self.intake;
@@ -1092,6 +1120,28 @@ mod tests {
                 err.contains("intake.batch_size: must be between 1 and 1000, got 0"),
                 "{err}"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn stream_replicas_default_to_one_and_outside_one_to_five_are_refused_by_name() {
+        figment::Jail::expect_with(|jail| {
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.streams.replicas, 1);
+            jail.set_env("ONECHARGE_STREAMS__REPLICAS", "3");
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.streams.replicas, 3);
+            for bad in ["0", "6"] {
+                jail.set_env("ONECHARGE_STREAMS__REPLICAS", bad);
+                let err = Settings::load(None, &Overrides::default())
+                    .unwrap_err()
+                    .to_string();
+                assert_eq!(
+                    err,
+                    format!("configuration error: streams.replicas (ONECHARGE_STREAMS__REPLICAS): must be between 1 and 5 (3 on a NATS cluster), got {bad}")
+                );
+            }
             Ok(())
         });
     }

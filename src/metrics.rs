@@ -55,6 +55,12 @@ pub async fn upkeep(
     }
 }
 
+/// One publish retried after an error that may pass (a stream-leader election, a
+/// reconnect), by what was published.
+pub fn publish_retry(kind: crate::broker::PublishKind) {
+    metrics::counter!("onecharge_publish_retries_total", "kind" => kind.as_str()).increment(1);
+}
+
 /// One delivery settled by intake, by result (`processed`, `duplicate`, …).
 pub fn delivery(consumer: &str, result: &'static str) {
     metrics::counter!("onecharge_intake_deliveries_total", "consumer" => consumer.to_owned(), "result" => result).increment(1);

@@ -7,7 +7,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, PublishKind};
 use crate::config::{Settings, UsageError};
 use crate::domain::command::{self, CommandHeaders};
 
@@ -149,10 +149,13 @@ async fn publish_prepared(broker: &Broker, command: Prepared) -> anyhow::Result<
     }
     let subject = broker.names.charge_subject();
     let ack = broker
-        .jetstream
-        .publish_with_headers(subject.clone(), nats_headers, payload.into())
-        .await
-        .with_context(|| format!("publishing to {subject}"))?
+        .publish_retrying(
+            PublishKind::Command,
+            subject.clone(),
+            nats_headers,
+            payload.into(),
+            None,
+        )
         .await
         .with_context(|| {
             format!("JetStream did not store the command on {subject}: is `onecharge setup` done?")

@@ -6,7 +6,7 @@ use async_nats::jetstream;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::HeaderMap;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, PublishKind};
 use crate::domain::bounded;
 
 /// Why a message was dead-lettered; `Dlq-Class` on the wire.
@@ -144,9 +144,13 @@ async fn try_publish(
     payload: bytes::Bytes,
 ) -> Result<(), PublishError> {
     broker
-        .jetstream
-        .publish_with_headers(subject.to_owned(), headers, payload)
-        .await?
+        .publish_retrying(
+            PublishKind::DeadLetter,
+            subject.to_owned(),
+            headers,
+            payload,
+            None,
+        )
         .await?;
     Ok(())
 }

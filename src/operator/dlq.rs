@@ -281,14 +281,15 @@ pub async fn replay(
     }
 
     let subject = broker.names.charge_subject();
-    let published = match broker
-        .jetstream
-        .publish_with_headers(subject.clone(), headers, payload.clone())
-        .await
-    {
-        Ok(ack) => ack.await,
-        Err(err) => Err(err),
-    };
+    let published = broker
+        .publish_retrying(
+            crate::broker::PublishKind::Replay,
+            subject.clone(),
+            headers,
+            payload.clone(),
+            None,
+        )
+        .await;
     let ack = published.map_err(|err| publish_failure(&err, &subject, &message_id))?;
     if ack.duplicate {
         let window = duplicate_window(broker).await;

@@ -21,7 +21,7 @@ use backon::BackoffBuilder as _;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, PublishKind};
 use crate::config::{RelaySettings, Settings};
 use crate::domain::PaymentEvent;
 use crate::nudge::Nudges;
@@ -150,12 +150,15 @@ impl Relay {
     }
 
     /// Publishes `rows` in order (sent back to back, then every ack awaited) and returns each
-    /// row's ack or error. Does not mark anything: [`Relay::run_once`] does, after this.
+    /// row's ack or error. A row whose publish failed in a way that may pass (a stream-leader
+    /// election) is then retried on its own, in order, under its same `Nats-Msg-Id`
+    /// ([`Broker::publish_retrying`]). Does not mark anything: [`Relay::run_once`] does,
+    /// after this.
     pub async fn publish_rows(
         &self,
         rows: &[OutboxRow],
     ) -> Vec<Result<PublishAck, PublishFailure>> {
-        let mut pending: Vec<Result<PublishAckFuture, PublishFailure>> =
+        let mut pending: Vec<Result<PublishAckFuture, PublishError>> =
             Vec::with_capacity(rows.len());
         for row in rows {
             let subject = self.broker.names.subject(&row.subject);
@@ -163,26 +166,42 @@ impl Relay {
                 .broker
                 .jetstream
                 .publish_with_headers(subject, headers(row), event_body(row).into())
-                .await
-                .map_err(|e| publish_failure("publish failed", &e));
+                .await;
             pending.push(sent);
         }
         let timeout = self.settings.publish_timeout;
-        futures::future::join_all(pending.into_iter().map(|sent| async move {
-            let ack = sent?;
-            match tokio::time::timeout(timeout, ack.into_future()).await {
-                Ok(Ok(ack)) => Ok(ack),
-                Ok(Err(e)) => Err(publish_failure("no publish ack", &e)),
-                Err(_) => Err(PublishFailure {
-                    refused: false,
-                    message: format!(
-                        "no publish ack within {}",
-                        humantime::format_duration(timeout)
-                    ),
-                }),
+        let first = futures::future::join_all(pending.into_iter().map(|sent| async move {
+            match tokio::time::timeout(timeout, sent?.into_future()).await {
+                Ok(acked) => acked,
+                Err(_) => Err(PublishError::new(PublishErrorKind::TimedOut)),
             }
         }))
-        .await
+        .await;
+        let mut results = Vec::with_capacity(rows.len());
+        // Once a row's retries ran out, the broker is not coming back within this step: the
+        // rows behind it keep their first error and wait for the next step.
+        let mut gave_up = false;
+        for (row, result) in rows.iter().zip(first) {
+            let result = match result {
+                Err(err) if !gave_up && crate::broker::publish_may_pass(&err) => {
+                    let retried = self
+                        .broker
+                        .publish_retrying(
+                            PublishKind::Event,
+                            self.broker.names.subject(&row.subject),
+                            headers(row),
+                            event_body(row).into(),
+                            Some(timeout),
+                        )
+                        .await;
+                    gave_up = retried.is_err();
+                    retried
+                }
+                other => other,
+            };
+            results.push(result.map_err(|e| publish_failure(&e, timeout)));
+        }
+        results
     }
 
     /// Runs until `shutdown` fires; after a step that found nothing (or failed) it waits
@@ -231,7 +250,7 @@ impl Relay {
 
 /// Refused (will be again) versus not answered (may succeed at the next step), by the
 /// error's kind, never its text.
-fn publish_failure(what: &str, err: &PublishError) -> PublishFailure {
+fn publish_failure(err: &PublishError, timeout: Duration) -> PublishFailure {
     PublishFailure {
         refused: !matches!(
             err.kind(),
@@ -240,8 +259,14 @@ fn publish_failure(what: &str, err: &PublishError) -> PublishFailure {
                 | PublishErrorKind::MaxAckPending
         ),
         message: match err.kind() {
-            PublishErrorKind::StreamNotFound => format!("{what}: no stream stores this subject"),
-            _ => format!("{what}: {err}"),
+            PublishErrorKind::StreamNotFound => {
+                "no publish ack: no stream stores this subject".to_owned()
+            }
+            PublishErrorKind::TimedOut => format!(
+                "no publish ack within {}",
+                humantime::format_duration(timeout)
+            ),
+            _ => format!("no publish ack: {err}"),
         },
     }
 }
