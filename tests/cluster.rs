@@ -149,17 +149,32 @@ async fn publish_through_an_election(
     let info = cluster.stream_info(&stream).await;
     let messages = info["state"]["messages"].as_u64().unwrap_or_default();
     // Every stored command, by its attempt id.
-    let consumer = reader
-        .jetstream
-        .get_stream(&stream)
-        .await
-        .expect("stream")
-        .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
-            ..Default::default()
-        })
-        .await
-        .expect("an ephemeral consumer");
+    // After a kill the cluster may still be electing its meta leader, which creating a
+    // consumer needs: ask again until a deadline.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let consumer = loop {
+        let created = async {
+            reader
+                .jetstream
+                .get_stream(&stream)
+                .await?
+                .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                    ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
+                    ..Default::default()
+                })
+                .await
+                .map_err(anyhow::Error::from)
+        }
+        .await;
+        match created {
+            Ok(consumer) => break consumer,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                eprintln!("creating the reading consumer: {err:#}; asking again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(err) => panic!("an ephemeral consumer within 30 s: {err:#}"),
+        }
+    };
     let mut seen = HashSet::new();
     let mut batch = consumer
         .fetch()
