@@ -109,14 +109,14 @@ impl RetryPolicy {
                 after: RetryAfter::InProgress,
                 reason,
             } => self.retry_in_progress(attempt, now, reason),
-            GatewayOutcome::RetryLater { after, reason } => {
-                let delay = match after {
-                    RetryAfter::InProgress => self.in_progress_delay,
-                    RetryAfter::Delay(delay) => *delay,
-                    RetryAfter::Backoff => self.backoff(attempt.tries),
-                };
-                self.retry(attempt, now, delay, reason)
-            }
+            GatewayOutcome::RetryLater {
+                after: RetryAfter::Delay(delay),
+                reason,
+            } => self.retry(attempt, now, *delay, reason),
+            GatewayOutcome::RetryLater {
+                after: RetryAfter::Backoff,
+                reason,
+            } => self.retry(attempt, now, self.backoff(attempt.tries), reason),
             GatewayOutcome::NotSent { reason } => {
                 self.retry(attempt, now, self.backoff(attempt.tries), &format!("not sent: {reason}"))
             }
@@ -217,12 +217,6 @@ impl RetryPolicy {
             .window_closed_by(attempt, now)
             .unwrap_or_else(|| "past its retry window".to_owned());
         Settlement::Unknown { reason }
-    }
-
-    /// The claim query's cut-offs at `now`: attempts first sent at or before the first, or
-    /// recorded at or before the second, are handed over instead of re-sent.
-    pub fn cutoffs(&self, now: OffsetDateTime) -> (OffsetDateTime, OffsetDateTime) {
-        (now - self.key_window, now - self.max_age)
     }
 }
 
