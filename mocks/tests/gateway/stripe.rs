@@ -697,6 +697,10 @@ async fn the_onecharge_routes_are_not_served_in_the_stripe_dialect() {
         .charge("key-1", &charge_body("attempt-1", "pm_card_visa"))
         .await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        json(response).await["error"]["type"],
+        "invalid_request_error"
+    );
     assert!(app.gateway.ledger().is_empty());
 }
 
