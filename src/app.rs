@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::Broker;
 use crate::config::{ConfigError, LogFormat, Redactor, Settings};
 use crate::intake::Intake;
+use crate::shutdown::cancel_on_signal;
 use crate::store::Store;
 
 /// A part of `serve` that can run alone (`--roles`).
@@ -185,28 +186,6 @@ pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
     }
     let app = Application::build(settings, roles).await?;
     app.run(shutdown).await
-}
-
-/// Cancels `shutdown` on SIGTERM or Ctrl-C.
-pub async fn cancel_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
-    tracing::info!("shutdown requested: finishing work in hand");
-    shutdown.cancel();
 }
 
 /// A built, not yet running, service: connections made, schema and streams ensured, the

@@ -22,7 +22,6 @@
 //!   attempts stay `pending` and no try is consumed; while the breaker is open, likewise.
 //! - Nothing cuts a gateway call off: shutdown stops claiming and waits for calls in hand.
 
-mod clock;
 mod metrics;
 mod policy;
 mod writer;
@@ -36,10 +35,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use policy::RetryPolicy;
 pub use writer::{SettlementWriter, WriteError};
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;

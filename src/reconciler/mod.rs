@@ -31,12 +31,12 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{ReconcilerSettings, Settings};
 use crate::domain::outcome::{
     read_lookup, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
 };
 use crate::domain::AttemptStatus;
-use crate::executor::{Clock, SystemClock};
 use crate::gateway::{GatewayClient, GatewayHealth};
 use crate::store::executor::{
     record_gateway_call_alone, settle, Fence, GatewayCallRecord, SettleWrite, Settlement,
@@ -548,7 +548,7 @@ pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
     let reconciler = Reconciler::new(store, gateway, health, &settings);
     if !once {
         let shutdown = CancellationToken::new();
-        tokio::spawn(crate::app::cancel_on_signal(shutdown.clone()));
+        tokio::spawn(crate::shutdown::cancel_on_signal(shutdown.clone()));
         return reconciler.run(shutdown).await;
     }
     let mut total = ReconcileReport::default();
