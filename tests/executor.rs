@@ -13,7 +13,7 @@ use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome, RetryAfter};
 use onecharge::domain::AttemptStatus;
 use onecharge::executor::{Disposition, SettlementWriter};
 use onecharge::gateway::{Admission, BreakerState};
-use onecharge::store::executor::{settle_all, GatewayCallRecord, SettleWrite, Settlement};
+use onecharge::store::attempts::{settle_all, GatewayCallRecord, SettleWrite, Settlement};
 use support::{charge_request, charge_request_with_amount, wait_until, Harness, API_KEY};
 use tokio_util::sync::CancellationToken;
 
@@ -938,7 +938,7 @@ async fn shutdown_finishes_the_gateway_call_in_hand() {
 
 /// A settlement for `attempt` as the executor writes it, with the call's evidence.
 fn settled_write(
-    attempt: &onecharge::store::executor::ClaimedAttempt,
+    attempt: &onecharge::store::attempts::ClaimedAttempt,
     settlement: Settlement,
     now: time::OffsetDateTime,
 ) -> SettleWrite {

@@ -44,7 +44,7 @@ use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
 use crate::gateway::{Admission, GatewayClient, GatewayHealth};
 use crate::nudge::Nudges;
-use crate::store::executor::{
+use crate::store::attempts::{
     self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite, Settlement,
 };
 use crate::store::Store;

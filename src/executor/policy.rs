@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 
 use crate::config::Settings;
 use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_RETRY_AFTER};
-use crate::store::executor::{ClaimedAttempt, Settlement};
+use crate::store::attempts::{ClaimedAttempt, Settlement};
 
 /// The retry rules, from the configuration.
 #[derive(Debug, Clone)]

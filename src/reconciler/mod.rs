@@ -38,7 +38,7 @@ use crate::domain::outcome::{
 };
 use crate::domain::AttemptStatus;
 use crate::gateway::{GatewayClient, GatewayHealth};
-use crate::store::executor::{
+use crate::store::attempts::{
     record_gateway_call_alone, settle, Fence, GatewayCallRecord, SettleWrite, Settlement,
 };
 use crate::store::reconciler::{claim_unknown, expire_leases, reschedule_lookup, UnknownAttempt};

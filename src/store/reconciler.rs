@@ -1,12 +1,12 @@
 //! The reconciler's SQL: turning expired leases into `unknown`, claiming due `unknown`
 //! attempts under a fencing token, and rescheduling a lookup that settled nothing.
-//! Resolutions go through [`super::executor::settle`] with an `unknown` fence.
+//! Resolutions go through [`super::attempts::settle`] with an `unknown` fence.
 
 use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::executor::{gateway_text, record_gateway_call, GatewayCallRecord};
+use super::attempts::{gateway_text, record_gateway_call, GatewayCallRecord};
 use super::Store;
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences

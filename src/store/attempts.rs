@@ -1,5 +1,6 @@
-//! The executor's SQL: claiming due attempts under a fenced lease, and writing each result
-//! together with its transition, its event and the gateway-call evidence.
+//! The SQL of payment attempts in motion: claiming due attempts under a fenced lease, and
+//! writing each fenced settlement (the executor's and the reconciler's) together with its
+//! transition, its event and the gateway-call evidence.
 //!
 //! Invariants kept here:
 //! - A claim and its `pending → in_flight` transition commit, with the dispatch stamp,
