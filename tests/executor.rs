@@ -11,9 +11,12 @@ use mock_gateway::{
 };
 use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome, RetryAfter};
 use onecharge::domain::AttemptStatus;
+use onecharge::domain::{
+    CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause,
+};
 use onecharge::executor::{Disposition, SettlementWriter};
 use onecharge::gateway::{Admission, BreakerState};
-use onecharge::store::attempts::{settle_all, GatewayCallRecord, SettleWrite, Settlement};
+use onecharge::store::attempts::settle_all;
 use support::{charge_request, charge_request_with_amount, wait_until, Harness, API_KEY};
 use tokio_util::sync::CancellationToken;
 
@@ -944,7 +947,7 @@ fn settled_write(
 ) -> SettleWrite {
     let call = GatewayCallRecord {
         payment_attempt_id: attempt.payment_attempt_id,
-        operation: "charge",
+        operation: CallOperation::Charge,
         idempotency_key: attempt.idempotency_key.clone(),
         try_number: attempt.tries,
         lease_token: Some(attempt.lease_token),
@@ -955,7 +958,13 @@ fn settled_write(
         gateway_charge_id: None,
         error: None,
     };
-    SettleWrite::for_claim(attempt, settlement, "gateway_succeeded", Some(call), now)
+    SettleWrite {
+        fence: attempt.fence(),
+        settlement,
+        cause: TransitionCause::GatewaySucceeded,
+        call: Some(call),
+        now,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

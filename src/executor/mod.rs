@@ -42,11 +42,11 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
+use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{Admission, GatewayClient, GatewayHealth};
+use crate::gateway::{ChargeBody, ChargeRequest};
 use crate::nudge::Nudges;
-use crate::store::attempts::{
-    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite, Settlement,
-};
+use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
 use crate::store::Store;
 
 /// Database connections one executor needs: its one claim at a time, the settlement
@@ -374,12 +374,17 @@ impl Executor {
         if !attempt.dispatch {
             let now = now();
             let settlement = inner.policy.hand_over(&attempt, now);
-            let write =
-                SettleWrite::for_claim(&attempt, settlement, "retry_window_closed", None, now);
+            let write = SettleWrite {
+                fence: attempt.fence(),
+                settlement,
+                cause: TransitionCause::RetryWindowClosed,
+                call: None,
+                now,
+            };
             let disposition = self.write(&attempt, write).await;
             return report(&attempt, None, disposition);
         }
-        let request = attempt.charge_request();
+        let request = charge_request(&attempt);
         let started_at = now();
         let call = inner.gateway.charge(&request).await;
         drop(slot);
@@ -388,7 +393,7 @@ impl Executor {
         let (settlement, cause) = inner.policy.settle(&attempt, &call.outcome, now);
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
-            operation: "charge",
+            operation: CallOperation::Charge,
             idempotency_key: attempt.idempotency_key.clone(),
             try_number: attempt.tries,
             lease_token: Some(attempt.lease_token),
@@ -402,7 +407,13 @@ impl Executor {
                 other => Some(other.to_string()),
             }),
         };
-        let write = SettleWrite::for_claim(&attempt, settlement, cause, Some(evidence), now);
+        let write = SettleWrite {
+            fence: attempt.fence(),
+            settlement,
+            cause,
+            call: Some(evidence),
+            now,
+        };
         let disposition = self.write(&attempt, write).await;
         report(&attempt, Some(call.outcome), disposition)
     }
@@ -422,13 +433,13 @@ impl Executor {
                         inner.nudges.events_written();
                     }
                     metrics::settled(status);
-                    tracing::info!(status = %status, cause, "attempt settled");
+                    tracing::info!(status = %status, %cause, "attempt settled");
                     return Disposition::Moved(status);
                 }
                 Ok(false) => {
                     metrics::fenced();
                     tracing::warn!(
-                        cause,
+                        %cause,
                         "result rejected by the fencing token: the lease was taken over or the attempt already left in_flight"
                     );
                     return Disposition::Fenced;
@@ -466,7 +477,7 @@ impl Executor {
     async fn hand_over_unstorable(&self, write: SettleWrite, err: &WriteError) -> Disposition {
         let inner = &self.inner;
         metrics::unrecorded();
-        tracing::error!(error = %err.message, cause = write.cause, "the database refused the result; keeping the call's evidence and handing the attempt to the reconciler");
+        tracing::error!(error = %err.message, cause = %write.cause, "the database refused the result; keeping the call's evidence and handing the attempt to the reconciler");
         if let Some(call) = &write.call {
             if let Err(evidence) = sql::record_gateway_call_alone(&inner.store, call).await {
                 tracing::error!(error = %evidence, "cannot store the gateway call's evidence either");
@@ -480,7 +491,7 @@ impl Executor {
                     write.settlement.describe()
                 ),
             },
-            cause: "settlement_refused",
+            cause: TransitionCause::SettlementRefused,
             call: None,
             now: write.now,
             fence: write.fence,
@@ -509,6 +520,22 @@ fn database_time(attempt: &ClaimedAttempt, lease: Duration) -> impl Fn() -> time
     let claimed_at = attempt.lease_expires_at - lease;
     let since = std::time::Instant::now();
     move || claimed_at + since.elapsed()
+}
+
+/// The charge request, built from the stored attempt only, so that every try is the same
+/// request under the same key.
+pub fn charge_request(attempt: &ClaimedAttempt) -> ChargeRequest {
+    ChargeRequest::new(
+        attempt.idempotency_key.clone(),
+        &ChargeBody {
+            amount_minor: attempt.amount_minor,
+            currency: attempt.currency.clone(),
+            customer_id: attempt.customer_id.clone(),
+            payment_method: attempt.payment_method.clone(),
+            reference: attempt.payment_attempt_id.to_string(),
+            description: attempt.description.clone(),
+        },
+    )
 }
 
 fn report(

@@ -20,7 +20,8 @@ use time::OffsetDateTime;
 
 use crate::config::Settings;
 use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_RETRY_AFTER};
-use crate::store::attempts::{ClaimedAttempt, Settlement};
+use crate::domain::{Settlement, TransitionCause};
+use crate::store::attempts::ClaimedAttempt;
 
 /// The retry rules, from the configuration.
 #[derive(Debug, Clone)]
@@ -70,17 +71,17 @@ impl RetryPolicy {
         attempt: &ClaimedAttempt,
         outcome: &GatewayOutcome,
         now: OffsetDateTime,
-    ) -> (Settlement, &'static str) {
+    ) -> (Settlement, TransitionCause) {
         match outcome {
             GatewayOutcome::Succeeded { charge_id, .. } => {
-                (Settlement::Succeeded { charge_id: charge_id.clone() }, "gateway_succeeded")
+                (Settlement::Succeeded { charge_id: charge_id.clone() }, TransitionCause::GatewaySucceeded)
             }
             GatewayOutcome::Declined { charge_id, decline_code, .. } => (
                 Settlement::Declined { charge_id: charge_id.clone(), decline_code: decline_code.clone() },
-                "gateway_declined",
+                TransitionCause::GatewayDeclined,
             ),
             GatewayOutcome::NeedsReview { reason } => {
-                (Settlement::NeedsReview { reason: reason.clone() }, "gateway_refused_request")
+                (Settlement::NeedsReview { reason: reason.clone() }, TransitionCause::GatewayRefusedRequest)
             }
             GatewayOutcome::CredentialsFault { status } => (
                 Settlement::Retry {
@@ -88,7 +89,7 @@ impl RetryPolicy {
                     reason: format!("the gateway rejected onecharge's credentials (HTTP {status}); not counted as a try"),
                     refund_try: true,
                 },
-                "credentials_fault",
+                TransitionCause::CredentialsFault,
             ),
             GatewayOutcome::EndpointFault { status } => (
                 Settlement::Retry {
@@ -96,11 +97,11 @@ impl RetryPolicy {
                     reason: format!("the gateway answered HTTP {status} to POST /v1/charges: gateway_url looks wrong; nothing was processed, not counted as a try"),
                     refund_try: true,
                 },
-                "endpoint_fault",
+                TransitionCause::EndpointFault,
             ),
             GatewayOutcome::Ambiguous { reason } => (
                 Settlement::Unknown { reason: format!("the gateway may have charged: {reason}") },
-                "ambiguous_result",
+                TransitionCause::AmbiguousResult,
             ),
             // An earlier send under this key is still running at the gateway: this request was
             // not processed, so it is not a try, and the limit on tries cannot turn a slow
@@ -129,7 +130,7 @@ impl RetryPolicy {
         now: OffsetDateTime,
         delay: Duration,
         reason: &str,
-    ) -> (Settlement, &'static str) {
+    ) -> (Settlement, TransitionCause) {
         if attempt.tries.max(0) as u32 >= self.max_tries {
             return (
                 Settlement::Unknown {
@@ -138,7 +139,7 @@ impl RetryPolicy {
                         attempt.tries
                     ),
                 },
-                "retries_exhausted",
+                TransitionCause::RetriesExhausted,
             );
         }
         let next_run_at = later(now, delay.min(MAX_RETRY_AFTER.max(self.retry_max_delay)));
@@ -147,7 +148,7 @@ impl RetryPolicy {
                 Settlement::Unknown {
                     reason: format!("{closed}; last: {reason}"),
                 },
-                "retry_window_closed",
+                TransitionCause::RetryWindowClosed,
             );
         }
         (
@@ -156,7 +157,7 @@ impl RetryPolicy {
                 reason: reason.to_owned(),
                 refund_try: false,
             },
-            "retry_scheduled",
+            TransitionCause::RetryScheduled,
         )
     }
 
@@ -168,7 +169,7 @@ impl RetryPolicy {
         attempt: &ClaimedAttempt,
         now: OffsetDateTime,
         reason: &str,
-    ) -> (Settlement, &'static str) {
+    ) -> (Settlement, TransitionCause) {
         let next_run_at = later(now, self.in_progress_delay);
         if let Some(closed) = self.window_closed_by(attempt, next_run_at) {
             return (
@@ -177,7 +178,7 @@ impl RetryPolicy {
                         "{closed}; last: {reason} (an earlier send may still be in progress)"
                     ),
                 },
-                "retry_window_closed",
+                TransitionCause::RetryWindowClosed,
             );
         }
         (
@@ -188,7 +189,7 @@ impl RetryPolicy {
                 ),
                 refund_try: true,
             },
-            "retry_scheduled",
+            TransitionCause::RetryScheduled,
         )
     }
 
@@ -283,7 +284,7 @@ mod tests {
             reason: "HTTP 409".into(),
         };
         let (settlement, cause) = policy().settle(&attempt(1), &outcome, NOW);
-        assert_eq!(cause, "retry_scheduled");
+        assert_eq!(cause.as_str(), "retry_scheduled");
         assert!(
             matches!(settlement, Settlement::Retry { next_run_at, refund_try: true, .. } if next_run_at == NOW + Duration::from_secs(2))
         );
@@ -303,7 +304,7 @@ mod tests {
         let mut old = attempt(1);
         old.created_at = NOW - Duration::from_secs(3599);
         let (settlement, cause) = policy().settle(&old, &outcome, NOW);
-        assert_eq!(cause, "retry_window_closed");
+        assert_eq!(cause.as_str(), "retry_window_closed");
         assert!(
             matches!(&settlement, Settlement::Unknown { reason } if reason.contains("may still be in progress") && !reason.contains("not charged")),
             "{settlement:?}"
@@ -332,7 +333,7 @@ mod tests {
         p.max_age = Duration::MAX;
         p.key_window = Duration::MAX;
         let (settlement, cause) = p.settle(&attempt(1), &outcome, NOW);
-        assert_eq!(cause, "retry_scheduled");
+        assert_eq!(cause.as_str(), "retry_scheduled");
         assert!(
             matches!(settlement, Settlement::Retry { next_run_at, .. } if next_run_at == NOW + crate::domain::outcome::MAX_RETRY_AFTER),
             "{settlement:?}"
@@ -360,7 +361,7 @@ mod tests {
     #[test]
     fn the_last_allowed_try_hands_the_attempt_to_the_reconciler() {
         let (settlement, cause) = policy().settle(&attempt(5), &not_sent(), NOW);
-        assert_eq!(cause, "retries_exhausted");
+        assert_eq!(cause.as_str(), "retries_exhausted");
         assert!(
             matches!(settlement, Settlement::Unknown { reason } if reason.contains("after 5 tries"))
         );
@@ -371,7 +372,7 @@ mod tests {
         let mut old = attempt(1);
         old.created_at = NOW - Duration::from_secs(3599);
         let (settlement, cause) = policy().settle(&old, &not_sent(), NOW);
-        assert_eq!(cause, "retry_window_closed");
+        assert_eq!(cause.as_str(), "retry_window_closed");
         assert!(
             matches!(settlement, Settlement::Unknown { reason } if reason.contains("maximum age"))
         );
@@ -385,7 +386,7 @@ mod tests {
         old.created_at = NOW - Duration::from_secs(23 * 3600);
         old.first_dispatched_at = NOW - Duration::from_secs(23 * 3600 - 1);
         let (settlement, cause) = p.settle(&old, &not_sent(), NOW);
-        assert_eq!(cause, "retry_window_closed");
+        assert_eq!(cause.as_str(), "retry_window_closed");
         assert!(
             matches!(settlement, Settlement::Unknown { reason } if reason.contains("forget the idempotency key"))
         );
@@ -402,7 +403,7 @@ mod tests {
             &GatewayOutcome::CredentialsFault { status: 401 },
             NOW,
         );
-        assert_eq!(cause, "credentials_fault");
+        assert_eq!(cause.as_str(), "credentials_fault");
         assert!(
             matches!(settlement, Settlement::Retry { next_run_at, refund_try: true, .. } if next_run_at == NOW)
         );
@@ -414,7 +415,7 @@ mod tests {
             reason: "HTTP 500".into(),
         };
         let (settlement, cause) = policy().settle(&attempt(1), &outcome, NOW);
-        assert_eq!(cause, "ambiguous_result");
+        assert_eq!(cause.as_str(), "ambiguous_result");
         assert!(matches!(settlement, Settlement::Unknown { .. }));
     }
 

@@ -37,10 +37,9 @@ use crate::domain::outcome::{
     read_lookup, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
 };
 use crate::domain::AttemptStatus;
+use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{GatewayClient, GatewayHealth};
-use crate::store::attempts::{
-    record_gateway_call_alone, settle, Fence, GatewayCallRecord, SettleWrite, Settlement,
-};
+use crate::store::attempts::{record_gateway_call_alone, settle};
 use crate::store::reconciler::{claim_unknown, expire_leases, reschedule_lookup, UnknownAttempt};
 use crate::store::Store;
 
@@ -208,7 +207,7 @@ impl Reconciler {
         inner.health.record_lookup(&call.outcome, inner.clock.now());
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
-            operation: "lookup",
+            operation: CallOperation::Lookup,
             idempotency_key: attempt.idempotency_key.clone(),
             try_number: attempt.tries,
             lease_token: Some(attempt.lease_token),
@@ -223,12 +222,7 @@ impl Reconciler {
             }),
         };
         let decision = self.decide(&attempt, &call.outcome, now);
-        let fence = Fence {
-            payment_attempt_id: attempt.payment_attempt_id,
-            lease_token: attempt.lease_token,
-            from: AttemptStatus::Unknown,
-            actor: inner.actor.clone(),
-        };
+        let fence = attempt.fence(&inner.actor);
         let answer = match &decision {
             Decision::Settle { settlement, .. } => settlement.describe(),
             Decision::CheckAgain { reason, .. } => reason.clone(),
@@ -245,7 +239,7 @@ impl Reconciler {
                 };
                 settle(&inner.store, &write).await.map(|settled| {
                     if settled {
-                        tracing::info!(status = %status, cause, "reconciled");
+                        tracing::info!(status = %status, %cause, "reconciled");
                         Resolution::Moved(status)
                     } else {
                         Resolution::Fenced
@@ -328,12 +322,7 @@ impl Reconciler {
             }
             None => {
                 let write = SettleWrite {
-                    fence: Fence {
-                        payment_attempt_id: attempt.payment_attempt_id,
-                        lease_token: attempt.lease_token,
-                        from: AttemptStatus::Unknown,
-                        actor: inner.actor.clone(),
-                    },
+                    fence: attempt.fence(&inner.actor),
                     settlement: Settlement::NeedsReview {
                         reason: format!(
                             "cannot settle: the gateway's answer could not be stored, {} times over the whole reconciliation schedule: {why}; \
@@ -341,7 +330,7 @@ impl Reconciler {
                             checks + 1
                         ),
                     },
-                    cause: "reconciliation_schedule_exhausted",
+                    cause: TransitionCause::ReconciliationScheduleExhausted,
                     call: None,
                     now,
                 };
@@ -379,14 +368,14 @@ impl Reconciler {
                     LookupReading::Nothing => self.nothing_found(attempt, now),
                     LookupReading::Succeeded(charge) => Decision::Settle {
                         settlement: Settlement::Succeeded { charge_id: charge.id },
-                        cause: "lookup_found_charge",
+                        cause: TransitionCause::LookupFoundCharge,
                     },
                     LookupReading::Declined(charge) => Decision::Settle {
                         settlement: Settlement::Declined {
                             charge_id: charge.id,
                             decline_code: charge.decline_code,
                         },
-                        cause: "lookup_found_charge",
+                        cause: TransitionCause::LookupFoundCharge,
                     },
                     LookupReading::SeveralSucceeded(ids) => Decision::Settle {
                         settlement: Settlement::NeedsReview {
@@ -396,7 +385,7 @@ impl Reconciler {
                                 ids.join(", ")
                             ),
                         },
-                        cause: "lookup_found_several_charges",
+                        cause: TransitionCause::LookupFoundSeveralCharges,
                     },
                     LookupReading::Mismatch { reason } => Decision::Settle {
                         settlement: Settlement::NeedsReview {
@@ -404,7 +393,7 @@ impl Reconciler {
                                 "cannot tell whether this attempt was charged: {reason}; check the charge at the gateway"
                             ),
                         },
-                        cause: "lookup_found_another_charge",
+                        cause: TransitionCause::LookupFoundAnotherCharge,
                     },
                     // Maybe not final yet: like a lookup that did not answer, along the schedule.
                     LookupReading::Unsettled { reason } => self.check_again(attempt, now, &reason),
@@ -448,7 +437,7 @@ impl Reconciler {
                         checks + 1
                     ),
                 },
-                cause: "reconciliation_schedule_exhausted",
+                cause: TransitionCause::ReconciliationScheduleExhausted,
             },
         }
     }
@@ -473,7 +462,7 @@ impl Reconciler {
                             humantime::format_duration(inner.key_window)
                         ),
                     },
-                    cause: "lookup_found_nothing_outside_key_window",
+                    cause: TransitionCause::LookupFoundNothingOutsideKeyWindow,
                 };
             }
         }
@@ -504,7 +493,7 @@ impl Reconciler {
                     ),
                     refund_try: false,
                 },
-                cause: "lookup_found_nothing",
+                cause: TransitionCause::LookupFoundNothing,
             },
             (None, true) => Decision::Settle {
                 settlement: Settlement::NeedsReview {
@@ -522,7 +511,7 @@ impl Reconciler {
                         ),
                     },
                 },
-                cause: "lookup_found_nothing_retries_exhausted",
+                cause: TransitionCause::LookupFoundNothingRetriesExhausted,
             },
             (None, false) => Decision::Settle {
                 settlement: Settlement::Retry {
@@ -533,7 +522,7 @@ impl Reconciler {
                     ),
                     refund_try: false,
                 },
-                cause: "lookup_found_nothing",
+                cause: TransitionCause::LookupFoundNothing,
             },
         }
     }
@@ -578,7 +567,7 @@ pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
 enum Decision {
     Settle {
         settlement: Settlement,
-        cause: &'static str,
+        cause: TransitionCause,
     },
     CheckAgain {
         at: OffsetDateTime,

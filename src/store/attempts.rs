@@ -18,8 +18,7 @@ use uuid::Uuid;
 
 use super::{outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
-use crate::domain::AttemptStatus;
-use crate::gateway::{ChargeBody, ChargeRequest};
+use crate::domain::{AttemptStatus, Fence, GatewayCallRecord, SettleWrite, Settlement};
 
 /// One attempt this executor holds under a lease: what to send, and the token that fences
 /// every write about it.
@@ -50,24 +49,6 @@ pub struct ClaimedAttempt {
     /// The `Nats-Msg-Id` of the command that created the attempt (causation of its events).
     pub first_message_id: String,
     pub correlation_id: Option<String>,
-}
-
-impl ClaimedAttempt {
-    /// The charge request, built from the stored attempt only, so that every try is the
-    /// same request under the same key.
-    pub fn charge_request(&self) -> ChargeRequest {
-        ChargeRequest::new(
-            self.idempotency_key.clone(),
-            &ChargeBody {
-                amount_minor: self.amount_minor,
-                currency: self.currency.clone(),
-                customer_id: self.customer_id.clone(),
-                payment_method: self.payment_method.clone(),
-                reference: self.payment_attempt_id.to_string(),
-                description: self.description.clone(),
-            },
-        )
-    }
 }
 
 /// Where a claim query draws the line for hand-overs.
@@ -305,25 +286,6 @@ pub fn actor(owner: &str) -> String {
     format!("executor:{owner}")
 }
 
-/// The evidence of one gateway call, appended to `gateway_calls`.
-#[derive(Debug, Clone)]
-pub struct GatewayCallRecord {
-    pub payment_attempt_id: Uuid,
-    /// `charge` or `lookup`.
-    pub operation: &'static str,
-    pub idempotency_key: String,
-    pub try_number: i32,
-    pub lease_token: Option<i64>,
-    pub started_at: OffsetDateTime,
-    pub finished_at: OffsetDateTime,
-    pub http_status: Option<u16>,
-    /// The classified outcome's label.
-    pub outcome: String,
-    pub gateway_charge_id: Option<String>,
-    /// Made storable ([`gateway_text`], 1000 characters) when written.
-    pub error: Option<String>,
-}
-
 /// Appends one call to `gateway_calls` on `conn` (inside the caller's transaction, or alone).
 pub async fn record_gateway_call(
     conn: &mut PgConnection,
@@ -354,7 +316,12 @@ pub async fn record_gateway_calls(
             .map(|c| c.payment_attempt_id)
             .collect::<Vec<_>>(),
     )
-    .bind(calls.iter().map(|c| c.operation).collect::<Vec<_>>())
+    .bind(
+        calls
+            .iter()
+            .map(|c| c.operation.as_str())
+            .collect::<Vec<_>>(),
+    )
     .bind(
         calls
             .iter()
@@ -398,47 +365,20 @@ pub async fn record_gateway_calls(
     Ok(())
 }
 
-/// Where an in-flight attempt goes after its gateway call (or its hand-over).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settlement {
-    /// Final, with the gateway's charge id.
-    Succeeded { charge_id: String },
-    /// Final.
-    Declined {
-        charge_id: String,
-        decline_code: Option<String>,
-    },
-    /// A person decides; the reason is the gateway's words.
-    NeedsReview { reason: String },
-    /// Back to `pending`, due at `next_run_at`. `refund_try` un-counts the try (a
-    /// credentials fault is onecharge's fault, not the attempt's).
-    Retry {
-        next_run_at: OffsetDateTime,
-        reason: String,
-        refund_try: bool,
-    },
-    /// The reconciler's: the gateway may have charged, or retries are over.
-    Unknown { reason: String },
-}
-
-impl Settlement {
-    /// What this settlement says, in a few words, for a reason an operator reads (e.g.
-    /// `succeeded, charge ch_1`).
-    pub fn describe(&self) -> String {
-        match self {
-            Self::Succeeded { charge_id } => format!("succeeded, charge {charge_id}"),
-            Self::Declined {
-                charge_id,
-                decline_code,
-            } => format!(
-                "declined, charge {charge_id}, decline code {}",
-                decline_code.as_deref().unwrap_or("none")
-            ),
-            Self::NeedsReview { reason } => format!("needs review: {reason}"),
-            Self::Retry { reason, .. } | Self::Unknown { reason } => reason.clone(),
+impl ClaimedAttempt {
+    /// The fence of every write about this claim: `in_flight` under its lease token.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            payment_attempt_id: self.payment_attempt_id,
+            lease_token: self.lease_token,
+            from: AttemptStatus::InFlight,
+            actor: actor(&self.lease_owner),
         }
     }
+}
 
+/// Storing a settlement: its gateway-provided text made storable.
+impl Settlement {
     /// The same settlement with every gateway-provided text made storable
     /// ([`gateway_text`]), so that the row, the transition and the event agree.
     fn storable(&self) -> Self {
@@ -468,68 +408,10 @@ impl Settlement {
             Self::Unknown { reason: r } => Self::Unknown { reason: reason(r) },
         }
     }
-
-    /// The state the attempt moves to.
-    pub fn status(&self) -> AttemptStatus {
-        match self {
-            Self::Succeeded { .. } => AttemptStatus::Succeeded,
-            Self::Declined { .. } => AttemptStatus::Declined,
-            Self::NeedsReview { .. } => AttemptStatus::NeedsReview,
-            Self::Retry { .. } => AttemptStatus::Pending,
-            Self::Unknown { .. } => AttemptStatus::Unknown,
-        }
-    }
 }
 
-/// What a write about an attempt must still find true to be allowed: the attempt is in
-/// `from` under the token the writer was given. The executor's fence is `in_flight` + its
-/// lease token; the reconciler's is `unknown` + the token of its claim.
-#[derive(Debug, Clone)]
-pub struct Fence {
-    pub payment_attempt_id: Uuid,
-    pub lease_token: i64,
-    pub from: AttemptStatus,
-    /// Recorded on the transition, e.g. `executor:host-123`.
-    pub actor: String,
-}
-
-/// One fenced write about an attempt: where it goes, why, and the gateway call that led
-/// there.
-#[derive(Debug, Clone)]
-pub struct SettleWrite {
-    pub fence: Fence,
-    pub settlement: Settlement,
-    /// The transition's cause, e.g. `gateway_succeeded`.
-    pub cause: &'static str,
-    /// The call's evidence: stored whether or not the fence lets the write through.
-    pub call: Option<GatewayCallRecord>,
-    pub now: OffsetDateTime,
-}
-
+/// Storing a fenced write: its text made storable, its columns, its event.
 impl SettleWrite {
-    /// The executor's write about an attempt it holds: from `in_flight`, fenced by the
-    /// claim's lease token.
-    pub fn for_claim(
-        attempt: &ClaimedAttempt,
-        settlement: Settlement,
-        cause: &'static str,
-        call: Option<GatewayCallRecord>,
-        now: OffsetDateTime,
-    ) -> Self {
-        Self {
-            fence: Fence {
-                payment_attempt_id: attempt.payment_attempt_id,
-                lease_token: attempt.lease_token,
-                from: AttemptStatus::InFlight,
-                actor: actor(&attempt.lease_owner),
-            },
-            settlement,
-            cause,
-            call,
-            now,
-        }
-    }
-
     /// This write with every gateway-provided text made storable.
     fn storable(&self) -> Self {
         Self {
@@ -737,7 +619,7 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     .bind(columns.iter().map(|c| c.next_run_at).collect::<Vec<_>>())
     .bind(columns.iter().map(|c| c.refund).collect::<Vec<_>>())
     .bind(writes.iter().map(|w| w.now).collect::<Vec<_>>())
-    .bind(writes.iter().map(|w| w.cause).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.cause.as_str()).collect::<Vec<_>>())
     .bind(
         writes
             .iter()

@@ -6,8 +6,9 @@ use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::attempts::{gateway_text, record_gateway_call, GatewayCallRecord};
+use super::attempts::{gateway_text, record_gateway_call};
 use super::Store;
+use crate::domain::{AttemptStatus, Fence, GatewayCallRecord};
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
 /// every write about it.
@@ -32,6 +33,18 @@ pub struct UnknownAttempt {
     /// attempt id as reference).
     pub amount_minor: i64,
     pub currency: String,
+}
+
+impl UnknownAttempt {
+    /// The fence of every write about this claim: still `unknown` under its token.
+    pub fn fence(&self, actor: &str) -> Fence {
+        Fence {
+            payment_attempt_id: self.payment_attempt_id,
+            lease_token: self.lease_token,
+            from: AttemptStatus::Unknown,
+            actor: actor.to_owned(),
+        }
+    }
 }
 
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
