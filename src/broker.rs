@@ -8,7 +8,7 @@ use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, consumer, stream};
 use async_nats::HeaderMap;
-use backon::{ExponentialBuilder, Retryable as _};
+use backon::Retryable as _;
 use bytes::Bytes;
 
 use crate::config::Settings;
@@ -372,12 +372,8 @@ impl Broker {
             }
         };
         once.retry(
-            ExponentialBuilder::new()
-                .with_jitter()
-                .with_min_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_secs(2))
-                .with_total_delay(Some(PUBLISH_RETRY_FOR))
-                .without_max_times(),
+            crate::domain::retry::exponential(Duration::from_millis(100), Duration::from_secs(2))
+                .with_total_delay(Some(PUBLISH_RETRY_FOR)),
         )
         .sleep(tokio::time::sleep)
         .when(|(_, may_pass)| *may_pass)

@@ -6,11 +6,13 @@ pub mod attempt;
 pub mod command;
 pub mod event;
 pub mod outcome;
+pub mod retry;
 pub mod settlement;
 
 pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::PaymentEvent;
+pub use retry::RetryWindow;
 pub use settlement::{
     CallOperation, Fence, GatewayCallRecord, SettleWrite, Settlement, TransitionCause,
 };

@@ -225,8 +225,8 @@ impl Executor {
             ClaimLimits {
                 limit,
                 lease: inner.settings.lease,
-                key_window: inner.policy.key_window,
-                max_age: inner.policy.max_age,
+                key_window: inner.policy.window.key_window,
+                max_age: inner.policy.window.max_age,
                 max_command_age: inner.max_command_age,
             },
         )

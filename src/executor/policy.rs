@@ -15,25 +15,24 @@
 
 use std::time::Duration;
 
-use backon::BackoffBuilder as _;
 use time::OffsetDateTime;
 
 use crate::config::Settings;
 use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_RETRY_AFTER};
-use crate::domain::{Settlement, TransitionCause};
+use crate::domain::retry::{backoff, later};
+use crate::domain::{RetryWindow, Settlement, TransitionCause};
 use crate::store::attempts::ClaimedAttempt;
 
 /// The retry rules, from the configuration.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
     pub max_tries: u32,
-    pub max_age: Duration,
     pub retry_min_delay: Duration,
     pub retry_max_delay: Duration,
     pub in_progress_delay: Duration,
-    /// Key retention minus its safety margin: no charge is re-sent once this much time has
-    /// passed since the attempt's first gateway call.
-    pub key_window: Duration,
+    /// No charge is re-sent past the maximum age, nor once the key window has passed since
+    /// the attempt's first gateway call.
+    pub window: RetryWindow,
 }
 
 impl RetryPolicy {
@@ -41,28 +40,21 @@ impl RetryPolicy {
         let executor = &settings.executor;
         Self {
             max_tries: executor.max_tries,
-            max_age: executor.max_age,
             retry_min_delay: executor.retry_min_delay,
             retry_max_delay: executor.retry_max_delay,
             in_progress_delay: executor.in_progress_delay,
-            key_window: settings
-                .gateway_key_retention
-                .saturating_sub(settings.gateway_key_retention_margin),
+            window: RetryWindow::from_settings(settings),
         }
     }
 
     /// The delay before try `tries + 1`: exponential from `retry_min_delay`, doubling, capped
     /// at `retry_max_delay`, with jitter so that a burst of failures does not retry in step.
     pub fn backoff(&self, tries: i32) -> Duration {
-        backon::ExponentialBuilder::new()
-            .with_min_delay(self.retry_min_delay)
-            .with_max_delay(self.retry_max_delay)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times()
-            .build()
-            .nth(tries.saturating_sub(1).max(0) as usize)
-            .unwrap_or(self.retry_max_delay)
+        backoff(
+            self.retry_min_delay,
+            self.retry_max_delay,
+            tries.max(1).unsigned_abs(),
+        )
     }
 
     /// Where `attempt` goes after `outcome`, and the transition's cause.
@@ -195,21 +187,8 @@ impl RetryPolicy {
 
     /// Why `attempt` may not be sent at `at`, if it may not.
     fn window_closed_by(&self, attempt: &ClaimedAttempt, at: OffsetDateTime) -> Option<String> {
-        if at >= later(attempt.created_at, self.max_age) {
-            return Some(format!(
-                "no retry past the maximum age of {} (recorded {})",
-                humantime::format_duration(self.max_age),
-                attempt.created_at
-            ));
-        }
-        if at >= later(attempt.first_dispatched_at, self.key_window) {
-            return Some(format!(
-                "the gateway may forget the idempotency key (first sent {}, key window {}): not re-sent",
-                attempt.first_dispatched_at,
-                humantime::format_duration(self.key_window)
-            ));
-        }
-        None
+        self.window
+            .closed_at(attempt.created_at, attempt.first_dispatched_at, at)
     }
 
     /// Where a claimed hand-over goes: `unknown`, with the reason its window closed.
@@ -219,15 +198,6 @@ impl RetryPolicy {
             .unwrap_or_else(|| "past its retry window".to_owned());
         Settlement::Unknown { reason }
     }
-}
-
-/// `at + delay`, or the end of the calendar when that overflows: a delay too long for any
-/// clock is "never" for a window check, and is capped before it schedules a retry.
-fn later(at: OffsetDateTime, delay: Duration) -> OffsetDateTime {
-    time::Duration::try_from(delay)
-        .ok()
-        .and_then(|delay| at.checked_add(delay))
-        .unwrap_or_else(|| time::PrimitiveDateTime::MAX.assume_utc())
 }
 
 #[cfg(test)]
@@ -241,11 +211,15 @@ mod tests {
     fn policy() -> RetryPolicy {
         RetryPolicy {
             max_tries: 5,
-            max_age: Duration::from_secs(3600),
             retry_min_delay: Duration::from_secs(1),
             retry_max_delay: Duration::from_secs(60),
             in_progress_delay: Duration::from_secs(2),
-            key_window: Duration::from_secs(23 * 3600),
+            window: RetryWindow {
+                key_window: Duration::from_secs(23 * 3600),
+                max_age: Duration::from_secs(3600),
+                key_retention: Duration::from_secs(24 * 3600),
+                key_retention_margin: Duration::from_secs(3600),
+            },
         }
     }
 
@@ -330,8 +304,8 @@ mod tests {
             reason: "HTTP 429".into(),
         };
         let mut p = policy();
-        p.max_age = Duration::MAX;
-        p.key_window = Duration::MAX;
+        p.window.max_age = Duration::MAX;
+        p.window.key_window = Duration::MAX;
         let (settlement, cause) = p.settle(&attempt(1), &outcome, NOW);
         assert_eq!(cause.as_str(), "retry_scheduled");
         assert!(
@@ -381,7 +355,7 @@ mod tests {
     #[test]
     fn no_charge_is_re_sent_once_the_key_may_be_forgotten() {
         let mut p = policy();
-        p.max_age = Duration::from_secs(48 * 3600);
+        p.window.max_age = Duration::from_secs(48 * 3600);
         let mut old = attempt(1);
         old.created_at = NOW - Duration::from_secs(23 * 3600);
         old.first_dispatched_at = NOW - Duration::from_secs(23 * 3600 - 1);

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
-use backon::BackoffBuilder as _;
 use futures::StreamExt as _;
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -543,15 +542,8 @@ impl Intake {
     /// Exponential backoff with jitter for the `delivered`-th delivery.
     fn retry_delay(&self, delivered: i64) -> Duration {
         let s = &self.inner.settings;
-        backon::ExponentialBuilder::new()
-            .with_min_delay(s.retry_min_delay)
-            .with_max_delay(s.retry_max_delay)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times()
-            .build()
-            .nth(delivered.saturating_sub(1).max(0) as usize)
-            .unwrap_or(s.retry_max_delay)
+        let retry = u32::try_from(delivered.max(1)).unwrap_or(u32::MAX);
+        crate::domain::retry::backoff(s.retry_min_delay, s.retry_max_delay, retry)
     }
 }
 

@@ -36,7 +36,7 @@ use crate::config::{ReconcilerSettings, Settings};
 use crate::domain::outcome::{
     read_lookup, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
 };
-use crate::domain::AttemptStatus;
+use crate::domain::{AttemptStatus, RetryWindow};
 use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{GatewayClient, GatewayHealth};
 use crate::store::attempts::{record_gateway_call_alone, settle};
@@ -92,12 +92,11 @@ struct Inner {
     gateway: GatewayClient,
     health: GatewayHealth,
     settings: ReconcilerSettings,
-    /// Key retention minus its safety margin: the key window.
-    key_window: Duration,
-    /// The executor's retry limits: re-pending an attempt past them would only bounce it
-    /// back here without a call.
+    /// The key window and the maximum age, as the executor's claim applies them.
+    window: RetryWindow,
+    /// The executor's limit on tries: with the maximum age, re-pending an attempt past it
+    /// would only bounce it back here without a call.
     max_tries: u32,
-    max_age: Duration,
     /// `gateway_max_processing_time`: until this has passed since the last send, an empty
     /// lookup proves nothing.
     max_processing_time: Duration,
@@ -118,9 +117,8 @@ impl Reconciler {
                 gateway,
                 health,
                 settings: settings.reconciler.clone(),
-                key_window: settings.gateway_key_retention - settings.gateway_key_retention_margin,
+                window: RetryWindow::from_settings(settings),
                 max_tries: settings.executor.max_tries,
-                max_age: settings.executor.max_age,
                 max_processing_time: settings.gateway_max_processing_time,
                 actor: format!("reconciler:{}", crate::executor::default_owner()),
                 clock: Arc::new(SystemClock),
@@ -452,14 +450,14 @@ impl Reconciler {
         let inner = &self.inner;
         let key = &attempt.idempotency_key;
         if let Some(first) = attempt.first_dispatched_at {
-            if now - first >= inner.key_window {
+            if inner.window.key_may_be_forgotten(first, now) {
                 return Decision::Settle {
                     settlement: Settlement::NeedsReview {
                         reason: format!(
                             "cannot prove whether the customer was charged: the gateway finds nothing under key {key} \
                              but it was first sent at {first}, past the key window ({}), so the gateway may have forgotten it; \
                              a re-send could charge twice",
-                            humantime::format_duration(inner.key_window)
+                            humantime::format_duration(inner.window.key_window)
                         ),
                     },
                     cause: TransitionCause::LookupFoundNothingOutsideKeyWindow,
@@ -467,7 +465,7 @@ impl Reconciler {
             }
         }
         let past_limits = attempt.tries.max(0) as u32 >= inner.max_tries
-            || now - attempt.created_at >= inner.max_age;
+            || inner.window.too_old(attempt.created_at, now);
         let processing = humantime::format_duration(inner.max_processing_time);
         let still_running = attempt.dispatched_at.and_then(|last| {
             let until = time::Duration::try_from(inner.max_processing_time)
