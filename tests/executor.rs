@@ -1451,3 +1451,58 @@ async fn a_404_from_a_wrong_gateway_url_pauses_calls_and_the_attempts_stay_retry
         assert_eq!((row.status.as_str(), row.tries), ("succeeded", 1));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_still_in_hand_after_the_shutdown_timeout_is_abandoned_in_flight_and_the_reconciler_settles_it(
+) {
+    let h = Harness::with(
+        MockConfig {
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_request_timeout = Duration::from_secs(5);
+            s.shutdown_timeout = Duration::from_millis(100);
+        },
+    )
+    .await;
+    let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(h.executor().run(shutdown.clone()));
+    let gateway = &h.gateway;
+    wait_until(
+        "the charge is at the gateway",
+        Duration::from_secs(5),
+        || gateway.requests().len() == 1,
+    )
+    .await;
+
+    shutdown.cancel();
+    // The call would hold on until its 5 s request timeout; the drain gives up long before.
+    tokio::time::timeout(Duration::from_secs(3), running)
+        .await
+        .expect("the executor stops once shutdown_timeout has passed")
+        .unwrap()
+        .unwrap();
+    let row = h.attempt(id).await;
+    assert_eq!(
+        (row.status.as_str(), row.tries),
+        ("in_flight", 1),
+        "abandoned as it was: in flight under its lease"
+    );
+
+    // Its lease expires; the reconciler finds nothing yet and hands it back to the executor,
+    // which re-sends under the same key and adopts the charge once the gateway made it.
+    h.advance(h.settings.executor.lease).await;
+    let reconciled = h.reconciler().run_once().await.unwrap();
+    assert_eq!(reconciled.leases_expired, vec![id]);
+    assert_eq!(
+        reconciled.count(AttemptStatus::Pending),
+        1,
+        "{reconciled:?}"
+    );
+    h.finish_slow_charge().await;
+    let report = h.executor().run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    h.assert_charged_once(id).await;
+}
