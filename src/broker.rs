@@ -1,6 +1,7 @@
 //! The JetStream side of onecharge: stream and subject names, creating what is missing at
 //! `setup`, and checking that what exists can be used.
 
+use async_nats::header::NATS_MESSAGE_ID;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -334,7 +335,7 @@ impl Broker {
         ack_timeout: Option<Duration>,
     ) -> Result<PublishAck, PublishError> {
         debug_assert!(
-            headers.get("Nats-Msg-Id").is_some(),
+            headers.get(NATS_MESSAGE_ID).is_some(),
             "a retried publish needs a Nats-Msg-Id"
         );
         // The error, and whether another try may pass.

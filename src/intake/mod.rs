@@ -14,6 +14,7 @@
 
 mod dead_letter;
 
+use async_nats::header::NATS_MESSAGE_ID;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -589,7 +590,7 @@ pub fn command_headers(message: &async_nats::Message) -> CommandHeaders {
             .map(|v| v.as_str().to_owned())
     };
     CommandHeaders {
-        message_id: get("Nats-Msg-Id"),
+        message_id: get(NATS_MESSAGE_ID.as_ref()),
         correlation_id: get("Correlation-Id"),
         traceparent: get("traceparent"),
     }

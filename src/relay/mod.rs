@@ -10,6 +10,7 @@
 //!   are published: several relays never publish one row at the same time, and a relay that
 //!   dies releases its rows unmarked for the next one.
 
+use async_nats::header::NATS_MESSAGE_ID;
 use std::future::IntoFuture as _;
 use std::time::{Duration, Instant};
 
@@ -297,7 +298,7 @@ fn headers(row: &OutboxRow) -> HeaderMap {
     let mut headers = HeaderMap::new();
     if let Some(stored) = row.headers.as_object() {
         for (name, value) in stored {
-            if name.eq_ignore_ascii_case("Nats-Msg-Id") {
+            if name.eq_ignore_ascii_case(NATS_MESSAGE_ID.as_ref()) {
                 continue;
             }
             if let Some(value) = value.as_str() {
@@ -305,7 +306,7 @@ fn headers(row: &OutboxRow) -> HeaderMap {
             }
         }
     }
-    headers.insert("Nats-Msg-Id", row.event_id.to_string().as_str());
+    headers.insert(NATS_MESSAGE_ID, row.event_id.to_string().as_str());
     headers
 }
 
