@@ -9,7 +9,7 @@ use std::time::Duration;
 use mock_gateway::{
     payment_methods as pm, FaultConfig, FaultRule, Latency, MockConfig, ResponseClass,
 };
-use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome, RetryAfter};
+use onecharge::domain::outcome::{ChargeStatus, GatewayOutcome, LookupOutcome, RetryAfter};
 use onecharge::domain::AttemptStatus;
 use onecharge::domain::{
     CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause,
@@ -364,7 +364,7 @@ async fn a_5xx_is_ambiguous_and_hands_the_attempt_to_the_reconciler_without_a_re
         panic!("{charged:?}")
     };
     assert_eq!(found.len(), 1);
-    assert_eq!(found[0].status, "succeeded");
+    assert_eq!(found[0].status, ChargeStatus::Succeeded);
     let not_charged = client.lookup(&commands[1].idempotency_key()).await;
     assert_eq!(not_charged.outcome, LookupOutcome::Found(vec![]));
     let denied = h

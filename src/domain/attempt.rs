@@ -4,9 +4,13 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Where a payment attempt stands. Stored as text in `payment_attempts.status`; the
-/// database's CHECK constraint lists the same values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// database's CHECK constraint lists the same values, and rows decode straight into it
+/// (`sqlx::Type`), so no status is parsed by hand.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, sqlx::Type,
+)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum AttemptStatus {
     /// Recorded and due for a gateway call (first try or a retry).
     Pending,

@@ -149,8 +149,9 @@ pub struct Fence {
     pub actor: String,
 }
 
-/// Which gateway endpoint a call went to (`gateway_calls.operation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which gateway endpoint a call went to (`gateway_calls.operation`, decoded by `sqlx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum CallOperation {
     /// `POST /v1/charges`.
     Charge,

@@ -34,7 +34,7 @@ use uuid::Uuid;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ReconcilerSettings, Settings};
 use crate::domain::outcome::{
-    read_lookup, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
+    read_lookup, ChargeStatus, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
 };
 use crate::domain::{AttemptStatus, RetryWindow};
 use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
@@ -581,7 +581,7 @@ fn found_charge(outcome: &LookupOutcome) -> Option<&GatewayCharge> {
     match outcome {
         LookupOutcome::Found(charges) => charges
             .iter()
-            .find(|c| c.status == "succeeded")
+            .find(|c| c.status == ChargeStatus::Succeeded)
             .or_else(|| charges.first()),
         _ => None,
     }

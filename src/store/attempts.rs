@@ -316,12 +316,7 @@ pub async fn record_gateway_calls(
             .map(|c| c.payment_attempt_id)
             .collect::<Vec<_>>(),
     )
-    .bind(
-        calls
-            .iter()
-            .map(|c| c.operation.as_str())
-            .collect::<Vec<_>>(),
-    )
+    .bind(calls.iter().map(|c| c.operation).collect::<Vec<_>>())
     .bind(
         calls
             .iter()
@@ -590,16 +585,11 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
             .map(|w| w.fence.lease_token)
             .collect::<Vec<_>>(),
     )
+    .bind(writes.iter().map(|w| w.fence.from).collect::<Vec<_>>())
     .bind(
         writes
             .iter()
-            .map(|w| w.fence.from.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        writes
-            .iter()
-            .map(|w| w.settlement.status().as_str())
+            .map(|w| w.settlement.status())
             .collect::<Vec<_>>(),
     )
     .bind(columns.iter().map(|c| c.charge_id).collect::<Vec<_>>())
