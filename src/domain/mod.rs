@@ -14,7 +14,7 @@ pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::PaymentEvent;
 pub use retry::RetryWindow;
 pub use settlement::{
-    CallOperation, Fence, GatewayCallRecord, SettleWrite, Settlement, TransitionCause,
+    CallOperation, Fence, GatewayCallRecord, IllegalMove, SettleWrite, Settlement, TransitionCause,
 };
 
 /// Cuts `text` to at most `max` characters (on a character boundary), so that reasons and

@@ -200,3 +200,99 @@ pub struct SettleWrite {
     /// settlement are relative to it.
     pub now: OffsetDateTime,
 }
+
+/// A write that would move an attempt along a path contract §4 does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "attempt {payment_attempt_id}: contract §4 allows no move from {from} to {to} (cause {cause})"
+)]
+pub struct IllegalMove {
+    pub payment_attempt_id: Uuid,
+    pub from: AttemptStatus,
+    pub to: AttemptStatus,
+    pub cause: TransitionCause,
+}
+
+impl SettleWrite {
+    /// Refuses a write whose move [`AttemptStatus::allows`] does not allow: the store checks
+    /// every settlement with this before it writes anything, so a wrong decision fails
+    /// loudly instead of moving an attempt where the contract says it cannot go.
+    pub fn check_move(&self) -> Result<(), IllegalMove> {
+        let (from, to) = (self.fence.from, self.settlement.status());
+        if AttemptStatus::allows(Some(from), to) {
+            return Ok(());
+        }
+        Err(IllegalMove {
+            payment_attempt_id: self.fence.payment_attempt_id,
+            from,
+            to,
+            cause: self.cause,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(from: AttemptStatus, settlement: Settlement) -> SettleWrite {
+        SettleWrite {
+            fence: Fence {
+                payment_attempt_id: Uuid::nil(),
+                lease_token: 1,
+                from,
+                actor: "test".into(),
+            },
+            settlement,
+            cause: TransitionCause::RetryScheduled,
+            call: None,
+            now: OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn every_settlement_of_an_attempt_in_flight_is_a_move_the_contract_allows() {
+        let now = OffsetDateTime::UNIX_EPOCH;
+        for settlement in [
+            Settlement::Succeeded {
+                charge_id: "ch".into(),
+            },
+            Settlement::Declined {
+                charge_id: "ch".into(),
+                decline_code: None,
+            },
+            Settlement::NeedsReview { reason: "r".into() },
+            Settlement::Retry {
+                next_run_at: now,
+                reason: "r".into(),
+                refund_try: false,
+            },
+            Settlement::Unknown { reason: "r".into() },
+        ] {
+            assert_eq!(
+                write(AttemptStatus::InFlight, settlement).check_move(),
+                Ok(())
+            );
+        }
+    }
+
+    #[test]
+    fn a_settlement_the_contract_does_not_allow_is_refused_before_it_is_written() {
+        let unknown_again = write(
+            AttemptStatus::Unknown,
+            Settlement::Unknown { reason: "r".into() },
+        );
+        let refused = unknown_again.check_move().unwrap_err();
+        assert_eq!(
+            (refused.from, refused.to),
+            (AttemptStatus::Unknown, AttemptStatus::Unknown)
+        );
+        let from_final = write(
+            AttemptStatus::Succeeded,
+            Settlement::Succeeded {
+                charge_id: "ch".into(),
+            },
+        );
+        assert!(from_final.check_move().is_err());
+    }
+}

@@ -515,12 +515,19 @@ pub async fn settle(store: &Store, write: &SettleWrite) -> Result<bool, sqlx::Er
 }
 
 /// [`settle`] for several writes in one transaction (one commit for all of them): element
-/// `i` of the answer says whether the fence let `writes[i]` through. Every write keeps its
+/// `i` of the answer says whether the fence let `writes[i]` through. A write whose move
+/// contract §4 does not allow ([`SettleWrite::check_move`]) fails the call before anything
+/// is written. Every write keeps its
 /// own fence, transition and event; if any statement fails, none of them is written. The
 /// rows are locked in key order, so two batches cannot deadlock on each other.
 pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<bool>, sqlx::Error> {
     if writes.is_empty() {
         return Ok(Vec::new());
+    }
+    for write in writes {
+        write
+            .check_move()
+            .map_err(|illegal| sqlx::Error::Encode(Box::new(illegal)))?;
     }
     let writes: Vec<SettleWrite> = writes.iter().map(SettleWrite::storable).collect();
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
