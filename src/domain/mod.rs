@@ -5,6 +5,7 @@
 pub mod attempt;
 pub mod command;
 pub mod event;
+pub mod ids;
 pub mod outcome;
 pub mod retry;
 pub mod settlement;
@@ -12,6 +13,7 @@ pub mod settlement;
 pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::PaymentEvent;
+pub use ids::IdempotencyKey;
 pub use retry::RetryWindow;
 pub use settlement::{
     CallOperation, Fence, GatewayCallRecord, IllegalMove, SettleWrite, Settlement, TransitionCause,

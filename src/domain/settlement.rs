@@ -8,7 +8,7 @@ use std::fmt;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::AttemptStatus;
+use super::{AttemptStatus, IdempotencyKey};
 
 /// Where an attempt goes after its gateway call (or its hand-over, or a lookup).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,7 +174,7 @@ impl CallOperation {
 pub struct GatewayCallRecord {
     pub payment_attempt_id: Uuid,
     pub operation: CallOperation,
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
     pub try_number: i32,
     pub lease_token: Option<i64>,
     pub started_at: OffsetDateTime,

@@ -232,7 +232,7 @@ mod tests {
             currency: "EUR".into(),
             payment_method: "pm_card_visa".into(),
             description: None,
-            idempotency_key: "k".into(),
+            idempotency_key: crate::domain::IdempotencyKey::for_attempt(Uuid::nil()),
             tries,
             lease_token: 1,
             lease_owner: "test".into(),

@@ -18,7 +18,9 @@ use uuid::Uuid;
 
 use super::{outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
-use crate::domain::{AttemptStatus, Fence, GatewayCallRecord, SettleWrite, Settlement};
+use crate::domain::{
+    AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, SettleWrite, Settlement,
+};
 
 /// One attempt this executor holds under a lease: what to send, and the token that fences
 /// every write about it.
@@ -32,7 +34,7 @@ pub struct ClaimedAttempt {
     pub payment_method: String,
     pub description: Option<String>,
     /// The stored key: every try sends exactly this value.
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
     /// Tries made including this one (a hand-over does not count one).
     pub tries: i32,
     /// The fencing token of this claim.

@@ -8,14 +8,14 @@ use uuid::Uuid;
 
 use super::attempts::{gateway_text, record_gateway_call};
 use super::Store;
-use crate::domain::{AttemptStatus, Fence, GatewayCallRecord};
+use crate::domain::{AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey};
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
 /// every write about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownAttempt {
     pub payment_attempt_id: Uuid,
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
     pub lease_token: i64,
     /// Failed lookups so far; the schedule decides the next delay and when to give up.
     pub reconcile_checks: i32,
