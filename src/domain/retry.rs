@@ -12,6 +12,17 @@ use time::OffsetDateTime;
 
 use crate::config::Settings;
 
+/// What the retry rules need to know of an attempt's sends so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendHistory {
+    /// Tries made, including the one being decided.
+    pub tries: i32,
+    /// When the attempt was recorded: the maximum age counts from here.
+    pub created_at: OffsetDateTime,
+    /// When the gateway first saw the key: the key window counts from here.
+    pub first_dispatched_at: OffsetDateTime,
+}
+
 /// How far a re-send may reach: past it, the gateway may have forgotten the attempt's key
 /// (a re-send could charge twice) or the attempt is too old to charge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -405,7 +405,7 @@ impl Executor {
         let now = database_time(&attempt, inner.settings.lease);
         if !attempt.dispatch {
             let now = now();
-            let settlement = inner.policy.hand_over(&attempt, now);
+            let settlement = inner.policy.hand_over(&attempt.history(), now);
             let write = SettleWrite {
                 fence: attempt.fence(),
                 settlement,
@@ -422,7 +422,7 @@ impl Executor {
         drop(slot);
         inner.health.record(&call.outcome, inner.clock.now());
         let now = now();
-        let (settlement, cause) = inner.policy.settle(&attempt, &call.outcome, now);
+        let (settlement, cause) = inner.policy.settle(&attempt.history(), &call.outcome, now);
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
             operation: CallOperation::Charge,

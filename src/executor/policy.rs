@@ -19,9 +19,8 @@ use time::OffsetDateTime;
 
 use crate::config::Settings;
 use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_RETRY_AFTER};
-use crate::domain::retry::{backoff, later};
+use crate::domain::retry::{backoff, later, SendHistory};
 use crate::domain::{RetryWindow, Settlement, TransitionCause};
-use crate::store::attempts::ClaimedAttempt;
 
 /// The retry rules, from the configuration.
 #[derive(Debug, Clone)]
@@ -57,10 +56,10 @@ impl RetryPolicy {
         )
     }
 
-    /// Where `attempt` goes after `outcome`, and the transition's cause.
+    /// Where an attempt with these sends goes after `outcome`, and the transition's cause.
     pub fn settle(
         &self,
-        attempt: &ClaimedAttempt,
+        attempt: &SendHistory,
         outcome: &GatewayOutcome,
         now: OffsetDateTime,
     ) -> (Settlement, TransitionCause) {
@@ -118,7 +117,7 @@ impl RetryPolicy {
 
     fn retry(
         &self,
-        attempt: &ClaimedAttempt,
+        attempt: &SendHistory,
         now: OffsetDateTime,
         delay: Duration,
         reason: &str,
@@ -158,7 +157,7 @@ impl RetryPolicy {
     /// gateway's maximum processing time before it believes an empty lookup).
     fn retry_in_progress(
         &self,
-        attempt: &ClaimedAttempt,
+        attempt: &SendHistory,
         now: OffsetDateTime,
         reason: &str,
     ) -> (Settlement, TransitionCause) {
@@ -186,13 +185,13 @@ impl RetryPolicy {
     }
 
     /// Why `attempt` may not be sent at `at`, if it may not.
-    fn window_closed_by(&self, attempt: &ClaimedAttempt, at: OffsetDateTime) -> Option<String> {
+    fn window_closed_by(&self, attempt: &SendHistory, at: OffsetDateTime) -> Option<String> {
         self.window
             .closed_at(attempt.created_at, attempt.first_dispatched_at, at)
     }
 
     /// Where a claimed hand-over goes: `unknown`, with the reason its window closed.
-    pub fn hand_over(&self, attempt: &ClaimedAttempt, now: OffsetDateTime) -> Settlement {
+    pub fn hand_over(&self, attempt: &SendHistory, now: OffsetDateTime) -> Settlement {
         let reason = self
             .window_closed_by(attempt, now)
             .unwrap_or_else(|| "past its retry window".to_owned());
@@ -204,7 +203,6 @@ impl RetryPolicy {
 mod tests {
     use super::*;
     use time::macros::datetime;
-    use uuid::Uuid;
 
     const NOW: OffsetDateTime = datetime!(2026-11-29 10:00 UTC);
 
@@ -223,25 +221,11 @@ mod tests {
         }
     }
 
-    fn attempt(tries: i32) -> ClaimedAttempt {
-        ClaimedAttempt {
-            payment_attempt_id: Uuid::nil(),
-            order_id: "ord".into(),
-            customer_id: "cus".into(),
-            amount_minor: 100,
-            currency: "EUR".into(),
-            payment_method: "pm_card_visa".into(),
-            description: None,
-            idempotency_key: crate::domain::IdempotencyKey::for_attempt(Uuid::nil()),
+    fn attempt(tries: i32) -> SendHistory {
+        SendHistory {
             tries,
-            lease_token: 1,
-            lease_owner: "test".into(),
-            lease_expires_at: NOW + Duration::from_secs(60),
             created_at: NOW - Duration::from_secs(60),
             first_dispatched_at: NOW - Duration::from_secs(30),
-            dispatch: true,
-            first_message_id: "msg-1".into(),
-            correlation_id: None,
         }
     }
 

@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::{outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
+use crate::domain::retry::SendHistory;
 use crate::domain::{
     AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, SettleWrite, Settlement,
 };
@@ -363,6 +364,15 @@ pub async fn record_gateway_calls(
 }
 
 impl ClaimedAttempt {
+    /// What the retry rules weigh: the tries, the age and the first send.
+    pub fn history(&self) -> SendHistory {
+        SendHistory {
+            tries: self.tries,
+            created_at: self.created_at,
+            first_dispatched_at: self.first_dispatched_at,
+        }
+    }
+
     /// The fence of every write about this claim: `in_flight` under its lease token.
     pub fn fence(&self) -> Fence {
         Fence {
