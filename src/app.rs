@@ -262,8 +262,8 @@ impl Application {
     }
 
     /// Runs every role until `shutdown` fires and each has settled the work in its hands
-    /// (for at most `shutdown_timeout`, see [`Roles::supervise`]). The first role to fail stops the
-    /// others.
+    /// (for at most `shutdown_timeout`, see [`Roles::supervise`]). The first role to fail
+    /// stops the others.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let metrics = crate::metrics::install();
         let mut roles = Roles::default();
@@ -275,9 +275,9 @@ impl Application {
         let gateway = self.gateway()?;
         // Roles in this process wake each other instead of waiting out their poll intervals.
         let nudges = Nudges::default();
-        if let Some(executor) = self.executor(gateway.as_ref(), &nudges).await? {
-            roles.spawn("executor", executor.run(shutdown.clone()));
-        }
+        // Built before intake, started after it: nothing is charged unless every role could
+        // be built.
+        let executor = self.executor(gateway.as_ref(), &nudges).await?;
         if let Some(reconciler) = self.reconciler(gateway.as_ref()) {
             roles.spawn("reconciler", reconciler.run(shutdown.clone()));
         }
@@ -286,6 +286,9 @@ impl Application {
                 .await?
                 .with_nudges(nudges.clone());
             roles.spawn("intake", intake.run(shutdown.clone()));
+        }
+        if let Some(executor) = executor {
+            roles.spawn("executor", executor.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Relay) {
             let relay =
