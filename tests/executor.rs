@@ -915,17 +915,7 @@ async fn shutdown_finishes_the_gateway_call_in_hand() {
     )
     .await;
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(h.executor().run(shutdown.clone()));
-    let gateway = &h.gateway;
-    wait_until(
-        "the charge is at the gateway",
-        Duration::from_secs(5),
-        || gateway.requests().len() == 1,
-    )
-    .await;
-
-    shutdown.cancel();
+    let running = stop_with_the_charge_in_hand(&h).await;
     tokio::time::timeout(Duration::from_secs(5), running)
         .await
         .unwrap()
@@ -937,6 +927,22 @@ async fn shutdown_finishes_the_gateway_call_in_hand() {
         "the call in hand was finished and written"
     );
     assert_eq!(h.gateway.ledger().len(), 1);
+}
+
+/// Runs the executor until its first charge is at the gateway, then asks it to stop;
+/// answers the stopping run.
+async fn stop_with_the_charge_in_hand(h: &Harness) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(h.executor().run(shutdown.clone()));
+    let gateway = &h.gateway;
+    wait_until(
+        "the charge is at the gateway",
+        Duration::from_secs(5),
+        || gateway.requests().len() == 1,
+    )
+    .await;
+    shutdown.cancel();
+    running
 }
 
 /// A settlement for `attempt` as the executor writes it, with the call's evidence.
@@ -1467,17 +1473,7 @@ async fn a_call_still_in_hand_after_the_shutdown_timeout_is_abandoned_in_flight_
     )
     .await;
     let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(h.executor().run(shutdown.clone()));
-    let gateway = &h.gateway;
-    wait_until(
-        "the charge is at the gateway",
-        Duration::from_secs(5),
-        || gateway.requests().len() == 1,
-    )
-    .await;
-
-    shutdown.cancel();
+    let running = stop_with_the_charge_in_hand(&h).await;
     // The call would hold on until its 5 s request timeout; the drain gives up long before.
     tokio::time::timeout(Duration::from_secs(3), running)
         .await
