@@ -1,7 +1,10 @@
 //! Building and running the service: `setup`, and `serve` with its roles. Tests start the
 //! real thing through [`Application`], not a copy of it.
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::task::JoinSet;
@@ -9,8 +12,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
 use crate::config::{ConfigError, LogFormat, Redactor, Settings};
+use crate::domain::RetryWindow;
+use crate::executor::Executor;
+use crate::gateway::{GatewayClient, GatewayHealth};
 use crate::intake::Intake;
+use crate::nudge::Nudges;
+use crate::reconciler::Reconciler;
+use crate::shutdown::cancel_on_signal;
 use crate::store::Store;
+
+/// How much longer than `shutdown_timeout` `serve` waits for its roles: a role that bounds
+/// its own drain by `shutdown_timeout` (the executor) stops and reports first.
+const ROLE_STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// A part of `serve` that can run alone (`--roles`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -187,28 +200,6 @@ pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
     app.run(shutdown).await
 }
 
-/// Cancels `shutdown` on SIGTERM or Ctrl-C.
-pub async fn cancel_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
-    tracing::info!("shutdown requested: finishing work in hand");
-    shutdown.cancel();
-}
-
 /// A built, not yet running, service: connections made, schema and streams ensured, the
 /// admin listener bound (so its address is known before `run`).
 pub struct Application {
@@ -270,94 +261,40 @@ impl Application {
         &self.broker
     }
 
-    /// Runs every role until `shutdown` fires and each has settled the work in its hands.
-    /// The first role to fail stops the others.
+    /// Runs every role until `shutdown` fires and each has settled the work in its hands
+    /// (for at most `shutdown_timeout`, see [`Roles::supervise`]). The first role to fail
+    /// stops the others.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let metrics = crate::metrics::install();
-        let mut roles = JoinSet::new();
-        roles.spawn(crate::metrics::upkeep(metrics.clone(), shutdown.clone()));
+        let mut roles = Roles::default();
+        roles.spawn(
+            "metrics upkeep",
+            crate::metrics::upkeep(metrics.clone(), shutdown.clone()),
+        );
         // Built before any role starts: a missing gateway key fails `serve` with nothing running.
-        // The executor and the reconciler share one client and one health: a credentials
-        // fault seen by either pauses both.
-        let calls_gateway =
-            self.roles.contains(&Role::Executor) || self.roles.contains(&Role::Reconciler);
-        let gateway = if calls_gateway {
-            Some((
-                crate::gateway::GatewayClient::from_settings(&self.settings)?,
-                crate::gateway::GatewayHealth::from_settings(&self.settings.executor),
-            ))
-        } else {
-            None
-        };
-        let gateway_health = gateway.as_ref().map(|(_, health)| health.clone());
+        let gateway = self.gateway()?;
         // Roles in this process wake each other instead of waiting out their poll intervals.
-        let nudges = crate::nudge::Nudges::default();
-        let executor = match &gateway {
-            Some((client, health)) if self.roles.contains(&Role::Executor) => {
-                // Its own pool, so charges never queue behind intake.
-                let store = Store::connect_with(
-                    &self.settings.database_url,
-                    crate::executor::DATABASE_CONNECTIONS,
-                    &self.settings.database,
-                )
-                .await?;
-                Some(
-                    crate::executor::Executor::new(
-                        store,
-                        client.clone(),
-                        health.clone(),
-                        &self.settings,
-                    )
-                    .with_nudges(nudges.clone()),
-                )
-            }
-            _ => None,
-        };
-        if let Some((client, health)) = &gateway {
-            if self.roles.contains(&Role::Reconciler) {
-                let reconciler = crate::reconciler::Reconciler::new(
-                    self.store.clone(),
-                    client.clone(),
-                    health.clone(),
-                    &self.settings,
-                );
-                roles.spawn(reconciler.run(shutdown.clone()));
-            }
+        let nudges = Nudges::default();
+        // Built before intake, started after it: nothing is charged unless every role could
+        // be built.
+        let executor = self.executor(gateway.as_ref(), &nudges).await?;
+        if let Some(reconciler) = self.reconciler(gateway.as_ref()) {
+            roles.spawn("reconciler", reconciler.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Intake) {
             let intake = Intake::new(self.store.clone(), self.broker.clone(), &self.settings)
                 .await?
                 .with_nudges(nudges.clone());
-            roles.spawn(intake.run(shutdown.clone()));
+            roles.spawn("intake", intake.run(shutdown.clone()));
         }
         if let Some(executor) = executor {
-            roles.spawn(executor.run(shutdown.clone()));
+            roles.spawn("executor", executor.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Relay) {
             let relay =
                 crate::relay::Relay::new(self.store.clone(), self.broker.clone(), &self.settings)
                     .with_nudges(nudges.clone());
-            roles.spawn(relay.run(shutdown.clone()));
-        }
-        if let Some(listener) = self.admin_listener {
-            let state = crate::admin::AdminState {
-                store: self.store.clone(),
-                broker: self.broker.clone(),
-                metrics,
-                admin_token: self.settings.admin_token.clone(),
-                gateway_health,
-            };
-            let window = crate::operator::RetryWindow::from_settings(&self.settings);
-            roles.spawn(crate::admin::serve_with(
-                listener,
-                state,
-                window,
-                shutdown.clone(),
-            ));
-            // Whoever serves /metrics keeps the database-backed gauges fresh.
-            let refresher = crate::metrics::DatabaseGaugesRefresher::new(self.store.clone())
-                .with_intake_consumer(self.broker.clone(), &self.settings.intake.consumer);
-            roles.spawn(refresher.run(shutdown.clone()));
+            roles.spawn("relay", relay.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Purge) {
             let purger = crate::operator::purge::Purger::new(
@@ -365,20 +302,156 @@ impl Application {
                 self.broker.clone(),
                 &self.settings,
             );
-            roles.spawn(purger.run(shutdown.clone()));
+            roles.spawn("purge", purger.run(shutdown.clone()));
         }
+        let gateway_health = gateway.map(|(_, health)| health);
+        let timeout = self.settings.shutdown_timeout;
         tracing::info!(roles = ?self.roles, "onecharge serving");
+        self.spawn_admin(&mut roles, metrics, gateway_health, &shutdown);
+        roles.supervise(shutdown, timeout).await
+    }
+
+    /// The gateway client and health, when a role here calls the gateway. The executor and
+    /// the reconciler share one client and one health: a credentials fault seen by either
+    /// pauses both.
+    fn gateway(&self) -> anyhow::Result<Option<(GatewayClient, GatewayHealth)>> {
+        if !(self.roles.contains(&Role::Executor) || self.roles.contains(&Role::Reconciler)) {
+            return Ok(None);
+        }
+        Ok(Some((
+            GatewayClient::from_settings(&self.settings)?,
+            GatewayHealth::from_settings(&self.settings.executor),
+        )))
+    }
+
+    /// The executor, when it runs here, on a pool of its own so that charges never queue
+    /// behind intake.
+    async fn executor(
+        &self,
+        gateway: Option<&(GatewayClient, GatewayHealth)>,
+        nudges: &Nudges,
+    ) -> anyhow::Result<Option<Executor>> {
+        let Some((client, health)) = gateway.filter(|_| self.roles.contains(&Role::Executor))
+        else {
+            return Ok(None);
+        };
+        let store = Store::connect_with(
+            &self.settings.database_url,
+            crate::executor::DATABASE_CONNECTIONS,
+            &self.settings.database,
+        )
+        .await?;
+        let executor = Executor::new(store, client.clone(), health.clone(), &self.settings)
+            .with_nudges(nudges.clone());
+        Ok(Some(executor))
+    }
+
+    /// The reconciler, when it runs here.
+    fn reconciler(&self, gateway: Option<&(GatewayClient, GatewayHealth)>) -> Option<Reconciler> {
+        let (client, health) = gateway.filter(|_| self.roles.contains(&Role::Reconciler))?;
+        Some(Reconciler::new(
+            self.store.clone(),
+            client.clone(),
+            health.clone(),
+            &self.settings,
+        ))
+    }
+
+    /// The admin HTTP, when it runs here, and the refresher of the database-backed gauges:
+    /// whoever serves /metrics keeps them fresh.
+    fn spawn_admin(
+        self,
+        roles: &mut Roles,
+        metrics: metrics_exporter_prometheus::PrometheusHandle,
+        gateway_health: Option<GatewayHealth>,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(listener) = self.admin_listener else {
+            return;
+        };
+        let state = crate::admin::AdminState {
+            store: self.store.clone(),
+            broker: self.broker.clone(),
+            metrics,
+            admin_token: self.settings.admin_token.clone(),
+            gateway_health,
+        };
+        let window = RetryWindow::from_settings(&self.settings);
+        roles.spawn(
+            "admin",
+            crate::admin::serve_with(listener, state, window, shutdown.clone()),
+        );
+        let refresher = crate::metrics::DatabaseGaugesRefresher::new(self.store.clone())
+            .with_intake_consumer(self.broker.clone(), &self.settings.intake.consumer);
+        roles.spawn("metrics refresher", refresher.run(shutdown.clone()));
+    }
+}
+
+/// The roles of one `serve`, each task known by its role's name, so that the supervisor can
+/// say which role failed or did not stop.
+#[derive(Default)]
+struct Roles {
+    tasks: JoinSet<anyhow::Result<()>>,
+    names: HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Roles {
+    fn spawn(
+        &mut self,
+        name: &'static str,
+        role: impl Future<Output = anyhow::Result<()>> + Send + 'static,
+    ) {
+        let handle = self.tasks.spawn(role);
+        self.names.insert(handle.id(), name);
+    }
+
+    /// Waits for every role. The first one to fail cancels `shutdown`, so the others stop
+    /// too. Once `shutdown` has fired, the roles get `timeout` (plus [`ROLE_STOP_GRACE`], so
+    /// that a role's own bounded drain reports first) to finish the work in their hands; the
+    /// roles still running then are stopped and named in the log.
+    async fn supervise(
+        mut self,
+        shutdown: CancellationToken,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let mut result = Ok(());
-        while let Some(joined) = roles.join_next().await {
-            let outcome = joined.context("a role panicked").and_then(|r| r);
+        let deadline = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(timeout + ROLE_STOP_GRACE).await;
+        };
+        tokio::pin!(deadline);
+        loop {
+            let joined = tokio::select! {
+                joined = self.tasks.join_next_with_id() => joined,
+                () = &mut deadline => break,
+            };
+            let Some(joined) = joined else {
+                return result;
+            };
+            let (id, outcome) = match joined {
+                Ok((id, outcome)) => (id, outcome),
+                Err(err) => (
+                    err.id(),
+                    Err(anyhow::Error::new(err).context("a role panicked")),
+                ),
+            };
+            let role = self.names.remove(&id).unwrap_or("unnamed");
             if let Err(err) = outcome {
-                tracing::error!(error = %format!("{err:#}"), "a role failed; stopping the others");
+                tracing::error!(role, error = %format!("{err:#}"), "a role failed; stopping the others");
                 shutdown.cancel();
                 if result.is_ok() {
                     result = Err(err);
                 }
             }
         }
+        let mut still_running: Vec<&str> = self.names.into_values().collect();
+        still_running.sort_unstable();
+        tracing::warn!(
+            roles = ?still_running,
+            shutdown_timeout = %humantime::format_duration(timeout),
+            "shutdown_timeout passed with roles still running: stopping them; attempts left in_flight are settled by the reconciler once their leases expire"
+        );
+        self.tasks.abort_all();
         result
     }
 }

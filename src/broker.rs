@@ -1,6 +1,7 @@
 //! The JetStream side of onecharge: stream and subject names, creating what is missing at
 //! `setup`, and checking that what exists can be used.
 
+use async_nats::header::NATS_MESSAGE_ID;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -8,7 +9,7 @@ use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, consumer, stream};
 use async_nats::HeaderMap;
-use backon::{ExponentialBuilder, Retryable as _};
+use backon::Retryable as _;
 use bytes::Bytes;
 
 use crate::config::Settings;
@@ -334,7 +335,7 @@ impl Broker {
         ack_timeout: Option<Duration>,
     ) -> Result<PublishAck, PublishError> {
         debug_assert!(
-            headers.get("Nats-Msg-Id").is_some(),
+            headers.get(NATS_MESSAGE_ID).is_some(),
             "a retried publish needs a Nats-Msg-Id"
         );
         // The error, and whether another try may pass.
@@ -372,12 +373,8 @@ impl Broker {
             }
         };
         once.retry(
-            ExponentialBuilder::new()
-                .with_jitter()
-                .with_min_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_secs(2))
-                .with_total_delay(Some(PUBLISH_RETRY_FOR))
-                .without_max_times(),
+            crate::domain::retry::exponential(Duration::from_millis(100), Duration::from_secs(2))
+                .with_total_delay(Some(PUBLISH_RETRY_FOR)),
         )
         .sleep(tokio::time::sleep)
         .when(|(_, may_pass)| *may_pass)

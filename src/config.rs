@@ -101,6 +101,12 @@ pub struct Settings {
         default = "default_gateway_max_processing_time"
     )]
     pub gateway_max_processing_time: Duration,
+    /// How long `serve` waits, after SIGTERM or Ctrl-C, for the work in hand (gateway calls
+    /// and their writes, a relay step, a batch being recorded) before it exits anyway and
+    /// logs what it abandoned. Safe either way: an attempt left `in_flight` is settled by
+    /// the reconciler once its lease expires.
+    #[serde(with = "bounded_duration", default = "default_shutdown_timeout")]
+    pub shutdown_timeout: Duration,
     #[serde(default)]
     pub executor: ExecutorSettings,
     #[serde(default)]
@@ -434,6 +440,12 @@ fn default_gateway_request_timeout() -> Duration {
     Duration::from_secs(20)
 }
 
+/// A gateway call in hand may take connect + request timeouts (25 s by default): the
+/// default lets it finish, and fits a 30 s termination grace period when the drain is short.
+fn default_shutdown_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
 fn default_gateway_key_retention() -> Duration {
     Duration::from_secs(24 * 3600)
 }
@@ -505,6 +517,7 @@ impl Default for Settings {
             gateway_key_retention: default_gateway_key_retention(),
             gateway_key_retention_margin: default_gateway_key_retention_margin(),
             gateway_max_processing_time: default_gateway_max_processing_time(),
+            shutdown_timeout: default_shutdown_timeout(),
             executor: ExecutorSettings::default(),
             relay: RelaySettings::default(),
             purge: PurgeSettings::default(),
@@ -839,6 +852,18 @@ impl Settings {
                 "database.idle_in_transaction_session_timeout",
                 "must be longer than relay.publish_timeout (the relay waits for acks inside its transaction) and at most 1h".into(),
             );
+        }
+        self.check_shutdown_timeout()
+    }
+
+    /// `shutdown_timeout` bounds the drain on SIGTERM: zero would abandon every call in
+    /// hand at once, and longer than an hour is a process nobody can stop.
+    fn check_shutdown_timeout(&self) -> Result<(), ConfigError> {
+        if self.shutdown_timeout.is_zero() || self.shutdown_timeout > Duration::from_secs(3600) {
+            return Err(ConfigError(format!(
+                "shutdown_timeout (ONECHARGE_SHUTDOWN_TIMEOUT): must be above zero and at most 1h, got {}",
+                humantime::format_duration(self.shutdown_timeout)
+            )));
         }
         Ok(())
     }

@@ -221,7 +221,7 @@ async fn publish_one(
 ) -> anyhow::Result<bool> {
     let mut headers = HeaderMap::new();
     if let Some(id) = message_id {
-        headers.insert("Nats-Msg-Id", id);
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
     }
     headers.insert("Correlation-Id", "demo");
     let ack = broker

@@ -1,6 +1,7 @@
 //! `onecharge publish charge`: one ChargePayment command onto the command subject.
 
 use anyhow::Context as _;
+use async_nats::header::NATS_MESSAGE_ID;
 use async_nats::HeaderMap;
 use clap::Args;
 use time::format_description::well_known::Rfc3339;
@@ -143,7 +144,7 @@ async fn publish_prepared(broker: &Broker, command: Prepared) -> anyhow::Result<
         payload,
     } = command;
     let mut nats_headers = HeaderMap::new();
-    nats_headers.insert("Nats-Msg-Id", message_id.as_str());
+    nats_headers.insert(NATS_MESSAGE_ID, message_id.as_str());
     if let Some(correlation) = &correlation_id {
         nats_headers.insert("Correlation-Id", correlation.as_str());
     }

@@ -200,3 +200,15 @@ fn serve_refuses_an_open_admin_api_on_a_non_loopback_address_before_connecting()
         );
     }
 }
+
+#[test]
+fn a_shutdown_timeout_of_zero_exits_2_naming_the_setting() {
+    let out = onecharge(
+        &["setup"],
+        &[NO_DATABASE, ("ONECHARGE_SHUTDOWN_TIMEOUT", "0s")],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("shutdown_timeout"), "{err}");
+}

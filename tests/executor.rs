@@ -9,11 +9,14 @@ use std::time::Duration;
 use mock_gateway::{
     payment_methods as pm, FaultConfig, FaultRule, Latency, MockConfig, ResponseClass,
 };
-use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome, RetryAfter};
+use onecharge::domain::outcome::{ChargeStatus, GatewayOutcome, LookupOutcome, RetryAfter};
 use onecharge::domain::AttemptStatus;
+use onecharge::domain::{
+    CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause,
+};
 use onecharge::executor::{Disposition, SettlementWriter};
 use onecharge::gateway::{Admission, BreakerState};
-use onecharge::store::executor::{settle_all, GatewayCallRecord, SettleWrite, Settlement};
+use onecharge::store::attempts::settle_all;
 use support::{charge_request, charge_request_with_amount, wait_until, Harness, API_KEY};
 use tokio_util::sync::CancellationToken;
 
@@ -361,7 +364,7 @@ async fn a_5xx_is_ambiguous_and_hands_the_attempt_to_the_reconciler_without_a_re
         panic!("{charged:?}")
     };
     assert_eq!(found.len(), 1);
-    assert_eq!(found[0].status, "succeeded");
+    assert_eq!(found[0].status, ChargeStatus::Succeeded);
     let not_charged = client.lookup(&commands[1].idempotency_key()).await;
     assert_eq!(not_charged.outcome, LookupOutcome::Found(vec![]));
     let denied = h
@@ -912,17 +915,7 @@ async fn shutdown_finishes_the_gateway_call_in_hand() {
     )
     .await;
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(h.executor().run(shutdown.clone()));
-    let gateway = &h.gateway;
-    wait_until(
-        "the charge is at the gateway",
-        Duration::from_secs(5),
-        || gateway.requests().len() == 1,
-    )
-    .await;
-
-    shutdown.cancel();
+    let running = stop_with_the_charge_in_hand(&h).await;
     tokio::time::timeout(Duration::from_secs(5), running)
         .await
         .unwrap()
@@ -936,15 +929,31 @@ async fn shutdown_finishes_the_gateway_call_in_hand() {
     assert_eq!(h.gateway.ledger().len(), 1);
 }
 
+/// Runs the executor until its first charge is at the gateway, then asks it to stop;
+/// answers the stopping run.
+async fn stop_with_the_charge_in_hand(h: &Harness) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(h.executor().run(shutdown.clone()));
+    let gateway = &h.gateway;
+    wait_until(
+        "the charge is at the gateway",
+        Duration::from_secs(5),
+        || gateway.requests().len() == 1,
+    )
+    .await;
+    shutdown.cancel();
+    running
+}
+
 /// A settlement for `attempt` as the executor writes it, with the call's evidence.
 fn settled_write(
-    attempt: &onecharge::store::executor::ClaimedAttempt,
+    attempt: &onecharge::store::attempts::ClaimedAttempt,
     settlement: Settlement,
     now: time::OffsetDateTime,
 ) -> SettleWrite {
     let call = GatewayCallRecord {
         payment_attempt_id: attempt.payment_attempt_id,
-        operation: "charge",
+        operation: CallOperation::Charge,
         idempotency_key: attempt.idempotency_key.clone(),
         try_number: attempt.tries,
         lease_token: Some(attempt.lease_token),
@@ -955,7 +964,13 @@ fn settled_write(
         gateway_charge_id: None,
         error: None,
     };
-    SettleWrite::for_claim(attempt, settlement, "gateway_succeeded", Some(call), now)
+    SettleWrite {
+        fence: attempt.fence(),
+        settlement,
+        cause: TransitionCause::GatewaySucceeded,
+        call: Some(call),
+        now,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1441,4 +1456,49 @@ async fn a_404_from_a_wrong_gateway_url_pauses_calls_and_the_attempts_stay_retry
         let row = h.attempt(command.payment_attempt_id).await;
         assert_eq!((row.status.as_str(), row.tries), ("succeeded", 1));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_still_in_hand_after_the_shutdown_timeout_is_abandoned_in_flight_and_the_reconciler_settles_it(
+) {
+    let h = Harness::with(
+        MockConfig {
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_request_timeout = Duration::from_secs(5);
+            s.shutdown_timeout = Duration::from_millis(100);
+        },
+    )
+    .await;
+    let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
+    let running = stop_with_the_charge_in_hand(&h).await;
+    // The call would hold on until its 5 s request timeout; the drain gives up long before.
+    tokio::time::timeout(Duration::from_secs(3), running)
+        .await
+        .expect("the executor stops once shutdown_timeout has passed")
+        .unwrap()
+        .unwrap();
+    let row = h.attempt(id).await;
+    assert_eq!(
+        (row.status.as_str(), row.tries),
+        ("in_flight", 1),
+        "abandoned as it was: in flight under its lease"
+    );
+
+    // Its lease expires; the reconciler finds nothing yet and hands it back to the executor,
+    // which re-sends under the same key and adopts the charge once the gateway made it.
+    h.advance(h.settings.executor.lease).await;
+    let reconciled = h.reconciler().run_once().await.unwrap();
+    assert_eq!(reconciled.leases_expired, vec![id]);
+    assert_eq!(
+        reconciled.count(AttemptStatus::Pending),
+        1,
+        "{reconciled:?}"
+    );
+    h.finish_slow_charge().await;
+    let report = h.executor().run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
+    h.assert_charged_once(id).await;
 }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mock_gateway::payment_methods as pm;
+use onecharge::clock::ManualClock;
 use onecharge::domain::AttemptStatus;
-use onecharge::executor::ManualClock;
 use support::Harness;
 
 const HOUR: Duration = Duration::from_secs(3600);

@@ -4,9 +4,13 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Where a payment attempt stands. Stored as text in `payment_attempts.status`; the
-/// database's CHECK constraint lists the same values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// database's CHECK constraint lists the same values, and rows decode straight into it
+/// (`sqlx::Type`), so no status is parsed by hand.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, sqlx::Type,
+)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum AttemptStatus {
     /// Recorded and due for a gateway call (first try or a retry).
     Pending,
@@ -66,8 +70,10 @@ impl AttemptStatus {
         }
     }
 
-    /// Whether contract §4 allows moving from `self` to `to`. `None` as a source is the
-    /// creation of the attempt.
+    /// Whether contract §4 allows moving from `from` to `to`. `None` as a source is the
+    /// creation of the attempt. Every settlement is checked against it before it is
+    /// written (`SettleWrite::check_move`); the moves written by fixed statements are
+    /// checked by a test.
     pub fn allows(from: Option<Self>, to: Self) -> bool {
         use AttemptStatus::*;
         match from {
@@ -132,6 +138,24 @@ mod tests {
         assert!(!AttemptStatus::allows(Some(Unknown), InFlight));
         assert!(AttemptStatus::allows(Some(NeedsReview), Succeeded));
         assert!(!AttemptStatus::allows(Some(Pending), Succeeded));
+    }
+
+    /// The moves the store writes with a fixed statement rather than a checked
+    /// `SettleWrite`: the claim, an expired lease, a stale command, intake, a resolution.
+    #[test]
+    fn every_move_a_fixed_statement_writes_is_allowed() {
+        for (from, to) in [
+            (Some(Pending), InFlight),
+            (Some(InFlight), Unknown),
+            (Some(Pending), Expired),
+            (None, Pending),
+            (None, Expired),
+            (Some(NeedsReview), Succeeded),
+            (Some(NeedsReview), Declined),
+            (Some(NeedsReview), Pending),
+        ] {
+            assert!(AttemptStatus::allows(from, to), "{from:?} -> {to}");
+        }
     }
 
     #[test]

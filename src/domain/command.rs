@@ -10,6 +10,8 @@ use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
+use super::IdempotencyKey;
+
 /// Largest accepted body. Bigger messages are dead-lettered unread.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Largest accepted amount in minor units (10^12).
@@ -65,8 +67,8 @@ impl ChargePayment {
     /// The `Idempotency-Key` sent to the gateway on every try of this attempt. Derived from
     /// the attempt id alone, so every instance and every retry computes the same value; it is
     /// also stored with the attempt, and the stored value is what the executor sends.
-    pub fn idempotency_key(&self) -> String {
-        format!("onecharge-{}", self.payment_attempt_id)
+    pub fn idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey::for_attempt(self.payment_attempt_id)
     }
 
     /// A command is stale when its `requested_at` is older than `max_age` at `now`.

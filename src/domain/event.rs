@@ -2,6 +2,7 @@
 //! entry into `needs_review`). Built here, stored in the outbox in the same transaction as
 //! the state it announces, and published later by the relay.
 
+use async_nats::header::NATS_MESSAGE_ID;
 use serde::Serialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -52,7 +53,7 @@ impl PaymentEvent {
     /// The message headers, as (name, value) pairs.
     pub fn headers(&self, provenance: &EventProvenance) -> Vec<(String, String)> {
         let mut headers = vec![
-            ("Nats-Msg-Id".to_owned(), self.event_id.to_string()),
+            (NATS_MESSAGE_ID.to_string(), self.event_id.to_string()),
             ("Causation-Id".to_owned(), provenance.causation_id.clone()),
         ];
         if let Some(correlation) = &provenance.correlation_id {

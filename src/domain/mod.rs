@@ -1,15 +1,23 @@
 //! The pure core of onecharge: what a valid command is, which states an attempt may take,
-//! how a gateway answer is read, and what an event says. Nothing in here does I/O, so every
+//! how a gateway answer is read, where an attempt goes after it, and what an event says. Nothing in here does I/O, so every
 //! rule can be tested without a database, a broker or a gateway.
 
 pub mod attempt;
 pub mod command;
 pub mod event;
+pub mod ids;
 pub mod outcome;
+pub mod retry;
+pub mod settlement;
 
 pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::PaymentEvent;
+pub use ids::IdempotencyKey;
+pub use retry::RetryWindow;
+pub use settlement::{
+    CallOperation, Fence, GatewayCallRecord, IllegalMove, SettleWrite, Settlement, TransitionCause,
+};
 
 /// Cuts `text` to at most `max` characters (on a character boundary), so that reasons and
 /// errors stored or sent on the wire stay bounded whatever an upstream system said.

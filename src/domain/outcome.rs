@@ -13,6 +13,7 @@
 //! Only answers that prove nothing was charged (`409`, `429`, a refused connection) are
 //! retried with the same key.
 
+use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -140,8 +141,8 @@ impl GatewayOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct GatewayCharge {
     pub id: String,
-    /// `succeeded` or `declined`.
-    pub status: String,
+    /// `succeeded` or `declined`; anything else is kept as said, and adopted never.
+    pub status: ChargeStatus,
     #[serde(default)]
     pub decline_code: Option<String>,
     #[serde(default)]
@@ -152,6 +153,37 @@ pub struct GatewayCharge {
     pub amount_minor: Option<i64>,
     #[serde(default)]
     pub currency: Option<String>,
+}
+
+/// The status a gateway gives a charge. Contract §3 knows two; any other word is kept as
+/// the gateway said it (for the reason an operator reads) and never adopted.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "String")]
+pub enum ChargeStatus {
+    Succeeded,
+    Declined,
+    /// A status contract §3 does not list (`pending`, say).
+    Other(String),
+}
+
+impl From<String> for ChargeStatus {
+    fn from(status: String) -> Self {
+        match status.as_str() {
+            "succeeded" => Self::Succeeded,
+            "declined" => Self::Declined,
+            _ => Self::Other(status),
+        }
+    }
+}
+
+impl fmt::Display for ChargeStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Succeeded => "succeeded",
+            Self::Declined => "declined",
+            Self::Other(status) => status,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -194,13 +226,13 @@ pub fn classify_charge(reply: GatewayReply<'_>) -> GatewayOutcome {
         // A charge: its body's status decides, whether it is new (201), replayed (200 or the
         // stored status) or a decline (402).
         200..=299 | 402 => match serde_json::from_slice::<GatewayCharge>(body) {
-            Ok(charge) if charge.status == "succeeded" && status != 402 => {
+            Ok(charge) if charge.status == ChargeStatus::Succeeded && status != 402 => {
                 GatewayOutcome::Succeeded {
                     charge_id: charge.id,
                     replayed,
                 }
             }
-            Ok(charge) if charge.status == "declined" => GatewayOutcome::Declined {
+            Ok(charge) if charge.status == ChargeStatus::Declined => GatewayOutcome::Declined {
                 charge_id: charge.id,
                 decline_code: charge.decline_code,
                 replayed,
@@ -316,7 +348,7 @@ pub fn read_lookup(charges: &[GatewayCharge], expected: &ExpectedCharge<'_>) -> 
     }
     if let Some(odd) = charges
         .iter()
-        .find(|c| c.status != "succeeded" && c.status != "declined")
+        .find(|c| matches!(c.status, ChargeStatus::Other(_)))
     {
         return LookupReading::Unsettled {
             reason: bounded(
@@ -328,8 +360,10 @@ pub fn read_lookup(charges: &[GatewayCharge], expected: &ExpectedCharge<'_>) -> 
             ),
         };
     }
-    let succeeded: Vec<&GatewayCharge> =
-        charges.iter().filter(|c| c.status == "succeeded").collect();
+    let succeeded: Vec<&GatewayCharge> = charges
+        .iter()
+        .filter(|c| c.status == ChargeStatus::Succeeded)
+        .collect();
     match succeeded.as_slice() {
         [] => charges
             .first()

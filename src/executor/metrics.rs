@@ -2,7 +2,7 @@
 //! state, kind — never attempt, message or customer ids.
 
 use crate::domain::AttemptStatus;
-use crate::store::executor::ClaimedAttempt;
+use crate::store::attempts::ClaimedAttempt;
 
 /// Attempts claimed, by kind (`dispatch`: will be sent; `hand_over`: past its retry window).
 pub(super) fn claimed(claimed: &[ClaimedAttempt]) {

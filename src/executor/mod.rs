@@ -20,35 +20,38 @@
 //!   margin since the first call), nor past the maximum tries or age: those go to `unknown`.
 //! - While the gateway rejects the credentials nothing is claimed (one probe per interval),
 //!   attempts stay `pending` and no try is consumed; while the breaker is open, likewise.
-//! - Nothing cuts a gateway call off: shutdown stops claiming and waits for calls in hand.
+//! - Nothing cuts a gateway call off unless `shutdown_timeout` passes: shutdown stops
+//!   claiming and waits for calls in hand; an attempt abandoned after the timeout stays
+//!   `in_flight`, and its expired lease hands it to the reconciler.
 
-mod clock;
+mod in_hand;
 mod metrics;
 mod policy;
 mod writer;
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt as _;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use policy::RetryPolicy;
 pub use writer::{SettlementWriter, WriteError};
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
+use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{Admission, GatewayClient, GatewayHealth};
+use crate::gateway::{ChargeBody, ChargeRequest};
 use crate::nudge::Nudges;
-use crate::store::executor::{
-    self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite, Settlement,
-};
+use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
 use crate::store::Store;
+use in_hand::InHand;
 
 /// Database connections one executor needs: its one claim at a time, the settlement
 /// batches being written, and one spare. It does not grow with `executor.concurrency`:
@@ -141,6 +144,8 @@ struct Inner {
     /// `intake.max_command_age`: a command older than this when it would first be sent is
     /// expired instead (0: never).
     max_command_age: Duration,
+    /// How long shutdown waits for the attempts in hand.
+    shutdown_timeout: Duration,
 }
 
 impl Executor {
@@ -167,6 +172,7 @@ impl Executor {
                 owner,
                 clock: Arc::new(SystemClock),
                 max_command_age: settings.intake.max_command_age,
+                shutdown_timeout: settings.shutdown_timeout,
             }),
         }
     }
@@ -226,8 +232,8 @@ impl Executor {
             ClaimLimits {
                 limit,
                 lease: inner.settings.lease,
-                key_window: inner.policy.key_window,
-                max_age: inner.policy.max_age,
+                key_window: inner.policy.window.key_window,
+                max_age: inner.policy.window.max_age,
                 max_command_age: inner.max_command_age,
             },
         )
@@ -263,92 +269,117 @@ impl Executor {
 
     /// Runs until `shutdown` fires: claims only as many attempts as it has free call slots,
     /// waits `poll_interval` when nothing is due or the gateway health says wait, and on
-    /// shutdown stops claiming and finishes every call in hand.
+    /// shutdown stops claiming and finishes the calls in hand, for at most
+    /// `shutdown_timeout` ([`Executor::drain`]).
     ///
     /// A call slot is freed when the gateway answers, not when the result is written: the
     /// next claim overlaps the previous result's commit. Attempts in hand (calling or
     /// writing) are bounded by twice the concurrency, so a slow database slows the claims.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let settings = self.inner.settings.clone();
-        let slots = Arc::new(tokio::sync::Semaphore::new(settings.concurrency));
-        let max_in_hand = 2 * settings.concurrency;
-        let mut in_hand: JoinSet<AttemptReport> = JoinSet::new();
+        let settings = &self.inner.settings;
+        let mut in_hand = InHand::new(settings.concurrency);
         let mut failures = 0u32;
         tracing::info!(owner = %self.inner.owner, concurrency = settings.concurrency, "executor started");
         loop {
-            while in_hand.try_join_next().is_some() {}
+            in_hand.reap();
             if shutdown.is_cancelled() {
                 break;
             }
-            let free = slots
-                .available_permits()
-                .min(settings.batch_size)
-                .min(max_in_hand.saturating_sub(in_hand.len()));
-            if free == 0 {
-                let writes_full = in_hand.len() >= max_in_hand;
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = in_hand.join_next() => continue,
-                    slot = slots.clone().acquire_owned(), if !writes_full => {
-                        drop(slot);
-                        continue;
-                    }
-                }
-            }
-            let limit = self
-                .inner
-                .health
-                .admit(self.inner.clock.now())
-                .allowance(free);
-            let idle = if limit == 0 {
-                true
-            } else {
-                match self.claim(limit).await {
-                    Ok(claimed) => {
-                        failures = 0;
-                        let full = claimed.len() == limit;
-                        for attempt in claimed {
-                            let slot = slots
-                                .clone()
-                                .try_acquire_owned()
-                                .expect("claimed no more than the free slots");
-                            let executor = self.clone();
-                            in_hand.spawn(async move {
-                                executor.execute_in_slot(attempt, Some(slot)).await
-                            });
-                        }
-                        !full
-                    }
-                    Err(err) => {
-                        failures = failures.saturating_add(1);
-                        let wait = self
-                            .inner
-                            .policy
-                            .backoff(failures as i32)
-                            .min(Duration::from_secs(30));
-                        tracing::error!(error = %format!("{err:#}"), retry_in_ms = wait.as_millis() as u64, "claiming failed");
-                        tokio::select! {
-                            _ = shutdown.cancelled() => break,
-                            _ = tokio::time::sleep(wait) => {}
-                        }
-                        continue;
-                    }
-                }
+            let next = match in_hand.free(settings.batch_size) {
+                0 => Next::WaitForRoom,
+                free => self.claim_into(&mut in_hand, free, &mut failures).await,
             };
-            if idle {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(settings.poll_interval) => {}
-                    _ = self.inner.nudges.attempts_due() => {}
-                }
+            if self.pause(next, &mut in_hand, &shutdown).await.is_break() {
+                break;
             }
         }
+        self.drain(in_hand).await;
+        Ok(())
+    }
+
+    /// Claims up to `free` attempts (as far as the gateway health admits) and starts a call
+    /// for each; says what the loop does next.
+    async fn claim_into(&self, in_hand: &mut InHand, free: usize, failures: &mut u32) -> Next {
+        let limit = self
+            .inner
+            .health
+            .admit(self.inner.clock.now())
+            .allowance(free);
+        if limit == 0 {
+            return Next::Idle;
+        }
+        match self.claim(limit).await {
+            Ok(claimed) => {
+                *failures = 0;
+                let full = claimed.len() == limit;
+                for attempt in claimed {
+                    let slot = in_hand.slot();
+                    let executor = self.clone();
+                    in_hand.spawn(attempt.payment_attempt_id, async move {
+                        executor.execute_in_slot(attempt, Some(slot)).await
+                    });
+                }
+                if full {
+                    Next::Claim
+                } else {
+                    Next::Idle
+                }
+            }
+            Err(err) => {
+                *failures = failures.saturating_add(1);
+                let wait = self
+                    .inner
+                    .policy
+                    .backoff(*failures as i32)
+                    .min(Duration::from_secs(30));
+                tracing::error!(error = %format!("{err:#}"), retry_in_ms = wait.as_millis() as u64, "claiming failed");
+                Next::RetryAfter(wait)
+            }
+        }
+    }
+
+    /// Waits as `next` says, or until `shutdown` fires (then breaks).
+    async fn pause(
+        &self,
+        next: Next,
+        in_hand: &mut InHand,
+        shutdown: &CancellationToken,
+    ) -> ControlFlow<()> {
+        let wait = async {
+            match next {
+                Next::Claim => {}
+                Next::WaitForRoom => in_hand.wait_for_room().await,
+                Next::Idle => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.inner.settings.poll_interval) => {}
+                        _ = self.inner.nudges.attempts_due() => {}
+                    }
+                }
+                Next::RetryAfter(wait) => tokio::time::sleep(wait).await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => ControlFlow::Break(()),
+            _ = wait => ControlFlow::Continue(()),
+        }
+    }
+
+    /// On shutdown: waits for the calls in hand and their writes, for at most
+    /// `shutdown_timeout`, then abandons the rest and says which. An abandoned attempt is
+    /// safe: it stays `in_flight` until its lease expires, and the reconciler looks it up.
+    async fn drain(&self, in_hand: InHand) {
         tracing::info!(
             in_hand = in_hand.len(),
             "executor stopping: finishing the gateway calls in hand"
         );
-        while in_hand.join_next().await.is_some() {}
-        Ok(())
+        let timeout = self.inner.shutdown_timeout;
+        for id in in_hand.drain(timeout).await {
+            tracing::warn!(
+                payment_attempt_id = %id,
+                shutdown_timeout = %humantime::format_duration(timeout),
+                "shutdown_timeout passed with this attempt still in hand: abandoned in_flight; the reconciler looks it up once its lease expires"
+            );
+        }
     }
 
     /// Charges one claimed attempt and writes the result under its fencing token. Never
@@ -374,22 +405,27 @@ impl Executor {
         let now = database_time(&attempt, inner.settings.lease);
         if !attempt.dispatch {
             let now = now();
-            let settlement = inner.policy.hand_over(&attempt, now);
-            let write =
-                SettleWrite::for_claim(&attempt, settlement, "retry_window_closed", None, now);
+            let settlement = inner.policy.hand_over(&attempt.history(), now);
+            let write = SettleWrite {
+                fence: attempt.fence(),
+                settlement,
+                cause: TransitionCause::RetryWindowClosed,
+                call: None,
+                now,
+            };
             let disposition = self.write(&attempt, write).await;
             return report(&attempt, None, disposition);
         }
-        let request = attempt.charge_request();
+        let request = charge_request(&attempt);
         let started_at = now();
         let call = inner.gateway.charge(&request).await;
         drop(slot);
         inner.health.record(&call.outcome, inner.clock.now());
         let now = now();
-        let (settlement, cause) = inner.policy.settle(&attempt, &call.outcome, now);
+        let (settlement, cause) = inner.policy.settle(&attempt.history(), &call.outcome, now);
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
-            operation: "charge",
+            operation: CallOperation::Charge,
             idempotency_key: attempt.idempotency_key.clone(),
             try_number: attempt.tries,
             lease_token: Some(attempt.lease_token),
@@ -403,7 +439,13 @@ impl Executor {
                 other => Some(other.to_string()),
             }),
         };
-        let write = SettleWrite::for_claim(&attempt, settlement, cause, Some(evidence), now);
+        let write = SettleWrite {
+            fence: attempt.fence(),
+            settlement,
+            cause,
+            call: Some(evidence),
+            now,
+        };
         let disposition = self.write(&attempt, write).await;
         report(&attempt, Some(call.outcome), disposition)
     }
@@ -423,13 +465,13 @@ impl Executor {
                         inner.nudges.events_written();
                     }
                     metrics::settled(status);
-                    tracing::info!(status = %status, cause, "attempt settled");
+                    tracing::info!(status = %status, %cause, "attempt settled");
                     return Disposition::Moved(status);
                 }
                 Ok(false) => {
                     metrics::fenced();
                     tracing::warn!(
-                        cause,
+                        %cause,
                         "result rejected by the fencing token: the lease was taken over or the attempt already left in_flight"
                     );
                     return Disposition::Fenced;
@@ -467,7 +509,7 @@ impl Executor {
     async fn hand_over_unstorable(&self, write: SettleWrite, err: &WriteError) -> Disposition {
         let inner = &self.inner;
         metrics::unrecorded();
-        tracing::error!(error = %err.message, cause = write.cause, "the database refused the result; keeping the call's evidence and handing the attempt to the reconciler");
+        tracing::error!(error = %err.message, cause = %write.cause, "the database refused the result; keeping the call's evidence and handing the attempt to the reconciler");
         if let Some(call) = &write.call {
             if let Err(evidence) = sql::record_gateway_call_alone(&inner.store, call).await {
                 tracing::error!(error = %evidence, "cannot store the gateway call's evidence either");
@@ -481,7 +523,7 @@ impl Executor {
                     write.settlement.describe()
                 ),
             },
-            cause: "settlement_refused",
+            cause: TransitionCause::SettlementRefused,
             call: None,
             now: write.now,
             fence: write.fence,
@@ -503,6 +545,18 @@ impl Executor {
     }
 }
 
+/// What the run loop does after a step.
+enum Next {
+    /// Claim again at once: the last claim was full.
+    Claim,
+    /// No free slot or no room in hand: wait for a call or a write to finish.
+    WaitForRoom,
+    /// Nothing due, or the gateway health said wait: `poll_interval`, or a nudge.
+    Idle,
+    /// Claiming failed: wait this long.
+    RetryAfter(Duration),
+}
+
 /// The database's time while `attempt` is in hand: its claim's `now()` (the lease's end
 /// minus the lease) plus the time elapsed here since. Retry decisions, the key window and
 /// the stamps of a result are measured on it, never on the host's clock, which may be off.
@@ -510,6 +564,22 @@ fn database_time(attempt: &ClaimedAttempt, lease: Duration) -> impl Fn() -> time
     let claimed_at = attempt.lease_expires_at - lease;
     let since = std::time::Instant::now();
     move || claimed_at + since.elapsed()
+}
+
+/// The charge request, built from the stored attempt only, so that every try is the same
+/// request under the same key.
+pub fn charge_request(attempt: &ClaimedAttempt) -> ChargeRequest {
+    ChargeRequest::new(
+        attempt.idempotency_key.clone(),
+        &ChargeBody {
+            amount_minor: attempt.amount_minor,
+            currency: attempt.currency.clone(),
+            customer_id: attempt.customer_id.clone(),
+            payment_method: attempt.payment_method.clone(),
+            reference: attempt.payment_attempt_id.to_string(),
+            description: attempt.description.clone(),
+        },
+    )
 }
 
 fn report(

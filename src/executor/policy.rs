@@ -15,24 +15,23 @@
 
 use std::time::Duration;
 
-use backon::BackoffBuilder as _;
 use time::OffsetDateTime;
 
 use crate::config::Settings;
 use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_RETRY_AFTER};
-use crate::store::executor::{ClaimedAttempt, Settlement};
+use crate::domain::retry::{backoff, later, SendHistory};
+use crate::domain::{RetryWindow, Settlement, TransitionCause};
 
 /// The retry rules, from the configuration.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
     pub max_tries: u32,
-    pub max_age: Duration,
     pub retry_min_delay: Duration,
     pub retry_max_delay: Duration,
     pub in_progress_delay: Duration,
-    /// Key retention minus its safety margin: no charge is re-sent once this much time has
-    /// passed since the attempt's first gateway call.
-    pub key_window: Duration,
+    /// No charge is re-sent past the maximum age, nor once the key window has passed since
+    /// the attempt's first gateway call.
+    pub window: RetryWindow,
 }
 
 impl RetryPolicy {
@@ -40,47 +39,40 @@ impl RetryPolicy {
         let executor = &settings.executor;
         Self {
             max_tries: executor.max_tries,
-            max_age: executor.max_age,
             retry_min_delay: executor.retry_min_delay,
             retry_max_delay: executor.retry_max_delay,
             in_progress_delay: executor.in_progress_delay,
-            key_window: settings
-                .gateway_key_retention
-                .saturating_sub(settings.gateway_key_retention_margin),
+            window: RetryWindow::from_settings(settings),
         }
     }
 
     /// The delay before try `tries + 1`: exponential from `retry_min_delay`, doubling, capped
     /// at `retry_max_delay`, with jitter so that a burst of failures does not retry in step.
     pub fn backoff(&self, tries: i32) -> Duration {
-        backon::ExponentialBuilder::new()
-            .with_min_delay(self.retry_min_delay)
-            .with_max_delay(self.retry_max_delay)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times()
-            .build()
-            .nth(tries.saturating_sub(1).max(0) as usize)
-            .unwrap_or(self.retry_max_delay)
+        backoff(
+            self.retry_min_delay,
+            self.retry_max_delay,
+            tries.max(1).unsigned_abs(),
+        )
     }
 
-    /// Where `attempt` goes after `outcome`, and the transition's cause.
+    /// Where an attempt with these sends goes after `outcome`, and the transition's cause.
     pub fn settle(
         &self,
-        attempt: &ClaimedAttempt,
+        attempt: &SendHistory,
         outcome: &GatewayOutcome,
         now: OffsetDateTime,
-    ) -> (Settlement, &'static str) {
+    ) -> (Settlement, TransitionCause) {
         match outcome {
             GatewayOutcome::Succeeded { charge_id, .. } => {
-                (Settlement::Succeeded { charge_id: charge_id.clone() }, "gateway_succeeded")
+                (Settlement::Succeeded { charge_id: charge_id.clone() }, TransitionCause::GatewaySucceeded)
             }
             GatewayOutcome::Declined { charge_id, decline_code, .. } => (
                 Settlement::Declined { charge_id: charge_id.clone(), decline_code: decline_code.clone() },
-                "gateway_declined",
+                TransitionCause::GatewayDeclined,
             ),
             GatewayOutcome::NeedsReview { reason } => {
-                (Settlement::NeedsReview { reason: reason.clone() }, "gateway_refused_request")
+                (Settlement::NeedsReview { reason: reason.clone() }, TransitionCause::GatewayRefusedRequest)
             }
             GatewayOutcome::CredentialsFault { status } => (
                 Settlement::Retry {
@@ -88,7 +80,7 @@ impl RetryPolicy {
                     reason: format!("the gateway rejected onecharge's credentials (HTTP {status}); not counted as a try"),
                     refund_try: true,
                 },
-                "credentials_fault",
+                TransitionCause::CredentialsFault,
             ),
             GatewayOutcome::EndpointFault { status } => (
                 Settlement::Retry {
@@ -96,11 +88,11 @@ impl RetryPolicy {
                     reason: format!("the gateway answered HTTP {status} to POST /v1/charges: gateway_url looks wrong; nothing was processed, not counted as a try"),
                     refund_try: true,
                 },
-                "endpoint_fault",
+                TransitionCause::EndpointFault,
             ),
             GatewayOutcome::Ambiguous { reason } => (
                 Settlement::Unknown { reason: format!("the gateway may have charged: {reason}") },
-                "ambiguous_result",
+                TransitionCause::AmbiguousResult,
             ),
             // An earlier send under this key is still running at the gateway: this request was
             // not processed, so it is not a try, and the limit on tries cannot turn a slow
@@ -125,11 +117,11 @@ impl RetryPolicy {
 
     fn retry(
         &self,
-        attempt: &ClaimedAttempt,
+        attempt: &SendHistory,
         now: OffsetDateTime,
         delay: Duration,
         reason: &str,
-    ) -> (Settlement, &'static str) {
+    ) -> (Settlement, TransitionCause) {
         if attempt.tries.max(0) as u32 >= self.max_tries {
             return (
                 Settlement::Unknown {
@@ -138,7 +130,7 @@ impl RetryPolicy {
                         attempt.tries
                     ),
                 },
-                "retries_exhausted",
+                TransitionCause::RetriesExhausted,
             );
         }
         let next_run_at = later(now, delay.min(MAX_RETRY_AFTER.max(self.retry_max_delay)));
@@ -147,7 +139,7 @@ impl RetryPolicy {
                 Settlement::Unknown {
                     reason: format!("{closed}; last: {reason}"),
                 },
-                "retry_window_closed",
+                TransitionCause::RetryWindowClosed,
             );
         }
         (
@@ -156,7 +148,7 @@ impl RetryPolicy {
                 reason: reason.to_owned(),
                 refund_try: false,
             },
-            "retry_scheduled",
+            TransitionCause::RetryScheduled,
         )
     }
 
@@ -165,10 +157,10 @@ impl RetryPolicy {
     /// gateway's maximum processing time before it believes an empty lookup).
     fn retry_in_progress(
         &self,
-        attempt: &ClaimedAttempt,
+        attempt: &SendHistory,
         now: OffsetDateTime,
         reason: &str,
-    ) -> (Settlement, &'static str) {
+    ) -> (Settlement, TransitionCause) {
         let next_run_at = later(now, self.in_progress_delay);
         if let Some(closed) = self.window_closed_by(attempt, next_run_at) {
             return (
@@ -177,7 +169,7 @@ impl RetryPolicy {
                         "{closed}; last: {reason} (an earlier send may still be in progress)"
                     ),
                 },
-                "retry_window_closed",
+                TransitionCause::RetryWindowClosed,
             );
         }
         (
@@ -188,31 +180,18 @@ impl RetryPolicy {
                 ),
                 refund_try: true,
             },
-            "retry_scheduled",
+            TransitionCause::RetryScheduled,
         )
     }
 
     /// Why `attempt` may not be sent at `at`, if it may not.
-    fn window_closed_by(&self, attempt: &ClaimedAttempt, at: OffsetDateTime) -> Option<String> {
-        if at >= later(attempt.created_at, self.max_age) {
-            return Some(format!(
-                "no retry past the maximum age of {} (recorded {})",
-                humantime::format_duration(self.max_age),
-                attempt.created_at
-            ));
-        }
-        if at >= later(attempt.first_dispatched_at, self.key_window) {
-            return Some(format!(
-                "the gateway may forget the idempotency key (first sent {}, key window {}): not re-sent",
-                attempt.first_dispatched_at,
-                humantime::format_duration(self.key_window)
-            ));
-        }
-        None
+    fn window_closed_by(&self, attempt: &SendHistory, at: OffsetDateTime) -> Option<String> {
+        self.window
+            .closed_at(attempt.created_at, attempt.first_dispatched_at, at)
     }
 
     /// Where a claimed hand-over goes: `unknown`, with the reason its window closed.
-    pub fn hand_over(&self, attempt: &ClaimedAttempt, now: OffsetDateTime) -> Settlement {
+    pub fn hand_over(&self, attempt: &SendHistory, now: OffsetDateTime) -> Settlement {
         let reason = self
             .window_closed_by(attempt, now)
             .unwrap_or_else(|| "past its retry window".to_owned());
@@ -220,53 +199,33 @@ impl RetryPolicy {
     }
 }
 
-/// `at + delay`, or the end of the calendar when that overflows: a delay too long for any
-/// clock is "never" for a window check, and is capped before it schedules a retry.
-fn later(at: OffsetDateTime, delay: Duration) -> OffsetDateTime {
-    time::Duration::try_from(delay)
-        .ok()
-        .and_then(|delay| at.checked_add(delay))
-        .unwrap_or_else(|| time::PrimitiveDateTime::MAX.assume_utc())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use time::macros::datetime;
-    use uuid::Uuid;
 
     const NOW: OffsetDateTime = datetime!(2026-11-29 10:00 UTC);
 
     fn policy() -> RetryPolicy {
         RetryPolicy {
             max_tries: 5,
-            max_age: Duration::from_secs(3600),
             retry_min_delay: Duration::from_secs(1),
             retry_max_delay: Duration::from_secs(60),
             in_progress_delay: Duration::from_secs(2),
-            key_window: Duration::from_secs(23 * 3600),
+            window: RetryWindow {
+                key_window: Duration::from_secs(23 * 3600),
+                max_age: Duration::from_secs(3600),
+                key_retention: Duration::from_secs(24 * 3600),
+                key_retention_margin: Duration::from_secs(3600),
+            },
         }
     }
 
-    fn attempt(tries: i32) -> ClaimedAttempt {
-        ClaimedAttempt {
-            payment_attempt_id: Uuid::nil(),
-            order_id: "ord".into(),
-            customer_id: "cus".into(),
-            amount_minor: 100,
-            currency: "EUR".into(),
-            payment_method: "pm_card_visa".into(),
-            description: None,
-            idempotency_key: "k".into(),
+    fn attempt(tries: i32) -> SendHistory {
+        SendHistory {
             tries,
-            lease_token: 1,
-            lease_owner: "test".into(),
-            lease_expires_at: NOW + Duration::from_secs(60),
             created_at: NOW - Duration::from_secs(60),
             first_dispatched_at: NOW - Duration::from_secs(30),
-            dispatch: true,
-            first_message_id: "msg-1".into(),
-            correlation_id: None,
         }
     }
 
@@ -283,7 +242,7 @@ mod tests {
             reason: "HTTP 409".into(),
         };
         let (settlement, cause) = policy().settle(&attempt(1), &outcome, NOW);
-        assert_eq!(cause, "retry_scheduled");
+        assert_eq!(cause.as_str(), "retry_scheduled");
         assert!(
             matches!(settlement, Settlement::Retry { next_run_at, refund_try: true, .. } if next_run_at == NOW + Duration::from_secs(2))
         );
@@ -303,7 +262,7 @@ mod tests {
         let mut old = attempt(1);
         old.created_at = NOW - Duration::from_secs(3599);
         let (settlement, cause) = policy().settle(&old, &outcome, NOW);
-        assert_eq!(cause, "retry_window_closed");
+        assert_eq!(cause.as_str(), "retry_window_closed");
         assert!(
             matches!(&settlement, Settlement::Unknown { reason } if reason.contains("may still be in progress") && !reason.contains("not charged")),
             "{settlement:?}"
@@ -329,10 +288,10 @@ mod tests {
             reason: "HTTP 429".into(),
         };
         let mut p = policy();
-        p.max_age = Duration::MAX;
-        p.key_window = Duration::MAX;
+        p.window.max_age = Duration::MAX;
+        p.window.key_window = Duration::MAX;
         let (settlement, cause) = p.settle(&attempt(1), &outcome, NOW);
-        assert_eq!(cause, "retry_scheduled");
+        assert_eq!(cause.as_str(), "retry_scheduled");
         assert!(
             matches!(settlement, Settlement::Retry { next_run_at, .. } if next_run_at == NOW + crate::domain::outcome::MAX_RETRY_AFTER),
             "{settlement:?}"
@@ -360,7 +319,7 @@ mod tests {
     #[test]
     fn the_last_allowed_try_hands_the_attempt_to_the_reconciler() {
         let (settlement, cause) = policy().settle(&attempt(5), &not_sent(), NOW);
-        assert_eq!(cause, "retries_exhausted");
+        assert_eq!(cause.as_str(), "retries_exhausted");
         assert!(
             matches!(settlement, Settlement::Unknown { reason } if reason.contains("after 5 tries"))
         );
@@ -371,7 +330,7 @@ mod tests {
         let mut old = attempt(1);
         old.created_at = NOW - Duration::from_secs(3599);
         let (settlement, cause) = policy().settle(&old, &not_sent(), NOW);
-        assert_eq!(cause, "retry_window_closed");
+        assert_eq!(cause.as_str(), "retry_window_closed");
         assert!(
             matches!(settlement, Settlement::Unknown { reason } if reason.contains("maximum age"))
         );
@@ -380,12 +339,12 @@ mod tests {
     #[test]
     fn no_charge_is_re_sent_once_the_key_may_be_forgotten() {
         let mut p = policy();
-        p.max_age = Duration::from_secs(48 * 3600);
+        p.window.max_age = Duration::from_secs(48 * 3600);
         let mut old = attempt(1);
         old.created_at = NOW - Duration::from_secs(23 * 3600);
         old.first_dispatched_at = NOW - Duration::from_secs(23 * 3600 - 1);
         let (settlement, cause) = p.settle(&old, &not_sent(), NOW);
-        assert_eq!(cause, "retry_window_closed");
+        assert_eq!(cause.as_str(), "retry_window_closed");
         assert!(
             matches!(settlement, Settlement::Unknown { reason } if reason.contains("forget the idempotency key"))
         );
@@ -402,7 +361,7 @@ mod tests {
             &GatewayOutcome::CredentialsFault { status: 401 },
             NOW,
         );
-        assert_eq!(cause, "credentials_fault");
+        assert_eq!(cause.as_str(), "credentials_fault");
         assert!(
             matches!(settlement, Settlement::Retry { next_run_at, refund_try: true, .. } if next_run_at == NOW)
         );
@@ -414,7 +373,7 @@ mod tests {
             reason: "HTTP 500".into(),
         };
         let (settlement, cause) = policy().settle(&attempt(1), &outcome, NOW);
-        assert_eq!(cause, "ambiguous_result");
+        assert_eq!(cause.as_str(), "ambiguous_result");
         assert!(matches!(settlement, Settlement::Unknown { .. }));
     }
 

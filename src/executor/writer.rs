@@ -14,7 +14,8 @@
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt as _;
 
-use crate::store::executor::{self as sql, SettleWrite};
+use crate::domain::SettleWrite;
+use crate::store::attempts as sql;
 use crate::store::{self, Store};
 
 /// Batches written at once. Two lets one batch be built and sent while the previous one

@@ -2,6 +2,7 @@
 //! the dead-letter stream under an id that makes a retried publish a no-op.
 
 use anyhow::Context as _;
+use async_nats::header::NATS_MESSAGE_ID;
 use async_nats::jetstream;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::HeaderMap;
@@ -47,13 +48,13 @@ pub async fn publish(
         .info()
         .map_err(|e| anyhow::anyhow!("message has no JetStream metadata: {e}"))?;
     let mut headers = message.headers.clone().unwrap_or_default();
-    let original_id = headers.get("Nats-Msg-Id").map(|v| v.as_str().to_owned());
+    let original_id = headers.get(NATS_MESSAGE_ID).map(|v| v.as_str().to_owned());
     let mut set = |name: &str, value: String| {
         // A header value must be one line.
         headers.insert(name, value.replace(['\r', '\n'], " ").as_str());
     };
     set(
-        "Nats-Msg-Id",
+        NATS_MESSAGE_ID.as_ref(),
         format!("dlq-{consumer}-{}", info.stream_sequence),
     );
     set("Dlq-Reason", bounded(reason, MAX_REASON_CHARS));

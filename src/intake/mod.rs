@@ -14,6 +14,7 @@
 
 mod dead_letter;
 
+use async_nats::header::NATS_MESSAGE_ID;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -21,7 +22,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
-use backon::BackoffBuilder as _;
 use futures::StreamExt as _;
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -543,15 +543,8 @@ impl Intake {
     /// Exponential backoff with jitter for the `delivered`-th delivery.
     fn retry_delay(&self, delivered: i64) -> Duration {
         let s = &self.inner.settings;
-        backon::ExponentialBuilder::new()
-            .with_min_delay(s.retry_min_delay)
-            .with_max_delay(s.retry_max_delay)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times()
-            .build()
-            .nth(delivered.saturating_sub(1).max(0) as usize)
-            .unwrap_or(s.retry_max_delay)
+        let retry = u32::try_from(delivered.max(1)).unwrap_or(u32::MAX);
+        crate::domain::retry::backoff(s.retry_min_delay, s.retry_max_delay, retry)
     }
 }
 
@@ -597,7 +590,7 @@ pub fn command_headers(message: &async_nats::Message) -> CommandHeaders {
             .map(|v| v.as_str().to_owned())
     };
     CommandHeaders {
-        message_id: get("Nats-Msg-Id"),
+        message_id: get(NATS_MESSAGE_ID.as_ref()),
         correlation_id: get("Correlation-Id"),
         traceparent: get("traceparent"),
     }

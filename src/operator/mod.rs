@@ -109,48 +109,9 @@ pub enum DlqCommand {
     },
 }
 
-/// How far an operator's retry may reach: the same limits the executor's claim applies, so
+/// How far an operator's retry may reach: the same window the executor's claim applies, so
 /// that a retry the operator is allowed is one the executor will really send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryWindow {
-    /// `gateway_key_retention - gateway_key_retention_margin`: past this since the first
-    /// gateway call, the gateway may have forgotten the key and a re-send could charge twice.
-    pub key_window: Duration,
-    /// `executor.max_age`: an attempt already sent and older than this is not sent again.
-    pub max_age: Duration,
-    /// The configured key retention and margin, for messages.
-    pub key_retention: Duration,
-    pub key_retention_margin: Duration,
-}
-
-impl RetryWindow {
-    pub fn from_settings(settings: &Settings) -> Self {
-        Self {
-            key_window: settings
-                .gateway_key_retention
-                .saturating_sub(settings.gateway_key_retention_margin),
-            max_age: settings.executor.max_age,
-            key_retention: settings.gateway_key_retention,
-            key_retention_margin: settings.gateway_key_retention_margin,
-        }
-    }
-
-    /// Attempts first sent at or before this may no longer be sent.
-    pub fn key_window_cutoff(&self, now: OffsetDateTime) -> OffsetDateTime {
-        now - self.key_window
-    }
-
-    /// Attempts (already sent once) recorded at or before this are not sent again.
-    pub fn age_cutoff(&self, now: OffsetDateTime) -> OffsetDateTime {
-        now - self.max_age
-    }
-}
-
-impl Default for RetryWindow {
-    fn default() -> Self {
-        Self::from_settings(&Settings::default())
-    }
-}
+pub use crate::domain::RetryWindow;
 
 /// The actor recorded for a decision taken on this machine's command line:
 /// `operator:<user>`. Under `sudo` the person who ran sudo, not `root`.

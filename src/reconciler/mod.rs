@@ -31,16 +31,15 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{ReconcilerSettings, Settings};
 use crate::domain::outcome::{
-    read_lookup, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
+    read_lookup, ChargeStatus, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
 };
-use crate::domain::AttemptStatus;
-use crate::executor::{Clock, SystemClock};
+use crate::domain::{AttemptStatus, RetryWindow};
+use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{GatewayClient, GatewayHealth};
-use crate::store::executor::{
-    record_gateway_call_alone, settle, Fence, GatewayCallRecord, SettleWrite, Settlement,
-};
+use crate::store::attempts::{record_gateway_call_alone, settle};
 use crate::store::reconciler::{claim_unknown, expire_leases, reschedule_lookup, UnknownAttempt};
 use crate::store::Store;
 
@@ -93,12 +92,11 @@ struct Inner {
     gateway: GatewayClient,
     health: GatewayHealth,
     settings: ReconcilerSettings,
-    /// Key retention minus its safety margin: the key window.
-    key_window: Duration,
-    /// The executor's retry limits: re-pending an attempt past them would only bounce it
-    /// back here without a call.
+    /// The key window and the maximum age, as the executor's claim applies them.
+    window: RetryWindow,
+    /// The executor's limit on tries: with the maximum age, re-pending an attempt past it
+    /// would only bounce it back here without a call.
     max_tries: u32,
-    max_age: Duration,
     /// `gateway_max_processing_time`: until this has passed since the last send, an empty
     /// lookup proves nothing.
     max_processing_time: Duration,
@@ -119,9 +117,8 @@ impl Reconciler {
                 gateway,
                 health,
                 settings: settings.reconciler.clone(),
-                key_window: settings.gateway_key_retention - settings.gateway_key_retention_margin,
+                window: RetryWindow::from_settings(settings),
                 max_tries: settings.executor.max_tries,
-                max_age: settings.executor.max_age,
                 max_processing_time: settings.gateway_max_processing_time,
                 actor: format!("reconciler:{}", crate::executor::default_owner()),
                 clock: Arc::new(SystemClock),
@@ -208,7 +205,7 @@ impl Reconciler {
         inner.health.record_lookup(&call.outcome, inner.clock.now());
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
-            operation: "lookup",
+            operation: CallOperation::Lookup,
             idempotency_key: attempt.idempotency_key.clone(),
             try_number: attempt.tries,
             lease_token: Some(attempt.lease_token),
@@ -223,12 +220,7 @@ impl Reconciler {
             }),
         };
         let decision = self.decide(&attempt, &call.outcome, now);
-        let fence = Fence {
-            payment_attempt_id: attempt.payment_attempt_id,
-            lease_token: attempt.lease_token,
-            from: AttemptStatus::Unknown,
-            actor: inner.actor.clone(),
-        };
+        let fence = attempt.fence(&inner.actor);
         let answer = match &decision {
             Decision::Settle { settlement, .. } => settlement.describe(),
             Decision::CheckAgain { reason, .. } => reason.clone(),
@@ -245,7 +237,7 @@ impl Reconciler {
                 };
                 settle(&inner.store, &write).await.map(|settled| {
                     if settled {
-                        tracing::info!(status = %status, cause, "reconciled");
+                        tracing::info!(status = %status, %cause, "reconciled");
                         Resolution::Moved(status)
                     } else {
                         Resolution::Fenced
@@ -328,12 +320,7 @@ impl Reconciler {
             }
             None => {
                 let write = SettleWrite {
-                    fence: Fence {
-                        payment_attempt_id: attempt.payment_attempt_id,
-                        lease_token: attempt.lease_token,
-                        from: AttemptStatus::Unknown,
-                        actor: inner.actor.clone(),
-                    },
+                    fence: attempt.fence(&inner.actor),
                     settlement: Settlement::NeedsReview {
                         reason: format!(
                             "cannot settle: the gateway's answer could not be stored, {} times over the whole reconciliation schedule: {why}; \
@@ -341,7 +328,7 @@ impl Reconciler {
                             checks + 1
                         ),
                     },
-                    cause: "reconciliation_schedule_exhausted",
+                    cause: TransitionCause::ReconciliationScheduleExhausted,
                     call: None,
                     now,
                 };
@@ -379,14 +366,14 @@ impl Reconciler {
                     LookupReading::Nothing => self.nothing_found(attempt, now),
                     LookupReading::Succeeded(charge) => Decision::Settle {
                         settlement: Settlement::Succeeded { charge_id: charge.id },
-                        cause: "lookup_found_charge",
+                        cause: TransitionCause::LookupFoundCharge,
                     },
                     LookupReading::Declined(charge) => Decision::Settle {
                         settlement: Settlement::Declined {
                             charge_id: charge.id,
                             decline_code: charge.decline_code,
                         },
-                        cause: "lookup_found_charge",
+                        cause: TransitionCause::LookupFoundCharge,
                     },
                     LookupReading::SeveralSucceeded(ids) => Decision::Settle {
                         settlement: Settlement::NeedsReview {
@@ -396,7 +383,7 @@ impl Reconciler {
                                 ids.join(", ")
                             ),
                         },
-                        cause: "lookup_found_several_charges",
+                        cause: TransitionCause::LookupFoundSeveralCharges,
                     },
                     LookupReading::Mismatch { reason } => Decision::Settle {
                         settlement: Settlement::NeedsReview {
@@ -404,7 +391,7 @@ impl Reconciler {
                                 "cannot tell whether this attempt was charged: {reason}; check the charge at the gateway"
                             ),
                         },
-                        cause: "lookup_found_another_charge",
+                        cause: TransitionCause::LookupFoundAnotherCharge,
                     },
                     // Maybe not final yet: like a lookup that did not answer, along the schedule.
                     LookupReading::Unsettled { reason } => self.check_again(attempt, now, &reason),
@@ -448,7 +435,7 @@ impl Reconciler {
                         checks + 1
                     ),
                 },
-                cause: "reconciliation_schedule_exhausted",
+                cause: TransitionCause::ReconciliationScheduleExhausted,
             },
         }
     }
@@ -463,22 +450,22 @@ impl Reconciler {
         let inner = &self.inner;
         let key = &attempt.idempotency_key;
         if let Some(first) = attempt.first_dispatched_at {
-            if now - first >= inner.key_window {
+            if inner.window.key_may_be_forgotten(first, now) {
                 return Decision::Settle {
                     settlement: Settlement::NeedsReview {
                         reason: format!(
                             "cannot prove whether the customer was charged: the gateway finds nothing under key {key} \
                              but it was first sent at {first}, past the key window ({}), so the gateway may have forgotten it; \
                              a re-send could charge twice",
-                            humantime::format_duration(inner.key_window)
+                            humantime::format_duration(inner.window.key_window)
                         ),
                     },
-                    cause: "lookup_found_nothing_outside_key_window",
+                    cause: TransitionCause::LookupFoundNothingOutsideKeyWindow,
                 };
             }
         }
         let past_limits = attempt.tries.max(0) as u32 >= inner.max_tries
-            || now - attempt.created_at >= inner.max_age;
+            || inner.window.too_old(attempt.created_at, now);
         let processing = humantime::format_duration(inner.max_processing_time);
         let still_running = attempt.dispatched_at.and_then(|last| {
             let until = time::Duration::try_from(inner.max_processing_time)
@@ -504,7 +491,7 @@ impl Reconciler {
                     ),
                     refund_try: false,
                 },
-                cause: "lookup_found_nothing",
+                cause: TransitionCause::LookupFoundNothing,
             },
             (None, true) => Decision::Settle {
                 settlement: Settlement::NeedsReview {
@@ -522,7 +509,7 @@ impl Reconciler {
                         ),
                     },
                 },
-                cause: "lookup_found_nothing_retries_exhausted",
+                cause: TransitionCause::LookupFoundNothingRetriesExhausted,
             },
             (None, false) => Decision::Settle {
                 settlement: Settlement::Retry {
@@ -533,7 +520,7 @@ impl Reconciler {
                     ),
                     refund_try: false,
                 },
-                cause: "lookup_found_nothing",
+                cause: TransitionCause::LookupFoundNothing,
             },
         }
     }
@@ -548,7 +535,7 @@ pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
     let reconciler = Reconciler::new(store, gateway, health, &settings);
     if !once {
         let shutdown = CancellationToken::new();
-        tokio::spawn(crate::app::cancel_on_signal(shutdown.clone()));
+        tokio::spawn(crate::shutdown::cancel_on_signal(shutdown.clone()));
         return reconciler.run(shutdown).await;
     }
     let mut total = ReconcileReport::default();
@@ -578,7 +565,7 @@ pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
 enum Decision {
     Settle {
         settlement: Settlement,
-        cause: &'static str,
+        cause: TransitionCause,
     },
     CheckAgain {
         at: OffsetDateTime,
@@ -594,7 +581,7 @@ fn found_charge(outcome: &LookupOutcome) -> Option<&GatewayCharge> {
     match outcome {
         LookupOutcome::Found(charges) => charges
             .iter()
-            .find(|c| c.status == "succeeded")
+            .find(|c| c.status == ChargeStatus::Succeeded)
             .or_else(|| charges.first()),
         _ => None,
     }

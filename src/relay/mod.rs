@@ -10,6 +10,7 @@
 //!   are published: several relays never publish one row at the same time, and a relay that
 //!   dies releases its rows unmarked for the next one.
 
+use async_nats::header::NATS_MESSAGE_ID;
 use std::future::IntoFuture as _;
 use std::time::{Duration, Instant};
 
@@ -17,12 +18,13 @@ use anyhow::Context as _;
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::HeaderMap;
-use backon::BackoffBuilder as _;
+
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, PublishKind};
 use crate::config::{RelaySettings, Settings};
+use crate::domain::retry::backoff;
 use crate::domain::PaymentEvent;
 use crate::nudge::Nudges;
 use crate::store::relay::{claim_unpublished, FailedPublish, OutboxRow};
@@ -58,6 +60,8 @@ pub struct PublishFailure {
 /// The shortest and longest wait before a refused event is tried again; doubling between.
 const REFUSED_RETRY_MIN: Duration = Duration::from_secs(5);
 const REFUSED_RETRY_MAX: Duration = Duration::from_secs(600);
+/// The longest wait after failed steps of the loop.
+const FAILED_STEP_MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// The relay role. Any number may run against one database.
 #[derive(Clone)]
@@ -221,12 +225,12 @@ impl Relay {
                 }
                 Ok(_) => {
                     failures = failures.saturating_add(1);
-                    backoff(self.settings.poll_interval, failures)
+                    failed_step_wait(self.settings.poll_interval, failures)
                 }
                 Err(err) => {
                     failures = failures.saturating_add(1);
                     tracing::error!(error = %format!("{err:#}"), "relay step failed");
-                    backoff(self.settings.poll_interval, failures)
+                    failed_step_wait(self.settings.poll_interval, failures)
                 }
             };
             // A nudge cuts an idle wait short, never a failure's backoff.
@@ -271,21 +275,21 @@ fn publish_failure(err: &PublishError, timeout: Duration) -> PublishFailure {
     }
 }
 
-/// How long a refused event waits after its `publish_attempts`-th try.
+/// How long a refused event waits after its `publish_attempts`-th try (counted before
+/// this one): from [`REFUSED_RETRY_MIN`], doubling, with jitter.
 fn refused_retry_delay(publish_attempts: i32) -> Duration {
-    backon::ExponentialBuilder::new()
-        .with_min_delay(REFUSED_RETRY_MIN)
-        .with_max_delay(REFUSED_RETRY_MAX)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
-        .nth(publish_attempts.max(0) as usize)
-        .unwrap_or(REFUSED_RETRY_MAX)
+    let retry = publish_attempts.max(0).unsigned_abs().saturating_add(1);
+    backoff(REFUSED_RETRY_MIN, REFUSED_RETRY_MAX, retry)
 }
 
-fn backoff(base: Duration, failures: u32) -> Duration {
-    base.saturating_mul(1 << failures.min(8))
-        .min(Duration::from_secs(30))
+/// How long the loop waits after its `failures`-th failed step in a row: from twice
+/// `poll_interval`, doubling, up to [`FAILED_STEP_MAX_WAIT`], with jitter.
+fn failed_step_wait(poll_interval: Duration, failures: u32) -> Duration {
+    backoff(
+        poll_interval,
+        FAILED_STEP_MAX_WAIT,
+        failures.saturating_add(1),
+    )
 }
 
 /// The stored headers (`Nats-Msg-Id`, `Causation-Id`, …). The `Nats-Msg-Id` is forced to
@@ -294,7 +298,7 @@ fn headers(row: &OutboxRow) -> HeaderMap {
     let mut headers = HeaderMap::new();
     if let Some(stored) = row.headers.as_object() {
         for (name, value) in stored {
-            if name.eq_ignore_ascii_case("Nats-Msg-Id") {
+            if name.eq_ignore_ascii_case(NATS_MESSAGE_ID.as_ref()) {
                 continue;
             }
             if let Some(value) = value.as_str() {
@@ -302,7 +306,7 @@ fn headers(row: &OutboxRow) -> HeaderMap {
             }
         }
     }
-    headers.insert("Nats-Msg-Id", row.event_id.to_string().as_str());
+    headers.insert(NATS_MESSAGE_ID, row.event_id.to_string().as_str());
     headers
 }
 

@@ -318,7 +318,7 @@ async fn insert_attempts(
             .map(|&i| records[i].command.fingerprint().to_vec())
             .collect::<Vec<_>>(),
     )
-    .bind(column(&|r| Some(r.command.idempotency_key())))
+    .bind(column(&|r| Some(r.command.idempotency_key().into())))
     .bind(column(&|r| Some(initial_status(r).as_str().to_owned())))
     .bind(column(&|r| Some(r.message_id.clone())))
     .bind(column(&|r| r.correlation_id.clone()))

@@ -6,7 +6,7 @@
 //! Queries are checked at run time (`sqlx::query`), not with the compile-time macros; every
 //! query is exercised by the test suite. See docs/decisions.md for why.
 
-pub mod executor;
+pub mod attempts;
 pub mod intake;
 pub mod metrics;
 pub mod operator;

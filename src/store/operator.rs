@@ -237,13 +237,7 @@ pub async fn events(store: &Store, id: Uuid) -> Result<Vec<OutboxEvent>, sqlx::E
 }
 
 fn attempt_from_row(row: &PgRow) -> Result<AttemptRecord, sqlx::Error> {
-    let status: String = row.try_get("status")?;
-    let status = status
-        .parse::<AttemptStatus>()
-        .map_err(|e| sqlx::Error::ColumnDecode {
-            index: "status".into(),
-            source: Box::new(e),
-        })?;
+    let status: AttemptStatus = row.try_get("status")?;
     Ok(AttemptRecord {
         payment_attempt_id: row.try_get("payment_attempt_id")?,
         status,
@@ -483,13 +477,7 @@ async fn explain_refusal(
     let Some(row) = row else {
         return Ok(ResolveOutcome::NotFound);
     };
-    let status: String = row.try_get("status")?;
-    let status = status
-        .parse::<AttemptStatus>()
-        .map_err(|e| sqlx::Error::ColumnDecode {
-            index: "status".into(),
-            source: Box::new(e),
-        })?;
+    let status: AttemptStatus = row.try_get("status")?;
     if status != AttemptStatus::NeedsReview {
         return Ok(ResolveOutcome::NotInReview { status });
     }

@@ -1,20 +1,21 @@
 //! The reconciler's SQL: turning expired leases into `unknown`, claiming due `unknown`
 //! attempts under a fencing token, and rescheduling a lookup that settled nothing.
-//! Resolutions go through [`super::executor::settle`] with an `unknown` fence.
+//! Resolutions go through [`super::attempts::settle`] with an `unknown` fence.
 
 use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::executor::{gateway_text, record_gateway_call, GatewayCallRecord};
+use super::attempts::{gateway_text, record_gateway_call};
 use super::Store;
+use crate::domain::{AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey};
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
 /// every write about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownAttempt {
     pub payment_attempt_id: Uuid,
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
     pub lease_token: i64,
     /// Failed lookups so far; the schedule decides the next delay and when to give up.
     pub reconcile_checks: i32,
@@ -32,6 +33,18 @@ pub struct UnknownAttempt {
     /// attempt id as reference).
     pub amount_minor: i64,
     pub currency: String,
+}
+
+impl UnknownAttempt {
+    /// The fence of every write about this claim: still `unknown` under its token.
+    pub fn fence(&self, actor: &str) -> Fence {
+        Fence {
+            payment_attempt_id: self.payment_attempt_id,
+            lease_token: self.lease_token,
+            from: AttemptStatus::Unknown,
+            actor: actor.to_owned(),
+        }
+    }
 }
 
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use mock_gateway::{MockConfig, MockGateway};
 use onecharge::broker::Broker;
+use onecharge::clock::ManualClock;
 use onecharge::config::Settings;
 use onecharge::domain::command::body_sha256;
 use onecharge::domain::ChargePayment;
-use onecharge::executor::{Executor, ManualClock};
+use onecharge::executor::Executor;
 use onecharge::gateway::{GatewayClient, GatewayHealth};
 use onecharge::reconciler::Reconciler;
 use onecharge::relay::Relay;
@@ -139,7 +140,7 @@ impl Harness {
     /// The manual clock's time: what the breaker and the credentials pause read. Attempts'
     /// times come from the database's clock; see [`Harness::db_now`] and [`Harness::advance`].
     pub fn now(&self) -> OffsetDateTime {
-        onecharge::executor::Clock::now(&*self.clock)
+        onecharge::clock::Clock::now(&*self.clock)
     }
 
     /// The database's `now()`, the clock every lease, due time and key window is measured on.

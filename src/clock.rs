@@ -1,5 +1,6 @@
-//! The host's clock, for in-memory timing only: the gateway health's credentials pause and
-//! circuit breaker read it, so tests move it instead of sleeping. Nothing stored is timed
+//! The host's clock, the one clock module of the crate, for in-memory timing only: the
+//! gateway health's credentials pause and circuit breaker read it (through the executor and
+//! the reconciler, which share one health), so tests move it instead of sleeping. Nothing stored is timed
 //! by it: claims, leases, due times, dispatch stamps and transitions use the database's
 //! `now()`, and the executor's and reconciler's retry-window decisions are measured from
 //! the time of their claim as the database gave it (see docs/decisions.md, 24).

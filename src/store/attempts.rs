@@ -1,5 +1,6 @@
-//! The executor's SQL: claiming due attempts under a fenced lease, and writing each result
-//! together with its transition, its event and the gateway-call evidence.
+//! The SQL of payment attempts in motion: claiming due attempts under a fenced lease, and
+//! writing each fenced settlement (the executor's and the reconciler's) together with its
+//! transition, its event and the gateway-call evidence.
 //!
 //! Invariants kept here:
 //! - A claim and its `pending → in_flight` transition commit, with the dispatch stamp,
@@ -17,8 +18,10 @@ use uuid::Uuid;
 
 use super::{outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
-use crate::domain::AttemptStatus;
-use crate::gateway::{ChargeBody, ChargeRequest};
+use crate::domain::retry::SendHistory;
+use crate::domain::{
+    AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, SettleWrite, Settlement,
+};
 
 /// One attempt this executor holds under a lease: what to send, and the token that fences
 /// every write about it.
@@ -32,7 +35,7 @@ pub struct ClaimedAttempt {
     pub payment_method: String,
     pub description: Option<String>,
     /// The stored key: every try sends exactly this value.
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
     /// Tries made including this one (a hand-over does not count one).
     pub tries: i32,
     /// The fencing token of this claim.
@@ -49,24 +52,6 @@ pub struct ClaimedAttempt {
     /// The `Nats-Msg-Id` of the command that created the attempt (causation of its events).
     pub first_message_id: String,
     pub correlation_id: Option<String>,
-}
-
-impl ClaimedAttempt {
-    /// The charge request, built from the stored attempt only, so that every try is the
-    /// same request under the same key.
-    pub fn charge_request(&self) -> ChargeRequest {
-        ChargeRequest::new(
-            self.idempotency_key.clone(),
-            &ChargeBody {
-                amount_minor: self.amount_minor,
-                currency: self.currency.clone(),
-                customer_id: self.customer_id.clone(),
-                payment_method: self.payment_method.clone(),
-                reference: self.payment_attempt_id.to_string(),
-                description: self.description.clone(),
-            },
-        )
-    }
 }
 
 /// Where a claim query draws the line for hand-overs.
@@ -304,25 +289,6 @@ pub fn actor(owner: &str) -> String {
     format!("executor:{owner}")
 }
 
-/// The evidence of one gateway call, appended to `gateway_calls`.
-#[derive(Debug, Clone)]
-pub struct GatewayCallRecord {
-    pub payment_attempt_id: Uuid,
-    /// `charge` or `lookup`.
-    pub operation: &'static str,
-    pub idempotency_key: String,
-    pub try_number: i32,
-    pub lease_token: Option<i64>,
-    pub started_at: OffsetDateTime,
-    pub finished_at: OffsetDateTime,
-    pub http_status: Option<u16>,
-    /// The classified outcome's label.
-    pub outcome: String,
-    pub gateway_charge_id: Option<String>,
-    /// Made storable ([`gateway_text`], 1000 characters) when written.
-    pub error: Option<String>,
-}
-
 /// Appends one call to `gateway_calls` on `conn` (inside the caller's transaction, or alone).
 pub async fn record_gateway_call(
     conn: &mut PgConnection,
@@ -397,47 +363,29 @@ pub async fn record_gateway_calls(
     Ok(())
 }
 
-/// Where an in-flight attempt goes after its gateway call (or its hand-over).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settlement {
-    /// Final, with the gateway's charge id.
-    Succeeded { charge_id: String },
-    /// Final.
-    Declined {
-        charge_id: String,
-        decline_code: Option<String>,
-    },
-    /// A person decides; the reason is the gateway's words.
-    NeedsReview { reason: String },
-    /// Back to `pending`, due at `next_run_at`. `refund_try` un-counts the try (a
-    /// credentials fault is onecharge's fault, not the attempt's).
-    Retry {
-        next_run_at: OffsetDateTime,
-        reason: String,
-        refund_try: bool,
-    },
-    /// The reconciler's: the gateway may have charged, or retries are over.
-    Unknown { reason: String },
-}
-
-impl Settlement {
-    /// What this settlement says, in a few words, for a reason an operator reads (e.g.
-    /// `succeeded, charge ch_1`).
-    pub fn describe(&self) -> String {
-        match self {
-            Self::Succeeded { charge_id } => format!("succeeded, charge {charge_id}"),
-            Self::Declined {
-                charge_id,
-                decline_code,
-            } => format!(
-                "declined, charge {charge_id}, decline code {}",
-                decline_code.as_deref().unwrap_or("none")
-            ),
-            Self::NeedsReview { reason } => format!("needs review: {reason}"),
-            Self::Retry { reason, .. } | Self::Unknown { reason } => reason.clone(),
+impl ClaimedAttempt {
+    /// What the retry rules weigh: the tries, the age and the first send.
+    pub fn history(&self) -> SendHistory {
+        SendHistory {
+            tries: self.tries,
+            created_at: self.created_at,
+            first_dispatched_at: self.first_dispatched_at,
         }
     }
 
+    /// The fence of every write about this claim: `in_flight` under its lease token.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            payment_attempt_id: self.payment_attempt_id,
+            lease_token: self.lease_token,
+            from: AttemptStatus::InFlight,
+            actor: actor(&self.lease_owner),
+        }
+    }
+}
+
+/// Storing a settlement: its gateway-provided text made storable.
+impl Settlement {
     /// The same settlement with every gateway-provided text made storable
     /// ([`gateway_text`]), so that the row, the transition and the event agree.
     fn storable(&self) -> Self {
@@ -467,68 +415,10 @@ impl Settlement {
             Self::Unknown { reason: r } => Self::Unknown { reason: reason(r) },
         }
     }
-
-    /// The state the attempt moves to.
-    pub fn status(&self) -> AttemptStatus {
-        match self {
-            Self::Succeeded { .. } => AttemptStatus::Succeeded,
-            Self::Declined { .. } => AttemptStatus::Declined,
-            Self::NeedsReview { .. } => AttemptStatus::NeedsReview,
-            Self::Retry { .. } => AttemptStatus::Pending,
-            Self::Unknown { .. } => AttemptStatus::Unknown,
-        }
-    }
 }
 
-/// What a write about an attempt must still find true to be allowed: the attempt is in
-/// `from` under the token the writer was given. The executor's fence is `in_flight` + its
-/// lease token; the reconciler's is `unknown` + the token of its claim.
-#[derive(Debug, Clone)]
-pub struct Fence {
-    pub payment_attempt_id: Uuid,
-    pub lease_token: i64,
-    pub from: AttemptStatus,
-    /// Recorded on the transition, e.g. `executor:host-123`.
-    pub actor: String,
-}
-
-/// One fenced write about an attempt: where it goes, why, and the gateway call that led
-/// there.
-#[derive(Debug, Clone)]
-pub struct SettleWrite {
-    pub fence: Fence,
-    pub settlement: Settlement,
-    /// The transition's cause, e.g. `gateway_succeeded`.
-    pub cause: &'static str,
-    /// The call's evidence: stored whether or not the fence lets the write through.
-    pub call: Option<GatewayCallRecord>,
-    pub now: OffsetDateTime,
-}
-
+/// Storing a fenced write: its text made storable, its columns, its event.
 impl SettleWrite {
-    /// The executor's write about an attempt it holds: from `in_flight`, fenced by the
-    /// claim's lease token.
-    pub fn for_claim(
-        attempt: &ClaimedAttempt,
-        settlement: Settlement,
-        cause: &'static str,
-        call: Option<GatewayCallRecord>,
-        now: OffsetDateTime,
-    ) -> Self {
-        Self {
-            fence: Fence {
-                payment_attempt_id: attempt.payment_attempt_id,
-                lease_token: attempt.lease_token,
-                from: AttemptStatus::InFlight,
-                actor: actor(&attempt.lease_owner),
-            },
-            settlement,
-            cause,
-            call,
-            now,
-        }
-    }
-
     /// This write with every gateway-provided text made storable.
     fn storable(&self) -> Self {
         Self {
@@ -637,12 +527,19 @@ pub async fn settle(store: &Store, write: &SettleWrite) -> Result<bool, sqlx::Er
 }
 
 /// [`settle`] for several writes in one transaction (one commit for all of them): element
-/// `i` of the answer says whether the fence let `writes[i]` through. Every write keeps its
+/// `i` of the answer says whether the fence let `writes[i]` through. A write whose move
+/// contract §4 does not allow ([`SettleWrite::check_move`]) fails the call before anything
+/// is written. Every write keeps its
 /// own fence, transition and event; if any statement fails, none of them is written. The
 /// rows are locked in key order, so two batches cannot deadlock on each other.
 pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<bool>, sqlx::Error> {
     if writes.is_empty() {
         return Ok(Vec::new());
+    }
+    for write in writes {
+        write
+            .check_move()
+            .map_err(|illegal| sqlx::Error::Encode(Box::new(illegal)))?;
     }
     let writes: Vec<SettleWrite> = writes.iter().map(SettleWrite::storable).collect();
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
@@ -707,16 +604,11 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
             .map(|w| w.fence.lease_token)
             .collect::<Vec<_>>(),
     )
+    .bind(writes.iter().map(|w| w.fence.from).collect::<Vec<_>>())
     .bind(
         writes
             .iter()
-            .map(|w| w.fence.from.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        writes
-            .iter()
-            .map(|w| w.settlement.status().as_str())
+            .map(|w| w.settlement.status())
             .collect::<Vec<_>>(),
     )
     .bind(columns.iter().map(|c| c.charge_id).collect::<Vec<_>>())
@@ -736,7 +628,7 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     .bind(columns.iter().map(|c| c.next_run_at).collect::<Vec<_>>())
     .bind(columns.iter().map(|c| c.refund).collect::<Vec<_>>())
     .bind(writes.iter().map(|w| w.now).collect::<Vec<_>>())
-    .bind(writes.iter().map(|w| w.cause).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.cause.as_str()).collect::<Vec<_>>())
     .bind(
         writes
             .iter()

@@ -1,0 +1,53 @@
+//! The identifiers onecharge hands to others, as types of their own so that one cannot be
+//! passed where another is meant.
+
+use std::fmt;
+use std::ops::Deref;
+
+use uuid::Uuid;
+
+/// The `Idempotency-Key` of one payment attempt (contract §3): the same for every try,
+/// derived from the attempt id alone, stored with the attempt and read back from the row
+/// on every try. Stored as text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// The key of the attempt `payment_attempt_id`: `onecharge-<id>`, 46 characters, inside
+    /// the contract's 1–255.
+    pub fn for_attempt(payment_attempt_id: Uuid) -> Self {
+        Self(format!("onecharge-{payment_attempt_id}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for IdempotencyKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<IdempotencyKey> for String {
+    fn from(key: IdempotencyKey) -> Self {
+        key.0
+    }
+}
+
+/// A key compares equal to the same text (a gateway's answer, a header).
+impl PartialEq<&str> for IdempotencyKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}

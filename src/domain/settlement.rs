@@ -1,0 +1,298 @@
+//! Where an attempt goes after a gateway answer (or a hand-over), as data: the decisions
+//! the executor's retry policy and the reconciler make, and the fenced write that carries
+//! one to the store. Pure: the store turns a [`SettleWrite`] into one statement, and
+//! nothing here knows SQL.
+
+use std::fmt;
+
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{AttemptStatus, IdempotencyKey};
+
+/// Where an attempt goes after its gateway call (or its hand-over, or a lookup).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// Final, with the gateway's charge id.
+    Succeeded { charge_id: String },
+    /// Final.
+    Declined {
+        charge_id: String,
+        decline_code: Option<String>,
+    },
+    /// A person decides; the reason is the gateway's words.
+    NeedsReview { reason: String },
+    /// Back to `pending`, due at `next_run_at`. `refund_try` un-counts the try (a
+    /// credentials fault is onecharge's fault, not the attempt's).
+    Retry {
+        next_run_at: OffsetDateTime,
+        reason: String,
+        refund_try: bool,
+    },
+    /// The reconciler's: the gateway may have charged, or retries are over.
+    Unknown { reason: String },
+}
+
+impl Settlement {
+    /// What this settlement says, in a few words, for a reason an operator reads (e.g.
+    /// `succeeded, charge ch_1`).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Succeeded { charge_id } => format!("succeeded, charge {charge_id}"),
+            Self::Declined {
+                charge_id,
+                decline_code,
+            } => format!(
+                "declined, charge {charge_id}, decline code {}",
+                decline_code.as_deref().unwrap_or("none")
+            ),
+            Self::NeedsReview { reason } => format!("needs review: {reason}"),
+            Self::Retry { reason, .. } | Self::Unknown { reason } => reason.clone(),
+        }
+    }
+
+    /// The state the attempt moves to.
+    pub fn status(&self) -> AttemptStatus {
+        match self {
+            Self::Succeeded { .. } => AttemptStatus::Succeeded,
+            Self::Declined { .. } => AttemptStatus::Declined,
+            Self::NeedsReview { .. } => AttemptStatus::NeedsReview,
+            Self::Retry { .. } => AttemptStatus::Pending,
+            Self::Unknown { .. } => AttemptStatus::Unknown,
+        }
+    }
+}
+
+/// Why an attempt moved, as recorded in `attempt_transitions.cause`: the causes of the
+/// fenced settlements the executor and the reconciler write. (The moves written by one
+/// fixed statement — `dispatched`, `claimed_for_hand_over`, `lease_expired`,
+/// `stale_at_dispatch`, `command_accepted`, an operator's resolution — name their cause in
+/// that statement.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransitionCause {
+    /// The gateway charged.
+    GatewaySucceeded,
+    /// The gateway declined.
+    GatewayDeclined,
+    /// The gateway refused the request itself (400, 422, an unlisted answer).
+    GatewayRefusedRequest,
+    /// The gateway rejected onecharge's credentials; the try is refunded.
+    CredentialsFault,
+    /// The gateway URL answers like something else (404, 405, 3xx); the try is refunded.
+    EndpointFault,
+    /// The gateway may have charged (5xx, timeout, dropped connection).
+    AmbiguousResult,
+    /// No tries left.
+    RetriesExhausted,
+    /// Past the maximum age or the key window: no further send.
+    RetryWindowClosed,
+    /// Not processed; sent again later under the same key.
+    RetryScheduled,
+    /// The database refused the settlement for good; handed to the reconciler.
+    SettlementRefused,
+    /// A lookup found this attempt's charge.
+    LookupFoundCharge,
+    /// A lookup found several successful charges under one key.
+    LookupFoundSeveralCharges,
+    /// A lookup found a charge that does not match the attempt.
+    LookupFoundAnotherCharge,
+    /// A lookup found nothing; re-sent under the same key.
+    LookupFoundNothing,
+    /// A lookup found nothing, but the gateway may have forgotten the key.
+    LookupFoundNothingOutsideKeyWindow,
+    /// A lookup found nothing, and the attempt is past its retry limits.
+    LookupFoundNothingRetriesExhausted,
+    /// The reconciliation schedule is used up.
+    ReconciliationScheduleExhausted,
+}
+
+impl TransitionCause {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::GatewaySucceeded => "gateway_succeeded",
+            Self::GatewayDeclined => "gateway_declined",
+            Self::GatewayRefusedRequest => "gateway_refused_request",
+            Self::CredentialsFault => "credentials_fault",
+            Self::EndpointFault => "endpoint_fault",
+            Self::AmbiguousResult => "ambiguous_result",
+            Self::RetriesExhausted => "retries_exhausted",
+            Self::RetryWindowClosed => "retry_window_closed",
+            Self::RetryScheduled => "retry_scheduled",
+            Self::SettlementRefused => "settlement_refused",
+            Self::LookupFoundCharge => "lookup_found_charge",
+            Self::LookupFoundSeveralCharges => "lookup_found_several_charges",
+            Self::LookupFoundAnotherCharge => "lookup_found_another_charge",
+            Self::LookupFoundNothing => "lookup_found_nothing",
+            Self::LookupFoundNothingOutsideKeyWindow => "lookup_found_nothing_outside_key_window",
+            Self::LookupFoundNothingRetriesExhausted => "lookup_found_nothing_retries_exhausted",
+            Self::ReconciliationScheduleExhausted => "reconciliation_schedule_exhausted",
+        }
+    }
+}
+
+impl fmt::Display for TransitionCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a write about an attempt must still find true to be allowed: the attempt is in
+/// `from` under the token the writer was given. The executor's fence is `in_flight` + its
+/// lease token; the reconciler's is `unknown` + the token of its claim.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    pub payment_attempt_id: Uuid,
+    pub lease_token: i64,
+    pub from: AttemptStatus,
+    /// Recorded on the transition, e.g. `executor:host-123`.
+    pub actor: String,
+}
+
+/// Which gateway endpoint a call went to (`gateway_calls.operation`, decoded by `sqlx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum CallOperation {
+    /// `POST /v1/charges`.
+    Charge,
+    /// `GET /v1/charges?idempotency_key=…`.
+    Lookup,
+}
+
+impl CallOperation {
+    /// The stored spelling (and the metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Charge => "charge",
+            Self::Lookup => "lookup",
+        }
+    }
+}
+
+/// The evidence of one gateway call, appended to `gateway_calls`.
+#[derive(Debug, Clone)]
+pub struct GatewayCallRecord {
+    pub payment_attempt_id: Uuid,
+    pub operation: CallOperation,
+    pub idempotency_key: IdempotencyKey,
+    pub try_number: i32,
+    pub lease_token: Option<i64>,
+    pub started_at: OffsetDateTime,
+    pub finished_at: OffsetDateTime,
+    pub http_status: Option<u16>,
+    /// The classified outcome's label.
+    pub outcome: String,
+    pub gateway_charge_id: Option<String>,
+    /// Made storable (control characters escaped, 1000 characters) when written.
+    pub error: Option<String>,
+}
+
+/// One fenced write about an attempt: where it goes, why, and the gateway call that led
+/// there.
+#[derive(Debug, Clone)]
+pub struct SettleWrite {
+    pub fence: Fence,
+    pub settlement: Settlement,
+    pub cause: TransitionCause,
+    /// The call's evidence: stored whether or not the fence lets the write through.
+    pub call: Option<GatewayCallRecord>,
+    /// The writer's reading of the database's clock when it decided; due times in the
+    /// settlement are relative to it.
+    pub now: OffsetDateTime,
+}
+
+/// A write that would move an attempt along a path contract §4 does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "attempt {payment_attempt_id}: contract §4 allows no move from {from} to {to} (cause {cause})"
+)]
+pub struct IllegalMove {
+    pub payment_attempt_id: Uuid,
+    pub from: AttemptStatus,
+    pub to: AttemptStatus,
+    pub cause: TransitionCause,
+}
+
+impl SettleWrite {
+    /// Refuses a write whose move [`AttemptStatus::allows`] does not allow: the store checks
+    /// every settlement with this before it writes anything, so a wrong decision fails
+    /// loudly instead of moving an attempt where the contract says it cannot go.
+    pub fn check_move(&self) -> Result<(), IllegalMove> {
+        let (from, to) = (self.fence.from, self.settlement.status());
+        if AttemptStatus::allows(Some(from), to) {
+            return Ok(());
+        }
+        Err(IllegalMove {
+            payment_attempt_id: self.fence.payment_attempt_id,
+            from,
+            to,
+            cause: self.cause,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(from: AttemptStatus, settlement: Settlement) -> SettleWrite {
+        SettleWrite {
+            fence: Fence {
+                payment_attempt_id: Uuid::nil(),
+                lease_token: 1,
+                from,
+                actor: "test".into(),
+            },
+            settlement,
+            cause: TransitionCause::RetryScheduled,
+            call: None,
+            now: OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn every_settlement_of_an_attempt_in_flight_is_a_move_the_contract_allows() {
+        let now = OffsetDateTime::UNIX_EPOCH;
+        for settlement in [
+            Settlement::Succeeded {
+                charge_id: "ch".into(),
+            },
+            Settlement::Declined {
+                charge_id: "ch".into(),
+                decline_code: None,
+            },
+            Settlement::NeedsReview { reason: "r".into() },
+            Settlement::Retry {
+                next_run_at: now,
+                reason: "r".into(),
+                refund_try: false,
+            },
+            Settlement::Unknown { reason: "r".into() },
+        ] {
+            assert_eq!(
+                write(AttemptStatus::InFlight, settlement).check_move(),
+                Ok(())
+            );
+        }
+    }
+
+    #[test]
+    fn a_settlement_the_contract_does_not_allow_is_refused_before_it_is_written() {
+        let unknown_again = write(
+            AttemptStatus::Unknown,
+            Settlement::Unknown { reason: "r".into() },
+        );
+        let refused = unknown_again.check_move().unwrap_err();
+        assert_eq!(
+            (refused.from, refused.to),
+            (AttemptStatus::Unknown, AttemptStatus::Unknown)
+        );
+        let from_final = write(
+            AttemptStatus::Succeeded,
+            Settlement::Succeeded {
+                charge_id: "ch".into(),
+            },
+        );
+        assert!(from_final.check_move().is_err());
+    }
+}
