@@ -507,3 +507,143 @@ async fn amounts_are_sent_in_stripes_unit_and_an_amount_stripe_cannot_take_is_ne
     }
     assert_eq!(h.gateway.ledger().len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_until_it_charges() {
+    let h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            s.gateway_request_timeout = Duration::from_millis(300);
+        },
+    )
+    .await;
+    let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let report = h.executor_with(client.clone()).run_once().await.unwrap();
+    assert_eq!(
+        report.count(AttemptStatus::Unknown),
+        1,
+        "the confirm timed out"
+    );
+
+    // A re-send under the same confirm key while Stripe still runs the first: 409.
+    let pi = gateway_object_id(&h.store, id)
+        .await
+        .unwrap()
+        .expect("stored");
+    let mut row = sqlx::query_as::<_, (String,)>(
+        "SELECT idempotency_key FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    let request = onecharge::gateway::ChargeRequest::new(
+        std::mem::take(&mut row.0),
+        &onecharge::gateway::ChargeBody {
+            amount_minor: 1999,
+            currency: "EUR".into(),
+            customer_id: "cus_42".into(),
+            payment_method: pm::FAULT_SLOW_CHARGE.into(),
+            reference: id.to_string(),
+            description: None,
+        },
+    )
+    .with_gateway_object(Some(pi.clone()));
+    let resend = client.charge(&request).await;
+    assert_eq!(resend.http_status, Some(409));
+    assert!(
+        matches!(
+            resend.outcome,
+            GatewayOutcome::RetryLater {
+                after: onecharge::domain::outcome::RetryAfter::InProgress,
+                ..
+            }
+        ),
+        "{resend:?}"
+    );
+
+    // Retrieved by id: processing, never adopted nor called "not charged".
+    let reconciler = h.reconciler_with(client);
+    let pass = reconciler.run_once().await.unwrap();
+    assert_eq!(pass.rescheduled(), 1, "{pass:?}");
+    h.finish_slow_charge().await;
+    h.advance(Duration::from_secs(3600)).await;
+    let pass = reconciler.run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    h.assert_charged_once(id).await;
+    assert_eq!(h.gateway.ledger()[0].id, pi);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_intent_canceled_before_its_confirm_is_declined_as_canceled() {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let executor = h.executor_with(client.clone());
+    // The create ran and its id was stored; then someone canceled it at Stripe.
+    let claimed = executor.claim(1).await.unwrap().remove(0);
+    let prepared = client.prepare(&claimed.charge_request()).await.unwrap();
+    let Prepared::Object { id: pi } = prepared.outcome else {
+        panic!("{prepared:?}")
+    };
+    let evidence = onecharge::store::executor::GatewayCallRecord {
+        payment_attempt_id: id,
+        operation: "prepare",
+        idempotency_key: create_key(&claimed.idempotency_key),
+        try_number: claimed.tries,
+        lease_token: Some(claimed.lease_token),
+        started_at: h.db_now().await,
+        finished_at: h.db_now().await,
+        http_status: prepared.http_status,
+        outcome: "prepared".into(),
+        gateway_charge_id: Some(pi.clone()),
+        error: None,
+    };
+    assert!(
+        record_gateway_object(&h.store, id, claimed.lease_token, &pi, &evidence)
+            .await
+            .unwrap()
+    );
+    let canceled = reqwest::Client::new()
+        .post(format!(
+            "{}/v1/payment_intents/{pi}/cancel",
+            h.gateway.base_url()
+        ))
+        .bearer_auth(support::API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(canceled.status().as_u16(), 200);
+    // A confirm now meets payment_intent_unexpected_state carrying the canceled intent.
+    let confirm = client
+        .charge(
+            &claimed
+                .charge_request()
+                .with_gateway_object(Some(pi.clone())),
+        )
+        .await;
+    assert_eq!(confirm.http_status, Some(400));
+    assert_eq!(
+        confirm.outcome,
+        GatewayOutcome::Declined {
+            charge_id: pi.clone(),
+            decline_code: Some("canceled".into()),
+            replayed: false
+        }
+    );
+    h.advance(Duration::from_secs(60)).await;
+
+    // The reconciler reads it as final: a canceled PaymentIntent never charges.
+    let pass = h.reconciler_with(client).run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::Declined), 1, "{pass:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.decline_code.as_deref(), Some("canceled"));
+    assert_eq!(row.gateway_charge_id.as_deref(), Some(pi.as_str()));
+    assert!(h.gateway.ledger().is_empty());
+}
