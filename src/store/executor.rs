@@ -313,7 +313,7 @@ pub fn actor(owner: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct GatewayCallRecord {
     pub payment_attempt_id: Uuid,
-    /// `charge` or `lookup`.
+    /// `charge`, `lookup`, or `prepare` (a connector's first step: Stripe's create).
     pub operation: &'static str,
     pub idempotency_key: String,
     pub try_number: i32,
