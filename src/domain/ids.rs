@@ -20,6 +20,13 @@ impl IdempotencyKey {
         Self(format!("onecharge-{payment_attempt_id}"))
     }
 
+    /// A key as a connector actually sent it, when that is not the attempt's stored key
+    /// itself (Stripe's `-create` and `-confirm` keys, derived from it): recorded as the
+    /// call's evidence.
+    pub fn sent(text: String) -> Self {
+        Self(text)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -82,6 +82,9 @@ pub enum TransitionCause {
     EndpointFault,
     /// The gateway may have charged (5xx, timeout, dropped connection).
     AmbiguousResult,
+    /// The gateway is still processing the charge (Stripe's `processing`); the reconciler
+    /// reads it until it settles.
+    GatewayProcessing,
     /// No tries left.
     RetriesExhausted,
     /// Past the maximum age or the key window: no further send.
@@ -116,6 +119,7 @@ impl TransitionCause {
             Self::CredentialsFault => "credentials_fault",
             Self::EndpointFault => "endpoint_fault",
             Self::AmbiguousResult => "ambiguous_result",
+            Self::GatewayProcessing => "gateway_processing",
             Self::RetriesExhausted => "retries_exhausted",
             Self::RetryWindowClosed => "retry_window_closed",
             Self::RetryScheduled => "retry_scheduled",
@@ -155,8 +159,11 @@ pub struct Fence {
 pub enum CallOperation {
     /// `POST /v1/charges`.
     Charge,
-    /// `GET /v1/charges?idempotency_key=…`.
+    /// `GET /v1/charges?idempotency_key=…`, or Stripe's retrieve by id.
     Lookup,
+    /// A connector's step before the charging call that cannot charge (Stripe's create of
+    /// an unconfirmed PaymentIntent).
+    Prepare,
 }
 
 impl CallOperation {
@@ -165,6 +172,7 @@ impl CallOperation {
         match self {
             Self::Charge => "charge",
             Self::Lookup => "lookup",
+            Self::Prepare => "prepare",
         }
     }
 }

@@ -45,11 +45,12 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
-use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
-use crate::gateway::{Admission, GatewayClient, GatewayHealth};
+use crate::domain::{GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
+use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::gateway::{ChargeBody, ChargeRequest};
 use crate::nudge::Nudges;
 use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
+use crate::store::gateway_objects::record_gateway_object;
 use crate::store::Store;
 use in_hand::InHand;
 
@@ -416,17 +417,29 @@ impl Executor {
             let disposition = self.write(&attempt, write).await;
             return report(&attempt, None, disposition);
         }
-        let request = charge_request(&attempt);
-        let started_at = now();
-        let call = inner.gateway.charge(&request).await;
+        let mut request = charge_request(&attempt);
+        let mut started_at = now();
+        let call = match self.prepare(&attempt, &mut request, started_at).await {
+            Err(disposition) => return report(&attempt, None, disposition),
+            Ok(Some(refused)) => refused,
+            Ok(None) => {
+                started_at = now();
+                inner.gateway.charge(&request).await
+            }
+        };
         drop(slot);
-        inner.health.record(&call.outcome, inner.clock.now());
+        if !call.answered_locally {
+            inner.health.record(&call.outcome, inner.clock.now());
+        }
         let now = now();
         let (settlement, cause) = inner.policy.settle(&attempt.history(), &call.outcome, now);
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
-            operation: CallOperation::Charge,
-            idempotency_key: attempt.idempotency_key.clone(),
+            operation: call.operation,
+            idempotency_key: call
+                .sent_key
+                .clone()
+                .unwrap_or_else(|| attempt.idempotency_key.clone()),
             try_number: attempt.tries,
             lease_token: Some(attempt.lease_token),
             started_at,
@@ -501,6 +514,70 @@ impl Executor {
 }
 
 impl Executor {
+    /// The first step of a two-step charge (Stripe: create the PaymentIntent unconfirmed),
+    /// for connectors that need one: stores the object's id under this lease, with the
+    /// call's evidence, and puts it in `request`, so that nothing that can charge is sent
+    /// before the reconciler could find it by id. `Ok(None)`: go on and charge.
+    /// `Ok(Some(call))`: the gateway refused to make the object (nothing can have charged);
+    /// the attempt settles on that call. `Err`: the id could not be stored (the lease was
+    /// taken over, or the database failed): nothing is confirmed, and an attempt left
+    /// `in_flight` is found uncharged by the reconciler.
+    async fn prepare(
+        &self,
+        attempt: &ClaimedAttempt,
+        request: &mut crate::gateway::ChargeRequest,
+        started_at: time::OffsetDateTime,
+    ) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
+        let inner = &self.inner;
+        let Some(prepared) = inner.gateway.prepare(request).await else {
+            return Ok(None);
+        };
+        let id = match prepared.outcome {
+            Prepared::Object { ref id } => id.clone(),
+            // Recorded in the health with the rest of the call's outcome, by the caller.
+            Prepared::Refused(outcome) => {
+                return Ok(Some(GatewayCall {
+                    outcome,
+                    operation: prepared.operation,
+                    sent_key: prepared.sent_key,
+                    answered_locally: prepared.answered_locally,
+                    http_status: prepared.http_status,
+                    elapsed: prepared.elapsed,
+                    error: prepared.error,
+                }))
+            }
+        };
+        inner
+            .health
+            .record_prepared(&prepared.outcome, inner.clock.now());
+        let evidence = prepared_evidence(
+            attempt,
+            &prepared,
+            &id,
+            started_at,
+            started_at + prepared.elapsed,
+        );
+        match store_gateway_object(&inner.store, attempt, &id, &evidence).await {
+            Ok(true) => {
+                *request = request.clone().with_gateway_object(Some(id));
+                Ok(None)
+            }
+            Ok(false) => {
+                metrics::fenced();
+                tracing::warn!("the gateway object was not stored: the lease was taken over; nothing confirmed");
+                Err(Disposition::Fenced)
+            }
+            Err(err) => {
+                metrics::unrecorded();
+                tracing::error!(error = %err, "cannot store the gateway object: nothing confirmed; the lease expires and the reconciler finds nothing charged");
+                Err(Disposition::Unrecorded(crate::domain::bounded(
+                    &err.to_string(),
+                    500,
+                )))
+            }
+        }
+    }
+
     /// A result the database refused for good (it will refuse it every time): keeps the
     /// call's evidence in a transaction of its own, then hands the attempt to the reconciler
     /// at once (`unknown`, with why and what the gateway said), instead of leaving it
@@ -557,6 +634,66 @@ enum Next {
     RetryAfter(Duration),
 }
 
+/// The evidence of the call that made the attempt's gateway object.
+fn prepared_evidence(
+    attempt: &ClaimedAttempt,
+    call: &GatewayCall<Prepared>,
+    object_id: &str,
+    started_at: time::OffsetDateTime,
+    finished_at: time::OffsetDateTime,
+) -> GatewayCallRecord {
+    GatewayCallRecord {
+        payment_attempt_id: attempt.payment_attempt_id,
+        operation: call.operation,
+        idempotency_key: call
+            .sent_key
+            .clone()
+            .unwrap_or_else(|| attempt.idempotency_key.clone()),
+        try_number: attempt.tries,
+        lease_token: Some(attempt.lease_token),
+        started_at,
+        finished_at,
+        http_status: call.http_status,
+        outcome: call.outcome.label().to_owned(),
+        gateway_charge_id: Some(object_id.to_owned()),
+        error: None,
+    }
+}
+
+/// Stores the gateway object under the attempt's lease (fenced), retrying a transient
+/// database failure briefly (three more tries from 50 ms, the one jittered backoff). Only a
+/// stored object is confirmed.
+async fn store_gateway_object(
+    store: &crate::store::Store,
+    attempt: &ClaimedAttempt,
+    object_id: &str,
+    evidence: &GatewayCallRecord,
+) -> Result<bool, sqlx::Error> {
+    use backon::Retryable as _;
+    let write = || {
+        record_gateway_object(
+            store,
+            attempt.payment_attempt_id,
+            attempt.lease_token,
+            object_id,
+            evidence,
+        )
+    };
+    write
+        .retry(
+            crate::domain::retry::exponential(
+                Duration::from_millis(50),
+                Duration::from_millis(800),
+            )
+            .with_max_times(3),
+        )
+        .when(crate::store::is_transient)
+        .notify(
+            |err, _| tracing::warn!(error = %err, "storing the gateway object failed; retrying"),
+        )
+        .await
+}
+
 /// The database's time while `attempt` is in hand: its claim's `now()` (the lease's end
 /// minus the lease) plus the time elapsed here since. Retry decisions, the key window and
 /// the stamps of a result are measured on it, never on the host's clock, which may be off.
@@ -580,6 +717,8 @@ pub fn charge_request(attempt: &ClaimedAttempt) -> ChargeRequest {
             description: attempt.description.clone(),
         },
     )
+    .for_order(attempt.order_id.clone())
+    .with_gateway_object(attempt.gateway_object_id.clone())
 }
 
 fn report(

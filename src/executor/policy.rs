@@ -90,6 +90,12 @@ impl RetryPolicy {
                 },
                 TransitionCause::EndpointFault,
             ),
+            GatewayOutcome::Processing { charge_id } => (
+                Settlement::Unknown {
+                    reason: format!("the gateway is still processing charge {charge_id}: the reconciler reads it until it settles"),
+                },
+                TransitionCause::GatewayProcessing,
+            ),
             GatewayOutcome::Ambiguous { reason } => (
                 Settlement::Unknown { reason: format!("the gateway may have charged: {reason}") },
                 TransitionCause::AmbiguousResult,

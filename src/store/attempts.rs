@@ -52,6 +52,8 @@ pub struct ClaimedAttempt {
     /// The `Nats-Msg-Id` of the command that created the attempt (causation of its events).
     pub first_message_id: String,
     pub correlation_id: Option<String>,
+    /// The gateway object stored before the charging call (Stripe's PaymentIntent id).
+    pub gateway_object_id: Option<String>,
 }
 
 /// Where a claim query draws the line for hand-overs.
@@ -117,7 +119,7 @@ pub async fn claim_due_attempts(
                        a.currency, a.payment_method, a.description, a.idempotency_key,
                        a.tries, a.lease_token, a.lease_expires_at, a.created_at,
                        a.first_dispatched_at, a.next_run_at, a.first_message_id,
-                       a.correlation_id, due.hand_over
+                       a.correlation_id, a.gateway_object_id, due.hand_over
          ),
          transitions AS (
              INSERT INTO attempt_transitions
@@ -161,6 +163,7 @@ pub async fn claim_due_attempts(
                 dispatch: !row.try_get::<bool, _>("hand_over")?,
                 first_message_id: row.try_get("first_message_id")?,
                 correlation_id: row.try_get("correlation_id")?,
+                gateway_object_id: row.try_get("gateway_object_id")?,
             })
         })
         .collect()
