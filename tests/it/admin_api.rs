@@ -1,11 +1,9 @@
 //! The admin HTTP operator API (contract §6) of the real service: `Application` built with
 //! the admin role, on a free port, against real PostgreSQL and NATS.
 
-mod common;
-
 use std::net::SocketAddr;
 
-use common::TestEnv;
+use crate::support::TestEnv;
 use onecharge::app::{Application, Role};
 use onecharge::domain::command::body_sha256;
 use onecharge::domain::ChargePayment;

@@ -1,14 +1,15 @@
 //! The command line as an operator meets it: exit codes, one-line errors, no secrets.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::support;
 
 fn onecharge(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_onecharge"));
-    cmd.args(args).env_remove("RUST_LOG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run onecharge")
+    support::onecharge()
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run onecharge")
 }
 
 fn stderr(out: &Output) -> String {

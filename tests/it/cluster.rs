@@ -1,28 +1,22 @@
 //! onecharge against a three-node NATS JetStream cluster (contract §2): `setup` creates
 //! replicated streams, and publishes survive a stream-leader election. Each test starts its
-//! own cluster (tests/support/cluster.rs) on free ports.
-
-#[path = "support/cluster.rs"]
-mod cluster;
+//! own cluster (`support::cluster`) on free ports.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use cluster::NatsCluster;
 use onecharge::broker::Broker;
 use onecharge::config::Settings;
 use onecharge::publish::{publish_charge, ChargeArgs};
 use uuid::Uuid;
 
-/// PostgreSQL server without a database; override with TEST_DATABASE_URL.
-fn server_url() -> String {
-    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
-}
+use crate::support::cluster::NatsCluster;
+use crate::support::throwaway::{server_url, ThrowawayDatabase};
 
-fn settings(nats_url: String, db_name: &str) -> Settings {
+fn settings(nats_url: String, database_url: String) -> Settings {
     let id = Uuid::new_v4().simple().to_string();
     let mut settings = Settings {
-        database_url: format!("{}/{db_name}", server_url()),
+        database_url,
         nats_url,
         namespace: format!("c{}", &id[..12]),
         admin_addr: "127.0.0.1:0".parse().unwrap(),
@@ -33,15 +27,8 @@ fn settings(nats_url: String, db_name: &str) -> Settings {
     settings
 }
 
-async fn drop_database(db_name: &str) {
-    if let Ok(pool) = sqlx::PgPool::connect(&format!("{}/postgres", server_url())).await {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
-            .execute(&pool)
-            .await;
-    }
-}
-
-fn command(attempt: Uuid) -> ChargeArgs {
+/// `onecharge publish charge` arguments for `attempt`, under a message id of its own.
+fn charge_args(attempt: Uuid) -> ChargeArgs {
     ChargeArgs {
         attempt_id: Some(attempt),
         amount_minor: 1250,
@@ -60,11 +47,11 @@ fn command(attempt: Uuid) -> ChargeArgs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_with_three_replicas_creates_every_stream_on_three_servers_of_the_cluster() {
     let cluster = NatsCluster::start().await;
-    let db_name = format!("onecharge_test_{}", Uuid::new_v4().simple());
-    let settings = settings(cluster.url(0), &db_name);
-    let result = onecharge::app::setup(&settings).await;
-    drop_database(&db_name).await;
-    result.expect("setup against the cluster");
+    let database = ThrowawayDatabase::new();
+    let settings = settings(cluster.url(0), database.url());
+    onecharge::app::setup(&settings)
+        .await
+        .expect("setup against the cluster");
 
     let names = onecharge::broker::Names::new(&settings.namespace);
     for stream in [
@@ -98,7 +85,7 @@ async fn publish_through_an_election(
     count: usize,
     kill_the_leader: bool,
 ) -> (Vec<String>, u64, HashSet<Uuid>) {
-    let settings = settings(cluster.url(0), "unused");
+    let settings = settings(cluster.url(0), format!("{}/unused", server_url()));
     // Streams first, through a node that stays up.
     let setup = Broker::connect(&settings).await.expect("connect");
     setup.ensure_streams().await.expect("R3 streams");
@@ -124,7 +111,7 @@ async fn publish_through_an_election(
         async move {
             let mut failures = Vec::new();
             for (i, attempt) in attempts.into_iter().enumerate() {
-                if let Err(err) = publish_charge(&broker, command(attempt)).await {
+                if let Err(err) = publish_charge(&broker, charge_args(attempt)).await {
                     failures.push(format!("{attempt}: {err:#}"));
                 }
                 let _ = stored_tx.send(i + 1);

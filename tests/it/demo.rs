@@ -28,7 +28,7 @@ async fn the_demo_settles_every_attempt_without_a_double_charge() {
 
 #[test]
 fn the_demo_says_how_to_fix_an_unreachable_database_in_one_line() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_onecharge"))
+    let out = crate::support::onecharge()
         .args(["demo", "--database-url", "postgres://127.0.0.1:1/onecharge"])
         .output()
         .unwrap();

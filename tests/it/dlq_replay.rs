@@ -1,11 +1,9 @@
 //! `dlq replay` refuses what it must not publish and says in one line what went wrong,
 //! through the built binary exactly as an operator types it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{command, TestEnv};
+use crate::support::{command, TestEnv};
 use onecharge::intake::DlqClass;
 use serde_json::json;
 use uuid::Uuid;
@@ -14,25 +12,7 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// Runs the built `onecharge` binary against this test's database and namespace.
 async fn cli(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_onecharge"))
-        .args(args)
-        .current_dir(dir.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("USER", "test-operator")
-        .env("RUST_LOG", "warn")
-        .env("ONECHARGE_DATABASE_URL", &env.settings.database_url)
-        .env("ONECHARGE_NATS_URL", &env.settings.nats_url)
-        .env("ONECHARGE_NAMESPACE", &env.settings.namespace)
-        .output()
-        .await
-        .expect("the onecharge binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    env.cli(args, &[]).await
 }
 
 /// A dead-lettered invalid command; returns its dead-letter sequence.

@@ -2,10 +2,11 @@
 //! contract's classification table end to end, retries with one key, leases and fencing,
 //! credentials pause, circuit breaker, shutdown.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{
+    self, charge_request, charge_request_with_amount, wait_until, Harness, API_KEY,
+};
 use mock_gateway::{
     payment_methods as pm, FaultConfig, FaultRule, Latency, MockConfig, ResponseClass,
 };
@@ -14,7 +15,6 @@ use onecharge::domain::AttemptStatus;
 use onecharge::executor::{Disposition, SettlementWriter};
 use onecharge::gateway::{Admission, BreakerState};
 use onecharge::store::executor::{settle_all, GatewayCallRecord, SettleWrite, Settlement};
-use support::{charge_request, charge_request_with_amount, wait_until, Harness, API_KEY};
 use tokio_util::sync::CancellationToken;
 
 fn pair(from: Option<&str>, to: &str, cause: &str) -> (Option<String>, String, String) {

@@ -1,11 +1,9 @@
 //! The canonical failure scenarios of the idempotent consumer, against real PostgreSQL and
 //! real NATS. Each test asserts rows and broker state, not just "no error".
 
-mod common;
-
 use std::time::Duration;
 
-use common::{command, header, TestEnv};
+use crate::support::{command, header, TestEnv};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
 use serde_json::json;
 use uuid::Uuid;

@@ -2,11 +2,9 @@
 //! list`, `dlq list | replay` and `purge`, through the library and through the built binary
 //! exactly as an operator types them. Each test asserts rows, events and JSON.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{command, header, TestEnv};
+use crate::support::{command, header, TestEnv};
 use onecharge::domain::command::body_sha256;
 use onecharge::domain::{AttemptStatus, ChargePayment};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
@@ -20,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(5);
-const OPERATOR: &str = "test-operator";
+const OPERATOR: &str = crate::support::env::OPERATOR;
 
 /// The record intake would make for a valid command with this message id.
 fn record(attempt: Uuid, message_id: &str) -> IntakeRecord {
@@ -97,30 +95,10 @@ async fn status_of(env: &TestEnv, id: Uuid) -> String {
         .unwrap()
 }
 
-/// Runs the built `onecharge` binary against this test's database and namespace, from an
-/// empty directory (no onecharge.toml) with only the given environment.
+/// Runs the built `onecharge` binary against this test's database and namespace (see
+/// [`TestEnv::cli`]) with `extra_env` added, as the operator [`OPERATOR`].
 async fn cli(env: &TestEnv, args: &[&str], extra_env: &[(&str, &str)]) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_onecharge"));
-    command
-        .args(args)
-        .current_dir(dir.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("USER", OPERATOR)
-        .env("RUST_LOG", "warn")
-        .env("ONECHARGE_DATABASE_URL", &env.settings.database_url)
-        .env("ONECHARGE_NATS_URL", &env.settings.nats_url)
-        .env("ONECHARGE_NAMESPACE", &env.settings.namespace);
-    for (name, value) in extra_env {
-        command.env(name, value);
-    }
-    let output = command.output().await.expect("the onecharge binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    env.cli(args, extra_env).await
 }
 
 fn request(as_: ResolveAs, charge: Option<&str>) -> ResolveRequest {

@@ -1,8 +1,6 @@
 //! OTLP span export: off by default, and when `otlp_endpoint` is set the real binary posts
 //! its spans to `<endpoint>/v1/traces` before it exits.
 
-mod common;
-
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -10,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use crate::support::{self, onecharge, TestEnv};
 use uuid::Uuid;
 
 /// A stand-in OTLP/HTTP collector on 127.0.0.1:0 that answers every request with an empty
@@ -84,10 +82,10 @@ fn serve_connection(connection: TcpStream, traces: &AtomicUsize) {
 async fn serve_intake_until_one_command_is_recorded(env: &TestEnv, otlp_endpoint: Option<&str>) {
     env.publish(
         &format!("m-{}", Uuid::new_v4()),
-        &common::command(Uuid::new_v4(), serde_json::json!({})),
+        &support::command(Uuid::new_v4(), serde_json::json!({})),
     )
     .await;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_onecharge"));
+    let mut cmd = onecharge();
     cmd.args(["serve", "--roles", "intake"])
         .env_remove("RUST_LOG")
         .env_remove("ONECHARGE_OTLP_ENDPOINT")

@@ -1,15 +1,13 @@
 //! The reconciler against real PostgreSQL and the in-process mock gateway: every branch of
 //! a lookup, the key window, the schedule, expired leases and concurrent reconcilers.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{self, charge_request, wait_until, Harness};
 use mock_gateway::{payment_methods as pm, MockConfig};
 use onecharge::domain::outcome::LookupOutcome;
 use onecharge::domain::AttemptStatus;
 use onecharge::reconciler::Resolution;
-use support::{charge_request, wait_until, Harness};
 
 /// Seeds an attempt and lets the executor take it to `unknown` through `payment_method`'s
 /// fault.

@@ -1,17 +1,15 @@
 //! The outbox relay against real PostgreSQL and NATS JetStream, and the whole pipeline
 //! (intake → executor → relay) against the mock gateway.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::support::Harness;
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentEvent;
 use onecharge::intake::Intake;
 use onecharge::publish::{publish_charge, ChargeArgs};
 use onecharge::store::relay::claim_unpublished;
-use support::Harness;
 use uuid::Uuid;
 
 fn header(message: &async_nats::jetstream::message::StreamMessage, name: &str) -> Option<String> {

@@ -4,13 +4,11 @@
 //! and to serve briefly with `RUST_LOG=trace`. Every byte of stdout and stderr is searched
 //! for every secret.
 
-mod common;
-
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{command, TestEnv};
+use crate::support::{command, onecharge, TestEnv};
 use tokio::io::AsyncReadExt as _;
 use uuid::Uuid;
 
@@ -95,11 +93,8 @@ async fn run(label: &str, args: &[&str], config: Option<&str>, env: &[(&str, Str
     if let Some(text) = config {
         std::fs::write(dir.path().join("onecharge.toml"), text).unwrap();
     }
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_onecharge"));
-    cmd.args(args)
-        .current_dir(dir.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    let mut cmd = tokio::process::Command::from(onecharge());
+    cmd.args(args).current_dir(dir.path());
     for (name, value) in secret_env() {
         cmd.env(name, value);
     }
@@ -135,12 +130,8 @@ async fn serve_briefly(env: &TestEnv) -> Run {
         env.settings
             .nats_url
             .replacen("nats://", &format!("nats://natsuser:{NATS_PASSWORD}@"), 1);
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_onecharge"));
-    let dir = tempfile::tempdir().unwrap();
-    cmd.args(["serve", "--admin-addr", "127.0.0.1:0"])
-        .current_dir(dir.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    let mut cmd = tokio::process::Command::from(onecharge());
+    cmd.args(["serve", "--admin-addr", "127.0.0.1:0"]);
     for (name, value) in secret_env() {
         cmd.env(name, value);
     }

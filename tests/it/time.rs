@@ -4,15 +4,13 @@
 //! early or late. Each test skews one role's host clock and moves rows' timestamps (by the
 //! database's clock) instead of faking time.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::Harness;
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::AttemptStatus;
 use onecharge::executor::ManualClock;
-use support::Harness;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

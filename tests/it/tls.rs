@@ -3,11 +3,8 @@
 //! charging an `https://` mock gateway; PostgreSQL with `sslmode`; a `nats-server` of this
 //! test's own started with `--tls`.
 
-mod support;
-
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use mock_gateway::{payment_methods as pm, MockConfig, TlsFiles};
 use onecharge::broker::Broker;
@@ -15,9 +12,11 @@ use onecharge::config::{ConfigError, Settings};
 use onecharge::domain::outcome::GatewayOutcome;
 use onecharge::gateway::GatewayClient;
 use onecharge::store::Store;
-use support::Harness;
 use tempfile::TempDir;
 use uuid::Uuid;
+
+use crate::support::nats_server::{free_port, NatsServer};
+use crate::support::{self, onecharge, Harness};
 
 /// A CA, a server certificate it signed for `IP:127.0.0.1` and `DNS:localhost`, and a
 /// second, unrelated CA (the "wrong root").
@@ -200,7 +199,7 @@ async fn an_https_gateway_signed_by_an_unknown_ca_is_never_sent_a_charge() {
 
 #[test]
 fn an_unreadable_gateway_ca_file_exits_2_with_one_line_and_no_secret() {
-    let out = Command::new(env!("CARGO_BIN_EXE_onecharge"))
+    let out = onecharge()
         .args(["reconcile", "--once"])
         .env_remove("RUST_LOG")
         .env("ONECHARGE_GATEWAY_API_KEY", "sk_live_do_not_print_me")
@@ -303,7 +302,7 @@ async fn postgres_with_sslmode_verify_full_and_a_root_that_did_not_sign_the_serv
         wrong_root.ca().display()
     ))
     .replace("127.0.0.1", "localhost");
-    let out = Command::new(env!("CARGO_BIN_EXE_onecharge"))
+    let out = onecharge()
         .arg("setup")
         .env_remove("RUST_LOG")
         .env("ONECHARGE_DATABASE_URL", &url)
@@ -330,65 +329,29 @@ async fn postgres_with_sslmode_verify_full_and_a_root_that_did_not_sign_the_serv
 /// A `nats-server` of this test's own with TLS required and JetStream in a temporary
 /// directory; killed on drop.
 struct TlsNatsServer {
-    port: u16,
-    child: Child,
-    _store: TempDir,
+    server: NatsServer,
+    _dir: TempDir,
 }
 
 impl TlsNatsServer {
     async fn start(pki: &TestPki) -> Self {
-        let store = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
         let files = pki.server_files();
-        let child = Command::new(
-            std::env::var("ONECHARGE_NATS_SERVER").unwrap_or("/usr/sbin/nats-server".into()),
-        )
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(store.path())
-        .arg("--tls")
-        .arg("--tlscert")
-        .arg(&files.cert_file)
-        .arg("--tlskey")
-        .arg(&files.key_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nats-server");
-        let server = Self {
-            port,
-            child,
-            _store: store,
-        };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen within 15 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        server
+        let args = vec![
+            "--tls".into(),
+            "--tlscert".into(),
+            files.cert_file.into_os_string(),
+            "--tlskey".into(),
+            files.key_file.into_os_string(),
+        ];
+        let mut server = NatsServer::configured(dir.path(), "nats-tls", free_port(), args);
+        server.start_again().await;
+        Self { server, _dir: dir }
     }
 
     fn tls_url(&self) -> String {
-        format!("tls://127.0.0.1:{}", self.port)
+        format!("tls://127.0.0.1:{}", self.server.port())
     }
-}
-
-impl Drop for TlsNatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 fn nats_settings(url: String, ca_file: Option<PathBuf>) -> Settings {

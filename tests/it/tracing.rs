@@ -1,12 +1,10 @@
 //! Trace continuity: a producer's W3C `traceparent` is the parent of the delivery span, against
 //! real PostgreSQL and real NATS, with spans read back from an in-memory OpenTelemetry exporter.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::{command, TestEnv};
 use async_nats::HeaderMap;
-use common::{command, TestEnv};
 use onecharge::intake::DeliveryOutcome;
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};

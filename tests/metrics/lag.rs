@@ -1,12 +1,10 @@
 //! The intake consumer's lag on `/metrics`, read from JetStream consumer info by the
 //! gauges refresher.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::{self, TestEnv};
 use async_nats::jetstream::consumer::PullConsumer;
-use common::TestEnv;
 use futures::StreamExt as _;
 use onecharge::broker::ConsumerLag;
 use onecharge::metrics::DatabaseGaugesRefresher;
@@ -23,6 +21,7 @@ fn gauge(rendered: &str, name: &str, consumer: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn the_consumer_lag_gauges_count_published_but_unsettled_commands_at_refresh_time() {
+    let _recorder = crate::RECORDER.lock().await;
     let env = TestEnv::new().await;
     let handle = onecharge::metrics::install();
     let consumer_name = env.settings.intake.consumer.clone();
@@ -34,7 +33,7 @@ async fn the_consumer_lag_gauges_count_published_but_unsettled_commands_at_refre
     for _ in 0..3 {
         env.publish(
             &format!("m-{}", Uuid::new_v4()),
-            &common::command(Uuid::new_v4(), serde_json::json!({})),
+            &support::command(Uuid::new_v4(), serde_json::json!({})),
         )
         .await;
     }

@@ -7,9 +7,6 @@
 //! this process holds [`RECORDER`] and measures counters as differences, so none sees
 //! another's increments or gauges.
 
-mod common;
-mod support;
-
 use std::io::{BufRead as _, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -30,11 +27,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use common::{command, TestEnv};
-use support::Harness;
-
-/// Held by every test that records metrics in this process (see the module comment).
-static RECORDER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::support::{self, command, onecharge, Harness, TestEnv};
+use crate::RECORDER;
 
 /// A W3C trace context as a producer would send it.
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -336,8 +330,8 @@ async fn the_oldest_waiting_attempt_and_outbox_row_are_reported_by_age_at_refres
     let _recorder = RECORDER.lock().await;
     let env = TestEnv::new().await;
     let recorded_at = OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
-    let pending = support::record(support::command(pm::CARD_VISA), false);
-    let expired = support::record(support::command(pm::CARD_VISA), true);
+    let pending = support::record(pm::CARD_VISA, false);
+    let expired = support::record(pm::CARD_VISA, true);
     record_batch(&env.store, "obs-age", &[pending, expired], recorded_at)
         .await
         .unwrap();
@@ -491,15 +485,15 @@ async fn a_commands_traceparent_is_on_its_delivery_span_and_reaches_the_publishe
     assert_eq!(events.len(), 1);
     let event = &events[0];
     assert_eq!(
-        common::header(event, "traceparent").as_deref(),
+        support::header(event, "traceparent").as_deref(),
         Some(TRACEPARENT)
     );
     assert_eq!(
-        common::header(event, "Correlation-Id").as_deref(),
+        support::header(event, "Correlation-Id").as_deref(),
         Some("corr-traced")
     );
     assert_eq!(
-        common::header(event, "Causation-Id").as_deref(),
+        support::header(event, "Causation-Id").as_deref(),
         Some("obs-traced")
     );
     let stored: Option<String> = sqlx::query_scalar(
@@ -576,7 +570,7 @@ async fn a_served_run_whose_api_key_is_rejected_logs_json_with_ids_and_never_the
     env.publish("obs-secret", &command(attempt, json!({})))
         .await;
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_onecharge"))
+    let mut child = onecharge()
         .args([
             "serve",
             "--roles",

@@ -4,19 +4,15 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-/// A `onecharge` command reading the soak's configuration file and nothing of the
-/// environment's own `ONECHARGE_*` settings (the test suite's variables would otherwise be
-/// read as unknown settings).
+use crate::support;
+
+/// A `onecharge` command (see [`support::onecharge`]) reading the soak's configuration file,
+/// logging at `ONECHARGE_SOAK_LOG` (default `info,async_nats=warn,sqlx=warn`) in plain text.
 pub fn onecharge(config: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_onecharge"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("ONECHARGE_") {
-            command.env_remove(name);
-        }
-    }
+    let mut command = support::onecharge();
     command
         .env("NO_COLOR", "1")
         .env(
@@ -25,8 +21,7 @@ pub fn onecharge(config: &Path) -> Command {
                 .unwrap_or_else(|_| "info,async_nats=warn,sqlx=warn".into()),
         )
         .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null());
+        .arg(config);
     command
 }
 

@@ -6,11 +6,17 @@
 //! `cargo test --release --test soak -- --ignored --nocapture` and reads
 //! `ONECHARGE_SOAK_COMMANDS` and `ONECHARGE_SOAK_SEED`.
 
-mod soak_support;
+#[path = "../it/support/mod.rs"]
+mod support;
+
+mod fleet;
+mod mix;
+mod runner;
+mod verify;
 
 use std::time::Duration;
 
-use soak_support::SoakConfig;
+use runner::SoakConfig;
 
 fn seed(default: u64) -> u64 {
     std::env::var("ONECHARGE_SOAK_SEED")
@@ -19,7 +25,7 @@ fn seed(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn assert_promise_held(report: soak_support::SoakReport) {
+fn assert_promise_held(report: runner::SoakReport) {
     assert!(
         report.problems.is_empty(),
         "the promise did not hold ({} problems); first: {}",
@@ -30,7 +36,7 @@ fn assert_promise_held(report: soak_support::SoakReport) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_attempt_twice() {
-    let report = soak_support::run(SoakConfig {
+    let report = runner::run(SoakConfig {
         seed: seed(7),
         commands: 1_500,
         processes: 3,
@@ -57,7 +63,7 @@ async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts(
     let round_size = 100;
     // About 200 originals a second; a broker restart every minute or so of publishing.
     let rounds = commands * 100 / 122 / round_size + 1;
-    let report = soak_support::run(SoakConfig {
+    let report = runner::run(SoakConfig {
         seed: seed(2026),
         commands,
         processes: 3,

@@ -14,10 +14,13 @@ use async_nats::jetstream;
 use async_nats::HeaderMap;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
+use serde_json::json;
 use sqlx::PgPool;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
+
+use crate::support::command;
 
 /// What one valid attempt should end as.
 #[derive(Debug, Clone)]
@@ -191,29 +194,32 @@ fn command_body(
     payment_method: &str,
     requested_at: OffsetDateTime,
 ) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "payment_attempt_id": attempt,
-        "order_id": format!("ord_soak_{i}"),
-        "customer_id": format!("cus_{}", i % 97),
-        "amount_minor": amount_minor,
-        "currency": "EUR",
-        "payment_method": payment_method,
-        "description": format!("Soak order {i}"),
-        "requested_at": requested_at.format(&Rfc3339).expect("formats"),
-    }))
-    .expect("json")
+    let body = command(
+        attempt,
+        json!({
+            "order_id": format!("ord_soak_{i}"),
+            "customer_id": format!("cus_{}", i % 97),
+            "amount_minor": amount_minor,
+            "payment_method": payment_method,
+            "description": format!("Soak order {i}"),
+            "requested_at": requested_at.format(&Rfc3339).expect("formats"),
+        }),
+    );
+    serde_json::to_vec(&body).expect("json")
 }
 
 /// One of the ways a command can be permanently invalid, named for its message id.
 fn invalid_body(n: usize, rng: &mut StdRng) -> (&'static str, Vec<u8>) {
-    let mut body = serde_json::json!({
-        "payment_attempt_id": Uuid::from_u128(rng.gen()),
-        "order_id": "ord_invalid",
-        "customer_id": "cus_invalid",
-        "amount_minor": 500,
-        "currency": "EUR",
-        "payment_method": "pm_card_visa",
-    });
+    let mut body = command(
+        Uuid::from_u128(rng.gen()),
+        json!({
+            "order_id": "ord_invalid",
+            "customer_id": "cus_invalid",
+            "amount_minor": 500,
+            "description": null,
+            "requested_at": null,
+        }),
+    );
     let name = match n % 8 {
         0 => return ("bad-json", b"{\"payment_attempt_id\":".to_vec()),
         1 => {

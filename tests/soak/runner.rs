@@ -5,11 +5,6 @@
 //! everything has settled, the promise of contract §1 checked against the gateway's ledger,
 //! the database and the streams.
 
-pub mod fleet;
-pub mod mix;
-pub mod nats;
-pub mod verify;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,10 +15,11 @@ use rand::{Rng as _, SeedableRng as _};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use fleet::{onecharge, Fleet};
-use mix::{Kind, Plan};
-use nats::NatsServer;
-use verify::Observed;
+use crate::fleet::{self, onecharge, Fleet};
+use crate::mix::{self, Kind, Plan};
+use crate::support::nats_server::NatsServer;
+use crate::support::throwaway::{server_url, ThrowawayDatabase};
+use crate::verify::{self, Observed};
 
 /// How big and how rough one soak run is.
 #[derive(Debug, Clone)]
@@ -56,24 +52,11 @@ pub struct SoakReport {
     pub problems: Vec<verify::Problem>,
 }
 
-/// Free loopback port: bind port 0, read it, let it go.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .expect("local addr")
-        .port()
-}
-
-fn server_url() -> String {
-    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
-}
-
 /// The soak's database and work directory: removed at the end, kept when the run failed
 /// (the paths are printed) so the logs and rows can be read.
 struct Workspace {
     dir: Option<tempfile::TempDir>,
-    db_name: String,
+    database: ThrowawayDatabase,
 }
 
 impl Workspace {
@@ -86,29 +69,8 @@ impl Drop for Workspace {
     fn drop(&mut self) {
         if std::thread::panicking() {
             let dir = self.dir.take().expect("work dir").keep();
-            eprintln!(
-                "soak failed: kept its logs in {} and its database {} (drop it with: psql -h 127.0.0.1 -U postgres -c 'DROP DATABASE {} WITH (FORCE)')",
-                dir.display(),
-                self.db_name,
-                self.db_name
-            );
-            return;
+            eprintln!("soak failed: kept its logs in {}", dir.display());
         }
-        let db_name = self.db_name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                if let Ok(pool) = PgPool::connect(&format!("{}/postgres", server_url())).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
-                        .execute(&pool)
-                        .await;
-                }
-            });
-        })
-        .join();
     }
 }
 
@@ -200,10 +162,10 @@ pub async fn run(config: SoakConfig) -> SoakReport {
                 .tempdir()
                 .expect("tempdir"),
         ),
-        db_name: format!("onecharge_test_soak_{tag}"),
+        database: ThrowawayDatabase::named(&server_url(), "onecharge_test_soak").kept_if_failing(),
     };
     let dir = workspace.path().to_owned();
-    let database_url = format!("{}/{}", server_url(), workspace.db_name);
+    let database_url = workspace.database.url();
     let namespace = format!("soak-{}", &tag[..8]);
     let names = Names::new(&namespace);
     let mut rng = StdRng::seed_from_u64(config.seed);

@@ -1,5 +1,6 @@
-//! Test harness: every test gets its own PostgreSQL database and its own JetStream
-//! namespace (streams and subjects), both removed when the test's `TestEnv` drops.
+//! The intake-side world of one test: its own PostgreSQL database and its own JetStream
+//! namespace (streams and subjects), both connected at once and removed when the `TestEnv`
+//! drops. Intake settings are shortened so that redeliveries happen within the test.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -11,16 +12,22 @@ use onecharge::intake::Intake;
 use onecharge::store::Store;
 use uuid::Uuid;
 
-/// Server URL without a database; override with TEST_DATABASE_URL.
-pub fn server_url() -> String {
-    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
-}
+use super::nats::stream_messages;
+use super::process::onecharge;
+use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
+
+/// The operator (`USER`) as whom [`TestEnv::cli`] runs onecharge: what manual actions
+/// record as their actor.
+pub const OPERATOR: &str = "test-operator";
 
 pub struct TestEnv {
     pub settings: Settings,
     pub store: Store,
     pub broker: Broker,
     pub db_name: String,
+    // Dropped last, in this order: the streams, then the database.
+    namespace: ThrowawayNamespace,
+    database: ThrowawayDatabase,
 }
 
 impl TestEnv {
@@ -32,12 +39,11 @@ impl TestEnv {
     pub async fn with_settings(adjust: impl FnOnce(&mut Settings)) -> Self {
         // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
         onecharge::tls::install_crypto_provider();
+        let database = ThrowawayDatabase::new();
         let id = Uuid::new_v4().simple().to_string();
-        let db_name = format!("onecharge_test_{id}");
         let mut settings = Settings {
-            database_url: format!("{}/{db_name}", server_url()),
-            nats_url: std::env::var("TEST_NATS_URL")
-                .unwrap_or_else(|_| "nats://127.0.0.1:4222".into()),
+            database_url: database.url(),
+            nats_url: nats_url(),
             namespace: format!("t{}", &id[..12]),
             admin_addr: "127.0.0.1:0".parse().unwrap(),
             ..Settings::default()
@@ -55,12 +61,15 @@ impl TestEnv {
         let broker = Broker::connect(&settings)
             .await
             .expect("NATS at 127.0.0.1:4222");
+        let namespace = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
         broker.ensure_streams().await.expect("streams");
         Self {
             settings,
             store,
             broker,
-            db_name,
+            db_name: database.name().to_owned(),
+            namespace,
+            database,
         }
     }
 
@@ -99,28 +108,12 @@ impl TestEnv {
 
     /// Every message on this namespace's dead-letter stream, in order.
     pub async fn dead_letters(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
-        self.stream_messages(&self.broker.names.dlq_stream()).await
+        stream_messages(&self.broker.jetstream, &self.broker.names.dlq_stream()).await
     }
 
     /// Every message on this namespace's events stream, in order.
     pub async fn events(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
-        self.stream_messages(&self.broker.names.events_stream())
-            .await
-    }
-
-    async fn stream_messages(
-        &self,
-        name: &str,
-    ) -> Vec<async_nats::jetstream::message::StreamMessage> {
-        let mut stream = self.broker.jetstream.get_stream(name).await.unwrap();
-        let last = stream.info().await.unwrap().state.last_sequence;
-        let mut out = Vec::new();
-        for seq in 1..=last {
-            if let Ok(message) = stream.get_raw_message(seq).await {
-                out.push(message);
-            }
-        }
-        out
+        stream_messages(&self.broker.jetstream, &self.broker.names.events_stream()).await
     }
 
     /// A scalar from the test database.
@@ -133,37 +126,39 @@ impl TestEnv {
 
     /// Runs SQL as an administrator of the server (not inside the test database's pool).
     pub async fn admin(&self, sql: &str) {
-        let pool = sqlx::PgPool::connect(&format!("{}/postgres", server_url()))
-            .await
-            .unwrap();
-        sqlx::query(sql)
-            .execute(&pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        pool.close().await;
+        self.database.admin(sql).await;
     }
 
     /// Makes the test database refuse connections and cuts the open ones: an outage.
     pub async fn stop_database(&self) {
-        self.admin(&format!(
-            "ALTER DATABASE {} WITH ALLOW_CONNECTIONS false",
-            self.db_name
-        ))
-        .await;
-        self.admin(&format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
-            self.db_name
-        ))
-        .await;
+        self.database.refuse_connections().await;
     }
 
     /// Ends the outage of [`TestEnv::stop_database`].
     pub async fn start_database(&self) {
-        self.admin(&format!(
-            "ALTER DATABASE {} WITH ALLOW_CONNECTIONS true",
-            self.db_name
-        ))
-        .await;
+        self.database.allow_connections().await;
+    }
+
+    /// Runs the built `onecharge` binary (see [`onecharge`]) against this test's database
+    /// and namespace as [`OPERATOR`], with `RUST_LOG=warn` and `extra_env`; returns its exit
+    /// code, stdout and stderr.
+    pub async fn cli(&self, args: &[&str], extra_env: &[(&str, &str)]) -> (i32, String, String) {
+        let output = tokio::process::Command::from(onecharge())
+            .args(args)
+            .env("USER", OPERATOR)
+            .env("RUST_LOG", "warn")
+            .env("ONECHARGE_DATABASE_URL", &self.settings.database_url)
+            .env("ONECHARGE_NATS_URL", &self.settings.nats_url)
+            .env("ONECHARGE_NAMESPACE", &self.settings.namespace)
+            .envs(extra_env.iter().copied())
+            .output()
+            .await
+            .expect("the onecharge binary runs");
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
     }
 
     /// (pending, ack pending) of the intake consumer: both 0 when everything was settled.
@@ -181,69 +176,4 @@ impl TestEnv {
         let info = consumer.info().await.unwrap();
         (info.num_pending, info.num_ack_pending)
     }
-}
-
-impl Drop for TestEnv {
-    fn drop(&mut self) {
-        let db_name = self.db_name.clone();
-        let names = [
-            self.broker.names.commands_stream(),
-            self.broker.names.events_stream(),
-            self.broker.names.dlq_stream(),
-        ];
-        let nats_url = self.settings.nats_url.clone();
-        // Drop runs inside the test's runtime, which is blocked meanwhile: clean up on a
-        // thread with its own runtime and its own connections.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                if let Ok(client) = async_nats::connect(&nats_url).await {
-                    let jetstream = async_nats::jetstream::new(client);
-                    for name in names {
-                        let _ = jetstream.delete_stream(name).await;
-                    }
-                }
-                if let Ok(pool) = sqlx::PgPool::connect(&format!("{}/postgres", server_url())).await
-                {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
-                        .execute(&pool)
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
-/// A valid ChargePayment body for `attempt`, with fields overridden by `patch`.
-pub fn command(attempt: Uuid, patch: serde_json::Value) -> serde_json::Value {
-    let mut body = serde_json::json!({
-        "payment_attempt_id": attempt,
-        "order_id": "ord_1001",
-        "customer_id": "cus_42",
-        "amount_minor": 1999,
-        "currency": "EUR",
-        "payment_method": "pm_card_visa",
-        "description": "Order ord_1001",
-        "requested_at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap(),
-    });
-    for (k, v) in patch.as_object().unwrap() {
-        if v.is_null() {
-            body.as_object_mut().unwrap().remove(k);
-        } else {
-            body[k] = v.clone();
-        }
-    }
-    body
-}
-
-/// The value of a header on a stream message.
-pub fn header(
-    message: &async_nats::jetstream::message::StreamMessage,
-    name: &str,
-) -> Option<String> {
-    message.headers.get(name).map(|v| v.as_str().to_owned())
 }

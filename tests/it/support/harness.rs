@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use mock_gateway::{MockConfig, MockGateway};
 use onecharge::broker::Broker;
 use onecharge::config::Settings;
-use onecharge::domain::command::body_sha256;
 use onecharge::domain::ChargePayment;
 use onecharge::executor::{Executor, ManualClock};
 use onecharge::gateway::{GatewayClient, GatewayHealth};
@@ -23,17 +22,12 @@ use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::command::record;
+use super::nats::stream_messages;
+use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
+
 /// The key the mock gateway accepts in these tests.
 pub const API_KEY: &str = "sk_test_executor_suite";
-
-/// PostgreSQL server without a database; override with TEST_DATABASE_URL.
-pub fn server_url() -> String {
-    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
-}
-
-fn nats_url() -> String {
-    std::env::var("TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-}
 
 /// One test's world.
 pub struct Harness {
@@ -41,8 +35,10 @@ pub struct Harness {
     pub store: Store,
     pub gateway: MockGateway,
     pub clock: Arc<ManualClock>,
-    db_name: String,
     broker: Option<Broker>,
+    // Dropped last, in this order: the streams (once there are any), then the database.
+    namespace: Option<ThrowawayNamespace>,
+    database: ThrowawayDatabase,
 }
 
 impl Harness {
@@ -90,10 +86,10 @@ impl Harness {
         })
         .await
         .expect("the mock gateway starts");
+        let database = ThrowawayDatabase::new();
         let id = Uuid::new_v4().simple().to_string();
-        let db_name = format!("onecharge_test_{id}");
         let mut settings = Settings {
-            database_url: format!("{}/{db_name}", server_url()),
+            database_url: database.url(),
             nats_url: nats_url(),
             namespace: format!("x{}", &id[..12]),
             gateway_url: gateway.base_url(),
@@ -119,8 +115,9 @@ impl Harness {
             store,
             gateway,
             clock: Arc::new(ManualClock::starting_now()),
-            db_name,
             broker: None,
+            namespace: None,
+            database,
         }
     }
 
@@ -130,6 +127,10 @@ impl Harness {
             let broker = Broker::connect(&self.settings)
                 .await
                 .expect("NATS at 127.0.0.1:4222");
+            self.namespace = Some(ThrowawayNamespace::new(
+                &self.settings.nats_url,
+                &broker.names,
+            ));
             broker.ensure_streams().await.expect("streams");
             self.broker = Some(broker);
         }
@@ -229,10 +230,8 @@ impl Harness {
 
     /// Records one pending attempt per payment method, in one intake batch.
     pub async fn seed_many(&self, payment_methods: &[&str]) -> Vec<ChargePayment> {
-        let records: Vec<IntakeRecord> = payment_methods
-            .iter()
-            .map(|pm| record(command(pm), false))
-            .collect();
+        let records: Vec<IntakeRecord> =
+            payment_methods.iter().map(|pm| record(pm, false)).collect();
         record_batch(&self.store, "test-intake", &records, self.now())
             .await
             .expect("recorded");
@@ -241,9 +240,7 @@ impl Harness {
 
     /// Records `n` stale commands: each becomes `expired` with an outbox event, no gateway.
     pub async fn seed_expired(&self, n: usize) -> Vec<IntakeRecord> {
-        let records: Vec<IntakeRecord> = (0..n)
-            .map(|_| record(command("pm_card_visa"), true))
-            .collect();
+        let records: Vec<IntakeRecord> = (0..n).map(|_| record("pm_card_visa", true)).collect();
         record_batch(&self.store, "test-intake", &records, self.now())
             .await
             .expect("recorded");
@@ -351,60 +348,7 @@ impl Harness {
     /// Every message on this test's events stream, in order.
     pub async fn event_messages(&mut self) -> Vec<async_nats::jetstream::message::StreamMessage> {
         let broker = self.broker().await;
-        let mut stream = broker
-            .jetstream
-            .get_stream(broker.names.events_stream())
-            .await
-            .unwrap();
-        let last = stream.info().await.unwrap().state.last_sequence;
-        let mut out = Vec::new();
-        for seq in 1..=last {
-            if let Ok(message) = stream.get_raw_message(seq).await {
-                out.push(message);
-            }
-        }
-        out
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let db_name = self.db_name.clone();
-        let streams = self.broker.as_ref().map(|b| {
-            [
-                b.names.commands_stream(),
-                b.names.events_stream(),
-                b.names.dlq_stream(),
-            ]
-        });
-        let pool = self.store.pool().clone();
-        // Drop runs inside the test's runtime; clean up on a thread with its own runtime and
-        // its own connections.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                pool.close().await;
-                if let Some(streams) = streams {
-                    if let Ok(client) = async_nats::connect(nats_url()).await {
-                        let jetstream = async_nats::jetstream::new(client);
-                        for name in streams {
-                            let _ = jetstream.delete_stream(name).await;
-                        }
-                    }
-                }
-                if let Ok(admin) =
-                    sqlx::PgPool::connect(&format!("{}/postgres", server_url())).await
-                {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
-                        .execute(&admin)
-                        .await;
-                }
-            });
-        })
-        .join();
+        stream_messages(&broker.jetstream, &broker.names.events_stream()).await
     }
 }
 
@@ -427,35 +371,6 @@ pub struct AttemptRow {
     /// When the attempt last changed (database clock): `next_run_at - updated_at` is the
     /// delay a write scheduled.
     pub updated_at: OffsetDateTime,
-}
-
-/// A valid command for a fresh attempt with `payment_method`.
-pub fn command(payment_method: &str) -> ChargePayment {
-    let id = Uuid::new_v4();
-    ChargePayment {
-        payment_attempt_id: id,
-        order_id: format!("ord_{}", &id.simple().to_string()[..10]),
-        customer_id: "cus_42".into(),
-        amount_minor: 1999,
-        currency: "EUR".into(),
-        payment_method: payment_method.into(),
-        description: Some("Order for a test".into()),
-        requested_at: None,
-    }
-}
-
-/// The record intake would make of `command` under a fresh message id.
-pub fn record(command: ChargePayment, stale: bool) -> IntakeRecord {
-    let message_id = format!("msg-{}", Uuid::new_v4());
-    IntakeRecord {
-        body_sha256: body_sha256(message_id.as_bytes()),
-        message_id,
-        stream_sequence: 1,
-        command,
-        correlation_id: Some("corr-test".into()),
-        traceparent: None,
-        stale,
-    }
 }
 
 /// Waits until `condition` holds, polling every 10 ms, failing the test after `deadline`.

@@ -1,20 +1,37 @@
-//! The soak's own `nats-server`: a child process on a free port with JetStream in a
-//! directory of the soak's, so the soak can kill and restart the broker without disturbing
-//! any other test. Dropping the guard kills the server.
+//! A `nats-server` of a test's own: a child process on a free loopback port with JetStream in
+//! a directory of the test's and its output in a log file there, so the test can kill and
+//! restart the broker (or require TLS of it) without disturbing any other test. Dropping the
+//! guard kills the server. [`super::cluster`] routes three of them into a cluster.
+#![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where Debian puts the server; `ONECHARGE_SOAK_NATS_SERVER` points elsewhere.
+/// Where Debian puts the server; `ONECHARGE_TEST_NATS_SERVER` points elsewhere.
 const DEFAULT_NATS_SERVER: &str = "/usr/sbin/nats-server";
+
+/// Longest wait for a started server to accept connections.
+const LISTEN_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Free loopback port: bind port 0, read it, let it go.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
 
 /// A running (or, between `kill` and `start_again`, stopped) nats-server.
 pub struct NatsServer {
+    name: String,
     port: u16,
     store_dir: PathBuf,
     log_path: PathBuf,
+    /// Arguments after the address, port and JetStream store (cluster routes, TLS files).
+    args: Vec<OsString>,
     child: Option<Child>,
 }
 
@@ -22,14 +39,35 @@ impl NatsServer {
     /// Starts a server on a free loopback port, storing JetStream data under `dir`, and
     /// waits until it accepts connections.
     pub async fn start(dir: &Path) -> Self {
-        let mut server = Self {
-            port: super::free_port(),
-            store_dir: dir.join("jetstream"),
-            log_path: dir.join("nats-server.log"),
-            child: None,
-        };
+        let mut server = Self::configured(dir, "nats-server", free_port(), Vec::new());
         server.start_again().await;
         server
+    }
+
+    /// A server named `name` on `port` that is not started yet; `args` follow the address,
+    /// port and JetStream store on its command line. Its store is `<dir>/<name>-js`, its log
+    /// `<dir>/<name>.log`.
+    pub fn configured(dir: &Path, name: &str, port: u16, args: Vec<OsString>) -> Self {
+        Self {
+            name: name.to_owned(),
+            port,
+            store_dir: dir.join(format!("{name}-js")),
+            log_path: dir.join(format!("{name}.log")),
+            args,
+            child: None,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     pub fn url(&self) -> String {
@@ -44,16 +82,17 @@ impl NatsServer {
         }
     }
 
-    /// Starts the server again on the same port with the same store directory, so streams,
-    /// consumers and their state come back as a restarted production broker's would.
-    pub async fn start_again(&mut self) {
-        assert!(self.child.is_none(), "the nats-server is still running");
+    /// Starts the process (again) on the same port with the same store directory, so
+    /// streams, consumers and their state come back as a restarted production broker's
+    /// would. Does not wait; see [`NatsServer::wait_listening`].
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "{} is still running", self.name);
         let log = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log_path)
             .expect("nats-server log file");
-        let binary = std::env::var("ONECHARGE_SOAK_NATS_SERVER")
+        let binary = std::env::var("ONECHARGE_TEST_NATS_SERVER")
             .unwrap_or_else(|_| DEFAULT_NATS_SERVER.to_owned());
         let child = Command::new(&binary)
             .args([
@@ -65,20 +104,32 @@ impl NatsServer {
                 "-sd",
             ])
             .arg(&self.store_dir)
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(15);
+    }
+
+    /// [`NatsServer::spawn`], then waits until the server accepts connections.
+    pub async fn start_again(&mut self) {
+        self.spawn();
+        self.wait_listening().await;
+    }
+
+    /// Waits until the server accepts connections, failing the test after 15 s.
+    pub async fn wait_listening(&self) {
+        let deadline = Instant::now() + LISTEN_DEADLINE;
         while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
             .await
             .is_err()
         {
             assert!(
                 Instant::now() < deadline,
-                "nats-server did not listen on port {} within 15s; see {}",
+                "{} did not listen on port {} within {LISTEN_DEADLINE:?}; see {}",
+                self.name,
                 self.port,
                 self.log_path.display()
             );
