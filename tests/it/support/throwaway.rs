@@ -27,6 +27,7 @@ pub fn nats_url() -> String {
 pub struct ThrowawayDatabase {
     server: String,
     name: String,
+    keep: bool,
     keep_if_failing: bool,
 }
 
@@ -41,6 +42,7 @@ impl ThrowawayDatabase {
         Self {
             server: server.trim_end_matches('/').to_owned(),
             name: format!("{prefix}_{}", Uuid::new_v4().simple()),
+            keep: false,
             keep_if_failing: false,
         }
     }
@@ -49,6 +51,13 @@ impl ThrowawayDatabase {
     /// that a failed run's rows can be read.
     pub fn kept_if_failing(mut self) -> Self {
         self.keep_if_failing = true;
+        self
+    }
+
+    /// Keeps the database when `keep` (a benchmark's `--keep-database`), and says how to
+    /// drop it.
+    pub fn kept(mut self, keep: bool) -> Self {
+        self.keep = keep;
         self
     }
 
@@ -100,7 +109,7 @@ impl Default for ThrowawayDatabase {
 
 impl Drop for ThrowawayDatabase {
     fn drop(&mut self) {
-        if self.keep_if_failing && std::thread::panicking() {
+        if self.keep || (self.keep_if_failing && std::thread::panicking()) {
             eprintln!(
                 "kept database {} (drop it with: psql -h 127.0.0.1 -U postgres -c 'DROP DATABASE {} WITH (FORCE)')",
                 self.name, self.name
@@ -112,7 +121,9 @@ impl Drop for ThrowawayDatabase {
             format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
         );
         on_own_thread(async move {
-            let _ = admin(&server, &sql).await;
+            if let Err(err) = admin(&server, &sql).await {
+                eprintln!("warning: {sql}: {err}");
+            }
         });
     }
 }
