@@ -3,11 +3,9 @@
 
 use std::net::SocketAddr;
 
-use crate::support::TestEnv;
+use crate::support::{command, intake_record, TestEnv};
 use onecharge::app::{Application, Role};
-use onecharge::domain::command::body_sha256;
-use onecharge::domain::ChargePayment;
-use onecharge::store::intake::{record_batch, IntakeRecord};
+use onecharge::store::intake::record_batch;
 use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -76,24 +74,11 @@ impl Admin {
 /// sent 10 minutes ago, inside the key window).
 async fn attempt_in_review(env: &TestEnv) -> Uuid {
     let id = Uuid::new_v4();
-    let record = IntakeRecord {
-        message_id: format!("m-{id}"),
-        stream_sequence: 1,
-        body_sha256: body_sha256(id.as_bytes()),
-        command: ChargePayment {
-            payment_attempt_id: id,
-            order_id: "ord_api".into(),
-            customer_id: "cus_42".into(),
-            amount_minor: 1999,
-            currency: "EUR".into(),
-            payment_method: "pm_card_visa".into(),
-            description: None,
-            requested_at: None,
-        },
-        correlation_id: None,
-        traceparent: None,
-        stale: false,
-    };
+    let body = command(
+        id,
+        json!({"order_id": "ord_api", "description": null, "requested_at": null}),
+    );
+    let record = intake_record(&body, &format!("m-{id}"), None);
     record_batch(
         &env.store,
         "onecharge-intake",

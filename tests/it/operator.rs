@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use crate::support::{command, header, TestEnv};
-use onecharge::domain::command::body_sha256;
-use onecharge::domain::{AttemptStatus, ChargePayment};
+use crate::support::{command, header, intake_record, TestEnv};
+use onecharge::domain::AttemptStatus;
 use onecharge::intake::{DeliveryOutcome, DlqClass};
 use onecharge::operator::purge::{purge_once, PurgeRefused};
 use onecharge::operator::resolve::{resolve, ResolveAs, ResolveError, ResolveRequest};
@@ -22,24 +21,12 @@ const OPERATOR: &str = crate::support::env::OPERATOR;
 
 /// The record intake would make for a valid command with this message id.
 fn record(attempt: Uuid, message_id: &str) -> IntakeRecord {
-    IntakeRecord {
-        message_id: message_id.to_owned(),
-        stream_sequence: 1,
-        body_sha256: body_sha256(message_id.as_bytes()),
-        command: ChargePayment {
-            payment_attempt_id: attempt,
-            order_id: format!("ord_{}", &attempt.simple().to_string()[..8]),
-            customer_id: "cus_42".into(),
-            amount_minor: 1999,
-            currency: "EUR".into(),
-            payment_method: "pm_card_visa".into(),
-            description: None,
-            requested_at: None,
-        },
-        correlation_id: Some("corr-ops".into()),
-        traceparent: None,
-        stale: false,
-    }
+    let order_id = format!("ord_{}", &attempt.simple().to_string()[..8]);
+    let body = command(
+        attempt,
+        json!({"order_id": order_id, "description": null, "requested_at": null}),
+    );
+    intake_record(&body, message_id, Some("corr-ops"))
 }
 
 /// Records `n` pending attempts the way intake does; returns their ids in order.

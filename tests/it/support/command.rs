@@ -31,8 +31,8 @@ pub fn command(attempt: Uuid, patch: Value) -> Value {
 }
 
 /// What intake records of a fresh attempt's [`command`] with `payment_method` (an order of
-/// its own, no `requested_at`) under a fresh message id, validated as intake validates it;
-/// `stale` records it as too old to charge.
+/// its own, no `requested_at`) under a fresh message id; `stale` records it as too old to
+/// charge.
 pub fn record(payment_method: &str, stale: bool) -> IntakeRecord {
     let attempt = Uuid::new_v4();
     let body = command(
@@ -44,12 +44,21 @@ pub fn record(payment_method: &str, stale: bool) -> IntakeRecord {
             "requested_at": null,
         }),
     );
+    IntakeRecord {
+        stale,
+        ..intake_record(&body, &format!("msg-{}", Uuid::new_v4()), Some("corr-test"))
+    }
+}
+
+/// What intake records of `body` delivered first (stream sequence 1) under `message_id` with
+/// `Correlation-Id: correlation_id`, validated as intake validates it.
+pub fn intake_record(body: &Value, message_id: &str, correlation_id: Option<&str>) -> IntakeRecord {
     let headers = CommandHeaders {
-        message_id: Some(format!("msg-{}", Uuid::new_v4())),
-        correlation_id: Some("corr-test".into()),
+        message_id: Some(message_id.to_owned()),
+        correlation_id: correlation_id.map(str::to_owned),
         traceparent: None,
     };
-    let valid = validate(&headers, &serde_json::to_vec(&body).unwrap()).expect("a valid command");
+    let valid = validate(&headers, &serde_json::to_vec(body).unwrap()).expect("a valid command");
     IntakeRecord {
         message_id: valid.message_id,
         stream_sequence: 1,
@@ -57,6 +66,6 @@ pub fn record(payment_method: &str, stale: bool) -> IntakeRecord {
         command: valid.command,
         correlation_id: valid.correlation_id,
         traceparent: valid.traceparent,
-        stale,
+        stale: false,
     }
 }

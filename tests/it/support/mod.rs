@@ -21,7 +21,7 @@ pub mod nats_server;
 pub mod process;
 pub mod throwaway;
 
-pub use command::{command, record};
+pub use command::{command, intake_record, record};
 pub use env::TestEnv;
 pub use harness::{
     charge_request, charge_request_with_amount, gateway_answering, refused_url, wait_until,
