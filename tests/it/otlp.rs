@@ -3,12 +3,12 @@
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, onecharge, TestEnv};
+use crate::support::{self, onecharge, sigterm, TestEnv};
 use uuid::Uuid;
 
 /// A stand-in OTLP/HTTP collector on 127.0.0.1:0 that answers every request with an empty
@@ -107,11 +107,7 @@ async fn serve_intake_until_one_command_is_recorded(env: &TestEnv, otlp_endpoint
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("send SIGTERM");
-    assert!(term.success());
+    assert!(sigterm(child.id()), "send SIGTERM");
     let output = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .unwrap()

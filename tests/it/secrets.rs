@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::{command, onecharge, TestEnv};
+use crate::support::{command, onecharge, sigterm, TestEnv};
 use tokio::io::AsyncReadExt as _;
 use uuid::Uuid;
 
@@ -196,12 +196,7 @@ async fn serve_briefly(env: &TestEnv) -> Run {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let pid = child.id().expect("serve is running").to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    assert!(sigterm(child.id().expect("serve is running")));
     let status = child.wait().await.unwrap();
     for reader in readers {
         reader.await.unwrap();

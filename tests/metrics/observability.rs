@@ -9,7 +9,7 @@
 
 use std::io::{BufRead as _, BufReader, Read};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::support::{self, command, onecharge, Harness, TestEnv};
+use crate::support::{self, command, onecharge, sigterm, Harness, TestEnv};
 use crate::RECORDER;
 
 /// A W3C trace context as a producer would send it.
@@ -603,11 +603,7 @@ async fn a_served_run_whose_api_key_is_rejected_logs_json_with_ids_and_never_the
         || async { stderr.lock().unwrap().iter().any(rejected) },
     )
     .await;
-    let terminated = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(terminated.success());
+    assert!(sigterm(child.id()));
     let exit = tokio::task::spawn_blocking(move || child.wait())
         .await
         .unwrap()

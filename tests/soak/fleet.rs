@@ -152,9 +152,7 @@ impl Fleet {
     pub async fn terminate(&mut self, timeout: Duration) -> Vec<(Option<ExitStatus>, PathBuf)> {
         for process in &self.processes {
             if let Some(child) = &process.child {
-                let _ = Command::new("kill")
-                    .args(["-TERM", &child.id().to_string()])
-                    .status();
+                support::sigterm(child.id());
             }
         }
         let deadline = Instant::now() + timeout;

@@ -28,5 +28,5 @@ pub use harness::{
     AttemptRow, Harness, API_KEY,
 };
 pub use nats::header;
-pub use process::onecharge;
+pub use process::{onecharge, sigterm};
 pub use throwaway::server_url;

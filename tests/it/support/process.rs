@@ -21,6 +21,15 @@ pub fn onecharge() -> Command {
     command
 }
 
+/// Sends SIGTERM to process `pid`, as a supervisor stopping it would (with the `kill`
+/// command); true when the signal was delivered.
+pub fn sigterm(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 /// A directory under cargo's scratch space for integration tests that nothing writes to.
 fn empty_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onecharge-empty-cwd");
