@@ -46,13 +46,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _};
-use async_nats::jetstream::context::{DeleteStreamErrorKind, PublishAckFuture};
-use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::HeaderMap;
 use clap::CommandFactory as _;
 use futures::StreamExt as _;
 use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
-use onecharge::broker::Broker;
+use onecharge::broker::{Broker, Names};
 use onecharge::config::{Overrides, Settings};
 use secrecy::SecretString;
 use time::format_description::well_known::Rfc3339;
@@ -61,6 +60,9 @@ use uuid::Uuid;
 
 mod support;
 use support::thousands;
+#[path = "../tests/it/support/throwaway.rs"]
+mod throwaway;
+use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
 #[path = "support/latency.rs"]
 mod latency;
 
@@ -119,6 +121,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
+    // reqwest is built without a bundled provider: the readiness probe's client needs ring.
+    onecharge::tls::install_crypto_provider();
     let distribution = args.distribution.distribution().unwrap_or_else(|message| {
         Args::command()
             .error(clap::error::ErrorKind::ValueValidation, message)
@@ -134,7 +138,8 @@ async fn main() -> anyhow::Result<()> {
     let binary = service_binary();
 
     let tag = Uuid::new_v4().simple().to_string();
-    let database = format!("onecharge_bench_{tag}");
+    let database =
+        ThrowawayDatabase::named(&args.server, "onecharge_bench").kept(args.keep_database);
     let workdir = std::env::temp_dir().join(format!("onecharge_bench_{}", &tag[..12]));
     std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
     // The serve process runs here and reads this empty file instead of whatever
@@ -158,7 +163,7 @@ async fn main() -> anyhow::Result<()> {
     let mut settings = Settings::load(
         Some(&workdir.join("onecharge.toml")),
         &Overrides {
-            database_url: Some(format!("{}/{database}", args.server)),
+            database_url: Some(database.url()),
             nats_url: Some(args.nats_url.clone()),
             gateway_url: Some(gateway.base_url()),
             gateway_kind: None,
@@ -169,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
     )?;
     settings.gateway_api_key = Some(SecretString::from(API_KEY));
     settings.validate()?;
+    let namespace = ThrowawayNamespace::new(&settings.nats_url, &Names::new(&settings.namespace));
 
     let mut service = None;
     let mut interrupted = false;
@@ -186,7 +192,9 @@ async fn main() -> anyhow::Result<()> {
             Err(err) => eprintln!("warning: stopping onecharge serve: {err:#}"),
         }
     }
-    clean_up(&settings, &args.server, &database, args.keep_database).await;
+    // The run's streams, then its database (kept with --keep-database).
+    drop(namespace);
+    drop(database);
     gateway.shutdown().await;
     let log = workdir.join("serve.log");
     if outcome.is_ok() || interrupted {
@@ -1014,48 +1022,6 @@ async fn verify(
         "expected {total} attempts, succeeded, and charged"
     );
     Ok(())
-}
-
-/// Deletes the run's streams and drops its database (unless `keep_database`); failures are
-/// printed, not returned.
-async fn clean_up(settings: &Settings, server: &str, database: &str, keep_database: bool) {
-    match Broker::connect(settings).await {
-        Ok(broker) => {
-            for stream in [
-                broker.names.commands_stream(),
-                broker.names.events_stream(),
-                broker.names.dlq_stream(),
-            ] {
-                match broker.jetstream.delete_stream(&stream).await {
-                    Ok(_) => {}
-                    // Never created: the run failed before `setup`.
-                    Err(err)
-                        if matches!(err.kind(), DeleteStreamErrorKind::JetStream(e)
-                            if e.error_code() == ErrorCode::STREAM_NOT_FOUND) => {}
-                    Err(err) => eprintln!("warning: deleting stream {stream}: {err}"),
-                }
-            }
-        }
-        Err(err) => eprintln!(
-            "warning: streams of {} not deleted: {err:#}",
-            settings.namespace
-        ),
-    }
-    if keep_database {
-        eprintln!("database {database} kept (drop it with: psql -c 'DROP DATABASE {database}')");
-        return;
-    }
-    let dropped = async {
-        let pool = sqlx::PgPool::connect(&format!("{server}/postgres")).await?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-            .execute(&pool)
-            .await?;
-        pool.close().await;
-        anyhow::Ok(())
-    };
-    if let Err(err) = dropped.await {
-        eprintln!("warning: database {database} not dropped: {err:#}");
-    }
 }
 
 fn millis(duration: Duration) -> String {

@@ -44,6 +44,10 @@ use uuid::Uuid;
 
 #[path = "support/latency.rs"]
 mod latency;
+#[path = "../tests/it/support/throwaway.rs"]
+mod throwaway;
+
+use throwaway::ThrowawayDatabase;
 
 const API_KEY: &str = "sk_bench";
 
@@ -216,9 +220,10 @@ async fn run(args: &Args, shape: Shape) -> anyhow::Result<Measured> {
         ..MockConfig::default()
     })
     .await?;
-    let db_name = format!("onecharge_bench_{}", Uuid::new_v4().simple());
+    let database =
+        ThrowawayDatabase::named(&args.server, "onecharge_bench").kept(args.keep_database);
     let mut settings = Settings {
-        database_url: format!("{}/{db_name}", args.server),
+        database_url: database.url(),
         gateway_url: gateway.base_url(),
         gateway_api_key: Some(SecretString::from(API_KEY)),
         ..Settings::default()
@@ -237,13 +242,8 @@ async fn run(args: &Args, shape: Shape) -> anyhow::Result<Measured> {
             charges,
             drawn: gateway.latency_drawn(),
         });
-    if args.keep_database {
-        eprintln!("kept database {db_name}");
-    } else {
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
-            .execute(&admin)
-            .await?;
-    }
+    admin.close().await;
+    drop(database);
     gateway.shutdown().await;
     result
 }

@@ -40,6 +40,9 @@ use uuid::Uuid;
 
 mod support;
 use support::thousands;
+#[path = "../tests/it/support/throwaway.rs"]
+mod throwaway;
+use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
 
 #[derive(Debug, clap::Parser)]
 struct Args {
@@ -101,12 +104,25 @@ fn body(i: usize) -> Vec<u8> {
     .unwrap()
 }
 
-/// A fresh database and namespace for one run, migrated, with its streams; `store` is the
-/// benchmark's own pool (counting, the direct ceiling), not one an intake instance uses.
-async fn environment(tag: &str, shape: Shape) -> anyhow::Result<(Settings, Store, Broker)> {
+/// One run's own database and namespace (removed when dropped), migrated, with its
+/// streams; `store` is the benchmark's own pool (counting, the direct ceiling), not one an
+/// intake instance uses.
+struct Environment {
+    settings: Settings,
+    store: Store,
+    broker: Broker,
+    _namespace: ThrowawayNamespace,
+    _database: ThrowawayDatabase,
+}
+
+async fn environment(tag: &str, shape: Shape) -> anyhow::Result<Environment> {
+    let database = ThrowawayDatabase::named(
+        "postgres://127.0.0.1:5432",
+        &format!("onecharge_bench_{tag}"),
+    );
     let id = &Uuid::new_v4().simple().to_string()[..10];
     let mut settings = Settings {
-        database_url: format!("postgres://127.0.0.1:5432/onecharge_bench_{tag}_{id}"),
+        database_url: database.url(),
         namespace: format!("bench{tag}{id}"),
         ..Settings::default()
     };
@@ -118,25 +134,15 @@ async fn environment(tag: &str, shape: Shape) -> anyhow::Result<(Settings, Store
     let pool_size = (shape.concurrency * shape.instances).max(8) as u32;
     let store = Store::connect(&settings.database_url, pool_size).await?;
     let broker = Broker::connect(&settings).await?;
+    let namespace = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
     broker.ensure_streams().await?;
-    Ok((settings, store, broker))
-}
-
-async fn teardown(settings: &Settings, store: Store, broker: &Broker) {
-    store.pool().close().await;
-    for name in [
-        broker.names.commands_stream(),
-        broker.names.events_stream(),
-        broker.names.dlq_stream(),
-    ] {
-        let _ = broker.jetstream.delete_stream(name).await;
-    }
-    if let Ok(pool) = sqlx::PgPool::connect("postgres://127.0.0.1:5432/postgres").await {
-        let db = settings.database_url.rsplit('/').next().unwrap();
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-            .execute(&pool)
-            .await;
-    }
+    Ok(Environment {
+        settings,
+        store,
+        broker,
+        _namespace: namespace,
+        _database: database,
+    })
 }
 
 /// Publishes `n` commands with pipelined acks; returns when JetStream stored them all.
@@ -275,10 +281,11 @@ async fn run_direct(
 /// `concurrency × instances` transactions in flight (`direct` true), in a fresh environment.
 async fn measure(shape: Shape, n: usize, direct: bool) -> anyhow::Result<Duration> {
     let tag = if shape.batch_size == 1 { "s" } else { "b" };
-    let (settings, store, broker) = environment(tag, shape).await?;
+    let env = environment(tag, shape).await?;
+    let (settings, store, broker) = (&env.settings, &env.store, &env.broker);
     let elapsed = if direct {
         run_direct(
-            &store,
+            store,
             n,
             shape.batch_size,
             shape.concurrency * shape.instances,
@@ -286,15 +293,15 @@ async fn measure(shape: Shape, n: usize, direct: bool) -> anyhow::Result<Duratio
         .await
     } else {
         let published = Instant::now();
-        match publish(&broker, n).await {
+        match publish(broker, n).await {
             Ok(()) => {
                 eprintln!("  published {n} commands in {:.2?}", published.elapsed());
-                run_intake(&settings, &store, &broker, n, shape.instances).await
+                run_intake(settings, store, broker, n, shape.instances).await
             }
             Err(err) => Err(err),
         }
     };
-    teardown(&settings, store, &broker).await;
+    env.store.pool().close().await;
     elapsed
 }
 

@@ -1,0 +1,217 @@
+//! onecharge against a three-node NATS JetStream cluster (contract §2): `setup` creates
+//! replicated streams, and publishes survive a stream-leader election. Each test starts its
+//! own cluster (`support::cluster`) on free ports.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use onecharge::broker::Broker;
+use onecharge::config::Settings;
+use onecharge::publish::{publish_charge, ChargeArgs};
+use uuid::Uuid;
+
+use crate::support::cluster::NatsCluster;
+use crate::support::throwaway::{server_url, ThrowawayDatabase};
+
+fn settings(nats_url: String, database_url: String) -> Settings {
+    let id = Uuid::new_v4().simple().to_string();
+    let mut settings = Settings {
+        database_url,
+        nats_url,
+        namespace: format!("c{}", &id[..12]),
+        admin_addr: "127.0.0.1:0".parse().unwrap(),
+        ..Settings::default()
+    };
+    settings.streams.replicas = 3;
+    settings.validate().expect("test settings are valid");
+    settings
+}
+
+/// `onecharge publish charge` arguments for `attempt`, under a message id of its own.
+fn charge_args(attempt: Uuid) -> ChargeArgs {
+    ChargeArgs {
+        attempt_id: Some(attempt),
+        amount_minor: 1250,
+        currency: "EUR".into(),
+        order_id: None,
+        customer_id: "cus_cluster".into(),
+        payment_method: "pm_card_visa".into(),
+        description: None,
+        requested_at: None,
+        message_id: Some(format!("msg-{attempt}")),
+        correlation_id: None,
+        no_validate: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_with_three_replicas_creates_every_stream_on_three_servers_of_the_cluster() {
+    let cluster = NatsCluster::start().await;
+    let database = ThrowawayDatabase::new();
+    let settings = settings(cluster.url(0), database.url());
+    onecharge::app::setup(&settings)
+        .await
+        .expect("setup against the cluster");
+
+    let names = onecharge::broker::Names::new(&settings.namespace);
+    for stream in [
+        names.commands_stream(),
+        names.events_stream(),
+        names.dlq_stream(),
+    ] {
+        let info = cluster.stream_info(&stream).await;
+        assert_eq!(info["config"]["num_replicas"], 3, "{stream}: {info}");
+        let mut servers: Vec<String> = info["cluster"]["replicas"]
+            .as_array()
+            .unwrap_or(&Vec::new())
+            .iter()
+            .map(|r| r["name"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        servers.push(info["cluster"]["leader"].as_str().unwrap().to_owned());
+        servers.sort();
+        assert_eq!(
+            servers,
+            cluster.names(),
+            "{stream} lives on all three servers"
+        );
+    }
+}
+
+/// Publishes `count` commands one after another through onecharge's publish path while
+/// the leader steps down (or is killed) once a tenth are stored; returns the failed publishes,
+/// how many messages the command stream holds and the attempts among them.
+async fn publish_through_an_election(
+    cluster: &mut NatsCluster,
+    count: usize,
+    kill_the_leader: bool,
+) -> (Vec<String>, u64, HashSet<Uuid>) {
+    let settings = settings(cluster.url(0), format!("{}/unused", server_url()));
+    // Streams first, through a node that stays up.
+    let setup = Broker::connect(&settings).await.expect("connect");
+    setup.ensure_streams().await.expect("R3 streams");
+    let stream = setup.names.commands_stream();
+    let leader = cluster.stream_leader(&stream).await;
+    // Publish through a server that is not the leader, so the client stays connected when
+    // the leader dies.
+    let follower = cluster
+        .names()
+        .iter()
+        .position(|n| *n != leader)
+        .expect("a follower");
+    let mut publisher_settings = settings.clone();
+    publisher_settings.nats_url = cluster.url(follower);
+    let broker = Broker::connect(&publisher_settings).await.expect("connect");
+    // Reads the stream afterwards through the same surviving server.
+    let reader = Broker::connect(&publisher_settings).await.expect("connect");
+
+    let attempts: Vec<Uuid> = (0..count).map(|_| Uuid::new_v4()).collect();
+    let (stored_tx, mut stored_rx) = tokio::sync::watch::channel(0usize);
+    let publisher = tokio::spawn({
+        let attempts = attempts.clone();
+        async move {
+            let mut failures = Vec::new();
+            for (i, attempt) in attempts.into_iter().enumerate() {
+                if let Err(err) = publish_charge(&broker, charge_args(attempt)).await {
+                    failures.push(format!("{attempt}: {err:#}"));
+                }
+                let _ = stored_tx.send(i + 1);
+            }
+            failures
+        }
+    });
+    stored_rx
+        .wait_for(|&n| n >= count / 10)
+        .await
+        .expect("the publisher runs");
+    if kill_the_leader {
+        cluster.kill(&leader);
+    } else {
+        cluster.step_down(&stream).await;
+    }
+    let failures = tokio::time::timeout(Duration::from_secs(90), publisher)
+        .await
+        .expect("the publisher finishes")
+        .expect("the publisher does not panic");
+
+    let info = cluster.stream_info(&stream).await;
+    let messages = info["state"]["messages"].as_u64().unwrap_or_default();
+    // Every stored command, by its attempt id.
+    // After a kill the cluster may still be electing its meta leader, which creating a
+    // consumer needs: ask again until a deadline.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let consumer = loop {
+        let created = async {
+            reader
+                .jetstream
+                .get_stream(&stream)
+                .await?
+                .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                    ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
+                    ..Default::default()
+                })
+                .await
+                .map_err(anyhow::Error::from)
+        }
+        .await;
+        match created {
+            Ok(consumer) => break consumer,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                eprintln!("creating the reading consumer: {err:#}; asking again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(err) => panic!("an ephemeral consumer within 30 s: {err:#}"),
+        }
+    };
+    let mut seen = HashSet::new();
+    let mut batch = consumer
+        .fetch()
+        .max_messages(count + 10)
+        .expires(Duration::from_secs(2))
+        .messages()
+        .await
+        .expect("fetch");
+    use futures::StreamExt as _;
+    while let Some(Ok(message)) = batch.next().await {
+        let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+        let attempt: Uuid = body["payment_attempt_id"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(seen.insert(attempt), "attempt {attempt} stored twice");
+        if seen.len() == messages as usize {
+            break;
+        }
+    }
+    (failures, messages, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_published_while_the_command_streams_leader_steps_down_are_each_stored_once() {
+    let mut cluster = NatsCluster::start().await;
+    let count = 300;
+    let (failures, messages, seen) = publish_through_an_election(&mut cluster, count, false).await;
+    assert!(
+        failures.is_empty(),
+        "{} publishes failed, the first: {}",
+        failures.len(),
+        failures[0]
+    );
+    assert_eq!(messages, count as u64);
+    assert_eq!(seen.len(), count);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_published_while_the_command_streams_leader_is_killed_are_each_stored_once() {
+    let mut cluster = NatsCluster::start().await;
+    let count = 200;
+    let (failures, messages, seen) = publish_through_an_election(&mut cluster, count, true).await;
+    assert!(
+        failures.is_empty(),
+        "{} publishes failed, the first: {}",
+        failures.len(),
+        failures[0]
+    );
+    assert_eq!(messages, count as u64);
+    assert_eq!(seen.len(), count);
+}

@@ -1,0 +1,161 @@
+//! `dlq replay` refuses what it must not publish and says in one line what went wrong,
+//! through the built binary exactly as an operator types it.
+
+use std::time::Duration;
+
+use crate::support::{command, TestEnv};
+use onecharge::intake::DlqClass;
+use serde_json::json;
+use uuid::Uuid;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Runs the built `onecharge` binary against this test's database and namespace.
+async fn cli(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
+    env.cli(args, &[]).await
+}
+
+/// A dead-lettered invalid command; returns its dead-letter sequence.
+async fn one_dead_letter(env: &TestEnv, attempt: Uuid) -> String {
+    let intake = env.intake().await;
+    env.publish("m-replay", &command(attempt, json!({"currency": "EURO"})))
+        .await;
+    let report = intake.process_batch(WAIT).await.unwrap();
+    assert_eq!(report.dead_lettered, vec![DlqClass::Invalid]);
+    env.dead_letters().await[0].sequence.to_string()
+}
+
+async fn commands_on_stream(env: &TestEnv) -> u64 {
+    let mut stream = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap();
+    stream.info().await.unwrap().state.messages
+}
+
+#[tokio::test]
+async fn a_replay_body_with_a_nul_character_is_refused_before_anything_is_published() {
+    let env = TestEnv::new().await;
+    let attempt = Uuid::new_v4();
+    let sequence = one_dead_letter(&env, attempt).await;
+    let before = commands_on_stream(&env).await;
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("nul.json");
+    // Valid JSON whose order id holds a NUL: PostgreSQL text cannot store it.
+    let text = serde_json::to_string(&command(attempt, json!({"order_id": "ord\u{0}1"}))).unwrap();
+    assert!(text.contains("\\u0000"));
+    std::fs::write(&body, text).unwrap();
+
+    let (code, _, stderr) = cli(
+        &env,
+        &[
+            "dlq",
+            "replay",
+            &sequence,
+            "--body-file",
+            body.to_str().unwrap(),
+        ],
+    )
+    .await;
+
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("NUL"), "{stderr}");
+    assert!(stderr.contains("nothing was published"), "{stderr}");
+    assert_eq!(commands_on_stream(&env).await, before);
+}
+
+#[tokio::test]
+async fn a_replay_body_file_over_the_contract_limit_is_refused_without_reading_it_all() {
+    let env = TestEnv::new().await;
+    let sequence = one_dead_letter(&env, Uuid::new_v4()).await;
+    let before = commands_on_stream(&env).await;
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("huge.json");
+    // A sparse 10 GB file: reading it whole would take the operator's memory.
+    std::fs::File::create(&body)
+        .unwrap()
+        .set_len(10 * 1024 * 1024 * 1024)
+        .unwrap();
+
+    let (code, _, stderr) = cli(
+        &env,
+        &[
+            "dlq",
+            "replay",
+            &sequence,
+            "--body-file",
+            body.to_str().unwrap(),
+        ],
+    )
+    .await;
+
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("65536"), "{stderr}");
+    assert_eq!(commands_on_stream(&env).await, before);
+}
+
+#[tokio::test]
+async fn a_replay_with_no_command_stream_says_so_in_one_line() {
+    let env = TestEnv::new().await;
+    let sequence = one_dead_letter(&env, Uuid::new_v4()).await;
+    env.broker
+        .jetstream
+        .delete_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("fixed.json");
+    std::fs::write(
+        &body,
+        serde_json::to_vec(&command(Uuid::new_v4(), json!({}))).unwrap(),
+    )
+    .unwrap();
+
+    let (code, _, stderr) = cli(
+        &env,
+        &[
+            "dlq",
+            "replay",
+            &sequence,
+            "--body-file",
+            body.to_str().unwrap(),
+        ],
+    )
+    .await;
+
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "no stream stores {}",
+            env.broker.names.charge_subject()
+        )) && stderr.contains("onecharge setup"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_replay_with_no_dead_letter_stream_says_so_in_one_line() {
+    let env = TestEnv::new().await;
+    env.broker
+        .jetstream
+        .delete_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+
+    let (code, _, stderr) = cli(&env, &["dlq", "replay", "1"]).await;
+
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "stream {} does not exist",
+            env.broker.names.dlq_stream()
+        )),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,818 @@
+//! The canonical failure scenarios of the idempotent consumer, against real PostgreSQL and
+//! real NATS. Each test asserts rows and broker state, not just "no error".
+
+use std::time::Duration;
+
+use crate::support::{command, header, TestEnv};
+use onecharge::intake::{DeliveryOutcome, DlqClass};
+use serde_json::json;
+use uuid::Uuid;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn a_valid_command_becomes_one_pending_attempt_and_is_acknowledged() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish("m-1", &command(attempt, json!({}))).await;
+
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(env.scalar(&format!("SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}' AND status = 'pending' AND idempotency_key = 'onecharge-{attempt}' AND correlation_id = 'corr-test'")).await, 1);
+    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'm-1' AND result = 'accepted'").await, 1);
+    assert_eq!(env.scalar("SELECT count(*) FROM attempt_transitions WHERE to_status = 'pending' AND cause = 'command_accepted'").await, 1);
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn the_same_message_in_the_hands_of_two_instances_records_one_attempt_and_settles_both() {
+    let env = TestEnv::new().await;
+    let first = env.intake().await;
+    let second = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish("m-twice", &command(attempt, json!({}))).await;
+
+    // The first instance takes the message and stalls past the ack wait…
+    let held = first.fetch(WAIT).await.unwrap();
+    assert_eq!(held.len(), 1);
+    // …so the broker redelivers it to the second one while the first still has it.
+    let redelivered = second.fetch(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(redelivered.len(), 1);
+    assert_eq!(redelivered[0].info().unwrap().delivered, 2);
+
+    let (a, b) = tokio::join!(first.handle(held), second.handle(redelivered));
+
+    let mut outcomes = vec![a.outcomes[0].clone(), b.outcomes[0].clone()];
+    outcomes.sort_by_key(|o| o.label());
+    assert_eq!(
+        outcomes,
+        vec![DeliveryOutcome::Duplicate, DeliveryOutcome::Processed]
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        1
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn racing_transactions_for_one_message_are_decided_by_the_unique_key() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    for i in 0..20 {
+        env.publish(&format!("race-{i}"), &command(Uuid::new_v4(), json!({})))
+            .await;
+    }
+    let messages = intake.fetch(WAIT).await.unwrap();
+    assert_eq!(messages.len(), 20);
+
+    // Two instances record the very same deliveries at the same time.
+    let (a, b) = tokio::join!(intake.record(&messages), intake.record(&messages));
+
+    for (x, y) in a.iter().zip(&b) {
+        let mut pair = [x.label(), y.label()];
+        pair.sort();
+        assert_eq!(pair, ["duplicate", "processed"]);
+    }
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM payment_attempts").await,
+        20
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        20
+    );
+}
+
+#[tokio::test]
+async fn redelivery_after_commit_without_ack_is_a_duplicate_and_records_nothing_new() {
+    let env = TestEnv::new().await;
+    let crashed = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish("m-crash", &command(attempt, json!({}))).await;
+
+    // Commit, then "crash" before the ack: the messages are dropped unsettled.
+    let messages = crashed.fetch(WAIT).await.unwrap();
+    assert_eq!(
+        crashed.record(&messages).await,
+        vec![DeliveryOutcome::Processed]
+    );
+    drop(messages);
+    drop(crashed);
+
+    let restarted = env.intake().await;
+    let report = restarted
+        .process_batch(Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    assert_eq!(report.outcomes, vec![DeliveryOutcome::Duplicate]);
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        1
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM attempt_transitions").await,
+        1
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_processed() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    // A failure injected after the dedupe insert, inside the same transaction.
+    sqlx::raw_sql(
+        "CREATE FUNCTION fail_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'injected failure' USING ERRCODE = 'serialization_failure'; END $$;
+         CREATE TRIGGER fail_attempts BEFORE INSERT ON payment_attempts FOR EACH ROW EXECUTE FUNCTION fail_insert();",
+    )
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    let attempt = Uuid::new_v4();
+    env.publish("m-rollback", &command(attempt, json!({})))
+        .await;
+
+    let first = intake.process_batch(WAIT).await.unwrap();
+    assert_eq!(first.outcomes.len(), 1);
+    assert_eq!(first.outcomes[0].label(), "transient");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        0
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+
+    sqlx::query("DROP TRIGGER fail_attempts ON payment_attempts")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    let second = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(second.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'm-rollback'")
+            .await,
+        1
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert!(env.dead_letters().await.is_empty());
+}
+
+#[tokio::test]
+async fn one_message_the_database_rejects_does_not_poison_its_batch() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION reject_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF NEW.order_id = 'ord_poison' THEN
+           RAISE EXCEPTION 'order refused' USING ERRCODE = 'check_violation'; END IF;
+         RETURN NEW; END $$;
+         CREATE TRIGGER reject_poison BEFORE INSERT ON payment_attempts FOR EACH ROW EXECUTE FUNCTION reject_poison();",
+    )
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    env.publish("good-1", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.publish(
+        "poison",
+        &command(Uuid::new_v4(), json!({"order_id": "ord_poison"})),
+    )
+    .await;
+    env.publish("good-2", &command(Uuid::new_v4(), json!({})))
+        .await;
+
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.count("processed"), 2);
+    assert_eq!(report.count("permanent"), 1);
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 2);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'poison'")
+            .await,
+        0
+    );
+    let dlq = env.dead_letters().await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(
+        header(&dlq[0], "Dlq-Original-Msg-Id").as_deref(),
+        Some("poison")
+    );
+    assert!(header(&dlq[0], "Dlq-Reason")
+        .unwrap()
+        .contains("rejected by the database"));
+}
+
+#[tokio::test]
+async fn every_kind_of_invalid_input_is_dead_lettered_with_its_reason_and_writes_no_row() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    let a = Uuid::new_v4();
+    let cases: Vec<(Option<&str>, Vec<u8>, &str)> = vec![
+        (
+            Some("bad-json"),
+            b"{not json".to_vec(),
+            "not a valid ChargePayment JSON",
+        ),
+        (
+            Some("missing-field"),
+            serde_json::to_vec(&command(a, json!({"customer_id": null}))).unwrap(),
+            "missing field `customer_id`",
+        ),
+        (
+            Some("wrong-type"),
+            serde_json::to_vec(&command(a, json!({"amount_minor": "19.99"}))).unwrap(),
+            "invalid type",
+        ),
+        (
+            Some("zero"),
+            serde_json::to_vec(&command(a, json!({"amount_minor": 0}))).unwrap(),
+            "amount_minor",
+        ),
+        (
+            Some("negative"),
+            serde_json::to_vec(&command(a, json!({"amount_minor": -1}))).unwrap(),
+            "amount_minor",
+        ),
+        (
+            Some("too-big"),
+            serde_json::to_vec(&command(a, json!({"amount_minor": 1_000_000_000_001i64}))).unwrap(),
+            "amount_minor",
+        ),
+        (
+            Some("currency"),
+            serde_json::to_vec(&command(a, json!({"currency": "ABC"}))).unwrap(),
+            "currency",
+        ),
+        (
+            Some("oversized"),
+            serde_json::to_vec(&command(a, json!({"padding": "x".repeat(70_000)}))).unwrap(),
+            "bytes",
+        ),
+        (
+            None,
+            serde_json::to_vec(&command(a, json!({}))).unwrap(),
+            "missing Nats-Msg-Id",
+        ),
+    ];
+    let mut sequences = Vec::new();
+    for (id, body, _) in &cases {
+        sequences.push(env.publish_raw(*id, body).await);
+    }
+
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.count("permanent"), cases.len());
+    assert_eq!(report.dead_lettered, vec![DlqClass::Invalid; cases.len()]);
+    let dlq = env.dead_letters().await;
+    assert_eq!(dlq.len(), cases.len());
+    for ((id, body, reason), seq) in cases.iter().zip(&sequences) {
+        let letter = dlq
+            .iter()
+            .find(|m| header(m, "Dlq-Stream-Sequence") == Some(seq.to_string()))
+            .unwrap_or_else(|| panic!("no dead letter for {id:?}"));
+        assert_eq!(header(letter, "Dlq-Class").as_deref(), Some("invalid"));
+        let got = header(letter, "Dlq-Reason").unwrap();
+        assert!(got.contains(reason), "{id:?}: {got}");
+        assert!(got.chars().count() <= 512);
+        assert_eq!(
+            letter.payload.as_ref(),
+            body.as_slice(),
+            "the original body, unchanged"
+        );
+        assert_eq!(
+            header(letter, "Nats-Msg-Id"),
+            Some(format!("dlq-onecharge-intake-{seq}"))
+        );
+        assert_eq!(header(letter, "Dlq-Original-Msg-Id").as_deref(), *id);
+        assert_eq!(
+            header(letter, "Dlq-Consumer").as_deref(),
+            Some("onecharge-intake")
+        );
+        assert_eq!(header(letter, "Dlq-Delivery-Count").as_deref(), Some("1"));
+        assert_eq!(
+            header(letter, "Correlation-Id").as_deref(),
+            Some("corr-test")
+        );
+        assert!(header(letter, "Dlq-Original-Subject")
+            .unwrap()
+            .ends_with("payments.commands.charge-payment.v1"));
+    }
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        0
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_business_duplicate_is_one_attempt_and_conflicting_parameters_are_dead_lettered() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish("first", &command(attempt, json!({}))).await;
+    env.publish(
+        "retry-new-id",
+        &command(attempt, json!({"description": "same charge, new words"})),
+    )
+    .await;
+    env.publish("conflict", &command(attempt, json!({"amount_minor": 5000})))
+        .await;
+
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.outcomes[0], DeliveryOutcome::Processed);
+    assert_eq!(report.outcomes[1], DeliveryOutcome::BusinessDuplicate);
+    assert_eq!(report.outcomes[2].label(), "conflict");
+    assert_eq!(report.dead_lettered, vec![DlqClass::Conflict]);
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT amount_minor FROM payment_attempts WHERE payment_attempt_id = '{attempt}'"
+        ))
+        .await,
+        1999
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'retry-new-id' AND result = 'business_duplicate'").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'conflict'")
+            .await,
+        0
+    );
+    let dlq = env.dead_letters().await;
+    assert_eq!(header(&dlq[0], "Dlq-Class").as_deref(), Some("conflict"));
+    assert!(header(&dlq[0], "Dlq-Reason")
+        .unwrap()
+        .contains("different parameters"));
+
+    // The conflicting command arriving again later is still a conflict, not a charge.
+    env.publish(
+        "conflict-again",
+        &command(attempt, json!({"currency": "USD"})),
+    )
+    .await;
+    let later = intake.process_batch(WAIT).await.unwrap();
+    assert_eq!(later.dead_lettered, vec![DlqClass::Conflict]);
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+}
+
+#[tokio::test]
+async fn a_reused_message_id_with_a_different_body_is_dead_lettered_and_never_charged_twice() {
+    let env = TestEnv::new().await;
+    // Shrink JetStream's own duplicate window so that the reused id reaches onecharge, as it
+    // does in production once the window has passed.
+    let mut config = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    config.duplicate_window = Duration::from_millis(100);
+    env.broker.jetstream.update_stream(config).await.unwrap();
+    let intake = env.intake().await;
+    let first = Uuid::new_v4();
+    env.publish("reused", &command(first, json!({}))).await;
+    assert_eq!(
+        intake.process_batch(WAIT).await.unwrap().outcomes,
+        vec![DeliveryOutcome::Processed]
+    );
+
+    let mut reused = None;
+    // Outside the duplicate window the broker stores the message again.
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", "reused");
+        let body = serde_json::to_vec(&command(Uuid::new_v4(), json!({}))).unwrap();
+        let ack = env
+            .broker
+            .jetstream
+            .publish_with_headers(env.broker.names.charge_subject(), headers, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        if !ack.duplicate {
+            reused = Some(ack.sequence);
+            break;
+        }
+    }
+    assert!(reused.is_some(), "the broker never accepted the reused id");
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.dead_lettered, vec![DlqClass::Conflict]);
+    let dlq = env.dead_letters().await;
+    assert!(header(&dlq[0], "Dlq-Reason")
+        .unwrap()
+        .contains("different body"));
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn while_the_database_is_down_messages_are_nakd_and_processed_once_it_is_back() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
+    let intake = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish("m-outage", &command(attempt, json!({}))).await;
+    env.stop_database().await;
+
+    let during = intake.process_batch(WAIT).await.unwrap();
+    assert_eq!(during.count("transient"), 1, "{during:?}");
+    let again = intake.process_batch(WAIT).await.unwrap();
+    assert_eq!(
+        again.count("transient"),
+        1,
+        "redelivered after the Nak delay: {again:?}"
+    );
+    assert!(again.dead_lettered.is_empty());
+
+    env.start_database().await;
+    let after = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert!(env.dead_letters().await.is_empty());
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn the_last_allowed_delivery_of_a_transient_failure_is_dead_lettered_as_exhausted() {
+    let env = TestEnv::new().await; // max_deliver = 3
+    let intake = env.intake().await;
+    env.publish("m-exhaust", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        reports.push(intake.process_batch(WAIT).await.unwrap());
+    }
+    env.start_database().await;
+
+    assert!(reports[..2]
+        .iter()
+        .all(|r| r.count("transient") == 1 && r.dead_lettered.is_empty()));
+    assert_eq!(reports[2].dead_lettered, vec![DlqClass::Exhausted]);
+    let dlq = env.dead_letters().await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(header(&dlq[0], "Dlq-Delivery-Count").as_deref(), Some("3"));
+    assert!(header(&dlq[0], "Dlq-Reason")
+        .unwrap()
+        .contains("database unavailable"));
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages").await,
+        0
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_stale_command_is_recorded_expired_with_its_event_and_never_charged() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish(
+        "m-old",
+        &command(attempt, json!({"requested_at": "2020-01-01T00:00:00Z"})),
+    )
+    .await;
+
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.outcomes, vec![DeliveryOutcome::Stale]);
+    assert_eq!(env.scalar(&format!("SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}' AND status = 'expired' AND tries = 0 AND dispatched_at IS NULL")).await, 1);
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM processed_messages WHERE result = 'stale'")
+            .await,
+        1
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM attempt_transitions WHERE to_status = 'expired' AND cause = 'stale_command'").await, 1);
+    assert_eq!(env.scalar("SELECT count(*) FROM outbox WHERE status = 'expired' AND subject = 'payments.events.payment-expired.v1' AND headers->>'Causation-Id' = 'm-old'").await, 1);
+    assert!(env.dead_letters().await.is_empty());
+}
+
+#[tokio::test]
+async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
+    let env = TestEnv::with_settings(|s| s.intake.batch_size = 16).await;
+    let intake = env.intake().await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(intake.run(shutdown.clone()));
+    for i in 0..100 {
+        env.publish(&format!("burst-{i}"), &command(Uuid::new_v4(), json!({})))
+            .await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while env.scalar("SELECT count(*) FROM processed_messages").await < 100 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "intake did not record the burst in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM payment_attempts").await,
+        100
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while env.consumer_backlog().await != (0, 0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "acks did not reach the broker"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as_invalid() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
+    let intake = env.intake().await;
+    env.publish("m-deploy-1", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.publish("m-deploy-2", &command(Uuid::new_v4(), json!({})))
+        .await;
+    // A migration gone wrong: the table intake writes to is not there (SQLSTATE 42P01).
+    sqlx::raw_sql("ALTER TABLE payment_attempts RENAME TO payment_attempts_moved")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+
+    let during = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(during.count("transient"), 2, "{during:?}");
+    assert!(during.dead_lettered.is_empty(), "{during:?}");
+    assert!(env.dead_letters().await.is_empty());
+
+    sqlx::raw_sql("ALTER TABLE payment_attempts_moved RENAME TO payment_attempts")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    let mut processed = 0;
+    while processed < 2 {
+        let after = intake.process_batch(WAIT).await.unwrap();
+        assert!(!after.outcomes.is_empty(), "both messages come back");
+        processed += after.count("processed");
+    }
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 2);
+    assert!(env.dead_letters().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
+    // intake runs as a role that lost INSERT on payment_attempts (SQLSTATE 42501)
+    let role = format!("r_{}", &env.db_name[15..27]);
+    env.admin(&format!("CREATE ROLE {role} LOGIN")).await;
+    sqlx::raw_sql(&format!(
+        "GRANT ALL ON ALL TABLES IN SCHEMA public TO {role};
+         GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};
+         REVOKE INSERT ON payment_attempts FROM {role};"
+    ))
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    let url = env
+        .settings
+        .database_url
+        .replacen("postgres://", &format!("postgres://{role}@"), 1);
+    let restricted = onecharge::store::Store::connect(&url, 2).await.unwrap();
+    let intake =
+        onecharge::intake::Intake::new(restricted.clone(), env.broker.clone(), &env.settings)
+            .await
+            .unwrap();
+    env.publish("m-perm", &command(Uuid::new_v4(), json!({})))
+        .await;
+
+    let during = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(during.count("transient"), 1, "{during:?}");
+    assert!(env.dead_letters().await.is_empty());
+    sqlx::raw_sql(&format!("GRANT INSERT ON payment_attempts TO {role}"))
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    let after = intake.process_batch(WAIT).await.unwrap();
+    assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    restricted.pool().close().await;
+    sqlx::raw_sql(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role};"))
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    env.admin(&format!("DROP ROLE {role}")).await;
+}
+
+#[tokio::test]
+async fn a_dead_letter_that_cannot_be_stored_on_the_last_delivery_is_kept_until_it_is() {
+    let env = TestEnv::new().await; // max_deliver = 3
+    let intake = env.intake().await;
+    env.publish("m-keep", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+    // The dead-letter stream is gone: every dead-letter publish fails.
+    env.broker
+        .jetstream
+        .delete_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+
+    for delivery in 1..=3 {
+        let report = intake.process_batch(WAIT).await.unwrap();
+        assert_eq!(
+            report.count("transient"),
+            1,
+            "delivery {delivery}: {report:?}"
+        );
+        assert!(report.dead_lettered.is_empty(), "{report:?}");
+    }
+    env.broker.ensure_streams().await.unwrap();
+
+    // The message was not given up on: it comes back and is dead-lettered as exhausted.
+    let report = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+    assert_eq!(
+        report.dead_lettered,
+        vec![DlqClass::Exhausted],
+        "{report:?}"
+    );
+    let dlq = env.dead_letters().await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(header(&dlq[0], "Dlq-Delivery-Count").as_deref(), Some("4"));
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+}
+
+#[tokio::test]
+async fn the_consumers_real_max_deliver_decides_the_last_delivery_not_the_setting() {
+    let env = TestEnv::with_settings(|s| s.intake.max_deliver = 10).await;
+    let intake = env.intake().await;
+    // An operator lowered the consumer's own limit to 2 after intake bound to it.
+    set_consumer_max_deliver(&env, 2).await;
+    intake.refresh_consumer_limits().await.unwrap();
+    env.publish("m-real-limit", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+
+    let first = intake.process_batch(WAIT).await.unwrap();
+    let second = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+
+    assert!(first.dead_lettered.is_empty(), "{first:?}");
+    assert_eq!(
+        second.dead_lettered,
+        vec![DlqClass::Exhausted],
+        "{second:?}"
+    );
+    assert_eq!(env.dead_letters().await.len(), 1);
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_dead_letter_too_large_for_the_dead_letter_stream_is_stored_truncated_never_dropped() {
+    let env = TestEnv::new().await;
+    let intake = env.intake().await;
+    let mut dlq = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+    let mut config = dlq.info().await.unwrap().config.clone();
+    config.max_message_size = 1024;
+    env.broker.jetstream.update_stream(config).await.unwrap();
+    // Invalid (description over 500 characters) and larger than the dead-letter stream takes.
+    let body = serde_json::to_vec(&command(
+        Uuid::new_v4(),
+        json!({"description": "x".repeat(3000)}),
+    ))
+    .unwrap();
+    env.publish_raw(Some("m-too-big"), &body).await;
+
+    let report = intake.process_batch(WAIT).await.unwrap();
+
+    assert_eq!(report.dead_lettered, vec![DlqClass::Invalid], "{report:?}");
+    let letters = env.dead_letters().await;
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(header(letter, "Dlq-Truncated").as_deref(), Some("true"));
+    assert_eq!(
+        header(letter, "Dlq-Original-Size"),
+        Some(body.len().to_string())
+    );
+    assert_eq!(
+        header(letter, "Dlq-Original-Msg-Id").as_deref(),
+        Some("m-too-big")
+    );
+    assert!(header(letter, "Dlq-Reason")
+        .unwrap()
+        .contains("description"));
+    assert!(!letter.payload.is_empty() && letter.payload.len() < 1024);
+    assert!(
+        body.starts_with(&letter.payload),
+        "the kept part is the body's beginning"
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_command_an_operator_set_limit_ends_without_a_dead_letter_is_counted_as_lost() {
+    let env = TestEnv::with_settings(|s| s.intake.consumer = "intake-lost-count".into()).await;
+    let metrics = onecharge::metrics::install();
+    let intake = env.intake().await;
+    set_consumer_max_deliver(&env, 2).await;
+    intake.refresh_consumer_limits().await.unwrap();
+    env.publish("m-lost", &command(Uuid::new_v4(), json!({})))
+        .await;
+    env.stop_database().await;
+    env.broker
+        .jetstream
+        .delete_stream(env.broker.names.dlq_stream())
+        .await
+        .unwrap();
+
+    let first = intake.process_batch(WAIT).await.unwrap();
+    let last = intake.process_batch(WAIT).await.unwrap();
+    env.start_database().await;
+
+    assert_eq!(first.count("transient"), 1, "{first:?}");
+    assert_eq!(last.count("transient"), 1, "{last:?}");
+    assert!(last.dead_lettered.is_empty());
+    let rendered = metrics.render();
+    assert!(
+        rendered.lines().any(|line| line
+            == r#"onecharge_intake_messages_lost_total{consumer="intake-lost-count",reason="dead_letter_failed_on_last_delivery"} 1"#),
+        "{rendered}"
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+}
+
+#[tokio::test]
+async fn a_process_that_dies_holding_the_last_allowed_delivery_loses_nothing() {
+    let env = TestEnv::new().await; // max_deliver = 3, ack_wait = 2 s
+    let intake = env.intake().await;
+    let attempt = Uuid::new_v4();
+    env.publish("m-last-crash", &command(attempt, json!({})))
+        .await;
+    env.stop_database().await;
+    for _ in 0..2 {
+        let report = intake.process_batch(WAIT).await.unwrap();
+        assert_eq!(report.count("transient"), 1, "{report:?}");
+    }
+    env.start_database().await;
+
+    // The third (last allowed) delivery is taken by a process that dies before settling it.
+    let held = intake.fetch(WAIT).await.unwrap();
+    assert_eq!(held[0].info().unwrap().delivered, 3);
+    drop(held);
+
+    let report = intake.process_batch(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(report.outcomes, vec![DeliveryOutcome::Processed]);
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}'"
+        ))
+        .await,
+        1
+    );
+    assert_eq!(env.consumer_backlog().await, (0, 0));
+}
+
+/// What an operator does by hand: sets the durable consumer's own `max_deliver`.
+async fn set_consumer_max_deliver(env: &TestEnv, max_deliver: i64) {
+    let stream = env
+        .broker
+        .jetstream
+        .get_stream(env.broker.names.commands_stream())
+        .await
+        .unwrap();
+    let mut config = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+            &env.settings.intake.consumer,
+        )
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    config.max_deliver = max_deliver;
+    stream.update_consumer(config).await.unwrap();
+}

@@ -1,0 +1,26 @@
+//! The integration tests: one binary, against real PostgreSQL and real NATS; each test makes
+//! its own database and JetStream namespace (`support::throwaway`). One module per area;
+//! `cargo test --test it <module>::` runs one area, e.g. `cargo test --test it executor::`.
+//!
+//! The two other test binaries run apart for a reason: `tests/metrics` reads the
+//! process-global Prometheus recorder exactly, which the roles these tests run would move,
+//! and `tests/soak` loads the whole machine with serve processes for a minute.
+
+mod support;
+
+mod admin_api;
+mod cli;
+mod cluster;
+mod demo;
+mod dlq_replay;
+mod executor;
+mod intake;
+mod operator;
+mod otlp;
+mod reconciler;
+mod relay;
+mod secrets;
+mod stripe;
+mod time;
+mod tls;
+mod tracing;

@@ -1,0 +1,415 @@
+//! The outbox relay against real PostgreSQL and NATS JetStream, and the whole pipeline
+//! (intake → executor → relay) against the mock gateway.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use crate::support::Harness;
+use mock_gateway::payment_methods as pm;
+use onecharge::domain::PaymentEvent;
+use onecharge::intake::Intake;
+use onecharge::publish::{publish_charge, ChargeArgs};
+use onecharge::store::relay::claim_unpublished;
+use uuid::Uuid;
+
+fn header(message: &async_nats::jetstream::message::StreamMessage, name: &str) -> Option<String> {
+    message.headers.get(name).map(|v| v.as_str().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_publishes_each_event_under_its_event_id_and_marks_it_published() {
+    let mut h = Harness::new().await;
+    let records = h.seed_expired(3).await;
+    let relay = h.relay().await;
+
+    let report = relay.run_once().await.unwrap();
+    assert_eq!(
+        (
+            report.claimed,
+            report.published,
+            report.duplicates,
+            report.failed
+        ),
+        (3, 3, 0, 0)
+    );
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        0
+    );
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM outbox WHERE publish_attempts = 1")
+            .await,
+        3
+    );
+
+    let messages = h.event_messages().await;
+    assert_eq!(messages.len(), 3);
+    let by_attempt: HashMap<Uuid, _> = records
+        .iter()
+        .map(|r| (r.command.payment_attempt_id, r))
+        .collect();
+    for message in &messages {
+        let event: PaymentEvent = serde_json::from_slice(&message.payload).unwrap();
+        assert_eq!(
+            message.subject.as_str(),
+            format!(
+                "{}.payments.events.payment-expired.v1",
+                h.settings.namespace
+            )
+        );
+        assert_eq!(
+            header(message, "Nats-Msg-Id"),
+            Some(event.event_id.to_string())
+        );
+        let record = by_attempt[&event.payment_attempt_id];
+        assert_eq!(
+            header(message, "Causation-Id").as_deref(),
+            Some(record.message_id.as_str())
+        );
+        assert_eq!(
+            header(message, "Correlation-Id").as_deref(),
+            Some("corr-test")
+        );
+        assert_eq!(event.order_id, record.command.order_id);
+        // the body is the contract's shape, in its field order
+        let text = std::str::from_utf8(&message.payload).unwrap();
+        assert!(text.starts_with(r#"{"event_id":"#), "{text}");
+    }
+
+    let again = relay.run_once().await.unwrap();
+    assert_eq!(again.claimed, 0, "nothing left to publish");
+    assert_eq!(h.event_messages().await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_crashes_after_publishing_is_followed_by_a_republish_that_jetstream_dedupes() {
+    let mut h = Harness::new().await;
+    h.seed_expired(2).await;
+    let crashing = h.relay().await;
+
+    // Publish, get the acks, then die before marking: the claim's transaction rolls back.
+    let claim = claim_unpublished(&h.store, 10).await.unwrap();
+    let acks = crashing.publish_rows(&claim.rows).await;
+    assert!(acks
+        .iter()
+        .all(|ack| matches!(ack, Ok(ack) if !ack.duplicate)));
+    let first_ids: HashSet<String> = h
+        .event_messages()
+        .await
+        .iter()
+        .filter_map(|m| header(m, "Nats-Msg-Id"))
+        .collect();
+    drop(claim);
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        2
+    );
+
+    let restarted = h.relay().await;
+    let report = restarted.run_once().await.unwrap();
+    assert_eq!(
+        (report.published, report.duplicates),
+        (2, 2),
+        "the same ids again: JetStream dedupes"
+    );
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        0
+    );
+
+    let messages = h.event_messages().await;
+    assert_eq!(messages.len(), 2, "each event once on the stream");
+    let ids: HashSet<String> = messages
+        .iter()
+        .filter_map(|m| header(m, "Nats-Msg-Id"))
+        .collect();
+    assert_eq!(ids, first_ids);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_relays_at_once_publish_each_event_exactly_once() {
+    let mut h = Harness::with(Default::default(), |s| s.relay.batch_size = 7).await;
+    h.seed_expired(60).await;
+    let drain = |relay: onecharge::relay::Relay| async move {
+        let mut published = 0;
+        let mut duplicates = 0;
+        loop {
+            let report = relay.run_once().await.unwrap();
+            if report.claimed == 0 {
+                return (published, duplicates);
+            }
+            published += report.published;
+            duplicates += report.duplicates;
+        }
+    };
+    let (a, b, c) = tokio::join!(
+        tokio::spawn(drain(h.relay().await)),
+        tokio::spawn(drain(h.relay().await)),
+        tokio::spawn(drain(h.relay().await)),
+    );
+    let reports = [a.unwrap(), b.unwrap(), c.unwrap()];
+    assert_eq!(reports.iter().map(|r| r.0).sum::<usize>(), 60);
+    assert_eq!(
+        reports.iter().map(|r| r.1).sum::<usize>(),
+        0,
+        "no row was published by two relays"
+    );
+
+    let messages = h.event_messages().await;
+    assert_eq!(messages.len(), 60);
+    let ids: HashSet<String> = messages
+        .iter()
+        .filter_map(|m| header(m, "Nats-Msg-Id"))
+        .collect();
+    assert_eq!(ids.len(), 60);
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_n_commands_with_duplicates_make_exactly_n_charges_and_n_events() {
+    let mut h = Harness::with(Default::default(), |s| {
+        s.intake.batch_size = 16;
+        s.intake.ack_wait = Duration::from_secs(5);
+        s.executor.batch_size = 8;
+    })
+    .await;
+    let broker = h.broker().await;
+    const N: usize = 12;
+    let methods = [pm::CARD_VISA, pm::CARD_DECLINED, pm::FAULT_RATE_LIMIT];
+    let mut published = 0;
+    let mut attempts = Vec::new();
+    for i in 0..N {
+        let attempt = Uuid::new_v4();
+        attempts.push(attempt);
+        let args = |message_id: String| ChargeArgs {
+            attempt_id: Some(attempt),
+            amount_minor: 1000 + i as i64,
+            currency: "EUR".into(),
+            order_id: Some(format!("ord_{i}")),
+            customer_id: "cus_42".into(),
+            payment_method: methods[i % methods.len()].into(),
+            description: None,
+            requested_at: None,
+            message_id: Some(message_id),
+            correlation_id: Some(format!("corr-{i}")),
+            no_validate: false,
+        };
+        // the command, a producer retry (same message id, deduplicated by JetStream), and a
+        // second message for the same attempt (same parameters: one charge)
+        let message_id = format!("cmd-{attempt}");
+        assert!(
+            !publish_charge(&broker, args(message_id.clone()))
+                .await
+                .unwrap()
+                .duplicate
+        );
+        assert!(
+            publish_charge(&broker, args(message_id))
+                .await
+                .unwrap()
+                .duplicate
+        );
+        assert!(
+            !publish_charge(&broker, args(format!("cmd-again-{attempt}")))
+                .await
+                .unwrap()
+                .duplicate
+        );
+        published += 2;
+    }
+
+    let intake = Intake::new(h.store.clone(), broker.clone(), &h.settings)
+        .await
+        .unwrap();
+    let mut recorded = 0;
+    while recorded < published {
+        let report = intake
+            .process_batch(Duration::from_millis(500))
+            .await
+            .unwrap();
+        assert!(
+            !report.outcomes.is_empty(),
+            "intake ran dry after {recorded} of {published}"
+        );
+        recorded += report.outcomes.len();
+    }
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM payment_attempts").await,
+        N as i64
+    );
+
+    // Drive the executor (advancing past Retry-After) and the relay until nothing is left.
+    let executor = h.executor();
+    let relay = h.relay().await;
+    for _ in 0..10 {
+        executor.run_once().await.unwrap();
+        h.advance(Duration::from_secs(1)).await;
+    }
+    while relay.run_once().await.unwrap().claimed > 0 {}
+
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), N, "exactly one charge per attempt");
+    let charged: HashSet<String> = ledger.iter().map(|c| c.reference.clone()).collect();
+    assert_eq!(charged, attempts.iter().map(Uuid::to_string).collect());
+
+    let messages = h.event_messages().await;
+    assert_eq!(messages.len(), N, "exactly one event per attempt");
+    let mut by_status: HashMap<String, usize> = HashMap::new();
+    let mut seen = HashSet::new();
+    for message in &messages {
+        let event: PaymentEvent = serde_json::from_slice(&message.payload).unwrap();
+        assert!(seen.insert(event.payment_attempt_id));
+        // caused by whichever of the attempt's two commands created it
+        let causation = header(message, "Causation-Id").unwrap();
+        let id = event.payment_attempt_id;
+        assert!(
+            causation == format!("cmd-{id}") || causation == format!("cmd-again-{id}"),
+            "{causation}"
+        );
+        *by_status.entry(event.status.to_string()).or_default() += 1;
+    }
+    assert_eq!(by_status.get("succeeded"), Some(&(2 * N / 3)));
+    assert_eq!(by_status.get("declined"), Some(&(N / 3)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_executor_and_relay_roles_charge_and_announce_recorded_attempts() {
+    use onecharge::app::{Application, Role};
+    let mut h = Harness::new().await;
+    let commands = h
+        .seed_many(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::CARD_VISA])
+        .await;
+    h.broker().await;
+    let app = Application::build(h.settings.clone(), &[Role::Executor, Role::Relay])
+        .await
+        .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(app.run(shutdown.clone()));
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while h.event_messages().await.len() < commands.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the served roles did not settle and announce in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+
+    assert_eq!(h.gateway.ledger().len(), 3);
+    assert_eq!(h.event_messages().await.len(), 3);
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM payment_attempts WHERE status IN ('succeeded', 'declined')")
+            .await,
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_executor_and_relay_wake_on_a_nudge_long_before_their_poll_interval() {
+    let mut h = Harness::with(mock_gateway::MockConfig::default(), |s| {
+        s.executor.poll_interval = Duration::from_secs(60);
+        s.relay.poll_interval = Duration::from_secs(60);
+    })
+    .await;
+    let nudges = onecharge::nudge::Nudges::default();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let executor = h.executor().with_nudges(nudges.clone());
+    let relay = h.relay().await.with_nudges(nudges.clone());
+    let roles = [
+        tokio::spawn(executor.run(shutdown.clone())),
+        tokio::spawn(relay.run(shutdown.clone())),
+    ];
+    // Both found nothing and are now waiting out their 60 s poll interval.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    nudges.attempts_recorded();
+
+    let store = h.store.clone();
+    let mut published = false;
+    for _ in 0..100 {
+        published = sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM outbox WHERE payment_attempt_id = $1
+                             AND published_at IS NOT NULL)",
+        )
+        .bind(id)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        if published {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        published,
+        "charged and its event published within 5 s, not after the 60 s poll interval"
+    );
+    assert_eq!(h.gateway.ledger().len(), 1);
+    shutdown.cancel();
+    for role in roles {
+        role.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events_behind_it() {
+    let mut h = Harness::with(Default::default(), |s| s.relay.batch_size = 1).await;
+    h.seed_expired(3).await;
+    // The oldest event goes to a subject no stream stores: JetStream refuses it every time.
+    sqlx::query(
+        "UPDATE outbox SET subject = 'payments.nowhere.v1'
+         WHERE event_id = (SELECT event_id FROM outbox ORDER BY created_at, event_id LIMIT 1)",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let relay = h.relay().await;
+
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        reports.push(relay.run_once().await.unwrap());
+    }
+
+    assert_eq!(reports[0].refused, 1, "{reports:?}");
+    assert_eq!(
+        reports.iter().map(|r| r.published).sum::<usize>(),
+        2,
+        "the healthy events behind the poison one are published: {reports:?}"
+    );
+    assert_eq!(h.event_messages().await.len(), 2);
+    assert_eq!(
+        h.scalar(
+            "SELECT count(*) FROM outbox WHERE subject = 'payments.nowhere.v1' AND published_at IS NULL
+             AND publish_attempts = 1 AND next_attempt_at > now() AND last_error LIKE '%no stream%'"
+        )
+        .await,
+        1,
+        "the poison row waits for its own next try"
+    );
+
+    // When its time comes it is tried again (and refused again, waiting longer).
+    sqlx::query("UPDATE outbox SET next_attempt_at = now() - interval '1 second' WHERE published_at IS NULL")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let again = relay.run_once().await.unwrap();
+    assert_eq!((again.claimed, again.refused), (1, 1), "{again:?}");
+    assert_eq!(
+        h.scalar(
+            "SELECT count(*) FROM outbox WHERE publish_attempts = 2
+             AND next_attempt_at > now() + interval '1 second'"
+        )
+        .await,
+        1
+    );
+}

@@ -1,0 +1,146 @@
+//! A three-node NATS JetStream cluster for tests: three [`NatsServer`]s on free loopback
+//! ports, routed to each other, each with its own store directory, killed on drop. Replicated
+//! streams and stream leader elections can be exercised against it.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::nats_server::{free_port, NatsServer};
+
+/// Longest wait for the cluster to elect a JetStream meta leader or a stream leader.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Three routed servers named `n0`, `n1`, `n2`.
+pub struct NatsCluster {
+    nodes: Vec<NatsServer>,
+    dir: tempfile::TempDir,
+}
+
+impl NatsCluster {
+    /// Starts the three servers and waits until JetStream answers through the cluster (a
+    /// meta leader is elected).
+    pub async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("cluster temp dir");
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let mut nodes: Vec<NatsServer> = (0..3)
+            .map(|i| {
+                let routes: Vec<String> = (0..3)
+                    .filter(|j| *j != i)
+                    .map(|j| format!("nats://127.0.0.1:{}", ports[j].1))
+                    .collect();
+                let name = format!("n{i}");
+                let args = [
+                    "-n",
+                    &name,
+                    "--cluster_name",
+                    "onecharge-test",
+                    "--cluster",
+                    &format!("nats://127.0.0.1:{}", ports[i].1),
+                    "--routes",
+                    &routes.join(","),
+                ];
+                NatsServer::configured(
+                    dir.path(),
+                    &name,
+                    ports[i].0,
+                    args.iter().map(OsString::from).collect(),
+                )
+            })
+            .collect();
+        for node in &mut nodes {
+            node.spawn();
+        }
+        for node in &nodes {
+            node.wait_listening().await;
+        }
+        let cluster = Self { nodes, dir };
+        cluster.wait_for_meta_leader().await;
+        cluster
+    }
+
+    /// The URL of node `i`; a client connected to one learns the others from the server.
+    pub fn url(&self, i: usize) -> String {
+        self.nodes[i].url()
+    }
+
+    /// Node names in order (`n0`, `n1`, `n2`).
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name().to_owned()).collect()
+    }
+
+    /// A JetStream API request through any running node; `None` while nobody answers or the
+    /// answer is an error (no meta leader yet, no stream leader yet).
+    pub async fn api(&self, subject: &str) -> Option<Value> {
+        let i = self.nodes.iter().position(NatsServer::is_running)?;
+        let client = async_nats::connect(self.url(i)).await.ok()?;
+        let reply = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.request(subject.to_owned(), "".into()),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        let value: Value = serde_json::from_slice(&reply.payload).ok()?;
+        value.get("error").is_none().then_some(value)
+    }
+
+    async fn wait_for_meta_leader(&self) {
+        let deadline = Instant::now() + DEADLINE;
+        while self.api("$JS.API.INFO").await.is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster elected no JetStream meta leader in time; logs in {}",
+                self.dir.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The stream's info once it has a leader (waits for one, with a deadline).
+    pub async fn stream_info(&self, stream: &str) -> Value {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(info) = self.api(&format!("$JS.API.STREAM.INFO.{stream}")).await {
+                if info["cluster"]["leader"].as_str().is_some() {
+                    return info;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stream {stream} has no leader in time"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The name of the server leading `stream` now.
+    pub async fn stream_leader(&self, stream: &str) -> String {
+        self.stream_info(stream).await["cluster"]["leader"]
+            .as_str()
+            .expect("a leader")
+            .to_owned()
+    }
+
+    /// Asks the stream's leader to step down; another replica is elected.
+    pub async fn step_down(&self, stream: &str) {
+        let answer = self
+            .api(&format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}"))
+            .await;
+        assert!(
+            answer.is_some_and(|a| a["success"] == true),
+            "the leader of {stream} did not step down"
+        );
+    }
+
+    /// SIGKILLs the named server, as a crash would.
+    pub fn kill(&mut self, name: &str) {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.name() == name)
+            .unwrap_or_else(|| panic!("no server {name}"))
+            .kill();
+    }
+}

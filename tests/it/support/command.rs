@@ -1,0 +1,71 @@
+//! The one ChargePayment v1 of the tests: a valid body as a producer publishes it, and the
+//! record intake makes of such a body, for tests that seed attempts without a broker.
+#![allow(dead_code)]
+
+use onecharge::domain::command::{validate, CommandHeaders};
+use onecharge::store::intake::IntakeRecord;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+/// A valid ChargePayment body for `attempt`, with fields overridden by `patch` (a `null`
+/// removes the field).
+pub fn command(attempt: Uuid, patch: Value) -> Value {
+    let mut body = json!({
+        "payment_attempt_id": attempt,
+        "order_id": "ord_1001",
+        "customer_id": "cus_42",
+        "amount_minor": 1999,
+        "currency": "EUR",
+        "payment_method": "pm_card_visa",
+        "description": "Order ord_1001",
+        "requested_at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap(),
+    });
+    for (k, v) in patch.as_object().unwrap() {
+        if v.is_null() {
+            body.as_object_mut().unwrap().remove(k);
+        } else {
+            body[k] = v.clone();
+        }
+    }
+    body
+}
+
+/// What intake records of a fresh attempt's [`command`] with `payment_method` (an order of
+/// its own, no `requested_at`) under a fresh message id; `stale` records it as too old to
+/// charge.
+pub fn record(payment_method: &str, stale: bool) -> IntakeRecord {
+    let attempt = Uuid::new_v4();
+    let body = command(
+        attempt,
+        json!({
+            "order_id": format!("ord_{}", &attempt.simple().to_string()[..10]),
+            "payment_method": payment_method,
+            "description": "Order for a test",
+            "requested_at": null,
+        }),
+    );
+    IntakeRecord {
+        stale,
+        ..intake_record(&body, &format!("msg-{}", Uuid::new_v4()), Some("corr-test"))
+    }
+}
+
+/// What intake records of `body` delivered first (stream sequence 1) under `message_id` with
+/// `Correlation-Id: correlation_id`, validated as intake validates it.
+pub fn intake_record(body: &Value, message_id: &str, correlation_id: Option<&str>) -> IntakeRecord {
+    let headers = CommandHeaders {
+        message_id: Some(message_id.to_owned()),
+        correlation_id: correlation_id.map(str::to_owned),
+        traceparent: None,
+    };
+    let valid = validate(&headers, &serde_json::to_vec(body).unwrap()).expect("a valid command");
+    IntakeRecord {
+        message_id: valid.message_id,
+        stream_sequence: 1,
+        body_sha256: valid.body_sha256,
+        command: valid.command,
+        correlation_id: valid.correlation_id,
+        traceparent: valid.traceparent,
+        stale: false,
+    }
+}

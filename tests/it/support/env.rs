@@ -1,0 +1,179 @@
+//! The intake-side world of one test: its own PostgreSQL database and its own JetStream
+//! namespace (streams and subjects), both connected at once and removed when the `TestEnv`
+//! drops. Intake settings are shortened so that redeliveries happen within the test.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use onecharge::broker::Broker;
+use onecharge::config::Settings;
+use onecharge::intake::Intake;
+use onecharge::store::Store;
+use uuid::Uuid;
+
+use super::nats::stream_messages;
+use super::process::onecharge;
+use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
+
+/// The operator (`USER`) as whom [`TestEnv::cli`] runs onecharge: what manual actions
+/// record as their actor.
+pub const OPERATOR: &str = "test-operator";
+
+pub struct TestEnv {
+    pub settings: Settings,
+    pub store: Store,
+    pub broker: Broker,
+    pub db_name: String,
+    // Dropped last, in this order: the streams, then the database.
+    namespace: ThrowawayNamespace,
+    database: ThrowawayDatabase,
+}
+
+impl TestEnv {
+    pub async fn new() -> Self {
+        Self::with_settings(|_| {}).await
+    }
+
+    /// A fresh database and namespace; `adjust` may change settings before anything connects.
+    pub async fn with_settings(adjust: impl FnOnce(&mut Settings)) -> Self {
+        // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
+        onecharge::tls::install_crypto_provider();
+        let database = ThrowawayDatabase::new();
+        let id = Uuid::new_v4().simple().to_string();
+        let mut settings = Settings {
+            database_url: database.url(),
+            nats_url: nats_url(),
+            namespace: format!("t{}", &id[..12]),
+            admin_addr: "127.0.0.1:0".parse().unwrap(),
+            ..Settings::default()
+        };
+        settings.intake.batch_size = 64;
+        settings.intake.ack_wait = Duration::from_secs(2);
+        settings.intake.max_deliver = 3;
+        settings.intake.retry_min_delay = Duration::from_millis(50);
+        settings.intake.retry_max_delay = Duration::from_millis(200);
+        adjust(&mut settings);
+        settings.validate().expect("test settings are valid");
+        let store = Store::setup(&settings.database_url)
+            .await
+            .expect("test database");
+        let broker = Broker::connect(&settings)
+            .await
+            .expect("NATS at 127.0.0.1:4222");
+        let namespace = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
+        broker.ensure_streams().await.expect("streams");
+        Self {
+            settings,
+            store,
+            broker,
+            db_name: database.name().to_owned(),
+            namespace,
+            database,
+        }
+    }
+
+    pub async fn intake(&self) -> Intake {
+        Intake::new(self.store.clone(), self.broker.clone(), &self.settings)
+            .await
+            .expect("intake")
+    }
+
+    /// Publishes raw bytes to the command subject with the given message id.
+    pub async fn publish_raw(&self, message_id: Option<&str>, body: &[u8]) -> u64 {
+        let mut headers = HeaderMap::new();
+        if let Some(id) = message_id {
+            headers.insert("Nats-Msg-Id", id);
+        }
+        headers.insert("Correlation-Id", "corr-test");
+        self.broker
+            .jetstream
+            .publish_with_headers(
+                self.broker.names.charge_subject(),
+                headers,
+                body.to_vec().into(),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("publish ack")
+            .sequence
+    }
+
+    /// Publishes a valid command (see [`command`]) under `message_id`.
+    pub async fn publish(&self, message_id: &str, body: &serde_json::Value) -> u64 {
+        self.publish_raw(Some(message_id), &serde_json::to_vec(body).unwrap())
+            .await
+    }
+
+    /// Every message on this namespace's dead-letter stream, in order.
+    pub async fn dead_letters(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
+        stream_messages(&self.broker.jetstream, &self.broker.names.dlq_stream()).await
+    }
+
+    /// Every message on this namespace's events stream, in order.
+    pub async fn events(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
+        stream_messages(&self.broker.jetstream, &self.broker.names.events_stream()).await
+    }
+
+    /// A scalar from the test database.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Runs SQL as an administrator of the server (not inside the test database's pool).
+    pub async fn admin(&self, sql: &str) {
+        self.database.admin(sql).await;
+    }
+
+    /// Makes the test database refuse connections and cuts the open ones: an outage.
+    pub async fn stop_database(&self) {
+        self.database.refuse_connections().await;
+    }
+
+    /// Ends the outage of [`TestEnv::stop_database`].
+    pub async fn start_database(&self) {
+        self.database.allow_connections().await;
+    }
+
+    /// Runs the built `onecharge` binary (see [`onecharge`]) against this test's database
+    /// and namespace as [`OPERATOR`], with `RUST_LOG=warn` and `extra_env`; returns its exit
+    /// code, stdout and stderr.
+    pub async fn cli(&self, args: &[&str], extra_env: &[(&str, &str)]) -> (i32, String, String) {
+        let output = tokio::process::Command::from(onecharge())
+            .args(args)
+            .env("USER", OPERATOR)
+            .env("RUST_LOG", "warn")
+            .env("ONECHARGE_DATABASE_URL", &self.settings.database_url)
+            .env("ONECHARGE_NATS_URL", &self.settings.nats_url)
+            .env("ONECHARGE_NAMESPACE", &self.settings.namespace)
+            .envs(extra_env.iter().copied())
+            .output()
+            .await
+            .expect("the onecharge binary runs");
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    /// (pending, ack pending) of the intake consumer: both 0 when everything was settled.
+    pub async fn consumer_backlog(&self) -> (u64, usize) {
+        let stream = self
+            .broker
+            .jetstream
+            .get_stream(self.broker.names.commands_stream())
+            .await
+            .unwrap();
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream
+            .get_consumer(&self.settings.intake.consumer)
+            .await
+            .unwrap();
+        let info = consumer.info().await.unwrap();
+        (info.num_pending, info.num_ack_pending)
+    }
+}

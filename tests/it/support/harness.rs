@@ -1,0 +1,442 @@
+//! The executor's and relay's test harness: its own PostgreSQL database (UUID-named,
+//! migrated with `Store::setup`, dropped afterwards), its own JetStream namespace (streams
+//! deleted afterwards), an in-process mock gateway on a free port, and a manual clock.
+//! Attempts are seeded the way intake records them (`store::intake::record_batch`).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mock_gateway::{MockConfig, MockGateway};
+use onecharge::broker::Broker;
+use onecharge::clock::ManualClock;
+use onecharge::config::Settings;
+use onecharge::domain::ChargePayment;
+use onecharge::executor::Executor;
+use onecharge::gateway::{GatewayClient, GatewayHealth};
+use onecharge::reconciler::Reconciler;
+use onecharge::relay::Relay;
+use onecharge::store::intake::{record_batch, IntakeRecord};
+use onecharge::store::Store;
+use secrecy::SecretString;
+use sqlx::Row as _;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::command::record;
+use super::nats::stream_messages;
+use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
+
+/// The key the mock gateway accepts in these tests.
+pub const API_KEY: &str = "sk_test_executor_suite";
+
+/// One test's world.
+pub struct Harness {
+    pub settings: Settings,
+    pub store: Store,
+    pub gateway: MockGateway,
+    pub clock: Arc<ManualClock>,
+    broker: Option<Broker>,
+    // Dropped last, in this order: the streams (once there are any), then the database.
+    namespace: Option<ThrowawayNamespace>,
+    database: ThrowawayDatabase,
+}
+
+impl Harness {
+    /// Lets the mock's slow charge finish (it charges) and waits until it is in the ledger.
+    pub async fn finish_slow_charge(&self) {
+        self.gateway.finish_slow_charges();
+        let gateway = &self.gateway;
+        wait_until(
+            "the gateway commits the slow charge",
+            Duration::from_secs(5),
+            || gateway.ledger().len() == 1,
+        )
+        .await;
+    }
+
+    /// The attempt succeeded with the gateway's one and only charge, and has exactly one
+    /// `succeeded` event.
+    pub async fn assert_charged_once(&self, id: Uuid) {
+        let ledger = self.gateway.ledger();
+        assert_eq!(ledger.len(), 1, "exactly one charge");
+        let row = self.attempt(id).await;
+        assert_eq!(row.status, "succeeded");
+        assert_eq!(
+            row.gateway_charge_id.as_deref(),
+            Some(ledger[0].id.as_str())
+        );
+        let events = self.events(id).await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].0, "succeeded");
+    }
+
+    /// A fresh database and mock gateway (default mock configuration).
+    pub async fn new() -> Self {
+        Self::with(MockConfig::default(), |_| {}).await
+    }
+
+    /// A fresh database, a mock gateway started from `mock`, and settings adjusted by `adjust`
+    /// (after the test defaults: short gateway timeouts, a 10 s lease).
+    pub async fn with(mock: MockConfig, adjust: impl FnOnce(&mut Settings)) -> Self {
+        // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
+        onecharge::tls::install_crypto_provider();
+        let gateway = MockGateway::start(MockConfig {
+            api_key: API_KEY.to_owned(),
+            ..mock
+        })
+        .await
+        .expect("the mock gateway starts");
+        let database = ThrowawayDatabase::new();
+        let id = Uuid::new_v4().simple().to_string();
+        let mut settings = Settings {
+            database_url: database.url(),
+            nats_url: nats_url(),
+            namespace: format!("x{}", &id[..12]),
+            gateway_url: gateway.base_url(),
+            gateway_api_key: Some(SecretString::from(API_KEY)),
+            gateway_connect_timeout: Duration::from_secs(1),
+            gateway_request_timeout: Duration::from_secs(2),
+            ..Settings::default()
+        };
+        settings.executor.lease = Duration::from_secs(10);
+        settings.executor.poll_interval = Duration::from_millis(20);
+        adjust(&mut settings);
+        settings.validate().expect("test settings are valid");
+        drop(
+            Store::setup(&settings.database_url)
+                .await
+                .expect("test database"),
+        );
+        let store = Store::connect_with(&settings.database_url, 16, &settings.database)
+            .await
+            .expect("test database pool");
+        Self {
+            settings,
+            store,
+            gateway,
+            clock: Arc::new(ManualClock::starting_now()),
+            broker: None,
+            namespace: None,
+            database,
+        }
+    }
+
+    /// Connects to NATS and creates this test's streams (once).
+    pub async fn broker(&mut self) -> Broker {
+        if self.broker.is_none() {
+            let broker = Broker::connect(&self.settings)
+                .await
+                .expect("NATS at 127.0.0.1:4222");
+            self.namespace = Some(ThrowawayNamespace::new(
+                &self.settings.nats_url,
+                &broker.names,
+            ));
+            broker.ensure_streams().await.expect("streams");
+            self.broker = Some(broker);
+        }
+        self.broker.clone().unwrap()
+    }
+
+    /// The manual clock's time: what the breaker and the credentials pause read. Attempts'
+    /// times come from the database's clock; see [`Harness::db_now`] and [`Harness::advance`].
+    pub fn now(&self) -> OffsetDateTime {
+        onecharge::clock::Clock::now(&*self.clock)
+    }
+
+    /// The database's `now()`, the clock every lease, due time and key window is measured on.
+    pub async fn db_now(&self) -> OffsetDateTime {
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap()
+    }
+
+    /// Lets `by` pass for this test without waiting: every time stored on an attempt moves
+    /// back by `by` (as if the database's clock had moved on), and the manual clock that the
+    /// breaker and the credentials pause read moves forward.
+    pub async fn advance(&self, by: Duration) {
+        sqlx::query(
+            "UPDATE payment_attempts SET
+                 next_run_at = next_run_at - make_interval(secs => $1),
+                 lease_expires_at = lease_expires_at - make_interval(secs => $1),
+                 dispatched_at = dispatched_at - make_interval(secs => $1),
+                 first_dispatched_at = first_dispatched_at - make_interval(secs => $1),
+                 requested_at = requested_at - make_interval(secs => $1),
+                 created_at = created_at - make_interval(secs => $1),
+                 updated_at = updated_at - make_interval(secs => $1)",
+        )
+        .bind(by.as_secs_f64())
+        .execute(self.store.pool())
+        .await
+        .unwrap();
+        self.clock.advance(by);
+    }
+
+    /// A gateway client for this test's mock with `api_key`.
+    pub fn client_with_key(&self, api_key: &str) -> GatewayClient {
+        GatewayClient::new(
+            &self.settings.gateway_url,
+            SecretString::from(api_key.to_owned()),
+            self.settings.gateway_connect_timeout,
+            self.settings.gateway_request_timeout,
+        )
+        .expect("a gateway client")
+    }
+
+    /// A client with the right key for a gateway at `url` (a closed port).
+    pub fn client_with_url(&self, url: &str) -> GatewayClient {
+        GatewayClient::new(
+            url,
+            SecretString::from(API_KEY),
+            self.settings.gateway_connect_timeout,
+            self.settings.gateway_request_timeout,
+        )
+        .expect("a gateway client")
+    }
+
+    /// An executor on this test's database, mock gateway and manual clock.
+    pub fn executor(&self) -> Executor {
+        self.executor_with(self.client_with_key(API_KEY))
+    }
+
+    /// An executor that calls through `client` (a wrong key, a closed port).
+    pub fn executor_with(&self, client: GatewayClient) -> Executor {
+        let health = GatewayHealth::from_settings(&self.settings.executor);
+        Executor::new(self.store.clone(), client, health, &self.settings)
+            .with_clock(self.clock.clone())
+    }
+
+    /// A reconciler on this test's database, mock gateway and manual clock.
+    pub fn reconciler(&self) -> Reconciler {
+        self.reconciler_with(self.client_with_key(API_KEY))
+    }
+
+    /// A reconciler that looks up through `client` (a closed port, a wrong key).
+    pub fn reconciler_with(&self, client: GatewayClient) -> Reconciler {
+        let health = GatewayHealth::from_settings(&self.settings.executor);
+        Reconciler::new(self.store.clone(), client, health, &self.settings)
+            .with_clock(self.clock.clone())
+    }
+
+    pub async fn relay(&mut self) -> Relay {
+        let broker = self.broker().await;
+        Relay::new(self.store.clone(), broker, &self.settings)
+    }
+
+    /// Records one pending attempt as intake would (at the clock's now) and returns it.
+    pub async fn seed(&self, payment_method: &str) -> ChargePayment {
+        self.seed_many(&[payment_method]).await.remove(0)
+    }
+
+    /// Records one pending attempt per payment method, in one intake batch.
+    pub async fn seed_many(&self, payment_methods: &[&str]) -> Vec<ChargePayment> {
+        let records: Vec<IntakeRecord> =
+            payment_methods.iter().map(|pm| record(pm, false)).collect();
+        record_batch(&self.store, "test-intake", &records, self.now())
+            .await
+            .expect("recorded");
+        records.into_iter().map(|r| r.command).collect()
+    }
+
+    /// Records `n` stale commands: each becomes `expired` with an outbox event, no gateway.
+    pub async fn seed_expired(&self, n: usize) -> Vec<IntakeRecord> {
+        let records: Vec<IntakeRecord> = (0..n).map(|_| record("pm_card_visa", true)).collect();
+        record_batch(&self.store, "test-intake", &records, self.now())
+            .await
+            .expect("recorded");
+        records
+    }
+
+    /// One attempt's row, for assertions.
+    pub async fn attempt(&self, id: Uuid) -> AttemptRow {
+        let row = sqlx::query(
+            "SELECT status, tries, lease_token, lease_owner, lease_expires_at, next_run_at,
+                    dispatched_at, first_dispatched_at, gateway_charge_id, decline_code,
+                    last_error, review_reason, idempotency_key, updated_at
+             FROM payment_attempts WHERE payment_attempt_id = $1",
+        )
+        .bind(id)
+        .fetch_one(self.store.pool())
+        .await
+        .expect("the attempt exists");
+        AttemptRow {
+            status: row.get("status"),
+            tries: row.get("tries"),
+            lease_token: row.get("lease_token"),
+            lease_owner: row.get("lease_owner"),
+            lease_expires_at: row.get("lease_expires_at"),
+            next_run_at: row.get("next_run_at"),
+            dispatched_at: row.get("dispatched_at"),
+            first_dispatched_at: row.get("first_dispatched_at"),
+            gateway_charge_id: row.get("gateway_charge_id"),
+            decline_code: row.get("decline_code"),
+            last_error: row.get("last_error"),
+            review_reason: row.get("review_reason"),
+            idempotency_key: row.get("idempotency_key"),
+            updated_at: row.get("updated_at"),
+        }
+    }
+
+    /// The attempt's transitions as (from, to, cause), in order.
+    pub async fn transitions(&self, id: Uuid) -> Vec<(Option<String>, String, String)> {
+        sqlx::query_as(
+            "SELECT from_status, to_status, cause FROM attempt_transitions
+             WHERE payment_attempt_id = $1 ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(self.store.pool())
+        .await
+        .unwrap()
+    }
+
+    /// The attempt's gateway calls as (try, lease token, http status, outcome, charge id), in order.
+    pub async fn gateway_calls(
+        &self,
+        id: Uuid,
+    ) -> Vec<(i32, Option<i64>, Option<i32>, String, Option<String>)> {
+        sqlx::query_as(
+            "SELECT try_number, lease_token, http_status, outcome, gateway_charge_id FROM gateway_calls
+             WHERE payment_attempt_id = $1 ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(self.store.pool())
+        .await
+        .unwrap()
+    }
+
+    /// The attempt's outbox events as (status, payload, headers).
+    pub async fn events(&self, id: Uuid) -> Vec<(String, serde_json::Value, serde_json::Value)> {
+        sqlx::query_as("SELECT status, payload, headers FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at")
+            .bind(id)
+            .fetch_all(self.store.pool())
+            .await
+            .unwrap()
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Plays the reconciler's two steps at once, without the lookup: after an executor's
+    /// lease expired, the gateway has nothing under the key and the attempt returns to
+    /// `pending` (contract §4: in_flight with an expired lease → unknown → pending). The
+    /// lease token is left alone, so the fencing test sees only the executors' own claims.
+    pub async fn reconciler_returns_to_pending(&self, id: Uuid) {
+        let moved = sqlx::query(
+            "WITH moved AS (
+                 UPDATE payment_attempts SET status = 'pending', lease_owner = NULL,
+                        lease_expires_at = NULL, next_run_at = now(), updated_at = now()
+                 WHERE payment_attempt_id = $1 AND status = 'in_flight' AND lease_expires_at < now()
+                 RETURNING payment_attempt_id)
+             INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at)
+             SELECT payment_attempt_id, 'in_flight', 'pending', 'test_reconciler', 'test', now() FROM moved",
+        )
+        .bind(id)
+        .execute(self.store.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            moved.rows_affected(),
+            1,
+            "only an in-flight attempt with an expired lease is taken over"
+        );
+    }
+
+    /// Every message on this test's events stream, in order.
+    pub async fn event_messages(&mut self) -> Vec<async_nats::jetstream::message::StreamMessage> {
+        let broker = self.broker().await;
+        stream_messages(&broker.jetstream, &broker.names.events_stream()).await
+    }
+}
+
+/// An attempt row.
+#[derive(Debug)]
+pub struct AttemptRow {
+    pub status: String,
+    pub tries: i32,
+    pub lease_token: i64,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<OffsetDateTime>,
+    pub next_run_at: OffsetDateTime,
+    pub dispatched_at: Option<OffsetDateTime>,
+    pub first_dispatched_at: Option<OffsetDateTime>,
+    pub gateway_charge_id: Option<String>,
+    pub decline_code: Option<String>,
+    pub last_error: Option<String>,
+    pub review_reason: Option<String>,
+    pub idempotency_key: String,
+    /// When the attempt last changed (database clock): `next_run_at - updated_at` is the
+    /// delay a write scheduled.
+    pub updated_at: OffsetDateTime,
+}
+
+/// Waits until `condition` holds, polling every 10 ms, failing the test after `deadline`.
+pub async fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < deadline,
+            "timed out after {deadline:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The charge request the executor sends for `command` (same key, same bytes), for tests
+/// that play "an earlier try" against the gateway directly.
+pub fn charge_request(command: &ChargePayment) -> onecharge::gateway::ChargeRequest {
+    charge_request_with_amount(command, command.amount_minor)
+}
+
+/// The same request with another amount: what a key reused with different parameters looks like.
+pub fn charge_request_with_amount(
+    command: &ChargePayment,
+    amount_minor: i64,
+) -> onecharge::gateway::ChargeRequest {
+    onecharge::gateway::ChargeRequest::new(
+        command.idempotency_key(),
+        &onecharge::gateway::ChargeBody {
+            amount_minor,
+            currency: command.currency.clone(),
+            customer_id: command.customer_id.clone(),
+            payment_method: command.payment_method.clone(),
+            reference: command.payment_attempt_id.to_string(),
+            description: command.description.clone(),
+        },
+    )
+}
+
+/// A loopback URL on which nothing listens: connections are refused (never sent).
+pub fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A gateway that answers every charge with `charge` (HTTP 201) and every lookup with
+/// `{"data":[charge]}`: for the answers a real gateway may send but the mock never does
+/// (a NUL in a charge id or decline code). Returns its base URL; it runs until the test ends.
+pub async fn gateway_answering(charge: serde_json::Value) -> String {
+    use axum::routing::get;
+    let lookup = serde_json::json!({ "data": [charge.clone()] });
+    let app = axum::Router::new().route(
+        "/v1/charges",
+        get(move || {
+            let lookup = lookup.clone();
+            async move { axum::Json(lookup) }
+        })
+        .post(move || {
+            let charge = charge.clone();
+            async move { (axum::http::StatusCode::CREATED, axum::Json(charge)) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}

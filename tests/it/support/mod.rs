@@ -1,0 +1,32 @@
+//! The one test harness of the suite, shared by the three test binaries (`tests/it`, and
+//! with `#[path]` `tests/metrics` and `tests/soak`):
+//!
+//! - [`throwaway`]: a database and a JetStream namespace of a test's own, removed on drop
+//!   (also used by the soak and the benchmarks in `examples/`);
+//! - [`env`]: [`TestEnv`], the intake-side world (database + namespace, connected at once);
+//! - [`harness`]: [`Harness`], the executor-side world (database, mock gateway, manual
+//!   clock, a namespace on demand) and its row readers;
+//! - [`command`]: the one ChargePayment body, and the record intake makes of it;
+//! - [`nats`]: reading a stream's messages and their headers;
+//! - [`process`]: the `onecharge` binary, run the same way by every test;
+//! - [`nats_server`], [`cluster`]: `nats-server` processes of a test's own.
+#![allow(dead_code, unused_imports)]
+
+pub mod cluster;
+pub mod command;
+pub mod env;
+pub mod harness;
+pub mod nats;
+pub mod nats_server;
+pub mod process;
+pub mod throwaway;
+
+pub use command::{command, intake_record, record};
+pub use env::TestEnv;
+pub use harness::{
+    charge_request, charge_request_with_amount, gateway_answering, refused_url, wait_until,
+    AttemptRow, Harness, API_KEY,
+};
+pub use nats::header;
+pub use process::{onecharge, sigterm};
+pub use throwaway::server_url;

@@ -1,0 +1,145 @@
+//! A `nats-server` of a test's own: a child process on a free loopback port with JetStream in
+//! a directory of the test's and its output in a log file there, so the test can kill and
+//! restart the broker (or require TLS of it) without disturbing any other test. Dropping the
+//! guard kills the server. [`super::cluster`] routes three of them into a cluster.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where Debian puts the server; `ONECHARGE_TEST_NATS_SERVER` points elsewhere.
+const DEFAULT_NATS_SERVER: &str = "/usr/sbin/nats-server";
+
+/// Longest wait for a started server to accept connections.
+const LISTEN_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Free loopback port: bind port 0, read it, let it go.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A running (or, between `kill` and `start_again`, stopped) nats-server.
+pub struct NatsServer {
+    name: String,
+    port: u16,
+    store_dir: PathBuf,
+    log_path: PathBuf,
+    /// Arguments after the address, port and JetStream store (cluster routes, TLS files).
+    args: Vec<OsString>,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    /// Starts a server on a free loopback port, storing JetStream data under `dir`, and
+    /// waits until it accepts connections.
+    pub async fn start(dir: &Path) -> Self {
+        let mut server = Self::configured(dir, "nats-server", free_port(), Vec::new());
+        server.start_again().await;
+        server
+    }
+
+    /// A server named `name` on `port` that is not started yet; `args` follow the address,
+    /// port and JetStream store on its command line. Its store is `<dir>/<name>-js`, its log
+    /// `<dir>/<name>.log`.
+    pub fn configured(dir: &Path, name: &str, port: u16, args: Vec<OsString>) -> Self {
+        Self {
+            name: name.to_owned(),
+            port,
+            store_dir: dir.join(format!("{name}-js")),
+            log_path: dir.join(format!("{name}.log")),
+            args,
+            child: None,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL, as a crash would: no chance to flush or say goodbye to clients.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the process (again) on the same port with the same store directory, so
+    /// streams, consumers and their state come back as a restarted production broker's
+    /// would. Does not wait; see [`NatsServer::wait_listening`].
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "{} is still running", self.name);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("nats-server log file");
+        let binary = std::env::var("ONECHARGE_TEST_NATS_SERVER")
+            .unwrap_or_else(|_| DEFAULT_NATS_SERVER.to_owned());
+        let child = Command::new(&binary)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(&self.store_dir)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+        self.child = Some(child);
+    }
+
+    /// [`NatsServer::spawn`], then waits until the server accepts connections.
+    pub async fn start_again(&mut self) {
+        self.spawn();
+        self.wait_listening().await;
+    }
+
+    /// Waits until the server accepts connections, failing the test after 15 s.
+    pub async fn wait_listening(&self) {
+        let deadline = Instant::now() + LISTEN_DEADLINE;
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not listen on port {} within {LISTEN_DEADLINE:?}; see {}",
+                self.name,
+                self.port,
+                self.log_path.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

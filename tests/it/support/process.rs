@@ -1,0 +1,38 @@
+//! The `onecharge` binary cargo built, run by every test the same way.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// A `onecharge` command as it would run in a fresh shell: from an empty directory (no
+/// `onecharge.toml` is read), with nothing of this process's environment but `PATH` (neither
+/// the suite's own `ONECHARGE_*` and `TEST_*` variables, which onecharge would read as
+/// settings, nor `RUST_LOG`), and stdin closed. Tests add the arguments, the variables and,
+/// where they write a configuration file, their own directory.
+///
+/// For a `tokio::process::Command`, use `tokio::process::Command::from(onecharge())`.
+pub fn onecharge() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_onecharge"));
+    command
+        .current_dir(empty_dir())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null());
+    command
+}
+
+/// Sends SIGTERM to process `pid`, as a supervisor stopping it would (with the `kill`
+/// command); true when the signal was delivered.
+pub fn sigterm(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// A directory under cargo's scratch space for integration tests that nothing writes to.
+fn empty_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onecharge-empty-cwd");
+    std::fs::create_dir_all(&dir).expect("an empty working directory");
+    dir
+}

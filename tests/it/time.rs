@@ -1,0 +1,163 @@
+//! Time comes from the database's clock: leases, due times, dispatch stamps and the key
+//! window are computed with `now()` in the SQL statements, so an executor or reconciler on
+//! a host whose clock is an hour off neither stretches the key window nor expires leases
+//! early or late. Each test skews one role's host clock and moves rows' timestamps (by the
+//! database's clock) instead of faking time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::Harness;
+use mock_gateway::payment_methods as pm;
+use onecharge::clock::ManualClock;
+use onecharge::domain::AttemptStatus;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A host clock `ahead` of the real time by an hour, or behind it.
+fn skewed(ahead: bool) -> Arc<ManualClock> {
+    let now = time::OffsetDateTime::now_utc();
+    Arc::new(ManualClock::new(if ahead {
+        now + HOUR
+    } else {
+        now - HOUR
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_stamps_the_dispatch_and_the_lease_by_the_database_clock_whatever_the_host_says() {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+
+    let claimed = h
+        .executor()
+        .with_clock(skewed(true))
+        .claim(1)
+        .await
+        .unwrap();
+
+    assert_eq!(claimed.len(), 1, "due by the database's clock");
+    let off_by_a_minute_or_more: bool = sqlx::query_scalar(
+        "SELECT abs(extract(epoch FROM now() - dispatched_at)) > 60
+             OR abs(extract(epoch FROM now() - first_dispatched_at)) > 60
+             OR lease_expires_at - dispatched_at <> make_interval(secs => $2)
+         FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .bind(h.settings.executor.lease.as_secs_f64())
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert!(
+        !off_by_a_minute_or_more,
+        "dispatched_at and the lease follow the database's clock, not the host's hour ahead"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciler_whose_clock_runs_an_hour_ahead_does_not_expire_a_live_lease() {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    h.executor().claim(1).await.unwrap();
+
+    let report = h
+        .reconciler()
+        .with_clock(skewed(true))
+        .run_once()
+        .await
+        .unwrap();
+
+    assert!(report.leases_expired.is_empty(), "{report:?}");
+    assert_eq!(h.attempt(id).await.status, "in_flight");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciler_whose_clock_runs_an_hour_behind_still_expires_a_lapsed_lease() {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    h.executor().claim(1).await.unwrap();
+    sqlx::query(
+        "UPDATE payment_attempts SET lease_expires_at = now() - interval '1 second'
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+
+    let report = h
+        .reconciler()
+        .with_clock(skewed(false))
+        .run_once()
+        .await
+        .unwrap();
+
+    assert_eq!(report.leases_expired, vec![id]);
+    assert_ne!(h.attempt(id).await.status, "in_flight");
+}
+
+/// An attempt first sent 23 h 30 min ago by the database's clock: past the default key
+/// window (24 h retention − 1 h margin), but inside it for a host an hour behind.
+async fn first_sent_23h30m_ago(h: &Harness, status: &str) -> uuid::Uuid {
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    sqlx::query(
+        "UPDATE payment_attempts SET status = $2, tries = 1, next_run_at = now(),
+                first_dispatched_at = now() - interval '23 hours 30 minutes',
+                dispatched_at = now() - interval '23 hours 30 minutes'
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .bind(status)
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_whose_clock_runs_an_hour_behind_never_resends_past_the_key_window() {
+    let h = Harness::with(mock_gateway::MockConfig::default(), |s| {
+        s.executor.max_age = Duration::from_secs(48 * 3600);
+    })
+    .await;
+    let id = first_sent_23h30m_ago(&h, "pending").await;
+
+    let report = h
+        .executor()
+        .with_clock(skewed(false))
+        .run_once()
+        .await
+        .unwrap();
+
+    assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
+    assert!(h.gateway.ledger().is_empty(), "nothing re-sent");
+    assert!(h.gateway_calls(id).await.is_empty());
+    assert_eq!(
+        h.transitions(id).await.last().unwrap().2,
+        "retry_window_closed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciler_whose_clock_runs_an_hour_behind_never_requeues_past_the_key_window() {
+    let h = Harness::with(mock_gateway::MockConfig::default(), |s| {
+        s.executor.max_age = Duration::from_secs(48 * 3600);
+    })
+    .await;
+    let id = first_sent_23h30m_ago(&h, "unknown").await;
+
+    let report = h
+        .reconciler()
+        .with_clock(skewed(false))
+        .run_once()
+        .await
+        .unwrap();
+
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "needs_review");
+    assert!(
+        row.review_reason.unwrap().contains("past the key window"),
+        "the gateway may have forgotten the key: a re-send could charge twice"
+    );
+}

@@ -1,0 +1,653 @@
+//! Observability of the real service (issue 6): exact counters on `/metrics` after a scripted
+//! run, the database-backed gauges, readiness following the database, the producer's
+//! `traceparent` from command to delivery span to published event, and no secret in any
+//! log line of the real binary.
+//!
+//! The Prometheus recorder is global to this test binary. Every test that records metrics in
+//! this process holds [`RECORDER`] and measures counters as differences, so none sees
+//! another's increments or gauges.
+
+use std::io::{BufRead as _, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::publish::PublishAck;
+use async_nats::HeaderMap;
+use mock_gateway::{payment_methods as pm, MockConfig, MockGateway};
+use onecharge::app::{Application, Role};
+use onecharge::broker::Broker;
+use onecharge::domain::AttemptStatus;
+use onecharge::metrics::DatabaseGaugesRefresher;
+use onecharge::store::intake::record_batch;
+use serde_json::{json, Value};
+use time::OffsetDateTime;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::support::{self, command, onecharge, sigterm, Harness, TestEnv};
+use crate::RECORDER;
+
+/// A W3C trace context as a producer would send it.
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// A Prometheus text exposition.
+struct Scrape(String);
+
+impl Scrape {
+    /// The recorder's current exposition, as `/metrics` renders it.
+    fn now() -> Self {
+        Self(onecharge::metrics::install().render())
+    }
+
+    async fn from(admin: SocketAddr) -> Self {
+        let response = reqwest::get(format!("http://{admin}/metrics"))
+            .await
+            .expect("GET /metrics");
+        assert_eq!(response.status(), 200);
+        Self(response.text().await.unwrap())
+    }
+
+    /// The sum of the samples of `name` whose labels include `labels`; 0 when there is none
+    /// (a counter never incremented).
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.rsplit_once(' '))
+            .filter_map(|(series, value)| {
+                let (metric, label_text) = match series.split_once('{') {
+                    Some((metric, rest)) => (metric, rest.trim_end_matches('}')),
+                    None => (series, ""),
+                };
+                let found: Vec<(&str, &str)> = label_text
+                    .split(',')
+                    .filter_map(|pair| pair.split_once('='))
+                    .map(|(k, v)| (k, v.trim_matches('"')))
+                    .collect();
+                (metric == name && labels.iter().all(|l| found.contains(l)))
+                    .then(|| value.parse::<f64>().expect("a sample value"))
+            })
+            .sum()
+    }
+}
+
+/// The service running with some roles, stopped (and awaited) by [`Served::stop`].
+struct Served {
+    admin: Option<SocketAddr>,
+    stop: CancellationToken,
+    running: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Served {
+    async fn start(settings: &onecharge::config::Settings, roles: &[Role]) -> Self {
+        let app = Application::build(settings.clone(), roles)
+            .await
+            .expect("the service builds");
+        let admin = app.admin_addr();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(app.run(stop.clone()));
+        Self {
+            admin,
+            stop,
+            running,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.running.await.unwrap().expect("the roles stop cleanly");
+    }
+}
+
+/// Publishes `body` on the command subject under `message_id`, with `extra` headers.
+async fn publish(
+    broker: &Broker,
+    message_id: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> PublishAck {
+    let mut headers = HeaderMap::new();
+    headers.insert("Nats-Msg-Id", message_id);
+    for (name, value) in extra {
+        headers.insert(*name, *value);
+    }
+    broker
+        .jetstream
+        .publish_with_headers(broker.names.charge_subject(), headers, body.to_vec().into())
+        .await
+        .expect("publish")
+        .await
+        .expect("publish ack")
+}
+
+/// Shrinks JetStream's duplicate window so a producer retry with the same id reaches
+/// onecharge, as it does in production once the window has passed.
+async fn shrink_duplicate_window(broker: &Broker) {
+    let mut config = broker
+        .jetstream
+        .get_stream(broker.names.commands_stream())
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    config.duplicate_window = Duration::from_millis(100);
+    broker.jetstream.update_stream(config).await.unwrap();
+}
+
+/// Polls `condition` every 50 ms until it holds, failing the test after `deadline`.
+async fn eventually<F, Fut>(what: &str, deadline: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !condition().await {
+        assert!(
+            started.elapsed() < deadline,
+            "timed out after {deadline:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_the_exact_deliveries_dead_letters_and_gateway_calls_of_a_scripted_run() {
+    let _recorder = RECORDER.lock().await;
+    let consumer = format!("obs-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let mut h = Harness::with(MockConfig::default(), |s| {
+        s.intake.consumer = consumer.clone();
+        s.admin_addr = "127.0.0.1:0".parse().unwrap();
+        s.executor.poll_interval = Duration::from_millis(20);
+    })
+    .await;
+    let broker = h.broker().await;
+    shrink_duplicate_window(&broker).await;
+    let before = Scrape::now();
+    let served = Served::start(&h.settings, &[Role::Intake, Role::Executor, Role::Admin]).await;
+    let admin = served.admin.expect("the admin role listens");
+
+    // 3 valid commands: one charged, one declined, one rate-limited once and then charged.
+    let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let body_a = serde_json::to_vec(&command(a, json!({"payment_method": pm::CARD_VISA}))).unwrap();
+    let body_b = command(b, json!({"payment_method": pm::CARD_DECLINED}));
+    let body_c = command(c, json!({"payment_method": pm::FAULT_RATE_LIMIT}));
+    publish(&broker, "obs-a", &body_a, &[]).await;
+    publish(&broker, "obs-b", &serde_json::to_vec(&body_b).unwrap(), &[]).await;
+    publish(&broker, "obs-c", &serde_json::to_vec(&body_c).unwrap(), &[]).await;
+    // a second command for attempt a under another message id: a business duplicate
+    publish(&broker, "obs-a-again", &body_a, &[]).await;
+    // 2 invalid: not JSON, and a negative amount
+    publish(&broker, "obs-not-json", b"{not json", &[]).await;
+    let negative = command(Uuid::new_v4(), json!({"amount_minor": -5}));
+    publish(
+        &broker,
+        "obs-negative",
+        &serde_json::to_vec(&negative).unwrap(),
+        &[],
+    )
+    .await;
+    // the producer retries obs-a after the broker's duplicate window: it reaches intake
+    let started = Instant::now();
+    while publish(&broker, "obs-a", &body_a, &[]).await.duplicate {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the broker never accepted the retry"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let delta = |after: &Scrape, name: &str, labels: &[(&str, &str)]| {
+        after.value(name, labels) - before.value(name, labels)
+    };
+    let deliveries = "onecharge_intake_deliveries_total";
+    let by_consumer = [("consumer", consumer.as_str())];
+    eventually(
+        "7 deliveries are settled and 3 attempts are final",
+        Duration::from_secs(30),
+        || async {
+            let now = Scrape::from(admin).await;
+            now.value(deliveries, &by_consumer) == 7.0
+                && delta(
+                    &now,
+                    "onecharge_executor_settlements_total",
+                    &[("state", "succeeded")],
+                ) == 2.0
+                && delta(
+                    &now,
+                    "onecharge_executor_settlements_total",
+                    &[("state", "declined")],
+                ) == 1.0
+        },
+    )
+    .await;
+    let after = Scrape::from(admin).await;
+
+    let result = |r: &str| after.value(deliveries, &[("consumer", &consumer), ("result", r)]);
+    assert_eq!(result("processed"), 3.0);
+    assert_eq!(result("duplicate"), 1.0);
+    assert_eq!(result("business_duplicate"), 1.0);
+    assert_eq!(result("permanent"), 2.0);
+    assert_eq!(
+        result("conflict") + result("stale") + result("transient"),
+        0.0
+    );
+    assert_eq!(
+        delta(
+            &after,
+            "onecharge_dead_letters_total",
+            &[("class", "invalid")]
+        ),
+        2.0
+    );
+    let charge = |outcome: &str| {
+        delta(
+            &after,
+            "onecharge_gateway_calls_total",
+            &[("operation", "charge"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(charge("succeeded"), 2.0);
+    assert_eq!(charge("declined"), 1.0);
+    assert_eq!(charge("rate_limited"), 1.0);
+    assert_eq!(
+        delta(
+            &after,
+            "onecharge_gateway_calls_total",
+            &[("operation", "charge")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        delta(
+            &after,
+            "onecharge_gateway_call_duration_seconds_count",
+            &[("operation", "charge")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        delta(
+            &after,
+            "onecharge_executor_settlements_total",
+            &[("state", "pending")]
+        ),
+        1.0,
+        "the rate-limited try went back to pending"
+    );
+    assert_eq!(after.value("onecharge_gateway_breaker_state", &[]), 0.0);
+    assert_eq!(after.value("onecharge_gateway_paused", &[]), 0.0);
+    // the business effect the counters describe
+    let stats = h.gateway.stats();
+    assert_eq!(
+        (stats.created, stats.declined, stats.rate_limited),
+        (2, 1, 1)
+    );
+    assert_eq!(h.scalar("SELECT count(*) FROM payment_attempts").await, 3);
+    assert_eq!(h.scalar("SELECT count(*) FROM processed_messages").await, 4);
+
+    // The database-backed gauges: 3 final attempts, 3 events waiting for a relay.
+    let gauges = DatabaseGaugesRefresher::new(h.store.clone())
+        .refresh_once(OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    let mut by_status = gauges.attempts_by_status.clone();
+    by_status.sort_by_key(|(s, _)| s.as_str());
+    assert_eq!(
+        by_status,
+        vec![(AttemptStatus::Declined, 1), (AttemptStatus::Succeeded, 2)]
+    );
+    assert!(gauges.oldest_non_final.is_empty());
+    assert_eq!(gauges.outbox_pending, 3);
+    let scraped = Scrape::from(admin).await;
+    let attempts = |status: &str| scraped.value("onecharge_attempts", &[("status", status)]);
+    assert_eq!(attempts("succeeded"), 2.0);
+    assert_eq!(attempts("declined"), 1.0);
+    assert_eq!(
+        attempts("pending") + attempts("in_flight") + attempts("needs_review"),
+        0.0
+    );
+    assert_eq!(
+        scraped.value(
+            "onecharge_attempts_oldest_age_seconds",
+            &[("status", "pending")]
+        ),
+        0.0
+    );
+    assert_eq!(scraped.value("onecharge_outbox_pending", &[]), 3.0);
+    let outbox_age = scraped.value("onecharge_outbox_oldest_pending_age_seconds", &[]);
+    assert!((0.0..60.0).contains(&outbox_age), "{outbox_age}");
+    served.stop().await;
+}
+
+#[tokio::test]
+async fn the_oldest_waiting_attempt_and_outbox_row_are_reported_by_age_at_refresh_time() {
+    let _recorder = RECORDER.lock().await;
+    let env = TestEnv::new().await;
+    let recorded_at = OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
+    let pending = support::record(pm::CARD_VISA, false);
+    let expired = support::record(pm::CARD_VISA, true);
+    record_batch(&env.store, "obs-age", &[pending, expired], recorded_at)
+        .await
+        .unwrap();
+    onecharge::metrics::install();
+
+    let gauges = DatabaseGaugesRefresher::new(env.store.clone())
+        .refresh_once(recorded_at + Duration::from_secs(90))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        gauges.oldest_non_final,
+        vec![(AttemptStatus::Pending, recorded_at)]
+    );
+    assert_eq!(gauges.outbox_pending, 1, "the expired attempt's event");
+    assert_eq!(gauges.outbox_oldest_pending, Some(recorded_at));
+    let scraped = Scrape::now();
+    let age = |status: &str| {
+        scraped.value(
+            "onecharge_attempts_oldest_age_seconds",
+            &[("status", status)],
+        )
+    };
+    assert_eq!(age("pending"), 90.0);
+    assert_eq!(age("in_flight") + age("unknown") + age("needs_review"), 0.0);
+    assert_eq!(
+        scraped.value("onecharge_attempts", &[("status", "pending")]),
+        1.0
+    );
+    assert_eq!(
+        scraped.value("onecharge_attempts", &[("status", "expired")]),
+        1.0
+    );
+    assert_eq!(scraped.value("onecharge_outbox_pending", &[]), 1.0);
+    assert_eq!(
+        scraped.value("onecharge_outbox_oldest_pending_age_seconds", &[]),
+        90.0
+    );
+    assert_eq!(
+        scraped.value("onecharge_database_gauges_refreshed_timestamp_seconds", &[]),
+        (recorded_at.unix_timestamp() + 90) as f64
+    );
+}
+
+async fn readyz(admin: SocketAddr) -> (u16, String) {
+    let response = reqwest::get(format!("http://{admin}/readyz"))
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_names_the_database_while_it_refuses_connections_and_recovers_after() {
+    let _recorder = RECORDER.lock().await;
+    let env = TestEnv::new().await;
+    let served = Served::start(&env.settings, &[Role::Admin]).await;
+    let admin = served.admin.unwrap();
+    assert_eq!(readyz(admin).await, (200, "ready\n".to_owned()));
+
+    env.stop_database().await;
+    let (status, body) = readyz(admin).await;
+    assert_eq!(status, 503);
+    assert_eq!(body, "not ready: database unreachable\n");
+    let healthz = reqwest::get(format!("http://{admin}/healthz"))
+        .await
+        .unwrap();
+    assert_eq!(healthz.status(), 200, "alive, only not ready");
+
+    env.start_database().await;
+    eventually("readiness recovers", Duration::from_secs(15), || async {
+        readyz(admin).await == (200, "ready\n".to_owned())
+    })
+    .await;
+    served.stop().await;
+}
+
+/// Log lines written to memory, for a test-local subscriber.
+#[derive(Clone, Default)]
+struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLogs {
+    /// Every line, parsed as JSON.
+    fn lines(&self) -> Vec<Value> {
+        String::from_utf8(self.0.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("each log line is JSON"))
+            .collect()
+    }
+}
+
+/// The span called `name` among a JSON log line's spans, if the line was logged inside one.
+fn span<'a>(line: &'a Value, name: &str) -> Option<&'a Value> {
+    line["spans"]
+        .as_array()?
+        .iter()
+        .find(|span| span["name"] == name)
+}
+
+// Current-thread runtime: every task of the service runs on this thread, under the
+// test-local subscriber.
+#[tokio::test]
+async fn a_commands_traceparent_is_on_its_delivery_span_and_reaches_the_published_events_headers() {
+    let _recorder = RECORDER.lock().await;
+    let logs = CapturedLogs::default();
+    let writer = logs.clone();
+    let _subscriber = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter("onecharge=debug")
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let mut h = Harness::new().await;
+    let broker = h.broker().await;
+    let served = Served::start(&h.settings, &[Role::Intake, Role::Executor, Role::Relay]).await;
+    let attempt = Uuid::new_v4();
+    let body = serde_json::to_vec(&command(attempt, json!({}))).unwrap();
+    publish(
+        &broker,
+        "obs-traced",
+        &body,
+        &[
+            ("traceparent", TRACEPARENT),
+            ("Correlation-Id", "corr-traced"),
+        ],
+    )
+    .await;
+
+    let started = Instant::now();
+    while h.event_messages().await.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no event was published"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    served.stop().await;
+
+    let events = h.event_messages().await;
+    assert_eq!(events.len(), 1);
+    let event = &events[0];
+    assert_eq!(
+        support::header(event, "traceparent").as_deref(),
+        Some(TRACEPARENT)
+    );
+    assert_eq!(
+        support::header(event, "Correlation-Id").as_deref(),
+        Some("corr-traced")
+    );
+    assert_eq!(
+        support::header(event, "Causation-Id").as_deref(),
+        Some("obs-traced")
+    );
+    let stored: Option<String> = sqlx::query_scalar(
+        "SELECT traceparent FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(attempt)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored.as_deref(), Some(TRACEPARENT));
+
+    let lines = logs.lines();
+    let delivery = lines
+        .iter()
+        .find_map(|line| span(line, "settle"))
+        .expect("a line logged inside the delivery span");
+    assert_eq!(delivery["traceparent"], TRACEPARENT);
+    assert_eq!(delivery["messaging.system"], "nats");
+    assert_eq!(delivery["messaging.operation"], "process");
+    assert_eq!(delivery["messaging.message.id"], "obs-traced");
+    assert_eq!(
+        delivery["messaging.destination.name"],
+        broker.names.charge_subject()
+    );
+    assert_eq!(
+        delivery["messaging.consumer.group.name"],
+        h.settings.intake.consumer
+    );
+    assert_eq!(delivery["correlation_id"], "corr-traced");
+    assert_eq!(delivery["payment_attempt_id"], attempt.to_string());
+
+    let call = lines
+        .iter()
+        .find(|line| span(line, "gateway_call").is_some())
+        .expect("a line logged inside the gateway call's span");
+    let gateway_call = span(call, "gateway_call").unwrap();
+    assert_eq!(gateway_call["http.request.method"], "POST");
+    assert_eq!(gateway_call["url.path"], "/v1/charges");
+    assert_eq!(gateway_call["http.response.status_code"], 201);
+    assert_eq!(gateway_call["outcome"], "succeeded");
+    let execute = span(call, "execute").expect("inside the executor's span");
+    assert_eq!(execute["payment_attempt_id"], attempt.to_string());
+    assert_eq!(execute["correlation_id"], "corr-traced");
+    assert_eq!(execute["causation_id"], "obs-traced");
+    // The pool's connections live on this test's runtime, which is blocked while the
+    // harness cleans up on another: close them while this one still runs.
+    h.store.pool().close().await;
+}
+
+/// Reads `pipe` line by line into `into` on a thread of its own.
+fn collect_lines(
+    pipe: impl Read + Send + 'static,
+    into: Arc<Mutex<Vec<String>>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            into.lock().unwrap().push(line);
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_run_whose_api_key_is_rejected_logs_json_with_ids_and_never_the_secrets() {
+    const API_KEY: &str = "sk_live_obs_never_print_me_7f3a";
+    const ADMIN_TOKEN: &str = "admin_obs_never_print_me_91c2";
+    let gateway = MockGateway::start(MockConfig {
+        api_key: "sk_the_gateway_expects_another_key".into(),
+        ..MockConfig::default()
+    })
+    .await
+    .unwrap();
+    let env = TestEnv::new().await;
+    let attempt = Uuid::new_v4();
+    env.publish("obs-secret", &command(attempt, json!({})))
+        .await;
+
+    let mut child = onecharge()
+        .args([
+            "serve",
+            "--roles",
+            "intake,executor,admin",
+            "--log-format",
+            "json",
+        ])
+        .env("RUST_LOG", "debug")
+        .env("ONECHARGE_DATABASE_URL", &env.settings.database_url)
+        .env("ONECHARGE_NATS_URL", &env.settings.nats_url)
+        .env("ONECHARGE_NAMESPACE", &env.settings.namespace)
+        .env("ONECHARGE_GATEWAY_URL", gateway.base_url())
+        .env("ONECHARGE_GATEWAY_API_KEY", API_KEY)
+        .env("ONECHARGE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("ONECHARGE_ADMIN_ADDR", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run onecharge serve");
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let readers = [
+        collect_lines(child.stdout.take().unwrap(), stdout.clone()),
+        collect_lines(child.stderr.take().unwrap(), stderr.clone()),
+    ];
+    let rejected = |line: &String| line.contains("rejected onecharge's API key");
+    eventually(
+        "the executor reports the rejected key",
+        Duration::from_secs(30),
+        || async { stderr.lock().unwrap().iter().any(rejected) },
+    )
+    .await;
+    assert!(sigterm(child.id()));
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    for reader in readers {
+        reader.join().unwrap();
+    }
+    assert!(exit.success(), "serve exits 0 after SIGTERM: {exit}");
+
+    let stderr = stderr.lock().unwrap().clone();
+    let all = format!(
+        "{}\n{}",
+        stdout.lock().unwrap().join("\n"),
+        stderr.join("\n")
+    );
+    assert!(stderr.len() > 20, "RUST_LOG=debug logs the run");
+    for secret in [API_KEY, ADMIN_TOKEN] {
+        assert!(!all.contains(secret), "the output contains {secret}");
+    }
+    let lines: Vec<Value> = stderr
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let fault = lines
+        .iter()
+        .find(|line| {
+            line["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("rejected onecharge's API key"))
+        })
+        .unwrap();
+    assert_eq!(fault["level"], "ERROR");
+    let execute = span(fault, "execute").expect("logged inside the executor's span");
+    assert_eq!(execute["payment_attempt_id"], attempt.to_string());
+    assert_eq!(execute["causation_id"], "obs-secret");
+    assert_eq!(execute["correlation_id"], "corr-test");
+    // the business effect: nothing charged, the attempt waits for a working key
+    assert!(gateway.stats().unauthorized >= 1);
+    assert!(gateway.ledger().is_empty());
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
+            .bind(attempt)
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(status, "pending");
+}

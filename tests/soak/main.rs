@@ -1,0 +1,81 @@
+//! Crash-and-fault soak: the promise of contract §1 held by real `onecharge serve`
+//! processes that are SIGKILLed and restarted at random moments, behind a broker that is
+//! restarted and a gateway that fails in every way it can. See `docs/soak.md`.
+//!
+//! The short, seeded run is part of the default `cargo test`; the long one runs with
+//! `cargo test --release --test soak -- --ignored --nocapture` and reads
+//! `ONECHARGE_SOAK_COMMANDS` and `ONECHARGE_SOAK_SEED`.
+
+#[path = "../it/support/mod.rs"]
+mod support;
+
+mod fleet;
+mod mix;
+mod runner;
+mod verify;
+
+use std::time::Duration;
+
+use runner::SoakConfig;
+
+fn seed(default: u64) -> u64 {
+    std::env::var("ONECHARGE_SOAK_SEED")
+        .ok()
+        .map(|s| s.parse().expect("ONECHARGE_SOAK_SEED is a number"))
+        .unwrap_or(default)
+}
+
+fn assert_promise_held(report: runner::SoakReport) {
+    assert!(
+        report.problems.is_empty(),
+        "the promise did not hold ({} problems); first: {}",
+        report.problems.len(),
+        report.problems[0].text
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_attempt_twice() {
+    let report = runner::run(SoakConfig {
+        seed: seed(7),
+        commands: 1_500,
+        processes: 3,
+        round_size: 40,
+        round_interval: Duration::from_millis(600),
+        kill_every: (Duration::from_millis(1500), Duration::from_millis(3500)),
+        down_for: (Duration::from_millis(100), Duration::from_millis(1500)),
+        min_kills: 6,
+        max_kills: 16,
+        broker_restarts: 1,
+        settle_timeout: Duration::from_secs(90),
+    })
+    .await;
+    assert_promise_held(report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long soak: cargo test --release --test soak -- --ignored --nocapture"]
+async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts() {
+    let commands: usize = std::env::var("ONECHARGE_SOAK_COMMANDS")
+        .ok()
+        .map(|s| s.parse().expect("ONECHARGE_SOAK_COMMANDS is a number"))
+        .unwrap_or(20_000);
+    let round_size = 100;
+    // About 200 originals a second; a broker restart every minute or so of publishing.
+    let rounds = commands * 100 / 122 / round_size + 1;
+    let report = runner::run(SoakConfig {
+        seed: seed(2026),
+        commands,
+        processes: 3,
+        round_size,
+        round_interval: Duration::from_millis(500),
+        kill_every: (Duration::from_millis(1500), Duration::from_millis(5000)),
+        down_for: (Duration::from_millis(100), Duration::from_millis(2500)),
+        min_kills: 10,
+        max_kills: 500,
+        broker_restarts: (rounds / 120).max(2),
+        settle_timeout: Duration::from_secs(300),
+    })
+    .await;
+    assert_promise_held(report);
+}

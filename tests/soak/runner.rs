@@ -1,0 +1,535 @@
+//! The crash-and-fault soak (issue 7): several real `onecharge serve` processes on one
+//! database and one broker of the soak's own, a mock gateway injecting every fault kind,
+//! thousands of commands with retries, duplicates, conflicts and invalid messages, processes
+//! SIGKILLed and restarted at seeded random moments and the broker restarted — then, once
+//! everything has settled, the promise of contract §1 checked against the gateway's ledger,
+//! the database and the streams.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mock_gateway::{FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
+use onecharge::broker::Names;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::fleet::{self, onecharge, Fleet};
+use crate::mix::{self, Kind, Plan};
+use crate::support::nats_server::NatsServer;
+use crate::support::throwaway::{server_url, ThrowawayDatabase};
+use crate::verify::{self, Observed};
+
+/// How big and how rough one soak run is.
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    pub seed: u64,
+    /// About this many messages are published.
+    pub commands: usize,
+    /// `onecharge serve` processes.
+    pub processes: usize,
+    /// Original commands per publishing round, and the pause between rounds.
+    pub round_size: usize,
+    pub round_interval: Duration,
+    /// Pause between two kills, drawn uniformly from this range.
+    pub kill_every: (Duration, Duration),
+    /// How long a killed process stays down, drawn uniformly from this range.
+    pub down_for: (Duration, Duration),
+    /// At least this many kills (the soak keeps killing after publishing until it got them),
+    /// and never more than `max_kills`.
+    pub min_kills: usize,
+    pub max_kills: usize,
+    /// Broker restarts, spread over the publishing time.
+    pub broker_restarts: usize,
+    /// Longest wait for quiescence once the killing stopped.
+    pub settle_timeout: Duration,
+}
+
+/// The figures of one run.
+#[derive(Debug)]
+pub struct SoakReport {
+    pub problems: Vec<verify::Problem>,
+}
+
+/// The soak's database and work directory: removed at the end, kept when the run failed
+/// (the paths are printed) so the logs and rows can be read.
+struct Workspace {
+    dir: Option<tempfile::TempDir>,
+    database: ThrowawayDatabase,
+}
+
+impl Workspace {
+    fn path(&self) -> &Path {
+        self.dir.as_ref().expect("work dir").path()
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let dir = self.dir.take().expect("work dir").keep();
+            eprintln!("soak failed: kept its logs in {}", dir.display());
+        }
+    }
+}
+
+/// The gateway's faults: every kind, by seeded chance, on top of the payment methods that
+/// trigger one on their first try.
+fn soak_faults() -> FaultConfig {
+    FaultConfig {
+        error_before: FaultRule::probability(0.03),
+        error_after: FaultRule::probability(0.03),
+        hang_after: FaultRule::probability(0.01),
+        drop_after: FaultRule::probability(0.02),
+        rate_limit: FaultRule::probability(0.03),
+        latency: Latency {
+            fixed_ms: 1,
+            jitter_ms: 15,
+        },
+        // no slow_charge: a key held in progress for a minute would only stall the run
+        ..FaultConfig::default()
+    }
+}
+
+/// The settings of every onecharge process: short timeouts and intervals so that ambiguous
+/// outcomes, expired leases and retries settle within seconds.
+fn config_file(
+    dir: &Path,
+    database_url: &str,
+    nats_url: &str,
+    gateway: &MockGateway,
+    api_key: &str,
+    namespace: &str,
+) -> PathBuf {
+    let path = dir.join("onecharge.toml");
+    let text = format!(
+        r#"# written by tests/soak.rs
+database_url = "{database_url}"
+nats_url = "{nats_url}"
+gateway_url = "{gateway_url}"
+gateway_api_key = "{api_key}"
+admin_addr = "127.0.0.1:0"
+namespace = "{namespace}"
+gateway_connect_timeout = "500ms"
+gateway_request_timeout = "1s"
+
+[intake]
+ack_wait = "2s"
+# A kill or the broker restart costs each message in hand one delivery; 20 keeps a message
+# that is unlucky several times from being dead-lettered as exhausted.
+max_deliver = 20
+retry_min_delay = "100ms"
+retry_max_delay = "1s"
+
+[executor]
+lease = "3s"
+poll_interval = "50ms"
+retry_min_delay = "100ms"
+retry_max_delay = "1s"
+in_progress_delay = "300ms"
+credentials_probe_interval = "1s"
+breaker_cooldown = "1s"
+
+[relay]
+poll_interval = "50ms"
+publish_timeout = "2s"
+
+[reconciler]
+schedule = ["1s", "2s", "4s"]
+poll_interval = "200ms"
+claim_hold = "3s"
+"#,
+        gateway_url = gateway.base_url(),
+    );
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+fn between(rng: &mut StdRng, range: (Duration, Duration)) -> Duration {
+    let (low, high) = (range.0.as_millis() as u64, range.1.as_millis() as u64);
+    Duration::from_millis(rng.gen_range(low..=high))
+}
+
+/// Runs one soak and returns the problems found (the caller asserts there are none).
+pub async fn run(config: SoakConfig) -> SoakReport {
+    let started = Instant::now();
+    let tag = Uuid::new_v4().simple().to_string();
+    let workspace = Workspace {
+        dir: Some(
+            tempfile::Builder::new()
+                .prefix("onecharge-soak-")
+                .tempdir()
+                .expect("tempdir"),
+        ),
+        database: ThrowawayDatabase::named(&server_url(), "onecharge_test_soak").kept_if_failing(),
+    };
+    let dir = workspace.path().to_owned();
+    let database_url = workspace.database.url();
+    let namespace = format!("soak-{}", &tag[..8]);
+    let names = Names::new(&namespace);
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    println!(
+        "soak: seed {}, ~{} commands, {} serve processes; work dir {}",
+        config.seed,
+        config.commands,
+        config.processes,
+        dir.display()
+    );
+
+    let mut nats = NatsServer::start(&dir).await;
+    let api_key = format!("sk_soak_{}", &tag[8..]);
+    let gateway = MockGateway::start(MockConfig {
+        api_key: api_key.clone(),
+        seed: config.seed,
+        hang_for: Duration::from_millis(1500),
+        faults: soak_faults(),
+        ..MockConfig::default()
+    })
+    .await
+    .expect("mock gateway");
+    let config_path = config_file(
+        &dir,
+        &database_url,
+        &nats.url(),
+        &gateway,
+        &api_key,
+        &namespace,
+    );
+
+    // The soak's producer. A short duplicate window on the command stream lets producer
+    // retries reach intake, as they do in production once JetStream's window has passed.
+    let client = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connect(nats.url())
+        .await
+        .expect("connect to the soak's nats-server");
+    let jetstream = async_nats::jetstream::new(client);
+    jetstream
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: names.commands_stream(),
+            subjects: vec![format!("{namespace}.payments.commands.>")],
+            storage: async_nats::jetstream::stream::StorageType::File,
+            duplicate_window: Duration::from_millis(100),
+            max_age: Duration::from_secs(24 * 3600),
+            ..Default::default()
+        })
+        .await
+        .expect("command stream");
+    let setup = onecharge(&config_path)
+        .arg("setup")
+        .output()
+        .expect("run onecharge setup");
+    assert!(
+        setup.status.success(),
+        "onecharge setup failed: {}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    let pool = PgPool::connect(&database_url).await.expect("soak database");
+
+    let plan = std::sync::Arc::new(Plan::new(config.seed, config.commands, config.round_size));
+    let mut fleet = Fleet::start(&config_path, &dir, config.processes);
+
+    // Round 0 (the messages without an id) goes out before the first fault; the rest while
+    // processes and the broker are being killed.
+    let publisher = tokio::spawn({
+        let plan = plan.clone();
+        let jetstream = jetstream.clone();
+        let subject = names.charge_subject();
+        let pool = pool.clone();
+        let interval = config.round_interval;
+        async move { mix::publish(&plan, jetstream, subject, pool, interval).await }
+    });
+
+    let chaos_started = Instant::now();
+    let expected_publishing = config.round_interval * plan.rounds.len() as u32;
+    let restart_at: Vec<Duration> = (1..=config.broker_restarts)
+        .map(|k| expected_publishing * k as u32 / (config.broker_restarts as u32 + 1))
+        .collect();
+    let chaos_deadline = chaos_started + expected_publishing * 3 + Duration::from_secs(60);
+    let mut broker_restarts = 0;
+    let mut fleet_crashes = 0;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    loop {
+        fleet.supervise();
+        let done = publisher.is_finished()
+            && fleet.kills >= config.min_kills.min(config.max_kills)
+            && broker_restarts >= config.broker_restarts;
+        if done || Instant::now() > chaos_deadline {
+            break;
+        }
+        tokio::time::sleep(between(&mut rng, config.kill_every)).await;
+        if broker_restarts < config.broker_restarts
+            && (chaos_started.elapsed() >= restart_at[broker_restarts] || publisher.is_finished())
+        {
+            nats.kill();
+            let down = between(
+                &mut rng,
+                (Duration::from_millis(500), Duration::from_millis(2000)),
+            );
+            println!(
+                "  {:>5.1}s broker killed, down for {down:?}",
+                started.elapsed().as_secs_f64()
+            );
+            tokio::time::sleep(down).await;
+            nats.start_again().await;
+            broker_restarts += 1;
+            continue;
+        }
+        if fleet.kills >= config.max_kills {
+            continue;
+        }
+        // Now and then the whole fleet crashes at once (a host going down); otherwise one.
+        let victims: Vec<usize> = if rng.gen_range(0..100) < 15 {
+            fleet_crashes += 1;
+            (0..fleet.len()).collect()
+        } else {
+            vec![rng.gen_range(0..fleet.len())]
+        };
+        for &victim in &victims {
+            fleet.kill(victim);
+        }
+        let down = between(&mut rng, config.down_for);
+        println!(
+            "  {:>5.1}s SIGKILL serve {victims:?}, down for {down:?}",
+            started.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(down).await;
+        for &victim in &victims {
+            fleet.restart(victim);
+        }
+    }
+    let published = publisher.await.expect("publisher");
+    let chaos_time = chaos_started.elapsed();
+    println!(
+        "  {:>5.1}s chaos over: {} kills ({} whole-fleet crashes), {} broker restarts; waiting for quiescence",
+        started.elapsed().as_secs_f64(),
+        fleet.kills,
+        fleet_crashes,
+        broker_restarts
+    );
+
+    let settle_started = Instant::now();
+    let settled = wait_for_quiescence(
+        &pool,
+        &jetstream,
+        &names,
+        &plan,
+        &mut fleet,
+        config.settle_timeout,
+    )
+    .await;
+    let settle_time = settle_started.elapsed();
+    fleet.wait_until_serving(Duration::from_secs(30)).await;
+    let exits = fleet.terminate(Duration::from_secs(30)).await;
+    if let Err(state) = settled {
+        let stuck: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT payment_attempt_id FROM payment_attempts
+             WHERE status IN ('pending', 'in_flight', 'unknown') LIMIT 5",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap_or_default();
+        let shown: Vec<String> = stuck
+            .iter()
+            .map(|id| show_attempt(&config_path, *id))
+            .collect();
+        panic!(
+            "the soak did not settle within {:?}: {state}\nunsettled attempts (first 5):\n{}",
+            config.settle_timeout,
+            shown.join("\n")
+        );
+    }
+    for (status, log) in &exits {
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "a serve process did not drain and exit 0 on SIGTERM ({status:?}); last line of {}: {}",
+            log.display(),
+            fleet::last_line(log)
+        );
+    }
+
+    let observed = Observed::read(&pool, &jetstream, &names, gateway.ledger()).await;
+    let mut problems = verify::check(&plan, &observed);
+    for panic in fleet::panics(&dir) {
+        problems.push(verify::Problem {
+            attempt: None,
+            text: format!("a serve process panicked: {panic}"),
+        });
+    }
+    let stats = gateway.stats();
+    let event_copies = observed.events.len();
+    println!("soak summary (seed {})", config.seed);
+    println!(
+        "  messages published        {} ({} originals, {} producer retries, {} business duplicates, {} conflicts, {} invalid); {} publishes retried after a broker error",
+        published.messages,
+        published.by_kind.get(&Kind::Original).copied().unwrap_or(0),
+        published.by_kind.get(&Kind::ProducerRetry).copied().unwrap_or(0),
+        published.by_kind.get(&Kind::BusinessDuplicate).copied().unwrap_or(0),
+        published.by_kind.get(&Kind::Conflict).copied().unwrap_or(0),
+        published.by_kind.get(&Kind::Invalid).copied().unwrap_or(0),
+        published.retried_after_error,
+    );
+    println!(
+        "  serve processes           {} ({} SIGKILLs, {} whole-fleet crashes, {} exits on their own)",
+        fleet.len(),
+        fleet.kills,
+        fleet_crashes,
+        fleet.unexpected_exits.len()
+    );
+    for exit in &fleet.unexpected_exits {
+        println!("    {exit}");
+    }
+    println!("  broker restarts           {broker_restarts}");
+    println!(
+        "  payment attempts          {} (of {} published)",
+        observed.attempts.len(),
+        plan.attempts.len()
+    );
+    for (status, n) in observed.by_status() {
+        println!("    {status:<23} {n}");
+    }
+    for (reason, n) in observed.review_reasons() {
+        println!("      {n:>4} × {reason}");
+    }
+    println!(
+        "  gateway                   {} succeeded charges, {} declined; {} requests ({} lookups)",
+        observed.succeeded_charges(),
+        observed.ledger.len() - observed.succeeded_charges(),
+        stats.requests,
+        stats.lookups
+    );
+    println!(
+        "  killed mid-charge         {} attempts whose lease expired",
+        observed.lease_expired
+    );
+    println!(
+        "  events on the stream      {event_copies} messages for {} outbox events",
+        observed.outbox.len()
+    );
+    println!(
+        "  dead letters              {}",
+        observed.dead_letters.len()
+    );
+    println!(
+        "  time                      {:.1?} total: publishing {:.1?}, chaos {:.1?}, settling {:.1?}",
+        started.elapsed(),
+        published.duration,
+        chaos_time,
+        settle_time
+    );
+    if !problems.is_empty() {
+        println!("PROBLEMS ({}):", problems.len());
+        for problem in problems.iter().take(50) {
+            println!("  {}", problem.text);
+        }
+        let mut shown = std::collections::HashSet::new();
+        for id in problems.iter().filter_map(|p| p.attempt) {
+            if shown.len() >= 5 {
+                break;
+            }
+            if shown.insert(id) {
+                println!("{}", show_attempt(&config_path, id));
+            }
+        }
+    }
+    drop(fleet);
+    gateway.shutdown().await;
+    drop(nats);
+    SoakReport { problems }
+}
+
+/// `onecharge attempts show <id> --json`: the evidence for a report.
+fn show_attempt(config: &Path, id: Uuid) -> String {
+    match onecharge(config)
+        .args(["attempts", "show", &id.to_string(), "--json"])
+        .output()
+    {
+        Ok(out) => format!(
+            "attempts show {id}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(err) => format!("attempts show {id}: {err}"),
+    }
+}
+
+/// Waits until every attempt is recorded and settled, every event published, every dead
+/// letter written and the intake consumer has nothing left; restarts processes that end by
+/// themselves meanwhile. `Err` carries the last state seen.
+async fn wait_for_quiescence(
+    pool: &PgPool,
+    jetstream: &async_nats::jetstream::Context,
+    names: &Names,
+    plan: &Plan,
+    fleet: &mut Fleet,
+    timeout: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let expected_dead = (plan.dead_letter_ids.len() + plan.invalid_without_id) as u64;
+    let mut last;
+    let mut last_print = Instant::now();
+    loop {
+        fleet.supervise();
+        match quiescence_state(
+            pool,
+            jetstream,
+            names,
+            plan.attempts.len() as i64,
+            expected_dead,
+        )
+        .await
+        {
+            Ok((true, state)) => {
+                println!("  settled: {state}");
+                return Ok(());
+            }
+            Ok((false, state)) => last = state,
+            Err(err) => last = format!("(cannot read state: {err})"),
+        }
+        if last_print.elapsed() > Duration::from_secs(5) {
+            println!("  settling: {last}");
+            last_print = Instant::now();
+        }
+        if Instant::now() > deadline {
+            return Err(last);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn quiescence_state(
+    pool: &PgPool,
+    jetstream: &async_nats::jetstream::Context,
+    names: &Names,
+    expected_attempts: i64,
+    expected_dead: u64,
+) -> anyhow::Result<(bool, String)> {
+    let (attempts, open, unpublished): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM payment_attempts),
+                (SELECT count(*) FROM payment_attempts WHERE status IN ('pending', 'in_flight', 'unknown')),
+                (SELECT count(*) FROM outbox WHERE published_at IS NULL)",
+    )
+    .fetch_one(pool)
+    .await?;
+    let mut dlq = jetstream.get_stream(names.dlq_stream()).await?;
+    let dead = dlq.info().await?.state.messages;
+    let commands = jetstream.get_stream(names.commands_stream()).await?;
+    let mut consumer: async_nats::jetstream::consumer::PullConsumer = commands
+        .get_consumer("onecharge-intake")
+        .await
+        .map_err(|e| anyhow::anyhow!("intake consumer: {e}"))?;
+    let info = consumer.info().await?;
+    let state = format!(
+        "attempts {attempts}/{expected_attempts}, open {open}, unpublished events {unpublished}, dead letters {dead}/{expected_dead}, intake backlog {} pending + {} unacknowledged",
+        info.num_pending, info.num_ack_pending
+    );
+    let quiet = attempts == expected_attempts
+        && open == 0
+        && unpublished == 0
+        && dead >= expected_dead
+        && info.num_pending == 0
+        && info.num_ack_pending == 0;
+    Ok((quiet, state))
+}
