@@ -4,6 +4,8 @@
 //! Attempts are seeded the way intake records them (`store::intake::record_batch`).
 #![allow(dead_code)]
 
+pub mod localstripe;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

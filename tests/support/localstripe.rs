@@ -1,0 +1,278 @@
+//! localstripe (PyPI), a stateful Stripe fake that no one here wrote, run as a child process
+//! on a free port for one test and killed when the test drops it.
+//!
+//! Where the executable comes from: `ONECHARGE_LOCALSTRIPE` (set by `.ci/run`), else the
+//! virtualenv `.ci/run` installs (`.ci/venv-localstripe`). When neither is there, CI (`CI`
+//! set) fails the test with how to install it; a developer's run skips it, saying so on the
+//! process's stderr, which the test harness does not swallow.
+//!
+//! What the pinned localstripe (1.15.10) is, read from its source and tried by hand, so that
+//! the tests built on it know what it can and cannot check:
+//! - routes: `POST /v1/customers`, `POST /v1/payment_methods`, `POST /v1/payment_intents`,
+//!   `POST /v1/payment_intents/{id}/confirm`, `GET /v1/payment_intents/{id}`; bodies are
+//!   form-encoded (`metadata[k]=v` nests); any `Bearer sk_…` key is accepted, no key is a 401.
+//! - It rejects parameters it does not know with 400 "Unexpected <name>": a PaymentIntent's
+//!   `description`, and `off_session` on `/confirm` (it takes `off_session` only on a create
+//!   with `confirm=true`), although Stripe's API reference documents both.
+//! - It reads no header but `Authorization`: `Idempotency-Key` and `Stripe-Version` are
+//!   ignored, so it replays nothing and any re-sent POST acts again.
+//! - A `customer` must exist (404 otherwise, where Stripe answers 400 `resource_missing`), so
+//!   customers are created first.
+//! - Test payment methods: only `pm_card_visa`, `pm_card_visa_chargeDeclined` and
+//!   `pm_card_chargeCustomerFail` are known. `pm_card_visa_chargeDeclined` *succeeds* on a
+//!   PaymentIntent (localstripe declines card 4000000000000002 only when it is attached), so a
+//!   charge decline is `pm_card_chargeCustomerFail` (card 4000000000000341). Cards that need
+//!   authentication are created from their number with `POST /v1/payment_methods`.
+//! - A decline is HTTP 402 with `error.type = "invalid_request_error"` and `error.code =
+//!   "card_declined"`, without `decline_code`, where Stripe sends `type = "card_error"` and a
+//!   `decline_code`; the PaymentIntent goes back to `requires_payment_method` with
+//!   `last_payment_error.code = "card_declined"`.
+//! - A card that needs authentication leaves the PaymentIntent in `requires_action` (200) even
+//!   off-session, where Stripe answers 402 `authentication_required`.
+//! - `latest_charge` comes back as the whole Charge object, where Stripe (since API version
+//!   2022-11-15) returns its id unless expanded.
+//! - Confirming a PaymentIntent that is no longer `requires_confirmation` is a bare 400
+//!   "Bad request" (Stripe: 400 `payment_intent_unexpected_state`).
+//! - It writes its whole state to `/tmp/localstripe.pickle` after every change; started with
+//!   `--from-scratch` it never reads it back, so concurrent instances do not share state.
+#![allow(dead_code)]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Any `sk_…` key opens localstripe.
+pub const API_KEY: &str = "sk_test_localstripe";
+
+/// How to install localstripe, said whenever it cannot be found.
+const HOW_TO_INSTALL: &str = "install it with `bash .ci/run` (it puts the version pinned in \
+    .ci/localstripe-requirements.txt into .ci/venv-localstripe), or with `python3 -m venv \
+    .ci/venv-localstripe && .ci/venv-localstripe/bin/pip install -r \
+    .ci/localstripe-requirements.txt`, or point ONECHARGE_LOCALSTRIPE at a localstripe executable";
+
+/// How long localstripe may take to answer after it was started.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A running localstripe, killed on drop.
+pub struct Localstripe {
+    /// Its base URL, e.g. `http://127.0.0.1:40123`: what `gateway_url` is set to.
+    pub url: String,
+    child: Child,
+    log: tempfile::NamedTempFile,
+    http: reqwest::Client,
+}
+
+/// Whether this run is CI's, where a missing localstripe is a failure, not a skip.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// The localstripe executable, or why there is none.
+fn executable() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("ONECHARGE_LOCALSTRIPE") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "ONECHARGE_LOCALSTRIPE={} is not a file",
+                path.display()
+            ))
+        };
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv-localstripe/bin/localstripe");
+    if venv.is_file() {
+        Ok(venv)
+    } else {
+        Err(format!(
+            "localstripe is not installed at {} and ONECHARGE_LOCALSTRIPE is not set",
+            venv.display()
+        ))
+    }
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+impl Localstripe {
+    /// Starts localstripe and waits until it answers. `None` only outside CI when it is not
+    /// installed (the reason is printed); in CI that panics with how to install it.
+    pub async fn start() -> Option<Self> {
+        onecharge::tls::install_crypto_provider();
+        let program = match executable() {
+            Ok(program) => program,
+            Err(why) if in_ci() => panic!("{why}: {HOW_TO_INSTALL}"),
+            Err(why) => {
+                // Straight to the process's stderr: libtest captures `eprintln!`, and a skip
+                // must not be silent.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED (not in CI): {why}; {HOW_TO_INSTALL}"
+                );
+                return None;
+            }
+        };
+        // The port is free when chosen but could be taken before localstripe binds it: a
+        // localstripe that exits at once is started again on another port.
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            match Self::spawn(&program).await {
+                Ok(running) => return Some(running),
+                Err(log) => last_log = log,
+            }
+        }
+        panic!(
+            "localstripe ({}) did not start; its output:\n{last_log}",
+            program.display()
+        );
+    }
+
+    /// One try: spawn on a free port, poll until it answers. `Err(its output)` when it exited.
+    async fn spawn(program: &Path) -> Result<Self, String> {
+        let port = free_port();
+        let log = tempfile::NamedTempFile::new().expect("a log file for localstripe");
+        let child = Command::new(program)
+            .args(["--port", &port.to_string(), "--from-scratch"])
+            .stdin(Stdio::null())
+            .stdout(log.reopen().expect("log file"))
+            .stderr(log.reopen().expect("log file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}; {HOW_TO_INSTALL}", program.display()));
+        let mut running = Self {
+            url: format!("http://127.0.0.1:{port}"),
+            child,
+            log,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("a reqwest client"),
+        };
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if running
+                .child
+                .try_wait()
+                .expect("localstripe's status")
+                .is_some()
+            {
+                return Err(running.output());
+            }
+            let probe = running
+                .http
+                .get(format!("{}/v1/customers", running.url))
+                .bearer_auth(API_KEY)
+                .timeout(Duration::from_millis(500))
+                .send()
+                .await;
+            if probe.is_ok_and(|r| r.status().is_success()) {
+                return Ok(running);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "localstripe did not answer within {START_DEADLINE:?}; its output:\n{}",
+                running.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// What localstripe printed so far (its access log and errors), for failure messages.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// `POST {path}` with a form body; the JSON answer, whatever its status.
+    pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> (u16, Value) {
+        let body = form
+            .iter()
+            .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let response = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(API_KEY)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path} to localstripe: {e}"));
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON answer"))
+    }
+
+    /// `GET {path}`; the JSON answer, whatever its status.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} from localstripe: {e}"));
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON answer"))
+    }
+
+    /// Creates a customer and returns its id (`cus_…`): a PaymentIntent's customer must exist.
+    pub async fn create_customer(&self, name: &str) -> String {
+        let (status, customer) = self.post("/v1/customers", &[("name", name)]).await;
+        assert_eq!(status, 200, "create customer: {customer}");
+        customer["id"].as_str().expect("a customer id").to_owned()
+    }
+
+    /// Creates a card payment method from a Stripe test card number; returns its id (`pm_…`).
+    pub async fn create_card(&self, number: &str) -> String {
+        let (status, method) = self
+            .post(
+                "/v1/payment_methods",
+                &[
+                    ("type", "card"),
+                    ("card[number]", number),
+                    ("card[exp_month]", "12"),
+                    ("card[exp_year]", "2034"),
+                    ("card[cvc]", "123"),
+                ],
+            )
+            .await;
+        assert_eq!(status, 200, "create payment method: {method}");
+        method["id"]
+            .as_str()
+            .expect("a payment method id")
+            .to_owned()
+    }
+
+    /// Retrieves a PaymentIntent by id, as Stripe's dashboard or API would show it.
+    pub async fn payment_intent(&self, id: &str) -> Value {
+        let (status, intent) = self.get(&format!("/v1/payment_intents/{id}")).await;
+        assert_eq!(status, 200, "retrieve {id}: {intent}");
+        intent
+    }
+
+    /// Every PaymentIntent localstripe holds (it lists at most 10 unless asked for more).
+    pub async fn payment_intents(&self) -> Vec<Value> {
+        let (status, list) = self.get("/v1/payment_intents?limit=100").await;
+        assert_eq!(status, 200, "list payment intents: {list}");
+        list["data"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for Localstripe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Form encoding of one key or value (`application/x-www-form-urlencoded`).
+fn urlencode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
