@@ -35,14 +35,24 @@
 //!   "Bad request" (Stripe: 400 `payment_intent_unexpected_state`).
 //! - It writes its whole state to `/tmp/localstripe.pickle` after every change; started with
 //!   `--from-scratch` it never reads it back, so concurrent instances do not share state.
+//!
+//! [`Shim`] stands between onecharge and localstripe where the two disagree because
+//! localstripe is narrower than Stripe's documentation: it drops the documented parameters
+//! localstripe refuses (and records that they were sent), and gives a decline the documented
+//! error type. Everything else passes through untouched, and every request is recorded.
 #![allow(dead_code)]
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse as _, Response};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 /// Any `sk_…` key opens localstripe.
 pub const API_KEY: &str = "sk_test_localstripe";
@@ -275,4 +285,225 @@ impl Drop for Localstripe {
 /// Form encoding of one key or value (`application/x-www-form-urlencoded`).
 fn urlencode(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// Parameters Stripe's API reference documents for `POST /v1/payment_intents` that
+/// localstripe answers with 400 "Unexpected …" (matched by their name before any `[`).
+pub const CREATE_PARAMS_LOCALSTRIPE_REFUSES: [&str; 2] =
+    ["description", "automatic_payment_methods"];
+
+/// The same for `POST /v1/payment_intents/{id}/confirm`: localstripe takes `off_session`
+/// only on a create with `confirm=true`.
+pub const CONFIRM_PARAMS_LOCALSTRIPE_REFUSES: [&str; 1] = ["off_session"];
+
+/// One request onecharge sent, as onecharge sent it (before the shim dropped anything).
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub idempotency_key: Option<String>,
+    pub stripe_version: Option<String>,
+    /// The form body, decoded, in order.
+    pub form: Vec<(String, String)>,
+    /// The status onecharge got back (`None`: the shim held the answer back).
+    pub status: Option<u16>,
+}
+
+impl Seen {
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.form
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn is_confirm(&self) -> bool {
+        self.method == "POST" && self.path.ends_with("/confirm")
+    }
+
+    pub fn is_create(&self) -> bool {
+        self.method == "POST" && self.path == "/v1/payment_intents"
+    }
+}
+
+#[derive(Debug, Default)]
+struct ShimState {
+    seen: Vec<Seen>,
+    /// Confirms whose answer is never sent, after localstripe acted on them: a charge made
+    /// and its answer lost, as when a connection drops or the client times out.
+    lose_confirm_answers: usize,
+}
+
+/// A loopback HTTP server in front of a [`Localstripe`]; stopped on drop.
+pub struct Shim {
+    /// What `gateway_url` is set to.
+    pub url: String,
+    state: Arc<Mutex<ShimState>>,
+    stop: CancellationToken,
+}
+
+impl Shim {
+    /// Starts the shim in front of `localstripe`.
+    pub async fn start(localstripe: &Localstripe) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the shim");
+        let url = format!("http://{}", listener.local_addr().expect("shim address"));
+        let state = Arc::new(Mutex::new(ShimState::default()));
+        let stop = CancellationToken::new();
+        let upstream = localstripe.url.clone();
+        let http = localstripe.http.clone();
+        let app = axum::Router::new().fallback({
+            let state = state.clone();
+            move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+                forward(
+                    state.clone(),
+                    http.clone(),
+                    upstream.clone(),
+                    method,
+                    uri,
+                    headers,
+                    body,
+                )
+            }
+        });
+        tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+            }
+        });
+        Self { url, state, stop }
+    }
+
+    /// The next `n` confirms reach localstripe, which acts on them, and their answers are
+    /// never sent: onecharge sees only its request timeout.
+    pub fn lose_confirm_answers(&self, n: usize) {
+        self.state.lock().unwrap().lose_confirm_answers = n;
+    }
+
+    /// Every request onecharge sent so far, in order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.lock().unwrap().seen.clone()
+    }
+}
+
+impl Drop for Shim {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Decodes an `application/x-www-form-urlencoded` body.
+fn decode_form(body: &[u8]) -> Vec<(String, String)> {
+    let decode = |raw: &str| {
+        percent_encoding::percent_decode_str(&raw.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    String::from_utf8_lossy(body)
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+/// The parameters localstripe refuses on this route, which the shim drops.
+fn refused_params(method: &Method, path: &str) -> &'static [&'static str] {
+    if method != Method::POST {
+        &[]
+    } else if path == "/v1/payment_intents" {
+        &CREATE_PARAMS_LOCALSTRIPE_REFUSES
+    } else if path.starts_with("/v1/payment_intents/") && path.ends_with("/confirm") {
+        &CONFIRM_PARAMS_LOCALSTRIPE_REFUSES
+    } else {
+        &[]
+    }
+}
+
+async fn forward(
+    state: Arc<Mutex<ShimState>>,
+    http: reqwest::Client,
+    upstream: String,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_owned();
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let form = decode_form(&body);
+    let refused = refused_params(&method, &path);
+    let kept: Vec<String> = body
+        .split(|b| *b == b'&')
+        .filter(|raw| !raw.is_empty())
+        .map(|raw| String::from_utf8_lossy(raw).into_owned())
+        .filter(|raw| {
+            let key = decode_form(raw.as_bytes())
+                .first()
+                .map(|(k, _)| k.clone())
+                .unwrap_or_default();
+            let root = key.split('[').next().unwrap_or_default();
+            !refused.contains(&root)
+        })
+        .collect();
+    let index = {
+        let mut state = state.lock().unwrap();
+        state.seen.push(Seen {
+            method: method.to_string(),
+            path: path.clone(),
+            idempotency_key: header("idempotency-key"),
+            stripe_version: header("stripe-version"),
+            form,
+            status: None,
+        });
+        state.seen.len() - 1
+    };
+    let mut request = http
+        .request(method.clone(), format!("{upstream}{uri}"))
+        .body(kept.join("&"));
+    for name in ["authorization", "content-type"] {
+        if let Some(value) = header(name) {
+            request = request.header(name, value);
+        }
+    }
+    let answer = match request.send().await {
+        Ok(answer) => answer,
+        Err(err) => {
+            return (StatusCode::BAD_GATEWAY, format!("shim: localstripe: {err}")).into_response()
+        }
+    };
+    let status = answer.status().as_u16();
+    let mut body: Value = answer.json().await.unwrap_or(Value::Null);
+    // Stripe's documented decline is `type: card_error`; localstripe calls it an
+    // `invalid_request_error` with the same `code`.
+    if status == 402 && body["error"]["code"] == "card_declined" {
+        body["error"]["type"] = "card_error".into();
+    }
+    let lose = method == Method::POST && path.ends_with("/confirm") && {
+        let mut state = state.lock().unwrap();
+        let lose = state.lose_confirm_answers > 0;
+        state.lose_confirm_answers = state.lose_confirm_answers.saturating_sub(1);
+        lose
+    };
+    if lose {
+        // Held until onecharge gives up and closes the connection, which drops this future.
+        std::future::pending::<()>().await;
+    }
+    state.lock().unwrap().seen[index].status = Some(status);
+    (
+        StatusCode::from_u16(status).expect("an HTTP status"),
+        axum::Json(body),
+    )
+        .into_response()
 }
