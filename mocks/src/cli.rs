@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{FaultConfig, FaultRule, Latency, MockConfig, TlsFiles};
+use crate::config::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, TlsFiles};
 use crate::latency::LatencyDistribution;
 use crate::MockGateway;
 
@@ -27,7 +27,16 @@ requests with that key behave normally and succeed):
   pm_fault_drop_after    charged, connection closed with no response
   pm_fault_rate_limit    429 + Retry-After: 1, nothing charged
   pm_fault_bad_request   400 invalid_request, nothing charged
-  pm_fault_slow_charge   key in progress for --slow-charge-for (409, empty lookup), then charged";
+  pm_fault_slow_charge   key in progress for --slow-charge-for (409, empty lookup), then charged
+
+With --dialect stripe the gateway serves Stripe's PaymentIntents API instead
+(POST /v1/payment_intents, POST /v1/payment_intents/{id}/confirm|cancel,
+GET /v1/payment_intents/{id}, POST /v1/customers; form-encoded) with Stripe's test payment
+methods: pm_card_visa, pm_card_mastercard (succeed), pm_card_visa_chargeDeclined
+(generic_decline), pm_card_chargeDeclinedInsufficientFunds (insufficient_funds),
+pm_card_authenticationRequired (off-session: 402 authentication_required), the pm_fault_*
+triggers above on the call that charges, and pm_fault_processing (processing for
+--slow-charge-for, then succeeded). See docs/mock-gateway.md.";
 
 /// A payment gateway that speaks onecharge's gateway contract (POST/GET /v1/charges), with
 /// idempotency keys, a ledger, and injectable faults.
@@ -105,9 +114,32 @@ pub struct Cli {
     #[arg(long, value_name = "N", requires = "latency_median")]
     pub latency_seed: Option<u64>,
 
+    /// Which API to speak: onecharge (contract §3, POST/GET /v1/charges) or stripe
+    /// (PaymentIntents, form-encoded, Stripe's errors and test payment methods).
+    #[arg(long, value_enum, env = "MOCK_GATEWAY_DIALECT", default_value_t = DialectArg::Onecharge)]
+    pub dialect: DialectArg,
+
     /// The fault flags, in a help section of their own.
     #[command(flatten)]
     pub faults: FaultArgs,
+}
+
+/// The `--dialect` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DialectArg {
+    /// onecharge's gateway contract (§3).
+    Onecharge,
+    /// Stripe's PaymentIntents API.
+    Stripe,
+}
+
+impl From<DialectArg> for Dialect {
+    fn from(arg: DialectArg) -> Dialect {
+        match arg {
+            DialectArg::Onecharge => Dialect::Onecharge,
+            DialectArg::Stripe => Dialect::Stripe,
+        }
+    }
 }
 
 /// Fault flags: each kind fires on the next COUNT charging requests, and otherwise with
@@ -226,6 +258,7 @@ impl Cli {
                     key_file,
                 }),
             latency_distribution,
+            dialect: self.dialect.into(),
         })
     }
 }
@@ -246,12 +279,13 @@ pub fn init_tracing() {
 /// usage error (exit 2) before this runs.
 pub async fn run(config: MockConfig) -> anyhow::Result<()> {
     let seed = config.seed;
+    let dialect = config.dialect;
     let latency = config.latency_distribution.map_or_else(
         || "none".to_owned(),
         |distribution| distribution.to_string(),
     );
     let gateway = MockGateway::start(config).await?;
-    tracing::info!(base_url = %gateway.base_url(), seed, %latency, "mock gateway listening");
+    tracing::info!(base_url = %gateway.base_url(), seed, %latency, %dialect, "mock gateway listening");
     println!("{}", gateway.base_url());
     wait_for_stop_signal().await?;
     tracing::info!("stopping");

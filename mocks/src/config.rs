@@ -51,6 +51,37 @@ pub struct MockConfig {
     /// A log-normal latency added to every charge and lookup, on top of the fault
     /// latencies (`faults.latency`, `hang_after`, `slow_charge`); `None` adds nothing.
     pub latency_distribution: Option<LatencyDistribution>,
+    /// Which API the gateway speaks: onecharge's contract §3 (the default) or Stripe's
+    /// PaymentIntents. The `/__*` test controls are the same in both.
+    pub dialect: Dialect,
+}
+
+/// The wire protocol a mock gateway speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dialect {
+    /// `POST`/`GET /v1/charges`, JSON, as contract §3 defines them.
+    #[default]
+    Onecharge,
+    /// Stripe's PaymentIntents API (`/v1/payment_intents`, `/v1/customers`), form-encoded,
+    /// with Stripe's idempotency semantics, errors and test payment methods.
+    Stripe,
+}
+
+impl Dialect {
+    /// The name used on the command line and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Onecharge => "onecharge",
+            Dialect::Stripe => "stripe",
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// PEM files for HTTPS: the server's certificate chain (leaf first) and its private key.
@@ -76,6 +107,7 @@ impl Default for MockConfig {
             request_log_capacity: 100_000,
             tls: None,
             latency_distribution: None,
+            dialect: Dialect::Onecharge,
         }
     }
 }
@@ -95,6 +127,7 @@ impl fmt::Debug for MockConfig {
             .field("tls", &self.tls)
             .field("request_log_capacity", &self.request_log_capacity)
             .field("latency_distribution", &self.latency_distribution)
+            .field("dialect", &self.dialect)
             .finish()
     }
 }

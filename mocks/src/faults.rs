@@ -95,8 +95,13 @@ impl ChargeIds {
     }
 
     pub(crate) fn next(&self) -> String {
+        self.next_with_prefix("ch")
+    }
+
+    /// An id of another kind of object (`pi`, `cus`) from the same stream.
+    pub(crate) fn next_with_prefix(&self, prefix: &str) -> String {
         let bits: u128 = self.rng.lock().gen::<u128>() >> 32;
-        format!("ch_{bits:024x}")
+        format!("{prefix}_{bits:024x}")
     }
 }
 

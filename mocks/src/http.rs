@@ -1,4 +1,6 @@
-//! The HTTP surface: `/v1/charges` as contract §3 defines it, and the `/__*` test controls.
+//! The HTTP surface: `/v1/charges` as contract §3 defines it, and the `/__*` test controls
+//! both dialects serve; the answer, fault-delivery and access-log plumbing the Stripe
+//! dialect ([`crate::stripe`]) shares.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,15 +25,24 @@ use crate::keys::Claim;
 use crate::record::{Finish, ResponseClass};
 use crate::server::{ConnectionControl, Shared};
 
-const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+const STRIPE_SHOULD_RETRY: &str = "stripe-should-retry";
 
 /// Longest clock advance accepted over HTTP; far beyond any retention, short of overflow.
 const MAX_CLOCK_ADVANCE_SECS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
 
+/// The onecharge dialect: contract §3 and the test controls.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/v1/charges", post(create_charge).get(lookup_charges))
+    with_controls(
+        Router::new().route("/v1/charges", post(create_charge).get(lookup_charges)),
+        shared,
+    )
+}
+
+/// Adds the `/__*` test controls, the JSON 404 and the access log to a dialect's routes.
+pub(crate) fn with_controls(routes: Router<Arc<Shared>>, shared: Arc<Shared>) -> Router {
+    routes
         .route("/__faults", get(get_faults).put(put_faults))
         .route("/__ledger", get(get_ledger))
         .route("/__stats", get(get_stats))
@@ -44,21 +55,25 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// A response body and status, before it is delivered (or not).
-struct Answer {
-    status: StatusCode,
+#[derive(Clone)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
     /// Serialized JSON: a charge keeps the field order of its struct (`id` first).
-    body: Vec<u8>,
-    replayed: bool,
-    retry_after_secs: Option<u32>,
+    pub(crate) body: Vec<u8>,
+    pub(crate) replayed: bool,
+    pub(crate) retry_after_secs: Option<u32>,
+    /// Stripe's `Stripe-Should-Retry` header; the onecharge dialect never sets it.
+    pub(crate) should_retry: Option<bool>,
 }
 
 impl Answer {
-    fn json(status: StatusCode, body: &impl Serialize) -> Answer {
+    pub(crate) fn json(status: StatusCode, body: &impl Serialize) -> Answer {
         Answer {
             status,
             body: serde_json::to_vec(body).expect("response bodies serialize"),
             replayed: false,
             retry_after_secs: None,
+            should_retry: None,
         }
     }
 
@@ -76,6 +91,7 @@ impl Answer {
             body,
             replayed,
             retry_after_secs,
+            should_retry,
         } = self;
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -87,6 +103,10 @@ impl Answer {
         }
         if let Some(secs) = retry_after_secs {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(should_retry) = should_retry {
+            let value = if should_retry { "true" } else { "false" };
+            headers.insert(STRIPE_SHOULD_RETRY, HeaderValue::from_static(value));
         }
         if status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -104,7 +124,7 @@ impl Answer {
 }
 
 /// How the answer reaches the client: that is where the "after" faults differ.
-enum Delivery {
+pub(crate) enum Delivery {
     Now,
     /// `hang_after`: hold the (already committed) answer this long.
     Hold(Duration),
@@ -112,15 +132,15 @@ enum Delivery {
     Drop,
 }
 
-struct Outcome {
-    class: ResponseClass,
-    fault: Option<FaultKind>,
-    answer: Answer,
-    delivery: Delivery,
+pub(crate) struct Outcome {
+    pub(crate) class: ResponseClass,
+    pub(crate) fault: Option<FaultKind>,
+    pub(crate) answer: Answer,
+    pub(crate) delivery: Delivery,
 }
 
 impl Outcome {
-    fn now(class: ResponseClass, answer: Answer) -> Outcome {
+    pub(crate) fn now(class: ResponseClass, answer: Answer) -> Outcome {
         Outcome {
             class,
             fault: None,
@@ -150,7 +170,7 @@ impl Outcome {
 
 /// Carried on the response so the access log can name key, class and fault.
 #[derive(Clone)]
-struct Note {
+pub(crate) struct Note {
     idempotency_key: Option<String>,
     class: ResponseClass,
     fault: Option<FaultKind>,
@@ -168,7 +188,7 @@ async fn create_charge(
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let seq = shared.begin("POST", &uri, raw_key.clone(), recorded_body(&body));
     let outcome = decide_charge(&shared, &headers, &body).await;
-    deliver(&shared, &connection, seq, raw_key, outcome).await
+    deliver(&shared, &connection, seq, "/v1/charges", raw_key, outcome).await
 }
 
 async fn decide_charge(shared: &Arc<Shared>, headers: &HeaderMap, body: &Bytes) -> Outcome {
@@ -301,7 +321,9 @@ impl Claimed {
             decline_code: decline.map(str::to_owned),
             created_at: shared.clock.wall_now(),
         };
-        shared.keys.commit(&key, generation, charge.clone());
+        shared
+            .keys
+            .commit(&key, generation, charge.clone(), Some(charge.clone()));
 
         let (class, status) = match charge.status {
             ChargeStatus::Succeeded => (ResponseClass::Created, StatusCode::CREATED),
@@ -373,10 +395,11 @@ fn refused(kind: FaultKind) -> Outcome {
 }
 
 /// Records the outcome, then answers, holds, or closes the connection.
-async fn deliver(
+pub(crate) async fn deliver(
     shared: &Shared,
     connection: &ConnectionControl,
     seq: u64,
+    path: &str,
     idempotency_key: Option<String>,
     outcome: Outcome,
 ) -> Response {
@@ -403,7 +426,7 @@ async fn deliver(
             // The access log never sees this request (there is no response), so log it here.
             tracing::info!(
                 method = "POST",
-                path = "/v1/charges",
+                path,
                 idempotency_key,
                 class = class.as_str(),
                 fault = fault.map(FaultKind::as_str),
@@ -469,7 +492,7 @@ async fn lookup_charges(
         match key.as_deref() {
             Some(key) if (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.chars().count()) => {
                 pause(shared.request_latency()).await;
-                let charges = shared.keys.lookup(key, shared.clock.now());
+                let charges = Vec::from_iter(shared.keys.lookup(key, shared.clock.now()));
                 Outcome::now(
                     ResponseClass::Lookup,
                     Answer::json(StatusCode::OK, &ChargeList { data: &charges }),
@@ -481,10 +504,10 @@ async fn lookup_charges(
             ))),
         }
     };
-    deliver(&shared, &connection, seq, key, outcome).await
+    deliver(&shared, &connection, seq, "/v1/charges", key, outcome).await
 }
 
-async fn pause(latency: Duration) {
+pub(crate) async fn pause(latency: Duration) {
     // A zero-length tokio sleep still waits for the next timer tick (about 1 ms).
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -492,7 +515,7 @@ async fn pause(latency: Duration) {
 }
 
 /// The body as the request log keeps it: JSON when it parses, else the raw text.
-fn recorded_body(body: &Bytes) -> Value {
+pub(crate) fn recorded_body(body: &Bytes) -> Value {
     if body.is_empty() {
         return Value::Null;
     }
@@ -521,7 +544,7 @@ async fn put_faults(State(shared): State<Arc<Shared>>, body: Bytes) -> Response 
 }
 
 async fn get_ledger(State(shared): State<Arc<Shared>>) -> Response {
-    Json(shared.keys.ledger()).into_response()
+    Json(shared.ledger.charges()).into_response()
 }
 
 async fn get_stats(State(shared): State<Arc<Shared>>) -> Response {

@@ -1,19 +1,23 @@
-//! Idempotency keys and the ledger, behind one lock.
+//! Idempotency keys and the ledger.
 //!
-//! Claiming a key, committing its charge and appending to the ledger all happen under the
-//! same mutex, so a key can charge at most once per retention window however many requests
-//! race for it. The lock is held only for map operations, never across an `.await`.
+//! Claiming a key and committing its outcome happen under one mutex, and a commit that
+//! charged appends to the ledger while that mutex is held, so a key can charge at most once
+//! per retention window however many requests race for it. The store is generic over what
+//! identifies "the same request" (`P`) and what is stored for replay (`R`), so both dialects
+//! share it: onecharge's stores the charge, Stripe's the saved response. The locks are held
+//! only for map operations, never across an `.await`.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::charge::{Charge, ChargeParams};
+use crate::charge::Charge;
 use crate::clock::MockInstant;
 
-/// What a charge request may do with its key.
-pub(crate) enum Claim {
+/// What a request may do with its key.
+pub(crate) enum Claim<R> {
     /// The request owns the key until it commits or releases it. `first_request` is true
     /// when no earlier request used this key (within retention): deterministic fault
     /// triggers fire only then.
@@ -22,53 +26,80 @@ pub(crate) enum Claim {
         first_request: bool,
     },
     /// Same parameters as the stored outcome: answer with it.
-    Replay(Charge),
+    Replay(R),
     /// Same parameters as a request still running.
     InProgress,
     /// Different parameters from the stored or running request.
     Reused,
 }
 
-pub(crate) struct Keys {
-    retention: Duration,
-    inner: Mutex<KeysInner>,
+/// Every charge the gateway committed, in commit order, whichever dialect made it.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    charges: Mutex<Vec<Charge>>,
 }
 
-#[derive(Default)]
-struct KeysInner {
-    entries: HashMap<String, Entry>,
+impl Ledger {
+    /// Appends a charge made outside any key's commit (a Stripe PaymentIntent that
+    /// finishes processing later).
+    pub(crate) fn record(&self, charge: Charge) {
+        self.charges.lock().push(charge);
+    }
+
+    pub(crate) fn charges(&self) -> Vec<Charge> {
+        self.charges.lock().clone()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.charges.lock().len()
+    }
+}
+
+pub(crate) struct Keys<P, R> {
+    retention: Duration,
+    ledger: Arc<Ledger>,
+    inner: Mutex<KeysInner<P, R>>,
+}
+
+struct KeysInner<P, R> {
+    entries: HashMap<String, Entry<P, R>>,
     /// Keys in first-seen order, which is also expiry order because the clock is monotonic
     /// and retention is fixed: purging pops from the front only.
     by_first_seen: VecDeque<(MockInstant, u64, String)>,
-    ledger: Vec<Charge>,
     next_generation: u64,
     in_progress: usize,
 }
 
-struct Entry {
+struct Entry<P, R> {
     /// Tells this life of the key from an earlier, expired one with the same name.
     generation: u64,
     first_seen: MockInstant,
-    state: KeyState,
+    state: KeyState<P, R>,
 }
 
-enum KeyState {
-    /// Seen, but its request failed before charging (error_before, 429, injected 400):
-    /// nothing stored, the next request charges.
+enum KeyState<P, R> {
+    /// Seen, but its request failed before executing (error_before, 429, injected 400):
+    /// nothing stored, the next request executes.
     Released,
-    InProgress(ChargeParams),
-    Completed(ChargeParams, Charge),
+    InProgress(P),
+    Completed(P, R),
 }
 
-impl Keys {
-    pub(crate) fn new(retention: Duration) -> Self {
+impl<P: Clone + PartialEq, R: Clone> Keys<P, R> {
+    pub(crate) fn new(retention: Duration, ledger: Arc<Ledger>) -> Self {
         Keys {
             retention,
-            inner: Mutex::new(KeysInner::default()),
+            ledger,
+            inner: Mutex::new(KeysInner {
+                entries: HashMap::new(),
+                by_first_seen: VecDeque::new(),
+                next_generation: 0,
+                in_progress: 0,
+            }),
         }
     }
 
-    pub(crate) fn claim(&self, key: &str, params: &ChargeParams, now: MockInstant) -> Claim {
+    pub(crate) fn claim(&self, key: &str, params: &P, now: MockInstant) -> Claim<R> {
         let mut inner = self.inner.lock();
         inner.purge_expired(self.retention, now);
         inner.forget_if_expired(key, self.retention, now);
@@ -76,12 +107,12 @@ impl Keys {
             None => None,
             Some(entry) => match &entry.state {
                 KeyState::InProgress(running) if running == params => return Claim::InProgress,
-                KeyState::Completed(stored, charge) if stored == params => {
-                    return Claim::Replay(charge.clone())
+                KeyState::Completed(stored, outcome) if stored == params => {
+                    return Claim::Replay(outcome.clone())
                 }
                 KeyState::InProgress(_) | KeyState::Completed(..) => return Claim::Reused,
                 KeyState::Released => {
-                    // Parameters are not bound by a request that charged nothing.
+                    // Parameters are not bound by a request that executed nothing.
                     entry.state = KeyState::InProgress(params.clone());
                     Some(entry.generation)
                 }
@@ -113,8 +144,9 @@ impl Keys {
         }
     }
 
-    /// Stores the outcome under the key and appends it to the ledger, in one step.
-    pub(crate) fn commit(&self, key: &str, generation: u64, charge: Charge) {
+    /// Stores the outcome under the key and, when the request charged, appends the charge
+    /// to the ledger, in one step.
+    pub(crate) fn commit(&self, key: &str, generation: u64, outcome: R, charged: Option<Charge>) {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         let Some(entry) = inner.entries.get_mut(key) else {
@@ -128,12 +160,14 @@ impl Keys {
             entry.state = state;
             return;
         };
-        entry.state = KeyState::Completed(params, charge.clone());
-        inner.ledger.push(charge);
+        entry.state = KeyState::Completed(params, outcome);
+        if let Some(charge) = charged {
+            self.ledger.record(charge);
+        }
         inner.in_progress -= 1;
     }
 
-    /// Frees the key after a request that charged nothing, so that a retry can charge.
+    /// Frees the key after a request that executed nothing, so that a retry can.
     pub(crate) fn release(&self, key: &str, generation: u64) {
         let mut inner = self.inner.lock();
         let Some(entry) = inner.entries.get_mut(key) else {
@@ -145,17 +179,17 @@ impl Keys {
         }
     }
 
-    /// The outcomes recorded under a live key: empty when it charged nothing, is still
+    /// The outcome recorded under a live key: none when it executed nothing, is still
     /// running, or was forgotten.
-    pub(crate) fn lookup(&self, key: &str, now: MockInstant) -> Vec<Charge> {
+    pub(crate) fn lookup(&self, key: &str, now: MockInstant) -> Option<R> {
         let mut inner = self.inner.lock();
         inner.forget_if_expired(key, self.retention, now);
         match inner.entries.get(key) {
             Some(Entry {
-                state: KeyState::Completed(_, charge),
+                state: KeyState::Completed(_, outcome),
                 ..
-            }) => vec![charge.clone()],
-            _ => Vec::new(),
+            }) => Some(outcome.clone()),
+            _ => None,
         }
     }
 
@@ -163,20 +197,12 @@ impl Keys {
         self.inner.lock().purge_expired(self.retention, now);
     }
 
-    pub(crate) fn ledger(&self) -> Vec<Charge> {
-        self.inner.lock().ledger.clone()
-    }
-
-    pub(crate) fn ledger_len(&self) -> usize {
-        self.inner.lock().ledger.len()
-    }
-
     pub(crate) fn in_progress(&self) -> usize {
         self.inner.lock().in_progress
     }
 }
 
-impl KeysInner {
+impl<P, R> KeysInner<P, R> {
     fn forget_if_expired(&mut self, key: &str, retention: Duration, now: MockInstant) {
         if self
             .entries
@@ -204,7 +230,7 @@ impl KeysInner {
     }
 }
 
-impl Entry {
+impl<P, R> Entry<P, R> {
     fn expired(&self, retention: Duration, now: MockInstant) -> bool {
         !matches!(self.state, KeyState::InProgress(_)) && self.first_seen.after(retention) <= now
     }
@@ -213,7 +239,7 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::charge::ChargeStatus;
+    use crate::charge::{ChargeParams, ChargeStatus};
 
     const RETENTION: Duration = Duration::from_secs(100);
 
@@ -247,7 +273,18 @@ mod tests {
         }
     }
 
-    fn claim_new(keys: &Keys, now: MockInstant) -> u64 {
+    type ChargeKeys = Keys<ChargeParams, Charge>;
+
+    fn keys() -> (ChargeKeys, Arc<Ledger>) {
+        let ledger = Arc::new(Ledger::default());
+        (Keys::new(RETENTION, Arc::clone(&ledger)), ledger)
+    }
+
+    fn commit(keys: &ChargeKeys, generation: u64, id: &str) {
+        keys.commit("k", generation, charge(id), Some(charge(id)));
+    }
+
+    fn claim_new(keys: &ChargeKeys, now: MockInstant) -> u64 {
         match keys.claim("k", &params(1), now) {
             Claim::Charge {
                 generation,
@@ -259,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_claimed_key_answers_in_progress_then_replays_and_rejects_other_parameters() {
-        let keys = Keys::new(RETENTION);
+        let (keys, ledger) = keys();
         let generation = claim_new(&keys, at(0));
         assert!(matches!(
             keys.claim("k", &params(1), at(1)),
@@ -267,21 +304,21 @@ mod tests {
         ));
         assert!(matches!(keys.claim("k", &params(2), at(1)), Claim::Reused));
 
-        keys.commit("k", generation, charge("ch_1"));
+        commit(&keys, generation, "ch_1");
 
         assert!(matches!(keys.claim("k", &params(1), at(2)), Claim::Replay(c) if c.id == "ch_1"));
         assert!(matches!(keys.claim("k", &params(2), at(2)), Claim::Reused));
-        assert_eq!(keys.ledger().len(), 1);
+        assert_eq!(ledger.len(), 1);
         assert_eq!(keys.in_progress(), 0);
     }
 
     #[test]
     fn a_released_key_charges_again_without_being_a_first_request() {
-        let keys = Keys::new(RETENTION);
+        let (keys, _ledger) = keys();
         let generation = claim_new(&keys, at(0));
         keys.release("k", generation);
 
-        assert!(keys.lookup("k", at(1)).is_empty());
+        assert!(keys.lookup("k", at(1)).is_none());
         assert!(matches!(
             keys.claim("k", &params(2), at(1)),
             Claim::Charge {
@@ -293,7 +330,7 @@ mod tests {
 
     #[test]
     fn a_running_request_keeps_its_key_past_retention_and_it_expires_after_commit() {
-        let keys = Keys::new(RETENTION);
+        let (keys, _ledger) = keys();
         let generation = claim_new(&keys, at(0));
         keys.purge_expired(at(500));
         assert!(matches!(
@@ -301,25 +338,25 @@ mod tests {
             Claim::InProgress
         ));
 
-        keys.commit("k", generation, charge("ch_1"));
+        commit(&keys, generation, "ch_1");
 
-        assert!(keys.lookup("k", at(501)).is_empty());
+        assert!(keys.lookup("k", at(501)).is_none());
         claim_new(&keys, at(501));
     }
 
     #[test]
     fn a_key_charged_again_after_expiry_gets_a_retention_window_of_its_own() {
-        let keys = Keys::new(RETENTION);
+        let (keys, ledger) = keys();
         let first = claim_new(&keys, at(0));
-        keys.commit("k", first, charge("ch_1"));
-        assert!(keys.lookup("k", at(100)).is_empty());
+        commit(&keys, first, "ch_1");
+        assert!(keys.lookup("k", at(100)).is_none());
         let second = claim_new(&keys, at(150));
-        keys.commit("k", second, charge("ch_2"));
+        commit(&keys, second, "ch_2");
 
         keys.purge_expired(at(200));
 
-        assert_eq!(keys.lookup("k", at(200))[0].id, "ch_2");
-        assert!(keys.lookup("k", at(250)).is_empty());
-        assert_eq!(keys.ledger().len(), 2);
+        assert_eq!(keys.lookup("k", at(200)).unwrap().id, "ch_2");
+        assert!(keys.lookup("k", at(250)).is_none());
+        assert_eq!(ledger.len(), 2);
     }
 }

@@ -1,5 +1,6 @@
-//! A mock payment gateway that speaks onecharge's gateway contract (contract §3) and
-//! behaves like a real idempotent gateway, including its failures.
+//! A mock payment gateway that speaks onecharge's gateway contract (contract §3), or with
+//! [`Dialect::Stripe`] Stripe's PaymentIntents API ([`stripe`]), and behaves like a real
+//! idempotent gateway, including its failures.
 //!
 //! - `POST /v1/charges` charges at most once per `Idempotency-Key` (per retention window),
 //!   atomically under concurrent requests; it replays stored outcomes, answers `409` while a
@@ -36,12 +37,13 @@ mod keys;
 mod latency;
 mod record;
 mod server;
+pub mod stripe;
 
 pub use charge::{
     decline_code, fault_trigger, payment_methods, validate_idempotency_key, Charge, ChargeParams,
     ChargeStatus, InvalidRequest, MAX_AMOUNT_MINOR, MAX_IDEMPOTENCY_KEY_LEN,
 };
-pub use config::{FaultConfig, FaultKind, FaultRule, Latency, MockConfig, TlsFiles};
+pub use config::{Dialect, FaultConfig, FaultKind, FaultRule, Latency, MockConfig, TlsFiles};
 pub use latency::{LatencyDistribution, LatencyDrawn};
 pub use record::{RecordedRequest, ResponseClass, Stats};
 pub use server::MockGateway;

@@ -35,12 +35,15 @@ pub enum ResponseClass {
     Hung,
     /// Charged, connection closed by `drop_after`.
     Dropped,
-    /// `200` from `GET /v1/charges`.
+    /// `200` from `GET /v1/charges`, or a Stripe PaymentIntent retrieved.
     Lookup,
+    /// Stripe dialect: a new `200` that charged nothing (a PaymentIntent created or left
+    /// waiting, canceled, or processing; a customer created).
+    Accepted,
 }
 
 impl ResponseClass {
-    const ALL: [ResponseClass; 12] = [
+    const ALL: [ResponseClass; 13] = [
         ResponseClass::Created,
         ResponseClass::Declined,
         ResponseClass::Replayed,
@@ -53,6 +56,7 @@ impl ResponseClass {
         ResponseClass::Hung,
         ResponseClass::Dropped,
         ResponseClass::Lookup,
+        ResponseClass::Accepted,
     ];
 
     /// The snake_case name used in JSON and logs.
@@ -70,6 +74,7 @@ impl ResponseClass {
             ResponseClass::Hung => "hung",
             ResponseClass::Dropped => "dropped",
             ResponseClass::Lookup => "lookup",
+            ResponseClass::Accepted => "accepted",
         }
     }
 }
@@ -138,7 +143,10 @@ pub struct Stats {
     pub dropped: u64,
     /// `200` answers to `GET /v1/charges`.
     pub lookups: u64,
-    /// Ledger entries: committed charges, succeeded or declined.
+    /// Stripe dialect: new `200` answers that charged nothing.
+    pub accepted: u64,
+    /// Ledger entries: committed charges (onecharge: succeeded or declined; Stripe:
+    /// PaymentIntents that succeeded).
     pub charges: u64,
     /// Keys whose first request is running right now (a gauge, not a count).
     pub charges_in_progress: u64,
@@ -175,6 +183,7 @@ impl Counters {
             hung: get(ResponseClass::Hung),
             dropped: get(ResponseClass::Dropped),
             lookups: get(ResponseClass::Lookup),
+            accepted: get(ResponseClass::Accepted),
             charges: charges as u64,
             charges_in_progress: charges_in_progress as u64,
         }

@@ -23,11 +23,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::charge::ChargeParams;
 use crate::charge::{Charge, ChargeStatus};
 use crate::clock::MockClock;
-use crate::config::{FaultConfig, MockConfig, TlsFiles};
+use crate::config::{Dialect, FaultConfig, MockConfig, TlsFiles};
 use crate::faults::{ChargeIds, FaultInjector};
-use crate::keys::Keys;
+use crate::keys::{Keys, Ledger};
 use crate::latency::{LatencyDrawn, LatencySampler};
 use crate::record::{Counters, RecordedRequest, RequestLog, Stats};
 
@@ -68,7 +69,10 @@ impl MockGateway {
             .local_addr()
             .context("reading the mock gateway's address")?;
         let shared = Arc::new(Shared::new(&config));
-        let router = crate::http::router(Arc::clone(&shared));
+        let router = match config.dialect {
+            Dialect::Onecharge => crate::http::router(Arc::clone(&shared)),
+            Dialect::Stripe => crate::stripe::router(Arc::clone(&shared)),
+        };
         let server = tokio::spawn(accept_connections(
             listener,
             router,
@@ -98,7 +102,7 @@ impl MockGateway {
     /// Every committed charge in commit order: one per key per retention window, whatever
     /// the client sent. This is what "charged at most once" is checked against.
     pub fn ledger(&self) -> Vec<Charge> {
-        self.shared.keys.ledger()
+        self.shared.ledger.charges()
     }
 
     /// The ledger entries made under one idempotency key, expired or not.
@@ -134,6 +138,7 @@ impl MockGateway {
     /// later are held as usual.
     pub fn finish_slow_charges(&self) {
         self.shared.finish_slow.notify_waiters();
+        crate::stripe::finish_processing(&self.shared, None);
     }
 
     /// What the log-normal latency drew so far (all zero without one), so a benchmark can
@@ -176,7 +181,12 @@ impl Drop for MockGateway {
 pub(crate) struct Shared {
     api_key: String,
     pub(crate) clock: MockClock,
-    pub(crate) keys: Keys,
+    /// Every charge either dialect committed.
+    pub(crate) ledger: Arc<Ledger>,
+    /// The onecharge dialect's keys: each stores its charge.
+    pub(crate) keys: Keys<ChargeParams, Charge>,
+    /// The Stripe dialect's keys, PaymentIntents and customers.
+    pub(crate) stripe: crate::stripe::Store,
     pub(crate) faults: FaultInjector,
     /// The log-normal latency, when configured.
     latency: Option<LatencySampler>,
@@ -193,10 +203,13 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn new(config: &MockConfig) -> Shared {
+        let ledger = Arc::new(Ledger::default());
         Shared {
             api_key: config.api_key.clone(),
             clock: MockClock::new(),
-            keys: Keys::new(config.key_retention),
+            keys: Keys::new(config.key_retention, Arc::clone(&ledger)),
+            stripe: crate::stripe::Store::new(config.key_retention, Arc::clone(&ledger)),
+            ledger,
             faults: FaultInjector::new(config.faults.clone(), config.seed),
             latency: config
                 .latency_distribution
@@ -274,11 +287,14 @@ impl Shared {
     pub(crate) fn advance_clock(&self, by: Duration) {
         self.clock.advance(by);
         self.keys.purge_expired(self.clock.now());
+        self.stripe.purge_expired(self.clock.now());
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        self.counters
-            .snapshot(self.keys.ledger_len(), self.keys.in_progress())
+        self.counters.snapshot(
+            self.ledger.len(),
+            self.keys.in_progress() + self.stripe.in_progress(),
+        )
     }
 }
 

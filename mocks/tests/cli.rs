@@ -48,6 +48,9 @@ async fn help_documents_every_flag_and_never_shows_the_api_key() {
         "--latency-median",
         "--latency-p99",
         "--latency-seed",
+        "--dialect",
+        "pm_card_visa_chargeDeclined",
+        "pm_fault_processing",
         "MOCK_GATEWAY_API_KEY",
         "pm_fault_drop_after",
         "/__faults",
@@ -194,6 +197,82 @@ async fn the_binary_serves_the_contract_on_the_port_it_prints_and_stops_on_sigte
         "one log line per request:\n{logs}"
     );
     assert!(!logs.contains(SECRET), "the logs show the API key");
+}
+
+#[tokio::test]
+async fn with_dialect_stripe_the_binary_prints_its_url_and_serves_payment_intents() {
+    let mut child = Command::new(BINARY)
+        .args(["--port", "0", "--seed", "1", "--dialect", "stripe"])
+        .env("MOCK_GATEWAY_API_KEY", SECRET)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .expect("the base URL is printed")
+        .unwrap()
+        .expect("a line on stdout");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let created = client
+        .post(format!("{url}/v1/payment_intents"))
+        .bearer_auth(SECRET)
+        .header("Idempotency-Key", "key-1")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body("amount=500&currency=jpy&payment_method=pm_card_visa&confirm=true&metadata[payment_attempt_id]=attempt-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::OK);
+    let intent: Value = created.json().await.unwrap();
+    assert_eq!(intent["status"], "succeeded");
+    let ledger: Vec<Value> = client
+        .get(format!("{url}/__ledger"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0]["id"], intent["id"]);
+    assert_eq!(ledger[0]["currency"], "JPY");
+    let charges = client
+        .post(format!("{url}/v1/charges"))
+        .bearer_auth(SECRET)
+        .header("Idempotency-Key", "key-2")
+        .json(&json!({"amount_minor": 500}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        charges.status(),
+        StatusCode::NOT_FOUND,
+        "only Stripe's routes"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_dialect_is_a_usage_error_naming_the_choices() {
+    let output = Command::new(BINARY)
+        .args(["--api-key", SECRET, "--port", "0", "--dialect", "paypal"])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("onecharge") && stderr.contains("stripe"),
+        "stderr: {stderr}"
+    );
+    assert!(!stderr.contains(SECRET));
 }
 
 /// A self-signed certificate for 127.0.0.1, made with the `openssl` command line: its own

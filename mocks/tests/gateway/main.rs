@@ -7,3 +7,4 @@ mod concurrency;
 mod expiry;
 mod faults;
 mod helpers;
+mod stripe;

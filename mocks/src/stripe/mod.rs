@@ -1,0 +1,562 @@
+//! The Stripe dialect (`--dialect stripe`): PaymentIntents create / confirm / retrieve /
+//! cancel and customers, form-encoded, with Stripe's idempotency semantics, errors and test
+//! payment methods, and every fault of the onecharge dialect applied to the call that
+//! charges. It shares the key store, fault dice, latency, request log, counters and ledger
+//! with the onecharge dialect; only the wire format and the PaymentIntent lifecycle are its
+//! own.
+
+mod currency;
+mod error;
+mod intent;
+mod methods;
+mod params;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use serde_json::{json, Value};
+
+pub(crate) use intent::Store;
+pub use methods::payment_methods;
+
+use crate::charge::{fault_trigger, validate_idempotency_key};
+use crate::config::FaultKind;
+use crate::http::{deliver, pause, with_controls, Answer, Delivery, Outcome, IDEMPOTENCY_KEY};
+use crate::keys::Claim;
+use crate::record::ResponseClass;
+use crate::server::{ConnectionControl, Shared};
+use error::StripeError;
+use intent::{KeyedRequest, PaymentIntent, Settlement};
+use methods::{card_outcome, CardOutcome};
+use params::{ConfirmIntent, CreateCustomer, CreateIntent, Form};
+
+/// Stripe's routes, the test controls, and a JSON 404 for everything else (contract §3's
+/// `/v1/charges` included).
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    with_controls(
+        Router::new()
+            .route("/v1/payment_intents", post(create_intent))
+            .route("/v1/payment_intents/{id}", get(retrieve_intent))
+            .route("/v1/payment_intents/{id}/confirm", post(confirm_intent))
+            .route("/v1/payment_intents/{id}/cancel", post(cancel_intent))
+            .route("/v1/customers", post(create_customer)),
+        shared,
+    )
+}
+
+/// What a POST asks for, once its parameters passed validation.
+enum Action {
+    CreateIntent(CreateIntent),
+    Confirm(String, ConfirmIntent),
+    Cancel(String),
+    CreateCustomer(CreateCustomer),
+}
+
+async fn create_intent(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<ConnectionControl>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    serve_post(shared, connection, uri, headers, body, |form| {
+        CreateIntent::from_form(form).map(Action::CreateIntent)
+    })
+    .await
+}
+
+async fn confirm_intent(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<ConnectionControl>,
+    Path(id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    serve_post(shared, connection, uri, headers, body, |form| {
+        ConfirmIntent::from_form(form).map(|confirm| Action::Confirm(id, confirm))
+    })
+    .await
+}
+
+async fn cancel_intent(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<ConnectionControl>,
+    Path(id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    serve_post(shared, connection, uri, headers, body, |_| {
+        Ok(Action::Cancel(id))
+    })
+    .await
+}
+
+async fn create_customer(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<ConnectionControl>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    serve_post(shared, connection, uri, headers, body, |form| {
+        CreateCustomer::from_form(form).map(Action::CreateCustomer)
+    })
+    .await
+}
+
+async fn retrieve_intent(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<ConnectionControl>,
+    Path(id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let seq = shared.begin("GET", &uri, None, Value::Null);
+    let outcome = if !shared.authorized(&headers) {
+        unauthorized()
+    } else {
+        pause(shared.request_latency()).await;
+        match shared.stripe.get(&id) {
+            Ok(intent) => Outcome::now(
+                ResponseClass::Lookup,
+                Answer::json(StatusCode::OK, &intent.to_json()),
+            ),
+            Err(err) => refused(ResponseClass::InvalidRequest, err),
+        }
+    };
+    deliver(&shared, &connection, seq, uri.path(), None, outcome).await
+}
+
+async fn serve_post(
+    shared: Arc<Shared>,
+    connection: ConnectionControl,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    parse: impl FnOnce(&Form) -> Result<Action, StripeError>,
+) -> Response {
+    let raw_key = headers
+        .get(IDEMPOTENCY_KEY)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let form = Form::parse(&body);
+    let seq = shared.begin("POST", &uri, raw_key.clone(), form.to_json());
+    let outcome = decide(&shared, &headers, uri.path(), form, parse).await;
+    deliver(&shared, &connection, seq, uri.path(), raw_key, outcome).await
+}
+
+/// Authentication, validation, then Stripe's idempotency layer; only a request that
+/// passed all three executes, and only its answer is saved under the key.
+async fn decide(
+    shared: &Arc<Shared>,
+    headers: &HeaderMap,
+    path: &str,
+    form: Form,
+    parse: impl FnOnce(&Form) -> Result<Action, StripeError>,
+) -> Outcome {
+    if !shared.authorized(headers) {
+        return unauthorized();
+    }
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(value) => match validate_idempotency_key(Some(value.as_bytes())) {
+            Ok(key) => Some(key),
+            Err(err) => {
+                return refused(
+                    ResponseClass::InvalidRequest,
+                    StripeError::invalid(err.0, "Idempotency-Key"),
+                )
+            }
+        },
+    };
+    let action = match parse(&form) {
+        Ok(action) => action,
+        Err(err) => return refused(ResponseClass::InvalidRequest, err),
+    };
+    let latency = shared.request_latency();
+    let Some(key) = key else {
+        // Without a key every request executes, and nothing is saved.
+        let execution = Execution {
+            shared: Arc::clone(shared),
+            action,
+            key: None,
+            first_request: true,
+            latency,
+        };
+        return run_detached(execution.run())
+            .await
+            .map_or_else(internal_error, |executed| executed.outcome);
+    };
+    let request = KeyedRequest {
+        endpoint: path.to_owned(),
+        form,
+    };
+    let (generation, first_request) =
+        match shared.stripe.keys.claim(&key, &request, shared.clock.now()) {
+            Claim::Charge {
+                generation,
+                first_request,
+            } => (generation, first_request),
+            Claim::Replay(answer) => {
+                pause(latency).await;
+                return Outcome::now(
+                    ResponseClass::Replayed,
+                    Answer {
+                        replayed: true,
+                        ..answer
+                    },
+                );
+            }
+            Claim::InProgress => {
+                pause(latency).await;
+                return refused(
+                    ResponseClass::InProgress,
+                    StripeError::new(
+                        StatusCode::CONFLICT,
+                        "invalid_request_error",
+                        "There is currently another in-progress request using this Idempotent \
+                         Key (that probably means you submitted twice, and the other request is \
+                         still going through). Please try again later.",
+                    )
+                    .with_code("idempotency_key_in_use"),
+                );
+            }
+            Claim::Reused => {
+                pause(latency).await;
+                return refused(
+                    ResponseClass::KeyReused,
+                    StripeError::new(
+                        StatusCode::BAD_REQUEST,
+                        "idempotency_error",
+                        "Keys for idempotent requests can only be used with the same parameters \
+                         they were first used with, on the same endpoint.",
+                    ),
+                );
+            }
+        };
+    // The key is ours until commit or release. Finish in a task of its own so that a client
+    // hanging up (hyper then drops this future) cannot leave the key in progress forever.
+    let owner = Arc::clone(shared);
+    let execution = Execution {
+        shared: Arc::clone(shared),
+        action,
+        key: Some(key.clone()),
+        first_request,
+        latency,
+    };
+    run_detached(async move {
+        let executed = execution.run().await;
+        if executed.saved {
+            let saved = executed.outcome.answer.clone();
+            owner.stripe.keys.commit(&key, generation, saved, None);
+        } else {
+            owner.stripe.keys.release(&key, generation);
+        }
+        executed.outcome
+    })
+    .await
+    .unwrap_or_else(internal_error)
+}
+
+async fn run_detached<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, ()> {
+    tokio::spawn(future).await.map_err(|_| ())
+}
+
+/// A request that passed validation and owns its key (if it has one).
+struct Execution {
+    shared: Arc<Shared>,
+    action: Action,
+    key: Option<String>,
+    first_request: bool,
+    latency: Duration,
+}
+
+/// The answer, and whether Stripe would save it under the key: only when the endpoint
+/// executed (a state change, a decline, a `500` after charging), never for a refusal before
+/// execution (a fault before charging, a 404, a PaymentIntent in the wrong state).
+struct Executed {
+    outcome: Outcome,
+    saved: bool,
+}
+
+impl Executed {
+    fn saved(outcome: Outcome) -> Executed {
+        Executed {
+            outcome,
+            saved: true,
+        }
+    }
+
+    fn not_saved(outcome: Outcome) -> Executed {
+        Executed {
+            outcome,
+            saved: false,
+        }
+    }
+}
+
+impl Execution {
+    async fn run(self) -> Executed {
+        // Spent while the key is in progress: concurrent duplicates see `409` meanwhile.
+        pause(self.latency).await;
+        let shared = &self.shared;
+        let now = shared.clock.wall_now();
+        let key = self.key.as_deref();
+        match &self.action {
+            Action::CreateCustomer(customer) => {
+                let body = json!({
+                    "id": shared.ids.next_with_prefix("cus"),
+                    "object": "customer",
+                    "created": now.unix_timestamp(),
+                    "email": customer.email,
+                    "name": customer.name,
+                    "description": customer.description,
+                    "metadata": customer.metadata,
+                    "livemode": false,
+                });
+                Executed::saved(accepted(&body))
+            }
+            Action::Cancel(id) => match shared.stripe.cancel(id, now) {
+                Ok(intent) => Executed::saved(accepted(&intent.to_json())),
+                Err(err) => Executed::not_saved(refused(ResponseClass::InvalidRequest, err)),
+            },
+            Action::CreateIntent(create) if !create.confirm => {
+                let id = shared.ids.next_with_prefix("pi");
+                let intent = shared.stripe.create(id, create.clone(), key, now);
+                Executed::saved(accepted(&intent.to_json()))
+            }
+            Action::CreateIntent(create) => {
+                let payment_method = create.payment_method.clone().unwrap_or_default();
+                let fault = self.draw_fault(&payment_method);
+                if let Some(kind) = fault.filter(|kind| !kind.charges()) {
+                    return Executed::not_saved(refused_by_fault(kind));
+                }
+                let id = shared.ids.next_with_prefix("pi");
+                let intent = shared.stripe.create(id, create.clone(), key, now);
+                self.charge(intent, create.off_session, fault).await
+            }
+            Action::Confirm(id, confirm) => {
+                let intent = match shared.stripe.begin_confirm(id, confirm, key) {
+                    Ok(intent) => intent,
+                    Err(err) => {
+                        return Executed::not_saved(refused(ResponseClass::InvalidRequest, err))
+                    }
+                };
+                let payment_method = intent.payment_method.clone().unwrap_or_default();
+                let fault = self.draw_fault(&payment_method);
+                if let Some(kind) = fault.filter(|kind| !kind.charges()) {
+                    shared.stripe.abort_confirm(id);
+                    return Executed::not_saved(refused_by_fault(kind));
+                }
+                self.charge(intent, confirm.off_session, fault).await
+            }
+        }
+    }
+
+    /// A trigger method fires on the first request under its key; otherwise the dice.
+    fn draw_fault(&self, payment_method: &str) -> Option<FaultKind> {
+        let trigger = self
+            .first_request
+            .then(|| fault_trigger(payment_method))
+            .flatten();
+        trigger.or_else(|| self.shared.faults.draw())
+    }
+
+    /// Charges a `processing` PaymentIntent with its payment method, then lets a charging
+    /// fault (500 after charging, hang, drop) spoil the answer.
+    async fn charge(
+        &self,
+        intent: PaymentIntent,
+        off_session: bool,
+        fault: Option<FaultKind>,
+    ) -> Executed {
+        let shared = &self.shared;
+        if fault == Some(FaultKind::SlowCharge) {
+            // Still processing: a re-send meanwhile gets `409`.
+            tokio::select! {
+                () = tokio::time::sleep(shared.slow_charge_for) => {}
+                () = shared.finish_slow.notified() => {}
+                () = shared.shutdown.cancelled() => {}
+            }
+        }
+        let payment_method = intent.payment_method.as_deref().unwrap_or_default();
+        let card = card_outcome(payment_method).unwrap_or(CardOutcome::Succeeds);
+        let settlement = match card {
+            CardOutcome::Succeeds => Settlement::Succeeded {
+                charge_id: shared.ids.next_with_prefix("ch"),
+            },
+            CardOutcome::Declined { code, decline_code } => Settlement::Declined {
+                code,
+                decline_code,
+                message: "Your card was declined.",
+            },
+            CardOutcome::AuthenticationRequired if off_session => Settlement::Declined {
+                code: "authentication_required",
+                decline_code: "authentication_required",
+                message: "Your card was declined. This transaction requires authentication.",
+            },
+            CardOutcome::AuthenticationRequired => Settlement::RequiresAction,
+            CardOutcome::Processing => Settlement::Processing,
+        };
+        let declined = match &settlement {
+            Settlement::Declined {
+                code,
+                decline_code,
+                message,
+            } => Some((*code, *decline_code, *message)),
+            _ => None,
+        };
+        let settled = shared
+            .stripe
+            .settle(&intent.id, settlement, shared.clock.wall_now());
+        if card == CardOutcome::Processing {
+            self.finish_processing_later(&settled.id);
+        }
+        let (class, answer) = match declined {
+            Some((code, decline_code, message)) => (
+                ResponseClass::Declined,
+                StripeError {
+                    code: Some(code),
+                    decline_code: Some(decline_code),
+                    payment_intent: Some(Box::new(settled.to_json())),
+                    ..StripeError::new(StatusCode::PAYMENT_REQUIRED, "card_error", message)
+                }
+                .answer(),
+            ),
+            None if settled.status == intent::Status::Succeeded => (
+                ResponseClass::Created,
+                Answer::json(StatusCode::OK, &settled.to_json()),
+            ),
+            None => (
+                ResponseClass::Accepted,
+                Answer::json(StatusCode::OK, &settled.to_json()),
+            ),
+        };
+        let (class, answer, delivery) = match fault {
+            None | Some(FaultKind::SlowCharge) => (class, answer, Delivery::Now),
+            Some(FaultKind::ErrorAfter) => (
+                ResponseClass::ServerError,
+                // Saved under the key like any answer after execution began, so a retry
+                // with the key gets this 500 again: retrieving the PaymentIntent settles it.
+                StripeError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "api_error",
+                    "injected fault: error_after (the request was processed)",
+                )
+                .should_retry(false)
+                .answer(),
+                Delivery::Now,
+            ),
+            Some(FaultKind::HangAfter) => {
+                (ResponseClass::Hung, answer, Delivery::Hold(shared.hang_for))
+            }
+            Some(_) => (ResponseClass::Dropped, answer, Delivery::Drop),
+        };
+        Executed::saved(Outcome {
+            class,
+            fault,
+            answer,
+            delivery,
+        })
+    }
+
+    /// A `processing` PaymentIntent succeeds after `slow_charge_for`, or at once on
+    /// `finish_slow_charges`.
+    fn finish_processing_later(&self, id: &str) {
+        let shared = Arc::clone(&self.shared);
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(shared.slow_charge_for) => {
+                    finish_processing(&shared, Some(&id));
+                }
+                () = shared.shutdown.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// Ends `processing` PaymentIntents (one, or all): each succeeds and is charged.
+pub(crate) fn finish_processing(shared: &Shared, id: Option<&str>) {
+    shared.stripe.settle_processing(
+        id,
+        || shared.ids.next_with_prefix("ch"),
+        shared.clock.wall_now(),
+    );
+}
+
+fn accepted(body: &Value) -> Outcome {
+    Outcome::now(ResponseClass::Accepted, Answer::json(StatusCode::OK, body))
+}
+
+fn refused(class: ResponseClass, err: StripeError) -> Outcome {
+    Outcome::now(class, err.answer())
+}
+
+fn unauthorized() -> Outcome {
+    refused(
+        ResponseClass::Unauthorized,
+        StripeError::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "Invalid API Key provided. Send `Authorization: Bearer <secret key>`.",
+        ),
+    )
+}
+
+fn internal_error(_: ()) -> Outcome {
+    refused(
+        ResponseClass::ServerError,
+        StripeError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "api_error",
+            "internal error",
+        ),
+    )
+}
+
+/// The answer of a fault that fires before anything executes: not saved under the key.
+fn refused_by_fault(kind: FaultKind) -> Outcome {
+    let (class, err) = match kind {
+        FaultKind::RateLimit => (
+            ResponseClass::RateLimited,
+            StripeError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "invalid_request_error",
+                "injected fault: rate_limit (too many requests hit the API too quickly)",
+            )
+            .with_code("rate_limit")
+            .should_retry(true),
+        ),
+        FaultKind::BadRequest => (
+            ResponseClass::InvalidRequest,
+            StripeError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "injected fault: bad_request",
+            ),
+        ),
+        _ => (
+            ResponseClass::ServerError,
+            StripeError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "api_error",
+                "injected fault: error_before (nothing was processed)",
+            )
+            .should_retry(true),
+        ),
+    };
+    Outcome {
+        fault: Some(kind),
+        ..refused(class, err)
+    }
+}

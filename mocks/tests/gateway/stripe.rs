@@ -1,0 +1,705 @@
+//! The Stripe dialect (`Dialect::Stripe`) over real HTTP on loopback: PaymentIntents,
+//! Stripe's idempotency semantics, test payment methods, faults and the ledger.
+
+use std::time::Duration;
+
+use mock_gateway::stripe::payment_methods as pm;
+use mock_gateway::{
+    payment_methods, Dialect, FaultConfig, FaultKind, FaultRule, MockConfig, ResponseClass,
+};
+use reqwest::{header, RequestBuilder, Response, StatusCode};
+use serde_json::Value;
+
+use crate::helpers::*;
+
+/// A form-encoded body, as Stripe's clients send it.
+trait FormBody {
+    fn form_body(self, form: &[(&'static str, String)]) -> Self;
+}
+
+impl FormBody for RequestBuilder {
+    fn form_body(self, form: &[(&'static str, String)]) -> Self {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        self.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+    }
+}
+
+async fn spawn_stripe() -> TestGateway {
+    spawn_stripe_with(MockConfig::default()).await
+}
+
+async fn spawn_stripe_with(config: MockConfig) -> TestGateway {
+    spawn_gateway_with(MockConfig {
+        dialect: Dialect::Stripe,
+        ..config
+    })
+    .await
+}
+
+/// What onecharge's connector sends to create and confirm at once, off-session.
+fn charge_form(attempt: &str, payment_method: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("amount", "1999".into()),
+        ("currency", "eur".into()),
+        ("customer", "cus_42".into()),
+        ("payment_method", payment_method.into()),
+        ("confirm", "true".into()),
+        ("off_session", "true".into()),
+        ("description", "Order ord_1001".into()),
+        ("metadata[payment_attempt_id]", attempt.into()),
+        ("metadata[order_id]", "ord_1001".into()),
+    ]
+}
+
+/// The same PaymentIntent without `confirm`: it waits for a confirmation.
+fn create_form(attempt: &str, payment_method: &str) -> Vec<(&'static str, String)> {
+    charge_form(attempt, payment_method)
+        .into_iter()
+        .filter(|(name, _)| !matches!(*name, "confirm" | "off_session"))
+        .collect()
+}
+
+impl TestGateway {
+    async fn stripe_post(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        form: &[(&'static str, String)],
+    ) -> Response {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(API_KEY)
+            .form_body(form);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.expect("the request gets a response")
+    }
+
+    async fn create(&self, key: &str, form: &[(&'static str, String)]) -> Response {
+        self.stripe_post("/v1/payment_intents", Some(key), form)
+            .await
+    }
+
+    async fn confirm(&self, id: &str, key: &str, form: &[(&'static str, String)]) -> Response {
+        self.stripe_post(
+            &format!("/v1/payment_intents/{id}/confirm"),
+            Some(key),
+            form,
+        )
+        .await
+    }
+
+    async fn retrieve(&self, id: &str) -> Response {
+        self.client
+            .get(format!("{}/v1/payment_intents/{id}", self.url))
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .expect("the retrieve gets a response")
+    }
+
+    /// Creates a PaymentIntent waiting for confirmation and returns its id.
+    async fn created_intent(&self, key: &str, attempt: &str, payment_method: &str) -> String {
+        let response = self
+            .create(key, &create_form(attempt, payment_method))
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let intent: Value = response.json().await.unwrap();
+        assert_eq!(intent["status"], "requires_confirmation");
+        intent["id"].as_str().unwrap().to_owned()
+    }
+}
+
+async fn json(response: Response) -> Value {
+    response.json().await.expect("a JSON body")
+}
+
+fn off_session() -> Vec<(&'static str, String)> {
+    vec![("off_session", "true".into())]
+}
+
+#[tokio::test]
+async fn create_with_confirm_charges_once_and_the_ledger_entry_compares_with_the_command() {
+    let app = spawn_stripe().await;
+
+    let response = app
+        .create("key-1", &charge_form("attempt-1", pm::CARD_VISA))
+        .await;
+
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(!is_replay(&response));
+    let intent = json(response).await;
+    assert_eq!(intent["object"], "payment_intent");
+    assert_eq!(intent["status"], "succeeded");
+    assert_eq!(intent["amount"], 1999);
+    assert_eq!(intent["currency"], "eur");
+    assert_eq!(intent["metadata"]["payment_attempt_id"], "attempt-1");
+    assert!(intent["id"].as_str().unwrap().starts_with("pi_"));
+    assert!(intent["latest_charge"].as_str().unwrap().starts_with("ch_"));
+    let ledger = app.gateway.ledger();
+    assert_eq!(ledger.len(), 1);
+    let charge = &ledger[0];
+    assert_eq!(charge.id, intent["id"].as_str().unwrap());
+    assert_eq!(charge.reference, "attempt-1");
+    assert_eq!(charge.idempotency_key, "key-1");
+    assert_eq!(charge.amount_minor, 1999);
+    assert_eq!(charge.currency, "EUR");
+    assert_eq!(charge.customer_id, "cus_42");
+    assert_eq!(app.gateway.charges_for_key("key-1").len(), 1);
+    assert_eq!(app.gateway.stats().created, 1);
+}
+
+#[tokio::test]
+async fn create_without_confirm_waits_and_confirm_charges_with_the_confirming_key() {
+    let app = spawn_stripe().await;
+    let id = app
+        .created_intent("create-1", "attempt-1", pm::CARD_MASTERCARD)
+        .await;
+    assert!(app.gateway.ledger().is_empty(), "creating charges nothing");
+
+    let confirmed = app.confirm(&id, "confirm-1", &off_session()).await;
+
+    assert_eq!(confirmed.status(), StatusCode::OK);
+    assert_eq!(json(confirmed).await["status"], "succeeded");
+    let retrieved = json(app.retrieve(&id).await).await;
+    assert_eq!(retrieved["status"], "succeeded");
+    assert_eq!(retrieved["amount_received"], 1999);
+    let ledger = app.gateway.ledger();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].idempotency_key, "confirm-1");
+    assert_eq!(ledger[0].payment_method, pm::CARD_MASTERCARD);
+}
+
+#[tokio::test]
+async fn a_succeeded_payment_intent_is_never_charged_again_by_a_confirm_under_another_key() {
+    let app = spawn_stripe().await;
+    let id = app
+        .created_intent("create-1", "attempt-1", pm::CARD_VISA)
+        .await;
+    assert_eq!(
+        app.confirm(&id, "confirm-1", &off_session()).await.status(),
+        StatusCode::OK
+    );
+
+    let again = app.confirm(&id, "confirm-2", &off_session()).await;
+
+    assert_eq!(again.status(), StatusCode::BAD_REQUEST);
+    let body = json(again).await;
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(body["error"]["code"], "payment_intent_unexpected_state");
+    assert_eq!(body["error"]["payment_intent"]["status"], "succeeded");
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn the_same_key_and_parameters_replay_the_saved_response_with_idempotent_replayed() {
+    let app = spawn_stripe().await;
+    let form = charge_form("attempt-1", pm::CARD_VISA);
+    let first = json(app.create("key-1", &form).await).await;
+
+    // The same parameters in another order are the same request.
+    let mut reordered = form.clone();
+    reordered.reverse();
+    let replay = app.create("key-1", &reordered).await;
+
+    assert_eq!(replay.status(), StatusCode::OK);
+    assert!(is_replay(&replay));
+    assert_eq!(json(replay).await, first);
+    assert_eq!(app.gateway.ledger().len(), 1);
+    assert_eq!(app.gateway.stats().replayed, 1);
+}
+
+#[tokio::test]
+async fn the_same_key_with_other_parameters_or_on_another_endpoint_is_an_idempotency_error() {
+    let app = spawn_stripe().await;
+    let id = app
+        .created_intent("key-1", "attempt-1", pm::CARD_VISA)
+        .await;
+
+    let mut other_amount = create_form("attempt-1", pm::CARD_VISA);
+    other_amount[0].1 = "2000".into();
+    let reused = app.create("key-1", &other_amount).await;
+    assert_eq!(reused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json(reused).await["error"]["type"], "idempotency_error");
+
+    let other_endpoint = app.confirm(&id, "key-1", &[]).await;
+    assert_eq!(other_endpoint.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        json(other_endpoint).await["error"]["type"],
+        "idempotency_error"
+    );
+    assert!(app.gateway.ledger().is_empty());
+    assert_eq!(app.gateway.stats().key_reused, 2);
+}
+
+#[tokio::test]
+async fn a_request_that_fails_validation_is_not_saved_and_the_corrected_retry_executes() {
+    let app = spawn_stripe().await;
+    let mut upper_case = charge_form("attempt-1", pm::CARD_VISA);
+    upper_case[1].1 = "EUR".into();
+
+    let refused = app.create("key-1", &upper_case).await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let body = json(refused).await;
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(body["error"]["param"], "currency");
+
+    let corrected = app
+        .create("key-1", &charge_form("attempt-1", pm::CARD_VISA))
+        .await;
+    assert_eq!(corrected.status(), StatusCode::OK);
+    assert!(!is_replay(&corrected));
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn a_resend_while_the_first_request_runs_gets_409_idempotency_key_in_use() {
+    let app = spawn_stripe().await;
+    let body = charge_form("attempt-1", payment_methods::FAULT_SLOW_CHARGE);
+    let first = {
+        let request = app
+            .client
+            .post(format!("{}/v1/payment_intents", app.url))
+            .bearer_auth(API_KEY)
+            .header("Idempotency-Key", "key-1")
+            .form_body(&body);
+        tokio::spawn(request.send())
+    };
+    let gateway = &app.gateway;
+    wait_until(
+        "the first request holds its key",
+        Duration::from_secs(10),
+        || gateway.stats().charges_in_progress == 1,
+    )
+    .await;
+
+    let resend = app.create("key-1", &body).await;
+
+    assert_eq!(resend.status(), StatusCode::CONFLICT);
+    let error = json(resend).await;
+    assert_eq!(error["error"]["code"], "idempotency_key_in_use");
+    assert!(app.gateway.ledger().is_empty(), "not charged yet");
+
+    // The slow charge may not be waiting yet when told to finish: tell it until it has.
+    within(
+        Duration::from_secs(10),
+        "the slow charge finishing",
+        async {
+            while app.gateway.ledger().is_empty() {
+                app.gateway.finish_slow_charges();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+    )
+    .await;
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let replay = app.create("key-1", &body).await;
+    assert!(is_replay(&replay));
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn a_key_is_forgotten_after_the_retention_and_the_same_request_then_executes_again() {
+    let app = spawn_stripe().await;
+    let form = charge_form("attempt-1", pm::CARD_VISA);
+    app.create("key-1", &form).await;
+
+    app.gateway
+        .advance_clock(Duration::from_secs(24 * 60 * 60 - 1));
+    assert!(is_replay(&app.create("key-1", &form).await));
+    app.gateway.advance_clock(Duration::from_secs(1));
+    let after = app.create("key-1", &form).await;
+
+    assert_eq!(after.status(), StatusCode::OK);
+    assert!(!is_replay(&after));
+    assert_eq!(app.gateway.charges_for_key("key-1").len(), 2);
+}
+
+#[tokio::test]
+async fn a_declined_card_is_402_card_error_and_the_payment_intent_needs_a_new_method() {
+    let app = spawn_stripe().await;
+    for (method, decline_code) in [
+        (pm::CARD_VISA_CHARGE_DECLINED, "generic_decline"),
+        (
+            pm::CARD_CHARGE_DECLINED_INSUFFICIENT_FUNDS,
+            "insufficient_funds",
+        ),
+    ] {
+        let response = app.create(method, &charge_form("attempt-1", method)).await;
+
+        assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED, "{method}");
+        let body = json(response).await;
+        let error = &body["error"];
+        assert_eq!(error["type"], "card_error");
+        assert_eq!(error["code"], "card_declined");
+        assert_eq!(error["decline_code"], decline_code);
+        let intent = &error["payment_intent"];
+        assert_eq!(intent["status"], "requires_payment_method");
+        assert_eq!(intent["last_payment_error"]["decline_code"], decline_code);
+        let retrieved = json(app.retrieve(intent["id"].as_str().unwrap()).await).await;
+        assert_eq!(retrieved["status"], "requires_payment_method");
+
+        // The decline is saved under the key: the retry replays it.
+        let replay = app.create(method, &charge_form("attempt-1", method)).await;
+        assert_eq!(replay.status(), StatusCode::PAYMENT_REQUIRED);
+        assert!(is_replay(&replay));
+    }
+    assert!(app.gateway.ledger().is_empty());
+    assert_eq!(app.gateway.stats().declined, 2);
+}
+
+#[tokio::test]
+async fn authentication_required_off_session_is_a_402_decline_and_on_session_requires_action() {
+    let app = spawn_stripe().await;
+    let off = app
+        .create(
+            "key-off",
+            &charge_form("attempt-1", pm::CARD_AUTHENTICATION_REQUIRED),
+        )
+        .await;
+    assert_eq!(off.status(), StatusCode::PAYMENT_REQUIRED);
+    let body = json(off).await;
+    assert_eq!(body["error"]["type"], "card_error");
+    assert_eq!(body["error"]["code"], "authentication_required");
+    assert_eq!(
+        body["error"]["payment_intent"]["status"],
+        "requires_payment_method"
+    );
+
+    let id = app
+        .created_intent("create-on", "attempt-2", pm::CARD_AUTHENTICATION_REQUIRED)
+        .await;
+    let on = app.confirm(&id, "confirm-on", &[]).await;
+    assert_eq!(on.status(), StatusCode::OK);
+    let intent = json(on).await;
+    assert_eq!(intent["status"], "requires_action");
+    assert_eq!(intent["next_action"]["type"], "use_stripe_sdk");
+    assert!(app.gateway.ledger().is_empty());
+}
+
+#[tokio::test]
+async fn pm_fault_processing_answers_processing_then_succeeds_and_is_charged_once() {
+    let app = spawn_stripe_with(MockConfig {
+        slow_charge_for: Duration::from_secs(600),
+        ..MockConfig::default()
+    })
+    .await;
+    let response = app
+        .create("key-1", &charge_form("attempt-1", pm::FAULT_PROCESSING))
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let intent = json(response).await;
+    assert_eq!(intent["status"], "processing");
+    let id = intent["id"].as_str().unwrap();
+    assert!(
+        app.gateway.ledger().is_empty(),
+        "not charged while processing"
+    );
+    assert_eq!(json(app.retrieve(id).await).await["status"], "processing");
+
+    app.gateway.finish_slow_charges();
+    app.gateway.finish_slow_charges();
+
+    let retrieved = json(app.retrieve(id).await).await;
+    assert_eq!(retrieved["status"], "succeeded");
+    let ledger = app.gateway.ledger();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].idempotency_key, "key-1");
+}
+
+#[tokio::test]
+async fn cancel_moves_a_waiting_payment_intent_to_canceled_and_it_cannot_be_confirmed() {
+    let app = spawn_stripe().await;
+    let id = app
+        .created_intent("create-1", "attempt-1", pm::CARD_VISA)
+        .await;
+
+    let canceled = app
+        .stripe_post(
+            &format!("/v1/payment_intents/{id}/cancel"),
+            Some("cancel-1"),
+            &[],
+        )
+        .await;
+    assert_eq!(canceled.status(), StatusCode::OK);
+    assert_eq!(json(canceled).await["status"], "canceled");
+
+    let confirm = app.confirm(&id, "confirm-1", &off_session()).await;
+    assert_eq!(confirm.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        json(confirm).await["error"]["code"],
+        "payment_intent_unexpected_state"
+    );
+    assert!(app.gateway.ledger().is_empty());
+}
+
+#[tokio::test]
+async fn an_unknown_payment_intent_is_404_resource_missing() {
+    let app = spawn_stripe().await;
+    for response in [
+        app.retrieve("pi_missing").await,
+        app.confirm("pi_missing", "key-1", &[]).await,
+    ] {
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let body = json(response).await;
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(body["error"]["code"], "resource_missing");
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_api_key_is_401_authentication_error_and_charges_nothing() {
+    let app = spawn_stripe().await;
+    let response = app
+        .client
+        .post(format!("{}/v1/payment_intents", app.url))
+        .bearer_auth("sk_test_wrong")
+        .header("Idempotency-Key", "key-1")
+        .form_body(&charge_form("attempt-1", pm::CARD_VISA))
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        json(response).await["error"]["type"],
+        "authentication_error"
+    );
+    assert!(app.gateway.ledger().is_empty());
+}
+
+#[tokio::test]
+async fn customers_can_be_created_and_are_saved_under_their_key() {
+    let app = spawn_stripe().await;
+    let form = vec![("email", "a@example.com".to_owned())];
+    let created = app
+        .stripe_post("/v1/customers", Some("cus-key"), &form)
+        .await;
+    assert_eq!(created.status(), StatusCode::OK);
+    let customer = json(created).await;
+    assert!(customer["id"].as_str().unwrap().starts_with("cus_"));
+    assert_eq!(customer["object"], "customer");
+
+    let replay = app
+        .stripe_post("/v1/customers", Some("cus-key"), &form)
+        .await;
+    assert!(is_replay(&replay));
+    assert_eq!(json(replay).await["id"], customer["id"]);
+}
+
+#[tokio::test]
+async fn currencies_follow_stripe_three_decimal_and_zero_decimal_rules() {
+    let app = spawn_stripe().await;
+    let with = |currency: &str, amount: &str| {
+        let mut form = charge_form("attempt-1", pm::CARD_VISA);
+        form[0].1 = amount.into();
+        form[1].1 = currency.into();
+        form
+    };
+
+    let kwd_odd = app.create("k1", &with("kwd", "5124")).await;
+    assert_eq!(kwd_odd.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json(kwd_odd).await["error"]["param"], "amount");
+    assert_eq!(
+        app.create("k2", &with("kwd", "5120")).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.create("k3", &with("jpy", "501")).await.status(),
+        StatusCode::OK
+    );
+    let unknown = app.create("k4", &with("xyz", "100")).await;
+    assert_eq!(json(unknown).await["error"]["param"], "currency");
+
+    let currencies: Vec<_> = app
+        .gateway
+        .ledger()
+        .into_iter()
+        .map(|c| c.currency)
+        .collect();
+    assert_eq!(currencies, ["KWD", "JPY"]);
+}
+
+#[tokio::test]
+async fn pm_fault_error_before_is_500_with_should_retry_nothing_saved_and_the_retry_charges() {
+    let app = spawn_stripe().await;
+    let form = charge_form("attempt-1", payment_methods::FAULT_ERROR_BEFORE);
+
+    let first = app.create("key-1", &form).await;
+    assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(first.headers()["stripe-should-retry"], "true");
+    assert_eq!(json(first).await["error"]["type"], "api_error");
+    assert!(app.gateway.ledger().is_empty());
+
+    let retry = app.create("key-1", &form).await;
+    assert_eq!(retry.status(), StatusCode::OK);
+    assert!(!is_replay(&retry));
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn pm_fault_error_after_charges_then_its_500_is_saved_and_replayed_and_retrieve_settles_it() {
+    let app = spawn_stripe().await;
+    let id = app
+        .created_intent("create-1", "attempt-1", payment_methods::FAULT_ERROR_AFTER)
+        .await;
+
+    let first = app.confirm(&id, "confirm-1", &off_session()).await;
+    assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(first.headers()["stripe-should-retry"], "false");
+    assert_eq!(app.gateway.ledger().len(), 1, "charged before the 500");
+
+    let retry = app.confirm(&id, "confirm-1", &off_session()).await;
+    assert_eq!(retry.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(is_replay(&retry));
+    assert_eq!(json(app.retrieve(&id).await).await["status"], "succeeded");
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn pm_fault_rate_limit_is_429_rate_limit_with_should_retry_and_charges_nothing() {
+    let app = spawn_stripe().await;
+    let form = charge_form("attempt-1", payment_methods::FAULT_RATE_LIMIT);
+
+    let first = app.create("key-1", &form).await;
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(first.headers()["stripe-should-retry"], "true");
+    assert_eq!(json(first).await["error"]["code"], "rate_limit");
+    assert!(app.gateway.ledger().is_empty());
+
+    assert_eq!(app.create("key-1", &form).await.status(), StatusCode::OK);
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn pm_fault_bad_request_is_400_invalid_request_error_and_not_saved() {
+    let app = spawn_stripe().await;
+    let form = charge_form("attempt-1", payment_methods::FAULT_BAD_REQUEST);
+
+    let first = app.create("key-1", &form).await;
+    assert_eq!(first.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json(first).await["error"]["type"], "invalid_request_error");
+    assert!(app.gateway.ledger().is_empty());
+    assert_eq!(app.gateway.stats().invalid_request, 1);
+}
+
+#[tokio::test]
+async fn pm_fault_hang_after_charges_and_the_retry_replays_the_success() {
+    let app = spawn_stripe_with(MockConfig {
+        hang_for: Duration::from_secs(20),
+        ..MockConfig::default()
+    })
+    .await;
+    let form = charge_form("attempt-1", payment_methods::FAULT_HANG_AFTER);
+    let first = app
+        .client
+        .post(format!("{}/v1/payment_intents", app.url))
+        .bearer_auth(API_KEY)
+        .header("Idempotency-Key", "key-1")
+        .form_body(&form)
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(first.expect_err("held past the timeout").is_timeout());
+    assert_eq!(app.gateway.ledger().len(), 1);
+
+    let retry = app.create("key-1", &form).await;
+    assert!(is_replay(&retry));
+    assert_eq!(json(retry).await["status"], "succeeded");
+    assert_eq!(app.gateway.stats().hung, 1);
+}
+
+#[tokio::test]
+async fn pm_fault_drop_after_charges_closes_the_connection_and_the_retry_replays_the_success() {
+    let app = spawn_stripe().await;
+    let form = charge_form("attempt-1", payment_methods::FAULT_DROP_AFTER);
+
+    let first = app
+        .client
+        .post(format!("{}/v1/payment_intents", app.url))
+        .bearer_auth(API_KEY)
+        .header("Idempotency-Key", "key-1")
+        .form_body(&form)
+        .send()
+        .await;
+    assert!(first.is_err(), "no response at all");
+    assert_eq!(app.gateway.ledger().len(), 1);
+    let recorded = &app.gateway.requests()[0];
+    assert_eq!(recorded.class, Some(ResponseClass::Dropped));
+    assert_eq!(recorded.path, "/v1/payment_intents");
+
+    let retry = app.create("key-1", &form).await;
+    assert!(is_replay(&retry));
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn dice_driven_faults_apply_only_to_the_call_that_charges() {
+    let app = spawn_stripe_with(MockConfig {
+        faults: FaultConfig {
+            error_before: FaultRule::times(1),
+            ..FaultConfig::default()
+        },
+        ..MockConfig::default()
+    })
+    .await;
+    let id = app
+        .created_intent("create-1", "attempt-1", pm::CARD_VISA)
+        .await;
+
+    let confirm = app.confirm(&id, "confirm-1", &off_session()).await;
+    assert_eq!(confirm.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        json(app.retrieve(&id).await).await["status"],
+        "requires_confirmation"
+    );
+    assert_eq!(
+        app.gateway.requests()[1].fault,
+        Some(FaultKind::ErrorBefore)
+    );
+
+    let retry = app.confirm(&id, "confirm-1", &off_session()).await;
+    assert_eq!(retry.status(), StatusCode::OK);
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn concurrent_confirms_of_one_payment_intent_under_different_keys_charge_once() {
+    let app = spawn_stripe().await;
+    let id = app
+        .created_intent("create-1", "attempt-1", pm::CARD_VISA)
+        .await;
+
+    let confirms = (0..16).map(|n| {
+        let request = app
+            .client
+            .post(format!("{}/v1/payment_intents/{id}/confirm", app.url))
+            .bearer_auth(API_KEY)
+            .header("Idempotency-Key", format!("confirm-{n}"))
+            .form_body(&off_session());
+        tokio::spawn(request.send())
+    });
+    let mut statuses = Vec::new();
+    for confirm in confirms.collect::<Vec<_>>() {
+        statuses.push(confirm.await.unwrap().unwrap().status());
+    }
+
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 1);
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn the_onecharge_routes_are_not_served_in_the_stripe_dialect() {
+    let app = spawn_stripe().await;
+    let response = app
+        .charge("key-1", &charge_body("attempt-1", "pm_card_visa"))
+        .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert!(app.gateway.ledger().is_empty());
+}
