@@ -161,6 +161,7 @@ async fn main() -> anyhow::Result<()> {
             database_url: Some(format!("{}/{database}", args.server)),
             nats_url: Some(args.nats_url.clone()),
             gateway_url: Some(gateway.base_url()),
+            gateway_kind: None,
             admin_addr: Some(format!("127.0.0.1:{}", free_port()?)),
             namespace: Some(format!("bench-e2e-{}", &tag[..10])),
             log_format: None,

@@ -35,6 +35,9 @@ pub struct GlobalArgs {
     /// Payment gateway base URL [env: ONECHARGE_GATEWAY_URL]
     #[arg(long, global = true, value_name = "URL")]
     pub gateway_url: Option<String>,
+    /// Gateway protocol [env: ONECHARGE_GATEWAY_KIND] [default: onecharge]
+    #[arg(long, global = true, value_enum)]
+    pub gateway_kind: Option<crate::gateway::GatewayKind>,
     /// Admin HTTP address of `serve` [env: ONECHARGE_ADMIN_ADDR] [default: 127.0.0.1:9464]
     #[arg(long, global = true, value_name = "ADDR")]
     pub admin_addr: Option<String>,
@@ -93,6 +96,7 @@ impl GlobalArgs {
             database_url: self.database_url.clone(),
             nats_url: self.nats_url.clone(),
             gateway_url: self.gateway_url.clone(),
+            gateway_kind: self.gateway_kind,
             admin_addr: self.admin_addr.clone(),
             namespace: self.namespace.clone(),
             log_format: self.log_format,

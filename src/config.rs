@@ -40,8 +40,12 @@ pub struct Settings {
     /// (a private CA). Setting it also requires TLS, whatever the URL's scheme.
     #[serde(default)]
     pub nats_ca_file: Option<PathBuf>,
-    /// Base URL of the payment gateway (contract §3).
+    /// Base URL of the payment gateway (contract §3). Its default follows `gateway_kind`
+    /// (`https://api.stripe.com` for `stripe`).
     pub gateway_url: String,
+    /// Which protocol the gateway speaks (contract §3.1): `onecharge` or `stripe`.
+    #[serde(default)]
+    pub gateway_kind: crate::gateway::GatewayKind,
     /// PEM file of CA certificates trusted for an `https://` gateway, besides the system's
     /// roots (a private CA, or a test gateway's own).
     #[serde(default)]
@@ -490,7 +494,8 @@ impl Default for Settings {
             database_url: "postgres://127.0.0.1:5432/onecharge".into(),
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_ca_file: None,
-            gateway_url: "http://127.0.0.1:8080".into(),
+            gateway_url: crate::gateway::GatewayKind::default().default_url().into(),
+            gateway_kind: crate::gateway::GatewayKind::default(),
             gateway_ca_file: None,
             gateway_api_key: None,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
@@ -547,6 +552,8 @@ pub struct Overrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway_kind: Option<crate::gateway::GatewayKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_addr: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -573,13 +580,24 @@ impl Settings {
         // Secrets from the environment are taken as the raw text: figment would read
         // `ONECHARGE_GATEWAY_API_KEY=0042` as the number 42.
         let secret_keys = ["gateway_api_key", "admin_token"];
-        let mut figment = Figment::from(Serialized::defaults(Settings::default()))
-            .merge(Toml::file(file))
-            .merge(Env::prefixed("ONECHARGE_").ignore(&secret_keys).split("__"));
-        for (key, value) in Env::prefixed("ONECHARGE_").only(&secret_keys).iter() {
-            figment = figment.merge(Serialized::default(key.as_str(), value));
-        }
-        let figment = figment.merge(Serialized::defaults(overrides));
+        let layered = |defaults: Settings| {
+            let mut figment = Figment::from(Serialized::defaults(defaults))
+                .merge(Toml::file(&file))
+                .merge(Env::prefixed("ONECHARGE_").ignore(&secret_keys).split("__"));
+            for (key, value) in Env::prefixed("ONECHARGE_").only(&secret_keys).iter() {
+                figment = figment.merge(Serialized::default(key.as_str(), value));
+            }
+            figment.merge(Serialized::defaults(overrides))
+        };
+        let figment = layered(Settings::default());
+        // The default gateway_url is the chosen gateway kind's (contract §3.1).
+        let figment = match figment.extract_inner::<crate::gateway::GatewayKind>("gateway_kind") {
+            Ok(kind) if kind != crate::gateway::GatewayKind::default() => layered(Settings {
+                gateway_url: kind.default_url().into(),
+                ..Settings::default()
+            }),
+            _ => figment,
+        };
         let settings: Settings = figment.extract().map_err(|e| {
             ConfigError(
                 Redactor::from_figment(&figment)
@@ -591,6 +609,32 @@ impl Settings {
             ConfigError(Redactor::from_settings(&settings).scrub(&e.0).into_owned())
         })?;
         Ok(settings)
+    }
+
+    /// A Stripe secret key never travels in clear text: `gateway_kind = stripe` needs an
+    /// `https://` gateway_url, or `http://` to a loopback address (a local mock).
+    fn validate_gateway_kind(&self) -> Result<(), ConfigError> {
+        if self.gateway_kind != crate::gateway::GatewayKind::Stripe {
+            return Ok(());
+        }
+        let Ok(url) = reqwest::Url::parse(&self.gateway_url) else {
+            return Ok(()); // reported by `validate` as not a URL
+        };
+        let loopback = url.host_str().is_some_and(|host| {
+            host == "localhost"
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        });
+        if url.scheme() == "http" && !loopback {
+            return Err(ConfigError(format!(
+                "gateway_url (ONECHARGE_GATEWAY_URL): `{}` is plain http:// to a remote host; with gateway_kind = stripe use https:// (http:// only to a loopback mock)",
+                redact_url(&self.gateway_url)
+            )));
+        }
+        Ok(())
     }
 
     /// `serve` with the admin API refuses a non-loopback `admin_addr` without an
@@ -608,6 +652,7 @@ impl Settings {
 
     /// Checks what serde cannot: ranges and URL shapes.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_gateway_kind()?;
         let fail = |key: &str, what: String| Err(ConfigError(format!("{key}: {what}")));
         if !self.database_url.starts_with("postgres://")
             && !self.database_url.starts_with("postgresql://")
@@ -1082,6 +1127,50 @@ mod tests {
         assert_eq!(s.admin_addr.to_string(), "127.0.0.1:9464");
         assert_eq!(s.intake.max_command_age, Duration::from_secs(86_400));
         s.validate().unwrap();
+    }
+
+    #[test]
+    fn the_gateway_kind_chooses_the_default_gateway_url_and_an_explicit_url_wins() {
+        figment::Jail::expect_with(|jail| {
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.gateway_kind, crate::gateway::GatewayKind::Onecharge);
+            assert_eq!(s.gateway_url, "http://127.0.0.1:8080");
+            jail.set_env("ONECHARGE_GATEWAY_KIND", "stripe");
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.gateway_kind, crate::gateway::GatewayKind::Stripe);
+            assert_eq!(s.gateway_url, "https://api.stripe.com");
+            jail.set_env("ONECHARGE_GATEWAY_URL", "http://127.0.0.1:12111");
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.gateway_url, "http://127.0.0.1:12111");
+            jail.set_env("ONECHARGE_GATEWAY_KIND", "paypal");
+            let err = Settings::load(None, &Overrides::default()).unwrap_err();
+            assert!(
+                err.0.contains("paypal") && err.0.contains("stripe"),
+                "{}",
+                err.0
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_stripe_key_never_goes_over_plain_http_to_a_remote_host() {
+        let stripe = |url: &str| Settings {
+            gateway_kind: crate::gateway::GatewayKind::Stripe,
+            gateway_url: url.into(),
+            ..Settings::default()
+        };
+        let err = stripe("http://api.stripe.com").validate().unwrap_err();
+        assert!(err.0.starts_with("gateway_url"), "{}", err.0);
+        assert!(err.0.contains("https://"), "{}", err.0);
+        for ok in [
+            "https://api.stripe.com",
+            "http://127.0.0.1:12111",
+            "http://localhost:8420",
+            "http://[::1]:9",
+        ] {
+            assert!(stripe(ok).validate().is_ok(), "{ok}");
+        }
     }
 
     #[test]

@@ -124,7 +124,7 @@ impl Answer {
 }
 
 /// How the answer reaches the client: that is where the "after" faults differ.
-pub(crate) enum Delivery {
+enum Delivery {
     Now,
     /// `hang_after`: hold the (already committed) answer this long.
     Hold(Duration),
@@ -136,7 +136,7 @@ pub(crate) struct Outcome {
     pub(crate) class: ResponseClass,
     pub(crate) fault: Option<FaultKind>,
     pub(crate) answer: Answer,
-    pub(crate) delivery: Delivery,
+    delivery: Delivery,
 }
 
 impl Outcome {
@@ -146,6 +146,40 @@ impl Outcome {
             fault: None,
             answer,
             delivery: Delivery::Now,
+        }
+    }
+
+    /// The outcome of a request that charged: a charging fault spoils its answer
+    /// (`error_after` answers the dialect's 500 instead, `hang_after` holds it, `drop_after`
+    /// drops the connection).
+    pub(crate) fn charged(
+        class: ResponseClass,
+        answer: Answer,
+        fault: Option<FaultKind>,
+        hang_for: Duration,
+        server_error: impl FnOnce() -> Answer,
+    ) -> Outcome {
+        let (class, answer, delivery) = match fault {
+            None | Some(FaultKind::SlowCharge) => (class, answer, Delivery::Now),
+            Some(FaultKind::ErrorAfter) => {
+                (ResponseClass::ServerError, server_error(), Delivery::Now)
+            }
+            Some(FaultKind::HangAfter) => (ResponseClass::Hung, answer, Delivery::Hold(hang_for)),
+            Some(_) => (ResponseClass::Dropped, answer, Delivery::Drop),
+        };
+        Outcome {
+            class,
+            fault,
+            answer,
+            delivery,
+        }
+    }
+
+    /// The same outcome, noting the fault that caused it.
+    pub(crate) fn with_fault(self, kind: FaultKind) -> Outcome {
+        Outcome {
+            fault: Some(kind),
+            ..self
         }
     }
 
@@ -298,11 +332,7 @@ impl Claimed {
 
         if fault == Some(FaultKind::SlowCharge) {
             // Still processing: a re-send meanwhile gets `409`, a lookup finds nothing.
-            tokio::select! {
-                () = tokio::time::sleep(shared.slow_charge_for) => {}
-                () = shared.finish_slow.notified() => {}
-                () = shared.shutdown.cancelled() => {}
-            }
+            shared.hold_slow_charge().await;
         }
         let decline = decline_code(&params.payment_method);
         let charge = Charge {
@@ -330,28 +360,13 @@ impl Claimed {
             ChargeStatus::Declined => (ResponseClass::Declined, StatusCode::PAYMENT_REQUIRED),
         };
         let answer = Answer::json(status, &charge);
-        let (class, answer, delivery) = match fault {
-            None | Some(FaultKind::SlowCharge) => (class, answer, Delivery::Now),
-            Some(FaultKind::ErrorAfter) => (
-                ResponseClass::ServerError,
-                Answer::error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "api_error",
-                    "injected fault: error_after",
-                ),
-                Delivery::Now,
-            ),
-            Some(FaultKind::HangAfter) => {
-                (ResponseClass::Hung, answer, Delivery::Hold(shared.hang_for))
-            }
-            Some(_) => (ResponseClass::Dropped, answer, Delivery::Drop),
-        };
-        Outcome {
-            class,
-            fault,
-            answer,
-            delivery,
-        }
+        Outcome::charged(class, answer, fault, shared.hang_for, || {
+            Answer::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "api_error",
+                "injected fault: error_after",
+            )
+        })
     }
 }
 

@@ -284,6 +284,16 @@ impl Shared {
         }
     }
 
+    /// A `slow_charge` still processing: waits `slow_charge_for`, or until
+    /// [`MockGateway::finish_slow_charges`] or shutdown.
+    pub(crate) async fn hold_slow_charge(&self) {
+        tokio::select! {
+            () = tokio::time::sleep(self.slow_charge_for) => {}
+            () = self.finish_slow.notified() => {}
+            () = self.shutdown.cancelled() => {}
+        }
+    }
+
     pub(crate) fn advance_clock(&self, by: Duration) {
         self.clock.advance(by);
         self.keys.purge_expired(self.clock.now());

@@ -6,10 +6,34 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_mock-gateway");
 const SECRET: &str = "sk_test_do_not_print_me";
+
+/// Starts the binary with the API key in its environment and reads the base URL it prints
+/// as its only line on stdout.
+async fn start_serving(mut command: Command) -> (Child, String) {
+    let mut child = command
+        .env("MOCK_GATEWAY_API_KEY", SECRET)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .expect("the base URL is printed")
+        .unwrap()
+        .expect("a line on stdout");
+    (child, url)
+}
+
+/// The running binary's `GET /__ledger`.
+async fn ledger(client: &reqwest::Client, url: &str) -> Vec<Value> {
+    let response = client.get(format!("{url}/__ledger")).send().await.unwrap();
+    response.json().await.unwrap()
+}
 
 #[tokio::test]
 async fn help_documents_every_flag_and_never_shows_the_api_key() {
@@ -125,21 +149,12 @@ async fn a_latency_median_without_a_p99_is_a_usage_error() {
 
 #[tokio::test]
 async fn the_binary_serves_the_contract_on_the_port_it_prints_and_stops_on_sigterm() {
-    let mut child = Command::new(BINARY)
+    let mut command = Command::new(BINARY);
+    command
         .args(["--port", "0", "--seed", "1", "--error-before-count", "1"])
-        .env("MOCK_GATEWAY_API_KEY", SECRET)
         .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
-        .await
-        .expect("the base URL is printed")
-        .unwrap()
-        .expect("a line on stdout");
+        .stderr(Stdio::piped());
+    let (mut child, url) = start_serving(command).await;
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
 
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -161,14 +176,7 @@ async fn the_binary_serves_the_contract_on_the_port_it_prints_and_stops_on_sigte
         "--error-before-count 1 applies to the first charge"
     );
     assert_eq!(charge("key-1").await.unwrap().status(), StatusCode::CREATED);
-    let ledger: Vec<Value> = client
-        .get(format!("{url}/__ledger"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ledger = ledger(&client, &url).await;
     assert_eq!(ledger.len(), 1);
 
     let pid = child.id().expect("still running").to_string();
@@ -201,20 +209,11 @@ async fn the_binary_serves_the_contract_on_the_port_it_prints_and_stops_on_sigte
 
 #[tokio::test]
 async fn with_dialect_stripe_the_binary_prints_its_url_and_serves_payment_intents() {
-    let mut child = Command::new(BINARY)
+    let mut command = Command::new(BINARY);
+    command
         .args(["--port", "0", "--seed", "1", "--dialect", "stripe"])
-        .env("MOCK_GATEWAY_API_KEY", SECRET)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
-        .await
-        .expect("the base URL is printed")
-        .unwrap()
-        .expect("a line on stdout");
+        .stderr(Stdio::null());
+    let (_child, url) = start_serving(command).await;
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
 
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -231,14 +230,7 @@ async fn with_dialect_stripe_the_binary_prints_its_url_and_serves_payment_intent
     assert_eq!(created.status(), StatusCode::OK);
     let intent: Value = created.json().await.unwrap();
     assert_eq!(intent["status"], "succeeded");
-    let ledger: Vec<Value> = client
-        .get(format!("{url}/__ledger"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ledger = ledger(&client, &url).await;
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0]["id"], intent["id"]);
     assert_eq!(ledger[0]["currency"], "JPY");
@@ -317,23 +309,14 @@ fn self_signed_certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::p
 async fn with_tls_cert_and_tls_key_the_binary_serves_https_on_the_url_it_prints() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed_certificate(dir.path());
-    let mut child = Command::new(BINARY)
+    let mut command = Command::new(BINARY);
+    command
         .args(["--port", "0", "--tls-cert"])
         .arg(&cert)
         .arg("--tls-key")
         .arg(&key)
-        .env("MOCK_GATEWAY_API_KEY", SECRET)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
-        .await
-        .expect("the base URL is printed")
-        .unwrap()
-        .expect("a line on stdout");
+        .stderr(Stdio::null());
+    let (_child, url) = start_serving(command).await;
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
 
     let _ = rustls::crypto::ring::default_provider().install_default();

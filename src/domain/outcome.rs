@@ -75,6 +75,11 @@ pub enum GatewayOutcome {
         decline_code: Option<String>,
         replayed: bool,
     },
+    /// Accepted and not finished: the gateway is still processing charge `charge_id`
+    /// (Stripe's `processing`, e.g. a bank debit). Not final and not a failure: the attempt
+    /// goes to `unknown` and the reconciler reads the charge by id until it settles.
+    #[error("processing: charge {charge_id} is not final yet")]
+    Processing { charge_id: String },
     /// Not processed; send the same request again later.
     #[error("retry later: {reason}")]
     RetryLater { after: RetryAfter, reason: String },
@@ -106,6 +111,7 @@ impl GatewayOutcome {
         match self {
             Self::Succeeded { .. } => "succeeded",
             Self::Declined { .. } => "declined",
+            Self::Processing { .. } => "processing",
             Self::RetryLater {
                 after: RetryAfter::InProgress,
                 ..
@@ -122,7 +128,9 @@ impl GatewayOutcome {
     /// The gateway's charge id, when the answer carried one.
     pub fn charge_id(&self) -> Option<&str> {
         match self {
-            Self::Succeeded { charge_id, .. } | Self::Declined { charge_id, .. } => Some(charge_id),
+            Self::Succeeded { charge_id, .. }
+            | Self::Declined { charge_id, .. }
+            | Self::Processing { charge_id } => Some(charge_id),
             _ => None,
         }
     }

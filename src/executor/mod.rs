@@ -43,11 +43,12 @@ pub use writer::{SettlementWriter, WriteError};
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
-use crate::gateway::{Admission, GatewayClient, GatewayHealth};
+use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::nudge::Nudges;
 use crate::store::executor::{
     self as sql, ClaimLimits, ClaimedAttempt, GatewayCallRecord, SettleWrite, Settlement,
 };
+use crate::store::gateway_objects::record_gateway_object;
 use crate::store::Store;
 
 /// Database connections one executor needs: its one claim at a time, the settlement
@@ -380,17 +381,71 @@ impl Executor {
             let disposition = self.write(&attempt, write).await;
             return report(&attempt, None, disposition);
         }
-        let request = attempt.charge_request();
-        let started_at = now();
-        let call = inner.gateway.charge(&request).await;
+        let mut request = attempt.charge_request();
+        let mut started_at = now();
+        // A connector that needs an object stored before the charging call (Stripe) makes
+        // it now; its id is stored under this lease before anything can charge.
+        let call = match inner.gateway.prepare(&request).await {
+            None => None,
+            Some(prepared) => {
+                match prepared.outcome.clone() {
+                    Prepared::Object { id } => {
+                        // (A refusal is recorded below, as the call's outcome.)
+                        inner
+                            .health
+                            .record_prepared(&prepared.outcome, inner.clock.now());
+                        let evidence = prepared_evidence(
+                            &attempt,
+                            &prepared,
+                            &id,
+                            started_at,
+                            started_at + prepared.elapsed,
+                        );
+                        match store_gateway_object(&inner.store, &attempt, &id, &evidence).await {
+                            Ok(true) => {}
+                            Ok(false) => return report(&attempt, None, Disposition::Fenced),
+                            Err(err) => {
+                                tracing::error!(error = %err, "cannot store the gateway object: nothing confirmed; the lease expires and the reconciler finds nothing charged");
+                                return report(
+                                    &attempt,
+                                    None,
+                                    Disposition::Unrecorded(crate::domain::bounded(
+                                        &err.to_string(),
+                                        500,
+                                    )),
+                                );
+                            }
+                        }
+                        request = request.with_gateway_object(Some(id));
+                        started_at = now();
+                        None
+                    }
+                    Prepared::Refused(outcome) => Some(GatewayCall {
+                        outcome,
+                        operation: prepared.operation,
+                        sent_key: prepared.sent_key,
+                        http_status: prepared.http_status,
+                        elapsed: prepared.elapsed,
+                        error: prepared.error,
+                    }),
+                }
+            }
+        };
+        let call = match call {
+            Some(refused) => refused,
+            None => inner.gateway.charge(&request).await,
+        };
         drop(slot);
         inner.health.record(&call.outcome, inner.clock.now());
         let now = now();
         let (settlement, cause) = inner.policy.settle(&attempt, &call.outcome, now);
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
-            operation: "charge",
-            idempotency_key: attempt.idempotency_key.clone(),
+            operation: call.operation,
+            idempotency_key: call
+                .sent_key
+                .clone()
+                .unwrap_or_else(|| attempt.idempotency_key.clone()),
             try_number: attempt.tries,
             lease_token: Some(attempt.lease_token),
             started_at,
@@ -499,6 +554,61 @@ impl Executor {
                 tracing::error!(error = %second, "cannot hand the attempt over either: it stays in_flight until its lease expires and the reconciler settles it");
                 Disposition::Unrecorded(crate::domain::bounded(&err.message, 500))
             }
+        }
+    }
+}
+
+/// The evidence of the call that made the attempt's gateway object.
+fn prepared_evidence(
+    attempt: &ClaimedAttempt,
+    call: &GatewayCall<Prepared>,
+    object_id: &str,
+    started_at: time::OffsetDateTime,
+    finished_at: time::OffsetDateTime,
+) -> GatewayCallRecord {
+    GatewayCallRecord {
+        payment_attempt_id: attempt.payment_attempt_id,
+        operation: call.operation,
+        idempotency_key: call
+            .sent_key
+            .clone()
+            .unwrap_or_else(|| attempt.idempotency_key.clone()),
+        try_number: attempt.tries,
+        lease_token: Some(attempt.lease_token),
+        started_at,
+        finished_at,
+        http_status: call.http_status,
+        outcome: call.outcome.label().to_owned(),
+        gateway_charge_id: Some(object_id.to_owned()),
+        error: None,
+    }
+}
+
+/// Stores the gateway object under the attempt's lease (fenced), retrying a transient
+/// database failure briefly. Only a stored object is confirmed.
+async fn store_gateway_object(
+    store: &crate::store::Store,
+    attempt: &ClaimedAttempt,
+    object_id: &str,
+    evidence: &GatewayCallRecord,
+) -> Result<bool, sqlx::Error> {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match record_gateway_object(
+            store,
+            attempt.payment_attempt_id,
+            attempt.lease_token,
+            object_id,
+            evidence,
+        )
+        .await
+        {
+            Err(err) if crate::store::is_transient(&err) && delay < Duration::from_secs(1) => {
+                tracing::warn!(error = %err, "storing the gateway object failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+            }
+            other => return other,
         }
     }
 }

@@ -98,6 +98,12 @@ impl RetryPolicy {
                 },
                 "endpoint_fault",
             ),
+            GatewayOutcome::Processing { charge_id } => (
+                Settlement::Unknown {
+                    reason: format!("the gateway is still processing charge {charge_id}: the reconciler reads it until it settles"),
+                },
+                "gateway_processing",
+            ),
             GatewayOutcome::Ambiguous { reason } => (
                 Settlement::Unknown { reason: format!("the gateway may have charged: {reason}") },
                 "ambiguous_result",
@@ -267,6 +273,7 @@ mod tests {
             dispatch: true,
             first_message_id: "msg-1".into(),
             correlation_id: None,
+            gateway_object_id: None,
         }
     }
 

@@ -238,6 +238,16 @@ impl GatewayHealth {
         }
     }
 
+    /// Learns from the first step of a two-step charge ([`super::GatewayClient::prepare`]):
+    /// a refusal counts as that outcome would for a charge; a prepared object shows a
+    /// working gateway and working credentials.
+    pub fn record_prepared(&self, prepared: &super::Prepared, now: OffsetDateTime) {
+        match prepared {
+            super::Prepared::Object { .. } => self.success(),
+            super::Prepared::Refused(outcome) => self.record(outcome, now),
+        }
+    }
+
     /// Learns from one lookup answer (the reconciler's calls), for readiness only. Lookup
     /// health is kept apart from charge health: a lookup is a different request (some keys
     /// may read and not charge), so a failed lookup never opens the charges' breaker, and

@@ -1,15 +1,27 @@
-//! The payment gateway's HTTP client (contract §3) and the shared view of the gateway's
-//! health (credentials pause, circuit breaker).
+//! The payment gateway's connector layer: one HTTP client, shared by every caller, that
+//! speaks the wire protocol `gateway_kind` names (contract §3.1) — the §3 dialect
+//! ([`onecharge`]) or Stripe's PaymentIntents ([`stripe`]) — plus the shared view of the
+//! gateway's health (credentials pause, circuit breaker).
+//!
+//! What is generic lives here: timeouts, TLS, reading a response, the split between "not
+//! sent" and "lost", metrics and spans. What is per connector lives in its module: the
+//! requests, and a pure function per call that reads the answer into the existing outcomes
+//! ([`GatewayOutcome`], [`LookupOutcome`]). The executor, reconciler, operator commands and
+//! console never know which connector runs.
 //!
 //! Invariants:
-//! - The client never touches the database and never decides what an answer means: it turns
-//!   the wire into a [`GatewayReply`] and [`crate::domain::outcome`] classifies it.
+//! - The client never touches the database and never decides what an answer means: the
+//!   connector's pure classification does. A connector that needs an object stored before
+//!   the charging call ([`GatewayClient::prepare`]) hands its id back to the executor, which
+//!   stores it under its lease before it calls [`GatewayClient::charge`].
 //! - A charge request is built once from the stored attempt ([`ChargeRequest`]); every try
-//!   sends the same bytes under the same stored `Idempotency-Key`.
+//!   sends the same bytes under the same key (or the same keys derived from it).
 //! - The bearer key lives in a [`SecretString`] and is never logged or printed (`Debug` of
 //!   the client redacts it; reqwest marks the header sensitive).
 
 mod health;
+mod onecharge;
+pub mod stripe;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -17,31 +29,70 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use rustls::pki_types::CertificateDer;
 use secrecy::{ExposeSecret as _, SecretString};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use health::{Admission, BreakerState, GatewayHealth, HealthSnapshot};
 
 use crate::config::Settings;
 use crate::domain::bounded;
-use crate::domain::outcome::{
-    classify_charge, classify_lookup, GatewayOutcome, GatewayReply, LookupOutcome,
-};
+use crate::domain::outcome::{GatewayOutcome, GatewayReply, LookupOutcome};
 
 /// Longest transport error text kept (it goes to `gateway_calls.error`, bounded at 1024).
 const MAX_ERROR_CHARS: usize = 1000;
+
+/// Which wire protocol the gateway speaks (`gateway_kind`, `ONECHARGE_GATEWAY_KIND`;
+/// contract §3.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GatewayKind {
+    /// The contract's own §3 API: `POST /v1/charges`, lookup by idempotency key.
+    #[default]
+    Onecharge,
+    /// Stripe's PaymentIntents API; lookup by the PaymentIntent id stored before confirming.
+    Stripe,
+}
+
+impl GatewayKind {
+    /// The `gateway_url` used when none is configured.
+    pub fn default_url(self) -> &'static str {
+        match self {
+            Self::Onecharge => "http://127.0.0.1:8080",
+            Self::Stripe => stripe::DEFAULT_URL,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Onecharge => "onecharge",
+            Self::Stripe => "stripe",
+        }
+    }
+}
 
 /// One pooled HTTP client for the gateway. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct GatewayClient {
     http: reqwest::Client,
-    charges_url: reqwest::Url,
+    connector: Connector,
     api_key: SecretString,
+}
+
+/// The connector `gateway_kind` chose, with its resolved URLs.
+#[derive(Clone)]
+enum Connector {
+    Onecharge(onecharge::Endpoints),
+    Stripe(stripe::Endpoints),
 }
 
 impl fmt::Debug for GatewayClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kind, url) = match &self.connector {
+            Connector::Onecharge(e) => ("onecharge", e.charges_url.as_str()),
+            Connector::Stripe(e) => ("stripe", e.base.as_str()),
+        };
         f.debug_struct("GatewayClient")
-            .field("charges_url", &self.charges_url.as_str())
+            .field("kind", &kind)
+            .field("url", &url)
             .field("api_key", &"[REDACTED]")
             .finish()
     }
@@ -61,11 +112,15 @@ pub struct ChargeBody {
     pub description: Option<String>,
 }
 
-/// A charge ready to send: the stored idempotency key and the serialised body.
+/// A charge ready to send: the stored idempotency key, the serialised §3 body, and what
+/// other connectors need besides (the order id, the gateway object stored for the attempt).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChargeRequest {
     pub idempotency_key: String,
     body: Vec<u8>,
+    charge: ChargeBody,
+    order_id: Option<String>,
+    gateway_object_id: Option<String>,
 }
 
 impl ChargeRequest {
@@ -74,12 +129,60 @@ impl ChargeRequest {
         Self {
             idempotency_key: idempotency_key.into(),
             body: serde_json::to_vec(body).expect("a charge body always serialises"),
+            charge: body.clone(),
+            order_id: None,
+            gateway_object_id: None,
         }
     }
 
-    /// The exact bytes sent.
+    /// The attempt's order id (Stripe carries it in the PaymentIntent's metadata; the §3
+    /// body has no place for it, so its bytes do not change).
+    pub fn for_order(mut self, order_id: impl Into<String>) -> Self {
+        self.order_id = Some(order_id.into());
+        self
+    }
+
+    /// The gateway object stored for the attempt (`payment_attempts.gateway_object_id`,
+    /// Stripe's PaymentIntent id), if one was: then nothing is prepared again.
+    pub fn with_gateway_object(mut self, id: Option<String>) -> Self {
+        self.gateway_object_id = id;
+        self
+    }
+
+    /// The exact bytes sent to a §3 gateway.
     pub fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The charge's fields.
+    pub fn charge(&self) -> &ChargeBody {
+        &self.charge
+    }
+
+    /// The stored gateway object, if any.
+    pub fn gateway_object_id(&self) -> Option<&str> {
+        self.gateway_object_id.as_deref()
+    }
+}
+
+/// What the first step of a two-step charge came to ([`GatewayClient::prepare`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// The gateway holds an object that cannot charge until it is confirmed; its id must be
+    /// stored (fenced) before the charging call.
+    Object { id: String },
+    /// The object was not made; the outcome says what the attempt does next. None of these
+    /// can have charged.
+    Refused(GatewayOutcome),
+}
+
+impl Prepared {
+    /// A bounded label for metrics and `gateway_calls.outcome`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Object { .. } => "prepared",
+            Self::Refused(outcome) => outcome.label(),
+        }
     }
 }
 
@@ -88,12 +191,25 @@ impl ChargeRequest {
 pub struct GatewayCall<T> {
     /// The classified answer.
     pub outcome: T,
+    /// `prepare`, `charge` or `lookup`: the `gateway_calls.operation` of this call.
+    pub operation: &'static str,
+    /// The `Idempotency-Key` this call sent, when it is not the attempt's stored key
+    /// itself (Stripe's derived keys); `None` for the stored key or no key.
+    pub sent_key: Option<String>,
     /// The HTTP status, when a response arrived.
     pub http_status: Option<u16>,
     /// Wall time from sending to the classified answer.
     pub elapsed: Duration,
-    /// The transport error, bounded, when no complete response arrived.
+    /// The transport error, bounded, when no complete response arrived (or, for an answer
+    /// given without a call, why none was needed).
     pub error: Option<String>,
+}
+
+/// Headers some connectors read besides the status and body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hints {
+    /// Stripe's `Stripe-Should-Retry`, when present.
+    pub should_retry: Option<bool>,
 }
 
 /// A raw answer before classification.
@@ -101,6 +217,7 @@ struct Raw {
     status: u16,
     replayed: bool,
     retry_after: Option<String>,
+    hints: Hints,
     body: Vec<u8>,
 }
 
@@ -111,10 +228,11 @@ enum Failure {
 }
 
 impl GatewayClient {
-    /// A client for the gateway at `base_url` (e.g. `http://127.0.0.1:8080`), with a connect
-    /// timeout (a connect failure is "not sent") and a whole-request timeout (past it the
-    /// answer is ambiguous). Redirects are not followed: a charge is never re-sent elsewhere.
-    /// `https://` trusts the system's roots only; see [`GatewayClient::with_extra_roots`].
+    /// A §3 client for the gateway at `base_url` (e.g. `http://127.0.0.1:8080`), with a
+    /// connect timeout (a connect failure is "not sent") and a whole-request timeout (past
+    /// it the answer is ambiguous). Redirects are not followed: a charge is never re-sent
+    /// elsewhere. `https://` trusts the system's roots only; see
+    /// [`GatewayClient::with_extra_roots`].
     pub fn new(
         base_url: &str,
         api_key: SecretString,
@@ -140,16 +258,36 @@ impl GatewayClient {
         request_timeout: Duration,
         extra_roots: Vec<CertificateDer<'static>>,
     ) -> anyhow::Result<Self> {
+        Self::for_kind(
+            GatewayKind::Onecharge,
+            base_url,
+            api_key,
+            connect_timeout,
+            request_timeout,
+            extra_roots,
+        )
+    }
+
+    /// A client speaking `kind`'s protocol to `base_url`, as [`GatewayClient::with_extra_roots`].
+    pub fn for_kind(
+        kind: GatewayKind,
+        base_url: &str,
+        api_key: SecretString,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        extra_roots: Vec<CertificateDer<'static>>,
+    ) -> anyhow::Result<Self> {
         let mut base = reqwest::Url::parse(base_url)
             .with_context(|| format!("gateway_url `{base_url}` is not a URL"))?;
-        // `http://host/api` means `http://host/api/v1/charges`, not `http://host/v1/charges`.
+        // `http://host/api` means `http://host/api/v1/…`, not `http://host/v1/…`.
         if !base.path().ends_with('/') {
             let path = format!("{}/", base.path());
             base.set_path(&path);
         }
-        let charges_url = base.join("v1/charges").with_context(|| {
-            format!("gateway_url `{base_url}` cannot take the path /v1/charges")
-        })?;
+        let connector = match kind {
+            GatewayKind::Onecharge => Connector::Onecharge(onecharge::Endpoints::new(&base)?),
+            GatewayKind::Stripe => Connector::Stripe(stripe::Endpoints::new(&base)?),
+        };
         let extra_roots = extra_roots
             .iter()
             .map(|der| reqwest::Certificate::from_der(der))
@@ -168,14 +306,14 @@ impl GatewayClient {
             .context("building the gateway HTTP client")?;
         Ok(Self {
             http,
-            charges_url,
+            connector,
             api_key,
         })
     }
 
-    /// The client configured by `gateway_url`, `gateway_api_key`, `gateway_ca_file` and the
-    /// gateway timeouts. A missing key or an unusable CA file is a
-    /// [`crate::config::ConfigError`] (exit 2).
+    /// The client configured by `gateway_kind`, `gateway_url`, `gateway_api_key`,
+    /// `gateway_ca_file` and the gateway timeouts. A missing key or an unusable CA file is
+    /// a [`crate::config::ConfigError`] (exit 2).
     pub fn from_settings(settings: &Settings) -> anyhow::Result<Self> {
         let key = SecretString::from(settings.require_gateway_api_key()?.to_owned());
         let extra_roots = match &settings.gateway_ca_file {
@@ -184,7 +322,8 @@ impl GatewayClient {
             }
             None => Vec::new(),
         };
-        Self::with_extra_roots(
+        Self::for_kind(
+            settings.gateway_kind,
             &settings.gateway_url,
             key,
             settings.gateway_connect_timeout,
@@ -193,23 +332,101 @@ impl GatewayClient {
         )
     }
 
-    /// `POST /v1/charges` with the request's key and bytes, classified per contract §3.
-    /// Never fails: every transport problem is an outcome (not sent, or ambiguous).
-    ///
-    /// One span per call, with the OpenTelemetry HTTP client attribute names; the caller's
-    /// span (the executor's `execute`) carries the `payment_attempt_id`.
+    /// The protocol this client speaks.
+    pub fn kind(&self) -> GatewayKind {
+        match self.connector {
+            Connector::Onecharge(_) => GatewayKind::Onecharge,
+            Connector::Stripe(_) => GatewayKind::Stripe,
+        }
+    }
+
+    /// The first step of a two-step charge, for connectors whose lookup needs the id of an
+    /// object made before the charging call (Stripe: a PaymentIntent created unconfirmed,
+    /// which cannot charge). `None` when there is nothing to prepare: a §3 gateway, or an
+    /// object already stored for the attempt. The caller stores the id under its lease
+    /// before it calls [`GatewayClient::charge`] with it.
+    pub async fn prepare(&self, request: &ChargeRequest) -> Option<GatewayCall<Prepared>> {
+        match &self.connector {
+            Connector::Onecharge(_) => None,
+            Connector::Stripe(_) if request.gateway_object_id.is_some() => None,
+            Connector::Stripe(endpoints) => Some(self.stripe_create(endpoints, request).await),
+        }
+    }
+
     #[tracing::instrument(name = "gateway_call", skip_all, fields(
-        operation = "charge",
+        operation = "prepare",
         http.request.method = "POST",
-        url.path = self.charges_url.path(),
+        url.path = endpoints.create_url.path(),
         http.response.status_code = tracing::field::Empty,
         outcome = tracing::field::Empty,
     ))]
+    async fn stripe_create(
+        &self,
+        endpoints: &stripe::Endpoints,
+        request: &ChargeRequest,
+    ) -> GatewayCall<Prepared> {
+        let key = stripe::create_key(&request.idempotency_key);
+        let form = match stripe::create_form(request) {
+            Ok(form) => form,
+            // Refused before sending: nothing left this process.
+            Err(reason) => {
+                return GatewayCall {
+                    outcome: Prepared::Refused(GatewayOutcome::NeedsReview {
+                        reason: reason.clone(),
+                    }),
+                    operation: "prepare",
+                    sent_key: Some(key),
+                    http_status: None,
+                    elapsed: Duration::ZERO,
+                    error: Some(format!("not sent: {reason}")),
+                }
+            }
+        };
+        let started = Instant::now();
+        let sent = self
+            .stripe_post(endpoints.create_url.clone(), &key, form)
+            .send()
+            .await;
+        finish(
+            "prepare",
+            Some(key),
+            started,
+            sent,
+            stripe::classify_create,
+            Prepared::label,
+        )
+        .await
+    }
+
+    /// The charging call, classified by the connector. Never fails: every transport
+    /// problem is an outcome (not sent, or ambiguous). §3: `POST /v1/charges` with the
+    /// request's key and bytes. Stripe: confirms the stored PaymentIntent off-session.
+    ///
+    /// One span per call, with the OpenTelemetry HTTP client attribute names; the caller's
+    /// span (the executor's `execute`) carries the `payment_attempt_id`.
     pub async fn charge(&self, request: &ChargeRequest) -> GatewayCall<GatewayOutcome> {
+        match &self.connector {
+            Connector::Onecharge(endpoints) => self.onecharge_charge(endpoints, request).await,
+            Connector::Stripe(endpoints) => self.stripe_confirm(endpoints, request).await,
+        }
+    }
+
+    #[tracing::instrument(name = "gateway_call", skip_all, fields(
+        operation = "charge",
+        http.request.method = "POST",
+        url.path = endpoints.charges_url.path(),
+        http.response.status_code = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    ))]
+    async fn onecharge_charge(
+        &self,
+        endpoints: &onecharge::Endpoints,
+        request: &ChargeRequest,
+    ) -> GatewayCall<GatewayOutcome> {
         let started = Instant::now();
         let sent = self
             .http
-            .post(self.charges_url.clone())
+            .post(endpoints.charges_url.clone())
             .bearer_auth(self.api_key.expose_secret())
             .header("Idempotency-Key", &request.idempotency_key)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -218,41 +435,204 @@ impl GatewayClient {
             .await;
         finish(
             "charge",
+            None,
             started,
             sent,
-            classify_charge,
+            |reply, _| onecharge::classify_charge(reply),
             GatewayOutcome::label,
         )
         .await
     }
 
-    /// `GET /v1/charges?idempotency_key=…`: the outcomes recorded under the key. Safe to
-    /// repeat; never charges. Its span is like [`GatewayClient::charge`]'s; the caller's
-    /// (the reconciler's `reconcile`) carries the `payment_attempt_id`.
     #[tracing::instrument(name = "gateway_call", skip_all, fields(
-        operation = "lookup",
-        http.request.method = "GET",
-        url.path = self.charges_url.path(),
+        operation = "charge",
+        http.request.method = "POST",
+        url.path = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
         outcome = tracing::field::Empty,
     ))]
+    async fn stripe_confirm(
+        &self,
+        endpoints: &stripe::Endpoints,
+        request: &ChargeRequest,
+    ) -> GatewayCall<GatewayOutcome> {
+        let key = stripe::confirm_key(&request.idempotency_key);
+        let Some(intent) = request.gateway_object_id.as_deref() else {
+            // The executor confirms only what it stored; reaching here is a bug, and
+            // nothing was sent.
+            return GatewayCall {
+                outcome: GatewayOutcome::NotSent {
+                    reason: "no PaymentIntent is stored for this attempt yet: nothing to confirm"
+                        .into(),
+                },
+                operation: "charge",
+                sent_key: Some(key),
+                http_status: None,
+                elapsed: Duration::ZERO,
+                error: None,
+            };
+        };
+        let url = match endpoints.confirm_url(intent) {
+            Ok(url) => url,
+            Err(reason) => {
+                return GatewayCall {
+                    outcome: GatewayOutcome::NeedsReview {
+                        reason: reason.clone(),
+                    },
+                    operation: "charge",
+                    sent_key: Some(key),
+                    http_status: None,
+                    elapsed: Duration::ZERO,
+                    error: Some(format!("not sent: {reason}")),
+                }
+            }
+        };
+        tracing::Span::current().record("url.path", url.path());
+        let started = Instant::now();
+        let sent = self
+            .stripe_post(url, &key, stripe::confirm_form())
+            .send()
+            .await;
+        finish(
+            "charge",
+            Some(key),
+            started,
+            sent,
+            |reply, hints| stripe::classify_confirm(reply, hints, intent),
+            GatewayOutcome::label,
+        )
+        .await
+    }
+
+    /// `GET /v1/charges?idempotency_key=…` at a §3 gateway: the outcomes recorded under the
+    /// key. Safe to repeat; never charges. For a Stripe client this is
+    /// [`GatewayClient::lookup_attempt`] with no stored object.
     pub async fn lookup(&self, idempotency_key: &str) -> GatewayCall<LookupOutcome> {
+        self.lookup_attempt(idempotency_key, None).await
+    }
+
+    /// What the gateway holds for one attempt, asked in the connector's strongly consistent
+    /// way: §3 by the attempt's idempotency key; Stripe by the id of the PaymentIntent stored
+    /// for the attempt (`gateway_object_id`). A Stripe attempt with no stored PaymentIntent
+    /// never had a confirm sent, so nothing can have charged: the answer is an empty list,
+    /// given without a call (and said so in the call's `error`).
+    pub async fn lookup_attempt(
+        &self,
+        idempotency_key: &str,
+        gateway_object_id: Option<&str>,
+    ) -> GatewayCall<LookupOutcome> {
+        match (&self.connector, gateway_object_id) {
+            (Connector::Onecharge(endpoints), _) => {
+                self.onecharge_lookup(endpoints, idempotency_key).await
+            }
+            (Connector::Stripe(_), None) => GatewayCall {
+                outcome: LookupOutcome::Found(Vec::new()),
+                operation: "lookup",
+                sent_key: None,
+                http_status: None,
+                elapsed: Duration::ZERO,
+                error: Some(
+                    "no HTTP call: no PaymentIntent was stored for this attempt, so no confirm was ever sent and nothing was charged".into(),
+                ),
+            },
+            (Connector::Stripe(endpoints), Some(intent)) => {
+                self.stripe_retrieve(endpoints, idempotency_key, intent).await
+            }
+        }
+    }
+
+    #[tracing::instrument(name = "gateway_call", skip_all, fields(
+        operation = "lookup",
+        http.request.method = "GET",
+        url.path = endpoints.charges_url.path(),
+        http.response.status_code = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    ))]
+    async fn onecharge_lookup(
+        &self,
+        endpoints: &onecharge::Endpoints,
+        idempotency_key: &str,
+    ) -> GatewayCall<LookupOutcome> {
         let started = Instant::now();
         let sent = self
             .http
-            .get(self.charges_url.clone())
+            .get(endpoints.charges_url.clone())
             .query(&[("idempotency_key", idempotency_key)])
             .bearer_auth(self.api_key.expose_secret())
             .send()
             .await;
         finish(
             "lookup",
+            None,
             started,
             sent,
-            classify_lookup,
+            |reply, _| onecharge::classify_lookup(reply),
             LookupOutcome::label,
         )
         .await
+    }
+
+    #[tracing::instrument(name = "gateway_call", skip_all, fields(
+        operation = "lookup",
+        http.request.method = "GET",
+        url.path = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    ))]
+    async fn stripe_retrieve(
+        &self,
+        endpoints: &stripe::Endpoints,
+        idempotency_key: &str,
+        intent: &str,
+    ) -> GatewayCall<LookupOutcome> {
+        let url = match endpoints.intent_url(intent) {
+            Ok(url) => url,
+            Err(reason) => {
+                return GatewayCall {
+                    outcome: LookupOutcome::Failed {
+                        reason: reason.clone(),
+                    },
+                    operation: "lookup",
+                    sent_key: None,
+                    http_status: None,
+                    elapsed: Duration::ZERO,
+                    error: Some(format!("not sent: {reason}")),
+                }
+            }
+        };
+        tracing::Span::current().record("url.path", url.path());
+        let started = Instant::now();
+        let sent = self
+            .http
+            .get(url)
+            .bearer_auth(self.api_key.expose_secret())
+            .header("Stripe-Version", stripe::STRIPE_VERSION)
+            .send()
+            .await;
+        finish(
+            "lookup",
+            None,
+            started,
+            sent,
+            |reply, _| stripe::classify_retrieve(reply, idempotency_key),
+            LookupOutcome::label,
+        )
+        .await
+    }
+
+    /// A form-encoded Stripe POST under `key`, with the pinned `Stripe-Version`.
+    fn stripe_post(
+        &self,
+        url: reqwest::Url,
+        key: &str,
+        form: Vec<(&'static str, String)>,
+    ) -> reqwest::RequestBuilder {
+        self.http
+            .post(url)
+            .bearer_auth(self.api_key.expose_secret())
+            .header("Idempotency-Key", key)
+            .header("Stripe-Version", stripe::STRIPE_VERSION)
+            .form(&form)
     }
 }
 
@@ -260,29 +640,33 @@ impl GatewayClient {
 /// call's metrics and span: the part every kind of gateway call shares.
 async fn finish<T>(
     operation: &'static str,
+    sent_key: Option<String>,
     started: Instant,
     sent: Result<reqwest::Response, reqwest::Error>,
-    classify: impl Fn(GatewayReply<'_>) -> T,
+    classify: impl FnOnce(GatewayReply<'_>, Hints) -> T,
     label: impl Fn(&T) -> &'static str,
 ) -> GatewayCall<T> {
     let (outcome, http_status, error) = match read(sent).await {
         Ok(raw) => (
-            classify(GatewayReply::Answered {
-                status: raw.status,
-                replayed: raw.replayed,
-                retry_after: raw.retry_after.as_deref(),
-                body: &raw.body,
-            }),
+            classify(
+                GatewayReply::Answered {
+                    status: raw.status,
+                    replayed: raw.replayed,
+                    retry_after: raw.retry_after.as_deref(),
+                    body: &raw.body,
+                },
+                raw.hints,
+            ),
             Some(raw.status),
             None,
         ),
         Err(Failure::NotSent(error)) => (
-            classify(GatewayReply::NotSent { error: &error }),
+            classify(GatewayReply::NotSent { error: &error }, Hints::default()),
             None,
             Some(error),
         ),
         Err(Failure::Lost(error)) => (
-            classify(GatewayReply::Lost { error: &error }),
+            classify(GatewayReply::Lost { error: &error }, Hints::default()),
             None,
             Some(error),
         ),
@@ -292,13 +676,16 @@ async fn finish<T>(
     record_span(http_status, label(&outcome), elapsed);
     GatewayCall {
         outcome,
+        operation,
+        sent_key,
         http_status,
         elapsed,
         error,
     }
 }
 
-/// Every call, by operation (`charge`, `lookup`) and classified outcome; bounded labels.
+/// Every call, by operation (`prepare`, `charge`, `lookup`) and classified outcome;
+/// bounded labels.
 fn record_metrics(operation: &'static str, outcome: &'static str, elapsed: Duration) {
     metrics::counter!("onecharge_gateway_calls_total", "operation" => operation, "outcome" => outcome)
         .increment(1);
@@ -341,6 +728,13 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Raw, Fa
     };
     let replayed = header("Idempotent-Replayed").is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let retry_after = header("Retry-After");
+    let hints = Hints {
+        should_retry: header("Stripe-Should-Retry").and_then(|v| match v.trim() {
+            v if v.eq_ignore_ascii_case("true") => Some(true),
+            v if v.eq_ignore_ascii_case("false") => Some(false),
+            _ => None,
+        }),
+    };
     let body = response.bytes().await.map_err(|err| {
         Failure::Lost(bounded(
             &format!("HTTP {status}, body lost: {}", error_chain(&err)),
@@ -351,6 +745,7 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Raw, Fa
         status,
         replayed,
         retry_after,
+        hints,
         body: body.to_vec(),
     })
 }

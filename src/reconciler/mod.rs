@@ -203,7 +203,13 @@ impl Reconciler {
         // the key window and the retry limits are measured on it.
         let since = std::time::Instant::now();
         let started_at = attempt.claimed_at;
-        let call = inner.gateway.lookup(&attempt.idempotency_key).await;
+        let call = inner
+            .gateway
+            .lookup_attempt(
+                &attempt.idempotency_key,
+                attempt.gateway_object_id.as_deref(),
+            )
+            .await;
         let now = attempt.claimed_at + since.elapsed();
         inner.health.record_lookup(&call.outcome, inner.clock.now());
         let evidence = GatewayCallRecord {

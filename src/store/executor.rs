@@ -49,6 +49,8 @@ pub struct ClaimedAttempt {
     /// The `Nats-Msg-Id` of the command that created the attempt (causation of its events).
     pub first_message_id: String,
     pub correlation_id: Option<String>,
+    /// The gateway object stored before the charging call (Stripe's PaymentIntent id).
+    pub gateway_object_id: Option<String>,
 }
 
 impl ClaimedAttempt {
@@ -66,6 +68,8 @@ impl ClaimedAttempt {
                 description: self.description.clone(),
             },
         )
+        .for_order(self.order_id.clone())
+        .with_gateway_object(self.gateway_object_id.clone())
     }
 }
 
@@ -132,7 +136,7 @@ pub async fn claim_due_attempts(
                        a.currency, a.payment_method, a.description, a.idempotency_key,
                        a.tries, a.lease_token, a.lease_expires_at, a.created_at,
                        a.first_dispatched_at, a.next_run_at, a.first_message_id,
-                       a.correlation_id, due.hand_over
+                       a.correlation_id, a.gateway_object_id, due.hand_over
          ),
          transitions AS (
              INSERT INTO attempt_transitions
@@ -176,6 +180,7 @@ pub async fn claim_due_attempts(
                 dispatch: !row.try_get::<bool, _>("hand_over")?,
                 first_message_id: row.try_get("first_message_id")?,
                 correlation_id: row.try_get("correlation_id")?,
+                gateway_object_id: row.try_get("gateway_object_id")?,
             })
         })
         .collect()
@@ -308,7 +313,7 @@ pub fn actor(owner: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct GatewayCallRecord {
     pub payment_attempt_id: Uuid,
-    /// `charge` or `lookup`.
+    /// `charge`, `lookup`, or `prepare` (a connector's first step: Stripe's create).
     pub operation: &'static str,
     pub idempotency_key: String,
     pub try_number: i32,

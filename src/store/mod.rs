@@ -7,6 +7,7 @@
 //! query is exercised by the test suite. See docs/decisions.md for why.
 
 pub mod executor;
+pub mod gateway_objects;
 pub mod intake;
 pub mod metrics;
 pub mod operator;

@@ -32,6 +32,9 @@ pub struct UnknownAttempt {
     /// attempt id as reference).
     pub amount_minor: i64,
     pub currency: String,
+    /// The gateway object stored before the charging call (Stripe's PaymentIntent id),
+    /// which the lookup asks about by id; `None` when no charging call was ever sent.
+    pub gateway_object_id: Option<String>,
 }
 
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
@@ -109,7 +112,7 @@ pub async fn claim_unknown(
          WHERE a.payment_attempt_id = due.payment_attempt_id
          RETURNING a.payment_attempt_id, a.idempotency_key, a.lease_token, a.reconcile_checks,
                    a.tries, a.first_dispatched_at, a.dispatched_at, a.created_at,
-                   a.amount_minor, a.currency, now() AS claimed_at",
+                   a.amount_minor, a.currency, a.gateway_object_id, now() AS claimed_at",
     )
     .bind(limit as i64)
     .bind(hold.as_secs_f64())
@@ -129,6 +132,7 @@ pub async fn claim_unknown(
                 claimed_at: row.try_get("claimed_at")?,
                 amount_minor: row.try_get("amount_minor")?,
                 currency: row.try_get("currency")?,
+                gateway_object_id: row.try_get("gateway_object_id")?,
             })
         })
         .collect()

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use serde_json::{json, Value};
@@ -27,7 +27,7 @@ pub use methods::payment_methods;
 
 use crate::charge::{fault_trigger, validate_idempotency_key};
 use crate::config::FaultKind;
-use crate::http::{deliver, pause, with_controls, Answer, Delivery, Outcome, IDEMPOTENCY_KEY};
+use crate::http::{deliver, pause, with_controls, Answer, Outcome, IDEMPOTENCY_KEY};
 use crate::keys::Claim;
 use crate::record::ResponseClass;
 use crate::server::{ConnectionControl, Shared};
@@ -58,14 +58,39 @@ enum Action {
     CreateCustomer(CreateCustomer),
 }
 
-async fn create_intent(
-    State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
+/// What every Stripe POST reads of its request.
+struct Post {
+    connection: ConnectionControl,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    serve_post(shared, connection, uri, headers, body, |form| {
+}
+
+impl<S: Send + Sync> FromRequest<S> for Post {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Post, Response> {
+        let connection = request
+            .extensions()
+            .get::<ConnectionControl>()
+            .cloned()
+            .unwrap_or_default();
+        let uri = request.uri().clone();
+        let headers = request.headers().clone();
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Post {
+            connection,
+            uri,
+            headers,
+            body,
+        })
+    }
+}
+
+async fn create_intent(State(shared): State<Arc<Shared>>, post: Post) -> Response {
+    serve_post(shared, post, |form| {
         CreateIntent::from_form(form).map(Action::CreateIntent)
     })
     .await
@@ -73,13 +98,10 @@ async fn create_intent(
 
 async fn confirm_intent(
     State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
     Path(id): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    post: Post,
 ) -> Response {
-    serve_post(shared, connection, uri, headers, body, |form| {
+    serve_post(shared, post, |form| {
         ConfirmIntent::from_form(form).map(|confirm| Action::Confirm(id, confirm))
     })
     .await
@@ -87,26 +109,14 @@ async fn confirm_intent(
 
 async fn cancel_intent(
     State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
     Path(id): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    post: Post,
 ) -> Response {
-    serve_post(shared, connection, uri, headers, body, |_| {
-        Ok(Action::Cancel(id))
-    })
-    .await
+    serve_post(shared, post, |_| Ok(Action::Cancel(id))).await
 }
 
-async fn create_customer(
-    State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    serve_post(shared, connection, uri, headers, body, |form| {
+async fn create_customer(State(shared): State<Arc<Shared>>, post: Post) -> Response {
+    serve_post(shared, post, |form| {
         CreateCustomer::from_form(form).map(Action::CreateCustomer)
     })
     .await
@@ -137,12 +147,15 @@ async fn retrieve_intent(
 
 async fn serve_post(
     shared: Arc<Shared>,
-    connection: ConnectionControl,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    post: Post,
     parse: impl FnOnce(&Form) -> Result<Action, StripeError>,
 ) -> Response {
+    let Post {
+        connection,
+        uri,
+        headers,
+        body,
+    } = post;
     let raw_key = headers
         .get(IDEMPOTENCY_KEY)
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
@@ -382,11 +395,7 @@ impl Execution {
         let shared = &self.shared;
         if fault == Some(FaultKind::SlowCharge) {
             // Still processing: a re-send meanwhile gets `409`.
-            tokio::select! {
-                () = tokio::time::sleep(shared.slow_charge_for) => {}
-                () = shared.finish_slow.notified() => {}
-                () = shared.shutdown.cancelled() => {}
-            }
+            shared.hold_slow_charge().await;
         }
         let payment_method = intent.payment_method.as_deref().unwrap_or_default();
         let card = card_outcome(payment_method).unwrap_or(CardOutcome::Succeeds);
@@ -441,32 +450,23 @@ impl Execution {
                 Answer::json(StatusCode::OK, &settled.to_json()),
             ),
         };
-        let (class, answer, delivery) = match fault {
-            None | Some(FaultKind::SlowCharge) => (class, answer, Delivery::Now),
-            Some(FaultKind::ErrorAfter) => (
-                ResponseClass::ServerError,
-                // Saved under the key like any answer after execution began, so a retry
-                // with the key gets this 500 again: retrieving the PaymentIntent settles it.
+        // A 500 after charging is saved under the key like any answer after execution
+        // began, so a retry with the key gets it again: retrieving the PaymentIntent settles it.
+        Executed::saved(Outcome::charged(
+            class,
+            answer,
+            fault,
+            shared.hang_for,
+            || {
                 StripeError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "api_error",
                     "injected fault: error_after (the request was processed)",
                 )
                 .should_retry(false)
-                .answer(),
-                Delivery::Now,
-            ),
-            Some(FaultKind::HangAfter) => {
-                (ResponseClass::Hung, answer, Delivery::Hold(shared.hang_for))
-            }
-            Some(_) => (ResponseClass::Dropped, answer, Delivery::Drop),
-        };
-        Executed::saved(Outcome {
-            class,
-            fault,
-            answer,
-            delivery,
-        })
+                .answer()
+            },
+        ))
     }
 
     /// A `processing` PaymentIntent succeeds after `slow_charge_for`, or at once on
@@ -555,8 +555,5 @@ fn refused_by_fault(kind: FaultKind) -> Outcome {
             .should_retry(true),
         ),
     };
-    Outcome {
-        fault: Some(kind),
-        ..refused(class, err)
-    }
+    refused(class, err).with_fault(kind)
 }

@@ -63,20 +63,30 @@ fn create_form(attempt: &str, payment_method: &str) -> Vec<(&'static str, String
 }
 
 impl TestGateway {
+    fn stripe_request(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        form: &[(&'static str, String)],
+    ) -> RequestBuilder {
+        let request = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(API_KEY)
+            .form_body(form);
+        match key {
+            Some(key) => request.header("Idempotency-Key", key),
+            None => request,
+        }
+    }
+
     async fn stripe_post(
         &self,
         path: &str,
         key: Option<&str>,
         form: &[(&'static str, String)],
     ) -> Response {
-        let mut request = self
-            .client
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(API_KEY)
-            .form_body(form);
-        if let Some(key) = key {
-            request = request.header("Idempotency-Key", key);
-        }
+        let request = self.stripe_request(path, key, form);
         request.send().await.expect("the request gets a response")
     }
 
@@ -262,12 +272,7 @@ async fn a_resend_while_the_first_request_runs_gets_409_idempotency_key_in_use()
     let app = spawn_stripe().await;
     let body = charge_form("attempt-1", payment_methods::FAULT_SLOW_CHARGE);
     let first = {
-        let request = app
-            .client
-            .post(format!("{}/v1/payment_intents", app.url))
-            .bearer_auth(API_KEY)
-            .header("Idempotency-Key", "key-1")
-            .form_body(&body);
+        let request = app.stripe_request("/v1/payment_intents", Some("key-1"), &body);
         tokio::spawn(request.send())
     };
     let gateway = &app.gateway;
@@ -598,11 +603,7 @@ async fn pm_fault_hang_after_charges_and_the_retry_replays_the_success() {
     .await;
     let form = charge_form("attempt-1", payment_methods::FAULT_HANG_AFTER);
     let first = app
-        .client
-        .post(format!("{}/v1/payment_intents", app.url))
-        .bearer_auth(API_KEY)
-        .header("Idempotency-Key", "key-1")
-        .form_body(&form)
+        .stripe_request("/v1/payment_intents", Some("key-1"), &form)
         .timeout(Duration::from_millis(300))
         .send()
         .await;
@@ -621,11 +622,7 @@ async fn pm_fault_drop_after_charges_closes_the_connection_and_the_retry_replays
     let form = charge_form("attempt-1", payment_methods::FAULT_DROP_AFTER);
 
     let first = app
-        .client
-        .post(format!("{}/v1/payment_intents", app.url))
-        .bearer_auth(API_KEY)
-        .header("Idempotency-Key", "key-1")
-        .form_body(&form)
+        .stripe_request("/v1/payment_intents", Some("key-1"), &form)
         .send()
         .await;
     assert!(first.is_err(), "no response at all");
@@ -677,12 +674,11 @@ async fn concurrent_confirms_of_one_payment_intent_under_different_keys_charge_o
         .await;
 
     let confirms = (0..16).map(|n| {
-        let request = app
-            .client
-            .post(format!("{}/v1/payment_intents/{id}/confirm", app.url))
-            .bearer_auth(API_KEY)
-            .header("Idempotency-Key", format!("confirm-{n}"))
-            .form_body(&off_session());
+        let request = app.stripe_request(
+            &format!("/v1/payment_intents/{id}/confirm"),
+            Some(&format!("confirm-{n}")),
+            &off_session(),
+        );
         tokio::spawn(request.send())
     });
     let mut statuses = Vec::new();
@@ -702,4 +698,96 @@ async fn the_onecharge_routes_are_not_served_in_the_stripe_dialect() {
         .await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert!(app.gateway.ledger().is_empty());
+}
+
+#[tokio::test]
+async fn requests_without_an_idempotency_key_each_execute_and_nothing_is_saved() {
+    let app = spawn_stripe().await;
+    let form = charge_form("attempt-1", pm::CARD_VISA);
+
+    let first = json(app.stripe_post("/v1/payment_intents", None, &form).await).await;
+    let second = app.stripe_post("/v1/payment_intents", None, &form).await;
+
+    assert!(!is_replay(&second));
+    assert_ne!(json(second).await["id"], first["id"]);
+    let ledger = app.gateway.ledger();
+    assert_eq!(
+        ledger.len(),
+        2,
+        "no key, no protection: Stripe charges twice too"
+    );
+    assert_eq!(ledger[0].idempotency_key, "");
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_under_one_key_charge_once_and_the_others_get_409_or_a_replay() {
+    let app = spawn_stripe_with(MockConfig {
+        faults: FaultConfig {
+            latency: mock_gateway::Latency {
+                fixed_ms: 100,
+                jitter_ms: 0,
+            },
+            ..FaultConfig::default()
+        },
+        ..MockConfig::default()
+    })
+    .await;
+    let form = charge_form("attempt-1", pm::CARD_VISA);
+
+    let sends = (0..16).map(|_| {
+        let request = app.stripe_request("/v1/payment_intents", Some("key-1"), &form);
+        tokio::spawn(request.send())
+    });
+    let mut statuses = Vec::new();
+    for send in sends.collect::<Vec<_>>() {
+        statuses.push(send.await.unwrap().unwrap().status());
+    }
+
+    assert_eq!(app.gateway.ledger().len(), 1);
+    assert!(statuses.contains(&StatusCode::CONFLICT), "{statuses:?}");
+    assert!(statuses
+        .iter()
+        .all(|s| *s == StatusCode::OK || *s == StatusCode::CONFLICT));
+    assert_eq!(app.gateway.stats().created, 1);
+}
+
+#[tokio::test]
+async fn the_request_log_keeps_the_form_and_stats_count_what_charged_nothing_as_accepted() {
+    let app = spawn_stripe_with(MockConfig {
+        latency_distribution: Some(
+            mock_gateway::LatencyDistribution::log_normal(
+                Duration::from_millis(1),
+                Duration::from_millis(2),
+                3,
+            )
+            .unwrap(),
+        ),
+        ..MockConfig::default()
+    })
+    .await;
+    let id = app
+        .created_intent("create-1", "attempt-1", pm::CARD_VISA)
+        .await;
+    app.confirm(&id, "confirm-1", &off_session()).await;
+    app.retrieve(&id).await;
+
+    let recorded = app.gateway.requests();
+    assert_eq!(recorded.len(), 3);
+    assert_eq!(
+        recorded[0].body["metadata[payment_attempt_id]"],
+        "attempt-1"
+    );
+    assert_eq!(recorded[0].idempotency_key.as_deref(), Some("create-1"));
+    assert_eq!(
+        recorded[1].path,
+        format!("/v1/payment_intents/{id}/confirm")
+    );
+    assert_eq!(recorded[2].class, Some(ResponseClass::Lookup));
+    let stats = app.gateway.stats();
+    assert_eq!((stats.accepted, stats.created, stats.lookups), (1, 1, 1));
+    assert_eq!(
+        app.gateway.latency_drawn().draws,
+        3,
+        "every request waits the latency"
+    );
 }

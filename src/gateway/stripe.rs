@@ -1,0 +1,1185 @@
+//! The `stripe` connector: Stripe's PaymentIntents API (contract §3.1; `docs/stripe.md` has
+//! the table of every answer and what the executor does with it).
+//!
+//! A charge is two calls, so that the reconciler can always ask Stripe by id, strongly
+//! consistently, instead of through its eventually consistent search:
+//! 1. **prepare** — `POST /v1/payment_intents` with `confirm=false` under the key
+//!    `<stored key>-create`: a PaymentIntent that cannot charge until it is confirmed. The
+//!    executor stores its id (`payment_attempts.gateway_object_id`) under its lease.
+//! 2. **charge** — `POST /v1/payment_intents/{id}/confirm` with `off_session=true` under the
+//!    key `<stored key>-confirm`. Every try of an attempt sends the same two keys.
+//! 3. **lookup** — `GET /v1/payment_intents/{id}`. No id stored means no confirm was ever
+//!    sent: nothing can have been charged.
+//!
+//! Every function here that reads an answer is pure (the wire arrives as a
+//! [`GatewayReply`]), so each row of the table is a unit test below.
+
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+
+use super::{ChargeRequest, Hints, Prepared};
+use crate::domain::bounded;
+use crate::domain::outcome::{
+    GatewayCharge, GatewayOutcome, GatewayReply, LookupOutcome, RetryAfter, MAX_REASON_CHARS,
+    MAX_RETRY_AFTER,
+};
+
+/// `gateway_url` when `gateway_kind = stripe` and none is configured.
+pub const DEFAULT_URL: &str = "https://api.stripe.com";
+
+/// The API version every request pins (`Stripe-Version`), so that an account's default
+/// version moving on does not change what onecharge sends or reads.
+pub const STRIPE_VERSION: &str = "2024-06-20";
+
+/// Stripe's limit on an `Idempotency-Key`.
+const MAX_KEY_CHARS: usize = 255;
+
+/// Stripe's zero-decimal currencies (docs.stripe.com/currencies#zero-decimal): the amount
+/// is in whole units.
+const ZERO_DECIMAL: [&str; 16] = [
+    "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV",
+    "XAF", "XOF", "XPF",
+];
+
+/// Stripe's three-decimal currencies: the amount is in thousandths and its last digit must
+/// be 0 (docs.stripe.com/currencies#three-decimal).
+const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];
+
+/// The Stripe URLs under `gateway_url`.
+#[derive(Debug, Clone)]
+pub(super) struct Endpoints {
+    pub(super) base: reqwest::Url,
+    pub(super) create_url: reqwest::Url,
+}
+
+impl Endpoints {
+    /// `base` ends with `/`.
+    pub(super) fn new(base: &reqwest::Url) -> anyhow::Result<Self> {
+        let create_url = base.join("v1/payment_intents").with_context(|| {
+            format!("gateway_url `{base}` cannot take the path /v1/payment_intents")
+        })?;
+        Ok(Self {
+            base: base.clone(),
+            create_url,
+        })
+    }
+
+    /// `…/v1/payment_intents/{id}`. An id that is not Stripe's shape is refused rather than
+    /// put in a path.
+    pub(super) fn intent_url(&self, id: &str) -> Result<reqwest::Url, String> {
+        if !is_intent_id(id) {
+            return Err(bounded(
+                &format!("the stored PaymentIntent id `{id}` is not a Stripe id (pi_…)"),
+                MAX_REASON_CHARS,
+            ));
+        }
+        self.base
+            .join(&format!("v1/payment_intents/{id}"))
+            .map_err(|err| format!("cannot build the PaymentIntent URL: {err}"))
+    }
+
+    /// `…/v1/payment_intents/{id}/confirm`.
+    pub(super) fn confirm_url(&self, id: &str) -> Result<reqwest::Url, String> {
+        let mut url = self.intent_url(id)?;
+        let path = format!("{}/confirm", url.path());
+        url.set_path(&path);
+        Ok(url)
+    }
+}
+
+/// `pi_` followed by letters, digits and underscores, as Stripe's ids are.
+pub fn is_intent_id(id: &str) -> bool {
+    id.len() <= 255
+        && id.starts_with("pi_")
+        && id.len() > 3
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// The `Idempotency-Key` of the create call: derived from the attempt's stored key, the
+/// same on every try.
+pub fn create_key(stored: &str) -> String {
+    derived_key(stored, "create")
+}
+
+/// The `Idempotency-Key` of the confirm call: derived from the attempt's stored key, the
+/// same on every try, and different from the create key (Stripe refuses one key for two
+/// endpoints with `idempotency_error`).
+pub fn confirm_key(stored: &str) -> String {
+    derived_key(stored, "confirm")
+}
+
+/// `<stored>-<step>`, or, should that pass Stripe's 255 characters, the SHA-256 of the
+/// stored key in hex with the step: still deterministic and still unique per attempt.
+fn derived_key(stored: &str, step: &str) -> String {
+    let plain = format!("{stored}-{step}");
+    if plain.chars().count() <= MAX_KEY_CHARS {
+        return plain;
+    }
+    format!("{}-{step}", hex::encode(Sha256::digest(stored.as_bytes())))
+}
+
+/// The number of decimals Stripe's `amount` has in `currency` (upper case).
+fn stripe_decimals(currency: &str) -> u32 {
+    if ZERO_DECIMAL.contains(&currency) {
+        0
+    } else if THREE_DECIMAL.contains(&currency) {
+        3
+    } else {
+        // Every other currency is two-decimal in Stripe's API, ISK included (ISO 4217 gives
+        // it no decimals; Stripe keeps it two-decimal for backwards compatibility and wants
+        // the last two digits 00).
+        2
+    }
+}
+
+/// The ISO 4217 minor-unit exponent onecharge's `amount_minor` is counted in.
+fn iso_decimals(currency: &str) -> Result<u32, String> {
+    iso_currency::Currency::from_code(currency)
+        .and_then(|c| c.exponent())
+        .map(u32::from)
+        .ok_or_else(|| format!("currency {currency} has no ISO 4217 minor unit"))
+}
+
+/// Stripe's `amount` for `amount_minor` (ISO 4217 minor units) of `currency`. Where the two
+/// differ (ISK: ISO 0 decimals, Stripe 2 → ×100; MGA: ISO 2, Stripe 0 → ÷100 when whole)
+/// it converts exactly; an amount Stripe cannot take as it stands (a fraction of a unit
+/// Stripe does not count, a three-decimal amount whose last digit is not 0) is refused with
+/// the reason, never rounded: rounding would charge another amount than the command's.
+pub fn stripe_amount(amount_minor: i64, currency: &str) -> Result<i64, String> {
+    let iso = iso_decimals(currency)?;
+    let stripe = stripe_decimals(currency);
+    let amount = if stripe >= iso {
+        10_i64
+            .checked_pow(stripe - iso)
+            .and_then(|factor| amount_minor.checked_mul(factor))
+            .ok_or_else(|| format!("{amount_minor} {currency} is too large for Stripe"))?
+    } else {
+        let factor = 10_i64.pow(iso - stripe);
+        if amount_minor % factor != 0 {
+            return Err(format!(
+                "{amount_minor} {currency} (ISO 4217 minor units) is not a whole amount in Stripe's \
+                 unit for {currency} ({stripe} decimals): Stripe cannot charge it; publish a whole amount"
+            ));
+        }
+        amount_minor / factor
+    };
+    if stripe == 3 && amount % 10 != 0 {
+        return Err(format!(
+            "{amount_minor} {currency}: Stripe charges three-decimal currencies only in amounts \
+             whose last digit is 0; publish an amount rounded to the nearest ten"
+        ));
+    }
+    Ok(amount)
+}
+
+/// `amount_minor` (ISO 4217) for Stripe's `amount` of `currency`: the inverse of
+/// [`stripe_amount`], `None` when it has no exact inverse.
+pub fn minor_amount(amount: i64, currency: &str) -> Option<i64> {
+    let iso = iso_decimals(currency).ok()?;
+    let stripe = stripe_decimals(currency);
+    if stripe >= iso {
+        let factor = 10_i64.checked_pow(stripe - iso)?;
+        (amount % factor == 0).then(|| amount / factor)
+    } else {
+        amount.checked_mul(10_i64.checked_pow(iso - stripe)?)
+    }
+}
+
+/// The create call's form: the command's fields mapped as contract §3.1 says, unconfirmed.
+/// `automatic_payment_methods` without redirects: a confirmation off-session cannot follow a
+/// redirect, and without it Stripe asks a `return_url` of every confirmation.
+pub(super) fn create_form(request: &ChargeRequest) -> Result<Vec<(&'static str, String)>, String> {
+    let charge = &request.charge;
+    let amount = stripe_amount(charge.amount_minor, &charge.currency)?;
+    let mut form = vec![
+        ("amount", amount.to_string()),
+        ("currency", charge.currency.to_ascii_lowercase()),
+        ("customer", charge.customer_id.clone()),
+        ("payment_method", charge.payment_method.clone()),
+        ("confirm", "false".into()),
+        ("automatic_payment_methods[enabled]", "true".into()),
+        ("automatic_payment_methods[allow_redirects]", "never".into()),
+        ("metadata[payment_attempt_id]", charge.reference.clone()),
+    ];
+    if let Some(order_id) = &request.order_id {
+        form.push(("metadata[order_id]", order_id.clone()));
+    }
+    if let Some(description) = &charge.description {
+        form.push(("description", description.clone()));
+    }
+    Ok(form)
+}
+
+/// The confirm call's form: off-session, since the customer is not present to authenticate.
+pub(super) fn confirm_form() -> Vec<(&'static str, String)> {
+    vec![("off_session", "true".into())]
+}
+
+/// A PaymentIntent as Stripe describes it; only what onecharge reads.
+#[derive(Debug, Clone, Deserialize)]
+struct PaymentIntent {
+    id: String,
+    status: String,
+    #[serde(default)]
+    amount: Option<i64>,
+    #[serde(default)]
+    currency: Option<String>,
+    #[serde(default)]
+    metadata: HashMap<String, String>,
+    #[serde(default)]
+    last_payment_error: Option<ErrorDetail>,
+    #[serde(default)]
+    cancellation_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+/// Stripe's error object (docs.stripe.com/api/errors).
+#[derive(Debug, Clone, Deserialize)]
+struct ErrorDetail {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    decline_code: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    payment_intent: Option<Box<PaymentIntent>>,
+}
+
+impl ErrorDetail {
+    /// The most specific code: the issuer's `decline_code`, else Stripe's `code`.
+    fn decline_code(&self) -> Option<String> {
+        self.decline_code.clone().or_else(|| self.code.clone())
+    }
+}
+
+/// Reads the create call's answer. Nothing here can have charged: the PaymentIntent is
+/// created unconfirmed. So an answer that proves nothing (5xx, a timeout, a dropped
+/// connection) is retried with backoff under the same create key — Stripe replays the
+/// PaymentIntent it made, if it made one.
+pub fn classify_create(reply: GatewayReply<'_>, hints: Hints) -> Prepared {
+    let (status, retry_after, body) = match reply {
+        GatewayReply::NotSent { error } => {
+            return Prepared::Refused(GatewayOutcome::NotSent {
+                reason: bounded(error, MAX_REASON_CHARS),
+            })
+        }
+        GatewayReply::Lost { error } => {
+            return Prepared::Refused(GatewayOutcome::NotSent {
+                reason: bounded(
+                    &format!(
+                        "creating the PaymentIntent got no answer ({error}); an unconfirmed PaymentIntent never charges, \
+                         so it is asked for again under the same key"
+                    ),
+                    MAX_REASON_CHARS,
+                ),
+            })
+        }
+        GatewayReply::Answered {
+            status,
+            retry_after,
+            body,
+            ..
+        } => (status, retry_after, body),
+    };
+    match status {
+        200..=299 => match serde_json::from_slice::<PaymentIntent>(body) {
+            Ok(intent) if is_intent_id(&intent.id) => Prepared::Object { id: intent.id },
+            _ => Prepared::Refused(GatewayOutcome::NotSent {
+                reason: bounded(
+                    &format!(
+                        "HTTP {status} to the create call without a readable PaymentIntent: {}; nothing confirmed, \
+                         asked for again under the same key",
+                        snippet(body)
+                    ),
+                    MAX_REASON_CHARS,
+                ),
+            }),
+        },
+        500..=599 => Prepared::Refused(GatewayOutcome::NotSent {
+            reason: bounded(
+                &format!(
+                    "{}; the PaymentIntent is unconfirmed, so nothing was charged",
+                    words(status, body, hints)
+                ),
+                MAX_REASON_CHARS,
+            ),
+        }),
+        _ => Prepared::Refused(refusal(status, retry_after, body, hints)),
+    }
+}
+
+/// Reads the confirm call's answer for PaymentIntent `intent` (docs/stripe.md).
+pub fn classify_confirm(reply: GatewayReply<'_>, hints: Hints, intent: &str) -> GatewayOutcome {
+    let (status, replayed, retry_after, body) = match reply {
+        GatewayReply::NotSent { error } => {
+            return GatewayOutcome::NotSent {
+                reason: bounded(error, MAX_REASON_CHARS),
+            }
+        }
+        GatewayReply::Lost { error } => {
+            return GatewayOutcome::Ambiguous {
+                reason: bounded(
+                    &format!("no answer after the confirm of {intent} was sent: {error}"),
+                    MAX_REASON_CHARS,
+                ),
+            }
+        }
+        GatewayReply::Answered {
+            status,
+            replayed,
+            retry_after,
+            body,
+        } => (status, replayed, retry_after, body),
+    };
+    match status {
+        200..=299 => match serde_json::from_slice::<PaymentIntent>(body) {
+            Ok(pi) => read_confirmed(&pi, replayed),
+            Err(_) => GatewayOutcome::Ambiguous {
+                reason: bounded(
+                    &format!(
+                        "HTTP {status} to the confirm of {intent} without a readable PaymentIntent: {}",
+                        snippet(body)
+                    ),
+                    MAX_REASON_CHARS,
+                ),
+            },
+        },
+        // A card error: declined by the issuer (`decline_code`), or off-session
+        // authentication required (`authentication_required`). The PaymentIntent goes back
+        // to `requires_payment_method` and charges only if confirmed again with a payment
+        // method — which onecharge never sends: the decline is final.
+        402 => match error_of(body) {
+            Some(error) if error.kind.as_deref() == Some("card_error") => {
+                GatewayOutcome::Declined {
+                    charge_id: error
+                        .payment_intent
+                        .as_ref()
+                        .map_or_else(|| intent.to_owned(), |pi| pi.id.clone()),
+                    decline_code: error.decline_code(),
+                    replayed,
+                }
+            }
+            _ => GatewayOutcome::Ambiguous {
+                reason: words(status, body, hints),
+            },
+        },
+        // `payment_intent_unexpected_state`: the PaymentIntent was already confirmed (by an
+        // earlier try whose answer was lost, under a key Stripe no longer holds): its state,
+        // embedded in the error, is the answer.
+        400 => match error_of(body) {
+            Some(ErrorDetail {
+                code: Some(code),
+                payment_intent: Some(pi),
+                ..
+            }) if code == "payment_intent_unexpected_state" => match read_confirmed(&pi, replayed) {
+                outcome @ (GatewayOutcome::Succeeded { .. }
+                | GatewayOutcome::Declined { .. }
+                | GatewayOutcome::Processing { .. }) => outcome,
+                _ => GatewayOutcome::NeedsReview {
+                    reason: words(status, body, hints),
+                },
+            },
+            _ => refusal(status, retry_after, body, hints),
+        },
+        500..=599 => GatewayOutcome::Ambiguous {
+            reason: words(status, body, hints),
+        },
+        _ => refusal(status, retry_after, body, hints),
+    }
+}
+
+/// A PaymentIntent returned by a confirm, read into the executor's outcome.
+fn read_confirmed(pi: &PaymentIntent, replayed: bool) -> GatewayOutcome {
+    match pi.status.as_str() {
+        "succeeded" => GatewayOutcome::Succeeded {
+            charge_id: pi.id.clone(),
+            replayed,
+        },
+        "processing" => GatewayOutcome::Processing {
+            charge_id: pi.id.clone(),
+        },
+        "requires_payment_method" if pi.last_payment_error.is_some() => GatewayOutcome::Declined {
+            charge_id: pi.id.clone(),
+            decline_code: pi.last_payment_error.as_ref().and_then(ErrorDetail::decline_code),
+            replayed,
+        },
+        "canceled" => GatewayOutcome::Declined {
+            charge_id: pi.id.clone(),
+            decline_code: Some(canceled_code(pi)),
+            replayed,
+        },
+        // Off-session, Stripe answers a needed authentication with a 402; a PaymentIntent
+        // left waiting for the customer is not something onecharge can finish or prove
+        // dead, so a person cancels it (or lets the customer act) and resolves the attempt.
+        "requires_action" => GatewayOutcome::NeedsReview {
+            reason: format!(
+                "PaymentIntent {} requires customer action (authentication) although confirmed off-session; \
+                 onecharge cannot authenticate an absent customer: cancel it at Stripe and resolve as declined \
+                 (authentication_required), or resolve as succeeded if the customer completes it",
+                pi.id
+            ),
+        },
+        other => GatewayOutcome::Ambiguous {
+            reason: bounded(
+                &format!(
+                    "the confirm of {} left it `{other}`: the reconciler reads it by id",
+                    pi.id
+                ),
+                MAX_REASON_CHARS,
+            ),
+        },
+    }
+}
+
+/// `canceled`, or why, when Stripe says (`cancellation_reason`).
+fn canceled_code(pi: &PaymentIntent) -> String {
+    match &pi.cancellation_reason {
+        Some(reason) => bounded(&format!("canceled:{reason}"), 100),
+        None => "canceled".into(),
+    }
+}
+
+/// A 4xx that is not a decline: what Stripe refused, read the same for create and confirm.
+fn refusal(status: u16, retry_after: Option<&str>, body: &[u8], hints: Hints) -> GatewayOutcome {
+    let error = error_of(body);
+    match status {
+        401 | 403 => GatewayOutcome::CredentialsFault { status },
+        // Stripe answers an unknown object with its own error body (`resource_missing`):
+        // that is this request's fault. A 404 without one is the wrong URL.
+        404 if error.is_some() => GatewayOutcome::NeedsReview {
+            reason: words(status, body, hints),
+        },
+        300..=399 | 404 | 405 => GatewayOutcome::EndpointFault { status },
+        // Another request with this key is still running at Stripe.
+        409 => GatewayOutcome::RetryLater {
+            after: RetryAfter::InProgress,
+            reason: words(status, body, hints),
+        },
+        // Rate limited: not processed, whatever Stripe-Should-Retry says.
+        429 => GatewayOutcome::RetryLater {
+            after: retry_after
+                .and_then(parse_retry_after)
+                .map_or(RetryAfter::Backoff, RetryAfter::Delay),
+            reason: words(status, body, hints),
+        },
+        // The same key with other parameters (or for another endpoint): retrying cannot
+        // help, and a person must see why the request changed.
+        _ if error.as_ref().and_then(|e| e.kind.as_deref()) == Some("idempotency_error") => {
+            GatewayOutcome::NeedsReview {
+                reason: words(status, body, hints),
+            }
+        }
+        // Any other 4xx was not processed; Stripe says whether the same request may succeed
+        // later.
+        400..=499 if hints.should_retry == Some(true) => GatewayOutcome::RetryLater {
+            after: RetryAfter::Backoff,
+            reason: words(status, body, hints),
+        },
+        _ => GatewayOutcome::NeedsReview {
+            reason: words(status, body, hints),
+        },
+    }
+}
+
+/// Reads the answer to `GET /v1/payment_intents/{id}` for the attempt whose stored key is
+/// `idempotency_key`, as the charges the reconciler compares with the attempt: a
+/// PaymentIntent that never charged is an empty list, one that did (or finally did not) is
+/// one charge. Its `idempotency_key` is the attempt's: the id was stored in that attempt's
+/// row, which is the link; its reference, amount and currency are Stripe's own, checked
+/// by the reconciler.
+pub fn classify_retrieve(reply: GatewayReply<'_>, idempotency_key: &str) -> LookupOutcome {
+    let (status, body) = match reply {
+        GatewayReply::NotSent { error } | GatewayReply::Lost { error } => {
+            return LookupOutcome::Failed {
+                reason: bounded(error, MAX_REASON_CHARS),
+            }
+        }
+        GatewayReply::Answered { status, body, .. } => (status, body),
+    };
+    match status {
+        200 => match serde_json::from_slice::<PaymentIntent>(body) {
+            Ok(pi) => {
+                LookupOutcome::Found(read_retrieved(&pi, idempotency_key).into_iter().collect())
+            }
+            Err(err) => LookupOutcome::Failed {
+                reason: bounded(
+                    &format!(
+                        "HTTP 200 with an unreadable PaymentIntent ({err}): {}",
+                        snippet(body)
+                    ),
+                    MAX_REASON_CHARS,
+                ),
+            },
+        },
+        401 | 403 => LookupOutcome::CredentialsFault { status },
+        404 if error_of(body).is_some() => LookupOutcome::Failed {
+            reason: format!(
+                "{}: Stripe has no PaymentIntent with the stored id under this API key",
+                words(status, body, Hints::default())
+            ),
+        },
+        300..=399 | 404 | 405 => LookupOutcome::EndpointFault { status },
+        _ => LookupOutcome::Failed {
+            reason: words(status, body, Hints::default()),
+        },
+    }
+}
+
+/// The charge a retrieved PaymentIntent amounts to, if any.
+fn read_retrieved(pi: &PaymentIntent, idempotency_key: &str) -> Option<GatewayCharge> {
+    let (status, decline_code) = match pi.status.as_str() {
+        "succeeded" => ("succeeded".to_owned(), None),
+        // Never confirmed, or a confirm Stripe refused before charging: nothing charged,
+        // nothing final.
+        "requires_confirmation" => return None,
+        "requires_payment_method" => match &pi.last_payment_error {
+            Some(error) => ("declined".to_owned(), error.decline_code()),
+            None => return None,
+        },
+        "canceled" => ("declined".to_owned(), Some(canceled_code(pi))),
+        // `processing`, `requires_action`, `requires_capture`, anything new: not final, or
+        // not onecharge's flow; never adopted (the reconciler looks again, then a person).
+        other => (other.to_owned(), None),
+    };
+    let currency = pi.currency.as_deref().map(str::to_ascii_uppercase);
+    let amount_minor = match (pi.amount, currency.as_deref()) {
+        (Some(amount), Some(currency)) => minor_amount(amount, currency),
+        _ => None,
+    };
+    Some(GatewayCharge {
+        id: pi.id.clone(),
+        status,
+        decline_code,
+        idempotency_key: Some(idempotency_key.to_owned()),
+        reference: pi.metadata.get("payment_attempt_id").cloned(),
+        amount_minor,
+        currency,
+    })
+}
+
+fn error_of(body: &[u8]) -> Option<ErrorDetail> {
+    serde_json::from_slice::<ErrorBody>(body)
+        .ok()
+        .map(|b| b.error)
+}
+
+/// "HTTP 402 card_error/card_declined (insufficient_funds): <message>", with
+/// `Stripe-Should-Retry` when sent. Bounded.
+fn words(status: u16, body: &[u8], hints: Hints) -> String {
+    let mut text = format!("HTTP {status}");
+    match error_of(body) {
+        Some(error) => {
+            let kind = [error.kind.as_deref(), error.code.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join("/");
+            if !kind.is_empty() {
+                text.push(' ');
+                text.push_str(&kind);
+            }
+            if let Some(decline) = &error.decline_code {
+                text.push_str(&format!(" ({decline})"));
+            }
+            if let Some(message) = &error.message {
+                text.push_str(": ");
+                text.push_str(message);
+            }
+        }
+        None => {
+            let raw = snippet(body);
+            if !raw.is_empty() {
+                text.push(' ');
+                text.push_str(&raw);
+            }
+        }
+    }
+    if let Some(retry) = hints.should_retry {
+        text.push_str(&format!(" [Stripe-Should-Retry: {retry}]"));
+    }
+    bounded(&text, MAX_REASON_CHARS)
+}
+
+fn snippet(body: &[u8]) -> String {
+    bounded(String::from_utf8_lossy(body).trim(), 300)
+}
+
+/// `Retry-After` in seconds, capped as for §3.
+fn parse_retry_after(raw: &str) -> Option<std::time::Duration> {
+    let digits = raw.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds = digits.parse::<u64>().unwrap_or(u64::MAX);
+    Some(std::time::Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
+}
+
+#[cfg(test)]
+mod tests {
+    //! One test per row of the table in docs/stripe.md.
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::gateway::ChargeBody;
+
+    const PI: &str = "pi_3Nx1";
+
+    fn answer(status: u16, body: &str) -> GatewayReply<'_> {
+        GatewayReply::Answered {
+            status,
+            replayed: false,
+            retry_after: None,
+            body: body.as_bytes(),
+        }
+    }
+
+    fn confirm(status: u16, body: &str) -> GatewayOutcome {
+        classify_confirm(answer(status, body), Hints::default(), PI)
+    }
+
+    fn intent(status: &str) -> serde_json::Value {
+        serde_json::json!({
+            "id": PI, "object": "payment_intent", "status": status, "amount": 1999,
+            "currency": "eur", "customer": "cus_42", "payment_method": "pm_card_visa",
+            "metadata": {"payment_attempt_id": "6f1c2a9e", "order_id": "ord_1001"},
+            "last_payment_error": null, "latest_charge": null,
+        })
+    }
+
+    fn declined_intent(code: &str, decline_code: Option<&str>) -> serde_json::Value {
+        let mut pi = intent("requires_payment_method");
+        pi["last_payment_error"] = serde_json::json!({
+            "type": "card_error", "code": code, "decline_code": decline_code,
+            "message": "Your card was declined."
+        });
+        pi
+    }
+
+    fn card_error(code: &str, decline_code: Option<&str>) -> String {
+        serde_json::json!({"error": {
+            "type": "card_error", "code": code, "decline_code": decline_code,
+            "message": "Your card was declined.",
+            "payment_intent": declined_intent(code, decline_code),
+        }})
+        .to_string()
+    }
+
+    fn error(kind: &str, code: Option<&str>) -> String {
+        serde_json::json!({"error": {"type": kind, "code": code, "message": "words"}}).to_string()
+    }
+
+    #[test]
+    fn a_succeeded_payment_intent_is_succeeded_with_its_id() {
+        assert_eq!(
+            confirm(200, &intent("succeeded").to_string()),
+            GatewayOutcome::Succeeded {
+                charge_id: PI.into(),
+                replayed: false
+            }
+        );
+        let replayed = classify_confirm(
+            GatewayReply::Answered {
+                status: 200,
+                replayed: true,
+                retry_after: None,
+                body: intent("succeeded").to_string().as_bytes(),
+            },
+            Hints::default(),
+            PI,
+        );
+        assert_eq!(
+            replayed,
+            GatewayOutcome::Succeeded {
+                charge_id: PI.into(),
+                replayed: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_card_error_with_a_decline_code_is_declined_with_that_code() {
+        for (code, decline, expected) in [
+            (
+                "card_declined",
+                Some("insufficient_funds"),
+                "insufficient_funds",
+            ),
+            ("card_declined", Some("generic_decline"), "generic_decline"),
+            ("expired_card", None, "expired_card"),
+        ] {
+            assert_eq!(
+                confirm(402, &card_error(code, decline)),
+                GatewayOutcome::Declined {
+                    charge_id: PI.into(),
+                    decline_code: Some(expected.into()),
+                    replayed: false
+                },
+                "{code}/{decline:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn authentication_required_off_session_is_declined_with_that_code() {
+        assert_eq!(
+            confirm(
+                402,
+                &card_error("authentication_required", Some("authentication_required"))
+            ),
+            GatewayOutcome::Declined {
+                charge_id: PI.into(),
+                decline_code: Some("authentication_required".into()),
+                replayed: false
+            }
+        );
+        // Without Stripe's decline_code, its error code says it.
+        assert!(matches!(
+            confirm(402, &card_error("authentication_required", None)),
+            GatewayOutcome::Declined { decline_code: Some(ref c), .. } if c == "authentication_required"
+        ));
+    }
+
+    #[test]
+    fn a_payment_intent_left_in_requires_action_needs_a_person() {
+        let outcome = confirm(200, &intent("requires_action").to_string());
+        assert!(
+            matches!(&outcome, GatewayOutcome::NeedsReview { reason } if reason.contains(PI) && reason.contains("requires customer action")),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_decline_returned_as_a_payment_intent_is_declined() {
+        assert_eq!(
+            confirm(
+                200,
+                &declined_intent("card_declined", Some("do_not_honor")).to_string()
+            ),
+            GatewayOutcome::Declined {
+                charge_id: PI.into(),
+                decline_code: Some("do_not_honor".into()),
+                replayed: false
+            }
+        );
+    }
+
+    #[test]
+    fn processing_is_not_final_and_not_a_failure() {
+        let outcome = confirm(200, &intent("processing").to_string());
+        assert_eq!(
+            outcome,
+            GatewayOutcome::Processing {
+                charge_id: PI.into()
+            }
+        );
+        assert!(!outcome.is_gateway_failure());
+        assert_eq!(outcome.label(), "processing");
+    }
+
+    #[test]
+    fn a_canceled_payment_intent_is_declined_as_canceled() {
+        let mut pi = intent("canceled");
+        assert_eq!(
+            confirm(200, &pi.to_string()),
+            GatewayOutcome::Declined {
+                charge_id: PI.into(),
+                decline_code: Some("canceled".into()),
+                replayed: false
+            }
+        );
+        pi["cancellation_reason"] = "abandoned".into();
+        assert!(matches!(
+            confirm(200, &pi.to_string()),
+            GatewayOutcome::Declined { decline_code: Some(ref c), .. } if c == "canceled:abandoned"
+        ));
+    }
+
+    #[test]
+    fn an_idempotency_error_needs_review() {
+        let outcome = confirm(400, &error("idempotency_error", None));
+        assert!(
+            matches!(&outcome, GatewayOutcome::NeedsReview { reason } if reason.contains("idempotency_error")),
+            "{outcome:?}"
+        );
+        let prepared = classify_create(
+            answer(400, &error("idempotency_error", None)),
+            Hints::default(),
+        );
+        assert!(matches!(
+            prepared,
+            Prepared::Refused(GatewayOutcome::NeedsReview { .. })
+        ));
+    }
+
+    #[test]
+    fn a_409_is_retried_later_with_the_same_key_and_no_try_consumed() {
+        let body = error("idempotency_error", Some("idempotency_key_in_use"));
+        for outcome in [
+            confirm(409, &body),
+            match classify_create(answer(409, &body), Hints::default()) {
+                Prepared::Refused(outcome) => outcome,
+                other => panic!("{other:?}"),
+            },
+        ] {
+            assert!(
+                matches!(
+                    outcome,
+                    GatewayOutcome::RetryLater {
+                        after: RetryAfter::InProgress,
+                        ..
+                    }
+                ),
+                "{outcome:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_429_is_retried_after_retry_after_or_with_backoff() {
+        let with = |retry_after: Option<&'static str>, should_retry| {
+            classify_confirm(
+                GatewayReply::Answered {
+                    status: 429,
+                    replayed: false,
+                    retry_after,
+                    body: br#"{"error":{"type":"invalid_request_error","code":"rate_limit"}}"#,
+                },
+                Hints { should_retry },
+                PI,
+            )
+        };
+        assert!(matches!(
+            with(Some("3"), Some(true)),
+            GatewayOutcome::RetryLater { after: RetryAfter::Delay(d), .. } if d == Duration::from_secs(3)
+        ));
+        for should_retry in [Some(true), Some(false), None] {
+            assert!(matches!(
+                with(None, should_retry),
+                GatewayOutcome::RetryLater {
+                    after: RetryAfter::Backoff,
+                    ..
+                }
+            ));
+        }
+    }
+
+    #[test]
+    fn stripe_should_retry_decides_an_unlisted_4xx() {
+        let body = error("invalid_request_error", Some("lock_timeout"));
+        let with = |should_retry| classify_confirm(answer(400, &body), Hints { should_retry }, PI);
+        assert!(matches!(
+            with(Some(true)),
+            GatewayOutcome::RetryLater {
+                after: RetryAfter::Backoff,
+                ..
+            }
+        ));
+        assert!(
+            matches!(with(Some(false)), GatewayOutcome::NeedsReview { ref reason } if reason.contains("Stripe-Should-Retry: false"))
+        );
+        assert!(matches!(with(None), GatewayOutcome::NeedsReview { .. }));
+    }
+
+    #[test]
+    fn a_5xx_timeout_or_dropped_connection_on_confirm_is_ambiguous() {
+        for should_retry in [Some(true), Some(false), None] {
+            let outcome = classify_confirm(
+                answer(500, &error("api_error", None)),
+                Hints { should_retry },
+                PI,
+            );
+            assert!(
+                matches!(outcome, GatewayOutcome::Ambiguous { .. }),
+                "{outcome:?}"
+            );
+        }
+        assert!(matches!(
+            confirm(503, "<html>bad gateway</html>"),
+            GatewayOutcome::Ambiguous { .. }
+        ));
+        assert!(matches!(
+            classify_confirm(
+                GatewayReply::Lost {
+                    error: "operation timed out"
+                },
+                Hints::default(),
+                PI
+            ),
+            GatewayOutcome::Ambiguous { ref reason } if reason.contains(PI) && reason.contains("timed out")
+        ));
+        assert!(matches!(
+            confirm(200, "{not json"),
+            GatewayOutcome::Ambiguous { .. }
+        ));
+        assert!(matches!(
+            confirm(402, "not stripe's error"),
+            GatewayOutcome::Ambiguous { .. }
+        ));
+    }
+
+    #[test]
+    fn a_request_never_sent_is_retried_with_backoff() {
+        let outcome = classify_confirm(
+            GatewayReply::NotSent {
+                error: "connection refused",
+            },
+            Hints::default(),
+            PI,
+        );
+        assert!(matches!(outcome, GatewayOutcome::NotSent { .. }));
+    }
+
+    #[test]
+    fn a_401_or_403_pauses_on_credentials() {
+        for status in [401, 403] {
+            let body = error("invalid_request_error", None);
+            assert_eq!(
+                confirm(status, &body),
+                GatewayOutcome::CredentialsFault { status }
+            );
+            assert_eq!(
+                classify_create(answer(status, &body), Hints::default()),
+                Prepared::Refused(GatewayOutcome::CredentialsFault { status })
+            );
+            assert_eq!(
+                classify_retrieve(answer(status, &body), "k"),
+                LookupOutcome::CredentialsFault { status }
+            );
+        }
+    }
+
+    #[test]
+    fn a_404_from_stripe_is_this_requests_fault_and_a_bare_404_the_wrong_url() {
+        let missing = error("invalid_request_error", Some("resource_missing"));
+        assert!(matches!(
+            confirm(404, &missing),
+            GatewayOutcome::NeedsReview { .. }
+        ));
+        assert_eq!(
+            confirm(404, "Not Found"),
+            GatewayOutcome::EndpointFault { status: 404 }
+        );
+        assert!(
+            matches!(classify_retrieve(answer(404, &missing), "k"), LookupOutcome::Failed { ref reason } if reason.contains("no PaymentIntent"))
+        );
+        assert_eq!(
+            classify_retrieve(answer(404, ""), "k"),
+            LookupOutcome::EndpointFault { status: 404 }
+        );
+    }
+
+    #[test]
+    fn a_confirm_of_an_already_confirmed_payment_intent_reads_its_state() {
+        let unexpected = |pi: serde_json::Value| {
+            serde_json::json!({"error": {
+                "type": "invalid_request_error", "code": "payment_intent_unexpected_state",
+                "message": "already succeeded", "payment_intent": pi,
+            }})
+            .to_string()
+        };
+        assert!(matches!(
+            confirm(400, &unexpected(intent("succeeded"))),
+            GatewayOutcome::Succeeded { ref charge_id, .. } if charge_id == PI
+        ));
+        assert!(matches!(
+            confirm(400, &unexpected(intent("canceled"))),
+            GatewayOutcome::Declined { .. }
+        ));
+        assert!(matches!(
+            confirm(400, &unexpected(intent("requires_capture"))),
+            GatewayOutcome::NeedsReview { .. }
+        ));
+        assert!(matches!(
+            confirm(400, &error("invalid_request_error", Some("parameter_invalid_integer"))),
+            GatewayOutcome::NeedsReview { ref reason } if reason.contains("parameter_invalid_integer")
+        ));
+    }
+
+    #[test]
+    fn the_create_call_yields_the_payment_intent_id_and_never_an_ambiguity() {
+        assert_eq!(
+            classify_create(
+                answer(200, &intent("requires_confirmation").to_string()),
+                Hints::default()
+            ),
+            Prepared::Object { id: PI.into() }
+        );
+        // Nothing can have charged: an unconfirmed PaymentIntent. Retried under the same key.
+        for reply in [
+            answer(500, &error("api_error", None)),
+            answer(200, "garbage"),
+            GatewayReply::Lost { error: "timeout" },
+            GatewayReply::NotSent { error: "refused" },
+        ] {
+            let prepared = classify_create(reply, Hints::default());
+            assert!(
+                matches!(prepared, Prepared::Refused(GatewayOutcome::NotSent { .. })),
+                "{reply:?}: {prepared:?}"
+            );
+        }
+        assert!(matches!(
+            classify_create(
+                answer(
+                    400,
+                    &error("invalid_request_error", Some("resource_missing"))
+                ),
+                Hints::default()
+            ),
+            Prepared::Refused(GatewayOutcome::NeedsReview { .. })
+        ));
+    }
+
+    #[test]
+    fn a_retrieved_payment_intent_reads_as_the_charges_it_made() {
+        let read =
+            |pi: serde_json::Value| classify_retrieve(answer(200, &pi.to_string()), "onecharge-x");
+        let LookupOutcome::Found(found) = read(intent("succeeded")) else {
+            panic!()
+        };
+        assert_eq!(
+            found,
+            vec![GatewayCharge {
+                id: PI.into(),
+                status: "succeeded".into(),
+                decline_code: None,
+                idempotency_key: Some("onecharge-x".into()),
+                reference: Some("6f1c2a9e".into()),
+                amount_minor: Some(1999),
+                currency: Some("EUR".into()),
+            }]
+        );
+        // Nothing was charged: never confirmed, or refused before charging.
+        for pi in [
+            intent("requires_confirmation"),
+            intent("requires_payment_method"),
+        ] {
+            assert_eq!(read(pi), LookupOutcome::Found(Vec::new()));
+        }
+        let declined = read(declined_intent("card_declined", Some("insufficient_funds")));
+        assert!(
+            matches!(&declined, LookupOutcome::Found(c) if c[0].status == "declined" && c[0].decline_code.as_deref() == Some("insufficient_funds"))
+        );
+        assert!(
+            matches!(read(intent("canceled")), LookupOutcome::Found(c) if c[0].status == "declined")
+        );
+        // Not final: never adopted by the reconciler (it looks again).
+        for status in ["processing", "requires_action", "requires_capture"] {
+            assert!(
+                matches!(read(intent(status)), LookupOutcome::Found(ref c) if c[0].status == status)
+            );
+        }
+        assert!(matches!(
+            classify_retrieve(answer(503, ""), "k"),
+            LookupOutcome::Failed { .. }
+        ));
+        assert!(matches!(
+            classify_retrieve(GatewayReply::Lost { error: "reset" }, "k"),
+            LookupOutcome::Failed { .. }
+        ));
+    }
+
+    #[test]
+    fn amounts_follow_stripes_decimals_not_only_iso_4217() {
+        // two-decimal, zero-decimal (same in both), three-decimal with a last digit of 0
+        assert_eq!(stripe_amount(1999, "EUR"), Ok(1999));
+        assert_eq!(stripe_amount(500, "JPY"), Ok(500));
+        assert_eq!(stripe_amount(5000, "UGX"), Ok(5000));
+        assert_eq!(stripe_amount(1230, "KWD"), Ok(1230));
+        assert!(stripe_amount(1235, "KWD")
+            .unwrap_err()
+            .contains("last digit is 0"));
+        // ISK: ISO has no decimals, Stripe counts it in hundredths
+        assert_eq!(stripe_amount(4000, "ISK"), Ok(400_000));
+        // HUF and TWD are two-decimal in both
+        assert_eq!(stripe_amount(150_000, "HUF"), Ok(150_000));
+        assert_eq!(stripe_amount(9_900, "TWD"), Ok(9_900));
+        // back again, for the reconciler's comparison
+        for (amount, currency) in [(1999, "EUR"), (500, "JPY"), (4000, "ISK"), (1230, "KWD")] {
+            let stripe = stripe_amount(amount, currency).unwrap();
+            assert_eq!(minor_amount(stripe, currency), Some(amount), "{currency}");
+        }
+        assert_eq!(minor_amount(400_050, "ISK"), None);
+    }
+
+    #[test]
+    fn a_currency_whose_iso_unit_stripe_does_not_count_is_refused_unless_whole() {
+        // MGA: ISO 4217 counts 1/100 ariary (exponent 2); Stripe is zero-decimal.
+        assert_eq!(stripe_amount(150_000, "MGA"), Ok(1_500));
+        assert!(stripe_amount(150_050, "MGA")
+            .unwrap_err()
+            .contains("not a whole amount"));
+        assert_eq!(minor_amount(1_500, "MGA"), Some(150_000));
+    }
+
+    #[test]
+    fn the_create_form_maps_the_command_as_the_contract_says() {
+        let request = ChargeRequest::new(
+            "onecharge-6f1c2a9e",
+            &ChargeBody {
+                amount_minor: 1999,
+                currency: "EUR".into(),
+                customer_id: "cus_42".into(),
+                payment_method: "pm_card_visa".into(),
+                reference: "6f1c2a9e".into(),
+                description: Some("Order ord_1001".into()),
+            },
+        )
+        .for_order("ord_1001");
+        let form = create_form(&request).unwrap();
+        let get = |k: &str| {
+            form.iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("amount"), Some("1999"));
+        assert_eq!(get("currency"), Some("eur"));
+        assert_eq!(get("customer"), Some("cus_42"));
+        assert_eq!(get("payment_method"), Some("pm_card_visa"));
+        assert_eq!(get("confirm"), Some("false"));
+        assert_eq!(get("metadata[payment_attempt_id]"), Some("6f1c2a9e"));
+        assert_eq!(get("metadata[order_id]"), Some("ord_1001"));
+        assert_eq!(get("description"), Some("Order ord_1001"));
+        assert_eq!(create_form(&request), create_form(&request.clone()));
+        assert_eq!(confirm_form(), vec![("off_session", "true".to_string())]);
+    }
+
+    #[test]
+    fn derived_keys_are_stable_distinct_and_within_stripes_limit() {
+        let stored = "onecharge-6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11";
+        assert_eq!(create_key(stored), format!("{stored}-create"));
+        assert_eq!(confirm_key(stored), format!("{stored}-confirm"));
+        assert_ne!(create_key(stored), confirm_key(stored));
+        let long = "k".repeat(255);
+        for key in [create_key(&long), confirm_key(&long)] {
+            assert!(key.chars().count() <= 255);
+        }
+        assert_eq!(create_key(&long), create_key(&long));
+        assert_ne!(create_key(&long), create_key(&"j".repeat(255)));
+    }
+
+    #[test]
+    fn only_stripe_shaped_ids_go_into_a_path() {
+        assert!(is_intent_id("pi_3Nx1abcDEF_9"));
+        for bad in [
+            "",
+            "pi_",
+            "ch_1",
+            "pi_1/../../v1/charges",
+            "pi_1?x=y",
+            "pi_1 2",
+        ] {
+            assert!(!is_intent_id(bad), "{bad}");
+        }
+    }
+}

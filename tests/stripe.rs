@@ -1,0 +1,649 @@
+//! The `stripe` connector end to end: real PostgreSQL, the executor and reconciler, and the
+//! in-process mock gateway speaking Stripe (`Dialect::Stripe`). One test per row of the
+//! table in docs/stripe.md that needs the wire; the pure rows are unit tests in
+//! `src/gateway/stripe.rs`. Every test checks the mock's ledger: at most one charge.
+
+mod support;
+
+use std::time::Duration;
+
+use mock_gateway::stripe::payment_methods as spm;
+use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
+use onecharge::domain::outcome::GatewayOutcome;
+use onecharge::domain::AttemptStatus;
+use onecharge::gateway::stripe::{confirm_key, create_key};
+use onecharge::gateway::{GatewayClient, GatewayKind, Prepared};
+use onecharge::reconciler::Resolution;
+use onecharge::store::gateway_objects::{gateway_object_id, record_gateway_object};
+use onecharge::store::intake::record_batch;
+use support::{charge_request_with_amount, command, record, Harness};
+
+/// A harness whose mock speaks Stripe and whose settings choose the stripe connector.
+async fn stripe_harness() -> Harness {
+    Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            ..MockConfig::default()
+        },
+        |s| s.gateway_kind = GatewayKind::Stripe,
+    )
+    .await
+}
+
+/// The connector `gateway_kind = stripe` builds from the settings.
+fn stripe_client(h: &Harness) -> GatewayClient {
+    let client = GatewayClient::from_settings(&h.settings).expect("a stripe client");
+    assert_eq!(client.kind(), GatewayKind::Stripe);
+    client
+}
+
+/// The attempt's calls as (operation, http status, outcome, charge id), in order.
+async fn calls(h: &Harness, id: uuid::Uuid) -> Vec<(String, Option<i32>, String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT operation, http_status, outcome, gateway_charge_id FROM gateway_calls
+         WHERE payment_attempt_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap()
+}
+
+fn call(
+    op: &str,
+    status: Option<i32>,
+    outcome: &str,
+    id: Option<&str>,
+) -> (String, Option<i32>, String, Option<String>) {
+    (op.into(), status, outcome.into(), id.map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_succeeded_payment_intent_is_created_unconfirmed_stored_then_confirmed_off_session() {
+    let h = stripe_harness().await;
+    let command = h.seed(spm::CARD_VISA).await;
+    let id = command.payment_attempt_id;
+
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Succeeded), 1);
+
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), 1, "exactly one charge");
+    let pi = ledger[0].id.clone();
+    assert!(pi.starts_with("pi_"), "{pi}");
+    assert_eq!(ledger[0].reference, id.to_string());
+    assert_eq!(ledger[0].amount_minor, 1999);
+    assert_eq!(ledger[0].currency, "EUR");
+    assert_eq!(
+        ledger[0].idempotency_key,
+        confirm_key(&command.idempotency_key())
+    );
+    h.assert_charged_once(id).await;
+    assert_eq!(
+        gateway_object_id(&h.store, id).await.unwrap(),
+        Some(pi.clone())
+    );
+    assert_eq!(
+        calls(&h, id).await,
+        vec![
+            call("prepare", Some(200), "prepared", Some(&pi)),
+            call("charge", Some(200), "succeeded", Some(&pi)),
+        ]
+    );
+
+    // What went on the wire: the contract's mapping, two derived keys.
+    let requests = h.gateway.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let (create, confirm) = (&requests[0], &requests[1]);
+    assert_eq!(create.path, "/v1/payment_intents");
+    assert_eq!(
+        create.idempotency_key.as_deref(),
+        Some(create_key(&command.idempotency_key()).as_str())
+    );
+    assert_eq!(create.body["amount"], "1999");
+    assert_eq!(create.body["currency"], "eur");
+    assert_eq!(create.body["customer"], "cus_42");
+    assert_eq!(create.body["payment_method"], spm::CARD_VISA);
+    assert_eq!(create.body["confirm"], "false");
+    assert_eq!(create.body["metadata[payment_attempt_id]"], id.to_string());
+    assert_eq!(create.body["metadata[order_id]"], command.order_id);
+    assert_eq!(confirm.path, format!("/v1/payment_intents/{pi}/confirm"));
+    assert_eq!(
+        confirm.idempotency_key.as_deref(),
+        Some(confirm_key(&command.idempotency_key()).as_str())
+    );
+    assert_eq!(confirm.body["off_session"], "true");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_decline_is_declined_with_stripes_decline_code_and_charges_nothing() {
+    let h = stripe_harness().await;
+    let declined = h
+        .seed_many(&[
+            spm::CARD_CHARGE_DECLINED_INSUFFICIENT_FUNDS,
+            spm::CARD_AUTHENTICATION_REQUIRED,
+        ])
+        .await;
+
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Declined), 2);
+    assert!(h.gateway.ledger().is_empty(), "nothing charged");
+    for (command, code) in declined
+        .iter()
+        .zip(["insufficient_funds", "authentication_required"])
+    {
+        let row = h.attempt(command.payment_attempt_id).await;
+        assert_eq!(row.status, "declined");
+        assert_eq!(row.decline_code.as_deref(), Some(code));
+        assert!(row.gateway_charge_id.unwrap().starts_with("pi_"));
+        let events = h.events(command.payment_attempt_id).await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].1["decline_code"], code);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processing_goes_to_unknown_and_the_reconciler_reads_it_by_id_until_it_succeeds() {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
+
+    let executor = h.executor_with(stripe_client(&h));
+    let report = executor.run_once().await.unwrap();
+    assert!(matches!(
+        report.attempts[0].outcome,
+        Some(GatewayOutcome::Processing { .. })
+    ));
+    assert_eq!(report.count(AttemptStatus::Unknown), 1);
+    assert_eq!(h.attempt(id).await.status, "unknown");
+    assert_eq!(
+        executor.health().snapshot().consecutive_failures,
+        0,
+        "processing is not a gateway failure"
+    );
+
+    // Still processing: not adopted, looked at again later.
+    let reconciler = h.reconciler_with(stripe_client(&h));
+    let pass = reconciler.run_once().await.unwrap();
+    assert_eq!(pass.rescheduled(), 1, "{pass:?}");
+    assert!(h.gateway.ledger().is_empty());
+
+    h.finish_slow_charge().await;
+    h.advance(Duration::from_secs(3600)).await;
+    let pass = reconciler.run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    h.assert_charged_once(id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_after_charging_is_ambiguous_and_retrieval_by_id_finds_the_charge() {
+    let h = stripe_harness().await;
+    let id = h.seed(pm::FAULT_ERROR_AFTER).await.payment_attempt_id;
+
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Unknown), 1);
+    assert_eq!(h.gateway.ledger().len(), 1, "Stripe charged before its 500");
+
+    let pass = h
+        .reconciler_with(stripe_client(&h))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    h.assert_charged_once(id).await;
+    let recorded = calls(&h, id).await;
+    assert_eq!(recorded[1].0, "charge");
+    assert_eq!(recorded[1].1, Some(500));
+    assert_eq!(recorded[2].0, "lookup");
+    assert_eq!(recorded[2].2, "found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_after_the_confirm_is_settled_by_id_with_one_charge() {
+    let h = stripe_harness().await;
+    let id = h.seed(pm::FAULT_DROP_AFTER).await.payment_attempt_id;
+
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert!(matches!(
+        report.attempts[0].outcome,
+        Some(GatewayOutcome::Ambiguous { .. })
+    ));
+    let pass = h
+        .reconciler_with(stripe_client(&h))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    h.assert_charged_once(id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_before_charging_is_reconfirmed_under_the_same_key_and_charges_once() {
+    let h = stripe_harness().await;
+    let command = h.seed(pm::FAULT_ERROR_BEFORE).await;
+    let id = command.payment_attempt_id;
+    let executor = h.executor_with(stripe_client(&h));
+
+    assert_eq!(
+        executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Unknown),
+        1
+    );
+    assert!(h.gateway.ledger().is_empty());
+    // Retrieved by id: still requires_confirmation, so nothing charged: confirm again.
+    let pass = h
+        .reconciler_with(stripe_client(&h))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.count(AttemptStatus::Pending), 1, "{pass:?}");
+    assert_eq!(
+        executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Succeeded),
+        1
+    );
+    h.assert_charged_once(id).await;
+    let confirms: Vec<_> = h
+        .gateway
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/confirm"))
+        .map(|r| r.idempotency_key)
+        .collect();
+    assert_eq!(confirms.len(), 2);
+    assert!(confirms
+        .iter()
+        .all(|k| k.as_deref() == Some(confirm_key(&command.idempotency_key()).as_str())));
+    let creates = h
+        .gateway
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/payment_intents")
+        .count();
+    assert_eq!(
+        creates, 1,
+        "the stored PaymentIntent is reused, never created again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_is_retried_later_with_the_same_keys() {
+    let h = stripe_harness().await;
+    let id = h.seed(pm::FAULT_RATE_LIMIT).await.payment_attempt_id;
+    let executor = h.executor_with(stripe_client(&h));
+
+    let report = executor.run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Pending), 1);
+    assert_eq!(
+        report.attempts[0].outcome.as_ref().unwrap().label(),
+        "rate_limited"
+    );
+    assert!(h.gateway.ledger().is_empty());
+    h.advance(Duration::from_secs(60)).await;
+    assert_eq!(
+        executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Succeeded),
+        1
+    );
+    h.assert_charged_once(id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_credentials_pause_before_anything_is_created_and_cost_no_try() {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let wrong = GatewayClient::for_kind(
+        GatewayKind::Stripe,
+        &h.settings.gateway_url,
+        secrecy::SecretString::from("sk_test_wrong"),
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+        Vec::new(),
+    )
+    .unwrap();
+    let executor = h.executor_with(wrong);
+
+    let report = executor.run_once().await.unwrap();
+    assert_eq!(
+        report.attempts[0].outcome,
+        Some(GatewayOutcome::CredentialsFault { status: 401 })
+    );
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "pending");
+    assert_eq!(row.tries, 0, "the try is refunded");
+    assert_eq!(gateway_object_id(&h.store, id).await.unwrap(), None);
+    assert_eq!(
+        calls(&h, id).await,
+        vec![call("prepare", Some(401), "credentials_fault", None)]
+    );
+    assert_eq!(executor.health().snapshot().credentials_rejected, Some(401));
+    assert!(h.gateway.ledger().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_that_died_before_storing_a_payment_intent_charged_nothing_and_is_resent() {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let executor = h.executor_with(stripe_client(&h));
+    // Claimed, then the process died: no PaymentIntent id stored.
+    assert_eq!(executor.claim(1).await.unwrap().len(), 1);
+    h.advance(Duration::from_secs(60)).await;
+
+    let pass = h
+        .reconciler_with(stripe_client(&h))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.leases_expired, vec![id]);
+    assert!(
+        matches!(
+            pass.resolutions[..],
+            [(_, Resolution::Moved(AttemptStatus::Pending))]
+        ),
+        "{pass:?}"
+    );
+    assert!(
+        h.gateway.requests().is_empty(),
+        "no PaymentIntent stored: proven without asking Stripe"
+    );
+    let lookup = &calls(&h, id).await[0];
+    assert_eq!(lookup.0, "lookup");
+    assert_eq!(lookup.1, None, "no HTTP call was made");
+
+    assert_eq!(
+        executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Succeeded),
+        1
+    );
+    h.assert_charged_once(id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_that_died_between_storing_and_confirming_is_settled_by_retrieving_the_intent()
+{
+    let h = stripe_harness().await;
+    let command = h.seed(spm::CARD_VISA).await;
+    let id = command.payment_attempt_id;
+    let client = stripe_client(&h);
+    let executor = h.executor_with(client.clone());
+    let claimed = executor.claim(1).await.unwrap().remove(0);
+    // The first step ran and its id was stored; then the process died before the confirm.
+    let prepared = client
+        .prepare(&claimed.charge_request())
+        .await
+        .expect("stripe prepares");
+    let Prepared::Object { id: pi } = prepared.outcome.clone() else {
+        panic!("{prepared:?}")
+    };
+    let evidence = onecharge::store::executor::GatewayCallRecord {
+        payment_attempt_id: id,
+        operation: "prepare",
+        idempotency_key: create_key(&claimed.idempotency_key),
+        try_number: claimed.tries,
+        lease_token: Some(claimed.lease_token),
+        started_at: h.db_now().await,
+        finished_at: h.db_now().await,
+        http_status: prepared.http_status,
+        outcome: "prepared".into(),
+        gateway_charge_id: Some(pi.clone()),
+        error: None,
+    };
+    assert!(
+        record_gateway_object(&h.store, id, claimed.lease_token, &pi, &evidence)
+            .await
+            .unwrap()
+    );
+    // A stale worker cannot replace it.
+    assert!(
+        !record_gateway_object(&h.store, id, claimed.lease_token - 1, "pi_other", &evidence)
+            .await
+            .unwrap()
+    );
+    h.advance(Duration::from_secs(60)).await;
+
+    // requires_confirmation: never charged, confirm it (again) under the same key.
+    let pass = h.reconciler_with(client.clone()).run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::Pending), 1, "{pass:?}");
+    assert_eq!(
+        executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Succeeded),
+        1
+    );
+    h.assert_charged_once(id).await;
+    assert_eq!(h.gateway.ledger()[0].id, pi);
+    let creates = h
+        .gateway
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/payment_intents")
+        .count();
+    assert_eq!(creates, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_create_key_with_other_parameters_needs_review() {
+    let h = stripe_harness().await;
+    let command = h.seed(spm::CARD_VISA).await;
+    let id = command.payment_attempt_id;
+    // Someone created a PaymentIntent under this attempt's key with another amount.
+    let other = stripe_client(&h)
+        .prepare(&charge_request_with_amount(&command, 5000).for_order(command.order_id.clone()))
+        .await
+        .unwrap();
+    assert!(matches!(other.outcome, Prepared::Object { .. }));
+
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1);
+    let row = h.attempt(id).await;
+    assert!(row.review_reason.unwrap().contains("idempotency_error"));
+    assert!(h.gateway.ledger().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amounts_are_sent_in_stripes_unit_and_an_amount_stripe_cannot_take_is_never_sent() {
+    let h = stripe_harness().await;
+    let mut isk = command(spm::CARD_VISA);
+    isk.currency = "ISK".into();
+    isk.amount_minor = 4000;
+    let mut jpy = command(spm::CARD_VISA);
+    jpy.currency = "JPY".into();
+    jpy.amount_minor = 500;
+    let mut kwd = command(spm::CARD_VISA);
+    kwd.currency = "KWD".into();
+    kwd.amount_minor = 1235;
+    // Charged, then a 500: the reconciler must compare Stripe's 400000 with 4000 ISK.
+    let mut isk_lost = command(pm::FAULT_ERROR_AFTER);
+    isk_lost.currency = "ISK".into();
+    isk_lost.amount_minor = 4000;
+    let records =
+        [isk.clone(), jpy.clone(), kwd.clone(), isk_lost.clone()].map(|c| record(c, false));
+    record_batch(&h.store, "test-intake", &records, h.now())
+        .await
+        .unwrap();
+
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Succeeded), 2);
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1);
+    assert_eq!(report.count(AttemptStatus::Unknown), 1);
+    let creates: Vec<_> = h
+        .gateway
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/payment_intents")
+        .map(|r| (r.body["currency"].clone(), r.body["amount"].clone()))
+        .collect();
+    assert_eq!(
+        creates.len(),
+        3,
+        "the KWD amount never left onecharge: {creates:?}"
+    );
+    assert!(creates.contains(&("isk".into(), "400000".into())));
+    assert!(creates.contains(&("jpy".into(), "500".into())));
+    let row = h.attempt(kwd.payment_attempt_id).await;
+    assert_eq!(row.status, "needs_review");
+    assert!(row.review_reason.unwrap().contains("last digit is 0"));
+    let pass = h
+        .reconciler_with(stripe_client(&h))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    for c in [&isk, &jpy, &isk_lost] {
+        assert_eq!(h.attempt(c.payment_attempt_id).await.status, "succeeded");
+    }
+    assert_eq!(h.gateway.ledger().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_until_it_charges() {
+    let h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            s.gateway_request_timeout = Duration::from_millis(300);
+        },
+    )
+    .await;
+    let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let report = h.executor_with(client.clone()).run_once().await.unwrap();
+    assert_eq!(
+        report.count(AttemptStatus::Unknown),
+        1,
+        "the confirm timed out"
+    );
+
+    // A re-send under the same confirm key while Stripe still runs the first: 409.
+    let pi = gateway_object_id(&h.store, id)
+        .await
+        .unwrap()
+        .expect("stored");
+    let mut row = sqlx::query_as::<_, (String,)>(
+        "SELECT idempotency_key FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    let request = onecharge::gateway::ChargeRequest::new(
+        std::mem::take(&mut row.0),
+        &onecharge::gateway::ChargeBody {
+            amount_minor: 1999,
+            currency: "EUR".into(),
+            customer_id: "cus_42".into(),
+            payment_method: pm::FAULT_SLOW_CHARGE.into(),
+            reference: id.to_string(),
+            description: None,
+        },
+    )
+    .with_gateway_object(Some(pi.clone()));
+    let resend = client.charge(&request).await;
+    assert_eq!(resend.http_status, Some(409));
+    assert!(
+        matches!(
+            resend.outcome,
+            GatewayOutcome::RetryLater {
+                after: onecharge::domain::outcome::RetryAfter::InProgress,
+                ..
+            }
+        ),
+        "{resend:?}"
+    );
+
+    // Retrieved by id: processing, never adopted nor called "not charged".
+    let reconciler = h.reconciler_with(client);
+    let pass = reconciler.run_once().await.unwrap();
+    assert_eq!(pass.rescheduled(), 1, "{pass:?}");
+    h.finish_slow_charge().await;
+    h.advance(Duration::from_secs(3600)).await;
+    let pass = reconciler.run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    h.assert_charged_once(id).await;
+    assert_eq!(h.gateway.ledger()[0].id, pi);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_intent_canceled_before_its_confirm_is_declined_as_canceled() {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let executor = h.executor_with(client.clone());
+    // The create ran and its id was stored; then someone canceled it at Stripe.
+    let claimed = executor.claim(1).await.unwrap().remove(0);
+    let prepared = client.prepare(&claimed.charge_request()).await.unwrap();
+    let Prepared::Object { id: pi } = prepared.outcome else {
+        panic!("{prepared:?}")
+    };
+    let evidence = onecharge::store::executor::GatewayCallRecord {
+        payment_attempt_id: id,
+        operation: "prepare",
+        idempotency_key: create_key(&claimed.idempotency_key),
+        try_number: claimed.tries,
+        lease_token: Some(claimed.lease_token),
+        started_at: h.db_now().await,
+        finished_at: h.db_now().await,
+        http_status: prepared.http_status,
+        outcome: "prepared".into(),
+        gateway_charge_id: Some(pi.clone()),
+        error: None,
+    };
+    assert!(
+        record_gateway_object(&h.store, id, claimed.lease_token, &pi, &evidence)
+            .await
+            .unwrap()
+    );
+    let canceled = reqwest::Client::new()
+        .post(format!(
+            "{}/v1/payment_intents/{pi}/cancel",
+            h.gateway.base_url()
+        ))
+        .bearer_auth(support::API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(canceled.status().as_u16(), 200);
+    // A confirm now meets payment_intent_unexpected_state carrying the canceled intent.
+    let confirm = client
+        .charge(
+            &claimed
+                .charge_request()
+                .with_gateway_object(Some(pi.clone())),
+        )
+        .await;
+    assert_eq!(confirm.http_status, Some(400));
+    assert_eq!(
+        confirm.outcome,
+        GatewayOutcome::Declined {
+            charge_id: pi.clone(),
+            decline_code: Some("canceled".into()),
+            replayed: false
+        }
+    );
+    h.advance(Duration::from_secs(60)).await;
+
+    // The reconciler reads it as final: a canceled PaymentIntent never charges.
+    let pass = h.reconciler_with(client).run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::Declined), 1, "{pass:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.decline_code.as_deref(), Some("canceled"));
+    assert_eq!(row.gateway_charge_id.as_deref(), Some(pi.as_str()));
+    assert!(h.gateway.ledger().is_empty());
+}
