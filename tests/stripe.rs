@@ -647,3 +647,24 @@ async fn a_payment_intent_canceled_before_its_confirm_is_declined_as_canceled() 
     assert_eq!(row.gateway_charge_id.as_deref(), Some(pi.as_str()));
     assert!(h.gateway.ledger().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_stripes_24_hour_key_window_the_intent_is_still_read_by_id_and_nothing_is_resent() {
+    let h = stripe_harness().await;
+    let id = h.seed(pm::FAULT_DROP_AFTER).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let report = h.executor_with(client.clone()).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Unknown), 1);
+    let sent_before = h.gateway.requests().len();
+
+    // A day and more later Stripe has forgotten both keys; the PaymentIntent id has not.
+    let day = Duration::from_secs(25 * 3600);
+    h.gateway.advance_clock(day);
+    h.advance(day).await;
+    let pass = h.reconciler_with(client).run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    h.assert_charged_once(id).await;
+    let after: Vec<_> = h.gateway.requests().into_iter().skip(sent_before).collect();
+    assert_eq!(after.len(), 1, "one retrieval, no POST: {after:?}");
+    assert_eq!(after[0].method, "GET");
+}

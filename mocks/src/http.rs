@@ -36,12 +36,22 @@ const MAX_CLOCK_ADVANCE_SECS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     with_controls(
         Router::new().route("/v1/charges", post(create_charge).get(lookup_charges)),
+        not_found,
         shared,
     )
 }
 
-/// Adds the `/__*` test controls, the JSON 404 and the access log to a dialect's routes.
-pub(crate) fn with_controls(routes: Router<Arc<Shared>>, shared: Arc<Shared>) -> Router {
+/// Adds the `/__*` test controls, the dialect's 404 for unknown paths and the access log
+/// to a dialect's routes.
+pub(crate) fn with_controls<H, T>(
+    routes: Router<Arc<Shared>>,
+    not_found: H,
+    shared: Arc<Shared>,
+) -> Router
+where
+    H: axum::handler::Handler<T, Arc<Shared>>,
+    T: 'static,
+{
     routes
         .route("/__faults", get(get_faults).put(put_faults))
         .route("/__ledger", get(get_ledger))
@@ -117,7 +127,7 @@ impl Answer {
     }
 
     /// A response that is not counted or classified: the `/__*` endpoints and 404s.
-    fn into_response_plain(self) -> Response {
+    pub(crate) fn into_response_plain(self) -> Response {
         let content_type = [(header::CONTENT_TYPE, "application/json")];
         (self.status, content_type, self.body).into_response()
     }

@@ -383,57 +383,13 @@ impl Executor {
         }
         let mut request = attempt.charge_request();
         let mut started_at = now();
-        // A connector that needs an object stored before the charging call (Stripe) makes
-        // it now; its id is stored under this lease before anything can charge.
-        let call = match inner.gateway.prepare(&request).await {
-            None => None,
-            Some(prepared) => {
-                match prepared.outcome.clone() {
-                    Prepared::Object { id } => {
-                        // (A refusal is recorded below, as the call's outcome.)
-                        inner
-                            .health
-                            .record_prepared(&prepared.outcome, inner.clock.now());
-                        let evidence = prepared_evidence(
-                            &attempt,
-                            &prepared,
-                            &id,
-                            started_at,
-                            started_at + prepared.elapsed,
-                        );
-                        match store_gateway_object(&inner.store, &attempt, &id, &evidence).await {
-                            Ok(true) => {}
-                            Ok(false) => return report(&attempt, None, Disposition::Fenced),
-                            Err(err) => {
-                                tracing::error!(error = %err, "cannot store the gateway object: nothing confirmed; the lease expires and the reconciler finds nothing charged");
-                                return report(
-                                    &attempt,
-                                    None,
-                                    Disposition::Unrecorded(crate::domain::bounded(
-                                        &err.to_string(),
-                                        500,
-                                    )),
-                                );
-                            }
-                        }
-                        request = request.with_gateway_object(Some(id));
-                        started_at = now();
-                        None
-                    }
-                    Prepared::Refused(outcome) => Some(GatewayCall {
-                        outcome,
-                        operation: prepared.operation,
-                        sent_key: prepared.sent_key,
-                        http_status: prepared.http_status,
-                        elapsed: prepared.elapsed,
-                        error: prepared.error,
-                    }),
-                }
+        let call = match self.prepare(&attempt, &mut request, started_at).await {
+            Err(disposition) => return report(&attempt, None, disposition),
+            Ok(Some(refused)) => refused,
+            Ok(None) => {
+                started_at = now();
+                inner.gateway.charge(&request).await
             }
-        };
-        let call = match call {
-            Some(refused) => refused,
-            None => inner.gateway.charge(&request).await,
         };
         drop(slot);
         inner.health.record(&call.outcome, inner.clock.now());
@@ -514,6 +470,69 @@ impl Executor {
 }
 
 impl Executor {
+    /// The first step of a two-step charge (Stripe: create the PaymentIntent unconfirmed),
+    /// for connectors that need one: stores the object's id under this lease, with the
+    /// call's evidence, and puts it in `request`, so that nothing that can charge is sent
+    /// before the reconciler could find it by id. `Ok(None)`: go on and charge.
+    /// `Ok(Some(call))`: the gateway refused to make the object (nothing can have charged);
+    /// the attempt settles on that call. `Err`: the id could not be stored (the lease was
+    /// taken over, or the database failed): nothing is confirmed, and an attempt left
+    /// `in_flight` is found uncharged by the reconciler.
+    async fn prepare(
+        &self,
+        attempt: &ClaimedAttempt,
+        request: &mut crate::gateway::ChargeRequest,
+        started_at: time::OffsetDateTime,
+    ) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
+        let inner = &self.inner;
+        let Some(prepared) = inner.gateway.prepare(request).await else {
+            return Ok(None);
+        };
+        let id = match prepared.outcome {
+            Prepared::Object { ref id } => id.clone(),
+            // Recorded in the health with the rest of the call's outcome, by the caller.
+            Prepared::Refused(outcome) => {
+                return Ok(Some(GatewayCall {
+                    outcome,
+                    operation: prepared.operation,
+                    sent_key: prepared.sent_key,
+                    http_status: prepared.http_status,
+                    elapsed: prepared.elapsed,
+                    error: prepared.error,
+                }))
+            }
+        };
+        inner
+            .health
+            .record_prepared(&prepared.outcome, inner.clock.now());
+        let evidence = prepared_evidence(
+            attempt,
+            &prepared,
+            &id,
+            started_at,
+            started_at + prepared.elapsed,
+        );
+        match store_gateway_object(&inner.store, attempt, &id, &evidence).await {
+            Ok(true) => {
+                *request = request.clone().with_gateway_object(Some(id));
+                Ok(None)
+            }
+            Ok(false) => {
+                metrics::fenced();
+                tracing::warn!("the gateway object was not stored: the lease was taken over; nothing confirmed");
+                Err(Disposition::Fenced)
+            }
+            Err(err) => {
+                metrics::unrecorded();
+                tracing::error!(error = %err, "cannot store the gateway object: nothing confirmed; the lease expires and the reconciler finds nothing charged");
+                Err(Disposition::Unrecorded(crate::domain::bounded(
+                    &err.to_string(),
+                    500,
+                )))
+            }
+        }
+    }
+
     /// A result the database refused for good (it will refuse it every time): keeps the
     /// call's evidence in a transaction of its own, then hands the attempt to the reconciler
     /// at once (`unknown`, with why and what the gateway said), instead of leaving it

@@ -258,22 +258,17 @@ impl Store {
         Ok(intent.clone())
     }
 
-    /// Undoes [`Store::begin_confirm`] (or removes a PaymentIntent created to be confirmed)
-    /// after a fault refused the request before anything was charged.
+    /// Undoes [`Store::begin_confirm`] after a fault refused the request before anything
+    /// was charged.
     pub(crate) fn abort_confirm(&self, id: &str) {
         let mut intents = self.intents.lock();
         let Some(intent) = intents.get_mut(id) else {
             return;
         };
-        match intent.before_confirm.take() {
-            Some((status, payment_method)) => {
-                intent.status = status;
-                intent.payment_method = payment_method;
-                intent.charging_key = None;
-            }
-            None => {
-                intents.remove(id);
-            }
+        if let Some((status, payment_method)) = intent.before_confirm.take() {
+            intent.status = status;
+            intent.payment_method = payment_method;
+            intent.charging_key = None;
         }
     }
 

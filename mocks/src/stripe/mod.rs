@@ -36,7 +36,7 @@ use intent::{KeyedRequest, PaymentIntent, Settlement};
 use methods::{card_outcome, CardOutcome};
 use params::{ConfirmIntent, CreateCustomer, CreateIntent, Form};
 
-/// Stripe's routes, the test controls, and a JSON 404 for everything else (contract §3's
+/// Stripe's routes, the test controls, and Stripe's 404 for everything else (contract §3's
 /// `/v1/charges` included).
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     with_controls(
@@ -46,8 +46,23 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             .route("/v1/payment_intents/{id}/confirm", post(confirm_intent))
             .route("/v1/payment_intents/{id}/cancel", post(cancel_intent))
             .route("/v1/customers", post(create_customer)),
+        unrecognized_url,
         shared,
     )
+}
+
+/// Stripe's answer to a path it does not serve.
+async fn unrecognized_url(uri: Uri) -> Response {
+    let err = StripeError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!(
+            "Unrecognized request URL ({}). The mock's Stripe dialect serves /v1/payment_intents \
+             and /v1/customers.",
+            uri.path()
+        ),
+    );
+    err.answer().into_response_plain()
 }
 
 /// What a POST asks for, once its parameters passed validation.

@@ -697,6 +697,10 @@ async fn the_onecharge_routes_are_not_served_in_the_stripe_dialect() {
         .charge("key-1", &charge_body("attempt-1", "pm_card_visa"))
         .await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        json(response).await["error"]["type"],
+        "invalid_request_error"
+    );
     assert!(app.gateway.ledger().is_empty());
 }
 
@@ -723,8 +727,9 @@ async fn requests_without_an_idempotency_key_each_execute_and_nothing_is_saved()
 async fn concurrent_duplicates_under_one_key_charge_once_and_the_others_get_409_or_a_replay() {
     let app = spawn_stripe_with(MockConfig {
         faults: FaultConfig {
+            // Long enough that the duplicates overlap the first even on a loaded machine.
             latency: mock_gateway::Latency {
-                fixed_ms: 100,
+                fixed_ms: 500,
                 jitter_ms: 0,
             },
             ..FaultConfig::default()
@@ -790,4 +795,60 @@ async fn the_request_log_keeps_the_form_and_stats_count_what_charged_nothing_as_
         3,
         "every request waits the latency"
     );
+}
+
+#[tokio::test]
+async fn after_a_decline_a_confirm_with_another_method_under_a_new_key_charges() {
+    let app = spawn_stripe().await;
+    let declined = app
+        .create(
+            "key-1",
+            &charge_form("attempt-1", pm::CARD_VISA_CHARGE_DECLINED),
+        )
+        .await;
+    let body = json(declined).await;
+    let id = body["error"]["payment_intent"]["id"].as_str().unwrap();
+    assert_eq!(
+        body["error"]["payment_intent"]["payment_method"],
+        Value::Null
+    );
+
+    let without_method = app.confirm(id, "key-2", &off_session()).await;
+    assert_eq!(without_method.status(), StatusCode::BAD_REQUEST);
+    let mut with_method = off_session();
+    with_method.push(("payment_method", pm::CARD_VISA.to_owned()));
+    let confirmed = app.confirm(id, "key-3", &with_method).await;
+
+    assert_eq!(confirmed.status(), StatusCode::OK);
+    assert_eq!(json(confirmed).await["status"], "succeeded");
+    let ledger = app.gateway.ledger();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].idempotency_key, "key-3");
+    assert_eq!(ledger[0].payment_method, pm::CARD_VISA);
+}
+
+#[tokio::test]
+async fn a_processing_payment_intent_succeeds_by_itself_after_slow_charge_for() {
+    let app = spawn_stripe_with(MockConfig {
+        slow_charge_for: Duration::from_millis(50),
+        ..MockConfig::default()
+    })
+    .await;
+    let response = app
+        .create("key-1", &charge_form("attempt-1", pm::FAULT_PROCESSING))
+        .await;
+    let id = json(response).await["id"].as_str().unwrap().to_owned();
+
+    let gateway = &app.gateway;
+    wait_until(
+        "the processing PaymentIntent is charged",
+        Duration::from_secs(10),
+        || gateway.ledger().len() == 1,
+    )
+    .await;
+
+    let intent = json(app.retrieve(&id).await).await;
+    assert_eq!(intent["status"], "succeeded");
+    assert!(intent["latest_charge"].as_str().unwrap().starts_with("ch_"));
+    assert_eq!(app.gateway.ledger()[0].id, id);
 }
