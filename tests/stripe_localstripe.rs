@@ -18,8 +18,8 @@
 //!   `code = card_declined`; and `pm_card_visa_chargeDeclined` succeeds there;
 //! - off-session `authentication_required` (402): localstripe leaves the PaymentIntent in
 //!   `requires_action` instead, which is the other documented answer, tested here;
-//! - `processing`, `canceled`, 409, 429, 5xx and `Stripe-Should-Retry`: localstripe never
-//!   answers them for card payments.
+//! - `canceled`, 409, 429, 5xx and `Stripe-Should-Retry`: localstripe never answers them
+//!   (`processing` it does, for a SEPA Direct Debit that then fails, tested here).
 
 mod common;
 mod support;
@@ -420,6 +420,59 @@ async fn a_card_that_needs_authentication_off_session_is_handed_to_a_person_and_
     assert!(
         intents[0]["latest_charge"].is_null(),
         "never charged: {intents:#?}"
+    );
+    world.stop().await;
+}
+
+#[tokio::test]
+async fn a_debit_left_processing_is_read_by_id_until_it_fails_and_ends_declined_uncharged() {
+    let Some(world) = World::start().await else {
+        return;
+    };
+    let customer = world.localstripe.create_customer("Alan Turing").await;
+    // localstripe's failing IBAN: `processing` at the confirm's answer, failed 0.5 s later.
+    let debit = world
+        .localstripe
+        .create_sepa_debit("DE62370400440532013001")
+        .await;
+    let attempt = Uuid::new_v4();
+    world
+        .publish(
+            "ls-sepa-fail-1",
+            attempt,
+            json!({"customer_id": customer, "payment_method": debit}),
+        )
+        .await;
+
+    let row = world.settled(attempt).await;
+    assert_eq!(row.status, "declined", "{row:?}");
+    assert_eq!(
+        row.decline_code.as_deref(),
+        Some("card_declined"),
+        "{row:?}"
+    );
+    let path = world.path(attempt).await;
+    assert!(
+        path.contains(&"unknown".to_owned()),
+        "processing is not final; the reconciler read the outcome: {path:?}"
+    );
+    let intent = row
+        .gateway_charge_id
+        .clone()
+        .expect("the PaymentIntent's id");
+    assert!(
+        world
+            .shim
+            .seen()
+            .iter()
+            .any(|s| s.method == "GET" && s.path.ends_with(&intent)),
+        "retrieved by id"
+    );
+    let pi = world.localstripe.payment_intent(&intent).await;
+    assert_eq!(pi["status"], "requires_payment_method", "{pi}");
+    assert_eq!(
+        world.shim.seen().iter().filter(|s| s.is_confirm()).count(),
+        1
     );
     world.stop().await;
 }

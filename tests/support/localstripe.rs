@@ -29,6 +29,10 @@
 //!   `last_payment_error.code = "card_declined"`.
 //! - A card that needs authentication leaves the PaymentIntent in `requires_action` (200) even
 //!   off-session, where Stripe answers 402 `authentication_required`.
+//! - A SEPA Direct Debit (`type=sepa_debit`) that succeeds is `succeeded` at once; the failing
+//!   IBAN `DE62370400440532013001` confirms to `processing` and 0.5 s later goes back to
+//!   `requires_payment_method` with `last_payment_error.code = "card_declined"`. That is the
+//!   only `processing` localstripe answers.
 //! - `latest_charge` comes back as the whole Charge object, where Stripe (since API version
 //!   2022-11-15) returns its id unless expanded.
 //! - Confirming a PaymentIntent that is no longer `requires_confirmation` is a bare 400
@@ -251,6 +255,22 @@ impl Localstripe {
                     ("card[exp_year]", "2034"),
                     ("card[cvc]", "123"),
                 ],
+            )
+            .await;
+        assert_eq!(status, 200, "create payment method: {method}");
+        method["id"]
+            .as_str()
+            .expect("a payment method id")
+            .to_owned()
+    }
+
+    /// Creates a SEPA Direct Debit payment method from an IBAN; returns its id (`pm_…`).
+    /// `DE62370400440532013001` is localstripe's failing IBAN: `processing`, then failed.
+    pub async fn create_sepa_debit(&self, iban: &str) -> String {
+        let (status, method) = self
+            .post(
+                "/v1/payment_methods",
+                &[("type", "sepa_debit"), ("sepa_debit[iban]", iban)],
             )
             .await;
         assert_eq!(status, 200, "create payment method: {method}");
