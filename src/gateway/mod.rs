@@ -789,6 +789,39 @@ mod tests {
     }
 
     #[test]
+    fn the_stripe_connector_builds_its_urls_under_gateway_url() {
+        let client = GatewayClient::for_kind(
+            GatewayKind::Stripe,
+            "http://127.0.0.1:1/stripe",
+            SecretString::from("sk_test_secret"),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Vec::new(),
+        )
+        .unwrap();
+        assert_eq!(client.kind(), GatewayKind::Stripe);
+        let Connector::Stripe(endpoints) = &client.connector else {
+            panic!("{client:?}")
+        };
+        assert_eq!(
+            endpoints.create_url.as_str(),
+            "http://127.0.0.1:1/stripe/v1/payment_intents"
+        );
+        assert_eq!(
+            endpoints.confirm_url("pi_123").unwrap().as_str(),
+            "http://127.0.0.1:1/stripe/v1/payment_intents/pi_123/confirm"
+        );
+        assert_eq!(
+            endpoints.intent_url("pi_123").unwrap().as_str(),
+            "http://127.0.0.1:1/stripe/v1/payment_intents/pi_123"
+        );
+        assert!(endpoints.confirm_url("pi_1/../../v1/charges").is_err());
+        let text = format!("{client:?}");
+        assert!(!text.contains("sk_test_secret"), "{text}");
+        assert!(text.contains("stripe"), "{text}");
+    }
+
+    #[test]
     fn the_api_key_never_shows_in_debug() {
         let client = GatewayClient::new(
             "http://127.0.0.1:1",
