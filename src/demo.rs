@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use async_nats::HeaderMap;
 use clap::Args;
-use mock_gateway::{FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
+use mock_gateway::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use secrecy::SecretString;
@@ -24,6 +24,7 @@ use uuid::Uuid;
 use crate::app::Application;
 use crate::broker::Broker;
 use crate::config::Settings;
+use crate::gateway::GatewayKind;
 use crate::store::Store;
 
 /// Options of `onecharge demo`.
@@ -41,6 +42,10 @@ pub struct DemoArgs {
     /// Keep the demo's database and streams for inspection instead of removing them
     #[arg(long)]
     pub keep: bool,
+    /// The protocol onecharge and the mock gateway speak: `stripe` runs the `stripe`
+    /// connector against the mock's Stripe dialect [default: the configured gateway_kind]
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub gateway: Option<GatewayKind>,
 }
 
 /// What the demo published, to check the outcome against.
@@ -64,11 +69,16 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     check_servers(settings).await?;
 
     let api_key = format!("sk_demo_{}", Uuid::new_v4().simple());
+    let kind = args.gateway.unwrap_or(settings.gateway_kind);
     let gateway = MockGateway::start(MockConfig {
         api_key: api_key.clone(),
         seed: args.seed,
         hang_for: Duration::from_secs(3),
         faults: demo_faults(),
+        dialect: match kind {
+            GatewayKind::Onecharge => Dialect::Onecharge,
+            GatewayKind::Stripe => Dialect::Stripe,
+        },
         ..MockConfig::default()
     })
     .await
@@ -79,6 +89,7 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     demo.namespace = format!("demo-{tag}");
     demo.admin_addr = "127.0.0.1:0".parse().expect("literal address");
     demo.gateway_url = gateway.base_url();
+    demo.gateway_kind = kind;
     demo.gateway_api_key = Some(SecretString::from(api_key));
     demo.gateway_connect_timeout = Duration::from_secs(1);
     demo.gateway_request_timeout = Duration::from_secs(2);
@@ -99,12 +110,13 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     demo.validate()?;
 
     println!(
-        "onecharge demo: database {}, namespace {}, mock gateway {}",
+        "onecharge demo: database {}, namespace {}, mock gateway {} speaking {}",
         redact(&database_url),
         demo.namespace,
-        gateway.base_url()
+        gateway.base_url(),
+        kind.as_str()
     );
-    let outcome = run_in(&demo, &gateway, &args, started).await;
+    let outcome = run_in(&demo, &gateway, &args, kind, started).await;
     gateway.shutdown().await;
     if args.keep {
         println!(
@@ -122,6 +134,7 @@ async fn run_in(
     settings: &Settings,
     gateway: &MockGateway,
     args: &DemoArgs,
+    kind: GatewayKind,
     started: Instant,
 ) -> anyhow::Result<()> {
     // A short duplicate window on the demo's own command stream lets producer retries reach
@@ -148,7 +161,7 @@ async fn run_in(
         println!("all roles running; metrics at http://{addr}/metrics");
     }
 
-    let published = publish_mix(&broker, args).await?;
+    let published = publish_mix(&broker, args, kind).await?;
     println!(
         "published {} messages: {} attempts, {} producer retries (same Nats-Msg-Id), {} business duplicates, {} conflicts, {} invalid",
         published.messages,
@@ -200,6 +213,19 @@ fn payment_method(rng: &mut StdRng) -> &'static str {
     }
 }
 
+/// The same card under the name the gateway's dialect gives it: Stripe's test payment
+/// methods for the declines; the fault triggers are the same in both dialects.
+fn in_dialect(method: &'static str, kind: GatewayKind) -> &'static str {
+    use mock_gateway::stripe::payment_methods as stripe;
+    match (kind, method) {
+        (GatewayKind::Stripe, "pm_card_declined") => stripe::CARD_VISA_CHARGE_DECLINED,
+        (GatewayKind::Stripe, "pm_card_insufficient_funds") => {
+            stripe::CARD_CHARGE_DECLINED_INSUFFICIENT_FUNDS
+        }
+        _ => method,
+    }
+}
+
 fn command_body(attempt: Uuid, i: usize, amount: i64, payment_method: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "payment_attempt_id": attempt,
@@ -232,13 +258,17 @@ async fn publish_one(
     Ok(!ack.duplicate)
 }
 
-async fn publish_mix(broker: &Broker, args: &DemoArgs) -> anyhow::Result<Published> {
+async fn publish_mix(
+    broker: &Broker,
+    args: &DemoArgs,
+    kind: GatewayKind,
+) -> anyhow::Result<Published> {
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut published = Published::default();
     let mut originals = Vec::new();
     for i in 0..args.attempts {
         let attempt = Uuid::from_u128(rng.gen());
-        let method = payment_method(&mut rng);
+        let method = in_dialect(payment_method(&mut rng), kind);
         let amount = rng.gen_range(100..50_000);
         let body = command_body(attempt, i, amount, method);
         let message_id = format!("demo-{i}");

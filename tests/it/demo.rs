@@ -21,6 +21,28 @@ async fn the_demo_settles_every_attempt_without_a_double_charge() {
         seed: 11,
         timeout: Duration::from_secs(90),
         keep: false,
+        gateway: None,
+    };
+
+    run(&settings, args).await.expect("the promise held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_through_the_stripe_connector_settles_every_attempt_without_a_double_charge() {
+    let settings = Settings {
+        database_url: format!(
+            "{}/onecharge",
+            std::env::var("TEST_DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
+        ),
+        ..Settings::default()
+    };
+    let args = DemoArgs {
+        attempts: 120,
+        seed: 12,
+        timeout: Duration::from_secs(90),
+        keep: false,
+        gateway: Some(onecharge::gateway::GatewayKind::Stripe),
     };
 
     run(&settings, args).await.expect("the promise held");

@@ -21,6 +21,7 @@ mod reconciler;
 mod relay;
 mod secrets;
 mod stripe;
+mod stripe_localstripe;
 mod time;
 mod tls;
 mod tracing;

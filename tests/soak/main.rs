@@ -4,7 +4,9 @@
 //!
 //! The short, seeded run is part of the default `cargo test`; the long one runs with
 //! `cargo test --release --test soak -- --ignored --nocapture` and reads
-//! `ONECHARGE_SOAK_COMMANDS` and `ONECHARGE_SOAK_SEED`.
+//! `ONECHARGE_SOAK_COMMANDS` and `ONECHARGE_SOAK_SEED`. The Stripe variant (the `stripe`
+//! connector against the mock's Stripe dialect, same faults and kills) is ignored too:
+//! `cargo test --release --test soak stripe -- --ignored --nocapture`.
 
 #[path = "../it/support/mod.rs"]
 mod support;
@@ -16,6 +18,7 @@ mod verify;
 
 use std::time::Duration;
 
+use onecharge::gateway::GatewayKind;
 use runner::SoakConfig;
 
 fn seed(default: u64) -> u64 {
@@ -48,6 +51,7 @@ async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_
         max_kills: 16,
         broker_restarts: 1,
         settle_timeout: Duration::from_secs(90),
+        gateway: GatewayKind::Onecharge,
     })
     .await;
     assert_promise_held(report);
@@ -75,6 +79,32 @@ async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts(
         max_kills: 500,
         broker_restarts: (rounds / 120).max(2),
         settle_timeout: Duration::from_secs(300),
+        gateway: GatewayKind::Onecharge,
+    })
+    .await;
+    assert_promise_held(report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "stripe soak: cargo test --release --test soak -- --ignored --nocapture stripe"]
+async fn the_stripe_connector_keeps_the_promise_through_crashes_broker_restarts_and_every_fault() {
+    let commands: usize = std::env::var("ONECHARGE_SOAK_COMMANDS")
+        .ok()
+        .map(|s| s.parse().expect("ONECHARGE_SOAK_COMMANDS is a number"))
+        .unwrap_or(3_000);
+    let report = runner::run(SoakConfig {
+        seed: seed(13),
+        commands,
+        processes: 3,
+        round_size: 40,
+        round_interval: Duration::from_millis(600),
+        kill_every: (Duration::from_millis(1500), Duration::from_millis(3500)),
+        down_for: (Duration::from_millis(100), Duration::from_millis(1500)),
+        min_kills: 8,
+        max_kills: 200,
+        broker_restarts: 2,
+        settle_timeout: Duration::from_secs(180),
+        gateway: GatewayKind::Stripe,
     })
     .await;
     assert_promise_held(report);

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use async_nats::HeaderMap;
+use onecharge::gateway::GatewayKind;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use serde_json::json;
@@ -68,7 +69,7 @@ pub struct Plan {
 
 impl Plan {
     /// About `commands` messages in rounds of about `round_size` originals.
-    pub fn new(seed: u64, commands: usize, round_size: usize) -> Plan {
+    pub fn new(seed: u64, commands: usize, round_size: usize, gateway: GatewayKind) -> Plan {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut plan = Plan::default();
         // ~1.22 messages per attempt: 10 % retries, 8 % duplicates, 3 % conflicts, 1.5 % invalid.
@@ -98,7 +99,7 @@ impl Plan {
             let mut round = std::mem::take(&mut pending_followups);
             for i in start..(start + round_size).min(originals) {
                 let attempt = Uuid::from_u128(rng.gen());
-                let payment_method = payment_method(&mut rng);
+                let payment_method = payment_method(&mut rng, gateway);
                 let amount_minor = rng.gen_range(100..50_000);
                 let stale = rng.gen_range(0..100) == 0;
                 let requested_at = if stale {
@@ -171,10 +172,24 @@ impl Plan {
 }
 
 /// Mostly cards that succeed, some declines, each first-try fault the gateway can be told
-/// to have, and a few `400`s (which end in `needs_review`).
-fn payment_method(rng: &mut StdRng) -> &'static str {
+/// to have, and a few `400`s (which end in `needs_review`). The Stripe dialect's declines
+/// are Stripe's test payment methods, and it adds cards that need authentication (declined
+/// off-session) and payments that stay `processing` for a while; the fault triggers are
+/// the same in both dialects.
+fn payment_method(rng: &mut StdRng, gateway: GatewayKind) -> &'static str {
     use mock_gateway::payment_methods as pm;
-    match rng.gen_range(0..1000) {
+    use mock_gateway::stripe::payment_methods as stripe;
+    let roll = rng.gen_range(0..1000);
+    if gateway == GatewayKind::Stripe {
+        match roll {
+            0..=59 => return stripe::CARD_VISA_CHARGE_DECLINED,
+            60..=79 => return stripe::CARD_CHARGE_DECLINED_INSUFFICIENT_FUNDS,
+            175..=189 => return stripe::CARD_AUTHENTICATION_REQUIRED,
+            190..=204 => return stripe::FAULT_PROCESSING,
+            _ => {}
+        }
+    }
+    match roll {
         0..=59 => pm::CARD_DECLINED,
         60..=79 => pm::INSUFFICIENT_FUNDS,
         80..=99 => pm::FAULT_ERROR_AFTER,

@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mock_gateway::{FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
+use mock_gateway::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
 use onecharge::broker::Names;
+use onecharge::gateway::GatewayKind;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use sqlx::PgPool;
@@ -44,6 +45,8 @@ pub struct SoakConfig {
     pub broker_restarts: usize,
     /// Longest wait for quiescence once the killing stopped.
     pub settle_timeout: Duration,
+    /// The protocol onecharge and the mock gateway speak.
+    pub gateway: GatewayKind,
 }
 
 /// The figures of one run.
@@ -101,6 +104,7 @@ fn config_file(
     gateway: &MockGateway,
     api_key: &str,
     namespace: &str,
+    gateway_kind: GatewayKind,
 ) -> PathBuf {
     let path = dir.join("onecharge.toml");
     let text = format!(
@@ -108,6 +112,7 @@ fn config_file(
 database_url = "{database_url}"
 nats_url = "{nats_url}"
 gateway_url = "{gateway_url}"
+gateway_kind = "{gateway_kind}"
 gateway_api_key = "{api_key}"
 admin_addr = "127.0.0.1:0"
 namespace = "{namespace}"
@@ -141,6 +146,7 @@ poll_interval = "200ms"
 claim_hold = "3s"
 "#,
         gateway_url = gateway.base_url(),
+        gateway_kind = gateway_kind.as_str(),
     );
     std::fs::write(&path, text).expect("write config");
     path
@@ -170,10 +176,11 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let names = Names::new(&namespace);
     let mut rng = StdRng::seed_from_u64(config.seed);
     println!(
-        "soak: seed {}, ~{} commands, {} serve processes; work dir {}",
+        "soak: seed {}, ~{} commands, {} serve processes, gateway {}; work dir {}",
         config.seed,
         config.commands,
         config.processes,
+        config.gateway.as_str(),
         dir.display()
     );
 
@@ -184,6 +191,13 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         seed: config.seed,
         hang_for: Duration::from_millis(1500),
         faults: soak_faults(),
+        // A PaymentIntent left `processing` (Stripe dialect) succeeds 2 s later, inside the
+        // reconciler's schedule (1 s, 2 s, 4 s).
+        slow_charge_for: Duration::from_secs(2),
+        dialect: match config.gateway {
+            GatewayKind::Onecharge => Dialect::Onecharge,
+            GatewayKind::Stripe => Dialect::Stripe,
+        },
         ..MockConfig::default()
     })
     .await
@@ -195,6 +209,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         &gateway,
         &api_key,
         &namespace,
+        config.gateway,
     );
 
     // The soak's producer. A short duplicate window on the command stream lets producer
@@ -228,7 +243,12 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     );
     let pool = PgPool::connect(&database_url).await.expect("soak database");
 
-    let plan = std::sync::Arc::new(Plan::new(config.seed, config.commands, config.round_size));
+    let plan = std::sync::Arc::new(Plan::new(
+        config.seed,
+        config.commands,
+        config.round_size,
+        config.gateway,
+    ));
     let mut fleet = Fleet::start(&config_path, &dir, config.processes);
 
     // Round 0 (the messages without an id) goes out before the first fault; the rest while
@@ -360,7 +380,11 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     }
     let stats = gateway.stats();
     let event_copies = observed.events.len();
-    println!("soak summary (seed {})", config.seed);
+    println!(
+        "soak summary (seed {}, gateway {})",
+        config.seed,
+        config.gateway.as_str()
+    );
     println!(
         "  messages published        {} ({} originals, {} producer retries, {} business duplicates, {} conflicts, {} invalid); {} publishes retried after a broker error",
         published.messages,

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod command;
 pub mod env;
 pub mod harness;
+pub mod localstripe;
 pub mod nats;
 pub mod nats_server;
 pub mod process;

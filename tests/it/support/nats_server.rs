@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where Debian puts the server; `ONECHARGE_TEST_NATS_SERVER` points elsewhere.
+/// Where Debian puts the server; `NATS_SERVER_BIN` points elsewhere.
 const DEFAULT_NATS_SERVER: &str = "/usr/sbin/nats-server";
 
 /// Longest wait for a started server to accept connections.
@@ -92,7 +92,7 @@ impl NatsServer {
             .append(true)
             .open(&self.log_path)
             .expect("nats-server log file");
-        let binary = std::env::var("ONECHARGE_TEST_NATS_SERVER")
+        let binary = std::env::var("NATS_SERVER_BIN")
             .unwrap_or_else(|_| DEFAULT_NATS_SERVER.to_owned());
         let child = Command::new(&binary)
             .args([
