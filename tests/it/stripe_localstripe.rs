@@ -473,3 +473,75 @@ async fn a_debit_left_processing_is_read_by_id_until_it_fails_and_ends_declined_
     );
     world.stop().await;
 }
+
+/// The configuration an operator writes: `onecharge serve`, the binary, with
+/// `ONECHARGE_GATEWAY_KIND=stripe` and the rest of its settings in its environment only.
+#[tokio::test]
+async fn serve_configured_by_onecharge_gateway_kind_stripe_in_its_environment_charges_at_localstripe(
+) {
+    let Some(localstripe) = Localstripe::start().await else {
+        return;
+    };
+    let shim = Shim::start(&localstripe).await;
+    // The database and namespace only; the service is the binary below.
+    let env = TestEnv::new().await;
+    let customer = localstripe.create_customer("Grace Hopper").await;
+    let mut serve = tokio::process::Command::from(crate::support::onecharge())
+        .args(["serve", "--roles", "intake,executor,relay"])
+        .env("ONECHARGE_GATEWAY_KIND", "stripe")
+        .env("ONECHARGE_GATEWAY_URL", &shim.url)
+        .env("ONECHARGE_GATEWAY_API_KEY", API_KEY)
+        .env("ONECHARGE_DATABASE_URL", &env.settings.database_url)
+        .env("ONECHARGE_NATS_URL", &env.settings.nats_url)
+        .env("ONECHARGE_NAMESPACE", &env.settings.namespace)
+        .env("ONECHARGE_ADMIN_ADDR", "127.0.0.1:0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("onecharge serve starts");
+    let attempt = Uuid::new_v4();
+    env.publish(
+        "ls-env-1",
+        &command(
+            attempt,
+            json!({"customer_id": customer, "order_id": "ord_ls_env", "payment_method": "pm_card_visa"}),
+        ),
+    )
+    .await;
+
+    let deadline = Instant::now() + SETTLE_DEADLINE;
+    let intent = loop {
+        let row: Option<(String, Option<String>)> = sqlx::query_as(
+            "SELECT status, gateway_charge_id FROM payment_attempts WHERE payment_attempt_id = $1",
+        )
+        .bind(attempt)
+        .fetch_optional(env.store.pool())
+        .await
+        .expect("read the attempt");
+        match row {
+            Some((status, charge)) if status == "succeeded" => break charge.expect("a charge id"),
+            other => assert!(
+                Instant::now() < deadline,
+                "not succeeded within {SETTLE_DEADLINE:?}: {other:?}; requests: {:#?}",
+                shim.seen()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let pi = localstripe.payment_intent(&intent).await;
+    assert_eq!(pi["status"], "succeeded", "{pi}");
+    assert_eq!(pi["metadata"]["payment_attempt_id"], attempt.to_string());
+    assert_sent_as_documented(&shim, &intent);
+
+    assert!(crate::support::sigterm(serve.id().expect("a pid")));
+    let stopped = tokio::time::timeout(Duration::from_secs(60), serve.wait_with_output())
+        .await
+        .expect("serve stops after SIGTERM")
+        .expect("serve's exit status");
+    assert!(
+        stopped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+}

@@ -91,10 +91,7 @@ fn executable() -> Result<PathBuf, String> {
         return if path.is_file() {
             Ok(path)
         } else {
-            Err(format!(
-                "LOCALSTRIPE_BIN={} is not a file",
-                path.display()
-            ))
+            Err(format!("LOCALSTRIPE_BIN={} is not a file", path.display()))
         };
     }
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv-localstripe/bin/localstripe");

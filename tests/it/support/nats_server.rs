@@ -92,8 +92,8 @@ impl NatsServer {
             .append(true)
             .open(&self.log_path)
             .expect("nats-server log file");
-        let binary = std::env::var("NATS_SERVER_BIN")
-            .unwrap_or_else(|_| DEFAULT_NATS_SERVER.to_owned());
+        let binary =
+            std::env::var("NATS_SERVER_BIN").unwrap_or_else(|_| DEFAULT_NATS_SERVER.to_owned());
         let child = Command::new(&binary)
             .args([
                 "-a",
