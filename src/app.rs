@@ -346,14 +346,9 @@ impl Application {
                 metrics,
                 admin_token: self.settings.admin_token.clone(),
                 gateway_health,
+                retry_window: crate::operator::RetryWindow::from_settings(&self.settings),
             };
-            let window = crate::operator::RetryWindow::from_settings(&self.settings);
-            roles.spawn(crate::admin::serve_with(
-                listener,
-                state,
-                window,
-                shutdown.clone(),
-            ));
+            roles.spawn(crate::admin::serve(listener, state, shutdown.clone()));
             // Whoever serves /metrics keeps the database-backed gauges fresh.
             let refresher = crate::metrics::DatabaseGaugesRefresher::new(self.store.clone())
                 .with_intake_consumer(self.broker.clone(), &self.settings.intake.consumer);
