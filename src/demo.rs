@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use async_nats::HeaderMap;
-use clap::Args;
 use mock_gateway::{FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
@@ -26,22 +25,7 @@ use crate::broker::Broker;
 use crate::config::Settings;
 use crate::store::Store;
 
-/// Options of `onecharge demo`.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    /// Distinct payment attempts to publish (duplicates, conflicts and invalid messages come on top)
-    #[arg(long, default_value_t = 300)]
-    pub attempts: usize,
-    /// Seed for the command mix and the gateway's faults: the same seed, the same run
-    #[arg(long, default_value_t = 7)]
-    pub seed: u64,
-    /// Longest wait for everything to settle
-    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
-    /// Keep the demo's database and streams for inspection instead of removing them
-    #[arg(long)]
-    pub keep: bool,
-}
+pub use crate::cli::DemoArgs;
 
 /// What the demo published, to check the outcome against.
 #[derive(Debug, Default)]

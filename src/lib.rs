@@ -6,6 +6,7 @@ pub mod app;
 pub mod broker;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod domain;
 pub mod executor;
