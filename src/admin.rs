@@ -20,6 +20,7 @@ use crate::broker::Broker;
 use crate::domain::AttemptStatus;
 use crate::gateway::GatewayHealth;
 use crate::operator::resolve::{self, ResolveError, ResolveRequest};
+use crate::operator::stats::Stats;
 use crate::operator::{attempts, RetryWindow};
 use crate::store::Store;
 
@@ -45,6 +46,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/attempts", get(list_attempts))
         .route("/api/attempts/{id}", get(show_attempt))
         .route("/api/attempts/{id}/resolve", post(resolve_attempt))
+        .route("/api/stats", get(stats))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_admin_token,
@@ -168,13 +170,17 @@ fn bearer_token(authorization: &str) -> Option<&str> {
 }
 
 /// `GET /api/attempts` query: `status`, `stuck` (a duration such as `15m`: non-final attempts
-/// older than it plus every `needs_review`, oldest first), `limit` (without `stuck`;
-/// default 100, 0 = all).
+/// older than it plus every `needs_review`, oldest first), and without `stuck`: `order_id`,
+/// `customer_id`, `gateway_charge_id` (only the attempts that have it), `limit` (default
+/// 100, 0 = all).
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     status: Option<String>,
     stuck: Option<String>,
+    order_id: Option<String>,
+    customer_id: Option<String>,
+    gateway_charge_id: Option<String>,
     limit: Option<usize>,
 }
 
@@ -195,7 +201,18 @@ async fn list_attempts(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let now = OffsetDateTime::now_utc();
     let store = &state.store;
+    let filter = attempts::AttemptFilter {
+        status,
+        order_id: query.order_id,
+        customer_id: query.customer_id,
+        gateway_charge_id: query.gateway_charge_id,
+    };
     let views = match query.stuck.as_deref() {
+        Some(_) if filter != (attempts::AttemptFilter { status, ..Default::default() }) => {
+            return Err(ApiError::bad_request(
+                "stuck lists every unsettled attempt; it does not combine with order_id, customer_id or gateway_charge_id",
+            ))
+        }
         Some(stuck) => {
             let older_than = crate::config::parse_duration(stuck)
                 .map_err(|e| ApiError::bad_request(format!("stuck: {e}")))?;
@@ -204,7 +221,7 @@ async fn list_attempts(
         None => {
             attempts::list(
                 store,
-                status,
+                &filter,
                 query.limit.unwrap_or(100),
                 now,
                 &state.retry_window,
@@ -267,6 +284,14 @@ async fn resolve_attempt(
     Ok(Json(
         serde_json::json!({"resolution": resolution, "attempt": attempt}),
     ))
+}
+
+/// `GET /api/stats`: what `onecharge attempts stats --json` prints.
+async fn stats(State(state): State<AdminState>) -> Result<Json<Stats>, ApiError> {
+    crate::operator::stats::stats(&state.store, &state.broker, OffsetDateTime::now_utc())
+        .await
+        .map(Json)
+        .map_err(ApiError::internal)
 }
 
 /// Ready when the database and NATS answer and the gateway accepts the credentials; the

@@ -371,7 +371,7 @@ async fn verify(
             .or_default() += 1;
     }
     let double_charges = charges_per_attempt.values().filter(|n| **n > 1).count();
-    let attempts = crate::store::operator::list_attempts(store, None, None).await?;
+    let attempts = crate::store::operator::list_attempts(store, &Default::default(), None).await?;
     let mut problems = Vec::new();
     let unknown_attempts: Vec<_> = attempts
         .iter()

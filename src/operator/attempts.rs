@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::table::{self, Table};
 use super::RetryWindow;
 use crate::domain::AttemptStatus;
+pub use crate::store::operator::AttemptFilter;
 use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
 use crate::store::Store;
 
@@ -54,17 +55,17 @@ pub struct AttemptDetail {
     pub events: Vec<OutboxEvent>,
 }
 
-/// Attempts, newest first, optionally of one status; `limit` 0 means all.
+/// Attempts matching `filter`, newest first; `limit` 0 means all.
 pub async fn list(
     store: &Store,
-    status: Option<AttemptStatus>,
+    filter: &AttemptFilter,
     limit: usize,
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<Vec<AttemptView>, sqlx::Error> {
     // Past i64::MAX a limit leaves nothing out: it means all.
     let limit = (limit > 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX));
-    let rows = sql::list_attempts(store, status, limit).await?;
+    let rows = sql::list_attempts(store, filter, limit).await?;
     Ok(rows.into_iter().map(|a| view(a, now, window)).collect())
 }
 
