@@ -292,6 +292,19 @@ pub async fn run_dlq(settings: &Settings, command: DlqCommand) -> anyhow::Result
     }
 }
 
+/// What JetStream says about stream `name` now, or the error an operator can act on.
+pub(crate) async fn stream_info(
+    broker: &crate::broker::Broker,
+    name: &str,
+) -> anyhow::Result<async_nats::jetstream::stream::Info> {
+    let stream = broker
+        .jetstream
+        .get_stream(name)
+        .await
+        .with_context(|| format!("reading stream {name}: is `onecharge setup` done?"))?;
+    Ok(stream.cached_info().clone())
+}
+
 fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value).context("serialising the output")?;
     println!("{text}");

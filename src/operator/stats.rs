@@ -52,13 +52,8 @@ pub async fn stats(store: &Store, broker: &Broker, now: OffsetDateTime) -> anyho
 }
 
 async fn dead_letter_count(broker: &Broker) -> anyhow::Result<u64> {
-    let name = broker.names.dlq_stream();
-    let stream = broker
-        .jetstream
-        .get_stream(&name)
-        .await
-        .with_context(|| format!("reading stream {name}: is `onecharge setup` done?"))?;
-    Ok(stream.cached_info().state.messages)
+    let info = super::stream_info(broker, &broker.names.dlq_stream()).await?;
+    Ok(info.state.messages)
 }
 
 /// The human form of `attempts stats`: one row per state in the order of contract §4, then
