@@ -20,6 +20,7 @@ use crate::broker::Broker;
 use crate::domain::AttemptStatus;
 use crate::gateway::GatewayHealth;
 use crate::operator::resolve::{self, ResolveError, ResolveRequest};
+use crate::operator::stats::Stats;
 use crate::operator::{attempts, RetryWindow};
 use crate::store::Store;
 
@@ -33,66 +34,43 @@ pub struct AdminState {
     /// The executor's view of the gateway, when this process runs one: readiness fails
     /// while the gateway rejects onecharge's credentials (every call is paused).
     pub gateway_health: Option<GatewayHealth>,
+    /// The configured limits of a retry (`RetryWindow::from_settings`): the resolve
+    /// endpoint enforces them exactly as `onecharge attempts resolve` does, and the
+    /// listings show when each attempt's window closes.
+    pub retry_window: RetryWindow,
 }
 
-/// The admin router, its operator API enforcing the default retry window. `serve` uses
-/// [`router_with`] and the configured window.
+/// The admin router: health, readiness, metrics, and the operator API under `/api`.
 pub fn router(state: AdminState) -> Router {
-    router_with(state, RetryWindow::default())
-}
-
-/// The admin router: health, readiness, metrics, and the operator API under `/api`, whose
-/// resolve endpoint enforces `window` exactly as `onecharge attempts resolve` does.
-pub fn router_with(state: AdminState, window: RetryWindow) -> Router {
     let api = Router::new()
         .route("/api/attempts", get(list_attempts))
         .route("/api/attempts/{id}", get(show_attempt))
         .route("/api/attempts/{id}/resolve", post(resolve_attempt))
+        .route("/api/stats", get(stats))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_admin_token,
-        ))
-        .with_state(ApiState {
-            admin: state.clone(),
-            window,
-        });
+        ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(state)
         .merge(api)
+        .with_state(state)
 }
 
-/// Serves until `shutdown` fires, with the default retry window (see [`serve_with`]).
+/// Serves [`router`] on `listener` until `shutdown` fires.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AdminState,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    serve_with(listener, state, RetryWindow::default(), shutdown).await
-}
-
-/// Serves until `shutdown` fires; the operator API enforces `window`.
-pub async fn serve_with(
-    listener: tokio::net::TcpListener,
-    state: AdminState,
-    window: RetryWindow,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "admin HTTP listening");
-    axum::serve(listener, router_with(state, window))
+    axum::serve(listener, router(state))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await?;
     Ok(())
-}
-
-/// What the operator API handlers need.
-#[derive(Clone)]
-struct ApiState {
-    admin: AdminState,
-    window: RetryWindow,
 }
 
 /// An API failure: its status and a JSON body `{"error": {"type": …, "message": …}}`, so a
@@ -192,18 +170,22 @@ fn bearer_token(authorization: &str) -> Option<&str> {
 }
 
 /// `GET /api/attempts` query: `status`, `stuck` (a duration such as `15m`: non-final attempts
-/// older than it plus every `needs_review`, oldest first), `limit` (without `stuck`;
-/// default 100, 0 = all).
+/// older than it plus every `needs_review`, oldest first), and without `stuck`: `order_id`,
+/// `customer_id`, `gateway_charge_id` (only the attempts that have it), `limit` (default
+/// 100, 0 = all).
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     status: Option<String>,
     stuck: Option<String>,
+    order_id: Option<String>,
+    customer_id: Option<String>,
+    gateway_charge_id: Option<String>,
     limit: Option<usize>,
 }
 
 async fn list_attempts(
-    State(api): State<ApiState>,
+    State(state): State<AdminState>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Vec<attempts::AttemptView>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
@@ -218,14 +200,34 @@ async fn list_attempts(
         .transpose()
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let now = OffsetDateTime::now_utc();
-    let store = &api.admin.store;
+    let store = &state.store;
+    let filter = attempts::AttemptFilter {
+        status,
+        order_id: query.order_id,
+        customer_id: query.customer_id,
+        gateway_charge_id: query.gateway_charge_id,
+    };
     let views = match query.stuck.as_deref() {
+        Some(_) if filter != (attempts::AttemptFilter { status, ..Default::default() }) => {
+            return Err(ApiError::bad_request(
+                "stuck lists every unsettled attempt; it does not combine with order_id, customer_id or gateway_charge_id",
+            ))
+        }
         Some(stuck) => {
             let older_than = crate::config::parse_duration(stuck)
                 .map_err(|e| ApiError::bad_request(format!("stuck: {e}")))?;
-            attempts::stuck(store, older_than, status, now, &api.window).await
+            attempts::stuck(store, older_than, status, now, &state.retry_window).await
         }
-        None => attempts::list(store, status, query.limit.unwrap_or(100), now, &api.window).await,
+        None => {
+            attempts::list(
+                store,
+                &filter,
+                query.limit.unwrap_or(100),
+                now,
+                &state.retry_window,
+            )
+            .await
+        }
     }
     .map_err(ApiError::internal)?;
     Ok(Json(views))
@@ -237,21 +239,26 @@ fn attempt_id(id: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, ApiError> {
 }
 
 async fn show_attempt(
-    State(api): State<ApiState>,
+    State(state): State<AdminState>,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Json<attempts::AttemptDetail>, ApiError> {
     let id = attempt_id(id)?;
-    attempts::show(&api.admin.store, id, OffsetDateTime::now_utc(), &api.window)
-        .await
-        .map_err(ApiError::internal)?
-        .map(Json)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("no payment attempt {id}"),
-            )
-        })
+    attempts::show(
+        &state.store,
+        id,
+        OffsetDateTime::now_utc(),
+        &state.retry_window,
+    )
+    .await
+    .map_err(ApiError::internal)?
+    .map(Json)
+    .ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no payment attempt {id}"),
+        )
+    })
 }
 
 /// The actor recorded for decisions taken through the API.
@@ -261,21 +268,30 @@ pub const API_ACTOR: &str = "admin-api";
 /// "gateway_charge_id": …, "decline_code": …}`: the decision of `attempts resolve`. Answers
 /// `{"resolution": …, "attempt": <as GET /api/attempts/{id}>}`.
 async fn resolve_attempt(
-    State(api): State<ApiState>,
+    State(state): State<AdminState>,
     id: Result<Path<Uuid>, PathRejection>,
     body: Result<Json<ResolveRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let id = attempt_id(id)?;
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let now = OffsetDateTime::now_utc();
-    let store = &api.admin.store;
-    let resolution = resolve::resolve(store, id, &request, API_ACTOR, &api.window, now).await?;
-    let attempt = attempts::show(store, id, now, &api.window)
+    let store = &state.store;
+    let resolution =
+        resolve::resolve(store, id, &request, API_ACTOR, &state.retry_window, now).await?;
+    let attempt = attempts::show(store, id, now, &state.retry_window)
         .await
         .map_err(ApiError::internal)?;
     Ok(Json(
         serde_json::json!({"resolution": resolution, "attempt": attempt}),
     ))
+}
+
+/// `GET /api/stats`: what `onecharge attempts stats --json` prints.
+async fn stats(State(state): State<AdminState>) -> Result<Json<Stats>, ApiError> {
+    crate::operator::stats::stats(&state.store, &state.broker, OffsetDateTime::now_utc())
+        .await
+        .map(Json)
+        .map_err(ApiError::internal)
 }
 
 /// Ready when the database and NATS answer and the gateway accepts the credentials; the

@@ -375,11 +375,11 @@ impl Application {
             metrics,
             admin_token: self.settings.admin_token.clone(),
             gateway_health,
+            retry_window: RetryWindow::from_settings(&self.settings),
         };
-        let window = RetryWindow::from_settings(&self.settings);
         roles.spawn(
             "admin",
-            crate::admin::serve_with(listener, state, window, shutdown.clone()),
+            crate::admin::serve(listener, state, shutdown.clone()),
         );
         let refresher = crate::metrics::DatabaseGaugesRefresher::new(self.store.clone())
             .with_intake_consumer(self.broker.clone(), &self.settings.intake.consumer);

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -54,7 +55,7 @@ pub enum Command {
     /// Run migrations (creating the database if missing), create streams and the durable consumer
     Setup,
     /// Run the whole pipeline against a built-in mock gateway with faults and duplicates, then verify
-    Demo(crate::demo::DemoArgs),
+    Demo(DemoArgs),
     /// Run the service roles until SIGTERM or Ctrl-C
     Serve {
         /// Roles to run, comma-separated [default: all]
@@ -82,6 +83,28 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+}
+
+/// Options of `onecharge demo`. Defined here, not in `demo`, so that a build without the
+/// `demo` feature still parses every demo command line and answers it in one line.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Distinct payment attempts to publish (duplicates, conflicts and invalid messages come on top)
+    #[arg(long, default_value_t = 300)]
+    pub attempts: usize,
+    /// Seed for the command mix and the gateway's faults: the same seed, the same run
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Longest wait for everything to settle
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Keep the demo's database and streams for inspection instead of removing them
+    #[arg(long)]
+    pub keep: bool,
+    /// The protocol onecharge and the mock gateway speak: `stripe` runs the `stripe`
+    /// connector against the mock's Stripe dialect [default: the configured gateway_kind]
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub gateway: Option<crate::gateway::GatewayKind>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -138,7 +161,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Setup => crate::app::setup(&settings).await,
-            Command::Demo(args) => crate::demo::run(&settings, args).await,
+            Command::Demo(args) => demo(&settings, args).await,
             Command::Serve { roles, .. } => crate::app::serve(settings, &roles).await,
             Command::Publish(PublishCommand::Charge(args)) => {
                 crate::publish::charge(&settings, args).await
@@ -160,6 +183,20 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+#[cfg(feature = "demo")]
+async fn demo(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
+    crate::demo::run(settings, args).await
+}
+
+/// A build without the `demo` feature has no mock gateway to run the demo against.
+#[cfg(not(feature = "demo"))]
+async fn demo(_: &Settings, _: DemoArgs) -> anyhow::Result<()> {
+    Err(UsageError(
+        "onecharge demo: this binary was built without the demo (--no-default-features); build it with the default features to run it".into(),
+    )
+    .into())
 }
 
 fn config_failure(err: &ConfigError) -> ExitCode {

@@ -663,254 +663,180 @@ impl Settings {
         )))
     }
 
-    /// Checks what serde cannot: ranges and URL shapes.
+    /// Checks what serde cannot: ranges, URL shapes and settings that must agree with each
+    /// other. The first setting at fault is the error, one line naming it. Each check below
+    /// covers one section (or the settings of one concern); a new setting adds its own.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_urls()?;
         self.validate_gateway_kind()?;
-        let fail = |key: &str, what: String| Err(ConfigError(format!("{key}: {what}")));
-        if !self.database_url.starts_with("postgres://")
-            && !self.database_url.starts_with("postgresql://")
-        {
-            return fail(
-                "database_url (ONECHARGE_DATABASE_URL)",
-                "must start with postgres:// or postgresql://".into(),
-            );
-        }
-        if !self.nats_url.contains("://") && self.nats_url.contains(' ') {
-            return fail(
-                "nats_url (ONECHARGE_NATS_URL)",
-                "is not a NATS URL such as nats://127.0.0.1:4222".into(),
-            );
-        }
-        if reqwest::Url::parse(&self.gateway_url).map(|u| u.scheme().starts_with("http"))
-            != Ok(true)
-        {
-            return fail(
-                "gateway_url (ONECHARGE_GATEWAY_URL)",
-                format!("`{}` is not an http(s) URL", redact_url(&self.gateway_url)),
-            );
-        }
-        if let Some(endpoint) = &self.otlp_endpoint {
-            if reqwest::Url::parse(endpoint).map(|u| u.scheme() == "http") != Ok(true) {
-                return fail(
-                    "otlp_endpoint (ONECHARGE_OTLP_ENDPOINT)",
-                    format!(
-                        "`{}` is not an http:// URL (the span exporter speaks plain HTTP: send it to a local collector)",
-                        redact_url(endpoint)
-                    ),
-                );
-            }
-        }
-        if !self.namespace.is_empty()
-            && !self
-                .namespace
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            return fail(
-                "namespace (ONECHARGE_NAMESPACE)",
-                "may contain only letters, digits, `_` and `-`".into(),
-            );
-        }
-        if !(1..=5).contains(&self.streams.replicas) {
-            return fail(
-                "streams.replicas (ONECHARGE_STREAMS__REPLICAS)",
-                format!(
-                    "must be between 1 and 5 (3 on a NATS cluster), got {}",
-                    self.streams.replicas
-                ),
-            );
-        }
-        let intake = &self.intake;
-        if !(1..=1000).contains(&intake.batch_size) {
-            return fail(
-                "intake.batch_size",
-                format!("must be between 1 and 1000, got {}", intake.batch_size),
-            );
-        }
-        if !(1..=64).contains(&intake.concurrency) {
-            return fail(
-                "intake.concurrency",
-                format!("must be between 1 and 64, got {}", intake.concurrency),
-            );
-        }
-        if !(2..=1000).contains(&intake.max_deliver) {
-            return fail(
-                "intake.max_deliver",
-                format!("must be between 2 and 1000, got {}", intake.max_deliver),
-            );
-        }
-        if intake.ack_wait < Duration::from_secs(1) {
-            return fail("intake.ack_wait", "must be at least 1s".into());
-        }
-        if intake.consumer.is_empty()
-            || !intake
-                .consumer
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            return fail(
-                "intake.consumer",
-                "must be non-empty letters, digits, `_` and `-`".into(),
-            );
-        }
-        if intake.retry_min_delay.is_zero() || intake.retry_min_delay > intake.retry_max_delay {
-            return fail(
-                "intake.retry_min_delay",
-                "must be above zero and at most intake.retry_max_delay".into(),
-            );
-        }
-        if self.gateway_connect_timeout.is_zero() || self.gateway_request_timeout.is_zero() {
-            return fail(
-                "gateway_connect_timeout / gateway_request_timeout",
-                "must be above zero".into(),
-            );
-        }
-        if self.gateway_key_retention_margin >= self.gateway_key_retention {
-            return fail(
-                "gateway_key_retention_margin",
-                "must be less than gateway_key_retention".into(),
-            );
-        }
-        let key_window = self.gateway_key_retention - self.gateway_key_retention_margin;
-        if self.gateway_max_processing_time.is_zero()
-            || self.gateway_max_processing_time >= key_window
-        {
-            return fail(
-                "gateway_max_processing_time (ONECHARGE_GATEWAY_MAX_PROCESSING_TIME)",
-                format!(
-                    "must be above zero and less than gateway_key_retention - gateway_key_retention_margin ({}), got {}",
-                    humantime::format_duration(key_window),
-                    humantime::format_duration(self.gateway_max_processing_time)
-                ),
-            );
-        }
-        let executor = &self.executor;
-        if !(1..=1024).contains(&executor.concurrency) {
-            return fail(
-                "executor.concurrency",
-                format!("must be between 1 and 1024, got {}", executor.concurrency),
-            );
-        }
-        if !(1..=1000).contains(&executor.batch_size) {
-            return fail(
-                "executor.batch_size",
-                format!("must be between 1 and 1000, got {}", executor.batch_size),
-            );
-        }
-        if executor.lease
-            < self.gateway_connect_timeout + self.gateway_request_timeout + Duration::from_secs(1)
-        {
-            return fail("executor.lease", "must exceed gateway_connect_timeout + gateway_request_timeout by at least 1s, so that a live call never outlasts its lease".into());
-        }
-        if executor.max_tries == 0 {
-            return fail("executor.max_tries", "must be at least 1".into());
-        }
-        if executor.retry_min_delay.is_zero() || executor.retry_min_delay > executor.retry_max_delay
-        {
-            return fail(
-                "executor.retry_min_delay",
-                "must be above zero and at most executor.retry_max_delay".into(),
-            );
-        }
-        if executor.poll_interval.is_zero() || executor.breaker_failure_threshold == 0 {
-            return fail(
-                "executor.poll_interval / executor.breaker_failure_threshold",
-                "must be above zero".into(),
-            );
-        }
-        if !(1..=1000).contains(&self.relay.batch_size) {
-            return fail(
-                "relay.batch_size",
-                format!("must be between 1 and 1000, got {}", self.relay.batch_size),
-            );
-        }
-        if self.relay.poll_interval.is_zero() || self.relay.publish_timeout.is_zero() {
-            return fail(
-                "relay.poll_interval / relay.publish_timeout",
-                "must be above zero".into(),
-            );
-        }
-        if self
-            .admin_token
-            .as_ref()
-            .is_some_and(|t| t.expose_secret().trim().is_empty())
-        {
-            return fail(
-                "admin_token (ONECHARGE_ADMIN_TOKEN)",
-                "is set but empty: set a token, or unset it to leave /api open on loopback".into(),
-            );
-        }
-        if self.purge.dedupe_retention < Duration::from_secs(60) {
-            return fail("purge.dedupe_retention", "must be at least 1m".into());
-        }
-        if self.purge.interval < Duration::from_secs(1) {
-            return fail("purge.interval", "must be at least 1s".into());
-        }
-        let reconciler = &self.reconciler;
-        if reconciler.schedule.is_empty() || reconciler.schedule.iter().any(Duration::is_zero) {
-            return fail(
-                "reconciler.schedule",
-                "must list at least one delay, each above zero (e.g. [\"1m\", \"5m\"])".into(),
-            );
-        }
-        if !(1..=1000).contains(&reconciler.batch_size) {
-            return fail(
-                "reconciler.batch_size",
-                format!("must be between 1 and 1000, got {}", reconciler.batch_size),
-            );
-        }
-        if reconciler.claim_hold <= self.gateway_connect_timeout + self.gateway_request_timeout {
-            return fail(
-                "reconciler.claim_hold",
-                "must be longer than gateway_connect_timeout + gateway_request_timeout".into(),
-            );
-        }
-        if !(1..=100_000).contains(&self.purge.batch_size) {
-            return fail(
-                "purge.batch_size",
-                format!(
-                    "must be between 1 and 100000, got {}",
-                    self.purge.batch_size
-                ),
-            );
-        }
-        let database = &self.database;
-        let hour = Duration::from_secs(3600);
-        if !(Duration::from_secs(1)..=hour).contains(&database.statement_timeout) {
-            return fail(
-                "database.statement_timeout",
-                "must be between 1s and 1h (every statement onecharge runs is short)".into(),
-            );
-        }
-        if database.lock_timeout < Duration::from_millis(100)
-            || database.lock_timeout > database.statement_timeout
-        {
-            return fail(
-                "database.lock_timeout",
-                "must be at least 100ms and at most database.statement_timeout".into(),
-            );
-        }
-        if database.idle_in_transaction_session_timeout <= self.relay.publish_timeout
-            || database.idle_in_transaction_session_timeout > hour
-        {
-            return fail(
-                "database.idle_in_transaction_session_timeout",
-                "must be longer than relay.publish_timeout (the relay waits for acks inside its transaction) and at most 1h".into(),
-            );
-        }
-        self.check_shutdown_timeout()
+        self.check_namespace()?;
+        self.streams.check()?;
+        self.intake.check()?;
+        self.check_gateway_timing()?;
+        self.check_executor()?;
+        self.relay.check()?;
+        self.check_admin_token()?;
+        self.purge.check()?;
+        self.check_reconciler()?;
+        self.check_database()?;
+        self.check_shutdown_timeout()?;
+        Ok(())
     }
 
     /// `shutdown_timeout` bounds the drain on SIGTERM: zero would abandon every call in
     /// hand at once, and longer than an hour is a process nobody can stop.
     fn check_shutdown_timeout(&self) -> Result<(), ConfigError> {
-        if self.shutdown_timeout.is_zero() || self.shutdown_timeout > Duration::from_secs(3600) {
-            return Err(ConfigError(format!(
-                "shutdown_timeout (ONECHARGE_SHUTDOWN_TIMEOUT): must be above zero and at most 1h, got {}",
+        require(
+            !self.shutdown_timeout.is_zero() && self.shutdown_timeout <= Duration::from_secs(3600),
+            "shutdown_timeout (ONECHARGE_SHUTDOWN_TIMEOUT)",
+            format!(
+                "must be above zero and at most 1h, got {}",
                 humantime::format_duration(self.shutdown_timeout)
-            )));
+            ),
+        )
+    }
+
+    fn check_urls(&self) -> Result<(), ConfigError> {
+        require(
+            self.database_url.starts_with("postgres://")
+                || self.database_url.starts_with("postgresql://"),
+            "database_url (ONECHARGE_DATABASE_URL)",
+            "must start with postgres:// or postgresql://",
+        )?;
+        require(
+            self.nats_url.contains("://") || !self.nats_url.contains(' '),
+            "nats_url (ONECHARGE_NATS_URL)",
+            "is not a NATS URL such as nats://127.0.0.1:4222",
+        )?;
+        require(
+            reqwest::Url::parse(&self.gateway_url).is_ok_and(|u| u.scheme().starts_with("http")),
+            "gateway_url (ONECHARGE_GATEWAY_URL)",
+            format_args!("`{}` is not an http(s) URL", redact_url(&self.gateway_url)),
+        )?;
+        match &self.otlp_endpoint {
+            Some(endpoint) => require(
+                reqwest::Url::parse(endpoint).is_ok_and(|u| u.scheme() == "http"),
+                "otlp_endpoint (ONECHARGE_OTLP_ENDPOINT)",
+                format_args!(
+                    "`{}` is not an http:// URL (the span exporter speaks plain HTTP: send it to a local collector)",
+                    redact_url(endpoint)
+                ),
+            ),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    fn check_namespace(&self) -> Result<(), ConfigError> {
+        require(
+            self.namespace.is_empty() || is_name(&self.namespace),
+            "namespace (ONECHARGE_NAMESPACE)",
+            "may contain only letters, digits, `_` and `-`",
+        )
+    }
+
+    /// The gateway's timeouts, and how long it keeps keys against how long it may take.
+    fn check_gateway_timing(&self) -> Result<(), ConfigError> {
+        require(
+            !self.gateway_connect_timeout.is_zero() && !self.gateway_request_timeout.is_zero(),
+            "gateway_connect_timeout / gateway_request_timeout",
+            "must be above zero",
+        )?;
+        require(
+            self.gateway_key_retention_margin < self.gateway_key_retention,
+            "gateway_key_retention_margin",
+            "must be less than gateway_key_retention",
+        )?;
+        let key_window = self.gateway_key_retention - self.gateway_key_retention_margin;
+        require(
+            !self.gateway_max_processing_time.is_zero()
+                && self.gateway_max_processing_time < key_window,
+            "gateway_max_processing_time (ONECHARGE_GATEWAY_MAX_PROCESSING_TIME)",
+            format_args!(
+                "must be above zero and less than gateway_key_retention - gateway_key_retention_margin ({}), got {}",
+                humantime::format_duration(key_window),
+                humantime::format_duration(self.gateway_max_processing_time)
+            ),
+        )
+    }
+
+    /// The longest a whole gateway call may take: connect plus request timeout.
+    fn gateway_call_limit(&self) -> Duration {
+        self.gateway_connect_timeout + self.gateway_request_timeout
+    }
+
+    fn check_executor(&self) -> Result<(), ConfigError> {
+        let executor = &self.executor;
+        within("executor.concurrency", executor.concurrency, 1..=1024)?;
+        within("executor.batch_size", executor.batch_size, 1..=1000)?;
+        require(
+            executor.lease >= self.gateway_call_limit() + Duration::from_secs(1),
+            "executor.lease",
+            "must exceed gateway_connect_timeout + gateway_request_timeout by at least 1s, so that a live call never outlasts its lease",
+        )?;
+        require(
+            executor.max_tries > 0,
+            "executor.max_tries",
+            "must be at least 1",
+        )?;
+        require(
+            !executor.retry_min_delay.is_zero()
+                && executor.retry_min_delay <= executor.retry_max_delay,
+            "executor.retry_min_delay",
+            "must be above zero and at most executor.retry_max_delay",
+        )?;
+        require(
+            !executor.poll_interval.is_zero() && executor.breaker_failure_threshold > 0,
+            "executor.poll_interval / executor.breaker_failure_threshold",
+            "must be above zero",
+        )
+    }
+
+    fn check_admin_token(&self) -> Result<(), ConfigError> {
+        require(
+            !self
+                .admin_token
+                .as_ref()
+                .is_some_and(|t| t.expose_secret().trim().is_empty()),
+            "admin_token (ONECHARGE_ADMIN_TOKEN)",
+            "is set but empty: set a token, or unset it to leave /api open on loopback",
+        )
+    }
+
+    fn check_reconciler(&self) -> Result<(), ConfigError> {
+        let reconciler = &self.reconciler;
+        require(
+            !reconciler.schedule.is_empty() && !reconciler.schedule.iter().any(Duration::is_zero),
+            "reconciler.schedule",
+            "must list at least one delay, each above zero (e.g. [\"1m\", \"5m\"])",
+        )?;
+        within("reconciler.batch_size", reconciler.batch_size, 1..=1000)?;
+        require(
+            reconciler.claim_hold > self.gateway_call_limit(),
+            "reconciler.claim_hold",
+            "must be longer than gateway_connect_timeout + gateway_request_timeout",
+        )
+    }
+
+    fn check_database(&self) -> Result<(), ConfigError> {
+        let database = &self.database;
+        let hour = Duration::from_secs(3600);
+        require(
+            (Duration::from_secs(1)..=hour).contains(&database.statement_timeout),
+            "database.statement_timeout",
+            "must be between 1s and 1h (every statement onecharge runs is short)",
+        )?;
+        require(
+            database.lock_timeout >= Duration::from_millis(100)
+                && database.lock_timeout <= database.statement_timeout,
+            "database.lock_timeout",
+            "must be at least 100ms and at most database.statement_timeout",
+        )?;
+        require(
+            database.idle_in_transaction_session_timeout > self.relay.publish_timeout
+                && database.idle_in_transaction_session_timeout <= hour,
+            "database.idle_in_transaction_session_timeout",
+            "must be longer than relay.publish_timeout (the relay waits for acks inside its transaction) and at most 1h",
+        )
     }
 
     /// The gateway key, or the configuration error that names where to set it.
@@ -921,6 +847,100 @@ impl Settings {
             .filter(|key| !key.is_empty())
             .ok_or_else(|| ConfigError("gateway_api_key is not set: set ONECHARGE_GATEWAY_API_KEY (or gateway_api_key in onecharge.toml)".into()))
     }
+}
+
+impl StreamsSettings {
+    fn check(&self) -> Result<(), ConfigError> {
+        require(
+            (1..=5).contains(&self.replicas),
+            "streams.replicas (ONECHARGE_STREAMS__REPLICAS)",
+            format_args!(
+                "must be between 1 and 5 (3 on a NATS cluster), got {}",
+                self.replicas
+            ),
+        )
+    }
+}
+
+impl IntakeSettings {
+    fn check(&self) -> Result<(), ConfigError> {
+        within("intake.batch_size", self.batch_size, 1..=1000)?;
+        within("intake.concurrency", self.concurrency, 1..=64)?;
+        within("intake.max_deliver", self.max_deliver, 2..=1000)?;
+        require(
+            self.ack_wait >= Duration::from_secs(1),
+            "intake.ack_wait",
+            "must be at least 1s",
+        )?;
+        require(
+            !self.consumer.is_empty() && is_name(&self.consumer),
+            "intake.consumer",
+            "must be non-empty letters, digits, `_` and `-`",
+        )?;
+        require(
+            !self.retry_min_delay.is_zero() && self.retry_min_delay <= self.retry_max_delay,
+            "intake.retry_min_delay",
+            "must be above zero and at most intake.retry_max_delay",
+        )
+    }
+}
+
+impl RelaySettings {
+    fn check(&self) -> Result<(), ConfigError> {
+        within("relay.batch_size", self.batch_size, 1..=1000)?;
+        require(
+            !self.poll_interval.is_zero() && !self.publish_timeout.is_zero(),
+            "relay.poll_interval / relay.publish_timeout",
+            "must be above zero",
+        )
+    }
+}
+
+impl PurgeSettings {
+    fn check(&self) -> Result<(), ConfigError> {
+        require(
+            self.dedupe_retention >= Duration::from_secs(60),
+            "purge.dedupe_retention",
+            "must be at least 1m",
+        )?;
+        require(
+            self.interval >= Duration::from_secs(1),
+            "purge.interval",
+            "must be at least 1s",
+        )?;
+        within("purge.batch_size", self.batch_size, 1..=100_000)
+    }
+}
+
+/// `Ok` when `ok`, else the error naming `key` and what it `must` be.
+fn require(ok: bool, key: &str, must: impl std::fmt::Display) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError(format!("{key}: {must}")))
+    }
+}
+
+/// `key`'s `value` must lie in `range`.
+fn within<T>(key: &str, value: T, range: std::ops::RangeInclusive<T>) -> Result<(), ConfigError>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    require(
+        range.contains(&value),
+        key,
+        format_args!(
+            "must be between {} and {}, got {value}",
+            range.start(),
+            range.end()
+        ),
+    )
+}
+
+/// Letters, digits, `_` and `-` only: safe inside stream, subject and consumer names.
+fn is_name(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn one_line(error: &figment::Error) -> String {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use async_nats::HeaderMap;
-use clap::Args;
 use mock_gateway::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
@@ -27,26 +26,7 @@ use crate::config::Settings;
 use crate::gateway::GatewayKind;
 use crate::store::Store;
 
-/// Options of `onecharge demo`.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    /// Distinct payment attempts to publish (duplicates, conflicts and invalid messages come on top)
-    #[arg(long, default_value_t = 300)]
-    pub attempts: usize,
-    /// Seed for the command mix and the gateway's faults: the same seed, the same run
-    #[arg(long, default_value_t = 7)]
-    pub seed: u64,
-    /// Longest wait for everything to settle
-    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
-    /// Keep the demo's database and streams for inspection instead of removing them
-    #[arg(long)]
-    pub keep: bool,
-    /// The protocol onecharge and the mock gateway speak: `stripe` runs the `stripe`
-    /// connector against the mock's Stripe dialect [default: the configured gateway_kind]
-    #[arg(long, value_enum, value_name = "KIND")]
-    pub gateway: Option<GatewayKind>,
-}
+pub use crate::cli::DemoArgs;
 
 /// What the demo published, to check the outcome against.
 #[derive(Debug, Default)]
@@ -417,7 +397,7 @@ async fn verify(
             .or_default() += 1;
     }
     let double_charges = charges_per_attempt.values().filter(|n| **n > 1).count();
-    let attempts = crate::store::operator::list_attempts(store, None, None).await?;
+    let attempts = crate::store::operator::list_attempts(store, &Default::default(), None).await?;
     let mut problems = Vec::new();
     let unknown_attempts: Vec<_> = attempts
         .iter()

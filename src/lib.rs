@@ -7,6 +7,7 @@ pub mod broker;
 pub mod cli;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod domain;
 pub mod executor;

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::table::{self, Table};
 use super::RetryWindow;
 use crate::domain::AttemptStatus;
+pub use crate::store::operator::AttemptFilter;
 use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
 use crate::store::Store;
 
@@ -54,17 +55,17 @@ pub struct AttemptDetail {
     pub events: Vec<OutboxEvent>,
 }
 
-/// Attempts, newest first, optionally of one status; `limit` 0 means all.
+/// Attempts matching `filter`, newest first; `limit` 0 means all.
 pub async fn list(
     store: &Store,
-    status: Option<AttemptStatus>,
+    filter: &AttemptFilter,
     limit: usize,
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<Vec<AttemptView>, sqlx::Error> {
     // Past i64::MAX a limit leaves nothing out: it means all.
     let limit = (limit > 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX));
-    let rows = sql::list_attempts(store, status, limit).await?;
+    let rows = sql::list_attempts(store, filter, limit).await?;
     Ok(rows.into_iter().map(|a| view(a, now, window)).collect())
 }
 
@@ -332,6 +333,23 @@ pub fn render_stuck(views: &[AttemptView], older_than: Duration, now: OffsetDate
 
 /// The human form of `attempts show`: the attempt's facts, then its history as one timeline.
 pub fn render_show(detail: &AttemptDetail, now: OffsetDateTime) -> String {
+    let mut out = facts(detail, now)
+        .render()
+        .lines()
+        .skip(1) // the facts table has no header
+        .fold(String::new(), |mut s, l| {
+            s.push_str(l);
+            s.push('\n');
+            s
+        });
+    out.push('\n');
+    out.push_str(&timeline(detail).render());
+    out
+}
+
+/// The facts of `attempts show`, one per row: where the attempt stands, what it charges,
+/// and what is next.
+fn facts(detail: &AttemptDetail, now: OffsetDateTime) -> Table {
     let a = &detail.view.attempt;
     let mut facts = Table::new(&["", ""]);
     let mut fact = |name: &str, value: String| facts.push(vec![name.to_owned(), value]);
@@ -358,15 +376,7 @@ pub fn render_show(detail: &AttemptDetail, now: OffsetDateTime) -> String {
     );
     fact("payment method", a.payment_method.clone());
     fact("idempotency key", a.idempotency_key.clone());
-    fact(
-        "gateway charge",
-        match (&a.gateway_charge_id, &a.decline_code) {
-            (Some(charge), Some(code)) => format!("{charge} (decline code {code})"),
-            (Some(charge), None) => charge.clone(),
-            (None, Some(code)) => format!("- (decline code {code})"),
-            (None, None) => "-".to_owned(),
-        },
-    );
+    fact("gateway charge", gateway_charge_text(a));
     fact(
         "tries",
         format!(
@@ -385,16 +395,7 @@ pub fn render_show(detail: &AttemptDetail, now: OffsetDateTime) -> String {
     if !a.status.is_final() {
         fact(
             "retry window",
-            match detail.view.retry_window_closes_at {
-                None => "open: the gateway has never seen the key".to_owned(),
-                Some(closes) if closes > now => {
-                    format!("open until {}", table::at_relative(closes, now))
-                }
-                Some(closes) => format!(
-                    "closed since {}: never re-sent; settle by lookup (--as succeeded|declined)",
-                    table::at_relative(closes, now)
-                ),
-            },
+            retry_window_text(detail.view.retry_window_closes_at, now),
         );
     }
     if let Some(expires) = a.lease_expires_at {
@@ -412,106 +413,114 @@ pub fn render_show(detail: &AttemptDetail, now: OffsetDateTime) -> String {
         format!(
             "message {}{}",
             a.first_message_id,
-            a.correlation_id
-                .as_deref()
-                .map(|c| format!(", correlation {c}"))
-                .unwrap_or_default()
+            suffix(", correlation ", a.correlation_id.as_deref())
         ),
     );
-    let mut out = facts
-        .render()
-        .lines()
-        .skip(1)
-        .fold(String::new(), |mut s, l| {
-            s.push_str(l);
-            s.push('\n');
-            s
-        });
+    facts
+}
 
-    let mut entries: Vec<(OffsetDateTime, u8, [String; 3])> = Vec::new();
-    for t in &detail.transitions {
-        entries.push((
-            t.at,
-            0,
-            [
-                "state".to_owned(),
-                format!(
-                    "{} -> {} ({})",
-                    t.from_status.as_deref().unwrap_or("new"),
-                    t.to_status,
-                    t.cause
-                ),
-                format!(
-                    "by {}{}",
-                    t.actor,
-                    t.detail
-                        .as_deref()
-                        .map(|d| format!(": {}", table::cell(d, 160)))
-                        .unwrap_or_default()
-                ),
-            ],
-        ));
+/// `ch_1 (decline code insufficient_funds)`, `ch_1`, or `-`.
+fn gateway_charge_text(a: &AttemptRecord) -> String {
+    match (&a.gateway_charge_id, &a.decline_code) {
+        (Some(charge), Some(code)) => format!("{charge} (decline code {code})"),
+        (Some(charge), None) => charge.clone(),
+        (None, Some(code)) => format!("- (decline code {code})"),
+        (None, None) => "-".to_owned(),
     }
-    for c in &detail.gateway_calls {
-        entries.push((
-            c.started_at,
-            1,
-            [
-                "gateway".to_owned(),
-                format!(
-                    "{} try {} -> {} {}",
-                    c.operation,
-                    c.try_number,
-                    c.http_status
-                        .map(|s| format!("HTTP {s}"))
-                        .unwrap_or_else(|| "no answer".to_owned()),
-                    c.outcome
-                ),
-                format!(
-                    "{} ms{}{}",
-                    c.duration_ms,
-                    c.gateway_charge_id
-                        .as_deref()
-                        .map(|id| format!(", charge {id}"))
-                        .unwrap_or_default(),
-                    c.error
-                        .as_deref()
-                        .map(|e| format!(", {}", table::cell(e, 160)))
-                        .unwrap_or_default()
-                ),
-            ],
-        ));
+}
+
+/// Whether the charge may still be re-sent, and until when.
+fn retry_window_text(closes_at: Option<OffsetDateTime>, now: OffsetDateTime) -> String {
+    match closes_at {
+        None => "open: the gateway has never seen the key".to_owned(),
+        Some(closes) if closes > now => {
+            format!("open until {}", table::at_relative(closes, now))
+        }
+        Some(closes) => format!(
+            "closed since {}: never re-sent; settle by lookup (--as succeeded|declined)",
+            table::at_relative(closes, now)
+        ),
     }
-    for e in &detail.events {
-        entries.push((
-            e.created_at,
-            2,
-            [
-                "event".to_owned(),
-                e.subject.clone(),
-                match e.published_at {
-                    Some(p) => format!("{} published {}", e.event_id, table::at(p)),
-                    None => format!(
-                        "{} NOT YET PUBLISHED ({} tries{})",
-                        e.event_id,
-                        e.publish_attempts,
-                        e.last_error
-                            .as_deref()
-                            .map(|err| format!(", last error: {}", table::cell(err, 120)))
-                            .unwrap_or_default()
-                    ),
-                },
-            ],
-        ));
-    }
+}
+
+/// `label` + `value`, or nothing when there is no value.
+fn suffix(label: &str, value: Option<&str>) -> String {
+    value.map(|v| format!("{label}{v}")).unwrap_or_default()
+}
+
+/// One row of the timeline: when, a tie-breaker for rows at the same time (transitions,
+/// then gateway calls, then events), and the kind, what and detail columns.
+type TimelineEntry = (OffsetDateTime, u8, [String; 3]);
+
+/// Transitions, gateway calls and events in the order they happened.
+fn timeline(detail: &AttemptDetail) -> Table {
+    let mut entries: Vec<TimelineEntry> = detail
+        .transitions
+        .iter()
+        .map(transition_entry)
+        .chain(detail.gateway_calls.iter().map(gateway_call_entry))
+        .chain(detail.events.iter().map(event_entry))
+        .collect();
     entries.sort_by_key(|(at, order, _)| (*at, *order));
     let mut timeline = Table::new(&["TIME (UTC)", "KIND", "WHAT", "DETAIL"]);
     for (at, _, [kind, what, detail]) in entries {
         timeline.push(vec![table::at_ms(at), kind, what, detail]);
     }
-    out.push('\n');
-    out.push_str(&timeline.render());
-    out
+    timeline
+}
+
+/// `pending -> in_flight (claimed)`, `by executor:…: …`
+fn transition_entry(t: &Transition) -> TimelineEntry {
+    let what = format!(
+        "{} -> {} ({})",
+        t.from_status.as_deref().unwrap_or("new"),
+        t.to_status,
+        t.cause
+    );
+    let detail = t.detail.as_deref().map(|d| table::cell(d, 160));
+    let by = format!("by {}{}", t.actor, suffix(": ", detail.as_deref()));
+    (t.at, 0, ["state".to_owned(), what, by])
+}
+
+/// `charge try 1 -> HTTP 201 succeeded`, `312 ms, charge ch_…, <error>`
+fn gateway_call_entry(c: &GatewayCall) -> TimelineEntry {
+    let answer = c
+        .http_status
+        .map(|s| format!("HTTP {s}"))
+        .unwrap_or_else(|| "no answer".to_owned());
+    let what = format!(
+        "{} try {} -> {answer} {}",
+        c.operation, c.try_number, c.outcome
+    );
+    let error = c.error.as_deref().map(|e| table::cell(e, 160));
+    let detail = format!(
+        "{} ms{}{}",
+        c.duration_ms,
+        suffix(", charge ", c.gateway_charge_id.as_deref()),
+        suffix(", ", error.as_deref())
+    );
+    (c.started_at, 1, ["gateway".to_owned(), what, detail])
+}
+
+/// `payments.events.payment-succeeded.v1`, `<event id> published …` or why not yet.
+fn event_entry(e: &OutboxEvent) -> TimelineEntry {
+    let detail = match e.published_at {
+        Some(p) => format!("{} published {}", e.event_id, table::at(p)),
+        None => {
+            let error = e.last_error.as_deref().map(|err| table::cell(err, 120));
+            format!(
+                "{} NOT YET PUBLISHED ({} tries{})",
+                e.event_id,
+                e.publish_attempts,
+                suffix(", last error: ", error.as_deref())
+            )
+        }
+    };
+    (
+        e.created_at,
+        2,
+        ["event".to_owned(), e.subject.clone(), detail],
+    )
 }
 
 #[cfg(test)]
@@ -610,4 +619,80 @@ mod tests {
             next.action
         );
     }
+
+    #[test]
+    fn show_prints_the_facts_then_one_timeline_of_transitions_calls_and_events() {
+        let t = datetime!(2026-11-29 10:00:00 UTC);
+        let mut a = attempt(AttemptStatus::Unknown);
+        a.gateway_charge_id = Some("ch_1".into());
+        a.decline_code = Some("do_not_honor".into());
+        a.last_error = Some("HTTP 503".into());
+        a.lease_owner = Some("reconciler:host-1".into());
+        a.lease_expires_at = Some(t + time::Duration::minutes(2));
+        a.correlation_id = Some("corr-7".into());
+        let window = RetryWindow::default();
+        let now = t + time::Duration::minutes(1);
+        let detail = AttemptDetail {
+            view: view(a, now, &window),
+            transitions: vec![Transition {
+                id: 1,
+                from_status: None,
+                to_status: "pending".into(),
+                cause: "command_accepted".into(),
+                actor: "intake:c".into(),
+                detail: Some("message m-1 (stream sequence 1)".into()),
+                at: t,
+            }],
+            gateway_calls: vec![GatewayCall {
+                id: 1,
+                operation: "charge".into(),
+                try_number: 1,
+                lease_token: Some(1),
+                started_at: t,
+                finished_at: t + time::Duration::milliseconds(250),
+                duration_ms: 250,
+                http_status: Some(503),
+                outcome: "ambiguous".into(),
+                gateway_charge_id: None,
+                error: Some("server\u{1b}[2J error".into()),
+            }],
+            events: vec![OutboxEvent {
+                event_id: Uuid::nil(),
+                status: "succeeded".into(),
+                subject: "payments.events.payment-succeeded.v1".into(),
+                created_at: t + time::Duration::seconds(1),
+                published_at: None,
+                publish_attempts: 2,
+                last_error: Some("timeout".into()),
+                payload: serde_json::json!({}),
+            }],
+        };
+        let shown = render_show(&detail, now);
+        assert_eq!(shown, EXPECTED_SHOW);
+    }
+
+    /// `attempts show` as it printed before `render_show` was split into named steps.
+    const EXPECTED_SHOW: &str = concat!(
+        "payment attempt   00000000-0000-0000-0000-000000000000\n",
+        "status            unknown\n",
+        "next              reconciler looks the charge up at the gateway (check 2) at 2026-11-29 10:05:00Z (in 4m00s)\n",
+        "last error        HTTP 503\n",
+        "amount            19.99 EUR (1999 minor units)\n",
+        "order / customer  ord_1 / cus_1\n",
+        "payment method    pm_card_visa\n",
+        "idempotency key   onecharge-0\n",
+        "gateway charge    ch_1 (decline code do_not_honor)\n",
+        "tries             2 charge tries, 1 reconciler checks\n",
+        "created           2026-11-29 10:00:00Z (1m00s ago)\n",
+        "updated           2026-11-29 10:00:00Z (1m00s ago)\n",
+        "first sent        2026-11-29 10:00:00Z (1m00s ago)\n",
+        "retry window      open until 2026-11-29 11:00:00Z (in 59m00s)\n",
+        "lease             reconciler:host-1 until 2026-11-29 10:02:00Z (in 1m00s)\n",
+        "command           message m-1, correlation corr-7\n",
+        "\n",
+        "TIME (UTC)                KIND     WHAT                                  DETAIL\n",
+        "2026-11-29 10:00:00.000Z  state    new -> pending (command_accepted)     by intake:c: message m-1 (stream sequence 1)\n",
+        "2026-11-29 10:00:00.000Z  gateway  charge try 1 -> HTTP 503 ambiguous    250 ms, server\\u{1b}[2J error\n",
+        "2026-11-29 10:00:01.000Z  event    payments.events.payment-succeeded.v1  00000000-0000-0000-0000-000000000000 NOT YET PUBLISHED (2 tries, last error: timeout)\n",
+    );
 }

@@ -4,6 +4,8 @@
 //!
 //! - [`attempts`]: `attempts list | stuck | show` — queries and their presentation (aligned
 //!   tables for people, one JSON document for scripts and the admin API).
+//! - [`stats`]: `attempts stats` — counts per state, the oldest unsettled age, dead letters
+//!   and the outbox backlog.
 //! - [`resolve`]: `attempts resolve` — an operator's decision, guarded in SQL.
 //! - [`dlq`]: `dlq list | replay`.
 //! - [`purge`]: `purge`, and the `purge` role of `serve`.
@@ -16,6 +18,7 @@ pub mod attempts;
 pub mod dlq;
 pub mod purge;
 pub mod resolve;
+pub mod stats;
 mod table;
 
 use std::path::PathBuf;
@@ -41,9 +44,24 @@ pub enum AttemptsCommand {
         /// needs_review, expired)
         #[arg(long, value_parser = parse_status)]
         status: Option<AttemptStatus>,
+        /// Only the attempts of this order
+        #[arg(long, value_name = "ORDER_ID")]
+        order_id: Option<String>,
+        /// Only the attempts of this customer
+        #[arg(long, value_name = "CUSTOMER_ID")]
+        customer_id: Option<String>,
+        /// Only the attempt the gateway recorded under this charge id
+        #[arg(long, value_name = "CHARGE_ID")]
+        gateway_charge_id: Option<String>,
         /// At most this many; 0 means all
         #[arg(long, default_value_t = 100, value_parser = parse_limit)]
         limit: usize,
+        /// One JSON document instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Attempts per state, the oldest unsettled age, dead letters and the outbox backlog
+    Stats {
         /// One JSON document instead of a table
         #[arg(long)]
         json: bool,
@@ -132,10 +150,19 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
     match command {
         AttemptsCommand::List {
             status,
+            order_id,
+            customer_id,
+            gateway_charge_id,
             limit,
             json,
         } => {
-            let views = attempts::list(&store, status, limit, now, &window).await?;
+            let filter = attempts::AttemptFilter {
+                status,
+                order_id,
+                customer_id,
+                gateway_charge_id,
+            };
+            let views = attempts::list(&store, &filter, limit, now, &window).await?;
             if json {
                 print_json(&views)
             } else {
@@ -149,6 +176,16 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
                 print_json(&views)
             } else {
                 print!("{}", attempts::render_stuck(&views, older_than, now));
+                Ok(())
+            }
+        }
+        AttemptsCommand::Stats { json } => {
+            let broker = crate::broker::Broker::connect(settings).await?;
+            let stats = stats::stats(&store, &broker, now).await?;
+            if json {
+                print_json(&stats)
+            } else {
+                print!("{}", stats::render_stats(&stats));
                 Ok(())
             }
         }
@@ -214,6 +251,19 @@ pub async fn run_dlq(settings: &Settings, command: DlqCommand) -> anyhow::Result
             Ok(())
         }
     }
+}
+
+/// What JetStream says about stream `name` now, or the error an operator can act on.
+pub(crate) async fn stream_info(
+    broker: &crate::broker::Broker,
+    name: &str,
+) -> anyhow::Result<async_nats::jetstream::stream::Info> {
+    let stream = broker
+        .jetstream
+        .get_stream(name)
+        .await
+        .with_context(|| format!("reading stream {name}: is `onecharge setup` done?"))?;
+    Ok(stream.cached_info().clone())
 }
 
 fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {

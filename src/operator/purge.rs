@@ -83,13 +83,8 @@ pub fn check_retention(
 
 /// The command stream's `max_age`, read from JetStream.
 pub async fn command_stream_max_age(broker: &Broker) -> anyhow::Result<Duration> {
-    let name = broker.names.commands_stream();
-    let stream = broker
-        .jetstream
-        .get_stream(&name)
-        .await
-        .with_context(|| format!("reading stream {name}: is `onecharge setup` done?"))?;
-    Ok(stream.cached_info().config.max_age)
+    let info = super::stream_info(broker, &broker.names.commands_stream()).await?;
+    Ok(info.config.max_age)
 }
 
 /// One purge: checks the retention against the command stream, then deletes dedupe rows

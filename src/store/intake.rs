@@ -1,12 +1,11 @@
 //! Recording a batch of commands: the dedupe rows and the attempts, in one transaction.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::outbox;
-use super::Store;
+use super::{column, outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
 use crate::domain::{AttemptStatus, ChargePayment};
 
@@ -52,8 +51,52 @@ pub async fn record_batch(
     now: OffsetDateTime,
 ) -> Result<Vec<Recorded>, sqlx::Error> {
     let mut outcomes: Vec<Option<Recorded>> = vec![None; records.len()];
+    let leads = first_of_each_message_id(records, &mut outcomes);
 
-    // The same message id twice in one batch: the first is recorded, the others compare to it.
+    let mut tx = store.pool().begin().await?;
+    let inserted = insert_processed_messages(&mut tx, consumer, records, &leads).await?;
+    let (mut fresh, seen): (Vec<usize>, Vec<usize>) = leads
+        .iter()
+        .copied()
+        .partition(|&i| inserted.contains(&records[i].message_id));
+    classify_seen_messages(&mut tx, consumer, records, &seen, &mut outcomes).await?;
+
+    // New message ids create the attempts, one per attempt id, in delivery order: the
+    // earliest command for an attempt is the one that creates it.
+    fresh.sort_unstable();
+    let attempt_leads = first_of_each_attempt(records, &fresh, &mut outcomes);
+    let created: HashSet<Uuid> = insert_attempts(&mut tx, records, &attempt_leads, now)
+        .await?
+        .into_iter()
+        .collect();
+    let (born, existing): (Vec<usize>, Vec<usize>) = attempt_leads
+        .iter()
+        .copied()
+        .partition(|&i| created.contains(&records[i].command.payment_attempt_id));
+    classify_existing_attempts(&mut tx, records, &existing, &mut outcomes).await?;
+    for &i in &born {
+        outcomes[i] = Some(if records[i].stale {
+            Recorded::Stale
+        } else {
+            Recorded::Accepted
+        });
+    }
+
+    settle_processed_messages(&mut tx, consumer, records, &fresh, &outcomes).await?;
+    record_births(&mut tx, consumer, &born, records, now).await?;
+    tx.commit().await?;
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.expect("every record is classified"))
+        .collect())
+}
+
+/// The first record of each message id, in message id order (the order rows are locked
+/// in). The same message id again in one batch is classified against its first one.
+fn first_of_each_message_id(
+    records: &[IntakeRecord],
+    outcomes: &mut [Option<Recorded>],
+) -> Vec<usize> {
     let mut lead_by_message: HashMap<&str, usize> = HashMap::new();
     for (i, record) in records.iter().enumerate() {
         match lead_by_message.get(record.message_id.as_str()) {
@@ -65,9 +108,17 @@ pub async fn record_batch(
     }
     let mut leads: Vec<usize> = lead_by_message.into_values().collect();
     leads.sort_by(|&a, &b| records[a].message_id.cmp(&records[b].message_id));
+    leads
+}
 
-    let mut tx = store.pool().begin().await?;
-
+/// The dedupe rows of `leads`; returns the message ids that were new.
+async fn insert_processed_messages(
+    tx: &mut sqlx::PgConnection,
+    consumer: &str,
+    records: &[IntakeRecord],
+    leads: &[usize],
+) -> Result<HashSet<String>, sqlx::Error> {
+    let result = |record: &IntakeRecord| if record.stale { "stale" } else { "accepted" };
     let inserted: Vec<String> = sqlx::query_scalar(
         "INSERT INTO processed_messages
              (consumer, message_id, body_sha256, payment_attempt_id, result, stream_sequence)
@@ -78,89 +129,61 @@ pub async fn record_batch(
          RETURNING message_id",
     )
     .bind(consumer)
-    .bind(
-        leads
-            .iter()
-            .map(|&i| records[i].message_id.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        leads
-            .iter()
-            .map(|&i| records[i].body_sha256.to_vec())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        leads
-            .iter()
-            .map(|&i| records[i].command.payment_attempt_id)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        leads
-            .iter()
-            .map(|&i| {
-                if records[i].stale {
-                    "stale"
-                } else {
-                    "accepted"
-                }
-            })
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        leads
-            .iter()
-            .map(|&i| records[i].stream_sequence as i64)
-            .collect::<Vec<_>>(),
-    )
-    .fetch_all(&mut *tx)
+    .bind(column(leads, |&i| records[i].message_id.clone()))
+    .bind(column(leads, |&i| records[i].body_sha256.to_vec()))
+    .bind(column(leads, |&i| records[i].command.payment_attempt_id))
+    .bind(column(leads, |&i| result(&records[i])))
+    .bind(column(leads, |&i| records[i].stream_sequence as i64))
+    .fetch_all(tx)
     .await?;
-    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+    Ok(inserted.into_iter().collect())
+}
 
-    // Message ids seen before: a harmless redelivery, or a producer defect.
-    let seen: Vec<usize> = leads
-        .iter()
-        .copied()
-        .filter(|&i| !inserted.contains(&records[i].message_id))
-        .collect();
-    if !seen.is_empty() {
-        let stored: HashMap<String, Vec<u8>> = sqlx::query_as::<_, (String, Vec<u8>)>(
-            "SELECT message_id, body_sha256 FROM processed_messages
-             WHERE consumer = $1 AND message_id = ANY($2)",
-        )
-        .bind(consumer)
-        .bind(
-            seen.iter()
-                .map(|&i| records[i].message_id.clone())
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
-        for &i in &seen {
-            outcomes[i] = Some(match stored.get(&records[i].message_id) {
-                Some(hash) if hash.as_slice() != records[i].body_sha256 => {
-                    reused_message_id(&records[i])
-                }
-                // Equal body, or the row was purged since the insert saw it: either way this
-                // message id was processed before.
-                _ => Recorded::Duplicate,
-            });
-        }
+/// Message ids recorded before: a harmless redelivery when the body is the same, a producer
+/// defect when it is not.
+async fn classify_seen_messages(
+    tx: &mut sqlx::PgConnection,
+    consumer: &str,
+    records: &[IntakeRecord],
+    seen: &[usize],
+    outcomes: &mut [Option<Recorded>],
+) -> Result<(), sqlx::Error> {
+    if seen.is_empty() {
+        return Ok(());
     }
+    let stored: HashMap<String, Vec<u8>> = sqlx::query_as::<_, (String, Vec<u8>)>(
+        "SELECT message_id, body_sha256 FROM processed_messages
+         WHERE consumer = $1 AND message_id = ANY($2)",
+    )
+    .bind(consumer)
+    .bind(column(seen, |&i| records[i].message_id.clone()))
+    .fetch_all(tx)
+    .await?
+    .into_iter()
+    .collect();
+    for &i in seen {
+        outcomes[i] = Some(match stored.get(&records[i].message_id) {
+            Some(hash) if hash.as_slice() != records[i].body_sha256 => {
+                reused_message_id(&records[i])
+            }
+            // Equal body, or the row was purged since the insert saw it: either way this
+            // message id was processed before.
+            _ => Recorded::Duplicate,
+        });
+    }
+    Ok(())
+}
 
-    // New message ids: create the attempts, one per attempt id.
-    // In delivery order: the earliest command for an attempt is the one that creates it.
-    let mut fresh: Vec<usize> = leads
-        .iter()
-        .copied()
-        .filter(|&i| inserted.contains(&records[i].message_id))
-        .collect();
-    fresh.sort_unstable();
+/// The first of `fresh` (in delivery order) for each attempt id, in attempt id order (the
+/// order rows are locked in). Later commands for the same attempt in this batch are
+/// classified against it.
+fn first_of_each_attempt(
+    records: &[IntakeRecord],
+    fresh: &[usize],
+    outcomes: &mut [Option<Recorded>],
+) -> Vec<usize> {
     let mut lead_by_attempt: HashMap<Uuid, usize> = HashMap::new();
-    for &i in &fresh {
+    for &i in fresh {
         let attempt = records[i].command.payment_attempt_id;
         match lead_by_attempt.get(&attempt) {
             Some(&lead) => {
@@ -176,56 +199,56 @@ pub async fn record_batch(
     }
     let mut attempt_leads: Vec<usize> = lead_by_attempt.into_values().collect();
     attempt_leads.sort_by_key(|&i| records[i].command.payment_attempt_id);
+    attempt_leads
+}
 
-    let created: std::collections::HashSet<Uuid> =
-        insert_attempts(&mut tx, &attempt_leads, records, now)
-            .await?
-            .into_iter()
-            .collect();
-    let existing: Vec<usize> = attempt_leads
-        .iter()
-        .copied()
-        .filter(|&i| !created.contains(&records[i].command.payment_attempt_id))
-        .collect();
-    if !existing.is_empty() {
-        let stored: HashMap<Uuid, Vec<u8>> = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
-            "SELECT payment_attempt_id, fingerprint FROM payment_attempts
-             WHERE payment_attempt_id = ANY($1)",
-        )
-        .bind(
-            existing
-                .iter()
-                .map(|&i| records[i].command.payment_attempt_id)
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
-        for &i in &existing {
-            let fingerprint = records[i].command.fingerprint();
-            outcomes[i] = Some(match stored.get(&records[i].command.payment_attempt_id) {
-                Some(stored) if stored.as_slice() == fingerprint => Recorded::BusinessDuplicate,
-                _ => conflicting_parameters(&records[i].command),
-            });
-        }
+/// Attempt ids that existed before this command: one charge when the parameters are the
+/// same, a conflict when they differ.
+async fn classify_existing_attempts(
+    tx: &mut sqlx::PgConnection,
+    records: &[IntakeRecord],
+    existing: &[usize],
+    outcomes: &mut [Option<Recorded>],
+) -> Result<(), sqlx::Error> {
+    if existing.is_empty() {
+        return Ok(());
     }
-    for &i in &attempt_leads {
-        if created.contains(&records[i].command.payment_attempt_id) {
-            outcomes[i] = Some(if records[i].stale {
-                Recorded::Stale
-            } else {
-                Recorded::Accepted
-            });
-        }
+    let stored: HashMap<Uuid, Vec<u8>> = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
+        "SELECT payment_attempt_id, fingerprint FROM payment_attempts
+         WHERE payment_attempt_id = ANY($1)",
+    )
+    .bind(column(existing, |&i| records[i].command.payment_attempt_id))
+    .fetch_all(tx)
+    .await?
+    .into_iter()
+    .collect();
+    for &i in existing {
+        let fingerprint = records[i].command.fingerprint();
+        outcomes[i] = Some(match stored.get(&records[i].command.payment_attempt_id) {
+            Some(stored) if stored.as_slice() == fingerprint => Recorded::BusinessDuplicate,
+            _ => conflicting_parameters(&records[i].command),
+        });
     }
+    Ok(())
+}
 
-    // A conflicting message is dead-lettered, so it must not stay recorded as processed.
-    let unrecord: Vec<String> = fresh
-        .iter()
-        .filter(|&&i| matches!(outcomes[i], Some(Recorded::Conflict(_))))
-        .map(|&i| records[i].message_id.clone())
-        .collect();
+/// The dedupe rows of new message ids say what they became: a conflicting message is
+/// dead-lettered, so it must not stay recorded as processed; a business duplicate is marked.
+async fn settle_processed_messages(
+    tx: &mut sqlx::PgConnection,
+    consumer: &str,
+    records: &[IntakeRecord],
+    fresh: &[usize],
+    outcomes: &[Option<Recorded>],
+) -> Result<(), sqlx::Error> {
+    let message_ids = |wanted: fn(&Recorded) -> bool| -> Vec<String> {
+        fresh
+            .iter()
+            .filter(|&&i| outcomes[i].as_ref().is_some_and(wanted))
+            .map(|&i| records[i].message_id.clone())
+            .collect()
+    };
+    let unrecord = message_ids(|o| matches!(o, Recorded::Conflict(_)));
     if !unrecord.is_empty() {
         sqlx::query("DELETE FROM processed_messages WHERE consumer = $1 AND message_id = ANY($2)")
             .bind(consumer)
@@ -233,11 +256,7 @@ pub async fn record_batch(
             .execute(&mut *tx)
             .await?;
     }
-    let business: Vec<String> = fresh
-        .iter()
-        .filter(|&&i| outcomes[i] == Some(Recorded::BusinessDuplicate))
-        .map(|&i| records[i].message_id.clone())
-        .collect();
+    let business = message_ids(|o| *o == Recorded::BusinessDuplicate);
     if !business.is_empty() {
         sqlx::query(
             "UPDATE processed_messages SET result = 'business_duplicate'
@@ -248,30 +267,16 @@ pub async fn record_batch(
         .execute(&mut *tx)
         .await?;
     }
-
-    let born: Vec<usize> = attempt_leads
-        .iter()
-        .copied()
-        .filter(|&i| created.contains(&records[i].command.payment_attempt_id))
-        .collect();
-    record_births(&mut tx, consumer, &born, records, now).await?;
-
-    tx.commit().await?;
-    Ok(outcomes
-        .into_iter()
-        .map(|o| o.expect("every record is classified"))
-        .collect())
+    Ok(())
 }
 
 async fn insert_attempts(
     tx: &mut sqlx::PgConnection,
-    leads: &[usize],
     records: &[IntakeRecord],
+    leads: &[usize],
     now: OffsetDateTime,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
-    let column = |f: &dyn Fn(&IntakeRecord) -> Option<String>| -> Vec<Option<String>> {
-        leads.iter().map(|&i| f(&records[i])).collect()
-    };
+    let command = |i: usize| &records[i].command;
     sqlx::query_scalar(
         "INSERT INTO payment_attempts
              (payment_attempt_id, order_id, customer_id, amount_minor, currency, payment_method,
@@ -289,40 +294,22 @@ async fn insert_attempts(
          ON CONFLICT (payment_attempt_id) DO NOTHING
          RETURNING payment_attempt_id",
     )
-    .bind(
-        leads
-            .iter()
-            .map(|&i| records[i].command.payment_attempt_id)
-            .collect::<Vec<_>>(),
-    )
-    .bind(column(&|r| Some(r.command.order_id.clone())))
-    .bind(column(&|r| Some(r.command.customer_id.clone())))
-    .bind(
-        leads
-            .iter()
-            .map(|&i| records[i].command.amount_minor)
-            .collect::<Vec<_>>(),
-    )
-    .bind(column(&|r| Some(r.command.currency.clone())))
-    .bind(column(&|r| Some(r.command.payment_method.clone())))
-    .bind(column(&|r| r.command.description.clone()))
-    .bind(
-        leads
-            .iter()
-            .map(|&i| records[i].command.requested_at)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        leads
-            .iter()
-            .map(|&i| records[i].command.fingerprint().to_vec())
-            .collect::<Vec<_>>(),
-    )
-    .bind(column(&|r| Some(r.command.idempotency_key().into())))
-    .bind(column(&|r| Some(initial_status(r).as_str().to_owned())))
-    .bind(column(&|r| Some(r.message_id.clone())))
-    .bind(column(&|r| r.correlation_id.clone()))
-    .bind(column(&|r| r.traceparent.clone()))
+    .bind(column(leads, |&i| command(i).payment_attempt_id))
+    .bind(column(leads, |&i| command(i).order_id.clone()))
+    .bind(column(leads, |&i| command(i).customer_id.clone()))
+    .bind(column(leads, |&i| command(i).amount_minor))
+    .bind(column(leads, |&i| command(i).currency.clone()))
+    .bind(column(leads, |&i| command(i).payment_method.clone()))
+    .bind(column(leads, |&i| command(i).description.clone()))
+    .bind(column(leads, |&i| command(i).requested_at))
+    .bind(column(leads, |&i| command(i).fingerprint().to_vec()))
+    .bind(column(leads, |&i| {
+        String::from(command(i).idempotency_key())
+    }))
+    .bind(column(leads, |&i| initial_status(&records[i]).as_str()))
+    .bind(column(leads, |&i| records[i].message_id.clone()))
+    .bind(column(leads, |&i| records[i].correlation_id.clone()))
+    .bind(column(leads, |&i| records[i].traceparent.clone()))
     .bind(now)
     .fetch_all(tx)
     .await
@@ -354,10 +341,21 @@ async fn record_births(
     )
     .bind(format!("intake:{consumer}"))
     .bind(now)
-    .bind(born.iter().map(|&i| records[i].command.payment_attempt_id).collect::<Vec<_>>())
-    .bind(born.iter().map(|&i| initial_status(&records[i]).as_str()).collect::<Vec<_>>())
-    .bind(born.iter().map(|&i| if records[i].stale { "stale_command" } else { "command_accepted" }).collect::<Vec<_>>())
-    .bind(born.iter().map(|&i| format!("message {} (stream sequence {})", records[i].message_id, records[i].stream_sequence)).collect::<Vec<_>>())
+    .bind(column(born, |&i| records[i].command.payment_attempt_id))
+    .bind(column(born, |&i| initial_status(&records[i]).as_str()))
+    .bind(column(born, |&i| {
+        if records[i].stale {
+            "stale_command"
+        } else {
+            "command_accepted"
+        }
+    }))
+    .bind(column(born, |&i| {
+        format!(
+            "message {} (stream sequence {})",
+            records[i].message_id, records[i].stream_sequence
+        )
+    }))
     .execute(&mut *tx)
     .await?;
 

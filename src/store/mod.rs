@@ -157,6 +157,16 @@ impl Store {
     }
 }
 
+/// One column of a batch statement: `f` of each item, as the array that one `$n::type[]`
+/// parameter of an `UNNEST(…)` binds. A batch of rows goes to PostgreSQL as one array per
+/// column, all in the items' order, so every column of a statement is built the same way.
+pub(crate) fn column<I, T>(items: I, f: impl FnMut(I::Item) -> T) -> Vec<T>
+where
+    I: IntoIterator,
+{
+    items.into_iter().map(f).collect()
+}
+
 /// The `-c name=value` startup options that set `limits` on a new session.
 fn session_limits(limits: &DatabaseSettings) -> [(&'static str, String); 3] {
     let millis = |d: Duration| format!("{}ms", d.as_millis());

@@ -136,21 +136,45 @@ const ATTEMPT_SELECT: &str = "
         LIMIT 1
     ) g ON true";
 
-/// Attempts, newest first, optionally of one status; `limit` `None` means all.
+/// What `attempts list` and `GET /api/attempts` narrow the list to; a field left `None`
+/// does not narrow it. Each filter is answered from its own index (migration
+/// `…_attempt_lookup_indexes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttemptFilter {
+    pub status: Option<AttemptStatus>,
+    pub order_id: Option<String>,
+    pub customer_id: Option<String>,
+    pub gateway_charge_id: Option<String>,
+}
+
+/// Attempts matching `filter`, newest first; `limit` `None` means all.
+///
+/// Only the filters that are set appear in the statement: a generic plan of `($n IS NULL OR
+/// column = $n)` could not use the indexes and would scan every attempt.
 pub async fn list_attempts(
     store: &Store,
-    status: Option<AttemptStatus>,
+    filter: &AttemptFilter,
     limit: Option<i64>,
 ) -> Result<Vec<AttemptRecord>, sqlx::Error> {
-    let sql = format!(
-        "{ATTEMPT_SELECT}
-         WHERE ($1::text IS NULL OR a.status = $1)
-         ORDER BY a.created_at DESC, a.payment_attempt_id DESC
-         LIMIT $2"
-    );
-    sqlx::query(&sql)
-        .bind(status.map(AttemptStatus::as_str))
-        .bind(limit)
+    let conditions = [
+        ("a.status", filter.status.map(AttemptStatus::as_str)),
+        ("a.order_id", filter.order_id.as_deref()),
+        ("a.customer_id", filter.customer_id.as_deref()),
+        ("a.gateway_charge_id", filter.gateway_charge_id.as_deref()),
+    ];
+    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(ATTEMPT_SELECT);
+    let set = conditions
+        .into_iter()
+        .filter_map(|(column, value)| value.map(|value| (column, value)));
+    for (i, (column, value)) in set.enumerate() {
+        query.push(if i == 0 { " WHERE " } else { " AND " });
+        query.push(column).push(" = ").push_bind(value);
+    }
+    query
+        .push(" ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT ")
+        .push_bind(limit);
+    query
+        .build()
         .fetch_all(store.pool())
         .await?
         .iter()

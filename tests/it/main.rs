@@ -16,6 +16,7 @@ mod dlq_replay;
 mod executor;
 mod intake;
 mod operator;
+mod operator_find;
 mod otlp;
 mod reconciler;
 mod relay;

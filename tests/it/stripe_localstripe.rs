@@ -486,7 +486,7 @@ async fn serve_configured_by_onecharge_gateway_kind_stripe_in_its_environment_ch
     // The database and namespace only; the service is the binary below.
     let env = TestEnv::new().await;
     let customer = localstripe.create_customer("Grace Hopper").await;
-    let mut serve = tokio::process::Command::from(crate::support::onecharge())
+    let serve = tokio::process::Command::from(crate::support::onecharge())
         .args(["serve", "--roles", "intake,executor,relay"])
         .env("ONECHARGE_GATEWAY_KIND", "stripe")
         .env("ONECHARGE_GATEWAY_URL", &shim.url)

@@ -1,0 +1,282 @@
+//! Finding attempts (contract §5, §6; issue 15): `attempts list` narrowed to one order,
+//! customer or gateway charge, `attempts stats`, and the same through `GET /api/attempts`
+//! and `GET /api/stats` of the real admin role — each filter answered from an index.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::support::{command, intake_record, Harness};
+use onecharge::app::{Application, Role};
+use onecharge::operator::attempts::{self, AttemptFilter};
+use onecharge::operator::RetryWindow;
+use onecharge::store::intake::record_batch;
+use onecharge::store::intake::IntakeRecord;
+use serde_json::json;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Records `commands` as intake would, in one batch.
+async fn seed(h: &Harness, records: &[IntakeRecord]) {
+    record_batch(&h.store, "test-intake", records, h.now())
+        .await
+        .expect("recorded");
+}
+
+/// What intake records of a new attempt for this order and customer.
+fn ordered(order_id: &str, customer_id: &str) -> IntakeRecord {
+    let body = command(
+        Uuid::new_v4(),
+        json!({"order_id": order_id, "customer_id": customer_id, "requested_at": null}),
+    );
+    intake_record(&body, &format!("msg-{}", Uuid::new_v4()), None)
+}
+
+fn ids(views: &[attempts::AttemptView]) -> Vec<Uuid> {
+    views.iter().map(|v| v.attempt.payment_attempt_id).collect()
+}
+
+/// The `payment_attempt_id`s of a JSON array of attempts.
+fn json_ids(list: &Value) -> HashSet<Uuid> {
+    list.as_array()
+        .expect("an array of attempts")
+        .iter()
+        .map(|a| a["payment_attempt_id"].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Runs the `onecharge` binary against this test's database and namespace.
+async fn cli(h: &Harness, args: &[&str]) -> (i32, String, String) {
+    let output = tokio::process::Command::from(crate::support::onecharge())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .env("ONECHARGE_DATABASE_URL", &h.settings.database_url)
+        .env("ONECHARGE_NATS_URL", &h.settings.nats_url)
+        .env("ONECHARGE_NAMESPACE", &h.settings.namespace)
+        .output()
+        .await
+        .expect("the onecharge binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_list_narrows_to_one_order_one_customer_or_one_gateway_charge() {
+    let h = Harness::new().await;
+    let first = ordered("ord_find_1", "cus_find_a");
+    let retry_of_first_order = ordered("ord_find_1", "cus_find_a");
+    let other_order = ordered("ord_find_2", "cus_find_a");
+    let other_customer = ordered("ord_find_3", "cus_find_b");
+    seed(&h, &[first.clone(), retry_of_first_order.clone()]).await;
+    // Charge the first order's two attempts, so they carry gateway charge ids.
+    h.executor().run_once().await.unwrap();
+    seed(&h, &[other_order.clone(), other_customer.clone()]).await;
+
+    let window = RetryWindow::from_settings(&h.settings);
+    let now = h.db_now().await;
+    let list = |filter: AttemptFilter| {
+        let store = h.store.clone();
+        async move {
+            ids(&attempts::list(&store, &filter, 0, now, &window)
+                .await
+                .unwrap())
+        }
+    };
+
+    let by_order = list(AttemptFilter {
+        order_id: Some("ord_find_1".into()),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        by_order.iter().copied().collect::<HashSet<_>>(),
+        HashSet::from([
+            first.command.payment_attempt_id,
+            retry_of_first_order.command.payment_attempt_id
+        ])
+    );
+
+    let by_customer = list(AttemptFilter {
+        customer_id: Some("cus_find_a".into()),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(by_customer.len(), 3, "every attempt of cus_find_a");
+    assert!(!by_customer.contains(&other_customer.command.payment_attempt_id));
+    assert_eq!(
+        by_customer[0], other_order.command.payment_attempt_id,
+        "newest first"
+    );
+
+    let charge = h
+        .attempt(first.command.payment_attempt_id)
+        .await
+        .gateway_charge_id
+        .expect("the first attempt was charged");
+    let by_charge = list(AttemptFilter {
+        gateway_charge_id: Some(charge.clone()),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(by_charge, vec![first.command.payment_attempt_id]);
+
+    // Filters combine: the first order's attempts that are still pending — none.
+    let pending_of_order = list(AttemptFilter {
+        status: Some(onecharge::domain::AttemptStatus::Pending),
+        order_id: Some("ord_find_1".into()),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(pending_of_order, Vec::<Uuid>::new());
+
+    // The command line answers the same.
+    let (code, stdout, stderr) = cli(
+        &h,
+        &["attempts", "list", "--gateway-charge-id", &charge, "--json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        json_ids(&listed),
+        HashSet::from([first.command.payment_attempt_id])
+    );
+    let (code, stdout, stderr) = cli(&h, &["attempts", "list", "--order-id", "ord_find_2"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&other_order.command.payment_attempt_id.to_string()),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("1 attempt (newest first)\n"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_each_state_the_oldest_unsettled_dead_letters_and_the_outbox_backlog() {
+    let mut h = Harness::new().await;
+    let broker = h.broker().await;
+    h.seed_many(&["pm_card_visa", "pm_card_visa"]).await;
+    // Two stale commands: expired, each with an event nobody has published yet.
+    h.seed_expired(2).await;
+    h.advance(Duration::from_secs(600)).await;
+    // One dead letter in the dead-letter stream.
+    broker
+        .jetstream
+        .publish(broker.names.dlq_subject(), "{}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let stats = onecharge::operator::stats::stats(&h.store, &broker, h.db_now().await)
+        .await
+        .unwrap();
+    assert_eq!(stats.by_status["pending"], 2);
+    assert_eq!(stats.by_status["expired"], 2);
+    assert_eq!(stats.by_status["succeeded"], 0, "every state is listed");
+    assert_eq!(stats.by_status.len(), 7);
+    assert!(
+        (600..700).contains(&stats.oldest_unsettled_seconds),
+        "the pending attempts were recorded 10 minutes ago: {}",
+        stats.oldest_unsettled_seconds
+    );
+    assert_eq!(stats.dead_letters, 1);
+    assert_eq!(stats.outbox_backlog, 2);
+
+    let (code, stdout, stderr) = cli(&h, &["attempts", "stats", "--json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let printed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(printed["by_status"]["pending"], 2);
+    assert_eq!(printed["dead_letters"], 1);
+    assert_eq!(printed["outbox_backlog"], 2);
+    let (code, stdout, stderr) = cli(&h, &["attempts", "stats"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("dead letters: 1\n"), "{stdout}");
+    assert!(stdout.contains("outbox backlog: 2 events\n"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_finds_attempts_by_order_customer_and_charge_and_reports_stats() {
+    let mut h = Harness::new().await;
+    h.broker().await;
+    let mine = ordered("ord_api_1", "cus_api_a");
+    let theirs = ordered("ord_api_2", "cus_api_b");
+    seed(&h, &[mine.clone(), theirs.clone()]).await;
+
+    let mut settings = h.settings.clone();
+    settings.admin_addr = "127.0.0.1:0".parse().unwrap();
+    let app = Application::build(settings, &[Role::Admin]).await.unwrap();
+    let addr = app.admin_addr().expect("the admin role listens");
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(app.run(stop.clone()));
+    let get = |path: String| async move {
+        let response = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
+        (
+            response.status().as_u16(),
+            response.json::<Value>().await.unwrap(),
+        )
+    };
+
+    let (status, by_order) = get("/api/attempts?order_id=ord_api_1".into()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        json_ids(&by_order),
+        HashSet::from([mine.command.payment_attempt_id])
+    );
+    let (_, by_customer) = get("/api/attempts?customer_id=cus_api_b".into()).await;
+    assert_eq!(
+        json_ids(&by_customer),
+        HashSet::from([theirs.command.payment_attempt_id])
+    );
+    let (_, by_charge) = get("/api/attempts?gateway_charge_id=ch_nobody".into()).await;
+    assert_eq!(json_ids(&by_charge), HashSet::new());
+    let (status, refused) = get("/api/attempts?stuck=15m&order_id=ord_api_1".into()).await;
+    assert_eq!(status, 400);
+    assert_eq!(refused["error"]["type"], "invalid_request");
+
+    let (status, stats) = get("/api/stats".into()).await;
+    assert_eq!(status, 200);
+    assert_eq!(stats["by_status"]["pending"], 2);
+    assert_eq!(stats["by_status"]["needs_review"], 0);
+    assert_eq!(stats["dead_letters"], 0);
+    assert_eq!(stats["outbox_backlog"], 0);
+    assert!(stats["oldest_unsettled_seconds"].is_i64());
+
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_filter_is_answered_from_an_index_not_a_scan() {
+    let h = Harness::new().await;
+    seed(&h, &[ordered("ord_plan", "cus_plan")]).await;
+    // A connection of its own, closed at the end: the harness closes the pool when dropped.
+    let mut conn = h.store.pool().acquire().await.unwrap().detach();
+    // With sequential scans priced out, the planner scans only when no index serves.
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for (column, index) in [
+        ("order_id", "payment_attempts_order_created_idx"),
+        ("customer_id", "payment_attempts_customer_created_idx"),
+        ("gateway_charge_id", "payment_attempts_gateway_charge_idx"),
+    ] {
+        let plan: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN SELECT payment_attempt_id FROM payment_attempts
+             WHERE {column} = 'x' ORDER BY created_at DESC, payment_attempt_id DESC LIMIT 100"
+        ))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains(index),
+            "{column} is looked up by {index}:\n{plan}"
+        );
+        assert!(!plan.contains("Seq Scan"), "{column} scans:\n{plan}");
+    }
+    sqlx::Connection::close(conn).await.unwrap();
+}
