@@ -524,3 +524,4 @@ pub async fn gateway_answering(charge: serde_json::Value) -> String {
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}")
 }
+pub mod pg_cluster;
