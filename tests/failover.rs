@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
@@ -57,13 +57,22 @@ async fn a_pooled_connection_that_turned_read_only_is_dropped_and_the_retried_wr
         failures.len() < 3,
         "every retry ran on the read-only connection: {failures:?}"
     );
-    assert_eq!(h.attempt(command.payment_attempt_id).await.status, "pending");
+    assert_eq!(
+        h.attempt(command.payment_attempt_id).await.status,
+        "pending"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_server_is_refused_when_the_pool_connects() {
     let h = Harness::new().await;
-    let db_name = h.settings.database_url.rsplit('/').next().unwrap().to_owned();
+    let db_name = h
+        .settings
+        .database_url
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
     let admin = PgPool::connect(&format!("{}/postgres", support::server_url()))
         .await
         .unwrap();
@@ -86,23 +95,32 @@ async fn a_read_only_server_is_refused_when_the_pool_connects() {
 #[derive(Debug, Default)]
 struct Figures {
     published: usize,
+    /// Commands recorded when the replication link was cut.
     recorded_before_the_cut: i64,
-    recorded_on_the_old_primary_after_the_cut: i64,
+    /// Sessions whose commit waited for the cut-off standby (synchronous replication).
     commit_waits_for_the_standby: i64,
-    /// Commands JetStream delivered and intake acknowledged: at the end, every one (the
-    /// consumer has nothing pending), so those without a row on the new primary are lost.
+    /// Commands intake acknowledged (at the end, all: the consumer has nothing pending)
+    /// that have no attempt on the new primary: lost.
     acked_commands_lost: usize,
-    /// Stream sequences at or below the consumer's ack floor with neither a dedupe row nor a
-    /// dead letter: what an operator can compute after a failover.
+    /// Dedupe rows the old primary committed alone (read from its files afterwards).
+    recorded_only_on_the_old_primary: usize,
+    /// Stream sequences at or below the consumer's ack floor with no dedupe row: what an
+    /// operator can compute after a failover.
     acked_sequences_without_dedupe_row: Vec<u64>,
     dead_letters: u64,
     attempts: usize,
     succeeded: usize,
-    unsettled: usize,
     gateway_charges: usize,
     double_charges: usize,
+    /// Ledger charges whose attempt the new primary does not know: charged, unrecorded.
     charges_without_attempt: usize,
     seconds_to_settle: f64,
+    /// After the lost sequences were published again under new message ids.
+    after_replay_attempts: usize,
+    after_replay_succeeded: usize,
+    after_replay_gateway_charges: usize,
+    after_replay_double_charges: usize,
+    after_replay_charges_without_attempt: usize,
 }
 
 fn settings(address: &Forwarder, gateway: &MockGateway) -> Settings {
@@ -199,6 +217,14 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
     let stop = CancellationToken::new();
     let running = tokio::spawn(app.run(stop.clone()));
 
+    // The standby is read-only until promoted: onecharge refuses to use it.
+    assert!(
+        Store::connect_with(&standby.url("onecharge"), 1, &DatabaseSettings::default())
+            .await
+            .is_err(),
+        "a pool to the standby was handed out"
+    );
+
     // The publisher runs through the whole drill, as producers do.
     let broker = Broker::connect(&settings).await.expect("NATS");
     let attempts: Vec<Uuid> = (0..commands).map(|_| Uuid::new_v4()).collect();
@@ -211,7 +237,11 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
                 headers.insert("Nats-Msg-Id", format!("msg-{attempt}").as_str());
                 broker
                     .jetstream
-                    .publish_with_headers(broker.names.charge_subject(), headers, body(attempt).into())
+                    .publish_with_headers(
+                        broker.names.charge_subject(),
+                        headers,
+                        body(attempt).into(),
+                    )
                     .await
                     .expect("publish")
                     .await
@@ -224,9 +254,11 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
     // Watches the old primary directly (not through the address).
     let old = PgPool::connect(&primary.url("onecharge")).await.unwrap();
     let count = "SELECT count(*) FROM processed_messages";
-    eventually("a third of the commands are recorded", Duration::from_secs(60), || async {
-        scalar(&old, count).await >= (commands / 3) as i64
-    })
+    eventually(
+        "a third of the commands are recorded",
+        Duration::from_secs(60),
+        || async { scalar(&old, count).await >= (commands / 3) as i64 },
+    )
     .await;
 
     // A network partition between the nodes: the standby stops receiving WAL.
@@ -234,14 +266,18 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
     figures.recorded_before_the_cut = scalar(&old, count).await;
     if synchronous {
         // Commits now wait for a standby that cannot answer: nothing more is acknowledged.
-        eventually("commits wait for the standby", Duration::from_secs(30), || async {
-            scalar(
-                &old,
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
-            )
-            .await
-                > 0
-        })
+        eventually(
+            "commits wait for the standby",
+            Duration::from_secs(30),
+            || async {
+                scalar(
+                    &old,
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                )
+                .await
+                    > 0
+            },
+        )
         .await;
         figures.commit_waits_for_the_standby = scalar(
             &old,
@@ -250,25 +286,16 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
         .await;
     } else {
         let at_cut = figures.recorded_before_the_cut;
-        eventually("the primary records more commands alone", Duration::from_secs(30), || async {
-            scalar(&old, count).await >= at_cut + 20
-        })
+        eventually(
+            "the primary records more commands alone",
+            Duration::from_secs(30),
+            || async { scalar(&old, count).await >= at_cut + 20 },
+        )
         .await;
     }
-    figures.recorded_on_the_old_primary_after_the_cut =
-        scalar(&old, count).await - figures.recorded_before_the_cut;
-
-    // The standby is read-only until promoted: onecharge refuses to use it.
-    assert!(
-        Store::connect_with(&standby.url("onecharge"), 1, &DatabaseSettings::default())
-            .await
-            .is_err(),
-        "a pool to the standby was handed out"
-    );
-
     // The primary's host dies; the operator promotes the standby and moves the address.
-    old.close().await;
     primary.kill();
+    old.close().await;
     address.point_at(None);
     standby.promote();
     address.point_at(Some(standby.addr()));
@@ -277,29 +304,141 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
     publisher.await.expect("every command published");
     let new = PgPool::connect(&standby.url("onecharge")).await.unwrap();
     let consumer = settings.intake.consumer.clone();
-    eventually("everything settles on the new primary", Duration::from_secs(180), || async {
-        let (pending, ack_pending) = backlog(&broker, &consumer).await;
-        pending == 0
-            && ack_pending == 0
-            && scalar(
-                &new,
-                "SELECT count(*) FROM payment_attempts \
-                 WHERE status NOT IN ('succeeded', 'declined', 'expired', 'needs_review')",
-            )
-            .await
-                == 0
-            && scalar(&new, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await == 0
-    })
-    .await;
+    settle(&broker, &consumer, &new).await;
     figures.seconds_to_settle = failed_over.elapsed().as_secs_f64();
-    stop.cancel();
-    running.await.unwrap().expect("onecharge ran through the failover");
+    tally(&mut figures, &attempts, &gateway, &new).await;
 
-    // The business effects, on the new primary and at the gateway.
+    // Forensics: the old primary's files, started again after the crash (crash recovery)
+    // but never put back behind the address, hold what it committed alone.
+    primary.restart();
+    let old = PgPool::connect(&primary.url("onecharge")).await.unwrap();
+    let message_ids = "SELECT message_id FROM processed_messages";
+    let on_new: HashSet<String> = sqlx::query_scalar(message_ids)
+        .fetch_all(&new)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let on_old: Vec<String> = sqlx::query_scalar(message_ids)
+        .fetch_all(&old)
+        .await
+        .unwrap();
+    figures.recorded_only_on_the_old_primary =
+        on_old.iter().filter(|id| !on_new.contains(*id)).count();
+    old.close().await;
+
+    // The operator's comparison: the sequences the consumer acknowledged against dedupe rows
+    // and dead letters.
+    figures.dead_letters = stream(&broker, &broker.names.dlq_stream())
+        .await
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    let ack_floor = consumer_info(&broker, &consumer)
+        .await
+        .ack_floor
+        .stream_sequence;
+    let recorded: HashSet<u64> = sqlx::query_scalar::<_, i64>(
+        "SELECT stream_sequence FROM processed_messages WHERE consumer = $1",
+    )
+    .bind(&consumer)
+    .fetch_all(&new)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|s| s as u64)
+    .collect();
+    figures.acked_sequences_without_dedupe_row =
+        (1..=ack_floor).filter(|s| !recorded.contains(s)).collect();
+
+    // The repair: each missing sequence is published again under a new message id. Its
+    // attempt id is the same, so is the idempotency key: the gateway answers with the charge
+    // it already made, and onecharge records it without charging again.
+    let commands_stream = stream(&broker, &broker.names.commands_stream()).await;
+    for sequence in &figures.acked_sequences_without_dedupe_row {
+        let original = commands_stream.get_raw_message(*sequence).await.unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "Nats-Msg-Id",
+            format!("failover-replay-{sequence}").as_str(),
+        );
+        broker
+            .jetstream
+            .publish_with_headers(broker.names.charge_subject(), headers, original.payload)
+            .await
+            .expect("replay")
+            .await
+            .expect("replay ack");
+    }
+    settle(&broker, &consumer, &new).await;
+    let mut repaired = Figures::default();
+    tally(&mut repaired, &attempts, &gateway, &new).await;
+    figures.after_replay_attempts = repaired.attempts;
+    figures.after_replay_succeeded = repaired.succeeded;
+    figures.after_replay_gateway_charges = repaired.gateway_charges;
+    figures.after_replay_double_charges = repaired.double_charges;
+    figures.after_replay_charges_without_attempt = repaired.charges_without_attempt;
+
+    stop.cancel();
+    running
+        .await
+        .unwrap()
+        .expect("onecharge ran through the failover");
+    new.close().await;
+    for name in [
+        broker.names.commands_stream(),
+        broker.names.events_stream(),
+        broker.names.dlq_stream(),
+    ] {
+        let _ = broker.jetstream.delete_stream(name).await;
+    }
+    println!(
+        "failover drill ({}): {figures:#?}",
+        if synchronous {
+            "synchronous_commit = remote_apply"
+        } else {
+            "asynchronous replication"
+        }
+    );
+    figures
+}
+
+/// Waits until every command was acknowledged, every attempt settled and every event
+/// published, on the new primary.
+async fn settle(broker: &Broker, consumer: &str, new: &PgPool) {
+    eventually(
+        "everything settles on the new primary",
+        Duration::from_secs(180),
+        || async {
+            let (pending, ack_pending) = backlog(broker, consumer).await;
+            pending == 0
+                && ack_pending == 0
+                && scalar(
+                    new,
+                    "SELECT count(*) FROM payment_attempts \
+                     WHERE status NOT IN ('succeeded', 'declined', 'expired', 'needs_review')",
+                )
+                .await
+                    == 0
+                && scalar(
+                    new,
+                    "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+                )
+                .await
+                    == 0
+        },
+    )
+    .await;
+}
+
+/// The business effects, on the new primary and at the gateway.
+async fn tally(figures: &mut Figures, attempts: &[Uuid], gateway: &MockGateway, new: &PgPool) {
     let rows: Vec<(Uuid, String, Option<String>)> = sqlx::query_as(
         "SELECT payment_attempt_id, status, gateway_charge_id FROM payment_attempts",
     )
-    .fetch_all(&new)
+    .fetch_all(new)
     .await
     .unwrap();
     let status: HashMap<Uuid, (String, Option<String>)> = rows
@@ -308,7 +447,6 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
         .collect();
     figures.attempts = status.len();
     figures.succeeded = status.values().filter(|(s, _)| s == "succeeded").count();
-    figures.unsettled = status.values().filter(|(s, _)| s != "succeeded").count();
     figures.acked_commands_lost = attempts.iter().filter(|a| !status.contains_key(a)).count();
     let ledger = gateway.ledger();
     figures.gateway_charges = ledger.len();
@@ -325,57 +463,13 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
         }
     }
     figures.double_charges = per_attempt.values().filter(|n| **n > 1).count();
-
-    // The operator's comparison: sequences the consumer acknowledged against dedupe rows and
-    // dead letters.
-    let recorded: HashSet<u64> =
-        sqlx::query_scalar::<_, i64>("SELECT stream_sequence FROM processed_messages WHERE consumer = $1")
-            .bind(&consumer)
-            .fetch_all(&new)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|s| s as u64)
-            .collect();
-    let dlq = broker
-        .jetstream
-        .get_stream(broker.names.dlq_stream())
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .state
-        .messages;
-    figures.dead_letters = dlq;
-    let ack_floor = consumer_info(&broker, &consumer).await.ack_floor.stream_sequence;
-    let acked: BTreeSet<u64> = (1..=ack_floor).collect();
-    figures.acked_sequences_without_dedupe_row =
-        acked.into_iter().filter(|s| !recorded.contains(s)).collect();
-
-    new.close().await;
-    for stream in [
-        broker.names.commands_stream(),
-        broker.names.events_stream(),
-        broker.names.dlq_stream(),
-    ] {
-        let _ = broker.jetstream.delete_stream(stream).await;
-    }
-    println!(
-        "failover drill ({}): {figures:#?}",
-        if synchronous {
-            "synchronous_commit = remote_apply"
-        } else {
-            "asynchronous replication"
-        }
-    );
-    figures
 }
 
-async fn consumer_info(
-    broker: &Broker,
-    consumer: &str,
-) -> async_nats::jetstream::consumer::Info {
+async fn stream(broker: &Broker, name: &str) -> async_nats::jetstream::stream::Stream {
+    broker.jetstream.get_stream(name).await.unwrap()
+}
+
+async fn consumer_info(broker: &Broker, consumer: &str) -> async_nats::jetstream::consumer::Info {
     let stream = broker
         .jetstream
         .get_stream(broker.names.commands_stream())
@@ -395,9 +489,13 @@ async fn backlog(broker: &Broker, consumer: &str) -> (u64, usize) {
 #[ignore = "builds two PostgreSQL clusters; run with --ignored (docs/operations.md)"]
 async fn with_synchronous_replication_no_acknowledged_command_is_lost_in_a_failover() {
     let figures = drill(true, 300).await;
+    assert!(figures.commit_waits_for_the_standby > 0, "{figures:#?}");
     assert_eq!(figures.acked_commands_lost, 0, "{figures:#?}");
-    assert!(figures.acked_sequences_without_dedupe_row.is_empty(), "{figures:#?}");
-    assert_eq!(figures.recorded_on_the_old_primary_after_the_cut, 0, "{figures:#?}");
+    assert_eq!(figures.recorded_only_on_the_old_primary, 0, "{figures:#?}");
+    assert!(
+        figures.acked_sequences_without_dedupe_row.is_empty(),
+        "{figures:#?}"
+    );
     assert_eq!(figures.attempts, figures.published, "{figures:#?}");
     assert_eq!(figures.succeeded, figures.published, "{figures:#?}");
     assert_eq!(figures.gateway_charges, figures.published, "{figures:#?}");
@@ -408,22 +506,42 @@ async fn with_synchronous_replication_no_acknowledged_command_is_lost_in_a_failo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "builds two PostgreSQL clusters; run with --ignored (docs/operations.md)"]
-async fn without_synchronous_replication_acknowledged_commands_are_lost_and_the_ack_floor_shows_which(
+async fn without_synchronous_replication_acked_commands_are_lost_the_ack_floor_finds_them_and_a_replay_charges_nothing_twice(
 ) {
     let figures = drill(false, 300).await;
     // What the old primary committed alone is gone, and JetStream will not redeliver it.
     assert!(figures.acked_commands_lost > 0, "{figures:#?}");
-    assert!(
-        figures.acked_commands_lost as i64 <= figures.recorded_on_the_old_primary_after_the_cut,
+    assert_eq!(
+        figures.acked_commands_lost, figures.recorded_only_on_the_old_primary,
         "{figures:#?}"
     );
+    // Charged at the gateway, unknown to the new primary.
+    assert!(figures.charges_without_attempt > 0, "{figures:#?}");
     // The operator's comparison finds exactly those.
     assert_eq!(
         figures.acked_sequences_without_dedupe_row.len(),
         figures.acked_commands_lost,
         "{figures:#?}"
     );
-    // The idempotency key still holds: a lost claim re-sent is the same charge.
     assert_eq!(figures.double_charges, 0, "{figures:#?}");
     assert_eq!(figures.dead_letters, 0, "{figures:#?}");
+    // Replayed, every command is an attempt with one charge: the charge made before the
+    // failover is adopted, one never made is made now, none is made twice.
+    assert_eq!(
+        figures.after_replay_attempts, figures.published,
+        "{figures:#?}"
+    );
+    assert_eq!(
+        figures.after_replay_succeeded, figures.published,
+        "{figures:#?}"
+    );
+    assert_eq!(
+        figures.after_replay_gateway_charges, figures.published,
+        "{figures:#?}"
+    );
+    assert_eq!(figures.after_replay_double_charges, 0, "{figures:#?}");
+    assert_eq!(
+        figures.after_replay_charges_without_attempt, 0,
+        "{figures:#?}"
+    );
 }

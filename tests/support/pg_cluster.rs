@@ -20,8 +20,8 @@ use tokio::sync::watch;
 
 /// Debian's PostgreSQL 15 binaries; `ONECHARGE_TEST_PG_BIN` points elsewhere.
 fn pg_bin(tool: &str) -> PathBuf {
-    let dir =
-        std::env::var("ONECHARGE_TEST_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into());
+    let dir = std::env::var("ONECHARGE_TEST_PG_BIN")
+        .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into());
     Path::new(&dir).join(tool)
 }
 
@@ -183,10 +183,24 @@ impl PgNode {
         node
     }
 
+    /// Starts a killed node again (crash recovery), as a forensic copy: it is not put back
+    /// behind any address.
+    /// A killed postmaster may stay a zombie (nobody reaps it in a container); PostgreSQL
+    /// would take its pid for a live server, so its lock files go first.
+    pub fn restart(&mut self) {
+        if self.postmaster_pid().is_some_and(|pid| !is_alive(pid)) {
+            std::fs::remove_file(self.data_dir.join("postmaster.pid")).expect("stale lock file");
+            let sockets = self.data_dir.parent().unwrap();
+            let socket = format!(".s.PGSQL.{}", self.port);
+            let _ = std::fs::remove_file(sockets.join(format!("{socket}.lock")));
+            let _ = std::fs::remove_file(sockets.join(socket));
+        }
+        self.start();
+    }
+
     fn start(&mut self) {
-        run_as_postgres(
-            "pg_ctl",
-            &[
+        let output = postgres_command("pg_ctl")
+            .args([
                 "-D",
                 self.data_dir.to_str().unwrap(),
                 "-l",
@@ -195,7 +209,16 @@ impl PgNode {
                 "-t",
                 "60",
                 "start",
-            ],
+            ])
+            .current_dir("/")
+            .output()
+            .expect("pg_ctl");
+        assert!(
+            output.status.success(),
+            "{} does not start: {}\n{}",
+            self.name,
+            String::from_utf8_lossy(&output.stdout),
+            self.log()
         );
         self.running = true;
     }
@@ -280,11 +303,24 @@ impl PgNode {
             .args(["-P", &pid.to_string()])
             .output()
             .expect("pgrep");
-        signal_kill(pid);
-        for child in String::from_utf8_lossy(&children.stdout).split_whitespace() {
-            if let Ok(child) = child.parse() {
-                signal_kill(child);
-            }
+        let mut pids = vec![pid];
+        pids.extend(
+            String::from_utf8_lossy(&children.stdout)
+                .split_whitespace()
+                .filter_map(|child| child.parse::<u32>().ok()),
+        );
+        for pid in &pids {
+            signal_kill(*pid);
+        }
+        // Gone once none is left holding the shared memory a restart would refuse to share.
+        let started = Instant::now();
+        while pids.iter().any(|pid| is_alive(*pid)) {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{} survives kill -9",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
         self.running = false;
     }
@@ -310,17 +346,32 @@ impl PgNode {
     }
 }
 
+/// Whether `pid` is a live process (a zombie is dead: it holds nothing any more).
+fn is_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
 fn signal_kill(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status();
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
 }
 
 impl Drop for PgNode {
     fn drop(&mut self) {
         if self.running {
             let _ = postgres_command("pg_ctl")
-                .args(["-D", self.data_dir.to_str().unwrap(), "-m", "immediate", "stop"])
+                .args([
+                    "-D",
+                    self.data_dir.to_str().unwrap(),
+                    "-m",
+                    "immediate",
+                    "stop",
+                ])
                 .current_dir("/")
                 .output();
         }
