@@ -106,7 +106,7 @@ struct Figures {
     recorded_only_on_the_old_primary: usize,
     /// Stream sequences at or below the consumer's ack floor with no dedupe row: what an
     /// operator can compute after a failover.
-    acked_sequences_without_dedupe_row: Vec<u64>,
+    acked_sequences_without_dedupe_row: Sequences,
     dead_letters: u64,
     attempts: usize,
     succeeded: usize,
@@ -121,6 +121,33 @@ struct Figures {
     after_replay_gateway_charges: usize,
     after_replay_double_charges: usize,
     after_replay_charges_without_attempt: usize,
+}
+
+/// Stream sequences, printed as ranges (`29 sequences [103..=131]`).
+#[derive(Default)]
+struct Sequences(Vec<u64>);
+
+impl std::fmt::Debug for Sequences {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for &s in &self.0 {
+            match ranges.last_mut() {
+                Some((_, end)) if *end + 1 == s => *end = s,
+                _ => ranges.push((s, s)),
+            }
+        }
+        let shown: Vec<String> = ranges
+            .iter()
+            .map(|(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}..={b}")
+                }
+            })
+            .collect();
+        write!(f, "{} sequences [{}]", self.0.len(), shown.join(", "))
+    }
 }
 
 fn settings(address: &Forwarder, gateway: &MockGateway) -> Settings {
@@ -351,13 +378,13 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
     .map(|s| s as u64)
     .collect();
     figures.acked_sequences_without_dedupe_row =
-        (1..=ack_floor).filter(|s| !recorded.contains(s)).collect();
+        Sequences((1..=ack_floor).filter(|s| !recorded.contains(s)).collect());
 
     // The repair: each missing sequence is published again under a new message id. Its
     // attempt id is the same, so is the idempotency key: the gateway answers with the charge
     // it already made, and onecharge records it without charging again.
     let commands_stream = stream(&broker, &broker.names.commands_stream()).await;
-    for sequence in &figures.acked_sequences_without_dedupe_row {
+    for sequence in &figures.acked_sequences_without_dedupe_row.0 {
         let original = commands_stream.get_raw_message(*sequence).await.unwrap();
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -493,7 +520,7 @@ async fn with_synchronous_replication_no_acknowledged_command_is_lost_in_a_failo
     assert_eq!(figures.acked_commands_lost, 0, "{figures:#?}");
     assert_eq!(figures.recorded_only_on_the_old_primary, 0, "{figures:#?}");
     assert!(
-        figures.acked_sequences_without_dedupe_row.is_empty(),
+        figures.acked_sequences_without_dedupe_row.0.is_empty(),
         "{figures:#?}"
     );
     assert_eq!(figures.attempts, figures.published, "{figures:#?}");
@@ -519,7 +546,7 @@ async fn without_synchronous_replication_acked_commands_are_lost_the_ack_floor_f
     assert!(figures.charges_without_attempt > 0, "{figures:#?}");
     // The operator's comparison finds exactly those.
     assert_eq!(
-        figures.acked_sequences_without_dedupe_row.len(),
+        figures.acked_sequences_without_dedupe_row.0.len(),
         figures.acked_commands_lost,
         "{figures:#?}"
     );

@@ -69,9 +69,7 @@ impl Store {
             // the default ping before each acquire would have made.
             .test_before_acquire(false)
             .after_connect(|conn, _| Box::pin(refuse_read_only(conn)))
-            .before_acquire(|conn, _| {
-                Box::pin(async move { Ok(!is_read_only(conn).await?) })
-            })
+            .before_acquire(|conn, _| Box::pin(async move { Ok(!is_read_only(conn).await?) }))
             .connect_with(options)
             .await
             .with_context(|| {
