@@ -45,7 +45,14 @@ async fn a_pooled_connection_that_turned_read_only_is_dropped_and_the_retried_wr
     let record = support::record(command.clone(), false);
     let mut failures = Vec::new();
     for _ in 0..3 {
-        match record_batch(&store, "onecharge-intake", &[record.clone()], h.now()).await {
+        match record_batch(
+            &store,
+            "onecharge-intake",
+            std::slice::from_ref(&record),
+            h.now(),
+        )
+        .await
+        {
             Ok(_) => break,
             Err(err) => {
                 assert!(is_transient(&err), "{err}");
