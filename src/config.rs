@@ -1320,7 +1320,7 @@ mod tests {
     }
 
     #[test]
-    fn database_max_lifetime_defaults_to_five_minutes_and_an_hour_and_more_is_refused() {
+    fn database_max_lifetime_defaults_to_five_minutes_and_more_than_an_hour_is_refused() {
         figment::Jail::expect_with(|jail| {
             let s = Settings::load(None, &Overrides::default()).unwrap();
             assert_eq!(s.database.max_lifetime, Duration::from_secs(300));
