@@ -335,8 +335,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// A duration setting, read with [`parse_duration`] and written as humantime text. Every
-/// duration setting uses it, so none escapes the bound.
 /// `database.max_lifetime`: long enough that connections are not reopened all the time,
 /// short enough that a moved database address is followed soon after a failover.
 fn validate_max_lifetime(database: &DatabaseSettings) -> Result<(), ConfigError> {
@@ -348,6 +346,8 @@ fn validate_max_lifetime(database: &DatabaseSettings) -> Result<(), ConfigError>
     Ok(())
 }
 
+/// A duration setting, read with [`parse_duration`] and written as humantime text. Every
+/// duration setting uses it, so none escapes the bound.
 mod bounded_duration {
     use std::time::Duration;
 
