@@ -280,6 +280,8 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
                     .expect("publish")
                     .await
                     .expect("publish ack");
+                // Paced like a producer, so that the failover falls mid-stream (not a wait
+                // for anything).
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
