@@ -161,6 +161,11 @@ pub struct DatabaseSettings {
     /// publish acks, which happens inside its transaction.
     #[serde(with = "bounded_duration")]
     pub idle_in_transaction_session_timeout: Duration,
+    /// Longest a pooled connection lives before it is closed and reopened. After a failover
+    /// that moved the database's address (DNS, a virtual IP, a proxy), connections still
+    /// open to the old node are replaced within this time even if that node stays up.
+    #[serde(with = "bounded_duration")]
+    pub max_lifetime: Duration,
 }
 
 impl Default for DatabaseSettings {
@@ -169,6 +174,7 @@ impl Default for DatabaseSettings {
             statement_timeout: Duration::from_secs(30),
             lock_timeout: Duration::from_secs(5),
             idle_in_transaction_session_timeout: Duration::from_secs(60),
+            max_lifetime: Duration::from_secs(300),
         }
     }
 }
@@ -337,6 +343,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("`{text}` is too long: at most 100 years"));
     }
     Ok(duration)
+}
+
+/// `database.max_lifetime`: long enough that connections are not reopened all the time,
+/// short enough that a moved database address is followed soon after a failover.
+fn validate_max_lifetime(database: &DatabaseSettings) -> Result<(), ConfigError> {
+    if !(Duration::from_secs(10)..=Duration::from_secs(3600)).contains(&database.max_lifetime) {
+        return Err(ConfigError(
+            "database.max_lifetime: must be between 10s and 1h (connections to a node that lost its role are replaced within it)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A duration setting, read with [`parse_duration`] and written as humantime text. Every
@@ -679,6 +696,7 @@ impl Settings {
         self.purge.check()?;
         self.check_reconciler()?;
         self.check_database()?;
+        validate_max_lifetime(&self.database)?;
         self.check_shutdown_timeout()?;
         Ok(())
     }
@@ -1431,6 +1449,23 @@ mod tests {
             assert_eq!(s.require_gateway_api_key().unwrap(), "sk_live_very_secret");
             assert!(!format!("{s:?}").contains("very_secret"));
             assert!(!serde_json::to_string(&s).unwrap().contains("very_secret"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn database_max_lifetime_defaults_to_five_minutes_and_more_than_an_hour_is_refused() {
+        figment::Jail::expect_with(|jail| {
+            let s = Settings::load(None, &Overrides::default()).unwrap();
+            assert_eq!(s.database.max_lifetime, Duration::from_secs(300));
+            jail.set_env("ONECHARGE_DATABASE__MAX_LIFETIME", "2h");
+            let err = Settings::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("database.max_lifetime: must be between 10s and 1h"),
+                "{err}"
+            );
             Ok(())
         });
     }

@@ -62,6 +62,15 @@ impl Store {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
+            .max_lifetime(limits.max_lifetime)
+            // A node that is a standby or was demoted answers every write with 25006; a
+            // connection to it is refused when it opens and dropped when it is handed out,
+            // so a retry reconnects (to wherever the address now points) instead of failing
+            // on the same connection until it is closed. The check is the one round trip
+            // the default ping before each acquire would have made.
+            .test_before_acquire(false)
+            .after_connect(|conn, _| Box::pin(refuse_read_only(conn)))
+            .before_acquire(|conn, _| Box::pin(async move { Ok(!is_read_only(conn).await?) }))
             .connect_with(options)
             .await
             .with_context(|| {
@@ -178,6 +187,26 @@ fn session_limits(limits: &DatabaseSettings) -> [(&'static str, String); 3] {
             millis(limits.idle_in_transaction_session_timeout),
         ),
     ]
+}
+
+/// Whether the server behind `conn` refuses writes: a hot standby (in recovery) or a node
+/// made read-only (`default_transaction_read_only`), as after a demotion.
+async fn is_read_only(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar::<_, bool>("SELECT current_setting('transaction_read_only')::bool")
+        .fetch_one(conn)
+        .await
+}
+
+/// Refuses a new connection to a read-only node: the pool tries again, until the address
+/// leads to a writable primary or the acquire times out (a transient error).
+async fn refuse_read_only(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    if is_read_only(conn).await? {
+        return Err(sqlx::Error::Configuration(
+            "the PostgreSQL server is read-only (a standby, or a primary that was demoted): onecharge needs the primary; point database_url at it"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The URL with any password replaced, for messages and logs.

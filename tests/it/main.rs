@@ -14,6 +14,7 @@ mod cluster;
 mod demo;
 mod dlq_replay;
 mod executor;
+mod failover;
 mod intake;
 mod operator;
 mod operator_find;

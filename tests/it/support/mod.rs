@@ -19,6 +19,7 @@ pub mod harness;
 pub mod localstripe;
 pub mod nats;
 pub mod nats_server;
+pub mod pg_cluster;
 pub mod process;
 pub mod throwaway;
 
