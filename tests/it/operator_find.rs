@@ -18,7 +18,12 @@ use uuid::Uuid;
 
 /// Records `commands` as intake would, in one batch.
 async fn seed(h: &Harness, records: &[IntakeRecord]) {
-    record_batch(&h.store, "test-intake", records, h.now())
+    seed_at(h, records, h.now()).await
+}
+
+/// Records `records` as intake would at `at` (their `created_at`).
+async fn seed_at(h: &Harness, records: &[IntakeRecord], at: time::OffsetDateTime) {
+    record_batch(&h.store, "test-intake", records, at)
         .await
         .expect("recorded");
 }
@@ -73,7 +78,14 @@ async fn the_list_narrows_to_one_order_one_customer_or_one_gateway_charge() {
     seed(&h, &[first.clone(), retry_of_first_order.clone()]).await;
     // Charge the first order's two attempts, so they carry gateway charge ids.
     h.executor().run_once().await.unwrap();
-    seed(&h, &[other_order.clone(), other_customer.clone()]).await;
+    // Recorded a second later, so "newest first" has one answer (the same created_at would
+    // leave the order to the attempt ids).
+    seed_at(
+        &h,
+        &[other_order.clone(), other_customer.clone()],
+        h.now() + Duration::from_secs(1),
+    )
+    .await;
 
     let window = RetryWindow::from_settings(&h.settings);
     let now = h.db_now().await;
