@@ -433,25 +433,17 @@ impl Executor {
         }
         let now = now();
         let (settlement, cause) = inner.policy.settle(&attempt.history(), &call.outcome, now);
-        let evidence = GatewayCallRecord {
-            payment_attempt_id: attempt.payment_attempt_id,
-            operation: call.operation,
-            idempotency_key: call
-                .sent_key
-                .clone()
-                .unwrap_or_else(|| attempt.idempotency_key.clone()),
-            try_number: attempt.tries,
-            lease_token: Some(attempt.lease_token),
+        let evidence = call_evidence(
+            &attempt,
+            &call,
+            call.outcome.label(),
             started_at,
-            finished_at: started_at + call.elapsed,
-            http_status: call.http_status,
-            outcome: call.outcome.label().to_owned(),
-            gateway_charge_id: call.outcome.charge_id().map(str::to_owned),
-            error: call.error.clone().or_else(|| match &call.outcome {
+            call.outcome.charge_id().map(str::to_owned),
+            call.error.clone().or_else(|| match &call.outcome {
                 GatewayOutcome::Succeeded { .. } | GatewayOutcome::Declined { .. } => None,
                 other => Some(other.to_string()),
             }),
-        };
+        );
         let write = SettleWrite {
             fence: attempt.fence(),
             settlement,
@@ -550,12 +542,13 @@ impl Executor {
         inner
             .health
             .record_prepared(&prepared.outcome, inner.clock.now());
-        let evidence = prepared_evidence(
+        let evidence = call_evidence(
             attempt,
             &prepared,
-            &id,
+            prepared.outcome.label(),
             started_at,
-            started_at + prepared.elapsed,
+            Some(id.clone()),
+            None,
         );
         match store_gateway_object(&inner.store, attempt, &id, &evidence).await {
             Ok(true) => {
@@ -634,13 +627,15 @@ enum Next {
     RetryAfter(Duration),
 }
 
-/// The evidence of the call that made the attempt's gateway object.
-fn prepared_evidence(
+/// The evidence of one call made for `attempt` under its lease: its `gateway_calls` row,
+/// with the key the call actually sent (a connector's derived key, else the attempt's).
+fn call_evidence<T>(
     attempt: &ClaimedAttempt,
-    call: &GatewayCall<Prepared>,
-    object_id: &str,
+    call: &GatewayCall<T>,
+    outcome: &str,
     started_at: time::OffsetDateTime,
-    finished_at: time::OffsetDateTime,
+    gateway_charge_id: Option<String>,
+    error: Option<String>,
 ) -> GatewayCallRecord {
     GatewayCallRecord {
         payment_attempt_id: attempt.payment_attempt_id,
@@ -652,11 +647,11 @@ fn prepared_evidence(
         try_number: attempt.tries,
         lease_token: Some(attempt.lease_token),
         started_at,
-        finished_at,
+        finished_at: started_at + call.elapsed,
         http_status: call.http_status,
-        outcome: call.outcome.label().to_owned(),
-        gateway_charge_id: Some(object_id.to_owned()),
-        error: None,
+        outcome: outcome.to_owned(),
+        gateway_charge_id,
+        error,
     }
 }
 

@@ -186,6 +186,27 @@ impl Prepared {
     }
 }
 
+impl<T> GatewayCall<T> {
+    /// A call onecharge answered itself, sending nothing (`operation` under `sent_key`, had
+    /// it been sent): it took no time and says nothing of the gateway.
+    fn answered_locally(
+        outcome: T,
+        operation: CallOperation,
+        sent_key: Option<String>,
+        error: Option<String>,
+    ) -> Self {
+        GatewayCall {
+            outcome,
+            operation,
+            sent_key: sent_key.map(IdempotencyKey::sent),
+            http_status: None,
+            elapsed: Duration::ZERO,
+            answered_locally: true,
+            error,
+        }
+    }
+}
+
 /// What one gateway call came to, with the evidence `gateway_calls` records.
 #[derive(Debug, Clone)]
 pub struct GatewayCall<T> {
@@ -373,17 +394,14 @@ impl GatewayClient {
             Ok(form) => form,
             // Refused before sending: nothing left this process.
             Err(reason) => {
-                return GatewayCall {
-                    outcome: Prepared::Refused(GatewayOutcome::NeedsReview {
+                return GatewayCall::answered_locally(
+                    Prepared::Refused(GatewayOutcome::NeedsReview {
                         reason: reason.clone(),
                     }),
-                    operation: CallOperation::Prepare,
-                    sent_key: Some(IdempotencyKey::sent(key)),
-                    http_status: None,
-                    elapsed: Duration::ZERO,
-                    answered_locally: true,
-                    error: Some(format!("not sent: {reason}")),
-                }
+                    CallOperation::Prepare,
+                    Some(key),
+                    Some(format!("not sent: {reason}")),
+                )
             }
         };
         let started = Instant::now();
@@ -464,33 +482,27 @@ impl GatewayClient {
         let Some(intent) = request.gateway_object_id.as_deref() else {
             // The executor confirms only what it stored; reaching here is a bug, and
             // nothing was sent.
-            return GatewayCall {
-                outcome: GatewayOutcome::NotSent {
+            return GatewayCall::answered_locally(
+                GatewayOutcome::NotSent {
                     reason: "no PaymentIntent is stored for this attempt yet: nothing to confirm"
                         .into(),
                 },
-                operation: CallOperation::Charge,
-                sent_key: Some(IdempotencyKey::sent(key)),
-                http_status: None,
-                elapsed: Duration::ZERO,
-                answered_locally: true,
-                error: None,
-            };
+                CallOperation::Charge,
+                Some(key),
+                None,
+            );
         };
         let url = match endpoints.confirm_url(intent) {
             Ok(url) => url,
             Err(reason) => {
-                return GatewayCall {
-                    outcome: GatewayOutcome::NeedsReview {
+                return GatewayCall::answered_locally(
+                    GatewayOutcome::NeedsReview {
                         reason: reason.clone(),
                     },
-                    operation: CallOperation::Charge,
-                    sent_key: Some(IdempotencyKey::sent(key)),
-                    http_status: None,
-                    elapsed: Duration::ZERO,
-                    answered_locally: true,
-                    error: Some(format!("not sent: {reason}")),
-                }
+                    CallOperation::Charge,
+                    Some(key),
+                    Some(format!("not sent: {reason}")),
+                )
             }
         };
         tracing::Span::current().record("url.path", url.path());
@@ -531,17 +543,9 @@ impl GatewayClient {
             (Connector::Onecharge(endpoints), _) => {
                 self.onecharge_lookup(endpoints, idempotency_key).await
             }
-            (Connector::Stripe(_), None) => GatewayCall {
-                outcome: LookupOutcome::Found(Vec::new()),
-                operation: CallOperation::Lookup,
-                sent_key: None,
-                http_status: None,
-                elapsed: Duration::ZERO,
-                answered_locally: true,
-                error: Some(
+            (Connector::Stripe(_), None) => GatewayCall::answered_locally(LookupOutcome::Found(Vec::new()), CallOperation::Lookup, None, Some(
                     "no HTTP call: no PaymentIntent was stored for this attempt, so no confirm was ever sent and nothing was charged".into(),
-                ),
-            },
+                )),
             (Connector::Stripe(endpoints), Some(intent)) => {
                 self.stripe_retrieve(endpoints, idempotency_key, intent).await
             }
@@ -595,17 +599,14 @@ impl GatewayClient {
         let url = match endpoints.intent_url(intent) {
             Ok(url) => url,
             Err(reason) => {
-                return GatewayCall {
-                    outcome: LookupOutcome::Failed {
+                return GatewayCall::answered_locally(
+                    LookupOutcome::Failed {
                         reason: reason.clone(),
                     },
-                    operation: CallOperation::Lookup,
-                    sent_key: None,
-                    http_status: None,
-                    elapsed: Duration::ZERO,
-                    answered_locally: true,
-                    error: Some(format!("not sent: {reason}")),
-                }
+                    CallOperation::Lookup,
+                    None,
+                    Some(format!("not sent: {reason}")),
+                )
             }
         };
         tracing::Span::current().record("url.path", url.path());
