@@ -404,16 +404,10 @@ impl GatewayClient {
                 )
             }
         };
-        let started = Instant::now();
-        let sent = self
-            .stripe_post(endpoints.create_url.clone(), &key, form)
-            .send()
-            .await;
-        finish(
+        exchange(
+            self.stripe_post(endpoints.create_url.clone(), &key, form),
             CallOperation::Prepare,
             Some(key),
-            started,
-            sent,
             stripe::classify_create,
             Prepared::label,
         )
@@ -445,21 +439,15 @@ impl GatewayClient {
         endpoints: &onecharge::Endpoints,
         request: &ChargeRequest,
     ) -> GatewayCall<GatewayOutcome> {
-        let started = Instant::now();
-        let sent = self
-            .http
-            .post(endpoints.charges_url.clone())
-            .bearer_auth(self.api_key.expose_secret())
-            .header("Idempotency-Key", &request.idempotency_key)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(request.body.clone())
-            .send()
-            .await;
-        finish(
+        exchange(
+            self.http
+                .post(endpoints.charges_url.clone())
+                .bearer_auth(self.api_key.expose_secret())
+                .header("Idempotency-Key", &request.idempotency_key)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(request.body.clone()),
             CallOperation::Charge,
             None,
-            started,
-            sent,
             |reply, _| onecharge::classify_charge(reply),
             GatewayOutcome::label,
         )
@@ -506,16 +494,10 @@ impl GatewayClient {
             }
         };
         tracing::Span::current().record("url.path", url.path());
-        let started = Instant::now();
-        let sent = self
-            .stripe_post(url, &key, stripe::confirm_form())
-            .send()
-            .await;
-        finish(
+        exchange(
+            self.stripe_post(url, &key, stripe::confirm_form()),
             CallOperation::Charge,
             Some(key),
-            started,
-            sent,
             |reply, hints| stripe::classify_confirm(reply, hints, intent),
             GatewayOutcome::label,
         )
@@ -564,19 +546,13 @@ impl GatewayClient {
         endpoints: &onecharge::Endpoints,
         idempotency_key: &str,
     ) -> GatewayCall<LookupOutcome> {
-        let started = Instant::now();
-        let sent = self
-            .http
-            .get(endpoints.charges_url.clone())
-            .query(&[("idempotency_key", idempotency_key)])
-            .bearer_auth(self.api_key.expose_secret())
-            .send()
-            .await;
-        finish(
+        exchange(
+            self.http
+                .get(endpoints.charges_url.clone())
+                .query(&[("idempotency_key", idempotency_key)])
+                .bearer_auth(self.api_key.expose_secret()),
             CallOperation::Lookup,
             None,
-            started,
-            sent,
             |reply, _| onecharge::classify_lookup(reply),
             LookupOutcome::label,
         )
@@ -610,19 +586,13 @@ impl GatewayClient {
             }
         };
         tracing::Span::current().record("url.path", url.path());
-        let started = Instant::now();
-        let sent = self
-            .http
-            .get(url)
-            .bearer_auth(self.api_key.expose_secret())
-            .header("Stripe-Version", stripe::STRIPE_VERSION)
-            .send()
-            .await;
-        finish(
+        exchange(
+            self.http
+                .get(url)
+                .bearer_auth(self.api_key.expose_secret())
+                .header("Stripe-Version", stripe::STRIPE_VERSION),
             CallOperation::Lookup,
             None,
-            started,
-            sent,
             |reply, _| stripe::classify_retrieve(reply, idempotency_key),
             LookupOutcome::label,
         )
@@ -645,16 +615,17 @@ impl GatewayClient {
     }
 }
 
-/// Reads the answer to a sent request, classifies it with `classify`, and records the
-/// call's metrics and span: the part every kind of gateway call shares.
-async fn finish<T>(
+/// Sends `request`, reads the answer, classifies it with `classify`, and records the call's
+/// metrics and span: the part every kind of gateway call shares.
+async fn exchange<T>(
+    request: reqwest::RequestBuilder,
     operation: CallOperation,
     sent_key: Option<String>,
-    started: Instant,
-    sent: Result<reqwest::Response, reqwest::Error>,
     classify: impl FnOnce(GatewayReply<'_>, Hints) -> T,
     label: impl Fn(&T) -> &'static str,
 ) -> GatewayCall<T> {
+    let started = Instant::now();
+    let sent = request.send().await;
     let (outcome, http_status, error) = match read(sent).await {
         Ok(raw) => (
             classify(
