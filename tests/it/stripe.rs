@@ -379,33 +379,7 @@ async fn an_executor_that_died_between_storing_and_confirming_is_settled_by_retr
     let executor = h.executor_with(client.clone());
     let claimed = executor.claim(1).await.unwrap().remove(0);
     // The first step ran and its id was stored; then the process died before the confirm.
-    let prepared = client
-        .prepare(&onecharge::executor::charge_request(&claimed))
-        .await
-        .expect("stripe prepares");
-    let Prepared::Object { id: pi } = prepared.outcome.clone() else {
-        panic!("{prepared:?}")
-    };
-    let evidence = onecharge::domain::GatewayCallRecord {
-        payment_attempt_id: id,
-        operation: onecharge::domain::CallOperation::Prepare,
-        idempotency_key: onecharge::domain::IdempotencyKey::sent(create_key(
-            &claimed.idempotency_key,
-        )),
-        try_number: claimed.tries,
-        lease_token: Some(claimed.lease_token),
-        started_at: h.db_now().await,
-        finished_at: h.db_now().await,
-        http_status: prepared.http_status,
-        outcome: "prepared".into(),
-        gateway_charge_id: Some(pi.clone()),
-        error: None,
-    };
-    assert!(
-        record_gateway_object(&h.store, id, claimed.lease_token, &pi, &evidence)
-            .await
-            .unwrap()
-    );
+    let (pi, evidence) = prepare_and_store(&h, &client, &claimed).await;
     // A stale worker cannot replace it.
     assert!(
         !record_gateway_object(&h.store, id, claimed.lease_token - 1, "pi_other", &evidence)
@@ -592,33 +566,7 @@ async fn a_payment_intent_canceled_before_its_confirm_is_declined_as_canceled() 
     let executor = h.executor_with(client.clone());
     // The create ran and its id was stored; then someone canceled it at Stripe.
     let claimed = executor.claim(1).await.unwrap().remove(0);
-    let prepared = client
-        .prepare(&onecharge::executor::charge_request(&claimed))
-        .await
-        .unwrap();
-    let Prepared::Object { id: pi } = prepared.outcome else {
-        panic!("{prepared:?}")
-    };
-    let evidence = onecharge::domain::GatewayCallRecord {
-        payment_attempt_id: id,
-        operation: onecharge::domain::CallOperation::Prepare,
-        idempotency_key: onecharge::domain::IdempotencyKey::sent(create_key(
-            &claimed.idempotency_key,
-        )),
-        try_number: claimed.tries,
-        lease_token: Some(claimed.lease_token),
-        started_at: h.db_now().await,
-        finished_at: h.db_now().await,
-        http_status: prepared.http_status,
-        outcome: "prepared".into(),
-        gateway_charge_id: Some(pi.clone()),
-        error: None,
-    };
-    assert!(
-        record_gateway_object(&h.store, id, claimed.lease_token, &pi, &evidence)
-            .await
-            .unwrap()
-    );
+    let (pi, _) = prepare_and_store(&h, &client, &claimed).await;
     let canceled = reqwest::Client::new()
         .post(format!(
             "{}/v1/payment_intents/{pi}/cancel",
@@ -674,4 +622,46 @@ async fn past_stripes_24_hour_key_window_the_intent_is_still_read_by_id_and_noth
     let after: Vec<_> = h.gateway.requests().into_iter().skip(sent_before).collect();
     assert_eq!(after.len(), 1, "one retrieval, no POST: {after:?}");
     assert_eq!(after[0].method, "GET");
+}
+
+/// Runs the connector's first step for `claimed` and stores the PaymentIntent it made under
+/// the claim's lease, as the executor does before it confirms: the state a process leaves
+/// when it dies between storing and confirming. The id and the create call's evidence.
+async fn prepare_and_store(
+    h: &Harness,
+    client: &GatewayClient,
+    claimed: &onecharge::store::attempts::ClaimedAttempt,
+) -> (String, onecharge::domain::GatewayCallRecord) {
+    let prepared = client
+        .prepare(&onecharge::executor::charge_request(claimed))
+        .await
+        .expect("stripe prepares");
+    let Prepared::Object { id: pi } = prepared.outcome.clone() else {
+        panic!("{prepared:?}")
+    };
+    let evidence = onecharge::domain::GatewayCallRecord {
+        payment_attempt_id: claimed.payment_attempt_id,
+        operation: onecharge::domain::CallOperation::Prepare,
+        idempotency_key: onecharge::domain::IdempotencyKey::sent(create_key(
+            &claimed.idempotency_key,
+        )),
+        try_number: claimed.tries,
+        lease_token: Some(claimed.lease_token),
+        started_at: h.db_now().await,
+        finished_at: h.db_now().await,
+        http_status: prepared.http_status,
+        outcome: "prepared".into(),
+        gateway_charge_id: Some(pi.clone()),
+        error: None,
+    };
+    assert!(record_gateway_object(
+        &h.store,
+        claimed.payment_attempt_id,
+        claimed.lease_token,
+        &pi,
+        &evidence
+    )
+    .await
+    .unwrap());
+    (pi, evidence)
 }
