@@ -8,27 +8,16 @@ use onecharge::demo::{run, DemoArgs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_settles_every_attempt_without_a_double_charge() {
-    let settings = Settings {
-        database_url: format!(
-            "{}/onecharge",
-            std::env::var("TEST_DATABASE_URL")
-                .unwrap_or_else(|_| "postgres://127.0.0.1:5432".into())
-        ),
-        ..Settings::default()
-    };
-    let args = DemoArgs {
-        attempts: 120,
-        seed: 11,
-        timeout: Duration::from_secs(90),
-        keep: false,
-        gateway: None,
-    };
-
-    run(&settings, args).await.expect("the promise held");
+    run_demo(11, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_through_the_stripe_connector_settles_every_attempt_without_a_double_charge() {
+    run_demo(12, Some(onecharge::gateway::GatewayKind::Stripe)).await;
+}
+
+/// A short demo run (120 attempts, every fault kind) that must find the promise held.
+async fn run_demo(seed: u64, gateway: Option<onecharge::gateway::GatewayKind>) {
     let settings = Settings {
         database_url: format!(
             "{}/onecharge",
@@ -39,12 +28,11 @@ async fn the_demo_through_the_stripe_connector_settles_every_attempt_without_a_d
     };
     let args = DemoArgs {
         attempts: 120,
-        seed: 12,
+        seed,
         timeout: Duration::from_secs(90),
         keep: false,
-        gateway: Some(onecharge::gateway::GatewayKind::Stripe),
+        gateway,
     };
-
     run(&settings, args).await.expect("the promise held");
 }
 
