@@ -115,16 +115,6 @@ impl ExecutorReport {
     }
 }
 
-/// A process-unique worker name, `<host>-<pid>-<random>`, written as lease owner and actor.
-pub fn default_owner() -> String {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into());
-    format!(
-        "{host}-{}-{}",
-        std::process::id(),
-        &Uuid::new_v4().simple().to_string()[..8]
-    )
-}
-
 /// The executor role. Cheap to clone; clones share the gateway client, health and clock.
 #[derive(Clone)]
 pub struct Executor {
@@ -160,7 +150,7 @@ impl Executor {
         health: GatewayHealth,
         settings: &Settings,
     ) -> Self {
-        let owner = default_owner();
+        let owner = crate::identity::default_owner();
         Self {
             inner: Arc::new(Inner {
                 writer: SettlementWriter::start(store.clone(), settings.executor.batch_size),

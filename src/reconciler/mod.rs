@@ -120,7 +120,7 @@ impl Reconciler {
                 window: RetryWindow::from_settings(settings),
                 max_tries: settings.executor.max_tries,
                 max_processing_time: settings.gateway_max_processing_time,
-                actor: format!("reconciler:{}", crate::executor::default_owner()),
+                actor: format!("reconciler:{}", crate::identity::default_owner()),
                 clock: Arc::new(SystemClock),
             }),
         }

@@ -20,8 +20,7 @@ use tokio::sync::watch;
 
 /// Debian's PostgreSQL 15 binaries; `PG_BIN_DIR` points elsewhere.
 fn pg_bin(tool: &str) -> PathBuf {
-    let dir = std::env::var("PG_BIN_DIR")
-        .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into());
+    let dir = std::env::var("PG_BIN_DIR").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into());
     Path::new(&dir).join(tool)
 }
 
