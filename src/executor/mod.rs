@@ -36,7 +36,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 pub use policy::RetryPolicy;
 pub use writer::{SettlementWriter, WriteError};
@@ -45,6 +44,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
+use crate::domain::PaymentAttemptId;
 use crate::domain::{GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::gateway::{ChargeBody, ChargeRequest};
@@ -75,7 +75,7 @@ pub enum Disposition {
 /// One attempt's step, for tests, benchmarks and logs.
 #[derive(Debug, Clone)]
 pub struct AttemptReport {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     /// The try this step was (unchanged by a hand-over).
     pub try_number: i32,
     pub lease_token: i64,

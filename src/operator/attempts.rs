@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::table::{self, Table};
 use super::RetryWindow;
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
+use crate::domain::PaymentAttemptId;
 pub use crate::store::operator::AttemptFilter;
 use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
 use crate::store::Store;
@@ -114,7 +114,7 @@ pub async fn stuck(
 /// One attempt with its transitions, gateway calls and events; `None` for an unknown id.
 pub async fn show(
     store: &Store,
-    id: Uuid,
+    id: PaymentAttemptId,
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<Option<AttemptDetail>, sqlx::Error> {
@@ -560,7 +560,7 @@ mod tests {
     fn attempt(status: AttemptStatus) -> AttemptRecord {
         let t = datetime!(2026-11-29 10:00:00 UTC);
         AttemptRecord {
-            payment_attempt_id: Uuid::nil(),
+            payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
             status,
             order_id: "ord_1".into(),
             customer_id: "cus_1".into(),
@@ -686,7 +686,7 @@ mod tests {
                 error: Some("server\u{1b}[2J error".into()),
             }],
             events: vec![OutboxEvent {
-                event_id: Uuid::nil(),
+                event_id: uuid::Uuid::nil(),
                 status: "succeeded".into(),
                 subject: "payments.events.payment-succeeded.v1".into(),
                 created_at: t + time::Duration::seconds(1),

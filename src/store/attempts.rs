@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::{column, outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
 use crate::domain::retry::SendHistory;
+use crate::domain::PaymentAttemptId;
 use crate::domain::{
     AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, SettleWrite, Settlement,
 };
@@ -27,7 +28,7 @@ use crate::domain::{
 /// every write about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedAttempt {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
     pub customer_id: String,
     pub amount_minor: i64,
@@ -180,7 +181,7 @@ pub async fn expire_stale_commands(
     owner: &str,
     max_command_age: std::time::Duration,
     limit: usize,
-) -> Result<Vec<Uuid>, sqlx::Error> {
+) -> Result<Vec<PaymentAttemptId>, sqlx::Error> {
     if max_command_age.is_zero() {
         return Ok(Vec::new());
     }
@@ -228,7 +229,7 @@ pub async fn expire_stale_commands(
     let mut expired = Vec::with_capacity(rows.len());
     let mut events = Vec::with_capacity(rows.len());
     for row in &rows {
-        let id: Uuid = row.try_get("payment_attempt_id")?;
+        let id: PaymentAttemptId = row.try_get("payment_attempt_id")?;
         expired.push(id);
         events.push((
             PaymentEvent {

@@ -11,13 +11,14 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{column, Store};
+use crate::domain::PaymentAttemptId;
 
 /// One outbox row to publish.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxRow {
     /// Also the `Nats-Msg-Id`.
     pub event_id: Uuid,
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     /// The contract subject, without any deployment namespace.
     pub subject: String,
     /// Header name → value, as written with the event.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::support::{command, intake_record, Harness};
 use onecharge::app::{Application, Role};
+use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::attempts::{self, AttemptFilter};
 use onecharge::operator::RetryWindow;
 use onecharge::store::intake::record_batch;
@@ -32,12 +33,12 @@ fn ordered(order_id: &str, customer_id: &str) -> IntakeRecord {
     intake_record(&body, &format!("msg-{}", Uuid::new_v4()), None)
 }
 
-fn ids(views: &[attempts::AttemptView]) -> Vec<Uuid> {
+fn ids(views: &[attempts::AttemptView]) -> Vec<PaymentAttemptId> {
     views.iter().map(|v| v.attempt.payment_attempt_id).collect()
 }
 
 /// The `payment_attempt_id`s of a JSON array of attempts.
-fn json_ids(list: &Value) -> HashSet<Uuid> {
+fn json_ids(list: &Value) -> HashSet<PaymentAttemptId> {
     list.as_array()
         .expect("an array of attempts")
         .iter()
@@ -130,7 +131,7 @@ async fn the_list_narrows_to_one_order_one_customer_or_one_gateway_charge() {
         ..Default::default()
     })
     .await;
-    assert_eq!(pending_of_order, Vec::<Uuid>::new());
+    assert_eq!(pending_of_order, Vec::<PaymentAttemptId>::new());
 
     // The command line answers the same.
     let (code, stdout, stderr) = cli(
