@@ -74,6 +74,10 @@ async fn the_list_narrows_to_one_order_one_customer_or_one_gateway_charge() {
     seed(&h, &[first.clone(), retry_of_first_order.clone()]).await;
     // Charge the first order's two attempts, so they carry gateway charge ids.
     h.executor().run_once().await.unwrap();
+    // Intake stamps `created_at` with the (manual) clock it is given: move it, so the
+    // second batch is newer than the first rather than tied with it (a tie is broken by
+    // the random attempt ids, which made "newest first" pass one run in three).
+    h.clock.advance(Duration::from_secs(1));
     seed(&h, &[other_order.clone(), other_customer.clone()]).await;
 
     let window = RetryWindow::from_settings(&h.settings);
