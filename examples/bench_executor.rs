@@ -334,7 +334,7 @@ async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {
                 message_id,
                 stream_sequence: i as u64,
                 command: ChargePayment {
-                    payment_attempt_id: id,
+                    payment_attempt_id: id.into(),
                     order_id: format!("ord_{i}"),
                     customer_id: "cus_bench".into(),
                     amount_minor: 1000,

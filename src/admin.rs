@@ -14,10 +14,10 @@ use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::broker::Broker;
 use crate::domain::AttemptStatus;
+use crate::domain::PaymentAttemptId;
 use crate::gateway::GatewayHealth;
 use crate::operator::resolve::{self, ResolveError, ResolveRequest};
 use crate::operator::stats::Stats;
@@ -233,14 +233,16 @@ async fn list_attempts(
     Ok(Json(views))
 }
 
-fn attempt_id(id: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, ApiError> {
+fn attempt_id(
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
+) -> Result<PaymentAttemptId, ApiError> {
     id.map(|Path(id)| id)
         .map_err(|e| ApiError::bad_request(format!("not a payment_attempt_id: {}", e.body_text())))
 }
 
 async fn show_attempt(
     State(state): State<AdminState>,
-    id: Result<Path<Uuid>, PathRejection>,
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
 ) -> Result<Json<attempts::AttemptDetail>, ApiError> {
     let id = attempt_id(id)?;
     attempts::show(
@@ -269,7 +271,7 @@ pub const API_ACTOR: &str = "admin-api";
 /// `{"resolution": …, "attempt": <as GET /api/attempts/{id}>}`.
 async fn resolve_attempt(
     State(state): State<AdminState>,
-    id: Result<Path<Uuid>, PathRejection>,
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
     body: Result<Json<ResolveRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let id = attempt_id(id)?;

@@ -23,6 +23,7 @@ use uuid::Uuid;
 use crate::app::Application;
 use crate::broker::Broker;
 use crate::config::Settings;
+use crate::domain::PaymentAttemptId;
 use crate::gateway::GatewayKind;
 use crate::store::Store;
 
@@ -37,7 +38,7 @@ struct Published {
     conflicts: usize,
     invalid: usize,
     /// Every valid attempt, with its payment method.
-    attempts: HashMap<Uuid, String>,
+    attempts: HashMap<PaymentAttemptId, String>,
 }
 
 /// Runs the demo; `Err` when the servers are unreachable, the run did not settle in time,
@@ -206,7 +207,7 @@ fn in_dialect(method: &'static str, kind: GatewayKind) -> &'static str {
     }
 }
 
-fn command_body(attempt: Uuid, i: usize, amount: i64, payment_method: &str) -> Vec<u8> {
+fn command_body(attempt: PaymentAttemptId, i: usize, amount: i64, payment_method: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "payment_attempt_id": attempt,
         "order_id": format!("ord_demo_{i}"),
@@ -247,7 +248,7 @@ async fn publish_mix(
     let mut published = Published::default();
     let mut originals = Vec::new();
     for i in 0..args.attempts {
-        let attempt = Uuid::from_u128(rng.gen());
+        let attempt = PaymentAttemptId::from(Uuid::from_u128(rng.gen()));
         let method = in_dialect(payment_method(&mut rng), kind);
         let amount = rng.gen_range(100..50_000);
         let body = command_body(attempt, i, amount, method);

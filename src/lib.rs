@@ -12,6 +12,7 @@ pub mod demo;
 pub mod domain;
 pub mod executor;
 pub mod gateway;
+pub mod identity;
 pub mod intake;
 pub mod metrics;
 pub mod nudge;

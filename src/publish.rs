@@ -11,13 +11,14 @@ use uuid::Uuid;
 use crate::broker::{Broker, PublishKind};
 use crate::config::{Settings, UsageError};
 use crate::domain::command::{self, CommandHeaders};
+use crate::domain::PaymentAttemptId;
 
 /// The command's fields. Ids are generated where not given.
 #[derive(Debug, Clone, Args)]
 pub struct ChargeArgs {
     /// Payment attempt id (UUID) [default: a new one]
     #[arg(long)]
-    pub attempt_id: Option<Uuid>,
+    pub attempt_id: Option<PaymentAttemptId>,
     /// Amount in the currency's minor unit (cents for EUR)
     #[arg(long)]
     pub amount_minor: i64,
@@ -52,7 +53,7 @@ pub struct ChargeArgs {
 #[derive(Debug, Clone)]
 pub struct Published {
     pub message_id: String,
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub stream_sequence: u64,
     /// JetStream recognised the message id within its duplicate window and stored nothing.
     pub duplicate: bool,
@@ -86,14 +87,14 @@ pub async fn publish_charge(broker: &Broker, args: ChargeArgs) -> anyhow::Result
 /// A command ready to publish.
 struct Prepared {
     message_id: String,
-    payment_attempt_id: Uuid,
+    payment_attempt_id: PaymentAttemptId,
     correlation_id: Option<String>,
     payload: Vec<u8>,
 }
 
 /// The command's body with generated ids filled in, validated unless `--no-validate`.
 fn prepare(args: ChargeArgs) -> Result<Prepared, UsageError> {
-    let attempt = args.attempt_id.unwrap_or_else(Uuid::new_v4);
+    let attempt = args.attempt_id.unwrap_or_else(PaymentAttemptId::random);
     let message_id = args
         .message_id
         .unwrap_or_else(|| Uuid::new_v4().to_string());

@@ -8,9 +8,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
-use uuid::Uuid;
 
 use super::IdempotencyKey;
+use crate::domain::PaymentAttemptId;
 
 /// Largest accepted body. Bigger messages are dead-lettered unread.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -33,7 +33,7 @@ pub struct CommandHeaders {
 /// A validated ChargePayment command: every field within the contract's bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChargePayment {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
     pub customer_id: String,
     pub amount_minor: i64,
@@ -139,7 +139,9 @@ pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidCommand, I
     let wire: Wire = serde_json::from_str(text)
         .map_err(|e| InvalidCommand::new(format!("body is not a valid ChargePayment JSON: {e}")))?;
 
-    let payment_attempt_id = Uuid::parse_str(&wire.payment_attempt_id)
+    let payment_attempt_id: PaymentAttemptId = wire
+        .payment_attempt_id
+        .parse()
         .map_err(|e| InvalidCommand::new(format!("payment_attempt_id is not a UUID: {e}")))?;
     check_length("order_id", &wire.order_id, 1, 128)?;
     check_length("customer_id", &wire.customer_id, 1, 128)?;

@@ -8,13 +8,14 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::AttemptStatus;
+use crate::domain::PaymentAttemptId;
 
 /// The body of `payments.events.payment-<state>.v1`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct PaymentEvent {
     /// Also the `Nats-Msg-Id`, so a relay retry is deduplicated by JetStream.
     pub event_id: Uuid,
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
     pub status: AttemptStatus,
     pub amount_minor: i64,
@@ -75,7 +76,7 @@ mod tests {
     fn an_event_serialises_to_the_contract_shape() {
         let event = PaymentEvent {
             event_id: Uuid::nil(),
-            payment_attempt_id: Uuid::nil(),
+            payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
             order_id: "ord_1001".into(),
             status: AttemptStatus::NeedsReview,
             amount_minor: 1999,

@@ -3,8 +3,56 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+/// The producer's id of one payment attempt (contract §2): the unit of "exactly one
+/// charge". Stored as `uuid`; serialised as its hyphenated text.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, sqlx::Type,
+)]
+#[serde(transparent)]
+#[sqlx(transparent)]
+pub struct PaymentAttemptId(Uuid);
+
+impl PaymentAttemptId {
+    /// A fresh random id (v4), as a producer would mint one.
+    pub fn random() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    pub fn into_uuid(self) -> Uuid {
+        self.0
+    }
+}
+
+impl From<Uuid> for PaymentAttemptId {
+    fn from(id: Uuid) -> Self {
+        Self(id)
+    }
+}
+
+impl From<PaymentAttemptId> for Uuid {
+    fn from(id: PaymentAttemptId) -> Self {
+        id.0
+    }
+}
+
+impl fmt::Display for PaymentAttemptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl FromStr for PaymentAttemptId {
+    type Err = uuid::Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(text).map(Self)
+    }
+}
 
 /// The `Idempotency-Key` of one payment attempt (contract §3): the same for every try,
 /// derived from the attempt id alone, stored with the attempt and read back from the row
@@ -16,7 +64,7 @@ pub struct IdempotencyKey(String);
 impl IdempotencyKey {
     /// The key of the attempt `payment_attempt_id`: `onecharge-<id>`, 46 characters, inside
     /// the contract's 1–255.
-    pub fn for_attempt(payment_attempt_id: Uuid) -> Self {
+    pub fn for_attempt(payment_attempt_id: PaymentAttemptId) -> Self {
         Self(format!("onecharge-{payment_attempt_id}"))
     }
 

@@ -13,7 +13,7 @@ pub mod settlement;
 pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::PaymentEvent;
-pub use ids::IdempotencyKey;
+pub use ids::{IdempotencyKey, PaymentAttemptId};
 pub use retry::RetryWindow;
 pub use settlement::{
     CallOperation, Fence, GatewayCallRecord, IllegalMove, SettleWrite, Settlement, TransitionCause,

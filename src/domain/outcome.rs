@@ -107,6 +107,11 @@ pub enum GatewayOutcome {
 }
 
 impl GatewayOutcome {
+    /// The label of [`GatewayOutcome::CredentialsFault`]: read back from stored calls.
+    pub const CREDENTIALS_FAULT: &'static str = "credentials_fault";
+    /// The label of [`GatewayOutcome::EndpointFault`]: read back from stored calls.
+    pub const ENDPOINT_FAULT: &'static str = "endpoint_fault";
+
     /// A bounded label for metrics and the `gateway_calls.outcome` column.
     pub fn label(&self) -> &'static str {
         match self {
@@ -119,8 +124,8 @@ impl GatewayOutcome {
             } => "in_progress",
             Self::RetryLater { .. } => "rate_limited",
             Self::NeedsReview { .. } => "needs_review",
-            Self::CredentialsFault { .. } => "credentials_fault",
-            Self::EndpointFault { .. } => "endpoint_fault",
+            Self::CredentialsFault { .. } => Self::CREDENTIALS_FAULT,
+            Self::EndpointFault { .. } => Self::ENDPOINT_FAULT,
             Self::NotSent { .. } => "not_sent",
             Self::Ambiguous { .. } => "ambiguous",
         }
@@ -301,8 +306,8 @@ impl LookupOutcome {
         match self {
             Self::Found(charges) if charges.is_empty() => "not_found",
             Self::Found(_) => "found",
-            Self::CredentialsFault { .. } => "credentials_fault",
-            Self::EndpointFault { .. } => "endpoint_fault",
+            Self::CredentialsFault { .. } => GatewayOutcome::CREDENTIALS_FAULT,
+            Self::EndpointFault { .. } => GatewayOutcome::ENDPOINT_FAULT,
             Self::Failed { .. } => "failed",
         }
     }

@@ -6,9 +6,9 @@
 use std::fmt;
 
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::{AttemptStatus, IdempotencyKey};
+use crate::domain::PaymentAttemptId;
 
 /// Where an attempt goes after its gateway call (or its hand-over, or a lookup).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +146,7 @@ impl fmt::Display for TransitionCause {
 /// lease token; the reconciler's is `unknown` + the token of its claim.
 #[derive(Debug, Clone)]
 pub struct Fence {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub lease_token: i64,
     pub from: AttemptStatus,
     /// Recorded on the transition, e.g. `executor:host-123`.
@@ -180,7 +180,7 @@ impl CallOperation {
 /// The evidence of one gateway call, appended to `gateway_calls`.
 #[derive(Debug, Clone)]
 pub struct GatewayCallRecord {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub operation: CallOperation,
     pub idempotency_key: IdempotencyKey,
     pub try_number: i32,
@@ -215,7 +215,7 @@ pub struct SettleWrite {
     "attempt {payment_attempt_id}: contract §4 allows no move from {from} to {to} (cause {cause})"
 )]
 pub struct IllegalMove {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub from: AttemptStatus,
     pub to: AttemptStatus,
     pub cause: TransitionCause,
@@ -246,7 +246,7 @@ mod tests {
     fn write(from: AttemptStatus, settlement: Settlement) -> SettleWrite {
         SettleWrite {
             fence: Fence {
-                payment_attempt_id: Uuid::nil(),
+                payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
                 lease_token: 1,
                 from,
                 actor: "test".into(),

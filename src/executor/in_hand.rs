@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use uuid::Uuid;
 
 use super::AttemptReport;
+use crate::domain::PaymentAttemptId;
 
 pub(super) struct InHand {
     tasks: JoinSet<AttemptReport>,
-    attempts: HashMap<tokio::task::Id, Uuid>,
+    attempts: HashMap<tokio::task::Id, PaymentAttemptId>,
     /// One permit per gateway call in flight (`executor.concurrency`).
     slots: Arc<Semaphore>,
     /// Attempts calling or being written: twice the concurrency, so a slow database slows
@@ -75,7 +75,7 @@ impl InHand {
 
     pub(super) fn spawn(
         &mut self,
-        payment_attempt_id: Uuid,
+        payment_attempt_id: PaymentAttemptId,
         task: impl std::future::Future<Output = AttemptReport> + Send + 'static,
     ) {
         let handle = self.tasks.spawn(task);
@@ -85,7 +85,7 @@ impl InHand {
     /// Waits for every task in hand, for at most `timeout`; then stops the rest and returns
     /// their attempts, which stay `in_flight` until their leases expire and the reconciler
     /// looks them up.
-    pub(super) async fn drain(mut self, timeout: Duration) -> Vec<Uuid> {
+    pub(super) async fn drain(mut self, timeout: Duration) -> Vec<PaymentAttemptId> {
         let all_done = tokio::time::timeout(timeout, async {
             while let Some(joined) = self.tasks.join_next_with_id().await {
                 self.forget(joined);
@@ -96,7 +96,7 @@ impl InHand {
             return Vec::new();
         }
         self.tasks.abort_all();
-        let mut abandoned: Vec<Uuid> = self.attempts.into_values().collect();
+        let mut abandoned: Vec<PaymentAttemptId> = self.attempts.into_values().collect();
         abandoned.sort();
         abandoned
     }

@@ -36,7 +36,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 pub use policy::RetryPolicy;
 pub use writer::{SettlementWriter, WriteError};
@@ -45,6 +44,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
+use crate::domain::PaymentAttemptId;
 use crate::domain::{GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::gateway::{ChargeBody, ChargeRequest};
@@ -75,7 +75,7 @@ pub enum Disposition {
 /// One attempt's step, for tests, benchmarks and logs.
 #[derive(Debug, Clone)]
 pub struct AttemptReport {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     /// The try this step was (unchanged by a hand-over).
     pub try_number: i32,
     pub lease_token: i64,
@@ -115,16 +115,6 @@ impl ExecutorReport {
     }
 }
 
-/// A process-unique worker name, `<host>-<pid>-<random>`, written as lease owner and actor.
-pub fn default_owner() -> String {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into());
-    format!(
-        "{host}-{}-{}",
-        std::process::id(),
-        &Uuid::new_v4().simple().to_string()[..8]
-    )
-}
-
 /// The executor role. Cheap to clone; clones share the gateway client, health and clock.
 #[derive(Clone)]
 pub struct Executor {
@@ -160,7 +150,7 @@ impl Executor {
         health: GatewayHealth,
         settings: &Settings,
     ) -> Self {
-        let owner = default_owner();
+        let owner = crate::identity::default_owner();
         Self {
             inner: Arc::new(Inner {
                 writer: SettlementWriter::start(store.clone(), settings.executor.batch_size),

@@ -36,6 +36,7 @@ pub use dead_letter::DlqClass;
 use crate::broker::Broker;
 use crate::config::{IntakeSettings, Settings};
 use crate::domain::command::{self, CommandHeaders};
+use crate::domain::PaymentAttemptId;
 use crate::metrics;
 use crate::nudge::Nudges;
 use crate::store::intake::{record_batch, IntakeRecord, Recorded};
@@ -570,10 +571,10 @@ fn classify_db_error(err: &sqlx::Error) -> DeliveryOutcome {
 
 /// The `payment_attempt_id` of a command body, when it has a readable one (for spans only:
 /// validation decides what the body is worth).
-fn attempt_id(payload: &[u8]) -> Option<uuid::Uuid> {
+fn attempt_id(payload: &[u8]) -> Option<PaymentAttemptId> {
     #[derive(serde::Deserialize)]
     struct AttemptRef {
-        payment_attempt_id: uuid::Uuid,
+        payment_attempt_id: PaymentAttemptId,
     }
     serde_json::from_slice::<AttemptRef>(payload)
         .ok()

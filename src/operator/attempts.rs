@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::table::{self, Table};
 use super::RetryWindow;
+use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
+use crate::domain::PaymentAttemptId;
 pub use crate::store::operator::AttemptFilter;
 use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
 use crate::store::Store;
@@ -34,7 +35,7 @@ pub struct AttemptView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NextAction {
     /// `executor`, `reconciler`, `operator`, or `none` for a final attempt.
-    pub by: &'static str,
+    pub by: Actor,
     /// In words, e.g. "executor retries (try 3)".
     pub action: String,
     /// When, if it is scheduled.
@@ -42,6 +43,34 @@ pub struct NextAction {
     pub at: Option<OffsetDateTime>,
     /// Set when the action is overdue: which role to check.
     pub warning: Option<String>,
+}
+
+/// The role that moves an attempt next; serialized as its lower-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Actor {
+    Executor,
+    Reconciler,
+    Operator,
+    /// Nobody: the attempt is final.
+    None,
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Executor => "executor",
+            Self::Reconciler => "reconciler",
+            Self::Operator => "operator",
+            Self::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// `attempts show`: one attempt with its whole history.
@@ -85,7 +114,7 @@ pub async fn stuck(
 /// One attempt with its transitions, gateway calls and events; `None` for an unknown id.
 pub async fn show(
     store: &Store,
-    id: Uuid,
+    id: PaymentAttemptId,
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<Option<AttemptDetail>, sqlx::Error> {
@@ -128,7 +157,7 @@ pub fn next_action(
     window: &RetryWindow,
 ) -> NextAction {
     let id = attempt.payment_attempt_id;
-    let overdue = |at: OffsetDateTime, role: &str, hint: &str| {
+    let overdue = |at: OffsetDateTime, role: Actor, hint: &str| {
         (now - at > OVERDUE).then(|| {
             format!(
                 "overdue by {}: is the {role} running{hint}?",
@@ -154,12 +183,12 @@ pub fn next_action(
                 .last_gateway_call
                 .as_ref()
                 .and_then(|call| match call.outcome.as_str() {
-                    "credentials_fault" => Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)"),
-                    "endpoint_fault" => Some("the gateway answered 404/405/3xx on the last call, so gateway_url looks wrong: the executor is paused until it is fixed (see /readyz)"),
+                    GatewayOutcome::CREDENTIALS_FAULT => Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)"),
+                    GatewayOutcome::ENDPOINT_FAULT => Some("the gateway answered 404/405/3xx on the last call, so gateway_url looks wrong: the executor is paused until it is fixed (see /readyz)"),
                     _ => None,
                 });
             NextAction {
-                by: "executor",
+                by: Actor::Executor,
                 action: what,
                 at: Some(attempt.next_run_at),
                 warning: if let Some(paused) = paused {
@@ -167,7 +196,7 @@ pub fn next_action(
                 } else {
                     overdue(
                         attempt.next_run_at,
-                        "executor",
+                        Actor::Executor,
                         ", or paused because the gateway rejects its API key (401), or its breaker open",
                     )
                 },
@@ -175,7 +204,7 @@ pub fn next_action(
         }
         AttemptStatus::InFlight => match attempt.lease_expires_at {
             Some(expires) if expires > now => NextAction {
-                by: "executor",
+                by: Actor::Executor,
                 action: format!(
                     "gateway call in progress ({}); lease expires",
                     attempt.lease_owner.as_deref().unwrap_or("unknown executor")
@@ -184,23 +213,23 @@ pub fn next_action(
                 warning: None,
             },
             expires => NextAction {
-                by: "reconciler",
+                by: Actor::Reconciler,
                 action: "lease expired: reconciler takes it over and looks it up".to_owned(),
                 at: expires,
-                warning: expires.and_then(|e| overdue(e, "reconciler", "")),
+                warning: expires.and_then(|e| overdue(e, Actor::Reconciler, "")),
             },
         },
         AttemptStatus::Unknown => NextAction {
-            by: "reconciler",
+            by: Actor::Reconciler,
             action: format!(
                 "reconciler looks the charge up at the gateway (check {})",
                 attempt.reconcile_checks + 1
             ),
             at: Some(attempt.next_run_at),
-            warning: overdue(attempt.next_run_at, "reconciler", ""),
+            warning: overdue(attempt.next_run_at, Actor::Reconciler, ""),
         },
         AttemptStatus::NeedsReview => NextAction {
-            by: "operator",
+            by: Actor::Operator,
             action: format!(
                 "operator must resolve: onecharge attempts resolve {id} --as succeeded|declined|retry --reason \"…\""
             ),
@@ -209,7 +238,7 @@ pub fn next_action(
         },
         AttemptStatus::Succeeded | AttemptStatus::Declined | AttemptStatus::Expired => {
             NextAction {
-                by: "none",
+                by: Actor::None,
                 action: "nothing: final".to_owned(),
                 at: None,
                 warning: None,
@@ -531,7 +560,7 @@ mod tests {
     fn attempt(status: AttemptStatus) -> AttemptRecord {
         let t = datetime!(2026-11-29 10:00:00 UTC);
         AttemptRecord {
-            payment_attempt_id: Uuid::nil(),
+            payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
             status,
             order_id: "ord_1".into(),
             customer_id: "cus_1".into(),
@@ -565,7 +594,7 @@ mod tests {
         let window = RetryWindow::default();
         let now = datetime!(2026-11-29 10:01:00 UTC);
         let pending = next_action(&attempt(AttemptStatus::Pending), now, &window);
-        assert_eq!(pending.by, "executor");
+        assert_eq!(pending.by, Actor::Executor);
         assert_eq!(pending.action, "executor retries (try 3)");
         assert_eq!(pending.at, Some(datetime!(2026-11-29 10:05:00 UTC)));
         assert_eq!(pending.warning, None);
@@ -574,7 +603,7 @@ mod tests {
         assert_eq!(
             (unknown.by, unknown.action.as_str()),
             (
-                "reconciler",
+                Actor::Reconciler,
                 "reconciler looks the charge up at the gateway (check 2)"
             )
         );
@@ -582,7 +611,7 @@ mod tests {
         let mut in_flight = attempt(AttemptStatus::InFlight);
         in_flight.lease_expires_at = Some(datetime!(2026-11-29 10:00:30 UTC));
         let expired = next_action(&in_flight, now, &window);
-        assert_eq!(expired.by, "reconciler");
+        assert_eq!(expired.by, Actor::Reconciler);
         assert!(
             expired.action.starts_with("lease expired"),
             "{}",
@@ -590,10 +619,10 @@ mod tests {
         );
 
         let review = next_action(&attempt(AttemptStatus::NeedsReview), now, &window);
-        assert_eq!((review.by, review.at), ("operator", None));
+        assert_eq!((review.by, review.at), (Actor::Operator, None));
         assert_eq!(
             next_action(&attempt(AttemptStatus::Succeeded), now, &window).by,
-            "none"
+            Actor::None
         );
     }
 
@@ -657,7 +686,7 @@ mod tests {
                 error: Some("server\u{1b}[2J error".into()),
             }],
             events: vec![OutboxEvent {
-                event_id: Uuid::nil(),
+                event_id: uuid::Uuid::nil(),
                 status: "succeeded".into(),
                 subject: "payments.events.payment-succeeded.v1".into(),
                 created_at: t + time::Duration::seconds(1),

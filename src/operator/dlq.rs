@@ -25,6 +25,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::HeaderMap;
 use futures::StreamExt as _;
@@ -247,15 +248,18 @@ pub async fn replay(
         }
     }
     let ours = [
-        ("Nats-Msg-Id", message_id.clone()),
-        ("Replayed-From-Dlq-Sequence", sequence.to_string()),
-        ("Replayed-By", actor.to_owned()),
+        (NATS_MESSAGE_ID, message_id.clone()),
+        (
+            HeaderName::from_static("Replayed-From-Dlq-Sequence"),
+            sequence.to_string(),
+        ),
+        (HeaderName::from_static("Replayed-By"), actor.to_owned()),
     ];
     for (name, value) in &ours {
-        headers.insert(*name, value.as_str());
+        headers.insert(name.clone(), value.as_str());
     }
     shown.sort();
-    shown.splice(0..0, ours.iter().map(|(n, v)| ((*n).to_owned(), v.clone())));
+    shown.splice(0..0, ours.iter().map(|(n, v)| (n.to_string(), v.clone())));
 
     let command_headers = CommandHeaders {
         message_id: Some(message_id.clone()),

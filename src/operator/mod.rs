@@ -27,10 +27,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use crate::config::{Settings, UsageError};
 use crate::domain::AttemptStatus;
+use crate::domain::PaymentAttemptId;
 use crate::store::Store;
 
 pub use resolve::{ResolveAs, ResolveError, ResolveRequest};
@@ -79,7 +79,7 @@ pub enum AttemptsCommand {
     /// One attempt with its transitions, gateway calls and events, as a timeline
     Show {
         /// The payment_attempt_id
-        id: Uuid,
+        id: PaymentAttemptId,
         /// One JSON document instead of a timeline
         #[arg(long)]
         json: bool,
@@ -92,7 +92,7 @@ pub enum AttemptsCommand {
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
     /// The payment_attempt_id
-    pub id: Uuid,
+    pub id: PaymentAttemptId,
     /// What the operator established: succeeded (the gateway charged), declined (it did not),
     /// retry (send again with the same idempotency key; only inside the gateway's key window)
     #[arg(long = "as", value_enum)]

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::table;
 use super::RetryWindow;
 use crate::domain::AttemptStatus;
+use crate::domain::PaymentAttemptId;
 use crate::store::operator::{self as sql, Resolution, ResolveOutcome, ResolveTarget};
 use crate::store::Store;
 
@@ -51,7 +52,7 @@ pub enum ResolveError {
     #[error("{0}")]
     Invalid(String),
     #[error("no payment attempt {0}")]
-    NotFound(Uuid),
+    NotFound(PaymentAttemptId),
     #[error("{0}")]
     Refused(String),
     #[error("database error: {0}")]
@@ -61,7 +62,7 @@ pub enum ResolveError {
 /// A decision that was applied.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Resolved {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,
     pub actor: String,
     /// The event queued in the outbox for a final state (the relay publishes it).
@@ -91,7 +92,7 @@ const MAX_REASON_CHARS: usize = 1000;
 /// Applies `request` to attempt `id` on behalf of `actor`, at `now`.
 pub async fn resolve(
     store: &Store,
-    id: Uuid,
+    id: PaymentAttemptId,
     request: &ResolveRequest,
     actor: &str,
     window: &RetryWindow,

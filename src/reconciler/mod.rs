@@ -29,13 +29,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ReconcilerSettings, Settings};
 use crate::domain::outcome::{
     read_lookup, ChargeStatus, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
 };
+use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, RetryWindow};
 use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{GatewayClient, GatewayHealth};
@@ -58,8 +58,8 @@ pub enum Resolution {
 #[derive(Debug, Clone, Default)]
 pub struct ReconcileReport {
     /// `in_flight` attempts whose lease had expired, now `unknown`.
-    pub leases_expired: Vec<Uuid>,
-    pub resolutions: Vec<(Uuid, Resolution)>,
+    pub leases_expired: Vec<PaymentAttemptId>,
+    pub resolutions: Vec<(PaymentAttemptId, Resolution)>,
 }
 
 impl ReconcileReport {
@@ -120,7 +120,7 @@ impl Reconciler {
                 window: RetryWindow::from_settings(settings),
                 max_tries: settings.executor.max_tries,
                 max_processing_time: settings.gateway_max_processing_time,
-                actor: format!("reconciler:{}", crate::executor::default_owner()),
+                actor: format!("reconciler:{}", crate::identity::default_owner()),
                 clock: Arc::new(SystemClock),
             }),
         }

@@ -16,9 +16,10 @@ use sqlx::{PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{outbox, Store};
+use super::{column, outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
 use crate::domain::retry::SendHistory;
+use crate::domain::PaymentAttemptId;
 use crate::domain::{
     AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, SettleWrite, Settlement,
 };
@@ -27,7 +28,7 @@ use crate::domain::{
 /// every write about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedAttempt {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
     pub customer_id: String,
     pub amount_minor: i64,
@@ -180,7 +181,7 @@ pub async fn expire_stale_commands(
     owner: &str,
     max_command_age: std::time::Duration,
     limit: usize,
-) -> Result<Vec<Uuid>, sqlx::Error> {
+) -> Result<Vec<PaymentAttemptId>, sqlx::Error> {
     if max_command_age.is_zero() {
         return Ok(Vec::new());
     }
@@ -228,7 +229,7 @@ pub async fn expire_stale_commands(
     let mut expired = Vec::with_capacity(rows.len());
     let mut events = Vec::with_capacity(rows.len());
     for row in &rows {
-        let id: Uuid = row.try_get("payment_attempt_id")?;
+        let id: PaymentAttemptId = row.try_get("payment_attempt_id")?;
         expired.push(id);
         events.push((
             PaymentEvent {
@@ -316,51 +317,23 @@ pub async fn record_gateway_calls(
                               $6::timestamptz[], $7::timestamptz[], $8::int4[], $9::text[],
                               $10::text[], $11::text[])",
     )
-    .bind(
-        calls
-            .iter()
-            .map(|c| c.payment_attempt_id)
-            .collect::<Vec<_>>(),
-    )
-    .bind(calls.iter().map(|c| c.operation).collect::<Vec<_>>())
-    .bind(
-        calls
-            .iter()
-            .map(|c| c.idempotency_key.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        calls
-            .iter()
-            .map(|c| c.try_number.max(0))
-            .collect::<Vec<_>>(),
-    )
-    .bind(calls.iter().map(|c| c.lease_token).collect::<Vec<_>>())
-    .bind(calls.iter().map(|c| c.started_at).collect::<Vec<_>>())
-    .bind(calls.iter().map(|c| c.finished_at).collect::<Vec<_>>())
-    .bind(
-        calls
-            .iter()
-            .map(|c| c.http_status.map(i32::from))
-            .collect::<Vec<_>>(),
-    )
-    .bind(calls.iter().map(|c| c.outcome.as_str()).collect::<Vec<_>>())
-    .bind(
-        calls
-            .iter()
-            .map(|c| {
-                c.gateway_charge_id
-                    .as_deref()
-                    .map(|id| gateway_text(id, GATEWAY_ID_MAX_CHARS))
-            })
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        calls
-            .iter()
-            .map(|c| c.error.as_deref().map(|e| gateway_text(e, 1000)))
-            .collect::<Vec<_>>(),
-    )
+    .bind(column(calls, |c| c.payment_attempt_id))
+    .bind(column(calls, |c| c.operation))
+    .bind(column(calls, |c| c.idempotency_key.as_str()))
+    .bind(column(calls, |c| c.try_number.max(0)))
+    .bind(column(calls, |c| c.lease_token))
+    .bind(column(calls, |c| c.started_at))
+    .bind(column(calls, |c| c.finished_at))
+    .bind(column(calls, |c| c.http_status.map(i32::from)))
+    .bind(column(calls, |c| c.outcome.as_str()))
+    .bind(column(calls, |c| {
+        c.gateway_charge_id
+            .as_deref()
+            .map(|id| gateway_text(id, GATEWAY_ID_MAX_CHARS))
+    }))
+    .bind(column(calls, |c| {
+        c.error.as_deref().map(|e| gateway_text(e, 1000))
+    }))
     .execute(conn)
     .await?;
     Ok(())
@@ -595,55 +568,24 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
                 traceparent, now() AS settled_at
          FROM settled",
     )
-    .bind(
-        writes
-            .iter()
-            .map(|w| w.fence.payment_attempt_id)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        writes
-            .iter()
-            .map(|w| w.fence.lease_token)
-            .collect::<Vec<_>>(),
-    )
-    .bind(writes.iter().map(|w| w.fence.from).collect::<Vec<_>>())
-    .bind(
-        writes
-            .iter()
-            .map(|w| w.settlement.status())
-            .collect::<Vec<_>>(),
-    )
-    .bind(columns.iter().map(|c| c.charge_id).collect::<Vec<_>>())
-    .bind(columns.iter().map(|c| c.decline_code).collect::<Vec<_>>())
-    .bind(
-        columns
-            .iter()
-            .map(|c| c.review_reason.map(|r| crate::domain::bounded(r, 1024)))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        columns
-            .iter()
-            .map(|c| c.last_error.map(|e| crate::domain::bounded(e, 1024)))
-            .collect::<Vec<_>>(),
-    )
-    .bind(columns.iter().map(|c| c.next_run_at).collect::<Vec<_>>())
-    .bind(columns.iter().map(|c| c.refund).collect::<Vec<_>>())
-    .bind(writes.iter().map(|w| w.now).collect::<Vec<_>>())
-    .bind(writes.iter().map(|w| w.cause.as_str()).collect::<Vec<_>>())
-    .bind(
-        writes
-            .iter()
-            .map(|w| w.fence.actor.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        columns
-            .iter()
-            .map(|c| gateway_text(&c.detail, 2048))
-            .collect::<Vec<_>>(),
-    )
+    .bind(column(&writes, |w| w.fence.payment_attempt_id))
+    .bind(column(&writes, |w| w.fence.lease_token))
+    .bind(column(&writes, |w| w.fence.from))
+    .bind(column(&writes, |w| w.settlement.status()))
+    .bind(column(&columns, |c| c.charge_id))
+    .bind(column(&columns, |c| c.decline_code))
+    .bind(column(&columns, |c| {
+        c.review_reason.map(|r| crate::domain::bounded(r, 1024))
+    }))
+    .bind(column(&columns, |c| {
+        c.last_error.map(|e| crate::domain::bounded(e, 1024))
+    }))
+    .bind(column(&columns, |c| c.next_run_at))
+    .bind(column(&columns, |c| c.refund))
+    .bind(column(&writes, |w| w.now))
+    .bind(column(&writes, |w| w.cause.as_str()))
+    .bind(column(&writes, |w| w.fence.actor.as_str()))
+    .bind(column(&columns, |c| gateway_text(&c.detail, 2048)))
     .fetch_all(&mut *tx)
     .await?;
     let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();

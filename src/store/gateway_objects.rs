@@ -11,11 +11,10 @@
 //!   under one derived key). Writing the same id again is accepted (a replayed create).
 //! - The create call is recorded as evidence in the same transaction, fenced or not.
 
-use uuid::Uuid;
-
 use super::attempts::record_gateway_call;
 use super::Store;
 use crate::domain::GatewayCallRecord;
+use crate::domain::PaymentAttemptId;
 
 /// Stores `object_id` as the gateway object of the attempt held under `lease_token`, with
 /// the evidence of the call that made it. `Ok(true)`: stored (or already stored with the
@@ -23,7 +22,7 @@ use crate::domain::GatewayCallRecord;
 /// this caller's, or another id is stored; it must not call.
 pub async fn record_gateway_object(
     store: &Store,
-    payment_attempt_id: Uuid,
+    payment_attempt_id: PaymentAttemptId,
     lease_token: i64,
     object_id: &str,
     call: &GatewayCallRecord,
@@ -50,7 +49,7 @@ pub async fn record_gateway_object(
 /// The gateway object stored for an attempt, if any (operators, tests).
 pub async fn gateway_object_id(
     store: &Store,
-    payment_attempt_id: Uuid,
+    payment_attempt_id: PaymentAttemptId,
 ) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::{column, outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
+use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, ChargePayment};
 
 /// One valid command to record, as intake read it from the broker.
@@ -65,7 +66,7 @@ pub async fn record_batch(
     // earliest command for an attempt is the one that creates it.
     fresh.sort_unstable();
     let attempt_leads = first_of_each_attempt(records, &fresh, &mut outcomes);
-    let created: HashSet<Uuid> = insert_attempts(&mut tx, records, &attempt_leads, now)
+    let created: HashSet<PaymentAttemptId> = insert_attempts(&mut tx, records, &attempt_leads, now)
         .await?
         .into_iter()
         .collect();
@@ -182,7 +183,7 @@ fn first_of_each_attempt(
     fresh: &[usize],
     outcomes: &mut [Option<Recorded>],
 ) -> Vec<usize> {
-    let mut lead_by_attempt: HashMap<Uuid, usize> = HashMap::new();
+    let mut lead_by_attempt: HashMap<PaymentAttemptId, usize> = HashMap::new();
     for &i in fresh {
         let attempt = records[i].command.payment_attempt_id;
         match lead_by_attempt.get(&attempt) {
@@ -213,15 +214,16 @@ async fn classify_existing_attempts(
     if existing.is_empty() {
         return Ok(());
     }
-    let stored: HashMap<Uuid, Vec<u8>> = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
-        "SELECT payment_attempt_id, fingerprint FROM payment_attempts
+    let stored: HashMap<PaymentAttemptId, Vec<u8>> =
+        sqlx::query_as::<_, (PaymentAttemptId, Vec<u8>)>(
+            "SELECT payment_attempt_id, fingerprint FROM payment_attempts
          WHERE payment_attempt_id = ANY($1)",
-    )
-    .bind(column(existing, |&i| records[i].command.payment_attempt_id))
-    .fetch_all(tx)
-    .await?
-    .into_iter()
-    .collect();
+        )
+        .bind(column(existing, |&i| records[i].command.payment_attempt_id))
+        .fetch_all(tx)
+        .await?
+        .into_iter()
+        .collect();
     for &i in existing {
         let fingerprint = records[i].command.fingerprint();
         outcomes[i] = Some(match stored.get(&records[i].command.payment_attempt_id) {
@@ -275,7 +277,7 @@ async fn insert_attempts(
     records: &[IntakeRecord],
     leads: &[usize],
     now: OffsetDateTime,
-) -> Result<Vec<Uuid>, sqlx::Error> {
+) -> Result<Vec<PaymentAttemptId>, sqlx::Error> {
     let command = |i: usize| &records[i].command;
     sqlx::query_scalar(
         "INSERT INTO payment_attempts

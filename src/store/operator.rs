@@ -16,13 +16,14 @@ use uuid::Uuid;
 
 use super::{outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
+use crate::domain::PaymentAttemptId;
 use crate::domain::{bounded, AttemptStatus};
 
 /// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
 /// Serialised as is into `--json` output and the admin API (contract §5).
 #[derive(Debug, Clone, Serialize)]
 pub struct AttemptRecord {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,
     pub order_id: String,
     pub customer_id: String,
@@ -210,7 +211,10 @@ pub async fn stuck_attempts(
 }
 
 /// One attempt, or `None` when no attempt has this id.
-pub async fn get_attempt(store: &Store, id: Uuid) -> Result<Option<AttemptRecord>, sqlx::Error> {
+pub async fn get_attempt(
+    store: &Store,
+    id: PaymentAttemptId,
+) -> Result<Option<AttemptRecord>, sqlx::Error> {
     let sql = format!("{ATTEMPT_SELECT} WHERE a.payment_attempt_id = $1");
     sqlx::query(&sql)
         .bind(id)
@@ -222,7 +226,10 @@ pub async fn get_attempt(store: &Store, id: Uuid) -> Result<Option<AttemptRecord
 }
 
 /// The attempt's transitions, in the order they happened.
-pub async fn transitions(store: &Store, id: Uuid) -> Result<Vec<Transition>, sqlx::Error> {
+pub async fn transitions(
+    store: &Store,
+    id: PaymentAttemptId,
+) -> Result<Vec<Transition>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, from_status, to_status, cause, actor, detail, at
          FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id",
@@ -233,7 +240,10 @@ pub async fn transitions(store: &Store, id: Uuid) -> Result<Vec<Transition>, sql
 }
 
 /// The attempt's gateway calls, in the order they were made.
-pub async fn gateway_calls(store: &Store, id: Uuid) -> Result<Vec<GatewayCall>, sqlx::Error> {
+pub async fn gateway_calls(
+    store: &Store,
+    id: PaymentAttemptId,
+) -> Result<Vec<GatewayCall>, sqlx::Error> {
     sqlx::query(
         "SELECT id, operation, try_number, lease_token, started_at, finished_at, http_status,
                 outcome, gateway_charge_id, error
@@ -249,7 +259,7 @@ pub async fn gateway_calls(store: &Store, id: Uuid) -> Result<Vec<GatewayCall>, 
 }
 
 /// The attempt's outbox events, oldest first.
-pub async fn events(store: &Store, id: Uuid) -> Result<Vec<OutboxEvent>, sqlx::Error> {
+pub async fn events(store: &Store, id: PaymentAttemptId) -> Result<Vec<OutboxEvent>, sqlx::Error> {
     sqlx::query_as(
         "SELECT event_id, status, subject, created_at, published_at, publish_attempts,
                 last_error, payload
@@ -344,7 +354,7 @@ impl ResolveTarget {
 /// One operator decision, with the boundaries a retry must stay inside.
 #[derive(Debug, Clone)]
 pub struct Resolution<'a> {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub target: ResolveTarget,
     /// The operator's words, recorded on the transition and the event.
     pub reason: &'a str,

@@ -3,6 +3,7 @@
 
 use sqlx::PgConnection;
 
+use super::column;
 use crate::domain::event::{EventProvenance, PaymentEvent};
 
 /// Adds one event to the outbox inside the caller's transaction. The unique index
@@ -39,18 +40,13 @@ pub async fn insert_events(
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[],
                               $6::jsonb[], $7::timestamptz[])",
     )
-    .bind(events.iter().map(|(e, _)| e.event_id).collect::<Vec<_>>())
-    .bind(events.iter().map(|(e, _)| e.payment_attempt_id).collect::<Vec<_>>())
-    .bind(events.iter().map(|(e, _)| e.status.as_str()).collect::<Vec<_>>())
-    .bind(events.iter().map(|(e, _)| e.subject()).collect::<Vec<_>>())
-    .bind(events.iter().map(|(e, p)| headers(e, p)).collect::<Vec<_>>())
-    .bind(
-        events
-            .iter()
-            .map(|(e, _)| serde_json::to_value(e).expect("an event always serialises"))
-            .collect::<Vec<_>>(),
-    )
-    .bind(events.iter().map(|(e, _)| e.occurred_at).collect::<Vec<_>>())
+    .bind(column(events, |(e, _)| e.event_id))
+    .bind(column(events, |(e, _)| e.payment_attempt_id))
+    .bind(column(events, |(e, _)| e.status.as_str()))
+    .bind(column(events, |(e, _)| e.subject()))
+    .bind(column(events, |(e, p)| headers(e, p)))
+    .bind(column(events, |(e, _)| serde_json::to_value(e).expect("an event always serialises")))
+    .bind(column(events, |(e, _)| e.occurred_at))
     .execute(conn)
     .await?;
     Ok(())

@@ -4,17 +4,17 @@
 
 use sqlx::Row as _;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::attempts::{gateway_text, record_gateway_call};
 use super::Store;
+use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey};
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
 /// every write about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownAttempt {
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     pub idempotency_key: IdempotencyKey,
     pub lease_token: i64,
     /// Failed lookups so far; the schedule decides the next delay and when to give up.
@@ -60,7 +60,7 @@ pub async fn expire_leases(
     store: &Store,
     actor: &str,
     limit: usize,
-) -> Result<Vec<Uuid>, sqlx::Error> {
+) -> Result<Vec<PaymentAttemptId>, sqlx::Error> {
     sqlx::query_scalar(
         "WITH expired AS (
              SELECT payment_attempt_id, lease_owner, lease_expires_at

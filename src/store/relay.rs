@@ -10,14 +10,15 @@ use sqlx::{Postgres, Row as _, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::Store;
+use super::{column, Store};
+use crate::domain::PaymentAttemptId;
 
 /// One outbox row to publish.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxRow {
     /// Also the `Nats-Msg-Id`.
     pub event_id: Uuid,
-    pub payment_attempt_id: Uuid,
+    pub payment_attempt_id: PaymentAttemptId,
     /// The contract subject, without any deployment namespace.
     pub subject: String,
     /// Header name → value, as written with the event.
@@ -100,14 +101,9 @@ impl OutboxClaim {
                  FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[]) AS f(event_id, error, next_attempt_at)
                  WHERE o.event_id = f.event_id",
             )
-            .bind(failed.iter().map(|f| f.event_id).collect::<Vec<_>>())
-            .bind(
-                failed
-                    .iter()
-                    .map(|f| crate::domain::bounded(&f.error, 1000))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(failed.iter().map(|f| f.retry_at).collect::<Vec<_>>())
+            .bind(column(failed, |f| f.event_id))
+            .bind(column(failed, |f| crate::domain::bounded(&f.error, 1000)))
+            .bind(column(failed, |f| f.retry_at))
             .execute(&mut *self.tx)
             .await?;
         }

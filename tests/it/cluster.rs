@@ -30,7 +30,7 @@ fn settings(nats_url: String, database_url: String) -> Settings {
 /// `onecharge publish charge` arguments for `attempt`, under a message id of its own.
 fn charge_args(attempt: Uuid) -> ChargeArgs {
     ChargeArgs {
-        attempt_id: Some(attempt),
+        attempt_id: Some(attempt.into()),
         amount_minor: 1250,
         currency: "EUR".into(),
         order_id: None,

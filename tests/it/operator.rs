@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support::{command, header, intake_record, TestEnv};
-use onecharge::domain::AttemptStatus;
+use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
 use onecharge::operator::purge::{purge_once, PurgeRefused};
 use onecharge::operator::resolve::{resolve, ResolveAs, ResolveError, ResolveRequest};
@@ -30,7 +30,7 @@ fn record(attempt: Uuid, message_id: &str) -> IntakeRecord {
 }
 
 /// Records `n` pending attempts the way intake does; returns their ids in order.
-async fn seed(env: &TestEnv, n: usize) -> Vec<Uuid> {
+async fn seed(env: &TestEnv, n: usize) -> Vec<PaymentAttemptId> {
     let records: Vec<IntakeRecord> = (0..n)
         .map(|i| record(Uuid::new_v4(), &format!("seed-{i}-{}", Uuid::new_v4())))
         .collect();
@@ -57,7 +57,7 @@ async fn exec(env: &TestEnv, sql: &str) {
 }
 
 /// Puts `id` into `needs_review`, first sent `first_sent` ago and recorded `age` ago.
-async fn put_in_review(env: &TestEnv, id: Uuid, first_sent: Option<&str>, age: &str) {
+async fn put_in_review(env: &TestEnv, id: PaymentAttemptId, first_sent: Option<&str>, age: &str) {
     let first = first_sent
         .map(|ago| format!("now() - interval '{ago}'"))
         .unwrap_or_else(|| "NULL".into());
@@ -74,7 +74,7 @@ async fn put_in_review(env: &TestEnv, id: Uuid, first_sent: Option<&str>, age: &
     .await;
 }
 
-async fn status_of(env: &TestEnv, id: Uuid) -> String {
+async fn status_of(env: &TestEnv, id: PaymentAttemptId) -> String {
     sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
         .bind(id)
         .fetch_one(env.store.pool())
@@ -97,7 +97,7 @@ fn request(as_: ResolveAs, charge: Option<&str>) -> ResolveRequest {
     }
 }
 
-async fn outbox(env: &TestEnv, id: Uuid) -> Vec<(String, Value)> {
+async fn outbox(env: &TestEnv, id: PaymentAttemptId) -> Vec<(String, Value)> {
     sqlx::query_as(
         "SELECT status, payload FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at",
     )
@@ -109,7 +109,7 @@ async fn outbox(env: &TestEnv, id: Uuid) -> Vec<(String, Value)> {
 
 async fn last_transition(
     env: &TestEnv,
-    id: Uuid,
+    id: PaymentAttemptId,
 ) -> (Option<String>, String, String, String, Option<String>) {
     sqlx::query_as(
         "SELECT from_status, to_status, cause, actor, detail FROM attempt_transitions
@@ -177,7 +177,7 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
     );
     assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 0);
 
-    let unknown = Uuid::new_v4();
+    let unknown = PaymentAttemptId::random();
     let err = resolve(
         &env.store,
         unknown,
@@ -1071,7 +1071,7 @@ async fn human_output_shows_control_characters_from_producers_escaped() {
     )
     .await
     .unwrap();
-    put_in_review(&env, id, Some("10 minutes"), "20 minutes").await;
+    put_in_review(&env, id.into(), Some("10 minutes"), "20 minutes").await;
     exec(
         &env,
         &format!(

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::support::{command, intake_record, Harness};
 use onecharge::app::{Application, Role};
+use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::attempts::{self, AttemptFilter};
 use onecharge::operator::RetryWindow;
 use onecharge::store::intake::record_batch;
@@ -18,12 +19,7 @@ use uuid::Uuid;
 
 /// Records `commands` as intake would, in one batch.
 async fn seed(h: &Harness, records: &[IntakeRecord]) {
-    seed_at(h, records, h.now()).await
-}
-
-/// Records `records` as intake would at `at` (their `created_at`).
-async fn seed_at(h: &Harness, records: &[IntakeRecord], at: time::OffsetDateTime) {
-    record_batch(&h.store, "test-intake", records, at)
+    record_batch(&h.store, "test-intake", records, h.now())
         .await
         .expect("recorded");
 }
@@ -37,12 +33,12 @@ fn ordered(order_id: &str, customer_id: &str) -> IntakeRecord {
     intake_record(&body, &format!("msg-{}", Uuid::new_v4()), None)
 }
 
-fn ids(views: &[attempts::AttemptView]) -> Vec<Uuid> {
+fn ids(views: &[attempts::AttemptView]) -> Vec<PaymentAttemptId> {
     views.iter().map(|v| v.attempt.payment_attempt_id).collect()
 }
 
 /// The `payment_attempt_id`s of a JSON array of attempts.
-fn json_ids(list: &Value) -> HashSet<Uuid> {
+fn json_ids(list: &Value) -> HashSet<PaymentAttemptId> {
     list.as_array()
         .expect("an array of attempts")
         .iter()
@@ -78,14 +74,11 @@ async fn the_list_narrows_to_one_order_one_customer_or_one_gateway_charge() {
     seed(&h, &[first.clone(), retry_of_first_order.clone()]).await;
     // Charge the first order's two attempts, so they carry gateway charge ids.
     h.executor().run_once().await.unwrap();
-    // Recorded a second later, so "newest first" has one answer (the same created_at would
-    // leave the order to the attempt ids).
-    seed_at(
-        &h,
-        &[other_order.clone(), other_customer.clone()],
-        h.now() + Duration::from_secs(1),
-    )
-    .await;
+    // Intake stamps `created_at` with the (manual) clock it is given: move it, so the
+    // second batch is newer than the first rather than tied with it (a tie is broken by
+    // the random attempt ids, which made "newest first" pass one run in three).
+    h.clock.advance(Duration::from_secs(1));
+    seed(&h, &[other_order.clone(), other_customer.clone()]).await;
 
     let window = RetryWindow::from_settings(&h.settings);
     let now = h.db_now().await;
@@ -142,7 +135,7 @@ async fn the_list_narrows_to_one_order_one_customer_or_one_gateway_charge() {
         ..Default::default()
     })
     .await;
-    assert_eq!(pending_of_order, Vec::<Uuid>::new());
+    assert_eq!(pending_of_order, Vec::<PaymentAttemptId>::new());
 
     // The command line answers the same.
     let (code, stdout, stderr) = cli(

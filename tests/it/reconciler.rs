@@ -11,7 +11,7 @@ use onecharge::reconciler::Resolution;
 
 /// Seeds an attempt and lets the executor take it to `unknown` through `payment_method`'s
 /// fault.
-async fn unknown_attempt(h: &Harness, payment_method: &str) -> uuid::Uuid {
+async fn unknown_attempt(h: &Harness, payment_method: &str) -> onecharge::domain::PaymentAttemptId {
     let command = h.seed(payment_method).await;
     let report = h.executor().run_once().await.unwrap();
     assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
@@ -333,7 +333,7 @@ async fn two_reconcilers_settle_each_attempt_once() {
     assert_eq!(h.gateway.ledger().len(), commands.len());
 }
 
-async fn command_key(h: &Harness, id: uuid::Uuid) -> String {
+async fn command_key(h: &Harness, id: onecharge::domain::PaymentAttemptId) -> String {
     h.attempt(id).await.idempotency_key
 }
 

@@ -45,7 +45,7 @@ async fn the_relay_publishes_each_event_under_its_event_id_and_marks_it_publishe
 
     let messages = h.event_messages().await;
     assert_eq!(messages.len(), 3);
-    let by_attempt: HashMap<Uuid, _> = records
+    let by_attempt: HashMap<onecharge::domain::PaymentAttemptId, _> = records
         .iter()
         .map(|r| (r.command.payment_attempt_id, r))
         .collect();
@@ -189,7 +189,7 @@ async fn end_to_end_n_commands_with_duplicates_make_exactly_n_charges_and_n_even
         let attempt = Uuid::new_v4();
         attempts.push(attempt);
         let args = |message_id: String| ChargeArgs {
-            attempt_id: Some(attempt),
+            attempt_id: Some(attempt.into()),
             amount_minor: 1000 + i as i64,
             currency: "EUR".into(),
             order_id: Some(format!("ord_{i}")),

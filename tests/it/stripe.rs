@@ -38,7 +38,10 @@ fn stripe_client(h: &Harness) -> GatewayClient {
 }
 
 /// The attempt's calls as (operation, http status, outcome, charge id), in order.
-async fn calls(h: &Harness, id: uuid::Uuid) -> Vec<(String, Option<i32>, String, Option<String>)> {
+async fn calls(
+    h: &Harness,
+    id: onecharge::domain::PaymentAttemptId,
+) -> Vec<(String, Option<i32>, String, Option<String>)> {
     sqlx::query_as(
         "SELECT operation, http_status, outcome, gateway_charge_id FROM gateway_calls
          WHERE payment_attempt_id = $1 ORDER BY id",

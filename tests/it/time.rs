@@ -98,7 +98,7 @@ async fn a_reconciler_whose_clock_runs_an_hour_behind_still_expires_a_lapsed_lea
 
 /// An attempt first sent 23 h 30 min ago by the database's clock: past the default key
 /// window (24 h retention − 1 h margin), but inside it for a host an hour behind.
-async fn first_sent_23h30m_ago(h: &Harness, status: &str) -> uuid::Uuid {
+async fn first_sent_23h30m_ago(h: &Harness, status: &str) -> onecharge::domain::PaymentAttemptId {
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     sqlx::query(
         "UPDATE payment_attempts SET status = $2, tries = 1, next_run_at = now(),

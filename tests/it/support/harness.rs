@@ -12,6 +12,7 @@ use onecharge::broker::Broker;
 use onecharge::clock::ManualClock;
 use onecharge::config::Settings;
 use onecharge::domain::ChargePayment;
+use onecharge::domain::PaymentAttemptId;
 use onecharge::executor::Executor;
 use onecharge::gateway::{GatewayClient, GatewayHealth};
 use onecharge::reconciler::Reconciler;
@@ -57,7 +58,8 @@ impl Harness {
 
     /// The attempt succeeded with the gateway's one and only charge, and has exactly one
     /// `succeeded` event.
-    pub async fn assert_charged_once(&self, id: Uuid) {
+    pub async fn assert_charged_once(&self, id: impl Into<PaymentAttemptId>) {
+        let id: PaymentAttemptId = id.into();
         let ledger = self.gateway.ledger();
         assert_eq!(ledger.len(), 1, "exactly one charge");
         let row = self.attempt(id).await;
@@ -249,7 +251,8 @@ impl Harness {
     }
 
     /// One attempt's row, for assertions.
-    pub async fn attempt(&self, id: Uuid) -> AttemptRow {
+    pub async fn attempt(&self, id: impl Into<PaymentAttemptId>) -> AttemptRow {
+        let id: PaymentAttemptId = id.into();
         let row = sqlx::query(
             "SELECT status, tries, lease_token, lease_owner, lease_expires_at, next_run_at,
                     dispatched_at, first_dispatched_at, gateway_charge_id, decline_code,
@@ -279,7 +282,11 @@ impl Harness {
     }
 
     /// The attempt's transitions as (from, to, cause), in order.
-    pub async fn transitions(&self, id: Uuid) -> Vec<(Option<String>, String, String)> {
+    pub async fn transitions(
+        &self,
+        id: impl Into<PaymentAttemptId>,
+    ) -> Vec<(Option<String>, String, String)> {
+        let id: PaymentAttemptId = id.into();
         sqlx::query_as(
             "SELECT from_status, to_status, cause FROM attempt_transitions
              WHERE payment_attempt_id = $1 ORDER BY id",
@@ -293,8 +300,9 @@ impl Harness {
     /// The attempt's gateway calls as (try, lease token, http status, outcome, charge id), in order.
     pub async fn gateway_calls(
         &self,
-        id: Uuid,
+        id: impl Into<PaymentAttemptId>,
     ) -> Vec<(i32, Option<i64>, Option<i32>, String, Option<String>)> {
+        let id: PaymentAttemptId = id.into();
         sqlx::query_as(
             "SELECT try_number, lease_token, http_status, outcome, gateway_charge_id FROM gateway_calls
              WHERE payment_attempt_id = $1 ORDER BY id",
@@ -306,7 +314,11 @@ impl Harness {
     }
 
     /// The attempt's outbox events as (status, payload, headers).
-    pub async fn events(&self, id: Uuid) -> Vec<(String, serde_json::Value, serde_json::Value)> {
+    pub async fn events(
+        &self,
+        id: impl Into<PaymentAttemptId>,
+    ) -> Vec<(String, serde_json::Value, serde_json::Value)> {
+        let id: PaymentAttemptId = id.into();
         sqlx::query_as("SELECT status, payload, headers FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at")
             .bind(id)
             .fetch_all(self.store.pool())
@@ -325,7 +337,8 @@ impl Harness {
     /// lease expired, the gateway has nothing under the key and the attempt returns to
     /// `pending` (contract §4: in_flight with an expired lease → unknown → pending). The
     /// lease token is left alone, so the fencing test sees only the executors' own claims.
-    pub async fn reconciler_returns_to_pending(&self, id: Uuid) {
+    pub async fn reconciler_returns_to_pending(&self, id: impl Into<PaymentAttemptId>) {
+        let id: PaymentAttemptId = id.into();
         let moved = sqlx::query(
             "WITH moved AS (
                  UPDATE payment_attempts SET status = 'pending', lease_owner = NULL,
