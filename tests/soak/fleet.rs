@@ -10,15 +10,14 @@ use std::time::{Duration, Instant};
 use crate::support;
 
 /// A `onecharge` command (see [`support::onecharge`]) reading the soak's configuration file,
-/// logging at `ONECHARGE_SOAK_LOG` (default `info,async_nats=warn,sqlx=warn`) in plain text.
+/// logging at `SOAK_LOG` (default `info,async_nats=warn,sqlx=warn`) in plain text.
 pub fn onecharge(config: &Path) -> Command {
     let mut command = support::onecharge();
     command
         .env("NO_COLOR", "1")
         .env(
             "RUST_LOG",
-            std::env::var("ONECHARGE_SOAK_LOG")
-                .unwrap_or_else(|_| "info,async_nats=warn,sqlx=warn".into()),
+            std::env::var("SOAK_LOG").unwrap_or_else(|_| "info,async_nats=warn,sqlx=warn".into()),
         )
         .arg("--config")
         .arg(config);

@@ -4,7 +4,7 @@
 //!
 //! The short, seeded run is part of the default `cargo test`; the long one runs with
 //! `cargo test --release --test soak -- --ignored --nocapture` and reads
-//! `ONECHARGE_SOAK_COMMANDS` and `ONECHARGE_SOAK_SEED`. The Stripe variant (the `stripe`
+//! `SOAK_COMMANDS` and `SOAK_SEED`. The Stripe variant (the `stripe`
 //! connector against the mock's Stripe dialect, same faults and kills) is ignored too:
 //! `cargo test --release --test soak stripe -- --ignored --nocapture`.
 
@@ -22,9 +22,9 @@ use onecharge::gateway::GatewayKind;
 use runner::SoakConfig;
 
 fn seed(default: u64) -> u64 {
-    std::env::var("ONECHARGE_SOAK_SEED")
+    std::env::var("SOAK_SEED")
         .ok()
-        .map(|s| s.parse().expect("ONECHARGE_SOAK_SEED is a number"))
+        .map(|s| s.parse().expect("SOAK_SEED is a number"))
         .unwrap_or(default)
 }
 
@@ -60,9 +60,9 @@ async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long soak: cargo test --release --test soak -- --ignored --nocapture"]
 async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts() {
-    let commands: usize = std::env::var("ONECHARGE_SOAK_COMMANDS")
+    let commands: usize = std::env::var("SOAK_COMMANDS")
         .ok()
-        .map(|s| s.parse().expect("ONECHARGE_SOAK_COMMANDS is a number"))
+        .map(|s| s.parse().expect("SOAK_COMMANDS is a number"))
         .unwrap_or(20_000);
     let round_size = 100;
     // About 200 originals a second; a broker restart every minute or so of publishing.
@@ -88,9 +88,9 @@ async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "stripe soak: cargo test --release --test soak -- --ignored --nocapture stripe"]
 async fn the_stripe_connector_keeps_the_promise_through_crashes_broker_restarts_and_every_fault() {
-    let commands: usize = std::env::var("ONECHARGE_SOAK_COMMANDS")
+    let commands: usize = std::env::var("SOAK_COMMANDS")
         .ok()
-        .map(|s| s.parse().expect("ONECHARGE_SOAK_COMMANDS is a number"))
+        .map(|s| s.parse().expect("SOAK_COMMANDS is a number"))
         .unwrap_or(3_000);
     let report = runner::run(SoakConfig {
         seed: seed(13),
