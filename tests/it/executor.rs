@@ -161,20 +161,13 @@ async fn a_stored_outcome_replayed_with_200_settles_as_its_body_says() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_409_in_progress_is_retried_soon_with_the_same_key_and_charges_once() {
-    let faults = FaultConfig {
+    let h = Harness::with_faults(FaultConfig {
         latency: Latency {
             fixed_ms: 400,
             jitter_ms: 0,
         },
         ..FaultConfig::default()
-    };
-    let h = Harness::with(
-        MockConfig {
-            faults,
-            ..MockConfig::default()
-        },
-        |_| {},
-    )
+    })
     .await;
     let command = h.seed(pm::CARD_VISA).await;
     let id = command.payment_attempt_id;
@@ -455,17 +448,10 @@ async fn a_request_never_sent_is_retried_with_backoff_by_any_executor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_retry_sends_the_same_key_and_the_same_body() {
-    let faults = FaultConfig {
+    let h = Harness::with_faults(FaultConfig {
         rate_limit: FaultRule::times(3),
         ..FaultConfig::default()
-    };
-    let h = Harness::with(
-        MockConfig {
-            faults,
-            ..MockConfig::default()
-        },
-        |_| {},
-    )
+    })
     .await;
     let command = h.seed(pm::CARD_VISA).await;
     let id = command.payment_attempt_id;
@@ -900,20 +886,13 @@ async fn the_last_allowed_try_hands_the_attempt_to_the_reconciler() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_the_gateway_call_in_hand() {
-    let faults = FaultConfig {
+    let h = Harness::with_faults(FaultConfig {
         latency: Latency {
             fixed_ms: 300,
             jitter_ms: 0,
         },
         ..FaultConfig::default()
-    };
-    let h = Harness::with(
-        MockConfig {
-            faults,
-            ..MockConfig::default()
-        },
-        |_| {},
-    )
+    })
     .await;
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     let running = stop_with_the_charge_in_hand(&h).await;

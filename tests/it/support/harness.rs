@@ -78,6 +78,18 @@ impl Harness {
         Self::with(MockConfig::default(), |_| {}).await
     }
 
+    /// [`Harness::with`] a mock gateway that injects `faults`, and the test settings.
+    pub async fn with_faults(faults: mock_gateway::FaultConfig) -> Self {
+        Self::with(
+            MockConfig {
+                faults,
+                ..MockConfig::default()
+            },
+            |_| {},
+        )
+        .await
+    }
+
     /// A fresh database, a mock gateway started from `mock`, and settings adjusted by `adjust`
     /// (after the test defaults: short gateway timeouts, a 10 s lease).
     pub async fn with(mock: MockConfig, adjust: impl FnOnce(&mut Settings)) -> Self {
