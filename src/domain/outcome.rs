@@ -50,6 +50,46 @@ pub enum GatewayReply<'a> {
     Lost { error: &'a str },
 }
 
+/// The parts of a complete answer ([`GatewayReply::Answered`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    pub status: u16,
+    pub replayed: bool,
+    pub retry_after: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+impl<'a> GatewayReply<'a> {
+    /// The answer to a request that can charge, or, when none came, its outcome:
+    /// `NotSent` (nothing reached the gateway) or `Ambiguous` (it may have charged), the
+    /// reason naming `request` ("the request", "the confirm of pi_…"). Every connector reads
+    /// the missing answer of a charging call this one way.
+    pub fn charge_answer(self, request: &str) -> Result<Answer<'a>, GatewayOutcome> {
+        match self {
+            GatewayReply::NotSent { error } => Err(GatewayOutcome::NotSent {
+                reason: bounded(error, MAX_REASON_CHARS),
+            }),
+            GatewayReply::Lost { error } => Err(GatewayOutcome::Ambiguous {
+                reason: bounded(
+                    &format!("no answer after {request} was sent: {error}"),
+                    MAX_REASON_CHARS,
+                ),
+            }),
+            GatewayReply::Answered {
+                status,
+                replayed,
+                retry_after,
+                body,
+            } => Ok(Answer {
+                status,
+                replayed,
+                retry_after,
+                body,
+            }),
+        }
+    }
+}
+
 /// When to try a request again that the gateway refused without charging.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryAfter {
@@ -214,26 +254,14 @@ struct ErrorDetail {
 
 /// Reads one answer to `POST /v1/charges` exactly as the contract's table says.
 pub fn classify_charge(reply: GatewayReply<'_>) -> GatewayOutcome {
-    let (status, replayed, retry_after, body) = match reply {
-        GatewayReply::NotSent { error } => {
-            return GatewayOutcome::NotSent {
-                reason: bounded(error, MAX_REASON_CHARS),
-            }
-        }
-        GatewayReply::Lost { error } => {
-            return GatewayOutcome::Ambiguous {
-                reason: bounded(
-                    &format!("no answer after the request was sent: {error}"),
-                    MAX_REASON_CHARS,
-                ),
-            }
-        }
-        GatewayReply::Answered {
-            status,
-            replayed,
-            retry_after,
-            body,
-        } => (status, replayed, retry_after, body),
+    let Answer {
+        status,
+        replayed,
+        retry_after,
+        body,
+    } = match reply.charge_answer("the request") {
+        Ok(answer) => answer,
+        Err(outcome) => return outcome,
     };
     match status {
         // A charge: its body's status decides, whether it is new (201), replayed (200 or the

@@ -23,7 +23,7 @@ use sha2::{Digest as _, Sha256};
 use super::{ChargeRequest, Hints, Prepared};
 use crate::domain::bounded;
 use crate::domain::outcome::{
-    ChargeStatus, GatewayCharge, GatewayOutcome, GatewayReply, LookupOutcome, RetryAfter,
+    Answer, ChargeStatus, GatewayCharge, GatewayOutcome, GatewayReply, LookupOutcome, RetryAfter,
     MAX_REASON_CHARS, MAX_RETRY_AFTER,
 };
 
@@ -320,26 +320,14 @@ pub fn classify_create(reply: GatewayReply<'_>, hints: Hints) -> Prepared {
 
 /// Reads the confirm call's answer for PaymentIntent `intent` (docs/stripe.md).
 pub fn classify_confirm(reply: GatewayReply<'_>, hints: Hints, intent: &str) -> GatewayOutcome {
-    let (status, replayed, retry_after, body) = match reply {
-        GatewayReply::NotSent { error } => {
-            return GatewayOutcome::NotSent {
-                reason: bounded(error, MAX_REASON_CHARS),
-            }
-        }
-        GatewayReply::Lost { error } => {
-            return GatewayOutcome::Ambiguous {
-                reason: bounded(
-                    &format!("no answer after the confirm of {intent} was sent: {error}"),
-                    MAX_REASON_CHARS,
-                ),
-            }
-        }
-        GatewayReply::Answered {
-            status,
-            replayed,
-            retry_after,
-            body,
-        } => (status, replayed, retry_after, body),
+    let Answer {
+        status,
+        replayed,
+        retry_after,
+        body,
+    } = match reply.charge_answer(&format!("the confirm of {intent}")) {
+        Ok(answer) => answer,
+        Err(outcome) => return outcome,
     };
     match status {
         200..=299 => match serde_json::from_slice::<PaymentIntent>(body) {
