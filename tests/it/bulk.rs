@@ -267,3 +267,78 @@ async fn bulk_retry_from_the_command_line_dry_run_lists_and_the_real_run_acts() 
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_recheck_settles_every_unknown_attempt_the_gateway_charged_and_audits_it() {
+    use mock_gateway::payment_methods as pm;
+    use onecharge::domain::AttemptStatus;
+
+    let h = crate::support::Harness::new().await;
+    let commands = h
+        .seed_many(&[pm::FAULT_ERROR_AFTER, pm::FAULT_ERROR_AFTER])
+        .await;
+    let report = h.executor().run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Unknown), 2, "{report:?}");
+    let window = RetryWindow::from_settings(&h.settings);
+    let request = BulkRequest {
+        action: BulkAction::Recheck,
+        filter: BulkFilter {
+            status: Some(AttemptStatus::Unknown),
+            ..Default::default()
+        },
+        reason: "INC-42 outage over".into(),
+        preview: false,
+        max: Some(2),
+    };
+
+    let refused = bulk(
+        &h.store,
+        None,
+        &request,
+        "operator:alice",
+        Via::Api,
+        &window,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(refused, BulkError::Unavailable(_)), "{refused}");
+
+    let outcome = bulk(
+        &h.store,
+        Some(&h.reconciler()),
+        &request,
+        "operator:alice",
+        Via::Api,
+        &window,
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(outcome.matched, 2);
+    assert!(
+        outcome.results.iter().all(|r| r.outcome == "settled"),
+        "{:?}",
+        outcome.results
+    );
+    assert_eq!(h.gateway.ledger().len(), 2, "the lookups charged nothing");
+    for command in &commands {
+        assert_eq!(
+            h.attempt(command.payment_attempt_id).await.status,
+            "succeeded"
+        );
+        assert_eq!(h.events(command.payment_attempt_id).await.len(), 1);
+    }
+    let actions: Vec<(String, String)> =
+        sqlx::query_as("SELECT action, outcome FROM operator_audit ORDER BY id")
+            .fetch_all(h.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        actions,
+        vec![
+            ("recheck".into(), "settled".into()),
+            ("recheck".into(), "settled".into()),
+            ("bulk_recheck".into(), "done".into()),
+        ]
+    );
+}
