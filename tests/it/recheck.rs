@@ -190,3 +190,48 @@ async fn the_recheck_endpoint_answers_409_for_a_pending_attempt_and_settles_an_u
     stop.cancel();
     admin.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recheck_from_the_command_line_refuses_a_pending_attempt_with_exit_2_and_says_why() {
+    let env = crate::support::TestEnv::new().await;
+    let attempt = uuid::Uuid::new_v4();
+    let body = crate::support::command(attempt, serde_json::json!({}));
+    let record = crate::support::intake_record(&body, &format!("m-{attempt}"), None);
+    onecharge::store::intake::record_batch(
+        &env.store,
+        "onecharge-intake",
+        &[record],
+        time::OffsetDateTime::now_utc(),
+    )
+    .await
+    .unwrap();
+
+    let (code, stdout, stderr) = env
+        .cli(
+            &["attempts", "recheck", &attempt.to_string(), "--reason", "x"],
+            &[
+                ("ONECHARGE_GATEWAY_URL", "http://127.0.0.1:9"),
+                ("ONECHARGE_GATEWAY_API_KEY", "sk_test_unused"),
+            ],
+        )
+        .await;
+
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("is pending") && stderr.contains("only unknown and needs_review"),
+        "{stderr}"
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM operator_audit").await,
+        0,
+        "a refusal is not audited"
+    );
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM payment_attempts WHERE status = 'pending' AND lease_token = 0"
+        )
+        .await,
+        1,
+        "the attempt was not touched"
+    );
+}
