@@ -19,6 +19,7 @@ mod intake;
 mod operator;
 mod operator_find;
 mod otlp;
+mod rate_limit;
 mod reconciler;
 mod relay;
 mod secrets;
