@@ -41,6 +41,9 @@ struct Args {
     /// gateway_max_rate values to measure (requests per second, fleet-wide)
     #[arg(long, value_delimiter = ',', default_values_t = vec![200.0f64])]
     rate: Vec<f64>,
+    /// gateway_rate_burst values to measure (0: the default, 1/20 s of the rate)
+    #[arg(long, value_delimiter = ',', default_values_t = vec![0u32])]
+    burst: Vec<u32>,
     /// Executor instances running at once
     #[arg(long, value_delimiter = ',', default_values_t = vec![2usize])]
     instances: Vec<usize>,
@@ -63,8 +66,9 @@ struct Measured {
     requests: usize,
     /// First to last request, on the mock's clock.
     span: Duration,
-    /// The most requests received in any window of one second.
-    max_in_one_second: usize,
+    /// The most requests received in any window of one second, and when (seconds after the
+    /// first request) that window opened.
+    max_in_one_second: (usize, f64),
 }
 
 #[tokio::main]
@@ -77,27 +81,32 @@ async fn main() -> anyhow::Result<()> {
         args.latency_ms,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!("| gateway_max_rate | burst | instances | requests | seconds (first → last) | mean rate | mean ÷ limit | max in any 1 s window | max ÷ limit |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| gateway_max_rate | burst | instances | requests | seconds (first → last) | mean rate | mean ÷ limit | max in any 1 s window | opened at | max ÷ limit |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &rate in &args.rate {
-        for &instances in &args.instances {
-            let measured = run(&args, rate, instances).await?;
-            let mean = (measured.requests - 1) as f64 / measured.span.as_secs_f64();
-            println!(
-                "| {rate:.0}/s | {} | {instances} | {} | {:.2} | {mean:.1}/s | {:.3} | {} | {:.3} |",
-                onecharge::gateway_limit::default_burst(rate),
-                measured.requests,
-                measured.span.as_secs_f64(),
-                mean / rate,
-                measured.max_in_one_second,
-                measured.max_in_one_second as f64 / rate,
-            );
+        for &burst in &args.burst {
+            for &instances in &args.instances {
+                let measured = run(&args, rate, burst, instances).await?;
+                let mean = (measured.requests - 1) as f64 / measured.span.as_secs_f64();
+                let (most, opened) = measured.max_in_one_second;
+                let burst = match burst {
+                    0 => onecharge::gateway_limit::default_burst(rate),
+                    burst => burst,
+                };
+                println!(
+                    "| {rate:.0}/s | {burst} | {instances} | {} | {:.2} | {mean:.1}/s | {:.3} | {most} | {opened:.2} s | {:.3} |",
+                    measured.requests,
+                    measured.span.as_secs_f64(),
+                    mean / rate,
+                    most as f64 / rate,
+                );
+            }
         }
     }
     Ok(())
 }
 
-async fn run(args: &Args, rate: f64, instances: usize) -> anyhow::Result<Measured> {
+async fn run(args: &Args, rate: f64, burst: u32, instances: usize) -> anyhow::Result<Measured> {
     let gateway = MockGateway::start(MockConfig {
         api_key: API_KEY.into(),
         faults: FaultConfig {
@@ -117,6 +126,7 @@ async fn run(args: &Args, rate: f64, instances: usize) -> anyhow::Result<Measure
         gateway_url: gateway.base_url(),
         gateway_api_key: Some(SecretString::from(API_KEY)),
         gateway_max_rate: rate,
+        gateway_rate_burst: burst,
         ..Settings::default()
     };
     settings.executor.concurrency = args.concurrency;
@@ -186,17 +196,21 @@ async fn run(args: &Args, rate: f64, instances: usize) -> anyhow::Result<Measure
     })
 }
 
-/// The most timestamps of the sorted `times` inside any window `[t, t + window)`.
-fn max_in_window(times: &[OffsetDateTime], window: time::Duration) -> usize {
-    let mut most = 0;
+/// The most timestamps of the sorted `times` inside any window `[t, t + window)`, and the
+/// seconds from the first timestamp to that window's first.
+fn max_in_window(times: &[OffsetDateTime], window: time::Duration) -> (usize, f64) {
+    let (mut most, mut opened) = (0, 0.0);
     let mut start = 0;
     for (end, &at) in times.iter().enumerate() {
         while at - times[start] >= window {
             start += 1;
         }
-        most = most.max(end - start + 1);
+        if end - start + 1 > most {
+            most = end - start + 1;
+            opened = (times[start] - times[0]).as_seconds_f64();
+        }
     }
-    most
+    (most, opened)
 }
 
 async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {

@@ -148,8 +148,10 @@ fn gateway_max_rate_must_be_finite_and_not_negative_and_a_burst_needs_a_rate() {
     assert!(error(|s| s.gateway_max_rate = 0.0).is_ok());
     assert!(error(|s| s.gateway_max_rate = 0.5).is_ok());
     for bad in [-1.0, f64::NAN, f64::INFINITY] {
-        let mut settings = Settings::default();
-        settings.gateway_max_rate = bad;
+        let settings = Settings {
+            gateway_max_rate: bad,
+            ..Settings::default()
+        };
         let message = settings.validate().unwrap_err().0;
         assert!(
             message.starts_with("gateway_max_rate (ONECHARGE_GATEWAY_MAX_RATE): must be"),
