@@ -105,6 +105,17 @@ pub struct Settings {
         default = "default_gateway_max_processing_time"
     )]
     pub gateway_max_processing_time: Duration,
+    /// Requests per second the whole fleet may send to the gateway (charges and lookups
+    /// together, as a gateway counts them against one API key; a `stripe` charge is two).
+    /// Enforced through a token bucket in the database that every instance shares. 0 (the
+    /// default): unlimited.
+    #[serde(default)]
+    pub gateway_max_rate: f64,
+    /// How many requests the fleet may send at once after a quiet spell, on top of
+    /// `gateway_max_rate` (the bucket's size). 0 (the default): 1/20 s worth of the rate,
+    /// at least 1 — small, so that no one-second window exceeds the rate by more than ~5 %.
+    #[serde(default)]
+    pub gateway_rate_burst: u32,
     /// How long `serve` waits, after SIGTERM or Ctrl-C, for the work in hand (gateway calls
     /// and their writes, a relay step, a batch being recorded) before it exits anyway and
     /// logs what it abandoned. Safe either way: an attempt left `in_flight` is settled by
@@ -539,6 +550,8 @@ impl Default for Settings {
             gateway_key_retention: default_gateway_key_retention(),
             gateway_key_retention_margin: default_gateway_key_retention_margin(),
             gateway_max_processing_time: default_gateway_max_processing_time(),
+            gateway_max_rate: 0.0,
+            gateway_rate_burst: 0,
             shutdown_timeout: default_shutdown_timeout(),
             executor: ExecutorSettings::default(),
             relay: RelaySettings::default(),
@@ -690,6 +703,7 @@ impl Settings {
         self.streams.check()?;
         self.intake.check()?;
         self.check_gateway_timing()?;
+        self.check_gateway_rate()?;
         self.check_executor()?;
         self.relay.check()?;
         self.check_admin_token()?;
@@ -774,6 +788,30 @@ impl Settings {
                 humantime::format_duration(key_window),
                 humantime::format_duration(self.gateway_max_processing_time)
             ),
+        )
+    }
+
+    /// The fleet-wide rate limit: a finite, non-negative rate (0: none); a burst only with a
+    /// rate.
+    fn check_gateway_rate(&self) -> Result<(), ConfigError> {
+        require(
+            self.gateway_max_rate.is_finite()
+                && (0.0..=1_000_000.0).contains(&self.gateway_max_rate),
+            "gateway_max_rate (ONECHARGE_GATEWAY_MAX_RATE)",
+            format_args!(
+                "must be requests per second between 0 (unlimited) and 1000000, got {}",
+                self.gateway_max_rate
+            ),
+        )?;
+        require(
+            self.gateway_rate_burst == 0 || self.gateway_max_rate > 0.0,
+            "gateway_rate_burst (ONECHARGE_GATEWAY_RATE_BURST)",
+            "is set but gateway_max_rate is not: set the rate too, or unset the burst",
+        )?;
+        within(
+            "gateway_rate_burst (ONECHARGE_GATEWAY_RATE_BURST)",
+            self.gateway_rate_burst,
+            0..=1_000_000,
         )
     }
 

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod domain;
 pub mod executor;
 pub mod gateway;
+pub mod gateway_limit;
 pub mod identity;
 pub mod intake;
 pub mod metrics;

@@ -48,6 +48,7 @@ use crate::domain::PaymentAttemptId;
 use crate::domain::{GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::gateway::{ChargeBody, ChargeRequest};
+use crate::gateway_limit::{GatewayRateLimit, Take};
 use crate::nudge::Nudges;
 use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
 use crate::store::gateway_objects::record_gateway_object;
@@ -126,6 +127,8 @@ struct Inner {
     store: Store,
     gateway: GatewayClient,
     health: GatewayHealth,
+    /// The fleet-wide `gateway_max_rate`: permits are taken before a claim, one per call.
+    rate_limit: GatewayRateLimit,
     settings: ExecutorSettings,
     policy: RetryPolicy,
     writer: SettlementWriter,
@@ -154,6 +157,11 @@ impl Executor {
         Self {
             inner: Arc::new(Inner {
                 writer: SettlementWriter::start(store.clone(), settings.executor.batch_size),
+                rate_limit: GatewayRateLimit::from_settings(
+                    store.clone(),
+                    settings,
+                    gateway.kind(),
+                ),
                 store,
                 gateway,
                 health,
@@ -246,7 +254,17 @@ impl Executor {
                 attempts: Vec::new(),
             });
         }
-        let claimed = self.claim(limit).await?;
+        let permits = match inner.rate_limit.for_charges(limit).await {
+            Take::Granted(permits) => permits,
+            Take::Wait(_) => {
+                return Ok(ExecutorReport {
+                    admission,
+                    attempts: Vec::new(),
+                })
+            }
+        };
+        let claimed = self.claim(permits.count()).await?;
+        permits.spend(claimed.iter().filter(|a| a.dispatch).count());
         let attempts = futures::stream::iter(claimed)
             .map(|attempt| self.execute(attempt))
             .buffer_unordered(inner.settings.concurrency)
@@ -299,8 +317,15 @@ impl Executor {
         if limit == 0 {
             return Next::Idle;
         }
+        // Permits before the claim: an attempt waiting for its turn holds no lease.
+        let permits = match self.inner.rate_limit.for_charges(limit).await {
+            Take::Granted(permits) => permits,
+            Take::Wait(wait) => return Next::RetryAfter(wait),
+        };
+        let limit = permits.count();
         match self.claim(limit).await {
             Ok(claimed) => {
+                permits.spend(claimed.iter().filter(|a| a.dispatch).count());
                 *failures = 0;
                 let full = claimed.len() == limit;
                 for attempt in claimed {
@@ -613,7 +638,7 @@ enum Next {
     WaitForRoom,
     /// Nothing due, or the gateway health said wait: `poll_interval`, or a nudge.
     Idle,
-    /// Claiming failed: wait this long.
+    /// Claiming failed, or the gateway rate limit has no permit yet: wait this long.
     RetryAfter(Duration),
 }
 

@@ -40,6 +40,7 @@ use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, RetryWindow};
 use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{GatewayClient, GatewayHealth};
+use crate::gateway_limit::{GatewayRateLimit, Take};
 use crate::store::attempts::{record_gateway_call_alone, settle, settle_audited};
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
 use crate::store::reconciler::{
@@ -65,6 +66,8 @@ pub struct ReconcileReport {
     /// `in_flight` attempts whose lease had expired, now `unknown`.
     pub leases_expired: Vec<PaymentAttemptId>,
     pub resolutions: Vec<(PaymentAttemptId, Resolution)>,
+    /// The fleet-wide gateway rate limit held lookups back: pass again after this long.
+    pub rate_limited: Option<Duration>,
 }
 
 impl ReconcileReport {
@@ -96,6 +99,8 @@ struct Inner {
     store: Store,
     gateway: GatewayClient,
     health: GatewayHealth,
+    /// The fleet-wide `gateway_max_rate`: permits are taken before a claim, one per lookup.
+    rate_limit: GatewayRateLimit,
     settings: ReconcilerSettings,
     /// The key window and the maximum age, as the executor's claim applies them.
     window: RetryWindow,
@@ -118,6 +123,11 @@ impl Reconciler {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
+                rate_limit: GatewayRateLimit::from_settings(
+                    store.clone(),
+                    settings,
+                    gateway.kind(),
+                ),
                 store,
                 gateway,
                 health,
@@ -150,13 +160,27 @@ impl Reconciler {
         for id in &leases_expired {
             tracing::warn!(payment_attempt_id = %id, "lease expired while in flight; looking the charge up");
         }
-        let claimed = claim_unknown(
-            &inner.store,
-            inner.settings.claim_hold,
-            inner.settings.batch_size,
-        )
-        .await
-        .context("claiming unknown attempts")?;
+        // Permits before the claim: an attempt waiting for its turn holds no claim.
+        let permits = match inner
+            .rate_limit
+            .for_lookups(inner.settings.batch_size)
+            .await
+        {
+            Take::Granted(permits) => permits,
+            Take::Wait(wait) => {
+                return Ok(ReconcileReport {
+                    leases_expired,
+                    resolutions: Vec::new(),
+                    rate_limited: Some(wait),
+                })
+            }
+        };
+        let rate_limited = (permits.count() < inner.settings.batch_size).then_some(Duration::ZERO);
+        let claimed = claim_unknown(&inner.store, inner.settings.claim_hold, permits.count())
+            .await
+            .context("claiming unknown attempts")?;
+        let rate_limited = rate_limited.filter(|_| claimed.len() == permits.count());
+        permits.spend(claimed.len());
         let resolutions = futures::future::join_all(claimed.into_iter().map(|attempt| async move {
             let id = attempt.payment_attempt_id;
             match self.reconcile(attempt).await {
@@ -174,6 +198,7 @@ impl Reconciler {
         Ok(ReconcileReport {
             leases_expired,
             resolutions,
+            rate_limited,
         })
     }
 
@@ -181,17 +206,22 @@ impl Reconciler {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         tracing::info!(actor = %self.inner.actor, "reconciler started");
         while !shutdown.is_cancelled() {
-            let busy = match self.run_once().await {
-                Ok(report) => report.resolutions.len() == self.inner.settings.batch_size,
+            let next_pass_in = match self.run_once().await {
+                Ok(report) if report.resolutions.len() == self.inner.settings.batch_size => {
+                    Duration::ZERO
+                }
+                Ok(report) => report
+                    .rate_limited
+                    .unwrap_or(self.inner.settings.poll_interval),
                 Err(err) => {
                     tracing::error!(error = %format!("{err:#}"), "reconciliation pass failed");
-                    false
+                    self.inner.settings.poll_interval
                 }
             };
-            if !busy {
+            if !next_pass_in.is_zero() {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(self.inner.settings.poll_interval) => {}
+                    _ = tokio::time::sleep(next_pass_in) => {}
                 }
             }
         }

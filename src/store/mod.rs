@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod operator;
 pub mod outbox;
 pub mod purge;
+pub mod rate_limit;
 pub mod reconciler;
 pub mod relay;
 

@@ -22,6 +22,7 @@ mod operator;
 mod operator_find;
 mod otlp;
 mod paging;
+mod rate_limit;
 mod recheck;
 mod reconciler;
 mod relay;

@@ -1,0 +1,95 @@
+//! The fleet-wide gateway token bucket (`gateway_rate_buckets`): one row per gateway, shared
+//! by every instance. See `crate::gateway_limit` for who takes tokens and why.
+//!
+//! Invariants kept here:
+//! - A take is one `UPDATE … RETURNING`: the refill, the grant and the new balance are
+//!   computed on the row as locked, so two instances never both spend the same token (no
+//!   read followed by a write).
+//! - The refill is timed by the database's clock (`clock_timestamp()`, read once per take),
+//!   never by a host's. `refilled_at` never moves back: a take whose clock reading predates
+//!   the last take (it waited for the row lock) refills nothing and leaves the time to the
+//!   next take, so no token is made twice or lost.
+//! - Over any interval of length `T`, the bucket hands out at most `burst + rate × T`.
+
+use time::OffsetDateTime;
+
+use super::Store;
+
+/// What one take handed out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Taken {
+    /// Whole tokens granted (0 when the bucket held less than one).
+    pub granted: u32,
+    /// Tokens left in the bucket after the grant (fractional).
+    pub tokens: f64,
+    /// The database time the bucket was refilled to by this take.
+    pub at: OffsetDateTime,
+}
+
+/// Takes up to `want` whole tokens from the bucket of `gateway`, refilled at `rate` tokens a
+/// second up to `burst`, creating the bucket full when it is missing. `at` replaces the
+/// database clock (tests step it); production passes `None`.
+pub async fn take_tokens(
+    store: &Store,
+    gateway: &str,
+    rate: f64,
+    burst: f64,
+    want: u32,
+    at: Option<OffsetDateTime>,
+) -> Result<Taken, sqlx::Error> {
+    if let Some(taken) = update_bucket(store, gateway, rate, burst, want, at).await? {
+        return Ok(taken);
+    }
+    sqlx::query(
+        "INSERT INTO gateway_rate_buckets (gateway, tokens, refilled_at)
+         VALUES ($1, $2, COALESCE($3::timestamptz, clock_timestamp()))
+         ON CONFLICT (gateway) DO NOTHING",
+    )
+    .bind(gateway)
+    .bind(burst)
+    .bind(at)
+    .execute(store.pool())
+    .await?;
+    update_bucket(store, gateway, rate, burst, want, at)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)
+}
+
+/// The one atomic take. `avail` — the bucket refilled to now, capped at the burst — is
+/// written out twice (for the grant and for the new balance) because an `UPDATE` cannot
+/// name an expression over the row it locks; both are evaluated on the locked row.
+async fn update_bucket(
+    store: &Store,
+    gateway: &str,
+    rate: f64,
+    burst: f64,
+    want: u32,
+    at: Option<OffsetDateTime>,
+) -> Result<Option<Taken>, sqlx::Error> {
+    let row: Option<(i32, f64, OffsetDateTime)> = sqlx::query_as(
+        "WITH clock AS (SELECT COALESCE($5::timestamptz, clock_timestamp()) AS now)
+         UPDATE gateway_rate_buckets b
+            SET granted = LEAST($4::float8, floor(LEAST($3::float8, b.tokens + $2::float8
+                    * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8))))::int,
+                tokens = LEAST($3::float8, b.tokens + $2::float8
+                    * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8))
+                  - LEAST($4::float8, floor(LEAST($3::float8, b.tokens + $2::float8
+                    * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8)))),
+                refilled_at = GREATEST(b.refilled_at, clock.now)
+           FROM clock
+          WHERE b.gateway = $1
+         RETURNING b.granted, b.tokens, b.refilled_at",
+    )
+    .bind(gateway)
+    .bind(rate)
+    .bind(burst)
+    .bind(f64::from(want))
+    .bind(at)
+    .fetch_optional(store.pool())
+    .await?;
+    Ok(row.map(|(granted, tokens, at)| Taken {
+        granted: granted.max(0) as u32,
+        tokens,
+        at,
+    }))
+}
