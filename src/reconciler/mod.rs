@@ -365,6 +365,14 @@ impl Reconciler {
         reason: Option<&str>,
     ) -> anyhow::Result<RecheckOutcome> {
         let inner = &self.inner;
+        // The lookup counts against the fleet's gateway rate like any other (decision 75: the
+        // permit comes before the claim, so a recheck waiting for it holds no lease).
+        let permit = loop {
+            match inner.rate_limit.for_lookups(1).await {
+                Take::Granted(permits) => break permits,
+                Take::Wait(wait) => tokio::time::sleep(wait).await,
+            }
+        };
         let claim = claim_for_recheck(&inner.store, id, inner.settings.claim_hold)
             .await
             .context("claiming the attempt for a recheck")?;
@@ -379,6 +387,7 @@ impl Reconciler {
             answer,
             now,
         } = self.look_up(&attempt).await;
+        permit.spend(1);
         let mut report = Recheck {
             payment_attempt_id: id,
             before,

@@ -235,3 +235,33 @@ async fn recheck_from_the_command_line_refuses_a_pending_attempt_with_exit_2_and
         "the attempt was not touched"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_takes_its_lookup_from_the_fleet_wide_gateway_rate_limit() {
+    let h = Harness::with(Default::default(), |settings| {
+        settings.gateway_max_rate = 1000.0;
+        settings.gateway_rate_burst = 10;
+    })
+    .await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    let taken_before = last_take(&h).await;
+
+    let report = recheck(&h.reconciler(), id, "operator:alice", Via::Cli, None)
+        .await
+        .unwrap();
+
+    assert_eq!(report.after, AttemptStatus::Succeeded);
+    let taken_after = last_take(&h).await;
+    assert!(
+        taken_after > taken_before,
+        "the recheck's lookup took a token from the bucket ({taken_before} -> {taken_after})"
+    );
+}
+
+/// When the fleet's bucket was last taken from (every take moves it, by the database clock).
+async fn last_take(h: &Harness) -> time::OffsetDateTime {
+    sqlx::query_scalar("SELECT max(refilled_at) FROM gateway_rate_buckets")
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap()
+}
