@@ -9,6 +9,8 @@
 mod support;
 
 mod admin_api;
+mod audit;
+mod bulk;
 mod cli;
 mod cluster;
 mod console;
@@ -20,6 +22,8 @@ mod intake;
 mod operator;
 mod operator_find;
 mod otlp;
+mod paging;
+mod recheck;
 mod reconciler;
 mod relay;
 mod secrets;
