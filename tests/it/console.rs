@@ -635,3 +635,71 @@ async fn a_dead_letter_corrected_in_the_console_is_replayed_and_audited() {
     );
     console.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recheck_now_settles_an_unknown_attempt_the_gateway_charged_and_audits_it() {
+    use mock_gateway::payment_methods as pm;
+    let mut h = crate::support::Harness::new().await;
+    let command = h.seed(pm::FAULT_ERROR_AFTER).await;
+    h.executor().run_once().await.unwrap();
+    let id = command.payment_attempt_id;
+    assert_eq!(h.attempt(id).await.status, "unknown");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = onecharge::admin::AdminState {
+        store: h.store.clone(),
+        broker: h.broker().await,
+        metrics: onecharge::metrics::install(),
+        admin_token: None,
+        gateway_health: None,
+        retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
+        reconciler: Some(h.reconciler()),
+        console: Default::default(),
+    };
+    let stop = CancellationToken::new();
+    let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // an open console: the first page starts a session and carries its CSRF token
+    let response = http
+        .get(format!("http://{addr}/console/attempts/{id}"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = session_cookie(&response).expect("an open console starts a session");
+    let page = response.text().await.unwrap();
+    assert!(page.contains(r#"id="recheck-form""#), "{page}");
+    let response = http
+        .post(format!("http://{addr}/console/attempts/{id}/recheck"))
+        .header(COOKIE, &cookie)
+        .form(&[
+            ("csrf", csrf_of(&page).as_str()),
+            ("reason", "customer says charged"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let page = response.text().await.unwrap();
+    assert!(page.contains(r#"id="recheck-result""#), "{page}");
+
+    let row = h.attempt(id).await;
+    assert_eq!(
+        row.status, "succeeded",
+        "the charge the gateway made is adopted"
+    );
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM operator_audit WHERE $1 = ANY(payment_attempt_ids)
+           AND actor = 'console' AND via = 'console' AND action = 'recheck'",
+    )
+    .bind(Uuid::from(id))
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, 1);
+    stop.cancel();
+    admin.await.unwrap().unwrap();
+}
