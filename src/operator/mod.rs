@@ -28,7 +28,7 @@ pub mod purge;
 pub mod recheck;
 pub mod resolve;
 pub mod stats;
-mod table;
+pub(crate) mod table;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -13,6 +13,7 @@ mod audit;
 mod bulk;
 mod cli;
 mod cluster;
+mod console;
 mod demo;
 mod dlq_replay;
 mod executor;

@@ -158,6 +158,7 @@ async fn the_recheck_endpoint_answers_409_for_a_pending_attempt_and_settles_an_u
         gateway_health: None,
         retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
         reconciler: Some(h.reconciler()),
+        console: Default::default(),
     };
     let stop = CancellationToken::new();
     let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
