@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::support::{command, header, intake_record, TestEnv};
+use crate::support::{
+    command, commands_stream, edit_stream, eventually, header, intake_record, TestEnv,
+};
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
 use onecharge::operator::purge::{purge_once, PurgeRefused};
@@ -766,17 +768,10 @@ async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_
     );
 
     // a stream that keeps messages without an age limit gives no bound at all
-    let mut config = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap()
-        .cached_info()
-        .config
-        .clone();
-    config.max_age = Duration::ZERO;
-    env.broker.jetstream.update_stream(config).await.unwrap();
+    edit_stream(&env.broker, &env.broker.names.commands_stream(), |config| {
+        config.max_age = Duration::ZERO
+    })
+    .await;
     let (code, _, stderr) = cli(&env, &["purge"], &[]).await;
     assert_eq!(code, 1);
     assert!(stderr.contains("without an age limit"), "{stderr}");
@@ -898,14 +893,10 @@ async fn serve_runs_the_purge_role_on_its_own() {
     let stop = CancellationToken::new();
     let running = tokio::spawn(app.run(stop.clone()));
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while env.scalar("SELECT count(*) FROM processed_messages").await != 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the purge role did not purge"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the purge role purges", Duration::from_secs(10), || async {
+        env.scalar("SELECT count(*) FROM processed_messages").await == 1
+    })
+    .await;
     stop.cancel();
     running.await.unwrap().unwrap();
 }
@@ -985,12 +976,7 @@ async fn a_dead_lettered_invalid_command_replayed_with_a_corrected_body_becomes_
     );
 
     // the command on the stream says where it came from and carries no Dlq-* headers
-    let mut stream = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap();
+    let mut stream = commands_stream(&env.broker).await;
     let last = stream.info().await.unwrap().state.last_sequence;
     let replayed = stream.get_raw_message(last).await.unwrap();
     assert_eq!(
@@ -1121,17 +1107,12 @@ async fn human_output_shows_control_characters_from_producers_escaped() {
     headers.insert("Dlq-Reason", "order_id \u{1b}[2J is wrong\u{7}");
     headers.insert("Dlq-Original-Msg-Id", "m\u{1b}[2J");
     headers.insert("Dlq-Original-Subject", "payments\u{1b}[1A");
-    env.broker
-        .jetstream
-        .publish_with_headers(
-            env.broker.names.dlq_subject(),
-            headers,
-            b"{\"order_id\":\"\x1b[2J\"}".to_vec().into(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    env.publish_to(
+        env.broker.names.dlq_subject(),
+        headers,
+        b"{\"order_id\":\"\x1b[2J\"}",
+    )
+    .await;
     let (code, stdout, stderr) = cli(&env, &["dlq", "list"], &[]).await;
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(terminal_controls(&stdout), Vec::<char>::new(), "{stdout:?}");

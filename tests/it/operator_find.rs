@@ -48,20 +48,7 @@ fn json_ids(list: &Value) -> HashSet<PaymentAttemptId> {
 
 /// Runs the `onecharge` binary against this test's database and namespace.
 async fn cli(h: &Harness, args: &[&str]) -> (i32, String, String) {
-    let output = tokio::process::Command::from(crate::support::onecharge())
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .env("ONECHARGE_DATABASE_URL", &h.settings.database_url)
-        .env("ONECHARGE_NATS_URL", &h.settings.nats_url)
-        .env("ONECHARGE_NAMESPACE", &h.settings.namespace)
-        .output()
-        .await
-        .expect("the onecharge binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    crate::support::process::run_onecharge(&h.settings, args, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{self, charge_request, wait_until, Harness};
+use crate::support::{self, charge_request, eventually, Harness};
 use mock_gateway::{payment_methods as pm, MockConfig};
 use onecharge::domain::outcome::LookupOutcome;
 use onecharge::domain::AttemptStatus;
@@ -29,14 +29,9 @@ async fn a_charge_found_after_a_500_is_adopted_as_succeeded_with_its_event() {
         report.resolutions,
         vec![(id, Resolution::Moved(AttemptStatus::Succeeded))]
     );
+    // The lookup charged nothing: the one charge is the first try's.
+    h.assert_charged_once(id).await;
     let ledger = h.gateway.ledger();
-    assert_eq!(ledger.len(), 1, "the lookup charged nothing");
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "succeeded");
-    assert_eq!(
-        row.gateway_charge_id.as_deref(),
-        Some(ledger[0].id.as_str())
-    );
     let transitions = h.transitions(id).await;
     assert_eq!(transitions.last().unwrap().2, "lookup_found_charge");
     let calls = h.gateway_calls(id).await;
@@ -44,8 +39,6 @@ async fn a_charge_found_after_a_500_is_adopted_as_succeeded_with_its_event() {
     assert_eq!(calls[1].3, "found");
     assert_eq!(calls[1].4.as_deref(), Some(ledger[0].id.as_str()));
     let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "succeeded");
     assert_eq!(events[0].1["gateway_charge_id"], ledger[0].id.as_str());
 }
 
@@ -206,27 +199,20 @@ async fn a_killed_executors_attempt_is_found_by_its_expired_lease_and_settled_wi
     let id = command.payment_attempt_id;
     let executor = h.executor();
     let running = tokio::spawn(async move { executor.run_once().await });
-    let gateway = &h.gateway;
-    wait_until(
-        "the gateway holds the charge",
-        Duration::from_secs(5),
-        || gateway.ledger().len() == 1,
-    )
-    .await;
+    h.gateway.wait_for_ledger(1).await;
     running.abort(); // the process dies mid-call
     let _ = running.await;
     // The gateway finishes the held request on its own; wait until a lookup can see it.
     let key = command_key(&h, id).await;
     let client = h.client_with_key(support::API_KEY);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !matches!(client.lookup(&key).await.outcome, LookupOutcome::Found(ref c) if !c.is_empty())
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the held charge never became visible"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the held charge becomes visible",
+        Duration::from_secs(5),
+        || async {
+            matches!(client.lookup(&key).await.outcome, LookupOutcome::Found(ref c) if !c.is_empty())
+        },
+    )
+    .await;
     assert_eq!(h.attempt(id).await.status, "in_flight");
     assert_eq!(
         h.reconciler()

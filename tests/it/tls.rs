@@ -16,7 +16,7 @@ use tempfile::TempDir;
 use uuid::Uuid;
 
 use crate::support::nats_server::{free_port, NatsServer};
-use crate::support::{self, onecharge, Harness};
+use crate::support::{self, first_outcome, onecharge, Harness};
 
 /// A CA, a server certificate it signed for `IP:127.0.0.1` and `DNS:localhost`, and a
 /// second, unrelated CA (the "wrong root").
@@ -53,12 +53,7 @@ impl TestPki {
                 .current_dir(dir.path())
                 .output()
                 .expect("the openssl command line");
-            assert!(
-                out.status.success(),
-                "openssl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            support::assert_exited_ok(&out, &format!("openssl {}", args.join(" ")));
         };
         let new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
         for (name, cn) in [("ca", "onecharge test CA"), ("other-ca", "some other CA")] {
@@ -163,13 +158,7 @@ async fn the_executor_charges_an_https_gateway_whose_ca_is_in_gateway_ca_file() 
     let client = GatewayClient::from_settings(&h.settings).expect("a gateway client");
     let report = h.executor_with(client).run_once().await.unwrap();
 
-    assert!(
-        matches!(
-            report.attempts[0].outcome,
-            Some(GatewayOutcome::Succeeded { .. })
-        ),
-        "{report:?}"
-    );
+    assert_eq!(first_outcome(&report), Some("succeeded"), "{report:?}");
     assert_eq!(h.attempt(id).await.status, "succeeded");
     let ledger = h.gateway.ledger();
     assert_eq!(ledger.len(), 1);
@@ -379,11 +368,7 @@ async fn a_tls_nats_server_trusted_through_nats_ca_file_stores_and_returns_a_com
         .unwrap()
         .await
         .expect("stored by JetStream");
-    let stream = broker
-        .jetstream
-        .get_stream(broker.names.commands_stream())
-        .await
-        .unwrap();
+    let stream = crate::support::commands_stream(&broker).await;
     let stored = stream
         .get_last_raw_message_by_subject(&subject)
         .await

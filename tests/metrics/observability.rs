@@ -27,7 +27,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::support::{self, command, onecharge, sigterm, Harness, TestEnv};
+use crate::support::{
+    self, command, eventually, onecharge, shrink_duplicate_window, sigterm, Harness, TestEnv,
+};
 use crate::RECORDER;
 
 /// A W3C trace context as a producer would send it.
@@ -121,39 +123,6 @@ async fn publish(
         .expect("publish")
         .await
         .expect("publish ack")
-}
-
-/// Shrinks JetStream's duplicate window so a producer retry with the same id reaches
-/// onecharge, as it does in production once the window has passed.
-async fn shrink_duplicate_window(broker: &Broker) {
-    let mut config = broker
-        .jetstream
-        .get_stream(broker.names.commands_stream())
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
-    config.duplicate_window = Duration::from_millis(100);
-    broker.jetstream.update_stream(config).await.unwrap();
-}
-
-/// Polls `condition` every 50 ms until it holds, failing the test after `deadline`.
-async fn eventually<F, Fut>(what: &str, deadline: Duration, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !condition().await {
-        assert!(
-            started.elapsed() < deadline,
-            "timed out after {deadline:?} waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,8 +12,8 @@ use onecharge::intake::Intake;
 use onecharge::store::Store;
 use uuid::Uuid;
 
-use super::nats::stream_messages;
-use super::process::onecharge;
+use super::nats::{commands_stream, stream_messages};
+use super::process::run_onecharge;
 use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
 
 /// The operator (`USER`) as whom [`TestEnv::cli`] runs onecharge: what manual actions
@@ -86,13 +86,15 @@ impl TestEnv {
             headers.insert("Nats-Msg-Id", id);
         }
         headers.insert("Correlation-Id", "corr-test");
+        self.publish_to(self.broker.names.charge_subject(), headers, body)
+            .await
+    }
+
+    /// Publishes `body` with exactly `headers` to `subject`; returns the stream sequence.
+    pub async fn publish_to(&self, subject: String, headers: HeaderMap, body: &[u8]) -> u64 {
         self.broker
             .jetstream
-            .publish_with_headers(
-                self.broker.names.charge_subject(),
-                headers,
-                body.to_vec().into(),
-            )
+            .publish_with_headers(subject, headers, body.to_vec().into())
             .await
             .expect("publish")
             .await
@@ -143,32 +145,13 @@ impl TestEnv {
     /// and namespace as [`OPERATOR`], with `RUST_LOG=warn` and `extra_env`; returns its exit
     /// code, stdout and stderr.
     pub async fn cli(&self, args: &[&str], extra_env: &[(&str, &str)]) -> (i32, String, String) {
-        let output = tokio::process::Command::from(onecharge())
-            .args(args)
-            .env("USER", OPERATOR)
-            .env("RUST_LOG", "warn")
-            .env("ONECHARGE_DATABASE_URL", &self.settings.database_url)
-            .env("ONECHARGE_NATS_URL", &self.settings.nats_url)
-            .env("ONECHARGE_NAMESPACE", &self.settings.namespace)
-            .envs(extra_env.iter().copied())
-            .output()
-            .await
-            .expect("the onecharge binary runs");
-        (
-            output.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
+        let env = [&[("USER", OPERATOR)], extra_env].concat();
+        run_onecharge(&self.settings, args, &env).await
     }
 
     /// (pending, ack pending) of the intake consumer: both 0 when everything was settled.
     pub async fn consumer_backlog(&self) -> (u64, usize) {
-        let stream = self
-            .broker
-            .jetstream
-            .get_stream(self.broker.names.commands_stream())
-            .await
-            .unwrap();
+        let stream = commands_stream(&self.broker).await;
         let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream
             .get_consumer(&self.settings.intake.consumer)
             .await

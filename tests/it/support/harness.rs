@@ -11,16 +11,16 @@ use mock_gateway::{MockConfig, MockGateway};
 use onecharge::broker::Broker;
 use onecharge::clock::ManualClock;
 use onecharge::config::Settings;
+use onecharge::domain::outcome::GatewayOutcome;
 use onecharge::domain::ChargePayment;
 use onecharge::domain::PaymentAttemptId;
-use onecharge::executor::Executor;
+use onecharge::executor::{Executor, ExecutorReport};
 use onecharge::gateway::{GatewayClient, GatewayHealth};
 use onecharge::reconciler::Reconciler;
 use onecharge::relay::Relay;
 use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
 use secrecy::SecretString;
-use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -47,13 +47,7 @@ impl Harness {
     /// Lets the mock's slow charge finish (it charges) and waits until it is in the ledger.
     pub async fn finish_slow_charge(&self) {
         self.gateway.finish_slow_charges();
-        let gateway = &self.gateway;
-        wait_until(
-            "the gateway commits the slow charge",
-            Duration::from_secs(5),
-            || gateway.ledger().len() == 1,
-        )
-        .await;
+        self.gateway.wait_for_ledger(1).await;
     }
 
     /// The attempt succeeded with the gateway's one and only charge, and has exactly one
@@ -265,7 +259,7 @@ impl Harness {
     /// One attempt's row, for assertions.
     pub async fn attempt(&self, id: impl Into<PaymentAttemptId>) -> AttemptRow {
         let id: PaymentAttemptId = id.into();
-        let row = sqlx::query(
+        sqlx::query_as(
             "SELECT status, tries, lease_token, lease_owner, lease_expires_at, next_run_at,
                     dispatched_at, first_dispatched_at, gateway_charge_id, decline_code,
                     last_error, review_reason, idempotency_key, updated_at
@@ -274,23 +268,20 @@ impl Harness {
         .bind(id)
         .fetch_one(self.store.pool())
         .await
-        .expect("the attempt exists");
-        AttemptRow {
-            status: row.get("status"),
-            tries: row.get("tries"),
-            lease_token: row.get("lease_token"),
-            lease_owner: row.get("lease_owner"),
-            lease_expires_at: row.get("lease_expires_at"),
-            next_run_at: row.get("next_run_at"),
-            dispatched_at: row.get("dispatched_at"),
-            first_dispatched_at: row.get("first_dispatched_at"),
-            gateway_charge_id: row.get("gateway_charge_id"),
-            decline_code: row.get("decline_code"),
-            last_error: row.get("last_error"),
-            review_reason: row.get("review_reason"),
-            idempotency_key: row.get("idempotency_key"),
-            updated_at: row.get("updated_at"),
-        }
+        .expect("the attempt exists")
+    }
+
+    /// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
+    /// database's clock), to arrange a past the test cannot wait for.
+    pub async fn set_attempt(&self, id: impl Into<PaymentAttemptId>, set: &str) {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query(&format!(
+            "UPDATE payment_attempts SET {set} WHERE payment_attempt_id = $1"
+        ))
+        .bind(id)
+        .execute(self.store.pool())
+        .await
+        .unwrap_or_else(|e| panic!("SET {set}: {e}"));
     }
 
     /// The attempt's transitions as (from, to, cause), in order.
@@ -298,15 +289,12 @@ impl Harness {
         &self,
         id: impl Into<PaymentAttemptId>,
     ) -> Vec<(Option<String>, String, String)> {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_as(
+        self.rows_about(
+            id.into(),
             "SELECT from_status, to_status, cause FROM attempt_transitions
              WHERE payment_attempt_id = $1 ORDER BY id",
         )
-        .bind(id)
-        .fetch_all(self.store.pool())
         .await
-        .unwrap()
     }
 
     /// The attempt's gateway calls as (try, lease token, http status, outcome, charge id), in order.
@@ -314,15 +302,12 @@ impl Harness {
         &self,
         id: impl Into<PaymentAttemptId>,
     ) -> Vec<(i32, Option<i64>, Option<i32>, String, Option<String>)> {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_as(
+        self.rows_about(
+            id.into(),
             "SELECT try_number, lease_token, http_status, outcome, gateway_charge_id FROM gateway_calls
              WHERE payment_attempt_id = $1 ORDER BY id",
         )
-        .bind(id)
-        .fetch_all(self.store.pool())
         .await
-        .unwrap()
     }
 
     /// The attempt's outbox events as (status, payload, headers).
@@ -330,12 +315,23 @@ impl Harness {
         &self,
         id: impl Into<PaymentAttemptId>,
     ) -> Vec<(String, serde_json::Value, serde_json::Value)> {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_as("SELECT status, payload, headers FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at")
+        self.rows_about(
+            id.into(),
+            "SELECT status, payload, headers FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at",
+        )
+        .await
+    }
+
+    /// Every row `sql` returns about one attempt (its id bound as `$1`).
+    async fn rows_about<T>(&self, id: PaymentAttemptId, sql: &str) -> Vec<T>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        sqlx::query_as(sql)
             .bind(id)
             .fetch_all(self.store.pool())
             .await
-            .unwrap()
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     pub async fn scalar(&self, sql: &str) -> i64 {
@@ -379,7 +375,7 @@ impl Harness {
 }
 
 /// An attempt row.
-#[derive(Debug)]
+#[derive(Debug, sqlx::FromRow)]
 pub struct AttemptRow {
     pub status: String,
     pub tries: i32,
@@ -399,15 +395,29 @@ pub struct AttemptRow {
     pub updated_at: OffsetDateTime,
 }
 
-/// Waits until `condition` holds, polling every 10 ms, failing the test after `deadline`.
-pub async fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
+/// The label ([`GatewayOutcome::label`], one per kind of answer) of the gateway outcome of
+/// the first attempt a run handled; `None` when it made no call.
+pub fn first_outcome(report: &ExecutorReport) -> Option<&'static str> {
+    report.attempts[0]
+        .outcome
+        .as_ref()
+        .map(GatewayOutcome::label)
+}
+
+/// Waits until the asynchronous `condition` holds, polling every 50 ms, failing the test
+/// after `deadline`.
+pub async fn eventually<F, Fut>(what: &str, deadline: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let started = Instant::now();
-    while !condition() {
+    while !condition().await {
         assert!(
             started.elapsed() < deadline,
             "timed out after {deadline:?} waiting until {what}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -26,9 +26,9 @@ pub mod throwaway;
 pub use command::{command, intake_record, record};
 pub use env::TestEnv;
 pub use harness::{
-    charge_request, charge_request_with_amount, gateway_answering, refused_url, wait_until,
-    AttemptRow, Harness, API_KEY,
+    charge_request, charge_request_with_amount, eventually, first_outcome, gateway_answering,
+    refused_url, AttemptRow, Harness, API_KEY,
 };
-pub use nats::header;
-pub use process::{onecharge, sigterm};
+pub use nats::{commands_stream, edit_stream, header, shrink_duplicate_window, stream};
+pub use process::{assert_exited_ok, onecharge, sigterm};
 pub use throwaway::server_url;
