@@ -118,6 +118,15 @@ impl MockGateway {
         self.shared.log.snapshot()
     }
 
+    /// The idempotency key of every recorded `/v1` request (see [`MockGateway::requests`]),
+    /// oldest first; `None` for a request that sent none.
+    pub fn request_keys(&self) -> Vec<Option<String>> {
+        self.requests()
+            .into_iter()
+            .map(|request| request.idempotency_key)
+            .collect()
+    }
+
     /// Counts by response class.
     pub fn stats(&self) -> Stats {
         self.shared.stats()

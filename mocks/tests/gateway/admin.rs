@@ -145,12 +145,7 @@ async fn the_request_log_keeps_only_the_most_recent_requests() {
 async fn unknown_paths_are_404_and_the_health_endpoint_answers() {
     let app = spawn_gateway().await;
 
-    let missing = app
-        .client
-        .get(format!("{}/v2/charges", app.url))
-        .send()
-        .await
-        .unwrap();
+    let missing = app.get("/v2/charges").await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert_eq!(app.admin_get("/__health").await, json!({"status": "ok"}));
 }

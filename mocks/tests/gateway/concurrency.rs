@@ -181,9 +181,7 @@ async fn a_client_that_hangs_up_mid_charge_does_not_leave_the_key_in_progress() 
     let body = charge_body("attempt-1", payment_methods::CARD_VISA);
 
     let impatient = app
-        .post_charge("key-1", &body)
-        .timeout(Duration::from_millis(50))
-        .send()
+        .charge_giving_up_after(Duration::from_millis(50), "key-1", &body)
         .await;
     assert!(impatient.unwrap_err().is_timeout());
     app.gateway.wait_for_charges_in_progress(0).await;

@@ -91,13 +91,24 @@ impl TestGateway {
         body["data"].as_array().expect("data is a list").clone()
     }
 
+    /// A charge from a client that gives up after `timeout`.
+    pub async fn charge_giving_up_after(
+        &self,
+        timeout: Duration,
+        key: &str,
+        body: &Value,
+    ) -> reqwest::Result<Response> {
+        self.post_charge(key, body).timeout(timeout).send().await
+    }
+
+    /// `GET {path}` without credentials (the `/__*` controls need none).
+    pub async fn get(&self, path: &str) -> Response {
+        let url = format!("{}{path}", self.url);
+        self.client.get(url).send().await.unwrap()
+    }
+
     pub async fn admin_get(&self, path: &str) -> Value {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .unwrap();
+        let response = self.get(path).await;
         assert_eq!(response.status(), StatusCode::OK, "GET {path}");
         response.json().await.unwrap()
     }
