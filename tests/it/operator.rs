@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    command, commands_stream, edit_stream, eventually, header, intake_record, TestEnv,
+    command, commands_stream, edit_stream, eventually, header, intake_record, Served, TestEnv,
 };
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
@@ -74,14 +74,6 @@ async fn put_in_review(env: &TestEnv, id: PaymentAttemptId, first_sent: Option<&
         ),
     )
     .await;
-}
-
-async fn status_of(env: &TestEnv, id: PaymentAttemptId) -> String {
-    sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
-        .bind(id)
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap()
 }
 
 /// Runs the built `onecharge` binary against this test's database and namespace (see
@@ -169,7 +161,7 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
         "{stderr}"
     );
 
-    assert_eq!(status_of(&env, pending).await, "pending");
+    assert_eq!(env.status(pending).await, "pending");
     assert_eq!(
         env.scalar(&format!(
             "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{pending}'"
@@ -220,7 +212,7 @@ async fn resolving_as_succeeded_records_the_charge_the_reason_the_os_user_and_on
     .await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--gateway-charge-id"), "{stderr}");
-    assert_eq!(status_of(&env, id).await, "needs_review");
+    assert_eq!(env.status(id).await, "needs_review");
 
     let (code, stdout, stderr) = cli(
         &env,
@@ -443,7 +435,7 @@ async fn a_retry_outside_the_key_window_is_refused_saying_it_could_charge_twice(
     assert!(stderr.contains("past executor.max_age"), "{stderr}");
 
     for id in [forgotten, too_old] {
-        assert_eq!(status_of(&env, id).await, "needs_review");
+        assert_eq!(env.status(id).await, "needs_review");
         assert_eq!(
             last_transition(&env, id).await.1,
             "pending",
@@ -886,19 +878,13 @@ async fn a_command_whose_dedupe_row_was_purged_is_stopped_by_the_attempts_table(
 async fn serve_runs_the_purge_role_on_its_own() {
     let env = TestEnv::new().await;
     seed_dedupe_rows(&env, 4, 3).await;
-    let app =
-        onecharge::app::Application::build(env.settings.clone(), &[onecharge::app::Role::Purge])
-            .await
-            .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(app.run(stop.clone()));
+    let served = Served::start(&env.settings, &[onecharge::app::Role::Purge]).await;
 
     eventually("the purge role purges", Duration::from_secs(10), || async {
         env.scalar("SELECT count(*) FROM processed_messages").await == 1
     })
     .await;
-    stop.cancel();
-    running.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 #[tokio::test]
@@ -1161,5 +1147,5 @@ async fn a_nul_in_a_resolve_reason_charge_id_or_decline_code_is_invalid_and_chan
             other => panic!("{field}: expected Invalid (exit 2 / 400), got {other:?}"),
         }
     }
-    assert_eq!(status_of(&env, id).await, "needs_review");
+    assert_eq!(env.status(id).await, "needs_review");
 }

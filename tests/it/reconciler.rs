@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{self, charge_request, eventually, Harness};
+use crate::support::{self, charge_request, eventually, run_leaving_one_in, Harness};
 use mock_gateway::{payment_methods as pm, MockConfig};
 use onecharge::domain::outcome::LookupOutcome;
 use onecharge::domain::AttemptStatus;
@@ -78,20 +78,13 @@ async fn nothing_found_inside_the_key_window_is_resent_with_the_same_key_and_cha
     assert_eq!(report.count(AttemptStatus::Pending), 1);
     assert_eq!(h.attempt(id).await.status, "pending");
 
-    let resent = h.executor().run_once().await.unwrap();
-
-    assert_eq!(resent.count(AttemptStatus::Succeeded), 1);
+    run_leaving_one_in(&h.executor(), AttemptStatus::Succeeded).await;
     let ledger = h.gateway.ledger();
     assert_eq!(ledger.len(), 1);
     let row = h.attempt(id).await;
     assert_eq!(row.status, "succeeded");
     assert_eq!(row.tries, 2);
-    let keys: Vec<_> = h
-        .gateway
-        .requests()
-        .into_iter()
-        .filter_map(|r| r.idempotency_key)
-        .collect();
+    let keys: Vec<_> = h.gateway.request_keys().into_iter().flatten().collect();
     assert!(
         keys.iter().all(|k| *k == row.idempotency_key),
         "one key on every call: {keys:?}"
@@ -116,12 +109,11 @@ async fn nothing_found_outside_the_key_window_goes_to_review_and_is_never_resent
     let executor = h.executor().run_once().await.unwrap();
 
     assert_eq!(executor.claimed(), 0);
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "needs_review");
-    assert!(row
-        .review_reason
-        .unwrap()
-        .contains("cannot prove whether the customer was charged"));
+    let reason = h.review_reason(id).await;
+    assert!(
+        reason.contains("cannot prove whether the customer was charged"),
+        "{reason}"
+    );
     assert!(h.gateway.ledger().is_empty());
     assert_eq!(
         h.gateway.requests().len(),
@@ -268,14 +260,7 @@ async fn a_stale_executor_result_after_its_lease_expired_changes_nothing() {
 
     assert_eq!(late.disposition, onecharge::executor::Disposition::Fenced);
     assert_eq!(h.attempt(id).await.status, "pending");
-    assert_eq!(
-        h.executor()
-            .run_once()
-            .await
-            .unwrap()
-            .count(AttemptStatus::Succeeded),
-        1
-    );
+    run_leaving_one_in(&h.executor(), AttemptStatus::Succeeded).await;
     assert_eq!(
         h.gateway.ledger().len(),
         1,
@@ -384,13 +369,7 @@ async fn a_lookup_answer_the_database_keeps_refusing_is_counted_and_ends_in_revi
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     let charge_id = h.gateway.ledger()[0].id.clone();
     // The database refuses every charge id: the answer found can never be stored.
-    sqlx::query(
-        "ALTER TABLE payment_attempts ADD CONSTRAINT test_refuses_charge_ids
-         CHECK (gateway_charge_id IS NULL)",
-    )
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.refuse_charge_ids().await;
     let reconciler = h.reconciler();
 
     let first = reconciler.run_once().await.unwrap();
@@ -413,9 +392,7 @@ async fn a_lookup_answer_the_database_keeps_refusing_is_counted_and_ends_in_revi
     let last = reconciler.run_once().await.unwrap();
 
     assert_eq!(last.count(AttemptStatus::NeedsReview), 1, "{last:?}");
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "needs_review");
-    let reason = row.review_reason.unwrap();
+    let reason = h.review_reason(id).await;
     assert!(
         reason.contains("the gateway's answer could not be stored") && reason.contains(&charge_id),
         "{reason}"

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::support::nats::stream_messages;
-use crate::support::{eventually, Harness};
+use crate::support::{eventually, Harness, Served};
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentEvent;
 use onecharge::intake::Intake;
@@ -282,17 +282,13 @@ async fn end_to_end_n_commands_with_duplicates_make_exactly_n_charges_and_n_even
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_executor_and_relay_roles_charge_and_announce_recorded_attempts() {
-    use onecharge::app::{Application, Role};
+    use onecharge::app::Role;
     let mut h = Harness::new().await;
     let commands = h
         .seed_many(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::CARD_VISA])
         .await;
     let broker = h.broker().await;
-    let app = Application::build(h.settings.clone(), &[Role::Executor, Role::Relay])
-        .await
-        .unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(app.run(shutdown.clone()));
+    let served = Served::start(&h.settings, &[Role::Executor, Role::Relay]).await;
 
     let events = broker.names.events_stream();
     eventually(
@@ -301,8 +297,7 @@ async fn the_served_executor_and_relay_roles_charge_and_announce_recorded_attemp
         || async { stream_messages(&broker.jetstream, &events).await.len() >= commands.len() },
     )
     .await;
-    shutdown.cancel();
-    running.await.unwrap().unwrap();
+    served.stop().await;
 
     assert_eq!(h.gateway.ledger().len(), 3);
     assert_eq!(h.event_messages().await.len(), 3);

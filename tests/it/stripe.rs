@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::support::{charge_request_with_amount, command, first_outcome, intake_record, Harness};
+use crate::support::{
+    charge_request_with_amount, command, first_outcome, intake_record, run_leaving_one_in, Harness,
+};
 use mock_gateway::stripe::payment_methods as spm;
 use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
 use onecharge::domain::outcome::GatewayOutcome;
@@ -220,14 +222,7 @@ async fn a_5xx_before_charging_is_reconfirmed_under_the_same_key_and_charges_onc
     let id = command.payment_attempt_id;
     let executor = h.executor_with(stripe_client(&h));
 
-    assert_eq!(
-        executor
-            .run_once()
-            .await
-            .unwrap()
-            .count(AttemptStatus::Unknown),
-        1
-    );
+    run_leaving_one_in(&executor, AttemptStatus::Unknown).await;
     assert!(h.gateway.ledger().is_empty());
     // Retrieved by id: still requires_confirmation, so nothing charged: confirm again.
     let pass = h
@@ -236,14 +231,7 @@ async fn a_5xx_before_charging_is_reconfirmed_under_the_same_key_and_charges_onc
         .await
         .unwrap();
     assert_eq!(pass.count(AttemptStatus::Pending), 1, "{pass:?}");
-    assert_eq!(
-        executor
-            .run_once()
-            .await
-            .unwrap()
-            .count(AttemptStatus::Succeeded),
-        1
-    );
+    run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
     let confirms: Vec<_> = h
         .gateway
@@ -274,19 +262,11 @@ async fn a_429_is_retried_later_with_the_same_keys() {
     let id = h.seed(pm::FAULT_RATE_LIMIT).await.payment_attempt_id;
     let executor = h.executor_with(stripe_client(&h));
 
-    let report = executor.run_once().await.unwrap();
-    assert_eq!(report.count(AttemptStatus::Pending), 1);
+    let report = run_leaving_one_in(&executor, AttemptStatus::Pending).await;
     assert_eq!(first_outcome(&report), Some("rate_limited"));
     assert!(h.gateway.ledger().is_empty());
     h.advance(Duration::from_secs(60)).await;
-    assert_eq!(
-        executor
-            .run_once()
-            .await
-            .unwrap()
-            .count(AttemptStatus::Succeeded),
-        1
-    );
+    run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
 }
 
@@ -352,14 +332,7 @@ async fn an_executor_that_died_before_storing_a_payment_intent_charged_nothing_a
     assert_eq!(lookup.0, "lookup");
     assert_eq!(lookup.1, None, "no HTTP call was made");
 
-    assert_eq!(
-        executor
-            .run_once()
-            .await
-            .unwrap()
-            .count(AttemptStatus::Succeeded),
-        1
-    );
+    run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
 }
 
@@ -385,14 +358,7 @@ async fn an_executor_that_died_between_storing_and_confirming_is_settled_by_retr
     // requires_confirmation: never charged, confirm it (again) under the same key.
     let pass = h.reconciler_with(client.clone()).run_once().await.unwrap();
     assert_eq!(pass.count(AttemptStatus::Pending), 1, "{pass:?}");
-    assert_eq!(
-        executor
-            .run_once()
-            .await
-            .unwrap()
-            .count(AttemptStatus::Succeeded),
-        1
-    );
+    run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
     assert_eq!(h.gateway.ledger()[0].id, pi);
     let creates = h
@@ -465,9 +431,8 @@ async fn amounts_are_sent_in_stripes_unit_and_an_amount_stripe_cannot_take_is_ne
     );
     assert!(creates.contains(&("isk".into(), "400000".into())));
     assert!(creates.contains(&("jpy".into(), "500".into())));
-    let row = h.attempt(kwd.payment_attempt_id).await;
-    assert_eq!(row.status, "needs_review");
-    assert!(row.review_reason.unwrap().contains("last digit is 0"));
+    let reason = h.review_reason(kwd.payment_attempt_id).await;
+    assert!(reason.contains("last digit is 0"), "{reason}");
     let pass = h
         .reconciler_with(stripe_client(&h))
         .run_once()

@@ -140,10 +140,8 @@ async fn a_reconciler_whose_clock_runs_an_hour_behind_never_requeues_past_the_ke
     let report = reconcile_on_a_host(&h, skewed(false)).await;
 
     assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "needs_review");
     assert!(
-        row.review_reason.unwrap().contains("past the key window"),
+        h.review_reason(id).await.contains("past the key window"),
         "the gateway may have forgotten the key: a re-send could charge twice"
     );
 }

@@ -16,7 +16,7 @@ use tempfile::TempDir;
 use uuid::Uuid;
 
 use crate::support::nats_server::{free_port, NatsServer};
-use crate::support::{self, first_outcome, onecharge, Harness};
+use crate::support::{self, first_outcome, one_line_error, onecharge, Harness};
 
 /// A CA, a server certificate it signed for `IP:127.0.0.1` and `DNS:localhost`, and a
 /// second, unrelated CA (the "wrong root").
@@ -188,17 +188,15 @@ async fn an_https_gateway_signed_by_an_unknown_ca_is_never_sent_a_charge() {
 
 #[test]
 fn an_unreadable_gateway_ca_file_exits_2_with_one_line_and_no_secret() {
-    let out = onecharge()
-        .args(["reconcile", "--once"])
-        .env_remove("RUST_LOG")
-        .env("ONECHARGE_GATEWAY_API_KEY", "sk_live_do_not_print_me")
-        .env("ONECHARGE_GATEWAY_URL", "https://127.0.0.1:9")
-        .env("ONECHARGE_GATEWAY_CA_FILE", "/nonexistent/gateway-ca.pem")
-        .output()
-        .expect("run onecharge");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let (code, stderr) = one_line_error(
+        onecharge()
+            .args(["reconcile", "--once"])
+            .env_remove("RUST_LOG")
+            .env("ONECHARGE_GATEWAY_API_KEY", "sk_live_do_not_print_me")
+            .env("ONECHARGE_GATEWAY_URL", "https://127.0.0.1:9")
+            .env("ONECHARGE_GATEWAY_CA_FILE", "/nonexistent/gateway-ca.pem"),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("gateway_ca_file (ONECHARGE_GATEWAY_CA_FILE): /nonexistent/gateway-ca.pem cannot be read"),
         "{stderr}"
@@ -291,17 +289,15 @@ async fn postgres_with_sslmode_verify_full_and_a_root_that_did_not_sign_the_serv
         wrong_root.ca().display()
     ))
     .replace("127.0.0.1", "localhost");
-    let out = onecharge()
-        .arg("setup")
-        .env_remove("RUST_LOG")
-        .env("ONECHARGE_DATABASE_URL", &url)
-        .env("SSL_CERT_FILE", no_roots.path().join("empty.pem"))
-        .env("SSL_CERT_DIR", no_roots.path())
-        .output()
-        .expect("run onecharge");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let (code, stderr) = one_line_error(
+        onecharge()
+            .arg("setup")
+            .env_remove("RUST_LOG")
+            .env("ONECHARGE_DATABASE_URL", &url)
+            .env("SSL_CERT_FILE", no_roots.path().join("empty.pem"))
+            .env("SSL_CERT_DIR", no_roots.path()),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.starts_with("error: cannot reach PostgreSQL at postgres://localhost:5432/postgres"),
         "{stderr}"

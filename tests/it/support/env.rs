@@ -8,13 +8,13 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use onecharge::broker::Broker;
 use onecharge::config::Settings;
+use onecharge::domain::PaymentAttemptId;
 use onecharge::intake::Intake;
 use onecharge::store::Store;
-use uuid::Uuid;
 
 use super::nats::{commands_stream, stream_messages};
 use super::process::run_onecharge;
-use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
+use super::throwaway::{own_settings, ThrowawayDatabase, ThrowawayNamespace};
 
 /// The operator (`USER`) as whom [`TestEnv::cli`] runs onecharge: what manual actions
 /// record as their actor.
@@ -39,15 +39,8 @@ impl TestEnv {
     pub async fn with_settings(adjust: impl FnOnce(&mut Settings)) -> Self {
         // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
         onecharge::tls::install_crypto_provider();
-        let database = ThrowawayDatabase::new();
-        let id = Uuid::new_v4().simple().to_string();
-        let mut settings = Settings {
-            database_url: database.url(),
-            nats_url: nats_url(),
-            namespace: format!("t{}", &id[..12]),
-            admin_addr: "127.0.0.1:0".parse().unwrap(),
-            ..Settings::default()
-        };
+        let (database, mut settings) = own_settings("t");
+        settings.admin_addr = "127.0.0.1:0".parse().unwrap();
         settings.intake.batch_size = 64;
         settings.intake.ack_wait = Duration::from_secs(2);
         settings.intake.max_deliver = 3;
@@ -116,6 +109,16 @@ impl TestEnv {
     /// Every message on this namespace's events stream, in order.
     pub async fn events(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
         stream_messages(&self.broker.jetstream, &self.broker.names.events_stream()).await
+    }
+
+    /// The status of one attempt, as stored.
+    pub async fn status(&self, id: impl Into<PaymentAttemptId>) -> String {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
+            .bind(id)
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap()
     }
 
     /// A scalar from the test database.

@@ -13,7 +13,7 @@ use onecharge::clock::ManualClock;
 use onecharge::config::Settings;
 use onecharge::domain::outcome::GatewayOutcome;
 use onecharge::domain::ChargePayment;
-use onecharge::domain::PaymentAttemptId;
+use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::executor::{Executor, ExecutorReport};
 use onecharge::gateway::{GatewayClient, GatewayHealth};
 use onecharge::reconciler::Reconciler;
@@ -22,11 +22,10 @@ use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
 use secrecy::SecretString;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::command::record;
 use super::nats::stream_messages;
-use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
+use super::throwaway::{own_settings, ThrowawayDatabase, ThrowawayNamespace};
 
 /// The key the mock gateway accepts in these tests.
 pub const API_KEY: &str = "sk_test_executor_suite";
@@ -95,18 +94,11 @@ impl Harness {
         })
         .await
         .expect("the mock gateway starts");
-        let database = ThrowawayDatabase::new();
-        let id = Uuid::new_v4().simple().to_string();
-        let mut settings = Settings {
-            database_url: database.url(),
-            nats_url: nats_url(),
-            namespace: format!("x{}", &id[..12]),
-            gateway_url: gateway.base_url(),
-            gateway_api_key: Some(SecretString::from(API_KEY)),
-            gateway_connect_timeout: Duration::from_secs(1),
-            gateway_request_timeout: Duration::from_secs(2),
-            ..Settings::default()
-        };
+        let (database, mut settings) = own_settings("x");
+        settings.gateway_url = gateway.base_url();
+        settings.gateway_api_key = Some(SecretString::from(API_KEY));
+        settings.gateway_connect_timeout = Duration::from_secs(1);
+        settings.gateway_request_timeout = Duration::from_secs(2);
         settings.executor.lease = Duration::from_secs(10);
         settings.executor.poll_interval = Duration::from_millis(20);
         adjust(&mut settings);
@@ -271,6 +263,25 @@ impl Harness {
         .expect("the attempt exists")
     }
 
+    /// The review reason of an attempt that must be waiting for a person (`needs_review`).
+    pub async fn review_reason(&self, id: impl Into<PaymentAttemptId>) -> String {
+        let row = self.attempt(id).await;
+        assert_eq!(row.status, "needs_review");
+        row.review_reason.expect("a review reason")
+    }
+
+    /// Makes the database refuse every gateway charge id (a CHECK constraint): an answer
+    /// that names a charge can never be stored.
+    pub async fn refuse_charge_ids(&self) {
+        sqlx::query(
+            "ALTER TABLE payment_attempts ADD CONSTRAINT test_refuses_charge_ids
+             CHECK (gateway_charge_id IS NULL)",
+        )
+        .execute(self.store.pool())
+        .await
+        .unwrap();
+    }
+
     /// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
     /// database's clock), to arrange a past the test cannot wait for.
     pub async fn set_attempt(&self, id: impl Into<PaymentAttemptId>, set: &str) {
@@ -393,6 +404,13 @@ pub struct AttemptRow {
     /// When the attempt last changed (database clock): `next_run_at - updated_at` is the
     /// delay a write scheduled.
     pub updated_at: OffsetDateTime,
+}
+
+/// One pass of `executor`, which must leave exactly one attempt in `status`; its report.
+pub async fn run_leaving_one_in(executor: &Executor, status: AttemptStatus) -> ExecutorReport {
+    let report = executor.run_once().await.unwrap();
+    assert_eq!(report.count(status), 1, "{report:?}");
+    report
 }
 
 /// The label ([`GatewayOutcome::label`], one per kind of answer) of the gateway outcome of

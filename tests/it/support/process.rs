@@ -47,6 +47,15 @@ pub async fn run_onecharge(
     )
 }
 
+/// Runs `command` to its end; its exit code and its stderr, which must be one line: every
+/// error onecharge reports says in one line what went wrong.
+pub fn one_line_error(command: &mut Command) -> (Option<i32>, String) {
+    let output = command.output().expect("run onecharge");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    (output.status.code(), stderr)
+}
+
 /// Fails the test, saying `what` ran and what it wrote, unless the process exited 0.
 pub fn assert_exited_ok(output: &std::process::Output, what: &str) {
     assert!(
