@@ -23,7 +23,6 @@ use onecharge::metrics::DatabaseGaugesRefresher;
 use onecharge::store::intake::record_batch;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
-use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::support::{
