@@ -218,8 +218,7 @@ async fn a_422_key_reused_needs_review_with_the_gateways_words_and_charges_nothi
     let command = h.seed(pm::CARD_VISA).await;
     let id = command.payment_attempt_id;
     let other = h
-        .client_with_key(API_KEY)
-        .charge(&charge_request_with_amount(&command, 5))
+        .charge_directly(&charge_request_with_amount(&command, 5))
         .await;
     assert_eq!(other.http_status, Some(201));
 
