@@ -2,6 +2,7 @@
 //! attempts under a fencing token, and rescheduling a lookup that settled nothing.
 //! Resolutions go through [`super::attempts::settle`] with an `unknown` fence.
 
+use sqlx::Row as _;
 use time::OffsetDateTime;
 
 use super::attempts::{gateway_text, record_gateway_call};
@@ -11,7 +12,7 @@ use crate::domain::{AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey};
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
 /// every write about it.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownAttempt {
     pub payment_attempt_id: PaymentAttemptId,
     pub idempotency_key: IdempotencyKey,
@@ -108,7 +109,7 @@ pub async fn claim_unknown(
     hold: std::time::Duration,
     limit: usize,
 ) -> Result<Vec<UnknownAttempt>, sqlx::Error> {
-    sqlx::query_as(
+    let rows = sqlx::query(
         "WITH due AS (
              SELECT payment_attempt_id FROM payment_attempts
              WHERE status = 'unknown' AND next_run_at <= now()
@@ -129,7 +130,25 @@ pub async fn claim_unknown(
     .bind(limit as i64)
     .bind(hold.as_secs_f64())
     .fetch_all(store.pool())
-    .await
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(UnknownAttempt {
+                payment_attempt_id: row.try_get("payment_attempt_id")?,
+                idempotency_key: row.try_get("idempotency_key")?,
+                lease_token: row.try_get("lease_token")?,
+                reconcile_checks: row.try_get("reconcile_checks")?,
+                tries: row.try_get("tries")?,
+                first_dispatched_at: row.try_get("first_dispatched_at")?,
+                dispatched_at: row.try_get("dispatched_at")?,
+                created_at: row.try_get("created_at")?,
+                claimed_at: row.try_get("claimed_at")?,
+                amount_minor: row.try_get("amount_minor")?,
+                currency: row.try_get("currency")?,
+                gateway_object_id: row.try_get("gateway_object_id")?,
+            })
+        })
+        .collect()
 }
 
 /// A lookup that settled nothing: the attempt stays `unknown`, due again `next_run_at -
