@@ -1340,6 +1340,18 @@ fn url_part_secrets(
 mod tests {
     use super::*;
 
+    /// The settings a jail's files and environment give, with no overrides.
+    fn load() -> Settings {
+        Settings::load(None, &Overrides::default()).unwrap()
+    }
+
+    /// The one-line error a jail's files and environment give, with no overrides.
+    fn load_error() -> String {
+        Settings::load(None, &Overrides::default())
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn defaults_match_the_contract() {
         let s = Settings::default();
@@ -1353,15 +1365,15 @@ mod tests {
     #[test]
     fn the_gateway_kind_chooses_the_default_gateway_url_and_an_explicit_url_wins() {
         figment::Jail::expect_with(|jail| {
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.gateway_kind, crate::gateway::GatewayKind::Onecharge);
             assert_eq!(s.gateway_url, "http://127.0.0.1:8080");
             jail.set_env("ONECHARGE_GATEWAY_KIND", "stripe");
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.gateway_kind, crate::gateway::GatewayKind::Stripe);
             assert_eq!(s.gateway_url, "https://api.stripe.com");
             jail.set_env("ONECHARGE_GATEWAY_URL", "http://127.0.0.1:12111");
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.gateway_url, "http://127.0.0.1:12111");
             jail.set_env("ONECHARGE_GATEWAY_KIND", "paypal");
             let err = Settings::load(None, &Overrides::default()).unwrap_err();
@@ -1495,15 +1507,11 @@ mod tests {
     fn a_bad_value_is_one_line_naming_the_setting() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("ONECHARGE_INTAKE__BATCH_SIZE", "lots");
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert!(err.contains("batch_size"), "{err}");
             assert!(!err.contains('\n'));
             jail.set_env("ONECHARGE_INTAKE__BATCH_SIZE", "0");
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert!(
                 err.contains("intake.batch_size: must be between 1 and 1000, got 0"),
                 "{err}"
@@ -1515,16 +1523,14 @@ mod tests {
     #[test]
     fn stream_replicas_default_to_one_and_outside_one_to_five_are_refused_by_name() {
         figment::Jail::expect_with(|jail| {
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.streams.replicas, 1);
             jail.set_env("ONECHARGE_STREAMS__REPLICAS", "3");
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.streams.replicas, 3);
             for bad in ["0", "6"] {
                 jail.set_env("ONECHARGE_STREAMS__REPLICAS", bad);
-                let err = Settings::load(None, &Overrides::default())
-                    .unwrap_err()
-                    .to_string();
+                let err = load_error();
                 assert_eq!(
                     err,
                     format!("configuration error: streams.replicas (ONECHARGE_STREAMS__REPLICAS): must be between 1 and 5 (3 on a NATS cluster), got {bad}")
@@ -1537,15 +1543,13 @@ mod tests {
     #[test]
     fn the_otlp_endpoint_is_off_by_default_and_must_be_an_http_url() {
         figment::Jail::expect_with(|jail| {
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.otlp_endpoint, None);
             jail.set_env("ONECHARGE_OTLP_ENDPOINT", "http://127.0.0.1:4318");
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
             jail.set_env("ONECHARGE_OTLP_ENDPOINT", "collector:4318");
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert!(
                 err.contains("otlp_endpoint (ONECHARGE_OTLP_ENDPOINT)"),
                 "{err}"
@@ -1593,13 +1597,11 @@ mod tests {
         figment::Jail::expect_with(|jail| {
             jail.create_file("onecharge.toml", "gateway_api_key = 424242\n")?;
             jail.set_env("ONECHARGE_ADMIN_TOKEN", "0042");
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.require_gateway_api_key().unwrap(), "424242");
             assert_eq!(s.admin_token.unwrap().expose_secret(), "0042");
             jail.create_file("onecharge.toml", "gateway_api_key = 4242.5\n")?;
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert!(err.contains("gateway_api_key"), "{err}");
             assert!(!err.contains("4242"), "{err}");
             Ok(())
@@ -1609,7 +1611,7 @@ mod tests {
     #[test]
     fn database_timeouts_have_defaults_and_a_bad_one_is_one_line_naming_it() {
         figment::Jail::expect_with(|jail| {
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.database.statement_timeout, Duration::from_secs(30));
             assert_eq!(s.database.lock_timeout, Duration::from_secs(5));
             assert_eq!(
@@ -1617,9 +1619,7 @@ mod tests {
                 Duration::from_secs(60)
             );
             jail.set_env("ONECHARGE_DATABASE__LOCK_TIMEOUT", "2m");
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert!(
                 err.contains("database.lock_timeout: must be at least 100ms and at most database.statement_timeout"),
                 "{err}"
@@ -1629,9 +1629,7 @@ mod tests {
                 "ONECHARGE_DATABASE__IDLE_IN_TRANSACTION_SESSION_TIMEOUT",
                 "1s",
             );
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert!(
                 err.contains("database.idle_in_transaction_session_timeout: must be longer than relay.publish_timeout"),
                 "{err}"
@@ -1641,13 +1639,11 @@ mod tests {
                 "2m",
             );
             jail.set_env("ONECHARGE_DATABASE__STATEMENT_TIMEOUT", "soon");
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert!(err.contains("statement_timeout"), "{err}");
             assert!(!err.contains('\n'));
             jail.set_env("ONECHARGE_DATABASE__STATEMENT_TIMEOUT", "10s");
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.database.statement_timeout, Duration::from_secs(10));
             assert_eq!(s.database.lock_timeout, Duration::from_secs(2));
             Ok(())
@@ -1657,12 +1653,10 @@ mod tests {
     #[test]
     fn the_gateways_maximum_processing_time_must_fit_inside_the_key_window() {
         figment::Jail::expect_with(|jail| {
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.gateway_max_processing_time, Duration::from_secs(600));
             jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "23h");
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert_eq!(
                 err,
                 "configuration error: gateway_max_processing_time (ONECHARGE_GATEWAY_MAX_PROCESSING_TIME): \
@@ -1671,7 +1665,7 @@ mod tests {
             jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "0s");
             assert!(Settings::load(None, &Overrides::default()).is_err());
             jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "2m");
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.gateway_max_processing_time, Duration::from_secs(120));
             Ok(())
         });
@@ -1681,7 +1675,7 @@ mod tests {
     fn secrets_never_show_in_debug_or_serialised_settings() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("ONECHARGE_GATEWAY_API_KEY", "sk_live_very_secret");
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.require_gateway_api_key().unwrap(), "sk_live_very_secret");
             assert!(!format!("{s:?}").contains("very_secret"));
             assert!(!serde_json::to_string(&s).unwrap().contains("very_secret"));
@@ -1692,12 +1686,10 @@ mod tests {
     #[test]
     fn database_max_lifetime_defaults_to_five_minutes_and_more_than_an_hour_is_refused() {
         figment::Jail::expect_with(|jail| {
-            let s = Settings::load(None, &Overrides::default()).unwrap();
+            let s = load();
             assert_eq!(s.database.max_lifetime, Duration::from_secs(300));
             jail.set_env("ONECHARGE_DATABASE__MAX_LIFETIME", "2h");
-            let err = Settings::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = load_error();
             assert!(
                 err.contains("database.max_lifetime: must be between 10s and 1h"),
                 "{err}"

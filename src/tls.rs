@@ -89,28 +89,24 @@ mod tests {
     }
 
     #[test]
-    fn a_ca_file_without_a_pem_certificate_is_a_configuration_error() {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(b"this is not a certificate\n").unwrap();
-        let line = read_ca_file(SETTING, file.path()).unwrap_err().to_string();
-        assert!(line.contains("holds no PEM certificate"), "{line}");
-    }
-
-    #[test]
-    fn a_ca_file_whose_certificate_is_not_der_is_a_configuration_error() {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(b"-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n")
-            .unwrap();
-        let line = read_ca_file(SETTING, file.path()).unwrap_err().to_string();
-        assert!(line.contains("is not a usable CA"), "{line}");
-    }
-
-    #[test]
-    fn a_ca_file_with_broken_base64_is_a_configuration_error() {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n")
-            .unwrap();
-        let line = read_ca_file(SETTING, file.path()).unwrap_err().to_string();
-        assert!(line.contains("is not PEM"), "{line}");
+    fn a_ca_file_without_a_usable_pem_certificate_is_a_configuration_error_saying_why() {
+        let cases: [(&[u8], &str); 3] = [
+            (b"this is not a certificate\n", "holds no PEM certificate"),
+            (
+                // Valid PEM and base64 around bytes that are no DER certificate.
+                b"-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n",
+                "is not a usable CA",
+            ),
+            (
+                b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
+                "is not PEM",
+            ),
+        ];
+        for (content, why) in cases {
+            let mut file = tempfile::NamedTempFile::new().unwrap();
+            file.write_all(content).unwrap();
+            let line = read_ca_file(SETTING, file.path()).unwrap_err().to_string();
+            assert!(line.contains(why), "{line}");
+        }
     }
 }

@@ -118,9 +118,58 @@ impl MockGateway {
         self.shared.log.snapshot()
     }
 
+    /// The idempotency key of every recorded `/v1` request (see [`MockGateway::requests`]),
+    /// oldest first; `None` for a request that sent none.
+    pub fn request_keys(&self) -> Vec<Option<String>> {
+        self.requests()
+            .into_iter()
+            .map(|request| request.idempotency_key)
+            .collect()
+    }
+
     /// Counts by response class.
     pub fn stats(&self) -> Stats {
         self.shared.stats()
+    }
+
+    /// Waits until `condition` holds of this gateway's state (its ledger, stats or request
+    /// log), polling every 2 ms; panics after ten seconds. For tests that must let a request
+    /// reach a point before they go on.
+    pub async fn wait_until(&self, what: &str, condition: impl Fn(&MockGateway) -> bool) {
+        const LIMIT: Duration = Duration::from_secs(10);
+        let started = std::time::Instant::now();
+        while !condition(self) {
+            assert!(
+                started.elapsed() < LIMIT,
+                "timed out after {LIMIT:?} waiting until {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Waits until exactly `n` charges are in progress (hold their key), as
+    /// [`MockGateway::wait_until`].
+    pub async fn wait_for_charges_in_progress(&self, n: u64) {
+        self.wait_until(&format!("{n} charges are in progress"), |g| {
+            g.stats().charges_in_progress == n
+        })
+        .await;
+    }
+
+    /// Waits until the ledger holds exactly `n` charges, as [`MockGateway::wait_until`].
+    pub async fn wait_for_ledger(&self, n: usize) {
+        self.wait_until(&format!("the ledger holds {n} charges"), |g| {
+            g.ledger().len() == n
+        })
+        .await;
+    }
+
+    /// Waits until exactly `n` requests are recorded, as [`MockGateway::wait_until`].
+    pub async fn wait_for_requests(&self, n: usize) {
+        self.wait_until(&format!("{n} requests are recorded"), |g| {
+            g.requests().len() == n
+        })
+        .await;
     }
 
     /// The current fault configuration, with counts reduced by the faults already fired.

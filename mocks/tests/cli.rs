@@ -30,6 +30,22 @@ async fn start_serving(mut command: Command) -> (Child, String) {
 }
 
 /// The running binary's `GET /__ledger`.
+/// Runs `command`, which the binary must refuse as a usage error (exit 2) before serving
+/// anything and without printing the API key; returns its stderr.
+async fn usage_error(command: &mut Command) -> String {
+    let output = command.kill_on_drop(true).output().await.unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!stderr.contains(SECRET), "stderr: {stderr}");
+    assert!(output.stdout.is_empty(), "it must not start serving");
+    stderr
+}
+
+/// [`usage_error`] of the binary given `--api-key` first, then `args`.
+async fn usage_error_after_the_key(args: &[&str]) -> String {
+    usage_error(Command::new(BINARY).args(["--api-key", SECRET]).args(args)).await
+}
+
 async fn ledger(client: &reqwest::Client, url: &str) -> Vec<Value> {
     let response = client.get(format!("{url}/__ledger")).send().await.unwrap();
     response.json().await.unwrap()
@@ -86,65 +102,37 @@ async fn help_documents_every_flag_and_never_shows_the_api_key() {
 
 #[tokio::test]
 async fn a_probability_outside_zero_to_one_is_a_usage_error() {
-    let output = Command::new(BINARY)
-        .args(["--api-key", SECRET, "--error-before-probability", "1.5"])
-        .output()
-        .await
-        .unwrap();
-
-    assert_eq!(output.status.code(), Some(2));
-    assert!(!String::from_utf8_lossy(&output.stderr).contains(SECRET));
+    usage_error_after_the_key(&["--error-before-probability", "1.5"]).await;
 }
 
 #[tokio::test]
 async fn a_latency_p99_below_the_median_is_a_usage_error_saying_what_to_change() {
-    let output = Command::new(BINARY)
-        .args([
-            "--port",
-            "0",
-            "--latency-median",
-            "300ms",
-            "--latency-p99",
-            "100ms",
-        ])
-        .env("MOCK_GATEWAY_API_KEY", SECRET)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
+    let stderr = usage_error(
+        Command::new(BINARY)
+            .args([
+                "--port",
+                "0",
+                "--latency-median",
+                "300ms",
+                "--latency-p99",
+                "100ms",
+            ])
+            .env("MOCK_GATEWAY_API_KEY", SECRET),
+    )
+    .await;
 
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(
         stderr.lines().next(),
         Some("error: the latency p99 (100ms) must not be below the median (300ms)"),
         "stderr: {stderr}"
     );
-    assert!(!stderr.contains(SECRET));
-    assert!(output.stdout.is_empty(), "it must not start serving");
 }
 
 #[tokio::test]
 async fn a_latency_median_without_a_p99_is_a_usage_error() {
-    let output = Command::new(BINARY)
-        .args([
-            "--api-key",
-            SECRET,
-            "--port",
-            "0",
-            "--latency-median",
-            "300ms",
-        ])
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
+    let stderr = usage_error_after_the_key(&["--port", "0", "--latency-median", "300ms"]).await;
 
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--latency-p99"), "stderr: {stderr}");
-    assert!(!stderr.contains(SECRET));
 }
 
 #[tokio::test]
@@ -251,20 +239,12 @@ async fn with_dialect_stripe_the_binary_prints_its_url_and_serves_payment_intent
 
 #[tokio::test]
 async fn an_unknown_dialect_is_a_usage_error_naming_the_choices() {
-    let output = Command::new(BINARY)
-        .args(["--api-key", SECRET, "--port", "0", "--dialect", "paypal"])
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
+    let stderr = usage_error_after_the_key(&["--port", "0", "--dialect", "paypal"]).await;
 
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("onecharge") && stderr.contains("stripe"),
         "stderr: {stderr}"
     );
-    assert!(!stderr.contains(SECRET));
 }
 
 /// A self-signed certificate for 127.0.0.1, made with the `openssl` command line: its own
@@ -337,13 +317,7 @@ async fn with_tls_cert_and_tls_key_the_binary_serves_https_on_the_url_it_prints(
 
 #[tokio::test]
 async fn tls_cert_without_tls_key_is_a_usage_error() {
-    let output = Command::new(BINARY)
-        .args(["--api-key", SECRET, "--tls-cert", "/tmp/cert.pem"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = usage_error_after_the_key(&["--tls-cert", "/tmp/cert.pem"]).await;
     assert!(stderr.contains("--tls-key"), "{stderr}");
 }
 

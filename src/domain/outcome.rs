@@ -616,32 +616,35 @@ mod tests {
         assert_eq!(outcome.label(), "in_progress");
     }
 
+    /// A 422 (key reused), a 400 (invalid request) and any status the contract does not
+    /// list need review, with the gateway's own words.
     #[test]
-    fn a_422_key_reused_needs_review_with_the_gateways_words() {
-        let outcome = answered(
-            422,
-            r#"{"error":{"type":"idempotency_key_reused","message":"different parameters"}}"#,
-        );
-        assert_eq!(
-            outcome,
-            GatewayOutcome::NeedsReview {
-                reason: "HTTP 422 idempotency_key_reused: different parameters".into()
-            }
-        );
-    }
-
-    #[test]
-    fn a_400_invalid_request_needs_review_with_the_gateways_words() {
-        let outcome = answered(
-            400,
-            r#"{"error":{"type":"invalid_request","message":"currency is wrong"}}"#,
-        );
-        assert_eq!(
-            outcome,
-            GatewayOutcome::NeedsReview {
-                reason: "HTTP 400 invalid_request: currency is wrong".into()
-            }
-        );
+    fn a_422_a_400_or_an_unlisted_status_needs_review_with_the_gateways_words() {
+        for (status, body, reason) in [
+            (
+                422,
+                r#"{"error":{"type":"idempotency_key_reused","message":"different parameters"}}"#,
+                "HTTP 422 idempotency_key_reused: different parameters",
+            ),
+            (
+                400,
+                r#"{"error":{"type":"invalid_request","message":"currency is wrong"}}"#,
+                "HTTP 400 invalid_request: currency is wrong",
+            ),
+            (
+                418,
+                r#"{"error":{"type":"teapot","message":"short and stout"}}"#,
+                "HTTP 418 teapot: short and stout",
+            ),
+        ] {
+            assert_eq!(
+                answered(status, body),
+                GatewayOutcome::NeedsReview {
+                    reason: reason.into()
+                },
+                "{status}"
+            );
+        }
     }
 
     #[test]
@@ -802,20 +805,6 @@ mod tests {
             });
             assert_eq!(lookup, LookupOutcome::EndpointFault { status });
         }
-    }
-
-    #[test]
-    fn other_statuses_the_contract_does_not_list_need_review() {
-        let outcome = answered(
-            418,
-            r#"{"error":{"type":"teapot","message":"short and stout"}}"#,
-        );
-        assert_eq!(
-            outcome,
-            GatewayOutcome::NeedsReview {
-                reason: "HTTP 418 teapot: short and stout".into()
-            }
-        );
     }
 
     #[test]

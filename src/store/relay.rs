@@ -6,7 +6,7 @@
 //! next relay publishes them again under the same event id, which JetStream recognises
 //! (`Nats-Msg-Id`), so an event is never published under two ids.
 
-use sqlx::{Postgres, Row as _, Transaction};
+use sqlx::{Postgres, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -14,7 +14,7 @@ use super::{column, Store};
 use crate::domain::PaymentAttemptId;
 
 /// One outbox row to publish.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct OutboxRow {
     /// Also the `Nats-Msg-Id`.
     pub event_id: Uuid,
@@ -48,7 +48,7 @@ pub struct OutboxClaim {
 /// the rows behind it from being claimed.
 pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClaim, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let rows = sqlx::query(
+    let rows = sqlx::query_as(
         "SELECT event_id, payment_attempt_id, subject, headers, payload, publish_attempts
          FROM outbox
          WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
@@ -58,19 +58,7 @@ pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClai
     )
     .bind(limit as i64)
     .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .map(|row| {
-        Ok(OutboxRow {
-            event_id: row.try_get("event_id")?,
-            payment_attempt_id: row.try_get("payment_attempt_id")?,
-            subject: row.try_get("subject")?,
-            headers: row.try_get("headers")?,
-            payload: row.try_get("payload")?,
-            publish_attempts: row.try_get("publish_attempts")?,
-        })
-    })
-    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    .await?;
     Ok(OutboxClaim { tx, rows })
 }
 

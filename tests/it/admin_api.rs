@@ -3,15 +3,13 @@
 
 use std::net::SocketAddr;
 
-use crate::support::{command, intake_record, TestEnv};
-use onecharge::app::{Application, Role};
+use crate::support::{command, intake_record, Served, TestEnv};
+use onecharge::app::Role;
 use onecharge::store::intake::record_batch;
 use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 const TOKEN: &str = "s3cret-admin-token";
@@ -19,23 +17,16 @@ const TOKEN: &str = "s3cret-admin-token";
 /// The running admin role; stopped (and awaited) on [`Admin::stop`].
 struct Admin {
     addr: SocketAddr,
-    stop: CancellationToken,
-    running: JoinHandle<anyhow::Result<()>>,
+    served: Served,
     http: reqwest::Client,
 }
 
 impl Admin {
     async fn start(env: &TestEnv) -> Self {
-        let app = Application::build(env.settings.clone(), &[Role::Admin])
-            .await
-            .expect("the service builds");
-        let addr = app.admin_addr().expect("the admin role listens");
-        let stop = CancellationToken::new();
-        let running = tokio::spawn(app.run(stop.clone()));
+        let served = Served::start(&env.settings, &[Role::Admin]).await;
         Self {
-            addr,
-            stop,
-            running,
+            addr: served.admin.expect("the admin role listens"),
+            served,
             http: reqwest::Client::new(),
         }
     }
@@ -65,8 +56,7 @@ impl Admin {
     }
 
     async fn stop(self) {
-        self.stop.cancel();
-        self.running.await.unwrap().unwrap();
+        self.served.stop().await;
     }
 }
 

@@ -16,12 +16,15 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Runs the binary, which must fail saying so in one line; its exit code and that line.
+fn one_line(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    support::one_line_error(support::onecharge().args(args).envs(env.iter().copied()))
+}
+
 #[test]
 fn a_wrong_setting_exits_2_with_one_line_naming_it() {
-    let out = onecharge(&["setup"], &[("ONECHARGE_INTAKE__MAX_DELIVER", "1")]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let (code, err) = one_line(&["setup"], &[("ONECHARGE_INTAKE__MAX_DELIVER", "1")]);
+    assert_eq!(code, Some(2));
     assert!(err.contains("intake.max_deliver"), "{err}");
 
     let out = onecharge(&["setup", "--database-url", "mysql://nope"], &[]);
@@ -68,10 +71,10 @@ fn an_unreachable_database_is_a_runtime_failure_with_a_clear_line() {
         &[],
     );
     assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
     assert!(
-        stderr(&out).contains("cannot reach PostgreSQL at postgres://127.0.0.1:1/onecharge"),
-        "{}",
-        stderr(&out)
+        err.contains("cannot reach PostgreSQL at postgres://127.0.0.1:1/onecharge"),
+        "{err}"
     );
 }
 
@@ -146,10 +149,8 @@ fn every_duration_setting_refuses_a_huge_value_with_one_line_naming_it() {
         } else {
             "600000000y"
         };
-        let out = onecharge(&["setup"], &[NO_DATABASE, (variable, value)]);
-        assert_eq!(out.status.code(), Some(2), "{variable}: {}", stderr(&out));
-        let err = stderr(&out);
-        assert_eq!(err.trim().lines().count(), 1, "{variable}: {err}");
+        let (code, err) = one_line(&["setup"], &[NO_DATABASE, (variable, value)]);
+        assert_eq!(code, Some(2), "{variable}: {err}");
         assert!(err.contains(key), "{variable}: {err}");
         assert!(err.contains("at most"), "{variable}: {err}");
     }
@@ -158,10 +159,8 @@ fn every_duration_setting_refuses_a_huge_value_with_one_line_naming_it() {
 #[test]
 fn serve_refuses_an_open_admin_api_on_a_non_loopback_address_before_connecting() {
     let exposed = ("ONECHARGE_ADMIN_ADDR", "0.0.0.0:0");
-    let out = onecharge(&["serve"], &[NO_DATABASE, exposed]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let (code, err) = one_line(&["serve"], &[NO_DATABASE, exposed]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("0.0.0.0:0"), "{err}");
     assert!(err.contains("ONECHARGE_ADMIN_TOKEN"), "{err}");
     assert!(err.contains("--insecure-admin"), "{err}");
@@ -188,28 +187,18 @@ fn serve_refuses_an_open_admin_api_on_a_non_loopback_address_before_connecting()
         ),
     ] {
         let out = onecharge(args, &[NO_DATABASE, exposed, env]);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{args:?} {env:?}: {}",
-            stderr(&out)
-        );
-        assert!(
-            stderr(&out).contains("cannot reach PostgreSQL"),
-            "{}",
-            stderr(&out)
-        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?} {env:?}: {err}");
+        assert!(err.contains("cannot reach PostgreSQL"), "{err}");
     }
 }
 
 #[test]
 fn a_shutdown_timeout_of_zero_exits_2_naming_the_setting() {
-    let out = onecharge(
+    let (code, err) = one_line(
         &["setup"],
         &[NO_DATABASE, ("ONECHARGE_SHUTDOWN_TIMEOUT", "0s")],
     );
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("shutdown_timeout"), "{err}");
 }

@@ -186,11 +186,12 @@ async fn publish_through_an_election(
     (failures, messages, seen)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commands_published_while_the_command_streams_leader_steps_down_are_each_stored_once() {
+/// Publishes `count` commands through a leader election of the command stream and checks
+/// that every publish succeeded and every command is stored exactly once.
+async fn assert_each_stored_once_through_an_election(count: usize, kill_the_leader: bool) {
     let mut cluster = NatsCluster::start().await;
-    let count = 300;
-    let (failures, messages, seen) = publish_through_an_election(&mut cluster, count, false).await;
+    let (failures, messages, seen) =
+        publish_through_an_election(&mut cluster, count, kill_the_leader).await;
     assert!(
         failures.is_empty(),
         "{} publishes failed, the first: {}",
@@ -202,16 +203,11 @@ async fn commands_published_while_the_command_streams_leader_steps_down_are_each
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_published_while_the_command_streams_leader_steps_down_are_each_stored_once() {
+    assert_each_stored_once_through_an_election(300, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_published_while_the_command_streams_leader_is_killed_are_each_stored_once() {
-    let mut cluster = NatsCluster::start().await;
-    let count = 200;
-    let (failures, messages, seen) = publish_through_an_election(&mut cluster, count, true).await;
-    assert!(
-        failures.is_empty(),
-        "{} publishes failed, the first: {}",
-        failures.len(),
-        failures[0]
-    );
-    assert_eq!(messages, count as u64);
-    assert_eq!(seen.len(), count);
+    assert_each_stored_once_through_an_election(200, true).await;
 }

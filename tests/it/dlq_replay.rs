@@ -1,18 +1,36 @@
 //! `dlq replay` refuses what it must not publish and says in one line what went wrong,
 //! through the built binary exactly as an operator types it.
 
+use std::path::Path;
 use std::time::Duration;
 
-use crate::support::{command, TestEnv};
+use crate::support::{command, commands_stream, TestEnv};
 use onecharge::intake::DlqClass;
 use serde_json::json;
 use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(5);
 
-/// Runs the built `onecharge` binary against this test's database and namespace.
-async fn cli(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
-    env.cli(args, &[]).await
+/// Runs `onecharge dlq replay <args>`; its exit code and its stderr, which every answer
+/// here says in one line.
+async fn replay(env: &TestEnv, args: &[&str]) -> (i32, String) {
+    let (code, _, stderr) = env.cli(&[&["dlq", "replay"], args].concat(), &[]).await;
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    (code, stderr)
+}
+
+/// `onecharge dlq replay <sequence> --body-file <body>`, as [`replay`].
+async fn replay_from_file(env: &TestEnv, sequence: &str, body: &Path) -> (i32, String) {
+    replay(env, &[sequence, "--body-file", body.to_str().unwrap()]).await
+}
+
+/// [`replay_from_file`] refused as a wrong input (exit 2) with nothing published; its stderr.
+async fn refused_replay_from_file(env: &TestEnv, sequence: &str, body: &Path) -> String {
+    let before = commands_on_stream(env).await;
+    let (code, stderr) = replay_from_file(env, sequence, body).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(commands_on_stream(env).await, before);
+    stderr
 }
 
 /// A dead-lettered invalid command; returns its dead-letter sequence.
@@ -26,12 +44,7 @@ async fn one_dead_letter(env: &TestEnv, attempt: Uuid) -> String {
 }
 
 async fn commands_on_stream(env: &TestEnv) -> u64 {
-    let mut stream = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap();
+    let mut stream = commands_stream(&env.broker).await;
     stream.info().await.unwrap().state.messages
 }
 
@@ -40,7 +53,6 @@ async fn a_replay_body_with_a_nul_character_is_refused_before_anything_is_publis
     let env = TestEnv::new().await;
     let attempt = Uuid::new_v4();
     let sequence = one_dead_letter(&env, attempt).await;
-    let before = commands_on_stream(&env).await;
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("nul.json");
     // Valid JSON whose order id holds a NUL: PostgreSQL text cannot store it.
@@ -48,30 +60,16 @@ async fn a_replay_body_with_a_nul_character_is_refused_before_anything_is_publis
     assert!(text.contains("\\u0000"));
     std::fs::write(&body, text).unwrap();
 
-    let (code, _, stderr) = cli(
-        &env,
-        &[
-            "dlq",
-            "replay",
-            &sequence,
-            "--body-file",
-            body.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let stderr = refused_replay_from_file(&env, &sequence, &body).await;
 
-    assert_eq!(code, 2, "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("NUL"), "{stderr}");
     assert!(stderr.contains("nothing was published"), "{stderr}");
-    assert_eq!(commands_on_stream(&env).await, before);
 }
 
 #[tokio::test]
 async fn a_replay_body_file_over_the_contract_limit_is_refused_without_reading_it_all() {
     let env = TestEnv::new().await;
     let sequence = one_dead_letter(&env, Uuid::new_v4()).await;
-    let before = commands_on_stream(&env).await;
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("huge.json");
     // A sparse 10 GB file: reading it whole would take the operator's memory.
@@ -80,22 +78,9 @@ async fn a_replay_body_file_over_the_contract_limit_is_refused_without_reading_i
         .set_len(10 * 1024 * 1024 * 1024)
         .unwrap();
 
-    let (code, _, stderr) = cli(
-        &env,
-        &[
-            "dlq",
-            "replay",
-            &sequence,
-            "--body-file",
-            body.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let stderr = refused_replay_from_file(&env, &sequence, &body).await;
 
-    assert_eq!(code, 2, "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("65536"), "{stderr}");
-    assert_eq!(commands_on_stream(&env).await, before);
 }
 
 #[tokio::test]
@@ -115,20 +100,9 @@ async fn a_replay_with_no_command_stream_says_so_in_one_line() {
     )
     .unwrap();
 
-    let (code, _, stderr) = cli(
-        &env,
-        &[
-            "dlq",
-            "replay",
-            &sequence,
-            "--body-file",
-            body.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (code, stderr) = replay_from_file(&env, &sequence, &body).await;
 
     assert_eq!(code, 1, "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains(&format!(
             "no stream stores {}",
@@ -147,10 +121,9 @@ async fn a_replay_with_no_dead_letter_stream_says_so_in_one_line() {
         .await
         .unwrap();
 
-    let (code, _, stderr) = cli(&env, &["dlq", "replay", "1"]).await;
+    let (code, stderr) = replay(&env, &["1"]).await;
 
     assert_eq!(code, 1, "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains(&format!(
             "stream {} does not exist",

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::support::pg_cluster::{Forwarder, PgNode};
-use crate::support::{self, Harness, API_KEY};
+use crate::support::{self, commands_stream, eventually, stream, Harness, API_KEY};
 use async_nats::HeaderMap;
 use mock_gateway::{MockConfig, MockGateway};
 use onecharge::app::{Application, Role};
@@ -199,22 +199,6 @@ async fn scalar(pool: &PgPool, sql: &str) -> i64 {
         .fetch_one(pool)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// Polls `condition` every 50 ms until it holds, failing after `deadline`.
-async fn eventually<F, Fut>(what: &str, deadline: Duration, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !condition().await {
-        assert!(
-            started.elapsed() < deadline,
-            "timed out after {deadline:?} waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The drill. `synchronous`: every commit waits until the standby applied it.
@@ -498,16 +482,8 @@ async fn tally(figures: &mut Figures, attempts: &[Uuid], gateway: &MockGateway, 
     figures.double_charges = per_attempt.values().filter(|n| **n > 1).count();
 }
 
-async fn stream(broker: &Broker, name: &str) -> async_nats::jetstream::stream::Stream {
-    broker.jetstream.get_stream(name).await.unwrap()
-}
-
 async fn consumer_info(broker: &Broker, consumer: &str) -> async_nats::jetstream::consumer::Info {
-    let stream = broker
-        .jetstream
-        .get_stream(broker.names.commands_stream())
-        .await
-        .unwrap();
+    let stream = commands_stream(broker).await;
     let mut consumer: async_nats::jetstream::consumer::PullConsumer =
         stream.get_consumer(consumer).await.unwrap();
     consumer.info().await.unwrap().clone()

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::support::{command, header, TestEnv};
+use crate::support::{
+    command, commands_stream, edit_stream, eventually, header, shrink_duplicate_window, TestEnv,
+};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
 use serde_json::json;
 use uuid::Uuid;
@@ -366,21 +368,7 @@ async fn a_business_duplicate_is_one_attempt_and_conflicting_parameters_are_dead
 #[tokio::test]
 async fn a_reused_message_id_with_a_different_body_is_dead_lettered_and_never_charged_twice() {
     let env = TestEnv::new().await;
-    // Shrink JetStream's own duplicate window so that the reused id reaches onecharge, as it
-    // does in production once the window has passed.
-    let mut config = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
-    config.duplicate_window = Duration::from_millis(100);
-    env.broker.jetstream.update_stream(config).await.unwrap();
+    shrink_duplicate_window(&env.broker).await;
     let intake = env.intake().await;
     let first = Uuid::new_v4();
     env.publish("reused", &command(first, json!({}))).await;
@@ -517,14 +505,12 @@ async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
         env.publish(&format!("burst-{i}"), &command(Uuid::new_v4(), json!({})))
             .await;
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while env.scalar("SELECT count(*) FROM processed_messages").await < 100 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "intake did not record the burst in time"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        "intake records the burst",
+        Duration::from_secs(20),
+        || async { env.scalar("SELECT count(*) FROM processed_messages").await >= 100 },
+    )
+    .await;
     shutdown.cancel();
     running.await.unwrap().unwrap();
 
@@ -532,14 +518,12 @@ async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
         env.scalar("SELECT count(*) FROM payment_attempts").await,
         100
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while env.consumer_backlog().await != (0, 0) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "acks did not reach the broker"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        "the acks reach the broker",
+        Duration::from_secs(5),
+        || async { env.consumer_backlog().await == (0, 0) },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -690,15 +674,10 @@ async fn the_consumers_real_max_deliver_decides_the_last_delivery_not_the_settin
 async fn a_dead_letter_too_large_for_the_dead_letter_stream_is_stored_truncated_never_dropped() {
     let env = TestEnv::new().await;
     let intake = env.intake().await;
-    let mut dlq = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.dlq_stream())
-        .await
-        .unwrap();
-    let mut config = dlq.info().await.unwrap().config.clone();
-    config.max_message_size = 1024;
-    env.broker.jetstream.update_stream(config).await.unwrap();
+    edit_stream(&env.broker, &env.broker.names.dlq_stream(), |config| {
+        config.max_message_size = 1024
+    })
+    .await;
     // Invalid (description over 500 characters) and larger than the dead-letter stream takes.
     let body = serde_json::to_vec(&command(
         Uuid::new_v4(),
@@ -798,12 +777,7 @@ async fn a_process_that_dies_holding_the_last_allowed_delivery_loses_nothing() {
 
 /// What an operator does by hand: sets the durable consumer's own `max_deliver`.
 async fn set_consumer_max_deliver(env: &TestEnv, max_deliver: i64) {
-    let stream = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap();
+    let stream = commands_stream(&env.broker).await;
     let mut config = stream
         .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
             &env.settings.intake.consumer,

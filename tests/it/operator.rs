@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::support::{command, header, intake_record, TestEnv};
+use crate::support::{
+    command, commands_stream, edit_stream, eventually, header, intake_record, Served, TestEnv,
+};
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
 use onecharge::operator::purge::{purge_once, PurgeRefused};
@@ -72,14 +74,6 @@ async fn put_in_review(env: &TestEnv, id: PaymentAttemptId, first_sent: Option<&
         ),
     )
     .await;
-}
-
-async fn status_of(env: &TestEnv, id: PaymentAttemptId) -> String {
-    sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
-        .bind(id)
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap()
 }
 
 /// Runs the built `onecharge` binary against this test's database and namespace (see
@@ -168,7 +162,7 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
         "{stderr}"
     );
 
-    assert_eq!(status_of(&env, pending).await, "pending");
+    assert_eq!(env.status(pending).await, "pending");
     assert_eq!(
         env.scalar(&format!(
             "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{pending}'"
@@ -220,7 +214,7 @@ async fn resolving_as_succeeded_records_the_charge_the_reason_the_os_user_and_on
     .await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--gateway-charge-id"), "{stderr}");
-    assert_eq!(status_of(&env, id).await, "needs_review");
+    assert_eq!(env.status(id).await, "needs_review");
 
     let (code, stdout, stderr) = cli(
         &env,
@@ -446,7 +440,7 @@ async fn a_retry_outside_the_key_window_is_refused_saying_it_could_charge_twice(
     assert!(stderr.contains("past executor.max_age"), "{stderr}");
 
     for id in [forgotten, too_old] {
-        assert_eq!(status_of(&env, id).await, "needs_review");
+        assert_eq!(env.status(id).await, "needs_review");
         assert_eq!(
             last_transition(&env, id).await.1,
             "pending",
@@ -788,17 +782,10 @@ async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_
     );
 
     // a stream that keeps messages without an age limit gives no bound at all
-    let mut config = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap()
-        .cached_info()
-        .config
-        .clone();
-    config.max_age = Duration::ZERO;
-    env.broker.jetstream.update_stream(config).await.unwrap();
+    edit_stream(&env.broker, &env.broker.names.commands_stream(), |config| {
+        config.max_age = Duration::ZERO
+    })
+    .await;
     let (code, _, stderr) = cli(&env, &["purge"], &[]).await;
     assert_eq!(code, 1);
     assert!(stderr.contains("without an age limit"), "{stderr}");
@@ -913,23 +900,13 @@ async fn a_command_whose_dedupe_row_was_purged_is_stopped_by_the_attempts_table(
 async fn serve_runs_the_purge_role_on_its_own() {
     let env = TestEnv::new().await;
     seed_dedupe_rows(&env, 4, 3).await;
-    let app =
-        onecharge::app::Application::build(env.settings.clone(), &[onecharge::app::Role::Purge])
-            .await
-            .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(app.run(stop.clone()));
+    let served = Served::start(&env.settings, &[onecharge::app::Role::Purge]).await;
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while env.scalar("SELECT count(*) FROM processed_messages").await != 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the purge role did not purge"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    stop.cancel();
-    running.await.unwrap().unwrap();
+    eventually("the purge role purges", Duration::from_secs(10), || async {
+        env.scalar("SELECT count(*) FROM processed_messages").await == 1
+    })
+    .await;
+    served.stop().await;
 }
 
 #[tokio::test]
@@ -1007,12 +984,7 @@ async fn a_dead_lettered_invalid_command_replayed_with_a_corrected_body_becomes_
     );
 
     // the command on the stream says where it came from and carries no Dlq-* headers
-    let mut stream = env
-        .broker
-        .jetstream
-        .get_stream(env.broker.names.commands_stream())
-        .await
-        .unwrap();
+    let mut stream = commands_stream(&env.broker).await;
     let last = stream.info().await.unwrap().state.last_sequence;
     let replayed = stream.get_raw_message(last).await.unwrap();
     assert_eq!(
@@ -1143,17 +1115,12 @@ async fn human_output_shows_control_characters_from_producers_escaped() {
     headers.insert("Dlq-Reason", "order_id \u{1b}[2J is wrong\u{7}");
     headers.insert("Dlq-Original-Msg-Id", "m\u{1b}[2J");
     headers.insert("Dlq-Original-Subject", "payments\u{1b}[1A");
-    env.broker
-        .jetstream
-        .publish_with_headers(
-            env.broker.names.dlq_subject(),
-            headers,
-            b"{\"order_id\":\"\x1b[2J\"}".to_vec().into(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    env.publish_to(
+        env.broker.names.dlq_subject(),
+        headers,
+        b"{\"order_id\":\"\x1b[2J\"}",
+    )
+    .await;
     let (code, stdout, stderr) = cli(&env, &["dlq", "list"], &[]).await;
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(terminal_controls(&stdout), Vec::<char>::new(), "{stdout:?}");
@@ -1210,5 +1177,5 @@ async fn a_nul_in_a_resolve_reason_charge_id_or_decline_code_is_invalid_and_chan
             other => panic!("{field}: expected Invalid (exit 2 / 400), got {other:?}"),
         }
     }
-    assert_eq!(status_of(&env, id).await, "needs_review");
+    assert_eq!(env.status(id).await, "needs_review");
 }

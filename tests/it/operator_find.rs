@@ -5,8 +5,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::support::{command, intake_record, Harness};
-use onecharge::app::{Application, Role};
+use crate::support::{command, intake_record, Harness, Served};
+use onecharge::app::Role;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::attempts::{self, AttemptFilter};
 use onecharge::operator::RetryWindow;
@@ -14,7 +14,6 @@ use onecharge::store::intake::record_batch;
 use onecharge::store::intake::IntakeRecord;
 use serde_json::json;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// Records `commands` as intake would, in one batch.
@@ -48,20 +47,7 @@ fn json_ids(list: &Value) -> HashSet<PaymentAttemptId> {
 
 /// Runs the `onecharge` binary against this test's database and namespace.
 async fn cli(h: &Harness, args: &[&str]) -> (i32, String, String) {
-    let output = tokio::process::Command::from(crate::support::onecharge())
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .env("ONECHARGE_DATABASE_URL", &h.settings.database_url)
-        .env("ONECHARGE_NATS_URL", &h.settings.nats_url)
-        .env("ONECHARGE_NAMESPACE", &h.settings.namespace)
-        .output()
-        .await
-        .expect("the onecharge binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    crate::support::process::run_onecharge(&h.settings, args, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,10 +198,8 @@ async fn the_admin_api_finds_attempts_by_order_customer_and_charge_and_reports_s
 
     let mut settings = h.settings.clone();
     settings.admin_addr = "127.0.0.1:0".parse().unwrap();
-    let app = Application::build(settings, &[Role::Admin]).await.unwrap();
-    let addr = app.admin_addr().expect("the admin role listens");
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(app.run(stop.clone()));
+    let served = Served::start(&settings, &[Role::Admin]).await;
+    let addr = served.admin.expect("the admin role listens");
     let get = |path: String| async move {
         let response = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
         (
@@ -249,8 +233,7 @@ async fn the_admin_api_finds_attempts_by_order_customer_and_charge_and_reports_s
     assert_eq!(stats["outbox_backlog"], 0);
     assert!(stats["oldest_unsettled_seconds"].is_i64());
 
-    stop.cancel();
-    running.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

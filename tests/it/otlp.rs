@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, onecharge, sigterm, TestEnv};
+use crate::support::{self, assert_exited_ok, onecharge, sigterm, TestEnv};
 use uuid::Uuid;
 
 /// A stand-in OTLP/HTTP collector on 127.0.0.1:0 that answers every request with an empty
@@ -112,12 +112,7 @@ async fn serve_intake_until_one_command_is_recorded(env: &TestEnv, otlp_endpoint
         .await
         .unwrap()
         .expect("onecharge exits");
-    assert!(
-        output.status.success(),
-        "serve exited with {:?}: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_exited_ok(&output, "serve");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,19 +3,57 @@
 
 use std::time::Duration;
 
-use crate::support::{self, charge_request, wait_until, Harness};
+use crate::support::{self, charge_request, eventually, run_leaving_one_in, Harness};
 use mock_gateway::{payment_methods as pm, MockConfig};
 use onecharge::domain::outcome::LookupOutcome;
-use onecharge::domain::AttemptStatus;
-use onecharge::reconciler::Resolution;
+use onecharge::domain::{AttemptStatus, PaymentAttemptId};
+use onecharge::reconciler::{Reconciler, Resolution};
 
 /// Seeds an attempt and lets the executor take it to `unknown` through `payment_method`'s
 /// fault.
-async fn unknown_attempt(h: &Harness, payment_method: &str) -> onecharge::domain::PaymentAttemptId {
+async fn unknown_attempt(h: &Harness, payment_method: &str) -> PaymentAttemptId {
     let command = h.seed(payment_method).await;
     let report = h.executor().run_once().await.unwrap();
     assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
     command.payment_attempt_id
+}
+
+/// A harness whose reconciler looks up an attempt three times: at once, a minute later and
+/// five minutes after that, then gives up.
+async fn harness_with_a_two_step_schedule() -> Harness {
+    Harness::with(MockConfig::default(), |s| {
+        s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
+    })
+    .await
+}
+
+/// The rest of [`harness_with_a_two_step_schedule`] after a first lookup of `id` settled
+/// nothing: the second lookup, a minute later, reschedules it five minutes on, and the
+/// third sends it to review.
+async fn run_out_the_schedule(h: &Harness, reconciler: &Reconciler, id: PaymentAttemptId) {
+    h.advance(Duration::from_secs(60)).await;
+    assert_eq!(reconciler.run_once().await.unwrap().rescheduled(), 1);
+    let row = h.attempt(id).await;
+    assert_eq!(row.next_run_at - row.updated_at, Duration::from_secs(300));
+
+    h.advance(Duration::from_secs(300)).await;
+    let last = reconciler.run_once().await.unwrap();
+    assert_eq!(last.count(AttemptStatus::NeedsReview), 1, "{last:?}");
+}
+
+/// The reconciler gave up on `id` when its schedule ran out, after `lookups` lookups that
+/// each stored `outcome` as evidence: `needs_review`, with one event.
+async fn assert_gave_up_after(h: &Harness, id: PaymentAttemptId, lookups: usize, outcome: &str) {
+    let calls = h.gateway_calls(id).await;
+    let stored = calls.iter().filter(|c| c.3 == outcome).count();
+    assert_eq!(stored, lookups, "every lookup is evidence: {calls:?}");
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "needs_review");
+    assert_eq!(
+        h.transitions(id).await.last().unwrap().2,
+        "reconciliation_schedule_exhausted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,14 +67,9 @@ async fn a_charge_found_after_a_500_is_adopted_as_succeeded_with_its_event() {
         report.resolutions,
         vec![(id, Resolution::Moved(AttemptStatus::Succeeded))]
     );
+    // The lookup charged nothing: the one charge is the first try's.
+    h.assert_charged_once(id).await;
     let ledger = h.gateway.ledger();
-    assert_eq!(ledger.len(), 1, "the lookup charged nothing");
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "succeeded");
-    assert_eq!(
-        row.gateway_charge_id.as_deref(),
-        Some(ledger[0].id.as_str())
-    );
     let transitions = h.transitions(id).await;
     assert_eq!(transitions.last().unwrap().2, "lookup_found_charge");
     let calls = h.gateway_calls(id).await;
@@ -44,8 +77,6 @@ async fn a_charge_found_after_a_500_is_adopted_as_succeeded_with_its_event() {
     assert_eq!(calls[1].3, "found");
     assert_eq!(calls[1].4.as_deref(), Some(ledger[0].id.as_str()));
     let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "succeeded");
     assert_eq!(events[0].1["gateway_charge_id"], ledger[0].id.as_str());
 }
 
@@ -55,10 +86,7 @@ async fn a_decline_found_by_lookup_is_adopted_as_declined_with_its_code() {
     let command = h.seed(pm::CARD_DECLINED).await;
     let id = command.payment_attempt_id;
     // An earlier try reached the gateway and was declined, but its answer was lost.
-    let earlier = h
-        .client_with_key(support::API_KEY)
-        .charge(&charge_request(&command))
-        .await;
+    let earlier = h.charge_directly(&charge_request(&command)).await;
     assert_eq!(earlier.http_status, Some(402));
     sqlx::query("UPDATE payment_attempts SET status = 'unknown', tries = 1, first_dispatched_at = now(), next_run_at = now() WHERE payment_attempt_id = $1")
         .bind(id)
@@ -85,20 +113,13 @@ async fn nothing_found_inside_the_key_window_is_resent_with_the_same_key_and_cha
     assert_eq!(report.count(AttemptStatus::Pending), 1);
     assert_eq!(h.attempt(id).await.status, "pending");
 
-    let resent = h.executor().run_once().await.unwrap();
-
-    assert_eq!(resent.count(AttemptStatus::Succeeded), 1);
+    run_leaving_one_in(&h.executor(), AttemptStatus::Succeeded).await;
     let ledger = h.gateway.ledger();
     assert_eq!(ledger.len(), 1);
     let row = h.attempt(id).await;
     assert_eq!(row.status, "succeeded");
     assert_eq!(row.tries, 2);
-    let keys: Vec<_> = h
-        .gateway
-        .requests()
-        .into_iter()
-        .filter_map(|r| r.idempotency_key)
-        .collect();
+    let keys: Vec<_> = h.gateway.request_keys().into_iter().flatten().collect();
     assert!(
         keys.iter().all(|k| *k == row.idempotency_key),
         "one key on every call: {keys:?}"
@@ -123,12 +144,11 @@ async fn nothing_found_outside_the_key_window_goes_to_review_and_is_never_resent
     let executor = h.executor().run_once().await.unwrap();
 
     assert_eq!(executor.claimed(), 0);
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "needs_review");
-    assert!(row
-        .review_reason
-        .unwrap()
-        .contains("cannot prove whether the customer was charged"));
+    let reason = h.review_reason(id).await;
+    assert!(
+        reason.contains("cannot prove whether the customer was charged"),
+        "{reason}"
+    );
     assert!(h.gateway.ledger().is_empty());
     assert_eq!(
         h.gateway.requests().len(),
@@ -142,10 +162,7 @@ async fn nothing_found_outside_the_key_window_goes_to_review_and_is_never_resent
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_lookup_is_rescheduled_and_the_exhausted_schedule_goes_to_review() {
-    let h = Harness::with(MockConfig::default(), |s| {
-        s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
-    })
-    .await;
+    let h = harness_with_a_two_step_schedule().await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     let unreachable = h.reconciler_with(h.client_with_url("http://127.0.0.1:9"));
 
@@ -161,34 +178,14 @@ async fn a_failing_lookup_is_rescheduled_and_the_exhausted_schedule_goes_to_revi
         "not due before its time"
     );
 
-    h.advance(Duration::from_secs(60)).await;
-    assert_eq!(unreachable.run_once().await.unwrap().rescheduled(), 1);
-    let row = h.attempt(id).await;
-    assert_eq!(row.next_run_at - row.updated_at, Duration::from_secs(300));
+    run_out_the_schedule(&h, &unreachable, id).await;
 
-    h.advance(Duration::from_secs(300)).await;
-    let last = unreachable.run_once().await.unwrap();
-
-    assert_eq!(last.count(AttemptStatus::NeedsReview), 1);
     let row = h.attempt(id).await;
     assert!(row
         .review_reason
         .unwrap()
         .contains("3 gateway lookups failed"));
-    let lookups = h
-        .gateway_calls(id)
-        .await
-        .into_iter()
-        .filter(|c| c.3 == "failed")
-        .count();
-    assert_eq!(lookups, 3, "every lookup is evidence");
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "needs_review");
-    assert_eq!(
-        h.transitions(id).await.last().unwrap().2,
-        "reconciliation_schedule_exhausted"
-    );
+    assert_gave_up_after(&h, id, 3, "failed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,27 +203,20 @@ async fn a_killed_executors_attempt_is_found_by_its_expired_lease_and_settled_wi
     let id = command.payment_attempt_id;
     let executor = h.executor();
     let running = tokio::spawn(async move { executor.run_once().await });
-    let gateway = &h.gateway;
-    wait_until(
-        "the gateway holds the charge",
-        Duration::from_secs(5),
-        || gateway.ledger().len() == 1,
-    )
-    .await;
+    h.gateway.wait_for_ledger(1).await;
     running.abort(); // the process dies mid-call
     let _ = running.await;
     // The gateway finishes the held request on its own; wait until a lookup can see it.
     let key = command_key(&h, id).await;
     let client = h.client_with_key(support::API_KEY);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !matches!(client.lookup(&key).await.outcome, LookupOutcome::Found(ref c) if !c.is_empty())
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the held charge never became visible"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the held charge becomes visible",
+        Duration::from_secs(5),
+        || async {
+            matches!(client.lookup(&key).await.outcome, LookupOutcome::Found(ref c) if !c.is_empty())
+        },
+    )
+    .await;
     assert_eq!(h.attempt(id).await.status, "in_flight");
     assert_eq!(
         h.reconciler()
@@ -282,14 +272,7 @@ async fn a_stale_executor_result_after_its_lease_expired_changes_nothing() {
 
     assert_eq!(late.disposition, onecharge::executor::Disposition::Fenced);
     assert_eq!(h.attempt(id).await.status, "pending");
-    assert_eq!(
-        h.executor()
-            .run_once()
-            .await
-            .unwrap()
-            .count(AttemptStatus::Succeeded),
-        1
-    );
+    run_leaving_one_in(&h.executor(), AttemptStatus::Succeeded).await;
     assert_eq!(
         h.gateway.ledger().len(),
         1,
@@ -391,20 +374,11 @@ async fn a_lookup_answer_with_nul_characters_is_stored_escaped_and_settles_the_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lookup_answer_the_database_keeps_refusing_is_counted_and_ends_in_review_with_why() {
-    let h = Harness::with(MockConfig::default(), |s| {
-        s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
-    })
-    .await;
+    let h = harness_with_a_two_step_schedule().await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     let charge_id = h.gateway.ledger()[0].id.clone();
     // The database refuses every charge id: the answer found can never be stored.
-    sqlx::query(
-        "ALTER TABLE payment_attempts ADD CONSTRAINT test_refuses_charge_ids
-         CHECK (gateway_charge_id IS NULL)",
-    )
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.refuse_charge_ids().await;
     let reconciler = h.reconciler();
 
     let first = reconciler.run_once().await.unwrap();
@@ -418,36 +392,14 @@ async fn a_lookup_answer_the_database_keeps_refusing_is_counted_and_ends_in_revi
         "{last_error}"
     );
 
-    h.advance(Duration::from_secs(60)).await;
-    assert_eq!(reconciler.run_once().await.unwrap().rescheduled(), 1);
-    let row = h.attempt(id).await;
-    assert_eq!(row.next_run_at - row.updated_at, Duration::from_secs(300));
+    run_out_the_schedule(&h, &reconciler, id).await;
 
-    h.advance(Duration::from_secs(300)).await;
-    let last = reconciler.run_once().await.unwrap();
-
-    assert_eq!(last.count(AttemptStatus::NeedsReview), 1, "{last:?}");
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "needs_review");
-    let reason = row.review_reason.unwrap();
+    let reason = h.review_reason(id).await;
     assert!(
         reason.contains("the gateway's answer could not be stored") && reason.contains(&charge_id),
         "{reason}"
     );
-    let found = h
-        .gateway_calls(id)
-        .await
-        .into_iter()
-        .filter(|c| c.3 == "found")
-        .count();
-    assert_eq!(found, 3, "every lookup is evidence");
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "needs_review");
-    assert_eq!(
-        h.transitions(id).await.last().unwrap().2,
-        "reconciliation_schedule_exhausted"
-    );
+    assert_gave_up_after(&h, id, 3, "found").await;
 }
 
 /// A mock gateway whose `pm_fault_slow_charge` holds its key in progress until the test
@@ -545,8 +497,7 @@ async fn a_charge_found_under_the_key_for_another_amount_is_never_adopted() {
     let id = command.payment_attempt_id;
     // Something charged under this attempt's key, but not this attempt's amount.
     let other = h
-        .client_with_key(support::API_KEY)
-        .charge(&support::charge_request_with_amount(&command, 5000))
+        .charge_directly(&support::charge_request_with_amount(&command, 5000))
         .await;
     assert_eq!(other.http_status, Some(201));
     sqlx::query("UPDATE payment_attempts SET status = 'unknown', tries = 1, first_dispatched_at = $2, dispatched_at = $2, next_run_at = $2 WHERE payment_attempt_id = $1")

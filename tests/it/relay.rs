@@ -4,7 +4,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use crate::support::Harness;
+use crate::support::nats::stream_messages;
+use crate::support::{eventually, Harness, Served};
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentEvent;
 use onecharge::intake::Intake;
@@ -281,28 +282,22 @@ async fn end_to_end_n_commands_with_duplicates_make_exactly_n_charges_and_n_even
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_executor_and_relay_roles_charge_and_announce_recorded_attempts() {
-    use onecharge::app::{Application, Role};
+    use onecharge::app::Role;
     let mut h = Harness::new().await;
     let commands = h
         .seed_many(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::CARD_VISA])
         .await;
-    h.broker().await;
-    let app = Application::build(h.settings.clone(), &[Role::Executor, Role::Relay])
-        .await
-        .unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(app.run(shutdown.clone()));
+    let broker = h.broker().await;
+    let served = Served::start(&h.settings, &[Role::Executor, Role::Relay]).await;
 
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while h.event_messages().await.len() < commands.len() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the served roles did not settle and announce in time"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    shutdown.cancel();
-    running.await.unwrap().unwrap();
+    let events = broker.names.events_stream();
+    eventually(
+        "the served roles settle and announce every attempt",
+        Duration::from_secs(20),
+        || async { stream_messages(&broker.jetstream, &events).await.len() >= commands.len() },
+    )
+    .await;
+    served.stop().await;
 
     assert_eq!(h.gateway.ledger().len(), 3);
     assert_eq!(h.event_messages().await.len(), 3);

@@ -539,9 +539,5 @@ async fn serve_configured_by_onecharge_gateway_kind_stripe_in_its_environment_ch
         .await
         .expect("serve stops after SIGTERM")
         .expect("serve's exit status");
-    assert!(
-        stopped.status.success(),
-        "{}",
-        String::from_utf8_lossy(&stopped.stderr)
-    );
+    crate::support::assert_exited_ok(&stopped, "serve");
 }

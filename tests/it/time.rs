@@ -11,6 +11,7 @@ use crate::support::Harness;
 use mock_gateway::payment_methods as pm;
 use onecharge::clock::ManualClock;
 use onecharge::domain::AttemptStatus;
+use onecharge::reconciler::ReconcileReport;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -22,6 +23,20 @@ fn skewed(ahead: bool) -> Arc<ManualClock> {
     } else {
         now - HOUR
     }))
+}
+
+/// One pass of the reconciler on a host whose clock is `clock`.
+async fn reconcile_on_a_host(h: &Harness, clock: Arc<ManualClock>) -> ReconcileReport {
+    h.reconciler().with_clock(clock).run_once().await.unwrap()
+}
+
+/// A harness whose attempts reach the executor's maximum age only after 48 hours, so that
+/// the key window alone decides what happens to an attempt a day old.
+async fn harness_where_the_key_window_decides() -> Harness {
+    Harness::with(mock_gateway::MockConfig::default(), |s| {
+        s.executor.max_age = Duration::from_secs(48 * 3600);
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,12 +75,7 @@ async fn a_reconciler_whose_clock_runs_an_hour_ahead_does_not_expire_a_live_leas
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     h.executor().claim(1).await.unwrap();
 
-    let report = h
-        .reconciler()
-        .with_clock(skewed(true))
-        .run_once()
-        .await
-        .unwrap();
+    let report = reconcile_on_a_host(&h, skewed(true)).await;
 
     assert!(report.leases_expired.is_empty(), "{report:?}");
     assert_eq!(h.attempt(id).await.status, "in_flight");
@@ -76,21 +86,10 @@ async fn a_reconciler_whose_clock_runs_an_hour_behind_still_expires_a_lapsed_lea
     let h = Harness::new().await;
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     h.executor().claim(1).await.unwrap();
-    sqlx::query(
-        "UPDATE payment_attempts SET lease_expires_at = now() - interval '1 second'
-         WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.set_attempt(id, "lease_expires_at = now() - interval '1 second'")
+        .await;
 
-    let report = h
-        .reconciler()
-        .with_clock(skewed(false))
-        .run_once()
-        .await
-        .unwrap();
+    let report = reconcile_on_a_host(&h, skewed(false)).await;
 
     assert_eq!(report.leases_expired, vec![id]);
     assert_ne!(h.attempt(id).await.status, "in_flight");
@@ -100,26 +99,21 @@ async fn a_reconciler_whose_clock_runs_an_hour_behind_still_expires_a_lapsed_lea
 /// window (24 h retention − 1 h margin), but inside it for a host an hour behind.
 async fn first_sent_23h30m_ago(h: &Harness, status: &str) -> onecharge::domain::PaymentAttemptId {
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
-    sqlx::query(
-        "UPDATE payment_attempts SET status = $2, tries = 1, next_run_at = now(),
-                first_dispatched_at = now() - interval '23 hours 30 minutes',
-                dispatched_at = now() - interval '23 hours 30 minutes'
-         WHERE payment_attempt_id = $1",
+    h.set_attempt(
+        id,
+        &format!(
+            "status = '{status}', tries = 1, next_run_at = now(),
+             first_dispatched_at = now() - interval '23 hours 30 minutes',
+             dispatched_at = now() - interval '23 hours 30 minutes'"
+        ),
     )
-    .bind(id)
-    .bind(status)
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    .await;
     id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_whose_clock_runs_an_hour_behind_never_resends_past_the_key_window() {
-    let h = Harness::with(mock_gateway::MockConfig::default(), |s| {
-        s.executor.max_age = Duration::from_secs(48 * 3600);
-    })
-    .await;
+    let h = harness_where_the_key_window_decides().await;
     let id = first_sent_23h30m_ago(&h, "pending").await;
 
     let report = h
@@ -140,24 +134,14 @@ async fn an_executor_whose_clock_runs_an_hour_behind_never_resends_past_the_key_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconciler_whose_clock_runs_an_hour_behind_never_requeues_past_the_key_window() {
-    let h = Harness::with(mock_gateway::MockConfig::default(), |s| {
-        s.executor.max_age = Duration::from_secs(48 * 3600);
-    })
-    .await;
+    let h = harness_where_the_key_window_decides().await;
     let id = first_sent_23h30m_ago(&h, "unknown").await;
 
-    let report = h
-        .reconciler()
-        .with_clock(skewed(false))
-        .run_once()
-        .await
-        .unwrap();
+    let report = reconcile_on_a_host(&h, skewed(false)).await;
 
     assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "needs_review");
     assert!(
-        row.review_reason.unwrap().contains("past the key window"),
+        h.review_reason(id).await.contains("past the key window"),
         "the gateway may have forgotten the key: a re-send could charge twice"
     );
 }

@@ -16,7 +16,7 @@ use tempfile::TempDir;
 use uuid::Uuid;
 
 use crate::support::nats_server::{free_port, NatsServer};
-use crate::support::{self, onecharge, Harness};
+use crate::support::{self, first_outcome, one_line_error, onecharge, Harness};
 
 /// A CA, a server certificate it signed for `IP:127.0.0.1` and `DNS:localhost`, and a
 /// second, unrelated CA (the "wrong root").
@@ -53,12 +53,7 @@ impl TestPki {
                 .current_dir(dir.path())
                 .output()
                 .expect("the openssl command line");
-            assert!(
-                out.status.success(),
-                "openssl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            support::assert_exited_ok(&out, &format!("openssl {}", args.join(" ")));
         };
         let new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
         for (name, cn) in [("ca", "onecharge test CA"), ("other-ca", "some other CA")] {
@@ -163,13 +158,7 @@ async fn the_executor_charges_an_https_gateway_whose_ca_is_in_gateway_ca_file() 
     let client = GatewayClient::from_settings(&h.settings).expect("a gateway client");
     let report = h.executor_with(client).run_once().await.unwrap();
 
-    assert!(
-        matches!(
-            report.attempts[0].outcome,
-            Some(GatewayOutcome::Succeeded { .. })
-        ),
-        "{report:?}"
-    );
+    assert_eq!(first_outcome(&report), Some("succeeded"), "{report:?}");
     assert_eq!(h.attempt(id).await.status, "succeeded");
     let ledger = h.gateway.ledger();
     assert_eq!(ledger.len(), 1);
@@ -199,17 +188,15 @@ async fn an_https_gateway_signed_by_an_unknown_ca_is_never_sent_a_charge() {
 
 #[test]
 fn an_unreadable_gateway_ca_file_exits_2_with_one_line_and_no_secret() {
-    let out = onecharge()
-        .args(["reconcile", "--once"])
-        .env_remove("RUST_LOG")
-        .env("ONECHARGE_GATEWAY_API_KEY", "sk_live_do_not_print_me")
-        .env("ONECHARGE_GATEWAY_URL", "https://127.0.0.1:9")
-        .env("ONECHARGE_GATEWAY_CA_FILE", "/nonexistent/gateway-ca.pem")
-        .output()
-        .expect("run onecharge");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let (code, stderr) = one_line_error(
+        onecharge()
+            .args(["reconcile", "--once"])
+            .env_remove("RUST_LOG")
+            .env("ONECHARGE_GATEWAY_API_KEY", "sk_live_do_not_print_me")
+            .env("ONECHARGE_GATEWAY_URL", "https://127.0.0.1:9")
+            .env("ONECHARGE_GATEWAY_CA_FILE", "/nonexistent/gateway-ca.pem"),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("gateway_ca_file (ONECHARGE_GATEWAY_CA_FILE): /nonexistent/gateway-ca.pem cannot be read"),
         "{stderr}"
@@ -302,17 +289,15 @@ async fn postgres_with_sslmode_verify_full_and_a_root_that_did_not_sign_the_serv
         wrong_root.ca().display()
     ))
     .replace("127.0.0.1", "localhost");
-    let out = onecharge()
-        .arg("setup")
-        .env_remove("RUST_LOG")
-        .env("ONECHARGE_DATABASE_URL", &url)
-        .env("SSL_CERT_FILE", no_roots.path().join("empty.pem"))
-        .env("SSL_CERT_DIR", no_roots.path())
-        .output()
-        .expect("run onecharge");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let (code, stderr) = one_line_error(
+        onecharge()
+            .arg("setup")
+            .env_remove("RUST_LOG")
+            .env("ONECHARGE_DATABASE_URL", &url)
+            .env("SSL_CERT_FILE", no_roots.path().join("empty.pem"))
+            .env("SSL_CERT_DIR", no_roots.path()),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.starts_with("error: cannot reach PostgreSQL at postgres://localhost:5432/postgres"),
         "{stderr}"
@@ -379,11 +364,7 @@ async fn a_tls_nats_server_trusted_through_nats_ca_file_stores_and_returns_a_com
         .unwrap()
         .await
         .expect("stored by JetStream");
-    let stream = broker
-        .jetstream
-        .get_stream(broker.names.commands_stream())
-        .await
-        .unwrap();
+    let stream = crate::support::commands_stream(&broker).await;
     let stored = stream
         .get_last_raw_message_by_subject(&subject)
         .await

@@ -38,13 +38,8 @@ async fn a_traceparent_on_a_command_is_the_parent_of_the_delivery_span() {
         format!("00-{trace_id}-{producer_span_id}-01").as_str(),
     );
     let body = serde_json::to_vec(&command(Uuid::new_v4(), json!({}))).unwrap();
-    env.broker
-        .jetstream
-        .publish_with_headers(env.broker.names.charge_subject(), headers, body.into())
-        .await
-        .expect("publish")
-        .await
-        .expect("publish ack");
+    env.publish_to(env.broker.names.charge_subject(), headers, &body)
+        .await;
 
     let report = intake.process_batch(WAIT).await.unwrap();
 

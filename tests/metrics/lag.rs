@@ -19,6 +19,14 @@ fn gauge(rendered: &str, name: &str, consumer: &str) -> Option<f64> {
         .map(|value| value.trim().parse().unwrap())
 }
 
+/// The (pending, ack pending) lag gauges of `consumer` in a Prometheus text rendering.
+fn lag_gauges(rendered: &str, consumer: &str) -> (Option<f64>, Option<f64>) {
+    (
+        gauge(rendered, "onecharge_intake_consumer_pending", consumer),
+        gauge(rendered, "onecharge_intake_consumer_ack_pending", consumer),
+    )
+}
+
 #[tokio::test]
 async fn the_consumer_lag_gauges_count_published_but_unsettled_commands_at_refresh_time() {
     let _recorder = crate::RECORDER.lock().await;
@@ -50,21 +58,8 @@ async fn the_consumer_lag_gauges_count_published_but_unsettled_commands_at_refre
     );
     let rendered = handle.render();
     assert_eq!(
-        gauge(
-            &rendered,
-            "onecharge_intake_consumer_pending",
-            &consumer_name
-        ),
-        Some(3.0),
-        "{rendered}"
-    );
-    assert_eq!(
-        gauge(
-            &rendered,
-            "onecharge_intake_consumer_ack_pending",
-            &consumer_name
-        ),
-        Some(0.0),
+        lag_gauges(&rendered, &consumer_name),
+        (Some(3.0), Some(0.0)),
         "{rendered}"
     );
 
@@ -80,21 +75,8 @@ async fn the_consumer_lag_gauges_count_published_but_unsettled_commands_at_refre
     refresher.refresh_consumer_lag().await.unwrap();
     let rendered = handle.render();
     assert_eq!(
-        gauge(
-            &rendered,
-            "onecharge_intake_consumer_pending",
-            &consumer_name
-        ),
-        Some(2.0),
-        "{rendered}"
-    );
-    assert_eq!(
-        gauge(
-            &rendered,
-            "onecharge_intake_consumer_ack_pending",
-            &consumer_name
-        ),
-        Some(1.0),
+        lag_gauges(&rendered, &consumer_name),
+        (Some(2.0), Some(1.0)),
         "{rendered}"
     );
 
@@ -102,14 +84,7 @@ async fn the_consumer_lag_gauges_count_published_but_unsettled_commands_at_refre
     let missing = DatabaseGaugesRefresher::new(env.store.clone())
         .with_intake_consumer(env.broker.clone(), "nobody-reads-this");
     assert!(missing.refresh_consumer_lag().await.is_err());
-    assert_eq!(
-        gauge(
-            &handle.render(),
-            "onecharge_intake_consumer_pending",
-            &consumer_name
-        ),
-        Some(2.0)
-    );
+    assert_eq!(lag_gauges(&handle.render(), &consumer_name).0, Some(2.0));
 }
 
 #[tokio::test]

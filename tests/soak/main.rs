@@ -28,7 +28,17 @@ fn seed(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn assert_promise_held(report: runner::SoakReport) {
+/// `SOAK_COMMANDS`, or `default`.
+fn commands(default: usize) -> usize {
+    std::env::var("SOAK_COMMANDS")
+        .ok()
+        .map(|s| s.parse().expect("SOAK_COMMANDS is a number"))
+        .unwrap_or(default)
+}
+
+/// Runs the soak and fails unless the promise held.
+async fn soak(config: SoakConfig) {
+    let report = runner::run(config).await;
     assert!(
         report.problems.is_empty(),
         "the promise did not hold ({} problems); first: {}",
@@ -37,9 +47,11 @@ fn assert_promise_held(report: runner::SoakReport) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_attempt_twice() {
-    let report = runner::run(SoakConfig {
+/// The short soak of the default `cargo test`: 1,500 commands, 40 every 600 ms, a kill
+/// every 1.5–3.5 s that keeps a process down 0.1–1.5 s, one broker restart. The Stripe soak
+/// keeps its pace.
+fn short_soak() -> SoakConfig {
+    SoakConfig {
         seed: seed(7),
         commands: 1_500,
         processes: 3,
@@ -52,22 +64,22 @@ async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_
         broker_restarts: 1,
         settle_timeout: Duration::from_secs(90),
         gateway: GatewayKind::Onecharge,
-    })
-    .await;
-    assert_promise_held(report);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_attempt_twice() {
+    soak(short_soak()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long soak: cargo test --release --test soak -- --ignored --nocapture"]
 async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts() {
-    let commands: usize = std::env::var("SOAK_COMMANDS")
-        .ok()
-        .map(|s| s.parse().expect("SOAK_COMMANDS is a number"))
-        .unwrap_or(20_000);
+    let commands = commands(20_000);
     let round_size = 100;
     // About 200 originals a second; a broker restart every minute or so of publishing.
     let rounds = commands * 100 / 122 / round_size + 1;
-    let report = runner::run(SoakConfig {
+    soak(SoakConfig {
         seed: seed(2026),
         commands,
         processes: 3,
@@ -82,30 +94,20 @@ async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts(
         gateway: GatewayKind::Onecharge,
     })
     .await;
-    assert_promise_held(report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "stripe soak: cargo test --release --test soak -- --ignored --nocapture stripe"]
 async fn the_stripe_connector_keeps_the_promise_through_crashes_broker_restarts_and_every_fault() {
-    let commands: usize = std::env::var("SOAK_COMMANDS")
-        .ok()
-        .map(|s| s.parse().expect("SOAK_COMMANDS is a number"))
-        .unwrap_or(3_000);
-    let report = runner::run(SoakConfig {
+    soak(SoakConfig {
         seed: seed(13),
-        commands,
-        processes: 3,
-        round_size: 40,
-        round_interval: Duration::from_millis(600),
-        kill_every: (Duration::from_millis(1500), Duration::from_millis(3500)),
-        down_for: (Duration::from_millis(100), Duration::from_millis(1500)),
+        commands: commands(3_000),
         min_kills: 8,
         max_kills: 200,
         broker_restarts: 2,
         settle_timeout: Duration::from_secs(180),
         gateway: GatewayKind::Stripe,
+        ..short_soak()
     })
     .await;
-    assert_promise_held(report);
 }

@@ -236,11 +236,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         .arg("setup")
         .output()
         .expect("run onecharge setup");
-    assert!(
-        setup.status.success(),
-        "onecharge setup failed: {}",
-        String::from_utf8_lossy(&setup.stderr)
-    );
+    crate::support::assert_exited_ok(&setup, "onecharge setup");
     let pool = PgPool::connect(&database_url).await.expect("soak database");
 
     let plan = std::sync::Arc::new(Plan::new(

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use mock_gateway::{
-    payment_methods, Charge, FaultConfig, MockConfig, RecordedRequest, ResponseClass, Stats,
+    payment_methods as pm, Charge, FaultConfig, MockConfig, RecordedRequest, ResponseClass, Stats,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -62,18 +62,8 @@ async fn an_invalid_fault_configuration_is_400_and_changes_nothing() {
 #[tokio::test]
 async fn the_ledger_endpoint_lists_every_committed_charge() {
     let app = spawn_gateway().await;
-    app.charge("key-1", &charge_body("attempt-1", "pm_card_visa"))
+    app.charge_each(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::FAULT_ERROR_BEFORE])
         .await;
-    app.charge(
-        "key-2",
-        &charge_body("attempt-2", payment_methods::CARD_DECLINED),
-    )
-    .await;
-    app.charge(
-        "key-3",
-        &charge_body("attempt-3", payment_methods::FAULT_ERROR_BEFORE),
-    )
-    .await;
 
     let ledger: Vec<Charge> = serde_json::from_value(app.admin_get("/__ledger").await).unwrap();
 
@@ -85,19 +75,11 @@ async fn the_ledger_endpoint_lists_every_committed_charge() {
 #[tokio::test]
 async fn the_stats_endpoint_counts_requests_by_response_class() {
     let app = spawn_gateway().await;
-    let body = charge_body("attempt-1", "pm_card_visa");
-    app.charge("key-1", &body).await;
-    app.charge("key-1", &body).await;
-    app.charge(
-        "key-2",
-        &charge_body("attempt-2", payment_methods::CARD_DECLINED),
-    )
-    .await;
-    app.charge(
-        "key-3",
-        &charge_body("attempt-3", payment_methods::FAULT_RATE_LIMIT),
-    )
-    .await;
+    app.charge_each(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::FAULT_RATE_LIMIT])
+        .await;
+    // The first charge again: a replay.
+    app.charge("key-1", &charge_body("attempt-1", "pm_card_visa"))
+        .await;
     app.lookup("key-1").await;
 
     let stats: Stats = serde_json::from_value(app.admin_get("/__stats").await).unwrap();
@@ -163,12 +145,7 @@ async fn the_request_log_keeps_only_the_most_recent_requests() {
 async fn unknown_paths_are_404_and_the_health_endpoint_answers() {
     let app = spawn_gateway().await;
 
-    let missing = app
-        .client
-        .get(format!("{}/v2/charges", app.url))
-        .send()
-        .await
-        .unwrap();
+    let missing = app.get("/v2/charges").await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert_eq!(app.admin_get("/__health").await, json!({"status": "ok"}));
 }
@@ -181,16 +158,12 @@ async fn shutdown_cuts_a_held_response_instead_of_waiting_for_it() {
     })
     .await;
     let held = tokio::spawn(
-        app.post_charge(
-            "key-1",
-            &charge_body("attempt-1", payment_methods::FAULT_HANG_AFTER),
-        )
-        .send(),
+        app.post_charge("key-1", &charge_body("attempt-1", pm::FAULT_HANG_AFTER))
+            .send(),
     );
-    wait_until("the response is held", Duration::from_secs(5), || {
-        app.gateway.stats().hung == 1
-    })
-    .await;
+    app.gateway
+        .wait_until("the response is held", |g| g.stats().hung == 1)
+        .await;
 
     within(Duration::from_secs(3), "shutdown", app.gateway.shutdown()).await;
 

@@ -285,24 +285,14 @@ async fn a_wrong_or_missing_api_key_is_401_for_charges_and_lookups_and_charges_n
 #[tokio::test]
 async fn lookup_returns_the_outcome_recorded_under_a_key_and_nothing_for_an_unknown_key() {
     let app = spawn_gateway().await;
-    let charged: Value = app
-        .charge(
-            "key-1",
-            &charge_body("attempt-1", payment_methods::CARD_VISA),
-        )
+    let mut answers = Vec::new();
+    for response in app
+        .charge_each(&[payment_methods::CARD_VISA, payment_methods::CARD_DECLINED])
         .await
-        .json()
-        .await
-        .unwrap();
-    let declined: Value = app
-        .charge(
-            "key-2",
-            &charge_body("attempt-2", payment_methods::CARD_DECLINED),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
+    {
+        answers.push(response.json::<Value>().await.unwrap());
+    }
+    let [charged, declined] = <[Value; 2]>::try_from(answers).unwrap();
 
     assert_eq!(app.lookup("key-1").await, vec![charged]);
     assert_eq!(app.lookup("key-2").await, vec![declined]);

@@ -33,12 +33,7 @@ async fn a_duplicate_sent_while_the_first_is_in_progress_gets_409_and_one_charge
         let body = body.clone();
         async move { app.charge("key-1", &body).await.status() }
     });
-    wait_until(
-        "the first request holds the key",
-        Duration::from_secs(5),
-        || app.gateway.stats().charges_in_progress == 1,
-    )
-    .await;
+    app.gateway.wait_for_charges_in_progress(1).await;
 
     let duplicate = app.charge("key-1", &body).await;
 
@@ -65,12 +60,7 @@ async fn different_parameters_while_the_first_is_in_progress_get_422() {
             .status()
         }
     });
-    wait_until(
-        "the first request holds the key",
-        Duration::from_secs(5),
-        || app.gateway.stats().charges_in_progress == 1,
-    )
-    .await;
+    app.gateway.wait_for_charges_in_progress(1).await;
 
     let mut other = charge_body("attempt-1", payment_methods::CARD_VISA);
     other["amount_minor"] = 5000.into();
@@ -191,17 +181,10 @@ async fn a_client_that_hangs_up_mid_charge_does_not_leave_the_key_in_progress() 
     let body = charge_body("attempt-1", payment_methods::CARD_VISA);
 
     let impatient = app
-        .post_charge("key-1", &body)
-        .timeout(Duration::from_millis(50))
-        .send()
+        .charge_giving_up_after(Duration::from_millis(50), "key-1", &body)
         .await;
     assert!(impatient.unwrap_err().is_timeout());
-    wait_until(
-        "the abandoned charge finishes",
-        Duration::from_secs(5),
-        || app.gateway.stats().charges_in_progress == 0,
-    )
-    .await;
+    app.gateway.wait_for_charges_in_progress(0).await;
 
     let retry = app.charge("key-1", &body).await;
     assert_eq!(

@@ -59,9 +59,7 @@ async fn pm_fault_hang_after_charges_and_outlasts_a_short_client_timeout() {
 
     let started = Instant::now();
     let first = app
-        .post_charge("key-1", &body)
-        .timeout(Duration::from_millis(300))
-        .send()
+        .charge_giving_up_after(Duration::from_millis(300), "key-1", &body)
         .await;
 
     let err = first.expect_err("the response is held past the client's timeout");
@@ -275,9 +273,7 @@ async fn pm_fault_slow_charge_stays_in_progress_past_the_client_timeout_then_cha
     let body = charge_body("attempt-1", payment_methods::FAULT_SLOW_CHARGE);
 
     let first = app
-        .post_charge("key-1", &body)
-        .timeout(Duration::from_millis(300))
-        .send()
+        .charge_giving_up_after(Duration::from_millis(300), "key-1", &body)
         .await;
     let err = first.expect_err("the gateway is still processing when the client gives up");
     assert!(err.is_timeout(), "{err:?}");

@@ -1,7 +1,7 @@
 //! Starts a real mock gateway on a free loopback port and talks to it over HTTP.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mock_gateway::{MockConfig, MockGateway};
 use reqwest::{RequestBuilder, Response, StatusCode};
@@ -67,6 +67,16 @@ impl TestGateway {
             .expect("the charge request gets a response")
     }
 
+    /// Charges each payment method in turn, the n-th (from 1) under `key-n` for `attempt-n`.
+    pub async fn charge_each(&self, payment_methods: &[&str]) -> Vec<Response> {
+        let mut responses = Vec::new();
+        for (n, payment_method) in (1..).zip(payment_methods) {
+            let body = charge_body(&format!("attempt-{n}"), payment_method);
+            responses.push(self.charge(&format!("key-{n}"), &body).await);
+        }
+        responses
+    }
+
     pub async fn lookup(&self, key: &str) -> Vec<Value> {
         let response = self
             .client
@@ -81,13 +91,24 @@ impl TestGateway {
         body["data"].as_array().expect("data is a list").clone()
     }
 
+    /// A charge from a client that gives up after `timeout`.
+    pub async fn charge_giving_up_after(
+        &self,
+        timeout: Duration,
+        key: &str,
+        body: &Value,
+    ) -> reqwest::Result<Response> {
+        self.post_charge(key, body).timeout(timeout).send().await
+    }
+
+    /// `GET {path}` without credentials (the `/__*` controls need none).
+    pub async fn get(&self, path: &str) -> Response {
+        let url = format!("{}{path}", self.url);
+        self.client.get(url).send().await.unwrap()
+    }
+
     pub async fn admin_get(&self, path: &str) -> Value {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .unwrap();
+        let response = self.get(path).await;
         assert_eq!(response.status(), StatusCode::OK, "GET {path}");
         response.json().await.unwrap()
     }
@@ -107,18 +128,6 @@ pub fn is_replay(response: &Response) -> bool {
         .headers()
         .get("idempotent-replayed")
         .is_some_and(|v| v == "true")
-}
-
-/// Waits for a condition on the gateway's state, failing after `deadline`.
-pub async fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(
-            started.elapsed() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 /// Fails a test that would otherwise hang.

@@ -275,13 +275,7 @@ async fn a_resend_while_the_first_request_runs_gets_409_idempotency_key_in_use()
         let request = app.stripe_request("/v1/payment_intents", Some("key-1"), &body);
         tokio::spawn(request.send())
     };
-    let gateway = &app.gateway;
-    wait_until(
-        "the first request holds its key",
-        Duration::from_secs(10),
-        || gateway.stats().charges_in_progress == 1,
-    )
-    .await;
+    app.gateway.wait_for_charges_in_progress(1).await;
 
     let resend = app.create("key-1", &body).await;
 
@@ -839,13 +833,7 @@ async fn a_processing_payment_intent_succeeds_by_itself_after_slow_charge_for() 
         .await;
     let id = json(response).await["id"].as_str().unwrap().to_owned();
 
-    let gateway = &app.gateway;
-    wait_until(
-        "the processing PaymentIntent is charged",
-        Duration::from_secs(10),
-        || gateway.ledger().len() == 1,
-    )
-    .await;
+    app.gateway.wait_for_ledger(1).await;
 
     let intent = json(app.retrieve(&id).await).await;
     assert_eq!(intent["status"], "succeeded");

@@ -8,13 +8,13 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use onecharge::broker::Broker;
 use onecharge::config::Settings;
+use onecharge::domain::PaymentAttemptId;
 use onecharge::intake::Intake;
 use onecharge::store::Store;
-use uuid::Uuid;
 
-use super::nats::stream_messages;
-use super::process::onecharge;
-use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
+use super::nats::{commands_stream, stream_messages};
+use super::process::run_onecharge;
+use super::throwaway::{own_settings, ThrowawayDatabase, ThrowawayNamespace};
 
 /// The operator (`USER`) as whom [`TestEnv::cli`] runs onecharge: what manual actions
 /// record as their actor.
@@ -39,15 +39,8 @@ impl TestEnv {
     pub async fn with_settings(adjust: impl FnOnce(&mut Settings)) -> Self {
         // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
         onecharge::tls::install_crypto_provider();
-        let database = ThrowawayDatabase::new();
-        let id = Uuid::new_v4().simple().to_string();
-        let mut settings = Settings {
-            database_url: database.url(),
-            nats_url: nats_url(),
-            namespace: format!("t{}", &id[..12]),
-            admin_addr: "127.0.0.1:0".parse().unwrap(),
-            ..Settings::default()
-        };
+        let (database, mut settings) = own_settings("t");
+        settings.admin_addr = "127.0.0.1:0".parse().unwrap();
         settings.intake.batch_size = 64;
         settings.intake.ack_wait = Duration::from_secs(2);
         settings.intake.max_deliver = 3;
@@ -86,13 +79,15 @@ impl TestEnv {
             headers.insert("Nats-Msg-Id", id);
         }
         headers.insert("Correlation-Id", "corr-test");
+        self.publish_to(self.broker.names.charge_subject(), headers, body)
+            .await
+    }
+
+    /// Publishes `body` with exactly `headers` to `subject`; returns the stream sequence.
+    pub async fn publish_to(&self, subject: String, headers: HeaderMap, body: &[u8]) -> u64 {
         self.broker
             .jetstream
-            .publish_with_headers(
-                self.broker.names.charge_subject(),
-                headers,
-                body.to_vec().into(),
-            )
+            .publish_with_headers(subject, headers, body.to_vec().into())
             .await
             .expect("publish")
             .await
@@ -114,6 +109,16 @@ impl TestEnv {
     /// Every message on this namespace's events stream, in order.
     pub async fn events(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
         stream_messages(&self.broker.jetstream, &self.broker.names.events_stream()).await
+    }
+
+    /// The status of one attempt, as stored.
+    pub async fn status(&self, id: impl Into<PaymentAttemptId>) -> String {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
+            .bind(id)
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap()
     }
 
     /// A scalar from the test database.
@@ -143,32 +148,13 @@ impl TestEnv {
     /// and namespace as [`OPERATOR`], with `RUST_LOG=warn` and `extra_env`; returns its exit
     /// code, stdout and stderr.
     pub async fn cli(&self, args: &[&str], extra_env: &[(&str, &str)]) -> (i32, String, String) {
-        let output = tokio::process::Command::from(onecharge())
-            .args(args)
-            .env("USER", OPERATOR)
-            .env("RUST_LOG", "warn")
-            .env("ONECHARGE_DATABASE_URL", &self.settings.database_url)
-            .env("ONECHARGE_NATS_URL", &self.settings.nats_url)
-            .env("ONECHARGE_NAMESPACE", &self.settings.namespace)
-            .envs(extra_env.iter().copied())
-            .output()
-            .await
-            .expect("the onecharge binary runs");
-        (
-            output.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
+        let env = [&[("USER", OPERATOR)], extra_env].concat();
+        run_onecharge(&self.settings, args, &env).await
     }
 
     /// (pending, ack pending) of the intake consumer: both 0 when everything was settled.
     pub async fn consumer_backlog(&self) -> (u64, usize) {
-        let stream = self
-            .broker
-            .jetstream
-            .get_stream(self.broker.names.commands_stream())
-            .await
-            .unwrap();
+        let stream = commands_stream(&self.broker).await;
         let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream
             .get_consumer(&self.settings.intake.consumer)
             .await

@@ -11,22 +11,21 @@ use mock_gateway::{MockConfig, MockGateway};
 use onecharge::broker::Broker;
 use onecharge::clock::ManualClock;
 use onecharge::config::Settings;
+use onecharge::domain::outcome::GatewayOutcome;
 use onecharge::domain::ChargePayment;
-use onecharge::domain::PaymentAttemptId;
-use onecharge::executor::Executor;
+use onecharge::domain::{AttemptStatus, PaymentAttemptId};
+use onecharge::executor::{Executor, ExecutorReport};
 use onecharge::gateway::{GatewayClient, GatewayHealth};
 use onecharge::reconciler::Reconciler;
 use onecharge::relay::Relay;
 use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
 use secrecy::SecretString;
-use sqlx::Row as _;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::command::record;
 use super::nats::stream_messages;
-use super::throwaway::{nats_url, ThrowawayDatabase, ThrowawayNamespace};
+use super::throwaway::{own_settings, ThrowawayDatabase, ThrowawayNamespace};
 
 /// The key the mock gateway accepts in these tests.
 pub const API_KEY: &str = "sk_test_executor_suite";
@@ -47,13 +46,7 @@ impl Harness {
     /// Lets the mock's slow charge finish (it charges) and waits until it is in the ledger.
     pub async fn finish_slow_charge(&self) {
         self.gateway.finish_slow_charges();
-        let gateway = &self.gateway;
-        wait_until(
-            "the gateway commits the slow charge",
-            Duration::from_secs(5),
-            || gateway.ledger().len() == 1,
-        )
-        .await;
+        self.gateway.wait_for_ledger(1).await;
     }
 
     /// The attempt succeeded with the gateway's one and only charge, and has exactly one
@@ -101,18 +94,11 @@ impl Harness {
         })
         .await
         .expect("the mock gateway starts");
-        let database = ThrowawayDatabase::new();
-        let id = Uuid::new_v4().simple().to_string();
-        let mut settings = Settings {
-            database_url: database.url(),
-            nats_url: nats_url(),
-            namespace: format!("x{}", &id[..12]),
-            gateway_url: gateway.base_url(),
-            gateway_api_key: Some(SecretString::from(API_KEY)),
-            gateway_connect_timeout: Duration::from_secs(1),
-            gateway_request_timeout: Duration::from_secs(2),
-            ..Settings::default()
-        };
+        let (database, mut settings) = own_settings("x");
+        settings.gateway_url = gateway.base_url();
+        settings.gateway_api_key = Some(SecretString::from(API_KEY));
+        settings.gateway_connect_timeout = Duration::from_secs(1);
+        settings.gateway_request_timeout = Duration::from_secs(2);
         settings.executor.lease = Duration::from_secs(10);
         settings.executor.poll_interval = Duration::from_millis(20);
         adjust(&mut settings);
@@ -198,6 +184,15 @@ impl Harness {
         .expect("a gateway client")
     }
 
+    /// Sends `request` to this test's mock with the right key, outside any executor: an
+    /// earlier try whose answer was lost, or another caller under the same key.
+    pub async fn charge_directly(
+        &self,
+        request: &onecharge::gateway::ChargeRequest,
+    ) -> onecharge::gateway::GatewayCall<GatewayOutcome> {
+        self.client_with_key(API_KEY).charge(request).await
+    }
+
     /// A client with the right key for a gateway at `url` (a closed port).
     pub fn client_with_url(&self, url: &str) -> GatewayClient {
         GatewayClient::new(
@@ -265,7 +260,7 @@ impl Harness {
     /// One attempt's row, for assertions.
     pub async fn attempt(&self, id: impl Into<PaymentAttemptId>) -> AttemptRow {
         let id: PaymentAttemptId = id.into();
-        let row = sqlx::query(
+        sqlx::query_as(
             "SELECT status, tries, lease_token, lease_owner, lease_expires_at, next_run_at,
                     dispatched_at, first_dispatched_at, gateway_charge_id, decline_code,
                     last_error, review_reason, idempotency_key, updated_at
@@ -274,23 +269,39 @@ impl Harness {
         .bind(id)
         .fetch_one(self.store.pool())
         .await
-        .expect("the attempt exists");
-        AttemptRow {
-            status: row.get("status"),
-            tries: row.get("tries"),
-            lease_token: row.get("lease_token"),
-            lease_owner: row.get("lease_owner"),
-            lease_expires_at: row.get("lease_expires_at"),
-            next_run_at: row.get("next_run_at"),
-            dispatched_at: row.get("dispatched_at"),
-            first_dispatched_at: row.get("first_dispatched_at"),
-            gateway_charge_id: row.get("gateway_charge_id"),
-            decline_code: row.get("decline_code"),
-            last_error: row.get("last_error"),
-            review_reason: row.get("review_reason"),
-            idempotency_key: row.get("idempotency_key"),
-            updated_at: row.get("updated_at"),
-        }
+        .expect("the attempt exists")
+    }
+
+    /// The review reason of an attempt that must be waiting for a person (`needs_review`).
+    pub async fn review_reason(&self, id: impl Into<PaymentAttemptId>) -> String {
+        let row = self.attempt(id).await;
+        assert_eq!(row.status, "needs_review");
+        row.review_reason.expect("a review reason")
+    }
+
+    /// Makes the database refuse every gateway charge id (a CHECK constraint): an answer
+    /// that names a charge can never be stored.
+    pub async fn refuse_charge_ids(&self) {
+        sqlx::query(
+            "ALTER TABLE payment_attempts ADD CONSTRAINT test_refuses_charge_ids
+             CHECK (gateway_charge_id IS NULL)",
+        )
+        .execute(self.store.pool())
+        .await
+        .unwrap();
+    }
+
+    /// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
+    /// database's clock), to arrange a past the test cannot wait for.
+    pub async fn set_attempt(&self, id: impl Into<PaymentAttemptId>, set: &str) {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query(&format!(
+            "UPDATE payment_attempts SET {set} WHERE payment_attempt_id = $1"
+        ))
+        .bind(id)
+        .execute(self.store.pool())
+        .await
+        .unwrap_or_else(|e| panic!("SET {set}: {e}"));
     }
 
     /// The attempt's transitions as (from, to, cause), in order.
@@ -298,15 +309,12 @@ impl Harness {
         &self,
         id: impl Into<PaymentAttemptId>,
     ) -> Vec<(Option<String>, String, String)> {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_as(
+        self.rows_about(
+            id.into(),
             "SELECT from_status, to_status, cause FROM attempt_transitions
              WHERE payment_attempt_id = $1 ORDER BY id",
         )
-        .bind(id)
-        .fetch_all(self.store.pool())
         .await
-        .unwrap()
     }
 
     /// The attempt's gateway calls as (try, lease token, http status, outcome, charge id), in order.
@@ -314,15 +322,12 @@ impl Harness {
         &self,
         id: impl Into<PaymentAttemptId>,
     ) -> Vec<(i32, Option<i64>, Option<i32>, String, Option<String>)> {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_as(
+        self.rows_about(
+            id.into(),
             "SELECT try_number, lease_token, http_status, outcome, gateway_charge_id FROM gateway_calls
              WHERE payment_attempt_id = $1 ORDER BY id",
         )
-        .bind(id)
-        .fetch_all(self.store.pool())
         .await
-        .unwrap()
     }
 
     /// The attempt's outbox events as (status, payload, headers).
@@ -330,12 +335,23 @@ impl Harness {
         &self,
         id: impl Into<PaymentAttemptId>,
     ) -> Vec<(String, serde_json::Value, serde_json::Value)> {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_as("SELECT status, payload, headers FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at")
+        self.rows_about(
+            id.into(),
+            "SELECT status, payload, headers FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at",
+        )
+        .await
+    }
+
+    /// Every row `sql` returns about one attempt (its id bound as `$1`).
+    async fn rows_about<T>(&self, id: PaymentAttemptId, sql: &str) -> Vec<T>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        sqlx::query_as(sql)
             .bind(id)
             .fetch_all(self.store.pool())
             .await
-            .unwrap()
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     pub async fn scalar(&self, sql: &str) -> i64 {
@@ -379,7 +395,7 @@ impl Harness {
 }
 
 /// An attempt row.
-#[derive(Debug)]
+#[derive(Debug, sqlx::FromRow)]
 pub struct AttemptRow {
     pub status: String,
     pub tries: i32,
@@ -399,15 +415,36 @@ pub struct AttemptRow {
     pub updated_at: OffsetDateTime,
 }
 
-/// Waits until `condition` holds, polling every 10 ms, failing the test after `deadline`.
-pub async fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
+/// One pass of `executor`, which must leave exactly one attempt in `status`; its report.
+pub async fn run_leaving_one_in(executor: &Executor, status: AttemptStatus) -> ExecutorReport {
+    let report = executor.run_once().await.unwrap();
+    assert_eq!(report.count(status), 1, "{report:?}");
+    report
+}
+
+/// The label ([`GatewayOutcome::label`], one per kind of answer) of the gateway outcome of
+/// the first attempt a run handled; `None` when it made no call.
+pub fn first_outcome(report: &ExecutorReport) -> Option<&'static str> {
+    report.attempts[0]
+        .outcome
+        .as_ref()
+        .map(GatewayOutcome::label)
+}
+
+/// Waits until the asynchronous `condition` holds, polling every 50 ms, failing the test
+/// after `deadline`.
+pub async fn eventually<F, Fut>(what: &str, deadline: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let started = Instant::now();
-    while !condition() {
+    while !condition().await {
         assert!(
             started.elapsed() < deadline,
             "timed out after {deadline:?} waiting until {what}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

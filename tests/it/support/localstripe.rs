@@ -58,6 +58,8 @@ use axum::response::{IntoResponse as _, Response};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::nats_server::free_port;
+
 /// Any `sk_…` key opens localstripe.
 pub const API_KEY: &str = "sk_test_localstripe";
 
@@ -103,14 +105,6 @@ fn executable() -> Result<PathBuf, String> {
             venv.display()
         ))
     }
-}
-
-/// A port nothing listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 impl Localstripe {
@@ -207,30 +201,18 @@ impl Localstripe {
             .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
             .collect::<Vec<_>>()
             .join("&");
-        let response = self
+        let request = self
             .http
             .post(format!("{}{path}", self.url))
-            .bearer_auth(API_KEY)
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("POST {path} to localstripe: {e}"));
-        let status = response.status().as_u16();
-        (status, response.json().await.expect("a JSON answer"))
+            .body(body);
+        answer(request, &format!("POST {path} to localstripe")).await
     }
 
     /// `GET {path}`; the JSON answer, whatever its status.
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(API_KEY)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {path} from localstripe: {e}"));
-        let status = response.status().as_u16();
-        (status, response.json().await.expect("a JSON answer"))
+        let request = self.http.get(format!("{}{path}", self.url));
+        answer(request, &format!("GET {path} from localstripe")).await
     }
 
     /// Creates a customer and returns its id (`cus_…`): a PaymentIntent's customer must exist.
@@ -242,34 +224,26 @@ impl Localstripe {
 
     /// Creates a card payment method from a Stripe test card number; returns its id (`pm_…`).
     pub async fn create_card(&self, number: &str) -> String {
-        let (status, method) = self
-            .post(
-                "/v1/payment_methods",
-                &[
-                    ("type", "card"),
-                    ("card[number]", number),
-                    ("card[exp_month]", "12"),
-                    ("card[exp_year]", "2034"),
-                    ("card[cvc]", "123"),
-                ],
-            )
-            .await;
-        assert_eq!(status, 200, "create payment method: {method}");
-        method["id"]
-            .as_str()
-            .expect("a payment method id")
-            .to_owned()
+        self.create_payment_method(&[
+            ("type", "card"),
+            ("card[number]", number),
+            ("card[exp_month]", "12"),
+            ("card[exp_year]", "2034"),
+            ("card[cvc]", "123"),
+        ])
+        .await
     }
 
     /// Creates a SEPA Direct Debit payment method from an IBAN; returns its id (`pm_…`).
     /// `DE62370400440532013001` is localstripe's failing IBAN: `processing`, then failed.
     pub async fn create_sepa_debit(&self, iban: &str) -> String {
-        let (status, method) = self
-            .post(
-                "/v1/payment_methods",
-                &[("type", "sepa_debit"), ("sepa_debit[iban]", iban)],
-            )
-            .await;
+        self.create_payment_method(&[("type", "sepa_debit"), ("sepa_debit[iban]", iban)])
+            .await
+    }
+
+    /// Creates a payment method from its form; returns its id (`pm_…`).
+    async fn create_payment_method(&self, form: &[(&str, &str)]) -> String {
+        let (status, method) = self.post("/v1/payment_methods", form).await;
         assert_eq!(status, 200, "create payment method: {method}");
         method["id"]
             .as_str()
@@ -523,4 +497,15 @@ async fn forward(
         axum::Json(body),
     )
         .into_response()
+}
+
+/// Sends `request` with the API key; the status and JSON answer, whatever the status.
+async fn answer(request: reqwest::RequestBuilder, what: &str) -> (u16, Value) {
+    let response = request
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON answer"))
 }

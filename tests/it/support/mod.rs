@@ -9,6 +9,7 @@
 //! - [`command`]: the one ChargePayment body, and the record intake makes of it;
 //! - [`nats`]: reading a stream's messages and their headers;
 //! - [`process`]: the `onecharge` binary, run the same way by every test;
+//! - [`served`]: [`Served`], the service running in the test's process with some roles;
 //! - [`nats_server`], [`cluster`]: `nats-server` processes of a test's own.
 #![allow(dead_code, unused_imports)]
 
@@ -21,14 +22,16 @@ pub mod nats;
 pub mod nats_server;
 pub mod pg_cluster;
 pub mod process;
+pub mod served;
 pub mod throwaway;
 
 pub use command::{command, intake_record, record};
 pub use env::TestEnv;
 pub use harness::{
-    charge_request, charge_request_with_amount, gateway_answering, refused_url, wait_until,
-    AttemptRow, Harness, API_KEY,
+    charge_request, charge_request_with_amount, eventually, first_outcome, gateway_answering,
+    refused_url, run_leaving_one_in, AttemptRow, Harness, API_KEY,
 };
-pub use nats::header;
-pub use process::{onecharge, sigterm};
+pub use nats::{commands_stream, edit_stream, header, shrink_duplicate_window, stream};
+pub use process::{assert_exited_ok, one_line_error, onecharge, sigterm};
+pub use served::Served;
 pub use throwaway::server_url;

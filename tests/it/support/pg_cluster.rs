@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::nats_server::free_port;
+use super::process::assert_exited_ok;
+
 /// Debian's PostgreSQL 15 binaries; `PG_BIN_DIR` points elsewhere.
 fn pg_bin(tool: &str) -> PathBuf {
     let dir = std::env::var("PG_BIN_DIR").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into());
@@ -26,13 +29,6 @@ fn pg_bin(tool: &str) -> PathBuf {
 
 /// Longest wait for a node to start, stream, or be promoted.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// `tool` of PostgreSQL, to be run as the `postgres` OS user when we are root.
 fn postgres_command(tool: &str) -> Command {
@@ -52,12 +48,7 @@ fn run_as_postgres(tool: &str, args: &[&str]) {
         .current_dir("/")
         .output()
         .unwrap_or_else(|e| panic!("cannot run {tool}: {e}"));
-    assert!(
-        output.status.success(),
-        "{tool} {args:?} failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_exited_ok(&output, &format!("{tool} {args:?}"));
 }
 
 fn is_root() -> bool {
@@ -120,7 +111,13 @@ impl PgNode {
         )
         .expect("configure the primary");
         chown_to_postgres(dir.path());
-        let mut node = Self {
+        Self::start_in(name, port, dir, data_dir)
+    }
+
+    /// Starts the server whose data directory `data_dir` (inside `dir`) is configured to
+    /// listen on `port`; it logs to `server.log` in `dir`.
+    fn start_in(name: &str, port: u16, dir: tempfile::TempDir, data_dir: PathBuf) -> PgNode {
+        let mut node = PgNode {
             name: name.into(),
             port,
             log_path: dir.path().join("server.log"),
@@ -170,16 +167,7 @@ impl PgNode {
         ));
         std::fs::write(data_dir.join("postgresql.auto.conf"), conf).unwrap();
         chown_to_postgres(dir.path());
-        let mut node = PgNode {
-            name: name.into(),
-            port: standby_port,
-            log_path: dir.path().join("server.log"),
-            data_dir,
-            running: false,
-            _dir: dir,
-        };
-        node.start();
-        node
+        Self::start_in(name, standby_port, dir, data_dir)
     }
 
     /// Starts a killed node again (crash recovery), as a forensic copy: it is not put back

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use onecharge::config::Settings;
+
 /// A `onecharge` command as it would run in a fresh shell: from an empty directory (no
 /// `onecharge.toml` is read), with nothing of this process's environment but `PATH` (neither
 /// the suite's own `ONECHARGE_*` and `TEST_*` variables, which onecharge would read as
@@ -19,6 +21,50 @@ pub fn onecharge() -> Command {
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .stdin(Stdio::null());
     command
+}
+
+/// Runs the `onecharge` binary against `settings`' database and namespace, with
+/// `RUST_LOG=warn` and `extra_env`; returns its exit code, stdout and stderr.
+pub async fn run_onecharge(
+    settings: &Settings,
+    args: &[&str],
+    extra_env: &[(&str, &str)],
+) -> (i32, String, String) {
+    let output = tokio::process::Command::from(onecharge())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .env("ONECHARGE_DATABASE_URL", &settings.database_url)
+        .env("ONECHARGE_NATS_URL", &settings.nats_url)
+        .env("ONECHARGE_NAMESPACE", &settings.namespace)
+        .envs(extra_env.iter().copied())
+        .output()
+        .await
+        .expect("the onecharge binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs `command` to its end; its exit code and its stderr, which must be one line: every
+/// error onecharge reports says in one line what went wrong.
+pub fn one_line_error(command: &mut Command) -> (Option<i32>, String) {
+    let output = command.output().expect("run onecharge");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    (output.status.code(), stderr)
+}
+
+/// Fails the test, saying `what` ran and what it wrote, unless the process exited 0.
+pub fn assert_exited_ok(output: &std::process::Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what} exited with {:?}: {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// Sends SIGTERM to process `pid`, as a supervisor stopping it would (with the `kill`

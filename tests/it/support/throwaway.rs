@@ -9,6 +9,7 @@
 use std::future::Future;
 
 use onecharge::broker::Names;
+use onecharge::config::Settings;
 use uuid::Uuid;
 
 /// PostgreSQL server without a database; override with TEST_DATABASE_URL.
@@ -19,6 +20,21 @@ pub fn server_url() -> String {
 /// The shared NATS server; override with TEST_NATS_URL.
 pub fn nats_url() -> String {
     std::env::var("TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+/// Settings that reach a database of this test's own (returned with its guard), the shared
+/// NATS server and a namespace of the test's own (`prefix` and 12 hex digits); the rest are
+/// the defaults.
+pub fn own_settings(prefix: &str) -> (ThrowawayDatabase, Settings) {
+    let database = ThrowawayDatabase::new();
+    let id = Uuid::new_v4().simple().to_string();
+    let settings = Settings {
+        database_url: database.url(),
+        nats_url: nats_url(),
+        namespace: format!("{prefix}{}", &id[..12]),
+        ..Settings::default()
+    };
+    (database, settings)
 }
 
 /// A database name of this test's own (`<prefix>_<uuid>`), dropped `WITH (FORCE)` when the
