@@ -6,11 +6,15 @@
 //! `cargo test --release --test soak -- --ignored --nocapture` and reads
 //! `SOAK_COMMANDS` and `SOAK_SEED`. The Stripe variant (the `stripe`
 //! connector against the mock's Stripe dialect, same faults and kills) is ignored too:
-//! `cargo test --release --test soak stripe -- --ignored --nocapture`.
+//! `cargo test --release --test soak stripe -- --ignored --nocapture`. The cluster variants
+//! (`cluster.rs`: three `nats-server`s, R3 streams, stream leaders killed) run with
+//! `cargo test --test soak cluster:: -- --nocapture` (the short one) and `-- --ignored`.
 
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod broker;
+mod cluster;
 mod fleet;
 mod mix;
 mod runner;
@@ -18,17 +22,18 @@ mod verify;
 
 use std::time::Duration;
 
+use broker::Topology;
 use onecharge::gateway::GatewayKind;
 use runner::SoakConfig;
 
-fn seed(default: u64) -> u64 {
+pub(crate) fn seed(default: u64) -> u64 {
     std::env::var("SOAK_SEED")
         .ok()
         .map(|s| s.parse().expect("SOAK_SEED is a number"))
         .unwrap_or(default)
 }
 
-fn assert_promise_held(report: runner::SoakReport) {
+pub(crate) fn assert_promise_held(report: runner::SoakReport) {
     assert!(
         report.problems.is_empty(),
         "the promise did not hold ({} problems); first: {}",
@@ -52,6 +57,7 @@ async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_
         broker_restarts: 1,
         settle_timeout: Duration::from_secs(90),
         gateway: GatewayKind::Onecharge,
+        topology: Topology::Single,
     })
     .await;
     assert_promise_held(report);
@@ -80,6 +86,7 @@ async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts(
         broker_restarts: (rounds / 120).max(2),
         settle_timeout: Duration::from_secs(300),
         gateway: GatewayKind::Onecharge,
+        topology: Topology::Single,
     })
     .await;
     assert_promise_held(report);
@@ -105,6 +112,7 @@ async fn the_stripe_connector_keeps_the_promise_through_crashes_broker_restarts_
         broker_restarts: 2,
         settle_timeout: Duration::from_secs(180),
         gateway: GatewayKind::Stripe,
+        topology: Topology::Single,
     })
     .await;
     assert_promise_held(report);

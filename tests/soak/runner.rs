@@ -16,9 +16,9 @@ use rand::{Rng as _, SeedableRng as _};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::broker::{SoakBroker, Topology};
 use crate::fleet::{self, onecharge, Fleet};
 use crate::mix::{self, Kind, Plan};
-use crate::support::nats_server::NatsServer;
 use crate::support::throwaway::{server_url, ThrowawayDatabase};
 use crate::verify::{self, Observed};
 
@@ -41,8 +41,11 @@ pub struct SoakConfig {
     /// and never more than `max_kills`.
     pub min_kills: usize,
     pub max_kills: usize,
-    /// Broker restarts, spread over the publishing time.
+    /// Broker faults, spread over the publishing time: restarts of the one server, or on a
+    /// cluster SIGKILLs of a stream's leader (one server down at a time).
     pub broker_restarts: usize,
+    /// One server, or a three-node cluster with R3 streams.
+    pub topology: Topology,
     /// Longest wait for quiescence once the killing stopped.
     pub settle_timeout: Duration,
     /// The protocol onecharge and the mock gateway speak.
@@ -101,6 +104,7 @@ fn config_file(
     dir: &Path,
     database_url: &str,
     nats_url: &str,
+    replicas: usize,
     gateway: &MockGateway,
     api_key: &str,
     namespace: &str,
@@ -135,6 +139,9 @@ retry_max_delay = "1s"
 in_progress_delay = "300ms"
 credentials_probe_interval = "1s"
 breaker_cooldown = "1s"
+
+[streams]
+replicas = {replicas}
 
 [relay]
 poll_interval = "50ms"
@@ -176,15 +183,16 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let names = Names::new(&namespace);
     let mut rng = StdRng::seed_from_u64(config.seed);
     println!(
-        "soak: seed {}, ~{} commands, {} serve processes, gateway {}; work dir {}",
+        "soak: seed {}, ~{} commands, {} serve processes, gateway {}, broker {:?}; work dir {}",
         config.seed,
         config.commands,
         config.processes,
         config.gateway.as_str(),
+        config.topology,
         dir.display()
     );
 
-    let mut nats = NatsServer::start(&dir).await;
+    let mut nats = SoakBroker::start(&dir, config.topology).await;
     let api_key = format!("sk_soak_{}", &tag[8..]);
     let gateway = MockGateway::start(MockConfig {
         api_key: api_key.clone(),
@@ -206,6 +214,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         &dir,
         &database_url,
         &nats.url(),
+        nats.replicas(),
         &gateway,
         &api_key,
         &namespace,
@@ -217,7 +226,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let client = async_nats::ConnectOptions::new()
         .retry_on_initial_connect()
         .max_reconnects(None)
-        .connect(nats.url())
+        .connect(nats.urls())
         .await
         .expect("connect to the soak's nats-server");
     let jetstream = async_nats::jetstream::new(client);
@@ -227,6 +236,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
             subjects: vec![format!("{namespace}.payments.commands.>")],
             storage: async_nats::jetstream::stream::StorageType::File,
             duplicate_window: Duration::from_millis(100),
+            num_replicas: nats.replicas(),
             max_age: Duration::from_secs(24 * 3600),
             ..Default::default()
         })
@@ -283,17 +293,18 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         if broker_restarts < config.broker_restarts
             && (chaos_started.elapsed() >= restart_at[broker_restarts] || publisher.is_finished())
         {
-            nats.kill();
             let down = between(
                 &mut rng,
                 (Duration::from_millis(500), Duration::from_millis(2000)),
             );
-            println!(
-                "  {:>5.1}s broker killed, down for {down:?}",
-                started.elapsed().as_secs_f64()
-            );
-            tokio::time::sleep(down).await;
-            nats.start_again().await;
+            let at = started.elapsed().as_secs_f64();
+            let streams = [
+                names.commands_stream(),
+                names.events_stream(),
+                names.dlq_stream(),
+            ];
+            let what = nats.fault(broker_restarts, down, &streams).await;
+            println!("  {at:>5.1}s {what}");
             broker_restarts += 1;
             continue;
         }
@@ -381,9 +392,10 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let stats = gateway.stats();
     let event_copies = observed.events.len();
     println!(
-        "soak summary (seed {}, gateway {})",
+        "soak summary (seed {}, gateway {}, broker {:?})",
         config.seed,
-        config.gateway.as_str()
+        config.gateway.as_str(),
+        config.topology
     );
     println!(
         "  messages published        {} ({} originals, {} producer retries, {} business duplicates, {} conflicts, {} invalid); {} publishes retried after a broker error",
@@ -405,7 +417,12 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     for exit in &fleet.unexpected_exits {
         println!("    {exit}");
     }
-    println!("  broker restarts           {broker_restarts}");
+    match config.topology {
+        Topology::Single => println!("  broker restarts           {broker_restarts}"),
+        Topology::Cluster => println!(
+            "  stream leaders killed     {broker_restarts} (one server of three at a time, R3 streams)"
+        ),
+    }
     println!(
         "  payment attempts          {} (of {} published)",
         observed.attempts.len(),
@@ -423,6 +440,10 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         observed.ledger.len() - observed.succeeded_charges(),
         stats.requests,
         stats.lookups
+    );
+    println!(
+        "  onecharge publish retries {} (serve log lines \"publish not acknowledged\")",
+        fleet::count_lines(&dir, "publish not acknowledged")
     );
     println!(
         "  killed mid-charge         {} attempts whose lease expired",
