@@ -58,11 +58,13 @@ pub struct SoakReport {
     pub problems: Vec<verify::Problem>,
 }
 
-/// The soak's database and work directory: removed at the end, kept when the run failed
-/// (the paths are printed) so the logs and rows can be read.
+/// The soak's database and work directory: removed at the end, kept when the run panicked
+/// or found a problem (the paths are printed) so the logs and rows can be read.
 struct Workspace {
     dir: Option<tempfile::TempDir>,
-    database: ThrowawayDatabase,
+    database: Option<ThrowawayDatabase>,
+    /// Set when the checks found a problem (the caller's assertion fails after the drop).
+    keep: bool,
 }
 
 impl Workspace {
@@ -73,9 +75,10 @@ impl Workspace {
 
 impl Drop for Workspace {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || self.keep {
             let dir = self.dir.take().expect("work dir").keep();
             eprintln!("soak failed: kept its logs in {}", dir.display());
+            drop(self.database.take().map(|d| d.kept(true)));
         }
     }
 }
@@ -175,10 +178,13 @@ pub async fn run(config: SoakConfig) -> SoakReport {
                 .tempdir()
                 .expect("tempdir"),
         ),
-        database: ThrowawayDatabase::named(&server_url(), "onecharge_test_soak").kept_if_failing(),
+        database: Some(
+            ThrowawayDatabase::named(&server_url(), "onecharge_test_soak").kept_if_failing(),
+        ),
+        keep: false,
     };
     let dir = workspace.path().to_owned();
-    let database_url = workspace.database.url();
+    let database_url = workspace.database.as_ref().expect("database").url();
     let namespace = format!("soak-{}", &tag[..8]);
     let names = Names::new(&namespace);
     let mut rng = StdRng::seed_from_u64(config.seed);
@@ -469,6 +475,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         for problem in problems.iter().take(50) {
             println!("  {}", problem.text);
         }
+        print_where_unrecorded_messages_are(&problems, &jetstream, &names).await;
         let mut shown = std::collections::HashSet::new();
         for id in problems.iter().filter_map(|p| p.attempt) {
             if shown.len() >= 5 {
@@ -482,7 +489,37 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     drop(fleet);
     gateway.shutdown().await;
     drop(nats);
+    let mut workspace = workspace;
+    workspace.keep = !problems.is_empty();
+    drop(workspace);
     SoakReport { problems }
+}
+
+/// For each valid message never recorded as processed, the command stream's sequences that
+/// hold it: none means JetStream lost an acknowledged publish, some means intake did.
+async fn print_where_unrecorded_messages_are(
+    problems: &[verify::Problem],
+    jetstream: &async_nats::jetstream::Context,
+    names: &Names,
+) {
+    let unrecorded: Vec<&str> = problems
+        .iter()
+        .filter_map(|p| p.text.strip_prefix("valid message "))
+        .filter(|t| t.ends_with(" was never recorded as processed"))
+        .filter_map(|t| t.split(' ').next())
+        .collect();
+    if unrecorded.is_empty() {
+        return;
+    }
+    let commands = verify::stream_messages(jetstream, &names.commands_stream()).await;
+    for id in unrecorded {
+        let sequences: Vec<u64> = commands
+            .iter()
+            .filter(|m| m.header("Nats-Msg-Id") == Some(id))
+            .map(|m| m.sequence)
+            .collect();
+        println!("  the command stream holds {id} at sequences {sequences:?}");
+    }
 }
 
 /// `onecharge attempts show <id> --json`: the evidence for a report.

@@ -74,6 +74,7 @@ impl NatsCluster {
             _temp: None,
         };
         cluster.wait_for_meta_leader().await;
+        cluster.wait_for_three_peers().await;
         cluster
     }
 
@@ -118,6 +119,47 @@ impl NatsCluster {
                 self.dir.display()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the meta leader knows all three servers: an R3 stream created before that
+    /// is refused with "no suitable peers for placement" (seen). Creates and deletes a probe
+    /// stream in memory until it can.
+    async fn wait_for_three_peers(&self) {
+        let deadline = Instant::now() + DEADLINE;
+        let config = serde_json::json!({
+            "name": "CLUSTER_PROBE",
+            "subjects": ["cluster-probe"],
+            "num_replicas": 3,
+            "storage": "memory",
+        });
+        loop {
+            if let Ok(client) = async_nats::connect(self.url(0)).await {
+                let created = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    client.request(
+                        "$JS.API.STREAM.CREATE.CLUSTER_PROBE",
+                        config.to_string().into(),
+                    ),
+                )
+                .await;
+                let answer: Option<Value> = match created {
+                    Ok(Ok(reply)) => serde_json::from_slice(&reply.payload).ok(),
+                    _ => None,
+                };
+                if answer.is_some_and(|a| a.get("error").is_none()) {
+                    let _ = client
+                        .request("$JS.API.STREAM.DELETE.CLUSTER_PROBE", "".into())
+                        .await;
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster could not place a stream on three servers in time; logs in {}",
+                self.dir.display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
