@@ -98,6 +98,10 @@ impl SoakBroker {
                     .filter(|(_, leader)| *leader == victim)
                     .map(|(stream, _)| stream.as_str())
                     .collect();
+                let consumer_leader = cluster
+                    .consumer_leader(&streams[0], "onecharge-intake")
+                    .await;
+                let led_consumer = consumer_leader.as_deref() == Some(victim.as_str());
                 cluster.kill(&victim);
                 let killed = Instant::now();
                 tokio::time::sleep(down).await;
@@ -118,11 +122,16 @@ impl SoakBroker {
                 }
                 *last_victim = Some(victim.clone());
                 format!(
-                    "server {victim} SIGKILLed (leader of {}), down for {was_down:.1?}; new leaders {}; all replicas current again",
+                    "server {victim} SIGKILLed (leader of {}{}), down for {was_down:.1?}; new leaders {}; all replicas current again",
                     if led.is_empty() {
                         "no stream".to_owned()
                     } else {
                         led.join(", ")
+                    },
+                    if led_consumer {
+                        " and of the intake consumer"
+                    } else {
+                        ""
                     },
                     if new_leaders.is_empty() {
                         "-".to_owned()

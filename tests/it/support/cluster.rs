@@ -188,6 +188,14 @@ impl NatsCluster {
             .to_owned()
     }
 
+    /// The name of the server leading a consumer's replicas now, if one does.
+    pub async fn consumer_leader(&self, stream: &str, consumer: &str) -> Option<String> {
+        let info = self
+            .api(&format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"))
+            .await?;
+        info["cluster"]["leader"].as_str().map(str::to_owned)
+    }
+
     /// Asks the stream's leader to step down; another replica is elected.
     pub async fn step_down(&self, stream: &str) {
         let answer = self
