@@ -106,8 +106,7 @@ fn soak_faults() -> FaultConfig {
 fn config_file(
     dir: &Path,
     database_url: &str,
-    nats_url: &str,
-    replicas: usize,
+    broker: &SoakBroker,
     gateway: &MockGateway,
     api_key: &str,
     namespace: &str,
@@ -155,6 +154,8 @@ schedule = ["1s", "2s", "4s"]
 poll_interval = "200ms"
 claim_hold = "3s"
 "#,
+        nats_url = broker.url(),
+        replicas = broker.replicas(),
         gateway_url = gateway.base_url(),
         gateway_kind = gateway_kind.as_str(),
     );
@@ -219,8 +220,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let config_path = config_file(
         &dir,
         &database_url,
-        &nats.url(),
-        nats.replicas(),
+        &nats,
         &gateway,
         &api_key,
         &namespace,
