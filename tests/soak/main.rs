@@ -8,7 +8,7 @@
 //! connector against the mock's Stripe dialect, same faults and kills) is ignored too:
 //! `cargo test --release --test soak stripe -- --ignored --nocapture`. The cluster variants
 //! (`cluster.rs`: three `nats-server`s, R3 streams, stream leaders killed) run with
-//! `cargo test --test soak cluster:: -- --nocapture` (the short one) and `-- --ignored`.
+//! `cargo test --test soak cluster:: -- --ignored --nocapture` (both are ignored: docs/soak.md).
 
 #[path = "../it/support/mod.rs"]
 mod support;
