@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run --release --example bench_intake -- [--commands 20000] [--batch-size 256] [--concurrency 2] [--instances 1]
 //! cargo run --release --example bench_intake -- --commands 20000 --batch-size 64,256 --concurrency 1,2,4 --instances 1,2 [--ceiling]
+//! cargo run --release --example bench_intake -- --commands 20000 --cluster --replicas 1,3 --instances 1,2
 //! ```
 //!
 //! - `--batch-size`, `--concurrency`, `--instances` take comma-separated lists. An instance
@@ -20,8 +21,15 @@
 //!   a tenth of `--commands` (at least 500), as it does side by side. `--ceiling` adds the
 //!   direct-to-PostgreSQL ceiling of each combination and intake's share of it.
 //!
-//! Needs PostgreSQL on 127.0.0.1:5432 and NATS JetStream on 127.0.0.1:4222. Each mode and
-//! each combination gets a fresh database and namespace, dropped afterwards.
+//! - `--cluster` runs against a three-node JetStream cluster of the benchmark's own
+//!   (`nats-server` processes on free loopback ports, as the cluster tests start them;
+//!   `NATS_SERVER_BIN` overrides `/usr/sbin/nats-server`) instead of 127.0.0.1:4222, and
+//!   `--replicas` (a list) sets `streams.replicas` of each run's streams; the sweep's table
+//!   then gains a `replicas` column, the outermost loop.
+//!
+//! Needs PostgreSQL on 127.0.0.1:5432 and NATS JetStream on 127.0.0.1:4222 (unless
+//! `--cluster`). Each mode and each combination gets a fresh database and namespace,
+//! dropped afterwards.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +50,11 @@ mod support;
 use support::thousands;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
+// `cluster` finds its servers at `super::nats_server`.
+#[path = "../tests/it/support/cluster.rs"]
+mod cluster;
+#[path = "../tests/it/support/nats_server.rs"]
+mod nats_server;
 use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
 
 #[derive(Debug, clap::Parser)]
@@ -64,6 +77,12 @@ struct Args {
     /// In a sweep, also measure each combination's direct-to-PostgreSQL ceiling
     #[arg(long)]
     ceiling: bool,
+    /// Run against a three-node NATS cluster of the benchmark's own instead of 127.0.0.1:4222
+    #[arg(long)]
+    cluster: bool,
+    /// Replicas of each run's streams (streams.replicas); a list sweeps; above 1 needs --cluster
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize])]
+    replicas: Vec<usize>,
 }
 
 impl Args {
@@ -72,6 +91,8 @@ impl Args {
             || self.batch_size.len() > 1
             || self.concurrency.len() > 1
             || self.instances.len() > 1
+            || self.replicas.len() > 1
+            || self.cluster
     }
 
     /// Single-message mode is ten times slower; it runs fewer commands to finish as soon.
@@ -90,6 +111,8 @@ struct Shape {
     batch_size: usize,
     concurrency: usize,
     instances: usize,
+    /// `streams.replicas`.
+    replicas: usize,
 }
 
 fn body(i: usize) -> Vec<u8> {
@@ -115,7 +138,7 @@ struct Environment {
     _database: ThrowawayDatabase,
 }
 
-async fn environment(tag: &str, shape: Shape) -> anyhow::Result<Environment> {
+async fn environment(tag: &str, shape: Shape, nats_url: &str) -> anyhow::Result<Environment> {
     let database = ThrowawayDatabase::named(
         "postgres://127.0.0.1:5432",
         &format!("onecharge_bench_{tag}"),
@@ -124,8 +147,10 @@ async fn environment(tag: &str, shape: Shape) -> anyhow::Result<Environment> {
     let mut settings = Settings {
         database_url: database.url(),
         namespace: format!("bench{tag}{id}"),
+        nats_url: nats_url.to_owned(),
         ..Settings::default()
     };
+    settings.streams.replicas = shape.replicas;
     settings.intake.batch_size = shape.batch_size;
     settings.intake.concurrency = shape.concurrency;
     settings.validate()?;
@@ -134,7 +159,9 @@ async fn environment(tag: &str, shape: Shape) -> anyhow::Result<Environment> {
     let pool_size = (shape.concurrency * shape.instances).max(8) as u32;
     let store = Store::connect(&settings.database_url, pool_size).await?;
     let broker = Broker::connect(&settings).await?;
-    let namespace = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
+    // The throwaway's own client takes one URL; any server of a cluster deletes the streams.
+    let first_server = settings.nats_url.split(',').next().unwrap_or_default();
+    let namespace = ThrowawayNamespace::new(first_server, &broker.names);
     broker.ensure_streams().await?;
     Ok(Environment {
         settings,
@@ -279,9 +306,9 @@ async fn run_direct(
 
 /// Measures `n` commands through intake (`direct` false) or straight to PostgreSQL with
 /// `concurrency × instances` transactions in flight (`direct` true), in a fresh environment.
-async fn measure(shape: Shape, n: usize, direct: bool) -> anyhow::Result<Duration> {
+async fn measure(shape: Shape, n: usize, direct: bool, nats_url: &str) -> anyhow::Result<Duration> {
     let tag = if shape.batch_size == 1 { "s" } else { "b" };
-    let env = environment(tag, shape).await?;
+    let env = environment(tag, shape, nats_url).await?;
     let (settings, store, broker) = (&env.settings, &env.store, &env.broker);
     let elapsed = if direct {
         run_direct(
@@ -310,11 +337,12 @@ fn cores() -> usize {
 }
 
 /// Batch mode, single-message mode and the direct ceiling side by side, with their ratios.
-async fn side_by_side(args: &Args) -> anyhow::Result<()> {
+async fn side_by_side(args: &Args, nats_url: &str) -> anyhow::Result<()> {
     let shape = Shape {
         batch_size: args.batch_size[0],
         concurrency: args.concurrency[0],
         instances: args.instances[0],
+        replicas: args.replicas[0],
     };
     let single_n = args.commands_for(1);
     let instances = if shape.instances == 1 {
@@ -348,6 +376,7 @@ async fn side_by_side(args: &Args) -> anyhow::Result<()> {
             },
             n,
             direct,
+            nats_url,
         )
         .await?;
         let rate = n as f64 / elapsed.as_secs_f64();
@@ -369,13 +398,23 @@ async fn side_by_side(args: &Args) -> anyhow::Result<()> {
 }
 
 /// One markdown table row per combination of batch size, concurrency and instances.
-async fn sweep(args: &Args) -> anyhow::Result<()> {
+async fn sweep(args: &Args, nats_url: &str) -> anyhow::Result<()> {
+    let broker = if args.cluster {
+        "a three-node NATS cluster"
+    } else {
+        "NATS at 127.0.0.1:4222"
+    };
     println!(
-        "intake scaling: {} commands per run (batch size 1: {}), {} cores",
+        "intake scaling: {} commands per run (batch size 1: {}), {broker}, {} cores",
         args.commands,
         args.commands_for(1),
         cores()
     );
+    let (replicas_header, replicas_rule) = if args.cluster {
+        ("| replicas ", "|---:")
+    } else {
+        ("", "")
+    };
     let ceiling_header = if args.ceiling {
         " direct ceiling | of ceiling |"
     } else {
@@ -383,32 +422,41 @@ async fn sweep(args: &Args) -> anyhow::Result<()> {
     };
     let ceiling_rule = if args.ceiling { "---:|---:|" } else { "" };
     println!(
-        "| batch size | concurrency | instances | commands | commands/s | vs first row |{ceiling_header}"
+        "{replicas_header}| batch size | concurrency | instances | commands | commands/s | vs first row |{ceiling_header}"
     );
-    println!("|---:|---:|---:|---:|---:|---:|{ceiling_rule}");
+    println!("{replicas_rule}|---:|---:|---:|---:|---:|---:|{ceiling_rule}");
     let mut first = None;
-    for &batch_size in &args.batch_size {
-        for &concurrency in &args.concurrency {
-            for &instances in &args.instances {
-                let shape = Shape {
-                    batch_size,
-                    concurrency,
-                    instances,
-                };
-                let n = args.commands_for(batch_size);
-                let rate = n as f64 / measure(shape, n, false).await?.as_secs_f64();
-                let first = *first.get_or_insert(rate);
-                let ceiling = if args.ceiling {
-                    let direct = n as f64 / measure(shape, n, true).await?.as_secs_f64();
-                    format!(" {} | {:.0} % |", thousands(direct), 100.0 * rate / direct)
-                } else {
-                    String::new()
-                };
-                println!(
-                    "| {batch_size} | {concurrency} | {instances} | {n} | {} | {:.2}× |{ceiling}",
-                    thousands(rate),
-                    rate / first
-                );
+    for &replicas in &args.replicas {
+        for &batch_size in &args.batch_size {
+            for &concurrency in &args.concurrency {
+                for &instances in &args.instances {
+                    let shape = Shape {
+                        batch_size,
+                        concurrency,
+                        instances,
+                        replicas,
+                    };
+                    let n = args.commands_for(batch_size);
+                    let rate = n as f64 / measure(shape, n, false, nats_url).await?.as_secs_f64();
+                    let first = *first.get_or_insert(rate);
+                    let ceiling = if args.ceiling {
+                        let direct =
+                            n as f64 / measure(shape, n, true, nats_url).await?.as_secs_f64();
+                        format!(" {} | {:.0} % |", thousands(direct), 100.0 * rate / direct)
+                    } else {
+                        String::new()
+                    };
+                    let replicas = if args.cluster {
+                        format!("| {replicas} ")
+                    } else {
+                        String::new()
+                    };
+                    println!(
+                        "{replicas}| {batch_size} | {concurrency} | {instances} | {n} | {} | {:.2}× |{ceiling}",
+                        thousands(rate),
+                        rate / first
+                    );
+                }
             }
         }
     }
@@ -435,9 +483,27 @@ async fn main() -> anyhow::Result<()> {
             settings.validate()?;
         }
     }
+    anyhow::ensure!(
+        args.replicas.iter().all(|&r| r == 1) || args.cluster,
+        "--replicas above 1 needs --cluster (the NATS at 127.0.0.1:4222 is one server)"
+    );
+    for &replicas in &args.replicas {
+        let mut settings = Settings::default();
+        settings.streams.replicas = replicas;
+        settings.validate()?;
+    }
+    // Kept running until the end; killed on drop.
+    let nats_cluster = match args.cluster {
+        true => Some(cluster::NatsCluster::start().await),
+        false => None,
+    };
+    let nats_url = match &nats_cluster {
+        Some(cluster) => cluster.urls(),
+        None => Settings::default().nats_url,
+    };
     if args.is_sweep() {
-        sweep(&args).await
+        sweep(&args, &nats_url).await
     } else {
-        side_by_side(&args).await
+        side_by_side(&args, &nats_url).await
     }
 }

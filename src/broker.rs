@@ -133,8 +133,18 @@ pub async fn connect_client(settings: &Settings) -> anyhow::Result<async_nats::C
         Some(path) => crate::tls::read_ca_file("nats_ca_file (ONECHARGE_NATS_CA_FILE)", path)?,
         None => Vec::new(),
     };
+    // A comma-separated list names several servers of one cluster: the client tries them in
+    // turn, so a process that starts while one is down connects to another.
+    let servers: Vec<&str> = settings
+        .nats_url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     let require_tls = settings.nats_ca_file.is_some()
-        || settings.nats_url.to_ascii_lowercase().starts_with("tls://");
+        || servers
+            .iter()
+            .any(|s| s.to_ascii_lowercase().starts_with("tls://"));
     let tls = crate::tls::client_config(extra_roots).map_err(|err| {
         crate::config::ConfigError(format!("nats_ca_file (ONECHARGE_NATS_CA_FILE): {err:#}"))
     })?;
@@ -144,7 +154,7 @@ pub async fn connect_client(settings: &Settings) -> anyhow::Result<async_nats::C
         .name("onecharge")
         .tls_client_config(tls)
         .require_tls(require_tls)
-        .connect(&settings.nats_url);
+        .connect(servers);
     tokio::time::timeout(Duration::from_secs(8), client)
         .await
         .map_err(|_| anyhow::anyhow!("timed out"))

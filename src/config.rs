@@ -34,7 +34,8 @@ pub struct UsageError(pub String);
 pub struct Settings {
     /// PostgreSQL URL. `setup` creates the database when it is missing.
     pub database_url: String,
-    /// NATS server URL. `tls://host:port` requires TLS.
+    /// NATS server URL, or several of one cluster separated by commas. `tls://host:port`
+    /// requires TLS.
     pub nats_url: String,
     /// PEM file of CA certificates trusted for NATS's TLS, besides the system's roots
     /// (a private CA). Setting it also requires TLS, whatever the URL's scheme.

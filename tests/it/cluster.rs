@@ -211,3 +211,23 @@ async fn commands_published_while_the_command_streams_leader_steps_down_are_each
 async fn commands_published_while_the_command_streams_leader_is_killed_are_each_stored_once() {
     assert_each_stored_once_through_an_election(200, true).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_given_all_three_urls_creates_the_replicated_streams_while_the_first_server_is_down()
+{
+    let mut cluster = NatsCluster::start().await;
+    let database = ThrowawayDatabase::new();
+    // `nats_url` lists every server; the first one is down, as it may be when a process
+    // starts during a server's restart.
+    let settings = settings(cluster.urls(), database.url());
+    cluster.kill("n0");
+    onecharge::app::setup(&settings)
+        .await
+        .expect("setup through the servers that are up");
+
+    let names = onecharge::broker::Names::new(&settings.namespace);
+    for stream in [names.commands_stream(), names.events_stream()] {
+        let info = cluster.stream_info(&stream).await;
+        assert_eq!(info["config"]["num_replicas"], 3, "{stream}: {info}");
+    }
+}

@@ -216,3 +216,15 @@ pub fn panics(dir: &Path) -> Vec<String> {
     }
     out
 }
+
+/// Lines of the serve logs in `dir` that contain `text`.
+pub fn count_lines(dir: &Path, text: &str) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("serve-") {
+            let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            n += log.lines().filter(|l| l.contains(text)).count();
+        }
+    }
+    n
+}

@@ -6,11 +6,15 @@
 //! `cargo test --release --test soak -- --ignored --nocapture` and reads
 //! `SOAK_COMMANDS` and `SOAK_SEED`. The Stripe variant (the `stripe`
 //! connector against the mock's Stripe dialect, same faults and kills) is ignored too:
-//! `cargo test --release --test soak stripe -- --ignored --nocapture`.
+//! `cargo test --release --test soak stripe -- --ignored --nocapture`. The cluster variants
+//! (`cluster.rs`: three `nats-server`s, R3 streams, stream leaders killed) run with
+//! `cargo test --test soak cluster:: -- --ignored --nocapture` (both are ignored: docs/soak.md).
 
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod broker;
+mod cluster;
 mod fleet;
 mod mix;
 mod runner;
@@ -18,10 +22,11 @@ mod verify;
 
 use std::time::Duration;
 
+use broker::Topology;
 use onecharge::gateway::GatewayKind;
 use runner::SoakConfig;
 
-fn seed(default: u64) -> u64 {
+pub(crate) fn seed(default: u64) -> u64 {
     std::env::var("SOAK_SEED")
         .ok()
         .map(|s| s.parse().expect("SOAK_SEED is a number"))
@@ -29,7 +34,7 @@ fn seed(default: u64) -> u64 {
 }
 
 /// `SOAK_COMMANDS`, or `default`.
-fn commands(default: usize) -> usize {
+pub(crate) fn commands(default: usize) -> usize {
     std::env::var("SOAK_COMMANDS")
         .ok()
         .map(|s| s.parse().expect("SOAK_COMMANDS is a number"))
@@ -37,8 +42,11 @@ fn commands(default: usize) -> usize {
 }
 
 /// Runs the soak and fails unless the promise held.
-async fn soak(config: SoakConfig) {
-    let report = runner::run(config).await;
+pub(crate) async fn soak(config: SoakConfig) {
+    assert_promise_held(runner::run(config).await);
+}
+
+fn assert_promise_held(report: runner::SoakReport) {
     assert!(
         report.problems.is_empty(),
         "the promise did not hold ({} problems); first: {}",
@@ -64,6 +72,7 @@ fn short_soak() -> SoakConfig {
         broker_restarts: 1,
         settle_timeout: Duration::from_secs(90),
         gateway: GatewayKind::Onecharge,
+        topology: Topology::Single,
     }
 }
 
@@ -92,6 +101,7 @@ async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts(
         broker_restarts: (rounds / 120).max(2),
         settle_timeout: Duration::from_secs(300),
         gateway: GatewayKind::Onecharge,
+        topology: Topology::Single,
     })
     .await;
 }

@@ -16,9 +16,9 @@ use rand::{Rng as _, SeedableRng as _};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::broker::{SoakBroker, Topology};
 use crate::fleet::{self, onecharge, Fleet};
 use crate::mix::{self, Kind, Plan};
-use crate::support::nats_server::NatsServer;
 use crate::support::throwaway::{server_url, ThrowawayDatabase};
 use crate::verify::{self, Observed};
 
@@ -41,8 +41,11 @@ pub struct SoakConfig {
     /// and never more than `max_kills`.
     pub min_kills: usize,
     pub max_kills: usize,
-    /// Broker restarts, spread over the publishing time.
+    /// Broker faults, spread over the publishing time: restarts of the one server, or on a
+    /// cluster SIGKILLs of a stream's leader (one server down at a time).
     pub broker_restarts: usize,
+    /// One server, or a three-node cluster with R3 streams.
+    pub topology: Topology,
     /// Longest wait for quiescence once the killing stopped.
     pub settle_timeout: Duration,
     /// The protocol onecharge and the mock gateway speak.
@@ -55,11 +58,13 @@ pub struct SoakReport {
     pub problems: Vec<verify::Problem>,
 }
 
-/// The soak's database and work directory: removed at the end, kept when the run failed
-/// (the paths are printed) so the logs and rows can be read.
+/// The soak's database and work directory: removed at the end, kept when the run panicked
+/// or found a problem (the paths are printed) so the logs and rows can be read.
 struct Workspace {
     dir: Option<tempfile::TempDir>,
-    database: ThrowawayDatabase,
+    database: Option<ThrowawayDatabase>,
+    /// Set when the checks found a problem (the caller's assertion fails after the drop).
+    keep: bool,
 }
 
 impl Workspace {
@@ -70,9 +75,10 @@ impl Workspace {
 
 impl Drop for Workspace {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || self.keep {
             let dir = self.dir.take().expect("work dir").keep();
             eprintln!("soak failed: kept its logs in {}", dir.display());
+            drop(self.database.take().map(|d| d.kept(true)));
         }
     }
 }
@@ -100,7 +106,7 @@ fn soak_faults() -> FaultConfig {
 fn config_file(
     dir: &Path,
     database_url: &str,
-    nats_url: &str,
+    broker: &SoakBroker,
     gateway: &MockGateway,
     api_key: &str,
     namespace: &str,
@@ -136,6 +142,9 @@ in_progress_delay = "300ms"
 credentials_probe_interval = "1s"
 breaker_cooldown = "1s"
 
+[streams]
+replicas = {replicas}
+
 [relay]
 poll_interval = "50ms"
 publish_timeout = "2s"
@@ -145,6 +154,8 @@ schedule = ["1s", "2s", "4s"]
 poll_interval = "200ms"
 claim_hold = "3s"
 "#,
+        nats_url = broker.url(),
+        replicas = broker.replicas(),
         gateway_url = gateway.base_url(),
         gateway_kind = gateway_kind.as_str(),
     );
@@ -168,23 +179,27 @@ pub async fn run(config: SoakConfig) -> SoakReport {
                 .tempdir()
                 .expect("tempdir"),
         ),
-        database: ThrowawayDatabase::named(&server_url(), "onecharge_test_soak").kept_if_failing(),
+        database: Some(
+            ThrowawayDatabase::named(&server_url(), "onecharge_test_soak").kept_if_failing(),
+        ),
+        keep: false,
     };
     let dir = workspace.path().to_owned();
-    let database_url = workspace.database.url();
+    let database_url = workspace.database.as_ref().expect("database").url();
     let namespace = format!("soak-{}", &tag[..8]);
     let names = Names::new(&namespace);
     let mut rng = StdRng::seed_from_u64(config.seed);
     println!(
-        "soak: seed {}, ~{} commands, {} serve processes, gateway {}; work dir {}",
+        "soak: seed {}, ~{} commands, {} serve processes, gateway {}, broker {:?}; work dir {}",
         config.seed,
         config.commands,
         config.processes,
         config.gateway.as_str(),
+        config.topology,
         dir.display()
     );
 
-    let mut nats = NatsServer::start(&dir).await;
+    let mut nats = SoakBroker::start(&dir, config.topology).await;
     let api_key = format!("sk_soak_{}", &tag[8..]);
     let gateway = MockGateway::start(MockConfig {
         api_key: api_key.clone(),
@@ -205,7 +220,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let config_path = config_file(
         &dir,
         &database_url,
-        &nats.url(),
+        &nats,
         &gateway,
         &api_key,
         &namespace,
@@ -217,7 +232,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let client = async_nats::ConnectOptions::new()
         .retry_on_initial_connect()
         .max_reconnects(None)
-        .connect(nats.url())
+        .connect(nats.urls())
         .await
         .expect("connect to the soak's nats-server");
     let jetstream = async_nats::jetstream::new(client);
@@ -227,6 +242,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
             subjects: vec![format!("{namespace}.payments.commands.>")],
             storage: async_nats::jetstream::stream::StorageType::File,
             duplicate_window: Duration::from_millis(100),
+            num_replicas: nats.replicas(),
             max_age: Duration::from_secs(24 * 3600),
             ..Default::default()
         })
@@ -279,17 +295,18 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         if broker_restarts < config.broker_restarts
             && (chaos_started.elapsed() >= restart_at[broker_restarts] || publisher.is_finished())
         {
-            nats.kill();
             let down = between(
                 &mut rng,
                 (Duration::from_millis(500), Duration::from_millis(2000)),
             );
-            println!(
-                "  {:>5.1}s broker killed, down for {down:?}",
-                started.elapsed().as_secs_f64()
-            );
-            tokio::time::sleep(down).await;
-            nats.start_again().await;
+            let at = started.elapsed().as_secs_f64();
+            let streams = [
+                names.commands_stream(),
+                names.events_stream(),
+                names.dlq_stream(),
+            ];
+            let what = nats.fault(broker_restarts, down, &streams).await;
+            println!("  {at:>5.1}s {what}");
             broker_restarts += 1;
             continue;
         }
@@ -377,9 +394,10 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let stats = gateway.stats();
     let event_copies = observed.events.len();
     println!(
-        "soak summary (seed {}, gateway {})",
+        "soak summary (seed {}, gateway {}, broker {:?})",
         config.seed,
-        config.gateway.as_str()
+        config.gateway.as_str(),
+        config.topology
     );
     println!(
         "  messages published        {} ({} originals, {} producer retries, {} business duplicates, {} conflicts, {} invalid); {} publishes retried after a broker error",
@@ -401,7 +419,12 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     for exit in &fleet.unexpected_exits {
         println!("    {exit}");
     }
-    println!("  broker restarts           {broker_restarts}");
+    match config.topology {
+        Topology::Single => println!("  broker restarts           {broker_restarts}"),
+        Topology::Cluster => println!(
+            "  stream leaders killed     {broker_restarts} (one server of three at a time, R3 streams)"
+        ),
+    }
     println!(
         "  payment attempts          {} (of {} published)",
         observed.attempts.len(),
@@ -419,6 +442,10 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         observed.ledger.len() - observed.succeeded_charges(),
         stats.requests,
         stats.lookups
+    );
+    println!(
+        "  onecharge publish retries {} (serve log lines \"publish not acknowledged\")",
+        fleet::count_lines(&dir, "publish not acknowledged")
     );
     println!(
         "  killed mid-charge         {} attempts whose lease expired",
@@ -444,6 +471,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         for problem in problems.iter().take(50) {
             println!("  {}", problem.text);
         }
+        print_where_unrecorded_messages_are(&problems, &jetstream, &names).await;
         let mut shown = std::collections::HashSet::new();
         for id in problems.iter().filter_map(|p| p.attempt) {
             if shown.len() >= 5 {
@@ -457,7 +485,37 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     drop(fleet);
     gateway.shutdown().await;
     drop(nats);
+    let mut workspace = workspace;
+    workspace.keep = !problems.is_empty();
+    drop(workspace);
     SoakReport { problems }
+}
+
+/// For each valid message never recorded as processed, the command stream's sequences that
+/// hold it: none means JetStream lost an acknowledged publish, some means intake did.
+async fn print_where_unrecorded_messages_are(
+    problems: &[verify::Problem],
+    jetstream: &async_nats::jetstream::Context,
+    names: &Names,
+) {
+    let unrecorded: Vec<&str> = problems
+        .iter()
+        .filter_map(|p| p.text.strip_prefix("valid message "))
+        .filter(|t| t.ends_with(" was never recorded as processed"))
+        .filter_map(|t| t.split(' ').next())
+        .collect();
+    if unrecorded.is_empty() {
+        return;
+    }
+    let commands = verify::stream_messages(jetstream, &names.commands_stream()).await;
+    for id in unrecorded {
+        let sequences: Vec<u64> = commands
+            .iter()
+            .filter(|m| m.header("Nats-Msg-Id") == Some(id))
+            .map(|m| m.sequence)
+            .collect();
+        println!("  the command stream holds {id} at sequences {sequences:?}");
+    }
 }
 
 /// `onecharge attempts show <id> --json`: the evidence for a report.

@@ -38,6 +38,8 @@ pub struct ProcessedRow {
 /// A message read back from a stream: its headers and body.
 #[derive(Debug)]
 pub struct StreamMessage {
+    /// The stream sequence it was read at.
+    pub sequence: u64,
     pub headers: HashMap<String, String>,
     pub body: Vec<u8>,
 }
@@ -153,7 +155,7 @@ impl Observed {
 }
 
 /// Every message a stream holds, in order.
-async fn stream_messages(jetstream: &jetstream::Context, name: &str) -> Vec<StreamMessage> {
+pub async fn stream_messages(jetstream: &jetstream::Context, name: &str) -> Vec<StreamMessage> {
     let mut stream = jetstream.get_stream(name).await.expect("stream");
     let last = stream
         .info()
@@ -167,6 +169,7 @@ async fn stream_messages(jetstream: &jetstream::Context, name: &str) -> Vec<Stre
         .buffered(32)
         .filter_map(|m| async move { m })
         .map(|m| StreamMessage {
+            sequence: m.sequence,
             headers: m
                 .headers
                 .iter()
