@@ -32,6 +32,7 @@ async fn run_demo(seed: u64, gateway: Option<onecharge::gateway::GatewayKind>) {
         timeout: Duration::from_secs(90),
         keep: false,
         gateway,
+        console: false,
     };
     run(&settings, args).await.expect("the promise held");
 }
