@@ -1,21 +1,23 @@
 //! Admin HTTP (contract §6): liveness, readiness, Prometheus metrics and the operator API.
-//! Bound to 127.0.0.1 by default; `/api/*` requires the admin token when one is configured.
+//! Bound to 127.0.0.1 by default; `/api/*` requires the admin token or a named operator's
+//! token when either is configured (a viewer's token may only read). The operator console
+//! (`crate::console`) is mounted under `/console/`.
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{Extension, Path, Query, Request, State};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
-use secrecy::{ExposeSecret as _, SecretString};
-use sha2::{Digest as _, Sha256};
-use subtle::ConstantTimeEq as _;
+use secrecy::SecretString;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
+use crate::console::access::Principal;
+use crate::console::Console;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
 use crate::gateway::GatewayHealth;
@@ -38,6 +40,9 @@ pub struct AdminState {
     /// endpoint enforces them exactly as `onecharge attempts resolve` does, and the
     /// listings show when each attempt's window closes.
     pub retry_window: RetryWindow,
+    /// The named operators, the console's sessions and settings
+    /// (`Console::from_settings`; `Console::default()`: no operators, default settings).
+    pub console: Console,
 }
 
 /// The admin router: health, readiness, metrics, and the operator API under `/api`.
@@ -47,15 +52,13 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/attempts/{id}", get(show_attempt))
         .route("/api/attempts/{id}/resolve", post(resolve_attempt))
         .route("/api/stats", get(stats))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            require_admin_token,
-        ));
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize_api));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(api)
+        .merge(crate::console::router(state.clone()))
         .with_state(state)
 }
 
@@ -132,33 +135,46 @@ impl From<ResolveError> for ApiError {
     }
 }
 
-/// When an admin token is configured, `/api/*` needs `Authorization: Bearer <token>`.
-/// Compared in constant time (over SHA-256 digests, so the length leaks nothing either).
-async fn require_admin_token(
+/// When an admin token or named operators are configured, `/api/*` needs
+/// `Authorization: Bearer <token>` of one of them (compared in constant time over SHA-256
+/// digests, see `Operators::authenticate`), and a viewer's token only reads: anything but
+/// GET is 403 with why. The principal found is handed to the handler, which records its
+/// actor (`admin-api` for the admin token and an open API, `operator:<name>` otherwise).
+async fn authorize_api(
     State(state): State<AdminState>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    if let Some(expected) = &state.admin_token {
+    let principal = if crate::console::is_open(&state) {
+        Principal::admin_token()
+    } else {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token);
-        let matches = presented.is_some_and(|token| {
-            let presented = Sha256::digest(token.trim().as_bytes());
-            let expected = Sha256::digest(expected.expose_secret().as_bytes());
-            bool::from(presented.ct_eq(&expected))
+        let found = presented.and_then(|token| {
+            state
+                .console
+                .operators
+                .authenticate(state.admin_token.as_ref(), token)
         });
-        if !matches {
+        let Some(principal) = found else {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                "this API needs Authorization: Bearer <admin_token>",
+                "this API needs Authorization: Bearer <admin_token or an operator's token>",
             )
             .into_response();
-        }
+        };
+        principal
+    };
+    let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+    if !reads && !principal.may_act() {
+        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", principal.refusal())
+            .into_response();
     }
+    request.extensions_mut().insert(principal);
     next.run(request).await
 }
 
@@ -263,14 +279,16 @@ async fn show_attempt(
     })
 }
 
-/// The actor recorded for decisions taken through the API.
-pub const API_ACTOR: &str = "admin-api";
+/// The actor recorded for decisions taken through the API with the shared admin token (or
+/// on an open API); a named operator's are `operator:<name>`.
+pub const API_ACTOR: &str = crate::console::access::ADMIN_TOKEN_ACTOR;
 
 /// `POST /api/attempts/{id}/resolve` with `{"as": "succeeded|declined|retry", "reason": …,
 /// "gateway_charge_id": …, "decline_code": …}`: the decision of `attempts resolve`. Answers
 /// `{"resolution": …, "attempt": <as GET /api/attempts/{id}>}`.
 async fn resolve_attempt(
     State(state): State<AdminState>,
+    Extension(principal): Extension<Principal>,
     id: Result<Path<PaymentAttemptId>, PathRejection>,
     body: Result<Json<ResolveRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -278,8 +296,15 @@ async fn resolve_attempt(
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let now = OffsetDateTime::now_utc();
     let store = &state.store;
-    let resolution =
-        resolve::resolve(store, id, &request, API_ACTOR, &state.retry_window, now).await?;
+    let resolution = resolve::resolve(
+        store,
+        id,
+        &request,
+        &principal.actor,
+        &state.retry_window,
+        now,
+    )
+    .await?;
     let attempt = attempts::show(store, id, now, &state.retry_window)
         .await
         .map_err(ApiError::internal)?;

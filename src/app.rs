@@ -376,6 +376,7 @@ impl Application {
             admin_token: self.settings.admin_token.clone(),
             gateway_health,
             retry_window: RetryWindow::from_settings(&self.settings),
+            console: crate::console::Console::from_settings(&self.settings),
         };
         roles.spawn(
             "admin",

@@ -77,6 +77,9 @@ pub enum Command {
     Dlq(crate::operator::DlqCommand),
     /// Delete dedupe rows older than purge.dedupe_retention (also runs inside `serve`)
     Purge(crate::operator::purge::PurgeArgs),
+    /// Named operators of the console and the admin API
+    #[command(subcommand)]
+    Operators(crate::console::access::OperatorsCommand),
     /// Settle ambiguous attempts by looking them up at the gateway (continuously, or one pass)
     Reconcile {
         /// One pass over everything due now, print what it did, and exit
@@ -173,6 +176,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Attempts(command) => crate::operator::run_attempts(&settings, command).await,
             Command::Dlq(command) => crate::operator::run_dlq(&settings, command).await,
             Command::Purge(args) => crate::operator::purge::run_purge(&settings, args).await,
+            Command::Operators(command) => crate::console::access::run_operators(command),
             Command::Reconcile { once } => crate::reconciler::run_command(settings, once).await,
         }
     });

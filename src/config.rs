@@ -64,6 +64,15 @@ pub struct Settings {
     /// anyone who reaches the address could read attempts and resolve them.
     #[serde(default)]
     pub insecure_admin: bool,
+    /// Named operators (`[[operators]]` in the file): each signs in to the console, or calls
+    /// `/api/*`, with its own token, and every action it takes is recorded as
+    /// `operator:<name>`. The file holds only the token's SHA-256 (`onecharge operators
+    /// new-token` mints a pair), never the token.
+    #[serde(default)]
+    pub operators: Vec<OperatorSetting>,
+    /// The operator console under `/console/` (sessions and their cookie).
+    #[serde(default)]
+    pub console: ConsoleSettings,
     /// Prefix for stream names and subjects, so that several deployments (the demo, tests)
     /// can share one broker. Empty in production: the contract's names are used unchanged.
     pub namespace: String,
@@ -123,6 +132,63 @@ pub struct Settings {
     pub database: DatabaseSettings,
     #[serde(default)]
     pub streams: StreamsSettings,
+}
+
+/// One named operator (`[[operators]]`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorSetting {
+    /// Recorded as the actor of every action (`operator:<name>`): letters, digits, `_`, `-`
+    /// and `.`, at most 64.
+    pub name: String,
+    /// `viewer` reads; `operator` also acts (resolve, recheck, replay, bulk actions).
+    pub role: OperatorRole,
+    /// The hex SHA-256 of the operator's token. Tokens are random and long (`onecharge
+    /// operators new-token`), so one unsalted hash is enough to keep the token out of the
+    /// file; a guessable password would need a slow hash instead.
+    pub token_sha256: String,
+}
+
+/// What a named operator may do.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OperatorRole {
+    /// Reads every page and `GET /api/*`; every action is refused with why.
+    Viewer,
+    /// Reads and acts.
+    Operator,
+}
+
+impl OperatorRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Viewer => "viewer",
+            Self::Operator => "operator",
+        }
+    }
+}
+
+/// The operator console's sessions.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleSettings {
+    /// How long a console sign-in lasts (sessions live in the memory of the instance that
+    /// signed the operator in).
+    #[serde(with = "bounded_duration")]
+    pub session_ttl: Duration,
+    /// Marks the session cookie `Secure`, so a browser sends it over https only. Set it
+    /// when the console is reached through an https proxy; a plain-http loopback console
+    /// needs it off.
+    pub secure_cookie: bool,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        Self {
+            session_ttl: Duration::from_secs(8 * 3600),
+            secure_cookie: false,
+        }
+    }
 }
 
 /// How `setup` (and `serve`) create the three streams when they are missing. An existing
@@ -530,6 +596,8 @@ impl Default for Settings {
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             admin_token: None,
             insecure_admin: false,
+            operators: Vec::new(),
+            console: ConsoleSettings::default(),
             namespace: String::new(),
             log_format: LogFormat::Human,
             otlp_endpoint: None,
@@ -671,7 +739,11 @@ impl Settings {
     /// `admin_token`, unless `insecure_admin` says the operator means it: anyone who could
     /// reach the address could read every attempt and resolve the ones in review.
     pub fn check_admin_exposure(&self) -> Result<(), ConfigError> {
-        if self.admin_addr.ip().is_loopback() || self.admin_token.is_some() || self.insecure_admin {
+        if self.admin_addr.ip().is_loopback()
+            || self.admin_token.is_some()
+            || !self.operators.is_empty()
+            || self.insecure_admin
+        {
             return Ok(());
         }
         Err(ConfigError(format!(
@@ -693,6 +765,8 @@ impl Settings {
         self.check_executor()?;
         self.relay.check()?;
         self.check_admin_token()?;
+        self.check_operators()?;
+        self.console.check()?;
         self.purge.check()?;
         self.check_reconciler()?;
         self.check_database()?;
@@ -820,6 +894,41 @@ impl Settings {
         )
     }
 
+    /// Each operator named once, with a role and the 64 hex digits of a SHA-256; no two
+    /// sharing a token. The messages name the operator, never the hash.
+    fn check_operators(&self) -> Result<(), ConfigError> {
+        let mut names = std::collections::HashSet::new();
+        let mut hashes = std::collections::HashSet::new();
+        for (i, operator) in self.operators.iter().enumerate() {
+            let name = &operator.name;
+            require(
+                (1..=64).contains(&name.chars().count())
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)),
+                &format!("operators[{i}].name"),
+                "must be 1 to 64 letters, digits, `_`, `-` or `.`",
+            )?;
+            require(
+                names.insert(name.as_str()),
+                &format!("operators[{i}].name"),
+                format_args!("`{name}` is named twice: give each operator its own name"),
+            )?;
+            let hash = operator.token_sha256.trim().to_ascii_lowercase();
+            require(
+                hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+                &format!("operators[{i}].token_sha256 (operator `{name}`)"),
+                "must be the 64 hex digits of the token's SHA-256 (onecharge operators new-token prints one)",
+            )?;
+            require(
+                hashes.insert(hash),
+                &format!("operators[{i}].token_sha256 (operator `{name}`)"),
+                "is the same as another operator's: each operator needs a token of their own",
+            )?;
+        }
+        Ok(())
+    }
+
     fn check_reconciler(&self) -> Result<(), ConfigError> {
         let reconciler = &self.reconciler;
         require(
@@ -864,6 +973,17 @@ impl Settings {
             .map(|key| key.expose_secret())
             .filter(|key| !key.is_empty())
             .ok_or_else(|| ConfigError("gateway_api_key is not set: set ONECHARGE_GATEWAY_API_KEY (or gateway_api_key in onecharge.toml)".into()))
+    }
+}
+
+impl ConsoleSettings {
+    fn check(&self) -> Result<(), ConfigError> {
+        require(
+            self.session_ttl >= Duration::from_secs(60)
+                && self.session_ttl <= Duration::from_secs(7 * 86_400),
+            "console.session_ttl (ONECHARGE_CONSOLE__SESSION_TTL)",
+            "must be between 1m and 7days",
+        )
     }
 }
 
@@ -1253,6 +1373,81 @@ mod tests {
             assert_eq!(s.intake.max_command_age, Duration::from_secs(7200));
             Ok(())
         });
+    }
+
+    #[test]
+    fn operators_are_read_from_the_file_and_each_mistake_is_one_line_without_the_hash() {
+        const HASH: &str = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8";
+        let entry = |name: &str, role: &str, hash: &str| {
+            format!(
+                "[[operators]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\n"
+            )
+        };
+        figment::Jail::expect_with(|jail| {
+            let load = |jail: &mut figment::Jail, text: String| {
+                jail.create_file("ops.toml", &text).unwrap();
+                Settings::load(Some(Path::new("ops.toml")), &Overrides::default())
+            };
+            let s = load(
+                jail,
+                entry("ada", "operator", HASH) + &entry("vic", "viewer", &HASH.replace('5', "6")),
+            )
+            .unwrap();
+            assert_eq!(s.operators.len(), 2);
+            assert_eq!(
+                (s.operators[1].name.as_str(), s.operators[1].role),
+                ("vic", OperatorRole::Viewer)
+            );
+
+            let refused = [
+                (
+                    entry("ada", "operator", HASH)
+                        + &entry("ada", "viewer", &HASH.replace('5', "6")),
+                    "operators[1].name: `ada` is named twice",
+                ),
+                (entry("ada", "admin", HASH), "unknown variant `admin`"),
+                (
+                    entry("ada", "viewer", "not-hex"),
+                    "operators[0].token_sha256 (operator `ada`): must be the 64 hex digits",
+                ),
+                (
+                    entry("ada", "viewer", &HASH[1..]),
+                    "must be the 64 hex digits",
+                ),
+                (
+                    entry("ada", "viewer", HASH) + &entry("bob", "viewer", HASH),
+                    "operators[1].token_sha256 (operator `bob`): is the same as another operator's",
+                ),
+                (
+                    entry("a b", "viewer", HASH),
+                    "operators[0].name: must be 1 to 64 letters",
+                ),
+            ];
+            for (text, expected) in refused {
+                let err = load(jail, text).unwrap_err().to_string();
+                assert!(err.contains(expected), "{err}");
+                assert!(
+                    !err.contains('\n') && !err.contains(&HASH[1..]),
+                    "one line, no hash: {err}"
+                );
+            }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn operators_count_as_credentials_for_an_admin_address_off_loopback() {
+        let mut s = Settings {
+            admin_addr: "0.0.0.0:9464".parse().unwrap(),
+            ..Settings::default()
+        };
+        assert!(s.check_admin_exposure().is_err());
+        s.operators.push(OperatorSetting {
+            name: "ada".into(),
+            role: OperatorRole::Viewer,
+            token_sha256: "ab".repeat(32),
+        });
+        assert!(s.check_admin_exposure().is_ok());
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod broker;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod domain;

@@ -376,12 +376,21 @@ pub fn render_show(detail: &AttemptDetail, now: OffsetDateTime) -> String {
     out
 }
 
-/// The facts of `attempts show`, one per row: where the attempt stands, what it charges,
-/// and what is next.
+/// The facts of `attempts show` as a table without a header.
 fn facts(detail: &AttemptDetail, now: OffsetDateTime) -> Table {
+    let mut table = Table::new(&["", ""]);
+    for (name, value) in fact_rows(detail, now) {
+        table.push(vec![name.to_owned(), value]);
+    }
+    table
+}
+
+/// The facts of `attempts show`, one per row (name, value): where the attempt stands, what
+/// it charges, and what is next. The console's attempt page shows the same rows.
+pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static str, String)> {
     let a = &detail.view.attempt;
-    let mut facts = Table::new(&["", ""]);
-    let mut fact = |name: &str, value: String| facts.push(vec![name.to_owned(), value]);
+    let mut facts = Vec::new();
+    let mut fact = |name: &'static str, value: String| facts.push((name, value));
     fact("payment attempt", a.payment_attempt_id.to_string());
     fact("status", a.status.to_string());
     fact("next", next_action_text(&detail.view.next_action, now));
@@ -481,8 +490,19 @@ fn suffix(label: &str, value: Option<&str>) -> String {
 /// then gateway calls, then events), and the kind, what and detail columns.
 type TimelineEntry = (OffsetDateTime, u8, [String; 3]);
 
-/// Transitions, gateway calls and events in the order they happened.
-fn timeline(detail: &AttemptDetail) -> Table {
+/// One entry of an attempt's merged timeline: a transition, a gateway call or an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimelineRow {
+    pub at: OffsetDateTime,
+    /// `state`, `gateway` or `event`.
+    pub kind: String,
+    pub what: String,
+    pub detail: String,
+}
+
+/// Transitions, gateway calls and events in the order they happened: what `attempts show`
+/// prints and the console's attempt page lists.
+pub fn timeline_rows(detail: &AttemptDetail) -> Vec<TimelineRow> {
     let mut entries: Vec<TimelineEntry> = detail
         .transitions
         .iter()
@@ -491,9 +511,22 @@ fn timeline(detail: &AttemptDetail) -> Table {
         .chain(detail.events.iter().map(event_entry))
         .collect();
     entries.sort_by_key(|(at, order, _)| (*at, *order));
+    entries
+        .into_iter()
+        .map(|(at, _, [kind, what, detail])| TimelineRow {
+            at,
+            kind,
+            what,
+            detail,
+        })
+        .collect()
+}
+
+/// The timeline as a table.
+fn timeline(detail: &AttemptDetail) -> Table {
     let mut timeline = Table::new(&["TIME (UTC)", "KIND", "WHAT", "DETAIL"]);
-    for (at, _, [kind, what, detail]) in entries {
-        timeline.push(vec![table::at_ms(at), kind, what, detail]);
+    for row in timeline_rows(detail) {
+        timeline.push(vec![table::at_ms(row.at), row.kind, row.what, row.detail]);
     }
     timeline
 }

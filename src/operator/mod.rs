@@ -19,7 +19,7 @@ pub mod dlq;
 pub mod purge;
 pub mod resolve;
 pub mod stats;
-mod table;
+pub(crate) mod table;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -728,6 +728,7 @@ async fn a_401_pauses_every_gateway_call_keeps_attempts_pending_and_consumes_no_
         admin_token: None,
         gateway_health: Some(misconfigured.health().clone()),
         retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
+        console: Default::default(),
     };
     let stop = CancellationToken::new();
     let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));

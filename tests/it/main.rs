@@ -11,6 +11,7 @@ mod support;
 mod admin_api;
 mod cli;
 mod cluster;
+mod console;
 mod demo;
 mod dlq_replay;
 mod executor;

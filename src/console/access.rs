@@ -1,0 +1,211 @@
+//! Who is asking: the shared admin token, a named operator's token, or nobody (an open
+//! console on loopback). One answer for `/api/*` and the console, so that a token means the
+//! same person and the same rights on both.
+
+use std::sync::Arc;
+
+use rand::RngCore as _;
+use secrecy::{ExposeSecret as _, SecretString};
+use sha2::{Digest as _, Sha256};
+use subtle::ConstantTimeEq as _;
+
+use crate::config::{OperatorRole, OperatorSetting};
+
+/// The actor of an action taken with the shared admin token (as before named operators).
+pub const ADMIN_TOKEN_ACTOR: &str = "admin-api";
+
+/// The actor of an action taken on a console that needs no sign-in (no admin token and no
+/// operators configured, on loopback).
+pub const OPEN_CONSOLE_ACTOR: &str = "console";
+
+/// Someone the admin HTTP recognised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Shown on every page: the operator's name, `admin token` or `open console`.
+    pub name: String,
+    /// Recorded on every action: `operator:<name>`, `admin-api` or `console`.
+    pub actor: String,
+    pub role: OperatorRole,
+}
+
+impl Principal {
+    /// The holder of the shared admin token: may do everything.
+    pub fn admin_token() -> Self {
+        Self {
+            name: "admin token".to_owned(),
+            actor: ADMIN_TOKEN_ACTOR.to_owned(),
+            role: OperatorRole::Operator,
+        }
+    }
+
+    /// Anyone who reaches an open console (loopback, nothing configured).
+    pub fn open_console() -> Self {
+        Self {
+            name: "open console".to_owned(),
+            actor: OPEN_CONSOLE_ACTOR.to_owned(),
+            role: OperatorRole::Operator,
+        }
+    }
+
+    fn named(name: &str, role: OperatorRole) -> Self {
+        Self {
+            name: name.to_owned(),
+            actor: format!("operator:{name}"),
+            role,
+        }
+    }
+
+    /// Whether this principal may change anything (resolve, recheck, replay, bulk).
+    pub fn may_act(&self) -> bool {
+        self.role == OperatorRole::Operator
+    }
+
+    /// Why an action is refused to a viewer, in words the viewer can act on.
+    pub fn refusal(&self) -> String {
+        format!(
+            "{} signed in as a viewer: viewers read every page, but resolving, rechecking, replaying and bulk actions need the role `operator` (in onecharge's [[operators]] settings)",
+            self.name
+        )
+    }
+}
+
+/// The named operators of the configuration, by the SHA-256 of their tokens.
+#[derive(Debug, Clone, Default)]
+pub struct Operators {
+    named: Arc<[(String, OperatorRole, [u8; 32])]>,
+}
+
+impl Operators {
+    /// From `[[operators]]`; the settings were validated (64 hex digits each).
+    pub fn new(settings: &[OperatorSetting]) -> Self {
+        let named = settings
+            .iter()
+            .filter_map(|o| {
+                let mut hash = [0u8; 32];
+                hex::decode_to_slice(o.token_sha256.trim(), &mut hash).ok()?;
+                Some((o.name.clone(), o.role, hash))
+            })
+            .collect();
+        Self { named }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.named.is_empty()
+    }
+
+    /// Who holds `token`: the admin token, a named operator, or nobody. Every candidate is
+    /// compared, each in constant time over SHA-256 digests, so neither the time taken nor
+    /// the token's length tells an attacker how close a guess came.
+    pub fn authenticate(
+        &self,
+        admin_token: Option<&SecretString>,
+        token: &str,
+    ) -> Option<Principal> {
+        let presented: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        let mut found = None;
+        if let Some(admin) = admin_token {
+            let expected: [u8; 32] = Sha256::digest(admin.expose_secret().trim().as_bytes()).into();
+            if bool::from(presented.ct_eq(&expected)) {
+                found = Some(Principal::admin_token());
+            }
+        }
+        for (name, role, hash) in self.named.iter() {
+            if bool::from(presented.ct_eq(hash)) && found.is_none() {
+                found = Some(Principal::named(name, *role));
+            }
+        }
+        found
+    }
+}
+
+/// A new operator token and the hex SHA-256 to put in `[[operators]]`: 32 random bytes
+/// from the operating system, as 64 hex digits after an `oc_` prefix that makes a leaked
+/// token easy to recognise.
+pub fn mint_token() -> (SecretString, String) {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let token = format!("oc_{}", hex::encode(bytes));
+    let hash = token_sha256(&token);
+    (SecretString::from(token), hash)
+}
+
+/// The hex SHA-256 of `token`, as `[[operators]] token_sha256` holds it.
+pub fn token_sha256(token: &str) -> String {
+    hex::encode(Sha256::digest(token.trim().as_bytes()))
+}
+
+/// `onecharge operators …`
+#[derive(Debug, clap::Subcommand)]
+pub enum OperatorsCommand {
+    /// Mint a token for a named operator: prints the token (give it to the operator; it is
+    /// stored nowhere) and the `[[operators]]` entry, with its SHA-256, for the settings
+    NewToken {
+        /// The operator's name, recorded as `operator:<name>` on every action
+        #[arg(long, default_value = "NAME")]
+        name: String,
+        /// viewer reads; operator also acts
+        #[arg(long, value_enum, default_value = "viewer")]
+        role: OperatorRole,
+    },
+}
+
+/// Runs `onecharge operators …`.
+pub fn run_operators(command: OperatorsCommand) -> anyhow::Result<()> {
+    match command {
+        OperatorsCommand::NewToken { name, role } => {
+            let (token, hash) = mint_token();
+            println!("token: {}", token.expose_secret());
+            println!("(give it to {name}; onecharge keeps only its hash, below)");
+            println!();
+            println!("[[operators]]");
+            println!("name = {}", toml::Value::String(name));
+            println!("role = \"{}\"", role.as_str());
+            println!("token_sha256 = \"{hash}\"");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operator(name: &str, role: OperatorRole, token: &str) -> OperatorSetting {
+        OperatorSetting {
+            name: name.into(),
+            role,
+            token_sha256: token_sha256(token),
+        }
+    }
+
+    #[test]
+    fn each_token_names_its_operator_and_role_and_a_wrong_one_nobody() {
+        let operators = Operators::new(&[
+            operator("ada", OperatorRole::Operator, "tok-ada"),
+            operator("vic", OperatorRole::Viewer, "tok-vic"),
+        ]);
+        let admin = SecretString::from("tok-admin");
+        let who = |token| operators.authenticate(Some(&admin), token);
+        assert_eq!(who("tok-ada").unwrap().actor, "operator:ada");
+        assert_eq!(who("tok-vic").unwrap().role, OperatorRole::Viewer);
+        assert_eq!(who("tok-admin").unwrap().actor, ADMIN_TOKEN_ACTOR);
+        assert_eq!(who("tok-eve"), None);
+        assert_eq!(who(""), None);
+    }
+
+    #[test]
+    fn a_minted_token_matches_the_hash_printed_with_it() {
+        let (token, hash) = mint_token();
+        assert!(token.expose_secret().starts_with("oc_"));
+        assert_eq!(token.expose_secret().len(), 3 + 64);
+        assert_eq!(token_sha256(token.expose_secret()), hash);
+        let operators = Operators::new(&[OperatorSetting {
+            name: "new".into(),
+            role: OperatorRole::Viewer,
+            token_sha256: hash,
+        }]);
+        assert!(operators
+            .authenticate(None, token.expose_secret())
+            .is_some());
+    }
+}

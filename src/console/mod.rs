@@ -1,0 +1,204 @@
+//! The operator console (contract §6, issue 15): HTML pages under `/console/`, served by the
+//! admin role, for finding any payment, seeing why it is stuck and acting on it.
+//!
+//! - [`access`]: who a token belongs to (admin token, named operator) and their role; also
+//!   used by `/api/*`.
+//! - [`session`]: sign-in sessions (cookie, CSRF token), in this instance's memory.
+//! - [`pages`]: the handlers and their HTML (maud, compiled into the binary; the one
+//!   stylesheet is embedded; no script).
+//!
+//! Every page reads through `crate::operator` and every action calls the same function the
+//! CLI and `/api/*` call, with the signed-in operator as the actor: a decision taken in the
+//! browser is the decision taken on the command line.
+
+pub mod access;
+mod pages;
+pub mod session;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::admin::AdminState;
+use crate::config::{ConsoleSettings, Settings};
+use access::{Operators, Principal};
+use session::{Session, Sessions};
+
+/// Largest form the console accepts: a corrected dead-letter body (64 KiB) and its fields.
+const MAX_FORM_BYTES: usize = 256 * 1024;
+
+/// What the console needs beyond the rest of the admin state.
+#[derive(Debug, Clone, Default)]
+pub struct Console {
+    /// The named operators (`[[operators]]`); the shared admin token is `AdminState`'s.
+    pub operators: Operators,
+    pub sessions: Sessions,
+    pub settings: ConsoleSettings,
+    /// The durable intake consumer, whose lag the overview shows.
+    pub intake_consumer: Option<String>,
+}
+
+impl Console {
+    /// The console of a configured service.
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            operators: Operators::new(&settings.operators),
+            sessions: Sessions::default(),
+            settings: settings.console.clone(),
+            intake_consumer: Some(settings.intake.consumer.clone()),
+        }
+    }
+}
+
+/// Whether nothing is configured to sign in with: then, like `/api/*`, the console is open
+/// (`serve` refuses that on a non-loopback address unless `--insecure-admin`).
+pub fn is_open(state: &AdminState) -> bool {
+    state.admin_token.is_none() && state.console.operators.is_empty()
+}
+
+/// The console's routes, mounted by the admin router.
+pub fn router(state: AdminState) -> Router<AdminState> {
+    Router::new()
+        .route("/console", get(|| async { Redirect::to("/console/") }))
+        .route("/console/", get(pages::overview))
+        .route("/console/style.css", get(pages::stylesheet))
+        .route("/console/login", get(pages::login_form).post(pages::login))
+        .route("/console/logout", post(pages::logout))
+        .route("/console/attempts", get(pages::search))
+        .route("/console/attempts/{id}", get(pages::attempt))
+        .route("/console/attempts/{id}/resolve", post(pages::resolve))
+        .route("/console/review", get(pages::review))
+        .route("/console/dead-letters", get(pages::dead_letters))
+        .route("/console/dead-letters/{sequence}", get(pages::dead_letter))
+        .route(
+            "/console/dead-letters/{sequence}/replay",
+            post(pages::replay),
+        )
+        .route("/console/bulk", get(pages::bulk))
+        .route("/console/audit", get(pages::audit))
+        .fallback(pages::not_found)
+        .layer(middleware::from_fn_with_state(state, guard))
+}
+
+/// Every console request passes here: security headers on every answer; outside the
+/// sign-in page and the stylesheet a live session (started at once on an open console, else
+/// a redirect to sign in); on every POST the session's CSRF token and, except to sign out,
+/// the role `operator`.
+async fn guard(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    let mut response = check(&state, request, next).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+async fn check(state: &AdminState, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    if path == "/console/login" || path == "/console/style.css" {
+        return next.run(request).await;
+    }
+    let console = &state.console;
+    let ttl = console.settings.session_ttl;
+    let mut new_cookie = None;
+    let live = session::cookie_id(request.headers())
+        .and_then(|id| console.sessions.get(&id).map(|s| (id, s)));
+    let session = match live {
+        Some((_, session)) => session,
+        None if is_open(state) => {
+            let (id, session) = console.sessions.start(Principal::open_console(), ttl);
+            new_cookie = Some(session::set_cookie(&id, ttl, console.settings.secure_cookie));
+            session
+        }
+        None if request.method() == Method::GET || request.method() == Method::HEAD => {
+            let target = request
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_else(|| "/console/".to_owned());
+            let next_param = form_urlencode(&target);
+            return Redirect::to(&format!("/console/login?next={next_param}")).into_response();
+        }
+        None => {
+            return pages::refused(
+                StatusCode::FORBIDDEN,
+                None,
+                "Your session has ended (or you never signed in): sign in again, then repeat the action.",
+            )
+        }
+    };
+    let mut request = if request.method() == Method::POST {
+        match checked_form(&session, &path, request).await {
+            Ok(request) => request,
+            Err(refusal) => return refusal,
+        }
+    } else {
+        request
+    };
+    request.extensions_mut().insert(session);
+    let mut response = next.run(request).await;
+    if let Some(cookie) = new_cookie {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// A POST, its form read once: refused unless it carries the session's CSRF token and,
+/// except for signing out, the session may act.
+async fn checked_form(
+    session: &Session,
+    path: &str,
+    request: Request,
+) -> Result<Request, Response> {
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_FORM_BYTES)
+        .await
+        .map_err(|_| {
+            pages::refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Some(session),
+                "The form is larger than 256 KiB.",
+            )
+        })?;
+    let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes).unwrap_or_default();
+    let csrf = fields
+        .iter()
+        .find(|(name, _)| name == "csrf")
+        .map(|(_, value)| value.as_str())
+        .unwrap_or("");
+    if !session.csrf_matches(csrf) {
+        return Err(pages::refused(
+            StatusCode::FORBIDDEN,
+            Some(session),
+            "This form did not carry your session's CSRF token (it came from another page, or from before you signed in again): nothing was changed. Reload the page and try again.",
+        ));
+    }
+    if path != "/console/logout" && !session.principal.may_act() {
+        return Err(pages::refused(
+            StatusCode::FORBIDDEN,
+            Some(session),
+            &format!("{}. Nothing was changed.", session.principal.refusal()),
+        ));
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// `text` percent-encoded for a query parameter.
+fn form_urlencode(text: &str) -> String {
+    serde_urlencoded::to_string([("", text)])
+        .map(|s| s.trim_start_matches('=').to_owned())
+        .unwrap_or_default()
+}

@@ -1,0 +1,897 @@
+//! The console's pages: one handler each, the HTML written with maud (escaped by default,
+//! checked at compile time, no template files to ship). Stable `id`s and `data-testid`s on
+//! every element a person or a browser test looks for; the list is in docs/operations.md.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+use serde::Deserialize;
+use time::OffsetDateTime;
+
+use super::session::{self, Session};
+use crate::admin::AdminState;
+use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::operator::attempts::{self, AttemptFilter, AttemptView};
+use crate::operator::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
+use crate::operator::table;
+use crate::operator::{dlq, stats};
+
+/// Attempts per search page.
+const PAGE_SIZE: usize = 50;
+
+/// The stylesheet, embedded in the binary.
+const STYLE: &str = include_str!("style.css");
+
+pub(super) async fn stylesheet() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+/// The frame of every page: navigation, who is signed in, sign out.
+fn layout(title: &str, session: Option<&Session>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · onecharge console" }
+                link rel="stylesheet" href="/console/style.css";
+            }
+            body {
+                header {
+                    nav #nav {
+                        span .brand { "onecharge" }
+                        a #nav-overview href="/console/" { "Overview" }
+                        a #nav-search href="/console/attempts" { "Search" }
+                        a #nav-review href="/console/review" { "Review queue" }
+                        a #nav-bulk href="/console/bulk" { "Bulk actions" }
+                        a #nav-dead-letters href="/console/dead-letters" { "Dead letters" }
+                        a #nav-audit href="/console/audit" { "Audit" }
+                        @if let Some(session) = session {
+                            span #whoami data-testid="whoami" data-actor=(session.principal.actor) data-role=(session.principal.role.as_str()) {
+                                (session.principal.name) " (" (session.principal.role.as_str()) ")"
+                            }
+                            form #logout-form method="post" action="/console/logout" {
+                                (csrf_field(session))
+                                button #logout-button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main #main { h1 #page-title { (title) } (body) }
+            }
+        }
+    }
+}
+
+fn csrf_field(session: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(session.csrf); }
+}
+
+fn page(status: StatusCode, title: &str, session: Option<&Session>, body: Markup) -> Response {
+    (status, layout(title, session, body)).into_response()
+}
+
+/// A refusal page: why, and nothing changed.
+pub(super) fn refused(status: StatusCode, session: Option<&Session>, why: &str) -> Response {
+    let title = if status == StatusCode::FORBIDDEN {
+        "Not allowed"
+    } else {
+        "Refused"
+    };
+    page(
+        status,
+        title,
+        session,
+        html! { p #refusal .error data-testid="refusal" { (why) } },
+    )
+}
+
+/// A failure of the service itself: said without detail (it is in the log).
+fn failed(session: &Session, err: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %err, "console request failed");
+    page(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Something failed",
+        Some(session),
+        html! { p #failure .error { "The request failed on the server; its log says why." } },
+    )
+}
+
+pub(super) async fn not_found(session: Option<Extension<Session>>) -> Response {
+    page(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        session.as_ref().map(|Extension(s)| s),
+        html! { p #not-found { "There is no console page here. " a href="/console/" { "Overview" } } },
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Sign in, sign out
+
+#[derive(Debug, Deserialize)]
+pub(super) struct LoginQuery {
+    next: Option<String>,
+}
+
+pub(super) async fn login_form(
+    State(state): State<AdminState>,
+    Query(query): Query<LoginQuery>,
+) -> Response {
+    login_page(&state, StatusCode::OK, query.next.as_deref(), None)
+}
+
+fn login_page(
+    state: &AdminState,
+    status: StatusCode,
+    next: Option<&str>,
+    error: Option<&str>,
+) -> Response {
+    let body = html! {
+        @if super::is_open(state) {
+            p #open-console-note {
+                "This console is open: no admin token and no operators are configured, and it listens on loopback. "
+                a href="/console/" { "Go to the overview" }
+            }
+        }
+        @if let Some(error) = error {
+            p #login-error .error data-testid="login-error" { (error) }
+        }
+        form #login-form method="post" action="/console/login" {
+            label for="login-token" { "Operator token" }
+            input #login-token type="password" name="token" autocomplete="off" required autofocus;
+            input type="hidden" name="next" value=(safe_next(next));
+            button #login-submit type="submit" { "Sign in" }
+        }
+        p .hint { "A token is minted with " code { "onecharge operators new-token" } "; the shared admin token works too." }
+    };
+    page(status, "Sign in", None, body)
+}
+
+/// Only a console path may be the target after signing in (no open redirect).
+fn safe_next(next: Option<&str>) -> &str {
+    match next {
+        Some(n) if n.starts_with("/console") && !n.starts_with("//") && !n.contains('\\') => n,
+        _ => "/console/",
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct LoginForm {
+    token: String,
+    next: Option<String>,
+}
+
+pub(super) async fn login(
+    State(state): State<AdminState>,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let principal = state
+        .console
+        .operators
+        .authenticate(state.admin_token.as_ref(), &form.token);
+    let Some(principal) = principal else {
+        tracing::warn!("console sign-in refused: the token matches no operator");
+        return login_page(
+            &state,
+            StatusCode::UNAUTHORIZED,
+            form.next.as_deref(),
+            Some("That token matches no operator: nothing was signed in."),
+        );
+    };
+    tracing::info!(actor = %principal.actor, role = principal.role.as_str(), "console sign-in");
+    let console = &state.console;
+    let ttl = console.settings.session_ttl;
+    let (id, _) = console.sessions.start(principal, ttl);
+    let mut response = Redirect::to(safe_next(form.next.as_deref())).into_response();
+    response.headers_mut().append(
+        header::SET_COOKIE,
+        session::set_cookie(&id, ttl, console.settings.secure_cookie),
+    );
+    response
+}
+
+pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+    if let Some(id) = session::cookie_id(&headers) {
+        state.console.sessions.end(&id);
+    }
+    let mut response = Redirect::to("/console/login").into_response();
+    response.headers_mut().append(
+        header::SET_COOKIE,
+        session::clear_cookie(state.console.settings.secure_cookie),
+    );
+    response
+}
+
+// ---------------------------------------------------------------------------------------
+// Overview
+
+pub(super) async fn overview(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+) -> Response {
+    let now = OffsetDateTime::now_utc();
+    let figures = stats::stats(&state.store, &state.broker, now).await;
+    let lag = match &state.console.intake_consumer {
+        Some(consumer) => Some(state.broker.intake_consumer_lag(consumer).await),
+        None => None,
+    };
+    let health = state
+        .gateway_health
+        .as_ref()
+        .map(|h| (h.snapshot(), h.pause_problem()));
+    let body = html! {
+        @match &figures {
+            Ok(s) => {
+                section #attempts-by-state {
+                    h2 { "Attempts per state" }
+                    table #stats-by-status {
+                        thead { tr { th { "state" } th { "attempts" } } }
+                        tbody {
+                            @for status in AttemptStatus::ALL {
+                                @let count = s.by_status.get(status.as_str()).copied().unwrap_or(0);
+                                tr data-testid=(format!("stat-{}", status.as_str())) {
+                                    td { a href=(format!("/console/attempts?status={}", status.as_str())) { span class=(format!("status status-{}", status.as_str())) { (status.as_str()) } } }
+                                    td .count { (count) }
+                                }
+                            }
+                        }
+                    }
+                }
+                section #waiting {
+                    h2 { "Waiting" }
+                    dl {
+                        dt { "Oldest unsettled attempt" }
+                        dd #oldest-unsettled data-seconds=(s.oldest_unsettled_seconds) {
+                            @if s.oldest_unsettled_seconds == 0 { "none" } @else { (table::short(time::Duration::seconds(s.oldest_unsettled_seconds))) }
+                        }
+                        dt { "Needs review" }
+                        dd #needs-review-count { a href="/console/review" { (s.by_status.get("needs_review").copied().unwrap_or(0)) } }
+                        dt { "Dead letters" }
+                        dd #dead-letters-count { a href="/console/dead-letters" { (s.dead_letters) } }
+                        dt { "Outbox backlog (events not yet published)" }
+                        dd #outbox-backlog { (s.outbox_backlog) }
+                    }
+                }
+            }
+            Err(err) => p #stats-error .error { "The figures could not be read: " (format!("{err:#}")) }
+        }
+        section #health {
+            h2 { "Intake and gateway" }
+            dl {
+                dt { "Intake lag" }
+                dd #intake-lag {
+                    @match &lag {
+                        Some(Ok(lag)) => { (lag.pending) " not yet delivered, " (lag.ack_pending) " being processed" }
+                        Some(Err(err)) => span .error { "unreadable: " (format!("{err:#}")) }
+                        None => "not known here"
+                    }
+                }
+                dt { "Gateway" }
+                dd #gateway-health {
+                    @match &health {
+                        Some((snapshot, problem)) => {
+                            span #gateway-paused data-paused=(problem.is_some()) {
+                                @match problem { Some(p) => { "PAUSED: " (p) } None => "calls flowing" }
+                            }
+                            " · breaker "
+                            span #breaker-state { (snapshot.breaker.as_str()) }
+                            " (" (snapshot.consecutive_failures) " consecutive failures)"
+                        }
+                        None => "this process runs no executor: see the executor's /readyz and /metrics"
+                    }
+                }
+            }
+        }
+    };
+    page(StatusCode::OK, "Overview", Some(&session), body)
+}
+
+// ---------------------------------------------------------------------------------------
+// Search
+
+/// The search form's fields; an empty field does not narrow.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct SearchQuery {
+    #[serde(default)]
+    attempt_id: String,
+    #[serde(default)]
+    order_id: String,
+    #[serde(default)]
+    customer_id: String,
+    #[serde(default)]
+    idempotency_key: String,
+    #[serde(default)]
+    gateway_charge_id: String,
+    #[serde(default)]
+    status: String,
+}
+
+fn set(field: &str) -> Option<String> {
+    let field = field.trim();
+    (!field.is_empty()).then(|| field.to_owned())
+}
+
+pub(super) async fn search(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    query: Result<Query<SearchQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            "The search parameters are not understood.",
+        );
+    };
+    // An attempt id, or an idempotency key (onecharge derives it from the attempt id),
+    // names one attempt: its page.
+    let exact = set(&query.attempt_id)
+        .map(|id| (id, "payment_attempt_id"))
+        .or_else(|| {
+            set(&query.idempotency_key).map(|key| {
+                let id = key.strip_prefix("onecharge-").unwrap_or(&key).to_owned();
+                (id, "idempotency key")
+            })
+        });
+    if let Some((id, what)) = exact {
+        return match id.parse::<PaymentAttemptId>() {
+            Ok(id) => Redirect::to(&format!("/console/attempts/{id}")).into_response(),
+            Err(_) => refused(
+                StatusCode::BAD_REQUEST,
+                Some(&session),
+                &format!("`{id}` is not a {what} onecharge made (a UUID, or onecharge-<UUID> for a key)."),
+            ),
+        };
+    }
+    let status = match set(&query.status).map(|s| s.parse::<AttemptStatus>()) {
+        Some(Err(err)) => {
+            return refused(StatusCode::BAD_REQUEST, Some(&session), &err.to_string())
+        }
+        Some(Ok(status)) => Some(status),
+        None => None,
+    };
+    let filter = AttemptFilter {
+        status,
+        order_id: set(&query.order_id),
+        customer_id: set(&query.customer_id),
+        gateway_charge_id: set(&query.gateway_charge_id),
+    };
+    let now = OffsetDateTime::now_utc();
+    let views =
+        match attempts::list(&state.store, &filter, PAGE_SIZE, now, &state.retry_window).await {
+            Ok(views) => views,
+            Err(err) => return failed(&session, err),
+        };
+    let body = html! {
+        form #search-form method="get" action="/console/attempts" {
+            (text_input("q-attempt-id", "attempt_id", "Payment attempt id", &query.attempt_id))
+            (text_input("q-order-id", "order_id", "Order id", &query.order_id))
+            (text_input("q-customer-id", "customer_id", "Customer id", &query.customer_id))
+            (text_input("q-idempotency-key", "idempotency_key", "Idempotency key", &query.idempotency_key))
+            (text_input("q-gateway-charge-id", "gateway_charge_id", "Gateway charge id", &query.gateway_charge_id))
+            label for="q-status" { "State" }
+            select #q-status name="status" {
+                option value="" { "any" }
+                @for s in AttemptStatus::ALL {
+                    option value=(s.as_str()) selected[status == Some(s)] { (s.as_str()) }
+                }
+            }
+            button #search-submit type="submit" { "Search" }
+        }
+        (attempts_table(&views, now))
+    };
+    page(StatusCode::OK, "Search attempts", Some(&session), body)
+}
+
+fn text_input(id: &str, name: &str, label: &str, value: &str) -> Markup {
+    html! {
+        label for=(id) { (label) }
+        input id=(id) type="text" name=(name) value=(value);
+    }
+}
+
+fn status_badge(status: AttemptStatus) -> Markup {
+    html! { span class=(format!("status status-{}", status.as_str())) data-testid="status" { (status.as_str()) } }
+}
+
+fn attempts_table(views: &[AttemptView], now: OffsetDateTime) -> Markup {
+    html! {
+        p #result-count data-count=(views.len()) {
+            (views.len()) " attempt" @if views.len() != 1 { "s" } " (newest first"
+            @if views.len() == PAGE_SIZE { ", first " (PAGE_SIZE) } ")"
+        }
+        @if !views.is_empty() {
+            table #attempts-table {
+                thead { tr { th { "payment attempt" } th { "state" } th { "order" } th { "customer" } th { "amount" } th { "tries" } th { "gateway charge" } th { "created" } th { "next" } } }
+                tbody {
+                    @for v in views {
+                        @let a = &v.attempt;
+                        tr data-testid="attempt-row" data-attempt-id=(a.payment_attempt_id) {
+                            td { a .attempt-link href=(format!("/console/attempts/{}", a.payment_attempt_id)) { code { (a.payment_attempt_id) } } }
+                            td { (status_badge(a.status)) }
+                            td .order-id { (a.order_id) }
+                            td { (a.customer_id) }
+                            td .amount { (table::amount(a.amount_minor, &a.currency)) }
+                            td { (a.tries) }
+                            td { (a.gateway_charge_id.as_deref().unwrap_or("-")) }
+                            td { (table::at_relative(a.created_at, now)) }
+                            td .next-action { (v.next_action.action) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// One attempt
+
+pub(super) async fn attempt(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+) -> Response {
+    let Ok(id) = id.parse::<PaymentAttemptId>() else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            &format!("`{id}` is not a payment_attempt_id (a UUID)."),
+        );
+    };
+    let now = OffsetDateTime::now_utc();
+    let detail = match attempts::show(&state.store, id, now, &state.retry_window).await {
+        Ok(Some(detail)) => detail,
+        Ok(None) => {
+            return page(
+                StatusCode::NOT_FOUND,
+                "No such attempt",
+                Some(&session),
+                html! { p #not-found { "No payment attempt " code { (id) } " is recorded." } },
+            )
+        }
+        Err(err) => return failed(&session, err),
+    };
+    let a = &detail.view.attempt;
+    let next = &detail.view.next_action;
+    let body = html! {
+        p #attempt-id { code { (a.payment_attempt_id) } " " (status_badge(a.status)) }
+        section #next-action data-by=(next.by.as_str()) {
+            h2 { "Next" }
+            p #next-action-text {
+                (next.action)
+                @if let Some(at) = next.at { " at " (table::at_relative(at, now)) }
+            }
+            @if let Some(warning) = &next.warning { p #next-action-warning .warning { (warning) } }
+            @if !a.status.is_final() {
+                p #retry-window { "Retry window: "
+                    @match detail.view.retry_window_closes_at {
+                        None => "open: the gateway has never seen the key",
+                        Some(closes) if closes > now => { "open until " (table::at_relative(closes, now)) }
+                        Some(closes) => { "closed since " (table::at_relative(closes, now)) ": never re-sent; settle it by looking the charge up" }
+                    }
+                }
+            }
+        }
+        @if a.status == AttemptStatus::NeedsReview {
+            (resolve_form(&session, a.payment_attempt_id, a.review_reason.as_deref()))
+        }
+        section #facts {
+            h2 { "Facts" }
+            dl #attempt-facts {
+                @for (name, value) in attempts::fact_rows(&detail, now) {
+                    dt { (name) }
+                    dd id=(format!("fact-{}", name.replace([' ', '/'], "-").replace("---", "-"))) { (value) }
+                }
+            }
+        }
+        section #history {
+            h2 { "Timeline" }
+            table #timeline {
+                thead { tr { th { "time (UTC)" } th { "kind" } th { "what" } th { "detail" } } }
+                tbody {
+                    @for row in attempts::timeline_rows(&detail) {
+                        tr data-testid="timeline-entry" data-kind=(row.kind) {
+                            td { (table::at_ms(row.at)) } td { (row.kind) } td { (row.what) } td { (row.detail) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(StatusCode::OK, "Payment attempt", Some(&session), body)
+}
+
+fn resolve_form(session: &Session, id: PaymentAttemptId, reason: Option<&str>) -> Markup {
+    html! {
+        section #resolve-section {
+            h2 { "Resolve" }
+            @if let Some(reason) = reason { p #review-reason { "In review because: " (reason) } }
+            form #resolve-form method="post" action=(format!("/console/attempts/{id}/resolve")) {
+                (csrf_field(session))
+                label for="resolve-as" { "Resolve as" }
+                select #resolve-as name="as" required {
+                    option value="succeeded" { "succeeded — the gateway charged (give its charge id)" }
+                    option value="declined" { "declined — the customer was not charged" }
+                    option value="retry" { "retry — send again with the same key (inside the key window only)" }
+                }
+                label for="resolve-reason" { "Reason (recorded with the decision)" }
+                input #resolve-reason type="text" name="reason" required maxlength="1000";
+                label for="resolve-gateway-charge-id" { "Gateway charge id (with succeeded)" }
+                input #resolve-gateway-charge-id type="text" name="gateway_charge_id";
+                label for="resolve-decline-code" { "Decline code (with declined, optional)" }
+                input #resolve-decline-code type="text" name="decline_code";
+                button #resolve-submit type="submit" { "Review the decision…" }
+            }
+        }
+    }
+}
+
+/// The resolve form: first posted without `confirm`, it shows what would happen and asks
+/// for confirmation; posted again with `confirm=yes`, it applies the decision.
+#[derive(Debug, Deserialize)]
+pub(super) struct ResolveForm {
+    #[serde(rename = "as")]
+    as_: ResolveAs,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    gateway_charge_id: String,
+    #[serde(default)]
+    decline_code: String,
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+impl ResolveForm {
+    fn request(&self) -> ResolveRequest {
+        ResolveRequest {
+            as_: self.as_,
+            reason: self.reason.clone(),
+            gateway_charge_id: set(&self.gateway_charge_id),
+            decline_code: set(&self.decline_code),
+        }
+    }
+
+    fn as_str(&self) -> &'static str {
+        match self.as_ {
+            ResolveAs::Succeeded => "succeeded",
+            ResolveAs::Declined => "declined",
+            ResolveAs::Retry => "retry",
+        }
+    }
+}
+
+pub(super) async fn resolve(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+    form: Result<Form<ResolveForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let Ok(id) = id.parse::<PaymentAttemptId>() else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            "not a payment_attempt_id",
+        );
+    };
+    let Ok(Form(form)) = form else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            "Choose succeeded, declined or retry, and give a reason.",
+        );
+    };
+    if form.reason.trim().is_empty() {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            "A reason is required: it is recorded with the decision. Nothing was changed.",
+        );
+    }
+    if form.confirm.as_deref() != Some("yes") {
+        let body = html! {
+            p #confirm-summary {
+                "Resolve attempt " code { (id) } " as " strong #confirm-as { (form.as_str()) }
+                @if let Some(charge) = set(&form.gateway_charge_id) { " with gateway charge " code { (charge) } }
+                @if let Some(code) = set(&form.decline_code) { " with decline code " code { (code) } }
+                ", because: " q #confirm-reason { (form.reason.trim()) } "?"
+            }
+            p .hint { @match form.as_ {
+                ResolveAs::Succeeded => "The attempt becomes succeeded and its payment-succeeded event is published.",
+                ResolveAs::Declined => "The attempt becomes declined and its payment-declined event is published.",
+                ResolveAs::Retry => "The executor sends the charge again with the same idempotency key.",
+            } }
+            form #confirm-form method="post" action=(format!("/console/attempts/{id}/resolve")) {
+                (csrf_field(&session))
+                input type="hidden" name="as" value=(form.as_str());
+                input type="hidden" name="reason" value=(form.reason);
+                input type="hidden" name="gateway_charge_id" value=(form.gateway_charge_id);
+                input type="hidden" name="decline_code" value=(form.decline_code);
+                input type="hidden" name="confirm" value="yes";
+                button #confirm-submit type="submit" { "Confirm: resolve as " (form.as_str()) }
+                " "
+                a #confirm-cancel href=(format!("/console/attempts/{id}")) { "Cancel" }
+            }
+        };
+        return page(StatusCode::OK, "Confirm the decision", Some(&session), body);
+    }
+    let now = OffsetDateTime::now_utc();
+    let actor = session.principal.actor.clone();
+    match resolve::resolve(
+        &state.store,
+        id,
+        &form.request(),
+        &actor,
+        &state.retry_window,
+        now,
+    )
+    .await
+    {
+        Ok(resolved) => page(
+            StatusCode::OK,
+            "Resolved",
+            Some(&session),
+            html! {
+                p #result .success data-status=(resolved.status.as_str()) { (resolved.summary()) }
+                p { a #back-to-attempt href=(format!("/console/attempts/{id}")) { "Back to the attempt" } }
+            },
+        ),
+        Err(ResolveError::Invalid(why)) => refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            &format!("{why}. Nothing was changed."),
+        ),
+        Err(err @ ResolveError::NotFound(_)) => {
+            refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
+        }
+        Err(ResolveError::Refused(why)) => refused(StatusCode::CONFLICT, Some(&session), &why),
+        Err(err @ ResolveError::Store(_)) => failed(&session, err),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Review queue
+
+pub(super) async fn review(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+) -> Response {
+    let now = OffsetDateTime::now_utc();
+    let views = match attempts::stuck(
+        &state.store,
+        std::time::Duration::ZERO,
+        Some(AttemptStatus::NeedsReview),
+        now,
+        &state.retry_window,
+    )
+    .await
+    {
+        Ok(views) => views,
+        Err(err) => return failed(&session, err),
+    };
+    let body = html! {
+        p #review-count data-count=(views.len()) {
+            (views.len()) " attempt" @if views.len() != 1 { "s" } " in needs_review, oldest first. Each needs a person: look the charge up at the gateway by its idempotency key, then resolve it."
+        }
+        @if !views.is_empty() {
+            table #review-table {
+                thead { tr { th { "payment attempt" } th { "order" } th { "amount" } th { "waiting" } th { "reason" } th {} } }
+                tbody {
+                    @for v in &views {
+                        @let a = &v.attempt;
+                        tr data-testid="review-row" data-attempt-id=(a.payment_attempt_id) {
+                            td { a .attempt-link href=(format!("/console/attempts/{}", a.payment_attempt_id)) { code { (a.payment_attempt_id) } } }
+                            td { (a.order_id) }
+                            td { (table::amount(a.amount_minor, &a.currency)) }
+                            td { (table::short(now - a.updated_at)) }
+                            td .review-reason { (a.review_reason.as_deref().unwrap_or("-")) }
+                            td { a .resolve-link href=(format!("/console/attempts/{}#resolve-section", a.payment_attempt_id)) { "Resolve…" } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(StatusCode::OK, "Review queue", Some(&session), body)
+}
+
+// ---------------------------------------------------------------------------------------
+// Dead letters
+
+pub(super) async fn dead_letters(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+) -> Response {
+    let letters = match dlq::list_dead_letters(&state.broker).await {
+        Ok(letters) => letters,
+        Err(err) => return failed(&session, format!("{err:#}")),
+    };
+    let now = OffsetDateTime::now_utc();
+    let body = html! {
+        p #dead-letter-count data-count=(letters.len()) { (letters.len()) " dead letter" @if letters.len() != 1 { "s" } ", oldest first." }
+        @if !letters.is_empty() {
+            table #dead-letters-table {
+                thead { tr { th { "sequence" } th { "dead-lettered" } th { "class" } th { "deliveries" } th { "payment attempt" } th { "reason" } } }
+                tbody {
+                    @for d in &letters {
+                        tr data-testid="dead-letter-row" data-sequence=(d.sequence) {
+                            td { a .dead-letter-link href=(format!("/console/dead-letters/{}", d.sequence)) { (d.sequence) } }
+                            td { (table::at_relative(d.time, now)) }
+                            td .class { (d.class.as_deref().unwrap_or("-")) }
+                            td { (d.delivery_count.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
+                            td { (d.payment_attempt_id.as_deref().unwrap_or("-")) }
+                            td .reason { (d.reason.as_deref().unwrap_or("-")) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(StatusCode::OK, "Dead letters", Some(&session), body)
+}
+
+async fn find_dead_letter(
+    state: &AdminState,
+    sequence: u64,
+) -> anyhow::Result<Option<dlq::DeadLetter>> {
+    Ok(dlq::list_dead_letters(&state.broker)
+        .await?
+        .into_iter()
+        .find(|d| d.sequence == sequence))
+}
+
+pub(super) async fn dead_letter(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Path(sequence): Path<String>,
+) -> Response {
+    let Ok(sequence) = sequence.parse::<u64>() else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            "A dead letter is named by its sequence number.",
+        );
+    };
+    let letter = match find_dead_letter(&state, sequence).await {
+        Ok(Some(letter)) => letter,
+        Ok(None) => {
+            return page(
+                StatusCode::NOT_FOUND,
+                "No such dead letter",
+                Some(&session),
+                html! { p #not-found { "No dead letter " (sequence) " is in the dead-letter stream." } },
+            )
+        }
+        Err(err) => return failed(&session, format!("{err:#}")),
+    };
+    let body = html! {
+        dl #dead-letter-facts {
+            dt { "sequence" } dd #dl-sequence { (letter.sequence) }
+            dt { "dead-lettered" } dd { (table::at(letter.time)) }
+            dt { "class" } dd #dl-class { (letter.class.as_deref().unwrap_or("-")) }
+            dt { "reason" } dd #dl-reason { (letter.reason.as_deref().unwrap_or("-")) }
+            dt { "original message id" } dd { (letter.original_msg_id.as_deref().unwrap_or("-")) }
+            dt { "original subject" } dd { (letter.original_subject.as_deref().unwrap_or("-")) }
+            dt { "deliveries" } dd { (letter.delivery_count.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
+            dt { "correlation id" } dd { (letter.correlation_id.as_deref().unwrap_or("-")) }
+        }
+        h2 { "Body" }
+        pre #dead-letter-body { (letter.body) }
+        h2 { "Replay" }
+        p .hint { "Replays the body below to the command subject. Leave it unchanged to replay the original (same message id), or correct it (a new message id). A body that is still not a valid command is refused." }
+        form #replay-form method="post" action=(format!("/console/dead-letters/{sequence}/replay")) {
+            (csrf_field(&session))
+            textarea #replay-body name="body" rows="12" cols="100" { (letter.body) }
+            button #replay-submit type="submit" { "Review the replay…" }
+        }
+    };
+    page(
+        StatusCode::OK,
+        &format!("Dead letter {sequence}"),
+        Some(&session),
+        body,
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ReplayForm {
+    body: String,
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+pub(super) async fn replay(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Path(sequence): Path<String>,
+    Form(form): Form<ReplayForm>,
+) -> Response {
+    let Ok(sequence) = sequence.parse::<u64>() else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            "A dead letter is named by its sequence number.",
+        );
+    };
+    let letter = match find_dead_letter(&state, sequence).await {
+        Ok(Some(letter)) => letter,
+        Ok(None) => {
+            return refused(
+                StatusCode::NOT_FOUND,
+                Some(&session),
+                &format!(
+                "No dead letter {sequence} is in the dead-letter stream; nothing was published."
+            ),
+            )
+        }
+        Err(err) => return failed(&session, format!("{err:#}")),
+    };
+    // Browsers send a textarea's line breaks as CRLF: an untouched body is the original.
+    let body = form.body.replace("\r\n", "\n");
+    let corrected = (body != letter.body).then(|| body.clone().into_bytes());
+    if form.confirm.as_deref() != Some("yes") {
+        let page_body = html! {
+            p #confirm-summary {
+                "Replay dead letter " (sequence) " "
+                @if corrected.is_some() { strong { "with the corrected body below" } " (a new message id)" } @else { "unchanged (its original message id)" }
+                " to the command subject?"
+            }
+            pre #confirm-body { (body) }
+            form #confirm-form method="post" action=(format!("/console/dead-letters/{sequence}/replay")) {
+                (csrf_field(&session))
+                input type="hidden" name="body" value=(body);
+                input type="hidden" name="confirm" value="yes";
+                button #confirm-submit type="submit" { "Confirm: replay" }
+                " "
+                a #confirm-cancel href=(format!("/console/dead-letters/{sequence}")) { "Cancel" }
+            }
+        };
+        return page(
+            StatusCode::OK,
+            "Confirm the replay",
+            Some(&session),
+            page_body,
+        );
+    }
+    match dlq::replay(&state.broker, sequence, corrected, &session.principal.actor).await {
+        Ok(replayed) => page(
+            StatusCode::OK,
+            "Replayed",
+            Some(&session),
+            html! {
+                p #result .success { "Replayed dead letter " (replayed.dlq_sequence) " to " (replayed.subject) " as stream sequence " (replayed.stream_sequence) " with message id " code { (replayed.message_id) } "." }
+                pre #replay-result { (replayed.render()) }
+            },
+        ),
+        Err(err) if err.is::<crate::config::UsageError>() => {
+            refused(StatusCode::BAD_REQUEST, Some(&session), &err.to_string())
+        }
+        Err(err) => refused(StatusCode::CONFLICT, Some(&session), &format!("{err:#}")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bulk actions and audit (wired to the audit table when it lands)
+
+pub(super) async fn bulk(Extension(session): Extension<Session>) -> Response {
+    page(
+        StatusCode::OK,
+        "Bulk actions",
+        Some(&session),
+        html! { p #bulk-unavailable { "Bulk actions arrive with the audit table." } },
+    )
+}
+
+pub(super) async fn audit(Extension(session): Extension<Session>) -> Response {
+    page(
+        StatusCode::OK,
+        "Audit",
+        Some(&session),
+        html! { p #audit-unavailable { "The audit trail arrives with the audit table." } (PreEscaped("")) },
+    )
+}

@@ -1,0 +1,498 @@
+//! The operator console (contract §6, issue 15) over HTTP: sign-in and its cookie, the
+//! CSRF token and roles on every action, search, the attempt page, and that no page shows
+//! a secret. The real service (`Application` with the admin role) on a free port; cookies
+//! are carried by hand so each test sees exactly what the browser is told.
+
+use std::net::SocketAddr;
+
+use crate::support::{command, intake_record, TestEnv};
+use onecharge::app::{Application, Role};
+use onecharge::config::{OperatorRole, OperatorSetting, Settings};
+use onecharge::console::access::token_sha256;
+use onecharge::store::intake::record_batch;
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::StatusCode;
+use secrecy::SecretString;
+use serde_json::json;
+use time::OffsetDateTime;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+const OPERATOR_TOKEN: &str = "oc_ada-operator-token-0123456789abcdef";
+const VIEWER_TOKEN: &str = "oc_vic-viewer-token-0123456789abcdef";
+const ADMIN_TOKEN: &str = "shared-admin-token-0123456789";
+const GATEWAY_KEY: &str = "gw-secret-key-0123456789";
+
+/// Two named operators (ada acts, vic views) and the shared admin token.
+fn with_operators(settings: &mut Settings) {
+    settings.admin_token = Some(SecretString::from(ADMIN_TOKEN));
+    settings.gateway_api_key = Some(SecretString::from(GATEWAY_KEY));
+    settings.operators = vec![
+        OperatorSetting {
+            name: "ada".into(),
+            role: OperatorRole::Operator,
+            token_sha256: token_sha256(OPERATOR_TOKEN),
+        },
+        OperatorSetting {
+            name: "vic".into(),
+            role: OperatorRole::Viewer,
+            token_sha256: token_sha256(VIEWER_TOKEN),
+        },
+    ];
+}
+
+/// The running admin role and an HTTP client that follows no redirect.
+struct Console {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    running: JoinHandle<anyhow::Result<()>>,
+    http: reqwest::Client,
+}
+
+/// What a browser would keep of a signed-in session: its cookie and the page's CSRF token.
+struct Browser {
+    cookie: String,
+}
+
+impl Console {
+    async fn start(env: &TestEnv) -> Self {
+        let app = Application::build(env.settings.clone(), &[Role::Admin])
+            .await
+            .expect("the service builds");
+        let addr = app.admin_addr().expect("the admin role listens");
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(app.run(stop.clone()));
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        Self {
+            addr,
+            stop,
+            running,
+            http,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn sign_in(&self, token: &str) -> reqwest::Response {
+        self.http
+            .post(self.url("/console/login"))
+            .form(&[("token", token), ("next", "/console/review")])
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn browser(&self, token: &str) -> Browser {
+        let response = self.sign_in(token).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        Browser {
+            cookie: session_cookie(&response).expect("a session cookie"),
+        }
+    }
+
+    async fn get(&self, browser: Option<&Browser>, path: &str) -> (StatusCode, String) {
+        let mut request = self.http.get(self.url(path));
+        if let Some(browser) = browser {
+            request = request.header(COOKIE, &browser.cookie);
+        }
+        let response = request.send().await.unwrap();
+        (response.status(), response.text().await.unwrap())
+    }
+
+    async fn post(
+        &self,
+        browser: &Browser,
+        path: &str,
+        form: &[(&str, &str)],
+    ) -> (StatusCode, String) {
+        let response = self
+            .http
+            .post(self.url(path))
+            .header(COOKIE, &browser.cookie)
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.text().await.unwrap())
+    }
+
+    /// The CSRF token the browser's pages carry.
+    async fn csrf(&self, browser: &Browser) -> String {
+        let (status, page) = self.get(Some(browser), "/console/").await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        csrf_of(&page)
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.running.await.unwrap().unwrap();
+    }
+}
+
+/// `onecharge_console=<id>` from a response's `Set-Cookie`, ready for a `Cookie` header.
+fn session_cookie(response: &reqwest::Response) -> Option<String> {
+    let set = response.headers().get(SET_COOKIE)?.to_str().ok()?;
+    Some(set.split(';').next()?.trim().to_owned())
+}
+
+fn csrf_of(page: &str) -> String {
+    let start = page
+        .find(r#"name="csrf" value=""#)
+        .expect("a form with a CSRF token")
+        + 19;
+    page[start..start + page[start..].find('"').unwrap()].to_owned()
+}
+
+/// One attempt recorded as intake records it, for `order_id`.
+async fn attempt(env: &TestEnv, order_id: &str) -> Uuid {
+    let id = Uuid::new_v4();
+    let body = command(
+        id,
+        json!({"order_id": order_id, "description": null, "requested_at": null}),
+    );
+    let record = intake_record(&body, &format!("m-{id}"), None);
+    record_batch(
+        &env.store,
+        "onecharge-intake",
+        &[record],
+        OffsetDateTime::now_utc(),
+    )
+    .await
+    .unwrap();
+    id
+}
+
+/// An attempt in `needs_review`, first sent 10 minutes ago (inside the key window).
+async fn attempt_in_review(env: &TestEnv) -> Uuid {
+    let id = attempt(env, "ord_review").await;
+    sqlx::query(
+        "UPDATE payment_attempts SET status = 'needs_review', review_reason = 'lookup inconclusive',
+             first_dispatched_at = now() - interval '10 minutes', created_at = now() - interval '20 minutes'
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    id
+}
+
+async fn status_of(env: &TestEnv, id: Uuid) -> String {
+    sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
+        .bind(id)
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_in_sets_a_strict_http_only_session_cookie_and_a_wrong_token_is_refused() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+
+    // not signed in: every page sends the browser to the sign-in form, remembering where
+    let (status, _) = console.get(None, "/console/attempts?order_id=ord_1").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let response = console
+        .http
+        .get(console.url("/console/review"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()[LOCATION],
+        "/console/login?next=%2Fconsole%2Freview"
+    );
+
+    let wrong = console.sign_in("oc_not-a-token").await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong.headers().get(SET_COOKIE).is_none(),
+        "no session for a wrong token"
+    );
+    assert!(wrong.text().await.unwrap().contains(r#"id="login-error""#));
+
+    let right = console.sign_in(OPERATOR_TOKEN).await;
+    assert_eq!(right.status(), StatusCode::SEE_OTHER);
+    assert_eq!(right.headers()[LOCATION], "/console/review");
+    let set_cookie = right.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(
+            set_cookie.contains(flag),
+            "{flag} missing from {set_cookie}"
+        );
+    }
+    assert!(
+        !set_cookie.contains("Secure"),
+        "Secure only when configured"
+    );
+    let ada = Browser {
+        cookie: session_cookie(&right).unwrap(),
+    };
+    let (status, page) = console.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"data-actor="operator:ada""#), "{page}");
+    assert!(page.contains(r#"data-testid="stat-needs_review""#));
+
+    // signing out ends the session on the server, not only in the browser
+    let csrf = csrf_of(&page);
+    let (status, _) = console
+        .post(&ada, "/console/logout", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (status, _) = console.get(Some(&ada), "/console/").await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "the old cookie is worth nothing"
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn searching_an_order_lists_its_attempts_and_the_attempt_page_shows_the_timeline() {
+    // nothing configured, loopback: the console is open, as /api/* is
+    let env = TestEnv::new().await;
+    let first = attempt(&env, "ord_1001").await;
+    let second = attempt(&env, "ord_1001").await;
+    let other = attempt(&env, "ord_2002").await;
+    let console = Console::start(&env).await;
+
+    let (status, page) = console
+        .get(None, "/console/attempts?order_id=ord_1001")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    for id in [first, second] {
+        assert!(
+            page.contains(&format!(r#"data-attempt-id="{id}""#)),
+            "{id} listed"
+        );
+    }
+    assert!(
+        !page.contains(&other.to_string()),
+        "another order's attempt is not listed"
+    );
+    assert!(page.contains(r#"data-count="2""#));
+
+    // an idempotency key names one attempt: its page
+    let response = console
+        .http
+        .get(console.url(&format!(
+            "/console/attempts?idempotency_key=onecharge-{first}"
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()[LOCATION],
+        format!("/console/attempts/{first}")
+    );
+
+    let (status, page) = console
+        .get(None, &format!("/console/attempts/{first}"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains(r#"data-testid="timeline-entry" data-kind="state""#),
+        "{page}"
+    );
+    assert!(
+        page.contains("new -&gt; pending (command_accepted)"),
+        "{page}"
+    );
+    assert!(page.contains(r#"id="fact-idempotency-key""#));
+    assert!(
+        page.contains(r#"data-by="executor""#),
+        "the next action is the executor's"
+    );
+    assert!(
+        page.contains(r#"data-actor="console""#),
+        "an open console acts as `console`"
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let id = attempt_in_review(&env).await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+    let path = format!("/console/attempts/{id}/resolve");
+    let decision = |csrf: &'static str| {
+        vec![
+            ("as", "declined"),
+            ("reason", "no charge at the gateway for this key"),
+            ("decline_code", "checked_by_hand"),
+            ("confirm", "yes"),
+            ("csrf", csrf),
+        ]
+    };
+
+    // the review queue lists it with its reason
+    let (_, page) = console.get(Some(&vic), "/console/review").await;
+    assert!(page.contains(&format!(
+        r#"data-testid="review-row" data-attempt-id="{id}""#
+    )));
+    assert!(page.contains("lookup inconclusive"));
+
+    // without the session's CSRF token (a forged form), nothing happens
+    let (status, page) = console.post(&ada, &path, &decision("forged")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    assert!(page.contains("CSRF"));
+    assert_eq!(status_of(&env, id).await, "needs_review");
+
+    // a viewer with a good token is refused, and told why
+    let vic_csrf: &'static str = console.csrf(&vic).await.leak();
+    let (status, page) = console.post(&vic, &path, &decision(vic_csrf)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(page.contains("vic signed in as a viewer"), "{page}");
+    assert_eq!(status_of(&env, id).await, "needs_review");
+
+    // the operator: first a confirmation page, then the decision
+    let ada_csrf: &'static str = console.csrf(&ada).await.leak();
+    let mut unconfirmed = decision(ada_csrf);
+    unconfirmed.retain(|(name, _)| *name != "confirm");
+    let (status, page) = console.post(&ada, &path, &unconfirmed).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="confirm-submit""#), "{page}");
+    assert_eq!(
+        status_of(&env, id).await,
+        "needs_review",
+        "not before confirming"
+    );
+
+    let (status, page) = console.post(&ada, &path, &decision(ada_csrf)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"data-status="declined""#), "{page}");
+    assert_eq!(status_of(&env, id).await, "declined");
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{id}'
+               AND cause = 'operator_resolved' AND actor = 'operator:ada'"
+        ))
+        .await,
+        1
+    );
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM outbox WHERE payment_attempt_id = '{id}' AND status = 'declined'"
+        ))
+        .await,
+        1,
+        "one payment-declined event queued"
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_takes_a_named_operators_token_and_a_viewers_only_reads() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let id = attempt_in_review(&env).await;
+    let console = Console::start(&env).await;
+    let api = |token: &str, path: &str| {
+        console
+            .http
+            .get(console.url(path))
+            .bearer_auth(token)
+            .send()
+    };
+    let resolve = |token: &str| {
+        console
+            .http
+            .post(console.url(&format!("/api/attempts/{id}/resolve")))
+            .bearer_auth(token)
+            .json(&json!({"as": "retry", "reason": "the gateway was down; send again"}))
+            .send()
+    };
+
+    assert_eq!(
+        api(VIEWER_TOKEN, "/api/attempts").await.unwrap().status(),
+        StatusCode::OK
+    );
+    let refused = resolve(VIEWER_TOKEN).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "forbidden");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("viewer"));
+    assert_eq!(status_of(&env, id).await, "needs_review");
+    assert_eq!(
+        api("oc_nobody", "/api/attempts").await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    assert_eq!(
+        resolve(OPERATOR_TOKEN).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(status_of(&env, id).await, "pending");
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{id}' AND actor = 'operator:ada'"
+        ))
+        .await,
+        1,
+        "recorded as the named operator"
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_console_page_shows_a_configured_secret() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let id = attempt_in_review(&env).await;
+    env.publish_raw(Some("broken-1"), b"{not json").await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    // the dead letter arrives when intake runs; the page lists what there is either way
+    let mut pages = vec![
+        "/console/".to_owned(),
+        "/console/attempts".to_owned(),
+        format!("/console/attempts?customer_id=cus_42"),
+        format!("/console/attempts/{id}"),
+        "/console/review".to_owned(),
+        "/console/dead-letters".to_owned(),
+        "/console/bulk".to_owned(),
+        "/console/audit".to_owned(),
+        "/console/login".to_owned(),
+        "/console/no-such-page".to_owned(),
+    ];
+    pages.push(format!("/console/attempts/{}", Uuid::new_v4()));
+    let secrets = [
+        OPERATOR_TOKEN.to_owned(),
+        VIEWER_TOKEN.to_owned(),
+        ADMIN_TOKEN.to_owned(),
+        GATEWAY_KEY.to_owned(),
+        token_sha256(OPERATOR_TOKEN),
+        env.settings.database_url.clone(),
+    ];
+    for path in &pages {
+        let (status, page) = console.get(Some(&ada), path).await;
+        assert!(
+            status.is_success() || status.is_client_error(),
+            "{path}: {status}"
+        );
+        for secret in &secrets {
+            assert!(!page.contains(secret.as_str()), "{path} shows a secret");
+        }
+    }
+    // nor does the sign-in page after a wrong token (it is not echoed back)
+    let wrong = console
+        .sign_in("oc_typed-by-mistake-0123")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!wrong.contains("oc_typed-by-mistake-0123"));
+    console.stop().await;
+}
