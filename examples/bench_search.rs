@@ -1,7 +1,8 @@
 //! Operator search at 10 million attempts: fills a scratch database with `--rows`
 //! `payment_attempts` (default 10,000,000) in a few `INSERT … SELECT generate_series`
 //! statements, then asks the admin HTTP (the real router, `onecharge::admin::router`) every
-//! search the API and the console answer, and prints for each the plan PostgreSQL ran and
+//! search the API (`/api/attempts…`) and the console (`/console/…`, open: nothing
+//! configured to sign in with) answer, and prints for each the plan PostgreSQL ran and
 //! the latency over HTTP. Needs PostgreSQL at 127.0.0.1:5432 (trust auth, a superuser: the
 //! plans are read with `auto_explain`) and NATS at 127.0.0.1:4222 (for `/api/stats`). The
 //! scratch database is dropped at the end unless `--keep-database`.
@@ -14,8 +15,9 @@
 //! search the database runs with `auto_explain` (`log_analyze`, `log_buffers`,
 //! `client_min_messages = log`), so each plan, with its query text, arrives at the client as
 //! a notice and is printed as it came. Then `auto_explain` is switched off and each search
-//! is timed over `--requests` sequential requests, each with a value of its own (an order,
-//! customer or charge drawn from the table), after 10 unmeasured ones.
+//! is timed over `--requests` sequential requests (or as many as fit in 30 s), each with a
+//! value of its own (an order, customer or charge drawn from the table), after 10
+//! unmeasured ones.
 //!
 //! The rows: created over the past 365 days in time order (heap order follows
 //! `created_at`, as intake writes it); random attempt ids (`md5`, like v4 ids scattered over
@@ -65,6 +67,10 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     reuse_database: Option<String>,
 }
+
+/// Longest a search is timed for: a search that scans the table stops early (the table
+/// says how many requests were measured).
+const BUDGET_PER_SEARCH: Duration = Duration::from_secs(30);
 
 /// Rows per `INSERT … SELECT`: progress every million, no statement runs for long.
 const CHUNK: i64 = 1_000_000;
@@ -163,12 +169,16 @@ async fn main() -> anyhow::Result<()> {
         args.requests,
         support::thousands(rows as f64)
     );
-    println!("| search | rows returned (median) | p50 ms | p99 ms | max ms |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| search | requests | rows returned (median) | p50 ms | p99 ms | max ms |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for search in &searches {
         let mut latencies = Vec::with_capacity(args.requests);
         let mut returned = Vec::with_capacity(args.requests);
+        let budget = Instant::now() + BUDGET_PER_SEARCH;
         for (i, path) in search.paths.iter().cycle().take(args.requests + 10).enumerate() {
+            if i > 10 && Instant::now() > budget {
+                break;
+            }
             let begun = Instant::now();
             let (status, rows) = admin.get(path).await?;
             let took = begun.elapsed();
@@ -181,8 +191,9 @@ async fn main() -> anyhow::Result<()> {
         latencies.sort_unstable();
         returned.sort_unstable();
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
             search.name,
+            latencies.len(),
             returned[returned.len() / 2],
             ms(percentile(&latencies, 0.50)),
             ms(percentile(&latencies, 0.99)),
@@ -350,6 +361,42 @@ async fn searches(conn: &mut PgConnection, n: usize) -> anyhow::Result<Vec<Searc
             name: "stats (overview figures)",
             paths: vec!["/api/stats".into()],
         },
+        Search {
+            name: "console: attempt page",
+            paths: each(&|s| format!("/console/attempts/{}", s.0)),
+        },
+        Search {
+            name: "console: idempotency key (redirects to the attempt page)",
+            paths: each(&|s| format!("/console/attempts?idempotency_key={}", s.1)),
+        },
+        Search {
+            name: "console: order_id",
+            paths: each(&|s| format!("/console/attempts?order_id={}", s.2)),
+        },
+        Search {
+            name: "console: customer_id (≈20 attempts)",
+            paths: each(&|s| format!("/console/attempts?customer_id={}", s.3)),
+        },
+        Search {
+            name: "console: gateway_charge_id",
+            paths: each(&|s| format!("/console/attempts?gateway_charge_id={}", charge(s))),
+        },
+        Search {
+            name: "console: status=needs_review, newest 50",
+            paths: vec!["/console/attempts?status=needs_review".into()],
+        },
+        Search {
+            name: "console: search page without a filter (newest 50)",
+            paths: vec!["/console/attempts".into()],
+        },
+        Search {
+            name: "console: review queue",
+            paths: vec!["/console/review".into()],
+        },
+        Search {
+            name: "console: overview",
+            paths: vec!["/console/".into()],
+        },
     ])
 }
 
@@ -372,6 +419,7 @@ impl Admin {
             admin_token: None,
             gateway_health: None,
             retry_window: RetryWindow::from_settings(settings),
+            console: onecharge::console::Console::from_settings(settings),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
@@ -385,14 +433,15 @@ impl Admin {
         })
     }
 
-    /// The status and, for a JSON array, its length (1 for anything else).
+    /// The status and the rows answered: a JSON array's length, a console page's first
+    /// `data-count`, 1 for anything else.
     async fn get(&self, path: &str) -> anyhow::Result<(reqwest::StatusCode, usize)> {
         let response = self.client.get(format!("{}{path}", self.base)).send().await?;
         let status = response.status();
         let body = response.bytes().await?;
         let rows = match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(serde_json::Value::Array(items)) => items.len(),
-            _ => 1,
+            _ => data_count(&String::from_utf8_lossy(&body)).unwrap_or(1),
         };
         Ok((status, rows))
     }
@@ -434,6 +483,13 @@ impl<S: tracing::Subscriber> Layer<S> for Plans {
             self.0.lock().expect("not poisoned").push(message.0);
         }
     }
+}
+
+/// `N` of the first `data-count="N"` on a console page.
+fn data_count(page: &str) -> Option<usize> {
+    let start = page.find("data-count=\"")? + "data-count=\"".len();
+    let end = start + page[start..].find('"')?;
+    page[start..end].parse().ok()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

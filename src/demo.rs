@@ -530,10 +530,12 @@ async fn serve_console(demo: &Settings, admin_addr: std::net::SocketAddr) -> any
     console.admin_addr = admin_addr;
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::shutdown::cancel_on_signal(shutdown.clone()));
-    let sign_in = if console.admin_token.is_some() {
-        "sign in with the admin token of your configuration"
-    } else {
-        "no sign-in: with no admin token configured it is open on this loopback address"
+    let sign_in = match (console.operators.is_empty(), console.admin_token.is_some()) {
+        (true, false) => {
+            "no sign-in: with no admin token or operators configured it is open on this loopback address"
+        }
+        (true, true) => "sign in with the admin token of your configuration",
+        (false, _) => "sign in with a token of your [[operators]] or the admin token",
     };
     let app = Application::build(console, &[crate::app::Role::Admin]).await?;
     let addr = app.admin_addr().context("the admin role listens")?;

@@ -9,6 +9,7 @@
 mod support;
 
 mod admin_api;
+mod browser;
 mod cli;
 mod cluster;
 mod console;
