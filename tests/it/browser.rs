@@ -105,8 +105,11 @@ async fn seed(env: &TestEnv) -> Seeded {
         )
         .await;
     }
-    env.publish_raw(Some("m-not-a-uuid"), br#"{"payment_attempt_id":"not-a-uuid"}"#)
-        .await;
+    env.publish_raw(
+        Some("m-not-a-uuid"),
+        br#"{"payment_attempt_id":"not-a-uuid"}"#,
+    )
+    .await;
     let intake = env.intake().await;
     let mut recorded = 0;
     for _ in 0..20 {
@@ -165,8 +168,8 @@ async fn sign_in(browser: &Browser, console: &Console, token: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_review_after_confirming()
-{
+async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_review_after_confirming(
+) {
     let env = TestEnv::with_settings(with_operators).await;
     let seeded = seed(&env).await;
     let console = Console::start(&env).await;
@@ -202,12 +205,16 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     browser.click_and_wait("#nav-search").await;
     browser.fill("#q-order-id", ORDER).await;
     browser.click_and_wait("#search-submit").await;
-    assert_eq!(
-        browser.path().await.split('&').next().unwrap(),
-        format!("/console/attempts?attempt_id=&order_id={ORDER}")
+    let path = browser.path().await;
+    assert!(
+        path.starts_with("/console/attempts?") && path.contains(&format!("order_id={ORDER}")),
+        "{path}"
     );
     let count = browser.find("#result-count").await;
-    assert_eq!(count.attr("data-count").await.unwrap().as_deref(), Some("2"));
+    assert_eq!(
+        count.attr("data-count").await.unwrap().as_deref(),
+        Some("2")
+    );
     let rows = browser
         .client()
         .find_all(fantoccini::Locator::Css(r#"tr[data-testid="attempt-row"]"#))
@@ -244,7 +251,10 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     // resolve with a reason: first the confirmation, which changes nothing yet
     browser.select("#resolve-as", "succeeded").await;
     browser
-        .fill("#resolve-reason", "charge ch_browser_1 seen in the gateway dashboard")
+        .fill(
+            "#resolve-reason",
+            "charge ch_browser_1 seen in the gateway dashboard",
+        )
         .await;
     browser
         .fill("#resolve-gateway-charge-id", "ch_browser_1")

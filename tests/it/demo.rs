@@ -78,7 +78,10 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
                 return rest.split_whitespace().next().unwrap().to_owned();
             }
         }
-        panic!("the demo ended without serving the console:\n{}", printed.join("\n"));
+        panic!(
+            "the demo ended without serving the console:\n{}",
+            printed.join("\n")
+        );
     })
     .await
     .expect("the console is served within 150 s");
@@ -102,7 +105,10 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
         .unwrap();
     assert_eq!(page.status(), reqwest::StatusCode::OK);
     let page = page.text().await.unwrap();
-    assert!(page.contains(r#"id="result-count" data-count="1""#), "{page}");
+    assert!(
+        page.contains(r#"id="result-count" data-count="1""#),
+        "{page}"
+    );
     let attempts: Vec<serde_json::Value> = reqwest::get(format!("{base}/api/attempts?limit=0"))
         .await
         .unwrap()

@@ -38,8 +38,9 @@ impl Drop for Driver {
     fn drop(&mut self) {
         // chromedriver's chromium runs in its process group: kill them all, by that id.
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.0.id())])
+            .args(["-s", "KILL", "--", &format!("-{}", self.0.id())])
             .status();
+        let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
@@ -100,12 +101,20 @@ impl Browser {
 
     /// The element `css` selects, once it is on the page.
     pub async fn find(&self, css: &str) -> Element {
-        self.client
+        match self
+            .client
             .wait()
             .at_most(DEADLINE)
             .for_element(Locator::Css(css))
             .await
-            .unwrap_or_else(|e| panic!("no {css} on {:?}: {e}", self.client.current_url().await))
+        {
+            Ok(element) => element,
+            Err(e) => panic!(
+                "no {css} on {}: {e}\n{}",
+                self.path().await,
+                self.client.source().await.unwrap_or_default()
+            ),
+        }
     }
 
     /// Whether `css` selects anything on the page now.
