@@ -82,10 +82,12 @@ async fn main() -> anyhow::Result<()> {
     onecharge::tls::install_crypto_provider();
     let plans = Plans::default();
     tracing_subscriber::registry()
-        .with(plans.clone().with_filter(
-            tracing_subscriber::filter::Targets::new()
-                .with_target("sqlx::postgres::notice", tracing::Level::TRACE),
-        ))
+        .with(
+            plans.clone().with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("sqlx::postgres::notice", tracing::Level::TRACE),
+            ),
+        )
         .init();
 
     // Dropped at the end unless kept; a reused database is never dropped here.
@@ -121,7 +123,10 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let searches = searches(&mut conn, args.requests + 10).await?;
-    let namespace = format!("bench-search-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let namespace = format!(
+        "bench-search-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
     let settings = Settings {
         database_url: url.clone(),
         nats_url: throwaway::nats_url(),
@@ -175,7 +180,13 @@ async fn main() -> anyhow::Result<()> {
         let mut latencies = Vec::with_capacity(args.requests);
         let mut returned = Vec::with_capacity(args.requests);
         let budget = Instant::now() + BUDGET_PER_SEARCH;
-        for (i, path) in search.paths.iter().cycle().take(args.requests + 10).enumerate() {
+        for (i, path) in search
+            .paths
+            .iter()
+            .cycle()
+            .take(args.requests + 10)
+            .enumerate()
+        {
             if i > 10 && Instant::now() > budget {
                 break;
             }
@@ -239,10 +250,7 @@ async fn fill(conn: &mut PgConnection, rows: i64) -> anyhow::Result<()> {
             .execute(&mut *conn)
             .await
             .context("filling payment_attempts")?;
-        println!(
-            "  rows {from}..{to} in {:.1?}",
-            begun.elapsed()
-        );
+        println!("  rows {from}..{to} in {:.1?}", begun.elapsed());
         from = to + 1;
     }
     for (name, definition) in &indexes {
@@ -436,7 +444,11 @@ impl Admin {
     /// The status and the rows answered: a JSON array's length, a console page's first
     /// `data-count`, 1 for anything else.
     async fn get(&self, path: &str) -> anyhow::Result<(reqwest::StatusCode, usize)> {
-        let response = self.client.get(format!("{}{path}", self.base)).send().await?;
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await?;
         let status = response.status();
         let body = response.bytes().await?;
         let rows = match serde_json::from_slice::<serde_json::Value>(&body) {
