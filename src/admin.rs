@@ -21,9 +21,12 @@ use crate::console::Console;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
 use crate::gateway::GatewayHealth;
+use crate::operator::bulk::{self, BulkError, BulkOutcome, BulkRequest};
+use crate::operator::recheck::{self, Recheck, RecheckError};
 use crate::operator::resolve::{self, ResolveError, ResolveRequest};
 use crate::operator::stats::Stats;
-use crate::operator::{attempts, RetryWindow};
+use crate::operator::{attempts, audit, RetryWindow, Via};
+use crate::reconciler::Reconciler;
 use crate::store::Store;
 
 /// What the handlers need.
@@ -43,6 +46,9 @@ pub struct AdminState {
     /// The named operators, the console's sessions and settings
     /// (`Console::from_settings`; `Console::default()`: no operators, default settings).
     pub console: Console,
+    /// The reconciler whose lookup `recheck` (and a bulk recheck) runs, when this process
+    /// has a gateway client (it runs the executor or the reconciler); `None` answers 503.
+    pub reconciler: Option<Reconciler>,
 }
 
 /// The admin router: health, readiness, metrics, and the operator API under `/api`.
@@ -51,6 +57,9 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/attempts", get(list_attempts))
         .route("/api/attempts/{id}", get(show_attempt))
         .route("/api/attempts/{id}/resolve", post(resolve_attempt))
+        .route("/api/attempts/{id}/recheck", post(recheck_attempt))
+        .route("/api/attempts/bulk", post(bulk_action))
+        .route("/api/audit", get(audit_list))
         .route("/api/stats", get(stats))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize_api));
     Router::new()
@@ -187,8 +196,9 @@ fn bearer_token(authorization: &str) -> Option<&str> {
 
 /// `GET /api/attempts` query: `status`, `stuck` (a duration such as `15m`: non-final attempts
 /// older than it plus every `needs_review`, oldest first), and without `stuck`: `order_id`,
-/// `customer_id`, `gateway_charge_id` (only the attempts that have it), `limit` (default
-/// 100, 0 = all).
+/// `customer_id`, `gateway_charge_id` (only the attempts that have it), `idempotency_key`,
+/// `created_after` / `created_before` (RFC 3339), `before` (the cursor of the next page,
+/// from the previous answer's `X-Next-Cursor` header), `limit` (default 100, 0 = all).
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
@@ -197,13 +207,38 @@ struct ListQuery {
     order_id: Option<String>,
     customer_id: Option<String>,
     gateway_charge_id: Option<String>,
+    idempotency_key: Option<String>,
+    created_after: Option<String>,
+    created_before: Option<String>,
+    before: Option<String>,
     limit: Option<usize>,
+}
+
+/// The header that carries the cursor of the next page: the body stays the JSON array of
+/// contract §6.
+pub const NEXT_CURSOR_HEADER: &str = "x-next-cursor";
+
+fn with_next_cursor<T: serde::Serialize>(body: T, next: Option<String>) -> Response {
+    let mut response = Json(body).into_response();
+    if let Some(value) = next.and_then(|n| header::HeaderValue::from_str(&n).ok()) {
+        response.headers_mut().insert(NEXT_CURSOR_HEADER, value);
+    }
+    response
+}
+
+fn time_param(name: &str, value: Option<&str>) -> Result<Option<OffsetDateTime>, ApiError> {
+    value
+        .map(|text| {
+            crate::operator::parse_time(text)
+                .map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
+        })
+        .transpose()
 }
 
 async fn list_attempts(
     State(state): State<AdminState>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Vec<attempts::AttemptView>>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if let Some(limit) = query.limit {
         crate::operator::parse_limit(&limit.to_string())
@@ -217,25 +252,38 @@ async fn list_attempts(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let now = OffsetDateTime::now_utc();
     let store = &state.store;
+    let before = query
+        .before
+        .as_deref()
+        .map(str::parse::<attempts::AttemptCursor>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("before: {e}")))?;
     let filter = attempts::AttemptFilter {
         status,
         order_id: query.order_id,
         customer_id: query.customer_id,
         gateway_charge_id: query.gateway_charge_id,
+        idempotency_key: query.idempotency_key,
+        created_after: time_param("created_after", query.created_after.as_deref())?,
+        created_before: time_param("created_before", query.created_before.as_deref())?,
+        before,
     };
-    let views = match query.stuck.as_deref() {
+    match query.stuck.as_deref() {
         Some(_) if filter != (attempts::AttemptFilter { status, ..Default::default() }) => {
-            return Err(ApiError::bad_request(
-                "stuck lists every unsettled attempt; it does not combine with order_id, customer_id or gateway_charge_id",
+            Err(ApiError::bad_request(
+                "stuck lists every unsettled attempt; it does not combine with order_id, customer_id, gateway_charge_id, idempotency_key, created_after, created_before or before",
             ))
         }
         Some(stuck) => {
             let older_than = crate::config::parse_duration(stuck)
                 .map_err(|e| ApiError::bad_request(format!("stuck: {e}")))?;
-            attempts::stuck(store, older_than, status, now, &state.retry_window).await
+            let views = attempts::stuck(store, older_than, status, now, &state.retry_window)
+                .await
+                .map_err(ApiError::internal)?;
+            Ok(Json(views).into_response())
         }
         None => {
-            attempts::list(
+            let page = attempts::page(
                 store,
                 &filter,
                 query.limit.unwrap_or(100),
@@ -243,10 +291,13 @@ async fn list_attempts(
                 &state.retry_window,
             )
             .await
+            .map_err(ApiError::internal)?;
+            Ok(with_next_cursor(
+                page.attempts,
+                page.next.map(|c| c.to_string()),
+            ))
         }
     }
-    .map_err(ApiError::internal)?;
-    Ok(Json(views))
 }
 
 fn attempt_id(
@@ -301,6 +352,7 @@ async fn resolve_attempt(
         id,
         &request,
         &principal.actor,
+        Via::Api,
         &state.retry_window,
         now,
     )
@@ -311,6 +363,135 @@ async fn resolve_attempt(
     Ok(Json(
         serde_json::json!({"resolution": resolution, "attempt": attempt}),
     ))
+}
+
+/// The body of `POST /api/attempts/{id}/recheck`, optional.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecheckBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl From<RecheckError> for ApiError {
+    fn from(err: RecheckError) -> Self {
+        match err {
+            RecheckError::Invalid(why) => Self::bad_request(why),
+            err @ RecheckError::NotFound(_) => {
+                Self::new(StatusCode::NOT_FOUND, "not_found", err.to_string())
+            }
+            RecheckError::Refused(why) => Self::new(StatusCode::CONFLICT, "conflict", why),
+            err @ RecheckError::Failed(_) => Self::internal(err),
+        }
+    }
+}
+
+fn no_gateway_client() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "this process has no gateway client (it runs neither the executor nor the reconciler role): recheck through one that does, or `onecharge attempts recheck`",
+    )
+}
+
+/// `POST /api/attempts/{id}/recheck` (body optional: `{"reason": …}`): what `attempts
+/// recheck` does — the reconciler's lookup now, applied when it settles the attempt.
+/// Answers the [`Recheck`] report; 409 for an attempt that is not `unknown` or
+/// `needs_review`.
+async fn recheck_attempt(
+    State(state): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
+    body: axum::body::Bytes,
+) -> Result<Json<Recheck>, ApiError> {
+    let id = attempt_id(id)?;
+    let body: RecheckBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RecheckBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(e.to_string()))?
+    };
+    let reconciler = state.reconciler.as_ref().ok_or_else(no_gateway_client)?;
+    let report = recheck::recheck(
+        reconciler,
+        id,
+        &principal.actor,
+        Via::Api,
+        body.reason.as_deref(),
+    )
+    .await?;
+    Ok(Json(report))
+}
+
+impl From<BulkError> for ApiError {
+    fn from(err: BulkError) -> Self {
+        match err {
+            BulkError::Invalid(why) => Self::bad_request(why),
+            err @ BulkError::TooMany { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "too_many",
+                err.to_string(),
+            ),
+            BulkError::Unavailable(why) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why)
+            }
+            err @ BulkError::Failed(_) => Self::internal(err),
+        }
+    }
+}
+
+/// `POST /api/attempts/bulk` with `{"action": "retry|recheck", "filter": {…}, "reason": …,
+/// "preview": bool, "max": N}`: see [`crate::operator::bulk`]. 422 when more attempts match
+/// than the cap (or `max`).
+async fn bulk_action(
+    State(state): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    body: Result<Json<BulkRequest>, JsonRejection>,
+) -> Result<Json<BulkOutcome>, ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let outcome = bulk::bulk(
+        &state.store,
+        state.reconciler.as_ref(),
+        &request,
+        &principal.actor,
+        Via::Api,
+        &state.retry_window,
+    )
+    .await?;
+    Ok(Json(outcome))
+}
+
+/// `GET /api/audit` query: `actor`, `attempt` (a payment_attempt_id), `before` (the cursor
+/// of the next page, from the previous answer's `X-Next-Cursor`), `limit` (default 100).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditQuery {
+    actor: Option<String>,
+    attempt: Option<PaymentAttemptId>,
+    before: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /api/audit`: the audit trail, newest first, as `audit list --json` prints it.
+async fn audit_list(
+    State(state): State<AdminState>,
+    query: Result<Query<AuditQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let before_id = query
+        .before
+        .as_deref()
+        .map(audit::parse_cursor)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("before: {e}")))?;
+    let filter = audit::AuditFilter {
+        actor: query.actor,
+        payment_attempt_id: query.attempt,
+        before_id,
+    };
+    let page = audit::list(&state.store, &filter, query.limit.unwrap_or(100))
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(with_next_cursor(page.entries, page.next))
 }
 
 /// `GET /api/stats`: what `onecharge attempts stats --json` prints.

@@ -304,10 +304,20 @@ impl Application {
             );
             roles.spawn("purge", purger.run(shutdown.clone()));
         }
+        // The admin API's recheck runs the reconciler's lookup on this process's gateway
+        // client and health, whichever role built them.
+        let recheck = gateway.as_ref().map(|(client, health)| {
+            Reconciler::new(
+                self.store.clone(),
+                client.clone(),
+                health.clone(),
+                &self.settings,
+            )
+        });
         let gateway_health = gateway.map(|(_, health)| health);
         let timeout = self.settings.shutdown_timeout;
         tracing::info!(roles = ?self.roles, "onecharge serving");
-        self.spawn_admin(&mut roles, metrics, gateway_health, &shutdown);
+        self.spawn_admin(&mut roles, metrics, gateway_health, recheck, &shutdown);
         roles.supervise(shutdown, timeout).await
     }
 
@@ -364,6 +374,7 @@ impl Application {
         roles: &mut Roles,
         metrics: metrics_exporter_prometheus::PrometheusHandle,
         gateway_health: Option<GatewayHealth>,
+        reconciler: Option<Reconciler>,
         shutdown: &CancellationToken,
     ) {
         let Some(listener) = self.admin_listener else {
@@ -377,6 +388,7 @@ impl Application {
             gateway_health,
             retry_window: RetryWindow::from_settings(&self.settings),
             console: crate::console::Console::from_settings(&self.settings),
+            reconciler,
         };
         roles.spawn(
             "admin",

@@ -75,6 +75,9 @@ pub enum Command {
     /// Inspect and replay dead-lettered commands
     #[command(subcommand)]
     Dlq(crate::operator::DlqCommand),
+    /// The audit trail of manual actions
+    #[command(subcommand)]
+    Audit(crate::operator::AuditCommand),
     /// Delete dedupe rows older than purge.dedupe_retention (also runs inside `serve`)
     Purge(crate::operator::purge::PurgeArgs),
     /// Named operators of the console and the admin API
@@ -175,6 +178,7 @@ pub fn run(cli: Cli) -> ExitCode {
             }
             Command::Attempts(command) => crate::operator::run_attempts(&settings, command).await,
             Command::Dlq(command) => crate::operator::run_dlq(&settings, command).await,
+            Command::Audit(command) => crate::operator::run_audit(&settings, command).await,
             Command::Purge(args) => crate::operator::purge::run_purge(&settings, args).await,
             Command::Operators(command) => crate::console::access::run_operators(command),
             Command::Reconcile { once } => crate::reconciler::run_command(settings, once).await,

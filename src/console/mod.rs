@@ -71,6 +71,7 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         .route("/console/attempts", get(pages::search))
         .route("/console/attempts/{id}", get(pages::attempt))
         .route("/console/attempts/{id}/resolve", post(pages::resolve))
+        .route("/console/attempts/{id}/recheck", post(pages::recheck))
         .route("/console/review", get(pages::review))
         .route("/console/dead-letters", get(pages::dead_letters))
         .route("/console/dead-letters/{sequence}", get(pages::dead_letter))
@@ -78,7 +79,10 @@ pub fn router(state: AdminState) -> Router<AdminState> {
             "/console/dead-letters/{sequence}/replay",
             post(pages::replay),
         )
-        .route("/console/bulk", get(pages::bulk))
+        .route(
+            "/console/bulk",
+            get(pages::bulk_page).post(pages::bulk_action),
+        )
         .route("/console/audit", get(pages::audit))
         .fallback(pages::not_found)
         .layer(middleware::from_fn_with_state(state, guard))

@@ -6,17 +6,19 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup, DOCTYPE};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
 use super::session::{self, Session};
 use crate::admin::AdminState;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
-use crate::operator::attempts::{self, AttemptFilter, AttemptView};
+use crate::operator::attempts::{self, AttemptCursor, AttemptFilter, AttemptView};
+use crate::operator::bulk::{self, BulkAction, BulkError, BulkFilter, BulkRequest};
+use crate::operator::recheck::{self, RecheckError};
 use crate::operator::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
 use crate::operator::table;
-use crate::operator::{dlq, stats};
+use crate::operator::{audit, dlq, stats, Via};
 
 /// Attempts per search page.
 const PAGE_SIZE: usize = 50;
@@ -308,6 +310,13 @@ pub(super) struct SearchQuery {
     gateway_charge_id: String,
     #[serde(default)]
     status: String,
+    #[serde(default)]
+    created_after: String,
+    #[serde(default)]
+    created_before: String,
+    /// The cursor of this page (the previous page's last attempt).
+    #[serde(default)]
+    before: String,
 }
 
 fn set(field: &str) -> Option<String> {
@@ -327,23 +336,14 @@ pub(super) async fn search(
             "The search parameters are not understood.",
         );
     };
-    // An attempt id, or an idempotency key (onecharge derives it from the attempt id),
-    // names one attempt: its page.
-    let exact = set(&query.attempt_id)
-        .map(|id| (id, "payment_attempt_id"))
-        .or_else(|| {
-            set(&query.idempotency_key).map(|key| {
-                let id = key.strip_prefix("onecharge-").unwrap_or(&key).to_owned();
-                (id, "idempotency key")
-            })
-        });
-    if let Some((id, what)) = exact {
+    // An attempt id names one attempt: its page.
+    if let Some(id) = set(&query.attempt_id) {
         return match id.parse::<PaymentAttemptId>() {
             Ok(id) => Redirect::to(&format!("/console/attempts/{id}")).into_response(),
             Err(_) => refused(
                 StatusCode::BAD_REQUEST,
                 Some(&session),
-                &format!("`{id}` is not a {what} onecharge made (a UUID, or onecharge-<UUID> for a key)."),
+                &format!("`{id}` is not a payment_attempt_id (a UUID)."),
             ),
         };
     }
@@ -354,18 +354,56 @@ pub(super) async fn search(
         Some(Ok(status)) => Some(status),
         None => None,
     };
+    let times = (|| {
+        Ok::<_, String>((
+            console_time("created after", &query.created_after)?,
+            console_time("created before", &query.created_before)?,
+            set(&query.before)
+                .map(|c| c.parse::<AttemptCursor>())
+                .transpose()?,
+        ))
+    })();
+    let (created_after, created_before, before) = match times {
+        Ok(times) => times,
+        Err(why) => return refused(StatusCode::BAD_REQUEST, Some(&session), &why),
+    };
     let filter = AttemptFilter {
         status,
         order_id: set(&query.order_id),
         customer_id: set(&query.customer_id),
         gateway_charge_id: set(&query.gateway_charge_id),
+        idempotency_key: set(&query.idempotency_key),
+        created_after,
+        created_before,
+        before,
     };
     let now = OffsetDateTime::now_utc();
-    let views =
-        match attempts::list(&state.store, &filter, PAGE_SIZE, now, &state.retry_window).await {
-            Ok(views) => views,
+    let page_of =
+        match attempts::page(&state.store, &filter, PAGE_SIZE, now, &state.retry_window).await {
+            Ok(page) => page,
             Err(err) => return failed(&session, err),
         };
+    let views = page_of.attempts;
+    let next_page = page_of.next.map(|cursor| {
+        let mut params: Vec<(&str, String)> = [
+            ("order_id", &query.order_id),
+            ("customer_id", &query.customer_id),
+            ("idempotency_key", &query.idempotency_key),
+            ("gateway_charge_id", &query.gateway_charge_id),
+            ("status", &query.status),
+            ("created_after", &query.created_after),
+            ("created_before", &query.created_before),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.trim().is_empty())
+        .map(|(k, v)| (k, v.trim().to_owned()))
+        .collect();
+        params.push(("before", cursor.to_string()));
+        format!(
+            "/console/attempts?{}",
+            serde_urlencoded::to_string(&params).unwrap_or_default()
+        )
+    });
     let body = html! {
         form #search-form method="get" action="/console/attempts" {
             (text_input("q-attempt-id", "attempt_id", "Payment attempt id", &query.attempt_id))
@@ -380,11 +418,33 @@ pub(super) async fn search(
                     option value=(s.as_str()) selected[status == Some(s)] { (s.as_str()) }
                 }
             }
+            (text_input("q-created-after", "created_after", "Created at or after (UTC)", &query.created_after))
+            (text_input("q-created-before", "created_before", "Created before (UTC)", &query.created_before))
             button #search-submit type="submit" { "Search" }
         }
         (attempts_table(&views, now))
+        @if let Some(next) = next_page {
+            p { a #next-page href=(next) { "Older attempts →" } }
+        }
     };
     page(StatusCode::OK, "Search attempts", Some(&session), body)
+}
+
+/// A time typed in a form: RFC 3339, or `YYYY-MM-DD[THH:MM[:SS]]` read as UTC (what a
+/// person types, and what a `datetime-local` field sends).
+fn console_time(what: &str, text: &str) -> Result<Option<OffsetDateTime>, String> {
+    let Some(text) = set(text) else {
+        return Ok(None);
+    };
+    let padded = match text.len() {
+        10 => format!("{text}T00:00:00Z"),
+        16 => format!("{text}:00Z"),
+        19 => format!("{text}Z"),
+        _ => text.clone(),
+    };
+    crate::operator::parse_time(&padded).map(Some).map_err(|_| {
+        format!("{what}: `{text}` is not a time such as 2026-12-01T13:00:00Z or 2026-12-01")
+    })
 }
 
 fn text_input(id: &str, name: &str, label: &str, value: &str) -> Markup {
@@ -402,7 +462,7 @@ fn attempts_table(views: &[AttemptView], now: OffsetDateTime) -> Markup {
     html! {
         p #result-count data-count=(views.len()) {
             (views.len()) " attempt" @if views.len() != 1 { "s" } " (newest first"
-            @if views.len() == PAGE_SIZE { ", first " (PAGE_SIZE) } ")"
+            @if views.len() == PAGE_SIZE { ", " (PAGE_SIZE) " per page" } ")"
         }
         @if !views.is_empty() {
             table #attempts-table {
@@ -456,8 +516,21 @@ pub(super) async fn attempt(
         }
         Err(err) => return failed(&session, err),
     };
+    let trail = audit::list(
+        &state.store,
+        &audit::AuditFilter {
+            payment_attempt_id: Some(id),
+            ..Default::default()
+        },
+        20,
+    )
+    .await;
     let a = &detail.view.attempt;
     let next = &detail.view.next_action;
+    let can_recheck = matches!(
+        a.status,
+        AttemptStatus::Unknown | AttemptStatus::NeedsReview
+    );
     let body = html! {
         p #attempt-id { code { (a.payment_attempt_id) } " " (status_badge(a.status)) }
         section #next-action data-by=(next.by.as_str()) {
@@ -474,6 +547,22 @@ pub(super) async fn attempt(
                         Some(closes) if closes > now => { "open until " (table::at_relative(closes, now)) }
                         Some(closes) => { "closed since " (table::at_relative(closes, now)) ": never re-sent; settle it by looking the charge up" }
                     }
+                }
+            }
+        }
+        @if can_recheck {
+            section #recheck-section {
+                h2 { "Recheck now" }
+                p .hint { "Asks the gateway now what it recorded under this attempt's key, exactly as the reconciler would, and settles the attempt when the answer does." }
+                @if state.reconciler.is_some() {
+                    form #recheck-form method="post" action=(format!("/console/attempts/{id}/recheck")) {
+                        (csrf_field(&session))
+                        label for="recheck-reason" { "Reason (optional)" }
+                        input #recheck-reason type="text" name="reason" maxlength="1000";
+                        button #recheck-submit type="submit" { "Recheck now" }
+                    }
+                } @else {
+                    p #recheck-unavailable { "This instance has no gateway client (it runs neither the executor nor the reconciler): recheck from one that does, or run " code { "onecharge attempts recheck " (id) } "." }
                 }
             }
         }
@@ -500,6 +589,13 @@ pub(super) async fn attempt(
                         }
                     }
                 }
+            }
+        }
+        section #attempt-audit {
+            h2 { "Manual actions" }
+            @match &trail {
+                Ok(page) => (audit_table(&page.entries, now)),
+                Err(_) => p .error { "The audit trail could not be read." }
             }
         }
     };
@@ -627,6 +723,7 @@ pub(super) async fn resolve(
         id,
         &form.request(),
         &actor,
+        Via::Console,
         &state.retry_window,
         now,
     )
@@ -787,6 +884,8 @@ pub(super) async fn dead_letter(
         form #replay-form method="post" action=(format!("/console/dead-letters/{sequence}/replay")) {
             (csrf_field(&session))
             textarea #replay-body name="body" rows="12" cols="100" { (letter.body) }
+            label for="replay-reason" { "Reason (recorded in the audit trail)" }
+            input #replay-reason type="text" name="reason" maxlength="1000";
             button #replay-submit type="submit" { "Review the replay…" }
         }
     };
@@ -801,6 +900,8 @@ pub(super) async fn dead_letter(
 #[derive(Debug, Deserialize)]
 pub(super) struct ReplayForm {
     body: String,
+    #[serde(default)]
+    reason: String,
     #[serde(default)]
     confirm: Option<String>,
 }
@@ -845,6 +946,7 @@ pub(super) async fn replay(
             form #confirm-form method="post" action=(format!("/console/dead-letters/{sequence}/replay")) {
                 (csrf_field(&session))
                 input type="hidden" name="body" value=(body);
+                input type="hidden" name="reason" value=(form.reason);
                 input type="hidden" name="confirm" value="yes";
                 button #confirm-submit type="submit" { "Confirm: replay" }
                 " "
@@ -858,7 +960,17 @@ pub(super) async fn replay(
             page_body,
         );
     }
-    match dlq::replay(&state.broker, sequence, corrected, &session.principal.actor).await {
+    match dlq::replay(
+        &state.broker,
+        &state.store,
+        sequence,
+        corrected,
+        &session.principal.actor,
+        Via::Console,
+        set(&form.reason).as_deref(),
+    )
+    .await
+    {
         Ok(replayed) => page(
             StatusCode::OK,
             "Replayed",
@@ -876,22 +988,364 @@ pub(super) async fn replay(
 }
 
 // ---------------------------------------------------------------------------------------
-// Bulk actions and audit (wired to the audit table when it lands)
+// Recheck
 
-pub(super) async fn bulk(Extension(session): Extension<Session>) -> Response {
-    page(
-        StatusCode::OK,
-        "Bulk actions",
-        Some(&session),
-        html! { p #bulk-unavailable { "Bulk actions arrive with the audit table." } },
-    )
+#[derive(Debug, Deserialize)]
+pub(super) struct RecheckForm {
+    #[serde(default)]
+    reason: String,
 }
 
-pub(super) async fn audit(Extension(session): Extension<Session>) -> Response {
-    page(
-        StatusCode::OK,
-        "Audit",
-        Some(&session),
-        html! { p #audit-unavailable { "The audit trail arrives with the audit table." } (PreEscaped("")) },
+pub(super) async fn recheck(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+    Form(form): Form<RecheckForm>,
+) -> Response {
+    let Ok(id) = id.parse::<PaymentAttemptId>() else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            "not a payment_attempt_id",
+        );
+    };
+    let Some(reconciler) = state.reconciler.as_ref() else {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(&session),
+            "This instance has no gateway client (it runs neither the executor nor the reconciler): recheck from one that does, or with `onecharge attempts recheck`. Nothing was asked.",
+        );
+    };
+    let reason = set(&form.reason);
+    match recheck::recheck(
+        reconciler,
+        id,
+        &session.principal.actor,
+        Via::Console,
+        reason.as_deref(),
     )
+    .await
+    {
+        Ok(report) => page(
+            StatusCode::OK,
+            "Rechecked",
+            Some(&session),
+            html! {
+                p #result .success data-status=(report.after.as_str()) {
+                    "Attempt " code { (id) } ": " (report.before.as_str()) " → " (report.after.as_str())
+                }
+                pre #recheck-result { (recheck::render(&report)) }
+                p { a #back-to-attempt href=(format!("/console/attempts/{id}")) { "Back to the attempt" } }
+            },
+        ),
+        Err(RecheckError::Invalid(why)) => refused(StatusCode::BAD_REQUEST, Some(&session), &why),
+        Err(err @ RecheckError::NotFound(_)) => {
+            refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
+        }
+        Err(RecheckError::Refused(why)) => refused(StatusCode::CONFLICT, Some(&session), &why),
+        Err(err @ RecheckError::Failed(_)) => failed(&session, err),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bulk actions
+
+/// The bulk form: posted without `confirm`, a preview (count and first ids, nothing done);
+/// with `confirm=yes` and `max` (the previewed count), the action.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct BulkForm {
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    order_id: String,
+    #[serde(default)]
+    customer_id: String,
+    #[serde(default)]
+    created_after: String,
+    #[serde(default)]
+    created_before: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    max: Option<usize>,
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+fn bulk_form(session: &Session, form: &BulkForm) -> Markup {
+    html! {
+        form #bulk-form method="post" action="/console/bulk" {
+            (csrf_field(session))
+            label for="bulk-action" { "Action" }
+            select #bulk-action name="action" {
+                option value="retry" selected[form.action == "retry"] { "retry — resolve each needs_review attempt as retry" }
+                option value="recheck" selected[form.action == "recheck"] { "recheck — look each unknown / needs_review attempt up now" }
+            }
+            label for="bulk-status" { "State" }
+            select #bulk-status name="status" {
+                option value="" { "any the action applies to" }
+                option value="needs_review" selected[form.status == "needs_review"] { "needs_review" }
+                option value="unknown" selected[form.status == "unknown"] { "unknown" }
+            }
+            (text_input("bulk-order-id", "order_id", "Order id", &form.order_id))
+            (text_input("bulk-customer-id", "customer_id", "Customer id", &form.customer_id))
+            (text_input("bulk-created-after", "created_after", "Created at or after (UTC)", &form.created_after))
+            (text_input("bulk-created-before", "created_before", "Created before (UTC)", &form.created_before))
+            label for="bulk-reason" { "Reason (recorded for every attempt)" }
+            input #bulk-reason type="text" name="reason" required maxlength="1000" value=(form.reason);
+            button #bulk-preview-submit type="submit" { "Preview" }
+        }
+    }
+}
+
+pub(super) async fn bulk_page(Extension(session): Extension<Session>) -> Response {
+    let body = html! {
+        p #bulk-cap data-cap=(bulk::BULK_CAP) {
+            "Retry or recheck every attempt a filter matches. A preview comes first and changes nothing; at most "
+            (bulk::BULK_CAP) " attempts per action (narrow the filter for more)."
+        }
+        (bulk_form(&session, &BulkForm { action: "retry".into(), status: "needs_review".into(), ..Default::default() }))
+    };
+    page(StatusCode::OK, "Bulk actions", Some(&session), body)
+}
+
+pub(super) async fn bulk_action(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Form(form): Form<BulkForm>,
+) -> Response {
+    let action = match form.action.as_str() {
+        "retry" => BulkAction::Retry,
+        "recheck" => BulkAction::Recheck,
+        _ => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                Some(&session),
+                "Choose retry or recheck.",
+            )
+        }
+    };
+    let status = match set(&form.status).map(|s| s.parse::<AttemptStatus>()) {
+        Some(Err(err)) => {
+            return refused(StatusCode::BAD_REQUEST, Some(&session), &err.to_string())
+        }
+        Some(Ok(status)) => Some(status),
+        None => None,
+    };
+    let times = console_time("created after", &form.created_after)
+        .and_then(|after| Ok((after, console_time("created before", &form.created_before)?)));
+    let (created_after, created_before) = match times {
+        Ok(times) => times,
+        Err(why) => return refused(StatusCode::BAD_REQUEST, Some(&session), &why),
+    };
+    let confirmed = form.confirm.as_deref() == Some("yes");
+    let request = BulkRequest {
+        action,
+        filter: BulkFilter {
+            status,
+            order_id: set(&form.order_id),
+            customer_id: set(&form.customer_id),
+            created_after,
+            created_before,
+            ..Default::default()
+        },
+        reason: form.reason.clone(),
+        preview: !confirmed,
+        max: if confirmed { form.max } else { None },
+    };
+    let outcome = bulk::bulk(
+        &state.store,
+        state.reconciler.as_ref(),
+        &request,
+        &session.principal.actor,
+        Via::Console,
+        &state.retry_window,
+    )
+    .await;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(BulkError::Invalid(why)) => {
+            return refused(StatusCode::BAD_REQUEST, Some(&session), &why)
+        }
+        Err(err @ BulkError::TooMany { .. }) => {
+            return refused(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(&session),
+                &err.to_string(),
+            )
+        }
+        Err(BulkError::Unavailable(why)) => {
+            return refused(StatusCode::SERVICE_UNAVAILABLE, Some(&session), &why)
+        }
+        Err(err @ BulkError::Failed(_)) => return failed(&session, err),
+    };
+    let body = if outcome.preview {
+        html! {
+            p #bulk-matched data-count=(outcome.matched) {
+                (outcome.matched) " attempt" @if outcome.matched != 1 { "s" } " match. Nothing was done yet."
+            }
+            @if !outcome.ids.is_empty() {
+                ul #bulk-preview-ids {
+                    @for id in &outcome.ids {
+                        li { a href=(format!("/console/attempts/{id}")) { code { (id) } } }
+                    }
+                }
+            }
+            @if outcome.matched > 0 {
+                form #confirm-form method="post" action="/console/bulk" {
+                    (csrf_field(&session))
+                    input type="hidden" name="action" value=(form.action);
+                    input type="hidden" name="status" value=(form.status);
+                    input type="hidden" name="order_id" value=(form.order_id);
+                    input type="hidden" name="customer_id" value=(form.customer_id);
+                    input type="hidden" name="created_after" value=(form.created_after);
+                    input type="hidden" name="created_before" value=(form.created_before);
+                    input type="hidden" name="reason" value=(form.reason);
+                    input type="hidden" name="max" value=(outcome.matched);
+                    input type="hidden" name="confirm" value="yes";
+                    button #confirm-submit type="submit" { "Confirm: " (form.action) " " (outcome.matched) " attempt" @if outcome.matched != 1 { "s" } }
+                    " "
+                    a #confirm-cancel href="/console/bulk" { "Cancel" }
+                }
+            }
+            h2 { "Change the filter" }
+            (bulk_form(&session, &form))
+        }
+    } else {
+        html! {
+            p #result .success data-count=(outcome.results.len()) {
+                (form.action) ": " (outcome.results.len()) " attempt" @if outcome.results.len() != 1 { "s" } " handled"
+                @if let Some(audit_id) = outcome.audit_id { " (audit entry " (audit_id) ")" } "."
+            }
+            table #bulk-result {
+                thead { tr { th { "payment attempt" } th { "outcome" } th { "detail" } } }
+                tbody {
+                    @for item in &outcome.results {
+                        tr data-testid="bulk-item" data-attempt-id=(item.payment_attempt_id) data-outcome=(item.outcome) {
+                            td { a href=(format!("/console/attempts/{}", item.payment_attempt_id)) { code { (item.payment_attempt_id) } } }
+                            td { (item.outcome) }
+                            td { (item.detail) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let title = if outcome.preview {
+        "Bulk action: preview"
+    } else {
+        "Bulk action: done"
+    };
+    page(StatusCode::OK, title, Some(&session), body)
+}
+
+// ---------------------------------------------------------------------------------------
+// Audit
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct AuditQuery {
+    #[serde(default)]
+    actor: String,
+    #[serde(default)]
+    attempt: String,
+    #[serde(default)]
+    before: String,
+}
+
+fn audit_table(entries: &[audit::AuditEntry], now: OffsetDateTime) -> Markup {
+    html! {
+        @if entries.is_empty() {
+            p #audit-empty { "No manual action recorded." }
+        } @else {
+            table #audit-table {
+                thead { tr { th { "id" } th { "at" } th { "actor" } th { "via" } th { "action" } th { "attempts" } th { "outcome" } th { "reason" } } }
+                tbody {
+                    @for e in entries {
+                        tr data-testid="audit-row" data-audit-id=(e.id) data-actor=(e.actor) data-action=(e.action) {
+                            td { (e.id) }
+                            td { (table::at_relative(e.at, now)) }
+                            td .actor { (e.actor) }
+                            td .via { (e.via) }
+                            td .action { (e.action) }
+                            td .attempts {
+                                @for id in &e.payment_attempt_ids {
+                                    a href=(format!("/console/attempts/{id}")) { code { (id) } } " "
+                                }
+                                @if let Some(seq) = e.dlq_sequence { "dead letter " (seq) }
+                            }
+                            td .outcome { (e.outcome) }
+                            td .reason { (e.reason.as_deref().unwrap_or("-")) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) async fn audit(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            Some(&session),
+            "The audit filters are not understood.",
+        );
+    };
+    let attempt = match set(&query.attempt).map(|id| id.parse::<PaymentAttemptId>()) {
+        Some(Err(_)) => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                Some(&session),
+                "attempt: not a payment_attempt_id (a UUID).",
+            )
+        }
+        Some(Ok(id)) => Some(id),
+        None => None,
+    };
+    let before_id = match set(&query.before)
+        .map(|c| audit::parse_cursor(&c))
+        .transpose()
+    {
+        Ok(before) => before,
+        Err(why) => return refused(StatusCode::BAD_REQUEST, Some(&session), &why),
+    };
+    let filter = audit::AuditFilter {
+        actor: set(&query.actor),
+        payment_attempt_id: attempt,
+        before_id,
+    };
+    let trail = match audit::list(&state.store, &filter, PAGE_SIZE).await {
+        Ok(trail) => trail,
+        Err(err) => return failed(&session, err),
+    };
+    let now = OffsetDateTime::now_utc();
+    let next = trail.next.as_ref().map(|cursor| {
+        let params = [
+            ("actor", query.actor.trim()),
+            ("attempt", query.attempt.trim()),
+            ("before", cursor.as_str()),
+        ];
+        let params: Vec<_> = params.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+        format!(
+            "/console/audit?{}",
+            serde_urlencoded::to_string(&params).unwrap_or_default()
+        )
+    });
+    let body = html! {
+        p .hint { "Every manual action — resolve, recheck, dead-letter replay, bulk — from the console, the API or the command line: who, when, what, on which attempts, why. Newest first." }
+        form #audit-form method="get" action="/console/audit" {
+            (text_input("audit-actor", "actor", "Actor (e.g. operator:ada)", &query.actor))
+            (text_input("audit-attempt", "attempt", "Payment attempt id", &query.attempt))
+            button #audit-submit type="submit" { "Filter" }
+        }
+        (audit_table(&trail.entries, now))
+        @if let Some(next) = next { p { a #audit-next-page href=(next) { "Older entries →" } } }
+    };
+    page(StatusCode::OK, "Audit", Some(&session), body)
 }

@@ -11,8 +11,8 @@ use super::RetryWindow;
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
-pub use crate::store::operator::AttemptFilter;
 use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
+pub use crate::store::operator::{AttemptCursor, AttemptFilter};
 use crate::store::Store;
 
 /// One attempt in `--json` output and the admin API: the stored row (contract §5 fields and
@@ -92,10 +92,49 @@ pub async fn list(
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<Vec<AttemptView>, sqlx::Error> {
+    Ok(page(store, filter, limit, now, window).await?.attempts)
+}
+
+/// One page of [`list`], and the cursor of the next.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptPage {
+    pub attempts: Vec<AttemptView>,
+    /// Pass as `before` (`--before`, `filter.before`) for the next, older page; `None` when
+    /// this page is the last (it held fewer than `limit` attempts).
+    #[serde(serialize_with = "display_option")]
+    pub next: Option<AttemptCursor>,
+}
+
+fn display_option<S: serde::Serializer>(
+    cursor: &Option<AttemptCursor>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match cursor {
+        Some(c) => serializer.collect_str(c),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// Attempts matching `filter` (after `filter.before`), newest first, at most `limit` (0 =
+/// all), with the cursor of the next page.
+pub async fn page(
+    store: &Store,
+    filter: &AttemptFilter,
+    limit: usize,
+    now: OffsetDateTime,
+    window: &RetryWindow,
+) -> Result<AttemptPage, sqlx::Error> {
     // Past i64::MAX a limit leaves nothing out: it means all.
     let limit = (limit > 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX));
     let rows = sql::list_attempts(store, filter, limit).await?;
-    Ok(rows.into_iter().map(|a| view(a, now, window)).collect())
+    let next = match (limit, rows.last()) {
+        (Some(limit), Some(last)) if rows.len() as i64 == limit => Some(AttemptCursor::after(last)),
+        _ => None,
+    };
+    Ok(AttemptPage {
+        attempts: rows.into_iter().map(|a| view(a, now, window)).collect(),
+        next,
+    })
 }
 
 /// Non-final attempts recorded more than `older_than` ago, plus every `needs_review`

@@ -36,6 +36,9 @@ use super::table::{self, Table};
 use crate::broker::Broker;
 use crate::config::UsageError;
 use crate::domain::command::{self, CommandHeaders, MAX_MESSAGE_ID_CHARS};
+use crate::domain::PaymentAttemptId;
+use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
+use crate::store::Store;
 
 /// One dead letter as `dlq list` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -199,11 +202,18 @@ impl Replayed {
 /// Republishes dead letter `sequence` to the command subject, with `corrected` as its body
 /// when given, after checking that the body is a valid command (a replay that would only be
 /// dead-lettered again is refused). See the module documentation for the message id.
+///
+/// Once the broker acknowledged the publish, the replay is audited (`actor`, `via`,
+/// `reason`, the dead letter's sequence and the new message id): the publish is not a
+/// database write, so the audit row follows it rather than sharing its transaction.
 pub async fn replay(
     broker: &Broker,
+    store: &Store,
     sequence: u64,
     corrected: Option<Vec<u8>>,
     actor: &str,
+    via: Via,
+    reason: Option<&str>,
 ) -> anyhow::Result<Replayed> {
     let dlq = broker.names.dlq_stream();
     let stream = match broker.jetstream.get_stream(&dlq).await {
@@ -303,6 +313,37 @@ pub async fn replay(
             window.map(table::setting).unwrap_or_else(|| "unknown".into())
         );
     }
+    let payment_attempt_ids: Vec<PaymentAttemptId> =
+        serde_json::from_slice::<serde_json::Value>(&payload)
+            .ok()
+            .and_then(|body| body.get("payment_attempt_id")?.as_str()?.parse().ok())
+            .into_iter()
+            .collect();
+    audit::insert_alone(
+        store,
+        &NewAuditEntry {
+            actor: actor.to_owned(),
+            via,
+            action: AuditAction::DlqReplay,
+            payment_attempt_ids,
+            dlq_sequence: Some(sequence),
+            reason: reason.map(str::to_owned),
+            outcome: "published",
+            detail: serde_json::json!({
+                "subject": subject,
+                "message_id": message_id,
+                "stream_sequence": ack.sequence,
+                "body_corrected": body_corrected,
+            }),
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "dead letter {sequence} WAS replayed (stream sequence {}, Nats-Msg-Id {message_id}) but its audit row could not be written",
+            ack.sequence
+        )
+    })?;
     tracing::info!(
         dlq_sequence = sequence,
         message_id,

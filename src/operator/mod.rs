@@ -7,16 +7,25 @@
 //! - [`stats`]: `attempts stats` — counts per state, the oldest unsettled age, dead letters
 //!   and the outbox backlog.
 //! - [`resolve`]: `attempts resolve` — an operator's decision, guarded in SQL.
+//! - [`recheck`]: `attempts recheck` — the reconciler's lookup for one attempt, now.
+//! - [`bulk`]: `attempts bulk-retry | bulk-recheck` — one decision on a filtered set, with
+//!   a preview and a hard cap.
 //! - [`dlq`]: `dlq list | replay`.
+//! - [`audit`]: `audit list` — every manual action, who, when, what, why.
 //! - [`purge`]: `purge`, and the `purge` role of `serve`.
 //!
-//! Every SQL statement is in `crate::store::operator` and `crate::store::purge`; the CLI and
-//! the admin API call the same functions here, so a decision taken over HTTP is the decision
-//! taken on the command line.
+//! Every SQL statement is in `crate::store::operator`, `crate::store::audit` and
+//! `crate::store::purge`; the CLI, the admin API and the console call the same functions
+//! here, each passing who acts (`actor`: `operator:<name>`, `admin-api`) and through what
+//! ([`Via`]), so a decision taken over HTTP is the decision taken on the command line, and
+//! the audit trail records it the same way.
 
 pub mod attempts;
+pub mod audit;
+pub mod bulk;
 pub mod dlq;
 pub mod purge;
+pub mod recheck;
 pub mod resolve;
 pub mod stats;
 pub(crate) mod table;
@@ -33,6 +42,7 @@ use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
 use crate::store::Store;
 
+pub use crate::store::audit::Via;
 pub use resolve::{ResolveAs, ResolveError, ResolveRequest};
 
 /// `onecharge attempts …`
@@ -53,6 +63,18 @@ pub enum AttemptsCommand {
         /// Only the attempt the gateway recorded under this charge id
         #[arg(long, value_name = "CHARGE_ID")]
         gateway_charge_id: Option<String>,
+        /// Only the attempt with this idempotency key
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        /// Only attempts recorded at or after this time (RFC 3339)
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        created_after: Option<OffsetDateTime>,
+        /// Only attempts recorded before this time (RFC 3339)
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        created_before: Option<OffsetDateTime>,
+        /// The next page: the cursor the previous page printed (on stderr)
+        #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
+        before: Option<attempts::AttemptCursor>,
         /// At most this many; 0 means all
         #[arg(long, default_value_t = 100, value_parser = parse_limit)]
         limit: usize,
@@ -86,6 +108,75 @@ pub enum AttemptsCommand {
     },
     /// Decide a needs_review attempt: succeeded, declined, or retry with the same key
     Resolve(ResolveArgs),
+    /// Ask the gateway now about one unknown or needs_review attempt, as the reconciler
+    /// would, settle it if the answer does, and print what was found and done
+    Recheck {
+        /// The payment_attempt_id
+        id: PaymentAttemptId,
+        /// Why: recorded in the audit trail
+        #[arg(long)]
+        reason: Option<String>,
+        /// One JSON document instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retry (resolve --as retry) every needs_review attempt the filter matches
+    BulkRetry(BulkArgs),
+    /// Recheck every unknown or needs_review attempt the filter matches (--status required)
+    BulkRecheck(BulkArgs),
+}
+
+/// `onecharge attempts bulk-retry | bulk-recheck …`
+#[derive(Debug, Args)]
+pub struct BulkArgs {
+    /// Only attempts in this state (retry: needs_review; recheck: unknown or needs_review)
+    #[arg(long, value_parser = parse_status)]
+    pub status: Option<AttemptStatus>,
+    #[arg(long, value_name = "ORDER_ID")]
+    pub order_id: Option<String>,
+    #[arg(long, value_name = "CUSTOMER_ID")]
+    pub customer_id: Option<String>,
+    /// Only attempts recorded at or after this time (RFC 3339)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub created_after: Option<OffsetDateTime>,
+    /// Only attempts recorded before this time (RFC 3339)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub created_before: Option<OffsetDateTime>,
+    /// Why: recorded with every attempt acted on
+    #[arg(long)]
+    pub reason: String,
+    /// Refuse when more than this many match (at most 500, the bulk cap)
+    #[arg(long)]
+    pub max: Option<usize>,
+    /// Count and list the matching attempts; act on nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// One JSON document instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `onecharge audit …`
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Manual actions (resolve, retry, recheck, replay, bulk), newest first
+    List {
+        /// Only the actions of this actor (e.g. operator:alice, admin-api)
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only the actions on this payment attempt
+        #[arg(long, value_name = "ID")]
+        attempt: Option<PaymentAttemptId>,
+        /// The next page: the cursor the previous page printed
+        #[arg(long, value_name = "CURSOR", value_parser = audit::parse_cursor)]
+        before: Option<i64>,
+        /// At most this many; 0 means all
+        #[arg(long, default_value_t = 100, value_parser = parse_limit)]
+        limit: usize,
+        /// One JSON array instead of a table (the next page's cursor on stderr)
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `onecharge attempts resolve …`
@@ -124,6 +215,9 @@ pub enum DlqCommand {
         /// A corrected body to publish instead of the original
         #[arg(long, value_name = "FILE")]
         body_file: Option<PathBuf>,
+        /// Why: recorded in the audit trail
+        #[arg(long)]
+        reason: Option<String>,
     },
 }
 
@@ -153,6 +247,10 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
             order_id,
             customer_id,
             gateway_charge_id,
+            idempotency_key,
+            created_after,
+            created_before,
+            before,
             limit,
             json,
         } => {
@@ -161,14 +259,22 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
                 order_id,
                 customer_id,
                 gateway_charge_id,
+                idempotency_key,
+                created_after,
+                created_before,
+                before,
             };
-            let views = attempts::list(&store, &filter, limit, now, &window).await?;
+            let page = attempts::page(&store, &filter, limit, now, &window).await?;
             if json {
-                print_json(&views)
+                print_json(&page.attempts)?;
             } else {
-                print!("{}", attempts::render_list(&views, now));
-                Ok(())
+                print!("{}", attempts::render_list(&page.attempts, now));
             }
+            // The JSON document stays the array of contract §5; the cursor goes to stderr.
+            if let Some(next) = page.next {
+                eprintln!("next page: --before {next}");
+            }
+            Ok(())
         }
         AttemptsCommand::Stuck { older_than, json } => {
             let views = attempts::stuck(&store, older_than, None, now, &window).await?;
@@ -208,7 +314,8 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
                 decline_code: args.decline_code,
             };
             let actor = operator_actor();
-            match resolve::resolve(&store, args.id, &request, &actor, &window, now).await {
+            match resolve::resolve(&store, args.id, &request, &actor, Via::Cli, &window, now).await
+            {
                 Ok(resolved) => {
                     println!("{}", resolved.summary());
                     Ok(())
@@ -220,6 +327,129 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
                     Err(anyhow::Error::new(err).context("resolving the attempt"))
                 }
                 Err(err) => Err(anyhow::anyhow!("{err}")),
+            }
+        }
+        AttemptsCommand::Recheck { id, reason, json } => {
+            let reconciler = cli_reconciler(settings, store)?;
+            match recheck::recheck(
+                &reconciler,
+                id,
+                &operator_actor(),
+                Via::Cli,
+                reason.as_deref(),
+            )
+            .await
+            {
+                Ok(report) if json => print_json(&report),
+                Ok(report) => {
+                    print!("{}", recheck::render(&report));
+                    Ok(())
+                }
+                // Asking about an attempt a lookup cannot settle is the caller's mistake.
+                Err(recheck::RecheckError::Refused(why) | recheck::RecheckError::Invalid(why)) => {
+                    Err(UsageError(why).into())
+                }
+                Err(err) => Err(anyhow::anyhow!("{err}")),
+            }
+        }
+        AttemptsCommand::BulkRetry(args) => {
+            run_bulk(settings, store, bulk::BulkAction::Retry, args, &window).await
+        }
+        AttemptsCommand::BulkRecheck(args) => {
+            run_bulk(settings, store, bulk::BulkAction::Recheck, args, &window).await
+        }
+    }
+}
+
+/// The reconciler a recheck from the command line uses: built like `serve` builds it, so
+/// it needs the gateway settings (`gateway_url`, `gateway_api_key`).
+fn cli_reconciler(
+    settings: &Settings,
+    store: Store,
+) -> anyhow::Result<crate::reconciler::Reconciler> {
+    let gateway = crate::gateway::GatewayClient::from_settings(settings)?;
+    let health = crate::gateway::GatewayHealth::from_settings(&settings.executor);
+    Ok(crate::reconciler::Reconciler::new(
+        store, gateway, health, settings,
+    ))
+}
+
+async fn run_bulk(
+    settings: &Settings,
+    store: Store,
+    action: bulk::BulkAction,
+    args: BulkArgs,
+    window: &RetryWindow,
+) -> anyhow::Result<()> {
+    let request = bulk::BulkRequest {
+        action,
+        filter: bulk::BulkFilter {
+            status: args.status,
+            order_id: args.order_id,
+            customer_id: args.customer_id,
+            created_after: args.created_after,
+            created_before: args.created_before,
+            ..Default::default()
+        },
+        reason: args.reason,
+        preview: args.dry_run,
+        max: args.max,
+    };
+    let reconciler = match action {
+        bulk::BulkAction::Recheck if !args.dry_run => {
+            Some(cli_reconciler(settings, store.clone())?)
+        }
+        _ => None,
+    };
+    match bulk::bulk(
+        &store,
+        reconciler.as_ref(),
+        &request,
+        &operator_actor(),
+        Via::Cli,
+        window,
+    )
+    .await
+    {
+        Ok(outcome) if args.json => print_json(&outcome),
+        Ok(outcome) => {
+            print!("{}", bulk::render(&outcome));
+            Ok(())
+        }
+        Err(err @ (bulk::BulkError::Invalid(_) | bulk::BulkError::TooMany { .. })) => {
+            Err(UsageError(err.to_string()).into())
+        }
+        Err(err) => Err(anyhow::anyhow!("{err}")),
+    }
+}
+
+/// `onecharge audit …`: runs one subcommand and prints its result.
+pub async fn run_audit(settings: &Settings, command: AuditCommand) -> anyhow::Result<()> {
+    let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
+    match command {
+        AuditCommand::List {
+            actor,
+            attempt,
+            before,
+            limit,
+            json,
+        } => {
+            let filter = audit::AuditFilter {
+                actor,
+                payment_attempt_id: attempt,
+                before_id: before,
+            };
+            let page = audit::list(&store, &filter, limit).await?;
+            if json {
+                // One array, like `attempts list --json`; the cursor goes to stderr.
+                print_json(&page.entries)?;
+                if let Some(next) = &page.next {
+                    eprintln!("next page: --before {next}");
+                }
+                Ok(())
+            } else {
+                print!("{}", audit::render_list(&page, OffsetDateTime::now_utc()));
+                Ok(())
             }
         }
     }
@@ -241,12 +471,23 @@ pub async fn run_dlq(settings: &Settings, command: DlqCommand) -> anyhow::Result
         DlqCommand::Replay {
             sequence,
             body_file,
+            reason,
         } => {
             let corrected = match &body_file {
                 Some(path) => Some(dlq::read_body_file(path)?),
                 None => None,
             };
-            let replayed = dlq::replay(&broker, sequence, corrected, &operator_actor()).await?;
+            let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
+            let replayed = dlq::replay(
+                &broker,
+                &store,
+                sequence,
+                corrected,
+                &operator_actor(),
+                Via::Cli,
+                reason.as_deref(),
+            )
+            .await?;
             print!("{}", replayed.render());
             Ok(())
         }
@@ -285,6 +526,16 @@ pub fn parse_limit(text: &str) -> Result<usize, String> {
         .ok_or_else(|| {
             format!("`{text}` is not a whole number from 0 (all) to at most {MAX_LIMIT}")
         })
+}
+
+/// An RFC 3339 time, e.g. `2026-12-01T13:00:00Z`.
+pub fn parse_time(text: &str) -> Result<OffsetDateTime, String> {
+    OffsetDateTime::parse(text.trim(), &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("`{text}` is not an RFC 3339 time such as 2026-12-01T13:00:00Z: {e}"))
+}
+
+fn parse_cursor(text: &str) -> Result<attempts::AttemptCursor, String> {
+    text.parse()
 }
 
 fn parse_status(text: &str) -> Result<AttemptStatus, String> {

@@ -16,6 +16,7 @@ use super::table;
 use super::RetryWindow;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
+use crate::store::audit::Via;
 use crate::store::operator::{self as sql, Resolution, ResolveOutcome, ResolveTarget};
 use crate::store::Store;
 
@@ -89,12 +90,14 @@ impl Resolved {
 /// Most characters kept of an operator's reason.
 const MAX_REASON_CHARS: usize = 1000;
 
-/// Applies `request` to attempt `id` on behalf of `actor`, at `now`.
+/// Applies `request` to attempt `id` on behalf of `actor` (acting through `via`), at `now`;
+/// an applied decision writes its audit row in the same transaction.
 pub async fn resolve(
     store: &Store,
     id: PaymentAttemptId,
     request: &ResolveRequest,
     actor: &str,
+    via: Via,
     window: &RetryWindow,
     now: OffsetDateTime,
 ) -> Result<Resolved, ResolveError> {
@@ -107,6 +110,7 @@ pub async fn resolve(
             target,
             reason,
             actor,
+            via,
             now,
             key_window_cutoff: window.key_window_cutoff(now),
             age_cutoff: window.age_cutoff(now),

@@ -35,12 +35,17 @@ use crate::config::{ReconcilerSettings, Settings};
 use crate::domain::outcome::{
     read_lookup, ChargeStatus, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
 };
+use crate::domain::Fence;
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, RetryWindow};
 use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{GatewayClient, GatewayHealth};
-use crate::store::attempts::{record_gateway_call_alone, settle};
-use crate::store::reconciler::{claim_unknown, expire_leases, reschedule_lookup, UnknownAttempt};
+use crate::store::attempts::{record_gateway_call_alone, settle, settle_audited};
+use crate::store::audit::{AuditAction, NewAuditEntry, Via};
+use crate::store::reconciler::{
+    claim_for_recheck, claim_unknown, expire_leases, record_unchanged_recheck, reschedule_lookup,
+    reschedule_lookup_audited, RecheckClaim, UnknownAttempt,
+};
 use crate::store::Store;
 
 /// What happened to one looked-up attempt.
@@ -196,43 +201,13 @@ impl Reconciler {
     #[tracing::instrument(skip_all, fields(payment_attempt_id = %attempt.payment_attempt_id))]
     async fn reconcile(&self, attempt: UnknownAttempt) -> anyhow::Result<Resolution> {
         let inner = &self.inner;
-        // The database's time (the claim's now() plus the time since), never the host's:
-        // the key window and the retry limits are measured on it.
-        let since = std::time::Instant::now();
-        let started_at = attempt.claimed_at;
-        let call = inner
-            .gateway
-            .lookup_attempt(
-                &attempt.idempotency_key,
-                attempt.gateway_object_id.as_deref(),
-            )
-            .await;
-        let now = attempt.claimed_at + since.elapsed();
-        if !call.answered_locally {
-            inner.health.record_lookup(&call.outcome, inner.clock.now());
-        }
-        let evidence = GatewayCallRecord {
-            payment_attempt_id: attempt.payment_attempt_id,
-            operation: CallOperation::Lookup,
-            idempotency_key: attempt.idempotency_key.clone(),
-            try_number: attempt.tries,
-            lease_token: Some(attempt.lease_token),
-            started_at,
-            finished_at: now,
-            http_status: call.http_status,
-            outcome: call.outcome.label().to_owned(),
-            gateway_charge_id: found_charge(&call.outcome).map(|c| c.id.clone()),
-            error: call.error.clone().or_else(|| match &call.outcome {
-                LookupOutcome::Failed { reason } => Some(reason.clone()),
-                _ => None,
-            }),
-        };
-        let decision = self.decide(&attempt, &call.outcome, now);
+        let Looked {
+            evidence,
+            decision,
+            answer,
+            now,
+        } = self.look_up(&attempt).await;
         let fence = attempt.fence(&inner.actor);
-        let answer = match &decision {
-            Decision::Settle { settlement, .. } => settlement.describe(),
-            Decision::CheckAgain { reason, .. } => reason.clone(),
-        };
         let written = match decision {
             Decision::Settle { settlement, cause } => {
                 let status = settlement.status();
@@ -288,6 +263,184 @@ impl Reconciler {
             Resolution::Fenced => "fenced",
         });
         Ok(resolution)
+    }
+
+    /// Asks the gateway what happened under the attempt's key and decides what that means:
+    /// the one lookup both a reconciliation pass and a person's recheck make.
+    async fn look_up(&self, attempt: &UnknownAttempt) -> Looked {
+        let inner = &self.inner;
+        // The database's time (the claim's now() plus the time since), never the host's:
+        // the key window and the retry limits are measured on it.
+        let since = std::time::Instant::now();
+        let started_at = attempt.claimed_at;
+        let call = inner
+            .gateway
+            .lookup_attempt(
+                &attempt.idempotency_key,
+                attempt.gateway_object_id.as_deref(),
+            )
+            .await;
+        let now = attempt.claimed_at + since.elapsed();
+        if !call.answered_locally {
+            inner.health.record_lookup(&call.outcome, inner.clock.now());
+        }
+        let evidence = GatewayCallRecord {
+            payment_attempt_id: attempt.payment_attempt_id,
+            operation: CallOperation::Lookup,
+            idempotency_key: attempt.idempotency_key.clone(),
+            try_number: attempt.tries,
+            lease_token: Some(attempt.lease_token),
+            started_at,
+            finished_at: now,
+            http_status: call.http_status,
+            outcome: call.outcome.label().to_owned(),
+            gateway_charge_id: found_charge(&call.outcome).map(|c| c.id.clone()),
+            error: call.error.clone().or_else(|| match &call.outcome {
+                LookupOutcome::Failed { reason } => Some(reason.clone()),
+                _ => None,
+            }),
+        };
+        let decision = self.decide(attempt, &call.outcome, now);
+        let answer = match &decision {
+            Decision::Settle { settlement, .. } => settlement.describe(),
+            Decision::CheckAgain { reason, .. } => reason.clone(),
+        };
+        Looked {
+            evidence,
+            decision,
+            answer,
+            now,
+        }
+    }
+
+    /// A person's recheck (`attempts recheck`, `POST /api/attempts/{id}/recheck`): the
+    /// reconciler's lookup for one `unknown` or `needs_review` attempt, now, due or not.
+    ///
+    /// - `unknown`: the lookup's decision is applied exactly as a pass would apply it
+    ///   (settled, re-pended, handed to review, or checked again later) — except that a
+    ///   failed lookup does not use up the reconciler's schedule: a person asking twice must
+    ///   not push the attempt into review faster.
+    /// - `needs_review`: only a charge found (succeeded or declined) settles it; anything
+    ///   else leaves it in review, and re-sending stays a person's explicit decision
+    ///   (`attempts resolve --as retry`).
+    ///
+    /// The write and its audit row (`actor`, `via`, `reason`, what was found and done)
+    /// commit in one transaction; the transition is signed by `actor`.
+    #[tracing::instrument(skip_all, fields(payment_attempt_id = %id, actor))]
+    pub async fn recheck(
+        &self,
+        id: PaymentAttemptId,
+        actor: &str,
+        via: Via,
+        reason: Option<&str>,
+    ) -> anyhow::Result<RecheckOutcome> {
+        let inner = &self.inner;
+        let claim = claim_for_recheck(&inner.store, id, inner.settings.claim_hold)
+            .await
+            .context("claiming the attempt for a recheck")?;
+        let (attempt, before) = match claim {
+            RecheckClaim::Claimed(attempt, status) => (attempt, status),
+            RecheckClaim::NotFound => return Ok(RecheckOutcome::NotFound),
+            RecheckClaim::WrongState(status) => return Ok(RecheckOutcome::WrongState(status)),
+        };
+        let Looked {
+            evidence,
+            decision,
+            answer,
+            now,
+        } = self.look_up(&attempt).await;
+        let mut report = Recheck {
+            payment_attempt_id: id,
+            before,
+            after: before,
+            lookup: evidence.outcome.clone(),
+            http_status: evidence.http_status,
+            gateway_charge_id: evidence.gateway_charge_id.clone(),
+            found: answer,
+            did: String::new(),
+        };
+        let audit = |report: &Recheck, outcome: &'static str| NewAuditEntry {
+            actor: actor.to_owned(),
+            via,
+            action: AuditAction::Recheck,
+            payment_attempt_ids: vec![id],
+            dlq_sequence: None,
+            reason: reason.map(str::to_owned),
+            outcome,
+            detail: serde_json::to_value(report).unwrap_or_default(),
+        };
+        let applies = |settlement: &Settlement| {
+            before == AttemptStatus::Unknown
+                || matches!(
+                    settlement,
+                    Settlement::Succeeded { .. } | Settlement::Declined { .. }
+                )
+        };
+        match decision {
+            Decision::Settle { settlement, cause } if applies(&settlement) => {
+                let status = settlement.status();
+                let write = SettleWrite {
+                    fence: Fence {
+                        payment_attempt_id: id,
+                        lease_token: attempt.lease_token,
+                        from: before,
+                        actor: actor.to_owned(),
+                    },
+                    settlement,
+                    cause,
+                    call: Some(evidence),
+                    now,
+                };
+                let mut fenced = report.clone();
+                fenced.did = "nothing: someone else moved the attempt meanwhile".into();
+                let mut moved = report.clone();
+                moved.after = status;
+                moved.did = format!("moved {before} -> {status} (cause {cause})");
+                let settled = settle_audited(&inner.store, &write, |settled| {
+                    if settled {
+                        audit(&moved, "settled")
+                    } else {
+                        audit(&fenced, "fenced")
+                    }
+                })
+                .await
+                .context("recording the recheck")?;
+                report = if settled { moved } else { fenced };
+            }
+            Decision::CheckAgain { at, reason, .. } if before == AttemptStatus::Unknown => {
+                let mut later = report.clone();
+                later.did = format!("stays unknown; the reconciler looks it up again at {at}");
+                let mut fenced = report.clone();
+                fenced.did = "nothing: someone else moved the attempt meanwhile".into();
+                let rescheduled = reschedule_lookup_audited(
+                    &inner.store,
+                    &attempt,
+                    at,
+                    &reason,
+                    &evidence,
+                    now,
+                    |rescheduled| {
+                        if rescheduled {
+                            audit(&later, "unchanged")
+                        } else {
+                            audit(&fenced, "fenced")
+                        }
+                    },
+                )
+                .await
+                .context("recording the recheck")?;
+                report = if rescheduled { later } else { fenced };
+            }
+            // needs_review, and the lookup found no charge that settles it.
+            _ => {
+                report.did = "stays in needs_review: the lookup found no charge that settles it; resolve it (attempts resolve)".into();
+                record_unchanged_recheck(&inner.store, &evidence, &audit(&report, "unchanged"))
+                    .await
+                    .context("recording the recheck")?;
+            }
+        }
+        tracing::info!(before = %report.before, after = %report.after, found = report.found, "attempt rechecked by a person");
+        Ok(RecheckOutcome::Done(report))
     }
 
     /// A lookup whose result the database refused to store (a value it will not take, a
@@ -568,6 +721,42 @@ pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
         total.leases_expired.len()
     );
     Ok(())
+}
+
+/// One lookup and what it means.
+struct Looked {
+    evidence: GatewayCallRecord,
+    decision: Decision,
+    /// The decision in words (what the gateway's answer means).
+    answer: String,
+    /// The database's time when the answer came.
+    now: OffsetDateTime,
+}
+
+/// What [`Reconciler::recheck`] came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecheckOutcome {
+    Done(Recheck),
+    NotFound,
+    /// Not `unknown` or `needs_review`: nothing was looked up.
+    WrongState(AttemptStatus),
+}
+
+/// What a recheck found and did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Recheck {
+    pub payment_attempt_id: PaymentAttemptId,
+    pub before: AttemptStatus,
+    pub after: AttemptStatus,
+    /// The lookup's outcome label (`found`, `not_found`, `failed`, …).
+    pub lookup: String,
+    pub http_status: Option<u16>,
+    /// The charge the lookup found, if any.
+    pub gateway_charge_id: Option<String>,
+    /// What the answer means, in the reconciler's words.
+    pub found: String,
+    /// What the recheck did about it.
+    pub did: String,
 }
 
 enum Decision {

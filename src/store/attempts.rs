@@ -512,6 +512,32 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     if writes.is_empty() {
         return Ok(Vec::new());
     }
+    let mut tx = store.pool().begin().await?;
+    let settled = settle_all_in(&mut tx, writes).await?;
+    tx.commit().await?;
+    Ok(settled)
+}
+
+/// [`settle`] for a person's action (`attempts recheck`): the settlement and the audit row
+/// `audit(settled)` describes commit in one transaction, whether or not the fence let the
+/// write through (a fenced recheck is audited as such).
+pub async fn settle_audited(
+    store: &Store,
+    write: &SettleWrite,
+    audit: impl FnOnce(bool) -> super::audit::NewAuditEntry,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    let settled = settle_all_in(&mut tx, std::slice::from_ref(write)).await?[0];
+    super::audit::insert(&mut tx, &audit(settled)).await?;
+    tx.commit().await?;
+    Ok(settled)
+}
+
+/// [`settle_all`] on the caller's transaction.
+async fn settle_all_in(
+    tx: &mut PgConnection,
+    writes: &[SettleWrite],
+) -> Result<Vec<bool>, sqlx::Error> {
     for write in writes {
         write
             .check_move()
@@ -519,7 +545,6 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     }
     let writes: Vec<SettleWrite> = writes.iter().map(SettleWrite::storable).collect();
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
-    let mut tx = store.pool().begin().await?;
     let rows = sqlx::query(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
@@ -589,7 +614,7 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     .fetch_all(&mut *tx)
     .await?;
     let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();
-    record_gateway_calls(&mut tx, &calls).await?;
+    record_gateway_calls(tx, &calls).await?;
 
     let mut settled = vec![false; writes.len()];
     let mut events = Vec::new();
@@ -600,7 +625,6 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
         events.extend(writes[index].event(row)?);
     }
     let events: Vec<_> = events.iter().map(|(e, p)| (e, p)).collect();
-    outbox::insert_events(&mut tx, &events).await?;
-    tx.commit().await?;
+    outbox::insert_events(tx, &events).await?;
     Ok(settled)
 }

@@ -7,6 +7,7 @@
 //! query is exercised by the test suite. See docs/decisions.md for why.
 
 pub mod attempts;
+pub mod audit;
 pub mod gateway_objects;
 pub mod intake;
 pub mod metrics;

@@ -6,7 +6,7 @@
 //!   a retry also the gateway key window), judged by the rows it touched; what the attempt
 //!   looked like before is read only afterwards, to explain a refusal. Two operators racing
 //!   on one attempt: exactly one wins.
-//! - The resolution, its transition and its event commit in one transaction.
+//! - The resolution, its transition, its event and its audit row commit in one transaction.
 
 use serde::Serialize;
 use sqlx::postgres::PgRow;
@@ -14,6 +14,7 @@ use sqlx::{PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::audit::{self, AuditAction, NewAuditEntry, Via};
 use super::{outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
 use crate::domain::PaymentAttemptId;
@@ -138,17 +139,70 @@ const ATTEMPT_SELECT: &str = "
     ) g ON true";
 
 /// What `attempts list` and `GET /api/attempts` narrow the list to; a field left `None`
-/// does not narrow it. Each filter is answered from its own index (migration
-/// `…_attempt_lookup_indexes`).
+/// does not narrow it. Each filter is answered from its own index (migrations
+/// `…_attempt_lookup_indexes`, `…_operator_audit`), and so is the paging cursor.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AttemptFilter {
     pub status: Option<AttemptStatus>,
     pub order_id: Option<String>,
     pub customer_id: Option<String>,
     pub gateway_charge_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// Only attempts recorded at or after this.
+    pub created_after: Option<OffsetDateTime>,
+    /// Only attempts recorded before this.
+    pub created_before: Option<OffsetDateTime>,
+    /// Only attempts after this cursor in the listing's order (the next page).
+    pub before: Option<AttemptCursor>,
 }
 
-/// Attempts matching `filter`, newest first; `limit` `None` means all.
+/// A position in the newest-first listing: the last attempt of a page. The attempt id
+/// breaks ties between equal `created_at`, so a page boundary that falls among attempts
+/// recorded in the same microsecond neither skips nor repeats one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptCursor {
+    pub created_at: OffsetDateTime,
+    pub payment_attempt_id: PaymentAttemptId,
+}
+
+impl AttemptCursor {
+    /// The cursor of the page that ends with `attempt`.
+    pub fn after(attempt: &AttemptRecord) -> Self {
+        Self {
+            created_at: attempt.created_at,
+            payment_attempt_id: attempt.payment_attempt_id,
+        }
+    }
+}
+
+/// `<microseconds since the epoch>_<payment_attempt_id>`: exact (PostgreSQL keeps
+/// microseconds), URL-safe and opaque enough.
+impl std::fmt::Display for AttemptCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let micros = self.created_at.unix_timestamp_nanos() / 1000;
+        write!(f, "{micros}_{}", self.payment_attempt_id)
+    }
+}
+
+impl std::str::FromStr for AttemptCursor {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("`{text}` is not a cursor (the `next` of the previous page)");
+        let (micros, id) = text.trim().split_once('_').ok_or_else(bad)?;
+        let micros: i128 = micros.parse().map_err(|_| bad())?;
+        let created_at =
+            OffsetDateTime::from_unix_timestamp_nanos(micros * 1000).map_err(|_| bad())?;
+        let payment_attempt_id = id.parse().map_err(|_| bad())?;
+        Ok(Self {
+            created_at,
+            payment_attempt_id,
+        })
+    }
+}
+
+/// Attempts matching `filter`, newest first (after `filter.before`); `limit` `None` means
+/// all.
 ///
 /// Only the filters that are set appear in the statement: a generic plan of `($n IS NULL OR
 /// column = $n)` could not use the indexes and would scan every attempt.
@@ -162,14 +216,33 @@ pub async fn list_attempts(
         ("a.order_id", filter.order_id.as_deref()),
         ("a.customer_id", filter.customer_id.as_deref()),
         ("a.gateway_charge_id", filter.gateway_charge_id.as_deref()),
+        ("a.idempotency_key", filter.idempotency_key.as_deref()),
     ];
     let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(ATTEMPT_SELECT);
+    query.push(" WHERE true");
     let set = conditions
         .into_iter()
         .filter_map(|(column, value)| value.map(|value| (column, value)));
-    for (i, (column, value)) in set.enumerate() {
-        query.push(if i == 0 { " WHERE " } else { " AND " });
-        query.push(column).push(" = ").push_bind(value);
+    for (column, value) in set {
+        query
+            .push(" AND ")
+            .push(column)
+            .push(" = ")
+            .push_bind(value);
+    }
+    if let Some(after) = filter.created_after {
+        query.push(" AND a.created_at >= ").push_bind(after);
+    }
+    if let Some(before) = filter.created_before {
+        query.push(" AND a.created_at < ").push_bind(before);
+    }
+    if let Some(cursor) = filter.before {
+        query
+            .push(" AND (a.created_at, a.payment_attempt_id) < (")
+            .push_bind(cursor.created_at)
+            .push(", ")
+            .push_bind(cursor.payment_attempt_id)
+            .push(")");
     }
     query
         .push(" ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT ")
@@ -360,6 +433,8 @@ pub struct Resolution<'a> {
     pub reason: &'a str,
     /// `operator:<user>` or `admin-api`.
     pub actor: &'a str,
+    /// Through what the operator acted: recorded in the audit row.
+    pub via: Via,
     pub now: OffsetDateTime,
     /// A retry is refused for an attempt first sent at or before this: the gateway may have
     /// forgotten its key (key retention minus the safety margin).
@@ -391,8 +466,8 @@ pub enum ResolveOutcome {
 }
 
 /// Resolves a `needs_review` attempt: one guarded update, its transition (cause
-/// `operator_resolved`, the operator's reason as detail) and, for a final state, its event —
-/// all in one transaction. Nothing is written when the guard refuses.
+/// `operator_resolved`, the operator's reason as detail), for a final state its event, and
+/// the audit row — all in one transaction. Nothing is written when the guard refuses.
 pub async fn resolve_attempt(
     store: &Store,
     resolution: &Resolution<'_>,
@@ -489,6 +564,31 @@ pub async fn resolve_attempt(
         outbox::insert_event(&mut tx, &event, &provenance).await?;
         event_id = Some(event.event_id);
     }
+    let action = match &resolution.target {
+        ResolveTarget::Succeeded { .. } => AuditAction::ResolveSucceeded,
+        ResolveTarget::Declined { .. } => AuditAction::ResolveDeclined,
+        ResolveTarget::Retry => AuditAction::ResolveRetry,
+    };
+    audit::insert(
+        &mut tx,
+        &NewAuditEntry {
+            actor: resolution.actor.to_owned(),
+            via: resolution.via,
+            action,
+            payment_attempt_ids: vec![resolution.payment_attempt_id],
+            dlq_sequence: None,
+            reason: Some(resolution.reason.to_owned()),
+            outcome: "applied",
+            detail: serde_json::json!({
+                "from": AttemptStatus::NeedsReview,
+                "to": target,
+                "gateway_charge_id": charge_id,
+                "decline_code": decline_code,
+                "event_id": event_id,
+            }),
+        },
+    )
+    .await?;
     tx.commit().await?;
     Ok(ResolveOutcome::Resolved {
         status: target,

@@ -2,10 +2,11 @@
 //! attempts under a fencing token, and rescheduling a lookup that settled nothing.
 //! Resolutions go through [`super::attempts::settle`] with an `unknown` fence.
 
-use sqlx::Row as _;
+use sqlx::{PgConnection, Row as _};
 use time::OffsetDateTime;
 
 use super::attempts::{gateway_text, record_gateway_call};
+use super::audit::NewAuditEntry;
 use super::Store;
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey};
@@ -131,24 +132,7 @@ pub async fn claim_unknown(
     .bind(hold.as_secs_f64())
     .fetch_all(store.pool())
     .await?;
-    rows.into_iter()
-        .map(|row| {
-            Ok(UnknownAttempt {
-                payment_attempt_id: row.try_get("payment_attempt_id")?,
-                idempotency_key: row.try_get("idempotency_key")?,
-                lease_token: row.try_get("lease_token")?,
-                reconcile_checks: row.try_get("reconcile_checks")?,
-                tries: row.try_get("tries")?,
-                first_dispatched_at: row.try_get("first_dispatched_at")?,
-                dispatched_at: row.try_get("dispatched_at")?,
-                created_at: row.try_get("created_at")?,
-                claimed_at: row.try_get("claimed_at")?,
-                amount_minor: row.try_get("amount_minor")?,
-                currency: row.try_get("currency")?,
-                gateway_object_id: row.try_get("gateway_object_id")?,
-            })
-        })
-        .collect()
+    rows.iter().map(unknown_from_row).collect()
 }
 
 /// A lookup that settled nothing: the attempt stays `unknown`, due again `next_run_at -
@@ -167,7 +151,56 @@ pub async fn reschedule_lookup(
     now: OffsetDateTime,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let updated = sqlx::query(
+    let updated = reschedule_in(&mut tx, attempt, next_run_at, reason, count_check, now).await?;
+    if let Some(call) = call {
+        record_gateway_call(&mut tx, call).await?;
+    }
+    tx.commit().await?;
+    Ok(updated)
+}
+
+/// [`reschedule_lookup`] for a person's recheck of an `unknown` attempt: the reschedule (not
+/// counted against the reconciler's schedule), the lookup's evidence and the audit row `audit(rescheduled)` describes
+/// commit in one transaction.
+pub async fn reschedule_lookup_audited(
+    store: &Store,
+    attempt: &UnknownAttempt,
+    next_run_at: OffsetDateTime,
+    reason: &str,
+    call: &GatewayCallRecord,
+    now: OffsetDateTime,
+    audit: impl FnOnce(bool) -> NewAuditEntry,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    let updated = reschedule_in(&mut tx, attempt, next_run_at, reason, false, now).await?;
+    record_gateway_call(&mut tx, call).await?;
+    super::audit::insert(&mut tx, &audit(updated)).await?;
+    tx.commit().await?;
+    Ok(updated)
+}
+
+/// A recheck whose answer changes nothing (a `needs_review` attempt the lookup did not
+/// settle): the lookup's evidence and the audit row, in one transaction.
+pub async fn record_unchanged_recheck(
+    store: &Store,
+    call: &GatewayCallRecord,
+    audit: &NewAuditEntry,
+) -> Result<(), sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    record_gateway_call(&mut tx, call).await?;
+    super::audit::insert(&mut tx, audit).await?;
+    tx.commit().await
+}
+
+async fn reschedule_in(
+    conn: &mut PgConnection,
+    attempt: &UnknownAttempt,
+    next_run_at: OffsetDateTime,
+    reason: &str,
+    count_check: bool,
+    now: OffsetDateTime,
+) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
         "UPDATE payment_attempts SET
              reconcile_checks = reconcile_checks + $3,
              next_run_at = now() + ($4::timestamptz - $6::timestamptz),
@@ -181,13 +214,73 @@ pub async fn reschedule_lookup(
     .bind(next_run_at)
     .bind(gateway_text(reason, 1024))
     .bind(now)
-    .execute(&mut *tx)
+    .execute(conn)
     .await?
     .rows_affected()
-        == 1;
-    if let Some(call) = call {
-        record_gateway_call(&mut tx, call).await?;
+        == 1)
+}
+
+/// Why a person's recheck could not claim the attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecheckClaim {
+    /// Claimed: look it up and write under this claim's fence.
+    Claimed(UnknownAttempt, AttemptStatus),
+    NotFound,
+    /// The attempt is in a state a recheck does not touch.
+    WrongState(AttemptStatus),
+}
+
+/// Claims one `unknown` or `needs_review` attempt for a person's recheck, due or not: the
+/// fencing token is incremented (so a reconciler looking it up at the same moment is
+/// fenced out, and vice versa) and an `unknown` attempt's next lookup is pushed `hold`
+/// past now, as [`claim_unknown`] does. Any other state is not claimed.
+pub async fn claim_for_recheck(
+    store: &Store,
+    id: PaymentAttemptId,
+    hold: std::time::Duration,
+) -> Result<RecheckClaim, sqlx::Error> {
+    let row = sqlx::query(
+        "UPDATE payment_attempts a SET
+             lease_token = a.lease_token + 1,
+             next_run_at = CASE WHEN a.status = 'unknown'
+                                THEN now() + make_interval(secs => $2::float8)
+                                ELSE a.next_run_at END,
+             updated_at = now()
+         WHERE a.payment_attempt_id = $1 AND a.status IN ('unknown', 'needs_review')
+         RETURNING a.payment_attempt_id, a.status, a.idempotency_key, a.lease_token,
+                   a.reconcile_checks, a.tries, a.first_dispatched_at, a.dispatched_at,
+                   a.created_at, a.amount_minor, a.currency, a.gateway_object_id,
+                   now() AS claimed_at",
+    )
+    .bind(id)
+    .bind(hold.as_secs_f64())
+    .fetch_optional(store.pool())
+    .await?;
+    if let Some(row) = row {
+        let status: AttemptStatus = row.try_get("status")?;
+        return Ok(RecheckClaim::Claimed(unknown_from_row(&row)?, status));
     }
-    tx.commit().await?;
-    Ok(updated)
+    let status: Option<AttemptStatus> =
+        sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
+            .bind(id)
+            .fetch_optional(store.pool())
+            .await?;
+    Ok(status.map_or(RecheckClaim::NotFound, RecheckClaim::WrongState))
+}
+
+fn unknown_from_row(row: &sqlx::postgres::PgRow) -> Result<UnknownAttempt, sqlx::Error> {
+    Ok(UnknownAttempt {
+        payment_attempt_id: row.try_get("payment_attempt_id")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        lease_token: row.try_get("lease_token")?,
+        reconcile_checks: row.try_get("reconcile_checks")?,
+        tries: row.try_get("tries")?,
+        first_dispatched_at: row.try_get("first_dispatched_at")?,
+        dispatched_at: row.try_get("dispatched_at")?,
+        created_at: row.try_get("created_at")?,
+        claimed_at: row.try_get("claimed_at")?,
+        amount_minor: row.try_get("amount_minor")?,
+        currency: row.try_get("currency")?,
+        gateway_object_id: row.try_get("gateway_object_id")?,
+    })
 }

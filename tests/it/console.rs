@@ -280,12 +280,18 @@ async fn searching_an_order_lists_its_attempts_and_the_attempt_page_shows_the_ti
     );
     assert!(page.contains(r#"data-count="2""#));
 
-    // an idempotency key names one attempt: its page
+    // an idempotency key finds its one attempt; an attempt id opens its page
+    let (_, page) = console
+        .get(
+            None,
+            &format!("/console/attempts?idempotency_key=onecharge-{first}"),
+        )
+        .await;
+    assert!(page.contains(&format!(r#"data-attempt-id="{first}""#)));
+    assert!(page.contains(r#"data-count="1""#), "{page}");
     let response = console
         .http
-        .get(console.url(&format!(
-            "/console/attempts?idempotency_key=onecharge-{first}"
-        )))
+        .get(console.url(&format!("/console/attempts?attempt_id={first}")))
         .send()
         .await
         .unwrap();
@@ -388,6 +394,72 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
         .await,
         1,
         "one payment-declined event queued"
+    );
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM operator_audit WHERE '{id}' = ANY(payment_attempt_ids)
+               AND actor = 'operator:ada' AND via = 'console' AND reason = 'no charge at the gateway for this key'"
+        ))
+        .await,
+        1,
+        "one audit row: who, through what, why"
+    );
+    let (_, page) = console.get(Some(&vic), "/console/audit").await;
+    assert!(
+        page.contains(r#"data-testid="audit-row""#)
+            && page.contains(r#"data-actor="operator:ada""#),
+        "{page}"
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirmed() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let ids = [attempt_in_review(&env).await, attempt_in_review(&env).await];
+    let untouched = attempt(&env, "ord_other").await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf: &'static str = console.csrf(&ada).await.leak();
+    let form = |confirm: bool| {
+        let mut form = vec![
+            ("csrf", csrf),
+            ("action", "retry"),
+            ("status", "needs_review"),
+            ("order_id", "ord_review"),
+            ("reason", "gateway incident INC-7 is over"),
+        ];
+        if confirm {
+            form.extend([("confirm", "yes"), ("max", "2")]);
+        }
+        form
+    };
+
+    let (status, page) = console.post(&ada, "/console/bulk", &form(false)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains(r#"id="bulk-matched" data-count="2""#),
+        "{page}"
+    );
+    for id in ids {
+        assert_eq!(
+            status_of(&env, id).await,
+            "needs_review",
+            "a preview changes nothing"
+        );
+    }
+
+    let (status, page) = console.post(&ada, "/console/bulk", &form(true)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    for id in ids {
+        assert_eq!(status_of(&env, id).await, "pending");
+    }
+    assert_eq!(status_of(&env, untouched).await, "pending");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM attempt_transitions WHERE actor = 'operator:ada'")
+            .await,
+        2,
+        "each attempt retried once, as ada"
     );
     console.stop().await;
 }

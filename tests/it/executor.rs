@@ -729,6 +729,7 @@ async fn a_401_pauses_every_gateway_call_keeps_attempts_pending_and_consumes_no_
         gateway_health: Some(misconfigured.health().clone()),
         retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
         console: Default::default(),
+        reconciler: None,
     };
     let stop = CancellationToken::new();
     let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));

@@ -133,6 +133,7 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
         pending,
         &request(ResolveAs::Declined, None),
         "operator:t",
+        onecharge::operator::Via::Cli,
         &window,
         OffsetDateTime::now_utc(),
     )
@@ -183,6 +184,7 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
         unknown,
         &request(ResolveAs::Declined, None),
         "operator:t",
+        onecharge::operator::Via::Cli,
         &window,
         OffsetDateTime::now_utc(),
     )
@@ -306,6 +308,7 @@ async fn resolving_as_declined_settles_the_attempt_with_a_declined_event() {
             ..request(ResolveAs::Declined, None)
         },
         "operator:alice",
+        onecharge::operator::Via::Cli,
         &window,
         OffsetDateTime::now_utc(),
     )
@@ -356,6 +359,7 @@ async fn a_retry_inside_the_key_window_requeues_the_attempt_with_the_same_key_an
             id,
             &request(ResolveAs::Retry, None),
             "operator:bob",
+            onecharge::operator::Via::Cli,
             &window,
             now,
         )
@@ -408,6 +412,7 @@ async fn a_retry_outside_the_key_window_is_refused_saying_it_could_charge_twice(
         forgotten,
         &request(ResolveAs::Retry, None),
         "operator:t",
+        onecharge::operator::Via::Cli,
         &window,
         OffsetDateTime::now_utc(),
     )
@@ -461,8 +466,24 @@ async fn two_operators_resolving_one_attempt_at_once_settle_it_exactly_once() {
     let declined = request(ResolveAs::Declined, None);
 
     let (a, b) = tokio::join!(
-        resolve(&env.store, id, &succeeded, "operator:a", &window, now),
-        resolve(&env.store, id, &declined, "operator:b", &window, now),
+        resolve(
+            &env.store,
+            id,
+            &succeeded,
+            "operator:a",
+            onecharge::operator::Via::Cli,
+            &window,
+            now
+        ),
+        resolve(
+            &env.store,
+            id,
+            &declined,
+            "operator:b",
+            onecharge::operator::Via::Cli,
+            &window,
+            now
+        ),
     );
 
     let loser = match (a, b) {
@@ -640,6 +661,7 @@ async fn show_json_has_the_attempt_with_its_transitions_gateway_calls_and_events
         id,
         &request(ResolveAs::Succeeded, Some("ch_found")),
         "operator:carol",
+        onecharge::operator::Via::Cli,
         &window,
         OffsetDateTime::now_utc(),
     )
@@ -1170,9 +1192,17 @@ async fn a_nul_in_a_resolve_reason_charge_id_or_decline_code_is_invalid_and_chan
         (nul_charge, "--gateway-charge-id"),
         (nul_code, "--decline-code"),
     ] {
-        let err = resolve(&env.store, id, &request, OPERATOR, &window, now)
-            .await
-            .unwrap_err();
+        let err = resolve(
+            &env.store,
+            id,
+            &request,
+            OPERATOR,
+            onecharge::operator::Via::Cli,
+            &window,
+            now,
+        )
+        .await
+        .unwrap_err();
         match err {
             ResolveError::Invalid(why) => {
                 assert!(why.contains(field) && why.contains("NUL"), "{why}")

@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS payment_attempts_created_idx;
+DROP TABLE IF EXISTS operator_audit;

@@ -1,0 +1,365 @@
+//! Bulk actions (`attempts bulk-retry | bulk-recheck`, `POST /api/attempts/bulk`): one
+//! decision applied to every attempt a filter matches — retry every `needs_review` attempt
+//! of an incident, or recheck every `unknown` one after a gateway outage.
+//!
+//! A preview acts on nothing and says how many attempts match and which. A set larger than
+//! [`BULK_CAP`] (or than the caller's own `max`) is refused whole, never cut: a person
+//! narrows the filter instead of acting on an arbitrary first slice. Each attempt goes
+//! through the single-attempt path (`resolve` with `as retry`, `recheck`), with its own
+//! guard, transaction and audit row; one more audit row records the bulk action itself,
+//! its filter and every attempt's outcome.
+
+use futures::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::attempts::AttemptFilter;
+use super::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
+use super::RetryWindow;
+use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::reconciler::{RecheckOutcome, Reconciler};
+use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
+use crate::store::operator as sql;
+use crate::store::Store;
+
+/// The most attempts one bulk action touches. Larger sets are refused; narrow the filter
+/// (by time, order, customer) and act in several steps.
+pub const BULK_CAP: usize = 500;
+
+/// How many ids a preview lists.
+pub const PREVIEW_IDS: usize = 20;
+
+/// What to do to each matching attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkAction {
+    /// `attempts resolve --as retry` for each `needs_review` attempt.
+    Retry,
+    /// `attempts recheck` for each `unknown` or `needs_review` attempt.
+    Recheck,
+}
+
+/// Which attempts: the filters of `attempts list`. Times are RFC 3339.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkFilter {
+    #[serde(default)]
+    pub status: Option<AttemptStatus>,
+    #[serde(default)]
+    pub order_id: Option<String>,
+    #[serde(default)]
+    pub customer_id: Option<String>,
+    #[serde(default)]
+    pub gateway_charge_id: Option<String>,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub created_after: Option<OffsetDateTime>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub created_before: Option<OffsetDateTime>,
+}
+
+/// One bulk request as the CLI or the API received it (`POST /api/attempts/bulk`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    pub action: BulkAction,
+    #[serde(default)]
+    pub filter: BulkFilter,
+    pub reason: String,
+    /// Count and list, act on nothing.
+    #[serde(default)]
+    pub preview: bool,
+    /// Refuse when more than this many match (at most [`BULK_CAP`]): the caller's own
+    /// expectation of the set's size, from a preview.
+    #[serde(default)]
+    pub max: Option<usize>,
+}
+
+/// What happened to one attempt.
+#[derive(Debug, Clone, Serialize)]
+pub struct BulkItem {
+    pub payment_attempt_id: PaymentAttemptId,
+    /// `retried`, `settled`, `unchanged`, `fenced`, `refused`, `failed`.
+    pub outcome: String,
+    pub detail: String,
+}
+
+/// What a bulk request came to.
+#[derive(Debug, Clone, Serialize)]
+pub struct BulkOutcome {
+    pub action: BulkAction,
+    pub preview: bool,
+    /// How many attempts the filter matched.
+    pub matched: usize,
+    /// The first [`PREVIEW_IDS`] matching ids (a preview), or every one acted on.
+    pub ids: Vec<PaymentAttemptId>,
+    /// Per attempt, when acted on.
+    pub results: Vec<BulkItem>,
+    /// The bulk action's own audit row, when acted on.
+    pub audit_id: Option<i64>,
+}
+
+/// Why a bulk request was not carried out. `Invalid` and `TooMany` are the caller's to fix
+/// (exit 2 / 400, 422); `Failed` exit 1 / 500 or 503.
+#[derive(Debug, thiserror::Error)]
+pub enum BulkError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{matched} attempts match, more than {limit} ({why}): narrow the filter (created_after/created_before, order_id, customer_id) and act in steps; nothing was done")]
+    TooMany {
+        /// At least this many (counting stops past the cap).
+        matched: usize,
+        limit: usize,
+        why: &'static str,
+    },
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0:#}")]
+    Failed(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for BulkError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::Failed(anyhow::Error::new(err).context("bulk action"))
+    }
+}
+
+/// Carries out (or previews) `request` on behalf of `actor` through `via`. `reconciler` is
+/// needed to recheck (it looks attempts up at the gateway); `None` refuses a recheck.
+pub async fn bulk(
+    store: &Store,
+    reconciler: Option<&Reconciler>,
+    request: &BulkRequest,
+    actor: &str,
+    via: Via,
+    window: &RetryWindow,
+) -> Result<BulkOutcome, BulkError> {
+    let reason = request.reason.trim();
+    if reason.is_empty() {
+        return Err(BulkError::Invalid(
+            "reason must say why (it is recorded with every attempt acted on)".into(),
+        ));
+    }
+    if reason.contains('\0') {
+        return Err(BulkError::Invalid(
+            "reason contains a NUL character (\\0), which cannot be recorded: remove it".into(),
+        ));
+    }
+    let (limit, why) = match request.max {
+        Some(0) => return Err(BulkError::Invalid("max must be at least 1".into())),
+        Some(max) if max < BULK_CAP => (max, "the max you gave"),
+        _ => (BULK_CAP, "the bulk cap"),
+    };
+    let filter = narrowed(request.action, &request.filter)?;
+    // One more than the limit tells "too many" from "exactly the limit" without counting
+    // the whole table.
+    let rows = sql::list_attempts(store, &filter, Some(limit as i64 + 1)).await?;
+    let ids: Vec<PaymentAttemptId> = rows.iter().map(|a| a.payment_attempt_id).collect();
+    if ids.len() > limit {
+        return Err(BulkError::TooMany {
+            matched: ids.len(),
+            limit,
+            why,
+        });
+    }
+    if request.preview {
+        return Ok(BulkOutcome {
+            action: request.action,
+            preview: true,
+            matched: ids.len(),
+            ids: ids.iter().take(PREVIEW_IDS).copied().collect(),
+            results: Vec::new(),
+            audit_id: None,
+        });
+    }
+    let results = match request.action {
+        BulkAction::Retry => retry_each(store, &ids, reason, actor, via, window).await,
+        BulkAction::Recheck => {
+            let reconciler = reconciler.ok_or_else(|| {
+                BulkError::Unavailable(
+                    "this process has no gateway client (it runs neither the executor nor the reconciler): recheck from the command line or a process that does".into(),
+                )
+            })?;
+            recheck_each(reconciler, &ids, reason, actor, via).await
+        }
+    };
+    let mut conn = store.pool().acquire().await?;
+    let audit_id = audit::insert(
+        &mut conn,
+        &NewAuditEntry {
+            actor: actor.to_owned(),
+            via,
+            action: match request.action {
+                BulkAction::Retry => AuditAction::BulkRetry,
+                BulkAction::Recheck => AuditAction::BulkRecheck,
+            },
+            payment_attempt_ids: ids.clone(),
+            dlq_sequence: None,
+            reason: Some(reason.to_owned()),
+            outcome: "done",
+            detail: serde_json::json!({"filter": request.filter, "results": results}),
+        },
+    )
+    .await?;
+    Ok(BulkOutcome {
+        action: request.action,
+        preview: false,
+        matched: ids.len(),
+        ids,
+        results,
+        audit_id: Some(audit_id),
+    })
+}
+
+/// The filter the action applies: a retry only ever touches `needs_review` attempts, and a
+/// recheck `unknown` or `needs_review` ones, named explicitly.
+fn narrowed(action: BulkAction, filter: &BulkFilter) -> Result<AttemptFilter, BulkError> {
+    let status = match (action, filter.status) {
+        (BulkAction::Retry, None | Some(AttemptStatus::NeedsReview)) => AttemptStatus::NeedsReview,
+        (BulkAction::Retry, Some(other)) => {
+            return Err(BulkError::Invalid(format!(
+                "retry applies to needs_review attempts only, not {other}"
+            )))
+        }
+        (BulkAction::Recheck, Some(s @ (AttemptStatus::Unknown | AttemptStatus::NeedsReview))) => s,
+        (BulkAction::Recheck, _) => {
+            return Err(BulkError::Invalid(
+                "recheck needs status unknown or needs_review (the states a lookup can settle)"
+                    .into(),
+            ))
+        }
+    };
+    Ok(AttemptFilter {
+        status: Some(status),
+        order_id: filter.order_id.clone(),
+        customer_id: filter.customer_id.clone(),
+        gateway_charge_id: filter.gateway_charge_id.clone(),
+        idempotency_key: filter.idempotency_key.clone(),
+        created_after: filter.created_after,
+        created_before: filter.created_before,
+        before: None,
+    })
+}
+
+async fn retry_each(
+    store: &Store,
+    ids: &[PaymentAttemptId],
+    reason: &str,
+    actor: &str,
+    via: Via,
+    window: &RetryWindow,
+) -> Vec<BulkItem> {
+    let request = ResolveRequest {
+        as_: ResolveAs::Retry,
+        reason: reason.to_owned(),
+        gateway_charge_id: None,
+        decline_code: None,
+    };
+    let mut results = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let now = OffsetDateTime::now_utc();
+        let (outcome, detail) =
+            match resolve::resolve(store, id, &request, actor, via, window, now).await {
+                Ok(resolved) => ("retried", resolved.summary()),
+                Err(err @ (ResolveError::Refused(_) | ResolveError::NotFound(_))) => {
+                    ("refused", err.to_string())
+                }
+                Err(err) => ("failed", err.to_string()),
+            };
+        results.push(BulkItem {
+            payment_attempt_id: id,
+            outcome: outcome.into(),
+            detail,
+        });
+    }
+    results
+}
+
+/// Lookups in parallel, a few at a time: a gateway outage's backlog is rechecked in
+/// seconds without a burst the gateway would rate-limit.
+const RECHECK_CONCURRENCY: usize = 4;
+
+async fn recheck_each(
+    reconciler: &Reconciler,
+    ids: &[PaymentAttemptId],
+    reason: &str,
+    actor: &str,
+    via: Via,
+) -> Vec<BulkItem> {
+    futures::stream::iter(ids.iter().copied())
+        .map(|id| async move {
+            let (outcome, detail) = match reconciler.recheck(id, actor, via, Some(reason)).await {
+                Ok(RecheckOutcome::Done(report)) => (
+                    if report.after == report.before {
+                        "unchanged"
+                    } else {
+                        "settled"
+                    },
+                    format!("{}; {}", report.found, report.did),
+                ),
+                Ok(RecheckOutcome::NotFound) => ("refused", format!("no payment attempt {id}")),
+                Ok(RecheckOutcome::WrongState(status)) => {
+                    ("refused", format!("now {status}: not rechecked"))
+                }
+                Err(err) => ("failed", format!("{err:#}")),
+            };
+            BulkItem {
+                payment_attempt_id: id,
+                outcome: outcome.into(),
+                detail,
+            }
+        })
+        .buffered(RECHECK_CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// What `attempts bulk-retry | bulk-recheck` prints.
+pub fn render(outcome: &BulkOutcome) -> String {
+    let action = match outcome.action {
+        BulkAction::Retry => "retry",
+        BulkAction::Recheck => "recheck",
+    };
+    if outcome.preview {
+        let mut out = format!(
+            "dry run: {} attempt{} match; nothing was done\n",
+            outcome.matched,
+            if outcome.matched == 1 { "" } else { "s" }
+        );
+        for id in &outcome.ids {
+            out.push_str(&format!("  {id}\n"));
+        }
+        if outcome.matched > outcome.ids.len() {
+            out.push_str(&format!(
+                "  … and {} more\n",
+                outcome.matched - outcome.ids.len()
+            ));
+        }
+        out.push_str(&format!(
+            "to act: the same command without --dry-run (add --max {} to refuse a larger set)\n",
+            outcome.matched
+        ));
+        return out;
+    }
+    let mut out = String::new();
+    for item in &outcome.results {
+        out.push_str(&format!(
+            "{} {}: {}\n",
+            item.payment_attempt_id, item.outcome, item.detail
+        ));
+    }
+    let count = |name: &str| outcome.results.iter().filter(|i| i.outcome == name).count();
+    out.push_str(&format!(
+        "bulk {action}: {} attempt{} matched; {} retried, {} settled, {} unchanged, {} refused, {} failed (audit row {})\n",
+        outcome.matched,
+        if outcome.matched == 1 { "" } else { "s" },
+        count("retried"),
+        count("settled"),
+        count("unchanged"),
+        count("refused") + count("fenced"),
+        count("failed"),
+        outcome.audit_id.map(|id| id.to_string()).unwrap_or_else(|| "-".into()),
+    ));
+    out
+}
