@@ -428,6 +428,7 @@ impl Admin {
             gateway_health: None,
             retry_window: RetryWindow::from_settings(settings),
             console: onecharge::console::Console::from_settings(settings),
+            reconciler: None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);

@@ -1,7 +1,7 @@
 //! The operator console in a real browser (headless chromium over WebDriver,
 //! `support::browser`), against the real service (`Application` with the admin role) with
 //! named operators configured: what an operator clicks changes the database, the outbox
-//! and the audit trail exactly as the CLI would; a viewer's click changes nothing and the
+//! and the audit trail (`operator_audit`) exactly as the CLI would; a viewer's click changes nothing and the
 //! page says why. Slow (a browser each), so few: one scenario per role.
 //!
 //! `CONSOLE_SCREENSHOTS=1 cargo test --test it browser::` also saves the main pages into
@@ -311,8 +311,27 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     assert_eq!(events.len(), 1, "one event for the decision");
     assert_eq!(events[0].0, "succeeded");
     assert_eq!(events[0].1["gateway_charge_id"], "ch_browser_1");
-    // TODO(audit): once the audit table lands (issue 15, wave5-audit), assert its row here:
-    // actor operator:ada, action resolve, this attempt, this reason.
+    let audit: Vec<(String, String, String, Option<String>, String)> = sqlx::query_as(
+        "SELECT actor, via, action, reason, outcome FROM operator_audit
+         WHERE $1 = ANY(payment_attempt_ids)",
+    )
+    .bind(seeded.in_review)
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(audit.len(), 1, "one audit row for the decision: {audit:?}");
+    let (actor, via, action, reason, _) = &audit[0];
+    assert_eq!(
+        (actor.as_str(), via.as_str(), action.as_str()),
+        ("operator:ada", "console", "resolve_succeeded")
+    );
+    assert_eq!(
+        reason.as_deref(),
+        Some("charge ch_browser_1 seen in the gateway dashboard")
+    );
+    browser.click_and_wait("#nav-audit").await;
+    assert!(browser.has(r#"[data-testid="audit-row"]"#).await);
+    browser.screenshot("audit").await;
 
     // the dead letters page lists the invalid command
     browser.click_and_wait("#nav-dead-letters").await;
@@ -370,6 +389,11 @@ async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_wi
         env.scalar("SELECT count(*) FROM outbox").await,
         0,
         "no event"
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM operator_audit").await,
+        0,
+        "nothing done, nothing audited"
     );
 
     browser.close().await;
