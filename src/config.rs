@@ -1405,7 +1405,10 @@ mod tests {
                         + &entry("ada", "viewer", &HASH.replace('5', "6")),
                     "operators[1].name: `ada` is named twice",
                 ),
-                (entry("ada", "admin", HASH), "unknown variant `admin`"),
+                (
+                    entry("ada", "admin", HASH),
+                    "found `admin`, expected ``viewer` or `operator``",
+                ),
                 (
                     entry("ada", "viewer", "not-hex"),
                     "operators[0].token_sha256 (operator `ada`): must be the 64 hex digits",

@@ -84,8 +84,10 @@ pub fn router(state: AdminState) -> Router<AdminState> {
             get(pages::bulk_page).post(pages::bulk_action),
         )
         .route("/console/audit", get(pages::audit))
-        .fallback(pages::not_found)
-        .layer(middleware::from_fn_with_state(state, guard))
+        // Only console paths: the admin router's other paths keep their own 404.
+        .route("/console/{*rest}", get(pages::not_found))
+        // `route_layer`: the guard wraps the console's routes only, never the admin router's 404.
+        .route_layer(middleware::from_fn_with_state(state, guard))
 }
 
 /// Every console request passes here: security headers on every answer; outside the

@@ -210,6 +210,16 @@ async fn signing_in_sets_a_strict_http_only_session_cookie_and_a_wrong_token_is_
         "/console/login?next=%2Fconsole%2Freview"
     );
 
+    // paths outside /console keep the admin router's plain 404
+    let (status, _) = console.get(None, "/no-such-path").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = console.get(None, "/console/no-such-page").await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "console paths need a session first"
+    );
+
     let wrong = console.sign_in("oc_not-a-token").await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     assert!(
@@ -567,4 +577,129 @@ async fn no_console_page_shows_a_configured_secret() {
         .unwrap();
     assert!(!wrong.contains("oc_typed-by-mistake-0123"));
     console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_corrected_in_the_console_is_replayed_and_audited() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let attempt = Uuid::new_v4();
+    let intake = env.intake().await;
+    let body = command(attempt, json!({"currency": "EURO"}));
+    env.publish("m-console-replay", &body).await;
+    let report = intake
+        .process_batch(std::time::Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(report.dead_lettered.len(), 1);
+    let sequence = env.dead_letters().await[0].sequence;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+
+    let (status, page) = console
+        .get(Some(&ada), &format!("/console/dead-letters/{sequence}"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"id="dead-letter-body""#) && page.contains("EURO"));
+    let csrf = csrf_of(&page);
+    let corrected = serde_json::to_string(&command(attempt, json!({"currency": "EUR"}))).unwrap();
+    let path = format!("/console/dead-letters/{sequence}/replay");
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("body", corrected.as_str()),
+        ("reason", "currency typo fixed"),
+        ("confirm", "yes"),
+    ];
+    let (status, page) = console.post(&ada, &path, &form).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"id="replay-result""#), "{page}");
+
+    // intake records the corrected command: the attempt exists, in EUR
+    intake
+        .process_batch(std::time::Duration::from_secs(2))
+        .await
+        .unwrap();
+    let currency: String =
+        sqlx::query_scalar("SELECT currency FROM payment_attempts WHERE payment_attempt_id = $1")
+            .bind(attempt)
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(currency, "EUR");
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM operator_audit WHERE dlq_sequence = {sequence}
+               AND actor = 'operator:ada' AND via = 'console' AND reason = 'currency typo fixed'"
+        ))
+        .await,
+        1
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recheck_now_settles_an_unknown_attempt_the_gateway_charged_and_audits_it() {
+    use mock_gateway::payment_methods as pm;
+    let mut h = crate::support::Harness::new().await;
+    let command = h.seed(pm::FAULT_ERROR_AFTER).await;
+    h.executor().run_once().await.unwrap();
+    let id = command.payment_attempt_id;
+    assert_eq!(h.attempt(id).await.status, "unknown");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = onecharge::admin::AdminState {
+        store: h.store.clone(),
+        broker: h.broker().await,
+        metrics: onecharge::metrics::install(),
+        admin_token: None,
+        gateway_health: None,
+        retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
+        reconciler: Some(h.reconciler()),
+        console: Default::default(),
+    };
+    let stop = CancellationToken::new();
+    let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // an open console: the first page starts a session and carries its CSRF token
+    let response = http
+        .get(format!("http://{addr}/console/attempts/{id}"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = session_cookie(&response).expect("an open console starts a session");
+    let page = response.text().await.unwrap();
+    assert!(page.contains(r#"id="recheck-form""#), "{page}");
+    let response = http
+        .post(format!("http://{addr}/console/attempts/{id}/recheck"))
+        .header(COOKIE, &cookie)
+        .form(&[
+            ("csrf", csrf_of(&page).as_str()),
+            ("reason", "customer says charged"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let page = response.text().await.unwrap();
+    assert!(page.contains(r#"id="recheck-result""#), "{page}");
+
+    let row = h.attempt(id).await;
+    assert_eq!(
+        row.status, "succeeded",
+        "the charge the gateway made is adopted"
+    );
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM operator_audit WHERE $1 = ANY(payment_attempt_ids)
+           AND actor = 'console' AND via = 'console' AND action = 'recheck'",
+    )
+    .bind(Uuid::from(id))
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, 1);
+    stop.cancel();
+    admin.await.unwrap().unwrap();
 }

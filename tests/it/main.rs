@@ -9,7 +9,9 @@
 mod support;
 
 mod admin_api;
+mod audit;
 mod browser;
+mod bulk;
 mod cli;
 mod cluster;
 mod console;
@@ -21,6 +23,8 @@ mod intake;
 mod operator;
 mod operator_find;
 mod otlp;
+mod paging;
+mod recheck;
 mod reconciler;
 mod relay;
 mod secrets;

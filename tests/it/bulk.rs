@@ -1,0 +1,344 @@
+//! Bulk actions on a filtered set: a preview acts on nothing, a set past the cap (or the
+//! caller's `max`) is refused whole, and every attempt acted on goes through the
+//! single-attempt path with its own audit row, plus one row for the bulk action.
+
+use crate::audit::{attempt_in_review, audit_rows};
+use crate::support::{command, intake_record, TestEnv};
+use onecharge::domain::PaymentAttemptId;
+use onecharge::operator::bulk::{bulk, BulkAction, BulkError, BulkFilter, BulkRequest, BULK_CAP};
+use onecharge::operator::{RetryWindow, Via};
+use onecharge::store::intake::record_batch;
+use serde_json::json;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+fn retry(order_id: Option<&str>, preview: bool, max: Option<usize>) -> BulkRequest {
+    BulkRequest {
+        action: BulkAction::Retry,
+        filter: BulkFilter {
+            order_id: order_id.map(str::to_owned),
+            ..Default::default()
+        },
+        reason: "gateway outage 12:00-12:20 is over".into(),
+        preview,
+        max,
+    }
+}
+
+async fn statuses(env: &TestEnv, ids: &[PaymentAttemptId]) -> Vec<String> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(
+            sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
+                .bind(*id)
+                .fetch_one(env.store.pool())
+                .await
+                .unwrap(),
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_preview_counts_and_lists_the_matching_attempts_and_acts_on_nothing() {
+    let env = TestEnv::new().await;
+    let window = RetryWindow::from_settings(&env.settings);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(attempt_in_review(&env, "ord_bulk_outage").await);
+    }
+    attempt_in_review(&env, "ord_other").await;
+
+    let preview = bulk(
+        &env.store,
+        None,
+        &retry(Some("ord_bulk_outage"), true, None),
+        "operator:alice",
+        Via::Console,
+        &window,
+    )
+    .await
+    .unwrap();
+
+    assert!(preview.preview);
+    assert_eq!(preview.matched, 3);
+    let mut listed = preview.ids.clone();
+    listed.sort();
+    ids.sort();
+    assert_eq!(listed, ids);
+    assert!(preview.results.is_empty());
+    assert_eq!(statuses(&env, &ids).await, vec!["needs_review"; 3]);
+    assert!(
+        audit_rows(&env).await.is_empty(),
+        "a preview is not an action"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_retry_resolves_each_match_as_retry_and_audits_each_and_the_whole() {
+    let env = TestEnv::new().await;
+    let window = RetryWindow::from_settings(&env.settings);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(attempt_in_review(&env, "ord_bulk_retry").await);
+    }
+    let untouched = attempt_in_review(&env, "ord_other").await;
+
+    let outcome = bulk(
+        &env.store,
+        None,
+        &retry(Some("ord_bulk_retry"), false, Some(3)),
+        "operator:alice",
+        Via::Api,
+        &window,
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(outcome.matched, 3);
+    assert!(
+        outcome.results.iter().all(|r| r.outcome == "retried"),
+        "{:?}",
+        outcome.results
+    );
+    assert_eq!(statuses(&env, &ids).await, vec!["pending"; 3]);
+    assert_eq!(statuses(&env, &[untouched]).await, vec!["needs_review"]);
+    let rows = audit_rows(&env).await;
+    assert_eq!(rows.len(), 4, "one per attempt and one for the bulk action");
+    assert!(rows[..3]
+        .iter()
+        .all(|r| r["action"] == "resolve_retry" && r["actor"] == "operator:alice"));
+    let whole = &rows[3];
+    assert_eq!(whole["action"], "bulk_retry");
+    assert_eq!(whole["via"], "api");
+    assert_eq!(whole["reason"], "gateway outage 12:00-12:20 is over");
+    assert_eq!(whole["detail"]["filter"]["order_id"], "ord_bulk_retry");
+    let mut audited: Vec<String> = whole["payment_attempt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    audited.sort();
+    let mut expected: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+    expected.sort();
+    assert_eq!(audited, expected);
+    assert_eq!(outcome.audit_id, whole["id"].as_i64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_set_larger_than_the_callers_max_is_refused_whole() {
+    let env = TestEnv::new().await;
+    let window = RetryWindow::from_settings(&env.settings);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(attempt_in_review(&env, "ord_bulk_max").await);
+    }
+
+    let err = bulk(
+        &env.store,
+        None,
+        &retry(None, false, Some(2)),
+        "operator:alice",
+        Via::Cli,
+        &window,
+    )
+    .await
+    .unwrap_err();
+
+    assert!(matches!(err, BulkError::TooMany { limit: 2, .. }), "{err}");
+    assert_eq!(statuses(&env, &ids).await, vec!["needs_review"; 3]);
+    assert!(audit_rows(&env).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_set_larger_than_the_cap_is_refused_even_without_a_max_and_even_as_a_preview() {
+    let env = TestEnv::new().await;
+    let window = RetryWindow::from_settings(&env.settings);
+    let records: Vec<_> = (0..=BULK_CAP)
+        .map(|i| {
+            let attempt = Uuid::new_v4();
+            intake_record(
+                &command(attempt, json!({"order_id": format!("ord_cap_{i}")})),
+                &format!("m-cap-{attempt}"),
+                None,
+            )
+        })
+        .collect();
+    record_batch(
+        &env.store,
+        "onecharge-intake",
+        &records,
+        OffsetDateTime::now_utc(),
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE payment_attempts SET status = 'needs_review', review_reason = 'outage'")
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+
+    for preview in [true, false] {
+        let err = bulk(
+            &env.store,
+            None,
+            &retry(None, preview, None),
+            "operator:alice",
+            Via::Cli,
+            &window,
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BulkError::TooMany {
+                    limit: BULK_CAP,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("narrow the filter"), "{err}");
+    }
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM payment_attempts WHERE status = 'needs_review'")
+            .await,
+        BULK_CAP as i64 + 1
+    );
+    assert!(audit_rows(&env).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_retry_from_the_command_line_dry_run_lists_and_the_real_run_acts() {
+    let env = TestEnv::new().await;
+    let id = attempt_in_review(&env, "ord_bulk_cli").await;
+
+    let (code, stdout, stderr) = env
+        .cli(
+            &[
+                "attempts",
+                "bulk-retry",
+                "--order-id",
+                "ord_bulk_cli",
+                "--reason",
+                "outage over",
+                "--dry-run",
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("1 attempt match") && stdout.contains(&id.to_string()),
+        "{stdout}"
+    );
+    assert_eq!(statuses(&env, &[id]).await, vec!["needs_review"]);
+
+    let (code, stdout, stderr) = env
+        .cli(
+            &[
+                "attempts",
+                "bulk-retry",
+                "--order-id",
+                "ord_bulk_cli",
+                "--reason",
+                "outage over",
+                "--max",
+                "1",
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("1 retried"), "{stdout}");
+    assert_eq!(statuses(&env, &[id]).await, vec!["pending"]);
+
+    // A recheck names the state it looks up.
+    let (code, _, stderr) = env
+        .cli(
+            &["attempts", "bulk-recheck", "--reason", "x", "--dry-run"],
+            &[],
+        )
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("status unknown or needs_review"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_recheck_settles_every_unknown_attempt_the_gateway_charged_and_audits_it() {
+    use mock_gateway::payment_methods as pm;
+    use onecharge::domain::AttemptStatus;
+
+    let h = crate::support::Harness::new().await;
+    let commands = h
+        .seed_many(&[pm::FAULT_ERROR_AFTER, pm::FAULT_ERROR_AFTER])
+        .await;
+    let report = h.executor().run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Unknown), 2, "{report:?}");
+    let window = RetryWindow::from_settings(&h.settings);
+    let request = BulkRequest {
+        action: BulkAction::Recheck,
+        filter: BulkFilter {
+            status: Some(AttemptStatus::Unknown),
+            ..Default::default()
+        },
+        reason: "INC-42 outage over".into(),
+        preview: false,
+        max: Some(2),
+    };
+
+    let refused = bulk(
+        &h.store,
+        None,
+        &request,
+        "operator:alice",
+        Via::Api,
+        &window,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(refused, BulkError::Unavailable(_)), "{refused}");
+
+    let outcome = bulk(
+        &h.store,
+        Some(&h.reconciler()),
+        &request,
+        "operator:alice",
+        Via::Api,
+        &window,
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(outcome.matched, 2);
+    assert!(
+        outcome.results.iter().all(|r| r.outcome == "settled"),
+        "{:?}",
+        outcome.results
+    );
+    assert_eq!(h.gateway.ledger().len(), 2, "the lookups charged nothing");
+    for command in &commands {
+        assert_eq!(
+            h.attempt(command.payment_attempt_id).await.status,
+            "succeeded"
+        );
+        assert_eq!(h.events(command.payment_attempt_id).await.len(), 1);
+    }
+    let actions: Vec<(String, String)> =
+        sqlx::query_as("SELECT action, outcome FROM operator_audit ORDER BY id")
+            .fetch_all(h.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        actions,
+        vec![
+            ("recheck".into(), "settled".into()),
+            ("recheck".into(), "settled".into()),
+            ("bulk_recheck".into(), "done".into()),
+        ]
+    );
+}

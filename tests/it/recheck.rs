@@ -1,0 +1,238 @@
+//! `attempts recheck` / `POST /api/attempts/{id}/recheck`: the reconciler's lookup for one
+//! attempt, now, on a person's request — settling what the answer settles, refusing states a
+//! lookup has nothing to say about, and auditing what it found and did.
+
+use crate::support::Harness;
+use mock_gateway::payment_methods as pm;
+use onecharge::domain::{AttemptStatus, PaymentAttemptId};
+use onecharge::operator::audit::{self, AuditFilter};
+use onecharge::operator::recheck::{recheck, RecheckError};
+use onecharge::operator::Via;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Seeds an attempt and lets the executor take it to `unknown` through `payment_method`'s
+/// fault.
+async fn unknown_attempt(h: &Harness, payment_method: &str) -> PaymentAttemptId {
+    let command = h.seed(payment_method).await;
+    let report = h.executor().run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
+    command.payment_attempt_id
+}
+
+async fn audit_rows(h: &Harness) -> Vec<Value> {
+    audit::list(&h.store, &AuditFilter::default(), 0)
+        .await
+        .unwrap()
+        .entries
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_of_an_unknown_attempt_the_gateway_charged_settles_it_with_its_event_and_audit_row(
+) {
+    let h = Harness::new().await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    // Not due yet: a recheck does not wait for the reconciler's schedule.
+    sqlx::query("UPDATE payment_attempts SET next_run_at = now() + interval '1 hour' WHERE payment_attempt_id = $1")
+        .bind(id)
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+
+    let report = recheck(
+        &h.reconciler(),
+        id,
+        "operator:alice",
+        Via::Cli,
+        Some("customer says they were charged"),
+    )
+    .await
+    .unwrap();
+
+    let ledger = h.gateway.ledger();
+    assert_eq!(ledger.len(), 1, "the lookup charged nothing");
+    assert_eq!(report.before, AttemptStatus::Unknown);
+    assert_eq!(report.after, AttemptStatus::Succeeded);
+    assert_eq!(
+        report.gateway_charge_id.as_deref(),
+        Some(ledger[0].id.as_str())
+    );
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(
+        row.gateway_charge_id.as_deref(),
+        Some(ledger[0].id.as_str())
+    );
+    let events = h.events(id).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, "succeeded");
+    let (actor, cause): (String, String) = sqlx::query_as(
+        "SELECT actor, cause FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        (actor.as_str(), cause.as_str()),
+        ("operator:alice", "lookup_found_charge")
+    );
+    let calls = h.gateway_calls(id).await;
+    assert_eq!(calls.last().unwrap().3, "found", "the lookup is evidence");
+
+    let rows = audit_rows(&h).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["actor"], "operator:alice");
+    assert_eq!(rows[0]["via"], "cli");
+    assert_eq!(rows[0]["action"], "recheck");
+    assert_eq!(rows[0]["outcome"], "settled");
+    assert_eq!(rows[0]["reason"], "customer says they were charged");
+    assert_eq!(rows[0]["payment_attempt_ids"][0], id.to_string());
+    assert_eq!(rows[0]["detail"]["after"], "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_of_a_pending_attempt_is_refused_and_asks_the_gateway_nothing() {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+
+    let err = recheck(&h.reconciler(), id, "operator:alice", Via::Cli, None)
+        .await
+        .unwrap_err();
+
+    match err {
+        RecheckError::Refused(why) => {
+            assert!(
+                why.contains("pending") && why.contains("unknown and needs_review"),
+                "{why}"
+            )
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+    assert!(h.gateway.requests().is_empty(), "no lookup");
+    assert_eq!(h.attempt(id).await.status, "pending");
+    assert!(audit_rows(&h).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_of_a_needs_review_attempt_that_finds_nothing_leaves_it_in_review_and_resends_nothing(
+) {
+    let h = Harness::new().await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_BEFORE).await;
+    sqlx::query("UPDATE payment_attempts SET status = 'needs_review', review_reason = 'lookups failed' WHERE payment_attempt_id = $1")
+        .bind(id)
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let charges_before = h.gateway.ledger().len();
+
+    let report = recheck(&h.reconciler(), id, "admin-api", Via::Api, None)
+        .await
+        .unwrap();
+
+    assert_eq!(report.after, AttemptStatus::NeedsReview, "{report:?}");
+    assert!(report.did.contains("stays in needs_review"), "{report:?}");
+    assert_eq!(h.attempt(id).await.status, "needs_review");
+    assert_eq!(h.gateway.ledger().len(), charges_before, "nothing re-sent");
+    let rows = audit_rows(&h).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["outcome"], "unchanged");
+    assert_eq!(rows[0]["via"], "api");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recheck_endpoint_answers_409_for_a_pending_attempt_and_settles_an_unknown_one() {
+    let mut h = Harness::new().await;
+    let pending = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    let unknown = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = onecharge::admin::AdminState {
+        store: h.store.clone(),
+        broker: h.broker().await,
+        metrics: onecharge::metrics::install(),
+        admin_token: None,
+        gateway_health: None,
+        retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
+        reconciler: Some(h.reconciler()),
+        console: Default::default(),
+    };
+    let stop = CancellationToken::new();
+    let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
+    let http = reqwest::Client::new();
+
+    let refused = http
+        .post(format!("http://{addr}/api/attempts/{pending}/recheck"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "conflict");
+
+    let settled = http
+        .post(format!("http://{addr}/api/attempts/{unknown}/recheck"))
+        .json(&serde_json::json!({"reason": "support ticket 42"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(settled.status(), 200);
+    let body: Value = settled.json().await.unwrap();
+    assert_eq!(body["after"], "succeeded", "{body}");
+    assert_eq!(h.attempt(unknown).await.status, "succeeded");
+    let rows = audit_rows(&h).await;
+    assert_eq!(rows.len(), 1, "the refusal is not audited: {rows:?}");
+    assert_eq!(rows[0]["actor"], "admin-api");
+    assert_eq!(rows[0]["reason"], "support ticket 42");
+
+    stop.cancel();
+    admin.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recheck_from_the_command_line_refuses_a_pending_attempt_with_exit_2_and_says_why() {
+    let env = crate::support::TestEnv::new().await;
+    let attempt = uuid::Uuid::new_v4();
+    let body = crate::support::command(attempt, serde_json::json!({}));
+    let record = crate::support::intake_record(&body, &format!("m-{attempt}"), None);
+    onecharge::store::intake::record_batch(
+        &env.store,
+        "onecharge-intake",
+        &[record],
+        time::OffsetDateTime::now_utc(),
+    )
+    .await
+    .unwrap();
+
+    let (code, stdout, stderr) = env
+        .cli(
+            &["attempts", "recheck", &attempt.to_string(), "--reason", "x"],
+            &[
+                ("ONECHARGE_GATEWAY_URL", "http://127.0.0.1:9"),
+                ("ONECHARGE_GATEWAY_API_KEY", "sk_test_unused"),
+            ],
+        )
+        .await;
+
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("is pending") && stderr.contains("only unknown and needs_review"),
+        "{stderr}"
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM operator_audit").await,
+        0,
+        "a refusal is not audited"
+    );
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM payment_attempts WHERE status = 'pending' AND lease_token = 0"
+        )
+        .await,
+        1,
+        "the attempt was not touched"
+    );
+}
