@@ -310,9 +310,12 @@ struct Search {
     paths: Vec<String>,
 }
 
+/// One sampled attempt: id, idempotency key, order, customer, gateway charge.
+type Sampled = (String, String, String, String, Option<String>);
+
 /// The searches an operator runs, each with `n` values drawn from the table.
 async fn searches(conn: &mut PgConnection, n: usize) -> anyhow::Result<Vec<Search>> {
-    let sample: Vec<(String, String, String, String, Option<String>)> = sqlx::query_as(
+    let sample: Vec<Sampled> = sqlx::query_as(
         "SELECT payment_attempt_id::text, idempotency_key, order_id, customer_id, gateway_charge_id
          FROM payment_attempts TABLESAMPLE SYSTEM (1)
          WHERE customer_id <> 'cus_big' AND status = 'succeeded'
@@ -322,12 +325,8 @@ async fn searches(conn: &mut PgConnection, n: usize) -> anyhow::Result<Vec<Searc
     .fetch_all(&mut *conn)
     .await?;
     ensure!(sample.len() == n, "the sample has {} rows", sample.len());
-    let each = |f: &dyn Fn(&(String, String, String, String, Option<String>)) -> String| {
-        sample.iter().map(f).collect::<Vec<_>>()
-    };
-    let charge = |s: &(String, String, String, String, Option<String>)| {
-        s.4.clone().expect("succeeded attempts have a charge id")
-    };
+    let each = |f: &dyn Fn(&Sampled) -> String| sample.iter().map(f).collect::<Vec<_>>();
+    let charge = |s: &Sampled| s.4.clone().expect("succeeded attempts have a charge id");
     Ok(vec![
         Search {
             name: "attempt by id",
