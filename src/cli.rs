@@ -111,6 +111,10 @@ pub struct DemoArgs {
     /// connector against the mock's Stripe dialect [default: the configured gateway_kind]
     #[arg(long, value_enum, value_name = "KIND")]
     pub gateway: Option<crate::gateway::GatewayKind>,
+    /// After the summary, serve the operator console over the demo's data on --admin-addr
+    /// until Ctrl-C (the data is removed afterwards unless --keep)
+    #[arg(long)]
+    pub console: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -47,6 +47,9 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let tag = &Uuid::new_v4().simple().to_string()[..8];
     let database_url = sibling_database(&settings.database_url, &format!("onecharge_demo_{tag}"))?;
+    if args.console {
+        check_console_address(settings)?;
+    }
     check_servers(settings).await?;
 
     let api_key = format!("sk_demo_{}", Uuid::new_v4().simple());
@@ -97,7 +100,10 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
         gateway.base_url(),
         kind.as_str()
     );
-    let outcome = run_in(&demo, &gateway, &args, kind, started).await;
+    let outcome = match run_in(&demo, &gateway, &args, kind, started).await {
+        Ok(()) if args.console => serve_console(&demo, settings.admin_addr).await,
+        outcome => outcome,
+    };
     gateway.shutdown().await;
     if args.keep {
         println!(
@@ -502,6 +508,41 @@ async fn verify(
     }
     println!("the promise held: every attempt charged at most once, every outcome settled and announced once");
     Ok(())
+}
+
+/// `--console`, before anything runs: an exposed, open admin address is a configuration
+/// error, and a taken one is found now rather than after the whole run.
+fn check_console_address(settings: &Settings) -> anyhow::Result<()> {
+    settings.check_admin_exposure()?;
+    std::net::TcpListener::bind(settings.admin_addr).map_err(|err| {
+        anyhow::Error::from(crate::config::UsageError(format!(
+            "cannot serve the console on {}: {err}; choose another address with --admin-addr",
+            settings.admin_addr
+        )))
+    })?;
+    Ok(())
+}
+
+/// `--console`: the admin HTTP, console included, over the demo's database (and, for
+/// "recheck now", its mock gateway, still running) on `admin_addr` until SIGTERM or Ctrl-C.
+async fn serve_console(demo: &Settings, admin_addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let mut console = demo.clone();
+    console.admin_addr = admin_addr;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(crate::shutdown::cancel_on_signal(shutdown.clone()));
+    let sign_in = match (console.operators.is_empty(), console.admin_token.is_some()) {
+        (true, false) => {
+            "no sign-in: with no admin token or operators configured it is open on this loopback address"
+        }
+        (true, true) => "sign in with the admin token of your configuration",
+        (false, _) => "sign in with a token of your [[operators]] or the admin token",
+    };
+    let app = Application::build(console, &[crate::app::Role::Admin]).await?;
+    let addr = app.admin_addr().context("the admin role listens")?;
+    println!();
+    println!("operator console: http://{addr}/console/ ({sign_in})");
+    println!("the demo's data stays until Ctrl-C");
+    app.run(shutdown).await
 }
 
 async fn check_servers(settings: &Settings) -> anyhow::Result<()> {

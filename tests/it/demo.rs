@@ -32,6 +32,7 @@ async fn run_demo(seed: u64, gateway: Option<onecharge::gateway::GatewayKind>) {
         timeout: Duration::from_secs(90),
         keep: false,
         gateway,
+        console: false,
     };
     run(&settings, args).await.expect("the promise held");
 }
@@ -49,4 +50,87 @@ fn the_demo_says_how_to_fix_an_unreachable_database_in_one_line() {
         err.contains("PostgreSQL is not reachable at postgres://127.0.0.1:1/onecharge: start it"),
         "{err}"
     );
+}
+
+/// `demo --console`: after the verified summary the demo's data stays and the console
+/// serves it on `--admin-addr` until SIGTERM; then the process exits 0 and the demo's
+/// database is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them() {
+    use tokio::io::AsyncBufReadExt as _;
+
+    onecharge::tls::install_crypto_provider();
+    let port = crate::support::nats_server::free_port();
+    let server = crate::support::server_url();
+    let mut child = tokio::process::Command::from(crate::support::onecharge())
+        .args(["demo", "--console", "--attempts", "20", "--admin-addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .env("ONECHARGE_DATABASE_URL", format!("{server}/onecharge"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the demo starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let url = tokio::time::timeout(Duration::from_secs(150), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            printed.push(line.clone());
+            if let Some(rest) = line.strip_prefix("operator console: ") {
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!(
+            "the demo ended without serving the console:\n{}",
+            printed.join("\n")
+        );
+    })
+    .await
+    .expect("the console is served within 150 s");
+    assert_eq!(url, format!("http://127.0.0.1:{port}/console/"));
+    assert!(
+        printed.iter().any(|l| l.starts_with("the promise held")),
+        "served after the verified summary: {printed:?}"
+    );
+    let database = printed[0]
+        .split("database ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|url| url.rsplit('/').next())
+        .expect("the first line names the demo's database")
+        .to_owned();
+
+    // the demo's own attempts, through the console and the API
+    let base = format!("http://127.0.0.1:{port}");
+    let page = reqwest::get(format!("{base}/console/attempts?order_id=ord_demo_3"))
+        .await
+        .unwrap();
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    let page = page.text().await.unwrap();
+    assert!(
+        page.contains(r#"id="result-count" data-count="1""#),
+        "{page}"
+    );
+    let attempts: Vec<serde_json::Value> = reqwest::get(format!("{base}/api/attempts?limit=0"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(attempts.len(), 20);
+
+    assert!(crate::support::sigterm(child.id().unwrap()));
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("exits within 30 s of SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let pool = sqlx::PgPool::connect(&format!("{server}/postgres"))
+        .await
+        .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
+        .bind(&database)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "{database} is removed after the console stops");
 }

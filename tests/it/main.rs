@@ -10,6 +10,7 @@ mod support;
 
 mod admin_api;
 mod audit;
+mod browser;
 mod bulk;
 mod cli;
 mod cluster;

@@ -10,9 +10,11 @@
 //! - [`nats`]: reading a stream's messages and their headers;
 //! - [`process`]: the `onecharge` binary, run the same way by every test;
 //! - [`served`]: [`Served`], the service running in the test's process with some roles;
-//! - [`nats_server`], [`cluster`]: `nats-server` processes of a test's own.
+//! - [`nats_server`], [`cluster`]: `nats-server` processes of a test's own;
+//! - [`browser`]: a headless chromium driven over WebDriver (the console's browser tests).
 #![allow(dead_code, unused_imports)]
 
+pub mod browser;
 pub mod cluster;
 pub mod command;
 pub mod env;

@@ -1,0 +1,401 @@
+//! The operator console in a real browser (headless chromium over WebDriver,
+//! `support::browser`), against the real service (`Application` with the admin role) with
+//! named operators configured: what an operator clicks changes the database, the outbox
+//! and the audit trail (`operator_audit`) exactly as the CLI would; a viewer's click changes nothing and the
+//! page says why. Slow (a browser each), so few: one scenario per role.
+//!
+//! `CONSOLE_SCREENSHOTS=1 cargo test --test it browser::` also saves the main pages into
+//! `docs/console/` (the README's pictures).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::support::browser::Browser;
+use crate::support::{command, TestEnv};
+use onecharge::app::{Application, Role};
+use onecharge::config::{OperatorRole, OperatorSetting, Settings};
+use onecharge::console::access::token_sha256;
+use secrecy::SecretString;
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+const OPERATOR_TOKEN: &str = "oc_ada-browser-operator-token-0123456789";
+const VIEWER_TOKEN: &str = "oc_vic-browser-viewer-token-0123456789";
+const ORDER: &str = "ord_browser_1001";
+
+/// ada acts, vic reads; the shared admin token is set too, so nothing is open.
+fn with_operators(settings: &mut Settings) {
+    settings.admin_token = Some(SecretString::from("browser-admin-token-0123456789"));
+    settings.operators = vec![
+        OperatorSetting {
+            name: "ada".into(),
+            role: OperatorRole::Operator,
+            token_sha256: token_sha256(OPERATOR_TOKEN),
+        },
+        OperatorSetting {
+            name: "vic".into(),
+            role: OperatorRole::Viewer,
+            token_sha256: token_sha256(VIEWER_TOKEN),
+        },
+    ];
+}
+
+/// The admin role of the real service on a free port.
+struct Console {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    running: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Console {
+    async fn start(env: &TestEnv) -> Self {
+        let app = Application::build(env.settings.clone(), &[Role::Admin])
+            .await
+            .expect("the service builds");
+        let addr = app.admin_addr().expect("the admin role listens");
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(app.run(stop.clone()));
+        Self {
+            addr,
+            stop,
+            running,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.running.await.unwrap().unwrap();
+    }
+}
+
+/// What the scenario finds in the console, recorded the way production records it: commands
+/// published and taken in by intake (one invalid, so there is a dead letter), then moved to
+/// the states an operator meets.
+struct Seeded {
+    /// The order's attempt the reconciler could not settle: `needs_review`.
+    in_review: Uuid,
+    /// The order's earlier attempt, declined.
+    declined: Uuid,
+}
+
+async fn seed(env: &TestEnv) -> Seeded {
+    let in_review = Uuid::new_v4();
+    let declined = Uuid::new_v4();
+    let others: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
+    let mut commands = vec![
+        (declined, ORDER.to_owned(), "cus_browser"),
+        (in_review, ORDER.to_owned(), "cus_browser"),
+    ];
+    for (i, id) in others.iter().enumerate() {
+        commands.push((*id, format!("ord_browser_{}", 2001 + i), "cus_other"));
+    }
+    for (id, order, customer) in &commands {
+        env.publish(
+            &format!("m-{id}"),
+            &command(
+                *id,
+                json!({"order_id": order, "customer_id": customer, "description": format!("Order {order}")}),
+            ),
+        )
+        .await;
+    }
+    env.publish_raw(
+        Some("m-not-a-uuid"),
+        br#"{"payment_attempt_id":"not-a-uuid"}"#,
+    )
+    .await;
+    let intake = env.intake().await;
+    let mut recorded = 0;
+    for _ in 0..20 {
+        recorded += intake
+            .process_batch(Duration::from_secs(2))
+            .await
+            .expect("intake takes the batch")
+            .count("processed");
+        if recorded == commands.len() && !env.dead_letters().await.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(recorded, commands.len(), "intake recorded every command");
+    let moves = [
+        (declined, "UPDATE payment_attempts SET status = 'declined', decline_code = 'card_declined', tries = 1,
+             first_dispatched_at = now() - interval '2 hours', created_at = now() - interval '2 hours'
+         WHERE payment_attempt_id = $1"),
+        (in_review, "UPDATE payment_attempts SET status = 'needs_review', tries = 1,
+             review_reason = 'the gateway timed out and its lookup found no charge under the key yet',
+             first_dispatched_at = now() - interval '10 minutes', created_at = now() - interval '20 minutes'
+         WHERE payment_attempt_id = $1"),
+        (others[0], "UPDATE payment_attempts SET status = 'succeeded', gateway_charge_id = 'ch_browser_2001', tries = 1,
+             first_dispatched_at = now() - interval '1 hour'
+         WHERE payment_attempt_id = $1"),
+    ];
+    for (id, sql) in moves {
+        sqlx::query(sql)
+            .bind(id)
+            .execute(env.store.pool())
+            .await
+            .unwrap();
+    }
+    Seeded {
+        in_review,
+        declined,
+    }
+}
+
+async fn status_of(env: &TestEnv, id: Uuid) -> String {
+    sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
+        .bind(id)
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap()
+}
+
+/// Signs in through the form with `token`, from the page the console sent the browser to.
+async fn sign_in(browser: &Browser, console: &Console, token: &str) {
+    browser.goto(&console.url("/console/")).await;
+    assert!(
+        browser.path().await.starts_with("/console/login"),
+        "not signed in: the sign-in page"
+    );
+    browser.fill("#login-token", token).await;
+    browser.click_and_wait("#login-submit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_review_after_confirming(
+) {
+    let env = TestEnv::with_settings(with_operators).await;
+    let seeded = seed(&env).await;
+    let console = Console::start(&env).await;
+    let browser = Browser::start().await;
+
+    sign_in(&browser, &console, OPERATOR_TOKEN).await;
+    assert_eq!(browser.path().await, "/console/");
+    let whoami = browser.find("#whoami").await;
+    assert_eq!(
+        whoami.attr("data-actor").await.unwrap().as_deref(),
+        Some("operator:ada")
+    );
+    assert_eq!(browser.text("#needs-review-count").await, "1");
+    assert_eq!(browser.text("#dead-letters-count").await, "1");
+    browser.screenshot("overview").await;
+
+    // the review queue lists the attempt with its reason
+    browser.click_and_wait("#nav-review").await;
+    let row = browser
+        .find(&format!(
+            r#"tr[data-testid="review-row"][data-attempt-id="{}"]"#,
+            seeded.in_review
+        ))
+        .await;
+    assert!(row
+        .text()
+        .await
+        .unwrap()
+        .contains("its lookup found no charge"));
+    browser.screenshot("review-queue").await;
+
+    // search by order: both of its attempts, newest first
+    browser.click_and_wait("#nav-search").await;
+    browser.fill("#q-order-id", ORDER).await;
+    browser.click_and_wait("#search-submit").await;
+    let path = browser.path().await;
+    assert!(
+        path.starts_with("/console/attempts?") && path.contains(&format!("order_id={ORDER}")),
+        "{path}"
+    );
+    let count = browser.find("#result-count").await;
+    assert_eq!(
+        count.attr("data-count").await.unwrap().as_deref(),
+        Some("2")
+    );
+    let rows = browser
+        .client()
+        .find_all(fantoccini::Locator::Css(r#"tr[data-testid="attempt-row"]"#))
+        .await
+        .unwrap();
+    let mut listed = Vec::new();
+    for row in rows {
+        listed.push(row.attr("data-attempt-id").await.unwrap().unwrap());
+    }
+    assert_eq!(
+        listed,
+        [seeded.in_review.to_string(), seeded.declined.to_string()]
+    );
+    browser.screenshot("search").await;
+
+    // the attempt page: facts, timeline, and the resolve form
+    browser
+        .click_and_wait(&format!(
+            r#"tr[data-attempt-id="{}"] a.attempt-link"#,
+            seeded.in_review
+        ))
+        .await;
+    assert_eq!(
+        browser.path().await,
+        format!("/console/attempts/{}", seeded.in_review)
+    );
+    assert!(browser
+        .text("#attempt-id")
+        .await
+        .contains(&seeded.in_review.to_string()));
+    assert!(browser.has(r#"tr[data-testid="timeline-entry"]"#).await);
+    browser.screenshot("attempt").await;
+
+    // resolve with a reason: first the confirmation, which changes nothing yet
+    browser.select("#resolve-as", "succeeded").await;
+    browser
+        .fill(
+            "#resolve-reason",
+            "charge ch_browser_1 seen in the gateway dashboard",
+        )
+        .await;
+    browser
+        .fill("#resolve-gateway-charge-id", "ch_browser_1")
+        .await;
+    browser.click_and_wait("#resolve-submit").await;
+    assert_eq!(browser.text("#confirm-as").await, "succeeded");
+    assert_eq!(
+        status_of(&env, seeded.in_review).await,
+        "needs_review",
+        "nothing happens before the confirmation"
+    );
+    browser.screenshot("resolve-confirmation").await;
+    browser.click_and_wait("#confirm-submit").await;
+    let result = browser.find("#result").await;
+    assert_eq!(
+        result.attr("data-status").await.unwrap().as_deref(),
+        Some("succeeded")
+    );
+
+    // the decision, as the database, the outbox and the audit trail record it
+    let (status, charge): (String, Option<String>) = sqlx::query_as(
+        "SELECT status, gateway_charge_id FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(seeded.in_review)
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), charge.as_deref()),
+        ("succeeded", Some("ch_browser_1"))
+    );
+    let (to_status, cause, actor, detail): (String, String, String, Option<String>) =
+        sqlx::query_as(
+            "SELECT to_status, cause, actor, detail FROM attempt_transitions
+             WHERE payment_attempt_id = $1 ORDER BY id DESC LIMIT 1",
+        )
+        .bind(seeded.in_review)
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        (to_status.as_str(), cause.as_str(), actor.as_str()),
+        ("succeeded", "operator_resolved", "operator:ada")
+    );
+    assert!(detail
+        .unwrap_or_default()
+        .contains("seen in the gateway dashboard"));
+    let events: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT status, payload FROM outbox WHERE payment_attempt_id = $1")
+            .bind(seeded.in_review)
+            .fetch_all(env.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(events.len(), 1, "one event for the decision");
+    assert_eq!(events[0].0, "succeeded");
+    assert_eq!(events[0].1["gateway_charge_id"], "ch_browser_1");
+    let audit: Vec<(String, String, String, Option<String>, String)> = sqlx::query_as(
+        "SELECT actor, via, action, reason, outcome FROM operator_audit
+         WHERE $1 = ANY(payment_attempt_ids)",
+    )
+    .bind(seeded.in_review)
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(audit.len(), 1, "one audit row for the decision: {audit:?}");
+    let (actor, via, action, reason, _) = &audit[0];
+    assert_eq!(
+        (actor.as_str(), via.as_str(), action.as_str()),
+        ("operator:ada", "console", "resolve_succeeded")
+    );
+    assert_eq!(
+        reason.as_deref(),
+        Some("charge ch_browser_1 seen in the gateway dashboard")
+    );
+    browser.click_and_wait("#nav-audit").await;
+    assert!(browser.has(r#"[data-testid="audit-row"]"#).await);
+    browser.screenshot("audit").await;
+
+    // the dead letters page lists the invalid command
+    browser.click_and_wait("#nav-dead-letters").await;
+    let letters = browser.find("#dead-letter-count").await;
+    assert_eq!(
+        letters.attr("data-count").await.unwrap().as_deref(),
+        Some("1")
+    );
+    browser.screenshot("dead-letters").await;
+
+    browser.close().await;
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_with_why_and_changes_nothing(
+) {
+    let env = TestEnv::with_settings(with_operators).await;
+    let seeded = seed(&env).await;
+    let console = Console::start(&env).await;
+    let browser = Browser::start().await;
+
+    sign_in(&browser, &console, VIEWER_TOKEN).await;
+    let whoami = browser.find("#whoami").await;
+    assert_eq!(
+        whoami.attr("data-role").await.unwrap().as_deref(),
+        Some("viewer")
+    );
+    browser
+        .goto(&console.url(&format!("/console/attempts/{}", seeded.in_review)))
+        .await;
+    browser.select("#resolve-as", "declined").await;
+    browser
+        .fill("#resolve-reason", "the customer says it was not charged")
+        .await;
+    browser.click_and_wait("#resolve-submit").await;
+
+    let refusal = browser.text("#refusal").await;
+    assert!(
+        refusal.contains("vic signed in as a viewer")
+            && refusal.contains("need the role `operator`"),
+        "{refusal}"
+    );
+    assert!(refusal.contains("Nothing was changed"), "{refusal}");
+    assert_eq!(status_of(&env, seeded.in_review).await, "needs_review");
+    let transitions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = $1 AND cause = 'operator_resolved'",
+    )
+    .bind(seeded.in_review)
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(transitions, 0, "no decision recorded");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM outbox").await,
+        0,
+        "no event"
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM operator_audit").await,
+        0,
+        "nothing done, nothing audited"
+    );
+
+    browser.close().await;
+    console.stop().await;
+}
