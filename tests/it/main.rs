@@ -9,6 +9,7 @@
 mod support;
 
 mod admin_api;
+mod claim_ahead;
 mod cli;
 mod cluster;
 mod demo;
