@@ -267,7 +267,7 @@ pub struct ExecutorSettings {
 impl Default for ExecutorSettings {
     fn default() -> Self {
         Self {
-            concurrency: 16,
+            concurrency: 32,
             batch_size: 32,
             claim_ahead: 32,
             lease: Duration::from_secs(60),

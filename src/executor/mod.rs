@@ -56,8 +56,9 @@ use ahead::{ClaimAhead, Queued};
 use in_hand::InHand;
 
 /// Database connections one executor needs: its one claim at a time, the settlement
-/// batches being written, and one spare. It does not grow with `executor.concurrency`:
-/// calls in flight hold no connection.
+/// batches being written, and one spare (which a hand-back of queued attempts uses). It
+/// does not grow with `executor.concurrency` or the claim-ahead queue: calls in flight and
+/// queued attempts hold no connection.
 pub const DATABASE_CONNECTIONS: u32 = 1 + writer::BATCHES_IN_FLIGHT as u32 + 1;
 
 /// What became of one claimed attempt.
