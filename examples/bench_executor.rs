@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Every flag takes a comma-separated list and the table has one row per combination
-//! (latency, then concurrency, then batch size, then instances). Each run seeds N pending
+//! (latency, then concurrency, then batch size, then instances, then `--claim-ahead`). Each run seeds N pending
 //! attempts the way intake records them, starts `--instances` executors at once in this
 //! process, each built as `serve` builds one (its own pool of `executor::DATABASE_CONNECTIONS`
 //! connections, its own gateway client and health), all against the same database and the
@@ -18,7 +18,11 @@
 //! `--batch-size`, min(concurrency, 64); `run` never claims more than its free call slots).
 //! It measures from start until every attempt is `succeeded` in the database, then checks
 //! the mock's ledger has exactly N charges. For a non-zero latency the bound is what the
-//! gateway calls alone allow: concurrency × instances ÷ mean latency.
+//! gateway calls alone allow: concurrency × instances ÷ mean latency. Each row also shows
+//! the rate over the steady middle of the run (from 20 % to 80 % settled, without ramp-up
+//! and drain), the process's peak RSS during the run (`VmHWM`, reset before each run; it
+//! includes the in-process mock and its ledger), and the most TCP connections the mock
+//! held open at once (`/proc/net/tcp`, sampled every 10 polls).
 //!
 //! `--latency-median`/`--latency-p99` (with `--latency-seed`, default 7) add a log-normal
 //! latency to every gateway call, on top of `--latency-ms` (which then defaults to 0 alone):
@@ -67,6 +71,10 @@ struct Args {
     /// Claim batch sizes (executor.batch_size) to measure [default: min(concurrency, 64)]
     #[arg(long, value_delimiter = ',')]
     batch_size: Vec<usize>,
+    /// Claim-ahead maxima (executor.claim_ahead) to measure; 0 claims only for free slots
+    /// [default: the setting's default]
+    #[arg(long, value_delimiter = ',')]
+    claim_ahead: Vec<usize>,
     /// Numbers of executor instances running at once
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize])]
     instances: Vec<usize>,
@@ -86,6 +94,7 @@ struct Shape {
     distribution: Option<LatencyDistribution>,
     concurrency: usize,
     batch_size: usize,
+    claim_ahead: usize,
     instances: usize,
 }
 
@@ -93,6 +102,13 @@ struct Shape {
 struct Measured {
     elapsed: Duration,
     charges: usize,
+    /// Charges per second while 20 % to 80 % of them settled: the steady middle, without
+    /// the ramp-up and the drain of the last, slowest calls.
+    steady_rate: f64,
+    /// The process's peak resident memory during the run (executors, mock, observer).
+    peak_rss_kib: u64,
+    /// The most TCP connections the mock gateway held open at once.
+    gateway_connections: usize,
     /// The mean latency the mock drew from its distribution, if it has one.
     drawn: mock_gateway::LatencyDrawn,
 }
@@ -105,6 +121,9 @@ async fn main() -> anyhow::Result<()> {
             .error(clap::error::ErrorKind::ValueValidation, message)
             .exit()
     });
+    if args.claim_ahead.is_empty() {
+        args.claim_ahead = vec![Settings::default().executor.claim_ahead];
+    }
     if args.latency_ms.is_empty() {
         args.latency_ms = if distribution.is_some() {
             vec![0]
@@ -122,7 +141,10 @@ async fn main() -> anyhow::Result<()> {
             let mut settings = Settings::default();
             settings.executor.concurrency = concurrency;
             settings.executor.batch_size = batch_size;
-            settings.validate()?;
+            for &claim_ahead in &args.claim_ahead {
+                settings.executor.claim_ahead = claim_ahead;
+                settings.validate()?;
+            }
         }
     }
     println!(
@@ -141,22 +163,30 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => println!("gateway latency: constant"),
     }
-    println!("| gateway latency | mean latency | observed mean | concurrency | batch size | instances | charges | seconds | charges/s | bound (concurrency × instances ÷ mean latency) | of bound |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| gateway latency | mean latency | observed mean | concurrency | batch size | claim ahead | instances | charges | seconds | charges/s | steady 20–80 % | bound (concurrency × instances ÷ mean latency) | of bound (whole / steady) | peak RSS | gateway connections |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &latency_ms in &args.latency_ms {
         for &concurrency in &args.concurrency {
             for batch_size in batch_sizes(&args, concurrency) {
-                for &instances in &args.instances {
+                for (&instances, &claim_ahead) in args
+                    .instances
+                    .iter()
+                    .flat_map(|i| args.claim_ahead.iter().map(move |c| (i, c)))
+                {
                     let shape = Shape {
                         latency_ms,
                         distribution,
                         concurrency,
                         batch_size,
+                        claim_ahead,
                         instances,
                     };
                     let Measured {
                         elapsed,
                         charges,
+                        steady_rate,
+                        peak_rss_kib,
+                        gateway_connections,
                         drawn,
                     } = run(&args, shape).await?;
                     let rate = charges as f64 / elapsed.as_secs_f64();
@@ -172,7 +202,11 @@ async fn main() -> anyhow::Result<()> {
                         let bound = (concurrency * instances) as f64 / mean.as_secs_f64();
                         (
                             format!("{bound:.0}"),
-                            format!("{:.0} %", 100.0 * rate / bound),
+                            format!(
+                                "{:.0} % / {:.0} %",
+                                100.0 * rate / bound,
+                                100.0 * steady_rate / bound
+                            ),
                         )
                     };
                     let latency_label = match distribution {
@@ -184,9 +218,10 @@ async fn main() -> anyhow::Result<()> {
                         None => format!("{latency_ms} ms"),
                     };
                     println!(
-                        "| {latency_label} | {} | {observed} | {concurrency} | {batch_size} | {instances} | {charges} | {:.2} | {rate:.0} | {bound} | {of_bound} |",
+                        "| {latency_label} | {} | {observed} | {concurrency} | {batch_size} | {claim_ahead} | {instances} | {charges} | {:.2} | {rate:.0} | {steady_rate:.0} | {bound} | {of_bound} | {:.1} MiB | {gateway_connections} |",
                         latency::millis(mean),
                         elapsed.as_secs_f64(),
+                        peak_rss_kib as f64 / 1024.0,
                     );
                 }
             }
@@ -230,16 +265,21 @@ async fn run(args: &Args, shape: Shape) -> anyhow::Result<Measured> {
     };
     settings.executor.concurrency = shape.concurrency;
     settings.executor.batch_size = shape.batch_size;
+    settings.executor.claim_ahead = shape.claim_ahead;
     settings.executor.poll_interval = Duration::from_millis(10);
     settings.validate()?;
     let admin = sqlx::PgPool::connect(&format!("{}/postgres", args.server)).await?;
     check_connection_budget(&admin, shape.instances).await?;
     drop(Store::setup(&settings.database_url).await?);
+    reset_peak_rss();
     let result = measure(&settings, &gateway, args.charges, shape.instances)
         .await
-        .map(|(elapsed, charges)| Measured {
-            elapsed,
-            charges,
+        .map(|run| Measured {
+            elapsed: run.elapsed,
+            charges: args.charges,
+            steady_rate: run.steady_rate,
+            peak_rss_kib: peak_rss_kib(),
+            gateway_connections: run.gateway_connections,
             drawn: gateway.latency_drawn(),
         });
     admin.close().await;
@@ -264,12 +304,19 @@ async fn check_connection_budget(admin: &sqlx::PgPool, instances: usize) -> anyh
     Ok(())
 }
 
+/// What [`measure`] saw.
+struct Run {
+    elapsed: Duration,
+    steady_rate: f64,
+    gateway_connections: usize,
+}
+
 async fn measure(
     settings: &Settings,
     gateway: &MockGateway,
     charges: usize,
     instances: usize,
-) -> anyhow::Result<(Duration, usize)> {
+) -> anyhow::Result<Run> {
     // Seeding and watching use their own pool, not one an executor needs.
     let observer = Store::connect(&settings.database_url, 2).await?;
     seed(&observer, charges).await?;
@@ -295,11 +342,20 @@ async fn measure(
         running.spawn(executor.run(shutdown.clone()));
     }
     let deadline = started + Duration::from_secs(600);
+    let mut progress: Vec<(Duration, usize)> = Vec::new();
+    let mut gateway_connections = 0;
+    let mut polls = 0u32;
     loop {
         let done: i64 =
             sqlx::query_scalar("SELECT count(*) FROM payment_attempts WHERE status = 'succeeded'")
                 .fetch_one(observer.pool())
                 .await?;
+        progress.push((started.elapsed(), done as usize));
+        polls += 1;
+        if polls.is_multiple_of(10) {
+            gateway_connections =
+                gateway_connections.max(established_to(gateway.local_addr().port()));
+        }
         if done as usize == charges {
             break;
         }
@@ -320,7 +376,66 @@ async fn measure(
         "ledger has {} charges, expected {charges}",
         gateway.ledger().len()
     );
-    Ok((elapsed, charges))
+    Ok(Run {
+        elapsed,
+        steady_rate: steady_rate(&progress, charges),
+        gateway_connections,
+    })
+}
+
+/// Charges per second between the first poll that saw 20 % settled and the first that saw
+/// 80 %.
+fn steady_rate(progress: &[(Duration, usize)], charges: usize) -> f64 {
+    let first_at = |share: usize| {
+        progress
+            .iter()
+            .find(|(_, done)| done * 100 >= charges * share)
+            .copied()
+    };
+    match (first_at(20), first_at(80)) {
+        (Some((t0, n0)), Some((t1, n1))) if t1 > t0 => (n1 - n0) as f64 / (t1 - t0).as_secs_f64(),
+        _ => f64::NAN,
+    }
+}
+
+/// Established TCP connections whose local port is `port` (the mock's side of each
+/// connection a gateway client holds), from `/proc/net/tcp`.
+fn established_to(port: u16) -> usize {
+    let local = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter(|line| {
+                    let mut fields = line.split_whitespace();
+                    let local_address = fields.nth(1).unwrap_or("");
+                    let state = fields.nth(1).unwrap_or("");
+                    local_address.ends_with(&local) && state == "01"
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// Starts a new peak for `VmHWM` (Linux: writing 5 to `clear_refs`).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// `VmHWM` of this process, in KiB: the peak resident memory since [`reset_peak_rss`].
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {

@@ -302,8 +302,14 @@ impl Default for ReconcilerSettings {
 pub struct ExecutorSettings {
     /// Gateway calls one instance has in flight at once.
     pub concurrency: usize,
-    /// Most attempts claimed by one query (never more than the free concurrency).
+    /// Most attempts claimed by one query (never more than the free concurrency plus the
+    /// claim-ahead queue).
     pub batch_size: usize,
+    /// Most attempts claimed ahead of a free call slot (0: claim only for free slots). The
+    /// queue holds what the calls consume while one claim runs (observed call rate ×
+    /// claim latency × 2), at least one, at most this: each queued attempt holds its lease
+    /// unsent, and is handed back if the gateway health or its lease forbids the call.
+    pub claim_ahead: usize,
     /// How long a claim is exclusive. Must outlast a whole gateway call (connect plus
     /// request timeout): a lease that expires mid-call hands the attempt to the reconciler.
     #[serde(with = "bounded_duration")]
@@ -339,8 +345,9 @@ pub struct ExecutorSettings {
 impl Default for ExecutorSettings {
     fn default() -> Self {
         Self {
-            concurrency: 16,
+            concurrency: 32,
             batch_size: 32,
+            claim_ahead: 32,
             lease: Duration::from_secs(60),
             poll_interval: Duration::from_millis(250),
             max_tries: 8,
@@ -891,14 +898,15 @@ impl Settings {
     }
 
     /// The longest a whole gateway call may take: connect plus request timeout.
-    fn gateway_call_limit(&self) -> Duration {
+    pub fn gateway_call_limit(&self) -> Duration {
         self.gateway_connect_timeout + self.gateway_request_timeout
     }
 
     fn check_executor(&self) -> Result<(), ConfigError> {
         let executor = &self.executor;
-        within("executor.concurrency", executor.concurrency, 1..=1024)?;
+        within("executor.concurrency", executor.concurrency, 1..=4096)?;
         within("executor.batch_size", executor.batch_size, 1..=1000)?;
+        within("executor.claim_ahead", executor.claim_ahead, 0..=1000)?;
         require(
             executor.lease >= self.gateway_call_limit() + Duration::from_secs(1),
             "executor.lease",

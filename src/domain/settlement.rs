@@ -65,7 +65,7 @@ impl Settlement {
 
 /// Why an attempt moved, as recorded in `attempt_transitions.cause`: the causes of the
 /// fenced settlements the executor and the reconciler write. (The moves written by one
-/// fixed statement — `dispatched`, `claimed_for_hand_over`, `lease_expired`,
+/// fixed statement — `dispatched`, `claimed_for_hand_over`, `handed_back`, `lease_expired`,
 /// `stale_at_dispatch`, `command_accepted`, an operator's resolution — name their cause in
 /// that statement.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

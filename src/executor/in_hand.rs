@@ -1,4 +1,4 @@
-//! The attempts an executor holds between their claim and their written result: one task
+//! The attempts an executor holds between their call and their written result: one task
 //! each, the call slots they draw from, and which attempt each task is — so that a drain
 //! cut short by `shutdown_timeout` can say which attempts it left `in_flight`.
 
@@ -50,6 +50,16 @@ impl InHand {
             .available_permits()
             .min(batch_size)
             .min(self.max.saturating_sub(self.tasks.len()))
+    }
+
+    /// How many attempts to claim now: the free call slots plus `ahead` more for the
+    /// claim-ahead queue, less the `queued` ones already claimed, and no more than the room
+    /// left in hand (queued attempts count).
+    pub(super) fn wanted(&self, ahead: usize, queued: usize) -> usize {
+        let room = self.max.saturating_sub(self.tasks.len() + queued);
+        (self.slots.available_permits() + ahead)
+            .saturating_sub(queued)
+            .min(room)
     }
 
     /// Waits until a task finishes or, while there is room in hand, a call slot frees.

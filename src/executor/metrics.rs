@@ -29,3 +29,9 @@ pub(super) fn fenced() {
 pub(super) fn unrecorded() {
     metrics::counter!("onecharge_executor_unrecorded_results_total").increment(1);
 }
+
+/// Attempts claimed and handed back unsent (claimed ahead, then the gateway health held
+/// calls, the lease ran short, or the executor stopped).
+pub(super) fn handed_back(attempts: usize) {
+    metrics::counter!("onecharge_executor_handed_back_total").increment(attempts as u64);
+}

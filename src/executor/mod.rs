@@ -24,12 +24,12 @@
 //!   claiming and waits for calls in hand; an attempt abandoned after the timeout stays
 //!   `in_flight`, and its expired lease hands it to the reconciler.
 
+mod ahead;
 mod in_hand;
 mod metrics;
 mod policy;
 mod writer;
 
-use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,11 +53,13 @@ use crate::nudge::Nudges;
 use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
 use crate::store::gateway_objects::record_gateway_object;
 use crate::store::Store;
+use ahead::{ClaimAhead, Queued};
 use in_hand::InHand;
 
 /// Database connections one executor needs: its one claim at a time, the settlement
-/// batches being written, and one spare. It does not grow with `executor.concurrency`:
-/// calls in flight hold no connection.
+/// batches being written, and one spare (which a hand-back of queued attempts uses). It
+/// does not grow with `executor.concurrency` or the claim-ahead queue: calls in flight and
+/// queued attempts hold no connection.
 pub const DATABASE_CONNECTIONS: u32 = 1 + writer::BATCHES_IN_FLIGHT as u32 + 1;
 
 /// What became of one claimed attempt.
@@ -140,6 +142,9 @@ struct Inner {
     max_command_age: Duration,
     /// How long shutdown waits for the attempts in hand.
     shutdown_timeout: Duration,
+    /// The longest a whole gateway call may take (connect plus request timeout): a queued
+    /// attempt whose lease has less left is handed back instead of sent.
+    call_limit: Duration,
 }
 
 impl Executor {
@@ -172,6 +177,7 @@ impl Executor {
                 clock: Arc::new(SystemClock),
                 max_command_age: settings.intake.max_command_age,
                 shutdown_timeout: settings.shutdown_timeout,
+                call_limit: settings.gateway_call_limit(),
             }),
         }
     }
@@ -276,107 +282,236 @@ impl Executor {
         })
     }
 
-    /// Runs until `shutdown` fires: claims only as many attempts as it has free call slots,
-    /// waits `poll_interval` when nothing is due or the gateway health says wait, and on
-    /// shutdown stops claiming and finishes the calls in hand, for at most
-    /// `shutdown_timeout` ([`Executor::drain`]).
+    /// Runs until `shutdown` fires: keeps every call slot busy while attempts are due, with
+    /// a short queue of attempts claimed ahead ([`ahead`]) so that a freed slot starts its
+    /// next call without waiting for a claim; waits `poll_interval` when nothing is due or
+    /// the gateway health says wait. One claim runs at a time, beside the calls. On
+    /// shutdown it stops claiming, hands back what it claimed and did not send, and finishes
+    /// the calls in hand, for at most `shutdown_timeout` ([`Executor::drain`]).
     ///
     /// A call slot is freed when the gateway answers, not when the result is written: the
-    /// next claim overlaps the previous result's commit. Attempts in hand (calling or
+    /// next call overlaps the previous result's commit. Attempts in hand (queued, calling or
     /// writing) are bounded by twice the concurrency, so a slow database slows the claims.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let settings = &self.inner.settings;
         let mut in_hand = InHand::new(settings.concurrency);
+        let mut ahead = ClaimAhead::new(settings.claim_ahead);
+        let mut claiming: Option<Claiming> = None;
+        let mut next = Next::Claim;
         let mut failures = 0u32;
-        tracing::info!(owner = %self.inner.owner, concurrency = settings.concurrency, "executor started");
+        tracing::info!(owner = %self.inner.owner, concurrency = settings.concurrency, claim_ahead = settings.claim_ahead, "executor started");
         loop {
             in_hand.reap();
             if shutdown.is_cancelled() {
                 break;
             }
-            let next = match in_hand.free(settings.batch_size) {
-                0 => Next::WaitForRoom,
-                free => self.claim_into(&mut in_hand, free, &mut failures).await,
+            self.send_queued(&mut ahead, &mut in_hand).await;
+            if claiming.is_none() && matches!(next, Next::Claim) {
+                match self.start_claim(&ahead, &in_hand) {
+                    Ok(started) => claiming = Some(started),
+                    Err(wait) => next = wait,
+                }
+            }
+            let no_slot = in_hand.free(usize::MAX) == 0;
+            let woke = tokio::select! {
+                _ = shutdown.cancelled() => Woke::Shutdown,
+                claimed = async { (&mut claiming.as_mut().expect("claiming").handle).await }, if claiming.is_some() => Woke::Claimed(claimed),
+                _ = in_hand.wait_for_room(), if no_slot => Woke::Room,
+                _ = self.wait(&next), if claiming.is_none() && next.waits() => Woke::Waited,
             };
-            if self.pause(next, &mut in_hand, &shutdown).await.is_break() {
-                break;
+            match woke {
+                Woke::Shutdown => break,
+                Woke::Claimed(claimed) => {
+                    let claim = claiming.take().expect("claiming");
+                    next = self.queue_claimed(&mut ahead, &claim, claimed, &mut failures);
+                }
+                Woke::Room if matches!(next, Next::WaitForRoom) => next = Next::Claim,
+                Woke::Room => {}
+                Woke::Waited => next = Next::Claim,
             }
         }
+        let mut unsent: Vec<ClaimedAttempt> =
+            ahead.take_all().into_iter().map(|q| q.attempt).collect();
+        if let Some(claim) = claiming {
+            if let Ok(ClaimResult {
+                claimed: Ok(claimed),
+                ..
+            }) = claim.handle.await
+            {
+                unsent.extend(claimed);
+            }
+        }
+        self.hand_back(unsent, "shutting down").await;
         self.drain(in_hand).await;
         Ok(())
     }
 
-    /// Claims up to `free` attempts (as far as the gateway health admits) and starts a call
-    /// for each; says what the loop does next.
-    async fn claim_into(&self, in_hand: &mut InHand, free: usize, failures: &mut u32) -> Next {
-        let limit = self
-            .inner
-            .health
-            .admit(self.inner.clock.now())
-            .allowance(free);
-        if limit == 0 {
-            return Next::Idle;
+    /// Starts a claim, in a task of its own, for the free call slots plus what the
+    /// claim-ahead queue lacks (as far as the gateway health admits); or says what to wait
+    /// for when nothing should be claimed now.
+    fn start_claim(&self, ahead: &ClaimAhead, in_hand: &InHand) -> Result<Claiming, Next> {
+        let inner = &self.inner;
+        let want = in_hand
+            .wanted(ahead.target(), ahead.len())
+            .min(inner.settings.batch_size);
+        if want == 0 {
+            return Err(Next::WaitForRoom);
         }
-        // Permits before the claim: an attempt waiting for its turn holds no lease.
-        let permits = match self.inner.rate_limit.for_charges(limit).await {
-            Take::Granted(permits) => permits,
-            Take::Wait(wait) => return Next::RetryAfter(wait),
-        };
-        let limit = permits.count();
-        match self.claim(limit).await {
-            Ok(claimed) => {
-                permits.spend(claimed.iter().filter(|a| a.dispatch).count());
+        let admission = inner.health.admit(inner.clock.now());
+        let limit = admission.allowance(want);
+        if limit == 0 {
+            return Err(Next::Idle);
+        }
+        let executor = self.clone();
+        let handle = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            // Permits before the claim (decision 75): an attempt waiting for its turn holds no
+            // lease. One queued ahead holds its permit, so sending it needs no other.
+            let permits = match executor.inner.rate_limit.for_charges(limit).await {
+                Take::Granted(permits) => permits,
+                Take::Wait(wait) => return ClaimResult::rate_limited(wait, started.elapsed()),
+            };
+            let asked = permits.count();
+            let claimed = executor.claim(asked).await;
+            if let Ok(attempts) = &claimed {
+                permits.spend(attempts.iter().filter(|a| a.dispatch).count());
+            }
+            ClaimResult {
+                claimed,
+                asked,
+                rate_limited: None,
+                took: started.elapsed(),
+            }
+        });
+        Ok(Claiming {
+            handle,
+            probe: matches!(admission, Admission::Probe),
+        })
+    }
+
+    /// Queues what a claim returned; says what the loop does next.
+    fn queue_claimed(
+        &self,
+        ahead: &mut ClaimAhead,
+        claim: &Claiming,
+        claimed: Result<ClaimResult, tokio::task::JoinError>,
+        failures: &mut u32,
+    ) -> Next {
+        let error = match claimed {
+            Ok(ClaimResult {
+                rate_limited: Some(wait),
+                ..
+            }) => return Next::RetryAfter(wait),
+            Ok(ClaimResult {
+                claimed: Ok(attempts),
+                asked,
+                took,
+                ..
+            }) => {
                 *failures = 0;
-                let full = claimed.len() == limit;
-                for attempt in claimed {
-                    let slot = in_hand.slot();
-                    let executor = self.clone();
-                    in_hand.spawn(attempt.payment_attempt_id, async move {
-                        executor.execute_in_slot(attempt, Some(slot)).await
-                    });
-                }
-                if full {
-                    Next::Claim
-                } else {
-                    Next::Idle
-                }
+                let full = attempts.len() == asked;
+                ahead.claimed(attempts, claim.probe, self.inner.clock.now(), took);
+                return if full { Next::Claim } else { Next::Idle };
+            }
+            Ok(ClaimResult {
+                claimed: Err(err), ..
+            }) => format!("{err:#}"),
+            Err(panicked) => format!("the claim task failed: {panicked}"),
+        };
+        *failures = failures.saturating_add(1);
+        let wait = self
+            .inner
+            .policy
+            .backoff(*failures as i32)
+            .min(Duration::from_secs(30));
+        tracing::error!(error = %error, retry_in_ms = wait.as_millis() as u64, "claiming failed");
+        Next::RetryAfter(wait)
+    }
+
+    /// Starts a call for each queued attempt a free slot can take, after checking that the
+    /// call may still go ([`Executor::why_not_send`]); hands back what may not. While the
+    /// gateway health holds calls back, the whole queue goes back at once (but for a probe,
+    /// which is what tests the gateway again).
+    async fn send_queued(&self, ahead: &mut ClaimAhead, in_hand: &mut InHand) {
+        let inner = &self.inner;
+        if let Some(reason) = inner.health.holding_calls() {
+            let (probes, held): (Vec<_>, Vec<_>) =
+                ahead.take_all().into_iter().partition(|q| q.probe);
+            ahead.put_back(probes);
+            let held = held.into_iter().map(|q| q.attempt).collect();
+            self.hand_back(held, &format!("claimed ahead, not sent: {reason}"))
+                .await;
+        }
+        let mut short = Vec::new();
+        while in_hand.free(usize::MAX) > 0 {
+            let Some(queued) = ahead.next() else { break };
+            if let Some(why) = self.why_not_send(&queued) {
+                tracing::info!(payment_attempt_id = %queued.attempt.payment_attempt_id, why, "handing back an attempt claimed ahead");
+                short.push(queued.attempt);
+                continue;
+            }
+            let slot = in_hand.slot();
+            let executor = self.clone();
+            let attempt = queued.attempt;
+            ahead.sent();
+            in_hand.spawn(attempt.payment_attempt_id, async move {
+                executor.execute_in_slot(attempt, Some(slot)).await
+            });
+        }
+        self.hand_back(
+            short,
+            "claimed ahead, not sent: the lease left could not cover a whole gateway call",
+        )
+        .await;
+    }
+
+    /// Why a queued attempt must not be sent now, if it must not: its lease no longer
+    /// covers a whole gateway call (connect plus request timeout). A hand-over (no call) is
+    /// always written.
+    fn why_not_send(&self, queued: &Queued) -> Option<&'static str> {
+        let inner = &self.inner;
+        let left = queued.lease_left(inner.settings.lease, inner.clock.now());
+        (queued.attempt.dispatch && left < inner.call_limit)
+            .then_some("the lease left could not cover a whole gateway call")
+    }
+
+    /// Hands attempts claimed and never sent back to `pending` at once
+    /// ([`sql::hand_back`]): another instance (or this one) may claim them without waiting
+    /// for their leases, no try is consumed, and no gateway saw them. If the database
+    /// refuses, they stay `in_flight` until their leases expire, and the reconciler finds
+    /// nothing charged and sends them again under the same key.
+    async fn hand_back(&self, attempts: Vec<ClaimedAttempt>, why: &str) {
+        if attempts.is_empty() {
+            return;
+        }
+        let refs: Vec<&ClaimedAttempt> = attempts.iter().collect();
+        match sql::hand_back(&self.inner.store, &refs, why).await {
+            Ok(handed) => {
+                metrics::handed_back(handed);
+                tracing::info!(
+                    handed_back = handed,
+                    why,
+                    "claimed attempts handed back unsent"
+                );
+                self.inner.nudges.attempts_recorded();
             }
             Err(err) => {
-                *failures = failures.saturating_add(1);
-                let wait = self
-                    .inner
-                    .policy
-                    .backoff(*failures as i32)
-                    .min(Duration::from_secs(30));
-                tracing::error!(error = %format!("{err:#}"), retry_in_ms = wait.as_millis() as u64, "claiming failed");
-                Next::RetryAfter(wait)
+                tracing::warn!(error = %err, attempts = attempts.len(), why, "cannot hand back attempts claimed and not sent: they stay in_flight until their leases expire, and the reconciler sends them again");
             }
         }
     }
 
-    /// Waits as `next` says, or until `shutdown` fires (then breaks).
-    async fn pause(
-        &self,
-        next: Next,
-        in_hand: &mut InHand,
-        shutdown: &CancellationToken,
-    ) -> ControlFlow<()> {
-        let wait = async {
-            match next {
-                Next::Claim => {}
-                Next::WaitForRoom => in_hand.wait_for_room().await,
-                Next::Idle => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(self.inner.settings.poll_interval) => {}
-                        _ = self.inner.nudges.attempts_due() => {}
-                    }
+    /// Waits as `next` says (only `Idle` and `RetryAfter` wait).
+    async fn wait(&self, next: &Next) {
+        match next {
+            Next::Idle => {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.inner.settings.poll_interval) => {}
+                    _ = self.inner.nudges.attempts_due() => {}
                 }
-                Next::RetryAfter(wait) => tokio::time::sleep(wait).await,
             }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => ControlFlow::Break(()),
-            _ = wait => ControlFlow::Continue(()),
+            Next::RetryAfter(wait) => tokio::time::sleep(*wait).await,
+            Next::Claim | Next::WaitForRoom => std::future::pending().await,
         }
     }
 
@@ -442,10 +577,12 @@ impl Executor {
                 inner.gateway.charge(&request).await
             }
         };
-        drop(slot);
         if !call.answered_locally {
             inner.health.record(&call.outcome, inner.clock.now());
         }
+        // Freed after the health has learned from the answer: the next call (or a queued
+        // attempt's check) sees a breaker this answer opened.
+        drop(slot);
         let now = now();
         let (settlement, cause) = inner.policy.settle(&attempt.history(), &call.outcome, now);
         let evidence = call_evidence(
@@ -630,16 +767,63 @@ impl Executor {
     }
 }
 
-/// What the run loop does after a step.
+/// What the run loop does when no claim is running.
 enum Next {
     /// Claim again at once: the last claim was full.
     Claim,
-    /// No free slot or no room in hand: wait for a call or a write to finish.
+    /// Nothing to claim for: no free slot and the queue is long enough. Wait for a call or
+    /// a write to finish.
     WaitForRoom,
     /// Nothing due, or the gateway health said wait: `poll_interval`, or a nudge.
     Idle,
     /// Claiming failed, or the gateway rate limit has no permit yet: wait this long.
     RetryAfter(Duration),
+}
+
+impl Next {
+    /// Whether this waits on a timer ([`Executor::wait`]).
+    fn waits(&self) -> bool {
+        matches!(self, Self::Idle | Self::RetryAfter(_))
+    }
+}
+
+/// What woke the run loop.
+enum Woke {
+    Shutdown,
+    Claimed(Result<ClaimResult, tokio::task::JoinError>),
+    Room,
+    Waited,
+}
+
+/// What one claim task brought back.
+struct ClaimResult {
+    /// The attempts claimed (none when `rate_limited`), or why the claim failed.
+    claimed: anyhow::Result<Vec<ClaimedAttempt>>,
+    /// How many it asked for, once it had its rate-limit permits: a claim that got them all
+    /// is followed by another at once.
+    asked: usize,
+    /// The gateway rate limit had no permit: claim again after this long.
+    rate_limited: Option<Duration>,
+    /// How long taking permits and claiming took (it sizes the claim-ahead queue).
+    took: Duration,
+}
+
+impl ClaimResult {
+    fn rate_limited(wait: Duration, took: Duration) -> Self {
+        Self {
+            claimed: Ok(Vec::new()),
+            asked: 0,
+            rate_limited: Some(wait),
+            took,
+        }
+    }
+}
+
+/// The one claim running beside the calls.
+struct Claiming {
+    handle: tokio::task::JoinHandle<ClaimResult>,
+    /// It was the gateway health's one probe.
+    probe: bool,
 }
 
 /// The evidence of one call made for `attempt` under its lease: its `gateway_calls` row,

@@ -185,6 +185,22 @@ impl GatewayHealth {
         }
     }
 
+    /// Why calls are held back now, if they are: the credentials or the URL are rejected,
+    /// or the breaker is open or half-open (its probe already handed out). Unlike
+    /// [`GatewayHealth::admit`] it hands out no probe: an attempt claimed ahead asks this
+    /// just before it would be sent.
+    pub fn holding_calls(&self) -> Option<&'static str> {
+        let state = self.state();
+        match (&state.credentials, state.breaker) {
+            (Some(pause), _) if is_credentials(pause.status) => {
+                Some("gateway credentials rejected")
+            }
+            (Some(_), _) => Some("gateway URL misconfigured"),
+            (None, BreakerState::Closed) => None,
+            (None, BreakerState::Open | BreakerState::HalfOpen) => Some("circuit breaker open"),
+        }
+    }
+
     /// Whether the credentials are currently rejected, by a charge or a lookup.
     pub fn credentials_rejected(&self) -> bool {
         let state = self.state();

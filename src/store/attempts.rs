@@ -170,6 +170,62 @@ pub async fn claim_due_attempts(
         .collect()
 }
 
+/// Hands attempts this executor claimed but never sent back to `pending`, at once and
+/// fenced by each lease token, so that any instance may claim them again without waiting
+/// for the lease to expire: the lease is released, the try the claim counted is un-counted,
+/// a first dispatch stamp that this claim set is cleared (no gateway has seen the key), and
+/// `next_run_at` is left as it was, so the attempt keeps its place in the queue. Each gets
+/// an `in_flight → pending` transition (`handed_back`, with `why`). Only for attempts no
+/// call was made for. Returns how many the fences let through.
+pub async fn hand_back(
+    store: &Store,
+    attempts: &[&ClaimedAttempt],
+    why: &str,
+) -> Result<usize, sqlx::Error> {
+    let Some(first) = attempts.first() else {
+        return Ok(0);
+    };
+    let handed = sqlx::query(
+        "WITH input AS (
+             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int4[])
+                 AS i(payment_attempt_id, lease_token, refund)
+         ),
+         back AS (
+             UPDATE payment_attempts a SET
+                 status = 'pending',
+                 lease_owner = NULL,
+                 lease_expires_at = NULL,
+                 tries = GREATEST(a.tries - i.refund, 0),
+                 first_dispatched_at = CASE WHEN i.refund = 1 AND a.first_dispatched_at = a.dispatched_at
+                                            THEN NULL ELSE a.first_dispatched_at END,
+                 dispatched_at = CASE WHEN i.refund = 1 AND a.first_dispatched_at = a.dispatched_at
+                                      THEN NULL ELSE a.dispatched_at END,
+                 updated_at = now()
+             FROM input i
+             WHERE a.payment_attempt_id = i.payment_attempt_id
+               AND a.lease_token = i.lease_token
+               AND a.status = 'in_flight'
+             RETURNING a.payment_attempt_id, i.lease_token
+         ),
+         transitions AS (
+             INSERT INTO attempt_transitions
+                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+             SELECT payment_attempt_id, 'in_flight', 'pending', 'handed_back', $4,
+                    $5 || '; lease token ' || lease_token || ', never sent, no try used', now()
+             FROM back
+         )
+         SELECT count(*) FROM back",
+    )
+    .bind(column(attempts, |a| a.payment_attempt_id))
+    .bind(column(attempts, |a| a.lease_token))
+    .bind(column(attempts, |a| i32::from(a.dispatch)))
+    .bind(actor(&first.lease_owner))
+    .bind(gateway_text(why, 1900))
+    .fetch_one(store.pool())
+    .await?;
+    Ok(usize::try_from(handed.try_get::<i64, _>(0)?).unwrap_or(0))
+}
+
 /// Moves up to `limit` due `pending` attempts that were never sent, and whose command was
 /// requested more than `max_command_age` ago, to `expired` — with their transition and
 /// `payment-expired` event, in one transaction — instead of charging them late (after an

@@ -12,6 +12,7 @@ mod admin_api;
 mod audit;
 mod browser;
 mod bulk;
+mod claim_ahead;
 mod cli;
 mod cluster;
 mod console;
