@@ -75,7 +75,7 @@ pub enum Command {
     /// Inspect and replay dead-lettered commands
     #[command(subcommand)]
     Dlq(crate::operator::DlqCommand),
-    /// Delete dedupe rows older than purge.dedupe_retention (also runs inside `serve`)
+    /// Delete dedupe rows older than purge.dedupe_retention and history months older than purge.history_retention (also runs inside `serve`)
     Purge(crate::operator::purge::PurgeArgs),
     /// Settle ambiguous attempts by looking them up at the gateway (continuously, or one pass)
     Reconcile {

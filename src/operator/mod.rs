@@ -9,8 +9,11 @@
 //! - [`resolve`]: `attempts resolve` — an operator's decision, guarded in SQL.
 //! - [`dlq`]: `dlq list | replay`.
 //! - [`purge`]: `purge`, and the `purge` role of `serve`.
+//! - [`retention`]: the history part of `purge`: month partitions created ahead and
+//!   dropped past `purge.history_retention`, never losing a non-final attempt's history.
 //!
-//! Every SQL statement is in `crate::store::operator` and `crate::store::purge`; the CLI and
+//! Every SQL statement is in `crate::store::operator`, `crate::store::purge` and
+//! `crate::store::retention`; the CLI and
 //! the admin API call the same functions here, so a decision taken over HTTP is the decision
 //! taken on the command line.
 
@@ -18,6 +21,7 @@ pub mod attempts;
 pub mod dlq;
 pub mod purge;
 pub mod resolve;
+pub mod retention;
 pub mod stats;
 mod table;
 

@@ -15,6 +15,7 @@ pub mod outbox;
 pub mod purge;
 pub mod reconciler;
 pub mod relay;
+pub mod retention;
 
 use std::time::Duration;
 

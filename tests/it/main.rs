@@ -21,6 +21,7 @@ mod operator_find;
 mod otlp;
 mod reconciler;
 mod relay;
+mod retention;
 mod secrets;
 mod stripe;
 mod stripe_localstripe;
