@@ -270,8 +270,10 @@ impl Purger {
             }
             match self.retain_history_once(OffsetDateTime::now_utc()).await {
                 Ok(report) => tracing::info!(
-                    partitions_dropped = report.tables.iter().map(|t| t.dropped.len()).sum::<usize>(),
-                    partitions_created = report.tables.iter().map(|t| t.created.len()).sum::<usize>(),
+                    partitions_dropped =
+                        report.tables.iter().map(|t| t.dropped.len()).sum::<usize>(),
+                    partitions_created =
+                        report.tables.iter().map(|t| t.created.len()).sum::<usize>(),
                     "history retained"
                 ),
                 Err(err) => {

@@ -259,9 +259,18 @@ mod tests {
         assert_eq!(
             months,
             vec![
-                (datetime!(2026-12-01 0:00 UTC), datetime!(2027-01-01 0:00 UTC)),
-                (datetime!(2027-01-01 0:00 UTC), datetime!(2027-02-01 0:00 UTC)),
-                (datetime!(2027-02-01 0:00 UTC), datetime!(2027-03-01 0:00 UTC)),
+                (
+                    datetime!(2026-12-01 0:00 UTC),
+                    datetime!(2027-01-01 0:00 UTC)
+                ),
+                (
+                    datetime!(2027-01-01 0:00 UTC),
+                    datetime!(2027-02-01 0:00 UTC)
+                ),
+                (
+                    datetime!(2027-02-01 0:00 UTC),
+                    datetime!(2027-03-01 0:00 UTC)
+                ),
             ]
         );
     }
@@ -273,10 +282,21 @@ mod tests {
             from: Some(from),
             to: Some(to),
         };
-        let (from, to) = (datetime!(2027-01-01 0:00 UTC), datetime!(2027-02-01 0:00 UTC));
+        let (from, to) = (
+            datetime!(2027-01-01 0:00 UTC),
+            datetime!(2027-02-01 0:00 UTC),
+        );
         assert!(overlaps(&month(from, to), from, to));
-        assert!(!overlaps(&month(datetime!(2026-12-01 0:00 UTC), from), from, to));
-        assert!(!overlaps(&month(to, datetime!(2027-03-01 0:00 UTC)), from, to));
+        assert!(!overlaps(
+            &month(datetime!(2026-12-01 0:00 UTC), from),
+            from,
+            to
+        ));
+        assert!(!overlaps(
+            &month(to, datetime!(2027-03-01 0:00 UTC)),
+            from,
+            to
+        ));
         let default = Partition {
             name: "d".into(),
             from: None,

@@ -53,19 +53,20 @@ impl HistoryTable {
 
     /// The partition of the month starting at `from`.
     pub fn month_partition(self, from: OffsetDateTime) -> String {
-        format!("{}_p{:04}{:02}", self.name(), from.year(), u8::from(from.month()))
+        format!(
+            "{}_p{:04}{:02}",
+            self.name(),
+            from.year(),
+            u8::from(from.month())
+        )
     }
 
     /// True for a row (`t`, its attempt `a`) that must outlive the cutoff `$1`; `$2` is the
     /// final states.
     fn kept(self) -> &'static str {
         match self {
-            Self::Outbox => {
-                "(t.published_at IS NULL OR a.status <> ALL($2) OR a.updated_at >= $1)"
-            }
-            Self::Transitions | Self::GatewayCalls => {
-                "(a.status <> ALL($2) OR a.updated_at >= $1)"
-            }
+            Self::Outbox => "(t.published_at IS NULL OR a.status <> ALL($2) OR a.updated_at >= $1)",
+            Self::Transitions | Self::GatewayCalls => "(a.status <> ALL($2) OR a.updated_at >= $1)",
         }
     }
 }
@@ -121,7 +122,10 @@ pub async fn partitions(store: &Store, table: HistoryTable) -> Result<Vec<Partit
 }
 
 /// Makes sure the DEFAULT partition exists, so that an insert no month covers never fails.
-pub async fn ensure_default_partition(store: &Store, table: HistoryTable) -> Result<(), sqlx::Error> {
+pub async fn ensure_default_partition(
+    store: &Store,
+    table: HistoryTable,
+) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
         "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} DEFAULT",
         table.default_partition(),
@@ -204,9 +208,11 @@ pub async fn drop_partition(
 ) -> Result<RowCount, sqlx::Error> {
     let (parent, partition) = (table.name(), quoted(partition));
     let mut tx = store.pool().begin().await?;
-    sqlx::query(&format!("ALTER TABLE {parent} DETACH PARTITION {partition}"))
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(&format!(
+        "ALTER TABLE {parent} DETACH PARTITION {partition}"
+    ))
+    .execute(&mut *tx)
+    .await?;
     let kept = sqlx::query(&format!(
         "INSERT INTO {parent}
          SELECT t.* FROM {partition} t JOIN payment_attempts a USING (payment_attempt_id)

@@ -76,18 +76,27 @@ async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_
 ) {
     let w = world().await;
     let h = &w.h;
-    let unknown_before = (h.transitions(w.unknown).await, h.gateway_calls(w.unknown).await);
+    let unknown_before = (
+        h.transitions(w.unknown).await,
+        h.gateway_calls(w.unknown).await,
+    );
     assert!(!unknown_before.0.is_empty() && !unknown_before.1.is_empty());
     assert_eq!(history(h, w.settled).await, (3, 1, 1));
     let this_month = months(&h.store, HistoryTable::Transitions).await[0].clone();
 
     // 200 days later, with a 30-day retention, this month and the two made ahead are past it
     let later = h.db_now().await + 200 * DAY;
-    let report = retain_history(&h.store, 30 * DAY, false, later).await.unwrap();
+    let report = retain_history(&h.store, 30 * DAY, false, later)
+        .await
+        .unwrap();
 
     for table in &report.tables {
         assert_eq!(table.dropped.len(), 3, "{table:?}");
-        assert_eq!(table.created.len(), 3, "the months ahead of `later`: {table:?}");
+        assert_eq!(
+            table.created.len(),
+            3,
+            "the months ahead of `later`: {table:?}"
+        );
     }
     let transitions = &report.tables[0];
     assert_eq!(transitions.dropped[0].partition, this_month);
@@ -99,7 +108,9 @@ async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_
     for table in HistoryTable::ALL {
         let left = months(&h.store, table).await;
         assert!(
-            !left.iter().any(|m| m.ends_with(&this_month[this_month.len() - 6..])),
+            !left
+                .iter()
+                .any(|m| m.ends_with(&this_month[this_month.len() - 6..])),
             "{left:?}"
         );
     }
@@ -111,7 +122,8 @@ async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_
     assert_eq!(h.transitions(w.unknown).await, unknown_before.0);
     assert_eq!(h.gateway_calls(w.unknown).await, unknown_before.1);
     assert_eq!(
-        h.scalar("SELECT count(*) FROM attempt_transitions_default").await,
+        h.scalar("SELECT count(*) FROM attempt_transitions_default")
+            .await,
         unknown_before.0.len() as i64
     );
     // the attempts themselves are never touched
@@ -134,7 +146,9 @@ async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_
 async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_published_first() {
     let mut w = world().await;
     let later = w.h.db_now().await + 200 * DAY;
-    retain_history(&w.h.store, 30 * DAY, false, later).await.unwrap();
+    retain_history(&w.h.store, 30 * DAY, false, later)
+        .await
+        .unwrap();
     assert_eq!(history(&w.h, w.unpublished).await, (0, 0, 1));
 
     // the relay still finds the kept event and publishes it
@@ -163,7 +177,10 @@ async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_publ
     assert!(before.0 > 0 && before.1 == 1);
     assert_eq!(dry.tables[0].deleted_from_default, before.0 as u64);
     assert_eq!(dry.tables[2].deleted_from_default, 1);
-    assert_eq!(w.h.scalar(&kept_rows("attempt_transitions")).await, before.0);
+    assert_eq!(
+        w.h.scalar(&kept_rows("attempt_transitions")).await,
+        before.0
+    );
 
     let report = retain_history(&w.h.store, 30 * DAY, false, later + 365 * DAY)
         .await
@@ -180,12 +197,15 @@ async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_publ
 async fn a_dry_run_reports_the_months_it_would_drop_and_drops_nothing() {
     let w = world().await;
     let h = &w.h;
-    let count = "SELECT (SELECT count(*) FROM attempt_transitions) + (SELECT count(*) FROM gateway_calls)
+    let count =
+        "SELECT (SELECT count(*) FROM attempt_transitions) + (SELECT count(*) FROM gateway_calls)
                       + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM pg_inherits)";
     let before = h.scalar(count).await;
 
     let later = h.db_now().await + 200 * DAY;
-    let report = retain_history(&h.store, 30 * DAY, true, later).await.unwrap();
+    let report = retain_history(&h.store, 30 * DAY, true, later)
+        .await
+        .unwrap();
 
     assert!(report.dry_run);
     let transitions = &report.tables[0];
@@ -206,8 +226,7 @@ async fn a_dry_run_reports_the_months_it_would_drop_and_drops_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_no_month_covers_lands_in_the_default_partition_and_moves_into_its_month_when_made()
-{
+async fn a_row_no_month_covers_lands_in_the_default_partition_and_moves_into_its_month_when_made() {
     let h = Harness::new().await;
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     // written a year ahead: no month covers it yet, and the insert does not fail
@@ -271,9 +290,14 @@ async fn a_second_event_for_a_final_state_is_refused_even_in_another_month() {
 async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
     let env = TestEnv::new().await;
     let records = vec![record(pm::CARD_VISA, false), record(pm::CARD_VISA, true)];
-    record_batch(&env.store, "onecharge-intake", &records, OffsetDateTime::now_utc())
-        .await
-        .unwrap();
+    record_batch(
+        &env.store,
+        "onecharge-intake",
+        &records,
+        OffsetDateTime::now_utc(),
+    )
+    .await
+    .unwrap();
     let [pending, expired] = [0, 1].map(|i| records[i].command.payment_attempt_id);
     // the history of both, and the expired one's published event, moved to January 2025
     let january = datetime!(2025-01-01 0:00 UTC);
@@ -318,8 +342,10 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
         "{stdout}"
     );
     assert_eq!(
-        env.scalar("SELECT count(*) FROM pg_inherits WHERE inhrelid::regclass::text LIKE '%p202501'")
-            .await,
+        env.scalar(
+            "SELECT count(*) FROM pg_inherits WHERE inhrelid::regclass::text LIKE '%p202501'"
+        )
+        .await,
         0
     );
     let left: Vec<PaymentAttemptId> =
@@ -327,7 +353,11 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
             .fetch_all(env.store.pool())
             .await
             .unwrap();
-    assert_eq!(left, vec![pending], "only the pending attempt keeps its history");
+    assert_eq!(
+        left,
+        vec![pending],
+        "only the pending attempt keeps its history"
+    );
     assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 0);
 }
 
@@ -342,5 +372,8 @@ fn a_history_retention_under_a_day_exits_2_with_one_line_naming_it() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("purge.history_retention") && err.contains("at least 1d"), "{err}");
+    assert!(
+        err.contains("purge.history_retention") && err.contains("at least 1d"),
+        "{err}"
+    );
 }
