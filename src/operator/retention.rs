@@ -114,7 +114,7 @@ async fn retain_table(
         }
     }
     for partition in sql::partitions(store, table).await? {
-        if !partition.to.is_some_and(|to| to <= cutoff) {
+        if partition.to.is_none_or(|to| to > cutoff) {
             continue;
         }
         let count = if dry_run {
@@ -240,7 +240,7 @@ impl HistoryReport {
 
 /// A retention in whole days as `400d`, anything else as the settings print it.
 fn days(retention: Duration) -> String {
-    if retention.as_secs() % 86_400 == 0 && retention.subsec_nanos() == 0 {
+    if retention.as_secs().is_multiple_of(86_400) && retention.subsec_nanos() == 0 {
         format!("{}d", retention.as_secs() / 86_400)
     } else {
         table::setting(retention)
