@@ -36,7 +36,7 @@ pub enum Role {
     Executor,
     /// Publishes outbox events to the events stream
     Relay,
-    /// Deletes dedupe rows past purge.dedupe_retention, every purge.interval
+    /// Deletes dedupe rows past purge.dedupe_retention and history past purge.history_retention, every purge.interval
     Purge,
     /// Settles ambiguous outcomes by looking charges up at the gateway
     Reconciler,

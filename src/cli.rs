@@ -78,7 +78,7 @@ pub enum Command {
     /// The audit trail of manual actions
     #[command(subcommand)]
     Audit(crate::operator::AuditCommand),
-    /// Delete dedupe rows older than purge.dedupe_retention (also runs inside `serve`)
+    /// Delete dedupe rows older than purge.dedupe_retention and history months older than purge.history_retention (also runs inside `serve`)
     Purge(crate::operator::purge::PurgeArgs),
     /// Named operators of the console and the admin API
     #[command(subcommand)]

@@ -386,7 +386,8 @@ impl Default for RelaySettings {
     }
 }
 
-/// Dedupe-row purge settings (`onecharge purge`, and the `purge` role of `serve`).
+/// Purge settings — dedupe rows and history (`onecharge purge`, and the `purge` role of
+/// `serve`).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PurgeSettings {
@@ -396,6 +397,12 @@ pub struct PurgeSettings {
     /// second charge, but the message would no longer be a plain `duplicate`).
     #[serde(with = "bounded_duration")]
     pub dedupe_retention: Duration,
+    /// How long the history of a final attempt is kept: transitions, gateway calls and
+    /// published events go a month partition at a time once the whole month is older than
+    /// this. The history of an attempt that is not final, and an unpublished event, is
+    /// kept whatever its age. `payment_attempts` itself is never purged.
+    #[serde(with = "bounded_duration")]
+    pub history_retention: Duration,
     /// How often `serve` purges.
     #[serde(with = "bounded_duration")]
     pub interval: Duration,
@@ -408,6 +415,7 @@ impl Default for PurgeSettings {
     fn default() -> Self {
         Self {
             dedupe_retention: Duration::from_secs(14 * 24 * 3600),
+            history_retention: Duration::from_secs(400 * 24 * 3600),
             interval: Duration::from_secs(3600),
             batch_size: 1000,
         }
@@ -1087,6 +1095,11 @@ impl PurgeSettings {
             self.dedupe_retention >= Duration::from_secs(60),
             "purge.dedupe_retention",
             "must be at least 1m",
+        )?;
+        require(
+            self.history_retention >= Duration::from_secs(86_400),
+            "purge.history_retention",
+            "must be at least 1d (history is dropped a month at a time)",
         )?;
         require(
             self.interval >= Duration::from_secs(1),

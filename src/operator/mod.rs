@@ -13,12 +13,14 @@
 //! - [`dlq`]: `dlq list | replay`.
 //! - [`audit`]: `audit list` — every manual action, who, when, what, why.
 //! - [`purge`]: `purge`, and the `purge` role of `serve`.
+//! - [`retention`]: the history part of `purge`: month partitions created ahead and
+//!   dropped past `purge.history_retention`, never losing a non-final attempt's history.
 //!
-//! Every SQL statement is in `crate::store::operator`, `crate::store::audit` and
-//! `crate::store::purge`; the CLI, the admin API and the console call the same functions
-//! here, each passing who acts (`actor`: `operator:<name>`, `admin-api`) and through what
-//! ([`Via`]), so a decision taken over HTTP is the decision taken on the command line, and
-//! the audit trail records it the same way.
+//! Every SQL statement is in `crate::store::operator`, `crate::store::audit`,
+//! `crate::store::purge` and `crate::store::retention`; the CLI, the admin API and the console
+//! call the same functions here, each passing who acts (`actor`: `operator:<name>`,
+//! `admin-api`) and through what ([`Via`]), so a decision taken over HTTP is the decision
+//! taken on the command line, and the audit trail records it the same way.
 
 pub mod attempts;
 pub mod audit;
@@ -27,6 +29,7 @@ pub mod dlq;
 pub mod purge;
 pub mod recheck;
 pub mod resolve;
+pub mod retention;
 pub mod stats;
 pub(crate) mod table;
 

@@ -1,4 +1,5 @@
-//! `onecharge purge` and the `purge` role of `serve`: keeps `processed_messages` bounded.
+//! `onecharge purge` and the `purge` role of `serve`: keeps `processed_messages` bounded,
+//! and, through [`super::retention`], the history tables.
 //!
 //! A dedupe row may only go once the command stream can no longer hand its message to
 //! onecharge again. The stream keeps a message for its `max_age`, counted from publication,
@@ -18,7 +19,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::table;
+use super::{retention, table};
 use crate::broker::Broker;
 use crate::config::{PurgeSettings, Settings};
 use crate::store::{self, Store};
@@ -169,24 +170,32 @@ impl PurgeReport {
     }
 }
 
-/// `onecharge purge [--dry-run]`.
+/// `onecharge purge [--dry-run]`: the dedupe rows, then the history. The history is
+/// retained even when the dedupe purge is refused (the refusal is still the exit status).
 pub async fn run_purge(settings: &Settings, args: PurgeArgs) -> anyhow::Result<()> {
     let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
     let broker = Broker::connect(settings).await?;
-    let report = purge_once(
+    let now = OffsetDateTime::now_utc();
+    let dedupe = purge_once(
         &store,
         &broker,
         &settings.purge,
         args.dry_run,
-        OffsetDateTime::now_utc(),
+        now,
         &CancellationToken::new(),
     )
-    .await?;
-    println!(
-        "{}",
-        report.summary(settings.purge.dedupe_retention, settings.purge.batch_size)
-    );
-    Ok(())
+    .await;
+    if let Ok(report) = &dedupe {
+        println!(
+            "{}",
+            report.summary(settings.purge.dedupe_retention, settings.purge.batch_size)
+        );
+    }
+    let history =
+        retention::retain_history(&store, settings.purge.history_retention, args.dry_run, now)
+            .await?;
+    println!("{}", history.summary(settings.purge.history_retention));
+    dedupe.map(|_| ())
 }
 
 /// The `purge` role of `serve`: one purge every `purge.interval`. A refusal or a failure is
@@ -219,6 +228,14 @@ impl Purger {
         .await
     }
 
+    /// One history retention pass at `now` (tests, tools).
+    pub async fn retain_history_once(
+        &self,
+        now: OffsetDateTime,
+    ) -> anyhow::Result<retention::HistoryReport> {
+        retention::retain_history(&self.store, self.settings.history_retention, false, now).await
+    }
+
     /// Purges at start and then every interval until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let mut ticker = tokio::time::interval(self.settings.interval);
@@ -226,6 +243,7 @@ impl Purger {
         tracing::info!(
             interval = %table::setting(self.settings.interval),
             retention = %table::setting(self.settings.dedupe_retention),
+            history_retention = %table::setting(self.settings.history_retention),
             "purge started"
         );
         loop {
@@ -245,6 +263,21 @@ impl Purger {
                 }
                 Err(err) => {
                     tracing::error!(error = %format!("{err:#}"), "dedupe purge failed; trying again next interval")
+                }
+            }
+            if shutdown.is_cancelled() {
+                break;
+            }
+            match self.retain_history_once(OffsetDateTime::now_utc()).await {
+                Ok(report) => tracing::info!(
+                    partitions_dropped =
+                        report.tables.iter().map(|t| t.dropped.len()).sum::<usize>(),
+                    partitions_created =
+                        report.tables.iter().map(|t| t.created.len()).sum::<usize>(),
+                    "history retained"
+                ),
+                Err(err) => {
+                    tracing::error!(error = %format!("{err:#}"), "history retention failed; trying again next interval")
                 }
             }
         }

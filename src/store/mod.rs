@@ -17,6 +17,7 @@ pub mod purge;
 pub mod rate_limit;
 pub mod reconciler;
 pub mod relay;
+pub mod retention;
 
 use std::time::Duration;
 

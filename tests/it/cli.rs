@@ -141,6 +141,10 @@ fn every_duration_setting_refuses_a_huge_value_with_one_line_naming_it() {
             "ONECHARGE_PURGE__DEDUPE_RETENTION",
             "purge.dedupe_retention",
         ),
+        (
+            "ONECHARGE_PURGE__HISTORY_RETENTION",
+            "purge.history_retention",
+        ),
         ("ONECHARGE_RECONCILER__CLAIM_HOLD", "reconciler.claim_hold"),
         ("ONECHARGE_RECONCILER__SCHEDULE", "reconciler.schedule"),
     ] {

@@ -29,6 +29,7 @@ mod rate_limit;
 mod recheck;
 mod reconciler;
 mod relay;
+mod retention;
 mod secrets;
 mod stripe;
 mod stripe_localstripe;

@@ -1,0 +1,379 @@
+//! History retention (`purge.history_retention`): month partitions of
+//! `attempt_transitions`, `gateway_calls` and `outbox` dropped whole once past retention,
+//! without ever losing the history of an attempt that is not final or an unpublished event.
+//! The job takes its `now`, so a test looks at the same rows months later without waiting.
+
+use std::time::Duration;
+
+use mock_gateway::payment_methods as pm;
+use onecharge::domain::PaymentAttemptId;
+use onecharge::operator::purge::Purger;
+use onecharge::operator::retention::retain_history;
+use onecharge::operator::RetryWindow;
+use onecharge::store::intake::record_batch;
+use onecharge::store::retention::{self, HistoryTable};
+use time::macros::datetime;
+use time::OffsetDateTime;
+
+use crate::support::{record, Harness, TestEnv};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The month partitions `table` has now, by name.
+async fn months(store: &onecharge::store::Store, table: HistoryTable) -> Vec<String> {
+    retention::partitions(store, table)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.to.is_some())
+        .map(|p| p.name)
+        .collect()
+}
+
+/// Rows of the three history tables for one attempt: (transitions, gateway calls, events).
+async fn history(h: &Harness, id: PaymentAttemptId) -> (usize, usize, usize) {
+    (
+        h.transitions(id).await.len(),
+        h.gateway_calls(id).await.len(),
+        h.events(id).await.len(),
+    )
+}
+
+/// Three attempts through the real executor: `settled` succeeded with its event published,
+/// `unpublished` succeeded with its event not yet published, `unknown` was charged
+/// ambiguously (an error after the gateway received it) and is not final.
+struct World {
+    h: Harness,
+    settled: PaymentAttemptId,
+    unpublished: PaymentAttemptId,
+    unknown: PaymentAttemptId,
+}
+
+async fn world() -> World {
+    let h = Harness::new().await;
+    let commands = h
+        .seed_many(&[pm::CARD_VISA, pm::CARD_VISA, pm::FAULT_ERROR_AFTER])
+        .await;
+    h.executor().run_once().await.unwrap();
+    let [settled, unpublished, unknown] = [0, 1, 2].map(|i| commands[i].payment_attempt_id);
+    assert_eq!(h.attempt(settled).await.status, "succeeded");
+    assert_eq!(h.attempt(unknown).await.status, "unknown");
+    sqlx::query("UPDATE outbox SET published_at = now() WHERE payment_attempt_id = $1")
+        .bind(settled)
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    World {
+        h,
+        settled,
+        unpublished,
+        unknown,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_an_unpublished_event_survive(
+) {
+    let w = world().await;
+    let h = &w.h;
+    let unknown_before = (
+        h.transitions(w.unknown).await,
+        h.gateway_calls(w.unknown).await,
+    );
+    assert!(!unknown_before.0.is_empty() && !unknown_before.1.is_empty());
+    assert_eq!(history(h, w.settled).await, (3, 1, 1));
+    let this_month = months(&h.store, HistoryTable::Transitions).await[0].clone();
+
+    // 200 days later, with a 30-day retention, this month and the two made ahead are past it
+    let later = h.db_now().await + 200 * DAY;
+    let report = retain_history(&h.store, 30 * DAY, false, later)
+        .await
+        .unwrap();
+
+    for table in &report.tables {
+        assert_eq!(table.dropped.len(), 3, "{table:?}");
+        assert_eq!(
+            table.created.len(),
+            3,
+            "the months ahead of `later`: {table:?}"
+        );
+    }
+    let transitions = &report.tables[0];
+    assert_eq!(transitions.dropped[0].partition, this_month);
+    assert_eq!(
+        transitions.dropped[0].kept,
+        unknown_before.0.len() as u64,
+        "only the unknown attempt's transitions are kept"
+    );
+    for table in HistoryTable::ALL {
+        let left = months(&h.store, table).await;
+        assert!(
+            !left
+                .iter()
+                .any(|m| m.ends_with(&this_month[this_month.len() - 6..])),
+            "{left:?}"
+        );
+    }
+    // the settled attempt's history is gone with its month ...
+    assert_eq!(history(h, w.settled).await, (0, 0, 0));
+    // ... the unpublished event of a settled attempt is not ...
+    assert_eq!(history(h, w.unpublished).await, (0, 0, 1));
+    // ... and the attempt that is not final keeps all of it, in the default partition
+    assert_eq!(h.transitions(w.unknown).await, unknown_before.0);
+    assert_eq!(h.gateway_calls(w.unknown).await, unknown_before.1);
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_transitions_default")
+            .await,
+        unknown_before.0.len() as i64
+    );
+    // the attempts themselves are never touched
+    assert_eq!(h.scalar("SELECT count(*) FROM payment_attempts").await, 3);
+
+    // `attempts show` still merges the kept history into one timeline
+    let detail =
+        onecharge::operator::attempts::show(&h.store, w.unknown, later, &RetryWindow::default())
+            .await
+            .unwrap()
+            .expect("the attempt exists");
+    assert_eq!(detail.transitions.len(), unknown_before.0.len());
+    assert_eq!(detail.gateway_calls.len(), unknown_before.1.len());
+    let shown = onecharge::operator::attempts::render_show(&detail, later);
+    assert!(shown.contains("charge try 1 ->"), "{shown}");
+    assert!(shown.contains("in_flight -> unknown"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_published_first() {
+    let mut w = world().await;
+    let later = w.h.db_now().await + 200 * DAY;
+    retain_history(&w.h.store, 30 * DAY, false, later)
+        .await
+        .unwrap();
+    assert_eq!(history(&w.h, w.unpublished).await, (0, 0, 1));
+
+    // the relay still finds the kept event and publishes it
+    let report = w.h.relay().await.run_once().await.unwrap();
+    assert_eq!(report.published, 1, "{report:?}");
+    let events = w.h.event_messages().await;
+    assert_eq!(events.len(), 1);
+
+    // the unknown attempt is settled, and a year later its kept history goes too
+    sqlx::query(
+        "UPDATE payment_attempts SET status = 'declined', decline_code = 'do_not_honor',
+             updated_at = now() WHERE payment_attempt_id = $1",
+    )
+    .bind(w.unknown)
+    .execute(w.h.store.pool())
+    .await
+    .unwrap();
+    let dry = retain_history(&w.h.store, 30 * DAY, true, later + 365 * DAY)
+        .await
+        .unwrap();
+    let kept_rows = |table: &str| format!("SELECT count(*) FROM {table}_default");
+    let before = (
+        w.h.scalar(&kept_rows("attempt_transitions")).await,
+        w.h.scalar(&kept_rows("outbox")).await,
+    );
+    assert!(before.0 > 0 && before.1 == 1);
+    assert_eq!(dry.tables[0].deleted_from_default, before.0 as u64);
+    assert_eq!(dry.tables[2].deleted_from_default, 1);
+    assert_eq!(
+        w.h.scalar(&kept_rows("attempt_transitions")).await,
+        before.0
+    );
+
+    let report = retain_history(&w.h.store, 30 * DAY, false, later + 365 * DAY)
+        .await
+        .unwrap();
+    assert_eq!(report.tables[0].deleted_from_default, before.0 as u64);
+    for table in ["attempt_transitions", "gateway_calls", "outbox"] {
+        assert_eq!(w.h.scalar(&kept_rows(table)).await, 0, "{table}");
+    }
+    assert_eq!(history(&w.h, w.unknown).await, (0, 0, 0));
+    assert_eq!(w.h.scalar("SELECT count(*) FROM payment_attempts").await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_reports_the_months_it_would_drop_and_drops_nothing() {
+    let w = world().await;
+    let h = &w.h;
+    let count =
+        "SELECT (SELECT count(*) FROM attempt_transitions) + (SELECT count(*) FROM gateway_calls)
+                      + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM pg_inherits)";
+    let before = h.scalar(count).await;
+
+    let later = h.db_now().await + 200 * DAY;
+    let report = retain_history(&h.store, 30 * DAY, true, later)
+        .await
+        .unwrap();
+
+    assert!(report.dry_run);
+    let transitions = &report.tables[0];
+    assert_eq!(transitions.dropped.len(), 3);
+    let rows: u64 = transitions.dropped.iter().map(|d| d.rows).sum();
+    assert_eq!(
+        rows,
+        h.scalar("SELECT count(*) FROM attempt_transitions").await as u64
+    );
+    assert!(transitions.created.is_empty(), "a dry run creates nothing");
+    let summary = report.summary(30 * DAY);
+    assert!(
+        summary.starts_with("dry run: history attempt_transitions: would drop 3 month partitions"),
+        "{summary}"
+    );
+    assert_eq!(h.scalar(count).await, before);
+    assert_eq!(history(h, w.settled).await, (3, 1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_no_month_covers_lands_in_the_default_partition_and_moves_into_its_month_when_made() {
+    let h = Harness::new().await;
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    // written a year ahead: no month covers it yet, and the insert does not fail
+    let ahead = h.db_now().await + 365 * DAY;
+    sqlx::query(
+        "INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at)
+         VALUES ($1, 'pending', 'pending', 'test', 'test', $2)",
+    )
+    .bind(id)
+    .bind(ahead)
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let partition_of_row = "SELECT count(*) FROM attempt_transitions_default";
+    assert_eq!(h.scalar(partition_of_row).await, 1);
+
+    let report = Purger::new(h.store.clone(), test_broker(&h).await, &h.settings)
+        .retain_history_once(ahead)
+        .await
+        .unwrap();
+
+    assert_eq!(report.tables[0].moved_from_default, 1);
+    assert_eq!(h.scalar(partition_of_row).await, 0);
+    let month = HistoryTable::Transitions.month_partition(ahead);
+    assert_eq!(
+        h.scalar(&format!("SELECT count(*) FROM {month}")).await,
+        1,
+        "the row is in its own month now"
+    );
+    assert_eq!(h.transitions(id).await.len(), 2);
+}
+
+async fn test_broker(h: &Harness) -> onecharge::broker::Broker {
+    onecharge::broker::Broker::connect(&h.settings)
+        .await
+        .expect("NATS at 127.0.0.1:4222")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_event_for_a_final_state_is_refused_even_in_another_month() {
+    let h = Harness::new().await;
+    let id = h.seed_expired(1).await[0].command.payment_attempt_id;
+    assert_eq!(h.events(id).await.len(), 1);
+    let next_month = h.db_now().await + 40 * DAY;
+    let err = sqlx::query(
+        "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload, created_at)
+         VALUES (gen_random_uuid(), $1, 'expired', 'payments.events.expired', '{}', '{}', $2)",
+    )
+    .bind(id)
+    .bind(next_month)
+    .execute(h.store.pool())
+    .await
+    .unwrap_err();
+    let err = err.as_database_error().expect("a database error");
+    assert_eq!(err.code().as_deref(), Some("23505"));
+    assert_eq!(err.constraint(), Some("outbox_one_event_per_final_state"));
+    assert_eq!(h.events(id).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
+    let env = TestEnv::new().await;
+    let records = vec![record(pm::CARD_VISA, false), record(pm::CARD_VISA, true)];
+    record_batch(
+        &env.store,
+        "onecharge-intake",
+        &records,
+        OffsetDateTime::now_utc(),
+    )
+    .await
+    .unwrap();
+    let [pending, expired] = [0, 1].map(|i| records[i].command.payment_attempt_id);
+    // the history of both, and the expired one's published event, moved to January 2025
+    let january = datetime!(2025-01-01 0:00 UTC);
+    for table in HistoryTable::ALL {
+        retention::create_partition(
+            &env.store,
+            table,
+            &table.month_partition(january),
+            january,
+            datetime!(2025-02-01 0:00 UTC),
+        )
+        .await
+        .unwrap();
+    }
+    sqlx::raw_sql(&format!(
+        "UPDATE attempt_transitions SET at = '2025-01-15Z';
+         UPDATE outbox SET created_at = '2025-01-15Z', published_at = '2025-01-15Z';
+         UPDATE payment_attempts SET updated_at = '2025-01-15Z' WHERE payment_attempt_id = '{expired}';"
+    ))
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    let history = "SELECT count(*) FROM attempt_transitions";
+    let before = env.scalar(history).await;
+    assert_eq!(before, 2);
+
+    let (code, stdout, stderr) = env.cli(&["purge", "--dry-run"], &[]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("dry run: history attempt_transitions: would drop 1 month partition")
+            && stdout.contains("(attempt_transitions_p202501): 1 rows gone, 1 kept"),
+        "{stdout}"
+    );
+    assert_eq!(env.scalar(history).await, before);
+
+    let (code, stdout, stderr) = env.cli(&["purge"], &[]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(
+            "history outbox: dropped 1 month partition (outbox_p202501): 1 rows gone, 0 kept"
+        ) && stdout.contains("(purge.history_retention 400d)"),
+        "{stdout}"
+    );
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM pg_inherits WHERE inhrelid::regclass::text LIKE '%p202501'"
+        )
+        .await,
+        0
+    );
+    let left: Vec<PaymentAttemptId> =
+        sqlx::query_scalar("SELECT payment_attempt_id FROM attempt_transitions")
+            .fetch_all(env.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        left,
+        vec![pending],
+        "only the pending attempt keeps its history"
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 0);
+}
+
+#[test]
+fn a_history_retention_under_a_day_exits_2_with_one_line_naming_it() {
+    let out = crate::support::onecharge()
+        .args(["purge", "--dry-run"])
+        .env("ONECHARGE_PURGE__HISTORY_RETENTION", "2h")
+        .env("ONECHARGE_DATABASE_URL", "postgres://127.0.0.1:1/onecharge")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("purge.history_retention") && err.contains("at least 1d"),
+        "{err}"
+    );
+}
