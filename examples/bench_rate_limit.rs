@@ -41,7 +41,7 @@ struct Args {
     /// gateway_max_rate values to measure (requests per second, fleet-wide)
     #[arg(long, value_delimiter = ',', default_values_t = vec![200.0f64])]
     rate: Vec<f64>,
-    /// gateway_rate_burst values to measure (0: the default, 1/20 s of the rate)
+    /// gateway_rate_burst values to measure (0: the default, 1/30 s of the rate)
     #[arg(long, value_delimiter = ',', default_values_t = vec![0u32])]
     burst: Vec<u32>,
     /// Executor instances running at once

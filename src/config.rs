@@ -122,7 +122,7 @@ pub struct Settings {
     #[serde(default)]
     pub gateway_max_rate: f64,
     /// How many requests the fleet may send at once after a quiet spell, on top of
-    /// `gateway_max_rate` (the bucket's size). 0 (the default): 1/20 s worth of the rate,
+    /// `gateway_max_rate` (the bucket's size). 0 (the default): 1/30 s worth of the rate,
     /// at least 1 — small, so that no one-second window exceeds the rate by more than ~5 %.
     #[serde(default)]
     pub gateway_rate_burst: u32,

@@ -50,9 +50,11 @@ pub fn requests_per_charge(kind: GatewayKind) -> u32 {
     }
 }
 
-/// The bucket's size for `rate` when `gateway_rate_burst` is 0: 1/20 s worth, at least 1.
+/// The bucket's size for `rate` when `gateway_rate_burst` is 0: 1/30 s worth, at least 1 —
+/// small enough that the busiest second stays under 1.05 × the rate with room for the
+/// jitter of take → send (docs/performance.md), large enough that no token overflows.
 pub fn default_burst(rate: f64) -> u32 {
-    (rate / 20.0).ceil().max(1.0) as u32
+    (rate / 30.0).ceil().max(1.0) as u32
 }
 
 /// How many tokens one take asks the database for: what the caller needs, or, if more,

@@ -99,7 +99,7 @@ fn a_lease_spends_only_until_its_horizon_and_joining_never_extends_it() {
 #[test]
 fn a_lease_is_what_the_caller_needs_up_to_the_bucket_plus_at_most_a_fortieth_of_a_second() {
     let (rate, burst) = (200.0, default_burst(200.0));
-    assert_eq!(burst, 10, "1/20 s of the rate");
+    assert_eq!(burst, 7, "1/30 s of the rate, rounded up");
     assert_eq!(
         lease_size(1, 0.0, rate, burst, 1),
         1,
@@ -113,7 +113,7 @@ fn a_lease_is_what_the_caller_needs_up_to_the_bucket_plus_at_most_a_fortieth_of_
     );
     assert_eq!(
         lease_size(64, 0.0, rate, burst, 1),
-        10,
+        burst,
         "never more than the bucket holds"
     );
     assert_eq!(
