@@ -3,14 +3,10 @@
 //! single-attempt path with its own audit row, plus one row for the bulk action.
 
 use crate::audit::{attempt_in_review, audit_rows};
-use crate::support::{command, intake_record, TestEnv};
+use crate::support::{orders, TestEnv};
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::bulk::{bulk, BulkAction, BulkError, BulkFilter, BulkRequest, BULK_CAP};
 use onecharge::operator::{RetryWindow, Via};
-use onecharge::store::intake::record_batch;
-use serde_json::json;
-use time::OffsetDateTime;
-use uuid::Uuid;
 
 fn retry(order_id: Option<&str>, preview: bool, max: Option<usize>) -> BulkRequest {
     BulkRequest {
@@ -155,24 +151,7 @@ async fn a_bulk_set_larger_than_the_callers_max_is_refused_whole() {
 async fn a_bulk_set_larger_than_the_cap_is_refused_even_without_a_max_and_even_as_a_preview() {
     let env = TestEnv::new().await;
     let window = RetryWindow::from_settings(&env.settings);
-    let records: Vec<_> = (0..=BULK_CAP)
-        .map(|i| {
-            let attempt = Uuid::new_v4();
-            intake_record(
-                &command(attempt, json!({"order_id": format!("ord_cap_{i}")})),
-                &format!("m-cap-{attempt}"),
-                None,
-            )
-        })
-        .collect();
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &records,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    env.record(&orders(BULK_CAP + 1, "cap")).await;
     sqlx::query("UPDATE payment_attempts SET status = 'needs_review', review_reason = 'outage'")
         .execute(env.store.pool())
         .await

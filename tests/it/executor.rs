@@ -651,30 +651,19 @@ async fn a_401_pauses_every_gateway_call_keeps_attempts_pending_and_consumes_no_
     }
 
     // readiness says why
-    let broker = h.broker().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = onecharge::admin::AdminState {
-        store: h.store.clone(),
-        broker,
-        metrics: onecharge::metrics::install(),
-        admin_token: None,
-        gateway_health: Some(misconfigured.health().clone()),
-        retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
-        console: Default::default(),
-        reconciler: None,
-    };
-    let stop = CancellationToken::new();
-    let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
-    let readyz = reqwest::get(format!("http://{addr}/readyz")).await.unwrap();
+    let admin = h
+        .serve_admin(Some(misconfigured.health().clone()), None)
+        .await;
+    let readyz = reqwest::get(format!("http://{}/readyz", admin.addr))
+        .await
+        .unwrap();
     assert_eq!(readyz.status(), 503);
     assert!(readyz
         .text()
         .await
         .unwrap()
         .contains("gateway rejected the API key"));
-    stop.cancel();
-    admin.await.unwrap().unwrap();
+    admin.stop().await;
 
     // one probe per interval
     h.advance(h.settings.executor.credentials_probe_interval)
