@@ -35,11 +35,8 @@ async fn a_recheck_of_an_unknown_attempt_the_gateway_charged_settles_it_with_its
     let h = Harness::new().await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     // Not due yet: a recheck does not wait for the reconciler's schedule.
-    sqlx::query("UPDATE payment_attempts SET next_run_at = now() + interval '1 hour' WHERE payment_attempt_id = $1")
-        .bind(id)
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.set_attempt(id, "next_run_at = now() + interval '1 hour'")
+        .await;
 
     let report = recheck(
         &h.reconciler(),
@@ -112,11 +109,11 @@ async fn a_recheck_of_a_needs_review_attempt_that_finds_nothing_leaves_it_in_rev
 ) {
     let h = Harness::new().await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_BEFORE).await;
-    sqlx::query("UPDATE payment_attempts SET status = 'needs_review', review_reason = 'lookups failed' WHERE payment_attempt_id = $1")
-        .bind(id)
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.set_attempt(
+        id,
+        "status = 'needs_review', review_reason = 'lookups failed'",
+    )
+    .await;
     let charges_before = h.gateway.ledger().len();
 
     let report = recheck(&h.reconciler(), id, "admin-api", Via::Api, None)
@@ -207,11 +204,7 @@ async fn recheck_from_the_command_line_refuses_a_pending_attempt_with_exit_2_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recheck_takes_its_lookup_from_the_fleet_wide_gateway_rate_limit() {
-    let h = Harness::with(Default::default(), |settings| {
-        settings.gateway_max_rate = 1000.0;
-        settings.gateway_rate_burst = 10;
-    })
-    .await;
+    let h = Harness::with_rate_limit(1000.0, 10).await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     let taken_before = last_take(&h).await;
 

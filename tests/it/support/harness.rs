@@ -71,6 +71,16 @@ impl Harness {
         Self::with(MockConfig::default(), |_| {}).await
     }
 
+    /// A harness whose gateway calls are limited fleet-wide to `rate` a second, in bursts of
+    /// at most `burst` (`gateway_max_rate`, `gateway_rate_burst`).
+    pub async fn with_rate_limit(rate: f64, burst: u32) -> Self {
+        Self::with(MockConfig::default(), |settings| {
+            settings.gateway_max_rate = rate;
+            settings.gateway_rate_burst = burst;
+        })
+        .await
+    }
+
     /// [`Harness::with`] a mock gateway that injects `faults`, and the test settings.
     pub async fn with_faults(faults: mock_gateway::FaultConfig) -> Self {
         Self::with(
