@@ -688,10 +688,7 @@ async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_
             .contains("purge.dedupe_retention (1day) is shorter than the max_age (7days)"),
         "{refused}"
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        3
-    );
+    assert_eq!(env.dedupe_rows().await, 3);
 
     let (code, _, stderr) = cli(
         &env,
@@ -704,10 +701,7 @@ async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_
         stderr.contains("purge refused") && stderr.contains("processed again"),
         "{stderr}"
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        3
-    );
+    assert_eq!(env.dedupe_rows().await, 3);
 
     // a stream that keeps messages without an age limit gives no bound at all
     edit_stream(&env.broker, &env.broker.names.commands_stream(), |config| {
@@ -717,10 +711,7 @@ async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_
     let (code, _, stderr) = cli(&env, &["purge"], &[]).await;
     assert_eq!(code, 1);
     assert!(stderr.contains("without an age limit"), "{stderr}");
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        3
-    );
+    assert_eq!(env.dedupe_rows().await, 3);
 }
 
 #[tokio::test]
@@ -745,20 +736,14 @@ async fn purge_deletes_rows_past_retention_in_batches_and_keeps_newer_ones_and_d
         (dry.expired, dry.deleted, dry.batches, dry.kept),
         (23, 0, 0, 2)
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        25
-    );
+    assert_eq!(env.dedupe_rows().await, 25);
     let (code, stdout, _) = cli(&env, &["purge", "--dry-run"], &[]).await;
     assert_eq!(code, 0);
     assert!(
         stdout.starts_with("dry run: 23 dedupe rows") && stdout.contains("nothing was deleted"),
         "{stdout}"
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        25
-    );
+    assert_eq!(env.dedupe_rows().await, 25);
 
     let report = purge_once(
         &env.store,
@@ -781,11 +766,7 @@ async fn purge_deletes_rows_past_retention_in_batches_and_keeps_newer_ones_and_d
             .await
             .unwrap();
     assert_eq!(left, vec!["purge-023".to_owned(), "purge-024".to_owned()]);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM payment_attempts").await,
-        25,
-        "attempts are never purged"
-    );
+    assert_eq!(env.attempt_rows().await, 25, "attempts are never purged");
     drop(records);
 }
 
@@ -810,7 +791,7 @@ async fn a_command_whose_dedupe_row_was_purged_is_stopped_by_the_attempts_table(
 
     // …but the attempt with the same payment_attempt_id makes it a business duplicate
     assert_eq!(again, vec![Recorded::BusinessDuplicate]);
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
     assert_eq!(
         env.scalar("SELECT count(*) FROM attempt_transitions").await,
         1
@@ -824,7 +805,7 @@ async fn serve_runs_the_purge_role_on_its_own() {
     let served = Served::start(&env.settings, &[onecharge::app::Role::Purge]).await;
 
     eventually("the purge role purges", Duration::from_secs(10), || async {
-        env.scalar("SELECT count(*) FROM processed_messages").await == 1
+        env.dedupe_rows().await == 1
     })
     .await;
     served.stop().await;
@@ -943,7 +924,7 @@ async fn a_conflict_replayed_unchanged_keeps_its_original_message_id() {
         stderr.contains("Nats-Msg-Id m-other-amount") && stderr.contains("duplicate"),
         "{stderr}"
     );
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
     let (code, _, stderr) = cli(&env, &["dlq", "replay", "999"], &[]).await;
     assert_eq!(code, 1);
     assert!(

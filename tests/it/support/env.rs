@@ -204,6 +204,16 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// How many payment attempts are recorded.
+    pub async fn attempt_rows(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM payment_attempts").await
+    }
+
+    /// How many dedupe rows (`processed_messages`) are recorded.
+    pub async fn dedupe_rows(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM processed_messages").await
+    }
+
     /// Runs SQL as an administrator of the server (not inside the test database's pool).
     pub async fn admin(&self, sql: &str) {
         self.database.admin(sql).await;
