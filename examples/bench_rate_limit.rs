@@ -108,10 +108,7 @@ async fn run(args: &Args, rate: f64, burst: u32, instances: usize) -> anyhow::Re
     let gateway = MockGateway::start(MockConfig {
         api_key: API_KEY.into(),
         faults: FaultConfig {
-            latency: Latency {
-                fixed_ms: args.latency_ms,
-                jitter_ms: 0,
-            },
+            latency: Latency::fixed(args.latency_ms),
             ..FaultConfig::default()
         },
         request_log_capacity: 1_000_000,
