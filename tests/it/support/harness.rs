@@ -81,6 +81,23 @@ impl Harness {
         .await
     }
 
+    /// A mock gateway whose `pm_fault_slow_charge` holds its key in progress until the test
+    /// calls [`Harness::finish_slow_charge`], and a request timeout far shorter than that
+    /// (300 ms, unless `adjust` changes it).
+    pub async fn still_processing(adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::with(
+            MockConfig {
+                slow_charge_for: Duration::from_secs(600),
+                ..MockConfig::default()
+            },
+            |s| {
+                s.gateway_request_timeout = Duration::from_millis(300);
+                adjust(s);
+            },
+        )
+        .await
+    }
+
     /// [`Harness::with`] a mock gateway that injects `faults`, and the test settings.
     pub async fn with_faults(faults: mock_gateway::FaultConfig) -> Self {
         Self::with(
