@@ -149,10 +149,7 @@ async fn main() -> anyhow::Result<()> {
     let gateway = MockGateway::start(MockConfig {
         api_key: API_KEY.into(),
         faults: FaultConfig {
-            latency: Latency {
-                fixed_ms: args.latency_ms,
-                jitter_ms: 0,
-            },
+            latency: Latency::fixed(args.latency_ms),
             ..FaultConfig::default()
         },
         request_log_capacity: 0,

@@ -18,20 +18,18 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context as _};
 use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
 use onecharge::config::Settings;
-use onecharge::domain::ChargePayment;
-use onecharge::executor::Executor;
-use onecharge::gateway::{GatewayClient, GatewayHealth};
-use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
 use secrecy::SecretString;
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
 
+use fleet::{executors, seed};
 use throwaway::ThrowawayDatabase;
 
 const API_KEY: &str = "sk_bench";
@@ -110,10 +108,7 @@ async fn run(args: &Args, rate: f64, burst: u32, instances: usize) -> anyhow::Re
     let gateway = MockGateway::start(MockConfig {
         api_key: API_KEY.into(),
         faults: FaultConfig {
-            latency: Latency {
-                fixed_ms: args.latency_ms,
-                jitter_ms: 0,
-            },
+            latency: Latency::fixed(args.latency_ms),
             ..FaultConfig::default()
         },
         request_log_capacity: 1_000_000,
@@ -138,20 +133,7 @@ async fn run(args: &Args, rate: f64, burst: u32, instances: usize) -> anyhow::Re
     let seeded = (rate * args.seconds as f64 * 1.5).ceil() as usize;
     seed(&observer, seeded).await?;
 
-    let mut executors = Vec::with_capacity(instances);
-    for _ in 0..instances {
-        let store = Store::connect(
-            &settings.database_url,
-            onecharge::executor::DATABASE_CONNECTIONS,
-        )
-        .await?;
-        executors.push(Executor::new(
-            store,
-            GatewayClient::from_settings(&settings)?,
-            GatewayHealth::from_settings(&settings.executor),
-            &settings,
-        ));
-    }
+    let executors = executors(&settings, instances).await?;
     let shutdown = CancellationToken::new();
     let mut running = JoinSet::new();
     let started = Instant::now();
@@ -211,36 +193,4 @@ fn max_in_window(times: &[OffsetDateTime], window: time::Duration) -> (usize, f6
         }
     }
     (most, opened)
-}
-
-async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {
-    let now = OffsetDateTime::now_utc();
-    let records: Vec<IntakeRecord> = (0..charges)
-        .map(|i| {
-            let id = Uuid::new_v4();
-            let message_id = format!("bench-{id}");
-            IntakeRecord {
-                body_sha256: onecharge::domain::command::body_sha256(message_id.as_bytes()),
-                message_id,
-                stream_sequence: i as u64,
-                command: ChargePayment {
-                    payment_attempt_id: id.into(),
-                    order_id: format!("ord_{i}"),
-                    customer_id: "cus_bench".into(),
-                    amount_minor: 1000,
-                    currency: "EUR".into(),
-                    payment_method: "pm_card_visa".into(),
-                    description: None,
-                    requested_at: None,
-                },
-                correlation_id: None,
-                traceparent: None,
-                stale: false,
-            }
-        })
-        .collect();
-    for chunk in records.chunks(500) {
-        record_batch(store, "bench", chunk, now).await?;
-    }
-    Ok(())
 }

@@ -230,6 +230,16 @@ pub struct Latency {
     pub jitter_ms: u64,
 }
 
+impl Latency {
+    /// A constant `fixed_ms` milliseconds on every `/v1` request, without jitter.
+    pub const fn fixed(fixed_ms: u64) -> Self {
+        Self {
+            fixed_ms,
+            jitter_ms: 0,
+        }
+    }
+}
+
 /// The faults the mock can produce; recorded per request and in logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

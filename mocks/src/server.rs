@@ -517,10 +517,7 @@ mod tests {
     fn the_log_normal_latency_adds_to_the_fault_latency() {
         let shared = Shared::new(&MockConfig {
             faults: FaultConfig {
-                latency: Latency {
-                    fixed_ms: 100,
-                    jitter_ms: 0,
-                },
+                latency: Latency::fixed(100),
                 ..FaultConfig::default()
             },
             // A p99 equal to the median draws the median every time.

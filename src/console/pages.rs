@@ -77,6 +77,11 @@ fn page(status: StatusCode, title: &str, session: Option<&Session>, body: Markup
 }
 
 /// A refusal page: why, and nothing changed.
+/// A request the console refuses as malformed or incomplete (`400`); nothing was done.
+fn bad_request(session: &Session, why: &str) -> Response {
+    refused(StatusCode::BAD_REQUEST, Some(session), why)
+}
+
 pub(super) fn refused(status: StatusCode, session: Option<&Session>, why: &str) -> Response {
     let title = if status == StatusCode::FORBIDDEN {
         "Not allowed"
@@ -330,27 +335,20 @@ pub(super) async fn search(
     query: Result<Query<SearchQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(query)) = query else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            Some(&session),
-            "The search parameters are not understood.",
-        );
+        return bad_request(&session, "The search parameters are not understood.");
     };
     // An attempt id names one attempt: its page.
     if let Some(id) = set(&query.attempt_id) {
         return match id.parse::<PaymentAttemptId>() {
             Ok(id) => Redirect::to(&format!("/console/attempts/{id}")).into_response(),
-            Err(_) => refused(
-                StatusCode::BAD_REQUEST,
-                Some(&session),
+            Err(_) => bad_request(
+                &session,
                 &format!("`{id}` is not a payment_attempt_id (a UUID)."),
             ),
         };
     }
     let status = match set(&query.status).map(|s| s.parse::<AttemptStatus>()) {
-        Some(Err(err)) => {
-            return refused(StatusCode::BAD_REQUEST, Some(&session), &err.to_string())
-        }
+        Some(Err(err)) => return bad_request(&session, &err.to_string()),
         Some(Ok(status)) => Some(status),
         None => None,
     };
@@ -365,7 +363,7 @@ pub(super) async fn search(
     })();
     let (created_after, created_before, before) = match times {
         Ok(times) => times,
-        Err(why) => return refused(StatusCode::BAD_REQUEST, Some(&session), &why),
+        Err(why) => return bad_request(&session, &why),
     };
     let filter = AttemptFilter {
         status,
@@ -497,9 +495,8 @@ pub(super) async fn attempt(
     Path(id): Path<String>,
 ) -> Response {
     let Ok(id) = id.parse::<PaymentAttemptId>() else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            Some(&session),
+        return bad_request(
+            &session,
             &format!("`{id}` is not a payment_attempt_id (a UUID)."),
         );
     };
@@ -669,23 +666,17 @@ pub(super) async fn resolve(
     form: Result<Form<ResolveForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let Ok(id) = id.parse::<PaymentAttemptId>() else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            Some(&session),
-            "not a payment_attempt_id",
-        );
+        return bad_request(&session, "not a payment_attempt_id");
     };
     let Ok(Form(form)) = form else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            Some(&session),
+        return bad_request(
+            &session,
             "Choose succeeded, declined or retry, and give a reason.",
         );
     };
     if form.reason.trim().is_empty() {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            Some(&session),
+        return bad_request(
+            &session,
             "A reason is required: it is recorded with the decision. Nothing was changed.",
         );
     }
@@ -738,11 +729,9 @@ pub(super) async fn resolve(
                 p { a #back-to-attempt href=(format!("/console/attempts/{id}")) { "Back to the attempt" } }
             },
         ),
-        Err(ResolveError::Invalid(why)) => refused(
-            StatusCode::BAD_REQUEST,
-            Some(&session),
-            &format!("{why}. Nothing was changed."),
-        ),
+        Err(ResolveError::Invalid(why)) => {
+            bad_request(&session, &format!("{why}. Nothing was changed."))
+        }
         Err(err @ ResolveError::NotFound(_)) => {
             refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
         }
@@ -832,14 +821,28 @@ pub(super) async fn dead_letters(
     page(StatusCode::OK, "Dead letters", Some(&session), body)
 }
 
-async fn find_dead_letter(
+/// The dead letter a path names (its sequence), or the page that says why there is none:
+/// `missing` for a sequence that is not in the dead-letter stream.
+async fn named_dead_letter(
     state: &AdminState,
-    sequence: u64,
-) -> anyhow::Result<Option<dlq::DeadLetter>> {
-    Ok(dlq::list_dead_letters(&state.broker)
-        .await?
-        .into_iter()
-        .find(|d| d.sequence == sequence))
+    session: &Session,
+    sequence: &str,
+    missing: impl FnOnce(u64) -> Response,
+) -> Result<(u64, dlq::DeadLetter), Response> {
+    let Ok(sequence) = sequence.parse::<u64>() else {
+        return Err(bad_request(
+            session,
+            "A dead letter is named by its sequence number.",
+        ));
+    };
+    match dlq::list_dead_letters(&state.broker).await {
+        Ok(letters) => letters
+            .into_iter()
+            .find(|d| d.sequence == sequence)
+            .map(|letter| (sequence, letter))
+            .ok_or_else(|| missing(sequence)),
+        Err(err) => Err(failed(session, format!("{err:#}"))),
+    }
 }
 
 pub(super) async fn dead_letter(
@@ -847,24 +850,18 @@ pub(super) async fn dead_letter(
     Extension(session): Extension<Session>,
     Path(sequence): Path<String>,
 ) -> Response {
-    let Ok(sequence) = sequence.parse::<u64>() else {
-        return refused(
-            StatusCode::BAD_REQUEST,
+    let (sequence, letter) = match named_dead_letter(&state, &session, &sequence, |sequence| {
+        page(
+            StatusCode::NOT_FOUND,
+            "No such dead letter",
             Some(&session),
-            "A dead letter is named by its sequence number.",
-        );
-    };
-    let letter = match find_dead_letter(&state, sequence).await {
-        Ok(Some(letter)) => letter,
-        Ok(None) => {
-            return page(
-                StatusCode::NOT_FOUND,
-                "No such dead letter",
-                Some(&session),
-                html! { p #not-found { "No dead letter " (sequence) " is in the dead-letter stream." } },
-            )
-        }
-        Err(err) => return failed(&session, format!("{err:#}")),
+            html! { p #not-found { "No dead letter " (sequence) " is in the dead-letter stream." } },
+        )
+    })
+    .await
+    {
+        Ok(found) => found,
+        Err(response) => return response,
     };
     let body = html! {
         dl #dead-letter-facts {
@@ -912,25 +909,19 @@ pub(super) async fn replay(
     Path(sequence): Path<String>,
     Form(form): Form<ReplayForm>,
 ) -> Response {
-    let Ok(sequence) = sequence.parse::<u64>() else {
-        return refused(
-            StatusCode::BAD_REQUEST,
+    let (sequence, letter) = match named_dead_letter(&state, &session, &sequence, |sequence| {
+        refused(
+            StatusCode::NOT_FOUND,
             Some(&session),
-            "A dead letter is named by its sequence number.",
-        );
-    };
-    let letter = match find_dead_letter(&state, sequence).await {
-        Ok(Some(letter)) => letter,
-        Ok(None) => {
-            return refused(
-                StatusCode::NOT_FOUND,
-                Some(&session),
-                &format!(
+            &format!(
                 "No dead letter {sequence} is in the dead-letter stream; nothing was published."
             ),
-            )
-        }
-        Err(err) => return failed(&session, format!("{err:#}")),
+        )
+    })
+    .await
+    {
+        Ok(found) => found,
+        Err(response) => return response,
     };
     // Browsers send a textarea's line breaks as CRLF: an untouched body is the original.
     let body = form.body.replace("\r\n", "\n");
@@ -981,7 +972,7 @@ pub(super) async fn replay(
             },
         ),
         Err(err) if err.is::<crate::config::UsageError>() => {
-            refused(StatusCode::BAD_REQUEST, Some(&session), &err.to_string())
+            bad_request(&session, &err.to_string())
         }
         Err(err) => refused(StatusCode::CONFLICT, Some(&session), &format!("{err:#}")),
     }
@@ -1003,11 +994,7 @@ pub(super) async fn recheck(
     Form(form): Form<RecheckForm>,
 ) -> Response {
     let Ok(id) = id.parse::<PaymentAttemptId>() else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            Some(&session),
-            "not a payment_attempt_id",
-        );
+        return bad_request(&session, "not a payment_attempt_id");
     };
     let Some(reconciler) = state.reconciler.as_ref() else {
         return refused(
@@ -1038,7 +1025,7 @@ pub(super) async fn recheck(
                 p { a #back-to-attempt href=(format!("/console/attempts/{id}")) { "Back to the attempt" } }
             },
         ),
-        Err(RecheckError::Invalid(why)) => refused(StatusCode::BAD_REQUEST, Some(&session), &why),
+        Err(RecheckError::Invalid(why)) => bad_request(&session, &why),
         Err(err @ RecheckError::NotFound(_)) => {
             refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
         }
@@ -1119,18 +1106,10 @@ pub(super) async fn bulk_action(
     let action = match form.action.as_str() {
         "retry" => BulkAction::Retry,
         "recheck" => BulkAction::Recheck,
-        _ => {
-            return refused(
-                StatusCode::BAD_REQUEST,
-                Some(&session),
-                "Choose retry or recheck.",
-            )
-        }
+        _ => return bad_request(&session, "Choose retry or recheck."),
     };
     let status = match set(&form.status).map(|s| s.parse::<AttemptStatus>()) {
-        Some(Err(err)) => {
-            return refused(StatusCode::BAD_REQUEST, Some(&session), &err.to_string())
-        }
+        Some(Err(err)) => return bad_request(&session, &err.to_string()),
         Some(Ok(status)) => Some(status),
         None => None,
     };
@@ -1138,7 +1117,7 @@ pub(super) async fn bulk_action(
         .and_then(|after| Ok((after, console_time("created before", &form.created_before)?)));
     let (created_after, created_before) = match times {
         Ok(times) => times,
-        Err(why) => return refused(StatusCode::BAD_REQUEST, Some(&session), &why),
+        Err(why) => return bad_request(&session, &why),
     };
     let confirmed = form.confirm.as_deref() == Some("yes");
     let request = BulkRequest {
@@ -1166,9 +1145,7 @@ pub(super) async fn bulk_action(
     .await;
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(BulkError::Invalid(why)) => {
-            return refused(StatusCode::BAD_REQUEST, Some(&session), &why)
-        }
+        Err(BulkError::Invalid(why)) => return bad_request(&session, &why),
         Err(err @ BulkError::TooMany { .. }) => {
             return refused(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -1291,19 +1268,11 @@ pub(super) async fn audit(
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(query)) = query else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            Some(&session),
-            "The audit filters are not understood.",
-        );
+        return bad_request(&session, "The audit filters are not understood.");
     };
     let attempt = match set(&query.attempt).map(|id| id.parse::<PaymentAttemptId>()) {
         Some(Err(_)) => {
-            return refused(
-                StatusCode::BAD_REQUEST,
-                Some(&session),
-                "attempt: not a payment_attempt_id (a UUID).",
-            )
+            return bad_request(&session, "attempt: not a payment_attempt_id (a UUID).")
         }
         Some(Ok(id)) => Some(id),
         None => None,
@@ -1313,7 +1282,7 @@ pub(super) async fn audit(
         .transpose()
     {
         Ok(before) => before,
-        Err(why) => return refused(StatusCode::BAD_REQUEST, Some(&session), &why),
+        Err(why) => return bad_request(&session, &why),
     };
     let filter = audit::AuditFilter {
         actor: set(&query.actor),

@@ -30,6 +30,7 @@ use anyhow::Context as _;
 use rustls::pki_types::CertificateDer;
 use secrecy::{ExposeSecret as _, SecretString};
 use serde::{Deserialize, Serialize};
+use tracing::Instrument as _;
 
 pub use health::{Admission, BreakerState, GatewayHealth, HealthSnapshot};
 
@@ -205,6 +206,18 @@ impl<T> GatewayCall<T> {
             error,
         }
     }
+
+    /// A call onecharge refused to send for `reason` (a request it cannot build): the
+    /// outcome `refused` makes of the reason, with `not sent: <reason>` as the call's error.
+    fn refused_locally(
+        refused: impl FnOnce(String) -> T,
+        operation: CallOperation,
+        sent_key: Option<String>,
+        reason: String,
+    ) -> Self {
+        let error = format!("not sent: {reason}");
+        Self::answered_locally(refused(reason), operation, sent_key, Some(error))
+    }
 }
 
 /// What one gateway call came to, with the evidence `gateway_calls` records.
@@ -377,13 +390,6 @@ impl GatewayClient {
         }
     }
 
-    #[tracing::instrument(name = "gateway_call", skip_all, fields(
-        operation = "prepare",
-        http.request.method = "POST",
-        url.path = endpoints.create_url.path(),
-        http.response.status_code = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    ))]
     async fn stripe_create(
         &self,
         endpoints: &stripe::Endpoints,
@@ -394,13 +400,11 @@ impl GatewayClient {
             Ok(form) => form,
             // Refused before sending: nothing left this process.
             Err(reason) => {
-                return GatewayCall::answered_locally(
-                    Prepared::Refused(GatewayOutcome::NeedsReview {
-                        reason: reason.clone(),
-                    }),
+                return GatewayCall::refused_locally(
+                    |reason| Prepared::Refused(GatewayOutcome::NeedsReview { reason }),
                     CallOperation::Prepare,
                     Some(key),
-                    Some(format!("not sent: {reason}")),
+                    reason,
                 )
             }
         };
@@ -427,13 +431,6 @@ impl GatewayClient {
         }
     }
 
-    #[tracing::instrument(name = "gateway_call", skip_all, fields(
-        operation = "charge",
-        http.request.method = "POST",
-        url.path = endpoints.charges_url.path(),
-        http.response.status_code = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    ))]
     async fn onecharge_charge(
         &self,
         endpoints: &onecharge::Endpoints,
@@ -454,13 +451,6 @@ impl GatewayClient {
         .await
     }
 
-    #[tracing::instrument(name = "gateway_call", skip_all, fields(
-        operation = "charge",
-        http.request.method = "POST",
-        url.path = tracing::field::Empty,
-        http.response.status_code = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    ))]
     async fn stripe_confirm(
         &self,
         endpoints: &stripe::Endpoints,
@@ -483,17 +473,14 @@ impl GatewayClient {
         let url = match endpoints.confirm_url(intent) {
             Ok(url) => url,
             Err(reason) => {
-                return GatewayCall::answered_locally(
-                    GatewayOutcome::NeedsReview {
-                        reason: reason.clone(),
-                    },
+                return GatewayCall::refused_locally(
+                    |reason| GatewayOutcome::NeedsReview { reason },
                     CallOperation::Charge,
                     Some(key),
-                    Some(format!("not sent: {reason}")),
+                    reason,
                 )
             }
         };
-        tracing::Span::current().record("url.path", url.path());
         exchange(
             self.stripe_post(url, &key, stripe::confirm_form()),
             CallOperation::Charge,
@@ -534,13 +521,6 @@ impl GatewayClient {
         }
     }
 
-    #[tracing::instrument(name = "gateway_call", skip_all, fields(
-        operation = "lookup",
-        http.request.method = "GET",
-        url.path = endpoints.charges_url.path(),
-        http.response.status_code = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    ))]
     async fn onecharge_lookup(
         &self,
         endpoints: &onecharge::Endpoints,
@@ -559,13 +539,6 @@ impl GatewayClient {
         .await
     }
 
-    #[tracing::instrument(name = "gateway_call", skip_all, fields(
-        operation = "lookup",
-        http.request.method = "GET",
-        url.path = tracing::field::Empty,
-        http.response.status_code = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    ))]
     async fn stripe_retrieve(
         &self,
         endpoints: &stripe::Endpoints,
@@ -575,17 +548,14 @@ impl GatewayClient {
         let url = match endpoints.intent_url(intent) {
             Ok(url) => url,
             Err(reason) => {
-                return GatewayCall::answered_locally(
-                    LookupOutcome::Failed {
-                        reason: reason.clone(),
-                    },
+                return GatewayCall::refused_locally(
+                    |reason| LookupOutcome::Failed { reason },
                     CallOperation::Lookup,
                     None,
-                    Some(format!("not sent: {reason}")),
+                    reason,
                 )
             }
         };
-        tracing::Span::current().record("url.path", url.path());
         exchange(
             self.http
                 .get(url)
@@ -617,6 +587,9 @@ impl GatewayClient {
 
 /// Sends `request`, reads the answer, classifies it with `classify`, and records the call's
 /// metrics and span: the part every kind of gateway call shares.
+///
+/// One span per call (`gateway_call`), with the OpenTelemetry HTTP client attribute names;
+/// the caller's span (the executor's `execute`) carries the `payment_attempt_id`.
 async fn exchange<T>(
     request: reqwest::RequestBuilder,
     operation: CallOperation,
@@ -624,8 +597,34 @@ async fn exchange<T>(
     classify: impl FnOnce(GatewayReply<'_>, Hints) -> T,
     label: impl Fn(&T) -> &'static str,
 ) -> GatewayCall<T> {
+    let (http, request) = request.build_split();
+    let span = tracing::info_span!(
+        "gateway_call",
+        operation = operation.as_str(),
+        http.request.method = request.as_ref().ok().map(|r| r.method().as_str()),
+        url.path = request.as_ref().ok().map(|r| r.url().path()),
+        http.response.status_code = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    exchanged(http, request, operation, sent_key, classify, label)
+        .instrument(span)
+        .await
+}
+
+/// [`exchange`] inside the call's span: the call is timed from its sending.
+async fn exchanged<T>(
+    http: reqwest::Client,
+    request: Result<reqwest::Request, reqwest::Error>,
+    operation: CallOperation,
+    sent_key: Option<String>,
+    classify: impl FnOnce(GatewayReply<'_>, Hints) -> T,
+    label: impl Fn(&T) -> &'static str,
+) -> GatewayCall<T> {
     let started = Instant::now();
-    let sent = request.send().await;
+    let sent = match request {
+        Ok(request) => http.execute(request).await,
+        Err(err) => Err(err),
+    };
     let (outcome, http_status, error) = match read(sent).await {
         Ok(raw) => (
             classify(

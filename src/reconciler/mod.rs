@@ -398,7 +398,7 @@ impl Reconciler {
             found: answer,
             did: String::new(),
         };
-        let audit = |report: &Recheck, outcome: &'static str| NewAuditEntry {
+        let audit = |(report, outcome): (&Recheck, &'static str)| NewAuditEntry {
             actor: actor.to_owned(),
             via,
             action: AuditAction::Recheck,
@@ -430,27 +430,20 @@ impl Reconciler {
                     call: Some(evidence),
                     now,
                 };
-                let mut fenced = report.clone();
-                fenced.did = "nothing: someone else moved the attempt meanwhile".into();
                 let mut moved = report.clone();
                 moved.after = status;
                 moved.did = format!("moved {before} -> {status} (cause {cause})");
-                let settled = settle_audited(&inner.store, &write, |settled| {
-                    if settled {
-                        audit(&moved, "settled")
-                    } else {
-                        audit(&fenced, "fenced")
-                    }
-                })
-                .await
-                .context("recording the recheck")?;
-                report = if settled { moved } else { fenced };
+                let reports = WriteReports::new(&report, moved, "settled");
+                let settled =
+                    settle_audited(&inner.store, &write, |settled| audit(reports.pick(settled)))
+                        .await
+                        .context("recording the recheck")?;
+                report = reports.into_report(settled);
             }
             Decision::CheckAgain { at, reason, .. } if before == AttemptStatus::Unknown => {
                 let mut later = report.clone();
                 later.did = format!("stays unknown; the reconciler looks it up again at {at}");
-                let mut fenced = report.clone();
-                fenced.did = "nothing: someone else moved the attempt meanwhile".into();
+                let reports = WriteReports::new(&report, later, "unchanged");
                 let rescheduled = reschedule_lookup_audited(
                     &inner.store,
                     &attempt,
@@ -458,22 +451,16 @@ impl Reconciler {
                     &reason,
                     &evidence,
                     now,
-                    |rescheduled| {
-                        if rescheduled {
-                            audit(&later, "unchanged")
-                        } else {
-                            audit(&fenced, "fenced")
-                        }
-                    },
+                    |rescheduled| audit(reports.pick(rescheduled)),
                 )
                 .await
                 .context("recording the recheck")?;
-                report = if rescheduled { later } else { fenced };
+                report = reports.into_report(rescheduled);
             }
             // needs_review, and the lookup found no charge that settles it.
             _ => {
                 report.did = "stays in needs_review: the lookup found no charge that settles it; resolve it (attempts resolve)".into();
-                record_unchanged_recheck(&inner.store, &evidence, &audit(&report, "unchanged"))
+                record_unchanged_recheck(&inner.store, &evidence, &audit((&report, "unchanged")))
                     .await
                     .context("recording the recheck")?;
             }
@@ -782,6 +769,44 @@ pub enum RecheckOutcome {
 }
 
 /// What a recheck found and did.
+/// The two reports a recheck's fenced write chooses between once it knows whether it held
+/// the claim: what it `did` (audited as `outcome`), or nothing, someone else having moved
+/// the attempt meanwhile (audited as `fenced`).
+struct WriteReports {
+    did: Recheck,
+    outcome: &'static str,
+    fenced: Recheck,
+}
+
+impl WriteReports {
+    fn new(report: &Recheck, did: Recheck, outcome: &'static str) -> Self {
+        let mut fenced = report.clone();
+        fenced.did = "nothing: someone else moved the attempt meanwhile".into();
+        Self {
+            did,
+            outcome,
+            fenced,
+        }
+    }
+
+    /// The report and its audit outcome, for a write that `applied` or was fenced.
+    fn pick(&self, applied: bool) -> (&Recheck, &'static str) {
+        if applied {
+            (&self.did, self.outcome)
+        } else {
+            (&self.fenced, "fenced")
+        }
+    }
+
+    fn into_report(self, applied: bool) -> Recheck {
+        if applied {
+            self.did
+        } else {
+            self.fenced
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Recheck {
     pub payment_attempt_id: PaymentAttemptId,

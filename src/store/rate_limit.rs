@@ -37,7 +37,38 @@ pub async fn take_tokens(
     want: u32,
     at: Option<OffsetDateTime>,
 ) -> Result<Taken, sqlx::Error> {
-    if let Some(taken) = update_bucket(store, gateway, rate, burst, want, at).await? {
+    // The one atomic take. `avail` — the bucket refilled to now, capped at the burst — is
+    // written out twice (for the grant and for the new balance) because an `UPDATE` cannot
+    // name an expression over the row it locks; both are evaluated on the locked row.
+    let update_bucket = || async move {
+        let row: Option<(i32, f64, OffsetDateTime)> = sqlx::query_as(
+            "WITH clock AS (SELECT COALESCE($5::timestamptz, clock_timestamp()) AS now)
+             UPDATE gateway_rate_buckets b
+                SET granted = LEAST($4::float8, floor(LEAST($3::float8, b.tokens + $2::float8
+                        * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8))))::int,
+                    tokens = LEAST($3::float8, b.tokens + $2::float8
+                        * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8))
+                      - LEAST($4::float8, floor(LEAST($3::float8, b.tokens + $2::float8
+                        * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8)))),
+                    refilled_at = GREATEST(b.refilled_at, clock.now)
+               FROM clock
+              WHERE b.gateway = $1
+             RETURNING b.granted, b.tokens, b.refilled_at",
+        )
+        .bind(gateway)
+        .bind(rate)
+        .bind(burst)
+        .bind(f64::from(want))
+        .bind(at)
+        .fetch_optional(store.pool())
+        .await?;
+        Ok::<_, sqlx::Error>(row.map(|(granted, tokens, at)| Taken {
+            granted: granted.max(0) as u32,
+            tokens,
+            at,
+        }))
+    };
+    if let Some(taken) = update_bucket().await? {
         return Ok(taken);
     }
     sqlx::query(
@@ -50,46 +81,5 @@ pub async fn take_tokens(
     .bind(at)
     .execute(store.pool())
     .await?;
-    update_bucket(store, gateway, rate, burst, want, at)
-        .await?
-        .ok_or(sqlx::Error::RowNotFound)
-}
-
-/// The one atomic take. `avail` — the bucket refilled to now, capped at the burst — is
-/// written out twice (for the grant and for the new balance) because an `UPDATE` cannot
-/// name an expression over the row it locks; both are evaluated on the locked row.
-async fn update_bucket(
-    store: &Store,
-    gateway: &str,
-    rate: f64,
-    burst: f64,
-    want: u32,
-    at: Option<OffsetDateTime>,
-) -> Result<Option<Taken>, sqlx::Error> {
-    let row: Option<(i32, f64, OffsetDateTime)> = sqlx::query_as(
-        "WITH clock AS (SELECT COALESCE($5::timestamptz, clock_timestamp()) AS now)
-         UPDATE gateway_rate_buckets b
-            SET granted = LEAST($4::float8, floor(LEAST($3::float8, b.tokens + $2::float8
-                    * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8))))::int,
-                tokens = LEAST($3::float8, b.tokens + $2::float8
-                    * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8))
-                  - LEAST($4::float8, floor(LEAST($3::float8, b.tokens + $2::float8
-                    * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8)))),
-                refilled_at = GREATEST(b.refilled_at, clock.now)
-           FROM clock
-          WHERE b.gateway = $1
-         RETURNING b.granted, b.tokens, b.refilled_at",
-    )
-    .bind(gateway)
-    .bind(rate)
-    .bind(burst)
-    .bind(f64::from(want))
-    .bind(at)
-    .fetch_optional(store.pool())
-    .await?;
-    Ok(row.map(|(granted, tokens, at)| Taken {
-        granted: granted.max(0) as u32,
-        tokens,
-        at,
-    }))
+    update_bucket().await?.ok_or(sqlx::Error::RowNotFound)
 }

@@ -3,13 +3,11 @@
 
 use std::net::SocketAddr;
 
-use crate::support::{command, intake_record, Served, TestEnv};
+use crate::support::{Served, TestEnv};
 use onecharge::app::Role;
-use onecharge::store::intake::record_batch;
 use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::{json, Value};
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 const TOKEN: &str = "s3cret-admin-token";
@@ -63,29 +61,18 @@ impl Admin {
 /// One pending attempt recorded the way intake records it, moved to `needs_review` (first
 /// sent 10 minutes ago, inside the key window).
 async fn attempt_in_review(env: &TestEnv) -> Uuid {
-    let id = Uuid::new_v4();
-    let body = command(
+    let id = env
+        .record_command(
+            json!({"order_id": "ord_api", "description": null, "requested_at": null}),
+            None,
+        )
+        .await;
+    env.set_attempt(
         id,
-        json!({"order_id": "ord_api", "description": null, "requested_at": null}),
-    );
-    let record = intake_record(&body, &format!("m-{id}"), None);
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &[record],
-        OffsetDateTime::now_utc(),
+        "status = 'needs_review', review_reason = 'lookup inconclusive',
+             first_dispatched_at = now() - interval '10 minutes', created_at = now() - interval '20 minutes'",
     )
-    .await
-    .unwrap();
-    sqlx::query(
-        "UPDATE payment_attempts SET status = 'needs_review', review_reason = 'lookup inconclusive',
-             first_dispatched_at = now() - interval '10 minutes', created_at = now() - interval '20 minutes'
-         WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .execute(env.store.pool())
-    .await
-    .unwrap();
+    .await;
     id
 }
 

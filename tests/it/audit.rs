@@ -2,43 +2,24 @@
 //! what, on which attempts (or dead letter), why and what came of it — and `audit list` /
 //! `GET /api/audit` read it back, newest first.
 
-use std::time::Duration;
-
-use crate::support::{command, intake_record, TestEnv};
+use crate::support::{command_file, TestEnv};
 use onecharge::domain::PaymentAttemptId;
-use onecharge::intake::DlqClass;
 use onecharge::operator::audit::{self, AuditFilter};
-use onecharge::operator::resolve::{resolve, ResolveAs, ResolveError, ResolveRequest};
-use onecharge::operator::{RetryWindow, Via};
-use onecharge::store::intake::record_batch;
+use onecharge::operator::resolve::{ResolveAs, ResolveError, ResolveRequest};
+use onecharge::operator::Via;
 use serde_json::{json, Value};
-use time::OffsetDateTime;
 use uuid::Uuid;
-
-const WAIT: Duration = Duration::from_secs(5);
 
 /// Records one attempt the way intake does and puts it into `needs_review`, never sent.
 pub async fn attempt_in_review(env: &TestEnv, order_id: &str) -> PaymentAttemptId {
-    let attempt = Uuid::new_v4();
-    let body = command(attempt, json!({"order_id": order_id}));
-    let record = intake_record(&body, &format!("m-{attempt}"), Some("corr-audit"));
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &[record],
-        OffsetDateTime::now_utc(),
+    let attempt = env
+        .record_command(json!({"order_id": order_id}), Some("corr-audit"))
+        .await;
+    env.set_attempt(
+        attempt,
+        "status = 'needs_review', review_reason = 'cannot prove whether the customer was charged'",
     )
-    .await
-    .expect("seeded");
-    sqlx::query(
-        "UPDATE payment_attempts SET status = 'needs_review',
-             review_reason = 'cannot prove whether the customer was charged'
-         WHERE payment_attempt_id = $1",
-    )
-    .bind(attempt)
-    .execute(env.store.pool())
-    .await
-    .unwrap();
+    .await;
     attempt.into()
 }
 
@@ -69,19 +50,16 @@ fn declined(reason: &str) -> ResolveRequest {
 async fn a_resolve_writes_one_audit_row_saying_who_what_why_and_on_which_attempt() {
     let env = TestEnv::new().await;
     let id = attempt_in_review(&env, "ord_audit_1").await;
-    let window = RetryWindow::from_settings(&env.settings);
 
-    let resolved = resolve(
-        &env.store,
-        id,
-        &declined("customer's bank confirmed no charge"),
-        "operator:alice",
-        Via::Console,
-        &window,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    let resolved = env
+        .resolve(
+            id,
+            &declined("customer's bank confirmed no charge"),
+            "operator:alice",
+            Via::Console,
+        )
+        .await
+        .unwrap();
 
     let rows = audit_rows(&env).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
@@ -100,17 +78,10 @@ async fn a_resolve_writes_one_audit_row_saying_who_what_why_and_on_which_attempt
     );
 
     // A refused decision (the attempt is no longer in review) writes nothing.
-    let err = resolve(
-        &env.store,
-        id,
-        &declined("again"),
-        "operator:bob",
-        Via::Api,
-        &window,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap_err();
+    let err = env
+        .resolve(id, &declined("again"), "operator:bob", Via::Api)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ResolveError::Refused(_)), "{err}");
     assert_eq!(
         audit_rows(&env).await.len(),
@@ -124,34 +95,12 @@ async fn a_resolve_from_the_command_line_is_audited_and_audit_list_shows_it_filt
     let env = TestEnv::new().await;
     let retried = attempt_in_review(&env, "ord_audit_2").await;
     let other = attempt_in_review(&env, "ord_audit_3").await;
-    let window = RetryWindow::from_settings(&env.settings);
-    resolve(
-        &env.store,
-        other,
-        &declined("someone else"),
-        "operator:zed",
-        Via::Api,
-        &window,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    env.resolve(other, &declined("someone else"), "operator:zed", Via::Api)
+        .await
+        .unwrap();
 
     let id = retried.to_string();
-    let (code, stdout, stderr) = env
-        .cli(
-            &[
-                "attempts",
-                "resolve",
-                &id,
-                "--as",
-                "retry",
-                "--reason",
-                "gateway outage over",
-            ],
-            &[],
-        )
-        .await;
+    let (code, stdout, stderr) = env.cli_resolve(&id, "retry", "gateway outage over").await;
     assert_eq!(code, 0, "{stdout}{stderr}");
 
     let actor = format!("operator:{}", crate::support::env::OPERATOR);
@@ -181,22 +130,12 @@ async fn a_dlq_replay_is_audited_with_the_dead_letter_and_the_new_message_id() {
     let env = TestEnv::new().await;
     let attempt = Uuid::new_v4();
     let intake = env.intake().await;
-    env.publish(
-        "m-audit-dlq",
-        &command(attempt, json!({"currency": "EURO"})),
-    )
-    .await;
-    let report = intake.process_batch(WAIT).await.unwrap();
-    assert_eq!(report.dead_lettered, vec![DlqClass::Invalid]);
-    let sequence = env.dead_letters().await[0].sequence;
+    let sequence = env
+        .dead_letter_invalid(&intake, "m-audit-dlq", attempt)
+        .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let fixed = dir.path().join("fixed.json");
-    std::fs::write(
-        &fixed,
-        serde_json::to_vec(&command(attempt, json!({"currency": "EUR"}))).unwrap(),
-    )
-    .unwrap();
+    let fixed = command_file(dir.path(), attempt, json!({"currency": "EUR"}));
     let (code, stdout, stderr) = env
         .cli(
             &[
@@ -234,21 +173,12 @@ async fn a_dlq_replay_is_audited_with_the_dead_letter_and_the_new_message_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_pages_walk_the_trail_newest_first_without_repeating_a_row() {
     let env = TestEnv::new().await;
-    let window = RetryWindow::from_settings(&env.settings);
     let mut ids = Vec::new();
     for i in 0..5 {
         let id = attempt_in_review(&env, &format!("ord_page_{i}")).await;
-        resolve(
-            &env.store,
-            id,
-            &declined("bulk cleanup"),
-            "admin-api",
-            Via::Api,
-            &window,
-            OffsetDateTime::now_utc(),
-        )
-        .await
-        .unwrap();
+        env.resolve(id, &declined("bulk cleanup"), "admin-api", Via::Api)
+            .await
+            .unwrap();
         ids.push(id);
     }
 

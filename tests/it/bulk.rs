@@ -3,14 +3,14 @@
 //! single-attempt path with its own audit row, plus one row for the bulk action.
 
 use crate::audit::{attempt_in_review, audit_rows};
-use crate::support::{command, intake_record, TestEnv};
+use crate::support::{orders, TestEnv};
 use onecharge::domain::PaymentAttemptId;
-use onecharge::operator::bulk::{bulk, BulkAction, BulkError, BulkFilter, BulkRequest, BULK_CAP};
+use onecharge::operator::bulk::{
+    bulk, BulkAction, BulkError, BulkFilter, BulkOutcome, BulkRequest, BULK_CAP,
+};
 use onecharge::operator::{RetryWindow, Via};
-use onecharge::store::intake::record_batch;
-use serde_json::json;
-use time::OffsetDateTime;
-use uuid::Uuid;
+use onecharge::reconciler::Reconciler;
+use onecharge::store::Store;
 
 fn retry(order_id: Option<&str>, preview: bool, max: Option<usize>) -> BulkRequest {
     BulkRequest {
@@ -23,6 +23,30 @@ fn retry(order_id: Option<&str>, preview: bool, max: Option<usize>) -> BulkReque
         preview,
         max,
     }
+}
+
+/// [`bulk`] as `operator:alice` through `via`.
+async fn bulk_as_alice(
+    store: &Store,
+    reconciler: Option<&Reconciler>,
+    request: &BulkRequest,
+    via: Via,
+    window: &RetryWindow,
+) -> Result<BulkOutcome, BulkError> {
+    bulk(store, reconciler, request, "operator:alice", via, window).await
+}
+
+/// `onecharge attempts bulk-retry` of the order `ord_bulk_cli`, with `last` arguments.
+async fn bulk_retry_cli(env: &TestEnv, last: &[&str]) -> (i32, String, String) {
+    let order = [
+        "attempts",
+        "bulk-retry",
+        "--order-id",
+        "ord_bulk_cli",
+        "--reason",
+        "outage over",
+    ];
+    env.cli(&[&order[..], last].concat(), &[]).await
 }
 
 async fn statuses(env: &TestEnv, ids: &[PaymentAttemptId]) -> Vec<String> {
@@ -49,11 +73,10 @@ async fn a_bulk_preview_counts_and_lists_the_matching_attempts_and_acts_on_nothi
     }
     attempt_in_review(&env, "ord_other").await;
 
-    let preview = bulk(
+    let preview = bulk_as_alice(
         &env.store,
         None,
         &retry(Some("ord_bulk_outage"), true, None),
-        "operator:alice",
         Via::Console,
         &window,
     )
@@ -84,11 +107,10 @@ async fn a_bulk_retry_resolves_each_match_as_retry_and_audits_each_and_the_whole
     }
     let untouched = attempt_in_review(&env, "ord_other").await;
 
-    let outcome = bulk(
+    let outcome = bulk_as_alice(
         &env.store,
         None,
         &retry(Some("ord_bulk_retry"), false, Some(3)),
-        "operator:alice",
         Via::Api,
         &window,
     )
@@ -135,11 +157,10 @@ async fn a_bulk_set_larger_than_the_callers_max_is_refused_whole() {
         ids.push(attempt_in_review(&env, "ord_bulk_max").await);
     }
 
-    let err = bulk(
+    let err = bulk_as_alice(
         &env.store,
         None,
         &retry(None, false, Some(2)),
-        "operator:alice",
         Via::Cli,
         &window,
     )
@@ -155,35 +176,17 @@ async fn a_bulk_set_larger_than_the_callers_max_is_refused_whole() {
 async fn a_bulk_set_larger_than_the_cap_is_refused_even_without_a_max_and_even_as_a_preview() {
     let env = TestEnv::new().await;
     let window = RetryWindow::from_settings(&env.settings);
-    let records: Vec<_> = (0..=BULK_CAP)
-        .map(|i| {
-            let attempt = Uuid::new_v4();
-            intake_record(
-                &command(attempt, json!({"order_id": format!("ord_cap_{i}")})),
-                &format!("m-cap-{attempt}"),
-                None,
-            )
-        })
-        .collect();
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &records,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    env.record(&orders(BULK_CAP + 1, "cap")).await;
     sqlx::query("UPDATE payment_attempts SET status = 'needs_review', review_reason = 'outage'")
         .execute(env.store.pool())
         .await
         .unwrap();
 
     for preview in [true, false] {
-        let err = bulk(
+        let err = bulk_as_alice(
             &env.store,
             None,
             &retry(None, preview, None),
-            "operator:alice",
             Via::Cli,
             &window,
         )
@@ -214,20 +217,7 @@ async fn bulk_retry_from_the_command_line_dry_run_lists_and_the_real_run_acts() 
     let env = TestEnv::new().await;
     let id = attempt_in_review(&env, "ord_bulk_cli").await;
 
-    let (code, stdout, stderr) = env
-        .cli(
-            &[
-                "attempts",
-                "bulk-retry",
-                "--order-id",
-                "ord_bulk_cli",
-                "--reason",
-                "outage over",
-                "--dry-run",
-            ],
-            &[],
-        )
-        .await;
+    let (code, stdout, stderr) = bulk_retry_cli(&env, &["--dry-run"]).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("1 attempt match") && stdout.contains(&id.to_string()),
@@ -235,21 +225,7 @@ async fn bulk_retry_from_the_command_line_dry_run_lists_and_the_real_run_acts() 
     );
     assert_eq!(statuses(&env, &[id]).await, vec!["needs_review"]);
 
-    let (code, stdout, stderr) = env
-        .cli(
-            &[
-                "attempts",
-                "bulk-retry",
-                "--order-id",
-                "ord_bulk_cli",
-                "--reason",
-                "outage over",
-                "--max",
-                "1",
-            ],
-            &[],
-        )
-        .await;
+    let (code, stdout, stderr) = bulk_retry_cli(&env, &["--max", "1"]).await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("1 retried"), "{stdout}");
     assert_eq!(statuses(&env, &[id]).await, vec!["pending"]);
@@ -291,28 +267,14 @@ async fn a_bulk_recheck_settles_every_unknown_attempt_the_gateway_charged_and_au
         max: Some(2),
     };
 
-    let refused = bulk(
-        &h.store,
-        None,
-        &request,
-        "operator:alice",
-        Via::Api,
-        &window,
-    )
-    .await
-    .unwrap_err();
+    let refused = bulk_as_alice(&h.store, None, &request, Via::Api, &window)
+        .await
+        .unwrap_err();
     assert!(matches!(refused, BulkError::Unavailable(_)), "{refused}");
 
-    let outcome = bulk(
-        &h.store,
-        Some(&h.reconciler()),
-        &request,
-        "operator:alice",
-        Via::Api,
-        &window,
-    )
-    .await
-    .unwrap();
+    let outcome = bulk_as_alice(&h.store, Some(&h.reconciler()), &request, Via::Api, &window)
+        .await
+        .unwrap();
 
     assert_eq!(outcome.matched, 2);
     assert!(

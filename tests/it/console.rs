@@ -5,16 +5,14 @@
 
 use std::net::SocketAddr;
 
-use crate::support::{command, intake_record, TestEnv};
+use crate::support::{command, TestEnv};
 use onecharge::app::{Application, Role};
 use onecharge::config::{OperatorRole, OperatorSetting, Settings};
 use onecharge::console::access::token_sha256;
-use onecharge::store::intake::record_batch;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::json;
-use time::OffsetDateTime;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -151,21 +149,11 @@ fn csrf_of(page: &str) -> String {
 
 /// One attempt recorded as intake records it, for `order_id`.
 async fn attempt(env: &TestEnv, order_id: &str) -> Uuid {
-    let id = Uuid::new_v4();
-    let body = command(
-        id,
+    env.record_command(
         json!({"order_id": order_id, "description": null, "requested_at": null}),
-    );
-    let record = intake_record(&body, &format!("m-{id}"), None);
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &[record],
-        OffsetDateTime::now_utc(),
+        None,
     )
     .await
-    .unwrap();
-    id
 }
 
 /// An attempt in `needs_review`, first sent 10 minutes ago (inside the key window).
@@ -584,14 +572,9 @@ async fn a_dead_letter_corrected_in_the_console_is_replayed_and_audited() {
     let env = TestEnv::with_settings(with_operators).await;
     let attempt = Uuid::new_v4();
     let intake = env.intake().await;
-    let body = command(attempt, json!({"currency": "EURO"}));
-    env.publish("m-console-replay", &body).await;
-    let report = intake
-        .process_batch(std::time::Duration::from_secs(2))
-        .await
-        .unwrap();
-    assert_eq!(report.dead_lettered.len(), 1);
-    let sequence = env.dead_letters().await[0].sequence;
+    let sequence = env
+        .dead_letter_invalid(&intake, "m-console-replay", attempt)
+        .await;
     let console = Console::start(&env).await;
     let ada = console.browser(OPERATOR_TOKEN).await;
 
@@ -644,20 +627,9 @@ async fn recheck_now_settles_an_unknown_attempt_the_gateway_charged_and_audits_i
     h.executor().run_once().await.unwrap();
     let id = command.payment_attempt_id;
     assert_eq!(h.attempt(id).await.status, "unknown");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = onecharge::admin::AdminState {
-        store: h.store.clone(),
-        broker: h.broker().await,
-        metrics: onecharge::metrics::install(),
-        admin_token: None,
-        gateway_health: None,
-        retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
-        reconciler: Some(h.reconciler()),
-        console: Default::default(),
-    };
-    let stop = CancellationToken::new();
-    let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
+    let reconciler = h.reconciler();
+    let admin = h.serve_admin(None, Some(reconciler)).await;
+    let addr = admin.addr;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -700,6 +672,5 @@ async fn recheck_now_settles_an_unknown_attempt_the_gateway_charged_and_audits_i
     .await
     .unwrap();
     assert_eq!(audited, 1);
-    stop.cancel();
-    admin.await.unwrap().unwrap();
+    admin.stop().await;
 }

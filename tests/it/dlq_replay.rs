@@ -2,14 +2,10 @@
 //! through the built binary exactly as an operator types it.
 
 use std::path::Path;
-use std::time::Duration;
 
-use crate::support::{command, commands_stream, TestEnv};
-use onecharge::intake::DlqClass;
+use crate::support::{command, command_file, commands_stream, TestEnv};
 use serde_json::json;
 use uuid::Uuid;
-
-const WAIT: Duration = Duration::from_secs(5);
 
 /// Runs `onecharge dlq replay <args>`; its exit code and its stderr, which every answer
 /// here says in one line.
@@ -36,11 +32,9 @@ async fn refused_replay_from_file(env: &TestEnv, sequence: &str, body: &Path) ->
 /// A dead-lettered invalid command; returns its dead-letter sequence.
 async fn one_dead_letter(env: &TestEnv, attempt: Uuid) -> String {
     let intake = env.intake().await;
-    env.publish("m-replay", &command(attempt, json!({"currency": "EURO"})))
-        .await;
-    let report = intake.process_batch(WAIT).await.unwrap();
-    assert_eq!(report.dead_lettered, vec![DlqClass::Invalid]);
-    env.dead_letters().await[0].sequence.to_string()
+    env.dead_letter_invalid(&intake, "m-replay", attempt)
+        .await
+        .to_string()
 }
 
 async fn commands_on_stream(env: &TestEnv) -> u64 {
@@ -93,12 +87,7 @@ async fn a_replay_with_no_command_stream_says_so_in_one_line() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let body = dir.path().join("fixed.json");
-    std::fs::write(
-        &body,
-        serde_json::to_vec(&command(Uuid::new_v4(), json!({}))).unwrap(),
-    )
-    .unwrap();
+    let body = command_file(dir.path(), Uuid::new_v4(), json!({}));
 
     let (code, stderr) = replay_from_file(&env, &sequence, &body).await;
 

@@ -160,10 +160,7 @@ async fn a_stored_outcome_replayed_with_200_settles_as_its_body_says() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_409_in_progress_is_retried_soon_with_the_same_key_and_charges_once() {
     let h = Harness::with_faults(FaultConfig {
-        latency: Latency {
-            fixed_ms: 400,
-            jitter_ms: 0,
-        },
+        latency: Latency::fixed(400),
         ..FaultConfig::default()
     })
     .await;
@@ -651,30 +648,19 @@ async fn a_401_pauses_every_gateway_call_keeps_attempts_pending_and_consumes_no_
     }
 
     // readiness says why
-    let broker = h.broker().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = onecharge::admin::AdminState {
-        store: h.store.clone(),
-        broker,
-        metrics: onecharge::metrics::install(),
-        admin_token: None,
-        gateway_health: Some(misconfigured.health().clone()),
-        retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
-        console: Default::default(),
-        reconciler: None,
-    };
-    let stop = CancellationToken::new();
-    let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
-    let readyz = reqwest::get(format!("http://{addr}/readyz")).await.unwrap();
+    let admin = h
+        .serve_admin(Some(misconfigured.health().clone()), None)
+        .await;
+    let readyz = reqwest::get(format!("http://{}/readyz", admin.addr))
+        .await
+        .unwrap();
     assert_eq!(readyz.status(), 503);
     assert!(readyz
         .text()
         .await
         .unwrap()
         .contains("gateway rejected the API key"));
-    stop.cancel();
-    admin.await.unwrap().unwrap();
+    admin.stop().await;
 
     // one probe per interval
     h.advance(h.settings.executor.credentials_probe_interval)
@@ -801,10 +787,7 @@ async fn the_last_allowed_try_hands_the_attempt_to_the_reconciler() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_the_gateway_call_in_hand() {
     let h = Harness::with_faults(FaultConfig {
-        latency: Latency {
-            fixed_ms: 300,
-            jitter_ms: 0,
-        },
+        latency: Latency::fixed(300),
         ..FaultConfig::default()
     })
     .await;
@@ -1241,17 +1224,7 @@ async fn a_maximum_command_age_of_zero_lets_an_old_command_be_charged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_409_while_the_gateway_is_still_processing_consumes_no_try_and_the_attempt_ends_succeeded(
 ) {
-    let h = Harness::with(
-        MockConfig {
-            slow_charge_for: Duration::from_secs(600),
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_request_timeout = Duration::from_millis(300);
-            s.executor.max_tries = 2;
-        },
-    )
-    .await;
+    let h = Harness::still_processing(|s| s.executor.max_tries = 2).await;
     let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
     let executor = h.executor();
     // The call times out.
@@ -1321,16 +1294,10 @@ async fn a_404_from_a_wrong_gateway_url_pauses_calls_and_the_attempts_stay_retry
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_still_in_hand_after_the_shutdown_timeout_is_abandoned_in_flight_and_the_reconciler_settles_it(
 ) {
-    let h = Harness::with(
-        MockConfig {
-            slow_charge_for: Duration::from_secs(600),
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_request_timeout = Duration::from_secs(5);
-            s.shutdown_timeout = Duration::from_millis(100);
-        },
-    )
+    let h = Harness::still_processing(|s| {
+        s.gateway_request_timeout = Duration::from_secs(5);
+        s.shutdown_timeout = Duration::from_millis(100);
+    })
     .await;
     let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
     let running = stop_with_the_charge_in_hand(&h).await;

@@ -52,11 +52,8 @@ async fn the_same_message_in_the_hands_of_two_instances_records_one_attempt_and_
         outcomes,
         vec![DeliveryOutcome::Duplicate, DeliveryOutcome::Processed]
     );
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        1
-    );
+    assert_eq!(env.attempt_rows().await, 1);
+    assert_eq!(env.dedupe_rows().await, 1);
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
@@ -79,14 +76,8 @@ async fn racing_transactions_for_one_message_are_decided_by_the_unique_key() {
         pair.sort();
         assert_eq!(pair, ["duplicate", "processed"]);
     }
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM payment_attempts").await,
-        20
-    );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        20
-    );
+    assert_eq!(env.attempt_rows().await, 20);
+    assert_eq!(env.dedupe_rows().await, 20);
 }
 
 #[tokio::test]
@@ -112,11 +103,8 @@ async fn redelivery_after_commit_without_ack_is_a_duplicate_and_records_nothing_
         .unwrap();
 
     assert_eq!(report.outcomes, vec![DeliveryOutcome::Duplicate]);
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        1
-    );
+    assert_eq!(env.attempt_rows().await, 1);
+    assert_eq!(env.dedupe_rows().await, 1);
     assert_eq!(
         env.scalar("SELECT count(*) FROM attempt_transitions").await,
         1
@@ -144,11 +132,8 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
     let first = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(first.outcomes.len(), 1);
     assert_eq!(first.outcomes[0].label(), "transient");
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        0
-    );
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+    assert_eq!(env.dedupe_rows().await, 0);
+    assert_eq!(env.attempt_rows().await, 0);
 
     sqlx::query("DROP TRIGGER fail_attempts ON payment_attempts")
         .execute(env.store.pool())
@@ -162,7 +147,7 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
             .await,
         1
     );
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
     assert!(env.dead_letters().await.is_empty());
 }
 
@@ -194,7 +179,7 @@ async fn one_message_the_database_rejects_does_not_poison_its_batch() {
 
     assert_eq!(report.count("processed"), 2);
     assert_eq!(report.count("permanent"), 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 2);
+    assert_eq!(env.attempt_rows().await, 2);
     assert_eq!(
         env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'poison'")
             .await,
@@ -306,11 +291,8 @@ async fn every_kind_of_invalid_input_is_dead_lettered_with_its_reason_and_writes
             .unwrap()
             .ends_with("payments.commands.charge-payment.v1"));
     }
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        0
-    );
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+    assert_eq!(env.dedupe_rows().await, 0);
+    assert_eq!(env.attempt_rows().await, 0);
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
@@ -341,7 +323,7 @@ async fn a_business_duplicate_is_one_attempt_and_conflicting_parameters_are_dead
         .await,
         1999
     );
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
     assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'retry-new-id' AND result = 'business_duplicate'").await, 1);
     assert_eq!(
         env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'conflict'")
@@ -362,7 +344,7 @@ async fn a_business_duplicate_is_one_attempt_and_conflicting_parameters_are_dead
     .await;
     let later = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(later.dead_lettered, vec![DlqClass::Conflict]);
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
 }
 
 #[tokio::test]
@@ -405,11 +387,8 @@ async fn a_reused_message_id_with_a_different_body_is_dead_lettered_and_never_ch
     assert!(header(&dlq[0], "Dlq-Reason")
         .unwrap()
         .contains("different body"));
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        1
-    );
+    assert_eq!(env.attempt_rows().await, 1);
+    assert_eq!(env.dedupe_rows().await, 1);
 }
 
 #[tokio::test]
@@ -434,7 +413,7 @@ async fn while_the_database_is_down_messages_are_nakd_and_processed_once_it_is_b
     let after = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
     assert!(env.dead_letters().await.is_empty());
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
@@ -463,10 +442,7 @@ async fn the_last_allowed_delivery_of_a_transient_failure_is_dead_lettered_as_ex
     assert!(header(&dlq[0], "Dlq-Reason")
         .unwrap()
         .contains("database unavailable"));
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        0
-    );
+    assert_eq!(env.dedupe_rows().await, 0);
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
@@ -508,16 +484,13 @@ async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
     eventually(
         "intake records the burst",
         Duration::from_secs(20),
-        || async { env.scalar("SELECT count(*) FROM processed_messages").await >= 100 },
+        || async { env.dedupe_rows().await >= 100 },
     )
     .await;
     shutdown.cancel();
     running.await.unwrap().unwrap();
 
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM payment_attempts").await,
-        100
-    );
+    assert_eq!(env.attempt_rows().await, 100);
     eventually(
         "the acks reach the broker",
         Duration::from_secs(5),
@@ -556,7 +529,7 @@ async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as
         assert!(!after.outcomes.is_empty(), "both messages come back");
         processed += after.count("processed");
     }
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 2);
+    assert_eq!(env.attempt_rows().await, 2);
     assert!(env.dead_letters().await.is_empty());
 }
 
@@ -596,7 +569,7 @@ async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message(
         .unwrap();
     let after = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
     restricted.pool().close().await;
     sqlx::raw_sql(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role};"))
         .execute(env.store.pool())
@@ -642,7 +615,7 @@ async fn a_dead_letter_that_cannot_be_stored_on_the_last_delivery_is_kept_until_
     assert_eq!(dlq.len(), 1);
     assert_eq!(header(&dlq[0], "Dlq-Delivery-Count").as_deref(), Some("4"));
     assert_eq!(env.consumer_backlog().await, (0, 0));
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+    assert_eq!(env.attempt_rows().await, 0);
 }
 
 #[tokio::test]
@@ -741,7 +714,7 @@ async fn a_command_an_operator_set_limit_ends_without_a_dead_letter_is_counted_a
             == r#"onecharge_intake_messages_lost_total{consumer="intake-lost-count",reason="dead_letter_failed_on_last_delivery"} 1"#),
         "{rendered}"
     );
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 0);
+    assert_eq!(env.attempt_rows().await, 0);
 }
 
 #[tokio::test]

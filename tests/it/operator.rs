@@ -5,14 +5,15 @@
 use std::time::Duration;
 
 use crate::support::{
-    command, commands_stream, edit_stream, eventually, header, intake_record, Served, TestEnv,
+    command, command_file, commands_stream, edit_stream, eventually, header, intake_record, Served,
+    TestEnv,
 };
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
 use onecharge::operator::purge::{purge_once, PurgeRefused};
 use onecharge::operator::resolve::{resolve, ResolveAs, ResolveError, ResolveRequest};
-use onecharge::operator::RetryWindow;
-use onecharge::store::intake::{record_batch, IntakeRecord, Recorded};
+use onecharge::operator::{RetryWindow, Via};
+use onecharge::store::intake::{IntakeRecord, Recorded};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -36,14 +37,7 @@ async fn seed(env: &TestEnv, n: usize) -> Vec<PaymentAttemptId> {
     let records: Vec<IntakeRecord> = (0..n)
         .map(|i| record(Uuid::new_v4(), &format!("seed-{i}-{}", Uuid::new_v4())))
         .collect();
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &records,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .expect("seeded");
+    env.record(&records).await;
     records
         .iter()
         .map(|r| r.command.payment_attempt_id)
@@ -120,19 +114,16 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
     let env = TestEnv::new().await;
     let ids = seed(&env, 1).await;
     let pending = ids[0];
-    let window = RetryWindow::from_settings(&env.settings);
 
-    let err = resolve(
-        &env.store,
-        pending,
-        &request(ResolveAs::Declined, None),
-        "operator:t",
-        onecharge::operator::Via::Cli,
-        &window,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap_err();
+    let err = env
+        .resolve(
+            pending,
+            &request(ResolveAs::Declined, None),
+            "operator:t",
+            Via::Cli,
+        )
+        .await
+        .unwrap_err();
     assert!(matches!(err, ResolveError::Refused(_)), "{err:?}");
     assert!(
         err.to_string().contains("is pending, not needs_review"),
@@ -141,20 +132,7 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
 
     // the same through the binary: a runtime refusal, exit 1, one line
     let id = pending.to_string();
-    let (code, stdout, stderr) = cli(
-        &env,
-        &[
-            "attempts",
-            "resolve",
-            &id,
-            "--as",
-            "retry",
-            "--reason",
-            "try again",
-        ],
-        &[],
-    )
-    .await;
+    let (code, stdout, stderr) = env.cli_resolve(&id, "retry", "try again").await;
     assert_eq!(code, 1, "stdout: {stdout} stderr: {stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
@@ -173,17 +151,15 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
     assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 0);
 
     let unknown = PaymentAttemptId::random();
-    let err = resolve(
-        &env.store,
-        unknown,
-        &request(ResolveAs::Declined, None),
-        "operator:t",
-        onecharge::operator::Via::Cli,
-        &window,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap_err();
+    let err = env
+        .resolve(
+            unknown,
+            &request(ResolveAs::Declined, None),
+            "operator:t",
+            Via::Cli,
+        )
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, ResolveError::NotFound(id) if id == unknown),
         "{err:?}"
@@ -198,20 +174,9 @@ async fn resolving_as_succeeded_records_the_charge_the_reason_the_os_user_and_on
     let id_text = id.to_string();
 
     // --as succeeded without the charge id is a usage error: exit 2, nothing changes
-    let (code, _, stderr) = cli(
-        &env,
-        &[
-            "attempts",
-            "resolve",
-            &id_text,
-            "--as",
-            "succeeded",
-            "--reason",
-            "seen in dashboard",
-        ],
-        &[],
-    )
-    .await;
+    let (code, _, stderr) = env
+        .cli_resolve(&id_text, "succeeded", "seen in dashboard")
+        .await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--gateway-charge-id"), "{stderr}");
     assert_eq!(env.status(id).await, "needs_review");
@@ -271,14 +236,7 @@ async fn resolving_as_succeeded_records_the_charge_the_reason_the_os_user_and_on
         .contains("seen in dashboard"));
 
     // resolving again is refused: it is final now
-    let (code, _, stderr) = cli(
-        &env,
-        &[
-            "attempts", "resolve", &id_text, "--as", "declined", "--reason", "oops",
-        ],
-        &[],
-    )
-    .await;
+    let (code, _, stderr) = env.cli_resolve(&id_text, "declined", "oops").await;
     assert_eq!(code, 1);
     assert!(
         stderr.contains("is succeeded, not needs_review") && stderr.contains("final"),
@@ -292,22 +250,19 @@ async fn resolving_as_declined_settles_the_attempt_with_a_declined_event() {
     let env = TestEnv::new().await;
     let id = seed(&env, 1).await[0];
     put_in_review(&env, id, Some("30 minutes"), "40 minutes").await;
-    let window = RetryWindow::from_settings(&env.settings);
 
-    let resolved = resolve(
-        &env.store,
-        id,
-        &ResolveRequest {
-            decline_code: Some("card_declined".into()),
-            ..request(ResolveAs::Declined, None)
-        },
-        "operator:alice",
-        onecharge::operator::Via::Cli,
-        &window,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    let resolved = env
+        .resolve(
+            id,
+            &ResolveRequest {
+                decline_code: Some("card_declined".into()),
+                ..request(ResolveAs::Declined, None)
+            },
+            "operator:alice",
+            Via::Cli,
+        )
+        .await
+        .unwrap();
 
     assert_eq!(resolved.status, AttemptStatus::Declined);
     let row: (String, Option<String>) = sqlx::query_as(
@@ -399,19 +354,16 @@ async fn a_retry_outside_the_key_window_is_refused_saying_it_could_charge_twice(
     .await;
     // first sent 30m ago, but recorded 2h ago: past executor.max_age (1h)
     put_in_review(&env, too_old, Some("30 minutes"), "2 hours").await;
-    let window = RetryWindow::from_settings(&env.settings);
 
-    let err = resolve(
-        &env.store,
-        forgotten,
-        &request(ResolveAs::Retry, None),
-        "operator:t",
-        onecharge::operator::Via::Cli,
-        &window,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap_err();
+    let err = env
+        .resolve(
+            forgotten,
+            &request(ResolveAs::Retry, None),
+            "operator:t",
+            Via::Cli,
+        )
+        .await
+        .unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, ResolveError::Refused(_)));
     assert!(
@@ -422,20 +374,7 @@ async fn a_retry_outside_the_key_window_is_refused_saying_it_could_charge_twice(
     );
 
     let id = too_old.to_string();
-    let (code, _, stderr) = cli(
-        &env,
-        &[
-            "attempts",
-            "resolve",
-            &id,
-            "--as",
-            "retry",
-            "--reason",
-            "gateway was down",
-        ],
-        &[],
-    )
-    .await;
+    let (code, _, stderr) = env.cli_resolve(&id, "retry", "gateway was down").await;
     assert_eq!(code, 1);
     assert!(stderr.contains("past executor.max_age"), "{stderr}");
 
@@ -649,15 +588,11 @@ async fn show_json_has_the_attempt_with_its_transitions_gateway_calls_and_events
     )
     .await;
     put_in_review(&env, id, Some("10 minutes"), "11 minutes").await;
-    let window = RetryWindow::from_settings(&env.settings);
-    resolve(
-        &env.store,
+    env.resolve(
         id,
         &request(ResolveAs::Succeeded, Some("ch_found")),
         "operator:carol",
-        onecharge::operator::Via::Cli,
-        &window,
-        OffsetDateTime::now_utc(),
+        Via::Cli,
     )
     .await
     .unwrap();
@@ -715,14 +650,7 @@ async fn seed_dedupe_rows(env: &TestEnv, n: usize, aged: usize) -> Vec<IntakeRec
     let records: Vec<IntakeRecord> = (0..n)
         .map(|i| record(Uuid::new_v4(), &format!("purge-{i:03}")))
         .collect();
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &records,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    env.record(&records).await;
     let old: Vec<String> = records[..aged]
         .iter()
         .map(|r| r.message_id.clone())
@@ -760,10 +688,7 @@ async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_
             .contains("purge.dedupe_retention (1day) is shorter than the max_age (7days)"),
         "{refused}"
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        3
-    );
+    assert_eq!(env.dedupe_rows().await, 3);
 
     let (code, _, stderr) = cli(
         &env,
@@ -776,10 +701,7 @@ async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_
         stderr.contains("purge refused") && stderr.contains("processed again"),
         "{stderr}"
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        3
-    );
+    assert_eq!(env.dedupe_rows().await, 3);
 
     // a stream that keeps messages without an age limit gives no bound at all
     edit_stream(&env.broker, &env.broker.names.commands_stream(), |config| {
@@ -789,10 +711,7 @@ async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_
     let (code, _, stderr) = cli(&env, &["purge"], &[]).await;
     assert_eq!(code, 1);
     assert!(stderr.contains("without an age limit"), "{stderr}");
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        3
-    );
+    assert_eq!(env.dedupe_rows().await, 3);
 }
 
 #[tokio::test]
@@ -817,20 +736,14 @@ async fn purge_deletes_rows_past_retention_in_batches_and_keeps_newer_ones_and_d
         (dry.expired, dry.deleted, dry.batches, dry.kept),
         (23, 0, 0, 2)
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        25
-    );
+    assert_eq!(env.dedupe_rows().await, 25);
     let (code, stdout, _) = cli(&env, &["purge", "--dry-run"], &[]).await;
     assert_eq!(code, 0);
     assert!(
         stdout.starts_with("dry run: 23 dedupe rows") && stdout.contains("nothing was deleted"),
         "{stdout}"
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages").await,
-        25
-    );
+    assert_eq!(env.dedupe_rows().await, 25);
 
     let report = purge_once(
         &env.store,
@@ -853,11 +766,7 @@ async fn purge_deletes_rows_past_retention_in_batches_and_keeps_newer_ones_and_d
             .await
             .unwrap();
     assert_eq!(left, vec!["purge-023".to_owned(), "purge-024".to_owned()]);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM payment_attempts").await,
-        25,
-        "attempts are never purged"
-    );
+    assert_eq!(env.attempt_rows().await, 25, "attempts are never purged");
     drop(records);
 }
 
@@ -878,18 +787,11 @@ async fn a_command_whose_dedupe_row_was_purged_is_stopped_by_the_attempts_table(
     assert_eq!(report.deleted, 1);
 
     // the same message again (a replay from the stream): no dedupe row any more…
-    let again = record_batch(
-        &env.store,
-        "onecharge-intake",
-        &records,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    let again = env.record(&records).await;
 
     // …but the attempt with the same payment_attempt_id makes it a business duplicate
     assert_eq!(again, vec![Recorded::BusinessDuplicate]);
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
     assert_eq!(
         env.scalar("SELECT count(*) FROM attempt_transitions").await,
         1
@@ -903,7 +805,7 @@ async fn serve_runs_the_purge_role_on_its_own() {
     let served = Served::start(&env.settings, &[onecharge::app::Role::Purge]).await;
 
     eventually("the purge role purges", Duration::from_secs(10), || async {
-        env.scalar("SELECT count(*) FROM processed_messages").await == 1
+        env.dedupe_rows().await == 1
     })
     .await;
     served.stop().await;
@@ -914,13 +816,8 @@ async fn a_dead_lettered_invalid_command_replayed_with_a_corrected_body_becomes_
     let env = TestEnv::new().await;
     let intake = env.intake().await;
     let attempt = Uuid::new_v4();
-    env.publish(
-        "m-bad-currency",
-        &command(attempt, json!({"currency": "EURO"})),
-    )
-    .await;
-    let report = intake.process_batch(WAIT).await.unwrap();
-    assert_eq!(report.dead_lettered, vec![DlqClass::Invalid]);
+    env.dead_letter_invalid(&intake, "m-bad-currency", attempt)
+        .await;
 
     let (code, stdout, stderr) = cli(&env, &["dlq", "list", "--json"], &[]).await;
     assert_eq!(code, 0, "{stderr}");
@@ -953,12 +850,7 @@ async fn a_dead_lettered_invalid_command_replayed_with_a_corrected_body_becomes_
     assert!(stderr.contains("--body-file"), "{stderr}");
 
     let dir = tempfile::tempdir().unwrap();
-    let fixed = dir.path().join("fixed.json");
-    std::fs::write(
-        &fixed,
-        serde_json::to_vec(&command(attempt, json!({"currency": "EUR"}))).unwrap(),
-    )
-    .unwrap();
+    let fixed = command_file(dir.path(), attempt, json!({"currency": "EUR"}));
     let fixed = fixed.to_str().unwrap();
     let (code, stdout, stderr) =
         cli(&env, &["dlq", "replay", &seq, "--body-file", fixed], &[]).await;
@@ -1032,7 +924,7 @@ async fn a_conflict_replayed_unchanged_keeps_its_original_message_id() {
         stderr.contains("Nats-Msg-Id m-other-amount") && stderr.contains("duplicate"),
         "{stderr}"
     );
-    assert_eq!(env.scalar("SELECT count(*) FROM payment_attempts").await, 1);
+    assert_eq!(env.attempt_rows().await, 1);
     let (code, _, stderr) = cli(&env, &["dlq", "replay", "999"], &[]).await;
     assert_eq!(code, 1);
     assert!(
@@ -1057,14 +949,7 @@ async fn human_output_shows_control_characters_from_producers_escaped() {
     hostile.command.customer_id = "cus\r\u{1b}[1A".into();
     hostile.command.payment_method = "pm\u{9b}31m".into();
     hostile.command.description = Some("desc\u{1b}[5m".into());
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &[hostile],
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    env.record(&[hostile]).await;
     put_in_review(&env, id.into(), Some("10 minutes"), "20 minutes").await;
     exec(
         &env,

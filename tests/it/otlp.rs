@@ -100,7 +100,7 @@ async fn serve_intake_until_one_command_is_recorded(env: &TestEnv, otlp_endpoint
     let child = cmd.spawn().expect("start onecharge serve");
 
     let deadline = Instant::now() + Duration::from_secs(30);
-    while env.scalar("SELECT count(*) FROM processed_messages").await < 1 {
+    while env.dedupe_rows().await < 1 {
         assert!(
             Instant::now() < deadline,
             "intake did not record the command in 30 s"

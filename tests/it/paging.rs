@@ -4,35 +4,17 @@
 
 use std::collections::HashSet;
 
-use crate::support::{command, intake_record, TestEnv};
+use crate::support::{orders, TestEnv};
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::attempts::{self, AttemptFilter};
 use onecharge::operator::RetryWindow;
-use onecharge::store::intake::record_batch;
-use serde_json::{json, Value};
+use serde_json::Value;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 /// Records `n` attempts all at one instant; returns their ids.
 async fn seed_at_one_instant(env: &TestEnv, n: usize) -> Vec<PaymentAttemptId> {
-    let records: Vec<_> = (0..n)
-        .map(|i| {
-            let attempt = Uuid::new_v4();
-            intake_record(
-                &command(attempt, json!({"order_id": format!("ord_same_{i}")})),
-                &format!("m-page-{attempt}"),
-                None,
-            )
-        })
-        .collect();
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &records,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    let records = orders(n, "same");
+    env.record(&records).await;
     sqlx::query("UPDATE payment_attempts SET created_at = '2026-12-01T12:00:00Z'")
         .execute(env.store.pool())
         .await

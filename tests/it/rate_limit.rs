@@ -275,11 +275,7 @@ async fn two_limiters_on_one_database_never_hand_out_more_than_burst_plus_rate_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_limit_of_five_a_second_one_executor_step_sends_at_most_five_of_twenty_due() {
-    let harness = Harness::with(Default::default(), |settings| {
-        settings.gateway_max_rate = 5.0;
-        settings.gateway_rate_burst = 5;
-    })
-    .await;
+    let harness = Harness::with_rate_limit(5.0, 5).await;
     let seeded = harness.seed_many(&["pm_card_visa"; 20]).await;
     assert_eq!(seeded.len(), 20);
     let report = harness.executor().run_once().await.unwrap();
@@ -320,11 +316,7 @@ async fn an_executor_without_a_limit_never_touches_the_bucket_table() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emptied_bucket_makes_the_executor_and_the_reconciler_wait_without_claiming() {
-    let harness = Harness::with(Default::default(), |settings| {
-        settings.gateway_max_rate = 0.01;
-        settings.gateway_rate_burst = 1;
-    })
-    .await;
+    let harness = Harness::with_rate_limit(0.01, 1).await;
     harness.seed_many(&["pm_card_visa"; 2]).await;
     let executor = harness.executor();
     let first = executor.run_once().await.unwrap();

@@ -9,7 +9,6 @@ use onecharge::operator::audit::{self, AuditFilter};
 use onecharge::operator::recheck::{recheck, RecheckError};
 use onecharge::operator::Via;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// Seeds an attempt and lets the executor take it to `unknown` through `payment_method`'s
 /// fault.
@@ -36,11 +35,8 @@ async fn a_recheck_of_an_unknown_attempt_the_gateway_charged_settles_it_with_its
     let h = Harness::new().await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     // Not due yet: a recheck does not wait for the reconciler's schedule.
-    sqlx::query("UPDATE payment_attempts SET next_run_at = now() + interval '1 hour' WHERE payment_attempt_id = $1")
-        .bind(id)
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.set_attempt(id, "next_run_at = now() + interval '1 hour'")
+        .await;
 
     let report = recheck(
         &h.reconciler(),
@@ -52,23 +48,14 @@ async fn a_recheck_of_an_unknown_attempt_the_gateway_charged_settles_it_with_its
     .await
     .unwrap();
 
-    let ledger = h.gateway.ledger();
-    assert_eq!(ledger.len(), 1, "the lookup charged nothing");
+    // one charge (the lookup charged nothing), adopted, with one `succeeded` event
+    h.assert_charged_once(id).await;
     assert_eq!(report.before, AttemptStatus::Unknown);
     assert_eq!(report.after, AttemptStatus::Succeeded);
     assert_eq!(
         report.gateway_charge_id.as_deref(),
-        Some(ledger[0].id.as_str())
+        Some(h.gateway.ledger()[0].id.as_str())
     );
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "succeeded");
-    assert_eq!(
-        row.gateway_charge_id.as_deref(),
-        Some(ledger[0].id.as_str())
-    );
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "succeeded");
     let (actor, cause): (String, String) = sqlx::query_as(
         "SELECT actor, cause FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id DESC LIMIT 1",
     )
@@ -122,11 +109,11 @@ async fn a_recheck_of_a_needs_review_attempt_that_finds_nothing_leaves_it_in_rev
 ) {
     let h = Harness::new().await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_BEFORE).await;
-    sqlx::query("UPDATE payment_attempts SET status = 'needs_review', review_reason = 'lookups failed' WHERE payment_attempt_id = $1")
-        .bind(id)
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.set_attempt(
+        id,
+        "status = 'needs_review', review_reason = 'lookups failed'",
+    )
+    .await;
     let charges_before = h.gateway.ledger().len();
 
     let report = recheck(&h.reconciler(), id, "admin-api", Via::Api, None)
@@ -148,20 +135,9 @@ async fn the_recheck_endpoint_answers_409_for_a_pending_attempt_and_settles_an_u
     let mut h = Harness::new().await;
     let pending = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     let unknown = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = onecharge::admin::AdminState {
-        store: h.store.clone(),
-        broker: h.broker().await,
-        metrics: onecharge::metrics::install(),
-        admin_token: None,
-        gateway_health: None,
-        retry_window: onecharge::operator::RetryWindow::from_settings(&h.settings),
-        reconciler: Some(h.reconciler()),
-        console: Default::default(),
-    };
-    let stop = CancellationToken::new();
-    let admin = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
+    let reconciler = h.reconciler();
+    let admin = h.serve_admin(None, Some(reconciler)).await;
+    let addr = admin.addr;
     let http = reqwest::Client::new();
 
     let refused = http
@@ -188,24 +164,13 @@ async fn the_recheck_endpoint_answers_409_for_a_pending_attempt_and_settles_an_u
     assert_eq!(rows[0]["actor"], "admin-api");
     assert_eq!(rows[0]["reason"], "support ticket 42");
 
-    stop.cancel();
-    admin.await.unwrap().unwrap();
+    admin.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recheck_from_the_command_line_refuses_a_pending_attempt_with_exit_2_and_says_why() {
     let env = crate::support::TestEnv::new().await;
-    let attempt = uuid::Uuid::new_v4();
-    let body = crate::support::command(attempt, serde_json::json!({}));
-    let record = crate::support::intake_record(&body, &format!("m-{attempt}"), None);
-    onecharge::store::intake::record_batch(
-        &env.store,
-        "onecharge-intake",
-        &[record],
-        time::OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    let attempt = env.record_command(serde_json::json!({}), None).await;
 
     let (code, stdout, stderr) = env
         .cli(
@@ -239,11 +204,7 @@ async fn recheck_from_the_command_line_refuses_a_pending_attempt_with_exit_2_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recheck_takes_its_lookup_from_the_fleet_wide_gateway_rate_limit() {
-    let h = Harness::with(Default::default(), |settings| {
-        settings.gateway_max_rate = 1000.0;
-        settings.gateway_rate_burst = 10;
-    })
-    .await;
+    let h = Harness::with_rate_limit(1000.0, 10).await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     let taken_before = last_take(&h).await;
 

@@ -402,27 +402,9 @@ async fn a_lookup_answer_the_database_keeps_refusing_is_counted_and_ends_in_revi
     assert_gave_up_after(&h, id, 3, "found").await;
 }
 
-/// A mock gateway whose `pm_fault_slow_charge` holds its key in progress until the test
-/// calls `finish_slow_charges`, and a request timeout far shorter than that.
-async fn still_processing_harness(
-    adjust: impl FnOnce(&mut onecharge::config::Settings),
-) -> Harness {
-    Harness::with(
-        MockConfig {
-            slow_charge_for: Duration::from_secs(600),
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_request_timeout = Duration::from_millis(300);
-            adjust(s);
-        },
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_still_processing_is_never_reported_as_not_charged() {
-    let h = still_processing_harness(|s| s.executor.max_tries = 1).await;
+    let h = Harness::still_processing(|s| s.executor.max_tries = 1).await;
     let id = unknown_attempt(&h, pm::FAULT_SLOW_CHARGE).await;
     assert!(h.gateway.ledger().is_empty(), "still processing");
 

@@ -39,6 +39,25 @@ fn stripe_client(h: &Harness) -> GatewayClient {
     client
 }
 
+/// How many requests went to `/v1/payment_intents` itself: PaymentIntents created.
+fn intents_created(h: &Harness) -> usize {
+    h.gateway
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/payment_intents")
+        .count()
+}
+
+/// One pass of a reconciler speaking Stripe, which must move exactly one attempt to `status`.
+async fn reconcile_one_to(h: &Harness, status: AttemptStatus) {
+    let pass = h
+        .reconciler_with(stripe_client(h))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.count(status), 1, "{pass:?}");
+}
+
 /// The attempt's calls as (operation, http status, outcome, charge id), in order.
 async fn calls(
     h: &Harness,
@@ -185,12 +204,7 @@ async fn a_5xx_after_charging_is_ambiguous_and_retrieval_by_id_finds_the_charge(
     assert_eq!(report.count(AttemptStatus::Unknown), 1);
     assert_eq!(h.gateway.ledger().len(), 1, "Stripe charged before its 500");
 
-    let pass = h
-        .reconciler_with(stripe_client(&h))
-        .run_once()
-        .await
-        .unwrap();
-    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    reconcile_one_to(&h, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
     let recorded = calls(&h, id).await;
     assert_eq!(recorded[1].0, "charge");
@@ -206,12 +220,7 @@ async fn a_dropped_connection_after_the_confirm_is_settled_by_id_with_one_charge
 
     let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
     assert_eq!(first_outcome(&report), Some("ambiguous"), "{report:?}");
-    let pass = h
-        .reconciler_with(stripe_client(&h))
-        .run_once()
-        .await
-        .unwrap();
-    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    reconcile_one_to(&h, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
 }
 
@@ -225,12 +234,7 @@ async fn a_5xx_before_charging_is_reconfirmed_under_the_same_key_and_charges_onc
     run_leaving_one_in(&executor, AttemptStatus::Unknown).await;
     assert!(h.gateway.ledger().is_empty());
     // Retrieved by id: still requires_confirmation, so nothing charged: confirm again.
-    let pass = h
-        .reconciler_with(stripe_client(&h))
-        .run_once()
-        .await
-        .unwrap();
-    assert_eq!(pass.count(AttemptStatus::Pending), 1, "{pass:?}");
+    reconcile_one_to(&h, AttemptStatus::Pending).await;
     run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
     let confirms: Vec<_> = h
@@ -244,12 +248,7 @@ async fn a_5xx_before_charging_is_reconfirmed_under_the_same_key_and_charges_onc
     assert!(confirms
         .iter()
         .all(|k| k.as_deref() == Some(confirm_key(&command.idempotency_key()).as_str())));
-    let creates = h
-        .gateway
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/payment_intents")
-        .count();
+    let creates = intents_created(&h);
     assert_eq!(
         creates, 1,
         "the stored PaymentIntent is reused, never created again"
@@ -361,12 +360,7 @@ async fn an_executor_that_died_between_storing_and_confirming_is_settled_by_retr
     run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
     assert_eq!(h.gateway.ledger()[0].id, pi);
-    let creates = h
-        .gateway
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/payment_intents")
-        .count();
+    let creates = intents_created(&h);
     assert_eq!(creates, 1);
 }
 
@@ -433,12 +427,7 @@ async fn amounts_are_sent_in_stripes_unit_and_an_amount_stripe_cannot_take_is_ne
     assert!(creates.contains(&("jpy".into(), "500".into())));
     let reason = h.review_reason(kwd.payment_attempt_id).await;
     assert!(reason.contains("last digit is 0"), "{reason}");
-    let pass = h
-        .reconciler_with(stripe_client(&h))
-        .run_once()
-        .await
-        .unwrap();
-    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    reconcile_one_to(&h, AttemptStatus::Succeeded).await;
     for c in [&isk, &jpy, &isk_lost] {
         assert_eq!(h.attempt(c.payment_attempt_id).await.status, "succeeded");
     }

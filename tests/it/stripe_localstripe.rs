@@ -89,6 +89,21 @@ impl World {
         self.env.publish(message_id, &command(attempt, patch)).await;
     }
 
+    /// Publishes the command of a new `attempt` with `patch` under `message_id`, waits until
+    /// it is settled, and checks that it settled as `status`; its row.
+    async fn settles_as(
+        &self,
+        message_id: &str,
+        attempt: Uuid,
+        patch: Value,
+        status: &str,
+    ) -> Attempt {
+        self.publish(message_id, attempt, patch).await;
+        let row = self.settled(attempt).await;
+        assert_eq!(row.status, status, "{row:?}");
+        row
+    }
+
     /// Polls the attempt until it is final or in `needs_review`; its row.
     async fn settled(&self, attempt: Uuid) -> Attempt {
         let deadline = Instant::now() + SETTLE_DEADLINE;
@@ -244,17 +259,15 @@ async fn a_charge_through_the_stripe_connector_succeeds_at_localstripe_under_its
     };
     let customer = world.localstripe.create_customer("Ada Lovelace").await;
     let attempt = Uuid::new_v4();
-    world
-        .publish(
+    let row = world
+        .settles_as(
             "ls-visa-1",
             attempt,
             json!({"customer_id": customer, "order_id": "ord_ls_1", "amount_minor": 1999,
                    "currency": "EUR", "payment_method": "pm_card_visa"}),
+            "succeeded",
         )
         .await;
-
-    let row = world.settled(attempt).await;
-    assert_eq!(row.status, "succeeded", "{row:?}");
     let intent = row.gateway_charge_id.clone().expect("a charge id");
     assert!(intent.starts_with("pi_"), "{intent}");
 
@@ -285,16 +298,14 @@ async fn a_card_localstripe_declines_ends_declined_with_its_code_and_uncharged()
     let attempt = Uuid::new_v4();
     // localstripe's charge-time decline (card 4000000000000341); it lets
     // `pm_card_visa_chargeDeclined` succeed on a PaymentIntent.
-    world
-        .publish(
+    let row = world
+        .settles_as(
             "ls-decline-1",
             attempt,
             json!({"customer_id": customer, "payment_method": "pm_card_chargeCustomerFail"}),
+            "declined",
         )
         .await;
-
-    let row = world.settled(attempt).await;
-    assert_eq!(row.status, "declined", "{row:?}");
     assert_eq!(
         row.decline_code.as_deref(),
         Some("card_declined"),
@@ -326,16 +337,14 @@ async fn a_confirm_whose_answer_is_lost_is_settled_by_retrieving_the_payment_int
     let attempt = Uuid::new_v4();
     // localstripe charges; onecharge never hears back and must not charge again.
     world.shim.lose_confirm_answers(1);
-    world
-        .publish(
+    let row = world
+        .settles_as(
             "ls-lost-1",
             attempt,
             json!({"customer_id": customer, "amount_minor": 4200, "payment_method": "pm_card_visa"}),
+            "succeeded",
         )
         .await;
-
-    let row = world.settled(attempt).await;
-    assert_eq!(row.status, "succeeded", "{row:?}");
     assert!(
         world.path(attempt).await.contains(&"unknown".to_owned()),
         "the lost answer made the attempt ambiguous first"
@@ -397,16 +406,14 @@ async fn a_card_that_needs_authentication_off_session_is_handed_to_a_person_and_
     // Stripe's test card that always asks for authentication (3D Secure 2).
     let card = world.localstripe.create_card("4000002760003184").await;
     let attempt = Uuid::new_v4();
-    world
-        .publish(
+    let row = world
+        .settles_as(
             "ls-3ds-1",
             attempt,
             json!({"customer_id": customer, "payment_method": card}),
+            "needs_review",
         )
         .await;
-
-    let row = world.settled(attempt).await;
-    assert_eq!(row.status, "needs_review", "{row:?}");
     let intents = world.intents_for(attempt).await;
     assert_eq!(intents.len(), 1, "{intents:#?}");
     // The operator finds it at Stripe by the id the reason names.
@@ -433,16 +440,14 @@ async fn a_debit_left_processing_is_read_by_id_until_it_fails_and_ends_declined_
         .create_sepa_debit("DE62370400440532013001")
         .await;
     let attempt = Uuid::new_v4();
-    world
-        .publish(
+    let row = world
+        .settles_as(
             "ls-sepa-fail-1",
             attempt,
             json!({"customer_id": customer, "payment_method": debit}),
+            "declined",
         )
         .await;
-
-    let row = world.settled(attempt).await;
-    assert_eq!(row.status, "declined", "{row:?}");
     assert_eq!(
         row.decline_code.as_deref(),
         Some("card_declined"),

@@ -245,10 +245,7 @@ async fn random_faults_with_the_same_seed_repeat_the_same_run() {
 async fn fixed_latency_delays_every_answer() {
     let app = spawn_gateway_with(MockConfig {
         faults: FaultConfig {
-            latency: Latency {
-                fixed_ms: 150,
-                jitter_ms: 0,
-            },
+            latency: Latency::fixed(150),
             ..FaultConfig::default()
         },
         ..MockConfig::default()

@@ -722,10 +722,7 @@ async fn concurrent_duplicates_under_one_key_charge_once_and_the_others_get_409_
     let app = spawn_stripe_with(MockConfig {
         faults: FaultConfig {
             // Long enough that the duplicates overlap the first even on a loaded machine.
-            latency: mock_gateway::Latency {
-                fixed_ms: 500,
-                jitter_ms: 0,
-            },
+            latency: mock_gateway::Latency::fixed(500),
             ..FaultConfig::default()
         },
         ..MockConfig::default()

@@ -2,6 +2,8 @@
 //! record intake makes of such a body, for tests that seed attempts without a broker.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
+
 use onecharge::domain::command::{validate, CommandHeaders};
 use onecharge::store::intake::IntakeRecord;
 use serde_json::{json, Value};
@@ -68,4 +70,27 @@ pub fn intake_record(body: &Value, message_id: &str, correlation_id: Option<&str
         traceparent: valid.traceparent,
         stale: false,
     }
+}
+
+/// What intake records of `n` fresh attempts of [`command`], each its own order
+/// (`ord_<tag>_<i>`) under its own message id (`m-<tag>-<id>`).
+pub fn orders(n: usize, tag: &str) -> Vec<IntakeRecord> {
+    (0..n)
+        .map(|i| {
+            let attempt = Uuid::new_v4();
+            intake_record(
+                &command(attempt, json!({"order_id": format!("ord_{tag}_{i}")})),
+                &format!("m-{tag}-{attempt}"),
+                None,
+            )
+        })
+        .collect()
+}
+
+/// Writes [`command`]`(attempt, patch)` to `fixed.json` in `dir`, for `dlq replay
+/// --body-file`; returns its path.
+pub fn command_file(dir: &Path, attempt: Uuid, patch: Value) -> PathBuf {
+    let path = dir.join("fixed.json");
+    std::fs::write(&path, serde_json::to_vec(&command(attempt, patch)).unwrap()).unwrap();
+    path
 }

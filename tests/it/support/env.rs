@@ -5,13 +5,21 @@
 
 use std::time::Duration;
 
+use time::OffsetDateTime;
+
 use async_nats::HeaderMap;
 use onecharge::broker::Broker;
 use onecharge::config::Settings;
 use onecharge::domain::PaymentAttemptId;
-use onecharge::intake::Intake;
+use onecharge::intake::{DlqClass, Intake};
+use onecharge::operator::resolve::{resolve, ResolveError, ResolveRequest, Resolved};
+use onecharge::operator::{RetryWindow, Via};
+use onecharge::store::intake::{record_batch, IntakeRecord, Recorded};
 use onecharge::store::Store;
+use serde_json::Value;
+use uuid::Uuid;
 
+use super::command::{command, intake_record};
 use super::nats::{commands_stream, stream_messages};
 use super::process::run_onecharge;
 use super::throwaway::{own_settings, ThrowawayDatabase, ThrowawayNamespace};
@@ -111,6 +119,73 @@ impl TestEnv {
         stream_messages(&self.broker.jetstream, &self.broker.names.events_stream()).await
     }
 
+    /// Decides an attempt in review as `actor` would through `via`, now, within the
+    /// configured retry window.
+    pub async fn resolve(
+        &self,
+        id: impl Into<PaymentAttemptId>,
+        request: &ResolveRequest,
+        actor: &str,
+        via: Via,
+    ) -> Result<Resolved, ResolveError> {
+        resolve(
+            &self.store,
+            id.into(),
+            request,
+            actor,
+            via,
+            &RetryWindow::from_settings(&self.settings),
+            OffsetDateTime::now_utc(),
+        )
+        .await
+    }
+
+    /// Publishes `attempt`'s command with an invalid currency as `message_id` and runs one
+    /// batch of `intake`, which dead-letters it as invalid; returns the dead letter's sequence.
+    pub async fn dead_letter_invalid(
+        &self,
+        intake: &Intake,
+        message_id: &str,
+        attempt: Uuid,
+    ) -> u64 {
+        self.publish(
+            message_id,
+            &command(attempt, serde_json::json!({"currency": "EURO"})),
+        )
+        .await;
+        let report = intake.process_batch(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(report.dead_lettered, vec![DlqClass::Invalid]);
+        self.dead_letters().await[0].sequence
+    }
+
+    /// Records `records` in one batch as the intake consumer does, now.
+    pub async fn record(&self, records: &[IntakeRecord]) -> Vec<Recorded> {
+        record_batch(
+            &self.store,
+            "onecharge-intake",
+            records,
+            OffsetDateTime::now_utc(),
+        )
+        .await
+        .expect("recorded")
+    }
+
+    /// Records one fresh attempt of [`command`] with `patch` (message id `m-<id>`, with
+    /// `correlation_id`) as intake does; returns its id.
+    pub async fn record_command(&self, patch: Value, correlation_id: Option<&str>) -> Uuid {
+        let id = Uuid::new_v4();
+        let body = command(id, patch);
+        self.record(&[intake_record(&body, &format!("m-{id}"), correlation_id)])
+            .await;
+        id
+    }
+
+    /// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
+    /// database's clock), to arrange a past the test cannot wait for.
+    pub async fn set_attempt(&self, id: impl Into<PaymentAttemptId>, set: &str) {
+        set_attempt(&self.store, id.into(), set).await;
+    }
+
     /// The status of one attempt, as stored.
     pub async fn status(&self, id: impl Into<PaymentAttemptId>) -> String {
         let id: PaymentAttemptId = id.into();
@@ -127,6 +202,16 @@ impl TestEnv {
             .fetch_one(self.store.pool())
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// How many payment attempts are recorded.
+    pub async fn attempt_rows(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM payment_attempts").await
+    }
+
+    /// How many dedupe rows (`processed_messages`) are recorded.
+    pub async fn dedupe_rows(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM processed_messages").await
     }
 
     /// Runs SQL as an administrator of the server (not inside the test database's pool).
@@ -152,6 +237,15 @@ impl TestEnv {
         run_onecharge(&self.settings, args, &env).await
     }
 
+    /// `onecharge attempts resolve <id> --as <as_> --reason <reason>` through [`TestEnv::cli`].
+    pub async fn cli_resolve(&self, id: &str, as_: &str, reason: &str) -> (i32, String, String) {
+        self.cli(
+            &["attempts", "resolve", id, "--as", as_, "--reason", reason],
+            &[],
+        )
+        .await
+    }
+
     /// (pending, ack pending) of the intake consumer: both 0 when everything was settled.
     pub async fn consumer_backlog(&self) -> (u64, usize) {
         let stream = commands_stream(&self.broker).await;
@@ -162,4 +256,16 @@ impl TestEnv {
         let info = consumer.info().await.unwrap();
         (info.num_pending, info.num_ack_pending)
     }
+}
+
+/// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
+/// database's clock): [`TestEnv::set_attempt`] and `Harness::set_attempt`.
+pub async fn set_attempt(store: &Store, id: PaymentAttemptId, set: &str) {
+    sqlx::query(&format!(
+        "UPDATE payment_attempts SET {set} WHERE payment_attempt_id = $1"
+    ))
+    .bind(id)
+    .execute(store.pool())
+    .await
+    .unwrap_or_else(|e| panic!("SET {set}: {e}"));
 }

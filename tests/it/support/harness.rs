@@ -71,6 +71,33 @@ impl Harness {
         Self::with(MockConfig::default(), |_| {}).await
     }
 
+    /// A harness whose gateway calls are limited fleet-wide to `rate` a second, in bursts of
+    /// at most `burst` (`gateway_max_rate`, `gateway_rate_burst`).
+    pub async fn with_rate_limit(rate: f64, burst: u32) -> Self {
+        Self::with(MockConfig::default(), |settings| {
+            settings.gateway_max_rate = rate;
+            settings.gateway_rate_burst = burst;
+        })
+        .await
+    }
+
+    /// A mock gateway whose `pm_fault_slow_charge` holds its key in progress until the test
+    /// calls [`Harness::finish_slow_charge`], and a request timeout far shorter than that
+    /// (300 ms, unless `adjust` changes it).
+    pub async fn still_processing(adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::with(
+            MockConfig {
+                slow_charge_for: Duration::from_secs(600),
+                ..MockConfig::default()
+            },
+            |s| {
+                s.gateway_request_timeout = Duration::from_millis(300);
+                adjust(s);
+            },
+        )
+        .await
+    }
+
     /// [`Harness::with`] a mock gateway that injects `faults`, and the test settings.
     pub async fn with_faults(faults: mock_gateway::FaultConfig) -> Self {
         Self::with(
@@ -136,6 +163,30 @@ impl Harness {
             self.broker = Some(broker);
         }
         self.broker.clone().unwrap()
+    }
+
+    /// Serves the admin API (and the console) for this harness's store and broker on a free
+    /// port in the test's process: readiness reads `gateway_health`, rechecks run `reconciler`.
+    pub async fn serve_admin(
+        &mut self,
+        gateway_health: Option<GatewayHealth>,
+        reconciler: Option<Reconciler>,
+    ) -> AdminServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = onecharge::admin::AdminState {
+            store: self.store.clone(),
+            broker: self.broker().await,
+            metrics: onecharge::metrics::install(),
+            admin_token: None,
+            gateway_health,
+            retry_window: onecharge::operator::RetryWindow::from_settings(&self.settings),
+            reconciler,
+            console: Default::default(),
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
+        AdminServer { addr, stop, task }
     }
 
     /// The manual clock's time: what the breaker and the credentials pause read. Attempts'
@@ -294,14 +345,7 @@ impl Harness {
     /// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
     /// database's clock), to arrange a past the test cannot wait for.
     pub async fn set_attempt(&self, id: impl Into<PaymentAttemptId>, set: &str) {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query(&format!(
-            "UPDATE payment_attempts SET {set} WHERE payment_attempt_id = $1"
-        ))
-        .bind(id)
-        .execute(self.store.pool())
-        .await
-        .unwrap_or_else(|e| panic!("SET {set}: {e}"));
+        super::env::set_attempt(&self.store, id.into(), set).await;
     }
 
     /// The attempt's transitions as (from, to, cause), in order.
@@ -391,6 +435,21 @@ impl Harness {
     pub async fn event_messages(&mut self) -> Vec<async_nats::jetstream::message::StreamMessage> {
         let broker = self.broker().await;
         stream_messages(&broker.jetstream, &broker.names.events_stream()).await
+    }
+}
+
+/// The admin HTTP server of [`Harness::serve_admin`].
+pub struct AdminServer {
+    pub addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl AdminServer {
+    /// Shuts the server down and waits until it has stopped cleanly.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap().unwrap();
     }
 }
 

@@ -27,7 +27,7 @@ pub mod process;
 pub mod served;
 pub mod throwaway;
 
-pub use command::{command, intake_record, record};
+pub use command::{command, command_file, intake_record, orders, record};
 pub use env::TestEnv;
 pub use harness::{
     charge_request, charge_request_with_amount, eventually, first_outcome, gateway_answering,

@@ -1,0 +1,65 @@
+//! What the executor benchmarks share: pending attempts recorded as intake records them,
+//! and a fleet of executors, each with its own pool as separate processes would have.
+
+use onecharge::config::Settings;
+use onecharge::domain::ChargePayment;
+use onecharge::executor::Executor;
+use onecharge::gateway::{GatewayClient, GatewayHealth};
+use onecharge::store::intake::{record_batch, IntakeRecord};
+use onecharge::store::Store;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Records `charges` fresh attempts (EUR 10.00 on `pm_card_visa`, each its own order), in
+/// batches of 500 under the consumer `bench`; they are pending, due now.
+pub async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {
+    let now = OffsetDateTime::now_utc();
+    let records: Vec<IntakeRecord> = (0..charges)
+        .map(|i| {
+            let id = Uuid::new_v4();
+            let message_id = format!("bench-{id}");
+            IntakeRecord {
+                body_sha256: onecharge::domain::command::body_sha256(message_id.as_bytes()),
+                message_id,
+                stream_sequence: i as u64,
+                command: ChargePayment {
+                    payment_attempt_id: id.into(),
+                    order_id: format!("ord_{i}"),
+                    customer_id: "cus_bench".into(),
+                    amount_minor: 1000,
+                    currency: "EUR".into(),
+                    payment_method: "pm_card_visa".into(),
+                    description: None,
+                    requested_at: None,
+                },
+                correlation_id: None,
+                traceparent: None,
+                stale: false,
+            }
+        })
+        .collect();
+    for chunk in records.chunks(500) {
+        record_batch(store, "bench", chunk, now).await?;
+    }
+    Ok(())
+}
+
+/// `instances` executors configured by `settings`, each with its own database pool, gateway
+/// client and health (what `instances` processes would have).
+pub async fn executors(settings: &Settings, instances: usize) -> anyhow::Result<Vec<Executor>> {
+    let mut executors = Vec::with_capacity(instances);
+    for _ in 0..instances {
+        let store = Store::connect(
+            &settings.database_url,
+            onecharge::executor::DATABASE_CONNECTIONS,
+        )
+        .await?;
+        executors.push(Executor::new(
+            store,
+            GatewayClient::from_settings(settings)?,
+            GatewayHealth::from_settings(&settings.executor),
+            settings,
+        ));
+    }
+    Ok(executors)
+}
