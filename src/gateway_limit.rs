@@ -6,13 +6,13 @@
 //! Callers take permits BEFORE they claim: the executor claims only as many attempts as it
 //! holds permits for, the reconciler looks up only as many. A caller that gets none is told
 //! how long to wait and waits in its own loop, where shutdown can end the wait; nothing is
-//! claimed meanwhile, so no lease burns while an attempt waits for its turn (decision 75).
+//! claimed meanwhile, so no lease burns while an attempt waits for its turn (decision 62).
 //!
 //! To keep round trips few, a take may hand out a small lease of tokens — sized from this
 //! instance's own recent rate, at most 1/40 s worth — kept in memory and spent by the next
 //! takes; tokens unspent [`LEASE_HORIZON`] after their take are dropped. Over any window of
 //! `T` seconds the fleet therefore sends at most `burst + rate × (T + LEASE_HORIZON)` plus
-//! what the time between take and send varies by (decision 76).
+//! what the time between take and send varies by (decision 63).
 //!
 //! Invariants:
 //! - One token is one request to the gateway: a charge costs [`requests_per_charge`]

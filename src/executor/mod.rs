@@ -365,7 +365,7 @@ impl Executor {
         let executor = self.clone();
         let handle = tokio::spawn(async move {
             let started = std::time::Instant::now();
-            // Permits before the claim (decision 75): an attempt waiting for its turn holds no
+            // Permits before the claim (decision 62): an attempt waiting for its turn holds no
             // lease. One queued ahead holds its permit, so sending it needs no other.
             let permits = match executor.inner.rate_limit.for_charges(limit).await {
                 Take::Granted(permits) => permits,

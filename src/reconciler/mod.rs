@@ -365,7 +365,7 @@ impl Reconciler {
         reason: Option<&str>,
     ) -> anyhow::Result<RecheckOutcome> {
         let inner = &self.inner;
-        // The lookup counts against the fleet's gateway rate like any other (decision 75: the
+        // The lookup counts against the fleet's gateway rate like any other (decision 62: the
         // permit comes before the claim, so a recheck waiting for it holds no lease).
         let permit = loop {
             match inner.rate_limit.for_lookups(1).await {
