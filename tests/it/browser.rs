@@ -7,18 +7,13 @@
 //! `CONSOLE_SCREENSHOTS=1 cargo test --test it browser::` also saves the main pages into
 //! `docs/console/` (the README's pictures).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::support::browser::Browser;
 use crate::support::{command, TestEnv};
-use onecharge::app::{Application, Role};
-use onecharge::config::{OperatorRole, OperatorSetting, Settings};
-use onecharge::console::access::token_sha256;
-use secrecy::SecretString;
+use crate::support::{with_ada_and_vic, Served};
+use onecharge::config::Settings;
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 const OPERATOR_TOKEN: &str = "oc_ada-browser-operator-token-0123456789";
@@ -27,51 +22,12 @@ const ORDER: &str = "ord_browser_1001";
 
 /// ada acts, vic reads; the shared admin token is set too, so nothing is open.
 fn with_operators(settings: &mut Settings) {
-    settings.admin_token = Some(SecretString::from("browser-admin-token-0123456789"));
-    settings.operators = vec![
-        OperatorSetting {
-            name: "ada".into(),
-            role: OperatorRole::Operator,
-            token_sha256: token_sha256(OPERATOR_TOKEN),
-        },
-        OperatorSetting {
-            name: "vic".into(),
-            role: OperatorRole::Viewer,
-            token_sha256: token_sha256(VIEWER_TOKEN),
-        },
-    ];
-}
-
-/// The admin role of the real service on a free port.
-struct Console {
-    addr: SocketAddr,
-    stop: CancellationToken,
-    running: JoinHandle<anyhow::Result<()>>,
-}
-
-impl Console {
-    async fn start(env: &TestEnv) -> Self {
-        let app = Application::build(env.settings.clone(), &[Role::Admin])
-            .await
-            .expect("the service builds");
-        let addr = app.admin_addr().expect("the admin role listens");
-        let stop = CancellationToken::new();
-        let running = tokio::spawn(app.run(stop.clone()));
-        Self {
-            addr,
-            stop,
-            running,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        self.running.await.unwrap().unwrap();
-    }
+    with_ada_and_vic(
+        settings,
+        "browser-admin-token-0123456789",
+        OPERATOR_TOKEN,
+        VIEWER_TOKEN,
+    );
 }
 
 /// What the scenario finds in the console, recorded the way production records it: commands
@@ -157,7 +113,7 @@ async fn status_of(env: &TestEnv, id: Uuid) -> String {
 }
 
 /// Signs in through the form with `token`, from the page the console sent the browser to.
-async fn sign_in(browser: &Browser, console: &Console, token: &str) {
+async fn sign_in(browser: &Browser, console: &Served, token: &str) {
     browser.goto(&console.url("/console/")).await;
     assert!(
         browser.path().await.starts_with("/console/login"),
@@ -172,7 +128,7 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
 ) {
     let env = TestEnv::with_settings(with_operators).await;
     let seeded = seed(&env).await;
-    let console = Console::start(&env).await;
+    let console = Served::admin(&env.settings).await;
     let browser = Browser::start().await;
 
     sign_in(&browser, &console, OPERATOR_TOKEN).await;
@@ -351,7 +307,7 @@ async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_wi
 ) {
     let env = TestEnv::with_settings(with_operators).await;
     let seeded = seed(&env).await;
-    let console = Console::start(&env).await;
+    let console = Served::admin(&env.settings).await;
     let browser = Browser::start().await;
 
     sign_in(&browser, &console, VIEWER_TOKEN).await;

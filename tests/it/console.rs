@@ -3,18 +3,14 @@
 //! a secret. The real service (`Application` with the admin role) on a free port; cookies
 //! are carried by hand so each test sees exactly what the browser is told.
 
-use std::net::SocketAddr;
-
 use crate::support::{command, TestEnv};
-use onecharge::app::{Application, Role};
-use onecharge::config::{OperatorRole, OperatorSetting, Settings};
+use crate::support::{with_ada_and_vic, Served};
+use onecharge::config::Settings;
 use onecharge::console::access::token_sha256;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 const OPERATOR_TOKEN: &str = "oc_ada-operator-token-0123456789abcdef";
@@ -22,29 +18,16 @@ const VIEWER_TOKEN: &str = "oc_vic-viewer-token-0123456789abcdef";
 const ADMIN_TOKEN: &str = "shared-admin-token-0123456789";
 const GATEWAY_KEY: &str = "gw-secret-key-0123456789";
 
-/// Two named operators (ada acts, vic views) and the shared admin token.
+/// Two named operators (ada acts, vic views), the shared admin token and a gateway key
+/// that no page may show.
 fn with_operators(settings: &mut Settings) {
-    settings.admin_token = Some(SecretString::from(ADMIN_TOKEN));
+    with_ada_and_vic(settings, ADMIN_TOKEN, OPERATOR_TOKEN, VIEWER_TOKEN);
     settings.gateway_api_key = Some(SecretString::from(GATEWAY_KEY));
-    settings.operators = vec![
-        OperatorSetting {
-            name: "ada".into(),
-            role: OperatorRole::Operator,
-            token_sha256: token_sha256(OPERATOR_TOKEN),
-        },
-        OperatorSetting {
-            name: "vic".into(),
-            role: OperatorRole::Viewer,
-            token_sha256: token_sha256(VIEWER_TOKEN),
-        },
-    ];
 }
 
 /// The running admin role and an HTTP client that follows no redirect.
 struct Console {
-    addr: SocketAddr,
-    stop: CancellationToken,
-    running: JoinHandle<anyhow::Result<()>>,
+    served: Served,
     http: reqwest::Client,
 }
 
@@ -55,26 +38,16 @@ struct Browser {
 
 impl Console {
     async fn start(env: &TestEnv) -> Self {
-        let app = Application::build(env.settings.clone(), &[Role::Admin])
-            .await
-            .expect("the service builds");
-        let addr = app.admin_addr().expect("the admin role listens");
-        let stop = CancellationToken::new();
-        let running = tokio::spawn(app.run(stop.clone()));
+        let served = Served::admin(&env.settings).await;
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap();
-        Self {
-            addr,
-            stop,
-            running,
-            http,
-        }
+        Self { served, http }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        self.served.url(path)
     }
 
     async fn sign_in(&self, token: &str) -> reqwest::Response {
@@ -128,8 +101,7 @@ impl Console {
     }
 
     async fn stop(self) {
-        self.stop.cancel();
-        self.running.await.unwrap().unwrap();
+        self.served.stop().await;
     }
 }
 

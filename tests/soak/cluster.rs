@@ -12,7 +12,7 @@ use onecharge::gateway::GatewayKind;
 
 use crate::broker::Topology;
 use crate::runner::SoakConfig;
-use crate::{commands, seed, soak};
+use crate::{commands, long_soak, seed, soak};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "nats-server 2.9.10 loses commands when R3 replicas diverge (docs/soak.md); cargo test --test soak cluster:: -- --ignored"]
@@ -39,25 +39,13 @@ async fn killing_the_stream_leaders_of_a_three_node_cluster_mid_run_loses_no_com
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long cluster soak: cargo test --release --test soak cluster:: -- --ignored --nocapture"]
 async fn a_long_cluster_soak_keeps_the_promise_while_stream_leaders_are_killed_and_restarted() {
-    let commands = commands(10_000);
-    let round_size = 100;
-    // About 200 originals a second; a stream leader killed about every 15 s of publishing,
-    // at least four times (each of the three streams' leader at least once).
-    let rounds = commands * 100 / 122 / round_size + 1;
-    soak(SoakConfig {
-        seed: seed(1616),
-        commands,
-        processes: 3,
-        round_size,
-        round_interval: Duration::from_millis(500),
-        kill_every: (Duration::from_millis(1500), Duration::from_millis(5000)),
-        down_for: (Duration::from_millis(100), Duration::from_millis(2500)),
-        min_kills: 10,
-        max_kills: 500,
-        broker_restarts: (rounds / 30).max(4),
-        settle_timeout: Duration::from_secs(300),
-        gateway: GatewayKind::Onecharge,
-        topology: Topology::Cluster,
-    })
+    // A stream leader killed about every 15 s of publishing, at least four times (each of
+    // the three streams' leader at least once).
+    soak(long_soak(
+        seed(1616),
+        commands(10_000),
+        |rounds| (rounds / 30).max(4),
+        Topology::Cluster,
+    ))
     .await;
 }

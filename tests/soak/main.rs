@@ -81,15 +81,18 @@ async fn crashes_and_a_broker_restart_under_every_gateway_fault_never_charge_an_
     soak(short_soak()).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long soak: cargo test --release --test soak -- --ignored --nocapture"]
-async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts() {
-    let commands = commands(20_000);
+/// The long soak's shape for `commands` commands (about 200 originals a second, 100 a
+/// round, kills every 1.5–5 s) and `broker_restarts(rounds)` broker faults over its rounds.
+pub(crate) fn long_soak(
+    seed: u64,
+    commands: usize,
+    broker_restarts: impl Fn(usize) -> usize,
+    topology: Topology,
+) -> SoakConfig {
     let round_size = 100;
-    // About 200 originals a second; a broker restart every minute or so of publishing.
     let rounds = commands * 100 / 122 / round_size + 1;
-    soak(SoakConfig {
-        seed: seed(2026),
+    SoakConfig {
+        seed,
         commands,
         processes: 3,
         round_size,
@@ -98,11 +101,23 @@ async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts(
         down_for: (Duration::from_millis(100), Duration::from_millis(2500)),
         min_kills: 10,
         max_kills: 500,
-        broker_restarts: (rounds / 120).max(2),
+        broker_restarts: broker_restarts(rounds),
         settle_timeout: Duration::from_secs(300),
         gateway: GatewayKind::Onecharge,
-        topology: Topology::Single,
-    })
+        topology,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long soak: cargo test --release --test soak -- --ignored --nocapture"]
+async fn a_long_soak_keeps_the_promise_through_many_crashes_and_broker_restarts() {
+    // A broker restart every minute or so of publishing.
+    soak(long_soak(
+        seed(2026),
+        commands(20_000),
+        |rounds| (rounds / 120).max(2),
+        Topology::Single,
+    ))
     .await;
 }
 

@@ -35,5 +35,5 @@ pub use harness::{
 };
 pub use nats::{commands_stream, edit_stream, header, shrink_duplicate_window, stream};
 pub use process::{assert_exited_ok, one_line_error, onecharge, sigterm};
-pub use served::Served;
+pub use served::{with_ada_and_vic, Served};
 pub use throwaway::server_url;

@@ -39,3 +39,40 @@ impl Served {
         self.running.await.unwrap().expect("the roles stop cleanly");
     }
 }
+
+/// Two named operators — `ada` acts (`operator`), `vic` reads (`viewer`) — with these
+/// tokens, and the shared admin token, so nothing of the admin role is open.
+pub fn with_ada_and_vic(
+    settings: &mut Settings,
+    admin_token: &str,
+    ada_token: &str,
+    vic_token: &str,
+) {
+    use onecharge::config::{OperatorRole, OperatorSetting};
+    use onecharge::console::access::token_sha256;
+    let operator = |name: &str, role, token| OperatorSetting {
+        name: name.into(),
+        role,
+        token_sha256: token_sha256(token),
+    };
+    settings.admin_token = Some(secrecy::SecretString::from(admin_token));
+    settings.operators = vec![
+        operator("ada", OperatorRole::Operator, ada_token),
+        operator("vic", OperatorRole::Viewer, vic_token),
+    ];
+}
+
+impl Served {
+    /// Only the admin role (API and console), on a free port.
+    pub async fn admin(settings: &Settings) -> Self {
+        Self::start(settings, &[Role::Admin]).await
+    }
+
+    /// `http://<admin address><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!(
+            "http://{}{path}",
+            self.admin.expect("the admin role listens")
+        )
+    }
+}
