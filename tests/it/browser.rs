@@ -126,6 +126,9 @@ async fn sign_in(browser: &Browser, console: &Served, token: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_review_after_confirming(
 ) {
+    if !Browser::available("an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_review_after_confirming") {
+        return;
+    }
     let env = TestEnv::with_settings(with_operators).await;
     let seeded = seed(&env).await;
     let console = Served::admin(&env.settings).await;
@@ -305,6 +308,9 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_with_why_and_changes_nothing(
 ) {
+    if !Browser::available("a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_with_why_and_changes_nothing") {
+        return;
+    }
     let env = TestEnv::with_settings(with_operators).await;
     let seeded = seed(&env).await;
     let console = Served::admin(&env.settings).await;

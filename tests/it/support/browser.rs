@@ -6,6 +6,10 @@
 //! them); `CHROMEDRIVER_BIN` and `CHROMIUM_BIN` point elsewhere. With `CONSOLE_SCREENSHOTS=1`
 //! [`Browser::screenshot`] writes PNGs into `docs/console/` (the README shows them);
 //! otherwise it does nothing, so an ordinary run leaves the tree as it was.
+//!
+//! When chromedriver is not there, CI (`CI` set) fails the test with how to install it; a
+//! developer's run skips it, saying so on stderr (as the localstripe tests do), so the
+//! README's `cargo test --workspace` needs only PostgreSQL and NATS.
 #![allow(dead_code)]
 
 use std::os::unix::process::CommandExt as _;
@@ -23,6 +27,14 @@ const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
 
 /// Longest wait for chromedriver to listen, and for an element to appear.
 const DEADLINE: Duration = Duration::from_secs(30);
+
+/// chromedriver and chromium: `CHROMEDRIVER_BIN` / `CHROMIUM_BIN`, else Debian's paths.
+fn binaries() -> (String, String) {
+    (
+        std::env::var("CHROMEDRIVER_BIN").unwrap_or_else(|_| DEFAULT_CHROMEDRIVER.into()),
+        std::env::var("CHROMIUM_BIN").unwrap_or_else(|_| DEFAULT_CHROMIUM.into()),
+    )
+}
 
 /// A headless chromium and the chromedriver driving it.
 pub struct Browser {
@@ -45,12 +57,30 @@ impl Drop for Driver {
     }
 }
 
+/// What to do without chromedriver: install chromium and chromium-driver, or point at them.
+const INSTALL: &str = "apt-get install chromium chromium-driver (as .ci/run does), or set \
+    CHROMEDRIVER_BIN and CHROMIUM_BIN";
+
 impl Browser {
+    /// Whether a browser test can run here: chromedriver and chromium are where they are
+    /// looked for. Without them CI fails (saying how to install them) and a developer's run
+    /// skips the test, saying so.
+    pub fn available(test: &str) -> bool {
+        let (chromedriver, chromium) = binaries();
+        if PathBuf::from(&chromedriver).is_file() && PathBuf::from(&chromium).is_file() {
+            return true;
+        }
+        assert!(
+            !super::env::in_ci(),
+            "{test}: no {chromedriver} or {chromium}: {INSTALL}"
+        );
+        eprintln!("skipping {test}: no {chromedriver} or {chromium} ({INSTALL})");
+        false
+    }
+
     /// Starts chromedriver and a headless chromium window of 1280×900.
     pub async fn start() -> Self {
-        let chromedriver =
-            std::env::var("CHROMEDRIVER_BIN").unwrap_or_else(|_| DEFAULT_CHROMEDRIVER.into());
-        let chromium = std::env::var("CHROMIUM_BIN").unwrap_or_else(|_| DEFAULT_CHROMIUM.into());
+        let (chromedriver, chromium) = binaries();
         let port = free_port();
         let child = Command::new(&chromedriver)
             .arg(format!("--port={port}"))

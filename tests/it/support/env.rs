@@ -269,3 +269,9 @@ pub async fn set_attempt(store: &Store, id: PaymentAttemptId, set: &str) {
     .await
     .unwrap_or_else(|e| panic!("SET {set}: {e}"));
 }
+
+/// Whether this run is CI's (`CI` set, and not `false` or `0`), where a tool a test needs
+/// and does not find (localstripe, chromium) is a failure, not a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}

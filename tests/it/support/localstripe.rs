@@ -81,10 +81,7 @@ pub struct Localstripe {
     http: reqwest::Client,
 }
 
-/// Whether this run is CI's, where a missing localstripe is a failure, not a skip.
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
+use super::env::in_ci;
 
 /// The localstripe executable, or why there is none.
 fn executable() -> Result<PathBuf, String> {
