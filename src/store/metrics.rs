@@ -26,10 +26,7 @@ pub struct DatabaseGauges {
 /// know are skipped (a newer schema), never an error.
 pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Error> {
     let pool = store.pool();
-    let counts: Vec<(String, i64)> =
-        sqlx::query_as("SELECT status, count(*) FROM payment_attempts GROUP BY status")
-            .fetch_all(pool)
-            .await?;
+    let counts = super::operator::count_by_status(store).await?;
     let oldest: Vec<(String, OffsetDateTime)> = sqlx::query_as(
         "SELECT status, min(created_at) FROM payment_attempts
          WHERE status IN ('pending', 'in_flight', 'unknown', 'needs_review')
