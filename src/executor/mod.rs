@@ -333,7 +333,7 @@ impl Executor {
         let mut unsent: Vec<ClaimedAttempt> =
             ahead.take_all().into_iter().map(|q| q.attempt).collect();
         if let Some(claim) = claiming {
-            if let Ok(ClaimResult {
+            if let Ok(ClaimResult::Claimed {
                 claimed: Ok(claimed),
                 ..
             }) = claim.handle.await
@@ -369,17 +369,16 @@ impl Executor {
             // lease. One queued ahead holds its permit, so sending it needs no other.
             let permits = match executor.inner.rate_limit.for_charges(limit).await {
                 Take::Granted(permits) => permits,
-                Take::Wait(wait) => return ClaimResult::rate_limited(wait, started.elapsed()),
+                Take::Wait(wait) => return ClaimResult::RateLimited(wait),
             };
             let asked = permits.count();
             let claimed = executor.claim(asked).await;
             if let Ok(attempts) = &claimed {
                 permits.spend(attempts.iter().filter(|a| a.dispatch).count());
             }
-            ClaimResult {
+            ClaimResult::Claimed {
                 claimed,
                 asked,
-                rate_limited: None,
                 took: started.elapsed(),
             }
         });
@@ -398,22 +397,18 @@ impl Executor {
         failures: &mut u32,
     ) -> Next {
         let error = match claimed {
-            Ok(ClaimResult {
-                rate_limited: Some(wait),
-                ..
-            }) => return Next::RetryAfter(wait),
-            Ok(ClaimResult {
+            Ok(ClaimResult::RateLimited(wait)) => return Next::RetryAfter(wait),
+            Ok(ClaimResult::Claimed {
                 claimed: Ok(attempts),
                 asked,
                 took,
-                ..
             }) => {
                 *failures = 0;
                 let full = attempts.len() == asked;
                 ahead.claimed(attempts, claim.probe, self.inner.clock.now(), took);
                 return if full { Next::Claim } else { Next::Idle };
             }
-            Ok(ClaimResult {
+            Ok(ClaimResult::Claimed {
                 claimed: Err(err), ..
             }) => format!("{err:#}"),
             Err(panicked) => format!("the claim task failed: {panicked}"),
@@ -796,27 +791,17 @@ enum Woke {
 }
 
 /// What one claim task brought back.
-struct ClaimResult {
-    /// The attempts claimed (none when `rate_limited`), or why the claim failed.
-    claimed: anyhow::Result<Vec<ClaimedAttempt>>,
-    /// How many it asked for, once it had its rate-limit permits: a claim that got them all
-    /// is followed by another at once.
-    asked: usize,
+enum ClaimResult {
+    /// It had rate-limit permits for `asked` attempts and claimed these (or failed).
+    Claimed {
+        claimed: anyhow::Result<Vec<ClaimedAttempt>>,
+        /// A claim that got all it asked for is followed by another at once.
+        asked: usize,
+        /// How long taking permits and claiming took (it sizes the claim-ahead queue).
+        took: Duration,
+    },
     /// The gateway rate limit had no permit: claim again after this long.
-    rate_limited: Option<Duration>,
-    /// How long taking permits and claiming took (it sizes the claim-ahead queue).
-    took: Duration,
-}
-
-impl ClaimResult {
-    fn rate_limited(wait: Duration, took: Duration) -> Self {
-        Self {
-            claimed: Ok(Vec::new()),
-            asked: 0,
-            rate_limited: Some(wait),
-            took,
-        }
-    }
+    RateLimited(Duration),
 }
 
 /// The one claim running beside the calls.
