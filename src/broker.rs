@@ -201,7 +201,24 @@ impl Broker {
     }
 
     async fn ensure_stream(&self, name: &str, required_subject: &str) -> anyhow::Result<()> {
-        match self.jetstream.get_stream(name).await {
+        // A request that gets no answer (the cluster electing a JetStream meta leader after a
+        // server died, a reconnect) is asked again, like a publish, for up to
+        // PUBLISH_RETRY_FOR; any answer, "not found" included, is taken as it is.
+        let lookup = (|| self.jetstream.get_stream(name))
+            .retry(
+                crate::domain::retry::exponential(
+                    Duration::from_millis(100),
+                    Duration::from_secs(2),
+                )
+                .with_total_delay(Some(PUBLISH_RETRY_FOR)),
+            )
+            .sleep(tokio::time::sleep)
+            .when(|err| matches!(err.kind(), jetstream::context::GetStreamErrorKind::Request))
+            .notify(|err, wait| {
+                tracing::warn!(stream = name, error = %err, retry_in_ms = wait.as_millis() as u64, "stream lookup not answered; asking again");
+            })
+            .await;
+        match lookup {
             Ok(mut existing) => {
                 let info = existing
                     .info()
