@@ -13,7 +13,7 @@ use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::attempts::AttemptFilter;
+use super::attempts::{AttemptCursor, AttemptFilter};
 use super::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
 use super::RetryWindow;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
@@ -57,6 +57,23 @@ pub struct BulkFilter {
     pub created_after: Option<OffsetDateTime>,
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub created_before: Option<OffsetDateTime>,
+}
+
+impl BulkFilter {
+    /// The listing's filter matching the same attempts, from the page after `before`: the
+    /// bulk filter is the listing's without its paging cursor.
+    pub fn listing(self, before: Option<AttemptCursor>) -> AttemptFilter {
+        AttemptFilter {
+            status: self.status,
+            order_id: self.order_id,
+            customer_id: self.customer_id,
+            gateway_charge_id: self.gateway_charge_id,
+            idempotency_key: self.idempotency_key,
+            created_after: self.created_after,
+            created_before: self.created_before,
+            before,
+        }
+    }
 }
 
 /// One bulk request as the CLI or the API received it (`POST /api/attempts/bulk`).
@@ -232,13 +249,7 @@ fn narrowed(action: BulkAction, filter: &BulkFilter) -> Result<AttemptFilter, Bu
     };
     Ok(AttemptFilter {
         status: Some(status),
-        order_id: filter.order_id.clone(),
-        customer_id: filter.customer_id.clone(),
-        gateway_charge_id: filter.gateway_charge_id.clone(),
-        idempotency_key: filter.idempotency_key.clone(),
-        created_after: filter.created_after,
-        created_before: filter.created_before,
-        before: None,
+        ..filter.clone().listing(None)
     })
 }
 

@@ -140,16 +140,7 @@ pub struct AttemptFilterArgs {
 impl AttemptFilterArgs {
     /// The listing's filter, from the page after `before`.
     fn listing(self, before: Option<attempts::AttemptCursor>) -> attempts::AttemptFilter {
-        attempts::AttemptFilter {
-            status: self.status,
-            order_id: self.order_id,
-            customer_id: self.customer_id,
-            gateway_charge_id: self.gateway_charge_id,
-            idempotency_key: self.idempotency_key,
-            created_after: self.created_after,
-            created_before: self.created_before,
-            before,
-        }
+        self.bulk().listing(before)
     }
 
     /// The same filter for a bulk action.
