@@ -6,17 +6,19 @@
 //! together.
 
 use serde::Serialize;
-use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Row as _};
+use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::Store;
 use crate::domain::PaymentAttemptId;
 
-/// Through what a person acted: the command line, the admin API or the console.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+/// Through what a person acted: the command line, the admin API or the console. Stored as
+/// text in `operator_audit.via` (its CHECK constraint lists the same values) and decoded
+/// straight into this type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, sqlx::Type)]
 #[serde(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum Via {
     Cli,
     Api,
@@ -40,9 +42,11 @@ impl std::fmt::Display for Via {
     }
 }
 
-/// What a person did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// What a person did. Stored as text in `operator_audit.action` and decoded straight into
+/// this type, so the trail is read as the actions this code writes, not as strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum AuditAction {
     /// `attempts resolve --as succeeded`.
     ResolveSucceeded,
@@ -75,6 +79,12 @@ impl AuditAction {
     }
 }
 
+impl std::fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One row to write.
 #[derive(Debug, Clone)]
 pub struct NewAuditEntry {
@@ -94,14 +104,14 @@ pub struct NewAuditEntry {
 }
 
 /// One stored row, as `audit list` and `GET /api/audit` show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct AuditEntry {
     pub id: i64,
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
     pub actor: String,
-    pub via: String,
-    pub action: String,
+    pub via: Via,
+    pub action: AuditAction,
     pub payment_attempt_ids: Vec<PaymentAttemptId>,
     pub dlq_sequence: Option<i64>,
     pub reason: Option<String>,
@@ -112,11 +122,6 @@ pub struct AuditEntry {
 /// Writes `entry` on `conn` (the action's transaction, when the action is a write); returns
 /// the row's id.
 pub async fn insert(conn: &mut PgConnection, entry: &NewAuditEntry) -> Result<i64, sqlx::Error> {
-    let ids: Vec<Uuid> = entry
-        .payment_attempt_ids
-        .iter()
-        .map(|id| Uuid::from(*id))
-        .collect();
     sqlx::query_scalar(
         "INSERT INTO operator_audit
              (actor, via, action, payment_attempt_ids, dlq_sequence, reason, outcome, detail)
@@ -124,9 +129,9 @@ pub async fn insert(conn: &mut PgConnection, entry: &NewAuditEntry) -> Result<i6
          RETURNING id",
     )
     .bind(crate::domain::bounded(&entry.actor, 255))
-    .bind(entry.via.as_str())
-    .bind(entry.action.as_str())
-    .bind(ids)
+    .bind(entry.via)
+    .bind(entry.action)
+    .bind(&entry.payment_attempt_ids)
     .bind(
         entry
             .dlq_sequence
@@ -184,27 +189,5 @@ pub async fn list(
         query.push(" AND id < ").push_bind(before);
     }
     query.push(" ORDER BY id DESC LIMIT ").push_bind(limit);
-    query
-        .build()
-        .fetch_all(store.pool())
-        .await?
-        .iter()
-        .map(entry_from_row)
-        .collect()
-}
-
-fn entry_from_row(row: &PgRow) -> Result<AuditEntry, sqlx::Error> {
-    let ids: Vec<Uuid> = row.try_get("payment_attempt_ids")?;
-    Ok(AuditEntry {
-        id: row.try_get("id")?,
-        at: row.try_get("at")?,
-        actor: row.try_get("actor")?,
-        via: row.try_get("via")?,
-        action: row.try_get("action")?,
-        payment_attempt_ids: ids.into_iter().map(PaymentAttemptId::from).collect(),
-        dlq_sequence: row.try_get("dlq_sequence")?,
-        reason: row.try_get("reason")?,
-        outcome: row.try_get("outcome")?,
-        detail: row.try_get("detail")?,
-    })
+    query.build_query_as().fetch_all(store.pool()).await
 }
