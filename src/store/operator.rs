@@ -247,13 +247,7 @@ pub async fn list_attempts(
     query
         .push(" ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT ")
         .push_bind(limit);
-    query
-        .build()
-        .fetch_all(store.pool())
-        .await?
-        .iter()
-        .map(attempt_from_row)
-        .collect()
+    query.build_query_as().fetch_all(store.pool()).await
 }
 
 /// Attempts that should have settled by now: every non-final attempt recorded at or before
@@ -273,14 +267,11 @@ pub async fn stuck_attempts(
            AND ($2::text IS NULL OR a.status = $2)
          ORDER BY a.created_at, a.payment_attempt_id"
     );
-    sqlx::query(&sql)
+    sqlx::query_as(&sql)
         .bind(created_before)
         .bind(status.map(AttemptStatus::as_str))
         .fetch_all(store.pool())
-        .await?
-        .iter()
-        .map(attempt_from_row)
-        .collect()
+        .await
 }
 
 /// One attempt, or `None` when no attempt has this id.
@@ -289,13 +280,10 @@ pub async fn get_attempt(
     id: PaymentAttemptId,
 ) -> Result<Option<AttemptRecord>, sqlx::Error> {
     let sql = format!("{ATTEMPT_SELECT} WHERE a.payment_attempt_id = $1");
-    sqlx::query(&sql)
+    sqlx::query_as(&sql)
         .bind(id)
         .fetch_optional(store.pool())
-        .await?
-        .as_ref()
-        .map(attempt_from_row)
-        .transpose()
+        .await
 }
 
 /// The attempt's transitions, in the order they happened.
@@ -343,36 +331,39 @@ pub async fn events(store: &Store, id: PaymentAttemptId) -> Result<Vec<OutboxEve
     .await
 }
 
-fn attempt_from_row(row: &PgRow) -> Result<AttemptRecord, sqlx::Error> {
-    let status: AttemptStatus = row.try_get("status")?;
-    Ok(AttemptRecord {
-        payment_attempt_id: row.try_get("payment_attempt_id")?,
-        status,
-        order_id: row.try_get("order_id")?,
-        customer_id: row.try_get("customer_id")?,
-        amount_minor: row.try_get("amount_minor")?,
-        currency: row.try_get("currency")?,
-        payment_method: row.try_get("payment_method")?,
-        description: row.try_get("description")?,
-        requested_at: row.try_get("requested_at")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        tries: row.try_get("tries")?,
-        next_run_at: row.try_get("next_run_at")?,
-        lease_owner: row.try_get("lease_owner")?,
-        lease_expires_at: row.try_get("lease_expires_at")?,
-        dispatched_at: row.try_get("dispatched_at")?,
-        first_dispatched_at: row.try_get("first_dispatched_at")?,
-        reconcile_checks: row.try_get("reconcile_checks")?,
-        gateway_charge_id: row.try_get("gateway_charge_id")?,
-        decline_code: row.try_get("decline_code")?,
-        last_error: row.try_get("last_error")?,
-        review_reason: row.try_get("review_reason")?,
-        first_message_id: row.try_get("first_message_id")?,
-        correlation_id: row.try_get("correlation_id")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        last_gateway_call: gateway_call_from_row(row, "g_")?,
-    })
+/// A row of `ATTEMPT_SELECT`: the attempt's columns and its latest call's, `g_`-prefixed.
+impl sqlx::FromRow<'_, PgRow> for AttemptRecord {
+    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        let status: AttemptStatus = row.try_get("status")?;
+        Ok(AttemptRecord {
+            payment_attempt_id: row.try_get("payment_attempt_id")?,
+            status,
+            order_id: row.try_get("order_id")?,
+            customer_id: row.try_get("customer_id")?,
+            amount_minor: row.try_get("amount_minor")?,
+            currency: row.try_get("currency")?,
+            payment_method: row.try_get("payment_method")?,
+            description: row.try_get("description")?,
+            requested_at: row.try_get("requested_at")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            tries: row.try_get("tries")?,
+            next_run_at: row.try_get("next_run_at")?,
+            lease_owner: row.try_get("lease_owner")?,
+            lease_expires_at: row.try_get("lease_expires_at")?,
+            dispatched_at: row.try_get("dispatched_at")?,
+            first_dispatched_at: row.try_get("first_dispatched_at")?,
+            reconcile_checks: row.try_get("reconcile_checks")?,
+            gateway_charge_id: row.try_get("gateway_charge_id")?,
+            decline_code: row.try_get("decline_code")?,
+            last_error: row.try_get("last_error")?,
+            review_reason: row.try_get("review_reason")?,
+            first_message_id: row.try_get("first_message_id")?,
+            correlation_id: row.try_get("correlation_id")?,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+            last_gateway_call: gateway_call_from_row(row, "g_")?,
+        })
+    }
 }
 
 /// A gateway call from columns named `<prefix>id`, `<prefix>operation`, …; `None` when the
