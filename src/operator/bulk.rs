@@ -39,23 +39,40 @@ pub enum BulkAction {
     Recheck,
 }
 
-/// Which attempts: the filters of `attempts list`. Times are RFC 3339.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// Which attempts: the filters `attempts list` and the bulk actions share, as the CLI flags,
+/// the API's query and its bulk filter name them (one type for all three, so a filter added
+/// to one is a filter of each). Times are RFC 3339.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct BulkFilter {
+    /// Only attempts in this state (pending, in_flight, succeeded, declined, unknown,
+    /// needs_review, expired)
     #[serde(default)]
+    #[arg(long, value_parser = super::parse_status)]
     pub status: Option<AttemptStatus>,
+    /// Only the attempts of this order
     #[serde(default)]
+    #[arg(long, value_name = "ORDER_ID")]
     pub order_id: Option<String>,
+    /// Only the attempts of this customer
     #[serde(default)]
+    #[arg(long, value_name = "CUSTOMER_ID")]
     pub customer_id: Option<String>,
+    /// Only the attempt the gateway recorded under this charge id
     #[serde(default)]
+    #[arg(long, value_name = "CHARGE_ID")]
     pub gateway_charge_id: Option<String>,
+    /// Only the attempt with this idempotency key
     #[serde(default)]
+    #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
+    /// Only attempts recorded at or after this time (RFC 3339)
     #[serde(default, with = "time::serde::rfc3339::option")]
+    #[arg(long, value_name = "TIME", value_parser = super::parse_time)]
     pub created_after: Option<OffsetDateTime>,
+    /// Only attempts recorded before this time (RFC 3339)
     #[serde(default, with = "time::serde::rfc3339::option")]
+    #[arg(long, value_name = "TIME", value_parser = super::parse_time)]
     pub created_before: Option<OffsetDateTime>,
 }
 

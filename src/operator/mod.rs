@@ -54,7 +54,7 @@ pub enum AttemptsCommand {
     /// Attempts, newest first
     List {
         #[command(flatten)]
-        filter: AttemptFilterArgs,
+        filter: bulk::BulkFilter,
         /// The next page: the cursor the previous page printed (on stderr)
         #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
         before: Option<attempts::AttemptCursor>,
@@ -109,61 +109,13 @@ pub enum AttemptsCommand {
     BulkRecheck(BulkArgs),
 }
 
-/// The filters `attempts list` and the bulk actions share, as the API's query and bulk
-/// filter name them.
-#[derive(Debug, Args)]
-pub struct AttemptFilterArgs {
-    /// Only attempts in this state (pending, in_flight, succeeded, declined, unknown,
-    /// needs_review, expired)
-    #[arg(long, value_parser = parse_status)]
-    pub status: Option<AttemptStatus>,
-    /// Only the attempts of this order
-    #[arg(long, value_name = "ORDER_ID")]
-    pub order_id: Option<String>,
-    /// Only the attempts of this customer
-    #[arg(long, value_name = "CUSTOMER_ID")]
-    pub customer_id: Option<String>,
-    /// Only the attempt the gateway recorded under this charge id
-    #[arg(long, value_name = "CHARGE_ID")]
-    pub gateway_charge_id: Option<String>,
-    /// Only the attempt with this idempotency key
-    #[arg(long, value_name = "KEY")]
-    pub idempotency_key: Option<String>,
-    /// Only attempts recorded at or after this time (RFC 3339)
-    #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    pub created_after: Option<OffsetDateTime>,
-    /// Only attempts recorded before this time (RFC 3339)
-    #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    pub created_before: Option<OffsetDateTime>,
-}
-
-impl AttemptFilterArgs {
-    /// The listing's filter, from the page after `before`.
-    fn listing(self, before: Option<attempts::AttemptCursor>) -> attempts::AttemptFilter {
-        self.bulk().listing(before)
-    }
-
-    /// The same filter for a bulk action.
-    fn bulk(self) -> bulk::BulkFilter {
-        bulk::BulkFilter {
-            status: self.status,
-            order_id: self.order_id,
-            customer_id: self.customer_id,
-            gateway_charge_id: self.gateway_charge_id,
-            idempotency_key: self.idempotency_key,
-            created_after: self.created_after,
-            created_before: self.created_before,
-        }
-    }
-}
-
 /// `onecharge attempts bulk-retry | bulk-recheck …`
 #[derive(Debug, Args)]
 pub struct BulkArgs {
     // Which attempts; the action narrows the state (retry: needs_review; recheck: unknown
     // or needs_review).
     #[command(flatten)]
-    pub filter: AttemptFilterArgs,
+    pub filter: bulk::BulkFilter,
     /// Why: recorded with every attempt acted on
     #[arg(long)]
     pub reason: String,
@@ -390,7 +342,7 @@ async fn run_bulk(
 ) -> anyhow::Result<()> {
     let request = bulk::BulkRequest {
         action,
-        filter: args.filter.bulk(),
+        filter: args.filter,
         reason: args.reason,
         preview: args.dry_run,
         max: args.max,
