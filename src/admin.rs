@@ -107,6 +107,16 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
+    fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// The attempt's state refuses the action (it is not, or no longer, in a state the
+    /// action applies to).
+    fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
     fn internal(err: impl std::fmt::Display) -> Self {
         tracing::error!(error = %err, "admin API request failed");
         Self::new(
@@ -135,10 +145,8 @@ impl From<ResolveError> for ApiError {
     fn from(err: ResolveError) -> Self {
         match err {
             ResolveError::Invalid(why) => Self::bad_request(why),
-            err @ ResolveError::NotFound(_) => {
-                Self::new(StatusCode::NOT_FOUND, "not_found", err.to_string())
-            }
-            ResolveError::Refused(why) => Self::new(StatusCode::CONFLICT, "conflict", why),
+            err @ ResolveError::NotFound(_) => Self::not_found(err.to_string()),
+            ResolveError::Refused(why) => Self::conflict(why),
             err @ ResolveError::Store(_) => Self::internal(err),
         }
     }
@@ -321,13 +329,7 @@ async fn show_attempt(
     .await
     .map_err(ApiError::internal)?
     .map(Json)
-    .ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no payment attempt {id}"),
-        )
-    })
+    .ok_or_else(|| ApiError::not_found(format!("no payment attempt {id}")))
 }
 
 /// The actor recorded for decisions taken through the API with the shared admin token (or
@@ -377,10 +379,8 @@ impl From<RecheckError> for ApiError {
     fn from(err: RecheckError) -> Self {
         match err {
             RecheckError::Invalid(why) => Self::bad_request(why),
-            err @ RecheckError::NotFound(_) => {
-                Self::new(StatusCode::NOT_FOUND, "not_found", err.to_string())
-            }
-            RecheckError::Refused(why) => Self::new(StatusCode::CONFLICT, "conflict", why),
+            err @ RecheckError::NotFound(_) => Self::not_found(err.to_string()),
+            RecheckError::Refused(why) => Self::conflict(why),
             err @ RecheckError::Failed(_) => Self::internal(err),
         }
     }
