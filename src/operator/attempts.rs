@@ -124,13 +124,9 @@ pub async fn page(
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<AttemptPage, sqlx::Error> {
-    // Past i64::MAX a limit leaves nothing out: it means all.
-    let limit = (limit > 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX));
+    let limit = super::sql_limit(limit);
     let rows = sql::list_attempts(store, filter, limit).await?;
-    let next = match (limit, rows.last()) {
-        (Some(limit), Some(last)) if rows.len() as i64 == limit => Some(AttemptCursor::after(last)),
-        _ => None,
-    };
+    let next = super::next_cursor(&rows, limit, AttemptCursor::after);
     Ok(AttemptPage {
         attempts: rows.into_iter().map(|a| view(a, now, window)).collect(),
         next,

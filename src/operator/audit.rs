@@ -26,12 +26,9 @@ pub async fn list(
     filter: &AuditFilter,
     limit: usize,
 ) -> Result<AuditPage, sqlx::Error> {
-    let limit = (limit > 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX));
+    let limit = super::sql_limit(limit);
     let entries = crate::store::audit::list(store, filter, limit).await?;
-    let next = match (limit, entries.last()) {
-        (Some(limit), Some(last)) if entries.len() as i64 == limit => Some(last.id.to_string()),
-        _ => None,
-    };
+    let next = super::next_cursor(&entries, limit, |last| last.id.to_string());
     Ok(AuditPage { entries, next })
 }
 

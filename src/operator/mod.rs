@@ -480,6 +480,21 @@ pub fn parse_limit(text: &str) -> Result<usize, String> {
         })
 }
 
+/// A listing's `limit` as SQL's `LIMIT` takes it: 0 means all (`None`), and past `i64::MAX`
+/// a limit leaves nothing out.
+fn sql_limit(limit: usize) -> Option<i64> {
+    (limit > 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX))
+}
+
+/// The cursor of the page after `rows`, which were read with `limit` ([`sql_limit`]): only a
+/// full page can have one after it, so a shorter page (or an unlimited one) is the last.
+fn next_cursor<T, C>(rows: &[T], limit: Option<i64>, cursor: impl FnOnce(&T) -> C) -> Option<C> {
+    match (limit, rows.last()) {
+        (Some(limit), Some(last)) if rows.len() as i64 == limit => Some(cursor(last)),
+        _ => None,
+    }
+}
+
 /// An RFC 3339 time, e.g. `2026-12-01T13:00:00Z`.
 pub fn parse_time(text: &str) -> Result<OffsetDateTime, String> {
     OffsetDateTime::parse(text.trim(), &time::format_description::well_known::Rfc3339)
