@@ -175,11 +175,7 @@ pub async fn bulk(
             "reason must say why (it is recorded with every attempt acted on)".into(),
         ));
     }
-    if reason.contains('\0') {
-        return Err(BulkError::Invalid(
-            "reason contains a NUL character (\\0), which cannot be recorded: remove it".into(),
-        ));
-    }
+    super::recordable("reason", reason).map_err(BulkError::Invalid)?;
     let (limit, why) = match request.max {
         Some(0) => return Err(BulkError::Invalid("max must be at least 1".into())),
         Some(max) if max < BULK_CAP => (max, "the max you gave"),

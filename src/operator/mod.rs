@@ -480,6 +480,18 @@ pub fn parse_limit(text: &str) -> Result<usize, String> {
         })
 }
 
+/// Refuses a value holding NUL, which PostgreSQL text cannot store: an operator's words
+/// with one are the caller's mistake to fix, not a failure in the database. `name` is how
+/// the caller spelt the field (`--reason`, `reason`).
+fn recordable(name: &str, value: &str) -> Result<(), String> {
+    if value.contains('\0') {
+        return Err(format!(
+            "{name} contains a NUL character (\\0), which cannot be recorded: remove it"
+        ));
+    }
+    Ok(())
+}
+
 /// A listing's `limit` as SQL's `LIMIT` takes it: 0 means all (`None`), and past `i64::MAX`
 /// a limit leaves nothing out.
 fn sql_limit(limit: usize) -> Option<i64> {

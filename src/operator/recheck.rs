@@ -33,12 +33,7 @@ pub async fn recheck(
 ) -> Result<Recheck, RecheckError> {
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
     if let Some(reason) = reason {
-        if reason.contains('\0') {
-            return Err(RecheckError::Invalid(
-                "--reason contains a NUL character (\\0), which cannot be recorded: remove it"
-                    .into(),
-            ));
-        }
+        super::recordable("--reason", reason).map_err(RecheckError::Invalid)?;
     }
     match reconciler.recheck(id, actor, via, reason).await? {
         RecheckOutcome::Done(report) => Ok(report),

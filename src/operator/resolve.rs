@@ -155,17 +155,13 @@ pub async fn resolve(
 /// Checks what can be checked without the database.
 fn validate(request: &ResolveRequest) -> Result<ResolveTarget, ResolveError> {
     let invalid = |why: &str| Err(ResolveError::Invalid(why.to_owned()));
-    // PostgreSQL text cannot hold NUL: refused here, as the caller's mistake, not failed
-    // in the database.
     for (flag, value) in [
         ("--reason", Some(&request.reason)),
         ("--gateway-charge-id", request.gateway_charge_id.as_ref()),
         ("--decline-code", request.decline_code.as_ref()),
     ] {
-        if value.is_some_and(|v| v.contains('\0')) {
-            return Err(ResolveError::Invalid(format!(
-                "{flag} contains a NUL character (\\0), which cannot be recorded: remove it"
-            )));
+        if let Some(value) = value {
+            super::recordable(flag, value).map_err(ResolveError::Invalid)?;
         }
     }
     let reason = request.reason.trim();
