@@ -302,25 +302,17 @@ pub(super) async fn overview(
 
 /// The search form's fields; an empty field does not narrow.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct SearchQuery {
-    #[serde(default)]
     attempt_id: String,
-    #[serde(default)]
     order_id: String,
-    #[serde(default)]
     customer_id: String,
-    #[serde(default)]
     idempotency_key: String,
-    #[serde(default)]
     gateway_charge_id: String,
-    #[serde(default)]
     status: String,
-    #[serde(default)]
     created_after: String,
-    #[serde(default)]
     created_before: String,
     /// The cursor of this page (the previous page's last attempt).
-    #[serde(default)]
     before: String,
 }
 
@@ -1043,24 +1035,16 @@ pub(super) async fn recheck(
 /// The bulk form: posted without `confirm`, a preview (count and first ids, nothing done);
 /// with `confirm=yes` and `max` (the previewed count), the action.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct BulkForm {
-    #[serde(default)]
     action: String,
-    #[serde(default)]
     status: String,
-    #[serde(default)]
     order_id: String,
-    #[serde(default)]
     customer_id: String,
-    #[serde(default)]
     created_after: String,
-    #[serde(default)]
     created_before: String,
-    #[serde(default)]
     reason: String,
-    #[serde(default)]
     max: Option<usize>,
-    #[serde(default)]
     confirm: Option<String>,
 }
 
@@ -1224,12 +1208,10 @@ pub(super) async fn bulk_action(
 // Audit
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct AuditQuery {
-    #[serde(default)]
     actor: String,
-    #[serde(default)]
     attempt: String,
-    #[serde(default)]
     before: String,
 }
 
