@@ -275,25 +275,21 @@ async fn publish_mix(
                 published.producer_retries += 1;
                 published.messages += 1;
             }
-        } else if roll < 20 {
-            let again = format!("{message_id}-again");
-            publish_one(
-                broker,
-                Some(&again),
-                command_body(*attempt, *i, *amount, method),
-            )
-            .await?;
-            published.business_duplicates += 1;
-            published.messages += 1;
         } else if roll < 22 {
-            let conflict = format!("{message_id}-conflict");
+            // The same attempt under a new message id: with the same amount a business
+            // duplicate, with another amount a conflict.
+            let (suffix, amount, count) = if roll < 20 {
+                ("again", *amount, &mut published.business_duplicates)
+            } else {
+                ("conflict", amount + 1, &mut published.conflicts)
+            };
             publish_one(
                 broker,
-                Some(&conflict),
-                command_body(*attempt, *i, amount + 1, method),
+                Some(&format!("{message_id}-{suffix}")),
+                command_body(*attempt, *i, amount, method),
             )
             .await?;
-            published.conflicts += 1;
+            *count += 1;
             published.messages += 1;
         }
     }

@@ -188,44 +188,65 @@ impl DatabaseGaugesRefresher {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = false;
-        let mut lag_failing = false;
+        let mut gauges_log =
+            RefreshLog::new("database gauges", "cannot refresh the database gauges");
+        let mut lag_log =
+            RefreshLog::new("intake consumer lag", "cannot read the intake consumer lag");
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = ticker.tick() => {}
             }
-            match self.refresh_once(OffsetDateTime::now_utc()).await {
-                Ok(_) if failing => {
-                    failing = false;
-                    tracing::info!("database gauges refreshed again");
-                }
-                Ok(_) => {}
-                Err(err) if !failing => {
-                    failing = true;
-                    tracing::warn!(error = %err, "cannot refresh the database gauges; /metrics keeps the last values");
-                }
-                Err(err) => tracing::debug!(error = %err, "database gauges still not refreshed"),
-            }
-            match self.refresh_consumer_lag().await {
-                Ok(_) if lag_failing => {
-                    lag_failing = false;
-                    tracing::info!("intake consumer lag refreshed again");
-                }
-                Ok(_) => {}
-                Err(err) if !lag_failing => {
-                    lag_failing = true;
-                    tracing::warn!(
-                        error = format!("{err:#}"),
-                        "cannot read the intake consumer lag; /metrics keeps the last values"
-                    );
-                }
-                Err(err) => tracing::debug!(
-                    error = format!("{err:#}"),
-                    "intake consumer lag still not refreshed"
-                ),
-            }
+            gauges_log.record(&self.refresh_once(OffsetDateTime::now_utc()).await);
+            lag_log.record(&self.refresh_consumer_lag().await);
         }
         Ok(())
+    }
+}
+
+/// The log of a refresh that runs every tick and may fail for a long while (a database down
+/// for an hour): the first failure is a warning, the failures after it are debug lines, and
+/// the first success after them says so — one warning per outage, not one per tick.
+struct RefreshLog {
+    /// What is refreshed, as the log lines name it.
+    what: &'static str,
+    /// The warning's opening words, naming what could not be done.
+    cannot: &'static str,
+    /// The last refresh failed.
+    failing: bool,
+}
+
+impl RefreshLog {
+    fn new(what: &'static str, cannot: &'static str) -> Self {
+        Self {
+            what,
+            cannot,
+            failing: false,
+        }
+    }
+
+    fn record<T, E: std::fmt::Display>(&mut self, result: &Result<T, E>) {
+        match (result, self.failing) {
+            (Ok(_), true) => {
+                self.failing = false;
+                tracing::info!("{} refreshed again", self.what);
+            }
+            (Ok(_), false) => {}
+            (Err(err), false) => {
+                self.failing = true;
+                tracing::warn!(
+                    error = format!("{err:#}"),
+                    "{}; /metrics keeps the last values",
+                    self.cannot
+                );
+            }
+            (Err(err), true) => {
+                tracing::debug!(
+                    error = format!("{err:#}"),
+                    "{} still not refreshed",
+                    self.what
+                )
+            }
+        }
     }
 }

@@ -302,31 +302,29 @@ pub(super) async fn overview(
 
 /// The search form's fields; an empty field does not narrow.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct SearchQuery {
-    #[serde(default)]
     attempt_id: String,
-    #[serde(default)]
     order_id: String,
-    #[serde(default)]
     customer_id: String,
-    #[serde(default)]
     idempotency_key: String,
-    #[serde(default)]
     gateway_charge_id: String,
-    #[serde(default)]
     status: String,
-    #[serde(default)]
     created_after: String,
-    #[serde(default)]
     created_before: String,
     /// The cursor of this page (the previous page's last attempt).
-    #[serde(default)]
     before: String,
 }
 
 fn set(field: &str) -> Option<String> {
     let field = field.trim();
     (!field.is_empty()).then(|| field.to_owned())
+}
+
+/// A filled-in field parsed as a `T`: `Ok(None)` when it is blank, the parse error when it
+/// is not a `T`.
+fn parse_set<T: std::str::FromStr>(field: &str) -> Result<Option<T>, T::Err> {
+    set(field).map(|text| text.parse()).transpose()
 }
 
 pub(super) async fn search(
@@ -347,18 +345,15 @@ pub(super) async fn search(
             ),
         };
     }
-    let status = match set(&query.status).map(|s| s.parse::<AttemptStatus>()) {
-        Some(Err(err)) => return bad_request(&session, &err.to_string()),
-        Some(Ok(status)) => Some(status),
-        None => None,
+    let status = match parse_set::<AttemptStatus>(&query.status) {
+        Ok(status) => status,
+        Err(err) => return bad_request(&session, &err.to_string()),
     };
     let times = (|| {
         Ok::<_, String>((
             console_time("created after", &query.created_after)?,
             console_time("created before", &query.created_before)?,
-            set(&query.before)
-                .map(|c| c.parse::<AttemptCursor>())
-                .transpose()?,
+            parse_set::<AttemptCursor>(&query.before)?,
         ))
     })();
     let (created_after, created_before, before) = match times {
@@ -1040,24 +1035,16 @@ pub(super) async fn recheck(
 /// The bulk form: posted without `confirm`, a preview (count and first ids, nothing done);
 /// with `confirm=yes` and `max` (the previewed count), the action.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct BulkForm {
-    #[serde(default)]
     action: String,
-    #[serde(default)]
     status: String,
-    #[serde(default)]
     order_id: String,
-    #[serde(default)]
     customer_id: String,
-    #[serde(default)]
     created_after: String,
-    #[serde(default)]
     created_before: String,
-    #[serde(default)]
     reason: String,
-    #[serde(default)]
     max: Option<usize>,
-    #[serde(default)]
     confirm: Option<String>,
 }
 
@@ -1108,10 +1095,9 @@ pub(super) async fn bulk_action(
         "recheck" => BulkAction::Recheck,
         _ => return bad_request(&session, "Choose retry or recheck."),
     };
-    let status = match set(&form.status).map(|s| s.parse::<AttemptStatus>()) {
-        Some(Err(err)) => return bad_request(&session, &err.to_string()),
-        Some(Ok(status)) => Some(status),
-        None => None,
+    let status = match parse_set::<AttemptStatus>(&form.status) {
+        Ok(status) => status,
+        Err(err) => return bad_request(&session, &err.to_string()),
     };
     let times = console_time("created after", &form.created_after)
         .and_then(|after| Ok((after, console_time("created before", &form.created_before)?)));
@@ -1222,12 +1208,10 @@ pub(super) async fn bulk_action(
 // Audit
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct AuditQuery {
-    #[serde(default)]
     actor: String,
-    #[serde(default)]
     attempt: String,
-    #[serde(default)]
     before: String,
 }
 
@@ -1270,12 +1254,9 @@ pub(super) async fn audit(
     let Ok(Query(query)) = query else {
         return bad_request(&session, "The audit filters are not understood.");
     };
-    let attempt = match set(&query.attempt).map(|id| id.parse::<PaymentAttemptId>()) {
-        Some(Err(_)) => {
-            return bad_request(&session, "attempt: not a payment_attempt_id (a UUID).")
-        }
-        Some(Ok(id)) => Some(id),
-        None => None,
+    let attempt = match parse_set::<PaymentAttemptId>(&query.attempt) {
+        Ok(attempt) => attempt,
+        Err(_) => return bad_request(&session, "attempt: not a payment_attempt_id (a UUID)."),
     };
     let before_id = match set(&query.before)
         .map(|c| audit::parse_cursor(&c))

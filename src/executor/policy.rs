@@ -34,6 +34,24 @@ pub struct RetryPolicy {
     pub window: RetryWindow,
 }
 
+/// A gateway answer that blames onecharge's configuration (its credentials, its
+/// `gateway_url`), not the attempt: the attempt stays `pending`, due at once, and the try is
+/// refunded, so a wrong setting cannot use up an attempt's tries while it is fixed.
+fn configuration_fault(
+    now: OffsetDateTime,
+    reason: String,
+    cause: TransitionCause,
+) -> (Settlement, TransitionCause) {
+    (
+        Settlement::Retry {
+            next_run_at: now,
+            reason,
+            refund_try: true,
+        },
+        cause,
+    )
+}
+
 impl RetryPolicy {
     pub fn from_settings(settings: &Settings) -> Self {
         let executor = &settings.executor;
@@ -74,20 +92,14 @@ impl RetryPolicy {
             GatewayOutcome::NeedsReview { reason } => {
                 (Settlement::NeedsReview { reason: reason.clone() }, TransitionCause::GatewayRefusedRequest)
             }
-            GatewayOutcome::CredentialsFault { status } => (
-                Settlement::Retry {
-                    next_run_at: now,
-                    reason: format!("the gateway rejected onecharge's credentials (HTTP {status}); not counted as a try"),
-                    refund_try: true,
-                },
+            GatewayOutcome::CredentialsFault { status } => configuration_fault(
+                now,
+                format!("the gateway rejected onecharge's credentials (HTTP {status}); not counted as a try"),
                 TransitionCause::CredentialsFault,
             ),
-            GatewayOutcome::EndpointFault { status } => (
-                Settlement::Retry {
-                    next_run_at: now,
-                    reason: format!("the gateway answered HTTP {status} to POST /v1/charges: gateway_url looks wrong; nothing was processed, not counted as a try"),
-                    refund_try: true,
-                },
+            GatewayOutcome::EndpointFault { status } => configuration_fault(
+                now,
+                format!("the gateway answered HTTP {status} to POST /v1/charges: gateway_url looks wrong; nothing was processed, not counted as a try"),
                 TransitionCause::EndpointFault,
             ),
             GatewayOutcome::Processing { charge_id } => (

@@ -269,14 +269,15 @@ impl GatewayClient {
     /// connect timeout (a connect failure is "not sent") and a whole-request timeout (past
     /// it the answer is ambiguous). Redirects are not followed: a charge is never re-sent
     /// elsewhere. `https://` trusts the system's roots only; see
-    /// [`GatewayClient::with_extra_roots`].
+    /// [`GatewayClient::for_kind`].
     pub fn new(
         base_url: &str,
         api_key: SecretString,
         connect_timeout: Duration,
         request_timeout: Duration,
     ) -> anyhow::Result<Self> {
-        Self::with_extra_roots(
+        Self::for_kind(
+            GatewayKind::Onecharge,
             base_url,
             api_key,
             connect_timeout,
@@ -285,27 +286,10 @@ impl GatewayClient {
         )
     }
 
-    /// [`GatewayClient::new`], trusting `extra_roots` (a private CA) besides the system's
-    /// roots for an `https://` gateway. A TLS handshake the gateway fails (an untrusted
-    /// certificate) happens before any byte of the request is sent: it is "not sent".
-    pub fn with_extra_roots(
-        base_url: &str,
-        api_key: SecretString,
-        connect_timeout: Duration,
-        request_timeout: Duration,
-        extra_roots: Vec<CertificateDer<'static>>,
-    ) -> anyhow::Result<Self> {
-        Self::for_kind(
-            GatewayKind::Onecharge,
-            base_url,
-            api_key,
-            connect_timeout,
-            request_timeout,
-            extra_roots,
-        )
-    }
-
-    /// A client speaking `kind`'s protocol to `base_url`, as [`GatewayClient::with_extra_roots`].
+    /// A client speaking `kind`'s protocol to `base_url`, as [`GatewayClient::new`], trusting
+    /// `extra_roots` (a private CA) besides the system's roots for an `https://` gateway. A
+    /// TLS handshake the gateway fails (an untrusted certificate) happens before any byte of
+    /// the request is sent: it is "not sent".
     pub fn for_kind(
         kind: GatewayKind,
         base_url: &str,
