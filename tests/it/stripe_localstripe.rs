@@ -27,7 +27,6 @@ use onecharge::app::{Application, Role};
 use onecharge::gateway::GatewayKind;
 use secrecy::SecretString;
 use serde_json::{json, Value};
-use sqlx::Row as _;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -101,49 +100,9 @@ impl World {
     async fn settles_as(&self, message_id: &str, patch: Value, status: &str) -> Attempt {
         let attempt = Uuid::new_v4();
         self.publish(message_id, attempt, patch).await;
-        let row = self.settled(attempt).await;
+        let row = settled(&self.env, &self.shim, attempt).await;
         assert_eq!(row.status, status, "{row:?}");
         row
-    }
-
-    /// Polls the attempt until it is final or in `needs_review`; its row.
-    async fn settled(&self, attempt: Uuid) -> Attempt {
-        let deadline = Instant::now() + SETTLE_DEADLINE;
-        loop {
-            if let Some(row) = self.attempt(attempt).await {
-                if matches!(
-                    row.status.as_str(),
-                    "succeeded" | "declined" | "expired" | "needs_review"
-                ) {
-                    return row;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "attempt {attempt} did not settle within {SETTLE_DEADLINE:?}: {:?}; requests: {:#?}",
-                self.attempt(attempt).await,
-                self.shim.seen()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn attempt(&self, attempt: Uuid) -> Option<Attempt> {
-        sqlx::query(
-            "SELECT payment_attempt_id, status, gateway_charge_id, decline_code, review_reason
-             FROM payment_attempts WHERE payment_attempt_id = $1",
-        )
-        .bind(attempt)
-        .fetch_optional(self.env.store.pool())
-        .await
-        .expect("read the attempt")
-        .map(|row| Attempt {
-            id: row.get("payment_attempt_id"),
-            status: row.get("status"),
-            gateway_charge_id: row.get("gateway_charge_id"),
-            decline_code: row.get("decline_code"),
-            review_reason: row.get("review_reason"),
-        })
     }
 
     /// Whether the attempt went through `unknown`: the executor could not read the outcome
@@ -206,7 +165,42 @@ impl World {
     }
 }
 
-#[derive(Debug)]
+/// Polls the attempt until it is final or in `needs_review`; its row. On a timeout the
+/// failure shows the requests onecharge sent through `shim`.
+async fn settled(env: &TestEnv, shim: &Shim, attempt: Uuid) -> Attempt {
+    let deadline = Instant::now() + SETTLE_DEADLINE;
+    loop {
+        if let Some(row) = read_attempt(env, attempt).await {
+            if matches!(
+                row.status.as_str(),
+                "succeeded" | "declined" | "expired" | "needs_review"
+            ) {
+                return row;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "attempt {attempt} did not settle within {SETTLE_DEADLINE:?}: {:?}; requests: {:#?}",
+            read_attempt(env, attempt).await,
+            shim.seen()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The attempt's row, once intake has recorded it.
+async fn read_attempt(env: &TestEnv, attempt: Uuid) -> Option<Attempt> {
+    sqlx::query_as(
+        "SELECT payment_attempt_id AS id, status, gateway_charge_id, decline_code, review_reason
+         FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(attempt)
+    .fetch_optional(env.store.pool())
+    .await
+    .expect("read the attempt")
+}
+
+#[derive(Debug, sqlx::FromRow)]
 struct Attempt {
     id: Uuid,
     status: String,
@@ -387,7 +381,7 @@ async fn a_command_delivered_twice_makes_one_payment_intent_at_localstripe() {
     world.publish("ls-twice-1", attempt, patch.clone()).await;
     world.publish("ls-twice-2", attempt, patch).await;
 
-    let row = world.settled(attempt).await;
+    let row = settled(&world.env, &world.shim, attempt).await;
     assert_eq!(row.status, "succeeded", "{row:?}");
     let intents = world.intents_for(attempt).await;
     assert_eq!(intents.len(), 1, "{intents:#?}");
@@ -499,25 +493,9 @@ async fn serve_configured_by_onecharge_gateway_kind_stripe_in_its_environment_ch
     )
     .await;
 
-    let deadline = Instant::now() + SETTLE_DEADLINE;
-    let intent = loop {
-        let row: Option<(String, Option<String>)> = sqlx::query_as(
-            "SELECT status, gateway_charge_id FROM payment_attempts WHERE payment_attempt_id = $1",
-        )
-        .bind(attempt)
-        .fetch_optional(env.store.pool())
-        .await
-        .expect("read the attempt");
-        match row {
-            Some((status, charge)) if status == "succeeded" => break charge.expect("a charge id"),
-            other => assert!(
-                Instant::now() < deadline,
-                "not succeeded within {SETTLE_DEADLINE:?}: {other:?}; requests: {:#?}",
-                shim.seen()
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let row = settled(&env, &shim, attempt).await;
+    assert_eq!(row.status, "succeeded", "{row:?}");
+    let intent = row.intent();
     let pi = localstripe.payment_intent(&intent).await;
     assert_eq!(pi["status"], "succeeded", "{pi}");
     assert_eq!(pi["metadata"]["payment_attempt_id"], attempt.to_string());
