@@ -265,6 +265,15 @@ fn assert_sent_as_documented(shim: &Shim, intent: &str) {
     }
 }
 
+/// localstripe's only decline: `card_declined`, without an issuer's `decline_code`.
+fn assert_declined_as_card_declined(row: &Attempt) {
+    assert_eq!(
+        row.decline_code.as_deref(),
+        Some("card_declined"),
+        "{row:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_charge_through_the_stripe_connector_succeeds_at_localstripe_under_its_payment_intent_id()
 {
@@ -446,15 +455,6 @@ async fn a_debit_left_processing_is_read_by_id_until_it_fails_and_ends_declined_
     assert_eq!(pi["status"], "requires_payment_method", "{pi}");
     assert_eq!(world.shim.confirms(), 1);
     world.stop().await;
-}
-
-/// localstripe's only decline: `card_declined`, without an issuer's `decline_code`.
-fn assert_declined_as_card_declined(row: &Attempt) {
-    assert_eq!(
-        row.decline_code.as_deref(),
-        Some("card_declined"),
-        "{row:?}"
-    );
 }
 
 /// The configuration an operator writes: `onecharge serve`, the binary, with
