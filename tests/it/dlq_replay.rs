@@ -104,11 +104,7 @@ async fn a_replay_with_no_command_stream_says_so_in_one_line() {
 #[tokio::test]
 async fn a_replay_with_no_dead_letter_stream_says_so_in_one_line() {
     let env = TestEnv::new().await;
-    env.broker
-        .jetstream
-        .delete_stream(env.broker.names.dlq_stream())
-        .await
-        .unwrap();
+    env.delete_dead_letter_stream().await;
 
     let (code, stderr) = replay(&env, &["1"]).await;
 

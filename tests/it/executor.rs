@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::support::harness::GatewayCallRow;
 use crate::support::{
     self, charge_request, charge_request_with_amount, first_outcome, run_leaving_one_in, Harness,
     API_KEY,
@@ -23,6 +24,18 @@ use tokio_util::sync::CancellationToken;
 
 fn pair(from: Option<&str>, to: &str, cause: &str) -> (Option<String>, String, String) {
     (from.map(str::to_owned), to.to_owned(), cause.to_owned())
+}
+
+/// The gateway calls of an attempt charged on its first try, under lease token 1, as
+/// `charge` (what [`Harness::gateway_calls`] reads).
+fn one_call_charged(charge: &str) -> Vec<GatewayCallRow> {
+    vec![(
+        1,
+        Some(1),
+        Some(201),
+        "succeeded".into(),
+        Some(charge.into()),
+    )]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,19 +70,8 @@ async fn a_new_charge_succeeds_with_its_transition_event_and_gateway_call_in_one
             pair(Some("in_flight"), "succeeded", "gateway_succeeded"),
         ]
     );
-    assert_eq!(
-        h.gateway_calls(id).await,
-        vec![(
-            1,
-            Some(1),
-            Some(201),
-            "succeeded".into(),
-            Some(ledger[0].id.clone())
-        )]
-    );
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    let (status, payload, headers) = &events[0];
+    assert_eq!(h.gateway_calls(id).await, one_call_charged(&ledger[0].id));
+    let (status, payload, headers) = h.only_event(id).await;
     assert_eq!(status, "succeeded");
     assert_eq!(payload["gateway_charge_id"], ledger[0].id.as_str());
     assert_eq!(payload["amount_minor"], 1999);
@@ -101,10 +103,9 @@ async fn a_402_decline_is_final_with_its_decline_code_and_event() {
     );
     let calls = h.gateway_calls(id).await;
     assert_eq!((calls[0].2, calls[0].3.as_str()), (Some(402), "declined"));
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "declined");
-    assert_eq!(events[0].1["decline_code"], "card_declined");
+    let event = h.only_event(id).await;
+    assert_eq!(event.0, "declined");
+    assert_eq!(event.1["decline_code"], "card_declined");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,10 +226,9 @@ async fn a_422_key_reused_needs_review_with_the_gateways_words_and_charges_nothi
         reason.starts_with("HTTP 422 idempotency_key_reused"),
         "{reason}"
     );
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "needs_review");
-    assert_eq!(events[0].1["reason"], reason.as_str());
+    let event = h.only_event(id).await;
+    assert_eq!(event.0, "needs_review");
+    assert_eq!(event.1["reason"], reason.as_str());
     assert_eq!(
         h.gateway.ledger().len(),
         1,
@@ -274,11 +274,7 @@ async fn a_429_is_retried_after_retry_after_and_then_charged_once() {
     run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
     assert_eq!(h.gateway.ledger().len(), 1);
     assert_eq!(
-        h.transitions(id)
-            .await
-            .into_iter()
-            .map(|t| t.2)
-            .collect::<Vec<_>>(),
+        h.causes(id).await,
         vec![
             "command_accepted",
             "dispatched",
@@ -624,11 +620,7 @@ async fn a_401_pauses_every_gateway_call_keeps_attempts_pending_and_consumes_no_
     assert!(misconfigured.health().credentials_rejected());
     let first = report.attempts[0].payment_attempt_id;
     assert_eq!(
-        h.transitions(first)
-            .await
-            .into_iter()
-            .map(|t| t.2)
-            .collect::<Vec<_>>(),
+        h.causes(first).await,
         vec!["command_accepted", "dispatched", "credentials_fault"]
     );
 
@@ -1015,19 +1007,9 @@ async fn a_charge_id_with_a_nul_is_stored_escaped_and_the_attempt_settles_with_i
         !charge.contains('\0') && charge.starts_with("ch_") && charge.ends_with("nul"),
         "the charge id is kept, its NUL escaped: {charge:?}"
     );
-    assert_eq!(
-        h.gateway_calls(id).await,
-        vec![(
-            1,
-            Some(1),
-            Some(201),
-            "succeeded".into(),
-            Some(charge.clone())
-        )]
-    );
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].1["gateway_charge_id"], charge.as_str());
+    assert_eq!(h.gateway_calls(id).await, one_call_charged(&charge));
+    let event = h.only_event(id).await;
+    assert_eq!(event.1["gateway_charge_id"], charge.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1053,13 +1035,7 @@ async fn a_settlement_the_database_refuses_for_good_hands_the_attempt_to_the_rec
     );
     assert_eq!(
         h.gateway_calls(id).await,
-        vec![(
-            1,
-            Some(1),
-            Some(201),
-            "succeeded".into(),
-            Some(ledger[0].id.clone())
-        )],
+        one_call_charged(&ledger[0].id),
         "the call's evidence is kept"
     );
     assert_eq!(
@@ -1188,10 +1164,9 @@ async fn a_command_older_than_the_maximum_age_when_it_would_first_be_sent_is_exp
             pair(Some("pending"), "expired", "stale_at_dispatch"),
         ]
     );
-    let events = h.events(stale).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "expired");
-    let reason = events[0].1["reason"].as_str().unwrap().to_owned();
+    let event = h.only_event(stale).await;
+    assert_eq!(event.0, "expired");
+    let reason = event.1["reason"].as_str().unwrap().to_owned();
     assert!(
         reason.contains("intake.max_command_age") && reason.contains("never sent"),
         "{reason}"

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::support::{
     command, commands_stream, edit_stream, eventually, header, shrink_duplicate_window, TestEnv,
 };
-use onecharge::intake::{DeliveryOutcome, DlqClass};
+use onecharge::intake::{DeliveryOutcome, DlqClass, Intake};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -16,8 +16,7 @@ const WAIT: Duration = Duration::from_secs(5);
 async fn a_valid_command_becomes_one_pending_attempt_and_is_acknowledged() {
     let env = TestEnv::new().await;
     let intake = env.intake().await;
-    let attempt = Uuid::new_v4();
-    env.publish("m-1", &command(attempt, json!({}))).await;
+    let attempt = env.publish_new("m-1").await;
 
     let report = intake.process_batch(WAIT).await.unwrap();
 
@@ -33,8 +32,7 @@ async fn the_same_message_in_the_hands_of_two_instances_records_one_attempt_and_
     let env = TestEnv::new().await;
     let first = env.intake().await;
     let second = env.intake().await;
-    let attempt = Uuid::new_v4();
-    env.publish("m-twice", &command(attempt, json!({}))).await;
+    env.publish_new("m-twice").await;
 
     // The first instance takes the message and stalls past the ack wait…
     let held = first.fetch(WAIT).await.unwrap();
@@ -62,8 +60,7 @@ async fn racing_transactions_for_one_message_are_decided_by_the_unique_key() {
     let env = TestEnv::new().await;
     let intake = env.intake().await;
     for i in 0..20 {
-        env.publish(&format!("race-{i}"), &command(Uuid::new_v4(), json!({})))
-            .await;
+        env.publish_new(&format!("race-{i}")).await;
     }
     let messages = intake.fetch(WAIT).await.unwrap();
     assert_eq!(messages.len(), 20);
@@ -84,8 +81,7 @@ async fn racing_transactions_for_one_message_are_decided_by_the_unique_key() {
 async fn redelivery_after_commit_without_ack_is_a_duplicate_and_records_nothing_new() {
     let env = TestEnv::new().await;
     let crashed = env.intake().await;
-    let attempt = Uuid::new_v4();
-    env.publish("m-crash", &command(attempt, json!({}))).await;
+    env.publish_new("m-crash").await;
 
     // Commit, then "crash" before the ack: the messages are dropped unsettled.
     let messages = crashed.fetch(WAIT).await.unwrap();
@@ -117,17 +113,13 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
     let env = TestEnv::new().await;
     let intake = env.intake().await;
     // A failure injected after the dedupe insert, inside the same transaction.
-    sqlx::raw_sql(
+    env.exec(
         "CREATE FUNCTION fail_insert() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN RAISE EXCEPTION 'injected failure' USING ERRCODE = 'serialization_failure'; END $$;
          CREATE TRIGGER fail_attempts BEFORE INSERT ON payment_attempts FOR EACH ROW EXECUTE FUNCTION fail_insert();",
     )
-    .execute(env.store.pool())
-    .await
-    .unwrap();
-    let attempt = Uuid::new_v4();
-    env.publish("m-rollback", &command(attempt, json!({})))
-        .await;
+    .await;
+    env.publish_new("m-rollback").await;
 
     let first = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(first.outcomes.len(), 1);
@@ -135,10 +127,8 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
     assert_eq!(env.dedupe_rows().await, 0);
     assert_eq!(env.attempt_rows().await, 0);
 
-    sqlx::query("DROP TRIGGER fail_attempts ON payment_attempts")
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+    env.exec("DROP TRIGGER fail_attempts ON payment_attempts")
+        .await;
     let second = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(second.outcomes, vec![DeliveryOutcome::Processed]);
@@ -155,25 +145,21 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
 async fn one_message_the_database_rejects_does_not_poison_its_batch() {
     let env = TestEnv::new().await;
     let intake = env.intake().await;
-    sqlx::raw_sql(
+    env.exec(
         "CREATE FUNCTION reject_poison() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN IF NEW.order_id = 'ord_poison' THEN
            RAISE EXCEPTION 'order refused' USING ERRCODE = 'check_violation'; END IF;
          RETURN NEW; END $$;
          CREATE TRIGGER reject_poison BEFORE INSERT ON payment_attempts FOR EACH ROW EXECUTE FUNCTION reject_poison();",
     )
-    .execute(env.store.pool())
-    .await
-    .unwrap();
-    env.publish("good-1", &command(Uuid::new_v4(), json!({})))
-        .await;
+    .await;
+    env.publish_new("good-1").await;
     env.publish(
         "poison",
         &command(Uuid::new_v4(), json!({"order_id": "ord_poison"})),
     )
     .await;
-    env.publish("good-2", &command(Uuid::new_v4(), json!({})))
-        .await;
+    env.publish_new("good-2").await;
 
     let report = intake.process_batch(WAIT).await.unwrap();
 
@@ -300,8 +286,7 @@ async fn every_kind_of_invalid_input_is_dead_lettered_with_its_reason_and_writes
 async fn a_business_duplicate_is_one_attempt_and_conflicting_parameters_are_dead_lettered() {
     let env = TestEnv::new().await;
     let intake = env.intake().await;
-    let attempt = Uuid::new_v4();
-    env.publish("first", &command(attempt, json!({}))).await;
+    let attempt = env.publish_new("first").await;
     env.publish(
         "retry-new-id",
         &command(attempt, json!({"description": "same charge, new words"})),
@@ -395,8 +380,7 @@ async fn a_reused_message_id_with_a_different_body_is_dead_lettered_and_never_ch
 async fn while_the_database_is_down_messages_are_nakd_and_processed_once_it_is_back() {
     let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
     let intake = env.intake().await;
-    let attempt = Uuid::new_v4();
-    env.publish("m-outage", &command(attempt, json!({}))).await;
+    env.publish_new("m-outage").await;
     env.stop_database().await;
 
     let during = intake.process_batch(WAIT).await.unwrap();
@@ -422,8 +406,7 @@ async fn while_the_database_is_down_messages_are_nakd_and_processed_once_it_is_b
 async fn the_last_allowed_delivery_of_a_transient_failure_is_dead_lettered_as_exhausted() {
     let env = TestEnv::new().await; // max_deliver = 3
     let intake = env.intake().await;
-    env.publish("m-exhaust", &command(Uuid::new_v4(), json!({})))
-        .await;
+    env.publish_new("m-exhaust").await;
     env.stop_database().await;
 
     let mut reports = Vec::new();
@@ -478,8 +461,7 @@ async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(intake.run(shutdown.clone()));
     for i in 0..100 {
-        env.publish(&format!("burst-{i}"), &command(Uuid::new_v4(), json!({})))
-            .await;
+        env.publish_new(&format!("burst-{i}")).await;
     }
     eventually(
         "intake records the burst",
@@ -503,15 +485,11 @@ async fn the_serve_loop_records_a_burst_and_drains_on_shutdown() {
 async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as_invalid() {
     let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
     let intake = env.intake().await;
-    env.publish("m-deploy-1", &command(Uuid::new_v4(), json!({})))
-        .await;
-    env.publish("m-deploy-2", &command(Uuid::new_v4(), json!({})))
-        .await;
+    env.publish_new("m-deploy-1").await;
+    env.publish_new("m-deploy-2").await;
     // A migration gone wrong: the table intake writes to is not there (SQLSTATE 42P01).
-    sqlx::raw_sql("ALTER TABLE payment_attempts RENAME TO payment_attempts_moved")
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+    env.exec("ALTER TABLE payment_attempts RENAME TO payment_attempts_moved")
+        .await;
 
     let during = intake.process_batch(WAIT).await.unwrap();
 
@@ -519,10 +497,8 @@ async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as
     assert!(during.dead_lettered.is_empty(), "{during:?}");
     assert!(env.dead_letters().await.is_empty());
 
-    sqlx::raw_sql("ALTER TABLE payment_attempts_moved RENAME TO payment_attempts")
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+    env.exec("ALTER TABLE payment_attempts_moved RENAME TO payment_attempts")
+        .await;
     let mut processed = 0;
     while processed < 2 {
         let after = intake.process_batch(WAIT).await.unwrap();
@@ -539,14 +515,12 @@ async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message(
     // intake runs as a role that lost INSERT on payment_attempts (SQLSTATE 42501)
     let role = format!("r_{}", &env.db_name[15..27]);
     env.admin(&format!("CREATE ROLE {role} LOGIN")).await;
-    sqlx::raw_sql(&format!(
+    env.exec(&format!(
         "GRANT ALL ON ALL TABLES IN SCHEMA public TO {role};
          GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};
          REVOKE INSERT ON payment_attempts FROM {role};"
     ))
-    .execute(env.store.pool())
-    .await
-    .unwrap();
+    .await;
     let url = env
         .settings
         .database_url
@@ -556,25 +530,19 @@ async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message(
         onecharge::intake::Intake::new(restricted.clone(), env.broker.clone(), &env.settings)
             .await
             .unwrap();
-    env.publish("m-perm", &command(Uuid::new_v4(), json!({})))
-        .await;
+    env.publish_new("m-perm").await;
 
     let during = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(during.count("transient"), 1, "{during:?}");
     assert!(env.dead_letters().await.is_empty());
-    sqlx::raw_sql(&format!("GRANT INSERT ON payment_attempts TO {role}"))
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+    env.exec(&format!("GRANT INSERT ON payment_attempts TO {role}"))
+        .await;
     let after = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
     assert_eq!(env.attempt_rows().await, 1);
     restricted.pool().close().await;
-    sqlx::raw_sql(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role};"))
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+    env.exec(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role};")).await;
     env.admin(&format!("DROP ROLE {role}")).await;
 }
 
@@ -582,15 +550,10 @@ async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message(
 async fn a_dead_letter_that_cannot_be_stored_on_the_last_delivery_is_kept_until_it_is() {
     let env = TestEnv::new().await; // max_deliver = 3
     let intake = env.intake().await;
-    env.publish("m-keep", &command(Uuid::new_v4(), json!({})))
-        .await;
+    env.publish_new("m-keep").await;
     env.stop_database().await;
     // The dead-letter stream is gone: every dead-letter publish fails.
-    env.broker
-        .jetstream
-        .delete_stream(env.broker.names.dlq_stream())
-        .await
-        .unwrap();
+    env.delete_dead_letter_stream().await;
 
     for delivery in 1..=3 {
         let report = intake.process_batch(WAIT).await.unwrap();
@@ -623,10 +586,8 @@ async fn the_consumers_real_max_deliver_decides_the_last_delivery_not_the_settin
     let env = TestEnv::with_settings(|s| s.intake.max_deliver = 10).await;
     let intake = env.intake().await;
     // An operator lowered the consumer's own limit to 2 after intake bound to it.
-    set_consumer_max_deliver(&env, 2).await;
-    intake.refresh_consumer_limits().await.unwrap();
-    env.publish("m-real-limit", &command(Uuid::new_v4(), json!({})))
-        .await;
+    set_consumer_max_deliver(&env, &intake, 2).await;
+    env.publish_new("m-real-limit").await;
     env.stop_database().await;
 
     let first = intake.process_batch(WAIT).await.unwrap();
@@ -690,16 +651,10 @@ async fn a_command_an_operator_set_limit_ends_without_a_dead_letter_is_counted_a
     let env = TestEnv::with_settings(|s| s.intake.consumer = "intake-lost-count".into()).await;
     let metrics = onecharge::metrics::install();
     let intake = env.intake().await;
-    set_consumer_max_deliver(&env, 2).await;
-    intake.refresh_consumer_limits().await.unwrap();
-    env.publish("m-lost", &command(Uuid::new_v4(), json!({})))
-        .await;
+    set_consumer_max_deliver(&env, &intake, 2).await;
+    env.publish_new("m-lost").await;
     env.stop_database().await;
-    env.broker
-        .jetstream
-        .delete_stream(env.broker.names.dlq_stream())
-        .await
-        .unwrap();
+    env.delete_dead_letter_stream().await;
 
     let first = intake.process_batch(WAIT).await.unwrap();
     let last = intake.process_batch(WAIT).await.unwrap();
@@ -721,9 +676,7 @@ async fn a_command_an_operator_set_limit_ends_without_a_dead_letter_is_counted_a
 async fn a_process_that_dies_holding_the_last_allowed_delivery_loses_nothing() {
     let env = TestEnv::new().await; // max_deliver = 3, ack_wait = 2 s
     let intake = env.intake().await;
-    let attempt = Uuid::new_v4();
-    env.publish("m-last-crash", &command(attempt, json!({})))
-        .await;
+    let attempt = env.publish_new("m-last-crash").await;
     env.stop_database().await;
     for _ in 0..2 {
         let report = intake.process_batch(WAIT).await.unwrap();
@@ -748,8 +701,9 @@ async fn a_process_that_dies_holding_the_last_allowed_delivery_loses_nothing() {
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
-/// What an operator does by hand: sets the durable consumer's own `max_deliver`.
-async fn set_consumer_max_deliver(env: &TestEnv, max_deliver: i64) {
+/// What an operator does by hand: sets the durable consumer's own `max_deliver`, after
+/// `intake` bound to it; then `intake` rereads its limits, as it does periodically.
+async fn set_consumer_max_deliver(env: &TestEnv, intake: &Intake, max_deliver: i64) {
     let stream = commands_stream(&env.broker).await;
     let mut config = stream
         .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
@@ -762,4 +716,5 @@ async fn set_consumer_max_deliver(env: &TestEnv, max_deliver: i64) {
         .clone();
     config.max_deliver = max_deliver;
     stream.update_consumer(config).await.unwrap();
+    intake.refresh_consumer_limits().await.unwrap();
 }

@@ -10,9 +10,9 @@ use crate::support::{
 };
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
-use onecharge::operator::purge::{purge_once, PurgeRefused};
-use onecharge::operator::resolve::{resolve, ResolveAs, ResolveError, ResolveRequest};
-use onecharge::operator::{RetryWindow, Via};
+use onecharge::operator::purge::{purge_once, PurgeRefused, PurgeReport};
+use onecharge::operator::resolve::{ResolveAs, ResolveError, ResolveRequest};
+use onecharge::operator::Via;
 use onecharge::store::intake::{IntakeRecord, Recorded};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
@@ -44,29 +44,18 @@ async fn seed(env: &TestEnv, n: usize) -> Vec<PaymentAttemptId> {
         .collect()
 }
 
-/// Test setup: moves state directly in SQL (one or more statements).
-async fn exec(env: &TestEnv, sql: &str) {
-    sqlx::raw_sql(sql)
-        .execute(env.store.pool())
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
 /// Puts `id` into `needs_review`, first sent `first_sent` ago and recorded `age` ago.
 async fn put_in_review(env: &TestEnv, id: PaymentAttemptId, first_sent: Option<&str>, age: &str) {
     let first = first_sent
         .map(|ago| format!("now() - interval '{ago}'"))
         .unwrap_or_else(|| "NULL".into());
-    exec(
-        env,
-        &format!(
-            "UPDATE payment_attempts SET status = 'needs_review', tries = 3, reconcile_checks = 6,
+    env.exec(&format!(
+        "UPDATE payment_attempts SET status = 'needs_review', tries = 3, reconcile_checks = 6,
                  review_reason = 'cannot prove whether the customer was charged',
                  last_error = 'lookup failed: 503', first_dispatched_at = {first},
                  dispatched_at = {first}, created_at = now() - interval '{age}'
              WHERE payment_attempt_id = '{id}'"
-        ),
-    )
+    ))
     .await;
 }
 
@@ -83,6 +72,14 @@ fn request(as_: ResolveAs, charge: Option<&str>) -> ResolveRequest {
         gateway_charge_id: charge.map(str::to_owned),
         decline_code: None,
     }
+}
+
+/// Resolves `id` as `as_` (with the usual reason, no charge id) through the library, which
+/// must refuse; its error.
+async fn resolve_fails(env: &TestEnv, id: PaymentAttemptId, as_: ResolveAs) -> ResolveError {
+    env.resolve(id, &request(as_, None), "operator:t", Via::Cli)
+        .await
+        .expect_err("the resolve is refused")
 }
 
 async fn outbox(env: &TestEnv, id: PaymentAttemptId) -> Vec<(String, Value)> {
@@ -115,15 +112,7 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
     let ids = seed(&env, 1).await;
     let pending = ids[0];
 
-    let err = env
-        .resolve(
-            pending,
-            &request(ResolveAs::Declined, None),
-            "operator:t",
-            Via::Cli,
-        )
-        .await
-        .unwrap_err();
+    let err = resolve_fails(&env, pending, ResolveAs::Declined).await;
     assert!(matches!(err, ResolveError::Refused(_)), "{err:?}");
     assert!(
         err.to_string().contains("is pending, not needs_review"),
@@ -151,15 +140,7 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
     assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 0);
 
     let unknown = PaymentAttemptId::random();
-    let err = env
-        .resolve(
-            unknown,
-            &request(ResolveAs::Declined, None),
-            "operator:t",
-            Via::Cli,
-        )
-        .await
-        .unwrap_err();
+    let err = resolve_fails(&env, unknown, ResolveAs::Declined).await;
     assert!(
         matches!(err, ResolveError::NotFound(id) if id == unknown),
         "{err:?}"
@@ -203,13 +184,9 @@ async fn resolving_as_succeeded_records_the_charge_the_reason_the_os_user_and_on
         "{stdout}"
     );
 
-    let row: (String, Option<String>, Option<String>) = sqlx::query_as(
-        "SELECT status, gateway_charge_id, review_reason FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
+    let row: (String, Option<String>, Option<String>) = env
+        .attempt_columns(id, "status, gateway_charge_id, review_reason")
+        .await;
     assert_eq!(
         (row.0.as_str(), row.1.as_deref()),
         ("succeeded", Some("ch_dash_1"))
@@ -265,13 +242,7 @@ async fn resolving_as_declined_settles_the_attempt_with_a_declined_event() {
         .unwrap();
 
     assert_eq!(resolved.status, AttemptStatus::Declined);
-    let row: (String, Option<String>) = sqlx::query_as(
-        "SELECT status, decline_code FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
+    let row: (String, Option<String>) = env.attempt_columns(id, "status, decline_code").await;
     assert_eq!(
         (row.0.as_str(), row.1.as_deref()),
         ("declined", Some("card_declined"))
@@ -299,33 +270,27 @@ async fn a_retry_inside_the_key_window_requeues_the_attempt_with_the_same_key_an
     put_in_review(&env, sent, Some("30 minutes"), "40 minutes").await;
     // never sent: the gateway has not seen the key, so any age may be retried
     put_in_review(&env, never_sent, None, "3 days").await;
-    let window = RetryWindow::from_settings(&env.settings);
-    let now = OffsetDateTime::now_utc();
 
     for id in [sent, never_sent] {
-        let resolved = resolve(
-            &env.store,
-            id,
-            &request(ResolveAs::Retry, None),
-            "operator:bob",
-            onecharge::operator::Via::Cli,
-            &window,
-            now,
-        )
-        .await
-        .unwrap();
+        let resolved = env
+            .resolve(
+                id,
+                &request(ResolveAs::Retry, None),
+                "operator:bob",
+                Via::Cli,
+            )
+            .await
+            .unwrap();
         assert_eq!(
             (resolved.status, resolved.event_id),
             (AttemptStatus::Pending, None)
         );
-        let row: (String, Option<String>, i32, String, bool) = sqlx::query_as(
-            "SELECT status, review_reason, reconcile_checks, idempotency_key, next_run_at <= now()
-             FROM payment_attempts WHERE payment_attempt_id = $1",
-        )
-        .bind(id)
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
+        let row: (String, Option<String>, i32, String, bool) = env
+            .attempt_columns(
+                id,
+                "status, review_reason, reconcile_checks, idempotency_key, next_run_at <= now()",
+            )
+            .await;
         assert_eq!(
             row,
             ("pending".into(), None, 0, format!("onecharge-{id}"), true)
@@ -355,15 +320,7 @@ async fn a_retry_outside_the_key_window_is_refused_saying_it_could_charge_twice(
     // first sent 30m ago, but recorded 2h ago: past executor.max_age (1h)
     put_in_review(&env, too_old, Some("30 minutes"), "2 hours").await;
 
-    let err = env
-        .resolve(
-            forgotten,
-            &request(ResolveAs::Retry, None),
-            "operator:t",
-            Via::Cli,
-        )
-        .await
-        .unwrap_err();
+    let err = resolve_fails(&env, forgotten, ResolveAs::Retry).await;
     let text = err.to_string();
     assert!(matches!(err, ResolveError::Refused(_)));
     assert!(
@@ -393,30 +350,12 @@ async fn two_operators_resolving_one_attempt_at_once_settle_it_exactly_once() {
     let env = TestEnv::new().await;
     let id = seed(&env, 1).await[0];
     put_in_review(&env, id, Some("10 minutes"), "20 minutes").await;
-    let window = RetryWindow::from_settings(&env.settings);
-    let now = OffsetDateTime::now_utc();
     let succeeded = request(ResolveAs::Succeeded, Some("ch_a"));
     let declined = request(ResolveAs::Declined, None);
 
     let (a, b) = tokio::join!(
-        resolve(
-            &env.store,
-            id,
-            &succeeded,
-            "operator:a",
-            onecharge::operator::Via::Cli,
-            &window,
-            now
-        ),
-        resolve(
-            &env.store,
-            id,
-            &declined,
-            "operator:b",
-            onecharge::operator::Via::Cli,
-            &window,
-            now
-        ),
+        env.resolve(id, &succeeded, "operator:a", Via::Cli),
+        env.resolve(id, &declined, "operator:b", Via::Cli),
     );
 
     let loser = match (a, b) {
@@ -437,7 +376,7 @@ async fn stuck_shows_old_unsettled_attempts_and_every_review_with_last_response_
     let env = TestEnv::new().await;
     let ids = seed(&env, 5).await;
     let (retrying, unknown, review, young, done) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
-    exec(&env, &format!(
+    env.exec(&format!(
         "UPDATE payment_attempts SET tries = 2, created_at = now() - interval '50 minutes',
              first_dispatched_at = now() - interval '45 minutes', next_run_at = now() + interval '5 minutes',
              last_error = 'gateway answered 503'
@@ -457,14 +396,9 @@ async fn stuck_shows_old_unsettled_attempts_and_every_review_with_last_response_
     // in review since moments ago: listed whatever its age
     put_in_review(&env, review, Some("1 minute"), "2 minutes").await;
 
-    let (code, stdout, stderr) = cli(
-        &env,
-        &["attempts", "stuck", "--older-than", "15m", "--json"],
-        &[],
-    )
-    .await;
-    assert_eq!(code, 0, "{stderr}");
-    let stuck: Vec<Value> = serde_json::from_str(&stdout).expect("one JSON document");
+    let stuck: Vec<Value> = env
+        .cli_json(&["attempts", "stuck", "--older-than", "15m", "--json"])
+        .await;
 
     let order: Vec<&str> = stuck
         .iter()
@@ -534,27 +468,19 @@ async fn list_is_newest_first_filtered_by_status_and_limited() {
     let env = TestEnv::new().await;
     let ids = seed(&env, 4).await;
     for (i, id) in ids.iter().enumerate() {
-        exec(&env, &format!("UPDATE payment_attempts SET created_at = now() - interval '{i} minutes' WHERE payment_attempt_id = '{id}'")).await;
+        env.exec(&format!("UPDATE payment_attempts SET created_at = now() - interval '{i} minutes' WHERE payment_attempt_id = '{id}'")).await;
     }
-    exec(
-        &env,
-        &format!(
-            "UPDATE payment_attempts SET status = 'expired' WHERE payment_attempt_id = '{}'",
-            ids[0]
-        ),
-    )
+    env.exec(&format!(
+        "UPDATE payment_attempts SET status = 'expired' WHERE payment_attempt_id = '{}'",
+        ids[0]
+    ))
     .await;
 
-    let (code, stdout, stderr) = cli(
-        &env,
-        &[
+    let listed: Vec<Value> = env
+        .cli_json(&[
             "attempts", "list", "--status", "pending", "--limit", "2", "--json",
-        ],
-        &[],
-    )
-    .await;
-    assert_eq!(code, 0, "{stderr}");
-    let listed: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+        ])
+        .await;
     let got: Vec<&str> = listed
         .iter()
         .map(|a| a["payment_attempt_id"].as_str().unwrap())
@@ -575,17 +501,14 @@ async fn list_is_newest_first_filtered_by_status_and_limited() {
 async fn show_json_has_the_attempt_with_its_transitions_gateway_calls_and_events() {
     let env = TestEnv::new().await;
     let id = seed(&env, 1).await[0];
-    exec(
-        &env,
-        &format!(
-            "INSERT INTO gateway_calls (payment_attempt_id, operation, idempotency_key, try_number,
+    env.exec(&format!(
+        "INSERT INTO gateway_calls (payment_attempt_id, operation, idempotency_key, try_number,
              started_at, finished_at, http_status, outcome, error)
          VALUES ('{id}', 'charge', 'onecharge-{id}', 1, now() - interval '10 minutes',
              now() - interval '9 minutes', NULL, 'ambiguous', 'request timed out'),
                 ('{id}', 'lookup', 'onecharge-{id}', 1, now() - interval '5 minutes',
              now() - interval '299 seconds', 200, 'found', NULL)"
-        ),
-    )
+    ))
     .await;
     put_in_review(&env, id, Some("10 minutes"), "11 minutes").await;
     env.resolve(
@@ -598,9 +521,9 @@ async fn show_json_has_the_attempt_with_its_transitions_gateway_calls_and_events
     .unwrap();
 
     let id_text = id.to_string();
-    let (code, stdout, stderr) = cli(&env, &["attempts", "show", &id_text, "--json"], &[]).await;
-    assert_eq!(code, 0, "{stderr}");
-    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    let shown: Value = env
+        .cli_json(&["attempts", "show", &id_text, "--json"])
+        .await;
     assert_eq!(shown["payment_attempt_id"], id_text);
     assert_eq!(shown["status"], "succeeded");
     assert_eq!(shown["gateway_charge_id"], "ch_found");
@@ -663,22 +586,29 @@ async fn seed_dedupe_rows(env: &TestEnv, n: usize, aged: usize) -> Vec<IntakeRec
     records
 }
 
+/// One purge pass over this test's database and streams with its purge settings, never
+/// cancelled; `dry_run` only counts.
+async fn purge(env: &TestEnv, dry_run: bool, now: OffsetDateTime) -> anyhow::Result<PurgeReport> {
+    purge_once(
+        &env.store,
+        &env.broker,
+        &env.settings.purge,
+        dry_run,
+        now,
+        &CancellationToken::new(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn purge_refuses_a_retention_shorter_than_the_command_streams_max_age_and_deletes_nothing() {
     let env =
         TestEnv::with_settings(|s| s.purge.dedupe_retention = Duration::from_secs(86_400)).await;
     seed_dedupe_rows(&env, 3, 3).await;
 
-    let err = purge_once(
-        &env.store,
-        &env.broker,
-        &env.settings.purge,
-        false,
-        OffsetDateTime::now_utc(),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let err = purge(&env, false, OffsetDateTime::now_utc())
+        .await
+        .unwrap_err();
     let refused = err
         .downcast_ref::<PurgeRefused>()
         .expect("a refusal, not a failure");
@@ -720,18 +650,8 @@ async fn purge_deletes_rows_past_retention_in_batches_and_keeps_newer_ones_and_d
     let env = TestEnv::with_settings(|s| s.purge.batch_size = 10).await;
     let records = seed_dedupe_rows(&env, 25, 23).await;
     let now = OffsetDateTime::now_utc();
-    let never = CancellationToken::new();
 
-    let dry = purge_once(
-        &env.store,
-        &env.broker,
-        &env.settings.purge,
-        true,
-        now,
-        &never,
-    )
-    .await
-    .unwrap();
+    let dry = purge(&env, true, now).await.unwrap();
     assert_eq!(
         (dry.expired, dry.deleted, dry.batches, dry.kept),
         (23, 0, 0, 2)
@@ -745,16 +665,7 @@ async fn purge_deletes_rows_past_retention_in_batches_and_keeps_newer_ones_and_d
     );
     assert_eq!(env.dedupe_rows().await, 25);
 
-    let report = purge_once(
-        &env.store,
-        &env.broker,
-        &env.settings.purge,
-        false,
-        now,
-        &never,
-    )
-    .await
-    .unwrap();
+    let report = purge(&env, false, now).await.unwrap();
 
     assert_eq!(
         (report.deleted, report.batches, report.kept, report.complete),
@@ -774,16 +685,7 @@ async fn purge_deletes_rows_past_retention_in_batches_and_keeps_newer_ones_and_d
 async fn a_command_whose_dedupe_row_was_purged_is_stopped_by_the_attempts_table() {
     let env = TestEnv::new().await;
     let records = seed_dedupe_rows(&env, 1, 1).await;
-    let report = purge_once(
-        &env.store,
-        &env.broker,
-        &env.settings.purge,
-        false,
-        OffsetDateTime::now_utc(),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let report = purge(&env, false, OffsetDateTime::now_utc()).await.unwrap();
     assert_eq!(report.deleted, 1);
 
     // the same message again (a replay from the stream): no dedupe row any more…
@@ -819,9 +721,7 @@ async fn a_dead_lettered_invalid_command_replayed_with_a_corrected_body_becomes_
     env.dead_letter_invalid(&intake, "m-bad-currency", attempt)
         .await;
 
-    let (code, stdout, stderr) = cli(&env, &["dlq", "list", "--json"], &[]).await;
-    assert_eq!(code, 0, "{stderr}");
-    let letters: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    let letters: Vec<Value> = env.cli_json(&["dlq", "list", "--json"]).await;
     assert_eq!(letters.len(), 1);
     let letter = &letters[0];
     assert_eq!(letter["class"], "invalid");
@@ -863,13 +763,9 @@ async fn a_dead_lettered_invalid_command_replayed_with_a_corrected_body_becomes_
 
     let report = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(report.outcomes, vec![DeliveryOutcome::Processed]);
-    let row: (String, String, Option<String>) = sqlx::query_as(
-        "SELECT status, first_message_id, correlation_id FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(attempt)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
+    let row: (String, String, Option<String>) = env
+        .attempt_columns(attempt, "status, first_message_id, correlation_id")
+        .await;
     assert_eq!(
         row,
         ("pending".into(), new_id.clone(), Some("corr-test".into()))
@@ -904,8 +800,7 @@ async fn a_dead_lettered_invalid_command_replayed_with_a_corrected_body_becomes_
 async fn a_conflict_replayed_unchanged_keeps_its_original_message_id() {
     let env = TestEnv::new().await;
     let intake = env.intake().await;
-    let attempt = Uuid::new_v4();
-    env.publish("m-first", &command(attempt, json!({}))).await;
+    let attempt = env.publish_new("m-first").await;
     env.publish(
         "m-other-amount",
         &command(attempt, json!({"amount_minor": 5000})),
@@ -940,6 +835,24 @@ fn terminal_controls(text: &str) -> Vec<char> {
         .collect()
 }
 
+/// Runs `args` for a person (no `--json`): it must succeed, print nothing a terminal would
+/// act on, and show each of `escaped` (a control character as its `\u{..}` escape).
+async fn assert_shows_escaped(env: &TestEnv, args: &[&str], escaped: &[&str]) {
+    let (code, stdout, stderr) = cli(env, args, &[]).await;
+    assert_eq!(code, 0, "{args:?}: {stderr}");
+    assert_eq!(
+        terminal_controls(&stdout),
+        Vec::<char>::new(),
+        "{args:?}: {stdout:?}"
+    );
+    for escaped in escaped {
+        assert!(
+            stdout.contains(escaped),
+            "{args:?} shows {escaped}: {stdout}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn human_output_shows_control_characters_from_producers_escaped() {
     let env = TestEnv::new().await;
@@ -951,48 +864,34 @@ async fn human_output_shows_control_characters_from_producers_escaped() {
     hostile.command.description = Some("desc\u{1b}[5m".into());
     env.record(&[hostile]).await;
     put_in_review(&env, id.into(), Some("10 minutes"), "20 minutes").await;
-    exec(
-        &env,
-        &format!(
-            "UPDATE payment_attempts SET review_reason = E'gateway said \\x1b]0;owned\\x07',
+    env.exec(&format!(
+        "UPDATE payment_attempts SET review_reason = E'gateway said \\x1b]0;owned\\x07',
                  last_error = E'boom\\x1b[2J', gateway_charge_id = E'ch_\\x1b[31m'
              WHERE payment_attempt_id = '{id}'"
-        ),
-    )
+    ))
     .await;
 
     let order = r"ord\u{1b}]0;pwned\u{7}\u{1b}[2J";
     let reason = r"gateway said \u{1b}]0;owned\u{7}";
+    let id_text = id.to_string();
     for (args, escaped) in [
-        (&["attempts", "list"][..], order),
-        (&["attempts", "stuck"], reason),
-        (&["attempts", "show", &id.to_string()], order),
+        (&["attempts", "list"][..], &[order][..]),
+        (&["attempts", "stuck"], &[reason]),
+        (
+            &["attempts", "show", &id_text],
+            &[
+                order,
+                r"cus\r\u{1b}[1A",
+                r"pm\u{9b}31m",
+                reason,
+                r"ch_\u{1b}[31m",
+            ],
+        ),
     ] {
-        let (code, stdout, stderr) = cli(&env, args, &[]).await;
-        assert_eq!(code, 0, "{args:?}: {stderr}");
-        assert_eq!(
-            terminal_controls(&stdout),
-            Vec::<char>::new(),
-            "{args:?}: {stdout:?}"
-        );
-        assert!(
-            stdout.contains(escaped),
-            "{args:?} shows {escaped}: {stdout}"
-        );
-    }
-    let (_, shown, _) = cli(&env, &["attempts", "show", &id.to_string()], &[]).await;
-    for escaped in [
-        r"cus\r\u{1b}[1A",
-        r"pm\u{9b}31m",
-        r"gateway said \u{1b}]0;owned\u{7}",
-        r"ch_\u{1b}[31m",
-    ] {
-        assert!(shown.contains(escaped), "{escaped} in {shown}");
+        assert_shows_escaped(&env, args, escaped).await;
     }
     // JSON stays JSON: the exact values, escaped by JSON's own rules.
-    let (code, stdout, _) = cli(&env, &["attempts", "list", "--json"], &[]).await;
-    assert_eq!(code, 0);
-    let listed: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    let listed: Vec<Value> = env.cli_json(&["attempts", "list", "--json"]).await;
     assert_eq!(listed[0]["order_id"], "ord\u{1b}]0;pwned\u{7}\u{1b}[2J");
 
     let mut headers = async_nats::HeaderMap::new();
@@ -1006,20 +905,18 @@ async fn human_output_shows_control_characters_from_producers_escaped() {
         b"{\"order_id\":\"\x1b[2J\"}",
     )
     .await;
-    let (code, stdout, stderr) = cli(&env, &["dlq", "list"], &[]).await;
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(terminal_controls(&stdout), Vec::<char>::new(), "{stdout:?}");
-    for escaped in [
-        r"invalid\u{1b}]0;pwned\u{7}",
-        r"order_id \u{1b}[2J is wrong\u{7}",
-        r"m\u{1b}[2J",
-        r"payments\u{1b}[1A",
-    ] {
-        assert!(stdout.contains(escaped), "{escaped} in {stdout}");
-    }
-    let (code, stdout, _) = cli(&env, &["dlq", "list", "--json"], &[]).await;
-    assert_eq!(code, 0);
-    let letters: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    assert_shows_escaped(
+        &env,
+        &["dlq", "list"],
+        &[
+            r"invalid\u{1b}]0;pwned\u{7}",
+            r"order_id \u{1b}[2J is wrong\u{7}",
+            r"m\u{1b}[2J",
+            r"payments\u{1b}[1A",
+        ],
+    )
+    .await;
+    let letters: Vec<Value> = env.cli_json(&["dlq", "list", "--json"]).await;
     assert_eq!(letters[0]["reason"], "order_id \u{1b}[2J is wrong\u{7}");
 }
 
@@ -1028,8 +925,6 @@ async fn a_nul_in_a_resolve_reason_charge_id_or_decline_code_is_invalid_and_chan
     let env = TestEnv::new().await;
     let id = seed(&env, 1).await[0];
     put_in_review(&env, id, Some("10 minutes"), "20 minutes").await;
-    let window = RetryWindow::default();
-    let now = OffsetDateTime::now_utc();
     let nul_reason = ResolveRequest {
         reason: "checked\0".into(),
         ..request(ResolveAs::Declined, None)
@@ -1044,17 +939,10 @@ async fn a_nul_in_a_resolve_reason_charge_id_or_decline_code_is_invalid_and_chan
         (nul_charge, "--gateway-charge-id"),
         (nul_code, "--decline-code"),
     ] {
-        let err = resolve(
-            &env.store,
-            id,
-            &request,
-            OPERATOR,
-            onecharge::operator::Via::Cli,
-            &window,
-            now,
-        )
-        .await
-        .unwrap_err();
+        let err = env
+            .resolve(id, &request, OPERATOR, Via::Cli)
+            .await
+            .unwrap_err();
         match err {
             ResolveError::Invalid(why) => {
                 assert!(why.contains(field) && why.contains("NUL"), "{why}")

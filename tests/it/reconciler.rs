@@ -47,9 +47,8 @@ async fn assert_gave_up_after(h: &Harness, id: PaymentAttemptId, lookups: usize,
     let calls = h.gateway_calls(id).await;
     let stored = calls.iter().filter(|c| c.3 == outcome).count();
     assert_eq!(stored, lookups, "every lookup is evidence: {calls:?}");
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "needs_review");
+    let event = h.only_event(id).await;
+    assert_eq!(event.0, "needs_review");
     assert_eq!(
         h.transitions(id).await.last().unwrap().2,
         "reconciliation_schedule_exhausted"
@@ -124,7 +123,7 @@ async fn nothing_found_inside_the_key_window_is_resent_with_the_same_key_and_cha
         keys.iter().all(|k| *k == row.idempotency_key),
         "one key on every call: {keys:?}"
     );
-    let causes: Vec<String> = h.transitions(id).await.into_iter().map(|t| t.2).collect();
+    let causes = h.causes(id).await;
     assert!(
         causes.contains(&"lookup_found_nothing".to_owned()),
         "{causes:?}"
@@ -155,9 +154,8 @@ async fn nothing_found_outside_the_key_window_goes_to_review_and_is_never_resent
         requests_before + 1,
         "one lookup, no charge"
     );
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "needs_review");
+    let event = h.only_event(id).await;
+    assert_eq!(event.0, "needs_review");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,7 +236,7 @@ async fn a_killed_executors_attempt_is_found_by_its_expired_lease_and_settled_wi
     assert_eq!(report.count(AttemptStatus::Succeeded), 1);
     assert_eq!(restarted.claimed(), 0);
     assert_eq!(h.gateway.ledger().len(), 1, "no second charge");
-    let causes: Vec<String> = h.transitions(id).await.into_iter().map(|t| t.2).collect();
+    let causes = h.causes(id).await;
     assert_eq!(
         causes,
         vec![
@@ -366,10 +364,9 @@ async fn a_lookup_answer_with_nul_characters_is_stored_escaped_and_settles_the_a
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[1].3, "found");
     assert_eq!(calls[1].4.as_deref(), Some(charge.as_str()));
-    let events = h.events(id).await;
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].0, "declined");
-    assert_eq!(events[0].1["decline_code"], code.as_str());
+    let event = h.only_event(id).await;
+    assert_eq!(event.0, "declined");
+    assert_eq!(event.1["decline_code"], code.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,7 +445,7 @@ async fn a_gateway_still_processing_is_never_reported_as_not_charged() {
 
     assert_eq!(report.count(AttemptStatus::Succeeded), 1, "{report:?}");
     h.assert_charged_once(id).await;
-    let causes: Vec<String> = h.transitions(id).await.into_iter().map(|t| t.2).collect();
+    let causes = h.causes(id).await;
     assert!(!causes.iter().any(|c| c.contains("review")), "{causes:?}");
 }
 

@@ -462,15 +462,8 @@ async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_
         .await
         .unwrap()
         .expect("stored");
-    let mut row = sqlx::query_as::<_, (String,)>(
-        "SELECT idempotency_key FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
     let request = onecharge::gateway::ChargeRequest::new(
-        std::mem::take(&mut row.0),
+        h.attempt(id).await.idempotency_key,
         &onecharge::gateway::ChargeBody {
             amount_minor: 1999,
             currency: "EUR".into(),

@@ -27,7 +27,6 @@ use onecharge::app::{Application, Role};
 use onecharge::gateway::GatewayKind;
 use secrecy::SecretString;
 use serde_json::{json, Value};
-use sqlx::Row as _;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -48,6 +47,9 @@ struct World {
     env: TestEnv,
     localstripe: Localstripe,
     shim: Shim,
+    /// The customer every charge is for: localstripe refuses a PaymentIntent whose customer
+    /// it does not hold, so one is created at the start.
+    customer: String,
     stop: CancellationToken,
     running: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -73,74 +75,43 @@ impl World {
         let app = Application::build(env.settings.clone(), &Role::ALL)
             .await
             .expect("the service builds");
+        let customer = localstripe.create_customer("Ada Lovelace").await;
         let stop = CancellationToken::new();
         let running = Some(tokio::spawn(app.run(stop.clone())));
         Some(Self {
             env,
             localstripe,
             shim,
+            customer,
             stop,
             running,
         })
     }
 
-    /// Publishes a ChargePayment for a new attempt with these fields changed.
-    async fn publish(&self, message_id: &str, attempt: Uuid, patch: Value) {
+    /// Publishes a ChargePayment of `attempt` for the world's customer with the fields of
+    /// `patch` changed.
+    async fn publish(&self, message_id: &str, attempt: Uuid, mut patch: Value) {
+        patch["customer_id"] = Value::from(self.customer.as_str());
         self.env.publish(message_id, &command(attempt, patch)).await;
     }
 
-    /// Publishes the command of a new `attempt` with `patch` under `message_id`, waits until
+    /// Publishes the command of a new attempt with `patch` under `message_id`, waits until
     /// it is settled, and checks that it settled as `status`; its row.
-    async fn settles_as(
-        &self,
-        message_id: &str,
-        attempt: Uuid,
-        patch: Value,
-        status: &str,
-    ) -> Attempt {
+    async fn settles_as(&self, message_id: &str, patch: Value, status: &str) -> Attempt {
+        let attempt = Uuid::new_v4();
         self.publish(message_id, attempt, patch).await;
-        let row = self.settled(attempt).await;
+        let row = settled(&self.env, &self.shim, attempt).await;
         assert_eq!(row.status, status, "{row:?}");
         row
     }
 
-    /// Polls the attempt until it is final or in `needs_review`; its row.
-    async fn settled(&self, attempt: Uuid) -> Attempt {
-        let deadline = Instant::now() + SETTLE_DEADLINE;
-        loop {
-            if let Some(row) = self.attempt(attempt).await {
-                if matches!(
-                    row.status.as_str(),
-                    "succeeded" | "declined" | "expired" | "needs_review"
-                ) {
-                    return row;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "attempt {attempt} did not settle within {SETTLE_DEADLINE:?}: {:?}; requests: {:#?}",
-                self.attempt(attempt).await,
-                self.shim.seen()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn attempt(&self, attempt: Uuid) -> Option<Attempt> {
-        sqlx::query(
-            "SELECT status, gateway_charge_id, decline_code, review_reason
-             FROM payment_attempts WHERE payment_attempt_id = $1",
-        )
-        .bind(attempt)
-        .fetch_optional(self.env.store.pool())
-        .await
-        .expect("read the attempt")
-        .map(|row| Attempt {
-            status: row.get("status"),
-            gateway_charge_id: row.get("gateway_charge_id"),
-            decline_code: row.get("decline_code"),
-            review_reason: row.get("review_reason"),
-        })
+    /// Whether the attempt went through `unknown`: the executor could not read the outcome
+    /// and the reconciler settled it.
+    async fn was_unknown(&self, attempt: Uuid) -> bool {
+        self.path(attempt)
+            .await
+            .iter()
+            .any(|status| status == "unknown")
     }
 
     /// The statuses the attempt went through, in order.
@@ -194,12 +165,55 @@ impl World {
     }
 }
 
-#[derive(Debug)]
+/// Polls the attempt until it is final or in `needs_review`; its row. On a timeout the
+/// failure shows the requests onecharge sent through `shim`.
+async fn settled(env: &TestEnv, shim: &Shim, attempt: Uuid) -> Attempt {
+    let deadline = Instant::now() + SETTLE_DEADLINE;
+    loop {
+        if let Some(row) = read_attempt(env, attempt).await {
+            if matches!(
+                row.status.as_str(),
+                "succeeded" | "declined" | "expired" | "needs_review"
+            ) {
+                return row;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "attempt {attempt} did not settle within {SETTLE_DEADLINE:?}: {:?}; requests: {:#?}",
+            read_attempt(env, attempt).await,
+            shim.seen()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The attempt's row, once intake has recorded it.
+async fn read_attempt(env: &TestEnv, attempt: Uuid) -> Option<Attempt> {
+    sqlx::query_as(
+        "SELECT payment_attempt_id AS id, status, gateway_charge_id, decline_code, review_reason
+         FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(attempt)
+    .fetch_optional(env.store.pool())
+    .await
+    .expect("read the attempt")
+}
+
+#[derive(Debug, sqlx::FromRow)]
 struct Attempt {
+    id: Uuid,
     status: String,
     gateway_charge_id: Option<String>,
     decline_code: Option<String>,
     review_reason: Option<String>,
+}
+
+impl Attempt {
+    /// The PaymentIntent id onecharge stored as the attempt's charge id.
+    fn intent(&self) -> String {
+        self.gateway_charge_id.clone().expect("a PaymentIntent id")
+    }
 }
 
 /// Asserts the Stripe parts of the requests onecharge sent for one attempt that localstripe
@@ -251,24 +265,30 @@ fn assert_sent_as_documented(shim: &Shim, intent: &str) {
     }
 }
 
+/// localstripe's only decline: `card_declined`, without an issuer's `decline_code`.
+fn assert_declined_as_card_declined(row: &Attempt) {
+    assert_eq!(
+        row.decline_code.as_deref(),
+        Some("card_declined"),
+        "{row:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_charge_through_the_stripe_connector_succeeds_at_localstripe_under_its_payment_intent_id()
 {
     let Some(world) = World::start().await else {
         return;
     };
-    let customer = world.localstripe.create_customer("Ada Lovelace").await;
-    let attempt = Uuid::new_v4();
     let row = world
         .settles_as(
             "ls-visa-1",
-            attempt,
-            json!({"customer_id": customer, "order_id": "ord_ls_1", "amount_minor": 1999,
-                   "currency": "EUR", "payment_method": "pm_card_visa"}),
+            json!({"order_id": "ord_ls_1", "amount_minor": 1999, "currency": "EUR",
+                   "payment_method": "pm_card_visa"}),
             "succeeded",
         )
         .await;
-    let intent = row.gateway_charge_id.clone().expect("a charge id");
+    let intent = row.intent();
     assert!(intent.starts_with("pi_"), "{intent}");
 
     // What Stripe's dashboard would show for the id onecharge stored.
@@ -276,12 +296,12 @@ async fn a_charge_through_the_stripe_connector_succeeds_at_localstripe_under_its
     assert_eq!(pi["status"], "succeeded", "{pi}");
     assert_eq!(pi["amount"], 1999);
     assert_eq!(pi["currency"], "eur");
-    assert_eq!(pi["customer"], customer);
-    assert_eq!(pi["metadata"]["payment_attempt_id"], attempt.to_string());
+    assert_eq!(pi["customer"], world.customer);
+    assert_eq!(pi["metadata"]["payment_attempt_id"], row.id.to_string());
     assert_eq!(pi["metadata"]["order_id"], "ord_ls_1");
-    assert_eq!(world.intents_for(attempt).await.len(), 1);
+    assert_eq!(world.intents_for(row.id).await.len(), 1);
 
-    let events = world.events(attempt, 1).await;
+    let events = world.events(row.id, 1).await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["status"], "succeeded");
     assert_eq!(events[0]["gateway_charge_id"], intent);
@@ -294,34 +314,24 @@ async fn a_card_localstripe_declines_ends_declined_with_its_code_and_uncharged()
     let Some(world) = World::start().await else {
         return;
     };
-    let customer = world.localstripe.create_customer("Grace Hopper").await;
-    let attempt = Uuid::new_v4();
     // localstripe's charge-time decline (card 4000000000000341); it lets
     // `pm_card_visa_chargeDeclined` succeed on a PaymentIntent.
     let row = world
         .settles_as(
             "ls-decline-1",
-            attempt,
-            json!({"customer_id": customer, "payment_method": "pm_card_chargeCustomerFail"}),
+            json!({"payment_method": "pm_card_chargeCustomerFail"}),
             "declined",
         )
         .await;
-    assert_eq!(
-        row.decline_code.as_deref(),
-        Some("card_declined"),
-        "{row:?}"
-    );
-    let intent = row
-        .gateway_charge_id
-        .clone()
-        .expect("the declined PaymentIntent's id");
+    assert_declined_as_card_declined(&row);
+    let intent = row.intent();
     // Read at the confirm, not guessed by the reconciler.
-    assert!(!world.path(attempt).await.contains(&"unknown".to_owned()));
+    assert!(!world.was_unknown(row.id).await);
 
     let pi = world.localstripe.payment_intent(&intent).await;
     assert_eq!(pi["status"], "requires_payment_method", "{pi}");
     assert_eq!(pi["last_payment_error"]["code"], "card_declined", "{pi}");
-    let events = world.events(attempt, 1).await;
+    let events = world.events(row.id, 1).await;
     assert_eq!(events[0]["status"], "declined");
     assert_eq!(events[0]["decline_code"], "card_declined");
     assert_sent_as_documented(&world.shim, &intent);
@@ -333,24 +343,21 @@ async fn a_confirm_whose_answer_is_lost_is_settled_by_retrieving_the_payment_int
     let Some(world) = World::start().await else {
         return;
     };
-    let customer = world.localstripe.create_customer("Katherine Johnson").await;
-    let attempt = Uuid::new_v4();
     // localstripe charges; onecharge never hears back and must not charge again.
     world.shim.lose_confirm_answers(1);
     let row = world
         .settles_as(
             "ls-lost-1",
-            attempt,
-            json!({"customer_id": customer, "amount_minor": 4200, "payment_method": "pm_card_visa"}),
+            json!({"amount_minor": 4200, "payment_method": "pm_card_visa"}),
             "succeeded",
         )
         .await;
     assert!(
-        world.path(attempt).await.contains(&"unknown".to_owned()),
+        world.was_unknown(row.id).await,
         "the lost answer made the attempt ambiguous first"
     );
-    let intent = row.gateway_charge_id.clone().expect("a charge id");
-    let intents = world.intents_for(attempt).await;
+    let intent = row.intent();
+    let intents = world.intents_for(row.id).await;
     assert_eq!(
         intents.len(),
         1,
@@ -360,13 +367,12 @@ async fn a_confirm_whose_answer_is_lost_is_settled_by_retrieving_the_payment_int
     assert_eq!(intents[0]["status"], "succeeded");
     let seen = world.shim.seen();
     assert_eq!(
-        seen.iter().filter(|s| s.is_confirm()).count(),
+        world.shim.confirms(),
         1,
         "confirmed once, then only retrieved: {seen:#?}"
     );
     assert!(
-        seen.iter()
-            .any(|s| s.method == "GET" && s.path == format!("/v1/payment_intents/{intent}")),
+        world.shim.retrieved(&intent),
         "the reconciler retrieved the PaymentIntent by its id: {seen:#?}"
     );
     assert_sent_as_documented(&world.shim, &intent);
@@ -378,14 +384,13 @@ async fn a_command_delivered_twice_makes_one_payment_intent_at_localstripe() {
     let Some(world) = World::start().await else {
         return;
     };
-    let customer = world.localstripe.create_customer("Edsger Dijkstra").await;
     let attempt = Uuid::new_v4();
-    let patch = json!({"customer_id": customer, "payment_method": "pm_card_visa"});
+    let patch = json!({"payment_method": "pm_card_visa"});
     // A business duplicate: another message id, the same attempt and parameters.
     world.publish("ls-twice-1", attempt, patch.clone()).await;
     world.publish("ls-twice-2", attempt, patch).await;
 
-    let row = world.settled(attempt).await;
+    let row = settled(&world.env, &world.shim, attempt).await;
     assert_eq!(row.status, "succeeded", "{row:?}");
     let intents = world.intents_for(attempt).await;
     assert_eq!(intents.len(), 1, "{intents:#?}");
@@ -402,19 +407,12 @@ async fn a_card_that_needs_authentication_off_session_is_handed_to_a_person_and_
     let Some(world) = World::start().await else {
         return;
     };
-    let customer = world.localstripe.create_customer("Barbara Liskov").await;
     // Stripe's test card that always asks for authentication (3D Secure 2).
     let card = world.localstripe.create_card("4000002760003184").await;
-    let attempt = Uuid::new_v4();
     let row = world
-        .settles_as(
-            "ls-3ds-1",
-            attempt,
-            json!({"customer_id": customer, "payment_method": card}),
-            "needs_review",
-        )
+        .settles_as("ls-3ds-1", json!({"payment_method": card}), "needs_review")
         .await;
-    let intents = world.intents_for(attempt).await;
+    let intents = world.intents_for(row.id).await;
     assert_eq!(intents.len(), 1, "{intents:#?}");
     // The operator finds it at Stripe by the id the reason names.
     let reason = row.review_reason.clone().expect("a reason");
@@ -433,49 +431,29 @@ async fn a_debit_left_processing_is_read_by_id_until_it_fails_and_ends_declined_
     let Some(world) = World::start().await else {
         return;
     };
-    let customer = world.localstripe.create_customer("Alan Turing").await;
     // localstripe's failing IBAN: `processing` at the confirm's answer, failed 0.5 s later.
     let debit = world
         .localstripe
         .create_sepa_debit("DE62370400440532013001")
         .await;
-    let attempt = Uuid::new_v4();
     let row = world
         .settles_as(
             "ls-sepa-fail-1",
-            attempt,
-            json!({"customer_id": customer, "payment_method": debit}),
+            json!({"payment_method": debit}),
             "declined",
         )
         .await;
-    assert_eq!(
-        row.decline_code.as_deref(),
-        Some("card_declined"),
-        "{row:?}"
-    );
-    let path = world.path(attempt).await;
+    assert_declined_as_card_declined(&row);
     assert!(
-        path.contains(&"unknown".to_owned()),
-        "processing is not final; the reconciler read the outcome: {path:?}"
+        world.was_unknown(row.id).await,
+        "processing is not final; the reconciler read the outcome: {:?}",
+        world.path(row.id).await
     );
-    let intent = row
-        .gateway_charge_id
-        .clone()
-        .expect("the PaymentIntent's id");
-    assert!(
-        world
-            .shim
-            .seen()
-            .iter()
-            .any(|s| s.method == "GET" && s.path.ends_with(&intent)),
-        "retrieved by id"
-    );
+    let intent = row.intent();
+    assert!(world.shim.retrieved(&intent), "retrieved by id");
     let pi = world.localstripe.payment_intent(&intent).await;
     assert_eq!(pi["status"], "requires_payment_method", "{pi}");
-    assert_eq!(
-        world.shim.seen().iter().filter(|s| s.is_confirm()).count(),
-        1
-    );
+    assert_eq!(world.shim.confirms(), 1);
     world.stop().await;
 }
 
@@ -515,25 +493,9 @@ async fn serve_configured_by_onecharge_gateway_kind_stripe_in_its_environment_ch
     )
     .await;
 
-    let deadline = Instant::now() + SETTLE_DEADLINE;
-    let intent = loop {
-        let row: Option<(String, Option<String>)> = sqlx::query_as(
-            "SELECT status, gateway_charge_id FROM payment_attempts WHERE payment_attempt_id = $1",
-        )
-        .bind(attempt)
-        .fetch_optional(env.store.pool())
-        .await
-        .expect("read the attempt");
-        match row {
-            Some((status, charge)) if status == "succeeded" => break charge.expect("a charge id"),
-            other => assert!(
-                Instant::now() < deadline,
-                "not succeeded within {SETTLE_DEADLINE:?}: {other:?}; requests: {:#?}",
-                shim.seen()
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let row = settled(&env, &shim, attempt).await;
+    assert_eq!(row.status, "succeeded", "{row:?}");
+    let intent = row.intent();
     let pi = localstripe.payment_intent(&intent).await;
     assert_eq!(pi["status"], "succeeded", "{pi}");
     assert_eq!(pi["metadata"]["payment_attempt_id"], attempt.to_string());

@@ -109,9 +109,27 @@ impl TestEnv {
             .await
     }
 
+    /// Publishes the unchanged [`command`] of a new attempt under `message_id`; its id.
+    pub async fn publish_new(&self, message_id: &str) -> Uuid {
+        let attempt = Uuid::new_v4();
+        self.publish(message_id, &command(attempt, serde_json::json!({})))
+            .await;
+        attempt
+    }
+
     /// Every message on this namespace's dead-letter stream, in order.
     pub async fn dead_letters(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
         stream_messages(&self.broker.jetstream, &self.broker.names.dlq_stream()).await
+    }
+
+    /// Deletes this namespace's dead-letter stream: every dead-letter publish fails until
+    /// `broker.ensure_streams()` makes it again.
+    pub async fn delete_dead_letter_stream(&self) {
+        self.broker
+            .jetstream
+            .delete_stream(self.broker.names.dlq_stream())
+            .await
+            .expect("delete the dead-letter stream");
     }
 
     /// Every message on this namespace's events stream, in order.
@@ -196,6 +214,31 @@ impl TestEnv {
             .unwrap()
     }
 
+    /// The `columns` (SQL, e.g. `"status, decline_code"`) of one attempt's row, read as `T`
+    /// (a tuple in their order).
+    pub async fn attempt_columns<T>(&self, id: impl Into<PaymentAttemptId>, columns: &str) -> T
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query_as(&format!(
+            "SELECT {columns} FROM payment_attempts WHERE payment_attempt_id = $1"
+        ))
+        .bind(id)
+        .fetch_one(self.store.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{columns} of {id}: {e}"))
+    }
+
+    /// Runs `sql` (one or more statements) on the test database: set-up that moves state
+    /// directly, or breaks the schema on purpose.
+    pub async fn exec(&self, sql: &str) {
+        sqlx::raw_sql(sql)
+            .execute(self.store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     /// A scalar from the test database.
     pub async fn scalar(&self, sql: &str) -> i64 {
         sqlx::query_scalar::<_, i64>(sql)
@@ -235,6 +278,14 @@ impl TestEnv {
     pub async fn cli(&self, args: &[&str], extra_env: &[(&str, &str)]) -> (i32, String, String) {
         let env = [&[("USER", OPERATOR)], extra_env].concat();
         run_onecharge(&self.settings, args, &env).await
+    }
+
+    /// Runs `args` through [`TestEnv::cli`], which must exit 0, and reads its stdout as one
+    /// JSON document (what `--json` prints).
+    pub async fn cli_json<T: serde::de::DeserializeOwned>(&self, args: &[&str]) -> T {
+        let (code, stdout, stderr) = self.cli(args, &[]).await;
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
     }
 
     /// `onecharge attempts resolve <id> --as <as_> --reason <reason>` through [`TestEnv::cli`].

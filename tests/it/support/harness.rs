@@ -361,11 +361,14 @@ impl Harness {
         .await
     }
 
-    /// The attempt's gateway calls as (try, lease token, http status, outcome, charge id), in order.
-    pub async fn gateway_calls(
-        &self,
-        id: impl Into<PaymentAttemptId>,
-    ) -> Vec<(i32, Option<i64>, Option<i32>, String, Option<String>)> {
+    /// The causes of the attempt's transitions, in order: the path it took, in short.
+    pub async fn causes(&self, id: impl Into<PaymentAttemptId>) -> Vec<String> {
+        let transitions = self.transitions(id).await;
+        transitions.into_iter().map(|(_, _, cause)| cause).collect()
+    }
+
+    /// The attempt's gateway calls, in order.
+    pub async fn gateway_calls(&self, id: impl Into<PaymentAttemptId>) -> Vec<GatewayCallRow> {
         self.rows_about(
             id.into(),
             "SELECT try_number, lease_token, http_status, outcome, gateway_charge_id FROM gateway_calls
@@ -384,6 +387,18 @@ impl Harness {
             "SELECT status, payload, headers FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at",
         )
         .await
+    }
+
+    /// The attempt's one outbox event as (status, payload, headers): a settled attempt
+    /// announces itself exactly once.
+    pub async fn only_event(
+        &self,
+        id: impl Into<PaymentAttemptId>,
+    ) -> (String, serde_json::Value, serde_json::Value) {
+        let id: PaymentAttemptId = id.into();
+        let mut events = self.events(id).await;
+        assert_eq!(events.len(), 1, "one event for {id}: {events:?}");
+        events.remove(0)
     }
 
     /// Every row `sql` returns about one attempt (its id bound as `$1`).
@@ -452,6 +467,9 @@ impl AdminServer {
         self.task.await.unwrap().unwrap();
     }
 }
+
+/// A gateway call row: (try, lease token, http status, outcome, charge id).
+pub type GatewayCallRow = (i32, Option<i64>, Option<i32>, String, Option<String>);
 
 /// An attempt row.
 #[derive(Debug, sqlx::FromRow)]

@@ -376,6 +376,19 @@ impl Shim {
     pub fn seen(&self) -> Vec<Seen> {
         self.state.lock().unwrap().seen.clone()
     }
+
+    /// How many confirms onecharge sent: a second one would be a second charge.
+    pub fn confirms(&self) -> usize {
+        self.seen().iter().filter(|s| s.is_confirm()).count()
+    }
+
+    /// Whether onecharge retrieved the PaymentIntent `intent` by its id (a lookup).
+    pub fn retrieved(&self, intent: &str) -> bool {
+        let path = format!("/v1/payment_intents/{intent}");
+        self.seen()
+            .iter()
+            .any(|s| s.method == "GET" && s.path == path)
+    }
 }
 
 impl Drop for Shim {
