@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::pg_cluster::{Forwarder, PgNode};
 use crate::support::throwaway::{nats_url, ThrowawayNamespace};
-use crate::support::{self, commands_stream, eventually, stream, Harness, API_KEY};
+use crate::support::{self, command, commands_stream, eventually, stream, Harness, API_KEY};
 use async_nats::HeaderMap;
 use mock_gateway::{MockConfig, MockGateway};
 use onecharge::app::{Application, Role};
@@ -183,15 +183,17 @@ fn settings(address: &Forwarder, gateway: &MockGateway) -> Settings {
     settings
 }
 
+/// The suite's one ChargePayment, for an order and a customer of the drill's own.
 fn body(attempt: Uuid) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "payment_attempt_id": attempt,
-        "order_id": format!("ord_{}", &attempt.simple().to_string()[..8]),
-        "customer_id": "cus_failover",
-        "amount_minor": 1999,
-        "currency": "EUR",
-        "payment_method": "pm_card_visa",
-    }))
+    serde_json::to_vec(&command(
+        attempt,
+        serde_json::json!({
+            "order_id": format!("ord_{}", &attempt.simple().to_string()[..8]),
+            "customer_id": "cus_failover",
+            "description": null,
+            "requested_at": null,
+        }),
+    ))
     .unwrap()
 }
 
