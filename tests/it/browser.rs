@@ -80,23 +80,16 @@ async fn seed(env: &TestEnv) -> Seeded {
     }
     assert_eq!(recorded, commands.len(), "intake recorded every command");
     let moves = [
-        (declined, "UPDATE payment_attempts SET status = 'declined', decline_code = 'card_declined', tries = 1,
-             first_dispatched_at = now() - interval '2 hours', created_at = now() - interval '2 hours'
-         WHERE payment_attempt_id = $1"),
-        (in_review, "UPDATE payment_attempts SET status = 'needs_review', tries = 1,
+        (declined, "status = 'declined', decline_code = 'card_declined', tries = 1,
+             first_dispatched_at = now() - interval '2 hours', created_at = now() - interval '2 hours'"),
+        (in_review, "status = 'needs_review', tries = 1,
              review_reason = 'the gateway timed out and its lookup found no charge under the key yet',
-             first_dispatched_at = now() - interval '10 minutes', created_at = now() - interval '20 minutes'
-         WHERE payment_attempt_id = $1"),
-        (others[0], "UPDATE payment_attempts SET status = 'succeeded', gateway_charge_id = 'ch_browser_2001', tries = 1,
-             first_dispatched_at = now() - interval '1 hour'
-         WHERE payment_attempt_id = $1"),
+             first_dispatched_at = now() - interval '10 minutes', created_at = now() - interval '20 minutes'"),
+        (others[0], "status = 'succeeded', gateway_charge_id = 'ch_browser_2001', tries = 1,
+             first_dispatched_at = now() - interval '1 hour'"),
     ];
-    for (id, sql) in moves {
-        sqlx::query(sql)
-            .bind(id)
-            .execute(env.store.pool())
-            .await
-            .unwrap();
+    for (id, set) in moves {
+        env.set_attempt(id, set).await;
     }
     Seeded {
         in_review,
@@ -104,12 +97,33 @@ async fn seed(env: &TestEnv) -> Seeded {
     }
 }
 
-async fn status_of(env: &TestEnv, id: Uuid) -> String {
-    sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
-        .bind(id)
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap()
+/// One scenario's world: the seeded service, its admin role serving the console, and a
+/// browser of the test's own.
+struct Scenario {
+    env: TestEnv,
+    seeded: Seeded,
+    console: Served,
+    browser: Browser,
+}
+
+impl Scenario {
+    /// `None` where chromium is missing outside CI: the test `test` is skipped (see
+    /// [`Browser::available`]).
+    async fn start(test: &str) -> Option<Self> {
+        if !Browser::available(test) {
+            return None;
+        }
+        let env = TestEnv::with_settings(with_operators).await;
+        let seeded = seed(&env).await;
+        let console = Served::admin(&env.settings).await;
+        let browser = Browser::start().await;
+        Some(Self {
+            env,
+            seeded,
+            console,
+            browser,
+        })
+    }
 }
 
 /// Signs in through the form with `token`, from the page the console sent the browser to.
@@ -126,13 +140,15 @@ async fn sign_in(browser: &Browser, console: &Served, token: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_review_after_confirming(
 ) {
-    if !Browser::available("an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_review_after_confirming") {
+    let Some(Scenario {
+        env,
+        seeded,
+        console,
+        browser,
+    }) = Scenario::start("an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_review_after_confirming").await
+    else {
         return;
-    }
-    let env = TestEnv::with_settings(with_operators).await;
-    let seeded = seed(&env).await;
-    let console = Served::admin(&env.settings).await;
-    let browser = Browser::start().await;
+    };
 
     sign_in(&browser, &console, OPERATOR_TOKEN).await;
     assert_eq!(browser.path().await, "/console/");
@@ -221,7 +237,7 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     browser.click_and_wait("#resolve-submit").await;
     assert_eq!(browser.text("#confirm-as").await, "succeeded");
     assert_eq!(
-        status_of(&env, seeded.in_review).await,
+        env.status(seeded.in_review).await,
         "needs_review",
         "nothing happens before the confirmation"
     );
@@ -308,13 +324,15 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_with_why_and_changes_nothing(
 ) {
-    if !Browser::available("a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_with_why_and_changes_nothing") {
+    let Some(Scenario {
+        env,
+        seeded,
+        console,
+        browser,
+    }) = Scenario::start("a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_with_why_and_changes_nothing").await
+    else {
         return;
-    }
-    let env = TestEnv::with_settings(with_operators).await;
-    let seeded = seed(&env).await;
-    let console = Served::admin(&env.settings).await;
-    let browser = Browser::start().await;
+    };
 
     sign_in(&browser, &console, VIEWER_TOKEN).await;
     let whoami = browser.find("#whoami").await;
@@ -338,7 +356,7 @@ async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_wi
         "{refusal}"
     );
     assert!(refusal.contains("Nothing was changed"), "{refusal}");
-    assert_eq!(status_of(&env, seeded.in_review).await, "needs_review");
+    assert_eq!(env.status(seeded.in_review).await, "needs_review");
     let transitions: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = $1 AND cause = 'operator_resolved'",
     )

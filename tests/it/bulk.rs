@@ -4,6 +4,7 @@
 
 use crate::audit::{attempt_in_review, audit_rows};
 use crate::support::{orders, TestEnv};
+use onecharge::config::Settings;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::bulk::{
     bulk, BulkAction, BulkError, BulkFilter, BulkOutcome, BulkRequest, BULK_CAP,
@@ -25,15 +26,26 @@ fn retry(order_id: Option<&str>, preview: bool, max: Option<usize>) -> BulkReque
     }
 }
 
-/// [`bulk`] as `operator:alice` through `via`.
+/// [`bulk`] as `operator:alice` through `via`, within the retry window of `settings`.
 async fn bulk_as_alice(
     store: &Store,
+    settings: &Settings,
     reconciler: Option<&Reconciler>,
     request: &BulkRequest,
     via: Via,
-    window: &RetryWindow,
 ) -> Result<BulkOutcome, BulkError> {
-    bulk(store, reconciler, request, "operator:alice", via, window).await
+    let window = RetryWindow::from_settings(settings);
+    bulk(store, reconciler, request, "operator:alice", via, &window).await
+}
+
+/// Asserts that the bulk action matched `matched` attempts and each came out as `outcome`.
+fn assert_each_came_out(done: &BulkOutcome, matched: usize, outcome: &str) {
+    assert_eq!(done.matched, matched);
+    assert!(
+        done.results.iter().all(|r| r.outcome == outcome),
+        "{:?}",
+        done.results
+    );
 }
 
 /// `onecharge attempts bulk-retry` of the order `ord_bulk_cli`, with `last` arguments.
@@ -49,16 +61,19 @@ async fn bulk_retry_cli(env: &TestEnv, last: &[&str]) -> (i32, String, String) {
     env.cli(&[&order[..], last].concat(), &[]).await
 }
 
+/// `n` attempts of `order_id` in review (see [`attempt_in_review`]).
+async fn attempts_in_review(env: &TestEnv, n: usize, order_id: &str) -> Vec<PaymentAttemptId> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(attempt_in_review(env, order_id).await);
+    }
+    ids
+}
+
 async fn statuses(env: &TestEnv, ids: &[PaymentAttemptId]) -> Vec<String> {
     let mut out = Vec::new();
     for id in ids {
-        out.push(
-            sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
-                .bind(*id)
-                .fetch_one(env.store.pool())
-                .await
-                .unwrap(),
-        );
+        out.push(env.status(*id).await);
     }
     out
 }
@@ -66,19 +81,15 @@ async fn statuses(env: &TestEnv, ids: &[PaymentAttemptId]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_preview_counts_and_lists_the_matching_attempts_and_acts_on_nothing() {
     let env = TestEnv::new().await;
-    let window = RetryWindow::from_settings(&env.settings);
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        ids.push(attempt_in_review(&env, "ord_bulk_outage").await);
-    }
+    let mut ids = attempts_in_review(&env, 3, "ord_bulk_outage").await;
     attempt_in_review(&env, "ord_other").await;
 
     let preview = bulk_as_alice(
         &env.store,
+        &env.settings,
         None,
         &retry(Some("ord_bulk_outage"), true, None),
         Via::Console,
-        &window,
     )
     .await
     .unwrap();
@@ -100,29 +111,20 @@ async fn a_bulk_preview_counts_and_lists_the_matching_attempts_and_acts_on_nothi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_retry_resolves_each_match_as_retry_and_audits_each_and_the_whole() {
     let env = TestEnv::new().await;
-    let window = RetryWindow::from_settings(&env.settings);
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        ids.push(attempt_in_review(&env, "ord_bulk_retry").await);
-    }
+    let ids = attempts_in_review(&env, 3, "ord_bulk_retry").await;
     let untouched = attempt_in_review(&env, "ord_other").await;
 
     let outcome = bulk_as_alice(
         &env.store,
+        &env.settings,
         None,
         &retry(Some("ord_bulk_retry"), false, Some(3)),
         Via::Api,
-        &window,
     )
     .await
     .unwrap();
 
-    assert_eq!(outcome.matched, 3);
-    assert!(
-        outcome.results.iter().all(|r| r.outcome == "retried"),
-        "{:?}",
-        outcome.results
-    );
+    assert_each_came_out(&outcome, 3, "retried");
     assert_eq!(statuses(&env, &ids).await, vec!["pending"; 3]);
     assert_eq!(statuses(&env, &[untouched]).await, vec!["needs_review"]);
     let rows = audit_rows(&env).await;
@@ -151,18 +153,14 @@ async fn a_bulk_retry_resolves_each_match_as_retry_and_audits_each_and_the_whole
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_set_larger_than_the_callers_max_is_refused_whole() {
     let env = TestEnv::new().await;
-    let window = RetryWindow::from_settings(&env.settings);
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        ids.push(attempt_in_review(&env, "ord_bulk_max").await);
-    }
+    let ids = attempts_in_review(&env, 3, "ord_bulk_max").await;
 
     let err = bulk_as_alice(
         &env.store,
+        &env.settings,
         None,
         &retry(None, false, Some(2)),
         Via::Cli,
-        &window,
     )
     .await
     .unwrap_err();
@@ -175,7 +173,6 @@ async fn a_bulk_set_larger_than_the_callers_max_is_refused_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_set_larger_than_the_cap_is_refused_even_without_a_max_and_even_as_a_preview() {
     let env = TestEnv::new().await;
-    let window = RetryWindow::from_settings(&env.settings);
     env.record(&orders(BULK_CAP + 1, "cap")).await;
     sqlx::query("UPDATE payment_attempts SET status = 'needs_review', review_reason = 'outage'")
         .execute(env.store.pool())
@@ -185,10 +182,10 @@ async fn a_bulk_set_larger_than_the_cap_is_refused_even_without_a_max_and_even_a
     for preview in [true, false] {
         let err = bulk_as_alice(
             &env.store,
+            &env.settings,
             None,
             &retry(None, preview, None),
             Via::Cli,
-            &window,
         )
         .await
         .unwrap_err();
@@ -255,7 +252,6 @@ async fn a_bulk_recheck_settles_every_unknown_attempt_the_gateway_charged_and_au
         .await;
     let report = h.executor().run_once().await.unwrap();
     assert_eq!(report.count(AttemptStatus::Unknown), 2, "{report:?}");
-    let window = RetryWindow::from_settings(&h.settings);
     let request = BulkRequest {
         action: BulkAction::Recheck,
         filter: BulkFilter {
@@ -267,21 +263,22 @@ async fn a_bulk_recheck_settles_every_unknown_attempt_the_gateway_charged_and_au
         max: Some(2),
     };
 
-    let refused = bulk_as_alice(&h.store, None, &request, Via::Api, &window)
+    let refused = bulk_as_alice(&h.store, &h.settings, None, &request, Via::Api)
         .await
         .unwrap_err();
     assert!(matches!(refused, BulkError::Unavailable(_)), "{refused}");
 
-    let outcome = bulk_as_alice(&h.store, Some(&h.reconciler()), &request, Via::Api, &window)
-        .await
-        .unwrap();
+    let outcome = bulk_as_alice(
+        &h.store,
+        &h.settings,
+        Some(&h.reconciler()),
+        &request,
+        Via::Api,
+    )
+    .await
+    .unwrap();
 
-    assert_eq!(outcome.matched, 2);
-    assert!(
-        outcome.results.iter().all(|r| r.outcome == "settled"),
-        "{:?}",
-        outcome.results
-    );
+    assert_each_came_out(&outcome, 2, "settled");
     assert_eq!(h.gateway.ledger().len(), 2, "the lookups charged nothing");
     for command in &commands {
         assert_eq!(

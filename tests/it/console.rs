@@ -3,12 +3,13 @@
 //! a secret. The real service (`Application` with the admin role) on a free port; cookies
 //! are carried by hand so each test sees exactly what the browser is told.
 
+use crate::support::api::{attempt, attempt_in_review, AdminApi};
+use crate::support::with_ada_and_vic;
 use crate::support::{command, TestEnv};
-use crate::support::{with_ada_and_vic, Served};
 use onecharge::config::Settings;
 use onecharge::console::access::token_sha256;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
-use reqwest::StatusCode;
+use reqwest::{RequestBuilder, StatusCode};
 use secrecy::SecretString;
 use serde_json::json;
 use uuid::Uuid;
@@ -25,10 +26,9 @@ fn with_operators(settings: &mut Settings) {
     settings.gateway_api_key = Some(SecretString::from(GATEWAY_KEY));
 }
 
-/// The running admin role and an HTTP client that follows no redirect.
+/// The running admin role, through a client that follows no redirect.
 struct Console {
-    served: Served,
-    http: reqwest::Client,
+    api: AdminApi,
 }
 
 /// What a browser would keep of a signed-in session: its cookie and the page's CSRF token.
@@ -38,20 +38,21 @@ struct Browser {
 
 impl Console {
     async fn start(env: &TestEnv) -> Self {
-        let served = Served::admin(&env.settings).await;
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap();
-        Self { served, http }
+        Self {
+            api: AdminApi::start(&env.settings).await,
+        }
     }
 
     fn url(&self, path: &str) -> String {
-        self.served.url(path)
+        self.api.url(path)
+    }
+
+    fn http(&self) -> &reqwest::Client {
+        self.api.http()
     }
 
     async fn sign_in(&self, token: &str) -> reqwest::Response {
-        self.http
+        self.http()
             .post(self.url("/console/login"))
             .form(&[("token", token), ("next", "/console/review")])
             .send()
@@ -68,12 +69,7 @@ impl Console {
     }
 
     async fn get(&self, browser: Option<&Browser>, path: &str) -> (StatusCode, String) {
-        let mut request = self.http.get(self.url(path));
-        if let Some(browser) = browser {
-            request = request.header(COOKIE, &browser.cookie);
-        }
-        let response = request.send().await.unwrap();
-        (response.status(), response.text().await.unwrap())
+        page(self.http().get(self.url(path)), browser).await
     }
 
     async fn post(
@@ -82,15 +78,7 @@ impl Console {
         path: &str,
         form: &[(&str, &str)],
     ) -> (StatusCode, String) {
-        let response = self
-            .http
-            .post(self.url(path))
-            .header(COOKIE, &browser.cookie)
-            .form(form)
-            .send()
-            .await
-            .unwrap();
-        (response.status(), response.text().await.unwrap())
+        page(self.http().post(self.url(path)).form(form), Some(browser)).await
     }
 
     /// The CSRF token the browser's pages carry.
@@ -101,8 +89,18 @@ impl Console {
     }
 
     async fn stop(self) {
-        self.served.stop().await;
+        self.api.stop().await;
     }
+}
+
+/// Sends `request` with `browser`'s session cookie, if there is one: the status and the page.
+async fn page(request: RequestBuilder, browser: Option<&Browser>) -> (StatusCode, String) {
+    let request = match browser {
+        Some(browser) => request.header(COOKIE, &browser.cookie),
+        None => request,
+    };
+    let response = request.send().await.unwrap();
+    (response.status(), response.text().await.unwrap())
 }
 
 /// `onecharge_console=<id>` from a response's `Set-Cookie`, ready for a `Cookie` header.
@@ -119,36 +117,13 @@ fn csrf_of(page: &str) -> String {
     page[start..start + page[start..].find('"').unwrap()].to_owned()
 }
 
-/// One attempt recorded as intake records it, for `order_id`.
-async fn attempt(env: &TestEnv, order_id: &str) -> Uuid {
-    env.record_command(
-        json!({"order_id": order_id, "description": null, "requested_at": null}),
-        None,
-    )
-    .await
-}
-
-/// An attempt in `needs_review`, first sent 10 minutes ago (inside the key window).
-async fn attempt_in_review(env: &TestEnv) -> Uuid {
-    let id = attempt(env, "ord_review").await;
-    sqlx::query(
-        "UPDATE payment_attempts SET status = 'needs_review', review_reason = 'lookup inconclusive',
-             first_dispatched_at = now() - interval '10 minutes', created_at = now() - interval '20 minutes'
-         WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .execute(env.store.pool())
-    .await
-    .unwrap();
-    id
-}
-
-async fn status_of(env: &TestEnv, id: Uuid) -> String {
-    sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
-        .bind(id)
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap()
+/// The named operators' world with one attempt in review (of `ord_review`), and the console
+/// serving it.
+async fn one_in_review() -> (TestEnv, Uuid, Console) {
+    let env = TestEnv::with_settings(with_operators).await;
+    let id = attempt_in_review(&env, "ord_review").await;
+    let console = Console::start(&env).await;
+    (env, id, console)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +135,7 @@ async fn signing_in_sets_a_strict_http_only_session_cookie_and_a_wrong_token_is_
     let (status, _) = console.get(None, "/console/attempts?order_id=ord_1").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let response = console
-        .http
+        .http()
         .get(console.url("/console/review"))
         .send()
         .await
@@ -260,7 +235,7 @@ async fn searching_an_order_lists_its_attempts_and_the_attempt_page_shows_the_ti
     assert!(page.contains(&format!(r#"data-attempt-id="{first}""#)));
     assert!(page.contains(r#"data-count="1""#), "{page}");
     let response = console
-        .http
+        .http()
         .get(console.url(&format!("/console/attempts?attempt_id={first}")))
         .send()
         .await
@@ -296,9 +271,7 @@ async fn searching_an_order_lists_its_attempts_and_the_attempt_page_shows_the_ti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
-    let env = TestEnv::with_settings(with_operators).await;
-    let id = attempt_in_review(&env).await;
-    let console = Console::start(&env).await;
+    let (env, id, console) = one_in_review().await;
     let ada = console.browser(OPERATOR_TOKEN).await;
     let vic = console.browser(VIEWER_TOKEN).await;
     let path = format!("/console/attempts/{id}/resolve");
@@ -323,14 +296,14 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
     let (status, page) = console.post(&ada, &path, &decision("forged")).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
     assert!(page.contains("CSRF"));
-    assert_eq!(status_of(&env, id).await, "needs_review");
+    assert_eq!(env.status(id).await, "needs_review");
 
     // a viewer with a good token is refused, and told why
     let vic_csrf: &'static str = console.csrf(&vic).await.leak();
     let (status, page) = console.post(&vic, &path, &decision(vic_csrf)).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(page.contains("vic signed in as a viewer"), "{page}");
-    assert_eq!(status_of(&env, id).await, "needs_review");
+    assert_eq!(env.status(id).await, "needs_review");
 
     // the operator: first a confirmation page, then the decision
     let ada_csrf: &'static str = console.csrf(&ada).await.leak();
@@ -340,7 +313,7 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains(r#"id="confirm-submit""#), "{page}");
     assert_eq!(
-        status_of(&env, id).await,
+        env.status(id).await,
         "needs_review",
         "not before confirming"
     );
@@ -348,7 +321,7 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
     let (status, page) = console.post(&ada, &path, &decision(ada_csrf)).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains(r#"data-status="declined""#), "{page}");
-    assert_eq!(status_of(&env, id).await, "declined");
+    assert_eq!(env.status(id).await, "declined");
     assert_eq!(
         env.scalar(&format!(
             "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{id}'
@@ -386,7 +359,10 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirmed() {
     let env = TestEnv::with_settings(with_operators).await;
-    let ids = [attempt_in_review(&env).await, attempt_in_review(&env).await];
+    let ids = [
+        attempt_in_review(&env, "ord_review").await,
+        attempt_in_review(&env, "ord_review").await,
+    ];
     let untouched = attempt(&env, "ord_other").await;
     let console = Console::start(&env).await;
     let ada = console.browser(OPERATOR_TOKEN).await;
@@ -413,7 +389,7 @@ async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirme
     );
     for id in ids {
         assert_eq!(
-            status_of(&env, id).await,
+            env.status(id).await,
             "needs_review",
             "a preview changes nothing"
         );
@@ -422,9 +398,9 @@ async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirme
     let (status, page) = console.post(&ada, "/console/bulk", &form(true)).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     for id in ids {
-        assert_eq!(status_of(&env, id).await, "pending");
+        assert_eq!(env.status(id).await, "pending");
     }
-    assert_eq!(status_of(&env, untouched).await, "pending");
+    assert_eq!(env.status(untouched).await, "pending");
     assert_eq!(
         env.scalar("SELECT count(*) FROM attempt_transitions WHERE actor = 'operator:ada'")
             .await,
@@ -436,48 +412,33 @@ async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirme
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_takes_a_named_operators_token_and_a_viewers_only_reads() {
-    let env = TestEnv::with_settings(with_operators).await;
-    let id = attempt_in_review(&env).await;
-    let console = Console::start(&env).await;
-    let api = |token: &str, path: &str| {
-        console
-            .http
-            .get(console.url(path))
-            .bearer_auth(token)
-            .send()
-    };
-    let resolve = |token: &str| {
-        console
-            .http
-            .post(console.url(&format!("/api/attempts/{id}/resolve")))
-            .bearer_auth(token)
-            .json(&json!({"as": "retry", "reason": "the gateway was down; send again"}))
-            .send()
+    let (env, id, console) = one_in_review().await;
+    let api = &console.api;
+    let resolve_path = format!("/api/attempts/{id}/resolve");
+    let resolve = |token| {
+        api.post(
+            &resolve_path,
+            Some(token),
+            json!({"as": "retry", "reason": "the gateway was down; send again"}),
+        )
     };
 
-    assert_eq!(
-        api(VIEWER_TOKEN, "/api/attempts").await.unwrap().status(),
-        StatusCode::OK
-    );
-    let refused = resolve(VIEWER_TOKEN).await.unwrap();
-    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
-    let body: serde_json::Value = refused.json().await.unwrap();
+    let (status, _) = api.get("/api/attempts", Some(VIEWER_TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = resolve(VIEWER_TOKEN).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(body["error"]["type"], "forbidden");
     assert!(body["error"]["message"]
         .as_str()
         .unwrap()
         .contains("viewer"));
-    assert_eq!(status_of(&env, id).await, "needs_review");
-    assert_eq!(
-        api("oc_nobody", "/api/attempts").await.unwrap().status(),
-        StatusCode::UNAUTHORIZED
-    );
+    assert_eq!(env.status(id).await, "needs_review");
+    let (status, _) = api.get("/api/attempts", Some("oc_nobody")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 
-    assert_eq!(
-        resolve(OPERATOR_TOKEN).await.unwrap().status(),
-        StatusCode::OK
-    );
-    assert_eq!(status_of(&env, id).await, "pending");
+    let (status, _) = resolve(OPERATOR_TOKEN).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(env.status(id).await, "pending");
     assert_eq!(
         env.scalar(&format!(
             "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{id}' AND actor = 'operator:ada'"
@@ -491,10 +452,8 @@ async fn the_api_takes_a_named_operators_token_and_a_viewers_only_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_console_page_shows_a_configured_secret() {
-    let env = TestEnv::with_settings(with_operators).await;
-    let id = attempt_in_review(&env).await;
+    let (env, id, console) = one_in_review().await;
     env.publish_raw(Some("broken-1"), b"{not json").await;
-    let console = Console::start(&env).await;
     let ada = console.browser(OPERATOR_TOKEN).await;
     // the dead letter arrives when intake runs; the page lists what there is either way
     let mut pages = vec![

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::support::one_line_error;
 use onecharge::config::Settings;
 use onecharge::demo::{run, DemoArgs};
 
@@ -39,13 +40,12 @@ async fn run_demo(seed: u64, gateway: Option<onecharge::gateway::GatewayKind>) {
 
 #[test]
 fn the_demo_says_how_to_fix_an_unreachable_database_in_one_line() {
-    let out = crate::support::onecharge()
-        .args(["demo", "--database-url", "postgres://127.0.0.1:1/onecharge"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let (code, err) = one_line_error(crate::support::onecharge().args([
+        "demo",
+        "--database-url",
+        "postgres://127.0.0.1:1/onecharge",
+    ]));
+    assert_eq!(code, Some(1));
     assert!(
         err.contains("PostgreSQL is not reachable at postgres://127.0.0.1:1/onecharge: start it"),
         "{err}"

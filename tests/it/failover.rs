@@ -10,7 +10,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::support::pg_cluster::{Forwarder, PgNode};
-use crate::support::{self, commands_stream, eventually, stream, Harness, API_KEY};
+use crate::support::throwaway::{nats_url, ThrowawayNamespace};
+use crate::support::{self, command, commands_stream, eventually, stream, Harness, API_KEY};
 use async_nats::HeaderMap;
 use mock_gateway::{MockConfig, MockGateway};
 use onecharge::app::{Application, Role};
@@ -158,7 +159,7 @@ fn settings(address: &Forwarder, gateway: &MockGateway) -> Settings {
     let id = Uuid::new_v4().simple().to_string();
     let mut settings = Settings {
         database_url: format!("postgres://postgres@127.0.0.1:{}/onecharge", address.port()),
-        nats_url: std::env::var("TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into()),
+        nats_url: nats_url(),
         namespace: format!("f{}", &id[..12]),
         admin_addr: "127.0.0.1:0".parse().unwrap(),
         gateway_url: gateway.base_url(),
@@ -182,15 +183,17 @@ fn settings(address: &Forwarder, gateway: &MockGateway) -> Settings {
     settings
 }
 
+/// The suite's one ChargePayment, for an order and a customer of the drill's own.
 fn body(attempt: Uuid) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "payment_attempt_id": attempt,
-        "order_id": format!("ord_{}", &attempt.simple().to_string()[..8]),
-        "customer_id": "cus_failover",
-        "amount_minor": 1999,
-        "currency": "EUR",
-        "payment_method": "pm_card_visa",
-    }))
+    serde_json::to_vec(&command(
+        attempt,
+        serde_json::json!({
+            "order_id": format!("ord_{}", &attempt.simple().to_string()[..8]),
+            "customer_id": "cus_failover",
+            "description": null,
+            "requested_at": null,
+        }),
+    ))
     .unwrap()
 }
 
@@ -242,6 +245,8 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
 
     // The publisher runs through the whole drill, as producers do.
     let broker = Broker::connect(&settings).await.expect("NATS");
+    // The drill's streams are deleted when it ends, whether it passed or failed.
+    let _streams = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
     let attempts: Vec<Uuid> = (0..commands).map(|_| Uuid::new_v4()).collect();
     let publisher = tokio::spawn({
         let broker = broker.clone();
@@ -404,13 +409,6 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
         .unwrap()
         .expect("onecharge ran through the failover");
     new.close().await;
-    for name in [
-        broker.names.commands_stream(),
-        broker.names.events_stream(),
-        broker.names.dlq_stream(),
-    ] {
-        let _ = broker.jetstream.delete_stream(name).await;
-    }
     println!(
         "failover drill ({}): {figures:#?}",
         if synchronous {

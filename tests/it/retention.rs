@@ -15,7 +15,7 @@ use onecharge::store::retention::{self, HistoryTable};
 use time::macros::datetime;
 use time::OffsetDateTime;
 
-use crate::support::{record, Harness, TestEnv};
+use crate::support::{one_line_error, record, Harness, TestEnv};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -158,14 +158,11 @@ async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_publ
     assert_eq!(events.len(), 1);
 
     // the unknown attempt is settled, and a year later its kept history goes too
-    sqlx::query(
-        "UPDATE payment_attempts SET status = 'declined', decline_code = 'do_not_honor',
-             updated_at = now() WHERE payment_attempt_id = $1",
+    w.h.set_attempt(
+        w.unknown,
+        "status = 'declined', decline_code = 'do_not_honor', updated_at = now()",
     )
-    .bind(w.unknown)
-    .execute(w.h.store.pool())
-    .await
-    .unwrap();
+    .await;
     let dry = retain_history(&w.h.store, 30 * DAY, true, later + 365 * DAY)
         .await
         .unwrap();
@@ -363,15 +360,13 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
 
 #[test]
 fn a_history_retention_under_a_day_exits_2_with_one_line_naming_it() {
-    let out = crate::support::onecharge()
-        .args(["purge", "--dry-run"])
-        .env("ONECHARGE_PURGE__HISTORY_RETENTION", "2h")
-        .env("ONECHARGE_DATABASE_URL", "postgres://127.0.0.1:1/onecharge")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let (code, err) = one_line_error(
+        crate::support::onecharge()
+            .args(["purge", "--dry-run"])
+            .env("ONECHARGE_PURGE__HISTORY_RETENTION", "2h")
+            .env("ONECHARGE_DATABASE_URL", "postgres://127.0.0.1:1/onecharge"),
+    );
+    assert_eq!(code, Some(2));
     assert!(
         err.contains("purge.history_retention") && err.contains("at least 1d"),
         "{err}"

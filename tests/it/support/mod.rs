@@ -14,6 +14,7 @@
 //! - [`browser`]: a headless chromium driven over WebDriver (the console's browser tests).
 #![allow(dead_code, unused_imports)]
 
+pub mod api;
 pub mod browser;
 pub mod cluster;
 pub mod command;
