@@ -227,12 +227,18 @@ async fn create_charge(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let raw_key = headers
-        .get(IDEMPOTENCY_KEY)
-        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let raw_key = raw_idempotency_key(&headers);
     let seq = shared.begin("POST", &uri, raw_key.clone(), recorded_body(&body));
     let outcome = decide_charge(&shared, &headers, &body).await;
     deliver(&shared, &connection, seq, "/v1/charges", raw_key, outcome).await
+}
+
+/// The `Idempotency-Key` header as sent, valid or not, for the request log and the access
+/// log: a refused key must be visible there too, so this never validates.
+pub(crate) fn raw_idempotency_key(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(IDEMPOTENCY_KEY)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
 }
 
 async fn decide_charge(shared: &Arc<Shared>, headers: &HeaderMap, body: &Bytes) -> Outcome {
