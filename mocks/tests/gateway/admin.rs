@@ -127,10 +127,7 @@ async fn the_request_log_keeps_only_the_most_recent_requests() {
         ..MockConfig::default()
     })
     .await;
-    for i in 0..3 {
-        let key = format!("key-{i}");
-        app.charge(&key, &charge_body(&key, "pm_card_visa")).await;
-    }
+    app.charge_each(&[pm::CARD_VISA; 3]).await;
 
     let seqs: Vec<u64> = app.gateway.requests().iter().map(|r| r.seq).collect();
 

@@ -6,7 +6,7 @@ use mock_gateway::{
     payment_methods, FaultConfig, FaultKind, FaultRule, Latency, LatencyDistribution, LatencyDrawn,
     MockConfig, ResponseClass,
 };
-use reqwest::StatusCode;
+use reqwest::{Response, StatusCode};
 use serde_json::Value;
 
 use crate::helpers::*;
@@ -152,15 +152,8 @@ async fn counted_faults_fire_on_exactly_the_next_charging_requests() {
         ..FaultConfig::default()
     });
 
-    let mut statuses = Vec::new();
-    for i in 0..3 {
-        let key = format!("key-{i}");
-        statuses.push(
-            app.charge(&key, &charge_body(&key, "pm_card_visa"))
-                .await
-                .status(),
-        );
-    }
+    let responses = app.charge_each(&[payment_methods::CARD_VISA; 3]).await;
+    let statuses: Vec<_> = responses.iter().map(Response::status).collect();
 
     assert_eq!(
         statuses,
@@ -205,15 +198,8 @@ async fn random_faults_with_the_same_seed_repeat_the_same_run() {
             ..MockConfig::default()
         })
         .await;
-        let mut statuses = Vec::new();
-        for i in 0..40 {
-            let key = format!("key-{i}");
-            statuses.push(
-                app.charge(&key, &charge_body(&key, "pm_card_visa"))
-                    .await
-                    .status(),
-            );
-        }
+        let responses = app.charge_each(&[payment_methods::CARD_VISA; 40]).await;
+        let statuses = responses.iter().map(Response::status).collect();
         let ids = app.gateway.ledger().into_iter().map(|c| c.id).collect();
         (statuses, ids)
     }
@@ -272,14 +258,9 @@ async fn pm_fault_slow_charge_stays_in_progress_past_the_client_timeout_then_cha
     assert_eq!(app.gateway.stats().charges_in_progress, 1);
 
     app.gateway.finish_slow_charges();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while app.gateway.ledger().is_empty() {
-        assert!(Instant::now() < deadline, "the slow charge never finished");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    app.gateway.wait_for_ledger(1).await;
 
     let ledger = app.gateway.ledger();
-    assert_eq!(ledger.len(), 1);
     assert_eq!(
         app.lookup("key-1").await.len(),
         1,

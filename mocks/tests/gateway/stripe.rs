@@ -133,6 +133,19 @@ fn off_session() -> Vec<(&'static str, String)> {
     vec![("off_session", "true".into())]
 }
 
+/// Sends the requests at once, each from a task of its own, and returns their statuses.
+async fn send_all(requests: impl IntoIterator<Item = RequestBuilder>) -> Vec<StatusCode> {
+    let sends: Vec<_> = requests
+        .into_iter()
+        .map(|request| tokio::spawn(request.send()))
+        .collect();
+    let mut statuses = Vec::new();
+    for send in sends {
+        statuses.push(send.await.unwrap().unwrap().status());
+    }
+    statuses
+}
+
 #[tokio::test]
 async fn create_with_confirm_charges_once_and_the_ledger_entry_compares_with_the_command() {
     let app = spawn_stripe().await;
@@ -650,18 +663,14 @@ async fn concurrent_confirms_of_one_payment_intent_under_different_keys_charge_o
         .created_intent("create-1", "attempt-1", pm::CARD_VISA)
         .await;
 
-    let confirms = (0..16).map(|n| {
-        let request = app.stripe_request(
+    let statuses = send_all((0..16).map(|n| {
+        app.stripe_request(
             &format!("/v1/payment_intents/{id}/confirm"),
             Some(&format!("confirm-{n}")),
             &off_session(),
-        );
-        tokio::spawn(request.send())
-    });
-    let mut statuses = Vec::new();
-    for confirm in confirms.collect::<Vec<_>>() {
-        statuses.push(confirm.await.unwrap().unwrap().status());
-    }
+        )
+    }))
+    .await;
 
     assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 1);
     assert_eq!(app.gateway.ledger().len(), 1);
@@ -710,14 +719,9 @@ async fn concurrent_duplicates_under_one_key_charge_once_and_the_others_get_409_
     .await;
     let form = charge_form("attempt-1", pm::CARD_VISA);
 
-    let sends = (0..16).map(|_| {
-        let request = app.stripe_request("/v1/payment_intents", Some("key-1"), &form);
-        tokio::spawn(request.send())
-    });
-    let mut statuses = Vec::new();
-    for send in sends.collect::<Vec<_>>() {
-        statuses.push(send.await.unwrap().unwrap().status());
-    }
+    let statuses =
+        send_all((0..16).map(|_| app.stripe_request("/v1/payment_intents", Some("key-1"), &form)))
+            .await;
 
     assert_eq!(app.gateway.ledger().len(), 1);
     assert!(statuses.contains(&StatusCode::CONFLICT), "{statuses:?}");
