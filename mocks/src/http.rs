@@ -441,19 +441,23 @@ pub(crate) async fn deliver(
         delivery,
     } = outcome;
     shared.counters.count(class);
-    let status = answer.status.as_u16();
+    // The request log's entry: the class and fault are known now; status and finish time
+    // depend on how the answer is delivered.
+    let finish = |status, finished_at| {
+        shared.log.finish(
+            seq,
+            Finish {
+                status,
+                class,
+                fault,
+                finished_at,
+            },
+        );
+    };
     match delivery {
         Delivery::Now => {}
         Delivery::Drop => {
-            shared.log.finish(
-                seq,
-                Finish {
-                    status: None,
-                    class,
-                    fault,
-                    finished_at: Some(shared.clock.wall_now()),
-                },
-            );
+            finish(None, Some(shared.clock.wall_now()));
             // The access log never sees this request (there is no response), so log it here.
             tracing::info!(
                 method = "POST",
@@ -466,30 +470,15 @@ pub(crate) async fn deliver(
             return connection.drop_now().await;
         }
         Delivery::Hold(hold) => {
-            shared.log.finish(
-                seq,
-                Finish {
-                    status: None,
-                    class,
-                    fault,
-                    finished_at: None,
-                },
-            );
+            // Held: the log shows the class and fault now, but no answer yet.
+            finish(None, None);
             tokio::select! {
                 () = tokio::time::sleep(hold) => {}
                 () = shared.shutdown.cancelled() => return connection.drop_now().await,
             }
         }
     }
-    shared.log.finish(
-        seq,
-        Finish {
-            status: Some(status),
-            class,
-            fault,
-            finished_at: Some(shared.clock.wall_now()),
-        },
-    );
+    finish(Some(answer.status.as_u16()), Some(shared.clock.wall_now()));
     answer.into_response(Note {
         idempotency_key,
         class,
