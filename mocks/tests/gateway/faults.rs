@@ -261,6 +261,7 @@ async fn pm_fault_slow_charge_stays_in_progress_past_the_client_timeout_then_cha
     app.gateway.wait_for_ledger(1).await;
 
     let ledger = app.gateway.ledger();
+    assert_eq!(ledger.len(), 1);
     assert_eq!(
         app.lookup("key-1").await.len(),
         1,
