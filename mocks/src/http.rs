@@ -227,12 +227,18 @@ async fn create_charge(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let raw_key = headers
-        .get(IDEMPOTENCY_KEY)
-        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let raw_key = raw_idempotency_key(&headers);
     let seq = shared.begin("POST", &uri, raw_key.clone(), recorded_body(&body));
     let outcome = decide_charge(&shared, &headers, &body).await;
     deliver(&shared, &connection, seq, "/v1/charges", raw_key, outcome).await
+}
+
+/// The `Idempotency-Key` header as sent, valid or not, for the request log and the access
+/// log: a refused key must be visible there too, so this never validates.
+pub(crate) fn raw_idempotency_key(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(IDEMPOTENCY_KEY)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
 }
 
 async fn decide_charge(shared: &Arc<Shared>, headers: &HeaderMap, body: &Bytes) -> Outcome {
@@ -435,19 +441,23 @@ pub(crate) async fn deliver(
         delivery,
     } = outcome;
     shared.counters.count(class);
-    let status = answer.status.as_u16();
+    // The request log's entry: the class and fault are known now; status and finish time
+    // depend on how the answer is delivered.
+    let finish = |status, finished_at| {
+        shared.log.finish(
+            seq,
+            Finish {
+                status,
+                class,
+                fault,
+                finished_at,
+            },
+        );
+    };
     match delivery {
         Delivery::Now => {}
         Delivery::Drop => {
-            shared.log.finish(
-                seq,
-                Finish {
-                    status: None,
-                    class,
-                    fault,
-                    finished_at: Some(shared.clock.wall_now()),
-                },
-            );
+            finish(None, Some(shared.clock.wall_now()));
             // The access log never sees this request (there is no response), so log it here.
             tracing::info!(
                 method = "POST",
@@ -460,30 +470,15 @@ pub(crate) async fn deliver(
             return connection.drop_now().await;
         }
         Delivery::Hold(hold) => {
-            shared.log.finish(
-                seq,
-                Finish {
-                    status: None,
-                    class,
-                    fault,
-                    finished_at: None,
-                },
-            );
+            // Held: the log shows the class and fault now, but no answer yet.
+            finish(None, None);
             tokio::select! {
                 () = tokio::time::sleep(hold) => {}
                 () = shared.shutdown.cancelled() => return connection.drop_now().await,
             }
         }
     }
-    shared.log.finish(
-        seq,
-        Finish {
-            status: Some(status),
-            class,
-            fault,
-            finished_at: Some(shared.clock.wall_now()),
-        },
-    );
+    finish(Some(answer.status.as_u16()), Some(shared.clock.wall_now()));
     answer.into_response(Note {
         idempotency_key,
         class,

@@ -29,7 +29,6 @@ async fn start_serving(mut command: Command) -> (Child, String) {
     (child, url)
 }
 
-/// The running binary's `GET /__ledger`.
 /// Runs `command`, which the binary must refuse as a usage error (exit 2) before serving
 /// anything and without printing the API key; returns its stderr.
 async fn usage_error(command: &mut Command) -> String {
@@ -46,6 +45,13 @@ async fn usage_error_after_the_key(args: &[&str]) -> String {
     usage_error(Command::new(BINARY).args(["--api-key", SECRET]).args(args)).await
 }
 
+/// reqwest is built with rustls and no bundled provider (see the workspace Cargo.toml): the
+/// process must name one before building a client.
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The running binary's `GET /__ledger`.
 async fn ledger(client: &reqwest::Client, url: &str) -> Vec<Value> {
     let response = client.get(format!("{url}/__ledger")).send().await.unwrap();
     response.json().await.unwrap()
@@ -145,7 +151,7 @@ async fn the_binary_serves_the_contract_on_the_port_it_prints_and_stops_on_sigte
     let (mut child, url) = start_serving(command).await;
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
 
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     let client = reqwest::Client::new();
     let charge = |key: &'static str| {
         client
@@ -204,7 +210,7 @@ async fn with_dialect_stripe_the_binary_prints_its_url_and_serves_payment_intent
     let (_child, url) = start_serving(command).await;
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
 
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     let client = reqwest::Client::new();
     let created = client
         .post(format!("{url}/v1/payment_intents"))
@@ -299,7 +305,7 @@ async fn with_tls_cert_and_tls_key_the_binary_serves_https_on_the_url_it_prints(
     let (_child, url) = start_serving(command).await;
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
 
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     let trusted = reqwest::Certificate::from_pem(&std::fs::read(&cert).unwrap()).unwrap();
     let client = reqwest::Client::builder()
         .tls_certs_only([trusted])

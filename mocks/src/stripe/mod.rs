@@ -27,7 +27,9 @@ pub use methods::payment_methods;
 
 use crate::charge::{fault_trigger, validate_idempotency_key};
 use crate::config::FaultKind;
-use crate::http::{deliver, pause, with_controls, Answer, Outcome, IDEMPOTENCY_KEY};
+use crate::http::{
+    deliver, pause, raw_idempotency_key, with_controls, Answer, Outcome, IDEMPOTENCY_KEY,
+};
 use crate::keys::Claim;
 use crate::record::ResponseClass;
 use crate::server::{ConnectionControl, Shared};
@@ -171,9 +173,7 @@ async fn serve_post(
         headers,
         body,
     } = post;
-    let raw_key = headers
-        .get(IDEMPOTENCY_KEY)
-        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let raw_key = raw_idempotency_key(&headers);
     let form = Form::parse(&body);
     let seq = shared.begin("POST", &uri, raw_key.clone(), form.to_json());
     let outcome = decide(&shared, &headers, uri.path(), form, parse).await;

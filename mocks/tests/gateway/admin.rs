@@ -13,15 +13,13 @@ use crate::helpers::*;
 #[tokio::test]
 async fn the_faults_endpoint_changes_behaviour_at_run_time() {
     let app = spawn_gateway().await;
-    let url = format!("{}/__faults", app.url);
 
     let put = app
-        .client
-        .put(&url)
-        .json(&json!({"error_after": {"count": 1}, "latency": {"fixed_ms": 1}}))
-        .send()
-        .await
-        .unwrap();
+        .put_json(
+            "/__faults",
+            &json!({"error_after": {"count": 1}, "latency": {"fixed_ms": 1}}),
+        )
+        .await;
     assert_eq!(put.status(), StatusCode::OK);
 
     let faulted = app
@@ -37,7 +35,7 @@ async fn the_faults_endpoint_changes_behaviour_at_run_time() {
         .await;
     assert_eq!(normal.status(), StatusCode::CREATED);
 
-    let off = app.client.put(&url).json(&json!({})).send().await.unwrap();
+    let off = app.put_json("/__faults", &json!({})).await;
     assert_eq!(off.status(), StatusCode::OK);
     assert_eq!(app.gateway.faults(), FaultConfig::default());
 }
@@ -45,14 +43,13 @@ async fn the_faults_endpoint_changes_behaviour_at_run_time() {
 #[tokio::test]
 async fn an_invalid_fault_configuration_is_400_and_changes_nothing() {
     let app = spawn_gateway().await;
-    let url = format!("{}/__faults", app.url);
 
     for body in [
         json!({"error_before": {"probability": 1.5}}),
         json!({"eror_before": {"count": 1}}),
         json!({"rate_limit": {"count": -1}}),
     ] {
-        let response = app.client.put(&url).json(&body).send().await.unwrap();
+        let response = app.put_json("/__faults", &body).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(error_type(response).await, "invalid_request");
     }
@@ -130,10 +127,7 @@ async fn the_request_log_keeps_only_the_most_recent_requests() {
         ..MockConfig::default()
     })
     .await;
-    for i in 0..3 {
-        let key = format!("key-{i}");
-        app.charge(&key, &charge_body(&key, "pm_card_visa")).await;
-    }
+    app.charge_each(&[pm::CARD_VISA; 3]).await;
 
     let seqs: Vec<u64> = app.gateway.requests().iter().map(|r| r.seq).collect();
 

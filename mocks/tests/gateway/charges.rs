@@ -69,9 +69,7 @@ async fn a_retry_with_the_same_key_and_parameters_replays_200_with_idempotent_re
     let first: Value = app.charge("key-1", &body).await.json().await.unwrap();
 
     for _ in 0..3 {
-        let retry = app.charge("key-1", &body).await;
-        assert_eq!(retry.status(), StatusCode::OK);
-        assert!(is_replay(&retry));
+        let retry = app.expect_replay("key-1", &body, StatusCode::OK).await;
         let replayed: Value = retry.json().await.unwrap();
         assert_eq!(replayed, first, "the stored charge, byte for byte");
     }
@@ -86,10 +84,10 @@ async fn a_stored_decline_is_replayed_with_its_402_and_the_replay_header() {
     let body = charge_body("attempt-1", payment_methods::CARD_DECLINED);
     let first: Value = app.charge("key-1", &body).await.json().await.unwrap();
 
-    let retry = app.charge("key-1", &body).await;
+    let retry = app
+        .expect_replay("key-1", &body, StatusCode::PAYMENT_REQUIRED)
+        .await;
 
-    assert_eq!(retry.status(), StatusCode::PAYMENT_REQUIRED);
-    assert!(is_replay(&retry));
     assert_eq!(retry.json::<Value>().await.unwrap(), first);
     assert_eq!(app.gateway.ledger().len(), 1);
 }
@@ -107,10 +105,8 @@ async fn a_stored_decline_is_replayed_as_200_when_so_configured() {
         StatusCode::PAYMENT_REQUIRED
     );
 
-    let retry = app.charge("key-1", &body).await;
+    let retry = app.expect_replay("key-1", &body, StatusCode::OK).await;
 
-    assert_eq!(retry.status(), StatusCode::OK);
-    assert!(is_replay(&retry));
     let replayed: Value = retry.json().await.unwrap();
     assert_eq!(replayed["status"], "declined");
     assert_eq!(replayed["decline_code"], "insufficient_funds");
@@ -152,18 +148,14 @@ async fn reusing_a_key_with_any_different_parameter_is_422_and_charges_nothing_m
 async fn a_missing_empty_or_overlong_idempotency_key_is_400_and_255_characters_are_fine() {
     let app = spawn_gateway().await;
     let body = charge_body("attempt-1", payment_methods::CARD_VISA);
-    let url = format!("{}/v1/charges", app.url);
 
     let missing = app
-        .client
-        .post(&url)
-        .bearer_auth(API_KEY)
+        .authorized_post("/v1/charges")
         .json(&body)
         .send()
         .await
         .unwrap();
-    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_type(missing).await, "invalid_request");
+    assert_error(missing, StatusCode::BAD_REQUEST, "invalid_request").await;
 
     for key in [String::new(), "k".repeat(256)] {
         let response = app.charge(&key, &body).await;
@@ -206,9 +198,7 @@ async fn a_malformed_body_is_400_invalid_request_with_a_message_and_charges_noth
         assert!(!error["error"]["message"].as_str().unwrap().is_empty());
     }
     let not_json = app
-        .client
-        .post(format!("{}/v1/charges", app.url))
-        .bearer_auth(API_KEY)
+        .authorized_post("/v1/charges")
         .header("Idempotency-Key", "key-raw")
         .body("amount=1999")
         .send()
@@ -304,14 +294,7 @@ async fn lookup_returns_the_outcome_recorded_under_a_key_and_nothing_for_an_unkn
 async fn lookup_without_an_idempotency_key_is_400() {
     let app = spawn_gateway().await;
 
-    let response = app
-        .client
-        .get(format!("{}/v1/charges", app.url))
-        .bearer_auth(API_KEY)
-        .send()
-        .await
-        .unwrap();
+    let response = app.authorized_get("/v1/charges").send().await.unwrap();
 
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_type(response).await, "invalid_request");
+    assert_error(response, StatusCode::BAD_REQUEST, "invalid_request").await;
 }

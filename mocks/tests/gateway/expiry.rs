@@ -43,9 +43,7 @@ async fn a_key_inside_the_retention_still_replays() {
 
     app.gateway.advance_clock(DAY - Duration::from_secs(60));
 
-    let retry = app.charge("key-1", &body).await;
-    assert_eq!(retry.status(), StatusCode::OK);
-    assert!(is_replay(&retry));
+    app.expect_replay("key-1", &body, StatusCode::OK).await;
     assert_eq!(app.gateway.ledger().len(), 1);
 }
 
@@ -75,12 +73,8 @@ async fn the_clock_endpoint_expires_keys_under_a_configured_retention() {
     let before = app.gateway.now();
 
     let advanced = app
-        .client
-        .post(format!("{}/__clock/advance", app.url))
-        .json(&json!({"seconds": 61}))
-        .send()
-        .await
-        .unwrap();
+        .post_json("/__clock/advance", &json!({"seconds": 61}))
+        .await;
 
     assert_eq!(advanced.status(), StatusCode::OK);
     let now: Value = advanced.json().await.unwrap();
@@ -98,13 +92,7 @@ async fn a_clock_advance_that_is_not_a_non_negative_number_of_seconds_is_400() {
     let app = spawn_gateway().await;
 
     for body in [json!({"seconds": -1}), json!({"minutes": 1}), json!("soon")] {
-        let response = app
-            .client
-            .post(format!("{}/__clock/advance", app.url))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let response = app.post_json("/__clock/advance", &body).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{body}");
     }
 }

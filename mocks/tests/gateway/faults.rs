@@ -6,7 +6,7 @@ use mock_gateway::{
     payment_methods, FaultConfig, FaultKind, FaultRule, Latency, LatencyDistribution, LatencyDrawn,
     MockConfig, ResponseClass,
 };
-use reqwest::StatusCode;
+use reqwest::{Response, StatusCode};
 use serde_json::Value;
 
 use crate::helpers::*;
@@ -17,8 +17,7 @@ async fn pm_fault_error_before_answers_500_charges_nothing_and_the_retry_charges
     let body = charge_body("attempt-1", payment_methods::FAULT_ERROR_BEFORE);
 
     let first = app.charge("key-1", &body).await;
-    assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(error_type(first).await, "api_error");
+    assert_error(first, StatusCode::INTERNAL_SERVER_ERROR, "api_error").await;
     assert!(app.gateway.ledger().is_empty());
     assert!(app.lookup("key-1").await.is_empty(), "nothing recorded");
 
@@ -39,9 +38,7 @@ async fn pm_fault_error_after_charges_then_answers_500_and_the_retry_replays_the
     assert_eq!(ledger.len(), 1, "charged before the 500");
     assert_eq!(app.lookup("key-1").await.len(), 1, "the lookup settles it");
 
-    let retry = app.charge("key-1", &body).await;
-    assert_eq!(retry.status(), StatusCode::OK);
-    assert!(is_replay(&retry));
+    let retry = app.expect_replay("key-1", &body, StatusCode::OK).await;
     let replayed: Value = retry.json().await.unwrap();
     assert_eq!(replayed["id"], ledger[0].id.as_str());
     assert_eq!(replayed["status"], "succeeded");
@@ -71,9 +68,7 @@ async fn pm_fault_hang_after_charges_and_outlasts_a_short_client_timeout() {
     assert_eq!(recorded.fault, Some(FaultKind::HangAfter));
     assert_eq!(recorded.status, None, "no response sent yet");
 
-    let retry = app.charge("key-1", &body).await;
-    assert_eq!(retry.status(), StatusCode::OK);
-    assert!(is_replay(&retry));
+    app.expect_replay("key-1", &body, StatusCode::OK).await;
     assert_eq!(app.gateway.ledger().len(), 1);
     assert_eq!(app.gateway.stats().hung, 1);
 }
@@ -101,9 +96,7 @@ async fn pm_fault_drop_after_charges_and_closes_the_connection_without_any_respo
     assert_eq!(recorded.class, Some(ResponseClass::Dropped));
     assert_eq!(recorded.status, None);
 
-    let retry = app.charge("key-1", &body).await;
-    assert_eq!(retry.status(), StatusCode::OK);
-    assert!(is_replay(&retry));
+    app.expect_replay("key-1", &body, StatusCode::OK).await;
     assert_eq!(app.gateway.ledger().len(), 1);
     assert_eq!(app.gateway.stats().dropped, 1);
 }
@@ -129,8 +122,7 @@ async fn pm_fault_bad_request_answers_400_once_and_the_retry_charges() {
     let body = charge_body("attempt-1", payment_methods::FAULT_BAD_REQUEST);
 
     let first = app.charge("key-1", &body).await;
-    assert_eq!(first.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_type(first).await, "invalid_request");
+    assert_error(first, StatusCode::BAD_REQUEST, "invalid_request").await;
     assert!(app.gateway.ledger().is_empty());
 
     let retry = app.charge("key-1", &body).await;
@@ -160,15 +152,8 @@ async fn counted_faults_fire_on_exactly_the_next_charging_requests() {
         ..FaultConfig::default()
     });
 
-    let mut statuses = Vec::new();
-    for i in 0..3 {
-        let key = format!("key-{i}");
-        statuses.push(
-            app.charge(&key, &charge_body(&key, "pm_card_visa"))
-                .await
-                .status(),
-        );
-    }
+    let responses = app.charge_each(&[payment_methods::CARD_VISA; 3]).await;
+    let statuses: Vec<_> = responses.iter().map(Response::status).collect();
 
     assert_eq!(
         statuses,
@@ -196,10 +181,7 @@ async fn faults_never_touch_replays_so_a_retry_can_always_settle() {
         ..FaultConfig::default()
     });
 
-    let retry = app.charge("key-1", &body).await;
-
-    assert_eq!(retry.status(), StatusCode::OK);
-    assert!(is_replay(&retry));
+    app.expect_replay("key-1", &body, StatusCode::OK).await;
 }
 
 #[tokio::test]
@@ -216,15 +198,8 @@ async fn random_faults_with_the_same_seed_repeat_the_same_run() {
             ..MockConfig::default()
         })
         .await;
-        let mut statuses = Vec::new();
-        for i in 0..40 {
-            let key = format!("key-{i}");
-            statuses.push(
-                app.charge(&key, &charge_body(&key, "pm_card_visa"))
-                    .await
-                    .status(),
-            );
-        }
+        let responses = app.charge_each(&[payment_methods::CARD_VISA; 40]).await;
+        let statuses = responses.iter().map(Response::status).collect();
         let ids = app.gateway.ledger().into_iter().map(|c| c.id).collect();
         (statuses, ids)
     }
@@ -279,16 +254,11 @@ async fn pm_fault_slow_charge_stays_in_progress_past_the_client_timeout_then_cha
     assert!(app.gateway.ledger().is_empty());
     assert!(app.lookup("key-1").await.is_empty(), "not found yet");
     let resend = app.charge("key-1", &body).await;
-    assert_eq!(resend.status(), StatusCode::CONFLICT);
-    assert_eq!(error_type(resend).await, "idempotency_in_progress");
+    assert_error(resend, StatusCode::CONFLICT, "idempotency_in_progress").await;
     assert_eq!(app.gateway.stats().charges_in_progress, 1);
 
     app.gateway.finish_slow_charges();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while app.gateway.ledger().is_empty() {
-        assert!(Instant::now() < deadline, "the slow charge never finished");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    app.gateway.wait_for_ledger(1).await;
 
     let ledger = app.gateway.ledger();
     assert_eq!(ledger.len(), 1);
@@ -297,9 +267,7 @@ async fn pm_fault_slow_charge_stays_in_progress_past_the_client_timeout_then_cha
         1,
         "now the lookup finds it"
     );
-    let replay = app.charge("key-1", &body).await;
-    assert_eq!(replay.status(), StatusCode::OK);
-    assert!(is_replay(&replay));
+    let replay = app.expect_replay("key-1", &body, StatusCode::OK).await;
     let replayed: Value = replay.json().await.unwrap();
     assert_eq!(replayed["id"], ledger[0].id.as_str());
     assert_eq!(app.gateway.ledger().len(), 1, "charged exactly once");

@@ -52,10 +52,22 @@ pub fn charge_body(reference: &str, payment_method: &str) -> Value {
 }
 
 impl TestGateway {
-    pub fn post_charge(&self, key: &str, body: &Value) -> RequestBuilder {
+    /// `POST {path}` with the right API key, for the requests the named helpers do not build.
+    pub fn authorized_post(&self, path: &str) -> RequestBuilder {
         self.client
-            .post(format!("{}/v1/charges", self.url))
+            .post(format!("{}{path}", self.url))
             .bearer_auth(API_KEY)
+    }
+
+    /// `GET {path}` with the right API key.
+    pub fn authorized_get(&self, path: &str) -> RequestBuilder {
+        self.client
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(API_KEY)
+    }
+
+    pub fn post_charge(&self, key: &str, body: &Value) -> RequestBuilder {
+        self.authorized_post("/v1/charges")
             .header("Idempotency-Key", key)
             .json(body)
     }
@@ -79,16 +91,26 @@ impl TestGateway {
 
     pub async fn lookup(&self, key: &str) -> Vec<Value> {
         let response = self
-            .client
-            .get(format!("{}/v1/charges", self.url))
+            .authorized_get("/v1/charges")
             .query(&[("idempotency_key", key)])
-            .bearer_auth(API_KEY)
             .send()
             .await
             .expect("the lookup gets a response");
         assert_eq!(response.status(), StatusCode::OK);
         let body: Value = response.json().await.unwrap();
         body["data"].as_array().expect("data is a list").clone()
+    }
+
+    /// Sends the charge again under `key` and checks that the saved answer came back, with
+    /// `status` and `Idempotent-Replayed: true`, instead of a new charge.
+    pub async fn expect_replay(&self, key: &str, body: &Value, status: StatusCode) -> Response {
+        let response = self.charge(key, body).await;
+        assert_eq!(response.status(), status, "the replay under {key}");
+        assert!(
+            is_replay(&response),
+            "the answer under {key} is not a replay"
+        );
+        response
     }
 
     /// A charge from a client that gives up after `timeout`.
@@ -107,6 +129,18 @@ impl TestGateway {
         self.client.get(url).send().await.unwrap()
     }
 
+    /// `POST {path}` with a JSON body and without credentials, like [`Self::get`].
+    pub async fn post_json(&self, path: &str, body: &Value) -> Response {
+        let url = format!("{}{path}", self.url);
+        self.client.post(url).json(body).send().await.unwrap()
+    }
+
+    /// `PUT {path}` with a JSON body and without credentials, like [`Self::get`].
+    pub async fn put_json(&self, path: &str, body: &Value) -> Response {
+        let url = format!("{}{path}", self.url);
+        self.client.put(url).json(body).send().await.unwrap()
+    }
+
     pub async fn admin_get(&self, path: &str) -> Value {
         let response = self.get(path).await;
         assert_eq!(response.status(), StatusCode::OK, "GET {path}");
@@ -121,6 +155,12 @@ pub async fn error_type(response: Response) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("no error type in {body}"))
         .to_owned()
+}
+
+/// Checks an error answer of the onecharge dialect: its status and its error type.
+pub async fn assert_error(response: Response, status: StatusCode, expected_type: &str) {
+    assert_eq!(response.status(), status, "answering with {expected_type}");
+    assert_eq!(error_type(response).await, expected_type);
 }
 
 pub fn is_replay(response: &Response) -> bool {

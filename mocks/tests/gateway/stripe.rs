@@ -69,11 +69,7 @@ impl TestGateway {
         key: Option<&str>,
         form: &[(&'static str, String)],
     ) -> RequestBuilder {
-        let request = self
-            .client
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(API_KEY)
-            .form_body(form);
+        let request = self.authorized_post(path).form_body(form);
         match key {
             Some(key) => request.header("Idempotency-Key", key),
             None => request,
@@ -105,9 +101,7 @@ impl TestGateway {
     }
 
     async fn retrieve(&self, id: &str) -> Response {
-        self.client
-            .get(format!("{}/v1/payment_intents/{id}", self.url))
-            .bearer_auth(API_KEY)
+        self.authorized_get(&format!("/v1/payment_intents/{id}"))
             .send()
             .await
             .expect("the retrieve gets a response")
@@ -129,8 +123,27 @@ async fn json(response: Response) -> Value {
     response.json().await.expect("a JSON body")
 }
 
+/// Checks the status of a Stripe error answer and returns its `error` object.
+async fn stripe_error(response: Response, status: StatusCode) -> Value {
+    assert_eq!(response.status(), status);
+    json(response).await["error"].clone()
+}
+
 fn off_session() -> Vec<(&'static str, String)> {
     vec![("off_session", "true".into())]
+}
+
+/// Sends the requests at once, each from a task of its own, and returns their statuses.
+async fn send_all(requests: impl IntoIterator<Item = RequestBuilder>) -> Vec<StatusCode> {
+    let sends: Vec<_> = requests
+        .into_iter()
+        .map(|request| tokio::spawn(request.send()))
+        .collect();
+    let mut statuses = Vec::new();
+    for send in sends {
+        statuses.push(send.await.unwrap().unwrap().status());
+    }
+    statuses
 }
 
 #[tokio::test]
@@ -198,11 +211,10 @@ async fn a_succeeded_payment_intent_is_never_charged_again_by_a_confirm_under_an
 
     let again = app.confirm(&id, "confirm-2", &off_session()).await;
 
-    assert_eq!(again.status(), StatusCode::BAD_REQUEST);
-    let body = json(again).await;
-    assert_eq!(body["error"]["type"], "invalid_request_error");
-    assert_eq!(body["error"]["code"], "payment_intent_unexpected_state");
-    assert_eq!(body["error"]["payment_intent"]["status"], "succeeded");
+    let error = stripe_error(again, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["type"], "invalid_request_error");
+    assert_eq!(error["code"], "payment_intent_unexpected_state");
+    assert_eq!(error["payment_intent"]["status"], "succeeded");
     assert_eq!(app.gateway.ledger().len(), 1);
 }
 
@@ -234,15 +246,12 @@ async fn the_same_key_with_other_parameters_or_on_another_endpoint_is_an_idempot
     let mut other_amount = create_form("attempt-1", pm::CARD_VISA);
     other_amount[0].1 = "2000".into();
     let reused = app.create("key-1", &other_amount).await;
-    assert_eq!(reused.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(json(reused).await["error"]["type"], "idempotency_error");
+    let error = stripe_error(reused, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["type"], "idempotency_error");
 
     let other_endpoint = app.confirm(&id, "key-1", &[]).await;
-    assert_eq!(other_endpoint.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(
-        json(other_endpoint).await["error"]["type"],
-        "idempotency_error"
-    );
+    let error = stripe_error(other_endpoint, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["type"], "idempotency_error");
     assert!(app.gateway.ledger().is_empty());
     assert_eq!(app.gateway.stats().key_reused, 2);
 }
@@ -254,10 +263,9 @@ async fn a_request_that_fails_validation_is_not_saved_and_the_corrected_retry_ex
     upper_case[1].1 = "EUR".into();
 
     let refused = app.create("key-1", &upper_case).await;
-    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
-    let body = json(refused).await;
-    assert_eq!(body["error"]["type"], "invalid_request_error");
-    assert_eq!(body["error"]["param"], "currency");
+    let error = stripe_error(refused, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["type"], "invalid_request_error");
+    assert_eq!(error["param"], "currency");
 
     let corrected = app
         .create("key-1", &charge_form("attempt-1", pm::CARD_VISA))
@@ -279,9 +287,8 @@ async fn a_resend_while_the_first_request_runs_gets_409_idempotency_key_in_use()
 
     let resend = app.create("key-1", &body).await;
 
-    assert_eq!(resend.status(), StatusCode::CONFLICT);
-    let error = json(resend).await;
-    assert_eq!(error["error"]["code"], "idempotency_key_in_use");
+    let error = stripe_error(resend, StatusCode::CONFLICT).await;
+    assert_eq!(error["code"], "idempotency_key_in_use");
     assert!(app.gateway.ledger().is_empty(), "not charged yet");
 
     // The slow charge may not be waiting yet when told to finish: tell it until it has.
@@ -362,14 +369,10 @@ async fn authentication_required_off_session_is_a_402_decline_and_on_session_req
             &charge_form("attempt-1", pm::CARD_AUTHENTICATION_REQUIRED),
         )
         .await;
-    assert_eq!(off.status(), StatusCode::PAYMENT_REQUIRED);
-    let body = json(off).await;
-    assert_eq!(body["error"]["type"], "card_error");
-    assert_eq!(body["error"]["code"], "authentication_required");
-    assert_eq!(
-        body["error"]["payment_intent"]["status"],
-        "requires_payment_method"
-    );
+    let error = stripe_error(off, StatusCode::PAYMENT_REQUIRED).await;
+    assert_eq!(error["type"], "card_error");
+    assert_eq!(error["code"], "authentication_required");
+    assert_eq!(error["payment_intent"]["status"], "requires_payment_method");
 
     let id = app
         .created_intent("create-on", "attempt-2", pm::CARD_AUTHENTICATION_REQUIRED)
@@ -430,11 +433,8 @@ async fn cancel_moves_a_waiting_payment_intent_to_canceled_and_it_cannot_be_conf
     assert_eq!(json(canceled).await["status"], "canceled");
 
     let confirm = app.confirm(&id, "confirm-1", &off_session()).await;
-    assert_eq!(confirm.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(
-        json(confirm).await["error"]["code"],
-        "payment_intent_unexpected_state"
-    );
+    let error = stripe_error(confirm, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["code"], "payment_intent_unexpected_state");
     assert!(app.gateway.ledger().is_empty());
 }
 
@@ -445,10 +445,9 @@ async fn an_unknown_payment_intent_is_404_resource_missing() {
         app.retrieve("pi_missing").await,
         app.confirm("pi_missing", "key-1", &[]).await,
     ] {
-        assert_eq!(response.status(), StatusCode::NOT_FOUND);
-        let body = json(response).await;
-        assert_eq!(body["error"]["type"], "invalid_request_error");
-        assert_eq!(body["error"]["code"], "resource_missing");
+        let error = stripe_error(response, StatusCode::NOT_FOUND).await;
+        assert_eq!(error["type"], "invalid_request_error");
+        assert_eq!(error["code"], "resource_missing");
     }
 }
 
@@ -465,11 +464,8 @@ async fn a_wrong_api_key_is_401_authentication_error_and_charges_nothing() {
         .await
         .unwrap();
 
-    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    assert_eq!(
-        json(response).await["error"]["type"],
-        "authentication_error"
-    );
+    let error = stripe_error(response, StatusCode::UNAUTHORIZED).await;
+    assert_eq!(error["type"], "authentication_error");
     assert!(app.gateway.ledger().is_empty());
 }
 
@@ -503,8 +499,8 @@ async fn currencies_follow_stripe_three_decimal_and_zero_decimal_rules() {
     };
 
     let kwd_odd = app.create("k1", &with("kwd", "5124")).await;
-    assert_eq!(kwd_odd.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(json(kwd_odd).await["error"]["param"], "amount");
+    let error = stripe_error(kwd_odd, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["param"], "amount");
     assert_eq!(
         app.create("k2", &with("kwd", "5120")).await.status(),
         StatusCode::OK
@@ -531,9 +527,9 @@ async fn pm_fault_error_before_is_500_with_should_retry_nothing_saved_and_the_re
     let form = charge_form("attempt-1", payment_methods::FAULT_ERROR_BEFORE);
 
     let first = app.create("key-1", &form).await;
-    assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(first.headers()["stripe-should-retry"], "true");
-    assert_eq!(json(first).await["error"]["type"], "api_error");
+    let error = stripe_error(first, StatusCode::INTERNAL_SERVER_ERROR).await;
+    assert_eq!(error["type"], "api_error");
     assert!(app.gateway.ledger().is_empty());
 
     let retry = app.create("key-1", &form).await;
@@ -567,9 +563,9 @@ async fn pm_fault_rate_limit_is_429_rate_limit_with_should_retry_and_charges_not
     let form = charge_form("attempt-1", payment_methods::FAULT_RATE_LIMIT);
 
     let first = app.create("key-1", &form).await;
-    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(first.headers()["stripe-should-retry"], "true");
-    assert_eq!(json(first).await["error"]["code"], "rate_limit");
+    let error = stripe_error(first, StatusCode::TOO_MANY_REQUESTS).await;
+    assert_eq!(error["code"], "rate_limit");
     assert!(app.gateway.ledger().is_empty());
 
     assert_eq!(app.create("key-1", &form).await.status(), StatusCode::OK);
@@ -582,8 +578,8 @@ async fn pm_fault_bad_request_is_400_invalid_request_error_and_not_saved() {
     let form = charge_form("attempt-1", payment_methods::FAULT_BAD_REQUEST);
 
     let first = app.create("key-1", &form).await;
-    assert_eq!(first.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(json(first).await["error"]["type"], "invalid_request_error");
+    let error = stripe_error(first, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["type"], "invalid_request_error");
     assert!(app.gateway.ledger().is_empty());
     assert_eq!(app.gateway.stats().invalid_request, 1);
 }
@@ -667,18 +663,14 @@ async fn concurrent_confirms_of_one_payment_intent_under_different_keys_charge_o
         .created_intent("create-1", "attempt-1", pm::CARD_VISA)
         .await;
 
-    let confirms = (0..16).map(|n| {
-        let request = app.stripe_request(
+    let statuses = send_all((0..16).map(|n| {
+        app.stripe_request(
             &format!("/v1/payment_intents/{id}/confirm"),
             Some(&format!("confirm-{n}")),
             &off_session(),
-        );
-        tokio::spawn(request.send())
-    });
-    let mut statuses = Vec::new();
-    for confirm in confirms.collect::<Vec<_>>() {
-        statuses.push(confirm.await.unwrap().unwrap().status());
-    }
+        )
+    }))
+    .await;
 
     assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 1);
     assert_eq!(app.gateway.ledger().len(), 1);
@@ -690,11 +682,8 @@ async fn the_onecharge_routes_are_not_served_in_the_stripe_dialect() {
     let response = app
         .charge("key-1", &charge_body("attempt-1", "pm_card_visa"))
         .await;
-    assert_eq!(response.status(), StatusCode::NOT_FOUND);
-    assert_eq!(
-        json(response).await["error"]["type"],
-        "invalid_request_error"
-    );
+    let error = stripe_error(response, StatusCode::NOT_FOUND).await;
+    assert_eq!(error["type"], "invalid_request_error");
     assert!(app.gateway.ledger().is_empty());
 }
 
@@ -730,14 +719,9 @@ async fn concurrent_duplicates_under_one_key_charge_once_and_the_others_get_409_
     .await;
     let form = charge_form("attempt-1", pm::CARD_VISA);
 
-    let sends = (0..16).map(|_| {
-        let request = app.stripe_request("/v1/payment_intents", Some("key-1"), &form);
-        tokio::spawn(request.send())
-    });
-    let mut statuses = Vec::new();
-    for send in sends.collect::<Vec<_>>() {
-        statuses.push(send.await.unwrap().unwrap().status());
-    }
+    let statuses =
+        send_all((0..16).map(|_| app.stripe_request("/v1/payment_intents", Some("key-1"), &form)))
+            .await;
 
     assert_eq!(app.gateway.ledger().len(), 1);
     assert!(statuses.contains(&StatusCode::CONFLICT), "{statuses:?}");
