@@ -35,19 +35,21 @@ use anyhow::{ensure, Context as _};
 use clap::CommandFactory as _;
 use mock_gateway::{FaultConfig, Latency, LatencyDistribution, MockConfig, MockGateway};
 use onecharge::config::Settings;
+use onecharge::executor::Executor;
 use onecharge::store::Store;
 use secrecy::SecretString;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
 #[path = "support/fleet.rs"]
 mod fleet;
 #[path = "support/latency.rs"]
 mod latency;
+#[path = "support/running.rs"]
+mod running;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
 
 use fleet::{executors, seed};
+use running::Running;
 use throwaway::ThrowawayDatabase;
 
 const API_KEY: &str = "sk_bench";
@@ -319,12 +321,8 @@ async fn measure(
     seed(&observer, charges).await?;
 
     let executors = executors(settings, instances).await?;
-    let shutdown = CancellationToken::new();
     let started = Instant::now();
-    let mut running = JoinSet::new();
-    for executor in executors {
-        running.spawn(executor.run(shutdown.clone()));
-    }
+    let running = Running::start(executors, Executor::run);
     let deadline = started + Duration::from_secs(600);
     let mut progress: Vec<(Duration, usize)> = Vec::new();
     let mut gateway_connections = 0;
@@ -350,10 +348,7 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
-    shutdown.cancel();
-    while let Some(stopped) = running.join_next().await {
-        stopped.context("executor task")??;
-    }
+    running.stop().await?;
     observer.pool().close().await;
     ensure!(
         gateway.ledger().len() == charges,
