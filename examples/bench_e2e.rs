@@ -50,7 +50,7 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::HeaderMap;
 use clap::CommandFactory as _;
 use futures::StreamExt as _;
-use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
+use mock_gateway::MockGateway;
 use onecharge::broker::{Broker, Names};
 use onecharge::config::{Overrides, Settings};
 use secrecy::SecretString;
@@ -63,10 +63,11 @@ use support::thousands;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
 use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
+#[path = "support/bench_gateway.rs"]
+mod bench_gateway;
 #[path = "support/latency.rs"]
 mod latency;
 
-const API_KEY: &str = "sk_bench_e2e";
 /// Commands pushed through before the first measured phase: connections, pools and caches warm.
 const WARM_UP_COMMANDS: usize = 200;
 /// Publish acks awaited at most at once: the publisher never waits for one ack at a time,
@@ -146,17 +147,7 @@ async fn main() -> anyhow::Result<()> {
     // onecharge.toml lies in the current directory; the benchmark loads the same.
     std::fs::write(workdir.join("onecharge.toml"), "")?;
 
-    let gateway = MockGateway::start(MockConfig {
-        api_key: API_KEY.into(),
-        faults: FaultConfig {
-            latency: Latency::fixed(args.latency_ms),
-            ..FaultConfig::default()
-        },
-        request_log_capacity: 0,
-        latency_distribution: distribution,
-        ..MockConfig::default()
-    })
-    .await?;
+    let gateway = bench_gateway::start(args.latency_ms, distribution, 0).await?;
     let mut settings = Settings::load(
         Some(&workdir.join("onecharge.toml")),
         &Overrides {
@@ -169,7 +160,7 @@ async fn main() -> anyhow::Result<()> {
             log_format: None,
         },
     )?;
-    settings.gateway_api_key = Some(SecretString::from(API_KEY));
+    settings.gateway_api_key = Some(SecretString::from(bench_gateway::API_KEY));
     settings.validate()?;
     let namespace = ThrowawayNamespace::new(&settings.nats_url, &Names::new(&settings.namespace));
 
@@ -532,7 +523,7 @@ fn service_command(binary: &Path, settings: &Settings, workdir: &Path) -> tokio:
         .env("ONECHARGE_DATABASE_URL", &settings.database_url)
         .env("ONECHARGE_NATS_URL", &settings.nats_url)
         .env("ONECHARGE_GATEWAY_URL", &settings.gateway_url)
-        .env("ONECHARGE_GATEWAY_API_KEY", API_KEY)
+        .env("ONECHARGE_GATEWAY_API_KEY", bench_gateway::API_KEY)
         .env("ONECHARGE_ADMIN_ADDR", settings.admin_addr.to_string())
         .env("ONECHARGE_NAMESPACE", &settings.namespace)
         // Its log goes to a file: plain text.

@@ -16,13 +16,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
-use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
 use onecharge::config::Settings;
 use onecharge::executor::Executor;
 use onecharge::store::Store;
 use secrecy::SecretString;
 use time::OffsetDateTime;
 
+#[path = "support/bench_gateway.rs"]
+mod bench_gateway;
 #[path = "support/fleet.rs"]
 mod fleet;
 #[path = "support/running.rs"]
@@ -33,8 +34,6 @@ mod throwaway;
 use fleet::{executors, seed};
 use running::Running;
 use throwaway::ThrowawayDatabase;
-
-const API_KEY: &str = "sk_bench";
 
 #[derive(Debug, clap::Parser)]
 struct Args {
@@ -107,21 +106,12 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: &Args, rate: f64, burst: u32, instances: usize) -> anyhow::Result<Measured> {
-    let gateway = MockGateway::start(MockConfig {
-        api_key: API_KEY.into(),
-        faults: FaultConfig {
-            latency: Latency::fixed(args.latency_ms),
-            ..FaultConfig::default()
-        },
-        request_log_capacity: 1_000_000,
-        ..MockConfig::default()
-    })
-    .await?;
+    let gateway = bench_gateway::start(args.latency_ms, None, 1_000_000).await?;
     let database = ThrowawayDatabase::named(&args.server, "onecharge_bench");
     let mut settings = Settings {
         database_url: database.url(),
         gateway_url: gateway.base_url(),
-        gateway_api_key: Some(SecretString::from(API_KEY)),
+        gateway_api_key: Some(SecretString::from(bench_gateway::API_KEY)),
         gateway_max_rate: rate,
         gateway_rate_burst: burst,
         ..Settings::default()
