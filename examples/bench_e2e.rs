@@ -67,6 +67,7 @@ use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
 mod bench_gateway;
 #[path = "support/latency.rs"]
 mod latency;
+use latency::millis;
 
 /// Commands pushed through before the first measured phase: connections, pools and caches warm.
 const WARM_UP_COMMANDS: usize = 200;
@@ -326,7 +327,7 @@ async fn run(
             "| {} | {:.2} s | {}/s | {:.2} s | {} | {} | {} | {} |",
             thousands(max.received as f64),
             max.publish_elapsed.as_secs_f64(),
-            thousands(max.published as f64 / max.publish_elapsed.as_secs_f64()),
+            thousands(max.publish_rate()),
             max.span().as_secs_f64(),
             thousands(max.events_per_second()),
             millis(l.p50),
@@ -366,7 +367,7 @@ async fn run(
             "| {} | {}/s | {}/s | {} | {} | {} | {} | {} | {} |",
             thousands(latency.received as f64),
             thousands(rate),
-            thousands(latency.published as f64 / latency.publish_elapsed.as_secs_f64()),
+            thousands(latency.publish_rate()),
             thousands(latency.events_per_second()),
             millis(l.p50),
             millis(l.p90),
@@ -765,6 +766,11 @@ impl PhaseReport {
         self.received as f64 / self.span().as_secs_f64()
     }
 
+    /// Commands acknowledged per second, from the first publish to the last ack.
+    fn publish_rate(&self) -> f64 {
+        self.published as f64 / self.publish_elapsed.as_secs_f64()
+    }
+
     /// Nearest-rank percentiles of the publish-to-event latencies.
     fn latencies(&self) -> Percentiles {
         let mut sorted = self.latencies.clone();
@@ -1010,8 +1016,4 @@ async fn verify(
         "expected {total} attempts, succeeded, and charged"
     );
     Ok(())
-}
-
-fn millis(duration: Duration) -> String {
-    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
 }
