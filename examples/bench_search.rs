@@ -49,7 +49,7 @@ mod support;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
 
-use throwaway::ThrowawayDatabase;
+use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
 
 #[derive(Debug, clap::Parser)]
 struct Args {
@@ -134,6 +134,8 @@ async fn main() -> anyhow::Result<()> {
         ..Settings::default()
     };
     let broker = Broker::connect(&settings).await?;
+    // Its streams are deleted at the end, also when a search fails.
+    let _namespace = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
     broker.ensure_streams().await?;
 
     // One request per search with auto_explain on: the plans the handlers' statements get.
@@ -212,13 +214,6 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     admin.stop().await;
-    for stream in [
-        broker.names.commands_stream(),
-        broker.names.events_stream(),
-        broker.names.dlq_stream(),
-    ] {
-        let _ = broker.jetstream.delete_stream(stream).await;
-    }
     Ok(())
 }
 
