@@ -288,33 +288,27 @@ async fn run(
 
     let service = service.insert(Service::start(binary, settings, workdir).await?);
     service.wait_until_ready().await?;
-    let mut rss_by_phase = vec![("start (idle)", service.memory()?)];
-
-    let warm_up = run_phase(
-        &broker,
-        &tracker,
+    let mut phases = Phases {
+        rss_after: vec![("start (idle)", service.memory()?)],
+        broker: &broker,
+        tracker: &tracker,
         service,
-        Phase::new("warmup", WARM_UP_COMMANDS, None),
-    )
-    .await?;
+        published: 0,
+    };
+
+    let warm_up = phases
+        .run("warm-up", Phase::new("warmup", WARM_UP_COMMANDS, None))
+        .await?;
     eprintln!(
         "warm-up: {WARM_UP_COMMANDS} commands, last event after {:.2} s",
         warm_up.span().as_secs_f64()
     );
-    rss_by_phase.push(("warm-up", service.memory()?));
-    let mut total = WARM_UP_COMMANDS;
 
     let mut max_rate = None;
     if args.max_commands > 0 {
-        let max = run_phase(
-            &broker,
-            &tracker,
-            service,
-            Phase::new("max", args.max_commands, None),
-        )
-        .await?;
-        total += args.max_commands;
-        rss_by_phase.push(("maximum rate", service.memory()?));
+        let max = phases
+            .run("maximum rate", Phase::new("max", args.max_commands, None))
+            .await?;
         println!();
         println!("## Maximum rate");
         println!();
@@ -343,15 +337,12 @@ async fn run(
     };
 
     if args.latency_commands > 0 {
-        let latency = run_phase(
-            &broker,
-            &tracker,
-            service,
-            Phase::new("latency", args.latency_commands, Some(rate)),
-        )
-        .await?;
-        total += args.latency_commands;
-        rss_by_phase.push(("latency", service.memory()?));
+        let latency = phases
+            .run(
+                "latency",
+                Phase::new("latency", args.latency_commands, Some(rate)),
+            )
+            .await?;
         println!();
         println!(
             "## Publish-to-event latency at {}/s ({rate_note})",
@@ -389,9 +380,7 @@ async fn run(
         println!("|---:|---:|---:|---:|---|");
         let mut phase = Phase::new("memory", args.memory_commands, Some(rate));
         phase.sample_memory = true;
-        let memory = run_phase(&broker, &tracker, service, phase).await?;
-        total += args.memory_commands;
-        rss_by_phase.push(("memory", service.memory()?));
+        let memory = phases.run("memory", phase).await?;
         let (warm, end) = (
             memory
                 .rss_at_warm_up
@@ -423,14 +412,21 @@ async fn run(
     println!();
     println!("| after | RSS MiB | peak RSS (VmHWM) MiB |");
     println!("|---|---:|---:|");
-    for (phase, memory) in &rss_by_phase {
+    for (phase, memory) in &phases.rss_after {
         println!(
             "| {phase} | {:.1} | {:.1} |",
             memory.rss_mib, memory.peak_mib
         );
     }
     println!();
-    verify(settings, gateway, &tracker, total, args.latency_ms).await
+    verify(
+        settings,
+        gateway,
+        &tracker,
+        phases.published,
+        args.latency_ms,
+    )
+    .await
 }
 
 async fn print_header(
@@ -785,6 +781,28 @@ impl PhaseReport {
             p99: at(0.99),
             max: at(1.0),
         }
+    }
+}
+
+/// The phases of one run, one after the other against the same serve process.
+struct Phases<'a> {
+    broker: &'a Broker,
+    tracker: &'a Arc<Mutex<Tracker>>,
+    service: &'a mut Service,
+    /// Commands published by every phase so far: what [`verify`] expects charged.
+    published: usize,
+    /// The serve process's memory at the start and after each phase, by phase.
+    rss_after: Vec<(&'static str, Memory)>,
+}
+
+impl Phases<'_> {
+    /// Runs `phase` ([`run_phase`]), then reads the serve process's memory as that after `label`.
+    async fn run(&mut self, label: &'static str, phase: Phase) -> anyhow::Result<PhaseReport> {
+        let commands = phase.commands;
+        let report = run_phase(self.broker, self.tracker, self.service, phase).await?;
+        self.published += commands;
+        self.rss_after.push((label, self.service.memory()?));
+        Ok(report)
     }
 }
 
