@@ -50,7 +50,7 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::HeaderMap;
 use clap::CommandFactory as _;
 use futures::StreamExt as _;
-use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
+use mock_gateway::MockGateway;
 use onecharge::broker::{Broker, Names};
 use onecharge::config::{Overrides, Settings};
 use secrecy::SecretString;
@@ -63,10 +63,12 @@ use support::thousands;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
 use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
+#[path = "support/bench_gateway.rs"]
+mod bench_gateway;
 #[path = "support/latency.rs"]
 mod latency;
+use latency::millis;
 
-const API_KEY: &str = "sk_bench_e2e";
 /// Commands pushed through before the first measured phase: connections, pools and caches warm.
 const WARM_UP_COMMANDS: usize = 200;
 /// Publish acks awaited at most at once: the publisher never waits for one ack at a time,
@@ -146,17 +148,7 @@ async fn main() -> anyhow::Result<()> {
     // onecharge.toml lies in the current directory; the benchmark loads the same.
     std::fs::write(workdir.join("onecharge.toml"), "")?;
 
-    let gateway = MockGateway::start(MockConfig {
-        api_key: API_KEY.into(),
-        faults: FaultConfig {
-            latency: Latency::fixed(args.latency_ms),
-            ..FaultConfig::default()
-        },
-        request_log_capacity: 0,
-        latency_distribution: distribution,
-        ..MockConfig::default()
-    })
-    .await?;
+    let gateway = bench_gateway::start(args.latency_ms, distribution, 0).await?;
     let mut settings = Settings::load(
         Some(&workdir.join("onecharge.toml")),
         &Overrides {
@@ -169,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
             log_format: None,
         },
     )?;
-    settings.gateway_api_key = Some(SecretString::from(API_KEY));
+    settings.gateway_api_key = Some(SecretString::from(bench_gateway::API_KEY));
     settings.validate()?;
     let namespace = ThrowawayNamespace::new(&settings.nats_url, &Names::new(&settings.namespace));
 
@@ -296,33 +288,27 @@ async fn run(
 
     let service = service.insert(Service::start(binary, settings, workdir).await?);
     service.wait_until_ready().await?;
-    let mut rss_by_phase = vec![("start (idle)", service.memory()?)];
-
-    let warm_up = run_phase(
-        &broker,
-        &tracker,
+    let mut phases = Phases {
+        rss_after: vec![("start (idle)", service.memory()?)],
+        broker: &broker,
+        tracker: &tracker,
         service,
-        Phase::new("warmup", WARM_UP_COMMANDS, None),
-    )
-    .await?;
+        published: 0,
+    };
+
+    let warm_up = phases
+        .run("warm-up", Phase::new("warmup", WARM_UP_COMMANDS, None))
+        .await?;
     eprintln!(
         "warm-up: {WARM_UP_COMMANDS} commands, last event after {:.2} s",
         warm_up.span().as_secs_f64()
     );
-    rss_by_phase.push(("warm-up", service.memory()?));
-    let mut total = WARM_UP_COMMANDS;
 
     let mut max_rate = None;
     if args.max_commands > 0 {
-        let max = run_phase(
-            &broker,
-            &tracker,
-            service,
-            Phase::new("max", args.max_commands, None),
-        )
-        .await?;
-        total += args.max_commands;
-        rss_by_phase.push(("maximum rate", service.memory()?));
+        let max = phases
+            .run("maximum rate", Phase::new("max", args.max_commands, None))
+            .await?;
         println!();
         println!("## Maximum rate");
         println!();
@@ -335,7 +321,7 @@ async fn run(
             "| {} | {:.2} s | {}/s | {:.2} s | {} | {} | {} | {} |",
             thousands(max.received as f64),
             max.publish_elapsed.as_secs_f64(),
-            thousands(max.published as f64 / max.publish_elapsed.as_secs_f64()),
+            thousands(max.publish_rate()),
             max.span().as_secs_f64(),
             thousands(max.events_per_second()),
             millis(l.p50),
@@ -351,15 +337,12 @@ async fn run(
     };
 
     if args.latency_commands > 0 {
-        let latency = run_phase(
-            &broker,
-            &tracker,
-            service,
-            Phase::new("latency", args.latency_commands, Some(rate)),
-        )
-        .await?;
-        total += args.latency_commands;
-        rss_by_phase.push(("latency", service.memory()?));
+        let latency = phases
+            .run(
+                "latency",
+                Phase::new("latency", args.latency_commands, Some(rate)),
+            )
+            .await?;
         println!();
         println!(
             "## Publish-to-event latency at {}/s ({rate_note})",
@@ -375,7 +358,7 @@ async fn run(
             "| {} | {}/s | {}/s | {} | {} | {} | {} | {} | {} |",
             thousands(latency.received as f64),
             thousands(rate),
-            thousands(latency.published as f64 / latency.publish_elapsed.as_secs_f64()),
+            thousands(latency.publish_rate()),
             thousands(latency.events_per_second()),
             millis(l.p50),
             millis(l.p90),
@@ -397,9 +380,7 @@ async fn run(
         println!("|---:|---:|---:|---:|---|");
         let mut phase = Phase::new("memory", args.memory_commands, Some(rate));
         phase.sample_memory = true;
-        let memory = run_phase(&broker, &tracker, service, phase).await?;
-        total += args.memory_commands;
-        rss_by_phase.push(("memory", service.memory()?));
+        let memory = phases.run("memory", phase).await?;
         let (warm, end) = (
             memory
                 .rss_at_warm_up
@@ -431,14 +412,21 @@ async fn run(
     println!();
     println!("| after | RSS MiB | peak RSS (VmHWM) MiB |");
     println!("|---|---:|---:|");
-    for (phase, memory) in &rss_by_phase {
+    for (phase, memory) in &phases.rss_after {
         println!(
             "| {phase} | {:.1} | {:.1} |",
             memory.rss_mib, memory.peak_mib
         );
     }
     println!();
-    verify(settings, gateway, &tracker, total, args.latency_ms).await
+    verify(
+        settings,
+        gateway,
+        &tracker,
+        phases.published,
+        args.latency_ms,
+    )
+    .await
 }
 
 async fn print_header(
@@ -532,7 +520,7 @@ fn service_command(binary: &Path, settings: &Settings, workdir: &Path) -> tokio:
         .env("ONECHARGE_DATABASE_URL", &settings.database_url)
         .env("ONECHARGE_NATS_URL", &settings.nats_url)
         .env("ONECHARGE_GATEWAY_URL", &settings.gateway_url)
-        .env("ONECHARGE_GATEWAY_API_KEY", API_KEY)
+        .env("ONECHARGE_GATEWAY_API_KEY", bench_gateway::API_KEY)
         .env("ONECHARGE_ADMIN_ADDR", settings.admin_addr.to_string())
         .env("ONECHARGE_NAMESPACE", &settings.namespace)
         // Its log goes to a file: plain text.
@@ -774,6 +762,11 @@ impl PhaseReport {
         self.received as f64 / self.span().as_secs_f64()
     }
 
+    /// Commands acknowledged per second, from the first publish to the last ack.
+    fn publish_rate(&self) -> f64 {
+        self.published as f64 / self.publish_elapsed.as_secs_f64()
+    }
+
     /// Nearest-rank percentiles of the publish-to-event latencies.
     fn latencies(&self) -> Percentiles {
         let mut sorted = self.latencies.clone();
@@ -788,6 +781,28 @@ impl PhaseReport {
             p99: at(0.99),
             max: at(1.0),
         }
+    }
+}
+
+/// The phases of one run, one after the other against the same serve process.
+struct Phases<'a> {
+    broker: &'a Broker,
+    tracker: &'a Arc<Mutex<Tracker>>,
+    service: &'a mut Service,
+    /// Commands published by every phase so far: what [`verify`] expects charged.
+    published: usize,
+    /// The serve process's memory at the start and after each phase, by phase.
+    rss_after: Vec<(&'static str, Memory)>,
+}
+
+impl Phases<'_> {
+    /// Runs `phase` ([`run_phase`]), then reads the serve process's memory as that after `label`.
+    async fn run(&mut self, label: &'static str, phase: Phase) -> anyhow::Result<PhaseReport> {
+        let commands = phase.commands;
+        let report = run_phase(self.broker, self.tracker, self.service, phase).await?;
+        self.published += commands;
+        self.rss_after.push((label, self.service.memory()?));
+        Ok(report)
     }
 }
 
@@ -1019,8 +1034,4 @@ async fn verify(
         "expected {total} attempts, succeeded, and charged"
     );
     Ok(())
-}
-
-fn millis(duration: Duration) -> String {
-    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
 }

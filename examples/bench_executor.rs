@@ -33,24 +33,26 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _};
 use clap::CommandFactory as _;
-use mock_gateway::{FaultConfig, Latency, LatencyDistribution, MockConfig, MockGateway};
+use mock_gateway::{LatencyDistribution, MockGateway};
 use onecharge::config::Settings;
+use onecharge::executor::Executor;
 use onecharge::store::Store;
 use secrecy::SecretString;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
+#[path = "support/bench_gateway.rs"]
+mod bench_gateway;
 #[path = "support/fleet.rs"]
 mod fleet;
 #[path = "support/latency.rs"]
 mod latency;
+#[path = "support/running.rs"]
+mod running;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
 
 use fleet::{executors, seed};
+use running::Running;
 use throwaway::ThrowawayDatabase;
-
-const API_KEY: &str = "sk_bench";
 
 #[derive(Debug, clap::Parser)]
 struct Args {
@@ -237,27 +239,13 @@ fn batch_sizes(args: &Args, concurrency: usize) -> Vec<usize> {
 }
 
 async fn run(args: &Args, shape: Shape) -> anyhow::Result<Measured> {
-    let faults = FaultConfig {
-        latency: Latency {
-            fixed_ms: shape.latency_ms,
-            jitter_ms: 0,
-        },
-        ..FaultConfig::default()
-    };
-    let gateway = MockGateway::start(MockConfig {
-        api_key: API_KEY.into(),
-        faults,
-        request_log_capacity: 0,
-        latency_distribution: shape.distribution,
-        ..MockConfig::default()
-    })
-    .await?;
+    let gateway = bench_gateway::start(shape.latency_ms, shape.distribution, 0).await?;
     let database =
         ThrowawayDatabase::named(&args.server, "onecharge_bench").kept(args.keep_database);
     let mut settings = Settings {
         database_url: database.url(),
         gateway_url: gateway.base_url(),
-        gateway_api_key: Some(SecretString::from(API_KEY)),
+        gateway_api_key: Some(SecretString::from(bench_gateway::API_KEY)),
         ..Settings::default()
     };
     settings.executor.concurrency = shape.concurrency;
@@ -319,12 +307,8 @@ async fn measure(
     seed(&observer, charges).await?;
 
     let executors = executors(settings, instances).await?;
-    let shutdown = CancellationToken::new();
     let started = Instant::now();
-    let mut running = JoinSet::new();
-    for executor in executors {
-        running.spawn(executor.run(shutdown.clone()));
-    }
+    let running = Running::start(executors, Executor::run);
     let deadline = started + Duration::from_secs(600);
     let mut progress: Vec<(Duration, usize)> = Vec::new();
     let mut gateway_connections = 0;
@@ -350,10 +334,7 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
-    shutdown.cancel();
-    while let Some(stopped) = running.join_next().await {
-        stopped.context("executor task")??;
-    }
+    running.stop().await?;
     observer.pool().close().await;
     ensure!(
         gateway.ledger().len() == charges,

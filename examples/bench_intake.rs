@@ -33,7 +33,6 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use async_nats::HeaderMap;
 use onecharge::broker::Broker;
 use onecharge::config::Settings;
@@ -43,7 +42,6 @@ use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 mod support;
@@ -55,6 +53,9 @@ mod throwaway;
 mod cluster;
 #[path = "../tests/it/support/nats_server.rs"]
 mod nats_server;
+#[path = "support/running.rs"]
+mod running;
+use running::Running;
 use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
 
 #[derive(Debug, clap::Parser)]
@@ -217,12 +218,8 @@ async fn run_intake(
     instances: usize,
 ) -> anyhow::Result<Duration> {
     let intakes = build_intakes(settings, instances).await?;
-    let shutdown = CancellationToken::new();
     let started = Instant::now();
-    let mut running = JoinSet::new();
-    for intake in intakes {
-        running.spawn(intake.run(shutdown.clone()));
-    }
+    let running = Running::start(intakes, Intake::run);
     let stream = broker
         .jetstream
         .get_stream(broker.names.commands_stream())
@@ -243,10 +240,7 @@ async fn run_intake(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
-    shutdown.cancel();
-    while let Some(stopped) = running.join_next().await {
-        stopped.context("an intake instance panicked")??;
-    }
+    running.stop().await?;
     let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts")
         .fetch_one(store.pool())
         .await?;

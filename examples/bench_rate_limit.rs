@@ -15,24 +15,25 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context as _};
-use mock_gateway::{FaultConfig, Latency, MockConfig, MockGateway};
+use anyhow::ensure;
 use onecharge::config::Settings;
+use onecharge::executor::Executor;
 use onecharge::store::Store;
 use secrecy::SecretString;
 use time::OffsetDateTime;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
+#[path = "support/bench_gateway.rs"]
+mod bench_gateway;
 #[path = "support/fleet.rs"]
 mod fleet;
+#[path = "support/running.rs"]
+mod running;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
 
 use fleet::{executors, seed};
+use running::Running;
 use throwaway::ThrowawayDatabase;
-
-const API_KEY: &str = "sk_bench";
 
 #[derive(Debug, clap::Parser)]
 struct Args {
@@ -105,21 +106,12 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: &Args, rate: f64, burst: u32, instances: usize) -> anyhow::Result<Measured> {
-    let gateway = MockGateway::start(MockConfig {
-        api_key: API_KEY.into(),
-        faults: FaultConfig {
-            latency: Latency::fixed(args.latency_ms),
-            ..FaultConfig::default()
-        },
-        request_log_capacity: 1_000_000,
-        ..MockConfig::default()
-    })
-    .await?;
+    let gateway = bench_gateway::start(args.latency_ms, None, 1_000_000).await?;
     let database = ThrowawayDatabase::named(&args.server, "onecharge_bench");
     let mut settings = Settings {
         database_url: database.url(),
         gateway_url: gateway.base_url(),
-        gateway_api_key: Some(SecretString::from(API_KEY)),
+        gateway_api_key: Some(SecretString::from(bench_gateway::API_KEY)),
         gateway_max_rate: rate,
         gateway_rate_burst: burst,
         ..Settings::default()
@@ -134,20 +126,13 @@ async fn run(args: &Args, rate: f64, burst: u32, instances: usize) -> anyhow::Re
     seed(&observer, seeded).await?;
 
     let executors = executors(&settings, instances).await?;
-    let shutdown = CancellationToken::new();
-    let mut running = JoinSet::new();
     let started = Instant::now();
-    for executor in executors {
-        running.spawn(executor.run(shutdown.clone()));
-    }
+    let running = Running::start(executors, Executor::run);
     // The run lasts as long as asked; the work seeded outlasts it, so work waits throughout.
     while started.elapsed() < Duration::from_secs(args.seconds) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    shutdown.cancel();
-    while let Some(stopped) = running.join_next().await {
-        stopped.context("executor task")??;
-    }
+    running.stop().await?;
     let charged: i64 =
         sqlx::query_scalar("SELECT count(*) FROM payment_attempts WHERE status = 'succeeded'")
             .fetch_one(observer.pool())

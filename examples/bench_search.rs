@@ -49,7 +49,7 @@ mod support;
 #[path = "../tests/it/support/throwaway.rs"]
 mod throwaway;
 
-use throwaway::ThrowawayDatabase;
+use throwaway::{ThrowawayDatabase, ThrowawayNamespace};
 
 #[derive(Debug, clap::Parser)]
 struct Args {
@@ -134,6 +134,8 @@ async fn main() -> anyhow::Result<()> {
         ..Settings::default()
     };
     let broker = Broker::connect(&settings).await?;
+    // Its streams are deleted at the end, also when a search fails.
+    let _namespace = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
     broker.ensure_streams().await?;
 
     // One request per search with auto_explain on: the plans the handlers' statements get.
@@ -212,13 +214,6 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     admin.stop().await;
-    for stream in [
-        broker.names.commands_stream(),
-        broker.names.events_stream(),
-        broker.names.dlq_stream(),
-    ] {
-        let _ = broker.jetstream.delete_stream(stream).await;
-    }
     Ok(())
 }
 
@@ -310,10 +305,86 @@ struct Search {
     paths: Vec<String>,
 }
 
-/// One sampled attempt: id, idempotency key, order, customer, gateway charge.
-type Sampled = (String, String, String, String, Option<String>);
+/// The searches an operator runs, in the order the tables list them: a name and a path in
+/// which `{attempt}`, `{key}`, `{order}`, `{customer}` and `{charge}` stand for a sampled
+/// attempt's values (a path without any is asked as it is, every time).
+const SEARCHES: [(&str, &str); 19] = [
+    ("attempt by id", "/api/attempts/{attempt}"),
+    ("order_id", "/api/attempts?order_id={order}"),
+    (
+        "customer_id (≈20 attempts)",
+        "/api/attempts?customer_id={customer}",
+    ),
+    (
+        "customer_id with 100,000 attempts, newest 100",
+        "/api/attempts?customer_id=cus_big",
+    ),
+    (
+        "gateway_charge_id",
+        "/api/attempts?gateway_charge_id={charge}",
+    ),
+    (
+        "status=needs_review, newest 100",
+        "/api/attempts?status=needs_review",
+    ),
+    (
+        "status=succeeded, newest 100",
+        "/api/attempts?status=succeeded",
+    ),
+    ("every attempt, newest 100", "/api/attempts"),
+    (
+        "stuck=15m (every unsettled attempt)",
+        "/api/attempts?stuck=15m",
+    ),
+    ("stats (overview figures)", "/api/stats"),
+    ("console: attempt page", "/console/attempts/{attempt}"),
+    (
+        "console: idempotency key (redirects to the attempt page)",
+        "/console/attempts?idempotency_key={key}",
+    ),
+    ("console: order_id", "/console/attempts?order_id={order}"),
+    (
+        "console: customer_id (≈20 attempts)",
+        "/console/attempts?customer_id={customer}",
+    ),
+    (
+        "console: gateway_charge_id",
+        "/console/attempts?gateway_charge_id={charge}",
+    ),
+    (
+        "console: status=needs_review, newest 50",
+        "/console/attempts?status=needs_review",
+    ),
+    (
+        "console: search page without a filter (newest 50)",
+        "/console/attempts",
+    ),
+    ("console: review queue", "/console/review"),
+    ("console: overview", "/console/"),
+];
 
-/// The searches an operator runs, each with `n` values drawn from the table.
+/// One succeeded attempt drawn from the table: the values a search asks for.
+#[derive(sqlx::FromRow)]
+struct Sampled {
+    payment_attempt_id: String,
+    idempotency_key: String,
+    order_id: String,
+    customer_id: String,
+    gateway_charge_id: String,
+}
+
+impl Sampled {
+    /// `path` with this attempt's values in place of the placeholders of [`SEARCHES`].
+    fn fill(&self, path: &str) -> String {
+        path.replace("{attempt}", &self.payment_attempt_id)
+            .replace("{key}", &self.idempotency_key)
+            .replace("{order}", &self.order_id)
+            .replace("{customer}", &self.customer_id)
+            .replace("{charge}", &self.gateway_charge_id)
+    }
+}
+
+/// [`SEARCHES`], each with `n` values drawn from the table.
 async fn searches(conn: &mut PgConnection, n: usize) -> anyhow::Result<Vec<Search>> {
     let sample: Vec<Sampled> = sqlx::query_as(
         "SELECT payment_attempt_id::text, idempotency_key, order_id, customer_id, gateway_charge_id
@@ -325,86 +396,17 @@ async fn searches(conn: &mut PgConnection, n: usize) -> anyhow::Result<Vec<Searc
     .fetch_all(&mut *conn)
     .await?;
     ensure!(sample.len() == n, "the sample has {} rows", sample.len());
-    let each = |f: &dyn Fn(&Sampled) -> String| sample.iter().map(f).collect::<Vec<_>>();
-    let charge = |s: &Sampled| s.4.clone().expect("succeeded attempts have a charge id");
-    Ok(vec![
-        Search {
-            name: "attempt by id",
-            paths: each(&|s| format!("/api/attempts/{}", s.0)),
-        },
-        Search {
-            name: "order_id",
-            paths: each(&|s| format!("/api/attempts?order_id={}", s.2)),
-        },
-        Search {
-            name: "customer_id (≈20 attempts)",
-            paths: each(&|s| format!("/api/attempts?customer_id={}", s.3)),
-        },
-        Search {
-            name: "customer_id with 100,000 attempts, newest 100",
-            paths: vec!["/api/attempts?customer_id=cus_big".into()],
-        },
-        Search {
-            name: "gateway_charge_id",
-            paths: each(&|s| format!("/api/attempts?gateway_charge_id={}", charge(s))),
-        },
-        Search {
-            name: "status=needs_review, newest 100",
-            paths: vec!["/api/attempts?status=needs_review".into()],
-        },
-        Search {
-            name: "status=succeeded, newest 100",
-            paths: vec!["/api/attempts?status=succeeded".into()],
-        },
-        Search {
-            name: "every attempt, newest 100",
-            paths: vec!["/api/attempts".into()],
-        },
-        Search {
-            name: "stuck=15m (every unsettled attempt)",
-            paths: vec!["/api/attempts?stuck=15m".into()],
-        },
-        Search {
-            name: "stats (overview figures)",
-            paths: vec!["/api/stats".into()],
-        },
-        Search {
-            name: "console: attempt page",
-            paths: each(&|s| format!("/console/attempts/{}", s.0)),
-        },
-        Search {
-            name: "console: idempotency key (redirects to the attempt page)",
-            paths: each(&|s| format!("/console/attempts?idempotency_key={}", s.1)),
-        },
-        Search {
-            name: "console: order_id",
-            paths: each(&|s| format!("/console/attempts?order_id={}", s.2)),
-        },
-        Search {
-            name: "console: customer_id (≈20 attempts)",
-            paths: each(&|s| format!("/console/attempts?customer_id={}", s.3)),
-        },
-        Search {
-            name: "console: gateway_charge_id",
-            paths: each(&|s| format!("/console/attempts?gateway_charge_id={}", charge(s))),
-        },
-        Search {
-            name: "console: status=needs_review, newest 50",
-            paths: vec!["/console/attempts?status=needs_review".into()],
-        },
-        Search {
-            name: "console: search page without a filter (newest 50)",
-            paths: vec!["/console/attempts".into()],
-        },
-        Search {
-            name: "console: review queue",
-            paths: vec!["/console/review".into()],
-        },
-        Search {
-            name: "console: overview",
-            paths: vec!["/console/".into()],
-        },
-    ])
+    Ok(SEARCHES
+        .into_iter()
+        .map(|(name, path)| Search {
+            name,
+            paths: if path.contains('{') {
+                sample.iter().map(|s| s.fill(path)).collect()
+            } else {
+                vec![path.to_owned()]
+            },
+        })
+        .collect())
 }
 
 /// The admin router on a port of its own, over a fresh pool (so that database settings

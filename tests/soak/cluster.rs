@@ -8,30 +8,24 @@
 
 use std::time::Duration;
 
-use onecharge::gateway::GatewayKind;
-
 use crate::broker::Topology;
 use crate::runner::SoakConfig;
-use crate::{commands, long_soak, seed, soak};
+use crate::{commands, long_soak, seed, short_soak, soak};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "nats-server 2.9.10 loses commands when R3 replicas diverge (docs/soak.md); cargo test --test soak cluster:: -- --ignored"]
 async fn killing_the_stream_leaders_of_a_three_node_cluster_mid_run_loses_no_command_and_charges_nothing_twice(
 ) {
+    // The short soak's pace, with fewer commands and kills and two stream leaders killed.
     soak(SoakConfig {
         seed: seed(16),
         commands: 1_000,
-        processes: 3,
-        round_size: 40,
-        round_interval: Duration::from_millis(600),
         kill_every: (Duration::from_millis(2000), Duration::from_millis(4000)),
-        down_for: (Duration::from_millis(100), Duration::from_millis(1500)),
         min_kills: 3,
         max_kills: 10,
         broker_restarts: 2,
-        settle_timeout: Duration::from_secs(90),
-        gateway: GatewayKind::Onecharge,
         topology: Topology::Cluster,
+        ..short_soak()
     })
     .await;
 }

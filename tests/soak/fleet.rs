@@ -201,15 +201,27 @@ pub fn last_line(path: &Path) -> String {
         .unwrap_or_else(|| format!("(no output in {})", path.display()))
 }
 
+/// Every serve log in `dir` (each generation of each process, `serve-<index>.<generation>.log`):
+/// its file name and its text.
+fn serve_logs(dir: &Path) -> Vec<(String, String)> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.starts_with("serve-").then(|| {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                (name, text)
+            })
+        })
+        .collect()
+}
+
 /// Lines of the serve logs in `dir` that report a panic.
 pub fn panics(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("serve-") {
-            continue;
-        }
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+    for (name, text) in serve_logs(dir) {
         for line in text.lines().filter(|l| l.contains("panicked")) {
             out.push(format!("{name}: {line}"));
         }
@@ -219,12 +231,8 @@ pub fn panics(dir: &Path) -> Vec<String> {
 
 /// Lines of the serve logs in `dir` that contain `text`.
 pub fn count_lines(dir: &Path, text: &str) -> usize {
-    let mut n = 0;
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.file_name().to_string_lossy().starts_with("serve-") {
-            let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            n += log.lines().filter(|l| l.contains(text)).count();
-        }
-    }
-    n
+    serve_logs(dir)
+        .iter()
+        .map(|(_, log)| log.lines().filter(|l| l.contains(text)).count())
+        .sum()
 }

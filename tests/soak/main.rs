@@ -56,9 +56,9 @@ fn assert_promise_held(report: runner::SoakReport) {
 }
 
 /// The short soak of the default `cargo test`: 1,500 commands, 40 every 600 ms, a kill
-/// every 1.5–3.5 s that keeps a process down 0.1–1.5 s, one broker restart. The Stripe soak
-/// keeps its pace.
-fn short_soak() -> SoakConfig {
+/// every 1.5–3.5 s that keeps a process down 0.1–1.5 s, one broker restart. The Stripe and
+/// the short cluster soak keep its pace.
+pub(crate) fn short_soak() -> SoakConfig {
     SoakConfig {
         seed: seed(7),
         commands: 1_500,

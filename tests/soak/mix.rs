@@ -283,6 +283,13 @@ pub struct Published {
     pub duration: Duration,
 }
 
+impl Published {
+    /// Messages of `kind` JetStream stored.
+    pub fn of_kind(&self, kind: Kind) -> usize {
+        self.by_kind.get(&kind).copied().unwrap_or(0)
+    }
+}
+
 /// Publishes the plan's rounds `interval` apart (round 0 at once), retrying a failed publish
 /// with the same message id until JetStream acknowledges it, as a producer does.
 pub async fn publish(

@@ -402,11 +402,11 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     println!(
         "  messages published        {} ({} originals, {} producer retries, {} business duplicates, {} conflicts, {} invalid); {} publishes retried after a broker error",
         published.messages,
-        published.by_kind.get(&Kind::Original).copied().unwrap_or(0),
-        published.by_kind.get(&Kind::ProducerRetry).copied().unwrap_or(0),
-        published.by_kind.get(&Kind::BusinessDuplicate).copied().unwrap_or(0),
-        published.by_kind.get(&Kind::Conflict).copied().unwrap_or(0),
-        published.by_kind.get(&Kind::Invalid).copied().unwrap_or(0),
+        published.of_kind(Kind::Original),
+        published.of_kind(Kind::ProducerRetry),
+        published.of_kind(Kind::BusinessDuplicate),
+        published.of_kind(Kind::Conflict),
+        published.of_kind(Kind::Invalid),
         published.retried_after_error,
     );
     println!(

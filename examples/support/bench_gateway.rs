@@ -1,0 +1,27 @@
+//! The in-process mock gateway the benchmarks charge against.
+
+use mock_gateway::{FaultConfig, Latency, LatencyDistribution, MockConfig, MockGateway};
+
+/// The key the mock accepts, which the benchmark's executors (or serve process) send.
+pub const API_KEY: &str = "sk_bench";
+
+/// A mock without faults that answers every charge after `latency_ms` (plus a draw from
+/// `distribution`, when there is one) and keeps its last `request_log_capacity` requests
+/// (0: none) for the benchmark to read back.
+pub async fn start(
+    latency_ms: u64,
+    distribution: Option<LatencyDistribution>,
+    request_log_capacity: usize,
+) -> anyhow::Result<MockGateway> {
+    MockGateway::start(MockConfig {
+        api_key: API_KEY.into(),
+        faults: FaultConfig {
+            latency: Latency::fixed(latency_ms),
+            ..FaultConfig::default()
+        },
+        request_log_capacity,
+        latency_distribution: distribution,
+        ..MockConfig::default()
+    })
+    .await
+}
