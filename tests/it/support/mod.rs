@@ -12,6 +12,10 @@
 //! - [`served`]: [`Served`], the service running in the test's process with some roles;
 //! - [`nats_server`], [`cluster`]: `nats-server` processes of a test's own;
 //! - [`browser`]: a headless chromium driven over WebDriver (the console's browser tests).
+//! - [`api`]: [`api::AdminApi`], the admin API client of the API and console tests, and the
+//!   set-up of an attempt in review they share;
+//! - [`localstripe`], [`pg_cluster`]: a localstripe process and PostgreSQL clusters (a primary
+//!   and a standby) of a test's own.
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
