@@ -18,6 +18,9 @@ pub const ADMIN_TOKEN_ACTOR: &str = "admin-api";
 /// operators configured, on loopback).
 pub const OPEN_CONSOLE_ACTOR: &str = "console";
 
+/// What precedes a named operator's name in its actor (`operator:<name>`).
+const NAMED_ACTOR_PREFIX: &str = "operator:";
+
 /// Someone the admin HTTP recognised.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
@@ -50,7 +53,7 @@ impl Principal {
     fn named(name: &str, role: OperatorRole) -> Self {
         Self {
             name: name.to_owned(),
-            actor: format!("operator:{name}"),
+            actor: format!("{NAMED_ACTOR_PREFIX}{name}"),
             role,
         }
     }
@@ -115,6 +118,29 @@ impl Operators {
             }
         }
         found
+    }
+
+    /// Who `actor` (as a console session recorded it) is under the configuration in force
+    /// now: the named operator with its current role, the admin token while one is
+    /// configured, the open console while nothing is; `None` when that principal no longer
+    /// exists, so a session outlives neither its operator's entry nor the configuration that
+    /// let it in.
+    pub fn principal_of(
+        &self,
+        admin_token: Option<&SecretString>,
+        actor: &str,
+    ) -> Option<Principal> {
+        if actor == ADMIN_TOKEN_ACTOR {
+            return admin_token.is_some().then(Principal::admin_token);
+        }
+        if actor == OPEN_CONSOLE_ACTOR {
+            return (admin_token.is_none() && self.is_empty()).then(Principal::open_console);
+        }
+        let name = actor.strip_prefix(NAMED_ACTOR_PREFIX)?;
+        self.named
+            .iter()
+            .find(|(named, _, _)| named == name)
+            .map(|(named, role, _)| Principal::named(named, *role))
     }
 }
 
@@ -191,6 +217,52 @@ mod tests {
         assert_eq!(who("tok-admin").unwrap().actor, ADMIN_TOKEN_ACTOR);
         assert_eq!(who("tok-eve"), None);
         assert_eq!(who(""), None);
+    }
+
+    #[test]
+    fn an_actor_is_its_principal_only_while_the_configuration_still_has_it() {
+        let admin = SecretString::from("tok-admin");
+        let configured = Operators::new(&[
+            operator("ada", OperatorRole::Operator, "tok-ada"),
+            operator("vic", OperatorRole::Viewer, "tok-vic"),
+        ]);
+        let ada = configured.authenticate(Some(&admin), "tok-ada").unwrap();
+        assert_eq!(
+            configured.principal_of(Some(&admin), &ada.actor),
+            Some(ada.clone())
+        );
+        assert_eq!(
+            configured
+                .principal_of(Some(&admin), "operator:vic")
+                .map(|p| p.role),
+            Some(OperatorRole::Viewer)
+        );
+        assert_eq!(
+            configured.principal_of(Some(&admin), ADMIN_TOKEN_ACTOR),
+            Some(Principal::admin_token())
+        );
+        assert_eq!(
+            configured.principal_of(Some(&admin), OPEN_CONSOLE_ACTOR),
+            None
+        );
+        assert_eq!(configured.principal_of(Some(&admin), "operator:eve"), None);
+        assert_eq!(configured.principal_of(Some(&admin), "ada"), None);
+
+        // ada removed, vic made an operator, the admin token gone
+        let changed = Operators::new(&[operator("vic", OperatorRole::Operator, "tok-vic")]);
+        assert_eq!(changed.principal_of(None, &ada.actor), None);
+        assert_eq!(
+            changed.principal_of(None, "operator:vic").map(|p| p.role),
+            Some(OperatorRole::Operator)
+        );
+        assert_eq!(changed.principal_of(None, ADMIN_TOKEN_ACTOR), None);
+
+        let open = Operators::default();
+        assert_eq!(
+            open.principal_of(None, OPEN_CONSOLE_ACTOR),
+            Some(Principal::open_console())
+        );
+        assert_eq!(open.principal_of(Some(&admin), OPEN_CONSOLE_ACTOR), None);
     }
 
     #[test]

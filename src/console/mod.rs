@@ -3,7 +3,8 @@
 //!
 //! - [`access`]: who a token belongs to (admin token, named operator) and their role; also
 //!   used by `/api/*`.
-//! - [`session`]: sign-in sessions (cookie, CSRF token), in this instance's memory.
+//! - [`session`]: sign-in sessions (cookie, CSRF token), in the database, so every admin
+//!   instance on it honours them.
 //! - [`pages`]: the handlers and their HTML (maud, compiled into the binary; the one
 //!   stylesheet is embedded; no script).
 //!
@@ -26,7 +27,7 @@ use axum::Router;
 use crate::admin::AdminState;
 use crate::config::{ConsoleSettings, Settings};
 use access::{Operators, Principal};
-use session::{Session, Sessions};
+use session::Session;
 
 /// Largest form the console accepts: a corrected dead-letter body (64 KiB) and its fields.
 const MAX_FORM_BYTES: usize = 256 * 1024;
@@ -36,7 +37,6 @@ const MAX_FORM_BYTES: usize = 256 * 1024;
 pub struct Console {
     /// The named operators (`[[operators]]`); the shared admin token is `AdminState`'s.
     pub operators: Operators,
-    pub sessions: Sessions,
     pub settings: ConsoleSettings,
     /// The durable intake consumer, whose lag the overview shows.
     pub intake_consumer: Option<String>,
@@ -47,7 +47,6 @@ impl Console {
     pub fn from_settings(settings: &Settings) -> Self {
         Self {
             operators: Operators::new(&settings.operators),
-            sessions: Sessions::default(),
             settings: settings.console.clone(),
             intake_consumer: Some(settings.intake.consumer.clone()),
         }
@@ -120,16 +119,31 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
     let console = &state.console;
     let ttl = console.settings.session_ttl;
     let mut new_cookie = None;
-    let live = session::cookie_id(request.headers())
-        .and_then(|id| console.sessions.get(&id).map(|s| (id, s)));
-    let session = match live {
-        Some((_, session)) => session,
-        None if is_open(state) => {
-            let (id, session) = console.sessions.start(Principal::open_console(), ttl);
-            new_cookie = Some(session::set_cookie(&id, ttl, console.settings.secure_cookie));
-            session
+    let live = match session::cookie_id(request.headers()) {
+        Some(id) => {
+            session::resume(&state.store, &id, |actor| {
+                console
+                    .operators
+                    .principal_of(state.admin_token.as_ref(), actor)
+            })
+            .await
         }
-        None if request.method() == Method::GET || request.method() == Method::HEAD => {
+        None => Ok(None),
+    };
+    let session = match live {
+        Ok(Some(session)) => session,
+        Err(err) => return pages::sessions_unavailable(err),
+        Ok(None) if is_open(state) => {
+            match session::start(&state.store, Principal::open_console(), ttl).await {
+                Ok((id, session)) => {
+                    new_cookie =
+                        Some(session::set_cookie(&id, ttl, console.settings.secure_cookie));
+                    session
+                }
+                Err(err) => return pages::sessions_unavailable(err),
+            }
+        }
+        Ok(None) if request.method() == Method::GET || request.method() == Method::HEAD => {
             let target = request
                 .uri()
                 .path_and_query()
@@ -138,7 +152,7 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
             let next_param = form_urlencode(&target);
             return Redirect::to(&format!("/console/login?next={next_param}")).into_response();
         }
-        None => {
+        Ok(None) => {
             return pages::refused(
                 StatusCode::FORBIDDEN,
                 None,

@@ -107,6 +107,17 @@ fn failed(session: &Session, err: impl std::fmt::Display) -> Response {
     )
 }
 
+/// The sessions table could not be read or written: nobody can be signed in, out or
+/// recognised until the database answers. Said as what to do; the error is in the log.
+pub(super) fn sessions_unavailable(err: sqlx::Error) -> Response {
+    tracing::error!(error = %err, "console sessions unavailable");
+    refused(
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "The console cannot reach its sessions in the database, so it can neither tell who you are nor sign you in or out (if you were signing out, you are still signed in): check that PostgreSQL answers (/readyz), then reload the page or sign in again.",
+    )
+}
+
 pub(super) async fn not_found(session: Option<Extension<Session>>) -> Response {
     page(
         StatusCode::NOT_FOUND,
@@ -192,7 +203,10 @@ pub(super) async fn login(
     tracing::info!(actor = %principal.actor, role = principal.role.as_str(), "console sign-in");
     let console = &state.console;
     let ttl = console.settings.session_ttl;
-    let (id, _) = console.sessions.start(principal, ttl);
+    let id = match session::start(&state.store, principal, ttl).await {
+        Ok((id, _)) => id,
+        Err(err) => return sessions_unavailable(err),
+    };
     let mut response = Redirect::to(safe_next(form.next.as_deref())).into_response();
     response.headers_mut().append(
         header::SET_COOKIE,
@@ -203,7 +217,9 @@ pub(super) async fn login(
 
 pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) -> Response {
     if let Some(id) = session::cookie_id(&headers) {
-        state.console.sessions.end(&id);
+        if let Err(err) = session::end(&state.store, &id).await {
+            return sessions_unavailable(err);
+        }
     }
     let mut response = Redirect::to("/console/login").into_response();
     response.headers_mut().append(

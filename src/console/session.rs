@@ -1,13 +1,23 @@
-//! Console sessions: a random id in an HttpOnly, SameSite=Strict cookie, the signed-in
-//! principal and the session's CSRF token kept in this process's memory until they expire.
+//! Console sessions: a random id in an HttpOnly, SameSite=Strict cookie; the signed-in
+//! actor and the session's CSRF token in PostgreSQL (`store::console`), under the SHA-256 of
+//! the id, until they expire by the database's clock.
 //!
-//! Memory, not a signed cookie: signing out ends the session at once, and nothing about
-//! the operator travels in the cookie. The price is that a session lives in one instance: an
-//! operator whose requests reach another instance (or a restarted one) signs in again.
+//! The database, not one process's memory nor a signed cookie: every admin instance on the
+//! database honours the same sessions (behind a load balancer, across a rolling restart), a
+//! CSRF token from one instance's page is accepted by another, signing out ends the session
+//! at once everywhere, and no signing key has to be configured, rotated and shared. Nothing
+//! about the operator travels in the cookie.
+//!
+//! Invariants:
+//! - A session stores who signed in (the actor), never a token nor a token's hash; the
+//!   principal and its role are looked up in the configuration in force on every request
+//!   (`Operators::principal_of`), so an operator removed from it is refused at once (and the
+//!   session deleted) and a changed role applies to live sessions.
+//! - An expired session is never honoured: the database's `now()` judges it.
+//! - At most [`MAX_SESSIONS_PER_ACTOR`] sessions per actor: the set of actors is the
+//!   configuration's, so the table is bounded however often anyone signs in.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use rand::RngCore as _;
@@ -15,13 +25,16 @@ use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
 use super::access::Principal;
+use crate::store::console::{self as sql, StoredSession};
+use crate::store::Store;
 
 /// The cookie's name.
 pub const COOKIE: &str = "onecharge_console";
 
-/// Most sessions one instance keeps; past it the one closest to expiry is dropped, so
-/// repeated sign-ins cannot grow the process without bound.
-const MAX_SESSIONS: usize = 10_000;
+/// Most sessions one actor keeps: past it, a sign-in ends that actor's oldest. Enough for a
+/// person's browsers and a script's sign-ins; a sign-in flood (which needs a valid token)
+/// or an open console polled without cookies ends old sessions instead of growing the table.
+pub const MAX_SESSIONS_PER_ACTOR: usize = 100;
 
 /// One signed-in browser.
 #[derive(Debug, Clone)]
@@ -29,7 +42,6 @@ pub struct Session {
     pub principal: Principal,
     /// The token every POST form of this session carries (hidden field `csrf`).
     pub csrf: String,
-    expires_at: Instant,
 }
 
 impl Session {
@@ -40,59 +52,54 @@ impl Session {
     }
 }
 
-/// The sessions of this instance, by the SHA-256 of their id (the id itself is only in the
-/// browser's cookie).
-#[derive(Debug, Clone, Default)]
-pub struct Sessions {
-    by_id: Arc<Mutex<HashMap<[u8; 32], Session>>>,
+/// Starts a session for `principal`, valid for `ttl`; returns its id (for the cookie).
+pub async fn start(
+    store: &Store,
+    principal: Principal,
+    ttl: Duration,
+) -> Result<(String, Session), sqlx::Error> {
+    let id = random_hex();
+    let session = Session {
+        csrf: random_hex(),
+        principal,
+    };
+    let stored = StoredSession {
+        actor: session.principal.actor.clone(),
+        csrf: session.csrf.clone(),
+    };
+    sql::start_session(store, &key(&id), &stored, ttl, MAX_SESSIONS_PER_ACTOR).await?;
+    Ok((id, session))
 }
 
-impl Sessions {
-    /// Starts a session for `principal`, valid for `ttl`; returns its id (for the cookie).
-    pub fn start(&self, principal: Principal, ttl: Duration) -> (String, Session) {
-        let id = random_hex();
-        let session = Session {
+/// The live session with this id, its principal as `principal_of` finds the stored actor
+/// now. A session whose principal no longer exists is deleted and is no session.
+pub async fn resume(
+    store: &Store,
+    id: &str,
+    principal_of: impl FnOnce(&str) -> Option<Principal>,
+) -> Result<Option<Session>, sqlx::Error> {
+    let Some(stored) = sql::live_session(store, &key(id)).await? else {
+        return Ok(None);
+    };
+    match principal_of(&stored.actor) {
+        Some(principal) => Ok(Some(Session {
             principal,
-            csrf: random_hex(),
-            expires_at: Instant::now() + ttl,
-        };
-        let mut by_id = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        by_id.retain(|_, s| s.expires_at > now);
-        if by_id.len() >= MAX_SESSIONS {
-            if let Some(oldest) = by_id
-                .iter()
-                .min_by_key(|(_, s)| s.expires_at)
-                .map(|(k, _)| *k)
-            {
-                by_id.remove(&oldest);
-            }
-        }
-        by_id.insert(key(&id), session.clone());
-        (id, session)
-    }
-
-    /// The live session with this id.
-    pub fn get(&self, id: &str) -> Option<Session> {
-        let mut by_id = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-        let key = key(id);
-        match by_id.get(&key) {
-            Some(s) if s.expires_at > Instant::now() => Some(s.clone()),
-            Some(_) => {
-                by_id.remove(&key);
-                None
-            }
-            None => None,
+            csrf: stored.csrf,
+        })),
+        None => {
+            tracing::info!(
+                actor = %stored.actor,
+                "console session ended: its principal is no longer configured"
+            );
+            sql::end_session(store, &key(id)).await?;
+            Ok(None)
         }
     }
+}
 
-    /// Ends the session (sign out).
-    pub fn end(&self, id: &str) {
-        self.by_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key(id));
-    }
+/// Ends the session (sign out), on every instance at once.
+pub async fn end(store: &Store, id: &str) -> Result<(), sqlx::Error> {
+    sql::end_session(store, &key(id)).await.map(|_| ())
 }
 
 fn key(id: &str) -> [u8; 32] {

@@ -8,6 +8,7 @@
 
 pub mod attempts;
 pub mod audit;
+pub mod console;
 pub mod gateway_objects;
 pub mod intake;
 pub mod metrics;

@@ -1,0 +1,111 @@
+//! The console's sessions (`console_sessions`), shared by every admin instance on this
+//! database. See `crate::console::session` for what a session is and why it lives here.
+//!
+//! Invariants kept here:
+//! - A session is found by the SHA-256 of its id; the id itself is never stored.
+//! - Expiry is judged by the database's clock (`now()` in the statement), never a host's:
+//!   an expired row is never returned, and is deleted when it is presented.
+//! - The table is bounded: each sign-in keeps at most `keep_per_actor` sessions of its actor
+//!   (the newest) and deletes up to `SWEEP_BATCH` expired rows of anyone. Sign-ins hold one
+//!   transaction-level advisory lock, so two at once cannot deadlock trimming the same rows.
+
+use std::time::Duration;
+
+use super::Store;
+
+/// Most expired rows one sign-in deletes, so that a sign-in after a long quiet spell stays a
+/// short statement; the rest go with the next sign-ins.
+const SWEEP_BATCH: i64 = 1_000;
+
+/// What a live session row holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    /// Who signed in (`operator:<name>`, `admin-api` or `console`); the role is not stored.
+    pub actor: String,
+    /// The CSRF token of every POST form of the session.
+    pub csrf: String,
+}
+
+/// Records a new session valid for `ttl` from the database's `now()`, deletes expired
+/// sessions (at most [`SWEEP_BATCH`]) and `actor`'s sessions beyond its newest
+/// `keep_per_actor`, in one transaction.
+pub async fn start_session(
+    store: &Store,
+    id_sha256: &[u8; 32],
+    session: &StoredSession,
+    ttl: Duration,
+    keep_per_actor: usize,
+) -> Result<(), sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    // One sign-in at a time (per database): the trims below delete rows in no guaranteed
+    // order, and two of them interleaved could deadlock each other.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('onecharge.console_sessions', 0))")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "DELETE FROM console_sessions
+         WHERE id_sha256 = ANY(ARRAY(
+             SELECT id_sha256 FROM console_sessions
+             WHERE expires_at <= now()
+             ORDER BY expires_at
+             LIMIT $1
+         ))
+           AND expires_at <= now()",
+    )
+    .bind(SWEEP_BATCH)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO console_sessions (id_sha256, actor, csrf, expires_at)
+         VALUES ($1, $2, $3, now() + make_interval(secs => $4::float8))",
+    )
+    .bind(&id_sha256[..])
+    .bind(&session.actor)
+    .bind(&session.csrf)
+    .bind(ttl.as_secs_f64())
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "DELETE FROM console_sessions
+         WHERE actor = $1
+           AND id_sha256 = ANY(ARRAY(
+               SELECT id_sha256 FROM console_sessions
+               WHERE actor = $1
+               ORDER BY created_at DESC, id_sha256
+               OFFSET $2
+           ))",
+    )
+    .bind(&session.actor)
+    .bind(i64::try_from(keep_per_actor).unwrap_or(i64::MAX))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+/// The live session whose id hashes to `id_sha256`; an expired one is deleted in the same
+/// statement and reported as absent.
+pub async fn live_session(
+    store: &Store,
+    id_sha256: &[u8; 32],
+) -> Result<Option<StoredSession>, sqlx::Error> {
+    let row: Option<(String, String)> = sqlx::query_as(
+        "WITH expired AS (
+             DELETE FROM console_sessions WHERE id_sha256 = $1 AND expires_at <= now()
+         )
+         SELECT actor, csrf FROM console_sessions WHERE id_sha256 = $1 AND expires_at > now()",
+    )
+    .bind(&id_sha256[..])
+    .fetch_optional(store.pool())
+    .await?;
+    Ok(row.map(|(actor, csrf)| StoredSession { actor, csrf }))
+}
+
+/// Deletes the session whose id hashes to `id_sha256` (sign out, or a principal that no
+/// longer exists); says whether there was one.
+pub async fn end_session(store: &Store, id_sha256: &[u8; 32]) -> Result<bool, sqlx::Error> {
+    let deleted = sqlx::query("DELETE FROM console_sessions WHERE id_sha256 = $1")
+        .bind(&id_sha256[..])
+        .execute(store.pool())
+        .await?;
+    Ok(deleted.rows_affected() > 0)
+}
