@@ -38,8 +38,14 @@ struct Browser {
 
 impl Console {
     async fn start(env: &TestEnv) -> Self {
+        Self::with_settings(&env.settings).await
+    }
+
+    /// An admin instance of its own on the same database (a second instance behind a load
+    /// balancer, a restarted one, or one with a changed configuration).
+    async fn with_settings(settings: &Settings) -> Self {
         Self {
-            api: AdminApi::start(&env.settings).await,
+            api: AdminApi::start(settings).await,
         }
     }
 
@@ -604,4 +610,263 @@ async fn recheck_now_settles_an_unknown_attempt_the_gateway_charged_and_audits_i
     .unwrap();
     assert_eq!(audited, 1);
     admin.stop().await;
+}
+
+/// The rows of `console_sessions` (every instance's sessions).
+async fn sessions(env: &TestEnv) -> i64 {
+    env.scalar("SELECT count(*) FROM console_sessions").await
+}
+
+/// The id in a `onecharge_console=<id>` cookie.
+fn cookie_id(browser: &Browser) -> &str {
+    browser.cookie.split_once('=').unwrap().1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_from_one_instance_acts_at_another_and_signing_out_there_ends_it_everywhere() {
+    let (env, id, a) = one_in_review().await;
+    let b = Console::start(&env).await;
+    let ada = a.browser(OPERATOR_TOKEN).await;
+
+    // the database keeps the id's SHA-256 and the actor, never the id or a token
+    let stored: (String, String) =
+        sqlx::query_as("SELECT encode(id_sha256, 'hex'), actor FROM console_sessions")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        stored,
+        (token_sha256(cookie_id(&ada)), "operator:ada".to_owned())
+    );
+    let stored_text = env
+        .scalar(&format!(
+            "SELECT count(*) FROM console_sessions
+              WHERE position('{}' IN row(console_sessions)::text) > 0
+                 OR position('{}' IN row(console_sessions)::text) > 0",
+            cookie_id(&ada),
+            token_sha256(OPERATOR_TOKEN)
+        ))
+        .await;
+    assert_eq!(
+        stored_text, 0,
+        "neither the cookie's id nor the token's hash is stored"
+    );
+
+    // the cookie A set works at B, and a form with the CSRF token of A's page is accepted at B
+    let (status, page) = b.get(Some(&ada), "/console/review").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"data-actor="operator:ada""#), "{page}");
+    let csrf_from_a = a.csrf(&ada).await;
+    let (status, page) = b
+        .post(
+            &ada,
+            &format!("/console/attempts/{id}/resolve"),
+            &[
+                ("as", "declined"),
+                ("reason", "no charge at the gateway for this key"),
+                ("confirm", "yes"),
+                ("csrf", &csrf_from_a),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(env.status(id).await, "declined");
+
+    // signing out at B ends the session at A too
+    let (status, _) = b
+        .post(&ada, "/console/logout", &[("csrf", &csrf_from_a)])
+        .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(sessions(&env).await, 0);
+    let (status, _) = a.get(Some(&ada), "/console/").await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "A sends the old cookie to sign in"
+    );
+    let (status, page) = a
+        .post(&ada, "/console/logout", &[("csrf", &csrf_from_a)])
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_survives_a_restart_of_the_admin_instance() {
+    let (env, id, before) = one_in_review().await;
+    let ada = before.browser(OPERATOR_TOKEN).await;
+    let csrf = before.csrf(&ada).await;
+    before.stop().await;
+
+    let after = Console::start(&env).await;
+    let (status, page) = after.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(
+        csrf_of(&page),
+        csrf,
+        "the same session, CSRF token included"
+    );
+    let (status, page) = after
+        .post(
+            &ada,
+            &format!("/console/attempts/{id}/resolve"),
+            &[
+                ("as", "retry"),
+                ("reason", "the gateway was down; send again"),
+                ("confirm", "yes"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(env.status(id).await, "pending");
+    after.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_session_is_refused_and_deleted() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+    let csrf = console.csrf(&ada).await;
+    let expire = |actor: &'static str| {
+        let pool = env.store.pool().clone();
+        async move {
+            sqlx::query(
+                "UPDATE console_sessions SET created_at = now() - interval '9 hours',
+                        expires_at = now() - interval '1 second' WHERE actor = $1",
+            )
+            .bind(actor)
+            .execute(&pool)
+            .await
+            .unwrap()
+            .rows_affected()
+        }
+    };
+    assert_eq!(expire("operator:ada").await, 1);
+    assert_eq!(expire("operator:vic").await, 1);
+
+    // presented, the expired session is refused, for pages and forms, and deleted
+    let (status, _) = console.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (status, page) = console
+        .post(&ada, "/console/logout", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    assert!(page.contains("sign in again"), "{page}");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:ada'")
+            .await,
+        0
+    );
+
+    // never presented, vic's is deleted by the next sign-in (anyone's)
+    assert_eq!(sessions(&env).await, 1);
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:vic'")
+            .await,
+        0
+    );
+    let (status, _) = console.get(Some(&vic), "/console/").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (status, _) = console.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::OK);
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_removed_from_the_configuration_is_refused_through_an_old_session() {
+    let (env, id, configured) = one_in_review().await;
+    let ada = configured.browser(OPERATOR_TOKEN).await;
+    let vic = configured.browser(VIEWER_TOKEN).await;
+    let ada_csrf = configured.csrf(&ada).await;
+    let vic_csrf = configured.csrf(&vic).await;
+
+    // the next configuration: ada's entry deleted, vic made an operator
+    let mut settings = env.settings.clone();
+    settings.operators.retain(|o| o.name != "ada");
+    for o in &mut settings.operators {
+        o.role = onecharge::config::OperatorRole::Operator;
+    }
+    let changed = Console::with_settings(&settings).await;
+
+    let (status, _) = changed.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "ada is sent to sign in");
+    let (status, page) = changed
+        .post(
+            &ada,
+            &format!("/console/attempts/{id}/resolve"),
+            &[
+                ("as", "declined"),
+                ("reason", "no charge"),
+                ("confirm", "yes"),
+                ("csrf", &ada_csrf),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    assert_eq!(env.status(id).await, "needs_review");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:ada'")
+            .await,
+        0,
+        "the session is deleted, so no instance honours it any more"
+    );
+    let (status, _) = configured.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let again = changed.sign_in(OPERATOR_TOKEN).await;
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+
+    // vic's live session takes the new role at once
+    let (status, page) = changed.get(Some(&vic), "/console/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"data-role="operator""#), "{page}");
+    let (status, page) = changed
+        .post(
+            &vic,
+            &format!("/console/attempts/{id}/resolve"),
+            &[
+                ("as", "retry"),
+                ("reason", "the gateway was down; send again"),
+                ("confirm", "yes"),
+                ("csrf", &vic_csrf),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(env.status(id).await, "pending");
+    configured.stop().await;
+    changed.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_ins_past_the_bound_end_that_operators_oldest_sessions_only() {
+    use onecharge::console::session::MAX_SESSIONS_PER_ACTOR;
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+    let first = console.browser(OPERATOR_TOKEN).await;
+    let mut last = None;
+    for _ in 0..MAX_SESSIONS_PER_ACTOR {
+        last = Some(console.browser(OPERATOR_TOKEN).await);
+    }
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:ada'")
+            .await,
+        MAX_SESSIONS_PER_ACTOR as i64
+    );
+    let (status, _) = console.get(Some(&first), "/console/").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "ada's oldest session ended");
+    for browser in [last.as_ref().unwrap(), &vic] {
+        let (status, _) = console.get(Some(browser), "/console/").await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "the newest, and other operators', live on"
+        );
+    }
+    console.stop().await;
 }
