@@ -1,5 +1,6 @@
-//! The console's sessions (`console_sessions`), shared by every admin instance on this
-//! database. See `crate::console::session` for what a session is and why it lives here.
+//! The console's own SQL: its sessions (`console_sessions`), shared by every admin instance
+//! on this database (see `crate::console::session` for what a session is and why it lives
+//! here), and the review queue's pages.
 //!
 //! Invariants kept here:
 //! - A session is found by the SHA-256 of its id; the id itself is never stored.
@@ -11,7 +12,11 @@
 
 use std::time::Duration;
 
+use time::OffsetDateTime;
+
+use super::operator::AttemptCursor;
 use super::Store;
+use crate::domain::PaymentAttemptId;
 
 /// Most expired rows one sign-in deletes, so that a sign-in after a long quiet spell stays a
 /// short statement; the rest go with the next sign-ins.
@@ -108,4 +113,69 @@ pub async fn end_session(store: &Store, id_sha256: &[u8; 32]) -> Result<bool, sq
         .execute(store.pool())
         .await?;
     Ok(deleted.rows_affected() > 0)
+}
+
+/// What the review queue shows of an attempt in `needs_review`: enough to find it at the
+/// gateway and open it; the attempt page has the rest.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReviewEntry {
+    pub payment_attempt_id: PaymentAttemptId,
+    pub order_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub review_reason: Option<String>,
+    pub created_at: OffsetDateTime,
+    /// When the attempt last changed: since then it has waited for a person.
+    pub updated_at: OffsetDateTime,
+}
+
+impl ReviewEntry {
+    /// The cursor of the page that ends with this entry.
+    pub fn cursor(&self) -> AttemptCursor {
+        AttemptCursor {
+            created_at: self.created_at,
+            payment_attempt_id: self.payment_attempt_id,
+        }
+    }
+}
+
+/// At most `limit` attempts in `needs_review`, oldest first by (`created_at`, id), after
+/// `after` (the last entry of the previous page). A keyset page: an attempt resolved between
+/// two pages moves no other one across the boundary, so each is shown once.
+pub async fn review_page(
+    store: &Store,
+    after: Option<AttemptCursor>,
+    limit: usize,
+) -> Result<Vec<ReviewEntry>, sqlx::Error> {
+    // Two statements rather than `$1 IS NULL OR …`, whose generic plan could not start the
+    // index scan at the cursor; `created_at >= $1` beside the row comparison is what lets
+    // the (status, created_at) index start there.
+    let after_cursor = if after.is_some() {
+        "AND created_at >= $2 AND (created_at, payment_attempt_id) > ($2, $3)"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "SELECT payment_attempt_id, order_id, amount_minor, currency, review_reason,
+                created_at, updated_at
+         FROM payment_attempts
+         WHERE status = 'needs_review' {after_cursor}
+         ORDER BY created_at, payment_attempt_id
+         LIMIT $1"
+    );
+    let query = sqlx::query_as(&sql).bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    let query = match after {
+        Some(cursor) => query
+            .bind(cursor.created_at)
+            .bind(cursor.payment_attempt_id),
+        None => query,
+    };
+    query.fetch_all(store.pool()).await
+}
+
+/// Every attempt in `needs_review` (the queue's length, shown on each of its pages).
+pub async fn count_in_review(store: &Store) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM payment_attempts WHERE status = 'needs_review'")
+        .fetch_one(store.pool())
+        .await
 }

@@ -870,3 +870,77 @@ async fn sign_ins_past_the_bound_end_that_operators_oldest_sessions_only() {
     }
     console.stop().await;
 }
+
+/// The `data-attempt-id`s of a review page's rows, in the page's order.
+fn review_rows(page: &str) -> Vec<Uuid> {
+    let marker = r#"data-testid="review-row" data-attempt-id=""#;
+    page.match_indices(marker)
+        .map(|(at, _)| {
+            page[at + marker.len()..at + marker.len() + 36]
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The `href` of the element with this `id`, if the page has it.
+fn link(page: &str, id: &str) -> Option<String> {
+    let marker = format!(r#"id="{id}" href=""#);
+    let start = page.find(&marker)? + marker.len();
+    Some(page[start..start + page[start..].find('"')?].to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_the_review_queues_pages_shows_each_attempt_in_review_once_oldest_first() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let mut ids = Vec::new();
+    for _ in 0..120 {
+        ids.push(attempt_in_review(&env, "ord_queue").await);
+    }
+    let not_in_review = attempt(&env, "ord_queue").await;
+    // Recorded in groups of 7 within the same microsecond, the groups in the opposite order
+    // of their ids: a page boundary falls among equal times, where only the id can order them.
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    for (n, id) in ids.iter().enumerate() {
+        env.set_attempt(
+            *id,
+            &format!(
+                "created_at = timestamptz '2026-11-30 12:00:00+00' + interval '1 second' * {}",
+                n / 7
+            ),
+        )
+        .await;
+    }
+    let mut oldest_first: Vec<(usize, Uuid)> =
+        ids.iter().enumerate().map(|(n, id)| (n / 7, *id)).collect();
+    oldest_first.sort_unstable();
+    let oldest_first: Vec<Uuid> = oldest_first.into_iter().map(|(_, id)| id).collect();
+
+    let console = Console::start(&env).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    let mut next = Some("/console/review".to_owned());
+    while let Some(path) = next {
+        let (status, page) = console.get(Some(&vic), &path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {page}");
+        assert!(
+            page.contains(r#"id="review-count" data-count="120""#),
+            "every page counts the whole queue: {page}"
+        );
+        let rows = review_rows(&page);
+        assert!(rows.len() <= 50, "{path} holds {} rows", rows.len());
+        seen.extend(rows);
+        pages += 1;
+        next = link(&page, "review-next-page");
+    }
+    assert!(pages >= 3, "120 attempts take three pages, not {pages}");
+    assert!(!seen.contains(&not_in_review));
+    assert_eq!(seen, oldest_first, "each attempt once, oldest first");
+
+    let (status, page) = console
+        .get(Some(&vic), "/console/review?after=not-a-cursor")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+    console.stop().await;
+}
