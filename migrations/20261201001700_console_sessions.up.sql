@@ -5,8 +5,10 @@
 --
 -- Only the SHA-256 of the session id is kept (the id itself is in the browser's HttpOnly,
 -- SameSite=Strict cookie alone), and of the principal only its actor (`operator:<name>`,
--- `admin-api` or `console`): never a token nor a token's hash. The role is looked up in the
--- configuration on every request, so an operator removed from it is refused at once.
+-- `admin-api` or `console`) and a labelled digest of the credential it signed in with
+-- (`binding_sha256`): never a token nor a token's hash. The role and the binding are looked
+-- up in the configuration on every request, so an operator removed from it, or whose token
+-- was replaced after a leak, is refused at once.
 -- Expiry is measured by the DATABASE clock; an expired row is never honoured and is
 -- deleted (when it is presented, and in bounded batches at every sign-in).
 CREATE TABLE console_sessions (
@@ -15,6 +17,8 @@ CREATE TABLE console_sessions (
     -- The token every POST form of the session carries: 32 random bytes as hex. Stored,
     -- not derived, since deriving it would need a secret shared by every instance.
     csrf       text        NOT NULL CHECK (csrf ~ '^[0-9a-f]{64}$'),
+    -- SHA-256 over a label, the actor and the digest of the credential signed in with.
+    binding_sha256 bytea   NOT NULL CHECK (length(binding_sha256) = 32),
     created_at timestamptz NOT NULL DEFAULT now(),
     expires_at timestamptz NOT NULL,
     CHECK (expires_at > created_at)

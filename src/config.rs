@@ -184,8 +184,8 @@ impl OperatorRole {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsoleSettings {
-    /// How long a console sign-in lasts (sessions live in the memory of the instance that
-    /// signed the operator in).
+    /// How long a console sign-in lasts, by the database's clock (sessions are rows of
+    /// `console_sessions`, honoured by every admin instance on the database).
     #[serde(with = "bounded_duration")]
     pub session_ttl: Duration,
     /// Marks the session cookie `Secure`, so a browser sends it over https only. Set it

@@ -121,26 +121,42 @@ impl Operators {
     }
 
     /// Who `actor` (as a console session recorded it) is under the configuration in force
-    /// now: the named operator with its current role, the admin token while one is
+    /// now — the named operator with its current role, the admin token while one is
     /// configured, the open console while nothing is; `None` when that principal no longer
     /// exists, so a session outlives neither its operator's entry nor the configuration that
-    /// let it in.
-    pub fn principal_of(
+    /// let it in — and what a session of `actor` is bound to now: a digest of the credential
+    /// that actor signs in with (the named operator's token hash, the admin token, or
+    /// nothing for an open console). A session stores the binding it was signed in under and
+    /// is honoured only while the two agree, so replacing a leaked token ends every session
+    /// signed in with it, on every instance. The digest is taken again under a label, so the
+    /// session table never holds a token's hash as `[[operators]]` does.
+    pub fn session_principal(
         &self,
         admin_token: Option<&SecretString>,
         actor: &str,
-    ) -> Option<Principal> {
-        if actor == ADMIN_TOKEN_ACTOR {
-            return admin_token.is_some().then(Principal::admin_token);
-        }
-        if actor == OPEN_CONSOLE_ACTOR {
-            return (admin_token.is_none() && self.is_empty()).then(Principal::open_console);
-        }
-        let name = actor.strip_prefix(NAMED_ACTOR_PREFIX)?;
-        self.named
-            .iter()
-            .find(|(named, _, _)| named == name)
-            .map(|(named, role, _)| Principal::named(named, *role))
+    ) -> Option<(Principal, [u8; 32])> {
+        let (principal, credential): (Principal, [u8; 32]) = if actor == ADMIN_TOKEN_ACTOR {
+            let admin = admin_token?;
+            (
+                Principal::admin_token(),
+                Sha256::digest(admin.expose_secret().trim().as_bytes()).into(),
+            )
+        } else if actor == OPEN_CONSOLE_ACTOR {
+            if admin_token.is_some() || !self.is_empty() {
+                return None;
+            }
+            (Principal::open_console(), [0u8; 32])
+        } else {
+            let name = actor.strip_prefix(NAMED_ACTOR_PREFIX)?;
+            let (named, role, hash) = self.named.iter().find(|(named, _, _)| named == name)?;
+            (Principal::named(named, *role), *hash)
+        };
+        let mut binding = Sha256::new();
+        binding.update(b"onecharge console session binding\0");
+        binding.update(actor.as_bytes());
+        binding.update(b"\0");
+        binding.update(credential);
+        Some((principal, binding.finalize().into()))
     }
 }
 
@@ -219,6 +235,64 @@ mod tests {
         assert_eq!(who(""), None);
     }
 
+    fn principal_of(
+        operators: &Operators,
+        admin_token: Option<&SecretString>,
+        actor: &str,
+    ) -> Option<Principal> {
+        operators
+            .session_principal(admin_token, actor)
+            .map(|(principal, _)| principal)
+    }
+
+    fn binding(
+        operators: &Operators,
+        admin_token: Option<&SecretString>,
+        actor: &str,
+    ) -> Option<[u8; 32]> {
+        operators
+            .session_principal(admin_token, actor)
+            .map(|(_, binding)| binding)
+    }
+
+    #[test]
+    fn a_sessions_binding_changes_with_its_actors_credential_and_with_nothing_else() {
+        let admin = SecretString::from("tok-admin");
+        let before = Operators::new(&[
+            operator("ada", OperatorRole::Operator, "tok-ada"),
+            operator("vic", OperatorRole::Viewer, "tok-vic"),
+        ]);
+        // ada's token replaced and vic promoted; a second admin token
+        let after = Operators::new(&[
+            operator("ada", OperatorRole::Operator, "tok-ada-2"),
+            operator("vic", OperatorRole::Operator, "tok-vic"),
+        ]);
+        let admin_2 = SecretString::from("tok-admin-2");
+        let ada = "operator:ada";
+        let vic = "operator:vic";
+        assert_ne!(
+            binding(&before, Some(&admin), ada),
+            binding(&after, Some(&admin), ada)
+        );
+        assert_eq!(
+            binding(&before, Some(&admin), vic),
+            binding(&after, Some(&admin), vic)
+        );
+        assert_ne!(
+            binding(&before, Some(&admin), ADMIN_TOKEN_ACTOR),
+            binding(&before, Some(&admin_2), ADMIN_TOKEN_ACTOR)
+        );
+        assert_ne!(
+            binding(&before, Some(&admin), ada),
+            binding(&before, Some(&admin), vic)
+        );
+        // the table holds neither the token's hash nor anything `[[operators]]` holds
+        let ada_binding = binding(&before, Some(&admin), ada).unwrap();
+        assert_ne!(hex::encode(ada_binding), token_sha256("tok-ada"));
+        assert!(binding(&Operators::default(), None, OPEN_CONSOLE_ACTOR).is_some());
+        assert_eq!(binding(&before, None, OPEN_CONSOLE_ACTOR), None);
+    }
+
     #[test]
     fn an_actor_is_its_principal_only_while_the_configuration_still_has_it() {
         let admin = SecretString::from("tok-admin");
@@ -228,41 +302,42 @@ mod tests {
         ]);
         let ada = configured.authenticate(Some(&admin), "tok-ada").unwrap();
         assert_eq!(
-            configured.principal_of(Some(&admin), &ada.actor),
+            principal_of(&configured, Some(&admin), &ada.actor),
             Some(ada.clone())
         );
         assert_eq!(
-            configured
-                .principal_of(Some(&admin), "operator:vic")
-                .map(|p| p.role),
+            principal_of(&configured, Some(&admin), "operator:vic").map(|p| p.role),
             Some(OperatorRole::Viewer)
         );
         assert_eq!(
-            configured.principal_of(Some(&admin), ADMIN_TOKEN_ACTOR),
+            principal_of(&configured, Some(&admin), ADMIN_TOKEN_ACTOR),
             Some(Principal::admin_token())
         );
         assert_eq!(
-            configured.principal_of(Some(&admin), OPEN_CONSOLE_ACTOR),
+            principal_of(&configured, Some(&admin), OPEN_CONSOLE_ACTOR),
             None
         );
-        assert_eq!(configured.principal_of(Some(&admin), "operator:eve"), None);
-        assert_eq!(configured.principal_of(Some(&admin), "ada"), None);
+        assert_eq!(
+            principal_of(&configured, Some(&admin), "operator:eve"),
+            None
+        );
+        assert_eq!(principal_of(&configured, Some(&admin), "ada"), None);
 
         // ada removed, vic made an operator, the admin token gone
         let changed = Operators::new(&[operator("vic", OperatorRole::Operator, "tok-vic")]);
-        assert_eq!(changed.principal_of(None, &ada.actor), None);
+        assert_eq!(principal_of(&changed, None, &ada.actor), None);
         assert_eq!(
-            changed.principal_of(None, "operator:vic").map(|p| p.role),
+            principal_of(&changed, None, "operator:vic").map(|p| p.role),
             Some(OperatorRole::Operator)
         );
-        assert_eq!(changed.principal_of(None, ADMIN_TOKEN_ACTOR), None);
+        assert_eq!(principal_of(&changed, None, ADMIN_TOKEN_ACTOR), None);
 
         let open = Operators::default();
         assert_eq!(
-            open.principal_of(None, OPEN_CONSOLE_ACTOR),
+            principal_of(&open, None, OPEN_CONSOLE_ACTOR),
             Some(Principal::open_console())
         );
-        assert_eq!(open.principal_of(Some(&admin), OPEN_CONSOLE_ACTOR), None);
+        assert_eq!(principal_of(&open, Some(&admin), OPEN_CONSOLE_ACTOR), None);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use axum::Router;
 
 use crate::admin::AdminState;
 use crate::config::{ConsoleSettings, Settings};
-use access::{Operators, Principal};
+use access::{Operators, OPEN_CONSOLE_ACTOR};
 use session::Session;
 
 /// Largest form the console accepts: a corrected dead-letter body (64 KiB) and its fields.
@@ -124,17 +124,21 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
             session::resume(&state.store, &id, |actor| {
                 console
                     .operators
-                    .principal_of(state.admin_token.as_ref(), actor)
+                    .session_principal(state.admin_token.as_ref(), actor)
             })
             .await
         }
         None => Ok(None),
     };
-    let session = match live {
-        Ok(Some(session)) => session,
-        Err(err) => return pages::sessions_unavailable(err),
-        Ok(None) if is_open(state) => {
-            match session::start(&state.store, Principal::open_console(), ttl).await {
+    // Some only while the console is open (nothing configured to sign in with).
+    let open = console
+        .operators
+        .session_principal(state.admin_token.as_ref(), OPEN_CONSOLE_ACTOR);
+    let session = match (live, open) {
+        (Ok(Some(session)), _) => session,
+        (Err(err), _) => return pages::sessions_unavailable(err),
+        (Ok(None), Some((principal, binding))) => {
+            match session::start(&state.store, principal, binding, ttl).await {
                 Ok((id, session)) => {
                     new_cookie =
                         Some(session::set_cookie(&id, ttl, console.settings.secure_cookie));
@@ -143,7 +147,7 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
                 Err(err) => return pages::sessions_unavailable(err),
             }
         }
-        Ok(None) if request.method() == Method::GET || request.method() == Method::HEAD => {
+        (Ok(None), None) if request.method() == Method::GET || request.method() == Method::HEAD => {
             let target = request
                 .uri()
                 .path_and_query()
@@ -152,7 +156,7 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
             let next_param = form_urlencode(&target);
             return Redirect::to(&format!("/console/login?next={next_param}")).into_response();
         }
-        Ok(None) => {
+        (Ok(None), None) => {
             return pages::refused(
                 StatusCode::FORBIDDEN,
                 None,

@@ -188,11 +188,13 @@ pub(super) async fn login(
     State(state): State<AdminState>,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    let principal = state
-        .console
-        .operators
-        .authenticate(state.admin_token.as_ref(), &form.token);
-    let Some(principal) = principal else {
+    let operators = &state.console.operators;
+    let admin_token = state.admin_token.as_ref();
+    // The credential just presented is the one in force, so its actor has a binding.
+    let signed_in = operators
+        .authenticate(admin_token, &form.token)
+        .and_then(|principal| operators.session_principal(admin_token, &principal.actor));
+    let Some((principal, binding)) = signed_in else {
         tracing::warn!("console sign-in refused: the token matches no operator");
         return login_page(
             &state,
@@ -204,7 +206,7 @@ pub(super) async fn login(
     tracing::info!(actor = %principal.actor, role = principal.role.as_str(), "console sign-in");
     let console = &state.console;
     let ttl = console.settings.session_ttl;
-    let id = match session::start(&state.store, principal, ttl).await {
+    let id = match session::start(&state.store, principal, binding, ttl).await {
         Ok((id, _)) => id,
         Err(err) => return sessions_unavailable(err),
     };

@@ -9,10 +9,11 @@
 //! about the operator travels in the cookie.
 //!
 //! Invariants:
-//! - A session stores who signed in (the actor), never a token nor a token's hash; the
-//!   principal and its role are looked up in the configuration in force on every request
-//!   (`Operators::principal_of`), so an operator removed from it is refused at once (and the
-//!   session deleted) and a changed role applies to live sessions.
+//! - A session stores who signed in (the actor) and a labelled digest of the credential they
+//!   signed in with (`Operators::session_principal`), never a token nor a token's hash; the
+//!   principal, its role and the binding are looked up in the configuration in force on
+//!   every request, so an operator removed from it, or whose token was replaced, is refused
+//!   at once (and the session deleted), and a changed role applies to live sessions.
 //! - An expired session is never honoured: the database's `now()` judges it.
 //! - At most [`MAX_SESSIONS_PER_ACTOR`] sessions per actor: the set of actors is the
 //!   configuration's, so the table is bounded however often anyone signs in.
@@ -52,10 +53,13 @@ impl Session {
     }
 }
 
-/// Starts a session for `principal`, valid for `ttl`; returns its id (for the cookie).
+/// Starts a session for `principal`, bound to `binding` (what
+/// `Operators::session_principal` gives for it now) and valid for `ttl`; returns its id (for
+/// the cookie).
 pub async fn start(
     store: &Store,
     principal: Principal,
+    binding: [u8; 32],
     ttl: Duration,
 ) -> Result<(String, Session), sqlx::Error> {
     let id = random_hex();
@@ -66,35 +70,36 @@ pub async fn start(
     let stored = StoredSession {
         actor: session.principal.actor.clone(),
         csrf: session.csrf.clone(),
+        binding,
     };
     sql::start_session(store, &key(&id), &stored, ttl, MAX_SESSIONS_PER_ACTOR).await?;
     Ok((id, session))
 }
 
-/// The live session with this id, its principal as `principal_of` finds the stored actor
-/// now. A session whose principal no longer exists is deleted and is no session.
+/// The live session with this id, its principal as `session_principal` finds the stored
+/// actor now. A session whose principal no longer exists, or was signed in with a
+/// credential since replaced, is deleted and is no session.
 pub async fn resume(
     store: &Store,
     id: &str,
-    principal_of: impl FnOnce(&str) -> Option<Principal>,
+    session_principal: impl FnOnce(&str) -> Option<(Principal, [u8; 32])>,
 ) -> Result<Option<Session>, sqlx::Error> {
     let Some(stored) = sql::live_session(store, &key(id)).await? else {
         return Ok(None);
     };
-    match principal_of(&stored.actor) {
-        Some(principal) => Ok(Some(Session {
-            principal,
-            csrf: stored.csrf,
-        })),
-        None => {
-            tracing::info!(
-                actor = %stored.actor,
-                "console session ended: its principal is no longer configured"
-            );
-            sql::end_session(store, &key(id)).await?;
-            Ok(None)
+    let ended = match session_principal(&stored.actor) {
+        Some((principal, binding)) if bool::from(binding.ct_eq(&stored.binding)) => {
+            return Ok(Some(Session {
+                principal,
+                csrf: stored.csrf,
+            }))
         }
-    }
+        Some(_) => "the credential it was signed in with has been replaced",
+        None => "its principal is no longer configured",
+    };
+    tracing::info!(actor = %stored.actor, "console session ended: {ended}");
+    sql::end_session(store, &key(id)).await?;
+    Ok(None)
 }
 
 /// Ends the session (sign out), on every instance at once.

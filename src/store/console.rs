@@ -29,6 +29,10 @@ pub struct StoredSession {
     pub actor: String,
     /// The CSRF token of every POST form of the session.
     pub csrf: String,
+    /// A labelled digest of the credential the session was signed in with
+    /// (`Operators::session_principal`): the session is honoured only while it matches the
+    /// configuration's.
+    pub binding: [u8; 32],
 }
 
 /// Records a new session valid for `ttl` from the database's `now()`, deletes expired
@@ -61,12 +65,13 @@ pub async fn start_session(
     .execute(&mut *tx)
     .await?;
     sqlx::query(
-        "INSERT INTO console_sessions (id_sha256, actor, csrf, expires_at)
-         VALUES ($1, $2, $3, now() + make_interval(secs => $4::float8))",
+        "INSERT INTO console_sessions (id_sha256, actor, csrf, binding_sha256, expires_at)
+         VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::float8))",
     )
     .bind(&id_sha256[..])
     .bind(&session.actor)
     .bind(&session.csrf)
+    .bind(&session.binding[..])
     .bind(ttl.as_secs_f64())
     .execute(&mut *tx)
     .await?;
@@ -93,16 +98,24 @@ pub async fn live_session(
     store: &Store,
     id_sha256: &[u8; 32],
 ) -> Result<Option<StoredSession>, sqlx::Error> {
-    let row: Option<(String, String)> = sqlx::query_as(
+    let row: Option<(String, String, Vec<u8>)> = sqlx::query_as(
         "WITH expired AS (
              DELETE FROM console_sessions WHERE id_sha256 = $1 AND expires_at <= now()
          )
-         SELECT actor, csrf FROM console_sessions WHERE id_sha256 = $1 AND expires_at > now()",
+         SELECT actor, csrf, binding_sha256 FROM console_sessions
+         WHERE id_sha256 = $1 AND expires_at > now()",
     )
     .bind(&id_sha256[..])
     .fetch_optional(store.pool())
     .await?;
-    Ok(row.map(|(actor, csrf)| StoredSession { actor, csrf }))
+    Ok(row.and_then(|(actor, csrf, binding)| {
+        Some(StoredSession {
+            actor,
+            csrf,
+            // 32 bytes by the table's CHECK; anything else is no session of ours
+            binding: binding.try_into().ok()?,
+        })
+    }))
 }
 
 /// Deletes the session whose id hashes to `id_sha256` (sign out, or a principal that no

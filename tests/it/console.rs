@@ -842,6 +842,53 @@ async fn an_operator_removed_from_the_configuration_is_refused_through_an_old_se
     changed.stop().await;
 }
 
+/// A token that leaked is replaced under the same name (the runbook's answer to a leak): a
+/// session signed in with the old token must end with it, on an instance restarted with the
+/// new configuration as on any other, while the new token signs in and the other
+/// operators' sessions go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_an_operators_token_ends_the_sessions_signed_in_with_the_old_one() {
+    let (env, _id, configured) = one_in_review().await;
+    let ada = configured.browser(OPERATOR_TOKEN).await;
+    let vic = configured.browser(VIEWER_TOKEN).await;
+
+    // the next configuration: ada's token replaced, her name and role unchanged
+    const NEW_ADA_TOKEN: &str = "oc_ada_rotated_token_0123456789";
+    let mut settings = env.settings.clone();
+    for o in &mut settings.operators {
+        if o.name == "ada" {
+            o.token_sha256 = onecharge::console::access::token_sha256(NEW_ADA_TOKEN);
+        }
+    }
+    let rotated = Console::with_settings(&settings).await;
+
+    let (status, _) = rotated.get(Some(&ada), "/console/").await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "the session signed in with ada's old token is sent to sign in"
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:ada'")
+            .await,
+        0,
+        "and deleted, so no instance honours it any more"
+    );
+    let (status, _) = rotated.get(Some(&vic), "/console/").await;
+    assert_eq!(status, StatusCode::OK, "vic's token did not change");
+    let again = rotated.sign_in(OPERATOR_TOKEN).await;
+    assert_eq!(
+        again.status(),
+        StatusCode::UNAUTHORIZED,
+        "the old token signs nobody in"
+    );
+    let new_ada = rotated.browser(NEW_ADA_TOKEN).await;
+    let (status, page) = rotated.get(Some(&new_ada), "/console/").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    configured.stop().await;
+    rotated.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_ins_past_the_bound_end_that_operators_oldest_sessions_only() {
     use onecharge::console::session::MAX_SESSIONS_PER_ACTOR;
