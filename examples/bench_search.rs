@@ -122,6 +122,8 @@ async fn main() -> anyhow::Result<()> {
         table_size(&mut conn).await?
     );
 
+    compare_counts(&url, &mut conn).await?;
+
     let searches = searches(&mut conn, args.requests + 10).await?;
     let namespace = format!(
         "bench-search-{}",
@@ -256,6 +258,71 @@ async fn fill(conn: &mut PgConnection, rows: i64) -> anyhow::Result<()> {
     let begun = Instant::now();
     conn.execute("VACUUM ANALYZE payment_attempts").await?;
     println!("  VACUUM ANALYZE in {:.1?}", begun.elapsed());
+    Ok(())
+}
+
+/// Times for the overview's counts per status, run alternately in this process
+/// (decision 91): the old scan (`count(*) … GROUP BY status`), `count_by_status` as the
+/// handlers call it (fold, then read the kept counts), and the read alone with
+/// `DELTAS_WAITING` deltas not folded yet (cancelling pairs, so the figures stay exact).
+/// Checks that all three give the same figures; prints the medians and the ratios.
+async fn compare_counts(url: &str, conn: &mut PgConnection) -> anyhow::Result<()> {
+    const RUNS: usize = 5;
+    const DELTAS_WAITING: i64 = 10_000;
+    const SCAN: &str =
+        "SELECT status, count(*) FROM payment_attempts GROUP BY status ORDER BY status";
+    let store = Store::connect(url, 2).await?;
+    let (mut scan, mut kept, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let begun = Instant::now();
+        let scanned: Vec<(String, i64)> = sqlx::query_as(SCAN).fetch_all(&mut *conn).await?;
+        scan.push(begun.elapsed());
+
+        let begun = Instant::now();
+        let counted = onecharge::store::operator::count_by_status(&store).await?;
+        kept.push(begun.elapsed());
+        ensure!(counted == scanned, "kept {counted:?} ≠ scanned {scanned:?}");
+
+        sqlx::query(
+            "INSERT INTO attempt_status_count_deltas (status, n)
+             SELECT 'pending', CASE WHEN i % 2 = 0 THEN 1 ELSE -1 END
+             FROM generate_series(1, $1) AS i",
+        )
+        .bind(DELTAS_WAITING)
+        .execute(&mut *conn)
+        .await?;
+        let begun = Instant::now();
+        let read = onecharge::store::attempt_counts::read(&store).await?;
+        waiting.push(begun.elapsed());
+        ensure!(read == scanned, "read {read:?} ≠ scanned {scanned:?}");
+        onecharge::store::attempt_counts::fold(&store).await?;
+    }
+    store.pool().close().await;
+    for times in [&mut scan, &mut kept, &mut waiting] {
+        times.sort_unstable();
+    }
+    let (scan, kept, waiting) = (
+        percentile(&scan, 0.5),
+        percentile(&kept, 0.5),
+        percentile(&waiting, 0.5),
+    );
+    println!("\n## Counts per status (median of {RUNS}, alternating)\n");
+    println!("| statement | ms | ratio to the scan |");
+    println!("|---|---:|---:|");
+    for (name, took) in [
+        ("scan: count(*) … GROUP BY status", scan),
+        ("count_by_status: fold, then read the kept counts", kept),
+        (
+            "read the kept counts with 10,000 deltas not folded",
+            waiting,
+        ),
+    ] {
+        println!(
+            "| {name} | {:.2} | {:.5} |",
+            ms(took),
+            took.as_secs_f64() / scan.as_secs_f64()
+        );
+    }
     Ok(())
 }
 
