@@ -142,11 +142,19 @@ async fn measure(args: &Args, gateway_url: &str, counted: bool) -> anyhow::Resul
     }
     let settlement = rate(args.commands, started.elapsed());
 
-    let counts = onecharge::store::operator::count_by_status(&store).await?;
+    // Counted from the table: without the triggers there are no kept counts to read.
+    let counts: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM payment_attempts GROUP BY status")
+            .fetch_all(store.pool())
+            .await?;
     ensure!(
         counts == [("succeeded".to_owned(), args.commands as i64)],
         "every attempt succeeded: {counts:?}"
     );
+    if counted {
+        let kept = onecharge::store::operator::count_by_status(&store).await?;
+        ensure!(kept == counts, "kept {kept:?} ≠ counted {counts:?}");
+    }
     store.pool().close().await;
     Ok((intake, settlement))
 }
