@@ -306,3 +306,26 @@ async fn the_migration_counts_the_attempts_written_before_it() {
         .unwrap();
     assert_exact(&store, "a batch after the migration").await;
 }
+
+/// `TRUNCATE` fires no DELETE trigger: its own trigger empties the counts and the deltas
+/// with the table, and counting starts again from nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncating_the_attempts_empties_the_counts() {
+    let h = Harness::new().await;
+    h.seed_many(&[pm::CARD_VISA; 3]).await;
+    attempt_counts::fold(&h.store).await.unwrap();
+    h.seed_expired(2).await;
+
+    sqlx::query("TRUNCATE payment_attempts CASCADE")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(attempt_counts::read(&h.store).await.unwrap(), vec![]);
+    assert_exact(&h.store, "TRUNCATE").await;
+
+    h.seed(pm::CARD_VISA).await;
+    assert_eq!(
+        operator::count_by_status(&h.store).await.unwrap(),
+        vec![("pending".to_owned(), 1)]
+    );
+}
