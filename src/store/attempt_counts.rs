@@ -16,8 +16,9 @@
 use super::Store;
 
 /// Moves every committed delta into the folded counts, in one transaction. Readers call it
-/// before they read (`store::operator::count_by_status`), so the deltas stay as few as the writes of
-/// the last few seconds and a read stays one small scan, whichever roles a deployment runs.
+/// before they read (`store::operator::count_by_status`), so the deltas stay as few as the
+/// last few seconds' writes and a read stays one small scan, whichever roles a deployment
+/// runs.
 pub async fn fold(store: &Store) -> Result<(), sqlx::Error> {
     sqlx::query(
         "WITH moved AS (DELETE FROM attempt_status_count_deltas RETURNING status, n)
