@@ -5,7 +5,9 @@
 //! configured to sign in with) answer, and prints for each the plan PostgreSQL ran and
 //! the latency over HTTP. Needs PostgreSQL at 127.0.0.1:5432 (trust auth, a superuser: the
 //! plans are read with `auto_explain`) and NATS at 127.0.0.1:4222 (for `/api/stats`). The
-//! scratch database is dropped at the end unless `--keep-database`.
+//! scratch database is dropped at the end unless `--keep-database`. Before the searches it
+//! times the overview's counts per status both ways, the old scan and the kept counts
+//! (decision 91), side by side.
 //!
 //! ```text
 //! cargo run --release --example bench_search -- [--rows 10000000] [--requests 200] [--keep-database]
