@@ -5,7 +5,9 @@
 //! configured to sign in with) answer, and prints for each the plan PostgreSQL ran and
 //! the latency over HTTP. Needs PostgreSQL at 127.0.0.1:5432 (trust auth, a superuser: the
 //! plans are read with `auto_explain`) and NATS at 127.0.0.1:4222 (for `/api/stats`). The
-//! scratch database is dropped at the end unless `--keep-database`.
+//! scratch database is dropped at the end unless `--keep-database`. Before the searches it
+//! times the overview's counts per status both ways, the old scan and the kept counts
+//! (decision 91), side by side.
 //!
 //! ```text
 //! cargo run --release --example bench_search -- [--rows 10000000] [--requests 200] [--keep-database]
@@ -122,6 +124,8 @@ async fn main() -> anyhow::Result<()> {
         table_size(&mut conn).await?
     );
 
+    compare_counts(&url, &mut conn).await?;
+
     let searches = searches(&mut conn, args.requests + 10).await?;
     let namespace = format!(
         "bench-search-{}",
@@ -160,7 +164,10 @@ async fn main() -> anyhow::Result<()> {
             ensure!(status.is_success(), "{} answered {status}", search.paths[0]);
             println!("\n### {} — GET {}\n", search.name, search.paths[0]);
             for plan in plans.take() {
-                if plan.contains("payment_attempts") || plan.contains("outbox") {
+                if ["payment_attempts", "outbox", "attempt_status_count"]
+                    .iter()
+                    .any(|table| plan.contains(table))
+                {
                     println!("{}\n", plan.trim_end());
                 }
             }
@@ -256,6 +263,71 @@ async fn fill(conn: &mut PgConnection, rows: i64) -> anyhow::Result<()> {
     let begun = Instant::now();
     conn.execute("VACUUM ANALYZE payment_attempts").await?;
     println!("  VACUUM ANALYZE in {:.1?}", begun.elapsed());
+    Ok(())
+}
+
+/// Times for the overview's counts per status, run alternately in this process
+/// (decision 91): the old scan (`count(*) … GROUP BY status`), `count_by_status` as the
+/// handlers call it (fold, then read the kept counts), and the read alone with
+/// `DELTAS_WAITING` deltas not folded yet (cancelling pairs, so the figures stay exact).
+/// Checks that all three give the same figures; prints the medians and the ratios.
+async fn compare_counts(url: &str, conn: &mut PgConnection) -> anyhow::Result<()> {
+    const RUNS: usize = 5;
+    const DELTAS_WAITING: i64 = 10_000;
+    const SCAN: &str =
+        "SELECT status, count(*) FROM payment_attempts GROUP BY status ORDER BY status";
+    let store = Store::connect(url, 2).await?;
+    let (mut scan, mut kept, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let begun = Instant::now();
+        let scanned: Vec<(String, i64)> = sqlx::query_as(SCAN).fetch_all(&mut *conn).await?;
+        scan.push(begun.elapsed());
+
+        let begun = Instant::now();
+        let counted = onecharge::store::operator::count_by_status(&store).await?;
+        kept.push(begun.elapsed());
+        ensure!(counted == scanned, "kept {counted:?} ≠ scanned {scanned:?}");
+
+        sqlx::query(
+            "INSERT INTO attempt_status_count_deltas (status, n)
+             SELECT 'pending', CASE WHEN i % 2 = 0 THEN 1 ELSE -1 END
+             FROM generate_series(1, $1) AS i",
+        )
+        .bind(DELTAS_WAITING)
+        .execute(&mut *conn)
+        .await?;
+        let begun = Instant::now();
+        let read = onecharge::store::attempt_counts::read(&store).await?;
+        waiting.push(begun.elapsed());
+        ensure!(read == scanned, "read {read:?} ≠ scanned {scanned:?}");
+        onecharge::store::attempt_counts::fold(&store).await?;
+    }
+    store.pool().close().await;
+    for times in [&mut scan, &mut kept, &mut waiting] {
+        times.sort_unstable();
+    }
+    let (scan, kept, waiting) = (
+        percentile(&scan, 0.5),
+        percentile(&kept, 0.5),
+        percentile(&waiting, 0.5),
+    );
+    println!("\n## Counts per status (median of {RUNS}, alternating)\n");
+    println!("| statement | ms | the scan's time ÷ this |");
+    println!("|---|---:|---:|");
+    for (name, took) in [
+        ("scan: count(*) … GROUP BY status", scan),
+        ("count_by_status: fold, then read the kept counts", kept),
+        (
+            "read the kept counts with 10,000 deltas not folded",
+            waiting,
+        ),
+    ] {
+        println!(
+            "| {name} | {:.2} | {:.0}× |",
+            ms(took),
+            scan.as_secs_f64() / took.as_secs_f64()
+        );
+    }
     Ok(())
 }
 

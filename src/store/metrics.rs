@@ -1,8 +1,9 @@
 //! The SQL behind the database-backed gauges of `/metrics`: how many attempts are in each
 //! state, how long the oldest attempt of each non-final state has waited, and the outbox
-//! backlog. Read-only, one short round trip per query, each served by an index
-//! (`payment_attempts_status_created_idx`, `outbox_unpublished_idx`) except the per-status
-//! count, which reads the status index whole.
+//! backlog. One short round trip per query, each served by an index
+//! (`payment_attempts_status_created_idx`, `outbox_unpublished_idx`), except the per-status
+//! counts, which come from the counts the database keeps (`store::attempt_counts`; reading
+//! them first folds the pending deltas, the refresher's only write).
 
 use time::OffsetDateTime;
 

@@ -6,6 +6,7 @@
 //! Queries are checked at run time (`sqlx::query`), not with the compile-time macros; every
 //! query is exercised by the test suite. See docs/decisions.md for why.
 
+pub mod attempt_counts;
 pub mod attempts;
 pub mod audit;
 pub mod console;

@@ -9,6 +9,7 @@
 mod support;
 
 mod admin_api;
+mod attempt_counts;
 mod audit;
 mod browser;
 mod bulk;
