@@ -515,8 +515,9 @@ impl Admin {
         })
     }
 
-    /// The status and the rows answered: a JSON array's length, a console page's first
-    /// `data-count`, 1 for anything else.
+    /// The status and the rows answered: a JSON array's length, a console page's rows (its
+    /// first `data-page-count`, or its first `data-count` where the page shows everything it
+    /// counts), 1 for anything else.
     async fn get(&self, path: &str) -> anyhow::Result<(reqwest::StatusCode, usize)> {
         let response = self
             .client
@@ -527,7 +528,12 @@ impl Admin {
         let body = response.bytes().await?;
         let rows = match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(serde_json::Value::Array(items)) => items.len(),
-            _ => data_count(&String::from_utf8_lossy(&body)).unwrap_or(1),
+            _ => {
+                let page = String::from_utf8_lossy(&body);
+                attribute_number(&page, "data-page-count")
+                    .or_else(|| attribute_number(&page, "data-count"))
+                    .unwrap_or(1)
+            }
         };
         Ok((status, rows))
     }
@@ -571,9 +577,11 @@ impl<S: tracing::Subscriber> Layer<S> for Plans {
     }
 }
 
-/// `N` of the first `data-count="N"` on a console page.
-fn data_count(page: &str) -> Option<usize> {
-    let start = page.find("data-count=\"")? + "data-count=\"".len();
+/// `N` of the first `name="N"` on a console page: the review queue counts the whole queue in
+/// `data-count` and its page's rows in `data-page-count`.
+fn attribute_number(page: &str, name: &str) -> Option<usize> {
+    let opening = format!("{name}=\"");
+    let start = page.find(&opening)? + opening.len();
     let end = start + page[start..].find('"')?;
     page[start..end].parse().ok()
 }

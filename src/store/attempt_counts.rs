@@ -8,27 +8,37 @@
 //!   a fold moves deltas and counts in one transaction, and [`read`] is one statement, so it
 //!   sees one snapshot: the figures equal `count(*) … GROUP BY status` at that snapshot.
 //! - **No hot row for writers**: writers only insert deltas (no key, no update), so they never
-//!   wait on each other or on a fold. Folds wait only for each other: a delta row is deleted
-//!   by exactly one of them (READ COMMITTED skips rows another fold deleted), and each adds
-//!   what it deleted to the counts with `ON CONFLICT DO UPDATE`, which reads the latest count;
-//!   counts rows are locked in status order, so two folds cannot deadlock.
+//!   wait on each other or on a fold. Folds never wait for each other: one runs at a time (a
+//!   transaction-level advisory lock, tried, not awaited), and a fold adds to the counts
+//!   exactly the deltas it deleted, with `ON CONFLICT DO UPDATE`, in one transaction.
 
 use super::Store;
 
 /// Moves every committed delta into the folded counts, in one transaction. Readers call it
 /// before they read (`store::operator::count_by_status`), so the deltas stay as few as the
 /// last few seconds' writes and a read stays one small scan, whichever roles a deployment
-/// runs.
+/// runs. One fold at a time: a fold that finds another running (every admin instance's
+/// gauges fold every few seconds) leaves the deltas to it instead of queueing behind its row
+/// locks; the read after it is exact either way.
 pub async fn fold(store: &Store) -> Result<(), sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    let alone: bool = sqlx::query_scalar(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('onecharge.attempt_status_counts', 0))",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if !alone {
+        return tx.rollback().await;
+    }
     sqlx::query(
         "WITH moved AS (DELETE FROM attempt_status_count_deltas RETURNING status, n)
          INSERT INTO attempt_status_counts AS counts (status, n)
          SELECT status, sum(n) FROM moved GROUP BY status ORDER BY status
          ON CONFLICT (status) DO UPDATE SET n = counts.n + excluded.n",
     )
-    .execute(store.pool())
+    .execute(&mut *tx)
     .await?;
-    Ok(())
+    tx.commit().await
 }
 
 /// The attempts in each status that has any, ordered by status: the folded counts plus the
