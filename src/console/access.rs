@@ -245,18 +245,13 @@ mod tests {
             .map(|(principal, _)| principal)
     }
 
-    fn binding(
-        operators: &Operators,
-        admin_token: Option<&SecretString>,
-        actor: &str,
-    ) -> Option<[u8; 32]> {
-        operators
-            .session_principal(admin_token, actor)
-            .map(|(_, binding)| binding)
-    }
-
     #[test]
     fn a_sessions_binding_changes_with_its_actors_credential_and_with_nothing_else() {
+        let binding = |operators: &Operators, admin_token: Option<&SecretString>, actor: &str| {
+            operators
+                .session_principal(admin_token, actor)
+                .map(|(_, binding)| binding)
+        };
         let admin = SecretString::from("tok-admin");
         let before = Operators::new(&[
             operator("ada", OperatorRole::Operator, "tok-ada"),
