@@ -380,7 +380,7 @@ struct Search {
 /// The searches an operator runs, in the order the tables list them: a name and a path in
 /// which `{attempt}`, `{key}`, `{order}`, `{customer}` and `{charge}` stand for a sampled
 /// attempt's values (a path without any is asked as it is, every time).
-const SEARCHES: [(&str, &str); 19] = [
+const SEARCHES: [(&str, &str); 20] = [
     ("attempt by id", "/api/attempts/{attempt}"),
     ("order_id", "/api/attempts?order_id={order}"),
     (
@@ -407,6 +407,10 @@ const SEARCHES: [(&str, &str); 19] = [
     (
         "stuck=15m (every unsettled attempt)",
         "/api/attempts?stuck=15m",
+    ),
+    (
+        "stuck=15m, oldest 100 (a page)",
+        "/api/attempts?stuck=15m&limit=100",
     ),
     ("stats (overview figures)", "/api/stats"),
     ("console: attempt page", "/console/attempts/{attempt}"),

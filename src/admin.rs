@@ -203,10 +203,12 @@ fn bearer_token(authorization: &str) -> Option<&str> {
 }
 
 /// `GET /api/attempts` query: `status`, `stuck` (a duration such as `15m`: non-final attempts
-/// older than it plus every `needs_review`, oldest first), and without `stuck`: `order_id`,
-/// `customer_id`, `gateway_charge_id` (only the attempts that have it), `idempotency_key`,
-/// `created_after` / `created_before` (RFC 3339), `before` (the cursor of the next page,
-/// from the previous answer's `X-Next-Cursor` header), `limit` (default 100, 0 = all).
+/// older than it plus every `needs_review`, oldest first) with `after` (the cursor of its
+/// next page), and without `stuck`: `order_id`, `customer_id`, `gateway_charge_id` (only the
+/// attempts that have it), `idempotency_key`, `created_after` / `created_before` (RFC 3339),
+/// `before` (the cursor of the next page); the cursors come from the previous answer's
+/// `X-Next-Cursor` header. `limit`: default 100 for the listing, all for `stuck` (contract
+/// §6 answers every stuck attempt); 0 = all.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
@@ -219,6 +221,7 @@ struct ListQuery {
     created_after: Option<String>,
     created_before: Option<String>,
     before: Option<String>,
+    after: Option<String>,
     limit: Option<usize>,
 }
 
@@ -243,6 +246,17 @@ fn time_param(name: &str, value: Option<&str>) -> Result<Option<OffsetDateTime>,
         .transpose()
 }
 
+/// A page cursor (`before`, `after`): the `X-Next-Cursor` of the previous answer.
+fn cursor_param(
+    name: &str,
+    value: Option<&str>,
+) -> Result<Option<attempts::AttemptCursor>, ApiError> {
+    value
+        .map(str::parse::<attempts::AttemptCursor>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
+}
+
 async fn list_attempts(
     State(state): State<AdminState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -260,12 +274,7 @@ async fn list_attempts(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let now = OffsetDateTime::now_utc();
     let store = &state.store;
-    let before = query
-        .before
-        .as_deref()
-        .map(str::parse::<attempts::AttemptCursor>)
-        .transpose()
-        .map_err(|e| ApiError::bad_request(format!("before: {e}")))?;
+    let before = cursor_param("before", query.before.as_deref())?;
     let filter = attempts::AttemptFilter {
         status,
         order_id: query.order_id,
@@ -285,11 +294,28 @@ async fn list_attempts(
         Some(stuck) => {
             let older_than = crate::config::parse_duration(stuck)
                 .map_err(|e| ApiError::bad_request(format!("stuck: {e}")))?;
-            let views = attempts::stuck(store, older_than, status, now, &state.retry_window)
-                .await
-                .map_err(ApiError::internal)?;
-            Ok(Json(views).into_response())
+            let filter = attempts::StuckFilter {
+                older_than,
+                status,
+                after: cursor_param("after", query.after.as_deref())?,
+            };
+            let page = attempts::stuck(
+                store,
+                &filter,
+                query.limit.unwrap_or(0),
+                now,
+                &state.retry_window,
+            )
+            .await
+            .map_err(ApiError::internal)?;
+            Ok(with_next_cursor(
+                page.attempts,
+                page.next.map(|c| c.to_string()),
+            ))
         }
+        None if query.after.is_some() => Err(ApiError::bad_request(
+            "after pages the stuck list (with stuck=…, oldest first); the listing pages newest first with before",
+        )),
         None => {
             let page = attempts::page(
                 store,

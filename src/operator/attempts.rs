@@ -99,8 +99,10 @@ pub async fn list(
 #[derive(Debug, Clone, Serialize)]
 pub struct AttemptPage {
     pub attempts: Vec<AttemptView>,
-    /// Pass as `before` (`--before`, `filter.before`) for the next, older page; `None` when
-    /// this page is the last (it held fewer than `limit` attempts).
+    /// The cursor of the next page: pass it as `before` (`--before`, `filter.before`) for
+    /// the listing's next, older page, as `after` (`--after`, [`StuckFilter::after`]) for
+    /// the stuck list's next, younger one; `None` when this page is the last (it held fewer
+    /// than `limit` attempts).
     #[serde(serialize_with = "display_option")]
     pub next: Option<AttemptCursor>,
 }
@@ -133,17 +135,46 @@ pub async fn page(
     })
 }
 
-/// Non-final attempts recorded more than `older_than` ago, plus every `needs_review`
-/// attempt, oldest first.
+/// What `attempts stuck` and `GET /api/attempts?stuck=` ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StuckFilter {
+    /// Age (since recorded) past which a non-final attempt counts as stuck; a
+    /// `needs_review` attempt counts at any age.
+    pub older_than: Duration,
+    /// Only attempts in this state.
+    pub status: Option<AttemptStatus>,
+    /// Only attempts after this cursor, oldest first: the next page. The list is oldest
+    /// first, so the next page continues after the last attempt of the previous one.
+    pub after: Option<AttemptCursor>,
+}
+
+/// Non-final attempts recorded more than `filter.older_than` ago, plus every `needs_review`
+/// attempt, oldest first (after `filter.after`), at most `limit` (0 = all, what contract
+/// §5/§6 answer without a limit), with the cursor of the next page.
+///
+/// A keyset page, like the listing's: an attempt that settles between two pages moves no
+/// other one across the boundary, so following the cursors shows each attempt once.
 pub async fn stuck(
     store: &Store,
-    older_than: Duration,
-    status: Option<AttemptStatus>,
+    filter: &StuckFilter,
+    limit: usize,
     now: OffsetDateTime,
     window: &RetryWindow,
-) -> Result<Vec<AttemptView>, sqlx::Error> {
-    let rows = sql::stuck_attempts(store, now - older_than, status).await?;
-    Ok(rows.into_iter().map(|a| view(a, now, window)).collect())
+) -> Result<AttemptPage, sqlx::Error> {
+    let limit = super::sql_limit(limit);
+    let rows = sql::stuck_attempts(
+        store,
+        now - filter.older_than,
+        filter.status,
+        filter.after,
+        limit,
+    )
+    .await?;
+    let next = super::next_cursor(&rows, limit, AttemptCursor::after);
+    Ok(AttemptPage {
+        attempts: rows.into_iter().map(|a| view(a, now, window)).collect(),
+        next,
+    })
 }
 
 /// One attempt with its transitions, gateway calls and events; `None` for an unknown id.
@@ -347,13 +378,21 @@ pub fn render_list(views: &[AttemptView], now: OffsetDateTime) -> String {
     )
 }
 
-/// The table of `attempts stuck`, with a line saying what was looked for.
-pub fn render_stuck(views: &[AttemptView], older_than: Duration, now: OffsetDateTime) -> String {
-    let threshold = table::setting(older_than);
+/// The table of `attempts stuck`, with a line saying what was looked for. A page of a paged
+/// list (`filter.after` set, or more to follow) says that its counts are the page's, not
+/// the whole list's.
+pub fn render_stuck(page: &AttemptPage, filter: &StuckFilter, now: OffsetDateTime) -> String {
+    let views = &page.attempts;
+    let threshold = table::setting(filter.older_than);
     if views.is_empty() {
-        return format!(
-            "nothing stuck: no unsettled attempt older than {threshold}, none in needs_review\n"
-        );
+        return match filter.after {
+            None => format!(
+                "nothing stuck: no unsettled attempt older than {threshold}, none in needs_review\n"
+            ),
+            Some(_) => {
+                "nothing stuck after this cursor: the previous page was the last\n".to_owned()
+            }
+        };
     }
     let mut t = Table::new(&[
         "PAYMENT ATTEMPT",
@@ -385,12 +424,15 @@ pub fn render_stuck(views: &[AttemptView], older_than: Duration, now: OffsetDate
         .iter()
         .filter(|v| v.attempt.status == AttemptStatus::NeedsReview)
         .count();
+    let paged = filter.after.is_some() || page.next.is_some();
     format!(
-        "{} attempt{} need{} attention: {review} in needs_review, {} unsettled for more than {threshold}; oldest first\n{}",
+        "{} attempt{}{} need{} attention: {review} in needs_review, {} unsettled for more than {threshold}; oldest first{}\n{}",
         views.len(),
         if views.len() == 1 { "" } else { "s" },
+        if paged { " on this page" } else { "" },
         if views.len() == 1 { "s" } else { "" },
         views.len() - review,
+        if page.next.is_some() { "; more on the next page" } else { "" },
         t.render()
     )
 }

@@ -77,6 +77,12 @@ pub enum AttemptsCommand {
         /// Age (since recorded) past which a non-final attempt counts as stuck, e.g. 15m, 2h
         #[arg(long, default_value = "15m", value_parser = crate::config::parse_duration)]
         older_than: Duration,
+        /// The next page: the cursor the previous page printed (on stderr)
+        #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
+        after: Option<attempts::AttemptCursor>,
+        /// At most this many; 0 (the default) means all
+        #[arg(long, default_value_t = 0, value_parser = parse_limit)]
+        limit: usize,
         /// One JSON document instead of a table
         #[arg(long)]
         json: bool,
@@ -235,14 +241,28 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
             }
             Ok(())
         }
-        AttemptsCommand::Stuck { older_than, json } => {
-            let views = attempts::stuck(&store, older_than, None, now, &window).await?;
+        AttemptsCommand::Stuck {
+            older_than,
+            after,
+            limit,
+            json,
+        } => {
+            let filter = attempts::StuckFilter {
+                older_than,
+                status: None,
+                after,
+            };
+            let page = attempts::stuck(&store, &filter, limit, now, &window).await?;
             if json {
-                print_json(&views)
+                print_json(&page.attempts)?;
             } else {
-                print!("{}", attempts::render_stuck(&views, older_than, now));
-                Ok(())
+                print!("{}", attempts::render_stuck(&page, &filter, now));
             }
+            // As `attempts list`: the JSON document stays the array of contract §5.
+            if let Some(next) = page.next {
+                eprintln!("next page: --after {next}");
+            }
+            Ok(())
         }
         AttemptsCommand::Stats { json } => {
             let broker = crate::broker::Broker::connect(settings).await?;

@@ -270,3 +270,91 @@ async fn the_bearer_scheme_is_matched_in_any_case_and_the_token_still_exactly() 
     }
     api.stop().await;
 }
+
+#[tokio::test]
+async fn stuck_pages_oldest_first_with_after_and_x_next_cursor_and_refuses_bad_paging() {
+    let World { env, id, api } = World::serve(None).await;
+    // Seven old pending attempts, four recorded at the same instant, besides the attempt in
+    // review (listed whatever its age, so last).
+    let old = crate::support::orders(7, "stuck_api");
+    env.record(&old).await;
+    for (i, record) in old.iter().enumerate() {
+        let at = if i < 4 { "10:00:00" } else { "09:00:00" };
+        env.exec(&format!(
+            "UPDATE payment_attempts SET created_at = '2026-12-01T{at}Z'
+             WHERE payment_attempt_id = '{}'",
+            record.command.payment_attempt_id
+        ))
+        .await;
+    }
+    let ids = |body: &Value| -> Vec<String> {
+        body.as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["payment_attempt_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let get = |path: String| {
+        let request = api.http().get(api.url(&path));
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let next = response
+                .headers()
+                .get("x-next-cursor")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (status, next, response.json::<Value>().await.unwrap())
+        }
+    };
+
+    let (status, next, unpaged) = get("/api/attempts?stuck=15m".to_owned()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        next, None,
+        "without a limit: every stuck attempt, one answer"
+    );
+    let unpaged = ids(&unpaged);
+    assert_eq!(unpaged.len(), 8, "{unpaged:?}");
+    assert_eq!(unpaged[7], id.to_string(), "the young review comes last");
+
+    let mut seen = Vec::new();
+    let mut path = "/api/attempts?stuck=15m&limit=3".to_owned();
+    let mut pages = 0;
+    loop {
+        let (status, next, body) = get(path.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        pages += 1;
+        assert!(pages <= 3, "a cursor that does not move on: {path}");
+        seen.extend(ids(&body));
+        match next {
+            Some(cursor) => path = format!("/api/attempts?stuck=15m&limit=3&after={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3, "3 + 3 + 2");
+    assert_eq!(seen, unpaged, "the pages, in order, are the unpaged answer");
+
+    for (path, reason) in [
+        ("/api/attempts?stuck=15m&limit=three", "limit"),
+        (
+            "/api/attempts?stuck=15m&limit=9223372036854775808",
+            "at most",
+        ),
+        ("/api/attempts?stuck=15m&after=yesterday", "is not a cursor"),
+        (
+            "/api/attempts?stuck=15m&before=1764579600000000_00000000-0000-0000-0000-000000000000",
+            "does not combine",
+        ),
+        (
+            "/api/attempts?after=1764579600000000_00000000-0000-0000-0000-000000000000",
+            "stuck",
+        ),
+    ] {
+        let (status, body) = api.get(path, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["error"]["type"], "invalid_request", "{path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{path}: {message}");
+    }
+    api.stop().await;
+}
