@@ -156,9 +156,10 @@ pub struct AttemptFilter {
     pub before: Option<AttemptCursor>,
 }
 
-/// A position in the newest-first listing: the last attempt of a page. The attempt id
-/// breaks ties between equal `created_at`, so a page boundary that falls among attempts
-/// recorded in the same microsecond neither skips nor repeats one of them.
+/// A position in a paged listing: the last attempt of a page, by (`created_at`, id) — the
+/// newest-first listing continues before it, the oldest-first stuck list and review queue
+/// after it. The attempt id breaks ties between equal `created_at`, so a page boundary that
+/// falls among attempts recorded in the same microsecond neither skips nor repeats one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttemptCursor {
     pub created_at: OffsetDateTime,
