@@ -285,9 +285,9 @@ async fn list_attempts(
         created_before: time_param("created_before", query.created_before.as_deref())?,
         before,
     };
-    match query.stuck.as_deref() {
+    let page = match query.stuck.as_deref() {
         Some(_) if filter != (attempts::AttemptFilter { status, ..Default::default() }) => {
-            Err(ApiError::bad_request(
+            return Err(ApiError::bad_request(
                 "stuck lists every unsettled attempt; it does not combine with order_id, customer_id, gateway_charge_id, idempotency_key, created_after, created_before or before",
             ))
         }
@@ -299,39 +299,24 @@ async fn list_attempts(
                 status,
                 after: cursor_param("after", query.after.as_deref())?,
             };
-            let page = attempts::stuck(
-                store,
-                &filter,
-                query.limit.unwrap_or(0),
-                now,
-                &state.retry_window,
-            )
-            .await
-            .map_err(ApiError::internal)?;
-            Ok(with_next_cursor(
-                page.attempts,
-                page.next.map(|c| c.to_string()),
+            let limit = query.limit.unwrap_or(0);
+            attempts::stuck(store, &filter, limit, now, &state.retry_window).await
+        }
+        None if query.after.is_some() => {
+            return Err(ApiError::bad_request(
+                "after pages the stuck list (with stuck=…, oldest first); the listing pages newest first with before",
             ))
         }
-        None if query.after.is_some() => Err(ApiError::bad_request(
-            "after pages the stuck list (with stuck=…, oldest first); the listing pages newest first with before",
-        )),
         None => {
-            let page = attempts::page(
-                store,
-                &filter,
-                query.limit.unwrap_or(100),
-                now,
-                &state.retry_window,
-            )
-            .await
-            .map_err(ApiError::internal)?;
-            Ok(with_next_cursor(
-                page.attempts,
-                page.next.map(|c| c.to_string()),
-            ))
+            let limit = query.limit.unwrap_or(100);
+            attempts::page(store, &filter, limit, now, &state.retry_window).await
         }
     }
+    .map_err(ApiError::internal)?;
+    Ok(with_next_cursor(
+        page.attempts,
+        page.next.map(|c| c.to_string()),
+    ))
 }
 
 fn attempt_id(

@@ -177,13 +177,9 @@ pub async fn review_page(
          LIMIT $1"
     );
     let query = sqlx::query_as(&sql).bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    let query = match after {
-        Some(cursor) => query
-            .bind(cursor.created_at)
-            .bind(cursor.payment_attempt_id),
-        None => query,
-    };
-    query.fetch_all(store.pool()).await
+    AttemptCursor::bind_to(after, query)
+        .fetch_all(store.pool())
+        .await
 }
 
 /// Every attempt in `needs_review` (the queue's length, shown on each of its pages).

@@ -167,6 +167,20 @@ pub struct AttemptCursor {
 }
 
 impl AttemptCursor {
+    /// `query` with this cursor's (`created_at`, id) bound as its next two parameters, when
+    /// there is a cursor: a page after (or before) it, written as its own statement.
+    pub(super) fn bind_to<'q, O>(
+        cursor: Option<Self>,
+        query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        match cursor {
+            Some(cursor) => query
+                .bind(cursor.created_at)
+                .bind(cursor.payment_attempt_id),
+            None => query,
+        }
+    }
+
     /// The cursor of the page that ends with `attempt`.
     pub fn after(attempt: &AttemptRecord) -> Self {
         Self {
@@ -294,13 +308,9 @@ pub async fn stuck_attempts(
         .bind(created_before)
         .bind(status.map(AttemptStatus::as_str))
         .bind(limit);
-    let query = match after {
-        Some(cursor) => query
-            .bind(cursor.created_at)
-            .bind(cursor.payment_attempt_id),
-        None => query,
-    };
-    query.fetch_all(store.pool()).await
+    AttemptCursor::bind_to(after, query)
+        .fetch_all(store.pool())
+        .await
 }
 
 /// One attempt, or `None` when no attempt has this id.
