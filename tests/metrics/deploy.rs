@@ -398,11 +398,14 @@ impl Drop for Serve {
     }
 }
 
+/// One sample line: metric name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
 /// What `/metrics` exposes: each metric's labels and the values each label took.
 #[derive(Debug, Default)]
 struct Exposed {
     metrics: HashMap<String, HashMap<String, HashSet<String>>>,
-    samples: Vec<(String, Vec<(String, String)>, f64)>,
+    samples: Vec<Sample>,
 }
 
 impl Exposed {
