@@ -8,6 +8,7 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod deploy;
 mod lag;
 mod observability;
 
