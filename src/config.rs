@@ -1511,6 +1511,24 @@ mod tests {
     }
 
     #[test]
+    fn a_session_cookie_without_secure_is_refused_on_an_admin_address_off_loopback() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("ONECHARGE_ADMIN_ADDR", "0.0.0.0:9464");
+            jail.set_env("ONECHARGE_ADMIN_TOKEN", "tok-admin-0123456789");
+            jail.set_env("ONECHARGE_CONSOLE__SECURE_COOKIE", "false");
+            let err = load().check_admin_exposure().unwrap_err().to_string();
+            assert!(
+                err.contains("console.secure_cookie") && !err.contains('\n'),
+                "one line naming the setting: {err}"
+            );
+            assert!(!err.contains("tok-admin"), "{err}");
+            jail.set_env("ONECHARGE_ADMIN_ADDR", "127.0.0.1:9464");
+            load().check_admin_exposure().unwrap();
+            Ok(())
+        });
+    }
+
+    #[test]
     fn operators_count_as_credentials_for_an_admin_address_off_loopback() {
         let mut s = Settings {
             admin_addr: "0.0.0.0:9464".parse().unwrap(),
