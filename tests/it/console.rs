@@ -57,10 +57,25 @@ impl Console {
         self.api.http()
     }
 
+    /// Signs in with `token` as a browser does: the sign-in page first (its cookie and form
+    /// token), then its form.
     async fn sign_in(&self, token: &str) -> reqwest::Response {
+        let form_page = self
+            .http()
+            .get(self.url("/console/login"))
+            .send()
+            .await
+            .unwrap();
+        let cookie = cookies_set(&form_page).expect("the sign-in page sets its cookie");
+        let csrf = csrf_of(&form_page.text().await.unwrap());
         self.http()
             .post(self.url("/console/login"))
-            .form(&[("token", token), ("next", "/console/review")])
+            .header(COOKIE, cookie)
+            .form(&[
+                ("token", token),
+                ("next", "/console/review"),
+                ("csrf", &csrf),
+            ])
             .send()
             .await
             .unwrap()
@@ -387,6 +402,9 @@ async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirme
         form
     };
 
+    // a confirmation that does not carry the previewed attempts is refused
+    let (status, page) = console.post(&ada, "/console/bulk", &form(true)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
     let (status, page) = console.post(&ada, "/console/bulk", &form(false)).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(
@@ -401,7 +419,16 @@ async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirme
         );
     }
 
-    let (status, page) = console.post(&ada, "/console/bulk", &form(true)).await;
+    for id in ids {
+        assert!(page.contains(&id.to_string()), "the preview lists {id}");
+    }
+
+    let confirmation = hidden_fields(&page, "confirm-form");
+    let confirmation: Vec<(&str, &str)> = confirmation
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    let (status, page) = console.post(&ada, "/console/bulk", &confirmation).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     for id in ids {
         assert_eq!(env.status(id).await, "pending");
@@ -1059,7 +1086,10 @@ async fn the_rebinding_probe_gets_a_4xx_on_every_route_and_changes_nothing() {
     let port = console.url("").rsplit(':').next().unwrap().to_owned();
     let corrected = serde_json::to_string(&command(Uuid::new_v4(), json!({}))).unwrap();
 
-    for host in ["attacker.example".to_owned(), format!("attacker.example:{port}")] {
+    for host in [
+        "attacker.example".to_owned(),
+        format!("attacker.example:{port}"),
+    ] {
         // what the page reads first: a console page, for a cookie and a CSRF token
         let first = console
             .http()
@@ -1216,8 +1246,7 @@ async fn the_rebinding_probe_gets_a_4xx_on_every_route_and_changes_nothing() {
 /// that changes something is refused when its `Origin` is another one, or when the browser
 /// says it is `cross-site`. A script (curl, no `Origin`) is unaffected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_state_changing_request_from_another_origin_is_refused_and_a_script_without_one_is_not(
-) {
+async fn a_state_changing_request_from_another_origin_is_refused_and_a_script_without_one_is_not() {
     let env = TestEnv::new().await;
     let id = attempt_in_review(&env, "ord_cross").await;
     let console = Console::start(&env).await;
@@ -1331,7 +1360,10 @@ async fn signing_in_needs_the_sign_in_pages_own_token_so_another_site_cannot_sig
     let env = TestEnv::with_settings(with_operators).await;
     let console = Console::start(&env).await;
     let sign_in = |cookie: Option<String>, form: Vec<(&'static str, String)>| {
-        let request = console.http().post(console.url("/console/login")).form(&form);
+        let request = console
+            .http()
+            .post(console.url("/console/login"))
+            .form(&form);
         let request = match cookie {
             Some(cookie) => request.header(COOKIE, cookie),
             None => request,
@@ -1364,9 +1396,12 @@ async fn signing_in_needs_the_sign_in_pages_own_token_so_another_site_cannot_sig
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
-    let response = sign_in(Some(cookie_b), vec![token.clone(), ("csrf", csrf_a.clone())])
-        .await
-        .unwrap();
+    let response = sign_in(
+        Some(cookie_b),
+        vec![token.clone(), ("csrf", csrf_a.clone())],
+    )
+    .await
+    .unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     assert_eq!(sessions(&env).await, 0);
 
@@ -1486,7 +1521,11 @@ async fn a_bulk_confirm_acts_on_exactly_the_previewed_attempts_never_one_that_ma
         .collect();
     let (status, page) = console.post(&ada, "/console/bulk", &form).await;
     assert_eq!(status, StatusCode::OK, "{page}");
-    assert_eq!(env.status(previewed).await, "pending", "the previewed one is retried");
+    assert_eq!(
+        env.status(previewed).await,
+        "pending",
+        "the previewed one is retried"
+    );
     assert_eq!(env.status(settled_meanwhile).await, "declined");
     assert_eq!(
         env.status(never_previewed).await,
