@@ -1061,6 +1061,12 @@ fn hidden_fields(page: &str, form_id: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// How many messages the test's command stream holds (a replay adds one).
+async fn commands_published(env: &TestEnv) -> u64 {
+    let mut stream = crate::support::commands_stream(&env.broker).await;
+    stream.info().await.unwrap().state.messages
+}
+
 /// The probe of issue 23: a page the operator opens at `attacker.example`, whose name is
 /// then rebound to the admin listener's address, sends every request with that `Host`. On
 /// an open admin (no token, no operators, loopback) it got a 200, a session cookie and a
@@ -1075,13 +1081,7 @@ async fn the_rebinding_probe_gets_a_4xx_on_every_route_and_changes_nothing() {
     let sequence = env
         .dead_letter_invalid(&intake, "m-rebound", Uuid::new_v4())
         .await;
-    let commands_before = crate::support::commands_stream(&env.broker)
-        .await
-        .info()
-        .await
-        .unwrap()
-        .state
-        .messages;
+    let commands_before = commands_published(&env).await;
     let console = Console::start(&env).await;
     let port = console.url("").rsplit(':').next().unwrap().to_owned();
     let corrected = serde_json::to_string(&command(Uuid::new_v4(), json!({}))).unwrap();
@@ -1101,9 +1101,11 @@ async fn the_rebinding_probe_gets_a_4xx_on_every_route_and_changes_nothing() {
         let cookie = cookies_set(&first);
         let csrf = {
             let page = first.text().await.unwrap();
-            page.contains(r#"name="csrf" value=""#)
-                .then(|| csrf_of(&page))
-                .unwrap_or_default()
+            if page.contains(r#"name="csrf" value=""#) {
+                csrf_of(&page)
+            } else {
+                String::new()
+            }
         };
         let reads = [
             "/healthz",
@@ -1230,14 +1232,11 @@ async fn the_rebinding_probe_gets_a_4xx_on_every_route_and_changes_nothing() {
     assert_eq!(env.status(id).await, "needs_review");
     assert_eq!(sessions(&env).await, 0, "no session was started");
     assert_eq!(env.scalar("SELECT count(*) FROM operator_audit").await, 0);
-    let commands_after = crate::support::commands_stream(&env.broker)
-        .await
-        .info()
-        .await
-        .unwrap()
-        .state
-        .messages;
-    assert_eq!(commands_after, commands_before, "nothing was replayed");
+    assert_eq!(
+        commands_published(&env).await,
+        commands_before,
+        "nothing was replayed"
+    );
     console.stop().await;
 }
 
