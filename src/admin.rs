@@ -1,7 +1,11 @@
 //! Admin HTTP (contract §6): liveness, readiness, Prometheus metrics and the operator API.
 //! Bound to 127.0.0.1 by default; `/api/*` requires the admin token or a named operator's
 //! token when either is configured (a viewer's token may only read). The operator console
-//! (`crate::console`) is mounted under `/console/`.
+//! (`crate::console`) is mounted under `/console/`. Every route, open or not, first passes
+//! [`origin::guard`]: a loopback or configured `Host`, and no state change from another
+//! origin's page (DNS rebinding, issue 23).
+
+pub mod origin;
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Extension, Path, Query, Request, State};
@@ -51,7 +55,8 @@ pub struct AdminState {
     pub reconciler: Option<Reconciler>,
 }
 
-/// The admin router: health, readiness, metrics, and the operator API under `/api`.
+/// The admin router: health, readiness, metrics, the operator API under `/api` and the
+/// console, every route behind [`origin::guard`].
 pub fn router(state: AdminState) -> Router {
     let api = Router::new()
         .route("/api/attempts", get(list_attempts))
@@ -68,6 +73,9 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .merge(api)
         .merge(crate::console::router(state.clone()))
+        // Last before `with_state`, so that it wraps every route above, any added to this
+        // router later, and the 404 of a path that is none (contract §6).
+        .layer(middleware::from_fn_with_state(state.clone(), origin::guard))
         .with_state(state)
 }
 

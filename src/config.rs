@@ -60,6 +60,13 @@ pub struct Settings {
     /// When set, `/api/*` requires `Authorization: Bearer <admin_token>`. Always a string.
     #[serde(serialize_with = "redact", deserialize_with = "secret", default)]
     pub admin_token: Option<SecretString>,
+    /// The origins, besides the loopback names, under which browsers and clients reach the
+    /// admin listener (`https://ops.example.com` behind a proxy, a tunnel's name), comma
+    /// separated in `ONECHARGE_ADMIN_PUBLIC_ORIGINS`. Every route answers only a `Host` that
+    /// is a loopback name or one of these hosts, and a change only from a page of its own
+    /// origin or of one of these (contract §6; DNS rebinding, `crate::admin::origin`).
+    #[serde(deserialize_with = "comma_separated", default)]
+    pub admin_public_origins: Vec<String>,
     /// Lets `serve` run the admin API on a non-loopback `admin_addr` without an
     /// `admin_token` (`--insecure-admin`). Off: such a `serve` refuses to start, because
     /// anyone who reaches the address could read attempts and resolve them.
@@ -188,18 +195,27 @@ pub struct ConsoleSettings {
     /// `console_sessions`, honoured by every admin instance on the database).
     #[serde(with = "bounded_duration")]
     pub session_ttl: Duration,
-    /// Marks the session cookie `Secure`, so a browser sends it over https only. Set it
-    /// when the console is reached through an https proxy; a plain-http loopback console
-    /// needs it off.
-    pub secure_cookie: bool,
+    /// Marks the console's cookies `Secure`, so a browser sends them over https only (and
+    /// to `http://localhost`, which browsers count as secure). Unset: on when `admin_addr`
+    /// is not a loopback address, off on loopback; `false` off loopback is refused
+    /// (`Settings::check_admin_exposure`).
+    pub secure_cookie: Option<bool>,
 }
 
 impl Default for ConsoleSettings {
     fn default() -> Self {
         Self {
             session_ttl: Duration::from_secs(8 * 3600),
-            secure_cookie: false,
+            secure_cookie: None,
         }
+    }
+}
+
+impl ConsoleSettings {
+    /// Whether the console's cookies are `Secure` when the admin listener binds
+    /// `admin_addr`: as configured, else off loopback only.
+    pub fn secure_cookie_on(&self, admin_addr: SocketAddr) -> bool {
+        self.secure_cookie.unwrap_or(!admin_addr.ip().is_loopback())
     }
 }
 
@@ -622,6 +638,7 @@ impl Default for Settings {
             gateway_api_key: None,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             admin_token: None,
+            admin_public_origins: Vec::new(),
             insecure_admin: false,
             operators: Vec::new(),
             console: ConsoleSettings::default(),
@@ -660,6 +677,26 @@ impl Default for IntakeSettings {
             retry_max_delay: Duration::from_secs(60),
         }
     }
+}
+
+/// A list given as one comma-separated string (`ONECHARGE_ADMIN_PUBLIC_ORIGINS=a,b`) or as
+/// a list (TOML `["a", "b"]`); blank items are dropped.
+fn comma_separated<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    let items = match OneOrMany::deserialize(d)? {
+        OneOrMany::One(text) => text.split(',').map(str::to_owned).collect(),
+        OneOrMany::Many(items) => items,
+    };
+    Ok(items
+        .into_iter()
+        .map(|item| item.trim().to_owned())
+        .filter(|item| !item.is_empty())
+        .collect())
 }
 
 fn redact<S: serde::Serializer>(value: &Option<SecretString>, s: S) -> Result<S::Ok, S::Error> {
@@ -766,8 +803,16 @@ impl Settings {
 
     /// `serve` with the admin API refuses a non-loopback `admin_addr` without an
     /// `admin_token`, unless `insecure_admin` says the operator means it: anyone who could
-    /// reach the address could read every attempt and resolve the ones in review.
+    /// reach the address could read every attempt and resolve the ones in review. Off
+    /// loopback it also refuses console cookies without `Secure` (`insecure_admin` does not
+    /// lift that): a session cookie sent over plain HTTP is anyone's on the path.
     pub fn check_admin_exposure(&self) -> Result<(), ConfigError> {
+        if !self.admin_addr.ip().is_loopback() && self.console.secure_cookie == Some(false) {
+            return Err(ConfigError(format!(
+                "console.secure_cookie (ONECHARGE_CONSOLE__SECURE_COOKIE) is false but admin_addr {} is not a loopback address, so the console's session cookie could travel over plain HTTP: serve the console through https and unset it (it defaults to true off loopback), or bind admin_addr to 127.0.0.1 and reach it through ssh -L",
+                self.admin_addr
+            )));
+        }
         if self.admin_addr.ip().is_loopback()
             || self.admin_token.is_some()
             || !self.operators.is_empty()
@@ -795,6 +840,7 @@ impl Settings {
         self.check_executor()?;
         self.relay.check()?;
         self.check_admin_token()?;
+        self.check_admin_public_origins()?;
         self.check_operators()?;
         self.console.check()?;
         self.purge.check()?;
@@ -947,6 +993,18 @@ impl Settings {
             "admin_token (ONECHARGE_ADMIN_TOKEN)",
             "is set but empty: set a token, or unset it to leave /api open on loopback",
         )
+    }
+
+    /// Each of `admin_public_origins` is an origin a browser would send: `http(s)://host[:port]`.
+    fn check_admin_public_origins(&self) -> Result<(), ConfigError> {
+        for origin in &self.admin_public_origins {
+            crate::admin::origin::WebOrigin::parse(origin).map_err(|why| {
+                ConfigError(format!(
+                    "admin_public_origins (ONECHARGE_ADMIN_PUBLIC_ORIGINS): {why}"
+                ))
+            })?;
+        }
+        Ok(())
     }
 
     /// Each operator named once, with a role and the 64 hex digits of a SHA-256; no two
@@ -1504,6 +1562,70 @@ mod tests {
                 assert!(
                     !err.contains('\n') && !err.contains(&HASH[1..]),
                     "one line, no hash: {err}"
+                );
+            }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_session_cookie_without_secure_is_refused_on_an_admin_address_off_loopback() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("ONECHARGE_ADMIN_ADDR", "0.0.0.0:9464");
+            jail.set_env("ONECHARGE_ADMIN_TOKEN", "tok-admin-0123456789");
+            jail.set_env("ONECHARGE_CONSOLE__SECURE_COOKIE", "false");
+            let err = load().check_admin_exposure().unwrap_err().to_string();
+            assert!(
+                err.contains("console.secure_cookie") && !err.contains('\n'),
+                "one line naming the setting: {err}"
+            );
+            assert!(!err.contains("tok-admin"), "{err}");
+            jail.set_env("ONECHARGE_ADMIN_ADDR", "127.0.0.1:9464");
+            load().check_admin_exposure().unwrap();
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn console_cookies_are_secure_by_default_off_loopback_only() {
+        let console = ConsoleSettings::default();
+        assert!(!console.secure_cookie_on("127.0.0.1:9464".parse().unwrap()));
+        assert!(!console.secure_cookie_on("[::1]:9464".parse().unwrap()));
+        assert!(console.secure_cookie_on("0.0.0.0:9464".parse().unwrap()));
+        let forced = ConsoleSettings {
+            secure_cookie: Some(true),
+            ..ConsoleSettings::default()
+        };
+        assert!(forced.secure_cookie_on("127.0.0.1:9464".parse().unwrap()));
+    }
+
+    #[test]
+    fn admin_public_origins_are_a_comma_separated_list_of_plain_origins() {
+        figment::Jail::expect_with(|jail| {
+            assert!(load().admin_public_origins.is_empty());
+            jail.create_file(
+                "onecharge.toml",
+                "admin_public_origins = [\"https://a.example\"]",
+            )?;
+            assert_eq!(load().admin_public_origins, ["https://a.example"]);
+            jail.set_env(
+                "ONECHARGE_ADMIN_PUBLIC_ORIGINS",
+                "https://ops.example.com, http://tunnel.internal:8080",
+            );
+            assert_eq!(
+                load().admin_public_origins,
+                ["https://ops.example.com", "http://tunnel.internal:8080"],
+                "the environment wins"
+            );
+            jail.set_env("ONECHARGE_ADMIN_PUBLIC_ORIGINS", "https://ops.example.com");
+            assert_eq!(load().admin_public_origins, ["https://ops.example.com"]);
+            for bad in ["ops.example.com", "https://ops.example.com/console"] {
+                jail.set_env("ONECHARGE_ADMIN_PUBLIC_ORIGINS", bad);
+                let err = load_error();
+                assert!(
+                    err.contains("admin_public_origins (ONECHARGE_ADMIN_PUBLIC_ORIGINS)")
+                        && !err.contains('\n'),
+                    "{err}"
                 );
             }
             Ok(())

@@ -24,10 +24,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::admin::origin::PublicOrigins;
 use crate::admin::AdminState;
 use crate::config::{ConsoleSettings, Settings};
-use access::{Operators, OPEN_CONSOLE_ACTOR};
-use session::Session;
+use access::{Operators, Principal};
+use session::{FormToken, Session};
 
 /// Largest form the console accepts: a corrected dead-letter body (64 KiB) and its fields.
 const MAX_FORM_BYTES: usize = 256 * 1024;
@@ -38,6 +39,12 @@ pub struct Console {
     /// The named operators (`[[operators]]`); the shared admin token is `AdminState`'s.
     pub operators: Operators,
     pub settings: ConsoleSettings,
+    /// Whether the console's cookies are `Secure` (`ConsoleSettings::secure_cookie_on` for
+    /// the admin address).
+    pub secure_cookie: bool,
+    /// `admin_public_origins`, which the admin router's `origin::guard` reads for every
+    /// route: carried here because every admin state is built with a `Console`.
+    pub public_origins: PublicOrigins,
     /// The durable intake consumer, whose lag the overview shows.
     pub intake_consumer: Option<String>,
 }
@@ -48,6 +55,8 @@ impl Console {
         Self {
             operators: Operators::new(&settings.operators),
             settings: settings.console.clone(),
+            secure_cookie: settings.console.secure_cookie_on(settings.admin_addr),
+            public_origins: PublicOrigins::new(&settings.admin_public_origins),
             intake_consumer: Some(settings.intake.consumer.clone()),
         }
     }
@@ -89,10 +98,11 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         .route_layer(middleware::from_fn_with_state(state, guard))
 }
 
-/// Every console request passes here: security headers on every answer; outside the
-/// sign-in page and the stylesheet a live session (started at once on an open console, else
-/// a redirect to sign in); on every POST the session's CSRF token and, except to sign out,
-/// the role `operator`.
+/// Every console request passes here: security headers on every answer; the sign-in page
+/// with its own form token (no session yet); elsewhere a live session (an open console's
+/// needs no row, else a redirect to sign in); on every POST the CSRF token and, except to
+/// sign out, the role `operator`. Host and Origin were checked before, for the whole admin
+/// router (`crate::admin::origin`).
 async fn guard(State(state): State<AdminState>, request: Request, next: Next) -> Response {
     let mut response = check(&state, request, next).await;
     let headers = response.headers_mut();
@@ -102,7 +112,10 @@ async fn guard(State(state): State<AdminState>, request: Request, next: Next) ->
             "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // `same-origin`, not `no-referrer`: no console URL leaves for another site either
+        // way, but under `no-referrer` a browser sends `Origin: null` with the console's own
+        // forms, which the admin router's origin guard must refuse.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::CACHE_CONTROL, "no-store"),
     ] {
@@ -113,16 +126,54 @@ async fn guard(State(state): State<AdminState>, request: Request, next: Next) ->
 
 async fn check(state: &AdminState, request: Request, next: Next) -> Response {
     let path = request.uri().path().to_owned();
-    if path == "/console/login" || path == "/console/style.css" {
+    if path == "/console/style.css" {
         return next.run(request).await;
     }
-    let console = &state.console;
-    let ttl = console.settings.session_ttl;
-    let mut new_cookie = None;
+    let posted = request.method() == Method::POST;
+    // The sign-in page, and every page of an open console, keep no session in the
+    // database: their forms carry a token bound to a cookie of the browser's own.
+    if path == "/console/login" || is_open(state) {
+        let (token, new_cookie) = match session::form_token(request.headers()) {
+            Some(token) => (token, None),
+            // A form posted without the cookie came from no page of ours: refused below.
+            None if posted => (String::new(), None),
+            None => {
+                let token = session::new_form_token();
+                let cookie = session::set_form_cookie(&token, state.console.secure_cookie);
+                (token, Some(cookie))
+            }
+        };
+        let opened = (path != "/console/login").then(|| Session {
+            principal: Principal::open_console(),
+            csrf: token.clone(),
+        });
+        let mut request = if posted {
+            match checked_form(&token, opened.as_ref(), request).await {
+                Ok(request) => request,
+                Err(refusal) => return refusal,
+            }
+        } else {
+            request
+        };
+        match opened {
+            Some(session) => {
+                request.extensions_mut().insert(session);
+            }
+            None => {
+                request.extensions_mut().insert(FormToken(token));
+            }
+        }
+        let mut response = next.run(request).await;
+        if let Some(cookie) = new_cookie {
+            response.headers_mut().append(header::SET_COOKIE, cookie);
+        }
+        return response;
+    }
     let live = match session::cookie_id(request.headers()) {
         Some(id) => {
             session::resume(&state.store, &id, |actor| {
-                console
+                state
+                    .console
                     .operators
                     .session_principal(state.admin_token.as_ref(), actor)
             })
@@ -130,24 +181,10 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
         }
         None => Ok(None),
     };
-    // Some only while the console is open (nothing configured to sign in with).
-    let open = console
-        .operators
-        .session_principal(state.admin_token.as_ref(), OPEN_CONSOLE_ACTOR);
-    let session = match (live, open) {
-        (Ok(Some(session)), _) => session,
-        (Err(err), _) => return pages::sessions_unavailable(err),
-        (Ok(None), Some((principal, binding))) => {
-            match session::start(&state.store, principal, binding, ttl).await {
-                Ok((id, session)) => {
-                    new_cookie =
-                        Some(session::set_cookie(&id, ttl, console.settings.secure_cookie));
-                    session
-                }
-                Err(err) => return pages::sessions_unavailable(err),
-            }
-        }
-        (Ok(None), None) if request.method() == Method::GET || request.method() == Method::HEAD => {
+    let session = match live {
+        Ok(Some(session)) => session,
+        Err(err) => return pages::sessions_unavailable(err),
+        Ok(None) if request.method() == Method::GET || request.method() == Method::HEAD => {
             let target = request
                 .uri()
                 .path_and_query()
@@ -156,7 +193,7 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
             let next_param = form_urlencode(&target);
             return Redirect::to(&format!("/console/login?next={next_param}")).into_response();
         }
-        (Ok(None), None) => {
+        Ok(None) => {
             return pages::refused(
                 StatusCode::FORBIDDEN,
                 None,
@@ -164,27 +201,31 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
             )
         }
     };
-    let mut request = if request.method() == Method::POST {
-        match checked_form(&session, &path, request).await {
+    let mut request = if posted {
+        match checked_form(&session.csrf, Some(&session), request).await {
             Ok(request) => request,
             Err(refusal) => return refusal,
         }
     } else {
         request
     };
-    request.extensions_mut().insert(session);
-    let mut response = next.run(request).await;
-    if let Some(cookie) = new_cookie {
-        response.headers_mut().append(header::SET_COOKIE, cookie);
+    if posted && path != "/console/logout" && !session.principal.may_act() {
+        return pages::refused(
+            StatusCode::FORBIDDEN,
+            Some(&session),
+            &format!("{}. Nothing was changed.", session.principal.refusal()),
+        );
     }
-    response
+    request.extensions_mut().insert(session);
+    next.run(request).await
 }
 
-/// A POST, its form read once: refused unless it carries the session's CSRF token and,
-/// except for signing out, the session may act.
+/// A POST, its form read once: refused unless its `csrf` field is `expected` (the session's
+/// token, or the form token of the browser's cookie; never an empty one). `session` is the
+/// page frame of a refusal.
 async fn checked_form(
-    session: &Session,
-    path: &str,
+    expected: &str,
+    session: Option<&Session>,
     request: Request,
 ) -> Result<Request, Response> {
     let (parts, body) = request.into_parts();
@@ -193,7 +234,7 @@ async fn checked_form(
         .map_err(|_| {
             pages::refused(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                Some(session),
+                session,
                 "The form is larger than 256 KiB.",
             )
         })?;
@@ -203,18 +244,11 @@ async fn checked_form(
         .find(|(name, _)| name == "csrf")
         .map(|(_, value)| value.as_str())
         .unwrap_or("");
-    if !session.csrf_matches(csrf) {
+    if expected.is_empty() || !session::tokens_match(expected, csrf) {
         return Err(pages::refused(
             StatusCode::FORBIDDEN,
-            Some(session),
-            "This form did not carry your session's CSRF token (it came from another page, or from before you signed in again): nothing was changed. Reload the page and try again.",
-        ));
-    }
-    if path != "/console/logout" && !session.principal.may_act() {
-        return Err(pages::refused(
-            StatusCode::FORBIDDEN,
-            Some(session),
-            &format!("{}. Nothing was changed.", session.principal.refusal()),
+            session,
+            "This form did not carry the CSRF token of a page of this console in this browser (it came from another page, or from before you signed in again or reopened the browser): nothing was changed. Reload the page and try again.",
         ));
     }
     Ok(Request::from_parts(parts, Body::from(bytes)))

@@ -10,7 +10,7 @@ use maud::{html, Markup, DOCTYPE};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use super::session::{self, Session};
+use super::session::{self, FormToken, Session};
 use crate::admin::AdminState;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::operator::attempts::{self, AttemptCursor, AttemptFilter, AttemptView};
@@ -138,13 +138,23 @@ pub(super) struct LoginQuery {
 
 pub(super) async fn login_form(
     State(state): State<AdminState>,
+    Extension(form_token): Extension<FormToken>,
     Query(query): Query<LoginQuery>,
 ) -> Response {
-    login_page(&state, StatusCode::OK, query.next.as_deref(), None)
+    login_page(
+        &state,
+        &form_token,
+        StatusCode::OK,
+        query.next.as_deref(),
+        None,
+    )
 }
 
+/// The sign-in form, which carries the browser's form token (the guard checks it when the
+/// form comes back: no login CSRF).
 fn login_page(
     state: &AdminState,
+    form_token: &FormToken,
     status: StatusCode,
     next: Option<&str>,
     error: Option<&str>,
@@ -160,6 +170,7 @@ fn login_page(
             p #login-error .error data-testid="login-error" { (error) }
         }
         form #login-form method="post" action="/console/login" {
+            input type="hidden" name="csrf" value=(form_token.0);
             label for="login-token" { "Operator token" }
             input #login-token type="password" name="token" autocomplete="off" required autofocus;
             input type="hidden" name="next" value=(safe_next(next));
@@ -178,6 +189,7 @@ fn safe_next(next: Option<&str>) -> &str {
     }
 }
 
+/// The sign-in form; its `csrf` field was checked by the guard.
 #[derive(Debug, Deserialize)]
 pub(super) struct LoginForm {
     token: String,
@@ -186,6 +198,7 @@ pub(super) struct LoginForm {
 
 pub(super) async fn login(
     State(state): State<AdminState>,
+    Extension(form_token): Extension<FormToken>,
     Form(form): Form<LoginForm>,
 ) -> Response {
     let operators = &state.console.operators;
@@ -198,6 +211,7 @@ pub(super) async fn login(
         tracing::warn!("console sign-in refused: the token matches no operator");
         return login_page(
             &state,
+            &form_token,
             StatusCode::UNAUTHORIZED,
             form.next.as_deref(),
             Some("That token matches no operator: nothing was signed in."),
@@ -213,7 +227,7 @@ pub(super) async fn login(
     let mut response = Redirect::to(safe_next(form.next.as_deref())).into_response();
     response.headers_mut().append(
         header::SET_COOKIE,
-        session::set_cookie(&id, ttl, console.settings.secure_cookie),
+        session::set_cookie(&id, ttl, console.secure_cookie),
     );
     response
 }
@@ -227,7 +241,7 @@ pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) 
     let mut response = Redirect::to("/console/login").into_response();
     response.headers_mut().append(
         header::SET_COOKIE,
-        session::clear_cookie(state.console.settings.secure_cookie),
+        session::clear_cookie(state.console.secure_cookie),
     );
     response
 }
@@ -1076,8 +1090,9 @@ pub(super) async fn recheck(
 // ---------------------------------------------------------------------------------------
 // Bulk actions
 
-/// The bulk form: posted without `confirm`, a preview (count and first ids, nothing done);
-/// with `confirm=yes` and `max` (the previewed count), the action.
+/// The bulk form: posted without `confirm`, a preview (the count and every matching id,
+/// nothing done); with `confirm=yes`, `max` (the previewed count) and `ids` (the previewed
+/// ids, comma separated), the action on exactly those ids that still match.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(super) struct BulkForm {
@@ -1089,7 +1104,26 @@ pub(super) struct BulkForm {
     created_before: String,
     reason: String,
     max: Option<usize>,
+    ids: String,
     confirm: Option<String>,
+}
+
+/// The previewed ids a confirmation carries: at least one, each a payment_attempt_id.
+fn previewed_ids(field: &str) -> Result<Vec<PaymentAttemptId>, String> {
+    let ids = field
+        .split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(|id| id.parse::<PaymentAttemptId>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| {
+            "The confirmation's attempt ids are not understood: preview again. Nothing was done."
+                .to_owned()
+        })?;
+    if ids.is_empty() {
+        return Err("A confirmation carries the attempts its preview showed, and this one carries none: preview again. Nothing was done.".into());
+    }
+    Ok(ids)
 }
 
 fn bulk_form(session: &Session, form: &BulkForm) -> Markup {
@@ -1150,6 +1184,14 @@ pub(super) async fn bulk_action(
         Err(why) => return bad_request(&session, &why),
     };
     let confirmed = form.confirm.as_deref() == Some("yes");
+    let ids = if confirmed {
+        match previewed_ids(&form.ids) {
+            Ok(ids) => Some(ids),
+            Err(why) => return bad_request(&session, &why),
+        }
+    } else {
+        None
+    };
     let request = BulkRequest {
         action,
         filter: BulkFilter {
@@ -1163,6 +1205,7 @@ pub(super) async fn bulk_action(
         reason: form.reason.clone(),
         preview: !confirmed,
         max: if confirmed { form.max } else { None },
+        ids,
     };
     let outcome = bulk::bulk(
         &state.store,
@@ -1188,10 +1231,17 @@ pub(super) async fn bulk_action(
         }
         Err(err @ BulkError::Failed(_)) => return failed(&session, err),
     };
+    let previewed = outcome
+        .ids
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let body = if outcome.preview {
         html! {
             p #bulk-matched data-count=(outcome.matched) {
-                (outcome.matched) " attempt" @if outcome.matched != 1 { "s" } " match. Nothing was done yet."
+                (outcome.matched) " attempt" @if outcome.matched != 1 { "s" } " match. Nothing was done yet. "
+                "Confirming acts on exactly these, those of them that still match then; an attempt that matches only later is left alone."
             }
             @if !outcome.ids.is_empty() {
                 ul #bulk-preview-ids {
@@ -1211,6 +1261,7 @@ pub(super) async fn bulk_action(
                     input type="hidden" name="created_before" value=(form.created_before);
                     input type="hidden" name="reason" value=(form.reason);
                     input type="hidden" name="max" value=(outcome.matched);
+                    input type="hidden" name="ids" value=(previewed);
                     input type="hidden" name="confirm" value="yes";
                     button #confirm-submit type="submit" { "Confirm: " (form.action) " " (outcome.matched) " attempt" @if outcome.matched != 1 { "s" } }
                     " "

@@ -17,6 +17,11 @@
 //! - An expired session is never honoured: the database's `now()` judges it.
 //! - At most [`MAX_SESSIONS_PER_ACTOR`] sessions per actor: the set of actors is the
 //!   configuration's, so the table is bounded however often anyone signs in.
+//! - Only a sign-in writes a session, and a sign-in needs a valid token. The sign-in page and
+//!   an open console (nobody to tell apart) keep nothing in the database: their forms carry
+//!   a [`FormToken`], a random token in a cookie of the browser's own (HttpOnly,
+//!   SameSite=Strict), posted back beside the cookie — so no request without a credential
+//!   writes a row, takes the sign-ins' lock or ends anyone's session.
 
 use std::time::Duration;
 
@@ -32,10 +37,21 @@ use crate::store::Store;
 /// The cookie's name.
 pub const COOKIE: &str = "onecharge_console";
 
+/// The cookie of a [`FormToken`].
+pub const FORM_COOKIE: &str = "onecharge_form";
+
 /// Most sessions one actor keeps: past it, a sign-in ends that actor's oldest. Enough for a
 /// person's browsers and a script's sign-ins; a sign-in flood (which needs a valid token)
-/// or an open console polled without cookies ends old sessions instead of growing the table.
+/// ends that actor's old sessions instead of growing the table.
 pub const MAX_SESSIONS_PER_ACTOR: usize = 100;
+
+/// The CSRF token of a page that has no session in the database (the sign-in page; every
+/// page of an open console): the value of the browser's [`FORM_COOKIE`]. A form is honoured
+/// only when its `csrf` field equals the cookie it arrives with: another site's page can
+/// neither read the cookie nor make the browser send it (SameSite=Strict), and a page served
+/// to another name was refused before it reached the console (`crate::admin::origin`).
+#[derive(Debug, Clone)]
+pub struct FormToken(pub String);
 
 /// One signed-in browser.
 #[derive(Debug, Clone)]
@@ -48,9 +64,13 @@ pub struct Session {
 impl Session {
     /// Whether `presented` is this session's CSRF token (constant time).
     pub fn csrf_matches(&self, presented: &str) -> bool {
-        presented.len() == self.csrf.len()
-            && bool::from(presented.as_bytes().ct_eq(self.csrf.as_bytes()))
+        tokens_match(&self.csrf, presented)
     }
+}
+
+/// Whether `presented` is `expected` (constant time in their contents).
+pub fn tokens_match(expected: &str, presented: &str) -> bool {
+    presented.len() == expected.len() && bool::from(presented.as_bytes().ct_eq(expected.as_bytes()))
 }
 
 /// Starts a session for `principal`, bound to `binding` (what
@@ -120,15 +140,41 @@ fn random_hex() -> String {
 
 /// The session id the request's `Cookie` header carries, if any.
 pub fn cookie_id(headers: &HeaderMap) -> Option<String> {
+    cookie(headers, COOKIE).filter(|id| !id.is_empty())
+}
+
+/// The value of the cookie `name` the request carries, if any.
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(found, _)| *found == name)
         .map(|(_, value)| value.trim().to_owned())
-        .filter(|id| !id.is_empty())
+}
+
+/// The form token the request's [`FORM_COOKIE`] carries, when it is one we could have made
+/// (64 hex digits).
+pub fn form_token(headers: &HeaderMap) -> Option<String> {
+    cookie(headers, FORM_COOKIE)
+        .filter(|token| token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// A new form token: 32 random bytes from the operating system, as hex.
+pub fn new_form_token() -> String {
+    random_hex()
+}
+
+/// The `Set-Cookie` value of form token `token`: HttpOnly, SameSite=Strict, Path=/console,
+/// Secure when configured, and no Max-Age (it ends with the browser).
+pub fn set_form_cookie(token: &str, secure: bool) -> HeaderValue {
+    let value = format!(
+        "{FORM_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/console{}",
+        if secure { "; Secure" } else { "" }
+    );
+    HeaderValue::from_str(&value).expect("a hex token and fixed attributes are a valid header")
 }
 
 /// The `Set-Cookie` value for session `id`: HttpOnly (no script reads it), SameSite=Strict

@@ -2,7 +2,10 @@
 //! decision applied to every attempt a filter matches — retry every `needs_review` attempt
 //! of an incident, or recheck every `unknown` one after a gateway outage.
 //!
-//! A preview acts on nothing and says how many attempts match and which. A set larger than
+//! A preview acts on nothing and says how many attempts match and which (every one, up to
+//! the cap). A confirmation that passes the previewed `ids` back acts on those alone — the
+//! ones that still match — never on an attempt that began to match after the preview (the
+//! console always does; issue 23). A set larger than
 //! [`BULK_CAP`] (or than the caller's own `max`) is refused whole, never cut: a person
 //! narrows the filter instead of acting on an arbitrary first slice. Each attempt goes
 //! through the single-attempt path (`resolve` with `as retry`, `recheck`), with its own
@@ -26,7 +29,7 @@ use crate::store::Store;
 /// (by time, order, customer) and act in several steps.
 pub const BULK_CAP: usize = 500;
 
-/// How many ids a preview lists.
+/// How many of a preview's ids `attempts bulk-* --dry-run` prints.
 pub const PREVIEW_IDS: usize = 20;
 
 /// What to do to each matching attempt.
@@ -108,6 +111,12 @@ pub struct BulkRequest {
     /// expectation of the set's size, from a preview.
     #[serde(default)]
     pub max: Option<usize>,
+    /// Act only on these attempts (a preview's `ids`), those of them the filter still
+    /// matches: one that stopped matching is reported `refused` and left alone, and one that
+    /// began to match after the preview is not acted on. `None`: every attempt the filter
+    /// matches now.
+    #[serde(default)]
+    pub ids: Option<Vec<PaymentAttemptId>>,
 }
 
 /// What happened to one attempt.
@@ -124,9 +133,10 @@ pub struct BulkItem {
 pub struct BulkOutcome {
     pub action: BulkAction,
     pub preview: bool,
-    /// How many attempts the filter matched.
+    /// How many attempts the filter matched (among the request's `ids`, when given).
     pub matched: usize,
-    /// The first [`PREVIEW_IDS`] matching ids (a preview), or every one acted on.
+    /// Every matching id (a preview: pass them back as `ids` to act on exactly these), or
+    /// every one acted on.
     pub ids: Vec<PaymentAttemptId>,
     /// Per attempt, when acted on.
     pub results: Vec<BulkItem>,
@@ -182,9 +192,19 @@ pub async fn bulk(
         _ => (BULK_CAP, "the bulk cap"),
     };
     let filter = narrowed(request.action, &request.filter)?;
-    // One more than the limit tells "too many" from "exactly the limit" without counting
-    // the whole table.
-    let rows = sql::list_attempts(store, &filter, Some(limit as i64 + 1)).await?;
+    let rows = match &request.ids {
+        Some(previewed) if previewed.len() > limit => {
+            return Err(BulkError::TooMany {
+                matched: previewed.len(),
+                limit,
+                why,
+            })
+        }
+        Some(previewed) => sql::list_attempts_among(store, &filter, previewed).await?,
+        // One more than the limit tells "too many" from "exactly the limit" without
+        // counting the whole table.
+        None => sql::list_attempts(store, &filter, Some(limit as i64 + 1)).await?,
+    };
     let ids: Vec<PaymentAttemptId> = rows.iter().map(|a| a.payment_attempt_id).collect();
     if ids.len() > limit {
         return Err(BulkError::TooMany {
@@ -198,12 +218,21 @@ pub async fn bulk(
             action: request.action,
             preview: true,
             matched: ids.len(),
-            ids: ids.iter().take(PREVIEW_IDS).copied().collect(),
+            ids,
             results: Vec::new(),
             audit_id: None,
         });
     }
-    let results = match request.action {
+    let stopped_matching = request.ids.iter().flatten().filter(|id| !ids.contains(id));
+    let mut results: Vec<BulkItem> = stopped_matching
+        .map(|&id| BulkItem {
+            payment_attempt_id: id,
+            outcome: "refused".into(),
+            detail: "no longer matches the filter (it changed since the preview): left alone"
+                .into(),
+        })
+        .collect();
+    results.extend(match request.action {
         BulkAction::Retry => retry_each(store, &ids, reason, actor, via, window).await,
         BulkAction::Recheck => {
             let reconciler = reconciler.ok_or_else(|| {
@@ -213,7 +242,7 @@ pub async fn bulk(
             })?;
             recheck_each(reconciler, &ids, reason, actor, via).await
         }
-    };
+    });
     let mut conn = store.pool().acquire().await?;
     let audit_id = audit::insert(
         &mut conn,
@@ -351,14 +380,11 @@ pub fn render(outcome: &BulkOutcome) -> String {
             outcome.matched,
             if outcome.matched == 1 { "" } else { "s" }
         );
-        for id in &outcome.ids {
+        for id in outcome.ids.iter().take(PREVIEW_IDS) {
             out.push_str(&format!("  {id}\n"));
         }
-        if outcome.matched > outcome.ids.len() {
-            out.push_str(&format!(
-                "  … and {} more\n",
-                outcome.matched - outcome.ids.len()
-            ));
+        if outcome.matched > PREVIEW_IDS {
+            out.push_str(&format!("  … and {} more\n", outcome.matched - PREVIEW_IDS));
         }
         out.push_str(&format!(
             "to act: the same command without --dry-run (add --max {} to refuse a larger set)\n",

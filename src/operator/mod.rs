@@ -366,6 +366,8 @@ async fn run_bulk(
         reason: args.reason,
         preview: args.dry_run,
         max: args.max,
+        // the command line acts in one step on what matches then, bounded by --max
+        ids: None,
     };
     let reconciler = match action {
         bulk::BulkAction::Recheck if !args.dry_run => {

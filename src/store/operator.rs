@@ -226,6 +226,31 @@ pub async fn list_attempts(
     filter: &AttemptFilter,
     limit: Option<i64>,
 ) -> Result<Vec<AttemptRecord>, sqlx::Error> {
+    let mut query = matching(filter);
+    query
+        .push(" ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT ")
+        .push_bind(limit);
+    query.build_query_as().fetch_all(store.pool()).await
+}
+
+/// The attempts among `ids` that match `filter` now, newest first: a bulk confirmation acts
+/// on the set its preview showed, less the attempts that stopped matching since, and never
+/// on one that began to match after it (issue 23).
+pub async fn list_attempts_among(
+    store: &Store,
+    filter: &AttemptFilter,
+    ids: &[PaymentAttemptId],
+) -> Result<Vec<AttemptRecord>, sqlx::Error> {
+    let mut query = matching(filter);
+    query
+        .push(" AND a.payment_attempt_id = ANY(")
+        .push_bind(ids.to_vec())
+        .push(") ORDER BY a.created_at DESC, a.payment_attempt_id DESC");
+    query.build_query_as().fetch_all(store.pool()).await
+}
+
+/// The attempts `filter` matches, unordered: `SELECT … WHERE …` with only the filters set.
+fn matching(filter: &AttemptFilter) -> sqlx::QueryBuilder<'_, sqlx::Postgres> {
     let conditions = [
         ("a.status", filter.status.map(AttemptStatus::as_str)),
         ("a.order_id", filter.order_id.as_deref()),
@@ -260,9 +285,6 @@ pub async fn list_attempts(
             .push(")");
     }
     query
-        .push(" ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT ")
-        .push_bind(limit);
-    query.build_query_as().fetch_all(store.pool()).await
 }
 
 /// Attempts that should have settled by now: every non-final attempt recorded at or before

@@ -358,3 +358,70 @@ async fn stuck_pages_oldest_first_with_after_and_x_next_cursor_and_refuses_bad_p
     }
     api.stop().await;
 }
+
+/// Behind a proxy or a tunnel the admin listener is reached under other names: those of
+/// `admin_public_origins` are answered like the loopback names, and a page of one of those
+/// origins may post (a proxy that rewrites `Host` to the upstream keeps the browser's
+/// `Origin`); any other name is `421 Misdirected Request` on every route.
+#[tokio::test]
+async fn admin_public_origins_name_the_hosts_and_pages_a_proxy_brings_and_no_other_is_answered() {
+    use reqwest::header::HOST;
+    let env = TestEnv::with_settings(|s| {
+        s.admin_public_origins = vec!["https://ops.example.com".into()];
+    })
+    .await;
+    let id = attempt_in_review(&env, "ord_proxy").await;
+    let api = AdminApi::start(&env.settings).await;
+    let port = api.url("").rsplit(':').next().unwrap().to_owned();
+    let get = |host: String| {
+        api.http()
+            .get(api.url("/api/stats"))
+            .header(HOST, host)
+            .send()
+    };
+    for host in [
+        format!("localhost:{port}"),
+        "localhost".to_owned(),
+        format!("[::1]:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("console.localhost:{port}"),
+        "ops.example.com".to_owned(),
+        "OPS.example.com:443".to_owned(),
+    ] {
+        let response = get(host.clone()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "Host {host}");
+    }
+    for host in [
+        "ops.example.com.attacker.example",
+        "attacker.example",
+        "localhost.attacker.example",
+        "10.0.0.1",
+        "user@localhost",
+    ] {
+        let response = get(host.to_owned()).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::MISDIRECTED_REQUEST,
+            "Host {host}"
+        );
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["type"], "misdirected_request");
+    }
+
+    let resolve = |origin: &'static str| {
+        api.http()
+            .post(api.url(&format!("/api/attempts/{id}/resolve")))
+            .header("origin", origin)
+            .json(&json!({"as": "declined", "reason": "no charge at the gateway"}))
+            .send()
+    };
+    let response = resolve("http://ops.example.com").await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN, "another scheme");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "cross_origin");
+    assert_eq!(env.status(id).await, "needs_review");
+    let response = resolve("https://ops.example.com").await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(env.status(id).await, "declined");
+    api.stop().await;
+}

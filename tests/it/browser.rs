@@ -379,3 +379,36 @@ async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_wi
     browser.close().await;
     console.stop().await;
 }
+
+/// The rebinding of issue 23 in a real browser: chromium resolves `attacker.example` to the
+/// admin listener's loopback address, as the attacker's DNS would after the page loaded. The
+/// open console and the API answer that name nothing but 421, and set no cookie; the same
+/// browser at `127.0.0.1` gets the console.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_rebound_to_the_admin_address_gets_421_in_the_browser_and_no_cookie() {
+    let test = "a_name_rebound_to_the_admin_address_gets_421_in_the_browser_and_no_cookie";
+    if !Browser::available(test) {
+        return;
+    }
+    let env = TestEnv::new().await;
+    let console = Served::admin(&env.settings).await;
+    let port = console.admin.unwrap().port();
+    let browser =
+        Browser::start_with(&["--host-resolver-rules=MAP attacker.example 127.0.0.1"]).await;
+
+    for path in ["/console/", "/api/stats", "/healthz"] {
+        browser
+            .goto(&format!("http://attacker.example:{port}{path}"))
+            .await;
+        let body = browser.text("body").await;
+        assert!(body.contains("misdirected_request"), "{path}: {body}");
+    }
+    let cookies = browser.client().get_all_cookies().await.unwrap();
+    assert!(cookies.is_empty(), "{cookies:?}");
+
+    browser.goto(&console.url("/console/")).await;
+    assert!(browser.has("#whoami").await, "the console at 127.0.0.1");
+    assert_eq!(env.scalar("SELECT count(*) FROM console_sessions").await, 0);
+    browser.close().await;
+    console.stop().await;
+}

@@ -23,6 +23,7 @@ fn retry(order_id: Option<&str>, preview: bool, max: Option<usize>) -> BulkReque
         reason: "gateway outage 12:00-12:20 is over".into(),
         preview,
         max,
+        ids: None,
     }
 }
 
@@ -106,6 +107,64 @@ async fn a_bulk_preview_counts_and_lists_the_matching_attempts_and_acts_on_nothi
         audit_rows(&env).await.is_empty(),
         "a preview is not an action"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_retry_given_the_previewed_ids_acts_on_those_still_matching_and_on_no_other() {
+    let env = TestEnv::new().await;
+    let ids = attempts_in_review(&env, 3, "ord_bulk_ids").await;
+    let preview = bulk_as_alice(
+        &env.store,
+        &env.settings,
+        None,
+        &retry(Some("ord_bulk_ids"), true, None),
+        Via::Api,
+    )
+    .await
+    .unwrap();
+    assert_eq!(preview.ids.len(), 3, "a preview lists every match");
+    // since the preview: one settled elsewhere, one new in review
+    env.set_attempt(ids[0], "status = 'declined', review_reason = NULL")
+        .await;
+    let newcomer = attempt_in_review(&env, "ord_bulk_ids").await;
+
+    let confirmed = BulkRequest {
+        ids: Some(preview.ids.clone()),
+        ..retry(Some("ord_bulk_ids"), false, None)
+    };
+    let outcome = bulk_as_alice(&env.store, &env.settings, None, &confirmed, Via::Api)
+        .await
+        .unwrap();
+    assert_eq!(outcome.matched, 2);
+    let mut acted = outcome.ids.clone();
+    acted.sort();
+    let mut expected = ids[1..].to_vec();
+    expected.sort();
+    assert_eq!(acted, expected);
+    assert_eq!(
+        statuses(&env, &ids).await,
+        vec!["declined", "pending", "pending"]
+    );
+    assert_eq!(statuses(&env, &[newcomer]).await, vec!["needs_review"]);
+    let left_alone: Vec<_> = outcome
+        .results
+        .iter()
+        .filter(|r| r.outcome == "refused")
+        .map(|r| r.payment_attempt_id)
+        .collect();
+    assert_eq!(left_alone, vec![ids[0]], "{:?}", outcome.results);
+
+    // more ids than the cap are refused whole, as a filter matching more would be
+    let too_many = BulkRequest {
+        ids: Some(vec![newcomer; BULK_CAP + 1]),
+        ..retry(Some("ord_bulk_ids"), false, None)
+    };
+    let refused = bulk_as_alice(&env.store, &env.settings, None, &too_many, Via::Api).await;
+    assert!(
+        matches!(refused, Err(BulkError::TooMany { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(statuses(&env, &[newcomer]).await, vec!["needs_review"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,6 +320,7 @@ async fn a_bulk_recheck_settles_every_unknown_attempt_the_gateway_charged_and_au
         reason: "INC-42 outage over".into(),
         preview: false,
         max: Some(2),
+        ids: None,
     };
 
     let refused = bulk_as_alice(&h.store, &h.settings, None, &request, Via::Api)

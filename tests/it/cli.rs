@@ -161,6 +161,37 @@ fn every_duration_setting_refuses_a_huge_value_with_one_line_naming_it() {
 }
 
 #[test]
+fn serve_refuses_console_cookies_without_secure_on_a_non_loopback_address_before_connecting() {
+    let exposed = [
+        NO_DATABASE,
+        ("ONECHARGE_ADMIN_ADDR", "0.0.0.0:0"),
+        ("ONECHARGE_ADMIN_TOKEN", "a-long-admin-token"),
+    ];
+    let (code, err) = one_line(
+        &["serve", "--insecure-admin"],
+        &[
+            &exposed[..],
+            &[("ONECHARGE_CONSOLE__SECURE_COOKIE", "false")],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("console.secure_cookie"), "{err}");
+    assert!(err.contains("0.0.0.0:0"), "{err}");
+    assert!(!err.contains("a-long-admin-token"), "{err}");
+
+    // unset (Secure by default off loopback) or true, serve goes on to the database
+    for secure in [None, Some("true")] {
+        let mut env = exposed.to_vec();
+        env.extend(secure.map(|v| ("ONECHARGE_CONSOLE__SECURE_COOKIE", v)));
+        let out = onecharge(&["serve"], &env);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{secure:?}: {err}");
+        assert!(err.contains("cannot reach PostgreSQL"), "{err}");
+    }
+}
+
+#[test]
 fn serve_refuses_an_open_admin_api_on_a_non_loopback_address_before_connecting() {
     let exposed = ("ONECHARGE_ADMIN_ADDR", "0.0.0.0:0");
     let (code, err) = one_line(&["serve"], &[NO_DATABASE, exposed]);

@@ -57,10 +57,25 @@ impl Console {
         self.api.http()
     }
 
+    /// Signs in with `token` as a browser does: the sign-in page first (its cookie and form
+    /// token), then its form.
     async fn sign_in(&self, token: &str) -> reqwest::Response {
+        let form_page = self
+            .http()
+            .get(self.url("/console/login"))
+            .send()
+            .await
+            .unwrap();
+        let cookie = cookies_set(&form_page).expect("the sign-in page sets its cookie");
+        let csrf = csrf_of(&form_page.text().await.unwrap());
         self.http()
             .post(self.url("/console/login"))
-            .form(&[("token", token), ("next", "/console/review")])
+            .header(COOKIE, cookie)
+            .form(&[
+                ("token", token),
+                ("next", "/console/review"),
+                ("csrf", &csrf),
+            ])
             .send()
             .await
             .unwrap()
@@ -387,6 +402,9 @@ async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirme
         form
     };
 
+    // a confirmation that does not carry the previewed attempts is refused
+    let (status, page) = console.post(&ada, "/console/bulk", &form(true)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
     let (status, page) = console.post(&ada, "/console/bulk", &form(false)).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(
@@ -401,7 +419,16 @@ async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirme
         );
     }
 
-    let (status, page) = console.post(&ada, "/console/bulk", &form(true)).await;
+    for id in ids {
+        assert!(page.contains(&id.to_string()), "the preview lists {id}");
+    }
+
+    let confirmation = hidden_fields(&page, "confirm-form");
+    let confirmation: Vec<(&str, &str)> = confirmation
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    let (status, page) = console.post(&ada, "/console/bulk", &confirmation).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     for id in ids {
         assert_eq!(env.status(id).await, "pending");
@@ -989,5 +1016,520 @@ async fn following_the_review_queues_pages_shows_each_attempt_in_review_once_old
         .get(Some(&vic), "/console/review?after=not-a-cursor")
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+    console.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 23: DNS rebinding, login CSRF, the open console's sessions, the bulk confirmation
+
+/// Every `name=value` the response's `Set-Cookie` headers set, as one `Cookie` header value
+/// (what a browser sends back), or `None` when it sets none.
+fn cookies_set(response: &reqwest::Response) -> Option<String> {
+    let pairs: Vec<&str> = response
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.split(';').next())
+        .map(str::trim)
+        .collect();
+    (!pairs.is_empty()).then(|| pairs.join("; "))
+}
+
+/// The hidden fields of the form with this `id`, as the page carries them (the form a
+/// browser would post by pressing its button).
+fn hidden_fields(page: &str, form_id: &str) -> Vec<(String, String)> {
+    let start = page
+        .find(&format!(r#"<form id="{form_id}""#))
+        .unwrap_or_else(|| panic!("a form #{form_id} in {page}"));
+    let form = &page[start..start + page[start..].find("</form>").unwrap()];
+    let marker = r#"<input type="hidden" name=""#;
+    form.match_indices(marker)
+        .map(|(at, _)| {
+            let rest = &form[at + marker.len()..];
+            let name = &rest[..rest.find('"').unwrap()];
+            let value_at = rest.find(r#"value=""#).unwrap() + 7;
+            let value = &rest[value_at..value_at + rest[value_at..].find('"').unwrap()];
+            let value = value
+                .replace("&quot;", "\"")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&#39;", "'")
+                .replace("&amp;", "&");
+            (name.to_owned(), value)
+        })
+        .collect()
+}
+
+/// How many messages the test's command stream holds (a replay adds one).
+async fn commands_published(env: &TestEnv) -> u64 {
+    let mut stream = crate::support::commands_stream(&env.broker).await;
+    stream.info().await.unwrap().state.messages
+}
+
+/// The probe of issue 23: a page the operator opens at `attacker.example`, whose name is
+/// then rebound to the admin listener's address, sends every request with that `Host`. On
+/// an open admin (no token, no operators, loopback) it got a 200, a session cookie and a
+/// CSRF token, resolved attempts and could replay a dead letter. Every route must now
+/// answer 4xx, hand out nothing, and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rebinding_probe_gets_a_4xx_on_every_route_and_changes_nothing() {
+    use reqwest::header::HOST;
+    let env = TestEnv::new().await;
+    let id = attempt_in_review(&env, "ord_rebound").await;
+    let intake = env.intake().await;
+    let sequence = env
+        .dead_letter_invalid(&intake, "m-rebound", Uuid::new_v4())
+        .await;
+    let commands_before = commands_published(&env).await;
+    let console = Console::start(&env).await;
+    let port = console.url("").rsplit(':').next().unwrap().to_owned();
+    let corrected = serde_json::to_string(&command(Uuid::new_v4(), json!({}))).unwrap();
+
+    for host in [
+        "attacker.example".to_owned(),
+        format!("attacker.example:{port}"),
+    ] {
+        // what the page reads first: a console page, for a cookie and a CSRF token
+        let first = console
+            .http()
+            .get(console.url(&format!("/console/attempts/{id}")))
+            .header(HOST, &host)
+            .send()
+            .await
+            .unwrap();
+        let cookie = cookies_set(&first);
+        let csrf = {
+            let page = first.text().await.unwrap();
+            if page.contains(r#"name="csrf" value=""#) {
+                csrf_of(&page)
+            } else {
+                String::new()
+            }
+        };
+        let reads = [
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/api/attempts?status=needs_review",
+            "/api/stats",
+            "/api/audit",
+            "/no-such-path",
+            "/console",
+            "/console/",
+            "/console/style.css",
+            "/console/login",
+            "/console/review",
+            "/console/bulk",
+            "/console/dead-letters",
+        ];
+        let mut requests: Vec<(String, RequestBuilder)> = reads
+            .iter()
+            .map(|path| (format!("GET {path}"), console.http().get(console.url(path))))
+            .collect();
+        requests.extend([
+            (
+                format!("GET /api/attempts/{id}"),
+                console.http().get(console.url(&format!("/api/attempts/{id}"))),
+            ),
+            (
+                format!("GET /console/dead-letters/{sequence}"),
+                console
+                    .http()
+                    .get(console.url(&format!("/console/dead-letters/{sequence}"))),
+            ),
+            (
+                "POST /api/attempts/{id}/resolve".to_owned(),
+                console
+                    .http()
+                    .post(console.url(&format!("/api/attempts/{id}/resolve")))
+                    .json(&json!({"as": "declined", "reason": "rebound"})),
+            ),
+            (
+                "POST /api/attempts/{id}/recheck".to_owned(),
+                console
+                    .http()
+                    .post(console.url(&format!("/api/attempts/{id}/recheck")))
+                    .body("{}"),
+            ),
+            (
+                "POST /api/attempts/bulk".to_owned(),
+                console.http().post(console.url("/api/attempts/bulk")).json(
+                    &json!({"action": "retry", "filter": {"order_id": "ord_rebound"}, "reason": "rebound"}),
+                ),
+            ),
+            (
+                "POST /console/login".to_owned(),
+                console
+                    .http()
+                    .post(console.url("/console/login"))
+                    .form(&[("token", "anything"), ("csrf", &csrf)]),
+            ),
+            (
+                "POST /console/logout".to_owned(),
+                console
+                    .http()
+                    .post(console.url("/console/logout"))
+                    .form(&[("csrf", &csrf)]),
+            ),
+            (
+                "POST /console/attempts/{id}/resolve".to_owned(),
+                console
+                    .http()
+                    .post(console.url(&format!("/console/attempts/{id}/resolve")))
+                    .form(&[
+                        ("as", "declined"),
+                        ("reason", "rebound"),
+                        ("confirm", "yes"),
+                        ("csrf", &csrf),
+                    ]),
+            ),
+            (
+                "POST /console/dead-letters/{sequence}/replay".to_owned(),
+                console
+                    .http()
+                    .post(console.url(&format!("/console/dead-letters/{sequence}/replay")))
+                    .form(&[
+                        ("body", corrected.as_str()),
+                        ("reason", "rebound"),
+                        ("confirm", "yes"),
+                        ("csrf", &csrf),
+                    ]),
+            ),
+            (
+                "POST /console/bulk".to_owned(),
+                console.http().post(console.url("/console/bulk")).form(&[
+                    ("action", "retry"),
+                    ("order_id", "ord_rebound"),
+                    ("reason", "rebound"),
+                    ("confirm", "yes"),
+                    ("max", "1"),
+                    ("csrf", &csrf),
+                ]),
+            ),
+        ]);
+        for (what, request) in requests {
+            let request = match &cookie {
+                Some(cookie) => request.header(COOKIE, cookie),
+                None => request,
+            };
+            let response = request.header(HOST, &host).send().await.unwrap();
+            let status = response.status();
+            let sets_cookie = response.headers().contains_key(SET_COOKIE);
+            let page = response.text().await.unwrap();
+            assert!(
+                status.is_client_error(),
+                "{what} with Host {host} answered {status}: {page}"
+            );
+            assert!(!sets_cookie, "{what} with Host {host} set a cookie");
+            assert!(
+                !page.contains(r#"name="csrf""#),
+                "{what} with Host {host} handed out a CSRF token"
+            );
+        }
+    }
+
+    assert_eq!(env.status(id).await, "needs_review");
+    assert_eq!(sessions(&env).await, 0, "no session was started");
+    assert_eq!(env.scalar("SELECT count(*) FROM operator_audit").await, 0);
+    assert_eq!(
+        commands_published(&env).await,
+        commands_before,
+        "nothing was replayed"
+    );
+    console.stop().await;
+}
+
+/// A browser's page from another origin may read nothing it could use (the responses are
+/// its browser's to withhold), but a form or a `fetch` it sends still arrives: any request
+/// that changes something is refused when its `Origin` is another one, or when the browser
+/// says it is `cross-site`. A script (curl, no `Origin`) is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_changing_request_from_another_origin_is_refused_and_a_script_without_one_is_not() {
+    let env = TestEnv::new().await;
+    let id = attempt_in_review(&env, "ord_cross").await;
+    let console = Console::start(&env).await;
+    let own_origin = console.url("");
+    let resolve_path = format!("/api/attempts/{id}/resolve");
+    let declined = json!({"as": "declined", "reason": "no charge at the gateway"});
+    for (header, value) in [
+        ("origin", "http://attacker.example"),
+        ("origin", "null"),
+        ("origin", "http://localhost:1"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        let response = console
+            .http()
+            .post(console.url(&resolve_path))
+            .header(header, value)
+            .json(&declined)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::FORBIDDEN,
+            "{header}: {value} is refused"
+        );
+        assert_eq!(env.status(id).await, "needs_review");
+    }
+    // a no-cors `fetch` needs no JSON content type to reach the recheck endpoint
+    let response = console
+        .http()
+        .post(console.url(&format!("/api/attempts/{id}/recheck")))
+        .header("origin", "http://attacker.example")
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+
+    // the open console's own form, posted from another origin, is refused too
+    let first = console
+        .http()
+        .get(console.url(&format!("/console/attempts/{id}")))
+        .send()
+        .await
+        .unwrap();
+    let cookie = cookies_set(&first).expect("the open console's cookie");
+    let csrf = csrf_of(&first.text().await.unwrap());
+    let form = [
+        ("as", "declined"),
+        ("reason", "no charge at the gateway"),
+        ("confirm", "yes"),
+        ("csrf", csrf.as_str()),
+    ];
+    let response = console
+        .http()
+        .post(console.url(&format!("/console/attempts/{id}/resolve")))
+        .header(COOKIE, &cookie)
+        .header("origin", "http://attacker.example")
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(env.status(id).await, "needs_review");
+
+    // reads from another origin are answered (the browser keeps them from the page)
+    let response = console
+        .http()
+        .get(console.url("/api/stats"))
+        .header("origin", "http://attacker.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+
+    // the console's own page posts with its own origin, and a script with none
+    let response = console
+        .http()
+        .post(console.url(&format!("/console/attempts/{id}/resolve")))
+        .header(COOKIE, &cookie)
+        .header("origin", &own_origin)
+        .header("sec-fetch-site", "same-origin")
+        .form(&[
+            ("as", "retry"),
+            ("reason", "the gateway was down"),
+            ("confirm", "yes"),
+            ("csrf", csrf.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(env.status(id).await, "pending");
+    let other = attempt_in_review(&env, "ord_cross").await;
+    let (status, body) = console
+        .api
+        .post(&format!("/api/attempts/{other}/resolve"), None, declined)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(env.status(other).await, "declined");
+    console.stop().await;
+}
+
+/// Login CSRF: another site's page could post the sign-in form with a token of the
+/// attacker's own and sign the operator's browser in as someone else. The sign-in form now
+/// carries a token bound to a cookie of the sign-in page, which another site can neither
+/// read nor make the browser send (SameSite=Strict).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_in_needs_the_sign_in_pages_own_token_so_another_site_cannot_sign_a_browser_in() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let sign_in = |cookie: Option<String>, form: Vec<(&'static str, String)>| {
+        let request = console
+            .http()
+            .post(console.url("/console/login"))
+            .form(&form);
+        let request = match cookie {
+            Some(cookie) => request.header(COOKIE, cookie),
+            None => request,
+        };
+        request.send()
+    };
+    let token = ("token", OPERATOR_TOKEN.to_owned());
+
+    // a cross-site form: no cookie of ours, no token of the sign-in page
+    let response = sign_in(None, vec![token.clone()]).await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(cookies_set(&response).is_none(), "no session cookie");
+    assert_eq!(sessions(&env).await, 0);
+
+    // the sign-in page's token with another page's cookie (or none) is refused too
+    let page = |_: ()| async {
+        let response = console
+            .http()
+            .get(console.url("/console/login"))
+            .send()
+            .await
+            .unwrap();
+        let cookie = cookies_set(&response).expect("the sign-in page sets its cookie");
+        (cookie, csrf_of(&response.text().await.unwrap()))
+    };
+    let (cookie_a, csrf_a) = page(()).await;
+    let (cookie_b, csrf_b) = page(()).await;
+    assert_ne!(csrf_a, csrf_b);
+    let response = sign_in(None, vec![token.clone(), ("csrf", csrf_a.clone())])
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let response = sign_in(
+        Some(cookie_b),
+        vec![token.clone(), ("csrf", csrf_a.clone())],
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(sessions(&env).await, 0);
+
+    // the page's own pair signs in
+    let response = sign_in(Some(cookie_a), vec![token, ("csrf", csrf_a)])
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(sessions(&env).await, 1);
+    console.stop().await;
+}
+
+/// An open console (no token, no operators, loopback) has nobody to tell apart: it used to
+/// write a session row for every request that came without a cookie, under one lock for the
+/// whole database, and past 100 evicted the oldest. Now it keeps no session in the database
+/// at all: 500 browsers arriving at once write nothing and wait on no lock, and each can
+/// still post its own forms (and no other's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_console_writes_no_session_row_and_takes_no_lock_however_many_browsers_arrive() {
+    let env = TestEnv::new().await;
+    let console = Console::start(&env).await;
+    // Whoever else holds the sessions' lock (a sign-in elsewhere, a stuck one) must not
+    // stall the open console.
+    let mut holder = env.store.pool().acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended('onecharge.console_sessions', 0))")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let mut browsers = Vec::new();
+    for i in 0..500 {
+        let response = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            console.http().get(console.url("/console/bulk")).send(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("cookie-less GET {i} waited on the sessions' lock"))
+        .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "GET {i}");
+        let cookie = cookies_set(&response).expect("a cookie for the page's forms");
+        let csrf = csrf_of(&response.text().await.unwrap());
+        browsers.push((cookie, csrf));
+    }
+    assert_eq!(sessions(&env).await, 0, "no session row written");
+
+    // each browser's form is its own: accepted with its own cookie, refused with another's
+    let preview = |(cookie, csrf): &(String, String)| {
+        console
+            .http()
+            .post(console.url("/console/bulk"))
+            .header(COOKIE, cookie)
+            .form(&[
+                ("action", "retry"),
+                ("status", "needs_review"),
+                ("reason", "looking"),
+                ("csrf", csrf.as_str()),
+            ])
+            .send()
+    };
+    let response = preview(&browsers[7]).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let crossed = (browsers[7].0.clone(), browsers[8].1.clone());
+    let response = preview(&crossed).await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(sessions(&env).await, 0);
+    drop(holder);
+    console.stop().await;
+}
+
+/// A bulk confirmation used to re-run the filter and act on whatever matched by then (up
+/// to the previewed count): an attempt that entered review after the preview, and that the
+/// operator never saw, could be retried in place of one settled meanwhile. The
+/// confirmation now carries exactly the previewed attempts and acts on those alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_confirm_acts_on_exactly_the_previewed_attempts_never_one_that_matched_later() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let settled_meanwhile = attempt_in_review(&env, "ord_bulk_exact").await;
+    let previewed = attempt_in_review(&env, "ord_bulk_exact").await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf = console.csrf(&ada).await;
+    let (status, page) = console
+        .post(
+            &ada,
+            "/console/bulk",
+            &[
+                ("csrf", csrf.as_str()),
+                ("action", "retry"),
+                ("status", "needs_review"),
+                ("order_id", "ord_bulk_exact"),
+                ("reason", "incident INC-9 is over"),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains(r#"id="bulk-matched" data-count="2""#),
+        "{page}"
+    );
+    let confirmation = hidden_fields(&page, "confirm-form");
+
+    // between preview and confirm: one previewed attempt is settled elsewhere, and a new
+    // one of the same order enters review
+    let (status, body) = console
+        .api
+        .post(
+            &format!("/api/attempts/{settled_meanwhile}/resolve"),
+            Some(OPERATOR_TOKEN),
+            json!({"as": "declined", "reason": "the customer cancelled"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let never_previewed = attempt_in_review(&env, "ord_bulk_exact").await;
+
+    let form: Vec<(&str, &str)> = confirmation
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    let (status, page) = console.post(&ada, "/console/bulk", &form).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(
+        env.status(previewed).await,
+        "pending",
+        "the previewed one is retried"
+    );
+    assert_eq!(env.status(settled_meanwhile).await, "declined");
+    assert_eq!(
+        env.status(never_previewed).await,
+        "needs_review",
+        "an attempt the preview never showed is not acted on"
+    );
     console.stop().await;
 }

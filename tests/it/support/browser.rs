@@ -80,6 +80,12 @@ impl Browser {
 
     /// Starts chromedriver and a headless chromium window of 1280×900.
     pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Browser::start`] with more chromium flags (e.g. `--host-resolver-rules=…`, to
+    /// resolve a name the way a rebinding attacker's DNS would).
+    pub async fn start_with(flags: &[&str]) -> Self {
         let (chromedriver, chromium) = binaries();
         let port = free_port();
         let child = Command::new(&chromedriver)
@@ -101,14 +107,18 @@ impl Browser {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let mut args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+        ];
+        args.extend_from_slice(flags);
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".into(),
-            serde_json::json!({
-                "binary": chromium,
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--window-size=1280,900"],
-            }),
+            serde_json::json!({ "binary": chromium, "args": args }),
         );
         let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
             .capabilities(capabilities)
