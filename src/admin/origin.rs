@@ -331,4 +331,18 @@ mod tests {
         assert!(!host("127.0.0.1:9465").is_origin_of(&local));
         assert!(!host("localhost:9464").is_origin_of(&local));
     }
+
+    /// What the Kubernetes manifests rely on: the kubelet's probes and Prometheus address a
+    /// pod by its IP, so the pod lists `http://$(POD_IP):9464` (deploy/kubernetes).
+    #[test]
+    fn a_listed_ip_origin_admits_that_ip_as_host_and_no_other() {
+        let public = PublicOrigins::new(&[
+            "http://10.1.2.3:9464".to_string(),
+            "http://onecharge-admin.onecharge.svc:9464".to_string(),
+        ]);
+        assert!(public.names(&host("10.1.2.3:9464").name));
+        assert!(public.names(&host("onecharge-admin.onecharge.svc").name));
+        assert!(!public.names(&host("10.1.2.4:9464").name));
+        assert!(!public.names(&host("attacker.example").name));
+    }
 }
