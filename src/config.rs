@@ -316,7 +316,13 @@ impl Default for ReconcilerSettings {
                 minutes(360),
                 minutes(1440),
             ],
-            processing_schedule: vec![minutes(1), minutes(5), minutes(30), minutes(120), minutes(360)],
+            processing_schedule: vec![
+                minutes(1),
+                minutes(5),
+                minutes(30),
+                minutes(120),
+                minutes(360),
+            ],
             processing_max: Duration::from_secs(15 * 24 * 3600),
             batch_size: 32,
             poll_interval: Duration::from_secs(1),
@@ -1759,7 +1765,10 @@ mod tests {
             assert!(!err.contains('\n'));
             jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "10m");
             let s = load();
-            assert_eq!(s.reconciler.processing_max, Duration::from_secs(15 * 24 * 3600));
+            assert_eq!(
+                s.reconciler.processing_max,
+                Duration::from_secs(15 * 24 * 3600)
+            );
             assert_eq!(s.stripe_requires_action, RequiresAction::Cancel);
             Ok(())
         });

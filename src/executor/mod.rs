@@ -41,18 +41,18 @@ pub use policy::RetryPolicy;
 pub use writer::{SettlementWriter, WriteError};
 
 use crate::clock::{Clock, SystemClock};
+use crate::config::RequiresAction;
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
 use crate::domain::{GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
+use crate::gateway::CancelOutcome;
 use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::gateway::{ChargeBody, ChargeRequest};
 use crate::gateway_limit::{GatewayRateLimit, Take};
 use crate::nudge::Nudges;
 use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
-use crate::config::RequiresAction;
-use crate::gateway::CancelOutcome;
 use crate::store::gateway_objects::{
     advance_create_key, record_gateway_object, stamp_confirm_send, ConfirmSend,
 };
@@ -702,7 +702,7 @@ impl Executor {
                     http_status: prepared.http_status,
                     elapsed: prepared.elapsed,
                     error: prepared.error,
-                }))
+                }));
             }
         };
         inner

@@ -428,7 +428,10 @@ fn read_confirmed(pi: &PaymentIntent, replayed: bool) -> GatewayOutcome {
         },
         "requires_payment_method" if pi.last_payment_error.is_some() => GatewayOutcome::Declined {
             charge_id: pi.id.clone(),
-            decline_code: pi.last_payment_error.as_ref().and_then(ErrorDetail::decline_code),
+            decline_code: pi
+                .last_payment_error
+                .as_ref()
+                .and_then(ErrorDetail::decline_code),
             replayed,
         },
         "canceled" => GatewayOutcome::Declined {
@@ -880,7 +883,10 @@ mod tests {
         ));
         for outcome in [
             cancel(500, &error("api_error", None)),
-            cancel(409, &error("idempotency_error", Some("idempotency_key_in_use"))),
+            cancel(
+                409,
+                &error("idempotency_error", Some("idempotency_key_in_use")),
+            ),
             cancel(429, &error("invalid_request_error", Some("lock_timeout"))),
             cancel(200, &intent("requires_confirmation").to_string()),
             classify_cancel(GatewayReply::Lost { error: "timeout" }, PI),

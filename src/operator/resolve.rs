@@ -19,8 +19,8 @@ use crate::domain::PaymentAttemptId;
 use crate::domain::{CallOperation, GatewayCallRecord};
 use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::record_gateway_call_alone;
-use crate::store::gateway_objects::object_of;
 use crate::store::audit::Via;
+use crate::store::gateway_objects::object_of;
 use crate::store::operator::{self as sql, Resolution, ResolveOutcome, ResolveTarget};
 use crate::store::Store;
 

@@ -40,10 +40,10 @@ use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, RetryWindow};
 use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{CancelOutcome, GatewayClient, GatewayHealth};
-use crate::store::gateway_objects::advance_confirm_key;
 use crate::gateway_limit::{GatewayRateLimit, Take};
 use crate::store::attempts::{record_gateway_call_alone, settle, settle_audited};
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
+use crate::store::gateway_objects::advance_confirm_key;
 use crate::store::reconciler::{
     claim_for_recheck, claim_unknown, expire_leases, record_unchanged_recheck, reschedule_lookup,
     reschedule_lookup_audited, RecheckClaim, UnknownAttempt,
@@ -679,7 +679,9 @@ impl Reconciler {
         let at = now + delay;
         Decision::CheckAgain {
             at,
-            reason: format!("processing at the gateway: {id} is not final yet; looking again at {at}"),
+            reason: format!(
+                "processing at the gateway: {id} is not final yet; looking again at {at}"
+            ),
             count_check: true,
         }
     }

@@ -278,7 +278,13 @@ async fn a_create_answered_a_saved_5xx_is_made_again_under_the_next_create_key_a
     assert_eq!(first_outcome(&report), Some("not_sent"), "{report:?}");
     for _ in 0..3 {
         h.advance(Duration::from_secs(60)).await;
-        if executor.run_once().await.unwrap().count(AttemptStatus::Succeeded) == 1 {
+        if executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Succeeded)
+            == 1
+        {
             break;
         }
     }
@@ -729,7 +735,9 @@ async fn an_executor_paused_between_storing_and_confirming_meets_a_canceled_inte
 
     // The paused executor wakes and sends its confirm: the cancel won.
     let late = client
-        .charge(&onecharge::executor::charge_request(&claimed).with_gateway_object(Some(pi.clone())))
+        .charge(
+            &onecharge::executor::charge_request(&claimed).with_gateway_object(Some(pi.clone())),
+        )
         .await;
     assert!(
         matches!(late.outcome, GatewayOutcome::Declined { ref decline_code, .. } if decline_code.as_deref().is_some_and(|c| c.starts_with("canceled"))),
@@ -758,7 +766,9 @@ async fn a_late_confirm_that_charged_before_the_cancel_is_adopted_not_called_not
     let (pi, _) = prepare_and_store(&h, &client, &claimed).await;
     // The paused executor's confirm reaches Stripe first and charges; its result is lost.
     let late = client
-        .charge(&onecharge::executor::charge_request(&claimed).with_gateway_object(Some(pi.clone())))
+        .charge(
+            &onecharge::executor::charge_request(&claimed).with_gateway_object(Some(pi.clone())),
+        )
         .await;
     assert!(matches!(late.outcome, GatewayOutcome::Succeeded { .. }));
     h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))

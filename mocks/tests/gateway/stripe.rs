@@ -544,7 +544,9 @@ async fn pm_fault_error_before_is_a_500_saved_under_its_key_and_replayed_to_ever
     let other = app.create("key-2", &form).await;
     assert_eq!(other.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert!(!is_replay(&other));
-    let visa = app.create("key-3", &charge_form("attempt-1", pm::CARD_VISA)).await;
+    let visa = app
+        .create("key-3", &charge_form("attempt-1", pm::CARD_VISA))
+        .await;
     assert_eq!(visa.status(), StatusCode::OK);
     assert_eq!(app.gateway.ledger().len(), 1);
 }
@@ -685,7 +687,9 @@ async fn dice_driven_faults_apply_to_the_create_too_and_its_500_is_saved() {
     assert!(is_replay(&replay));
 
     // The orphan it made is unconfirmed and cannot charge; the next key makes another.
-    let id = app.created_intent("create-2", "attempt-1", pm::CARD_VISA).await;
+    let id = app
+        .created_intent("create-2", "attempt-1", pm::CARD_VISA)
+        .await;
     let confirm = app.confirm(&id, "confirm-1", &off_session()).await;
     assert_eq!(confirm.status(), StatusCode::OK);
     assert_eq!(app.gateway.ledger().len(), 1);
