@@ -54,7 +54,7 @@ use crate::gateway_limit::{GatewayRateLimit, Take};
 use crate::nudge::Nudges;
 use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
 use crate::store::gateway_objects::{
-    advance_create_key, record_gateway_object, stamp_confirm_send, ConfirmSend,
+    advance_key, record_gateway_object, stamp_confirm_send, ConfirmSend, KeyStep,
 };
 use crate::store::Store;
 use ahead::{ClaimAhead, Queued};
@@ -741,7 +741,14 @@ impl Executor {
     /// means the next try replays the saved answer once more and moves on then.
     async fn advance_create_key(&self, attempt: &ClaimedAttempt) {
         let store = &self.inner.store;
-        match advance_create_key(store, attempt.payment_attempt_id, attempt.lease_token).await {
+        let advanced = advance_key(
+            store,
+            attempt.payment_attempt_id,
+            attempt.lease_token,
+            KeyStep::Create,
+        )
+        .await;
+        match advanced {
             Ok(true) => tracing::info!(
                 create_key_seq = attempt.key_seq.create + 1,
                 "the create answered 5xx: the next try creates under the next derived key"
@@ -830,16 +837,12 @@ impl Executor {
         else {
             return call;
         };
-        let evidence = call_evidence(
-            attempt,
-            &cancel,
-            cancel.outcome.label(),
+        let evidence = cancel.evidence(
+            attempt.payment_attempt_id,
+            &attempt.idempotency_key,
+            attempt.tries,
+            Some(attempt.lease_token),
             started_at,
-            cancel.outcome.charge_id().map(str::to_owned),
-            match &cancel.outcome {
-                CancelOutcome::Unproven { reason } => Some(reason.clone()),
-                _ => cancel.error.clone(),
-            },
         );
         if let Err(err) = sql::record_gateway_call_alone(&inner.store, &evidence).await {
             tracing::warn!(error = %err, "cannot store the cancel's evidence");

@@ -231,6 +231,37 @@ impl CancelOutcome {
     }
 }
 
+impl GatewayCall<CancelOutcome> {
+    /// This cancel's `gateway_calls` row, for the attempt whose stored key is `stored_key`,
+    /// made on try `try_number` under `lease_token` (none for a person's), started at
+    /// `started_at` by the database's clock.
+    pub fn evidence(
+        &self,
+        payment_attempt_id: crate::domain::PaymentAttemptId,
+        stored_key: &IdempotencyKey,
+        try_number: i32,
+        lease_token: Option<i64>,
+        started_at: time::OffsetDateTime,
+    ) -> crate::domain::GatewayCallRecord {
+        crate::domain::GatewayCallRecord {
+            payment_attempt_id,
+            operation: self.operation,
+            idempotency_key: self.sent_key.clone().unwrap_or_else(|| stored_key.clone()),
+            try_number,
+            lease_token,
+            started_at,
+            finished_at: started_at + self.elapsed,
+            http_status: self.http_status,
+            outcome: self.outcome.label().to_owned(),
+            gateway_charge_id: self.outcome.charge_id().map(str::to_owned),
+            error: match &self.outcome {
+                CancelOutcome::Unproven { reason } => Some(reason.clone()),
+                _ => self.error.clone(),
+            },
+        }
+    }
+}
+
 /// What the first step of a two-step charge came to ([`GatewayClient::prepare`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prepared {

@@ -16,7 +16,6 @@ use super::table;
 use super::RetryWindow;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
-use crate::domain::{CallOperation, GatewayCallRecord};
 use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::record_gateway_call_alone;
 use crate::store::audit::Via;
@@ -195,25 +194,7 @@ async fn cancel_before_declining(
     else {
         return Ok(());
     };
-    let evidence = GatewayCallRecord {
-        payment_attempt_id: id,
-        operation: CallOperation::Cancel,
-        idempotency_key: cancel
-            .sent_key
-            .clone()
-            .unwrap_or_else(|| attempt.idempotency_key.clone()),
-        try_number: attempt.tries,
-        lease_token: None,
-        started_at: now,
-        finished_at: now + cancel.elapsed,
-        http_status: cancel.http_status,
-        outcome: cancel.outcome.label().to_owned(),
-        gateway_charge_id: cancel.outcome.charge_id().map(str::to_owned),
-        error: match &cancel.outcome {
-            CancelOutcome::Unproven { reason } => Some(reason.clone()),
-            _ => cancel.error.clone(),
-        },
-    };
+    let evidence = cancel.evidence(id, &attempt.idempotency_key, attempt.tries, None, now);
     record_gateway_call_alone(store, &evidence).await?;
     match cancel.outcome {
         CancelOutcome::Canceled { .. } => Ok(()),

@@ -43,7 +43,7 @@ use crate::gateway::{CancelOutcome, GatewayClient, GatewayHealth};
 use crate::gateway_limit::{GatewayRateLimit, Take};
 use crate::store::attempts::{record_gateway_call_alone, settle, settle_audited};
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
-use crate::store::gateway_objects::advance_confirm_key;
+use crate::store::gateway_objects::{advance_key, KeyStep};
 use crate::store::reconciler::{
     claim_for_recheck, claim_unknown, expire_leases, record_unchanged_recheck, reschedule_lookup,
     reschedule_lookup_audited, RecheckClaim, UnknownAttempt,
@@ -710,10 +710,11 @@ impl Reconciler {
                 settlement: Settlement::Retry { .. },
                 cause: TransitionCause::LookupFoundNothing,
             } => {
-                if let Err(err) = advance_confirm_key(
+                if let Err(err) = advance_key(
                     &inner.store,
                     attempt.payment_attempt_id,
                     attempt.lease_token,
+                    KeyStep::Confirm,
                 )
                 .await
                 {
@@ -778,25 +779,13 @@ impl Reconciler {
         cancel: &crate::gateway::GatewayCall<CancelOutcome>,
         now: OffsetDateTime,
     ) {
-        let evidence = GatewayCallRecord {
-            payment_attempt_id: attempt.payment_attempt_id,
-            operation: CallOperation::Cancel,
-            idempotency_key: cancel
-                .sent_key
-                .clone()
-                .unwrap_or_else(|| attempt.idempotency_key.clone()),
-            try_number: attempt.tries,
-            lease_token: Some(attempt.lease_token),
-            started_at: now,
-            finished_at: now + cancel.elapsed,
-            http_status: cancel.http_status,
-            outcome: cancel.outcome.label().to_owned(),
-            gateway_charge_id: cancel.outcome.charge_id().map(str::to_owned),
-            error: match &cancel.outcome {
-                CancelOutcome::Unproven { reason } => Some(reason.clone()),
-                _ => cancel.error.clone(),
-            },
-        };
+        let evidence = cancel.evidence(
+            attempt.payment_attempt_id,
+            &attempt.idempotency_key,
+            attempt.tries,
+            Some(attempt.lease_token),
+            now,
+        );
         if let Err(err) = record_gateway_call_alone(&self.inner.store, &evidence).await {
             tracing::warn!(error = %err, "cannot store the cancel's evidence");
         }

@@ -60,49 +60,49 @@ pub async fn gateway_object_id(
     .map(Option::flatten)
 }
 
-/// Moves the attempt held under `lease_token` on to its next create key
-/// (`create_key_seq + 1`), after a create answered `5xx`: Stripe saved that answer under
-/// the key and would replay it to every retry. Only while no PaymentIntent is stored (one
-/// that is stored is never created again). `Ok(false)`: the lease is no longer this
-/// caller's, or an object is stored; nothing changed.
-pub async fn advance_create_key(
-    store: &Store,
-    payment_attempt_id: PaymentAttemptId,
-    lease_token: i64,
-) -> Result<bool, sqlx::Error> {
-    sqlx::query(
-        "UPDATE payment_attempts
-            SET create_key_seq = create_key_seq + 1, updated_at = now()
-          WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
-            AND gateway_object_id IS NULL",
-    )
-    .bind(payment_attempt_id)
-    .bind(lease_token)
-    .execute(store.pool())
-    .await
-    .map(|done| done.rows_affected() == 1)
+/// Which derived key an attempt moves on from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyStep {
+    /// After a create answered `5xx` (Stripe saved that answer under the key and would
+    /// replay it to every retry), by the executor under its lease, and only while no
+    /// PaymentIntent is stored (one that is stored is never created again).
+    Create,
+    /// When the reconciler, holding the `unknown` attempt under its claim, found its
+    /// PaymentIntent still `requires_confirmation`: the last confirm charged nothing, and
+    /// its answer (a saved `5xx`) would be replayed under the old key.
+    Confirm,
 }
 
-/// Moves the `unknown` attempt the reconciler holds under `lease_token` on to its next
-/// confirm key (`confirm_key_seq + 1`): its PaymentIntent, retrieved by id, is still
-/// `requires_confirmation`, so the last confirm charged nothing, and its answer (a saved
-/// `5xx`) would be replayed under the old key. `Ok(false)`: fenced; nothing changed.
-pub async fn advance_confirm_key(
+/// Moves the attempt held under `lease_token` on to the next key of `step`
+/// (`create_key_seq + 1` or `confirm_key_seq + 1`). `Ok(false)`: fenced (the lease or
+/// claim is no longer the caller's, or the attempt is not where `step` needs it); nothing
+/// changed.
+pub async fn advance_key(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
     lease_token: i64,
+    step: KeyStep,
 ) -> Result<bool, sqlx::Error> {
-    sqlx::query(
-        "UPDATE payment_attempts
-            SET confirm_key_seq = confirm_key_seq + 1, updated_at = now()
-          WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'unknown'
-            AND gateway_object_id IS NOT NULL",
-    )
-    .bind(payment_attempt_id)
-    .bind(lease_token)
-    .execute(store.pool())
-    .await
-    .map(|done| done.rows_affected() == 1)
+    let statement = match step {
+        KeyStep::Create => {
+            "UPDATE payment_attempts
+                SET create_key_seq = create_key_seq + 1, updated_at = now()
+              WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
+                AND gateway_object_id IS NULL"
+        }
+        KeyStep::Confirm => {
+            "UPDATE payment_attempts
+                SET confirm_key_seq = confirm_key_seq + 1, updated_at = now()
+              WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'unknown'
+                AND gateway_object_id IS NOT NULL"
+        }
+    };
+    sqlx::query(statement)
+        .bind(payment_attempt_id)
+        .bind(lease_token)
+        .execute(store.pool())
+        .await
+        .map(|done| done.rows_affected() == 1)
 }
 
 /// Whether the confirm may leave now, by the database's clock.

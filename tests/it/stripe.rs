@@ -22,14 +22,51 @@ use uuid::Uuid;
 
 /// A harness whose mock speaks Stripe and whose settings choose the stripe connector.
 async fn stripe_harness() -> Harness {
+    stripe_harness_with(|_| {}).await
+}
+
+/// [`stripe_harness`] with its settings adjusted.
+async fn stripe_harness_with(adjust: impl FnOnce(&mut onecharge::config::Settings)) -> Harness {
     Harness::with(
         MockConfig {
             dialect: Dialect::Stripe,
             ..MockConfig::default()
         },
-        |s| s.gateway_kind = GatewayKind::Stripe,
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            adjust(s);
+        },
     )
     .await
+}
+
+/// A claimed attempt whose PaymentIntent was created and stored, and whose executor then
+/// paused (a VM suspended, a long GC) before confirming: the attempt is past its retry
+/// limits (one try), so a reconciler that finds nothing charged would tell a person so.
+/// The claim and the PaymentIntent's id.
+async fn paused_between_storing_and_confirming(
+    h: &Harness,
+    client: &GatewayClient,
+) -> (onecharge::store::attempts::ClaimedAttempt, String) {
+    h.seed(spm::CARD_VISA).await;
+    let executor = h.executor_with(client.clone());
+    let claimed = executor.claim(1).await.unwrap().remove(0);
+    let (pi, _) = prepare_and_store(h, client, &claimed).await;
+    (claimed, pi)
+}
+
+/// The paused executor's confirm, sent late.
+async fn late_confirm(
+    client: &GatewayClient,
+    claimed: &onecharge::store::attempts::ClaimedAttempt,
+    pi: &str,
+) -> GatewayOutcome {
+    client
+        .charge(
+            &onecharge::executor::charge_request(claimed).with_gateway_object(Some(pi.to_owned())),
+        )
+        .await
+        .outcome
 }
 
 /// The connector `gateway_kind = stripe` builds from the settings.
@@ -703,25 +740,13 @@ async fn prepare_and_store(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_paused_between_storing_and_confirming_meets_a_canceled_intent_and_charges_nothing(
 ) {
-    let h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_kind = GatewayKind::Stripe;
-            s.executor.max_tries = 1;
-        },
-    )
-    .await;
-    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let h = stripe_harness_with(|s| s.executor.max_tries = 1).await;
     let client = stripe_client(&h);
-    let executor = h.executor_with(client.clone());
-    let claimed = executor.claim(1).await.unwrap().remove(0);
-    let (pi, _) = prepare_and_store(&h, &client, &claimed).await;
-    // The executor is paused here (a VM suspended, a long GC), past its lease and past
-    // gateway_max_processing_time. The reconciler finds nothing charged and the attempt past
-    // its retry limits: before telling a person "not charged" it cancels the PaymentIntent.
+    let (claimed, pi) = paused_between_storing_and_confirming(&h, &client).await;
+    let id = claimed.payment_attempt_id;
+    // Past its lease and past gateway_max_processing_time the reconciler finds nothing
+    // charged and the attempt past its retry limits: before telling a person "not charged"
+    // it cancels the PaymentIntent.
     h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))
         .await;
     let pass = h.reconciler_with(client.clone()).run_once().await.unwrap();
@@ -734,13 +759,9 @@ async fn an_executor_paused_between_storing_and_confirming_meets_a_canceled_inte
         .contains(&call("cancel", Some(200), "canceled", Some(&pi))));
 
     // The paused executor wakes and sends its confirm: the cancel won.
-    let late = client
-        .charge(
-            &onecharge::executor::charge_request(&claimed).with_gateway_object(Some(pi.clone())),
-        )
-        .await;
+    let late = late_confirm(&client, &claimed, &pi).await;
     assert!(
-        matches!(late.outcome, GatewayOutcome::Declined { ref decline_code, .. } if decline_code.as_deref().is_some_and(|c| c.starts_with("canceled"))),
+        matches!(late, GatewayOutcome::Declined { ref decline_code, .. } if decline_code.as_deref().is_some_and(|c| c.starts_with("canceled"))),
         "{late:?}"
     );
     assert!(h.gateway.ledger().is_empty(), "nothing charged");
@@ -748,29 +769,12 @@ async fn an_executor_paused_between_storing_and_confirming_meets_a_canceled_inte
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_confirm_that_charged_before_the_cancel_is_adopted_not_called_not_charged() {
-    let h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_kind = GatewayKind::Stripe;
-            s.executor.max_tries = 1;
-        },
-    )
-    .await;
-    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let h = stripe_harness_with(|s| s.executor.max_tries = 1).await;
     let client = stripe_client(&h);
-    let executor = h.executor_with(client.clone());
-    let claimed = executor.claim(1).await.unwrap().remove(0);
-    let (pi, _) = prepare_and_store(&h, &client, &claimed).await;
+    let (claimed, pi) = paused_between_storing_and_confirming(&h, &client).await;
     // The paused executor's confirm reaches Stripe first and charges; its result is lost.
-    let late = client
-        .charge(
-            &onecharge::executor::charge_request(&claimed).with_gateway_object(Some(pi.clone())),
-        )
-        .await;
-    assert!(matches!(late.outcome, GatewayOutcome::Succeeded { .. }));
+    let late = late_confirm(&client, &claimed, &pi).await;
+    assert!(matches!(late, GatewayOutcome::Succeeded { .. }), "{late:?}");
     h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))
         .await;
 
@@ -786,7 +790,7 @@ async fn a_late_confirm_that_charged_before_the_cancel_is_adopted_not_called_not
         }
     );
     reconcile_one_to(&h, AttemptStatus::Succeeded).await;
-    h.assert_charged_once(id).await;
+    h.assert_charged_once(claimed.payment_attempt_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -818,16 +822,9 @@ async fn requires_action_off_session_is_cancelled_and_declined_authentication_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolving_as_declined_cancels_the_payment_intent_first() {
-    let h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_kind = GatewayKind::Stripe;
-            s.stripe_requires_action = onecharge::config::RequiresAction::Review;
-        },
-    )
+    let h = stripe_harness_with(|s| {
+        s.stripe_requires_action = onecharge::config::RequiresAction::Review;
+    })
     .await;
     let id = h.seed(spm::FAULT_REQUIRES_ACTION).await.payment_attempt_id;
     let client = stripe_client(&h);
