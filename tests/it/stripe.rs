@@ -757,6 +757,21 @@ async fn an_executor_paused_between_storing_and_confirming_meets_a_canceled_inte
     assert!(calls(&h, id)
         .await
         .contains(&call("cancel", Some(200), "canceled", Some(&pi))));
+    // `attempts show` and the console's attempt page say so among the facts.
+    let window = onecharge::domain::RetryWindow::from_settings(&h.settings);
+    let now = h.db_now().await;
+    let detail = onecharge::operator::attempts::show(&h.store, id, now, &window)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        onecharge::operator::attempts::fact_rows(&detail, now).contains(&(
+            "payment intent",
+            format!("{pi} cancelled at the gateway: it can never charge")
+        )),
+        "{}",
+        onecharge::operator::attempts::render_show(&detail, now)
+    );
 
     // The paused executor wakes and sends its confirm: the cancel won.
     let late = late_confirm(&client, &claimed, &pi).await;
