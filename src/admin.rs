@@ -370,6 +370,7 @@ async fn resolve_attempt(
     let store = &state.store;
     let resolution = resolve::resolve(
         store,
+        state.reconciler.as_ref().map(Reconciler::gateway),
         id,
         &request,
         &principal.actor,

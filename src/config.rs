@@ -122,6 +122,12 @@ pub struct Settings {
         default = "default_gateway_max_processing_time"
     )]
     pub gateway_max_processing_time: Duration,
+    /// What a Stripe PaymentIntent left `requires_action` by an off-session confirm comes
+    /// to: `cancel` (the default) cancels it and declines the attempt
+    /// `authentication_required` (the customer is not there to authenticate); `review`
+    /// leaves it for a person.
+    #[serde(default)]
+    pub stripe_requires_action: RequiresAction,
     /// Requests per second the whole fleet may send to the gateway (charges and lookups
     /// together, as a gateway counts them against one API key; a `stripe` charge is two).
     /// Enforced through a token bucket in the database that every instance shares. 0 (the
@@ -273,6 +279,18 @@ impl Default for DatabaseSettings {
     }
 }
 
+/// `stripe_requires_action`: what becomes of a PaymentIntent that wants the absent
+/// customer to authenticate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequiresAction {
+    /// Cancel it (proof that it cannot charge) and decline `authentication_required`.
+    #[default]
+    Cancel,
+    /// Leave it for a person (`needs_review`).
+    Review,
+}
+
 /// Reconciler settings: how ambiguous outcomes are looked up at the gateway.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -282,6 +300,15 @@ pub struct ReconcilerSettings {
     /// failed lookup per entry here, the attempt goes to `needs_review`.
     #[serde(with = "duration_list")]
     pub schedule: Vec<Duration>,
+    /// Delays between lookups of a PaymentIntent still `processing` at the gateway (bank
+    /// debits can take days): the attempt stays `unknown` ("processing at the gateway")
+    /// and is looked at again after each delay in turn, then every last delay, until
+    /// `processing_max` has passed since its last send; only then does a person decide.
+    #[serde(with = "duration_list")]
+    pub processing_schedule: Vec<Duration>,
+    /// How long a payment may stay `processing` at the gateway before a person looks.
+    #[serde(with = "bounded_duration")]
+    pub processing_max: Duration,
     /// Attempts claimed per pass.
     pub batch_size: usize,
     /// How long an idle reconciler waits before the next pass.
@@ -305,6 +332,14 @@ impl Default for ReconcilerSettings {
                 minutes(360),
                 minutes(1440),
             ],
+            processing_schedule: vec![
+                minutes(1),
+                minutes(5),
+                minutes(30),
+                minutes(120),
+                minutes(360),
+            ],
+            processing_max: Duration::from_secs(15 * 24 * 3600),
             batch_size: 32,
             poll_interval: Duration::from_secs(1),
             claim_hold: Duration::from_secs(120),
@@ -652,6 +687,7 @@ impl Default for Settings {
             gateway_key_retention_margin: default_gateway_key_retention_margin(),
             gateway_max_processing_time: default_gateway_max_processing_time(),
             gateway_max_rate: 0.0,
+            stripe_requires_action: RequiresAction::default(),
             gateway_rate_burst: 0,
             shutdown_timeout: default_shutdown_timeout(),
             executor: ExecutorSettings::default(),
@@ -924,6 +960,18 @@ impl Settings {
                 humantime::format_duration(key_window),
                 humantime::format_duration(self.gateway_max_processing_time)
             ),
+        )?;
+        // A send may leave until the lease ends and then run for the request timeout: the
+        // window in which an empty lookup proves nothing must cover both.
+        let longest_send = self.executor.lease + self.gateway_call_limit();
+        require(
+            self.gateway_max_processing_time >= longest_send,
+            "gateway_max_processing_time (ONECHARGE_GATEWAY_MAX_PROCESSING_TIME)",
+            format_args!(
+                "must be at least executor.lease + gateway_connect_timeout + gateway_request_timeout ({}), got {}",
+                humantime::format_duration(longest_send),
+                humantime::format_duration(self.gateway_max_processing_time)
+            ),
         )
     }
 
@@ -1048,6 +1096,17 @@ impl Settings {
             !reconciler.schedule.is_empty() && !reconciler.schedule.iter().any(Duration::is_zero),
             "reconciler.schedule",
             "must list at least one delay, each above zero (e.g. [\"1m\", \"5m\"])",
+        )?;
+        require(
+            !reconciler.processing_schedule.is_empty()
+                && !reconciler.processing_schedule.iter().any(Duration::is_zero),
+            "reconciler.processing_schedule",
+            "must list at least one delay, each above zero (e.g. [\"1m\", \"5m\", \"30m\", \"2h\", \"6h\"])",
+        )?;
+        require(
+            reconciler.processing_max >= self.gateway_max_processing_time,
+            "reconciler.processing_max",
+            "must be at least gateway_max_processing_time",
         )?;
         within("reconciler.batch_size", reconciler.batch_size, 1..=1000)?;
         require(
@@ -1811,6 +1870,28 @@ mod tests {
             jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "2m");
             let s = load();
             assert_eq!(s.gateway_max_processing_time, Duration::from_secs(120));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_processing_time_shorter_than_the_lease_plus_a_whole_call_is_refused() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("ONECHARGE_EXECUTOR__LEASE", "5m");
+            jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "5m");
+            let err = load_error();
+            assert!(
+                err.starts_with("configuration error: gateway_max_processing_time (ONECHARGE_GATEWAY_MAX_PROCESSING_TIME): must be at least executor.lease"),
+                "{err}"
+            );
+            assert!(!err.contains('\n'));
+            jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "10m");
+            let s = load();
+            assert_eq!(
+                s.reconciler.processing_max,
+                Duration::from_secs(15 * 24 * 3600)
+            );
+            assert_eq!(s.stripe_requires_action, RequiresAction::Cancel);
             Ok(())
         });
     }

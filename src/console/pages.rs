@@ -739,6 +739,10 @@ pub(super) async fn resolve(
     let actor = session.principal.actor.clone();
     match resolve::resolve(
         &state.store,
+        state
+            .reconciler
+            .as_ref()
+            .map(crate::reconciler::Reconciler::gateway),
         id,
         &form.request(),
         &actor,

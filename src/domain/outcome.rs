@@ -121,6 +121,12 @@ pub enum GatewayOutcome {
     /// goes to `unknown` and the reconciler reads the charge by id until it settles.
     #[error("processing: charge {charge_id} is not final yet")]
     Processing { charge_id: String },
+    /// Stripe's `requires_action` after an off-session confirm: PaymentIntent `charge_id`
+    /// waits for a customer who is not there to authenticate. Not charged yet, but it could
+    /// be if the customer acted: the executor cancels it (then it is a decline,
+    /// `authentication_required`) or leaves it for a person (`stripe_requires_action`).
+    #[error("requires action: PaymentIntent {charge_id} waits for the customer to authenticate")]
+    RequiresAction { charge_id: String },
     /// Not processed; send the same request again later.
     #[error("retry later: {reason}")]
     RetryLater { after: RetryAfter, reason: String },
@@ -158,6 +164,7 @@ impl GatewayOutcome {
             Self::Succeeded { .. } => "succeeded",
             Self::Declined { .. } => "declined",
             Self::Processing { .. } => "processing",
+            Self::RequiresAction { .. } => "requires_action",
             Self::RetryLater {
                 after: RetryAfter::InProgress,
                 ..
@@ -176,7 +183,8 @@ impl GatewayOutcome {
         match self {
             Self::Succeeded { charge_id, .. }
             | Self::Declined { charge_id, .. }
-            | Self::Processing { charge_id } => Some(charge_id),
+            | Self::Processing { charge_id }
+            | Self::RequiresAction { charge_id } => Some(charge_id),
             _ => None,
         }
     }

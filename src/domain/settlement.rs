@@ -164,6 +164,9 @@ pub enum CallOperation {
     /// A connector's step before the charging call that cannot charge (Stripe's create of
     /// an unconfirmed PaymentIntent).
     Prepare,
+    /// Stripe's cancel of a stored PaymentIntent: the proof, before anything says "not
+    /// charged", that it can never charge.
+    Cancel,
 }
 
 impl CallOperation {
@@ -173,6 +176,7 @@ impl CallOperation {
             Self::Charge => "charge",
             Self::Lookup => "lookup",
             Self::Prepare => "prepare",
+            Self::Cancel => "cancel",
         }
     }
 }

@@ -41,17 +41,21 @@ pub use policy::RetryPolicy;
 pub use writer::{SettlementWriter, WriteError};
 
 use crate::clock::{Clock, SystemClock};
+use crate::config::RequiresAction;
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
 use crate::domain::{GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
+use crate::gateway::CancelOutcome;
 use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::gateway::{ChargeBody, ChargeRequest};
 use crate::gateway_limit::{GatewayRateLimit, Take};
 use crate::nudge::Nudges;
 use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
-use crate::store::gateway_objects::record_gateway_object;
+use crate::store::gateway_objects::{
+    advance_key, record_gateway_object, stamp_confirm_send, ConfirmSend, KeyStep,
+};
 use crate::store::Store;
 use ahead::{ClaimAhead, Queued};
 use in_hand::InHand;
@@ -145,6 +149,9 @@ struct Inner {
     /// The longest a whole gateway call may take (connect plus request timeout): a queued
     /// attempt whose lease has less left is handed back instead of sent.
     call_limit: Duration,
+    /// `stripe_requires_action`: cancel a PaymentIntent left `requires_action`, or leave
+    /// it for a person.
+    requires_action: RequiresAction,
 }
 
 impl Executor {
@@ -178,6 +185,7 @@ impl Executor {
                 max_command_age: settings.intake.max_command_age,
                 shutdown_timeout: settings.shutdown_timeout,
                 call_limit: settings.gateway_call_limit(),
+                requires_action: settings.stripe_requires_action,
             }),
         }
     }
@@ -567,10 +575,15 @@ impl Executor {
         let call = match self.prepare(&attempt, &mut request, started_at).await {
             Err(disposition) => return report(&attempt, None, disposition),
             Ok(Some(refused)) => refused,
-            Ok(None) => {
-                started_at = now();
-                inner.gateway.charge(&request).await
-            }
+            Ok(None) => match self.may_confirm(&attempt, &request).await {
+                Err(disposition) => return report(&attempt, None, disposition),
+                Ok(Some(not_sent)) => not_sent,
+                Ok(None) => {
+                    started_at = now();
+                    let call = inner.gateway.charge(&request).await;
+                    self.cancel_if_action_required(&attempt, call, &now).await
+                }
+            },
         };
         if !call.answered_locally {
             inner.health.record(&call.outcome, inner.clock.now());
@@ -675,6 +688,12 @@ impl Executor {
             Prepared::Object { ref id } => id.clone(),
             // Recorded in the health with the rest of the call's outcome, by the caller.
             Prepared::Refused(outcome) => {
+                // A create answered 5xx: Stripe saved that answer under the key and would
+                // replay it to every retry. Whatever it made is unconfirmed and cannot
+                // charge, so the next try creates under the next derived key.
+                if prepared.http_status.is_some_and(|status| status >= 500) {
+                    self.advance_create_key(attempt).await;
+                }
                 return Ok(Some(GatewayCall {
                     outcome,
                     operation: prepared.operation,
@@ -683,7 +702,7 @@ impl Executor {
                     http_status: prepared.http_status,
                     elapsed: prepared.elapsed,
                     error: prepared.error,
-                }))
+                }));
             }
         };
         inner
@@ -716,6 +735,132 @@ impl Executor {
                 )))
             }
         }
+    }
+
+    /// Moves the attempt to its next create key (fenced by its lease). A failure only
+    /// means the next try replays the saved answer once more and moves on then.
+    async fn advance_create_key(&self, attempt: &ClaimedAttempt) {
+        let store = &self.inner.store;
+        let advanced = advance_key(
+            store,
+            attempt.payment_attempt_id,
+            attempt.lease_token,
+            KeyStep::Create,
+        )
+        .await;
+        match advanced {
+            Ok(true) => tracing::info!(
+                create_key_seq = attempt.key_seq.create + 1,
+                "the create answered 5xx: the next try creates under the next derived key"
+            ),
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot move on to the next create key; the next try asks under this one again")
+            }
+        }
+    }
+
+    /// Right before a confirm (a connector whose object is stored: Stripe), re-checks the
+    /// lease by the database's clock and stamps the send (`dispatched_at`), so that the
+    /// reconciler measures `gateway_max_processing_time` from the request that can charge.
+    /// `Ok(None)`: send it. `Ok(Some(call))`: the lease left cannot cover a whole call, so
+    /// nothing is sent (an outcome `not_sent`). `Err`: fenced, or the database failed:
+    /// nothing is sent.
+    async fn may_confirm(
+        &self,
+        attempt: &ClaimedAttempt,
+        request: &ChargeRequest,
+    ) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
+        let inner = &self.inner;
+        if request.gateway_object_id().is_none() {
+            return Ok(None);
+        }
+        let stamped = stamp_confirm_send(
+            &inner.store,
+            attempt.payment_attempt_id,
+            attempt.lease_token,
+            inner.call_limit,
+        )
+        .await;
+        match stamped {
+            Ok(ConfirmSend::Go) => Ok(None),
+            Ok(ConfirmSend::LeaseTooShort) => Ok(Some(GatewayCall {
+                outcome: GatewayOutcome::NotSent {
+                    reason: "the lease left could not cover the confirm: not sent".into(),
+                },
+                operation: crate::domain::CallOperation::Charge,
+                sent_key: None,
+                answered_locally: true,
+                http_status: None,
+                elapsed: Duration::ZERO,
+                error: Some("not sent: the lease left could not cover a whole gateway call".into()),
+            })),
+            Ok(ConfirmSend::Fenced) => {
+                metrics::fenced();
+                tracing::warn!("the lease was taken over before the confirm: nothing confirmed");
+                Err(Disposition::Fenced)
+            }
+            Err(err) => {
+                metrics::unrecorded();
+                tracing::error!(error = %err, "cannot stamp the confirm's send: nothing confirmed; the lease expires and the reconciler reads the PaymentIntent");
+                Err(Disposition::Unrecorded(crate::domain::bounded(
+                    &err.to_string(),
+                    500,
+                )))
+            }
+        }
+    }
+
+    /// A confirm that left the PaymentIntent waiting for an absent customer
+    /// (`requires_action`): with `stripe_requires_action = cancel`, cancels it first and
+    /// reads the answer — `canceled` is a decline `authentication_required` (it can never
+    /// charge), `succeeded` or `processing` is adopted, no proof leaves it for a person.
+    /// The cancel's evidence is stored on its own.
+    async fn cancel_if_action_required(
+        &self,
+        attempt: &ClaimedAttempt,
+        call: GatewayCall<GatewayOutcome>,
+        now: &impl Fn() -> time::OffsetDateTime,
+    ) -> GatewayCall<GatewayOutcome> {
+        let inner = &self.inner;
+        let GatewayOutcome::RequiresAction { charge_id } = &call.outcome else {
+            return call;
+        };
+        if inner.requires_action != RequiresAction::Cancel {
+            return call;
+        }
+        let started_at = now();
+        let Some(cancel) = inner
+            .gateway
+            .cancel_object(attempt.idempotency_key.as_str(), Some(charge_id))
+            .await
+        else {
+            return call;
+        };
+        let evidence = cancel.evidence(
+            attempt.payment_attempt_id,
+            &attempt.idempotency_key,
+            attempt.tries,
+            Some(attempt.lease_token),
+            started_at,
+        );
+        if let Err(err) = sql::record_gateway_call_alone(&inner.store, &evidence).await {
+            tracing::warn!(error = %err, "cannot store the cancel's evidence");
+        }
+        let outcome = match cancel.outcome {
+            CancelOutcome::Canceled { charge_id } => GatewayOutcome::Declined {
+                charge_id,
+                decline_code: Some("authentication_required".into()),
+                replayed: false,
+            },
+            CancelOutcome::Succeeded { charge_id } => GatewayOutcome::Succeeded {
+                charge_id,
+                replayed: false,
+            },
+            CancelOutcome::Processing { charge_id } => GatewayOutcome::Processing { charge_id },
+            CancelOutcome::Unproven { .. } => return call,
+        };
+        GatewayCall { outcome, ..call }
     }
 
     /// A result the database refused for good (it will refuse it every time): keeps the
@@ -898,6 +1043,7 @@ pub fn charge_request(attempt: &ClaimedAttempt) -> ChargeRequest {
     )
     .for_order(attempt.order_id.clone())
     .with_gateway_object(attempt.gateway_object_id.clone())
+    .with_key_seq(attempt.key_seq)
 }
 
 fn report(

@@ -89,6 +89,16 @@ impl RetryPolicy {
                 Settlement::Declined { charge_id: charge_id.clone(), decline_code: decline_code.clone() },
                 TransitionCause::GatewayDeclined,
             ),
+            GatewayOutcome::RequiresAction { charge_id } => (
+                Settlement::NeedsReview {
+                    reason: format!(
+                        "PaymentIntent {charge_id} requires customer action (authentication) although confirmed off-session; \
+                         onecharge cannot authenticate an absent customer: cancel it at Stripe and resolve as declined \
+                         (authentication_required), or resolve as succeeded if the customer completes it"
+                    ),
+                },
+                TransitionCause::GatewayRefusedRequest,
+            ),
             GatewayOutcome::NeedsReview { reason } => {
                 (Settlement::NeedsReview { reason: reason.clone() }, TransitionCause::GatewayRefusedRequest)
             }

@@ -122,6 +122,26 @@ pub struct ChargeRequest {
     charge: ChargeBody,
     order_id: Option<String>,
     gateway_object_id: Option<String>,
+    /// Which derived key each step sends (`payment_attempts.create_key_seq`,
+    /// `confirm_key_seq`; Stripe): 1 is the first.
+    key_seq: KeySeq,
+}
+
+/// The sequence numbers of the derived keys an attempt sends next (Stripe's
+/// `<key>-create[-N]`, `<key>-confirm[-N]`), stored with the attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeySeq {
+    pub create: i32,
+    pub confirm: i32,
+}
+
+impl Default for KeySeq {
+    fn default() -> Self {
+        Self {
+            create: 1,
+            confirm: 1,
+        }
+    }
 }
 
 impl ChargeRequest {
@@ -133,7 +153,14 @@ impl ChargeRequest {
             charge: body.clone(),
             order_id: None,
             gateway_object_id: None,
+            key_seq: KeySeq::default(),
         }
+    }
+
+    /// The derived keys' sequence numbers stored with the attempt.
+    pub fn with_key_seq(mut self, key_seq: KeySeq) -> Self {
+        self.key_seq = key_seq;
+        self
     }
 
     /// The attempt's order id (Stripe carries it in the PaymentIntent's metadata; the §3
@@ -163,6 +190,75 @@ impl ChargeRequest {
     /// The stored gateway object, if any.
     pub fn gateway_object_id(&self) -> Option<&str> {
         self.gateway_object_id.as_deref()
+    }
+}
+
+/// What cancelling the gateway object stored for an attempt came to
+/// ([`GatewayClient::cancel_object`]): the proof behind every "not charged" a Stripe
+/// attempt with a stored PaymentIntent may announce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The object is canceled and can never charge: "not charged" is proven.
+    Canceled { charge_id: String },
+    /// It had already charged: adopt that.
+    Succeeded { charge_id: String },
+    /// It is processing at the gateway and may still charge: the attempt stays `unknown`.
+    Processing { charge_id: String },
+    /// No proof either way (no answer, an error, another state): the attempt stays where it
+    /// is and the cancel is tried again; nothing is announced.
+    Unproven { reason: String },
+}
+
+impl CancelOutcome {
+    /// A bounded label for metrics and `gateway_calls.outcome`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Canceled { .. } => "canceled",
+            Self::Succeeded { .. } => "succeeded",
+            Self::Processing { .. } => "processing",
+            Self::Unproven { .. } => "not_canceled",
+        }
+    }
+
+    /// The object's id, when the gateway named it.
+    pub fn charge_id(&self) -> Option<&str> {
+        match self {
+            Self::Canceled { charge_id }
+            | Self::Succeeded { charge_id }
+            | Self::Processing { charge_id } => Some(charge_id),
+            Self::Unproven { .. } => None,
+        }
+    }
+}
+
+impl GatewayCall<CancelOutcome> {
+    /// This cancel's `gateway_calls` row, for the attempt whose stored key is `stored_key`,
+    /// made on try `try_number` under `lease_token` (none for a person's), started at
+    /// `started_at` by the database's clock.
+    pub fn evidence(
+        &self,
+        payment_attempt_id: crate::domain::PaymentAttemptId,
+        stored_key: &IdempotencyKey,
+        try_number: i32,
+        lease_token: Option<i64>,
+        started_at: time::OffsetDateTime,
+    ) -> crate::domain::GatewayCallRecord {
+        crate::domain::GatewayCallRecord {
+            payment_attempt_id,
+            operation: self.operation,
+            idempotency_key: self.sent_key.clone().unwrap_or_else(|| stored_key.clone()),
+            try_number,
+            lease_token,
+            started_at,
+            finished_at: started_at + self.elapsed,
+            http_status: self.http_status,
+            outcome: self.outcome.label().to_owned(),
+            gateway_charge_id: self.outcome.charge_id().map(str::to_owned),
+            error: match &self.outcome {
+                CancelOutcome::Unproven { reason } => Some(reason.clone()),
+                _ => self.error.clone(),
+            },
+        }
     }
 }
 
@@ -379,7 +475,7 @@ impl GatewayClient {
         endpoints: &stripe::Endpoints,
         request: &ChargeRequest,
     ) -> GatewayCall<Prepared> {
-        let key = stripe::create_key(&request.idempotency_key);
+        let key = stripe::create_key_at(&request.idempotency_key, request.key_seq.create);
         let form = match stripe::create_form(request) {
             Ok(form) => form,
             // Refused before sending: nothing left this process.
@@ -440,7 +536,7 @@ impl GatewayClient {
         endpoints: &stripe::Endpoints,
         request: &ChargeRequest,
     ) -> GatewayCall<GatewayOutcome> {
-        let key = stripe::confirm_key(&request.idempotency_key);
+        let key = stripe::confirm_key_at(&request.idempotency_key, request.key_seq.confirm);
         let Some(intent) = request.gateway_object_id.as_deref() else {
             // The executor confirms only what it stored; reaching here is a bug, and
             // nothing was sent.
@@ -473,6 +569,49 @@ impl GatewayClient {
             GatewayOutcome::label,
         )
         .await
+    }
+
+    /// Cancels the gateway object stored for an attempt (Stripe: `POST
+    /// /v1/payment_intents/{id}/cancel` under `<stored key>-cancel`), so that a "not
+    /// charged" said about it is proven: a canceled PaymentIntent can never be confirmed.
+    /// `None` when there is nothing that could still charge: a §3 gateway (whose charge is
+    /// one call), or no object stored (no confirm was ever sent).
+    pub async fn cancel_object(
+        &self,
+        idempotency_key: &str,
+        gateway_object_id: Option<&str>,
+    ) -> Option<GatewayCall<CancelOutcome>> {
+        let (Connector::Stripe(endpoints), Some(intent)) = (&self.connector, gateway_object_id)
+        else {
+            return None;
+        };
+        let key = stripe::cancel_key(idempotency_key);
+        let url = match endpoints.intent_url(intent) {
+            Ok(url) => {
+                let mut url = url;
+                let path = format!("{}/cancel", url.path());
+                url.set_path(&path);
+                url
+            }
+            Err(reason) => {
+                return Some(GatewayCall::refused_locally(
+                    |reason| CancelOutcome::Unproven { reason },
+                    CallOperation::Cancel,
+                    Some(key),
+                    reason,
+                ))
+            }
+        };
+        Some(
+            exchange(
+                self.stripe_post(url, &key, stripe::cancel_form()),
+                CallOperation::Cancel,
+                Some(key),
+                |reply, _| stripe::classify_cancel(reply, intent),
+                CancelOutcome::label,
+            )
+            .await,
+        )
     }
 
     /// `GET /v1/charges?idempotency_key=…` at a §3 gateway: the outcomes recorded under the

@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
-use super::{ChargeRequest, Hints, Prepared};
+use super::{CancelOutcome, ChargeRequest, Hints, Prepared};
 use crate::domain::bounded;
 use crate::domain::outcome::{
     Answer, ChargeStatus, GatewayCharge, GatewayOutcome, GatewayReply, LookupOutcome, RetryAfter,
@@ -98,17 +98,47 @@ pub fn is_intent_id(id: &str) -> bool {
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// The `Idempotency-Key` of the create call: derived from the attempt's stored key, the
-/// same on every try.
+/// The `Idempotency-Key` of the first create call: derived from the attempt's stored key,
+/// the same on every try ([`create_key_at`] with sequence 1).
 pub fn create_key(stored: &str) -> String {
-    derived_key(stored, "create")
+    create_key_at(stored, 1)
 }
 
-/// The `Idempotency-Key` of the confirm call: derived from the attempt's stored key, the
-/// same on every try, and different from the create key (Stripe refuses one key for two
-/// endpoints with `idempotency_error`).
+/// The `Idempotency-Key` of the first confirm call ([`confirm_key_at`] with sequence 1),
+/// different from the create key (Stripe refuses one key for two endpoints with
+/// `idempotency_error`).
 pub fn confirm_key(stored: &str) -> String {
-    derived_key(stored, "confirm")
+    confirm_key_at(stored, 1)
+}
+
+/// The create key of sequence `seq` (`payment_attempts.create_key_seq`): `<stored>-create`,
+/// then `<stored>-create-2`, … The sequence moves on only after a create answered `5xx`:
+/// Stripe saves that answer under the key and replays it for 24 hours, while an unconfirmed
+/// PaymentIntent the failed create may have made can never charge.
+pub fn create_key_at(stored: &str, seq: i32) -> String {
+    derived_key(stored, &step("create", seq))
+}
+
+/// The confirm key of sequence `seq` (`payment_attempts.confirm_key_seq`):
+/// `<stored>-confirm`, then `<stored>-confirm-2`, … The sequence moves on only after the
+/// PaymentIntent, retrieved by id, was still `requires_confirmation`: nothing charged, and a
+/// PaymentIntent succeeds at most once, so a confirm under the next key cannot charge twice.
+pub fn confirm_key_at(stored: &str, seq: i32) -> String {
+    derived_key(stored, &step("confirm", seq))
+}
+
+/// The key of the cancel call for the stored PaymentIntent: one per attempt, the same on
+/// every try.
+pub fn cancel_key(stored: &str) -> String {
+    derived_key(stored, "cancel")
+}
+
+fn step(name: &str, seq: i32) -> String {
+    if seq <= 1 {
+        name.to_owned()
+    } else {
+        format!("{name}-{seq}")
+    }
 }
 
 /// `<stored>-<step>`, or, should that pass Stripe's 255 characters, the SHA-256 of the
@@ -398,7 +428,10 @@ fn read_confirmed(pi: &PaymentIntent, replayed: bool) -> GatewayOutcome {
         },
         "requires_payment_method" if pi.last_payment_error.is_some() => GatewayOutcome::Declined {
             charge_id: pi.id.clone(),
-            decline_code: pi.last_payment_error.as_ref().and_then(ErrorDetail::decline_code),
+            decline_code: pi
+                .last_payment_error
+                .as_ref()
+                .and_then(ErrorDetail::decline_code),
             replayed,
         },
         "canceled" => GatewayOutcome::Declined {
@@ -407,21 +440,67 @@ fn read_confirmed(pi: &PaymentIntent, replayed: bool) -> GatewayOutcome {
             replayed,
         },
         // Off-session, Stripe answers a needed authentication with a 402; a PaymentIntent
-        // left waiting for the customer is not something onecharge can finish or prove
-        // dead, so a person cancels it (or lets the customer act) and resolves the attempt.
-        "requires_action" => GatewayOutcome::NeedsReview {
-            reason: format!(
-                "PaymentIntent {} requires customer action (authentication) although confirmed off-session; \
-                 onecharge cannot authenticate an absent customer: cancel it at Stripe and resolve as declined \
-                 (authentication_required), or resolve as succeeded if the customer completes it",
-                pi.id
-            ),
+        // left waiting for the customer is not something onecharge can finish: the executor
+        // cancels it or leaves it for a person (`stripe_requires_action`).
+        "requires_action" => GatewayOutcome::RequiresAction {
+            charge_id: pi.id.clone(),
         },
         other => GatewayOutcome::Ambiguous {
             reason: bounded(
                 &format!(
                     "the confirm of {} left it `{other}`: the reconciler reads it by id",
                     pi.id
+                ),
+                MAX_REASON_CHARS,
+            ),
+        },
+    }
+}
+
+/// The cancel call's form: why, as Stripe names it.
+pub(super) fn cancel_form() -> Vec<(&'static str, String)> {
+    vec![("cancellation_reason", "abandoned".into())]
+}
+
+/// Reads the answer to `POST /v1/payment_intents/{id}/cancel`. Only a PaymentIntent Stripe
+/// shows `canceled` proves that nothing was or will be charged: a canceled PaymentIntent
+/// can never be confirmed. One that already `succeeded` or is `processing` (Stripe refuses
+/// the cancel with `payment_intent_unexpected_state` and embeds it) is adopted instead;
+/// anything else proves nothing, and the caller asks again later.
+pub fn classify_cancel(reply: GatewayReply<'_>, intent: &str) -> CancelOutcome {
+    let (status, body) = match reply {
+        GatewayReply::NotSent { error } | GatewayReply::Lost { error } => {
+            return CancelOutcome::Unproven {
+                reason: bounded(
+                    &format!("cancelling {intent} got no answer: {error}"),
+                    MAX_REASON_CHARS,
+                ),
+            }
+        }
+        GatewayReply::Answered { status, body, .. } => (status, body),
+    };
+    let pi = match status {
+        200..=299 => serde_json::from_slice::<PaymentIntent>(body).ok(),
+        400 => error_of(body)
+            .filter(|e| e.code.as_deref() == Some("payment_intent_unexpected_state"))
+            .and_then(|e| e.payment_intent.map(|pi| *pi)),
+        _ => None,
+    };
+    match pi {
+        Some(pi) if pi.status == "canceled" => CancelOutcome::Canceled { charge_id: pi.id },
+        Some(pi) if pi.status == "succeeded" => CancelOutcome::Succeeded { charge_id: pi.id },
+        Some(pi) if pi.status == "processing" => CancelOutcome::Processing { charge_id: pi.id },
+        Some(pi) => CancelOutcome::Unproven {
+            reason: format!(
+                "cancelling {} left it `{}`: not proven unable to charge",
+                pi.id, pi.status
+            ),
+        },
+        None => CancelOutcome::Unproven {
+            reason: bounded(
+                &format!(
+                    "cancelling {intent}: {}",
+                    words(status, body, Hints::default())
                 ),
                 MAX_REASON_CHARS,
             ),
@@ -739,12 +818,84 @@ mod tests {
     }
 
     #[test]
-    fn a_payment_intent_left_in_requires_action_needs_a_person() {
-        let outcome = confirm(200, &intent("requires_action").to_string());
-        assert!(
-            matches!(&outcome, GatewayOutcome::NeedsReview { reason } if reason.contains(PI) && reason.contains("requires customer action")),
-            "{outcome:?}"
+    fn a_payment_intent_left_in_requires_action_is_cancelled_or_left_for_a_person() {
+        // The executor cancels it (stripe_requires_action = cancel) or hands it to a person.
+        assert_eq!(
+            confirm(200, &intent("requires_action").to_string()),
+            GatewayOutcome::RequiresAction {
+                charge_id: PI.into()
+            }
         );
+    }
+
+    #[test]
+    fn an_off_session_authentication_failure_read_back_is_declined_authentication_required() {
+        // Off-session SCA failures come back as requires_payment_method with
+        // last_payment_error.code = authentication_required (and no decline_code).
+        let pi = declined_intent("authentication_required", None);
+        assert!(matches!(
+            confirm(200, &pi.to_string()),
+            GatewayOutcome::Declined { decline_code: Some(ref c), .. } if c == "authentication_required"
+        ));
+        let LookupOutcome::Found(found) = classify_retrieve(answer(200, &pi.to_string()), "k")
+        else {
+            panic!()
+        };
+        assert_eq!(found[0].status, ChargeStatus::Declined);
+        assert_eq!(
+            found[0].decline_code.as_deref(),
+            Some("authentication_required")
+        );
+    }
+
+    #[test]
+    fn only_a_canceled_payment_intent_proves_a_cancel_and_a_charge_is_adopted() {
+        let cancel = |status: u16, body: &str| classify_cancel(answer(status, body), PI);
+        assert_eq!(
+            cancel(200, &intent("canceled").to_string()),
+            CancelOutcome::Canceled {
+                charge_id: PI.into()
+            }
+        );
+        let unexpected = |pi: serde_json::Value| {
+            serde_json::json!({"error": {
+                "type": "invalid_request_error", "code": "payment_intent_unexpected_state",
+                "message": "cannot cancel", "payment_intent": pi,
+            }})
+            .to_string()
+        };
+        assert_eq!(
+            cancel(400, &unexpected(intent("succeeded"))),
+            CancelOutcome::Succeeded {
+                charge_id: PI.into()
+            }
+        );
+        assert_eq!(
+            cancel(400, &unexpected(intent("processing"))),
+            CancelOutcome::Processing {
+                charge_id: PI.into()
+            }
+        );
+        // Already canceled under another key: still the proof.
+        assert!(matches!(
+            cancel(400, &unexpected(intent("canceled"))),
+            CancelOutcome::Canceled { .. }
+        ));
+        for outcome in [
+            cancel(500, &error("api_error", None)),
+            cancel(
+                409,
+                &error("idempotency_error", Some("idempotency_key_in_use")),
+            ),
+            cancel(429, &error("invalid_request_error", Some("lock_timeout"))),
+            cancel(200, &intent("requires_confirmation").to_string()),
+            classify_cancel(GatewayReply::Lost { error: "timeout" }, PI),
+        ] {
+            assert!(
+                matches!(outcome, CancelOutcome::Unproven { .. }),
+                "{outcome:?}"
+            );
+        }
     }
 
     #[test]
@@ -1146,6 +1297,19 @@ mod tests {
         }
         assert_eq!(create_key(&long), create_key(&long));
         assert_ne!(create_key(&long), create_key(&"j".repeat(255)));
+    }
+
+    #[test]
+    fn derived_keys_move_on_by_sequence_and_the_first_is_the_plain_one() {
+        let stored = "onecharge-6f1c2a9e";
+        assert_eq!(create_key_at(stored, 1), create_key(stored));
+        assert_eq!(create_key_at(stored, 2), format!("{stored}-create-2"));
+        assert_eq!(confirm_key_at(stored, 1), confirm_key(stored));
+        assert_eq!(confirm_key_at(stored, 3), format!("{stored}-confirm-3"));
+        assert_eq!(cancel_key(stored), format!("{stored}-cancel"));
+        let long = "k".repeat(255);
+        assert!(confirm_key_at(&long, 7).chars().count() <= 255);
+        assert_ne!(confirm_key_at(&long, 7), confirm_key_at(&long, 8));
     }
 
     #[test]

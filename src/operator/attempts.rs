@@ -313,6 +313,20 @@ pub fn next_action(
     }
 }
 
+/// Whether the attempt's PaymentIntent was cancelled (Stripe), from its last `cancel`
+/// call: what a person deciding "not charged" needs to know. `None` without a cancel.
+fn cancel_fact(calls: &[GatewayCall]) -> Option<String> {
+    let cancel = calls.iter().rev().find(|c| c.operation == "cancel")?;
+    let id = cancel
+        .gateway_charge_id
+        .as_deref()
+        .unwrap_or("its PaymentIntent");
+    Some(match cancel.outcome.as_str() {
+        "canceled" => format!("{id} cancelled at the gateway: it can never charge"),
+        other => format!("{id} not cancelled (the last cancel answered {other})"),
+    })
+}
+
 /// `executor retries (try 3) at 2026-11-29 10:15:01Z (in 4m) — WARNING: …`
 fn next_action_text(next: &NextAction, now: OffsetDateTime) -> String {
     let mut text = match next.at {
@@ -476,6 +490,9 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
     }
     if let Some(error) = &a.last_error {
         fact("last error", table::cell(error, 300));
+    }
+    if let Some(cancelled) = cancel_fact(&detail.gateway_calls) {
+        fact("payment intent", cancelled);
     }
     fact(
         "amount",

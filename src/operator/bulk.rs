@@ -313,7 +313,8 @@ async fn retry_each(
     for &id in ids {
         let now = OffsetDateTime::now_utc();
         let (outcome, detail) =
-            match resolve::resolve(store, id, &request, actor, via, window, now).await {
+            // A retry cancels nothing: no gateway client needed.
+            match resolve::resolve(store, None, id, &request, actor, via, window, now).await {
                 Ok(resolved) => ("retried", resolved.summary()),
                 Err(err @ (ResolveError::Refused(_) | ResolveError::NotFound(_))) => {
                     ("refused", err.to_string())

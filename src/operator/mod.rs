@@ -293,7 +293,20 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
                 decline_code: args.decline_code,
             };
             let actor = operator_actor();
-            match resolve::resolve(&store, args.id, &request, &actor, Via::Cli, &window, now).await
+            // Declining may need to cancel a PaymentIntent first (a client needs the
+            // gateway settings; without them a decline that needs one is refused).
+            let gateway = crate::gateway::GatewayClient::from_settings(settings).ok();
+            match resolve::resolve(
+                &store,
+                gateway.as_ref(),
+                args.id,
+                &request,
+                &actor,
+                Via::Cli,
+                &window,
+                now,
+            )
+            .await
             {
                 Ok(resolved) => {
                     println!("{}", resolved.summary());

@@ -16,7 +16,10 @@ use super::table;
 use super::RetryWindow;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
+use crate::gateway::{CancelOutcome, GatewayClient};
+use crate::store::attempts::record_gateway_call_alone;
 use crate::store::audit::Via;
+use crate::store::gateway_objects::object_of;
 use crate::store::operator::{self as sql, Resolution, ResolveOutcome, ResolveTarget};
 use crate::store::Store;
 
@@ -92,8 +95,16 @@ const MAX_REASON_CHARS: usize = 1000;
 
 /// Applies `request` to attempt `id` on behalf of `actor` (acting through `via`), at `now`;
 /// an applied decision writes its audit row in the same transaction.
+///
+/// `--as declined` of an attempt whose gateway object could still charge (a stored Stripe
+/// PaymentIntent) cancels it through `gateway` first, in this one function every face
+/// (CLI, API, console, bulk) calls: only a `canceled` answer lets the decision through; a
+/// PaymentIntent that succeeded or is processing, or no answer, refuses it and changes
+/// nothing.
+#[allow(clippy::too_many_arguments)]
 pub async fn resolve(
     store: &Store,
+    gateway: Option<&GatewayClient>,
     id: PaymentAttemptId,
     request: &ResolveRequest,
     actor: &str,
@@ -103,6 +114,9 @@ pub async fn resolve(
 ) -> Result<Resolved, ResolveError> {
     let target = validate(request)?;
     let reason = request.reason.trim();
+    if matches!(target, ResolveTarget::Declined { .. }) {
+        cancel_before_declining(store, gateway, id, now).await?;
+    }
     let outcome = sql::resolve_attempt(
         store,
         &Resolution {
@@ -148,6 +162,53 @@ pub async fn resolve(
             table::at(created_at),
             table::relative(created_at, now),
             table::setting(window.max_age),
+        ))),
+    }
+}
+
+/// Proves "not charged" before a person's `--as declined` is written: the attempt's stored
+/// PaymentIntent, if any, is cancelled (`<key>-cancel`) and must come back `canceled`. The
+/// cancel is recorded in `gateway_calls` whatever it answered.
+async fn cancel_before_declining(
+    store: &Store,
+    gateway: Option<&GatewayClient>,
+    id: PaymentAttemptId,
+    now: OffsetDateTime,
+) -> Result<(), ResolveError> {
+    let Some(attempt) = object_of(store, id).await? else {
+        return Ok(());
+    };
+    let Some(object) = attempt.gateway_object_id.as_deref() else {
+        return Ok(());
+    };
+    let Some(gateway) = gateway else {
+        return Err(ResolveError::Refused(format!(
+            "refusing to decline attempt {id}: PaymentIntent {object} must be cancelled first (proof that it can never charge), \
+             and this process has no gateway client: resolve through `onecharge attempts resolve` with the gateway settings, \
+             or a process that runs the executor or the reconciler"
+        )));
+    };
+    let Some(cancel) = gateway
+        .cancel_object(&attempt.idempotency_key, Some(object))
+        .await
+    else {
+        return Ok(());
+    };
+    let evidence = cancel.evidence(id, &attempt.idempotency_key, attempt.tries, None, now);
+    record_gateway_call_alone(store, &evidence).await?;
+    match cancel.outcome {
+        CancelOutcome::Canceled { .. } => Ok(()),
+        CancelOutcome::Succeeded { charge_id } => Err(ResolveError::Refused(format!(
+            "refusing to decline attempt {id}: PaymentIntent {charge_id} has succeeded at the gateway, so the customer was charged; \
+             resolve --as succeeded --gateway-charge-id {charge_id}"
+        ))),
+        CancelOutcome::Processing { charge_id } => Err(ResolveError::Refused(format!(
+            "refusing to decline attempt {id}: PaymentIntent {charge_id} is processing at the gateway and may still charge; \
+             wait for it to settle and recheck"
+        ))),
+        CancelOutcome::Unproven { reason } => Err(ResolveError::Refused(format!(
+            "refusing to decline attempt {id}: PaymentIntent {object} could not be cancelled, so it could still charge ({reason}); \
+             nothing changed: try again"
         ))),
     }
 }

@@ -39,10 +39,11 @@ use crate::domain::Fence;
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, RetryWindow};
 use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
-use crate::gateway::{GatewayClient, GatewayHealth};
+use crate::gateway::{CancelOutcome, GatewayClient, GatewayHealth};
 use crate::gateway_limit::{GatewayRateLimit, Take};
 use crate::store::attempts::{record_gateway_call_alone, settle, settle_audited};
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
+use crate::store::gateway_objects::{advance_key, KeyStep};
 use crate::store::reconciler::{
     claim_for_recheck, claim_unknown, expire_leases, record_unchanged_recheck, reschedule_lookup,
     reschedule_lookup_audited, RecheckClaim, UnknownAttempt,
@@ -139,6 +140,11 @@ impl Reconciler {
                 clock: Arc::new(SystemClock),
             }),
         }
+    }
+
+    /// The gateway client this reconciler asks (a person's decline cancels through it).
+    pub fn gateway(&self) -> &GatewayClient {
+        &self.inner.gateway
     }
 
     /// Replaces the clock (tests move time instead of sleeping).
@@ -331,6 +337,7 @@ impl Reconciler {
             }),
         };
         let decision = self.decide(attempt, &call.outcome, now);
+        let decision = self.prove(attempt, decision, now).await;
         let answer = match &decision {
             Decision::Settle { settlement, .. } => settlement.describe(),
             Decision::CheckAgain { reason, .. } => reason.clone(),
@@ -580,6 +587,11 @@ impl Reconciler {
                         },
                         cause: TransitionCause::LookupFoundAnotherCharge,
                     },
+                    // Processing at the gateway (a bank debit can take days): along its
+                    // own, longer schedule.
+                    LookupReading::Unsettled { .. } if is_processing(charges) => {
+                        self.still_processing(attempt, charges, now)
+                    }
                     // Maybe not final yet: like a lookup that did not answer, along the schedule.
                     LookupReading::Unsettled { reason } => self.check_again(attempt, now, &reason),
                 }
@@ -629,6 +641,156 @@ impl Reconciler {
 }
 
 impl Reconciler {
+    /// A payment still `processing` at the gateway: it stays `unknown` ("processing at the
+    /// gateway"), looked at again along `reconciler.processing_schedule` (its last delay
+    /// repeating), until `reconciler.processing_max` has passed since its last send; only
+    /// then does a person decide.
+    fn still_processing(
+        &self,
+        attempt: &UnknownAttempt,
+        charges: &[GatewayCharge],
+        now: OffsetDateTime,
+    ) -> Decision {
+        let settings = &self.inner.settings;
+        let id = charges
+            .iter()
+            .find(|c| c.status == ChargeStatus::Other("processing".into()))
+            .map_or("?", |c| c.id.as_str());
+        let since = attempt.dispatched_at.unwrap_or(attempt.created_at);
+        let max = time::Duration::try_from(settings.processing_max).unwrap_or(time::Duration::MAX);
+        if now - since >= max {
+            return Decision::Settle {
+                settlement: Settlement::NeedsReview {
+                    reason: format!(
+                        "{id} is still processing at the gateway, {} after the last send at {since}                          (reconciler.processing_max): check it at the gateway and resolve",
+                        humantime::format_duration(settings.processing_max)
+                    ),
+                },
+                cause: TransitionCause::ReconciliationScheduleExhausted,
+            };
+        }
+        let checks = attempt.reconcile_checks.max(0) as usize;
+        let delay = settings
+            .processing_schedule
+            .get(checks)
+            .or(settings.processing_schedule.last())
+            .copied()
+            .unwrap_or(Duration::from_secs(6 * 3600));
+        let at = now + delay;
+        Decision::CheckAgain {
+            at,
+            reason: format!(
+                "processing at the gateway: {id} is not final yet; looking again at {at}"
+            ),
+            count_check: true,
+        }
+    }
+
+    /// Makes a decision that says "not charged" true before it is written, for a connector
+    /// whose object could still charge (Stripe: a stored PaymentIntent).
+    ///
+    /// - Re-sending after the PaymentIntent read `requires_confirmation`: the next confirm
+    ///   goes under the next derived key (the last one's `5xx` may be saved and replayed).
+    /// - Telling a person that nothing was charged (past the retry limits): the PaymentIntent
+    ///   is cancelled first. `canceled` proves it; `succeeded` is adopted; `processing` is
+    ///   followed; no proof keeps the attempt `unknown`, looked at again along the schedule,
+    ///   and nothing is announced.
+    async fn prove(
+        &self,
+        attempt: &UnknownAttempt,
+        decision: Decision,
+        now: OffsetDateTime,
+    ) -> Decision {
+        let inner = &self.inner;
+        let Some(object) = attempt.gateway_object_id.as_deref() else {
+            return decision;
+        };
+        match &decision {
+            Decision::Settle {
+                settlement: Settlement::Retry { .. },
+                cause: TransitionCause::LookupFoundNothing,
+            } => {
+                if let Err(err) = advance_key(
+                    &inner.store,
+                    attempt.payment_attempt_id,
+                    attempt.lease_token,
+                    KeyStep::Confirm,
+                )
+                .await
+                {
+                    tracing::warn!(error = %err, "cannot move on to the next confirm key; the re-send uses this one");
+                }
+                decision
+            }
+            Decision::Settle {
+                settlement: Settlement::NeedsReview { reason },
+                cause: TransitionCause::LookupFoundNothingRetriesExhausted,
+            } => {
+                let reason = reason.clone();
+                let Some(cancel) = inner
+                    .gateway
+                    .cancel_object(&attempt.idempotency_key, Some(object))
+                    .await
+                else {
+                    return decision;
+                };
+                self.record_cancel(attempt, &cancel, now).await;
+                match cancel.outcome {
+                    CancelOutcome::Canceled { charge_id } => Decision::Settle {
+                        settlement: Settlement::NeedsReview {
+                            reason: format!(
+                                "{reason}; PaymentIntent {charge_id} was cancelled at the gateway, so it can never charge"
+                            ),
+                        },
+                        cause: TransitionCause::LookupFoundNothingRetriesExhausted,
+                    },
+                    CancelOutcome::Succeeded { charge_id } => Decision::Settle {
+                        settlement: Settlement::Succeeded { charge_id },
+                        cause: TransitionCause::LookupFoundCharge,
+                    },
+                    CancelOutcome::Processing { charge_id } => {
+                        let charge = GatewayCharge {
+                            id: charge_id,
+                            status: ChargeStatus::Other("processing".into()),
+                            decline_code: None,
+                            idempotency_key: None,
+                            reference: None,
+                            amount_minor: None,
+                            currency: None,
+                        };
+                        self.still_processing(attempt, &[charge], now)
+                    }
+                    CancelOutcome::Unproven { reason } => self.check_again(
+                        attempt,
+                        now,
+                        &format!("nothing found, but the PaymentIntent could not be cancelled yet: {reason}"),
+                    ),
+                }
+            }
+            _ => decision,
+        }
+    }
+
+    /// The cancel call's evidence, stored on its own (the decision's write carries the
+    /// lookup's).
+    async fn record_cancel(
+        &self,
+        attempt: &UnknownAttempt,
+        cancel: &crate::gateway::GatewayCall<CancelOutcome>,
+        now: OffsetDateTime,
+    ) {
+        let evidence = cancel.evidence(
+            attempt.payment_attempt_id,
+            &attempt.idempotency_key,
+            attempt.tries,
+            Some(attempt.lease_token),
+            now,
+        );
+        if let Err(err) = record_gateway_call_alone(&self.inner.store, &evidence).await {
+            tracing::warn!(error = %err, "cannot store the cancel's evidence");
+        }
+    }
+
     /// The lookup found nothing under the key. That proves "not charged" only once the
     /// gateway's maximum processing time has passed since the last send (and only while the
     /// gateway still remembers the key); before that the send may still be running and
@@ -833,6 +995,13 @@ enum Decision {
         reason: String,
         count_check: bool,
     },
+}
+
+/// Whether a lookup found the charge still `processing` at the gateway.
+fn is_processing(charges: &[GatewayCharge]) -> bool {
+    charges
+        .iter()
+        .any(|c| c.status == ChargeStatus::Other("processing".into()))
 }
 
 /// The charge a lookup found that decides the attempt: a success wins over declines (a

@@ -55,6 +55,8 @@ pub struct ClaimedAttempt {
     pub correlation_id: Option<String>,
     /// The gateway object stored before the charging call (Stripe's PaymentIntent id).
     pub gateway_object_id: Option<String>,
+    /// Which derived keys (Stripe's `-create[-N]`, `-confirm[-N]`) this try sends.
+    pub key_seq: crate::gateway::KeySeq,
 }
 
 /// Where a claim query draws the line for hand-overs.
@@ -120,7 +122,8 @@ pub async fn claim_due_attempts(
                        a.currency, a.payment_method, a.description, a.idempotency_key,
                        a.tries, a.lease_token, a.lease_expires_at, a.created_at,
                        a.first_dispatched_at, a.next_run_at, a.first_message_id,
-                       a.correlation_id, a.gateway_object_id, due.hand_over
+                       a.correlation_id, a.gateway_object_id, a.create_key_seq,
+                       a.confirm_key_seq, due.hand_over
          ),
          transitions AS (
              INSERT INTO attempt_transitions
@@ -165,6 +168,10 @@ pub async fn claim_due_attempts(
                 first_message_id: row.try_get("first_message_id")?,
                 correlation_id: row.try_get("correlation_id")?,
                 gateway_object_id: row.try_get("gateway_object_id")?,
+                key_seq: crate::gateway::KeySeq {
+                    create: row.try_get("create_key_seq")?,
+                    confirm: row.try_get("confirm_key_seq")?,
+                },
             })
         })
         .collect()

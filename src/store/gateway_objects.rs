@@ -59,3 +59,121 @@ pub async fn gateway_object_id(
     .await
     .map(Option::flatten)
 }
+
+/// Which derived key an attempt moves on from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyStep {
+    /// After a create answered `5xx` (Stripe saved that answer under the key and would
+    /// replay it to every retry), by the executor under its lease, and only while no
+    /// PaymentIntent is stored (one that is stored is never created again).
+    Create,
+    /// When the reconciler, holding the `unknown` attempt under its claim, found its
+    /// PaymentIntent still `requires_confirmation`: the last confirm charged nothing, and
+    /// its answer (a saved `5xx`) would be replayed under the old key.
+    Confirm,
+}
+
+/// Moves the attempt held under `lease_token` on to the next key of `step`
+/// (`create_key_seq + 1` or `confirm_key_seq + 1`). `Ok(false)`: fenced (the lease or
+/// claim is no longer the caller's, or the attempt is not where `step` needs it); nothing
+/// changed.
+pub async fn advance_key(
+    store: &Store,
+    payment_attempt_id: PaymentAttemptId,
+    lease_token: i64,
+    step: KeyStep,
+) -> Result<bool, sqlx::Error> {
+    let statement = match step {
+        KeyStep::Create => {
+            "UPDATE payment_attempts
+                SET create_key_seq = create_key_seq + 1, updated_at = now()
+              WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
+                AND gateway_object_id IS NULL"
+        }
+        KeyStep::Confirm => {
+            "UPDATE payment_attempts
+                SET confirm_key_seq = confirm_key_seq + 1, updated_at = now()
+              WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'unknown'
+                AND gateway_object_id IS NOT NULL"
+        }
+    };
+    sqlx::query(statement)
+        .bind(payment_attempt_id)
+        .bind(lease_token)
+        .execute(store.pool())
+        .await
+        .map(|done| done.rows_affected() == 1)
+}
+
+/// Whether the confirm may leave now, by the database's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfirmSend {
+    /// The lease covers the whole call; `dispatched_at` now says when it left, and the
+    /// reconciler measures `gateway_max_processing_time` from there.
+    Go,
+    /// The lease left is shorter than a whole call: the confirm must not be sent.
+    LeaseTooShort,
+    /// The lease is no longer this caller's.
+    Fenced,
+}
+
+/// Re-checks the lease right before a confirm and stamps the send: `dispatched_at =
+/// now()` when the lease still covers `call_limit` (connect plus request timeout), so that
+/// "may still be processing" is measured from the request that can charge, not from the
+/// claim (a slow create comes between them).
+pub async fn stamp_confirm_send(
+    store: &Store,
+    payment_attempt_id: PaymentAttemptId,
+    lease_token: i64,
+    call_limit: std::time::Duration,
+) -> Result<ConfirmSend, sqlx::Error> {
+    let may_send: Option<bool> = sqlx::query_scalar(
+        "UPDATE payment_attempts
+            SET dispatched_at = CASE WHEN lease_expires_at > now() + make_interval(secs => $3::float8)
+                                     THEN now() ELSE dispatched_at END,
+                updated_at = now()
+          WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
+          RETURNING lease_expires_at > now() + make_interval(secs => $3::float8)",
+    )
+    .bind(payment_attempt_id)
+    .bind(lease_token)
+    .bind(call_limit.as_secs_f64())
+    .fetch_optional(store.pool())
+    .await?;
+    Ok(match may_send {
+        Some(true) => ConfirmSend::Go,
+        Some(false) => ConfirmSend::LeaseTooShort,
+        None => ConfirmSend::Fenced,
+    })
+}
+
+/// What cancelling an attempt's gateway object needs to know of the attempt.
+#[derive(Debug, Clone)]
+pub struct ObjectOf {
+    pub idempotency_key: crate::domain::IdempotencyKey,
+    pub gateway_object_id: Option<String>,
+    pub tries: i32,
+}
+
+/// The attempt's stored key, gateway object and tries, if the attempt exists.
+pub async fn object_of(
+    store: &Store,
+    payment_attempt_id: PaymentAttemptId,
+) -> Result<Option<ObjectOf>, sqlx::Error> {
+    use sqlx::Row as _;
+    let row = sqlx::query(
+        "SELECT idempotency_key, gateway_object_id, tries FROM payment_attempts
+          WHERE payment_attempt_id = $1",
+    )
+    .bind(payment_attempt_id)
+    .fetch_optional(store.pool())
+    .await?;
+    row.map(|row| {
+        Ok(ObjectOf {
+            idempotency_key: row.try_get("idempotency_key")?,
+            gateway_object_id: row.try_get("gateway_object_id")?,
+            tries: row.try_get("tries")?,
+        })
+    })
+    .transpose()
+}

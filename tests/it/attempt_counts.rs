@@ -113,6 +113,7 @@ async fn counts_stay_exact_through_intake_settlement_reconciliation_resolve_and_
     assert_exact(&h.store, "an attempt went to review").await;
     resolve(
         &h.store,
+        None,
         in_review,
         &ResolveRequest {
             as_: ResolveAs::Declined,

@@ -9,7 +9,7 @@ use crate::support::{
     charge_request_with_amount, command, first_outcome, intake_record, run_leaving_one_in, Harness,
 };
 use mock_gateway::stripe::payment_methods as spm;
-use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
+use mock_gateway::{payment_methods as pm, Dialect, FaultConfig, FaultRule, MockConfig};
 use onecharge::domain::outcome::GatewayOutcome;
 use onecharge::domain::AttemptStatus;
 use onecharge::gateway::stripe::{confirm_key, create_key};
@@ -22,14 +22,51 @@ use uuid::Uuid;
 
 /// A harness whose mock speaks Stripe and whose settings choose the stripe connector.
 async fn stripe_harness() -> Harness {
+    stripe_harness_with(|_| {}).await
+}
+
+/// [`stripe_harness`] with its settings adjusted.
+async fn stripe_harness_with(adjust: impl FnOnce(&mut onecharge::config::Settings)) -> Harness {
     Harness::with(
         MockConfig {
             dialect: Dialect::Stripe,
             ..MockConfig::default()
         },
-        |s| s.gateway_kind = GatewayKind::Stripe,
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            adjust(s);
+        },
     )
     .await
+}
+
+/// A claimed attempt whose PaymentIntent was created and stored, and whose executor then
+/// paused (a VM suspended, a long GC) before confirming: the attempt is past its retry
+/// limits (one try), so a reconciler that finds nothing charged would tell a person so.
+/// The claim and the PaymentIntent's id.
+async fn paused_between_storing_and_confirming(
+    h: &Harness,
+    client: &GatewayClient,
+) -> (onecharge::store::attempts::ClaimedAttempt, String) {
+    h.seed(spm::CARD_VISA).await;
+    let executor = h.executor_with(client.clone());
+    let claimed = executor.claim(1).await.unwrap().remove(0);
+    let (pi, _) = prepare_and_store(h, client, &claimed).await;
+    (claimed, pi)
+}
+
+/// The paused executor's confirm, sent late.
+async fn late_confirm(
+    client: &GatewayClient,
+    claimed: &onecharge::store::attempts::ClaimedAttempt,
+    pi: &str,
+) -> GatewayOutcome {
+    client
+        .charge(
+            &onecharge::executor::charge_request(claimed).with_gateway_object(Some(pi.to_owned())),
+        )
+        .await
+        .outcome
 }
 
 /// The connector `gateway_kind = stripe` builds from the settings.
@@ -225,7 +262,7 @@ async fn a_dropped_connection_after_the_confirm_is_settled_by_id_with_one_charge
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_5xx_before_charging_is_reconfirmed_under_the_same_key_and_charges_once() {
+async fn a_saved_5xx_to_the_confirm_is_reconfirmed_under_the_next_confirm_key_and_charges_once() {
     let h = stripe_harness().await;
     let command = h.seed(pm::FAULT_ERROR_BEFORE).await;
     let id = command.payment_attempt_id;
@@ -233,7 +270,8 @@ async fn a_5xx_before_charging_is_reconfirmed_under_the_same_key_and_charges_onc
 
     run_leaving_one_in(&executor, AttemptStatus::Unknown).await;
     assert!(h.gateway.ledger().is_empty());
-    // Retrieved by id: still requires_confirmation, so nothing charged: confirm again.
+    // Retrieved by id: still requires_confirmation, so nothing charged. Stripe saved the
+    // 500 under the first confirm key and replays it: the next confirm uses the next key.
     reconcile_one_to(&h, AttemptStatus::Pending).await;
     run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
     h.assert_charged_once(id).await;
@@ -242,17 +280,109 @@ async fn a_5xx_before_charging_is_reconfirmed_under_the_same_key_and_charges_onc
         .requests()
         .into_iter()
         .filter(|r| r.path.ends_with("/confirm"))
-        .map(|r| r.idempotency_key)
+        .map(|r| r.idempotency_key.unwrap_or_default())
         .collect();
-    assert_eq!(confirms.len(), 2);
-    assert!(confirms
-        .iter()
-        .all(|k| k.as_deref() == Some(confirm_key(&command.idempotency_key()).as_str())));
+    let first = confirm_key(&command.idempotency_key());
+    assert_eq!(confirms, vec![first.clone(), format!("{first}-2")]);
     let creates = intents_created(&h);
     assert_eq!(
         creates, 1,
         "the stored PaymentIntent is reused, never created again"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_answered_a_saved_5xx_is_made_again_under_the_next_create_key_and_charges_once() {
+    let h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            faults: FaultConfig {
+                // The first request that executes is the create: it makes a PaymentIntent,
+                // then answers 500, which Stripe saves under the create key.
+                error_after: FaultRule::times(1),
+                ..FaultConfig::default()
+            },
+            ..MockConfig::default()
+        },
+        |s| s.gateway_kind = GatewayKind::Stripe,
+    )
+    .await;
+    let command = h.seed(spm::CARD_VISA).await;
+    let id = command.payment_attempt_id;
+    let executor = h.executor_with(stripe_client(&h));
+
+    let report = run_leaving_one_in(&executor, AttemptStatus::Pending).await;
+    assert_eq!(first_outcome(&report), Some("not_sent"), "{report:?}");
+    for _ in 0..3 {
+        h.advance(Duration::from_secs(60)).await;
+        if executor
+            .run_once()
+            .await
+            .unwrap()
+            .count(AttemptStatus::Succeeded)
+            == 1
+        {
+            break;
+        }
+    }
+    h.assert_charged_once(id).await;
+    let creates: Vec<_> = h
+        .gateway
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/payment_intents")
+        .map(|r| r.idempotency_key.unwrap_or_default())
+        .collect();
+    let first = create_key(&command.idempotency_key());
+    assert_eq!(creates, vec![first.clone(), format!("{first}-2")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_intent_processing_for_two_days_ends_succeeded_without_a_person() {
+    let h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            slow_charge_for: Duration::from_secs(3600),
+            ..MockConfig::default()
+        },
+        |s| s.gateway_kind = GatewayKind::Stripe,
+    )
+    .await;
+    let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
+
+    // Two days of the mock clock, a look every 6 hours at most: still processing each time.
+    let reconciler = h.reconciler_with(stripe_client(&h));
+    for _ in 0..8 {
+        h.advance(Duration::from_secs(6 * 3600)).await;
+        let pass = reconciler.run_once().await.unwrap();
+        assert_eq!(pass.rescheduled(), 1, "{pass:?}");
+        let row = h.attempt(id).await;
+        assert_eq!(row.status, "unknown");
+        assert!(
+            row.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("processing at the gateway")),
+            "{:?}",
+            row.last_error
+        );
+    }
+
+    h.finish_slow_charge().await;
+    h.advance(Duration::from_secs(6 * 3600)).await;
+    let pass = reconciler.run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    h.assert_charged_once(id).await;
+    let reviewed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM attempt_transitions
+         WHERE payment_attempt_id = $1 AND to_status = 'needs_review'",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(reviewed, 0, "no person was asked");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -605,4 +735,187 @@ async fn prepare_and_store(
     .await
     .unwrap());
     (pi, evidence)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_paused_between_storing_and_confirming_meets_a_canceled_intent_and_charges_nothing(
+) {
+    let h = stripe_harness_with(|s| s.executor.max_tries = 1).await;
+    let client = stripe_client(&h);
+    let (claimed, pi) = paused_between_storing_and_confirming(&h, &client).await;
+    let id = claimed.payment_attempt_id;
+    // Past its lease and past gateway_max_processing_time the reconciler finds nothing
+    // charged and the attempt past its retry limits: before telling a person "not charged"
+    // it cancels the PaymentIntent.
+    h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))
+        .await;
+    let pass = h.reconciler_with(client.clone()).run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::NeedsReview), 1, "{pass:?}");
+    let row = h.attempt(id).await;
+    let reason = row.review_reason.unwrap_or_default();
+    assert!(reason.contains(&format!("{pi} was cancelled")), "{reason}");
+    assert!(calls(&h, id)
+        .await
+        .contains(&call("cancel", Some(200), "canceled", Some(&pi))));
+    // `attempts show` and the console's attempt page say so among the facts.
+    let window = onecharge::domain::RetryWindow::from_settings(&h.settings);
+    let now = h.db_now().await;
+    let detail = onecharge::operator::attempts::show(&h.store, id, now, &window)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        onecharge::operator::attempts::fact_rows(&detail, now).contains(&(
+            "payment intent",
+            format!("{pi} cancelled at the gateway: it can never charge")
+        )),
+        "{}",
+        onecharge::operator::attempts::render_show(&detail, now)
+    );
+
+    // The paused executor wakes and sends its confirm: the cancel won.
+    let late = late_confirm(&client, &claimed, &pi).await;
+    assert!(
+        matches!(late, GatewayOutcome::Declined { ref decline_code, .. } if decline_code.as_deref().is_some_and(|c| c.starts_with("canceled"))),
+        "{late:?}"
+    );
+    assert!(h.gateway.ledger().is_empty(), "nothing charged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_confirm_that_charged_before_the_cancel_is_adopted_not_called_not_charged() {
+    let h = stripe_harness_with(|s| s.executor.max_tries = 1).await;
+    let client = stripe_client(&h);
+    let (claimed, pi) = paused_between_storing_and_confirming(&h, &client).await;
+    // The paused executor's confirm reaches Stripe first and charges; its result is lost.
+    let late = late_confirm(&client, &claimed, &pi).await;
+    assert!(matches!(late, GatewayOutcome::Succeeded { .. }), "{late:?}");
+    h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))
+        .await;
+
+    // A cancel now meets a PaymentIntent that succeeded: that is adopted.
+    let cancel = client
+        .cancel_object(&claimed.idempotency_key, Some(&pi))
+        .await
+        .expect("stripe cancels");
+    assert_eq!(
+        cancel.outcome,
+        onecharge::gateway::CancelOutcome::Succeeded {
+            charge_id: pi.clone()
+        }
+    );
+    reconcile_one_to(&h, AttemptStatus::Succeeded).await;
+    h.assert_charged_once(claimed.payment_attempt_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requires_action_off_session_is_cancelled_and_declined_authentication_required() {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::FAULT_REQUIRES_ACTION).await.payment_attempt_id;
+
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Declined), 1, "{report:?}");
+    let row = h.attempt(id).await;
+    assert_eq!(row.decline_code.as_deref(), Some("authentication_required"));
+    let pi = row.gateway_charge_id.unwrap();
+    assert!(calls(&h, id)
+        .await
+        .contains(&call("cancel", Some(200), "canceled", Some(&pi))));
+    let status = reqwest::Client::new()
+        .get(format!("{}/v1/payment_intents/{pi}", h.gateway.base_url()))
+        .bearer_auth(crate::support::API_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["status"]
+        .clone();
+    assert_eq!(status, "canceled");
+    assert!(h.gateway.ledger().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolving_as_declined_cancels_the_payment_intent_first() {
+    let h = stripe_harness_with(|s| {
+        s.stripe_requires_action = onecharge::config::RequiresAction::Review;
+    })
+    .await;
+    let id = h.seed(spm::FAULT_REQUIRES_ACTION).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let report = h.executor_with(client.clone()).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
+    let pi = gateway_object_id(&h.store, id).await.unwrap().unwrap();
+
+    // Every face (CLI, API, console, bulk) calls this one function.
+    let request = onecharge::operator::resolve::ResolveRequest {
+        as_: onecharge::operator::resolve::ResolveAs::Declined,
+        reason: "the customer cannot authenticate".into(),
+        gateway_charge_id: None,
+        decline_code: Some("authentication_required".into()),
+    };
+    let window = onecharge::domain::RetryWindow::from_settings(&h.settings);
+    let without = onecharge::operator::resolve::resolve(
+        &h.store,
+        None,
+        id,
+        &request,
+        "ops@example.com",
+        onecharge::store::audit::Via::Cli,
+        &window,
+        h.db_now().await,
+    )
+    .await;
+    assert!(
+        matches!(without, Err(onecharge::operator::resolve::ResolveError::Refused(ref why)) if why.contains("cancelled first")),
+        "{without:?}"
+    );
+    assert_eq!(h.attempt(id).await.status, "needs_review");
+
+    let resolved = onecharge::operator::resolve::resolve(
+        &h.store,
+        Some(&client),
+        id,
+        &request,
+        "ops@example.com",
+        onecharge::store::audit::Via::Cli,
+        &window,
+        h.db_now().await,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resolved.status, AttemptStatus::Declined);
+    assert!(calls(&h, id)
+        .await
+        .contains(&call("cancel", Some(200), "canceled", Some(&pi))));
+    assert!(h.gateway.ledger().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirm_is_never_sent_when_the_lease_left_cannot_cover_it() {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let executor = h.executor_with(client.clone());
+    let claimed = executor.claim(1).await.unwrap().remove(0);
+    let (pi, _) = prepare_and_store(&h, &client, &claimed).await;
+    // The create was slow: less of the lease is left than a whole call could take.
+    let left = h.settings.gateway_call_limit() - Duration::from_secs(1);
+    h.advance(h.settings.executor.lease - left).await;
+
+    let report = executor.execute(claimed).await;
+    assert_eq!(
+        report.disposition,
+        onecharge::executor::Disposition::Moved(AttemptStatus::Pending),
+        "{report:?}"
+    );
+    assert!(
+        !h.gateway
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/confirm")),
+        "no confirm left after the lease could no longer cover it"
+    );
+    assert!(h.gateway.ledger().is_empty());
+    assert_eq!(gateway_object_id(&h.store, id).await.unwrap(), Some(pi));
 }

@@ -50,6 +50,10 @@ pub struct SoakConfig {
     pub settle_timeout: Duration,
     /// The protocol onecharge and the mock gateway speak.
     pub gateway: GatewayKind,
+    /// The chance of a `500` after a request began executing, nothing charged
+    /// (`error_before`). The Stripe dialect saves it under the key and replays it to every
+    /// request with that key, as Stripe does, on the create and on the confirm.
+    pub server_errors: f64,
 }
 
 /// The figures of one run.
@@ -85,9 +89,9 @@ impl Drop for Workspace {
 
 /// The gateway's faults: every kind, by seeded chance, on top of the payment methods that
 /// trigger one on their first try.
-fn soak_faults() -> FaultConfig {
+fn soak_faults(server_errors: f64) -> FaultConfig {
     FaultConfig {
-        error_before: FaultRule::probability(0.03),
+        error_before: FaultRule::probability(server_errors),
         error_after: FaultRule::probability(0.03),
         hang_after: FaultRule::probability(0.01),
         drop_after: FaultRule::probability(0.02),
@@ -205,7 +209,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         api_key: api_key.clone(),
         seed: config.seed,
         hang_for: Duration::from_millis(1500),
-        faults: soak_faults(),
+        faults: soak_faults(config.server_errors),
         // A PaymentIntent left `processing` (Stripe dialect) succeeds 2 s later, inside the
         // reconciler's schedule (1 s, 2 s, 4 s).
         slow_charge_for: Duration::from_secs(2),

@@ -80,6 +80,10 @@ pub(crate) struct PaymentIntent {
     /// not this.
     #[serde(skip)]
     settles_later: bool,
+    /// Confirmations begun, under any key: a fault trigger fires on the first only, so a
+    /// client that moves on to another key after a saved `500` meets the card behind it.
+    #[serde(skip)]
+    pub(crate) confirmations: u32,
 }
 
 impl PaymentIntent {
@@ -207,6 +211,7 @@ impl Store {
             charging_key: create.confirm.then(|| key.map(str::to_owned)).flatten(),
             before_confirm: None,
             settles_later: false,
+            confirmations: u32::from(create.confirm),
         };
         self.intents
             .lock()
@@ -251,6 +256,7 @@ impl Store {
             .with_code("payment_intent_unexpected_state"));
         }
         intent.before_confirm = Some((intent.status, intent.payment_method.clone()));
+        intent.confirmations += 1;
         intent.payment_method = payment_method;
         intent.status = Status::Processing;
         intent.charging_key = key.map(str::to_owned);

@@ -45,6 +45,10 @@ pub mod payment_methods {
     /// Mock-specific: the PaymentIntent answers `processing`, stays so for
     /// `slow_charge_for` (or until `finish_slow_charges`), then succeeds.
     pub const FAULT_PROCESSING: &str = "pm_fault_processing";
+    /// Mock-specific: the confirm leaves the PaymentIntent `requires_action` even
+    /// off-session (a bank that wants the absent customer to authenticate); it charges only
+    /// if the customer acts, and a cancel ends it.
+    pub const FAULT_REQUIRES_ACTION: &str = "pm_fault_requires_action";
 }
 
 /// What confirming with a payment method does, faults aside.
@@ -60,6 +64,8 @@ pub(crate) enum CardOutcome {
     AuthenticationRequired,
     /// `processing`, then succeeded.
     Processing,
+    /// `requires_action`, on-session or off.
+    RequiresAction,
 }
 
 /// The outcome of a known payment method, `None` for an unknown one.
@@ -81,6 +87,7 @@ pub(crate) fn card_outcome(payment_method: &str) -> Option<CardOutcome> {
         CARD_CHARGE_DECLINED_PROCESSING_ERROR => declined("processing_error", "processing_error"),
         CARD_AUTHENTICATION_REQUIRED => Some(CardOutcome::AuthenticationRequired),
         FAULT_PROCESSING => Some(CardOutcome::Processing),
+        FAULT_REQUIRES_ACTION => Some(CardOutcome::RequiresAction),
         // The fault triggers, the one that exists only in the onecharge dialect's sense
         // (`pm_fault_bad_request` is one too) included: the card behind them succeeds.
         other if fault_trigger(other).is_some() => Some(CardOutcome::Succeeds),

@@ -309,8 +309,8 @@ struct Execution {
 }
 
 /// The answer, and whether Stripe would save it under the key: only when the endpoint
-/// executed (a state change, a decline, a `500` after charging), never for a refusal before
-/// execution (a fault before charging, a 404, a PaymentIntent in the wrong state).
+/// executed (a state change, a decline, any `500`), never for a refusal before execution
+/// (a `429`, a validation `400`, a 404, a PaymentIntent in the wrong state).
 struct Executed {
     outcome: Outcome,
     saved: bool,
@@ -357,16 +357,38 @@ impl Execution {
                 Ok(intent) => Executed::saved(accepted(&intent.to_json())),
                 Err(err) => Executed::not_saved(refused(ResponseClass::InvalidRequest, err)),
             },
+            // Stripe's dice apply to the create too (triggers stay with the confirm, the
+            // call that charges): a `500` before anything was made, a PaymentIntent made and
+            // then a `500`, a held or dropped answer. Each is saved under the key like any
+            // answer after execution began, so a re-sent create under the same key gets the
+            // same `500` back for as long as Stripe keeps the key.
             Action::CreateIntent(create) if !create.confirm => {
+                let fault = shared.faults.draw();
+                match fault {
+                    Some(kind @ (FaultKind::RateLimit | FaultKind::BadRequest)) => {
+                        return Executed::not_saved(refused_by_fault(kind))
+                    }
+                    Some(kind @ FaultKind::ErrorBefore) => {
+                        return Executed::saved(refused_by_fault(kind))
+                    }
+                    _ => {}
+                }
                 let id = shared.ids.next_with_prefix("pi");
                 let intent = shared.stripe.create(id, create.clone(), key, now);
-                Executed::saved(accepted(&intent.to_json()))
+                let fault = fault.filter(|kind| *kind != FaultKind::SlowCharge);
+                Executed::saved(Outcome::charged(
+                    ResponseClass::Accepted,
+                    Answer::json(StatusCode::OK, &intent.to_json()),
+                    fault,
+                    shared.hang_for,
+                    || server_error_after("the PaymentIntent was created"),
+                ))
             }
             Action::CreateIntent(create) => {
                 let payment_method = create.payment_method.clone().unwrap_or_default();
                 let fault = self.draw_fault(&payment_method);
                 if let Some(kind) = fault.filter(|kind| !kind.charges()) {
-                    return Executed::not_saved(refused_by_fault(kind));
+                    return refused_before_charging(kind);
                 }
                 let id = shared.ids.next_with_prefix("pi");
                 let intent = shared.stripe.create(id, create.clone(), key, now);
@@ -380,10 +402,10 @@ impl Execution {
                     }
                 };
                 let payment_method = intent.payment_method.clone().unwrap_or_default();
-                let fault = self.draw_fault(&payment_method);
+                let fault = self.draw_fault_on(&payment_method, intent.confirmations == 1);
                 if let Some(kind) = fault.filter(|kind| !kind.charges()) {
                     shared.stripe.abort_confirm(id);
-                    return Executed::not_saved(refused_by_fault(kind));
+                    return refused_before_charging(kind);
                 }
                 self.charge(intent, confirm.off_session, fault).await
             }
@@ -392,8 +414,13 @@ impl Execution {
 
     /// A trigger method fires on the first request under its key; otherwise the dice.
     fn draw_fault(&self, payment_method: &str) -> Option<FaultKind> {
-        let trigger = self
-            .first_request
+        self.draw_fault_on(payment_method, true)
+    }
+
+    /// [`Execution::draw_fault`], the trigger firing only when `first_of_object` too (the
+    /// PaymentIntent's first confirmation, whatever its key).
+    fn draw_fault_on(&self, payment_method: &str, first_of_object: bool) -> Option<FaultKind> {
+        let trigger = (self.first_request && first_of_object)
             .then(|| fault_trigger(payment_method))
             .flatten();
         trigger.or_else(|| self.shared.faults.draw())
@@ -428,7 +455,9 @@ impl Execution {
                 decline_code: "authentication_required",
                 message: "Your card was declined. This transaction requires authentication.",
             },
-            CardOutcome::AuthenticationRequired => Settlement::RequiresAction,
+            CardOutcome::AuthenticationRequired | CardOutcome::RequiresAction => {
+                Settlement::RequiresAction
+            }
             CardOutcome::Processing => Settlement::Processing,
         };
         let declined = match &settlement {
@@ -472,15 +501,7 @@ impl Execution {
             answer,
             fault,
             shared.hang_for,
-            || {
-                StripeError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "api_error",
-                    "injected fault: error_after (the request was processed)",
-                )
-                .should_retry(false)
-                .answer()
-            },
+            || server_error_after("the request was processed"),
         ))
     }
 
@@ -539,7 +560,30 @@ fn internal_error(_: ()) -> Outcome {
     )
 }
 
-/// The answer of a fault that fires before anything executes: not saved under the key.
+/// Stripe's `500` after a request began executing (`error_after`): `what` happened first.
+fn server_error_after(what: &str) -> Answer {
+    StripeError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "api_error",
+        format!("injected fault: error_after ({what})"),
+    )
+    .should_retry(false)
+    .answer()
+}
+
+/// A fault that fires before anything charged. Stripe saves the result of every request
+/// whose endpoint began executing, `500`s included, and replays it to every request under
+/// the same key for 24 hours (docs.stripe.com/api/idempotent_requests): so `error_before`
+/// is saved. A `429` (its rate limiter) and a `400` (validation) come before execution and
+/// are not.
+fn refused_before_charging(kind: FaultKind) -> Executed {
+    match kind {
+        FaultKind::ErrorBefore => Executed::saved(refused_by_fault(kind)),
+        _ => Executed::not_saved(refused_by_fault(kind)),
+    }
+}
+
+/// The answer of a fault that fires before anything charged.
 fn refused_by_fault(kind: FaultKind) -> Outcome {
     let (class, err) = match kind {
         FaultKind::RateLimit => (

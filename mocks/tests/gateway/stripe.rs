@@ -522,19 +522,32 @@ async fn currencies_follow_stripe_three_decimal_and_zero_decimal_rules() {
 }
 
 #[tokio::test]
-async fn pm_fault_error_before_is_500_with_should_retry_nothing_saved_and_the_retry_charges() {
+async fn pm_fault_error_before_is_a_500_saved_under_its_key_and_replayed_to_every_retry() {
     let app = spawn_stripe().await;
     let form = charge_form("attempt-1", payment_methods::FAULT_ERROR_BEFORE);
 
     let first = app.create("key-1", &form).await;
-    assert_eq!(first.headers()["stripe-should-retry"], "true");
     let error = stripe_error(first, StatusCode::INTERNAL_SERVER_ERROR).await;
     assert_eq!(error["type"], "api_error");
     assert!(app.gateway.ledger().is_empty());
 
-    let retry = app.create("key-1", &form).await;
-    assert_eq!(retry.status(), StatusCode::OK);
-    assert!(!is_replay(&retry));
+    // Stripe saves the result of a request that began executing, 500s included.
+    for _ in 0..3 {
+        let retry = app.create("key-1", &form).await;
+        assert_eq!(retry.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(is_replay(&retry));
+    }
+    assert!(app.gateway.ledger().is_empty(), "a replay charges nothing");
+
+    // Only another key executes again (here the trigger fires on it too: a new
+    // PaymentIntent); a card without a trigger then charges.
+    let other = app.create("key-2", &form).await;
+    assert_eq!(other.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(!is_replay(&other));
+    let visa = app
+        .create("key-3", &charge_form("attempt-1", pm::CARD_VISA))
+        .await;
+    assert_eq!(visa.status(), StatusCode::OK);
     assert_eq!(app.gateway.ledger().len(), 1);
 }
 
@@ -627,17 +640,10 @@ async fn pm_fault_drop_after_charges_closes_the_connection_and_the_retry_replays
 }
 
 #[tokio::test]
-async fn dice_driven_faults_apply_only_to_the_call_that_charges() {
-    let app = spawn_stripe_with(MockConfig {
-        faults: FaultConfig {
-            error_before: FaultRule::times(1),
-            ..FaultConfig::default()
-        },
-        ..MockConfig::default()
-    })
-    .await;
+async fn a_saved_500_on_a_confirm_is_replayed_under_its_key_and_another_key_confirms() {
+    let app = spawn_stripe().await;
     let id = app
-        .created_intent("create-1", "attempt-1", pm::CARD_VISA)
+        .created_intent("create-1", "attempt-1", payment_methods::FAULT_ERROR_BEFORE)
         .await;
 
     let confirm = app.confirm(&id, "confirm-1", &off_session()).await;
@@ -652,7 +658,40 @@ async fn dice_driven_faults_apply_only_to_the_call_that_charges() {
     );
 
     let retry = app.confirm(&id, "confirm-1", &off_session()).await;
-    assert_eq!(retry.status(), StatusCode::OK);
+    assert_eq!(retry.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(is_replay(&retry));
+    assert!(app.gateway.ledger().is_empty());
+
+    let next = app.confirm(&id, "confirm-2", &off_session()).await;
+    assert_eq!(next.status(), StatusCode::OK);
+    assert_eq!(app.gateway.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn dice_driven_faults_apply_to_the_create_too_and_its_500_is_saved() {
+    let app = spawn_stripe_with(MockConfig {
+        faults: FaultConfig {
+            error_after: FaultRule::times(1),
+            ..FaultConfig::default()
+        },
+        ..MockConfig::default()
+    })
+    .await;
+    let form = create_form("attempt-1", pm::CARD_VISA);
+
+    let create = app.create("create-1", &form).await;
+    assert_eq!(create.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(app.gateway.requests()[0].fault, Some(FaultKind::ErrorAfter));
+    let replay = app.create("create-1", &form).await;
+    assert_eq!(replay.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(is_replay(&replay));
+
+    // The orphan it made is unconfirmed and cannot charge; the next key makes another.
+    let id = app
+        .created_intent("create-2", "attempt-1", pm::CARD_VISA)
+        .await;
+    let confirm = app.confirm(&id, "confirm-1", &off_session()).await;
+    assert_eq!(confirm.status(), StatusCode::OK);
     assert_eq!(app.gateway.ledger().len(), 1);
 }
 

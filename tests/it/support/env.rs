@@ -146,8 +146,10 @@ impl TestEnv {
         actor: &str,
         via: Via,
     ) -> Result<Resolved, ResolveError> {
+        // The §3 gateway has no object to cancel; a Stripe attempt's decline would need one.
         resolve(
             &self.store,
+            None,
             id.into(),
             request,
             actor,
