@@ -69,6 +69,8 @@ impl World {
             s.executor.poll_interval = Duration::from_millis(50);
             s.reconciler.poll_interval = Duration::from_millis(100);
             s.reconciler.schedule = vec![Duration::from_millis(500); 6];
+            // A debit `processing` at localstripe is read along its own schedule (issue 22).
+            s.reconciler.processing_schedule = vec![Duration::from_millis(500)];
             s.relay.poll_interval = Duration::from_millis(50);
         })
         .await;
