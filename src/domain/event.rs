@@ -10,20 +10,34 @@ use uuid::Uuid;
 use super::AttemptStatus;
 use crate::domain::PaymentAttemptId;
 
-/// The body of `payments.events.payment-<state>.v1`.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+/// The body of `payments.events.payment-<state>.v1`, and its published JSON Schema
+/// (`docs/schemas/payment-*.v1.json`, `crate::schemas`, which narrows `status` per subject).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(
+    title = "Payment event v1",
+    description = "The body of an event on payments.events.payment-<state>.v1 (contract §2.3): one per final state of a payment attempt, and one per entry into needs_review. Headers: Nats-Msg-Id (equal to event_id, stable across relay retries), Causation-Id (the command's Nats-Msg-Id), Correlation-Id and traceparent (when the command had them)."
+)]
 pub struct PaymentEvent {
     /// Also the `Nats-Msg-Id`, so a relay retry is deduplicated by JetStream.
     pub event_id: Uuid,
     pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
+    /// The state the event announces: succeeded, declined, expired or needs_review.
+    #[schemars(with = "String")]
     pub status: AttemptStatus,
+    /// In the currency's minor unit.
     pub amount_minor: i64,
+    /// ISO 4217 alphabetic code, as the command gave it.
     pub currency: String,
+    /// The gateway's charge id: set when succeeded.
     pub gateway_charge_id: Option<String>,
+    /// The gateway's decline code, when declined and the gateway gave one.
     pub decline_code: Option<String>,
+    /// Why, for expired and needs_review.
     pub reason: Option<String>,
+    /// When the attempt reached the state (RFC 3339, UTC).
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub occurred_at: OffsetDateTime,
 }
 
