@@ -147,7 +147,12 @@ impl GlobalArgs {
 pub fn run(cli: Cli) -> ExitCode {
     // Needs no configuration: a completion script is installed before there is any.
     if let Command::Completions { shell } = cli.command {
-        clap_complete::generate(shell, &mut Cli::command(), "onecharge", &mut std::io::stdout());
+        clap_complete::generate(
+            shell,
+            &mut Cli::command(),
+            "onecharge",
+            &mut std::io::stdout(),
+        );
         return ExitCode::SUCCESS;
     }
     let mut settings = match Settings::load(cli.global.config.as_deref(), &cli.global.overrides()) {

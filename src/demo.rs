@@ -469,7 +469,10 @@ async fn charge_key_elsewhere(
         .await
         .context("charging under the key at the mock gateway")?;
     if !response.status().is_success() {
-        bail!("the mock gateway refused the charge under the key: {}", response.status());
+        bail!(
+            "the mock gateway refused the charge under the key: {}",
+            response.status()
+        );
     }
     Ok(())
 }

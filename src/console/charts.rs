@@ -82,6 +82,17 @@ pub struct Bar {
 }
 
 impl Unit {
+    /// The top of the y axis for values up to `max`: a round number in the unit a person
+    /// reads it in (minutes for a wait of minutes), never a fraction of a count.
+    fn ceiling(self, max: f64) -> f64 {
+        match self {
+            Self::Seconds if max >= 7200.0 => nice_ceiling(max / 3600.0) * 3600.0,
+            Self::Seconds if max >= 120.0 => nice_ceiling(max / 60.0) * 60.0,
+            Self::Count => nice_ceiling(max).max(2.0),
+            _ => nice_ceiling(max),
+        }
+    }
+
     fn label(self, value: f64) -> String {
         match self {
             Self::PerMinute => format!("{}/min", number(value)),
@@ -136,7 +147,13 @@ fn clock(t: OffsetDateTime) -> String {
 }
 
 /// The x of `t` on a plot from `start` to `end`, `width` wide from `left`.
-fn x_of(t: OffsetDateTime, start: OffsetDateTime, end: OffsetDateTime, left: f64, width: f64) -> f64 {
+fn x_of(
+    t: OffsetDateTime,
+    start: OffsetDateTime,
+    end: OffsetDateTime,
+    left: f64,
+    width: f64,
+) -> f64 {
     let span = (end - start).as_seconds_f64();
     if span <= 0.0 {
         return left + width;
@@ -163,11 +180,9 @@ impl TimeChart {
                 .iter()
                 .map(|b| b.values.iter().sum::<f64>())
                 .fold(0.0, f64::max),
-            ChartKind::Lines { lines, .. } => lines
-                .iter()
-                .flatten()
-                .map(|(_, v)| *v)
-                .fold(0.0, f64::max),
+            ChartKind::Lines { lines, .. } => {
+                lines.iter().flatten().map(|(_, v)| *v).fold(0.0, f64::max)
+            }
         }
     }
 
@@ -180,7 +195,7 @@ impl TimeChart {
 
     /// The chart as a `figure`: title, the SVG, and its legend.
     pub fn render(&self) -> Markup {
-        let top_value = nice_ceiling(self.max_value());
+        let top_value = self.unit.ceiling(self.max_value());
         let plot_width = WIDTH - LEFT - RIGHT;
         let plot_bottom = HEIGHT - BOTTOM;
         let x = |t| x_of(t, self.start, self.end, LEFT, plot_width);
@@ -470,6 +485,8 @@ impl CallMark {
 }
 
 const LANES: [&str; 3] = ["state", "gateway", "events"];
+/// Wider than a chart: the picture spans the page, and its text keeps the charts' size.
+const TIMELINE_WIDTH: f64 = 1100.0;
 const TIMELINE_HEIGHT: f64 = 118.0;
 const LANE_LEFT: f64 = 64.0;
 const LANE_HEIGHT: f64 = 26.0;
@@ -480,6 +497,7 @@ fn state_colour(status: &str) -> &'static str {
         "declined" | "expired" => "muted",
         "needs_review" => "bad",
         "unknown" | "in_flight" => "warn",
+        "pending" => "quiet",
         _ => "accent",
     }
 }
@@ -507,17 +525,17 @@ impl TimelinePicture {
     pub fn render(&self) -> Markup {
         let start = self.start();
         let end = self.end.max(start + time::Duration::milliseconds(1));
-        let width = WIDTH - LANE_LEFT - RIGHT;
+        let width = TIMELINE_WIDTH - LANE_LEFT - RIGHT;
         let x = |t| x_of(t, start, end, LANE_LEFT, width);
         let lane_y = |i: usize| TOP + i as f64 * (LANE_HEIGHT + 6.0);
         let span = (end - start).as_seconds_f64();
         html! {
             figure .chart .timeline-picture #timeline-picture data-states=(self.states.len()) data-calls=(self.calls.len()) data-events=(self.events.len()) {
                 figcaption { "Timeline (since the attempt was recorded)" }
-                svg xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {WIDTH} {TIMELINE_HEIGHT}")) role="img" aria-label="The attempt's timeline" {
+                svg xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {TIMELINE_WIDTH} {TIMELINE_HEIGHT}")) role="img" aria-label="The attempt's timeline" {
                     @for (i, lane) in LANES.iter().enumerate() {
                         text .axis x=(px(LANE_LEFT - 8.0)) y=(px(lane_y(i) + LANE_HEIGHT / 2.0 + 4.0)) text-anchor="end" { (lane) }
-                        line .grid x1=(px(LANE_LEFT)) x2=(px(WIDTH - RIGHT)) y1=(px(lane_y(i) + LANE_HEIGHT)) y2=(px(lane_y(i) + LANE_HEIGHT)) {}
+                        line .grid x1=(px(LANE_LEFT)) x2=(px(TIMELINE_WIDTH - RIGHT)) y1=(px(lane_y(i) + LANE_HEIGHT)) y2=(px(lane_y(i) + LANE_HEIGHT)) {}
                     }
                     @for (i, (entered, status)) in self.states.iter().enumerate() {
                         @let until = self.states.get(i + 1).map_or(end, |(t, _)| *t);
@@ -526,8 +544,8 @@ impl TimelinePicture {
                         g .state-span data-status=(status) {
                             title { (status) " from " (offset_label((*entered - start).as_seconds_f64())) }
                             rect class=(format!("fill-{}", state_colour(status))) x=(px(left)) y=(px(lane_y(0))) width=(px(w)) height=(px(LANE_HEIGHT)) {}
-                            @if w >= 70.0 {
-                                text .on-fill x=(px(left + 4.0)) y=(px(lane_y(0) + LANE_HEIGHT / 2.0 + 4.0)) { (status) }
+                            @if w >= 90.0 {
+                                text class=(format!("on-fill on-{}", state_colour(status))) x=(px(left + 4.0)) y=(px(lane_y(0) + LANE_HEIGHT / 2.0 + 4.0)) { (status) }
                             }
                         }
                     }
@@ -594,6 +612,19 @@ mod tests {
     }
 
     #[test]
+    fn the_axis_is_round_in_the_unit_it_is_read_in() {
+        assert_eq!(Unit::Seconds.ceiling(480.0), 600.0, "10 min, not 8.3");
+        assert_eq!(Unit::Seconds.ceiling(3.0 * 3600.0), 5.0 * 3600.0);
+        assert_eq!(Unit::Seconds.ceiling(0.4), 0.5);
+        assert_eq!(
+            Unit::Count.ceiling(1.0),
+            2.0,
+            "a count's half-way tick is whole"
+        );
+        assert_eq!(Unit::PerMinute.ceiling(4.0), 5.0);
+    }
+
+    #[test]
     fn values_read_in_their_unit() {
         assert_eq!(Unit::PerMinute.label(3.0), "3/min");
         assert_eq!(Unit::PerMinute.label(0.25), "0.2/min");
@@ -633,13 +664,18 @@ mod tests {
         assert!(svg.contains(r#"data-points="61""#), "{svg}");
         // the succeeded part of the stack is three times the declined one
         let height = |series: &str| -> f64 {
-            let at = svg.find(&format!(r#"data-series="{series}" data-value"#)).unwrap();
+            let at = svg
+                .find(&format!(r#"data-series="{series}" data-value"#))
+                .unwrap();
             let rest = &svg[at..];
             let h = rest.find("height=\"").unwrap() + 8;
             rest[h..h + rest[h..].find('"').unwrap()].parse().unwrap()
         };
         assert!((height("succeeded") / height("declined") - 3.0).abs() < 0.01);
-        assert!(svg.contains("<title>11:58: 3/min succeeded, 1/min declined</title>"), "{svg}");
+        assert!(
+            svg.contains("<title>11:58: 3/min succeeded, 1/min declined</title>"),
+            "{svg}"
+        );
         assert!(!svg.contains("nothing in this window"));
     }
 
@@ -695,8 +731,15 @@ mod tests {
         let chart = &overview_charts(&series, hour())[1];
         let svg = chart.render().into_string();
         // two runs per percentile: 10-12 and 40-41
-        assert_eq!(svg.matches(r#"<polyline class="line stroke-accent""#).count(), 2);
-        assert_eq!(svg.matches(r#"<polyline class="line stroke-warn""#).count(), 2);
+        assert_eq!(
+            svg.matches(r#"<polyline class="line stroke-accent""#)
+                .count(),
+            2
+        );
+        assert_eq!(
+            svg.matches(r#"<polyline class="line stroke-warn""#).count(),
+            2
+        );
         assert!(svg.contains("p99: 400 ms"), "{svg}");
     }
 
@@ -722,7 +765,10 @@ mod tests {
         let charts = overview_charts(&series, hour());
         assert_eq!(charts[2].max_value(), 3.0);
         assert_eq!(charts[3].max_value(), 90.0);
-        assert!(charts[3].render().into_string().contains("oldest in review: 90 s"));
+        assert!(charts[3]
+            .render()
+            .into_string()
+            .contains("oldest in review: 90 s"));
     }
 
     #[test]
@@ -765,8 +811,14 @@ mod tests {
         assert!(x_of_state("in_flight") < x_of_state("unknown"));
         assert!(x_of_state("unknown") < x_of_state("succeeded"));
         // the ambiguous charge spans half the picture: as wide as the in_flight state
-        assert!(svg.contains("charge ambiguous at +100 ms, 2000 ms"), "{svg}");
-        assert!(svg.contains(">+4 s<"), "the axis ends 4 s after the start: {svg}");
+        assert!(
+            svg.contains("charge ambiguous at +100 ms, 2000 ms"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(">+4 s<"),
+            "the axis ends 4 s after the start: {svg}"
+        );
     }
 
     #[test]

@@ -291,6 +291,22 @@ pub(super) async fn overview(
         .as_ref()
         .map(|h| (h.snapshot(), h.pause_problem()));
     let body = html! {
+        section #charts data-window=(window_name) {
+            h2 { "The last " (match window_name { "1h" => "hour", "6h" => "6 hours", _ => "24 hours" }) }
+            p .window-choice {
+                "Show: "
+                @for (name, _) in CHART_WINDOWS {
+                    @if name == window_name { strong { (name) } } @else { a href=(format!("/console/?window={name}")) { (name) } }
+                    " "
+                }
+            }
+            @match &series {
+                Ok(series) => div .charts {
+                    @for chart in charts::overview_charts(series, window) { (chart.render()) }
+                }
+                Err(err) => p #charts-error .error { "The charts could not be read: " (err) }
+            }
+        }
         @match &figures {
             Ok(s) => {
                 section #attempts-by-state {
@@ -325,22 +341,6 @@ pub(super) async fn overview(
                 }
             }
             Err(err) => p #stats-error .error { "The figures could not be read: " (format!("{err:#}")) }
-        }
-        section #charts data-window=(window_name) {
-            h2 { "The last " (window_name) }
-            p .window-choice {
-                "Show: "
-                @for (name, _) in CHART_WINDOWS {
-                    @if name == window_name { strong { (name) } } @else { a href=(format!("/console/?window={name}")) { (name) } }
-                    " "
-                }
-            }
-            @match &series {
-                Ok(series) => div .charts {
-                    @for chart in charts::overview_charts(series, window) { (chart.render()) }
-                }
-                Err(err) => p #charts-error .error { "The charts could not be read: " (err) }
-            }
         }
         section #health {
             h2 { "Intake and gateway" }
@@ -697,7 +697,11 @@ fn timeline_picture(detail: &attempts::AttemptDetail, now: OffsetDateTime) -> Ti
     let last = states
         .iter()
         .map(|(t, _)| *t)
-        .chain(calls.iter().map(|c| c.started_at + time::Duration::milliseconds(c.duration_ms)))
+        .chain(
+            calls
+                .iter()
+                .map(|c| c.started_at + time::Duration::milliseconds(c.duration_ms)),
+        )
         .chain(events.iter().map(|(t, _)| *t))
         .max()
         .unwrap_or(now);

@@ -74,7 +74,10 @@ pub struct DeadLetterHeaders {
     #[serde(rename = "Dlq-Consumer")]
     pub consumer: String,
     /// The command's own `Nats-Msg-Id`, when it had one.
-    #[serde(rename = "Dlq-Original-Msg-Id", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "Dlq-Original-Msg-Id",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "String")]
     pub original_message_id: Option<String>,
     /// `true` when the body was cut short to fit the dead-letter stream.

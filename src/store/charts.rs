@@ -64,9 +64,7 @@ pub async fn overview_series(store: &Store, window: Window) -> Result<OverviewSe
     let pool = store.pool();
     let span = window.span.as_secs_f64();
     let step = window.step.as_secs_f64();
-    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
-        .fetch_one(pool)
-        .await?;
+    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()").fetch_one(pool).await?;
     // `$3` is the `now()` read above, so the three reads share one right edge.
     let settlements = sqlx::query_as(
         "SELECT date_bin(make_interval(secs => $2), at, timestamptz 'epoch') AS bucket,

@@ -213,13 +213,25 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     );
     let bars = browser
         .client()
-        .find_all(fantoccini::Locator::Css("#chart-settlements rect[data-series]"))
+        .find_all(fantoccini::Locator::Css(
+            "#chart-settlements rect[data-series]",
+        ))
         .await
         .unwrap();
     assert!(bars.len() >= 40, "{} stacked parts", bars.len());
-    for chart in ["#chart-latency", "#chart-review-size", "#chart-review-oldest"] {
+    for chart in [
+        "#chart-latency",
+        "#chart-review-size",
+        "#chart-review-oldest",
+    ] {
         let drawn = browser.find(chart).await;
-        let max: f64 = drawn.attr("data-max").await.unwrap().unwrap().parse().unwrap();
+        let max: f64 = drawn
+            .attr("data-max")
+            .await
+            .unwrap()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(max > 0.0, "{chart} draws something");
     }
     let size = browser.find("#chart-review-size").await;
@@ -297,6 +309,15 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
         Some("2")
     );
     browser.screenshot("attempt").await;
+    browser
+        .client()
+        .execute(
+            "document.getElementById('history').scrollIntoView()",
+            vec![],
+        )
+        .await
+        .unwrap();
+    browser.screenshot("attempt-timeline").await;
 
     // resolve with a reason: first the confirmation, which changes nothing yet
     browser.select("#resolve-as", "succeeded").await;

@@ -221,9 +221,16 @@ fn completions_are_printed_for_each_shell_without_any_configuration() {
         let script = String::from_utf8(out.stdout).unwrap();
         assert!(script.contains(marker), "{shell}: {script}");
         for subcommand in ["attempts", "dlq", "demo", "serve"] {
-            assert!(script.contains(subcommand), "{shell} completes {subcommand}");
+            assert!(
+                script.contains(subcommand),
+                "{shell} completes {subcommand}"
+            );
         }
     }
     let out = onecharge(&["completions", "tcsh"], &[]);
-    assert_eq!(out.status.code(), Some(2), "an unknown shell is a usage error");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
 }

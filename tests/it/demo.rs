@@ -97,7 +97,9 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
         "{last}"
     );
     assert!(
-        printed.iter().any(|l| l.starts_with("  left for a person        3 in needs_review")),
+        printed
+            .iter()
+            .any(|l| l.starts_with("  left for a person        3 in needs_review")),
         "the summary counts them: {printed:?}"
     );
     assert!(
@@ -129,7 +131,11 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
         .json()
         .await
         .unwrap();
-    assert_eq!(attempts.len(), 20 + 3, "the demo's attempts and the three left for review");
+    assert_eq!(
+        attempts.len(),
+        20 + 3,
+        "the demo's attempts and the three left for review"
+    );
     let review = reqwest::get(format!("{base}/console/review"))
         .await
         .unwrap()
@@ -141,8 +147,15 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
         3,
         "{review}"
     );
-    for why in ["invalid_request", "idempotency_key_reused", "gateway_max_processing_time"] {
-        assert!(review.contains(why), "a case's reason names {why}: {review}");
+    for why in [
+        "invalid_request",
+        "idempotency_key_reused",
+        "gateway_max_processing_time",
+    ] {
+        assert!(
+            review.contains(why),
+            "a case's reason names {why}: {review}"
+        );
     }
 
     assert!(crate::support::sigterm(child.id().unwrap()));

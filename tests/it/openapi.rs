@@ -26,7 +26,10 @@ fn declared_api_routes() -> BTreeSet<(String, String)> {
         }
     }
     let mut sources = Vec::new();
-    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut sources);
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut sources,
+    );
     let mut routes = BTreeSet::new();
     for source in &sources {
         for piece in source.split(".route(").skip(1) {
@@ -39,7 +42,9 @@ fn declared_api_routes() -> BTreeSet<(String, String)> {
             let router = &rest[end..rest.find(';').unwrap_or(rest.len())];
             for method in ["get", "post", "put", "patch", "delete"] {
                 let called = router.match_indices(&format!("{method}(")).any(|(at, _)| {
-                    at == 0 || (!router.as_bytes()[at - 1].is_ascii_alphanumeric() && router.as_bytes()[at - 1] != b'_')
+                    at == 0
+                        || (!router.as_bytes()[at - 1].is_ascii_alphanumeric()
+                            && router.as_bytes()[at - 1] != b'_')
                 });
                 if called {
                     routes.insert((path.clone(), method.to_owned()));

@@ -20,8 +20,7 @@ fn committed(name: &str) -> jsonschema::Validator {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("docs/schemas")
         .join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let schema: Value = serde_json::from_str(&text).unwrap();
     jsonschema::draft202012::options()
         .should_validate_formats(true)
@@ -92,7 +91,10 @@ async fn the_commands_events_and_dead_letter_of_a_run_validate_against_the_commi
             .process_batch(Duration::from_millis(500))
             .await
             .unwrap();
-        assert!(!report.outcomes.is_empty(), "intake ran dry after {settled}");
+        assert!(
+            !report.outcomes.is_empty(),
+            "intake ran dry after {settled}"
+        );
         settled += report.outcomes.len();
     }
     let executor = h.executor();
@@ -110,7 +112,10 @@ async fn the_commands_events_and_dead_letter_of_a_run_validate_against_the_commi
         let body: Value = serde_json::from_slice(&message.payload).unwrap();
         let problems = errors(&command_schema, &body);
         if currency == "EURO" {
-            assert!(!problems.is_empty(), "the invalid command is refused: {body}");
+            assert!(
+                !problems.is_empty(),
+                "the invalid command is refused: {body}"
+            );
         } else {
             assert!(problems.is_empty(), "{body}: {problems:?}");
         }
@@ -129,7 +134,11 @@ async fn the_commands_events_and_dead_letter_of_a_run_validate_against_the_commi
             .map(|name| format!("{name}.json"))
             .unwrap_or_else(|| panic!("an event subject: {subject}"));
         assert_eq!(errors(&any_event, &body), Vec::<String>::new(), "{body}");
-        assert_eq!(errors(&committed(&file), &body), Vec::<String>::new(), "{file}: {body}");
+        assert_eq!(
+            errors(&committed(&file), &body),
+            Vec::<String>::new(),
+            "{file}: {body}"
+        );
         statuses.insert(body["status"].as_str().unwrap().to_owned());
     }
     assert_eq!(
