@@ -118,16 +118,7 @@ mod tests {
     }
 
     fn command() -> Value {
-        json!({
-            "payment_attempt_id": "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11",
-            "order_id": "ord_1001",
-            "customer_id": "cus_42",
-            "amount_minor": 1999,
-            "currency": "EUR",
-            "payment_method": "pm_card_visa",
-            "description": "Order ord_1001",
-            "requested_at": "2026-11-29T10:15:00Z"
-        })
+        crate::domain::command::contract_example()
     }
 
     #[test]

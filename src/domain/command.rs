@@ -140,6 +140,21 @@ pub(crate) struct Wire {
     requested_at: Option<String>,
 }
 
+/// The example command of contract §2.1, the base of the tests' commands.
+#[cfg(test)]
+pub(crate) fn contract_example() -> serde_json::Value {
+    serde_json::json!({
+        "payment_attempt_id": "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11",
+        "order_id": "ord_1001",
+        "customer_id": "cus_42",
+        "amount_minor": 1999,
+        "currency": "EUR",
+        "payment_method": "pm_card_visa",
+        "description": "Order ord_1001",
+        "requested_at": "2026-11-29T10:15:00Z"
+    })
+}
+
 /// SHA-256 of a message body, kept with the dedupe row to recognise a reused message id.
 pub fn body_sha256(body: &[u8]) -> [u8; 32] {
     Sha256::digest(body).into()
@@ -267,16 +282,7 @@ mod tests {
     }
 
     fn body(patch: serde_json::Value) -> Vec<u8> {
-        let mut base = serde_json::json!({
-            "payment_attempt_id": "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11",
-            "order_id": "ord_1001",
-            "customer_id": "cus_42",
-            "amount_minor": 1999,
-            "currency": "EUR",
-            "payment_method": "pm_card_visa",
-            "description": "Order ord_1001",
-            "requested_at": "2026-11-29T10:15:00Z"
-        });
+        let mut base = contract_example();
         for (k, v) in patch.as_object().unwrap() {
             if v.is_null() {
                 base.as_object_mut().unwrap().remove(k);

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::support::nats::stream_messages;
-use crate::support::Harness;
+use crate::support::{take_in, Harness};
 use async_nats::jetstream::message::StreamMessage;
 use mock_gateway::payment_methods as pm;
 use onecharge::intake::Intake;
@@ -85,18 +85,7 @@ async fn the_commands_events_and_dead_letter_of_a_run_validate_against_the_commi
     let intake = Intake::new(h.store.clone(), broker.clone(), &h.settings)
         .await
         .unwrap();
-    let mut settled = 0;
-    while settled < cases.len() {
-        let report = intake
-            .process_batch(Duration::from_millis(500))
-            .await
-            .unwrap();
-        assert!(
-            !report.outcomes.is_empty(),
-            "intake ran dry after {settled}"
-        );
-        settled += report.outcomes.len();
-    }
+    take_in(&intake, cases.len()).await;
     let executor = h.executor();
     for _ in 0..3 {
         executor.run_once().await.unwrap();
