@@ -10,14 +10,15 @@ use schemars::{JsonSchema, Schema};
 use serde_json::{json, Value};
 
 use crate::domain::command::Wire;
+use crate::domain::event::EventHeaders;
 use crate::domain::{AttemptStatus, PaymentEvent};
 use crate::intake::DeadLetterHeaders;
 
 /// Where the schemas are committed, from the repository's root.
 pub const DIRECTORY: &str = "docs/schemas";
 
-/// Every schema, as (file name, document): the command, one per event subject, one for any
-/// event, and the dead letter's headers.
+/// Every schema, as (file name, document): the command, the events' headers, one body per
+/// event subject and one for any event, and the dead letter's headers.
 pub fn all() -> Vec<(String, Value)> {
     let mut schemas = vec![
         (
@@ -26,6 +27,14 @@ pub fn all() -> Vec<(String, Value)> {
                 generate::<Wire>(),
                 "payments.commands.charge-payment.v1",
                 "2.1",
+            ),
+        ),
+        (
+            "payment-event-headers.v1.json".to_owned(),
+            with_subject(
+                generate::<EventHeaders>(),
+                "payments.events.payment-<state>.v1",
+                "2.3",
             ),
         ),
         (
@@ -86,6 +95,24 @@ fn event_schema(status: Value) -> Value {
     schema["properties"]["status"] = status;
     schema["properties"]["status"]["description"] = description;
     schema
+}
+
+/// A `transform` for the schema of a set of message headers: a header is present with a
+/// string value or absent, never null, so the optional ones (`Option` fields, not
+/// required) lose the `null` their type would add.
+pub(crate) fn headers_are_strings(schema: &mut Schema) {
+    let Some(Value::Object(properties)) = schema.get_mut("properties") else {
+        return;
+    };
+    for property in properties.values_mut() {
+        if let Some(Value::Array(types)) = property.get_mut("type") {
+            types.retain(|t| t != "null");
+            if let [only] = types.as_slice() {
+                let only = only.clone();
+                property["type"] = only;
+            }
+        }
+    }
 }
 
 /// The statuses that have an event, as they appear in its `status` field.

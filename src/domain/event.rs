@@ -2,7 +2,6 @@
 //! entry into `needs_review`). Built here, stored in the outbox in the same transaction as
 //! the state it announces, and published later by the relay.
 
-use async_nats::header::NATS_MESSAGE_ID;
 use serde::Serialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -52,6 +51,32 @@ pub struct EventProvenance {
     pub traceparent: Option<String>,
 }
 
+/// The headers of an event (contract §2.3), one field each: `PaymentEvent::headers` writes
+/// exactly these, and they are the published schema
+/// `docs/schemas/payment-event-headers.v1.json` (`crate::schemas`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(
+    title = "Payment event headers v1",
+    description = "The headers of an event on payments.events.payment-<state>.v1 (contract §2.3), as name -> value.",
+    extend("additionalProperties" = {"type": "string"}),
+    transform = crate::schemas::headers_are_strings
+)]
+pub struct EventHeaders {
+    /// The event's `event_id`: a relay retry is deduplicated by JetStream.
+    #[serde(rename = "Nats-Msg-Id")]
+    #[schemars(extend("format" = "uuid"))]
+    pub message_id: String,
+    /// The `Nats-Msg-Id` of the command that created the attempt.
+    #[serde(rename = "Causation-Id")]
+    pub causation_id: String,
+    /// The command's `Correlation-Id`, when it had one.
+    #[serde(rename = "Correlation-Id", skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The W3C trace context to continue, when the command carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+}
+
 impl PaymentEvent {
     /// The subject without any deployment namespace, e.g. `payments.events.payment-succeeded.v1`.
     ///
@@ -65,19 +90,23 @@ impl PaymentEvent {
         format!("payments.events.payment-{name}.v1")
     }
 
-    /// The message headers, as (name, value) pairs.
+    /// The message headers ([`EventHeaders`]), as (name, value) pairs.
     pub fn headers(&self, provenance: &EventProvenance) -> Vec<(String, String)> {
-        let mut headers = vec![
-            (NATS_MESSAGE_ID.to_string(), self.event_id.to_string()),
-            ("Causation-Id".to_owned(), provenance.causation_id.clone()),
-        ];
-        if let Some(correlation) = &provenance.correlation_id {
-            headers.push(("Correlation-Id".to_owned(), correlation.clone()));
-        }
-        if let Some(traceparent) = &provenance.traceparent {
-            headers.push(("traceparent".to_owned(), traceparent.clone()));
-        }
-        headers
+        let headers = EventHeaders {
+            message_id: self.event_id.to_string(),
+            causation_id: provenance.causation_id.clone(),
+            correlation_id: provenance.correlation_id.clone(),
+            traceparent: provenance.traceparent.clone(),
+        };
+        let serde_json::Value::Object(fields) =
+            serde_json::to_value(&headers).expect("headers serialise as an object")
+        else {
+            unreachable!("a struct serialises as an object")
+        };
+        fields
+            .into_iter()
+            .map(|(name, value)| (name, value.as_str().unwrap_or_default().to_owned()))
+            .collect()
     }
 }
 
@@ -109,7 +138,13 @@ mod tests {
             causation_id: "msg-1".into(),
             ..Default::default()
         });
-        assert_eq!(headers[0], ("Nats-Msg-Id".into(), Uuid::nil().to_string()));
-        assert_eq!(headers[1], ("Causation-Id".into(), "msg-1".into()));
+        assert_eq!(
+            headers,
+            [
+                ("Causation-Id".to_owned(), "msg-1".to_owned()),
+                ("Nats-Msg-Id".to_owned(), Uuid::nil().to_string()),
+            ],
+            "the contract's names, and no header for what the command did not carry"
+        );
     }
 }

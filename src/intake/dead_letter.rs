@@ -45,7 +45,7 @@ const MAX_REASON_CHARS_U32: u32 = 512;
     title = "Dead-letter headers v1",
     description = "The headers of a dead letter on payments.dlq.charge-payment.v1 (contract §2.2), as name -> value. The body is the original command's, unchanged (or cut short, with Dlq-Truncated), and the original's headers (Correlation-Id, traceparent, ...) are kept beside these.",
     extend("additionalProperties" = {"type": "string"}),
-    transform = optional_headers
+    transform = crate::schemas::headers_are_strings
 )]
 pub struct DeadLetterHeaders {
     /// `dlq-<consumer>-<stream sequence>`: a retried dead-letter publish is deduplicated,
@@ -78,11 +78,10 @@ pub struct DeadLetterHeaders {
         rename = "Dlq-Original-Msg-Id",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(with = "String")]
     pub original_message_id: Option<String>,
     /// `true` when the body was cut short to fit the dead-letter stream.
     #[serde(rename = "Dlq-Truncated", skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "String", extend("const" = "true"))]
+    #[schemars(with = "Option<String>", extend("const" = "true"))]
     pub truncated: Option<&'static str>,
     /// The original body's size in bytes, when it was cut short.
     #[serde(
@@ -90,18 +89,8 @@ pub struct DeadLetterHeaders {
         skip_serializing_if = "Option::is_none",
         serialize_with = "option_as_text"
     )]
-    #[schemars(with = "String", regex(pattern = "^[0-9]+$"))]
+    #[schemars(with = "Option<String>", regex(pattern = "^[0-9]+$"))]
     pub original_size: Option<usize>,
-}
-
-/// The headers present only when they apply (the `Option` fields below): not required by
-/// the schema, which would otherwise require every field a type maps to a string.
-const OPTIONAL_HEADERS: [&str; 3] = ["Dlq-Original-Msg-Id", "Dlq-Truncated", "Dlq-Original-Size"];
-
-fn optional_headers(schema: &mut schemars::Schema) {
-    if let Some(serde_json::Value::Array(required)) = schema.get_mut("required") {
-        required.retain(|name| !OPTIONAL_HEADERS.iter().any(|o| name == o));
-    }
 }
 
 impl DeadLetterHeaders {

@@ -110,8 +110,10 @@ async fn the_commands_events_and_dead_letter_of_a_run_validate_against_the_commi
         }
     }
 
-    // the events: each against the schema of any event and of its own subject
+    // the events: each against the schema of any event and of its own subject, and its
+    // headers against theirs
     let any_event = committed("payment-event.v1.json");
+    let event_headers = committed("payment-event-headers.v1.json");
     let events = h.event_messages().await;
     let mut statuses = BTreeSet::new();
     for message in &events {
@@ -127,6 +129,18 @@ async fn the_commands_events_and_dead_letter_of_a_run_validate_against_the_commi
             errors(&committed(&file), &body),
             Vec::<String>::new(),
             "{file}: {body}"
+        );
+        let headers = headers_json(message);
+        assert_eq!(
+            headers["Correlation-Id"]
+                .as_str()
+                .map(|c| c.starts_with("corr-")),
+            Some(true)
+        );
+        assert_eq!(
+            errors(&event_headers, &headers),
+            Vec::<String>::new(),
+            "{headers}"
         );
         statuses.insert(body["status"].as_str().unwrap().to_owned());
     }
