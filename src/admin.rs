@@ -33,6 +33,8 @@ use crate::operator::{attempts, audit, RetryWindow, Via};
 use crate::reconciler::Reconciler;
 use crate::store::Store;
 
+pub mod openapi;
+
 /// What the handlers need.
 #[derive(Clone)]
 pub struct AdminState {
@@ -66,6 +68,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/attempts/bulk", post(bulk_action))
         .route("/api/audit", get(audit_list))
         .route("/api/stats", get(stats))
+        .route("/api/openapi.json", get(openapi::serve))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize_api));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -217,7 +220,8 @@ fn bearer_token(authorization: &str) -> Option<&str> {
 /// `before` (the cursor of the next page); the cursors come from the previous answer's
 /// `X-Next-Cursor` header. `limit`: default 100 for the listing, all for `stuck` (contract
 /// §6 answers every stuck attempt); 0 = all.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     status: Option<String>,
@@ -265,6 +269,20 @@ fn cursor_param(
         .map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
 }
 
+/// `GET /api/attempts`: attempts newest first, narrowed by the query; with `stuck`, the
+/// unsettled attempts older than it, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/attempts",
+    tag = "attempts",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "The attempts, as `attempts list --json` (or `attempts stuck --json`) prints them (contract §5)", body = Vec<serde_json::Value>,
+            headers(("x-next-cursor" = String, description = "The cursor of the next page (`before`, or `after` with `stuck`), when there is one"))),
+        (status = 400, description = "A parameter is not understood", body = openapi::ErrorBody),
+        (status = 401, description = "No or an unknown bearer token", body = openapi::ErrorBody),
+    )
+)]
 async fn list_attempts(
     State(state): State<AdminState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -334,6 +352,19 @@ fn attempt_id(
         .map_err(|e| ApiError::bad_request(format!("not a payment_attempt_id: {}", e.body_text())))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/attempts/{id}",
+    tag = "attempts",
+    params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")),
+    responses(
+        (status = 200, description = "The attempt with its transitions, gateway calls and events, as `attempts show --json` prints it (contract §5)", body = serde_json::Value),
+        (status = 400, description = "Not a payment_attempt_id", body = openapi::ErrorBody),
+        (status = 401, description = "No or an unknown bearer token", body = openapi::ErrorBody),
+        (status = 404, description = "No such attempt", body = openapi::ErrorBody),
+    )
+)]
+/// `GET /api/attempts/{id}`: one attempt, as `attempts show --json` prints it.
 async fn show_attempt(
     State(state): State<AdminState>,
     id: Result<Path<PaymentAttemptId>, PathRejection>,
@@ -358,6 +389,21 @@ pub const API_ACTOR: &str = crate::console::access::ADMIN_TOKEN_ACTOR;
 /// `POST /api/attempts/{id}/resolve` with `{"as": "succeeded|declined|retry", "reason": …,
 /// "gateway_charge_id": …, "decline_code": …}`: the decision of `attempts resolve`. Answers
 /// `{"resolution": …, "attempt": <as GET /api/attempts/{id}>}`.
+#[utoipa::path(
+    post,
+    path = "/api/attempts/{id}/resolve",
+    tag = "attempts",
+    params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")),
+    request_body = ResolveRequest,
+    responses(
+        (status = 200, description = "`{\"resolution\": …, \"attempt\": <as GET /api/attempts/{id}>}`", body = serde_json::Value),
+        (status = 400, description = "The decision is incomplete or not understood", body = openapi::ErrorBody),
+        (status = 401, description = "No or an unknown bearer token", body = openapi::ErrorBody),
+        (status = 403, description = "A viewer's token: it only reads", body = openapi::ErrorBody),
+        (status = 404, description = "No such attempt", body = openapi::ErrorBody),
+        (status = 409, description = "The attempt's state refuses the decision", body = openapi::ErrorBody),
+    )
+)]
 async fn resolve_attempt(
     State(state): State<AdminState>,
     Extension(principal): Extension<Principal>,
@@ -388,7 +434,7 @@ async fn resolve_attempt(
 }
 
 /// The body of `POST /api/attempts/{id}/recheck`, optional.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RecheckBody {
     #[serde(default)]
@@ -418,6 +464,22 @@ fn no_gateway_client() -> ApiError {
 /// recheck` does — the reconciler's lookup now, applied when it settles the attempt.
 /// Answers the [`Recheck`] report; 409 for an attempt that is not `unknown` or
 /// `needs_review`.
+#[utoipa::path(
+    post,
+    path = "/api/attempts/{id}/recheck",
+    tag = "attempts",
+    params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")),
+    request_body(content = Option<RecheckBody>, description = "Optional: an empty body is no reason"),
+    responses(
+        (status = 200, description = "What the lookup found and did, as `attempts recheck --json` prints it", body = serde_json::Value),
+        (status = 400, description = "The body is not understood", body = openapi::ErrorBody),
+        (status = 401, description = "No or an unknown bearer token", body = openapi::ErrorBody),
+        (status = 403, description = "A viewer's token: it only reads", body = openapi::ErrorBody),
+        (status = 404, description = "No such attempt", body = openapi::ErrorBody),
+        (status = 409, description = "The attempt is not unknown or needs_review", body = openapi::ErrorBody),
+        (status = 503, description = "This process has no gateway client", body = openapi::ErrorBody),
+    )
+)]
 async fn recheck_attempt(
     State(state): State<AdminState>,
     Extension(principal): Extension<Principal>,
@@ -462,6 +524,20 @@ impl From<BulkError> for ApiError {
 /// `POST /api/attempts/bulk` with `{"action": "retry|recheck", "filter": {…}, "reason": …,
 /// "preview": bool, "max": N}`: see [`crate::operator::bulk`]. 422 when more attempts match
 /// than the cap (or `max`).
+#[utoipa::path(
+    post,
+    path = "/api/attempts/bulk",
+    tag = "attempts",
+    request_body(content = serde_json::Value, description = "`{\"action\": \"retry|recheck\", \"filter\": {…}, \"reason\": …, \"preview\": bool, \"max\": N}`, the filter as `attempts bulk` takes it"),
+    responses(
+        (status = 200, description = "What was (or, with preview, would be) done, per attempt", body = serde_json::Value),
+        (status = 400, description = "The request is not understood", body = openapi::ErrorBody),
+        (status = 401, description = "No or an unknown bearer token", body = openapi::ErrorBody),
+        (status = 403, description = "A viewer's token: it only reads", body = openapi::ErrorBody),
+        (status = 422, description = "More attempts match than the cap (500) or `max`: nothing was done", body = openapi::ErrorBody),
+        (status = 503, description = "A recheck, and this process has no gateway client", body = openapi::ErrorBody),
+    )
+)]
 async fn bulk_action(
     State(state): State<AdminState>,
     Extension(principal): Extension<Principal>,
@@ -482,16 +558,30 @@ async fn bulk_action(
 
 /// `GET /api/audit` query: `actor`, `attempt` (a payment_attempt_id), `before` (the cursor
 /// of the next page, from the previous answer's `X-Next-Cursor`), `limit` (default 100).
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AuditQuery {
     actor: Option<String>,
+    #[param(value_type = Option<uuid::Uuid>)]
     attempt: Option<PaymentAttemptId>,
     before: Option<String>,
     limit: Option<usize>,
 }
 
 /// `GET /api/audit`: the audit trail, newest first, as `audit list --json` prints it.
+#[utoipa::path(
+    get,
+    path = "/api/audit",
+    tag = "audit",
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "Audit entries, newest first, as `audit list --json` prints them", body = Vec<serde_json::Value>,
+            headers(("x-next-cursor" = String, description = "The cursor of the next page (`before`), when there is one"))),
+        (status = 400, description = "A parameter is not understood", body = openapi::ErrorBody),
+        (status = 401, description = "No or an unknown bearer token", body = openapi::ErrorBody),
+    )
+)]
 async fn audit_list(
     State(state): State<AdminState>,
     query: Result<Query<AuditQuery>, QueryRejection>,
@@ -515,6 +605,15 @@ async fn audit_list(
 }
 
 /// `GET /api/stats`: what `onecharge attempts stats --json` prints.
+#[utoipa::path(
+    get,
+    path = "/api/stats",
+    tag = "attempts",
+    responses(
+        (status = 200, description = "Attempts per state, the oldest unsettled age, dead letters and the outbox backlog (contract §6)", body = Stats),
+        (status = 401, description = "No or an unknown bearer token", body = openapi::ErrorBody),
+    )
+)]
 async fn stats(State(state): State<AdminState>) -> Result<Json<Stats>, ApiError> {
     crate::operator::stats::stats(&state.store, &state.broker, OffsetDateTime::now_utc())
         .await

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 
 use crate::app::Role;
 use crate::config::{ConfigError, LogFormat, Overrides, Redactor, Settings, UsageError};
@@ -89,6 +89,12 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Print the shell completion script, e.g. `onecharge completions bash > /etc/bash_completion.d/onecharge`
+    Completions {
+        /// The shell to complete in
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Options of `onecharge demo`. Defined here, not in `demo`, so that a build without the
@@ -139,6 +145,16 @@ impl GlobalArgs {
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    // Needs no configuration: a completion script is installed before there is any.
+    if let Command::Completions { shell } = cli.command {
+        clap_complete::generate(
+            shell,
+            &mut Cli::command(),
+            "onecharge",
+            &mut std::io::stdout(),
+        );
+        return ExitCode::SUCCESS;
+    }
     let mut settings = match Settings::load(cli.global.config.as_deref(), &cli.global.overrides()) {
         Ok(settings) => settings,
         Err(err) => return config_failure(&err),
@@ -182,6 +198,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Purge(args) => crate::operator::purge::run_purge(&settings, args).await,
             Command::Operators(command) => crate::console::access::run_operators(command),
             Command::Reconcile { once } => crate::reconciler::run_command(settings, once).await,
+            Command::Completions { .. } => unreachable!("answered before the configuration"),
         }
     });
     match result {
@@ -195,6 +212,16 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The man page `onecharge.1` (roff), generated from these definitions; committed as
+/// `docs/onecharge.1` (see `crate::generated`).
+pub fn man_page() -> Vec<u8> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut page)
+        .expect("rendering into memory cannot fail");
+    page
 }
 
 #[cfg(feature = "demo")]

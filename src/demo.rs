@@ -39,6 +39,36 @@ struct Published {
     invalid: usize,
     /// Every valid attempt, with its payment method.
     attempts: HashMap<PaymentAttemptId, String>,
+    /// The attempts published to be left for a person ([`ReviewCase`]), each with its case.
+    for_review: Vec<(PaymentAttemptId, ReviewCase)>,
+}
+
+/// A case the gateway leaves for a person, which the demo makes on purpose after the main
+/// run so that the console's review queue shows what it is for. Each goes through the
+/// whole pipeline like any command; only the gateway is told what to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReviewCase {
+    /// The gateway answers 400 `invalid_request` to a valid charge.
+    GatewayRejected,
+    /// Another system already used the attempt's idempotency key with other parameters:
+    /// the gateway answers 422 `idempotency_key_reused`.
+    ParameterMismatch,
+    /// Every send fails with a 500 and every lookup finds nothing; once the attempt is past
+    /// its retry limits and the last send past the gateway's processing time, only a person
+    /// can say what to do with it.
+    NothingFoundPastProcessingTime,
+}
+
+impl ReviewCase {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::GatewayRejected => "a gateway 400",
+            Self::ParameterMismatch => "a parameter mismatch under the key",
+            Self::NothingFoundPastProcessingTime => {
+                "a lookup that found nothing past the processing time"
+            }
+        }
+    }
 }
 
 /// Runs the demo; `Err` when the servers are unreachable, the run did not settle in time,
@@ -91,6 +121,10 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
         Duration::from_secs(4),
     ];
     demo.relay.poll_interval = Duration::from_millis(50);
+    // The mock answers in milliseconds (it holds a hung response 3 s, after charging): an
+    // empty lookup 2 s after the last send proves "not charged" here, which lets the
+    // review case "nothing found past the processing time" end within the run.
+    demo.gateway_max_processing_time = Duration::from_secs(2);
     demo.validate()?;
 
     println!(
@@ -148,7 +182,7 @@ async fn run_in(
         println!("all roles running; metrics at http://{addr}/metrics");
     }
 
-    let published = publish_mix(&broker, args, kind).await?;
+    let mut published = publish_mix(&broker, args, kind).await?;
     println!(
         "published {} messages: {} attempts, {} producer retries (same Nats-Msg-Id), {} business duplicates, {} conflicts, {} invalid",
         published.messages,
@@ -159,7 +193,13 @@ async fn run_in(
         published.invalid
     );
 
-    let settled = wait_until_settled(&store, &broker, &published, args.timeout).await;
+    let mut settled = wait_until_settled(&store, &broker, &published, args.timeout).await;
+    if settled.is_ok() {
+        settled = leave_for_review(settings, &store, &broker, gateway, kind, &mut published).await;
+        if settled.is_ok() {
+            settled = wait_until_settled(&store, &broker, &published, args.timeout).await;
+        }
+    }
     shutdown.cancel();
     match running.await {
         Ok(result) => result?,
@@ -320,6 +360,149 @@ async fn publish_mix(
     Ok(published)
 }
 
+/// Publishes the [`ReviewCase`]s and waits until each is in `needs_review` (the one that
+/// needs every send to fail alone, with the gateway told to fail them).
+async fn leave_for_review(
+    settings: &Settings,
+    store: &Store,
+    broker: &Broker,
+    gateway: &MockGateway,
+    kind: GatewayKind,
+    published: &mut Published,
+) -> anyhow::Result<()> {
+    let cases: &[ReviewCase] = match kind {
+        GatewayKind::Onecharge => &[
+            ReviewCase::GatewayRejected,
+            ReviewCase::ParameterMismatch,
+            ReviewCase::NothingFoundPastProcessingTime,
+        ],
+        // Stripe keys its calls per step (`-create`, `-confirm`) and reads an ambiguous
+        // answer by retrieving the PaymentIntent: the cases that need the §3 protocol are
+        // left out.
+        GatewayKind::Stripe => &[ReviewCase::GatewayRejected],
+    };
+    println!(
+        "leaving {} case(s) for a person: {}",
+        cases.len(),
+        cases
+            .iter()
+            .map(|c| c.describe())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    // The main run is over: no random fault from here on, so each case is exactly itself
+    // (and a person's "recheck now" in the console meets a calm gateway).
+    gateway.set_faults(demo_faults_quiet());
+    for (n, case) in cases.iter().enumerate() {
+        let attempt = PaymentAttemptId::from(Uuid::from_u128(0x5eed_0000 + n as u128));
+        let i = 900_000 + n;
+        let method = match case {
+            ReviewCase::GatewayRejected => mock_gateway::payment_methods::FAULT_BAD_REQUEST,
+            _ => mock_gateway::payment_methods::CARD_VISA,
+        };
+        let amount = 4_200 + n as i64;
+        if *case == ReviewCase::ParameterMismatch {
+            charge_key_elsewhere(settings, gateway, attempt, amount * 2).await?;
+        }
+        let failing = *case == ReviewCase::NothingFoundPastProcessingTime;
+        if failing {
+            gateway.set_faults(FaultConfig {
+                error_before: FaultRule::probability(1.0),
+                ..demo_faults_quiet()
+            });
+        }
+        publish_one(
+            broker,
+            Some(&format!("demo-review-{n}")),
+            command_body(attempt, i, amount, method),
+        )
+        .await?;
+        published.messages += 1;
+        published.attempts.insert(attempt, method.to_owned());
+        published.for_review.push((attempt, *case));
+        let waited = wait_for_review(store, attempt, Duration::from_secs(60)).await;
+        if failing {
+            gateway.set_faults(demo_faults_quiet());
+        }
+        waited.with_context(|| format!("leaving {} for a person", case.describe()))?;
+    }
+    Ok(())
+}
+
+/// No fault at all, the demo's latency.
+fn demo_faults_quiet() -> FaultConfig {
+    FaultConfig {
+        latency: demo_faults().latency,
+        ..FaultConfig::default()
+    }
+}
+
+/// Charges at the gateway under `attempt`'s idempotency key with other parameters, as
+/// another system sharing the key space might have: the attempt's own send then meets a
+/// 422 `idempotency_key_reused`.
+async fn charge_key_elsewhere(
+    settings: &Settings,
+    gateway: &MockGateway,
+    attempt: PaymentAttemptId,
+    amount: i64,
+) -> anyhow::Result<()> {
+    use secrecy::ExposeSecret as _;
+    let api_key = settings
+        .gateway_api_key
+        .as_ref()
+        .map(|k| k.expose_secret().to_owned())
+        .unwrap_or_default();
+    let key = crate::domain::IdempotencyKey::for_attempt(attempt);
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/charges", gateway.base_url()))
+        .bearer_auth(api_key)
+        .header("Idempotency-Key", key.as_str())
+        .json(&serde_json::json!({
+            "amount_minor": amount,
+            "currency": "EUR",
+            "customer_id": "cus_elsewhere",
+            "payment_method": "pm_card_visa",
+            "reference": "another-system",
+            "description": "a charge another system made under the same key",
+        }))
+        .send()
+        .await
+        .context("charging under the key at the mock gateway")?;
+    if !response.status().is_success() {
+        bail!(
+            "the mock gateway refused the charge under the key: {}",
+            response.status()
+        );
+    }
+    Ok(())
+}
+
+/// Waits until `attempt` is in `needs_review`; `Err` when it settles otherwise or not in
+/// `timeout`.
+async fn wait_for_review(
+    store: &Store,
+    attempt: PaymentAttemptId,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = crate::store::operator::get_attempt(store, attempt)
+            .await?
+            .map(|a| a.status.as_str());
+        match status {
+            Some("needs_review") => return Ok(()),
+            Some(other) if other != "pending" && other != "in_flight" && other != "unknown" => {
+                bail!("attempt {attempt} ended {other}, not needs_review")
+            }
+            _ if Instant::now() > deadline => bail!(
+                "attempt {attempt} is not in needs_review after {}",
+                humantime::format_duration(timeout)
+            ),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
 /// Counts by status, for progress and the summary.
 async fn status_counts(store: &Store) -> anyhow::Result<BTreeMap<String, i64>> {
     Ok(crate::store::operator::count_by_status(store)
@@ -462,6 +645,19 @@ async fn verify(
     if dead != expected_dead {
         problems.push(format!("{dead} dead letters, expected {expected_dead}"));
     }
+    for (attempt, case) in &published.for_review {
+        let status = attempts
+            .iter()
+            .find(|a| a.payment_attempt_id == *attempt)
+            .map(|a| a.status.as_str());
+        if status != Some("needs_review") {
+            problems.push(format!(
+                "{attempt}, left for a person ({}), is {}",
+                case.describe(),
+                status.unwrap_or("missing")
+            ));
+        }
+    }
     let mut by_status: BTreeMap<&'static str, usize> = BTreeMap::new();
     for attempt in &attempts {
         *by_status.entry(attempt.status.as_str()).or_default() += 1;
@@ -492,6 +688,18 @@ async fn verify(
         "  dead letters             {dead} ({} conflicts, {} invalid)",
         published.conflicts, published.invalid
     );
+    if !published.for_review.is_empty() {
+        println!(
+            "  left for a person        {} in needs_review, each with its reason ({})",
+            published.for_review.len(),
+            published
+                .for_review
+                .iter()
+                .map(|(_, case)| case.describe())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     println!("  time taken               {:.1?}", elapsed);
     if double_charges > 0 || !problems.is_empty() {
         for problem in &problems {
@@ -535,9 +743,12 @@ async fn serve_console(demo: &Settings, admin_addr: std::net::SocketAddr) -> any
     };
     let app = Application::build(console, &[crate::app::Role::Admin]).await?;
     let addr = app.admin_addr().context("the admin role listens")?;
+    let in_review = crate::store::console::count_in_review(app.store()).await?;
     println!();
     println!("operator console: http://{addr}/console/ ({sign_in})");
-    println!("the demo's data stays until Ctrl-C");
+    println!(
+        "look first at the review queue, http://{addr}/console/review: {in_review} attempt(s) wait there for a person, each with why; the demo's data stays until Ctrl-C"
+    );
     app.run(shutdown).await
 }
 

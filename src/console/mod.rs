@@ -7,12 +7,15 @@
 //!   instance on it honours them.
 //! - [`pages`]: the handlers and their HTML (maud, compiled into the binary; the one
 //!   stylesheet is embedded; no script).
+//! - [`charts`]: the overview's charts and the attempt's timeline picture, SVG drawn on
+//!   the server from what `store::charts` and `operator::attempts` read.
 //!
 //! Every page reads through `crate::operator` and every action calls the same function the
 //! CLI and `/api/*` call, with the signed-in operator as the actor: a decision taken in the
 //! browser is the decision taken on the command line.
 
 pub mod access;
+mod charts;
 mod pages;
 pub mod session;
 

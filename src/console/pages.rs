@@ -10,6 +10,7 @@ use maud::{html, Markup, DOCTYPE};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
+use super::charts::{self, CallMark, TimelinePicture};
 use super::session::{self, FormToken, Session};
 use crate::admin::AdminState;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
@@ -19,6 +20,7 @@ use crate::operator::recheck::{self, RecheckError};
 use crate::operator::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
 use crate::operator::table;
 use crate::operator::{audit, dlq, stats, Via};
+use crate::store::charts::Window;
 use crate::store::console as sql;
 
 /// Attempts per search page.
@@ -249,12 +251,51 @@ pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) 
 // ---------------------------------------------------------------------------------------
 // Overview
 
+/// The span the overview's charts cover (`?window=`): 1 hour by the minute (the default),
+/// 6 hours by 5 minutes, 24 hours by 20 minutes.
+const CHART_WINDOWS: [(&str, Window); 3] = [
+    (
+        "1h",
+        Window {
+            span: std::time::Duration::from_secs(3600),
+            step: std::time::Duration::from_secs(60),
+        },
+    ),
+    (
+        "6h",
+        Window {
+            span: std::time::Duration::from_secs(6 * 3600),
+            step: std::time::Duration::from_secs(300),
+        },
+    ),
+    (
+        "24h",
+        Window {
+            span: std::time::Duration::from_secs(24 * 3600),
+            step: std::time::Duration::from_secs(1200),
+        },
+    ),
+];
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct OverviewQuery {
+    window: Option<String>,
+}
+
 pub(super) async fn overview(
     State(state): State<AdminState>,
     Extension(session): Extension<Session>,
+    query: Result<Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let now = OffsetDateTime::now_utc();
+    let asked = query.ok().and_then(|Query(q)| q.window);
+    let (window_name, window) = CHART_WINDOWS
+        .iter()
+        .find(|(name, _)| Some(*name) == asked.as_deref())
+        .copied()
+        .unwrap_or(CHART_WINDOWS[0]);
     let figures = stats::stats(&state.store, &state.broker, now).await;
+    let series = crate::store::charts::overview_series(&state.store, window).await;
     let lag = match &state.console.intake_consumer {
         Some(consumer) => Some(state.broker.intake_consumer_lag(consumer).await),
         None => None,
@@ -264,6 +305,22 @@ pub(super) async fn overview(
         .as_ref()
         .map(|h| (h.snapshot(), h.pause_problem()));
     let body = html! {
+        section #charts data-window=(window_name) {
+            h2 { "The last " (match window_name { "1h" => "hour", "6h" => "6 hours", _ => "24 hours" }) }
+            p .window-choice {
+                "Show: "
+                @for (name, _) in CHART_WINDOWS {
+                    @if name == window_name { strong { (name) } } @else { a href=(format!("/console/?window={name}")) { (name) } }
+                    " "
+                }
+            }
+            @match &series {
+                Ok(series) => div .charts {
+                    @for chart in charts::overview_charts(series, window) { (chart.render()) }
+                }
+                Err(err) => p #charts-error .error { "The charts could not be read: " (err) }
+            }
+        }
         @match &figures {
             Ok(s) => {
                 section #attempts-by-state {
@@ -605,6 +662,7 @@ pub(super) async fn attempt(
         }
         section #history {
             h2 { "Timeline" }
+            (timeline_picture(&detail, now).render())
             table #timeline {
                 thead { tr { th { "time (UTC)" } th { "kind" } th { "what" } th { "detail" } } }
                 tbody {
@@ -625,6 +683,52 @@ pub(super) async fn attempt(
         }
     };
     page(StatusCode::OK, "Payment attempt", Some(&session), body)
+}
+
+/// The attempt's history as the timeline picture draws it: until now while it may still
+/// move, until its last entry once final.
+fn timeline_picture(detail: &attempts::AttemptDetail, now: OffsetDateTime) -> TimelinePicture {
+    let states: Vec<(OffsetDateTime, String)> = detail
+        .transitions
+        .iter()
+        .map(|t| (t.at, t.to_status.clone()))
+        .collect();
+    let calls: Vec<CallMark> = detail
+        .gateway_calls
+        .iter()
+        .map(|c| CallMark {
+            started_at: c.started_at,
+            duration_ms: c.duration_ms,
+            operation: c.operation.clone(),
+            outcome: c.outcome.clone(),
+        })
+        .collect();
+    let events: Vec<(OffsetDateTime, String)> = detail
+        .events
+        .iter()
+        .map(|e| (e.created_at, e.status.clone()))
+        .collect();
+    let last = states
+        .iter()
+        .map(|(t, _)| *t)
+        .chain(
+            calls
+                .iter()
+                .map(|c| c.started_at + time::Duration::milliseconds(c.duration_ms)),
+        )
+        .chain(events.iter().map(|(t, _)| *t))
+        .max()
+        .unwrap_or(now);
+    TimelinePicture {
+        states,
+        calls,
+        events,
+        end: if detail.view.attempt.status.is_final() {
+            last
+        } else {
+            now.max(last)
+        },
+    }
 }
 
 fn resolve_form(session: &Session, id: PaymentAttemptId, reason: Option<&str>) -> Markup {

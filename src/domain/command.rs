@@ -105,19 +105,54 @@ impl InvalidCommand {
 }
 
 /// The wire shape. Field types are the loosest that still let serde report precise errors;
-/// unknown fields are ignored (tolerant reader).
-#[derive(Deserialize)]
-struct Wire {
+/// unknown fields are ignored (tolerant reader). It is also the published JSON Schema of
+/// the command (`docs/schemas/charge-payment.v1.json`, `crate::schemas`): the bounds below
+/// are the ones `validate` checks, written once more for the schema's reader.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[schemars(
+    title = "ChargePayment v1",
+    description = "The body of a command on payments.commands.charge-payment.v1 (contract §2.1): UTF-8 JSON, at most 64 KiB. Headers: Nats-Msg-Id (required, 1-200 printable ASCII characters, stable across producer retries), Correlation-Id and traceparent (optional). Unknown fields are ignored."
+)]
+pub(crate) struct Wire {
+    /// The business idempotency key: a UUID. The same id with other parameters (amount,
+    /// currency, customer, payment method, order) is dead-lettered as a conflict.
+    #[schemars(extend("format" = "uuid"))]
     payment_attempt_id: String,
+    #[schemars(length(min = 1, max = 128))]
     order_id: String,
+    #[schemars(length(min = 1, max = 128))]
     customer_id: String,
+    /// In the currency's minor unit (cents for EUR).
+    #[schemars(range(min = 1, max = MAX_AMOUNT_MINOR))]
     amount_minor: i64,
+    /// An active ISO 4217 alphabetic code, upper case; checked against the code list.
+    #[schemars(regex(pattern = r"^[A-Z]{3}$"))]
     currency: String,
+    #[schemars(length(min = 1, max = 255))]
     payment_method: String,
     #[serde(default)]
+    #[schemars(length(max = 500))]
     description: Option<String>,
+    /// RFC 3339. A command older than the configured maximum command age is recorded and
+    /// ends `expired`, never charged.
     #[serde(default)]
+    #[schemars(extend("format" = "date-time"))]
     requested_at: Option<String>,
+}
+
+/// The example command of contract §2.1, the base of the tests' commands.
+#[cfg(test)]
+pub(crate) fn contract_example() -> serde_json::Value {
+    serde_json::json!({
+        "payment_attempt_id": "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11",
+        "order_id": "ord_1001",
+        "customer_id": "cus_42",
+        "amount_minor": 1999,
+        "currency": "EUR",
+        "payment_method": "pm_card_visa",
+        "description": "Order ord_1001",
+        "requested_at": "2026-11-29T10:15:00Z"
+    })
 }
 
 /// SHA-256 of a message body, kept with the dedupe row to recognise a reused message id.
@@ -247,16 +282,7 @@ mod tests {
     }
 
     fn body(patch: serde_json::Value) -> Vec<u8> {
-        let mut base = serde_json::json!({
-            "payment_attempt_id": "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11",
-            "order_id": "ord_1001",
-            "customer_id": "cus_42",
-            "amount_minor": 1999,
-            "currency": "EUR",
-            "payment_method": "pm_card_visa",
-            "description": "Order ord_1001",
-            "requested_at": "2026-11-29T10:15:00Z"
-        });
+        let mut base = contract_example();
         for (k, v) in patch.as_object().unwrap() {
             if v.is_null() {
                 base.as_object_mut().unwrap().remove(k);

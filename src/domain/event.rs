@@ -2,7 +2,6 @@
 //! entry into `needs_review`). Built here, stored in the outbox in the same transaction as
 //! the state it announces, and published later by the relay.
 
-use async_nats::header::NATS_MESSAGE_ID;
 use serde::Serialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -10,20 +9,34 @@ use uuid::Uuid;
 use super::AttemptStatus;
 use crate::domain::PaymentAttemptId;
 
-/// The body of `payments.events.payment-<state>.v1`.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+/// The body of `payments.events.payment-<state>.v1`, and its published JSON Schema
+/// (`docs/schemas/payment-*.v1.json`, `crate::schemas`, which narrows `status` per subject).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(
+    title = "Payment event v1",
+    description = "The body of an event on payments.events.payment-<state>.v1 (contract §2.3): one per final state of a payment attempt, and one per entry into needs_review. Headers: Nats-Msg-Id (equal to event_id, stable across relay retries), Causation-Id (the command's Nats-Msg-Id), Correlation-Id and traceparent (when the command had them)."
+)]
 pub struct PaymentEvent {
     /// Also the `Nats-Msg-Id`, so a relay retry is deduplicated by JetStream.
     pub event_id: Uuid,
     pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
+    /// The state the event announces: succeeded, declined, expired or needs_review.
+    #[schemars(with = "String")]
     pub status: AttemptStatus,
+    /// In the currency's minor unit.
     pub amount_minor: i64,
+    /// ISO 4217 alphabetic code, as the command gave it.
     pub currency: String,
+    /// The gateway's charge id: set when succeeded.
     pub gateway_charge_id: Option<String>,
+    /// The gateway's decline code, when declined and the gateway gave one.
     pub decline_code: Option<String>,
+    /// Why, for expired and needs_review.
     pub reason: Option<String>,
+    /// When the attempt reached the state (RFC 3339, UTC).
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub occurred_at: OffsetDateTime,
 }
 
@@ -35,6 +48,32 @@ pub struct EventProvenance {
     /// The `Nats-Msg-Id` of the command that created the attempt.
     pub causation_id: String,
     /// W3C trace context to continue, when the command carried one.
+    pub traceparent: Option<String>,
+}
+
+/// The headers of an event (contract §2.3), one field each: `PaymentEvent::headers` writes
+/// exactly these, and they are the published schema
+/// `docs/schemas/payment-event-headers.v1.json` (`crate::schemas`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(
+    title = "Payment event headers v1",
+    description = "The headers of an event on payments.events.payment-<state>.v1 (contract §2.3), as name -> value.",
+    extend("additionalProperties" = {"type": "string"}),
+    transform = crate::schemas::headers_are_strings
+)]
+pub struct EventHeaders {
+    /// The event's `event_id`: a relay retry is deduplicated by JetStream.
+    #[serde(rename = "Nats-Msg-Id")]
+    #[schemars(extend("format" = "uuid"))]
+    pub message_id: String,
+    /// The `Nats-Msg-Id` of the command that created the attempt.
+    #[serde(rename = "Causation-Id")]
+    pub causation_id: String,
+    /// The command's `Correlation-Id`, when it had one.
+    #[serde(rename = "Correlation-Id", skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The W3C trace context to continue, when the command carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
 }
 
@@ -51,19 +90,23 @@ impl PaymentEvent {
         format!("payments.events.payment-{name}.v1")
     }
 
-    /// The message headers, as (name, value) pairs.
+    /// The message headers ([`EventHeaders`]), as (name, value) pairs.
     pub fn headers(&self, provenance: &EventProvenance) -> Vec<(String, String)> {
-        let mut headers = vec![
-            (NATS_MESSAGE_ID.to_string(), self.event_id.to_string()),
-            ("Causation-Id".to_owned(), provenance.causation_id.clone()),
-        ];
-        if let Some(correlation) = &provenance.correlation_id {
-            headers.push(("Correlation-Id".to_owned(), correlation.clone()));
-        }
-        if let Some(traceparent) = &provenance.traceparent {
-            headers.push(("traceparent".to_owned(), traceparent.clone()));
-        }
-        headers
+        let headers = EventHeaders {
+            message_id: self.event_id.to_string(),
+            causation_id: provenance.causation_id.clone(),
+            correlation_id: provenance.correlation_id.clone(),
+            traceparent: provenance.traceparent.clone(),
+        };
+        let serde_json::Value::Object(fields) =
+            serde_json::to_value(&headers).expect("headers serialise as an object")
+        else {
+            unreachable!("a struct serialises as an object")
+        };
+        fields
+            .into_iter()
+            .map(|(name, value)| (name, value.as_str().unwrap_or_default().to_owned()))
+            .collect()
     }
 }
 
@@ -95,7 +138,13 @@ mod tests {
             causation_id: "msg-1".into(),
             ..Default::default()
         });
-        assert_eq!(headers[0], ("Nats-Msg-Id".into(), Uuid::nil().to_string()));
-        assert_eq!(headers[1], ("Causation-Id".into(), "msg-1".into()));
+        assert_eq!(
+            headers,
+            [
+                ("Causation-Id".to_owned(), "msg-1".to_owned()),
+                ("Nats-Msg-Id".to_owned(), Uuid::nil().to_string()),
+            ],
+            "the contract's names, and no header for what the command did not carry"
+        );
     }
 }

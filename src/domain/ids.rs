@@ -11,7 +11,18 @@ use uuid::Uuid;
 /// The producer's id of one payment attempt (contract §2): the unit of "exactly one
 /// charge". Stored as `uuid`; serialised as its hyphenated text.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, sqlx::Type,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    sqlx::Type,
+    schemars::JsonSchema,
 )]
 #[serde(transparent)]
 #[sqlx(transparent)]

@@ -11,7 +11,8 @@ use crate::broker::{Broker, PublishKind};
 use crate::domain::bounded;
 
 /// Why a message was dead-lettered; `Dlq-Class` on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum DlqClass {
     /// The message can never be a valid command.
     Invalid,
@@ -33,7 +34,94 @@ impl DlqClass {
 }
 
 /// The most a `Dlq-Reason` may hold.
-pub const MAX_REASON_CHARS: usize = 512;
+pub const MAX_REASON_CHARS: usize = MAX_REASON_CHARS_U32 as usize;
+const MAX_REASON_CHARS_U32: u32 = 512;
+
+/// The headers a dead letter carries on top of the original's (contract §2.2), one field
+/// each. `publish` writes exactly these, and they are the published JSON Schema
+/// `docs/schemas/dead-letter-headers.v1.json` (`crate::schemas`), so the two cannot drift.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+#[schemars(
+    title = "Dead-letter headers v1",
+    description = "The headers of a dead letter on payments.dlq.charge-payment.v1 (contract §2.2), as name -> value. The body is the original command's, unchanged (or cut short, with Dlq-Truncated), and the original's headers (Correlation-Id, traceparent, ...) are kept beside these.",
+    extend("additionalProperties" = {"type": "string"}),
+    transform = crate::schemas::headers_are_strings
+)]
+pub struct DeadLetterHeaders {
+    /// `dlq-<consumer>-<stream sequence>`: a retried dead-letter publish is deduplicated,
+    /// and two dead letters never collapse into one.
+    #[serde(rename = "Nats-Msg-Id")]
+    #[schemars(regex(pattern = r"^dlq-.+-[0-9]+$"))]
+    pub message_id: String,
+    /// Why the message can never be processed, or why it was given up.
+    #[serde(rename = "Dlq-Reason")]
+    #[schemars(length(min = 1, max = MAX_REASON_CHARS_U32))]
+    pub reason: String,
+    #[serde(rename = "Dlq-Class")]
+    pub class: DlqClass,
+    /// The subject the command was published to.
+    #[serde(rename = "Dlq-Original-Subject")]
+    pub original_subject: String,
+    /// The command's sequence in the command stream, where its whole body still is.
+    #[serde(rename = "Dlq-Stream-Sequence", serialize_with = "as_text")]
+    #[schemars(with = "String", regex(pattern = "^[0-9]+$"))]
+    pub stream_sequence: u64,
+    /// How many times the command was delivered to intake.
+    #[serde(rename = "Dlq-Delivery-Count", serialize_with = "as_text")]
+    #[schemars(with = "String", regex(pattern = "^[0-9]+$"))]
+    pub delivery_count: u64,
+    /// The durable consumer that gave it up.
+    #[serde(rename = "Dlq-Consumer")]
+    pub consumer: String,
+    /// The command's own `Nats-Msg-Id`, when it had one.
+    #[serde(
+        rename = "Dlq-Original-Msg-Id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub original_message_id: Option<String>,
+    /// `true` when the body was cut short to fit the dead-letter stream.
+    #[serde(rename = "Dlq-Truncated", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>", extend("const" = "true"))]
+    pub truncated: Option<&'static str>,
+    /// The original body's size in bytes, when it was cut short.
+    #[serde(
+        rename = "Dlq-Original-Size",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "option_as_text"
+    )]
+    #[schemars(with = "Option<String>", regex(pattern = "^[0-9]+$"))]
+    pub original_size: Option<usize>,
+}
+
+impl DeadLetterHeaders {
+    /// Sets these headers on `headers` (replacing any of the same name), each one line.
+    fn write_into(&self, headers: &mut HeaderMap) {
+        let serde_json::Value::Object(fields) =
+            serde_json::to_value(self).expect("headers serialise as an object")
+        else {
+            unreachable!("a struct serialises as an object")
+        };
+        for (name, value) in fields {
+            let value = value.as_str().map(str::to_owned).unwrap_or_default();
+            // A header value must be one line.
+            headers.insert(name.as_str(), value.replace(['\r', '\n'], " ").as_str());
+        }
+    }
+}
+
+fn as_text<S: serde::Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
+fn option_as_text<S: serde::Serializer>(
+    value: &Option<usize>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => serializer.collect_str(value),
+        None => serializer.serialize_none(),
+    }
+}
 
 /// Publishes the dead letter and waits for JetStream's acknowledgement. Only after this
 /// returns `Ok` may the original be terminated.
@@ -48,24 +136,19 @@ pub async fn publish(
         .info()
         .map_err(|e| anyhow::anyhow!("message has no JetStream metadata: {e}"))?;
     let mut headers = message.headers.clone().unwrap_or_default();
-    let original_id = headers.get(NATS_MESSAGE_ID).map(|v| v.as_str().to_owned());
-    let mut set = |name: &str, value: String| {
-        // A header value must be one line.
-        headers.insert(name, value.replace(['\r', '\n'], " ").as_str());
+    let mut dead = DeadLetterHeaders {
+        message_id: format!("dlq-{consumer}-{}", info.stream_sequence),
+        reason: bounded(reason, MAX_REASON_CHARS),
+        class,
+        original_subject: message.subject.to_string(),
+        stream_sequence: info.stream_sequence,
+        delivery_count: info.delivered.try_into().unwrap_or_default(),
+        consumer: consumer.to_owned(),
+        original_message_id: headers.get(NATS_MESSAGE_ID).map(|v| v.as_str().to_owned()),
+        truncated: None,
+        original_size: None,
     };
-    set(
-        NATS_MESSAGE_ID.as_ref(),
-        format!("dlq-{consumer}-{}", info.stream_sequence),
-    );
-    set("Dlq-Reason", bounded(reason, MAX_REASON_CHARS));
-    set("Dlq-Class", class.as_str().to_owned());
-    set("Dlq-Original-Subject", message.subject.to_string());
-    set("Dlq-Stream-Sequence", info.stream_sequence.to_string());
-    set("Dlq-Delivery-Count", info.delivered.to_string());
-    set("Dlq-Consumer", consumer.to_owned());
-    if let Some(id) = original_id {
-        set("Dlq-Original-Msg-Id", id);
-    }
+    dead.write_into(&mut headers);
     let subject = broker.names.dlq_subject();
     match try_publish(broker, &subject, headers.clone(), message.payload.clone()).await {
         Err(err) if too_large(&err) => {
@@ -73,8 +156,9 @@ pub async fn publish(
             // the command stream (where the whole body still is) are what an operator needs.
             let limit = size_limit(broker).await;
             let original_size = message.payload.len();
-            headers.insert("Dlq-Truncated", "true");
-            headers.insert("Dlq-Original-Size", original_size.to_string().as_str());
+            dead.truncated = Some("true");
+            dead.original_size = Some(original_size);
+            dead.write_into(&mut headers);
             let keep = limit
                 .saturating_sub(header_bytes(&headers))
                 .saturating_sub(TRUNCATION_MARGIN)

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-pub use dead_letter::DlqClass;
+pub use dead_letter::{DeadLetterHeaders, DlqClass};
 
 use crate::broker::Broker;
 use crate::config::{IntakeSettings, Settings};

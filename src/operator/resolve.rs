@@ -24,7 +24,7 @@ use crate::store::operator::{self as sql, Resolution, ResolveOutcome, ResolveTar
 use crate::store::Store;
 
 /// What the operator established (`--as`; `"as"` in the API body).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ResolveAs {
     /// The gateway charged the customer (needs the gateway's charge id)
@@ -36,7 +36,7 @@ pub enum ResolveAs {
 }
 
 /// One decision as the CLI or the API received it, not yet validated.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveRequest {
     #[serde(rename = "as")]

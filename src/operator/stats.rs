@@ -15,7 +15,7 @@ use crate::store::Store;
 
 /// Contract §6: `{"by_status":{"pending":N,…},"oldest_unsettled_seconds":S,
 /// "dead_letters":N,"outbox_backlog":N}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Stats {
     /// Attempts per state; every state is present, 0 when it has none.
     pub by_status: BTreeMap<&'static str, i64>,

@@ -9,6 +9,7 @@
 pub mod attempt_counts;
 pub mod attempts;
 pub mod audit;
+pub mod charts;
 pub mod console;
 pub mod gateway_objects;
 pub mod intake;

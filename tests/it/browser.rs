@@ -91,10 +91,56 @@ async fn seed(env: &TestEnv) -> Seeded {
     for (id, set) in moves {
         env.set_attempt(id, set).await;
     }
+    seed_history(env, in_review).await;
     Seeded {
         in_review,
         declined,
     }
+}
+
+/// The history the overview's charts and the attempt's timeline picture draw: the attempt
+/// in review went pending → in_flight → unknown → needs_review over the last 20 minutes
+/// (a charge that timed out, a lookup that found nothing), and 120 other attempts settled
+/// over the last hour, each with its charge call, as the executor records them.
+async fn seed_history(env: &TestEnv, in_review: Uuid) {
+    for k in 0..120 {
+        env.record_command(
+            json!({"order_id": format!("ord_chart_{k}"), "customer_id": "cus_chart"}),
+            None,
+        )
+        .await;
+    }
+    env.exec(&format!(
+        "UPDATE attempt_transitions SET at = now() - interval '20 minutes'
+           WHERE payment_attempt_id = '{in_review}';
+         INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at) VALUES
+           ('{in_review}', 'pending', 'in_flight', 'claimed', 'executor:browser', now() - interval '10 minutes'),
+           ('{in_review}', 'in_flight', 'unknown', 'gateway_ambiguous', 'executor:browser', now() - interval '10 minutes' + interval '2 seconds'),
+           ('{in_review}', 'unknown', 'needs_review', 'lookup_found_nothing_retries_exhausted', 'reconciler:browser', now() - interval '8 minutes');
+         INSERT INTO gateway_calls (payment_attempt_id, operation, idempotency_key, try_number, started_at, finished_at, http_status, outcome) VALUES
+           ('{in_review}', 'charge', 'onecharge-{in_review}', 1, now() - interval '10 minutes', now() - interval '10 minutes' + interval '2 seconds', NULL, 'ambiguous'),
+           ('{in_review}', 'lookup', 'onecharge-{in_review}', 0, now() - interval '8 minutes', now() - interval '8 minutes' + interval '40 milliseconds', 200, 'not_found');
+         WITH chart AS (
+             SELECT payment_attempt_id AS id, row_number() OVER (ORDER BY payment_attempt_id) AS n
+             FROM payment_attempts WHERE order_id LIKE 'ord_chart_%'
+         ), settled AS (
+             SELECT id, n, now() - make_interval(secs => 30 + (n * 613) % 3500) AS at,
+                    CASE WHEN n % 7 = 0 THEN 'declined' WHEN n % 31 = 0 THEN 'expired' ELSE 'succeeded' END AS status
+             FROM chart
+         ), transitions AS (
+             INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at)
+             SELECT id, 'in_flight', status, 'gateway_answered', 'executor:browser', at FROM settled
+         ), calls AS (
+             INSERT INTO gateway_calls (payment_attempt_id, operation, idempotency_key, try_number, started_at, finished_at, http_status, outcome)
+             SELECT id, 'charge', 'onecharge-' || id, 1, at - make_interval(secs => (40 + (n * 37) % 260 + CASE WHEN n % 17 = 0 THEN 900 ELSE 0 END) / 1000.0), at,
+                    CASE status WHEN 'declined' THEN 402 ELSE 201 END, status
+             FROM settled WHERE status <> 'expired'
+         )
+         UPDATE payment_attempts a SET status = settled.status, tries = 1,
+                gateway_charge_id = CASE settled.status WHEN 'succeeded' THEN 'ch_chart_' || settled.n END
+         FROM settled WHERE a.payment_attempt_id = settled.id"
+    ))
+    .await;
 }
 
 /// One scenario's world: the seeded service, its admin role serving the console, and a
@@ -159,6 +205,37 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     );
     assert_eq!(browser.text("#needs-review-count").await, "1");
     assert_eq!(browser.text("#dead-letters-count").await, "1");
+    // the charts: 120 settlements over the hour, a bar per minute; latency; the review queue
+    let settlements = browser.find("#chart-settlements").await;
+    assert_eq!(
+        settlements.attr("data-points").await.unwrap().as_deref(),
+        Some("61")
+    );
+    let bars = browser
+        .client()
+        .find_all(fantoccini::Locator::Css(
+            "#chart-settlements rect[data-series]",
+        ))
+        .await
+        .unwrap();
+    assert!(bars.len() >= 40, "{} stacked parts", bars.len());
+    for chart in [
+        "#chart-latency",
+        "#chart-review-size",
+        "#chart-review-oldest",
+    ] {
+        let drawn = browser.find(chart).await;
+        let max: f64 = drawn
+            .attr("data-max")
+            .await
+            .unwrap()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(max > 0.0, "{chart} draws something");
+    }
+    let size = browser.find("#chart-review-size").await;
+    assert_eq!(size.attr("data-max").await.unwrap().as_deref(), Some("1"));
     browser.screenshot("overview").await;
 
     // the review queue lists the attempt with its reason
@@ -221,7 +298,26 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
         .await
         .contains(&seeded.in_review.to_string()));
     assert!(browser.has(r#"tr[data-testid="timeline-entry"]"#).await);
+    // the timeline as a picture: its four states, two calls, no event yet
+    let picture = browser.find("#timeline-picture").await;
+    assert_eq!(
+        picture.attr("data-states").await.unwrap().as_deref(),
+        Some("4")
+    );
+    assert_eq!(
+        picture.attr("data-calls").await.unwrap().as_deref(),
+        Some("2")
+    );
     browser.screenshot("attempt").await;
+    browser
+        .client()
+        .execute(
+            "document.getElementById('history').scrollIntoView()",
+            vec![],
+        )
+        .await
+        .unwrap();
+    browser.screenshot("attempt-timeline").await;
 
     // resolve with a reason: first the confirmation, which changes nothing yet
     browser.select("#resolve-as", "succeeded").await;

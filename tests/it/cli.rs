@@ -237,3 +237,31 @@ fn a_shutdown_timeout_of_zero_exits_2_naming_the_setting() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("shutdown_timeout"), "{err}");
 }
+
+#[test]
+fn completions_are_printed_for_each_shell_without_any_configuration() {
+    // a configuration that would stop every other command: completions need none
+    let broken = [("ONECHARGE_INTAKE__MAX_DELIVER", "1")];
+    for (shell, marker) in [
+        ("bash", "_onecharge()"),
+        ("zsh", "#compdef onecharge"),
+        ("fish", "complete -c onecharge"),
+    ] {
+        let out = onecharge(&["completions", shell], &broken);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        for subcommand in ["attempts", "dlq", "demo", "serve"] {
+            assert!(
+                script.contains(subcommand),
+                "{shell} completes {subcommand}"
+            );
+        }
+    }
+    let out = onecharge(&["completions", "tcsh"], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}

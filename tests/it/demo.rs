@@ -53,8 +53,9 @@ fn the_demo_says_how_to_fix_an_unreachable_database_in_one_line() {
 }
 
 /// `demo --console`: after the verified summary the demo's data stays and the console
-/// serves it on `--admin-addr` until SIGTERM; then the process exits 0 and the demo's
-/// database is removed.
+/// serves it on `--admin-addr` until SIGTERM, its review queue holding the three cases the
+/// demo left for a person, which its last line points to; then the process exits 0 and the
+/// demo's database is removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them() {
     use tokio::io::AsyncBufReadExt as _;
@@ -87,6 +88,20 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
     .await
     .expect("the console is served within 150 s");
     assert_eq!(url, format!("http://127.0.0.1:{port}/console/"));
+    // the last line says where to look: the review queue the demo left cases in
+    let last = lines.next_line().await.unwrap().expect("a last line");
+    assert!(
+        last.starts_with(&format!(
+            "look first at the review queue, http://127.0.0.1:{port}/console/review: 3 attempt(s) wait there"
+        )),
+        "{last}"
+    );
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("  left for a person        3 in needs_review")),
+        "the summary counts them: {printed:?}"
+    );
     assert!(
         printed.iter().any(|l| l.starts_with("the promise held")),
         "served after the verified summary: {printed:?}"
@@ -116,7 +131,32 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
         .json()
         .await
         .unwrap();
-    assert_eq!(attempts.len(), 20);
+    assert_eq!(
+        attempts.len(),
+        20 + 3,
+        "the demo's attempts and the three left for review"
+    );
+    let review = reqwest::get(format!("{base}/console/review"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        review.matches(r#"data-testid="review-row""#).count(),
+        3,
+        "{review}"
+    );
+    for why in [
+        "invalid_request",
+        "idempotency_key_reused",
+        "gateway_max_processing_time",
+    ] {
+        assert!(
+            review.contains(why),
+            "a case's reason names {why}: {review}"
+        );
+    }
 
     assert!(crate::support::sigterm(child.id().unwrap()));
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait())

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::support::nats::stream_messages;
-use crate::support::{eventually, Harness, Served};
+use crate::support::{eventually, take_in, Harness, Served};
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentEvent;
 use onecharge::intake::Intake;
@@ -229,18 +229,7 @@ async fn end_to_end_n_commands_with_duplicates_make_exactly_n_charges_and_n_even
     let intake = Intake::new(h.store.clone(), broker.clone(), &h.settings)
         .await
         .unwrap();
-    let mut recorded = 0;
-    while recorded < published {
-        let report = intake
-            .process_batch(Duration::from_millis(500))
-            .await
-            .unwrap();
-        assert!(
-            !report.outcomes.is_empty(),
-            "intake ran dry after {recorded} of {published}"
-        );
-        recorded += report.outcomes.len();
-    }
+    take_in(&intake, published).await;
     assert_eq!(
         h.scalar("SELECT count(*) FROM payment_attempts").await,
         N as i64

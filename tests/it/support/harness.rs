@@ -492,6 +492,23 @@ pub struct AttemptRow {
     pub updated_at: OffsetDateTime,
 }
 
+/// Runs intake batches until `n` messages are settled (recorded, duplicates or dead
+/// letters); fails when a batch comes back empty first.
+pub async fn take_in(intake: &onecharge::intake::Intake, n: usize) {
+    let mut settled = 0;
+    while settled < n {
+        let report = intake
+            .process_batch(Duration::from_millis(500))
+            .await
+            .unwrap();
+        assert!(
+            !report.outcomes.is_empty(),
+            "intake ran dry after {settled} of {n}"
+        );
+        settled += report.outcomes.len();
+    }
+}
+
 /// One pass of `executor`, which must leave exactly one attempt in `status`; its report.
 pub async fn run_leaving_one_in(executor: &Executor, status: AttemptStatus) -> ExecutorReport {
     let report = executor.run_once().await.unwrap();

@@ -1,0 +1,122 @@
+//! The admin API's OpenAPI document (`GET /api/openapi.json`, committed as
+//! `docs/openapi.json`) against the router, both ways: every `/api` route the source
+//! declares is documented with its methods, and every documented operation is answered by
+//! a handler (no 404 from the router, no 405).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::support::api::AdminApi;
+use crate::support::TestEnv;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+/// Every (path, method) an `.route("/api…", …)` in `src/` declares, read from the source
+/// (axum cannot list a router's routes): the path literal, then each `get(`/`post(`/… of
+/// the method router up to the next route.
+fn declared_api_routes() -> BTreeSet<(String, String)> {
+    fn walk(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let mut sources = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut sources,
+    );
+    let mut routes = BTreeSet::new();
+    for source in &sources {
+        for piece in source.split(".route(").skip(1) {
+            let piece = piece.trim_start();
+            let Some(rest) = piece.strip_prefix("\"/api") else {
+                continue;
+            };
+            let end = rest.find('"').unwrap();
+            let path = format!("/api{}", &rest[..end]);
+            let router = &rest[end..rest.find(';').unwrap_or(rest.len())];
+            for method in ["get", "post", "put", "patch", "delete"] {
+                let called = router.match_indices(&format!("{method}(")).any(|(at, _)| {
+                    at == 0
+                        || (!router.as_bytes()[at - 1].is_ascii_alphanumeric()
+                            && router.as_bytes()[at - 1] != b'_')
+                });
+                if called {
+                    routes.insert((path.clone(), method.to_owned()));
+                }
+            }
+        }
+    }
+    routes
+}
+
+fn documented_operations(document: &Value) -> BTreeSet<(String, String)> {
+    let mut operations = BTreeSet::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "patch", "delete"].contains(&method.as_str()) {
+                operations.insert((path.clone(), method.clone()));
+            }
+        }
+    }
+    operations
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_route_is_documented_and_every_documented_operation_is_answered() {
+    let env = TestEnv::new().await;
+    let api = AdminApi::start(&env.settings).await;
+
+    let (status, document) = api.get("/api/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(document["openapi"], "3.1.0");
+    assert_eq!(
+        document,
+        onecharge::admin::openapi::document(),
+        "the served document is the generated one"
+    );
+    let documented = documented_operations(&document);
+
+    let declared = declared_api_routes();
+    assert!(
+        declared.contains(&("/api/attempts/{id}/resolve".into(), "post".into())),
+        "the source scan finds the routes: {declared:?}"
+    );
+    let undocumented: Vec<_> = declared.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "routes the router answers but the document does not describe: {undocumented:?}"
+    );
+
+    let id = uuid::Uuid::new_v4().to_string();
+    for (path, method) in &documented {
+        let url = api.url(&path.replace("{id}", &id));
+        let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let response = api
+            .http()
+            .request(method.clone(), &url)
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.text().await.unwrap();
+        // A handler's 404 says what is missing in the API's error JSON; the router's is empty.
+        let answered_by_a_handler = status != StatusCode::METHOD_NOT_ALLOWED
+            && (status != StatusCode::NOT_FOUND || body.contains(r#""type":"not_found""#));
+        assert!(
+            answered_by_a_handler,
+            "{method} {path} is documented but answers {status}: {body}"
+        );
+    }
+    // and a method the document does not list on a documented path is not answered
+    let (status, _) = api.post("/api/stats", None, serde_json::json!({})).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    api.stop().await;
+}
