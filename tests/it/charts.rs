@@ -65,6 +65,7 @@ async fn the_chart_series_count_each_settlement_its_charge_latency_and_the_revie
     let in_review = commands[3].payment_attempt_id;
     onecharge::operator::resolve::resolve(
         &h.store,
+        None, // the §3 gateway: no PaymentIntent to cancel
         in_review,
         &ResolveRequest {
             as_: ResolveAs::Declined,
