@@ -119,12 +119,16 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
         Duration::from_secs(1),
         Duration::from_secs(2),
         Duration::from_secs(4),
+        Duration::from_secs(8),
     ];
     demo.relay.poll_interval = Duration::from_millis(50);
     // The mock answers in milliseconds (it holds a hung response 3 s, after charging): an
-    // empty lookup 2 s after the last send proves "not charged" here, which lets the
-    // review case "nothing found past the processing time" end within the run.
-    demo.gateway_max_processing_time = Duration::from_secs(2);
+    // empty lookup past the shortest processing time the configuration accepts (a send
+    // can outlive neither its lease nor its timeouts: lease + connect + request) proves
+    // "not charged" here, which lets the review case "nothing found past the processing
+    // time" end within the run; the schedule's last step reaches past it.
+    demo.gateway_max_processing_time =
+        demo.executor.lease + demo.gateway_connect_timeout + demo.gateway_request_timeout;
     demo.validate()?;
 
     println!(
