@@ -40,7 +40,6 @@ use onecharge::domain::command::{self, CommandHeaders};
 use onecharge::intake::Intake;
 use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
-use time::OffsetDateTime;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
@@ -285,7 +284,6 @@ async fn run_direct(
                 &store,
                 "onecharge-intake",
                 &chunk,
-                OffsetDateTime::now_utc(),
             )
             .await;
             drop(permit);

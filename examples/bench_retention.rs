@@ -113,7 +113,6 @@ async fn round_once(args: &Args, round: usize) -> anyhow::Result<()> {
                     &store,
                     "bench",
                     &records,
-                    OffsetDateTime::now_utc(),
                 )
                 .await
                 .is_err()

@@ -367,7 +367,6 @@ async fn resolve_attempt(
         &principal.actor,
         Via::Api,
         &state.retry_window,
-        now,
     )
     .await?;
     let attempt = attempts::show(store, id, now, &state.retry_window)

@@ -7,13 +7,11 @@ use onecharge::executor::Executor;
 use onecharge::gateway::{GatewayClient, GatewayHealth};
 use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// Records `charges` fresh attempts (EUR 10.00 on `pm_card_visa`, each its own order), in
 /// batches of 500 under the consumer `bench`; they are pending, due now.
 pub async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {
-    let now = OffsetDateTime::now_utc();
     let records: Vec<IntakeRecord> = (0..charges)
         .map(|i| {
             let id = Uuid::new_v4();
@@ -39,7 +37,7 @@ pub async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {
         })
         .collect();
     for chunk in records.chunks(500) {
-        record_batch(store, "bench", chunk, now).await?;
+        record_batch(store, "bench", chunk).await?;
     }
     Ok(())
 }

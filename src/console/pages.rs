@@ -721,7 +721,6 @@ pub(super) async fn resolve(
         };
         return page(StatusCode::OK, "Confirm the decision", Some(&session), body);
     }
-    let now = OffsetDateTime::now_utc();
     let actor = session.principal.actor.clone();
     match resolve::resolve(
         &state.store,
@@ -730,7 +729,6 @@ pub(super) async fn resolve(
         &actor,
         Via::Console,
         &state.retry_window,
-        now,
     )
     .await
     {

@@ -282,9 +282,8 @@ async fn retry_each(
     };
     let mut results = Vec::with_capacity(ids.len());
     for &id in ids {
-        let now = OffsetDateTime::now_utc();
         let (outcome, detail) =
-            match resolve::resolve(store, id, &request, actor, via, window, now).await {
+            match resolve::resolve(store, id, &request, actor, via, window).await {
                 Ok(resolved) => ("retried", resolved.summary()),
                 Err(err @ (ResolveError::Refused(_) | ResolveError::NotFound(_))) => {
                     ("refused", err.to_string())

@@ -47,7 +47,6 @@ async fn a_pooled_connection_that_turned_read_only_is_dropped_and_the_retried_wr
             &store,
             "onecharge-intake",
             std::slice::from_ref(&record),
-            h.now(),
         )
         .await
         {

@@ -745,10 +745,9 @@ async fn identical_inserts_racing_in_concurrent_batches_are_always_one_attempt_a
                 let body = command(attempt, json!({}));
                 let original = intake_record(&body, &format!("m-{attempt}"), None);
                 let business = intake_record(&body, &format!("m-{attempt}-again"), None);
-                let now = time::OffsetDateTime::now_utc();
                 let record = |r: IntakeRecord| {
                     let store = store.clone();
-                    async move { record_batch(&store, "onecharge-intake", &[r], now).await }
+                    async move { record_batch(&store, "onecharge-intake", &[r]).await }
                 };
                 let (a, b, c) = tokio::join!(
                     record(original.clone()),

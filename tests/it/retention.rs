@@ -287,12 +287,7 @@ async fn a_second_event_for_a_final_state_is_refused_even_in_another_month() {
 async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
     let env = TestEnv::new().await;
     let records = vec![record(pm::CARD_VISA, false), record(pm::CARD_VISA, true)];
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &records,
-        OffsetDateTime::now_utc(),
-    )
+    record_batch(&env.store, "onecharge-intake", &records)
     .await
     .unwrap();
     let [pending, expired] = [0, 1].map(|i| records[i].command.payment_attempt_id);
@@ -429,7 +424,7 @@ async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_mus
             while !stop.is_cancelled() {
                 let batch = crate::support::orders(10, &format!("w{w}_{batches}"));
                 if let Err(err) =
-                    record_batch(&store, "onecharge-intake", &batch, OffsetDateTime::now_utc())
+                    record_batch(&store, "onecharge-intake", &batch)
                         .await
                 {
                     errors.push(err.to_string());

@@ -153,7 +153,6 @@ impl TestEnv {
             actor,
             via,
             &RetryWindow::from_settings(&self.settings),
-            OffsetDateTime::now_utc(),
         )
         .await
     }
@@ -178,12 +177,7 @@ impl TestEnv {
 
     /// Records `records` in one batch as the intake consumer does, now.
     pub async fn record(&self, records: &[IntakeRecord]) -> Vec<Recorded> {
-        record_batch(
-            &self.store,
-            "onecharge-intake",
-            records,
-            OffsetDateTime::now_utc(),
-        )
+        record_batch(&self.store, "onecharge-intake", records)
         .await
         .expect("recorded")
     }
