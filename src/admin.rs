@@ -391,6 +391,9 @@ impl From<RecheckError> for ApiError {
             RecheckError::Invalid(why) => Self::bad_request(why),
             err @ RecheckError::NotFound(_) => Self::not_found(err.to_string()),
             RecheckError::Refused(why) => Self::conflict(why),
+            RecheckError::Unavailable(why) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why)
+            }
             err @ RecheckError::Failed(_) => Self::internal(err),
         }
     }

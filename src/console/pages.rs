@@ -1067,6 +1067,9 @@ pub(super) async fn recheck(
             refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
         }
         Err(RecheckError::Refused(why)) => refused(StatusCode::CONFLICT, Some(&session), &why),
+        Err(RecheckError::Unavailable(why)) => {
+            refused(StatusCode::SERVICE_UNAVAILABLE, Some(&session), &why)
+        }
         Err(err @ RecheckError::Failed(_)) => failed(&session, err),
     }
 }

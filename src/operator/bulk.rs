@@ -322,6 +322,7 @@ async fn recheck_each(
                     format!("{}; {}", report.found, report.did),
                 ),
                 Ok(RecheckOutcome::NotFound) => ("refused", format!("no payment attempt {id}")),
+                Ok(RecheckOutcome::NoPermit(why)) => ("failed", why),
                 Ok(RecheckOutcome::WrongState(status)) => {
                     ("refused", format!("now {status}: not rechecked"))
                 }
