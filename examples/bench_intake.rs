@@ -280,12 +280,7 @@ async fn run_direct(
         let permit = permits.clone().acquire_owned().await?;
         let store = store.clone();
         tasks.spawn(async move {
-            let result = record_batch(
-                &store,
-                "onecharge-intake",
-                &chunk,
-            )
-            .await;
+            let result = record_batch(&store, "onecharge-intake", &chunk).await;
             drop(permit);
             result
         });

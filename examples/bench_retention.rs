@@ -109,13 +109,9 @@ async fn round_once(args: &Args, round: usize) -> anyhow::Result<()> {
                 let records = records(w, batch);
                 let in_drop = during.load(Ordering::Relaxed);
                 let started = Instant::now();
-                if onecharge::store::intake::record_batch(
-                    &store,
-                    "bench",
-                    &records,
-                )
-                .await
-                .is_err()
+                if onecharge::store::intake::record_batch(&store, "bench", &records)
+                    .await
+                    .is_err()
                 {
                     errors += 1;
                 }
@@ -178,7 +174,10 @@ async fn round_once(args: &Args, round: usize) -> anyhow::Result<()> {
 /// The retention job's own drop of each month past `cutoff` (`store::retention::
 /// drop_partition`, what `retain_history` calls). (rows dropped, rows kept, how long each
 /// month's lock was held and in how many tries)
-async fn drop_old_months(store: &Store, cutoff: OffsetDateTime) -> anyhow::Result<(u64, u64, String)> {
+async fn drop_old_months(
+    store: &Store,
+    cutoff: OffsetDateTime,
+) -> anyhow::Result<(u64, u64, String)> {
     let (mut rows, mut kept, mut locked) = (0, 0, Vec::new());
     for table in HistoryTable::ALL {
         for old in partitions(store, table).await? {
@@ -216,23 +215,35 @@ async fn drop_as_before(
 ) -> anyhow::Result<(u64, u64, String)> {
     let (mut rows, mut kept) = (0, 0);
     for (table, keep) in [
-        ("attempt_transitions", "a.status <> ALL($2) OR a.updated_at >= $1"),
+        (
+            "attempt_transitions",
+            "a.status <> ALL($2) OR a.updated_at >= $1",
+        ),
         ("gateway_calls", "a.status <> ALL($2) OR a.updated_at >= $1"),
-        ("outbox", "t.published_at IS NULL OR a.status <> ALL($2) OR a.updated_at >= $1"),
+        (
+            "outbox",
+            "t.published_at IS NULL OR a.status <> ALL($2) OR a.updated_at >= $1",
+        ),
     ] {
-        let old = partitions(store, match table {
-            "attempt_transitions" => HistoryTable::Transitions,
-            "gateway_calls" => HistoryTable::GatewayCalls,
-            _ => HistoryTable::Outbox,
-        })
+        let old = partitions(
+            store,
+            match table {
+                "attempt_transitions" => HistoryTable::Transitions,
+                "gateway_calls" => HistoryTable::GatewayCalls,
+                _ => HistoryTable::Outbox,
+            },
+        )
         .await?
         .into_iter()
         .find(|p| p.to.is_some_and(|to| to <= cutoff))
         .expect("the old month");
         let mut tx = store.pool().begin().await?;
-        sqlx::query(&format!("ALTER TABLE {table} DETACH PARTITION {}", old.name))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(&format!(
+            "ALTER TABLE {table} DETACH PARTITION {}",
+            old.name
+        ))
+        .execute(&mut *tx)
+        .await?;
         kept += sqlx::query(&format!(
             "INSERT INTO {table} SELECT t.* FROM {} t JOIN payment_attempts a USING (payment_attempt_id) WHERE {keep}",
             old.name
@@ -270,7 +281,8 @@ async fn fill_old_month(store: &Store, args: &Args, now: OffsetDateTime) -> anyh
         create_partition(store, table, &table.month_partition(from), from, to).await?;
     }
     let spread_in_month = "$1::timestamptz + random() * interval '27 days'";
-    let numbered = "(SELECT payment_attempt_id, row_number() OVER () - 1 AS n FROM payment_attempts)";
+    let numbered =
+        "(SELECT payment_attempt_id, row_number() OVER () - 1 AS n FROM payment_attempts)";
     for (sql, rows) in [
         (
             format!(

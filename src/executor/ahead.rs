@@ -192,11 +192,19 @@ mod tests {
         let mut ahead = ClaimAhead::new(4);
         let returned = time::macros::datetime!(2026-12-01 12:00:03 UTC);
         // The claim statement took 3 s: the database started the lease 3 s before it returned.
-        ahead.claimed(vec![claimed_attempt()], false, returned, Duration::from_secs(3));
+        ahead.claimed(
+            vec![claimed_attempt()],
+            false,
+            returned,
+            Duration::from_secs(3),
+        );
         let queued = ahead.next().expect("queued");
 
         let left = queued.lease_left(Duration::from_secs(10), returned);
 
-        assert!(left <= Duration::from_secs(7), "{left:?} of a 10 s lease left");
+        assert!(
+            left <= Duration::from_secs(7),
+            "{left:?} of a 10 s lease left"
+        );
     }
 }

@@ -387,8 +387,12 @@ impl Intake {
                 let mut outcomes = Vec::with_capacity(records.len());
                 for record in records {
                     outcomes.push(
-                        match record_batch(&self.inner.store, consumer, std::slice::from_ref(record))
-                            .await
+                        match record_batch(
+                            &self.inner.store,
+                            consumer,
+                            std::slice::from_ref(record),
+                        )
+                        .await
                         {
                             Ok(mut one) => DeliveryOutcome::from(one.remove(0)),
                             Err(err) => classify_db_error(&err),

@@ -293,8 +293,7 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
                 decline_code: args.decline_code,
             };
             let actor = operator_actor();
-            match resolve::resolve(&store, args.id, &request, &actor, Via::Cli, &window).await
-            {
+            match resolve::resolve(&store, args.id, &request, &actor, Via::Cli, &window).await {
                 Ok(resolved) => {
                     println!("{}", resolved.summary());
                     Ok(())

@@ -276,11 +276,12 @@ impl Purger {
             if shutdown.is_cancelled() {
                 break;
             }
-            let retained = match self.store.now().await {
-                Ok(now) => self.retain_history_once(now).await,
-                Err(err) => Err(anyhow::Error::new(err)
-                    .context("reading the database's clock for the cut-off")),
-            };
+            let retained =
+                match self.store.now().await {
+                    Ok(now) => self.retain_history_once(now).await,
+                    Err(err) => Err(anyhow::Error::new(err)
+                        .context("reading the database's clock for the cut-off")),
+                };
             match retained {
                 Ok(report) => tracing::info!(
                     partitions_dropped =

@@ -169,7 +169,9 @@ impl Store {
     /// time with stored ones (retention's cut-offs) reads it, never the host's clock, which
     /// may run hours off the database's.
     pub async fn now(&self) -> Result<time::OffsetDateTime, sqlx::Error> {
-        sqlx::query_scalar("SELECT now()").fetch_one(&self.pool).await
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.pool)
+            .await
     }
 
     /// True when the database answers a trivial query (readiness).

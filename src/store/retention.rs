@@ -286,7 +286,11 @@ pub async fn drop_partition(
         match detach_and_copy_kept(&mut conn, table, &quoted_partition, cutoff).await {
             Ok(kept) => break Ok((kept, started.elapsed())),
             Err(err) if is_lock_not_available(&err) && tries < DROP_TRIES => {
-                tracing::debug!(table = table.name(), tries, "detaching a history month waited too long for its lock; trying again");
+                tracing::debug!(
+                    table = table.name(),
+                    tries,
+                    "detaching a history month waited too long for its lock; trying again"
+                );
                 tokio::time::sleep(DROP_RETRY_PAUSE).await;
             }
             Err(err) => break Err(err),
@@ -328,9 +332,11 @@ async fn detach_and_copy_kept(
     ))
     .execute(&mut *tx)
     .await?;
-    sqlx::query(&format!("ALTER TABLE {parent} DETACH PARTITION {partition}"))
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(&format!(
+        "ALTER TABLE {parent} DETACH PARTITION {partition}"
+    ))
+    .execute(&mut *tx)
+    .await?;
     let kept = sqlx::query(&format!(
         "INSERT INTO {parent}
          SELECT t.* FROM pg_temp.retention_kept k

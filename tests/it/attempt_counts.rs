@@ -200,9 +200,7 @@ async fn concurrent_writers_and_folds_keep_the_counts_exact_without_deadlock() {
         tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let batch: Vec<_> = (0..20).map(|i| record(pm::CARD_VISA, i % 5 == 0)).collect();
-                record_batch(&store, "counts-intake", &batch)
-                    .await
-                    .unwrap();
+                record_batch(&store, "counts-intake", &batch).await.unwrap();
             }
         })
     };

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    intake_record,
-    command, commands_stream, edit_stream, eventually, header, shrink_duplicate_window, TestEnv,
+    command, commands_stream, edit_stream, eventually, header, intake_record,
+    shrink_duplicate_window, TestEnv,
 };
 use onecharge::intake::{DeliveryOutcome, DlqClass, Intake};
 use onecharge::store::intake::{record_batch, IntakeRecord};
@@ -749,11 +749,8 @@ async fn identical_inserts_racing_in_concurrent_batches_are_always_one_attempt_a
                     let store = store.clone();
                     async move { record_batch(&store, "onecharge-intake", &[r]).await }
                 };
-                let (a, b, c) = tokio::join!(
-                    record(original.clone()),
-                    record(business),
-                    record(original)
-                );
+                let (a, b, c) =
+                    tokio::join!(record(original.clone()), record(business), record(original));
                 let mut outcomes: Vec<String> = [a, b, c]
                     .into_iter()
                     .map(|r| match r {

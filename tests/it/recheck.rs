@@ -230,7 +230,10 @@ async fn last_take(h: &Harness) -> time::OffsetDateTime {
 
 /// Runs a recheck of `id` with a deadline far past the recheck's own bound: a recheck that
 /// never returns fails the test instead of hanging it.
-async fn bounded_recheck(h: &Harness, id: PaymentAttemptId) -> Result<onecharge::operator::recheck::Recheck, RecheckError> {
+async fn bounded_recheck(
+    h: &Harness,
+    id: PaymentAttemptId,
+) -> Result<onecharge::operator::recheck::Recheck, RecheckError> {
     tokio::time::timeout(
         std::time::Duration::from_secs(60),
         recheck(&h.reconciler(), id, "operator:alice", Via::Cli, None),

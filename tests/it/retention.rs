@@ -288,8 +288,8 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
     let env = TestEnv::new().await;
     let records = vec![record(pm::CARD_VISA, false), record(pm::CARD_VISA, true)];
     record_batch(&env.store, "onecharge-intake", &records)
-    .await
-    .unwrap();
+        .await
+        .unwrap();
     let [pending, expired] = [0, 1].map(|i| records[i].command.payment_attempt_id);
     // the history of both, and the expired one's published event, moved to January 2025
     let january = datetime!(2025-01-01 0:00 UTC);
@@ -423,10 +423,7 @@ async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_mus
             let (mut batches, mut errors) = (0, Vec::new());
             while !stop.is_cancelled() {
                 let batch = crate::support::orders(10, &format!("w{w}_{batches}"));
-                if let Err(err) =
-                    record_batch(&store, "onecharge-intake", &batch)
-                        .await
-                {
+                if let Err(err) = record_batch(&store, "onecharge-intake", &batch).await {
                     errors.push(err.to_string());
                 }
                 batches += 1;
@@ -438,7 +435,10 @@ async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_mus
     // The drop starts once every writer is in full swing.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while written.load(std::sync::atomic::Ordering::Relaxed) < 10 * WRITERS {
-        assert!(std::time::Instant::now() < deadline, "the writers never got going");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writers never got going"
+        );
         tokio::task::yield_now().await;
     }
     let report = retain_history(&env.store, 30 * DAY, false, now).await;

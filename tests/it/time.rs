@@ -210,5 +210,8 @@ async fn intake_on_a_host_an_hour_behind_stamps_attempts_by_the_database_clock()
     .fetch_one(h.store.pool())
     .await
     .unwrap();
-    assert!(off_by < 60.0, "stamped {off_by} s away from the database's now()");
+    assert!(
+        off_by < 60.0,
+        "stamped {off_by} s away from the database's now()"
+    );
 }

@@ -64,12 +64,9 @@ async fn a_traceparent_on_a_command_is_the_parent_of_the_delivery_span() {
 #[tokio::test]
 async fn log_lines_written_to_a_pipe_carry_no_colour_codes() {
     let env = TestEnv::new().await;
-    let (code, _, stderr) = crate::support::process::run_onecharge(
-        &env.settings,
-        &["setup"],
-        &[("RUST_LOG", "debug")],
-    )
-    .await;
+    let (code, _, stderr) =
+        crate::support::process::run_onecharge(&env.settings, &["setup"], &[("RUST_LOG", "debug")])
+            .await;
 
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("DEBUG"), "some lines were logged: {stderr}");

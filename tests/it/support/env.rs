@@ -178,8 +178,8 @@ impl TestEnv {
     /// Records `records` in one batch as the intake consumer does, now.
     pub async fn record(&self, records: &[IntakeRecord]) -> Vec<Recorded> {
         record_batch(&self.store, "onecharge-intake", records)
-        .await
-        .expect("recorded")
+            .await
+            .expect("recorded")
     }
 
     /// Records one fresh attempt of [`command`] with `patch` (message id `m-<id>`, with
