@@ -326,26 +326,11 @@ async fn fill_old_month(store: &Store, args: &Args, now: OffsetDateTime) -> anyh
 fn records(w: usize, batch: usize) -> Vec<onecharge::store::intake::IntakeRecord> {
     (0..10)
         .map(|i| {
-            let id = uuid::Uuid::new_v4();
-            let message_id = format!("w{w}-{batch}-{i}-{id}");
-            onecharge::store::intake::IntakeRecord {
-                body_sha256: onecharge::domain::command::body_sha256(message_id.as_bytes()),
-                message_id,
-                stream_sequence: 0,
-                command: onecharge::domain::ChargePayment {
-                    payment_attempt_id: id.into(),
-                    order_id: format!("ord_{w}_{batch}_{i}"),
-                    customer_id: "cus_bench".into(),
-                    amount_minor: 1000,
-                    currency: "EUR".into(),
-                    payment_method: "pm_card_visa".into(),
-                    description: None,
-                    requested_at: None,
-                },
-                correlation_id: None,
-                traceparent: None,
-                stale: false,
-            }
+            fleet::charge_record(
+                &format!("w{w}-{batch}-{i}"),
+                &format!("ord_{w}_{batch}_{i}"),
+                0,
+            )
         })
         .collect()
 }

@@ -379,17 +379,9 @@ fn a_history_retention_under_a_day_exits_2_with_one_line_naming_it() {
 async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_must_be_kept() {
     const WRITERS: usize = 4;
     let env = TestEnv::new().await;
-    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
     // A month a year ago: 500 transitions of an attempt declined long since, 3 of one still
     // pending.
-    let (from, to) = onecharge::operator::retention::months_ahead(now - 365 * DAY, 0)[0];
-    let month = HistoryTable::Transitions.month_partition(from);
-    retention::create_partition(&env.store, HistoryTable::Transitions, &month, from, to)
-        .await
-        .unwrap();
+    let (now, month, from) = month_a_year_ago(&env, HistoryTable::Transitions).await;
     let old = [record(pm::CARD_VISA, false), record(pm::CARD_VISA, false)];
     env.record(&old).await;
     let [declined, pending] = [0, 1].map(|i| old[i].command.payment_attempt_id);
@@ -479,15 +471,7 @@ async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_mus
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_month_left_detached_by_an_interrupted_pass_is_dropped_by_the_next() {
     let env = TestEnv::new().await;
-    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
-    let (from, to) = onecharge::operator::retention::months_ahead(now - 365 * DAY, 0)[0];
-    let month = HistoryTable::Outbox.month_partition(from);
-    retention::create_partition(&env.store, HistoryTable::Outbox, &month, from, to)
-        .await
-        .unwrap();
+    let (now, month, _) = month_a_year_ago(&env, HistoryTable::Outbox).await;
     env.exec(&format!("ALTER TABLE outbox DETACH PARTITION {month}"))
         .await;
 
@@ -502,4 +486,22 @@ async fn a_month_left_detached_by_an_interrupted_pass_is_dropped_by_the_next() {
         .await,
         0
     );
+}
+
+/// Creates `table`'s month partition of a year before the database's now; (that now, the
+/// month's name, its first instant).
+async fn month_a_year_ago(
+    env: &TestEnv,
+    table: HistoryTable,
+) -> (OffsetDateTime, String, OffsetDateTime) {
+    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    let (from, to) = onecharge::operator::retention::months_ahead(now - 365 * DAY, 0)[0];
+    let month = table.month_partition(from);
+    retention::create_partition(&env.store, table, &month, from, to)
+        .await
+        .unwrap();
+    (now, month, from)
 }
