@@ -40,7 +40,6 @@ use onecharge::domain::command::{self, CommandHeaders};
 use onecharge::intake::Intake;
 use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
-use time::OffsetDateTime;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
@@ -281,13 +280,7 @@ async fn run_direct(
         let permit = permits.clone().acquire_owned().await?;
         let store = store.clone();
         tasks.spawn(async move {
-            let result = record_batch(
-                &store,
-                "onecharge-intake",
-                &chunk,
-                OffsetDateTime::now_utc(),
-            )
-            .await;
+            let result = record_batch(&store, "onecharge-intake", &chunk).await;
             drop(permit);
             result
         });

@@ -422,7 +422,6 @@ async fn resolve_attempt(
         &principal.actor,
         Via::Api,
         &state.retry_window,
-        now,
     )
     .await?;
     let attempt = attempts::show(store, id, now, &state.retry_window)
@@ -447,6 +446,9 @@ impl From<RecheckError> for ApiError {
             RecheckError::Invalid(why) => Self::bad_request(why),
             err @ RecheckError::NotFound(_) => Self::not_found(err.to_string()),
             RecheckError::Refused(why) => Self::conflict(why),
+            RecheckError::Unavailable(why) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why)
+            }
             err @ RecheckError::Failed(_) => Self::internal(err),
         }
     }

@@ -72,7 +72,12 @@ pub fn init_logging(settings: &Settings, quiet: bool) -> Result<Telemetry, Confi
     // (with their passwords) at debug and trace levels.
     let stderr = RedactingStderr(std::sync::Arc::new(Redactor::from_settings(settings)));
     let lines = match settings.log_format {
-        LogFormat::Human => fmt::layer().with_writer(stderr).boxed(),
+        // Colour only for a person at a terminal: lines written to a file or a pipe (a
+        // supervisor's log, `demo … 2> out.txt`) carry no escape codes.
+        LogFormat::Human => fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(stderr)
+            .boxed(),
         // Every line carries the fields of the span it was logged in and of its parents:
         // message, correlation and causation ids and the payment attempt id where one exists.
         LogFormat::Json => fmt::layer()

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Settings;
 use crate::gateway::GatewayKind;
-use crate::store::rate_limit::{take_tokens, Taken};
+use crate::store::rate_limit::{take_tokens, Taken, MAX_CLOCK_STEP_BACK};
 use crate::store::Store;
 
 /// How long tokens taken from the database may wait in an instance's lease before they are
@@ -99,13 +99,20 @@ impl Bucket {
         }
     }
 
-    /// Refills to `now` (a `now` before the last take refills nothing and keeps the time)
-    /// and takes up to `want` whole tokens; returns how many.
+    /// Refills to `now` and takes up to `want` whole tokens; returns how many. A `now`
+    /// before the last take refills nothing; it keeps the time when it is at most
+    /// [`MAX_CLOCK_STEP_BACK`] behind (a take that waited for the row lock), and moves the
+    /// time back to itself when it is further behind (the clock stepped back), so that the
+    /// refill stops for at most that long, not for the size of the step.
     pub fn take(&mut self, now: f64, want: u32, rate: f64, burst: u32) -> u32 {
         let avail = (self.tokens + rate * (now - self.at).max(0.0)).min(f64::from(burst));
         let granted = f64::from(want).min(avail.floor());
         self.tokens = avail - granted;
-        self.at = self.at.max(now);
+        self.at = if now < self.at - MAX_CLOCK_STEP_BACK.as_secs_f64() {
+            now
+        } else {
+            self.at.max(now)
+        };
         granted as u32
     }
 }
@@ -240,6 +247,9 @@ struct Local {
     window_start: Instant,
     taken_in_window: u32,
     recent_rate: f64,
+    /// Why the last take from the database failed, until one succeeds: what a caller that
+    /// gives up waiting tells its person.
+    last_error: Option<String>,
 }
 
 impl GatewayRateLimit {
@@ -273,6 +283,7 @@ impl GatewayRateLimit {
                     window_start: now,
                     taken_in_window: 0,
                     recent_rate: 0.0,
+                    last_error: None,
                 }),
             })),
         }
@@ -281,6 +292,30 @@ impl GatewayRateLimit {
     /// Whether a limit is set.
     pub fn is_limited(&self) -> bool {
         self.limiter.is_some()
+    }
+
+    /// Why a caller that asked for permits for `waited` got none, in one sentence for a
+    /// person: the database not answering (its last error), or the fleet's bucket empty.
+    pub fn why_refused(&self, waited: Duration) -> String {
+        let waited = format!("{} s", waited.as_secs_f64());
+        let Some(limiter) = &self.limiter else {
+            return format!("no gateway rate permit in {waited}, though no limit is set");
+        };
+        let last_error = limiter
+            .local
+            .lock()
+            .expect("the lease lock is never poisoned")
+            .last_error
+            .clone();
+        match last_error {
+            Some(err) => format!(
+                "gave up after {waited} waiting for a gateway rate permit: the database did not answer the take from the fleet's token bucket ({err}); nothing was asked of the gateway"
+            ),
+            None => format!(
+                "gave up after {waited} waiting for a gateway rate permit: the fleet's token bucket (gateway_max_rate {} a second, burst {}) had none to spare; nothing was asked of the gateway; try again later",
+                limiter.rate, limiter.burst
+            ),
+        }
     }
 
     /// Permits for up to `charges` charges (at least one, or a wait).
@@ -343,12 +378,16 @@ impl GatewayRateLimit {
         let (granted, wait) = match taken {
             Ok(Taken {
                 granted, tokens, ..
-            }) => (
-                granted,
-                time_until(tokens, wait_target(ask, limiter.burst, cost), limiter.rate),
-            ),
+            }) => {
+                limiter.note_error(None);
+                (
+                    granted,
+                    time_until(tokens, wait_target(ask, limiter.burst, cost), limiter.rate),
+                )
+            }
             Err(err) => {
                 tracing::error!(error = %err, "cannot take gateway rate tokens from the database; no call is made until it answers");
+                limiter.note_error(Some(err.to_string()));
                 (0, MAX_WAIT)
             }
         };
@@ -373,6 +412,13 @@ impl GatewayRateLimit {
 }
 
 impl Limiter {
+    fn note_error(&self, error: Option<String>) {
+        self.local
+            .lock()
+            .expect("the lease lock is never poisoned")
+            .last_error = error;
+    }
+
     /// Permits for as many whole calls as `tokens` pay for; the change stays in the lease.
     fn permits(self: &Arc<Self>, tokens: u32, cost: u32, expires: Instant) -> Permits {
         let calls = tokens / cost;

@@ -7,41 +7,44 @@ use onecharge::executor::Executor;
 use onecharge::gateway::{GatewayClient, GatewayHealth};
 use onecharge::store::intake::{record_batch, IntakeRecord};
 use onecharge::store::Store;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// Records `charges` fresh attempts (EUR 10.00 on `pm_card_visa`, each its own order), in
 /// batches of 500 under the consumer `bench`; they are pending, due now.
 pub async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {
-    let now = OffsetDateTime::now_utc();
     let records: Vec<IntakeRecord> = (0..charges)
-        .map(|i| {
-            let id = Uuid::new_v4();
-            let message_id = format!("bench-{id}");
-            IntakeRecord {
-                body_sha256: onecharge::domain::command::body_sha256(message_id.as_bytes()),
-                message_id,
-                stream_sequence: i as u64,
-                command: ChargePayment {
-                    payment_attempt_id: id.into(),
-                    order_id: format!("ord_{i}"),
-                    customer_id: "cus_bench".into(),
-                    amount_minor: 1000,
-                    currency: "EUR".into(),
-                    payment_method: "pm_card_visa".into(),
-                    description: None,
-                    requested_at: None,
-                },
-                correlation_id: None,
-                traceparent: None,
-                stale: false,
-            }
-        })
+        .map(|i| charge_record(&format!("bench-{i}"), &format!("ord_{i}"), i as u64))
         .collect();
     for chunk in records.chunks(500) {
-        record_batch(store, "bench", chunk, now).await?;
+        record_batch(store, "bench", chunk).await?;
     }
     Ok(())
+}
+
+/// What intake records of a fresh attempt's command (EUR 10.00 on `pm_card_visa` for
+/// `order_id`), delivered as `message_id` (made unique with the attempt id) at
+/// `stream_sequence`.
+pub fn charge_record(message_id: &str, order_id: &str, stream_sequence: u64) -> IntakeRecord {
+    let id = Uuid::new_v4();
+    let message_id = format!("{message_id}-{id}");
+    IntakeRecord {
+        body_sha256: onecharge::domain::command::body_sha256(message_id.as_bytes()),
+        message_id,
+        stream_sequence,
+        command: ChargePayment {
+            payment_attempt_id: id.into(),
+            order_id: order_id.to_owned(),
+            customer_id: "cus_bench".into(),
+            amount_minor: 1000,
+            currency: "EUR".into(),
+            payment_method: "pm_card_visa".into(),
+            description: None,
+            requested_at: None,
+        },
+        correlation_id: None,
+        traceparent: None,
+        stale: false,
+    }
 }
 
 /// `instances` executors configured by `settings`, each with its own database pool, gateway

@@ -839,7 +839,6 @@ pub(super) async fn resolve(
         };
         return page(StatusCode::OK, "Confirm the decision", Some(&session), body);
     }
-    let now = OffsetDateTime::now_utc();
     let actor = session.principal.actor.clone();
     match resolve::resolve(
         &state.store,
@@ -852,7 +851,6 @@ pub(super) async fn resolve(
         &actor,
         Via::Console,
         &state.retry_window,
-        now,
     )
     .await
     {
@@ -1191,6 +1189,9 @@ pub(super) async fn recheck(
             refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
         }
         Err(RecheckError::Refused(why)) => refused(StatusCode::CONFLICT, Some(&session), &why),
+        Err(RecheckError::Unavailable(why)) => {
+            refused(StatusCode::SERVICE_UNAVAILABLE, Some(&session), &why)
+        }
         Err(err @ RecheckError::Failed(_)) => failed(&session, err),
     }
 }

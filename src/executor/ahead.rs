@@ -34,7 +34,9 @@ pub(super) struct Queued {
     /// The claim was the gateway health's one probe: it is sent whatever the health says
     /// now (asking again would refuse it, as the probe was handed out to this claim).
     pub(super) probe: bool,
-    /// When it was claimed, on the monotonic clock and on the executor's clock.
+    /// When its claim was asked for, on the monotonic clock and on the executor's clock: the
+    /// database started the lease at the claim's `now()`, after this and before the claim
+    /// returned, so a lease counted from here never looks longer than it is.
     claimed_at: Instant,
     claimed_on_clock: OffsetDateTime,
 }
@@ -87,7 +89,8 @@ impl ClaimAhead {
         (wanted as usize).clamp(1, self.max)
     }
 
-    /// Attempts a claim returned, after `took`.
+    /// Attempts a claim returned at `now` (the executor's clock), `took` after it was asked
+    /// for.
     pub(super) fn claimed(
         &mut self,
         attempts: Vec<ClaimedAttempt>,
@@ -100,13 +103,17 @@ impl ClaimAhead {
         } else {
             self.claim_latency.mul_f64(1.0 - SMOOTHING) + took.mul_f64(SMOOTHING)
         };
-        let claimed_at = Instant::now();
+        // The lease runs from the claim's `now()` in the database, which came before the claim
+        // returned: count it from when the claim was asked for, not from its return.
+        let returned = Instant::now();
+        let claimed_at = returned.checked_sub(took).unwrap_or(returned);
+        let claimed_on_clock = now - took;
         self.queue
             .extend(attempts.into_iter().map(|attempt| Queued {
                 attempt,
                 probe,
                 claimed_at,
-                claimed_on_clock: now,
+                claimed_on_clock,
             }));
     }
 
@@ -154,5 +161,51 @@ mod tests {
         ahead.claim_latency = Duration::from_millis(50);
         assert_eq!(ahead.target(), 64, "capped");
         assert_eq!(ClaimAhead::new(0).target(), 0, "switched off");
+    }
+
+    fn claimed_attempt() -> ClaimedAttempt {
+        let at = time::macros::datetime!(2026-12-01 12:00 UTC);
+        ClaimedAttempt {
+            payment_attempt_id: uuid::Uuid::nil().into(),
+            order_id: "ord_1".into(),
+            customer_id: "cus_1".into(),
+            amount_minor: 100,
+            currency: "EUR".into(),
+            payment_method: "pm_card_visa".into(),
+            description: None,
+            idempotency_key: crate::domain::IdempotencyKey::for_attempt(uuid::Uuid::nil().into()),
+            tries: 1,
+            lease_token: 1,
+            lease_owner: "executor".into(),
+            lease_expires_at: at,
+            created_at: at,
+            first_dispatched_at: at,
+            dispatch: true,
+            first_message_id: "m-1".into(),
+            correlation_id: None,
+            gateway_object_id: None,
+            key_seq: crate::gateway::KeySeq::default(),
+        }
+    }
+
+    #[test]
+    fn a_queued_attempts_lease_is_counted_from_before_its_claim_not_from_its_return() {
+        let mut ahead = ClaimAhead::new(4);
+        let returned = time::macros::datetime!(2026-12-01 12:00:03 UTC);
+        // The claim statement took 3 s: the database started the lease 3 s before it returned.
+        ahead.claimed(
+            vec![claimed_attempt()],
+            false,
+            returned,
+            Duration::from_secs(3),
+        );
+        let queued = ahead.next().expect("queued");
+
+        let left = queued.lease_left(Duration::from_secs(10), returned);
+
+        assert!(
+            left <= Duration::from_secs(7),
+            "{left:?} of a 10 s lease left"
+        );
     }
 }

@@ -387,7 +387,7 @@ impl Executor {
             ClaimResult::Claimed {
                 claimed,
                 asked,
-                took: started.elapsed(),
+                started,
             }
         });
         Ok(Claiming {
@@ -409,10 +409,11 @@ impl Executor {
             Ok(ClaimResult::Claimed {
                 claimed: Ok(attempts),
                 asked,
-                took,
+                started,
             }) => {
                 *failures = 0;
                 let full = attempts.len() == asked;
+                let took = started.elapsed();
                 ahead.claimed(attempts, claim.probe, self.inner.clock.now(), took);
                 return if full { Next::Claim } else { Next::Idle };
             }
@@ -942,8 +943,9 @@ enum ClaimResult {
         claimed: anyhow::Result<Vec<ClaimedAttempt>>,
         /// A claim that got all it asked for is followed by another at once.
         asked: usize,
-        /// How long taking permits and claiming took (it sizes the claim-ahead queue).
-        took: Duration,
+        /// When the task began taking permits, before the claim: what the claimed leases are
+        /// counted from, and, to when the claim is queued, what sizes the claim-ahead queue.
+        started: std::time::Instant,
     },
     /// The gateway rate limit had no permit: claim again after this long.
     RateLimited(Duration),

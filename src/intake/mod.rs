@@ -358,7 +358,7 @@ impl Intake {
                 Err(invalid) => outcomes[i] = Some(DeliveryOutcome::Permanent(invalid.0)),
             }
         }
-        for (i, outcome) in positions.iter().zip(self.record_valid(&records, now).await) {
+        for (i, outcome) in positions.iter().zip(self.record_valid(&records).await) {
             outcomes[*i] = Some(outcome);
         }
         outcomes
@@ -370,16 +370,12 @@ impl Intake {
     /// Records the batch in one transaction. When the database rejects the batch for a
     /// reason that will not go away (a row it refuses), each record is retried alone, so
     /// one bad message cannot poison the rest of its batch.
-    async fn record_valid(
-        &self,
-        records: &[IntakeRecord],
-        now: OffsetDateTime,
-    ) -> Vec<DeliveryOutcome> {
+    async fn record_valid(&self, records: &[IntakeRecord]) -> Vec<DeliveryOutcome> {
         if records.is_empty() {
             return Vec::new();
         }
         let consumer = &self.inner.settings.consumer;
-        match record_batch(&self.inner.store, consumer, records, now).await {
+        match record_batch(&self.inner.store, consumer, records).await {
             Ok(recorded) => recorded.into_iter().map(DeliveryOutcome::from).collect(),
             // Only a refusal of the data can be one message's fault; anything else (an
             // outage, a missing grant or table) fails the whole batch alike.
@@ -395,7 +391,6 @@ impl Intake {
                             &self.inner.store,
                             consumer,
                             std::slice::from_ref(record),
-                            now,
                         )
                         .await
                         {

@@ -311,10 +311,9 @@ async fn retry_each(
     };
     let mut results = Vec::with_capacity(ids.len());
     for &id in ids {
-        let now = OffsetDateTime::now_utc();
         let (outcome, detail) =
             // A retry cancels nothing: no gateway client needed.
-            match resolve::resolve(store, None, id, &request, actor, via, window, now).await {
+            match resolve::resolve(store, None, id, &request, actor, via, window).await {
                 Ok(resolved) => ("retried", resolved.summary()),
                 Err(err @ (ResolveError::Refused(_) | ResolveError::NotFound(_))) => {
                     ("refused", err.to_string())
@@ -353,6 +352,7 @@ async fn recheck_each(
                     format!("{}; {}", report.found, report.did),
                 ),
                 Ok(RecheckOutcome::NotFound) => ("refused", format!("no payment attempt {id}")),
+                Ok(RecheckOutcome::NoPermit(why)) => ("failed", why),
                 Ok(RecheckOutcome::WrongState(status)) => {
                     ("refused", format!("now {status}: not rechecked"))
                 }

@@ -304,7 +304,6 @@ pub async fn run_attempts(settings: &Settings, command: AttemptsCommand) -> anyh
                 &actor,
                 Via::Cli,
                 &window,
-                now,
             )
             .await
             {

@@ -175,7 +175,10 @@ impl PurgeReport {
 pub async fn run_purge(settings: &Settings, args: PurgeArgs) -> anyhow::Result<()> {
     let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
     let broker = Broker::connect(settings).await?;
-    let now = OffsetDateTime::now_utc();
+    let now = store
+        .now()
+        .await
+        .context("reading the database's clock for the cut-offs")?;
     let dedupe = purge_once(
         &store,
         &broker,
@@ -215,14 +218,19 @@ impl Purger {
         }
     }
 
-    /// One purge now (tests, tools).
+    /// One purge now, by the database's clock (tests, tools).
     pub async fn run_once(&self, shutdown: &CancellationToken) -> anyhow::Result<PurgeReport> {
+        let now = self
+            .store
+            .now()
+            .await
+            .context("reading the database's clock for the cut-off")?;
         purge_once(
             &self.store,
             &self.broker,
             &self.settings,
             false,
-            OffsetDateTime::now_utc(),
+            now,
             shutdown,
         )
         .await
@@ -268,7 +276,13 @@ impl Purger {
             if shutdown.is_cancelled() {
                 break;
             }
-            match self.retain_history_once(OffsetDateTime::now_utc()).await {
+            let retained =
+                match self.store.now().await {
+                    Ok(now) => self.retain_history_once(now).await,
+                    Err(err) => Err(anyhow::Error::new(err)
+                        .context("reading the database's clock for the cut-off")),
+                };
+            match retained {
                 Ok(report) => tracing::info!(
                     partitions_dropped =
                         report.tables.iter().map(|t| t.dropped.len()).sum::<usize>(),

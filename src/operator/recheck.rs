@@ -9,7 +9,8 @@ use crate::reconciler::{RecheckOutcome, Reconciler};
 use crate::store::audit::Via;
 
 /// Why a recheck did not happen. `NotFound` is 404; `Refused` (the attempt's state) is
-/// exit 2 / 409; `Invalid` the caller's mistake (exit 2 / 400); `Failed` exit 1 / 500.
+/// exit 2 / 409; `Invalid` the caller's mistake (exit 2 / 400); `Unavailable` (no rate
+/// permit within the recheck's bound, saying why) exit 1 / 503; `Failed` exit 1 / 500.
 #[derive(Debug, thiserror::Error)]
 pub enum RecheckError {
     #[error("no payment attempt {0}")]
@@ -18,6 +19,8 @@ pub enum RecheckError {
     Refused(String),
     #[error("{0}")]
     Invalid(String),
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0:#}")]
     Failed(#[from] anyhow::Error),
 }
@@ -38,6 +41,7 @@ pub async fn recheck(
     match reconciler.recheck(id, actor, via, reason).await? {
         RecheckOutcome::Done(report) => Ok(report),
         RecheckOutcome::NotFound => Err(RecheckError::NotFound(id)),
+        RecheckOutcome::NoPermit(why) => Err(RecheckError::Unavailable(why)),
         RecheckOutcome::WrongState(status) => Err(RecheckError::Refused(refusal(id, status))),
     }
 }

@@ -9,7 +9,6 @@
 use std::fmt;
 
 use serde::Deserialize;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::table;
@@ -93,7 +92,8 @@ impl Resolved {
 /// Most characters kept of an operator's reason.
 const MAX_REASON_CHARS: usize = 1000;
 
-/// Applies `request` to attempt `id` on behalf of `actor` (acting through `via`), at `now`;
+/// Applies `request` to attempt `id` on behalf of `actor` (acting through `via`), now by the
+/// database's clock (a retry's `window` is measured back from it, never from this host's);
 /// an applied decision writes its audit row in the same transaction.
 ///
 /// `--as declined` of an attempt whose gateway object could still charge (a stored Stripe
@@ -110,12 +110,11 @@ pub async fn resolve(
     actor: &str,
     via: Via,
     window: &RetryWindow,
-    now: OffsetDateTime,
 ) -> Result<Resolved, ResolveError> {
     let target = validate(request)?;
     let reason = request.reason.trim();
     if matches!(target, ResolveTarget::Declined { .. }) {
-        cancel_before_declining(store, gateway, id, now).await?;
+        cancel_before_declining(store, gateway, id).await?;
     }
     let outcome = sql::resolve_attempt(
         store,
@@ -125,9 +124,7 @@ pub async fn resolve(
             reason,
             actor,
             via,
-            now,
-            key_window_cutoff: window.key_window_cutoff(now),
-            age_cutoff: window.age_cutoff(now),
+            window: *window,
         },
     )
     .await?;
@@ -149,6 +146,7 @@ pub async fn resolve(
         ResolveOutcome::KeyWindowClosed {
             first_dispatched_at,
             idempotency_key,
+            now,
         } => Err(ResolveError::Refused(format!(
             "refusing to retry attempt {id}: its first gateway call was at {} ({}), and the key window is {} (gateway_key_retention {} minus gateway_key_retention_margin {}): the gateway may have forgotten key {idempotency_key}; a retry could charge twice. Look the charge up at the gateway (reference {id}) and resolve --as succeeded or --as declined",
             table::at(first_dispatched_at),
@@ -157,7 +155,7 @@ pub async fn resolve(
             table::setting(window.key_retention),
             table::setting(window.key_retention_margin),
         ))),
-        ResolveOutcome::TooOldToRetry { created_at } => Err(ResolveError::Refused(format!(
+        ResolveOutcome::TooOldToRetry { created_at, now } => Err(ResolveError::Refused(format!(
             "refusing to retry attempt {id}: it was recorded at {} ({}), past executor.max_age ({}), so the executor would hand it back to the reconciler without sending it. Look the charge up at the gateway (reference {id}) and resolve --as succeeded or --as declined, or raise executor.max_age",
             table::at(created_at),
             table::relative(created_at, now),
@@ -173,7 +171,6 @@ async fn cancel_before_declining(
     store: &Store,
     gateway: Option<&GatewayClient>,
     id: PaymentAttemptId,
-    now: OffsetDateTime,
 ) -> Result<(), ResolveError> {
     let Some(attempt) = object_of(store, id).await? else {
         return Ok(());
@@ -188,6 +185,8 @@ async fn cancel_before_declining(
              or a process that runs the executor or the reconciler"
         )));
     };
+    // The cancel's record is stamped by the database's clock, like the decision after it.
+    let now = store.now().await?;
     let Some(cancel) = gateway
         .cancel_object(&attempt.idempotency_key, Some(object))
         .await

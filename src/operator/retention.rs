@@ -100,6 +100,9 @@ async fn retain_table(
     };
     if !dry_run {
         sql::ensure_default_partition(store, table).await?;
+        for name in sql::drop_detached_months(store, table).await? {
+            tracing::warn!(table = table.name(), partition = %name, "dropped a history month an interrupted pass had detached (its kept rows were already copied)");
+        }
         let existing = sql::partitions(store, table).await?;
         for (from, to) in months_ahead(now, MONTHS_AHEAD) {
             if existing.iter().any(|p| overlaps(p, from, to)) {
@@ -120,17 +123,19 @@ async fn retain_table(
         let count = if dry_run {
             sql::count_partition(store, table, &partition.name, cutoff).await?
         } else {
-            let count = sql::drop_partition(store, table, &partition.name, cutoff)
+            let dropped = sql::drop_partition(store, table, &partition.name, cutoff)
                 .await
                 .with_context(|| format!("dropping partition {}", partition.name))?;
             tracing::info!(
                 table = table.name(),
                 partition = %partition.name,
-                rows = count.rows,
-                kept = count.kept,
+                rows = dropped.count.rows,
+                kept = dropped.count.kept,
+                tries = dropped.tries,
+                lock_held_ms = dropped.held.as_secs_f64() * 1000.0,
                 "history partition dropped; its kept rows moved to the default partition"
             );
-            count
+            dropped.count
         };
         report.dropped.push(DroppedPartition {
             partition: partition.name,

@@ -50,6 +50,12 @@ use crate::store::reconciler::{
 };
 use crate::store::Store;
 
+/// Longest a recheck (CLI, API, console) waits for a gateway rate permit before it gives up
+/// and says why: a person waits on its answer inside one request, and a bucket that has had
+/// nothing to spare for this long, or a database that has not answered, will not change
+/// that within the request (decision 62 keeps the wait before the claim: nothing is held).
+pub const RECHECK_PERMIT_WAIT: Duration = Duration::from_secs(10);
+
 /// What happened to one looked-up attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
@@ -374,10 +380,18 @@ impl Reconciler {
         let inner = &self.inner;
         // The lookup counts against the fleet's gateway rate like any other (decision 62: the
         // permit comes before the claim, so a recheck waiting for it holds no lease).
+        // A person waits on the answer: the wait is bounded, and giving up says why.
+        let deadline = tokio::time::Instant::now() + RECHECK_PERMIT_WAIT;
         let permit = loop {
             match inner.rate_limit.for_lookups(1).await {
                 Take::Granted(permits) => break permits,
-                Take::Wait(wait) => tokio::time::sleep(wait).await,
+                Take::Wait(wait) if tokio::time::Instant::now() + wait <= deadline => {
+                    tokio::time::sleep(wait).await
+                }
+                Take::Wait(_) => {
+                    let why = inner.rate_limit.why_refused(RECHECK_PERMIT_WAIT);
+                    return Ok(RecheckOutcome::NoPermit(why));
+                }
             }
         };
         let claim = claim_for_recheck(&inner.store, id, inner.settings.claim_hold)
@@ -926,6 +940,9 @@ struct Looked {
 pub enum RecheckOutcome {
     Done(Recheck),
     NotFound,
+    /// No gateway rate permit within [`RECHECK_PERMIT_WAIT`]; why (the bucket empty, or the
+    /// database not answering). Nothing was claimed or asked.
+    NoPermit(String),
     /// Not `unknown` or `needs_review`: nothing was looked up.
     WrongState(AttemptStatus),
 }

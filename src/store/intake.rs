@@ -45,16 +45,22 @@ pub enum Recorded {
 /// Duplicates are recognised by the unique keys (`ON CONFLICT DO NOTHING … RETURNING`), never
 /// by reading first. Rows are inserted in key order so that two instances recording
 /// overlapping batches lock in the same order and cannot deadlock each other.
+///
+/// Times are the transaction's `now()`, the database's clock, never the intake host's: an
+/// attempt's `created_at` starts its maximum age and its `next_run_at` places it in the
+/// executor's queue, both compared with the database's clock later.
 pub async fn record_batch(
     store: &Store,
     consumer: &str,
     records: &[IntakeRecord],
-    now: OffsetDateTime,
 ) -> Result<Vec<Recorded>, sqlx::Error> {
     let mut outcomes: Vec<Option<Recorded>> = vec![None; records.len()];
     let leads = first_of_each_message_id(records, &mut outcomes);
 
     let mut tx = store.pool().begin().await?;
+    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *tx)
+        .await?;
     let inserted = insert_processed_messages(&mut tx, consumer, records, &leads).await?;
     let (mut fresh, seen): (Vec<usize>, Vec<usize>) = leads
         .iter()

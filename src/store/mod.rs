@@ -166,6 +166,15 @@ impl Store {
         }
     }
 
+    /// The database's `now()`: the clock every stored time is measured on. What compares a
+    /// time with stored ones (retention's cut-offs) reads it, never the host's clock, which
+    /// may run hours off the database's.
+    pub async fn now(&self) -> Result<time::OffsetDateTime, sqlx::Error> {
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.pool)
+            .await
+    }
+
     /// True when the database answers a trivial query (readiness).
     pub async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()

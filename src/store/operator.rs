@@ -18,7 +18,7 @@ use super::audit::{self, AuditAction, NewAuditEntry, Via};
 use super::{outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
 use crate::domain::PaymentAttemptId;
-use crate::domain::{bounded, AttemptStatus};
+use crate::domain::{bounded, AttemptStatus, RetryWindow};
 
 /// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
 /// Serialised as is into `--json` output and the admin API (contract §5).
@@ -487,13 +487,13 @@ pub struct Resolution<'a> {
     pub actor: &'a str,
     /// Through what the operator acted: recorded in the audit row.
     pub via: Via,
-    pub now: OffsetDateTime,
-    /// A retry is refused for an attempt first sent at or before this: the gateway may have
-    /// forgotten its key (key retention minus the safety margin).
-    pub key_window_cutoff: OffsetDateTime,
-    /// A retry is refused for an attempt already sent and recorded at or before this: the
-    /// executor would hand it straight back to the reconciler without sending it.
-    pub age_cutoff: OffsetDateTime,
+    /// How far a retry may reach, measured back from the database's `now()` when the
+    /// resolution runs (never a host's clock: an operator's host an hour slow would retry an
+    /// hour past the gateway's key retention): a retry is refused for an attempt first sent
+    /// at or before `now − key_window` (the gateway may have forgotten its key) or already
+    /// sent and recorded at or before `now − max_age` (the executor would hand it straight
+    /// back to the reconciler without sending it).
+    pub window: RetryWindow,
 }
 
 /// What a resolution came to. Every refusal says what the attempt looked like.
@@ -508,13 +508,17 @@ pub enum ResolveOutcome {
     NotFound,
     /// The attempt is not in `needs_review` (someone else resolved it, or it never was).
     NotInReview { status: AttemptStatus },
-    /// A retry outside the gateway's key window.
+    /// A retry outside the gateway's key window, at the database's `now`.
     KeyWindowClosed {
         first_dispatched_at: OffsetDateTime,
         idempotency_key: String,
+        now: OffsetDateTime,
     },
-    /// A retry of an attempt past the executor's maximum age.
-    TooOldToRetry { created_at: OffsetDateTime },
+    /// A retry of an attempt past the executor's maximum age, at the database's `now`.
+    TooOldToRetry {
+        created_at: OffsetDateTime,
+        now: OffsetDateTime,
+    },
 }
 
 /// Resolves a `needs_review` attempt: one guarded update, its transition (cause
@@ -546,6 +550,15 @@ pub async fn resolve_attempt(
     };
 
     let mut tx = store.pool().begin().await?;
+    // The transaction's `now()`: what the writes below stamp, and what the window is
+    // measured back from.
+    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *tx)
+        .await?;
+    let (key_window_cutoff, age_cutoff) = (
+        resolution.window.key_window_cutoff(now),
+        resolution.window.age_cutoff(now),
+    );
     // A retry also resets the reconciler's schedule: the attempt starts a new round of
     // sending, and whatever comes of it deserves the reconciler's full schedule again.
     let resolved = sqlx::query(
@@ -578,16 +591,16 @@ pub async fn resolve_attempt(
     .bind(target.as_str())
     .bind(charge_id)
     .bind(decline_code)
-    .bind(resolution.now)
-    .bind(resolution.key_window_cutoff)
-    .bind(resolution.age_cutoff)
+    .bind(now)
+    .bind(key_window_cutoff)
+    .bind(age_cutoff)
     .bind(resolution.actor)
     .bind(bounded(&detail, 2048))
     .fetch_optional(&mut *tx)
     .await?;
 
     let Some(row) = resolved else {
-        let outcome = explain_refusal(&mut tx, resolution).await?;
+        let outcome = explain_refusal(&mut tx, resolution, now, key_window_cutoff).await?;
         tx.rollback().await?;
         return Ok(outcome);
     };
@@ -606,7 +619,7 @@ pub async fn resolve_attempt(
                 &format!("resolved by {}: {}", resolution.actor, resolution.reason),
                 1024,
             )),
-            occurred_at: resolution.now,
+            occurred_at: now,
         };
         let provenance = EventProvenance {
             correlation_id: row.try_get("correlation_id")?,
@@ -652,6 +665,8 @@ pub async fn resolve_attempt(
 async fn explain_refusal(
     conn: &mut PgConnection,
     resolution: &Resolution<'_>,
+    now: OffsetDateTime,
+    key_window_cutoff: OffsetDateTime,
 ) -> Result<ResolveOutcome, sqlx::Error> {
     let row = sqlx::query(
         "SELECT status, first_dispatched_at, created_at, idempotency_key FROM payment_attempts
@@ -670,11 +685,12 @@ async fn explain_refusal(
     let first_dispatched_at: Option<OffsetDateTime> = row.try_get("first_dispatched_at")?;
     let created_at: OffsetDateTime = row.try_get("created_at")?;
     Ok(match first_dispatched_at {
-        Some(first) if first <= resolution.key_window_cutoff => ResolveOutcome::KeyWindowClosed {
+        Some(first) if first <= key_window_cutoff => ResolveOutcome::KeyWindowClosed {
             first_dispatched_at: first,
             idempotency_key: row.try_get("idempotency_key")?,
+            now,
         },
-        _ => ResolveOutcome::TooOldToRetry { created_at },
+        _ => ResolveOutcome::TooOldToRetry { created_at, now },
     })
 }
 

@@ -6,14 +6,26 @@
 //!   computed on the row as locked, so two instances never both spend the same token (no
 //!   read followed by a write).
 //! - The refill is timed by the database's clock (`clock_timestamp()`, read once per take),
-//!   never by a host's. `refilled_at` never moves back: a take whose clock reading predates
-//!   the last take (it waited for the row lock) refills nothing and leaves the time to the
-//!   next take, so no token is made twice or lost.
-//! - Over any interval of length `T`, the bucket hands out at most `burst + rate × T`.
+//!   never by a host's. A take whose clock reading predates the last take by at most
+//!   [`MAX_CLOCK_STEP_BACK`] (it waited for the row lock) refills nothing and leaves the time
+//!   to the next take, so no token is made twice or lost. A reading further back is the
+//!   clock stepping back (a failover to a host running behind): the bucket takes the new
+//!   time as its own, so the refill stops for at most [`MAX_CLOCK_STEP_BACK`], not for the
+//!   size of the step.
+//! - Over any interval of length `T` on one clock, the bucket hands out at most
+//!   `burst + rate × T`. Across a step back the database's clock counts up to the step
+//!   twice; the cap keeps that to the one step, once.
+
+use std::time::Duration;
 
 use time::OffsetDateTime;
 
 use super::Store;
+
+/// How far behind the last take a clock reading may be and still be taken for a take that
+/// waited for the row lock; further behind, the clock stepped back. Lock waits on the
+/// bucket row last milliseconds; a step of a failover lasts as long as the hosts disagree.
+pub const MAX_CLOCK_STEP_BACK: Duration = Duration::from_secs(1);
 
 /// What one take handed out.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,7 +62,10 @@ pub async fn take_tokens(
                         * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8))
                       - LEAST($4::float8, floor(LEAST($3::float8, b.tokens + $2::float8
                         * GREATEST(0, EXTRACT(EPOCH FROM (clock.now - b.refilled_at))::float8)))),
-                    refilled_at = GREATEST(b.refilled_at, clock.now)
+                    refilled_at = CASE
+                        WHEN clock.now < b.refilled_at - make_interval(secs => $6) THEN clock.now
+                        ELSE GREATEST(b.refilled_at, clock.now)
+                    END
                FROM clock
               WHERE b.gateway = $1
              RETURNING b.granted, b.tokens, b.refilled_at",
@@ -60,6 +75,7 @@ pub async fn take_tokens(
         .bind(burst)
         .bind(f64::from(want))
         .bind(at)
+        .bind(MAX_CLOCK_STEP_BACK.as_secs_f64())
         .fetch_optional(store.pool())
         .await?;
         Ok::<_, sqlx::Error>(row.map(|(granted, tokens, at)| Taken {

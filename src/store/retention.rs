@@ -5,10 +5,13 @@
 //! A row is *kept* — never dropped, whatever its age — while its attempt is not final or
 //! changed after the cutoff, and, in the outbox, while it is unpublished. Dropping a month
 //! detaches it, copies its kept rows back into the parent (their month is no longer
-//! covered, so they land in the DEFAULT partition) and drops it, in one transaction: a
-//! failure anywhere leaves the month attached and whole. Rows in DEFAULT (kept ones, and
+//! covered, so they land in the DEFAULT partition) in one short transaction that locks only
+//! the history table, then drops it ([`drop_partition`]): a failure before the detach
+//! commits leaves the month attached and whole. Rows in DEFAULT (kept ones, and
 //! rows written while no month covered them) are deleted row by row once they are no longer
 //! kept. DDL names come from the catalog or from [`HistoryTable`], never from input.
+
+use std::time::{Duration, Instant};
 
 use sqlx::Row as _;
 use time::format_description::well_known::Rfc3339;
@@ -34,6 +37,14 @@ impl HistoryTable {
             Self::Transitions => "attempt_transitions",
             Self::GatewayCalls => "gateway_calls",
             Self::Outbox => "outbox",
+        }
+    }
+
+    /// The column that identifies a row (unique within the table).
+    fn id(self) -> &'static str {
+        match self {
+            Self::Transitions | Self::GatewayCalls => "id",
+            Self::Outbox => "event_id",
         }
     }
 
@@ -196,18 +207,131 @@ pub async fn count_partition(
     })
 }
 
-/// Drops `partition` in one transaction: detaches it, copies its kept rows back into the
-/// table (they land in DEFAULT), drops it. Detaching locks the whole table for the
-/// transaction, which copies only the kept rows; the pool's `lock_timeout` bounds the wait
-/// for writers ahead of it.
+/// What dropping one month did, and what it cost the table's writers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    pub count: RowCount,
+    /// Transactions it took to have the lock within [`DROP_LOCK_TIMEOUT`] (1 when the first
+    /// did).
+    pub tries: u32,
+    /// How long the transaction that had the lock ran: the longest a writer of the table
+    /// waited on it once it had the lock.
+    pub held: Duration,
+}
+
+/// How long the detaching transaction waits for the history table's lock before it gives
+/// up and tries again. While it waits, every writer of that table queues behind it, so this
+/// bounds how long a writer waits on retention for the lock; once had, the lock is held for
+/// [`Dropped::held`] (the catalog change and the copy of the kept rows by key).
+pub const DROP_LOCK_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// How many times the detaching transaction tries for the lock before the pass gives up on
+/// this month (the next pass tries again), and the pause between tries: a transaction of the
+/// table that outlasts the timeout (a relay batch waiting for its publish acks) is let
+/// through before the next try.
+const DROP_TRIES: u32 = 100;
+const DROP_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Drops `partition` so that no writer waits on it for more than [`DROP_LOCK_TIMEOUT`] and
+/// one short transaction, and says how many rows it held and kept.
+///
+/// 1. Under no lock a writer waits on (reads only): count its rows and note, in a temporary
+///    table, the ids of the rows that must be kept — the slow part, a scan of the whole
+///    month joined with the attempts.
+/// 2. One short transaction with `lock_timeout` = [`DROP_LOCK_TIMEOUT`]: detach the month
+///    (ACCESS EXCLUSIVE on the history table, never a lock on `payment_attempts`: the
+///    history has no foreign key to it, migration `…_history_without_attempt_foreign_keys`)
+///    and copy the noted rows that are still kept back into the table, each looked up by its
+///    id (they land in DEFAULT). A failure leaves the month attached and whole; a lock not
+///    had in time (55P03) rolls back and tries again after a pause.
+/// 3. Drop the detached month, which no one else uses. A month left detached by a crash
+///    between 2 and 3 already had its kept rows copied: the next pass drops it
+///    ([`drop_detached_months`]).
+///
+/// The kept set can only shrink between 1 and 2 (an event gets published, an attempt
+/// becomes final; a final attempt never changes), and a month past retention is written no
+/// more, so re-checking the noted rows under the lock keeps exactly what must be kept.
 pub async fn drop_partition(
     store: &Store,
     table: HistoryTable,
     partition: &str,
     cutoff: OffsetDateTime,
-) -> Result<RowCount, sqlx::Error> {
-    let (parent, partition) = (table.name(), quoted(partition));
-    let mut tx = store.pool().begin().await?;
+) -> Result<Dropped, sqlx::Error> {
+    let (id, quoted_partition) = (table.id(), quoted(partition));
+    let mut conn = store.pool().acquire().await?;
+    sqlx::query("DROP TABLE IF EXISTS pg_temp.retention_kept")
+        .execute(&mut *conn)
+        .await?;
+    let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {quoted_partition}"))
+        .fetch_one(&mut *conn)
+        .await?;
+    sqlx::query(&format!(
+        "CREATE TEMPORARY TABLE retention_kept AS
+         SELECT t.{id} AS id FROM {quoted_partition} t JOIN payment_attempts a USING (payment_attempt_id)
+         WHERE {kept}",
+        kept = table.kept()
+    ))
+    .bind(cutoff)
+    .bind(final_states())
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("ANALYZE pg_temp.retention_kept")
+        .execute(&mut *conn)
+        .await?;
+
+    let mut tries = 0;
+    let copied = loop {
+        tries += 1;
+        let started = Instant::now();
+        match detach_and_copy_kept(&mut conn, table, &quoted_partition, cutoff).await {
+            Ok(kept) => break Ok((kept, started.elapsed())),
+            Err(err) if is_lock_not_available(&err) && tries < DROP_TRIES => {
+                tracing::debug!(
+                    table = table.name(),
+                    tries,
+                    "detaching a history month waited too long for its lock; trying again"
+                );
+                tokio::time::sleep(DROP_RETRY_PAUSE).await;
+            }
+            Err(err) => break Err(err),
+        }
+    };
+    let forgotten = sqlx::query("DROP TABLE IF EXISTS pg_temp.retention_kept")
+        .execute(&mut *conn)
+        .await;
+    let (kept, held) = copied?;
+    forgotten?;
+    sqlx::query(&format!("DROP TABLE {quoted_partition}"))
+        .execute(&mut *conn)
+        .await?;
+    Ok(Dropped {
+        count: RowCount {
+            rows: rows as u64,
+            kept,
+        },
+        tries,
+        held,
+    })
+}
+
+/// Step 2 of [`drop_partition`]: one transaction, its locks had within
+/// [`DROP_LOCK_TIMEOUT`] or not at all. The noted rows are looked up one by one by id (the
+/// `OFFSET 0` keeps the planner from turning the lookups into a scan of the month while the
+/// table is locked).
+async fn detach_and_copy_kept(
+    conn: &mut sqlx::PgConnection,
+    table: HistoryTable,
+    partition: &str,
+    cutoff: OffsetDateTime,
+) -> Result<u64, sqlx::Error> {
+    let (parent, id) = (table.name(), table.id());
+    let mut tx = sqlx::Connection::begin(conn).await?;
+    sqlx::query(&format!(
+        "SET LOCAL lock_timeout = '{}ms'",
+        DROP_LOCK_TIMEOUT.as_millis()
+    ))
+    .execute(&mut *tx)
+    .await?;
     sqlx::query(&format!(
         "ALTER TABLE {parent} DETACH PARTITION {partition}"
     ))
@@ -215,7 +339,9 @@ pub async fn drop_partition(
     .await?;
     let kept = sqlx::query(&format!(
         "INSERT INTO {parent}
-         SELECT t.* FROM {partition} t JOIN payment_attempts a USING (payment_attempt_id)
+         SELECT t.* FROM pg_temp.retention_kept k
+         CROSS JOIN LATERAL (SELECT * FROM {partition} p WHERE p.{id} = k.id OFFSET 0) t
+         JOIN payment_attempts a USING (payment_attempt_id)
          WHERE {kept}",
         kept = table.kept()
     ))
@@ -224,17 +350,38 @@ pub async fn drop_partition(
     .execute(&mut *tx)
     .await?
     .rows_affected();
-    let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {partition}"))
-        .fetch_one(&mut *tx)
-        .await?;
-    sqlx::query(&format!("DROP TABLE {partition}"))
-        .execute(&mut *tx)
-        .await?;
     tx.commit().await?;
-    Ok(RowCount {
-        rows: rows as u64,
-        kept,
-    })
+    Ok(kept)
+}
+
+/// Drops the months of `table` that a pass detached (and copied the kept rows of) but did
+/// not get to drop; their names. Only retention detaches a month, and a month is created
+/// attached in one transaction, so a month-named table that is not a partition is one of
+/// those.
+pub async fn drop_detached_months(
+    store: &Store,
+    table: HistoryTable,
+) -> Result<Vec<String>, sqlx::Error> {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c
+         WHERE c.relkind = 'r' AND NOT c.relispartition
+           AND c.relnamespace = current_schema()::regnamespace
+           AND c.relname ~ ('^' || $1 || '_p[0-9]{6}$')",
+    )
+    .bind(table.name())
+    .fetch_all(store.pool())
+    .await?;
+    for name in &names {
+        sqlx::query(&format!("DROP TABLE {}", quoted(name)))
+            .execute(store.pool())
+            .await?;
+    }
+    Ok(names)
+}
+
+/// SQLSTATE 55P03: a lock not had within `lock_timeout`.
+fn is_lock_not_available(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
 }
 
 /// Rows in DEFAULT older than `cutoff` that are no longer kept (what

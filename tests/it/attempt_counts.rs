@@ -12,7 +12,6 @@ use onecharge::store::intake::record_batch;
 use onecharge::store::{attempt_counts, operator, Store, MIGRATOR};
 use sqlx::migrate::{MigrateDatabase as _, Migrator};
 use sqlx::PgPool;
-use time::OffsetDateTime;
 
 use crate::support::throwaway::ThrowawayDatabase;
 use crate::support::{record, Harness};
@@ -124,7 +123,6 @@ async fn counts_stay_exact_through_intake_settlement_reconciliation_resolve_and_
         "operator:counts",
         Via::Cli,
         &RetryWindow::from_settings(&h.settings),
-        OffsetDateTime::now_utc(),
     )
     .await
     .unwrap();
@@ -203,9 +201,7 @@ async fn concurrent_writers_and_folds_keep_the_counts_exact_without_deadlock() {
         tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let batch: Vec<_> = (0..20).map(|i| record(pm::CARD_VISA, i % 5 == 0)).collect();
-                record_batch(&store, "counts-intake", &batch, OffsetDateTime::now_utc())
-                    .await
-                    .unwrap();
+                record_batch(&store, "counts-intake", &batch).await.unwrap();
             }
         })
     };
@@ -267,9 +263,8 @@ async fn the_migration_counts_the_attempts_written_before_it() {
     };
     let store = Store::connect(&url, 4).await.unwrap();
     before.run(store.pool()).await.unwrap();
-    let now = OffsetDateTime::now_utc();
     let old: Vec<_> = (0..30).map(|i| record(pm::CARD_VISA, i % 4 == 0)).collect();
-    record_batch(&store, "before-the-counts", &old, now)
+    record_batch(&store, "before-the-counts", &old)
         .await
         .unwrap();
     sqlx::query(
@@ -302,7 +297,7 @@ async fn the_migration_counts_the_attempts_written_before_it() {
     assert_exact(&store, "the migration").await;
 
     let new: Vec<_> = (0..5).map(|_| record(pm::CARD_VISA, false)).collect();
-    record_batch(&store, "after-the-counts", &new, now)
+    record_batch(&store, "after-the-counts", &new)
         .await
         .unwrap();
     assert_exact(&store, "a batch after the migration").await;

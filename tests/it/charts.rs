@@ -76,7 +76,6 @@ async fn the_chart_series_count_each_settlement_its_charge_latency_and_the_revie
         "operator:test",
         Via::Cli,
         &onecharge::operator::RetryWindow::from_settings(&h.settings),
-        time::OffsetDateTime::now_utc(),
     )
     .await
     .unwrap();

@@ -43,14 +43,7 @@ async fn a_pooled_connection_that_turned_read_only_is_dropped_and_the_retried_wr
     let record = support::record("pm_card_visa", false);
     let mut failures = Vec::new();
     for _ in 0..3 {
-        match record_batch(
-            &store,
-            "onecharge-intake",
-            std::slice::from_ref(&record),
-            h.now(),
-        )
-        .await
-        {
+        match record_batch(&store, "onecharge-intake", std::slice::from_ref(&record)).await {
             Ok(_) => break,
             Err(err) => {
                 assert!(is_transient(&err), "{err}");

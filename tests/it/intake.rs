@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use crate::support::{
-    command, commands_stream, edit_stream, eventually, header, shrink_duplicate_window, TestEnv,
+    command, commands_stream, edit_stream, eventually, header, intake_record,
+    shrink_duplicate_window, TestEnv,
 };
 use onecharge::intake::{DeliveryOutcome, DlqClass, Intake};
+use onecharge::store::intake::{record_batch, IntakeRecord};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -717,4 +719,64 @@ async fn set_consumer_max_deliver(env: &TestEnv, intake: &Intake, max_deliver: i
     config.max_deliver = max_deliver;
     stream.update_consumer(config).await.unwrap();
     intake.refresh_consumer_limits().await.unwrap();
+}
+
+/// A business duplicate published right behind its original, and the original redelivered
+/// to another instance, race to insert the same attempt in three transactions at once. The
+/// database must decide every race as one attempt and two duplicates: a unique violation on
+/// a key the `ON CONFLICT` arbiter does not cover would fail the batch, and intake would
+/// dead-letter a valid duplicate. Thousands of races, four lanes at a time, so that the
+/// transactions really meet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_inserts_racing_in_concurrent_batches_are_always_one_attempt_and_duplicates() {
+    const RACES: usize = 3_000;
+    const LANES: usize = 4;
+    let env = TestEnv::new().await;
+    let store = onecharge::store::Store::connect(&env.settings.database_url, 3 * LANES as u32)
+        .await
+        .unwrap();
+    let mut lanes = tokio::task::JoinSet::new();
+    for _ in 0..LANES {
+        let store = store.clone();
+        lanes.spawn(async move {
+            let mut wrong = Vec::new();
+            for _ in 0..RACES / LANES {
+                let attempt = Uuid::new_v4();
+                let body = command(attempt, json!({}));
+                let original = intake_record(&body, &format!("m-{attempt}"), None);
+                let business = intake_record(&body, &format!("m-{attempt}-again"), None);
+                let record = |r: IntakeRecord| {
+                    let store = store.clone();
+                    async move { record_batch(&store, "onecharge-intake", &[r]).await }
+                };
+                let (a, b, c) =
+                    tokio::join!(record(original.clone()), record(business), record(original));
+                let mut outcomes: Vec<String> = [a, b, c]
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(outcome) => format!("{:?}", outcome[0]),
+                        Err(err) => format!("error: {err}"),
+                    })
+                    .collect();
+                outcomes.sort();
+                if outcomes != ["Accepted", "BusinessDuplicate", "Duplicate"] {
+                    wrong.push((attempt, outcomes));
+                }
+            }
+            wrong
+        });
+    }
+    let mut wrong = Vec::new();
+    while let Some(lane) = lanes.join_next().await {
+        wrong.extend(lane.unwrap());
+    }
+
+    assert!(
+        wrong.is_empty(),
+        "{} of {RACES} races were not one attempt and two duplicates, e.g. {:?}",
+        wrong.len(),
+        wrong.first()
+    );
+    assert_eq!(env.attempt_rows().await, RACES as i64);
+    assert_eq!(env.dedupe_rows().await, 2 * RACES as i64);
 }

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 /// Records `commands` as intake would, in one batch.
 async fn seed(h: &Harness, records: &[IntakeRecord]) {
-    record_batch(&h.store, "test-intake", records, h.now())
+    record_batch(&h.store, "test-intake", records)
         .await
         .expect("recorded");
 }

@@ -341,3 +341,34 @@ async fn an_emptied_bucket_makes_the_executor_and_the_reconciler_wait_without_cl
         .await;
     assert_eq!(lookups, 0);
 }
+
+/// A failover to a database host whose clock runs an hour behind: the bucket's last refill
+/// is an hour "in the future" for every take after it. The refill stops for at most
+/// a second (`store::rate_limit::MAX_CLOCK_STEP_BACK`), not for the hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_clock_stepping_back_an_hour_stops_the_refill_for_at_most_a_moment() {
+    let (_database, store) = store().await;
+    let (rate, burst) = (1.0, 5.0);
+    let take = |want: u32, at: OffsetDateTime| {
+        let store = store.clone();
+        async move {
+            take_tokens(&store, "onecharge test", rate, burst, want, Some(at))
+                .await
+                .expect("a take")
+                .granted
+        }
+    };
+    let before = OffsetDateTime::now_utc();
+    assert_eq!(take(5, before).await, 5, "the full bucket");
+
+    let behind = before - time::Duration::hours(1);
+    assert_eq!(take(5, behind).await, 0, "nothing refilled by a step back");
+    // Ten seconds later on the new clock, ten seconds of refill (capped at the burst).
+    assert_eq!(take(5, behind + time::Duration::seconds(10)).await, 5);
+
+    // The pure bucket does the same.
+    let mut model = Bucket::full(5, 3600.0);
+    assert_eq!(model.take(3600.0, 5, rate, 5), 5);
+    assert_eq!(model.take(0.0, 5, rate, 5), 0);
+    assert_eq!(model.take(10.0, 5, rate, 5), 5);
+}

@@ -227,3 +227,53 @@ async fn last_take(h: &Harness) -> time::OffsetDateTime {
         .await
         .unwrap()
 }
+
+/// Runs a recheck of `id` with a deadline far past the recheck's own bound: a recheck that
+/// never returns fails the test instead of hanging it.
+async fn bounded_recheck(
+    h: &Harness,
+    id: PaymentAttemptId,
+) -> Result<onecharge::operator::recheck::Recheck, RecheckError> {
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        recheck(&h.reconciler(), id, "operator:alice", Via::Cli, None),
+    )
+    .await
+    .expect("the recheck returned within a minute instead of waiting for permits forever")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_refused_rate_permits_gives_up_and_says_the_rate_limit_stopped_it() {
+    // One token, refilled every 100 s: the executor's charge takes it.
+    let h = Harness::with_rate_limit(0.01, 1).await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+
+    let err = bounded_recheck(&h, id).await.unwrap_err();
+
+    assert!(matches!(err, RecheckError::Unavailable(_)), "{err:?}");
+    assert!(err.to_string().contains("gateway_max_rate"), "{err}");
+    assert_eq!(h.attempt(id).await.status, "unknown");
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM gateway_calls WHERE operation = 'lookup'")
+            .await,
+        0,
+        "nothing was asked of the gateway"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_whose_rate_bucket_the_database_cannot_answer_gives_up_and_says_so() {
+    let h = Harness::with_rate_limit(1000.0, 10).await;
+    let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
+    // Every take from the bucket now fails in the database.
+    sqlx::query("ALTER TABLE gateway_rate_buckets RENAME TO gateway_rate_buckets_gone")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+
+    let err = bounded_recheck(&h, id).await.unwrap_err();
+
+    assert!(matches!(err, RecheckError::Unavailable(_)), "{err:?}");
+    assert!(err.to_string().contains("gateway_rate_buckets"), "{err}");
+    assert_eq!(h.attempt(id).await.status, "unknown");
+}

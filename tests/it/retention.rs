@@ -287,14 +287,9 @@ async fn a_second_event_for_a_final_state_is_refused_even_in_another_month() {
 async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
     let env = TestEnv::new().await;
     let records = vec![record(pm::CARD_VISA, false), record(pm::CARD_VISA, true)];
-    record_batch(
-        &env.store,
-        "onecharge-intake",
-        &records,
-        OffsetDateTime::now_utc(),
-    )
-    .await
-    .unwrap();
+    record_batch(&env.store, "onecharge-intake", &records)
+        .await
+        .unwrap();
     let [pending, expired] = [0, 1].map(|i| records[i].command.payment_attempt_id);
     // the history of both, and the expired one's published event, moved to January 2025
     let january = datetime!(2025-01-01 0:00 UTC);
@@ -371,4 +366,142 @@ fn a_history_retention_under_a_day_exits_2_with_one_line_naming_it() {
         err.contains("purge.history_retention") && err.contains("at least 1d"),
         "{err}"
     );
+}
+
+/// Dropping a month while intake writes (an attempt first, its transition second, the order
+/// of every writer) must neither deadlock a writer nor make one wait on the retention job:
+/// with the history's foreign keys to `payment_attempts`, the job locked the history table
+/// and then waited for `payment_attempts` while the writers held `payment_attempts` and
+/// waited for the history table (40P01). The writers' worst stall is measured by
+/// `examples/bench_retention.rs`; here, every write and the drop succeed, and what must be
+/// kept is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_must_be_kept() {
+    const WRITERS: usize = 4;
+    let env = TestEnv::new().await;
+    // A month a year ago: 500 transitions of an attempt declined long since, 3 of one still
+    // pending.
+    let (now, month, from) = month_a_year_ago(&env, HistoryTable::Transitions).await;
+    let old = [record(pm::CARD_VISA, false), record(pm::CARD_VISA, false)];
+    env.record(&old).await;
+    let [declined, pending] = [0, 1].map(|i| old[i].command.payment_attempt_id);
+    env.set_attempt(
+        declined,
+        "status = 'declined', updated_at = now() - interval '400 days'",
+    )
+    .await;
+    for (id, rows) in [(declined, 500), (pending, 3)] {
+        sqlx::query(
+            "INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at)
+             SELECT $1, 'pending', 'pending', 'test', 'test', $2 FROM generate_series(1, $3)",
+        )
+        .bind(id)
+        .bind(from + DAY)
+        .bind(rows)
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    }
+
+    let writers_store = onecharge::store::Store::connect(&env.settings.database_url, 8)
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..WRITERS {
+        let (store, stop, written) = (writers_store.clone(), stop.clone(), written.clone());
+        writers.spawn(async move {
+            let (mut batches, mut errors) = (0, Vec::new());
+            while !stop.is_cancelled() {
+                let batch = crate::support::orders(10, &format!("w{w}_{batches}"));
+                if let Err(err) = record_batch(&store, "onecharge-intake", &batch).await {
+                    errors.push(err.to_string());
+                }
+                batches += 1;
+                written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            errors
+        });
+    }
+    // The drop starts once every writer is in full swing.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while written.load(std::sync::atomic::Ordering::Relaxed) < 10 * WRITERS {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writers never got going"
+        );
+        tokio::task::yield_now().await;
+    }
+    let report = retain_history(&env.store, 30 * DAY, false, now).await;
+    stop.cancel();
+    let mut errors = Vec::new();
+    while let Some(writer) = writers.join_next().await {
+        errors.extend(writer.unwrap());
+    }
+
+    let report = report.expect("the drop succeeds under load");
+    assert!(errors.is_empty(), "writers failed: {errors:?}");
+    assert_eq!(
+        report.tables[0].dropped,
+        vec![onecharge::operator::retention::DroppedPartition {
+            partition: month,
+            rows: 503,
+            kept: 3
+        }]
+    );
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{pending}' AND cause = 'test'"
+        ))
+        .await,
+        3,
+        "the pending attempt's old history is kept"
+    );
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM payment_attempts a WHERE NOT EXISTS (SELECT 1 FROM attempt_transitions t WHERE t.payment_attempt_id = a.payment_attempt_id AND t.cause = 'command_accepted')").await,
+        0,
+        "every attempt written during the drop has its first transition"
+    );
+}
+
+/// A pass interrupted between detaching a month (its kept rows already copied, in the same
+/// transaction) and dropping it leaves a month-named table that is no partition: the next
+/// pass drops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_month_left_detached_by_an_interrupted_pass_is_dropped_by_the_next() {
+    let env = TestEnv::new().await;
+    let (now, month, _) = month_a_year_ago(&env, HistoryTable::Outbox).await;
+    env.exec(&format!("ALTER TABLE outbox DETACH PARTITION {month}"))
+        .await;
+
+    retain_history(&env.store, 30 * DAY, false, now)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM pg_class WHERE relname = '{month}'"
+        ))
+        .await,
+        0
+    );
+}
+
+/// Creates `table`'s month partition of a year before the database's now; (that now, the
+/// month's name, its first instant).
+async fn month_a_year_ago(
+    env: &TestEnv,
+    table: HistoryTable,
+) -> (OffsetDateTime, String, OffsetDateTime) {
+    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    let (from, to) = onecharge::operator::retention::months_ahead(now - 365 * DAY, 0)[0];
+    let month = table.month_partition(from);
+    retention::create_partition(&env.store, table, &month, from, to)
+        .await
+        .unwrap();
+    (now, month, from)
 }

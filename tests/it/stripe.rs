@@ -533,7 +533,7 @@ async fn amounts_are_sent_in_stripes_unit_and_an_amount_stripe_cannot_take_is_ne
         intake_record(&body, &format!("msg-{}", Uuid::new_v4()), None)
     });
     let [isk, jpy, kwd, isk_lost] = records.clone().map(|r| r.command);
-    record_batch(&h.store, "test-intake", &records, h.now())
+    record_batch(&h.store, "test-intake", &records)
         .await
         .unwrap();
 
@@ -863,7 +863,6 @@ async fn resolving_as_declined_cancels_the_payment_intent_first() {
         "ops@example.com",
         onecharge::store::audit::Via::Cli,
         &window,
-        h.db_now().await,
     )
     .await;
     assert!(
@@ -880,7 +879,6 @@ async fn resolving_as_declined_cancels_the_payment_intent_first() {
         "ops@example.com",
         onecharge::store::audit::Via::Cli,
         &window,
-        h.db_now().await,
     )
     .await
     .unwrap();

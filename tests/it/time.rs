@@ -145,3 +145,74 @@ async fn a_reconciler_whose_clock_runs_an_hour_behind_never_requeues_past_the_ke
         "the gateway may have forgotten the key: a re-send could charge twice"
     );
 }
+
+/// An attempt in review first sent 23 h 30 min ago by the database's clock: past the key
+/// window. An operator whose console or API host runs an hour behind must not be able to
+/// retry it: the gateway may have forgotten its key, and a retry could charge twice. The
+/// resolution takes no time from its caller any more (it took the host's `now`, which let
+/// this retry through); the window is measured back from the database's `now()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_on_a_host_an_hour_behind_cannot_retry_past_the_key_window() {
+    use onecharge::operator::resolve::{resolve, ResolveAs, ResolveError, ResolveRequest};
+    use onecharge::operator::{RetryWindow, Via};
+    let h = harness_where_the_key_window_decides().await;
+    let id = first_sent_23h30m_ago(&h, "pending").await;
+    h.set_attempt(
+        id,
+        "status = 'needs_review', review_reason = 'the gateway timed out'",
+    )
+    .await;
+
+    let refused = resolve(
+        &h.store,
+        None, // a retry cancels nothing
+        id,
+        &ResolveRequest {
+            as_: ResolveAs::Retry,
+            reason: "gateway outage over".into(),
+            gateway_charge_id: None,
+            decline_code: None,
+        },
+        "operator:alice",
+        Via::Console,
+        &RetryWindow::from_settings(&h.settings),
+    )
+    .await;
+
+    assert!(
+        matches!(&refused, Err(ResolveError::Refused(why)) if why.contains("key window")),
+        "{refused:?}"
+    );
+    assert_eq!(h.attempt(id).await.status, "needs_review");
+}
+
+/// Intake on a host an hour behind records its attempts by the database's clock: an
+/// attempt due an hour "ago" would jump the queue, and one created an hour early would
+/// reach the maximum age an hour early. Recording takes no time from its caller any more
+/// (it took the intake host's `now`: an hour behind, the attempt was stamped 3,600 s off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intake_on_a_host_an_hour_behind_stamps_attempts_by_the_database_clock() {
+    let h = Harness::new().await;
+    let record = crate::support::record(pm::CARD_VISA, false);
+    let id = record.command.payment_attempt_id;
+
+    onecharge::store::intake::record_batch(&h.store, "test-intake", &[record])
+        .await
+        .unwrap();
+
+    let off_by: f64 = sqlx::query_scalar(
+        "SELECT greatest(abs(extract(epoch FROM now() - created_at)),
+                         abs(extract(epoch FROM now() - next_run_at)),
+                         abs(extract(epoch FROM now() - t.at)))::float8
+         FROM payment_attempts a JOIN attempt_transitions t USING (payment_attempt_id)
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert!(
+        off_by < 60.0,
+        "stamped {off_by} s away from the database's now()"
+    );
+}

@@ -57,3 +57,22 @@ async fn a_traceparent_on_a_command_is_the_parent_of_the_delivery_span() {
     );
     assert!(settle[0].parent_span_is_remote);
 }
+
+/// Log lines written to a pipe or a file are for a person or a log shipper to read, not a
+/// terminal to colour: `onecharge setup` logging at debug (its queries, its broker calls)
+/// with stderr piped writes no escape byte.
+#[tokio::test]
+async fn log_lines_written_to_a_pipe_carry_no_colour_codes() {
+    let env = TestEnv::new().await;
+    let (code, _, stderr) =
+        crate::support::process::run_onecharge(&env.settings, &["setup"], &[("RUST_LOG", "debug")])
+            .await;
+
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("DEBUG"), "some lines were logged: {stderr}");
+    let coloured = stderr.lines().find(|line| line.contains('\u{1b}'));
+    assert!(
+        coloured.is_none(),
+        "an escape byte in piped logs: {coloured:?}"
+    );
+}

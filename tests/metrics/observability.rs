@@ -275,12 +275,17 @@ async fn metrics_show_the_exact_deliveries_dead_letters_and_gateway_calls_of_a_s
 async fn the_oldest_waiting_attempt_and_outbox_row_are_reported_by_age_at_refresh_time() {
     let _recorder = RECORDER.lock().await;
     let env = TestEnv::new().await;
-    let recorded_at = OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
     let pending = support::record(pm::CARD_VISA, false);
     let expired = support::record(pm::CARD_VISA, true);
-    record_batch(&env.store, "obs-age", &[pending, expired], recorded_at)
+    record_batch(&env.store, "obs-age", &[pending, expired])
         .await
         .unwrap();
+    // Recorded by the database's clock.
+    let recorded_at: OffsetDateTime =
+        sqlx::query_scalar("SELECT max(created_at) FROM payment_attempts")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
     onecharge::metrics::install();
 
     let gauges = DatabaseGaugesRefresher::new(env.store.clone())

@@ -155,7 +155,6 @@ impl TestEnv {
             actor,
             via,
             &RetryWindow::from_settings(&self.settings),
-            OffsetDateTime::now_utc(),
         )
         .await
     }
@@ -180,14 +179,9 @@ impl TestEnv {
 
     /// Records `records` in one batch as the intake consumer does, now.
     pub async fn record(&self, records: &[IntakeRecord]) -> Vec<Recorded> {
-        record_batch(
-            &self.store,
-            "onecharge-intake",
-            records,
-            OffsetDateTime::now_utc(),
-        )
-        .await
-        .expect("recorded")
+        record_batch(&self.store, "onecharge-intake", records)
+            .await
+            .expect("recorded")
     }
 
     /// Records one fresh attempt of [`command`] with `patch` (message id `m-<id>`, with

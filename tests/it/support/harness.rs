@@ -293,7 +293,7 @@ impl Harness {
     pub async fn seed_many(&self, payment_methods: &[&str]) -> Vec<ChargePayment> {
         let records: Vec<IntakeRecord> =
             payment_methods.iter().map(|pm| record(pm, false)).collect();
-        record_batch(&self.store, "test-intake", &records, self.now())
+        record_batch(&self.store, "test-intake", &records)
             .await
             .expect("recorded");
         records.into_iter().map(|r| r.command).collect()
@@ -302,7 +302,7 @@ impl Harness {
     /// Records `n` stale commands: each becomes `expired` with an outbox event, no gateway.
     pub async fn seed_expired(&self, n: usize) -> Vec<IntakeRecord> {
         let records: Vec<IntakeRecord> = (0..n).map(|_| record("pm_card_visa", true)).collect();
-        record_batch(&self.store, "test-intake", &records, self.now())
+        record_batch(&self.store, "test-intake", &records)
             .await
             .expect("recorded");
         records
