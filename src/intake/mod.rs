@@ -12,6 +12,7 @@
 //!   until it is. Only an operator-set `max_deliver` can end a message unrecorded, and that
 //!   is counted (`onecharge_intake_messages_lost_total`).
 
+pub mod audit;
 mod dead_letter;
 
 use async_nats::header::NATS_MESSAGE_ID;
@@ -569,8 +570,8 @@ fn classify_db_error(err: &sqlx::Error) -> DeliveryOutcome {
     }
 }
 
-/// The `payment_attempt_id` of a command body, when it has a readable one (for spans only:
-/// validation decides what the body is worth).
+/// The `payment_attempt_id` of a command body, when it has a readable one (for spans and the
+/// stream audit's findings only: validation decides what the body is worth).
 fn attempt_id(payload: &[u8]) -> Option<PaymentAttemptId> {
     #[derive(serde::Deserialize)]
     struct AttemptRef {

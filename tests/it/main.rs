@@ -32,6 +32,7 @@ mod reconciler;
 mod relay;
 mod retention;
 mod secrets;
+mod stream_audit;
 mod stripe;
 mod stripe_localstripe;
 mod time;
