@@ -338,11 +338,7 @@ impl Broker {
         ask_until_answered(
             &format!("stream {name}"),
             || self.jetstream.get_stream(name),
-            |err: &GetStreamError| match err.kind() {
-                GetStreamErrorKind::Request => true,
-                GetStreamErrorKind::JetStream(e) => api_error_may_pass(&e),
-                _ => false,
-            },
+            stream_lookup_may_pass,
         )
         .await
     }
@@ -480,6 +476,14 @@ fn api_error_may_pass(err: &jetstream::Error) -> bool {
     err.code() == 503 || err.error_code() == jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
 }
 
+fn stream_lookup_may_pass(err: &GetStreamError) -> bool {
+    match err.kind() {
+        GetStreamErrorKind::Request => true,
+        GetStreamErrorKind::JetStream(e) => api_error_may_pass(&e),
+        _ => false,
+    }
+}
+
 fn consumer_info_may_pass(err: &ConsumerInfoError) -> bool {
     match err.kind() {
         ConsumerInfoErrorKind::TimedOut
@@ -588,6 +592,44 @@ mod tests {
         ] {
             assert!(!publish_may_pass(&refusal), "{refusal}");
         }
+    }
+
+    #[test]
+    fn start_up_questions_are_asked_again_on_silence_and_503_never_after_an_answer() {
+        let api = |json: &str| serde_json::from_str::<jetstream::Error>(json).unwrap();
+        let unavailable = api(
+            r#"{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}"#,
+        );
+        let stream_missing =
+            api(r#"{"code":404,"err_code":10059,"description":"stream not found"}"#);
+        assert!(stream_lookup_may_pass(&GetStreamError::new(
+            GetStreamErrorKind::Request
+        )));
+        assert!(stream_lookup_may_pass(&GetStreamError::new(
+            GetStreamErrorKind::JetStream(unavailable.clone())
+        )));
+        let missing = GetStreamError::new(GetStreamErrorKind::JetStream(stream_missing));
+        assert!(!stream_lookup_may_pass(&missing));
+        assert!(is_not_found(&missing));
+        assert!(!is_not_found(&GetStreamError::new(
+            GetStreamErrorKind::Request
+        )));
+        for passes in [
+            ConsumerInfoErrorKind::TimedOut,
+            ConsumerInfoErrorKind::NoResponders,
+            ConsumerInfoErrorKind::Offline,
+            ConsumerInfoErrorKind::JetStream(unavailable.clone()),
+        ] {
+            assert!(consumer_info_may_pass(&ConsumerInfoError::new(passes)));
+        }
+        assert!(!consumer_info_may_pass(&ConsumerInfoError::new(
+            ConsumerInfoErrorKind::NotFound
+        )));
+        assert!(consumer_write_may_pass(ConsumerErrorKind::TimedOut));
+        assert!(consumer_write_may_pass(ConsumerErrorKind::JetStream(
+            unavailable
+        )));
+        assert!(!consumer_write_may_pass(ConsumerErrorKind::InvalidName));
     }
 
     #[test]

@@ -92,7 +92,9 @@ impl StreamAudit {
         if self.interval.is_zero() {
             return Ok(());
         }
-        let mut every = tokio::time::interval(self.interval);
+        // The first pass one interval after start: starting is busy enough.
+        let mut every =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
