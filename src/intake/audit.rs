@@ -30,6 +30,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::header;
 use crate::broker::{Broker, PublishKind};
 use crate::config::{Settings, UsageError};
 use crate::store::stream_audit::{self, NewFinding};
@@ -178,17 +179,10 @@ impl StreamAudit {
     ) -> anyhow::Result<Vec<NewFinding>> {
         let reader = stream
             .create_consumer(consumer::pull::Config {
-                deliver_policy: DeliverPolicy::ByStartSequence {
-                    start_sequence: start,
-                },
                 filter_subject: self.broker.names.charge_subject(),
-                ack_policy: consumer::AckPolicy::None,
-                // Gone by itself should this process die before deleting it.
-                inactive_threshold: Duration::from_secs(60),
-                memory_storage: true,
-                num_replicas: 1,
-                description: Some("onecharge stream audit (ephemeral)".into()),
-                ..Default::default()
+                ..reader(DeliverPolicy::ByStartSequence {
+                    start_sequence: start,
+                })
             })
             .await
             .context("creating the audit's reader")?;
@@ -234,11 +228,7 @@ impl StreamAudit {
             }
             judged.push(NewFinding {
                 stream_sequence: sequence,
-                message_id: message
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(NATS_MESSAGE_ID))
-                    .map(|v| v.as_str().to_owned()),
+                message_id: header(&message, NATS_MESSAGE_ID.as_ref()),
                 payment_attempt_id: super::attempt_id(&message.payload).map(Uuid::from),
                 stored_at,
             });
@@ -284,14 +274,8 @@ impl StreamAudit {
             .with_context(|| format!("reading stream {name}"))?;
         let reader = stream
             .create_consumer(consumer::pull::Config {
-                deliver_policy: DeliverPolicy::ByStartTime { start_time: since },
-                ack_policy: consumer::AckPolicy::None,
                 headers_only: true,
-                inactive_threshold: Duration::from_secs(60),
-                memory_storage: true,
-                num_replicas: 1,
-                description: Some("onecharge stream audit (ephemeral)".into()),
-                ..Default::default()
+                ..reader(DeliverPolicy::ByStartTime { start_time: since })
             })
             .await
             .context("creating the audit's dead-letter reader")?;
@@ -309,17 +293,12 @@ impl StreamAudit {
                 while let Some(message) = batch.next().await {
                     let message = message?;
                     got += 1;
-                    let header = |name: &str| {
-                        message
-                            .headers
-                            .as_ref()
-                            .and_then(|h| h.get(name))
-                            .map(|v| v.as_str().to_owned())
-                    };
-                    if header("Dlq-Consumer").is_some_and(|c| c != self.consumer) {
+                    if header(&message, "Dlq-Consumer").is_some_and(|c| c != self.consumer) {
                         continue;
                     }
-                    if let Some(seq) = header("Dlq-Stream-Sequence").and_then(|s| s.parse().ok()) {
+                    if let Some(seq) =
+                        header(&message, "Dlq-Stream-Sequence").and_then(|s| s.parse().ok())
+                    {
                         sequences.insert(seq);
                     }
                 }
@@ -411,5 +390,20 @@ impl StreamAudit {
     /// The open findings, oldest sequence first.
     pub async fn open_findings(&self) -> anyhow::Result<Vec<stream_audit::UnrecordedMessage>> {
         Ok(stream_audit::open_findings(&self.store, &self.consumer).await?)
+    }
+}
+
+/// An ephemeral reader of a stream for one pass: delivers from `deliver_policy` on, wants no
+/// acks, lives in memory on one server, and is gone by itself a minute after a process that
+/// died before deleting it.
+fn reader(deliver_policy: DeliverPolicy) -> consumer::pull::Config {
+    consumer::pull::Config {
+        deliver_policy,
+        ack_policy: consumer::AckPolicy::None,
+        inactive_threshold: Duration::from_secs(60),
+        memory_storage: true,
+        num_replicas: 1,
+        description: Some("onecharge stream audit (ephemeral)".into()),
+        ..Default::default()
     }
 }

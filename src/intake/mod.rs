@@ -582,15 +582,18 @@ fn attempt_id(payload: &[u8]) -> Option<PaymentAttemptId> {
         .map(|r| r.payment_attempt_id)
 }
 
+/// The value of the header `name` of a message, when it has one.
+fn header(message: &async_nats::Message, name: &str) -> Option<String> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_owned())
+}
+
 /// Reads the headers intake cares about.
 pub fn command_headers(message: &async_nats::Message) -> CommandHeaders {
-    let get = |name: &str| {
-        message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(name))
-            .map(|v| v.as_str().to_owned())
-    };
+    let get = |name: &str| header(message, name);
     CommandHeaders {
         message_id: get(NATS_MESSAGE_ID.as_ref()),
         correlation_id: get("Correlation-Id"),

@@ -37,6 +37,11 @@ pub struct UnrecordedMessage {
     pub resolved_at: Option<OffsetDateTime>,
 }
 
+/// Every column of [`UnrecordedMessage`], for the readers below to narrow.
+const SELECT_FINDINGS: &str = "SELECT stream_sequence, message_id, payment_attempt_id, stored_at,
+        found_at, replayed_at, replayed_by, resolved_at
+    FROM intake_unrecorded_messages";
+
 /// What a pass found, before it is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewFinding {
@@ -157,13 +162,9 @@ pub async fn open_findings(
     store: &Store,
     consumer: &str,
 ) -> Result<Vec<UnrecordedMessage>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT stream_sequence, message_id, payment_attempt_id, stored_at, found_at,
-                replayed_at, replayed_by, resolved_at
-         FROM intake_unrecorded_messages
-         WHERE consumer = $1 AND resolved_at IS NULL
-         ORDER BY stream_sequence",
-    )
+    sqlx::query_as(&format!(
+        "{SELECT_FINDINGS} WHERE consumer = $1 AND resolved_at IS NULL ORDER BY stream_sequence"
+    ))
     .bind(consumer)
     .fetch_all(store.pool())
     .await
@@ -185,12 +186,9 @@ pub async fn open_finding(
     consumer: &str,
     stream_sequence: u64,
 ) -> Result<Option<UnrecordedMessage>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT stream_sequence, message_id, payment_attempt_id, stored_at, found_at,
-                replayed_at, replayed_by, resolved_at
-         FROM intake_unrecorded_messages
-         WHERE consumer = $1 AND stream_sequence = $2 AND resolved_at IS NULL",
-    )
+    sqlx::query_as(&format!(
+        "{SELECT_FINDINGS} WHERE consumer = $1 AND stream_sequence = $2 AND resolved_at IS NULL"
+    ))
     .bind(consumer)
     .bind(stream_sequence as i64)
     .fetch_optional(store.pool())
