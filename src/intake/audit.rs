@@ -125,13 +125,7 @@ impl StreamAudit {
             checked_through: watermark,
             ..AuditPass::default()
         };
-        let stream_name = self.broker.names.commands_stream();
-        let mut stream = self
-            .broker
-            .jetstream
-            .get_stream(&stream_name)
-            .await
-            .with_context(|| format!("reading stream {stream_name}"))?;
+        let mut stream = self.stream(&self.broker.names.commands_stream()).await?;
         let state = stream.info().await?.state.clone();
         let ack_floor = match stream.consumer_info(&self.consumer).await {
             Ok(info) => info.ack_floor.stream_sequence,
@@ -265,13 +259,7 @@ impl StreamAudit {
     /// The command-stream sequences this consumer dead-lettered since `since` (a dead letter
     /// is always stored after its command), read from the dead letters' headers.
     async fn dead_lettered_since(&self, since: OffsetDateTime) -> anyhow::Result<HashSet<u64>> {
-        let name = self.broker.names.dlq_stream();
-        let stream = self
-            .broker
-            .jetstream
-            .get_stream(&name)
-            .await
-            .with_context(|| format!("reading stream {name}"))?;
+        let stream = self.stream(&self.broker.names.dlq_stream()).await?;
         let reader = stream
             .create_consumer(consumer::pull::Config {
                 headers_only: true,
@@ -330,12 +318,7 @@ impl StreamAudit {
             .into());
         };
         let stream_name = self.broker.names.commands_stream();
-        let stream = self
-            .broker
-            .jetstream
-            .get_stream(&stream_name)
-            .await
-            .with_context(|| format!("reading stream {stream_name}"))?;
+        let stream = self.stream(&stream_name).await?;
         let stored = stream
             .get_raw_message(sequence)
             .await
@@ -385,6 +368,14 @@ impl StreamAudit {
             sequence: ack.sequence,
             message_id,
         })
+    }
+
+    async fn stream(&self, name: &str) -> anyhow::Result<Stream> {
+        self.broker
+            .jetstream
+            .get_stream(name)
+            .await
+            .with_context(|| format!("reading stream {name}"))
     }
 
     /// The open findings, oldest sequence first.
