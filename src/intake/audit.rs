@@ -258,9 +258,16 @@ impl StreamAudit {
 
     /// The command-stream sequences this consumer dead-lettered since `since` (a dead letter
     /// is always stored after its command), read from the dead letters' headers.
+    ///
+    /// The read must reach the dead-letter stream's last sequence as its leader stated it
+    /// before the read; otherwise this fails and the pass judges nothing. A partial read
+    /// would turn every dead letter it missed into a false finding: on a 2.9.10 cluster soak,
+    /// a pass that ran as the dead-letter stream's leader was killed reported some 180
+    /// dead-lettered commands as unrecorded.
     async fn dead_lettered_since(&self, since: OffsetDateTime) -> anyhow::Result<HashSet<u64>> {
         let stream = self.stream(&self.broker.names.dlq_stream()).await?;
-        let reader = stream
+        let last = stream.cached_info().state.last_sequence;
+        let mut reader = stream
             .create_consumer(consumer::pull::Config {
                 headers_only: true,
                 ..reader(DeliverPolicy::ByStartTime { start_time: since })
@@ -270,7 +277,8 @@ impl StreamAudit {
         let reader_name = reader.cached_info().name.clone();
         let mut sequences = HashSet::new();
         let read = async {
-            loop {
+            let mut read_through = 0;
+            while read_through < last {
                 let mut batch = reader
                     .fetch()
                     .max_messages(1000)
@@ -281,6 +289,7 @@ impl StreamAudit {
                 while let Some(message) = batch.next().await {
                     let message = message?;
                     got += 1;
+                    read_through = read_through.max(message.info()?.stream_sequence);
                     if header(&message, "Dlq-Consumer").is_some_and(|c| c != self.consumer) {
                         continue;
                     }
@@ -290,10 +299,21 @@ impl StreamAudit {
                         sequences.insert(seq);
                     }
                 }
-                if got < 1000 {
-                    return Ok::<_, async_nats::Error>(());
+                if got == 0 {
+                    break;
                 }
             }
+            // Nothing stored since `since` also ends here: the reader then starts past the
+            // last sequence and has delivered "through" it.
+            let delivered = reader.info().await?.delivered.stream_sequence;
+            if read_through.max(delivered) < last {
+                return Err(format!(
+                    "the dead-letter stream delivered through sequence {} of {last}",
+                    read_through.max(delivered)
+                )
+                .into());
+            }
+            Ok::<_, async_nats::Error>(())
         }
         .await;
         if let Err(err) = stream.delete_consumer(&reader_name).await {

@@ -623,7 +623,7 @@ pub fn check(plan: &Plan, seen: &Observed) -> Vec<Problem> {
 }
 
 /// The stream audit (`onecharge intake audit`) must report exactly the valid commands the
-/// dedupe table lacks: none it missed, none that is recorded.
+/// dedupe table lacks: none it missed, none that is recorded, none that was dead-lettered.
 pub fn check_audit(plan: &Plan, observed: &Observed, findings: &[String]) -> Vec<Problem> {
     let mut problems = Vec::new();
     let recorded: HashSet<&str> = observed
@@ -638,6 +638,12 @@ pub fn check_audit(plan: &Plan, observed: &Observed, findings: &[String]) -> Vec
                 &mut problems,
                 None,
                 format!("the stream audit reports {id} unrecorded, but it is recorded"),
+            );
+        } else if !plan.valid_message_ids.contains(*id) {
+            problem(
+                &mut problems,
+                None,
+                format!("the stream audit reports {id} unrecorded, but it is no valid command (its dead letter was missed)"),
             );
         }
     }
