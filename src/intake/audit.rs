@@ -116,6 +116,7 @@ impl StreamAudit {
     /// [`StreamAudit::run_once`] as if it were `now` (which decides the grace and the
     /// retention): tests judge "two weeks later" without waiting two weeks.
     pub async fn run_once_at(&self, now: OffsetDateTime) -> anyhow::Result<AuditPass> {
+        stream_audit::ensure_watermark(&self.store, &self.consumer).await?;
         let mut tx = self.store.pool().begin().await?;
         let Some(watermark) = stream_audit::lock_watermark(&mut tx, &self.consumer).await? else {
             return Ok(AuditPass::default());

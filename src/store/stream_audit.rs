@@ -51,24 +51,33 @@ pub struct NewFinding {
     pub stored_at: OffsetDateTime,
 }
 
-/// Takes the audit's lock for `consumer` for the rest of `tx` and returns the last sequence
-/// judged (0 before the first pass); `None` when another pass holds the lock.
-pub async fn lock_watermark(
-    tx: &mut PgConnection,
-    consumer: &str,
-) -> Result<Option<u64>, sqlx::Error> {
+/// Makes `consumer`'s watermark row when it is missing, in a statement of its own. Made
+/// inside a pass's transaction instead, the row would stay uncommitted for the whole pass,
+/// and every other process's first pass would wait on it until its `lock_timeout` (seen in
+/// the soak: "canceling statement due to lock timeout" when three `serve`s started at once).
+pub async fn ensure_watermark(store: &Store, consumer: &str) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO stream_audit_watermarks (consumer) VALUES ($1) ON CONFLICT DO NOTHING",
     )
     .bind(consumer)
-    .execute(&mut *tx)
+    .execute(store.pool())
     .await?;
+    Ok(())
+}
+
+/// Takes the audit's lock for `consumer` for the rest of `tx` and returns the last sequence
+/// judged (0 before the first pass); `None` when another pass holds the lock (or the row
+/// is missing: [`ensure_watermark`] first).
+pub async fn lock_watermark(
+    tx: &mut PgConnection,
+    consumer: &str,
+) -> Result<Option<u64>, sqlx::Error> {
     let through: Option<i64> = sqlx::query_scalar(
         "SELECT checked_through FROM stream_audit_watermarks WHERE consumer = $1
          FOR UPDATE SKIP LOCKED",
     )
     .bind(consumer)
-    .fetch_optional(&mut *tx)
+    .fetch_optional(tx)
     .await?;
     Ok(through.map(|s| s as u64))
 }

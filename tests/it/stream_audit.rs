@@ -191,3 +191,53 @@ async fn messages_whose_dedupe_rows_a_purge_may_have_deleted_are_passed_over_nev
     assert_eq!(pass.beyond_retention, published, "{pass:?}");
     assert_eq!(pass.checked_through, published as u64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_passes_of_several_processes_at_once_all_end_without_error() {
+    let env = env().await;
+    publish_every_kind(&env).await;
+    drain(&env).await;
+    let passes = futures::future::join_all((0..3).map(|_| {
+        let audit = audit(&env);
+        async move { audit.run_once().await }
+    }))
+    .await;
+    let ran = passes
+        .into_iter()
+        .map(|p| p.expect("no pass fails").ran)
+        .filter(|&ran| ran)
+        .count();
+    assert!(ran >= 1);
+    assert!(open_findings(&env.store, &env.settings.intake.consumer)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_while_another_holds_the_audit_skips_at_once_instead_of_waiting_for_its_lock() {
+    let env = env().await;
+    publish_every_kind(&env).await;
+    drain(&env).await;
+    let consumer = env.settings.intake.consumer.clone();
+    // The first pass makes the watermark row; then another process's pass holds it.
+    assert!(audit(&env).run_once().await.unwrap().ran);
+    let mut other = env.store.pool().begin().await.unwrap();
+    let held = onecharge::store::stream_audit::lock_watermark(&mut other, &consumer)
+        .await
+        .unwrap();
+    assert_eq!(held, Some(7));
+
+    let started = std::time::Instant::now();
+    let pass = audit(&env)
+        .run_once()
+        .await
+        .expect("a skipped pass is no error");
+    assert!(!pass.ran, "{pass:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the pass waited {:?} for the other's lock",
+        started.elapsed()
+    );
+    other.rollback().await.unwrap();
+}
