@@ -291,6 +291,12 @@ impl Application {
                 .await?
                 .with_nudges(nudges.clone());
             roles.spawn("intake", intake.run(shutdown.clone()));
+            let audit = crate::intake::audit::StreamAudit::new(
+                self.store.clone(),
+                self.broker.clone(),
+                &self.settings,
+            );
+            roles.spawn("stream audit", audit.run(shutdown.clone()));
         }
         if let Some(executor) = executor {
             roles.spawn("executor", executor.run(shutdown.clone()));

@@ -5,8 +5,14 @@ use async_nats::header::NATS_MESSAGE_ID;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use async_nats::jetstream::context::{
+    ConsumerInfoError, ConsumerInfoErrorKind, GetStreamError, GetStreamErrorKind,
+};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
+use async_nats::jetstream::stream::{
+    ConsumerError, ConsumerErrorKind, ConsumerUpdateError, ConsumerUpdateErrorKind,
+};
 use async_nats::jetstream::{self, consumer, stream};
 use async_nats::HeaderMap;
 use backon::Retryable as _;
@@ -201,30 +207,9 @@ impl Broker {
     }
 
     async fn ensure_stream(&self, name: &str, required_subject: &str) -> anyhow::Result<()> {
-        // A request that gets no answer (the cluster electing a JetStream meta leader after a
-        // server died, a reconnect) is asked again, like a publish, for up to
-        // PUBLISH_RETRY_FOR; any answer, "not found" included, is taken as it is.
-        let lookup = (|| self.jetstream.get_stream(name))
-            .retry(
-                crate::domain::retry::exponential(
-                    Duration::from_millis(100),
-                    Duration::from_secs(2),
-                )
-                .with_total_delay(Some(PUBLISH_RETRY_FOR)),
-            )
-            .sleep(tokio::time::sleep)
-            .when(|err| matches!(err.kind(), jetstream::context::GetStreamErrorKind::Request))
-            .notify(|err, wait| {
-                tracing::warn!(stream = name, error = %err, retry_in_ms = wait.as_millis() as u64, "stream lookup not answered; asking again");
-            })
-            .await;
-        match lookup {
-            Ok(mut existing) => {
-                let info = existing
-                    .info()
-                    .await
-                    .with_context(|| format!("reading stream {name}"))?;
-                check_stream_compatible(name, &info.config, required_subject)
+        match self.lookup_stream(name).await {
+            Ok(existing) => {
+                check_stream_compatible(name, &existing.cached_info().config, required_subject)
             }
             Err(err) if is_not_found(&err) => {
                 self.jetstream
@@ -255,22 +240,24 @@ impl Broker {
     }
 
     /// Creates (or updates to the configured limits) the durable pull consumer of the
-    /// command stream and returns it.
+    /// command stream and returns it. Every question it asks JetStream is asked again while
+    /// nobody answers (an election: [`ask_until_answered`]), so `serve` started while the
+    /// cluster elects a leader waits for it; only the server saying the stream is not found
+    /// reports it missing.
     pub async fn ensure_intake_consumer(
         &self,
         settings: &Settings,
     ) -> anyhow::Result<consumer::PullConsumer> {
         let intake = &settings.intake;
-        let stream = self
-            .jetstream
-            .get_stream(self.names.commands_stream())
-            .await
-            .with_context(|| {
-                format!(
-                    "stream {} is missing: run `onecharge setup`",
-                    self.names.commands_stream()
-                )
-            })?;
+        let name = self.names.commands_stream();
+        let stream = match self.lookup_stream(&name).await {
+            Ok(stream) => stream,
+            Err(err) if is_not_found(&err) => {
+                return Err(err)
+                    .with_context(|| format!("stream {name} is missing: run `onecharge setup`"))
+            }
+            Err(err) => return Err(err).with_context(|| format!("looking up stream {name}")),
+        };
         let config = consumer::pull::Config {
             durable_name: Some(intake.consumer.clone()),
             description: Some("onecharge intake: records ChargePayment commands".into()),
@@ -287,46 +274,73 @@ impl Broker {
             max_batch: (intake.batch_size * intake.concurrency) as i64,
             ..Default::default()
         };
-        match stream
-            .get_consumer::<consumer::pull::Config>(&intake.consumer)
-            .await
-        {
-            Ok(existing) => {
-                let current = &existing.cached_info().config;
-                if current.filter_subject != config.filter_subject {
-                    bail!(
-                        "consumer {} on {} filters `{}`, expected `{}`: delete it or choose another intake.consumer",
-                        intake.consumer,
-                        self.names.commands_stream(),
-                        current.filter_subject,
-                        config.filter_subject
-                    );
-                }
-                if current.ack_wait != config.ack_wait
-                    || current.max_deliver != config.max_deliver
-                    || current.max_ack_pending != config.max_ack_pending
-                    || current.max_batch != config.max_batch
-                {
-                    stream
-                        .update_consumer(config)
-                        .await
-                        .context("updating the intake consumer's limits")?;
-                }
+        let what = format!("consumer {} on {name}", intake.consumer);
+        let existing = ask_until_answered(
+            &what,
+            || stream.consumer_info(&intake.consumer),
+            consumer_info_may_pass,
+        )
+        .await;
+        let current = match existing {
+            Ok(info) => info.config,
+            Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => {
+                return ask_until_answered(
+                    &what,
+                    || stream.create_consumer(config.clone()),
+                    |err: &ConsumerError| consumer_write_may_pass(err.kind()),
+                )
+                .await
+                .with_context(|| format!("creating durable {what}"));
             }
-            Err(_) => {
-                stream.create_consumer(config).await.with_context(|| {
-                    format!(
-                        "creating durable consumer {} on {}",
-                        intake.consumer,
-                        self.names.commands_stream()
-                    )
-                })?;
-            }
+            Err(err) => return Err(err).with_context(|| format!("looking up {what}")),
+        };
+        if current.filter_subject != config.filter_subject {
+            bail!(
+                "consumer {} on {name} filters `{}`, expected `{}`: delete it or choose another intake.consumer",
+                intake.consumer,
+                current.filter_subject,
+                config.filter_subject
+            );
         }
-        stream
-            .get_consumer(&intake.consumer)
+        if current.ack_wait != config.ack_wait
+            || current.max_deliver != config.max_deliver
+            || current.max_ack_pending != config.max_ack_pending
+            || current.max_batch != config.max_batch
+        {
+            return ask_until_answered(
+                &what,
+                || stream.update_consumer(config.clone()),
+                |err: &ConsumerUpdateError| {
+                    matches!(
+                        err.kind(),
+                        ConsumerUpdateErrorKind::TimedOut | ConsumerUpdateErrorKind::Request
+                    ) || matches!(err.kind(), ConsumerUpdateErrorKind::JetStream(e) if api_error_may_pass(&e))
+                },
+            )
             .await
-            .map_err(|e| anyhow::anyhow!("binding to consumer {}: {e}", intake.consumer))
+            .context("updating the intake consumer's limits");
+        }
+        ask_until_answered(
+            &what,
+            || stream.get_consumer::<consumer::pull::Config>(&intake.consumer),
+            |err: &async_nats::Error| {
+                err.downcast_ref::<ConsumerInfoError>()
+                    .is_some_and(consumer_info_may_pass)
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("binding to {what}: {e}"))
+    }
+
+    /// Looks a stream up, asking again while nobody answers (see [`ask_until_answered`]);
+    /// any answer, "not found" included, is returned as it is.
+    async fn lookup_stream(&self, name: &str) -> Result<stream::Stream, GetStreamError> {
+        ask_until_answered(
+            &format!("stream {name}"),
+            || self.jetstream.get_stream(name),
+            stream_lookup_may_pass,
+        )
+        .await
     }
 
     /// How far `consumer` on the command stream is behind: messages not yet delivered and
@@ -424,6 +438,71 @@ impl Broker {
     }
 }
 
+/// The longest a start-up question to JetStream (a stream or the intake consumer looked up,
+/// created or updated) keeps being asked again while nobody answers, counted in waits
+/// between tries (each try also waits up to the request timeout, 5 s): a stream-leader or
+/// meta-leader election takes a few seconds, up to about ten when the leader's server died.
+pub const LOOKUP_RETRY_FOR: Duration = PUBLISH_RETRY_FOR;
+
+/// Asks `ask` again, with jittered exponential waits for up to [`LOOKUP_RETRY_FOR`], while
+/// its error `may_pass` — no answer (a timeout, no responders: the stream or meta leader
+/// being elected, a reconnect) or JetStream's "temporarily unavailable" (503). An answer,
+/// such as "not found", is returned at once: only the server's word says something is
+/// missing, never a silence.
+async fn ask_until_answered<T, E, Fut>(
+    what: &str,
+    ask: impl FnMut() -> Fut,
+    may_pass: impl Fn(&E) -> bool,
+) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    ask.retry(
+        crate::domain::retry::exponential(Duration::from_millis(100), Duration::from_secs(2))
+            .with_total_delay(Some(LOOKUP_RETRY_FOR)),
+    )
+    .sleep(tokio::time::sleep)
+    .when(may_pass)
+    .notify(|err, wait| {
+        tracing::warn!(what, error = %err, retry_in_ms = wait.as_millis() as u64, "JetStream did not answer; asking again");
+    })
+    .await
+}
+
+/// A JetStream API error that says "not now" rather than "no": 503, JetStream or its
+/// cluster temporarily unavailable (no meta leader yet, 10008).
+fn api_error_may_pass(err: &jetstream::Error) -> bool {
+    err.code() == 503 || err.error_code() == jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
+}
+
+fn stream_lookup_may_pass(err: &GetStreamError) -> bool {
+    match err.kind() {
+        GetStreamErrorKind::Request => true,
+        GetStreamErrorKind::JetStream(e) => api_error_may_pass(&e),
+        _ => false,
+    }
+}
+
+fn consumer_info_may_pass(err: &ConsumerInfoError) -> bool {
+    match err.kind() {
+        ConsumerInfoErrorKind::TimedOut
+        | ConsumerInfoErrorKind::NoResponders
+        | ConsumerInfoErrorKind::Request
+        | ConsumerInfoErrorKind::Offline => true,
+        ConsumerInfoErrorKind::JetStream(e) => api_error_may_pass(&e),
+        _ => false,
+    }
+}
+
+fn consumer_write_may_pass(kind: ConsumerErrorKind) -> bool {
+    match kind {
+        ConsumerErrorKind::TimedOut | ConsumerErrorKind::Request => true,
+        ConsumerErrorKind::JetStream(e) => api_error_may_pass(&e),
+        _ => false,
+    }
+}
+
 fn is_not_found(err: &jetstream::context::GetStreamError) -> bool {
     matches!(
         err.kind(),
@@ -513,6 +592,44 @@ mod tests {
         ] {
             assert!(!publish_may_pass(&refusal), "{refusal}");
         }
+    }
+
+    #[test]
+    fn start_up_questions_are_asked_again_on_silence_and_503_never_after_an_answer() {
+        let api = |json: &str| serde_json::from_str::<jetstream::Error>(json).unwrap();
+        let unavailable = api(
+            r#"{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}"#,
+        );
+        let stream_missing =
+            api(r#"{"code":404,"err_code":10059,"description":"stream not found"}"#);
+        assert!(stream_lookup_may_pass(&GetStreamError::new(
+            GetStreamErrorKind::Request
+        )));
+        assert!(stream_lookup_may_pass(&GetStreamError::new(
+            GetStreamErrorKind::JetStream(unavailable.clone())
+        )));
+        let missing = GetStreamError::new(GetStreamErrorKind::JetStream(stream_missing));
+        assert!(!stream_lookup_may_pass(&missing));
+        assert!(is_not_found(&missing));
+        assert!(!is_not_found(&GetStreamError::new(
+            GetStreamErrorKind::Request
+        )));
+        for passes in [
+            ConsumerInfoErrorKind::TimedOut,
+            ConsumerInfoErrorKind::NoResponders,
+            ConsumerInfoErrorKind::Offline,
+            ConsumerInfoErrorKind::JetStream(unavailable.clone()),
+        ] {
+            assert!(consumer_info_may_pass(&ConsumerInfoError::new(passes)));
+        }
+        assert!(!consumer_info_may_pass(&ConsumerInfoError::new(
+            ConsumerInfoErrorKind::NotFound
+        )));
+        assert!(consumer_write_may_pass(ConsumerErrorKind::TimedOut));
+        assert!(consumer_write_may_pass(ConsumerErrorKind::JetStream(
+            unavailable
+        )));
+        assert!(!consumer_write_may_pass(ConsumerErrorKind::InvalidName));
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub enum Command {
     /// The audit trail of manual actions
     #[command(subcommand)]
     Audit(crate::operator::AuditCommand),
+    /// The stream audit: commands on the command stream that intake never recorded
+    #[command(subcommand)]
+    Intake(crate::operator::IntakeCommand),
     /// Delete dedupe rows older than purge.dedupe_retention and history months older than purge.history_retention (also runs inside `serve`)
     Purge(crate::operator::purge::PurgeArgs),
     /// Named operators of the console and the admin API
@@ -195,6 +198,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Attempts(command) => crate::operator::run_attempts(&settings, command).await,
             Command::Dlq(command) => crate::operator::run_dlq(&settings, command).await,
             Command::Audit(command) => crate::operator::run_audit(&settings, command).await,
+            Command::Intake(command) => crate::operator::run_intake(&settings, command).await,
             Command::Purge(args) => crate::operator::purge::run_purge(&settings, args).await,
             Command::Operators(command) => crate::console::access::run_operators(command),
             Command::Reconcile { once } => crate::reconciler::run_command(settings, once).await,

@@ -651,6 +651,17 @@ pub struct IntakeSettings {
     pub retry_min_delay: Duration,
     #[serde(with = "bounded_duration")]
     pub retry_max_delay: Duration,
+    /// How often `serve` audits the command stream against what intake recorded
+    /// (docs/operations.md §13: a command the broker stored and never delivered, or whose
+    /// record a failover lost). 0 turns the audit off.
+    #[serde(with = "bounded_duration")]
+    pub audit_interval: Duration,
+    /// How long after JetStream stored a command the audit first judges it (it judges only
+    /// what intake's ack floor has also passed).
+    #[serde(with = "bounded_duration")]
+    pub audit_grace: Duration,
+    /// Most command-stream messages one audit pass reads.
+    pub audit_batch_size: usize,
 }
 
 /// How log lines look.
@@ -711,6 +722,9 @@ impl Default for IntakeSettings {
             max_command_age: Duration::from_secs(24 * 3600),
             retry_min_delay: Duration::from_millis(500),
             retry_max_delay: Duration::from_secs(60),
+            audit_interval: Duration::from_secs(60),
+            audit_grace: Duration::from_secs(120),
+            audit_batch_size: 1000,
         }
     }
 }
@@ -1177,6 +1191,11 @@ impl IntakeSettings {
         within("intake.batch_size", self.batch_size, 1..=1000)?;
         within("intake.concurrency", self.concurrency, 1..=64)?;
         within("intake.max_deliver", self.max_deliver, 2..=1000)?;
+        within(
+            "intake.audit_batch_size",
+            self.audit_batch_size,
+            1..=100_000,
+        )?;
         require(
             self.ack_wait >= Duration::from_secs(1),
             "intake.ack_wait",

@@ -84,6 +84,14 @@ pub fn message_lost(consumer: &str, reason: &'static str) {
     metrics::counter!("onecharge_intake_messages_lost_total", "consumer" => consumer.to_owned(), "reason" => reason).increment(1);
 }
 
+/// Messages the command stream holds that intake never recorded nor dead-lettered, as the
+/// stream audit last counted its open findings (docs/operations.md §13). Anything above 0 is
+/// a command to look at: `onecharge intake audit`.
+pub fn unrecorded_messages(consumer: &str, open: i64) {
+    metrics::gauge!("onecharge_intake_unrecorded_messages", "consumer" => consumer.to_owned())
+        .set(open as f64);
+}
+
 /// A message dead-lettered, by class.
 pub fn dead_letter(class: &'static str) {
     metrics::counter!("onecharge_dead_letters_total", "class" => class).increment(1);

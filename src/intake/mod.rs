@@ -12,6 +12,7 @@
 //!   until it is. Only an operator-set `max_deliver` can end a message unrecorded, and that
 //!   is counted (`onecharge_intake_messages_lost_total`).
 
+pub mod audit;
 mod dead_letter;
 
 use async_nats::header::NATS_MESSAGE_ID;
@@ -564,8 +565,8 @@ fn classify_db_error(err: &sqlx::Error) -> DeliveryOutcome {
     }
 }
 
-/// The `payment_attempt_id` of a command body, when it has a readable one (for spans only:
-/// validation decides what the body is worth).
+/// The `payment_attempt_id` of a command body, when it has a readable one (for spans and the
+/// stream audit's findings only: validation decides what the body is worth).
 fn attempt_id(payload: &[u8]) -> Option<PaymentAttemptId> {
     #[derive(serde::Deserialize)]
     struct AttemptRef {
@@ -576,15 +577,18 @@ fn attempt_id(payload: &[u8]) -> Option<PaymentAttemptId> {
         .map(|r| r.payment_attempt_id)
 }
 
+/// The value of the header `name` of a message, when it has one.
+fn header(message: &async_nats::Message, name: &str) -> Option<String> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_owned())
+}
+
 /// Reads the headers intake cares about.
 pub fn command_headers(message: &async_nats::Message) -> CommandHeaders {
-    let get = |name: &str| {
-        message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(name))
-            .map(|v| v.as_str().to_owned())
-    };
+    let get = |name: &str| header(message, name);
     CommandHeaders {
         message_id: get(NATS_MESSAGE_ID.as_ref()),
         correlation_id: get("Correlation-Id"),

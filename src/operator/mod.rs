@@ -12,6 +12,7 @@
 //!   a preview and a hard cap.
 //! - [`dlq`]: `dlq list | replay`.
 //! - [`audit`]: `audit list` — every manual action, who, when, what, why.
+//! - [`intake_audit`]: `intake audit` — commands on the stream intake never recorded.
 //! - [`purge`]: `purge`, and the `purge` role of `serve`.
 //! - [`retention`]: the history part of `purge`: month partitions created ahead and
 //!   dropped past `purge.history_retention`, never losing a non-final attempt's history.
@@ -26,6 +27,7 @@ pub mod attempts;
 pub mod audit;
 pub mod bulk;
 pub mod dlq;
+pub mod intake_audit;
 pub mod purge;
 pub mod recheck;
 pub mod resolve;
@@ -198,6 +200,22 @@ pub enum DlqCommand {
         /// Why: recorded in the audit trail
         #[arg(long)]
         reason: Option<String>,
+    },
+}
+
+/// `onecharge intake …`
+#[derive(Debug, Subcommand)]
+pub enum IntakeCommand {
+    /// Commands stored on the command stream that intake never recorded nor dead-lettered
+    /// (runs one audit pass first)
+    Audit {
+        /// One JSON document instead of a table
+        #[arg(long)]
+        json: bool,
+        /// Put the unrecorded command at this command-stream sequence through intake again,
+        /// under its own message id (deduplicated as any delivery)
+        #[arg(long, value_name = "SEQUENCE")]
+        replay: Option<u64>,
     },
 }
 
@@ -410,6 +428,38 @@ async fn run_bulk(
 }
 
 /// `onecharge audit …`: runs one subcommand and prints its result.
+pub async fn run_intake(settings: &Settings, command: IntakeCommand) -> anyhow::Result<()> {
+    let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
+    let broker = crate::broker::Broker::connect(settings).await?;
+    let audit = crate::intake::audit::StreamAudit::new(store, broker, settings);
+    match command {
+        IntakeCommand::Audit {
+            replay: Some(sequence),
+            ..
+        } => {
+            let replayed = audit.replay(sequence, &operator_actor()).await?;
+            println!(
+                "replayed sequence {sequence} ({}) as sequence {}: intake records it like any delivery",
+                replayed.message_id.as_deref().unwrap_or("no message id"),
+                replayed.sequence
+            );
+            Ok(())
+        }
+        IntakeCommand::Audit { json, .. } => {
+            let report = intake_audit::audit(&audit).await?;
+            if json {
+                print_json(&report)
+            } else {
+                print!(
+                    "{}",
+                    intake_audit::render(&report, OffsetDateTime::now_utc())
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
 pub async fn run_audit(settings: &Settings, command: AuditCommand) -> anyhow::Result<()> {
     let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
     match command {

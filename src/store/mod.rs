@@ -21,6 +21,7 @@ pub mod rate_limit;
 pub mod reconciler;
 pub mod relay;
 pub mod retention;
+pub mod stream_audit;
 
 use std::time::Duration;
 

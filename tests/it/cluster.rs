@@ -5,9 +5,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use onecharge::broker::Broker;
+use onecharge::app::{Application, Role};
+use onecharge::broker::{Broker, Names};
 use onecharge::config::Settings;
 use onecharge::publish::{publish_charge, ChargeArgs};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::cluster::NatsCluster;
@@ -230,4 +232,61 @@ async fn setup_given_all_three_urls_creates_the_replicated_streams_while_the_fir
         let info = cluster.stream_info(&stream).await;
         assert_eq!(info["config"]["num_replicas"], 3, "{stream}: {info}");
     }
+}
+
+/// Whether the attempt is recorded in the database at `database_url`.
+async fn recorded(database_url: &str, attempt: Uuid) -> bool {
+    let Ok(pool) = sqlx::PgPool::connect(database_url).await else {
+        return false;
+    };
+    let found: Option<i64> =
+        sqlx::query_scalar("SELECT 1::int8 FROM payment_attempts WHERE payment_attempt_id = $1")
+            .bind(attempt)
+            .fetch_optional(&pool)
+            .await
+            .unwrap_or(None);
+    pool.close().await;
+    found.is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_started_while_the_command_streams_leader_is_killed_waits_out_the_election_and_records_commands(
+) {
+    let mut cluster = NatsCluster::start().await;
+    let database = ThrowawayDatabase::new();
+    let settings = settings(cluster.urls(), database.url());
+    onecharge::app::setup(&settings).await.expect("setup");
+    let stream = Names::new(&settings.namespace).commands_stream();
+
+    // Built (database migrated, streams found), then the command stream's leader dies just
+    // as intake looks the stream and its consumer up: serve starts during the election.
+    let app = Application::build(settings.clone(), &[Role::Intake])
+        .await
+        .expect("the service builds");
+    let leader = cluster.stream_leader(&stream).await;
+    cluster.kill(&leader);
+    let stop = CancellationToken::new();
+    let mut running = tokio::spawn(app.run(stop.clone()));
+
+    let publisher = Broker::connect(&settings).await.expect("connect");
+    let attempt = Uuid::new_v4();
+    publish_charge(&publisher, charge_args(attempt))
+        .await
+        .expect("published through the surviving servers");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !recorded(&database.url(), attempt).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the command was not recorded within 60 s"
+        );
+        tokio::select! {
+            ended = &mut running => panic!("serve ended during the election: {:?}", ended.unwrap().map_err(|e| format!("{e:#}"))),
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+    stop.cancel();
+    running
+        .await
+        .unwrap()
+        .expect("serve stops cleanly after the election");
 }

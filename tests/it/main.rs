@@ -35,6 +35,7 @@ mod relay;
 mod retention;
 mod schemas;
 mod secrets;
+mod stream_audit;
 mod stripe;
 mod stripe_localstripe;
 mod time;

