@@ -275,6 +275,15 @@ pub struct ReconcilerSettings {
     /// another may take the attempt after this.
     #[serde(with = "bounded_duration")]
     pub claim_hold: Duration,
+    /// How often `serve` sweeps (docs/contract.md §3.2): lists every charge the gateway made
+    /// in the last `sweep_window` and compares it with the attempts. Claimed fleet-wide: one
+    /// instance sweeps per interval. 0 turns the scheduled sweep off.
+    #[serde(with = "bounded_duration")]
+    pub sweep_interval: Duration,
+    /// How far back each scheduled sweep looks. Longer than `sweep_interval`, so that
+    /// consecutive sweeps overlap and a charge the gateway records late is still read.
+    #[serde(with = "bounded_duration")]
+    pub sweep_window: Duration,
 }
 
 impl Default for ReconcilerSettings {
@@ -292,6 +301,8 @@ impl Default for ReconcilerSettings {
             batch_size: 32,
             poll_interval: Duration::from_secs(1),
             claim_hold: Duration::from_secs(120),
+            sweep_interval: Duration::from_secs(3600),
+            sweep_window: Duration::from_secs(25 * 3600),
         }
     }
 }
@@ -996,6 +1007,14 @@ impl Settings {
             reconciler.claim_hold > self.gateway_call_limit(),
             "reconciler.claim_hold",
             "must be longer than gateway_connect_timeout + gateway_request_timeout",
+        )?;
+        require(
+            reconciler.sweep_window >= Duration::from_secs(60)
+                && reconciler.sweep_window <= Duration::from_secs(90 * 86_400)
+                && (reconciler.sweep_interval.is_zero()
+                    || reconciler.sweep_window > reconciler.sweep_interval),
+            "reconciler.sweep_window (ONECHARGE_RECONCILER__SWEEP_WINDOW)",
+            "must be between 1m and 90days and longer than reconciler.sweep_interval, so that consecutive sweeps overlap",
         )
     }
 

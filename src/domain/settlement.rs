@@ -164,6 +164,9 @@ pub enum CallOperation {
     /// A connector's step before the charging call that cannot charge (Stripe's create of
     /// an unconfirmed PaymentIntent).
     Prepare,
+    /// A page of the gateway's own list of charges (the reconciliation sweep, contract
+    /// §3.2); as an attempt's evidence, the listed record the sweep settled it by.
+    List,
 }
 
 impl CallOperation {
@@ -173,6 +176,7 @@ impl CallOperation {
             Self::Charge => "charge",
             Self::Lookup => "lookup",
             Self::Prepare => "prepare",
+            Self::List => "list",
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod attempts;
 pub mod audit;
 pub mod bulk;
 pub mod dlq;
+pub mod findings;
 pub mod purge;
 pub mod recheck;
 pub mod resolve;

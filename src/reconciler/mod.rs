@@ -23,6 +23,8 @@
 //!   operator, never both settle one attempt.
 //! - Every lookup is written to `gateway_calls`; every state change records its cause.
 
+pub mod sweep;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -10,6 +10,7 @@ pub mod attempt_counts;
 pub mod attempts;
 pub mod audit;
 pub mod console;
+pub mod findings;
 pub mod gateway_objects;
 pub mod intake;
 pub mod metrics;
@@ -20,6 +21,7 @@ pub mod rate_limit;
 pub mod reconciler;
 pub mod relay;
 pub mod retention;
+pub mod sweep;
 
 use std::time::Duration;
 

@@ -8,6 +8,7 @@
 mod currency;
 mod error;
 mod intent;
+mod list;
 mod methods;
 mod params;
 
@@ -43,7 +44,11 @@ use params::{ConfirmIntent, CreateCustomer, CreateIntent, Form};
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     with_controls(
         Router::new()
-            .route("/v1/payment_intents", post(create_intent))
+            .route(
+                "/v1/payment_intents",
+                post(create_intent).get(list::list_intents),
+            )
+            .route("/__stripe/payment_intents/{id}/{action}", post(list::control))
             .route("/v1/payment_intents/{id}", get(retrieve_intent))
             .route("/v1/payment_intents/{id}/confirm", post(confirm_intent))
             .route("/v1/payment_intents/{id}/cancel", post(cancel_intent))
