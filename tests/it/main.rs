@@ -34,6 +34,7 @@ mod retention;
 mod secrets;
 mod stripe;
 mod stripe_localstripe;
+mod sweep;
 mod time;
 mod tls;
 mod tracing;
