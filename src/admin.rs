@@ -3,6 +3,8 @@
 //! token when either is configured (a viewer's token may only read). The operator console
 //! (`crate::console`) is mounted under `/console/`.
 
+mod findings;
+
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode};
@@ -61,6 +63,8 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/attempts/bulk", post(bulk_action))
         .route("/api/audit", get(audit_list))
         .route("/api/stats", get(stats))
+        .route("/api/findings", get(findings::list))
+        .route("/api/findings/{id}/resolve", post(findings::resolve_finding))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize_api));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

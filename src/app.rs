@@ -279,6 +279,7 @@ impl Application {
         // be built.
         let executor = self.executor(gateway.as_ref(), &nudges).await?;
         if let Some(reconciler) = self.reconciler(gateway.as_ref()) {
+            roles.spawn("sweep", reconciler.clone().run_sweeps(shutdown.clone()));
             roles.spawn("reconciler", reconciler.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Intake) {

@@ -205,6 +205,7 @@ impl DatabaseGaugesRefresher {
             .set(gauges.outbox_oldest_pending.map_or(0.0, age));
         metrics::gauge!("onecharge_database_gauges_refreshed_timestamp_seconds")
             .set(now.unix_timestamp() as f64);
+        crate::reconciler::sweep::refresh_findings_gauge(&self.store).await;
         Ok(gauges)
     }
 

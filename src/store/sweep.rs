@@ -304,15 +304,18 @@ pub async fn finish(
 }
 
 /// Claims the fleet's next scheduled sweep: true for exactly one caller once `next_at` has
-/// passed, which moves it `interval` on (by the database's clock).
+/// passed, which moves it `interval` on (by the database's clock). The first sweep of a
+/// new database falls due one interval after the first `serve` started.
 pub async fn claim_scheduled(
     store: &Store,
     interval: std::time::Duration,
 ) -> Result<bool, sqlx::Error> {
     sqlx::query(
-        "INSERT INTO reconciliation_sweep_schedule (name, next_at) VALUES ('serve', now())
+        "INSERT INTO reconciliation_sweep_schedule (name, next_at)
+         VALUES ('serve', now() + make_interval(secs => $1))
          ON CONFLICT DO NOTHING",
     )
+    .bind(interval.as_secs_f64())
     .execute(store.pool())
     .await?;
     Ok(sqlx::query(

@@ -331,3 +331,66 @@ async fn resolving_a_finding_records_who_and_why_and_audits_it() {
             .unwrap();
     assert_eq!(state, ("resolved".to_owned(), 2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_sweeps_on_its_interval_and_the_admin_api_lists_and_resolves_what_it_found() {
+    let mut h = Harness::with(MockConfig::default(), |s| {
+        s.reconciler.sweep_interval = Duration::from_secs(1);
+        s.reconciler.sweep_window = Duration::from_secs(3600);
+    })
+    .await;
+    h.broker().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let stranger = uuid::Uuid::new_v4().to_string();
+    charge_outside(&client, &stranger, 500, "someone-else").await;
+    let served = crate::support::Served::start(
+        &h.settings,
+        &[onecharge::app::Role::Reconciler, onecharge::app::Role::Admin],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let open = || async {
+        http.get(served.url("/api/findings?state=open"))
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()
+    };
+    crate::support::eventually("the scheduled sweep finds the charge", Duration::from_secs(20), || async {
+        open().await.as_array().is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    let found = open().await;
+    assert_eq!(found[0]["class"], "unknown_reference");
+    assert_eq!(found[0]["reference"], stranger.as_str());
+    let id = found[0]["id"].as_i64().unwrap();
+
+    let resolved = http
+        .post(served.url(&format!("/api/findings/{id}/resolve")))
+        .json(&serde_json::json!({"reason": "refunded in the Dashboard"}))
+        .send()
+        .await
+        .unwrap();
+    let again = http
+        .post(served.url(&format!("/api/findings/{id}/resolve")))
+        .json(&serde_json::json!({"reason": "twice"}))
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(resolved.status(), 200);
+    assert_eq!(again.status(), 409);
+    let closed: serde_json::Value = http
+        .get(served.url("/api/findings?state=resolved"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(closed[0]["resolved_by"], "admin-api");
+    assert_eq!(closed[0]["resolution"], "refunded in the Dashboard");
+    served.stop().await;
+}
