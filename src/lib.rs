@@ -25,3 +25,4 @@ pub mod relay;
 pub mod shutdown;
 pub mod store;
 pub mod tls;
+pub mod webhook;

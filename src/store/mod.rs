@@ -22,6 +22,7 @@ pub mod reconciler;
 pub mod relay;
 pub mod retention;
 pub mod sweep;
+pub mod webhooks;
 
 use std::time::Duration;
 

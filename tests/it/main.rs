@@ -38,3 +38,4 @@ mod sweep;
 mod time;
 mod tls;
 mod tracing;
+mod webhook;

@@ -33,6 +33,18 @@ impl Served {
         }
     }
 
+    /// Runs an already built service (whose listeners the test has read) on a task of its own.
+    pub fn from_app(app: Application) -> Self {
+        let admin = app.admin_addr();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(app.run(stop.clone()));
+        Self {
+            admin,
+            stop,
+            running,
+        }
+    }
+
     /// Stops the service as a SIGTERM would and waits until every role stopped cleanly.
     pub async fn stop(self) {
         self.stop.cancel();
