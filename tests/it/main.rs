@@ -39,3 +39,4 @@ mod time;
 mod tls;
 mod tracing;
 mod webhook;
+mod webhook_localstripe;
