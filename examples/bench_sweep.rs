@@ -38,7 +38,6 @@ mod fleet;
 #[allow(dead_code)]
 mod support;
 #[path = "../tests/it/support/throwaway.rs"]
-#[allow(dead_code)]
 mod throwaway;
 
 use throwaway::ThrowawayDatabase;
@@ -155,7 +154,11 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     sampling.abort();
     let peak = peak.load(Ordering::Relaxed).max(rss_kib());
-    ensure!(report.records == charges as u64, "read {} of {charges}", report.records);
+    ensure!(
+        report.records == charges as u64,
+        "read {} of {charges}",
+        report.records
+    );
     ensure!(
         report.new_findings.is_empty(),
         "every charge matches its attempt: {:?}",

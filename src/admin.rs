@@ -64,7 +64,10 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/audit", get(audit_list))
         .route("/api/stats", get(stats))
         .route("/api/findings", get(findings::list))
-        .route("/api/findings/{id}/resolve", post(findings::resolve_finding))
+        .route(
+            "/api/findings/{id}/resolve",
+            post(findings::resolve_finding),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize_api));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

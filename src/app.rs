@@ -336,8 +336,12 @@ impl Application {
         });
         let gateway_health = gateway.map(|(_, health)| health);
         if let Some(listener) = self.webhook_listener.take() {
-            let state = crate::webhook::WebhookState::from_settings(self.store.clone(), &self.settings);
-            roles.spawn("webhook", crate::webhook::serve(listener, state, shutdown.clone()));
+            let state =
+                crate::webhook::WebhookState::from_settings(self.store.clone(), &self.settings);
+            roles.spawn(
+                "webhook",
+                crate::webhook::serve(listener, state, shutdown.clone()),
+            );
         }
         let timeout = self.settings.shutdown_timeout;
         tracing::info!(roles = ?self.roles, "onecharge serving");

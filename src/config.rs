@@ -988,7 +988,12 @@ impl Settings {
         let secrets = self
             .stripe_webhook_secrets
             .as_ref()
-            .map(|s| s.expose_secret().split(',').map(str::trim).collect::<Vec<_>>())
+            .map(|s| {
+                s.expose_secret()
+                    .split(',')
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+            })
             .unwrap_or_default();
         require(
             !secrets.is_empty() && secrets.iter().all(|s| !s.is_empty()),

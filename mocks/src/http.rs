@@ -36,7 +36,10 @@ const MAX_CLOCK_ADVANCE_SECS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     with_controls(
         Router::new()
-            .route("/v1/charges", post(create_charge).get(crate::list::get_charges))
+            .route(
+                "/v1/charges",
+                post(create_charge).get(crate::list::get_charges),
+            )
             .route("/__charges/{id}", post(crate::list::change_charge)),
         not_found,
         shared,

@@ -103,11 +103,17 @@ pub struct ListPage {
 pub enum ListOutcome {
     Page(ListPage),
     /// The gateway refused onecharge's credentials.
-    CredentialsFault { status: u16 },
+    CredentialsFault {
+        status: u16,
+    },
     /// `gateway_url` answers like something else (404, 405, 3xx).
-    EndpointFault { status: u16 },
+    EndpointFault {
+        status: u16,
+    },
     /// No usable answer (transport failure, 5xx, 429, unreadable body).
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
 }
 
 impl ListOutcome {
@@ -186,9 +192,11 @@ fn rfc3339(at: OffsetDateTime) -> String {
 /// a wrong URL, and any status but 200.
 fn common(reply: GatewayReply<'_>) -> Result<&[u8], ListOutcome> {
     match reply {
-        GatewayReply::NotSent { error } | GatewayReply::Lost { error } => Err(ListOutcome::Failed {
-            reason: bounded(error, MAX_REASON_CHARS),
-        }),
+        GatewayReply::NotSent { error } | GatewayReply::Lost { error } => {
+            Err(ListOutcome::Failed {
+                reason: bounded(error, MAX_REASON_CHARS),
+            })
+        }
         GatewayReply::Answered {
             status: status @ (401 | 403),
             ..

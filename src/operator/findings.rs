@@ -81,7 +81,9 @@ pub async fn resolve(
 ) -> anyhow::Result<Resolved> {
     let reason = reason.trim();
     if reason.is_empty() || reason.chars().count() > 1000 {
-        return Err(UsageError("--reason: say what was done, in 1 to 1000 characters".into()).into());
+        return Err(
+            UsageError("--reason: say what was done, in 1 to 1000 characters".into()).into(),
+        );
     }
     let resolved = findings::resolve(store, id, actor, reason, |finding| NewAuditEntry {
         actor: actor.to_owned(),
@@ -132,7 +134,10 @@ pub async fn run_findings(settings: &Settings, command: FindingsCommand) -> anyh
         FindingsCommand::Resolve { id, reason } => {
             match resolve(&store, id, &super::operator_actor(), Via::Cli, &reason).await? {
                 Resolved::Done(finding) => {
-                    println!("finding {} ({}) resolved: {reason}", finding.id, finding.class);
+                    println!(
+                        "finding {} ({}) resolved: {reason}",
+                        finding.id, finding.class
+                    );
                     Ok(())
                 }
                 Resolved::NotFound => Err(UsageError(format!("no finding {id}")).into()),
@@ -190,7 +195,10 @@ pub fn render_one(f: &Finding) -> String {
         ("id", f.id.to_string()),
         ("class", f.class.to_string()),
         ("state", f.state.clone()),
-        ("payment_attempt_id", f.payment_attempt_id.map_or("-".into(), |id| id.to_string())),
+        (
+            "payment_attempt_id",
+            f.payment_attempt_id.map_or("-".into(), |id| id.to_string()),
+        ),
         ("reference", opt(&f.reference)),
         ("gateway_ids", f.gateway_ids.join(", ")),
         ("attempt_status", opt(&f.attempt_status)),
@@ -215,7 +223,10 @@ pub fn render_one(f: &Finding) -> String {
         ("first_seen_at", f.first_seen_at.to_string()),
         ("last_seen_at", f.last_seen_at.to_string()),
         ("seen_count", f.seen_count.to_string()),
-        ("resolved_at", f.resolved_at.map_or("-".into(), |t| t.to_string())),
+        (
+            "resolved_at",
+            f.resolved_at.map_or("-".into(), |t| t.to_string()),
+        ),
         ("resolved_by", opt(&f.resolved_by)),
         ("resolution", opt(&f.resolution)),
     ] {

@@ -410,13 +410,7 @@ impl Reconciler {
             outcome,
             detail: serde_json::to_value(report).unwrap_or_default(),
         };
-        let applies = |settlement: &Settlement| {
-            before == AttemptStatus::Unknown
-                || matches!(
-                    settlement,
-                    Settlement::Succeeded { .. } | Settlement::Declined { .. }
-                )
-        };
+        let applies = |settlement: &Settlement| claim_may_write(before, settlement);
         match decision {
             Decision::Settle { settlement, cause } if applies(&settlement) => {
                 let status = settlement.status();
@@ -835,6 +829,17 @@ enum Decision {
         reason: String,
         count_check: bool,
     },
+}
+
+/// Whether a claim made like a recheck's (`claim_for_recheck`) of an attempt that was
+/// `before` may write `settlement`: an `unknown` attempt takes whatever the decision says; a
+/// `needs_review` one only a found charge's outcome (re-sending it stays a person's call).
+fn claim_may_write(before: AttemptStatus, settlement: &Settlement) -> bool {
+    before == AttemptStatus::Unknown
+        || matches!(
+            settlement,
+            Settlement::Succeeded { .. } | Settlement::Declined { .. }
+        )
 }
 
 /// The charge a lookup found that decides the attempt: a success wins over declines (a

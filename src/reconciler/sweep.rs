@@ -28,10 +28,10 @@ use uuid::Uuid;
 
 pub use compare::{compare, Action, AttemptView, Verdict};
 
-use super::{Decision, Reconciler};
-use crate::domain::outcome::{ChargeStatus, GatewayCharge, LookupOutcome};
+use super::{claim_may_write, found_charge, Decision, Reconciler};
+use crate::domain::outcome::{GatewayCharge, LookupOutcome};
+use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, CallOperation, Fence, GatewayCallRecord, SettleWrite};
-use crate::domain::{PaymentAttemptId, Settlement};
 use crate::gateway::list::{ListOutcome, ListWindow, MAX_PAGE};
 use crate::gateway_limit::Take;
 use crate::store::attempts::settle;
@@ -307,21 +307,12 @@ impl Reconciler {
                 RecheckClaim::NotFound | RecheckClaim::WrongState(_) => return Ok(None),
             };
         let now = attempt.claimed_at;
-        let found = charges
-            .iter()
-            .find(|c| c.status == ChargeStatus::Succeeded)
-            .or_else(|| charges.first())
-            .map(|c| c.id.clone());
-        let decision = self.decide(&attempt, &LookupOutcome::Found(charges), now);
-        let Decision::Settle { settlement, cause } = decision else {
+        let outcome = LookupOutcome::Found(charges);
+        let found = found_charge(&outcome).map(|c| c.id.clone());
+        let Decision::Settle { settlement, cause } = self.decide(&attempt, &outcome, now) else {
             return Ok(None);
         };
-        if before != AttemptStatus::Unknown
-            && !matches!(
-                settlement,
-                Settlement::Succeeded { .. } | Settlement::Declined { .. }
-            )
-        {
+        if !claim_may_write(before, &settlement) {
             return Ok(None);
         }
         let status = settlement.status();

@@ -48,7 +48,10 @@ pub async fn add_records(
         .iter()
         .map(|r| r.reference.as_deref().and_then(|r| r.parse::<Uuid>().ok()))
         .collect();
-    let statuses: Vec<String> = records.iter().map(|r| r.status.as_str().to_owned()).collect();
+    let statuses: Vec<String> = records
+        .iter()
+        .map(|r| r.status.as_str().to_owned())
+        .collect();
     let amounts: Vec<Option<i64>> = records.iter().map(|r| r.amount_minor).collect();
     sqlx::query(
         "INSERT INTO reconciliation_sweep_records
@@ -331,5 +334,7 @@ pub async fn claim_scheduled(
 
 /// The database's clock, which the sweep's default window is measured on.
 pub async fn now(store: &Store) -> Result<OffsetDateTime, sqlx::Error> {
-    sqlx::query_scalar("SELECT now()").fetch_one(store.pool()).await
+    sqlx::query_scalar("SELECT now()")
+        .fetch_one(store.pool())
+        .await
 }

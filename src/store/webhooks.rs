@@ -114,7 +114,7 @@ pub async fn record_event(
             .await?;
         }
         Effect::Finding(finding) => {
-            if findings::record(&mut *tx, &finding, FindingSource::Webhook).await? {
+            if findings::record(&mut tx, &finding, FindingSource::Webhook).await? {
                 if let Some(id) = finding.payment_attempt_id {
                     publish_finding(&mut tx, id, &finding, event.id).await?;
                 }

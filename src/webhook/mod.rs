@@ -178,13 +178,24 @@ async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: By
     match recorded {
         Ok(Recorded::Duplicate) => {
             count("duplicate");
-            (StatusCode::OK, Json(serde_json::json!({"received": true, "duplicate": true})))
+            (
+                StatusCode::OK,
+                Json(serde_json::json!({"received": true, "duplicate": true})),
+            )
                 .into_response()
         }
         Ok(Recorded::New(did)) => {
             count("accepted");
-            tracing::info!(event_id = event.id, kind = event.kind, did, "webhook accepted");
-            (StatusCode::OK, Json(serde_json::json!({"received": true, "did": did})))
+            tracing::info!(
+                event_id = event.id,
+                kind = event.kind,
+                did,
+                "webhook accepted"
+            );
+            (
+                StatusCode::OK,
+                Json(serde_json::json!({"received": true, "did": did})),
+            )
                 .into_response()
         }
         // Not recorded: Stripe retries a 5xx, so the event is not lost.
@@ -287,7 +298,10 @@ mod tests {
 
     #[test]
     fn a_refund_or_dispute_of_a_succeeded_attempt_is_a_finding_on_its_payment_intent() {
-        for (kind, word) in [("charge.refunded", "refunded"), ("charge.dispute.created", "disputed")] {
+        for (kind, word) in [
+            ("charge.refunded", "refunded"),
+            ("charge.dispute.created", "disputed"),
+        ] {
             let succeeded = attempt(AttemptStatus::Succeeded);
             let Effect::Finding(finding) = react(kind, "evt_9", Some("pi_1"), Some(&succeeded))
             else {
@@ -297,7 +311,12 @@ mod tests {
             assert_eq!(finding.gateway_ids, vec!["pi_1"]);
             assert!(finding.detail.contains(word) && finding.detail.contains("evt_9"));
             assert_eq!(
-                react(kind, "evt", Some("pi_1"), Some(&attempt(AttemptStatus::Declined))),
+                react(
+                    kind,
+                    "evt",
+                    Some("pi_1"),
+                    Some(&attempt(AttemptStatus::Declined))
+                ),
                 Effect::Ignore
             );
         }
@@ -305,10 +324,18 @@ mod tests {
 
     #[test]
     fn an_event_about_nothing_onecharge_holds_is_only_recorded() {
-        assert_eq!(react("payment_intent.succeeded", "evt", Some("pi_1"), None), Effect::Ignore);
+        assert_eq!(
+            react("payment_intent.succeeded", "evt", Some("pi_1"), None),
+            Effect::Ignore
+        );
         assert_eq!(react("customer.created", "evt", None, None), Effect::Ignore);
         assert_eq!(
-            react("invoice.paid", "evt", Some("pi_1"), Some(&attempt(AttemptStatus::Unknown))),
+            react(
+                "invoice.paid",
+                "evt",
+                Some("pi_1"),
+                Some(&attempt(AttemptStatus::Unknown))
+            ),
             Effect::Ignore
         );
     }
@@ -316,8 +343,10 @@ mod tests {
     #[test]
     fn the_payment_intent_is_read_from_the_intent_a_charge_or_a_dispute() {
         let event = |object: serde_json::Value| -> StripeEvent {
-            serde_json::from_value(serde_json::json!({"id": "evt_1", "type": "x", "data": {"object": object}}))
-                .unwrap()
+            serde_json::from_value(
+                serde_json::json!({"id": "evt_1", "type": "x", "data": {"object": object}}),
+            )
+            .unwrap()
         };
         assert_eq!(
             event(serde_json::json!({"id": "pi_1", "object": "payment_intent"})).payment_intent(),

@@ -39,8 +39,8 @@ impl SignatureError {
 /// The HMAC-SHA256 of `<t>.<body>` under `secret`: what Stripe sends as a `v1` signature
 /// (hex-encoded). Also what the mock and the tests sign with.
 pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> Vec<u8> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
-        .expect("HMAC takes a key of any length");
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes a key of any length");
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
@@ -73,9 +73,18 @@ pub fn verify(
     let mut timestamp = None;
     let mut signatures = Vec::new();
     for item in header.split(',') {
-        let (key, value) = item.trim().split_once('=').ok_or(SignatureError::Malformed)?;
+        let (key, value) = item
+            .trim()
+            .split_once('=')
+            .ok_or(SignatureError::Malformed)?;
         match key {
-            "t" => timestamp = Some(value.parse::<i64>().map_err(|_| SignatureError::Malformed)?),
+            "t" => {
+                timestamp = Some(
+                    value
+                        .parse::<i64>()
+                        .map_err(|_| SignatureError::Malformed)?,
+                )
+            }
             // A v1 that is not hex cannot match; it is skipped, like any other scheme.
             "v1" => signatures.extend(hex::decode(value).ok()),
             _ => {}
@@ -133,7 +142,10 @@ mod tests {
             "c89214b5b5da833daed6f0b8c5bb6bd58cea9022bd80ccc78230f3942d632925"
         );
         let header = header(&["whsec_a"], NOW, BODY);
-        assert_eq!(verify(Some(&header), BODY, &secrets_of("whsec_a"), NOW, 300), Ok(()));
+        assert_eq!(
+            verify(Some(&header), BODY, &secrets_of("whsec_a"), NOW, 300),
+            Ok(())
+        );
     }
 
     #[test]
@@ -142,7 +154,10 @@ mod tests {
         let both = header(&["whsec_new", "whsec_old"], NOW, BODY);
         let rotating = secrets_of("whsec_new, whsec_old");
         assert_eq!(verify(Some(&old_only), BODY, &rotating, NOW, 300), Ok(()));
-        assert_eq!(verify(Some(&both), BODY, &secrets_of("whsec_old"), NOW, 300), Ok(()));
+        assert_eq!(
+            verify(Some(&both), BODY, &secrets_of("whsec_old"), NOW, 300),
+            Ok(())
+        );
         let with_v0 = format!("{old_only},v0=deadbeef");
         assert_eq!(verify(Some(&with_v0), BODY, &rotating, NOW, 300), Ok(()));
     }
@@ -156,7 +171,13 @@ mod tests {
             Err(SignatureError::NoMatch)
         );
         assert_eq!(
-            verify(Some(&header_a), b"{\"id\":\"evt_2\"}", &secrets_of("whsec_a"), NOW, 300),
+            verify(
+                Some(&header_a),
+                b"{\"id\":\"evt_2\"}",
+                &secrets_of("whsec_a"),
+                NOW,
+                300
+            ),
             Err(SignatureError::NoMatch)
         );
         let moved_time = header_a.replacen(&format!("t={NOW}"), &format!("t={}", NOW + 1), 1);
@@ -172,15 +193,24 @@ mod tests {
         let old = header(&["whsec_a"], NOW - 301, BODY);
         let future = header(&["whsec_a"], NOW + 301, BODY);
         let edge = header(&["whsec_a"], NOW - 300, BODY);
-        assert_eq!(verify(Some(&old), BODY, &secrets, NOW, 300), Err(SignatureError::Stale));
-        assert_eq!(verify(Some(&future), BODY, &secrets, NOW, 300), Err(SignatureError::Stale));
+        assert_eq!(
+            verify(Some(&old), BODY, &secrets, NOW, 300),
+            Err(SignatureError::Stale)
+        );
+        assert_eq!(
+            verify(Some(&future), BODY, &secrets, NOW, 300),
+            Err(SignatureError::Stale)
+        );
         assert_eq!(verify(Some(&edge), BODY, &secrets, NOW, 300), Ok(()));
     }
 
     #[test]
     fn a_missing_or_malformed_header_is_refused() {
         let secrets = secrets_of("whsec_a");
-        assert_eq!(verify(None, BODY, &secrets, NOW, 300), Err(SignatureError::Missing));
+        assert_eq!(
+            verify(None, BODY, &secrets, NOW, 300),
+            Err(SignatureError::Missing)
+        );
         for bad in ["", "t=abc,v1=00", "v1=00", "t=1", "garbage"] {
             assert_eq!(
                 verify(Some(bad), BODY, &secrets, NOW, 300),

@@ -41,7 +41,9 @@ async fn findings(h: &Harness) -> (BTreeMap<String, i64>, Vec<(String, String, i
         .map(|(class, id, reference, seen)| {
             (
                 class,
-                id.map(|id| id.to_string()).or(reference).unwrap_or_default(),
+                id.map(|id| id.to_string())
+                    .or(reference)
+                    .unwrap_or_default(),
                 seen,
             )
         })
@@ -105,12 +107,21 @@ async fn each_planted_discrepancy_is_one_finding_across_sweeps_and_found_money_s
     let fine = executed(&h, &client, pm::CARD_VISA).await;
     // A second charge under one attempt's metadata.
     let twice = executed(&h, &client, pm::CARD_VISA).await;
-    charge_outside(&client, &twice.to_string(), 1999, "replayed-after-the-key-window").await;
+    charge_outside(
+        &client,
+        &twice.to_string(),
+        1999,
+        "replayed-after-the-key-window",
+    )
+    .await;
     // A charge whose amount was changed at the gateway.
     let changed = executed(&h, &client, pm::CARD_VISA).await;
     let changed_charge = h.attempt(changed).await.gateway_charge_id.unwrap();
     let edited = reqwest::Client::new()
-        .post(format!("{}/__charges/{changed_charge}", h.gateway.base_url()))
+        .post(format!(
+            "{}/__charges/{changed_charge}",
+            h.gateway.base_url()
+        ))
         .body(r#"{"amount_minor": 2999}"#)
         .send()
         .await
@@ -163,10 +174,17 @@ async fn each_planted_discrepancy_is_one_finding_across_sweeps_and_found_money_s
     .fetch_all(h.store.pool())
     .await
     .unwrap();
-    assert_eq!(evidence.last().map(String::as_str), Some("list"), "{evidence:?}");
+    assert_eq!(
+        evidence.last().map(String::as_str),
+        Some("list"),
+        "{evidence:?}"
+    );
     assert!(second.new_findings.is_empty(), "{second:?}");
     assert!(second.settled.is_empty());
-    assert_eq!(second.findings_seen_again as usize, first.new_findings.len());
+    assert_eq!(
+        second.findings_seen_again as usize,
+        first.new_findings.len()
+    );
 
     let (per_class, rows) = findings(&h).await;
     assert_eq!(
@@ -189,10 +207,16 @@ async fn each_planted_discrepancy_is_one_finding_across_sweeps_and_found_money_s
         about("charged_not_recorded").1,
         expired.payment_attempt_id.to_string()
     );
-    assert!(rows.iter().all(|r| r.2 == 2), "seen by both sweeps: {rows:?}");
+    assert!(
+        rows.iter().all(|r| r.2 == 2),
+        "seen by both sweeps: {rows:?}"
+    );
     assert!(rows.iter().all(|r| r.1 != fine.to_string()));
     // A sweep never changes a final attempt by itself.
-    assert_eq!(h.attempt(expired.payment_attempt_id).await.status, "expired");
+    assert_eq!(
+        h.attempt(expired.payment_attempt_id).await.status,
+        "expired"
+    );
     assert_eq!(h.attempt(missing).await.status, "succeeded");
 }
 
@@ -228,7 +252,11 @@ async fn stripe_refunds_disputes_second_intents_and_changed_amounts_are_each_one
             .send()
             .await
             .unwrap();
-        assert!(answer.status().is_success(), "{}", answer.text().await.unwrap());
+        assert!(
+            answer.status().is_success(),
+            "{}",
+            answer.text().await.unwrap()
+        );
     }
     charge_outside(&client, &twice.to_string(), 1999, "second-intent").await;
     let stranger = uuid::Uuid::new_v4().to_string();
@@ -345,7 +373,10 @@ async fn serve_sweeps_on_its_interval_and_the_admin_api_lists_and_resolves_what_
     charge_outside(&client, &stranger, 500, "someone-else").await;
     let served = crate::support::Served::start(
         &h.settings,
-        &[onecharge::app::Role::Reconciler, onecharge::app::Role::Admin],
+        &[
+            onecharge::app::Role::Reconciler,
+            onecharge::app::Role::Admin,
+        ],
     )
     .await;
     let http = reqwest::Client::new();
@@ -358,9 +389,11 @@ async fn serve_sweeps_on_its_interval_and_the_admin_api_lists_and_resolves_what_
             .await
             .unwrap()
     };
-    crate::support::eventually("the scheduled sweep finds the charge", Duration::from_secs(20), || async {
-        open().await.as_array().is_some_and(|a| !a.is_empty())
-    })
+    crate::support::eventually(
+        "the scheduled sweep finds the charge",
+        Duration::from_secs(20),
+        || async { open().await.as_array().is_some_and(|a| !a.is_empty()) },
+    )
     .await;
     let found = open().await;
     assert_eq!(found[0]["class"], "unknown_reference");

@@ -72,21 +72,27 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
     h.executor_with(client).run_once().await.unwrap();
     let row = h.attempt(id).await;
     assert_eq!(row.status, "unknown");
-    let pi: String =
-        sqlx::query_scalar("SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1")
-            .bind(id)
-            .fetch_one(h.store.pool())
+    let pi: String = sqlx::query_scalar(
+        "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    let app =
+        onecharge::app::Application::build(h.settings.clone(), &[Role::Reconciler, Role::Webhook])
             .await
             .unwrap();
-    let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Reconciler, Role::Webhook])
-        .await
-        .unwrap();
     let addr = app.webhook_addr().expect("the webhook listener is bound");
     let served = Served::from_app(app);
     // The reconciler's first look (at once) finds it still processing: next in a minute.
-    eventually("the first lookup reschedules it", Duration::from_secs(10), || async {
-        h.attempt(id).await.next_run_at - h.db_now().await > time::Duration::seconds(30)
-    })
+    eventually(
+        "the first lookup reschedules it",
+        Duration::from_secs(10),
+        || async {
+            h.attempt(id).await.next_run_at - h.db_now().await > time::Duration::seconds(30)
+        },
+    )
     .await;
     h.finish_slow_charge().await;
     let succeeded = event(
@@ -97,17 +103,32 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
 
     // Forged, stale, unsigned and unreadable deliveries are refused and record nothing.
     assert_eq!(
-        deliver(addr, &succeeded, Some(signature::header(&["whsec_forged"], now(), &succeeded))).await,
+        deliver(
+            addr,
+            &succeeded,
+            Some(signature::header(&["whsec_forged"], now(), &succeeded))
+        )
+        .await,
         400
     );
     assert_eq!(
-        deliver(addr, &succeeded, Some(signature::header(&[NEW], now() - 600, &succeeded))).await,
+        deliver(
+            addr,
+            &succeeded,
+            Some(signature::header(&[NEW], now() - 600, &succeeded))
+        )
+        .await,
         400
     );
     assert_eq!(deliver(addr, &succeeded, None).await, 400);
     let too_large = vec![b' '; onecharge::webhook::MAX_BODY + 1];
     assert_eq!(
-        deliver(addr, &too_large, Some(signature::header(&[NEW], now(), &too_large))).await,
+        deliver(
+            addr,
+            &too_large,
+            Some(signature::header(&[NEW], now(), &too_large))
+        )
+        .await,
         413
     );
     assert_eq!(recorded_events(&h).await, 0);
@@ -116,14 +137,24 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
     // Signed with the old secret of the rotation: accepted, and the reconciler settles it.
     let started = std::time::Instant::now();
     assert_eq!(
-        deliver(addr, &succeeded, Some(signature::header(&[OLD], now(), &succeeded))).await,
+        deliver(
+            addr,
+            &succeeded,
+            Some(signature::header(&[OLD], now(), &succeeded))
+        )
+        .await,
         200
     );
-    eventually("the woken attempt is settled", Duration::from_secs(15), || async {
-        h.attempt(id).await.status == "succeeded"
-    })
+    eventually(
+        "the woken attempt is settled",
+        Duration::from_secs(15),
+        || async { h.attempt(id).await.status == "succeeded" },
+    )
     .await;
-    assert!(started.elapsed() < Duration::from_secs(30), "well under the 60 s schedule");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "well under the 60 s schedule"
+    );
     assert_eq!(
         h.causes(id).await.last().map(String::as_str),
         Some("lookup_found_charge"),
@@ -131,7 +162,12 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
     );
     // A redelivery, signed with the new secret, is a no-op.
     assert_eq!(
-        deliver(addr, &succeeded, Some(signature::header(&[NEW], now(), &succeeded))).await,
+        deliver(
+            addr,
+            &succeeded,
+            Some(signature::header(&[NEW], now(), &succeeded))
+        )
+        .await,
         200
     );
     assert_eq!(recorded_events(&h).await, 1);

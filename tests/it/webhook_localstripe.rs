@@ -7,13 +7,12 @@
 use std::time::{Duration, Instant};
 
 use onecharge::app::{Application, Role};
-use onecharge::gateway::GatewayKind;
 use secrecy::SecretString;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::support::localstripe::{Localstripe, Shim, API_KEY};
+use crate::support::localstripe::{Localstripe, Shim};
 use crate::support::{command, TestEnv};
 
 const SECRET: &str = "whsec_localstripe_test";
@@ -25,14 +24,7 @@ async fn localstripes_signed_webhook_wakes_a_processing_debit_far_sooner_than_th
     };
     let shim = Shim::start(&localstripe).await;
     let env = TestEnv::with_settings(|s| {
-        s.gateway_kind = GatewayKind::Stripe;
-        s.gateway_url = shim.url.clone();
-        s.gateway_api_key = Some(SecretString::from(API_KEY));
-        s.gateway_connect_timeout = Duration::from_secs(1);
-        s.gateway_request_timeout = Duration::from_secs(3);
-        s.executor.lease = Duration::from_secs(10);
-        s.executor.poll_interval = Duration::from_millis(50);
-        s.reconciler.poll_interval = Duration::from_millis(100);
+        shim.configure(s);
         s.reconciler.schedule = vec![Duration::from_secs(120); 3];
         s.webhook_addr = Some("127.0.0.1:0".parse().unwrap());
         s.stripe_webhook_secrets = Some(SecretString::from(SECRET));
@@ -54,7 +46,9 @@ async fn localstripes_signed_webhook_wakes_a_processing_debit_far_sooner_than_th
         .unwrap();
     assert!(configured.status().is_success(), "{}", configured.status());
     let customer = localstripe.create_customer("Ada Lovelace").await;
-    let debit = localstripe.create_sepa_debit("DE62370400440532013001").await;
+    let debit = localstripe
+        .create_sepa_debit("DE62370400440532013001")
+        .await;
     let stop = CancellationToken::new();
     let running = tokio::spawn(app.run(stop.clone()));
     let attempt = Uuid::new_v4();
@@ -75,7 +69,10 @@ async fn localstripes_signed_webhook_wakes_a_processing_debit_far_sooner_than_th
                 .fetch_optional(env.store.pool())
                 .await
                 .unwrap();
-        if matches!(status.as_deref(), Some("declined" | "succeeded" | "needs_review")) {
+        if matches!(
+            status.as_deref(),
+            Some("declined" | "succeeded" | "needs_review")
+        ) {
             break status.unwrap();
         }
         assert!(
@@ -94,7 +91,10 @@ async fn localstripes_signed_webhook_wakes_a_processing_debit_far_sooner_than_th
     .fetch_all(env.store.pool())
     .await
     .unwrap();
-    assert!(path.contains(&"unknown".to_owned()), "went through processing: {path:?}");
+    assert!(
+        path.contains(&"unknown".to_owned()),
+        "went through processing: {path:?}"
+    );
     let woke: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM stripe_webhook_events
          WHERE payment_attempt_id = $1 AND event_type = 'payment_intent.payment_failed'",
@@ -103,7 +103,10 @@ async fn localstripes_signed_webhook_wakes_a_processing_debit_far_sooner_than_th
     .fetch_one(env.store.pool())
     .await
     .unwrap();
-    assert_eq!(woke, 1, "localstripe's signed event was accepted and recorded");
+    assert_eq!(
+        woke, 1,
+        "localstripe's signed event was accepted and recorded"
+    );
     stop.cancel();
     running.await.unwrap().unwrap();
 }

@@ -123,7 +123,8 @@ fn page(shared: &Shared, query: &str) -> Result<Value, StripeError> {
         .filter(|pi| after.is_none_or(|after| (pi.created, pi.id.as_str()) < after))
         .collect();
     let has_more = matching.len() > limit;
-    let order = |a: &&PaymentIntent, b: &&PaymentIntent| (b.created, &b.id).cmp(&(a.created, &a.id));
+    let order =
+        |a: &&PaymentIntent, b: &&PaymentIntent| (b.created, &b.id).cmp(&(a.created, &a.id));
     if has_more {
         matching.select_nth_unstable_by(limit, order);
         matching.truncate(limit);
@@ -149,10 +150,14 @@ pub(crate) async fn control(
     Path((id, action)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let answer = |status: StatusCode, body: Value| Answer::json(status, &body).into_response_plain();
+    let answer =
+        |status: StatusCode, body: Value| Answer::json(status, &body).into_response_plain();
     let mut intents = shared.stripe.intents.lock();
     let Some(intent) = intents.get_mut(&id) else {
-        return answer(StatusCode::NOT_FOUND, json!({"error": "no such payment_intent"}));
+        return answer(
+            StatusCode::NOT_FOUND,
+            json!({"error": "no such payment_intent"}),
+        );
     };
     match action.as_str() {
         "refund" | "dispute" if intent.status != Status::Succeeded => answer(
@@ -177,7 +182,10 @@ pub(crate) async fn control(
                 intent.amount = amount;
                 answer(StatusCode::OK, intent.to_json())
             }
-            None => answer(StatusCode::BAD_REQUEST, json!({"error": "send {\"amount\": N}"})),
+            None => answer(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "send {\"amount\": N}"}),
+            ),
         },
         _ => answer(
             StatusCode::NOT_FOUND,

@@ -48,7 +48,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
                 "/v1/payment_intents",
                 post(create_intent).get(list::list_intents),
             )
-            .route("/__stripe/payment_intents/{id}/{action}", post(list::control))
+            .route(
+                "/__stripe/payment_intents/{id}/{action}",
+                post(list::control),
+            )
             .route("/v1/payment_intents/{id}", get(retrieve_intent))
             .route("/v1/payment_intents/{id}/confirm", post(confirm_intent))
             .route("/v1/payment_intents/{id}/cancel", post(cancel_intent))

@@ -93,7 +93,10 @@ pub(in crate::console) async fn resolve(
     form: Result<Form<ResolveForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let Ok(Form(form)) = form else {
-        return bad_request(&session, "Give a reason: it is recorded with the resolution.");
+        return bad_request(
+            &session,
+            "Give a reason: it is recorded with the resolution.",
+        );
     };
     if form.reason.trim().is_empty() {
         return bad_request(&session, "A reason is required. Nothing was changed.");
@@ -108,7 +111,9 @@ pub(in crate::console) async fn resolve(
     .await
     {
         Ok(Resolved::Done(_)) => Redirect::to("/console/findings").into_response(),
-        Ok(Resolved::NotFound) => refused(StatusCode::NOT_FOUND, Some(&session), "No such finding."),
+        Ok(Resolved::NotFound) => {
+            refused(StatusCode::NOT_FOUND, Some(&session), "No such finding.")
+        }
         Ok(Resolved::AlreadyResolved(f)) => refused(
             StatusCode::CONFLICT,
             Some(&session),

@@ -76,7 +76,11 @@ fn holds_money(record: &ListedCharge) -> bool {
 
 /// Compares the records naming `reference` with the attempt it names (`None`: onecharge
 /// knows no such attempt).
-pub fn compare(reference: &str, attempt: Option<&AttemptView>, records: &[ListedCharge]) -> Verdict {
+pub fn compare(
+    reference: &str,
+    attempt: Option<&AttemptView>,
+    records: &[ListedCharge],
+) -> Verdict {
     let held: Vec<&ListedCharge> = records.iter().filter(|r| holds_money(r)).collect();
     let Some(attempt) = attempt else {
         return Verdict {
@@ -125,7 +129,10 @@ pub fn compare(reference: &str, attempt: Option<&AttemptView>, records: &[Listed
             findings.push(finding(
                 FindingClass::Mismatch,
                 vec![record.id.clone()],
-                format!("the gateway's charge {} differs from the attempt: {why}", record.id),
+                format!(
+                    "the gateway's charge {} differs from the attempt: {why}",
+                    record.id
+                ),
                 Some(record),
             ));
         }
@@ -338,15 +345,40 @@ mod tests {
             (InFlight, vec![own()], vec![], none),
             // A succeeded attempt the gateway does not back.
             (Succeeded, vec![], vec![RecordedNotCharged], none),
-            (Succeeded, vec![record("ch_own", L::Refunded)], vec![RecordedNotCharged], none),
-            (Succeeded, vec![record("ch_own", L::Disputed)], vec![RecordedNotCharged], none),
-            (Succeeded, vec![record("ch_own", L::Canceled)], vec![RecordedNotCharged], none),
-            (Succeeded, vec![record("ch_own", L::Declined)], vec![RecordedNotCharged], none),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Refunded)],
+                vec![RecordedNotCharged],
+                none,
+            ),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Disputed)],
+                vec![RecordedNotCharged],
+                none,
+            ),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Canceled)],
+                vec![RecordedNotCharged],
+                none,
+            ),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Declined)],
+                vec![RecordedNotCharged],
+                none,
+            ),
             // Twice.
             (Succeeded, vec![own(), other()], vec![ChargedTwice], none),
             (Unknown, vec![own(), other()], vec![ChargedTwice], settle),
             // A refunded second charge holds no money.
-            (Succeeded, vec![own(), record("ch_other", L::Refunded)], vec![], none),
+            (
+                Succeeded,
+                vec![own(), record("ch_other", L::Refunded)],
+                vec![],
+                none,
+            ),
         ];
         for (status, records, expected, action) in rows {
             let verdict = compare(ATTEMPT, Some(&attempt(status)), &records);
@@ -374,7 +406,11 @@ mod tests {
             change(&mut changed);
             let verdict = compare(ATTEMPT, Some(&attempt(Succeeded)), &[changed]);
             assert_eq!(classes(&verdict), vec![Mismatch]);
-            assert!(verdict.findings[0].detail.contains(word), "{:?}", verdict.findings);
+            assert!(
+                verdict.findings[0].detail.contains(word),
+                "{:?}",
+                verdict.findings
+            );
         }
     }
 
@@ -416,7 +452,10 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!(charges[0].idempotency_key.as_deref(), Some(stripe.idempotency_key.as_str()));
+        assert_eq!(
+            charges[0].idempotency_key.as_deref(),
+            Some(stripe.idempotency_key.as_str())
+        );
         assert_eq!(charges[1].idempotency_key, None);
     }
 
@@ -425,12 +464,18 @@ mod tests {
         let a = compare(
             ATTEMPT,
             Some(&attempt(Succeeded)),
-            &[record("ch_own", L::Succeeded), record("ch_other", L::Succeeded)],
+            &[
+                record("ch_own", L::Succeeded),
+                record("ch_other", L::Succeeded),
+            ],
         );
         let b = compare(
             ATTEMPT,
             Some(&attempt(Succeeded)),
-            &[record("ch_other", L::Succeeded), record("ch_own", L::Succeeded)],
+            &[
+                record("ch_other", L::Succeeded),
+                record("ch_own", L::Succeeded),
+            ],
         );
         assert_eq!(a.findings[0].dedupe_key(), b.findings[0].dedupe_key());
     }

@@ -23,14 +23,7 @@ impl Served {
         let app = Application::build(settings.clone(), roles)
             .await
             .expect("the service builds");
-        let admin = app.admin_addr();
-        let stop = CancellationToken::new();
-        let running = tokio::spawn(app.run(stop.clone()));
-        Self {
-            admin,
-            stop,
-            running,
-        }
+        Self::from_app(app)
     }
 
     /// Runs an already built service (whose listeners the test has read) on a task of its own.
