@@ -73,7 +73,7 @@ async fn main() -> anyhow::Result<()> {
         "reconciliation sweep, §3 mock gateway in process, pages of 100, {} CPU(s)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!("| gateway charges | pages | records | seconds | records/s | RSS at start | peak RSS during the sweep | growth |");
+    println!("| gateway charges | pages | records | seconds (reading pages) | records/s | RSS at start | peak RSS during the sweep | growth |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &charges in &args.charges {
         run(&args, charges).await?;
@@ -165,10 +165,11 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
         report.new_findings.first()
     );
     println!(
-        "| {} | {} | {} | {seconds:.1} | {} | {} MiB | {} MiB | {} MiB |",
+        "| {} | {} | {} | {seconds:.1} ({:.1}) | {} | {} MiB | {} MiB | {} MiB |",
         support::thousands(charges as f64),
         report.pages,
         support::thousands(report.records as f64),
+        report.read_seconds,
         support::thousands(report.records as f64 / seconds),
         start_rss / 1024,
         peak / 1024,

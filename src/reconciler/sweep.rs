@@ -70,6 +70,8 @@ pub struct SweepReport {
     /// `pending` attempts made due for the executor's replaying re-send.
     pub made_due: Vec<PaymentAttemptId>,
     pub duration_seconds: f64,
+    /// Of which reading the gateway's pages.
+    pub read_seconds: f64,
 }
 
 /// One new finding, as the sweep prints it.
@@ -102,9 +104,14 @@ impl Reconciler {
             settled: Vec::new(),
             made_due: Vec::new(),
             duration_seconds: 0.0,
+            read_seconds: 0.0,
         };
         let result = async {
             self.read_pages(sweep_id, window, &mut report).await?;
+            report.read_seconds = started.elapsed().as_secs_f64();
+            sweep_store::analyze_records(&inner.store)
+                .await
+                .context("analyzing the sweep's records")?;
             self.compare_all(sweep_id, window, &mut report).await
         }
         .await;

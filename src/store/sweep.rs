@@ -75,6 +75,16 @@ pub async fn add_records(
     Ok(())
 }
 
+/// Refreshes the planner's statistics of the records table once a sweep has read every
+/// page: without them (a table that was empty a moment ago) each batch of the comparison
+/// is planned as a scan of all the sweep's records instead of a walk of its index.
+pub async fn analyze_records(store: &Store) -> Result<(), sqlx::Error> {
+    sqlx::query("ANALYZE reconciliation_sweep_records")
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
 /// One attempt id the sweep's records name, the attempt (when onecharge knows it), and
 /// every record naming it.
 #[derive(Debug, Clone)]
