@@ -427,3 +427,56 @@ async fn serve_sweeps_on_its_interval_and_the_admin_api_lists_and_resolves_what_
     assert_eq!(closed[0]["resolution"], "refunded in the Dashboard");
     served.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_sweeps_lists_shows_and_resolves_findings() {
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let stranger = uuid::Uuid::new_v4().to_string();
+    charge_outside(&client, &stranger, 500, "someone-else").await;
+    let env = [
+        ("ONECHARGE_GATEWAY_URL", h.settings.gateway_url.as_str()),
+        ("ONECHARGE_GATEWAY_API_KEY", crate::support::API_KEY),
+    ];
+    let run = |args: &[&str]| {
+        let settings = h.settings.clone();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            crate::support::process::run_onecharge(&settings, &args, &env).await
+        }
+    };
+
+    let (code, out, err) = run(&["reconcile", "sweep", "--since", "1h", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        report["new_findings"][0]["class"], "unknown_reference",
+        "{out}"
+    );
+    let (code, out, _) = run(&["findings", "list", "--open", "--json"]).await;
+    assert_eq!(code, 0);
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let id = listed[0]["id"].as_i64().unwrap().to_string();
+    let id = id.as_str();
+    let (code, out, _) = run(&["findings", "show", id]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains(&stranger), "{out}");
+    let (code, _, err) = run(&["findings", "resolve", id, "--reason", "refunded"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&["findings", "resolve", id, "--reason", "again"]).await;
+    assert_eq!(code, 2, "already resolved is a usage error: {err}");
+    let (code, out, _) = run(&["findings", "list", "--open", "--json"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(out.trim(), "[]");
+    let (code, _, err) = run(&[
+        "reconcile",
+        "sweep",
+        "--from",
+        "2026-12-02T00:00:00Z",
+        "--to",
+        "2026-12-01T00:00:00Z",
+    ])
+    .await;
+    assert_eq!(code, 2, "{err}");
+}
