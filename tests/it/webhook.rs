@@ -233,3 +233,90 @@ async fn a_refund_webhook_on_a_succeeded_attempt_opens_one_finding_and_publishes
     assert_eq!(h.attempt(id).await.status, "succeeded", "never changed");
     served.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliveries_and_rotations_are_handled(
+) {
+    let h = harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
+    h.executor_with(client).run_once().await.unwrap();
+    let pi: String = sqlx::query_scalar(
+        "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    let app =
+        onecharge::app::Application::build(h.settings.clone(), &[Role::Reconciler, Role::Webhook])
+            .await
+            .unwrap();
+    let addr = app.webhook_addr().unwrap();
+    let served = Served::from_app(app);
+    let control = |path: &str, body: serde_json::Value| {
+        let url = format!("{}{path}", h.gateway.base_url());
+        async move {
+            let answer: serde_json::Value = reqwest::Client::new()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            answer
+        }
+    };
+    let endpoint = format!("http://{addr}/webhooks/stripe");
+    // Stripe rolling the secret: every event carries the new one and the one onecharge has.
+    control(
+        "/__stripe/webhooks",
+        json!({"url": endpoint, "secrets": ["whsec_rolled_in", NEW]}),
+    )
+    .await;
+    eventually(
+        "the first lookup reschedules it",
+        Duration::from_secs(10),
+        || async {
+            h.attempt(id).await.next_run_at - h.db_now().await > time::Duration::seconds(30)
+        },
+    )
+    .await;
+    h.finish_slow_charge().await;
+
+    let sent = control(
+        "/__stripe/webhooks/send",
+        json!({"type": "payment_intent.succeeded", "payment_intent": pi}),
+    )
+    .await;
+    assert_eq!(sent["status"], 200, "{sent}");
+    eventually(
+        "the woken attempt is settled",
+        Duration::from_secs(15),
+        || async { h.attempt(id).await.status == "succeeded" },
+    )
+    .await;
+    let event = sent["event_id"].as_str().unwrap().to_owned();
+    let again = control(&format!("/__stripe/webhooks/{event}/redeliver"), json!({})).await;
+    assert_eq!(
+        again["status"], 200,
+        "a redelivery is answered 2xx: {again}"
+    );
+    assert_eq!(recorded_events(&h).await, 1, "and does nothing");
+    // An endpoint secret onecharge was never given: refused, recorded nothing.
+    control(
+        "/__stripe/webhooks",
+        json!({"url": endpoint, "secrets": ["whsec_not_given_to_onecharge"]}),
+    )
+    .await;
+    let forged = control(
+        "/__stripe/webhooks/send",
+        json!({"type": "payment_intent.canceled", "payment_intent": pi}),
+    )
+    .await;
+    assert_eq!(forged["status"], 400, "{forged}");
+    assert_eq!(recorded_events(&h).await, 1);
+    served.stop().await;
+}

@@ -152,6 +152,8 @@ pub(crate) struct Store {
     ledger: Arc<Ledger>,
     /// Refunds and disputes made after a charge (`super::list`).
     pub(super) aftermath: super::list::Aftermaths,
+    /// The webhook endpoint and the events sent to it (`super::webhooks`).
+    pub(super) webhooks: super::webhooks::Webhooks,
 }
 
 impl Store {
@@ -161,6 +163,7 @@ impl Store {
             intents: Mutex::new(HashMap::new()),
             ledger,
             aftermath: Default::default(),
+            webhooks: Default::default(),
         }
     }
 

@@ -11,6 +11,7 @@ mod intent;
 mod list;
 mod methods;
 mod params;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +52,12 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             .route(
                 "/__stripe/payment_intents/{id}/{action}",
                 post(list::control),
+            )
+            .route("/__stripe/webhooks", post(webhooks::configure))
+            .route("/__stripe/webhooks/send", post(webhooks::send))
+            .route(
+                "/__stripe/webhooks/{event}/redeliver",
+                post(webhooks::redeliver),
             )
             .route("/v1/payment_intents/{id}", get(retrieve_intent))
             .route("/v1/payment_intents/{id}/confirm", post(confirm_intent))
