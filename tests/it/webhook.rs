@@ -63,15 +63,22 @@ async fn recorded_events(h: &Harness) -> i64 {
     h.scalar("SELECT count(*) FROM stripe_webhook_events").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_and_bad_ones_change_nothing(
+/// A `processing` attempt (`unknown`, its PaymentIntent stored), the reconciler and the
+/// webhook listener of `serve` running, and the reconciler's first look done (it found the
+/// PaymentIntent still processing: next look in a minute); then the PaymentIntent succeeds
+/// at the mock. The attempt, its PaymentIntent, the listener's address and the service.
+async fn processing_then_succeeded(
+    h: &Harness,
+) -> (
+    onecharge::domain::PaymentAttemptId,
+    String,
+    std::net::SocketAddr,
+    Served,
 ) {
-    let h = harness().await;
     let client = GatewayClient::from_settings(&h.settings).unwrap();
     let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
     h.executor_with(client).run_once().await.unwrap();
-    let row = h.attempt(id).await;
-    assert_eq!(row.status, "unknown");
+    assert_eq!(h.attempt(id).await.status, "unknown");
     let pi: String = sqlx::query_scalar(
         "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",
     )
@@ -85,7 +92,6 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
             .unwrap();
     let addr = app.webhook_addr().expect("the webhook listener is bound");
     let served = Served::from_app(app);
-    // The reconciler's first look (at once) finds it still processing: next in a minute.
     eventually(
         "the first lookup reschedules it",
         Duration::from_secs(10),
@@ -95,6 +101,14 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
     )
     .await;
     h.finish_slow_charge().await;
+    (id, pi, addr, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_and_bad_ones_change_nothing(
+) {
+    let h = harness().await;
+    let (id, pi, addr, served) = processing_then_succeeded(&h).await;
     let succeeded = event(
         "evt_succeeded",
         "payment_intent.succeeded",
@@ -238,22 +252,7 @@ async fn a_refund_webhook_on_a_succeeded_attempt_opens_one_finding_and_publishes
 async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliveries_and_rotations_are_handled(
 ) {
     let h = harness().await;
-    let client = GatewayClient::from_settings(&h.settings).unwrap();
-    let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
-    h.executor_with(client).run_once().await.unwrap();
-    let pi: String = sqlx::query_scalar(
-        "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
-    let app =
-        onecharge::app::Application::build(h.settings.clone(), &[Role::Reconciler, Role::Webhook])
-            .await
-            .unwrap();
-    let addr = app.webhook_addr().unwrap();
-    let served = Served::from_app(app);
+    let (id, pi, addr, served) = processing_then_succeeded(&h).await;
     let control = |path: &str, body: serde_json::Value| {
         let url = format!("{}{path}", h.gateway.base_url());
         async move {
@@ -276,15 +275,6 @@ async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliver
         json!({"url": endpoint, "secrets": ["whsec_rolled_in", NEW]}),
     )
     .await;
-    eventually(
-        "the first lookup reschedules it",
-        Duration::from_secs(10),
-        || async {
-            h.attempt(id).await.next_run_at - h.db_now().await > time::Duration::seconds(30)
-        },
-    )
-    .await;
-    h.finish_slow_charge().await;
 
     let sent = control(
         "/__stripe/webhooks/send",

@@ -86,6 +86,20 @@ async fn deliver(shared: &Shared, body: Vec<u8>) -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Delivers event `event_id` and answers the control with what the endpoint said.
+async fn delivered(shared: &Shared, event_id: &str, body: Vec<u8>) -> Response {
+    match deliver(shared, body).await {
+        Ok(status) => answer(
+            StatusCode::OK,
+            json!({"event_id": event_id, "status": status}),
+        ),
+        Err(err) => answer(
+            StatusCode::BAD_GATEWAY,
+            json!({"event_id": event_id, "error": err}),
+        ),
+    }
+}
+
 /// `POST /__stripe/webhooks`.
 pub(crate) async fn configure(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     match serde_json::from_slice::<Endpoint>(&body) {
@@ -142,16 +156,7 @@ pub(crate) async fn send(State(shared): State<Arc<Shared>>, body: Bytes) -> Resp
         .sent
         .lock()
         .insert(event_id.clone(), body.clone());
-    match deliver(&shared, body).await {
-        Ok(status) => answer(
-            StatusCode::OK,
-            json!({"event_id": event_id, "status": status}),
-        ),
-        Err(err) => answer(
-            StatusCode::BAD_GATEWAY,
-            json!({"event_id": event_id, "error": err}),
-        ),
-    }
+    delivered(&shared, &event_id, body).await
 }
 
 /// `POST /__stripe/webhooks/{event_id}/redeliver`.
@@ -162,14 +167,5 @@ pub(crate) async fn redeliver(
     let Some(body) = shared.stripe.webhooks.sent.lock().get(&event_id).cloned() else {
         return answer(StatusCode::NOT_FOUND, json!({"error": "no such event"}));
     };
-    match deliver(&shared, body).await {
-        Ok(status) => answer(
-            StatusCode::OK,
-            json!({"event_id": event_id, "status": status}),
-        ),
-        Err(err) => answer(
-            StatusCode::BAD_GATEWAY,
-            json!({"event_id": event_id, "error": err}),
-        ),
-    }
+    delivered(&shared, &event_id, body).await
 }
