@@ -7,6 +7,8 @@
 
 pub mod origin;
 
+mod findings;
+
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode};
@@ -69,6 +71,11 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/audit", get(audit_list))
         .route("/api/stats", get(stats))
         .route("/api/openapi.json", get(openapi::serve))
+        .route("/api/findings", get(findings::list))
+        .route(
+            "/api/findings/{id}/resolve",
+            post(findings::resolve_finding),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize_api));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

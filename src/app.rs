@@ -40,16 +40,19 @@ pub enum Role {
     Purge,
     /// Settles ambiguous outcomes by looking charges up at the gateway
     Reconciler,
+    /// Answers Stripe's signed webhooks on webhook_addr, when it is set
+    Webhook,
 }
 
 impl Role {
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Intake,
         Role::Admin,
         Role::Executor,
         Role::Relay,
         Role::Purge,
         Role::Reconciler,
+        Role::Webhook,
     ];
 }
 
@@ -213,6 +216,8 @@ pub struct Application {
     broker: Broker,
     roles: Vec<Role>,
     admin_listener: Option<tokio::net::TcpListener>,
+    /// The webhook listener (docs/contract.md §3.3), when `webhook_addr` is set.
+    webhook_listener: Option<tokio::net::TcpListener>,
 }
 
 impl Application {
@@ -242,18 +247,32 @@ impl Application {
         } else {
             None
         };
+        let webhook_listener = match settings.webhook_addr.filter(|_| roles.contains(&Role::Webhook)) {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot bind the webhook address {addr} (set webhook_addr or ONECHARGE_WEBHOOK_ADDR)")
+            })?),
+            None => None,
+        };
         Ok(Self {
             settings,
             store,
             broker,
             roles,
             admin_listener,
+            webhook_listener,
         })
     }
 
     /// Where the admin HTTP listens, when it runs.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    /// Where the webhook listener listens, when it runs.
+    pub fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.webhook_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
     }
@@ -269,7 +288,7 @@ impl Application {
     /// Runs every role until `shutdown` fires and each has settled the work in its hands
     /// (for at most `shutdown_timeout`, see [`Roles::supervise`]). The first role to fail
     /// stops the others.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let metrics = crate::metrics::install();
         let mut roles = Roles::default();
         roles.spawn(
@@ -284,6 +303,7 @@ impl Application {
         // be built.
         let executor = self.executor(gateway.as_ref(), &nudges).await?;
         if let Some(reconciler) = self.reconciler(gateway.as_ref()) {
+            roles.spawn("sweep", reconciler.clone().run_sweeps(shutdown.clone()));
             roles.spawn("reconciler", reconciler.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Intake) {
@@ -326,6 +346,14 @@ impl Application {
             )
         });
         let gateway_health = gateway.map(|(_, health)| health);
+        if let Some(listener) = self.webhook_listener.take() {
+            let state =
+                crate::webhook::WebhookState::from_settings(self.store.clone(), &self.settings);
+            roles.spawn(
+                "webhook",
+                crate::webhook::serve(listener, state, shutdown.clone()),
+            );
+        }
         let timeout = self.settings.shutdown_timeout;
         tracing::info!(roles = ?self.roles, "onecharge serving");
         self.spawn_admin(&mut roles, metrics, gateway_health, recheck, &shutdown);

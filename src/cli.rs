@@ -87,10 +87,13 @@ pub enum Command {
     #[command(subcommand)]
     Operators(crate::console::access::OperatorsCommand),
     /// Settle ambiguous attempts by looking them up at the gateway (continuously, or one pass)
+    #[command(args_conflicts_with_subcommands = true)]
     Reconcile {
         /// One pass over everything due now, print what it did, and exit
         #[arg(long)]
         once: bool,
+        #[command(subcommand)]
+        job: Option<ReconcileJob>,
     },
     /// Print the shell completion script, e.g. `onecharge completions bash > /etc/bash_completion.d/onecharge`
     Completions {
@@ -98,6 +101,16 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Discrepancies the reconciliation sweep and the gateway's webhooks found
+    #[command(subcommand)]
+    Findings(crate::operator::findings::FindingsCommand),
+}
+
+/// Reconciliation jobs besides the passes.
+#[derive(Debug, Subcommand)]
+pub enum ReconcileJob {
+    /// Compare every charge the gateway created in a window with the attempts, both ways
+    Sweep(crate::operator::findings::SweepArgs),
 }
 
 /// Options of `onecharge demo`. Defined here, not in `demo`, so that a build without the
@@ -201,8 +214,17 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Intake(command) => crate::operator::run_intake(&settings, command).await,
             Command::Purge(args) => crate::operator::purge::run_purge(&settings, args).await,
             Command::Operators(command) => crate::console::access::run_operators(command),
-            Command::Reconcile { once } => crate::reconciler::run_command(settings, once).await,
             Command::Completions { .. } => unreachable!("answered before the configuration"),
+            Command::Reconcile {
+                job: Some(ReconcileJob::Sweep(args)),
+                ..
+            } => crate::operator::findings::run_sweep(settings, args).await,
+            Command::Reconcile { once, job: None } => {
+                crate::reconciler::run_command(settings, once).await
+            }
+            Command::Findings(command) => {
+                crate::operator::findings::run_findings(&settings, command).await
+            }
         }
     });
     match result {

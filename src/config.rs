@@ -57,6 +57,18 @@ pub struct Settings {
     pub gateway_api_key: Option<SecretString>,
     /// Where `serve` binds its admin HTTP.
     pub admin_addr: SocketAddr,
+    /// Where the webhook listener binds (docs/contract.md §3.3): only `POST
+    /// /webhooks/stripe`, the one thing meant to face the internet. Off unless set.
+    #[serde(default)]
+    pub webhook_addr: Option<SocketAddr>,
+    /// Stripe's webhook signing secrets (`whsec_…`), comma-separated: every one is tried, so
+    /// an endpoint's secret can be rolled without refusing events. Never printed.
+    #[serde(serialize_with = "redact", deserialize_with = "secret", default)]
+    pub stripe_webhook_secrets: Option<SecretString>,
+    /// How far a webhook's signed timestamp may be from now (either way) before it is
+    /// refused as stale: a replayed capture stops working after this.
+    #[serde(with = "bounded_duration", default = "default_webhook_tolerance")]
+    pub webhook_tolerance: Duration,
     /// When set, `/api/*` requires `Authorization: Bearer <admin_token>`. Always a string.
     #[serde(serialize_with = "redact", deserialize_with = "secret", default)]
     pub admin_token: Option<SecretString>,
@@ -318,6 +330,15 @@ pub struct ReconcilerSettings {
     /// another may take the attempt after this.
     #[serde(with = "bounded_duration")]
     pub claim_hold: Duration,
+    /// How often `serve` sweeps (docs/contract.md §3.2): lists every charge the gateway made
+    /// in the last `sweep_window` and compares it with the attempts. Claimed fleet-wide: one
+    /// instance sweeps per interval. 0 turns the scheduled sweep off.
+    #[serde(with = "bounded_duration")]
+    pub sweep_interval: Duration,
+    /// How far back each scheduled sweep looks. Longer than `sweep_interval`, so that
+    /// consecutive sweeps overlap and a charge the gateway records late is still read.
+    #[serde(with = "bounded_duration")]
+    pub sweep_window: Duration,
 }
 
 impl Default for ReconcilerSettings {
@@ -343,6 +364,8 @@ impl Default for ReconcilerSettings {
             batch_size: 32,
             poll_interval: Duration::from_secs(1),
             claim_hold: Duration::from_secs(120),
+            sweep_interval: Duration::from_secs(3600),
+            sweep_window: Duration::from_secs(25 * 3600),
         }
     }
 }
@@ -597,6 +620,10 @@ fn secret<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SecretString>
     d.deserialize_any(Text)
 }
 
+fn default_webhook_tolerance() -> Duration {
+    Duration::from_secs(300)
+}
+
 fn default_gateway_connect_timeout() -> Duration {
     Duration::from_secs(5)
 }
@@ -685,6 +712,9 @@ impl Default for Settings {
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             admin_token: None,
             admin_public_origins: Vec::new(),
+            webhook_addr: None,
+            stripe_webhook_secrets: None,
+            webhook_tolerance: default_webhook_tolerance(),
             insecure_admin: false,
             operators: Vec::new(),
             console: ConsoleSettings::default(),
@@ -793,7 +823,7 @@ impl Settings {
         check_toml_syntax(&file)?;
         // Secrets from the environment are taken as the raw text: figment would read
         // `ONECHARGE_GATEWAY_API_KEY=0042` as the number 42.
-        let secret_keys = ["gateway_api_key", "admin_token"];
+        let secret_keys = ["gateway_api_key", "admin_token", "stripe_webhook_secrets"];
         let layered = |defaults: Settings| {
             let mut figment = Figment::from(Serialized::defaults(defaults))
                 .merge(Toml::file(&file))
@@ -891,6 +921,7 @@ impl Settings {
         self.relay.check()?;
         self.check_admin_token()?;
         self.check_admin_public_origins()?;
+        self.check_webhooks()?;
         self.check_operators()?;
         self.console.check()?;
         self.purge.check()?;
@@ -1046,6 +1077,39 @@ impl Settings {
         )
     }
 
+    /// A webhook listener needs the Stripe connector and at least one secret; the tolerance
+    /// is between 1s and 1h.
+    fn check_webhooks(&self) -> Result<(), ConfigError> {
+        require(
+            (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&self.webhook_tolerance),
+            "webhook_tolerance (ONECHARGE_WEBHOOK_TOLERANCE)",
+            "must be between 1s and 1h",
+        )?;
+        if self.webhook_addr.is_none() {
+            return Ok(());
+        }
+        require(
+            self.gateway_kind == crate::gateway::GatewayKind::Stripe,
+            "webhook_addr (ONECHARGE_WEBHOOK_ADDR)",
+            "answers Stripe's webhooks only: set gateway_kind = stripe, or unset webhook_addr",
+        )?;
+        let secrets = self
+            .stripe_webhook_secrets
+            .as_ref()
+            .map(|s| {
+                s.expose_secret()
+                    .split(',')
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        require(
+            !secrets.is_empty() && secrets.iter().all(|s| !s.is_empty()),
+            "stripe_webhook_secrets (ONECHARGE_STRIPE_WEBHOOK_SECRETS)",
+            "webhook_addr is set, so give the endpoint's signing secret(s), comma-separated, none empty",
+        )
+    }
+
     fn check_admin_token(&self) -> Result<(), ConfigError> {
         require(
             !self
@@ -1127,6 +1191,14 @@ impl Settings {
             reconciler.claim_hold > self.gateway_call_limit(),
             "reconciler.claim_hold",
             "must be longer than gateway_connect_timeout + gateway_request_timeout",
+        )?;
+        require(
+            reconciler.sweep_window >= Duration::from_secs(60)
+                && reconciler.sweep_window <= Duration::from_secs(90 * 86_400)
+                && (reconciler.sweep_interval.is_zero()
+                    || reconciler.sweep_window > reconciler.sweep_interval),
+            "reconciler.sweep_window (ONECHARGE_RECONCILER__SWEEP_WINDOW)",
+            "must be between 1m and 90days and longer than reconciler.sweep_interval, so that consecutive sweeps overlap",
         )
     }
 
@@ -1339,6 +1411,12 @@ impl Redactor {
         {
             redactor.add(secret.expose_secret());
         }
+        if let Some(secrets) = &settings.stripe_webhook_secrets {
+            redactor.add(secrets.expose_secret());
+            for secret in secrets.expose_secret().split(',') {
+                redactor.add(secret.trim());
+            }
+        }
         for url in [
             Some(&settings.database_url),
             Some(&settings.nats_url),
@@ -1364,7 +1442,7 @@ impl Redactor {
                 other => Some(other.to_string()),
             }
         };
-        for key in ["gateway_api_key", "admin_token"] {
+        for key in ["gateway_api_key", "admin_token", "stripe_webhook_secrets"] {
             if let Some(secret) = text(key) {
                 redactor.add(&secret);
             }

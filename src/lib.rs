@@ -27,3 +27,4 @@ pub mod schemas;
 pub mod shutdown;
 pub mod store;
 pub mod tls;
+pub mod webhook;

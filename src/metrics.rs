@@ -103,6 +103,31 @@ pub fn reconciliation(result: &'static str) {
     metrics::counter!("onecharge_reconciliations_total", "result" => result).increment(1);
 }
 
+/// One reconciliation sweep ended after `seconds` (`ok`: it read and compared everything).
+pub fn sweep(seconds: f64, ok: bool) {
+    let result = if ok { "ok" } else { "failed" };
+    metrics::histogram!("onecharge_reconciliation_sweep_duration_seconds").record(seconds);
+    metrics::counter!("onecharge_reconciliation_sweeps_total", "result" => result).increment(1);
+}
+
+/// One page of the gateway's list read by a sweep, with its records.
+pub fn sweep_page(records: usize) {
+    metrics::counter!("onecharge_reconciliation_sweep_pages_total").increment(1);
+    metrics::counter!("onecharge_reconciliation_sweep_records_total").increment(records as u64);
+}
+
+/// Open findings per class; every class is set, so a class with none reads 0.
+pub fn findings_open(counts: &[(crate::store::findings::FindingClass, i64)]) {
+    for class in crate::store::findings::FindingClass::ALL {
+        let open = counts
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, n)| *n);
+        metrics::gauge!("onecharge_reconciliation_findings_open", "class" => class.as_str())
+            .set(open as f64);
+    }
+}
+
 /// How often `serve` (with the admin role) refreshes the database-backed gauges.
 pub const DATABASE_GAUGES_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -188,6 +213,7 @@ impl DatabaseGaugesRefresher {
             .set(gauges.outbox_oldest_pending.map_or(0.0, age));
         metrics::gauge!("onecharge_database_gauges_refreshed_timestamp_seconds")
             .set(now.unix_timestamp() as f64);
+        crate::reconciler::sweep::refresh_findings_gauge(&self.store).await;
         Ok(gauges)
     }
 

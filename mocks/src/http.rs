@@ -35,7 +35,12 @@ const MAX_CLOCK_ADVANCE_SECS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
 /// The onecharge dialect: contract §3 and the test controls.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     with_controls(
-        Router::new().route("/v1/charges", post(create_charge).get(lookup_charges)),
+        Router::new()
+            .route(
+                "/v1/charges",
+                post(create_charge).get(crate::list::get_charges),
+            )
+            .route("/__charges/{id}", post(crate::list::change_charge)),
         not_found,
         shared,
     )
@@ -193,14 +198,14 @@ impl Outcome {
         }
     }
 
-    fn invalid(err: InvalidRequest) -> Outcome {
+    pub(crate) fn invalid(err: InvalidRequest) -> Outcome {
         Outcome::now(
             ResponseClass::InvalidRequest,
             Answer::error(StatusCode::BAD_REQUEST, "invalid_request", err.0),
         )
     }
 
-    fn unauthorized() -> Outcome {
+    pub(crate) fn unauthorized() -> Outcome {
         Outcome::now(
             ResponseClass::Unauthorized,
             Answer::error(
@@ -493,11 +498,11 @@ struct ChargeList<'a> {
 }
 
 #[derive(Deserialize)]
-struct LookupQuery {
+pub(crate) struct LookupQuery {
     idempotency_key: Option<String>,
 }
 
-async fn lookup_charges(
+pub(crate) async fn lookup_charges(
     State(shared): State<Arc<Shared>>,
     Extension(connection): Extension<ConnectionControl>,
     uri: Uri,

@@ -36,7 +36,7 @@ pub(crate) enum Claim<R> {
 /// Every charge the gateway committed, in commit order, whichever dialect made it.
 #[derive(Default)]
 pub(crate) struct Ledger {
-    charges: Mutex<Vec<Charge>>,
+    pub(crate) charges: Mutex<Vec<Charge>>,
 }
 
 impl Ledger {

@@ -35,6 +35,7 @@ mod faults;
 mod http;
 mod keys;
 mod latency;
+mod list;
 mod record;
 mod server;
 pub mod stripe;

@@ -95,6 +95,11 @@ pub fn router(state: AdminState) -> Router<AdminState> {
             get(pages::bulk_page).post(pages::bulk_action),
         )
         .route("/console/audit", get(pages::audit))
+        .route("/console/findings", get(pages::findings::list))
+        .route(
+            "/console/findings/{id}/resolve",
+            post(pages::findings::resolve),
+        )
         // Only console paths: the admin router's other paths keep their own 404.
         .route("/console/{*rest}", get(pages::not_found))
         // `route_layer`: the guard wraps the console's routes only, never the admin router's 404.

@@ -2,6 +2,8 @@
 //! checked at compile time, no template files to ship). Stable `id`s and `data-testid`s on
 //! every element a person or a browser test looks for; the list is in docs/operations.md.
 
+pub(super) mod findings;
+
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -54,6 +56,7 @@ fn layout(title: &str, session: Option<&Session>, body: Markup) -> Markup {
                         a #nav-bulk href="/console/bulk" { "Bulk actions" }
                         a #nav-dead-letters href="/console/dead-letters" { "Dead letters" }
                         a #nav-audit href="/console/audit" { "Audit" }
+                        a #nav-findings href="/console/findings" { "Findings" }
                         @if let Some(session) = session {
                             span #whoami data-testid="whoami" data-actor=(session.principal.actor) data-role=(session.principal.role.as_str()) {
                                 (session.principal.name) " (" (session.principal.role.as_str()) ")"

@@ -167,6 +167,9 @@ pub enum CallOperation {
     /// Stripe's cancel of a stored PaymentIntent: the proof, before anything says "not
     /// charged", that it can never charge.
     Cancel,
+    /// A page of the gateway's own list of charges (the reconciliation sweep, contract
+    /// §3.2); as an attempt's evidence, the listed record the sweep settled it by.
+    List,
 }
 
 impl CallOperation {
@@ -177,6 +180,7 @@ impl CallOperation {
             Self::Lookup => "lookup",
             Self::Prepare => "prepare",
             Self::Cancel => "cancel",
+            Self::List => "list",
         }
     }
 }

@@ -20,6 +20,7 @@
 //!   the client redacts it; reqwest marks the header sensitive).
 
 mod health;
+pub mod list;
 mod onecharge;
 pub mod stripe;
 

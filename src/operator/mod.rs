@@ -28,6 +28,7 @@ pub mod audit;
 pub mod bulk;
 pub mod dlq;
 pub mod intake_audit;
+pub mod findings;
 pub mod purge;
 pub mod recheck;
 pub mod resolve;

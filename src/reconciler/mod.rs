@@ -23,6 +23,8 @@
 //!   operator, never both settle one attempt.
 //! - Every lookup is written to `gateway_calls`; every state change records its cause.
 
+pub mod sweep;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -429,13 +431,7 @@ impl Reconciler {
             outcome,
             detail: serde_json::to_value(report).unwrap_or_default(),
         };
-        let applies = |settlement: &Settlement| {
-            before == AttemptStatus::Unknown
-                || matches!(
-                    settlement,
-                    Settlement::Succeeded { .. } | Settlement::Declined { .. }
-                )
-        };
+        let applies = |settlement: &Settlement| claim_may_write(before, settlement);
         match decision {
             Decision::Settle { settlement, cause } if applies(&settlement) => {
                 let status = settlement.status();
@@ -1019,6 +1015,17 @@ fn is_processing(charges: &[GatewayCharge]) -> bool {
     charges
         .iter()
         .any(|c| c.status == ChargeStatus::Other("processing".into()))
+}
+
+/// Whether a claim made like a recheck's (`claim_for_recheck`) of an attempt that was
+/// `before` may write `settlement`: an `unknown` attempt takes whatever the decision says; a
+/// `needs_review` one only a found charge's outcome (re-sending it stays a person's call).
+fn claim_may_write(before: AttemptStatus, settlement: &Settlement) -> bool {
+    before == AttemptStatus::Unknown
+        || matches!(
+            settlement,
+            Settlement::Succeeded { .. } | Settlement::Declined { .. }
+        )
 }
 
 /// The charge a lookup found that decides the attempt: a success wins over declines (a

@@ -62,6 +62,8 @@ pub enum AuditAction {
     BulkRetry,
     /// A recheck of every attempt a filter matched.
     BulkRecheck,
+    /// `findings resolve`: a reconciliation finding closed with what was done.
+    ResolveFinding,
 }
 
 impl AuditAction {
@@ -75,6 +77,7 @@ impl AuditAction {
             Self::DlqReplay => "dlq_replay",
             Self::BulkRetry => "bulk_retry",
             Self::BulkRecheck => "bulk_recheck",
+            Self::ResolveFinding => "resolve_finding",
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod attempts;
 pub mod audit;
 pub mod charts;
 pub mod console;
+pub mod findings;
 pub mod gateway_objects;
 pub mod intake;
 pub mod metrics;
@@ -22,6 +23,8 @@ pub mod reconciler;
 pub mod relay;
 pub mod retention;
 pub mod stream_audit;
+pub mod sweep;
+pub mod webhooks;
 
 use std::time::Duration;
 

@@ -24,8 +24,6 @@
 use std::time::{Duration, Instant};
 
 use onecharge::app::{Application, Role};
-use onecharge::gateway::GatewayKind;
-use secrecy::SecretString;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -60,18 +58,10 @@ impl World {
         let localstripe = Localstripe::start().await?;
         let shim = Shim::start(&localstripe).await;
         let env = TestEnv::with_settings(|s| {
-            s.gateway_kind = GatewayKind::Stripe;
-            s.gateway_url = shim.url.clone();
-            s.gateway_api_key = Some(SecretString::from(API_KEY));
-            s.gateway_connect_timeout = Duration::from_secs(1);
-            s.gateway_request_timeout = Duration::from_secs(3);
-            s.executor.lease = Duration::from_secs(10);
-            s.executor.poll_interval = Duration::from_millis(50);
-            s.reconciler.poll_interval = Duration::from_millis(100);
+            shim.configure(s);
             s.reconciler.schedule = vec![Duration::from_millis(500); 6];
             // A debit `processing` at localstripe is read along its own schedule (issue 22).
             s.reconciler.processing_schedule = vec![Duration::from_millis(500)];
-            s.relay.poll_interval = Duration::from_millis(50);
         })
         .await;
         let app = Application::build(env.settings.clone(), &Role::ALL)

@@ -60,10 +60,10 @@ pub(crate) struct PaymentIntent {
     pub(crate) metadata: BTreeMap<String, String>,
     capture_method: &'static str,
     confirmation_method: &'static str,
-    created: i64,
+    pub(super) created: i64,
     canceled_at: Option<i64>,
     cancellation_reason: Option<&'static str>,
-    latest_charge: Option<String>,
+    pub(super) latest_charge: Option<String>,
     last_payment_error: Option<Value>,
     next_action: Option<Value>,
     client_secret: String,
@@ -152,8 +152,12 @@ pub(crate) enum Settlement {
 /// The Stripe dialect's state: saved responses by key, PaymentIntents, customers.
 pub(crate) struct Store {
     pub(crate) keys: Keys<KeyedRequest, Answer>,
-    intents: Mutex<HashMap<String, PaymentIntent>>,
+    pub(super) intents: Mutex<HashMap<String, PaymentIntent>>,
     ledger: Arc<Ledger>,
+    /// Refunds and disputes made after a charge (`super::list`).
+    pub(super) aftermath: super::list::Aftermaths,
+    /// The webhook endpoint and the events sent to it (`super::webhooks`).
+    pub(super) webhooks: super::webhooks::Webhooks,
 }
 
 impl Store {
@@ -162,6 +166,8 @@ impl Store {
             keys: Keys::new(retention, Arc::clone(&ledger)),
             intents: Mutex::new(HashMap::new()),
             ledger,
+            aftermath: Default::default(),
+            webhooks: Default::default(),
         }
     }
 

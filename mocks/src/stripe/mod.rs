@@ -8,8 +8,10 @@
 mod currency;
 mod error;
 mod intent;
+mod list;
 mod methods;
 mod params;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +45,20 @@ use params::{ConfirmIntent, CreateCustomer, CreateIntent, Form};
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     with_controls(
         Router::new()
-            .route("/v1/payment_intents", post(create_intent))
+            .route(
+                "/v1/payment_intents",
+                post(create_intent).get(list::list_intents),
+            )
+            .route(
+                "/__stripe/payment_intents/{id}/{action}",
+                post(list::control),
+            )
+            .route("/__stripe/webhooks", post(webhooks::configure))
+            .route("/__stripe/webhooks/send", post(webhooks::send))
+            .route(
+                "/__stripe/webhooks/{event}/redeliver",
+                post(webhooks::redeliver),
+            )
             .route("/v1/payment_intents/{id}", get(retrieve_intent))
             .route("/v1/payment_intents/{id}/confirm", post(confirm_intent))
             .route("/v1/payment_intents/{id}/cancel", post(cancel_intent))

@@ -331,6 +331,20 @@ pub struct Shim {
 }
 
 impl Shim {
+    /// Points `settings` at localstripe through this shim, with the short timeouts and
+    /// polls the localstripe tests share (the reconciler's schedule is the test's own).
+    pub fn configure(&self, s: &mut onecharge::config::Settings) {
+        s.gateway_kind = onecharge::gateway::GatewayKind::Stripe;
+        s.gateway_url = self.url.clone();
+        s.gateway_api_key = Some(secrecy::SecretString::from(API_KEY));
+        s.gateway_connect_timeout = Duration::from_secs(1);
+        s.gateway_request_timeout = Duration::from_secs(3);
+        s.executor.lease = Duration::from_secs(10);
+        s.executor.poll_interval = Duration::from_millis(50);
+        s.reconciler.poll_interval = Duration::from_millis(100);
+        s.relay.poll_interval = Duration::from_millis(50);
+    }
+
     /// Starts the shim in front of `localstripe`.
     pub async fn start(localstripe: &Localstripe) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

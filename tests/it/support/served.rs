@@ -23,6 +23,11 @@ impl Served {
         let app = Application::build(settings.clone(), roles)
             .await
             .expect("the service builds");
+        Self::from_app(app)
+    }
+
+    /// Runs an already built service (whose listeners the test has read) on a task of its own.
+    pub fn from_app(app: Application) -> Self {
         let admin = app.admin_addr();
         let stop = CancellationToken::new();
         let running = tokio::spawn(app.run(stop.clone()));

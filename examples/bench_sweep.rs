@@ -1,0 +1,180 @@
+//! The reconciliation sweep over a gateway holding many charges: one in-process mock gateway
+//! (§3 dialect) whose ledger holds `--charges` succeeded charges, each matching a succeeded
+//! attempt in a scratch database, and one `Reconciler::sweep` over the window that holds
+//! them all. Needs PostgreSQL at 127.0.0.1:5432 (trust auth); creates and drops its own
+//! database per run; NATS is not used.
+//!
+//! ```text
+//! cargo run --release --example bench_sweep -- [--charges 20000,200000]
+//! ```
+//!
+//! It prints, per run: pages and records read, the sweep's seconds and records per second,
+//! and the process's resident memory (VmRSS, sampled every 20 ms) when the sweep started and
+//! at its peak during the sweep. The mock's ledger lives in the same process and is built
+//! before the sweep starts, so the growth during the sweep is the sweep's: flat memory means
+//! the same growth whatever the number of charges.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use futures::TryStreamExt as _;
+use mock_gateway::{Charge, ChargeStatus};
+use onecharge::config::Settings;
+use onecharge::gateway::list::ListWindow;
+use onecharge::gateway::{GatewayClient, GatewayHealth};
+use onecharge::reconciler::Reconciler;
+use onecharge::store::Store;
+use secrecy::SecretString;
+use sqlx::Row as _;
+
+#[path = "support/bench_gateway.rs"]
+mod bench_gateway;
+#[path = "support/fleet.rs"]
+#[allow(dead_code)]
+mod fleet;
+#[path = "support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+#[path = "../tests/it/support/throwaway.rs"]
+mod throwaway;
+
+use throwaway::ThrowawayDatabase;
+
+#[derive(Debug, clap::Parser)]
+struct Args {
+    /// Gateway charges (and matching succeeded attempts) per run
+    #[arg(long, value_delimiter = ',', default_values_t = vec![20_000usize, 200_000])]
+    charges: Vec<usize>,
+    /// PostgreSQL server (without database)
+    #[arg(long, default_value = "postgres://127.0.0.1:5432")]
+    server: String,
+}
+
+/// The process's resident set, in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
+    println!(
+        "reconciliation sweep, §3 mock gateway in process, pages of 100, {} CPU(s)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!("| gateway charges | pages | records | seconds (reading pages) | records/s | RSS at start | peak RSS during the sweep | growth |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &charges in &args.charges {
+        run(&args, charges).await?;
+    }
+    Ok(())
+}
+
+async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
+    let gateway = bench_gateway::start(0, None, 0).await?;
+    let database = ThrowawayDatabase::named(&args.server, "onecharge_bench");
+    let settings = Settings {
+        database_url: database.url(),
+        gateway_url: gateway.base_url(),
+        gateway_api_key: Some(SecretString::from(bench_gateway::API_KEY)),
+        ..Settings::default()
+    };
+    settings.validate()?;
+    drop(Store::setup(&settings.database_url).await?);
+    let store = Store::connect(&settings.database_url, 4).await?;
+    fleet::seed(&store, charges).await?;
+    sqlx::query(
+        "UPDATE payment_attempts SET status = 'succeeded', tries = 1,
+             gateway_charge_id = 'ch_' || replace(payment_attempt_id::text, '-', ''),
+             first_dispatched_at = now() - interval '10 minutes',
+             dispatched_at = now() - interval '10 minutes',
+             updated_at = now() - interval '10 minutes'",
+    )
+    .execute(store.pool())
+    .await?;
+    let now = time::OffsetDateTime::now_utc();
+    let mut rows = sqlx::query(
+        "SELECT payment_attempt_id, gateway_charge_id, idempotency_key FROM payment_attempts",
+    )
+    .fetch(store.pool());
+    let mut ledger = Vec::with_capacity(charges);
+    while let Some(row) = rows.try_next().await? {
+        let id: uuid::Uuid = row.try_get("payment_attempt_id")?;
+        ledger.push(Charge {
+            id: row.try_get("gateway_charge_id")?,
+            status: ChargeStatus::Succeeded,
+            amount_minor: 1000,
+            currency: "EUR".into(),
+            customer_id: "cus_bench".into(),
+            payment_method: "pm_card_visa".into(),
+            reference: id.to_string(),
+            idempotency_key: row.try_get("idempotency_key")?,
+            decline_code: None,
+            created_at: now - Duration::from_secs(600),
+        });
+    }
+    drop(rows);
+    gateway.record_charges(ledger);
+
+    let reconciler = Reconciler::new(
+        store.clone(),
+        GatewayClient::from_settings(&settings)?,
+        GatewayHealth::from_settings(&settings.executor),
+        &settings,
+    );
+    let start_rss = rss_kib();
+    let peak = Arc::new(AtomicU64::new(start_rss));
+    let sampling = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(rss_kib(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let started = Instant::now();
+    let report = reconciler
+        .sweep(ListWindow {
+            from: now - Duration::from_secs(3600),
+            to: now + Duration::from_secs(3600),
+        })
+        .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    sampling.abort();
+    let peak = peak.load(Ordering::Relaxed).max(rss_kib());
+    ensure!(
+        report.records == charges as u64,
+        "read {} of {charges}",
+        report.records
+    );
+    ensure!(
+        report.new_findings.is_empty(),
+        "every charge matches its attempt: {:?}",
+        report.new_findings.first()
+    );
+    println!(
+        "| {} | {} | {} | {seconds:.1} ({:.1}) | {} | {} MiB | {} MiB | {} MiB |",
+        support::thousands(charges as f64),
+        report.pages,
+        support::thousands(report.records as f64),
+        report.read_seconds,
+        support::thousands(report.records as f64 / seconds),
+        start_rss / 1024,
+        peak / 1024,
+        (peak.saturating_sub(start_rss)) / 1024,
+    );
+    gateway.shutdown().await;
+    Ok(())
+}

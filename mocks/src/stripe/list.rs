@@ -1,0 +1,195 @@
+//! Listing PaymentIntents (`GET /v1/payment_intents`, newest first, with `created[gte]`,
+//! `created[lt]`, `limit`, `starting_after` and `expand[]=data.latest_charge`), and the
+//! controls that change a charge after the fact, as the Dashboard would:
+//! `POST /__stripe/payment_intents/{id}/refund`, `…/dispute`, and `…/amount` with
+//! `{"amount": N}` (a PaymentIntent whose amount no longer matches what onecharge asked for).
+//! A charge made "outside onecharge" needs no control: create and confirm a PaymentIntent
+//! with `metadata[payment_attempt_id]` through the ordinary API.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use axum::Extension;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use super::error::StripeError;
+use super::intent::{PaymentIntent, Status};
+use super::{refused, unauthorized};
+use crate::http::{deliver, Answer, Outcome};
+use crate::record::ResponseClass;
+use crate::server::{ConnectionControl, Shared};
+
+/// What happened to a PaymentIntent's charge after it succeeded.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Aftermath {
+    pub(crate) amount_refunded: i64,
+    pub(crate) disputed: bool,
+}
+
+/// The aftermath of each PaymentIntent, by id.
+#[derive(Default)]
+pub(crate) struct Aftermaths(Mutex<HashMap<String, Aftermath>>);
+
+impl Aftermaths {
+    fn get(&self, id: &str) -> Aftermath {
+        self.0.lock().get(id).copied().unwrap_or_default()
+    }
+}
+
+/// The PaymentIntent's charge as `expand[]=data.latest_charge` shows it.
+fn charge_object(intent: &PaymentIntent, aftermath: Aftermath) -> Option<Value> {
+    let id = intent.latest_charge.as_ref()?;
+    Some(json!({
+        "id": id,
+        "object": "charge",
+        "amount": intent.amount,
+        "amount_refunded": aftermath.amount_refunded,
+        "refunded": aftermath.amount_refunded >= intent.amount,
+        "disputed": aftermath.disputed,
+        "payment_intent": intent.id,
+        "status": "succeeded",
+        "currency": intent.currency,
+    }))
+}
+
+/// `GET /v1/payment_intents`.
+pub(crate) async fn list_intents(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<ConnectionControl>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let seq = shared.begin("GET", &uri, None, Value::Null);
+    let outcome = if !shared.authorized(&headers) {
+        unauthorized()
+    } else {
+        match page(&shared, uri.query().unwrap_or_default()) {
+            Ok(body) => Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body)),
+            Err(err) => refused(ResponseClass::InvalidRequest, err),
+        }
+    };
+    deliver(&shared, &connection, seq, uri.path(), None, outcome).await
+}
+
+fn invalid(message: String) -> StripeError {
+    StripeError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+}
+
+fn page(shared: &Shared, query: &str) -> Result<Value, StripeError> {
+    let mut gte = i64::MIN;
+    let mut lt = i64::MAX;
+    let mut limit = 10usize;
+    let mut starting_after = None;
+    let mut expand_charge = false;
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let number = || {
+            value
+                .parse::<i64>()
+                .map_err(|_| invalid(format!("Invalid integer: {value}")))
+        };
+        match key.as_ref() {
+            "created[gte]" => gte = number()?,
+            "created[lt]" => lt = number()?,
+            "limit" => {
+                limit = usize::try_from(number()?)
+                    .ok()
+                    .filter(|l| (1..=100).contains(l))
+                    .ok_or_else(|| invalid("limit must be between 1 and 100".into()))?
+            }
+            "starting_after" => starting_after = Some(value.into_owned()),
+            "expand[]" if value == "data.latest_charge" => expand_charge = true,
+            other => return Err(invalid(format!("Received unknown parameter: {other}"))),
+        }
+    }
+    let intents = shared.stripe.intents.lock();
+    let after = match &starting_after {
+        Some(id) => {
+            let cursor = intents
+                .get(id)
+                .ok_or_else(|| invalid(format!("No such payment_intent: '{id}'")))?;
+            Some((cursor.created, cursor.id.as_str()))
+        }
+        None => None,
+    };
+    // Newest first: (created, id) descending; "after" the cursor is smaller.
+    let mut matching: Vec<&PaymentIntent> = intents
+        .values()
+        .filter(|pi| pi.created >= gte && pi.created < lt)
+        .filter(|pi| after.is_none_or(|after| (pi.created, pi.id.as_str()) < after))
+        .collect();
+    let has_more = matching.len() > limit;
+    let order =
+        |a: &&PaymentIntent, b: &&PaymentIntent| (b.created, &b.id).cmp(&(a.created, &a.id));
+    if has_more {
+        matching.select_nth_unstable_by(limit, order);
+        matching.truncate(limit);
+    }
+    matching.sort_by(order);
+    let data: Vec<Value> = matching
+        .into_iter()
+        .map(|pi| {
+            let mut value = pi.to_json();
+            if expand_charge {
+                value["latest_charge"] =
+                    charge_object(pi, shared.stripe.aftermath.get(&pi.id)).unwrap_or(Value::Null);
+            }
+            value
+        })
+        .collect();
+    Ok(json!({"object": "list", "url": "/v1/payment_intents", "has_more": has_more, "data": data}))
+}
+
+/// `POST /__stripe/payment_intents/{id}/{refund|dispute|amount}`.
+pub(crate) async fn control(
+    State(shared): State<Arc<Shared>>,
+    Path((id, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let answer =
+        |status: StatusCode, body: Value| Answer::json(status, &body).into_response_plain();
+    let mut intents = shared.stripe.intents.lock();
+    let Some(intent) = intents.get_mut(&id) else {
+        return answer(
+            StatusCode::NOT_FOUND,
+            json!({"error": "no such payment_intent"}),
+        );
+    };
+    match action.as_str() {
+        "refund" | "dispute" if intent.status != Status::Succeeded => answer(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "only a succeeded PaymentIntent has a charge to refund or dispute"}),
+        ),
+        "refund" => {
+            let mut all = shared.stripe.aftermath.0.lock();
+            all.entry(id).or_default().amount_refunded = intent.amount;
+            answer(StatusCode::OK, json!({"refunded": intent.amount}))
+        }
+        "dispute" => {
+            let mut all = shared.stripe.aftermath.0.lock();
+            all.entry(id).or_default().disputed = true;
+            answer(StatusCode::OK, json!({"disputed": true}))
+        }
+        "amount" => match serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v["amount"].as_i64())
+        {
+            Some(amount) => {
+                intent.amount = amount;
+                answer(StatusCode::OK, intent.to_json())
+            }
+            None => answer(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "send {\"amount\": N}"}),
+            ),
+        },
+        _ => answer(
+            StatusCode::NOT_FOUND,
+            json!({"error": "actions: refund, dispute, amount"}),
+        ),
+    }
+}

@@ -1,0 +1,127 @@
+//! The console's findings page (`/console/findings`): the reconciliation findings, open
+//! first, each resolvable with a reason through the same function as `findings resolve`
+//! (the guard has checked the CSRF token and the operator's role before a POST gets here).
+
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse as _, Redirect, Response};
+use axum::Form;
+use maud::html;
+
+use super::{bad_request, csrf_field, failed, page, refused};
+use crate::admin::AdminState;
+use crate::console::session::Session;
+use crate::operator::findings::resolve as resolve_finding;
+use crate::operator::Via;
+use crate::store::findings::{self, FindingState, Resolved};
+
+/// `?state=open|resolved|all` (open by default).
+#[derive(Debug, Default, serde::Deserialize)]
+pub(in crate::console) struct FindingsQuery {
+    state: Option<FindingState>,
+}
+
+/// `GET /console/findings`.
+pub(in crate::console) async fn list(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    query: Result<Query<FindingsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return bad_request(&session, "state: open, resolved or all.");
+    };
+    let shown = query.state.unwrap_or(FindingState::Open);
+    let list = match findings::list(&state.store, shown, 200).await {
+        Ok(list) => list,
+        Err(err) => return failed(&session, err),
+    };
+    let body = html! {
+        p .hint { "Discrepancies between onecharge's ledger and the gateway's own records, found by the reconciliation sweep and the gateway's webhooks. docs/operations.md says what each class means and what to do." }
+        p {
+            a #findings-open href="/console/findings?state=open" { "Open" } " · "
+            a #findings-resolved href="/console/findings?state=resolved" { "Resolved" } " · "
+            a #findings-all href="/console/findings?state=all" { "All" }
+        }
+        @if list.is_empty() { p #findings-empty { "No findings." } }
+        @else {
+            table #findings-table {
+                thead { tr { th { "id" } th { "class" } th { "attempt / reference" } th { "gateway ids" } th { "detail" } th { "seen" } th { "state" } } }
+                tbody {
+                    @for f in &list {
+                        tr data-finding-id=(f.id) {
+                            td { (f.id) }
+                            td .finding-class { (f.class.as_str()) }
+                            td {
+                                @if let Some(id) = f.payment_attempt_id {
+                                    a href=(format!("/console/attempts/{id}")) { code { (id) } }
+                                } @else { code { (f.reference.clone().unwrap_or_default()) } }
+                            }
+                            td { code { (f.gateway_ids.join(", ")) } }
+                            td { (f.detail) }
+                            td { (f.seen_count) "× (last " (f.last_seen_at) ")" }
+                            td {
+                                @if f.state == "open" {
+                                    form method="post" action=(format!("/console/findings/{}/resolve", f.id)) {
+                                        (csrf_field(&session))
+                                        input type="text" name="reason" placeholder="What was done" required;
+                                        button type="submit" { "Resolve" }
+                                    }
+                                } @else {
+                                    "resolved by " (f.resolved_by.clone().unwrap_or_default()) ": " (f.resolution.clone().unwrap_or_default())
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(StatusCode::OK, "Findings", Some(&session), body)
+}
+
+/// The resolve form.
+#[derive(Debug, serde::Deserialize)]
+pub(in crate::console) struct ResolveForm {
+    reason: String,
+}
+
+/// `POST /console/findings/{id}/resolve`.
+pub(in crate::console) async fn resolve(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<i64>,
+    form: Result<Form<ResolveForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let Ok(Form(form)) = form else {
+        return bad_request(
+            &session,
+            "Give a reason: it is recorded with the resolution.",
+        );
+    };
+    if form.reason.trim().is_empty() {
+        return bad_request(&session, "A reason is required. Nothing was changed.");
+    }
+    match resolve_finding(
+        &state.store,
+        id,
+        &session.principal.actor,
+        Via::Console,
+        &form.reason,
+    )
+    .await
+    {
+        Ok(Resolved::Done(_)) => Redirect::to("/console/findings").into_response(),
+        Ok(Resolved::NotFound) => {
+            refused(StatusCode::NOT_FOUND, Some(&session), "No such finding.")
+        }
+        Ok(Resolved::AlreadyResolved(f)) => refused(
+            StatusCode::CONFLICT,
+            Some(&session),
+            &format!(
+                "Finding {id} was already resolved by {}.",
+                f.resolved_by.unwrap_or_default()
+            ),
+        ),
+        Err(err) => failed(&session, format!("{err:#}")),
+    }
+}

@@ -1,0 +1,540 @@
+//! Listing what the gateway charged in a window (docs/contract.md §3.2), one page per call,
+//! for the reconciliation sweep: the §3 dialect's `GET /v1/charges?created_gte&created_lt&
+//! limit&starting_after`, and Stripe's `GET /v1/payment_intents` with `created[gte]`,
+//! `created[lt]`, `limit`, `starting_after` and `expand[]=data.latest_charge` (so that a
+//! refund or a dispute shows on the PaymentIntent's charge).
+//!
+//! Both are read into one [`ListedCharge`] shape by pure functions ([`read_onecharge_page`],
+//! [`read_stripe_page`]), each row of which is a unit test below. The client never decides
+//! what a record means for an attempt: the sweep's comparison does.
+
+use std::collections::HashMap;
+
+use secrecy::ExposeSecret as _;
+use serde::Deserialize;
+use time::OffsetDateTime;
+
+use super::{exchange, Connector, GatewayCall, GatewayClient};
+use crate::domain::outcome::{GatewayReply, MAX_REASON_CHARS};
+use crate::domain::{bounded, CallOperation};
+
+/// The most records one page may ask for (both dialects cap `limit` at 100).
+pub const MAX_PAGE: usize = 100;
+
+/// The window a sweep lists: `from <= created < to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListWindow {
+    pub from: OffsetDateTime,
+    pub to: OffsetDateTime,
+}
+
+/// What a listed record says happened to the money, read the same for every dialect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListedStatus {
+    /// Charged, and still held.
+    Succeeded,
+    /// Refused by the issuer or the gateway; nothing taken.
+    Declined,
+    /// Cancelled before it charged (Stripe's `canceled`).
+    Canceled,
+    /// Charged, then refunded (wholly or partly).
+    Refunded,
+    /// Charged, and the customer's bank disputes it.
+    Disputed,
+    /// Not final, or not a state onecharge reads (Stripe's `processing`,
+    /// `requires_action`): kept as said.
+    Other(String),
+}
+
+impl ListedStatus {
+    /// The stored spelling (`reconciliation_sweep_records.status`).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Declined => "declined",
+            Self::Canceled => "canceled",
+            Self::Refunded => "refunded",
+            Self::Disputed => "disputed",
+            Self::Other(other) => other,
+        }
+    }
+
+    /// Reads the stored spelling back.
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "succeeded" => Self::Succeeded,
+            "declined" => Self::Declined,
+            "canceled" => Self::Canceled,
+            "refunded" => Self::Refunded,
+            "disputed" => Self::Disputed,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+/// One record of the gateway's list: a §3 charge or a Stripe PaymentIntent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedCharge {
+    /// `ch_…` (§3) or `pi_…` (Stripe): the id onecharge stores as `gateway_charge_id`.
+    pub id: String,
+    pub status: ListedStatus,
+    /// The attempt id the record names (§3 `reference`, Stripe
+    /// `metadata.payment_attempt_id`), as the gateway holds it.
+    pub reference: Option<String>,
+    /// In ISO 4217 minor units (Stripe's amount converted back), when known.
+    pub amount_minor: Option<i64>,
+    /// Upper case.
+    pub currency: Option<String>,
+    pub customer: Option<String>,
+    /// The key it was charged under, when the gateway says (§3 does; Stripe's list does not).
+    pub idempotency_key: Option<String>,
+}
+
+/// One page: its records, and the cursor of the next page when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    pub records: Vec<ListedCharge>,
+    /// `starting_after` for the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+/// What one list call came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListOutcome {
+    Page(ListPage),
+    /// The gateway refused onecharge's credentials.
+    CredentialsFault {
+        status: u16,
+    },
+    /// `gateway_url` answers like something else (404, 405, 3xx).
+    EndpointFault {
+        status: u16,
+    },
+    /// No usable answer (transport failure, 5xx, 429, unreadable body).
+    Failed {
+        reason: String,
+    },
+}
+
+impl ListOutcome {
+    /// A bounded label for metrics and evidence.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Page(_) => "page",
+            Self::CredentialsFault { .. } => "credentials_fault",
+            Self::EndpointFault { .. } => "endpoint_fault",
+            Self::Failed { .. } => "failed",
+        }
+    }
+}
+
+impl GatewayClient {
+    /// One page of the charges the gateway created in `window`, after `cursor` (the last
+    /// record of the previous page), at most `limit` (1–100) records. Never charges; safe
+    /// to repeat. §3 lists oldest first, Stripe newest first: the sweep does not care,
+    /// it only follows `next`.
+    pub async fn list_page(
+        &self,
+        window: ListWindow,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> GatewayCall<ListOutcome> {
+        let limit = limit.clamp(1, MAX_PAGE).to_string();
+        let request = match &self.connector {
+            Connector::Onecharge(endpoints) => {
+                let mut query = vec![
+                    ("created_gte", rfc3339(window.from)),
+                    ("created_lt", rfc3339(window.to)),
+                    ("limit", limit),
+                ];
+                if let Some(cursor) = cursor {
+                    query.push(("starting_after", cursor.to_owned()));
+                }
+                self.http.get(endpoints.charges_url.clone()).query(&query)
+            }
+            Connector::Stripe(endpoints) => {
+                let mut query = vec![
+                    ("created[gte]", window.from.unix_timestamp().to_string()),
+                    ("created[lt]", window.to.unix_timestamp().to_string()),
+                    ("limit", limit),
+                    ("expand[]", "data.latest_charge".to_owned()),
+                ];
+                if let Some(cursor) = cursor {
+                    query.push(("starting_after", cursor.to_owned()));
+                }
+                self.http
+                    .get(endpoints.create_url.clone())
+                    .query(&query)
+                    .header("Stripe-Version", super::stripe::STRIPE_VERSION)
+            }
+        };
+        let read: fn(GatewayReply<'_>) -> ListOutcome = match self.connector {
+            Connector::Onecharge(_) => read_onecharge_page,
+            Connector::Stripe(_) => read_stripe_page,
+        };
+        exchange(
+            request.bearer_auth(self.api_key.expose_secret()),
+            CallOperation::List,
+            None,
+            |reply, _| read(reply),
+            ListOutcome::label,
+        )
+        .await
+    }
+}
+
+fn rfc3339(at: OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .expect("a database timestamp formats as RFC 3339")
+}
+
+/// The parts of an answer every dialect reads the same: transport failures, credentials,
+/// a wrong URL, and any status but 200.
+fn common(reply: GatewayReply<'_>) -> Result<&[u8], ListOutcome> {
+    match reply {
+        GatewayReply::NotSent { error } | GatewayReply::Lost { error } => {
+            Err(ListOutcome::Failed {
+                reason: bounded(error, MAX_REASON_CHARS),
+            })
+        }
+        GatewayReply::Answered {
+            status: status @ (401 | 403),
+            ..
+        } => Err(ListOutcome::CredentialsFault { status }),
+        GatewayReply::Answered {
+            status: status @ (300..=399 | 404 | 405),
+            ..
+        } => Err(ListOutcome::EndpointFault { status }),
+        GatewayReply::Answered {
+            status: 200, body, ..
+        } => Ok(body),
+        GatewayReply::Answered { status, body, .. } => Err(ListOutcome::Failed {
+            reason: bounded(
+                &format!(
+                    "HTTP {status} to the list call: {}",
+                    String::from_utf8_lossy(body).trim()
+                ),
+                MAX_REASON_CHARS,
+            ),
+        }),
+    }
+}
+
+fn unreadable(err: serde_json::Error) -> ListOutcome {
+    ListOutcome::Failed {
+        reason: bounded(
+            &format!("HTTP 200 to the list call with an unreadable body: {err}"),
+            MAX_REASON_CHARS,
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+struct OnechargeList {
+    data: Vec<OnechargeRecord>,
+    #[serde(default)]
+    has_more: bool,
+}
+
+#[derive(Deserialize)]
+struct OnechargeRecord {
+    id: String,
+    status: String,
+    #[serde(default)]
+    amount_minor: Option<i64>,
+    #[serde(default)]
+    currency: Option<String>,
+    #[serde(default)]
+    customer_id: Option<String>,
+    #[serde(default)]
+    reference: Option<String>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+/// Reads a §3 list page: each charge as it is, its status as said.
+pub fn read_onecharge_page(reply: GatewayReply<'_>) -> ListOutcome {
+    let body = match common(reply) {
+        Ok(body) => body,
+        Err(outcome) => return outcome,
+    };
+    let list: OnechargeList = match serde_json::from_slice(body) {
+        Ok(list) => list,
+        Err(err) => return unreadable(err),
+    };
+    let next = list
+        .has_more
+        .then(|| list.data.last().map(|c| c.id.clone()))
+        .flatten();
+    ListOutcome::Page(ListPage {
+        records: list
+            .data
+            .into_iter()
+            .map(|c| ListedCharge {
+                id: c.id,
+                status: ListedStatus::parse(&c.status),
+                reference: c.reference.filter(|r| !r.is_empty()),
+                amount_minor: c.amount_minor,
+                currency: c.currency.map(|c| c.to_ascii_uppercase()),
+                customer: c.customer_id,
+                idempotency_key: c.idempotency_key,
+            })
+            .collect(),
+        next,
+    })
+}
+
+#[derive(Deserialize)]
+struct StripeList {
+    data: Vec<StripeIntent>,
+    #[serde(default)]
+    has_more: bool,
+}
+
+#[derive(Deserialize)]
+struct StripeIntent {
+    id: String,
+    status: String,
+    #[serde(default)]
+    amount: Option<i64>,
+    #[serde(default)]
+    currency: Option<String>,
+    #[serde(default)]
+    customer: Option<Expandable<IdOnly>>,
+    #[serde(default)]
+    metadata: HashMap<String, String>,
+    #[serde(default)]
+    latest_charge: Option<Expandable<StripeCharge>>,
+    #[serde(default)]
+    last_payment_error: Option<serde_json::Value>,
+}
+
+/// A Stripe field that is an id, or the object when expanded.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Expandable<T> {
+    Id(String),
+    Object(T),
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct StripeCharge {
+    #[serde(default)]
+    refunded: bool,
+    #[serde(default)]
+    amount_refunded: i64,
+    #[serde(default)]
+    disputed: bool,
+}
+
+/// Reads a Stripe PaymentIntent list page. A PaymentIntent that was never confirmed
+/// (`requires_confirmation`, or `requires_payment_method` without an error) never charged
+/// and is left out; a succeeded one is `refunded` or `disputed` when its latest charge
+/// says so.
+pub fn read_stripe_page(reply: GatewayReply<'_>) -> ListOutcome {
+    let body = match common(reply) {
+        Ok(body) => body,
+        Err(outcome) => return outcome,
+    };
+    let list: StripeList = match serde_json::from_slice(body) {
+        Ok(list) => list,
+        Err(err) => return unreadable(err),
+    };
+    let next = list
+        .has_more
+        .then(|| list.data.last().map(|pi| pi.id.clone()))
+        .flatten();
+    let records = list
+        .data
+        .into_iter()
+        .filter_map(|pi| {
+            let status = match pi.status.as_str() {
+                "succeeded" => match &pi.latest_charge {
+                    Some(Expandable::Object(charge)) if charge.disputed => ListedStatus::Disputed,
+                    Some(Expandable::Object(charge))
+                        if charge.refunded || charge.amount_refunded > 0 =>
+                    {
+                        ListedStatus::Refunded
+                    }
+                    _ => ListedStatus::Succeeded,
+                },
+                "canceled" => ListedStatus::Canceled,
+                "requires_payment_method" if pi.last_payment_error.is_some() => {
+                    ListedStatus::Declined
+                }
+                "requires_payment_method" | "requires_confirmation" => return None,
+                other => ListedStatus::Other(other.to_owned()),
+            };
+            let currency = pi.currency.as_deref().map(str::to_ascii_uppercase);
+            let amount_minor = match (pi.amount, currency.as_deref()) {
+                (Some(amount), Some(currency)) => super::stripe::minor_amount(amount, currency),
+                _ => None,
+            };
+            Some(ListedCharge {
+                status,
+                reference: pi
+                    .metadata
+                    .get("payment_attempt_id")
+                    .filter(|r| !r.is_empty())
+                    .cloned(),
+                amount_minor,
+                currency,
+                customer: pi.customer.map(|c| match c {
+                    Expandable::Id(id) => id,
+                    Expandable::Object(o) => o.id,
+                }),
+                idempotency_key: None,
+                id: pi.id,
+            })
+        })
+        .collect();
+    ListOutcome::Page(ListPage { records, next })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn ok(body: serde_json::Value) -> Vec<u8> {
+        body.to_string().into_bytes()
+    }
+
+    fn answered(status: u16, body: &[u8]) -> GatewayReply<'_> {
+        GatewayReply::Answered {
+            status,
+            replayed: false,
+            retry_after: None,
+            body,
+        }
+    }
+
+    #[test]
+    fn a_onecharge_page_reads_each_charge_and_the_next_cursor() {
+        let body = ok(json!({"data": [
+            {"id": "ch_1", "status": "succeeded", "amount_minor": 1999, "currency": "EUR",
+             "reference": "6f1c", "idempotency_key": "k1", "customer_id": "cus_1",
+             "decline_code": null, "created_at": "2026-12-01T10:00:00Z"},
+            {"id": "ch_2", "status": "declined", "amount_minor": 5, "currency": "eur",
+             "reference": "", "idempotency_key": "k2", "decline_code": "card_declined",
+             "created_at": "2026-12-01T10:00:01Z"}
+        ], "has_more": true}));
+        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body)) else {
+            panic!()
+        };
+        assert_eq!(page.next.as_deref(), Some("ch_2"));
+        assert_eq!(page.records[0].status, ListedStatus::Succeeded);
+        assert_eq!(page.records[0].customer.as_deref(), Some("cus_1"));
+        assert_eq!(page.records[1].status, ListedStatus::Declined);
+        assert_eq!(page.records[1].reference, None);
+        assert_eq!(page.records[1].currency.as_deref(), Some("EUR"));
+    }
+
+    #[test]
+    fn the_last_page_has_no_cursor() {
+        let body = ok(json!({"data": [{"id": "ch_1", "status": "succeeded"}], "has_more": false}));
+        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body)) else {
+            panic!()
+        };
+        assert_eq!(page.next, None);
+    }
+
+    #[test]
+    fn refusals_and_faults_are_not_pages() {
+        assert_eq!(
+            read_onecharge_page(answered(401, b"")),
+            ListOutcome::CredentialsFault { status: 401 }
+        );
+        assert_eq!(
+            read_stripe_page(answered(404, b"")),
+            ListOutcome::EndpointFault { status: 404 }
+        );
+        assert!(matches!(
+            read_onecharge_page(answered(500, b"oops")),
+            ListOutcome::Failed { .. }
+        ));
+        assert!(matches!(
+            read_stripe_page(answered(200, b"{not json")),
+            ListOutcome::Failed { .. }
+        ));
+        assert!(matches!(
+            read_stripe_page(GatewayReply::Lost { error: "reset" }),
+            ListOutcome::Failed { .. }
+        ));
+    }
+
+    fn intent(status: &str, latest_charge: serde_json::Value) -> serde_json::Value {
+        json!({"id": format!("pi_{status}"), "object": "payment_intent", "status": status,
+               "amount": 1999, "currency": "eur", "customer": "cus_42",
+               "metadata": {"payment_attempt_id": "6f1c"}, "latest_charge": latest_charge,
+               "last_payment_error": null})
+    }
+
+    #[test]
+    fn a_stripe_page_reads_refunds_disputes_and_leaves_out_what_never_charged() {
+        let charge = |refunded: bool, disputed: bool, amount_refunded: i64| {
+            json!({"id": "ch_1", "object": "charge", "refunded": refunded,
+                   "disputed": disputed, "amount_refunded": amount_refunded})
+        };
+        let mut declined = intent("requires_payment_method", json!(null));
+        declined["last_payment_error"] = json!({"type": "card_error", "code": "card_declined"});
+        let mut refunded = intent("succeeded", charge(false, false, 500));
+        refunded["id"] = json!("pi_refunded");
+        let mut disputed = intent("succeeded", charge(false, true, 0));
+        disputed["id"] = json!("pi_disputed");
+        let body = ok(json!({"object": "list", "has_more": true, "data": [
+            intent("succeeded", charge(false, false, 0)),
+            refunded,
+            disputed,
+            intent("succeeded", json!("ch_unexpanded")),
+            intent("canceled", json!(null)),
+            declined,
+            intent("requires_confirmation", json!(null)),
+            intent("requires_payment_method", json!(null)),
+            intent("processing", json!(null)),
+        ]}));
+        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body)) else {
+            panic!()
+        };
+        let statuses: Vec<_> = page.records.iter().map(|r| r.status.clone()).collect();
+        assert_eq!(
+            statuses,
+            vec![
+                ListedStatus::Succeeded,
+                ListedStatus::Refunded,
+                ListedStatus::Disputed,
+                ListedStatus::Succeeded,
+                ListedStatus::Canceled,
+                ListedStatus::Declined,
+                ListedStatus::Other("processing".into()),
+            ]
+        );
+        assert_eq!(page.next.as_deref(), Some("pi_processing"));
+        let first = &page.records[0];
+        assert_eq!(first.amount_minor, Some(1999));
+        assert_eq!(first.currency.as_deref(), Some("EUR"));
+        assert_eq!(first.reference.as_deref(), Some("6f1c"));
+        assert_eq!(first.customer.as_deref(), Some("cus_42"));
+        assert_eq!(first.idempotency_key, None);
+    }
+
+    #[test]
+    fn a_listed_status_round_trips_through_its_stored_spelling() {
+        for status in [
+            ListedStatus::Succeeded,
+            ListedStatus::Declined,
+            ListedStatus::Canceled,
+            ListedStatus::Refunded,
+            ListedStatus::Disputed,
+            ListedStatus::Other("processing".into()),
+        ] {
+            assert_eq!(ListedStatus::parse(status.as_str()), status);
+        }
+    }
+}

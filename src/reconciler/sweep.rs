@@ -1,0 +1,427 @@
+//! The reconciliation sweep (docs/contract.md §3.2, §5 `reconcile sweep`): every charge the
+//! gateway created in a window, compared both ways with the attempts.
+//!
+//! 1. **Read**: the gateway's list, a page at a time (each page request takes a permit of
+//!    the fleet-wide `gateway_max_rate`), each page stored in
+//!    `reconciliation_sweep_records` before the next is asked for: memory is one page,
+//!    whatever the window.
+//! 2. **Compare**, a batch of attempt ids at a time, with the pure
+//!    [`compare::compare`]: the records naming each attempt id against the attempt; then
+//!    the succeeded attempts of the window that no record names.
+//! 3. **Act**: findings are recorded (deduplicated across runs); money found for an
+//!    `unknown`/`needs_review` attempt is handed to the reconciler's own decision as a
+//!    lookup's answer ([`Reconciler::settle_by_evidence`]), fenced by a claim like a
+//!    recheck; a `pending` attempt whose charge is held under its key is made due.
+//!
+//! Invariants: a sweep never changes a final attempt; it never charges; it never settles
+//! anything the reconciler's decision would not settle from the same answer.
+
+pub mod compare;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::Serialize;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use compare::{compare, Action, AttemptView, Verdict};
+
+use super::{claim_may_write, found_charge, Decision, Reconciler};
+use crate::domain::outcome::{GatewayCharge, LookupOutcome};
+use crate::domain::PaymentAttemptId;
+use crate::domain::{AttemptStatus, CallOperation, Fence, GatewayCallRecord, SettleWrite};
+use crate::gateway::list::{ListOutcome, ListWindow, MAX_PAGE};
+use crate::gateway_limit::Take;
+use crate::store::attempts::settle;
+use crate::store::findings::{self, FindingSource, NewFinding};
+use crate::store::reconciler::{claim_for_recheck, RecheckClaim};
+use crate::store::sweep::{self as sweep_store, SweepCounts};
+
+/// Attempts compared per database round trip.
+const COMPARE_BATCH: usize = 500;
+
+/// Tries of one page request before the sweep gives up (a page that fails transiently is
+/// asked for again after 1 s, 2 s, 4 s…).
+const PAGE_TRIES: u32 = 5;
+
+/// Allowance for the clocks of onecharge's database and the gateway: a succeeded attempt
+/// first sent less than this after the window opens, or settled less than this before it
+/// closes, is not required to be in the listing.
+pub const CLOCK_MARGIN: Duration = Duration::from_secs(60);
+
+/// What one sweep did.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepReport {
+    pub sweep_id: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_from: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_to: OffsetDateTime,
+    pub pages: u32,
+    pub records: u64,
+    /// Findings first seen by this sweep.
+    pub new_findings: Vec<NewFindingSummary>,
+    /// Findings seen before, seen again (deduplicated).
+    pub findings_seen_again: u32,
+    /// Attempts the evidence settled, and where they went.
+    pub settled: Vec<(PaymentAttemptId, AttemptStatus)>,
+    /// `pending` attempts made due for the executor's replaying re-send.
+    pub made_due: Vec<PaymentAttemptId>,
+    pub duration_seconds: f64,
+    /// Of which reading the gateway's pages.
+    pub read_seconds: f64,
+}
+
+/// One new finding, as the sweep prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NewFindingSummary {
+    pub class: findings::FindingClass,
+    pub payment_attempt_id: Option<PaymentAttemptId>,
+    pub reference: Option<String>,
+    pub gateway_ids: Vec<String>,
+    pub detail: String,
+}
+
+impl Reconciler {
+    /// One sweep of `window`: read every page, compare, act (see the module's doc).
+    #[tracing::instrument(skip_all, fields(from = %window.from, to = %window.to))]
+    pub async fn sweep(&self, window: ListWindow) -> anyhow::Result<SweepReport> {
+        let inner = &self.inner;
+        let started = Instant::now();
+        let sweep_id = sweep_store::start(&inner.store, window, &inner.actor)
+            .await
+            .context("starting the sweep")?;
+        let mut report = SweepReport {
+            sweep_id,
+            window_from: window.from,
+            window_to: window.to,
+            pages: 0,
+            records: 0,
+            new_findings: Vec::new(),
+            findings_seen_again: 0,
+            settled: Vec::new(),
+            made_due: Vec::new(),
+            duration_seconds: 0.0,
+            read_seconds: 0.0,
+        };
+        let result = async {
+            self.read_pages(sweep_id, window, &mut report).await?;
+            report.read_seconds = started.elapsed().as_secs_f64();
+            sweep_store::analyze_records(&inner.store)
+                .await
+                .context("analyzing the sweep's records")?;
+            self.compare_all(sweep_id, window, &mut report).await
+        }
+        .await;
+        report.duration_seconds = started.elapsed().as_secs_f64();
+        let counts = SweepCounts {
+            pages: report.pages,
+            records: report.records,
+            findings: report.new_findings.len() as u32,
+            settled: report.settled.len() as u32,
+        };
+        let error = result.as_ref().err().map(|e| format!("{e:#}"));
+        sweep_store::finish(&inner.store, sweep_id, counts, error.as_deref())
+            .await
+            .context("ending the sweep")?;
+        crate::metrics::sweep(report.duration_seconds, result.is_ok());
+        self.refresh_findings_gauge().await;
+        result?;
+        tracing::info!(
+            pages = report.pages,
+            records = report.records,
+            new_findings = report.new_findings.len(),
+            settled = report.settled.len(),
+            "sweep finished"
+        );
+        Ok(report)
+    }
+
+    /// Step 1: every page of the window into the sweep's records.
+    async fn read_pages(
+        &self,
+        sweep_id: i64,
+        window: ListWindow,
+        report: &mut SweepReport,
+    ) -> anyhow::Result<()> {
+        let inner = &self.inner;
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut tries = 0;
+            let page = loop {
+                let permit = loop {
+                    match inner.rate_limit.for_lookups(1).await {
+                        Take::Granted(permits) => break permits,
+                        Take::Wait(wait) => tokio::time::sleep(wait).await,
+                    }
+                };
+                permit.spend(1);
+                let call = inner
+                    .gateway
+                    .list_page(window, cursor.as_deref(), MAX_PAGE)
+                    .await;
+                tries += 1;
+                match call.outcome {
+                    ListOutcome::Page(page) => break page,
+                    ListOutcome::Failed { reason } if tries < PAGE_TRIES => {
+                        tracing::warn!(reason, tries, "a sweep page failed; asking again");
+                        tokio::time::sleep(Duration::from_secs(1 << (tries - 1))).await;
+                    }
+                    other => anyhow::bail!(
+                        "the gateway's list answered {} after {} page(s): {other:?}",
+                        other.label(),
+                        report.pages
+                    ),
+                }
+            };
+            report.pages += 1;
+            report.records += page.records.len() as u64;
+            crate::metrics::sweep_page(page.records.len());
+            sweep_store::add_records(&inner.store, sweep_id, &page.records)
+                .await
+                .context("storing a page of the gateway's records")?;
+            match page.next {
+                Some(next) if !page.records.is_empty() => cursor = Some(next),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Steps 2 and 3: each attempt id the records name, each foreign reference, then the
+    /// succeeded attempts nothing names.
+    async fn compare_all(
+        &self,
+        sweep_id: i64,
+        window: ListWindow,
+        report: &mut SweepReport,
+    ) -> anyhow::Result<()> {
+        let store = &self.inner.store;
+        let mut after: Option<Uuid> = None;
+        loop {
+            let batch = sweep_store::named_attempts(
+                store,
+                sweep_id,
+                window,
+                CLOCK_MARGIN,
+                after,
+                COMPARE_BATCH,
+            )
+            .await
+            .context("reading the attempts the gateway's records name")?;
+            let Some(last) = batch.last() else { break };
+            after = Some(last.reference.parse().context("a named attempt id")?);
+            for named in batch {
+                let verdict = compare(&named.reference, named.attempt.as_ref(), &named.records);
+                self.act(named.attempt.as_ref(), verdict, report).await?;
+            }
+        }
+        let mut after: Option<String> = None;
+        loop {
+            let batch =
+                sweep_store::foreign_references(store, sweep_id, after.as_deref(), COMPARE_BATCH)
+                    .await
+                    .context("reading references that are no attempt id")?;
+            let Some(last) = batch.last() else { break };
+            after = Some(last.reference.clone());
+            for named in batch {
+                let verdict = compare(&named.reference, None, &named.records);
+                self.act(None, verdict, report).await?;
+            }
+        }
+        let mut after: Option<Uuid> = None;
+        loop {
+            let batch = sweep_store::unlisted_succeeded(
+                store,
+                sweep_id,
+                window,
+                CLOCK_MARGIN,
+                after,
+                COMPARE_BATCH,
+            )
+            .await
+            .context("reading succeeded attempts the gateway does not list")?;
+            let Some(last) = batch.last() else { break };
+            after = Some(last.payment_attempt_id.into());
+            for attempt in batch {
+                let verdict = compare(&attempt.payment_attempt_id.to_string(), Some(&attempt), &[]);
+                self.act(Some(&attempt), verdict, report).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a verdict's findings and does its action.
+    async fn act(
+        &self,
+        attempt: Option<&AttemptView>,
+        verdict: Verdict,
+        report: &mut SweepReport,
+    ) -> anyhow::Result<()> {
+        let store = &self.inner.store;
+        if !verdict.findings.is_empty() {
+            let mut conn = store.pool().acquire().await?;
+            for finding in &verdict.findings {
+                if findings::record(&mut conn, finding, FindingSource::Sweep)
+                    .await
+                    .context("recording a finding")?
+                {
+                    tracing::warn!(class = %finding.class, detail = finding.detail, "reconciliation finding");
+                    report.new_findings.push(summary(finding));
+                } else {
+                    report.findings_seen_again += 1;
+                }
+            }
+        }
+        let Some(attempt) = attempt else {
+            return Ok(());
+        };
+        let id = attempt.payment_attempt_id;
+        match verdict.action {
+            Action::Nothing => {}
+            Action::Settle(charges) => {
+                if let Some(status) = self.settle_by_evidence(id, charges).await? {
+                    report.settled.push((id, status));
+                }
+            }
+            Action::MakeDue => {
+                if sweep_store::make_pending_due(store, id).await? {
+                    report.made_due.push(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Money the gateway's list shows for an `unknown` or `needs_review` attempt, read by the
+    /// reconciler's own decision as the answer of a lookup: claimed like a recheck (the
+    /// fencing token moves, so a pass or a person looking at the same moment is fenced
+    /// out), decided by [`Reconciler::decide`], written by the one `settle`, with the listed
+    /// record as the evidence (`gateway_calls.operation = list`). A `needs_review` attempt
+    /// moves only to a found charge's outcome, as a recheck's does. Returns where the attempt
+    /// went, if anywhere.
+    #[tracing::instrument(skip_all, fields(payment_attempt_id = %id))]
+    pub async fn settle_by_evidence(
+        &self,
+        id: PaymentAttemptId,
+        charges: Vec<GatewayCharge>,
+    ) -> anyhow::Result<Option<AttemptStatus>> {
+        let inner = &self.inner;
+        let (attempt, before) =
+            match claim_for_recheck(&inner.store, id, inner.settings.claim_hold).await? {
+                RecheckClaim::Claimed(attempt, before) => (attempt, before),
+                RecheckClaim::NotFound | RecheckClaim::WrongState(_) => return Ok(None),
+            };
+        let now = attempt.claimed_at;
+        let outcome = LookupOutcome::Found(charges);
+        let found = found_charge(&outcome).map(|c| c.id.clone());
+        let Decision::Settle { settlement, cause } = self.decide(&attempt, &outcome, now) else {
+            return Ok(None);
+        };
+        if !claim_may_write(before, &settlement) {
+            return Ok(None);
+        }
+        let status = settlement.status();
+        let write = SettleWrite {
+            fence: Fence {
+                payment_attempt_id: id,
+                lease_token: attempt.lease_token,
+                from: before,
+                actor: inner.actor.clone(),
+            },
+            settlement,
+            cause,
+            call: Some(GatewayCallRecord {
+                payment_attempt_id: id,
+                operation: CallOperation::List,
+                idempotency_key: attempt.idempotency_key.clone(),
+                try_number: attempt.tries,
+                lease_token: Some(attempt.lease_token),
+                started_at: now,
+                finished_at: now,
+                http_status: Some(200),
+                outcome: "found".into(),
+                gateway_charge_id: found,
+                error: Some(
+                    "no lookup sent: the reconciliation sweep found this charge in the gateway's list"
+                        .into(),
+                ),
+            }),
+            now,
+        };
+        let settled = settle(&inner.store, &write)
+            .await
+            .context("settling by the sweep's evidence")?;
+        if settled {
+            tracing::info!(before = %before, after = %status, %cause, "settled by the sweep's evidence");
+            crate::metrics::reconciliation(status.as_str());
+        }
+        Ok(settled.then_some(status))
+    }
+
+    /// Sets `onecharge_reconciliation_findings_open{class}` from the database.
+    pub async fn refresh_findings_gauge(&self) {
+        refresh_findings_gauge(&self.inner.store).await;
+    }
+
+    /// The sweep job of `serve`: every `reconciler.sweep_interval` (claimed fleet-wide, so
+    /// one instance sweeps per interval), a sweep of the last `reconciler.sweep_window`.
+    /// A failed sweep is logged and waits for the next interval; it never stops the role.
+    pub async fn run_sweeps(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let settings = self.inner.settings.clone();
+        if settings.sweep_interval.is_zero() {
+            return Ok(());
+        }
+        // Checks often enough to claim the fleet's turn soon after it falls due.
+        let check_every = settings.sweep_interval.min(Duration::from_secs(30));
+        while !shutdown.is_cancelled() {
+            match sweep_store::claim_scheduled(&self.inner.store, settings.sweep_interval).await {
+                Ok(true) => {
+                    let result = async {
+                        let now = sweep_store::now(&self.inner.store).await?;
+                        self.sweep(ListWindow {
+                            from: now - settings.sweep_window,
+                            to: now,
+                        })
+                        .await
+                    };
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        result = result => {
+                            if let Err(err) = result {
+                                tracing::error!(error = %format!("{err:#}"), "the scheduled sweep failed; the next interval sweeps again");
+                            }
+                        }
+                    }
+                }
+                Ok(false) => {}
+                Err(err) => tracing::error!(error = %err, "cannot claim the scheduled sweep"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(check_every) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sets `onecharge_reconciliation_findings_open{class}` from the database (every class, so
+/// a class whose last finding was resolved goes to 0).
+pub async fn refresh_findings_gauge(store: &crate::store::Store) {
+    match findings::count_open(store).await {
+        Ok(counts) => crate::metrics::findings_open(&counts),
+        Err(err) => tracing::warn!(error = %err, "cannot count open findings"),
+    }
+}
+
+fn summary(finding: &NewFinding) -> NewFindingSummary {
+    NewFindingSummary {
+        class: finding.class,
+        payment_attempt_id: finding.payment_attempt_id,
+        reference: finding.reference.clone(),
+        gateway_ids: finding.gateway_ids.clone(),
+        detail: finding.detail.clone(),
+    }
+}

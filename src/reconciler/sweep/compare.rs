@@ -1,0 +1,482 @@
+//! The sweep's decision, pure: what the gateway's records naming one attempt (or one
+//! unknown reference) mean, given what onecharge holds. No I/O; every row of the table in
+//! docs/operations.md ("Reconciliation findings") is a test below.
+//!
+//! - `unknown`/`needs_review` with money taken: evidence, handed to the reconciler's own
+//!   decision ([`Action::Settle`]) as a lookup's answer would be.
+//! - `pending` with money taken under its own key or object: the executor's re-send under
+//!   that key replays it ([`Action::MakeDue`]); under anything else, a finding (a re-send
+//!   would take the money again).
+//! - `declined`/`expired` with money taken: `charged_not_recorded`. A final attempt is never
+//!   changed here.
+//! - `succeeded` whose own charge is missing (inside the window), or listed as declined,
+//!   cancelled, refunded, disputed or unsettled: `recorded_not_charged`.
+//! - More than one charge holding money: `charged_twice`; a charge holding money whose
+//!   amount, currency or customer differ from the attempt's: `mismatch`.
+//! - Money taken for an attempt id onecharge does not know: `unknown_reference`.
+
+use crate::domain::outcome::{ChargeStatus, GatewayCharge};
+use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::gateway::list::{ListedCharge, ListedStatus};
+use crate::store::findings::{FindingClass, NewFinding};
+
+/// What the sweep knows of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptView {
+    pub payment_attempt_id: PaymentAttemptId,
+    pub status: AttemptStatus,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub customer_id: String,
+    pub idempotency_key: String,
+    pub gateway_charge_id: Option<String>,
+    /// Stripe's PaymentIntent id, stored before the charging call.
+    pub gateway_object_id: Option<String>,
+    /// A succeeded attempt first sent and settled inside the swept window (with a margin
+    /// for clock skew): its charge must be in the listing, so its absence is a finding.
+    pub in_window: bool,
+}
+
+impl AttemptView {
+    /// Whether `record` is this attempt's own charge: its stored charge or object id, or
+    /// its key.
+    fn owns(&self, record: &ListedCharge) -> bool {
+        self.gateway_charge_id.as_deref() == Some(record.id.as_str())
+            || self.gateway_object_id.as_deref() == Some(record.id.as_str())
+            || record.idempotency_key.as_deref() == Some(self.idempotency_key.as_str())
+    }
+}
+
+/// What to do about one attempt, besides recording findings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Nothing,
+    /// Hand these charges to the reconciler's decision as a lookup's answer.
+    Settle(Vec<GatewayCharge>),
+    /// A `pending` attempt whose charge the gateway holds under its key: due now, so the
+    /// executor's re-send replays it.
+    MakeDue,
+}
+
+/// The decision for one attempt (or one unknown reference).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub findings: Vec<NewFinding>,
+    pub action: Action,
+}
+
+/// Holds money: charged and not given back (a disputed charge is still taken until the
+/// bank decides).
+fn holds_money(record: &ListedCharge) -> bool {
+    matches!(
+        record.status,
+        ListedStatus::Succeeded | ListedStatus::Disputed
+    )
+}
+
+/// Compares the records naming `reference` with the attempt it names (`None`: onecharge
+/// knows no such attempt).
+pub fn compare(
+    reference: &str,
+    attempt: Option<&AttemptView>,
+    records: &[ListedCharge],
+) -> Verdict {
+    let held: Vec<&ListedCharge> = records.iter().filter(|r| holds_money(r)).collect();
+    let Some(attempt) = attempt else {
+        return Verdict {
+            findings: held
+                .iter()
+                .map(|r| NewFinding {
+                    class: FindingClass::UnknownReference,
+                    payment_attempt_id: None,
+                    reference: Some(reference.to_owned()),
+                    gateway_ids: vec![r.id.clone()],
+                    attempt_status: None,
+                    attempt_amount_minor: None,
+                    attempt_currency: None,
+                    gateway_amount_minor: r.amount_minor,
+                    gateway_currency: r.currency.clone(),
+                    detail: format!(
+                        "the gateway's charge {} names attempt `{reference}`, which onecharge does not know: \
+                         money taken outside onecharge under its metadata",
+                        r.id
+                    ),
+                })
+                .collect(),
+            action: Action::Nothing,
+        };
+    };
+    let finding = |class, ids: Vec<String>, detail: String, gateway: Option<&ListedCharge>| {
+        let mut ids = ids;
+        ids.sort();
+        ids.dedup();
+        NewFinding {
+            class,
+            payment_attempt_id: Some(attempt.payment_attempt_id),
+            reference: Some(reference.to_owned()),
+            gateway_ids: ids,
+            attempt_status: Some(attempt.status.as_str().to_owned()),
+            attempt_amount_minor: Some(attempt.amount_minor),
+            attempt_currency: Some(attempt.currency.clone()),
+            gateway_amount_minor: gateway.and_then(|g| g.amount_minor),
+            gateway_currency: gateway.and_then(|g| g.currency.clone()),
+            detail,
+        }
+    };
+    let mut findings = Vec::new();
+    for record in &held {
+        if let Some(why) = differs(record, attempt) {
+            findings.push(finding(
+                FindingClass::Mismatch,
+                vec![record.id.clone()],
+                format!(
+                    "the gateway's charge {} differs from the attempt: {why}",
+                    record.id
+                ),
+                Some(record),
+            ));
+        }
+    }
+    let mut held_ids: Vec<String> = held.iter().map(|r| r.id.clone()).collect();
+    let own = records.iter().find(|r| attempt.owns(r));
+    let mut action = Action::Nothing;
+    match attempt.status {
+        AttemptStatus::Succeeded => match (own, attempt.gateway_charge_id.as_deref()) {
+            (Some(own), _) if own.status != ListedStatus::Succeeded => findings.push(finding(
+                FindingClass::RecordedNotCharged,
+                vec![own.id.clone()],
+                format!(
+                    "the attempt is succeeded, but the gateway holds its charge {} as {}",
+                    own.id,
+                    own.status.as_str()
+                ),
+                Some(own),
+            )),
+            (Some(_), _) => {}
+            (None, Some(recorded)) => {
+                if attempt.in_window {
+                    findings.push(finding(
+                        FindingClass::RecordedNotCharged,
+                        vec![recorded.to_owned()],
+                        format!(
+                            "the attempt is succeeded with charge {recorded}, which the gateway does not list in the window"
+                        ),
+                        None,
+                    ));
+                } else {
+                    // Created outside the window: not listed, but it holds money too.
+                    held_ids.push(recorded.to_owned());
+                }
+            }
+            (None, None) => {}
+        },
+        AttemptStatus::Unknown | AttemptStatus::NeedsReview if !held.is_empty() => {
+            action = Action::Settle(records.iter().map(|r| as_lookup(r, attempt)).collect());
+        }
+        AttemptStatus::Pending if !held.is_empty() => {
+            if held.iter().any(|r| attempt.owns(r)) {
+                action = Action::MakeDue;
+            } else {
+                findings.push(finding(
+                    FindingClass::ChargedNotRecorded,
+                    held_ids.clone(),
+                    format!(
+                        "the gateway holds money for this pending attempt under another key ({}); \
+                         its own send would charge again",
+                        held_ids.join(", ")
+                    ),
+                    held.first().copied(),
+                ));
+            }
+        }
+        AttemptStatus::Declined | AttemptStatus::Expired if !held.is_empty() => {
+            findings.push(finding(
+                FindingClass::ChargedNotRecorded,
+                held_ids.clone(),
+                format!(
+                    "the attempt is {}, but the gateway took money for it ({}): refund, or correct the record",
+                    attempt.status,
+                    held_ids.join(", ")
+                ),
+                held.first().copied(),
+            ));
+        }
+        _ => {}
+    }
+    if held_ids.len() > 1 {
+        let mut ids = held_ids.clone();
+        ids.sort();
+        findings.push(finding(
+            FindingClass::ChargedTwice,
+            ids.clone(),
+            format!(
+                "{} charges hold money for one attempt ({}): refund all but one",
+                ids.len(),
+                ids.join(", ")
+            ),
+            None,
+        ));
+    }
+    Verdict { findings, action }
+}
+
+/// Why a charge holding money is not the attempt's amount, currency or customer.
+fn differs(record: &ListedCharge, attempt: &AttemptView) -> Option<String> {
+    let mut why = Vec::new();
+    if let Some(amount) = record.amount_minor {
+        if amount != attempt.amount_minor {
+            why.push(format!(
+                "amount_minor {amount}, the attempt's is {}",
+                attempt.amount_minor
+            ));
+        }
+    }
+    if let Some(currency) = &record.currency {
+        if !currency.eq_ignore_ascii_case(&attempt.currency) {
+            why.push(format!(
+                "currency {currency}, the attempt's is {}",
+                attempt.currency
+            ));
+        }
+    }
+    if let Some(customer) = &record.customer {
+        if customer != &attempt.customer_id {
+            why.push(format!(
+                "customer {customer}, the attempt's is {}",
+                attempt.customer_id
+            ));
+        }
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// A listed record as the reconciler's lookup answer: the attempt's own charge carries its
+/// key (the stored id is the link, as a lookup by id has it); any other carries what the
+/// gateway said, so the decision refuses to adopt it.
+fn as_lookup(record: &ListedCharge, attempt: &AttemptView) -> GatewayCharge {
+    GatewayCharge {
+        id: record.id.clone(),
+        status: match &record.status {
+            ListedStatus::Succeeded | ListedStatus::Disputed | ListedStatus::Refunded => {
+                ChargeStatus::Succeeded
+            }
+            ListedStatus::Declined | ListedStatus::Canceled => ChargeStatus::Declined,
+            ListedStatus::Other(other) => ChargeStatus::Other(other.clone()),
+        },
+        decline_code: None,
+        idempotency_key: if attempt.owns(record) {
+            Some(attempt.idempotency_key.clone())
+        } else {
+            record.idempotency_key.clone()
+        },
+        reference: record.reference.clone(),
+        amount_minor: record.amount_minor,
+        currency: record.currency.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ATTEMPT: &str = "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11";
+
+    fn attempt(status: AttemptStatus) -> AttemptView {
+        AttemptView {
+            payment_attempt_id: ATTEMPT.parse::<uuid::Uuid>().unwrap().into(),
+            status,
+            amount_minor: 1999,
+            currency: "EUR".into(),
+            customer_id: "cus_42".into(),
+            idempotency_key: format!("onecharge-{ATTEMPT}"),
+            gateway_charge_id: (status == AttemptStatus::Succeeded).then(|| "ch_own".into()),
+            gateway_object_id: None,
+            in_window: true,
+        }
+    }
+
+    fn record(id: &str, status: ListedStatus) -> ListedCharge {
+        ListedCharge {
+            id: id.into(),
+            status,
+            reference: Some(ATTEMPT.into()),
+            amount_minor: Some(1999),
+            currency: Some("EUR".into()),
+            customer: Some("cus_42".into()),
+            idempotency_key: Some(if id == "ch_own" {
+                format!("onecharge-{ATTEMPT}")
+            } else {
+                format!("other-{id}")
+            }),
+        }
+    }
+
+    fn classes(verdict: &Verdict) -> Vec<FindingClass> {
+        let mut classes: Vec<_> = verdict.findings.iter().map(|f| f.class).collect();
+        classes.sort();
+        classes
+    }
+
+    use AttemptStatus::*;
+    use FindingClass::*;
+    use ListedStatus as L;
+
+    /// (attempt status, records, expected finding classes, expected action kind)
+    #[test]
+    fn each_row_of_the_table() {
+        let own = || record("ch_own", L::Succeeded);
+        let other = || record("ch_other", L::Succeeded);
+        let settle = "settle";
+        let due = "due";
+        let none = "nothing";
+        let rows: Vec<(AttemptStatus, Vec<ListedCharge>, Vec<FindingClass>, &str)> = vec![
+            // The ledger and the gateway agree.
+            (Succeeded, vec![own()], vec![], none),
+            (Declined, vec![record("ch_own", L::Declined)], vec![], none),
+            // Money taken for an attempt onecharge cannot settle by itself.
+            (Declined, vec![own()], vec![ChargedNotRecorded], none),
+            (Expired, vec![other()], vec![ChargedNotRecorded], none),
+            // Evidence for what the reconciler owns.
+            (Unknown, vec![own()], vec![], settle),
+            (NeedsReview, vec![own()], vec![], settle),
+            (Unknown, vec![record("ch_own", L::Declined)], vec![], none),
+            (Pending, vec![own()], vec![], due),
+            (Pending, vec![other()], vec![ChargedNotRecorded], none),
+            (InFlight, vec![own()], vec![], none),
+            // A succeeded attempt the gateway does not back.
+            (Succeeded, vec![], vec![RecordedNotCharged], none),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Refunded)],
+                vec![RecordedNotCharged],
+                none,
+            ),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Disputed)],
+                vec![RecordedNotCharged],
+                none,
+            ),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Canceled)],
+                vec![RecordedNotCharged],
+                none,
+            ),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Declined)],
+                vec![RecordedNotCharged],
+                none,
+            ),
+            // Twice.
+            (Succeeded, vec![own(), other()], vec![ChargedTwice], none),
+            (Unknown, vec![own(), other()], vec![ChargedTwice], settle),
+            // A refunded second charge holds no money.
+            (
+                Succeeded,
+                vec![own(), record("ch_other", L::Refunded)],
+                vec![],
+                none,
+            ),
+        ];
+        for (status, records, expected, action) in rows {
+            let verdict = compare(ATTEMPT, Some(&attempt(status)), &records);
+            assert_eq!(classes(&verdict), expected, "{status} {records:?}");
+            let got = match verdict.action {
+                Action::Nothing => none,
+                Action::Settle(_) => settle,
+                Action::MakeDue => due,
+            };
+            assert_eq!(got, action, "{status} {records:?}");
+        }
+    }
+
+    #[test]
+    fn a_changed_amount_currency_or_customer_is_a_mismatch_saying_which() {
+        for (change, word) in [
+            (
+                (|r: &mut ListedCharge| r.amount_minor = Some(2999)) as fn(&mut ListedCharge),
+                "amount_minor 2999",
+            ),
+            (|r| r.currency = Some("USD".into()), "currency USD"),
+            (|r| r.customer = Some("cus_9".into()), "customer cus_9"),
+        ] {
+            let mut changed = record("ch_own", L::Succeeded);
+            change(&mut changed);
+            let verdict = compare(ATTEMPT, Some(&attempt(Succeeded)), &[changed]);
+            assert_eq!(classes(&verdict), vec![Mismatch]);
+            assert!(
+                verdict.findings[0].detail.contains(word),
+                "{:?}",
+                verdict.findings
+            );
+        }
+    }
+
+    #[test]
+    fn money_for_an_unknown_attempt_is_one_finding_per_charge_and_declines_are_none() {
+        let verdict = compare(
+            "not-ours",
+            None,
+            &[
+                record("ch_a", L::Succeeded),
+                record("ch_b", L::Declined),
+                record("ch_c", L::Disputed),
+            ],
+        );
+        assert_eq!(classes(&verdict), vec![UnknownReference, UnknownReference]);
+        assert_eq!(verdict.findings[0].reference.as_deref(), Some("not-ours"));
+        assert_eq!(verdict.findings[0].payment_attempt_id, None);
+    }
+
+    #[test]
+    fn a_succeeded_attempt_settled_outside_the_window_is_not_missing_but_still_counts_as_held() {
+        let mut outside = attempt(Succeeded);
+        outside.in_window = false;
+        assert!(compare(ATTEMPT, Some(&outside), &[]).findings.is_empty());
+        let verdict = compare(ATTEMPT, Some(&outside), &[record("ch_other", L::Succeeded)]);
+        assert_eq!(classes(&verdict), vec![ChargedTwice]);
+        assert_eq!(verdict.findings[0].gateway_ids, vec!["ch_other", "ch_own"]);
+    }
+
+    #[test]
+    fn the_evidence_carries_the_key_only_for_the_attempts_own_charge() {
+        let mut stripe = attempt(Unknown);
+        stripe.gateway_object_id = Some("pi_own".into());
+        let mut own = record("pi_own", L::Succeeded);
+        own.idempotency_key = None;
+        let mut foreign = record("pi_other", L::Succeeded);
+        foreign.idempotency_key = None;
+        let Action::Settle(charges) = compare(ATTEMPT, Some(&stripe), &[own, foreign]).action
+        else {
+            panic!()
+        };
+        assert_eq!(
+            charges[0].idempotency_key.as_deref(),
+            Some(stripe.idempotency_key.as_str())
+        );
+        assert_eq!(charges[1].idempotency_key, None);
+    }
+
+    #[test]
+    fn one_discrepancy_has_one_dedupe_key_whatever_the_order_of_the_pages() {
+        let a = compare(
+            ATTEMPT,
+            Some(&attempt(Succeeded)),
+            &[
+                record("ch_own", L::Succeeded),
+                record("ch_other", L::Succeeded),
+            ],
+        );
+        let b = compare(
+            ATTEMPT,
+            Some(&attempt(Succeeded)),
+            &[
+                record("ch_other", L::Succeeded),
+                record("ch_own", L::Succeeded),
+            ],
+        );
+        assert_eq!(a.findings[0].dedupe_key(), b.findings[0].dedupe_key());
+    }
+}

@@ -1,0 +1,350 @@
+//! The reconciliation sweep's SQL: a row per sweep, the gateway's records it read (a page
+//! at a time, into `reconciliation_sweep_records`, so that the comparison walks a table and
+//! the process holds one page), the attempts those records name, the succeeded attempts
+//! they do not, and the schedule `serve` claims so a fleet sweeps once per interval.
+
+use sqlx::Row as _;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::Store;
+use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::gateway::list::{ListWindow, ListedCharge, ListedStatus};
+use crate::reconciler::sweep::AttemptView;
+
+/// Starts a sweep of `window` by `actor`: its row, and the records of sweeps that ended
+/// (or died more than a day ago) removed. Returns the sweep's id.
+pub async fn start(store: &Store, window: ListWindow, actor: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM reconciliation_sweep_records WHERE sweep_id IN (
+             SELECT id FROM reconciliation_sweeps
+             WHERE finished_at IS NOT NULL OR started_at < now() - interval '1 day')",
+    )
+    .execute(store.pool())
+    .await?;
+    sqlx::query_scalar(
+        "INSERT INTO reconciliation_sweeps (window_from, window_to, actor)
+         VALUES ($1, $2, $3) RETURNING id",
+    )
+    .bind(window.from)
+    .bind(window.to)
+    .bind(actor)
+    .fetch_one(store.pool())
+    .await
+}
+
+/// Stores one page's records for `sweep` (a record listed twice is kept once).
+pub async fn add_records(
+    store: &Store,
+    sweep: i64,
+    records: &[ListedCharge],
+) -> Result<(), sqlx::Error> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let column = |f: fn(&ListedCharge) -> Option<String>| records.iter().map(f).collect::<Vec<_>>();
+    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    let attempt_ids: Vec<Option<Uuid>> = records
+        .iter()
+        .map(|r| r.reference.as_deref().and_then(|r| r.parse::<Uuid>().ok()))
+        .collect();
+    let statuses: Vec<String> = records
+        .iter()
+        .map(|r| r.status.as_str().to_owned())
+        .collect();
+    let amounts: Vec<Option<i64>> = records.iter().map(|r| r.amount_minor).collect();
+    sqlx::query(
+        "INSERT INTO reconciliation_sweep_records
+             (sweep_id, charge_id, reference, payment_attempt_id, status, amount_minor, currency,
+              customer, idempotency_key)
+         SELECT $1, * FROM UNNEST($2::text[], $3::text[], $4::uuid[], $5::text[], $6::int8[],
+                                  $7::text[], $8::text[], $9::text[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(sweep)
+    .bind(ids)
+    .bind(column(|r| r.reference.clone()))
+    .bind(attempt_ids)
+    .bind(statuses)
+    .bind(amounts)
+    .bind(column(|r| r.currency.clone()))
+    .bind(column(|r| r.customer.clone()))
+    .bind(column(|r| r.idempotency_key.clone()))
+    .execute(store.pool())
+    .await?;
+    Ok(())
+}
+
+/// Refreshes the planner's statistics of the records table once a sweep has read every
+/// page: without them (a table that was empty a moment ago) each batch of the comparison
+/// is planned as a scan of all the sweep's records instead of a walk of its index.
+pub async fn analyze_records(store: &Store) -> Result<(), sqlx::Error> {
+    sqlx::query("ANALYZE reconciliation_sweep_records")
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
+/// One attempt id the sweep's records name, the attempt (when onecharge knows it), and
+/// every record naming it.
+#[derive(Debug, Clone)]
+pub struct Named {
+    pub reference: String,
+    pub attempt: Option<AttemptView>,
+    pub records: Vec<ListedCharge>,
+}
+
+/// The attempt columns an [`AttemptView`] reads, with `in_window` computed for `$from`,
+/// `$to` and the skew `$margin` (seconds).
+const VIEW: &str = "a.payment_attempt_id, a.status, a.amount_minor, a.currency, a.customer_id, \
+     a.idempotency_key, a.gateway_charge_id, a.gateway_object_id, \
+     (a.status = 'succeeded' AND a.first_dispatched_at >= $2::timestamptz + make_interval(secs => $4) \
+      AND a.updated_at < $3::timestamptz - make_interval(secs => $4)) AS in_window";
+
+fn view(row: &sqlx::postgres::PgRow) -> Result<AttemptView, sqlx::Error> {
+    Ok(AttemptView {
+        payment_attempt_id: row.try_get("payment_attempt_id")?,
+        status: row.try_get::<AttemptStatus, _>("status")?,
+        amount_minor: row.try_get("amount_minor")?,
+        currency: row.try_get("currency")?,
+        customer_id: row.try_get("customer_id")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        gateway_charge_id: row.try_get("gateway_charge_id")?,
+        gateway_object_id: row.try_get("gateway_object_id")?,
+        in_window: row.try_get("in_window")?,
+    })
+}
+
+fn record(row: &sqlx::postgres::PgRow) -> Result<ListedCharge, sqlx::Error> {
+    Ok(ListedCharge {
+        id: row.try_get("charge_id")?,
+        status: ListedStatus::parse(row.try_get::<&str, _>("status")?),
+        reference: row.try_get("reference")?,
+        amount_minor: row.try_get("amount_minor")?,
+        currency: row.try_get("currency")?,
+        customer: row.try_get("customer")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+    })
+}
+
+/// The next `limit` attempt ids (UUID references) the sweep's records name, after `after`,
+/// each with its attempt and records. The margin (skew) decides `in_window`.
+pub async fn named_attempts(
+    store: &Store,
+    sweep: i64,
+    window: ListWindow,
+    margin: std::time::Duration,
+    after: Option<Uuid>,
+    limit: usize,
+) -> Result<Vec<Named>, sqlx::Error> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT DISTINCT payment_attempt_id FROM reconciliation_sweep_records
+         WHERE sweep_id = $1 AND payment_attempt_id IS NOT NULL
+           AND ($2::uuid IS NULL OR payment_attempt_id > $2)
+         ORDER BY payment_attempt_id LIMIT $3",
+    )
+    .bind(sweep)
+    .bind(after)
+    .bind(limit as i64)
+    .fetch_all(store.pool())
+    .await?;
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let attempts = sqlx::query(&format!(
+        "SELECT {VIEW} FROM payment_attempts a WHERE a.payment_attempt_id = ANY($1)"
+    ))
+    .bind(&ids)
+    .bind(window.from)
+    .bind(window.to)
+    .bind(margin.as_secs_f64())
+    .fetch_all(store.pool())
+    .await?
+    .iter()
+    .map(view)
+    .collect::<Result<Vec<_>, _>>()?;
+    let rows = sqlx::query(
+        "SELECT charge_id, status, reference, payment_attempt_id, amount_minor, currency, customer,
+                idempotency_key
+         FROM reconciliation_sweep_records
+         WHERE sweep_id = $1 AND payment_attempt_id = ANY($2)
+         ORDER BY payment_attempt_id, charge_id",
+    )
+    .bind(sweep)
+    .bind(&ids)
+    .fetch_all(store.pool())
+    .await?;
+    let mut named: Vec<Named> = ids
+        .iter()
+        .map(|id| Named {
+            reference: id.to_string(),
+            attempt: attempts
+                .iter()
+                .find(|a| Uuid::from(a.payment_attempt_id) == *id)
+                .cloned(),
+            records: Vec::new(),
+        })
+        .collect();
+    for row in &rows {
+        let id: Uuid = row.try_get("payment_attempt_id")?;
+        if let Ok(i) = ids.binary_search(&id) {
+            named[i].records.push(record(row)?);
+        }
+    }
+    Ok(named)
+}
+
+/// The next `limit` references that are not attempt ids at all (not UUIDs), after `after`,
+/// each with its records: onecharge's metadata key with a value onecharge never wrote.
+pub async fn foreign_references(
+    store: &Store,
+    sweep: i64,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Named>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT charge_id, status, reference, amount_minor, currency, customer, idempotency_key
+         FROM reconciliation_sweep_records
+         WHERE sweep_id = $1 AND payment_attempt_id IS NULL AND reference IS NOT NULL
+           AND reference IN (SELECT DISTINCT reference FROM reconciliation_sweep_records
+                             WHERE sweep_id = $1 AND payment_attempt_id IS NULL
+                               AND reference IS NOT NULL AND ($2::text IS NULL OR reference > $2)
+                             ORDER BY reference LIMIT $3)
+         ORDER BY reference, charge_id",
+    )
+    .bind(sweep)
+    .bind(after)
+    .bind(limit as i64)
+    .fetch_all(store.pool())
+    .await?;
+    let mut named: Vec<Named> = Vec::new();
+    for row in &rows {
+        let reference: String = row.try_get("reference")?;
+        if named.last().map(|n| &n.reference) != Some(&reference) {
+            named.push(Named {
+                reference,
+                attempt: None,
+                records: Vec::new(),
+            });
+        }
+        named.last_mut().expect("pushed").records.push(record(row)?);
+    }
+    Ok(named)
+}
+
+/// The next `limit` succeeded attempts inside the window (see [`AttemptView::in_window`])
+/// that no record of the sweep names, after `after`: their charge is missing.
+pub async fn unlisted_succeeded(
+    store: &Store,
+    sweep: i64,
+    window: ListWindow,
+    margin: std::time::Duration,
+    after: Option<Uuid>,
+    limit: usize,
+) -> Result<Vec<AttemptView>, sqlx::Error> {
+    sqlx::query(&format!(
+        "SELECT {VIEW} FROM payment_attempts a
+         WHERE a.status = 'succeeded'
+           AND a.first_dispatched_at >= $2::timestamptz + make_interval(secs => $4)
+           AND a.updated_at < $3::timestamptz - make_interval(secs => $4)
+           AND ($5::uuid IS NULL OR a.payment_attempt_id > $5)
+           AND NOT EXISTS (SELECT 1 FROM reconciliation_sweep_records r
+                           WHERE r.sweep_id = $1 AND r.payment_attempt_id = a.payment_attempt_id)
+         ORDER BY a.payment_attempt_id LIMIT $6"
+    ))
+    .bind(sweep)
+    .bind(window.from)
+    .bind(window.to)
+    .bind(margin.as_secs_f64())
+    .bind(after)
+    .bind(limit as i64)
+    .fetch_all(store.pool())
+    .await?
+    .iter()
+    .map(view)
+    .collect()
+}
+
+/// A `pending` attempt due now (its charge is at the gateway under its key: the
+/// executor's re-send replays it). Returns whether it was still pending.
+pub async fn make_pending_due(store: &Store, id: PaymentAttemptId) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE payment_attempts SET next_run_at = now(), updated_at = now()
+         WHERE payment_attempt_id = $1 AND status = 'pending' AND next_run_at > now()",
+    )
+    .bind(id)
+    .execute(store.pool())
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// What one sweep did, written to its row when it ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepCounts {
+    pub pages: u32,
+    pub records: u64,
+    pub findings: u32,
+    pub settled: u32,
+}
+
+/// Ends `sweep` with its counts (and error, if it failed) and removes its records.
+pub async fn finish(
+    store: &Store,
+    sweep: i64,
+    counts: SweepCounts,
+    error: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    sqlx::query(
+        "UPDATE reconciliation_sweeps SET finished_at = now(), pages = $2, records = $3,
+             findings = $4, settled = $5, error = $6
+         WHERE id = $1",
+    )
+    .bind(sweep)
+    .bind(counts.pages as i32)
+    .bind(counts.records as i64)
+    .bind(counts.findings as i32)
+    .bind(counts.settled as i32)
+    .bind(error.map(|e| crate::domain::bounded(e, 1000)))
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM reconciliation_sweep_records WHERE sweep_id = $1")
+        .bind(sweep)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// Claims the fleet's next scheduled sweep: true for exactly one caller once `next_at` has
+/// passed, which moves it `interval` on (by the database's clock). The first sweep of a
+/// new database falls due one interval after the first `serve` started.
+pub async fn claim_scheduled(
+    store: &Store,
+    interval: std::time::Duration,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO reconciliation_sweep_schedule (name, next_at)
+         VALUES ('serve', now() + make_interval(secs => $1))
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(interval.as_secs_f64())
+    .execute(store.pool())
+    .await?;
+    Ok(sqlx::query(
+        "UPDATE reconciliation_sweep_schedule SET next_at = now() + make_interval(secs => $1)
+         WHERE name = 'serve' AND next_at <= now()",
+    )
+    .bind(interval.as_secs_f64())
+    .execute(store.pool())
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// The database's clock, which the sweep's default window is measured on.
+pub async fn now(store: &Store) -> Result<OffsetDateTime, sqlx::Error> {
+    sqlx::query_scalar("SELECT now()")
+        .fetch_one(store.pool())
+        .await
+}

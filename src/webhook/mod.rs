@@ -1,0 +1,371 @@
+//! Signed Stripe webhooks (docs/contract.md §3.3): a listener of its own, `webhook_addr`,
+//! answering only `POST /webhooks/stripe` — the one thing of onecharge meant to face the
+//! internet, so it shares nothing with the admin listener.
+//!
+//! A request is accepted only with a valid `Stripe-Signature` ([`signature::verify`]: any
+//! `v1` under any configured secret, within `webhook_tolerance`), a body within
+//! [`MAX_BODY`] and an event it can read; anything else is 400 (413 for a body too large),
+//! counted in `onecharge_webhooks_total{result}`, with neither the body nor a secret logged.
+//! An accepted event is recorded by its id before the answer (a redelivery is a no-op) and
+//! **never settles anything**: events arrive out of order and a leaked secret could forge
+//! them. What it does ([`react`], pure):
+//! - `payment_intent.*` for an `unknown` attempt → due for a retrieve by id now; the
+//!   reconciler's usual decision settles it.
+//! - `charge.refunded`, `charge.dispute.created` for a `succeeded` attempt → a
+//!   `recorded_not_charged` finding (deduplicated with the sweep's) and, when new, a
+//!   `payments.events.reconciliation-finding.v1` event.
+//! - anything else → recorded only. Missed webhooks are the sweep's to catch.
+
+pub mod signature;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use secrecy::SecretString;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::domain::AttemptStatus;
+use crate::store::findings::{FindingClass, NewFinding};
+use crate::store::webhooks::{self, Effect, Event, IntentAttempt, Recorded};
+use crate::store::Store;
+
+/// The largest body accepted: Stripe's events are a few KiB; 256 KiB leaves room and
+/// bounds what an anonymous sender can make onecharge read and hash.
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// What the listener needs.
+#[derive(Clone)]
+pub struct WebhookState {
+    store: Store,
+    secrets: std::sync::Arc<Vec<SecretString>>,
+    tolerance: Duration,
+}
+
+impl WebhookState {
+    /// From `stripe_webhook_secrets` and `webhook_tolerance`.
+    pub fn from_settings(store: Store, settings: &Settings) -> Self {
+        Self {
+            store,
+            secrets: std::sync::Arc::new(
+                settings
+                    .stripe_webhook_secrets
+                    .as_ref()
+                    .map(signature::secrets)
+                    .unwrap_or_default(),
+            ),
+            tolerance: settings.webhook_tolerance,
+        }
+    }
+}
+
+/// Only `POST /webhooks/stripe`; everything else 404 (405 for another method).
+pub fn router(state: WebhookState) -> Router {
+    Router::new()
+        .route("/webhooks/stripe", post(receive))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// Serves [`router`] on `listener` until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: WebhookState,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    tracing::info!(?addr, "webhook listener serving POST /webhooks/stripe");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await?;
+    Ok(())
+}
+
+fn count(result: &'static str) {
+    metrics::counter!("onecharge_webhooks_total", "result" => result).increment(1);
+}
+
+fn refuse(result: &'static str, why: &str) -> Response {
+    count(result);
+    tracing::warn!(result, "webhook refused: {why}");
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({"error": {"type": result, "message": why}})),
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct StripeEvent {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    data: EventData,
+}
+
+#[derive(Deserialize)]
+struct EventData {
+    object: EventObject,
+}
+
+#[derive(Deserialize)]
+struct EventObject {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    object: Option<String>,
+    /// On a charge or a dispute: the PaymentIntent it belongs to.
+    #[serde(default)]
+    payment_intent: Option<serde_json::Value>,
+}
+
+impl StripeEvent {
+    /// The PaymentIntent the event is about.
+    fn payment_intent(&self) -> Option<String> {
+        let object = &self.data.object;
+        match object.object.as_deref() {
+            Some("payment_intent") => object.id.clone(),
+            _ => match &object.payment_intent {
+                Some(serde_json::Value::String(id)) => Some(id.clone()),
+                Some(serde_json::Value::Object(pi)) => {
+                    pi.get("id").and_then(|v| v.as_str()).map(str::to_owned)
+                }
+                _ => None,
+            },
+        }
+        .filter(|id| crate::gateway::stripe::is_intent_id(id))
+    }
+}
+
+async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: Bytes) -> Response {
+    let header = headers
+        .get("stripe-signature")
+        .and_then(|v| v.to_str().ok());
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    if let Err(err) = signature::verify(
+        header,
+        &body,
+        &state.secrets,
+        now,
+        state.tolerance.as_secs() as i64,
+    ) {
+        return refuse(err.label(), &err.to_string());
+    }
+    let Ok(event) = serde_json::from_slice::<StripeEvent>(&body) else {
+        return refuse("unreadable", "a signed body that is not a Stripe event");
+    };
+    if event.id.is_empty() || event.id.len() > 255 || event.kind.is_empty() {
+        return refuse("unreadable", "an event without an id or a type");
+    }
+    let intent = event.payment_intent();
+    let recorded = webhooks::record_event(
+        &state.store,
+        &Event {
+            id: &event.id,
+            kind: &event.kind,
+            payment_intent_id: intent.as_deref(),
+        },
+        |attempt| react(&event.kind, &event.id, intent.as_deref(), attempt),
+    )
+    .await;
+    match recorded {
+        Ok(Recorded::Duplicate) => {
+            count("duplicate");
+            (
+                StatusCode::OK,
+                Json(serde_json::json!({"received": true, "duplicate": true})),
+            )
+                .into_response()
+        }
+        Ok(Recorded::New(did)) => {
+            count("accepted");
+            tracing::info!(
+                event_id = event.id,
+                kind = event.kind,
+                did,
+                "webhook accepted"
+            );
+            (
+                StatusCode::OK,
+                Json(serde_json::json!({"received": true, "did": did})),
+            )
+                .into_response()
+        }
+        // Not recorded: Stripe retries a 5xx, so the event is not lost.
+        Err(err) => {
+            count("failed");
+            tracing::error!(error = %err, event_id = event.id, "cannot record a webhook");
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+    }
+}
+
+/// What an accepted event of `kind` about PaymentIntent `intent` does to its attempt.
+pub fn react(
+    kind: &str,
+    event_id: &str,
+    intent: Option<&str>,
+    attempt: Option<&IntentAttempt>,
+) -> Effect {
+    let (Some(intent), Some(attempt)) = (intent, attempt) else {
+        return Effect::Ignore;
+    };
+    let aftermath = match kind {
+        "payment_intent.succeeded"
+        | "payment_intent.payment_failed"
+        | "payment_intent.processing"
+        | "payment_intent.canceled"
+        | "payment_intent.requires_action" => {
+            return if attempt.status == AttemptStatus::Unknown {
+                Effect::Wake(attempt.payment_attempt_id)
+            } else {
+                Effect::Ignore
+            };
+        }
+        "charge.refunded" => "refunded",
+        "charge.dispute.created" => "disputed",
+        _ => return Effect::Ignore,
+    };
+    if attempt.status != AttemptStatus::Succeeded {
+        return Effect::Ignore;
+    }
+    Effect::Finding(NewFinding {
+        class: FindingClass::RecordedNotCharged,
+        payment_attempt_id: Some(attempt.payment_attempt_id),
+        reference: Some(attempt.payment_attempt_id.to_string()),
+        gateway_ids: vec![intent.to_owned()],
+        attempt_status: Some(attempt.status.as_str().to_owned()),
+        attempt_amount_minor: Some(attempt.amount_minor),
+        attempt_currency: Some(attempt.currency.clone()),
+        gateway_amount_minor: None,
+        gateway_currency: None,
+        detail: format!(
+            "the attempt is succeeded, but Stripe reports its charge {aftermath} (webhook {event_id}, PaymentIntent {intent})"
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::PaymentAttemptId;
+
+    fn attempt(status: AttemptStatus) -> IntentAttempt {
+        IntentAttempt {
+            payment_attempt_id: PaymentAttemptId::random(),
+            status,
+            amount_minor: 1999,
+            currency: "EUR".into(),
+        }
+    }
+
+    #[test]
+    fn a_payment_intent_event_only_wakes_an_unknown_attempt_and_never_settles() {
+        for kind in [
+            "payment_intent.succeeded",
+            "payment_intent.payment_failed",
+            "payment_intent.processing",
+            "payment_intent.canceled",
+            "payment_intent.requires_action",
+        ] {
+            let unknown = attempt(AttemptStatus::Unknown);
+            assert_eq!(
+                react(kind, "evt", Some("pi_1"), Some(&unknown)),
+                Effect::Wake(unknown.payment_attempt_id)
+            );
+            for status in [
+                AttemptStatus::Pending,
+                AttemptStatus::InFlight,
+                AttemptStatus::Succeeded,
+                AttemptStatus::Declined,
+                AttemptStatus::NeedsReview,
+            ] {
+                assert_eq!(
+                    react(kind, "evt", Some("pi_1"), Some(&attempt(status))),
+                    Effect::Ignore,
+                    "{kind} {status}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_refund_or_dispute_of_a_succeeded_attempt_is_a_finding_on_its_payment_intent() {
+        for (kind, word) in [
+            ("charge.refunded", "refunded"),
+            ("charge.dispute.created", "disputed"),
+        ] {
+            let succeeded = attempt(AttemptStatus::Succeeded);
+            let Effect::Finding(finding) = react(kind, "evt_9", Some("pi_1"), Some(&succeeded))
+            else {
+                panic!("{kind}")
+            };
+            assert_eq!(finding.class, FindingClass::RecordedNotCharged);
+            assert_eq!(finding.gateway_ids, vec!["pi_1"]);
+            assert!(finding.detail.contains(word) && finding.detail.contains("evt_9"));
+            assert_eq!(
+                react(
+                    kind,
+                    "evt",
+                    Some("pi_1"),
+                    Some(&attempt(AttemptStatus::Declined))
+                ),
+                Effect::Ignore
+            );
+        }
+    }
+
+    #[test]
+    fn an_event_about_nothing_onecharge_holds_is_only_recorded() {
+        assert_eq!(
+            react("payment_intent.succeeded", "evt", Some("pi_1"), None),
+            Effect::Ignore
+        );
+        assert_eq!(react("customer.created", "evt", None, None), Effect::Ignore);
+        assert_eq!(
+            react(
+                "invoice.paid",
+                "evt",
+                Some("pi_1"),
+                Some(&attempt(AttemptStatus::Unknown))
+            ),
+            Effect::Ignore
+        );
+    }
+
+    #[test]
+    fn the_payment_intent_is_read_from_the_intent_a_charge_or_a_dispute() {
+        let event = |object: serde_json::Value| -> StripeEvent {
+            serde_json::from_value(
+                serde_json::json!({"id": "evt_1", "type": "x", "data": {"object": object}}),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            event(serde_json::json!({"id": "pi_1", "object": "payment_intent"})).payment_intent(),
+            Some("pi_1".into())
+        );
+        assert_eq!(
+            event(serde_json::json!({"id": "ch_1", "object": "charge", "payment_intent": "pi_2"}))
+                .payment_intent(),
+            Some("pi_2".into())
+        );
+        assert_eq!(
+            event(serde_json::json!({"id": "dp_1", "object": "dispute", "payment_intent": {"id": "pi_3"}}))
+                .payment_intent(),
+            Some("pi_3".into())
+        );
+        assert_eq!(
+            event(serde_json::json!({"id": "ch_1", "object": "charge", "payment_intent": "../x"}))
+                .payment_intent(),
+            None
+        );
+    }
+}

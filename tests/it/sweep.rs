@@ -1,0 +1,482 @@
+//! The reconciliation sweep (docs/contract.md §3.2) against real PostgreSQL and the mock
+//! gateway in both dialects: each finding class planted at the gateway is reported exactly
+//! once across repeated sweeps, and money found for `unknown`/`needs_review` attempts
+//! settles them through the reconciler's own decision.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::support::{charge_request, Harness};
+use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
+use onecharge::domain::{AttemptStatus, PaymentAttemptId};
+use onecharge::gateway::list::ListWindow;
+use onecharge::gateway::{ChargeBody, ChargeRequest, GatewayClient, GatewayKind, Prepared};
+use onecharge::reconciler::sweep::SweepReport;
+use onecharge::reconciler::Reconciler;
+
+/// The window every test sweeps: the last hour and the next.
+async fn window(h: &Harness) -> ListWindow {
+    let now = h.db_now().await;
+    ListWindow {
+        from: now - Duration::from_secs(3600),
+        to: now + Duration::from_secs(3600),
+    }
+}
+
+/// Open findings per class, and each finding's (class, attempt or reference, seen count).
+async fn findings(h: &Harness) -> (BTreeMap<String, i64>, Vec<(String, String, i32)>) {
+    let rows: Vec<(String, Option<uuid::Uuid>, Option<String>, i32)> = sqlx::query_as(
+        "SELECT class, payment_attempt_id, reference, seen_count FROM reconciliation_findings
+         WHERE state = 'open' ORDER BY class, id",
+    )
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    let mut per_class = BTreeMap::new();
+    for row in &rows {
+        *per_class.entry(row.0.clone()).or_insert(0) += 1;
+    }
+    let rows = rows
+        .into_iter()
+        .map(|(class, id, reference, seen)| {
+            (
+                class,
+                id.map(|id| id.to_string())
+                    .or(reference)
+                    .unwrap_or_default(),
+                seen,
+            )
+        })
+        .collect();
+    (per_class, rows)
+}
+
+/// Seeds an attempt and runs the executor once on it; returns its id.
+async fn executed(h: &Harness, client: &GatewayClient, method: &str) -> PaymentAttemptId {
+    let command = h.seed(method).await;
+    h.executor_with(client.clone()).run_once().await.unwrap();
+    command.payment_attempt_id
+}
+
+/// A charge made by someone else under onecharge's metadata naming `reference`, with its
+/// own key: what a replay after the key window, or a hand in the Dashboard, leaves.
+async fn charge_outside(
+    client: &GatewayClient,
+    reference: &str,
+    amount_minor: i64,
+    key: &str,
+) -> String {
+    let request = ChargeRequest::new(
+        key,
+        &ChargeBody {
+            amount_minor,
+            currency: "EUR".into(),
+            customer_id: "cus_42".into(),
+            payment_method: "pm_card_visa".into(),
+            reference: reference.into(),
+            description: None,
+        },
+    )
+    .for_order("ord_outside");
+    let request = match client.prepare(&request).await {
+        None => request,
+        Some(prepared) => match prepared.outcome {
+            Prepared::Object { id } => request.with_gateway_object(Some(id)),
+            refused => panic!("{refused:?}"),
+        },
+    };
+    match client.charge(&request).await.outcome {
+        onecharge::domain::outcome::GatewayOutcome::Succeeded { charge_id, .. } => charge_id,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Two sweeps of the same window: the first reports, the second only sees again.
+async fn sweep_twice(reconciler: &Reconciler, window: ListWindow) -> (SweepReport, SweepReport) {
+    let first = reconciler.sweep(window).await.unwrap();
+    let second = reconciler.sweep(window).await.unwrap();
+    (first, second)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_planted_discrepancy_is_one_finding_across_sweeps_and_found_money_settles_unknown_and_review_attempts(
+) {
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    // Agrees with the gateway: no finding.
+    let fine = executed(&h, &client, pm::CARD_VISA).await;
+    // A second charge under one attempt's metadata.
+    let twice = executed(&h, &client, pm::CARD_VISA).await;
+    charge_outside(
+        &client,
+        &twice.to_string(),
+        1999,
+        "replayed-after-the-key-window",
+    )
+    .await;
+    // A charge whose amount was changed at the gateway.
+    let changed = executed(&h, &client, pm::CARD_VISA).await;
+    let changed_charge = h.attempt(changed).await.gateway_charge_id.unwrap();
+    let edited = reqwest::Client::new()
+        .post(format!(
+            "{}/__charges/{changed_charge}",
+            h.gateway.base_url()
+        ))
+        .body(r#"{"amount_minor": 2999}"#)
+        .send()
+        .await
+        .unwrap();
+    assert!(edited.status().is_success());
+    // A charge made outside onecharge for an attempt id onecharge never saw.
+    let stranger = uuid::Uuid::new_v4().to_string();
+    charge_outside(&client, &stranger, 500, "someone-else").await;
+    // A succeeded attempt whose charge the gateway does not have.
+    let missing = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    h.set_attempt(
+        missing,
+        "status = 'succeeded', gateway_charge_id = 'ch_not_at_the_gateway', tries = 1, \
+         first_dispatched_at = now(), dispatched_at = now()",
+    )
+    .await;
+    // An expired attempt the gateway charged anyway.
+    let expired = h.seed_expired(1).await.remove(0).command;
+    h.charge_directly(&charge_request(&expired)).await;
+    // Money taken for attempts the reconciler owns: unknown, and one a person was given.
+    let unknown = executed(&h, &client, pm::FAULT_ERROR_AFTER).await;
+    let review = executed(&h, &client, pm::FAULT_ERROR_AFTER).await;
+    h.set_attempt(
+        review,
+        "status = 'needs_review', review_reason = 'looked at by nobody yet'",
+    )
+    .await;
+    assert_eq!(h.attempt(unknown).await.status, "unknown");
+
+    let (first, second) = sweep_twice(&h.reconciler(), window(&h).await).await;
+
+    let mut settled = first.settled.clone();
+    settled.sort_by_key(|(id, _)| *id);
+    let mut expected = vec![
+        (unknown, AttemptStatus::Succeeded),
+        (review, AttemptStatus::Succeeded),
+    ];
+    expected.sort_by_key(|(id, _)| *id);
+    assert_eq!(settled, expected, "{first:?}");
+    assert_eq!(h.attempt(unknown).await.status, "succeeded");
+    assert_eq!(h.attempt(review).await.status, "succeeded");
+    assert_eq!(
+        h.causes(review).await.last().map(String::as_str),
+        Some("lookup_found_charge")
+    );
+    let evidence: Vec<String> = sqlx::query_scalar(
+        "SELECT operation FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
+    )
+    .bind(unknown)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        evidence.last().map(String::as_str),
+        Some("list"),
+        "{evidence:?}"
+    );
+    assert!(second.new_findings.is_empty(), "{second:?}");
+    assert!(second.settled.is_empty());
+    assert_eq!(
+        second.findings_seen_again as usize,
+        first.new_findings.len()
+    );
+
+    let (per_class, rows) = findings(&h).await;
+    assert_eq!(
+        per_class,
+        BTreeMap::from([
+            ("charged_not_recorded".to_owned(), 1),
+            ("charged_twice".to_owned(), 1),
+            ("mismatch".to_owned(), 1),
+            ("recorded_not_charged".to_owned(), 1),
+            ("unknown_reference".to_owned(), 1),
+        ]),
+        "{rows:?}"
+    );
+    let about = |class: &str| rows.iter().find(|r| r.0 == class).unwrap().clone();
+    assert_eq!(about("charged_twice").1, twice.to_string());
+    assert_eq!(about("mismatch").1, changed.to_string());
+    assert_eq!(about("unknown_reference").1, stranger);
+    assert_eq!(about("recorded_not_charged").1, missing.to_string());
+    assert_eq!(
+        about("charged_not_recorded").1,
+        expired.payment_attempt_id.to_string()
+    );
+    assert!(
+        rows.iter().all(|r| r.2 == 2),
+        "seen by both sweeps: {rows:?}"
+    );
+    assert!(rows.iter().all(|r| r.1 != fine.to_string()));
+    // A sweep never changes a final attempt by itself.
+    assert_eq!(
+        h.attempt(expired.payment_attempt_id).await.status,
+        "expired"
+    );
+    assert_eq!(h.attempt(missing).await.status, "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_refunds_disputes_second_intents_and_changed_amounts_are_each_one_finding() {
+    let h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            ..MockConfig::default()
+        },
+        |s| s.gateway_kind = GatewayKind::Stripe,
+    )
+    .await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let refunded = executed(&h, &client, pm::CARD_VISA).await;
+    let disputed = executed(&h, &client, pm::CARD_VISA).await;
+    let changed = executed(&h, &client, pm::CARD_VISA).await;
+    let twice = executed(&h, &client, pm::CARD_VISA).await;
+    let unknown = executed(&h, &client, pm::FAULT_ERROR_AFTER).await;
+    assert_eq!(h.attempt(unknown).await.status, "unknown");
+    for (id, action, body) in [
+        (refunded, "refund", ""),
+        (disputed, "dispute", ""),
+        (changed, "amount", r#"{"amount": 2999}"#),
+    ] {
+        let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+        let answer = reqwest::Client::new()
+            .post(format!(
+                "{}/__stripe/payment_intents/{pi}/{action}",
+                h.gateway.base_url()
+            ))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            answer.status().is_success(),
+            "{}",
+            answer.text().await.unwrap()
+        );
+    }
+    charge_outside(&client, &twice.to_string(), 1999, "second-intent").await;
+    let stranger = uuid::Uuid::new_v4().to_string();
+    charge_outside(&client, &stranger, 700, "outside-intent").await;
+
+    let (first, second) = sweep_twice(&h.reconciler_with(client.clone()), window(&h).await).await;
+
+    assert_eq!(first.settled, vec![(unknown, AttemptStatus::Succeeded)]);
+    assert!(second.new_findings.is_empty(), "{second:?}");
+    let (per_class, rows) = findings(&h).await;
+    assert_eq!(
+        per_class,
+        BTreeMap::from([
+            ("charged_twice".to_owned(), 1),
+            ("mismatch".to_owned(), 1),
+            ("recorded_not_charged".to_owned(), 2),
+            ("unknown_reference".to_owned(), 1),
+        ]),
+        "{rows:?}"
+    );
+    let not_charged: Vec<&String> = rows
+        .iter()
+        .filter(|r| r.0 == "recorded_not_charged")
+        .map(|r| &r.1)
+        .collect();
+    assert!(not_charged.contains(&&refunded.to_string()));
+    assert!(not_charged.contains(&&disputed.to_string()));
+    assert!(rows.iter().all(|r| r.2 == 2), "{rows:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_pages_through_more_charges_than_one_page_and_reports_nothing_when_all_agree() {
+    let h = Harness::with(MockConfig::default(), |_| {}).await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let commands = h.seed_many(&[pm::CARD_VISA; 130]).await;
+    let executor = h.executor_with(client);
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    assert_eq!(h.gateway.ledger().len(), commands.len());
+
+    let report = h.reconciler().sweep(window(&h).await).await.unwrap();
+
+    assert_eq!(report.pages, 2, "{report:?}");
+    assert_eq!(report.records, 130);
+    assert!(report.new_findings.is_empty(), "{:?}", report.new_findings);
+    let (per_class, _) = findings(&h).await;
+    assert!(per_class.is_empty());
+    let left: i64 = h
+        .scalar("SELECT count(*) FROM reconciliation_sweep_records")
+        .await;
+    assert_eq!(left, 0, "a finished sweep leaves none of its records");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolving_a_finding_records_who_and_why_and_audits_it() {
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    charge_outside(&client, "not-an-attempt-id", 500, "someone").await;
+    h.reconciler().sweep(window(&h).await).await.unwrap();
+    let id: i64 = h.scalar("SELECT id FROM reconciliation_findings").await;
+
+    let resolved = onecharge::operator::findings::resolve(
+        &h.store,
+        id,
+        "operator:alice",
+        onecharge::store::audit::Via::Cli,
+        "refunded at the gateway",
+    )
+    .await
+    .unwrap();
+    let again = onecharge::operator::findings::resolve(
+        &h.store,
+        id,
+        "operator:bob",
+        onecharge::store::audit::Via::Cli,
+        "twice",
+    )
+    .await
+    .unwrap();
+
+    let onecharge::store::findings::Resolved::Done(finding) = resolved else {
+        panic!("{resolved:?}")
+    };
+    assert_eq!(finding.state, "resolved");
+    assert_eq!(finding.resolved_by.as_deref(), Some("operator:alice"));
+    assert!(matches!(
+        again,
+        onecharge::store::findings::Resolved::AlreadyResolved(_)
+    ));
+    let audited: i64 = h
+        .scalar("SELECT count(*) FROM operator_audit WHERE action = 'resolve_finding' AND reason = 'refunded at the gateway'")
+        .await;
+    assert_eq!(audited, 1);
+    // Seen again by the next sweep, it stays resolved.
+    h.reconciler().sweep(window(&h).await).await.unwrap();
+    let state: (String, i32) =
+        sqlx::query_as("SELECT state, seen_count FROM reconciliation_findings WHERE id = $1")
+            .bind(id)
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(state, ("resolved".to_owned(), 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_sweeps_on_its_interval_and_the_admin_api_lists_and_resolves_what_it_found() {
+    let mut h = Harness::with(MockConfig::default(), |s| {
+        s.reconciler.sweep_interval = Duration::from_secs(1);
+        s.reconciler.sweep_window = Duration::from_secs(3600);
+    })
+    .await;
+    h.broker().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let stranger = uuid::Uuid::new_v4().to_string();
+    charge_outside(&client, &stranger, 500, "someone-else").await;
+    let served = crate::support::Served::start(
+        &h.settings,
+        &[
+            onecharge::app::Role::Reconciler,
+            onecharge::app::Role::Admin,
+        ],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let open = || async {
+        http.get(served.url("/api/findings?state=open"))
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()
+    };
+    crate::support::eventually(
+        "the scheduled sweep finds the charge",
+        Duration::from_secs(20),
+        || async { open().await.as_array().is_some_and(|a| !a.is_empty()) },
+    )
+    .await;
+    let found = open().await;
+    assert_eq!(found[0]["class"], "unknown_reference");
+    assert_eq!(found[0]["reference"], stranger.as_str());
+    let id = found[0]["id"].as_i64().unwrap();
+
+    let resolved = http
+        .post(served.url(&format!("/api/findings/{id}/resolve")))
+        .json(&serde_json::json!({"reason": "refunded in the Dashboard"}))
+        .send()
+        .await
+        .unwrap();
+    let again = http
+        .post(served.url(&format!("/api/findings/{id}/resolve")))
+        .json(&serde_json::json!({"reason": "twice"}))
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(resolved.status(), 200);
+    assert_eq!(again.status(), 409);
+    let closed: serde_json::Value = http
+        .get(served.url("/api/findings?state=resolved"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(closed[0]["resolved_by"], "admin-api");
+    assert_eq!(closed[0]["resolution"], "refunded in the Dashboard");
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_sweeps_lists_shows_and_resolves_findings() {
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let stranger = uuid::Uuid::new_v4().to_string();
+    charge_outside(&client, &stranger, 500, "someone-else").await;
+    let env = [
+        ("ONECHARGE_GATEWAY_URL", h.settings.gateway_url.as_str()),
+        ("ONECHARGE_GATEWAY_API_KEY", crate::support::API_KEY),
+    ];
+    let run = |args: &[&str]| {
+        let settings = h.settings.clone();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            crate::support::process::run_onecharge(&settings, &args, &env).await
+        }
+    };
+
+    let (code, out, err) = run(&["reconcile", "sweep", "--since", "1h", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        report["new_findings"][0]["class"], "unknown_reference",
+        "{out}"
+    );
+    let (code, out, _) = run(&["findings", "list", "--open", "--json"]).await;
+    assert_eq!(code, 0);
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let id = listed[0]["id"].as_i64().unwrap().to_string();
+    let id = id.as_str();
+    let (code, out, _) = run(&["findings", "show", id]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains(&stranger), "{out}");
+    let (code, _, err) = run(&["findings", "resolve", id, "--reason", "refunded"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&["findings", "resolve", id, "--reason", "again"]).await;
+    assert_eq!(code, 2, "already resolved is a usage error: {err}");
+    let (code, out, _) = run(&["findings", "list", "--open", "--json"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(out.trim(), "[]");
+    let (code, _, err) = run(&[
+        "reconcile",
+        "sweep",
+        "--from",
+        "2026-12-02T00:00:00Z",
+        "--to",
+        "2026-12-01T00:00:00Z",
+    ])
+    .await;
+    assert_eq!(code, 2, "{err}");
+}

@@ -1,0 +1,312 @@
+//! Signed Stripe webhooks (docs/contract.md §3.3) against the real service: the webhook
+//! listener and the reconciler of `serve`, the Stripe mock, real PostgreSQL. A webhook wakes
+//! a processing attempt far sooner than the reconciler's schedule, never settles anything
+//! itself, and forged, stale, unsigned and replayed deliveries change nothing.
+
+use std::time::Duration;
+
+use crate::support::{eventually, Harness, Served};
+use mock_gateway::stripe::payment_methods as spm;
+use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
+use onecharge::app::Role;
+use onecharge::gateway::{GatewayClient, GatewayKind};
+use onecharge::webhook::signature;
+use serde_json::json;
+
+const OLD: &str = "whsec_old_secret";
+const NEW: &str = "whsec_new_secret";
+
+/// A Stripe harness whose `serve` listens for webhooks with two secrets (a rotation), and
+/// whose reconciler would look a processing attempt up again only after a minute.
+async fn harness() -> Harness {
+    let mut h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            slow_charge_for: Duration::from_secs(600),
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            s.webhook_addr = Some("127.0.0.1:0".parse().unwrap());
+            s.stripe_webhook_secrets = Some(format!("{NEW},{OLD}").into());
+            s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
+        },
+    )
+    .await;
+    h.broker().await;
+    h
+}
+
+fn event(id: &str, kind: &str, object: serde_json::Value) -> Vec<u8> {
+    json!({"id": id, "object": "event", "type": kind, "data": {"object": object}})
+        .to_string()
+        .into_bytes()
+}
+
+/// POSTs `body` to the listener with `header` as `Stripe-Signature` (none when `None`).
+async fn deliver(addr: std::net::SocketAddr, body: &[u8], header: Option<String>) -> u16 {
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{addr}/webhooks/stripe"))
+        .header("content-type", "application/json")
+        .body(body.to_vec());
+    if let Some(header) = header {
+        request = request.header("Stripe-Signature", header);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+async fn recorded_events(h: &Harness) -> i64 {
+    h.scalar("SELECT count(*) FROM stripe_webhook_events").await
+}
+
+/// A `processing` attempt (`unknown`, its PaymentIntent stored), the reconciler and the
+/// webhook listener of `serve` running, and the reconciler's first look done (it found the
+/// PaymentIntent still processing: next look in a minute); then the PaymentIntent succeeds
+/// at the mock. The attempt, its PaymentIntent, the listener's address and the service.
+async fn processing_then_succeeded(
+    h: &Harness,
+) -> (
+    onecharge::domain::PaymentAttemptId,
+    String,
+    std::net::SocketAddr,
+    Served,
+) {
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
+    h.executor_with(client).run_once().await.unwrap();
+    assert_eq!(h.attempt(id).await.status, "unknown");
+    let pi: String = sqlx::query_scalar(
+        "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    let app =
+        onecharge::app::Application::build(h.settings.clone(), &[Role::Reconciler, Role::Webhook])
+            .await
+            .unwrap();
+    let addr = app.webhook_addr().expect("the webhook listener is bound");
+    let served = Served::from_app(app);
+    eventually(
+        "the first lookup reschedules it",
+        Duration::from_secs(10),
+        || async {
+            h.attempt(id).await.next_run_at - h.db_now().await > time::Duration::seconds(30)
+        },
+    )
+    .await;
+    h.finish_slow_charge().await;
+    (id, pi, addr, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_and_bad_ones_change_nothing(
+) {
+    let h = harness().await;
+    let (id, pi, addr, served) = processing_then_succeeded(&h).await;
+    let succeeded = event(
+        "evt_succeeded",
+        "payment_intent.succeeded",
+        json!({"id": pi, "object": "payment_intent", "status": "succeeded"}),
+    );
+
+    // Forged, stale, unsigned and unreadable deliveries are refused and record nothing.
+    assert_eq!(
+        deliver(
+            addr,
+            &succeeded,
+            Some(signature::header(&["whsec_forged"], now(), &succeeded))
+        )
+        .await,
+        400
+    );
+    assert_eq!(
+        deliver(
+            addr,
+            &succeeded,
+            Some(signature::header(&[NEW], now() - 600, &succeeded))
+        )
+        .await,
+        400
+    );
+    assert_eq!(deliver(addr, &succeeded, None).await, 400);
+    let too_large = vec![b' '; onecharge::webhook::MAX_BODY + 1];
+    assert_eq!(
+        deliver(
+            addr,
+            &too_large,
+            Some(signature::header(&[NEW], now(), &too_large))
+        )
+        .await,
+        413
+    );
+    assert_eq!(recorded_events(&h).await, 0);
+    assert_eq!(h.attempt(id).await.status, "unknown", "nothing woke it");
+
+    // Signed with the old secret of the rotation: accepted, and the reconciler settles it.
+    let started = std::time::Instant::now();
+    assert_eq!(
+        deliver(
+            addr,
+            &succeeded,
+            Some(signature::header(&[OLD], now(), &succeeded))
+        )
+        .await,
+        200
+    );
+    eventually(
+        "the woken attempt is settled",
+        Duration::from_secs(15),
+        || async { h.attempt(id).await.status == "succeeded" },
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "well under the 60 s schedule"
+    );
+    assert_eq!(
+        h.causes(id).await.last().map(String::as_str),
+        Some("lookup_found_charge"),
+        "settled by the usual lookup, not by the webhook"
+    );
+    // A redelivery, signed with the new secret, is a no-op.
+    assert_eq!(
+        deliver(
+            addr,
+            &succeeded,
+            Some(signature::header(&[NEW], now(), &succeeded))
+        )
+        .await,
+        200
+    );
+    assert_eq!(recorded_events(&h).await, 1);
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_webhook_on_a_succeeded_attempt_opens_one_finding_and_publishes_its_event() {
+    let h = harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    h.executor_with(client).run_once().await.unwrap();
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
+        .await
+        .unwrap();
+    let addr = app.webhook_addr().unwrap();
+    let served = Served::from_app(app);
+    let refunded = event(
+        "evt_refunded",
+        "charge.refunded",
+        json!({"id": "ch_1", "object": "charge", "payment_intent": pi, "refunded": true}),
+    );
+    let disputed = event(
+        "evt_disputed",
+        "charge.dispute.created",
+        json!({"id": "dp_1", "object": "dispute", "payment_intent": pi, "charge": "ch_1"}),
+    );
+
+    for body in [&refunded, &refunded, &disputed] {
+        assert_eq!(
+            deliver(addr, body, Some(signature::header(&[NEW], now(), body))).await,
+            200
+        );
+    }
+
+    let findings: Vec<(String, i32, String)> = sqlx::query_as(
+        "SELECT class, seen_count, source FROM reconciliation_findings WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        findings,
+        vec![("recorded_not_charged".to_owned(), 2, "webhook".to_owned())],
+        "the refund once (its redelivery is a no-op), the dispute seen again"
+    );
+    let published: Vec<(String, String)> = sqlx::query_as(
+        "SELECT status, subject FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        published,
+        vec![(
+            "finding".to_owned(),
+            "payments.events.reconciliation-finding.v1".to_owned()
+        )]
+    );
+    assert_eq!(h.attempt(id).await.status, "succeeded", "never changed");
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliveries_and_rotations_are_handled(
+) {
+    let h = harness().await;
+    let (id, pi, addr, served) = processing_then_succeeded(&h).await;
+    let control = |path: &str, body: serde_json::Value| {
+        let url = format!("{}{path}", h.gateway.base_url());
+        async move {
+            let answer: serde_json::Value = reqwest::Client::new()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            answer
+        }
+    };
+    let endpoint = format!("http://{addr}/webhooks/stripe");
+    // Stripe rolling the secret: every event carries the new one and the one onecharge has.
+    control(
+        "/__stripe/webhooks",
+        json!({"url": endpoint, "secrets": ["whsec_rolled_in", NEW]}),
+    )
+    .await;
+
+    let sent = control(
+        "/__stripe/webhooks/send",
+        json!({"type": "payment_intent.succeeded", "payment_intent": pi}),
+    )
+    .await;
+    assert_eq!(sent["status"], 200, "{sent}");
+    eventually(
+        "the woken attempt is settled",
+        Duration::from_secs(15),
+        || async { h.attempt(id).await.status == "succeeded" },
+    )
+    .await;
+    let event = sent["event_id"].as_str().unwrap().to_owned();
+    let again = control(&format!("/__stripe/webhooks/{event}/redeliver"), json!({})).await;
+    assert_eq!(
+        again["status"], 200,
+        "a redelivery is answered 2xx: {again}"
+    );
+    assert_eq!(recorded_events(&h).await, 1, "and does nothing");
+    // An endpoint secret onecharge was never given: refused, recorded nothing.
+    control(
+        "/__stripe/webhooks",
+        json!({"url": endpoint, "secrets": ["whsec_not_given_to_onecharge"]}),
+    )
+    .await;
+    let forged = control(
+        "/__stripe/webhooks/send",
+        json!({"type": "payment_intent.canceled", "payment_intent": pi}),
+    )
+    .await;
+    assert_eq!(forged["status"], 400, "{forged}");
+    assert_eq!(recorded_events(&h).await, 1);
+    served.stop().await;
+}
