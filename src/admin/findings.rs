@@ -13,13 +13,28 @@ use crate::operator::Via;
 use crate::store::findings::{self, Finding, FindingState, Resolved};
 
 /// `GET /api/findings` query.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct FindingsQuery {
+    /// `open` (the default), `resolved` or `all`
+    #[param(value_type = Option<String>)]
     state: Option<FindingState>,
+    /// At most this many, newest first (default 100, at most 10,000)
     limit: Option<i64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/findings",
+    tag = "findings",
+    params(FindingsQuery),
+    responses(
+        (status = 200, description = "The findings, newest first, as `findings list --json` prints them (contract §5)", body = Vec<serde_json::Value>),
+        (status = 400, description = "A parameter is not understood", body = super::openapi::ErrorBody),
+        (status = 401, description = "No or an unknown bearer token", body = super::openapi::ErrorBody),
+    )
+)]
 /// `GET /api/findings?state=open|resolved|all&limit=N`: newest first, 100 by default.
 pub(super) async fn list(
     State(state): State<AdminState>,
@@ -37,11 +52,28 @@ pub(super) async fn list(
 }
 
 /// The body of `POST /api/findings/{id}/resolve`.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ResolveBody {
+    /// Why the discrepancy is closed (recorded in the audit trail)
     reason: String,
 }
+
+#[utoipa::path(
+    post,
+    path = "/api/findings/{id}/resolve",
+    tag = "findings",
+    params(("id" = i64, Path, description = "The finding's id")),
+    request_body = ResolveBody,
+    responses(
+        (status = 200, description = "The finding, now resolved by the caller", body = serde_json::Value),
+        (status = 400, description = "No reason, or a malformed id or body", body = super::openapi::ErrorBody),
+        (status = 401, description = "No or an unknown bearer token", body = super::openapi::ErrorBody),
+        (status = 403, description = "A viewer's token: only operators act", body = super::openapi::ErrorBody),
+        (status = 404, description = "No such finding", body = super::openapi::ErrorBody),
+        (status = 409, description = "The finding was resolved already", body = super::openapi::ErrorBody),
+    )
+)]
 
 /// `POST /api/findings/{id}/resolve` `{"reason": "…"}`: 200 with the finding, 404, or 409
 /// when it was resolved already.

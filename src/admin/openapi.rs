@@ -41,6 +41,8 @@ struct ErrorDetail {
         super::bulk_action,
         super::audit_list,
         super::stats,
+        super::findings::list,
+        super::findings::resolve_finding,
         serve,
     ),
     components(schemas(ErrorBody)),
@@ -48,6 +50,7 @@ struct ErrorDetail {
     tags(
         (name = "attempts", description = "Payment attempts and the decisions on them"),
         (name = "audit", description = "The trail of manual actions"),
+        (name = "findings", description = "Discrepancies between the ledger and the gateway's own records (the reconciliation sweep, webhooks)"),
         (name = "meta", description = "This document"),
     )
 )]
