@@ -1,4 +1,4 @@
-//! What dropping a history month costs the writers (issue 23, decision 95): intake writers
+//! What dropping a history month costs the writers (issue 23, decision 101): intake writers
 //! record fresh attempts without pause (an attempt, then its first transition, the order of
 //! every writer) while the retention job's drop (`store::retention::drop_partition`) drops a
 //! month a year old of `attempt_transitions`, `gateway_calls` and `outbox`. Prints each
@@ -54,7 +54,7 @@ struct Args {
     /// Rounds (each a fresh database and one drop)
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Measure the drop as it was before decision 95 instead: the history's foreign keys to
+    /// Measure the drop as it was before decision 101 instead: the history's foreign keys to
     /// `payment_attempts` put back, and each month detached, its kept rows copied and
     /// dropped in one transaction
     #[arg(long)]
@@ -69,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
     ensure!(args.attempts > 0 && args.writers > 0, "nothing to measure");
     println!(
         "{}{} attempts; old month: {} transitions, {} gateway calls, {} events; {} writers of 10-command intake batches",
-        if args.before { "BEFORE decision 95 (foreign keys, one long transaction): " } else { "" },
+        if args.before { "BEFORE decision 101 (foreign keys, one long transaction): " } else { "" },
         support::thousands(args.attempts as f64),
         support::thousands(args.rows as f64),
         support::thousands((args.rows / 2) as f64),
@@ -193,7 +193,7 @@ async fn drop_old_months(
     Ok((rows, kept, format!("held {}", locked.join(", "))))
 }
 
-/// The history's foreign keys to `payment_attempts`, as they were before decision 95.
+/// The history's foreign keys to `payment_attempts`, as they were before decision 101.
 async fn put_foreign_keys_back(store: &Store) -> anyhow::Result<()> {
     for table in HistoryTable::ALL {
         let table = table.name();
@@ -207,7 +207,7 @@ async fn put_foreign_keys_back(store: &Store) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The drop before decision 95, for `--before`: per table, the old month detached, its
+/// The drop before decision 101, for `--before`: per table, the old month detached, its
 /// kept rows copied back and the month dropped in one transaction. (rows dropped, rows kept)
 async fn drop_as_before(
     store: &Store,
