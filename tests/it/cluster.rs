@@ -135,8 +135,18 @@ async fn publish_through_an_election(
         .expect("the publisher finishes")
         .expect("the publisher does not panic");
 
-    let info = cluster.stream_info(&stream).await;
-    let messages = info["state"]["messages"].as_u64().unwrap_or_default();
+    // A leader elected a moment ago may answer before it has applied its log: read the
+    // count until it reaches `count` (or a deadline), so a lost or doubled command still
+    // shows, and a count read mid-election does not.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let messages = loop {
+        let info = cluster.stream_info(&stream).await;
+        let messages = info["state"]["messages"].as_u64().unwrap_or_default();
+        if messages >= count as u64 || tokio::time::Instant::now() > deadline {
+            break messages;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     // Every stored command, by its attempt id.
     // After a kill the cluster may still be electing its meta leader, which creating a
     // consumer needs: ask again until a deadline.

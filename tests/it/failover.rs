@@ -159,7 +159,6 @@ fn settings(address: &Forwarder, gateway: &MockGateway) -> Settings {
         gateway_api_key: Some(SecretString::from(API_KEY)),
         gateway_connect_timeout: Duration::from_secs(1),
         gateway_request_timeout: Duration::from_secs(2),
-        gateway_max_processing_time: Duration::from_secs(1),
         ..Settings::default()
     };
     settings.intake.ack_wait = Duration::from_secs(2);
@@ -168,6 +167,11 @@ fn settings(address: &Forwarder, gateway: &MockGateway) -> Settings {
     settings.intake.retry_min_delay = Duration::from_millis(100);
     settings.intake.retry_max_delay = Duration::from_secs(1);
     settings.executor.lease = Duration::from_secs(5);
+    // The shortest processing window the configuration accepts: a send may outlive neither
+    // its lease nor its timeouts.
+    settings.gateway_max_processing_time = settings.executor.lease
+        + settings.gateway_connect_timeout
+        + settings.gateway_request_timeout;
     settings.executor.poll_interval = Duration::from_millis(50);
     settings.executor.retry_min_delay = Duration::from_millis(100);
     settings.executor.retry_max_delay = Duration::from_secs(1);
