@@ -191,7 +191,14 @@ async fn cancel_before_declining(
         .cancel_object(&attempt.idempotency_key, Some(object))
         .await
     else {
-        return Ok(());
+        // The client speaks a connector that has no such object (an operator's settings
+        // without `gateway_kind = stripe`): nothing proves the PaymentIntent cannot charge.
+        return Err(ResolveError::Refused(format!(
+            "refusing to decline attempt {id}: PaymentIntent {object} must be cancelled first (proof that it can never charge), \
+             and this process's gateway client is `{}`, which cannot cancel it: resolve with the settings of the gateway that \
+             made it (gateway_kind = stripe)",
+            gateway.kind().as_str()
+        )));
     };
     let evidence = cancel.evidence(id, &attempt.idempotency_key, attempt.tries, None, now);
     record_gateway_call_alone(store, &evidence).await?;
