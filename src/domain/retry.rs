@@ -10,8 +10,6 @@ use std::time::Duration;
 use backon::{BackoffBuilder as _, ExponentialBuilder};
 use time::OffsetDateTime;
 
-use crate::config::Settings;
-
 /// What the retry rules need to know of an attempt's sends so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendHistory {
@@ -38,16 +36,16 @@ pub struct RetryWindow {
 }
 
 impl RetryWindow {
-    /// The window the configuration describes (`validate` has checked that the margin is
-    /// below the retention; a margin above it leaves an empty window, never a panic).
-    pub fn from_settings(settings: &Settings) -> Self {
+    /// The window of a gateway that keeps keys for `key_retention`, used up to
+    /// `key_retention_margin` before it ends, for attempts up to `max_age` old. A margin
+    /// above the retention leaves an empty window, never a panic. (From the configuration:
+    /// `RetryWindow::from_settings`, in `crate::config`.)
+    pub fn new(key_retention: Duration, key_retention_margin: Duration, max_age: Duration) -> Self {
         Self {
-            key_window: settings
-                .gateway_key_retention
-                .saturating_sub(settings.gateway_key_retention_margin),
-            max_age: settings.executor.max_age,
-            key_retention: settings.gateway_key_retention,
-            key_retention_margin: settings.gateway_key_retention_margin,
+            key_window: key_retention.saturating_sub(key_retention_margin),
+            max_age,
+            key_retention,
+            key_retention_margin,
         }
     }
 
@@ -92,12 +90,6 @@ impl RetryWindow {
             ));
         }
         None
-    }
-}
-
-impl Default for RetryWindow {
-    fn default() -> Self {
-        Self::from_settings(&Settings::default())
     }
 }
 
