@@ -97,24 +97,6 @@ fn event_schema(status: Value) -> Value {
     schema
 }
 
-/// A `transform` for the schema of a set of message headers: a header is present with a
-/// string value or absent, never null, so the optional ones (`Option` fields, not
-/// required) lose the `null` their type would add.
-pub(crate) fn headers_are_strings(schema: &mut Schema) {
-    let Some(Value::Object(properties)) = schema.get_mut("properties") else {
-        return;
-    };
-    for property in properties.values_mut() {
-        if let Some(Value::Array(types)) = property.get_mut("type") {
-            types.retain(|t| t != "null");
-            if let [only] = types.as_slice() {
-                let only = only.clone();
-                property["type"] = only;
-            }
-        }
-    }
-}
-
 /// The statuses that have an event, as they appear in its `status` field.
 fn event_statuses() -> Vec<&'static str> {
     AttemptStatus::ALL

@@ -59,7 +59,7 @@ pub struct EventProvenance {
     title = "Payment event headers v1",
     description = "The headers of an event on payments.events.payment-<state>.v1 (contract §2.3), as name -> value.",
     extend("additionalProperties" = {"type": "string"}),
-    transform = crate::schemas::headers_are_strings
+    transform = crate::domain::schema::headers_are_strings
 )]
 pub struct EventHeaders {
     /// The event's `event_id`: a relay retry is deduplicated by JetStream.

@@ -8,6 +8,7 @@ pub mod event;
 pub mod ids;
 pub mod outcome;
 pub mod retry;
+pub mod schema;
 pub mod settlement;
 
 pub use attempt::AttemptStatus;

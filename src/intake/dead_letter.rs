@@ -45,7 +45,7 @@ const MAX_REASON_CHARS_U32: u32 = 512;
     title = "Dead-letter headers v1",
     description = "The headers of a dead letter on payments.dlq.charge-payment.v1 (contract §2.2), as name -> value. The body is the original command's, unchanged (or cut short, with Dlq-Truncated), and the original's headers (Correlation-Id, traceparent, ...) are kept beside these.",
     extend("additionalProperties" = {"type": "string"}),
-    transform = crate::schemas::headers_are_strings
+    transform = crate::domain::schema::headers_are_strings
 )]
 pub struct DeadLetterHeaders {
     /// `dlq-<consumer>-<stream sequence>`: a retried dead-letter publish is deduplicated,
