@@ -189,7 +189,7 @@ pub fn run(cli: Cli) -> ExitCode {
     // unless RUST_LOG asks for them.
     let quiet = matches!(cli.command, Command::Demo(_));
     // Dropped last, after the runtime: flushes the spans of the whole run.
-    let _telemetry = match crate::app::init_logging(&settings, quiet) {
+    let _telemetry = match crate::telemetry::init_logging(&settings, quiet) {
         Ok(telemetry) => telemetry,
         Err(err) => return config_failure(&ConfigError(redactor.scrub(&err.0).into_owned())),
     };

@@ -26,5 +26,6 @@ pub mod relay;
 pub mod schemas;
 pub mod shutdown;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod webhook;
