@@ -312,7 +312,7 @@ impl Application {
             "admin",
             crate::admin::serve(listener, state, shutdown.clone()),
         );
-        let refresher = crate::metrics::DatabaseGaugesRefresher::new(self.store.clone())
+        let refresher = crate::gauges::DatabaseGaugesRefresher::new(self.store.clone())
             .with_intake_consumer(self.broker.clone(), &self.settings.intake.consumer);
         roles.spawn("metrics refresher", refresher.run(shutdown.clone()));
     }

@@ -420,7 +420,7 @@ impl Broker {
         .sleep(tokio::time::sleep)
         .when(|(_, may_pass)| *may_pass)
         .notify(|(err, _), wait| {
-            crate::metrics::publish_retry(kind);
+            crate::metrics::publish_retry(kind.as_str());
             tracing::warn!(kind = kind.as_str(), subject = %subject, error = %err, retry_in_ms = wait.as_millis() as u64, "publish not acknowledged; retrying under the same Nats-Msg-Id");
         })
         .await

@@ -14,6 +14,7 @@ pub mod domain;
 pub mod executor;
 pub mod gateway;
 pub mod gateway_limit;
+pub mod gauges;
 pub mod generated;
 pub mod identity;
 pub mod intake;

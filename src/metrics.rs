@@ -2,20 +2,19 @@
 //! never message, attempt or customer ids (those belong in logs and traces).
 //!
 //! Counters and histograms are recorded where things happen (intake, the gateway client,
-//! the executor, the relay, purge, the reconciler); the gauges only the database can answer
-//! are refreshed here, by [`DatabaseGaugesRefresher`]. docs/operations.md lists every metric
-//! and the alert it deserves.
+//! the executor, the relay, purge, the reconciler); the gauges only the database or the
+//! broker can answer are set through here by whoever reads them (`crate::gauges`, the
+//! reconciler's sweep). docs/operations.md lists every metric and the alert it deserves.
+//!
+//! A low module: it defines and records metrics, and imports no role, store or broker, so
+//! that every one of them may record.
 
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use time::OffsetDateTime;
-use tokio_util::sync::CancellationToken;
 
-use crate::broker::{Broker, ConsumerLag};
 use crate::domain::AttemptStatus;
-use crate::store::metrics::DatabaseGauges;
-use crate::store::{self, Store};
 
 /// Installs the process-wide recorder once and returns the handle `/metrics` renders.
 pub fn install() -> PrometheusHandle {
@@ -56,9 +55,9 @@ pub async fn upkeep(
 }
 
 /// One publish retried after an error that may pass (a stream-leader election, a
-/// reconnect), by what was published.
-pub fn publish_retry(kind: crate::broker::PublishKind) {
-    metrics::counter!("onecharge_publish_retries_total", "kind" => kind.as_str()).increment(1);
+/// reconnect), by what was published (the broker's `PublishKind`).
+pub fn publish_retry(kind: &'static str) {
+    metrics::counter!("onecharge_publish_retries_total", "kind" => kind).increment(1);
 }
 
 /// One delivery settled by intake, by result (`processed`, `duplicate`, …).
@@ -116,171 +115,55 @@ pub fn sweep_page(records: usize) {
     metrics::counter!("onecharge_reconciliation_sweep_records_total").increment(records as u64);
 }
 
-/// Open findings per class; every class is set, so a class with none reads 0.
-pub fn findings_open(counts: &[(crate::store::findings::FindingClass, i64)]) {
-    for class in crate::store::findings::FindingClass::ALL {
+/// Open findings per class, from the `counts` of the classes that have any; every one of
+/// `all` classes (named by `label`) is set, so a class with none reads 0.
+pub fn findings_open<C: Copy + PartialEq>(
+    all: impl IntoIterator<Item = C>,
+    label: fn(C) -> &'static str,
+    counts: &[(C, i64)],
+) {
+    for class in all {
         let open = counts
             .iter()
             .find(|(c, _)| *c == class)
             .map_or(0, |(_, n)| *n);
-        metrics::gauge!("onecharge_reconciliation_findings_open", "class" => class.as_str())
+        metrics::gauge!("onecharge_reconciliation_findings_open", "class" => label(class))
             .set(open as f64);
     }
 }
 
-/// How often `serve` (with the admin role) refreshes the database-backed gauges.
-pub const DATABASE_GAUGES_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Keeps the gauges that only the database knows — attempts by status, the oldest waiting
-/// attempt of each non-final status, the outbox backlog — fresh on `/metrics`, and, given a
-/// broker, the intake consumer's lag.
-///
-/// It runs beside the admin role, so every process that serves `/metrics` reports them; with
-/// several such processes, aggregate with `max` (they read one database). A failed read
-/// leaves the previous values in place and counts a failure: alert on
-/// `onecharge_database_gauges_refreshed_timestamp_seconds` going stale, not on the values.
-#[derive(Clone)]
-pub struct DatabaseGaugesRefresher {
-    store: Store,
-    interval: Duration,
-    /// The broker and intake consumer whose lag is reported, when this process knows them.
-    intake_consumer: Option<(Broker, String)>,
-}
-
-impl DatabaseGaugesRefresher {
-    /// A refresher reading `store` every [`DATABASE_GAUGES_INTERVAL`].
-    pub fn new(store: Store) -> Self {
-        Self {
-            store,
-            interval: DATABASE_GAUGES_INTERVAL,
-            intake_consumer: None,
-        }
-    }
-
-    /// Also reports the lag of the durable intake `consumer` on `broker`'s command stream:
-    /// growing lag means commands wait to be recorded, which no database gauge shows.
-    pub fn with_intake_consumer(mut self, broker: Broker, consumer: impl Into<String>) -> Self {
-        self.intake_consumer = Some((broker, consumer.into()));
-        self
-    }
-
-    /// Reads the intake consumer's lag from JetStream and sets
-    /// `onecharge_intake_consumer_pending` and `onecharge_intake_consumer_ack_pending`.
-    /// `None` when no consumer was given; a failed read leaves the previous values.
-    pub async fn refresh_consumer_lag(&self) -> anyhow::Result<Option<ConsumerLag>> {
-        let Some((broker, consumer)) = &self.intake_consumer else {
-            return Ok(None);
-        };
-        let lag = broker.intake_consumer_lag(consumer).await?;
-        metrics::gauge!("onecharge_intake_consumer_pending", "consumer" => consumer.clone())
-            .set(lag.pending as f64);
-        metrics::gauge!("onecharge_intake_consumer_ack_pending", "consumer" => consumer.clone())
-            .set(lag.ack_pending as f64);
-        Ok(Some(lag))
-    }
-
-    /// One refresh, ages measured at `now`: reads the database and sets every gauge. Every
-    /// status is set, so a status whose last attempt moved on drops to 0 instead of keeping
-    /// its old value.
-    pub async fn refresh_once(&self, now: OffsetDateTime) -> Result<DatabaseGauges, sqlx::Error> {
-        let gauges = match store::metrics::database_gauges(&self.store).await {
-            Ok(gauges) => gauges,
-            Err(err) => {
-                metrics::counter!("onecharge_database_gauges_refresh_failures_total").increment(1);
-                return Err(err);
-            }
-        };
-        let age = |at: OffsetDateTime| (now - at).as_seconds_f64().max(0.0);
-        for status in AttemptStatus::ALL {
-            let count = gauges
-                .attempts_by_status
-                .iter()
-                .find(|(s, _)| *s == status)
-                .map_or(0, |(_, n)| *n);
-            metrics::gauge!("onecharge_attempts", "status" => status.as_str()).set(count as f64);
-            if !status.is_final() {
-                let oldest = gauges
-                    .oldest_non_final
-                    .iter()
-                    .find(|(s, _)| *s == status)
-                    .map_or(0.0, |(_, at)| age(*at));
-                metrics::gauge!("onecharge_attempts_oldest_age_seconds", "status" => status.as_str())
-                    .set(oldest);
-            }
-        }
-        metrics::gauge!("onecharge_outbox_pending").set(gauges.outbox_pending as f64);
-        metrics::gauge!("onecharge_outbox_oldest_pending_age_seconds")
-            .set(gauges.outbox_oldest_pending.map_or(0.0, age));
-        metrics::gauge!("onecharge_database_gauges_refreshed_timestamp_seconds")
-            .set(now.unix_timestamp() as f64);
-        crate::reconciler::sweep::refresh_findings_gauge(&self.store).await;
-        Ok(gauges)
-    }
-
-    /// Refreshes every interval until `shutdown` fires. A database that does not answer is
-    /// logged and retried at the next tick; it never stops the service.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let mut ticker = tokio::time::interval(self.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut gauges_log =
-            RefreshLog::new("database gauges", "cannot refresh the database gauges");
-        let mut lag_log =
-            RefreshLog::new("intake consumer lag", "cannot read the intake consumer lag");
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = ticker.tick() => {}
-            }
-            gauges_log.record(&self.refresh_once(OffsetDateTime::now_utc()).await);
-            lag_log.record(&self.refresh_consumer_lag().await);
-        }
-        Ok(())
+/// Attempts in `status`, and (for a status that is not final) how long its oldest attempt
+/// has waited.
+pub fn attempts(status: AttemptStatus, count: i64, oldest_age_seconds: f64) {
+    metrics::gauge!("onecharge_attempts", "status" => status.as_str()).set(count as f64);
+    if !status.is_final() {
+        metrics::gauge!("onecharge_attempts_oldest_age_seconds", "status" => status.as_str())
+            .set(oldest_age_seconds);
     }
 }
 
-/// The log of a refresh that runs every tick and may fail for a long while (a database down
-/// for an hour): the first failure is a warning, the failures after it are debug lines, and
-/// the first success after them says so — one warning per outage, not one per tick.
-struct RefreshLog {
-    /// What is refreshed, as the log lines name it.
-    what: &'static str,
-    /// The warning's opening words, naming what could not be done.
-    cannot: &'static str,
-    /// The last refresh failed.
-    failing: bool,
+/// Outbox rows not yet acknowledged by JetStream, and the age of the oldest.
+pub fn outbox_backlog(pending: i64, oldest_age_seconds: f64) {
+    metrics::gauge!("onecharge_outbox_pending").set(pending as f64);
+    metrics::gauge!("onecharge_outbox_oldest_pending_age_seconds").set(oldest_age_seconds);
 }
 
-impl RefreshLog {
-    fn new(what: &'static str, cannot: &'static str) -> Self {
-        Self {
-            what,
-            cannot,
-            failing: false,
-        }
-    }
+/// The database-backed gauges were read at `now`: alert on this going stale.
+pub fn database_gauges_refreshed(now: OffsetDateTime) {
+    metrics::gauge!("onecharge_database_gauges_refreshed_timestamp_seconds")
+        .set(now.unix_timestamp() as f64);
+}
 
-    fn record<T, E: std::fmt::Display>(&mut self, result: &Result<T, E>) {
-        match (result, self.failing) {
-            (Ok(_), true) => {
-                self.failing = false;
-                tracing::info!("{} refreshed again", self.what);
-            }
-            (Ok(_), false) => {}
-            (Err(err), false) => {
-                self.failing = true;
-                tracing::warn!(
-                    error = format!("{err:#}"),
-                    "{}; /metrics keeps the last values",
-                    self.cannot
-                );
-            }
-            (Err(err), true) => {
-                tracing::debug!(
-                    error = format!("{err:#}"),
-                    "{} still not refreshed",
-                    self.what
-                )
-            }
-        }
-    }
+/// A read of the database-backed gauges failed (they keep their previous values).
+pub fn database_gauges_refresh_failed() {
+    metrics::counter!("onecharge_database_gauges_refresh_failures_total").increment(1);
+}
+
+/// The durable intake `consumer`'s lag: messages not yet delivered and messages delivered
+/// but not yet acknowledged.
+pub fn intake_consumer_lag(consumer: &str, pending: u64, ack_pending: u64) {
+    metrics::gauge!("onecharge_intake_consumer_pending", "consumer" => consumer.to_owned())
+        .set(pending as f64);
+    metrics::gauge!("onecharge_intake_consumer_ack_pending", "consumer" => consumer.to_owned())
+        .set(ack_pending as f64);
 }

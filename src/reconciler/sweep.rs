@@ -411,7 +411,11 @@ impl Reconciler {
 /// a class whose last finding was resolved goes to 0).
 pub async fn refresh_findings_gauge(store: &crate::store::Store) {
     match findings::count_open(store).await {
-        Ok(counts) => crate::metrics::findings_open(&counts),
+        Ok(counts) => crate::metrics::findings_open(
+            findings::FindingClass::ALL,
+            findings::FindingClass::as_str,
+            &counts,
+        ),
         Err(err) => tracing::warn!(error = %err, "cannot count open findings"),
     }
 }

@@ -7,7 +7,7 @@ use crate::support::{self, TestEnv};
 use async_nats::jetstream::consumer::PullConsumer;
 use futures::StreamExt as _;
 use onecharge::broker::ConsumerLag;
-use onecharge::metrics::DatabaseGaugesRefresher;
+use onecharge::gauges::DatabaseGaugesRefresher;
 use uuid::Uuid;
 
 /// The value of `name{consumer="<consumer>"}` in a Prometheus text rendering.

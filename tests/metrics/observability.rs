@@ -19,7 +19,7 @@ use mock_gateway::{payment_methods as pm, MockConfig, MockGateway};
 use onecharge::app::Role;
 use onecharge::broker::Broker;
 use onecharge::domain::AttemptStatus;
-use onecharge::metrics::DatabaseGaugesRefresher;
+use onecharge::gauges::DatabaseGaugesRefresher;
 use onecharge::store::intake::record_batch;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
