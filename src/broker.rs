@@ -18,7 +18,7 @@ use async_nats::HeaderMap;
 use backon::Retryable as _;
 use bytes::Bytes;
 
-use crate::config::Settings;
+use crate::config::{IntakeSettings, Settings};
 
 /// Stream names and subjects for one deployment. With an empty namespace these are exactly
 /// the contract's names; a namespace prefixes every stream and subject so that several
@@ -249,32 +249,13 @@ impl Broker {
         settings: &Settings,
     ) -> anyhow::Result<consumer::PullConsumer> {
         let intake = &settings.intake;
-        let name = self.names.commands_stream();
-        let stream = match self.lookup_stream(&name).await {
-            Ok(stream) => stream,
-            Err(err) if is_not_found(&err) => {
-                return Err(err)
-                    .with_context(|| format!("stream {name} is missing: run `onecharge setup`"))
-            }
-            Err(err) => return Err(err).with_context(|| format!("looking up stream {name}")),
-        };
-        let config = consumer::pull::Config {
-            durable_name: Some(intake.consumer.clone()),
-            description: Some("onecharge intake: records ChargePayment commands".into()),
-            filter_subject: self.names.charge_subject(),
-            ack_policy: consumer::AckPolicy::Explicit,
-            ack_wait: intake.ack_wait,
-            // Unlimited: JetStream never ends a message's life on its own (it would drop it
-            // silently when the dead-letter publish failed on the last delivery). Intake
-            // decides when a message is exhausted and keeps it until its dead letter is
-            // stored (docs/decisions.md 28).
-            max_deliver: -1,
-            // Bounded by what this deployment can have in hand at once.
-            max_ack_pending: (intake.batch_size * intake.concurrency) as i64,
-            max_batch: (intake.batch_size * intake.concurrency) as i64,
-            ..Default::default()
-        };
-        let what = format!("consumer {} on {name}", intake.consumer);
+        let stream = self.command_stream().await?;
+        let config = intake_consumer_config(&self.names, intake);
+        let what = format!(
+            "consumer {} on {}",
+            intake.consumer,
+            self.names.commands_stream()
+        );
         let existing = ask_until_answered(
             &what,
             || stream.consumer_info(&intake.consumer),
@@ -284,52 +265,33 @@ impl Broker {
         let current = match existing {
             Ok(info) => info.config,
             Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => {
-                return ask_until_answered(
-                    &what,
-                    || stream.create_consumer(config.clone()),
-                    |err: &ConsumerError| consumer_write_may_pass(err.kind()),
-                )
-                .await
-                .with_context(|| format!("creating durable {what}"));
+                return create_consumer(&stream, &config, &what).await;
             }
             Err(err) => return Err(err).with_context(|| format!("looking up {what}")),
         };
         if current.filter_subject != config.filter_subject {
             bail!(
-                "consumer {} on {name} filters `{}`, expected `{}`: delete it or choose another intake.consumer",
-                intake.consumer,
+                "{what} filters `{}`, expected `{}`: delete it or choose another intake.consumer",
                 current.filter_subject,
                 config.filter_subject
             );
         }
-        if current.ack_wait != config.ack_wait
-            || current.max_deliver != config.max_deliver
-            || current.max_ack_pending != config.max_ack_pending
-            || current.max_batch != config.max_batch
-        {
-            return ask_until_answered(
-                &what,
-                || stream.update_consumer(config.clone()),
-                |err: &ConsumerUpdateError| {
-                    matches!(
-                        err.kind(),
-                        ConsumerUpdateErrorKind::TimedOut | ConsumerUpdateErrorKind::Request
-                    ) || matches!(err.kind(), ConsumerUpdateErrorKind::JetStream(e) if api_error_may_pass(&e))
-                },
-            )
-            .await
-            .context("updating the intake consumer's limits");
+        if limits_differ(&current, &config) {
+            return update_consumer(&stream, &config, &what).await;
         }
-        ask_until_answered(
-            &what,
-            || stream.get_consumer::<consumer::pull::Config>(&intake.consumer),
-            |err: &async_nats::Error| {
-                err.downcast_ref::<ConsumerInfoError>()
-                    .is_some_and(consumer_info_may_pass)
-            },
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("binding to {what}: {e}"))
+        bind_consumer(&stream, &intake.consumer, &what).await
+    }
+
+    /// The command stream, which `setup` creates: missing, it is the operator's to create.
+    async fn command_stream(&self) -> anyhow::Result<stream::Stream> {
+        let name = self.names.commands_stream();
+        match self.lookup_stream(&name).await {
+            Ok(stream) => Ok(stream),
+            Err(err) if is_not_found(&err) => {
+                Err(err).with_context(|| format!("stream {name} is missing: run `onecharge setup`"))
+            }
+            Err(err) => Err(err).with_context(|| format!("looking up stream {name}")),
+        }
     }
 
     /// Looks a stream up, asking again while nobody answers (see [`ask_until_answered`]);
@@ -468,6 +430,89 @@ where
         tracing::warn!(what, error = %err, retry_in_ms = wait.as_millis() as u64, "JetStream did not answer; asking again");
     })
     .await
+}
+
+/// The durable intake consumer as this deployment wants it: explicit acks, the
+/// configured `ack_wait`, no `max_deliver`, and as many messages in hand as intake can hold.
+fn intake_consumer_config(names: &Names, intake: &IntakeSettings) -> consumer::pull::Config {
+    consumer::pull::Config {
+        durable_name: Some(intake.consumer.clone()),
+        description: Some("onecharge intake: records ChargePayment commands".into()),
+        filter_subject: names.charge_subject(),
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: intake.ack_wait,
+        // Unlimited: JetStream never ends a message's life on its own (it would drop it
+        // silently when the dead-letter publish failed on the last delivery). Intake
+        // decides when a message is exhausted and keeps it until its dead letter is
+        // stored (docs/decisions.md 28).
+        max_deliver: -1,
+        // Bounded by what this deployment can have in hand at once.
+        max_ack_pending: (intake.batch_size * intake.concurrency) as i64,
+        max_batch: (intake.batch_size * intake.concurrency) as i64,
+        ..Default::default()
+    }
+}
+
+/// Whether an existing consumer's limits are not the configured ones (and it must be
+/// updated to them).
+fn limits_differ(current: &consumer::Config, wanted: &consumer::pull::Config) -> bool {
+    current.ack_wait != wanted.ack_wait
+        || current.max_deliver != wanted.max_deliver
+        || current.max_ack_pending != wanted.max_ack_pending
+        || current.max_batch != wanted.max_batch
+}
+
+/// Creates the missing durable consumer `what` on `stream`.
+async fn create_consumer(
+    stream: &stream::Stream,
+    config: &consumer::pull::Config,
+    what: &str,
+) -> anyhow::Result<consumer::PullConsumer> {
+    ask_until_answered(
+        what,
+        || stream.create_consumer(config.clone()),
+        |err: &ConsumerError| consumer_write_may_pass(err.kind()),
+    )
+    .await
+    .with_context(|| format!("creating durable {what}"))
+}
+
+/// Updates the existing consumer `what` to the configured limits.
+async fn update_consumer(
+    stream: &stream::Stream,
+    config: &consumer::pull::Config,
+    what: &str,
+) -> anyhow::Result<consumer::PullConsumer> {
+    ask_until_answered(
+        what,
+        || stream.update_consumer(config.clone()),
+        |err: &ConsumerUpdateError| {
+            matches!(
+                err.kind(),
+                ConsumerUpdateErrorKind::TimedOut | ConsumerUpdateErrorKind::Request
+            ) || matches!(err.kind(), ConsumerUpdateErrorKind::JetStream(e) if api_error_may_pass(&e))
+        },
+    )
+    .await
+    .context("updating the intake consumer's limits")
+}
+
+/// Binds to the existing consumer `what`, whose configuration is already the wanted one.
+async fn bind_consumer(
+    stream: &stream::Stream,
+    consumer: &str,
+    what: &str,
+) -> anyhow::Result<consumer::PullConsumer> {
+    ask_until_answered(
+        what,
+        || stream.get_consumer::<consumer::pull::Config>(consumer),
+        |err: &async_nats::Error| {
+            err.downcast_ref::<ConsumerInfoError>()
+                .is_some_and(consumer_info_may_pass)
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("binding to {what}: {e}"))
 }
 
 /// A JetStream API error that says "not now" rather than "no": 503, JetStream or its
