@@ -265,7 +265,13 @@ impl Broker {
         let current = match existing {
             Ok(info) => info.config,
             Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => {
-                return create_consumer(&stream, &config, &what).await;
+                return ask_until_answered(
+                    &what,
+                    || stream.create_consumer(config.clone()),
+                    |err: &ConsumerError| consumer_write_may_pass(err.kind()),
+                )
+                .await
+                .with_context(|| format!("creating durable {what}"));
             }
             Err(err) => return Err(err).with_context(|| format!("looking up {what}")),
         };
@@ -277,7 +283,13 @@ impl Broker {
             );
         }
         if limits_differ(&current, &config) {
-            return update_consumer(&stream, &config, &what).await;
+            return ask_until_answered(
+                &what,
+                || stream.update_consumer(config.clone()),
+                consumer_update_may_pass,
+            )
+            .await
+            .context("updating the intake consumer's limits");
         }
         bind_consumer(&stream, &intake.consumer, &what).await
     }
@@ -462,41 +474,6 @@ fn limits_differ(current: &consumer::Config, wanted: &consumer::pull::Config) ->
         || current.max_batch != wanted.max_batch
 }
 
-/// Creates the missing durable consumer `what` on `stream`.
-async fn create_consumer(
-    stream: &stream::Stream,
-    config: &consumer::pull::Config,
-    what: &str,
-) -> anyhow::Result<consumer::PullConsumer> {
-    ask_until_answered(
-        what,
-        || stream.create_consumer(config.clone()),
-        |err: &ConsumerError| consumer_write_may_pass(err.kind()),
-    )
-    .await
-    .with_context(|| format!("creating durable {what}"))
-}
-
-/// Updates the existing consumer `what` to the configured limits.
-async fn update_consumer(
-    stream: &stream::Stream,
-    config: &consumer::pull::Config,
-    what: &str,
-) -> anyhow::Result<consumer::PullConsumer> {
-    ask_until_answered(
-        what,
-        || stream.update_consumer(config.clone()),
-        |err: &ConsumerUpdateError| {
-            matches!(
-                err.kind(),
-                ConsumerUpdateErrorKind::TimedOut | ConsumerUpdateErrorKind::Request
-            ) || matches!(err.kind(), ConsumerUpdateErrorKind::JetStream(e) if api_error_may_pass(&e))
-        },
-    )
-    .await
-    .context("updating the intake consumer's limits")
-}
-
 /// Binds to the existing consumer `what`, whose configuration is already the wanted one.
 async fn bind_consumer(
     stream: &stream::Stream,
@@ -544,6 +521,14 @@ fn consumer_write_may_pass(kind: ConsumerErrorKind) -> bool {
     match kind {
         ConsumerErrorKind::TimedOut | ConsumerErrorKind::Request => true,
         ConsumerErrorKind::JetStream(e) => api_error_may_pass(&e),
+        _ => false,
+    }
+}
+
+fn consumer_update_may_pass(err: &ConsumerUpdateError) -> bool {
+    match err.kind() {
+        ConsumerUpdateErrorKind::TimedOut | ConsumerUpdateErrorKind::Request => true,
+        ConsumerUpdateErrorKind::JetStream(e) => api_error_may_pass(&e),
         _ => false,
     }
 }
