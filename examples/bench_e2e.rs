@@ -30,11 +30,29 @@
 //! latency on top of `--latency-ms`; the header prints the distribution (and its mean,
 //! exp(mu + sigma²/2)), the final check the mean the mock really drew.
 //!
+//! `--gateway stripe` charges through the Stripe connector (PaymentIntent create + confirm)
+//! against the mock's Stripe dialect instead of the §3 API.
+//!
+//! `--own-postgres` (issue 28) runs on a PostgreSQL cluster of the benchmark's own
+//! (`support/own_postgres.rs`: `initdb` into a temporary folder, `pg_stat_statements`
+//! preloaded, autovacuum on, a free port; removed at the end, also on failure) and prints,
+//! after each measured phase, the database's work per settled charge
+//! (`support/db_work.rs`): statements sent (round trips), transactions, rows, WAL and
+//! flushes, statement time and CPU of the cluster, of the serve process and of the
+//! benchmark, and the top `--top-statements` statements by calls and by time. Statistics
+//! are reset after the warm-up; each phase adds 11 s at its end for PostgreSQL's counters
+//! to settle.
+//!
+//! ```text
+//! cargo build --release --examples && cargo build --release
+//! target/release/examples/bench_e2e --own-postgres --max-commands 4000 --latency-commands 0 [--gateway stripe]
+//! ```
+//!
 //! Needs PostgreSQL on 127.0.0.1:5432 (trust auth; `--server`) and NATS JetStream on
 //! 127.0.0.1:4222 (`--nats-url`), Linux (RSS is read from `/proc`), and the release binary
 //! `onecharge` next to this example (`cargo build --release`: `cargo run --example` does not
 //! build it). Each run creates its own database and stream namespace and removes both at the
-//! end, also on failure or Ctrl-C. The serve process gets its settings from `ONECHARGE_*`
+//! end, also on failure, Ctrl-C or SIGTERM. The serve process gets its settings from `ONECHARGE_*`
 //! variables; any other `ONECHARGE_*` variable set when the benchmark starts (for example
 //! `ONECHARGE_EXECUTOR__CONCURRENCY=64`) is passed on to it and printed. Its log goes to a
 //! file that is kept (and its end printed) only when the run fails.
@@ -50,9 +68,10 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::HeaderMap;
 use clap::CommandFactory as _;
 use futures::StreamExt as _;
-use mock_gateway::MockGateway;
+use mock_gateway::{Dialect, MockGateway};
 use onecharge::broker::{Broker, Names};
 use onecharge::config::{Overrides, Settings};
+use onecharge::gateway::GatewayKind;
 use secrecy::SecretString;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -68,6 +87,12 @@ mod bench_gateway;
 #[path = "support/latency.rs"]
 mod latency;
 use latency::millis;
+#[path = "support/own_postgres.rs"]
+mod own_postgres;
+use own_postgres::OwnPostgres;
+#[path = "support/db_work.rs"]
+mod db_work;
+use db_work::{Observer, PhaseWork, Snapshot};
 
 /// Commands pushed through before the first measured phase: connections, pools and caches warm.
 const WARM_UP_COMMANDS: usize = 200;
@@ -80,10 +105,11 @@ const RSS_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// The RSS compared with the end is taken when this share of the phase's events arrived.
 const WARM_UP_SHARE: f64 = 0.10;
 /// `ONECHARGE_*` variables the benchmark sets itself; everything else is passed through.
-const OWN_VARIABLES: [&str; 6] = [
+const OWN_VARIABLES: [&str; 7] = [
     "ONECHARGE_DATABASE_URL",
     "ONECHARGE_NATS_URL",
     "ONECHARGE_GATEWAY_URL",
+    "ONECHARGE_GATEWAY_KIND",
     "ONECHARGE_GATEWAY_API_KEY",
     "ONECHARGE_ADMIN_ADDR",
     "ONECHARGE_NAMESPACE",
@@ -118,6 +144,18 @@ struct Args {
     /// `dispatched_at`, `outbox.created_at`, `published_at`); streams are still removed
     #[arg(long)]
     keep_database: bool,
+    /// The connector the serve process charges through; the mock gateway speaks its
+    /// dialect [default: the §3 API, onecharge]
+    #[arg(long, value_enum)]
+    gateway: Option<GatewayKind>,
+    /// Run on a PostgreSQL cluster of the benchmark's own (pg_stat_statements preloaded,
+    /// autovacuum on, a free port, removed at the end) and report the database's work per
+    /// charge after each measured phase
+    #[arg(long, conflicts_with_all = ["server", "keep_database"])]
+    own_postgres: bool,
+    /// Statements listed by calls and by time in the per-charge report
+    #[arg(long, value_name = "N", default_value_t = 15)]
+    top_statements: usize,
 }
 
 #[tokio::main]
@@ -140,36 +178,41 @@ async fn main() -> anyhow::Result<()> {
     let binary = service_binary();
 
     let tag = Uuid::new_v4().simple().to_string();
-    let database =
-        ThrowawayDatabase::named(&args.server, "onecharge_bench").kept(args.keep_database);
+    // Declared before the database: dropped after it, so the database goes first.
+    let own_postgres = match args.own_postgres {
+        true => Some(OwnPostgres::start(&tag[..12], free_port()?)?),
+        false => None,
+    };
+    let server = own_postgres
+        .as_ref()
+        .map_or_else(|| args.server.clone(), OwnPostgres::server_url);
+    let database = ThrowawayDatabase::named(&server, "onecharge_bench").kept(args.keep_database);
     let workdir = std::env::temp_dir().join(format!("onecharge_bench_{}", &tag[..12]));
     std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
     // The serve process runs here and reads this empty file instead of whatever
     // onecharge.toml lies in the current directory; the benchmark loads the same.
     std::fs::write(workdir.join("onecharge.toml"), "")?;
 
-    let gateway = bench_gateway::start(args.latency_ms, distribution, 0).await?;
-    let mut settings = Settings::load(
-        Some(&workdir.join("onecharge.toml")),
-        &Overrides {
-            database_url: Some(database.url()),
-            nats_url: Some(args.nats_url.clone()),
-            gateway_url: Some(gateway.base_url()),
-            gateway_kind: None,
-            admin_addr: Some(format!("127.0.0.1:{}", free_port()?)),
-            namespace: Some(format!("bench-e2e-{}", &tag[..10])),
-            log_format: None,
-        },
-    )?;
-    settings.gateway_api_key = Some(SecretString::from(bench_gateway::API_KEY));
-    settings.validate()?;
+    let kind = args.gateway.unwrap_or_default();
+    let gateway =
+        bench_gateway::start_speaking(dialect(kind), args.latency_ms, distribution, 0).await?;
+    let settings = service_settings(&args, &workdir, &database, &gateway, &tag)?;
     let namespace = ThrowawayNamespace::new(&settings.nats_url, &Names::new(&settings.namespace));
 
     let mut service = None;
     let mut interrupted = false;
+    let run = Run {
+        args: &args,
+        settings: &settings,
+        binary: &binary,
+        workdir: &workdir,
+        gateway: &gateway,
+        server: &server,
+        own_postgres: own_postgres.as_ref(),
+    };
     let outcome = tokio::select! {
-        outcome = run(&args, &settings, &binary, &workdir, &gateway, &mut service) => outcome,
-        _ = tokio::signal::ctrl_c() => {
+        outcome = run.run(&mut service) => outcome,
+        _ = stop_signal() => {
             interrupted = true;
             Err(anyhow::anyhow!("interrupted; the serve process, streams and database are removed"))
         }
@@ -181,23 +224,78 @@ async fn main() -> anyhow::Result<()> {
             Err(err) => eprintln!("warning: stopping onecharge serve: {err:#}"),
         }
     }
-    // The run's streams, then its database (kept with --keep-database).
+    // The run's streams, then its database (kept with --keep-database), then the cluster.
     drop(namespace);
     drop(database);
+    drop(own_postgres);
     gateway.shutdown().await;
-    let log = workdir.join("serve.log");
-    if outcome.is_ok() || interrupted {
-        let _ = std::fs::remove_dir_all(&workdir);
-    } else {
-        eprintln!("the serve log is kept: {}; its last lines:", log.display());
-        if let Ok(text) = std::fs::read_to_string(&log) {
-            let lines: Vec<&str> = text.lines().collect();
-            for line in &lines[lines.len().saturating_sub(10)..] {
-                eprintln!("  {line}");
-            }
+    clean_up_workdir(&workdir, outcome.is_ok() || interrupted);
+    outcome
+}
+
+/// Ctrl-C, or SIGTERM (`timeout`, `kill`): either stops the run in order, so that the
+/// serve process, the streams, the database and the own cluster are removed.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
-    outcome
+}
+
+/// The mock's dialect for the connector under test.
+fn dialect(kind: GatewayKind) -> Dialect {
+    match kind {
+        GatewayKind::Onecharge => Dialect::Onecharge,
+        GatewayKind::Stripe => Dialect::Stripe,
+    }
+}
+
+/// The serve process's settings (the benchmark loads them the same way): this run's
+/// database, namespace, mock gateway and a free admin port.
+fn service_settings(
+    args: &Args,
+    workdir: &Path,
+    database: &ThrowawayDatabase,
+    gateway: &MockGateway,
+    tag: &str,
+) -> anyhow::Result<Settings> {
+    let mut settings = Settings::load(
+        Some(&workdir.join("onecharge.toml")),
+        &Overrides {
+            database_url: Some(database.url()),
+            nats_url: Some(args.nats_url.clone()),
+            gateway_url: Some(gateway.base_url()),
+            gateway_kind: Some(args.gateway.unwrap_or_default()),
+            admin_addr: Some(format!("127.0.0.1:{}", free_port()?)),
+            namespace: Some(format!("bench-e2e-{}", &tag[..10])),
+            log_format: None,
+        },
+    )?;
+    settings.gateway_api_key = Some(SecretString::from(bench_gateway::API_KEY));
+    settings.validate()?;
+    Ok(settings)
+}
+
+/// Removes the run's folder; after a failure keeps it and prints the end of the serve log.
+fn clean_up_workdir(workdir: &Path, succeeded_or_interrupted: bool) {
+    let log = workdir.join("serve.log");
+    if succeeded_or_interrupted {
+        let _ = std::fs::remove_dir_all(workdir);
+        return;
+    }
+    eprintln!("the serve log is kept: {}; its last lines:", log.display());
+    if let Ok(text) = std::fs::read_to_string(&log) {
+        let lines: Vec<&str> = text.lines().collect();
+        for line in &lines[lines.len().saturating_sub(10)..] {
+            eprintln!("  {line}");
+        }
+    }
 }
 
 /// `target/release/onecharge`, two levels above this example's executable
@@ -254,30 +352,164 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-async fn run(
-    args: &Args,
-    settings: &Settings,
-    binary: &Path,
-    workdir: &Path,
-    gateway: &MockGateway,
-    service: &mut Option<Service>,
-) -> anyhow::Result<()> {
-    let broker = Broker::connect(settings).await?;
-    print_header(args, settings, binary, &broker).await?;
+/// What one run is given: its flags, the serve process's settings and binary, and the
+/// servers it started.
+struct Run<'a> {
+    args: &'a Args,
+    settings: &'a Settings,
+    binary: &'a Path,
+    workdir: &'a Path,
+    gateway: &'a MockGateway,
+    /// PostgreSQL server URL without a database (`--server`, or the own cluster's).
+    server: &'a str,
+    own_postgres: Option<&'a OwnPostgres>,
+}
 
-    let setup = service_command(binary, settings, workdir)
-        .arg("setup")
-        .output()
+impl Run<'_> {
+    /// Sets up and starts the serve process (left in `service` for `main` to stop), runs
+    /// the phases and prints a table each, then checks every charge.
+    async fn run(&self, service: &mut Option<Service>) -> anyhow::Result<()> {
+        let broker = Broker::connect(self.settings).await?;
+        self.print_header(&broker).await?;
+        self.setup().await?;
+        let tracker = subscribe_events(&broker).await?;
+        let service =
+            service.insert(Service::start(self.binary, self.settings, self.workdir).await?);
+        service.wait_until_ready().await?;
+        let mut phases = Phases {
+            rss_after: vec![("start (idle)", service.memory()?)],
+            broker: &broker,
+            tracker: &tracker,
+            service,
+            published: 0,
+            work: None,
+        };
+        phases.warm_up().await?;
+        if let Some(cluster) = self.own_postgres {
+            let observer = Observer::connect(
+                self.server,
+                database_name(self.settings),
+                cluster.postmaster_pid()?,
+            )
+            .await?;
+            phases.count_work(observer).await?;
+        }
+        self.measure(&mut phases).await?;
+        phases.print_rss_after();
+        verify(
+            self.settings,
+            self.gateway,
+            &tracker,
+            phases.published,
+            self.args.latency_ms,
+        )
         .await
-        .with_context(|| format!("running {} setup", binary.display()))?;
-    ensure!(
-        setup.status.success(),
-        "onecharge setup failed ({}): {}",
-        setup.status,
-        String::from_utf8_lossy(&setup.stderr).trim()
-    );
+    }
 
-    // Subscribed before the service starts, so that no event can pass unseen.
+    /// The measured phases the flags ask for, each printed as it ends.
+    async fn measure(&self, phases: &mut Phases<'_>) -> anyhow::Result<()> {
+        let args = self.args;
+        let top = args.top_statements;
+        let mut max_rate = None;
+        if args.max_commands > 0 {
+            let max = phases
+                .run("maximum rate", Phase::new("max", args.max_commands, None))
+                .await?;
+            print_maximum_rate(&max);
+            max.print_work("maximum rate", top);
+            max_rate = Some(max.events_per_second());
+        }
+        let (rate, rate_note) = match (args.rate, max_rate) {
+            (Some(rate), _) => (rate, "--rate".to_owned()),
+            (None, Some(max)) => (max / 2.0, "half the maximum".to_owned()),
+            (None, None) => unreachable!("checked in main"),
+        };
+        if args.latency_commands > 0 {
+            let phase = Phase::new("latency", args.latency_commands, Some(rate));
+            let latency = phases.run("latency", phase).await?;
+            print_latency(&latency, rate, &rate_note);
+            latency.print_work("latency", top);
+        }
+        if args.memory_commands > 0 {
+            let memory = memory_phase(phases, args.memory_commands, rate, &rate_note).await?;
+            memory.print_work("memory", top);
+        }
+        Ok(())
+    }
+
+    /// `onecharge setup`: the database, its migrations and the streams.
+    async fn setup(&self) -> anyhow::Result<()> {
+        let binary = self.binary;
+        let setup = service_command(binary, self.settings, self.workdir)
+            .arg("setup")
+            .output()
+            .await
+            .with_context(|| format!("running {} setup", binary.display()))?;
+        ensure!(
+            setup.status.success(),
+            "onecharge setup failed ({}): {}",
+            setup.status,
+            String::from_utf8_lossy(&setup.stderr).trim()
+        );
+        Ok(())
+    }
+
+    async fn print_header(&self, broker: &Broker) -> anyhow::Result<()> {
+        let (args, settings) = (self.args, self.settings);
+        let postgres = sqlx::PgPool::connect(&format!("{}/postgres", self.server))
+            .await
+            .with_context(|| format!("cannot connect to PostgreSQL at {}", self.server))?;
+        let postgres_version: String = sqlx::query_scalar("SHOW server_version")
+            .fetch_one(&postgres)
+            .await?;
+        postgres.close().await;
+        let memory_gib = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| kib_field(&text, "MemTotal:"))
+            .map_or(0.0, |kib| kib as f64 / (1024.0 * 1024.0));
+        println!("# onecharge end to end");
+        println!();
+        println!(
+            "machine: {} CPU(s), {memory_gib:.1} GiB; PostgreSQL {postgres_version}, nats-server {}, all on this host",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            broker.client.server_info().version,
+        );
+        if let Some(cluster) = self.own_postgres {
+            println!("PostgreSQL: {}", cluster.describe());
+        }
+        if let Some(kind) = args.gateway {
+            println!(
+                "connector: {} (the mock gateway speaks its dialect)",
+                kind_name(kind)
+            );
+        }
+        print_phases_line(args);
+        print_service_line(settings, self.binary);
+        print_passed_through();
+        println!(
+            "database {}, namespace {}",
+            database_name(settings),
+            settings.namespace
+        );
+        Ok(())
+    }
+}
+
+/// The database's name, the last part of its URL.
+fn database_name(settings: &Settings) -> &str {
+    settings.database_url.rsplit('/').next().unwrap_or_default()
+}
+
+/// The connector's name as `--gateway` and `ONECHARGE_GATEWAY_KIND` spell it.
+fn kind_name(kind: GatewayKind) -> String {
+    clap::ValueEnum::to_possible_value(&kind)
+        .map(|value| value.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// Subscribes to the run's events before the service starts, so that no event can pass
+/// unseen, and collects them into the tracker it returns.
+async fn subscribe_events(broker: &Broker) -> anyhow::Result<Arc<Mutex<Tracker>>> {
     let tracker = Arc::new(Mutex::new(Tracker::default()));
     let events = broker
         .client
@@ -285,174 +517,114 @@ async fn run(
         .await?;
     broker.client.flush().await?;
     tokio::spawn(collect_events(events, tracker.clone()));
-
-    let service = service.insert(Service::start(binary, settings, workdir).await?);
-    service.wait_until_ready().await?;
-    let mut phases = Phases {
-        rss_after: vec![("start (idle)", service.memory()?)],
-        broker: &broker,
-        tracker: &tracker,
-        service,
-        published: 0,
-    };
-
-    let warm_up = phases
-        .run("warm-up", Phase::new("warmup", WARM_UP_COMMANDS, None))
-        .await?;
-    eprintln!(
-        "warm-up: {WARM_UP_COMMANDS} commands, last event after {:.2} s",
-        warm_up.span().as_secs_f64()
-    );
-
-    let mut max_rate = None;
-    if args.max_commands > 0 {
-        let max = phases
-            .run("maximum rate", Phase::new("max", args.max_commands, None))
-            .await?;
-        println!();
-        println!("## Maximum rate");
-        println!();
-        println!(
-            "| commands | published in | publish rate | first publish → last event | events/s | latency p50 | p99 | max |"
-        );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-        let l = max.latencies();
-        println!(
-            "| {} | {:.2} s | {}/s | {:.2} s | {} | {} | {} | {} |",
-            thousands(max.received as f64),
-            max.publish_elapsed.as_secs_f64(),
-            thousands(max.publish_rate()),
-            max.span().as_secs_f64(),
-            thousands(max.events_per_second()),
-            millis(l.p50),
-            millis(l.p99),
-            millis(l.max),
-        );
-        max_rate = Some(max.events_per_second());
-    }
-    let (rate, rate_note) = match (args.rate, max_rate) {
-        (Some(rate), _) => (rate, "--rate".to_owned()),
-        (None, Some(max)) => (max / 2.0, "half the maximum".to_owned()),
-        (None, None) => unreachable!("checked in main"),
-    };
-
-    if args.latency_commands > 0 {
-        let latency = phases
-            .run(
-                "latency",
-                Phase::new("latency", args.latency_commands, Some(rate)),
-            )
-            .await?;
-        println!();
-        println!(
-            "## Publish-to-event latency at {}/s ({rate_note})",
-            thousands(rate)
-        );
-        println!();
-        println!(
-            "| commands | target rate | publish rate | events/s | p50 | p90 | p99 | max | publisher behind schedule (max) |"
-        );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        let l = latency.latencies();
-        println!(
-            "| {} | {}/s | {}/s | {} | {} | {} | {} | {} | {} |",
-            thousands(latency.received as f64),
-            thousands(rate),
-            thousands(latency.publish_rate()),
-            thousands(latency.events_per_second()),
-            millis(l.p50),
-            millis(l.p90),
-            millis(l.p99),
-            millis(l.max),
-            millis(latency.behind_schedule),
-        );
-    }
-
-    if args.memory_commands > 0 {
-        println!();
-        println!(
-            "## Resident memory of `onecharge serve`: {} commands at {}/s ({rate_note})",
-            thousands(args.memory_commands as f64),
-            thousands(rate)
-        );
-        println!();
-        println!("| elapsed | commands published | events received | RSS MiB | |");
-        println!("|---:|---:|---:|---:|---|");
-        let mut phase = Phase::new("memory", args.memory_commands, Some(rate));
-        phase.sample_memory = true;
-        let memory = phases.run("memory", phase).await?;
-        let (warm, end) = (
-            memory
-                .rss_at_warm_up
-                .context("no RSS sample after warm-up")?,
-            memory.rss_at_end.context("no RSS sample at the end")?,
-        );
-        println!();
-        println!(
-            "| RSS after warm-up ({:.0} % of events) | RSS at end | end / warm-up | peak RSS (VmHWM) | events/s | p50 | p99 | max |",
-            WARM_UP_SHARE * 100.0
-        );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-        let l = memory.latencies();
-        println!(
-            "| {:.1} MiB | {:.1} MiB | {:.2} | {:.1} MiB | {} | {} | {} | {} |",
-            warm.rss_mib,
-            end.rss_mib,
-            end.rss_mib / warm.rss_mib,
-            end.peak_mib,
-            thousands(memory.events_per_second()),
-            millis(l.p50),
-            millis(l.p99),
-            millis(l.max),
-        );
-    }
-
-    println!();
-    println!("## RSS of `onecharge serve` after each phase");
-    println!();
-    println!("| after | RSS MiB | peak RSS (VmHWM) MiB |");
-    println!("|---|---:|---:|");
-    for (phase, memory) in &phases.rss_after {
-        println!(
-            "| {phase} | {:.1} | {:.1} |",
-            memory.rss_mib, memory.peak_mib
-        );
-    }
-    println!();
-    verify(
-        settings,
-        gateway,
-        &tracker,
-        phases.published,
-        args.latency_ms,
-    )
-    .await
+    Ok(tracker)
 }
 
-async fn print_header(
-    args: &Args,
-    settings: &Settings,
-    binary: &Path,
-    broker: &Broker,
-) -> anyhow::Result<()> {
-    let postgres = sqlx::PgPool::connect(&format!("{}/postgres", args.server))
-        .await
-        .with_context(|| format!("cannot connect to PostgreSQL at {}", args.server))?;
-    let postgres_version: String = sqlx::query_scalar("SHOW server_version")
-        .fetch_one(&postgres)
-        .await?;
-    postgres.close().await;
-    let memory_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| kib_field(&text, "MemTotal:"))
-        .map_or(0.0, |kib| kib as f64 / (1024.0 * 1024.0));
-    println!("# onecharge end to end");
+/// Prints a markdown table's head: its column names (` | ` between them) and one
+/// alignment a column (`r` right, anything else left).
+fn table_head(columns: &str, alignment: &str) {
+    let rules: String = alignment
+        .chars()
+        .map(|a| if a == 'r' { "---:|" } else { "---|" })
+        .collect();
+    println!("| {columns} |");
+    println!("|{rules}");
+}
+
+/// A section with its title and a table of one row.
+fn print_table(title: &str, columns: &str, alignment: &str, cells: &[String]) {
+    println!();
+    println!("{title}");
+    println!();
+    table_head(columns, alignment);
+    println!("| {} |", cells.join(" | "));
+}
+
+fn print_maximum_rate(max: &PhaseReport) {
+    let l = max.latencies();
+    print_table(
+        "## Maximum rate",
+        "commands | published in | publish rate | first publish → last event | events/s | latency p50 | p99 | max",
+        "rrrrrrrr",
+        &[
+            thousands(max.received as f64),
+            format!("{:.2} s", max.publish_elapsed.as_secs_f64()),
+            format!("{}/s", thousands(max.publish_rate())),
+            format!("{:.2} s", max.span().as_secs_f64()),
+            thousands(max.events_per_second()),
+            [l.p50, l.p99, l.max].map(millis).join(" | "),
+        ],
+    );
+}
+
+fn print_latency(latency: &PhaseReport, rate: f64, rate_note: &str) {
+    let l = latency.latencies();
+    print_table(
+        &format!("## Publish-to-event latency at {}/s ({rate_note})", thousands(rate)),
+        "commands | target rate | publish rate | events/s | p50 | p90 | p99 | max | publisher behind schedule (max)",
+        "rrrrrrrrr",
+        &[
+            thousands(latency.received as f64),
+            format!("{}/s", thousands(rate)),
+            format!("{}/s", thousands(latency.publish_rate())),
+            thousands(latency.events_per_second()),
+            [l.p50, l.p90, l.p99, l.max, latency.behind_schedule]
+                .map(millis)
+                .join(" | "),
+        ],
+    );
+}
+
+/// The resident-memory phase: RSS every 5 s while `commands` are paced at `rate`, then
+/// RSS after warm-up against RSS at the end.
+async fn memory_phase(
+    phases: &mut Phases<'_>,
+    commands: usize,
+    rate: f64,
+    rate_note: &str,
+) -> anyhow::Result<PhaseReport> {
     println!();
     println!(
-        "machine: {} CPU(s), {memory_gib:.1} GiB; PostgreSQL {postgres_version}, nats-server {}, all on this host",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        broker.client.server_info().version,
+        "## Resident memory of `onecharge serve`: {} commands at {}/s ({rate_note})",
+        thousands(commands as f64),
+        thousands(rate)
     );
+    println!();
+    table_head(
+        "elapsed | commands published | events received | RSS MiB |",
+        "rrrrl",
+    );
+    let mut phase = Phase::new("memory", commands, Some(rate));
+    phase.sample_memory = true;
+    let memory = phases.run("memory", phase).await?;
+    let (warm, end) = (
+        memory
+            .rss_at_warm_up
+            .context("no RSS sample after warm-up")?,
+        memory.rss_at_end.context("no RSS sample at the end")?,
+    );
+    println!();
+    println!(
+        "| RSS after warm-up ({:.0} % of events) | RSS at end | end / warm-up | peak RSS (VmHWM) | events/s | p50 | p99 | max |",
+        WARM_UP_SHARE * 100.0
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let l = memory.latencies();
+    println!(
+        "| {:.1} MiB | {:.1} MiB | {:.2} | {:.1} MiB | {} | {} | {} | {} |",
+        warm.rss_mib,
+        end.rss_mib,
+        end.rss_mib / warm.rss_mib,
+        end.peak_mib,
+        thousands(memory.events_per_second()),
+        millis(l.p50),
+        millis(l.p99),
+        millis(l.max),
+    );
+    Ok(memory)
+}
+
+fn print_phases_line(args: &Args) {
     let distribution = match args.distribution.distribution() {
         Ok(Some(distribution)) => format!(" + {distribution}"),
         _ => String::new(),
@@ -466,6 +638,9 @@ async fn print_header(
             .map_or("half the maximum rate".to_owned(), |r| format!("{r}/s")),
         args.latency_ms
     );
+}
+
+fn print_service_line(settings: &Settings, binary: &Path) {
     println!(
         "service: one `{} serve`, all roles; intake batch {} × {}, executor concurrency {} (batch {}, poll {}), relay batch {} (poll {})",
         binary.display(),
@@ -477,6 +652,9 @@ async fn print_header(
         settings.relay.batch_size,
         humantime::format_duration(settings.relay.poll_interval),
     );
+}
+
+fn print_passed_through() {
     let passed: Vec<String> = passed_through()
         .into_iter()
         .map(|(name, value)| {
@@ -495,12 +673,6 @@ async fn print_header(
             passed.join(" ")
         }
     );
-    println!(
-        "database {}, namespace {}",
-        settings.database_url.rsplit('/').next().unwrap_or_default(),
-        settings.namespace
-    );
-    Ok(())
 }
 
 /// `ONECHARGE_*` variables of this process that the serve process inherits unchanged.
@@ -520,6 +692,7 @@ fn service_command(binary: &Path, settings: &Settings, workdir: &Path) -> tokio:
         .env("ONECHARGE_DATABASE_URL", &settings.database_url)
         .env("ONECHARGE_NATS_URL", &settings.nats_url)
         .env("ONECHARGE_GATEWAY_URL", &settings.gateway_url)
+        .env("ONECHARGE_GATEWAY_KIND", kind_name(settings.gateway_kind))
         .env("ONECHARGE_GATEWAY_API_KEY", bench_gateway::API_KEY)
         .env("ONECHARGE_ADMIN_ADDR", settings.admin_addr.to_string())
         .env("ONECHARGE_NAMESPACE", &settings.namespace)
@@ -743,6 +916,8 @@ struct PhaseReport {
     latencies: Vec<Duration>,
     rss_at_warm_up: Option<Memory>,
     rss_at_end: Option<Memory>,
+    /// The database's work for the phase, when the run counts it.
+    work: Option<PhaseWork>,
 }
 
 struct Percentiles {
@@ -765,6 +940,13 @@ impl PhaseReport {
     /// Commands acknowledged per second, from the first publish to the last ack.
     fn publish_rate(&self) -> f64 {
         self.published as f64 / self.publish_elapsed.as_secs_f64()
+    }
+
+    /// The database's work per charge, when the run counted it.
+    fn print_work(&self, phase: &str, top: usize) {
+        if let Some(work) = &self.work {
+            work.print(phase, top);
+        }
     }
 
     /// Nearest-rank percentiles of the publish-to-event latencies.
@@ -793,16 +975,68 @@ struct Phases<'a> {
     published: usize,
     /// The serve process's memory at the start and after each phase, by phase.
     rss_after: Vec<(&'static str, Memory)>,
+    /// Set when the run counts the database's work per charge (`--own-postgres`).
+    work: Option<Work>,
+}
+
+/// The database's statistics of a run that counts its work: where they are read, and the
+/// reading the next phase starts from.
+struct Work {
+    observer: Observer,
+    start: Snapshot,
 }
 
 impl Phases<'_> {
-    /// Runs `phase` ([`run_phase`]), then reads the serve process's memory as that after `label`.
+    /// Runs `phase` ([`run_phase`]), then reads the serve process's memory as that after
+    /// `label`, and the database's work for it when the run counts it.
     async fn run(&mut self, label: &'static str, phase: Phase) -> anyhow::Result<PhaseReport> {
         let commands = phase.commands;
-        let report = run_phase(self.broker, self.tracker, self.service, phase).await?;
+        let mut report = run_phase(self.broker, self.tracker, self.service, phase).await?;
         self.published += commands;
         self.rss_after.push((label, self.service.memory()?));
+        if let Some(work) = &mut self.work {
+            let (done, next) = work
+                .observer
+                .phase_end(&work.start, report.received, self.service.pid)
+                .await?;
+            work.start = next;
+            report.work = Some(done);
+        }
         Ok(report)
+    }
+
+    /// Commands pushed through before the first measured phase.
+    async fn warm_up(&mut self) -> anyhow::Result<()> {
+        let warm_up = self
+            .run("warm-up", Phase::new("warmup", WARM_UP_COMMANDS, None))
+            .await?;
+        eprintln!(
+            "warm-up: {WARM_UP_COMMANDS} commands, last event after {:.2} s",
+            warm_up.span().as_secs_f64()
+        );
+        Ok(())
+    }
+
+    /// From now on each phase reports the database's work; what came before is not counted.
+    async fn count_work(&mut self, observer: Observer) -> anyhow::Result<()> {
+        let start = observer.reset(self.service.pid).await?;
+        self.work = Some(Work { observer, start });
+        Ok(())
+    }
+
+    fn print_rss_after(&self) {
+        println!();
+        println!("## RSS of `onecharge serve` after each phase");
+        println!();
+        println!("| after | RSS MiB | peak RSS (VmHWM) MiB |");
+        println!("|---|---:|---:|");
+        for (phase, memory) in &self.rss_after {
+            println!(
+                "| {phase} | {:.1} | {:.1} |",
+                memory.rss_mib, memory.peak_mib
+            );
+        }
+        println!();
     }
 }
 
@@ -832,11 +1066,10 @@ async fn run_phase(
     ));
     let mut publisher = Some(publisher);
     let mut published_in = None;
-    let started = Instant::now();
-    let mut progress = (0, Instant::now());
-    let mut next_sample = started + RSS_SAMPLE_EVERY;
-    let mut rss_at_warm_up = None;
-    let mut rss_at_end = None;
+    let mut stall = StallWatch::new(phase.name);
+    let mut memory = phase
+        .sample_memory
+        .then(|| MemorySampler::new(phase.commands));
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     loop {
         tick.tick().await;
@@ -849,56 +1082,126 @@ async fn run_phase(
             let tracker = lock(tracker);
             (tracker.phase.published, tracker.phase.received)
         };
-        let now = Instant::now();
-        if received > progress.0 || published == received {
-            progress = (received, now);
-        } else if now - progress.1 > STALL_TIMEOUT {
-            bail!(
-                "{} phase stalled: no event for {} s, {received} of {published} published commands have their event",
-                phase.name,
-                STALL_TIMEOUT.as_secs()
-            );
-        }
+        stall.check(published, received)?;
         let done = publisher.is_none() && received == phase.commands;
-        if phase.sample_memory {
-            let row = |memory: Memory, note: &str| {
-                println!(
-                    "| {:.0} s | {} | {} | {:.1} | {note} |",
-                    (now - started).as_secs_f64(),
-                    thousands(published as f64),
-                    thousands(received as f64),
-                    memory.rss_mib
-                );
-            };
-            let warm_up = (phase.commands as f64 * WARM_UP_SHARE).ceil() as usize;
-            let mut printed = false;
-            if rss_at_warm_up.is_none() && received >= warm_up {
-                let memory = service.memory()?;
-                row(memory, "after warm-up");
-                rss_at_warm_up = Some(memory);
-                printed = true;
-            }
-            if done {
-                let memory = service.memory()?;
-                row(memory, "end: every event arrived");
-                rss_at_end = Some(memory);
-            } else if now >= next_sample && !printed {
-                row(service.memory()?, "");
-            }
-            if now >= next_sample {
-                next_sample += RSS_SAMPLE_EVERY;
-            }
+        if let Some(memory) = &mut memory {
+            memory.sample(service, published, received, done)?;
         }
         if done {
             break;
         }
     }
+    let published_in = published_in.expect("the publisher finished");
+    finish_phase(tracker, phase.name, published_in, memory)
+}
+
+/// Fails a phase in which no event arrived for [`STALL_TIMEOUT`] while commands are
+/// outstanding.
+struct StallWatch {
+    phase: &'static str,
+    received: usize,
+    since: Instant,
+}
+
+impl StallWatch {
+    fn new(phase: &'static str) -> Self {
+        Self {
+            phase,
+            received: 0,
+            since: Instant::now(),
+        }
+    }
+
+    fn check(&mut self, published: usize, received: usize) -> anyhow::Result<()> {
+        let now = Instant::now();
+        if received > self.received || published == received {
+            (self.received, self.since) = (received, now);
+        } else if now - self.since > STALL_TIMEOUT {
+            bail!(
+                "{} phase stalled: no event for {} s, {received} of {published} published commands have their event",
+                self.phase,
+                STALL_TIMEOUT.as_secs()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The memory phase's RSS: a row every [`RSS_SAMPLE_EVERY`], one when the warm-up share
+/// of the events arrived and one at the end.
+struct MemorySampler {
+    started: Instant,
+    next_sample: Instant,
+    /// Events after which the warm-up sample is taken.
+    warm_up: usize,
+    at_warm_up: Option<Memory>,
+    at_end: Option<Memory>,
+}
+
+impl MemorySampler {
+    fn new(commands: usize) -> Self {
+        let started = Instant::now();
+        Self {
+            started,
+            next_sample: started + RSS_SAMPLE_EVERY,
+            warm_up: (commands as f64 * WARM_UP_SHARE).ceil() as usize,
+            at_warm_up: None,
+            at_end: None,
+        }
+    }
+
+    fn sample(
+        &mut self,
+        service: &mut Service,
+        published: usize,
+        received: usize,
+        done: bool,
+    ) -> anyhow::Result<()> {
+        let now = Instant::now();
+        let started = self.started;
+        let row = |memory: Memory, note: &str| {
+            println!(
+                "| {:.0} s | {} | {} | {:.1} | {note} |",
+                (now - started).as_secs_f64(),
+                thousands(published as f64),
+                thousands(received as f64),
+                memory.rss_mib
+            );
+        };
+        let mut printed = false;
+        if self.at_warm_up.is_none() && received >= self.warm_up {
+            let memory = service.memory()?;
+            row(memory, "after warm-up");
+            self.at_warm_up = Some(memory);
+            printed = true;
+        }
+        if done {
+            let memory = service.memory()?;
+            row(memory, "end: every event arrived");
+            self.at_end = Some(memory);
+        } else if now >= self.next_sample && !printed {
+            row(service.memory()?, "");
+        }
+        if now >= self.next_sample {
+            self.next_sample += RSS_SAMPLE_EVERY;
+        }
+        Ok(())
+    }
+}
+
+/// The phase's report from what the tracker counted and the publisher's and sampler's
+/// figures; warns about events that are not payment-succeeded.
+fn finish_phase(
+    tracker: &Mutex<Tracker>,
+    name: &str,
+    (publish_elapsed, behind_schedule): (Duration, Duration),
+    memory: Option<MemorySampler>,
+) -> anyhow::Result<PhaseReport> {
     let stats = std::mem::take(&mut lock(tracker).phase);
-    let (publish_elapsed, behind_schedule) = published_in.expect("the publisher finished");
     if stats.not_succeeded > 0 {
         eprintln!(
-            "warning: {} events of the {} phase are not payment-succeeded",
-            stats.not_succeeded, phase.name
+            "warning: {} events of the {name} phase are not payment-succeeded",
+            stats.not_succeeded
         );
     }
     Ok(PhaseReport {
@@ -909,8 +1212,9 @@ async fn run_phase(
         first_publish: stats.first_publish.context("nothing published")?,
         last_event: stats.last_event.context("no event received")?,
         latencies: stats.latencies,
-        rss_at_warm_up,
-        rss_at_end,
+        rss_at_warm_up: memory.as_ref().and_then(|m| m.at_warm_up),
+        rss_at_end: memory.as_ref().and_then(|m| m.at_end),
+        work: None,
     })
 }
 

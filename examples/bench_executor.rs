@@ -120,23 +120,35 @@ async fn main() -> anyhow::Result<()> {
             .error(clap::error::ErrorKind::ValueValidation, message)
             .exit()
     });
+    fill_defaults(&mut args, distribution.is_some());
+    check_args(&args)?;
+    print_heading(&args, distribution.as_ref());
+    for shape in shapes(&args, distribution) {
+        let measured = run(&args, shape).await?;
+        print_row(shape, &measured);
+    }
+    Ok(())
+}
+
+/// `--claim-ahead` and `--latency-ms` when not given: the setting's default, and 0,50 (0
+/// alone with a latency distribution).
+fn fill_defaults(args: &mut Args, distribution: bool) {
     if args.claim_ahead.is_empty() {
         args.claim_ahead = vec![Settings::default().executor.claim_ahead];
     }
     if args.latency_ms.is_empty() {
-        args.latency_ms = if distribution.is_some() {
-            vec![0]
-        } else {
-            vec![0, 50]
-        };
+        args.latency_ms = if distribution { vec![0] } else { vec![0, 50] };
     }
+}
+
+/// Refuses a value the executor would refuse, before measuring anything.
+fn check_args(args: &Args) -> anyhow::Result<()> {
     ensure!(
         args.instances.iter().all(|&i| i >= 1),
         "--instances must be at least 1"
     );
-    // Refuse a value the executor would refuse before measuring anything.
     for &concurrency in &args.concurrency {
-        for batch_size in batch_sizes(&args, concurrency) {
+        for batch_size in batch_sizes(args, concurrency) {
             let mut settings = Settings::default();
             settings.executor.concurrency = concurrency;
             settings.executor.batch_size = batch_size;
@@ -146,6 +158,10 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+fn print_heading(args: &Args, distribution: Option<&LatencyDistribution>) {
     println!(
         "executor scaling: instances {}, {} charges per run, in-process mock gateway, {} CPU(s)",
         args.instances
@@ -156,7 +172,7 @@ async fn main() -> anyhow::Result<()> {
         args.charges,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    match &distribution {
+    match distribution {
         Some(distribution) => println!(
             "gateway latency: constant + {distribution}; observed = constant + the mean the mock drew"
         ),
@@ -164,69 +180,82 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("| gateway latency | mean latency | observed mean | concurrency | batch size | claim ahead | instances | charges | seconds | charges/s | steady 20–80 % | bound (concurrency × instances ÷ mean latency) | of bound (whole / steady) | peak RSS | gateway connections |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+}
+
+/// Every combination the flags ask for, in the table's order: latency, then concurrency,
+/// then batch size, then instances, then claim-ahead.
+fn shapes(args: &Args, distribution: Option<LatencyDistribution>) -> Vec<Shape> {
+    let mut shapes = Vec::new();
     for &latency_ms in &args.latency_ms {
         for &concurrency in &args.concurrency {
-            for batch_size in batch_sizes(&args, concurrency) {
-                for (&instances, &claim_ahead) in args
-                    .instances
-                    .iter()
-                    .flat_map(|i| args.claim_ahead.iter().map(move |c| (i, c)))
-                {
-                    let shape = Shape {
-                        latency_ms,
-                        distribution,
-                        concurrency,
-                        batch_size,
-                        claim_ahead,
-                        instances,
-                    };
-                    let Measured {
-                        elapsed,
-                        charges,
-                        steady_rate,
-                        peak_rss_kib,
-                        gateway_connections,
-                        drawn,
-                    } = run(&args, shape).await?;
-                    let rate = charges as f64 / elapsed.as_secs_f64();
-                    let constant = Duration::from_millis(latency_ms);
-                    let mean = constant + distribution.map_or(Duration::ZERO, |d| d.mean());
-                    let observed = match distribution {
-                        Some(_) => latency::observed_mean(constant, drawn),
-                        None => latency::millis(constant),
-                    };
-                    let (bound, of_bound) = if mean.is_zero() {
-                        ("—".to_string(), "—".to_string())
-                    } else {
-                        let bound = (concurrency * instances) as f64 / mean.as_secs_f64();
-                        (
-                            format!("{bound:.0}"),
-                            format!(
-                                "{:.0} % / {:.0} %",
-                                100.0 * rate / bound,
-                                100.0 * steady_rate / bound
-                            ),
-                        )
-                    };
-                    let latency_label = match distribution {
-                        Some(d) => format!(
-                            "{latency_ms} ms + log-normal {} / p99 {}",
-                            latency::millis(d.median()),
-                            latency::millis(d.p99())
-                        ),
-                        None => format!("{latency_ms} ms"),
-                    };
-                    println!(
-                        "| {latency_label} | {} | {observed} | {concurrency} | {batch_size} | {claim_ahead} | {instances} | {charges} | {:.2} | {rate:.0} | {steady_rate:.0} | {bound} | {of_bound} | {:.1} MiB | {gateway_connections} |",
-                        latency::millis(mean),
-                        elapsed.as_secs_f64(),
-                        peak_rss_kib as f64 / 1024.0,
-                    );
+            for batch_size in batch_sizes(args, concurrency) {
+                for &instances in &args.instances {
+                    for &claim_ahead in &args.claim_ahead {
+                        shapes.push(Shape {
+                            latency_ms,
+                            distribution,
+                            concurrency,
+                            batch_size,
+                            claim_ahead,
+                            instances,
+                        });
+                    }
                 }
             }
         }
     }
-    Ok(())
+    shapes
+}
+
+/// One row of the table: the shape, what it measured, and the bound the gateway calls
+/// alone allow.
+fn print_row(shape: Shape, measured: &Measured) {
+    let (latency_ms, distribution) = (shape.latency_ms, shape.distribution);
+    let (concurrency, instances) = (shape.concurrency, shape.instances);
+    let Measured {
+        elapsed,
+        charges,
+        steady_rate,
+        peak_rss_kib,
+        gateway_connections,
+        drawn,
+    } = *measured;
+    let rate = charges as f64 / elapsed.as_secs_f64();
+    let constant = Duration::from_millis(latency_ms);
+    let mean = constant + distribution.map_or(Duration::ZERO, |d| d.mean());
+    let observed = match distribution {
+        Some(_) => latency::observed_mean(constant, drawn),
+        None => latency::millis(constant),
+    };
+    let (bound, of_bound) = if mean.is_zero() {
+        ("—".to_string(), "—".to_string())
+    } else {
+        let bound = (concurrency * instances) as f64 / mean.as_secs_f64();
+        (
+            format!("{bound:.0}"),
+            format!(
+                "{:.0} % / {:.0} %",
+                100.0 * rate / bound,
+                100.0 * steady_rate / bound
+            ),
+        )
+    };
+    let latency_label = match distribution {
+        Some(d) => format!(
+            "{latency_ms} ms + log-normal {} / p99 {}",
+            latency::millis(d.median()),
+            latency::millis(d.p99())
+        ),
+        None => format!("{latency_ms} ms"),
+    };
+    println!(
+        "| {latency_label} | {} | {observed} | {concurrency} | {} | {} | {instances} | {charges} | {:.2} | {rate:.0} | {steady_rate:.0} | {bound} | {of_bound} | {:.1} MiB | {gateway_connections} |",
+        latency::millis(mean),
+        shape.batch_size,
+        shape.claim_ahead,
+        elapsed.as_secs_f64(),
+        peak_rss_kib as f64 / 1024.0,
+    );
 }
 
 /// The claim batch sizes to measure at `concurrency`: `--batch-size`, or min(concurrency, 64).

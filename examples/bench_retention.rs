@@ -96,40 +96,10 @@ async fn round_once(args: &Args, round: usize) -> anyhow::Result<()> {
     }
 
     let writers_store = Store::connect(&database.url(), args.writers as u32 + 2).await?;
-    let during = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut writers = tokio::task::JoinSet::new();
-    for w in 0..args.writers {
-        let (store, during, stop) = (writers_store.clone(), during.clone(), stop.clone());
-        writers.spawn(async move {
-            let mut latencies = (Vec::new(), Vec::new());
-            let mut errors = 0usize;
-            let mut batch = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                let records = records(w, batch);
-                let in_drop = during.load(Ordering::Relaxed);
-                let started = Instant::now();
-                if onecharge::store::intake::record_batch(&store, "bench", &records)
-                    .await
-                    .is_err()
-                {
-                    errors += 1;
-                }
-                let took = started.elapsed();
-                // A batch that overlapped the drop's start counts as during.
-                if in_drop || during.load(Ordering::Relaxed) {
-                    latencies.1.push(took);
-                } else {
-                    latencies.0.push(took);
-                }
-                batch += 1;
-            }
-            (latencies, errors)
-        });
-    }
+    let writers = Writers::start(&writers_store, args.writers);
     // Two seconds of writes alone, then the drop, then a second more.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    during.store(true, Ordering::Relaxed);
+    writers.during.store(true, Ordering::Relaxed);
     let started = Instant::now();
     let report = if args.before {
         drop_as_before(&store, now - 30 * DAY).await
@@ -137,16 +107,13 @@ async fn round_once(args: &Args, round: usize) -> anyhow::Result<()> {
         drop_old_months(&store, now - 30 * DAY).await
     };
     let took = started.elapsed();
-    during.store(false, Ordering::Relaxed);
+    writers.during.store(false, Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut before, mut during_drop, mut errors) = (Vec::new(), Vec::new(), 0);
-    while let Some(writer) = writers.join_next().await {
-        let ((b, d), e) = writer?;
-        before.extend(b);
-        during_drop.extend(d);
-        errors += e;
-    }
+    let WriterTimes {
+        mut before,
+        during: mut during_drop,
+        errors,
+    } = writers.stop().await?;
     let (took, dropped, kept) = match report {
         Ok((dropped, kept, locked)) => (
             format!("{:.0} ms ({locked})", ms(took)),
@@ -169,6 +136,84 @@ async fn round_once(args: &Args, round: usize) -> anyhow::Result<()> {
     writers_store.pool().close().await;
     store.pool().close().await;
     Ok(())
+}
+
+/// Writers recording 10-command intake batches back to back until stopped, each batch's
+/// time counted as before or during the drop.
+struct Writers {
+    /// Set while the drop runs.
+    during: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    tasks: tokio::task::JoinSet<WriterTimes>,
+}
+
+/// Intake batch times before the drop and during it, and the batches that failed.
+#[derive(Default)]
+struct WriterTimes {
+    before: Vec<Duration>,
+    during: Vec<Duration>,
+    errors: usize,
+}
+
+impl Writers {
+    fn start(store: &Store, count: usize) -> Self {
+        let during = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..count {
+            let (store, during, stop) = (store.clone(), during.clone(), stop.clone());
+            tasks.spawn(write_until_stopped(w, store, during, stop));
+        }
+        Self {
+            during,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Stops every writer; returns their times together.
+    async fn stop(mut self) -> anyhow::Result<WriterTimes> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = WriterTimes::default();
+        while let Some(writer) = self.tasks.join_next().await {
+            let writer = writer?;
+            all.before.extend(writer.before);
+            all.during.extend(writer.during);
+            all.errors += writer.errors;
+        }
+        Ok(all)
+    }
+}
+
+/// Writer `w`'s loop, until `stop`.
+async fn write_until_stopped(
+    w: usize,
+    store: Store,
+    during: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> WriterTimes {
+    let mut times = WriterTimes::default();
+    let mut batch = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let records = records(w, batch);
+        let in_drop = during.load(Ordering::Relaxed);
+        let started = Instant::now();
+        if onecharge::store::intake::record_batch(&store, "bench", &records)
+            .await
+            .is_err()
+        {
+            times.errors += 1;
+        }
+        let took = started.elapsed();
+        // A batch that overlapped the drop's start counts as during.
+        if in_drop || during.load(Ordering::Relaxed) {
+            times.during.push(took);
+        } else {
+            times.before.push(took);
+        }
+        batch += 1;
+    }
+    times
 }
 
 /// The retention job's own drop of each month past `cutoff` (`store::retention::

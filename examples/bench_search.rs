@@ -102,27 +102,8 @@ async fn main() -> anyhow::Result<()> {
         (None, reused) => reused.clone().expect("reused when not a scratch database"),
     };
     let url = format!("{}/{database_name}", throwaway::server_url());
-    // Migrates a reused database too: indexes added since it was filled are built now.
-    drop(Store::setup_with(&url, &DatabaseSettings::default()).await?);
-    let mut conn = PgConnection::connect(&url).await?;
-    if args.reuse_database.is_none() {
-        let started = Instant::now();
-        fill(&mut conn, args.rows).await?;
-        println!(
-            "filled {} attempts in {:.0?}",
-            support::thousands(args.rows as f64),
-            started.elapsed(),
-        );
-    }
-    conn.execute("ANALYZE payment_attempts").await?;
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts")
-        .fetch_one(&mut conn)
-        .await?;
-    println!(
-        "database {database_name}: {} attempts; table + indexes {}",
-        support::thousands(rows as f64),
-        table_size(&mut conn).await?
-    );
+    let mut conn = prepare_database(&args, &url).await?;
+    let rows = describe_database(&mut conn, &database_name).await?;
 
     compare_counts(&url, &mut conn).await?;
 
@@ -142,7 +123,71 @@ async fn main() -> anyhow::Result<()> {
     let _namespace = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
     broker.ensure_streams().await?;
 
-    // One request per search with auto_explain on: the plans the handlers' statements get.
+    print_plans(
+        &mut conn,
+        &database_name,
+        &settings,
+        &broker,
+        &plans,
+        &searches,
+    )
+    .await?;
+    let admin = Admin::start(&settings, &broker).await?;
+    println!(
+        "\n## Latency over HTTP ({} sequential requests each, after 10 unmeasured; {} attempts)\n",
+        args.requests,
+        support::thousands(rows as f64)
+    );
+    println!("| search | requests | rows returned (median) | p50 ms | p99 ms | max ms |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for search in &searches {
+        time_search(&admin, search, args.requests).await?;
+    }
+    admin.stop().await;
+    Ok(())
+}
+
+/// Migrates the database at `url` (a reused one too: indexes added since it was filled
+/// are built now) and fills it unless it is reused; returns the connection that did.
+async fn prepare_database(args: &Args, url: &str) -> anyhow::Result<PgConnection> {
+    drop(Store::setup_with(url, &DatabaseSettings::default()).await?);
+    let mut conn = PgConnection::connect(url).await?;
+    if args.reuse_database.is_none() {
+        let started = Instant::now();
+        fill(&mut conn, args.rows).await?;
+        println!(
+            "filled {} attempts in {:.0?}",
+            support::thousands(args.rows as f64),
+            started.elapsed(),
+        );
+    }
+    Ok(conn)
+}
+
+/// Analyses the table and prints its rows and size; returns the rows.
+async fn describe_database(conn: &mut PgConnection, database_name: &str) -> anyhow::Result<i64> {
+    conn.execute("ANALYZE payment_attempts").await?;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts")
+        .fetch_one(&mut *conn)
+        .await?;
+    println!(
+        "database {database_name}: {} attempts; table + indexes {}",
+        support::thousands(rows as f64),
+        table_size(conn).await?
+    );
+    Ok(rows)
+}
+
+/// One request per search with auto_explain on: prints the plans the handlers'
+/// statements get, then switches auto_explain off again.
+async fn print_plans(
+    conn: &mut PgConnection,
+    database_name: &str,
+    settings: &Settings,
+    broker: &Broker,
+    plans: &Plans,
+    searches: &[Search],
+) -> anyhow::Result<()> {
     conn.execute(
         format!(
             "ALTER DATABASE {database_name} SET session_preload_libraries = 'auto_explain';
@@ -155,72 +200,58 @@ async fn main() -> anyhow::Result<()> {
         .as_str(),
     )
     .await?;
-    {
-        let admin = Admin::start(&settings, &broker).await?;
-        println!("\n## Plans (auto_explain, one request each)");
-        for search in &searches {
-            plans.take();
-            let (status, _) = admin.get(&search.paths[0]).await?;
-            ensure!(status.is_success(), "{} answered {status}", search.paths[0]);
-            println!("\n### {} — GET {}\n", search.name, search.paths[0]);
-            for plan in plans.take() {
-                if ["payment_attempts", "outbox", "attempt_status_count"]
-                    .iter()
-                    .any(|table| plan.contains(table))
-                {
-                    println!("{}\n", plan.trim_end());
-                }
+    let admin = Admin::start(settings, broker).await?;
+    println!("\n## Plans (auto_explain, one request each)");
+    for search in searches {
+        plans.take();
+        let (status, _) = admin.get(&search.paths[0]).await?;
+        ensure!(status.is_success(), "{} answered {status}", search.paths[0]);
+        println!("\n### {} — GET {}\n", search.name, search.paths[0]);
+        for plan in plans.take() {
+            if ["payment_attempts", "outbox", "attempt_status_count"]
+                .iter()
+                .any(|table| plan.contains(table))
+            {
+                println!("{}\n", plan.trim_end());
             }
         }
-        admin.stop().await;
-    }
-    conn.execute(format!("ALTER DATABASE {database_name} RESET ALL").as_str())
-        .await?;
-
-    let admin = Admin::start(&settings, &broker).await?;
-    println!(
-        "\n## Latency over HTTP ({} sequential requests each, after 10 unmeasured; {} attempts)\n",
-        args.requests,
-        support::thousands(rows as f64)
-    );
-    println!("| search | requests | rows returned (median) | p50 ms | p99 ms | max ms |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for search in &searches {
-        let mut latencies = Vec::with_capacity(args.requests);
-        let mut returned = Vec::with_capacity(args.requests);
-        let budget = Instant::now() + BUDGET_PER_SEARCH;
-        for (i, path) in search
-            .paths
-            .iter()
-            .cycle()
-            .take(args.requests + 10)
-            .enumerate()
-        {
-            if i > 10 && Instant::now() > budget {
-                break;
-            }
-            let begun = Instant::now();
-            let (status, rows) = admin.get(path).await?;
-            let took = begun.elapsed();
-            ensure!(status.is_success(), "{path} answered {status}");
-            if i >= 10 {
-                latencies.push(took);
-                returned.push(rows);
-            }
-        }
-        latencies.sort_unstable();
-        returned.sort_unstable();
-        println!(
-            "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
-            search.name,
-            latencies.len(),
-            returned[returned.len() / 2],
-            ms(percentile(&latencies, 0.50)),
-            ms(percentile(&latencies, 0.99)),
-            ms(*latencies.last().expect("requests > 0")),
-        );
     }
     admin.stop().await;
+    conn.execute(format!("ALTER DATABASE {database_name} RESET ALL").as_str())
+        .await?;
+    Ok(())
+}
+
+/// Times `search` over `requests` sequential requests after 10 unmeasured ones (fewer
+/// when [`BUDGET_PER_SEARCH`] runs out) and prints its row.
+async fn time_search(admin: &Admin, search: &Search, requests: usize) -> anyhow::Result<()> {
+    let mut latencies = Vec::with_capacity(requests);
+    let mut returned = Vec::with_capacity(requests);
+    let budget = Instant::now() + BUDGET_PER_SEARCH;
+    for (i, path) in search.paths.iter().cycle().take(requests + 10).enumerate() {
+        if i > 10 && Instant::now() > budget {
+            break;
+        }
+        let begun = Instant::now();
+        let (status, rows) = admin.get(path).await?;
+        let took = begun.elapsed();
+        ensure!(status.is_success(), "{path} answered {status}");
+        if i >= 10 {
+            latencies.push(took);
+            returned.push(rows);
+        }
+    }
+    latencies.sort_unstable();
+    returned.sort_unstable();
+    println!(
+        "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+        search.name,
+        latencies.len(),
+        returned[returned.len() / 2],
+        ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.99)),
+        ms(*latencies.last().expect("requests > 0")),
+    );
     Ok(())
 }
 

@@ -94,38 +94,8 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
     drop(Store::setup(&settings.database_url).await?);
     let store = Store::connect(&settings.database_url, 4).await?;
     fleet::seed(&store, charges).await?;
-    sqlx::query(
-        "UPDATE payment_attempts SET status = 'succeeded', tries = 1,
-             gateway_charge_id = 'ch_' || replace(payment_attempt_id::text, '-', ''),
-             first_dispatched_at = now() - interval '10 minutes',
-             dispatched_at = now() - interval '10 minutes',
-             updated_at = now() - interval '10 minutes'",
-    )
-    .execute(store.pool())
-    .await?;
     let now = time::OffsetDateTime::now_utc();
-    let mut rows = sqlx::query(
-        "SELECT payment_attempt_id, gateway_charge_id, idempotency_key FROM payment_attempts",
-    )
-    .fetch(store.pool());
-    let mut ledger = Vec::with_capacity(charges);
-    while let Some(row) = rows.try_next().await? {
-        let id: uuid::Uuid = row.try_get("payment_attempt_id")?;
-        ledger.push(Charge {
-            id: row.try_get("gateway_charge_id")?,
-            status: ChargeStatus::Succeeded,
-            amount_minor: 1000,
-            currency: "EUR".into(),
-            customer_id: "cus_bench".into(),
-            payment_method: "pm_card_visa".into(),
-            reference: id.to_string(),
-            idempotency_key: row.try_get("idempotency_key")?,
-            decline_code: None,
-            created_at: now - Duration::from_secs(600),
-        });
-    }
-    drop(rows);
-    gateway.record_charges(ledger);
+    gateway.record_charges(settle_all(&store, charges, now).await?);
 
     let reconciler = Reconciler::new(
         store.clone(),
@@ -133,17 +103,7 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
         GatewayHealth::from_settings(&settings.executor),
         &settings,
     );
-    let start_rss = rss_kib();
-    let peak = Arc::new(AtomicU64::new(start_rss));
-    let sampling = {
-        let peak = peak.clone();
-        tokio::spawn(async move {
-            loop {
-                peak.fetch_max(rss_kib(), Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let peak = PeakRss::start();
     let started = Instant::now();
     let report = reconciler
         .sweep(ListWindow {
@@ -152,8 +112,7 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
         })
         .await?;
     let seconds = started.elapsed().as_secs_f64();
-    sampling.abort();
-    let peak = peak.load(Ordering::Relaxed).max(rss_kib());
+    let (start_rss, peak) = peak.stop();
     ensure!(
         report.records == charges as u64,
         "read {} of {charges}",
@@ -177,4 +136,80 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
     );
     gateway.shutdown().await;
     Ok(())
+}
+
+/// Marks every seeded attempt succeeded ten minutes ago, with a charge id, and returns the
+/// gateway's ledger of those charges: the sweep finds each matching its attempt.
+async fn settle_all(
+    store: &Store,
+    charges: usize,
+    now: time::OffsetDateTime,
+) -> anyhow::Result<Vec<Charge>> {
+    sqlx::query(
+        "UPDATE payment_attempts SET status = 'succeeded', tries = 1,
+             gateway_charge_id = 'ch_' || replace(payment_attempt_id::text, '-', ''),
+             first_dispatched_at = now() - interval '10 minutes',
+             dispatched_at = now() - interval '10 minutes',
+             updated_at = now() - interval '10 minutes'",
+    )
+    .execute(store.pool())
+    .await?;
+    let mut rows = sqlx::query(
+        "SELECT payment_attempt_id, gateway_charge_id, idempotency_key FROM payment_attempts",
+    )
+    .fetch(store.pool());
+    let mut ledger = Vec::with_capacity(charges);
+    while let Some(row) = rows.try_next().await? {
+        let id: uuid::Uuid = row.try_get("payment_attempt_id")?;
+        ledger.push(Charge {
+            id: row.try_get("gateway_charge_id")?,
+            status: ChargeStatus::Succeeded,
+            amount_minor: 1000,
+            currency: "EUR".into(),
+            customer_id: "cus_bench".into(),
+            payment_method: "pm_card_visa".into(),
+            reference: id.to_string(),
+            idempotency_key: row.try_get("idempotency_key")?,
+            decline_code: None,
+            created_at: now - Duration::from_secs(600),
+        });
+    }
+    Ok(ledger)
+}
+
+/// This process's RSS sampled every 20 ms from its start until it stops.
+struct PeakRss {
+    start_kib: u64,
+    peak: Arc<AtomicU64>,
+    sampling: tokio::task::JoinHandle<()>,
+}
+
+impl PeakRss {
+    fn start() -> Self {
+        let start_kib = rss_kib();
+        let peak = Arc::new(AtomicU64::new(start_kib));
+        let sampling = {
+            let peak = peak.clone();
+            tokio::spawn(async move {
+                loop {
+                    peak.fetch_max(rss_kib(), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+        Self {
+            start_kib,
+            peak,
+            sampling,
+        }
+    }
+
+    /// (RSS at the start, peak RSS), in KiB.
+    fn stop(self) -> (u64, u64) {
+        self.sampling.abort();
+        (
+            self.start_kib,
+            self.peak.load(Ordering::Relaxed).max(rss_kib()),
+        )
+    }
 }
