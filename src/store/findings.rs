@@ -10,22 +10,12 @@ use super::audit::NewAuditEntry;
 use super::Store;
 use crate::domain::PaymentAttemptId;
 
-/// The kinds of discrepancy (docs/contract.md §5, `findings list`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    serde::Deserialize,
-    sqlx::Type,
-)]
+/// The kinds of discrepancy (docs/contract.md §5, `findings list`). Stored and serialised
+/// as its snake_case name.
+#[derive(Serialize, serde::Deserialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FindingClass {
     /// Money taken at the gateway for an attempt onecharge holds as declined or expired
     /// (or one never sent under this key): a person refunds or corrects.
