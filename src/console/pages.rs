@@ -561,7 +561,7 @@ fn attempts_table(views: &[AttemptView], now: OffsetDateTime) -> Markup {
                             td { (status_badge(a.status)) }
                             td .order-id { (a.order_id) }
                             td { (a.customer_id) }
-                            td .amount { (table::amount(a.amount_minor, &a.currency)) }
+                            td .amount { (table::amount(a.money.amount_minor, &a.money.currency)) }
                             td { (a.tries) }
                             td { (a.gateway_charge_id.as_deref().unwrap_or("-")) }
                             td { (table::at_relative(a.created_at, now)) }
@@ -931,7 +931,7 @@ pub(super) async fn review(
                         tr data-testid="review-row" data-attempt-id=(a.payment_attempt_id) {
                             td { a .attempt-link href=(format!("/console/attempts/{}", a.payment_attempt_id)) { code { (a.payment_attempt_id) } } }
                             td { (a.order_id) }
-                            td { (table::amount(a.amount_minor, &a.currency)) }
+                            td { (table::amount(a.money.amount_minor, &a.money.currency)) }
                             td { (table::short(now - a.updated_at)) }
                             td .review-reason { (a.review_reason.as_deref().unwrap_or("-")) }
                             td { a .resolve-link href=(format!("/console/attempts/{}#resolve-section", a.payment_attempt_id)) { "Resolve…" } }

@@ -71,9 +71,9 @@ impl AttemptStatus {
     }
 
     /// Whether contract §4 allows moving from `from` to `to`. `None` as a source is the
-    /// creation of the attempt. Every settlement is checked against it before it is
-    /// written (`SettleWrite::check_move`); the moves written by fixed statements are
-    /// checked by a test.
+    /// creation of the attempt. Every settlement and every operator's resolution is checked
+    /// against it before it is written (`IllegalMove::check`), and so is every attempt
+    /// intake creates; the moves written by fixed statements are checked by a test.
     pub fn allows(from: Option<Self>, to: Self) -> bool {
         use AttemptStatus::*;
         match from {
@@ -140,12 +140,13 @@ mod tests {
         assert!(!AttemptStatus::allows(Some(Pending), Succeeded));
     }
 
-    /// The moves the store writes with a fixed statement rather than a checked
-    /// `SettleWrite`: the claim, an expired lease, a stale command, intake, a resolution.
+    /// The moves the store writes with a fixed statement rather than a checked write: the
+    /// claim, a hand-back, an expired lease, a stale command, intake, a resolution.
     #[test]
     fn every_move_a_fixed_statement_writes_is_allowed() {
         for (from, to) in [
             (Some(Pending), InFlight),
+            (Some(InFlight), Pending),
             (Some(InFlight), Unknown),
             (Some(Pending), Expired),
             (None, Pending),

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
-use super::IdempotencyKey;
+use super::{IdempotencyKey, Money};
 use crate::domain::PaymentAttemptId;
 
 /// Largest accepted body. Bigger messages are dead-lettered unread.
@@ -36,8 +36,7 @@ pub struct ChargePayment {
     pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
     pub customer_id: String,
-    pub amount_minor: i64,
-    pub currency: String,
+    pub money: Money,
     pub payment_method: String,
     pub description: Option<String>,
     pub requested_at: Option<OffsetDateTime>,
@@ -54,8 +53,8 @@ impl ChargePayment {
         for field in [
             self.order_id.as_bytes(),
             self.customer_id.as_bytes(),
-            self.amount_minor.to_string().as_bytes(),
-            self.currency.as_bytes(),
+            self.money.amount_minor.to_string().as_bytes(),
+            self.money.currency.as_bytes(),
             self.payment_method.as_bytes(),
         ] {
             hasher.update((field.len() as u64).to_be_bytes());
@@ -140,9 +139,10 @@ pub(crate) struct Wire {
     requested_at: Option<String>,
 }
 
-/// The example command of contract §2.1, the base of the tests' commands.
-#[cfg(test)]
-pub(crate) fn contract_example() -> serde_json::Value {
+/// The example command of contract §2.1, the base of every test's command (the unit tests'
+/// here and the integration tests' `support::command`), so the example is written once.
+#[doc(hidden)]
+pub fn contract_example() -> serde_json::Value {
     serde_json::json!({
         "payment_attempt_id": "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11",
         "order_id": "ord_1001",
@@ -210,8 +210,7 @@ pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidCommand, I
             payment_attempt_id,
             order_id: wire.order_id,
             customer_id: wire.customer_id,
-            amount_minor: wire.amount_minor,
-            currency: wire.currency,
+            money: Money::new(wire.amount_minor, wire.currency),
             payment_method: wire.payment_method,
             description: wire.description,
             requested_at,
@@ -300,7 +299,7 @@ mod tests {
     #[test]
     fn the_contract_example_is_valid_and_unknown_fields_are_ignored() {
         let valid = validate(&headers(), &body(serde_json::json!({"extra": [1, 2]}))).unwrap();
-        assert_eq!(valid.command.amount_minor, 1999);
+        assert_eq!(valid.command.money.amount_minor, 1999);
         assert_eq!(
             valid.command.requested_at,
             Some(datetime!(2026-11-29 10:15:00 UTC))

@@ -6,8 +6,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::AttemptStatus;
-use crate::domain::PaymentAttemptId;
+use super::{bounded, AttemptStatus, Money, PaymentAttemptId, Settlement};
 
 /// The body of `payments.events.payment-<state>.v1`, and its published JSON Schema
 /// (`docs/schemas/payment-*.v1.json`, `crate::schemas`, which narrows `status` per subject).
@@ -24,10 +23,9 @@ pub struct PaymentEvent {
     /// The state the event announces: succeeded, declined, expired or needs_review.
     #[schemars(with = "String")]
     pub status: AttemptStatus,
-    /// In the currency's minor unit.
-    pub amount_minor: i64,
-    /// ISO 4217 alphabetic code, as the command gave it.
-    pub currency: String,
+    /// `amount_minor` and `currency`, as the command gave them.
+    #[serde(flatten)]
+    pub money: Money,
     /// The gateway's charge id: set when succeeded.
     pub gateway_charge_id: Option<String>,
     /// The gateway's decline code, when declined and the gateway gave one.
@@ -40,12 +38,14 @@ pub struct PaymentEvent {
     pub occurred_at: OffsetDateTime,
 }
 
-/// The provenance headers an event carries besides its `Nats-Msg-Id`.
-#[derive(Debug, Clone, Default)]
+/// The provenance headers an event carries besides its `Nats-Msg-Id`. Read from the
+/// attempt's row, where the causation is the `first_message_id` column.
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
 pub struct EventProvenance {
     /// The command's `Correlation-Id`, when it had one.
     pub correlation_id: Option<String>,
     /// The `Nats-Msg-Id` of the command that created the attempt.
+    #[sqlx(rename = "first_message_id")]
     pub causation_id: String,
     /// W3C trace context to continue, when the command carried one.
     pub traceparent: Option<String>,
@@ -77,7 +77,90 @@ pub struct EventHeaders {
     pub traceparent: Option<String>,
 }
 
+/// What every event of one attempt repeats, as the attempt's row (or intake's record of its
+/// command) says: whose it is, what it charges, and the provenance its headers carry.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventAttempt {
+    pub payment_attempt_id: PaymentAttemptId,
+    pub order_id: String,
+    #[sqlx(flatten)]
+    pub money: Money,
+    #[sqlx(flatten)]
+    pub provenance: EventProvenance,
+}
+
+/// What an event says of the state it announces: the state and, where that state has them,
+/// the gateway's charge id, its decline code, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announced {
+    pub status: AttemptStatus,
+    pub gateway_charge_id: Option<String>,
+    pub decline_code: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl Announced {
+    /// What the event of `settlement` says; `None` for the states without an event
+    /// (`pending`, `unknown`).
+    pub fn settlement(settlement: &Settlement) -> Option<Self> {
+        let status = settlement.status();
+        status.event_name()?;
+        let (gateway_charge_id, decline_code, reason) = match settlement {
+            Settlement::Succeeded { charge_id } => (Some(charge_id.clone()), None, None),
+            Settlement::Declined {
+                charge_id,
+                decline_code,
+            } => (Some(charge_id.clone()), decline_code.clone(), None),
+            Settlement::NeedsReview { reason } => (None, None, Some(reason.clone())),
+            Settlement::Retry { .. } | Settlement::Unknown { .. } => (None, None, None),
+        };
+        Some(Self {
+            status,
+            gateway_charge_id,
+            decline_code,
+            reason,
+        })
+    }
+
+    /// An attempt that expired, never sent to the gateway, for `reason`.
+    pub fn expired(reason: impl Into<String>) -> Self {
+        Self {
+            status: AttemptStatus::Expired,
+            gateway_charge_id: None,
+            decline_code: None,
+            reason: Some(reason.into()),
+        }
+    }
+}
+
 impl PaymentEvent {
+    /// The one way an event is built: a new event id, `attempt`'s ids and money, and what
+    /// `announced` says (its reason bounded to 1024 characters), at `occurred_at`. Every
+    /// writer of a state with an event (a settlement, an operator's resolution, an expiry)
+    /// builds it here, so every event of one state has the same shape.
+    pub fn for_settlement(
+        attempt: &EventAttempt,
+        announced: Announced,
+        occurred_at: OffsetDateTime,
+    ) -> Self {
+        Self {
+            event_id: Uuid::new_v4(),
+            payment_attempt_id: attempt.payment_attempt_id,
+            order_id: attempt.order_id.clone(),
+            status: announced.status,
+            money: attempt.money.clone(),
+            gateway_charge_id: announced.gateway_charge_id,
+            decline_code: announced.decline_code,
+            reason: announced.reason.map(|reason| bounded(&reason, 1024)),
+            occurred_at,
+        }
+    }
+
+    /// The `payment-expired` event of a command never sent, for `reason`.
+    pub fn expired(attempt: &EventAttempt, reason: &str, occurred_at: OffsetDateTime) -> Self {
+        Self::for_settlement(attempt, Announced::expired(reason), occurred_at)
+    }
+
     /// The subject without any deployment namespace, e.g. `payments.events.payment-succeeded.v1`.
     ///
     /// # Panics
@@ -122,8 +205,7 @@ mod tests {
             payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
             order_id: "ord_1001".into(),
             status: AttemptStatus::NeedsReview,
-            amount_minor: 1999,
-            currency: "EUR".into(),
+            money: Money::new(1999, "EUR"),
             gateway_charge_id: None,
             decline_code: None,
             reason: Some("cannot prove whether the customer was charged".into()),
@@ -145,6 +227,53 @@ mod tests {
                 ("Nats-Msg-Id".to_owned(), Uuid::nil().to_string()),
             ],
             "the contract's names, and no header for what the command did not carry"
+        );
+    }
+
+    fn attempt() -> EventAttempt {
+        EventAttempt {
+            payment_attempt_id: PaymentAttemptId::from(Uuid::nil()),
+            order_id: "ord_1001".into(),
+            money: Money::new(1999, "EUR"),
+            provenance: EventProvenance::default(),
+        }
+    }
+
+    #[test]
+    fn the_money_of_an_event_is_two_top_level_fields_of_its_json() {
+        let event = PaymentEvent::expired(&attempt(), "too old", datetime!(2026-11-29 10:15 UTC));
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["amount_minor"], 1999);
+        assert_eq!(json["currency"], "EUR");
+        assert!(json.get("money").is_none());
+        let back: PaymentEvent = serde_json::from_value(json).unwrap();
+        assert_eq!(back, event);
+    }
+
+    #[test]
+    fn an_event_for_a_settlement_says_what_the_settlement_says() {
+        let at = datetime!(2026-11-29 10:15 UTC);
+        let declined = Settlement::Declined {
+            charge_id: "ch_1".into(),
+            decline_code: Some("card_declined".into()),
+        };
+        let event =
+            PaymentEvent::for_settlement(&attempt(), Announced::settlement(&declined).unwrap(), at);
+        assert_eq!(event.status, AttemptStatus::Declined);
+        assert_eq!(event.gateway_charge_id.as_deref(), Some("ch_1"));
+        assert_eq!(event.decline_code.as_deref(), Some("card_declined"));
+        assert_eq!(event.reason, None);
+        let review = Settlement::NeedsReview {
+            reason: "r".repeat(2000),
+        };
+        let event =
+            PaymentEvent::for_settlement(&attempt(), Announced::settlement(&review).unwrap(), at);
+        assert_eq!(event.reason.unwrap().chars().count(), 1024);
+        let unknown = Settlement::Unknown { reason: "r".into() };
+        assert_eq!(
+            Announced::settlement(&unknown),
+            None,
+            "unknown has no event"
         );
     }
 }

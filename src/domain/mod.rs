@@ -6,6 +6,8 @@ pub mod attempt;
 pub mod command;
 pub mod event;
 pub mod ids;
+pub mod lease;
+pub mod money;
 pub mod outcome;
 pub mod retry;
 pub mod schema;
@@ -13,8 +15,10 @@ pub mod settlement;
 
 pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
-pub use event::PaymentEvent;
+pub use event::{Announced, EventAttempt, PaymentEvent};
 pub use ids::{IdempotencyKey, PaymentAttemptId};
+pub use lease::LeaseToken;
+pub use money::Money;
 pub use retry::RetryWindow;
 pub use settlement::{
     CallOperation, Fence, GatewayCallRecord, IllegalMove, SettleWrite, Settlement, TransitionCause,

@@ -7,7 +7,7 @@ use std::fmt;
 
 use time::OffsetDateTime;
 
-use super::{AttemptStatus, IdempotencyKey};
+use super::{AttemptStatus, IdempotencyKey, LeaseToken};
 use crate::domain::PaymentAttemptId;
 
 /// Where an attempt goes after its gateway call (or its hand-over, or a lookup).
@@ -64,10 +64,10 @@ impl Settlement {
 }
 
 /// Why an attempt moved, as recorded in `attempt_transitions.cause`: the causes of the
-/// fenced settlements the executor and the reconciler write. (The moves written by one
-/// fixed statement — `dispatched`, `claimed_for_hand_over`, `handed_back`, `lease_expired`,
-/// `stale_at_dispatch`, `command_accepted`, an operator's resolution — name their cause in
-/// that statement.)
+/// fenced settlements the executor and the reconciler write, and an operator's resolution.
+/// (The moves written by one fixed statement — `dispatched`, `claimed_for_hand_over`,
+/// `handed_back`, `lease_expired`, `stale_at_dispatch`, `command_accepted` — name their cause
+/// in that statement.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TransitionCause {
     /// The gateway charged.
@@ -107,6 +107,8 @@ pub enum TransitionCause {
     LookupFoundNothingRetriesExhausted,
     /// The reconciliation schedule is used up.
     ReconciliationScheduleExhausted,
+    /// A person resolved a `needs_review` attempt (`attempts resolve`).
+    OperatorResolved,
 }
 
 impl TransitionCause {
@@ -131,6 +133,7 @@ impl TransitionCause {
             Self::LookupFoundNothingOutsideKeyWindow => "lookup_found_nothing_outside_key_window",
             Self::LookupFoundNothingRetriesExhausted => "lookup_found_nothing_retries_exhausted",
             Self::ReconciliationScheduleExhausted => "reconciliation_schedule_exhausted",
+            Self::OperatorResolved => "operator_resolved",
         }
     }
 }
@@ -147,7 +150,7 @@ impl fmt::Display for TransitionCause {
 #[derive(Debug, Clone)]
 pub struct Fence {
     pub payment_attempt_id: PaymentAttemptId,
-    pub lease_token: i64,
+    pub lease_token: LeaseToken,
     pub from: AttemptStatus,
     /// Recorded on the transition, e.g. `executor:host-123`.
     pub actor: String,
@@ -192,7 +195,7 @@ pub struct GatewayCallRecord {
     pub operation: CallOperation,
     pub idempotency_key: IdempotencyKey,
     pub try_number: i32,
-    pub lease_token: Option<i64>,
+    pub lease_token: Option<LeaseToken>,
     pub started_at: OffsetDateTime,
     pub finished_at: OffsetDateTime,
     pub http_status: Option<u16>,
@@ -229,21 +232,40 @@ pub struct IllegalMove {
     pub cause: TransitionCause,
 }
 
-impl SettleWrite {
-    /// Refuses a write whose move [`AttemptStatus::allows`] does not allow: the store checks
-    /// every settlement with this before it writes anything, so a wrong decision fails
-    /// loudly instead of moving an attempt where the contract says it cannot go.
-    pub fn check_move(&self) -> Result<(), IllegalMove> {
-        let (from, to) = (self.fence.from, self.settlement.status());
+impl IllegalMove {
+    /// The one check of every state change a writer decides (a settlement, an operator's
+    /// resolution): `Ok` when [`AttemptStatus::allows`] the move `from → to`, else the
+    /// refusal, so a wrong decision fails loudly before anything is written instead of
+    /// moving an attempt where the contract says it cannot go.
+    pub fn check(
+        payment_attempt_id: PaymentAttemptId,
+        from: AttemptStatus,
+        to: AttemptStatus,
+        cause: TransitionCause,
+    ) -> Result<(), Self> {
         if AttemptStatus::allows(Some(from), to) {
             return Ok(());
         }
-        Err(IllegalMove {
-            payment_attempt_id: self.fence.payment_attempt_id,
+        Err(Self {
+            payment_attempt_id,
             from,
             to,
-            cause: self.cause,
+            cause,
         })
+    }
+}
+
+impl SettleWrite {
+    /// Refuses a write whose move [`AttemptStatus::allows`] does not allow
+    /// ([`IllegalMove::check`]): the store checks every settlement with this before it
+    /// writes anything.
+    pub fn check_move(&self) -> Result<(), IllegalMove> {
+        IllegalMove::check(
+            self.fence.payment_attempt_id,
+            self.fence.from,
+            self.settlement.status(),
+            self.cause,
+        )
     }
 }
 
@@ -255,7 +277,7 @@ mod tests {
         SettleWrite {
             fence: Fence {
                 payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
-                lease_token: 1,
+                lease_token: LeaseToken::from(1),
                 from,
                 actor: "test".into(),
             },
@@ -310,5 +332,29 @@ mod tests {
             },
         );
         assert!(from_final.check_move().is_err());
+    }
+
+    #[test]
+    fn an_operators_resolution_is_checked_like_a_settlement() {
+        let id = PaymentAttemptId::from(uuid::Uuid::nil());
+        let cause = TransitionCause::OperatorResolved;
+        for to in [
+            AttemptStatus::Succeeded,
+            AttemptStatus::Declined,
+            AttemptStatus::Pending,
+        ] {
+            assert_eq!(
+                IllegalMove::check(id, AttemptStatus::NeedsReview, to, cause),
+                Ok(())
+            );
+        }
+        let refused = IllegalMove::check(
+            id,
+            AttemptStatus::NeedsReview,
+            AttemptStatus::Unknown,
+            cause,
+        )
+        .unwrap_err();
+        assert_eq!(refused.to, AttemptStatus::Unknown);
     }
 }

@@ -45,8 +45,8 @@ use crate::config::RequiresAction;
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
-use crate::domain::PaymentAttemptId;
 use crate::domain::{GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
+use crate::domain::{LeaseToken, PaymentAttemptId};
 use crate::gateway::CancelOutcome;
 use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::gateway::{ChargeBody, ChargeRequest};
@@ -85,7 +85,7 @@ pub struct AttemptReport {
     pub payment_attempt_id: PaymentAttemptId,
     /// The try this step was (unchanged by a hand-over).
     pub try_number: i32,
-    pub lease_token: i64,
+    pub lease_token: LeaseToken,
     /// The gateway's classified answer; `None` when no call was made (a hand-over).
     pub outcome: Option<GatewayOutcome>,
     pub disposition: Disposition,
@@ -547,7 +547,7 @@ impl Executor {
     #[tracing::instrument(name = "execute", skip_all, fields(
         payment_attempt_id = %attempt.payment_attempt_id,
         try_number = attempt.tries,
-        lease_token = attempt.lease_token,
+        lease_token = attempt.lease_token.get(),
         causation_id = %attempt.first_message_id,
         correlation_id = attempt.correlation_id.as_deref().unwrap_or(""),
     ))]
@@ -1035,8 +1035,8 @@ pub fn charge_request(attempt: &ClaimedAttempt) -> ChargeRequest {
     ChargeRequest::new(
         attempt.idempotency_key.clone(),
         &ChargeBody {
-            amount_minor: attempt.amount_minor,
-            currency: attempt.currency.clone(),
+            amount_minor: attempt.money.amount_minor,
+            currency: attempt.money.currency.clone(),
             customer_id: attempt.customer_id.clone(),
             payment_method: attempt.payment_method.clone(),
             reference: attempt.payment_attempt_id.to_string(),

@@ -214,7 +214,7 @@ impl GatewayCall<CancelOutcome> {
         payment_attempt_id: crate::domain::PaymentAttemptId,
         stored_key: &IdempotencyKey,
         try_number: i32,
-        lease_token: Option<i64>,
+        lease_token: Option<crate::domain::LeaseToken>,
         started_at: time::OffsetDateTime,
     ) -> crate::domain::GatewayCallRecord {
         crate::domain::GatewayCallRecord {

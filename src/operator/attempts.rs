@@ -377,7 +377,7 @@ pub fn render_list(views: &[AttemptView], now: OffsetDateTime) -> String {
             a.payment_attempt_id.to_string(),
             a.status.to_string(),
             table::cell(&a.order_id, 24),
-            table::amount(a.amount_minor, &a.currency),
+            table::amount(a.money.amount_minor, &a.money.currency),
             a.tries.to_string(),
             table::or_dash(a.gateway_charge_id.as_deref()),
             table::at_relative(a.created_at, now),
@@ -498,8 +498,8 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
         "amount",
         format!(
             "{} ({} minor units)",
-            table::amount(a.amount_minor, &a.currency),
-            a.amount_minor
+            table::amount(a.money.amount_minor, &a.money.currency),
+            a.money.amount_minor
         ),
     );
     fact(
@@ -691,8 +691,7 @@ mod tests {
             status,
             order_id: "ord_1".into(),
             customer_id: "cus_1".into(),
-            amount_minor: 1999,
-            currency: "EUR".into(),
+            money: crate::domain::Money::new(1999, "EUR"),
             payment_method: "pm_card_visa".into(),
             description: None,
             requested_at: None,
@@ -803,7 +802,7 @@ mod tests {
                 id: 1,
                 operation: "charge".into(),
                 try_number: 1,
-                lease_token: Some(1),
+                lease_token: Some(1.into()),
                 started_at: t,
                 finished_at: t + time::Duration::milliseconds(250),
                 duration_ms: 250,

@@ -563,8 +563,8 @@ impl Reconciler {
                 let expected = ExpectedCharge {
                     idempotency_key: &attempt.idempotency_key,
                     reference: &reference,
-                    amount_minor: attempt.amount_minor,
-                    currency: &attempt.currency,
+                    amount_minor: attempt.money.amount_minor,
+                    currency: &attempt.money.currency,
                 };
                 match read_lookup(charges, &expected) {
                     LookupReading::Nothing => self.nothing_found(attempt, now),

@@ -14,25 +14,25 @@
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row as _};
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::{column, outbox, Store};
-use crate::domain::event::{EventProvenance, PaymentEvent};
+use crate::domain::event::PaymentEvent;
 use crate::domain::retry::SendHistory;
-use crate::domain::PaymentAttemptId;
 use crate::domain::{
-    AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, SettleWrite, Settlement,
+    Announced, AttemptStatus, EventAttempt, Fence, GatewayCallRecord, IdempotencyKey, LeaseToken,
+    Money, PaymentAttemptId, SettleWrite, Settlement,
 };
+use crate::gateway::KeySeq;
 
 /// One attempt this executor holds under a lease: what to send, and the token that fences
-/// every write about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// every write about it. Read from the claim's row (`FromRow`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ClaimedAttempt {
     pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
     pub customer_id: String,
-    pub amount_minor: i64,
-    pub currency: String,
+    #[sqlx(flatten)]
+    pub money: Money,
     pub payment_method: String,
     pub description: Option<String>,
     /// The stored key: every try sends exactly this value.
@@ -40,7 +40,7 @@ pub struct ClaimedAttempt {
     /// Tries made including this one (a hand-over does not count one).
     pub tries: i32,
     /// The fencing token of this claim.
-    pub lease_token: i64,
+    pub lease_token: LeaseToken,
     pub lease_owner: String,
     pub lease_expires_at: OffsetDateTime,
     pub created_at: OffsetDateTime,
@@ -56,7 +56,19 @@ pub struct ClaimedAttempt {
     /// The gateway object stored before the charging call (Stripe's PaymentIntent id).
     pub gateway_object_id: Option<String>,
     /// Which derived keys (Stripe's `-create[-N]`, `-confirm[-N]`) this try sends.
-    pub key_seq: crate::gateway::KeySeq,
+    #[sqlx(flatten)]
+    pub key_seq: KeySeq,
+}
+
+/// The derived keys' sequence numbers as `payment_attempts` stores them
+/// (`create_key_seq`, `confirm_key_seq`): the one place those columns are read.
+impl sqlx::FromRow<'_, PgRow> for KeySeq {
+    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            create: row.try_get("create_key_seq")?,
+            confirm: row.try_get("confirm_key_seq")?,
+        })
+    }
 }
 
 /// Where a claim query draws the line for hand-overs.
@@ -91,7 +103,7 @@ pub async fn claim_due_attempts(
     owner: &str,
     limits: ClaimLimits,
 ) -> Result<Vec<ClaimedAttempt>, sqlx::Error> {
-    let rows = sqlx::query(
+    sqlx::query_as(
         "WITH due AS (
              SELECT payment_attempt_id,
                     (first_dispatched_at IS NOT NULL
@@ -120,7 +132,7 @@ pub async fn claim_due_attempts(
              WHERE a.payment_attempt_id = due.payment_attempt_id
              RETURNING a.payment_attempt_id, a.order_id, a.customer_id, a.amount_minor,
                        a.currency, a.payment_method, a.description, a.idempotency_key,
-                       a.tries, a.lease_token, a.lease_expires_at, a.created_at,
+                       a.tries, a.lease_token, a.lease_owner, a.lease_expires_at, a.created_at,
                        a.first_dispatched_at, a.next_run_at, a.first_message_id,
                        a.correlation_id, a.gateway_object_id, a.create_key_seq,
                        a.confirm_key_seq, due.hand_over
@@ -136,7 +148,7 @@ pub async fn claim_due_attempts(
                     now()
              FROM claimed
          )
-         SELECT * FROM claimed ORDER BY next_run_at",
+         SELECT *, NOT hand_over AS dispatch FROM claimed ORDER BY next_run_at",
     )
     .bind(limits.limit as i64)
     .bind(owner)
@@ -146,35 +158,7 @@ pub async fn claim_due_attempts(
     .bind(actor(owner))
     .bind(limits.max_command_age.as_secs_f64())
     .fetch_all(store.pool())
-    .await?;
-    rows.into_iter()
-        .map(|row| {
-            Ok(ClaimedAttempt {
-                payment_attempt_id: row.try_get("payment_attempt_id")?,
-                order_id: row.try_get("order_id")?,
-                customer_id: row.try_get("customer_id")?,
-                amount_minor: row.try_get("amount_minor")?,
-                currency: row.try_get("currency")?,
-                payment_method: row.try_get("payment_method")?,
-                description: row.try_get("description")?,
-                idempotency_key: row.try_get("idempotency_key")?,
-                tries: row.try_get("tries")?,
-                lease_token: row.try_get("lease_token")?,
-                lease_owner: owner.to_owned(),
-                lease_expires_at: row.try_get("lease_expires_at")?,
-                created_at: row.try_get("created_at")?,
-                first_dispatched_at: row.try_get("first_dispatched_at")?,
-                dispatch: !row.try_get::<bool, _>("hand_over")?,
-                first_message_id: row.try_get("first_message_id")?,
-                correlation_id: row.try_get("correlation_id")?,
-                gateway_object_id: row.try_get("gateway_object_id")?,
-                key_seq: crate::gateway::KeySeq {
-                    create: row.try_get("create_key_seq")?,
-                    confirm: row.try_get("confirm_key_seq")?,
-                },
-            })
-        })
-        .collect()
+    .await
 }
 
 /// Hands attempts this executor claimed but never sent back to `pending`, at once and
@@ -192,7 +176,7 @@ pub async fn hand_back(
     let Some(first) = attempts.first() else {
         return Ok(0);
     };
-    let handed = sqlx::query(
+    let handed: i64 = sqlx::query_scalar(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int4[])
                  AS i(payment_attempt_id, lease_token, refund)
@@ -230,7 +214,7 @@ pub async fn hand_back(
     .bind(gateway_text(why, 1900))
     .fetch_one(store.pool())
     .await?;
-    Ok(usize::try_from(handed.try_get::<i64, _>(0)?).unwrap_or(0))
+    Ok(usize::try_from(handed).unwrap_or(0))
 }
 
 /// Moves up to `limit` due `pending` attempts that were never sent, and whose command was
@@ -253,7 +237,7 @@ pub async fn expire_stale_commands(
         humantime::format_duration(max_command_age)
     );
     let mut tx = store.pool().begin().await?;
-    let rows = sqlx::query(
+    let rows: Vec<ExpiredRow> = sqlx::query_as(
         "WITH stale AS (
              SELECT payment_attempt_id FROM payment_attempts
              WHERE status = 'pending' AND next_run_at <= now()
@@ -289,35 +273,29 @@ pub async fn expire_stale_commands(
     .bind(actor(owner))
     .fetch_all(&mut *tx)
     .await?;
-    let mut expired = Vec::with_capacity(rows.len());
-    let mut events = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let id: PaymentAttemptId = row.try_get("payment_attempt_id")?;
-        expired.push(id);
-        events.push((
-            PaymentEvent {
-                event_id: Uuid::new_v4(),
-                payment_attempt_id: id,
-                order_id: row.try_get("order_id")?,
-                status: AttemptStatus::Expired,
-                amount_minor: row.try_get("amount_minor")?,
-                currency: row.try_get("currency")?,
-                gateway_charge_id: None,
-                decline_code: None,
-                reason: Some(reason.clone()),
-                occurred_at: row.try_get("updated_at")?,
-            },
-            EventProvenance {
-                correlation_id: row.try_get("correlation_id")?,
-                causation_id: row.try_get("first_message_id")?,
-                traceparent: row.try_get("traceparent")?,
-            },
-        ));
-    }
-    let events: Vec<_> = events.iter().map(|(e, p)| (e, p)).collect();
-    outbox::insert_events(&mut tx, &events).await?;
+    let events: Vec<PaymentEvent> = rows
+        .iter()
+        .map(|row| PaymentEvent::expired(&row.attempt, &reason, row.updated_at))
+        .collect();
+    let announced: Vec<_> = events
+        .iter()
+        .zip(&rows)
+        .map(|(event, row)| (event, &row.attempt.provenance))
+        .collect();
+    outbox::insert_events(&mut tx, &announced).await?;
     tx.commit().await?;
-    Ok(expired)
+    Ok(rows
+        .into_iter()
+        .map(|row| row.attempt.payment_attempt_id)
+        .collect())
+}
+
+/// An attempt [`expire_stale_commands`] moved: what its event repeats, and when.
+#[derive(sqlx::FromRow)]
+struct ExpiredRow {
+    #[sqlx(flatten)]
+    attempt: EventAttempt,
+    updated_at: OffsetDateTime,
 }
 
 /// Longest charge id or decline code stored; no real gateway comes near it.
@@ -509,41 +487,24 @@ impl SettleWrite {
 
     /// The event announcing this write's state, built from the settled row; `None` for
     /// states without an event (`pending`, `unknown`).
-    fn event(&self, row: &PgRow) -> Result<Option<(PaymentEvent, EventProvenance)>, sqlx::Error> {
-        let status = self.settlement.status();
-        if status.event_name().is_none() {
-            return Ok(None);
-        }
-        let (charge_id, decline_code, reason) = match &self.settlement {
-            Settlement::Succeeded { charge_id } => (Some(charge_id.clone()), None, None),
-            Settlement::Declined {
-                charge_id,
-                decline_code,
-            } => (Some(charge_id.clone()), decline_code.clone(), None),
-            Settlement::NeedsReview { reason } => {
-                (None, None, Some(crate::domain::bounded(reason, 1024)))
-            }
-            _ => (None, None, None),
-        };
-        let event = PaymentEvent {
-            event_id: Uuid::new_v4(),
-            payment_attempt_id: self.fence.payment_attempt_id,
-            order_id: row.try_get("order_id")?,
-            status,
-            amount_minor: row.try_get("amount_minor")?,
-            currency: row.try_get("currency")?,
-            gateway_charge_id: charge_id,
-            decline_code,
-            reason,
-            occurred_at: row.try_get("settled_at")?,
-        };
-        let provenance = EventProvenance {
-            correlation_id: row.try_get("correlation_id")?,
-            causation_id: row.try_get("first_message_id")?,
-            traceparent: row.try_get("traceparent")?,
-        };
-        Ok(Some((event, provenance)))
+    fn event(&self, row: &SettledRow) -> Option<PaymentEvent> {
+        let announced = Announced::settlement(&self.settlement)?;
+        Some(PaymentEvent::for_settlement(
+            &row.attempt,
+            announced,
+            row.settled_at,
+        ))
     }
+}
+
+/// One write the fence let through, as the settle statement returns it: which write
+/// (`ord`, from 1), what its event repeats, and the commit's `now()`.
+#[derive(sqlx::FromRow)]
+struct SettledRow {
+    ord: i64,
+    #[sqlx(flatten)]
+    attempt: EventAttempt,
+    settled_at: OffsetDateTime,
 }
 
 #[derive(Default)]
@@ -596,7 +557,8 @@ pub async fn settle_audited(
     Ok(settled)
 }
 
-/// [`settle_all`] on the caller's transaction.
+/// [`settle_all`] on the caller's transaction: every move checked, the fenced writes in one
+/// statement, the calls' evidence, then the events of the writes the fences let through.
 async fn settle_all_in(
     tx: &mut PgConnection,
     writes: &[SettleWrite],
@@ -607,8 +569,33 @@ async fn settle_all_in(
             .map_err(|illegal| sqlx::Error::Encode(Box::new(illegal)))?;
     }
     let writes: Vec<SettleWrite> = writes.iter().map(SettleWrite::storable).collect();
+    let rows = write_settlements(tx, &writes).await?;
+    let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();
+    record_gateway_calls(tx, &calls).await?;
+
+    let mut settled = vec![false; writes.len()];
+    let mut events = Vec::new();
+    for row in &rows {
+        let index = usize::try_from(row.ord - 1).expect("WITH ORDINALITY counts from 1");
+        settled[index] = true;
+        events.extend(writes[index].event(row).map(|event| (event, row)));
+    }
+    let events: Vec<_> = events
+        .iter()
+        .map(|(event, row)| (event, &row.attempt.provenance))
+        .collect();
+    outbox::insert_events(tx, &events).await?;
+    Ok(settled)
+}
+
+/// The one statement of a batch of fenced writes: each row locked in key order, moved when
+/// its own fence holds, and given its transition. Returns the rows the fences let through.
+async fn write_settlements(
+    tx: &mut PgConnection,
+    writes: &[SettleWrite],
+) -> Result<Vec<SettledRow>, sqlx::Error> {
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
-    let rows = sqlx::query(
+    sqlx::query_as(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
                                   $6::text[], $7::text[], $8::text[], $9::timestamptz[],
@@ -652,14 +639,14 @@ async fn settle_all_in(
              SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, now()
              FROM settled ORDER BY ord
          )
-         SELECT ord, order_id, amount_minor, currency, first_message_id, correlation_id,
-                traceparent, now() AS settled_at
+         SELECT ord, payment_attempt_id, order_id, amount_minor, currency, first_message_id,
+                correlation_id, traceparent, now() AS settled_at
          FROM settled",
     )
-    .bind(column(&writes, |w| w.fence.payment_attempt_id))
-    .bind(column(&writes, |w| w.fence.lease_token))
-    .bind(column(&writes, |w| w.fence.from))
-    .bind(column(&writes, |w| w.settlement.status()))
+    .bind(column(writes, |w| w.fence.payment_attempt_id))
+    .bind(column(writes, |w| w.fence.lease_token))
+    .bind(column(writes, |w| w.fence.from))
+    .bind(column(writes, |w| w.settlement.status()))
     .bind(column(&columns, |c| c.charge_id))
     .bind(column(&columns, |c| c.decline_code))
     .bind(column(&columns, |c| {
@@ -670,24 +657,10 @@ async fn settle_all_in(
     }))
     .bind(column(&columns, |c| c.next_run_at))
     .bind(column(&columns, |c| c.refund))
-    .bind(column(&writes, |w| w.now))
-    .bind(column(&writes, |w| w.cause.as_str()))
-    .bind(column(&writes, |w| w.fence.actor.as_str()))
+    .bind(column(writes, |w| w.now))
+    .bind(column(writes, |w| w.cause.as_str()))
+    .bind(column(writes, |w| w.fence.actor.as_str()))
     .bind(column(&columns, |c| gateway_text(&c.detail, 2048)))
     .fetch_all(&mut *tx)
-    .await?;
-    let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();
-    record_gateway_calls(tx, &calls).await?;
-
-    let mut settled = vec![false; writes.len()];
-    let mut events = Vec::new();
-    for row in &rows {
-        let index = usize::try_from(row.try_get::<i64, _>("ord")? - 1)
-            .expect("WITH ORDINALITY counts from 1");
-        settled[index] = true;
-        events.extend(writes[index].event(row)?);
-    }
-    let events: Vec<_> = events.iter().map(|(e, p)| (e, p)).collect();
-    outbox::insert_events(tx, &events).await?;
-    Ok(settled)
+    .await
 }

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
 
 use super::Store;
@@ -61,90 +62,92 @@ pub struct OverviewSeries {
 
 /// Reads the three series of `window`, ending now.
 pub async fn overview_series(store: &Store, window: Window) -> Result<OverviewSeries, sqlx::Error> {
-    let pool = store.pool();
-    let span = window.span.as_secs_f64();
-    let step = window.step.as_secs_f64();
-    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()").fetch_one(pool).await?;
-    // `$3` is the `now()` read above, so the three reads share one right edge.
-    let settlements = sqlx::query_as(
-        "SELECT date_bin(make_interval(secs => $2), at, timestamptz 'epoch') AS bucket,
-                to_status AS status, count(*) AS count
-         FROM attempt_transitions
-         WHERE at > $3 - make_interval(secs => $1) AND at <= $3
-           AND to_status IN ('succeeded', 'declined', 'expired', 'needs_review')
-         GROUP BY 1, 2
-         ORDER BY 1, 2",
-    )
-    .bind(span)
-    .bind(step)
-    .bind(now)
-    .fetch_all(pool)
-    .await?;
-    let latency = sqlx::query_as(
-        "SELECT date_bin(make_interval(secs => $2), started_at, timestamptz 'epoch') AS bucket,
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))::float8 AS p50_seconds,
-                percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))::float8 AS p99_seconds,
-                count(*) AS calls
-         FROM gateway_calls
-         WHERE started_at > $3 - make_interval(secs => $1) AND started_at <= $3
-           AND operation = 'charge'
-         GROUP BY 1
-         ORDER BY 1",
-    )
-    .bind(span)
-    .bind(step)
-    .bind(now)
-    .fetch_all(pool)
-    .await?;
-    // A stay in review runs from the attempt's last move into `needs_review` to its move out
-    // (or now). The stays that matter are the open ones (the attempts in review now, found
-    // by the status index) and those that ended inside the window (found by the time
-    // index); each stay's start is the attempt's own latest entry before, by its history
-    // index. An attempt in review with no recorded entry (written by hand) counts from its
-    // last change.
-    let review_queue = sqlx::query_as(
-        "WITH stays AS (
-             SELECT coalesce(entered.at, a.updated_at) AS entered, NULL::timestamptz AS left_at
-             FROM payment_attempts a
-             LEFT JOIN LATERAL (
-                 SELECT t.at FROM attempt_transitions t
-                 WHERE t.payment_attempt_id = a.payment_attempt_id
-                   AND t.to_status = 'needs_review'
-                 ORDER BY t.id DESC LIMIT 1
-             ) entered ON true
-             WHERE a.status = 'needs_review'
-             UNION ALL
-             SELECT entered.at, x.at
-             FROM attempt_transitions x
-             JOIN LATERAL (
-                 SELECT t.at FROM attempt_transitions t
-                 WHERE t.payment_attempt_id = x.payment_attempt_id
-                   AND t.to_status = 'needs_review' AND t.id < x.id
-                 ORDER BY t.id DESC LIMIT 1
-             ) entered ON true
-             WHERE x.from_status = 'needs_review'
-               AND x.at > $3 - make_interval(secs => $1) AND x.at <= $3
-         ),
-         ticks AS (
-             SELECT generate_series($3 - make_interval(secs => $1), $3, make_interval(secs => $2)) AS at
-         )
-         SELECT ticks.at, count(stays.entered) AS size,
-                coalesce(max(extract(epoch FROM ticks.at - stays.entered)), 0)::float8 AS oldest_seconds
-         FROM ticks
-         LEFT JOIN stays ON stays.entered <= ticks.at
-                        AND (stays.left_at IS NULL OR stays.left_at > ticks.at)
-         GROUP BY ticks.at
-         ORDER BY ticks.at",
-    )
-    .bind(span)
-    .bind(step)
-    .bind(now)
-    .fetch_all(pool)
-    .await?;
+    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
+        .fetch_one(store.pool())
+        .await?;
     Ok(OverviewSeries {
         now,
-        settlements,
-        latency,
-        review_queue,
+        settlements: series(store, SETTLEMENTS, window, now).await?,
+        latency: series(store, CHARGE_LATENCY, window, now).await?,
+        review_queue: series(store, REVIEW_QUEUE, window, now).await?,
     })
 }
+
+/// One series: `sql` with `$1` the span and `$2` the step (seconds) and `$3` the `now()`
+/// read once, so the three series share one right edge.
+async fn series<T>(
+    store: &Store,
+    sql: &'static str,
+    window: Window,
+    now: OffsetDateTime,
+) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .bind(window.span.as_secs_f64())
+        .bind(window.step.as_secs_f64())
+        .bind(now)
+        .fetch_all(store.pool())
+        .await
+}
+
+/// Settlements per bucket and state reached.
+const SETTLEMENTS: &str =
+    "SELECT date_bin(make_interval(secs => $2), at, timestamptz 'epoch') AS bucket,
+            to_status AS status, count(*) AS count
+     FROM attempt_transitions
+     WHERE at > $3 - make_interval(secs => $1) AND at <= $3
+       AND to_status IN ('succeeded', 'declined', 'expired', 'needs_review')
+     GROUP BY 1, 2
+     ORDER BY 1, 2";
+
+/// Percentiles of the charge calls' durations per bucket.
+const CHARGE_LATENCY: &str = "SELECT date_bin(make_interval(secs => $2), started_at, timestamptz 'epoch') AS bucket,
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))::float8 AS p50_seconds,
+            percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))::float8 AS p99_seconds,
+            count(*) AS calls
+     FROM gateway_calls
+     WHERE started_at > $3 - make_interval(secs => $1) AND started_at <= $3
+       AND operation = 'charge'
+     GROUP BY 1
+     ORDER BY 1";
+
+/// The review queue at each tick. A stay in review runs from the attempt's last move into
+/// `needs_review` to its move out (or now). The stays that matter are the open ones (the
+/// attempts in review now, found by the status index) and those that ended inside the
+/// window (found by the time index); each stay's start is the attempt's own latest entry
+/// before, by its history index. An attempt in review with no recorded entry (written by
+/// hand) counts from its last change.
+const REVIEW_QUEUE: &str = "WITH stays AS (
+         SELECT coalesce(entered.at, a.updated_at) AS entered, NULL::timestamptz AS left_at
+         FROM payment_attempts a
+         LEFT JOIN LATERAL (
+             SELECT t.at FROM attempt_transitions t
+             WHERE t.payment_attempt_id = a.payment_attempt_id
+               AND t.to_status = 'needs_review'
+             ORDER BY t.id DESC LIMIT 1
+         ) entered ON true
+         WHERE a.status = 'needs_review'
+         UNION ALL
+         SELECT entered.at, x.at
+         FROM attempt_transitions x
+         JOIN LATERAL (
+             SELECT t.at FROM attempt_transitions t
+             WHERE t.payment_attempt_id = x.payment_attempt_id
+               AND t.to_status = 'needs_review' AND t.id < x.id
+             ORDER BY t.id DESC LIMIT 1
+         ) entered ON true
+         WHERE x.from_status = 'needs_review'
+           AND x.at > $3 - make_interval(secs => $1) AND x.at <= $3
+     ),
+     ticks AS (
+         SELECT generate_series($3 - make_interval(secs => $1), $3, make_interval(secs => $2)) AS at
+     )
+     SELECT ticks.at, count(stays.entered) AS size,
+            coalesce(max(extract(epoch FROM ticks.at - stays.entered)), 0)::float8 AS oldest_seconds
+     FROM ticks
+     LEFT JOIN stays ON stays.entered <= ticks.at
+                    AND (stays.left_at IS NULL OR stays.left_at > ticks.at)
+     GROUP BY ticks.at
+     ORDER BY ticks.at";

@@ -16,7 +16,7 @@ use time::OffsetDateTime;
 
 use super::operator::AttemptCursor;
 use super::Store;
-use crate::domain::PaymentAttemptId;
+use crate::domain::{Money, PaymentAttemptId};
 
 /// Most expired rows one sign-in deletes, so that a sign-in after a long quiet spell stays a
 /// short statement; the rest go with the next sign-ins.
@@ -134,8 +134,8 @@ pub async fn end_session(store: &Store, id_sha256: &[u8; 32]) -> Result<bool, sq
 pub struct ReviewEntry {
     pub payment_attempt_id: PaymentAttemptId,
     pub order_id: String,
-    pub amount_minor: i64,
-    pub currency: String,
+    #[sqlx(flatten)]
+    pub money: Money,
     pub review_reason: Option<String>,
     pub created_at: OffsetDateTime,
     /// When the attempt last changed: since then it has waited for a person.

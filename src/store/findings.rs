@@ -4,29 +4,18 @@
 //! whose `last_seen_at` moves; resolved with a reason and audited in the same transaction.
 
 use serde::Serialize;
-use sqlx::Row as _;
 use time::OffsetDateTime;
 
 use super::audit::NewAuditEntry;
 use super::Store;
 use crate::domain::PaymentAttemptId;
 
-/// The kinds of discrepancy (docs/contract.md §5, `findings list`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    serde::Deserialize,
-    sqlx::Type,
-)]
+/// The kinds of discrepancy (docs/contract.md §5, `findings list`). Stored and serialised
+/// as its snake_case name.
+#[derive(Serialize, serde::Deserialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FindingClass {
     /// Money taken at the gateway for an attempt onecharge holds as declined or expired
     /// (or one never sent under this key): a person refunds or corrects.
@@ -78,8 +67,9 @@ pub enum FindingSource {
     Webhook,
 }
 
-/// A finding to record (or, when its key is known, to see again).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A finding to record (or, when its key is known, to see again): also what a stored
+/// [`Finding`] says, besides its bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct NewFinding {
     pub class: FindingClass,
     pub payment_attempt_id: Option<PaymentAttemptId>,
@@ -107,20 +97,15 @@ impl NewFinding {
     }
 }
 
-/// A stored finding, as `findings list|show` and `GET /api/findings` show it.
+/// A stored finding, as `findings list|show` and `GET /api/findings` show it: what was
+/// found (its fields flattened into the JSON, and read through `Deref`), where it came
+/// from, and what became of it.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Finding {
     pub id: i64,
-    pub class: FindingClass,
-    pub payment_attempt_id: Option<PaymentAttemptId>,
-    pub reference: Option<String>,
-    pub gateway_ids: Vec<String>,
-    pub attempt_status: Option<String>,
-    pub attempt_amount_minor: Option<i64>,
-    pub attempt_currency: Option<String>,
-    pub gateway_amount_minor: Option<i64>,
-    pub gateway_currency: Option<String>,
-    pub detail: String,
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub found: NewFinding,
     pub source: FindingSource,
     #[serde(with = "time::serde::rfc3339")]
     pub first_seen_at: OffsetDateTime,
@@ -132,6 +117,14 @@ pub struct Finding {
     pub resolved_at: Option<OffsetDateTime>,
     pub resolved_by: Option<String>,
     pub resolution: Option<String>,
+}
+
+impl std::ops::Deref for Finding {
+    type Target = NewFinding;
+
+    fn deref(&self) -> &NewFinding {
+        &self.found
+    }
 }
 
 const COLUMNS: &str = "id, class, payment_attempt_id, reference, gateway_ids, attempt_status, \
@@ -259,12 +252,9 @@ pub async fn resolve(
 
 /// Open findings per class, for `onecharge_reconciliation_findings_open{class}`.
 pub async fn count_open(store: &Store) -> Result<Vec<(FindingClass, i64)>, sqlx::Error> {
-    let rows = sqlx::query(
+    sqlx::query_as(
         "SELECT class, count(*) AS n FROM reconciliation_findings WHERE state = 'open' GROUP BY class",
     )
     .fetch_all(store.pool())
-    .await?;
-    rows.iter()
-        .map(|row| Ok((row.try_get("class")?, row.try_get("n")?)))
-        .collect()
+    .await
 }

@@ -14,7 +14,7 @@
 use super::attempts::record_gateway_call;
 use super::Store;
 use crate::domain::GatewayCallRecord;
-use crate::domain::PaymentAttemptId;
+use crate::domain::{LeaseToken, PaymentAttemptId};
 
 /// Stores `object_id` as the gateway object of the attempt held under `lease_token`, with
 /// the evidence of the call that made it. `Ok(true)`: stored (or already stored with the
@@ -23,7 +23,7 @@ use crate::domain::PaymentAttemptId;
 pub async fn record_gateway_object(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
-    lease_token: i64,
+    lease_token: LeaseToken,
     object_id: &str,
     call: &GatewayCallRecord,
 ) -> Result<bool, sqlx::Error> {
@@ -80,7 +80,7 @@ pub enum KeyStep {
 pub async fn advance_key(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
-    lease_token: i64,
+    lease_token: LeaseToken,
     step: KeyStep,
 ) -> Result<bool, sqlx::Error> {
     let statement = match step {
@@ -124,7 +124,7 @@ pub enum ConfirmSend {
 pub async fn stamp_confirm_send(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
-    lease_token: i64,
+    lease_token: LeaseToken,
     call_limit: std::time::Duration,
 ) -> Result<ConfirmSend, sqlx::Error> {
     let may_send: Option<bool> = sqlx::query_scalar(
@@ -148,7 +148,7 @@ pub async fn stamp_confirm_send(
 }
 
 /// What cancelling an attempt's gateway object needs to know of the attempt.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ObjectOf {
     pub idempotency_key: crate::domain::IdempotencyKey,
     pub gateway_object_id: Option<String>,
@@ -160,20 +160,11 @@ pub async fn object_of(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
 ) -> Result<Option<ObjectOf>, sqlx::Error> {
-    use sqlx::Row as _;
-    let row = sqlx::query(
+    sqlx::query_as(
         "SELECT idempotency_key, gateway_object_id, tries FROM payment_attempts
           WHERE payment_attempt_id = $1",
     )
     .bind(payment_attempt_id)
     .fetch_optional(store.pool())
-    .await?;
-    row.map(|row| {
-        Ok(ObjectOf {
-            idempotency_key: row.try_get("idempotency_key")?,
-            gateway_object_id: row.try_get("gateway_object_id")?,
-            tries: row.try_get("tries")?,
-        })
-    })
-    .transpose()
+    .await
 }

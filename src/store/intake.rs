@@ -3,12 +3,10 @@
 use std::collections::{HashMap, HashSet};
 
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::{column, outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
-use crate::domain::PaymentAttemptId;
-use crate::domain::{AttemptStatus, ChargePayment};
+use crate::domain::{AttemptStatus, ChargePayment, EventAttempt, PaymentAttemptId};
 
 /// One valid command to record, as intake read it from the broker.
 #[derive(Debug, Clone)]
@@ -21,6 +19,23 @@ pub struct IntakeRecord {
     pub traceparent: Option<String>,
     /// Older than the maximum command age: recorded as `expired`, never charged.
     pub stale: bool,
+}
+
+impl IntakeRecord {
+    /// What the events of the attempt this command creates repeat: its ids and money, and
+    /// this message as their causation.
+    fn event_attempt(&self) -> EventAttempt {
+        EventAttempt {
+            payment_attempt_id: self.command.payment_attempt_id,
+            order_id: self.command.order_id.clone(),
+            money: self.command.money.clone(),
+            provenance: EventProvenance {
+                correlation_id: self.correlation_id.clone(),
+                causation_id: self.message_id.clone(),
+                traceparent: self.traceparent.clone(),
+            },
+        }
+    }
 }
 
 /// What the database said about one record. Each maps to one way of settling the message.
@@ -305,8 +320,8 @@ async fn insert_attempts(
     .bind(column(leads, |&i| command(i).payment_attempt_id))
     .bind(column(leads, |&i| command(i).order_id.clone()))
     .bind(column(leads, |&i| command(i).customer_id.clone()))
-    .bind(column(leads, |&i| command(i).amount_minor))
-    .bind(column(leads, |&i| command(i).currency.clone()))
+    .bind(column(leads, |&i| command(i).money.amount_minor))
+    .bind(column(leads, |&i| command(i).money.currency.clone()))
     .bind(column(leads, |&i| command(i).payment_method.clone()))
     .bind(column(leads, |&i| command(i).description.clone()))
     .bind(column(leads, |&i| command(i).requested_at))
@@ -368,27 +383,13 @@ async fn record_births(
     .await?;
 
     for &i in born.iter().filter(|&&i| records[i].stale) {
-        let record = &records[i];
-        let event = PaymentEvent {
-            event_id: Uuid::new_v4(),
-            payment_attempt_id: record.command.payment_attempt_id,
-            order_id: record.command.order_id.clone(),
-            status: AttemptStatus::Expired,
-            amount_minor: record.command.amount_minor,
-            currency: record.command.currency.clone(),
-            gateway_charge_id: None,
-            decline_code: None,
-            reason: Some(
-                "command older than the maximum command age; never sent to the gateway".into(),
-            ),
-            occurred_at: now,
-        };
-        let provenance = EventProvenance {
-            correlation_id: record.correlation_id.clone(),
-            causation_id: record.message_id.clone(),
-            traceparent: record.traceparent.clone(),
-        };
-        outbox::insert_event(tx, &event, &provenance).await?;
+        let attempt = records[i].event_attempt();
+        let event = PaymentEvent::expired(
+            &attempt,
+            "command older than the maximum command age; never sent to the gateway",
+            now,
+        );
+        outbox::insert_event(tx, &event, &attempt.provenance).await?;
     }
     Ok(())
 }

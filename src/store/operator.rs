@@ -16,20 +16,24 @@ use uuid::Uuid;
 
 use super::audit::{self, AuditAction, NewAuditEntry, Via};
 use super::{outbox, Store};
-use crate::domain::event::{EventProvenance, PaymentEvent};
-use crate::domain::PaymentAttemptId;
-use crate::domain::{bounded, AttemptStatus, RetryWindow};
+use crate::domain::event::PaymentEvent;
+use crate::domain::{
+    bounded, Announced, AttemptStatus, EventAttempt, IllegalMove, LeaseToken, Money,
+    PaymentAttemptId, RetryWindow, TransitionCause,
+};
 
 /// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
-/// Serialised as is into `--json` output and the admin API (contract §5).
-#[derive(Debug, Clone, Serialize)]
+/// Serialised as is into `--json` output and the admin API (contract §5). Read from a row of
+/// `ATTEMPT_SELECT` through [`AttemptRow`].
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct AttemptRecord {
     pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,
     pub order_id: String,
     pub customer_id: String,
-    pub amount_minor: i64,
-    pub currency: String,
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub money: Money,
     pub payment_method: String,
     pub description: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
@@ -60,7 +64,9 @@ pub struct AttemptRecord {
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
-    /// The most recent call to the gateway (charge or lookup), if any was made.
+    /// The most recent call to the gateway (charge or lookup), if any was made; read from
+    /// the `g_` columns by [`AttemptRow`].
+    #[sqlx(skip)]
     pub last_gateway_call: Option<GatewayCall>,
 }
 
@@ -72,7 +78,7 @@ pub struct GatewayCall {
     /// `charge` or `lookup`.
     pub operation: String,
     pub try_number: i32,
-    pub lease_token: Option<i64>,
+    pub lease_token: Option<LeaseToken>,
     #[serde(with = "time::serde::rfc3339")]
     pub started_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
@@ -230,7 +236,11 @@ pub async fn list_attempts(
     query
         .push(" ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT ")
         .push_bind(limit);
-    query.build_query_as().fetch_all(store.pool()).await
+    query
+        .build_query_as()
+        .fetch_all(store.pool())
+        .await
+        .map(AttemptRow::records)
 }
 
 /// The attempts among `ids` that match `filter` now, newest first: a bulk confirmation acts
@@ -246,7 +256,11 @@ pub async fn list_attempts_among(
         .push(" AND a.payment_attempt_id = ANY(")
         .push_bind(ids.to_vec())
         .push(") ORDER BY a.created_at DESC, a.payment_attempt_id DESC");
-    query.build_query_as().fetch_all(store.pool()).await
+    query
+        .build_query_as()
+        .fetch_all(store.pool())
+        .await
+        .map(AttemptRow::records)
 }
 
 /// The attempts `filter` matches, unordered: `SELECT … WHERE …` with only the filters set.
@@ -333,6 +347,7 @@ pub async fn stuck_attempts(
     AttemptCursor::bind_to(after, query)
         .fetch_all(store.pool())
         .await
+        .map(AttemptRow::records)
 }
 
 /// One attempt, or `None` when no attempt has this id.
@@ -341,10 +356,11 @@ pub async fn get_attempt(
     id: PaymentAttemptId,
 ) -> Result<Option<AttemptRecord>, sqlx::Error> {
     let sql = format!("{ATTEMPT_SELECT} WHERE a.payment_attempt_id = $1");
-    sqlx::query_as(&sql)
+    let row: Option<AttemptRow> = sqlx::query_as(&sql)
         .bind(id)
         .fetch_optional(store.pool())
-        .await
+        .await?;
+    Ok(row.map(|AttemptRow(attempt)| attempt))
 }
 
 /// The attempt's transitions, in the order they happened.
@@ -392,38 +408,22 @@ pub async fn events(store: &Store, id: PaymentAttemptId) -> Result<Vec<OutboxEve
     .await
 }
 
-/// A row of `ATTEMPT_SELECT`: the attempt's columns and its latest call's, `g_`-prefixed.
-impl sqlx::FromRow<'_, PgRow> for AttemptRecord {
+/// A row of `ATTEMPT_SELECT`: the attempt's columns ([`AttemptRecord`]'s `FromRow`) and its
+/// latest call's, `g_`-prefixed (outer-joined, so a call of its own can be absent).
+struct AttemptRow(AttemptRecord);
+
+impl AttemptRow {
+    fn records(rows: Vec<Self>) -> Vec<AttemptRecord> {
+        rows.into_iter().map(|Self(attempt)| attempt).collect()
+    }
+}
+
+impl sqlx::FromRow<'_, PgRow> for AttemptRow {
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
-        let status: AttemptStatus = row.try_get("status")?;
-        Ok(AttemptRecord {
-            payment_attempt_id: row.try_get("payment_attempt_id")?,
-            status,
-            order_id: row.try_get("order_id")?,
-            customer_id: row.try_get("customer_id")?,
-            amount_minor: row.try_get("amount_minor")?,
-            currency: row.try_get("currency")?,
-            payment_method: row.try_get("payment_method")?,
-            description: row.try_get("description")?,
-            requested_at: row.try_get("requested_at")?,
-            idempotency_key: row.try_get("idempotency_key")?,
-            tries: row.try_get("tries")?,
-            next_run_at: row.try_get("next_run_at")?,
-            lease_owner: row.try_get("lease_owner")?,
-            lease_expires_at: row.try_get("lease_expires_at")?,
-            dispatched_at: row.try_get("dispatched_at")?,
-            first_dispatched_at: row.try_get("first_dispatched_at")?,
-            reconcile_checks: row.try_get("reconcile_checks")?,
-            gateway_charge_id: row.try_get("gateway_charge_id")?,
-            decline_code: row.try_get("decline_code")?,
-            last_error: row.try_get("last_error")?,
-            review_reason: row.try_get("review_reason")?,
-            first_message_id: row.try_get("first_message_id")?,
-            correlation_id: row.try_get("correlation_id")?,
-            created_at: row.try_get("created_at")?,
-            updated_at: row.try_get("updated_at")?,
+        Ok(Self(AttemptRecord {
             last_gateway_call: gateway_call_from_row(row, "g_")?,
-        })
+            ..AttemptRecord::from_row(row)?
+        }))
     }
 }
 
@@ -521,47 +521,115 @@ pub enum ResolveOutcome {
     },
 }
 
-/// Resolves a `needs_review` attempt: one guarded update, its transition (cause
-/// `operator_resolved`, the operator's reason as detail), for a final state its event, and
-/// the audit row — all in one transaction. Nothing is written when the guard refuses.
+impl ResolveTarget {
+    /// The gateway's charge id and decline code the resolution records, as far as the
+    /// target names them.
+    fn gateway_ids(&self) -> (Option<&str>, Option<&str>) {
+        match self {
+            Self::Succeeded { gateway_charge_id } => (Some(gateway_charge_id.as_str()), None),
+            Self::Declined {
+                gateway_charge_id,
+                decline_code,
+            } => (gateway_charge_id.as_deref(), decline_code.as_deref()),
+            Self::Retry => (None, None),
+        }
+    }
+
+    fn audit_action(&self) -> AuditAction {
+        match self {
+            Self::Succeeded { .. } => AuditAction::ResolveSucceeded,
+            Self::Declined { .. } => AuditAction::ResolveDeclined,
+            Self::Retry => AuditAction::ResolveRetry,
+        }
+    }
+}
+
+impl Resolution<'_> {
+    /// The transition's detail: what the operator established, and their words.
+    fn detail(&self) -> String {
+        let detail = match &self.target {
+            ResolveTarget::Succeeded { gateway_charge_id } => {
+                format!("charge {gateway_charge_id}: {}", self.reason)
+            }
+            ResolveTarget::Declined { decline_code, .. } => format!(
+                "decline code {}: {}",
+                decline_code.as_deref().unwrap_or("none"),
+                self.reason
+            ),
+            ResolveTarget::Retry => format!("re-queued with the same key: {}", self.reason),
+        };
+        bounded(&detail, 2048)
+    }
+
+    /// The move from `needs_review` to the target, checked like every settlement
+    /// ([`IllegalMove::check`]) before anything is written.
+    fn check_move(&self) -> Result<(), sqlx::Error> {
+        IllegalMove::check(
+            self.payment_attempt_id,
+            AttemptStatus::NeedsReview,
+            self.target.status(),
+            TransitionCause::OperatorResolved,
+        )
+        .map_err(|illegal| sqlx::Error::Encode(Box::new(illegal)))
+    }
+
+    /// What the event of a final resolution says.
+    fn announced(&self) -> Announced {
+        let (charge_id, decline_code) = self.target.gateway_ids();
+        Announced {
+            status: self.target.status(),
+            gateway_charge_id: charge_id.map(str::to_owned),
+            decline_code: decline_code.map(str::to_owned),
+            reason: Some(format!("resolved by {}: {}", self.actor, self.reason)),
+        }
+    }
+}
+
+/// Resolves a `needs_review` attempt: the move checked, one guarded update with its
+/// transition (cause `operator_resolved`, the operator's reason as detail), for a final
+/// state its event, and the audit row — all in one transaction. Nothing is written when the
+/// guard refuses.
 pub async fn resolve_attempt(
     store: &Store,
     resolution: &Resolution<'_>,
 ) -> Result<ResolveOutcome, sqlx::Error> {
-    let target = resolution.target.status();
-    let (charge_id, decline_code) = match &resolution.target {
-        ResolveTarget::Succeeded { gateway_charge_id } => (Some(gateway_charge_id.as_str()), None),
-        ResolveTarget::Declined {
-            gateway_charge_id,
-            decline_code,
-        } => (gateway_charge_id.as_deref(), decline_code.as_deref()),
-        ResolveTarget::Retry => (None, None),
-    };
-    let detail = match &resolution.target {
-        ResolveTarget::Succeeded { gateway_charge_id } => {
-            format!("charge {gateway_charge_id}: {}", resolution.reason)
-        }
-        ResolveTarget::Declined { decline_code, .. } => format!(
-            "decline code {}: {}",
-            decline_code.as_deref().unwrap_or("none"),
-            resolution.reason
-        ),
-        ResolveTarget::Retry => format!("re-queued with the same key: {}", resolution.reason),
-    };
-
+    resolution.check_move()?;
     let mut tx = store.pool().begin().await?;
     // The transaction's `now()`: what the writes below stamp, and what the window is
     // measured back from.
     let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
         .fetch_one(&mut *tx)
         .await?;
-    let (key_window_cutoff, age_cutoff) = (
-        resolution.window.key_window_cutoff(now),
-        resolution.window.age_cutoff(now),
-    );
+    let Some(attempt) = write_resolution(&mut tx, resolution, now).await? else {
+        let key_window_cutoff = resolution.window.key_window_cutoff(now);
+        let outcome = explain_refusal(&mut tx, resolution, now, key_window_cutoff).await?;
+        tx.rollback().await?;
+        return Ok(outcome);
+    };
+    let status = resolution.target.status();
+    let mut event_id = None;
+    if status.is_final() {
+        let event = PaymentEvent::for_settlement(&attempt, resolution.announced(), now);
+        outbox::insert_event(&mut tx, &event, &attempt.provenance).await?;
+        event_id = Some(event.event_id);
+    }
+    audit::insert(&mut tx, &resolution_audit(resolution, event_id)).await?;
+    tx.commit().await?;
+    Ok(ResolveOutcome::Resolved { status, event_id })
+}
+
+/// The guarded update and its transition, stamped `now`: the attempt moves only from
+/// `needs_review`, and a retry only inside the key window and the maximum age. Returns
+/// what its event repeats, or `None` when the guard refused.
+async fn write_resolution(
+    conn: &mut PgConnection,
+    resolution: &Resolution<'_>,
+    now: OffsetDateTime,
+) -> Result<Option<EventAttempt>, sqlx::Error> {
+    let (charge_id, decline_code) = resolution.target.gateway_ids();
     // A retry also resets the reconciler's schedule: the attempt starts a new round of
     // sending, and whatever comes of it deserves the reconciler's full schedule again.
-    let resolved = sqlx::query(
+    sqlx::query_as(
         "WITH resolved AS (
              UPDATE payment_attempts SET
                  status = $2,
@@ -582,83 +650,44 @@ pub async fn resolve_attempt(
          transition AS (
              INSERT INTO attempt_transitions
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, 'needs_review', $2, 'operator_resolved', $8, $9, $5
+             SELECT payment_attempt_id, 'needs_review', $2, $10, $8, $9, $5
              FROM resolved
          )
          SELECT * FROM resolved",
     )
     .bind(resolution.payment_attempt_id)
-    .bind(target.as_str())
+    .bind(resolution.target.status().as_str())
     .bind(charge_id)
     .bind(decline_code)
     .bind(now)
-    .bind(key_window_cutoff)
-    .bind(age_cutoff)
+    .bind(resolution.window.key_window_cutoff(now))
+    .bind(resolution.window.age_cutoff(now))
     .bind(resolution.actor)
-    .bind(bounded(&detail, 2048))
-    .fetch_optional(&mut *tx)
-    .await?;
+    .bind(resolution.detail())
+    .bind(TransitionCause::OperatorResolved.as_str())
+    .fetch_optional(conn)
+    .await
+}
 
-    let Some(row) = resolved else {
-        let outcome = explain_refusal(&mut tx, resolution, now, key_window_cutoff).await?;
-        tx.rollback().await?;
-        return Ok(outcome);
-    };
-    let mut event_id = None;
-    if target.is_final() {
-        let event = PaymentEvent {
-            event_id: Uuid::new_v4(),
-            payment_attempt_id: resolution.payment_attempt_id,
-            order_id: row.try_get("order_id")?,
-            status: target,
-            amount_minor: row.try_get("amount_minor")?,
-            currency: row.try_get("currency")?,
-            gateway_charge_id: charge_id.map(str::to_owned),
-            decline_code: decline_code.map(str::to_owned),
-            reason: Some(bounded(
-                &format!("resolved by {}: {}", resolution.actor, resolution.reason),
-                1024,
-            )),
-            occurred_at: now,
-        };
-        let provenance = EventProvenance {
-            correlation_id: row.try_get("correlation_id")?,
-            causation_id: row.try_get("first_message_id")?,
-            traceparent: row.try_get("traceparent")?,
-        };
-        outbox::insert_event(&mut tx, &event, &provenance).await?;
-        event_id = Some(event.event_id);
+/// The audit row of an applied resolution.
+fn resolution_audit(resolution: &Resolution<'_>, event_id: Option<Uuid>) -> NewAuditEntry {
+    let (charge_id, decline_code) = resolution.target.gateway_ids();
+    NewAuditEntry {
+        actor: resolution.actor.to_owned(),
+        via: resolution.via,
+        action: resolution.target.audit_action(),
+        payment_attempt_ids: vec![resolution.payment_attempt_id],
+        dlq_sequence: None,
+        reason: Some(resolution.reason.to_owned()),
+        outcome: "applied",
+        detail: serde_json::json!({
+            "from": AttemptStatus::NeedsReview,
+            "to": resolution.target.status(),
+            "gateway_charge_id": charge_id,
+            "decline_code": decline_code,
+            "event_id": event_id,
+        }),
     }
-    let action = match &resolution.target {
-        ResolveTarget::Succeeded { .. } => AuditAction::ResolveSucceeded,
-        ResolveTarget::Declined { .. } => AuditAction::ResolveDeclined,
-        ResolveTarget::Retry => AuditAction::ResolveRetry,
-    };
-    audit::insert(
-        &mut tx,
-        &NewAuditEntry {
-            actor: resolution.actor.to_owned(),
-            via: resolution.via,
-            action,
-            payment_attempt_ids: vec![resolution.payment_attempt_id],
-            dlq_sequence: None,
-            reason: Some(resolution.reason.to_owned()),
-            outcome: "applied",
-            detail: serde_json::json!({
-                "from": AttemptStatus::NeedsReview,
-                "to": target,
-                "gateway_charge_id": charge_id,
-                "decline_code": decline_code,
-                "event_id": event_id,
-            }),
-        },
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(ResolveOutcome::Resolved {
-        status: target,
-        event_id,
-    })
 }
 
 /// Why the guarded update touched nothing. Read after the write, only to explain it.
@@ -668,30 +697,41 @@ async fn explain_refusal(
     now: OffsetDateTime,
     key_window_cutoff: OffsetDateTime,
 ) -> Result<ResolveOutcome, sqlx::Error> {
-    let row = sqlx::query(
+    let attempt: Option<RefusedAttempt> = sqlx::query_as(
         "SELECT status, first_dispatched_at, created_at, idempotency_key FROM payment_attempts
          WHERE payment_attempt_id = $1",
     )
     .bind(resolution.payment_attempt_id)
     .fetch_optional(conn)
     .await?;
-    let Some(row) = row else {
+    let Some(attempt) = attempt else {
         return Ok(ResolveOutcome::NotFound);
     };
-    let status: AttemptStatus = row.try_get("status")?;
-    if status != AttemptStatus::NeedsReview {
-        return Ok(ResolveOutcome::NotInReview { status });
+    if attempt.status != AttemptStatus::NeedsReview {
+        return Ok(ResolveOutcome::NotInReview {
+            status: attempt.status,
+        });
     }
-    let first_dispatched_at: Option<OffsetDateTime> = row.try_get("first_dispatched_at")?;
-    let created_at: OffsetDateTime = row.try_get("created_at")?;
-    Ok(match first_dispatched_at {
+    Ok(match attempt.first_dispatched_at {
         Some(first) if first <= key_window_cutoff => ResolveOutcome::KeyWindowClosed {
             first_dispatched_at: first,
-            idempotency_key: row.try_get("idempotency_key")?,
+            idempotency_key: attempt.idempotency_key,
             now,
         },
-        _ => ResolveOutcome::TooOldToRetry { created_at, now },
+        _ => ResolveOutcome::TooOldToRetry {
+            created_at: attempt.created_at,
+            now,
+        },
     })
+}
+
+/// What [`explain_refusal`] reads of the attempt.
+#[derive(sqlx::FromRow)]
+struct RefusedAttempt {
+    status: AttemptStatus,
+    first_dispatched_at: Option<OffsetDateTime>,
+    created_at: OffsetDateTime,
+    idempotency_key: String,
 }
 
 /// How many attempts are in each state that has any, ordered by status: what the overview,

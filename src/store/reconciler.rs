@@ -2,22 +2,23 @@
 //! attempts under a fencing token, and rescheduling a lookup that settled nothing.
 //! Resolutions go through [`super::attempts::settle`] with an `unknown` fence.
 
-use sqlx::{PgConnection, Row as _};
+use sqlx::PgConnection;
 use time::OffsetDateTime;
 
 use super::attempts::{gateway_text, record_gateway_call};
 use super::audit::NewAuditEntry;
 use super::Store;
-use crate::domain::PaymentAttemptId;
-use crate::domain::{AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey};
+use crate::domain::{
+    AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, LeaseToken, Money, PaymentAttemptId,
+};
 
 /// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
-/// every write about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// every write about it. Read from the claim's row (`FromRow`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct UnknownAttempt {
     pub payment_attempt_id: PaymentAttemptId,
     pub idempotency_key: IdempotencyKey,
-    pub lease_token: i64,
+    pub lease_token: LeaseToken,
     /// Failed lookups so far; the schedule decides the next delay and when to give up.
     pub reconcile_checks: i32,
     pub tries: i32,
@@ -32,8 +33,8 @@ pub struct UnknownAttempt {
     pub claimed_at: OffsetDateTime,
     /// What a charge found under the key must match to be adopted (with the key, and the
     /// attempt id as reference).
-    pub amount_minor: i64,
-    pub currency: String,
+    #[sqlx(flatten)]
+    pub money: Money,
     /// The gateway object stored before the charging call (Stripe's PaymentIntent id),
     /// which the lookup asks about by id; `None` when no charging call was ever sent.
     pub gateway_object_id: Option<String>,
@@ -110,7 +111,7 @@ pub async fn claim_unknown(
     hold: std::time::Duration,
     limit: usize,
 ) -> Result<Vec<UnknownAttempt>, sqlx::Error> {
-    let rows = sqlx::query(
+    sqlx::query_as(
         "WITH due AS (
              SELECT payment_attempt_id FROM payment_attempts
              WHERE status = 'unknown' AND next_run_at <= now()
@@ -131,8 +132,7 @@ pub async fn claim_unknown(
     .bind(limit as i64)
     .bind(hold.as_secs_f64())
     .fetch_all(store.pool())
-    .await?;
-    rows.iter().map(unknown_from_row).collect()
+    .await
 }
 
 /// A lookup that settled nothing: the attempt stays `unknown`, due again `next_run_at -
@@ -239,7 +239,7 @@ pub async fn claim_for_recheck(
     id: PaymentAttemptId,
     hold: std::time::Duration,
 ) -> Result<RecheckClaim, sqlx::Error> {
-    let row = sqlx::query(
+    let claimed: Option<RecheckRow> = sqlx::query_as(
         "UPDATE payment_attempts a SET
              lease_token = a.lease_token + 1,
              next_run_at = CASE WHEN a.status = 'unknown'
@@ -256,9 +256,8 @@ pub async fn claim_for_recheck(
     .bind(hold.as_secs_f64())
     .fetch_optional(store.pool())
     .await?;
-    if let Some(row) = row {
-        let status: AttemptStatus = row.try_get("status")?;
-        return Ok(RecheckClaim::Claimed(unknown_from_row(&row)?, status));
+    if let Some(RecheckRow { attempt, status }) = claimed {
+        return Ok(RecheckClaim::Claimed(attempt, status));
     }
     let status: Option<AttemptStatus> =
         sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
@@ -268,19 +267,10 @@ pub async fn claim_for_recheck(
     Ok(status.map_or(RecheckClaim::NotFound, RecheckClaim::WrongState))
 }
 
-fn unknown_from_row(row: &sqlx::postgres::PgRow) -> Result<UnknownAttempt, sqlx::Error> {
-    Ok(UnknownAttempt {
-        payment_attempt_id: row.try_get("payment_attempt_id")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        lease_token: row.try_get("lease_token")?,
-        reconcile_checks: row.try_get("reconcile_checks")?,
-        tries: row.try_get("tries")?,
-        first_dispatched_at: row.try_get("first_dispatched_at")?,
-        dispatched_at: row.try_get("dispatched_at")?,
-        created_at: row.try_get("created_at")?,
-        claimed_at: row.try_get("claimed_at")?,
-        amount_minor: row.try_get("amount_minor")?,
-        currency: row.try_get("currency")?,
-        gateway_object_id: row.try_get("gateway_object_id")?,
-    })
+/// A claim for a recheck: the attempt, and the state it was claimed in.
+#[derive(sqlx::FromRow)]
+struct RecheckRow {
+    #[sqlx(flatten)]
+    attempt: UnknownAttempt,
+    status: AttemptStatus,
 }

@@ -13,7 +13,6 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::Row as _;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -93,10 +92,12 @@ fn final_states() -> Vec<&'static str> {
 
 /// One partition of a history table; `from`/`to` are `None` for DEFAULT (and for a bound
 /// that is not a timestamp, such as `MAXVALUE`, which retention never drops).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Partition {
     pub name: String,
+    #[sqlx(rename = "lower")]
     pub from: Option<OffsetDateTime>,
+    #[sqlx(rename = "upper")]
     pub to: Option<OffsetDateTime>,
 }
 
@@ -110,7 +111,7 @@ pub struct RowCount {
 /// The table's partitions, oldest first (DEFAULT last). The bounds are read back as
 /// timestamps by PostgreSQL itself, so the session time zone cannot skew them.
 pub async fn partitions(store: &Store, table: HistoryTable) -> Result<Vec<Partition>, sqlx::Error> {
-    let rows = sqlx::query(
+    sqlx::query_as(
         "SELECT c.relname::text AS name,
                 (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \\(''([^'']+)''\\)'))[1]::timestamptz AS lower,
                 (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \\(''([^'']+)''\\)'))[1]::timestamptz AS upper
@@ -120,16 +121,7 @@ pub async fn partitions(store: &Store, table: HistoryTable) -> Result<Vec<Partit
     )
     .bind(table.name())
     .fetch_all(store.pool())
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(Partition {
-                name: row.try_get("name")?,
-                from: row.try_get("lower")?,
-                to: row.try_get("upper")?,
-            })
-        })
-        .collect()
+    .await
 }
 
 /// Makes sure the DEFAULT partition exists, so that an insert no month covers never fails.

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::Store;
-use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::domain::PaymentAttemptId;
 use crate::gateway::list::{ListWindow, ListedCharge, ListedStatus};
 use crate::reconciler::sweep::AttemptView;
 
@@ -101,20 +101,6 @@ const VIEW: &str = "a.payment_attempt_id, a.status, a.amount_minor, a.currency, 
      (a.status = 'succeeded' AND a.first_dispatched_at >= $2::timestamptz + make_interval(secs => $4) \
       AND a.updated_at < $3::timestamptz - make_interval(secs => $4)) AS in_window";
 
-fn view(row: &sqlx::postgres::PgRow) -> Result<AttemptView, sqlx::Error> {
-    Ok(AttemptView {
-        payment_attempt_id: row.try_get("payment_attempt_id")?,
-        status: row.try_get::<AttemptStatus, _>("status")?,
-        amount_minor: row.try_get("amount_minor")?,
-        currency: row.try_get("currency")?,
-        customer_id: row.try_get("customer_id")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        gateway_charge_id: row.try_get("gateway_charge_id")?,
-        gateway_object_id: row.try_get("gateway_object_id")?,
-        in_window: row.try_get("in_window")?,
-    })
-}
-
 fn record(row: &sqlx::postgres::PgRow) -> Result<ListedCharge, sqlx::Error> {
     Ok(ListedCharge {
         id: row.try_get("charge_id")?,
@@ -151,7 +137,7 @@ pub async fn named_attempts(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let attempts = sqlx::query(&format!(
+    let attempts: Vec<AttemptView> = sqlx::query_as(&format!(
         "SELECT {VIEW} FROM payment_attempts a WHERE a.payment_attempt_id = ANY($1)"
     ))
     .bind(&ids)
@@ -159,10 +145,7 @@ pub async fn named_attempts(
     .bind(window.to)
     .bind(margin.as_secs_f64())
     .fetch_all(store.pool())
-    .await?
-    .iter()
-    .map(view)
-    .collect::<Result<Vec<_>, _>>()?;
+    .await?;
     let rows = sqlx::query(
         "SELECT charge_id, status, reference, payment_attempt_id, amount_minor, currency, customer,
                 idempotency_key
@@ -242,7 +225,7 @@ pub async fn unlisted_succeeded(
     after: Option<Uuid>,
     limit: usize,
 ) -> Result<Vec<AttemptView>, sqlx::Error> {
-    sqlx::query(&format!(
+    sqlx::query_as(&format!(
         "SELECT {VIEW} FROM payment_attempts a
          WHERE a.status = 'succeeded'
            AND a.first_dispatched_at >= $2::timestamptz + make_interval(secs => $4)
@@ -259,10 +242,7 @@ pub async fn unlisted_succeeded(
     .bind(after)
     .bind(limit as i64)
     .fetch_all(store.pool())
-    .await?
-    .iter()
-    .map(view)
-    .collect()
+    .await
 }
 
 /// A `pending` attempt due now (its charge is at the gateway under its key: the

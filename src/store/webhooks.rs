@@ -4,21 +4,20 @@
 //! dispute of a succeeded attempt. A redelivered event finds its row and does nothing.
 
 use serde_json::json;
-use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::findings::{self, FindingSource, NewFinding};
 use super::Store;
-use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::domain::{AttemptStatus, Money, PaymentAttemptId};
 
 /// The attempt a PaymentIntent belongs to, as the webhook's decision needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct IntentAttempt {
     pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,
-    pub amount_minor: i64,
-    pub currency: String,
+    #[sqlx(flatten)]
+    pub money: Money,
 }
 
 /// What an accepted event does, decided by `crate::webhook`.
@@ -60,25 +59,17 @@ pub async fn record_event(
     decide: impl FnOnce(Option<&IntentAttempt>) -> Effect,
 ) -> Result<Recorded, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let attempt = match event.payment_intent_id {
-        Some(pi) => sqlx::query(
-            "SELECT payment_attempt_id, status, amount_minor, currency FROM payment_attempts
-             WHERE gateway_object_id = $1",
-        )
-        .bind(pi)
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|row| -> Result<IntentAttempt, sqlx::Error> {
-            Ok(IntentAttempt {
-                payment_attempt_id: row.try_get("payment_attempt_id")?,
-                status: row.try_get("status")?,
-                amount_minor: row.try_get("amount_minor")?,
-                currency: row.try_get("currency")?,
-            })
-        })
-        .transpose()?,
-        None => None,
-    };
+    let attempt =
+        match event.payment_intent_id {
+            Some(pi) => sqlx::query_as(
+                "SELECT payment_attempt_id, status, amount_minor, currency FROM payment_attempts
+                 WHERE gateway_object_id = $1",
+            )
+            .bind(pi)
+            .fetch_optional(&mut *tx)
+            .await?,
+            None => None,
+        };
     let effect = decide(attempt.as_ref());
     let label = match &effect {
         Effect::Wake(_) => "woke",

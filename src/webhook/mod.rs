@@ -242,8 +242,8 @@ pub fn react(
         reference: Some(attempt.payment_attempt_id.to_string()),
         gateway_ids: vec![intent.to_owned()],
         attempt_status: Some(attempt.status.as_str().to_owned()),
-        attempt_amount_minor: Some(attempt.amount_minor),
-        attempt_currency: Some(attempt.currency.clone()),
+        attempt_amount_minor: Some(attempt.money.amount_minor),
+        attempt_currency: Some(attempt.money.currency.clone()),
         gateway_amount_minor: None,
         gateway_currency: None,
         detail: format!(
@@ -261,8 +261,7 @@ mod tests {
         IntentAttempt {
             payment_attempt_id: PaymentAttemptId::random(),
             status,
-            amount_minor: 1999,
-            currency: "EUR".into(),
+            money: crate::domain::Money::new(1999, "EUR"),
         }
     }
 

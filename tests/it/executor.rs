@@ -847,7 +847,7 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
         charge_id: format!("ch_batch_{n}"),
     };
     let mut stale = claimed[2].clone();
-    stale.lease_token -= 1;
+    stale.lease_token = (stale.lease_token.get() - 1).into();
     let writes = vec![
         settled_write(&claimed[0], succeeded(0), now),
         settled_write(&claimed[1], succeeded(1), now),

@@ -477,11 +477,15 @@ async fn an_executor_that_died_between_storing_and_confirming_is_settled_by_retr
     // The first step ran and its id was stored; then the process died before the confirm.
     let (pi, evidence) = prepare_and_store(&h, &client, &claimed).await;
     // A stale worker cannot replace it.
-    assert!(
-        !record_gateway_object(&h.store, id, claimed.lease_token - 1, "pi_other", &evidence)
-            .await
-            .unwrap()
-    );
+    assert!(!record_gateway_object(
+        &h.store,
+        id,
+        (claimed.lease_token.get() - 1).into(),
+        "pi_other",
+        &evidence
+    )
+    .await
+    .unwrap());
     h.advance(Duration::from_secs(60)).await;
 
     // requires_confirmation: never charged, confirm it (again) under the same key.

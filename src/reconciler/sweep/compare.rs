@@ -21,7 +21,7 @@ use crate::gateway::list::{ListedCharge, ListedStatus};
 use crate::store::findings::{FindingClass, NewFinding};
 
 /// What the sweep knows of one attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct AttemptView {
     pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,

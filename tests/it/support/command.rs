@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use onecharge::domain::command::{validate, CommandHeaders};
+use onecharge::domain::command::{contract_example, validate, CommandHeaders};
 use onecharge::store::intake::IntakeRecord;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -12,16 +12,11 @@ use uuid::Uuid;
 /// A valid ChargePayment body for `attempt`, with fields overridden by `patch` (a `null`
 /// removes the field).
 pub fn command(attempt: Uuid, patch: Value) -> Value {
-    let mut body = json!({
-        "payment_attempt_id": attempt,
-        "order_id": "ord_1001",
-        "customer_id": "cus_42",
-        "amount_minor": 1999,
-        "currency": "EUR",
-        "payment_method": "pm_card_visa",
-        "description": "Order ord_1001",
-        "requested_at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap(),
-    });
+    let mut body = contract_example();
+    body["payment_attempt_id"] = json!(attempt);
+    body["requested_at"] = json!(time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap());
     for (k, v) in patch.as_object().unwrap() {
         if v.is_null() {
             body.as_object_mut().unwrap().remove(k);
