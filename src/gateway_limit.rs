@@ -344,61 +344,70 @@ impl GatewayRateLimit {
         let need = u32::try_from(calls)
             .unwrap_or(u32::MAX)
             .saturating_mul(cost);
-        let (from_lease, expires, ask) = {
-            let now = Instant::now();
-            let mut local = limiter
-                .local
-                .lock()
-                .expect("the lease lock is never poisoned");
-            let expires = local.lease.expires;
-            let spent = local.lease.spend(need, now);
-            let ask = lease_size(
-                need - spent,
-                local.recent_rate,
-                limiter.rate,
-                limiter.burst,
-                cost,
-            );
-            (spent, expires, ask)
-        };
+        let (from_lease, expires, ask) = limiter.spend_lease(need, cost);
         // The lease alone pays for at least one call: no round trip.
         if from_lease >= cost {
             return Take::Granted(limiter.permits(from_lease, cost, expires));
         }
-        let taken = take_tokens(
-            &limiter.store,
-            &limiter.gateway,
-            limiter.rate,
-            f64::from(limiter.burst),
-            ask,
-            None,
-        )
-        .await;
-        metrics::counter!("onecharge_gateway_rate_limit_takes_total").increment(1);
-        let (granted, wait) = match taken {
-            Ok(Taken {
-                granted, tokens, ..
-            }) => {
-                limiter.note_error(None);
-                (
-                    granted,
-                    time_until(tokens, wait_target(ask, limiter.burst, cost), limiter.rate),
-                )
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "cannot take gateway rate tokens from the database; no call is made until it answers");
-                limiter.note_error(Some(err.to_string()));
-                (0, MAX_WAIT)
-            }
-        };
+        let (granted, wait) = limiter.take_from_bucket(ask, cost).await;
         let now = Instant::now();
         limiter.count_taken(granted, now);
         let tokens = from_lease + granted;
         if tokens >= cost {
             return Take::Granted(limiter.permits(tokens, cost, now + LEASE_HORIZON));
         }
-        limiter
-            .local
+        limiter.wait(tokens, operation, wait, now)
+    }
+}
+
+impl Limiter {
+    /// Spends what the lease holds toward `need` tokens: how many it paid, when they
+    /// expire, and how many to ask the database for (at least one call of `cost`).
+    fn spend_lease(&self, need: u32, cost: u32) -> (u32, Instant, u32) {
+        let now = Instant::now();
+        let mut local = self.local.lock().expect("the lease lock is never poisoned");
+        let expires = local.lease.expires;
+        let spent = local.lease.spend(need, now);
+        let ask = lease_size(need - spent, local.recent_rate, self.rate, self.burst, cost);
+        (spent, expires, ask)
+    }
+
+    /// One take of `ask` tokens from the fleet's bucket: how many it granted, and how long
+    /// a caller it could not serve waits. A database that does not answer grants none, and
+    /// its error is kept for [`GatewayRateLimit::why_refused`].
+    async fn take_from_bucket(&self, ask: u32, cost: u32) -> (u32, Duration) {
+        let taken = take_tokens(
+            &self.store,
+            &self.gateway,
+            self.rate,
+            f64::from(self.burst),
+            ask,
+            None,
+        )
+        .await;
+        metrics::counter!("onecharge_gateway_rate_limit_takes_total").increment(1);
+        match taken {
+            Ok(Taken {
+                granted, tokens, ..
+            }) => {
+                self.note_error(None);
+                (
+                    granted,
+                    time_until(tokens, wait_target(ask, self.burst, cost), self.rate),
+                )
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "cannot take gateway rate tokens from the database; no call is made until it answers");
+                self.note_error(Some(err.to_string()));
+                (0, MAX_WAIT)
+            }
+        }
+    }
+
+    /// Not enough for one call: the `tokens` in hand go back to the lease and the caller
+    /// waits `wait`.
+    fn wait(&self, tokens: u32, operation: Operation, wait: Duration, now: Instant) -> Take {
+        self.local
             .lock()
             .expect("the lease lock is never poisoned")
             .lease
@@ -409,9 +418,7 @@ impl GatewayRateLimit {
             .record(wait.as_secs_f64());
         Take::Wait(wait)
     }
-}
 
-impl Limiter {
     fn note_error(&self, error: Option<String>) {
         self.local
             .lock()

@@ -13,6 +13,7 @@ pub mod demo;
 pub mod domain;
 pub mod executor;
 pub mod gateway;
+pub mod gateway_access;
 pub mod gateway_limit;
 pub mod gauges;
 pub mod generated;

@@ -50,7 +50,8 @@ use crate::domain::{LeaseToken, PaymentAttemptId};
 use crate::gateway::CancelOutcome;
 use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
 use crate::gateway::{ChargeBody, ChargeRequest};
-use crate::gateway_limit::{GatewayRateLimit, Take};
+use crate::gateway_access::GatewayAccess;
+use crate::gateway_limit::Take;
 use crate::nudge::Nudges;
 use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
 use crate::store::gateway_objects::{
@@ -131,10 +132,9 @@ pub struct Executor {
 #[derive(Clone)]
 struct Inner {
     store: Store,
-    gateway: GatewayClient,
-    health: GatewayHealth,
-    /// The fleet-wide `gateway_max_rate`: permits are taken before a claim, one per call.
-    rate_limit: GatewayRateLimit,
+    /// The client, the shared health and the fleet's rate limit (permits before a claim,
+    /// one per call).
+    gateway: GatewayAccess,
     settings: ExecutorSettings,
     policy: RetryPolicy,
     writer: SettlementWriter,
@@ -169,14 +169,8 @@ impl Executor {
         Self {
             inner: Arc::new(Inner {
                 writer: SettlementWriter::start(store.clone(), settings.executor.batch_size),
-                rate_limit: GatewayRateLimit::from_settings(
-                    store.clone(),
-                    settings,
-                    gateway.kind(),
-                ),
+                gateway: GatewayAccess::new(store.clone(), gateway, health, settings),
                 store,
-                gateway,
-                health,
                 settings: settings.executor.clone(),
                 policy: RetryPolicy::from_settings(settings),
                 nudges: Nudges::default(),
@@ -218,7 +212,7 @@ impl Executor {
 
     /// The shared gateway health this executor obeys and updates.
     pub fn health(&self) -> &GatewayHealth {
-        &self.inner.health
+        &self.inner.gateway.health
     }
 
     /// Claims up to `limit` due attempts (see [`sql::claim_due_attempts`]). The claim is
@@ -260,7 +254,7 @@ impl Executor {
     /// claimed attempt with up to `concurrency` calls at once, and writes every result.
     pub async fn run_once(&self) -> anyhow::Result<ExecutorReport> {
         let inner = &self.inner;
-        let admission = inner.health.admit(inner.clock.now());
+        let admission = inner.gateway.health.admit(inner.clock.now());
         let limit = admission.allowance(inner.settings.batch_size);
         if limit == 0 {
             return Ok(ExecutorReport {
@@ -268,7 +262,7 @@ impl Executor {
                 attempts: Vec::new(),
             });
         }
-        let permits = match inner.rate_limit.for_charges(limit).await {
+        let permits = match inner.gateway.rate_limit.for_charges(limit).await {
             Take::Granted(permits) => permits,
             Take::Wait(_) => {
                 return Ok(ExecutorReport {
@@ -365,7 +359,7 @@ impl Executor {
         if want == 0 {
             return Err(Next::WaitForRoom);
         }
-        let admission = inner.health.admit(inner.clock.now());
+        let admission = inner.gateway.health.admit(inner.clock.now());
         let limit = admission.allowance(want);
         if limit == 0 {
             return Err(Next::Idle);
@@ -375,7 +369,7 @@ impl Executor {
             let started = std::time::Instant::now();
             // Permits before the claim (decision 62): an attempt waiting for its turn holds no
             // lease. One queued ahead holds its permit, so sending it needs no other.
-            let permits = match executor.inner.rate_limit.for_charges(limit).await {
+            let permits = match executor.inner.gateway.rate_limit.for_charges(limit).await {
                 Take::Granted(permits) => permits,
                 Take::Wait(wait) => return ClaimResult::RateLimited(wait),
             };
@@ -438,7 +432,7 @@ impl Executor {
     /// which is what tests the gateway again).
     async fn send_queued(&self, ahead: &mut ClaimAhead, in_hand: &mut InHand) {
         let inner = &self.inner;
-        if let Some(reason) = inner.health.holding_calls() {
+        if let Some(reason) = inner.gateway.health.holding_calls() {
             let (probes, held): (Vec<_>, Vec<_>) =
                 ahead.take_all().into_iter().partition(|q| q.probe);
             ahead.put_back(probes);
@@ -581,13 +575,16 @@ impl Executor {
                 Ok(Some(not_sent)) => not_sent,
                 Ok(None) => {
                     started_at = now();
-                    let call = inner.gateway.charge(&request).await;
+                    let call = inner.gateway.client.charge(&request).await;
                     self.cancel_if_action_required(&attempt, call, &now).await
                 }
             },
         };
         if !call.answered_locally {
-            inner.health.record(&call.outcome, inner.clock.now());
+            inner
+                .gateway
+                .health
+                .record(&call.outcome, inner.clock.now());
         }
         // Freed after the health has learned from the answer: the next call (or a queued
         // attempt's check) sees a breaker this answer opened.
@@ -682,7 +679,7 @@ impl Executor {
         started_at: time::OffsetDateTime,
     ) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
         let inner = &self.inner;
-        let Some(prepared) = inner.gateway.prepare(request).await else {
+        let Some(prepared) = inner.gateway.client.prepare(request).await else {
             return Ok(None);
         };
         let id = match prepared.outcome {
@@ -707,6 +704,7 @@ impl Executor {
             }
         };
         inner
+            .gateway
             .health
             .record_prepared(&prepared.outcome, inner.clock.now());
         let evidence = call_evidence(
@@ -833,7 +831,8 @@ impl Executor {
         let started_at = now();
         let Some(cancel) = inner
             .gateway
-            .cancel_object(attempt.idempotency_key.as_str(), Some(charge_id))
+            .client
+            .cancel_object(&attempt.idempotency_key, Some(charge_id))
             .await
         else {
             return call;

@@ -8,14 +8,14 @@
 //! [`read_stripe_page`]), each row of which is a unit test below. The client never decides
 //! what a record means for an attempt: the sweep's comparison does.
 
-use std::collections::HashMap;
-
 use secrecy::ExposeSecret as _;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
+use super::stripe::IntentFields;
+use super::wire::GatewayReply;
 use super::{exchange, Connector, GatewayCall, GatewayClient};
-use crate::domain::outcome::{GatewayReply, MAX_REASON_CHARS};
+use crate::domain::outcome::MAX_REASON_CHARS;
 use crate::domain::{bounded, CallOperation};
 
 /// The most records one page may ask for (both dialects cap `limit` at 100).
@@ -150,7 +150,10 @@ impl GatewayClient {
                 if let Some(cursor) = cursor {
                     query.push(("starting_after", cursor.to_owned()));
                 }
-                self.http.get(endpoints.charges_url.clone()).query(&query)
+                self.transport
+                    .http
+                    .get(endpoints.charges_url.clone())
+                    .query(&query)
             }
             Connector::Stripe(endpoints) => {
                 let mut query = vec![
@@ -162,7 +165,8 @@ impl GatewayClient {
                 if let Some(cursor) = cursor {
                     query.push(("starting_after", cursor.to_owned()));
                 }
-                self.http
+                self.transport
+                    .http
                     .get(endpoints.create_url.clone())
                     .query(&query)
                     .header("Stripe-Version", super::stripe::STRIPE_VERSION)
@@ -173,7 +177,7 @@ impl GatewayClient {
             Connector::Stripe(_) => read_stripe_page,
         };
         exchange(
-            request.bearer_auth(self.api_key.expose_secret()),
+            request.bearer_auth(self.transport.api_key.expose_secret()),
             CallOperation::List,
             None,
             |reply, _| read(reply),
@@ -293,16 +297,10 @@ struct StripeList {
 
 #[derive(Deserialize)]
 struct StripeIntent {
-    id: String,
-    status: String,
-    #[serde(default)]
-    amount: Option<i64>,
-    #[serde(default)]
-    currency: Option<String>,
+    #[serde(flatten)]
+    fields: IntentFields,
     #[serde(default)]
     customer: Option<Expandable<IdOnly>>,
-    #[serde(default)]
-    metadata: HashMap<String, String>,
     #[serde(default)]
     latest_charge: Option<Expandable<StripeCharge>>,
     #[serde(default)]
@@ -347,13 +345,13 @@ pub fn read_stripe_page(reply: GatewayReply<'_>) -> ListOutcome {
     };
     let next = list
         .has_more
-        .then(|| list.data.last().map(|pi| pi.id.clone()))
+        .then(|| list.data.last().map(|pi| pi.fields.id.clone()))
         .flatten();
     let records = list
         .data
         .into_iter()
         .filter_map(|pi| {
-            let status = match pi.status.as_str() {
+            let status = match pi.fields.status.as_str() {
                 "succeeded" => match &pi.latest_charge {
                     Some(Expandable::Object(charge)) if charge.disputed => ListedStatus::Disputed,
                     Some(Expandable::Object(charge))
@@ -370,14 +368,11 @@ pub fn read_stripe_page(reply: GatewayReply<'_>) -> ListOutcome {
                 "requires_payment_method" | "requires_confirmation" => return None,
                 other => ListedStatus::Other(other.to_owned()),
             };
-            let currency = pi.currency.as_deref().map(str::to_ascii_uppercase);
-            let amount_minor = match (pi.amount, currency.as_deref()) {
-                (Some(amount), Some(currency)) => super::stripe::minor_amount(amount, currency),
-                _ => None,
-            };
+            let (amount_minor, currency) = pi.fields.money();
             Some(ListedCharge {
                 status,
                 reference: pi
+                    .fields
                     .metadata
                     .get("payment_attempt_id")
                     .filter(|r| !r.is_empty())
@@ -389,7 +384,7 @@ pub fn read_stripe_page(reply: GatewayReply<'_>) -> ListOutcome {
                     Expandable::Object(o) => o.id,
                 }),
                 idempotency_key: None,
-                id: pi.id,
+                id: pi.fields.id,
             })
         })
         .collect();

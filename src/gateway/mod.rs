@@ -4,10 +4,13 @@
 //! gateway's health (credentials pause, circuit breaker).
 //!
 //! What is generic lives here: timeouts, TLS, reading a response, the split between "not
-//! sent" and "lost", metrics and spans. What is per connector lives in its module: the
-//! requests, and a pure function per call that reads the answer into the existing outcomes
-//! ([`GatewayOutcome`], [`LookupOutcome`]). The executor, reconciler, operator commands and
-//! console never know which connector runs.
+//! sent" and "lost", metrics and spans, and the dispatch to the connector `gateway_kind`
+//! chose. Each connector is a room of its own — its requests and the pure table that reads
+//! its answers into the shared outcomes ([`GatewayOutcome`], [`LookupOutcome`]), with that
+//! table's tests: [`onecharge`] (§3) and [`stripe`]. What connectors share when they read
+//! the wire sits beside them in [`wire`]; the request every connector takes in [`request`],
+//! what a call came to in [`call`]. The executor, reconciler, operator commands and console
+//! never know which connector runs.
 //!
 //! Invariants:
 //! - The client never touches the database and never decides what an answer means: the
@@ -19,36 +22,77 @@
 //! - The bearer key lives in a [`SecretString`] and is never logged or printed (`Debug` of
 //!   the client redacts it; reqwest marks the header sensitive).
 
+mod call;
 mod health;
 pub mod list;
-mod onecharge;
+pub mod onecharge;
+mod request;
 pub mod stripe;
+pub mod wire;
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rustls::pki_types::CertificateDer;
-use secrecy::{ExposeSecret as _, SecretString};
-use serde::Serialize;
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
 use tracing::Instrument as _;
 
+pub use call::{CancelOutcome, GatewayCall, Prepared};
 pub use health::{Admission, BreakerState, GatewayHealth, HealthSnapshot};
+pub use request::{ChargeBody, ChargeRequest, KeySeq};
+pub use wire::Hints;
 
 use crate::config::Settings;
-use crate::domain::outcome::{GatewayOutcome, GatewayReply, LookupOutcome};
+use crate::domain::outcome::{GatewayOutcome, LookupOutcome};
 use crate::domain::{bounded, CallOperation, IdempotencyKey};
+use wire::GatewayReply;
 
 /// Longest transport error text kept (it goes to `gateway_calls.error`, bounded at 1024).
 const MAX_ERROR_CHARS: usize = 1000;
 
-pub use crate::config::GatewayKind;
+/// Which wire protocol the gateway speaks (`gateway_kind`, `ONECHARGE_GATEWAY_KIND`;
+/// contract §3.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GatewayKind {
+    /// The contract's own §3 API: `POST /v1/charges`, lookup by idempotency key.
+    #[default]
+    Onecharge,
+    /// Stripe's PaymentIntents API; lookup by the PaymentIntent id stored before confirming.
+    Stripe,
+}
+
+impl GatewayKind {
+    /// The `gateway_url` used when none is configured.
+    pub fn default_url(self) -> &'static str {
+        match self {
+            Self::Onecharge => "http://127.0.0.1:8080",
+            Self::Stripe => stripe::DEFAULT_URL,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Onecharge => "onecharge",
+            Self::Stripe => "stripe",
+        }
+    }
+}
 
 /// One pooled HTTP client for the gateway. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct GatewayClient {
-    http: reqwest::Client,
+    transport: Transport,
     connector: Connector,
+}
+
+/// What every connector sends through: the pooled HTTP client (timeouts, TLS, no
+/// redirects) and the bearer key.
+#[derive(Clone)]
+struct Transport {
+    http: reqwest::Client,
     api_key: SecretString,
 }
 
@@ -71,252 +115,6 @@ impl fmt::Debug for GatewayClient {
             .field("api_key", &"[REDACTED]")
             .finish()
     }
-}
-
-/// The body of `POST /v1/charges`, in the contract's field order. Built from the stored
-/// attempt only, so every try serialises to the same bytes.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ChargeBody {
-    pub amount_minor: i64,
-    pub currency: String,
-    pub customer_id: String,
-    pub payment_method: String,
-    /// The `payment_attempt_id`, which an operator searches the gateway for.
-    pub reference: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-}
-
-/// A charge ready to send: the stored idempotency key, the serialised §3 body, and what
-/// other connectors need besides (the order id, the gateway object stored for the attempt).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChargeRequest {
-    pub idempotency_key: String,
-    body: Vec<u8>,
-    charge: ChargeBody,
-    order_id: Option<String>,
-    gateway_object_id: Option<String>,
-    /// Which derived key each step sends (`payment_attempts.create_key_seq`,
-    /// `confirm_key_seq`; Stripe): 1 is the first.
-    key_seq: KeySeq,
-}
-
-/// The sequence numbers of the derived keys an attempt sends next (Stripe's
-/// `<key>-create[-N]`, `<key>-confirm[-N]`), stored with the attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeySeq {
-    pub create: i32,
-    pub confirm: i32,
-}
-
-impl Default for KeySeq {
-    fn default() -> Self {
-        Self {
-            create: 1,
-            confirm: 1,
-        }
-    }
-}
-
-impl ChargeRequest {
-    /// Serialises `body` once; the bytes are what every try sends.
-    pub fn new(idempotency_key: impl Into<String>, body: &ChargeBody) -> Self {
-        Self {
-            idempotency_key: idempotency_key.into(),
-            body: serde_json::to_vec(body).expect("a charge body always serialises"),
-            charge: body.clone(),
-            order_id: None,
-            gateway_object_id: None,
-            key_seq: KeySeq::default(),
-        }
-    }
-
-    /// The derived keys' sequence numbers stored with the attempt.
-    pub fn with_key_seq(mut self, key_seq: KeySeq) -> Self {
-        self.key_seq = key_seq;
-        self
-    }
-
-    /// The attempt's order id (Stripe carries it in the PaymentIntent's metadata; the §3
-    /// body has no place for it, so its bytes do not change).
-    pub fn for_order(mut self, order_id: impl Into<String>) -> Self {
-        self.order_id = Some(order_id.into());
-        self
-    }
-
-    /// The gateway object stored for the attempt (`payment_attempts.gateway_object_id`,
-    /// Stripe's PaymentIntent id), if one was: then nothing is prepared again.
-    pub fn with_gateway_object(mut self, id: Option<String>) -> Self {
-        self.gateway_object_id = id;
-        self
-    }
-
-    /// The exact bytes sent to a §3 gateway.
-    pub fn body(&self) -> &[u8] {
-        &self.body
-    }
-
-    /// The charge's fields.
-    pub fn charge(&self) -> &ChargeBody {
-        &self.charge
-    }
-
-    /// The stored gateway object, if any.
-    pub fn gateway_object_id(&self) -> Option<&str> {
-        self.gateway_object_id.as_deref()
-    }
-}
-
-/// What cancelling the gateway object stored for an attempt came to
-/// ([`GatewayClient::cancel_object`]): the proof behind every "not charged" a Stripe
-/// attempt with a stored PaymentIntent may announce.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CancelOutcome {
-    /// The object is canceled and can never charge: "not charged" is proven.
-    Canceled { charge_id: String },
-    /// It had already charged: adopt that.
-    Succeeded { charge_id: String },
-    /// It is processing at the gateway and may still charge: the attempt stays `unknown`.
-    Processing { charge_id: String },
-    /// No proof either way (no answer, an error, another state): the attempt stays where it
-    /// is and the cancel is tried again; nothing is announced.
-    Unproven { reason: String },
-}
-
-impl CancelOutcome {
-    /// A bounded label for metrics and `gateway_calls.outcome`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Canceled { .. } => "canceled",
-            Self::Succeeded { .. } => "succeeded",
-            Self::Processing { .. } => "processing",
-            Self::Unproven { .. } => "not_canceled",
-        }
-    }
-
-    /// The object's id, when the gateway named it.
-    pub fn charge_id(&self) -> Option<&str> {
-        match self {
-            Self::Canceled { charge_id }
-            | Self::Succeeded { charge_id }
-            | Self::Processing { charge_id } => Some(charge_id),
-            Self::Unproven { .. } => None,
-        }
-    }
-}
-
-impl GatewayCall<CancelOutcome> {
-    /// This cancel's `gateway_calls` row, for the attempt whose stored key is `stored_key`,
-    /// made on try `try_number` under `lease_token` (none for a person's), started at
-    /// `started_at` by the database's clock.
-    pub fn evidence(
-        &self,
-        payment_attempt_id: crate::domain::PaymentAttemptId,
-        stored_key: &IdempotencyKey,
-        try_number: i32,
-        lease_token: Option<crate::domain::LeaseToken>,
-        started_at: time::OffsetDateTime,
-    ) -> crate::domain::GatewayCallRecord {
-        crate::domain::GatewayCallRecord {
-            payment_attempt_id,
-            operation: self.operation,
-            idempotency_key: self.sent_key.clone().unwrap_or_else(|| stored_key.clone()),
-            try_number,
-            lease_token,
-            started_at,
-            finished_at: started_at + self.elapsed,
-            http_status: self.http_status,
-            outcome: self.outcome.label().to_owned(),
-            gateway_charge_id: self.outcome.charge_id().map(str::to_owned),
-            error: match &self.outcome {
-                CancelOutcome::Unproven { reason } => Some(reason.clone()),
-                _ => self.error.clone(),
-            },
-        }
-    }
-}
-
-/// What the first step of a two-step charge came to ([`GatewayClient::prepare`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Prepared {
-    /// The gateway holds an object that cannot charge until it is confirmed; its id must be
-    /// stored (fenced) before the charging call.
-    Object { id: String },
-    /// The object was not made; the outcome says what the attempt does next. None of these
-    /// can have charged.
-    Refused(GatewayOutcome),
-}
-
-impl Prepared {
-    /// A bounded label for metrics and `gateway_calls.outcome`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Object { .. } => "prepared",
-            Self::Refused(outcome) => outcome.label(),
-        }
-    }
-}
-
-impl<T> GatewayCall<T> {
-    /// A call onecharge answered itself, sending nothing (`operation` under `sent_key`, had
-    /// it been sent): it took no time and says nothing of the gateway.
-    fn answered_locally(
-        outcome: T,
-        operation: CallOperation,
-        sent_key: Option<String>,
-        error: Option<String>,
-    ) -> Self {
-        GatewayCall {
-            outcome,
-            operation,
-            sent_key: sent_key.map(IdempotencyKey::sent),
-            http_status: None,
-            elapsed: Duration::ZERO,
-            answered_locally: true,
-            error,
-        }
-    }
-
-    /// A call onecharge refused to send for `reason` (a request it cannot build): the
-    /// outcome `refused` makes of the reason, with `not sent: <reason>` as the call's error.
-    fn refused_locally(
-        refused: impl FnOnce(String) -> T,
-        operation: CallOperation,
-        sent_key: Option<String>,
-        reason: String,
-    ) -> Self {
-        let error = format!("not sent: {reason}");
-        Self::answered_locally(refused(reason), operation, sent_key, Some(error))
-    }
-}
-
-/// What one gateway call came to, with the evidence `gateway_calls` records.
-#[derive(Debug, Clone)]
-pub struct GatewayCall<T> {
-    /// The classified answer.
-    pub outcome: T,
-    /// `prepare`, `charge` or `lookup`: the `gateway_calls.operation` of this call.
-    pub operation: CallOperation,
-    /// The `Idempotency-Key` this call sent, when it is not the attempt's stored key
-    /// itself (Stripe's derived keys); `None` for the stored key or no key.
-    pub sent_key: Option<IdempotencyKey>,
-    /// Answered by onecharge itself, with no request sent (Stripe with no stored
-    /// PaymentIntent, an amount Stripe cannot take): says nothing of the gateway's health.
-    pub answered_locally: bool,
-    /// The HTTP status, when a response arrived.
-    pub http_status: Option<u16>,
-    /// Wall time from sending to the classified answer.
-    pub elapsed: Duration,
-    /// The transport error, bounded, when no complete response arrived (or, for an answer
-    /// given without a call, why none was needed).
-    pub error: Option<String>,
-}
-
-/// Headers some connectors read besides the status and body.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Hints {
-    /// Stripe's `Stripe-Should-Retry`, when present.
-    pub should_retry: Option<bool>,
 }
 
 /// A raw answer before classification.
@@ -396,9 +194,8 @@ impl GatewayClient {
             .build()
             .context("building the gateway HTTP client")?;
         Ok(Self {
-            http,
+            transport: Transport { http, api_key },
             connector,
-            api_key,
         })
     }
 
@@ -440,36 +237,8 @@ impl GatewayClient {
         match &self.connector {
             Connector::Onecharge(_) => None,
             Connector::Stripe(_) if request.gateway_object_id.is_some() => None,
-            Connector::Stripe(endpoints) => Some(self.stripe_create(endpoints, request).await),
+            Connector::Stripe(stripe) => Some(stripe.create(&self.transport, request).await),
         }
-    }
-
-    async fn stripe_create(
-        &self,
-        endpoints: &stripe::Endpoints,
-        request: &ChargeRequest,
-    ) -> GatewayCall<Prepared> {
-        let key = stripe::create_key_at(&request.idempotency_key, request.key_seq.create);
-        let form = match stripe::create_form(request) {
-            Ok(form) => form,
-            // Refused before sending: nothing left this process.
-            Err(reason) => {
-                return GatewayCall::refused_locally(
-                    |reason| Prepared::Refused(GatewayOutcome::NeedsReview { reason }),
-                    CallOperation::Prepare,
-                    Some(key),
-                    reason,
-                )
-            }
-        };
-        exchange(
-            self.stripe_post(endpoints.create_url.clone(), &key, form),
-            CallOperation::Prepare,
-            Some(key),
-            stripe::classify_create,
-            Prepared::label,
-        )
-        .await
     }
 
     /// The charging call, classified by the connector. Never fails: every transport
@@ -480,69 +249,9 @@ impl GatewayClient {
     /// span (the executor's `execute`) carries the `payment_attempt_id`.
     pub async fn charge(&self, request: &ChargeRequest) -> GatewayCall<GatewayOutcome> {
         match &self.connector {
-            Connector::Onecharge(endpoints) => self.onecharge_charge(endpoints, request).await,
-            Connector::Stripe(endpoints) => self.stripe_confirm(endpoints, request).await,
+            Connector::Onecharge(onecharge) => onecharge.charge(&self.transport, request).await,
+            Connector::Stripe(stripe) => stripe.confirm(&self.transport, request).await,
         }
-    }
-
-    async fn onecharge_charge(
-        &self,
-        endpoints: &onecharge::Endpoints,
-        request: &ChargeRequest,
-    ) -> GatewayCall<GatewayOutcome> {
-        exchange(
-            self.http
-                .post(endpoints.charges_url.clone())
-                .bearer_auth(self.api_key.expose_secret())
-                .header("Idempotency-Key", &request.idempotency_key)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(request.body.clone()),
-            CallOperation::Charge,
-            None,
-            |reply, _| onecharge::classify_charge(reply),
-            GatewayOutcome::label,
-        )
-        .await
-    }
-
-    async fn stripe_confirm(
-        &self,
-        endpoints: &stripe::Endpoints,
-        request: &ChargeRequest,
-    ) -> GatewayCall<GatewayOutcome> {
-        let key = stripe::confirm_key_at(&request.idempotency_key, request.key_seq.confirm);
-        let Some(intent) = request.gateway_object_id.as_deref() else {
-            // The executor confirms only what it stored; reaching here is a bug, and
-            // nothing was sent.
-            return GatewayCall::answered_locally(
-                GatewayOutcome::NotSent {
-                    reason: "no PaymentIntent is stored for this attempt yet: nothing to confirm"
-                        .into(),
-                },
-                CallOperation::Charge,
-                Some(key),
-                None,
-            );
-        };
-        let url = match endpoints.confirm_url(intent) {
-            Ok(url) => url,
-            Err(reason) => {
-                return GatewayCall::refused_locally(
-                    |reason| GatewayOutcome::NeedsReview { reason },
-                    CallOperation::Charge,
-                    Some(key),
-                    reason,
-                )
-            }
-        };
-        exchange(
-            self.stripe_post(url, &key, stripe::confirm_form()),
-            CallOperation::Charge,
-            Some(key),
-            |reply, hints| stripe::classify_confirm(reply, hints, intent),
-            GatewayOutcome::label,
-        )
-        .await
     }
 
     /// Cancels the gateway object stored for an attempt (Stripe: `POST
@@ -552,46 +261,23 @@ impl GatewayClient {
     /// one call), or no object stored (no confirm was ever sent).
     pub async fn cancel_object(
         &self,
-        idempotency_key: &str,
+        idempotency_key: &IdempotencyKey,
         gateway_object_id: Option<&str>,
     ) -> Option<GatewayCall<CancelOutcome>> {
-        let (Connector::Stripe(endpoints), Some(intent)) = (&self.connector, gateway_object_id)
-        else {
+        let (Connector::Stripe(stripe), Some(intent)) = (&self.connector, gateway_object_id) else {
             return None;
         };
-        let key = stripe::cancel_key(idempotency_key);
-        let url = match endpoints.intent_url(intent) {
-            Ok(url) => {
-                let mut url = url;
-                let path = format!("{}/cancel", url.path());
-                url.set_path(&path);
-                url
-            }
-            Err(reason) => {
-                return Some(GatewayCall::refused_locally(
-                    |reason| CancelOutcome::Unproven { reason },
-                    CallOperation::Cancel,
-                    Some(key),
-                    reason,
-                ))
-            }
-        };
         Some(
-            exchange(
-                self.stripe_post(url, &key, stripe::cancel_form()),
-                CallOperation::Cancel,
-                Some(key),
-                |reply, _| stripe::classify_cancel(reply, intent),
-                CancelOutcome::label,
-            )
-            .await,
+            stripe
+                .cancel(&self.transport, idempotency_key, intent)
+                .await,
         )
     }
 
     /// `GET /v1/charges?idempotency_key=…` at a §3 gateway: the outcomes recorded under the
     /// key. Safe to repeat; never charges. For a Stripe client this is
     /// [`GatewayClient::lookup_attempt`] with no stored object.
-    pub async fn lookup(&self, idempotency_key: &str) -> GatewayCall<LookupOutcome> {
+    pub async fn lookup(&self, idempotency_key: &IdempotencyKey) -> GatewayCall<LookupOutcome> {
         self.lookup_attempt(idempotency_key, None).await
     }
 
@@ -602,83 +288,20 @@ impl GatewayClient {
     /// given without a call (and said so in the call's `error`).
     pub async fn lookup_attempt(
         &self,
-        idempotency_key: &str,
+        idempotency_key: &IdempotencyKey,
         gateway_object_id: Option<&str>,
     ) -> GatewayCall<LookupOutcome> {
         match (&self.connector, gateway_object_id) {
-            (Connector::Onecharge(endpoints), _) => {
-                self.onecharge_lookup(endpoints, idempotency_key).await
+            (Connector::Onecharge(onecharge), _) => {
+                onecharge.lookup(&self.transport, idempotency_key).await
             }
             (Connector::Stripe(_), None) => GatewayCall::answered_locally(LookupOutcome::Found(Vec::new()), CallOperation::Lookup, None, Some(
                     "no HTTP call: no PaymentIntent was stored for this attempt, so no confirm was ever sent and nothing was charged".into(),
                 )),
-            (Connector::Stripe(endpoints), Some(intent)) => {
-                self.stripe_retrieve(endpoints, idempotency_key, intent).await
+            (Connector::Stripe(stripe), Some(intent)) => {
+                stripe.retrieve(&self.transport, idempotency_key, intent).await
             }
         }
-    }
-
-    async fn onecharge_lookup(
-        &self,
-        endpoints: &onecharge::Endpoints,
-        idempotency_key: &str,
-    ) -> GatewayCall<LookupOutcome> {
-        exchange(
-            self.http
-                .get(endpoints.charges_url.clone())
-                .query(&[("idempotency_key", idempotency_key)])
-                .bearer_auth(self.api_key.expose_secret()),
-            CallOperation::Lookup,
-            None,
-            |reply, _| onecharge::classify_lookup(reply),
-            LookupOutcome::label,
-        )
-        .await
-    }
-
-    async fn stripe_retrieve(
-        &self,
-        endpoints: &stripe::Endpoints,
-        idempotency_key: &str,
-        intent: &str,
-    ) -> GatewayCall<LookupOutcome> {
-        let url = match endpoints.intent_url(intent) {
-            Ok(url) => url,
-            Err(reason) => {
-                return GatewayCall::refused_locally(
-                    |reason| LookupOutcome::Failed { reason },
-                    CallOperation::Lookup,
-                    None,
-                    reason,
-                )
-            }
-        };
-        exchange(
-            self.http
-                .get(url)
-                .bearer_auth(self.api_key.expose_secret())
-                .header("Stripe-Version", stripe::STRIPE_VERSION),
-            CallOperation::Lookup,
-            None,
-            |reply, _| stripe::classify_retrieve(reply, idempotency_key),
-            LookupOutcome::label,
-        )
-        .await
-    }
-
-    /// A form-encoded Stripe POST under `key`, with the pinned `Stripe-Version`.
-    fn stripe_post(
-        &self,
-        url: reqwest::Url,
-        key: &str,
-        form: Vec<(&'static str, String)>,
-    ) -> reqwest::RequestBuilder {
-        self.http
-            .post(url)
-            .bearer_auth(self.api_key.expose_secret())
-            .header("Idempotency-Key", key)
-            .header("Stripe-Version", stripe::STRIPE_VERSION)
-            .form(&form)
     }
 }
 
@@ -690,7 +313,7 @@ impl GatewayClient {
 async fn exchange<T>(
     request: reqwest::RequestBuilder,
     operation: CallOperation,
-    sent_key: Option<String>,
+    sent_key: Option<IdempotencyKey>,
     classify: impl FnOnce(GatewayReply<'_>, Hints) -> T,
     label: impl Fn(&T) -> &'static str,
 ) -> GatewayCall<T> {
@@ -713,7 +336,7 @@ async fn exchanged<T>(
     http: reqwest::Client,
     request: Result<reqwest::Request, reqwest::Error>,
     operation: CallOperation,
-    sent_key: Option<String>,
+    sent_key: Option<IdempotencyKey>,
     classify: impl FnOnce(GatewayReply<'_>, Hints) -> T,
     label: impl Fn(&T) -> &'static str,
 ) -> GatewayCall<T> {
@@ -753,7 +376,7 @@ async fn exchanged<T>(
     GatewayCall {
         outcome,
         operation,
-        sent_key: sent_key.map(IdempotencyKey::sent),
+        sent_key,
         answered_locally: false,
         http_status,
         elapsed,
@@ -846,24 +469,6 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_charge_body_is_the_contracts_shape_and_stable() {
-        let body = ChargeBody {
-            amount_minor: 1999,
-            currency: "EUR".into(),
-            customer_id: "cus_42".into(),
-            payment_method: "pm_card_visa".into(),
-            reference: "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11".into(),
-            description: Some("Order ord_1001".into()),
-        };
-        let request = ChargeRequest::new("onecharge-x", &body);
-        assert_eq!(
-            std::str::from_utf8(request.body()).unwrap(),
-            r#"{"amount_minor":1999,"currency":"EUR","customer_id":"cus_42","payment_method":"pm_card_visa","reference":"6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11","description":"Order ord_1001"}"#
-        );
-        assert_eq!(ChargeRequest::new("onecharge-x", &body), request);
-    }
 
     #[test]
     fn the_stripe_connector_builds_its_urls_under_gateway_url() {

@@ -23,6 +23,7 @@
 //!   operator, never both settle one attempt.
 //! - Every lookup is written to `gateway_calls`; every state change records its cause.
 
+pub mod policy;
 pub mod sweep;
 
 use std::sync::Arc;
@@ -34,15 +35,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ReconcilerSettings, Settings};
-use crate::domain::outcome::{
-    read_lookup, ChargeStatus, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
+use crate::domain::outcome::LookupOutcome;
+use crate::domain::{
+    AttemptStatus, CallOperation, Fence, GatewayCallRecord, PaymentAttemptId, SettleWrite,
 };
-use crate::domain::Fence;
-use crate::domain::PaymentAttemptId;
-use crate::domain::{AttemptStatus, RetryWindow};
-use crate::domain::{CallOperation, GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
 use crate::gateway::{CancelOutcome, GatewayClient, GatewayHealth};
-use crate::gateway_limit::{GatewayRateLimit, Take};
+use crate::gateway_access::GatewayAccess;
+use crate::gateway_limit::Take;
 use crate::store::attempts::{record_gateway_call_alone, settle, settle_audited};
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
 use crate::store::gateway_objects::{advance_key, KeyStep};
@@ -51,6 +50,7 @@ use crate::store::reconciler::{
     reschedule_lookup_audited, RecheckClaim, UnknownAttempt,
 };
 use crate::store::Store;
+use policy::{claim_may_write, found_charge, AttemptFacts, Decision, LookupPolicy, Proof};
 
 /// Longest a recheck (CLI, API, console) waits for a gateway rate permit before it gives up
 /// and says why: a person waits on its answer inside one request, and a bucket that has had
@@ -106,19 +106,12 @@ pub struct Reconciler {
 #[derive(Clone)]
 struct Inner {
     store: Store,
-    gateway: GatewayClient,
-    health: GatewayHealth,
-    /// The fleet-wide `gateway_max_rate`: permits are taken before a claim, one per lookup.
-    rate_limit: GatewayRateLimit,
+    /// The client, the shared health and the fleet's rate limit (permits before a claim,
+    /// one per lookup).
+    gateway: GatewayAccess,
     settings: ReconcilerSettings,
-    /// The key window and the maximum age, as the executor's claim applies them.
-    window: RetryWindow,
-    /// The executor's limit on tries: with the maximum age, re-pending an attempt past it
-    /// would only bounce it back here without a call.
-    max_tries: u32,
-    /// `gateway_max_processing_time`: until this has passed since the last send, an empty
-    /// lookup proves nothing.
-    max_processing_time: Duration,
+    /// What a lookup's answer means (the schedules, the key window, the retry limits).
+    policy: LookupPolicy,
     actor: String,
     clock: Arc<dyn Clock>,
 }
@@ -132,18 +125,10 @@ impl Reconciler {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                rate_limit: GatewayRateLimit::from_settings(
-                    store.clone(),
-                    settings,
-                    gateway.kind(),
-                ),
+                gateway: GatewayAccess::new(store.clone(), gateway, health, settings),
                 store,
-                gateway,
-                health,
                 settings: settings.reconciler.clone(),
-                window: RetryWindow::from_settings(settings),
-                max_tries: settings.executor.max_tries,
-                max_processing_time: settings.gateway_max_processing_time,
+                policy: LookupPolicy::from_settings(settings),
                 actor: format!("reconciler:{}", crate::identity::default_owner()),
                 clock: Arc::new(SystemClock),
             }),
@@ -152,7 +137,7 @@ impl Reconciler {
 
     /// The gateway client this reconciler asks (a person's decline cancels through it).
     pub fn gateway(&self) -> &GatewayClient {
-        &self.inner.gateway
+        &self.inner.gateway.client
     }
 
     /// Replaces the clock (tests move time instead of sleeping).
@@ -176,6 +161,7 @@ impl Reconciler {
         }
         // Permits before the claim: an attempt waiting for its turn holds no claim.
         let permits = match inner
+            .gateway
             .rate_limit
             .for_lookups(inner.settings.batch_size)
             .await
@@ -244,62 +230,10 @@ impl Reconciler {
 
     #[tracing::instrument(skip_all, fields(payment_attempt_id = %attempt.payment_attempt_id))]
     async fn reconcile(&self, attempt: UnknownAttempt) -> anyhow::Result<Resolution> {
-        let inner = &self.inner;
-        let Looked {
-            evidence,
-            decision,
-            answer,
-            now,
-        } = self.look_up(&attempt).await;
-        let fence = attempt.fence(&inner.actor);
-        let written = match decision {
-            Decision::Settle { settlement, cause } => {
-                let status = settlement.status();
-                let write = SettleWrite {
-                    fence,
-                    settlement,
-                    cause,
-                    call: Some(evidence.clone()),
-                    now,
-                };
-                settle(&inner.store, &write).await.map(|settled| {
-                    if settled {
-                        tracing::info!(status = %status, %cause, "reconciled");
-                        Resolution::Moved(status)
-                    } else {
-                        Resolution::Fenced
-                    }
-                })
-            }
-            Decision::CheckAgain {
-                at,
-                reason,
-                count_check,
-            } => reschedule_lookup(
-                &inner.store,
-                &attempt,
-                at,
-                &reason,
-                count_check,
-                Some(&evidence),
-                now,
-            )
-            .await
-            .map(|rescheduled| {
-                if rescheduled {
-                    tracing::warn!(next_check = %at, reason, "lookup settled nothing; checking again later");
-                    Resolution::Rescheduled(at)
-                } else {
-                    Resolution::Fenced
-                }
-            }),
-        };
-        let resolution = match written {
+        let looked = self.look_up(&attempt).await;
+        let resolution = match self.write(&attempt, &looked).await {
             Ok(resolution) => resolution,
-            Err(err) => {
-                self.count_unstored(&attempt, &answer, &evidence, &err, now)
-                    .await?
-            }
+            Err(err) => self.count_unstored(&attempt, &looked, &err).await?,
         };
         crate::metrics::reconciliation(match &resolution {
             Resolution::Moved(status) => status.as_str(),
@@ -307,6 +241,53 @@ impl Reconciler {
             Resolution::Fenced => "fenced",
         });
         Ok(resolution)
+    }
+
+    /// Writes a pass's decision about `attempt`, fenced by its claim, with the lookup's
+    /// evidence.
+    async fn write(
+        &self,
+        attempt: &UnknownAttempt,
+        looked: &Looked,
+    ) -> Result<Resolution, sqlx::Error> {
+        let inner = &self.inner;
+        match &looked.decision {
+            Decision::Settle { settlement, cause } => {
+                let status = settlement.status();
+                let write = SettleWrite {
+                    fence: attempt.fence(&inner.actor),
+                    settlement: settlement.clone(),
+                    cause: *cause,
+                    call: Some(looked.evidence.clone()),
+                    now: looked.now,
+                };
+                let settled = settle(&inner.store, &write).await?;
+                if settled {
+                    tracing::info!(status = %status, %cause, "reconciled");
+                }
+                Ok(moved_or_fenced(settled, status))
+            }
+            Decision::CheckAgain {
+                at,
+                reason,
+                count_check,
+            } => {
+                let rescheduled = reschedule_lookup(
+                    &inner.store,
+                    attempt,
+                    *at,
+                    reason,
+                    *count_check,
+                    Some(&looked.evidence),
+                    looked.now,
+                )
+                .await?;
+                if rescheduled {
+                    tracing::warn!(next_check = %at, reason, "lookup settled nothing; checking again later");
+                }
+                Ok(rescheduled_or_fenced(rescheduled, *at))
+            }
+        }
     }
 
     /// Asks the gateway what happened under the attempt's key and decides what that means:
@@ -319,6 +300,7 @@ impl Reconciler {
         let started_at = attempt.claimed_at;
         let call = inner
             .gateway
+            .client
             .lookup_attempt(
                 &attempt.idempotency_key,
                 attempt.gateway_object_id.as_deref(),
@@ -326,7 +308,10 @@ impl Reconciler {
             .await;
         let now = attempt.claimed_at + since.elapsed();
         if !call.answered_locally {
-            inner.health.record_lookup(&call.outcome, inner.clock.now());
+            inner
+                .gateway
+                .health
+                .record_lookup(&call.outcome, inner.clock.now());
         }
         let evidence = GatewayCallRecord {
             payment_attempt_id: attempt.payment_attempt_id,
@@ -344,16 +329,12 @@ impl Reconciler {
                 _ => None,
             }),
         };
-        let decision = self.decide(attempt, &call.outcome, now);
+        let decision = inner.policy.decide(&facts(attempt), &call.outcome, now);
         let decision = self.prove(attempt, decision, now).await;
-        let answer = match &decision {
-            Decision::Settle { settlement, .. } => settlement.describe(),
-            Decision::CheckAgain { reason, .. } => reason.clone(),
-        };
         Looked {
             evidence,
+            answer: decision.describe(),
             decision,
-            answer,
             now,
         }
     }
@@ -383,18 +364,13 @@ impl Reconciler {
         // The lookup counts against the fleet's gateway rate like any other (decision 62: the
         // permit comes before the claim, so a recheck waiting for it holds no lease).
         // A person waits on the answer: the wait is bounded, and giving up says why.
-        let deadline = tokio::time::Instant::now() + RECHECK_PERMIT_WAIT;
-        let permit = loop {
-            match inner.rate_limit.for_lookups(1).await {
-                Take::Granted(permits) => break permits,
-                Take::Wait(wait) if tokio::time::Instant::now() + wait <= deadline => {
-                    tokio::time::sleep(wait).await
-                }
-                Take::Wait(_) => {
-                    let why = inner.rate_limit.why_refused(RECHECK_PERMIT_WAIT);
-                    return Ok(RecheckOutcome::NoPermit(why));
-                }
-            }
+        let permit = match inner
+            .gateway
+            .lookup_permit_within(RECHECK_PERMIT_WAIT)
+            .await
+        {
+            Ok(permit) => permit,
+            Err(why) => return Ok(RecheckOutcome::NoPermit(why)),
         };
         let claim = claim_for_recheck(&inner.store, id, inner.settings.claim_hold)
             .await
@@ -404,58 +380,56 @@ impl Reconciler {
             RecheckClaim::NotFound => return Ok(RecheckOutcome::NotFound),
             RecheckClaim::WrongState(status) => return Ok(RecheckOutcome::WrongState(status)),
         };
-        let Looked {
-            evidence,
-            decision,
-            answer,
-            now,
-        } = self.look_up(&attempt).await;
+        let looked = self.look_up(&attempt).await;
         permit.spend(1);
+        let person = Person { actor, via, reason };
+        let report = self
+            .apply_recheck(&attempt, before, looked, &person)
+            .await
+            .context("recording the recheck")?;
+        tracing::info!(before = %report.before, after = %report.after, found = report.found, "attempt rechecked by a person");
+        Ok(RecheckOutcome::Done(report))
+    }
+
+    /// Writes what a person's recheck of `attempt` (claimed from `before`) decided, with its
+    /// audit row, and says what it did.
+    async fn apply_recheck(
+        &self,
+        attempt: &UnknownAttempt,
+        before: AttemptStatus,
+        looked: Looked,
+        person: &Person<'_>,
+    ) -> Result<Recheck, sqlx::Error> {
+        let inner = &self.inner;
         let mut report = Recheck {
-            payment_attempt_id: id,
+            payment_attempt_id: attempt.payment_attempt_id,
             before,
             after: before,
-            lookup: evidence.outcome.clone(),
-            http_status: evidence.http_status,
-            gateway_charge_id: evidence.gateway_charge_id.clone(),
-            found: answer,
+            lookup: looked.evidence.outcome.clone(),
+            http_status: looked.evidence.http_status,
+            gateway_charge_id: looked.evidence.gateway_charge_id.clone(),
+            found: looked.answer,
             did: String::new(),
         };
-        let audit = |(report, outcome): (&Recheck, &'static str)| NewAuditEntry {
-            actor: actor.to_owned(),
-            via,
-            action: AuditAction::Recheck,
-            payment_attempt_ids: vec![id],
-            dlq_sequence: None,
-            reason: reason.map(str::to_owned),
-            outcome,
-            detail: serde_json::to_value(report).unwrap_or_default(),
-        };
-        let applies = |settlement: &Settlement| claim_may_write(before, settlement);
-        match decision {
-            Decision::Settle { settlement, cause } if applies(&settlement) => {
+        match looked.decision {
+            Decision::Settle { settlement, cause } if claim_may_write(before, &settlement) => {
                 let status = settlement.status();
                 let write = SettleWrite {
-                    fence: Fence {
-                        payment_attempt_id: id,
-                        lease_token: attempt.lease_token,
-                        from: before,
-                        actor: actor.to_owned(),
-                    },
+                    fence: recheck_fence(attempt, before, person.actor),
                     settlement,
                     cause,
-                    call: Some(evidence),
-                    now,
+                    call: Some(looked.evidence),
+                    now: looked.now,
                 };
                 let mut moved = report.clone();
                 moved.after = status;
                 moved.did = format!("moved {before} -> {status} (cause {cause})");
                 let reports = WriteReports::new(&report, moved, "settled");
-                let settled =
-                    settle_audited(&inner.store, &write, |settled| audit(reports.pick(settled)))
-                        .await
-                        .context("recording the recheck")?;
-                report = reports.into_report(settled);
+                let settled = settle_audited(&inner.store, &write, |settled| {
+                    person.audit(attempt.payment_attempt_id, reports.pick(settled))
+                })
+                .await?;
+                Ok(reports.into_report(settled))
             }
             Decision::CheckAgain { at, reason, .. } if before == AttemptStatus::Unknown => {
                 let mut later = report.clone();
@@ -463,248 +437,82 @@ impl Reconciler {
                 let reports = WriteReports::new(&report, later, "unchanged");
                 let rescheduled = reschedule_lookup_audited(
                     &inner.store,
-                    &attempt,
+                    attempt,
                     at,
                     &reason,
-                    &evidence,
-                    now,
-                    |rescheduled| audit(reports.pick(rescheduled)),
+                    &looked.evidence,
+                    looked.now,
+                    |rescheduled| {
+                        person.audit(attempt.payment_attempt_id, reports.pick(rescheduled))
+                    },
                 )
-                .await
-                .context("recording the recheck")?;
-                report = reports.into_report(rescheduled);
+                .await?;
+                Ok(reports.into_report(rescheduled))
             }
             // needs_review, and the lookup found no charge that settles it.
             _ => {
                 report.did = "stays in needs_review: the lookup found no charge that settles it; resolve it (attempts resolve)".into();
-                record_unchanged_recheck(&inner.store, &evidence, &audit((&report, "unchanged")))
-                    .await
-                    .context("recording the recheck")?;
+                let entry = person.audit(attempt.payment_attempt_id, (&report, "unchanged"));
+                record_unchanged_recheck(&inner.store, &looked.evidence, &entry).await?;
+                Ok(report)
             }
         }
-        tracing::info!(before = %report.before, after = %report.after, found = report.found, "attempt rechecked by a person");
-        Ok(RecheckOutcome::Done(report))
     }
 
     /// A lookup whose result the database refused to store (a value it will not take, a
     /// constraint, a fault): the call's evidence is stored alone, and the failure counts
     /// like a failed lookup — checked again after the schedule's next delay, and once the
     /// schedule is used up the attempt goes to `needs_review` saying why and what the
-    /// gateway answered. So no answer, however malformed, keeps an attempt cycling.
+    /// gateway answered ([`LookupPolicy::unstored`]). So no answer, however malformed,
+    /// keeps an attempt cycling.
     async fn count_unstored(
         &self,
         attempt: &UnknownAttempt,
-        answer: &str,
-        evidence: &GatewayCallRecord,
+        looked: &Looked,
         err: &sqlx::Error,
-        now: OffsetDateTime,
     ) -> anyhow::Result<Resolution> {
         let inner = &self.inner;
+        let answer = looked.answer.as_str();
         tracing::error!(error = %err, answer, "the database refused the reconciliation; counting it against the schedule");
-        if let Err(evidence_err) = record_gateway_call_alone(&inner.store, evidence).await {
+        if let Err(evidence_err) = record_gateway_call_alone(&inner.store, &looked.evidence).await {
             tracing::error!(error = %evidence_err, "cannot store the lookup's evidence either");
         }
-        let checks = attempt.reconcile_checks.max(0) as usize;
         let why = crate::domain::bounded(&err.to_string(), 300);
-        let resolution = match inner.settings.schedule.get(checks) {
-            Some(delay) => {
-                let at = now + *delay;
-                let reason = format!(
-                    "the gateway's answer could not be stored (failure {}): {why}; the gateway answered: {answer}",
-                    checks + 1
-                );
-                if reschedule_lookup(&inner.store, attempt, at, &reason, true, None, now)
+        let now = looked.now;
+        let resolution = match inner.policy.unstored(&facts(attempt), &why, answer, now) {
+            Decision::CheckAgain {
+                at,
+                reason,
+                count_check,
+            } => rescheduled_or_fenced(
+                reschedule_lookup(&inner.store, attempt, at, &reason, count_check, None, now)
                     .await
-                    .context("counting a reconciliation the database refused")?
-                {
-                    Resolution::Rescheduled(at)
-                } else {
-                    Resolution::Fenced
-                }
-            }
-            None => {
+                    .context("counting a reconciliation the database refused")?,
+                at,
+            ),
+            Decision::Settle { settlement, cause } => {
+                let status = settlement.status();
                 let write = SettleWrite {
                     fence: attempt.fence(&inner.actor),
-                    settlement: Settlement::NeedsReview {
-                        reason: format!(
-                            "cannot settle: the gateway's answer could not be stored, {} times over the whole reconciliation schedule: {why}; \
-                             the gateway answered: {answer}",
-                            checks + 1
-                        ),
-                    },
-                    cause: TransitionCause::ReconciliationScheduleExhausted,
+                    settlement,
+                    cause,
                     call: None,
                     now,
                 };
-                if settle(&inner.store, &write)
-                    .await
-                    .context("handing an unstorable answer to review")?
-                {
-                    Resolution::Moved(AttemptStatus::NeedsReview)
-                } else {
-                    Resolution::Fenced
-                }
+                moved_or_fenced(
+                    settle(&inner.store, &write)
+                        .await
+                        .context("handing an unstorable answer to review")?,
+                    status,
+                )
             }
         };
         Ok(resolution)
     }
 
-    /// The pure decision for one lookup answer.
-    fn decide(
-        &self,
-        attempt: &UnknownAttempt,
-        outcome: &LookupOutcome,
-        now: OffsetDateTime,
-    ) -> Decision {
-        let settings = &self.inner.settings;
-        match outcome {
-            LookupOutcome::Found(charges) => {
-                let reference = attempt.payment_attempt_id.to_string();
-                let expected = ExpectedCharge {
-                    idempotency_key: &attempt.idempotency_key,
-                    reference: &reference,
-                    amount_minor: attempt.money.amount_minor,
-                    currency: &attempt.money.currency,
-                };
-                match read_lookup(charges, &expected) {
-                    LookupReading::Nothing => self.nothing_found(attempt, now),
-                    LookupReading::Succeeded(charge) => Decision::Settle {
-                        settlement: Settlement::Succeeded { charge_id: charge.id },
-                        cause: TransitionCause::LookupFoundCharge,
-                    },
-                    LookupReading::Declined(charge) => Decision::Settle {
-                        settlement: Settlement::Declined {
-                            charge_id: charge.id,
-                            decline_code: charge.decline_code,
-                        },
-                        cause: TransitionCause::LookupFoundCharge,
-                    },
-                    LookupReading::SeveralSucceeded(ids) => Decision::Settle {
-                        settlement: Settlement::NeedsReview {
-                            reason: format!(
-                                "the gateway holds {} successful charges under one key ({}): refund all but one",
-                                ids.len(),
-                                ids.join(", ")
-                            ),
-                        },
-                        cause: TransitionCause::LookupFoundSeveralCharges,
-                    },
-                    LookupReading::Mismatch { reason } => Decision::Settle {
-                        settlement: Settlement::NeedsReview {
-                            reason: format!(
-                                "cannot tell whether this attempt was charged: {reason}; check the charge at the gateway"
-                            ),
-                        },
-                        cause: TransitionCause::LookupFoundAnotherCharge,
-                    },
-                    // Processing at the gateway (a bank debit can take days): along its
-                    // own, longer schedule.
-                    LookupReading::Unsettled { .. } if is_processing(charges) => {
-                        self.still_processing(attempt, charges, now)
-                    }
-                    // Maybe not final yet: like a lookup that did not answer, along the schedule.
-                    LookupReading::Unsettled { reason } => self.check_again(attempt, now, &reason),
-                }
-            }
-            LookupOutcome::CredentialsFault { status } => Decision::CheckAgain {
-                at: now
-                    + settings
-                        .schedule
-                        .first()
-                        .copied()
-                        .unwrap_or(Duration::from_secs(60)),
-                reason: format!(
-                    "lookup refused: the gateway rejected onecharge's credentials (HTTP {status})"
-                ),
-                count_check: false,
-            },
-            LookupOutcome::EndpointFault { status } => Decision::CheckAgain {
-                at: now + settings.schedule.first().copied().unwrap_or(Duration::from_secs(60)),
-                reason: format!("lookup refused: the gateway answered HTTP {status}, gateway_url looks wrong; not counted as a check"),
-                count_check: false,
-            },
-            LookupOutcome::Failed { reason } => self.check_again(attempt, now, reason),
-        }
-    }
-
-    /// A lookup that settled nothing: look again after the schedule's next delay; when the
-    /// schedule is used up, a person decides.
-    fn check_again(&self, attempt: &UnknownAttempt, now: OffsetDateTime, reason: &str) -> Decision {
-        let checks = attempt.reconcile_checks.max(0) as usize;
-        match self.inner.settings.schedule.get(checks) {
-            Some(delay) => Decision::CheckAgain {
-                at: now + *delay,
-                reason: format!("lookup {} failed: {reason}", checks + 1),
-                count_check: true,
-            },
-            None => Decision::Settle {
-                settlement: Settlement::NeedsReview {
-                    reason: format!(
-                        "cannot settle: {} gateway lookups failed over the whole reconciliation schedule; last: {reason}",
-                        checks + 1
-                    ),
-                },
-                cause: TransitionCause::ReconciliationScheduleExhausted,
-            },
-        }
-    }
-}
-
-impl Reconciler {
-    /// A payment still `processing` at the gateway: it stays `unknown` ("processing at the
-    /// gateway"), looked at again along `reconciler.processing_schedule` (its last delay
-    /// repeating), until `reconciler.processing_max` has passed since its last send; only
-    /// then does a person decide.
-    fn still_processing(
-        &self,
-        attempt: &UnknownAttempt,
-        charges: &[GatewayCharge],
-        now: OffsetDateTime,
-    ) -> Decision {
-        let settings = &self.inner.settings;
-        let id = charges
-            .iter()
-            .find(|c| c.status == ChargeStatus::Other("processing".into()))
-            .map_or("?", |c| c.id.as_str());
-        let since = attempt.dispatched_at.unwrap_or(attempt.created_at);
-        let max = time::Duration::try_from(settings.processing_max).unwrap_or(time::Duration::MAX);
-        if now - since >= max {
-            return Decision::Settle {
-                settlement: Settlement::NeedsReview {
-                    reason: format!(
-                        "{id} is still processing at the gateway, {} after the last send at {since}                          (reconciler.processing_max): check it at the gateway and resolve",
-                        humantime::format_duration(settings.processing_max)
-                    ),
-                },
-                cause: TransitionCause::ReconciliationScheduleExhausted,
-            };
-        }
-        let checks = attempt.reconcile_checks.max(0) as usize;
-        let delay = settings
-            .processing_schedule
-            .get(checks)
-            .or(settings.processing_schedule.last())
-            .copied()
-            .unwrap_or(Duration::from_secs(6 * 3600));
-        let at = now + delay;
-        Decision::CheckAgain {
-            at,
-            reason: format!(
-                "processing at the gateway: {id} is not final yet; looking again at {at}"
-            ),
-            count_check: true,
-        }
-    }
-
     /// Makes a decision that says "not charged" true before it is written, for a connector
-    /// whose object could still charge (Stripe: a stored PaymentIntent).
-    ///
-    /// - Re-sending after the PaymentIntent read `requires_confirmation`: the next confirm
-    ///   goes under the next derived key (the last one's `5xx` may be saved and replayed).
-    /// - Telling a person that nothing was charged (past the retry limits): the PaymentIntent
-    ///   is cancelled first. `canceled` proves it; `succeeded` is adopted; `processing` is
-    ///   followed; no proof keeps the attempt `unknown`, looked at again along the schedule,
-    ///   and nothing is announced.
+    /// whose object could still charge (Stripe: a stored PaymentIntent): what
+    /// [`Decision::proof`] asks for, done at the gateway and in the database.
     async fn prove(
         &self,
         attempt: &UnknownAttempt,
@@ -715,11 +523,9 @@ impl Reconciler {
         let Some(object) = attempt.gateway_object_id.as_deref() else {
             return decision;
         };
-        match &decision {
-            Decision::Settle {
-                settlement: Settlement::Retry { .. },
-                cause: TransitionCause::LookupFoundNothing,
-            } => {
+        match decision.proof() {
+            None => decision,
+            Some(Proof::NextConfirmKey) => {
                 if let Err(err) = advance_key(
                     &inner.store,
                     attempt.payment_attempt_id,
@@ -732,52 +538,22 @@ impl Reconciler {
                 }
                 decision
             }
-            Decision::Settle {
-                settlement: Settlement::NeedsReview { reason },
-                cause: TransitionCause::LookupFoundNothingRetriesExhausted,
-            } => {
-                let reason = reason.clone();
-                let Some(cancel) = inner
-                    .gateway
+            Some(Proof::Cancel { reason }) => {
+                let client = &inner.gateway.client;
+                match client
                     .cancel_object(&attempt.idempotency_key, Some(object))
                     .await
-                else {
-                    return decision;
-                };
-                self.record_cancel(attempt, &cancel, now).await;
-                match cancel.outcome {
-                    CancelOutcome::Canceled { charge_id } => Decision::Settle {
-                        settlement: Settlement::NeedsReview {
-                            reason: format!(
-                                "{reason}; PaymentIntent {charge_id} was cancelled at the gateway, so it can never charge"
-                            ),
-                        },
-                        cause: TransitionCause::LookupFoundNothingRetriesExhausted,
-                    },
-                    CancelOutcome::Succeeded { charge_id } => Decision::Settle {
-                        settlement: Settlement::Succeeded { charge_id },
-                        cause: TransitionCause::LookupFoundCharge,
-                    },
-                    CancelOutcome::Processing { charge_id } => {
-                        let charge = GatewayCharge {
-                            id: charge_id,
-                            status: ChargeStatus::Other("processing".into()),
-                            decline_code: None,
-                            idempotency_key: None,
-                            reference: None,
-                            amount_minor: None,
-                            currency: None,
-                        };
-                        self.still_processing(attempt, &[charge], now)
+                {
+                    None => decision,
+                    Some(cancel) => {
+                        self.record_cancel(attempt, &cancel, now).await;
+                        let facts = facts(attempt);
+                        inner
+                            .policy
+                            .after_cancel(&facts, &reason, cancel.outcome, now)
                     }
-                    CancelOutcome::Unproven { reason } => self.check_again(
-                        attempt,
-                        now,
-                        &format!("nothing found, but the PaymentIntent could not be cancelled yet: {reason}"),
-                    ),
                 }
             }
-            _ => decision,
         }
     }
 
@@ -800,87 +576,75 @@ impl Reconciler {
             tracing::warn!(error = %err, "cannot store the cancel's evidence");
         }
     }
+}
 
-    /// The lookup found nothing under the key. That proves "not charged" only once the
-    /// gateway's maximum processing time has passed since the last send (and only while the
-    /// gateway still remembers the key); before that the send may still be running and
-    /// charge, so nothing here says "not charged" and nothing goes to a person for it.
-    fn nothing_found(&self, attempt: &UnknownAttempt, now: OffsetDateTime) -> Decision {
-        let inner = &self.inner;
-        let key = &attempt.idempotency_key;
-        if let Some(first) = attempt.first_dispatched_at {
-            if inner.window.key_may_be_forgotten(first, now) {
-                return Decision::Settle {
-                    settlement: Settlement::NeedsReview {
-                        reason: format!(
-                            "cannot prove whether the customer was charged: the gateway finds nothing under key {key} \
-                             but it was first sent at {first}, past the key window ({}), so the gateway may have forgotten it; \
-                             a re-send could charge twice",
-                            humantime::format_duration(inner.window.key_window)
-                        ),
-                    },
-                    cause: TransitionCause::LookupFoundNothingOutsideKeyWindow,
-                };
-            }
-        }
-        let past_limits = attempt.tries.max(0) as u32 >= inner.max_tries
-            || inner.window.too_old(attempt.created_at, now);
-        let processing = humantime::format_duration(inner.max_processing_time);
-        let still_running = attempt.dispatched_at.and_then(|last| {
-            let until = time::Duration::try_from(inner.max_processing_time)
-                .ok()
-                .and_then(|d| last.checked_add(d))?;
-            (now < until).then_some((last, until))
-        });
-        match (still_running, past_limits) {
-            (Some((last, until)), true) => Decision::CheckAgain {
-                at: until,
-                reason: format!(
-                    "no charge found yet under key {key}; the last send at {last} may still be in progress at the gateway \
-                     (gateway_max_processing_time {processing}): looking it up again at {until}"
-                ),
-                count_check: false,
-            },
-            (Some((last, _)), false) => Decision::Settle {
-                settlement: Settlement::Retry {
-                    next_run_at: now,
-                    reason: format!(
-                        "no charge found yet under this key; the last send at {last} may still be in progress: \
-                         re-sending with the same key (the gateway answers 409 while it runs, or replays its outcome)"
-                    ),
-                    refund_try: false,
-                },
-                cause: TransitionCause::LookupFoundNothing,
-            },
-            (None, true) => Decision::Settle {
-                settlement: Settlement::NeedsReview {
-                    reason: match attempt.dispatched_at {
-                        Some(last) => format!(
-                            "the gateway has no charge under key {key}, and the last send at {last} is older than \
-                             gateway_max_processing_time ({processing}), so nothing was charged under this key; the attempt is past \
-                             its retry limits ({} tries, recorded {}): decline it, or publish a new attempt",
-                            attempt.tries, attempt.created_at
-                        ),
-                        None => format!(
-                            "nothing was ever sent under key {key} and the gateway has no charge under it; the attempt is past \
-                             its retry limits ({} tries, recorded {}): decline it, or publish a new attempt",
-                            attempt.tries, attempt.created_at
-                        ),
-                    },
-                },
-                cause: TransitionCause::LookupFoundNothingRetriesExhausted,
-            },
-            (None, false) => Decision::Settle {
-                settlement: Settlement::Retry {
-                    next_run_at: now,
-                    reason: format!(
-                        "the gateway has no charge under this key and the last send is past gateway_max_processing_time \
-                         ({processing}): re-sending with the same key"
-                    ),
-                    refund_try: false,
-                },
-                cause: TransitionCause::LookupFoundNothing,
-            },
+/// What the policy reads of a claimed attempt.
+fn facts(attempt: &UnknownAttempt) -> AttemptFacts {
+    AttemptFacts {
+        payment_attempt_id: attempt.payment_attempt_id,
+        idempotency_key: attempt.idempotency_key.clone(),
+        amount_minor: attempt.money.amount_minor,
+        currency: attempt.money.currency.clone(),
+        tries: attempt.tries,
+        reconcile_checks: attempt.reconcile_checks,
+        created_at: attempt.created_at,
+        first_dispatched_at: attempt.first_dispatched_at,
+        dispatched_at: attempt.dispatched_at,
+    }
+}
+
+/// The fence of a write under a claim made like a recheck's: the attempt as it was
+/// (`before`) under the claim's token, signed by `actor`.
+fn recheck_fence(attempt: &UnknownAttempt, before: AttemptStatus, actor: &str) -> Fence {
+    Fence {
+        payment_attempt_id: attempt.payment_attempt_id,
+        lease_token: attempt.lease_token,
+        from: before,
+        actor: actor.to_owned(),
+    }
+}
+
+/// A settlement's write came to `status`, or was fenced.
+fn moved_or_fenced(settled: bool, status: AttemptStatus) -> Resolution {
+    if settled {
+        Resolution::Moved(status)
+    } else {
+        Resolution::Fenced
+    }
+}
+
+/// A rescheduled lookup's write came to the check at `at`, or was fenced.
+fn rescheduled_or_fenced(rescheduled: bool, at: OffsetDateTime) -> Resolution {
+    if rescheduled {
+        Resolution::Rescheduled(at)
+    } else {
+        Resolution::Fenced
+    }
+}
+
+/// Who asked for a recheck, how and why: what its audit row says.
+struct Person<'a> {
+    actor: &'a str,
+    via: Via,
+    reason: Option<&'a str>,
+}
+
+impl Person<'_> {
+    /// The recheck's audit row for attempt `id`: the report, audited as `outcome`.
+    fn audit(
+        &self,
+        id: PaymentAttemptId,
+        (report, outcome): (&Recheck, &'static str),
+    ) -> NewAuditEntry {
+        NewAuditEntry {
+            actor: self.actor.to_owned(),
+            via: self.via,
+            action: AuditAction::Recheck,
+            payment_attempt_ids: vec![id],
+            dlq_sequence: None,
+            reason: self.reason.map(str::to_owned),
+            outcome,
+            detail: serde_json::to_value(report).unwrap_or_default(),
         }
     }
 }
@@ -996,47 +760,4 @@ pub struct Recheck {
     pub found: String,
     /// What the recheck did about it.
     pub did: String,
-}
-
-enum Decision {
-    Settle {
-        settlement: Settlement,
-        cause: TransitionCause,
-    },
-    CheckAgain {
-        at: OffsetDateTime,
-        reason: String,
-        count_check: bool,
-    },
-}
-
-/// Whether a lookup found the charge still `processing` at the gateway.
-fn is_processing(charges: &[GatewayCharge]) -> bool {
-    charges
-        .iter()
-        .any(|c| c.status == ChargeStatus::Other("processing".into()))
-}
-
-/// Whether a claim made like a recheck's (`claim_for_recheck`) of an attempt that was
-/// `before` may write `settlement`: an `unknown` attempt takes whatever the decision says; a
-/// `needs_review` one only a found charge's outcome (re-sending it stays a person's call).
-fn claim_may_write(before: AttemptStatus, settlement: &Settlement) -> bool {
-    before == AttemptStatus::Unknown
-        || matches!(
-            settlement,
-            Settlement::Succeeded { .. } | Settlement::Declined { .. }
-        )
-}
-
-/// The charge a lookup found that decides the attempt: a success wins over declines (a
-/// decline followed by a success under one key cannot happen at a conforming gateway, but
-/// money taken is what matters).
-fn found_charge(outcome: &LookupOutcome) -> Option<&GatewayCharge> {
-    match outcome {
-        LookupOutcome::Found(charges) => charges
-            .iter()
-            .find(|c| c.status == ChargeStatus::Succeeded)
-            .or_else(|| charges.first()),
-        _ => None,
-    }
 }

@@ -28,16 +28,16 @@ use uuid::Uuid;
 
 pub use compare::{compare, Action, AttemptView, Verdict};
 
-use super::{claim_may_write, found_charge, Decision, Reconciler};
+use super::policy::{claim_may_write, found_charge, Decision};
+use super::{recheck_fence, Reconciler};
 use crate::domain::outcome::{GatewayCharge, LookupOutcome};
 use crate::domain::PaymentAttemptId;
-use crate::domain::{AttemptStatus, CallOperation, Fence, GatewayCallRecord, SettleWrite};
+use crate::domain::{AttemptStatus, CallOperation, GatewayCallRecord, SettleWrite};
 use crate::gateway::list::{ListOutcome, ListWindow, MAX_PAGE};
-use crate::gateway_limit::Take;
 use crate::store::attempts::settle;
 use crate::store::findings::{self, FindingSource, NewFinding};
 use crate::store::reconciler::{claim_for_recheck, RecheckClaim};
-use crate::store::sweep::{self as sweep_store, SweepCounts};
+use crate::store::sweep::{self as sweep_store, Named, SweepCounts};
 
 /// Attempts compared per database round trip.
 const COMPARE_BATCH: usize = 500;
@@ -151,15 +151,10 @@ impl Reconciler {
         loop {
             let mut tries = 0;
             let page = loop {
-                let permit = loop {
-                    match inner.rate_limit.for_lookups(1).await {
-                        Take::Granted(permits) => break permits,
-                        Take::Wait(wait) => tokio::time::sleep(wait).await,
-                    }
-                };
-                permit.spend(1);
+                inner.gateway.lookup_permit().await.spend(1);
                 let call = inner
                     .gateway
+                    .client
                     .list_page(window, cursor.as_deref(), MAX_PAGE)
                     .await;
                 tries += 1;
@@ -190,66 +185,82 @@ impl Reconciler {
     }
 
     /// Steps 2 and 3: each attempt id the records name, each foreign reference, then the
-    /// succeeded attempts nothing names.
+    /// succeeded attempts nothing names; a batch at a time, each after the last reference
+    /// of the one before.
     async fn compare_all(
         &self,
         sweep_id: i64,
         window: ListWindow,
         report: &mut SweepReport,
     ) -> anyhow::Result<()> {
-        let store = &self.inner.store;
-        let mut after: Option<Uuid> = None;
-        loop {
-            let batch = sweep_store::named_attempts(
-                store,
-                sweep_id,
-                window,
-                CLOCK_MARGIN,
-                after,
-                COMPARE_BATCH,
-            )
-            .await
-            .context("reading the attempts the gateway's records name")?;
-            let Some(last) = batch.last() else { break };
-            after = Some(last.reference.parse().context("a named attempt id")?);
-            for named in batch {
-                let verdict = compare(&named.reference, named.attempt.as_ref(), &named.records);
-                self.act(named.attempt.as_ref(), verdict, report).await?;
-            }
-        }
-        let mut after: Option<String> = None;
-        loop {
-            let batch =
-                sweep_store::foreign_references(store, sweep_id, after.as_deref(), COMPARE_BATCH)
-                    .await
-                    .context("reading references that are no attempt id")?;
-            let Some(last) = batch.last() else { break };
-            after = Some(last.reference.clone());
-            for named in batch {
-                let verdict = compare(&named.reference, None, &named.records);
-                self.act(None, verdict, report).await?;
-            }
-        }
-        let mut after: Option<Uuid> = None;
-        loop {
-            let batch = sweep_store::unlisted_succeeded(
-                store,
-                sweep_id,
-                window,
-                CLOCK_MARGIN,
-                after,
-                COMPARE_BATCH,
-            )
-            .await
-            .context("reading succeeded attempts the gateway does not list")?;
-            let Some(last) = batch.last() else { break };
-            after = Some(last.payment_attempt_id.into());
-            for attempt in batch {
-                let verdict = compare(&attempt.payment_attempt_id.to_string(), Some(&attempt), &[]);
-                self.act(Some(&attempt), verdict, report).await?;
+        for part in [Part::Named, Part::Foreign, Part::Unlisted] {
+            let mut after: Option<String> = None;
+            loop {
+                let batch = self.batch(part, sweep_id, window, after.as_deref()).await?;
+                let Some(last) = batch.last() else { break };
+                after = Some(last.reference.clone());
+                for named in batch {
+                    let verdict = compare(&named.reference, named.attempt.as_ref(), &named.records);
+                    self.act(named.attempt.as_ref(), verdict, report).await?;
+                }
             }
         }
         Ok(())
+    }
+
+    /// The batch of `part` after the reference `after`, each as a reference, the attempt it
+    /// names (none for a foreign reference) and the records naming it.
+    async fn batch(
+        &self,
+        part: Part,
+        sweep_id: i64,
+        window: ListWindow,
+        after: Option<&str>,
+    ) -> anyhow::Result<Vec<Named>> {
+        let store = &self.inner.store;
+        let after_id = |after: Option<&str>| -> anyhow::Result<Option<Uuid>> {
+            after
+                .map(|id| id.parse().context("a named attempt id"))
+                .transpose()
+        };
+        Ok(match part {
+            Part::Named => sweep_store::named_attempts(
+                store,
+                sweep_id,
+                window,
+                CLOCK_MARGIN,
+                after_id(after)?,
+                COMPARE_BATCH,
+            )
+            .await
+            .context("reading the attempts the gateway's records name")?,
+            Part::Foreign => sweep_store::foreign_references(store, sweep_id, after, COMPARE_BATCH)
+                .await
+                .context("reading references that are no attempt id")?
+                .into_iter()
+                .map(|named| Named {
+                    attempt: None,
+                    ..named
+                })
+                .collect(),
+            Part::Unlisted => sweep_store::unlisted_succeeded(
+                store,
+                sweep_id,
+                window,
+                CLOCK_MARGIN,
+                after_id(after)?,
+                COMPARE_BATCH,
+            )
+            .await
+            .context("reading succeeded attempts the gateway does not list")?
+            .into_iter()
+            .map(|attempt| Named {
+                reference: attempt.payment_attempt_id.to_string(),
+                attempt: Some(attempt),
+                records: Vec::new(),
+            })
+            .collect(),
+        })
     }
 
     /// Records a verdict's findings and does its action.
@@ -297,7 +308,7 @@ impl Reconciler {
     /// Money the gateway's list shows for an `unknown` or `needs_review` attempt, read by the
     /// reconciler's own decision as the answer of a lookup: claimed like a recheck (the
     /// fencing token moves, so a pass or a person looking at the same moment is fenced
-    /// out), decided by [`Reconciler::decide`], written by the one `settle`, with the listed
+    /// out), decided by the reconciler's own [`LookupPolicy::decide`](super::policy::LookupPolicy::decide), written by the one `settle`, with the listed
     /// record as the evidence (`gateway_calls.operation = list`). A `needs_review` attempt
     /// moves only to a found charge's outcome, as a recheck's does. Returns where the attempt
     /// went, if anywhere.
@@ -316,7 +327,9 @@ impl Reconciler {
         let now = attempt.claimed_at;
         let outcome = LookupOutcome::Found(charges);
         let found = found_charge(&outcome).map(|c| c.id.clone());
-        let Decision::Settle { settlement, cause } = self.decide(&attempt, &outcome, now) else {
+        let Decision::Settle { settlement, cause } =
+            inner.policy.decide(&super::facts(&attempt), &outcome, now)
+        else {
             return Ok(None);
         };
         if !claim_may_write(before, &settlement) {
@@ -324,12 +337,7 @@ impl Reconciler {
         }
         let status = settlement.status();
         let write = SettleWrite {
-            fence: Fence {
-                payment_attempt_id: id,
-                lease_token: attempt.lease_token,
-                from: before,
-                actor: inner.actor.clone(),
-            },
+            fence: recheck_fence(&attempt, before, &inner.actor),
             settlement,
             cause,
             call: Some(GatewayCallRecord {
@@ -405,6 +413,17 @@ impl Reconciler {
         }
         Ok(())
     }
+}
+
+/// The three parts of step 2, in order.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    /// Each attempt id the gateway's records name.
+    Named,
+    /// Each reference that is no attempt id.
+    Foreign,
+    /// The succeeded attempts of the window that no record names.
+    Unlisted,
 }
 
 /// Sets `onecharge_reconciliation_findings_open{class}` from the database (every class, so

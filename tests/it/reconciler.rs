@@ -211,7 +211,7 @@ async fn a_killed_executors_attempt_is_found_by_its_expired_lease_and_settled_wi
         "the held charge becomes visible",
         Duration::from_secs(5),
         || async {
-            matches!(client.lookup(&key).await.outcome, LookupOutcome::Found(ref c) if !c.is_empty())
+            matches!(client.lookup(&onecharge::domain::IdempotencyKey::sent(key.clone())).await.outcome, LookupOutcome::Found(ref c) if !c.is_empty())
         },
     )
     .await;

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    charge_request_with_amount, command, first_outcome, intake_record, run_leaving_one_in, Harness,
+    charge_request_with_amount, command, count_about, first_outcome, intake_record,
+    run_leaving_one_in, Harness,
 };
 use mock_gateway::stripe::payment_methods as spm;
 use mock_gateway::{payment_methods as pm, Dialect, FaultConfig, FaultRule, MockConfig};
@@ -374,14 +375,13 @@ async fn a_payment_intent_processing_for_two_days_ends_succeeded_without_a_perso
     let pass = reconciler.run_once().await.unwrap();
     assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
     h.assert_charged_once(id).await;
-    let reviewed: i64 = sqlx::query_scalar(
+    let reviewed = count_about(
+        h.store.pool(),
+        id,
         "SELECT count(*) FROM attempt_transitions
          WHERE payment_attempt_id = $1 AND to_status = 'needs_review'",
     )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    .await;
     assert_eq!(reviewed, 0, "no person was asked");
 }
 
@@ -570,17 +570,9 @@ async fn amounts_are_sent_in_stripes_unit_and_an_amount_stripe_cannot_take_is_ne
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_until_it_charges() {
-    let h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            slow_charge_for: Duration::from_secs(600),
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_kind = GatewayKind::Stripe;
-            s.gateway_request_timeout = Duration::from_millis(300);
-        },
-    )
+    let h = Harness::stripe_processing(|s| {
+        s.gateway_request_timeout = Duration::from_millis(300);
+    })
     .await;
     let id = h.seed(pm::FAULT_SLOW_CHARGE).await.payment_attempt_id;
     let client = stripe_client(&h);
@@ -597,7 +589,7 @@ async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_
         .unwrap()
         .expect("stored");
     let request = onecharge::gateway::ChargeRequest::new(
-        h.attempt(id).await.idempotency_key,
+        onecharge::domain::IdempotencyKey::sent(h.attempt(id).await.idempotency_key),
         &onecharge::gateway::ChargeBody {
             amount_minor: 1999,
             currency: "EUR".into(),
@@ -635,13 +627,15 @@ async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_intent_canceled_before_its_confirm_is_declined_as_canceled() {
-    let h = stripe_harness().await;
-    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
-    let client = stripe_client(&h);
-    let executor = h.executor_with(client.clone());
     // The create ran and its id was stored; then someone canceled it at Stripe.
-    let claimed = executor.claim(1).await.unwrap().remove(0);
-    let (pi, _) = prepare_and_store(&h, &client, &claimed).await;
+    let BetweenCalls {
+        h,
+        id,
+        client,
+        claimed,
+        pi,
+        ..
+    } = a_card_attempt_between_calls().await;
     let canceled = reqwest::Client::new()
         .post(format!(
             "{}/v1/payment_intents/{pi}/cancel",
@@ -697,6 +691,34 @@ async fn past_stripes_24_hour_key_window_the_intent_is_still_read_by_id_and_noth
     let after: Vec<_> = h.gateway.requests().into_iter().skip(sent_before).collect();
     assert_eq!(after.len(), 1, "one retrieval, no POST: {after:?}");
     assert_eq!(after[0].method, "GET");
+}
+
+/// A card attempt claimed by an executor, its PaymentIntent created and stored under the
+/// claim's lease, its confirm not yet sent: what an executor holds between its two calls.
+struct BetweenCalls {
+    h: Harness,
+    id: onecharge::domain::PaymentAttemptId,
+    client: GatewayClient,
+    executor: onecharge::executor::Executor,
+    claimed: onecharge::store::attempts::ClaimedAttempt,
+    pi: String,
+}
+
+async fn a_card_attempt_between_calls() -> BetweenCalls {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let executor = h.executor_with(client.clone());
+    let claimed = executor.claim(1).await.unwrap().remove(0);
+    let (pi, _) = prepare_and_store(&h, &client, &claimed).await;
+    BetweenCalls {
+        h,
+        id,
+        client,
+        executor,
+        claimed,
+        pi,
+    }
 }
 
 /// Runs the connector's first step for `claimed` and stores the PaymentIntent it made under
@@ -902,12 +924,14 @@ async fn resolving_as_declined_cancels_the_payment_intent_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirm_is_never_sent_when_the_lease_left_cannot_cover_it() {
-    let h = stripe_harness().await;
-    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
-    let client = stripe_client(&h);
-    let executor = h.executor_with(client.clone());
-    let claimed = executor.claim(1).await.unwrap().remove(0);
-    let (pi, _) = prepare_and_store(&h, &client, &claimed).await;
+    let BetweenCalls {
+        h,
+        id,
+        executor,
+        claimed,
+        pi,
+        ..
+    } = a_card_attempt_between_calls().await;
     // The create was slow: less of the lease is left than a whole call could take.
     let left = h.settings.gateway_call_limit() - Duration::from_secs(1);
     h.advance(h.settings.executor.lease - left).await;

@@ -67,7 +67,7 @@ async fn charge_outside(
     key: &str,
 ) -> String {
     let request = ChargeRequest::new(
-        key,
+        onecharge::domain::IdempotencyKey::sent(key.to_owned()),
         &ChargeBody {
             amount_minor,
             currency: "EUR".into(),
@@ -167,13 +167,7 @@ async fn each_planted_discrepancy_is_one_finding_across_sweeps_and_found_money_s
         h.causes(review).await.last().map(String::as_str),
         Some("lookup_found_charge")
     );
-    let evidence: Vec<String> = sqlx::query_scalar(
-        "SELECT operation FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
-    )
-    .bind(unknown)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap();
+    let evidence = h.call_operations(unknown).await;
     assert_eq!(
         evidence.last().map(String::as_str),
         Some("list"),

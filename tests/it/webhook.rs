@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use crate::support::{eventually, Harness, Served};
+use mock_gateway::payment_methods as pm;
 use mock_gateway::stripe::payment_methods as spm;
-use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
 use onecharge::app::Role;
-use onecharge::gateway::{GatewayClient, GatewayKind};
+use onecharge::gateway::GatewayClient;
 use onecharge::webhook::signature;
 use serde_json::json;
 
@@ -19,19 +19,11 @@ const NEW: &str = "whsec_new_secret";
 /// A Stripe harness whose `serve` listens for webhooks with two secrets (a rotation), and
 /// whose reconciler would look a processing attempt up again only after a minute.
 async fn harness() -> Harness {
-    let mut h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            slow_charge_for: Duration::from_secs(600),
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_kind = GatewayKind::Stripe;
-            s.webhook_addr = Some("127.0.0.1:0".parse().unwrap());
-            s.stripe_webhook_secrets = Some(format!("{NEW},{OLD}").into());
-            s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
-        },
-    )
+    let mut h = Harness::stripe_processing(|s| {
+        s.webhook_addr = Some("127.0.0.1:0".parse().unwrap());
+        s.stripe_webhook_secrets = Some(format!("{NEW},{OLD}").into());
+        s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
+    })
     .await;
     h.broker().await;
     h

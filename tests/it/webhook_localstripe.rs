@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::localstripe::{Localstripe, Shim};
-use crate::support::{command, TestEnv};
+use crate::support::{command, count_about, TestEnv};
 
 const SECRET: &str = "whsec_localstripe_test";
 
@@ -95,14 +95,13 @@ async fn localstripes_signed_webhook_wakes_a_processing_debit_far_sooner_than_th
         path.contains(&"unknown".to_owned()),
         "went through processing: {path:?}"
     );
-    let woke: i64 = sqlx::query_scalar(
+    let woke = count_about(
+        env.store.pool(),
+        attempt,
         "SELECT count(*) FROM stripe_webhook_events
          WHERE payment_attempt_id = $1 AND event_type = 'payment_intent.payment_failed'",
     )
-    .bind(attempt)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         woke, 1,
         "localstripe's signed event was accepted and recorded"

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 use super::error::StripeError;
 use super::intent::{PaymentIntent, Status};
-use super::{refused, unauthorized};
-use crate::http::{deliver, Answer, Outcome};
+use super::{refused, serve_get};
+use crate::http::{Answer, Outcome};
 use crate::record::ResponseClass;
 use crate::server::{ConnectionControl, Shared};
 
@@ -64,16 +64,13 @@ pub(crate) async fn list_intents(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let seq = shared.begin("GET", &uri, None, Value::Null);
-    let outcome = if !shared.authorized(&headers) {
-        unauthorized()
-    } else {
+    serve_get(&shared, &connection, &uri, &headers, || async {
         match page(&shared, uri.query().unwrap_or_default()) {
             Ok(body) => Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body)),
             Err(err) => refused(ResponseClass::InvalidRequest, err),
         }
-    };
-    deliver(&shared, &connection, seq, uri.path(), None, outcome).await
+    })
+    .await
 }
 
 fn invalid(message: String) -> StripeError {

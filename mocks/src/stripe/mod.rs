@@ -161,10 +161,7 @@ async fn retrieve_intent(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let seq = shared.begin("GET", &uri, None, Value::Null);
-    let outcome = if !shared.authorized(&headers) {
-        unauthorized()
-    } else {
+    serve_get(&shared, &connection, &uri, &headers, || async {
         pause(shared.request_latency()).await;
         match shared.stripe.get(&id) {
             Ok(intent) => Outcome::now(
@@ -173,8 +170,26 @@ async fn retrieve_intent(
             ),
             Err(err) => refused(ResponseClass::InvalidRequest, err),
         }
+    })
+    .await
+}
+
+/// A Stripe GET: recorded, authenticated, answered by `answer`, and delivered with the
+/// connection's faults.
+async fn serve_get<F: std::future::Future<Output = Outcome>>(
+    shared: &Arc<Shared>,
+    connection: &ConnectionControl,
+    uri: &Uri,
+    headers: &HeaderMap,
+    answer: impl FnOnce() -> F,
+) -> Response {
+    let seq = shared.begin("GET", uri, None, Value::Null);
+    let outcome = if !shared.authorized(headers) {
+        unauthorized()
+    } else {
+        answer().await
     };
-    deliver(&shared, &connection, seq, uri.path(), None, outcome).await
+    deliver(shared, connection, seq, uri.path(), None, outcome).await
 }
 
 async fn serve_post(
@@ -204,35 +219,20 @@ async fn decide(
     form: Form,
     parse: impl FnOnce(&Form) -> Result<Action, StripeError>,
 ) -> Outcome {
-    if !shared.authorized(headers) {
-        return unauthorized();
-    }
-    let key = match headers.get(IDEMPOTENCY_KEY) {
-        None => None,
-        Some(value) => match validate_idempotency_key(Some(value.as_bytes())) {
-            Ok(key) => Some(key),
-            Err(err) => {
-                return refused(
-                    ResponseClass::InvalidRequest,
-                    StripeError::invalid(err.0, "Idempotency-Key"),
-                )
-            }
-        },
-    };
-    let action = match parse(&form) {
-        Ok(action) => action,
-        Err(err) => return refused(ResponseClass::InvalidRequest, err),
+    let (key, action) = match admit(shared, headers, &form, parse) {
+        Ok(admitted) => admitted,
+        Err(refusal) => return refusal,
     };
     let latency = shared.request_latency();
+    let execution = Execution {
+        shared: Arc::clone(shared),
+        action,
+        key: key.clone(),
+        first_request: true,
+        latency,
+    };
     let Some(key) = key else {
         // Without a key every request executes, and nothing is saved.
-        let execution = Execution {
-            shared: Arc::clone(shared),
-            action,
-            key: None,
-            first_request: true,
-            latency,
-        };
         return run_detached(execution.run())
             .await
             .map_or_else(internal_error, |executed| executed.outcome);
@@ -241,59 +241,103 @@ async fn decide(
         endpoint: path.to_owned(),
         form,
     };
-    let (generation, first_request) =
-        match shared.stripe.keys.claim(&key, &request, shared.clock.now()) {
-            Claim::Charge {
-                generation,
+    match claim_key(shared, &key, &request, latency).await {
+        Ok((generation, first_request)) => {
+            let execution = Execution {
                 first_request,
-            } => (generation, first_request),
-            Claim::Replay(answer) => {
-                pause(latency).await;
-                return Outcome::now(
-                    ResponseClass::Replayed,
-                    Answer {
-                        replayed: true,
-                        ..answer
-                    },
-                );
+                ..execution
+            };
+            execute_under_key(shared, execution, key, generation).await
+        }
+        Err(refusal) => refusal,
+    }
+}
+
+/// Authentication, then a well-formed key (if any) and parameters: the key and what the
+/// request asks for, or the refusal.
+fn admit(
+    shared: &Shared,
+    headers: &HeaderMap,
+    form: &Form,
+    parse: impl FnOnce(&Form) -> Result<Action, StripeError>,
+) -> Result<(Option<String>, Action), Outcome> {
+    if !shared.authorized(headers) {
+        return Err(unauthorized());
+    }
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(value) => match validate_idempotency_key(Some(value.as_bytes())) {
+            Ok(key) => Some(key),
+            Err(err) => {
+                return Err(refused(
+                    ResponseClass::InvalidRequest,
+                    StripeError::invalid(err.0, "Idempotency-Key"),
+                ))
             }
-            Claim::InProgress => {
-                pause(latency).await;
-                return refused(
-                    ResponseClass::InProgress,
-                    StripeError::new(
-                        StatusCode::CONFLICT,
-                        "invalid_request_error",
-                        "There is currently another in-progress request using this Idempotent \
-                         Key (that probably means you submitted twice, and the other request is \
-                         still going through). Please try again later.",
-                    )
-                    .with_code("idempotency_key_in_use"),
-                );
-            }
-            Claim::Reused => {
-                pause(latency).await;
-                return refused(
-                    ResponseClass::KeyReused,
-                    StripeError::new(
-                        StatusCode::BAD_REQUEST,
-                        "idempotency_error",
-                        "Keys for idempotent requests can only be used with the same parameters \
-                         they were first used with, on the same endpoint.",
-                    ),
-                );
-            }
-        };
-    // The key is ours until commit or release. Finish in a task of its own so that a client
-    // hanging up (hyper then drops this future) cannot leave the key in progress forever.
-    let owner = Arc::clone(shared);
-    let execution = Execution {
-        shared: Arc::clone(shared),
-        action,
-        key: Some(key.clone()),
-        first_request,
-        latency,
+        },
     };
+    let action = parse(form).map_err(|err| refused(ResponseClass::InvalidRequest, err))?;
+    Ok((key, action))
+}
+
+/// Stripe's idempotency layer for `request` under `key`: the key's generation and whether
+/// this is its first request, when the request may execute; otherwise the saved answer
+/// replayed, or the refusal (another request in progress, the key reused with other
+/// parameters).
+async fn claim_key(
+    shared: &Shared,
+    key: &str,
+    request: &KeyedRequest,
+    latency: Duration,
+) -> Result<(u64, bool), Outcome> {
+    let refusal = match shared.stripe.keys.claim(key, request, shared.clock.now()) {
+        Claim::Charge {
+            generation,
+            first_request,
+        } => return Ok((generation, first_request)),
+        Claim::Replay(answer) => Outcome::now(
+            ResponseClass::Replayed,
+            Answer {
+                replayed: true,
+                ..answer
+            },
+        ),
+        Claim::InProgress => refused(
+            ResponseClass::InProgress,
+            StripeError::new(
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                "There is currently another in-progress request using this Idempotent \
+                 Key (that probably means you submitted twice, and the other request is \
+                 still going through). Please try again later.",
+            )
+            .with_code("idempotency_key_in_use"),
+        ),
+        Claim::Reused => refused(
+            ResponseClass::KeyReused,
+            StripeError::new(
+                StatusCode::BAD_REQUEST,
+                "idempotency_error",
+                "Keys for idempotent requests can only be used with the same parameters \
+                 they were first used with, on the same endpoint.",
+            ),
+        ),
+    };
+    pause(latency).await;
+    Err(refusal)
+}
+
+/// Executes a request that owns `key` (claimed at `generation`) and saves its answer under
+/// the key, or releases the key when Stripe would not save it. The key is ours until commit
+/// or release: this finishes in a task of its own so that a client hanging up (hyper then
+/// drops this future) cannot leave the key in progress forever.
+async fn execute_under_key(
+    shared: &Arc<Shared>,
+    execution: Execution,
+    key: String,
+    generation: u64,
+) -> Outcome {
+    let owner = Arc::clone(shared);
     run_detached(async move {
         let executed = execution.run().await;
         if executed.saved {

@@ -75,7 +75,8 @@ fn holds_money(record: &ListedCharge) -> bool {
 }
 
 /// Compares the records naming `reference` with the attempt it names (`None`: onecharge
-/// knows no such attempt).
+/// knows no such attempt). Findings come in a fixed order: mismatches, then what the
+/// attempt's status makes of the money, then a charge taken twice.
 pub fn compare(
     reference: &str,
     attempt: Option<&AttemptView>,
@@ -86,63 +87,152 @@ pub fn compare(
         return Verdict {
             findings: held
                 .iter()
-                .map(|r| NewFinding {
-                    class: FindingClass::UnknownReference,
-                    payment_attempt_id: None,
-                    reference: Some(reference.to_owned()),
-                    gateway_ids: vec![r.id.clone()],
-                    attempt_status: None,
-                    attempt_amount_minor: None,
-                    attempt_currency: None,
-                    gateway_amount_minor: r.amount_minor,
-                    gateway_currency: r.currency.clone(),
-                    detail: format!(
-                        "the gateway's charge {} names attempt `{reference}`, which onecharge does not know: \
-                         money taken outside onecharge under its metadata",
-                        r.id
-                    ),
-                })
+                .map(|r| unknown_reference(reference, r))
                 .collect(),
             action: Action::Nothing,
         };
     };
-    let finding = |class, ids: Vec<String>, detail: String, gateway: Option<&ListedCharge>| {
-        let mut ids = ids;
+    let case = Case {
+        reference,
+        attempt,
+        records,
+        held,
+    };
+    let mut findings = case.mismatches();
+    let mut held_ids: Vec<String> = case.held.iter().map(|r| r.id.clone()).collect();
+    let action = case.by_status(&mut held_ids, &mut findings);
+    findings.extend(case.charged_twice(&held_ids));
+    Verdict { findings, action }
+}
+
+/// Money taken under `reference`, an attempt id onecharge does not know.
+fn unknown_reference(reference: &str, record: &ListedCharge) -> NewFinding {
+    NewFinding {
+        class: FindingClass::UnknownReference,
+        payment_attempt_id: None,
+        reference: Some(reference.to_owned()),
+        gateway_ids: vec![record.id.clone()],
+        attempt_status: None,
+        attempt_amount_minor: None,
+        attempt_currency: None,
+        gateway_amount_minor: record.amount_minor,
+        gateway_currency: record.currency.clone(),
+        detail: format!(
+            "the gateway's charge {} names attempt `{reference}`, which onecharge does not know: \
+             money taken outside onecharge under its metadata",
+            record.id
+        ),
+    }
+}
+
+/// One known attempt and the records naming it, while they are compared.
+struct Case<'a> {
+    reference: &'a str,
+    attempt: &'a AttemptView,
+    records: &'a [ListedCharge],
+    /// The records holding money.
+    held: Vec<&'a ListedCharge>,
+}
+
+impl Case<'_> {
+    /// A finding about this attempt, naming the gateway's `ids` (sorted, once each) and,
+    /// when one charge is meant, its amount and currency.
+    fn finding(
+        &self,
+        class: FindingClass,
+        mut ids: Vec<String>,
+        detail: String,
+        gateway: Option<&ListedCharge>,
+    ) -> NewFinding {
         ids.sort();
         ids.dedup();
         NewFinding {
             class,
-            payment_attempt_id: Some(attempt.payment_attempt_id),
-            reference: Some(reference.to_owned()),
+            payment_attempt_id: Some(self.attempt.payment_attempt_id),
+            reference: Some(self.reference.to_owned()),
             gateway_ids: ids,
-            attempt_status: Some(attempt.status.as_str().to_owned()),
-            attempt_amount_minor: Some(attempt.amount_minor),
-            attempt_currency: Some(attempt.currency.clone()),
+            attempt_status: Some(self.attempt.status.as_str().to_owned()),
+            attempt_amount_minor: Some(self.attempt.amount_minor),
+            attempt_currency: Some(self.attempt.currency.clone()),
             gateway_amount_minor: gateway.and_then(|g| g.amount_minor),
             gateway_currency: gateway.and_then(|g| g.currency.clone()),
             detail,
         }
-    };
-    let mut findings = Vec::new();
-    for record in &held {
-        if let Some(why) = differs(record, attempt) {
-            findings.push(finding(
-                FindingClass::Mismatch,
-                vec![record.id.clone()],
-                format!(
-                    "the gateway's charge {} differs from the attempt: {why}",
-                    record.id
-                ),
-                Some(record),
-            ));
+    }
+
+    /// Every charge holding money whose amount, currency or customer is not the attempt's.
+    fn mismatches(&self) -> Vec<NewFinding> {
+        self.held
+            .iter()
+            .filter_map(|record| {
+                let why = differs(record, self.attempt)?;
+                Some(self.finding(
+                    FindingClass::Mismatch,
+                    vec![record.id.clone()],
+                    format!(
+                        "the gateway's charge {} differs from the attempt: {why}",
+                        record.id
+                    ),
+                    Some(record),
+                ))
+            })
+            .collect()
+    }
+
+    /// What the attempt's status makes of the money held: a finding, evidence for the
+    /// reconciler, or a re-send made due. A succeeded attempt's recorded charge created
+    /// outside the window joins `held_ids`.
+    fn by_status(&self, held_ids: &mut Vec<String>, findings: &mut Vec<NewFinding>) -> Action {
+        let attempt = self.attempt;
+        let holds = !self.held.is_empty();
+        match attempt.status {
+            AttemptStatus::Succeeded => {
+                findings.extend(self.succeeded(held_ids));
+                Action::Nothing
+            }
+            AttemptStatus::Unknown | AttemptStatus::NeedsReview if holds => {
+                Action::Settle(self.records.iter().map(|r| as_lookup(r, attempt)).collect())
+            }
+            AttemptStatus::Pending if holds => {
+                if self.held.iter().any(|r| attempt.owns(r)) {
+                    return Action::MakeDue;
+                }
+                findings.push(self.finding(
+                    FindingClass::ChargedNotRecorded,
+                    held_ids.clone(),
+                    format!(
+                        "the gateway holds money for this pending attempt under another key ({}); \
+                         its own send would charge again",
+                        held_ids.join(", ")
+                    ),
+                    self.held.first().copied(),
+                ));
+                Action::Nothing
+            }
+            AttemptStatus::Declined | AttemptStatus::Expired if holds => {
+                findings.push(self.finding(
+                    FindingClass::ChargedNotRecorded,
+                    held_ids.clone(),
+                    format!(
+                        "the attempt is {}, but the gateway took money for it ({}): refund, or correct the record",
+                        attempt.status,
+                        held_ids.join(", ")
+                    ),
+                    self.held.first().copied(),
+                ));
+                Action::Nothing
+            }
+            _ => Action::Nothing,
         }
     }
-    let mut held_ids: Vec<String> = held.iter().map(|r| r.id.clone()).collect();
-    let own = records.iter().find(|r| attempt.owns(r));
-    let mut action = Action::Nothing;
-    match attempt.status {
-        AttemptStatus::Succeeded => match (own, attempt.gateway_charge_id.as_deref()) {
-            (Some(own), _) if own.status != ListedStatus::Succeeded => findings.push(finding(
+
+    /// A succeeded attempt: its own charge must be listed as succeeded, or, when it was
+    /// not listed and the attempt is inside the window, it is missing. One created outside
+    /// the window is not listed but holds money too: it joins `held_ids`.
+    fn succeeded(&self, held_ids: &mut Vec<String>) -> Option<NewFinding> {
+        let own = self.records.iter().find(|r| self.attempt.owns(r));
+        match (own, self.attempt.gateway_charge_id.as_deref()) {
+            (Some(own), _) if own.status != ListedStatus::Succeeded => Some(self.finding(
                 FindingClass::RecordedNotCharged,
                 vec![own.id.clone()],
                 format!(
@@ -152,61 +242,31 @@ pub fn compare(
                 ),
                 Some(own),
             )),
-            (Some(_), _) => {}
-            (None, Some(recorded)) => {
-                if attempt.in_window {
-                    findings.push(finding(
-                        FindingClass::RecordedNotCharged,
-                        vec![recorded.to_owned()],
-                        format!(
-                            "the attempt is succeeded with charge {recorded}, which the gateway does not list in the window"
-                        ),
-                        None,
-                    ));
-                } else {
-                    // Created outside the window: not listed, but it holds money too.
-                    held_ids.push(recorded.to_owned());
-                }
-            }
-            (None, None) => {}
-        },
-        AttemptStatus::Unknown | AttemptStatus::NeedsReview if !held.is_empty() => {
-            action = Action::Settle(records.iter().map(|r| as_lookup(r, attempt)).collect());
-        }
-        AttemptStatus::Pending if !held.is_empty() => {
-            if held.iter().any(|r| attempt.owns(r)) {
-                action = Action::MakeDue;
-            } else {
-                findings.push(finding(
-                    FindingClass::ChargedNotRecorded,
-                    held_ids.clone(),
-                    format!(
-                        "the gateway holds money for this pending attempt under another key ({}); \
-                         its own send would charge again",
-                        held_ids.join(", ")
-                    ),
-                    held.first().copied(),
-                ));
-            }
-        }
-        AttemptStatus::Declined | AttemptStatus::Expired if !held.is_empty() => {
-            findings.push(finding(
-                FindingClass::ChargedNotRecorded,
-                held_ids.clone(),
+            (None, Some(recorded)) if self.attempt.in_window => Some(self.finding(
+                FindingClass::RecordedNotCharged,
+                vec![recorded.to_owned()],
                 format!(
-                    "the attempt is {}, but the gateway took money for it ({}): refund, or correct the record",
-                    attempt.status,
-                    held_ids.join(", ")
+                    "the attempt is succeeded with charge {recorded}, which the gateway does not list in the window"
                 ),
-                held.first().copied(),
-            ));
+                None,
+            )),
+            (None, Some(recorded)) => {
+                // Created outside the window: not listed, but it holds money too.
+                held_ids.push(recorded.to_owned());
+                None
+            }
+            _ => None,
         }
-        _ => {}
     }
-    if held_ids.len() > 1 {
-        let mut ids = held_ids.clone();
+
+    /// More than one charge holding money for the attempt.
+    fn charged_twice(&self, held_ids: &[String]) -> Option<NewFinding> {
+        if held_ids.len() <= 1 {
+            return None;
+        }
+        let mut ids = held_ids.to_vec();
         ids.sort();
-        findings.push(finding(
+        Some(self.finding(
             FindingClass::ChargedTwice,
             ids.clone(),
             format!(
@@ -215,9 +275,8 @@ pub fn compare(
                 ids.join(", ")
             ),
             None,
-        ));
+        ))
     }
-    Verdict { findings, action }
 }
 
 /// Why a charge holding money is not the attempt's amount, currency or customer.

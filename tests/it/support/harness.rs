@@ -110,6 +110,23 @@ impl Harness {
         .await
     }
 
+    /// A Stripe harness whose mock holds every confirm for ten minutes (a charge still
+    /// processing at the gateway), with its settings adjusted.
+    pub async fn stripe_processing(adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::with(
+            MockConfig {
+                dialect: mock_gateway::Dialect::Stripe,
+                slow_charge_for: Duration::from_secs(600),
+                ..MockConfig::default()
+            },
+            |s| {
+                s.gateway_kind = onecharge::gateway::GatewayKind::Stripe;
+                adjust(s);
+            },
+        )
+        .await
+    }
+
     /// A fresh database, a mock gateway started from `mock`, and settings adjusted by `adjust`
     /// (after the test defaults: short gateway timeouts, a 10 s lease).
     pub async fn with(mock: MockConfig, adjust: impl FnOnce(&mut Settings)) -> Self {
@@ -401,6 +418,18 @@ impl Harness {
         events.remove(0)
     }
 
+    /// The operations of the attempt's gateway calls (`prepare`, `charge`, `lookup`,
+    /// `list`, …), in order.
+    pub async fn call_operations(&self, id: impl Into<PaymentAttemptId>) -> Vec<String> {
+        let rows: Vec<(String,)> = self
+            .rows_about(
+                id.into(),
+                "SELECT operation FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
+            )
+            .await;
+        rows.into_iter().map(|(operation,)| operation).collect()
+    }
+
     /// Every row `sql` returns about one attempt (its id bound as `$1`).
     async fn rows_about<T>(&self, id: PaymentAttemptId, sql: &str) -> Vec<T>
     where
@@ -595,4 +624,14 @@ pub async fn gateway_answering(charge: serde_json::Value) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}")
+}
+
+/// How many rows `sql`, a `SELECT count(*) …` about one attempt (its id bound as `$1`),
+/// counts in `pool`.
+pub async fn count_about(pool: &sqlx::PgPool, id: impl Into<PaymentAttemptId>, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(id.into())
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }

@@ -35,8 +35,8 @@ pub mod throwaway;
 pub use command::{command, command_file, intake_record, orders, record};
 pub use env::TestEnv;
 pub use harness::{
-    charge_request, charge_request_with_amount, eventually, first_outcome, gateway_answering,
-    refused_url, run_leaving_one_in, take_in, AttemptRow, Harness, API_KEY,
+    charge_request, charge_request_with_amount, count_about, eventually, first_outcome,
+    gateway_answering, refused_url, run_leaving_one_in, take_in, AttemptRow, Harness, API_KEY,
 };
 pub use nats::{commands_stream, edit_stream, header, shrink_duplicate_window, stream};
 pub use process::{assert_exited_ok, one_line_error, onecharge, sigterm};

@@ -1,268 +1,64 @@
-//! The `stripe` connector: Stripe's PaymentIntents API (contract §3.1; `docs/stripe.md` has
-//! the table of every answer and what the executor does with it).
-//!
-//! A charge is two calls, so that the reconciler can always ask Stripe by id, strongly
-//! consistently, instead of through its eventually consistent search:
-//! 1. **prepare** — `POST /v1/payment_intents` with `confirm=false` under the key
-//!    `<stored key>-create`: a PaymentIntent that cannot charge until it is confirmed. The
-//!    executor stores its id (`payment_attempts.gateway_object_id`) under its lease.
-//! 2. **charge** — `POST /v1/payment_intents/{id}/confirm` with `off_session=true` under the
-//!    key `<stored key>-confirm`. Every try of an attempt sends the same two keys.
-//! 3. **lookup** — `GET /v1/payment_intents/{id}`. No id stored means no confirm was ever
-//!    sent: nothing can have been charged.
-//!
-//! Every function here that reads an answer is pure (the wire arrives as a
-//! [`GatewayReply`]), so each row of the table is a unit test below.
+//! Stripe's answer table: what each answer to a create, confirm, cancel or retrieve call
+//! means ([`Prepared`], [`GatewayOutcome`], [`CancelOutcome`], [`LookupOutcome`]). Every
+//! function here is pure (the wire arrives as a [`GatewayReply`]), so each row of the table
+//! in `docs/stripe.md` is a unit test below.
 
 use std::collections::HashMap;
 
-use anyhow::Context as _;
 use serde::Deserialize;
-use sha2::{Digest as _, Sha256};
 
-use super::{CancelOutcome, ChargeRequest, Hints, Prepared};
+use super::{is_intent_id, minor_amount};
 use crate::domain::bounded;
 use crate::domain::outcome::{
-    Answer, ChargeStatus, GatewayCharge, GatewayOutcome, GatewayReply, LookupOutcome, RetryAfter,
-    MAX_REASON_CHARS, MAX_RETRY_AFTER,
+    ChargeStatus, GatewayCharge, GatewayOutcome, LookupOutcome, RetryAfter, MAX_REASON_CHARS,
 };
+use crate::gateway::wire::{parse_retry_after, snippet, Answer, GatewayReply, Hints};
+use crate::gateway::{CancelOutcome, Prepared};
 
-/// `gateway_url` when `gateway_kind = stripe` and none is configured.
-pub const DEFAULT_URL: &str = "https://api.stripe.com";
-
-/// The API version every request pins (`Stripe-Version`), so that an account's default
-/// version moving on does not change what onecharge sends or reads.
-pub const STRIPE_VERSION: &str = "2024-06-20";
-
-/// Stripe's limit on an `Idempotency-Key`.
-const MAX_KEY_CHARS: usize = 255;
-
-/// Stripe's zero-decimal currencies (docs.stripe.com/currencies#zero-decimal): the amount
-/// is in whole units.
-const ZERO_DECIMAL: [&str; 16] = [
-    "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV",
-    "XAF", "XOF", "XPF",
-];
-
-/// Stripe's three-decimal currencies: the amount is in thousandths and its last digit must
-/// be 0 (docs.stripe.com/currencies#three-decimal).
-const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];
-
-/// The Stripe URLs under `gateway_url`.
-#[derive(Debug, Clone)]
-pub(super) struct Endpoints {
-    pub(super) base: reqwest::Url,
-    pub(super) create_url: reqwest::Url,
+/// The fields of a PaymentIntent that every reader of one takes (a retrieve's, the
+/// sweep's list page).
+#[derive(Debug, Clone, Deserialize)]
+pub(in crate::gateway) struct IntentFields {
+    pub(in crate::gateway) id: String,
+    pub(in crate::gateway) status: String,
+    #[serde(default)]
+    pub(in crate::gateway) amount: Option<i64>,
+    #[serde(default)]
+    pub(in crate::gateway) currency: Option<String>,
+    #[serde(default)]
+    pub(in crate::gateway) metadata: HashMap<String, String>,
 }
 
-impl Endpoints {
-    /// `base` ends with `/`.
-    pub(super) fn new(base: &reqwest::Url) -> anyhow::Result<Self> {
-        let create_url = base.join("v1/payment_intents").with_context(|| {
-            format!("gateway_url `{base}` cannot take the path /v1/payment_intents")
-        })?;
-        Ok(Self {
-            base: base.clone(),
-            create_url,
-        })
+impl IntentFields {
+    /// Its amount in ISO 4217 minor units (when Stripe says both amount and currency and
+    /// the amount converts) and its currency in upper case.
+    pub(in crate::gateway) fn money(&self) -> (Option<i64>, Option<String>) {
+        let currency = self.currency.as_deref().map(str::to_ascii_uppercase);
+        let amount_minor = match (self.amount, currency.as_deref()) {
+            (Some(amount), Some(currency)) => minor_amount(amount, currency),
+            _ => None,
+        };
+        (amount_minor, currency)
     }
-
-    /// `…/v1/payment_intents/{id}`. An id that is not Stripe's shape is refused rather than
-    /// put in a path.
-    pub(super) fn intent_url(&self, id: &str) -> Result<reqwest::Url, String> {
-        if !is_intent_id(id) {
-            return Err(bounded(
-                &format!("the stored PaymentIntent id `{id}` is not a Stripe id (pi_…)"),
-                MAX_REASON_CHARS,
-            ));
-        }
-        self.base
-            .join(&format!("v1/payment_intents/{id}"))
-            .map_err(|err| format!("cannot build the PaymentIntent URL: {err}"))
-    }
-
-    /// `…/v1/payment_intents/{id}/confirm`.
-    pub(super) fn confirm_url(&self, id: &str) -> Result<reqwest::Url, String> {
-        let mut url = self.intent_url(id)?;
-        let path = format!("{}/confirm", url.path());
-        url.set_path(&path);
-        Ok(url)
-    }
-}
-
-/// `pi_` followed by letters, digits and underscores, as Stripe's ids are.
-pub fn is_intent_id(id: &str) -> bool {
-    id.len() <= 255
-        && id.starts_with("pi_")
-        && id.len() > 3
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
-/// The `Idempotency-Key` of the first create call: derived from the attempt's stored key,
-/// the same on every try ([`create_key_at`] with sequence 1).
-pub fn create_key(stored: &str) -> String {
-    create_key_at(stored, 1)
-}
-
-/// The `Idempotency-Key` of the first confirm call ([`confirm_key_at`] with sequence 1),
-/// different from the create key (Stripe refuses one key for two endpoints with
-/// `idempotency_error`).
-pub fn confirm_key(stored: &str) -> String {
-    confirm_key_at(stored, 1)
-}
-
-/// The create key of sequence `seq` (`payment_attempts.create_key_seq`): `<stored>-create`,
-/// then `<stored>-create-2`, … The sequence moves on only after a create answered `5xx`:
-/// Stripe saves that answer under the key and replays it for 24 hours, while an unconfirmed
-/// PaymentIntent the failed create may have made can never charge.
-pub fn create_key_at(stored: &str, seq: i32) -> String {
-    derived_key(stored, &step("create", seq))
-}
-
-/// The confirm key of sequence `seq` (`payment_attempts.confirm_key_seq`):
-/// `<stored>-confirm`, then `<stored>-confirm-2`, … The sequence moves on only after the
-/// PaymentIntent, retrieved by id, was still `requires_confirmation`: nothing charged, and a
-/// PaymentIntent succeeds at most once, so a confirm under the next key cannot charge twice.
-pub fn confirm_key_at(stored: &str, seq: i32) -> String {
-    derived_key(stored, &step("confirm", seq))
-}
-
-/// The key of the cancel call for the stored PaymentIntent: one per attempt, the same on
-/// every try.
-pub fn cancel_key(stored: &str) -> String {
-    derived_key(stored, "cancel")
-}
-
-fn step(name: &str, seq: i32) -> String {
-    if seq <= 1 {
-        name.to_owned()
-    } else {
-        format!("{name}-{seq}")
-    }
-}
-
-/// `<stored>-<step>`, or, should that pass Stripe's 255 characters, the SHA-256 of the
-/// stored key in hex with the step: still deterministic and still unique per attempt.
-fn derived_key(stored: &str, step: &str) -> String {
-    let plain = format!("{stored}-{step}");
-    if plain.chars().count() <= MAX_KEY_CHARS {
-        return plain;
-    }
-    format!("{}-{step}", hex::encode(Sha256::digest(stored.as_bytes())))
-}
-
-/// The number of decimals Stripe's `amount` has in `currency` (upper case).
-fn stripe_decimals(currency: &str) -> u32 {
-    if ZERO_DECIMAL.contains(&currency) {
-        0
-    } else if THREE_DECIMAL.contains(&currency) {
-        3
-    } else {
-        // Every other currency is two-decimal in Stripe's API, ISK included (ISO 4217 gives
-        // it no decimals; Stripe keeps it two-decimal for backwards compatibility and wants
-        // the last two digits 00).
-        2
-    }
-}
-
-/// The ISO 4217 minor-unit exponent onecharge's `amount_minor` is counted in.
-fn iso_decimals(currency: &str) -> Result<u32, String> {
-    iso_currency::Currency::from_code(currency)
-        .and_then(|c| c.exponent())
-        .map(u32::from)
-        .ok_or_else(|| format!("currency {currency} has no ISO 4217 minor unit"))
-}
-
-/// Stripe's `amount` for `amount_minor` (ISO 4217 minor units) of `currency`. Where the two
-/// differ (ISK: ISO 0 decimals, Stripe 2 → ×100; MGA: ISO 2, Stripe 0 → ÷100 when whole)
-/// it converts exactly; an amount Stripe cannot take as it stands (a fraction of a unit
-/// Stripe does not count, a three-decimal amount whose last digit is not 0) is refused with
-/// the reason, never rounded: rounding would charge another amount than the command's.
-pub fn stripe_amount(amount_minor: i64, currency: &str) -> Result<i64, String> {
-    let iso = iso_decimals(currency)?;
-    let stripe = stripe_decimals(currency);
-    let amount = if stripe >= iso {
-        10_i64
-            .checked_pow(stripe - iso)
-            .and_then(|factor| amount_minor.checked_mul(factor))
-            .ok_or_else(|| format!("{amount_minor} {currency} is too large for Stripe"))?
-    } else {
-        let factor = 10_i64.pow(iso - stripe);
-        if amount_minor % factor != 0 {
-            return Err(format!(
-                "{amount_minor} {currency} (ISO 4217 minor units) is not a whole amount in Stripe's \
-                 unit for {currency} ({stripe} decimals): Stripe cannot charge it; publish a whole amount"
-            ));
-        }
-        amount_minor / factor
-    };
-    if stripe == 3 && amount % 10 != 0 {
-        return Err(format!(
-            "{amount_minor} {currency}: Stripe charges three-decimal currencies only in amounts \
-             whose last digit is 0; publish an amount rounded to the nearest ten"
-        ));
-    }
-    Ok(amount)
-}
-
-/// `amount_minor` (ISO 4217) for Stripe's `amount` of `currency`: the inverse of
-/// [`stripe_amount`], `None` when it has no exact inverse.
-pub fn minor_amount(amount: i64, currency: &str) -> Option<i64> {
-    let iso = iso_decimals(currency).ok()?;
-    let stripe = stripe_decimals(currency);
-    if stripe >= iso {
-        let factor = 10_i64.checked_pow(stripe - iso)?;
-        (amount % factor == 0).then(|| amount / factor)
-    } else {
-        amount.checked_mul(10_i64.checked_pow(iso - stripe)?)
-    }
-}
-
-/// The create call's form: the command's fields mapped as contract §3.1 says, unconfirmed.
-/// `automatic_payment_methods` without redirects: a confirmation off-session cannot follow a
-/// redirect, and without it Stripe asks a `return_url` of every confirmation.
-pub(super) fn create_form(request: &ChargeRequest) -> Result<Vec<(&'static str, String)>, String> {
-    let charge = &request.charge;
-    let amount = stripe_amount(charge.amount_minor, &charge.currency)?;
-    let mut form = vec![
-        ("amount", amount.to_string()),
-        ("currency", charge.currency.to_ascii_lowercase()),
-        ("customer", charge.customer_id.clone()),
-        ("payment_method", charge.payment_method.clone()),
-        ("confirm", "false".into()),
-        ("automatic_payment_methods[enabled]", "true".into()),
-        ("automatic_payment_methods[allow_redirects]", "never".into()),
-        ("metadata[payment_attempt_id]", charge.reference.clone()),
-    ];
-    if let Some(order_id) = &request.order_id {
-        form.push(("metadata[order_id]", order_id.clone()));
-    }
-    if let Some(description) = &charge.description {
-        form.push(("description", description.clone()));
-    }
-    Ok(form)
-}
-
-/// The confirm call's form: off-session, since the customer is not present to authenticate.
-pub(super) fn confirm_form() -> Vec<(&'static str, String)> {
-    vec![("off_session", "true".into())]
 }
 
 /// A PaymentIntent as Stripe describes it; only what onecharge reads.
 #[derive(Debug, Clone, Deserialize)]
 struct PaymentIntent {
-    id: String,
-    status: String,
-    #[serde(default)]
-    amount: Option<i64>,
-    #[serde(default)]
-    currency: Option<String>,
-    #[serde(default)]
-    metadata: HashMap<String, String>,
+    #[serde(flatten)]
+    fields: IntentFields,
     #[serde(default)]
     last_payment_error: Option<ErrorDetail>,
     #[serde(default)]
     cancellation_reason: Option<String>,
+}
+
+impl std::ops::Deref for PaymentIntent {
+    type Target = IntentFields;
+
+    fn deref(&self) -> &IntentFields {
+        &self.fields
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -323,7 +119,9 @@ pub fn classify_create(reply: GatewayReply<'_>, hints: Hints) -> Prepared {
     };
     match status {
         200..=299 => match serde_json::from_slice::<PaymentIntent>(body) {
-            Ok(intent) if is_intent_id(&intent.id) => Prepared::Object { id: intent.id },
+            Ok(intent) if is_intent_id(&intent.id) => Prepared::Object {
+                id: intent.fields.id,
+            },
             _ => Prepared::Refused(GatewayOutcome::NotSent {
                 reason: bounded(
                     &format!(
@@ -457,11 +255,6 @@ fn read_confirmed(pi: &PaymentIntent, replayed: bool) -> GatewayOutcome {
     }
 }
 
-/// The cancel call's form: why, as Stripe names it.
-pub(super) fn cancel_form() -> Vec<(&'static str, String)> {
-    vec![("cancellation_reason", "abandoned".into())]
-}
-
 /// Reads the answer to `POST /v1/payment_intents/{id}/cancel`. Only a PaymentIntent Stripe
 /// shows `canceled` proves that nothing was or will be charged: a canceled PaymentIntent
 /// can never be confirmed. One that already `succeeded` or is `processing` (Stripe refuses
@@ -487,9 +280,15 @@ pub fn classify_cancel(reply: GatewayReply<'_>, intent: &str) -> CancelOutcome {
         _ => None,
     };
     match pi {
-        Some(pi) if pi.status == "canceled" => CancelOutcome::Canceled { charge_id: pi.id },
-        Some(pi) if pi.status == "succeeded" => CancelOutcome::Succeeded { charge_id: pi.id },
-        Some(pi) if pi.status == "processing" => CancelOutcome::Processing { charge_id: pi.id },
+        Some(pi) if pi.status == "canceled" => CancelOutcome::Canceled {
+            charge_id: pi.fields.id,
+        },
+        Some(pi) if pi.status == "succeeded" => CancelOutcome::Succeeded {
+            charge_id: pi.fields.id,
+        },
+        Some(pi) if pi.status == "processing" => CancelOutcome::Processing {
+            charge_id: pi.fields.id,
+        },
         Some(pi) => CancelOutcome::Unproven {
             reason: format!(
                 "cancelling {} left it `{}`: not proven unable to charge",
@@ -618,11 +417,7 @@ fn read_retrieved(pi: &PaymentIntent, idempotency_key: &str) -> Option<GatewayCh
         // not onecharge's flow; never adopted (the reconciler looks again, then a person).
         other => (ChargeStatus::Other(other.to_owned()), None),
     };
-    let currency = pi.currency.as_deref().map(str::to_ascii_uppercase);
-    let amount_minor = match (pi.amount, currency.as_deref()) {
-        (Some(amount), Some(currency)) => minor_amount(amount, currency),
-        _ => None,
-    };
+    let (amount_minor, currency) = pi.money();
     Some(GatewayCharge {
         id: pi.id.clone(),
         status,
@@ -677,20 +472,6 @@ fn words(status: u16, body: &[u8], hints: Hints) -> String {
     bounded(&text, MAX_REASON_CHARS)
 }
 
-fn snippet(body: &[u8]) -> String {
-    bounded(String::from_utf8_lossy(body).trim(), 300)
-}
-
-/// `Retry-After` in seconds, capped as for §3.
-fn parse_retry_after(raw: &str) -> Option<std::time::Duration> {
-    let digits = raw.trim();
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let seconds = digits.parse::<u64>().unwrap_or(u64::MAX);
-    Some(std::time::Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
-}
-
 #[cfg(test)]
 mod tests {
     //! One test per row of the table in docs/stripe.md.
@@ -698,7 +479,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::gateway::ChargeBody;
 
     const PI: &str = "pi_3Nx1";
 
@@ -1218,112 +998,5 @@ mod tests {
             classify_retrieve(GatewayReply::Lost { error: "reset" }, "k"),
             LookupOutcome::Failed { .. }
         ));
-    }
-
-    #[test]
-    fn amounts_follow_stripes_decimals_not_only_iso_4217() {
-        // two-decimal, zero-decimal (same in both), three-decimal with a last digit of 0
-        assert_eq!(stripe_amount(1999, "EUR"), Ok(1999));
-        assert_eq!(stripe_amount(500, "JPY"), Ok(500));
-        assert_eq!(stripe_amount(5000, "UGX"), Ok(5000));
-        assert_eq!(stripe_amount(1230, "KWD"), Ok(1230));
-        assert!(stripe_amount(1235, "KWD")
-            .unwrap_err()
-            .contains("last digit is 0"));
-        // ISK: ISO has no decimals, Stripe counts it in hundredths
-        assert_eq!(stripe_amount(4000, "ISK"), Ok(400_000));
-        // HUF and TWD are two-decimal in both
-        assert_eq!(stripe_amount(150_000, "HUF"), Ok(150_000));
-        assert_eq!(stripe_amount(9_900, "TWD"), Ok(9_900));
-        // back again, for the reconciler's comparison
-        for (amount, currency) in [(1999, "EUR"), (500, "JPY"), (4000, "ISK"), (1230, "KWD")] {
-            let stripe = stripe_amount(amount, currency).unwrap();
-            assert_eq!(minor_amount(stripe, currency), Some(amount), "{currency}");
-        }
-        assert_eq!(minor_amount(400_050, "ISK"), None);
-    }
-
-    #[test]
-    fn a_currency_whose_iso_unit_stripe_does_not_count_is_refused_unless_whole() {
-        // MGA: ISO 4217 counts 1/100 ariary (exponent 2); Stripe is zero-decimal.
-        assert_eq!(stripe_amount(150_000, "MGA"), Ok(1_500));
-        assert!(stripe_amount(150_050, "MGA")
-            .unwrap_err()
-            .contains("not a whole amount"));
-        assert_eq!(minor_amount(1_500, "MGA"), Some(150_000));
-    }
-
-    #[test]
-    fn the_create_form_maps_the_command_as_the_contract_says() {
-        let request = ChargeRequest::new(
-            "onecharge-6f1c2a9e",
-            &ChargeBody {
-                amount_minor: 1999,
-                currency: "EUR".into(),
-                customer_id: "cus_42".into(),
-                payment_method: "pm_card_visa".into(),
-                reference: "6f1c2a9e".into(),
-                description: Some("Order ord_1001".into()),
-            },
-        )
-        .for_order("ord_1001");
-        let form = create_form(&request).unwrap();
-        let get = |k: &str| {
-            form.iter()
-                .find(|(key, _)| *key == k)
-                .map(|(_, v)| v.as_str())
-        };
-        assert_eq!(get("amount"), Some("1999"));
-        assert_eq!(get("currency"), Some("eur"));
-        assert_eq!(get("customer"), Some("cus_42"));
-        assert_eq!(get("payment_method"), Some("pm_card_visa"));
-        assert_eq!(get("confirm"), Some("false"));
-        assert_eq!(get("metadata[payment_attempt_id]"), Some("6f1c2a9e"));
-        assert_eq!(get("metadata[order_id]"), Some("ord_1001"));
-        assert_eq!(get("description"), Some("Order ord_1001"));
-        assert_eq!(create_form(&request), create_form(&request.clone()));
-        assert_eq!(confirm_form(), vec![("off_session", "true".to_string())]);
-    }
-
-    #[test]
-    fn derived_keys_are_stable_distinct_and_within_stripes_limit() {
-        let stored = "onecharge-6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11";
-        assert_eq!(create_key(stored), format!("{stored}-create"));
-        assert_eq!(confirm_key(stored), format!("{stored}-confirm"));
-        assert_ne!(create_key(stored), confirm_key(stored));
-        let long = "k".repeat(255);
-        for key in [create_key(&long), confirm_key(&long)] {
-            assert!(key.chars().count() <= 255);
-        }
-        assert_eq!(create_key(&long), create_key(&long));
-        assert_ne!(create_key(&long), create_key(&"j".repeat(255)));
-    }
-
-    #[test]
-    fn derived_keys_move_on_by_sequence_and_the_first_is_the_plain_one() {
-        let stored = "onecharge-6f1c2a9e";
-        assert_eq!(create_key_at(stored, 1), create_key(stored));
-        assert_eq!(create_key_at(stored, 2), format!("{stored}-create-2"));
-        assert_eq!(confirm_key_at(stored, 1), confirm_key(stored));
-        assert_eq!(confirm_key_at(stored, 3), format!("{stored}-confirm-3"));
-        assert_eq!(cancel_key(stored), format!("{stored}-cancel"));
-        let long = "k".repeat(255);
-        assert!(confirm_key_at(&long, 7).chars().count() <= 255);
-        assert_ne!(confirm_key_at(&long, 7), confirm_key_at(&long, 8));
-    }
-
-    #[test]
-    fn only_stripe_shaped_ids_go_into_a_path() {
-        assert!(is_intent_id("pi_3Nx1abcDEF_9"));
-        for bad in [
-            "",
-            "pi_",
-            "ch_1",
-            "pi_1/../../v1/charges",
-            "pi_1?x=y",
-            "pi_1 2",
-        ] {
-            assert!(!is_intent_id(bad), "{bad}");
-        }
     }
 }
