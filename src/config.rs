@@ -76,7 +76,7 @@ pub struct Settings {
     /// admin listener (`https://ops.example.com` behind a proxy, a tunnel's name), comma
     /// separated in `ONECHARGE_ADMIN_PUBLIC_ORIGINS`. Every route answers only a `Host` that
     /// is a loopback name or one of these hosts, and a change only from a page of its own
-    /// origin or of one of these (contract §6; DNS rebinding, `crate::admin::origin`).
+    /// origin or of one of these (contract §6; DNS rebinding, `crate::http::origin`).
     #[serde(deserialize_with = "comma_separated", default)]
     pub admin_public_origins: Vec<String>,
     /// Lets `serve` run the admin API on a non-loopback `admin_addr` without an
@@ -1124,7 +1124,7 @@ impl Settings {
     /// Each of `admin_public_origins` is an origin a browser would send: `http(s)://host[:port]`.
     fn check_admin_public_origins(&self) -> Result<(), ConfigError> {
         for origin in &self.admin_public_origins {
-            crate::admin::origin::WebOrigin::parse(origin).map_err(|why| {
+            crate::http::origin::WebOrigin::parse(origin).map_err(|why| {
                 ConfigError(format!(
                     "admin_public_origins (ONECHARGE_ADMIN_PUBLIC_ORIGINS): {why}"
                 ))
