@@ -43,7 +43,10 @@ pub fn router(state: AdminState) -> Router {
         .merge(console::router(state.clone()))
         // Last before `with_state`, so that it wraps every route above, any added to this
         // router later, and the 404 of a path that is none (contract §6).
-        .layer(middleware::from_fn_with_state(state.clone(), origin::guard))
+        .layer(middleware::from_fn_with_state(
+            state.console.public_origins.clone(),
+            origin::guard,
+        ))
         .with_state(state)
 }
 

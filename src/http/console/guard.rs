@@ -58,9 +58,10 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
         return without_session(state, &path, request, next).await;
     }
     let live = live_session(state, session::cookie_id(request.headers())).await;
-    match signed_in(live, &request) {
-        Ok(session) => with_session(session, &path, request, next).await,
-        Err(answer) => answer,
+    match live {
+        Ok(Some(session)) => with_session(session, &path, request, next).await,
+        Ok(None) => not_signed_in(&request),
+        Err(err) => sessions_unavailable(err),
     }
 }
 
@@ -124,24 +125,17 @@ async fn live_session(
     .await
 }
 
-/// The signed-in session; otherwise the answer: a page is sent to sign in first, a POST is
-/// refused, and a database that cannot be asked is said so.
-fn signed_in(
-    live: Result<Option<Session>, sqlx::Error>,
-    request: &Request,
-) -> Result<Session, Response> {
-    match live {
-        Ok(Some(session)) => Ok(session),
-        Err(err) => Err(sessions_unavailable(err)),
-        Ok(None) if request.method() == Method::GET || request.method() == Method::HEAD => {
-            Err(sign_in_first(request))
-        }
-        Ok(None) => Err(refused(
-            StatusCode::FORBIDDEN,
-            None,
-            "Your session has ended (or you never signed in): sign in again, then repeat the action.",
-        )),
+/// The answer to someone without a live session: a page is sent to sign in first, and
+/// anything else is refused.
+fn not_signed_in(request: &Request) -> Response {
+    if request.method() == Method::GET || request.method() == Method::HEAD {
+        return sign_in_first(request);
     }
+    refused(
+        StatusCode::FORBIDDEN,
+        None,
+        "Your session has ended (or you never signed in): sign in again, then repeat the action.",
+    )
 }
 
 /// The redirect to the sign-in page, which comes back to the page asked for.
