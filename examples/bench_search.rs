@@ -1,6 +1,6 @@
 //! Operator search at 10 million attempts: fills a scratch database with `--rows`
 //! `payment_attempts` (default 10,000,000) in a few `INSERT … SELECT generate_series`
-//! statements, then asks the admin HTTP (the real router, `onecharge::admin::router`) every
+//! statements, then asks the admin HTTP (the real router, `onecharge::http::router`) every
 //! search the API (`/api/attempts…`) and the console (`/console/…`, open: nothing
 //! configured to sign in with) answer, and prints for each the plan PostgreSQL ran and
 //! the latency over HTTP. Needs PostgreSQL at 127.0.0.1:5432 (trust auth, a superuser: the
@@ -34,10 +34,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _};
 use clap::Parser as _;
-use onecharge::admin::AdminState;
 use onecharge::broker::Broker;
 use onecharge::config::{DatabaseSettings, Settings};
 use onecharge::domain::RetryWindow;
+use onecharge::http::AdminState;
 use onecharge::store::Store;
 use sqlx::{Connection as _, Executor as _, PgConnection};
 use tokio_util::sync::CancellationToken;
@@ -535,13 +535,13 @@ impl Admin {
             admin_token: None,
             gateway_health: None,
             retry_window: RetryWindow::from_settings(settings),
-            console: onecharge::console::Console::from_settings(settings),
+            console: onecharge::http::Console::from_settings(settings),
             reconciler: None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let shutdown = CancellationToken::new();
-        let served = tokio::spawn(onecharge::admin::serve(listener, state, shutdown.clone()));
+        let served = tokio::spawn(onecharge::http::serve(listener, state, shutdown.clone()));
         Ok(Self {
             base,
             client: reqwest::Client::new(),

@@ -226,11 +226,13 @@ impl Application {
         });
         let gateway_health = gateway.map(|(_, health)| health);
         if let Some(listener) = self.webhook_listener.take() {
-            let state =
-                crate::webhook::WebhookState::from_settings(self.store.clone(), &self.settings);
+            let state = crate::http::webhook::WebhookState::from_settings(
+                self.store.clone(),
+                &self.settings,
+            );
             roles.spawn(
                 "webhook",
-                crate::webhook::serve(listener, state, shutdown.clone()),
+                crate::http::webhook::serve(listener, state, shutdown.clone()),
             );
         }
         let timeout = self.settings.shutdown_timeout;
@@ -298,19 +300,19 @@ impl Application {
         let Some(listener) = self.admin_listener else {
             return;
         };
-        let state = crate::admin::AdminState {
+        let state = crate::http::AdminState {
             store: self.store.clone(),
             broker: self.broker.clone(),
             metrics,
             admin_token: self.settings.admin_token.clone(),
             gateway_health,
             retry_window: RetryWindow::from_settings(&self.settings),
-            console: crate::console::Console::from_settings(&self.settings),
+            console: crate::http::Console::from_settings(&self.settings),
             reconciler,
         };
         roles.spawn(
             "admin",
-            crate::admin::serve(listener, state, shutdown.clone()),
+            crate::http::serve(listener, state, shutdown.clone()),
         );
         let refresher = crate::gauges::DatabaseGaugesRefresher::new(self.store.clone())
             .with_intake_consumer(self.broker.clone(), &self.settings.intake.consumer);

@@ -85,7 +85,7 @@ pub enum Command {
     Purge(crate::operator::purge::PurgeArgs),
     /// Named operators of the console and the admin API
     #[command(subcommand)]
-    Operators(crate::console::access::OperatorsCommand),
+    Operators(crate::http::access::OperatorsCommand),
     /// Settle ambiguous attempts by looking them up at the gateway (continuously, or one pass)
     #[command(args_conflicts_with_subcommands = true)]
     Reconcile {
@@ -213,7 +213,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Audit(command) => crate::operator::run_audit(&settings, command).await,
             Command::Intake(command) => crate::operator::run_intake(&settings, command).await,
             Command::Purge(args) => crate::operator::purge::run_purge(&settings, args).await,
-            Command::Operators(command) => crate::console::access::run_operators(command),
+            Command::Operators(command) => crate::http::access::run_operators(command),
             Command::Completions { .. } => unreachable!("answered before the configuration"),
             Command::Reconcile {
                 job: Some(ReconcileJob::Sweep(args)),

@@ -1,7 +1,7 @@
 //! The documents generated from the code and committed beside it, so that a reader (and a
 //! platform team's tooling) has them without building onecharge: the message schemas
 //! (`docs/schemas/*.json`, `crate::schemas`), the admin API's OpenAPI document
-//! (`docs/openapi.json`, `crate::admin::openapi`) and the man page (`docs/onecharge.1`,
+//! (`docs/openapi.json`, `crate::http::openapi`) and the man page (`docs/onecharge.1`,
 //! from the clap definitions). A unit test fails when a committed file is not what the code
 //! generates; `UPDATE_DOCS=1 cargo test --lib generated` rewrites them all.
 
@@ -20,7 +20,7 @@ pub fn documents() -> Vec<(PathBuf, Vec<u8>)> {
         .collect();
     documents.push((
         PathBuf::from("docs/openapi.json"),
-        pretty(&crate::admin::openapi::document()),
+        pretty(&crate::http::openapi::document()),
     ));
     documents.push((PathBuf::from("docs/onecharge.1"), crate::cli::man_page()));
     documents

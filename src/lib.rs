@@ -1,13 +1,11 @@
 //! onecharge turns at-least-once delivery of `ChargePayment` commands into exactly one charge
 //! per payment attempt. See docs/ARCHITECTURE.md for the map of this crate.
 
-pub mod admin;
 pub mod app;
 pub mod broker;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod console;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod domain;
@@ -17,6 +15,7 @@ pub mod gateway_access;
 pub mod gateway_limit;
 pub mod gauges;
 pub mod generated;
+pub mod http;
 pub mod identity;
 pub mod intake;
 pub mod metrics;
@@ -30,4 +29,3 @@ pub mod shutdown;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
-pub mod webhook;

@@ -7,7 +7,7 @@ use crate::support::api::{attempt, attempt_in_review, AdminApi};
 use crate::support::with_ada_and_vic;
 use crate::support::{command, TestEnv};
 use onecharge::config::Settings;
-use onecharge::console::access::token_sha256;
+use onecharge::http::access::token_sha256;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::{RequestBuilder, StatusCode};
 use secrecy::SecretString;
@@ -884,7 +884,7 @@ async fn rotating_an_operators_token_ends_the_sessions_signed_in_with_the_old_on
     let mut settings = env.settings.clone();
     for o in &mut settings.operators {
         if o.name == "ada" {
-            o.token_sha256 = onecharge::console::access::token_sha256(NEW_ADA_TOKEN);
+            o.token_sha256 = onecharge::http::access::token_sha256(NEW_ADA_TOKEN);
         }
     }
     let rotated = Console::with_settings(&settings).await;
@@ -918,7 +918,7 @@ async fn rotating_an_operators_token_ends_the_sessions_signed_in_with_the_old_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_ins_past_the_bound_end_that_operators_oldest_sessions_only() {
-    use onecharge::console::session::MAX_SESSIONS_PER_ACTOR;
+    use onecharge::http::console::session::MAX_SESSIONS_PER_ACTOR;
     let env = TestEnv::with_settings(with_operators).await;
     let console = Console::start(&env).await;
     let vic = console.browser(VIEWER_TOKEN).await;

@@ -77,7 +77,7 @@ async fn every_api_route_is_documented_and_every_documented_operation_is_answere
     assert_eq!(document["openapi"], "3.1.0");
     assert_eq!(
         document,
-        onecharge::admin::openapi::document(),
+        onecharge::http::openapi::document(),
         "the served document is the generated one"
     );
     let documented = documented_operations(&document);

@@ -10,7 +10,7 @@ use mock_gateway::payment_methods as pm;
 use mock_gateway::stripe::payment_methods as spm;
 use onecharge::app::Role;
 use onecharge::gateway::GatewayClient;
-use onecharge::webhook::signature;
+use onecharge::http::webhook::signature;
 use serde_json::json;
 
 const OLD: &str = "whsec_old_secret";
@@ -127,7 +127,7 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
         400
     );
     assert_eq!(deliver(addr, &succeeded, None).await, 400);
-    let too_large = vec![b' '; onecharge::webhook::MAX_BODY + 1];
+    let too_large = vec![b' '; onecharge::http::webhook::MAX_BODY + 1];
     assert_eq!(
         deliver(
             addr,

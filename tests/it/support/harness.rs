@@ -191,7 +191,7 @@ impl Harness {
     ) -> AdminServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let state = onecharge::admin::AdminState {
+        let state = onecharge::http::AdminState {
             store: self.store.clone(),
             broker: self.broker().await,
             metrics: onecharge::metrics::install(),
@@ -202,7 +202,7 @@ impl Harness {
             console: Default::default(),
         };
         let stop = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(onecharge::admin::serve(listener, state, stop.clone()));
+        let task = tokio::spawn(onecharge::http::serve(listener, state, stop.clone()));
         AdminServer { addr, stop, task }
     }
 

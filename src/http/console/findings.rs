@@ -8,21 +8,21 @@ use axum::response::{IntoResponse as _, Redirect, Response};
 use axum::Form;
 use maud::html;
 
-use super::{bad_request, csrf_field, failed, page, refused};
-use crate::admin::AdminState;
-use crate::console::session::Session;
+use super::layout::{bad_request, csrf_field, failed, page, refused};
+use super::session::Session;
+use crate::http::AdminState;
 use crate::operator::findings::resolve as resolve_finding;
 use crate::operator::Via;
 use crate::store::findings::{self, FindingState, Resolved};
 
 /// `?state=open|resolved|all` (open by default).
 #[derive(Debug, Default, serde::Deserialize)]
-pub(in crate::console) struct FindingsQuery {
+pub(super) struct FindingsQuery {
     state: Option<FindingState>,
 }
 
 /// `GET /console/findings`.
-pub(in crate::console) async fn list(
+pub(super) async fn list(
     State(state): State<AdminState>,
     Extension(session): Extension<Session>,
     query: Result<Query<FindingsQuery>, axum::extract::rejection::QueryRejection>,
@@ -81,12 +81,12 @@ pub(in crate::console) async fn list(
 
 /// The resolve form.
 #[derive(Debug, serde::Deserialize)]
-pub(in crate::console) struct ResolveForm {
+pub(super) struct ResolveForm {
     reason: String,
 }
 
 /// `POST /console/findings/{id}/resolve`.
-pub(in crate::console) async fn resolve(
+pub(super) async fn resolve(
     State(state): State<AdminState>,
     Extension(session): Extension<Session>,
     Path(id): Path<i64>,

@@ -32,7 +32,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{AdminState, ApiError};
+use super::ApiError;
 
 pub use crate::config::WebOrigin;
 
@@ -150,8 +150,7 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 }
 
 /// The layer over the whole admin router: see the module's documentation.
-pub async fn guard(State(state): State<AdminState>, request: Request, next: Next) -> Response {
-    let public = &state.console.public_origins;
+pub async fn guard(State(public): State<PublicOrigins>, request: Request, next: Next) -> Response {
     let hosts = addressed_to(&request);
     let accepted = |host: &Option<Host>| {
         host.as_ref()

@@ -30,7 +30,7 @@ use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
-use super::access::Principal;
+use crate::http::access::Principal;
 use crate::store::console::{self as sql, StoredSession};
 use crate::store::Store;
 
@@ -49,7 +49,7 @@ pub const MAX_SESSIONS_PER_ACTOR: usize = 100;
 /// page of an open console): the value of the browser's [`FORM_COOKIE`]. A form is honoured
 /// only when its `csrf` field equals the cookie it arrives with: another site's page can
 /// neither read the cookie nor make the browser send it (SameSite=Strict), and a page served
-/// to another name was refused before it reached the console (`crate::admin::origin`).
+/// to another name was refused before it reached the console (`crate::http::origin`).
 #[derive(Debug, Clone)]
 pub struct FormToken(pub String);
 

@@ -2,12 +2,14 @@
 //! (docs/contract.md §6): the findings `onecharge findings list|resolve` shows and closes,
 //! through the same functions, the actor being the caller's principal.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Extension, Path, State};
 use axum::Json;
 
-use super::{AdminState, ApiError};
-use crate::console::access::Principal;
+use super::ApiQuery;
+use crate::http::access::Principal;
+use crate::http::error::{ErrorBody, QueryRefused};
+use crate::http::{AdminState, ApiError};
 use crate::operator::findings::resolve;
 use crate::operator::Via;
 use crate::store::findings::{self, Finding, FindingState, Resolved};
@@ -16,7 +18,7 @@ use crate::store::findings::{self, Finding, FindingState, Resolved};
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub(super) struct FindingsQuery {
+pub(crate) struct FindingsQuery {
     /// `open` (the default), `resolved` or `all`
     #[param(value_type = Option<String>)]
     state: Option<FindingState>,
@@ -24,23 +26,15 @@ pub(super) struct FindingsQuery {
     limit: Option<i64>,
 }
 
-#[utoipa::path(
-    get,
-    path = "/api/findings",
-    tag = "findings",
-    params(FindingsQuery),
-    responses(
-        (status = 200, description = "The findings, newest first, as `findings list --json` prints them (contract §5)", body = Vec<serde_json::Value>),
-        (status = 400, description = "A parameter is not understood", body = super::openapi::ErrorBody),
-        (status = 401, description = "No or an unknown bearer token", body = super::openapi::ErrorBody),
-    )
-)]
+#[utoipa::path(get, path = "/api/findings", tag = "findings", params(FindingsQuery), responses(
+    (status = 200, description = "The findings, newest first, as `findings list --json` prints them (contract §5)", body = Vec<serde_json::Value>),
+    QueryRefused,
+))]
 /// `GET /api/findings?state=open|resolved|all&limit=N`: newest first, 100 by default.
-pub(super) async fn list(
+pub(crate) async fn list(
     State(state): State<AdminState>,
-    query: Result<Query<FindingsQuery>, QueryRejection>,
+    ApiQuery(query): ApiQuery<FindingsQuery>,
 ) -> Result<Json<Vec<Finding>>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let list = findings::list(
         &state.store,
         query.state.unwrap_or_default(),
@@ -54,30 +48,23 @@ pub(super) async fn list(
 /// The body of `POST /api/findings/{id}/resolve`.
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct ResolveBody {
+pub(crate) struct ResolveBody {
     /// Why the discrepancy is closed (recorded in the audit trail)
     reason: String,
 }
 
-#[utoipa::path(
-    post,
-    path = "/api/findings/{id}/resolve",
-    tag = "findings",
-    params(("id" = i64, Path, description = "The finding's id")),
-    request_body = ResolveBody,
-    responses(
-        (status = 200, description = "The finding, now resolved by the caller", body = serde_json::Value),
-        (status = 400, description = "No reason, or a malformed id or body", body = super::openapi::ErrorBody),
-        (status = 401, description = "No or an unknown bearer token", body = super::openapi::ErrorBody),
-        (status = 403, description = "A viewer's token: only operators act", body = super::openapi::ErrorBody),
-        (status = 404, description = "No such finding", body = super::openapi::ErrorBody),
-        (status = 409, description = "The finding was resolved already", body = super::openapi::ErrorBody),
-    )
-)]
+#[utoipa::path(post, path = "/api/findings/{id}/resolve", tag = "findings", params(("id" = i64, Path, description = "The finding's id")), request_body = ResolveBody, responses(
+    (status = 200, description = "The finding, now resolved by the caller", body = serde_json::Value),
+    (status = 400, description = "No reason, or a malformed id or body", body = ErrorBody),
+    (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
+    (status = 403, description = "A viewer's token: only operators act", body = ErrorBody),
+    (status = 404, description = "No such finding", body = ErrorBody),
+    (status = 409, description = "The finding was resolved already", body = ErrorBody),
+))]
 
 /// `POST /api/findings/{id}/resolve` `{"reason": "…"}`: 200 with the finding, 404, or 409
 /// when it was resolved already.
-pub(super) async fn resolve_finding(
+pub(crate) async fn resolve_finding(
     State(state): State<AdminState>,
     Extension(principal): Extension<Principal>,
     id: Result<Path<i64>, PathRejection>,

@@ -1,0 +1,274 @@
+//! `/api/attempts…` (contract §6): list and find attempts, show one, and the decisions on
+//! one — resolve and recheck — through the same functions as `onecharge attempts …`.
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Extension, Path, State};
+use axum::response::Response;
+use axum::Json;
+use time::OffsetDateTime;
+
+use super::{with_next_cursor, ApiQuery};
+use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::http::access::Principal;
+use crate::http::error::{ErrorBody, QueryRefused};
+use crate::http::{AdminState, ApiError};
+use crate::operator::recheck::{self, Recheck, RecheckError};
+use crate::operator::resolve::{self, ResolveError, ResolveRequest};
+use crate::operator::{attempts, Via};
+use crate::reconciler::Reconciler;
+
+impl From<ResolveError> for ApiError {
+    fn from(err: ResolveError) -> Self {
+        match err {
+            ResolveError::Invalid(why) => Self::bad_request(why),
+            err @ ResolveError::NotFound(_) => Self::not_found(err.to_string()),
+            ResolveError::Refused(why) => Self::conflict(why),
+            err @ ResolveError::Store(_) => Self::internal(err),
+        }
+    }
+}
+
+/// `GET /api/attempts` query: `status`, `stuck` (a duration such as `15m`: non-final attempts
+/// older than it plus every `needs_review`, oldest first) with `after` (the cursor of its
+/// next page), and without `stuck`: `order_id`, `customer_id`, `gateway_charge_id` (only the
+/// attempts that have it), `idempotency_key`, `created_after` / `created_before` (RFC 3339),
+/// `before` (the cursor of the next page); the cursors come from the previous answer's
+/// `X-Next-Cursor` header. `limit`: default 100 for the listing, all for `stuck` (contract
+/// §6 answers every stuck attempt); 0 = all.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    status: Option<String>,
+    stuck: Option<String>,
+    order_id: Option<String>,
+    customer_id: Option<String>,
+    gateway_charge_id: Option<String>,
+    idempotency_key: Option<String>,
+    created_after: Option<String>,
+    created_before: Option<String>,
+    before: Option<String>,
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+fn time_param(name: &str, value: Option<&str>) -> Result<Option<OffsetDateTime>, ApiError> {
+    value
+        .map(|text| {
+            crate::operator::parse_time(text)
+                .map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
+        })
+        .transpose()
+}
+
+/// A page cursor (`before`, `after`): the `X-Next-Cursor` of the previous answer.
+fn cursor_param(
+    name: &str,
+    value: Option<&str>,
+) -> Result<Option<attempts::AttemptCursor>, ApiError> {
+    value
+        .map(str::parse::<attempts::AttemptCursor>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
+}
+
+/// `GET /api/attempts`: attempts newest first, narrowed by the query; with `stuck`, the
+/// unsettled attempts older than it, oldest first.
+#[utoipa::path(get, path = "/api/attempts", tag = "attempts", params(ListQuery), responses(
+    (status = 200, description = "The attempts, as `attempts list --json` (or `attempts stuck --json`) prints them (contract §5)", body = Vec<serde_json::Value>,
+        headers(("x-next-cursor" = String, description = "The cursor of the next page (`before`, or `after` with `stuck`), when there is one"))),
+    QueryRefused,
+))]
+pub(crate) async fn list_attempts(
+    State(state): State<AdminState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Response, ApiError> {
+    if let Some(limit) = query.limit {
+        crate::operator::parse_limit(&limit.to_string())
+            .map_err(|e| ApiError::bad_request(format!("limit: {e}")))?;
+    }
+    let status = query
+        .status
+        .as_deref()
+        .map(str::parse::<AttemptStatus>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let now = OffsetDateTime::now_utc();
+    let store = &state.store;
+    let before = cursor_param("before", query.before.as_deref())?;
+    let filter = attempts::AttemptFilter {
+        status,
+        order_id: query.order_id,
+        customer_id: query.customer_id,
+        gateway_charge_id: query.gateway_charge_id,
+        idempotency_key: query.idempotency_key,
+        created_after: time_param("created_after", query.created_after.as_deref())?,
+        created_before: time_param("created_before", query.created_before.as_deref())?,
+        before,
+    };
+    let page = match query.stuck.as_deref() {
+        Some(_) if filter != (attempts::AttemptFilter { status, ..Default::default() }) => {
+            return Err(ApiError::bad_request(
+                "stuck lists every unsettled attempt; it does not combine with order_id, customer_id, gateway_charge_id, idempotency_key, created_after, created_before or before",
+            ))
+        }
+        Some(stuck) => {
+            let older_than = crate::config::parse_duration(stuck)
+                .map_err(|e| ApiError::bad_request(format!("stuck: {e}")))?;
+            let filter = attempts::StuckFilter {
+                older_than,
+                status,
+                after: cursor_param("after", query.after.as_deref())?,
+            };
+            let limit = query.limit.unwrap_or(0);
+            attempts::stuck(store, &filter, limit, now, &state.retry_window).await
+        }
+        None if query.after.is_some() => {
+            return Err(ApiError::bad_request(
+                "after pages the stuck list (with stuck=…, oldest first); the listing pages newest first with before",
+            ))
+        }
+        None => {
+            let limit = query.limit.unwrap_or(100);
+            attempts::page(store, &filter, limit, now, &state.retry_window).await
+        }
+    }
+    .map_err(ApiError::internal)?;
+    Ok(with_next_cursor(
+        page.attempts,
+        page.next.map(|c| c.to_string()),
+    ))
+}
+
+fn attempt_id(
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
+) -> Result<PaymentAttemptId, ApiError> {
+    id.map(|Path(id)| id)
+        .map_err(|e| ApiError::bad_request(format!("not a payment_attempt_id: {}", e.body_text())))
+}
+
+#[utoipa::path(get, path = "/api/attempts/{id}", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), responses(
+    (status = 200, description = "The attempt with its transitions, gateway calls and events, as `attempts show --json` prints it (contract §5)", body = serde_json::Value),
+    (status = 400, description = "Not a payment_attempt_id", body = ErrorBody),
+    (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
+    (status = 404, description = "No such attempt", body = ErrorBody),
+))]
+/// `GET /api/attempts/{id}`: one attempt, as `attempts show --json` prints it.
+pub(crate) async fn show_attempt(
+    State(state): State<AdminState>,
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
+) -> Result<Json<attempts::AttemptDetail>, ApiError> {
+    let id = attempt_id(id)?;
+    attempts::show(
+        &state.store,
+        id,
+        OffsetDateTime::now_utc(),
+        &state.retry_window,
+    )
+    .await
+    .map_err(ApiError::internal)?
+    .map(Json)
+    .ok_or_else(|| ApiError::not_found(format!("no payment attempt {id}")))
+}
+
+/// `POST /api/attempts/{id}/resolve` with `{"as": "succeeded|declined|retry", "reason": …,
+/// "gateway_charge_id": …, "decline_code": …}`: the decision of `attempts resolve`. Answers
+/// `{"resolution": …, "attempt": <as GET /api/attempts/{id}>}`.
+#[utoipa::path(post, path = "/api/attempts/{id}/resolve", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = ResolveRequest, responses(
+    (status = 200, description = "`{\"resolution\": …, \"attempt\": <as GET /api/attempts/{id}>}`", body = serde_json::Value),
+    (status = 400, description = "The decision is incomplete or not understood", body = ErrorBody),
+    (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
+    (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),
+    (status = 404, description = "No such attempt", body = ErrorBody),
+    (status = 409, description = "The attempt's state refuses the decision", body = ErrorBody),
+))]
+pub(crate) async fn resolve_attempt(
+    State(state): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
+    body: Result<Json<ResolveRequest>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id = attempt_id(id)?;
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let now = OffsetDateTime::now_utc();
+    let store = &state.store;
+    let resolution = resolve::resolve(
+        store,
+        state.reconciler.as_ref().map(Reconciler::gateway),
+        id,
+        &request,
+        &principal.actor,
+        Via::Api,
+        &state.retry_window,
+    )
+    .await?;
+    let attempt = attempts::show(store, id, now, &state.retry_window)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(
+        serde_json::json!({"resolution": resolution, "attempt": attempt}),
+    ))
+}
+
+/// The body of `POST /api/attempts/{id}/recheck`, optional.
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct RecheckBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl From<RecheckError> for ApiError {
+    fn from(err: RecheckError) -> Self {
+        match err {
+            RecheckError::Invalid(why) => Self::bad_request(why),
+            err @ RecheckError::NotFound(_) => Self::not_found(err.to_string()),
+            RecheckError::Refused(why) => Self::conflict(why),
+            RecheckError::Unavailable(why) => Self::unavailable(why),
+            err @ RecheckError::Failed(_) => Self::internal(err),
+        }
+    }
+}
+
+fn no_gateway_client() -> ApiError {
+    ApiError::unavailable(
+        "this process has no gateway client (it runs neither the executor nor the reconciler role): recheck through one that does, or `onecharge attempts recheck`",
+    )
+}
+
+/// `POST /api/attempts/{id}/recheck` (body optional: `{"reason": …}`): what `attempts
+/// recheck` does — the reconciler's lookup now, applied when it settles the attempt.
+/// Answers the [`Recheck`] report; 409 for an attempt that is not `unknown` or
+/// `needs_review`.
+#[utoipa::path(post, path = "/api/attempts/{id}/recheck", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body(content = Option<RecheckBody>, description = "Optional: an empty body is no reason"), responses(
+    (status = 200, description = "What the lookup found and did, as `attempts recheck --json` prints it", body = serde_json::Value),
+    (status = 400, description = "The body is not understood", body = ErrorBody),
+    (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
+    (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),
+    (status = 404, description = "No such attempt", body = ErrorBody),
+    (status = 409, description = "The attempt is not unknown or needs_review", body = ErrorBody),
+    (status = 503, description = "This process has no gateway client", body = ErrorBody),
+))]
+pub(crate) async fn recheck_attempt(
+    State(state): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
+    body: axum::body::Bytes,
+) -> Result<Json<Recheck>, ApiError> {
+    let id = attempt_id(id)?;
+    let body: RecheckBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RecheckBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(e.to_string()))?
+    };
+    let reconciler = state.reconciler.as_ref().ok_or_else(no_gateway_client)?;
+    let report = recheck::recheck(
+        reconciler,
+        id,
+        &principal.actor,
+        Via::Api,
+        body.reason.as_deref(),
+    )
+    .await?;
+    Ok(Json(report))
+}

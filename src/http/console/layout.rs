@@ -1,0 +1,137 @@
+//! The frame every console page is drawn in, the refusals every page may answer, and the
+//! small pieces of markup several pages share. The HTML is written with maud (escaped by
+//! default, checked at compile time, no template files to ship). Stable `id`s and
+//! `data-testid`s on every element a person or a browser test looks for; the list is in
+//! docs/operations.md.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use maud::{html, Markup, DOCTYPE};
+
+use super::session::Session;
+use crate::domain::AttemptStatus;
+
+/// Attempts (and audit entries) per page.
+pub(super) const PAGE_SIZE: usize = 50;
+
+/// The stylesheet, embedded in the binary.
+const STYLE: &str = include_str!("style.css");
+
+pub(super) async fn stylesheet() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+/// The frame of every page: navigation, who is signed in, sign out.
+fn layout(title: &str, session: Option<&Session>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · onecharge console" }
+                link rel="stylesheet" href="/console/style.css";
+            }
+            body {
+                header {
+                    nav #nav {
+                        span .brand { "onecharge" }
+                        a #nav-overview href="/console/" { "Overview" }
+                        a #nav-search href="/console/attempts" { "Search" }
+                        a #nav-review href="/console/review" { "Review queue" }
+                        a #nav-bulk href="/console/bulk" { "Bulk actions" }
+                        a #nav-dead-letters href="/console/dead-letters" { "Dead letters" }
+                        a #nav-audit href="/console/audit" { "Audit" }
+                        a #nav-findings href="/console/findings" { "Findings" }
+                        @if let Some(session) = session {
+                            span #whoami data-testid="whoami" data-actor=(session.principal.actor) data-role=(session.principal.role.as_str()) {
+                                (session.principal.name) " (" (session.principal.role.as_str()) ")"
+                            }
+                            form #logout-form method="post" action="/console/logout" {
+                                (csrf_field(session))
+                                button #logout-button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main #main { h1 #page-title { (title) } (body) }
+            }
+        }
+    }
+}
+
+pub(super) fn csrf_field(session: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(session.csrf); }
+}
+
+pub(super) fn page(
+    status: StatusCode,
+    title: &str,
+    session: Option<&Session>,
+    body: Markup,
+) -> Response {
+    (status, layout(title, session, body)).into_response()
+}
+
+/// A refusal page: why, and nothing changed.
+/// A request the console refuses as malformed or incomplete (`400`); nothing was done.
+pub(super) fn bad_request(session: &Session, why: &str) -> Response {
+    refused(StatusCode::BAD_REQUEST, Some(session), why)
+}
+
+pub(super) fn refused(status: StatusCode, session: Option<&Session>, why: &str) -> Response {
+    let title = if status == StatusCode::FORBIDDEN {
+        "Not allowed"
+    } else {
+        "Refused"
+    };
+    page(
+        status,
+        title,
+        session,
+        html! { p #refusal .error data-testid="refusal" { (why) } },
+    )
+}
+
+/// A failure of the service itself: said without detail (it is in the log).
+pub(super) fn failed(session: &Session, err: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %err, "console request failed");
+    page(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Something failed",
+        Some(session),
+        html! { p #failure .error { "The request failed on the server; its log says why." } },
+    )
+}
+
+/// The sessions table could not be read or written: nobody can be signed in, out or
+/// recognised until the database answers. Said as what to do; the error is in the log.
+pub(super) fn sessions_unavailable(err: sqlx::Error) -> Response {
+    tracing::error!(error = %err, "console sessions unavailable");
+    refused(
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "The console cannot reach its sessions in the database, so it can neither tell who you are nor sign you in or out (if you were signing out, you are still signed in): check that PostgreSQL answers (/readyz), then reload the page or sign in again.",
+    )
+}
+
+pub(super) async fn not_found(session: Option<Extension<Session>>) -> Response {
+    page(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        session.as_ref().map(|Extension(s)| s),
+        html! { p #not-found { "There is no console page here. " a href="/console/" { "Overview" } } },
+    )
+}
+
+pub(super) fn text_input(id: &str, name: &str, label: &str, value: &str) -> Markup {
+    html! {
+        label for=(id) { (label) }
+        input id=(id) type="text" name=(name) value=(value);
+    }
+}
+
+pub(super) fn status_badge(status: AttemptStatus) -> Markup {
+    html! { span class=(format!("status status-{}", status.as_str())) data-testid="status" { (status.as_str()) } }
+}

@@ -1,0 +1,185 @@
+//! The overview (`/console/`): the charts of the last hour(s), attempts per state, what is
+//! waiting, and the health of intake and the gateway.
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Extension;
+use maud::{html, Markup};
+use serde::Deserialize;
+use time::OffsetDateTime;
+
+use super::charts;
+use super::layout::page;
+use super::session::Session;
+use crate::broker::ConsumerLag;
+use crate::domain::AttemptStatus;
+use crate::gateway::HealthSnapshot;
+use crate::http::AdminState;
+use crate::operator::stats::Stats;
+use crate::operator::{stats, table};
+use crate::store::charts::{OverviewSeries, Window};
+
+/// The span the overview's charts cover (`?window=`): 1 hour by the minute (the default),
+/// 6 hours by 5 minutes, 24 hours by 20 minutes.
+const CHART_WINDOWS: [(&str, Window); 3] = [
+    (
+        "1h",
+        Window {
+            span: std::time::Duration::from_secs(3600),
+            step: std::time::Duration::from_secs(60),
+        },
+    ),
+    (
+        "6h",
+        Window {
+            span: std::time::Duration::from_secs(6 * 3600),
+            step: std::time::Duration::from_secs(300),
+        },
+    ),
+    (
+        "24h",
+        Window {
+            span: std::time::Duration::from_secs(24 * 3600),
+            step: std::time::Duration::from_secs(1200),
+        },
+    ),
+];
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct OverviewQuery {
+    window: Option<String>,
+}
+
+pub(super) async fn overview(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    query: Result<Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let now = OffsetDateTime::now_utc();
+    let asked = query.ok().and_then(|Query(q)| q.window);
+    let (window_name, window) = CHART_WINDOWS
+        .iter()
+        .find(|(name, _)| Some(*name) == asked.as_deref())
+        .copied()
+        .unwrap_or(CHART_WINDOWS[0]);
+    let figures = stats::stats(&state.store, &state.broker, now).await;
+    let series = crate::store::charts::overview_series(&state.store, window).await;
+    let lag = match &state.console.intake_consumer {
+        Some(consumer) => Some(state.broker.intake_consumer_lag(consumer).await),
+        None => None,
+    };
+    let health = state
+        .gateway_health
+        .as_ref()
+        .map(|h| (h.snapshot(), h.pause_problem()));
+    let body = html! {
+        (charts_section(window_name, window, &series))
+        (figures_section(&figures))
+        (health_section(lag.as_ref(), health.as_ref()))
+    };
+    page(StatusCode::OK, "Overview", Some(&session), body)
+}
+
+/// The charts of the chosen window, and the choice of window.
+fn charts_section(
+    window_name: &str,
+    window: Window,
+    series: &Result<OverviewSeries, sqlx::Error>,
+) -> Markup {
+    html! {
+        section #charts data-window=(window_name) {
+            h2 { "The last " (match window_name { "1h" => "hour", "6h" => "6 hours", _ => "24 hours" }) }
+            p .window-choice {
+                "Show: "
+                @for (name, _) in CHART_WINDOWS {
+                    @if name == window_name { strong { (name) } } @else { a href=(format!("/console/?window={name}")) { (name) } }
+                    " "
+                }
+            }
+            @match series {
+                Ok(series) => div .charts {
+                    @for chart in charts::overview_charts(series, window) { (chart.render()) }
+                }
+                Err(err) => p #charts-error .error { "The charts could not be read: " (err) }
+            }
+        }
+    }
+}
+
+/// Attempts per state, and what is waiting.
+fn figures_section(figures: &anyhow::Result<Stats>) -> Markup {
+    html! {
+        @match figures {
+            Ok(s) => {
+                section #attempts-by-state {
+                    h2 { "Attempts per state" }
+                    table #stats-by-status {
+                        thead { tr { th { "state" } th { "attempts" } } }
+                        tbody {
+                            @for status in AttemptStatus::ALL {
+                                @let count = s.by_status.get(status.as_str()).copied().unwrap_or(0);
+                                tr data-testid=(format!("stat-{}", status.as_str())) {
+                                    td { a href=(format!("/console/attempts?status={}", status.as_str())) { span class=(format!("status status-{}", status.as_str())) { (status.as_str()) } } }
+                                    td .count { (count) }
+                                }
+                            }
+                        }
+                    }
+                }
+                section #waiting {
+                    h2 { "Waiting" }
+                    dl {
+                        dt { "Oldest unsettled attempt" }
+                        dd #oldest-unsettled data-seconds=(s.oldest_unsettled_seconds) {
+                            @if s.oldest_unsettled_seconds == 0 { "none" } @else { (table::short(time::Duration::seconds(s.oldest_unsettled_seconds))) }
+                        }
+                        dt { "Needs review" }
+                        dd #needs-review-count { a href="/console/review" { (s.by_status.get("needs_review").copied().unwrap_or(0)) } }
+                        dt { "Dead letters" }
+                        dd #dead-letters-count { a href="/console/dead-letters" { (s.dead_letters) } }
+                        dt { "Outbox backlog (events not yet published)" }
+                        dd #outbox-backlog { (s.outbox_backlog) }
+                    }
+                }
+            }
+            Err(err) => p #stats-error .error { "The figures could not be read: " (format!("{err:#}")) }
+        }
+    }
+}
+
+/// How far intake lags, and whether the gateway's calls flow.
+fn health_section(
+    lag: Option<&anyhow::Result<ConsumerLag>>,
+    health: Option<&(HealthSnapshot, Option<&'static str>)>,
+) -> Markup {
+    html! {
+        section #health {
+            h2 { "Intake and gateway" }
+            dl {
+                dt { "Intake lag" }
+                dd #intake-lag {
+                    @match lag {
+                        Some(Ok(lag)) => { (lag.pending) " not yet delivered, " (lag.ack_pending) " being processed" }
+                        Some(Err(err)) => span .error { "unreadable: " (format!("{err:#}")) }
+                        None => "not known here"
+                    }
+                }
+                dt { "Gateway" }
+                dd #gateway-health {
+                    @match health {
+                        Some((snapshot, problem)) => {
+                            span #gateway-paused data-paused=(problem.is_some()) {
+                                @match problem { Some(p) => { "PAUSED: " (p) } None => "calls flowing" }
+                            }
+                            " · breaker "
+                            span #breaker-state { (snapshot.breaker.as_str()) }
+                            " (" (snapshot.consecutive_failures) " consecutive failures)"
+                        }
+                        None => "this process runs no executor: see the executor's /readyz and /metrics"
+                    }
+                }
+            }
+        }
+    }
+}

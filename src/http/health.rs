@@ -1,0 +1,54 @@
+//! The open routes of the admin listener (contract §6): `/healthz` (the process answers),
+//! `/readyz` (it can do its work) and `/metrics` (Prometheus). No token: probes and scrapers
+//! carry none; the origin guard still applies.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use super::AdminState;
+
+/// `/healthz`, `/readyz` and `/metrics`.
+pub fn routes() -> Router<AdminState> {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+}
+
+/// Ready when the database and NATS answer and the gateway accepts the credentials; the
+/// body says what is wrong otherwise.
+async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
+    let (db, nats) = tokio::join!(state.store.ping(), state.broker.ping());
+    let mut problems = Vec::new();
+    if !db {
+        problems.push("database unreachable");
+    }
+    if !nats {
+        problems.push("NATS unreachable");
+    }
+    if let Some(problem) = state
+        .gateway_health
+        .as_ref()
+        .and_then(|h| h.pause_problem())
+    {
+        problems.push(problem);
+    }
+    if problems.is_empty() {
+        (StatusCode::OK, "ready\n".to_owned())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}\n", problems.join(", ")),
+        )
+    }
+}
+
+async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}
