@@ -1,11 +1,5 @@
-//! `onecharge demo`: the whole pipeline, end to end, against the local PostgreSQL and NATS
-//! and an in-process mock gateway that declines, rate-limits, fails before and after
-//! charging, hangs and drops connections. It publishes a few hundred commands with producer
-//! retries, business duplicates, conflicts and invalid messages, waits until everything
-//! settled, and checks the promise against the gateway's own ledger. Exit 0 only when it held.
-//!
-//! The demo runs in its own database and stream namespace and removes both afterwards
-//! (unless `--keep`), so it never touches a real deployment on the same servers.
+//! The demo's run: the mock gateway, the service, the published mix, the wait and the
+//! verdict.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -27,7 +21,7 @@ use crate::domain::PaymentAttemptId;
 use crate::gateway::GatewayKind;
 use crate::store::Store;
 
-pub use crate::cli::DemoArgs;
+use super::DemoArgs;
 
 /// What the demo published, to check the outcome against.
 #[derive(Debug, Default)]
