@@ -222,69 +222,9 @@ pub fn next_action(
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> NextAction {
-    let id = attempt.payment_attempt_id;
-    let overdue = |at: OffsetDateTime, role: Actor, hint: &str| {
-        (now - at > OVERDUE).then(|| {
-            format!(
-                "overdue by {}: is the {role} running{hint}?",
-                format::short(now - at)
-            )
-        })
-    };
     match attempt.status {
-        AttemptStatus::Pending => {
-            let window_closed = attempt.first_dispatched_at.is_some_and(|first| {
-                first <= window.key_window_cutoff(now)
-                    || attempt.created_at <= window.age_cutoff(now)
-            });
-            let what = if window_closed {
-                "executor hands it to the reconciler without sending (retry window closed)"
-                    .to_owned()
-            } else if attempt.tries == 0 {
-                "executor sends the first try".to_owned()
-            } else {
-                format!("executor retries (try {})", attempt.tries + 1)
-            };
-            let paused = attempt
-                .last_gateway_call
-                .as_ref()
-                .and_then(|call| match call.outcome.as_str() {
-                    GatewayOutcome::CREDENTIALS_FAULT => Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)"),
-                    GatewayOutcome::ENDPOINT_FAULT => Some("the gateway answered 404/405/3xx on the last call, so gateway_url looks wrong: the executor is paused until it is fixed (see /readyz)"),
-                    _ => None,
-                });
-            NextAction {
-                by: Actor::Executor,
-                action: what,
-                at: Some(attempt.next_run_at),
-                warning: if let Some(paused) = paused {
-                    Some(paused.to_owned())
-                } else {
-                    overdue(
-                        attempt.next_run_at,
-                        Actor::Executor,
-                        ", or paused because the gateway rejects its API key (401), or its breaker open",
-                    )
-                },
-            }
-        }
-        AttemptStatus::InFlight => match attempt.lease_expires_at {
-            Some(expires) if expires > now => NextAction {
-                by: Actor::Executor,
-                action: format!(
-                    "gateway call in progress ({}); lease expires",
-                    attempt.lease_owner.as_deref().unwrap_or("unknown executor")
-                ),
-                at: Some(expires),
-                warning: None,
-            },
-            expires => NextAction {
-                by: Actor::Reconciler,
-                action: "lease expired: reconciler takes it over and looks it up".to_owned(),
-                at: expires,
-                warning: expires.and_then(|e| overdue(e, Actor::Reconciler, "")),
-            },
-        },
+        AttemptStatus::Pending => pending_next(attempt, now, window),
+        AttemptStatus::InFlight => in_flight_next(attempt, now),
         AttemptStatus::Unknown => NextAction {
             by: Actor::Reconciler,
             action: format!(
@@ -292,12 +232,13 @@ pub fn next_action(
                 attempt.reconcile_checks + 1
             ),
             at: Some(attempt.next_run_at),
-            warning: overdue(attempt.next_run_at, Actor::Reconciler, ""),
+            warning: overdue(now, attempt.next_run_at, Actor::Reconciler, ""),
         },
         AttemptStatus::NeedsReview => NextAction {
             by: Actor::Operator,
             action: format!(
-                "operator must resolve: onecharge attempts resolve {id} --as succeeded|declined|retry --reason \"…\""
+                "operator must resolve: onecharge attempts resolve {} --as succeeded|declined|retry --reason \"…\"",
+                attempt.payment_attempt_id
             ),
             at: None,
             warning: None,
@@ -310,6 +251,78 @@ pub fn next_action(
                 warning: None,
             }
         }
+    }
+}
+
+/// "overdue by 4m10s: is the executor running…?" once `at` is more than [`OVERDUE`] past.
+fn overdue(now: OffsetDateTime, at: OffsetDateTime, role: Actor, hint: &str) -> Option<String> {
+    (now - at > OVERDUE).then(|| {
+        format!(
+            "overdue by {}: is the {role} running{hint}?",
+            format::short(now - at)
+        )
+    })
+}
+
+/// A `pending` attempt: the executor sends it (first try or a retry), or hands it over
+/// unsent once its retry window closed; a paused executor says why.
+fn pending_next(attempt: &AttemptRecord, now: OffsetDateTime, window: &RetryWindow) -> NextAction {
+    let window_closed = attempt.first_dispatched_at.is_some_and(|first| {
+        first <= window.key_window_cutoff(now) || attempt.created_at <= window.age_cutoff(now)
+    });
+    let what = if window_closed {
+        "executor hands it to the reconciler without sending (retry window closed)".to_owned()
+    } else if attempt.tries == 0 {
+        "executor sends the first try".to_owned()
+    } else {
+        format!("executor retries (try {})", attempt.tries + 1)
+    };
+    let warning = match paused_by(attempt) {
+        Some(paused) => Some(paused.to_owned()),
+        None => overdue(
+            now,
+            attempt.next_run_at,
+            Actor::Executor,
+            ", or paused because the gateway rejects its API key (401), or its breaker open",
+        ),
+    };
+    NextAction {
+        by: Actor::Executor,
+        action: what,
+        at: Some(attempt.next_run_at),
+        warning,
+    }
+}
+
+/// Why the executor is paused, read from the attempt's last gateway call, if it is.
+fn paused_by(attempt: &AttemptRecord) -> Option<&'static str> {
+    let call = attempt.last_gateway_call.as_ref()?;
+    match call.outcome.as_str() {
+        GatewayOutcome::CREDENTIALS_FAULT => Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)"),
+        GatewayOutcome::ENDPOINT_FAULT => Some("the gateway answered 404/405/3xx on the last call, so gateway_url looks wrong: the executor is paused until it is fixed (see /readyz)"),
+        _ => None,
+    }
+}
+
+/// An `in_flight` attempt: its executor's call is in progress until the lease expires;
+/// then the reconciler takes it over.
+fn in_flight_next(attempt: &AttemptRecord, now: OffsetDateTime) -> NextAction {
+    match attempt.lease_expires_at {
+        Some(expires) if expires > now => NextAction {
+            by: Actor::Executor,
+            action: format!(
+                "gateway call in progress ({}); lease expires",
+                attempt.lease_owner.as_deref().unwrap_or("unknown executor")
+            ),
+            at: Some(expires),
+            warning: None,
+        },
+        expires => NextAction {
+            by: Actor::Reconciler,
+            action: "lease expired: reconciler takes it over and looks it up".to_owned(),
+            at: expires,
+            warning: expires.and_then(|e| overdue(now, e, Actor::Reconciler, "")),
+        },
     }
 }
 
