@@ -92,35 +92,41 @@ pub async fn run(settings: &Settings, command: FindingsCommand) -> anyhow::Resul
     }
 }
 
+/// The columns of `findings list`.
+const COLUMNS: [&str; 7] = [
+    "id",
+    "class",
+    "state",
+    "payment_attempt_id",
+    "gateway_ids",
+    "seen",
+    "last_seen_at",
+];
+
 /// The findings as an aligned table.
 pub fn render_list(list: &[Finding]) -> String {
     if list.is_empty() {
         return "no findings\n".into();
     }
-    let mut table = Table::new(&[
-        "id",
-        "class",
-        "state",
-        "payment_attempt_id",
-        "gateway_ids",
-        "seen",
-        "last_seen_at",
-    ]);
-    for f in list {
-        table.push(vec![
-            f.id.to_string(),
-            f.class.to_string(),
-            f.state.clone(),
-            f.payment_attempt_id
-                .map(|id| id.to_string())
-                .or_else(|| f.reference.clone())
-                .unwrap_or_else(|| "-".into()),
-            f.gateway_ids.join(","),
-            f.seen_count.to_string(),
-            f.last_seen_at.to_string(),
-        ]);
-    }
+    let mut table = Table::new(&COLUMNS);
+    list.iter().map(row).for_each(|cells| table.push(cells));
     table.render()
+}
+
+/// One finding's cells in [`COLUMNS`] order.
+fn row(f: &Finding) -> Vec<String> {
+    vec![
+        f.id.to_string(),
+        f.class.to_string(),
+        f.state.clone(),
+        f.payment_attempt_id
+            .map(|id| id.to_string())
+            .or_else(|| f.reference.clone())
+            .unwrap_or_else(|| "-".into()),
+        f.gateway_ids.join(","),
+        f.seen_count.to_string(),
+        f.last_seen_at.to_string(),
+    ]
 }
 
 /// One finding, field by field.
