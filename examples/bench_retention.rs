@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use clap::Parser as _;
-use onecharge::operator::retention::months_ahead;
+use onecharge::purge::retention::months_ahead;
 use onecharge::store::retention::{create_partition, drop_partition, partitions, HistoryTable};
 use onecharge::store::Store;
 use time::OffsetDateTime;

@@ -56,21 +56,30 @@ impl Role {
     ];
 }
 
+/// What `onecharge setup` made sure of: the names an operator checks against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupDone {
+    /// The command, event and dead-letter streams, in that order.
+    pub streams: [String; 3],
+    /// Intake's durable consumer.
+    pub consumer: String,
+}
+
 /// `onecharge setup`: database (created if missing), migrations, streams, durable consumer.
-pub async fn setup(settings: &Settings) -> anyhow::Result<()> {
+pub async fn setup(settings: &Settings) -> anyhow::Result<SetupDone> {
     let store = Store::setup_with(&settings.database_url, &settings.database).await?;
     let broker = Broker::connect(settings).await?;
     broker.ensure_streams().await?;
     broker.ensure_intake_consumer(settings).await?;
     drop(store);
-    println!(
-        "setup complete: database migrated; streams {}, {}, {}; consumer {}",
-        broker.names.commands_stream(),
-        broker.names.events_stream(),
-        broker.names.dlq_stream(),
-        settings.intake.consumer
-    );
-    Ok(())
+    Ok(SetupDone {
+        streams: [
+            broker.names.commands_stream(),
+            broker.names.events_stream(),
+            broker.names.dlq_stream(),
+        ],
+        consumer: settings.intake.consumer.clone(),
+    })
 }
 
 /// `onecharge serve`: runs the roles until SIGTERM or Ctrl-C, then drains.
@@ -207,11 +216,8 @@ impl Application {
             roles.spawn("relay", relay.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Purge) {
-            let purger = crate::operator::purge::Purger::new(
-                self.store.clone(),
-                self.broker.clone(),
-                &self.settings,
-            );
+            let purger =
+                crate::purge::Purger::new(self.store.clone(), self.broker.clone(), &self.settings);
             roles.spawn("purge", purger.run(shutdown.clone()));
         }
         // The admin API's recheck runs the reconciler's lookup on this process's gateway

@@ -1,4 +1,6 @@
 //! `onecharge publish charge`: one ChargePayment command onto the command subject.
+//! [`ChargeArgs`] are the command's fields as the command line and the tests give them;
+//! the runner that prints where it landed is `crate::cli::publish`.
 
 use anyhow::Context as _;
 use async_nats::header::NATS_MESSAGE_ID;
@@ -59,24 +61,12 @@ pub struct Published {
     pub duplicate: bool,
 }
 
-/// Builds, validates and publishes the command, then prints where it landed. An invalid
+/// Builds, validates and publishes the command, and says where it landed. An invalid
 /// command is refused before anything connects.
-pub async fn charge(settings: &Settings, args: ChargeArgs) -> anyhow::Result<()> {
+pub async fn charge(settings: &Settings, args: ChargeArgs) -> anyhow::Result<Published> {
     let command = prepare(args)?;
     let broker = Broker::connect(settings).await?;
-    let published = publish_prepared(&broker, command).await?;
-    println!(
-        "published message_id={} payment_attempt_id={} stream_sequence={}{}",
-        published.message_id,
-        published.payment_attempt_id,
-        published.stream_sequence,
-        if published.duplicate {
-            " (duplicate: JetStream already had this message id)"
-        } else {
-            ""
-        }
-    );
-    Ok(())
+    publish_prepared(&broker, command).await
 }
 
 /// Builds, validates and publishes one command on `broker` (tests and tools).

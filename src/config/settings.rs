@@ -64,7 +64,7 @@ pub struct Settings {
     /// admin listener (`https://ops.example.com` behind a proxy, a tunnel's name), comma
     /// separated in `ONECHARGE_ADMIN_PUBLIC_ORIGINS`. Every route answers only a `Host` that
     /// is a loopback name or one of these hosts, and a change only from a page of its own
-    /// origin or of one of these (contract §6; DNS rebinding, `crate::admin::origin`).
+    /// origin or of one of these (contract §6; DNS rebinding, `crate::http::origin`).
     #[serde(deserialize_with = "comma_separated", default)]
     pub admin_public_origins: Vec<String>,
     /// Lets `serve` run the admin API on a non-loopback `admin_addr` without an

@@ -36,7 +36,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use rustls::pki_types::CertificateDer;
 use secrecy::SecretString;
-use serde::{Deserialize, Serialize};
 use tracing::Instrument as _;
 
 pub use call::{CancelOutcome, GatewayCall, Prepared};
@@ -52,34 +51,7 @@ use wire::GatewayReply;
 /// Longest transport error text kept (it goes to `gateway_calls.error`, bounded at 1024).
 const MAX_ERROR_CHARS: usize = 1000;
 
-/// Which wire protocol the gateway speaks (`gateway_kind`, `ONECHARGE_GATEWAY_KIND`;
-/// contract §3.1).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum GatewayKind {
-    /// The contract's own §3 API: `POST /v1/charges`, lookup by idempotency key.
-    #[default]
-    Onecharge,
-    /// Stripe's PaymentIntents API; lookup by the PaymentIntent id stored before confirming.
-    Stripe,
-}
-
-impl GatewayKind {
-    /// The `gateway_url` used when none is configured.
-    pub fn default_url(self) -> &'static str {
-        match self {
-            Self::Onecharge => "http://127.0.0.1:8080",
-            Self::Stripe => stripe::DEFAULT_URL,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Onecharge => "onecharge",
-            Self::Stripe => "stripe",
-        }
-    }
-}
+pub use crate::config::GatewayKind;
 
 /// One pooled HTTP client for the gateway. Cheap to clone: clones share the pool.
 #[derive(Clone)]

@@ -176,38 +176,6 @@ pub fn token_sha256(token: &str) -> String {
     hex::encode(Sha256::digest(token.trim().as_bytes()))
 }
 
-/// `onecharge operators …`
-#[derive(Debug, clap::Subcommand)]
-pub enum OperatorsCommand {
-    /// Mint a token for a named operator: prints the token (give it to the operator; it is
-    /// stored nowhere) and the `[[operators]]` entry, with its SHA-256, for the settings
-    NewToken {
-        /// The operator's name, recorded as `operator:<name>` on every action
-        #[arg(long, default_value = "NAME")]
-        name: String,
-        /// viewer reads; operator also acts
-        #[arg(long, value_enum, default_value = "viewer")]
-        role: OperatorRole,
-    },
-}
-
-/// Runs `onecharge operators …`.
-pub fn run_operators(command: OperatorsCommand) -> anyhow::Result<()> {
-    match command {
-        OperatorsCommand::NewToken { name, role } => {
-            let (token, hash) = mint_token();
-            println!("token: {}", token.expose_secret());
-            println!("(give it to {name}; onecharge keeps only its hash, below)");
-            println!();
-            println!("[[operators]]");
-            println!("name = {}", toml::Value::String(name));
-            println!("role = \"{}\"", role.as_str());
-            println!("token_sha256 = \"{hash}\"");
-            Ok(())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,11 +6,11 @@ use std::time::Duration;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::table::{self, Table};
 use super::RetryWindow;
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
+use crate::format;
 use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
 pub use crate::store::operator::{AttemptCursor, AttemptFilter};
 use crate::store::Store;
@@ -200,7 +200,7 @@ pub async fn show(
     }))
 }
 
-fn view(attempt: AttemptRecord, now: OffsetDateTime, window: &RetryWindow) -> AttemptView {
+pub fn view(attempt: AttemptRecord, now: OffsetDateTime, window: &RetryWindow) -> AttemptView {
     AttemptView {
         age_seconds: (now - attempt.created_at).whole_seconds().max(0),
         next_action: next_action(&attempt, now, window),
@@ -222,69 +222,9 @@ pub fn next_action(
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> NextAction {
-    let id = attempt.payment_attempt_id;
-    let overdue = |at: OffsetDateTime, role: Actor, hint: &str| {
-        (now - at > OVERDUE).then(|| {
-            format!(
-                "overdue by {}: is the {role} running{hint}?",
-                table::short(now - at)
-            )
-        })
-    };
     match attempt.status {
-        AttemptStatus::Pending => {
-            let window_closed = attempt.first_dispatched_at.is_some_and(|first| {
-                first <= window.key_window_cutoff(now)
-                    || attempt.created_at <= window.age_cutoff(now)
-            });
-            let what = if window_closed {
-                "executor hands it to the reconciler without sending (retry window closed)"
-                    .to_owned()
-            } else if attempt.tries == 0 {
-                "executor sends the first try".to_owned()
-            } else {
-                format!("executor retries (try {})", attempt.tries + 1)
-            };
-            let paused = attempt
-                .last_gateway_call
-                .as_ref()
-                .and_then(|call| match call.outcome.as_str() {
-                    GatewayOutcome::CREDENTIALS_FAULT => Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)"),
-                    GatewayOutcome::ENDPOINT_FAULT => Some("the gateway answered 404/405/3xx on the last call, so gateway_url looks wrong: the executor is paused until it is fixed (see /readyz)"),
-                    _ => None,
-                });
-            NextAction {
-                by: Actor::Executor,
-                action: what,
-                at: Some(attempt.next_run_at),
-                warning: if let Some(paused) = paused {
-                    Some(paused.to_owned())
-                } else {
-                    overdue(
-                        attempt.next_run_at,
-                        Actor::Executor,
-                        ", or paused because the gateway rejects its API key (401), or its breaker open",
-                    )
-                },
-            }
-        }
-        AttemptStatus::InFlight => match attempt.lease_expires_at {
-            Some(expires) if expires > now => NextAction {
-                by: Actor::Executor,
-                action: format!(
-                    "gateway call in progress ({}); lease expires",
-                    attempt.lease_owner.as_deref().unwrap_or("unknown executor")
-                ),
-                at: Some(expires),
-                warning: None,
-            },
-            expires => NextAction {
-                by: Actor::Reconciler,
-                action: "lease expired: reconciler takes it over and looks it up".to_owned(),
-                at: expires,
-                warning: expires.and_then(|e| overdue(e, Actor::Reconciler, "")),
-            },
-        },
+        AttemptStatus::Pending => pending_next(attempt, now, window),
+        AttemptStatus::InFlight => in_flight_next(attempt, now),
         AttemptStatus::Unknown => NextAction {
             by: Actor::Reconciler,
             action: format!(
@@ -292,12 +232,13 @@ pub fn next_action(
                 attempt.reconcile_checks + 1
             ),
             at: Some(attempt.next_run_at),
-            warning: overdue(attempt.next_run_at, Actor::Reconciler, ""),
+            warning: overdue(now, attempt.next_run_at, Actor::Reconciler, ""),
         },
         AttemptStatus::NeedsReview => NextAction {
             by: Actor::Operator,
             action: format!(
-                "operator must resolve: onecharge attempts resolve {id} --as succeeded|declined|retry --reason \"…\""
+                "operator must resolve: onecharge attempts resolve {} --as succeeded|declined|retry --reason \"…\"",
+                attempt.payment_attempt_id
             ),
             at: None,
             warning: None,
@@ -310,6 +251,78 @@ pub fn next_action(
                 warning: None,
             }
         }
+    }
+}
+
+/// "overdue by 4m10s: is the executor running…?" once `at` is more than [`OVERDUE`] past.
+fn overdue(now: OffsetDateTime, at: OffsetDateTime, role: Actor, hint: &str) -> Option<String> {
+    (now - at > OVERDUE).then(|| {
+        format!(
+            "overdue by {}: is the {role} running{hint}?",
+            format::short(now - at)
+        )
+    })
+}
+
+/// A `pending` attempt: the executor sends it (first try or a retry), or hands it over
+/// unsent once its retry window closed; a paused executor says why.
+fn pending_next(attempt: &AttemptRecord, now: OffsetDateTime, window: &RetryWindow) -> NextAction {
+    let window_closed = attempt.first_dispatched_at.is_some_and(|first| {
+        first <= window.key_window_cutoff(now) || attempt.created_at <= window.age_cutoff(now)
+    });
+    let what = if window_closed {
+        "executor hands it to the reconciler without sending (retry window closed)".to_owned()
+    } else if attempt.tries == 0 {
+        "executor sends the first try".to_owned()
+    } else {
+        format!("executor retries (try {})", attempt.tries + 1)
+    };
+    let warning = match paused_by(attempt) {
+        Some(paused) => Some(paused.to_owned()),
+        None => overdue(
+            now,
+            attempt.next_run_at,
+            Actor::Executor,
+            ", or paused because the gateway rejects its API key (401), or its breaker open",
+        ),
+    };
+    NextAction {
+        by: Actor::Executor,
+        action: what,
+        at: Some(attempt.next_run_at),
+        warning,
+    }
+}
+
+/// Why the executor is paused, read from the attempt's last gateway call, if it is.
+fn paused_by(attempt: &AttemptRecord) -> Option<&'static str> {
+    let call = attempt.last_gateway_call.as_ref()?;
+    match call.outcome.as_str() {
+        GatewayOutcome::CREDENTIALS_FAULT => Some("the gateway rejected onecharge's API key on the last call: the executor is paused until gateway_api_key is fixed (see /readyz)"),
+        GatewayOutcome::ENDPOINT_FAULT => Some("the gateway answered 404/405/3xx on the last call, so gateway_url looks wrong: the executor is paused until it is fixed (see /readyz)"),
+        _ => None,
+    }
+}
+
+/// An `in_flight` attempt: its executor's call is in progress until the lease expires;
+/// then the reconciler takes it over.
+fn in_flight_next(attempt: &AttemptRecord, now: OffsetDateTime) -> NextAction {
+    match attempt.lease_expires_at {
+        Some(expires) if expires > now => NextAction {
+            by: Actor::Executor,
+            action: format!(
+                "gateway call in progress ({}); lease expires",
+                attempt.lease_owner.as_deref().unwrap_or("unknown executor")
+            ),
+            at: Some(expires),
+            warning: None,
+        },
+        expires => NextAction {
+            by: Actor::Reconciler,
+            action: "lease expired: reconciler takes it over and looks it up".to_owned(),
+            at: expires,
+            warning: expires.and_then(|e| overdue(now, e, Actor::Reconciler, "")),
+        },
     }
 }
 
@@ -328,9 +341,9 @@ fn cancel_fact(calls: &[GatewayCall]) -> Option<String> {
 }
 
 /// `executor retries (try 3) at 2026-11-29 10:15:01Z (in 4m) — WARNING: …`
-fn next_action_text(next: &NextAction, now: OffsetDateTime) -> String {
+pub fn next_action_text(next: &NextAction, now: OffsetDateTime) -> String {
     let mut text = match next.at {
-        Some(at) => format!("{} at {}", next.action, table::at_relative(at, now)),
+        Some(at) => format!("{} at {}", next.action, format::at_relative(at, now)),
         None => next.action.clone(),
     };
     if let Some(warning) = &next.warning {
@@ -338,142 +351,6 @@ fn next_action_text(next: &NextAction, now: OffsetDateTime) -> String {
         text.push_str(warning);
     }
     text
-}
-
-/// `charge 503 ambiguous (4m ago)`, or `-` when the gateway was never called.
-fn last_response(call: Option<&GatewayCall>, now: OffsetDateTime) -> String {
-    match call {
-        None => "-".to_owned(),
-        Some(call) => format!(
-            "{} {} {} ({})",
-            call.operation,
-            call.http_status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "no-answer".to_owned()),
-            call.outcome,
-            table::relative(call.finished_at, now)
-        ),
-    }
-}
-
-/// The aligned table of `attempts list`.
-pub fn render_list(views: &[AttemptView], now: OffsetDateTime) -> String {
-    if views.is_empty() {
-        return "no attempts\n".to_owned();
-    }
-    let mut t = Table::new(&[
-        "PAYMENT ATTEMPT",
-        "STATUS",
-        "ORDER",
-        "AMOUNT",
-        "TRIES",
-        "GATEWAY CHARGE",
-        "CREATED",
-        "UPDATED",
-    ]);
-    for v in views {
-        let a = &v.attempt;
-        t.push(vec![
-            a.payment_attempt_id.to_string(),
-            a.status.to_string(),
-            table::cell(&a.order_id, 24),
-            table::amount(a.money.amount_minor, &a.money.currency),
-            a.tries.to_string(),
-            table::or_dash(a.gateway_charge_id.as_deref()),
-            table::at_relative(a.created_at, now),
-            table::relative(a.updated_at, now),
-        ]);
-    }
-    format!(
-        "{}{} attempt{} (newest first)\n",
-        t.render(),
-        views.len(),
-        if views.len() == 1 { "" } else { "s" }
-    )
-}
-
-/// The table of `attempts stuck`, with a line saying what was looked for. A page of a paged
-/// list (`filter.after` set, or more to follow) says that its counts are the page's, not
-/// the whole list's.
-pub fn render_stuck(page: &AttemptPage, filter: &StuckFilter, now: OffsetDateTime) -> String {
-    let views = &page.attempts;
-    let threshold = table::setting(filter.older_than);
-    if views.is_empty() {
-        return match filter.after {
-            None => format!(
-                "nothing stuck: no unsettled attempt older than {threshold}, none in needs_review\n"
-            ),
-            Some(_) => {
-                "nothing stuck after this cursor: the previous page was the last\n".to_owned()
-            }
-        };
-    }
-    let mut t = Table::new(&[
-        "PAYMENT ATTEMPT",
-        "STATUS",
-        "AGE",
-        "TRIES",
-        "LAST GATEWAY RESPONSE",
-        "REVIEW REASON / LAST ERROR",
-        "NEXT ACTION",
-    ]);
-    for v in views {
-        let a = &v.attempt;
-        let why = a.review_reason.as_deref().or(a.last_error.as_deref());
-        t.push(vec![
-            a.payment_attempt_id.to_string(),
-            a.status.to_string(),
-            table::short(now - a.created_at),
-            a.tries.to_string(),
-            last_response(a.last_gateway_call.as_ref(), now),
-            table::cell(why.unwrap_or("-"), 60),
-            if a.status == AttemptStatus::NeedsReview {
-                "operator must resolve (attempts resolve)".to_owned()
-            } else {
-                next_action_text(&v.next_action, now)
-            },
-        ]);
-    }
-    let review = views
-        .iter()
-        .filter(|v| v.attempt.status == AttemptStatus::NeedsReview)
-        .count();
-    let paged = filter.after.is_some() || page.next.is_some();
-    format!(
-        "{} attempt{}{} need{} attention: {review} in needs_review, {} unsettled for more than {threshold}; oldest first{}\n{}",
-        views.len(),
-        if views.len() == 1 { "" } else { "s" },
-        if paged { " on this page" } else { "" },
-        if views.len() == 1 { "s" } else { "" },
-        views.len() - review,
-        if page.next.is_some() { "; more on the next page" } else { "" },
-        t.render()
-    )
-}
-
-/// The human form of `attempts show`: the attempt's facts, then its history as one timeline.
-pub fn render_show(detail: &AttemptDetail, now: OffsetDateTime) -> String {
-    let mut out = facts(detail, now)
-        .render()
-        .lines()
-        .skip(1) // the facts table has no header
-        .fold(String::new(), |mut s, l| {
-            s.push_str(l);
-            s.push('\n');
-            s
-        });
-    out.push('\n');
-    out.push_str(&timeline(detail).render());
-    out
-}
-
-/// The facts of `attempts show` as a table without a header.
-fn facts(detail: &AttemptDetail, now: OffsetDateTime) -> Table {
-    let mut table = Table::new(&["", ""]);
-    for (name, value) in fact_rows(detail, now) {
-        table.push(vec![name.to_owned(), value]);
-    }
-    table
 }
 
 /// The facts of `attempts show`, one per row (name, value): where the attempt stands, what
@@ -486,10 +363,10 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
     fact("status", a.status.to_string());
     fact("next", next_action_text(&detail.view.next_action, now));
     if let Some(reason) = &a.review_reason {
-        fact("review reason", table::cell(reason, 300));
+        fact("review reason", format::cell(reason, 300));
     }
     if let Some(error) = &a.last_error {
-        fact("last error", table::cell(error, 300));
+        fact("last error", format::cell(error, 300));
     }
     if let Some(cancelled) = cancel_fact(&detail.gateway_calls) {
         fact("payment intent", cancelled);
@@ -498,7 +375,7 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
         "amount",
         format!(
             "{} ({} minor units)",
-            table::amount(a.money.amount_minor, &a.money.currency),
+            format::amount(a.money.amount_minor, &a.money.currency),
             a.money.amount_minor
         ),
     );
@@ -516,12 +393,12 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
             a.tries, a.reconcile_checks
         ),
     );
-    fact("created", table::at_relative(a.created_at, now));
-    fact("updated", table::at_relative(a.updated_at, now));
+    fact("created", format::at_relative(a.created_at, now));
+    fact("updated", format::at_relative(a.updated_at, now));
     fact(
         "first sent",
         a.first_dispatched_at
-            .map(|t| table::at_relative(t, now))
+            .map(|t| format::at_relative(t, now))
             .unwrap_or_else(|| "never (the gateway has not seen this key)".to_owned()),
     );
     if !a.status.is_final() {
@@ -536,7 +413,7 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
             format!(
                 "{} until {}",
                 a.lease_owner.as_deref().unwrap_or("?"),
-                table::at_relative(expires, now)
+                format::at_relative(expires, now)
             ),
         );
     }
@@ -566,11 +443,11 @@ fn retry_window_text(closes_at: Option<OffsetDateTime>, now: OffsetDateTime) -> 
     match closes_at {
         None => "open: the gateway has never seen the key".to_owned(),
         Some(closes) if closes > now => {
-            format!("open until {}", table::at_relative(closes, now))
+            format!("open until {}", format::at_relative(closes, now))
         }
         Some(closes) => format!(
             "closed since {}: never re-sent; settle by lookup (--as succeeded|declined)",
-            table::at_relative(closes, now)
+            format::at_relative(closes, now)
         ),
     }
 }
@@ -616,15 +493,6 @@ pub fn timeline_rows(detail: &AttemptDetail) -> Vec<TimelineRow> {
         .collect()
 }
 
-/// The timeline as a table.
-fn timeline(detail: &AttemptDetail) -> Table {
-    let mut timeline = Table::new(&["TIME (UTC)", "KIND", "WHAT", "DETAIL"]);
-    for row in timeline_rows(detail) {
-        timeline.push(vec![table::at_ms(row.at), row.kind, row.what, row.detail]);
-    }
-    timeline
-}
-
 /// `pending -> in_flight (claimed)`, `by executor:…: …`
 fn transition_entry(t: &Transition) -> TimelineEntry {
     let what = format!(
@@ -633,7 +501,7 @@ fn transition_entry(t: &Transition) -> TimelineEntry {
         t.to_status,
         t.cause
     );
-    let detail = t.detail.as_deref().map(|d| table::cell(d, 160));
+    let detail = t.detail.as_deref().map(|d| format::cell(d, 160));
     let by = format!("by {}{}", t.actor, suffix(": ", detail.as_deref()));
     (t.at, 0, ["state".to_owned(), what, by])
 }
@@ -648,7 +516,7 @@ fn gateway_call_entry(c: &GatewayCall) -> TimelineEntry {
         "{} try {} -> {answer} {}",
         c.operation, c.try_number, c.outcome
     );
-    let error = c.error.as_deref().map(|e| table::cell(e, 160));
+    let error = c.error.as_deref().map(|e| format::cell(e, 160));
     let detail = format!(
         "{} ms{}{}",
         c.duration_ms,
@@ -661,9 +529,9 @@ fn gateway_call_entry(c: &GatewayCall) -> TimelineEntry {
 /// `payments.events.payment-succeeded.v1`, `<event id> published …` or why not yet.
 fn event_entry(e: &OutboxEvent) -> TimelineEntry {
     let detail = match e.published_at {
-        Some(p) => format!("{} published {}", e.event_id, table::at(p)),
+        Some(p) => format!("{} published {}", e.event_id, format::at(p)),
         None => {
-            let error = e.last_error.as_deref().map(|err| table::cell(err, 120));
+            let error = e.last_error.as_deref().map(|err| format::cell(err, 120));
             format!(
                 "{} NOT YET PUBLISHED ({} tries{})",
                 e.event_id,
@@ -680,11 +548,12 @@ fn event_entry(e: &OutboxEvent) -> TimelineEntry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use time::macros::datetime;
 
-    fn attempt(status: AttemptStatus) -> AttemptRecord {
+    /// An attempt in `status` with every field set, for the tests of what is shown.
+    pub(crate) fn attempt(status: AttemptStatus) -> AttemptRecord {
         let t = datetime!(2026-11-29 10:00:00 UTC);
         AttemptRecord {
             payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
@@ -774,80 +643,4 @@ mod tests {
             next.action
         );
     }
-
-    #[test]
-    fn show_prints_the_facts_then_one_timeline_of_transitions_calls_and_events() {
-        let t = datetime!(2026-11-29 10:00:00 UTC);
-        let mut a = attempt(AttemptStatus::Unknown);
-        a.gateway_charge_id = Some("ch_1".into());
-        a.decline_code = Some("do_not_honor".into());
-        a.last_error = Some("HTTP 503".into());
-        a.lease_owner = Some("reconciler:host-1".into());
-        a.lease_expires_at = Some(t + time::Duration::minutes(2));
-        a.correlation_id = Some("corr-7".into());
-        let window = RetryWindow::default();
-        let now = t + time::Duration::minutes(1);
-        let detail = AttemptDetail {
-            view: view(a, now, &window),
-            transitions: vec![Transition {
-                id: 1,
-                from_status: None,
-                to_status: "pending".into(),
-                cause: "command_accepted".into(),
-                actor: "intake:c".into(),
-                detail: Some("message m-1 (stream sequence 1)".into()),
-                at: t,
-            }],
-            gateway_calls: vec![GatewayCall {
-                id: 1,
-                operation: "charge".into(),
-                try_number: 1,
-                lease_token: Some(1.into()),
-                started_at: t,
-                finished_at: t + time::Duration::milliseconds(250),
-                duration_ms: 250,
-                http_status: Some(503),
-                outcome: "ambiguous".into(),
-                gateway_charge_id: None,
-                error: Some("server\u{1b}[2J error".into()),
-            }],
-            events: vec![OutboxEvent {
-                event_id: uuid::Uuid::nil(),
-                status: "succeeded".into(),
-                subject: "payments.events.payment-succeeded.v1".into(),
-                created_at: t + time::Duration::seconds(1),
-                published_at: None,
-                publish_attempts: 2,
-                last_error: Some("timeout".into()),
-                payload: serde_json::json!({}),
-            }],
-        };
-        let shown = render_show(&detail, now);
-        assert_eq!(shown, EXPECTED_SHOW);
-    }
-
-    /// `attempts show` as it printed before `render_show` was split into named steps.
-    const EXPECTED_SHOW: &str = concat!(
-        "payment attempt   00000000-0000-0000-0000-000000000000\n",
-        "status            unknown\n",
-        "next              reconciler looks the charge up at the gateway (check 2) at 2026-11-29 10:05:00Z (in 4m00s)\n",
-        "last error        HTTP 503\n",
-        "amount            19.99 EUR (1999 minor units)\n",
-        "order / customer  ord_1 / cus_1\n",
-        "payment method    pm_card_visa\n",
-        "idempotency key   onecharge-0\n",
-        "gateway charge    ch_1 (decline code do_not_honor)\n",
-        "tries             2 charge tries, 1 reconciler checks\n",
-        "created           2026-11-29 10:00:00Z (1m00s ago)\n",
-        "updated           2026-11-29 10:00:00Z (1m00s ago)\n",
-        "first sent        2026-11-29 10:00:00Z (1m00s ago)\n",
-        "retry window      open until 2026-11-29 11:00:00Z (in 59m00s)\n",
-        "lease             reconciler:host-1 until 2026-11-29 10:02:00Z (in 1m00s)\n",
-        "command           message m-1, correlation corr-7\n",
-        "\n",
-        "TIME (UTC)                KIND     WHAT                                  DETAIL\n",
-        "2026-11-29 10:00:00.000Z  state    new -> pending (command_accepted)     by intake:c: message m-1 (stream sequence 1)\n",
-        "2026-11-29 10:00:00.000Z  gateway  charge try 1 -> HTTP 503 ambiguous    250 ms, server\\u{1b}[2J error\n",
-        "2026-11-29 10:00:01.000Z  event    payments.events.payment-succeeded.v1  00000000-0000-0000-0000-000000000000 NOT YET PUBLISHED (2 tries, last error: timeout)\n",
-    );
 }

@@ -179,40 +179,10 @@ pub async fn bulk(
     via: Via,
     window: &RetryWindow,
 ) -> Result<BulkOutcome, BulkError> {
-    let reason = request.reason.trim();
-    if reason.is_empty() {
-        return Err(BulkError::Invalid(
-            "reason must say why (it is recorded with every attempt acted on)".into(),
-        ));
-    }
-    super::recordable("reason", reason).map_err(BulkError::Invalid)?;
-    let (limit, why) = match request.max {
-        Some(0) => return Err(BulkError::Invalid("max must be at least 1".into())),
-        Some(max) if max < BULK_CAP => (max, "the max you gave"),
-        _ => (BULK_CAP, "the bulk cap"),
-    };
+    let reason = checked_reason(request)?;
+    let limit = Limit::of(request)?;
     let filter = narrowed(request.action, &request.filter)?;
-    let rows = match &request.ids {
-        Some(previewed) if previewed.len() > limit => {
-            return Err(BulkError::TooMany {
-                matched: previewed.len(),
-                limit,
-                why,
-            })
-        }
-        Some(previewed) => sql::list_attempts_among(store, &filter, previewed).await?,
-        // One more than the limit tells "too many" from "exactly the limit" without
-        // counting the whole table.
-        None => sql::list_attempts(store, &filter, Some(limit as i64 + 1)).await?,
-    };
-    let ids: Vec<PaymentAttemptId> = rows.iter().map(|a| a.payment_attempt_id).collect();
-    if ids.len() > limit {
-        return Err(BulkError::TooMany {
-            matched: ids.len(),
-            limit,
-            why,
-        });
-    }
+    let ids = matching(store, request, &filter, &limit).await?;
     if request.preview {
         return Ok(BulkOutcome {
             action: request.action,
@@ -223,15 +193,7 @@ pub async fn bulk(
             audit_id: None,
         });
     }
-    let stopped_matching = request.ids.iter().flatten().filter(|id| !ids.contains(id));
-    let mut results: Vec<BulkItem> = stopped_matching
-        .map(|&id| BulkItem {
-            payment_attempt_id: id,
-            outcome: "refused".into(),
-            detail: "no longer matches the filter (it changed since the preview): left alone"
-                .into(),
-        })
-        .collect();
+    let mut results = stopped_matching(request, &ids);
     results.extend(match request.action {
         BulkAction::Retry => retry_each(store, &ids, reason, actor, via, window).await,
         BulkAction::Recheck => {
@@ -243,6 +205,103 @@ pub async fn bulk(
             recheck_each(reconciler, &ids, reason, actor, via).await
         }
     });
+    let audit_id = audit_bulk(store, request, &ids, &results, reason, actor, via).await?;
+    Ok(BulkOutcome {
+        action: request.action,
+        preview: false,
+        matched: ids.len(),
+        ids,
+        results,
+        audit_id: Some(audit_id),
+    })
+}
+
+/// The request's reason, trimmed: it must say something, and be recordable.
+fn checked_reason(request: &BulkRequest) -> Result<&str, BulkError> {
+    let reason = request.reason.trim();
+    if reason.is_empty() {
+        return Err(BulkError::Invalid(
+            "reason must say why (it is recorded with every attempt acted on)".into(),
+        ));
+    }
+    super::recordable("reason", reason).map_err(BulkError::Invalid)?;
+    Ok(reason)
+}
+
+/// The most attempts this request may act on, and why that many.
+struct Limit {
+    most: usize,
+    why: &'static str,
+}
+
+impl Limit {
+    fn of(request: &BulkRequest) -> Result<Self, BulkError> {
+        let (most, why) = match request.max {
+            Some(0) => return Err(BulkError::Invalid("max must be at least 1".into())),
+            Some(max) if max < BULK_CAP => (max, "the max you gave"),
+            _ => (BULK_CAP, "the bulk cap"),
+        };
+        Ok(Self { most, why })
+    }
+
+    /// Refuses `matched` attempts when they are more than the limit.
+    fn check(&self, matched: usize) -> Result<(), BulkError> {
+        if matched > self.most {
+            return Err(BulkError::TooMany {
+                matched,
+                limit: self.most,
+                why: self.why,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The ids of the attempts `filter` matches (among the previewed `ids`, when given), or
+/// the refusal of a set larger than `limit`.
+async fn matching(
+    store: &Store,
+    request: &BulkRequest,
+    filter: &AttemptFilter,
+    limit: &Limit,
+) -> Result<Vec<PaymentAttemptId>, BulkError> {
+    let rows = match &request.ids {
+        Some(previewed) => {
+            limit.check(previewed.len())?;
+            sql::list_attempts_among(store, filter, previewed).await?
+        }
+        // One more than the limit tells "too many" from "exactly the limit" without
+        // counting the whole table.
+        None => sql::list_attempts(store, filter, Some(limit.most as i64 + 1)).await?,
+    };
+    let ids: Vec<PaymentAttemptId> = rows.iter().map(|a| a.payment_attempt_id).collect();
+    limit.check(ids.len())?;
+    Ok(ids)
+}
+
+/// The previewed attempts that no longer match: refused, left alone.
+fn stopped_matching(request: &BulkRequest, ids: &[PaymentAttemptId]) -> Vec<BulkItem> {
+    let stopped = request.ids.iter().flatten().filter(|id| !ids.contains(id));
+    stopped
+        .map(|&id| BulkItem {
+            payment_attempt_id: id,
+            outcome: "refused".into(),
+            detail: "no longer matches the filter (it changed since the preview): left alone"
+                .into(),
+        })
+        .collect()
+}
+
+/// The bulk action's own audit row: its filter and every attempt's outcome.
+async fn audit_bulk(
+    store: &Store,
+    request: &BulkRequest,
+    ids: &[PaymentAttemptId],
+    results: &[BulkItem],
+    reason: &str,
+    actor: &str,
+    via: Via,
+) -> Result<i64, BulkError> {
     let mut conn = store.pool().acquire().await?;
     let audit_id = audit::insert(
         &mut conn,
@@ -253,7 +312,7 @@ pub async fn bulk(
                 BulkAction::Retry => AuditAction::BulkRetry,
                 BulkAction::Recheck => AuditAction::BulkRecheck,
             },
-            payment_attempt_ids: ids.clone(),
+            payment_attempt_ids: ids.to_vec(),
             dlq_sequence: None,
             reason: Some(reason.to_owned()),
             outcome: "done",
@@ -261,14 +320,7 @@ pub async fn bulk(
         },
     )
     .await?;
-    Ok(BulkOutcome {
-        action: request.action,
-        preview: false,
-        matched: ids.len(),
-        ids,
-        results,
-        audit_id: Some(audit_id),
-    })
+    Ok(audit_id)
 }
 
 /// The filter the action applies: a retry only ever touches `needs_review` attempts, and a
@@ -367,50 +419,4 @@ async fn recheck_each(
         .buffered(RECHECK_CONCURRENCY)
         .collect()
         .await
-}
-
-/// What `attempts bulk-retry | bulk-recheck` prints.
-pub fn render(outcome: &BulkOutcome) -> String {
-    let action = match outcome.action {
-        BulkAction::Retry => "retry",
-        BulkAction::Recheck => "recheck",
-    };
-    if outcome.preview {
-        let mut out = format!(
-            "dry run: {} attempt{} match; nothing was done\n",
-            outcome.matched,
-            if outcome.matched == 1 { "" } else { "s" }
-        );
-        for id in outcome.ids.iter().take(PREVIEW_IDS) {
-            out.push_str(&format!("  {id}\n"));
-        }
-        if outcome.matched > PREVIEW_IDS {
-            out.push_str(&format!("  … and {} more\n", outcome.matched - PREVIEW_IDS));
-        }
-        out.push_str(&format!(
-            "to act: the same command without --dry-run (add --max {} to refuse a larger set)\n",
-            outcome.matched
-        ));
-        return out;
-    }
-    let mut out = String::new();
-    for item in &outcome.results {
-        out.push_str(&format!(
-            "{} {}: {}\n",
-            item.payment_attempt_id, item.outcome, item.detail
-        ));
-    }
-    let count = |name: &str| outcome.results.iter().filter(|i| i.outcome == name).count();
-    out.push_str(&format!(
-        "bulk {action}: {} attempt{} matched; {} retried, {} settled, {} unchanged, {} refused, {} failed (audit row {})\n",
-        outcome.matched,
-        if outcome.matched == 1 { "" } else { "s" },
-        count("retried"),
-        count("settled"),
-        count("unchanged"),
-        count("refused") + count("fenced"),
-        count("failed"),
-        outcome.audit_id.map(|id| id.to_string()).unwrap_or_else(|| "-".into()),
-    ));
-    out
 }

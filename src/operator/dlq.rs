@@ -32,11 +32,11 @@ use futures::StreamExt as _;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::table::{self, Table};
 use crate::broker::Broker;
 use crate::config::UsageError;
 use crate::domain::command::{self, CommandHeaders, MAX_MESSAGE_ID_CHARS};
 use crate::domain::PaymentAttemptId;
+use crate::format;
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
 use crate::store::Store;
 
@@ -124,42 +124,6 @@ fn dead_letter(message: &async_nats::jetstream::message::StreamMessage) -> DeadL
     }
 }
 
-/// The aligned table of `dlq list`.
-pub fn render_list(letters: &[DeadLetter], stream: &str) -> String {
-    if letters.is_empty() {
-        return format!("no dead letters in {stream}\n");
-    }
-    let now = OffsetDateTime::now_utc();
-    let mut t = Table::new(&[
-        "SEQ",
-        "DEAD-LETTERED",
-        "CLASS",
-        "DELIVERIES",
-        "ORIGINAL MSG ID",
-        "ORIGINAL SUBJECT",
-        "REASON",
-    ]);
-    for d in letters {
-        t.push(vec![
-            d.sequence.to_string(),
-            table::at_relative(d.time, now),
-            table::or_dash(d.class.as_deref()),
-            d.delivery_count
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "-".into()),
-            table::cell(d.original_msg_id.as_deref().unwrap_or("-"), 48),
-            table::or_dash(d.original_subject.as_deref()),
-            table::cell(d.reason.as_deref().unwrap_or("-"), 100),
-        ]);
-    }
-    format!(
-        "{}{} dead letter{} in {stream} (bodies: dlq list --json; republish: dlq replay <SEQ> [--body-file F])\n",
-        t.render(),
-        letters.len(),
-        if letters.len() == 1 { "" } else { "s" }
-    )
-}
-
 /// What a replay published.
 #[derive(Debug, Clone, Serialize)]
 pub struct Replayed {
@@ -175,7 +139,7 @@ pub struct Replayed {
 }
 
 impl Replayed {
-    /// What was published, for the operator's terminal.
+    /// What was published, for the operator's terminal and the console's answer.
     pub fn render(&self) -> String {
         let mut out = format!(
             "replayed dead letter {} to {} as stream sequence {} with Nats-Msg-Id {} ({})\nheaders:\n",
@@ -215,21 +179,7 @@ pub async fn replay(
     via: Via,
     reason: Option<&str>,
 ) -> anyhow::Result<Replayed> {
-    let dlq = broker.names.dlq_stream();
-    let stream = match broker.jetstream.get_stream(&dlq).await {
-        Ok(stream) => stream,
-        Err(err) if stream_not_found(&err) => anyhow::bail!(
-            "stream {dlq} does not exist: run `onecharge setup` (or check ONECHARGE_NAMESPACE); nothing was published"
-        ),
-        Err(err) => anyhow::bail!("cannot read stream {dlq}: {err}; nothing was published"),
-    };
-    let letter = match stream.get_raw_message(sequence).await {
-        Ok(message) => message,
-        Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => anyhow::bail!(
-            "no dead letter with sequence {sequence} in {dlq} (`onecharge dlq list` shows what there is)"
-        ),
-        Err(err) => anyhow::bail!("cannot read dead letter {sequence} of {dlq}: {err}; nothing was published"),
-    };
+    let letter = read_dead_letter(broker, sequence).await?;
     let original_id = letter
         .headers
         .get("Dlq-Original-Msg-Id")
@@ -243,10 +193,66 @@ pub async fn replay(
         _ => letter.payload.clone(),
     };
     let message_id = replay_message_id(original_id.as_deref(), body_corrected, sequence);
+    let (headers, shown) = replay_headers(&letter.headers, &message_id, sequence, actor);
+    check_replayable(&headers, &payload, &message_id, body_corrected, sequence)?;
 
+    let subject = broker.names.charge_subject();
+    let ack = publish_replay(broker, &subject, headers, payload.clone(), &message_id).await?;
+    let replayed = Replayed {
+        dlq_sequence: sequence,
+        subject,
+        message_id,
+        stream_sequence: ack.sequence,
+        body_corrected,
+        headers: shown,
+        body: String::from_utf8_lossy(&payload).into_owned(),
+    };
+    audit_replay(store, &replayed, &payload, actor, via, reason).await?;
+    tracing::info!(
+        dlq_sequence = sequence,
+        message_id = replayed.message_id,
+        stream_sequence = ack.sequence,
+        actor,
+        body_corrected,
+        "dead letter replayed"
+    );
+    Ok(replayed)
+}
+
+/// Dead letter `sequence`, or the one line saying why it cannot be read (nothing was
+/// published).
+async fn read_dead_letter(
+    broker: &Broker,
+    sequence: u64,
+) -> anyhow::Result<async_nats::jetstream::message::StreamMessage> {
+    let dlq = broker.names.dlq_stream();
+    let stream = match broker.jetstream.get_stream(&dlq).await {
+        Ok(stream) => stream,
+        Err(err) if stream_not_found(&err) => anyhow::bail!(
+            "stream {dlq} does not exist: run `onecharge setup` (or check ONECHARGE_NAMESPACE); nothing was published"
+        ),
+        Err(err) => anyhow::bail!("cannot read stream {dlq}: {err}; nothing was published"),
+    };
+    match stream.get_raw_message(sequence).await {
+        Ok(message) => Ok(message),
+        Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => anyhow::bail!(
+            "no dead letter with sequence {sequence} in {dlq} (`onecharge dlq list` shows what there is)"
+        ),
+        Err(err) => anyhow::bail!("cannot read dead letter {sequence} of {dlq}: {err}; nothing was published"),
+    }
+}
+
+/// The replay's headers (see the module documentation), and the same as (name, value)
+/// pairs to show: ours first, then the kept ones sorted.
+fn replay_headers(
+    original: &HeaderMap,
+    message_id: &str,
+    sequence: u64,
+    actor: &str,
+) -> (HeaderMap, Vec<(String, String)>) {
     let mut headers = HeaderMap::new();
     let mut shown = Vec::new();
-    for (name, values) in letter.headers.iter() {
+    for (name, values) in original.iter() {
         let name = name.to_string();
         let lower = name.to_ascii_lowercase();
         if lower.starts_with("dlq-") || lower.starts_with("nats-") {
@@ -258,7 +264,7 @@ pub async fn replay(
         }
     }
     let ours = [
-        (NATS_MESSAGE_ID, message_id.clone()),
+        (NATS_MESSAGE_ID, message_id.to_owned()),
         (
             HeaderName::from_static("Replayed-From-Dlq-Sequence"),
             sequence.to_string(),
@@ -270,55 +276,87 @@ pub async fn replay(
     }
     shown.sort();
     shown.splice(0..0, ours.iter().map(|(n, v)| (n.to_string(), v.clone())));
+    (headers, shown)
+}
 
+/// Refuses a replay that would only be dead-lettered again: a body with a NUL, or one that
+/// is not a valid command under these headers.
+fn check_replayable(
+    headers: &HeaderMap,
+    payload: &[u8],
+    message_id: &str,
+    body_corrected: bool,
+    sequence: u64,
+) -> Result<(), UsageError> {
     let command_headers = CommandHeaders {
-        message_id: Some(message_id.clone()),
+        message_id: Some(message_id.to_owned()),
         correlation_id: headers.get("Correlation-Id").map(|v| v.as_str().to_owned()),
         traceparent: headers.get("traceparent").map(|v| v.as_str().to_owned()),
     };
-    if holds_nul(&payload) {
+    if holds_nul(payload) {
         return Err(UsageError(format!(
             "the {} body holds a NUL character, which PostgreSQL cannot store: remove it; nothing was published",
             if body_corrected { "corrected" } else { "dead letter's" }
-        ))
-        .into());
+        )));
     }
-    if let Err(invalid) = command::validate(&command_headers, &payload) {
+    if let Err(invalid) = command::validate(&command_headers, payload) {
         return Err(UsageError(if body_corrected {
             format!("the corrected body is not a valid command: {invalid}; nothing was published")
         } else {
             format!(
                 "dead letter {sequence} is still not a valid command ({invalid}): write a corrected body to a file and pass --body-file; nothing was published"
             )
-        })
-        .into());
+        }));
     }
+    Ok(())
+}
 
-    let subject = broker.names.charge_subject();
+/// Publishes the replay to `subject`; a publish JetStream dropped as a duplicate is an
+/// error saying why (nothing new was published).
+async fn publish_replay(
+    broker: &Broker,
+    subject: &str,
+    headers: HeaderMap,
+    payload: bytes::Bytes,
+    message_id: &str,
+) -> anyhow::Result<async_nats::jetstream::publish::PublishAck> {
     let published = broker
         .publish_retrying(
             crate::broker::PublishKind::Replay,
-            subject.clone(),
+            subject.to_owned(),
             headers,
-            payload.clone(),
+            payload,
             None,
         )
         .await;
-    let ack = published.map_err(|err| publish_failure(&err, &subject, &message_id))?;
+    let ack = published.map_err(|err| publish_failure(&err, subject, message_id))?;
     if ack.duplicate {
         let window = duplicate_window(broker).await;
         anyhow::bail!(
             "JetStream dropped the replay as a duplicate: a message with Nats-Msg-Id {message_id} reached {} less than its duplicate window ({}) ago — this dead letter was just replayed, or its original was published moments ago; nothing new was published",
             ack.stream,
-            window.map(table::setting).unwrap_or_else(|| "unknown".into())
+            window.map(format::setting).unwrap_or_else(|| "unknown".into())
         );
     }
+    Ok(ack)
+}
+
+/// The replay's audit row, written once JetStream acknowledged the publish.
+async fn audit_replay(
+    store: &Store,
+    replayed: &Replayed,
+    payload: &[u8],
+    actor: &str,
+    via: Via,
+    reason: Option<&str>,
+) -> anyhow::Result<()> {
     let payment_attempt_ids: Vec<PaymentAttemptId> =
-        serde_json::from_slice::<serde_json::Value>(&payload)
+        serde_json::from_slice::<serde_json::Value>(payload)
             .ok()
             .and_then(|body| body.get("payment_attempt_id")?.as_str()?.parse().ok())
             .into_iter()
             .collect();
+    let (sequence, message_id) = (replayed.dlq_sequence, &replayed.message_id);
     audit::insert_alone(
         store,
         &NewAuditEntry {
@@ -330,10 +368,10 @@ pub async fn replay(
             reason: reason.map(str::to_owned),
             outcome: "published",
             detail: serde_json::json!({
-                "subject": subject,
+                "subject": replayed.subject,
                 "message_id": message_id,
-                "stream_sequence": ack.sequence,
-                "body_corrected": body_corrected,
+                "stream_sequence": replayed.stream_sequence,
+                "body_corrected": replayed.body_corrected,
             }),
         },
     )
@@ -341,26 +379,10 @@ pub async fn replay(
     .with_context(|| {
         format!(
             "dead letter {sequence} WAS replayed (stream sequence {}, Nats-Msg-Id {message_id}) but its audit row could not be written",
-            ack.sequence
+            replayed.stream_sequence
         )
     })?;
-    tracing::info!(
-        dlq_sequence = sequence,
-        message_id,
-        stream_sequence = ack.sequence,
-        actor,
-        body_corrected,
-        "dead letter replayed"
-    );
-    Ok(Replayed {
-        dlq_sequence: sequence,
-        subject,
-        message_id,
-        stream_sequence: ack.sequence,
-        body_corrected,
-        headers: shown,
-        body: String::from_utf8_lossy(&payload).into_owned(),
-    })
+    Ok(())
 }
 
 /// Reads a `--body-file`, refusing one larger than a command may be (contract §2.1) without

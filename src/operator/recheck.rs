@@ -61,7 +61,7 @@ fn refusal(id: PaymentAttemptId, status: AttemptStatus) -> String {
     )
 }
 
-/// What `attempts recheck` prints.
+/// What `attempts recheck` prints and the console shows.
 pub fn render(report: &Recheck) -> String {
     format!(
         "attempt {}: {} -> {}\nlookup: {}{}{}\nfound: {}\ndid: {}\n",

@@ -11,10 +11,10 @@ use std::fmt;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::table;
 use super::RetryWindow;
 use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
+use crate::format;
 use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::record_gateway_call_alone;
 use crate::store::audit::Via;
@@ -149,17 +149,17 @@ pub async fn resolve(
             now,
         } => Err(ResolveError::Refused(format!(
             "refusing to retry attempt {id}: its first gateway call was at {} ({}), and the key window is {} (gateway_key_retention {} minus gateway_key_retention_margin {}): the gateway may have forgotten key {idempotency_key}; a retry could charge twice. Look the charge up at the gateway (reference {id}) and resolve --as succeeded or --as declined",
-            table::at(first_dispatched_at),
-            table::relative(first_dispatched_at, now),
-            table::setting(window.key_window),
-            table::setting(window.key_retention),
-            table::setting(window.key_retention_margin),
+            format::at(first_dispatched_at),
+            format::relative(first_dispatched_at, now),
+            format::setting(window.key_window),
+            format::setting(window.key_retention),
+            format::setting(window.key_retention_margin),
         ))),
         ResolveOutcome::TooOldToRetry { created_at, now } => Err(ResolveError::Refused(format!(
             "refusing to retry attempt {id}: it was recorded at {} ({}), past executor.max_age ({}), so the executor would hand it back to the reconciler without sending it. Look the charge up at the gateway (reference {id}) and resolve --as succeeded or --as declined, or raise executor.max_age",
-            table::at(created_at),
-            table::relative(created_at, now),
-            table::setting(window.max_age),
+            format::at(created_at),
+            format::relative(created_at, now),
+            format::setting(window.max_age),
         ))),
     }
 }

@@ -8,7 +8,6 @@ use anyhow::Context as _;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::table::{self, Table};
 use crate::broker::Broker;
 use crate::domain::AttemptStatus;
 use crate::store::Store;
@@ -54,33 +53,4 @@ pub async fn stats(store: &Store, broker: &Broker, now: OffsetDateTime) -> anyho
 async fn dead_letter_count(broker: &Broker) -> anyhow::Result<u64> {
     let info = super::stream_info(broker, &broker.names.dlq_stream()).await?;
     Ok(info.state.messages)
-}
-
-/// The human form of `attempts stats`: one row per state in the order of contract §4, then
-/// the three figures that say whether anything waits.
-pub fn render_stats(stats: &Stats) -> String {
-    let mut t = Table::new(&["STATUS", "ATTEMPTS"]);
-    for status in AttemptStatus::ALL {
-        let count = stats.by_status.get(status.as_str()).copied().unwrap_or(0);
-        t.push(vec![status.to_string(), count.to_string()]);
-    }
-    let oldest = match stats.oldest_unsettled_seconds {
-        0 if stats.by_status.iter().all(|(status, count)| {
-            *count == 0
-                || status
-                    .parse::<AttemptStatus>()
-                    .is_ok_and(AttemptStatus::is_final)
-        }) =>
-        {
-            "none: every attempt is final".to_owned()
-        }
-        seconds => table::short(time::Duration::seconds(seconds)),
-    };
-    format!(
-        "{}oldest unsettled attempt: {oldest}\ndead letters: {}\noutbox backlog: {} event{}\n",
-        t.render(),
-        stats.dead_letters,
-        stats.outbox_backlog,
-        if stats.outbox_backlog == 1 { "" } else { "s" }
-    )
 }

@@ -649,42 +649,6 @@ impl Person<'_> {
     }
 }
 
-/// `onecharge reconcile [--once]`: one pass over everything due now (repeated while passes
-/// come back full), with a summary; or passes until SIGTERM/Ctrl-C.
-pub async fn run_command(settings: Settings, once: bool) -> anyhow::Result<()> {
-    let gateway = GatewayClient::from_settings(&settings)?;
-    let health = GatewayHealth::from_settings(&settings.executor);
-    let store = Store::connect_with(&settings.database_url, 8, &settings.database).await?;
-    let reconciler = Reconciler::new(store, gateway, health, &settings);
-    if !once {
-        let shutdown = CancellationToken::new();
-        tokio::spawn(crate::shutdown::cancel_on_signal(shutdown.clone()));
-        return reconciler.run(shutdown).await;
-    }
-    let mut total = ReconcileReport::default();
-    loop {
-        let pass = reconciler.run_once().await?;
-        let full = pass.resolutions.len() == settings.reconciler.batch_size;
-        total.leases_expired.extend(pass.leases_expired);
-        total.resolutions.extend(pass.resolutions);
-        if !full {
-            break;
-        }
-    }
-    println!(
-        "reconciled {} attempt(s): {} succeeded, {} declined, {} back to pending (re-sent with the same key), \
-         {} needs_review, {} to check again later; {} expired lease(s) found",
-        total.resolutions.len(),
-        total.count(AttemptStatus::Succeeded),
-        total.count(AttemptStatus::Declined),
-        total.count(AttemptStatus::Pending),
-        total.count(AttemptStatus::NeedsReview),
-        total.rescheduled(),
-        total.leases_expired.len()
-    );
-    Ok(())
-}
-
 /// One lookup and what it means.
 struct Looked {
     evidence: GatewayCallRecord,

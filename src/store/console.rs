@@ -1,5 +1,5 @@
 //! The console's own SQL: its sessions (`console_sessions`), shared by every admin instance
-//! on this database (see `crate::console::session` for what a session is and why it lives
+//! on this database (see `crate::http::console::session` for what a session is and why it lives
 //! here), and the review queue's pages.
 //!
 //! Invariants kept here:

@@ -20,7 +20,7 @@ pub struct IntentAttempt {
     pub money: Money,
 }
 
-/// What an accepted event does, decided by `crate::webhook`.
+/// What an accepted event does, decided by `crate::http::webhook`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     /// The attempt is `unknown`: due for its retrieve now.

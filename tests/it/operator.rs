@@ -10,9 +10,9 @@ use crate::support::{
 };
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
-use onecharge::operator::purge::{purge_once, PurgeRefused, PurgeReport};
 use onecharge::operator::resolve::{ResolveAs, ResolveError, ResolveRequest};
 use onecharge::operator::Via;
+use onecharge::purge::{purge_once, PurgeRefused, PurgeReport};
 use onecharge::store::intake::{IntakeRecord, Recorded};
 use serde_json::{json, Value};
 use time::OffsetDateTime;

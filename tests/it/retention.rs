@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentAttemptId;
-use onecharge::operator::purge::Purger;
-use onecharge::operator::retention::retain_history;
 use onecharge::operator::RetryWindow;
+use onecharge::purge::retention::retain_history;
+use onecharge::purge::Purger;
 use onecharge::store::intake::record_batch;
 use onecharge::store::retention::{self, HistoryTable};
 use time::macros::datetime;
@@ -137,7 +137,7 @@ async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_
             .expect("the attempt exists");
     assert_eq!(detail.transitions.len(), unknown_before.0.len());
     assert_eq!(detail.gateway_calls.len(), unknown_before.1.len());
-    let shown = onecharge::operator::attempts::render_show(&detail, later);
+    let shown = onecharge::cli::attempts::render_show(&detail, later);
     assert!(shown.contains("charge try 1 ->"), "{shown}");
     assert!(shown.contains("in_flight -> unknown"), "{shown}");
 }
@@ -444,7 +444,7 @@ async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_mus
     assert!(errors.is_empty(), "writers failed: {errors:?}");
     assert_eq!(
         report.tables[0].dropped,
-        vec![onecharge::operator::retention::DroppedPartition {
+        vec![onecharge::purge::retention::DroppedPartition {
             partition: month,
             rows: 503,
             kept: 3
@@ -498,7 +498,7 @@ async fn month_a_year_ago(
         .fetch_one(env.store.pool())
         .await
         .unwrap();
-    let (from, to) = onecharge::operator::retention::months_ahead(now - 365 * DAY, 0)[0];
+    let (from, to) = onecharge::purge::retention::months_ahead(now - 365 * DAY, 0)[0];
     let month = table.month_partition(from);
     retention::create_partition(&env.store, table, &month, from, to)
         .await

@@ -796,7 +796,7 @@ async fn an_executor_paused_between_storing_and_confirming_meets_a_canceled_inte
             format!("{pi} cancelled at the gateway: it can never charge")
         )),
         "{}",
-        onecharge::operator::attempts::render_show(&detail, now)
+        onecharge::cli::attempts::render_show(&detail, now)
     );
 
     // The paused executor wakes and sends its confirm: the cancel won.

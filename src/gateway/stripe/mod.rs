@@ -27,9 +27,6 @@ use super::{exchange, CancelOutcome, ChargeRequest, GatewayCall, Prepared, Trans
 use crate::domain::outcome::{GatewayOutcome, LookupOutcome, MAX_REASON_CHARS};
 use crate::domain::{bounded, CallOperation, IdempotencyKey};
 
-/// `gateway_url` when `gateway_kind = stripe` and none is configured.
-pub const DEFAULT_URL: &str = "https://api.stripe.com";
-
 /// The API version every request pins (`Stripe-Version`), so that an account's default
 /// version moving on does not change what onecharge sends or reads.
 pub const STRIPE_VERSION: &str = "2024-06-20";

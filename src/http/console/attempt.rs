@@ -15,9 +15,10 @@ use super::recheck::recheck_form;
 use super::resolve::resolve_form;
 use super::session::Session;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::format;
 use crate::http::AdminState;
 use crate::operator::attempts::{self, AttemptDetail};
-use crate::operator::{audit, table};
+use crate::operator::audit;
 
 pub(super) async fn attempt(
     State(state): State<AdminState>,
@@ -84,15 +85,15 @@ fn next_section(detail: &AttemptDetail, now: OffsetDateTime) -> Markup {
             h2 { "Next" }
             p #next-action-text {
                 (next.action)
-                @if let Some(at) = next.at { " at " (table::at_relative(at, now)) }
+                @if let Some(at) = next.at { " at " (format::at_relative(at, now)) }
             }
             @if let Some(warning) = &next.warning { p #next-action-warning .warning { (warning) } }
             @if !a.status.is_final() {
                 p #retry-window { "Retry window: "
                     @match detail.view.retry_window_closes_at {
                         None => "open: the gateway has never seen the key",
-                        Some(closes) if closes > now => { "open until " (table::at_relative(closes, now)) }
-                        Some(closes) => { "closed since " (table::at_relative(closes, now)) ": never re-sent; settle it by looking the charge up" }
+                        Some(closes) if closes > now => { "open until " (format::at_relative(closes, now)) }
+                        Some(closes) => { "closed since " (format::at_relative(closes, now)) ": never re-sent; settle it by looking the charge up" }
                     }
                 }
             }
@@ -126,7 +127,7 @@ fn timeline_section(detail: &AttemptDetail, now: OffsetDateTime) -> Markup {
                 tbody {
                     @for row in attempts::timeline_rows(detail) {
                         tr data-testid="timeline-entry" data-kind=(row.kind) {
-                            td { (table::at_ms(row.at)) } td { (row.kind) } td { (row.what) } td { (row.detail) }
+                            td { (format::at_ms(row.at)) } td { (row.kind) } td { (row.what) } td { (row.detail) }
                         }
                     }
                 }

@@ -13,8 +13,9 @@ use super::fields::{parse_set, set};
 use super::layout::{bad_request, failed, page, text_input, PAGE_SIZE};
 use super::session::Session;
 use crate::domain::PaymentAttemptId;
+use crate::format;
 use crate::http::AdminState;
-use crate::operator::{audit, table};
+use crate::operator::audit;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -35,7 +36,7 @@ pub(super) fn audit_table(entries: &[audit::AuditEntry], now: OffsetDateTime) ->
                     @for e in entries {
                         tr data-testid="audit-row" data-audit-id=(e.id) data-actor=(e.actor) data-action=(e.action) {
                             td { (e.id) }
-                            td { (table::at_relative(e.at, now)) }
+                            td { (format::at_relative(e.at, now)) }
                             td .actor { (e.actor) }
                             td .via { (e.via) }
                             td .action { (e.action) }

@@ -12,8 +12,9 @@ use time::OffsetDateTime;
 use super::fields::set;
 use super::layout::{bad_request, csrf_field, failed, page, refused};
 use super::session::Session;
+use crate::format;
 use crate::http::AdminState;
-use crate::operator::{dlq, table, Via};
+use crate::operator::{dlq, Via};
 
 pub(super) async fn dead_letters(
     State(state): State<AdminState>,
@@ -33,7 +34,7 @@ pub(super) async fn dead_letters(
                     @for d in &letters {
                         tr data-testid="dead-letter-row" data-sequence=(d.sequence) {
                             td { a .dead-letter-link href=(format!("/console/dead-letters/{}", d.sequence)) { (d.sequence) } }
-                            td { (table::at_relative(d.time, now)) }
+                            td { (format::at_relative(d.time, now)) }
                             td .class { (d.class.as_deref().unwrap_or("-")) }
                             td { (d.delivery_count.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
                             td { (d.payment_attempt_id.as_deref().unwrap_or("-")) }
@@ -92,7 +93,7 @@ pub(super) async fn dead_letter(
     let body = html! {
         dl #dead-letter-facts {
             dt { "sequence" } dd #dl-sequence { (letter.sequence) }
-            dt { "dead-lettered" } dd { (table::at(letter.time)) }
+            dt { "dead-lettered" } dd { (format::at(letter.time)) }
             dt { "class" } dd #dl-class { (letter.class.as_deref().unwrap_or("-")) }
             dt { "reason" } dd #dl-reason { (letter.reason.as_deref().unwrap_or("-")) }
             dt { "original message id" } dd { (letter.original_msg_id.as_deref().unwrap_or("-")) }

@@ -14,10 +14,11 @@ use super::layout::page;
 use super::session::Session;
 use crate::broker::ConsumerLag;
 use crate::domain::AttemptStatus;
+use crate::format;
 use crate::gateway::HealthSnapshot;
 use crate::http::AdminState;
+use crate::operator::stats;
 use crate::operator::stats::Stats;
-use crate::operator::{stats, table};
 use crate::store::charts::{OverviewSeries, Window};
 
 /// The span the overview's charts cover (`?window=`): 1 hour by the minute (the default),
@@ -132,7 +133,7 @@ fn figures_section(figures: &anyhow::Result<Stats>) -> Markup {
                     dl {
                         dt { "Oldest unsettled attempt" }
                         dd #oldest-unsettled data-seconds=(s.oldest_unsettled_seconds) {
-                            @if s.oldest_unsettled_seconds == 0 { "none" } @else { (table::short(time::Duration::seconds(s.oldest_unsettled_seconds))) }
+                            @if s.oldest_unsettled_seconds == 0 { "none" } @else { (format::short(time::Duration::seconds(s.oldest_unsettled_seconds))) }
                         }
                         dt { "Needs review" }
                         dd #needs-review-count { a href="/console/review" { (s.by_status.get("needs_review").copied().unwrap_or(0)) } }

@@ -11,9 +11,9 @@ use time::OffsetDateTime;
 use super::fields::parse_set;
 use super::layout::{bad_request, failed, page, PAGE_SIZE};
 use super::session::Session;
+use crate::format;
 use crate::http::AdminState;
 use crate::operator::attempts::AttemptCursor;
-use crate::operator::table;
 use crate::store::console as sql;
 
 /// The review queue's page: the cursor of the previous page's last attempt.
@@ -67,8 +67,8 @@ pub(super) async fn review(
                         tr data-testid="review-row" data-attempt-id=(a.payment_attempt_id) {
                             td { a .attempt-link href=(format!("/console/attempts/{}", a.payment_attempt_id)) { code { (a.payment_attempt_id) } } }
                             td { (a.order_id) }
-                            td { (table::amount(a.amount_minor, &a.currency)) }
-                            td { (table::short(now - a.updated_at)) }
+                            td { (format::amount(a.money.amount_minor, &a.money.currency)) }
+                            td { (format::short(now - a.updated_at)) }
                             td .review-reason { (a.review_reason.as_deref().unwrap_or("-")) }
                             td { a .resolve-link href=(format!("/console/attempts/{}#resolve-section", a.payment_attempt_id)) { "Resolve…" } }
                         }

@@ -13,9 +13,9 @@ use super::fields::{console_time, parse_set, set};
 use super::layout::{bad_request, failed, page, status_badge, text_input, PAGE_SIZE};
 use super::session::Session;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::format;
 use crate::http::AdminState;
 use crate::operator::attempts::{self, AttemptCursor, AttemptFilter, AttemptView};
-use crate::operator::table;
 
 /// The search form's fields; an empty field does not narrow.
 #[derive(Debug, Default, Deserialize)]
@@ -150,10 +150,10 @@ fn attempts_table(views: &[AttemptView], now: OffsetDateTime) -> Markup {
                             td { (status_badge(a.status)) }
                             td .order-id { (a.order_id) }
                             td { (a.customer_id) }
-                            td .amount { (table::amount(a.amount_minor, &a.currency)) }
+                            td .amount { (format::amount(a.money.amount_minor, &a.money.currency)) }
                             td { (a.tries) }
                             td { (a.gateway_charge_id.as_deref().unwrap_or("-")) }
-                            td { (table::at_relative(a.created_at, now)) }
+                            td { (format::at_relative(a.created_at, now)) }
                             td .next-action { (v.next_action.action) }
                         }
                     }

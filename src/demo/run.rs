@@ -1,11 +1,5 @@
-//! `onecharge demo`: the whole pipeline, end to end, against the local PostgreSQL and NATS
-//! and an in-process mock gateway that declines, rate-limits, fails before and after
-//! charging, hangs and drops connections. It publishes a few hundred commands with producer
-//! retries, business duplicates, conflicts and invalid messages, waits until everything
-//! settled, and checks the promise against the gateway's own ledger. Exit 0 only when it held.
-//!
-//! The demo runs in its own database and stream namespace and removes both afterwards
-//! (unless `--keep`), so it never touches a real deployment on the same servers.
+//! The demo's run: the mock gateway, the service, the published mix, the wait and the
+//! verdict.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -22,12 +16,13 @@ use uuid::Uuid;
 
 use crate::app::Application;
 use crate::broker::Broker;
-use crate::config::Settings;
+use crate::config::{ExecutorSettings, Settings};
 use crate::domain::PaymentAttemptId;
 use crate::gateway::GatewayKind;
+use crate::store::operator::AttemptRecord;
 use crate::store::Store;
 
-pub use crate::cli::DemoArgs;
+use super::DemoArgs;
 
 /// What the demo published, to check the outcome against.
 #[derive(Debug, Default)]
@@ -57,6 +52,21 @@ enum ReviewCase {
     /// its retry limits and the last send past the gateway's processing time, only a person
     /// can say what to do with it.
     NothingFoundPastProcessingTime,
+}
+
+impl Published {
+    /// The cases left for a person, in words, comma-separated.
+    fn describe_review_cases(&self) -> String {
+        describe_all(self.for_review.iter().map(|(_, case)| *case))
+    }
+}
+
+/// `cases` in words, comma-separated.
+fn describe_all(cases: impl Iterator<Item = ReviewCase>) -> String {
+    cases
+        .map(ReviewCase::describe)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl ReviewCase {
@@ -98,38 +108,7 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     .await
     .context("starting the mock gateway")?;
 
-    let mut demo = settings.clone();
-    demo.database_url = database_url.clone();
-    demo.namespace = format!("demo-{tag}");
-    demo.admin_addr = "127.0.0.1:0".parse().expect("literal address");
-    demo.gateway_url = gateway.base_url();
-    demo.gateway_kind = kind;
-    demo.gateway_api_key = Some(SecretString::from(api_key));
-    demo.gateway_connect_timeout = Duration::from_secs(1);
-    demo.gateway_request_timeout = Duration::from_secs(2);
-    demo.intake.ack_wait = Duration::from_secs(5);
-    demo.executor.lease = Duration::from_secs(5);
-    demo.executor.poll_interval = Duration::from_millis(50);
-    demo.executor.retry_min_delay = Duration::from_millis(100);
-    demo.executor.retry_max_delay = Duration::from_secs(1);
-    demo.executor.in_progress_delay = Duration::from_millis(300);
-    demo.executor.breaker_cooldown = Duration::from_secs(1);
-    demo.reconciler.poll_interval = Duration::from_millis(200);
-    demo.reconciler.schedule = vec![
-        Duration::from_secs(1),
-        Duration::from_secs(2),
-        Duration::from_secs(4),
-        Duration::from_secs(8),
-    ];
-    demo.relay.poll_interval = Duration::from_millis(50);
-    // The mock answers in milliseconds (it holds a hung response 3 s, after charging): an
-    // empty lookup past the shortest processing time the configuration accepts (a send
-    // can outlive neither its lease nor its timeouts: lease + connect + request) proves
-    // "not charged" here, which lets the review case "nothing found past the processing
-    // time" end within the run; the schedule's last step reaches past it.
-    demo.gateway_max_processing_time =
-        demo.executor.lease + demo.gateway_connect_timeout + demo.gateway_request_timeout;
-    demo.validate()?;
+    let demo = demo_settings(settings, &database_url, tag, &gateway, kind, api_key)?;
 
     println!(
         "onecharge demo: database {}, namespace {}, mock gateway {} speaking {}",
@@ -153,6 +132,56 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
         clean_up(&demo).await;
     }
     outcome
+}
+
+/// The demo's settings: the caller's, on the demo's own database and namespace, against
+/// the mock gateway, with every wait short enough for a run of a minute or two.
+fn demo_settings(
+    settings: &Settings,
+    database_url: &str,
+    tag: &str,
+    gateway: &MockGateway,
+    kind: GatewayKind,
+    api_key: String,
+) -> anyhow::Result<Settings> {
+    let mut demo = Settings {
+        database_url: database_url.to_owned(),
+        namespace: format!("demo-{tag}"),
+        admin_addr: "127.0.0.1:0".parse().expect("literal address"),
+        gateway_url: gateway.base_url(),
+        gateway_kind: kind,
+        gateway_api_key: Some(SecretString::from(api_key)),
+        gateway_connect_timeout: Duration::from_secs(1),
+        gateway_request_timeout: Duration::from_secs(2),
+        ..settings.clone()
+    };
+    demo.intake.ack_wait = Duration::from_secs(5);
+    demo.executor = ExecutorSettings {
+        lease: Duration::from_secs(5),
+        poll_interval: Duration::from_millis(50),
+        retry_min_delay: Duration::from_millis(100),
+        retry_max_delay: Duration::from_secs(1),
+        in_progress_delay: Duration::from_millis(300),
+        breaker_cooldown: Duration::from_secs(1),
+        ..settings.executor.clone()
+    };
+    demo.reconciler.poll_interval = Duration::from_millis(200);
+    demo.reconciler.schedule = vec![
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+        Duration::from_secs(4),
+        Duration::from_secs(8),
+    ];
+    demo.relay.poll_interval = Duration::from_millis(50);
+    // The mock answers in milliseconds (it holds a hung response 3 s, after charging): an
+    // empty lookup past the shortest processing time the configuration accepts (a send
+    // can outlive neither its lease nor its timeouts: lease + connect + request) proves
+    // "not charged" here, which lets the review case "nothing found past the processing
+    // time" end within the run; the schedule's last step reaches past it.
+    demo.gateway_max_processing_time =
+        demo.executor.lease + demo.gateway_connect_timeout + demo.gateway_request_timeout;
+    demo.validate()?;
+    Ok(demo)
 }
 
 async fn run_in(
@@ -388,11 +417,7 @@ async fn leave_for_review(
     println!(
         "leaving {} case(s) for a person: {}",
         cases.len(),
-        cases
-            .iter()
-            .map(|c| c.describe())
-            .collect::<Vec<_>>()
-            .join(", ")
+        describe_all(cases.iter().copied())
     );
     // The main run is over: no random fault from here on, so each case is exactly itself
     // (and a person's "recheck now" in the console meets a calm gateway).
@@ -568,7 +593,8 @@ async fn stream_count(broker: &Broker, name: &str) -> anyhow::Result<u64> {
     Ok(stream.info().await?.state.messages)
 }
 
-/// Checks the promise against the gateway's ledger, the database and the streams.
+/// Checks the promise against the gateway's ledger, the database and the streams, and
+/// prints the summary; `Err` when it did not hold.
 async fn verify(
     store: &Store,
     broker: &Broker,
@@ -577,6 +603,46 @@ async fn verify(
     elapsed: Duration,
 ) -> anyhow::Result<()> {
     let ledger = gateway.ledger();
+    let charges_per_attempt = succeeded_charges_per_attempt(&ledger);
+    let attempts = crate::store::operator::list_attempts(store, &Default::default(), None).await?;
+    let events = crate::store::operator::published_event_ids(store).await?;
+    let on_stream = stream_count(broker, &broker.names.events_stream()).await?;
+    let dead = stream_count(broker, &broker.names.dlq_stream()).await?;
+    let mut problems = attempt_problems(&attempts, published, &charges_per_attempt);
+    problems.extend(event_problems(&attempts, &events, on_stream));
+    let expected_dead = (published.conflicts + published.invalid) as u64;
+    if dead != expected_dead {
+        problems.push(format!("{dead} dead letters, expected {expected_dead}"));
+    }
+    problems.extend(review_problems(&attempts, published));
+    let succeeded_charges: usize = charges_per_attempt.values().sum();
+    let stats = gateway.stats();
+    let summary = Summary {
+        published,
+        attempts: &attempts,
+        succeeded_charges,
+        declined_charges: ledger.len() - succeeded_charges,
+        requests: stats.requests,
+        lookups: stats.lookups,
+        double_charges: charges_per_attempt.values().filter(|n| **n > 1).count(),
+        events_published: on_stream,
+        dead_letters: dead,
+        elapsed,
+        problems: &problems,
+    };
+    print!("{}", summary.render());
+    if summary.double_charges > 0 || !problems.is_empty() {
+        bail!(
+            "the promise did not hold: {} double charge(s), {} problem(s)",
+            summary.double_charges,
+            problems.len()
+        );
+    }
+    Ok(())
+}
+
+/// How many succeeded charges the gateway's ledger holds per attempt (its `reference`).
+fn succeeded_charges_per_attempt(ledger: &[mock_gateway::Charge]) -> HashMap<String, usize> {
     let mut charges_per_attempt: HashMap<String, usize> = HashMap::new();
     for charge in ledger
         .iter()
@@ -586,46 +652,58 @@ async fn verify(
             .entry(charge.reference.clone())
             .or_default() += 1;
     }
-    let double_charges = charges_per_attempt.values().filter(|n| **n > 1).count();
-    let attempts = crate::store::operator::list_attempts(store, &Default::default(), None).await?;
+    charges_per_attempt
+}
+
+/// Attempts never published, and attempts whose state the gateway's ledger contradicts
+/// or that never settled.
+fn attempt_problems(
+    attempts: &[AttemptRecord],
+    published: &Published,
+    charges_per_attempt: &HashMap<String, usize>,
+) -> Vec<String> {
     let mut problems = Vec::new();
-    let unknown_attempts: Vec<_> = attempts
+    let unknown_attempts = attempts
         .iter()
         .filter(|a| !published.attempts.contains_key(&a.payment_attempt_id))
-        .collect();
-    if !unknown_attempts.is_empty() {
+        .count();
+    if unknown_attempts > 0 {
         problems.push(format!(
-            "{} attempts that were never published as valid",
-            unknown_attempts.len()
+            "{unknown_attempts} attempts that were never published as valid"
         ));
     }
-    for attempt in &attempts {
+    for attempt in attempts {
+        let id = attempt.payment_attempt_id;
         let charged = charges_per_attempt
-            .get(&attempt.payment_attempt_id.to_string())
+            .get(&id.to_string())
             .copied()
             .unwrap_or(0);
         match attempt.status.as_str() {
             "succeeded" if charged != 1 => problems.push(format!(
-                "{} is succeeded but the gateway charged it {charged} times",
-                attempt.payment_attempt_id
+                "{id} is succeeded but the gateway charged it {charged} times"
             )),
-            "declined" if charged != 0 => problems.push(format!(
-                "{} is declined but the gateway charged it",
-                attempt.payment_attempt_id
-            )),
-            "needs_review" if attempt.review_reason.is_none() => problems.push(format!(
-                "{} needs review without a reason",
-                attempt.payment_attempt_id
-            )),
-            "pending" | "in_flight" | "unknown" => problems.push(format!(
-                "{} never settled ({})",
-                attempt.payment_attempt_id, attempt.status
-            )),
+            "declined" if charged != 0 => {
+                problems.push(format!("{id} is declined but the gateway charged it"))
+            }
+            "needs_review" if attempt.review_reason.is_none() => {
+                problems.push(format!("{id} needs review without a reason"))
+            }
+            "pending" | "in_flight" | "unknown" => {
+                problems.push(format!("{id} never settled ({})", attempt.status))
+            }
             _ => {}
         }
     }
-    // One event per final state, published under one id each.
-    let events = crate::store::operator::published_event_ids(store).await?;
+    problems
+}
+
+/// One event per final state, published under one id each.
+fn event_problems(
+    attempts: &[AttemptRecord],
+    events: &[(Uuid, String)],
+    on_stream: u64,
+) -> Vec<String> {
+    let mut problems = Vec::new();
     let final_attempts = attempts.iter().filter(|a| a.status.is_final()).count();
     let final_events = events
         .iter()
@@ -637,18 +715,18 @@ async fn verify(
         ));
     }
     let ids: HashSet<&Uuid> = events.iter().map(|(id, _)| id).collect();
-    let on_stream = stream_count(broker, &broker.names.events_stream()).await?;
     if on_stream as usize != ids.len() {
         problems.push(format!(
             "{on_stream} events on the stream for {} event ids",
             ids.len()
         ));
     }
-    let dead = stream_count(broker, &broker.names.dlq_stream()).await?;
-    let expected_dead = (published.conflicts + published.invalid) as u64;
-    if dead != expected_dead {
-        problems.push(format!("{dead} dead letters, expected {expected_dead}"));
-    }
+    problems
+}
+
+/// Each attempt left for a person must be in `needs_review`.
+fn review_problems(attempts: &[AttemptRecord], published: &Published) -> Vec<String> {
+    let mut problems = Vec::new();
     for (attempt, case) in &published.for_review {
         let status = attempts
             .iter()
@@ -662,60 +740,79 @@ async fn verify(
             ));
         }
     }
-    let mut by_status: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for attempt in &attempts {
-        *by_status.entry(attempt.status.as_str()).or_default() += 1;
-    }
+    problems
+}
 
-    println!();
-    println!("summary");
-    println!("  messages published       {}", published.messages);
-    println!(
-        "  payment attempts         {} (of {} published)",
-        attempts.len(),
-        published.attempts.len()
-    );
-    for (status, n) in &by_status {
-        println!("    {status:<22} {n}");
-    }
-    let succeeded_charges: usize = charges_per_attempt.values().sum();
-    let stats = gateway.stats();
-    println!(
-        "  charges at the gateway   {succeeded_charges} succeeded, {} declined ({} requests, {} of them lookups)",
-        ledger.len() - succeeded_charges,
-        stats.requests,
-        stats.lookups
-    );
-    println!("  double charges           {double_charges}");
-    println!("  events published         {on_stream}");
-    println!(
-        "  dead letters             {dead} ({} conflicts, {} invalid)",
-        published.conflicts, published.invalid
-    );
-    if !published.for_review.is_empty() {
-        println!(
-            "  left for a person        {} in needs_review, each with its reason ({})",
-            published.for_review.len(),
-            published
-                .for_review
-                .iter()
-                .map(|(_, case)| case.describe())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    println!("  time taken               {:.1?}", elapsed);
-    if double_charges > 0 || !problems.is_empty() {
-        for problem in &problems {
-            println!("  PROBLEM: {problem}");
+/// What the demo found, as its summary says it.
+struct Summary<'a> {
+    published: &'a Published,
+    attempts: &'a [AttemptRecord],
+    succeeded_charges: usize,
+    declined_charges: usize,
+    requests: u64,
+    lookups: u64,
+    double_charges: usize,
+    events_published: u64,
+    dead_letters: u64,
+    elapsed: Duration,
+    problems: &'a [String],
+}
+
+impl Summary<'_> {
+    /// The summary's lines, ending with the verdict when the promise held.
+    fn render(&self) -> String {
+        let published = self.published;
+        let mut by_status: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for attempt in self.attempts {
+            *by_status.entry(attempt.status.as_str()).or_default() += 1;
         }
-        bail!(
-            "the promise did not hold: {double_charges} double charge(s), {} problem(s)",
-            problems.len()
-        );
+        let mut out = String::from("\nsummary\n");
+        let mut line = |text: String| {
+            out.push_str(&text);
+            out.push('\n');
+        };
+        line(format!("  messages published       {}", published.messages));
+        line(format!(
+            "  payment attempts         {} (of {} published)",
+            self.attempts.len(),
+            published.attempts.len()
+        ));
+        for (status, n) in &by_status {
+            line(format!("    {status:<22} {n}"));
+        }
+        line(format!(
+            "  charges at the gateway   {} succeeded, {} declined ({} requests, {} of them lookups)",
+            self.succeeded_charges, self.declined_charges, self.requests, self.lookups
+        ));
+        line(format!(
+            "  double charges           {}",
+            self.double_charges
+        ));
+        line(format!(
+            "  events published         {}",
+            self.events_published
+        ));
+        line(format!(
+            "  dead letters             {} ({} conflicts, {} invalid)",
+            self.dead_letters, published.conflicts, published.invalid
+        ));
+        if !published.for_review.is_empty() {
+            line(format!(
+                "  left for a person        {} in needs_review, each with its reason ({})",
+                published.for_review.len(),
+                published.describe_review_cases()
+            ));
+        }
+        line(format!("  time taken               {:.1?}", self.elapsed));
+        if self.double_charges > 0 || !self.problems.is_empty() {
+            for problem in self.problems {
+                line(format!("  PROBLEM: {problem}"));
+            }
+        } else {
+            line("the promise held: every attempt charged at most once, every outcome settled and announced once".to_owned());
+        }
+        out
     }
-    println!("the promise held: every attempt charged at most once, every outcome settled and announced once");
-    Ok(())
 }
 
 /// `--console`, before anything runs: an exposed, open admin address is a configuration

@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use time::{Date, Month, OffsetDateTime, Time};
 
-use super::table;
+use crate::format;
 use crate::store::retention::{self as sql, HistoryTable, Partition};
 use crate::store::Store;
 
@@ -234,7 +234,7 @@ impl HistoryReport {
             }
             line.push_str(&format!(
                 "; months ending before {} go (purge.history_retention {})",
-                table::at(self.cutoff),
+                format::at(self.cutoff),
                 days(retention)
             ));
             lines.push(line);
@@ -248,7 +248,7 @@ fn days(retention: Duration) -> String {
     if retention.as_secs().is_multiple_of(86_400) && retention.subsec_nanos() == 0 {
         format!("{}d", retention.as_secs() / 86_400)
     } else {
-        table::setting(retention)
+        format::setting(retention)
     }
 }
 

@@ -1,5 +1,5 @@
-//! `onecharge purge` and the `purge` role of `serve`: keeps `processed_messages` bounded,
-//! and, through [`super::retention`], the history tables.
+//! The `purge` role of `serve` (and the work of `onecharge purge`): keeps
+//! `processed_messages` bounded, and, through [`retention`], the history tables.
 //!
 //! A dedupe row may only go once the command stream can no longer hand its message to
 //! onecharge again. The stream keeps a message for its `max_age`, counted from publication,
@@ -14,23 +14,16 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Args;
 use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::{retention, table};
+pub mod retention;
+
 use crate::broker::Broker;
 use crate::config::{PurgeSettings, Settings};
+use crate::format;
 use crate::store::{self, Store};
-
-/// `onecharge purge [--dry-run]`
-#[derive(Debug, Clone, Args)]
-pub struct PurgeArgs {
-    /// Count what would be deleted; delete nothing
-    #[arg(long)]
-    pub dry_run: bool,
-}
 
 /// Purging was refused because it could let a message be processed twice. Its text is the
 /// one line an operator reads.
@@ -67,16 +60,16 @@ pub fn check_retention(
     if stream_max_age.is_zero() {
         return Err(PurgeRefused(format!(
             "stream {stream} keeps messages without an age limit (max_age 0), so a message could come back after any dedupe retention; set a max_age on the stream no longer than purge.dedupe_retention ({}), e.g. `nats stream edit {stream} --max-age {}`",
-            table::setting(retention),
-            table::setting(retention),
+            format::setting(retention),
+            format::setting(retention),
         )));
     }
     if retention < stream_max_age {
         return Err(PurgeRefused(format!(
             "purge.dedupe_retention ({}) is shorter than the max_age ({}) of stream {stream}: a message the stream still holds could be redelivered or replayed after its dedupe row is gone and be processed again as new; raise purge.dedupe_retention (ONECHARGE_PURGE__DEDUPE_RETENTION) to at least {} or lower the stream's max_age",
-            table::setting(retention),
-            table::setting(stream_max_age),
-            table::setting(stream_max_age),
+            format::setting(retention),
+            format::setting(stream_max_age),
+            format::setting(stream_max_age),
         )));
     }
     Ok(())
@@ -84,7 +77,7 @@ pub fn check_retention(
 
 /// The command stream's `max_age`, read from JetStream.
 pub async fn command_stream_max_age(broker: &Broker) -> anyhow::Result<Duration> {
-    let info = super::stream_info(broker, &broker.names.commands_stream()).await?;
+    let info = crate::operator::stream_info(broker, &broker.names.commands_stream()).await?;
     Ok(info.config.max_age)
 }
 
@@ -150,8 +143,8 @@ pub async fn purge_once(
 impl PurgeReport {
     /// One line for the operator.
     pub fn summary(&self, retention: Duration, batch_size: usize) -> String {
-        let cutoff = table::at(self.cutoff);
-        let retention = table::setting(retention);
+        let cutoff = format::at(self.cutoff);
+        let retention = format::setting(retention);
         if self.dry_run {
             format!(
                 "dry run: {} dedupe rows recorded before {cutoff} (older than purge.dedupe_retention {retention}) would be deleted in batches of {batch_size}; {} would be kept; nothing was deleted",
@@ -168,37 +161,6 @@ impl PurgeReport {
             )
         }
     }
-}
-
-/// `onecharge purge [--dry-run]`: the dedupe rows, then the history. The history is
-/// retained even when the dedupe purge is refused (the refusal is still the exit status).
-pub async fn run_purge(settings: &Settings, args: PurgeArgs) -> anyhow::Result<()> {
-    let store = Store::connect_with(&settings.database_url, 2, &settings.database).await?;
-    let broker = Broker::connect(settings).await?;
-    let now = store
-        .now()
-        .await
-        .context("reading the database's clock for the cut-offs")?;
-    let dedupe = purge_once(
-        &store,
-        &broker,
-        &settings.purge,
-        args.dry_run,
-        now,
-        &CancellationToken::new(),
-    )
-    .await;
-    if let Ok(report) = &dedupe {
-        println!(
-            "{}",
-            report.summary(settings.purge.dedupe_retention, settings.purge.batch_size)
-        );
-    }
-    let history =
-        retention::retain_history(&store, settings.purge.history_retention, args.dry_run, now)
-            .await?;
-    println!("{}", history.summary(settings.purge.history_retention));
-    dedupe.map(|_| ())
 }
 
 /// The `purge` role of `serve`: one purge every `purge.interval`. A refusal or a failure is
@@ -249,9 +211,9 @@ impl Purger {
         let mut ticker = tokio::time::interval(self.settings.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tracing::info!(
-            interval = %table::setting(self.settings.interval),
-            retention = %table::setting(self.settings.dedupe_retention),
-            history_retention = %table::setting(self.settings.history_retention),
+            interval = %format::setting(self.settings.interval),
+            retention = %format::setting(self.settings.dedupe_retention),
+            history_retention = %format::setting(self.settings.history_retention),
             "purge started"
         );
         loop {

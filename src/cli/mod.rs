@@ -1,14 +1,36 @@
-//! The `onecharge` command line (contract §5). Parsing only: each subcommand calls one
-//! library function. Exit codes: 0 success, 1 runtime failure, 2 usage or configuration.
+//! The `onecharge` command line (contract §5): every clap definition, the runner of each
+//! subcommand and what it prints, one file per command group (cargo's
+//! `src/bin/cargo/commands/` is the model). The library below returns data and never
+//! prints; a runner calls it and prints the answer, a table for people or `--json`.
+//!
+//! Exit codes: 0 success, 1 runtime failure, 2 usage or configuration (`ConfigError`,
+//! `UsageError`); every error line is printed without the configuration's secrets.
+
+pub mod attempts;
+pub mod audit;
+pub mod completions;
+pub mod console;
+pub mod demo;
+pub mod dlq;
+pub mod findings;
+pub mod intake;
+pub mod publish;
+pub mod purge;
+pub mod reconcile;
+pub mod service;
+pub mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use clap::{Args, CommandFactory as _, Parser, Subcommand};
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
 
 use crate::app::Role;
 use crate::config::{ConfigError, LogFormat, Overrides, Redactor, Settings, UsageError};
+
+pub use completions::man_page;
+pub use demo::DemoArgs;
 
 /// Turns at-least-once delivery of ChargePayment commands into exactly one charge.
 #[derive(Debug, Parser)]
@@ -68,24 +90,24 @@ pub enum Command {
     },
     /// Publish a command (for operators and tests)
     #[command(subcommand)]
-    Publish(PublishCommand),
+    Publish(publish::PublishCommand),
     /// Inspect payment attempts, and resolve those in needs_review
     #[command(subcommand)]
-    Attempts(crate::operator::AttemptsCommand),
+    Attempts(attempts::AttemptsCommand),
     /// Inspect and replay dead-lettered commands
     #[command(subcommand)]
-    Dlq(crate::operator::DlqCommand),
+    Dlq(dlq::DlqCommand),
     /// The audit trail of manual actions
     #[command(subcommand)]
-    Audit(crate::operator::AuditCommand),
+    Audit(audit::AuditCommand),
     /// The stream audit: commands on the command stream that intake never recorded
     #[command(subcommand)]
-    Intake(crate::operator::IntakeCommand),
+    Intake(intake::IntakeCommand),
     /// Delete dedupe rows older than purge.dedupe_retention and history months older than purge.history_retention (also runs inside `serve`)
-    Purge(crate::operator::purge::PurgeArgs),
+    Purge(purge::PurgeArgs),
     /// Named operators of the console and the admin API
     #[command(subcommand)]
-    Operators(crate::http::access::OperatorsCommand),
+    Operators(console::OperatorsCommand),
     /// Settle ambiguous attempts by looking them up at the gateway (continuously, or one pass)
     #[command(args_conflicts_with_subcommands = true)]
     Reconcile {
@@ -93,7 +115,7 @@ pub enum Command {
         #[arg(long)]
         once: bool,
         #[command(subcommand)]
-        job: Option<ReconcileJob>,
+        job: Option<reconcile::ReconcileJob>,
     },
     /// Print the shell completion script, e.g. `onecharge completions bash > /etc/bash_completion.d/onecharge`
     Completions {
@@ -103,46 +125,7 @@ pub enum Command {
     },
     /// Discrepancies the reconciliation sweep and the gateway's webhooks found
     #[command(subcommand)]
-    Findings(crate::operator::findings::FindingsCommand),
-}
-
-/// Reconciliation jobs besides the passes.
-#[derive(Debug, Subcommand)]
-pub enum ReconcileJob {
-    /// Compare every charge the gateway created in a window with the attempts, both ways
-    Sweep(crate::operator::findings::SweepArgs),
-}
-
-/// Options of `onecharge demo`. Defined here, not in `demo`, so that a build without the
-/// `demo` feature still parses every demo command line and answers it in one line.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    /// Distinct payment attempts to publish (duplicates, conflicts and invalid messages come on top)
-    #[arg(long, default_value_t = 300)]
-    pub attempts: usize,
-    /// Seed for the command mix and the gateway's faults: the same seed, the same run
-    #[arg(long, default_value_t = 7)]
-    pub seed: u64,
-    /// Longest wait for everything to settle
-    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
-    /// Keep the demo's database and streams for inspection instead of removing them
-    #[arg(long)]
-    pub keep: bool,
-    /// The protocol onecharge and the mock gateway speak: `stripe` runs the `stripe`
-    /// connector against the mock's Stripe dialect [default: the configured gateway_kind]
-    #[arg(long, value_enum, value_name = "KIND")]
-    pub gateway: Option<crate::gateway::GatewayKind>,
-    /// After the summary, serve the operator console over the demo's data on --admin-addr
-    /// until Ctrl-C (the data is removed afterwards unless --keep)
-    #[arg(long)]
-    pub console: bool,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum PublishCommand {
-    /// Publish one ChargePayment command and print its message id and stream sequence
-    Charge(crate::publish::ChargeArgs),
+    Findings(findings::FindingsCommand),
 }
 
 impl GlobalArgs {
@@ -163,12 +146,7 @@ impl GlobalArgs {
 pub fn run(cli: Cli) -> ExitCode {
     // Needs no configuration: a completion script is installed before there is any.
     if let Command::Completions { shell } = cli.command {
-        clap_complete::generate(
-            shell,
-            &mut Cli::command(),
-            "onecharge",
-            &mut std::io::stdout(),
-        );
+        completions::print(shell);
         return ExitCode::SUCCESS;
     }
     let mut settings = match Settings::load(cli.global.config.as_deref(), &cli.global.overrides()) {
@@ -200,33 +178,32 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(async move {
-        match cli.command {
-            Command::Setup => crate::app::setup(&settings).await,
-            Command::Demo(args) => demo(&settings, args).await,
-            Command::Serve { roles, .. } => crate::app::serve(settings, &roles).await,
-            Command::Publish(PublishCommand::Charge(args)) => {
-                crate::publish::charge(&settings, args).await
-            }
-            Command::Attempts(command) => crate::operator::run_attempts(&settings, command).await,
-            Command::Dlq(command) => crate::operator::run_dlq(&settings, command).await,
-            Command::Audit(command) => crate::operator::run_audit(&settings, command).await,
-            Command::Intake(command) => crate::operator::run_intake(&settings, command).await,
-            Command::Purge(args) => crate::operator::purge::run_purge(&settings, args).await,
-            Command::Operators(command) => crate::http::access::run_operators(command),
-            Command::Completions { .. } => unreachable!("answered before the configuration"),
-            Command::Reconcile {
-                job: Some(ReconcileJob::Sweep(args)),
-                ..
-            } => crate::operator::findings::run_sweep(settings, args).await,
-            Command::Reconcile { once, job: None } => {
-                crate::reconciler::run_command(settings, once).await
-            }
-            Command::Findings(command) => {
-                crate::operator::findings::run_findings(&settings, command).await
-            }
-        }
-    });
+    let result = runtime.block_on(dispatch(settings, cli.command));
+    exit_code(result, &redactor)
+}
+
+/// Hands the command to its runner.
+async fn dispatch(settings: Settings, command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Setup => service::setup(&settings).await,
+        Command::Demo(args) => demo::run(&settings, args).await,
+        Command::Serve { roles, .. } => crate::app::serve(settings, &roles).await,
+        Command::Publish(command) => publish::run(&settings, command).await,
+        Command::Attempts(command) => attempts::run(&settings, command).await,
+        Command::Dlq(command) => dlq::run(&settings, command).await,
+        Command::Audit(command) => audit::run(&settings, command).await,
+        Command::Intake(command) => intake::run(&settings, command).await,
+        Command::Purge(args) => purge::run(&settings, args).await,
+        Command::Operators(command) => console::run(command),
+        Command::Completions { .. } => unreachable!("answered before the configuration"),
+        Command::Reconcile { once, job } => reconcile::run(settings, once, job).await,
+        Command::Findings(command) => findings::run(&settings, command).await,
+    }
+}
+
+/// 0 on success; a usage or configuration error is 2, anything else 1, each printed in one
+/// scrubbed line on stderr.
+fn exit_code(result: anyhow::Result<()>, redactor: &Redactor) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.is::<ConfigError>() || err.is::<UsageError>() => {
@@ -240,31 +217,42 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// The man page `onecharge.1` (roff), generated from these definitions; committed as
-/// `docs/onecharge.1` (see `crate::generated`).
-pub fn man_page() -> Vec<u8> {
-    let mut page = Vec::new();
-    clap_mangen::Man::new(Cli::command())
-        .render(&mut page)
-        .expect("rendering into memory cannot fail");
-    page
-}
-
-#[cfg(feature = "demo")]
-async fn demo(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
-    crate::demo::run(settings, args).await
-}
-
-/// A build without the `demo` feature has no mock gateway to run the demo against.
-#[cfg(not(feature = "demo"))]
-async fn demo(_: &Settings, _: DemoArgs) -> anyhow::Result<()> {
-    Err(UsageError(
-        "onecharge demo: this binary was built without the demo (--no-default-features); build it with the default features to run it".into(),
-    )
-    .into())
-}
-
 fn config_failure(err: &ConfigError) -> ExitCode {
     eprintln!("{err}");
     ExitCode::from(2)
+}
+
+/// Prints `value` as one pretty JSON document: what every `--json` prints.
+fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value).context("serialising the output")?;
+    println!("{text}");
+    Ok(())
+}
+
+/// The actor recorded for a decision taken on this machine's command line:
+/// `operator:<user>`. Under `sudo` the person who ran sudo, not `root`.
+pub fn operator_actor() -> String {
+    let from_env = ["SUDO_USER", "USER", "LOGNAME"]
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .find(|user| !user.trim().is_empty());
+    let user = from_env.unwrap_or_else(whoami::username);
+    format!("operator:{}", crate::domain::bounded(user.trim(), 64))
+}
+
+/// The database for one command (a pool of two connections).
+async fn connect_store(settings: &Settings) -> anyhow::Result<crate::store::Store> {
+    Ok(crate::store::Store::connect_with(&settings.database_url, 2, &settings.database).await?)
+}
+
+/// The gateway client and its health, for a command that asks the gateway (a recheck, a
+/// pass, a sweep): it needs the gateway settings (`gateway_url`, `gateway_api_key`).
+fn gateway(
+    settings: &Settings,
+) -> anyhow::Result<(crate::gateway::GatewayClient, crate::gateway::GatewayHealth)> {
+    let client = crate::gateway::GatewayClient::from_settings(settings)?;
+    Ok((
+        client,
+        crate::gateway::GatewayHealth::from_settings(&settings.executor),
+    ))
 }

@@ -1,6 +1,8 @@
-//! Plain-text presentation helpers: aligned tables, times in UTC with how long ago, amounts
-//! in major units. Output meant to be read by a tired person, so every time says its zone
-//! and how far from now it is.
+//! How onecharge writes values for people — the command line's tables, the console's pages
+//! and the messages of refusals alike: times in UTC with how long ago, durations as the
+//! configuration spells them, amounts in major units, and text from producers and gateways
+//! made safe for a terminal. Output meant to be read by a tired person, so every time says
+//! its zone and how far from now it is.
 
 use time::format_description::FormatItem;
 use time::macros::format_description;
@@ -11,61 +13,8 @@ const TIME: &[FormatItem<'static>] =
 const TIME_MS: &[FormatItem<'static>] =
     format_description!("[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3]Z");
 
-/// A table whose columns are as wide as their widest cell, two spaces apart.
-pub(crate) struct Table {
-    headers: Vec<&'static str>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    pub(crate) fn new(headers: &[&'static str]) -> Self {
-        Self {
-            headers: headers.to_vec(),
-            rows: Vec::new(),
-        }
-    }
-
-    pub(crate) fn push(&mut self, row: Vec<String>) {
-        debug_assert_eq!(row.len(), self.headers.len());
-        self.rows.push(row);
-    }
-
-    /// The table as text. Every cell is shown [`printable`]: its text comes from producers
-    /// and gateways, and must not move the cursor or retitle the operator's terminal.
-    pub(crate) fn render(&self) -> String {
-        let rows: Vec<Vec<String>> = self
-            .rows
-            .iter()
-            .map(|row| row.iter().map(|cell| printable(cell)).collect())
-            .collect();
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &rows {
-            for (width, cell) in widths.iter_mut().zip(row) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        let headers: Vec<String> = self.headers.iter().map(|h| (*h).to_owned()).collect();
-        for row in std::iter::once(&headers).chain(&rows) {
-            let mut line = String::new();
-            for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
-                if i > 0 {
-                    line.push_str("  ");
-                }
-                line.push_str(cell);
-                if i + 1 < row.len() {
-                    line.push_str(&" ".repeat(width - cell.chars().count()));
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        out
-    }
-}
-
-/// `text` cut to `max` characters (shown on one line, escaped, by [`Table::render`]).
-pub(crate) fn cell(text: &str, max: usize) -> String {
+/// `text` cut to `max` characters (shown on one line, escaped, by the tables that print it).
+pub fn cell(text: &str, max: usize) -> String {
     crate::domain::bounded(text, max)
 }
 
@@ -73,7 +22,7 @@ pub(crate) fn cell(text: &str, max: usize) -> String {
 /// ESC, DEL, C1) and the invisible bidirectional overrides are shown escaped, as Rust
 /// writes them (`\u{1b}`, `\r`, `\0`), so that ESC/OSC/CSI sequences from a producer
 /// neither act on the terminal nor hide text.
-pub(crate) fn printable(text: &str) -> String {
+pub fn printable(text: &str) -> String {
     let hidden = |c: char| {
         c.is_control()
             || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
@@ -97,31 +46,31 @@ pub(crate) fn printable(text: &str) -> String {
 }
 
 /// An optional value, or `-`.
-pub(crate) fn or_dash(value: Option<&str>) -> String {
+pub fn or_dash(value: Option<&str>) -> String {
     value.unwrap_or("-").to_owned()
 }
 
 /// `2026-11-29 10:15:01Z`
-pub(crate) fn at(t: OffsetDateTime) -> String {
+pub fn at(t: OffsetDateTime) -> String {
     t.to_offset(UtcOffset::UTC)
         .format(TIME)
         .unwrap_or_else(|_| t.to_string())
 }
 
 /// `2026-11-29 10:15:01.234Z`
-pub(crate) fn at_ms(t: OffsetDateTime) -> String {
+pub fn at_ms(t: OffsetDateTime) -> String {
     t.to_offset(UtcOffset::UTC)
         .format(TIME_MS)
         .unwrap_or_else(|_| t.to_string())
 }
 
 /// `2026-11-29 10:15:01Z (4m ago)` / `(in 4m)`
-pub(crate) fn at_relative(t: OffsetDateTime, now: OffsetDateTime) -> String {
+pub fn at_relative(t: OffsetDateTime, now: OffsetDateTime) -> String {
     format!("{} ({})", at(t), relative(t, now))
 }
 
 /// `in 4m`, `4m ago`, `now`.
-pub(crate) fn relative(t: OffsetDateTime, now: OffsetDateTime) -> String {
+pub fn relative(t: OffsetDateTime, now: OffsetDateTime) -> String {
     let delta = t - now;
     if delta.whole_seconds().abs() < 1 {
         "now".to_owned()
@@ -133,7 +82,7 @@ pub(crate) fn relative(t: OffsetDateTime, now: OffsetDateTime) -> String {
 }
 
 /// A duration in its two largest units: `2d3h`, `4h05m`, `4m10s`, `12s`.
-pub(crate) fn short(d: Duration) -> String {
+pub fn short(d: Duration) -> String {
     let secs = d.whole_seconds().max(0);
     let (days, hours, minutes, seconds) = (
         secs / 86_400,
@@ -153,12 +102,12 @@ pub(crate) fn short(d: Duration) -> String {
 }
 
 /// A std duration as the configuration spells it (`14days`, `1h`).
-pub(crate) fn setting(d: std::time::Duration) -> String {
+pub fn setting(d: std::time::Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
 /// `19.99 EUR` (the currency's minor unit from ISO 4217; `1999 XYZ` when unknown).
-pub(crate) fn amount(minor: i64, currency: &str) -> String {
+pub fn amount(minor: i64, currency: &str) -> String {
     let exponent = iso_currency::Currency::from_code(currency)
         .and_then(|c| c.exponent())
         .unwrap_or(0) as u32;
@@ -180,17 +129,6 @@ pub(crate) fn amount(minor: i64, currency: &str) -> String {
 mod tests {
     use super::*;
     use time::macros::datetime;
-
-    #[test]
-    fn columns_align_on_their_widest_cell() {
-        let mut table = Table::new(&["ID", "STATUS"]);
-        table.push(vec!["a-long-id".into(), "pending".into()]);
-        table.push(vec!["b".into(), "needs_review".into()]);
-        assert_eq!(
-            table.render(),
-            "ID         STATUS\na-long-id  pending\nb          needs_review\n"
-        );
-    }
 
     #[test]
     fn amounts_are_shown_in_major_units_of_their_currency() {
