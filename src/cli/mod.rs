@@ -242,7 +242,7 @@ pub fn operator_actor() -> String {
 
 /// The database for one command (a pool of two connections).
 async fn connect_store(settings: &Settings) -> anyhow::Result<crate::store::Store> {
-    Ok(crate::store::Store::connect_with(&settings.database_url, 2, &settings.database).await?)
+    crate::store::Store::connect_with(&settings.database_url, 2, &settings.database).await
 }
 
 /// The gateway client and its health, for a command that asks the gateway (a recheck, a
