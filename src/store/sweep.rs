@@ -8,9 +8,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::Store;
-use crate::domain::PaymentAttemptId;
+use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::gateway::list::{ListWindow, ListedCharge, ListedStatus};
-use crate::reconciler::sweep::AttemptView;
 
 /// Starts a sweep of `window` by `actor`: its row, and the records of sweeps that ended
 /// (or died more than a day ago) removed. Returns the sweep's id.
@@ -92,6 +91,24 @@ pub struct Named {
     pub reference: String,
     pub attempt: Option<AttemptView>,
     pub records: Vec<ListedCharge>,
+}
+
+/// What the sweep knows of one attempt: the row its comparison
+/// (`reconciler::sweep::compare`) reads.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AttemptView {
+    pub payment_attempt_id: PaymentAttemptId,
+    pub status: AttemptStatus,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub customer_id: String,
+    pub idempotency_key: String,
+    pub gateway_charge_id: Option<String>,
+    /// Stripe's PaymentIntent id, stored before the charging call.
+    pub gateway_object_id: Option<String>,
+    /// A succeeded attempt first sent and settled inside the swept window (with a margin
+    /// for clock skew): its charge must be in the listing, so its absence is a finding.
+    pub in_window: bool,
 }
 
 /// The attempt columns an [`AttemptView`] reads, with `in_window` computed for `$from`,

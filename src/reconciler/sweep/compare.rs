@@ -16,26 +16,10 @@
 //! - Money taken for an attempt id onecharge does not know: `unknown_reference`.
 
 use crate::domain::outcome::{ChargeStatus, GatewayCharge};
-use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::domain::AttemptStatus;
 use crate::gateway::list::{ListedCharge, ListedStatus};
 use crate::store::findings::{FindingClass, NewFinding};
-
-/// What the sweep knows of one attempt.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct AttemptView {
-    pub payment_attempt_id: PaymentAttemptId,
-    pub status: AttemptStatus,
-    pub amount_minor: i64,
-    pub currency: String,
-    pub customer_id: String,
-    pub idempotency_key: String,
-    pub gateway_charge_id: Option<String>,
-    /// Stripe's PaymentIntent id, stored before the charging call.
-    pub gateway_object_id: Option<String>,
-    /// A succeeded attempt first sent and settled inside the swept window (with a margin
-    /// for clock skew): its charge must be in the listing, so its absence is a finding.
-    pub in_window: bool,
-}
+pub use crate::store::sweep::AttemptView;
 
 impl AttemptView {
     /// Whether `record` is this attempt's own charge: its stored charge or object id, or
