@@ -24,7 +24,6 @@ use anyhow::Context as _;
 use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 pub use compare::{compare, Action, AttemptView, Verdict};
 
@@ -37,7 +36,7 @@ use crate::gateway::list::{ListOutcome, ListWindow, MAX_PAGE};
 use crate::store::attempts::settle;
 use crate::store::findings::{self, FindingSource, NewFinding};
 use crate::store::reconciler::{claim_for_recheck, RecheckClaim};
-use crate::store::sweep::{self as sweep_store, Named, SweepCounts};
+use crate::store::sweep::{self as sweep_store, ComparePage, Named, SweepCounts};
 
 /// Attempts compared per database round trip.
 const COMPARE_BATCH: usize = 500;
@@ -218,22 +217,21 @@ impl Reconciler {
         after: Option<&str>,
     ) -> anyhow::Result<Vec<Named>> {
         let store = &self.inner.store;
-        let after_id = |after: Option<&str>| -> anyhow::Result<Option<Uuid>> {
-            after
-                .map(|id| id.parse().context("a named attempt id"))
-                .transpose()
+        let page = |after: Option<&str>| -> anyhow::Result<ComparePage> {
+            Ok(ComparePage {
+                sweep: sweep_id,
+                window,
+                margin: CLOCK_MARGIN,
+                after: after
+                    .map(|id| id.parse().context("a named attempt id"))
+                    .transpose()?,
+                limit: COMPARE_BATCH,
+            })
         };
         Ok(match part {
-            Part::Named => sweep_store::named_attempts(
-                store,
-                sweep_id,
-                window,
-                CLOCK_MARGIN,
-                after_id(after)?,
-                COMPARE_BATCH,
-            )
-            .await
-            .context("reading the attempts the gateway's records name")?,
+            Part::Named => sweep_store::named_attempts(store, page(after)?)
+                .await
+                .context("reading the attempts the gateway's records name")?,
             Part::Foreign => sweep_store::foreign_references(store, sweep_id, after, COMPARE_BATCH)
                 .await
                 .context("reading references that are no attempt id")?
@@ -243,23 +241,16 @@ impl Reconciler {
                     ..named
                 })
                 .collect(),
-            Part::Unlisted => sweep_store::unlisted_succeeded(
-                store,
-                sweep_id,
-                window,
-                CLOCK_MARGIN,
-                after_id(after)?,
-                COMPARE_BATCH,
-            )
-            .await
-            .context("reading succeeded attempts the gateway does not list")?
-            .into_iter()
-            .map(|attempt| Named {
-                reference: attempt.payment_attempt_id.to_string(),
-                attempt: Some(attempt),
-                records: Vec::new(),
-            })
-            .collect(),
+            Part::Unlisted => sweep_store::unlisted_succeeded(store, page(after)?)
+                .await
+                .context("reading succeeded attempts the gateway does not list")?
+                .into_iter()
+                .map(|attempt| Named {
+                    reference: attempt.payment_attempt_id.to_string(),
+                    attempt: Some(attempt),
+                    records: Vec::new(),
+                })
+                .collect(),
         })
     }
 

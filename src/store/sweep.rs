@@ -130,16 +130,28 @@ fn record(row: &sqlx::postgres::PgRow) -> Result<ListedCharge, sqlx::Error> {
     })
 }
 
+/// One page of a sweep's comparison, for [`named_attempts`] and [`unlisted_succeeded`]:
+/// which sweep and window, the clock margin that decides `in_window`, the attempt id the
+/// previous page ended at, and how many attempts at the most.
+#[derive(Debug, Clone, Copy)]
+pub struct ComparePage {
+    pub sweep: i64,
+    pub window: ListWindow,
+    pub margin: std::time::Duration,
+    pub after: Option<Uuid>,
+    pub limit: usize,
+}
+
 /// The next `limit` attempt ids (UUID references) the sweep's records name, after `after`,
 /// each with its attempt and records. The margin (skew) decides `in_window`.
-pub async fn named_attempts(
-    store: &Store,
-    sweep: i64,
-    window: ListWindow,
-    margin: std::time::Duration,
-    after: Option<Uuid>,
-    limit: usize,
-) -> Result<Vec<Named>, sqlx::Error> {
+pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Named>, sqlx::Error> {
+    let ComparePage {
+        sweep,
+        window,
+        margin,
+        after,
+        limit,
+    } = page;
     let ids: Vec<Uuid> = sqlx::query_scalar(
         "SELECT DISTINCT payment_attempt_id FROM reconciliation_sweep_records
          WHERE sweep_id = $1 AND payment_attempt_id IS NOT NULL
@@ -236,11 +248,7 @@ pub async fn foreign_references(
 /// that no record of the sweep names, after `after`: their charge is missing.
 pub async fn unlisted_succeeded(
     store: &Store,
-    sweep: i64,
-    window: ListWindow,
-    margin: std::time::Duration,
-    after: Option<Uuid>,
-    limit: usize,
+    page: ComparePage,
 ) -> Result<Vec<AttemptView>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {VIEW} FROM payment_attempts a
@@ -252,12 +260,12 @@ pub async fn unlisted_succeeded(
                            WHERE r.sweep_id = $1 AND r.payment_attempt_id = a.payment_attempt_id)
          ORDER BY a.payment_attempt_id LIMIT $6"
     ))
-    .bind(sweep)
-    .bind(window.from)
-    .bind(window.to)
-    .bind(margin.as_secs_f64())
-    .bind(after)
-    .bind(limit as i64)
+    .bind(page.sweep)
+    .bind(page.window.from)
+    .bind(page.window.to)
+    .bind(page.margin.as_secs_f64())
+    .bind(page.after)
+    .bind(page.limit as i64)
     .fetch_all(store.pool())
     .await
 }

@@ -409,14 +409,9 @@ async fn serve_sweeps_on_its_interval_and_the_admin_api_lists_and_resolves_what_
 
     assert_eq!(resolved.status(), 200);
     assert_eq!(again.status(), 409);
-    let closed: serde_json::Value = http
-        .get(served.url("/api/findings?state=resolved"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let closed =
+        crate::support::api::json_answer(http.get(served.url("/api/findings?state=resolved")))
+            .await;
     assert_eq!(closed[0]["resolved_by"], "admin-api");
     assert_eq!(closed[0]["resolution"], "refunded in the Dashboard");
     served.stop().await;

@@ -248,16 +248,7 @@ async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliver
     let control = |path: &str, body: serde_json::Value| {
         let url = format!("{}{path}", h.gateway.base_url());
         async move {
-            let answer: serde_json::Value = reqwest::Client::new()
-                .post(url)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            answer
+            crate::support::api::json_answer(reqwest::Client::new().post(url).json(&body)).await
         }
     };
     let endpoint = format!("http://{addr}/webhooks/stripe");

@@ -92,3 +92,14 @@ pub async fn attempt_in_review(env: &TestEnv, order_id: &str) -> Uuid {
     .await;
     id
 }
+
+/// Sends `request` and reads its JSON answer, whatever the status (the test asserts on it).
+pub async fn json_answer(request: RequestBuilder) -> Value {
+    request
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("a JSON body")
+}
