@@ -166,11 +166,15 @@ impl PaymentEvent {
     /// # Panics
     /// When built for a status that has no event (pending, in_flight, unknown): a bug.
     pub fn subject(&self) -> String {
-        let name = self
-            .status
-            .event_name()
-            .unwrap_or_else(|| panic!("no event exists for status {}", self.status));
-        format!("payments.events.payment-{name}.v1")
+        Self::subject_of(self.status)
+            .unwrap_or_else(|| panic!("no event exists for status {}", self.status))
+    }
+
+    /// The subject of the events announcing `status`, without any deployment namespace;
+    /// `None` for the states without an event.
+    pub fn subject_of(status: AttemptStatus) -> Option<String> {
+        let name = status.event_name()?;
+        Some(format!("payments.events.payment-{name}.v1"))
     }
 
     /// The message headers ([`EventHeaders`]), as (name, value) pairs.

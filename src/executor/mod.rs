@@ -152,7 +152,15 @@ struct Inner {
     /// `stripe_requires_action`: cancel a PaymentIntent left `requires_action`, or leave
     /// it for a person.
     requires_action: RequiresAction,
+    /// When this executor last looked for stale commands to expire (`None`: not yet).
+    last_expiry: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
+
+/// How often the executor looks for due commands grown too old to send. The claim itself
+/// never takes one (it skips them), so expiring them is the announcement, not the guard,
+/// and need not run before every claim: the search walks every due attempt never sent, a
+/// backlog's worth of rows, and before each claim it cost as much as the claim (issue 28).
+const EXPIRE_STALE_EVERY: Duration = Duration::from_secs(1);
 
 impl Executor {
     /// An executor with a fresh lease owner name (`<host>-<pid>-<random>`), the system clock, and
@@ -180,6 +188,7 @@ impl Executor {
                 shutdown_timeout: settings.shutdown_timeout,
                 call_limit: settings.gateway_call_limit(),
                 requires_action: settings.stripe_requires_action,
+                last_expiry: Arc::default(),
             }),
         }
     }
@@ -217,21 +226,14 @@ impl Executor {
 
     /// Claims up to `limit` due attempts (see [`sql::claim_due_attempts`]). The claim is
     /// committed when this returns: each attempt is `in_flight` under this executor's lease.
-    /// First, due attempts never sent whose command has grown older than
-    /// `intake.max_command_age` are expired ([`sql::expire_stale_commands`]): they are never
+    /// First, at most every [`EXPIRE_STALE_EVERY`], due attempts never sent whose command has
+    /// grown older than `intake.max_command_age` are expired
+    /// ([`sql::expire_stale_commands`]); the claim skips them in between, so they are never
     /// charged late.
     pub async fn claim(&self, limit: usize) -> anyhow::Result<Vec<ClaimedAttempt>> {
         let inner = &self.inner;
-        let expired =
-            sql::expire_stale_commands(&inner.store, &inner.owner, inner.max_command_age, limit)
-                .await
-                .context("expiring stale commands")?;
-        if !expired.is_empty() {
-            for id in &expired {
-                metrics::settled(AttemptStatus::Expired);
-                tracing::warn!(payment_attempt_id = %id, "command too old to charge when it was due: expired, never sent");
-            }
-            inner.nudges.events_written();
+        if self.expiry_due() {
+            self.expire_stale_commands(limit).await?;
         }
         let claimed = sql::claim_due_attempts(
             &inner.store,
@@ -248,6 +250,39 @@ impl Executor {
         .context("claiming due payment attempts")?;
         metrics::claimed(&claimed);
         Ok(claimed)
+    }
+
+    /// Whether [`EXPIRE_STALE_EVERY`] has passed since the last look for stale commands;
+    /// if so, the look starts now.
+    fn expiry_due(&self) -> bool {
+        let mut last = self
+            .inner
+            .last_expiry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < EXPIRE_STALE_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+
+    /// Expires up to `limit` due commands too old to send, and announces them.
+    async fn expire_stale_commands(&self, limit: usize) -> anyhow::Result<()> {
+        let inner = &self.inner;
+        let expired =
+            sql::expire_stale_commands(&inner.store, &inner.owner, inner.max_command_age, limit)
+                .await
+                .context("expiring stale commands")?;
+        if !expired.is_empty() {
+            for id in &expired {
+                metrics::settled(AttemptStatus::Expired);
+                tracing::warn!(payment_attempt_id = %id, "command too old to charge when it was due: expired, never sent");
+            }
+            inner.nudges.events_written();
+        }
+        Ok(())
     }
 
     /// One step: claims what the gateway health allows (up to `batch_size`), charges each

@@ -232,6 +232,7 @@ impl Purger {
                     tracing::warn!(reason = %err, "dedupe purge refused; nothing deleted")
                 }
                 Err(err) => {
+                    crate::store::notice_failure(&err);
                     tracing::error!(error = %format!("{err:#}"), "dedupe purge failed; trying again next interval")
                 }
             }
@@ -253,6 +254,7 @@ impl Purger {
                     "history retained"
                 ),
                 Err(err) => {
+                    crate::store::notice_failure(&err);
                     tracing::error!(error = %format!("{err:#}"), "history retention failed; trying again next interval")
                 }
             }

@@ -214,6 +214,7 @@ impl Reconciler {
                     .rate_limited
                     .unwrap_or(self.inner.settings.poll_interval),
                 Err(err) => {
+                    crate::store::notice_failure(&err);
                     tracing::error!(error = %format!("{err:#}"), "reconciliation pass failed");
                     self.inner.settings.poll_interval
                 }

@@ -11,9 +11,12 @@
 //! - A final state, its transition and its outbox event commit in one transaction; the
 //!   unique index `outbox_one_event_per_final_state` refuses a second event.
 
-use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Row as _};
+use std::sync::LazyLock;
+
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::{Arguments as _, PgConnection, Row as _};
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 use super::{column, outbox, Store};
 use crate::domain::event::PaymentEvent;
@@ -350,34 +353,63 @@ pub async fn record_gateway_calls(
     if calls.is_empty() {
         return Ok(());
     }
-    sqlx::query(
-        "INSERT INTO gateway_calls
-             (payment_attempt_id, operation, idempotency_key, try_number, lease_token,
-              started_at, finished_at, http_status, outcome, gateway_charge_id, error)
-         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int4[], $5::int8[],
-                              $6::timestamptz[], $7::timestamptz[], $8::int4[], $9::text[],
-                              $10::text[], $11::text[])",
+    let mut args = PgArguments::default();
+    add_call_columns(&mut args, calls)?;
+    sqlx::query_with(
+        &format!(
+            "INSERT INTO gateway_calls {GATEWAY_CALL_COLUMNS} SELECT * FROM {}",
+            unnest_calls(1)
+        ),
+        args,
     )
-    .bind(column(calls, |c| c.payment_attempt_id))
-    .bind(column(calls, |c| c.operation))
-    .bind(column(calls, |c| c.idempotency_key.as_str()))
-    .bind(column(calls, |c| c.try_number.max(0)))
-    .bind(column(calls, |c| c.lease_token))
-    .bind(column(calls, |c| c.started_at))
-    .bind(column(calls, |c| c.finished_at))
-    .bind(column(calls, |c| c.http_status.map(i32::from)))
-    .bind(column(calls, |c| c.outcome.as_str()))
-    .bind(column(calls, |c| {
-        c.gateway_charge_id
-            .as_deref()
-            .map(|id| gateway_text(id, GATEWAY_ID_MAX_CHARS))
-    }))
-    .bind(column(calls, |c| {
-        c.error.as_deref().map(|e| gateway_text(e, 1000))
-    }))
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// The columns of `gateway_calls` a call fills, in the order [`add_call_columns`] binds them.
+const GATEWAY_CALL_COLUMNS: &str = "(payment_attempt_id, operation, idempotency_key, \
+     try_number, lease_token, started_at, finished_at, http_status, outcome, \
+     gateway_charge_id, error)";
+
+/// `unnest(…)` of the arrays [`add_call_columns`] binds, the first at `$first`.
+fn unnest_calls(first: usize) -> String {
+    let types = [
+        "uuid", "text", "text", "int4", "int8", "timestamptz", "timestamptz", "int4", "text",
+        "text", "text",
+    ];
+    let arrays: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| format!("${}::{ty}[]", first + i))
+        .collect();
+    format!("unnest({})", arrays.join(", "))
+}
+
+/// Binds the calls as eleven arrays, one per column of [`GATEWAY_CALL_COLUMNS`], each
+/// gateway-provided text made storable.
+fn add_call_columns(
+    args: &mut PgArguments,
+    calls: &[&GatewayCallRecord],
+) -> Result<(), sqlx::Error> {
+    let encode = sqlx::Error::Encode;
+    args.add(column(calls, |c| c.payment_attempt_id)).map_err(encode)?;
+    args.add(column(calls, |c| c.operation)).map_err(encode)?;
+    args.add(column(calls, |c| c.idempotency_key.as_str().to_owned())).map_err(encode)?;
+    args.add(column(calls, |c| c.try_number.max(0))).map_err(encode)?;
+    args.add(column(calls, |c| c.lease_token)).map_err(encode)?;
+    args.add(column(calls, |c| c.started_at)).map_err(encode)?;
+    args.add(column(calls, |c| c.finished_at)).map_err(encode)?;
+    args.add(column(calls, |c| c.http_status.map(i32::from))).map_err(encode)?;
+    args.add(column(calls, |c| c.outcome.clone())).map_err(encode)?;
+    let charge_id = |c: &&GatewayCallRecord| {
+        c.gateway_charge_id
+            .as_deref()
+            .map(|id| gateway_text(id, GATEWAY_ID_MAX_CHARS))
+    };
+    args.add(column(calls, charge_id)).map_err(encode)?;
+    let error = |c: &&GatewayCallRecord| c.error.as_deref().map(|e| gateway_text(e, 1000));
+    args.add(column(calls, error)).map_err(encode)
 }
 
 impl ClaimedAttempt {
@@ -446,7 +478,12 @@ impl SettleWrite {
 
     /// The columns this write sets, as the settle statement binds them.
     fn columns(&self) -> SettleColumns<'_> {
-        let mut columns = SettleColumns::default();
+        let mut columns = SettleColumns {
+            event: Announced::settlement(&self.settlement)
+                .and_then(|announced| PaymentEvent::subject_of(announced.status))
+                .map(|subject| (Uuid::new_v4(), subject)),
+            ..SettleColumns::default()
+        };
         match &self.settlement {
             Settlement::Succeeded { charge_id } => {
                 columns.charge_id = Some(charge_id);
@@ -484,27 +521,6 @@ impl SettleWrite {
         }
         columns
     }
-
-    /// The event announcing this write's state, built from the settled row; `None` for
-    /// states without an event (`pending`, `unknown`).
-    fn event(&self, row: &SettledRow) -> Option<PaymentEvent> {
-        let announced = Announced::settlement(&self.settlement)?;
-        Some(PaymentEvent::for_settlement(
-            &row.attempt,
-            announced,
-            row.settled_at,
-        ))
-    }
-}
-
-/// One write the fence let through, as the settle statement returns it: which write
-/// (`ord`, from 1), what its event repeats, and the commit's `now()`.
-#[derive(sqlx::FromRow)]
-struct SettledRow {
-    ord: i64,
-    #[sqlx(flatten)]
-    attempt: EventAttempt,
-    settled_at: OffsetDateTime,
 }
 
 #[derive(Default)]
@@ -516,6 +532,8 @@ struct SettleColumns<'a> {
     next_run_at: Option<OffsetDateTime>,
     refund: i32,
     detail: String,
+    /// The id and subject of the event this write announces, when its state has one.
+    event: Option<(Uuid, String)>,
 }
 
 /// Moves a fenced attempt to where the write says, in one transaction with its transition,
@@ -536,10 +554,9 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
     if writes.is_empty() {
         return Ok(Vec::new());
     }
-    let mut tx = store.pool().begin().await?;
-    let settled = settle_all_in(&mut tx, writes).await?;
-    tx.commit().await?;
-    Ok(settled)
+    // One statement: atomic on its own, so no BEGIN and COMMIT round trips around it.
+    let mut conn = store.pool().acquire().await?;
+    settle_all_in(&mut conn, writes).await
 }
 
 /// [`settle`] for a person's action (`attempts recheck`): the settlement and the audit row
@@ -557,8 +574,9 @@ pub async fn settle_audited(
     Ok(settled)
 }
 
-/// [`settle_all`] on the caller's transaction: every move checked, the fenced writes in one
-/// statement, the calls' evidence, then the events of the writes the fences let through.
+/// [`settle_all`] on the caller's connection or transaction: every move checked, then the fenced writes,
+/// their transitions, the calls' evidence and the events of the writes the fences let
+/// through, all in one statement.
 async fn settle_all_in(
     tx: &mut PgConnection,
     writes: &[SettleWrite],
@@ -569,42 +587,69 @@ async fn settle_all_in(
             .map_err(|illegal| sqlx::Error::Encode(Box::new(illegal)))?;
     }
     let writes: Vec<SettleWrite> = writes.iter().map(SettleWrite::storable).collect();
-    let rows = write_settlements(tx, &writes).await?;
-    let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();
-    record_gateway_calls(tx, &calls).await?;
-
     let mut settled = vec![false; writes.len()];
-    let mut events = Vec::new();
-    for row in &rows {
-        let index = usize::try_from(row.ord - 1).expect("WITH ORDINALITY counts from 1");
+    for ord in write_settlements(tx, &writes).await? {
+        let index = usize::try_from(ord - 1).expect("WITH ORDINALITY counts from 1");
         settled[index] = true;
-        events.extend(writes[index].event(row).map(|event| (event, row)));
     }
-    let events: Vec<_> = events
-        .iter()
-        .map(|(event, row)| (event, &row.attempt.provenance))
-        .collect();
-    outbox::insert_events(tx, &events).await?;
     Ok(settled)
 }
 
-/// The one statement of a batch of fenced writes: each row locked in key order, moved when
-/// its own fence holds, and given its transition. Returns the rows the fences let through.
+/// The one statement of a batch of fenced writes (one round trip, so a batch outside a
+/// caller's transaction needs no BEGIN and COMMIT of its own): each row locked in key
+/// order, moved when its own fence holds, and given its transition; every call's evidence,
+/// fenced or not; and, for each write let through whose state has one, its event in the
+/// outbox. Returns the `ord` (from 1) of the writes let through.
+///
+/// The event is built here from the settled row, field for field what
+/// [`PaymentEvent::for_settlement`] and [`PaymentEvent::headers`] build in Rust (the
+/// settlement tests compare the two): `occurred_at` is the statement's `now()`, the time the
+/// row and its transition carry.
 async fn write_settlements(
     tx: &mut PgConnection,
     writes: &[SettleWrite],
-) -> Result<Vec<SettledRow>, sqlx::Error> {
+) -> Result<Vec<i64>, sqlx::Error> {
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
-    sqlx::query_as(
+    let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();
+    let mut args = PgArguments::default();
+    let encode = sqlx::Error::Encode;
+    args.add(column(writes, |w| w.fence.payment_attempt_id)).map_err(encode)?;
+    args.add(column(writes, |w| w.fence.lease_token)).map_err(encode)?;
+    args.add(column(writes, |w| w.fence.from)).map_err(encode)?;
+    args.add(column(writes, |w| w.settlement.status())).map_err(encode)?;
+    args.add(column(&columns, |c| c.charge_id)).map_err(encode)?;
+    args.add(column(&columns, |c| c.decline_code)).map_err(encode)?;
+    let review_reason = |c: &SettleColumns<'_>| c.review_reason.map(|r| crate::domain::bounded(r, 1024));
+    args.add(column(&columns, review_reason)).map_err(encode)?;
+    let last_error = |c: &SettleColumns<'_>| c.last_error.map(|e| crate::domain::bounded(e, 1024));
+    args.add(column(&columns, last_error)).map_err(encode)?;
+    args.add(column(&columns, |c| c.next_run_at)).map_err(encode)?;
+    args.add(column(&columns, |c| c.refund)).map_err(encode)?;
+    args.add(column(writes, |w| w.now)).map_err(encode)?;
+    args.add(column(writes, |w| w.cause.as_str())).map_err(encode)?;
+    args.add(column(writes, |w| w.fence.actor.as_str())).map_err(encode)?;
+    args.add(column(&columns, |c| gateway_text(&c.detail, 2048))).map_err(encode)?;
+    args.add(column(&columns, |c| c.event.as_ref().map(|(id, _)| *id))).map_err(encode)?;
+    let subject = |c: &SettleColumns<'_>| c.event.as_ref().map(|(_, subject)| subject.clone());
+    args.add(column(&columns, subject)).map_err(encode)?;
+    add_call_columns(&mut args, &calls)?;
+    sqlx::query_scalar_with(&SETTLE_STATEMENT, args)
+        .fetch_all(&mut *tx)
+        .await
+}
+
+/// The statement of [`write_settlements`]: its sixteen arrays of writes, then the calls'.
+static SETTLE_STATEMENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
                                   $6::text[], $7::text[], $8::text[], $9::timestamptz[],
                                   $10::int4[], $11::timestamptz[], $12::text[], $13::text[],
-                                  $14::text[])
+                                  $14::text[], $15::uuid[], $16::text[])
                  WITH ORDINALITY
                  AS i(payment_attempt_id, lease_token, from_status, to_status, charge_id,
                       decline_code, review_reason, last_error, next_run_at, refund, at, cause,
-                      actor, detail, ord)
+                      actor, detail, event_id, subject, ord)
          ),
          locked AS (
              SELECT a.payment_attempt_id
@@ -629,38 +674,36 @@ async fn write_settlements(
              WHERE a.payment_attempt_id = i.payment_attempt_id
                AND a.lease_token = i.lease_token
                AND a.status = i.from_status
-             RETURNING i.ord, i.payment_attempt_id, i.from_status, i.to_status, i.cause,
-                       i.actor, i.detail, i.at, a.order_id, a.amount_minor, a.currency,
-                       a.first_message_id, a.correlation_id, a.traceparent
+             RETURNING i.*, a.order_id, a.amount_minor, a.currency, a.first_message_id,
+                       a.correlation_id, a.traceparent
          ),
          transitions AS (
              INSERT INTO attempt_transitions
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
              SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, now()
              FROM settled ORDER BY ord
+         ),
+         calls AS (
+             INSERT INTO gateway_calls {GATEWAY_CALL_COLUMNS} SELECT * FROM {calls}
+         ),
+         events AS (
+             INSERT INTO outbox
+                 (event_id, payment_attempt_id, status, subject, headers, payload, created_at)
+             SELECT event_id, payment_attempt_id, to_status, subject,
+                    jsonb_strip_nulls(jsonb_build_object(
+                        'Nats-Msg-Id', event_id::text, 'Causation-Id', first_message_id,
+                        'Correlation-Id', correlation_id, 'traceparent', traceparent)),
+                    jsonb_build_object(
+                        'event_id', event_id, 'payment_attempt_id', payment_attempt_id,
+                        'order_id', order_id, 'status', to_status,
+                        'amount_minor', amount_minor, 'currency', currency,
+                        'gateway_charge_id', charge_id, 'decline_code', decline_code,
+                        'reason', review_reason,
+                        'occurred_at', (SELECT onecharge_rfc3339(now()))),
+                    now()
+             FROM settled WHERE event_id IS NOT NULL ORDER BY ord
          )
-         SELECT ord, payment_attempt_id, order_id, amount_minor, currency, first_message_id,
-                correlation_id, traceparent, now() AS settled_at
-         FROM settled",
+         SELECT ord FROM settled",
+        calls = unnest_calls(17),
     )
-    .bind(column(writes, |w| w.fence.payment_attempt_id))
-    .bind(column(writes, |w| w.fence.lease_token))
-    .bind(column(writes, |w| w.fence.from))
-    .bind(column(writes, |w| w.settlement.status()))
-    .bind(column(&columns, |c| c.charge_id))
-    .bind(column(&columns, |c| c.decline_code))
-    .bind(column(&columns, |c| {
-        c.review_reason.map(|r| crate::domain::bounded(r, 1024))
-    }))
-    .bind(column(&columns, |c| {
-        c.last_error.map(|e| crate::domain::bounded(e, 1024))
-    }))
-    .bind(column(&columns, |c| c.next_run_at))
-    .bind(column(&columns, |c| c.refund))
-    .bind(column(writes, |w| w.now))
-    .bind(column(writes, |w| w.cause.as_str()))
-    .bind(column(writes, |w| w.fence.actor.as_str()))
-    .bind(column(&columns, |c| gateway_text(&c.detail, 2048)))
-    .fetch_all(&mut *tx)
-    .await
-}
+});

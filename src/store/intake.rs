@@ -73,28 +73,22 @@ pub async fn record_batch(
     let leads = first_of_each_message_id(records, &mut outcomes);
 
     let mut tx = store.pool().begin().await?;
-    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
-        .fetch_one(&mut *tx)
-        .await?;
-    let inserted = insert_processed_messages(&mut tx, consumer, records, &leads).await?;
+    let written = insert_messages_and_attempts(&mut tx, consumer, records, &leads).await?;
     let (mut fresh, seen): (Vec<usize>, Vec<usize>) = leads
         .iter()
         .copied()
-        .partition(|&i| inserted.contains(&records[i].message_id));
+        .partition(|&i| written.fresh.contains(&records[i].message_id));
     classify_seen_messages(&mut tx, consumer, records, &seen, &mut outcomes).await?;
 
-    // New message ids create the attempts, one per attempt id, in delivery order: the
-    // earliest command for an attempt is the one that creates it.
+    // New message ids created the attempts, one per attempt id, in delivery order: the
+    // earliest command for an attempt is the one that created it (the statement chose it
+    // the same way).
     fresh.sort_unstable();
     let attempt_leads = first_of_each_attempt(records, &fresh, &mut outcomes);
-    let created: HashSet<PaymentAttemptId> = insert_attempts(&mut tx, records, &attempt_leads, now)
-        .await?
-        .into_iter()
-        .collect();
     let (born, existing): (Vec<usize>, Vec<usize>) = attempt_leads
         .iter()
         .copied()
-        .partition(|&i| created.contains(&records[i].command.payment_attempt_id));
+        .partition(|&i| written.created.contains(&records[i].command.payment_attempt_id));
     classify_existing_attempts(&mut tx, records, &existing, &mut outcomes).await?;
     for &i in &born {
         outcomes[i] = Some(if records[i].stale {
@@ -105,7 +99,7 @@ pub async fn record_batch(
     }
 
     settle_processed_messages(&mut tx, consumer, records, &fresh, &outcomes).await?;
-    record_births(&mut tx, consumer, &born, records, now).await?;
+    announce_stale_births(&mut tx, &born, records, written.now).await?;
     tx.commit().await?;
     Ok(outcomes
         .into_iter()
@@ -133,32 +127,115 @@ fn first_of_each_message_id(
     leads
 }
 
-/// The dedupe rows of `leads`; returns the message ids that were new.
-async fn insert_processed_messages(
+/// What the one statement of a batch wrote.
+struct Written {
+    /// Message ids that were new (their dedupe row is now written).
+    fresh: HashSet<String>,
+    /// Attempts that were created (with their first transition).
+    created: HashSet<PaymentAttemptId>,
+    /// The transaction's `now()`: every row of the batch carries it.
+    now: OffsetDateTime,
+}
+
+/// The one statement of a batch (one round trip): the dedupe rows of `leads` (the first
+/// record of each message id, in message id order), then, for the message ids that were
+/// new, the attempts — one per attempt id, from its earliest command in delivery order,
+/// inserted in attempt id order — and the first transition of each attempt created. A
+/// message id seen before creates nothing; an attempt id that exists is left as it is.
+/// Says which message ids were new and which attempts were created.
+async fn insert_messages_and_attempts(
     tx: &mut sqlx::PgConnection,
     consumer: &str,
     records: &[IntakeRecord],
     leads: &[usize],
-) -> Result<HashSet<String>, sqlx::Error> {
+) -> Result<Written, sqlx::Error> {
     let result = |record: &IntakeRecord| if record.stale { "stale" } else { "accepted" };
-    let inserted: Vec<String> = sqlx::query_scalar(
-        "INSERT INTO processed_messages
-             (consumer, message_id, body_sha256, payment_attempt_id, result, stream_sequence)
-         SELECT $1, m.message_id, m.body_sha256, m.payment_attempt_id, m.result, m.stream_sequence
-         FROM UNNEST($2::text[], $3::bytea[], $4::uuid[], $5::text[], $6::int8[])
-             AS m(message_id, body_sha256, payment_attempt_id, result, stream_sequence)
-         ON CONFLICT (consumer, message_id) DO NOTHING
-         RETURNING message_id",
-    )
-    .bind(consumer)
-    .bind(column(leads, |&i| records[i].message_id.clone()))
-    .bind(column(leads, |&i| records[i].body_sha256.to_vec()))
-    .bind(column(leads, |&i| records[i].command.payment_attempt_id))
-    .bind(column(leads, |&i| result(&records[i])))
-    .bind(column(leads, |&i| records[i].stream_sequence as i64))
-    .fetch_all(tx)
-    .await?;
-    Ok(inserted.into_iter().collect())
+    let command = |i: usize| &records[i].command;
+    let (fresh, created, now): (Vec<String>, Vec<PaymentAttemptId>, OffsetDateTime) =
+        sqlx::query_as(
+            "WITH input AS (
+                 SELECT * FROM UNNEST($3::int4[], $4::text[], $5::bytea[], $6::uuid[],
+                                      $7::text[], $8::int8[], $9::text[], $10::text[],
+                                      $11::int8[], $12::text[], $13::text[], $14::text[],
+                                      $15::timestamptz[], $16::bytea[], $17::text[],
+                                      $18::text[], $19::text[], $20::text[])
+                     AS m(delivered, message_id, body_sha256, payment_attempt_id, result,
+                          stream_sequence, order_id, customer_id, amount_minor, currency,
+                          payment_method, description, requested_at, fingerprint,
+                          idempotency_key, status, correlation_id, traceparent)
+             ),
+             fresh AS (
+                 INSERT INTO processed_messages
+                     (consumer, message_id, body_sha256, payment_attempt_id, result,
+                      stream_sequence)
+                 SELECT $1, message_id, body_sha256, payment_attempt_id, result,
+                        stream_sequence
+                 FROM input ORDER BY message_id
+                 ON CONFLICT (consumer, message_id) DO NOTHING
+                 RETURNING message_id
+             ),
+             leads AS (
+                 SELECT DISTINCT ON (payment_attempt_id) input.*
+                 FROM input JOIN fresh USING (message_id)
+                 ORDER BY payment_attempt_id, delivered
+             ),
+             created AS (
+                 INSERT INTO payment_attempts
+                     (payment_attempt_id, order_id, customer_id, amount_minor, currency,
+                      payment_method, description, requested_at, fingerprint, idempotency_key,
+                      status, first_message_id, correlation_id, traceparent, next_run_at,
+                      created_at, updated_at)
+                 SELECT payment_attempt_id, order_id, customer_id, amount_minor, currency,
+                        payment_method, description, requested_at, fingerprint,
+                        idempotency_key, status, message_id, correlation_id, traceparent,
+                        now(), now(), now()
+                 FROM leads ORDER BY payment_attempt_id
+                 ON CONFLICT (payment_attempt_id) DO NOTHING
+                 RETURNING payment_attempt_id, status
+             ),
+             births AS (
+                 INSERT INTO attempt_transitions
+                     (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+                 SELECT payment_attempt_id, NULL, created.status,
+                        CASE WHEN created.status = 'expired' THEN 'stale_command'
+                             ELSE 'command_accepted' END,
+                        $2,
+                        'message ' || message_id || ' (stream sequence ' || stream_sequence
+                            || ')',
+                        now()
+                 FROM created JOIN leads USING (payment_attempt_id)
+             )
+             SELECT ARRAY(SELECT message_id FROM fresh),
+                    ARRAY(SELECT payment_attempt_id FROM created),
+                    now()",
+        )
+        .bind(consumer)
+        .bind(format!("intake:{consumer}"))
+        .bind(column(leads, |&i| i32::try_from(i).unwrap_or(i32::MAX)))
+        .bind(column(leads, |&i| records[i].message_id.clone()))
+        .bind(column(leads, |&i| records[i].body_sha256.to_vec()))
+        .bind(column(leads, |&i| command(i).payment_attempt_id))
+        .bind(column(leads, |&i| result(&records[i])))
+        .bind(column(leads, |&i| records[i].stream_sequence as i64))
+        .bind(column(leads, |&i| command(i).order_id.clone()))
+        .bind(column(leads, |&i| command(i).customer_id.clone()))
+        .bind(column(leads, |&i| command(i).money.amount_minor))
+        .bind(column(leads, |&i| command(i).money.currency.clone()))
+        .bind(column(leads, |&i| command(i).payment_method.clone()))
+        .bind(column(leads, |&i| command(i).description.clone()))
+        .bind(column(leads, |&i| command(i).requested_at))
+        .bind(column(leads, |&i| command(i).fingerprint().to_vec()))
+        .bind(column(leads, |&i| String::from(command(i).idempotency_key())))
+        .bind(column(leads, |&i| initial_status(&records[i]).as_str()))
+        .bind(column(leads, |&i| records[i].correlation_id.clone()))
+        .bind(column(leads, |&i| records[i].traceparent.clone()))
+        .fetch_one(tx)
+        .await?;
+    Ok(Written {
+        fresh: fresh.into_iter().collect(),
+        created: created.into_iter().collect(),
+        now,
+    })
 }
 
 /// Message ids recorded before: a harmless redelivery when the body is the same, a producer
@@ -293,51 +370,6 @@ async fn settle_processed_messages(
     Ok(())
 }
 
-async fn insert_attempts(
-    tx: &mut sqlx::PgConnection,
-    records: &[IntakeRecord],
-    leads: &[usize],
-    now: OffsetDateTime,
-) -> Result<Vec<PaymentAttemptId>, sqlx::Error> {
-    let command = |i: usize| &records[i].command;
-    sqlx::query_scalar(
-        "INSERT INTO payment_attempts
-             (payment_attempt_id, order_id, customer_id, amount_minor, currency, payment_method,
-              description, requested_at, fingerprint, idempotency_key, status, first_message_id,
-              correlation_id, traceparent, next_run_at, created_at, updated_at)
-         SELECT a.id, a.order_id, a.customer_id, a.amount_minor, a.currency, a.payment_method,
-                a.description, a.requested_at, a.fingerprint, a.idempotency_key, a.status,
-                a.first_message_id, a.correlation_id, a.traceparent, $15, $15, $15
-         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::text[],
-                     $7::text[], $8::timestamptz[], $9::bytea[], $10::text[], $11::text[],
-                     $12::text[], $13::text[], $14::text[])
-             AS a(id, order_id, customer_id, amount_minor, currency, payment_method, description,
-                  requested_at, fingerprint, idempotency_key, status, first_message_id,
-                  correlation_id, traceparent)
-         ON CONFLICT (payment_attempt_id) DO NOTHING
-         RETURNING payment_attempt_id",
-    )
-    .bind(column(leads, |&i| command(i).payment_attempt_id))
-    .bind(column(leads, |&i| command(i).order_id.clone()))
-    .bind(column(leads, |&i| command(i).customer_id.clone()))
-    .bind(column(leads, |&i| command(i).money.amount_minor))
-    .bind(column(leads, |&i| command(i).money.currency.clone()))
-    .bind(column(leads, |&i| command(i).payment_method.clone()))
-    .bind(column(leads, |&i| command(i).description.clone()))
-    .bind(column(leads, |&i| command(i).requested_at))
-    .bind(column(leads, |&i| command(i).fingerprint().to_vec()))
-    .bind(column(leads, |&i| {
-        String::from(command(i).idempotency_key())
-    }))
-    .bind(column(leads, |&i| initial_status(&records[i]).as_str()))
-    .bind(column(leads, |&i| records[i].message_id.clone()))
-    .bind(column(leads, |&i| records[i].correlation_id.clone()))
-    .bind(column(leads, |&i| records[i].traceparent.clone()))
-    .bind(now)
-    .fetch_all(tx)
-    .await
-}
-
 fn initial_status(record: &IntakeRecord) -> AttemptStatus {
     if record.stale {
         AttemptStatus::Expired
@@ -346,42 +378,13 @@ fn initial_status(record: &IntakeRecord) -> AttemptStatus {
     }
 }
 
-/// The first transition of each new attempt, and the `payment-expired` event of stale ones.
-async fn record_births(
+/// The `payment-expired` event of each attempt created stale (never charged).
+async fn announce_stale_births(
     tx: &mut sqlx::PgConnection,
-    consumer: &str,
     born: &[usize],
     records: &[IntakeRecord],
     now: OffsetDateTime,
 ) -> Result<(), sqlx::Error> {
-    if born.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-         SELECT t.id, NULL, t.to_status, t.cause, $1, t.detail, $2
-         FROM UNNEST($3::uuid[], $4::text[], $5::text[], $6::text[]) AS t(id, to_status, cause, detail)",
-    )
-    .bind(format!("intake:{consumer}"))
-    .bind(now)
-    .bind(column(born, |&i| records[i].command.payment_attempt_id))
-    .bind(column(born, |&i| initial_status(&records[i]).as_str()))
-    .bind(column(born, |&i| {
-        if records[i].stale {
-            "stale_command"
-        } else {
-            "command_accepted"
-        }
-    }))
-    .bind(column(born, |&i| {
-        format!(
-            "message {} (stream sequence {})",
-            records[i].message_id, records[i].stream_sequence
-        )
-    }))
-    .execute(&mut *tx)
-    .await?;
-
     for &i in born.iter().filter(|&&i| records[i].stale) {
         let attempt = records[i].event_attempt();
         let event = PaymentEvent::expired(

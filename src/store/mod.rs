@@ -73,14 +73,15 @@ impl Store {
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
             .max_lifetime(limits.max_lifetime)
-            // A node that is a standby or was demoted answers every write with 25006; a
-            // connection to it is refused when it opens and dropped when it is handed out,
-            // so a retry reconnects (to wherever the address now points) instead of failing
-            // on the same connection until it is closed. The check is the one round trip
-            // the default ping before each acquire would have made.
+            // A node that is a standby or was demoted answers every write with 25006. A
+            // connection to it is refused when it opens; a pooled one is dropped when it is
+            // handed out after this process saw a write refused with 25006, or after it sat
+            // idle (decision 117), so a retry reconnects (to wherever the address now points)
+            // instead of failing on the same connection until it is closed. A busy
+            // connection is handed out without a round trip of its own.
             .test_before_acquire(false)
             .after_connect(|conn, _| Box::pin(refuse_read_only(conn)))
-            .before_acquire(|conn, _| Box::pin(async move { Ok(!is_read_only(conn).await?) }))
+            .before_acquire(|conn, meta| Box::pin(still_writable(conn, meta)))
             .connect_with(options)
             .await
             .with_context(|| {
@@ -216,6 +217,65 @@ async fn is_read_only(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error
         .await
 }
 
+/// How long a pooled connection may sit idle before it is asked again, when handed out,
+/// whether its server still takes writes. A busy connection is not asked: its own writes
+/// would fail with 25006, which [`is_transient`] records ([`read_only::seen`]).
+const ASK_AGAIN_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// Whether a pooled connection may be handed out (`false` closes it). One opened before
+/// this process last saw a write refused as read-only is closed without asking: a failover
+/// is rare, reconnecting is cheap, and the new connection is checked when it opens. One
+/// idle for [`ASK_AGAIN_AFTER_IDLE`] is asked (a process that writes rarely, such as the
+/// admin API, sees no refusal of its own in time). Any other is handed out as it is.
+async fn still_writable(
+    conn: &mut sqlx::PgConnection,
+    meta: sqlx::pool::PoolConnectionMetadata,
+) -> Result<bool, sqlx::Error> {
+    if read_only::seen_since(meta.age) {
+        return Ok(false);
+    }
+    if meta.idle_for >= ASK_AGAIN_AFTER_IDLE {
+        return Ok(!is_read_only(conn).await?);
+    }
+    Ok(true)
+}
+
+/// The last time this process saw a write refused because the server was read-only
+/// (SQLSTATE 25006): process-wide, since every pool of the process points at the same
+/// primary, and recorded by the one classifier every retrying role asks ([`is_transient`]).
+mod read_only {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    /// Nanoseconds after [`epoch`] of the latest refusal; 0 when none was seen.
+    static LAST_REFUSAL: AtomicU64 = AtomicU64::new(0);
+
+    fn epoch() -> Instant {
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        *EPOCH.get_or_init(Instant::now)
+    }
+
+    fn since_epoch(at: Instant) -> u64 {
+        // +1: a refusal in the epoch's first nanosecond still counts as seen.
+        u64::try_from(at.saturating_duration_since(epoch()).as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1)
+    }
+
+    /// Records a refusal now.
+    pub(super) fn seen() {
+        LAST_REFUSAL.fetch_max(since_epoch(Instant::now()), Ordering::Relaxed);
+    }
+
+    /// Whether a refusal was seen after a connection of this `age` was opened.
+    pub(super) fn seen_since(age: Duration) -> bool {
+        let last = LAST_REFUSAL.load(Ordering::Relaxed);
+        let opened = Instant::now().checked_sub(age).unwrap_or_else(epoch);
+        last != 0 && last >= since_epoch(opened)
+    }
+}
+
 /// Refuses a new connection to a read-only node: the pool tries again, until the address
 /// leads to a writable primary or the acquire times out (a transient error).
 async fn refuse_read_only(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
@@ -236,6 +296,11 @@ pub fn redact_url(url: &str) -> String {
 /// Whether a database error may go away on its own (the server restarting, a dropped
 /// connection, a serialization failure or deadlock), as opposed to a statement the
 /// database will reject every time. Decided on SQLSTATE classes, never on message text.
+///
+/// A write refused because the server is read-only (25006: a failover in progress) is
+/// transient, and is also recorded: every pooled connection opened before it is closed
+/// instead of handed out again, so the retry runs on a new connection to wherever the
+/// address now points.
 pub fn is_transient(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Io(_)
@@ -244,17 +309,31 @@ pub fn is_transient(error: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("25006") => {
+            read_only::seen();
+            true
+        }
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             // 08 connection exception, 40 transaction rollback (serialization, deadlock),
             // 53 insufficient resources, 55 object not in prerequisite state (a database
             // not accepting connections, a lock not available), 57 operator intervention
-            // (shutdown), 58 system error, 25006 read-only transaction (a failover in progress)
-            code == "25006"
-                || ["08", "40", "53", "55", "57", "58"]
-                    .iter()
-                    .any(|class| code.starts_with(class))
+            // (shutdown), 58 system error
+            ["08", "40", "53", "55", "57", "58"]
+                .iter()
+                .any(|class| code.starts_with(class))
         }),
         _ => false,
+    }
+}
+
+/// For a role whose failed step arrives as an error chain: records a read-only refusal
+/// (25006) anywhere in it, as [`is_transient`] does, so the pool drops its connections to
+/// the demoted node before the next step.
+pub fn notice_failure(error: &anyhow::Error) {
+    for cause in error.chain() {
+        if let Some(db) = cause.downcast_ref::<sqlx::Error>() {
+            is_transient(db);
+        }
     }
 }
 

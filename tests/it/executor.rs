@@ -916,6 +916,146 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
     );
 }
 
+/// The outbox row of `id`'s one event: its id, subject, headers, payload and `created_at`.
+async fn the_outbox_row(
+    h: &Harness,
+    id: onecharge::domain::PaymentAttemptId,
+) -> (
+    uuid::Uuid,
+    String,
+    serde_json::Value,
+    serde_json::Value,
+    time::OffsetDateTime,
+) {
+    sqlx::query_as(
+        "SELECT event_id, subject, headers, payload, created_at FROM outbox
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
+    // The settlement statement builds its events in SQL (one round trip per batch); they
+    // must be, field for field, what `PaymentEvent::for_settlement` and `headers` build.
+    let h = Harness::new().await;
+    h.seed_many(&[pm::CARD_VISA; 4]).await;
+    let claimed = h.executor().claim(4).await.unwrap();
+    // One attempt with the provenance headers a command may carry, one with a reason
+    // holding what JSON must escape.
+    sqlx::query(
+        "UPDATE payment_attempts SET correlation_id = 'corr-\"1\"',
+             traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
+         WHERE payment_attempt_id = $1",
+    )
+    .bind(claimed[0].payment_attempt_id)
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let now = h.now();
+    let settlements = [
+        Settlement::Succeeded {
+            charge_id: "ch_equal_0".into(),
+        },
+        Settlement::Declined {
+            charge_id: "ch_equal_1".into(),
+            decline_code: Some("card_declined".into()),
+        },
+        Settlement::Declined {
+            charge_id: "ch_equal_2".into(),
+            decline_code: None,
+        },
+        Settlement::NeedsReview {
+            reason: "the gateway said \"maybe\"\n\u{0}, then nothing — écrit".into(),
+        },
+    ];
+    let writes: Vec<SettleWrite> = claimed
+        .iter()
+        .zip(settlements.iter().cloned())
+        .map(|(attempt, settlement)| settled_write(attempt, settlement, now))
+        .collect();
+    assert_eq!(settle_all(&h.store, &writes).await.unwrap(), vec![true; 4]);
+
+    for (attempt, settlement) in claimed.iter().zip(&settlements) {
+        let id = attempt.payment_attempt_id;
+        let (event_id, subject, headers, payload, created_at) = the_outbox_row(&h, id).await;
+        let row: onecharge::domain::EventAttempt = sqlx::query_as(
+            "SELECT payment_attempt_id, order_id, amount_minor, currency, correlation_id,
+                    first_message_id, traceparent
+             FROM payment_attempts WHERE payment_attempt_id = $1",
+        )
+        .bind(id)
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+        let storable = match settlement {
+            Settlement::NeedsReview { reason } => Settlement::NeedsReview {
+                reason: onecharge::store::attempts::gateway_text(reason, 1024),
+            },
+            other => other.clone(),
+        };
+        let announced = onecharge::domain::Announced::settlement(&storable).unwrap();
+        let expected = onecharge::domain::event::PaymentEvent {
+            event_id,
+            ..onecharge::domain::event::PaymentEvent::for_settlement(&row, announced, created_at)
+        };
+        assert_eq!(payload, serde_json::to_value(&expected).unwrap(), "{settlement:?}");
+        assert_eq!(subject, expected.subject());
+        let expected_headers: serde_json::Map<String, serde_json::Value> = expected
+            .headers(&row.provenance)
+            .into_iter()
+            .map(|(name, value)| (name, serde_json::Value::String(value)))
+            .collect();
+        assert_eq!(headers, serde_json::Value::Object(expected_headers));
+        let stored_at: time::OffsetDateTime = sqlx::query_scalar(
+            "SELECT updated_at FROM payment_attempts WHERE payment_attempt_id = $1",
+        )
+        .bind(id)
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+        assert_eq!(created_at, stored_at, "the event is dated like the move it announces");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_databases_rfc3339_is_the_one_events_are_written_with() {
+    let h = Harness::new().await;
+    let base = h.db_now().await;
+    for micros in [0, 1, 10, 120, 100_000, 123_400, 123_456, 999_999] {
+        let at = base.replace_nanosecond(micros * 1_000).unwrap();
+        let stored: String = sqlx::query_scalar("SELECT onecharge_rfc3339($1)")
+            .bind(at)
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+        let rust = serde_json::to_value(onecharge::domain::event::PaymentEvent {
+            occurred_at: at.to_offset(time::UtcOffset::UTC),
+            ..sample_event()
+        })
+        .unwrap();
+        assert_eq!(serde_json::Value::String(stored), rust["occurred_at"], "{at}");
+    }
+}
+
+/// Any event; the tests change the field they are about.
+fn sample_event() -> onecharge::domain::event::PaymentEvent {
+    onecharge::domain::event::PaymentEvent {
+        event_id: uuid::Uuid::nil(),
+        payment_attempt_id: uuid::Uuid::nil().into(),
+        order_id: "order".into(),
+        status: AttemptStatus::Succeeded,
+        money: onecharge::domain::Money::new(100, "EUR"),
+        gateway_charge_id: None,
+        decline_code: None,
+        reason: None,
+        occurred_at: time::OffsetDateTime::UNIX_EPOCH,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_written() {
     let h = Harness::new().await;

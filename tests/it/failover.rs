@@ -62,6 +62,33 @@ async fn a_pooled_connection_that_turned_read_only_is_dropped_and_the_retried_wr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_that_turned_read_only_while_idle_is_dropped_before_its_first_write(
+) {
+    // A process that writes rarely (the admin API) sees no refusal of its own before a
+    // person's action: a connection idle for a second is asked again when handed out.
+    let h = Harness::new().await;
+    let store = Store::connect_with(&h.settings.database_url, 1, &DatabaseSettings::default())
+        .await
+        .unwrap();
+    let mut conn = store.pool().acquire().await.unwrap();
+    sqlx::query("SET default_transaction_read_only = on")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+
+    let record = support::record("pm_card_visa", false);
+    record_batch(&store, "onecharge-intake", std::slice::from_ref(&record))
+        .await
+        .expect("the first write lands on a fresh connection");
+    assert_eq!(
+        h.attempt(record.command.payment_attempt_id).await.status,
+        "pending"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_server_is_refused_when_the_pool_connects() {
     let h = Harness::new().await;
     let db_name = h
