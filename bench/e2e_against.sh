@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Runs bench_e2e against this checkout's release build and against an older commit's, in
-# turns (old, new, old, new, …), and prints each run's maximum rate and database work per
-# charge, then the ratios. One sitting, one machine: the figures compare even when the
-# machine is noisy (docs/performance.md).
+# Runs this checkout's bench_e2e against this checkout's `onecharge` and against an older
+# commit's (`--service`), in turns (old, new, old, new, …), and prints each run's maximum
+# rate and database work per charge. One sitting, one machine, one benchmark: the figures
+# compare even when the machine is noisy (docs/performance.md).
 #
 #   bench/e2e_against.sh <old-commit> [rounds] -- <bench_e2e arguments>
 #   e.g. bench/e2e_against.sh 11ab359 2 -- --own-postgres --max-commands 20000 \
 #            --latency-commands 0 --latency-median 300ms --latency-p99 350ms
 #
-# The old commit is built once into target/against/<commit> (a git worktree and a target
-# folder of its own, seeded from target/release so that only onecharge itself compiles
-# again); this checkout must be built first (cargo build --release --examples --bins).
+# The old commit's `onecharge` is built once into target/against/<commit> (a git worktree
+# and a target folder of its own, seeded from target/release so that only onecharge itself
+# compiles again); this checkout must be built first (cargo build --release --examples
+# --bins).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,33 +29,34 @@ new_bench=target/release/examples/bench_e2e
   { echo "build this checkout first: cargo build --release --examples --bins" >&2; exit 2; }
 
 against="target/against/$old"
-old_bench="$against/target/release/examples/bench_e2e"
-if [ ! -x "$old_bench" ] || [ ! -x "$against/target/release/onecharge" ]; then
+old_service="$against/target/release/onecharge"
+if [ ! -x "$old_service" ]; then
   echo "building $old into $against (once)"
   [ -d "$against/src" ] || git worktree add --detach "$against" "$old" >/dev/null
   if [ ! -d "$against/target/release" ]; then
     mkdir -p "$against/target"
     cp -a --reflink=auto target/release "$against/target/"
   fi
-  (cd "$against" && cargo build --release --quiet --examples --bins)
+  (cd "$against" && cargo build --release --quiet --bins)
 fi
 
 summary() { # the run's events/s and its per-charge lines
   awk -F'|' '
     /^\| [0-9,]+ \| [0-9.]+ s \|/ && !rate { gsub(/ /, "", $6); rate = $6 }
+    /^last window \/ first window/ { windows = $0; sub(/.*: /, "", windows) }
     /statements sent \(top level/ { gsub(/ /, "", $4); stmts = $4 }
     /statements run inside triggers/ { gsub(/ /, "", $4); nested = $4 }
     /^\| CPU of the PostgreSQL cluster/ { gsub(/ /, "", $4); pg = $4 }
     /^\| CPU of onecharge serve/ { gsub(/ /, "", $4); serve = $4 }
-    END { printf "%s\t%s\t%s\t%s\t%s\n", rate, stmts, nested, pg, serve }' "$1"
+    END { printf "%s\t%s\t%s\t%s\t%s\t%s\n", rate, windows, stmts, nested, pg, serve }' "$1"
 }
 
 out=$(mktemp -d)
-printf 'run\tcommit\tevents/s\tstatements/charge\ttrigger statements/charge\tPG CPU ms/charge\tserve CPU ms/charge\n'
+printf 'run\tcommit\tevents/s\tlast/first 10 s window\tstatements/charge\ttrigger statements/charge\tPG CPU ms/charge\tserve CPU ms/charge\n'
 for round in $(seq 1 "$rounds"); do
   for side in old new; do
-    if [ "$side" = old ]; then bench=$old_bench; commit=$old; else bench=$new_bench; commit=$(git rev-parse --short HEAD); fi
-    "$bench" "$@" >"$out/$side-$round.txt" 2>"$out/$side-$round.err" ||
+    if [ "$side" = old ]; then service=$old_service; commit=$old; else service=target/release/onecharge; commit=$(git rev-parse --short HEAD); fi
+    "$new_bench" --service "$service" "$@" >"$out/$side-$round.txt" 2>"$out/$side-$round.err" ||
       { echo "$side run $round failed:"; tail -5 "$out/$side-$round.err"; exit 1; }
     printf '%s\t%s\t%s\n' "$round" "$commit" "$(summary "$out/$side-$round.txt")"
   done

@@ -156,6 +156,10 @@ struct Args {
     /// Statements listed by calls and by time in the per-charge report
     #[arg(long, value_name = "N", default_value_t = 15)]
     top_statements: usize,
+    /// The `onecharge` binary to serve with, e.g. an older commit's build to compare with
+    /// (bench/e2e_against.sh) [default: target/release/onecharge beside this benchmark]
+    #[arg(long, value_name = "PATH")]
+    service: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -175,7 +179,7 @@ async fn main() -> anyhow::Result<()> {
         args.max_commands > 0 || args.rate.is_some(),
         "--max-commands 0 needs --rate: the paced phases default to half the maximum rate"
     );
-    let binary = service_binary();
+    let binary = args.service.clone().unwrap_or_else(service_binary);
 
     let tag = Uuid::new_v4().simple().to_string();
     // Declared before the database: dropped after it, so the database goes first.
@@ -555,7 +559,52 @@ fn print_maximum_rate(max: &PhaseReport) {
             [l.p50, l.p99, l.max].map(millis).join(" | "),
         ],
     );
+    print_rate_by_window(max);
 }
+
+/// Whether the rate holds as the tables grow: events per second in each full window of
+/// [`RATE_WINDOW`] from the first publish, and the last full window's rate against the first's.
+/// Printed when the phase lasted at least two windows.
+fn print_rate_by_window(max: &PhaseReport) {
+    let window = RATE_WINDOW.as_secs_f64();
+    let full = (max.span().as_secs_f64() / window).floor() as usize;
+    if full < 2 {
+        return;
+    }
+    let mut counts = vec![0usize; full];
+    for arrived in &max.arrivals {
+        let at = (*arrived - max.first_publish).as_secs_f64();
+        if let Some(count) = counts.get_mut((at / window) as usize) {
+            *count += 1;
+        }
+    }
+    let rates: Vec<f64> = counts.iter().map(|&n| n as f64 / window).collect();
+    println!();
+    println!(
+        "Events/s by {} s window from the first publish (full windows only):",
+        RATE_WINDOW.as_secs()
+    );
+    println!();
+    table_head("window | events | events/s", "rrr");
+    for (i, (count, rate)) in counts.iter().zip(&rates).enumerate() {
+        let from = i as f64 * window;
+        println!(
+            "| {:.0}–{:.0} s | {} | {} |",
+            from,
+            from + window,
+            thousands(*count as f64),
+            thousands(*rate)
+        );
+    }
+    println!();
+    println!(
+        "last window / first window: {:.2}",
+        rates[full - 1] / rates[0]
+    );
+}
+
+/// The width of the windows of [`print_rate_by_window`].
+const RATE_WINDOW: Duration = Duration::from_secs(10);
 
 fn print_latency(latency: &PhaseReport, rate: f64, rate_note: &str) {
     let l = latency.latencies();
@@ -840,6 +889,8 @@ struct PhaseStats {
     last_event: Option<Instant>,
     /// Publish-to-event latency of each attempt, in arrival order.
     latencies: Vec<Duration>,
+    /// When each event arrived, in arrival order.
+    arrivals: Vec<Instant>,
     /// Events whose status is not `succeeded` (none are expected from a mock without faults).
     not_succeeded: usize,
 }
@@ -873,6 +924,7 @@ async fn collect_events(mut events: async_nats::Subscriber, tracker: Arc<Mutex<T
                 phase.received += 1;
                 phase.last_event = Some(arrived);
                 phase.latencies.push(arrived - published);
+                phase.arrivals.push(arrived);
                 if event.status != "succeeded" {
                     phase.not_succeeded += 1;
                 }
@@ -914,6 +966,7 @@ struct PhaseReport {
     first_publish: Instant,
     last_event: Instant,
     latencies: Vec<Duration>,
+    arrivals: Vec<Instant>,
     rss_at_warm_up: Option<Memory>,
     rss_at_end: Option<Memory>,
     /// The database's work for the phase, when the run counts it.
@@ -1212,6 +1265,7 @@ fn finish_phase(
         first_publish: stats.first_publish.context("nothing published")?,
         last_event: stats.last_event.context("no event received")?,
         latencies: stats.latencies,
+        arrivals: stats.arrivals,
         rss_at_warm_up: memory.as_ref().and_then(|m| m.at_warm_up),
         rss_at_end: memory.as_ref().and_then(|m| m.at_end),
         work: None,

@@ -113,7 +113,9 @@ pub async fn claim_due_attempts(
                      AND (first_dispatched_at <= now() - make_interval(secs => $4::float8)
                           OR created_at <= now() - make_interval(secs => $5::float8))) AS hand_over
              FROM payment_attempts
-             WHERE status = 'pending' AND next_run_at <= now()
+             -- `IS TRUE`: due is a filter of the scan in next_run_at order, not a range
+             -- the planner sizes from statistics (decision 121)
+             WHERE status = 'pending' AND (next_run_at <= now()) IS TRUE
                AND NOT ($7::float8 > 0 AND first_dispatched_at IS NULL
                         AND requested_at IS NOT NULL
                         AND requested_at <= now() - make_interval(secs => $7::float8))
@@ -654,7 +656,7 @@ static SETTLE_STATEMENT: LazyLock<String> = LazyLock::new(|| {
          locked AS (
              SELECT a.payment_attempt_id
              FROM payment_attempts a
-             WHERE a.payment_attempt_id IN (SELECT payment_attempt_id FROM input)
+             WHERE a.payment_attempt_id = ANY($1::uuid[])
              ORDER BY a.payment_attempt_id
              FOR UPDATE
          ),
@@ -671,7 +673,8 @@ static SETTLE_STATEMENT: LazyLock<String> = LazyLock::new(|| {
                  tries = GREATEST(a.tries - i.refund, 0),
                  updated_at = now()
              FROM input i JOIN locked USING (payment_attempt_id)
-             WHERE a.payment_attempt_id = i.payment_attempt_id
+             WHERE a.payment_attempt_id = ANY($1::uuid[])
+               AND a.payment_attempt_id = i.payment_attempt_id
                AND a.lease_token = i.lease_token
                AND a.status = i.from_status
              RETURNING i.*, a.order_id, a.amount_minor, a.currency, a.first_message_id,
