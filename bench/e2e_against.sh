@@ -29,7 +29,7 @@ new_bench=target/release/examples/bench_e2e
   { echo "build this checkout first: cargo build --release --examples --bins" >&2; exit 2; }
 
 against="target/against/$old"
-old_service="$against/target/release/onecharge"
+old_service="$PWD/$against/target/release/onecharge"
 if [ ! -x "$old_service" ]; then
   echo "building $old into $against (once)"
   [ -d "$against/src" ] || git worktree add --detach "$against" "$old" >/dev/null
@@ -55,7 +55,7 @@ out=$(mktemp -d)
 printf 'run\tcommit\tevents/s\tlast/first 10 s window\tstatements/charge\ttrigger statements/charge\tPG CPU ms/charge\tserve CPU ms/charge\n'
 for round in $(seq 1 "$rounds"); do
   for side in old new; do
-    if [ "$side" = old ]; then service=$old_service; commit=$old; else service=target/release/onecharge; commit=$(git rev-parse --short HEAD); fi
+    if [ "$side" = old ]; then service=$old_service; commit=$old; else service=$PWD/target/release/onecharge; commit=$(git rev-parse --short HEAD); fi
     "$new_bench" --service "$service" "$@" >"$out/$side-$round.txt" 2>"$out/$side-$round.err" ||
       { echo "$side run $round failed:"; tail -5 "$out/$side-$round.err"; exit 1; }
     printf '%s\t%s\t%s\n' "$round" "$commit" "$(summary "$out/$side-$round.txt")"

@@ -179,7 +179,12 @@ async fn main() -> anyhow::Result<()> {
         args.max_commands > 0 || args.rate.is_some(),
         "--max-commands 0 needs --rate: the paced phases default to half the maximum rate"
     );
-    let binary = args.service.clone().unwrap_or_else(service_binary);
+    let binary = match &args.service {
+        // absolute: the serve process runs in the run's own folder
+        Some(path) => std::fs::canonicalize(path)
+            .with_context(|| format!("--service {}: no such binary", path.display()))?,
+        None => service_binary(),
+    };
 
     let tag = Uuid::new_v4().simple().to_string();
     // Declared before the database: dropped after it, so the database goes first.
