@@ -196,10 +196,14 @@ where
     items.into_iter().map(f).collect()
 }
 
-/// The `-c name=value` startup options that set `limits` on a new session.
-fn session_limits(limits: &DatabaseSettings) -> [(&'static str, String); 3] {
+/// The `-c name=value` startup options of a new session: the `limits`, and every
+/// statement planned when it runs (`plan_cache_mode = force_custom_plan`, decision 121):
+/// a prepared statement's generic plan, made once when a table was small, kept scanning
+/// the whole table as it grew.
+fn session_limits(limits: &DatabaseSettings) -> [(&'static str, String); 4] {
     let millis = |d: Duration| format!("{}ms", d.as_millis());
     [
+        ("plan_cache_mode", "force_custom_plan".to_owned()),
         ("statement_timeout", millis(limits.statement_timeout)),
         ("lock_timeout", millis(limits.lock_timeout)),
         (
