@@ -8,8 +8,9 @@
 //! - Every later write names the lease token it holds: `WHERE lease_token = $n AND status =
 //!   'in_flight'`. A worker whose lease was taken over writes nothing (it only adds its
 //!   gateway call to the evidence).
-//! - A final state, its transition and its outbox event commit in one transaction; the
-//!   unique index `outbox_one_event_per_final_state` refuses a second event.
+//! - A final state, its transition and its outbox event commit in one statement (a batch of
+//!   settlements is one round trip); the key `outbox_one_event_per_final_state` of
+//!   `outbox_final_states` refuses a second event.
 
 use std::sync::LazyLock;
 

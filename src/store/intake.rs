@@ -1,4 +1,6 @@
-//! Recording a batch of commands: the dedupe rows and the attempts, in one transaction.
+//! Recording a batch of commands: the dedupe rows, the attempts and their births in one
+//! statement, and what a batch rarely needs besides (classifying what was seen before,
+//! unrecording a conflict, announcing a stale birth) in the same transaction.
 
 use std::collections::{HashMap, HashSet};
 

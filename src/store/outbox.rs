@@ -6,9 +6,11 @@ use sqlx::PgConnection;
 use super::column;
 use crate::domain::event::{EventProvenance, PaymentEvent};
 
-/// Adds one event to the outbox inside the caller's transaction. The unique index
-/// `outbox_one_event_per_final_state` makes a second event for the same final state fail,
-/// which aborts the transaction that tried to settle an attempt twice.
+/// Adds one event to the outbox inside the caller's transaction. The key
+/// `outbox_one_event_per_final_state` of `outbox_final_states` (kept by the outbox's
+/// statement trigger) makes a second event for the same final state fail, which aborts the
+/// transaction that tried to settle an attempt twice. Settlements write their events in
+/// their own statement instead (`attempts::write_settlements`).
 pub async fn insert_event(
     conn: &mut PgConnection,
     event: &PaymentEvent,
