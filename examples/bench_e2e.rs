@@ -51,7 +51,9 @@
 //! Needs PostgreSQL on 127.0.0.1:5432 (trust auth; `--server`) and NATS JetStream on
 //! 127.0.0.1:4222 (`--nats-url`), Linux (RSS is read from `/proc`), and the release binary
 //! `onecharge` next to this example (`cargo build --release`: `cargo run --example` does not
-//! build it). Each run creates its own database and stream namespace and removes both at the
+//! build it), or the one `--service` names (`bench/e2e_against.sh` serves an older commit's
+//! build that way, to compare in one sitting). The maximum-rate phase also prints its rate by
+//! 10 s window, to see whether it holds as the tables grow. Each run creates its own database and stream namespace and removes both at the
 //! end, also on failure, Ctrl-C or SIGTERM. The serve process gets its settings from `ONECHARGE_*`
 //! variables; any other `ONECHARGE_*` variable set when the benchmark starts (for example
 //! `ONECHARGE_EXECUTOR__CONCURRENCY=64`) is passed on to it and printed. Its log goes to a
