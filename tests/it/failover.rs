@@ -24,21 +24,26 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pooled_connection_that_turned_read_only_is_dropped_and_the_retried_write_lands_on_a_fresh_one(
-) {
-    let h = Harness::new().await;
-    // One connection, so a retry can only succeed if the pool replaces it.
+/// A pool of one connection (so a retry can only succeed if the pool replaces it) whose
+/// node was then demoted: every write on that connection now fails with 25006.
+async fn pool_on_a_demoted_connection(h: &Harness) -> Store {
     let store = Store::connect_with(&h.settings.database_url, 1, &DatabaseSettings::default())
         .await
         .unwrap();
-    // The node under this connection is demoted: every write on it now fails with 25006.
     let mut conn = store.pool().acquire().await.unwrap();
     sqlx::query("SET default_transaction_read_only = on")
         .execute(&mut *conn)
         .await
         .unwrap();
     drop(conn);
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_that_turned_read_only_is_dropped_and_the_retried_write_lands_on_a_fresh_one(
+) {
+    let h = Harness::new().await;
+    let store = pool_on_a_demoted_connection(&h).await;
 
     let record = support::record("pm_card_visa", false);
     let mut failures = Vec::new();
@@ -67,15 +72,7 @@ async fn a_pooled_connection_that_turned_read_only_while_idle_is_dropped_before_
     // A process that writes rarely (the admin API) sees no refusal of its own before a
     // person's action: a connection idle for a second is asked again when handed out.
     let h = Harness::new().await;
-    let store = Store::connect_with(&h.settings.database_url, 1, &DatabaseSettings::default())
-        .await
-        .unwrap();
-    let mut conn = store.pool().acquire().await.unwrap();
-    sqlx::query("SET default_transaction_read_only = on")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    drop(conn);
+    let store = pool_on_a_demoted_connection(&h).await;
     tokio::time::sleep(Duration::from_millis(1_200)).await;
 
     let record = support::record("pm_card_visa", false);
