@@ -377,16 +377,21 @@ const GATEWAY_CALL_COLUMNS: &str = "(payment_attempt_id, operation, idempotency_
 
 /// `unnest(…)` of the arrays [`add_call_columns`] binds, the first at `$first`.
 fn unnest_calls(first: usize) -> String {
-    let types = [
-        "uuid", "text", "text", "int4", "int8", "timestamptz", "timestamptz", "int4", "text",
-        "text", "text",
-    ];
+    let types = "uuid text text int4 int8 timestamptz timestamptz int4 text text text";
     let arrays: Vec<String> = types
-        .iter()
+        .split(' ')
         .enumerate()
         .map(|(i, ty)| format!("${}::{ty}[]", first + i))
         .collect();
     format!("unnest({})", arrays.join(", "))
+}
+
+/// Binds `value` as the next parameter of a statement built with [`PgArguments`].
+fn bind<'q, T>(args: &mut PgArguments, value: T) -> Result<(), sqlx::Error>
+where
+    T: 'q + sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    args.add(value).map_err(sqlx::Error::Encode)
 }
 
 /// Binds the calls as eleven arrays, one per column of [`GATEWAY_CALL_COLUMNS`], each
@@ -395,24 +400,26 @@ fn add_call_columns(
     args: &mut PgArguments,
     calls: &[&GatewayCallRecord],
 ) -> Result<(), sqlx::Error> {
-    let encode = sqlx::Error::Encode;
-    args.add(column(calls, |c| c.payment_attempt_id)).map_err(encode)?;
-    args.add(column(calls, |c| c.operation)).map_err(encode)?;
-    args.add(column(calls, |c| c.idempotency_key.as_str().to_owned())).map_err(encode)?;
-    args.add(column(calls, |c| c.try_number.max(0))).map_err(encode)?;
-    args.add(column(calls, |c| c.lease_token)).map_err(encode)?;
-    args.add(column(calls, |c| c.started_at)).map_err(encode)?;
-    args.add(column(calls, |c| c.finished_at)).map_err(encode)?;
-    args.add(column(calls, |c| c.http_status.map(i32::from))).map_err(encode)?;
-    args.add(column(calls, |c| c.outcome.clone())).map_err(encode)?;
+    bind(args, column(calls, |c| c.payment_attempt_id))?;
+    bind(args, column(calls, |c| c.operation))?;
+    bind(
+        args,
+        column(calls, |c| c.idempotency_key.as_str().to_owned()),
+    )?;
+    bind(args, column(calls, |c| c.try_number.max(0)))?;
+    bind(args, column(calls, |c| c.lease_token))?;
+    bind(args, column(calls, |c| c.started_at))?;
+    bind(args, column(calls, |c| c.finished_at))?;
+    bind(args, column(calls, |c| c.http_status.map(i32::from)))?;
+    bind(args, column(calls, |c| c.outcome.clone()))?;
     let charge_id = |c: &&GatewayCallRecord| {
         c.gateway_charge_id
             .as_deref()
             .map(|id| gateway_text(id, GATEWAY_ID_MAX_CHARS))
     };
-    args.add(column(calls, charge_id)).map_err(encode)?;
+    bind(args, column(calls, charge_id))?;
     let error = |c: &&GatewayCallRecord| c.error.as_deref().map(|e| gateway_text(e, 1000));
-    args.add(column(calls, error)).map_err(encode)
+    bind(args, column(calls, error))
 }
 
 impl ClaimedAttempt {
@@ -615,26 +622,32 @@ async fn write_settlements(
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
     let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();
     let mut args = PgArguments::default();
-    let encode = sqlx::Error::Encode;
-    args.add(column(writes, |w| w.fence.payment_attempt_id)).map_err(encode)?;
-    args.add(column(writes, |w| w.fence.lease_token)).map_err(encode)?;
-    args.add(column(writes, |w| w.fence.from)).map_err(encode)?;
-    args.add(column(writes, |w| w.settlement.status())).map_err(encode)?;
-    args.add(column(&columns, |c| c.charge_id)).map_err(encode)?;
-    args.add(column(&columns, |c| c.decline_code)).map_err(encode)?;
-    let review_reason = |c: &SettleColumns<'_>| c.review_reason.map(|r| crate::domain::bounded(r, 1024));
-    args.add(column(&columns, review_reason)).map_err(encode)?;
+    bind(&mut args, column(writes, |w| w.fence.payment_attempt_id))?;
+    bind(&mut args, column(writes, |w| w.fence.lease_token))?;
+    bind(&mut args, column(writes, |w| w.fence.from))?;
+    bind(&mut args, column(writes, |w| w.settlement.status()))?;
+    bind(&mut args, column(&columns, |c| c.charge_id))?;
+    bind(&mut args, column(&columns, |c| c.decline_code))?;
+    let review_reason =
+        |c: &SettleColumns<'_>| c.review_reason.map(|r| crate::domain::bounded(r, 1024));
+    bind(&mut args, column(&columns, review_reason))?;
     let last_error = |c: &SettleColumns<'_>| c.last_error.map(|e| crate::domain::bounded(e, 1024));
-    args.add(column(&columns, last_error)).map_err(encode)?;
-    args.add(column(&columns, |c| c.next_run_at)).map_err(encode)?;
-    args.add(column(&columns, |c| c.refund)).map_err(encode)?;
-    args.add(column(writes, |w| w.now)).map_err(encode)?;
-    args.add(column(writes, |w| w.cause.as_str())).map_err(encode)?;
-    args.add(column(writes, |w| w.fence.actor.as_str())).map_err(encode)?;
-    args.add(column(&columns, |c| gateway_text(&c.detail, 2048))).map_err(encode)?;
-    args.add(column(&columns, |c| c.event.as_ref().map(|(id, _)| *id))).map_err(encode)?;
+    bind(&mut args, column(&columns, last_error))?;
+    bind(&mut args, column(&columns, |c| c.next_run_at))?;
+    bind(&mut args, column(&columns, |c| c.refund))?;
+    bind(&mut args, column(writes, |w| w.now))?;
+    bind(&mut args, column(writes, |w| w.cause.as_str()))?;
+    bind(&mut args, column(writes, |w| w.fence.actor.as_str()))?;
+    bind(
+        &mut args,
+        column(&columns, |c| gateway_text(&c.detail, 2048)),
+    )?;
+    bind(
+        &mut args,
+        column(&columns, |c| c.event.as_ref().map(|(id, _)| *id)),
+    )?;
     let subject = |c: &SettleColumns<'_>| c.event.as_ref().map(|(_, subject)| subject.clone());
-    args.add(column(&columns, subject)).map_err(encode)?;
+    bind(&mut args, column(&columns, subject))?;
     add_call_columns(&mut args, &calls)?;
     sqlx::query_scalar_with(&SETTLE_STATEMENT, args)
         .fetch_all(&mut *tx)

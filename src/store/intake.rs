@@ -87,10 +87,12 @@ pub async fn record_batch(
     // the same way).
     fresh.sort_unstable();
     let attempt_leads = first_of_each_attempt(records, &fresh, &mut outcomes);
-    let (born, existing): (Vec<usize>, Vec<usize>) = attempt_leads
-        .iter()
-        .copied()
-        .partition(|&i| written.created.contains(&records[i].command.payment_attempt_id));
+    let (born, existing): (Vec<usize>, Vec<usize>) =
+        attempt_leads.iter().copied().partition(|&i| {
+            written
+                .created
+                .contains(&records[i].command.payment_attempt_id)
+        });
     classify_existing_attempts(&mut tx, records, &existing, &mut outcomes).await?;
     for &i in &born {
         outcomes[i] = Some(if records[i].stale {
@@ -227,7 +229,9 @@ async fn insert_messages_and_attempts(
         .bind(column(leads, |&i| command(i).description.clone()))
         .bind(column(leads, |&i| command(i).requested_at))
         .bind(column(leads, |&i| command(i).fingerprint().to_vec()))
-        .bind(column(leads, |&i| String::from(command(i).idempotency_key())))
+        .bind(column(leads, |&i| {
+            String::from(command(i).idempotency_key())
+        }))
         .bind(column(leads, |&i| initial_status(&records[i]).as_str()))
         .bind(column(leads, |&i| records[i].correlation_id.clone()))
         .bind(column(leads, |&i| records[i].traceparent.clone()))

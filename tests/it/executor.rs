@@ -1002,7 +1002,11 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
             event_id,
             ..onecharge::domain::event::PaymentEvent::for_settlement(&row, announced, created_at)
         };
-        assert_eq!(payload, serde_json::to_value(&expected).unwrap(), "{settlement:?}");
+        assert_eq!(
+            payload,
+            serde_json::to_value(&expected).unwrap(),
+            "{settlement:?}"
+        );
         assert_eq!(subject, expected.subject());
         let expected_headers: serde_json::Map<String, serde_json::Value> = expected
             .headers(&row.provenance)
@@ -1017,7 +1021,10 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
         .fetch_one(h.store.pool())
         .await
         .unwrap();
-        assert_eq!(created_at, stored_at, "the event is dated like the move it announces");
+        assert_eq!(
+            created_at, stored_at,
+            "the event is dated like the move it announces"
+        );
     }
 }
 
@@ -1037,7 +1044,11 @@ async fn the_databases_rfc3339_is_the_one_events_are_written_with() {
             ..sample_event()
         })
         .unwrap();
-        assert_eq!(serde_json::Value::String(stored), rust["occurred_at"], "{at}");
+        assert_eq!(
+            serde_json::Value::String(stored),
+            rust["occurred_at"],
+            "{at}"
+        );
     }
 }
 

@@ -67,8 +67,7 @@ async fn a_pooled_connection_that_turned_read_only_is_dropped_and_the_retried_wr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pooled_connection_that_turned_read_only_while_idle_is_dropped_before_its_first_write(
-) {
+async fn a_pooled_connection_that_turned_read_only_while_idle_is_dropped_before_its_first_write() {
     // A process that writes rarely (the admin API) sees no refusal of its own before a
     // person's action: a connection idle for a second is asked again when handed out.
     let h = Harness::new().await;
