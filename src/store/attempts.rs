@@ -649,13 +649,39 @@ async fn write_settlements(
     let subject = |c: &SettleColumns<'_>| c.event.as_ref().map(|(_, subject)| subject.clone());
     bind(&mut args, column(&columns, subject))?;
     add_call_columns(&mut args, &calls)?;
-    sqlx::query_scalar_with(&SETTLE_STATEMENT, args)
+    let with_events = columns.iter().any(|c| c.event.is_some());
+    sqlx::query_scalar_with(settle_statement(!calls.is_empty(), with_events), args)
         .fetch_all(&mut *tx)
         .await
 }
 
-/// The statement of [`write_settlements`]: its sixteen arrays of writes, then the calls'.
-static SETTLE_STATEMENT: LazyLock<String> = LazyLock::new(|| {
+/// The statement of [`write_settlements`], with the calls' and the events' inserts only
+/// when the batch has some: a batch that writes neither (an attempt handed to the
+/// reconciler after its result was refused for good) must not depend on those tables.
+fn settle_statement(with_calls: bool, with_events: bool) -> &'static str {
+    static STATEMENTS: [LazyLock<String>; 4] = [
+        LazyLock::new(|| settle_sql(false, false)),
+        LazyLock::new(|| settle_sql(false, true)),
+        LazyLock::new(|| settle_sql(true, false)),
+        LazyLock::new(|| settle_sql(true, true)),
+    ];
+    &STATEMENTS[usize::from(with_calls) * 2 + usize::from(with_events)]
+}
+
+/// The text of [`settle_statement`]: sixteen arrays of writes, then the calls' eleven.
+fn settle_sql(with_calls: bool, with_events: bool) -> String {
+    let calls = if with_calls {
+        format!(
+            ",
+         calls AS (
+             INSERT INTO gateway_calls {GATEWAY_CALL_COLUMNS} SELECT * FROM {}
+         )",
+            unnest_calls(17)
+        )
+    } else {
+        String::new()
+    };
+    let events = if with_events { SETTLE_EVENTS } else { "" };
     format!(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
@@ -699,10 +725,13 @@ static SETTLE_STATEMENT: LazyLock<String> = LazyLock::new(|| {
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
              SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, now()
              FROM settled ORDER BY ord
-         ),
-         calls AS (
-             INSERT INTO gateway_calls {GATEWAY_CALL_COLUMNS} SELECT * FROM {calls}
-         ),
+         ){calls}{events}
+         SELECT ord FROM settled"
+    )
+}
+
+/// The events of the writes let through, built from the settled rows (decision 118).
+const SETTLE_EVENTS: &str = ",
          events AS (
              INSERT INTO outbox
                  (event_id, payment_attempt_id, status, subject, headers, payload, created_at)
@@ -719,8 +748,4 @@ static SETTLE_STATEMENT: LazyLock<String> = LazyLock::new(|| {
                         'occurred_at', (SELECT onecharge_rfc3339(now()))),
                     now()
              FROM settled WHERE event_id IS NOT NULL ORDER BY ord
-         )
-         SELECT ord FROM settled",
-        calls = unnest_calls(17),
-    )
-});
+         )";
