@@ -79,6 +79,15 @@ impl IdempotencyKey {
         Self(format!("onecharge-{payment_attempt_id}"))
     }
 
+    /// The attempt whose stored key is exactly `text`, if there is one: the inverse of
+    /// [`Self::for_attempt`]. The database holds the key to the same rule
+    /// (`payment_attempts_idempotency_key_derived`), so a search by key is a search by
+    /// attempt id, and needs no index of its own (decision 122).
+    pub fn attempt_of(text: &str) -> Option<PaymentAttemptId> {
+        let id: PaymentAttemptId = text.strip_prefix("onecharge-")?.parse().ok()?;
+        (Self::for_attempt(id).as_str() == text).then_some(id)
+    }
+
     /// A key as a connector actually sent it, when that is not the attempt's stored key
     /// itself (Stripe's `-create` and `-confirm` keys, derived from it): recorded as the
     /// call's evidence.
@@ -115,5 +124,33 @@ impl From<IdempotencyKey> for String {
 impl PartialEq<&str> for IdempotencyKey {
     fn eq(&self, other: &&str) -> bool {
         self.0 == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_names_its_attempt_only_in_the_exact_form_onecharge_stores() {
+        let id = PaymentAttemptId::random();
+        let key = IdempotencyKey::for_attempt(id);
+        assert_eq!(IdempotencyKey::attempt_of(key.as_str()), Some(id));
+
+        // Text the database could never hold as a key: other cases, other uuid forms,
+        // Stripe's derived keys, other prefixes.
+        let upper = format!("onecharge-{}", id.to_string().to_uppercase());
+        let simple = format!("onecharge-{}", id.into_uuid().simple());
+        let derived = format!("{key}-create");
+        for text in [
+            upper.as_str(),
+            &simple,
+            &derived,
+            "onecharge-",
+            "k1",
+            &id.to_string(),
+        ] {
+            assert_eq!(IdempotencyKey::attempt_of(text), None, "{text}");
+        }
     }
 }

@@ -18,8 +18,8 @@ use super::audit::{self, AuditAction, NewAuditEntry, Via};
 use super::{outbox, Store};
 use crate::domain::event::PaymentEvent;
 use crate::domain::{
-    bounded, Announced, AttemptStatus, EventAttempt, IllegalMove, LeaseToken, Money,
-    PaymentAttemptId, RetryWindow, TransitionCause,
+    bounded, Announced, AttemptStatus, EventAttempt, IdempotencyKey, IllegalMove, LeaseToken,
+    Money, PaymentAttemptId, RetryWindow, TransitionCause,
 };
 
 /// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
@@ -270,7 +270,6 @@ fn matching(filter: &AttemptFilter) -> sqlx::QueryBuilder<'_, sqlx::Postgres> {
         ("a.order_id", filter.order_id.as_deref()),
         ("a.customer_id", filter.customer_id.as_deref()),
         ("a.gateway_charge_id", filter.gateway_charge_id.as_deref()),
-        ("a.idempotency_key", filter.idempotency_key.as_deref()),
     ];
     let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(ATTEMPT_SELECT);
     query.push(" WHERE true");
@@ -283,6 +282,15 @@ fn matching(filter: &AttemptFilter) -> sqlx::QueryBuilder<'_, sqlx::Postgres> {
             .push(column)
             .push(" = ")
             .push_bind(value);
+    }
+    // A key is the attempt id's (`onecharge-<id>`, held by a CHECK), so it is looked up by
+    // the primary key: payment_attempts keeps no index on it (decision 122). Text that is
+    // not such a key matches no attempt.
+    if let Some(key) = filter.idempotency_key.as_deref() {
+        match IdempotencyKey::attempt_of(key) {
+            Some(id) => query.push(" AND a.payment_attempt_id = ").push_bind(id),
+            None => query.push(" AND false"),
+        };
     }
     if let Some(after) = filter.created_after {
         query.push(" AND a.created_at >= ").push_bind(after);

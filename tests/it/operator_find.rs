@@ -114,6 +114,25 @@ async fn the_list_narrows_to_one_order_one_customer_or_one_gateway_charge() {
     .await;
     assert_eq!(by_charge, vec![first.command.payment_attempt_id]);
 
+    // A key finds its one attempt (by the primary key: the key is derived from the id);
+    // a well-formed key of no stored attempt, or text that is no key, finds none.
+    let key = |text: String| {
+        list(AttemptFilter {
+            idempotency_key: Some(text),
+            ..Default::default()
+        })
+    };
+    let own = format!("onecharge-{}", other_customer.command.payment_attempt_id);
+    assert_eq!(
+        key(own.clone()).await,
+        vec![other_customer.command.payment_attempt_id]
+    );
+    assert!(key(format!("onecharge-{}", Uuid::new_v4()))
+        .await
+        .is_empty());
+    assert!(key(format!("{own}-create")).await.is_empty());
+    assert!(key(own.to_uppercase()).await.is_empty());
+
     // Filters combine: the first order's attempts that are still pending — none.
     let pending_of_order = list(AttemptFilter {
         status: Some(onecharge::domain::AttemptStatus::Pending),
