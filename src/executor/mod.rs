@@ -604,16 +604,12 @@ impl Executor {
         let mut started_at = now();
         let call = match self.prepare(&attempt, &mut request, started_at).await {
             Err(disposition) => return report(&attempt, None, disposition),
-            Ok(Some(refused)) => refused,
-            Ok(None) => match self.may_confirm(&attempt, &request).await {
-                Err(disposition) => return report(&attempt, None, disposition),
-                Ok(Some(not_sent)) => not_sent,
-                Ok(None) => {
-                    started_at = now();
-                    let call = inner.gateway.client.charge(&request).await;
-                    self.cancel_if_action_required(&attempt, call, &now).await
-                }
-            },
+            Ok(Some(answered)) => answered,
+            Ok(None) => {
+                started_at = now();
+                let call = inner.gateway.client.charge(&request).await;
+                self.cancel_if_action_required(&attempt, call, &now).await
+            }
         };
         if !call.answered_locally {
             inner
@@ -699,14 +695,16 @@ impl Executor {
 }
 
 impl Executor {
-    /// The first step of a two-step charge (Stripe: create the PaymentIntent unconfirmed),
-    /// for connectors that need one: stores the object's id under this lease, with the
-    /// call's evidence, and puts it in `request`, so that nothing that can charge is sent
-    /// before the reconciler could find it by id. `Ok(None)`: go on and charge.
-    /// `Ok(Some(call))`: the gateway refused to make the object (nothing can have charged);
-    /// the attempt settles on that call. `Err`: the id could not be stored (the lease was
-    /// taken over, or the database failed): nothing is confirmed, and an attempt left
-    /// `in_flight` is found uncharged by the reconciler.
+    /// Everything before the charging call. For a connector with a first step (Stripe:
+    /// create the PaymentIntent unconfirmed) that has not run yet: stores the object's id
+    /// under this lease, with the call's evidence, and stamps the confirm's send in the
+    /// same statement, and puts the id in `request`, so that nothing that can charge is
+    /// sent before the reconciler could find it by id. For an object stored by an earlier
+    /// try, only the stamp ([`Self::may_confirm`]). `Ok(None)`: charge now.
+    /// `Ok(Some(call))`: answered without charging — the gateway refused to make the
+    /// object, or the lease left cannot cover the confirm; the attempt settles on that
+    /// call. `Err`: the lease was taken over, or the database failed: nothing is confirmed,
+    /// and an attempt left `in_flight` is found uncharged by the reconciler.
     async fn prepare(
         &self,
         attempt: &ClaimedAttempt,
@@ -715,7 +713,7 @@ impl Executor {
     ) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
         let inner = &self.inner;
         let Some(prepared) = inner.gateway.client.prepare(request).await else {
-            return Ok(None);
+            return self.may_confirm(attempt, request).await;
         };
         let id = match prepared.outcome {
             Prepared::Object { ref id } => id.clone(),
@@ -750,25 +748,12 @@ impl Executor {
             Some(id.clone()),
             None,
         );
-        match store_gateway_object(&inner.store, attempt, &id, &evidence).await {
-            Ok(true) => {
-                *request = request.clone().with_gateway_object(Some(id));
-                Ok(None)
-            }
-            Ok(false) => {
-                metrics::fenced();
-                tracing::warn!("the gateway object was not stored: the lease was taken over; nothing confirmed");
-                Err(Disposition::Fenced)
-            }
-            Err(err) => {
-                metrics::unrecorded();
-                tracing::error!(error = %err, "cannot store the gateway object: nothing confirmed; the lease expires and the reconciler finds nothing charged");
-                Err(Disposition::Unrecorded(crate::domain::bounded(
-                    &err.to_string(),
-                    500,
-                )))
-            }
+        let stored =
+            store_gateway_object(&inner.store, attempt, &id, &evidence, inner.call_limit).await;
+        if matches!(stored, Ok(ConfirmSend::Go | ConfirmSend::LeaseTooShort)) {
+            *request = request.clone().with_gateway_object(Some(id));
         }
+        confirm_send_answer(stored)
     }
 
     /// Moves the attempt to its next create key (fenced by its lease). A failure only
@@ -794,12 +779,11 @@ impl Executor {
         }
     }
 
-    /// Right before a confirm (a connector whose object is stored: Stripe), re-checks the
+    /// Right before a confirm of an object an earlier try stored (Stripe), re-checks the
     /// lease by the database's clock and stamps the send (`dispatched_at`), so that the
     /// reconciler measures `gateway_max_processing_time` from the request that can charge.
-    /// `Ok(None)`: send it. `Ok(Some(call))`: the lease left cannot cover a whole call, so
-    /// nothing is sent (an outcome `not_sent`). `Err`: fenced, or the database failed:
-    /// nothing is sent.
+    /// Answers as [`confirm_send_answer`]; `Ok(None)` at once when there is no object (a §3
+    /// gateway's charge is one call, stamped by its claim).
     async fn may_confirm(
         &self,
         attempt: &ClaimedAttempt,
@@ -816,33 +800,7 @@ impl Executor {
             inner.call_limit,
         )
         .await;
-        match stamped {
-            Ok(ConfirmSend::Go) => Ok(None),
-            Ok(ConfirmSend::LeaseTooShort) => Ok(Some(GatewayCall {
-                outcome: GatewayOutcome::NotSent {
-                    reason: "the lease left could not cover the confirm: not sent".into(),
-                },
-                operation: crate::domain::CallOperation::Charge,
-                sent_key: None,
-                answered_locally: true,
-                http_status: None,
-                elapsed: Duration::ZERO,
-                error: Some("not sent: the lease left could not cover a whole gateway call".into()),
-            })),
-            Ok(ConfirmSend::Fenced) => {
-                metrics::fenced();
-                tracing::warn!("the lease was taken over before the confirm: nothing confirmed");
-                Err(Disposition::Fenced)
-            }
-            Err(err) => {
-                metrics::unrecorded();
-                tracing::error!(error = %err, "cannot stamp the confirm's send: nothing confirmed; the lease expires and the reconciler reads the PaymentIntent");
-                Err(Disposition::Unrecorded(crate::domain::bounded(
-                    &err.to_string(),
-                    500,
-                )))
-            }
-        }
+        confirm_send_answer(stamped)
     }
 
     /// A confirm that left the PaymentIntent waiting for an absent customer
@@ -1020,15 +978,52 @@ fn call_evidence<T>(
     }
 }
 
-/// Stores the gateway object under the attempt's lease (fenced), retrying a transient
-/// database failure briefly (three more tries from 50 ms, the one jittered backoff). Only a
-/// stored object is confirmed.
+/// What the executor does on the answer of the write that precedes a confirm (storing the
+/// PaymentIntent with the stamp, or the stamp alone): `Ok(None)`: confirm now.
+/// `Ok(Some(call))`: the lease left cannot cover a whole call, so nothing is sent (an
+/// outcome `not_sent`). `Err`: fenced, or the database failed: nothing is sent.
+fn confirm_send_answer(
+    answer: Result<ConfirmSend, sqlx::Error>,
+) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
+    match answer {
+        Ok(ConfirmSend::Go) => Ok(None),
+        Ok(ConfirmSend::LeaseTooShort) => Ok(Some(GatewayCall {
+            outcome: GatewayOutcome::NotSent {
+                reason: "the lease left could not cover the confirm: not sent".into(),
+            },
+            operation: crate::domain::CallOperation::Charge,
+            sent_key: None,
+            answered_locally: true,
+            http_status: None,
+            elapsed: Duration::ZERO,
+            error: Some("not sent: the lease left could not cover a whole gateway call".into()),
+        })),
+        Ok(ConfirmSend::Fenced) => {
+            metrics::fenced();
+            tracing::warn!("the lease was taken over before the confirm (or another gateway object is stored): nothing confirmed");
+            Err(Disposition::Fenced)
+        }
+        Err(err) => {
+            metrics::unrecorded();
+            tracing::error!(error = %err, "cannot store the gateway object or stamp the confirm's send: nothing confirmed; the lease expires and the reconciler reads what the gateway holds");
+            Err(Disposition::Unrecorded(crate::domain::bounded(
+                &err.to_string(),
+                500,
+            )))
+        }
+    }
+}
+
+/// Stores the gateway object under the attempt's lease (fenced) and stamps the confirm's
+/// send, retrying a transient database failure briefly (three more tries from 50 ms, the
+/// one jittered backoff). Only a stored, stamped object is confirmed.
 async fn store_gateway_object(
     store: &crate::store::Store,
     attempt: &ClaimedAttempt,
     object_id: &str,
     evidence: &GatewayCallRecord,
-) -> Result<bool, sqlx::Error> {
+    call_limit: Duration,
+) -> Result<ConfirmSend, sqlx::Error> {
     use backon::Retryable as _;
     let write = || {
         record_gateway_object(
@@ -1037,6 +1032,7 @@ async fn store_gateway_object(
             attempt.lease_token,
             object_id,
             evidence,
+            call_limit,
         )
     };
     write

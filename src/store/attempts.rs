@@ -358,16 +358,19 @@ pub async fn record_gateway_calls(
     }
     let mut args = PgArguments::default();
     add_call_columns(&mut args, calls)?;
-    sqlx::query_with(
-        &format!(
-            "INSERT INTO gateway_calls {GATEWAY_CALL_COLUMNS} SELECT * FROM {}",
-            unnest_calls(1)
-        ),
-        args,
-    )
-    .execute(conn)
-    .await?;
+    sqlx::query_with(&calls_insert(1), args)
+        .execute(conn)
+        .await?;
     Ok(())
+}
+
+/// `INSERT INTO gateway_calls … SELECT * FROM unnest(…)` of the arrays [`add_call_columns`]
+/// binds, the first at `$first`: a statement alone, or a CTE of a larger one.
+pub(super) fn calls_insert(first: usize) -> String {
+    format!(
+        "INSERT INTO gateway_calls {GATEWAY_CALL_COLUMNS} SELECT * FROM {}",
+        unnest_calls(first)
+    )
 }
 
 /// The columns of `gateway_calls` a call fills, in the order [`add_call_columns`] binds them.
@@ -387,7 +390,7 @@ fn unnest_calls(first: usize) -> String {
 }
 
 /// Binds `value` as the next parameter of a statement built with [`PgArguments`].
-fn bind<'q, T>(args: &mut PgArguments, value: T) -> Result<(), sqlx::Error>
+pub(super) fn bind<'q, T>(args: &mut PgArguments, value: T) -> Result<(), sqlx::Error>
 where
     T: 'q + sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
 {
@@ -396,7 +399,7 @@ where
 
 /// Binds the calls as eleven arrays, one per column of [`GATEWAY_CALL_COLUMNS`], each
 /// gateway-provided text made storable.
-fn add_call_columns(
+pub(super) fn add_call_columns(
     args: &mut PgArguments,
     calls: &[&GatewayCallRecord],
 ) -> Result<(), sqlx::Error> {
@@ -673,10 +676,8 @@ fn settle_sql(with_calls: bool, with_events: bool) -> String {
     let calls = if with_calls {
         format!(
             ",
-         calls AS (
-             INSERT INTO gateway_calls {GATEWAY_CALL_COLUMNS} SELECT * FROM {}
-         )",
-            unnest_calls(17)
+         calls AS ({})",
+            calls_insert(17)
         )
     } else {
         String::new()

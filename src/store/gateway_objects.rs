@@ -9,41 +9,77 @@
 //!   nothing, and so never confirms.
 //! - Set once: a stored id is never replaced by another (an attempt has one object, made
 //!   under one derived key). Writing the same id again is accepted (a replayed create).
-//! - The create call is recorded as evidence in the same transaction, fenced or not.
+//! - The create call is recorded as evidence in the same statement, fenced or not.
+//! - Storing the id also stamps the confirm's send (`dispatched_at`), under the same
+//!   lease check [`stamp_confirm_send`] makes: nothing that can charge leaves unstamped.
 
-use super::attempts::record_gateway_call;
+use std::sync::LazyLock;
+
+use sqlx::postgres::PgArguments;
+
+use super::attempts::{add_call_columns, bind, calls_insert};
 use super::Store;
 use crate::domain::GatewayCallRecord;
 use crate::domain::{LeaseToken, PaymentAttemptId};
 
 /// Stores `object_id` as the gateway object of the attempt held under `lease_token`, with
-/// the evidence of the call that made it. `Ok(true)`: stored (or already stored with the
-/// same id), the caller may make the charging call. `Ok(false)`: the lease is no longer
-/// this caller's, or another id is stored; it must not call.
+/// the evidence of the call that made it, and stamps the confirm's send as
+/// [`stamp_confirm_send`] does — one statement, one round trip (issue 28: storing and
+/// stamping were two transactions, five round trips and two row versions per charge, with
+/// nothing between them). [`ConfirmSend::Go`]: stored (or already stored with the same
+/// id) and stamped, the caller confirms now. [`ConfirmSend::LeaseTooShort`]: stored, not
+/// stamped; nothing may be sent. [`ConfirmSend::Fenced`]: the lease is no longer this
+/// caller's, or another id is stored; nothing stored, nothing may be sent. The evidence is
+/// recorded in every case.
 pub async fn record_gateway_object(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
     lease_token: LeaseToken,
     object_id: &str,
     call: &GatewayCallRecord,
-) -> Result<bool, sqlx::Error> {
-    let mut tx = store.pool().begin().await?;
-    let stored = sqlx::query(
-        "UPDATE payment_attempts
-            SET gateway_object_id = $3, updated_at = now()
-          WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
-            AND (gateway_object_id IS NULL OR gateway_object_id = $3)",
+    call_limit: std::time::Duration,
+) -> Result<ConfirmSend, sqlx::Error> {
+    static STATEMENT: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH stored AS (
+                 UPDATE payment_attempts
+                    SET gateway_object_id = $3, {}, updated_at = now()
+                  WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
+                    AND (gateway_object_id IS NULL OR gateway_object_id = $3)
+                  RETURNING {}
+             ),
+             evidence AS ({})
+             SELECT may_send FROM stored",
+            stamp_send(4),
+            may_send(4),
+            calls_insert(5)
+        )
+    });
+    let mut args = PgArguments::default();
+    bind(&mut args, payment_attempt_id)?;
+    bind(&mut args, lease_token)?;
+    bind(&mut args, object_id)?;
+    bind(&mut args, call_limit.as_secs_f64())?;
+    add_call_columns(&mut args, &[call])?;
+    let may_send: Option<bool> = sqlx::query_scalar_with(&STATEMENT, args)
+        .fetch_optional(store.pool())
+        .await?;
+    Ok(ConfirmSend::from_row(may_send))
+}
+
+/// `dispatched_at = now()` when the lease left (`lease_expires_at`) covers a whole call of
+/// `$limit` seconds; the send is not stamped otherwise, and must not happen.
+fn stamp_send(limit: usize) -> String {
+    format!(
+        "dispatched_at = CASE WHEN lease_expires_at > now() + make_interval(secs => ${limit}::float8)
+                              THEN now() ELSE dispatched_at END"
     )
-    .bind(payment_attempt_id)
-    .bind(lease_token)
-    .bind(object_id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    record_gateway_call(&mut tx, call).await?;
-    tx.commit().await?;
-    Ok(stored)
+}
+
+/// Whether the lease covered the call of `$limit` seconds: the column `may_send` a stamping
+/// update returns.
+fn may_send(limit: usize) -> String {
+    format!("lease_expires_at > now() + make_interval(secs => ${limit}::float8) AS may_send")
 }
 
 /// The gateway object stored for an attempt, if any (operators, tests).
@@ -127,24 +163,33 @@ pub async fn stamp_confirm_send(
     lease_token: LeaseToken,
     call_limit: std::time::Duration,
 ) -> Result<ConfirmSend, sqlx::Error> {
-    let may_send: Option<bool> = sqlx::query_scalar(
-        "UPDATE payment_attempts
-            SET dispatched_at = CASE WHEN lease_expires_at > now() + make_interval(secs => $3::float8)
-                                     THEN now() ELSE dispatched_at END,
-                updated_at = now()
-          WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
-          RETURNING lease_expires_at > now() + make_interval(secs => $3::float8)",
-    )
-    .bind(payment_attempt_id)
-    .bind(lease_token)
-    .bind(call_limit.as_secs_f64())
-    .fetch_optional(store.pool())
-    .await?;
-    Ok(match may_send {
-        Some(true) => ConfirmSend::Go,
-        Some(false) => ConfirmSend::LeaseTooShort,
-        None => ConfirmSend::Fenced,
-    })
+    static STATEMENT: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "UPDATE payment_attempts SET {}, updated_at = now()
+              WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
+              RETURNING {}",
+            stamp_send(3),
+            may_send(3)
+        )
+    });
+    let may_send: Option<bool> = sqlx::query_scalar(&STATEMENT)
+        .bind(payment_attempt_id)
+        .bind(lease_token)
+        .bind(call_limit.as_secs_f64())
+        .fetch_optional(store.pool())
+        .await?;
+    Ok(ConfirmSend::from_row(may_send))
+}
+
+impl ConfirmSend {
+    /// What a stamping update answered: no row, the lease is gone.
+    fn from_row(may_send: Option<bool>) -> Self {
+        match may_send {
+            Some(true) => Self::Go,
+            Some(false) => Self::LeaseTooShort,
+            None => Self::Fenced,
+        }
+    }
 }
 
 /// What cancelling an attempt's gateway object needs to know of the attempt.

@@ -12,11 +12,11 @@ use crate::support::{
 use mock_gateway::stripe::payment_methods as spm;
 use mock_gateway::{payment_methods as pm, Dialect, FaultConfig, FaultRule, MockConfig};
 use onecharge::domain::outcome::GatewayOutcome;
-use onecharge::domain::AttemptStatus;
+use onecharge::domain::{AttemptStatus, LeaseToken};
 use onecharge::gateway::stripe::{confirm_key, create_key};
 use onecharge::gateway::{GatewayClient, GatewayKind, Prepared};
 use onecharge::reconciler::Resolution;
-use onecharge::store::gateway_objects::{gateway_object_id, record_gateway_object};
+use onecharge::store::gateway_objects::{gateway_object_id, record_gateway_object, ConfirmSend};
 use onecharge::store::intake::record_batch;
 use serde_json::json;
 use uuid::Uuid;
@@ -477,15 +477,15 @@ async fn an_executor_that_died_between_storing_and_confirming_is_settled_by_retr
     // The first step ran and its id was stored; then the process died before the confirm.
     let (pi, evidence) = prepare_and_store(&h, &client, &claimed).await;
     // A stale worker cannot replace it.
-    assert!(!record_gateway_object(
+    let stale = record_gateway_object(
         &h.store,
         id,
         (claimed.lease_token.get() - 1).into(),
         "pi_other",
-        &evidence
-    )
-    .await
-    .unwrap());
+        &evidence,
+        Duration::from_secs(1),
+    );
+    assert_eq!(stale.await.unwrap(), ConfirmSend::Fenced);
     h.advance(Duration::from_secs(60)).await;
 
     // requires_confirmation: never charged, confirm it (again) under the same key.
@@ -751,15 +751,15 @@ async fn prepare_and_store(
         gateway_charge_id: Some(pi.clone()),
         error: None,
     };
-    assert!(record_gateway_object(
+    let stored = record_gateway_object(
         &h.store,
         claimed.payment_attempt_id,
         claimed.lease_token,
         &pi,
-        &evidence
-    )
-    .await
-    .unwrap());
+        &evidence,
+        Duration::from_secs(1),
+    );
+    assert_eq!(stored.await.unwrap(), ConfirmSend::Go);
     (pi, evidence)
 }
 
@@ -951,4 +951,87 @@ async fn a_confirm_is_never_sent_when_the_lease_left_cannot_cover_it() {
     );
     assert!(h.gateway.ledger().is_empty());
     assert_eq!(gateway_object_id(&h.store, id).await.unwrap(), Some(pi));
+}
+
+/// Storing the PaymentIntent and stamping the confirm's send are one write (issue 28): the
+/// id is stored whatever the lease left, but the send is stamped — and the confirm may
+/// leave — only when the lease still covers a whole call; a stale worker stores and stamps
+/// nothing; every create's evidence is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_the_confirm() {
+    let h = stripe_harness().await;
+    let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let executor = h.executor_with(stripe_client(&h));
+    let claimed = executor.claim(1).await.unwrap().remove(0);
+    let evidence = |pi: &str| onecharge::domain::GatewayCallRecord {
+        payment_attempt_id: id,
+        operation: onecharge::domain::CallOperation::Prepare,
+        idempotency_key: onecharge::domain::IdempotencyKey::sent(create_key(
+            &claimed.idempotency_key,
+        )),
+        try_number: claimed.tries,
+        lease_token: Some(claimed.lease_token),
+        started_at: claimed.created_at,
+        finished_at: claimed.created_at,
+        http_status: Some(200),
+        outcome: "prepared".into(),
+        gateway_charge_id: Some(pi.to_owned()),
+        error: None,
+    };
+    let store = |token: LeaseToken, pi: &'static str, limit: Duration| {
+        let (h, evidence) = (&h, evidence(pi));
+        async move {
+            record_gateway_object(&h.store, id, token, pi, &evidence, limit)
+                .await
+                .unwrap()
+        }
+    };
+    // The create took five seconds (rows moved back by as much).
+    h.advance(Duration::from_secs(5)).await;
+    let claimed_at = h.attempt(id).await.dispatched_at;
+
+    // A call could outlast the lease: stored, not stamped.
+    let longer_than_the_lease = h.settings.executor.lease * 2;
+    let answer = store(claimed.lease_token, "pi_1", longer_than_the_lease).await;
+    assert_eq!(answer, ConfirmSend::LeaseTooShort);
+    assert_eq!(
+        gateway_object_id(&h.store, id).await.unwrap().as_deref(),
+        Some("pi_1")
+    );
+    assert_eq!(h.attempt(id).await.dispatched_at, claimed_at, "not stamped");
+
+    // The same id again, with the lease covering the call: stamped by the database's clock.
+    let answer = store(claimed.lease_token, "pi_1", Duration::from_secs(1)).await;
+    assert_eq!(answer, ConfirmSend::Go);
+    let stamped = h.attempt(id).await.dispatched_at.expect("stamped");
+    assert!(
+        stamped > claimed_at.expect("claimed"),
+        "{stamped} after the claim"
+    );
+
+    // Another id, or a stale lease: nothing stored, nothing stamped.
+    let stale: LeaseToken = (claimed.lease_token.get() - 1).into();
+    assert_eq!(
+        store(claimed.lease_token, "pi_2", Duration::from_secs(1)).await,
+        ConfirmSend::Fenced
+    );
+    assert_eq!(
+        store(stale, "pi_1", Duration::from_secs(1)).await,
+        ConfirmSend::Fenced
+    );
+    assert_eq!(
+        gateway_object_id(&h.store, id).await.unwrap().as_deref(),
+        Some("pi_1")
+    );
+    assert_eq!(h.attempt(id).await.dispatched_at, Some(stamped));
+
+    // Every create's evidence, fenced or not.
+    let recorded: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM gateway_calls WHERE payment_attempt_id = $1 AND operation = 'prepare'",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(recorded, 4);
 }
