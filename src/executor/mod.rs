@@ -38,7 +38,7 @@ use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
 pub use policy::RetryPolicy;
-pub use writer::{SettlementWriter, WriteError};
+pub use writer::{GatewayObjectWriter, SettlementWriter, WriteError};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::RequiresAction;
@@ -55,17 +55,18 @@ use crate::gateway_limit::Take;
 use crate::nudge::Nudges;
 use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
 use crate::store::gateway_objects::{
-    advance_key, record_gateway_object, stamp_confirm_send, ConfirmSend, KeyStep,
+    advance_key, stamp_confirm_send, ConfirmSend, KeyStep, ObjectWrite,
 };
 use crate::store::Store;
 use ahead::{ClaimAhead, Queued};
 use in_hand::InHand;
 
 /// Database connections one executor needs: its one claim at a time, the settlement
-/// batches being written, and one spare (which a hand-back of queued attempts uses). It
-/// does not grow with `executor.concurrency` or the claim-ahead queue: calls in flight and
-/// queued attempts hold no connection.
-pub const DATABASE_CONNECTIONS: u32 = 1 + writer::BATCHES_IN_FLIGHT as u32 + 1;
+/// batches being written, the batches of writes before a confirm (Stripe's; a §3 gateway
+/// never opens those), and one spare (which a hand-back of queued attempts uses). It does
+/// not grow with `executor.concurrency` or the claim-ahead queue: calls in flight and queued
+/// attempts hold no connection.
+pub const DATABASE_CONNECTIONS: u32 = 1 + 2 * writer::BATCHES_IN_FLIGHT as u32 + 1;
 
 /// What became of one claimed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +139,8 @@ struct Inner {
     settings: ExecutorSettings,
     policy: RetryPolicy,
     writer: SettlementWriter,
+    /// The writes before a confirm (the gateway object and the send's stamp), group-committed.
+    objects: GatewayObjectWriter,
     nudges: Nudges,
     owner: String,
     clock: Arc<dyn Clock>,
@@ -177,6 +180,7 @@ impl Executor {
         Self {
             inner: Arc::new(Inner {
                 writer: SettlementWriter::start(store.clone(), settings.executor.batch_size),
+                objects: GatewayObjectWriter::start(store.clone(), settings.executor.batch_size),
                 gateway: GatewayAccess::new(store.clone(), gateway, health, settings),
                 store,
                 settings: settings.executor.clone(),
@@ -749,7 +753,7 @@ impl Executor {
             None,
         );
         let stored =
-            store_gateway_object(&inner.store, attempt, &id, &evidence, inner.call_limit).await;
+            store_gateway_object(&inner.objects, attempt, &id, &evidence, inner.call_limit).await;
         if matches!(stored, Ok(ConfirmSend::Go | ConfirmSend::LeaseTooShort)) {
             *request = request.clone().with_gateway_object(Some(id));
         }
@@ -983,7 +987,7 @@ fn call_evidence<T>(
 /// `Ok(Some(call))`: the lease left cannot cover a whole call, so nothing is sent (an
 /// outcome `not_sent`). `Err`: fenced, or the database failed: nothing is sent.
 fn confirm_send_answer(
-    answer: Result<ConfirmSend, sqlx::Error>,
+    answer: Result<ConfirmSend, impl std::fmt::Display>,
 ) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
     match answer {
         Ok(ConfirmSend::Go) => Ok(None),
@@ -1015,25 +1019,25 @@ fn confirm_send_answer(
 }
 
 /// Stores the gateway object under the attempt's lease (fenced) and stamps the confirm's
-/// send, retrying a transient database failure briefly (three more tries from 50 ms, the
-/// one jittered backoff). Only a stored, stamped object is confirmed.
+/// send, group-committed with other slots' (decision 123), retrying a transient database
+/// failure briefly (three more tries from 50 ms, the one jittered backoff). Only a stored,
+/// stamped object is confirmed.
 async fn store_gateway_object(
-    store: &crate::store::Store,
+    objects: &GatewayObjectWriter,
     attempt: &ClaimedAttempt,
     object_id: &str,
     evidence: &GatewayCallRecord,
     call_limit: Duration,
-) -> Result<ConfirmSend, sqlx::Error> {
+) -> Result<ConfirmSend, WriteError> {
     use backon::Retryable as _;
     let write = || {
-        record_gateway_object(
-            store,
-            attempt.payment_attempt_id,
-            attempt.lease_token,
-            object_id,
-            evidence,
+        objects.write(ObjectWrite {
+            payment_attempt_id: attempt.payment_attempt_id,
+            lease_token: attempt.lease_token,
+            object_id: object_id.to_owned(),
+            call: evidence.clone(),
             call_limit,
-        )
+        })
     };
     write
         .retry(
@@ -1043,10 +1047,8 @@ async fn store_gateway_object(
             )
             .with_max_times(3),
         )
-        .when(crate::store::is_transient)
-        .notify(
-            |err, _| tracing::warn!(error = %err, "storing the gateway object failed; retrying"),
-        )
+        .when(|err: &WriteError| err.transient)
+        .notify(|err, _| tracing::warn!(error = %err.message, "storing the gateway object failed; retrying"))
         .await
 }
 

@@ -18,19 +18,17 @@ use std::sync::LazyLock;
 use sqlx::postgres::PgArguments;
 
 use super::attempts::{add_call_columns, bind, calls_insert};
-use super::Store;
+use super::{column, Store};
 use crate::domain::GatewayCallRecord;
 use crate::domain::{LeaseToken, PaymentAttemptId};
 
 /// Stores `object_id` as the gateway object of the attempt held under `lease_token`, with
 /// the evidence of the call that made it, and stamps the confirm's send as
-/// [`stamp_confirm_send`] does — one statement, one round trip (issue 28: storing and
-/// stamping were two transactions, five round trips and two row versions per charge, with
-/// nothing between them). [`ConfirmSend::Go`]: stored (or already stored with the same
-/// id) and stamped, the caller confirms now. [`ConfirmSend::LeaseTooShort`]: stored, not
-/// stamped; nothing may be sent. [`ConfirmSend::Fenced`]: the lease is no longer this
-/// caller's, or another id is stored; nothing stored, nothing may be sent. The evidence is
-/// recorded in every case.
+/// [`stamp_confirm_send`] does — one statement (decision 123). [`ConfirmSend::Go`]: stored
+/// (or already stored with the same id) and stamped, the caller confirms now.
+/// [`ConfirmSend::LeaseTooShort`]: stored, not stamped; nothing may be sent.
+/// [`ConfirmSend::Fenced`]: the lease is no longer this caller's, or another id is stored;
+/// nothing stored, nothing may be sent. The evidence is recorded in every case.
 pub async fn record_gateway_object(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
@@ -39,47 +37,100 @@ pub async fn record_gateway_object(
     call: &GatewayCallRecord,
     call_limit: std::time::Duration,
 ) -> Result<ConfirmSend, sqlx::Error> {
+    let write = ObjectWrite {
+        payment_attempt_id,
+        lease_token,
+        object_id: object_id.to_owned(),
+        call: call.clone(),
+        call_limit,
+    };
+    let answers = record_gateway_objects(store, std::slice::from_ref(&write)).await?;
+    Ok(answers[0])
+}
+
+/// One attempt's write before its confirm: what [`record_gateway_object`] takes.
+#[derive(Debug, Clone)]
+pub struct ObjectWrite {
+    pub payment_attempt_id: PaymentAttemptId,
+    pub lease_token: LeaseToken,
+    pub object_id: String,
+    /// The evidence of the call that made the object.
+    pub call: GatewayCallRecord,
+    /// The longest the confirm may take: the send is stamped only if the lease covers it.
+    pub call_limit: std::time::Duration,
+}
+
+/// [`record_gateway_object`] for several attempts in one statement (one commit for all):
+/// element `i` of the answer is `writes[i]`'s. Each write keeps its own fence; the rows are
+/// locked in key order, so two batches, or a batch and the reconciler, cannot deadlock.
+pub async fn record_gateway_objects(
+    store: &Store,
+    writes: &[ObjectWrite],
+) -> Result<Vec<ConfirmSend>, sqlx::Error> {
     static STATEMENT: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "WITH stored AS (
-                 UPDATE payment_attempts
-                    SET gateway_object_id = $3, {}, updated_at = now()
-                  WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
-                    AND (gateway_object_id IS NULL OR gateway_object_id = $3)
-                  RETURNING {}
+            "WITH input AS (
+                 SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::float8[])
+                     WITH ORDINALITY AS i(payment_attempt_id, lease_token, object_id, call_limit, ord)
+             ),
+             locked AS (
+                 SELECT a.payment_attempt_id
+                 FROM payment_attempts a
+                 WHERE a.payment_attempt_id = ANY($1::uuid[])
+                 ORDER BY a.payment_attempt_id
+                 FOR UPDATE
+             ),
+             stored AS (
+                 UPDATE payment_attempts a
+                    SET gateway_object_id = i.object_id, {}, updated_at = now()
+                   FROM input i JOIN locked USING (payment_attempt_id)
+                  WHERE a.payment_attempt_id = ANY($1::uuid[])
+                    AND a.payment_attempt_id = i.payment_attempt_id
+                    AND a.lease_token = i.lease_token AND a.status = 'in_flight'
+                    AND (a.gateway_object_id IS NULL OR a.gateway_object_id = i.object_id)
+                  RETURNING i.ord, {}
              ),
              evidence AS ({})
-             SELECT may_send FROM stored",
-            stamp_send(4),
-            may_send(4),
+             SELECT ord, may_send FROM stored",
+            stamp_send("i.call_limit"),
+            may_send("i.call_limit"),
             calls_insert(5)
         )
     });
+    if writes.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut args = PgArguments::default();
-    bind(&mut args, payment_attempt_id)?;
-    bind(&mut args, lease_token)?;
-    bind(&mut args, object_id)?;
-    bind(&mut args, call_limit.as_secs_f64())?;
-    add_call_columns(&mut args, &[call])?;
-    let may_send: Option<bool> = sqlx::query_scalar_with(&STATEMENT, args)
-        .fetch_optional(store.pool())
+    bind(&mut args, column(writes, |w| w.payment_attempt_id))?;
+    bind(&mut args, column(writes, |w| w.lease_token))?;
+    bind(&mut args, column(writes, |w| w.object_id.clone()))?;
+    bind(&mut args, column(writes, |w| w.call_limit.as_secs_f64()))?;
+    let calls = column(writes, |w| &w.call);
+    add_call_columns(&mut args, &calls)?;
+    let stored: Vec<(i64, bool)> = sqlx::query_as_with(&STATEMENT, args)
+        .fetch_all(store.pool())
         .await?;
-    Ok(ConfirmSend::from_row(may_send))
+    let mut answers = vec![ConfirmSend::Fenced; writes.len()];
+    for (ord, may_send) in stored {
+        answers[ord as usize - 1] = ConfirmSend::from_row(Some(may_send));
+    }
+    Ok(answers)
 }
 
 /// `dispatched_at = now()` when the lease left (`lease_expires_at`) covers a whole call of
-/// `$limit` seconds; the send is not stamped otherwise, and must not happen.
-fn stamp_send(limit: usize) -> String {
+/// `limit` seconds (a parameter or a column); the send is not stamped otherwise, and must
+/// not happen.
+fn stamp_send(limit: &str) -> String {
     format!(
-        "dispatched_at = CASE WHEN lease_expires_at > now() + make_interval(secs => ${limit}::float8)
+        "dispatched_at = CASE WHEN lease_expires_at > now() + make_interval(secs => {limit})
                               THEN now() ELSE dispatched_at END"
     )
 }
 
-/// Whether the lease covered the call of `$limit` seconds: the column `may_send` a stamping
+/// Whether the lease covered the call of `limit` seconds: the column `may_send` a stamping
 /// update returns.
-fn may_send(limit: usize) -> String {
-    format!("lease_expires_at > now() + make_interval(secs => ${limit}::float8) AS may_send")
+fn may_send(limit: &str) -> String {
+    format!("lease_expires_at > now() + make_interval(secs => {limit}) AS may_send")
 }
 
 /// The gateway object stored for an attempt, if any (operators, tests).
@@ -168,8 +219,8 @@ pub async fn stamp_confirm_send(
             "UPDATE payment_attempts SET {}, updated_at = now()
               WHERE payment_attempt_id = $1 AND lease_token = $2 AND status = 'in_flight'
               RETURNING {}",
-            stamp_send(3),
-            may_send(3)
+            stamp_send("$3::float8"),
+            may_send("$3::float8")
         )
     });
     let may_send: Option<bool> = sqlx::query_scalar(&STATEMENT)

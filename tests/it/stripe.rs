@@ -16,7 +16,9 @@ use onecharge::domain::{AttemptStatus, LeaseToken};
 use onecharge::gateway::stripe::{confirm_key, create_key};
 use onecharge::gateway::{GatewayClient, GatewayKind, Prepared};
 use onecharge::reconciler::Resolution;
-use onecharge::store::gateway_objects::{gateway_object_id, record_gateway_object, ConfirmSend};
+use onecharge::store::gateway_objects::{
+    gateway_object_id, record_gateway_object, record_gateway_objects, ConfirmSend, ObjectWrite,
+};
 use onecharge::store::intake::record_batch;
 use serde_json::json;
 use uuid::Uuid;
@@ -1034,4 +1036,70 @@ async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_t
     .await
     .unwrap();
     assert_eq!(recorded, 4);
+}
+
+/// The writes before a confirm are group-committed (decision 123): in one statement each
+/// keeps its own fence and its own lease check, answers in the order written, and every
+/// create's evidence is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_payment_intents_stored_at_once_answers_each_by_its_own_lease() {
+    let h = stripe_harness().await;
+    h.seed_many(&[spm::CARD_VISA, spm::CARD_VISA, spm::CARD_VISA])
+        .await;
+    let executor = h.executor_with(stripe_client(&h));
+    let claimed = executor.claim(3).await.unwrap();
+    assert_eq!(claimed.len(), 3);
+    let write =
+        |c: &onecharge::store::attempts::ClaimedAttempt, token: LeaseToken, limit| ObjectWrite {
+            payment_attempt_id: c.payment_attempt_id,
+            lease_token: token,
+            object_id: format!("pi_{}", c.payment_attempt_id.into_uuid().simple()),
+            call: onecharge::domain::GatewayCallRecord {
+                payment_attempt_id: c.payment_attempt_id,
+                operation: onecharge::domain::CallOperation::Prepare,
+                idempotency_key: onecharge::domain::IdempotencyKey::sent(create_key(
+                    &c.idempotency_key,
+                )),
+                try_number: c.tries,
+                lease_token: Some(token),
+                started_at: c.created_at,
+                finished_at: c.created_at,
+                http_status: Some(200),
+                outcome: "prepared".into(),
+                gateway_charge_id: None,
+                error: None,
+            },
+            call_limit: limit,
+        };
+    let short = Duration::from_secs(1);
+    let past_the_lease = h.settings.executor.lease * 2;
+    let stale: LeaseToken = (claimed[2].lease_token.get() - 1).into();
+    let writes = [
+        write(&claimed[0], claimed[0].lease_token, past_the_lease),
+        write(&claimed[1], claimed[1].lease_token, short),
+        write(&claimed[2], stale, short),
+    ];
+    let answers = record_gateway_objects(&h.store, &writes).await.unwrap();
+    assert_eq!(
+        answers,
+        vec![
+            ConfirmSend::LeaseTooShort,
+            ConfirmSend::Go,
+            ConfirmSend::Fenced
+        ]
+    );
+    for (c, stored) in claimed.iter().zip([true, true, false]) {
+        let id = gateway_object_id(&h.store, c.payment_attempt_id)
+            .await
+            .unwrap();
+        assert_eq!(id.is_some(), stored, "{id:?}");
+    }
+    let recorded: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM gateway_calls WHERE payment_attempt_id = ANY($1) AND operation = 'prepare'",
+    )
+    .bind(claimed.iter().map(|c| c.payment_attempt_id).collect::<Vec<_>>())
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(recorded, 3);
 }
