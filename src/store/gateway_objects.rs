@@ -62,7 +62,7 @@ pub struct ObjectWrite {
 
 /// [`record_gateway_object`] for several attempts in one statement (one commit for all):
 /// element `i` of the answer is `writes[i]`'s. Each write keeps its own fence; the rows are
-/// locked in key order, so two batches, or a batch and the reconciler, cannot deadlock.
+/// locked in key order, so two batches cannot deadlock on each other.
 pub async fn record_gateway_objects(
     store: &Store,
     writes: &[ObjectWrite],
