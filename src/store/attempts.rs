@@ -694,13 +694,7 @@ fn settle_sql(with_calls: bool, with_events: bool) -> String {
                       decline_code, review_reason, last_error, next_run_at, refund, at, cause,
                       actor, detail, event_id, subject, ord)
          ),
-         locked AS (
-             SELECT a.payment_attempt_id
-             FROM payment_attempts a
-             WHERE a.payment_attempt_id = ANY($1::uuid[])
-             ORDER BY a.payment_attempt_id
-             FOR UPDATE
-         ),
+         {LOCKED_IN_KEY_ORDER},
          settled AS (
              UPDATE payment_attempts a SET
                  status = i.to_status,
@@ -730,6 +724,16 @@ fn settle_sql(with_calls: bool, with_events: bool) -> String {
          SELECT ord FROM settled"
     )
 }
+
+/// The CTE `locked`: the attempts named by `$1` (a `uuid[]`), locked in key order before a
+/// batch updates them, so that two batches of fenced writes cannot deadlock on each other.
+pub(super) const LOCKED_IN_KEY_ORDER: &str = "locked AS (
+             SELECT a.payment_attempt_id
+             FROM payment_attempts a
+             WHERE a.payment_attempt_id = ANY($1::uuid[])
+             ORDER BY a.payment_attempt_id
+             FOR UPDATE
+         )";
 
 /// The events of the writes let through, built from the settled rows (decision 118).
 const SETTLE_EVENTS: &str = ",

@@ -17,7 +17,7 @@ use std::sync::LazyLock;
 
 use sqlx::postgres::PgArguments;
 
-use super::attempts::{add_call_columns, bind, calls_insert};
+use super::attempts::{add_call_columns, bind, calls_insert, LOCKED_IN_KEY_ORDER};
 use super::{column, Store};
 use crate::domain::GatewayCallRecord;
 use crate::domain::{LeaseToken, PaymentAttemptId};
@@ -73,13 +73,7 @@ pub async fn record_gateway_objects(
                  SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::float8[])
                      WITH ORDINALITY AS i(payment_attempt_id, lease_token, object_id, call_limit, ord)
              ),
-             locked AS (
-                 SELECT a.payment_attempt_id
-                 FROM payment_attempts a
-                 WHERE a.payment_attempt_id = ANY($1::uuid[])
-                 ORDER BY a.payment_attempt_id
-                 FOR UPDATE
-             ),
+             {LOCKED_IN_KEY_ORDER},
              stored AS (
                  UPDATE payment_attempts a
                     SET gateway_object_id = i.object_id, {}, updated_at = now()
