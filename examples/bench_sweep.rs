@@ -114,9 +114,9 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     let (start_rss, peak) = peak.stop();
     ensure!(
-        report.records == charges as u64,
+        report.records_kept == charges as u64,
         "read {} of {charges}",
-        report.records
+        report.records_kept
     );
     ensure!(
         report.new_findings.is_empty(),
@@ -127,9 +127,9 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
         "| {} | {} | {} | {seconds:.1} ({:.1}) | {} | {} MiB | {} MiB | {} MiB |",
         support::thousands(charges as f64),
         report.pages,
-        support::thousands(report.records as f64),
+        support::thousands(report.records_kept as f64),
         report.read_seconds,
-        support::thousands(report.records as f64 / seconds),
+        support::thousands(report.records_kept as f64 / seconds),
         start_rss / 1024,
         peak / 1024,
         (peak.saturating_sub(start_rss)) / 1024,

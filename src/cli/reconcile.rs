@@ -135,11 +135,13 @@ async fn sweep(settings: Settings, args: SweepArgs) -> anyhow::Result<()> {
 /// A sweep's report in lines.
 pub fn render_sweep(report: &SweepReport) -> String {
     let mut out = format!(
-        "swept {} .. {}: {} page(s), {} record(s) in {:.1}s; {} new finding(s), {} seen again; {} attempt(s) settled by the evidence, {} made due\n",
+        "swept {} .. {}: {} page(s), {} record(s) seen, {} kept, {} skipped as not onecharge's, in {:.1}s; {} new finding(s), {} seen again; {} attempt(s) settled by the evidence, {} made due\n",
         report.window_from,
         report.window_to,
         report.pages,
-        report.records,
+        report.records_seen,
+        report.records_kept,
+        report.records_skipped,
         report.duration_seconds,
         report.new_findings.len(),
         report.findings_seen_again,

@@ -16,7 +16,7 @@ use super::stripe::IntentFields;
 use super::wire::GatewayReply;
 use super::{exchange, Connector, GatewayCall, GatewayClient};
 use crate::domain::outcome::MAX_REASON_CHARS;
-use crate::domain::{bounded, CallOperation};
+use crate::domain::{bounded, CallOperation, PaymentAttemptId};
 
 /// The most records one page may ask for (both dialects cap `limit` at 100).
 pub const MAX_PAGE: usize = 100;
@@ -90,12 +90,39 @@ pub struct ListedCharge {
     pub idempotency_key: Option<String>,
 }
 
-/// One page: its records, and the cursor of the next page when there is one.
+/// One page: the records onecharge compares, what else the page held, and the cursor of
+/// the next page when there is one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListPage {
+    /// The records that are onecharge's (they name an attempt id) and hold an outcome.
     pub records: Vec<ListedCharge>,
-    /// `starting_after` for the next page; `None` on the last.
+    /// Every record the page held, kept or not.
+    pub seen: u32,
+    /// Records that are not onecharge's: no attempt id, or one that is not an attempt id's
+    /// shape (another integration sharing the account). Never a finding.
+    pub not_ours: u32,
+    /// `starting_after` for the next page; `None` on the last. Taken from the page's last
+    /// record whatever was kept of it: a page of someone else's records still leads on.
     pub next: Option<String>,
+}
+
+/// Whether a record's reference (§3 `reference`, Stripe `metadata.payment_attempt_id`) makes
+/// it onecharge's: it has the shape of an attempt id.
+fn is_ours(reference: Option<&str>) -> bool {
+    reference.is_some_and(|r| r.parse::<PaymentAttemptId>().is_ok())
+}
+
+/// The cursor of the page after one that held `last` (its last record's id), when the
+/// gateway says there is more: a page that says "more" but holds nothing to continue after
+/// cannot be followed, and ending there would skip the rest of the window silently.
+fn next_cursor(has_more: bool, last: Option<&str>) -> Result<Option<String>, ListOutcome> {
+    match (has_more, last) {
+        (false, _) => Ok(None),
+        (true, Some(last)) => Ok(Some(last.to_owned())),
+        (true, None) => Err(ListOutcome::Failed {
+            reason: "the gateway's list said has_more on a page with no records: no cursor to continue after".into(),
+        }),
+    }
 }
 
 /// What one list call came to.
@@ -256,7 +283,8 @@ struct OnechargeRecord {
     idempotency_key: Option<String>,
 }
 
-/// Reads a §3 list page: each charge as it is, its status as said.
+/// Reads a §3 list page: each of onecharge's charges as it is, its status as said; a charge
+/// whose reference is no attempt id is someone else's and is only counted.
 pub fn read_onecharge_page(reply: GatewayReply<'_>) -> ListOutcome {
     let body = match common(reply) {
         Ok(body) => body,
@@ -266,24 +294,31 @@ pub fn read_onecharge_page(reply: GatewayReply<'_>) -> ListOutcome {
         Ok(list) => list,
         Err(err) => return unreadable(err),
     };
-    let next = list
-        .has_more
-        .then(|| list.data.last().map(|c| c.id.clone()))
-        .flatten();
+    let next = match next_cursor(list.has_more, list.data.last().map(|c| c.id.as_str())) {
+        Ok(next) => next,
+        Err(outcome) => return outcome,
+    };
+    let seen = list.data.len() as u32;
+    let (ours, not_ours): (Vec<_>, Vec<_>) = list
+        .data
+        .into_iter()
+        .partition(|c| is_ours(c.reference.as_deref()));
+    let records = ours
+        .into_iter()
+        .map(|c| ListedCharge {
+            id: c.id,
+            status: ListedStatus::parse(&c.status),
+            reference: c.reference,
+            amount_minor: c.amount_minor,
+            currency: c.currency.map(|c| c.to_ascii_uppercase()),
+            customer: c.customer_id,
+            idempotency_key: c.idempotency_key,
+        })
+        .collect();
     ListOutcome::Page(ListPage {
-        records: list
-            .data
-            .into_iter()
-            .map(|c| ListedCharge {
-                id: c.id,
-                status: ListedStatus::parse(&c.status),
-                reference: c.reference.filter(|r| !r.is_empty()),
-                amount_minor: c.amount_minor,
-                currency: c.currency.map(|c| c.to_ascii_uppercase()),
-                customer: c.customer_id,
-                idempotency_key: c.idempotency_key,
-            })
-            .collect(),
+        records,
+        seen,
+        not_ours: not_ours.len() as u32,
         next,
     })
 }
@@ -330,7 +365,8 @@ struct StripeCharge {
     disputed: bool,
 }
 
-/// Reads a Stripe PaymentIntent list page. A PaymentIntent that was never confirmed
+/// Reads a Stripe PaymentIntent list page. One whose metadata names no attempt id is
+/// someone else's and is only counted. One of onecharge's that was never confirmed
 /// (`requires_confirmation`, or `requires_payment_method` without an error) never charged
 /// and is left out; a succeeded one is `refunded` or `disputed` when its latest charge
 /// says so.
@@ -343,52 +379,63 @@ pub fn read_stripe_page(reply: GatewayReply<'_>) -> ListOutcome {
         Ok(list) => list,
         Err(err) => return unreadable(err),
     };
-    let next = list
-        .has_more
-        .then(|| list.data.last().map(|pi| pi.fields.id.clone()))
-        .flatten();
-    let records = list
-        .data
-        .into_iter()
-        .filter_map(|pi| {
-            let status = match pi.fields.status.as_str() {
-                "succeeded" => match &pi.latest_charge {
-                    Some(Expandable::Object(charge)) if charge.disputed => ListedStatus::Disputed,
-                    Some(Expandable::Object(charge))
-                        if charge.refunded || charge.amount_refunded > 0 =>
-                    {
-                        ListedStatus::Refunded
-                    }
-                    _ => ListedStatus::Succeeded,
-                },
-                "canceled" => ListedStatus::Canceled,
-                "requires_payment_method" if pi.last_payment_error.is_some() => {
-                    ListedStatus::Declined
+    let next = match next_cursor(
+        list.has_more,
+        list.data.last().map(|pi| pi.fields.id.as_str()),
+    ) {
+        Ok(next) => next,
+        Err(outcome) => return outcome,
+    };
+    let seen = list.data.len() as u32;
+    let (ours, not_ours): (Vec<_>, Vec<_>) = list.data.into_iter().partition(|pi| {
+        is_ours(
+            pi.fields
+                .metadata
+                .get("payment_attempt_id")
+                .map(String::as_str),
+        )
+    });
+    let records = ours.into_iter().filter_map(|pi| {
+        let status = match pi.fields.status.as_str() {
+            "succeeded" => match &pi.latest_charge {
+                Some(Expandable::Object(charge)) if charge.disputed => ListedStatus::Disputed,
+                Some(Expandable::Object(charge))
+                    if charge.refunded || charge.amount_refunded > 0 =>
+                {
+                    ListedStatus::Refunded
                 }
-                "requires_payment_method" | "requires_confirmation" => return None,
-                other => ListedStatus::Other(other.to_owned()),
-            };
-            let (amount_minor, currency) = pi.fields.money();
-            Some(ListedCharge {
-                status,
-                reference: pi
-                    .fields
-                    .metadata
-                    .get("payment_attempt_id")
-                    .filter(|r| !r.is_empty())
-                    .cloned(),
-                amount_minor,
-                currency,
-                customer: pi.customer.map(|c| match c {
-                    Expandable::Id(id) => id,
-                    Expandable::Object(o) => o.id,
-                }),
-                idempotency_key: None,
-                id: pi.fields.id,
-            })
+                _ => ListedStatus::Succeeded,
+            },
+            "canceled" => ListedStatus::Canceled,
+            "requires_payment_method" if pi.last_payment_error.is_some() => ListedStatus::Declined,
+            "requires_payment_method" | "requires_confirmation" => return None,
+            other => ListedStatus::Other(other.to_owned()),
+        };
+        let (amount_minor, currency) = pi.fields.money();
+        Some(ListedCharge {
+            status,
+            reference: pi
+                .fields
+                .metadata
+                .get("payment_attempt_id")
+                .filter(|r| !r.is_empty())
+                .cloned(),
+            amount_minor,
+            currency,
+            customer: pi.customer.map(|c| match c {
+                Expandable::Id(id) => id,
+                Expandable::Object(o) => o.id,
+            }),
+            idempotency_key: None,
+            id: pi.fields.id,
         })
-        .collect();
-    ListOutcome::Page(ListPage { records, next })
+    });
+    ListOutcome::Page(ListPage {
+        records: records.collect(),
+        seen,
+        not_ours: not_ours.len() as u32,
+        next,
+    })
 }
 
 #[cfg(test)]
@@ -396,6 +443,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    const ATTEMPT: &str = "6f1c0a52-8d0e-4a55-9b8e-6f0c2b3c6c1d";
 
     fn ok(body: serde_json::Value) -> Vec<u8> {
         body.to_string().into_bytes()
@@ -414,10 +463,10 @@ mod tests {
     fn a_onecharge_page_reads_each_charge_and_the_next_cursor() {
         let body = ok(json!({"data": [
             {"id": "ch_1", "status": "succeeded", "amount_minor": 1999, "currency": "EUR",
-             "reference": "6f1c", "idempotency_key": "k1", "customer_id": "cus_1",
+             "reference": ATTEMPT, "idempotency_key": "k1", "customer_id": "cus_1",
              "decline_code": null, "created_at": "2026-12-01T10:00:00Z"},
             {"id": "ch_2", "status": "declined", "amount_minor": 5, "currency": "eur",
-             "reference": "", "idempotency_key": "k2", "decline_code": "card_declined",
+             "reference": ATTEMPT, "idempotency_key": "k2", "decline_code": "card_declined",
              "created_at": "2026-12-01T10:00:01Z"}
         ], "has_more": true}));
         let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body)) else {
@@ -427,8 +476,55 @@ mod tests {
         assert_eq!(page.records[0].status, ListedStatus::Succeeded);
         assert_eq!(page.records[0].customer.as_deref(), Some("cus_1"));
         assert_eq!(page.records[1].status, ListedStatus::Declined);
-        assert_eq!(page.records[1].reference, None);
         assert_eq!(page.records[1].currency.as_deref(), Some("EUR"));
+        assert_eq!((page.seen, page.not_ours), (2, 0));
+    }
+
+    #[test]
+    fn records_that_are_not_onecharges_are_counted_not_kept_and_still_lead_to_the_next_page() {
+        let body = ok(json!({"data": [
+            {"id": "ch_1", "status": "succeeded", "reference": "order-7"},
+            {"id": "ch_2", "status": "succeeded", "reference": ""},
+            {"id": "ch_3", "status": "succeeded"},
+        ], "has_more": true}));
+        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body)) else {
+            panic!()
+        };
+        assert!(page.records.is_empty());
+        assert_eq!((page.seen, page.not_ours), (3, 3));
+        assert_eq!(page.next.as_deref(), Some("ch_3"));
+
+        let mut foreign = intent("requires_confirmation", json!(null));
+        foreign["metadata"] = json!({});
+        let mut shaped_otherwise = intent("succeeded", json!(null));
+        shaped_otherwise["id"] = json!("pi_other");
+        shaped_otherwise["metadata"] = json!({"payment_attempt_id": "6f1c"});
+        let body =
+            ok(json!({"object": "list", "has_more": true, "data": [foreign, shaped_otherwise]}));
+        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body)) else {
+            panic!()
+        };
+        assert!(page.records.is_empty());
+        assert_eq!((page.seen, page.not_ours), (2, 2));
+        assert_eq!(page.next.as_deref(), Some("pi_other"));
+    }
+
+    #[test]
+    fn a_page_that_says_more_but_holds_nothing_to_continue_after_is_a_failure() {
+        let body = ok(json!({"data": [], "has_more": true}));
+        assert!(matches!(
+            read_onecharge_page(answered(200, &body)),
+            ListOutcome::Failed { .. }
+        ));
+        assert!(matches!(
+            read_stripe_page(answered(200, &body)),
+            ListOutcome::Failed { .. }
+        ));
+        let body = ok(json!({"data": [], "has_more": false}));
+        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body)) else {
+            panic!()
+        };
+        assert_eq!((page.seen, page.next), (0, None));
     }
 
     #[test]
@@ -467,7 +563,7 @@ mod tests {
     fn intent(status: &str, latest_charge: serde_json::Value) -> serde_json::Value {
         json!({"id": format!("pi_{status}"), "object": "payment_intent", "status": status,
                "amount": 1999, "currency": "eur", "customer": "cus_42",
-               "metadata": {"payment_attempt_id": "6f1c"}, "latest_charge": latest_charge,
+               "metadata": {"payment_attempt_id": ATTEMPT}, "latest_charge": latest_charge,
                "last_payment_error": null})
     }
 
@@ -514,7 +610,7 @@ mod tests {
         let first = &page.records[0];
         assert_eq!(first.amount_minor, Some(1999));
         assert_eq!(first.currency.as_deref(), Some("EUR"));
-        assert_eq!(first.reference.as_deref(), Some("6f1c"));
+        assert_eq!(first.reference.as_deref(), Some(ATTEMPT));
         assert_eq!(first.customer.as_deref(), Some("cus_42"));
         assert_eq!(first.idempotency_key, None);
     }

@@ -32,7 +32,7 @@ use super::{recheck_fence, Reconciler};
 use crate::domain::outcome::{GatewayCharge, LookupOutcome};
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, CallOperation, GatewayCallRecord, SettleWrite};
-use crate::gateway::list::{ListOutcome, ListWindow, MAX_PAGE};
+use crate::gateway::list::{ListOutcome, ListPage, ListWindow, MAX_PAGE};
 use crate::store::attempts::settle;
 use crate::store::findings::{self, FindingSource, NewFinding};
 use crate::store::reconciler::{claim_for_recheck, RecheckClaim};
@@ -58,8 +58,16 @@ pub struct SweepReport {
     pub window_from: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     pub window_to: OffsetDateTime,
+    /// Pages read: every page the gateway had for the window.
     pub pages: u32,
-    pub records: u64,
+    /// Records the pages held, onecharge's or not.
+    pub records_seen: u64,
+    /// Records compared: onecharge's, with an outcome (a PaymentIntent of onecharge's that
+    /// was never confirmed charged nothing and is neither kept nor skipped).
+    pub records_kept: u64,
+    /// Records skipped as not onecharge's (no attempt id, or one not of its shape): another
+    /// integration's in a shared account. Never a finding.
+    pub records_skipped: u64,
     /// Findings first seen by this sweep.
     pub new_findings: Vec<NewFindingSummary>,
     /// Findings seen before, seen again (deduplicated).
@@ -97,7 +105,9 @@ impl Reconciler {
             window_from: window.from,
             window_to: window.to,
             pages: 0,
-            records: 0,
+            records_seen: 0,
+            records_kept: 0,
+            records_skipped: 0,
             new_findings: Vec::new(),
             findings_seen_again: 0,
             settled: Vec::new(),
@@ -117,7 +127,9 @@ impl Reconciler {
         report.duration_seconds = started.elapsed().as_secs_f64();
         let counts = SweepCounts {
             pages: report.pages,
-            records: report.records,
+            records_seen: report.records_seen,
+            records_kept: report.records_kept,
+            records_skipped: report.records_skipped,
             findings: report.new_findings.len() as u32,
             settled: report.settled.len() as u32,
         };
@@ -130,7 +142,9 @@ impl Reconciler {
         result?;
         tracing::info!(
             pages = report.pages,
-            records = report.records,
+            records_seen = report.records_seen,
+            records_kept = report.records_kept,
+            records_skipped = report.records_skipped,
             new_findings = report.new_findings.len(),
             settled = report.settled.len(),
             "sweep finished"
@@ -138,7 +152,9 @@ impl Reconciler {
         Ok(report)
     }
 
-    /// Step 1: every page of the window into the sweep's records.
+    /// Step 1: every page of the window into the sweep's records, until the gateway says
+    /// there is no more, whatever a page kept. A cursor the gateway leads back to is an
+    /// error: following it would loop, and stopping would skip the rest silently.
     async fn read_pages(
         &self,
         sweep_id: i64,
@@ -147,44 +163,62 @@ impl Reconciler {
     ) -> anyhow::Result<()> {
         let inner = &self.inner;
         let mut cursor: Option<String> = None;
+        let mut followed = std::collections::HashSet::new();
         loop {
-            let mut tries = 0;
-            let page = loop {
-                inner.gateway.lookup_permit().await.spend(1);
-                let call = inner
-                    .gateway
-                    .client
-                    .list_page(window, cursor.as_deref(), MAX_PAGE)
-                    .await;
-                tries += 1;
-                match call.outcome {
-                    ListOutcome::Page(page) => break page,
-                    ListOutcome::Failed { reason } if tries < PAGE_TRIES => {
-                        tracing::warn!(reason, tries, "a sweep page failed; asking again");
-                        tokio::time::sleep(Duration::from_secs(1 << (tries - 1))).await;
-                    }
-                    other => anyhow::bail!(
-                        "the gateway's list answered {} after {} page(s): {other:?}",
-                        other.label(),
-                        report.pages
-                    ),
-                }
-            };
+            let page = self
+                .read_page(window, cursor.as_deref(), report.pages)
+                .await?;
             report.pages += 1;
-            report.records += page.records.len() as u64;
+            report.records_seen += u64::from(page.seen);
+            report.records_kept += page.records.len() as u64;
+            report.records_skipped += u64::from(page.not_ours);
             crate::metrics::sweep_page(page.records.len());
             sweep_store::add_records(&inner.store, sweep_id, &page.records)
                 .await
                 .context("storing a page of the gateway's records")?;
-            match page.next {
-                Some(next) if !page.records.is_empty() => cursor = Some(next),
-                _ => return Ok(()),
+            let Some(next) = page.next else {
+                return Ok(());
+            };
+            if !followed.insert(next.clone()) {
+                anyhow::bail!(
+                    "the gateway's list led back to cursor {next} after {} page(s): it does not advance, so the rest of the window cannot be read",
+                    report.pages
+                );
+            }
+            cursor = Some(next);
+        }
+    }
+
+    /// One page after `cursor`, asked again after 1 s, 2 s, 4 s… while it fails
+    /// transiently, up to [`PAGE_TRIES`]; `read` pages were read before it.
+    async fn read_page(
+        &self,
+        window: ListWindow,
+        cursor: Option<&str>,
+        read: u32,
+    ) -> anyhow::Result<ListPage> {
+        let gateway = &self.inner.gateway;
+        let mut tries = 0;
+        loop {
+            gateway.lookup_permit().await.spend(1);
+            let call = gateway.client.list_page(window, cursor, MAX_PAGE).await;
+            tries += 1;
+            match call.outcome {
+                ListOutcome::Page(page) => return Ok(page),
+                ListOutcome::Failed { reason } if tries < PAGE_TRIES => {
+                    tracing::warn!(reason, tries, "a sweep page failed; asking again");
+                    tokio::time::sleep(Duration::from_secs(1 << (tries - 1))).await;
+                }
+                other => anyhow::bail!(
+                    "the gateway's list answered {} after {read} page(s): {other:?}",
+                    other.label(),
+                ),
             }
         }
     }
 
-    /// Steps 2 and 3: each attempt id the records name, each foreign reference, then the
-    /// succeeded attempts nothing names; a batch at a time, each after the last reference
+    /// Steps 2 and 3: each attempt id the records name, then the succeeded attempts
+    /// nothing names; a batch at a time, each after the last reference
     /// of the one before.
     async fn compare_all(
         &self,
@@ -192,7 +226,7 @@ impl Reconciler {
         window: ListWindow,
         report: &mut SweepReport,
     ) -> anyhow::Result<()> {
-        for part in [Part::Named, Part::Foreign, Part::Unlisted] {
+        for part in [Part::Named, Part::Unlisted] {
             let mut after: Option<String> = None;
             loop {
                 let batch = self.batch(part, sweep_id, window, after.as_deref()).await?;
@@ -208,7 +242,7 @@ impl Reconciler {
     }
 
     /// The batch of `part` after the reference `after`, each as a reference, the attempt it
-    /// names (none for a foreign reference) and the records naming it.
+    /// names (none when onecharge knows no such attempt) and the records naming it.
     async fn batch(
         &self,
         part: Part,
@@ -232,15 +266,6 @@ impl Reconciler {
             Part::Named => sweep_store::named_attempts(store, page(after)?)
                 .await
                 .context("reading the attempts the gateway's records name")?,
-            Part::Foreign => sweep_store::foreign_references(store, sweep_id, after, COMPARE_BATCH)
-                .await
-                .context("reading references that are no attempt id")?
-                .into_iter()
-                .map(|named| Named {
-                    attempt: None,
-                    ..named
-                })
-                .collect(),
             Part::Unlisted => sweep_store::unlisted_succeeded(store, page(after)?)
                 .await
                 .context("reading succeeded attempts the gateway does not list")?
@@ -406,13 +431,11 @@ impl Reconciler {
     }
 }
 
-/// The three parts of step 2, in order.
+/// The two parts of step 2, in order.
 #[derive(Debug, Clone, Copy)]
 enum Part {
     /// Each attempt id the gateway's records name.
     Named,
-    /// Each reference that is no attempt id.
-    Foreign,
     /// The succeeded attempts of the window that no record names.
     Unlisted,
 }

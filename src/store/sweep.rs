@@ -206,44 +206,6 @@ pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Name
     Ok(named)
 }
 
-/// The next `limit` references that are not attempt ids at all (not UUIDs), after `after`,
-/// each with its records: onecharge's metadata key with a value onecharge never wrote.
-pub async fn foreign_references(
-    store: &Store,
-    sweep: i64,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<Vec<Named>, sqlx::Error> {
-    let rows = sqlx::query(
-        "SELECT charge_id, status, reference, amount_minor, currency, customer, idempotency_key
-         FROM reconciliation_sweep_records
-         WHERE sweep_id = $1 AND payment_attempt_id IS NULL AND reference IS NOT NULL
-           AND reference IN (SELECT DISTINCT reference FROM reconciliation_sweep_records
-                             WHERE sweep_id = $1 AND payment_attempt_id IS NULL
-                               AND reference IS NOT NULL AND ($2::text IS NULL OR reference > $2)
-                             ORDER BY reference LIMIT $3)
-         ORDER BY reference, charge_id",
-    )
-    .bind(sweep)
-    .bind(after)
-    .bind(limit as i64)
-    .fetch_all(store.pool())
-    .await?;
-    let mut named: Vec<Named> = Vec::new();
-    for row in &rows {
-        let reference: String = row.try_get("reference")?;
-        if named.last().map(|n| &n.reference) != Some(&reference) {
-            named.push(Named {
-                reference,
-                attempt: None,
-                records: Vec::new(),
-            });
-        }
-        named.last_mut().expect("pushed").records.push(record(row)?);
-    }
-    Ok(named)
-}
-
 /// The next `limit` succeeded attempts inside the window (see [`AttemptView::in_window`])
 /// that no record of the sweep names, after `after`: their charge is missing.
 pub async fn unlisted_succeeded(
@@ -288,7 +250,9 @@ pub async fn make_pending_due(store: &Store, id: PaymentAttemptId) -> Result<boo
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SweepCounts {
     pub pages: u32,
-    pub records: u64,
+    pub records_seen: u64,
+    pub records_kept: u64,
+    pub records_skipped: u64,
     pub findings: u32,
     pub settled: u32,
 }
@@ -303,15 +267,17 @@ pub async fn finish(
     let mut tx = store.pool().begin().await?;
     sqlx::query(
         "UPDATE reconciliation_sweeps SET finished_at = now(), pages = $2, records = $3,
-             findings = $4, settled = $5, error = $6
+             findings = $4, settled = $5, error = $6, records_seen = $7, records_skipped = $8
          WHERE id = $1",
     )
     .bind(sweep)
     .bind(counts.pages as i32)
-    .bind(counts.records as i64)
+    .bind(counts.records_kept as i64)
     .bind(counts.findings as i32)
     .bind(counts.settled as i32)
     .bind(error.map(|e| crate::domain::bounded(e, 1000)))
+    .bind(counts.records_seen as i64)
+    .bind(counts.records_skipped as i64)
     .execute(&mut *tx)
     .await?;
     sqlx::query("DELETE FROM reconciliation_sweep_records WHERE sweep_id = $1")

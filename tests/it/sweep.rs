@@ -293,7 +293,14 @@ async fn a_sweep_pages_through_more_charges_than_one_page_and_reports_nothing_wh
     let report = h.reconciler().sweep(window(&h).await).await.unwrap();
 
     assert_eq!(report.pages, 2, "{report:?}");
-    assert_eq!(report.records, 130);
+    assert_eq!(
+        (
+            report.records_seen,
+            report.records_kept,
+            report.records_skipped
+        ),
+        (130, 130, 0)
+    );
     assert!(report.new_findings.is_empty(), "{:?}", report.new_findings);
     let (per_class, _) = findings(&h).await;
     assert!(per_class.is_empty());
@@ -307,7 +314,7 @@ async fn a_sweep_pages_through_more_charges_than_one_page_and_reports_nothing_wh
 async fn resolving_a_finding_records_who_and_why_and_audits_it() {
     let h = Harness::new().await;
     let client = h.client_with_key(crate::support::API_KEY);
-    charge_outside(&client, "not-an-attempt-id", 500, "someone").await;
+    charge_outside(&client, &uuid::Uuid::new_v4().to_string(), 500, "someone").await;
     h.reconciler().sweep(window(&h).await).await.unwrap();
     let id: i64 = h.scalar("SELECT id FROM reconciliation_findings").await;
 
@@ -468,4 +475,86 @@ async fn the_command_line_sweeps_lists_shows_and_resolves_findings() {
     ])
     .await;
     assert_eq!(code, 2, "{err}");
+}
+
+/// PaymentIntents another integration of the same Stripe account created and never
+/// confirmed (abandoned checkouts, orphans of a 5xx on create): `count` of them, newer than
+/// anything onecharge made, none naming an attempt.
+async fn someone_elses_unconfirmed_intents(h: &Harness, count: usize) {
+    h.gateway.advance_clock(Duration::from_secs(60));
+    let http = reqwest::Client::new();
+    for n in 0..count {
+        let answer = http
+            .post(format!("{}/v1/payment_intents", h.gateway.base_url()))
+            .bearer_auth(crate::support::API_KEY)
+            .form(&[
+                ("amount", "1500"),
+                ("currency", "eur"),
+                ("description", &format!("abandoned checkout {n}")),
+            ])
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            answer.status().is_success(),
+            "{}",
+            answer.text().await.unwrap()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_holding_only_someone_elses_unconfirmed_intents_do_not_end_the_sweep() {
+    let h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            ..MockConfig::default()
+        },
+        |s| s.gateway_kind = GatewayKind::Stripe,
+    )
+    .await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let refunded = executed(&h, &client, pm::CARD_VISA).await;
+    let changed = executed(&h, &client, pm::CARD_VISA).await;
+    let fine = executed(&h, &client, pm::CARD_VISA).await;
+    for (id, action, body) in [
+        (refunded, "refund", ""),
+        (changed, "amount", r#"{"amount": 2999}"#),
+    ] {
+        let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+        let answer = reqwest::Client::new()
+            .post(format!(
+                "{}/__stripe/payment_intents/{pi}/{action}",
+                h.gateway.base_url()
+            ))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success());
+    }
+    let stranger = uuid::Uuid::new_v4().to_string();
+    charge_outside(&client, &stranger, 700, "outside-intent").await;
+    // Newest first, Stripe lists these before any of the above: the first two pages hold
+    // nothing onecharge reads.
+    someone_elses_unconfirmed_intents(&h, 230).await;
+
+    let report = h
+        .reconciler_with(client)
+        .sweep(window(&h).await)
+        .await
+        .unwrap();
+
+    assert_eq!(report.pages, 3, "{report:?}");
+    let (per_class, rows) = findings(&h).await;
+    assert_eq!(
+        per_class,
+        BTreeMap::from([
+            ("mismatch".to_owned(), 1),
+            ("recorded_not_charged".to_owned(), 1),
+            ("unknown_reference".to_owned(), 1),
+        ]),
+        "{rows:?}"
+    );
+    assert!(rows.iter().all(|r| r.1 != fine.to_string()), "{rows:?}");
 }
