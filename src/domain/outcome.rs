@@ -184,6 +184,34 @@ impl fmt::Display for ChargeStatus {
     }
 }
 
+/// What a lookup that settled nothing does to the attempt's count of failed lookups
+/// (`payment_attempts.reconcile_checks`), the position on `reconciler.schedule`: once the
+/// count has used the schedule up, the next failure hands the attempt to a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedLookups {
+    /// A failed (or unsettled) lookup: one step of the schedule used up.
+    Count,
+    /// Not the attempt's failure (onecharge's credentials or URL, a person's recheck, a
+    /// send that may still be running): the count stays.
+    Keep,
+    /// The gateway answered that the payment is still processing: the failures before this
+    /// answer were not the gateway's last word, so the count starts again. A processing
+    /// payment's own time runs from its last send (`reconciler.processing_max`), so a
+    /// debit processing for days is never handed over by a transient failure on the way.
+    Restart,
+}
+
+impl FailedLookups {
+    /// The stored spelling the reschedule's SQL reads.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Count => "count",
+            Self::Keep => "keep",
+            Self::Restart => "restart",
+        }
+    }
+}
+
 /// What one `GET /v1/charges?idempotency_key=…` answer means (for the reconciler).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LookupOutcome {

@@ -12,14 +12,14 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::RetryWindow;
-use crate::domain::AttemptStatus;
-use crate::domain::PaymentAttemptId;
+use crate::domain::{AttemptStatus, LeaseToken, PaymentAttemptId};
 use crate::format;
 use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::record_gateway_call_alone;
 use crate::store::audit::Via;
-use crate::store::gateway_objects::object_of;
-use crate::store::operator::{self as sql, Resolution, ResolveOutcome, ResolveTarget};
+use crate::store::operator::{
+    self as sql, claim_for_decision, DecisionClaim, Resolution, ResolveOutcome, ResolveTarget,
+};
 use crate::store::Store;
 
 /// What the operator established (`--as`; `"as"` in the API body).
@@ -100,7 +100,9 @@ const MAX_REASON_CHARS: usize = 1000;
 /// PaymentIntent) cancels it through `gateway` first, in this one function every face
 /// (CLI, API, console, bulk) calls: only a `canceled` answer lets the decision through; a
 /// PaymentIntent that succeeded or is processing, or no answer, refuses it and changes
-/// nothing.
+/// nothing. Check, then act: the attempt is claimed in `needs_review` before the cancel is
+/// sent (an attempt in any other state is refused with nothing asked of the gateway), and
+/// the decision is written only under that claim.
 #[allow(clippy::too_many_arguments)]
 pub async fn resolve(
     store: &Store,
@@ -113,9 +115,10 @@ pub async fn resolve(
 ) -> Result<Resolved, ResolveError> {
     let target = validate(request)?;
     let reason = request.reason.trim();
-    if matches!(target, ResolveTarget::Declined { .. }) {
-        cancel_before_declining(store, gateway, id).await?;
-    }
+    let claim = match target {
+        ResolveTarget::Declined { .. } => Some(cancel_before_declining(store, gateway, id).await?),
+        _ => None,
+    };
     let outcome = sql::resolve_attempt(
         store,
         &Resolution {
@@ -125,6 +128,7 @@ pub async fn resolve(
             actor,
             via,
             window: *window,
+            claim,
         },
     )
     .await?;
@@ -139,9 +143,10 @@ pub async fn resolve(
             })
         }
         ResolveOutcome::NotFound => Err(ResolveError::NotFound(id)),
-        ResolveOutcome::NotInReview { status } => Err(ResolveError::Refused(format!(
-            "attempt {id} is {status}, not needs_review: only attempts in review can be resolved ({})",
-            Owner(status)
+        ResolveOutcome::NotInReview { status } => Err(not_in_review(id, status)),
+        ResolveOutcome::ClaimedMeanwhile => Err(ResolveError::Refused(format!(
+            "attempt {id} was claimed by someone else (a recheck, another operator) while this decision was made: \
+             nothing was written; look at it again and decide"
         ))),
         ResolveOutcome::KeyWindowClosed {
             first_dispatched_at,
@@ -164,19 +169,36 @@ pub async fn resolve(
     }
 }
 
-/// Proves "not charged" before a person's `--as declined` is written: the attempt's stored
-/// PaymentIntent, if any, is cancelled (`<key>-cancel`) and must come back `canceled`. The
-/// cancel is recorded in `gateway_calls` whatever it answered.
+/// The refusal of a decision about an attempt that is not in review.
+fn not_in_review(id: PaymentAttemptId, status: AttemptStatus) -> ResolveError {
+    ResolveError::Refused(format!(
+        "attempt {id} is {status}, not needs_review: only attempts in review can be resolved ({})",
+        Owner(status)
+    ))
+}
+
+/// Proves "not charged" before a person's `--as declined` is written: the attempt is
+/// claimed in `needs_review` first (refused, with nothing sent, in any other state), then
+/// its stored PaymentIntent, if any, is cancelled (`<key>-cancel`) and must come back
+/// `canceled`. The cancel is recorded in `gateway_calls` whatever it answered. Returns the
+/// claim's token, which the decision's write must still hold.
 async fn cancel_before_declining(
     store: &Store,
     gateway: Option<&GatewayClient>,
     id: PaymentAttemptId,
-) -> Result<(), ResolveError> {
-    let Some(attempt) = object_of(store, id).await? else {
-        return Ok(());
+) -> Result<LeaseToken, ResolveError> {
+    let (lease_token, idempotency_key, object, tries) = match claim_for_decision(store, id).await? {
+        DecisionClaim::Claimed {
+            lease_token,
+            idempotency_key,
+            gateway_object_id,
+            tries,
+        } => (lease_token, idempotency_key, gateway_object_id, tries),
+        DecisionClaim::NotFound => return Err(ResolveError::NotFound(id)),
+        DecisionClaim::NotInReview(status) => return Err(not_in_review(id, status)),
     };
-    let Some(object) = attempt.gateway_object_id.as_deref() else {
-        return Ok(());
+    let Some(object) = object.as_deref() else {
+        return Ok(lease_token);
     };
     let Some(gateway) = gateway else {
         return Err(ResolveError::Refused(format!(
@@ -187,10 +209,7 @@ async fn cancel_before_declining(
     };
     // The cancel's record is stamped by the database's clock, like the decision after it.
     let now = store.now().await?;
-    let Some(cancel) = gateway
-        .cancel_object(&attempt.idempotency_key, Some(object))
-        .await
-    else {
+    let Some(cancel) = gateway.cancel_object(&idempotency_key, Some(object)).await else {
         // The client speaks a connector that has no such object (an operator's settings
         // without `gateway_kind = stripe`): nothing proves the PaymentIntent cannot charge.
         return Err(ResolveError::Refused(format!(
@@ -200,10 +219,10 @@ async fn cancel_before_declining(
             gateway.kind().as_str()
         )));
     };
-    let evidence = cancel.evidence(id, &attempt.idempotency_key, attempt.tries, None, now);
+    let evidence = cancel.evidence(id, &idempotency_key, tries, Some(lease_token), now);
     record_gateway_call_alone(store, &evidence).await?;
     match cancel.outcome {
-        CancelOutcome::Canceled { .. } => Ok(()),
+        CancelOutcome::Canceled { .. } => Ok(lease_token),
         CancelOutcome::Succeeded { charge_id } => Err(ResolveError::Refused(format!(
             "refusing to decline attempt {id}: PaymentIntent {charge_id} has succeeded at the gateway, so the customer was charged; \
              resolve --as succeeded --gateway-charge-id {charge_id}"

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ReconcilerSettings, Settings};
-use crate::domain::outcome::LookupOutcome;
+use crate::domain::outcome::{FailedLookups, LookupOutcome};
 use crate::domain::{
     AttemptStatus, CallOperation, Fence, GatewayCallRecord, PaymentAttemptId, SettleWrite,
 };
@@ -231,7 +231,7 @@ impl Reconciler {
 
     #[tracing::instrument(skip_all, fields(payment_attempt_id = %attempt.payment_attempt_id))]
     async fn reconcile(&self, attempt: UnknownAttempt) -> anyhow::Result<Resolution> {
-        let looked = self.look_up(&attempt).await;
+        let looked = self.look_up(&attempt, Asker::Pass).await;
         let resolution = match self.write(&attempt, &looked).await {
             Ok(resolution) => resolution,
             Err(err) => self.count_unstored(&attempt, &looked, &err).await?,
@@ -268,17 +268,13 @@ impl Reconciler {
                 }
                 Ok(moved_or_fenced(settled, status))
             }
-            Decision::CheckAgain {
-                at,
-                reason,
-                count_check,
-            } => {
+            Decision::CheckAgain { at, reason, checks } => {
                 let rescheduled = reschedule_lookup(
                     &inner.store,
                     attempt,
                     *at,
                     reason,
-                    *count_check,
+                    *checks,
                     Some(&looked.evidence),
                     looked.now,
                 )
@@ -292,8 +288,8 @@ impl Reconciler {
     }
 
     /// Asks the gateway what happened under the attempt's key and decides what that means:
-    /// the one lookup both a reconciliation pass and a person's recheck make.
-    async fn look_up(&self, attempt: &UnknownAttempt) -> Looked {
+    /// the one lookup both a reconciliation pass and a person's recheck make (`asker`).
+    async fn look_up(&self, attempt: &UnknownAttempt, asker: Asker) -> Looked {
         let inner = &self.inner;
         // The database's time (the claim's now() plus the time since), never the host's:
         // the key window and the retry limits are measured on it.
@@ -331,7 +327,7 @@ impl Reconciler {
             }),
         };
         let decision = inner.policy.decide(&facts(attempt), &call.outcome, now);
-        let decision = self.prove(attempt, decision, now).await;
+        let decision = self.prove(attempt, decision, asker, now).await;
         Looked {
             evidence,
             answer: decision.describe(),
@@ -345,8 +341,10 @@ impl Reconciler {
     ///
     /// - `unknown`: the lookup's decision is applied exactly as a pass would apply it
     ///   (settled, re-pended, handed to review, or checked again later) — except that a
-    ///   failed lookup does not use up the reconciler's schedule: a person asking twice must
-    ///   not push the attempt into review faster.
+    ///   failed lookup does not use up the reconciler's schedule (a person asking twice must
+    ///   not push the attempt into review faster), and that a recheck never cancels: a
+    ///   "not charged" that needs the PaymentIntent cancelled first is left to the
+    ///   reconciler's next pass, due at once.
     /// - `needs_review`: only a charge found (succeeded or declined) settles it; anything
     ///   else leaves it in review, and re-sending stays a person's explicit decision
     ///   (`attempts resolve --as retry`).
@@ -381,7 +379,7 @@ impl Reconciler {
             RecheckClaim::NotFound => return Ok(RecheckOutcome::NotFound),
             RecheckClaim::WrongState(status) => return Ok(RecheckOutcome::WrongState(status)),
         };
-        let looked = self.look_up(&attempt).await;
+        let looked = self.look_up(&attempt, Asker::Person).await;
         permit.spend(1);
         let person = Person { actor, via, reason };
         let report = self
@@ -481,12 +479,8 @@ impl Reconciler {
         let why = crate::domain::bounded(&err.to_string(), 300);
         let now = looked.now;
         let resolution = match inner.policy.unstored(&facts(attempt), &why, answer, now) {
-            Decision::CheckAgain {
-                at,
-                reason,
-                count_check,
-            } => rescheduled_or_fenced(
-                reschedule_lookup(&inner.store, attempt, at, &reason, count_check, None, now)
+            Decision::CheckAgain { at, reason, checks } => rescheduled_or_fenced(
+                reschedule_lookup(&inner.store, attempt, at, &reason, checks, None, now)
                     .await
                     .context("counting a reconciliation the database refused")?,
                 at,
@@ -513,11 +507,14 @@ impl Reconciler {
 
     /// Makes a decision that says "not charged" true before it is written, for a connector
     /// whose object could still charge (Stripe: a stored PaymentIntent): what
-    /// [`Decision::proof`] asks for, done at the gateway and in the database.
+    /// [`Decision::proof`] asks for, done at the gateway and in the database. A person's
+    /// recheck only looks (contract §5): a decision that needs a cancel is left to the
+    /// reconciler's next pass, due at once, and nothing is cancelled on the person's behalf.
     async fn prove(
         &self,
         attempt: &UnknownAttempt,
         decision: Decision,
+        asker: Asker,
         now: OffsetDateTime,
     ) -> Decision {
         let inner = &self.inner;
@@ -539,6 +536,14 @@ impl Reconciler {
                 }
                 decision
             }
+            Some(Proof::Cancel { reason }) if asker == Asker::Person => Decision::CheckAgain {
+                at: now,
+                reason: format!(
+                    "{reason}; saying so needs PaymentIntent {object} cancelled first, which a recheck never does: \
+                     the reconciler's next pass cancels it and decides"
+                ),
+                checks: FailedLookups::Keep,
+            },
             Some(Proof::Cancel { reason }) => {
                 let client = &inner.gateway.client;
                 match client
@@ -577,6 +582,15 @@ impl Reconciler {
             tracing::warn!(error = %err, "cannot store the cancel's evidence");
         }
     }
+}
+
+/// Who asked for a lookup: what it may do at the gateway besides looking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asker {
+    /// The reconciler's own pass: proves "not charged" by a cancel before saying it.
+    Pass,
+    /// A person's recheck: read-only at the gateway.
+    Person,
 }
 
 /// What the policy reads of a claimed attempt.

@@ -20,7 +20,8 @@ use time::OffsetDateTime;
 
 use crate::config::Settings;
 use crate::domain::outcome::{
-    read_lookup, ChargeStatus, ExpectedCharge, GatewayCharge, LookupOutcome, LookupReading,
+    read_lookup, ChargeStatus, ExpectedCharge, FailedLookups, GatewayCharge, LookupOutcome,
+    LookupReading,
 };
 use crate::domain::{
     AttemptStatus, IdempotencyKey, PaymentAttemptId, RetryWindow, Settlement, TransitionCause,
@@ -76,12 +77,12 @@ pub enum Decision {
         settlement: Settlement,
         cause: TransitionCause,
     },
-    /// Stays `unknown`, looked up again at `at`; `count_check` says whether this uses up a
-    /// step of the schedule.
+    /// Stays `unknown`, looked up again at `at`; `checks` says what this does to the count
+    /// of failed lookups (the schedule's position).
     CheckAgain {
         at: OffsetDateTime,
         reason: String,
-        count_check: bool,
+        checks: FailedLookups,
     },
 }
 
@@ -152,12 +153,12 @@ impl LookupPolicy {
                 reason: format!(
                     "lookup refused: the gateway rejected onecharge's credentials (HTTP {status})"
                 ),
-                count_check: false,
+                checks: FailedLookups::Keep,
             },
             LookupOutcome::EndpointFault { status } => Decision::CheckAgain {
                 at: now + self.first_delay(),
                 reason: format!("lookup refused: the gateway answered HTTP {status}, gateway_url looks wrong; not counted as a check"),
-                count_check: false,
+                checks: FailedLookups::Keep,
             },
             LookupOutcome::Failed { reason } => self.check_again(attempt, now, reason),
         }
@@ -242,7 +243,7 @@ impl LookupPolicy {
             Some(delay) => Decision::CheckAgain {
                 at: now + *delay,
                 reason: format!("lookup {} failed: {reason}", checks + 1),
-                count_check: true,
+                checks: FailedLookups::Count,
             },
             None => Decision::Settle {
                 settlement: Settlement::NeedsReview {
@@ -275,7 +276,7 @@ impl LookupPolicy {
                     "the gateway's answer could not be stored (failure {}): {why}; the gateway answered: {answer}",
                     checks + 1
                 ),
-                count_check: true,
+                checks: FailedLookups::Count,
             },
             None => Decision::Settle {
                 settlement: Settlement::NeedsReview {
@@ -306,32 +307,45 @@ impl LookupPolicy {
             .map_or("?", |c| c.id.as_str());
         let since = attempt.dispatched_at.unwrap_or(attempt.created_at);
         let max = time::Duration::try_from(self.processing_max).unwrap_or(time::Duration::MAX);
-        if now - since >= max {
+        let processing_for = now - since;
+        if processing_for >= max {
             return Decision::Settle {
                 settlement: Settlement::NeedsReview {
                     reason: format!(
-                        "{id} is still processing at the gateway, {} after the last send at {since}                          (reconciler.processing_max): check it at the gateway and resolve",
+                        "{id} is still processing at the gateway, {} after the last send at {since} \
+                         (reconciler.processing_max): check it at the gateway and resolve",
                         humantime::format_duration(self.processing_max)
                     ),
                 },
                 cause: TransitionCause::ReconciliationScheduleExhausted,
             };
         }
-        let checks = attempt.reconcile_checks.max(0) as usize;
-        let delay = self
-            .processing_schedule
-            .get(checks)
-            .or(self.processing_schedule.last())
-            .copied()
-            .unwrap_or(Duration::from_secs(6 * 3600));
-        let at = now + delay;
+        let at = now + self.processing_delay(processing_for.unsigned_abs());
         Decision::CheckAgain {
             at,
             reason: format!(
                 "processing at the gateway: {id} is not final yet; looking again at {at}"
             ),
-            count_check: true,
+            checks: FailedLookups::Restart,
         }
+    }
+
+    /// The delay before the next look at a payment processing for `processing_for` since its
+    /// last send: the step of `reconciler.processing_schedule` that much time has reached
+    /// (the schedule's delays added up), its last delay repeating. Derived from the time, not
+    /// from a count, so that failed lookups on the way neither use it up nor push it back.
+    fn processing_delay(&self, processing_for: Duration) -> Duration {
+        let mut reached = Duration::ZERO;
+        for delay in &self.processing_schedule {
+            reached += *delay;
+            if processing_for < reached {
+                return *delay;
+            }
+        }
+        self.processing_schedule
+            .last()
+            .copied()
+            .unwrap_or(Duration::from_secs(6 * 3600))
     }
 
     /// What the cancel of the attempt's gateway object ([`Proof::Cancel`]) makes of a
@@ -409,7 +423,7 @@ impl LookupPolicy {
                      (gateway_max_processing_time {}): looking it up again at {until}",
                     self.processing_time()
                 ),
-                count_check: false,
+                checks: FailedLookups::Keep,
             },
             (Some((last, _)), false) => resend(format!(
                 "no charge found yet under this key; the last send at {last} may still be in progress: \
@@ -574,15 +588,13 @@ mod tests {
     #[derive(Debug, PartialEq, Eq)]
     enum Came {
         Settled(AttemptStatus, TransitionCause),
-        Again(OffsetDateTime, bool),
+        Again(OffsetDateTime, FailedLookups),
     }
 
     fn came(decision: &Decision) -> Came {
         match decision {
             Decision::Settle { settlement, cause } => Came::Settled(settlement.status(), *cause),
-            Decision::CheckAgain {
-                at, count_check, ..
-            } => Came::Again(*at, *count_check),
+            Decision::CheckAgain { at, checks, .. } => Came::Again(*at, *checks),
         }
     }
 
@@ -624,7 +636,34 @@ mod tests {
                 "a charge processing is followed along the processing schedule",
                 attempt(),
                 LookupOutcome::Found(vec![charge("processing")]),
-                Came::Again(NOW + 30 * MINUTE, true),
+                Came::Again(NOW + 30 * MINUTE, FailedLookups::Restart),
+            ),
+            (
+                "the processing schedule's step is the one the time since the last send reached",
+                AttemptFacts {
+                    dispatched_at: Some(NOW - 45 * MINUTE),
+                    ..attempt()
+                },
+                LookupOutcome::Found(vec![charge("processing")]),
+                Came::Again(NOW + 60 * MINUTE, FailedLookups::Restart),
+            ),
+            (
+                "past the processing schedule its last delay repeats",
+                AttemptFacts {
+                    dispatched_at: Some(NOW - Duration::from_secs(2 * 24 * 3600)),
+                    ..attempt()
+                },
+                LookupOutcome::Found(vec![charge("processing")]),
+                Came::Again(NOW + 60 * MINUTE, FailedLookups::Restart),
+            ),
+            (
+                "failed lookups before a processing answer neither end nor shorten its schedule",
+                AttemptFacts {
+                    reconcile_checks: 7,
+                    ..attempt()
+                },
+                LookupOutcome::Found(vec![charge("processing")]),
+                Came::Again(NOW + 30 * MINUTE, FailedLookups::Restart),
             ),
             (
                 "a charge processing past processing_max goes to a person",
@@ -642,7 +681,7 @@ mod tests {
                     ..attempt()
                 },
                 LookupOutcome::Found(vec![charge("pending")]),
-                Came::Again(NOW + 5 * MINUTE, true),
+                Came::Again(NOW + 5 * MINUTE, FailedLookups::Count),
             ),
             (
                 "an unsettled status with the schedule used up goes to a person",
@@ -659,7 +698,7 @@ mod tests {
                 LookupOutcome::Failed {
                     reason: "HTTP 503".into(),
                 },
-                Came::Again(NOW + MINUTE, true),
+                Came::Again(NOW + MINUTE, FailedLookups::Count),
             ),
             (
                 "a failed lookup with the schedule used up goes to a person",
@@ -679,13 +718,13 @@ mod tests {
                     ..attempt()
                 },
                 LookupOutcome::CredentialsFault { status: 401 },
-                Came::Again(NOW + MINUTE, false),
+                Came::Again(NOW + MINUTE, FailedLookups::Keep),
             ),
             (
                 "a wrong gateway_url is asked again, not counted",
                 attempt(),
                 LookupOutcome::EndpointFault { status: 404 },
-                Came::Again(NOW + MINUTE, false),
+                Came::Again(NOW + MINUTE, FailedLookups::Keep),
             ),
         ];
         let policy = policy();
@@ -718,7 +757,7 @@ mod tests {
                     dispatched_at: Some(NOW - MINUTE),
                     ..attempt()
                 },
-                Came::Again(NOW + MINUTE, false),
+                Came::Again(NOW + MINUTE, FailedLookups::Keep),
             ),
             (
                 "last send past the processing time, past the tries: a person",
@@ -781,14 +820,14 @@ mod tests {
                 CancelOutcome::Processing {
                     charge_id: "pi_1".into(),
                 },
-                Came::Again(NOW + 30 * MINUTE, true),
+                Came::Again(NOW + 30 * MINUTE, FailedLookups::Restart),
             ),
             (
                 "no proof: looked up again along the schedule",
                 CancelOutcome::Unproven {
                     reason: "HTTP 500".into(),
                 },
-                Came::Again(NOW + MINUTE, true),
+                Came::Again(NOW + MINUTE, FailedLookups::Count),
             ),
         ];
         let policy = policy();
@@ -834,7 +873,7 @@ mod tests {
         let again = Decision::CheckAgain {
             at: NOW,
             reason: "r".into(),
-            count_check: true,
+            checks: FailedLookups::Count,
         };
         assert_eq!(retry.proof(), Some(Proof::NextConfirmKey));
         assert_eq!(
@@ -850,7 +889,7 @@ mod tests {
         let policy = policy();
         assert_eq!(
             came(&policy.unstored(&attempt(), "value too long", "succeeded", NOW)),
-            Came::Again(NOW + MINUTE, true)
+            Came::Again(NOW + MINUTE, FailedLookups::Count)
         );
         let used_up = AttemptFacts {
             reconcile_checks: 2,

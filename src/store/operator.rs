@@ -502,6 +502,10 @@ pub struct Resolution<'a> {
     /// sent and recorded at or before `now − max_age` (the executor would hand it straight
     /// back to the reconciler without sending it).
     pub window: RetryWindow,
+    /// The token of the claim this decision was made under ([`claim_for_decision`]), when
+    /// the gateway was asked first: the write goes through only if nobody moved the attempt
+    /// since (its `lease_token` unchanged).
+    pub claim: Option<LeaseToken>,
 }
 
 /// What a resolution came to. Every refusal says what the attempt looked like.
@@ -516,6 +520,9 @@ pub enum ResolveOutcome {
     NotFound,
     /// The attempt is not in `needs_review` (someone else resolved it, or it never was).
     NotInReview { status: AttemptStatus },
+    /// Still in `needs_review`, but claimed by someone else (a recheck, another operator)
+    /// after this decision's own claim.
+    ClaimedMeanwhile,
     /// A retry outside the gateway's key window, at the database's `now`.
     KeyWindowClosed {
         first_dispatched_at: OffsetDateTime,
@@ -649,6 +656,7 @@ async fn write_resolution(
                  updated_at = $5
              WHERE payment_attempt_id = $1
                AND status = 'needs_review'
+               AND ($11::int8 IS NULL OR lease_token = $11)
                AND ($2 <> 'pending'
                     OR first_dispatched_at IS NULL
                     OR (first_dispatched_at > $6 AND created_at > $7))
@@ -673,6 +681,7 @@ async fn write_resolution(
     .bind(resolution.actor)
     .bind(resolution.detail())
     .bind(TransitionCause::OperatorResolved.as_str())
+    .bind(resolution.claim)
     .fetch_optional(conn)
     .await
 }
@@ -706,8 +715,8 @@ async fn explain_refusal(
     key_window_cutoff: OffsetDateTime,
 ) -> Result<ResolveOutcome, sqlx::Error> {
     let attempt: Option<RefusedAttempt> = sqlx::query_as(
-        "SELECT status, first_dispatched_at, created_at, idempotency_key FROM payment_attempts
-         WHERE payment_attempt_id = $1",
+        "SELECT status, first_dispatched_at, created_at, idempotency_key, lease_token
+         FROM payment_attempts WHERE payment_attempt_id = $1",
     )
     .bind(resolution.payment_attempt_id)
     .fetch_optional(conn)
@@ -719,6 +728,12 @@ async fn explain_refusal(
         return Ok(ResolveOutcome::NotInReview {
             status: attempt.status,
         });
+    }
+    if resolution
+        .claim
+        .is_some_and(|claim| claim != attempt.lease_token)
+    {
+        return Ok(ResolveOutcome::ClaimedMeanwhile);
     }
     Ok(match attempt.first_dispatched_at {
         Some(first) if first <= key_window_cutoff => ResolveOutcome::KeyWindowClosed {
@@ -740,6 +755,54 @@ struct RefusedAttempt {
     first_dispatched_at: Option<OffsetDateTime>,
     created_at: OffsetDateTime,
     idempotency_key: String,
+    lease_token: LeaseToken,
+}
+
+/// What an operator's decision that asks the gateway first holds: the attempt claimed in
+/// `needs_review` (its fencing token moved, so a recheck or a reconciler claiming it after
+/// fences this decision out, and this claim fences out a recheck made before it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionClaim {
+    Claimed {
+        lease_token: LeaseToken,
+        idempotency_key: IdempotencyKey,
+        /// The gateway object that could still charge (Stripe's PaymentIntent), if any.
+        gateway_object_id: Option<String>,
+        tries: i32,
+    },
+    NotFound,
+    /// Not in review: nothing may be asked of the gateway on the decision's behalf.
+    NotInReview(AttemptStatus),
+}
+
+/// Claims a `needs_review` attempt for an operator's decision before the gateway is asked
+/// anything on its behalf: check, then act. Any other state claims nothing.
+pub async fn claim_for_decision(
+    store: &Store,
+    id: PaymentAttemptId,
+) -> Result<DecisionClaim, sqlx::Error> {
+    let claimed: Option<(LeaseToken, IdempotencyKey, Option<String>, i32)> = sqlx::query_as(
+        "UPDATE payment_attempts SET lease_token = lease_token + 1, updated_at = now()
+         WHERE payment_attempt_id = $1 AND status = 'needs_review'
+         RETURNING lease_token, idempotency_key, gateway_object_id, tries",
+    )
+    .bind(id)
+    .fetch_optional(store.pool())
+    .await?;
+    if let Some((lease_token, idempotency_key, gateway_object_id, tries)) = claimed {
+        return Ok(DecisionClaim::Claimed {
+            lease_token,
+            idempotency_key,
+            gateway_object_id,
+            tries,
+        });
+    }
+    let status: Option<AttemptStatus> =
+        sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
+            .bind(id)
+            .fetch_optional(store.pool())
+            .await?;
+    Ok(status.map_or(DecisionClaim::NotFound, DecisionClaim::NotInReview))
 }
 
 /// How many attempts are in each state that has any, ordered by status: what the overview,

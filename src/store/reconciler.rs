@@ -8,6 +8,7 @@ use time::OffsetDateTime;
 use super::attempts::{gateway_text, record_gateway_call};
 use super::audit::NewAuditEntry;
 use super::Store;
+use crate::domain::outcome::FailedLookups;
 use crate::domain::{
     AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, LeaseToken, Money, PaymentAttemptId,
 };
@@ -137,8 +138,7 @@ pub async fn claim_unknown(
 
 /// A lookup that settled nothing: the attempt stays `unknown`, due again `next_run_at -
 /// now` after the database's `now()` (the caller's clock only measures the delay).
-/// `count_check` is false for a credentials fault, which is onecharge's problem, not the
-/// attempt's. The lookup's evidence, when given, is written in the same transaction (a
+/// `checks` says what it does to the count of failed lookups ([`FailedLookups`]). The lookup's evidence, when given, is written in the same transaction (a
 /// caller whose settlement was refused has stored it alone already). Returns false when
 /// the fence refused (another reconciler or an operator moved the attempt meanwhile).
 pub async fn reschedule_lookup(
@@ -146,12 +146,12 @@ pub async fn reschedule_lookup(
     attempt: &UnknownAttempt,
     next_run_at: OffsetDateTime,
     reason: &str,
-    count_check: bool,
+    checks: FailedLookups,
     call: Option<&GatewayCallRecord>,
     now: OffsetDateTime,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let updated = reschedule_in(&mut tx, attempt, next_run_at, reason, count_check, now).await?;
+    let updated = reschedule_in(&mut tx, attempt, next_run_at, reason, checks, now).await?;
     if let Some(call) = call {
         record_gateway_call(&mut tx, call).await?;
     }
@@ -172,7 +172,15 @@ pub async fn reschedule_lookup_audited(
     audit: impl FnOnce(bool) -> NewAuditEntry,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let updated = reschedule_in(&mut tx, attempt, next_run_at, reason, false, now).await?;
+    let updated = reschedule_in(
+        &mut tx,
+        attempt,
+        next_run_at,
+        reason,
+        FailedLookups::Keep,
+        now,
+    )
+    .await?;
     record_gateway_call(&mut tx, call).await?;
     super::audit::insert(&mut tx, &audit(updated)).await?;
     tx.commit().await?;
@@ -197,12 +205,14 @@ async fn reschedule_in(
     attempt: &UnknownAttempt,
     next_run_at: OffsetDateTime,
     reason: &str,
-    count_check: bool,
+    checks: FailedLookups,
     now: OffsetDateTime,
 ) -> Result<bool, sqlx::Error> {
     Ok(sqlx::query(
         "UPDATE payment_attempts SET
-             reconcile_checks = reconcile_checks + $3,
+             reconcile_checks = CASE $3::text WHEN 'count' THEN reconcile_checks + 1
+                                              WHEN 'restart' THEN 0
+                                              ELSE reconcile_checks END,
              next_run_at = now() + ($4::timestamptz - $6::timestamptz),
              last_error = $5,
              updated_at = now()
@@ -210,7 +220,7 @@ async fn reschedule_in(
     )
     .bind(attempt.payment_attempt_id)
     .bind(attempt.lease_token)
-    .bind(i32::from(count_check))
+    .bind(checks.as_str())
     .bind(next_run_at)
     .bind(gateway_text(reason, 1024))
     .bind(now)

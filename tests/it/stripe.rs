@@ -1103,3 +1103,209 @@ async fn a_batch_of_payment_intents_stored_at_once_answers_each_by_its_own_lease
     .unwrap();
     assert_eq!(recorded, 3);
 }
+
+/// An attempt in review whose PaymentIntent (`requires_action`) could still be confirmed,
+/// and the PaymentIntent's id.
+async fn in_review_with_a_live_payment_intent(
+    h: &Harness,
+    client: &GatewayClient,
+) -> (onecharge::domain::PaymentAttemptId, String) {
+    let id = h.seed(spm::FAULT_REQUIRES_ACTION).await.payment_attempt_id;
+    let report = h.executor_with(client.clone()).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::NeedsReview), 1, "{report:?}");
+    let pi = gateway_object_id(&h.store, id).await.unwrap().unwrap();
+    (id, pi)
+}
+
+/// The PaymentIntent's status at the mock, read by id.
+async fn intent_status(h: &Harness, pi: &str) -> String {
+    reqwest::Client::new()
+        .get(format!("{}/v1/payment_intents/{pi}", h.gateway.base_url()))
+        .bearer_auth(crate::support::API_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["status"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Cancel requests the mock received.
+fn cancels_sent(h: &Harness) -> usize {
+    h.gateway
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/cancel"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decline_refused_because_the_attempt_left_review_cancels_nothing_at_the_gateway() {
+    let h = stripe_harness_with(|s| {
+        s.stripe_requires_action = onecharge::config::RequiresAction::Review;
+    })
+    .await;
+    let client = stripe_client(&h);
+    let (id, pi) = in_review_with_a_live_payment_intent(&h, &client).await;
+    // Someone else took it out of review meanwhile: the payment may still succeed.
+    h.set_attempt(id, "status = 'unknown'").await;
+
+    let refused = onecharge::operator::resolve::resolve(
+        &h.store,
+        Some(&client),
+        id,
+        &onecharge::operator::resolve::ResolveRequest {
+            as_: onecharge::operator::resolve::ResolveAs::Declined,
+            reason: "the customer cannot authenticate".into(),
+            gateway_charge_id: None,
+            decline_code: None,
+        },
+        "ops@example.com",
+        onecharge::store::audit::Via::Cli,
+        &onecharge::domain::RetryWindow::from_settings(&h.settings),
+    )
+    .await;
+
+    assert!(
+        matches!(refused, Err(onecharge::operator::resolve::ResolveError::Refused(ref why)) if why.contains("not needs_review")),
+        "{refused:?}"
+    );
+    assert_eq!(cancels_sent(&h), 0, "a refused request acts nowhere");
+    assert_eq!(intent_status(&h, &pi).await, "requires_action");
+    assert!(!calls(&h, id).await.iter().any(|c| c.0 == "cancel"));
+    assert_eq!(h.attempt(id).await.status, "unknown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_never_cancels_and_leaves_the_proof_to_the_reconciler() {
+    let h = stripe_harness_with(|s| s.executor.max_tries = 1).await;
+    let client = stripe_client(&h);
+    let (claimed, pi) = paused_between_storing_and_confirming(&h, &client).await;
+    let id = claimed.payment_attempt_id;
+    h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))
+        .await;
+    let expired = onecharge::store::reconciler::expire_leases(&h.store, "test", 10)
+        .await
+        .unwrap();
+    assert_eq!(expired, vec![id]);
+
+    // Nothing charged and past its retry limits: a pass would cancel before saying so; a
+    // person's recheck only looks.
+    let reconciler = h.reconciler_with(client.clone());
+    let outcome = reconciler
+        .recheck(
+            id,
+            "ops@example.com",
+            onecharge::store::audit::Via::Cli,
+            None,
+        )
+        .await
+        .unwrap();
+    let onecharge::reconciler::RecheckOutcome::Done(report) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(cancels_sent(&h), 0, "a recheck is read-only at the gateway");
+    assert_eq!(intent_status(&h, &pi).await, "requires_confirmation");
+    assert_eq!(report.after, AttemptStatus::Unknown, "{report:?}");
+    assert!(report.found.contains("a recheck never does"), "{report:?}");
+
+    // The reconciler's own pass proves it, as before.
+    let pass = reconciler.run_once().await.unwrap();
+    assert_eq!(pass.count(AttemptStatus::NeedsReview), 1, "{pass:?}");
+    assert_eq!(cancels_sent(&h), 1);
+    assert_eq!(intent_status(&h, &pi).await, "canceled");
+}
+
+/// A debit left `processing` at the mock for far longer than any test runs.
+async fn debit_processing_for_weeks() -> (Harness, onecharge::domain::PaymentAttemptId) {
+    let h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            slow_charge_for: Duration::from_secs(60 * 24 * 3600),
+            ..MockConfig::default()
+        },
+        |s| s.gateway_kind = GatewayKind::Stripe,
+    )
+    .await;
+    let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
+    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
+    assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
+    (h, id)
+}
+
+/// Moves the database's clock and the mock's together, `step` at a time, for `days`,
+/// passing the reconciler after each step; every `fail_every`th pass asks a gateway that
+/// does not answer (a 5xx or a reset would read the same: a failed lookup).
+async fn follow_processing(h: &Harness, days: u64, fail_every: usize) {
+    let step = Duration::from_secs(6 * 3600);
+    let reconciler = h.reconciler_with(stripe_client(h));
+    let mut unreachable = h.settings.clone();
+    unreachable.gateway_url = crate::support::refused_url();
+    let unreachable = h.reconciler_with(GatewayClient::from_settings(&unreachable).unwrap());
+    for n in 1..=(days * 4) as usize {
+        h.advance(step).await;
+        h.gateway.advance_clock(step);
+        let pass = if n % fail_every == 0 {
+            unreachable.run_once().await.unwrap()
+        } else {
+            reconciler.run_once().await.unwrap()
+        };
+        assert_eq!(pass.resolutions.len(), 1, "pass {n}: {pass:?}");
+    }
+}
+
+/// Transitions of `id` into review.
+async fn reviews(h: &Harness, id: onecharge::domain::PaymentAttemptId) -> i64 {
+    count_about(
+        h.store.pool(),
+        id,
+        "SELECT count(*) FROM attempt_transitions
+         WHERE payment_attempt_id = $1 AND to_status = 'needs_review'",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debit_processing_for_fourteen_days_through_failed_lookups_settles_without_a_person() {
+    let (h, id) = debit_processing_for_weeks().await;
+    follow_processing(&h, 14, 7).await;
+    assert_eq!(h.attempt(id).await.status, "unknown");
+    assert_eq!(reviews(&h, id).await, 0);
+
+    h.finish_slow_charge().await;
+    h.advance(Duration::from_secs(6 * 3600)).await;
+    let pass = h
+        .reconciler_with(stripe_client(&h))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
+    h.assert_charged_once(id).await;
+    assert_eq!(reviews(&h, id).await, 0, "no person was asked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debit_still_processing_at_sixteen_days_goes_to_a_person_saying_so() {
+    let (h, id) = debit_processing_for_weeks().await;
+    follow_processing(&h, 14, 7).await;
+    assert_eq!(h.attempt(id).await.status, "unknown");
+    let reconciler = h.reconciler_with(stripe_client(&h));
+    for _ in 0..8 {
+        h.advance(Duration::from_secs(6 * 3600)).await;
+        h.gateway.advance_clock(Duration::from_secs(6 * 3600));
+        reconciler.run_once().await.unwrap();
+    }
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "needs_review");
+    let reason = row.review_reason.unwrap_or_default();
+    assert!(
+        reason.contains("still processing at the gateway, 15days after the last send")
+            && reason.contains("reconciler.processing_max")
+            && !reason.contains("  "),
+        "{reason}"
+    );
+    assert!(h.gateway.ledger().is_empty(), "nothing charged yet");
+}
