@@ -26,6 +26,12 @@ use crate::support::{command, onecharge, sigterm, TestEnv};
 const DASHBOARD: &str = include_str!("../../deploy/grafana/onecharge.json");
 const RULES: &str = include_str!("../../deploy/prometheus/onecharge-rules.yml");
 
+/// Labels Prometheus attaches to every series of a target when it scrapes it (`namespace` and
+/// `job` from the ServiceMonitor's Service, `instance` the pod's address): never on
+/// `/metrics`, yet every alert keeps `namespace` and `job` (so that two deployments in one
+/// Prometheus never merge). Matching or grouping on them names nothing `serve` must expose.
+const TARGET_LABELS: [&str; 3] = ["namespace", "job", "instance"];
+
 /// Metrics no short run of `serve` can produce, with their labels and the test that
 /// asserts their exact series. `onecharge_intake_messages_lost_total` needs an operator to
 /// lower the consumer's `max_deliver` on the server while intake runs and a dead-letter
@@ -232,6 +238,13 @@ fn the_checker_reports_a_misspelled_metric_label_or_value_and_accepts_the_real_o
     assert_eq!(
         check("max by (consumer) (onecharge_attempts)"),
         vec!["grouping label consumer"]
+    );
+    // the target labels Prometheus adds, and the dashboard's variables
+    assert_eq!(
+        check(
+            r#"max by (namespace, job, status) (onecharge_attempts{namespace=~"$namespace", instance=~"$instance", status="pending"}) > 900"#
+        ),
+        Vec::<String>::new()
     );
 }
 
@@ -469,6 +482,9 @@ impl Exposed {
             };
             labels_in_expr.extend(labels.keys().cloned());
             for (label, op, value) in &selector.matchers {
+                if TARGET_LABELS.contains(&label.as_str()) {
+                    continue;
+                }
                 match labels.get(label) {
                     None => unknown.push(format!("label {label} on {}", selector.metric)),
                     Some(values) if op == "=" && !values.is_empty() && !values.contains(value) => {
@@ -479,7 +495,7 @@ impl Exposed {
             }
         }
         for label in &refs.grouping {
-            if !labels_in_expr.contains(label) {
+            if !labels_in_expr.contains(label) && !TARGET_LABELS.contains(&label.as_str()) {
                 unknown.push(format!("grouping label {label}"));
             }
         }
