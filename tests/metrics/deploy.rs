@@ -6,10 +6,12 @@
 //! panel or an alert.
 //!
 //! The live `serve`s are the real binary, each a process of its own, so their `/metrics`
-//! holds only what they did (this test binary's recorder is shared by its tests). Three runs
-//! cover the series that only a fault creates: the first charges, declines, dead-letters,
-//! waits for the rate limit and meets a database that refuses intake; the second meets a
-//! rejected API key; the third a wrong gateway URL.
+//! holds only what they did (this test binary's recorder is shared by its tests). Four runs
+//! cover the series that only a fault or a rare job creates: the first charges, declines,
+//! dead-letters, waits for the rate limit and meets a database that refuses intake; the
+//! second meets a rejected API key; the third a wrong gateway URL, on which the reconciler's
+//! lookup and sweep fail too; the fourth sweeps the Stripe connector's list and refuses
+//! badly signed webhooks.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
@@ -165,20 +167,36 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     assert!(gateway.stats().unauthorized >= 1);
     exposed.add(second.stop().await);
 
-    // Run 3: the key is right, the URL is not (the mock answers 404 under /nowhere/).
+    // Run 3: the key is right, the URL is not (the mock answers 404 under /nowhere/). The
+    // reconciler runs too: the attempt run 1 left `unknown` is due now, and the scheduled
+    // sweep (its turn taken from run 1's serve, which set it an hour ahead) falls due after
+    // a second; the lookup and the sweep's list meet the 404 like the charges.
+    env.exec("UPDATE payment_attempts SET next_run_at = now() WHERE status = 'unknown'")
+        .await;
+    env.exec("DELETE FROM reconciliation_sweep_schedule").await;
     let wrong_url = format!("{url}/nowhere/");
     let mut third = Serve::start(
         &env,
-        &["executor", "admin"],
+        &["executor", "reconciler", "admin"],
         &[
             ("ONECHARGE_GATEWAY_URL", &wrong_url),
             ("ONECHARGE_GATEWAY_API_KEY", &key),
+            ("ONECHARGE_RECONCILER__SWEEP_INTERVAL", "1s"),
+            ("ONECHARGE_RECONCILER__SWEEP_WINDOW", "1m"),
         ],
     );
     third
-        .wait_until("the executor pauses on the wrong URL", |m| {
-            m.value("onecharge_gateway_endpoint_faults_total", &[]) == 1.0
-        })
+        .wait_until(
+            "the executor pauses on the wrong URL, a lookup and a sweep fail",
+            |m| {
+                m.value("onecharge_gateway_endpoint_faults_total", &[]) >= 1.0
+                    && m.value("onecharge_reconciliations_total", &[]) >= 1.0
+                    && m.value(
+                        "onecharge_reconciliation_sweeps_total",
+                        &[("result", "failed")],
+                    ) >= 1.0
+            },
+        )
         .await;
     exposed.add(third.stop().await);
     // Nothing was charged while the key or the URL was wrong: the attempts still wait.
@@ -186,6 +204,61 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
         assert_eq!(env.status(id).await, "pending");
     }
     assert_eq!(gateway.ledger().len(), charges);
+
+    // Run 4: the Stripe connector against the mock's Stripe dialect, sweeping its list, and
+    // the webhook listener refusing an unsigned delivery and a forged one.
+    let stripe = MockGateway::start(MockConfig {
+        dialect: mock_gateway::Dialect::Stripe,
+        ..MockConfig::default()
+    })
+    .await
+    .unwrap();
+    env.exec("DELETE FROM reconciliation_sweep_schedule").await;
+    let webhook_addr = format!("127.0.0.1:{}", free_port());
+    let mut fourth = Serve::start(
+        &env,
+        &["reconciler", "webhook", "admin"],
+        &[
+            ("ONECHARGE_GATEWAY_KIND", "stripe"),
+            ("ONECHARGE_GATEWAY_URL", &stripe.base_url()),
+            ("ONECHARGE_GATEWAY_API_KEY", &key),
+            ("ONECHARGE_RECONCILER__SWEEP_INTERVAL", "1s"),
+            ("ONECHARGE_RECONCILER__SWEEP_WINDOW", "1m"),
+            ("ONECHARGE_WEBHOOK_ADDR", &webhook_addr),
+            ("ONECHARGE_STRIPE_WEBHOOK_SECRETS", "whsec_deploy_test"),
+        ],
+    );
+    fourth
+        .wait_until("a sweep reads the Stripe list", |m| {
+            m.value("onecharge_reconciliation_sweeps_total", &[("result", "ok")]) >= 1.0
+        })
+        .await;
+    let body = br#"{"id":"evt_deploy","object":"event","type":"payment_intent.succeeded","data":{"object":{}}}"#;
+    let forged = format!(
+        "t={},v1={}",
+        time::OffsetDateTime::now_utc().unix_timestamp(),
+        "0".repeat(64)
+    );
+    for signature in [None, Some(forged)] {
+        let mut request = reqwest::Client::new()
+            .post(format!("http://{webhook_addr}/webhooks/stripe"))
+            .header("content-type", "application/json")
+            .body(body.to_vec());
+        if let Some(signature) = signature {
+            request = request.header("Stripe-Signature", signature);
+        }
+        assert_eq!(request.send().await.unwrap().status(), 400);
+    }
+    fourth
+        .wait_until("both webhooks are counted as refused", |m| {
+            m.value(
+                "onecharge_webhooks_total",
+                &[("result", "missing_signature")],
+            ) == 1.0
+                && m.value("onecharge_webhooks_total", &[("result", "bad_signature")]) == 1.0
+        })
+        .await;
+    exposed.add(fourth.stop().await);
 
     for (name, labels) in ONLY_ON_A_RARE_FAULT {
         exposed.declare(name, labels);
