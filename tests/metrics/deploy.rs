@@ -31,7 +31,8 @@ const RULES: &str = include_str!("../../deploy/prometheus/onecharge-rules.yml");
 /// Labels Prometheus attaches to every series of a target when it scrapes it (`namespace` and
 /// `job` from the ServiceMonitor's Service, `instance` the pod's address): never on
 /// `/metrics`, yet every alert keeps `namespace` and `job` (so that two deployments in one
-/// Prometheus never merge). Matching or grouping on them names nothing `serve` must expose.
+/// Prometheus never merge) and every panel is narrowed to the dashboard's `$namespace` and
+/// `$instance`. Matching or grouping on them names nothing `serve` must expose.
 const TARGET_LABELS: [&str; 3] = ["namespace", "job", "instance"];
 
 /// Metrics no short run of `serve` can produce, with their labels and the test that
@@ -338,6 +339,39 @@ fn every_dashboard_panel_and_every_alert_has_an_expression_the_checker_reads() {
             "{place}: no metric found in {expr}"
         );
     }
+}
+
+#[test]
+fn every_dashboard_selector_is_narrowed_to_the_chosen_namespace_and_instance() {
+    let wanted =
+        |label: &str, variable: &str| (label.to_owned(), "=~".to_owned(), variable.to_owned());
+    for (place, expr) in dashboard_expressions(DASHBOARD) {
+        for selector in references(&expr).selectors {
+            for narrowed in [
+                wanted("namespace", "$namespace"),
+                wanted("instance", "$instance"),
+            ] {
+                assert!(
+                    selector.matchers.contains(&narrowed),
+                    "{place}: {} is not narrowed by {}=~\"{}\"\n    in: {expr}",
+                    selector.metric,
+                    narrowed.0,
+                    narrowed.2
+                );
+            }
+        }
+    }
+    let dashboard: Value = serde_json::from_str(DASHBOARD).unwrap();
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(
+        variables.contains(&"namespace") && variables.contains(&"instance"),
+        "{variables:?}"
+    );
 }
 
 #[test]
