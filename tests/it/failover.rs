@@ -4,7 +4,7 @@
 //! replication link cut, the primary killed, the standby promoted and the address moved —
 //! run with and without synchronous replication. A short synchronous drill runs with the
 //! suite; the full drills (300 commands each) are `#[ignore]`d: run them with
-//! `cargo test --test failover -- --ignored --nocapture --test-threads=1`.
+//! `cargo test --test it failover:: -- --ignored --nocapture --test-threads=1`.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

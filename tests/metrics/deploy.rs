@@ -6,10 +6,12 @@
 //! panel or an alert.
 //!
 //! The live `serve`s are the real binary, each a process of its own, so their `/metrics`
-//! holds only what they did (this test binary's recorder is shared by its tests). Three runs
-//! cover the series that only a fault creates: the first charges, declines, dead-letters,
-//! waits for the rate limit and meets a database that refuses intake; the second meets a
-//! rejected API key; the third a wrong gateway URL.
+//! holds only what they did (this test binary's recorder is shared by its tests). Four runs
+//! cover the series that only a fault or a rare job creates: the first charges, declines,
+//! dead-letters, waits for the rate limit and meets a database that refuses intake; the
+//! second meets a rejected API key; the third a wrong gateway URL, on which the reconciler's
+//! lookup and sweep fail too; the fourth sweeps the Stripe connector's list and refuses
+//! badly signed webhooks.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
@@ -25,6 +27,13 @@ use crate::support::{command, onecharge, sigterm, TestEnv};
 
 const DASHBOARD: &str = include_str!("../../deploy/grafana/onecharge.json");
 const RULES: &str = include_str!("../../deploy/prometheus/onecharge-rules.yml");
+
+/// Labels Prometheus attaches to every series of a target when it scrapes it (`namespace` and
+/// `job` from the ServiceMonitor's Service, `instance` the pod's address): never on
+/// `/metrics`, yet every alert keeps `namespace` and `job` (so that two deployments in one
+/// Prometheus never merge) and every panel is narrowed to the dashboard's `$namespace` and
+/// `$instance`. Matching or grouping on them names nothing `serve` must expose.
+const TARGET_LABELS: [&str; 3] = ["namespace", "job", "instance"];
 
 /// Metrics no short run of `serve` can produce, with their labels and the test that
 /// asserts their exact series. `onecharge_intake_messages_lost_total` needs an operator to
@@ -159,20 +168,36 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     assert!(gateway.stats().unauthorized >= 1);
     exposed.add(second.stop().await);
 
-    // Run 3: the key is right, the URL is not (the mock answers 404 under /nowhere/).
+    // Run 3: the key is right, the URL is not (the mock answers 404 under /nowhere/). The
+    // reconciler runs too: the attempt run 1 left `unknown` is due now, and the scheduled
+    // sweep (its turn taken from run 1's serve, which set it an hour ahead) falls due after
+    // a second; the lookup and the sweep's list meet the 404 like the charges.
+    env.exec("UPDATE payment_attempts SET next_run_at = now() WHERE status = 'unknown'")
+        .await;
+    env.exec("DELETE FROM reconciliation_sweep_schedule").await;
     let wrong_url = format!("{url}/nowhere/");
     let mut third = Serve::start(
         &env,
-        &["executor", "admin"],
+        &["executor", "reconciler", "admin"],
         &[
             ("ONECHARGE_GATEWAY_URL", &wrong_url),
             ("ONECHARGE_GATEWAY_API_KEY", &key),
+            ("ONECHARGE_RECONCILER__SWEEP_INTERVAL", "1s"),
+            ("ONECHARGE_RECONCILER__SWEEP_WINDOW", "1m"),
         ],
     );
     third
-        .wait_until("the executor pauses on the wrong URL", |m| {
-            m.value("onecharge_gateway_endpoint_faults_total", &[]) == 1.0
-        })
+        .wait_until(
+            "the executor pauses on the wrong URL, a lookup and a sweep fail",
+            |m| {
+                m.value("onecharge_gateway_endpoint_faults_total", &[]) >= 1.0
+                    && m.value("onecharge_reconciliations_total", &[]) >= 1.0
+                    && m.value(
+                        "onecharge_reconciliation_sweeps_total",
+                        &[("result", "failed")],
+                    ) >= 1.0
+            },
+        )
         .await;
     exposed.add(third.stop().await);
     // Nothing was charged while the key or the URL was wrong: the attempts still wait.
@@ -180,6 +205,61 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
         assert_eq!(env.status(id).await, "pending");
     }
     assert_eq!(gateway.ledger().len(), charges);
+
+    // Run 4: the Stripe connector against the mock's Stripe dialect, sweeping its list, and
+    // the webhook listener refusing an unsigned delivery and a forged one.
+    let stripe = MockGateway::start(MockConfig {
+        dialect: mock_gateway::Dialect::Stripe,
+        ..MockConfig::default()
+    })
+    .await
+    .unwrap();
+    env.exec("DELETE FROM reconciliation_sweep_schedule").await;
+    let webhook_addr = format!("127.0.0.1:{}", free_port());
+    let mut fourth = Serve::start(
+        &env,
+        &["reconciler", "webhook", "admin"],
+        &[
+            ("ONECHARGE_GATEWAY_KIND", "stripe"),
+            ("ONECHARGE_GATEWAY_URL", &stripe.base_url()),
+            ("ONECHARGE_GATEWAY_API_KEY", &key),
+            ("ONECHARGE_RECONCILER__SWEEP_INTERVAL", "1s"),
+            ("ONECHARGE_RECONCILER__SWEEP_WINDOW", "1m"),
+            ("ONECHARGE_WEBHOOK_ADDR", &webhook_addr),
+            ("ONECHARGE_STRIPE_WEBHOOK_SECRETS", "whsec_deploy_test"),
+        ],
+    );
+    fourth
+        .wait_until("a sweep reads the Stripe list", |m| {
+            m.value("onecharge_reconciliation_sweeps_total", &[("result", "ok")]) >= 1.0
+        })
+        .await;
+    let body = br#"{"id":"evt_deploy","object":"event","type":"payment_intent.succeeded","data":{"object":{}}}"#;
+    let forged = format!(
+        "t={},v1={}",
+        time::OffsetDateTime::now_utc().unix_timestamp(),
+        "0".repeat(64)
+    );
+    for signature in [None, Some(forged)] {
+        let mut request = reqwest::Client::new()
+            .post(format!("http://{webhook_addr}/webhooks/stripe"))
+            .header("content-type", "application/json")
+            .body(body.to_vec());
+        if let Some(signature) = signature {
+            request = request.header("Stripe-Signature", signature);
+        }
+        assert_eq!(request.send().await.unwrap().status(), 400);
+    }
+    fourth
+        .wait_until("both webhooks are counted as refused", |m| {
+            m.value(
+                "onecharge_webhooks_total",
+                &[("result", "missing_signature")],
+            ) == 1.0
+                && m.value("onecharge_webhooks_total", &[("result", "bad_signature")]) == 1.0
+        })
+        .await;
+    exposed.add(fourth.stop().await);
 
     for (name, labels) in ONLY_ON_A_RARE_FAULT {
         exposed.declare(name, labels);
@@ -233,6 +313,13 @@ fn the_checker_reports_a_misspelled_metric_label_or_value_and_accepts_the_real_o
         check("max by (consumer) (onecharge_attempts)"),
         vec!["grouping label consumer"]
     );
+    // the target labels Prometheus adds, and the dashboard's variables
+    assert_eq!(
+        check(
+            r#"max by (namespace, job, status) (onecharge_attempts{namespace=~"$namespace", instance=~"$instance", status="pending"}) > 900"#
+        ),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -252,6 +339,39 @@ fn every_dashboard_panel_and_every_alert_has_an_expression_the_checker_reads() {
             "{place}: no metric found in {expr}"
         );
     }
+}
+
+#[test]
+fn every_dashboard_selector_is_narrowed_to_the_chosen_namespace_and_instance() {
+    let wanted =
+        |label: &str, variable: &str| (label.to_owned(), "=~".to_owned(), variable.to_owned());
+    for (place, expr) in dashboard_expressions(DASHBOARD) {
+        for selector in references(&expr).selectors {
+            for narrowed in [
+                wanted("namespace", "$namespace"),
+                wanted("instance", "$instance"),
+            ] {
+                assert!(
+                    selector.matchers.contains(&narrowed),
+                    "{place}: {} is not narrowed by {}=~\"{}\"\n    in: {expr}",
+                    selector.metric,
+                    narrowed.0,
+                    narrowed.2
+                );
+            }
+        }
+    }
+    let dashboard: Value = serde_json::from_str(DASHBOARD).unwrap();
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(
+        variables.contains(&"namespace") && variables.contains(&"instance"),
+        "{variables:?}"
+    );
 }
 
 #[test]
@@ -469,6 +589,9 @@ impl Exposed {
             };
             labels_in_expr.extend(labels.keys().cloned());
             for (label, op, value) in &selector.matchers {
+                if TARGET_LABELS.contains(&label.as_str()) {
+                    continue;
+                }
                 match labels.get(label) {
                     None => unknown.push(format!("label {label} on {}", selector.metric)),
                     Some(values) if op == "=" && !values.is_empty() && !values.contains(value) => {
@@ -479,7 +602,7 @@ impl Exposed {
             }
         }
         for label in &refs.grouping {
-            if !labels_in_expr.contains(label) {
+            if !labels_in_expr.contains(label) && !TARGET_LABELS.contains(&label.as_str()) {
                 unknown.push(format!("grouping label {label}"));
             }
         }
