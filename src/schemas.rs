@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use crate::domain::command::Wire;
 use crate::domain::event::EventHeaders;
+use crate::domain::finding::FindingEvent;
 use crate::domain::{AttemptStatus, PaymentEvent};
 use crate::intake::DeadLetterHeaders;
 
@@ -58,6 +59,10 @@ pub fn all() -> Vec<(String, Value)> {
             with_subject(schema, &subject, "2.3"),
         ));
     }
+    schemas.push((
+        "reconciliation-finding.v1.json".to_owned(),
+        with_subject(generate::<FindingEvent>(), FindingEvent::SUBJECT, "2.4"),
+    ));
     schemas.push((
         "dead-letter-headers.v1.json".to_owned(),
         with_subject(

@@ -7,7 +7,7 @@ use super::table::Table;
 use super::{operator_actor, print_json};
 use crate::config::{Settings, UsageError};
 use crate::format;
-use crate::operator::findings;
+use crate::operator::findings::{self, FindingDetail};
 use crate::operator::Via;
 use crate::store::findings::{self as store_findings, Finding, FindingState, Resolved};
 
@@ -59,11 +59,11 @@ pub async fn run(settings: &Settings, command: FindingsCommand) -> anyhow::Resul
                 Ok(())
             }
         }
-        FindingsCommand::Show { id, json } => match store_findings::get(&store, id).await? {
+        FindingsCommand::Show { id, json } => match findings::show(&store, id).await? {
             None => Err(UsageError(format!("no finding {id}")).into()),
-            Some(finding) if json => print_json(&finding),
-            Some(finding) => {
-                print!("{}", render_one(&finding));
+            Some(detail) if json => print_json(&detail),
+            Some(detail) => {
+                print!("{}", render_one(&detail));
                 Ok(())
             }
         },
@@ -129,8 +129,9 @@ fn row(f: &Finding) -> Vec<String> {
     ]
 }
 
-/// One finding, field by field.
-pub fn render_one(f: &Finding) -> String {
+/// One finding, field by field, then its history.
+pub fn render_one(detail: &FindingDetail) -> String {
+    let f = &detail.finding;
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let mut out = String::new();
     for (k, v) in [
@@ -143,6 +144,7 @@ pub fn render_one(f: &Finding) -> String {
         ),
         ("reference", opt(&f.reference)),
         ("gateway_ids", f.gateway_ids.join(", ")),
+        ("evidence", f.evidence.clone()),
         ("attempt_status", opt(&f.attempt_status)),
         (
             "attempt_amount",
@@ -173,6 +175,27 @@ pub fn render_one(f: &Finding) -> String {
         ("resolution", opt(&f.resolution)),
     ] {
         out.push_str(&format!("{k:<20} {}\n", format::printable(&v)));
+    }
+    if !detail.history.is_empty() {
+        out.push_str("history (the other findings about this charge, oldest first):\n");
+        for h in &detail.history {
+            let resolved = match (&h.resolved_by, &h.resolution) {
+                (Some(by), Some(why)) => format!(": resolved by {by}: {why}"),
+                _ => String::new(),
+            };
+            out.push_str(&format!(
+                "  #{} {} {} seen {}{}\n",
+                h.finding_id,
+                format::printable(if h.evidence.is_empty() {
+                    "-"
+                } else {
+                    &h.evidence
+                }),
+                h.state,
+                h.first_seen_at,
+                format::printable(&resolved)
+            ));
+        }
     }
     out
 }

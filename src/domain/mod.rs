@@ -5,6 +5,7 @@
 pub mod attempt;
 pub mod command;
 pub mod event;
+pub mod finding;
 pub mod ids;
 pub mod lease;
 pub mod money;

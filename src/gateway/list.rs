@@ -88,6 +88,23 @@ pub struct ListedCharge {
     pub customer: Option<String>,
     /// The key it was charged under, when the gateway says (§3 does; Stripe's list does not).
     pub idempotency_key: Option<String>,
+    /// How much of it was given back, in minor units, when the gateway says (Stripe's
+    /// expanded charge does): each refund changes it, so each refund is new evidence.
+    pub amount_refunded: Option<i64>,
+}
+
+impl ListedCharge {
+    /// What this record shows, as a finding's evidence: its status, and what was refunded
+    /// when anything was (`refunded:500`, `disputed;refunded:500`, `canceled`).
+    pub fn evidence(&self) -> String {
+        match self.amount_refunded.filter(|r| *r > 0) {
+            Some(refunded) if self.status != ListedStatus::Refunded => {
+                format!("{};refunded:{refunded}", self.status.as_str())
+            }
+            Some(refunded) => format!("refunded:{refunded}"),
+            None => self.status.as_str().to_owned(),
+        }
+    }
 }
 
 /// One page: the records onecharge compares, what else the page held, and the cursor of
@@ -214,6 +231,48 @@ impl GatewayClient {
     }
 }
 
+impl GatewayClient {
+    /// One of the gateway's objects read again by id, as a listed record (Stripe: the
+    /// PaymentIntent with its latest charge expanded, so its refunds and disputes show):
+    /// what a webhook's check compares instead of trusting the event. `None` for a
+    /// connector without such objects (§3 sends no webhooks). Never charges; safe to repeat.
+    pub async fn retrieve_listed(&self, object_id: &str) -> Option<GatewayCall<ListOutcome>> {
+        let Connector::Stripe(endpoints) = &self.connector else {
+            return None;
+        };
+        let url = match endpoints.intent_url(object_id) {
+            Ok(url) => url,
+            Err(reason) => {
+                return Some(GatewayCall::answered_locally(
+                    ListOutcome::Failed {
+                        reason: reason.clone(),
+                    },
+                    CallOperation::Lookup,
+                    None,
+                    Some(reason),
+                ))
+            }
+        };
+        let request = self
+            .transport
+            .http
+            .get(url)
+            .query(&[("expand[]", "latest_charge")])
+            .header("Stripe-Version", super::stripe::STRIPE_VERSION)
+            .bearer_auth(self.transport.api_key.expose_secret());
+        Some(
+            exchange(
+                request,
+                CallOperation::Lookup,
+                None,
+                |reply, _| read_stripe_intent(reply),
+                ListOutcome::label,
+            )
+            .await,
+        )
+    }
+}
+
 fn rfc3339(at: OffsetDateTime) -> String {
     at.format(&time::format_description::well_known::Rfc3339)
         .expect("a database timestamp formats as RFC 3339")
@@ -313,6 +372,7 @@ pub fn read_onecharge_page(reply: GatewayReply<'_>) -> ListOutcome {
             currency: c.currency.map(|c| c.to_ascii_uppercase()),
             customer: c.customer_id,
             idempotency_key: c.idempotency_key,
+            amount_refunded: None,
         })
         .collect();
     ListOutcome::Page(ListPage {
@@ -395,46 +455,83 @@ pub fn read_stripe_page(reply: GatewayReply<'_>) -> ListOutcome {
                 .map(String::as_str),
         )
     });
-    let records = ours.into_iter().filter_map(|pi| {
-        let status = match pi.fields.status.as_str() {
-            "succeeded" => match &pi.latest_charge {
-                Some(Expandable::Object(charge)) if charge.disputed => ListedStatus::Disputed,
-                Some(Expandable::Object(charge))
-                    if charge.refunded || charge.amount_refunded > 0 =>
-                {
-                    ListedStatus::Refunded
-                }
-                _ => ListedStatus::Succeeded,
-            },
-            "canceled" => ListedStatus::Canceled,
-            "requires_payment_method" if pi.last_payment_error.is_some() => ListedStatus::Declined,
-            "requires_payment_method" | "requires_confirmation" => return None,
-            other => ListedStatus::Other(other.to_owned()),
-        };
-        let (amount_minor, currency) = pi.fields.money();
-        Some(ListedCharge {
-            status,
-            reference: pi
-                .fields
-                .metadata
-                .get("payment_attempt_id")
-                .filter(|r| !r.is_empty())
-                .cloned(),
-            amount_minor,
-            currency,
-            customer: pi.customer.map(|c| match c {
-                Expandable::Id(id) => id,
-                Expandable::Object(o) => o.id,
-            }),
-            idempotency_key: None,
-            id: pi.fields.id,
-        })
-    });
+    let records = ours.into_iter().filter_map(listed_intent);
     ListOutcome::Page(ListPage {
         records: records.collect(),
         seen,
         not_ours: not_ours.len() as u32,
         next,
+    })
+}
+
+/// One of onecharge's PaymentIntents as a listed record: `None` when it was never confirmed
+/// (`requires_confirmation`, or `requires_payment_method` without an error), so never
+/// charged; a succeeded one is `refunded` or `disputed` when its latest charge says so.
+fn listed_intent(pi: StripeIntent) -> Option<ListedCharge> {
+    let status = match pi.fields.status.as_str() {
+        "succeeded" => match &pi.latest_charge {
+            Some(Expandable::Object(charge)) if charge.disputed => ListedStatus::Disputed,
+            Some(Expandable::Object(charge)) if charge.refunded || charge.amount_refunded > 0 => {
+                ListedStatus::Refunded
+            }
+            _ => ListedStatus::Succeeded,
+        },
+        "canceled" => ListedStatus::Canceled,
+        "requires_payment_method" if pi.last_payment_error.is_some() => ListedStatus::Declined,
+        "requires_payment_method" | "requires_confirmation" => return None,
+        other => ListedStatus::Other(other.to_owned()),
+    };
+    let (amount_minor, currency) = pi.fields.money();
+    Some(ListedCharge {
+        status,
+        reference: pi
+            .fields
+            .metadata
+            .get("payment_attempt_id")
+            .filter(|r| !r.is_empty())
+            .cloned(),
+        amount_minor,
+        currency,
+        customer: pi.customer.map(|c| match c {
+            Expandable::Id(id) => id,
+            Expandable::Object(o) => o.id,
+        }),
+        idempotency_key: None,
+        amount_refunded: match &pi.latest_charge {
+            Some(Expandable::Object(charge)) => Some(charge.amount_refunded),
+            _ => None,
+        },
+        id: pi.fields.id,
+    })
+}
+
+/// Reads a retrieved PaymentIntent (`GET /v1/payment_intents/{id}?expand[]=latest_charge`)
+/// as a page of at most one record, the way [`read_stripe_page`] reads a list: what a
+/// webhook's check reads again by id before anything is made of the event.
+pub fn read_stripe_intent(reply: GatewayReply<'_>) -> ListOutcome {
+    let body = match common(reply) {
+        Ok(body) => body,
+        Err(outcome) => return outcome,
+    };
+    let pi: StripeIntent = match serde_json::from_slice(body) {
+        Ok(pi) => pi,
+        Err(err) => return unreadable(err),
+    };
+    let ours = is_ours(
+        pi.fields
+            .metadata
+            .get("payment_attempt_id")
+            .map(String::as_str),
+    );
+    ListOutcome::Page(ListPage {
+        records: if ours {
+            listed_intent(pi).into_iter().collect()
+        } else {
+            Vec::new()
+        },
+        seen: 1,
+        not_ours: u32::from(!ours),
+        next: None,
     })
 }
 

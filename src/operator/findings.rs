@@ -2,10 +2,30 @@
 //! `POST /api/findings/{id}/resolve` and the console's page all call [`resolve`]; the
 //! listings read the store's readers (`crate::store::findings`) directly.
 
+use serde::Serialize;
+
 use crate::config::UsageError;
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
-use crate::store::findings::{self, Resolved};
+use crate::store::findings::{self, EarlierFinding, Finding, Resolved};
 use crate::store::Store;
+
+/// One finding with its history: the other findings about the same charge (earlier
+/// aftermaths and what became of them, or later ones), oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FindingDetail {
+    #[serde(flatten)]
+    pub finding: Finding,
+    pub history: Vec<EarlierFinding>,
+}
+
+/// Finding `id` with its history (`findings show`, the console's finding page).
+pub async fn show(store: &Store, id: i64) -> Result<Option<FindingDetail>, sqlx::Error> {
+    let Some(finding) = findings::get(store, id).await? else {
+        return Ok(None);
+    };
+    let history = findings::history(store, &finding).await?;
+    Ok(Some(FindingDetail { finding, history }))
+}
 
 /// Resolves finding `id` as `actor` through `via` with `reason`; audited in the same
 /// transaction. An empty reason is refused.

@@ -23,6 +23,7 @@
 //!   operator, never both settle one attempt.
 //! - Every lookup is written to `gateway_calls`; every state change records its cause.
 
+pub mod checks;
 pub mod policy;
 pub mod sweep;
 
@@ -206,6 +207,10 @@ impl Reconciler {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         tracing::info!(actor = %self.inner.actor, "reconciler started");
         while !shutdown.is_cancelled() {
+            if let Err(err) = self.run_checks().await {
+                crate::store::notice_failure(&err);
+                tracing::error!(error = %format!("{err:#}"), "webhook checks failed; their claims lapse and they are checked again");
+            }
             let next_pass_in = match self.run_once().await {
                 Ok(report) if report.resolutions.len() == self.inner.settings.batch_size => {
                     Duration::ZERO

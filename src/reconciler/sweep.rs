@@ -81,13 +81,33 @@ pub struct SweepReport {
     pub read_seconds: f64,
 }
 
+/// What acting on verdicts did, added to a sweep's report (or a check's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acted {
+    pub new_findings: Vec<NewFindingSummary>,
+    pub findings_seen_again: u32,
+    pub settled: Vec<(PaymentAttemptId, AttemptStatus)>,
+    pub made_due: Vec<PaymentAttemptId>,
+}
+
+impl Acted {
+    fn add_to(self, report: &mut SweepReport) {
+        report.new_findings.extend(self.new_findings);
+        report.findings_seen_again += self.findings_seen_again;
+        report.settled.extend(self.settled);
+        report.made_due.extend(self.made_due);
+    }
+}
+
 /// One new finding, as the sweep prints it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NewFindingSummary {
     pub class: findings::FindingClass,
     pub payment_attempt_id: Option<PaymentAttemptId>,
     pub reference: Option<String>,
     pub gateway_ids: Vec<String>,
+    /// What the gateway showed (`refunded:500`, `disputed`, `missing`…).
+    pub evidence: String,
     pub detail: String,
 }
 
@@ -232,10 +252,18 @@ impl Reconciler {
                 let batch = self.batch(part, sweep_id, window, after.as_deref()).await?;
                 let Some(last) = batch.last() else { break };
                 after = Some(last.reference.clone());
+                let mut acted = Acted::default();
                 for named in batch {
                     let verdict = compare(&named.reference, named.attempt.as_ref(), &named.records);
-                    self.act(named.attempt.as_ref(), verdict, report).await?;
+                    self.act(
+                        named.attempt.as_ref(),
+                        verdict,
+                        (FindingSource::Sweep, None),
+                        &mut acted,
+                    )
+                    .await?;
                 }
+                acted.add_to(report);
             }
         }
         Ok(())
@@ -279,25 +307,29 @@ impl Reconciler {
         })
     }
 
-    /// Records a verdict's findings and does its action.
-    async fn act(
+    /// Records a verdict's findings (seen by `source`, asked for by the Stripe event
+    /// `stripe_event` when a webhook did) and does its action, adding what it did to
+    /// `acted`: the sweep's step 3, and a webhook's check of one object.
+    pub(super) async fn act(
         &self,
         attempt: Option<&AttemptView>,
         verdict: Verdict,
-        report: &mut SweepReport,
+        (source, stripe_event): (FindingSource, Option<&str>),
+        acted: &mut Acted,
     ) -> anyhow::Result<()> {
         let store = &self.inner.store;
         if !verdict.findings.is_empty() {
             let mut conn = store.pool().acquire().await?;
             for finding in &verdict.findings {
-                if findings::record(&mut conn, finding, FindingSource::Sweep)
+                if findings::record(&mut conn, finding, source, stripe_event)
                     .await
                     .context("recording a finding")?
+                    .is_some()
                 {
-                    tracing::warn!(class = %finding.class, detail = finding.detail, "reconciliation finding");
-                    report.new_findings.push(summary(finding));
+                    tracing::warn!(class = %finding.class, evidence = finding.evidence, detail = finding.detail, "reconciliation finding");
+                    acted.new_findings.push(summary(finding));
                 } else {
-                    report.findings_seen_again += 1;
+                    acted.findings_seen_again += 1;
                 }
             }
         }
@@ -309,12 +341,12 @@ impl Reconciler {
             Action::Nothing => {}
             Action::Settle(charges) => {
                 if let Some(status) = self.settle_by_evidence(id, charges).await? {
-                    report.settled.push((id, status));
+                    acted.settled.push((id, status));
                 }
             }
             Action::MakeDue => {
                 if sweep_store::make_pending_due(store, id).await? {
-                    report.made_due.push(id);
+                    acted.made_due.push(id);
                 }
             }
         }
@@ -459,6 +491,7 @@ fn summary(finding: &NewFinding) -> NewFindingSummary {
         payment_attempt_id: finding.payment_attempt_id,
         reference: finding.reference.clone(),
         gateway_ids: finding.gateway_ids.clone(),
+        evidence: finding.evidence.clone(),
         detail: finding.detail.clone(),
     }
 }

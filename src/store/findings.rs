@@ -1,101 +1,20 @@
 //! Reconciliation findings (`reconciliation_findings`): what the sweep or a webhook found
-//! wrong between the ledger and the gateway, for a person. Deduplicated by a key (class,
-//! attempt or reference, gateway ids), so a discrepancy seen by every sweep is one row
-//! whose `last_seen_at` moves; resolved with a reason and audited in the same transaction.
+//! wrong between the ledger and the gateway, for a person (the types are the domain's,
+//! `crate::domain::finding`). Deduplicated by a key of the finding's subject and evidence,
+//! so a discrepancy seen by every sweep is one row whose `last_seen_at` moves, while new
+//! evidence about the same charge is a new row, its event published in the same
+//! transaction; resolved with a reason and audited in the same transaction.
 
 use serde::Serialize;
+use sqlx::Acquire as _;
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 use super::audit::NewAuditEntry;
 use super::Store;
-use crate::domain::PaymentAttemptId;
-
-/// The kinds of discrepancy (docs/contract.md §5, `findings list`). Stored and serialised
-/// as its snake_case name.
-#[derive(Serialize, serde::Deserialize, sqlx::Type)]
-#[serde(rename_all = "snake_case")]
-#[sqlx(type_name = "text", rename_all = "snake_case")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FindingClass {
-    /// Money taken at the gateway for an attempt onecharge holds as declined or expired
-    /// (or one never sent under this key): a person refunds or corrects.
-    ChargedNotRecorded,
-    /// More than one charge holding money names one attempt.
-    ChargedTwice,
-    /// A succeeded attempt whose charge is missing, failed, cancelled, refunded or disputed
-    /// at the gateway.
-    RecordedNotCharged,
-    /// A charge for the attempt whose amount, currency or customer differ from it.
-    Mismatch,
-    /// A charge carrying onecharge's metadata for an attempt id onecharge does not know.
-    UnknownReference,
-}
-
-impl FindingClass {
-    pub const ALL: [FindingClass; 5] = [
-        Self::ChargedNotRecorded,
-        Self::ChargedTwice,
-        Self::RecordedNotCharged,
-        Self::Mismatch,
-        Self::UnknownReference,
-    ];
-
-    /// The stored spelling (and the metric label).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ChargedNotRecorded => "charged_not_recorded",
-            Self::ChargedTwice => "charged_twice",
-            Self::RecordedNotCharged => "recorded_not_charged",
-            Self::Mismatch => "mismatch",
-            Self::UnknownReference => "unknown_reference",
-        }
-    }
-}
-
-impl std::fmt::Display for FindingClass {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What saw a finding first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::Type)]
-#[serde(rename_all = "lowercase")]
-#[sqlx(type_name = "text", rename_all = "lowercase")]
-pub enum FindingSource {
-    Sweep,
-    Webhook,
-}
-
-/// A finding to record (or, when its key is known, to see again): also what a stored
-/// [`Finding`] says, besides its bookkeeping.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
-pub struct NewFinding {
-    pub class: FindingClass,
-    pub payment_attempt_id: Option<PaymentAttemptId>,
-    /// The attempt id the gateway's record names, as written there.
-    pub reference: Option<String>,
-    /// Sorted, so that one discrepancy always has one key.
-    pub gateway_ids: Vec<String>,
-    pub attempt_status: Option<String>,
-    pub attempt_amount_minor: Option<i64>,
-    pub attempt_currency: Option<String>,
-    pub gateway_amount_minor: Option<i64>,
-    pub gateway_currency: Option<String>,
-    pub detail: String,
-}
-
-impl NewFinding {
-    /// The deduplication key: the class, what it is about, and the gateway's ids.
-    pub fn dedupe_key(&self) -> String {
-        let subject = match (&self.payment_attempt_id, &self.reference) {
-            (Some(id), _) => id.to_string(),
-            (None, Some(reference)) => reference.clone(),
-            (None, None) => String::new(),
-        };
-        format!("{}:{subject}:{}", self.class, self.gateway_ids.join(","))
-    }
-}
+pub use crate::domain::finding::{
+    EarlierFinding, FindingClass, FindingEvent, FindingSource, NewFinding,
+};
 
 /// A stored finding, as `findings list|show` and `GET /api/findings` show it: what was
 /// found (its fields flattened into the JSON, and read through `Deref`), where it came
@@ -127,30 +46,40 @@ impl std::ops::Deref for Finding {
     }
 }
 
-const COLUMNS: &str = "id, class, payment_attempt_id, reference, gateway_ids, attempt_status, \
-     attempt_amount_minor, attempt_currency, gateway_amount_minor, gateway_currency, detail, \
-     source, first_seen_at, last_seen_at, seen_count, state, resolved_at, resolved_by, resolution";
+const COLUMNS: &str = "id, class, payment_attempt_id, reference, gateway_ids, evidence, \
+     attempt_status, attempt_amount_minor, attempt_currency, gateway_amount_minor, \
+     gateway_currency, detail, source, first_seen_at, last_seen_at, seen_count, state, \
+     resolved_at, resolved_by, resolution";
 
-/// Records `finding`, or, when one with its key exists (open or resolved), marks it seen
-/// again. Returns whether it is new. One statement: two sweeps at once cannot both insert.
+/// Records `finding`, or, when one with its key (subject and evidence) exists, open or
+/// resolved, marks it seen again. A new finding's `payments.events.reconciliation-finding.v1`
+/// event goes into the outbox in the same transaction (a savepoint inside the caller's),
+/// naming the earlier findings about the same charge and the Stripe event that asked, if
+/// one did (`stripe_event`, also the event's `Causation-Id`). Returns the new finding's id,
+/// or `None` when it was seen before. One statement decides: two sweeps at once cannot
+/// both insert.
 pub async fn record(
     conn: &mut sqlx::PgConnection,
     finding: &NewFinding,
     source: FindingSource,
-) -> Result<bool, sqlx::Error> {
-    let inserted: bool = sqlx::query_scalar(
+    stripe_event: Option<&str>,
+) -> Result<Option<i64>, sqlx::Error> {
+    let mut tx = conn.begin().await?;
+    let (id, inserted, first_seen_at): (i64, bool, OffsetDateTime) = sqlx::query_as(
         "INSERT INTO reconciliation_findings
-             (class, dedupe_key, payment_attempt_id, reference, gateway_ids, attempt_status,
-              attempt_amount_minor, attempt_currency, gateway_amount_minor, gateway_currency,
-              detail, source)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             (class, dedupe_key, subject_key, evidence, payment_attempt_id, reference, gateway_ids,
+              attempt_status, attempt_amount_minor, attempt_currency, gateway_amount_minor,
+              gateway_currency, detail, source)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
          ON CONFLICT ON CONSTRAINT reconciliation_findings_dedupe DO UPDATE SET
              last_seen_at = now(),
              seen_count = reconciliation_findings.seen_count + 1
-         RETURNING xmax = 0",
+         RETURNING id, xmax = 0, first_seen_at",
     )
     .bind(finding.class)
     .bind(finding.dedupe_key())
+    .bind(finding.subject_key())
+    .bind(crate::domain::bounded(&finding.evidence, 200))
     .bind(finding.payment_attempt_id)
     .bind(&finding.reference)
     .bind(&finding.gateway_ids)
@@ -161,9 +90,74 @@ pub async fn record(
     .bind(&finding.gateway_currency)
     .bind(crate::domain::bounded(&finding.detail, 2000))
     .bind(source)
-    .fetch_one(conn)
+    .fetch_one(&mut *tx)
     .await?;
-    Ok(inserted)
+    if !inserted {
+        tx.commit().await?;
+        return Ok(None);
+    }
+    let event = FindingEvent {
+        event_id: Uuid::new_v4(),
+        finding_id: id,
+        class: finding.class,
+        payment_attempt_id: finding.payment_attempt_id,
+        reference: finding.reference.clone(),
+        gateway_ids: finding.gateway_ids.clone(),
+        evidence: finding.evidence.clone(),
+        detail: crate::domain::bounded(&finding.detail, 2000),
+        source,
+        stripe_event_id: stripe_event.map(str::to_owned),
+        occurred_at: first_seen_at,
+        earlier: earlier_in(&mut tx, &finding.subject_key(), id).await?,
+    };
+    sqlx::query(
+        "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload, created_at)
+         VALUES ($1, $2, 'finding', $3, $4, $5, $6)",
+    )
+    .bind(event.event_id)
+    .bind(event.payment_attempt_id)
+    .bind(FindingEvent::SUBJECT)
+    .bind(match stripe_event {
+        Some(cause) => serde_json::json!({"Nats-Msg-Id": event.event_id.to_string(), "Causation-Id": cause}),
+        None => serde_json::json!({"Nats-Msg-Id": event.event_id.to_string()}),
+    })
+    .bind(serde_json::to_value(&event).expect("a finding event always serialises"))
+    .bind(first_seen_at)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(id))
+}
+
+/// The findings about the same charge as `subject_key` recorded before finding `before`,
+/// oldest first: a finding's history.
+async fn earlier_in(
+    conn: &mut sqlx::PgConnection,
+    subject_key: &str,
+    before: i64,
+) -> Result<Vec<EarlierFinding>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id AS finding_id, evidence, state, first_seen_at, resolved_at, resolved_by, resolution
+         FROM reconciliation_findings WHERE subject_key = $1 AND id < $2 ORDER BY id",
+    )
+    .bind(subject_key)
+    .bind(before)
+    .fetch_all(conn)
+    .await
+}
+
+/// Every finding about the same charge as `finding`, but it, oldest first: what
+/// `findings show`, `GET /api/findings/{id}` and the console's finding page list as its
+/// history.
+pub async fn history(store: &Store, finding: &Finding) -> Result<Vec<EarlierFinding>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id AS finding_id, evidence, state, first_seen_at, resolved_at, resolved_by, resolution
+         FROM reconciliation_findings WHERE subject_key = $1 AND id <> $2 ORDER BY id",
+    )
+    .bind(finding.subject_key())
+    .bind(finding.id)
+    .fetch_all(store.pool())
+    .await
 }
 
 /// Which findings to list.

@@ -18,7 +18,8 @@ use crate::domain::PaymentAttemptId;
 pub struct OutboxRow {
     /// Also the `Nats-Msg-Id`.
     pub event_id: Uuid,
-    pub payment_attempt_id: PaymentAttemptId,
+    /// The attempt the event is about; `None` for a finding that names no attempt.
+    pub payment_attempt_id: Option<PaymentAttemptId>,
     /// The contract subject, without any deployment namespace.
     pub subject: String,
     /// Header name → value, as written with the event.

@@ -52,12 +52,13 @@ pub async fn add_records(
         .map(|r| r.status.as_str().to_owned())
         .collect();
     let amounts: Vec<Option<i64>> = records.iter().map(|r| r.amount_minor).collect();
+    let refunded: Vec<Option<i64>> = records.iter().map(|r| r.amount_refunded).collect();
     sqlx::query(
         "INSERT INTO reconciliation_sweep_records
              (sweep_id, charge_id, reference, payment_attempt_id, status, amount_minor, currency,
-              customer, idempotency_key)
+              customer, idempotency_key, amount_refunded)
          SELECT $1, * FROM UNNEST($2::text[], $3::text[], $4::uuid[], $5::text[], $6::int8[],
-                                  $7::text[], $8::text[], $9::text[])
+                                  $7::text[], $8::text[], $9::text[], $10::int8[])
          ON CONFLICT DO NOTHING",
     )
     .bind(sweep)
@@ -69,6 +70,7 @@ pub async fn add_records(
     .bind(column(|r| r.currency.clone()))
     .bind(column(|r| r.customer.clone()))
     .bind(column(|r| r.idempotency_key.clone()))
+    .bind(refunded)
     .execute(store.pool())
     .await?;
     Ok(())
@@ -127,6 +129,7 @@ fn record(row: &sqlx::postgres::PgRow) -> Result<ListedCharge, sqlx::Error> {
         currency: row.try_get("currency")?,
         customer: row.try_get("customer")?,
         idempotency_key: row.try_get("idempotency_key")?,
+        amount_refunded: row.try_get("amount_refunded")?,
     })
 }
 
@@ -177,7 +180,7 @@ pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Name
     .await?;
     let rows = sqlx::query(
         "SELECT charge_id, status, reference, payment_attempt_id, amount_minor, currency, customer,
-                idempotency_key
+                idempotency_key, amount_refunded
          FROM reconciliation_sweep_records
          WHERE sweep_id = $1 AND payment_attempt_id = ANY($2)
          ORDER BY payment_attempt_id, charge_id",
@@ -229,6 +232,23 @@ pub async fn unlisted_succeeded(
     .bind(page.after)
     .bind(page.limit as i64)
     .fetch_all(store.pool())
+    .await
+}
+
+/// What the sweep's comparison reads of one attempt, outside any window (`in_window`
+/// false: a single object read by id proves nothing about what a listing left out), for a
+/// webhook's check of its PaymentIntent.
+pub async fn attempt_view(
+    store: &Store,
+    id: PaymentAttemptId,
+) -> Result<Option<AttemptView>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT a.payment_attempt_id, a.status, a.amount_minor, a.currency, a.customer_id,
+                a.idempotency_key, a.gateway_charge_id, a.gateway_object_id, false AS in_window
+         FROM payment_attempts a WHERE a.payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_optional(store.pool())
     .await
 }
 

@@ -1,13 +1,12 @@
 //! Stripe webhook events (`stripe_webhook_events`): each accepted event recorded by its id,
 //! in the same transaction as what it makes happen — the named PaymentIntent's `unknown`
-//! attempt due for a retrieve now, or a finding (and its published event) for a refund or a
-//! dispute of a succeeded attempt. A redelivered event finds its row and does nothing.
+//! attempt due for a retrieve now, or a check of the PaymentIntent by id
+//! (`gateway_object_checks`) for an event that may show money moved for an attempt the
+//! ledger holds as final or in review. A redelivered event finds its row and does nothing;
+//! nothing here trusts what an event says.
 
-use serde_json::json;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
-use super::findings::{self, FindingSource, NewFinding};
 use super::Store;
 use crate::domain::{AttemptStatus, Money, PaymentAttemptId};
 
@@ -25,8 +24,9 @@ pub struct IntentAttempt {
 pub enum Effect {
     /// The attempt is `unknown`: due for its retrieve now.
     Wake(PaymentAttemptId),
-    /// A finding, published as `payments.events.reconciliation-finding.v1` when new.
-    Finding(NewFinding),
+    /// Money may have moved for an attempt the ledger holds as final or in review: the
+    /// reconciler reads the PaymentIntent again by id and records what it shows.
+    Check(PaymentAttemptId),
     /// Recorded, nothing else.
     Ignore,
 }
@@ -47,9 +47,6 @@ pub enum Recorded {
     /// Recorded; the label of what it did (`woke`, `finding`, `ignored`).
     New(&'static str),
 }
-
-/// The subject of a finding's event (the relay puts the namespace in front).
-pub const FINDING_SUBJECT: &str = "payments.events.reconciliation-finding.v1";
 
 /// Records `event` and does what `decide` makes of the attempt its PaymentIntent belongs to
 /// (read in the same transaction), all or nothing.
@@ -73,7 +70,7 @@ pub async fn record_event(
     let effect = decide(attempt.as_ref());
     let label = match &effect {
         Effect::Wake(_) => "woke",
-        Effect::Finding(_) => "finding",
+        Effect::Check(_) => "check",
         Effect::Ignore => "ignored",
     };
     let inserted = sqlx::query(
@@ -104,12 +101,25 @@ pub async fn record_event(
             .execute(&mut *tx)
             .await?;
         }
-        Effect::Finding(finding) => {
-            if findings::record(&mut tx, &finding, FindingSource::Webhook).await? {
-                if let Some(id) = finding.payment_attempt_id {
-                    publish_finding(&mut tx, id, &finding, event.id).await?;
-                }
-            }
+        Effect::Check(id) => {
+            let pi = event
+                .payment_intent_id
+                .expect("a check is only asked about a named PaymentIntent");
+            sqlx::query(
+                "INSERT INTO gateway_object_checks
+                     (gateway_object_id, payment_attempt_id, reasons, webhook_event_id)
+                 VALUES ($1, $2, ARRAY[$3], $4)
+                 ON CONFLICT (gateway_object_id) DO UPDATE SET
+                     reasons = (gateway_object_checks.reasons || EXCLUDED.reasons)[1:20],
+                     webhook_event_id = EXCLUDED.webhook_event_id,
+                     due_at = now()",
+            )
+            .bind(pi)
+            .bind(id)
+            .bind(event.kind)
+            .bind(event.id)
+            .execute(&mut *tx)
+            .await?;
         }
         Effect::Ignore => {}
     }
@@ -117,34 +127,63 @@ pub async fn record_event(
     Ok(Recorded::New(label))
 }
 
-/// The finding's event in the outbox (status `finding`), published by the relay.
-async fn publish_finding(
-    conn: &mut sqlx::PgConnection,
-    id: PaymentAttemptId,
-    finding: &NewFinding,
-    stripe_event: &str,
-) -> Result<(), sqlx::Error> {
-    let event_id = Uuid::new_v4();
-    let now = OffsetDateTime::now_utc();
-    let payload = json!({
-        "event_id": event_id,
-        "payment_attempt_id": id,
-        "class": finding.class,
-        "gateway_ids": finding.gateway_ids,
-        "detail": finding.detail,
-        "stripe_event_id": stripe_event,
-        "occurred_at": now.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
-    });
-    sqlx::query(
-        "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload)
-         VALUES ($1, $2, 'finding', $3, $4, $5)",
+/// A PaymentIntent a webhook asked to be read again, claimed by one reconciler.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ObjectCheck {
+    pub gateway_object_id: String,
+    pub payment_attempt_id: PaymentAttemptId,
+    /// The event types that asked (the latest last).
+    pub reasons: Vec<String>,
+    pub webhook_event_id: String,
+    /// Including this one.
+    pub tries: i32,
+}
+
+/// Claims up to `limit` due checks for `hold` (a reconciler that dies leaves them due again
+/// after it), oldest first, skipping those another reconciler holds.
+pub async fn claim_checks(
+    store: &Store,
+    limit: usize,
+    hold: std::time::Duration,
+) -> Result<Vec<ObjectCheck>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE gateway_object_checks c SET due_at = now() + make_interval(secs => $2),
+             tries = c.tries + 1
+         WHERE c.gateway_object_id IN (
+             SELECT gateway_object_id FROM gateway_object_checks WHERE due_at <= now()
+             ORDER BY due_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+         RETURNING c.gateway_object_id, c.payment_attempt_id, c.reasons, c.webhook_event_id, c.tries",
     )
-    .bind(event_id)
-    .bind(id)
-    .bind(FINDING_SUBJECT)
-    .bind(json!({"Nats-Msg-Id": event_id.to_string(), "Causation-Id": stripe_event}))
-    .bind(payload)
-    .execute(conn)
+    .bind(limit as i64)
+    .bind(hold.as_secs_f64())
+    .fetch_all(store.pool())
+    .await
+}
+
+/// A check done: removed, unless a newer event asked again meanwhile (under another event
+/// id, due again now), which the next claim takes.
+pub async fn finish_check(store: &Store, check: &ObjectCheck) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM gateway_object_checks
+         WHERE gateway_object_id = $1 AND webhook_event_id = $2",
+    )
+    .bind(&check.gateway_object_id)
+    .bind(&check.webhook_event_id)
+    .execute(store.pool())
     .await?;
+    Ok(())
+}
+
+/// A check that could not be done (the gateway did not answer): due again at `at`.
+pub async fn retry_check(
+    store: &Store,
+    check: &ObjectCheck,
+    at: OffsetDateTime,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE gateway_object_checks SET due_at = $2 WHERE gateway_object_id = $1")
+        .bind(&check.gateway_object_id)
+        .bind(at)
+        .execute(store.pool())
+        .await?;
     Ok(())
 }

@@ -558,3 +558,105 @@ async fn pages_holding_only_someone_elses_unconfirmed_intents_do_not_end_the_swe
     );
     assert!(rows.iter().all(|r| r.1 != fine.to_string()), "{rows:?}");
 }
+
+/// `POST /__stripe/payment_intents/{pi}/{action}` at the mock, with `body`.
+async fn at_the_gateway(h: &Harness, pi: &str, action: &str, body: &str) {
+    let answer = reqwest::Client::new()
+        .post(format!(
+            "{}/__stripe/payment_intents/{pi}/{action}",
+            h.gateway.base_url()
+        ))
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        answer.status().is_success(),
+        "{}",
+        answer.text().await.unwrap()
+    );
+}
+
+/// The findings about `id`, oldest first, as (state, detail).
+async fn findings_about(h: &Harness, id: PaymentAttemptId) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT state, detail FROM reconciliation_findings WHERE payment_attempt_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap()
+}
+
+/// Finding events queued for publishing about `id`.
+async fn finding_events(h: &Harness, id: PaymentAttemptId) -> Vec<serde_json::Value> {
+    sqlx::query_scalar(
+        "SELECT payload FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'
+         ORDER BY created_at, event_id",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_and_the_refund_as_history(
+) {
+    let h = Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            ..MockConfig::default()
+        },
+        |s| s.gateway_kind = GatewayKind::Stripe,
+    )
+    .await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = executed(&h, &client, pm::CARD_VISA).await;
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    let reconciler = h.reconciler_with(client);
+
+    at_the_gateway(&h, &pi, "refund", r#"{"amount": 500}"#).await;
+    let refund = reconciler.sweep(window(&h).await).await.unwrap();
+    assert_eq!(refund.new_findings.len(), 1, "{refund:?}");
+    let refund_id: i64 = h
+        .scalar("SELECT max(id) FROM reconciliation_findings")
+        .await;
+    onecharge::operator::findings::resolve(
+        &h.store,
+        refund_id,
+        "operator:alice",
+        onecharge::store::audit::Via::Cli,
+        "partial refund agreed with the customer",
+    )
+    .await
+    .unwrap();
+    // Weeks later the customer's bank disputes the rest.
+    at_the_gateway(&h, &pi, "dispute", "").await;
+    let dispute = reconciler.sweep(window(&h).await).await.unwrap();
+
+    assert_eq!(dispute.new_findings.len(), 1, "{dispute:?}");
+    let states: Vec<String> = findings_about(&h, id)
+        .await
+        .into_iter()
+        .map(|f| f.0)
+        .collect();
+    assert_eq!(states, vec!["resolved", "open"]);
+    let events = finding_events(&h, id).await;
+    assert_eq!(events.len(), 2, "one event per finding: {events:?}");
+    let last = &events[1];
+    assert_eq!(last["class"], "recorded_not_charged");
+    assert_eq!(last["evidence"], "disputed;refunded:500");
+    assert_eq!(last["earlier"][0]["finding_id"], refund_id);
+    assert_eq!(last["earlier"][0]["state"], "resolved");
+    assert_eq!(
+        last["earlier"][0]["resolution"],
+        "partial refund agreed with the customer"
+    );
+    onecharge::schemas::named("reconciliation-finding.v1.json");
+
+    // Seen again, nothing new.
+    let again = reconciler.sweep(window(&h).await).await.unwrap();
+    assert!(again.new_findings.is_empty(), "{again:?}");
+    assert_eq!(finding_events(&h, id).await.len(), 2);
+}

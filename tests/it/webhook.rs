@@ -180,18 +180,61 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
     served.stop().await;
 }
 
+/// `POST /__stripe/payment_intents/{pi}/{action}` at the mock: money moving after the charge.
+async fn at_the_gateway(h: &Harness, pi: &str, action: &str) {
+    let answer = reqwest::Client::new()
+        .post(format!(
+            "{}/__stripe/payment_intents/{pi}/{action}",
+            h.gateway.base_url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success());
+}
+
+/// POSTs a signed `body` and returns what the listener said it did.
+async fn deliver_signed(addr: std::net::SocketAddr, body: &[u8]) -> serde_json::Value {
+    let answer = reqwest::Client::new()
+        .post(format!("http://{addr}/webhooks/stripe"))
+        .header("content-type", "application/json")
+        .header("Stripe-Signature", signature::header(&[NEW], now(), body))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.json().await.unwrap()
+}
+
+/// The findings about `id`, oldest first: (state, evidence, source).
+async fn findings_about(
+    h: &Harness,
+    id: onecharge::domain::PaymentAttemptId,
+) -> Vec<(String, String, String)> {
+    sqlx::query_as(
+        "SELECT state, evidence, source FROM reconciliation_findings
+         WHERE payment_attempt_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refund_webhook_on_a_succeeded_attempt_opens_one_finding_and_publishes_its_event() {
+async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_its_own_finding() {
     let h = harness().await;
     let client = GatewayClient::from_settings(&h.settings).unwrap();
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
-    h.executor_with(client).run_once().await.unwrap();
+    h.executor_with(client.clone()).run_once().await.unwrap();
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
     let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
         .await
         .unwrap();
     let addr = app.webhook_addr().unwrap();
     let served = Served::from_app(app);
+    let reconciler = h.reconciler_with(client);
     let refunded = event(
         "evt_refunded",
         "charge.refunded",
@@ -203,40 +246,108 @@ async fn a_refund_webhook_on_a_succeeded_attempt_opens_one_finding_and_publishes
         json!({"id": "dp_1", "object": "dispute", "payment_intent": pi, "charge": "ch_1"}),
     );
 
-    for body in [&refunded, &refunded, &disputed] {
-        assert_eq!(
-            deliver(addr, body, Some(signature::header(&[NEW], now(), body))).await,
-            200
-        );
-    }
+    // Nothing moved yet at the gateway: the event's word alone finds nothing.
+    assert_eq!(deliver_signed(addr, &refunded).await["did"], "check");
+    let checks = reconciler.run_checks().await.unwrap();
+    assert_eq!(checks.checked, 1, "{checks:?}");
+    assert!(
+        findings_about(&h, id).await.is_empty(),
+        "a claim no read backs"
+    );
 
-    let findings: Vec<(String, i32, String)> = sqlx::query_as(
-        "SELECT class, seen_count, source FROM reconciliation_findings WHERE payment_attempt_id = $1",
+    at_the_gateway(&h, &pi, "refund").await;
+    let redelivered = event(
+        "evt_refunded_again",
+        "charge.refunded",
+        json!({"id": "ch_1", "object": "charge", "payment_intent": pi, "refunded": true}),
+    );
+    assert_eq!(deliver_signed(addr, &redelivered).await["did"], "check");
+    assert_eq!(deliver_signed(addr, &redelivered).await["duplicate"], true);
+    reconciler.run_checks().await.unwrap();
+    assert_eq!(
+        findings_about(&h, id).await,
+        vec![("open".into(), "refunded:1999".into(), "webhook".into())]
+    );
+    let refund_finding: i64 = h
+        .scalar("SELECT max(id) FROM reconciliation_findings")
+        .await;
+    onecharge::operator::findings::resolve(
+        &h.store,
+        refund_finding,
+        "operator:alice",
+        onecharge::store::audit::Via::Cli,
+        "refunded on the customer's request",
+    )
+    .await
+    .unwrap();
+
+    // After the resolution the bank disputes the charge: a new finding and a new event.
+    at_the_gateway(&h, &pi, "dispute").await;
+    assert_eq!(deliver_signed(addr, &disputed).await["did"], "check");
+    reconciler.run_checks().await.unwrap();
+    assert_eq!(
+        findings_about(&h, id).await,
+        vec![
+            ("resolved".into(), "refunded:1999".into(), "webhook".into()),
+            (
+                "open".into(),
+                "disputed;refunded:1999".into(),
+                "webhook".into()
+            ),
+        ]
+    );
+    let published: Vec<(serde_json::Value, serde_json::Value)> = sqlx::query_as(
+        "SELECT headers, payload FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'
+         ORDER BY created_at, event_id",
     )
     .bind(id)
     .fetch_all(h.store.pool())
     .await
     .unwrap();
-    assert_eq!(
-        findings,
-        vec![("recorded_not_charged".to_owned(), 2, "webhook".to_owned())],
-        "the refund once (its redelivery is a no-op), the dispute seen again"
-    );
-    let published: Vec<(String, String)> = sqlx::query_as(
-        "SELECT status, subject FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap();
-    assert_eq!(
-        published,
-        vec![(
-            "finding".to_owned(),
-            "payments.events.reconciliation-finding.v1".to_owned()
-        )]
-    );
+    assert_eq!(published.len(), 2, "{published:?}");
+    assert_eq!(published[1].0["Causation-Id"], "evt_disputed");
+    assert_eq!(published[1].1["stripe_event_id"], "evt_disputed");
+    assert_eq!(published[1].1["earlier"][0]["state"], "resolved");
     assert_eq!(h.attempt(id).await.status, "succeeded", "never changed");
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_webhook_for_a_declined_attempt_is_read_again_and_found_as_money_taken() {
+    let h = harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    h.executor_with(client.clone()).run_once().await.unwrap();
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    // The ledger says declined (a person's mistaken decision, say); Stripe holds the money.
+    h.set_attempt(id, "status = 'declined'").await;
+    let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
+        .await
+        .unwrap();
+    let addr = app.webhook_addr().unwrap();
+    let served = Served::from_app(app);
+    let succeeded = event(
+        "evt_succeeded",
+        "payment_intent.succeeded",
+        json!({"id": pi, "object": "payment_intent", "status": "succeeded"}),
+    );
+
+    assert_eq!(deliver_signed(addr, &succeeded).await["did"], "check");
+    h.reconciler_with(client).run_checks().await.unwrap();
+
+    let classes: Vec<String> = sqlx::query_scalar(
+        "SELECT class FROM reconciliation_findings WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(classes, vec!["charged_not_recorded"]);
+    assert_eq!(
+        h.attempt(id).await.status,
+        "declined",
+        "a final state never changes"
+    );
     served.stop().await;
 }
 

@@ -36,13 +36,14 @@ pub(crate) struct Aftermath {
 pub(crate) struct Aftermaths(Mutex<HashMap<String, Aftermath>>);
 
 impl Aftermaths {
-    fn get(&self, id: &str) -> Aftermath {
+    pub(crate) fn get(&self, id: &str) -> Aftermath {
         self.0.lock().get(id).copied().unwrap_or_default()
     }
 }
 
-/// The PaymentIntent's charge as `expand[]=data.latest_charge` shows it.
-fn charge_object(intent: &PaymentIntent, aftermath: Aftermath) -> Option<Value> {
+/// The PaymentIntent's charge as `expand[]=data.latest_charge` (a list) or
+/// `expand[]=latest_charge` (a retrieve) shows it.
+pub(crate) fn charge_object(intent: &PaymentIntent, aftermath: Aftermath) -> Option<Value> {
     let id = intent.latest_charge.as_ref()?;
     Some(json!({
         "id": id,
@@ -161,10 +162,21 @@ pub(crate) async fn control(
             StatusCode::BAD_REQUEST,
             json!({"error": "only a succeeded PaymentIntent has a charge to refund or dispute"}),
         ),
+        // `{"amount": N}` refunds N more (a partial refund; each one adds up), no body the rest.
         "refund" => {
             let mut all = shared.stripe.aftermath.0.lock();
-            all.entry(id).or_default().amount_refunded = intent.amount;
-            answer(StatusCode::OK, json!({"refunded": intent.amount}))
+            let aftermath = all.entry(id).or_default();
+            let rest = intent.amount - aftermath.amount_refunded;
+            let amount = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v["amount"].as_i64())
+                .unwrap_or(rest)
+                .clamp(0, rest);
+            aftermath.amount_refunded += amount;
+            answer(
+                StatusCode::OK,
+                json!({"refunded": amount, "amount_refunded": aftermath.amount_refunded}),
+            )
         }
         "dispute" => {
             let mut all = shared.stripe.aftermath.0.lock();

@@ -163,11 +163,20 @@ async fn retrieve_intent(
 ) -> Response {
     serve_get(&shared, &connection, &uri, &headers, || async {
         pause(shared.request_latency()).await;
+        let expand_charge = uri.query().is_some_and(|query| {
+            form_urlencoded::parse(query.as_bytes())
+                .any(|(name, value)| name == "expand[]" && value == "latest_charge")
+        });
         match shared.stripe.get(&id) {
-            Ok(intent) => Outcome::now(
-                ResponseClass::Lookup,
-                Answer::json(StatusCode::OK, &intent.to_json()),
-            ),
+            Ok(intent) => {
+                let mut body = intent.to_json();
+                if expand_charge {
+                    body["latest_charge"] =
+                        list::charge_object(&intent, shared.stripe.aftermath.get(&intent.id))
+                            .unwrap_or(Value::Null);
+                }
+                Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body))
+            }
             Err(err) => refused(ResponseClass::InvalidRequest, err),
         }
     })

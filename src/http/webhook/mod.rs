@@ -7,13 +7,19 @@
 //! [`MAX_BODY`] and an event it can read; anything else is 400 (413 for a body too large),
 //! counted in `onecharge_webhooks_total{result}`, with neither the body nor a secret logged.
 //! An accepted event is recorded by its id before the answer (a redelivery is a no-op) and
-//! **never settles anything**: events arrive out of order and a leaked secret could forge
-//! them. What it does ([`react`], pure):
-//! - `payment_intent.*` for an `unknown` attempt → due for a retrieve by id now; the
-//!   reconciler's usual decision settles it.
-//! - `charge.refunded`, `charge.dispute.created` for a `succeeded` attempt → a
-//!   `recorded_not_charged` finding (deduplicated with the sweep's) and, when new, a
-//!   `payments.events.reconciliation-finding.v1` event.
+//! **never settles nor finds anything by itself**: events arrive out of order and a leaked
+//! secret could forge them. Every reaction has the object read again by id. What it does
+//! ([`react`], pure):
+//! - `payment_intent.*` or `charge.*` for an `unknown` attempt → due for a retrieve by id
+//!   now; the reconciler's usual decision settles it.
+//! - `payment_intent.succeeded` for an attempt the ledger holds as `declined`, `expired` or
+//!   `needs_review` (money taken that the ledger says was not), and every refund and
+//!   dispute event (`charge.refunded`, `charge.refund.updated`, `charge.dispute.created`,
+//!   `.updated`, `.closed`, `.funds_withdrawn`, `.funds_reinstated`) for an attempt that is
+//!   final or in review → a check: the reconciler reads the PaymentIntent by id with its
+//!   charge, compares it as the sweep would, and records what it shows — a finding per
+//!   distinct aftermath (each with its `payments.events.reconciliation-finding.v1`
+//!   event), or evidence that settles a `needs_review` attempt.
 //! - anything else → recorded only. Missed webhooks are the sweep's to catch.
 
 pub mod signature;
@@ -33,7 +39,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::domain::AttemptStatus;
-use crate::store::findings::{FindingClass, NewFinding};
 use crate::store::webhooks::{self, Effect, Event, IntentAttempt, Recorded};
 use crate::store::Store;
 
@@ -172,7 +177,7 @@ async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: By
             kind: &event.kind,
             payment_intent_id: intent.as_deref(),
         },
-        |attempt| react(&event.kind, &event.id, intent.as_deref(), attempt),
+        |attempt| react(&event.kind, intent.as_deref(), attempt),
     )
     .await;
     match recorded {
@@ -208,48 +213,45 @@ async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: By
 }
 
 /// What an accepted event of `kind` about PaymentIntent `intent` does to its attempt.
-pub fn react(
-    kind: &str,
-    event_id: &str,
-    intent: Option<&str>,
-    attempt: Option<&IntentAttempt>,
-) -> Effect {
-    let (Some(intent), Some(attempt)) = (intent, attempt) else {
+pub fn react(kind: &str, intent: Option<&str>, attempt: Option<&IntentAttempt>) -> Effect {
+    let (Some(_), Some(attempt)) = (intent, attempt) else {
         return Effect::Ignore;
     };
-    let aftermath = match kind {
-        "payment_intent.succeeded"
-        | "payment_intent.payment_failed"
-        | "payment_intent.processing"
-        | "payment_intent.canceled"
-        | "payment_intent.requires_action" => {
-            return if attempt.status == AttemptStatus::Unknown {
-                Effect::Wake(attempt.payment_attempt_id)
-            } else {
-                Effect::Ignore
-            };
+    let id = attempt.payment_attempt_id;
+    let settled_or_in_review = matches!(
+        attempt.status,
+        AttemptStatus::Succeeded
+            | AttemptStatus::Declined
+            | AttemptStatus::Expired
+            | AttemptStatus::NeedsReview
+    );
+    match kind {
+        _ if attempt.status == AttemptStatus::Unknown
+            && (kind.starts_with("payment_intent.") || kind.starts_with("charge.")) =>
+        {
+            Effect::Wake(id)
         }
-        "charge.refunded" => "refunded",
-        "charge.dispute.created" => "disputed",
-        _ => return Effect::Ignore,
-    };
-    if attempt.status != AttemptStatus::Succeeded {
-        return Effect::Ignore;
+        "payment_intent.succeeded"
+            if matches!(
+                attempt.status,
+                AttemptStatus::Declined | AttemptStatus::Expired | AttemptStatus::NeedsReview
+            ) =>
+        {
+            Effect::Check(id)
+        }
+        "charge.refunded"
+        | "charge.refund.updated"
+        | "charge.dispute.created"
+        | "charge.dispute.updated"
+        | "charge.dispute.closed"
+        | "charge.dispute.funds_withdrawn"
+        | "charge.dispute.funds_reinstated"
+            if settled_or_in_review =>
+        {
+            Effect::Check(id)
+        }
+        _ => Effect::Ignore,
     }
-    Effect::Finding(NewFinding {
-        class: FindingClass::RecordedNotCharged,
-        payment_attempt_id: Some(attempt.payment_attempt_id),
-        reference: Some(attempt.payment_attempt_id.to_string()),
-        gateway_ids: vec![intent.to_owned()],
-        attempt_status: Some(attempt.status.as_str().to_owned()),
-        attempt_amount_minor: Some(attempt.money.amount_minor),
-        attempt_currency: Some(attempt.money.currency.clone()),
-        gateway_amount_minor: None,
-        gateway_currency: None,
-        detail: format!(
-            "the attempt is succeeded, but Stripe reports its charge {aftermath} (webhook {event_id}, PaymentIntent {intent})"
-        ),
-    })
 }
 
 #[cfg(test)]
@@ -266,7 +268,7 @@ mod tests {
     }
 
     #[test]
-    fn a_payment_intent_event_only_wakes_an_unknown_attempt_and_never_settles() {
+    fn a_payment_intent_event_wakes_an_unknown_attempt_and_never_settles() {
         for kind in [
             "payment_intent.succeeded",
             "payment_intent.payment_failed",
@@ -276,18 +278,16 @@ mod tests {
         ] {
             let unknown = attempt(AttemptStatus::Unknown);
             assert_eq!(
-                react(kind, "evt", Some("pi_1"), Some(&unknown)),
+                react(kind, Some("pi_1"), Some(&unknown)),
                 Effect::Wake(unknown.payment_attempt_id)
             );
             for status in [
                 AttemptStatus::Pending,
                 AttemptStatus::InFlight,
                 AttemptStatus::Succeeded,
-                AttemptStatus::Declined,
-                AttemptStatus::NeedsReview,
             ] {
                 assert_eq!(
-                    react(kind, "evt", Some("pi_1"), Some(&attempt(status))),
+                    react(kind, Some("pi_1"), Some(&attempt(status))),
                     Effect::Ignore,
                     "{kind} {status}"
                 );
@@ -296,42 +296,71 @@ mod tests {
     }
 
     #[test]
-    fn a_refund_or_dispute_of_a_succeeded_attempt_is_a_finding_on_its_payment_intent() {
-        for (kind, word) in [
-            ("charge.refunded", "refunded"),
-            ("charge.dispute.created", "disputed"),
+    fn money_taken_for_an_attempt_the_ledger_says_was_not_charged_is_checked_by_id() {
+        for status in [
+            AttemptStatus::Declined,
+            AttemptStatus::Expired,
+            AttemptStatus::NeedsReview,
         ] {
-            let succeeded = attempt(AttemptStatus::Succeeded);
-            let Effect::Finding(finding) = react(kind, "evt_9", Some("pi_1"), Some(&succeeded))
-            else {
-                panic!("{kind}")
-            };
-            assert_eq!(finding.class, FindingClass::RecordedNotCharged);
-            assert_eq!(finding.gateway_ids, vec!["pi_1"]);
-            assert!(finding.detail.contains(word) && finding.detail.contains("evt_9"));
+            let held = attempt(status);
             assert_eq!(
-                react(
-                    kind,
-                    "evt",
-                    Some("pi_1"),
-                    Some(&attempt(AttemptStatus::Declined))
-                ),
-                Effect::Ignore
+                react("payment_intent.succeeded", Some("pi_1"), Some(&held)),
+                Effect::Check(held.payment_attempt_id),
+                "{status}"
             );
+            assert_eq!(
+                react("payment_intent.payment_failed", Some("pi_1"), Some(&held)),
+                Effect::Ignore,
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_refund_and_dispute_event_of_a_final_attempt_is_checked_by_id_never_taken_on_its_word()
+    {
+        for kind in [
+            "charge.refunded",
+            "charge.refund.updated",
+            "charge.dispute.created",
+            "charge.dispute.updated",
+            "charge.dispute.closed",
+            "charge.dispute.funds_withdrawn",
+            "charge.dispute.funds_reinstated",
+        ] {
+            for status in [
+                AttemptStatus::Succeeded,
+                AttemptStatus::Declined,
+                AttemptStatus::Expired,
+                AttemptStatus::NeedsReview,
+            ] {
+                let held = attempt(status);
+                assert_eq!(
+                    react(kind, Some("pi_1"), Some(&held)),
+                    Effect::Check(held.payment_attempt_id),
+                    "{kind} {status}"
+                );
+            }
+            for status in [AttemptStatus::Pending, AttemptStatus::InFlight] {
+                assert_eq!(
+                    react(kind, Some("pi_1"), Some(&attempt(status))),
+                    Effect::Ignore,
+                    "{kind} {status}: the executor owns it"
+                );
+            }
         }
     }
 
     #[test]
     fn an_event_about_nothing_onecharge_holds_is_only_recorded() {
         assert_eq!(
-            react("payment_intent.succeeded", "evt", Some("pi_1"), None),
+            react("payment_intent.succeeded", Some("pi_1"), None),
             Effect::Ignore
         );
-        assert_eq!(react("customer.created", "evt", None, None), Effect::Ignore);
+        assert_eq!(react("customer.created", None, None), Effect::Ignore);
         assert_eq!(
             react(
                 "invoice.paid",
-                "evt",
                 Some("pi_1"),
                 Some(&attempt(AttemptStatus::Unknown))
             ),

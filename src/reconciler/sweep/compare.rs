@@ -15,10 +15,10 @@
 //!   amount, currency or customer differ from the attempt's: `mismatch`.
 //! - Money taken for an attempt id onecharge does not know: `unknown_reference`.
 
+use crate::domain::finding::{FindingClass, NewFinding};
 use crate::domain::outcome::{ChargeStatus, GatewayCharge};
 use crate::domain::AttemptStatus;
 use crate::gateway::list::{ListedCharge, ListedStatus};
-use crate::store::findings::{FindingClass, NewFinding};
 pub use crate::store::sweep::AttemptView;
 
 impl AttemptView {
@@ -96,6 +96,7 @@ fn unknown_reference(reference: &str, record: &ListedCharge) -> NewFinding {
         payment_attempt_id: None,
         reference: Some(reference.to_owned()),
         gateway_ids: vec![record.id.clone()],
+        evidence: record.evidence(),
         attempt_status: None,
         attempt_amount_minor: None,
         attempt_currency: None,
@@ -119,12 +120,14 @@ struct Case<'a> {
 }
 
 impl Case<'_> {
-    /// A finding about this attempt, naming the gateway's `ids` (sorted, once each) and,
-    /// when one charge is meant, its amount and currency.
+    /// A finding about this attempt, naming the gateway's `ids` (sorted, once each), what
+    /// the gateway showed (`evidence`) and, when one charge is meant, its amount and
+    /// currency.
     fn finding(
         &self,
         class: FindingClass,
         mut ids: Vec<String>,
+        evidence: String,
         detail: String,
         gateway: Option<&ListedCharge>,
     ) -> NewFinding {
@@ -135,6 +138,7 @@ impl Case<'_> {
             payment_attempt_id: Some(self.attempt.payment_attempt_id),
             reference: Some(self.reference.to_owned()),
             gateway_ids: ids,
+            evidence,
             attempt_status: Some(self.attempt.status.as_str().to_owned()),
             attempt_amount_minor: Some(self.attempt.amount_minor),
             attempt_currency: Some(self.attempt.currency.clone()),
@@ -144,15 +148,27 @@ impl Case<'_> {
         }
     }
 
+    /// What the charges holding money show, as evidence (each one's, sorted).
+    fn held_evidence(&self) -> String {
+        let mut each: Vec<String> = self
+            .held
+            .iter()
+            .map(|r| format!("{}={}", r.id, r.evidence()))
+            .collect();
+        each.sort();
+        each.join(",")
+    }
+
     /// Every charge holding money whose amount, currency or customer is not the attempt's.
     fn mismatches(&self) -> Vec<NewFinding> {
         self.held
             .iter()
             .filter_map(|record| {
-                let why = differs(record, self.attempt)?;
+                let (why, evidence) = differs(record, self.attempt)?;
                 Some(self.finding(
                     FindingClass::Mismatch,
                     vec![record.id.clone()],
+                    evidence,
                     format!(
                         "the gateway's charge {} differs from the attempt: {why}",
                         record.id
@@ -184,6 +200,7 @@ impl Case<'_> {
                 findings.push(self.finding(
                     FindingClass::ChargedNotRecorded,
                     held_ids.clone(),
+                    self.held_evidence(),
                     format!(
                         "the gateway holds money for this pending attempt under another key ({}); \
                          its own send would charge again",
@@ -197,6 +214,7 @@ impl Case<'_> {
                 findings.push(self.finding(
                     FindingClass::ChargedNotRecorded,
                     held_ids.clone(),
+                    self.held_evidence(),
                     format!(
                         "the attempt is {}, but the gateway took money for it ({}): refund, or correct the record",
                         attempt.status,
@@ -219,6 +237,7 @@ impl Case<'_> {
             (Some(own), _) if own.status != ListedStatus::Succeeded => Some(self.finding(
                 FindingClass::RecordedNotCharged,
                 vec![own.id.clone()],
+                own.evidence(),
                 format!(
                     "the attempt is succeeded, but the gateway holds its charge {} as {}",
                     own.id,
@@ -229,6 +248,7 @@ impl Case<'_> {
             (None, Some(recorded)) if self.attempt.in_window => Some(self.finding(
                 FindingClass::RecordedNotCharged,
                 vec![recorded.to_owned()],
+                "missing".to_owned(),
                 format!(
                     "the attempt is succeeded with charge {recorded}, which the gateway does not list in the window"
                 ),
@@ -253,6 +273,7 @@ impl Case<'_> {
         Some(self.finding(
             FindingClass::ChargedTwice,
             ids.clone(),
+            String::new(),
             format!(
                 "{} charges hold money for one attempt ({}): refund all but one",
                 ids.len(),
@@ -263,15 +284,18 @@ impl Case<'_> {
     }
 }
 
-/// Why a charge holding money is not the attempt's amount, currency or customer.
-fn differs(record: &ListedCharge, attempt: &AttemptView) -> Option<String> {
+/// Why a charge holding money is not the attempt's amount, currency or customer, and the
+/// gateway's differing values as evidence (`amount_minor=2999;currency=USD`).
+fn differs(record: &ListedCharge, attempt: &AttemptView) -> Option<(String, String)> {
     let mut why = Vec::new();
+    let mut evidence = Vec::new();
     if let Some(amount) = record.amount_minor {
         if amount != attempt.amount_minor {
             why.push(format!(
                 "amount_minor {amount}, the attempt's is {}",
                 attempt.amount_minor
             ));
+            evidence.push(format!("amount_minor={amount}"));
         }
     }
     if let Some(currency) = &record.currency {
@@ -280,6 +304,7 @@ fn differs(record: &ListedCharge, attempt: &AttemptView) -> Option<String> {
                 "currency {currency}, the attempt's is {}",
                 attempt.currency
             ));
+            evidence.push(format!("currency={currency}"));
         }
     }
     if let Some(customer) = &record.customer {
@@ -288,9 +313,10 @@ fn differs(record: &ListedCharge, attempt: &AttemptView) -> Option<String> {
                 "customer {customer}, the attempt's is {}",
                 attempt.customer_id
             ));
+            evidence.push(format!("customer={customer}"));
         }
     }
-    (!why.is_empty()).then(|| why.join("; "))
+    (!why.is_empty()).then(|| (why.join("; "), evidence.join(";")))
 }
 
 /// A listed record as the reconciler's lookup answer: the attempt's own charge carries its
@@ -351,6 +377,7 @@ mod tests {
             } else {
                 format!("other-{id}")
             }),
+            amount_refunded: None,
         }
     }
 
@@ -500,6 +527,48 @@ mod tests {
             Some(stripe.idempotency_key.as_str())
         );
         assert_eq!(charges[1].idempotency_key, None);
+    }
+
+    #[test]
+    fn each_aftermath_of_one_charge_is_its_own_finding() {
+        let evidence_of = |record: ListedCharge| {
+            let verdict = compare(ATTEMPT, Some(&attempt(Succeeded)), &[record]);
+            assert_eq!(classes(&verdict), vec![RecordedNotCharged]);
+            (
+                verdict.findings[0].subject_key(),
+                verdict.findings[0].dedupe_key(),
+            )
+        };
+        let refunded = |amount| ListedCharge {
+            amount_refunded: Some(amount),
+            ..record("ch_own", L::Refunded)
+        };
+        let disputed = ListedCharge {
+            amount_refunded: Some(500),
+            ..record("ch_own", L::Disputed)
+        };
+        let (subject, first) = evidence_of(refunded(500));
+        let (_, second) = evidence_of(refunded(800));
+        let (_, dispute) = evidence_of(disputed);
+        let (missing_subject, missing) = evidence_of_missing();
+        assert!(first.ends_with("|refunded:500"), "{first}");
+        assert!(second.ends_with("|refunded:800"), "{second}");
+        assert!(dispute.ends_with("|disputed;refunded:500"), "{dispute}");
+        assert!(missing.ends_with("|missing"), "{missing}");
+        assert_eq!(subject, missing_subject, "one charge's history");
+        assert_eq!(
+            evidence_of(refunded(500)).1,
+            first,
+            "the same evidence, the same finding"
+        );
+
+        fn evidence_of_missing() -> (String, String) {
+            let verdict = compare(ATTEMPT, Some(&attempt(Succeeded)), &[]);
+            (
+                verdict.findings[0].subject_key(),
+                verdict.findings[0].dedupe_key(),
+            )
+        }
     }
 
     #[test]
