@@ -61,6 +61,9 @@ pub(crate) async fn get_charges(
     let outcome = if !shared.authorized(&headers) {
         Outcome::unauthorized()
     } else {
+        // The fault latency, like every other /v1 request: a slow list is how tests make a
+        // sweep run long.
+        crate::http::pause(shared.request_latency()).await;
         match Query::<ListQuery>::try_from_uri(&uri)
             .map_err(|e| InvalidRequest(format!("bad list query: {e}")))
             .and_then(|Query(q)| page(&shared, &q))

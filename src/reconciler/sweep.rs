@@ -81,6 +81,20 @@ pub struct SweepReport {
     pub read_seconds: f64,
 }
 
+impl SweepReport {
+    /// What its row records.
+    fn counts(&self) -> SweepCounts {
+        SweepCounts {
+            pages: self.pages,
+            records_seen: self.records_seen,
+            records_kept: self.records_kept,
+            records_skipped: self.records_skipped,
+            findings: self.new_findings.len() as u32,
+            settled: self.settled.len() as u32,
+        }
+    }
+}
+
 /// What acting on verdicts did, added to a sweep's report (or a check's).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Acted {
@@ -113,8 +127,19 @@ pub struct NewFindingSummary {
 
 impl Reconciler {
     /// One sweep of `window`: read every page, compare, act (see the module's doc).
-    #[tracing::instrument(skip_all, fields(from = %window.from, to = %window.to))]
     pub async fn sweep(&self, window: ListWindow) -> anyhow::Result<SweepReport> {
+        self.sweep_until(window, &CancellationToken::new()).await
+    }
+
+    /// [`Reconciler::sweep`], stopped when `stop` is cancelled (shutdown): the sweep's row
+    /// then ends saying so, its records are removed, and the next sweep reads the window
+    /// again. Refused, with no row written, while a sweep of an overlapping window runs.
+    #[tracing::instrument(skip_all, fields(from = %window.from, to = %window.to))]
+    pub async fn sweep_until(
+        &self,
+        window: ListWindow,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<SweepReport> {
         let inner = &self.inner;
         let started = Instant::now();
         let sweep_id = sweep_store::start(&inner.store, window, &inner.actor)
@@ -135,29 +160,32 @@ impl Reconciler {
             duration_seconds: 0.0,
             read_seconds: 0.0,
         };
-        let result = async {
-            self.read_pages(sweep_id, window, &mut report).await?;
-            report.read_seconds = started.elapsed().as_secs_f64();
-            sweep_store::analyze_records(&inner.store)
-                .await
-                .context("analyzing the sweep's records")?;
-            self.compare_all(sweep_id, window, &mut report).await
-        }
-        .await;
-        report.duration_seconds = started.elapsed().as_secs_f64();
-        let counts = SweepCounts {
-            pages: report.pages,
-            records_seen: report.records_seen,
-            records_kept: report.records_kept,
-            records_skipped: report.records_skipped,
-            findings: report.new_findings.len() as u32,
-            settled: report.settled.len() as u32,
+        let finished = tokio::select! {
+            result = async {
+                self.read_pages(sweep_id, window, &mut report).await?;
+                report.read_seconds = started.elapsed().as_secs_f64();
+                sweep_store::analyze_records(&inner.store)
+                    .await
+                    .context("analyzing the sweep's records")?;
+                self.compare_all(sweep_id, window, &mut report).await
+            } => Some(result),
+            _ = stop.cancelled() => None,
         };
+        let stopped = finished.is_none();
+        let result = finished.unwrap_or_else(|| {
+            Err(anyhow::anyhow!(
+                "stopped at shutdown after {} page(s); the next sweep reads the window again",
+                report.pages
+            ))
+        });
+        report.duration_seconds = started.elapsed().as_secs_f64();
         let error = result.as_ref().err().map(|e| format!("{e:#}"));
-        sweep_store::finish(&inner.store, sweep_id, counts, error.as_deref())
+        sweep_store::finish(&inner.store, sweep_id, report.counts(), error.as_deref())
             .await
             .context("ending the sweep")?;
-        crate::metrics::sweep(report.duration_seconds, result.is_ok());
+        if !stopped {
+            crate::metrics::sweep(report.duration_seconds, result.is_ok());
+        }
         self.refresh_findings_gauge().await;
         result?;
         tracing::info!(
@@ -196,6 +224,9 @@ impl Reconciler {
             sweep_store::add_records(&inner.store, sweep_id, &page.records)
                 .await
                 .context("storing a page of the gateway's records")?;
+            sweep_store::heartbeat(&inner.store, sweep_id, report.counts())
+                .await
+                .context("recording the sweep's progress")?;
             let Some(next) = page.next else {
                 return Ok(());
             };
@@ -434,21 +465,22 @@ impl Reconciler {
         while !shutdown.is_cancelled() {
             match sweep_store::claim_scheduled(&self.inner.store, settings.sweep_interval).await {
                 Ok(true) => {
+                    // Not raced with the shutdown: the sweep stops itself and ends its row.
                     let result = async {
                         let now = sweep_store::now(&self.inner.store).await?;
-                        self.sweep(ListWindow {
+                        let window = ListWindow {
                             from: now - settings.sweep_window,
                             to: now,
-                        })
-                        .await
-                    };
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        result = result => {
-                            if let Err(err) = result {
-                                tracing::error!(error = %format!("{err:#}"), "the scheduled sweep failed; the next interval sweeps again");
-                            }
+                        };
+                        self.sweep_until(window, &shutdown).await
+                    }
+                    .await;
+                    if let Err(err) = result {
+                        if shutdown.is_cancelled() {
+                            tracing::info!(error = %format!("{err:#}"), "the scheduled sweep stopped at shutdown");
+                            break;
                         }
+                        tracing::error!(error = %format!("{err:#}"), "the scheduled sweep failed; the next interval sweeps again");
                     }
                 }
                 Ok(false) => {}

@@ -11,25 +11,110 @@ use super::Store;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::gateway::list::{ListWindow, ListedCharge, ListedStatus};
 
-/// Starts a sweep of `window` by `actor`: its row, and the records of sweeps that ended
-/// (or died more than a day ago) removed. Returns the sweep's id.
-pub async fn start(store: &Store, window: ListWindow, actor: &str) -> Result<i64, sqlx::Error> {
+/// How long a running sweep may go without a heartbeat (one per page read) before a new
+/// sweep takes its instance for dead and ends its row as abandoned. Far longer than a page
+/// takes, retries and rate-limit waits included.
+pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Why a sweep could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A sweep of an overlapping window is running (the database's exclusion constraint).
+    #[error(
+        "a sweep of an overlapping window ({from} .. {to}) is running: sweep {id} by {actor}, started {started_at}; \
+         two sweeps never read one window at once"
+    )]
+    Overlapping {
+        id: i64,
+        actor: String,
+        started_at: OffsetDateTime,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+    },
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Starts a sweep of `window` by `actor`: first ends, as abandoned, every sweep whose
+/// instance has not been heard from for [`ABANDONED_AFTER`] and removes the records of
+/// ended sweeps (never a running one's, however long it has run), then inserts its row,
+/// which the database refuses while a sweep of an overlapping window runs. Returns the
+/// sweep's id.
+pub async fn start(store: &Store, window: ListWindow, actor: &str) -> Result<i64, StartError> {
+    sqlx::query(
+        "UPDATE reconciliation_sweeps SET finished_at = now(),
+             error = 'abandoned: no heartbeat since '
+                     || onecharge_rfc3339(coalesce(heartbeat_at, started_at))
+                     || '; its instance stopped mid-run, and the next sweep reads the window again'
+         WHERE finished_at IS NULL
+           AND coalesce(heartbeat_at, started_at) < now() - make_interval(secs => $1)",
+    )
+    .bind(ABANDONED_AFTER.as_secs_f64())
+    .execute(store.pool())
+    .await?;
     sqlx::query(
         "DELETE FROM reconciliation_sweep_records WHERE sweep_id IN (
-             SELECT id FROM reconciliation_sweeps
-             WHERE finished_at IS NOT NULL OR started_at < now() - interval '1 day')",
+             SELECT id FROM reconciliation_sweeps WHERE finished_at IS NOT NULL)",
     )
     .execute(store.pool())
     .await?;
-    sqlx::query_scalar(
-        "INSERT INTO reconciliation_sweeps (window_from, window_to, actor)
-         VALUES ($1, $2, $3) RETURNING id",
+    let inserted = sqlx::query_scalar(
+        "INSERT INTO reconciliation_sweeps (window_from, window_to, actor, heartbeat_at)
+         VALUES ($1, $2, $3, now()) RETURNING id",
     )
     .bind(window.from)
     .bind(window.to)
     .bind(actor)
     .fetch_one(store.pool())
-    .await
+    .await;
+    match inserted {
+        Ok(id) => Ok(id),
+        Err(sqlx::Error::Database(db))
+            if db.constraint() == Some("reconciliation_sweeps_one_running_per_window") =>
+        {
+            let running: Option<(i64, String, OffsetDateTime, OffsetDateTime, OffsetDateTime)> =
+                sqlx::query_as(
+                    "SELECT id, actor, started_at, window_from, window_to FROM reconciliation_sweeps
+                     WHERE finished_at IS NULL
+                       AND tstzrange(window_from, window_to) && tstzrange($1, $2)
+                     ORDER BY id LIMIT 1",
+                )
+                .bind(window.from)
+                .bind(window.to)
+                .fetch_optional(store.pool())
+                .await?;
+            match running {
+                Some((id, actor, started_at, from, to)) => Err(StartError::Overlapping {
+                    id,
+                    actor,
+                    started_at,
+                    from,
+                    to,
+                }),
+                // It ended in between: the caller may simply try again.
+                None => Err(StartError::Database(sqlx::Error::Database(db))),
+            }
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// A running sweep's heartbeat, with its progress so far: it is alive (see
+/// [`ABANDONED_AFTER`]), and `reconciliation_sweeps` shows how far it has read.
+pub async fn heartbeat(store: &Store, sweep: i64, counts: SweepCounts) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE reconciliation_sweeps SET heartbeat_at = now(), pages = $2, records = $3,
+             records_seen = $4, records_skipped = $5
+         WHERE id = $1 AND finished_at IS NULL",
+    )
+    .bind(sweep)
+    .bind(counts.pages as i32)
+    .bind(counts.records_kept as i64)
+    .bind(counts.records_seen as i64)
+    .bind(counts.records_skipped as i64)
+    .execute(store.pool())
+    .await?;
+    Ok(())
 }
 
 /// Stores one page's records for `sweep` (a record listed twice is kept once).

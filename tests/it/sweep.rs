@@ -660,3 +660,156 @@ async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_an
     assert!(again.new_findings.is_empty(), "{again:?}");
     assert_eq!(finding_events(&h, id).await.len(), 2);
 }
+
+/// A §3 harness holding `charges` succeeded attempts, every one agreeing with the gateway,
+/// whose mock then answers every request after `latency_ms`: a sweep of them takes a page
+/// per `latency_ms`.
+async fn slow_listing(charges: usize, latency_ms: u64) -> Harness {
+    let h = Harness::with(MockConfig::default(), |_| {}).await;
+    let executor = h.executor_with(h.client_with_key(crate::support::API_KEY));
+    h.seed_many(&vec![pm::CARD_VISA; charges]).await;
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    assert_eq!(h.gateway.ledger().len(), charges);
+    h.gateway.set_faults(mock_gateway::FaultConfig {
+        latency: mock_gateway::Latency::fixed(latency_ms),
+        ..Default::default()
+    });
+    h
+}
+
+/// The sweeps' rows: (id, finished, error).
+async fn sweep_rows(h: &Harness) -> Vec<(i64, bool, Option<String>)> {
+    sqlx::query_as(
+        "SELECT id, finished_at IS NOT NULL, error FROM reconciliation_sweeps ORDER BY id",
+    )
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_running_sweep_keeps_its_records_when_another_sweep_starts_a_day_later() {
+    let h = slow_listing(130, 1500).await;
+    let reconciler = h.reconciler();
+    let whole = window(&h).await;
+    let long = tokio::spawn({
+        let reconciler = reconciler.clone();
+        async move { reconciler.sweep(whole).await }
+    });
+    crate::support::eventually(
+        "its first page is stored",
+        Duration::from_secs(10),
+        || async {
+            h.scalar("SELECT count(*) FROM reconciliation_sweep_records")
+                .await
+                > 0
+        },
+    )
+    .await;
+    // It has been running for two days (a huge window, a slow gateway).
+    sqlx::query("UPDATE reconciliation_sweeps SET started_at = now() - interval '2 days'")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let elsewhere = ListWindow {
+        from: whole.from - Duration::from_secs(30 * 86_400),
+        to: whole.from - Duration::from_secs(29 * 86_400),
+    };
+    reconciler.sweep(elsewhere).await.unwrap();
+
+    let report = long.await.unwrap().unwrap();
+    assert!(
+        report.new_findings.is_empty(),
+        "a page deleted under it makes its charges look missing: {:?}",
+        report.new_findings.first()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_stopped_at_shutdown_ends_its_row_saying_so() {
+    let mut h = slow_listing(130, 1500).await;
+    h.settings.reconciler.sweep_interval = Duration::from_secs(1);
+    h.settings.reconciler.sweep_window = Duration::from_secs(3600);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(h.reconciler().run_sweeps(shutdown.clone()));
+    crate::support::eventually(
+        "a scheduled sweep reads a page",
+        Duration::from_secs(15),
+        || async {
+            h.scalar("SELECT count(*) FROM reconciliation_sweep_records")
+                .await
+                > 0
+        },
+    )
+    .await;
+
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+
+    let rows = sweep_rows(&h).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].1, "finished: {rows:?}");
+    assert!(
+        rows[0].2.as_deref().is_some_and(|e| e.contains("shutdown")),
+        "{rows:?}"
+    );
+    let left: i64 = h
+        .scalar("SELECT count(*) FROM reconciliation_sweep_records")
+        .await;
+    assert_eq!(left, 0, "its records are gone with it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_whose_instance_died_is_finished_by_the_next_one() {
+    let h = Harness::new().await;
+    // An instance died twenty minutes into a sweep: its row never ended.
+    sqlx::query(
+        "INSERT INTO reconciliation_sweeps (window_from, window_to, actor, started_at)
+         VALUES (now() - interval '1 day', now(), 'reconciler:gone', now() - interval '20 minutes')",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+
+    h.reconciler().sweep(window(&h).await).await.unwrap();
+
+    let rows = sweep_rows(&h).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.iter().all(|r| r.1), "no row left running: {rows:?}");
+    assert!(
+        rows[0]
+            .2
+            .as_deref()
+            .is_some_and(|e| e.contains("abandoned")),
+        "{rows:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_never_sweep_overlapping_windows_at_once() {
+    let h = slow_listing(30, 1500).await;
+    let reconciler = h.reconciler();
+    let whole = window(&h).await;
+    let first = tokio::spawn({
+        let reconciler = reconciler.clone();
+        async move { reconciler.sweep(whole).await }
+    });
+    crate::support::eventually(
+        "the first sweep started",
+        Duration::from_secs(10),
+        || async { h.scalar("SELECT count(*) FROM reconciliation_sweeps").await > 0 },
+    )
+    .await;
+    let overlapping = ListWindow {
+        from: whole.from + Duration::from_secs(600),
+        to: whole.to + Duration::from_secs(600),
+    };
+
+    let second = reconciler.sweep(overlapping).await;
+
+    let err = second.expect_err("an overlapping sweep is refused");
+    assert!(format!("{err:#}").contains("overlapping"), "{err:#}");
+    first.await.unwrap().unwrap();
+    let rows = sweep_rows(&h).await;
+    assert_eq!(rows.len(), 1, "the refused sweep left no row: {rows:?}");
+}

@@ -66,6 +66,7 @@ pub(crate) async fn list_intents(
     headers: HeaderMap,
 ) -> Response {
     serve_get(&shared, &connection, &uri, &headers, || async {
+        crate::http::pause(shared.request_latency()).await;
         match page(&shared, uri.query().unwrap_or_default()) {
             Ok(body) => Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body)),
             Err(err) => refused(ResponseClass::InvalidRequest, err),
