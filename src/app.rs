@@ -232,10 +232,17 @@ impl Application {
         });
         let gateway_health = gateway.map(|(_, health)| health);
         if let Some(listener) = self.webhook_listener.take() {
-            let state = crate::http::webhook::WebhookState::from_settings(
-                self.store.clone(),
-                &self.settings,
-            );
+            // Its own small pool: a redelivery burst waits on these connections, never on
+            // the ones intake, the relay and the executor use.
+            let webhook_store = Store::connect_with(
+                &self.settings.database_url,
+                crate::http::webhook::DATABASE_CONNECTIONS,
+                &self.settings.database,
+            )
+            .await
+            .context("connecting the webhook listener's pool")?;
+            let state =
+                crate::http::webhook::WebhookState::from_settings(webhook_store, &self.settings);
             roles.spawn(
                 "webhook",
                 crate::http::webhook::serve(listener, state, shutdown.clone()),

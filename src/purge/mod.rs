@@ -169,7 +169,14 @@ pub struct Purger {
     store: Store,
     broker: Broker,
     settings: PurgeSettings,
+    /// How long a webhook event's id is kept: `webhook_tolerance` plus
+    /// [`WEBHOOK_ID_MARGIN`]. Past the tolerance a captured delivery is refused as stale
+    /// anyway, so its id protects nothing.
+    webhook_ids_kept: Duration,
 }
+
+/// Kept past `webhook_tolerance` for clocks and for deliveries that were in flight.
+pub const WEBHOOK_ID_MARGIN: Duration = Duration::from_secs(3600);
 
 impl Purger {
     pub fn new(store: Store, broker: Broker, settings: &Settings) -> Self {
@@ -177,6 +184,7 @@ impl Purger {
             store,
             broker,
             settings: settings.purge.clone(),
+            webhook_ids_kept: settings.webhook_tolerance + WEBHOOK_ID_MARGIN,
         }
     }
 
@@ -238,6 +246,16 @@ impl Purger {
             }
             if shutdown.is_cancelled() {
                 break;
+            }
+            match crate::store::webhooks::purge_events(&self.store, self.webhook_ids_kept).await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(deleted, "processed webhook event ids purged"),
+                Err(err) => {
+                    crate::store::notice_failure(&anyhow::Error::new(err));
+                    tracing::error!(
+                        "purging processed webhook event ids failed; trying again next interval"
+                    )
+                }
             }
             let retained =
                 match self.store.now().await {

@@ -187,3 +187,26 @@ pub async fn retry_check(
         .await?;
     Ok(())
 }
+
+/// Deletes the ids of events received more than `kept` ago, a batch at a time, and says
+/// how many. A delivery signed that long ago is refused as stale before its id is looked
+/// at, so the id protects nothing any more; a later delivery of the same event is signed
+/// anew, and what it asks for (a wake, a check by id) is safe to do twice.
+pub async fn purge_events(store: &Store, kept: std::time::Duration) -> Result<u64, sqlx::Error> {
+    let mut deleted = 0;
+    loop {
+        let batch = sqlx::query(
+            "DELETE FROM stripe_webhook_events WHERE event_id IN (
+                 SELECT event_id FROM stripe_webhook_events
+                 WHERE received_at < now() - make_interval(secs => $1) LIMIT 5000)",
+        )
+        .bind(kept.as_secs_f64())
+        .execute(store.pool())
+        .await?
+        .rows_affected();
+        deleted += batch;
+        if batch < 5000 {
+            return Ok(deleted);
+        }
+    }
+}

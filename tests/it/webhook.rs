@@ -404,3 +404,117 @@ async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliver
     assert_eq!(recorded_events(&h).await, 1);
     served.stop().await;
 }
+
+/// The webhook listener of a `serve` that runs only it.
+async fn listener_only(h: &Harness) -> (std::net::SocketAddr, Served) {
+    let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
+        .await
+        .unwrap();
+    let addr = app.webhook_addr().unwrap();
+    (addr, Served::from_app(app))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_trickles_its_headers_is_closed() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let h = harness().await;
+    let (addr, served) = listener_only(&h).await;
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        onecharge::http::webhook::HEADER_READ_TIMEOUT + Duration::from_secs(5),
+        slow.read_to_end(&mut rest),
+    )
+    .await;
+
+    assert!(
+        closed.is_ok(),
+        "still open after the header read timeout: a slow sender holds a connection for ever"
+    );
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_in_flight_limit_a_delivery_is_shed_with_retry_after_at_once() {
+    use tokio::io::AsyncWriteExt as _;
+    let h = harness().await;
+    let (addr, served) = listener_only(&h).await;
+    // Every slot held by a request whose body has not arrived yet.
+    let mut held = Vec::new();
+    for _ in 0..onecharge::http::webhook::MAX_IN_FLIGHT {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            .await
+            .unwrap();
+        held.push(stream);
+    }
+    let body = event(
+        "evt_burst",
+        "payment_intent.succeeded",
+        json!({"id": "pi_1", "object": "payment_intent"}),
+    );
+
+    let deliver_once = || async {
+        let answer = reqwest::Client::new()
+            .post(format!("http://{addr}/webhooks/stripe"))
+            .header("Stripe-Signature", signature::header(&[NEW], now(), &body))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let retry_after = answer.headers().get("retry-after").cloned();
+        (answer.status().as_u16(), retry_after)
+    };
+    // The held requests reach the limit as the server accepts them.
+    eventually(
+        "the next delivery is shed",
+        Duration::from_secs(10),
+        || async { deliver_once().await.0 == 503 },
+    )
+    .await;
+    let (status, retry_after) = deliver_once().await;
+    assert_eq!(status, 503);
+    assert_eq!(retry_after.unwrap(), "1");
+    assert_eq!(
+        recorded_events(&h).await,
+        0,
+        "a shed delivery records nothing"
+    );
+
+    drop(held);
+    eventually("slots free again", Duration::from_secs(15), || async {
+        deliver(addr, &body, Some(signature::header(&[NEW], now(), &body))).await == 200
+    })
+    .await;
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processed_event_ids_are_purged_once_past_the_tolerance_and_a_margin() {
+    let h = harness().await;
+    sqlx::query(
+        "INSERT INTO stripe_webhook_events (event_id, event_type, outcome, received_at)
+         VALUES ('evt_old', 'charge.refunded', 'ignored', now() - interval '2 hours'),
+                ('evt_new', 'charge.refunded', 'ignored', now() - interval '10 minutes')",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let kept = h.settings.webhook_tolerance + onecharge::purge::WEBHOOK_ID_MARGIN;
+
+    let deleted = onecharge::store::webhooks::purge_events(&h.store, kept)
+        .await
+        .unwrap();
+
+    assert_eq!(deleted, 1);
+    let left: Vec<String> = sqlx::query_scalar("SELECT event_id FROM stripe_webhook_events")
+        .fetch_all(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, vec!["evt_new"]);
+}

@@ -46,18 +46,36 @@ use crate::store::Store;
 /// bounds what an anonymous sender can make onecharge read and hash.
 pub const MAX_BODY: usize = 256 * 1024;
 
+/// Requests handled at once, body reads included; one more is answered `503` with
+/// `Retry-After` at once (Stripe retries it) instead of queueing: a redelivery burst after
+/// an outage can neither pile up memory nor hold more database connections than the
+/// listener's own pool.
+pub const MAX_IN_FLIGHT: usize = 32;
+
+/// How long a connection may take to send a request's headers (a slow-header sender is
+/// cut off), and how long a request's body may take to arrive.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The listener's own database connections: a burst of webhooks waits on these, never on
+/// the pool intake, the relay and the executor share.
+pub const DATABASE_CONNECTIONS: u32 = 2;
+
 /// What the listener needs.
 #[derive(Clone)]
 pub struct WebhookState {
     store: Store,
     secrets: std::sync::Arc<Vec<SecretString>>,
     tolerance: Duration,
+    in_flight: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl WebhookState {
-    /// From `stripe_webhook_secrets` and `webhook_tolerance`.
+    /// From `stripe_webhook_secrets` and `webhook_tolerance`; `store` should be the
+    /// listener's own pool ([`DATABASE_CONNECTIONS`]).
     pub fn from_settings(store: Store, settings: &Settings) -> Self {
         Self {
+            in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             store,
             secrets: std::sync::Arc::new(
                 settings
@@ -71,15 +89,47 @@ impl WebhookState {
     }
 }
 
-/// Only `POST /webhooks/stripe`; everything else 404 (405 for another method).
+/// Only `POST /webhooks/stripe`; everything else 404 (405 for another method). At most
+/// [`MAX_IN_FLIGHT`] requests at once, each body read within [`BODY_READ_TIMEOUT`].
 pub fn router(state: WebhookState) -> Router {
     Router::new()
         .route("/webhooks/stripe", post(receive))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_READ_TIMEOUT,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            within_limit,
+        ))
         .with_state(state)
 }
 
-/// Serves [`router`] on `listener` until `shutdown`.
+/// Lets a request in while fewer than [`MAX_IN_FLIGHT`] are; sheds it with `503` and
+/// `Retry-After` otherwise. Its permit is held until the answer, body read included.
+async fn within_limit(
+    State(state): State<WebhookState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Ok(_permit) = state.in_flight.clone().try_acquire_owned() else {
+        count("shed");
+        tracing::warn!(
+            limit = MAX_IN_FLIGHT,
+            "webhook shed: too many in flight; Stripe delivers it again"
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(axum::http::header::RETRY_AFTER, "1")],
+        )
+            .into_response();
+    };
+    next.run(request).await
+}
+
+/// Serves [`router`] on `listener` until `shutdown`, over HTTP/1 with a
+/// [`HEADER_READ_TIMEOUT`] (which `axum::serve` cannot set): a connection that trickles its
+/// headers is closed. At shutdown it stops accepting and lets requests in flight finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: WebhookState,
@@ -87,9 +137,34 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(?addr, "webhook listener serving POST /webhooks/stripe");
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await?;
+    let app = router(state);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    // Out of file descriptors, say: pause instead of spinning.
+                    tracing::warn!(error = %err, "webhook listener cannot accept; pausing");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection =
+            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "a webhook connection ended with an error");
+            }
+        });
+    }
+    graceful.shutdown().await;
     Ok(())
 }
 
