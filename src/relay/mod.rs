@@ -19,7 +19,6 @@ use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErro
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::HeaderMap;
 
-use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, PublishKind};
@@ -122,7 +121,7 @@ impl Relay {
                     failed.push(FailedPublish {
                         event_id: row.event_id,
                         error: err.message,
-                        retry_at: Some(OffsetDateTime::now_utc() + delay),
+                        retry_in: Some(delay),
                     });
                 }
                 Err(err) => {
@@ -131,13 +130,13 @@ impl Relay {
                     failed.push(FailedPublish {
                         event_id: row.event_id,
                         error: err.message,
-                        retry_at: None,
+                        retry_in: None,
                     });
                 }
             }
         }
         claim
-            .finish(&published, &failed, OffsetDateTime::now_utc())
+            .finish(&published, &failed)
             .await
             .context("marking outbox rows published")?;
         metrics::counter!("onecharge_relay_events_total", "result" => "published")

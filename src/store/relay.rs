@@ -7,7 +7,6 @@
 //! (`Nats-Msg-Id`), so an event is never published under two ids.
 
 use sqlx::{Postgres, Transaction};
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{column, Store};
@@ -33,8 +32,9 @@ pub struct OutboxRow {
 pub struct FailedPublish {
     pub event_id: Uuid,
     pub error: String,
-    /// When it may be claimed again; `None`: at the next step.
-    pub retry_at: Option<OffsetDateTime>,
+    /// How long until it may be claimed again, by the database's clock; `None`: at the
+    /// next step.
+    pub retry_in: Option<std::time::Duration>,
 }
 
 /// Rows claimed by one relay step. Dropping it without [`OutboxClaim::finish`] releases the
@@ -64,35 +64,34 @@ pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClai
 }
 
 impl OutboxClaim {
-    /// Marks `published` rows published at `now` (after their JetStream ack), records the
-    /// error of each `failed` row and when it may be tried next (`None`: at the next step;
-    /// it stays unpublished either way), and releases the claim.
+    /// Marks `published` rows published (after their JetStream ack), records the error of
+    /// each `failed` row and when it may be tried next (`None`: at the next step; it stays
+    /// unpublished either way), and releases the claim. Both times are the database's
+    /// `now()`, like every time the other roles store, never this host's clock.
     pub async fn finish(
         mut self,
         published: &[Uuid],
         failed: &[FailedPublish],
-        now: OffsetDateTime,
     ) -> Result<(), sqlx::Error> {
         if !published.is_empty() {
             sqlx::query(
-                "UPDATE outbox SET published_at = $2, publish_attempts = publish_attempts + 1, last_error = NULL
+                "UPDATE outbox SET published_at = now(), publish_attempts = publish_attempts + 1, last_error = NULL
                  WHERE event_id = ANY($1) AND published_at IS NULL",
             )
             .bind(published)
-            .bind(now)
             .execute(&mut *self.tx)
             .await?;
         }
         if !failed.is_empty() {
             sqlx::query(
                 "UPDATE outbox o SET publish_attempts = o.publish_attempts + 1, last_error = f.error,
-                     next_attempt_at = f.next_attempt_at
-                 FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[]) AS f(event_id, error, next_attempt_at)
+                     next_attempt_at = now() + make_interval(secs => f.retry_in)
+                 FROM UNNEST($1::uuid[], $2::text[], $3::float8[]) AS f(event_id, error, retry_in)
                  WHERE o.event_id = f.event_id",
             )
             .bind(column(failed, |f| f.event_id))
             .bind(column(failed, |f| crate::domain::bounded(&f.error, 1000)))
-            .bind(column(failed, |f| f.retry_at))
+            .bind(column(failed, |f| f.retry_in.map(|d| d.as_secs_f64())))
             .execute(&mut *self.tx)
             .await?;
         }
