@@ -1,8 +1,8 @@
 //! The documents generated from the code and committed beside it, so that a reader (and a
 //! platform team's tooling) has them without building onecharge: the message schemas
 //! (`docs/schemas/*.json`, `crate::schemas`), the admin API's OpenAPI document
-//! (`docs/openapi.json`, `crate::http::openapi`) and the man page (`docs/onecharge.1`,
-//! from the clap definitions). A unit test fails when a committed file is not what the code
+//! (`docs/openapi.json`, `crate::http::openapi`) and the man pages (`docs/onecharge.1` and
+//! one per subcommand under `docs/man/`, from the clap definitions). A unit test fails when a committed file is not what the code
 //! generates; `UPDATE_DOCS=1 cargo test --lib generated` rewrites them all.
 
 use std::path::PathBuf;
@@ -23,6 +23,11 @@ pub fn documents() -> Vec<(PathBuf, Vec<u8>)> {
         pretty(&crate::http::openapi::document()),
     ));
     documents.push((PathBuf::from("docs/onecharge.1"), crate::cli::man_page()));
+    documents.extend(
+        crate::cli::subcommand_pages()
+            .into_iter()
+            .map(|(name, page)| (PathBuf::from(crate::cli::MAN_DIRECTORY).join(name), page)),
+    );
     documents
 }
 
@@ -58,9 +63,13 @@ mod tests {
                 stale.push(path.display().to_string());
             }
         }
-        // A schema the code no longer generates must not stay published.
+        // A schema or a man page the code no longer generates must not stay published.
         let expected: Vec<_> = documents.iter().map(|(path, _)| root.join(path)).collect();
-        for entry in std::fs::read_dir(root.join(crate::schemas::DIRECTORY)).unwrap() {
+        let folders = [crate::schemas::DIRECTORY, crate::cli::MAN_DIRECTORY];
+        for entry in folders
+            .iter()
+            .flat_map(|folder| std::fs::read_dir(root.join(folder)).into_iter().flatten())
+        {
             let file = entry.unwrap().path();
             if !expected.contains(&file) {
                 if update {

@@ -29,7 +29,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::app::Role;
 use crate::config::{ConfigError, LogFormat, Overrides, Redactor, Settings, UsageError};
 
-pub use completions::man_page;
+pub use completions::{man_page, subcommand_pages, MAN_DIRECTORY};
 pub use demo::DemoArgs;
 
 /// Turns at-least-once delivery of ChargePayment commands into exactly one charge.
