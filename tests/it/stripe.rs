@@ -342,18 +342,7 @@ async fn a_create_answered_a_saved_5xx_is_made_again_under_the_next_create_key_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_intent_processing_for_two_days_ends_succeeded_without_a_person() {
-    let h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            slow_charge_for: Duration::from_secs(3600),
-            ..MockConfig::default()
-        },
-        |s| s.gateway_kind = GatewayKind::Stripe,
-    )
-    .await;
-    let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
-    let report = h.executor_with(stripe_client(&h)).run_once().await.unwrap();
-    assert_eq!(report.count(AttemptStatus::Unknown), 1, "{report:?}");
+    let (h, id) = debit_processing_for(Duration::from_secs(3600)).await;
 
     // Two days of the mock clock, a look every 6 hours at most: still processing each time.
     let reconciler = h.reconciler_with(stripe_client(&h));
@@ -849,17 +838,7 @@ async fn requires_action_off_session_is_cancelled_and_declined_authentication_re
     assert!(calls(&h, id)
         .await
         .contains(&call("cancel", Some(200), "canceled", Some(&pi))));
-    let status = reqwest::Client::new()
-        .get(format!("{}/v1/payment_intents/{pi}", h.gateway.base_url()))
-        .bearer_auth(crate::support::API_KEY)
-        .send()
-        .await
-        .unwrap()
-        .json::<serde_json::Value>()
-        .await
-        .unwrap()["status"]
-        .clone();
-    assert_eq!(status, "canceled");
+    assert_eq!(intent_status(&h, &pi).await, "canceled");
     assert!(h.gateway.ledger().is_empty());
 }
 
@@ -1221,10 +1200,16 @@ async fn a_recheck_never_cancels_and_leaves_the_proof_to_the_reconciler() {
 
 /// A debit left `processing` at the mock for far longer than any test runs.
 async fn debit_processing_for_weeks() -> (Harness, onecharge::domain::PaymentAttemptId) {
+    debit_processing_for(Duration::from_secs(60 * 24 * 3600)).await
+}
+
+/// A debit the mock holds `processing` for `slow` (until the test finishes it), already
+/// sent: its attempt `unknown`, read by id by the reconciler.
+async fn debit_processing_for(slow: Duration) -> (Harness, onecharge::domain::PaymentAttemptId) {
     let h = Harness::with(
         MockConfig {
             dialect: Dialect::Stripe,
-            slow_charge_for: Duration::from_secs(60 * 24 * 3600),
+            slow_charge_for: slow,
             ..MockConfig::default()
         },
         |s| s.gateway_kind = GatewayKind::Stripe,

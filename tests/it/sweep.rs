@@ -91,6 +91,18 @@ async fn charge_outside(
     }
 }
 
+/// A harness whose mock speaks Stripe and whose settings choose the stripe connector.
+async fn stripe_harness() -> Harness {
+    Harness::with(
+        MockConfig {
+            dialect: Dialect::Stripe,
+            ..MockConfig::default()
+        },
+        |s| s.gateway_kind = GatewayKind::Stripe,
+    )
+    .await
+}
+
 /// Two sweeps of the same window: the first reports, the second only sees again.
 async fn sweep_twice(reconciler: &Reconciler, window: ListWindow) -> (SweepReport, SweepReport) {
     let first = reconciler.sweep(window).await.unwrap();
@@ -216,14 +228,7 @@ async fn each_planted_discrepancy_is_one_finding_across_sweeps_and_found_money_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stripe_refunds_disputes_second_intents_and_changed_amounts_are_each_one_finding() {
-    let h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            ..MockConfig::default()
-        },
-        |s| s.gateway_kind = GatewayKind::Stripe,
-    )
-    .await;
+    let h = stripe_harness().await;
     let client = GatewayClient::from_settings(&h.settings).unwrap();
     let refunded = executed(&h, &client, pm::CARD_VISA).await;
     let disputed = executed(&h, &client, pm::CARD_VISA).await;
@@ -237,20 +242,7 @@ async fn stripe_refunds_disputes_second_intents_and_changed_amounts_are_each_one
         (changed, "amount", r#"{"amount": 2999}"#),
     ] {
         let pi = h.attempt(id).await.gateway_charge_id.unwrap();
-        let answer = reqwest::Client::new()
-            .post(format!(
-                "{}/__stripe/payment_intents/{pi}/{action}",
-                h.gateway.base_url()
-            ))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            answer.status().is_success(),
-            "{}",
-            answer.text().await.unwrap()
-        );
+        at_the_gateway(&h, &pi, action, body).await;
     }
     charge_outside(&client, &twice.to_string(), 1999, "second-intent").await;
     let stranger = uuid::Uuid::new_v4().to_string();
@@ -505,14 +497,7 @@ async fn someone_elses_unconfirmed_intents(h: &Harness, count: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_holding_only_someone_elses_unconfirmed_intents_do_not_end_the_sweep() {
-    let h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            ..MockConfig::default()
-        },
-        |s| s.gateway_kind = GatewayKind::Stripe,
-    )
-    .await;
+    let h = stripe_harness().await;
     let client = GatewayClient::from_settings(&h.settings).unwrap();
     let refunded = executed(&h, &client, pm::CARD_VISA).await;
     let changed = executed(&h, &client, pm::CARD_VISA).await;
@@ -522,16 +507,7 @@ async fn pages_holding_only_someone_elses_unconfirmed_intents_do_not_end_the_swe
         (changed, "amount", r#"{"amount": 2999}"#),
     ] {
         let pi = h.attempt(id).await.gateway_charge_id.unwrap();
-        let answer = reqwest::Client::new()
-            .post(format!(
-                "{}/__stripe/payment_intents/{pi}/{action}",
-                h.gateway.base_url()
-            ))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert!(answer.status().is_success());
+        at_the_gateway(&h, &pi, action, body).await;
     }
     let stranger = uuid::Uuid::new_v4().to_string();
     charge_outside(&client, &stranger, 700, "outside-intent").await;
@@ -603,14 +579,7 @@ async fn finding_events(h: &Harness, id: PaymentAttemptId) -> Vec<serde_json::Va
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_and_the_refund_as_history(
 ) {
-    let h = Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            ..MockConfig::default()
-        },
-        |s| s.gateway_kind = GatewayKind::Stripe,
-    )
-    .await;
+    let h = stripe_harness().await;
     let client = GatewayClient::from_settings(&h.settings).unwrap();
     let id = executed(&h, &client, pm::CARD_VISA).await;
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
@@ -677,6 +646,39 @@ async fn slow_listing(charges: usize, latency_ms: u64) -> Harness {
     h
 }
 
+/// A sweep of `window` in the background, once its row exists.
+async fn sweeping(
+    h: &Harness,
+    reconciler: &Reconciler,
+    window: ListWindow,
+) -> tokio::task::JoinHandle<anyhow::Result<SweepReport>> {
+    let sweep = tokio::spawn({
+        let reconciler = reconciler.clone();
+        async move { reconciler.sweep(window).await }
+    });
+    crate::support::eventually("the sweep started", Duration::from_secs(10), || async {
+        h.scalar("SELECT count(*) FROM reconciliation_sweeps WHERE finished_at IS NULL")
+            .await
+            > 0
+    })
+    .await;
+    sweep
+}
+
+/// Waits until a running sweep has stored its first page.
+async fn first_page_stored(h: &Harness) {
+    crate::support::eventually(
+        "a sweep stores its first page",
+        Duration::from_secs(15),
+        || async {
+            h.scalar("SELECT count(*) FROM reconciliation_sweep_records")
+                .await
+                > 0
+        },
+    )
+    .await;
+}
+
 /// The sweeps' rows: (id, finished, error).
 async fn sweep_rows(h: &Harness) -> Vec<(i64, bool, Option<String>)> {
     sqlx::query_as(
@@ -692,20 +694,8 @@ async fn a_long_running_sweep_keeps_its_records_when_another_sweep_starts_a_day_
     let h = slow_listing(130, 1500).await;
     let reconciler = h.reconciler();
     let whole = window(&h).await;
-    let long = tokio::spawn({
-        let reconciler = reconciler.clone();
-        async move { reconciler.sweep(whole).await }
-    });
-    crate::support::eventually(
-        "its first page is stored",
-        Duration::from_secs(10),
-        || async {
-            h.scalar("SELECT count(*) FROM reconciliation_sweep_records")
-                .await
-                > 0
-        },
-    )
-    .await;
+    let long = sweeping(&h, &reconciler, whole).await;
+    first_page_stored(&h).await;
     // It has been running for two days (a huge window, a slow gateway).
     sqlx::query("UPDATE reconciliation_sweeps SET started_at = now() - interval '2 days'")
         .execute(h.store.pool())
@@ -732,16 +722,7 @@ async fn a_sweep_stopped_at_shutdown_ends_its_row_saying_so() {
     h.settings.reconciler.sweep_window = Duration::from_secs(3600);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(h.reconciler().run_sweeps(shutdown.clone()));
-    crate::support::eventually(
-        "a scheduled sweep reads a page",
-        Duration::from_secs(15),
-        || async {
-            h.scalar("SELECT count(*) FROM reconciliation_sweep_records")
-                .await
-                > 0
-        },
-    )
-    .await;
+    first_page_stored(&h).await;
 
     shutdown.cancel();
     task.await.unwrap().unwrap();
@@ -790,16 +771,7 @@ async fn two_instances_never_sweep_overlapping_windows_at_once() {
     let h = slow_listing(30, 1500).await;
     let reconciler = h.reconciler();
     let whole = window(&h).await;
-    let first = tokio::spawn({
-        let reconciler = reconciler.clone();
-        async move { reconciler.sweep(whole).await }
-    });
-    crate::support::eventually(
-        "the first sweep started",
-        Duration::from_secs(10),
-        || async { h.scalar("SELECT count(*) FROM reconciliation_sweeps").await > 0 },
-    )
-    .await;
+    let first = sweeping(&h, &reconciler, whole).await;
     let overlapping = ListWindow {
         from: whole.from + Duration::from_secs(600),
         to: whole.to + Duration::from_secs(600),
