@@ -27,8 +27,13 @@ pub async fn show(store: &Store, id: i64) -> Result<Option<FindingDetail>, sqlx:
     Ok(Some(FindingDetail { finding, history }))
 }
 
+/// The longest resolution the table keeps (its `CHECK`), in characters.
+pub const MAX_REASON_CHARS: usize = 1000;
+
 /// Resolves finding `id` as `actor` through `via` with `reason`; audited in the same
-/// transaction. An empty reason is refused.
+/// transaction. A reason the table cannot take (empty, over 1,000 characters, or holding a
+/// NUL) is refused as a [`UsageError`], before anything is written, so that every face
+/// answers it as the caller's mistake.
 pub async fn resolve(
     store: &Store,
     id: i64,
@@ -37,11 +42,12 @@ pub async fn resolve(
     reason: &str,
 ) -> anyhow::Result<Resolved> {
     let reason = reason.trim();
-    if reason.is_empty() || reason.chars().count() > 1000 {
+    if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
         return Err(
             UsageError("--reason: say what was done, in 1 to 1000 characters".into()).into(),
         );
     }
+    super::recordable("--reason", reason).map_err(UsageError)?;
     let resolved = findings::resolve(store, id, actor, reason, |finding| NewAuditEntry {
         actor: actor.to_owned(),
         via,

@@ -377,6 +377,81 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
     console.stop().await;
 }
 
+/// An open finding about attempt `id`, as the sweep records one: its id.
+async fn open_finding(env: &TestEnv, id: Uuid) -> i64 {
+    env.scalar(&format!(
+        "INSERT INTO reconciliation_findings
+             (class, dedupe_key, payment_attempt_id, gateway_ids, detail, source)
+         VALUES ('recorded_not_charged', 'recorded_not_charged:{id}:ch_console', '{id}',
+                 '{{ch_console}}', 'the charge was refunded at the gateway', 'sweep')
+         RETURNING id"
+    ))
+    .await
+}
+
+/// A page's `<title>`: what a failed assertion prints instead of the whole page.
+fn title_of(page: &str) -> &str {
+    page.split_once("<title>")
+        .and_then(|(_, rest)| rest.split_once("</title>"))
+        .map_or(page, |(title, _)| title)
+}
+
+/// Whether finding `finding` is still open, and how many audit rows resolve a finding.
+async fn finding_and_audit(env: &TestEnv, finding: i64) -> (i64, i64) {
+    (
+        env.scalar(&format!(
+            "SELECT count(*) FROM reconciliation_findings WHERE id = {finding} AND state = 'open'"
+        ))
+        .await,
+        env.scalar("SELECT count(*) FROM operator_audit WHERE action = 'resolve_finding'")
+            .await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finding_reason_the_database_cannot_take_is_refused_with_the_form_and_changes_nothing() {
+    let (env, id, console) = one_in_review().await;
+    let finding = open_finding(&env, id).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf = console.csrf(&ada).await;
+    let path = format!("/console/findings/{finding}/resolve");
+
+    let too_long = "refunded by hand; ".repeat(56); // 1,008 characters
+    for (reason, why) in [(too_long.as_str(), "1000"), ("refunded\0by hand", "NUL")] {
+        for confirm in [None, Some("yes")] {
+            let mut form = vec![("reason", reason), ("csrf", csrf.as_str())];
+            form.extend(confirm.map(|c| ("confirm", c)));
+            let (status, page) = console.post(&ada, &path, &form).await;
+            assert_eq!(
+                status,
+                StatusCode::BAD_REQUEST,
+                "a reason that cannot be recorded is the operator's to fix, not a server failure (confirm {confirm:?}): {}",
+                title_of(&page)
+            );
+            assert!(
+                page.contains(r#"id="refusal""#) && page.contains(why),
+                "{page}"
+            );
+            assert!(
+                page.contains(&format!(r#"action="{path}""#)),
+                "the form comes back, to shorten the reason: {page}"
+            );
+            assert_eq!(
+                finding_and_audit(&env, finding).await,
+                (1, 0),
+                "still open, nothing audited"
+            );
+        }
+    }
+    let (status, page) = console.get(Some(&ada), "/console/findings").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains(r#"maxlength="1000""#),
+        "the browser is told the bound too: {page}"
+    );
+    console.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirmed() {
     let env = TestEnv::with_settings(with_operators).await;

@@ -6,12 +6,13 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse as _, Redirect, Response};
 use axum::Form;
-use maud::html;
+use maud::{html, Markup};
 
 use super::layout::{bad_request, csrf_field, failed, page, refused};
 use super::session::Session;
+use crate::config::UsageError;
 use crate::http::AdminState;
-use crate::operator::findings::resolve as resolve_finding;
+use crate::operator::findings::{resolve as resolve_finding, MAX_REASON_CHARS};
 use crate::operator::Via;
 use crate::store::findings::{self, FindingState, Resolved};
 
@@ -61,11 +62,7 @@ pub(super) async fn list(
                             td { (f.seen_count) "× (last " (f.last_seen_at) ")" }
                             td {
                                 @if f.state == "open" {
-                                    form method="post" action=(format!("/console/findings/{}/resolve", f.id)) {
-                                        (csrf_field(&session))
-                                        input type="text" name="reason" placeholder="What was done" required;
-                                        button type="submit" { "Resolve" }
-                                    }
+                                    (resolve_form(&session, f.id, ""))
                                 } @else {
                                     "resolved by " (f.resolved_by.clone().unwrap_or_default()) ": " (f.resolution.clone().unwrap_or_default())
                                 }
@@ -77,6 +74,34 @@ pub(super) async fn list(
         }
     };
     page(StatusCode::OK, "Findings", Some(&session), body)
+}
+
+/// The form that resolves finding `id`, holding `reason` (empty on the list; what was
+/// typed when it comes back refused).
+fn resolve_form(session: &Session, id: i64, reason: &str) -> Markup {
+    html! {
+        form .finding-resolve-form method="post" action=(format!("/console/findings/{id}/resolve")) {
+            (csrf_field(session))
+            input type="text" name="reason" placeholder="What was done" required maxlength=(MAX_REASON_CHARS) value=(reason);
+            button type="submit" { "Resolve" }
+        }
+    }
+}
+
+/// A resolution refused before anything was written (`400`): why, and the form again with
+/// what was typed, to correct it.
+fn refused_with_form(session: &Session, id: i64, why: &str, reason: &str) -> Response {
+    page(
+        StatusCode::BAD_REQUEST,
+        "Refused",
+        Some(session),
+        html! {
+            p #refusal .error data-testid="refusal" { (why) }
+            p { "Finding " (id) ":" }
+            (resolve_form(session, id, reason))
+            p { a href="/console/findings" { "Back to the findings" } }
+        },
+    )
 }
 
 /// The resolve form.
@@ -99,7 +124,12 @@ pub(super) async fn resolve(
         );
     };
     if form.reason.trim().is_empty() {
-        return bad_request(&session, "A reason is required. Nothing was changed.");
+        return refused_with_form(
+            &session,
+            id,
+            "A reason is required. Nothing was changed.",
+            &form.reason,
+        );
     }
     match resolve_finding(
         &state.store,
@@ -121,6 +151,12 @@ pub(super) async fn resolve(
                 "Finding {id} was already resolved by {}.",
                 f.resolved_by.unwrap_or_default()
             ),
+        ),
+        Err(err) if err.is::<UsageError>() => refused_with_form(
+            &session,
+            id,
+            &format!("{err}. Nothing was changed."),
+            &form.reason,
         ),
         Err(err) => failed(&session, format!("{err:#}")),
     }
