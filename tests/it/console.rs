@@ -453,6 +453,65 @@ async fn a_finding_reason_the_database_cannot_take_is_refused_with_the_form_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolving_a_finding_asks_for_a_confirmation_first_and_acts_only_once_confirmed() {
+    let (env, id, console) = one_in_review().await;
+    let finding = open_finding(&env, id).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf = console.csrf(&ada).await;
+    let path = format!("/console/findings/{finding}/resolve");
+
+    // the list's form asks; nothing is resolved yet
+    let reason = "refund confirmed with the customer";
+    let (status, page) = console
+        .post(&ada, &path, &[("reason", reason), ("csrf", &csrf)])
+        .await;
+    assert_eq!(
+        finding_and_audit(&env, finding).await,
+        (1, 0),
+        "a resolve without its confirmation changes nothing (answered {status})"
+    );
+    assert_eq!(status, StatusCode::OK, "{}", title_of(&page));
+    assert!(
+        page.contains(r#"id="confirm-summary""#) && page.contains(reason),
+        "the confirmation says what will be recorded: {page}"
+    );
+    assert!(
+        page.contains(r#"id="confirm-cancel" href="/console/findings""#),
+        "{page}"
+    );
+
+    // the confirmation's own form, as the browser posts it, resolves it once
+    let confirm: Vec<(String, String)> = hidden_fields(&page, "confirm-form");
+    assert!(
+        confirm.contains(&("confirm".into(), "yes".into())),
+        "{confirm:?}"
+    );
+    let confirm: Vec<(&str, &str)> = confirm
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let (status, page) = console.post(&ada, &path, &confirm).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"id="result""#), "{page}");
+    assert_eq!(finding_and_audit(&env, finding).await, (0, 1));
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM reconciliation_findings WHERE id = {finding}
+               AND resolved_by = 'operator:ada' AND resolution = '{reason}'"
+        ))
+        .await,
+        1
+    );
+
+    // confirming again (a second click) changes nothing and says who resolved it
+    let (status, page) = console.post(&ada, &path, &confirm).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{page}");
+    assert!(page.contains("operator:ada"), "{page}");
+    assert_eq!(finding_and_audit(&env, finding).await, (0, 1));
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirmed() {
     let env = TestEnv::with_settings(with_operators).await;
     let ids = [
