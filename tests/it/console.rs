@@ -717,6 +717,180 @@ async fn a_dead_letter_corrected_in_the_console_is_replayed_and_audited() {
     console.stop().await;
 }
 
+/// What the service logs while a test runs, as text: the error a console page leaves out
+/// must be here.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+/// While it lives, the current thread's log lines go to a [`Logs`].
+struct Capture {
+    _default: tracing::subscriber::DefaultGuard,
+    /// Registered beside the capturing subscriber and kept alive with it. With only one
+    /// dispatcher registered, tracing-core decides whether a callsite is ever enabled by the
+    /// default of whichever thread reaches it first; in a binary of parallel tests that is
+    /// another test's thread, which logs nowhere, and the line would never reach this one.
+    /// With two, every callsite asks each thread's own default.
+    _second: tracing::Dispatch,
+}
+
+impl Logs {
+    /// Makes these logs the current thread's subscriber's output until the [`Capture`]
+    /// drops (a current-thread runtime keeps the service's tasks on this thread).
+    fn capture(&self) -> Capture {
+        let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        Capture {
+            _default: tracing::subscriber::set_default(subscriber),
+            _second: second,
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_console_failure_shows_a_request_id_and_leaves_database_and_nats_errors_to_the_log() {
+    let logs = Logs::default();
+    let _capture = logs.capture();
+    let env = TestEnv::with_settings(with_operators).await;
+    let attempt = Uuid::new_v4();
+    let intake = env.intake().await;
+    let sequence = env
+        .dead_letter_invalid(&intake, "m-console-failure", attempt)
+        .await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf = console.csrf(&ada).await;
+    // What each failure below is caused by, none of which a browser may be shown.
+    let leaks = [
+        "does not exist",
+        "gateway_calls",
+        "operator_audit",
+        "reconciliation_findings",
+        "consumer",
+        "error returned from",
+        "SQLSTATE",
+    ];
+    let request = |request: RequestBuilder| {
+        let request = request.header(COOKIE, &ada.cookie);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let id = response
+                .headers()
+                .get("x-request-id")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (status, id, response.text().await.unwrap())
+        }
+    };
+
+    // the overview: a table the charts read is gone, and the intake consumer whose lag it shows
+    env.exec("ALTER TABLE gateway_calls RENAME TO gateway_calls_moved")
+        .await;
+    crate::support::commands_stream(&env.broker)
+        .await
+        .delete_consumer(&env.settings.intake.consumer)
+        .await
+        .unwrap();
+    // a dead letter replayed once the audit trail is gone; the findings without their table
+    let corrected = serde_json::to_string(&command(attempt, json!({"currency": "EUR"}))).unwrap();
+    let replay = console
+        .http()
+        .post(console.url(&format!("/console/dead-letters/{sequence}/replay")))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("body", corrected.as_str()),
+            ("reason", "currency typo fixed"),
+            ("confirm", "yes"),
+        ]);
+    let overview = console.http().get(console.url("/console/"));
+    let findings = console.http().get(console.url("/console/findings"));
+
+    let (status, overview_id, page) = request(overview).await;
+    leaves_out(&leaks, "the overview", &page);
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the sections that could be read are shown"
+    );
+    let overview_id = overview_id.expect("every console answer names its request");
+    assert!(
+        page.contains(&overview_id),
+        "the page names its request id: {page}"
+    );
+
+    env.exec("ALTER TABLE operator_audit RENAME TO operator_audit_moved; ALTER TABLE reconciliation_findings RENAME TO reconciliation_findings_moved")
+        .await;
+    let (status, replay_id, page) = request(replay).await;
+    leaves_out(&leaks, "the replay", &page);
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{page}");
+    let replay_id = replay_id.expect("every console answer names its request");
+    assert!(page.contains(&replay_id), "{page}");
+    assert!(
+        page.contains("was replayed"),
+        "the page says the dead letter was published, so nobody replays it again: {page}"
+    );
+
+    let (status, findings_id, page) = request(findings).await;
+    leaves_out(&leaks, "the findings", &page);
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{page}");
+    let findings_id = findings_id.expect("every console answer names its request");
+    assert!(page.contains(&findings_id), "{page}");
+
+    // each request's error is in the log, under its id
+    let logged = logs.text();
+    for (id, cause) in [
+        (&overview_id, "gateway_calls"),
+        (&overview_id, "consumer"),
+        (&replay_id, "operator_audit"),
+        (&findings_id, "reconciliation_findings"),
+    ] {
+        assert!(
+            logged
+                .lines()
+                .any(|line| line.contains(id.as_str()) && line.contains(cause)),
+            "no log line names request {id} and {cause}: {logged}"
+        );
+    }
+    console.stop().await;
+}
+
+/// Fails when `page` shows any of `leaks` (what caused the failure behind it).
+fn leaves_out(leaks: &[&str], what: &str, page: &str) {
+    for leak in leaks {
+        assert!(
+            !page.contains(leak),
+            "{what}: the page shows the error text {leak:?} to the browser: {}",
+            page.split("<main").nth(1).unwrap_or(page)
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recheck_now_settles_an_unknown_attempt_the_gateway_charged_and_audits_it() {
     use mock_gateway::payment_methods as pm;
