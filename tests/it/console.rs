@@ -221,6 +221,68 @@ async fn signing_in_sets_a_strict_http_only_session_cookie_and_a_wrong_token_is_
     console.stop().await;
 }
 
+#[tokio::test]
+async fn failed_sign_ins_past_the_limit_are_refused_with_429_and_retry_after_whatever_the_token() {
+    let logs = Logs::default();
+    let _capture = logs.capture();
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let sessions_before = sessions(&env).await;
+
+    // one address: ten wrong tokens are each told so
+    for i in 0..10 {
+        let wrong = console.sign_in(&format!("oc_guess-{i}")).await;
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    // the eleventh is refused before its token is looked at: a wrong one and the right one
+    // get the same answer, and neither signs anybody in
+    let mut answers = Vec::new();
+    for token in ["oc_guess-10", OPERATOR_TOKEN] {
+        let response = console.sign_in(token).await;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let session = session_cookie(&response).filter(|c| c.starts_with("onecharge_console="));
+        let page = response.text().await.unwrap();
+        assert_eq!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "the 11th failed sign-in from one address is refused before its token is checked ({token}): {}",
+            title_of(&page)
+        );
+        let retry_after: u64 = retry_after
+            .expect("a 429 says when to try again")
+            .parse()
+            .expect("Retry-After in seconds");
+        assert!((1..=30).contains(&retry_after), "{retry_after}");
+        assert_eq!(session, None, "{token}: nobody signed in");
+        assert!(!page.contains("matches no operator"), "{page}");
+        // each sign-in page carries a form token of its own: the rest must be the same
+        answers.push(page.replace(&csrf_of(&page), ""));
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "a throttled answer says nothing about the token"
+    );
+    assert_eq!(sessions(&env).await, sessions_before);
+
+    // a browser already signed in is not affected
+    let (status, _) = console.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::OK);
+
+    let logged = logs.text();
+    assert!(
+        logged
+            .lines()
+            .any(|line| line.contains("console sign-in throttled") && line.contains("127.0.0.1")),
+        "the refusal is logged with the client's address: {logged}"
+    );
+    console.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn searching_an_order_lists_its_attempts_and_the_attempt_page_shows_the_timeline() {
     // nothing configured, loopback: the console is open, as /api/* is
