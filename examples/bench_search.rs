@@ -436,8 +436,8 @@ const SEARCHES: [(&str, &str); 20] = [
     ),
     ("every attempt, newest 100", "/api/attempts"),
     (
-        "stuck=15m (every unsettled attempt)",
-        "/api/attempts?stuck=15m",
+        "stuck=15m, oldest 1000 (the largest page)",
+        "/api/attempts?stuck=15m&limit=1000",
     ),
     (
         "stuck=15m, oldest 100 (a page)",

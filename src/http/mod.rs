@@ -6,8 +6,8 @@
 //! token may only read). The signed Stripe webhooks have a listener of their own
 //! ([`webhook`]), which shares nothing with the admin one.
 //!
-//! The rooms sit on one floor: [`AdminState`] (in [`state`]), [`ApiError`] (in [`error`])
-//! and [`access`] are below both faces; `api` and `console` never import each other; this
+//! The rooms sit on one floor: [`AdminState`] (in [`state`]), [`ApiError`] (in [`error`]),
+//! [`access`] and the console's sign-in [`throttle`] are below both faces; `api` and `console` never import each other; this
 //! module assembles them.
 
 pub mod access;
@@ -18,6 +18,7 @@ pub mod health;
 pub mod openapi;
 pub mod origin;
 pub mod state;
+pub mod throttle;
 pub mod webhook;
 
 use axum::middleware;
@@ -58,7 +59,9 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "admin HTTP listening");
-    axum::serve(listener, router(state))
+    // With each connection's peer address: the console's sign-in throttle counts by it.
+    let service = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await?;
     Ok(())

@@ -6,6 +6,7 @@ use secrecy::SecretString;
 
 use super::access::Operators;
 use super::origin::PublicOrigins;
+use super::throttle::SignInThrottle;
 use crate::broker::Broker;
 use crate::config::{ConsoleSettings, Settings};
 use crate::gateway::GatewayHealth;
@@ -49,6 +50,8 @@ pub struct Console {
     pub public_origins: PublicOrigins,
     /// The durable intake consumer, whose lag the overview shows.
     pub intake_consumer: Option<String>,
+    /// Failed sign-ins per client address and in all, shared by this instance's requests.
+    pub sign_in_throttle: SignInThrottle,
 }
 
 impl Console {
@@ -60,6 +63,7 @@ impl Console {
             secure_cookie: settings.console.secure_cookie_on(settings.admin_addr),
             public_origins: PublicOrigins::new(&settings.admin_public_origins),
             intake_consumer: Some(settings.intake.consumer.clone()),
+            sign_in_throttle: SignInThrottle::default(),
         }
     }
 }

@@ -40,6 +40,28 @@ use crate::format;
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
 use crate::store::Store;
 
+/// A replay JetStream dropped as a duplicate of a message it holds (within its duplicate
+/// window): nothing new was published. A refusal the operator can read, not a failure: a
+/// face answers it as a conflict, with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DuplicateReplay(String);
+
+/// The replay was published (JetStream acknowledged it) but its audit row could not be
+/// written: the dead letter must not be replayed again. A face says that much; the cause
+/// (`source`, a database error) belongs in the log.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "dead letter {dlq_sequence} WAS replayed (stream sequence {stream_sequence}, Nats-Msg-Id {message_id}) but its audit row could not be written"
+)]
+pub struct ReplayNotAudited {
+    pub dlq_sequence: u64,
+    pub stream_sequence: u64,
+    pub message_id: String,
+    #[source]
+    source: sqlx::Error,
+}
+
 /// One dead letter as `dlq list` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeadLetter {
@@ -332,11 +354,12 @@ async fn publish_replay(
     let ack = published.map_err(|err| publish_failure(&err, subject, message_id))?;
     if ack.duplicate {
         let window = duplicate_window(broker).await;
-        anyhow::bail!(
+        return Err(DuplicateReplay(format!(
             "JetStream dropped the replay as a duplicate: a message with Nats-Msg-Id {message_id} reached {} less than its duplicate window ({}) ago — this dead letter was just replayed, or its original was published moments ago; nothing new was published",
             ack.stream,
             window.map(format::setting).unwrap_or_else(|| "unknown".into())
-        );
+        ))
+        .into());
     }
     Ok(ack)
 }
@@ -376,11 +399,11 @@ async fn audit_replay(
         },
     )
     .await
-    .with_context(|| {
-        format!(
-            "dead letter {sequence} WAS replayed (stream sequence {}, Nats-Msg-Id {message_id}) but its audit row could not be written",
-            replayed.stream_sequence
-        )
+    .map_err(|source| ReplayNotAudited {
+        dlq_sequence: sequence,
+        stream_sequence: replayed.stream_sequence,
+        message_id: message_id.clone(),
+        source,
     })?;
     Ok(())
 }

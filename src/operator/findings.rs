@@ -27,8 +27,27 @@ pub async fn show(store: &Store, id: i64) -> Result<Option<FindingDetail>, sqlx:
     Ok(Some(FindingDetail { finding, history }))
 }
 
+/// The longest resolution the table keeps (its `CHECK`), in characters.
+pub const MAX_REASON_CHARS: usize = 1000;
+
+/// `reason` trimmed, or why the table cannot take it (empty, over [`MAX_REASON_CHARS`], or
+/// holding a NUL): what [`resolve`] checks first, and what a face that asks for a
+/// confirmation checks before asking.
+pub fn checked_reason(reason: &str) -> Result<&str, UsageError> {
+    let reason = reason.trim();
+    if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
+        return Err(UsageError(
+            "--reason: say what was done, in 1 to 1000 characters".into(),
+        ));
+    }
+    super::recordable("--reason", reason).map_err(UsageError)?;
+    Ok(reason)
+}
+
 /// Resolves finding `id` as `actor` through `via` with `reason`; audited in the same
-/// transaction. An empty reason is refused.
+/// transaction. A reason the table cannot take (empty, over 1,000 characters, or holding a
+/// NUL) is refused as a [`UsageError`], before anything is written, so that every face
+/// answers it as the caller's mistake.
 pub async fn resolve(
     store: &Store,
     id: i64,
@@ -36,12 +55,7 @@ pub async fn resolve(
     via: Via,
     reason: &str,
 ) -> anyhow::Result<Resolved> {
-    let reason = reason.trim();
-    if reason.is_empty() || reason.chars().count() > 1000 {
-        return Err(
-            UsageError("--reason: say what was done, in 1 to 1000 characters".into()).into(),
-        );
-    }
+    let reason = checked_reason(reason)?;
     let resolved = findings::resolve(store, id, actor, reason, |finding| NewAuditEntry {
         actor: actor.to_owned(),
         via,

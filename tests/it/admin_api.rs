@@ -271,6 +271,65 @@ async fn the_bearer_scheme_is_matched_in_any_case_and_the_token_still_exactly() 
     api.stop().await;
 }
 
+/// The attempts of a listing's answer, and its `X-Next-Cursor`.
+async fn listed(api: &AdminApi, path: &str) -> (StatusCode, Value, Option<String>) {
+    let response = api.http().get(api.url(path)).send().await.unwrap();
+    let status = response.status();
+    let next = response
+        .headers()
+        .get("x-next-cursor")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, response.json().await.unwrap(), next)
+}
+
+#[tokio::test]
+async fn no_listing_answers_more_than_1000_rows_and_limit_0_or_past_1000_is_refused() {
+    let World { env, id: _, api } = World::serve(None).await;
+
+    for path in [
+        "/api/attempts?limit=0",
+        "/api/attempts?limit=1001",
+        "/api/attempts?stuck=15m&limit=0",
+        "/api/attempts?stuck=15m&limit=1001",
+        "/api/audit?limit=0",
+        "/api/audit?limit=1001",
+    ] {
+        let (status, body, _) = listed(&api, path).await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "{path}: a listing is a page, never the whole table, yet it answered {} rows",
+            body.as_array().map_or(0, Vec::len)
+        );
+        assert_eq!(body["error"]["type"], "invalid_request", "{path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("1 to 1000"), "{path}: {message}");
+    }
+
+    // 1,001 stuck attempts (1,000 pending for an hour, and the one in review): the whole
+    // list no longer fits one answer, and says so rather than cut it; pages do
+    env.record(&crate::support::orders(1000, "bounded")).await;
+    env.exec("UPDATE payment_attempts SET created_at = now() - interval '1 hour' WHERE status = 'pending'")
+        .await;
+    let (status, refused, _) = listed(&api, "/api/attempts?stuck=15m").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["error"]["type"], "too_many", "{refused}");
+    let (status, first, next) = listed(&api, "/api/attempts?stuck=15m&limit=1000").await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first.as_array().unwrap().len(), 1000);
+    let next = next.expect("a full page says where the rest is");
+    let (status, rest, after) =
+        listed(&api, &format!("/api/attempts?stuck=15m&after={next}")).await;
+    assert_eq!(status, StatusCode::OK, "{rest}");
+    assert_eq!((rest.as_array().unwrap().len(), after), (1, None));
+
+    let (status, page, next) = listed(&api, "/api/attempts?limit=1000").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page.as_array().unwrap().len(), 1000);
+    assert!(next.is_some(), "the listing's largest page has a next one");
+    api.stop().await;
+}
+
 #[tokio::test]
 async fn stuck_pages_oldest_first_with_after_and_x_next_cursor_and_refuses_bad_paging() {
     let World { env, id, api } = World::serve(None).await;

@@ -221,6 +221,68 @@ async fn signing_in_sets_a_strict_http_only_session_cookie_and_a_wrong_token_is_
     console.stop().await;
 }
 
+#[tokio::test]
+async fn failed_sign_ins_past_the_limit_are_refused_with_429_and_retry_after_whatever_the_token() {
+    let logs = Logs::default();
+    let _capture = logs.capture();
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let sessions_before = sessions(&env).await;
+
+    // one address: ten wrong tokens are each told so
+    for i in 0..10 {
+        let wrong = console.sign_in(&format!("oc_guess-{i}")).await;
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    // the eleventh is refused before its token is looked at: a wrong one and the right one
+    // get the same answer, and neither signs anybody in
+    let mut answers = Vec::new();
+    for token in ["oc_guess-10", OPERATOR_TOKEN] {
+        let response = console.sign_in(token).await;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let session = session_cookie(&response).filter(|c| c.starts_with("onecharge_console="));
+        let page = response.text().await.unwrap();
+        assert_eq!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "the 11th failed sign-in from one address is refused before its token is checked ({token}): {}",
+            title_of(&page)
+        );
+        let retry_after: u64 = retry_after
+            .expect("a 429 says when to try again")
+            .parse()
+            .expect("Retry-After in seconds");
+        assert!((1..=30).contains(&retry_after), "{retry_after}");
+        assert_eq!(session, None, "{token}: nobody signed in");
+        assert!(!page.contains("matches no operator"), "{page}");
+        // each sign-in page carries a form token of its own: the rest must be the same
+        answers.push(page.replace(&csrf_of(&page), ""));
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "a throttled answer says nothing about the token"
+    );
+    assert_eq!(sessions(&env).await, sessions_before);
+
+    // a browser already signed in is not affected
+    let (status, _) = console.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::OK);
+
+    let logged = logs.text();
+    assert!(
+        logged
+            .lines()
+            .any(|line| line.contains("console sign-in throttled") && line.contains("127.0.0.1")),
+        "the refusal is logged with the client's address: {logged}"
+    );
+    console.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn searching_an_order_lists_its_attempts_and_the_attempt_page_shows_the_timeline() {
     // nothing configured, loopback: the console is open, as /api/* is
@@ -374,6 +436,140 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
             && page.contains(r#"data-actor="operator:ada""#),
         "{page}"
     );
+    console.stop().await;
+}
+
+/// An open finding about attempt `id`, as the sweep records one: its id.
+async fn open_finding(env: &TestEnv, id: Uuid) -> i64 {
+    env.scalar(&format!(
+        "INSERT INTO reconciliation_findings
+             (class, dedupe_key, payment_attempt_id, gateway_ids, detail, source)
+         VALUES ('recorded_not_charged', 'recorded_not_charged:{id}:ch_console', '{id}',
+                 '{{ch_console}}', 'the charge was refunded at the gateway', 'sweep')
+         RETURNING id"
+    ))
+    .await
+}
+
+/// A page's `<title>`: what a failed assertion prints instead of the whole page.
+fn title_of(page: &str) -> &str {
+    page.split_once("<title>")
+        .and_then(|(_, rest)| rest.split_once("</title>"))
+        .map_or(page, |(title, _)| title)
+}
+
+/// Whether finding `finding` is still open, and how many audit rows resolve a finding.
+async fn finding_and_audit(env: &TestEnv, finding: i64) -> (i64, i64) {
+    (
+        env.scalar(&format!(
+            "SELECT count(*) FROM reconciliation_findings WHERE id = {finding} AND state = 'open'"
+        ))
+        .await,
+        env.scalar("SELECT count(*) FROM operator_audit WHERE action = 'resolve_finding'")
+            .await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finding_reason_the_database_cannot_take_is_refused_with_the_form_and_changes_nothing() {
+    let (env, id, console) = one_in_review().await;
+    let finding = open_finding(&env, id).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf = console.csrf(&ada).await;
+    let path = format!("/console/findings/{finding}/resolve");
+
+    let too_long = "refunded by hand; ".repeat(56); // 1,008 characters
+    for (reason, why) in [(too_long.as_str(), "1000"), ("refunded\0by hand", "NUL")] {
+        for confirm in [None, Some("yes")] {
+            let mut form = vec![("reason", reason), ("csrf", csrf.as_str())];
+            form.extend(confirm.map(|c| ("confirm", c)));
+            let (status, page) = console.post(&ada, &path, &form).await;
+            assert_eq!(
+                status,
+                StatusCode::BAD_REQUEST,
+                "a reason that cannot be recorded is the operator's to fix, not a server failure (confirm {confirm:?}): {}",
+                title_of(&page)
+            );
+            assert!(
+                page.contains(r#"id="refusal""#) && page.contains(why),
+                "{page}"
+            );
+            assert!(
+                page.contains(&format!(r#"action="{path}""#)),
+                "the form comes back, to shorten the reason: {page}"
+            );
+            assert_eq!(
+                finding_and_audit(&env, finding).await,
+                (1, 0),
+                "still open, nothing audited"
+            );
+        }
+    }
+    let (status, page) = console.get(Some(&ada), "/console/findings").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains(r#"maxlength="1000""#),
+        "the browser is told the bound too: {page}"
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolving_a_finding_asks_for_a_confirmation_first_and_acts_only_once_confirmed() {
+    let (env, id, console) = one_in_review().await;
+    let finding = open_finding(&env, id).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf = console.csrf(&ada).await;
+    let path = format!("/console/findings/{finding}/resolve");
+
+    // the list's form asks; nothing is resolved yet
+    let reason = "refund confirmed with the customer";
+    let (status, page) = console
+        .post(&ada, &path, &[("reason", reason), ("csrf", &csrf)])
+        .await;
+    assert_eq!(
+        finding_and_audit(&env, finding).await,
+        (1, 0),
+        "a resolve without its confirmation changes nothing (answered {status})"
+    );
+    assert_eq!(status, StatusCode::OK, "{}", title_of(&page));
+    assert!(
+        page.contains(r#"id="confirm-summary""#) && page.contains(reason),
+        "the confirmation says what will be recorded: {page}"
+    );
+    assert!(
+        page.contains(r#"id="confirm-cancel" href="/console/findings""#),
+        "{page}"
+    );
+
+    // the confirmation's own form, as the browser posts it, resolves it once
+    let confirm: Vec<(String, String)> = hidden_fields(&page, "confirm-form");
+    assert!(
+        confirm.contains(&("confirm".into(), "yes".into())),
+        "{confirm:?}"
+    );
+    let confirm: Vec<(&str, &str)> = confirm
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let (status, page) = console.post(&ada, &path, &confirm).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"id="result""#), "{page}");
+    assert_eq!(finding_and_audit(&env, finding).await, (0, 1));
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM reconciliation_findings WHERE id = {finding}
+               AND resolved_by = 'operator:ada' AND resolution = '{reason}'"
+        ))
+        .await,
+        1
+    );
+
+    // confirming again (a second click) changes nothing and says who resolved it
+    let (status, page) = console.post(&ada, &path, &confirm).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{page}");
+    assert!(page.contains("operator:ada"), "{page}");
+    assert_eq!(finding_and_audit(&env, finding).await, (0, 1));
     console.stop().await;
 }
 
@@ -581,6 +777,180 @@ async fn a_dead_letter_corrected_in_the_console_is_replayed_and_audited() {
         1
     );
     console.stop().await;
+}
+
+/// What the service logs while a test runs, as text: the error a console page leaves out
+/// must be here.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+/// While it lives, the current thread's log lines go to a [`Logs`].
+struct Capture {
+    _default: tracing::subscriber::DefaultGuard,
+    /// Registered beside the capturing subscriber and kept alive with it. With only one
+    /// dispatcher registered, tracing-core decides whether a callsite is ever enabled by the
+    /// default of whichever thread reaches it first; in a binary of parallel tests that is
+    /// another test's thread, which logs nowhere, and the line would never reach this one.
+    /// With two, every callsite asks each thread's own default.
+    _second: tracing::Dispatch,
+}
+
+impl Logs {
+    /// Makes these logs the current thread's subscriber's output until the [`Capture`]
+    /// drops (a current-thread runtime keeps the service's tasks on this thread).
+    fn capture(&self) -> Capture {
+        let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        Capture {
+            _default: tracing::subscriber::set_default(subscriber),
+            _second: second,
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_console_failure_shows_a_request_id_and_leaves_database_and_nats_errors_to_the_log() {
+    let logs = Logs::default();
+    let _capture = logs.capture();
+    let env = TestEnv::with_settings(with_operators).await;
+    let attempt = Uuid::new_v4();
+    let intake = env.intake().await;
+    let sequence = env
+        .dead_letter_invalid(&intake, "m-console-failure", attempt)
+        .await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf = console.csrf(&ada).await;
+    // What each failure below is caused by, none of which a browser may be shown.
+    let leaks = [
+        "does not exist",
+        "gateway_calls",
+        "operator_audit",
+        "reconciliation_findings",
+        "consumer",
+        "error returned from",
+        "SQLSTATE",
+    ];
+    let request = |request: RequestBuilder| {
+        let request = request.header(COOKIE, &ada.cookie);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let id = response
+                .headers()
+                .get("x-request-id")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (status, id, response.text().await.unwrap())
+        }
+    };
+
+    // the overview: a table the charts read is gone, and the intake consumer whose lag it shows
+    env.exec("ALTER TABLE gateway_calls RENAME TO gateway_calls_moved")
+        .await;
+    crate::support::commands_stream(&env.broker)
+        .await
+        .delete_consumer(&env.settings.intake.consumer)
+        .await
+        .unwrap();
+    // a dead letter replayed once the audit trail is gone; the findings without their table
+    let corrected = serde_json::to_string(&command(attempt, json!({"currency": "EUR"}))).unwrap();
+    let replay = console
+        .http()
+        .post(console.url(&format!("/console/dead-letters/{sequence}/replay")))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("body", corrected.as_str()),
+            ("reason", "currency typo fixed"),
+            ("confirm", "yes"),
+        ]);
+    let overview = console.http().get(console.url("/console/"));
+    let findings = console.http().get(console.url("/console/findings"));
+
+    let (status, overview_id, page) = request(overview).await;
+    leaves_out(&leaks, "the overview", &page);
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the sections that could be read are shown"
+    );
+    let overview_id = overview_id.expect("every console answer names its request");
+    assert!(
+        page.contains(&overview_id),
+        "the page names its request id: {page}"
+    );
+
+    env.exec("ALTER TABLE operator_audit RENAME TO operator_audit_moved; ALTER TABLE reconciliation_findings RENAME TO reconciliation_findings_moved")
+        .await;
+    let (status, replay_id, page) = request(replay).await;
+    leaves_out(&leaks, "the replay", &page);
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{page}");
+    let replay_id = replay_id.expect("every console answer names its request");
+    assert!(page.contains(&replay_id), "{page}");
+    assert!(
+        page.contains("was replayed"),
+        "the page says the dead letter was published, so nobody replays it again: {page}"
+    );
+
+    let (status, findings_id, page) = request(findings).await;
+    leaves_out(&leaks, "the findings", &page);
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{page}");
+    let findings_id = findings_id.expect("every console answer names its request");
+    assert!(page.contains(&findings_id), "{page}");
+
+    // each request's error is in the log, under its id
+    let logged = logs.text();
+    for (id, cause) in [
+        (&overview_id, "gateway_calls"),
+        (&overview_id, "consumer"),
+        (&replay_id, "operator_audit"),
+        (&findings_id, "reconciliation_findings"),
+    ] {
+        assert!(
+            logged
+                .lines()
+                .any(|line| line.contains(id.as_str()) && line.contains(cause)),
+            "no log line names request {id} and {cause}: {logged}"
+        );
+    }
+    console.stop().await;
+}
+
+/// Fails when `page` shows any of `leaks` (what caused the failure behind it).
+fn leaves_out(leaks: &[&str], what: &str, page: &str) {
+    for leak in leaks {
+        assert!(
+            !page.contains(leak),
+            "{what}: the page shows the error text {leak:?} to the browser: {}",
+            page.split("<main").nth(1).unwrap_or(page)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

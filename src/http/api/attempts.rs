@@ -3,11 +3,12 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use time::OffsetDateTime;
 
-use super::{with_next_cursor, ApiQuery};
+use super::{page_limit, with_next_cursor, ApiQuery, MAX_PAGE};
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::http::access::Principal;
 use crate::http::error::{ErrorBody, QueryRefused};
@@ -33,8 +34,8 @@ impl From<ResolveError> for ApiError {
 /// next page), and without `stuck`: `order_id`, `customer_id`, `gateway_charge_id` (only the
 /// attempts that have it), `idempotency_key`, `created_after` / `created_before` (RFC 3339),
 /// `before` (the cursor of the next page); the cursors come from the previous answer's
-/// `X-Next-Cursor` header. `limit`: default 100 for the listing, all for `stuck` (contract
-/// §6 answers every stuck attempt); 0 = all.
+/// `X-Next-Cursor` header. `limit`: 1 to [`MAX_PAGE`], default 100 for the listing; `stuck`
+/// without one answers every stuck attempt, or `422` past [`MAX_PAGE`] (contract §6).
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +50,9 @@ pub(crate) struct ListQuery {
     created_before: Option<String>,
     before: Option<String>,
     after: Option<String>,
+    /// At most this many, 1 to 1000, the rest behind `X-Next-Cursor` (default 100; `stuck`
+    /// without it: every stuck attempt, or 422 `too_many` past 1000)
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
 }
 
@@ -78,15 +82,12 @@ fn cursor_param(
     (status = 200, description = "The attempts, as `attempts list --json` (or `attempts stuck --json`) prints them (contract §5)", body = Vec<serde_json::Value>,
         headers(("x-next-cursor" = String, description = "The cursor of the next page (`before`, or `after` with `stuck`), when there is one"))),
     QueryRefused,
+    (status = 422, description = "`stuck` without a `limit`, and more than 1000 attempts are stuck: ask for pages (`too_many`)", body = ErrorBody),
 ))]
 pub(crate) async fn list_attempts(
     State(state): State<AdminState>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
-    if let Some(limit) = query.limit {
-        crate::operator::parse_limit(&limit.to_string())
-            .map_err(|e| ApiError::bad_request(format!("limit: {e}")))?;
-    }
     let status = query
         .status
         .as_deref()
@@ -120,7 +121,10 @@ pub(crate) async fn list_attempts(
                 status,
                 after: cursor_param("after", query.after.as_deref())?,
             };
-            let limit = query.limit.unwrap_or(0);
+            let Some(limit) = query.limit else {
+                return stuck_whole(&state, &filter, now).await;
+            };
+            let limit = page_limit(Some(limit), MAX_PAGE)?;
             attempts::stuck(store, &filter, limit, now, &state.retry_window).await
         }
         None if query.after.is_some() => {
@@ -129,7 +133,7 @@ pub(crate) async fn list_attempts(
             ))
         }
         None => {
-            let limit = query.limit.unwrap_or(100);
+            let limit = page_limit(query.limit, 100)?;
             attempts::page(store, &filter, limit, now, &state.retry_window).await
         }
     }
@@ -138,6 +142,30 @@ pub(crate) async fn list_attempts(
         page.attempts,
         page.next.map(|c| c.to_string()),
     ))
+}
+
+/// `stuck=` without a `limit`: every stuck attempt in one answer, as contract §6 promises
+/// (decision 93: a script counting the backlog must never get a silently cut list), or, when
+/// more than [`MAX_PAGE`] are stuck, `422 too_many` saying to page; never more than one
+/// page more than that read into this process.
+async fn stuck_whole(
+    state: &AdminState,
+    filter: &attempts::StuckFilter,
+    now: OffsetDateTime,
+) -> Result<Response, ApiError> {
+    let page = attempts::stuck(&state.store, filter, MAX_PAGE + 1, now, &state.retry_window)
+        .await
+        .map_err(ApiError::internal)?;
+    if page.attempts.len() > MAX_PAGE {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "too_many",
+            format!(
+                "more than {MAX_PAGE} attempts are stuck, more than one answer holds: ask for them a page at a time, with limit (1 to {MAX_PAGE}) and after=<the X-Next-Cursor of the previous page>"
+            ),
+        ));
+    }
+    Ok(with_next_cursor(page.attempts, None))
 }
 
 fn attempt_id(

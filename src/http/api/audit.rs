@@ -3,14 +3,15 @@
 use axum::extract::State;
 use axum::response::Response;
 
-use super::{with_next_cursor, ApiQuery};
+use super::{page_limit, with_next_cursor, ApiQuery};
 use crate::domain::PaymentAttemptId;
 use crate::http::error::QueryRefused;
 use crate::http::{AdminState, ApiError};
 use crate::operator::audit;
 
 /// `GET /api/audit` query: `actor`, `attempt` (a payment_attempt_id), `before` (the cursor
-/// of the next page, from the previous answer's `X-Next-Cursor`), `limit` (default 100).
+/// of the next page, from the previous answer's `X-Next-Cursor`), `limit` (1 to
+/// [`MAX_PAGE`](super::MAX_PAGE), default 100).
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -19,6 +20,8 @@ pub(crate) struct AuditQuery {
     #[param(value_type = Option<uuid::Uuid>)]
     attempt: Option<PaymentAttemptId>,
     before: Option<String>,
+    /// At most this many, 1 to 1000 (default 100); follow `X-Next-Cursor` for more
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
 }
 
@@ -43,7 +46,8 @@ pub(crate) async fn audit_list(
         payment_attempt_id: query.attempt,
         before_id,
     };
-    let page = audit::list(&state.store, &filter, query.limit.unwrap_or(100))
+    let limit = page_limit(query.limit, 100)?;
+    let page = audit::list(&state.store, &filter, limit)
         .await
         .map_err(ApiError::internal)?;
     Ok(with_next_cursor(page.entries, page.next))

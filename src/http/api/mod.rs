@@ -114,6 +114,26 @@ fn with_next_cursor<T: serde::Serialize>(body: T, next: Option<String>) -> Respo
     response
 }
 
+/// The most rows one answer of a listing (`GET /api/attempts`, with or without `stuck`, and
+/// `GET /api/audit`) holds: every row is read into the admin process and written as JSON
+/// before the answer leaves, so an answer is bounded whoever asks (a viewer too). More is a
+/// matter of following `X-Next-Cursor`. The command line, which reads the database in the
+/// operator's own process, keeps `--limit 0` (all).
+pub const MAX_PAGE: usize = 1000;
+
+/// A listing's `limit=`: `default` when absent, else 1 to [`MAX_PAGE`]; `0` (which once
+/// meant all) and anything larger are the `400` that says the range, never clamped, so a
+/// client that asked for everything learns that it did not get it.
+fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::bad_request(format!(
+            "limit: {n} is out of range: a page is 1 to {MAX_PAGE} rows at most; follow X-Next-Cursor for the rest"
+        ))),
+    }
+}
+
 /// A listing's query string as `T`, or the API's `400 invalid_request` saying what is not
 /// understood (never axum's plain-text rejection).
 pub struct ApiQuery<T>(pub T);

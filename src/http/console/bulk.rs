@@ -9,7 +9,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::fields::{console_time, parse_set, set};
-use super::layout::{bad_request, csrf_field, failed, page, refused, text_input};
+use super::layout::{bad_request, csrf_field, failed, in_the_log, page, refused, text_input};
 use super::session::Session;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::http::AdminState;
@@ -115,6 +115,17 @@ pub(super) async fn bulk_action(
         let body = preview(&session, &form, &outcome);
         page(StatusCode::OK, "Bulk action: preview", Some(&session), body)
     } else {
+        for item in outcome
+            .results
+            .iter()
+            .filter(|item| item.outcome == "failed")
+        {
+            tracing::error!(
+                payment_attempt_id = %item.payment_attempt_id,
+                error = %item.detail,
+                "console bulk action failed for an attempt"
+            );
+        }
         let body = done(&form, &outcome);
         page(StatusCode::OK, "Bulk action: done", Some(&session), body)
     }
@@ -228,7 +239,9 @@ fn done(form: &BulkForm, outcome: &BulkOutcome) -> Markup {
                     tr data-testid="bulk-item" data-attempt-id=(item.payment_attempt_id) data-outcome=(item.outcome) {
                         td { a href=(format!("/console/attempts/{}", item.payment_attempt_id)) { code { (item.payment_attempt_id) } } }
                         td { (item.outcome) }
-                        td { (item.detail) }
+                        // A failure's detail is an error's own words (the database's): the
+                        // log has it, under the request id shown instead.
+                        td { @if item.outcome == "failed" { (in_the_log()) } @else { (item.detail) } }
                     }
                 }
             }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use super::fields::set;
-use super::layout::{bad_request, csrf_field, failed, page, refused};
+use super::layout::{bad_request, csrf_field, failed, failed_saying, page, refused};
 use super::session::Session;
 use crate::format;
 use crate::http::AdminState;
@@ -201,6 +201,18 @@ pub(super) async fn replay(
         Err(err) if err.is::<crate::config::UsageError>() => {
             bad_request(&session, &err.to_string())
         }
-        Err(err) => refused(StatusCode::CONFLICT, Some(&session), &format!("{err:#}")),
+        Err(err) if err.is::<dlq::DuplicateReplay>() => {
+            refused(StatusCode::CONFLICT, Some(&session), &err.to_string())
+        }
+        Err(err) => match err.downcast_ref::<dlq::ReplayNotAudited>() {
+            Some(published) => {
+                let what_happened = format!(
+                    "Dead letter {} was replayed (stream sequence {}, message id {}): do not replay it again. Its audit entry could not be written.",
+                    published.dlq_sequence, published.stream_sequence, published.message_id
+                );
+                failed_saying(&session, format!("{err:#}"), &what_happened)
+            }
+            None => failed(&session, format!("{err:#}")),
+        },
     }
 }

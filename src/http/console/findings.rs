@@ -1,19 +1,21 @@
 //! The console's findings page (`/console/findings`): the reconciliation findings, open
-//! first, each resolvable with a reason through the same function as `findings resolve`
-//! (the guard has checked the CSRF token and the operator's role before a POST gets here).
+//! first, each resolvable with a reason through the same function as `findings resolve`,
+//! after a confirmation page as every other console action (the guard has checked the CSRF
+//! token and the operator's role before a POST gets here).
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse as _, Redirect, Response};
+use axum::response::Response;
 use axum::Form;
-use maud::html;
+use maud::{html, Markup};
 
 use super::layout::{bad_request, csrf_field, failed, page, refused};
 use super::session::Session;
+use crate::config::UsageError;
 use crate::http::AdminState;
-use crate::operator::findings::resolve as resolve_finding;
+use crate::operator::findings::{checked_reason, resolve as resolve_finding, MAX_REASON_CHARS};
 use crate::operator::Via;
-use crate::store::findings::{self, FindingState, Resolved};
+use crate::store::findings::{self, Finding, FindingState, Resolved};
 
 /// `?state=open|resolved|all` (open by default).
 #[derive(Debug, Default, serde::Deserialize)]
@@ -61,11 +63,7 @@ pub(super) async fn list(
                             td { (f.seen_count) "× (last " (f.last_seen_at) ")" }
                             td {
                                 @if f.state == "open" {
-                                    form method="post" action=(format!("/console/findings/{}/resolve", f.id)) {
-                                        (csrf_field(&session))
-                                        input type="text" name="reason" placeholder="What was done" required;
-                                        button type="submit" { "Resolve" }
-                                    }
+                                    (resolve_form(&session, f.id, ""))
                                 } @else {
                                     "resolved by " (f.resolved_by.clone().unwrap_or_default()) ": " (f.resolution.clone().unwrap_or_default())
                                 }
@@ -79,10 +77,41 @@ pub(super) async fn list(
     page(StatusCode::OK, "Findings", Some(&session), body)
 }
 
-/// The resolve form.
+/// The form that resolves finding `id`, holding `reason` (empty on the list; what was
+/// typed when it comes back refused).
+fn resolve_form(session: &Session, id: i64, reason: &str) -> Markup {
+    html! {
+        form .finding-resolve-form method="post" action=(format!("/console/findings/{id}/resolve")) {
+            (csrf_field(session))
+            input type="text" name="reason" placeholder="What was done" required maxlength=(MAX_REASON_CHARS) value=(reason);
+            button type="submit" { "Review the resolution…" }
+        }
+    }
+}
+
+/// A resolution refused before anything was written (`400`): why, and the form again with
+/// what was typed, to correct it.
+fn refused_with_form(session: &Session, id: i64, why: &str, reason: &str) -> Response {
+    page(
+        StatusCode::BAD_REQUEST,
+        "Refused",
+        Some(session),
+        html! {
+            p #refusal .error data-testid="refusal" { (why) }
+            p { "Finding " (id) ":" }
+            (resolve_form(session, id, reason))
+            p { a href="/console/findings" { "Back to the findings" } }
+        },
+    )
+}
+
+/// The resolve form: first posted without `confirm`, it shows the finding and the reason
+/// and asks for confirmation; posted again with `confirm=yes`, it resolves the finding.
 #[derive(Debug, serde::Deserialize)]
 pub(super) struct ResolveForm {
     reason: String,
+    #[serde(default)]
+    confirm: Option<String>,
 }
 
 /// `POST /console/findings/{id}/resolve`.
@@ -99,7 +128,33 @@ pub(super) async fn resolve(
         );
     };
     if form.reason.trim().is_empty() {
-        return bad_request(&session, "A reason is required. Nothing was changed.");
+        return refused_with_form(
+            &session,
+            id,
+            "A reason is required. Nothing was changed.",
+            &form.reason,
+        );
+    }
+    if let Err(why) = checked_reason(&form.reason) {
+        return refused_with_form(
+            &session,
+            id,
+            &format!("{why}. Nothing was changed."),
+            &form.reason,
+        );
+    }
+    if form.confirm.as_deref() != Some("yes") {
+        return match findings::get(&state.store, id).await {
+            Ok(Some(finding)) if finding.state == "open" => page(
+                StatusCode::OK,
+                "Confirm the resolution",
+                Some(&session),
+                confirmation(&session, &finding, &form.reason),
+            ),
+            Ok(Some(finding)) => already_resolved(&session, &finding),
+            Ok(None) => refused(StatusCode::NOT_FOUND, Some(&session), "No such finding."),
+            Err(err) => failed(&session, err),
+        };
     }
     match resolve_finding(
         &state.store,
@@ -110,18 +165,65 @@ pub(super) async fn resolve(
     )
     .await
     {
-        Ok(Resolved::Done(_)) => Redirect::to("/console/findings").into_response(),
+        Ok(Resolved::Done(finding)) => page(
+            StatusCode::OK,
+            "Resolved",
+            Some(&session),
+            html! {
+                p #result .success data-state=(finding.state) {
+                    "Finding " (finding.id) " resolved by " (finding.resolved_by.clone().unwrap_or_default())
+                    ": " q { (finding.resolution.clone().unwrap_or_default()) }
+                }
+                p { a #back-to-findings href="/console/findings" { "Back to the findings" } }
+            },
+        ),
         Ok(Resolved::NotFound) => {
             refused(StatusCode::NOT_FOUND, Some(&session), "No such finding.")
         }
-        Ok(Resolved::AlreadyResolved(f)) => refused(
-            StatusCode::CONFLICT,
-            Some(&session),
-            &format!(
-                "Finding {id} was already resolved by {}.",
-                f.resolved_by.unwrap_or_default()
-            ),
+        Ok(Resolved::AlreadyResolved(finding)) => already_resolved(&session, &finding),
+        Err(err) if err.is::<UsageError>() => refused_with_form(
+            &session,
+            id,
+            &format!("{err}. Nothing was changed."),
+            &form.reason,
         ),
         Err(err) => failed(&session, format!("{err:#}")),
+    }
+}
+
+/// The refusal of a finding resolved before (`409`): by whom; nothing changed.
+fn already_resolved(session: &Session, finding: &Finding) -> Response {
+    refused(
+        StatusCode::CONFLICT,
+        Some(session),
+        &format!(
+            "Finding {} was already resolved by {}. Nothing was changed.",
+            finding.id,
+            finding.resolved_by.as_deref().unwrap_or_default()
+        ),
+    )
+}
+
+/// What the resolution would record, and the form that confirms it.
+fn confirmation(session: &Session, finding: &Finding, reason: &str) -> Markup {
+    let id = finding.id;
+    html! {
+        p #confirm-summary {
+            "Resolve finding " (id) " (" strong { (finding.class.as_str()) } ", "
+            @if let Some(attempt) = finding.payment_attempt_id { "attempt " code { (attempt) } }
+            @else { "reference " code { (finding.reference.clone().unwrap_or_default()) } }
+            @if !finding.gateway_ids.is_empty() { ", " code { (finding.gateway_ids.join(", ")) } }
+            "), because: " q #confirm-reason { (reason.trim()) } "?"
+        }
+        p .hint { (finding.detail) }
+        p .hint { "The finding is closed with your name and this reason, and the audit trail records it. Nothing at the gateway or in the attempt changes." }
+        form #confirm-form method="post" action=(format!("/console/findings/{id}/resolve")) {
+            (csrf_field(session))
+            input type="hidden" name="reason" value=(reason);
+            input type="hidden" name="confirm" value="yes";
+            button #confirm-submit type="submit" { "Confirm: resolve finding " (id) }
+            " "
+            a #confirm-cancel href="/console/findings" { "Cancel" }
+        }
     }
 }

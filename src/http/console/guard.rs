@@ -7,8 +7,10 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
+use tracing::Instrument as _;
 
 use super::layout::{refused, sessions_unavailable};
+use super::request_id::{self, RequestId};
 use super::session::{self, FormToken, Session};
 use crate::http::access::Principal;
 use crate::http::{is_open, AdminState};
@@ -16,7 +18,8 @@ use crate::http::{is_open, AdminState};
 /// Largest form the console accepts: a corrected dead-letter body (64 KiB) and its fields.
 const MAX_FORM_BYTES: usize = 256 * 1024;
 
-/// Every console request passes here: security headers on every answer; the sign-in page
+/// Every console request passes here, under a [`RequestId`] of its own (its span, and the
+/// `X-Request-Id` of its answer): security headers on every answer; the sign-in page
 /// with its own form token (no session yet); elsewhere a live session (an open console's
 /// needs no row, else a redirect to sign in); on every POST the CSRF token and, except to
 /// sign out, the role `operator`. Host and Origin were checked before, for the whole admin
@@ -26,8 +29,21 @@ pub(super) async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
-    let mut response = check(&state, request, next).await;
+    let id = RequestId::new();
+    let span = tracing::info_span!(
+        "console_request",
+        request_id = %id,
+        method = %request.method(),
+        path = request.uri().path(),
+    );
+    let mut response = id
+        .scope(check(&state, request, next))
+        .instrument(span)
+        .await;
     let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&id.to_string()) {
+        headers.insert(request_id::HEADER, value);
+    }
     for (name, value) in [
         (
             header::CONTENT_SECURITY_POLICY,

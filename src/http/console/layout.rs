@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use maud::{html, Markup, DOCTYPE};
 
+use super::request_id::RequestId;
 use super::session::Session;
 use crate::domain::AttemptStatus;
 
@@ -94,25 +95,65 @@ pub(super) fn refused(status: StatusCode, session: Option<&Session>, why: &str) 
     )
 }
 
-/// A failure of the service itself: said without detail (it is in the log).
+/// A failure of the service itself (`500`): the page says only that, and the request id
+/// under which `err` is logged — never the error, whose words (a database's, NATS's) are
+/// the log's.
 pub(super) fn failed(session: &Session, err: impl std::fmt::Display) -> Response {
+    failed_saying(session, err, "The request failed on the server.")
+}
+
+/// [`failed`], saying first `what_happened`: what the person must know of a failure that
+/// came after something was done (a replay that was published), in words of our own.
+pub(super) fn failed_saying(
+    session: &Session,
+    err: impl std::fmt::Display,
+    what_happened: &str,
+) -> Response {
     tracing::error!(error = %err, "console request failed");
     page(
         StatusCode::INTERNAL_SERVER_ERROR,
         "Something failed",
         Some(session),
-        html! { p #failure .error { "The request failed on the server; its log says why." } },
+        html! { p #failure .error { (what_happened) " " (in_the_log()) } },
     )
 }
 
+/// In place of what could not be read on a page that shows the rest (`what`: "The
+/// charts"): that it failed, and where the error is. `err` is logged, never shown.
+pub(super) fn unreadable(what: &str, err: &dyn std::fmt::Display) -> Markup {
+    tracing::error!(error = %err, "console: {what} could not be read");
+    html! { span .error { (what) " could not be read. " (in_the_log()) } }
+}
+
+/// Where the error is: the service's log, under this request's id.
+pub(super) fn in_the_log() -> Markup {
+    html! {
+        @match RequestId::current() {
+            Some(id) => {
+                "The service's log has the error under request id "
+                code #request-id data-request-id=(id) { (id) }
+                " (quote it when you report this)."
+            }
+            None => "The service's log has the error.",
+        }
+    }
+}
+
 /// The sessions table could not be read or written: nobody can be signed in, out or
-/// recognised until the database answers. Said as what to do; the error is in the log.
+/// recognised until the database answers. Said as what to do; the error is in the log,
+/// under the request's id.
 pub(super) fn sessions_unavailable(err: sqlx::Error) -> Response {
     tracing::error!(error = %err, "console sessions unavailable");
-    refused(
+    page(
         StatusCode::SERVICE_UNAVAILABLE,
+        "Refused",
         None,
-        "The console cannot reach its sessions in the database, so it can neither tell who you are nor sign you in or out (if you were signing out, you are still signed in): check that PostgreSQL answers (/readyz), then reload the page or sign in again.",
+        html! {
+            p #refusal .error data-testid="refusal" {
+                "The console cannot reach its sessions in the database, so it can neither tell who you are nor sign you in or out (if you were signing out, you are still signed in): check that PostgreSQL answers (/readyz), then reload the page or sign in again. "
+                (in_the_log())
+            }
+        },
     )
 }
 

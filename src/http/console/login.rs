@@ -1,7 +1,10 @@
-//! Signing in (`/console/login`) and out (`/console/logout`).
+//! Signing in (`/console/login`) and out (`/console/logout`); failed sign-ins are throttled
+//! per client address and in all (`crate::http::throttle`).
 
-use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
 use maud::html;
@@ -9,6 +12,7 @@ use serde::Deserialize;
 
 use super::layout::{page, sessions_unavailable};
 use super::session::{self, FormToken};
+use crate::http::throttle::{Scope, Throttled};
 use crate::http::{is_open, AdminState};
 
 #[derive(Debug, Deserialize)]
@@ -76,11 +80,20 @@ pub(super) struct LoginForm {
     next: Option<String>,
 }
 
+/// `POST /console/login`: refused unchecked (`429`, `Retry-After`) while the sign-in
+/// throttle says this client, or everybody, has failed too often; else the token is checked,
+/// and a failure counted.
 pub(super) async fn login(
     State(state): State<AdminState>,
     Extension(form_token): Extension<FormToken>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    let client = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    let throttle = &state.console.sign_in_throttle;
+    if let Err(throttled) = throttle.check(client) {
+        return throttled_page(&state, &form_token, form.next.as_deref(), client, throttled);
+    }
     let operators = &state.console.operators;
     let admin_token = state.admin_token.as_ref();
     // The credential just presented is the one in force, so its actor has a binding.
@@ -88,7 +101,11 @@ pub(super) async fn login(
         .authenticate(admin_token, &form.token)
         .and_then(|principal| operators.session_principal(admin_token, &principal.actor));
     let Some((principal, binding)) = signed_in else {
-        tracing::warn!("console sign-in refused: the token matches no operator");
+        throttle.record_failure(client);
+        tracing::warn!(
+            client = %client_name(client),
+            "console sign-in refused: the token matches no operator"
+        );
         return login_page(
             &state,
             &form_token,
@@ -110,6 +127,46 @@ pub(super) async fn login(
         session::set_cookie(&id, ttl, console.secure_cookie),
     );
     response
+}
+
+/// The sign-in page of a throttled client (`429`): when to try again, in `Retry-After` and
+/// in words, and nothing about the token, which was not looked at. The refusal is logged.
+fn throttled_page(
+    state: &AdminState,
+    form_token: &FormToken,
+    next: Option<&str>,
+    client: Option<IpAddr>,
+    throttled: Throttled,
+) -> Response {
+    let secs = throttled.retry_after_secs();
+    tracing::warn!(
+        client = %client_name(client),
+        scope = throttled.scope.as_str(),
+        retry_after_secs = secs,
+        "console sign-in throttled: too many failed sign-ins, the token was not checked"
+    );
+    let whose = match throttled.scope {
+        Scope::Address => "from your address",
+        Scope::Global => "on this console",
+    };
+    let mut response = login_page(
+        state,
+        form_token,
+        StatusCode::TOO_MANY_REQUESTS,
+        next,
+        Some(&format!(
+            "Too many failed sign-ins {whose}: try again in {secs} s. Nothing was checked or signed in."
+        )),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    response
+}
+
+/// A client address for the log (`unknown` without one).
+fn client_name(client: Option<IpAddr>) -> String {
+    client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
 }
 
 pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) -> Response {

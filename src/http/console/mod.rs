@@ -3,6 +3,8 @@
 //!
 //! - [`guard`]: every request's session (or form token), CSRF check, role and security
 //!   headers; who a token belongs to is `crate::http::access`, shared with `/api/*`.
+//! - [`request_id`]: every request's id, which a failure's page shows and its log line
+//!   carries (the error itself stays in the log).
 //! - [`session`]: sign-in sessions (cookie, CSRF token), in the database, so every admin
 //!   instance on it honours them.
 //! - a file per page, each a handler and its HTML (maud, compiled into the binary; no
@@ -27,6 +29,7 @@ mod layout;
 mod login;
 mod overview;
 mod recheck;
+mod request_id;
 mod resolve;
 mod review;
 mod search;

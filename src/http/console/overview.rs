@@ -10,7 +10,7 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use super::charts;
-use super::layout::page;
+use super::layout::{page, unreadable};
 use super::session::Session;
 use crate::broker::ConsumerLag;
 use crate::domain::AttemptStatus;
@@ -102,7 +102,7 @@ fn charts_section(
                 Ok(series) => div .charts {
                     @for chart in charts::overview_charts(series, window) { (chart.render()) }
                 }
-                Err(err) => p #charts-error .error { "The charts could not be read: " (err) }
+                Err(err) => p #charts-error { (unreadable("The charts", err)) }
             }
         }
     }
@@ -144,7 +144,7 @@ fn figures_section(figures: &anyhow::Result<Stats>) -> Markup {
                     }
                 }
             }
-            Err(err) => p #stats-error .error { "The figures could not be read: " (format!("{err:#}")) }
+            Err(err) => p #stats-error { (unreadable("The figures", &format!("{err:#}"))) }
         }
     }
 }
@@ -162,7 +162,7 @@ fn health_section(
                 dd #intake-lag {
                     @match lag {
                         Some(Ok(lag)) => { (lag.pending) " not yet delivered, " (lag.ack_pending) " being processed" }
-                        Some(Err(err)) => span .error { "unreadable: " (format!("{err:#}")) }
+                        Some(Err(err)) => (unreadable("The lag", &format!("{err:#}")))
                         None => "not known here"
                     }
                 }
