@@ -1903,3 +1903,70 @@ async fn a_bulk_confirm_acts_on_exactly_the_previewed_attempts_never_one_that_ma
     );
     console.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_findings_page_shows_the_earlier_findings_about_its_charge_and_what_became_of_them() {
+    let (env, id, console) = one_in_review().await;
+    let subject = format!("recorded_not_charged:{id}:pi_console");
+    let refund: i64 = env
+        .scalar(&format!(
+            "INSERT INTO reconciliation_findings
+                 (class, dedupe_key, subject_key, evidence, payment_attempt_id, gateway_ids, detail,
+                  source, state, resolved_at, resolved_by, resolution)
+             VALUES ('recorded_not_charged', '{subject}|refunded:500', '{subject}', 'refunded:500',
+                     '{id}', '{{pi_console}}', 'refunded at the gateway', 'sweep', 'resolved', now(),
+                     'operator:ada', 'partial refund agreed with the customer')
+             RETURNING id"
+        ))
+        .await;
+    let dispute: i64 = env
+        .scalar(&format!(
+            "INSERT INTO reconciliation_findings
+                 (class, dedupe_key, subject_key, evidence, payment_attempt_id, gateway_ids, detail,
+                  source)
+             VALUES ('recorded_not_charged', '{subject}|disputed;refunded:500', '{subject}',
+                     'disputed;refunded:500', '{id}', '{{pi_console}}', 'disputed at the gateway',
+                     'webhook')
+             RETURNING id"
+        ))
+        .await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+
+    let (status, list) = console.get(Some(&ada), "/console/findings").await;
+    assert_eq!(status, StatusCode::OK, "{}", title_of(&list));
+    assert!(
+        list.contains(&format!(r#"href="/console/findings/{dispute}""#)),
+        "the list links each finding to its page"
+    );
+    let (status, page) = console
+        .get(Some(&ada), &format!("/console/findings/{dispute}"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", title_of(&page));
+    assert!(
+        page.contains("disputed;refunded:500"),
+        "its evidence: {page}"
+    );
+    assert!(
+        page.contains(r#"id="finding-history""#)
+            && page.contains(&format!(r#"data-finding-id="{refund}""#))
+            && page.contains("partial refund agreed with the customer"),
+        "the refund before it, and what was done about it: {page}"
+    );
+
+    // The confirmation shows the same history before anything is resolved.
+    let csrf = console.csrf(&ada).await;
+    let (status, confirm) = console
+        .post(
+            &ada,
+            &format!("/console/findings/{dispute}/resolve"),
+            &[("reason", "dispute answered"), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", title_of(&confirm));
+    assert!(
+        confirm.contains("partial refund agreed with the customer"),
+        "{confirm}"
+    );
+    let (status, _) = console.get(Some(&ada), "/console/findings/999999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

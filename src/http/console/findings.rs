@@ -1,7 +1,9 @@
-//! The console's findings page (`/console/findings`): the reconciliation findings, open
-//! first, each resolvable with a reason through the same function as `findings resolve`,
-//! after a confirmation page as every other console action (the guard has checked the CSRF
-//! token and the operator's role before a POST gets here).
+//! The console's findings pages: the list (`/console/findings`), open first, and a finding
+//! with its history (`/console/findings/{id}`: the other findings about the same charge and
+//! what became of them), each open one resolvable with a reason through the same function
+//! as `findings resolve`, after a confirmation page that shows the history too, as every
+//! other console action (the guard has checked the CSRF token and the operator's role
+//! before a POST gets here).
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
@@ -13,9 +15,11 @@ use super::layout::{bad_request, csrf_field, failed, page, refused};
 use super::session::Session;
 use crate::config::UsageError;
 use crate::http::AdminState;
-use crate::operator::findings::{checked_reason, resolve as resolve_finding, MAX_REASON_CHARS};
+use crate::operator::findings::{
+    checked_reason, resolve as resolve_finding, show, FindingDetail, MAX_REASON_CHARS,
+};
 use crate::operator::Via;
-use crate::store::findings::{self, Finding, FindingState, Resolved};
+use crate::store::findings::{self, EarlierFinding, Finding, FindingState, Resolved};
 
 /// `?state=open|resolved|all` (open by default).
 #[derive(Debug, Default, serde::Deserialize)]
@@ -47,12 +51,13 @@ pub(super) async fn list(
         @if list.is_empty() { p #findings-empty { "No findings." } }
         @else {
             table #findings-table {
-                thead { tr { th { "id" } th { "class" } th { "attempt / reference" } th { "gateway ids" } th { "detail" } th { "seen" } th { "state" } } }
+                thead { tr { th { "id" } th { "class" } th { "evidence" } th { "attempt / reference" } th { "gateway ids" } th { "detail" } th { "seen" } th { "state" } } }
                 tbody {
                     @for f in &list {
                         tr data-finding-id=(f.id) {
-                            td { (f.id) }
+                            td { a .finding-link href=(format!("/console/findings/{}", f.id)) { (f.id) } }
                             td .finding-class { (f.class.as_str()) }
+                            td .finding-evidence { code { (f.evidence) } }
                             td {
                                 @if let Some(id) = f.payment_attempt_id {
                                     a href=(format!("/console/attempts/{id}")) { code { (id) } }
@@ -75,6 +80,80 @@ pub(super) async fn list(
         }
     };
     page(StatusCode::OK, "Findings", Some(&session), body)
+}
+
+/// `GET /console/findings/{id}`: the finding, and its history.
+pub(super) async fn one(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<i64>,
+) -> Response {
+    let detail = match show(&state.store, id).await {
+        Ok(Some(detail)) => detail,
+        Ok(None) => return refused(StatusCode::NOT_FOUND, Some(&session), "No such finding."),
+        Err(err) => return failed(&session, err),
+    };
+    let FindingDetail {
+        finding: f,
+        history,
+    } = &detail;
+    let body = html! {
+        table #finding {
+            tr { th { "class" } td #finding-class { (f.class.as_str()) } }
+            tr { th { "evidence" } td #finding-evidence { code { (f.evidence) } } }
+            tr { th { "attempt / reference" } td {
+                @if let Some(attempt) = f.payment_attempt_id {
+                    a href=(format!("/console/attempts/{attempt}")) { code { (attempt) } }
+                } @else { code { (f.reference.clone().unwrap_or_default()) } }
+            } }
+            tr { th { "gateway ids" } td { code { (f.gateway_ids.join(", ")) } } }
+            tr { th { "detail" } td { (f.detail) } }
+            tr { th { "source" } td { (format!("{:?}", f.source).to_lowercase()) } }
+            tr { th { "seen" } td { (f.seen_count) "× (first " (f.first_seen_at) ", last " (f.last_seen_at) ")" } }
+            tr { th { "state" } td #finding-state {
+                @if f.state == "open" { (resolve_form(&session, f.id, "")) }
+                @else { "resolved by " (f.resolved_by.clone().unwrap_or_default()) " at " (f.resolved_at.map(|t| t.to_string()).unwrap_or_default()) ": " (f.resolution.clone().unwrap_or_default()) }
+            } }
+        }
+        h2 { "History of this charge" }
+        (history_table(history))
+        p { a href="/console/findings" { "Back to the findings" } }
+    };
+    page(
+        StatusCode::OK,
+        &format!("Finding {id}"),
+        Some(&session),
+        body,
+    )
+}
+
+/// The other findings about the same charge, oldest first: what was seen before (a refund
+/// someone already answered) and what became of it.
+fn history_table(history: &[EarlierFinding]) -> Markup {
+    html! {
+        @if history.is_empty() {
+            p #finding-history-empty .hint { "No other finding about this charge." }
+        } @else {
+            table #finding-history {
+                thead { tr { th { "finding" } th { "evidence" } th { "first seen" } th { "state" } } }
+                tbody {
+                    @for h in history {
+                        tr data-finding-id=(h.finding_id) {
+                            td { a href=(format!("/console/findings/{}", h.finding_id)) { (h.finding_id) } }
+                            td { code { (h.evidence) } }
+                            td { (h.first_seen_at) }
+                            td {
+                                (h.state)
+                                @if let (Some(by), Some(why)) = (&h.resolved_by, &h.resolution) {
+                                    ": by " (by) ": " q { (why) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The form that resolves finding `id`, holding `reason` (empty on the list; what was
@@ -144,14 +223,14 @@ pub(super) async fn resolve(
         );
     }
     if form.confirm.as_deref() != Some("yes") {
-        return match findings::get(&state.store, id).await {
-            Ok(Some(finding)) if finding.state == "open" => page(
+        return match show(&state.store, id).await {
+            Ok(Some(detail)) if detail.finding.state == "open" => page(
                 StatusCode::OK,
                 "Confirm the resolution",
                 Some(&session),
-                confirmation(&session, &finding, &form.reason),
+                confirmation(&session, &detail, &form.reason),
             ),
-            Ok(Some(finding)) => already_resolved(&session, &finding),
+            Ok(Some(detail)) => already_resolved(&session, &detail.finding),
             Ok(None) => refused(StatusCode::NOT_FOUND, Some(&session), "No such finding."),
             Err(err) => failed(&session, err),
         };
@@ -204,8 +283,10 @@ fn already_resolved(session: &Session, finding: &Finding) -> Response {
     )
 }
 
-/// What the resolution would record, and the form that confirms it.
-fn confirmation(session: &Session, finding: &Finding, reason: &str) -> Markup {
+/// What the resolution would record, the finding's history (a person resolving a dispute
+/// should see the refund answered before), and the form that confirms it.
+fn confirmation(session: &Session, detail: &FindingDetail, reason: &str) -> Markup {
+    let finding = &detail.finding;
     let id = finding.id;
     html! {
         p #confirm-summary {
@@ -215,7 +296,9 @@ fn confirmation(session: &Session, finding: &Finding, reason: &str) -> Markup {
             @if !finding.gateway_ids.is_empty() { ", " code { (finding.gateway_ids.join(", ")) } }
             "), because: " q #confirm-reason { (reason.trim()) } "?"
         }
-        p .hint { (finding.detail) }
+        p .hint { (finding.detail) " (evidence " code { (finding.evidence) } ")" }
+        h2 { "History of this charge" }
+        (history_table(&detail.history))
         p .hint { "The finding is closed with your name and this reason, and the audit trail records it. Nothing at the gateway or in the attempt changes." }
         form #confirm-form method="post" action=(format!("/console/findings/{id}/resolve")) {
             (csrf_field(session))

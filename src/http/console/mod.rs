@@ -70,6 +70,7 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         )
         .route("/console/audit", get(audit::audit))
         .route("/console/findings", get(findings::list))
+        .route("/console/findings/{id}", get(findings::one))
         .route("/console/findings/{id}/resolve", post(findings::resolve))
         // Only console paths: the admin router's other paths keep their own 404.
         .route("/console/{*rest}", get(layout::not_found))
