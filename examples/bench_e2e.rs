@@ -60,6 +60,7 @@
 //! file that is kept (and its end printed) only when the run fails.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -107,7 +108,9 @@ const RSS_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// The RSS compared with the end is taken when this share of the phase's events arrived.
 const WARM_UP_SHARE: f64 = 0.10;
 /// `ONECHARGE_*` variables the benchmark sets itself; everything else is passed through.
-const OWN_VARIABLES: [&str; 7] = [
+const OWN_VARIABLES: [&str; 9] = [
+    "ONECHARGE_WEBHOOK_ADDR",
+    "ONECHARGE_STRIPE_WEBHOOK_SECRETS",
     "ONECHARGE_DATABASE_URL",
     "ONECHARGE_NATS_URL",
     "ONECHARGE_GATEWAY_URL",
@@ -158,6 +161,12 @@ struct Args {
     /// Statements listed by calls and by time in the per-charge report
     #[arg(long, value_name = "N", default_value_t = 15)]
     top_statements: usize,
+    /// Signed Stripe webhooks (`payment_intent.succeeded` naming PaymentIntents nobody
+    /// holds: every one verified, recorded and answered) sent to the serve process's webhook
+    /// listener as fast as 64 connections go, starting one rate window into the maximum-rate
+    /// phase: the events/s table shows what the burst costs the charges (0: none)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    webhook_burst: usize,
     /// The `onecharge` binary to serve with, e.g. an older commit's build to compare with
     /// (bench/e2e_against.sh) [default: target/release/onecharge beside this benchmark]
     #[arg(long, value_name = "PATH")]
@@ -289,8 +298,90 @@ fn service_settings(
         },
     )?;
     settings.gateway_api_key = Some(SecretString::from(bench_gateway::API_KEY));
+    if args.webhook_burst > 0 {
+        settings.webhook_addr = Some(format!("127.0.0.1:{}", free_port()?).parse()?);
+        settings.stripe_webhook_secrets = Some(SecretString::from(BURST_SECRET));
+    }
     settings.validate()?;
     Ok(settings)
+}
+
+/// The webhook signing secret of `--webhook-burst` runs.
+const BURST_SECRET: &str = "whsec_bench_burst";
+
+/// What a webhook burst came to.
+#[derive(Debug, Default)]
+struct BurstReport {
+    sent: usize,
+    accepted: usize,
+    shed: usize,
+    other: usize,
+    started_after: Duration,
+    took: Duration,
+}
+
+/// `count` signed events to the listener at `addr`, 64 connections at a time, after
+/// `delay`.
+async fn webhook_burst(addr: SocketAddr, count: usize, delay: Duration) -> BurstReport {
+    tokio::time::sleep(delay).await;
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let statuses: Vec<Option<u16>> = futures::stream::iter(0..count)
+        .map(|i| {
+            let client = client.clone();
+            async move {
+                let body = serde_json::json!({
+                    "id": format!("evt_burst_{i}"), "object": "event",
+                    "type": "payment_intent.succeeded",
+                    "data": {"object": {"id": format!("pi_burst{i}"), "object": "payment_intent"}},
+                })
+                .to_string();
+                let now = time::OffsetDateTime::now_utc().unix_timestamp();
+                client
+                    .post(format!("http://{addr}/webhooks/stripe"))
+                    .header("content-type", "application/json")
+                    .header(
+                        "Stripe-Signature",
+                        onecharge::http::webhook::signature::header(&[BURST_SECRET], now, body.as_bytes()),
+                    )
+                    .body(body)
+                    .send()
+                    .await
+                    .ok()
+                    .map(|answer| answer.status().as_u16())
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let mut report = BurstReport {
+        sent: count,
+        started_after: delay,
+        took: started.elapsed(),
+        ..BurstReport::default()
+    };
+    for status in statuses {
+        match status {
+            Some(200) => report.accepted += 1,
+            Some(503) => report.shed += 1,
+            _ => report.other += 1,
+        }
+    }
+    report
+}
+
+fn print_burst(burst: &BurstReport) {
+    println!();
+    println!(
+        "Webhook burst: {} signed events from {:.0} s into the phase, in {:.1} s ({:.0}/s): {} accepted, {} shed (503), {} other. Compare the windows it falls in with the others above.",
+        burst.sent,
+        burst.started_after.as_secs_f64(),
+        burst.took.as_secs_f64(),
+        burst.sent as f64 / burst.took.as_secs_f64().max(1e-9),
+        burst.accepted,
+        burst.shed,
+        burst.other,
+    );
 }
 
 /// Removes the run's folder; after a failure keeps it and prints the end of the serve log.
@@ -423,10 +514,16 @@ impl Run<'_> {
         let top = args.top_statements;
         let mut max_rate = None;
         if args.max_commands > 0 {
+            let burst = self.settings.webhook_addr.map(|addr| {
+                tokio::spawn(webhook_burst(addr, args.webhook_burst, RATE_WINDOW))
+            });
             let max = phases
                 .run("maximum rate", Phase::new("max", args.max_commands, None))
                 .await?;
             print_maximum_rate(&max);
+            if let Some(burst) = burst {
+                print_burst(&burst.await.context("the webhook burst panicked")?);
+            }
             max.print_work("maximum rate", top);
             max_rate = Some(max.events_per_second());
         }
@@ -756,6 +853,11 @@ fn service_command(binary: &Path, settings: &Settings, workdir: &Path) -> tokio:
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .kill_on_drop(true);
+    if let Some(addr) = settings.webhook_addr {
+        command
+            .env("ONECHARGE_WEBHOOK_ADDR", addr.to_string())
+            .env("ONECHARGE_STRIPE_WEBHOOK_SECRETS", BURST_SECRET);
+    }
     // Its own process group: Ctrl-C in the terminal reaches only the benchmark, which
     // then stops the service in order (SIGTERM, drain) before removing its database.
     #[cfg(unix)]
