@@ -35,6 +35,7 @@ mod faults;
 mod http;
 mod keys;
 mod latency;
+mod ledger;
 mod list;
 mod record;
 mod server;

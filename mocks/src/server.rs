@@ -28,8 +28,9 @@ use crate::charge::{Charge, ChargeStatus};
 use crate::clock::MockClock;
 use crate::config::{Dialect, FaultConfig, MockConfig, TlsFiles};
 use crate::faults::{ChargeIds, FaultInjector};
-use crate::keys::{Keys, Ledger};
+use crate::keys::Keys;
 use crate::latency::{LatencyDrawn, LatencySampler};
+use crate::ledger::Ledger;
 use crate::record::{Counters, RecordedRequest, RequestLog, Stats};
 
 /// Pending connections the kernel queues before `accept`; bursts of thousands of clients
@@ -108,7 +109,7 @@ impl MockGateway {
     /// Appends `charges` to the ledger as if committed, without requests: a gateway that
     /// already holds many charges, for benchmarks of the reconciliation sweep.
     pub fn record_charges(&self, charges: impl IntoIterator<Item = Charge>) {
-        self.shared.ledger.charges.lock().extend(charges);
+        self.shared.ledger.record_all(charges);
     }
 
     /// The ledger entries made under one idempotency key, expired or not.
@@ -257,7 +258,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn new(config: &MockConfig) -> Shared {
+    pub(crate) fn new(config: &MockConfig) -> Shared {
         let ledger = Arc::new(Ledger::default());
         Shared {
             api_key: config.api_key.clone(),

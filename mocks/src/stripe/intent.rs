@@ -18,7 +18,8 @@ use super::params::{ConfirmIntent, CreateIntent, Form};
 use crate::charge::{Charge, ChargeStatus};
 use crate::clock::MockInstant;
 use crate::http::Answer;
-use crate::keys::{Keys, Ledger};
+use crate::keys::Keys;
+use crate::ledger::Ledger;
 
 /// A PaymentIntent's `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
