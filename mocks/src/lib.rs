@@ -47,5 +47,5 @@ pub use charge::{
 };
 pub use config::{Dialect, FaultConfig, FaultKind, FaultRule, Latency, MockConfig, TlsFiles};
 pub use latency::{LatencyDistribution, LatencyDrawn};
-pub use record::{RecordedRequest, ResponseClass, Stats};
+pub use record::{PageTimes, RecordedRequest, ResponseClass, Stats, PAGE_TIMES_KEPT};
 pub use server::MockGateway;

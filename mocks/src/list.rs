@@ -5,6 +5,7 @@
 //! gateway", for reconciliation tests). `GET /v1/charges?idempotency_key=` stays the lookup.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -64,11 +65,15 @@ pub(crate) async fn get_charges(
         // The fault latency, like every other /v1 request: a slow list is how tests make a
         // sweep run long.
         crate::http::pause(shared.request_latency()).await;
+        let started = Instant::now();
         match Query::<ListQuery>::try_from_uri(&uri)
             .map_err(|e| InvalidRequest(format!("bad list query: {e}")))
             .and_then(|Query(q)| page(&shared, &q))
         {
-            Ok(body) => Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body)),
+            Ok(body) => {
+                shared.page_times.record(started.elapsed());
+                Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body))
+            }
             Err(err) => Outcome::invalid(err),
         }
     };

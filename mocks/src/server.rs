@@ -31,7 +31,7 @@ use crate::faults::{ChargeIds, FaultInjector};
 use crate::keys::Keys;
 use crate::latency::{LatencyDrawn, LatencySampler};
 use crate::ledger::Ledger;
-use crate::record::{Counters, RecordedRequest, RequestLog, Stats};
+use crate::record::{Counters, PageTimer, PageTimes, RecordedRequest, RequestLog, Stats};
 
 /// Pending connections the kernel queues before `accept`; bursts of thousands of clients
 /// connecting at once must not be refused.
@@ -137,6 +137,12 @@ impl MockGateway {
     /// Counts by response class.
     pub fn stats(&self) -> Stats {
         self.shared.stats()
+    }
+
+    /// How long the list pages took to build in the mock, at the start and at the end of
+    /// what it listed: a page should cost the same wherever it falls in a long listing.
+    pub fn list_page_times(&self) -> PageTimes {
+        self.shared.page_times.snapshot()
     }
 
     /// Waits until `condition` holds of this gateway's state (its ledger, stats or request
@@ -249,6 +255,8 @@ pub(crate) struct Shared {
     pub(crate) ids: ChargeIds,
     pub(crate) log: RequestLog,
     pub(crate) counters: Counters,
+    /// How long list pages took to build (both dialects).
+    pub(crate) page_times: PageTimer,
     pub(crate) hang_for: Duration,
     pub(crate) slow_charge_for: Duration,
     /// Woken by [`MockGateway::finish_slow_charges`]: every `slow_charge` held now charges.
@@ -274,6 +282,7 @@ impl Shared {
             ids: ChargeIds::new(config.seed),
             log: RequestLog::new(config.request_log_capacity),
             counters: Counters::default(),
+            page_times: PageTimer::default(),
             hang_for: config.hang_for,
             slow_charge_for: config.slow_charge_for,
             finish_slow: tokio::sync::Notify::new(),

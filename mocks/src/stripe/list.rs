@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -67,8 +68,12 @@ pub(crate) async fn list_intents(
 ) -> Response {
     serve_get(&shared, &connection, &uri, &headers, || async {
         crate::http::pause(shared.request_latency()).await;
+        let started = Instant::now();
         match page(&shared, uri.query().unwrap_or_default()) {
-            Ok(body) => Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body)),
+            Ok(body) => {
+                shared.page_times.record(started.elapsed());
+                Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body))
+            }
             Err(err) => refused(ResponseClass::InvalidRequest, err),
         }
     })
