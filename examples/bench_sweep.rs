@@ -5,14 +5,19 @@
 //! database per run; NATS is not used.
 //!
 //! ```text
-//! cargo run --release --example bench_sweep -- [--charges 20000,200000]
+//! cargo run --release --example bench_sweep -- [--charges 20000,200000,1000000]
 //! ```
 //!
 //! It prints, per run: pages and records read, the sweep's seconds and records per second,
-//! and the process's resident memory (VmRSS, sampled every 20 ms) when the sweep started and
-//! at its peak during the sweep. The mock's ledger lives in the same process and is built
-//! before the sweep starts, so the growth during the sweep is the sweep's: flat memory means
-//! the same growth whatever the number of charges.
+//! the process's resident memory (VmRSS, sampled every 20 ms) when the sweep started and at
+//! its peak during the sweep, and what the mock took to build a page (its own timing,
+//! `MockGateway::list_page_times`) over the first and the last 1 % of the sweep's pages (at
+//! least 10): a page of a long listing should cost the same at its end as at its start.
+//! The mock's ledger lives in the same process and is built before the sweep starts, so the
+//! growth during the sweep is the sweep's: flat memory means the same growth whatever the
+//! number of charges. A second table, printed after the runs, gives each run's setup
+//! (seeding the attempts, settling them, filling the mock's ledger) and the machine's load
+//! average when its sweep started and ended.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,15 +78,23 @@ async fn main() -> anyhow::Result<()> {
         "reconciliation sweep, §3 mock gateway in process, pages of 100, {} CPU(s)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!("| gateway charges | pages | records | seconds (reading pages) | records/s | RSS at start | peak RSS during the sweep | growth |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| gateway charges | pages | records | seconds (reading pages) | records/s | RSS at start | peak RSS during the sweep | growth | mock's page, first 1 % of pages: median (slowest) | last 1 % |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut setups = Vec::with_capacity(args.charges.len());
     for &charges in &args.charges {
-        run(&args, charges).await?;
+        setups.push(run(&args, charges).await?);
+    }
+    println!();
+    println!("| gateway charges | seeding the attempts | settling them | filling the mock's ledger | load average (1 min) at the sweep's start / end |");
+    println!("|---:|---:|---:|---:|---:|");
+    for setup in setups {
+        println!("{setup}");
     }
     Ok(())
 }
 
-async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
+/// One run: prints its row of the first table, returns its row of the second.
+async fn run(args: &Args, charges: usize) -> anyhow::Result<String> {
     let gateway = bench_gateway::start(0, None, 0).await?;
     let database = ThrowawayDatabase::named(&args.server, "onecharge_bench");
     let settings = Settings {
@@ -93,9 +106,19 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
     settings.validate()?;
     drop(Store::setup(&settings.database_url).await?);
     let store = Store::connect(&settings.database_url, 4).await?;
+    let step = Instant::now();
     fleet::seed(&store, charges).await?;
+    let seeded = step.elapsed().as_secs_f64();
+    eprintln!("{charges} charges: attempts seeded in {seeded:.1} s");
+    let step = Instant::now();
+    settle_all(&store).await?;
+    let settled = step.elapsed().as_secs_f64();
+    eprintln!("{charges} charges: attempts settled in {settled:.1} s");
+    let step = Instant::now();
     let now = time::OffsetDateTime::now_utc();
-    gateway.record_charges(settle_all(&store, charges, now).await?);
+    gateway.record_charges(ledger_of(&store, charges, now).await?);
+    let filled = step.elapsed().as_secs_f64();
+    eprintln!("{charges} charges: the mock's ledger filled in {filled:.1} s; sweeping");
 
     let reconciler = Reconciler::new(
         store.clone(),
@@ -103,6 +126,7 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
         GatewayHealth::from_settings(&settings.executor),
         &settings,
     );
+    let load_at_start = load_average();
     let peak = PeakRss::start();
     let started = Instant::now();
     let report = reconciler
@@ -113,6 +137,7 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
         .await?;
     let seconds = started.elapsed().as_secs_f64();
     let (start_rss, peak) = peak.stop();
+    let load_at_end = load_average();
     ensure!(
         report.records_kept == charges as u64,
         "read {} of {charges}",
@@ -123,10 +148,21 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
         "every charge matches its attempt: {:?}",
         report.new_findings.first()
     );
+    let times = gateway.list_page_times();
+    ensure!(
+        times.pages == u64::from(report.pages),
+        "the mock built {} pages, the sweep read {}",
+        times.pages,
+        report.pages
+    );
+    // The first and the last 1 % of the sweep's pages, at least 10 (all of them when fewer).
+    let ends = (report.pages as usize / 100).clamp(10, mock_gateway::PAGE_TIMES_KEPT);
+    let first = PageTime::of(&times.first[..ends.min(times.first.len())]);
+    let last = PageTime::of(&times.last[times.last.len().saturating_sub(ends)..]);
     println!(
-        "| {} | {} | {} | {seconds:.1} ({:.1}) | {} | {} MiB | {} MiB | {} MiB |",
+        "| {} | {} | {} | {seconds:.1} ({:.1}) | {} | {} MiB | {} MiB | {} MiB | {first} | {last} |",
         support::thousands(charges as f64),
-        report.pages,
+        support::thousands(f64::from(report.pages)),
         support::thousands(report.records_kept as f64),
         report.read_seconds,
         support::thousands(report.records_kept as f64 / seconds),
@@ -135,16 +171,52 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<()> {
         (peak.saturating_sub(start_rss)) / 1024,
     );
     gateway.shutdown().await;
-    Ok(())
+    Ok(format!(
+        "| {} | {seeded:.1} s | {settled:.1} s | {filled:.1} s | {load_at_start} / {load_at_end} |",
+        support::thousands(charges as f64),
+    ))
 }
 
-/// Marks every seeded attempt succeeded ten minutes ago, with a charge id, and returns the
-/// gateway's ledger of those charges: the sweep finds each matching its attempt.
-async fn settle_all(
-    store: &Store,
-    charges: usize,
-    now: time::OffsetDateTime,
-) -> anyhow::Result<Vec<Charge>> {
+/// The median and the slowest of some pages' build times in the mock.
+struct PageTime {
+    median: Duration,
+    slowest: Duration,
+}
+
+impl PageTime {
+    fn of(times: &[Duration]) -> PageTime {
+        let mut sorted = times.to_vec();
+        sorted.sort_unstable();
+        PageTime {
+            median: sorted.get(sorted.len() / 2).copied().unwrap_or_default(),
+            slowest: sorted.last().copied().unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for PageTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let micros = |time: Duration| time.as_secs_f64() * 1e6;
+        write!(
+            f,
+            "{:.0} µs ({:.0} µs)",
+            micros(self.median),
+            micros(self.slowest)
+        )
+    }
+}
+
+/// The machine's one-minute load average, as `uptime` prints it.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|loads| loads.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Marks every seeded attempt succeeded ten minutes ago (on the database's clock), with a
+/// charge id.
+async fn settle_all(store: &Store) -> anyhow::Result<()> {
     sqlx::query(
         "UPDATE payment_attempts SET status = 'succeeded', tries = 1,
              gateway_charge_id = 'ch_' || replace(payment_attempt_id::text, '-', ''),
@@ -154,6 +226,16 @@ async fn settle_all(
     )
     .execute(store.pool())
     .await?;
+    Ok(())
+}
+
+/// The gateway's ledger of the settled attempts' charges, each created ten minutes before
+/// `now`: the sweep finds each matching its attempt.
+async fn ledger_of(
+    store: &Store,
+    charges: usize,
+    now: time::OffsetDateTime,
+) -> anyhow::Result<Vec<Charge>> {
     let mut rows = sqlx::query(
         "SELECT payment_attempt_id, gateway_charge_id, idempotency_key FROM payment_attempts",
     )
