@@ -8,16 +8,22 @@
 //! cargo run --release --example bench_sweep -- [--charges 20000,200000,1000000]
 //! ```
 //!
-//! It prints, per run: pages and records read, the sweep's seconds and records per second,
-//! the process's resident memory (VmRSS, sampled every 20 ms) when the sweep started and at
-//! its peak during the sweep, and what the mock took to build a page (its own timing,
-//! `MockGateway::list_page_times`) over the first and the last 1 % of the sweep's pages (at
-//! least 10): a page of a long listing should cost the same at its end as at its start.
-//! The mock's ledger lives in the same process and is built before the sweep starts, so the
-//! growth during the sweep is the sweep's: flat memory means the same growth whatever the
-//! number of charges. A second table, printed after the runs, gives each run's setup
-//! (seeding the attempts, settling them, filling the mock's ledger) and the machine's load
-//! average when its sweep started and ended.
+//! It prints three tables, a row per run:
+//!
+//! 1. pages and records read, the sweep's seconds and records per second, and the process's
+//!    resident memory (VmRSS, sampled every 20 ms) when the sweep started and at its peak
+//!    during the sweep. The mock's ledger lives in the same process and is built before the
+//!    sweep starts, so the growth during the sweep is the sweep's: flat memory means the
+//!    same growth whatever the number of charges.
+//! 2. what the mock took to build a page (its own timing, `MockGateway::list_page_times`):
+//!    over the first and the last 1 % of the sweep's pages (at least 10), and, once the
+//!    sweep is done, for the window's very first and very last page asked for in turn:
+//!    a page should cost the same wherever it falls in a long listing.
+//! 3. each run's setup (seeding the attempts through intake's batch, settling them,
+//!    filling the mock's ledger) and the machine's load average when its sweep started
+//!    and ended.
+//!
+//! Progress, and each run's first row as soon as it is known, go to standard error.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,9 +31,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use futures::TryStreamExt as _;
-use mock_gateway::{Charge, ChargeStatus};
+use mock_gateway::{Charge, ChargeStatus, MockGateway};
 use onecharge::config::Settings;
-use onecharge::gateway::list::ListWindow;
+use onecharge::gateway::list::{ListOutcome, ListWindow, MAX_PAGE};
 use onecharge::gateway::{GatewayClient, GatewayHealth};
 use onecharge::reconciler::Reconciler;
 use onecharge::store::Store;
@@ -71,30 +77,53 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Pages of each end of the window the mock is asked for once the sweep is done.
+const PROBES: usize = 200;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
+    let mut runs = Vec::with_capacity(args.charges.len());
+    for &charges in &args.charges {
+        runs.push(run(&args, charges).await?);
+    }
     println!(
         "reconciliation sweep, §3 mock gateway in process, pages of 100, {} CPU(s)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!("| gateway charges | pages | records | seconds (reading pages) | records/s | RSS at start | peak RSS during the sweep | growth | mock's page, first 1 % of pages: median (slowest) | last 1 % |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut setups = Vec::with_capacity(args.charges.len());
-    for &charges in &args.charges {
-        setups.push(run(&args, charges).await?);
+    println!("| gateway charges | pages | records | seconds (reading pages) | records/s | RSS at start | peak RSS during the sweep | growth |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for run in &runs {
+        println!("{}", run.sweep);
+    }
+    println!();
+    println!("the mock's own time to build a page, median (slowest)");
+    println!("| gateway charges | the sweep's first 1 % of pages | its last 1 % | the first page alone, {PROBES}× | the last page alone, {PROBES}× |");
+    println!("|---:|---:|---:|---:|---:|");
+    for run in &runs {
+        println!("{}", run.pages);
     }
     println!();
     println!("| gateway charges | seeding the attempts | settling them | filling the mock's ledger | load average (1 min) at the sweep's start / end |");
     println!("|---:|---:|---:|---:|---:|");
-    for setup in setups {
-        println!("{setup}");
+    for run in &runs {
+        println!("{}", run.setup);
     }
     Ok(())
 }
 
-/// One run: prints its row of the first table, returns its row of the second.
-async fn run(args: &Args, charges: usize) -> anyhow::Result<String> {
+/// One run's row of each table.
+struct Run {
+    sweep: String,
+    pages: String,
+    setup: String,
+}
+
+async fn run(args: &Args, charges: usize) -> anyhow::Result<Run> {
+    ensure!(
+        charges > MAX_PAGE,
+        "a run needs more charges than one page holds"
+    );
     let gateway = bench_gateway::start(0, None, 0).await?;
     let database = ThrowawayDatabase::named(&args.server, "onecharge_bench");
     let settings = Settings {
@@ -126,15 +155,14 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<String> {
         GatewayHealth::from_settings(&settings.executor),
         &settings,
     );
+    let window = ListWindow {
+        from: now - Duration::from_secs(3600),
+        to: now + Duration::from_secs(3600),
+    };
     let load_at_start = load_average();
     let peak = PeakRss::start();
     let started = Instant::now();
-    let report = reconciler
-        .sweep(ListWindow {
-            from: now - Duration::from_secs(3600),
-            to: now + Duration::from_secs(3600),
-        })
-        .await?;
+    let report = reconciler.sweep(window).await?;
     let seconds = started.elapsed().as_secs_f64();
     let (start_rss, peak) = peak.stop();
     let load_at_end = load_average();
@@ -157,10 +185,10 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<String> {
     );
     // The first and the last 1 % of the sweep's pages, at least 10 (all of them when fewer).
     let ends = (report.pages as usize / 100).clamp(10, mock_gateway::PAGE_TIMES_KEPT);
-    let first = PageTime::of(&times.first[..ends.min(times.first.len())]);
-    let last = PageTime::of(&times.last[times.last.len().saturating_sub(ends)..]);
-    println!(
-        "| {} | {} | {} | {seconds:.1} ({:.1}) | {} | {} MiB | {} MiB | {} MiB | {first} | {last} |",
+    let sweep_first = PageTime::of(&times.first[..ends.min(times.first.len())]);
+    let sweep_last = PageTime::of(&times.last[times.last.len().saturating_sub(ends)..]);
+    let sweep = format!(
+        "| {} | {} | {} | {seconds:.1} ({:.1}) | {} | {} MiB | {} MiB | {} MiB |",
         support::thousands(charges as f64),
         support::thousands(f64::from(report.pages)),
         support::thousands(report.records_kept as f64),
@@ -170,11 +198,62 @@ async fn run(args: &Args, charges: usize) -> anyhow::Result<String> {
         peak / 1024,
         (peak.saturating_sub(start_rss)) / 1024,
     );
+    eprintln!("{sweep}");
+    let (first, last) = probe_ends(&gateway, &settings, &store, window).await?;
     gateway.shutdown().await;
-    Ok(format!(
-        "| {} | {seeded:.1} s | {settled:.1} s | {filled:.1} s | {load_at_start} / {load_at_end} |",
-        support::thousands(charges as f64),
-    ))
+    Ok(Run {
+        sweep,
+        pages: format!(
+            "| {} | {sweep_first} | {sweep_last} | {first} | {last} |",
+            support::thousands(charges as f64),
+        ),
+        setup: format!(
+            "| {} | {seeded:.1} s | {settled:.1} s | {filled:.1} s | {load_at_start} / {load_at_end} |",
+            support::thousands(charges as f64),
+        ),
+    })
+}
+
+/// The mock's time to build the window's very first page and its very last, each asked for
+/// [`PROBES`] times, in turn, by the sweep's client once the sweep is done: the same pages
+/// on a mock nothing else is asking, so where a page falls is the only difference.
+async fn probe_ends(
+    gateway: &MockGateway,
+    settings: &Settings,
+    store: &Store,
+    window: ListWindow,
+) -> anyhow::Result<(PageTime, PageTime)> {
+    // Every charge was created at the same instant, so the list's order is the ids' (bytes,
+    // as the mock compares them): the last page is the one after the 101st largest.
+    let cursor: String = sqlx::query_scalar(
+        "SELECT gateway_charge_id FROM payment_attempts
+         ORDER BY gateway_charge_id COLLATE \"C\" DESC OFFSET 100 LIMIT 1",
+    )
+    .fetch_one(store.pool())
+    .await?;
+    let client = GatewayClient::from_settings(settings)?;
+    let built = gateway.list_page_times().pages;
+    for _ in 0..PROBES {
+        for (cursor, last) in [(None, false), (Some(cursor.as_str()), true)] {
+            let call = client.list_page(window, cursor, MAX_PAGE).await;
+            let ListOutcome::Page(page) = call.outcome else {
+                anyhow::bail!("a probe of the list answered {:?}", call.outcome);
+            };
+            ensure!(
+                page.records.len() == MAX_PAGE && page.next.is_none() == last,
+                "the probe did not get the page it asked for"
+            );
+        }
+    }
+    let times = gateway.list_page_times();
+    ensure!(
+        times.pages == built + 2 * PROBES as u64,
+        "the mock built other pages meanwhile"
+    );
+    let probes = &times.last[times.last.len() - 2 * PROBES..];
+    let at =
+        |end: usize| -> Vec<Duration> { probes.iter().skip(end).step_by(2).copied().collect() };
+    Ok((PageTime::of(&at(0)), PageTime::of(&at(1))))
 }
 
 /// The median and the slowest of some pages' build times in the mock.
