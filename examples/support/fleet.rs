@@ -10,13 +10,15 @@ use onecharge::store::Store;
 use uuid::Uuid;
 
 /// Records `charges` fresh attempts (EUR 10.00 on `pm_card_visa`, each its own order), in
-/// batches of 500 under the consumer `bench`; they are pending, due now.
+/// batches of 500 under the consumer `bench`; they are pending, due now. Each batch is made
+/// just before it is recorded, so a million attempts never sit in memory at once.
 pub async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {
-    let records: Vec<IntakeRecord> = (0..charges)
-        .map(|i| charge_record(&format!("bench-{i}"), &format!("ord_{i}"), i as u64))
-        .collect();
-    for chunk in records.chunks(500) {
-        record_batch(store, "bench", chunk).await?;
+    const BATCH: usize = 500;
+    for first in (0..charges).step_by(BATCH) {
+        let batch: Vec<IntakeRecord> = (first..charges.min(first + BATCH))
+            .map(|i| charge_record(&format!("bench-{i}"), &format!("ord_{i}"), i as u64))
+            .collect();
+        record_batch(store, "bench", &batch).await?;
     }
     Ok(())
 }

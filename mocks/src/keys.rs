@@ -1,4 +1,4 @@
-//! Idempotency keys and the ledger.
+//! Idempotency keys, and how a commit writes to the ledger (`crate::ledger`).
 //!
 //! Claiming a key and committing its outcome happen under one mutex, and a commit that
 //! charged appends to the ledger while that mutex is held, so a key can charge at most once
@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 
 use crate::charge::Charge;
 use crate::clock::MockInstant;
+use crate::ledger::Ledger;
 
 /// What a request may do with its key.
 pub(crate) enum Claim<R> {
@@ -31,28 +32,6 @@ pub(crate) enum Claim<R> {
     InProgress,
     /// Different parameters from the stored or running request.
     Reused,
-}
-
-/// Every charge the gateway committed, in commit order, whichever dialect made it.
-#[derive(Default)]
-pub(crate) struct Ledger {
-    pub(crate) charges: Mutex<Vec<Charge>>,
-}
-
-impl Ledger {
-    /// Appends a charge made outside any key's commit (a Stripe PaymentIntent that
-    /// finishes processing later).
-    pub(crate) fn record(&self, charge: Charge) {
-        self.charges.lock().push(charge);
-    }
-
-    pub(crate) fn charges(&self) -> Vec<Charge> {
-        self.charges.lock().clone()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.charges.lock().len()
-    }
 }
 
 pub(crate) struct Keys<P, R> {

@@ -35,6 +35,7 @@ mod faults;
 mod http;
 mod keys;
 mod latency;
+mod ledger;
 mod list;
 mod record;
 mod server;
@@ -46,5 +47,5 @@ pub use charge::{
 };
 pub use config::{Dialect, FaultConfig, FaultKind, FaultRule, Latency, MockConfig, TlsFiles};
 pub use latency::{LatencyDistribution, LatencyDrawn};
-pub use record::{RecordedRequest, ResponseClass, Stats};
+pub use record::{PageTimes, RecordedRequest, ResponseClass, Stats, PAGE_TIMES_KEPT};
 pub use server::MockGateway;

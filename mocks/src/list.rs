@@ -5,6 +5,7 @@
 //! gateway", for reconciliation tests). `GET /v1/charges?idempotency_key=` stays the lookup.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -64,11 +65,15 @@ pub(crate) async fn get_charges(
         // The fault latency, like every other /v1 request: a slow list is how tests make a
         // sweep run long.
         crate::http::pause(shared.request_latency()).await;
+        let started = Instant::now();
         match Query::<ListQuery>::try_from_uri(&uri)
             .map_err(|e| InvalidRequest(format!("bad list query: {e}")))
             .and_then(|Query(q)| page(&shared, &q))
         {
-            Ok(body) => Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body)),
+            Ok(body) => {
+                shared.page_times.record(started.elapsed());
+                Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body))
+            }
             Err(err) => Outcome::invalid(err),
         }
     };
@@ -86,7 +91,8 @@ fn time_param(name: &str, value: Option<&str>) -> Result<OffsetDateTime, Invalid
 }
 
 /// One page: the charges created in `[created_gte, created_lt)` after `starting_after`,
-/// oldest first. Walks the ledger once and keeps the `limit` smallest: no copy of it.
+/// oldest first by `(created_at, id)`: a range of the ledger's index, so a page costs the
+/// same at the end of a long listing as at its start.
 fn page(shared: &Shared, query: &ListQuery) -> Result<Value, InvalidRequest> {
     let from = time_param("created_gte", query.created_gte.as_deref())?;
     let to = time_param("created_lt", query.created_lt.as_deref())?;
@@ -94,34 +100,23 @@ fn page(shared: &Shared, query: &ListQuery) -> Result<Value, InvalidRequest> {
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(InvalidRequest(format!("limit must be 1 to {MAX_LIMIT}")));
     }
-    let ledger = shared.ledger.charges.lock();
+    let ledger = shared.ledger.lock();
     let after = match &query.starting_after {
         Some(id) => {
             let cursor = ledger
-                .iter()
-                .find(|c| &c.id == id)
+                .first_with_id(id)
                 .ok_or_else(|| InvalidRequest(format!("starting_after: no charge {id}")))?;
             Some((cursor.created_at, cursor.id.as_str()))
         }
         None => None,
     };
-    let mut matching: Vec<&Charge> = ledger
-        .iter()
-        .filter(|c| c.created_at >= from && c.created_at < to)
-        .filter(|c| after.is_none_or(|after| (c.created_at, c.id.as_str()) > after))
+    let mut data: Vec<&Charge> = ledger
+        .created_between(from, to, after)
+        .take(limit + 1)
         .collect();
-    let has_more = matching.len() > limit;
-    let order = |a: &&Charge, b: &&Charge| (a.created_at, &a.id).cmp(&(b.created_at, &b.id));
-    if has_more {
-        matching.select_nth_unstable_by(limit, order);
-        matching.truncate(limit);
-    }
-    matching.sort_by(order);
-    Ok(serde_json::to_value(Page {
-        data: matching,
-        has_more,
-    })
-    .expect("a page serializes"))
+    let has_more = data.len() > limit;
+    data.truncate(limit);
+    Ok(serde_json::to_value(Page { data, has_more }).expect("a page serializes"))
 }
 
 #[derive(Deserialize)]
@@ -146,19 +141,176 @@ pub(crate) async fn change_charge(
                 .into_response_plain()
         }
     };
-    let mut ledger = shared.ledger.charges.lock();
-    let Some(charge) = ledger.iter_mut().find(|c| c.id == id) else {
-        return Answer::json(StatusCode::NOT_FOUND, &json!({"error": "no such charge"}))
-            .into_response_plain();
-    };
-    if let Some(amount) = change.amount_minor {
-        charge.amount_minor = amount;
+    let mut ledger = shared.ledger.lock();
+    let changed = ledger.amend(&id, |charge| {
+        if let Some(amount) = change.amount_minor {
+            charge.amount_minor = amount;
+        }
+        if let Some(currency) = change.currency {
+            charge.currency = currency;
+        }
+        if let Some(customer) = change.customer_id {
+            charge.customer_id = customer;
+        }
+    });
+    match changed {
+        Some(charge) => Answer::json(StatusCode::OK, charge).into_response_plain(),
+        None => Answer::json(StatusCode::NOT_FOUND, &json!({"error": "no such charge"}))
+            .into_response_plain(),
     }
-    if let Some(currency) = change.currency {
-        charge.currency = currency;
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::seq::SliceRandom as _;
+    use rand::{Rng as _, SeedableRng as _};
+    use time::format_description::well_known::Rfc3339;
+    use time::macros::datetime;
+
+    use super::*;
+    use crate::charge::ChargeStatus;
+    use crate::config::MockConfig;
+
+    const START: OffsetDateTime = datetime!(2026-12-01 00:00 UTC);
+
+    fn at(second: i64) -> OffsetDateTime {
+        START + time::Duration::seconds(second)
     }
-    if let Some(customer) = change.customer_id {
-        charge.customer_id = customer;
+
+    fn charge(id: &str, created_at: OffsetDateTime) -> Charge {
+        Charge {
+            id: id.to_owned(),
+            status: ChargeStatus::Succeeded,
+            amount_minor: 1000,
+            currency: "EUR".into(),
+            customer_id: "cus_1".into(),
+            payment_method: "pm_card_visa".into(),
+            reference: format!("ref-{id}"),
+            idempotency_key: format!("key-{id}"),
+            decline_code: None,
+            created_at,
+        }
     }
-    Answer::json(StatusCode::OK, &*charge).into_response_plain()
+
+    fn query(from: i64, to: i64, limit: usize, after: Option<&str>) -> ListQuery {
+        ListQuery {
+            created_gte: Some(at(from).format(&Rfc3339).unwrap()),
+            created_lt: Some(at(to).format(&Rfc3339).unwrap()),
+            limit: Some(limit),
+            starting_after: after.map(str::to_owned),
+        }
+    }
+
+    /// The page as the mock answered it before the ledger had an index: the whole ledger
+    /// scanned and sorted for every page. The index must answer exactly this.
+    fn scanned(ledger: &[Charge], query: &ListQuery) -> Result<Value, InvalidRequest> {
+        let from = time_param("created_gte", query.created_gte.as_deref())?;
+        let to = time_param("created_lt", query.created_lt.as_deref())?;
+        let limit = query.limit.unwrap_or(10);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(InvalidRequest(format!("limit must be 1 to {MAX_LIMIT}")));
+        }
+        let after = match &query.starting_after {
+            Some(id) => {
+                let cursor = ledger
+                    .iter()
+                    .find(|c| &c.id == id)
+                    .ok_or_else(|| InvalidRequest(format!("starting_after: no charge {id}")))?;
+                Some((cursor.created_at, cursor.id.as_str()))
+            }
+            None => None,
+        };
+        let mut matching: Vec<&Charge> = ledger
+            .iter()
+            .filter(|c| c.created_at >= from && c.created_at < to)
+            .filter(|c| after.is_none_or(|after| (c.created_at, c.id.as_str()) > after))
+            .collect();
+        matching.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        let has_more = matching.len() > limit;
+        matching.truncate(limit);
+        Ok(serde_json::to_value(Page {
+            data: matching,
+            has_more,
+        })
+        .unwrap())
+    }
+
+    /// `count` charges created over 200 seconds (many in the same second), in no order
+    /// of time or id, recorded one by one and in bulk.
+    fn shuffled_ledger(shared: &Shared, rng: &mut StdRng, count: usize) {
+        let mut charges: Vec<Charge> = (0..count)
+            .map(|i| charge(&format!("ch_{i:05}"), at(rng.gen_range(0..200))))
+            .collect();
+        charges.shuffle(rng);
+        let bulk = charges.split_off(count / 2);
+        for charge in charges {
+            shared.ledger.record(charge);
+        }
+        shared.ledger.record_all(bulk);
+    }
+
+    #[test]
+    fn paging_a_ledger_recorded_out_of_order_lists_each_charge_of_the_window_once_oldest_first() {
+        let shared = Shared::new(&MockConfig::default());
+        let mut rng = StdRng::seed_from_u64(35);
+        shuffled_ledger(&shared, &mut rng, 1_000);
+        let mut expected: Vec<Charge> = shared
+            .ledger
+            .charges()
+            .into_iter()
+            .filter(|c| c.created_at >= at(20) && c.created_at < at(180))
+            .collect();
+        expected.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+
+        let mut listed: Vec<Charge> = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = page(&shared, &query(20, 180, 7, cursor.as_deref())).unwrap();
+            let data: Vec<Charge> = serde_json::from_value(page["data"].clone()).unwrap();
+            let has_more = page["has_more"].as_bool().unwrap();
+            assert!(
+                data.len() == 7 || !has_more,
+                "a short page says it is the last"
+            );
+            cursor = data.last().map(|c| c.id.clone());
+            listed.extend(data);
+            if !has_more {
+                break;
+            }
+        }
+
+        assert!(expected.len() > 500, "the window holds most of the ledger");
+        assert_eq!(listed, expected);
+    }
+
+    #[test]
+    fn every_page_is_the_page_a_scan_of_the_whole_ledger_answers() {
+        let shared = Shared::new(&MockConfig::default());
+        let mut rng = StdRng::seed_from_u64(129);
+        shuffled_ledger(&shared, &mut rng, 300);
+        // An id charged again later: the cursor is the first charge with it.
+        shared.ledger.record(charge("ch_00007", at(150)));
+        shared.ledger.record(charge("ch_00042", at(3)));
+        let ledger = shared.ledger.charges();
+
+        for _ in 0..500 {
+            let from = rng.gen_range(-10..210);
+            let to = rng.gen_range(-10..210);
+            let limit = rng.gen_range(0..=MAX_LIMIT + 1);
+            let after = match rng.gen_range(0..10) {
+                0 => None,
+                1 => Some("ch_unknown".to_owned()),
+                _ => Some(ledger.choose(&mut rng).unwrap().id.clone()),
+            };
+            let query = query(from, to, limit, after.as_deref());
+
+            let indexed = page(&shared, &query).map_err(|e| e.0);
+            let expected = scanned(&ledger, &query).map_err(|e| e.0);
+            assert_eq!(
+                indexed, expected,
+                "[{from}, {to}) limit {limit} after {after:?}"
+            );
+        }
+    }
 }

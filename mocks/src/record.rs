@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -270,5 +271,85 @@ impl RequestLog {
 
     pub(crate) fn snapshot(&self) -> Vec<RecordedRequest> {
         self.inner.lock().records.iter().cloned().collect()
+    }
+}
+
+/// List pages whose build time is kept at each end of [`PageTimes`].
+pub const PAGE_TIMES_KEPT: usize = 1_000;
+
+/// How long the mock took to build its list pages (`GET /v1/charges` with a window, `GET
+/// /v1/payment_intents`), from parsing the query to the page's JSON, the configured latency
+/// excluded: the first and the last [`PAGE_TIMES_KEPT`] pages answered, so a benchmark can
+/// show what a page costs at the start of a long listing and at its end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PageTimes {
+    /// Pages answered `200`.
+    pub pages: u64,
+    /// The first pages' times, in order.
+    pub first: Vec<Duration>,
+    /// The last pages' times, oldest first; the same pages as `first` while fewer than
+    /// [`PAGE_TIMES_KEPT`] were answered.
+    pub last: Vec<Duration>,
+}
+
+/// Records [`PageTimes`]: a bounded amount, however long the mock runs.
+#[derive(Default)]
+pub(crate) struct PageTimer(Mutex<PageTimerInner>);
+
+#[derive(Default)]
+struct PageTimerInner {
+    pages: u64,
+    first: Vec<Duration>,
+    last: VecDeque<Duration>,
+}
+
+impl PageTimer {
+    pub(crate) fn record(&self, took: Duration) {
+        let mut inner = self.0.lock();
+        inner.pages += 1;
+        if inner.first.len() < PAGE_TIMES_KEPT {
+            inner.first.push(took);
+        }
+        if inner.last.len() == PAGE_TIMES_KEPT {
+            inner.last.pop_front();
+        }
+        inner.last.push_back(took);
+    }
+
+    pub(crate) fn snapshot(&self) -> PageTimes {
+        let inner = self.0.lock();
+        PageTimes {
+            pages: inner.pages,
+            first: inner.first.clone(),
+            last: inner.last.iter().copied().collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_times_keep_the_first_and_the_last_pages_and_count_them_all() {
+        let timer = PageTimer::default();
+        let pages = 3 * PAGE_TIMES_KEPT as u64;
+        for page in 0..pages {
+            timer.record(Duration::from_micros(page));
+        }
+
+        let times = timer.snapshot();
+        assert_eq!(times.pages, pages);
+        assert_eq!(times.first.len(), PAGE_TIMES_KEPT);
+        assert_eq!(times.first[0], Duration::ZERO);
+        assert_eq!(times.last.len(), PAGE_TIMES_KEPT);
+        assert_eq!(
+            times.last[PAGE_TIMES_KEPT - 1],
+            Duration::from_micros(pages - 1)
+        );
+        assert_eq!(
+            times.last[0],
+            Duration::from_micros(pages - PAGE_TIMES_KEPT as u64)
+        );
     }
 }

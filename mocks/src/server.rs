@@ -28,9 +28,10 @@ use crate::charge::{Charge, ChargeStatus};
 use crate::clock::MockClock;
 use crate::config::{Dialect, FaultConfig, MockConfig, TlsFiles};
 use crate::faults::{ChargeIds, FaultInjector};
-use crate::keys::{Keys, Ledger};
+use crate::keys::Keys;
 use crate::latency::{LatencyDrawn, LatencySampler};
-use crate::record::{Counters, RecordedRequest, RequestLog, Stats};
+use crate::ledger::Ledger;
+use crate::record::{Counters, PageTimer, PageTimes, RecordedRequest, RequestLog, Stats};
 
 /// Pending connections the kernel queues before `accept`; bursts of thousands of clients
 /// connecting at once must not be refused.
@@ -108,7 +109,7 @@ impl MockGateway {
     /// Appends `charges` to the ledger as if committed, without requests: a gateway that
     /// already holds many charges, for benchmarks of the reconciliation sweep.
     pub fn record_charges(&self, charges: impl IntoIterator<Item = Charge>) {
-        self.shared.ledger.charges.lock().extend(charges);
+        self.shared.ledger.record_all(charges);
     }
 
     /// The ledger entries made under one idempotency key, expired or not.
@@ -136,6 +137,12 @@ impl MockGateway {
     /// Counts by response class.
     pub fn stats(&self) -> Stats {
         self.shared.stats()
+    }
+
+    /// How long the list pages took to build in the mock, at the start and at the end of
+    /// what it listed: a page should cost the same wherever it falls in a long listing.
+    pub fn list_page_times(&self) -> PageTimes {
+        self.shared.page_times.snapshot()
     }
 
     /// Waits until `condition` holds of this gateway's state (its ledger, stats or request
@@ -248,6 +255,8 @@ pub(crate) struct Shared {
     pub(crate) ids: ChargeIds,
     pub(crate) log: RequestLog,
     pub(crate) counters: Counters,
+    /// How long list pages took to build (both dialects).
+    pub(crate) page_times: PageTimer,
     pub(crate) hang_for: Duration,
     pub(crate) slow_charge_for: Duration,
     /// Woken by [`MockGateway::finish_slow_charges`]: every `slow_charge` held now charges.
@@ -257,7 +266,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn new(config: &MockConfig) -> Shared {
+    pub(crate) fn new(config: &MockConfig) -> Shared {
         let ledger = Arc::new(Ledger::default());
         Shared {
             api_key: config.api_key.clone(),
@@ -273,6 +282,7 @@ impl Shared {
             ids: ChargeIds::new(config.seed),
             log: RequestLog::new(config.request_log_capacity),
             counters: Counters::default(),
+            page_times: PageTimer::default(),
             hang_for: config.hang_for,
             slow_charge_for: config.slow_charge_for,
             finish_slow: tokio::sync::Notify::new(),

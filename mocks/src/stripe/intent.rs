@@ -4,7 +4,8 @@
 //! PaymentIntent to `processing`: two confirmations of one PaymentIntent (under different
 //! keys) cannot both charge, the second finds it `processing` or `succeeded`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
@@ -18,7 +19,8 @@ use super::params::{ConfirmIntent, CreateIntent, Form};
 use crate::charge::{Charge, ChargeStatus};
 use crate::clock::MockInstant;
 use crate::http::Answer;
-use crate::keys::{Keys, Ledger};
+use crate::keys::Keys;
+use crate::ledger::Ledger;
 
 /// A PaymentIntent's `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -60,7 +62,9 @@ pub(crate) struct PaymentIntent {
     pub(crate) metadata: BTreeMap<String, String>,
     capture_method: &'static str,
     confirmation_method: &'static str,
-    pub(super) created: i64,
+    /// Set once, at creation, and never changed: the list's index (`Intents`) is keyed by
+    /// it. Private to this module so that nothing else can move it.
+    created: i64,
     canceled_at: Option<i64>,
     cancellation_reason: Option<&'static str>,
     pub(super) latest_charge: Option<String>,
@@ -87,6 +91,11 @@ pub(crate) struct PaymentIntent {
 }
 
 impl PaymentIntent {
+    /// When it was created (Unix seconds): what the list orders and filters by.
+    pub(super) fn created(&self) -> i64 {
+        self.created
+    }
+
     pub(crate) fn to_json(&self) -> Value {
         serde_json::to_value(self).expect("a PaymentIntent serializes")
     }
@@ -149,10 +158,72 @@ pub(crate) enum Settlement {
     Processing,
 }
 
+/// Every PaymentIntent by id, and indexed by `(created, id)` for the list: a page is a
+/// range of the index, `O(log n + limit)` wherever it falls in the listing. Only
+/// [`Intents::insert`] adds to it and a PaymentIntent's `created` never changes after it, so
+/// the index cannot fall out of step.
+#[derive(Default)]
+pub(crate) struct Intents {
+    by_id: HashMap<String, PaymentIntent>,
+    by_created: BTreeSet<(i64, String)>,
+}
+
+impl Intents {
+    /// Adds a PaymentIntent, or replaces the one with its id.
+    fn insert(&mut self, intent: PaymentIntent) {
+        if let Some(replaced) = self.by_id.get(&intent.id) {
+            self.by_created
+                .remove(&(replaced.created, replaced.id.clone()));
+        }
+        self.by_created.insert((intent.created, intent.id.clone()));
+        self.by_id.insert(intent.id.clone(), intent);
+    }
+
+    pub(super) fn get(&self, id: &str) -> Option<&PaymentIntent> {
+        self.by_id.get(id)
+    }
+
+    /// A PaymentIntent to change; its `created` stays what it is (the field is private to
+    /// this module, and nothing here changes it after creation).
+    pub(super) fn get_mut(&mut self, id: &str) -> Option<&mut PaymentIntent> {
+        self.by_id.get_mut(id)
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &PaymentIntent> {
+        self.by_id.values()
+    }
+
+    /// The PaymentIntents created in `[gte, lt)` and before `before` (a `(created, id)`),
+    /// newest first by `(created, id)`: a walk of the index backwards from the newest of
+    /// them, so taking the first `limit` costs `O(log n + limit)`.
+    pub(super) fn created_between(
+        &self,
+        gte: i64,
+        lt: i64,
+        before: Option<(i64, &str)>,
+    ) -> impl Iterator<Item = &PaymentIntent> + '_ {
+        let start = (gte, String::new());
+        let end = match before {
+            Some((created, id)) if (created, id) < (lt, "") => (created, id.to_owned()),
+            _ => (lt, String::new()),
+        };
+        // `BTreeSet::range` panics on a start past its end: such a window holds nothing.
+        let range = (start < end).then(|| {
+            self.by_created
+                .range((Bound::Included(start), Bound::Excluded(end)))
+        });
+        range
+            .into_iter()
+            .flatten()
+            .rev()
+            .map(|(_, id)| &self.by_id[id])
+    }
+}
+
 /// The Stripe dialect's state: saved responses by key, PaymentIntents, customers.
 pub(crate) struct Store {
     pub(crate) keys: Keys<KeyedRequest, Answer>,
-    pub(super) intents: Mutex<HashMap<String, PaymentIntent>>,
+    pub(super) intents: Mutex<Intents>,
     ledger: Arc<Ledger>,
     /// Refunds and disputes made after a charge (`super::list`).
     pub(super) aftermath: super::list::Aftermaths,
@@ -164,7 +235,7 @@ impl Store {
     pub(crate) fn new(retention: std::time::Duration, ledger: Arc<Ledger>) -> Store {
         Store {
             keys: Keys::new(retention, Arc::clone(&ledger)),
-            intents: Mutex::new(HashMap::new()),
+            intents: Mutex::new(Intents::default()),
             ledger,
             aftermath: Default::default(),
             webhooks: Default::default(),
@@ -219,9 +290,7 @@ impl Store {
             settles_later: false,
             confirmations: u32::from(create.confirm),
         };
-        self.intents
-            .lock()
-            .insert(intent.id.clone(), intent.clone());
+        self.intents.lock().insert(intent.clone());
         intent
     }
 
