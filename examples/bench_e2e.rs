@@ -342,7 +342,11 @@ async fn webhook_burst(addr: SocketAddr, count: usize, delay: Duration) -> Burst
                     .header("content-type", "application/json")
                     .header(
                         "Stripe-Signature",
-                        onecharge::http::webhook::signature::header(&[BURST_SECRET], now, body.as_bytes()),
+                        onecharge::http::webhook::signature::header(
+                            &[BURST_SECRET],
+                            now,
+                            body.as_bytes(),
+                        ),
                     )
                     .body(body)
                     .send()
@@ -514,9 +518,10 @@ impl Run<'_> {
         let top = args.top_statements;
         let mut max_rate = None;
         if args.max_commands > 0 {
-            let burst = self.settings.webhook_addr.map(|addr| {
-                tokio::spawn(webhook_burst(addr, args.webhook_burst, RATE_WINDOW))
-            });
+            let burst = self
+                .settings
+                .webhook_addr
+                .map(|addr| tokio::spawn(webhook_burst(addr, args.webhook_burst, RATE_WINDOW)));
             let max = phases
                 .run("maximum rate", Phase::new("max", args.max_commands, None))
                 .await?;
