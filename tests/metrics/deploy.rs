@@ -135,8 +135,22 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
             m.value("onecharge_executor_unrecorded_results_total", &[]) >= 1.0
         })
         .await;
+    // The count comes before the hand-over's own write: wait for the write, by its cause,
+    // still without the outbox (the hand-over writes no event).
+    let handed_over = format!(
+        "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{refused}'
+           AND to_status = 'unknown' AND cause = 'settlement_refused'"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while env.scalar(&handed_over).await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the refused attempt was never handed to the reconciler (status {})",
+            env.status(refused).await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     env.exec("ALTER TABLE outbox_away RENAME TO outbox").await;
-    assert_eq!(env.status(refused).await, "unknown");
     let mut exposed = first.stop().await;
     let charges = gateway.ledger().len();
 
