@@ -106,37 +106,10 @@ pub fn setting(d: std::time::Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
-/// `19.99 EUR` (the currency's minor unit from ISO 4217; `1999 XYZ` when unknown).
-pub fn amount(minor: i64, currency: &str) -> String {
-    let exponent = iso_currency::Currency::from_code(currency)
-        .and_then(|c| c.exponent())
-        .unwrap_or(0) as u32;
-    if exponent == 0 {
-        return format!("{minor} {currency}");
-    }
-    let unit = 10_i64.pow(exponent);
-    let sign = if minor < 0 { "-" } else { "" };
-    let minor = minor.unsigned_abs();
-    format!(
-        "{sign}{}.{:0width$} {currency}",
-        minor / unit as u64,
-        minor % unit as u64,
-        width = exponent as usize
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use time::macros::datetime;
-
-    #[test]
-    fn amounts_are_shown_in_major_units_of_their_currency() {
-        assert_eq!(amount(1999, "EUR"), "19.99 EUR");
-        assert_eq!(amount(5, "EUR"), "0.05 EUR");
-        assert_eq!(amount(1999, "JPY"), "1999 JPY");
-        assert_eq!(amount(1234, "KWD"), "1.234 KWD");
-    }
 
     #[test]
     fn times_say_how_far_from_now_they_are() {

@@ -37,7 +37,7 @@ pub fn charge_record(message_id: &str, order_id: &str, stream_sequence: u64) -> 
             payment_attempt_id: id.into(),
             order_id: order_id.to_owned(),
             customer_id: "cus_bench".into(),
-            money: onecharge::domain::Money::new(1000, "EUR"),
+            money: onecharge::domain::Money::of(1000, "EUR").expect("EUR is a currency"),
             payment_method: "pm_card_visa".into(),
             description: None,
             requested_at: None,

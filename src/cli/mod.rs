@@ -237,7 +237,7 @@ pub fn operator_actor() -> String {
         .filter_map(|name| std::env::var(name).ok())
         .find(|user| !user.trim().is_empty());
     let user = from_env.unwrap_or_else(whoami::username);
-    format!("operator:{}", crate::domain::bounded(user.trim(), 64))
+    crate::domain::Actor::operator(&user).to_string()
 }
 
 /// The database for one command (a pool of two connections).

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
-use super::{IdempotencyKey, Money};
+use super::{Currency, IdempotencyKey, Money};
 use crate::domain::PaymentAttemptId;
 
 /// Largest accepted body. Bigger messages are dead-lettered unread.
@@ -53,8 +53,8 @@ impl ChargePayment {
         for field in [
             self.order_id.as_bytes(),
             self.customer_id.as_bytes(),
-            self.money.amount_minor.to_string().as_bytes(),
-            self.money.currency.as_bytes(),
+            self.money.amount_minor().to_string().as_bytes(),
+            self.money.currency().code().as_bytes(),
             self.payment_method.as_bytes(),
         ] {
             hasher.update((field.len() as u64).to_be_bytes());
@@ -190,7 +190,7 @@ pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidCommand, I
             wire.amount_minor
         )));
     }
-    validate_currency(&wire.currency)?;
+    let currency = validate_currency(&wire.currency)?;
     let requested_at = wire
         .requested_at
         .as_deref()
@@ -210,7 +210,7 @@ pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidCommand, I
             payment_attempt_id,
             order_id: wire.order_id,
             customer_id: wire.customer_id,
-            money: Money::new(wire.amount_minor, wire.currency),
+            money: Money::new(wire.amount_minor, currency),
             payment_method: wire.payment_method,
             description: wire.description,
             requested_at,
@@ -245,27 +245,21 @@ fn check_length(field: &str, value: &str, min: usize, max: usize) -> Result<(), 
 
 /// An active ISO 4217 alphabetic code: known to the code list, upper case, not superseded,
 /// and not a special code (precious metals, testing, "no currency").
-fn validate_currency(code: &str) -> Result<(), InvalidCommand> {
-    use iso_currency::{Currency, Flag};
-    let known = Currency::from_code(code)
-        .filter(|_| code.bytes().all(|b| b.is_ascii_uppercase()))
-        .ok_or_else(|| {
-            InvalidCommand::new(format!(
-                "currency `{code}` is not an ISO 4217 alphabetic code"
-            ))
-        })?;
+fn validate_currency(code: &str) -> Result<Currency, InvalidCommand> {
+    let currency = Currency::from_code(code).map_err(|e| InvalidCommand::new(e.to_string()))?;
+    let known = currency.iso();
     if let Some(successor) = known.is_superseded() {
         return Err(InvalidCommand::new(format!(
             "currency `{code}` is no longer active (superseded by {})",
             successor.code()
         )));
     }
-    if known.flags().contains(&Flag::Special) {
+    if known.flags().contains(&iso_currency::Flag::Special) {
         return Err(InvalidCommand::new(format!(
             "currency `{code}` is a special ISO 4217 code, not a payable currency"
         )));
     }
-    Ok(())
+    Ok(currency)
 }
 
 #[cfg(test)]
@@ -299,7 +293,7 @@ mod tests {
     #[test]
     fn the_contract_example_is_valid_and_unknown_fields_are_ignored() {
         let valid = validate(&headers(), &body(serde_json::json!({"extra": [1, 2]}))).unwrap();
-        assert_eq!(valid.command.money.amount_minor, 1999);
+        assert_eq!(valid.command.money.amount_minor(), 1999);
         assert_eq!(
             valid.command.requested_at,
             Some(datetime!(2026-11-29 10:15:00 UTC))

@@ -148,7 +148,7 @@ impl PaymentEvent {
             payment_attempt_id: attempt.payment_attempt_id,
             order_id: attempt.order_id.clone(),
             status: announced.status,
-            money: attempt.money.clone(),
+            money: attempt.money,
             gateway_charge_id: announced.gateway_charge_id,
             decline_code: announced.decline_code,
             reason: announced.reason.map(|reason| bounded(&reason, 1024)),
@@ -209,7 +209,7 @@ mod tests {
             payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
             order_id: "ord_1001".into(),
             status: AttemptStatus::NeedsReview,
-            money: Money::new(1999, "EUR"),
+            money: Money::of(1999, "EUR").unwrap(),
             gateway_charge_id: None,
             decline_code: None,
             reason: Some("cannot prove whether the customer was charged".into()),
@@ -238,7 +238,7 @@ mod tests {
         EventAttempt {
             payment_attempt_id: PaymentAttemptId::from(Uuid::nil()),
             order_id: "ord_1001".into(),
-            money: Money::new(1999, "EUR"),
+            money: Money::of(1999, "EUR").unwrap(),
             provenance: EventProvenance::default(),
         }
     }

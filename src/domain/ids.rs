@@ -6,6 +6,7 @@ use std::ops::Deref;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
 /// The producer's id of one payment attempt (contract §2): the unit of "exactly one
@@ -68,7 +69,8 @@ impl FromStr for PaymentAttemptId {
 /// The `Idempotency-Key` of one payment attempt (contract §3): the same for every try,
 /// derived from the attempt id alone, stored with the attempt and read back from the row
 /// on every try. Stored as text.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, sqlx::Type)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, sqlx::Type, schemars::JsonSchema)]
+#[serde(transparent)]
 #[sqlx(transparent)]
 pub struct IdempotencyKey(String);
 
@@ -88,11 +90,27 @@ impl IdempotencyKey {
         (Self::for_attempt(id).as_str() == text).then_some(id)
     }
 
-    /// A key as a connector actually sent it, when that is not the attempt's stored key
-    /// itself (Stripe's `-create` and `-confirm` keys, derived from it): recorded as the
-    /// call's evidence.
-    pub fn sent(text: String) -> Self {
-        Self(text)
+    /// The key of one step of a connector's calls, derived from this stored key:
+    /// `<key>-<step>`, or, should that pass a gateway's 255 characters, the SHA-256 of the
+    /// stored key in hex with the step: still deterministic and still unique per attempt.
+    /// With [`Self::for_attempt`] and reading a stored key back, the only way a key is made:
+    /// no key is ever typed in.
+    pub fn derived(&self, step: &str) -> Self {
+        let plain = format!("{}-{step}", self.0);
+        if plain.chars().count() <= MAX_KEY_CHARS {
+            return Self(plain);
+        }
+        Self(format!(
+            "{}-{step}",
+            hex::encode(Sha256::digest(self.0.as_bytes()))
+        ))
+    }
+
+    /// A key of any text, for a unit test that needs one the derivation would never make
+    /// (too long, another shape).
+    #[cfg(test)]
+    pub(crate) fn for_test(text: &str) -> Self {
+        Self(text.to_owned())
     }
 
     pub fn as_str(&self) -> &str {
@@ -117,6 +135,27 @@ impl fmt::Display for IdempotencyKey {
 impl From<IdempotencyKey> for String {
     fn from(key: IdempotencyKey) -> Self {
         key.0
+    }
+}
+
+/// The most characters a key may have at a gateway (Stripe's limit, and contract §3's).
+const MAX_KEY_CHARS: usize = 255;
+
+/// The sequence numbers of the derived keys an attempt sends next (Stripe's
+/// `<key>-create[-N]`, `<key>-confirm[-N]`), stored with the attempt
+/// (`payment_attempts.create_key_seq`, `confirm_key_seq`): 1 is the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeySeq {
+    pub create: i32,
+    pub confirm: i32,
+}
+
+impl Default for KeySeq {
+    fn default() -> Self {
+        Self {
+            create: 1,
+            confirm: 1,
+        }
     }
 }
 

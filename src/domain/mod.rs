@@ -2,10 +2,13 @@
 //! how a gateway answer is read, where an attempt goes after it, and what an event says. Nothing in here does I/O, so every
 //! rule can be tested without a database, a broker or a gateway.
 
+pub mod actor;
 pub mod attempt;
+pub mod call;
 pub mod command;
 pub mod event;
 pub mod finding;
+pub mod held;
 pub mod ids;
 pub mod lease;
 pub mod money;
@@ -14,12 +17,14 @@ pub mod retry;
 pub mod schema;
 pub mod settlement;
 
+pub use actor::Actor;
 pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::{Announced, EventAttempt, PaymentEvent};
-pub use ids::{IdempotencyKey, PaymentAttemptId};
+pub use held::{ChargeClaim, HeldAttempt};
+pub use ids::{IdempotencyKey, KeySeq, PaymentAttemptId};
 pub use lease::LeaseToken;
-pub use money::Money;
+pub use money::{Currency, Money};
 pub use retry::RetryWindow;
 pub use settlement::{
     CallOperation, Fence, GatewayCallRecord, IllegalMove, SettleWrite, Settlement, TransitionCause,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use time::OffsetDateTime;
 
-use crate::store::attempts::ClaimedAttempt;
+use crate::domain::ChargeClaim;
 
 /// How many claim latencies' worth of calls the queue holds: one covers the claim in
 /// progress, the second its jitter (a claim that takes twice its average).
@@ -30,7 +30,7 @@ const SMOOTHING: f64 = 0.3;
 
 /// One attempt claimed and not yet sent.
 pub(super) struct Queued {
-    pub(super) attempt: ClaimedAttempt,
+    pub(super) claim: ChargeClaim,
     /// The claim was the gateway health's one probe: it is sent whatever the health says
     /// now (asking again would refuse it, as the probe was handed out to this claim).
     pub(super) probe: bool,
@@ -93,7 +93,7 @@ impl ClaimAhead {
     /// for.
     pub(super) fn claimed(
         &mut self,
-        attempts: Vec<ClaimedAttempt>,
+        attempts: Vec<ChargeClaim>,
         probe: bool,
         now: OffsetDateTime,
         took: Duration,
@@ -108,13 +108,12 @@ impl ClaimAhead {
         let returned = Instant::now();
         let claimed_at = returned.checked_sub(took).unwrap_or(returned);
         let claimed_on_clock = now - took;
-        self.queue
-            .extend(attempts.into_iter().map(|attempt| Queued {
-                attempt,
-                probe,
-                claimed_at,
-                claimed_on_clock,
-            }));
+        self.queue.extend(attempts.into_iter().map(|claim| Queued {
+            claim,
+            probe,
+            claimed_at,
+            claimed_on_clock,
+        }));
     }
 
     /// The attempt claimed first, to be checked and sent (or handed back).
@@ -163,27 +162,23 @@ mod tests {
         assert_eq!(ClaimAhead::new(0).target(), 0, "switched off");
     }
 
-    fn claimed_attempt() -> ClaimedAttempt {
+    fn claimed_attempt() -> ChargeClaim {
         let at = time::macros::datetime!(2026-12-01 12:00 UTC);
-        ClaimedAttempt {
-            payment_attempt_id: uuid::Uuid::nil().into(),
+        ChargeClaim {
+            attempt: crate::domain::HeldAttempt {
+                held_as: crate::domain::AttemptStatus::InFlight,
+                lease_expires_at: Some(at),
+                claimed_at: at,
+                ..crate::domain::held::fixture::held()
+            },
             order_id: "ord_1".into(),
             customer_id: "cus_1".into(),
-            money: crate::domain::Money::new(100, "EUR"),
             payment_method: "pm_card_visa".into(),
             description: None,
-            idempotency_key: crate::domain::IdempotencyKey::for_attempt(uuid::Uuid::nil().into()),
-            tries: 1,
-            lease_token: crate::domain::LeaseToken::from(1),
             lease_owner: "executor".into(),
-            lease_expires_at: at,
-            created_at: at,
-            first_dispatched_at: at,
             dispatch: true,
             first_message_id: "m-1".into(),
             correlation_id: None,
-            gateway_object_id: None,
-            key_seq: crate::gateway::KeySeq::default(),
         }
     }
 

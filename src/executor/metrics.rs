@@ -2,10 +2,10 @@
 //! state, kind — never attempt, message or customer ids.
 
 use crate::domain::AttemptStatus;
-use crate::store::attempts::ClaimedAttempt;
+use crate::domain::ChargeClaim;
 
 /// Attempts claimed, by kind (`dispatch`: will be sent; `hand_over`: past its retry window).
-pub(super) fn claimed(claimed: &[ClaimedAttempt]) {
+pub(super) fn claimed(claimed: &[ChargeClaim]) {
     let hand_overs = claimed.iter().filter(|a| !a.dispatch).count() as u64;
     let dispatches = claimed.len() as u64 - hand_overs;
     metrics::counter!("onecharge_executor_claims_total", "kind" => "dispatch")

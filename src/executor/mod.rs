@@ -28,6 +28,7 @@ mod ahead;
 mod in_hand;
 mod metrics;
 mod policy;
+mod two_step;
 mod writer;
 
 use std::sync::Arc;
@@ -44,19 +45,15 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::RequiresAction;
 use crate::config::{ExecutorSettings, Settings};
 use crate::domain::outcome::GatewayOutcome;
-use crate::domain::AttemptStatus;
-use crate::domain::{GatewayCallRecord, SettleWrite, Settlement, TransitionCause};
+use crate::domain::{AttemptStatus, ChargeClaim};
 use crate::domain::{LeaseToken, PaymentAttemptId};
-use crate::gateway::CancelOutcome;
-use crate::gateway::{Admission, GatewayCall, GatewayClient, GatewayHealth, Prepared};
+use crate::domain::{SettleWrite, Settlement, TransitionCause};
+use crate::gateway::{Admission, GatewayClient, GatewayHealth};
 use crate::gateway::{ChargeBody, ChargeRequest};
 use crate::gateway_access::GatewayAccess;
 use crate::gateway_limit::Take;
 use crate::nudge::Nudges;
-use crate::store::attempts::{self as sql, ClaimLimits, ClaimedAttempt};
-use crate::store::gateway_objects::{
-    advance_key, stamp_confirm_send, ConfirmSend, KeyStep, ObjectWrite,
-};
+use crate::store::attempts::{self as sql, ClaimLimits};
 use crate::store::Store;
 use ahead::{ClaimAhead, Queued};
 use in_hand::InHand;
@@ -234,7 +231,7 @@ impl Executor {
     /// grown older than `intake.max_command_age` are expired
     /// ([`sql::expire_stale_commands`]); the claim skips them in between, so they are never
     /// charged late.
-    pub async fn claim(&self, limit: usize) -> anyhow::Result<Vec<ClaimedAttempt>> {
+    pub async fn claim(&self, limit: usize) -> anyhow::Result<Vec<ChargeClaim>> {
         let inner = &self.inner;
         if self.expiry_due() {
             self.expire_stale_commands(limit).await?;
@@ -313,7 +310,7 @@ impl Executor {
         let claimed = self.claim(permits.count()).await?;
         permits.spend(claimed.iter().filter(|a| a.dispatch).count());
         let attempts = futures::stream::iter(claimed)
-            .map(|attempt| self.execute(attempt))
+            .map(|claim| self.execute(claim))
             .buffer_unordered(inner.settings.concurrency)
             .collect()
             .await;
@@ -371,8 +368,7 @@ impl Executor {
                 Woke::Waited => next = Next::Claim,
             }
         }
-        let mut unsent: Vec<ClaimedAttempt> =
-            ahead.take_all().into_iter().map(|q| q.attempt).collect();
+        let mut unsent: Vec<ChargeClaim> = ahead.take_all().into_iter().map(|q| q.claim).collect();
         if let Some(claim) = claiming {
             if let Ok(ClaimResult::Claimed {
                 claimed: Ok(claimed),
@@ -475,7 +471,7 @@ impl Executor {
             let (probes, held): (Vec<_>, Vec<_>) =
                 ahead.take_all().into_iter().partition(|q| q.probe);
             ahead.put_back(probes);
-            let held = held.into_iter().map(|q| q.attempt).collect();
+            let held = held.into_iter().map(|q| q.claim).collect();
             self.hand_back(held, &format!("claimed ahead, not sent: {reason}"))
                 .await;
         }
@@ -483,16 +479,16 @@ impl Executor {
         while in_hand.free(usize::MAX) > 0 {
             let Some(queued) = ahead.next() else { break };
             if let Some(why) = self.why_not_send(&queued) {
-                tracing::info!(payment_attempt_id = %queued.attempt.payment_attempt_id, why, "handing back an attempt claimed ahead");
-                short.push(queued.attempt);
+                tracing::info!(payment_attempt_id = %queued.claim.attempt.payment_attempt_id, why, "handing back an attempt claimed ahead");
+                short.push(queued.claim);
                 continue;
             }
             let slot = in_hand.slot();
             let executor = self.clone();
-            let attempt = queued.attempt;
+            let claim = queued.claim;
             ahead.sent();
-            in_hand.spawn(attempt.payment_attempt_id, async move {
-                executor.execute_in_slot(attempt, Some(slot)).await
+            in_hand.spawn(claim.attempt.payment_attempt_id, async move {
+                executor.execute_in_slot(claim, Some(slot)).await
             });
         }
         self.hand_back(
@@ -508,7 +504,7 @@ impl Executor {
     fn why_not_send(&self, queued: &Queued) -> Option<&'static str> {
         let inner = &self.inner;
         let left = queued.lease_left(inner.settings.lease, inner.clock.now());
-        (queued.attempt.dispatch && left < inner.call_limit)
+        (queued.claim.dispatch && left < inner.call_limit)
             .then_some("the lease left could not cover a whole gateway call")
     }
 
@@ -517,11 +513,11 @@ impl Executor {
     /// for their leases, no try is consumed, and no gateway saw them. If the database
     /// refuses, they stay `in_flight` until their leases expire, and the reconciler finds
     /// nothing charged and sends them again under the same key.
-    async fn hand_back(&self, attempts: Vec<ClaimedAttempt>, why: &str) {
+    async fn hand_back(&self, attempts: Vec<ChargeClaim>, why: &str) {
         if attempts.is_empty() {
             return;
         }
-        let refs: Vec<&ClaimedAttempt> = attempts.iter().collect();
+        let refs: Vec<&ChargeClaim> = attempts.iter().collect();
         match sql::hand_back(&self.inner.store, &refs, why).await {
             Ok(handed) => {
                 metrics::handed_back(handed);
@@ -572,47 +568,47 @@ impl Executor {
 
     /// Charges one claimed attempt and writes the result under its fencing token. Never
     /// fails: a result that cannot be written is reported as [`Disposition::Unrecorded`].
-    pub async fn execute(&self, attempt: ClaimedAttempt) -> AttemptReport {
-        self.execute_in_slot(attempt, None).await
+    pub async fn execute(&self, claim: ChargeClaim) -> AttemptReport {
+        self.execute_in_slot(claim, None).await
     }
 
     /// [`Executor::execute`], freeing `slot` as soon as the gateway has answered.
     #[tracing::instrument(name = "execute", skip_all, fields(
-        payment_attempt_id = %attempt.payment_attempt_id,
-        try_number = attempt.tries,
-        lease_token = attempt.lease_token.get(),
-        causation_id = %attempt.first_message_id,
-        correlation_id = attempt.correlation_id.as_deref().unwrap_or(""),
+        payment_attempt_id = %claim.attempt.payment_attempt_id,
+        try_number = claim.attempt.tries,
+        lease_token = claim.attempt.lease_token.get(),
+        causation_id = %claim.first_message_id,
+        correlation_id = claim.correlation_id.as_deref().unwrap_or(""),
     ))]
     async fn execute_in_slot(
         &self,
-        attempt: ClaimedAttempt,
+        claim: ChargeClaim,
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> AttemptReport {
         let inner = &self.inner;
-        let now = database_time(&attempt, inner.settings.lease);
-        if !attempt.dispatch {
+        let now = database_time(&claim);
+        if !claim.dispatch {
             let now = now();
-            let settlement = inner.policy.hand_over(&attempt.history(), now);
+            let settlement = inner.policy.hand_over(&claim.attempt.history(), now);
             let write = SettleWrite {
-                fence: attempt.fence(),
+                fence: claim.fence(),
                 settlement,
                 cause: TransitionCause::RetryWindowClosed,
                 call: None,
                 now,
             };
-            let disposition = self.write(&attempt, write).await;
-            return report(&attempt, None, disposition);
+            let disposition = self.write(&claim, write).await;
+            return report(&claim, None, disposition);
         }
-        let mut request = charge_request(&attempt);
+        let mut request = charge_request(&claim);
         let mut started_at = now();
-        let call = match self.prepare(&attempt, &mut request, started_at).await {
-            Err(disposition) => return report(&attempt, None, disposition),
+        let call = match self.prepare(&claim, &mut request, started_at).await {
+            Err(disposition) => return report(&claim, None, disposition),
             Ok(Some(answered)) => answered,
             Ok(None) => {
                 started_at = now();
                 let call = inner.gateway.client.charge(&request).await;
-                self.cancel_if_action_required(&attempt, call, &now).await
+                self.cancel_if_action_required(&claim, call, &now).await
             }
         };
         if !call.answered_locally {
@@ -625,9 +621,10 @@ impl Executor {
         // attempt's check) sees a breaker this answer opened.
         drop(slot);
         let now = now();
-        let (settlement, cause) = inner.policy.settle(&attempt.history(), &call.outcome, now);
-        let evidence = call_evidence(
-            &attempt,
+        let (settlement, cause) = inner
+            .policy
+            .settle(&claim.attempt.history(), &call.outcome, now);
+        let evidence = claim.attempt.evidence(
             &call,
             call.outcome.label(),
             started_at,
@@ -638,19 +635,19 @@ impl Executor {
             }),
         );
         let write = SettleWrite {
-            fence: attempt.fence(),
+            fence: claim.fence(),
             settlement,
             cause,
             call: Some(evidence),
             now,
         };
-        let disposition = self.write(&attempt, write).await;
-        report(&attempt, Some(call.outcome), disposition)
+        let disposition = self.write(&claim, write).await;
+        report(&claim, Some(call.outcome), disposition)
     }
 
     /// Writes a settlement through the settlement writer, retrying a transient database
     /// failure a few times while the lease lasts.
-    async fn write(&self, attempt: &ClaimedAttempt, write: SettleWrite) -> Disposition {
+    async fn write(&self, claim: &ChargeClaim, write: SettleWrite) -> Disposition {
         let inner = &self.inner;
         let status = write.settlement.status();
         let cause = write.cause;
@@ -676,7 +673,7 @@ impl Executor {
                 }
                 Err(err)
                     if err.transient
-                        && write.now + waited + delay < attempt.lease_expires_at
+                        && write.now + waited + delay < claim.lease_ends()
                         && delay < Duration::from_secs(2) =>
                 {
                     tracing::warn!(error = %err.message, retry_in_ms = delay.as_millis() as u64, "writing the result failed; retrying");
@@ -699,167 +696,6 @@ impl Executor {
 }
 
 impl Executor {
-    /// Everything before the charging call. For a connector with a first step (Stripe:
-    /// create the PaymentIntent unconfirmed) that has not run yet: stores the object's id
-    /// under this lease, with the call's evidence, and stamps the confirm's send in the
-    /// same statement, and puts the id in `request`, so that nothing that can charge is
-    /// sent before the reconciler could find it by id. For an object stored by an earlier
-    /// try, only the stamp ([`Self::may_confirm`]). `Ok(None)`: charge now.
-    /// `Ok(Some(call))`: answered without charging — the gateway refused to make the
-    /// object, or the lease left cannot cover the confirm; the attempt settles on that
-    /// call. `Err`: the lease was taken over, or the database failed: nothing is confirmed,
-    /// and an attempt left `in_flight` is found uncharged by the reconciler.
-    async fn prepare(
-        &self,
-        attempt: &ClaimedAttempt,
-        request: &mut crate::gateway::ChargeRequest,
-        started_at: time::OffsetDateTime,
-    ) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
-        let inner = &self.inner;
-        let Some(prepared) = inner.gateway.client.prepare(request).await else {
-            return self.may_confirm(attempt, request).await;
-        };
-        let id = match prepared.outcome {
-            Prepared::Object { ref id } => id.clone(),
-            // Recorded in the health with the rest of the call's outcome, by the caller.
-            Prepared::Refused(outcome) => {
-                // A create answered 5xx: Stripe saved that answer under the key and would
-                // replay it to every retry. Whatever it made is unconfirmed and cannot
-                // charge, so the next try creates under the next derived key.
-                if prepared.http_status.is_some_and(|status| status >= 500) {
-                    self.advance_create_key(attempt).await;
-                }
-                return Ok(Some(GatewayCall {
-                    outcome,
-                    operation: prepared.operation,
-                    sent_key: prepared.sent_key,
-                    answered_locally: prepared.answered_locally,
-                    http_status: prepared.http_status,
-                    elapsed: prepared.elapsed,
-                    error: prepared.error,
-                }));
-            }
-        };
-        inner
-            .gateway
-            .health
-            .record_prepared(&prepared.outcome, inner.clock.now());
-        let evidence = call_evidence(
-            attempt,
-            &prepared,
-            prepared.outcome.label(),
-            started_at,
-            Some(id.clone()),
-            None,
-        );
-        let stored =
-            store_gateway_object(&inner.objects, attempt, &id, &evidence, inner.call_limit).await;
-        if matches!(stored, Ok(ConfirmSend::Go | ConfirmSend::LeaseTooShort)) {
-            *request = request.clone().with_gateway_object(Some(id));
-        }
-        confirm_send_answer(stored)
-    }
-
-    /// Moves the attempt to its next create key (fenced by its lease). A failure only
-    /// means the next try replays the saved answer once more and moves on then.
-    async fn advance_create_key(&self, attempt: &ClaimedAttempt) {
-        let store = &self.inner.store;
-        let advanced = advance_key(
-            store,
-            attempt.payment_attempt_id,
-            attempt.lease_token,
-            KeyStep::Create,
-        )
-        .await;
-        match advanced {
-            Ok(true) => tracing::info!(
-                create_key_seq = attempt.key_seq.create + 1,
-                "the create answered 5xx: the next try creates under the next derived key"
-            ),
-            Ok(false) => {}
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot move on to the next create key; the next try asks under this one again")
-            }
-        }
-    }
-
-    /// Right before a confirm of an object an earlier try stored (Stripe), re-checks the
-    /// lease by the database's clock and stamps the send (`dispatched_at`), so that the
-    /// reconciler measures `gateway_max_processing_time` from the request that can charge.
-    /// Answers as [`confirm_send_answer`]; `Ok(None)` at once when there is no object (a §3
-    /// gateway's charge is one call, stamped by its claim).
-    async fn may_confirm(
-        &self,
-        attempt: &ClaimedAttempt,
-        request: &ChargeRequest,
-    ) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
-        let inner = &self.inner;
-        if request.gateway_object_id().is_none() {
-            return Ok(None);
-        }
-        let stamped = stamp_confirm_send(
-            &inner.store,
-            attempt.payment_attempt_id,
-            attempt.lease_token,
-            inner.call_limit,
-        )
-        .await;
-        confirm_send_answer(stamped)
-    }
-
-    /// A confirm that left the PaymentIntent waiting for an absent customer
-    /// (`requires_action`): with `stripe_requires_action = cancel`, cancels it first and
-    /// reads the answer — `canceled` is a decline `authentication_required` (it can never
-    /// charge), `succeeded` or `processing` is adopted, no proof leaves it for a person.
-    /// The cancel's evidence is stored on its own.
-    async fn cancel_if_action_required(
-        &self,
-        attempt: &ClaimedAttempt,
-        call: GatewayCall<GatewayOutcome>,
-        now: &impl Fn() -> time::OffsetDateTime,
-    ) -> GatewayCall<GatewayOutcome> {
-        let inner = &self.inner;
-        let GatewayOutcome::RequiresAction { charge_id } = &call.outcome else {
-            return call;
-        };
-        if inner.requires_action != RequiresAction::Cancel {
-            return call;
-        }
-        let started_at = now();
-        let Some(cancel) = inner
-            .gateway
-            .client
-            .cancel_object(&attempt.idempotency_key, Some(charge_id))
-            .await
-        else {
-            return call;
-        };
-        let evidence = cancel.evidence(
-            attempt.payment_attempt_id,
-            &attempt.idempotency_key,
-            attempt.tries,
-            Some(attempt.lease_token),
-            started_at,
-        );
-        if let Err(err) = sql::record_gateway_call_alone(&inner.store, &evidence).await {
-            tracing::warn!(error = %err, "cannot store the cancel's evidence");
-        }
-        let outcome = match cancel.outcome {
-            CancelOutcome::Canceled { charge_id } => GatewayOutcome::Declined {
-                charge_id,
-                decline_code: Some("authentication_required".into()),
-                replayed: false,
-            },
-            CancelOutcome::Succeeded { charge_id } => GatewayOutcome::Succeeded {
-                charge_id,
-                replayed: false,
-            },
-            CancelOutcome::Processing { charge_id } => GatewayOutcome::Processing { charge_id },
-            CancelOutcome::Unproven { .. } => return call,
-        };
-        GatewayCall { outcome, ..call }
-    }
-
     /// A result the database refused for good (it will refuse it every time): keeps the
     /// call's evidence in a transaction of its own, then hands the attempt to the reconciler
     /// at once (`unknown`, with why and what the gateway said), instead of leaving it
@@ -936,7 +772,7 @@ enum Woke {
 enum ClaimResult {
     /// It had rate-limit permits for `asked` attempts and claimed these (or failed).
     Claimed {
-        claimed: anyhow::Result<Vec<ClaimedAttempt>>,
+        claimed: anyhow::Result<Vec<ChargeClaim>>,
         /// A claim that got all it asked for is followed by another at once.
         asked: usize,
         /// When the task began taking permits, before the claim: what the claimed leases are
@@ -954,141 +790,42 @@ struct Claiming {
     probe: bool,
 }
 
-/// The evidence of one call made for `attempt` under its lease: its `gateway_calls` row,
-/// with the key the call actually sent (a connector's derived key, else the attempt's).
-fn call_evidence<T>(
-    attempt: &ClaimedAttempt,
-    call: &GatewayCall<T>,
-    outcome: &str,
-    started_at: time::OffsetDateTime,
-    gateway_charge_id: Option<String>,
-    error: Option<String>,
-) -> GatewayCallRecord {
-    GatewayCallRecord {
-        payment_attempt_id: attempt.payment_attempt_id,
-        operation: call.operation,
-        idempotency_key: call
-            .sent_key
-            .clone()
-            .unwrap_or_else(|| attempt.idempotency_key.clone()),
-        try_number: attempt.tries,
-        lease_token: Some(attempt.lease_token),
-        started_at,
-        finished_at: started_at + call.elapsed,
-        http_status: call.http_status,
-        outcome: outcome.to_owned(),
-        gateway_charge_id,
-        error,
-    }
-}
-
-/// What the executor does on the answer of the write that precedes a confirm (storing the
-/// PaymentIntent with the stamp, or the stamp alone): `Ok(None)`: confirm now.
-/// `Ok(Some(call))`: the lease left cannot cover a whole call, so nothing is sent (an
-/// outcome `not_sent`). `Err`: fenced, or the database failed: nothing is sent.
-fn confirm_send_answer(
-    answer: Result<ConfirmSend, impl std::fmt::Display>,
-) -> Result<Option<GatewayCall<GatewayOutcome>>, Disposition> {
-    match answer {
-        Ok(ConfirmSend::Go) => Ok(None),
-        Ok(ConfirmSend::LeaseTooShort) => Ok(Some(GatewayCall {
-            outcome: GatewayOutcome::NotSent {
-                reason: "the lease left could not cover the confirm: not sent".into(),
-            },
-            operation: crate::domain::CallOperation::Charge,
-            sent_key: None,
-            answered_locally: true,
-            http_status: None,
-            elapsed: Duration::ZERO,
-            error: Some("not sent: the lease left could not cover a whole gateway call".into()),
-        })),
-        Ok(ConfirmSend::Fenced) => {
-            metrics::fenced();
-            tracing::warn!("the lease was taken over before the confirm (or another gateway object is stored): nothing confirmed");
-            Err(Disposition::Fenced)
-        }
-        Err(err) => {
-            metrics::unrecorded();
-            tracing::error!(error = %err, "cannot store the gateway object or stamp the confirm's send: nothing confirmed; the lease expires and the reconciler reads what the gateway holds");
-            Err(Disposition::Unrecorded(crate::domain::bounded(
-                &err.to_string(),
-                500,
-            )))
-        }
-    }
-}
-
-/// Stores the gateway object under the attempt's lease (fenced) and stamps the confirm's
-/// send, group-committed with other slots' (decision 123), retrying a transient database
-/// failure briefly (three more tries from 50 ms, the one jittered backoff). Only a stored,
-/// stamped object is confirmed.
-async fn store_gateway_object(
-    objects: &GatewayObjectWriter,
-    attempt: &ClaimedAttempt,
-    object_id: &str,
-    evidence: &GatewayCallRecord,
-    call_limit: Duration,
-) -> Result<ConfirmSend, WriteError> {
-    use backon::Retryable as _;
-    let write = || {
-        objects.write(ObjectWrite {
-            payment_attempt_id: attempt.payment_attempt_id,
-            lease_token: attempt.lease_token,
-            object_id: object_id.to_owned(),
-            call: evidence.clone(),
-            call_limit,
-        })
-    };
-    write
-        .retry(
-            crate::domain::retry::exponential(
-                Duration::from_millis(50),
-                Duration::from_millis(800),
-            )
-            .with_max_times(3),
-        )
-        .when(|err: &WriteError| err.transient)
-        .notify(|err, _| tracing::warn!(error = %err.message, "storing the gateway object failed; retrying"))
-        .await
-}
-
-/// The database's time while `attempt` is in hand: its claim's `now()` (the lease's end
-/// minus the lease) plus the time elapsed here since. Retry decisions, the key window and
+/// The database's time while `claim` is in hand: its claim's `now()` plus the time
+/// elapsed here since. Retry decisions, the key window and
 /// the stamps of a result are measured on it, never on the host's clock, which may be off.
-fn database_time(attempt: &ClaimedAttempt, lease: Duration) -> impl Fn() -> time::OffsetDateTime {
-    let claimed_at = attempt.lease_expires_at - lease;
+fn database_time(claim: &ChargeClaim) -> impl Fn() -> time::OffsetDateTime {
+    let claimed_at = claim.attempt.claimed_at;
     let since = std::time::Instant::now();
     move || claimed_at + since.elapsed()
 }
 
 /// The charge request, built from the stored attempt only, so that every try is the same
 /// request under the same key.
-pub fn charge_request(attempt: &ClaimedAttempt) -> ChargeRequest {
+pub fn charge_request(claim: &ChargeClaim) -> ChargeRequest {
     ChargeRequest::new(
-        attempt.idempotency_key.clone(),
+        claim.attempt.idempotency_key.clone(),
         &ChargeBody {
-            amount_minor: attempt.money.amount_minor,
-            currency: attempt.money.currency.clone(),
-            customer_id: attempt.customer_id.clone(),
-            payment_method: attempt.payment_method.clone(),
-            reference: attempt.payment_attempt_id.to_string(),
-            description: attempt.description.clone(),
+            money: claim.attempt.money,
+            customer_id: claim.customer_id.clone(),
+            payment_method: claim.payment_method.clone(),
+            reference: claim.attempt.payment_attempt_id.to_string(),
+            description: claim.description.clone(),
         },
     )
-    .for_order(attempt.order_id.clone())
-    .with_gateway_object(attempt.gateway_object_id.clone())
-    .with_key_seq(attempt.key_seq)
+    .for_order(claim.order_id.clone())
+    .with_gateway_object(claim.attempt.gateway_object_id.clone())
+    .with_key_seq(claim.attempt.key_seq)
 }
 
 fn report(
-    attempt: &ClaimedAttempt,
+    claim: &ChargeClaim,
     outcome: Option<GatewayOutcome>,
     disposition: Disposition,
 ) -> AttemptReport {
     AttemptReport {
-        payment_attempt_id: attempt.payment_attempt_id,
-        try_number: attempt.tries,
-        lease_token: attempt.lease_token,
+        payment_attempt_id: claim.attempt.payment_attempt_id,
+        try_number: claim.attempt.tries,
+        lease_token: claim.attempt.lease_token,
         outcome,
         disposition,
     }

@@ -22,7 +22,6 @@
 //! - The bearer key lives in a [`SecretString`] and is never logged or printed (`Debug` of
 //!   the client redacts it; reqwest marks the header sensitive).
 
-mod call;
 mod health;
 pub mod list;
 pub mod onecharge;
@@ -38,9 +37,10 @@ use rustls::pki_types::CertificateDer;
 use secrecy::SecretString;
 use tracing::Instrument as _;
 
-pub use call::{CancelOutcome, GatewayCall, Prepared};
+pub use crate::domain::call::{CancelOutcome, GatewayCall, Prepared};
+pub use crate::domain::KeySeq;
 pub use health::{Admission, BreakerState, GatewayHealth, HealthSnapshot};
-pub use request::{ChargeBody, ChargeRequest, KeySeq};
+pub use request::{ChargeBody, ChargeRequest};
 pub use wire::Hints;
 
 use crate::config::Settings;

@@ -4,14 +4,15 @@
 
 use serde::Serialize;
 
-use crate::domain::IdempotencyKey;
+use crate::domain::{IdempotencyKey, KeySeq, Money};
 
 /// The body of `POST /v1/charges`, in the contract's field order. Built from the stored
 /// attempt only, so every try serialises to the same bytes.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ChargeBody {
-    pub amount_minor: i64,
-    pub currency: String,
+    /// `amount_minor` and `currency`, in the contract's place.
+    #[serde(flatten)]
+    pub money: Money,
     pub customer_id: String,
     pub payment_method: String,
     /// The `payment_attempt_id`, which an operator searches the gateway for.
@@ -32,23 +33,6 @@ pub struct ChargeRequest {
     /// Which derived key each step sends (`payment_attempts.create_key_seq`,
     /// `confirm_key_seq`; Stripe): 1 is the first.
     pub(super) key_seq: KeySeq,
-}
-
-/// The sequence numbers of the derived keys an attempt sends next (Stripe's
-/// `<key>-create[-N]`, `<key>-confirm[-N]`), stored with the attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeySeq {
-    pub create: i32,
-    pub confirm: i32,
-}
-
-impl Default for KeySeq {
-    fn default() -> Self {
-        Self {
-            create: 1,
-            confirm: 1,
-        }
-    }
 }
 
 impl ChargeRequest {
@@ -107,20 +91,19 @@ mod tests {
     #[test]
     fn the_charge_body_is_the_contracts_shape_and_stable() {
         let body = ChargeBody {
-            amount_minor: 1999,
-            currency: "EUR".into(),
+            money: Money::of(1999, "EUR").unwrap(),
             customer_id: "cus_42".into(),
             payment_method: "pm_card_visa".into(),
             reference: "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11".into(),
             description: Some("Order ord_1001".into()),
         };
-        let request = ChargeRequest::new(IdempotencyKey::sent("onecharge-x".into()), &body);
+        let request = ChargeRequest::new(IdempotencyKey::for_test("onecharge-x"), &body);
         assert_eq!(
             std::str::from_utf8(request.body()).unwrap(),
             r#"{"amount_minor":1999,"currency":"EUR","customer_id":"cus_42","payment_method":"pm_card_visa","reference":"6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11","description":"Order ord_1001"}"#
         );
         assert_eq!(
-            ChargeRequest::new(IdempotencyKey::sent("onecharge-x".into()), &body),
+            ChargeRequest::new(IdempotencyKey::for_test("onecharge-x"), &body),
             request
         );
     }

@@ -12,14 +12,11 @@ use subtle::ConstantTimeEq as _;
 use crate::config::{OperatorRole, OperatorSetting};
 
 /// The actor of an action taken with the shared admin token (as before named operators).
-pub const ADMIN_TOKEN_ACTOR: &str = "admin-api";
+pub const ADMIN_TOKEN_ACTOR: &str = crate::domain::actor::ADMIN_API;
 
 /// The actor of an action taken on a console that needs no sign-in (no admin token and no
 /// operators configured, on loopback).
-pub const OPEN_CONSOLE_ACTOR: &str = "console";
-
-/// What precedes a named operator's name in its actor (`operator:<name>`).
-const NAMED_ACTOR_PREFIX: &str = "operator:";
+pub const OPEN_CONSOLE_ACTOR: &str = crate::domain::actor::OPEN_CONSOLE;
 
 /// Someone the admin HTTP recognised.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +50,7 @@ impl Principal {
     fn named(name: &str, role: OperatorRole) -> Self {
         Self {
             name: name.to_owned(),
-            actor: format!("{NAMED_ACTOR_PREFIX}{name}"),
+            actor: crate::domain::Actor::Operator(name.to_owned()).to_string(),
             role,
         }
     }
@@ -147,7 +144,7 @@ impl Operators {
             }
             (Principal::open_console(), [0u8; 32])
         } else {
-            let name = actor.strip_prefix(NAMED_ACTOR_PREFIX)?;
+            let name = crate::domain::Actor::operator_name(actor)?;
             let (named, role, hash) = self.named.iter().find(|(named, _, _)| named == name)?;
             (Principal::named(named, *role), *hash)
         };

@@ -375,8 +375,8 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
         "amount",
         format!(
             "{} ({} minor units)",
-            format::amount(a.money.amount_minor, &a.money.currency),
-            a.money.amount_minor
+            a.money,
+            a.money.amount_minor()
         ),
     );
     fact(
@@ -384,7 +384,7 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
         format!("{} / {}", a.order_id, a.customer_id),
     );
     fact("payment method", a.payment_method.clone());
-    fact("idempotency key", a.idempotency_key.clone());
+    fact("idempotency key", a.idempotency_key.to_string());
     fact("gateway charge", gateway_charge_text(a));
     fact(
         "tries",
@@ -560,11 +560,11 @@ pub(crate) mod tests {
             status,
             order_id: "ord_1".into(),
             customer_id: "cus_1".into(),
-            money: crate::domain::Money::new(1999, "EUR"),
+            money: crate::domain::Money::of(1999, "EUR").unwrap(),
             payment_method: "pm_card_visa".into(),
             description: None,
             requested_at: None,
-            idempotency_key: "onecharge-0".into(),
+            idempotency_key: crate::domain::IdempotencyKey::for_attempt(uuid::Uuid::nil().into()),
             tries: 2,
             next_run_at: t + time::Duration::minutes(5),
             lease_owner: None,

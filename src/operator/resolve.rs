@@ -187,17 +187,13 @@ async fn cancel_before_declining(
     gateway: Option<&GatewayClient>,
     id: PaymentAttemptId,
 ) -> Result<LeaseToken, ResolveError> {
-    let (lease_token, idempotency_key, object, tries) = match claim_for_decision(store, id).await? {
-        DecisionClaim::Claimed {
-            lease_token,
-            idempotency_key,
-            gateway_object_id,
-            tries,
-        } => (lease_token, idempotency_key, gateway_object_id, tries),
+    let attempt = match claim_for_decision(store, id).await? {
+        DecisionClaim::Claimed(attempt) => attempt,
         DecisionClaim::NotFound => return Err(ResolveError::NotFound(id)),
         DecisionClaim::NotInReview(status) => return Err(not_in_review(id, status)),
     };
-    let Some(object) = object.as_deref() else {
+    let lease_token = attempt.lease_token;
+    let Some(object) = attempt.gateway_object_id.as_deref() else {
         return Ok(lease_token);
     };
     let Some(gateway) = gateway else {
@@ -209,7 +205,10 @@ async fn cancel_before_declining(
     };
     // The cancel's record is stamped by the database's clock, like the decision after it.
     let now = store.now().await?;
-    let Some(cancel) = gateway.cancel_object(&idempotency_key, Some(object)).await else {
+    let Some(cancel) = gateway
+        .cancel_object(&attempt.idempotency_key, Some(object))
+        .await
+    else {
         // The client speaks a connector that has no such object (an operator's settings
         // without `gateway_kind = stripe`): nothing proves the PaymentIntent cannot charge.
         return Err(ResolveError::Refused(format!(
@@ -219,7 +218,7 @@ async fn cancel_before_declining(
             gateway.kind().as_str()
         )));
     };
-    let evidence = cancel.evidence(id, &idempotency_key, tries, Some(lease_token), now);
+    let evidence = attempt.cancel_evidence(&cancel, now);
     record_gateway_call_alone(store, &evidence).await?;
     match cancel.outcome {
         CancelOutcome::Canceled { .. } => Ok(lease_token),

@@ -37,9 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ReconcilerSettings, Settings};
 use crate::domain::outcome::{FailedLookups, LookupOutcome};
-use crate::domain::{
-    AttemptStatus, CallOperation, Fence, GatewayCallRecord, PaymentAttemptId, SettleWrite,
-};
+use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId, SettleWrite};
 use crate::gateway::{CancelOutcome, GatewayClient, GatewayHealth};
 use crate::gateway_access::GatewayAccess;
 use crate::gateway_limit::Take;
@@ -48,10 +46,10 @@ use crate::store::audit::{AuditAction, NewAuditEntry, Via};
 use crate::store::gateway_objects::{advance_key, KeyStep};
 use crate::store::reconciler::{
     claim_for_recheck, claim_unknown, expire_leases, record_unchanged_recheck, reschedule_lookup,
-    reschedule_lookup_audited, RecheckClaim, UnknownAttempt,
+    reschedule_lookup_audited, RecheckClaim,
 };
 use crate::store::Store;
-use policy::{claim_may_write, found_charge, AttemptFacts, Decision, LookupPolicy, Proof};
+use policy::{claim_may_write, found_charge, Decision, LookupPolicy, Proof};
 
 /// Longest a recheck (CLI, API, console) waits for a gateway rate permit before it gives up
 /// and says why: a person waits on its answer inside one request, and a bucket that has had
@@ -130,7 +128,8 @@ impl Reconciler {
                 store,
                 settings: settings.reconciler.clone(),
                 policy: LookupPolicy::from_settings(settings),
-                actor: format!("reconciler:{}", crate::identity::default_owner()),
+                actor: crate::domain::Actor::Reconciler(crate::identity::default_owner())
+                    .to_string(),
                 clock: Arc::new(SystemClock),
             }),
         }
@@ -235,7 +234,7 @@ impl Reconciler {
     }
 
     #[tracing::instrument(skip_all, fields(payment_attempt_id = %attempt.payment_attempt_id))]
-    async fn reconcile(&self, attempt: UnknownAttempt) -> anyhow::Result<Resolution> {
+    async fn reconcile(&self, attempt: HeldAttempt) -> anyhow::Result<Resolution> {
         let looked = self.look_up(&attempt, Asker::Pass).await;
         let resolution = match self.write(&attempt, &looked).await {
             Ok(resolution) => resolution,
@@ -253,7 +252,7 @@ impl Reconciler {
     /// evidence.
     async fn write(
         &self,
-        attempt: &UnknownAttempt,
+        attempt: &HeldAttempt,
         looked: &Looked,
     ) -> Result<Resolution, sqlx::Error> {
         let inner = &self.inner;
@@ -294,7 +293,7 @@ impl Reconciler {
 
     /// Asks the gateway what happened under the attempt's key and decides what that means:
     /// the one lookup both a reconciliation pass and a person's recheck make (`asker`).
-    async fn look_up(&self, attempt: &UnknownAttempt, asker: Asker) -> Looked {
+    async fn look_up(&self, attempt: &HeldAttempt, asker: Asker) -> Looked {
         let inner = &self.inner;
         // The database's time (the claim's now() plus the time since), never the host's:
         // the key window and the retry limits are measured on it.
@@ -315,23 +314,17 @@ impl Reconciler {
                 .health
                 .record_lookup(&call.outcome, inner.clock.now());
         }
-        let evidence = GatewayCallRecord {
-            payment_attempt_id: attempt.payment_attempt_id,
-            operation: CallOperation::Lookup,
-            idempotency_key: attempt.idempotency_key.clone(),
-            try_number: attempt.tries,
-            lease_token: Some(attempt.lease_token),
+        let evidence = attempt.evidence(
+            &call,
+            call.outcome.label(),
             started_at,
-            finished_at: now,
-            http_status: call.http_status,
-            outcome: call.outcome.label().to_owned(),
-            gateway_charge_id: found_charge(&call.outcome).map(|c| c.id.clone()),
-            error: call.error.clone().or_else(|| match &call.outcome {
+            found_charge(&call.outcome).map(|c| c.id.clone()),
+            call.error.clone().or_else(|| match &call.outcome {
                 LookupOutcome::Failed { reason } => Some(reason.clone()),
                 _ => None,
             }),
-        };
-        let decision = inner.policy.decide(&facts(attempt), &call.outcome, now);
+        );
+        let decision = inner.policy.decide(attempt, &call.outcome, now);
         let decision = self.prove(attempt, decision, asker, now).await;
         Looked {
             evidence,
@@ -379,8 +372,8 @@ impl Reconciler {
         let claim = claim_for_recheck(&inner.store, id, inner.settings.claim_hold)
             .await
             .context("claiming the attempt for a recheck")?;
-        let (attempt, before) = match claim {
-            RecheckClaim::Claimed(attempt, status) => (attempt, status),
+        let attempt = match claim {
+            RecheckClaim::Claimed(attempt) => attempt,
             RecheckClaim::NotFound => return Ok(RecheckOutcome::NotFound),
             RecheckClaim::WrongState(status) => return Ok(RecheckOutcome::WrongState(status)),
         };
@@ -388,7 +381,7 @@ impl Reconciler {
         permit.spend(1);
         let person = Person { actor, via, reason };
         let report = self
-            .apply_recheck(&attempt, before, looked, &person)
+            .apply_recheck(&attempt, looked, &person)
             .await
             .context("recording the recheck")?;
         tracing::info!(before = %report.before, after = %report.after, found = report.found, "attempt rechecked by a person");
@@ -399,12 +392,12 @@ impl Reconciler {
     /// audit row, and says what it did.
     async fn apply_recheck(
         &self,
-        attempt: &UnknownAttempt,
-        before: AttemptStatus,
+        attempt: &HeldAttempt,
         looked: Looked,
         person: &Person<'_>,
     ) -> Result<Recheck, sqlx::Error> {
         let inner = &self.inner;
+        let before = attempt.held_as;
         let mut report = Recheck {
             payment_attempt_id: attempt.payment_attempt_id,
             before,
@@ -419,7 +412,7 @@ impl Reconciler {
             Decision::Settle { settlement, cause } if claim_may_write(before, &settlement) => {
                 let status = settlement.status();
                 let write = SettleWrite {
-                    fence: recheck_fence(attempt, before, person.actor),
+                    fence: attempt.fence(person.actor),
                     settlement,
                     cause,
                     call: Some(looked.evidence),
@@ -471,7 +464,7 @@ impl Reconciler {
     /// keeps an attempt cycling.
     async fn count_unstored(
         &self,
-        attempt: &UnknownAttempt,
+        attempt: &HeldAttempt,
         looked: &Looked,
         err: &sqlx::Error,
     ) -> anyhow::Result<Resolution> {
@@ -483,7 +476,7 @@ impl Reconciler {
         }
         let why = crate::domain::bounded(&err.to_string(), 300);
         let now = looked.now;
-        let resolution = match inner.policy.unstored(&facts(attempt), &why, answer, now) {
+        let resolution = match inner.policy.unstored(attempt, &why, answer, now) {
             Decision::CheckAgain { at, reason, checks } => rescheduled_or_fenced(
                 reschedule_lookup(&inner.store, attempt, at, &reason, checks, None, now)
                     .await
@@ -517,7 +510,7 @@ impl Reconciler {
     /// reconciler's next pass, due at once, and nothing is cancelled on the person's behalf.
     async fn prove(
         &self,
-        attempt: &UnknownAttempt,
+        attempt: &HeldAttempt,
         decision: Decision,
         asker: Asker,
         now: OffsetDateTime,
@@ -558,10 +551,9 @@ impl Reconciler {
                     None => decision,
                     Some(cancel) => {
                         self.record_cancel(attempt, &cancel, now).await;
-                        let facts = facts(attempt);
                         inner
                             .policy
-                            .after_cancel(&facts, &reason, cancel.outcome, now)
+                            .after_cancel(attempt, &reason, cancel.outcome, now)
                     }
                 }
             }
@@ -572,17 +564,11 @@ impl Reconciler {
     /// lookup's).
     async fn record_cancel(
         &self,
-        attempt: &UnknownAttempt,
+        attempt: &HeldAttempt,
         cancel: &crate::gateway::GatewayCall<CancelOutcome>,
         now: OffsetDateTime,
     ) {
-        let evidence = cancel.evidence(
-            attempt.payment_attempt_id,
-            &attempt.idempotency_key,
-            attempt.tries,
-            Some(attempt.lease_token),
-            now,
-        );
+        let evidence = attempt.cancel_evidence(cancel, now);
         if let Err(err) = record_gateway_call_alone(&self.inner.store, &evidence).await {
             tracing::warn!(error = %err, "cannot store the cancel's evidence");
         }
@@ -596,32 +582,6 @@ enum Asker {
     Pass,
     /// A person's recheck: read-only at the gateway.
     Person,
-}
-
-/// What the policy reads of a claimed attempt.
-fn facts(attempt: &UnknownAttempt) -> AttemptFacts {
-    AttemptFacts {
-        payment_attempt_id: attempt.payment_attempt_id,
-        idempotency_key: attempt.idempotency_key.clone(),
-        amount_minor: attempt.money.amount_minor,
-        currency: attempt.money.currency.clone(),
-        tries: attempt.tries,
-        reconcile_checks: attempt.reconcile_checks,
-        created_at: attempt.created_at,
-        first_dispatched_at: attempt.first_dispatched_at,
-        dispatched_at: attempt.dispatched_at,
-    }
-}
-
-/// The fence of a write under a claim made like a recheck's: the attempt as it was
-/// (`before`) under the claim's token, signed by `actor`.
-fn recheck_fence(attempt: &UnknownAttempt, before: AttemptStatus, actor: &str) -> Fence {
-    Fence {
-        payment_attempt_id: attempt.payment_attempt_id,
-        lease_token: attempt.lease_token,
-        from: before,
-        actor: actor.to_owned(),
-    }
 }
 
 /// A settlement's write came to `status`, or was fenced.

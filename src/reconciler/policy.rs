@@ -19,14 +19,11 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::config::Settings;
+use crate::domain::call::CancelOutcome;
 use crate::domain::outcome::{
-    read_lookup, ChargeStatus, ExpectedCharge, FailedLookups, GatewayCharge, LookupOutcome,
-    LookupReading,
+    read_lookup, ChargeStatus, FailedLookups, GatewayCharge, LookupOutcome, LookupReading,
 };
-use crate::domain::{
-    AttemptStatus, IdempotencyKey, PaymentAttemptId, RetryWindow, Settlement, TransitionCause,
-};
-use crate::gateway::CancelOutcome;
+use crate::domain::{AttemptStatus, HeldAttempt, RetryWindow, Settlement, TransitionCause};
 
 /// The rules, from the configuration.
 #[derive(Debug, Clone)]
@@ -48,25 +45,6 @@ pub struct LookupPolicy {
     /// `gateway_max_processing_time`: until this has passed since the last send, an empty
     /// lookup proves nothing.
     pub max_processing_time: Duration,
-}
-
-/// What the decision reads of the attempt that was looked up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptFacts {
-    pub payment_attempt_id: PaymentAttemptId,
-    pub idempotency_key: IdempotencyKey,
-    /// What a found charge must match to be adopted (with the key, and the attempt id as
-    /// its reference).
-    pub amount_minor: i64,
-    pub currency: String,
-    pub tries: i32,
-    /// Failed lookups so far: the schedule's position.
-    pub reconcile_checks: i32,
-    pub created_at: OffsetDateTime,
-    /// When the gateway first saw the key; `None` when it never did.
-    pub first_dispatched_at: Option<OffsetDateTime>,
-    /// The last send under the key.
-    pub dispatched_at: Option<OffsetDateTime>,
 }
 
 /// Where a looked-up attempt goes.
@@ -142,7 +120,7 @@ impl LookupPolicy {
     /// The decision for one lookup answer about `attempt`, at the database's `now`.
     pub fn decide(
         &self,
-        attempt: &AttemptFacts,
+        attempt: &HeldAttempt,
         outcome: &LookupOutcome,
         now: OffsetDateTime,
     ) -> Decision {
@@ -167,17 +145,12 @@ impl LookupPolicy {
     /// The charges a lookup found, read against the attempt.
     fn read_found(
         &self,
-        attempt: &AttemptFacts,
+        attempt: &HeldAttempt,
         charges: &[GatewayCharge],
         now: OffsetDateTime,
     ) -> Decision {
-        let reference = attempt.payment_attempt_id.to_string();
-        let expected = ExpectedCharge {
-            idempotency_key: &attempt.idempotency_key,
-            reference: &reference,
-            amount_minor: attempt.amount_minor,
-            currency: &attempt.currency,
-        };
+        let reference = attempt.reference();
+        let expected = attempt.expected(&reference);
         match read_lookup(charges, &expected) {
             LookupReading::Nothing => self.nothing_found(attempt, now),
             LookupReading::Succeeded(charge) => Decision::Settle {
@@ -234,7 +207,7 @@ impl LookupPolicy {
     /// schedule is used up, a person decides.
     pub fn check_again(
         &self,
-        attempt: &AttemptFacts,
+        attempt: &HeldAttempt,
         now: OffsetDateTime,
         reason: &str,
     ) -> Decision {
@@ -263,7 +236,7 @@ impl LookupPolicy {
     /// gateway answered. So no answer, however malformed, keeps an attempt cycling.
     pub fn unstored(
         &self,
-        attempt: &AttemptFacts,
+        attempt: &HeldAttempt,
         why: &str,
         answer: &str,
         now: OffsetDateTime,
@@ -297,7 +270,7 @@ impl LookupPolicy {
     /// then does a person decide.
     pub fn still_processing(
         &self,
-        attempt: &AttemptFacts,
+        attempt: &HeldAttempt,
         charges: &[GatewayCharge],
         now: OffsetDateTime,
     ) -> Decision {
@@ -354,7 +327,7 @@ impl LookupPolicy {
     /// along the schedule, and nothing is announced.
     pub fn after_cancel(
         &self,
-        attempt: &AttemptFacts,
+        attempt: &HeldAttempt,
         reason: &str,
         cancel: CancelOutcome,
         now: OffsetDateTime,
@@ -396,7 +369,7 @@ impl LookupPolicy {
     /// gateway's maximum processing time has passed since the last send (and only while the
     /// gateway still remembers the key); before that the send may still be running and
     /// charge, so nothing here says "not charged" and nothing goes to a person for it.
-    pub fn nothing_found(&self, attempt: &AttemptFacts, now: OffsetDateTime) -> Decision {
+    pub fn nothing_found(&self, attempt: &HeldAttempt, now: OffsetDateTime) -> Decision {
         let key = &attempt.idempotency_key;
         if let Some(first) = attempt.first_dispatched_at {
             if self.window.key_may_be_forgotten(first, now) {
@@ -447,7 +420,7 @@ impl LookupPolicy {
     /// ended at `now`: the send may still be running at the gateway.
     fn last_send_running(
         &self,
-        attempt: &AttemptFacts,
+        attempt: &HeldAttempt,
         now: OffsetDateTime,
     ) -> Option<(OffsetDateTime, OffsetDateTime)> {
         let last = attempt.dispatched_at?;
@@ -459,7 +432,7 @@ impl LookupPolicy {
 
     /// Why nothing was charged for an attempt past its retry limits, for the person who
     /// decides what happens to it.
-    fn nothing_charged_past_limits(&self, attempt: &AttemptFacts) -> String {
+    fn nothing_charged_past_limits(&self, attempt: &HeldAttempt) -> String {
         let key = &attempt.idempotency_key;
         match attempt.dispatched_at {
             Some(last) => format!(
@@ -553,19 +526,15 @@ mod tests {
 
     /// An attempt recorded 10 minutes ago, sent twice, last 5 minutes ago (past the
     /// processing time), inside every window, no failed lookup yet.
-    fn attempt() -> AttemptFacts {
-        AttemptFacts {
-            payment_attempt_id: "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11".parse().unwrap(),
-            idempotency_key: IdempotencyKey::sent(
-                "onecharge-6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11".into(),
-            ),
-            amount_minor: 1999,
-            currency: "EUR".into(),
+    fn attempt() -> HeldAttempt {
+        HeldAttempt {
             tries: 2,
             reconcile_checks: 0,
             created_at: NOW - 10 * MINUTE,
             first_dispatched_at: Some(NOW - 9 * MINUTE),
             dispatched_at: Some(NOW - 5 * MINUTE),
+            claimed_at: NOW,
+            ..crate::domain::held::fixture::held()
         }
     }
 
@@ -578,8 +547,8 @@ mod tests {
             decline_code: (status == "declined").then(|| "card_declined".into()),
             idempotency_key: Some(facts.idempotency_key.to_string()),
             reference: Some(facts.payment_attempt_id.to_string()),
-            amount_minor: Some(facts.amount_minor),
-            currency: Some(facts.currency),
+            amount_minor: Some(facts.money.amount_minor()),
+            currency: Some(facts.money.currency().code().to_owned()),
         }
     }
 
@@ -607,7 +576,7 @@ mod tests {
         other.id = "ch_2".into();
         let mut wrong_amount = charge("succeeded");
         wrong_amount.amount_minor = Some(1);
-        let rows: Vec<(&str, AttemptFacts, LookupOutcome, Came)> = vec![
+        let rows: Vec<(&str, HeldAttempt, LookupOutcome, Came)> = vec![
             (
                 "the attempt's success is adopted",
                 attempt(),
@@ -640,7 +609,7 @@ mod tests {
             ),
             (
                 "the processing schedule's step is the one the time since the last send reached",
-                AttemptFacts {
+                HeldAttempt {
                     dispatched_at: Some(NOW - 45 * MINUTE),
                     ..attempt()
                 },
@@ -649,7 +618,7 @@ mod tests {
             ),
             (
                 "past the processing schedule its last delay repeats",
-                AttemptFacts {
+                HeldAttempt {
                     dispatched_at: Some(NOW - Duration::from_secs(2 * 24 * 3600)),
                     ..attempt()
                 },
@@ -658,7 +627,7 @@ mod tests {
             ),
             (
                 "failed lookups before a processing answer neither end nor shorten its schedule",
-                AttemptFacts {
+                HeldAttempt {
                     reconcile_checks: 7,
                     ..attempt()
                 },
@@ -667,7 +636,7 @@ mod tests {
             ),
             (
                 "a charge processing past processing_max goes to a person",
-                AttemptFacts {
+                HeldAttempt {
                     dispatched_at: Some(NOW - Duration::from_secs(3 * 24 * 3600)),
                     ..attempt()
                 },
@@ -676,7 +645,7 @@ mod tests {
             ),
             (
                 "another unsettled status is looked up again along the schedule",
-                AttemptFacts {
+                HeldAttempt {
                     reconcile_checks: 1,
                     ..attempt()
                 },
@@ -685,7 +654,7 @@ mod tests {
             ),
             (
                 "an unsettled status with the schedule used up goes to a person",
-                AttemptFacts {
+                HeldAttempt {
                     reconcile_checks: 2,
                     ..attempt()
                 },
@@ -702,7 +671,7 @@ mod tests {
             ),
             (
                 "a failed lookup with the schedule used up goes to a person",
-                AttemptFacts {
+                HeldAttempt {
                     reconcile_checks: 7,
                     ..attempt()
                 },
@@ -713,7 +682,7 @@ mod tests {
             ),
             (
                 "refused credentials are asked again, not counted",
-                AttemptFacts {
+                HeldAttempt {
                     reconcile_checks: 1,
                     ..attempt()
                 },
@@ -736,7 +705,7 @@ mod tests {
 
     #[test]
     fn nothing_found_proves_not_charged_only_after_the_processing_time_and_inside_the_key_window() {
-        let rows: Vec<(&str, AttemptFacts, Came)> = vec![
+        let rows: Vec<(&str, HeldAttempt, Came)> = vec![
             (
                 "last send past the processing time, inside the limits: re-sent, same key",
                 attempt(),
@@ -744,7 +713,7 @@ mod tests {
             ),
             (
                 "last send may still run, inside the limits: re-sent, same key",
-                AttemptFacts {
+                HeldAttempt {
                     dispatched_at: Some(NOW - MINUTE),
                     ..attempt()
                 },
@@ -752,7 +721,7 @@ mod tests {
             ),
             (
                 "last send may still run, past the tries: looked up when it cannot",
-                AttemptFacts {
+                HeldAttempt {
                     tries: 5,
                     dispatched_at: Some(NOW - MINUTE),
                     ..attempt()
@@ -761,7 +730,7 @@ mod tests {
             ),
             (
                 "last send past the processing time, past the tries: a person",
-                AttemptFacts {
+                HeldAttempt {
                     tries: 5,
                     ..attempt()
                 },
@@ -769,7 +738,7 @@ mod tests {
             ),
             (
                 "never sent, past the maximum age: a person",
-                AttemptFacts {
+                HeldAttempt {
                     created_at: NOW - Duration::from_secs(2 * 3600),
                     first_dispatched_at: None,
                     dispatched_at: None,
@@ -779,7 +748,7 @@ mod tests {
             ),
             (
                 "first sent past the key window: a person, a re-send could charge twice",
-                AttemptFacts {
+                HeldAttempt {
                     first_dispatched_at: Some(NOW - Duration::from_secs(23 * 3600)),
                     ..attempt()
                 },
@@ -891,7 +860,7 @@ mod tests {
             came(&policy.unstored(&attempt(), "value too long", "succeeded", NOW)),
             Came::Again(NOW + MINUTE, FailedLookups::Count)
         );
-        let used_up = AttemptFacts {
+        let used_up = HeldAttempt {
             reconcile_checks: 2,
             ..attempt()
         };

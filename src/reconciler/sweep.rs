@@ -28,10 +28,10 @@ use tokio_util::sync::CancellationToken;
 pub use compare::{compare, Action, AttemptView, Verdict};
 
 use super::policy::{claim_may_write, found_charge, Decision};
-use super::{recheck_fence, Reconciler};
+use super::Reconciler;
 use crate::domain::outcome::{GatewayCharge, LookupOutcome};
 use crate::domain::PaymentAttemptId;
-use crate::domain::{AttemptStatus, CallOperation, GatewayCallRecord, SettleWrite};
+use crate::domain::{AttemptStatus, SettleWrite};
 use crate::gateway::list::{ListOutcome, ListPage, ListWindow, MAX_PAGE};
 use crate::store::attempts::settle;
 use crate::store::findings::{self, FindingSource, NewFinding};
@@ -398,16 +398,15 @@ impl Reconciler {
         charges: Vec<GatewayCharge>,
     ) -> anyhow::Result<Option<AttemptStatus>> {
         let inner = &self.inner;
-        let (attempt, before) =
-            match claim_for_recheck(&inner.store, id, inner.settings.claim_hold).await? {
-                RecheckClaim::Claimed(attempt, before) => (attempt, before),
-                RecheckClaim::NotFound | RecheckClaim::WrongState(_) => return Ok(None),
-            };
+        let attempt = match claim_for_recheck(&inner.store, id, inner.settings.claim_hold).await? {
+            RecheckClaim::Claimed(attempt) => attempt,
+            RecheckClaim::NotFound | RecheckClaim::WrongState(_) => return Ok(None),
+        };
+        let before = attempt.held_as;
         let now = attempt.claimed_at;
         let outcome = LookupOutcome::Found(charges);
         let found = found_charge(&outcome).map(|c| c.id.clone());
-        let Decision::Settle { settlement, cause } =
-            inner.policy.decide(&super::facts(&attempt), &outcome, now)
+        let Decision::Settle { settlement, cause } = inner.policy.decide(&attempt, &outcome, now)
         else {
             return Ok(None);
         };
@@ -416,25 +415,14 @@ impl Reconciler {
         }
         let status = settlement.status();
         let write = SettleWrite {
-            fence: recheck_fence(&attempt, before, &inner.actor),
+            fence: attempt.fence(&inner.actor),
             settlement,
             cause,
-            call: Some(GatewayCallRecord {
-                payment_attempt_id: id,
-                operation: CallOperation::List,
-                idempotency_key: attempt.idempotency_key.clone(),
-                try_number: attempt.tries,
-                lease_token: Some(attempt.lease_token),
-                started_at: now,
-                finished_at: now,
-                http_status: Some(200),
-                outcome: "found".into(),
-                gateway_charge_id: found,
-                error: Some(
-                    "no lookup sent: the reconciliation sweep found this charge in the gateway's list"
-                        .into(),
-                ),
-            }),
+            call: Some(attempt.listed_evidence(
+                now,
+                found,
+                "no lookup sent: the reconciliation sweep found this charge in the gateway's list",
+            )),
             now,
         };
         let settled = settle(&inner.store, &write)

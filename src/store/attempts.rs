@@ -21,56 +21,56 @@ use uuid::Uuid;
 
 use super::{column, outbox, Store};
 use crate::domain::event::PaymentEvent;
-use crate::domain::retry::SendHistory;
 use crate::domain::{
-    Announced, AttemptStatus, EventAttempt, Fence, GatewayCallRecord, IdempotencyKey, LeaseToken,
-    Money, PaymentAttemptId, SettleWrite, Settlement,
+    Actor, Announced, ChargeClaim, EventAttempt, GatewayCallRecord, HeldAttempt, KeySeq, Money,
+    PaymentAttemptId, SettleWrite, Settlement,
 };
-use crate::gateway::KeySeq;
 
-/// One attempt this executor holds under a lease: what to send, and the token that fences
-/// every write about it. Read from the claim's row (`FromRow`).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct ClaimedAttempt {
-    pub payment_attempt_id: PaymentAttemptId,
-    pub order_id: String,
-    pub customer_id: String,
-    #[sqlx(flatten)]
-    pub money: Money,
-    pub payment_method: String,
-    pub description: Option<String>,
-    /// The stored key: every try sends exactly this value.
-    pub idempotency_key: IdempotencyKey,
-    /// Tries made including this one (a hand-over does not count one).
-    pub tries: i32,
-    /// The fencing token of this claim.
-    pub lease_token: LeaseToken,
-    pub lease_owner: String,
-    pub lease_expires_at: OffsetDateTime,
-    pub created_at: OffsetDateTime,
-    /// When the gateway first saw the key; its retention window is counted from here.
-    pub first_dispatched_at: OffsetDateTime,
-    /// False when the claim is only a hand-over: a retry was due, but the attempt is past its
-    /// retry window (maximum age, or the gateway's key retention minus the safety margin), so
-    /// it must not be sent again and goes to `unknown`.
-    pub dispatch: bool,
-    /// The `Nats-Msg-Id` of the command that created the attempt (causation of its events).
-    pub first_message_id: String,
-    pub correlation_id: Option<String>,
-    /// The gateway object stored before the charging call (Stripe's PaymentIntent id).
-    pub gateway_object_id: Option<String>,
-    /// Which derived keys (Stripe's `-create[-N]`, `-confirm[-N]`) this try sends.
-    #[sqlx(flatten)]
-    pub key_seq: KeySeq,
-}
+/// The columns of a [`HeldAttempt`], as every claim's `RETURNING` (or `SELECT`) names
+/// them, on the alias `a`: the one place a held attempt is read.
+pub(super) const HELD_COLUMNS: &str = "a.payment_attempt_id, a.idempotency_key, a.amount_minor, \
+     a.currency, a.status, a.lease_token, a.lease_expires_at, a.tries, a.reconcile_checks, \
+     a.created_at, a.first_dispatched_at, a.dispatched_at, now() AS claimed_at, \
+     a.create_key_seq, a.confirm_key_seq, a.gateway_object_id";
 
-/// The derived keys' sequence numbers as `payment_attempts` stores them
-/// (`create_key_seq`, `confirm_key_seq`): the one place those columns are read.
-impl sqlx::FromRow<'_, PgRow> for KeySeq {
+/// A held attempt, read from a claim's row ([`HELD_COLUMNS`]).
+impl sqlx::FromRow<'_, PgRow> for HeldAttempt {
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
         Ok(Self {
-            create: row.try_get("create_key_seq")?,
-            confirm: row.try_get("confirm_key_seq")?,
+            payment_attempt_id: row.try_get("payment_attempt_id")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            money: Money::from_row(row)?,
+            held_as: row.try_get("status")?,
+            lease_token: row.try_get("lease_token")?,
+            lease_expires_at: row.try_get("lease_expires_at")?,
+            tries: row.try_get("tries")?,
+            reconcile_checks: row.try_get("reconcile_checks")?,
+            created_at: row.try_get("created_at")?,
+            first_dispatched_at: row.try_get("first_dispatched_at")?,
+            dispatched_at: row.try_get("dispatched_at")?,
+            claimed_at: row.try_get("claimed_at")?,
+            key_seq: KeySeq {
+                create: row.try_get("create_key_seq")?,
+                confirm: row.try_get("confirm_key_seq")?,
+            },
+            gateway_object_id: row.try_get("gateway_object_id")?,
+        })
+    }
+}
+
+/// The executor's claim, read from [`claim_due_attempts`]' row.
+impl sqlx::FromRow<'_, PgRow> for ChargeClaim {
+    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            attempt: HeldAttempt::from_row(row)?,
+            order_id: row.try_get("order_id")?,
+            customer_id: row.try_get("customer_id")?,
+            payment_method: row.try_get("payment_method")?,
+            description: row.try_get("description")?,
+            lease_owner: row.try_get("lease_owner")?,
+            dispatch: row.try_get("dispatch")?,
+            first_message_id: row.try_get("first_message_id")?,
+            correlation_id: row.try_get("correlation_id")?,
         })
     }
 }
@@ -106,8 +106,8 @@ pub async fn claim_due_attempts(
     store: &Store,
     owner: &str,
     limits: ClaimLimits,
-) -> Result<Vec<ClaimedAttempt>, sqlx::Error> {
-    sqlx::query_as(
+) -> Result<Vec<ChargeClaim>, sqlx::Error> {
+    sqlx::query_as(&format!(
         "WITH due AS (
              SELECT payment_attempt_id,
                     (first_dispatched_at IS NOT NULL
@@ -136,12 +136,9 @@ pub async fn claim_due_attempts(
                  updated_at = now()
              FROM due
              WHERE a.payment_attempt_id = due.payment_attempt_id
-             RETURNING a.payment_attempt_id, a.order_id, a.customer_id, a.amount_minor,
-                       a.currency, a.payment_method, a.description, a.idempotency_key,
-                       a.tries, a.lease_token, a.lease_owner, a.lease_expires_at, a.created_at,
-                       a.first_dispatched_at, a.next_run_at, a.first_message_id,
-                       a.correlation_id, a.gateway_object_id, a.create_key_seq,
-                       a.confirm_key_seq, due.hand_over
+             RETURNING {HELD_COLUMNS}, a.order_id, a.customer_id, a.payment_method,
+                       a.description, a.lease_owner, a.next_run_at, a.first_message_id,
+                       a.correlation_id, due.hand_over
          ),
          transitions AS (
              INSERT INTO attempt_transitions
@@ -154,14 +151,14 @@ pub async fn claim_due_attempts(
                     now()
              FROM claimed
          )
-         SELECT *, NOT hand_over AS dispatch FROM claimed ORDER BY next_run_at",
-    )
+         SELECT *, NOT hand_over AS dispatch FROM claimed ORDER BY next_run_at"
+    ))
     .bind(limits.limit as i64)
     .bind(owner)
     .bind(limits.lease.as_secs_f64())
     .bind(limits.key_window.as_secs_f64())
     .bind(limits.max_age.as_secs_f64())
-    .bind(actor(owner))
+    .bind(Actor::Executor(owner.to_owned()).to_string())
     .bind(limits.max_command_age.as_secs_f64())
     .fetch_all(store.pool())
     .await
@@ -176,7 +173,7 @@ pub async fn claim_due_attempts(
 /// call was made for. Returns how many the fences let through.
 pub async fn hand_back(
     store: &Store,
-    attempts: &[&ClaimedAttempt],
+    attempts: &[&ChargeClaim],
     why: &str,
 ) -> Result<usize, sqlx::Error> {
     let Some(first) = attempts.first() else {
@@ -213,10 +210,10 @@ pub async fn hand_back(
          )
          SELECT count(*) FROM back",
     )
-    .bind(column(attempts, |a| a.payment_attempt_id))
-    .bind(column(attempts, |a| a.lease_token))
+    .bind(column(attempts, |a| a.attempt.payment_attempt_id))
+    .bind(column(attempts, |a| a.attempt.lease_token))
     .bind(column(attempts, |a| i32::from(a.dispatch)))
-    .bind(actor(&first.lease_owner))
+    .bind(Actor::Executor(first.lease_owner.clone()).to_string())
     .bind(gateway_text(why, 1900))
     .fetch_one(store.pool())
     .await?;
@@ -276,7 +273,7 @@ pub async fn expire_stale_commands(
     .bind(max_command_age.as_secs_f64())
     .bind(limit as i64)
     .bind(&reason)
-    .bind(actor(owner))
+    .bind(Actor::Executor(owner.to_owned()).to_string())
     .fetch_all(&mut *tx)
     .await?;
     let events: Vec<PaymentEvent> = rows
@@ -333,11 +330,6 @@ pub async fn record_gateway_call_alone(
 ) -> Result<(), sqlx::Error> {
     let mut conn = store.pool().acquire().await?;
     record_gateway_call(&mut conn, call).await
-}
-
-/// The actor name recorded on transitions.
-pub fn actor(owner: &str) -> String {
-    format!("executor:{owner}")
 }
 
 /// Appends one call to `gateway_calls` on `conn` (inside the caller's transaction, or alone).
@@ -423,27 +415,6 @@ pub(super) fn add_call_columns(
     bind(args, column(calls, charge_id))?;
     let error = |c: &&GatewayCallRecord| c.error.as_deref().map(|e| gateway_text(e, 1000));
     bind(args, column(calls, error))
-}
-
-impl ClaimedAttempt {
-    /// What the retry rules weigh: the tries, the age and the first send.
-    pub fn history(&self) -> SendHistory {
-        SendHistory {
-            tries: self.tries,
-            created_at: self.created_at,
-            first_dispatched_at: self.first_dispatched_at,
-        }
-    }
-
-    /// The fence of every write about this claim: `in_flight` under its lease token.
-    pub fn fence(&self) -> Fence {
-        Fence {
-            payment_attempt_id: self.payment_attempt_id,
-            lease_token: self.lease_token,
-            from: AttemptStatus::InFlight,
-            actor: actor(&self.lease_owner),
-        }
-    }
 }
 
 /// Storing a settlement: its gateway-provided text made storable.

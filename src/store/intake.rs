@@ -30,7 +30,7 @@ impl IntakeRecord {
         EventAttempt {
             payment_attempt_id: self.command.payment_attempt_id,
             order_id: self.command.order_id.clone(),
-            money: self.command.money.clone(),
+            money: self.command.money,
             provenance: EventProvenance {
                 correlation_id: self.correlation_id.clone(),
                 causation_id: self.message_id.clone(),
@@ -214,7 +214,7 @@ async fn insert_messages_and_attempts(
                     now()",
         )
         .bind(consumer)
-        .bind(format!("intake:{consumer}"))
+        .bind(crate::domain::Actor::Intake(consumer.to_owned()).to_string())
         .bind(column(leads, |&i| i32::try_from(i).unwrap_or(i32::MAX)))
         .bind(column(leads, |&i| records[i].message_id.clone()))
         .bind(column(leads, |&i| records[i].body_sha256.to_vec()))
@@ -223,8 +223,8 @@ async fn insert_messages_and_attempts(
         .bind(column(leads, |&i| records[i].stream_sequence as i64))
         .bind(column(leads, |&i| command(i).order_id.clone()))
         .bind(column(leads, |&i| command(i).customer_id.clone()))
-        .bind(column(leads, |&i| command(i).money.amount_minor))
-        .bind(column(leads, |&i| command(i).money.currency.clone()))
+        .bind(column(leads, |&i| command(i).money.amount_minor()))
+        .bind(column(leads, |&i| command(i).money.currency()))
         .bind(column(leads, |&i| command(i).payment_method.clone()))
         .bind(column(leads, |&i| command(i).description.clone()))
         .bind(column(leads, |&i| command(i).requested_at))

@@ -14,12 +14,13 @@ use sqlx::{PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::attempts::HELD_COLUMNS;
 use super::audit::{self, AuditAction, NewAuditEntry, Via};
 use super::{outbox, Store};
 use crate::domain::event::PaymentEvent;
 use crate::domain::{
-    bounded, Announced, AttemptStatus, EventAttempt, IdempotencyKey, IllegalMove, LeaseToken,
-    Money, PaymentAttemptId, RetryWindow, TransitionCause,
+    bounded, Announced, AttemptStatus, EventAttempt, HeldAttempt, IdempotencyKey, IllegalMove,
+    LeaseToken, Money, PaymentAttemptId, RetryWindow, TransitionCause,
 };
 
 /// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
@@ -39,7 +40,7 @@ pub struct AttemptRecord {
     #[serde(with = "time::serde::rfc3339::option")]
     pub requested_at: Option<OffsetDateTime>,
     /// The key every gateway try sends; what to search for in the gateway's dashboard.
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
     pub tries: i32,
     #[serde(with = "time::serde::rfc3339")]
     pub next_run_at: OffsetDateTime,
@@ -763,13 +764,9 @@ struct RefusedAttempt {
 /// fences this decision out, and this claim fences out a recheck made before it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecisionClaim {
-    Claimed {
-        lease_token: LeaseToken,
-        idempotency_key: IdempotencyKey,
-        /// The gateway object that could still charge (Stripe's PaymentIntent), if any.
-        gateway_object_id: Option<String>,
-        tries: i32,
-    },
+    /// Held in `needs_review` under the new token; its gateway object, if any, is what
+    /// could still charge (Stripe's PaymentIntent).
+    Claimed(HeldAttempt),
     NotFound,
     /// Not in review: nothing may be asked of the gateway on the decision's behalf.
     NotInReview(AttemptStatus),
@@ -781,21 +778,16 @@ pub async fn claim_for_decision(
     store: &Store,
     id: PaymentAttemptId,
 ) -> Result<DecisionClaim, sqlx::Error> {
-    let claimed: Option<(LeaseToken, IdempotencyKey, Option<String>, i32)> = sqlx::query_as(
-        "UPDATE payment_attempts SET lease_token = lease_token + 1, updated_at = now()
-         WHERE payment_attempt_id = $1 AND status = 'needs_review'
-         RETURNING lease_token, idempotency_key, gateway_object_id, tries",
-    )
+    let claimed: Option<HeldAttempt> = sqlx::query_as(&format!(
+        "UPDATE payment_attempts a SET lease_token = a.lease_token + 1, updated_at = now()
+         WHERE a.payment_attempt_id = $1 AND a.status = 'needs_review'
+         RETURNING {HELD_COLUMNS}"
+    ))
     .bind(id)
     .fetch_optional(store.pool())
     .await?;
-    if let Some((lease_token, idempotency_key, gateway_object_id, tries)) = claimed {
-        return Ok(DecisionClaim::Claimed {
-            lease_token,
-            idempotency_key,
-            gateway_object_id,
-            tries,
-        });
+    if let Some(attempt) = claimed {
+        return Ok(DecisionClaim::Claimed(attempt));
     }
     let status: Option<AttemptStatus> =
         sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")

@@ -5,53 +5,11 @@
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use super::attempts::{gateway_text, record_gateway_call};
+use super::attempts::{gateway_text, record_gateway_call, HELD_COLUMNS};
 use super::audit::NewAuditEntry;
 use super::Store;
 use crate::domain::outcome::FailedLookups;
-use crate::domain::{
-    AttemptStatus, Fence, GatewayCallRecord, IdempotencyKey, LeaseToken, Money, PaymentAttemptId,
-};
-
-/// An `unknown` attempt this reconciler holds: what to look up, and the token that fences
-/// every write about it. Read from the claim's row (`FromRow`).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct UnknownAttempt {
-    pub payment_attempt_id: PaymentAttemptId,
-    pub idempotency_key: IdempotencyKey,
-    pub lease_token: LeaseToken,
-    /// Failed lookups so far; the schedule decides the next delay and when to give up.
-    pub reconcile_checks: i32,
-    pub tries: i32,
-    /// When the gateway first saw the key; `None` when it never did.
-    pub first_dispatched_at: Option<OffsetDateTime>,
-    /// The last send under the key: until the gateway's maximum processing time has passed
-    /// since then, an empty lookup proves nothing.
-    pub dispatched_at: Option<OffsetDateTime>,
-    pub created_at: OffsetDateTime,
-    /// The database's `now()` when this claim was made: the reconciler's decisions (the key
-    /// window, the retry limits) are measured from it, never from the host's clock.
-    pub claimed_at: OffsetDateTime,
-    /// What a charge found under the key must match to be adopted (with the key, and the
-    /// attempt id as reference).
-    #[sqlx(flatten)]
-    pub money: Money,
-    /// The gateway object stored before the charging call (Stripe's PaymentIntent id),
-    /// which the lookup asks about by id; `None` when no charging call was ever sent.
-    pub gateway_object_id: Option<String>,
-}
-
-impl UnknownAttempt {
-    /// The fence of every write about this claim: still `unknown` under its token.
-    pub fn fence(&self, actor: &str) -> Fence {
-        Fence {
-            payment_attempt_id: self.payment_attempt_id,
-            lease_token: self.lease_token,
-            from: AttemptStatus::Unknown,
-            actor: actor.to_owned(),
-        }
-    }
-}
+use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId};
 
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
 /// `lease_expired`), due for a lookup now. Their executor may have died mid-call: only the
@@ -111,8 +69,8 @@ pub async fn claim_unknown(
     store: &Store,
     hold: std::time::Duration,
     limit: usize,
-) -> Result<Vec<UnknownAttempt>, sqlx::Error> {
-    sqlx::query_as(
+) -> Result<Vec<HeldAttempt>, sqlx::Error> {
+    sqlx::query_as(&format!(
         "WITH due AS (
              SELECT payment_attempt_id FROM payment_attempts
              WHERE status = 'unknown' AND next_run_at <= now()
@@ -126,10 +84,8 @@ pub async fn claim_unknown(
              updated_at = now()
          FROM due
          WHERE a.payment_attempt_id = due.payment_attempt_id
-         RETURNING a.payment_attempt_id, a.idempotency_key, a.lease_token, a.reconcile_checks,
-                   a.tries, a.first_dispatched_at, a.dispatched_at, a.created_at,
-                   a.amount_minor, a.currency, a.gateway_object_id, now() AS claimed_at",
-    )
+         RETURNING {HELD_COLUMNS}"
+    ))
     .bind(limit as i64)
     .bind(hold.as_secs_f64())
     .fetch_all(store.pool())
@@ -143,7 +99,7 @@ pub async fn claim_unknown(
 /// the fence refused (another reconciler or an operator moved the attempt meanwhile).
 pub async fn reschedule_lookup(
     store: &Store,
-    attempt: &UnknownAttempt,
+    attempt: &HeldAttempt,
     next_run_at: OffsetDateTime,
     reason: &str,
     checks: FailedLookups,
@@ -164,7 +120,7 @@ pub async fn reschedule_lookup(
 /// commit in one transaction.
 pub async fn reschedule_lookup_audited(
     store: &Store,
-    attempt: &UnknownAttempt,
+    attempt: &HeldAttempt,
     next_run_at: OffsetDateTime,
     reason: &str,
     call: &GatewayCallRecord,
@@ -202,7 +158,7 @@ pub async fn record_unchanged_recheck(
 
 async fn reschedule_in(
     conn: &mut PgConnection,
-    attempt: &UnknownAttempt,
+    attempt: &HeldAttempt,
     next_run_at: OffsetDateTime,
     reason: &str,
     checks: FailedLookups,
@@ -233,8 +189,9 @@ async fn reschedule_in(
 /// Why a person's recheck could not claim the attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecheckClaim {
-    /// Claimed: look it up and write under this claim's fence.
-    Claimed(UnknownAttempt, AttemptStatus),
+    /// Claimed (in the state it holds as `held_as`): look it up and write under this
+    /// claim's fence.
+    Claimed(HeldAttempt),
     NotFound,
     /// The attempt is in a state a recheck does not touch.
     WrongState(AttemptStatus),
@@ -249,7 +206,7 @@ pub async fn claim_for_recheck(
     id: PaymentAttemptId,
     hold: std::time::Duration,
 ) -> Result<RecheckClaim, sqlx::Error> {
-    let claimed: Option<RecheckRow> = sqlx::query_as(
+    let claimed: Option<HeldAttempt> = sqlx::query_as(&format!(
         "UPDATE payment_attempts a SET
              lease_token = a.lease_token + 1,
              next_run_at = CASE WHEN a.status = 'unknown'
@@ -257,17 +214,14 @@ pub async fn claim_for_recheck(
                                 ELSE a.next_run_at END,
              updated_at = now()
          WHERE a.payment_attempt_id = $1 AND a.status IN ('unknown', 'needs_review')
-         RETURNING a.payment_attempt_id, a.status, a.idempotency_key, a.lease_token,
-                   a.reconcile_checks, a.tries, a.first_dispatched_at, a.dispatched_at,
-                   a.created_at, a.amount_minor, a.currency, a.gateway_object_id,
-                   now() AS claimed_at",
-    )
+         RETURNING {HELD_COLUMNS}"
+    ))
     .bind(id)
     .bind(hold.as_secs_f64())
     .fetch_optional(store.pool())
     .await?;
-    if let Some(RecheckRow { attempt, status }) = claimed {
-        return Ok(RecheckClaim::Claimed(attempt, status));
+    if let Some(attempt) = claimed {
+        return Ok(RecheckClaim::Claimed(attempt));
     }
     let status: Option<AttemptStatus> =
         sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
@@ -275,12 +229,4 @@ pub async fn claim_for_recheck(
             .fetch_optional(store.pool())
             .await?;
     Ok(status.map_or(RecheckClaim::NotFound, RecheckClaim::WrongState))
-}
-
-/// A claim for a recheck: the attempt, and the state it was claimed in.
-#[derive(sqlx::FromRow)]
-struct RecheckRow {
-    #[sqlx(flatten)]
-    attempt: UnknownAttempt,
-    status: AttemptStatus,
 }

@@ -497,13 +497,13 @@ async fn a_stale_workers_late_result_is_rejected_by_the_fencing_token() {
     let (stale, current) = (h.executor(), h.executor());
 
     let held_by_stale = stale.claim(1).await.unwrap().remove(0);
-    assert_eq!(held_by_stale.lease_token, 1);
+    assert_eq!(held_by_stale.attempt.lease_token, 1);
     // The stale worker stalls past its lease; the attempt is taken over and claimed again.
     h.advance(h.settings.executor.lease + Duration::from_secs(1))
         .await;
     h.reconciler_returns_to_pending(id).await;
     let held_by_current = current.claim(1).await.unwrap().remove(0);
-    assert_eq!(held_by_current.lease_token, 2);
+    assert_eq!(held_by_current.attempt.lease_token, 2);
 
     // The stale worker's call completes now; its write is refused.
     let late = stale.execute(held_by_stale).await;
@@ -810,16 +810,16 @@ async fn stop_with_the_charge_in_hand(h: &Harness) -> tokio::task::JoinHandle<an
 
 /// A settlement for `attempt` as the executor writes it, with the call's evidence.
 fn settled_write(
-    attempt: &onecharge::store::attempts::ClaimedAttempt,
+    attempt: &onecharge::domain::ChargeClaim,
     settlement: Settlement,
     now: time::OffsetDateTime,
 ) -> SettleWrite {
     let call = GatewayCallRecord {
-        payment_attempt_id: attempt.payment_attempt_id,
+        payment_attempt_id: attempt.attempt.payment_attempt_id,
         operation: CallOperation::Charge,
-        idempotency_key: attempt.idempotency_key.clone(),
-        try_number: attempt.tries,
-        lease_token: Some(attempt.lease_token),
+        idempotency_key: attempt.attempt.idempotency_key.clone(),
+        try_number: attempt.attempt.tries,
+        lease_token: Some(attempt.attempt.lease_token),
         started_at: now,
         finished_at: now,
         http_status: Some(201),
@@ -847,7 +847,7 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
         charge_id: format!("ch_batch_{n}"),
     };
     let mut stale = claimed[2].clone();
-    stale.lease_token = (stale.lease_token.get() - 1).into();
+    stale.attempt.lease_token = (stale.attempt.lease_token.get() - 1).into();
     let writes = vec![
         settled_write(&claimed[0], succeeded(0), now),
         settled_write(&claimed[1], succeeded(1), now),
@@ -875,7 +875,7 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
         (2, "in_flight"),
         (3, "declined"),
     ] {
-        let id = claimed[i].payment_attempt_id;
+        let id = claimed[i].attempt.payment_attempt_id;
         assert_eq!(h.attempt(id).await.status, expected, "attempt {i}");
         let events = h.events(id).await;
         if expected == "in_flight" {
@@ -901,14 +901,14 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
         );
     }
     assert_eq!(
-        h.attempt(claimed[1].payment_attempt_id)
+        h.attempt(claimed[1].attempt.payment_attempt_id)
             .await
             .gateway_charge_id
             .as_deref(),
         Some("ch_batch_1")
     );
     assert_eq!(
-        h.attempt(claimed[3].payment_attempt_id)
+        h.attempt(claimed[3].attempt.payment_attempt_id)
             .await
             .decline_code
             .as_deref(),
@@ -951,7 +951,7 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
              traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
          WHERE payment_attempt_id = $1",
     )
-    .bind(claimed[0].payment_attempt_id)
+    .bind(claimed[0].attempt.payment_attempt_id)
     .execute(h.store.pool())
     .await
     .unwrap();
@@ -980,7 +980,7 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
     assert_eq!(settle_all(&h.store, &writes).await.unwrap(), vec![true; 4]);
 
     for (attempt, settlement) in claimed.iter().zip(&settlements) {
-        let id = attempt.payment_attempt_id;
+        let id = attempt.attempt.payment_attempt_id;
         let (event_id, subject, headers, payload, created_at) = the_outbox_row(&h, id).await;
         let row: onecharge::domain::EventAttempt = sqlx::query_as(
             "SELECT payment_attempt_id, order_id, amount_minor, currency, correlation_id,
@@ -1059,7 +1059,7 @@ fn sample_event() -> onecharge::domain::event::PaymentEvent {
         payment_attempt_id: uuid::Uuid::nil().into(),
         order_id: "order".into(),
         status: AttemptStatus::Succeeded,
-        money: onecharge::domain::Money::new(100, "EUR"),
+        money: onecharge::domain::Money::of(100, "EUR").unwrap(),
         gateway_charge_id: None,
         decline_code: None,
         reason: None,
@@ -1072,7 +1072,7 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
     let h = Harness::new().await;
     h.seed_many(&[pm::CARD_VISA; 3]).await;
     let claimed = h.executor().claim(3).await.unwrap();
-    let poisoned = claimed[1].payment_attempt_id;
+    let poisoned = claimed[1].attempt.payment_attempt_id;
     // An event for the final state already exists: a second one breaks the outbox's unique
     // index, as a double settlement would.
     sqlx::query(
@@ -1103,7 +1103,9 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
         "one refused write fails the whole transaction"
     );
     assert_eq!(
-        h.attempt(claimed[0].payment_attempt_id).await.status,
+        h.attempt(claimed[0].attempt.payment_attempt_id)
+            .await
+            .status,
         "in_flight"
     );
 
@@ -1119,11 +1121,15 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
         "a unique violation does not go away: {refused:?}"
     );
     assert_eq!(
-        h.attempt(claimed[0].payment_attempt_id).await.status,
+        h.attempt(claimed[0].attempt.payment_attempt_id)
+            .await
+            .status,
         "succeeded"
     );
     assert_eq!(
-        h.attempt(claimed[2].payment_attempt_id).await.status,
+        h.attempt(claimed[2].attempt.payment_attempt_id)
+            .await
+            .status,
         "succeeded"
     );
     assert_eq!(h.attempt(poisoned).await.status, "in_flight");

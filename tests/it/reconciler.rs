@@ -205,13 +205,13 @@ async fn a_killed_executors_attempt_is_found_by_its_expired_lease_and_settled_wi
     running.abort(); // the process dies mid-call
     let _ = running.await;
     // The gateway finishes the held request on its own; wait until a lookup can see it.
-    let key = command_key(&h, id).await;
+    let key = command_key(id);
     let client = h.client_with_key(support::API_KEY);
     eventually(
         "the held charge becomes visible",
         Duration::from_secs(5),
         || async {
-            matches!(client.lookup(&onecharge::domain::IdempotencyKey::sent(key.clone())).await.outcome, LookupOutcome::Found(ref c) if !c.is_empty())
+            matches!(client.lookup(&key).await.outcome, LookupOutcome::Found(ref c) if !c.is_empty())
         },
     )
     .await;
@@ -314,8 +314,8 @@ async fn two_reconcilers_settle_each_attempt_once() {
     assert_eq!(h.gateway.ledger().len(), commands.len());
 }
 
-async fn command_key(h: &Harness, id: onecharge::domain::PaymentAttemptId) -> String {
-    h.attempt(id).await.idempotency_key
+fn command_key(id: onecharge::domain::PaymentAttemptId) -> onecharge::domain::IdempotencyKey {
+    onecharge::domain::IdempotencyKey::for_attempt(id)
 }
 
 // ---- issue 11: the reconciler can always escalate ----

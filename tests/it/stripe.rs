@@ -50,7 +50,7 @@ async fn stripe_harness_with(adjust: impl FnOnce(&mut onecharge::config::Setting
 async fn paused_between_storing_and_confirming(
     h: &Harness,
     client: &GatewayClient,
-) -> (onecharge::store::attempts::ClaimedAttempt, String) {
+) -> (onecharge::domain::ChargeClaim, String) {
     h.seed(spm::CARD_VISA).await;
     let executor = h.executor_with(client.clone());
     let claimed = executor.claim(1).await.unwrap().remove(0);
@@ -61,7 +61,7 @@ async fn paused_between_storing_and_confirming(
 /// The paused executor's confirm, sent late.
 async fn late_confirm(
     client: &GatewayClient,
-    claimed: &onecharge::store::attempts::ClaimedAttempt,
+    claimed: &onecharge::domain::ChargeClaim,
     pi: &str,
 ) -> GatewayOutcome {
     client
@@ -471,7 +471,7 @@ async fn an_executor_that_died_between_storing_and_confirming_is_settled_by_retr
     let stale = record_gateway_object(
         &h.store,
         id,
-        (claimed.lease_token.get() - 1).into(),
+        (claimed.attempt.lease_token.get() - 1).into(),
         "pi_other",
         &evidence,
         Duration::from_secs(1),
@@ -580,10 +580,9 @@ async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_
         .unwrap()
         .expect("stored");
     let request = onecharge::gateway::ChargeRequest::new(
-        onecharge::domain::IdempotencyKey::sent(h.attempt(id).await.idempotency_key),
+        onecharge::domain::IdempotencyKey::for_attempt(id),
         &onecharge::gateway::ChargeBody {
-            amount_minor: 1999,
-            currency: "EUR".into(),
+            money: onecharge::domain::Money::of(1999, "EUR").unwrap(),
             customer_id: "cus_42".into(),
             payment_method: pm::FAULT_SLOW_CHARGE.into(),
             reference: id.to_string(),
@@ -691,7 +690,7 @@ struct BetweenCalls {
     id: onecharge::domain::PaymentAttemptId,
     client: GatewayClient,
     executor: onecharge::executor::Executor,
-    claimed: onecharge::store::attempts::ClaimedAttempt,
+    claimed: onecharge::domain::ChargeClaim,
     pi: String,
 }
 
@@ -718,7 +717,7 @@ async fn a_card_attempt_between_calls() -> BetweenCalls {
 async fn prepare_and_store(
     h: &Harness,
     client: &GatewayClient,
-    claimed: &onecharge::store::attempts::ClaimedAttempt,
+    claimed: &onecharge::domain::ChargeClaim,
 ) -> (String, onecharge::domain::GatewayCallRecord) {
     let prepared = client
         .prepare(&onecharge::executor::charge_request(claimed))
@@ -728,13 +727,11 @@ async fn prepare_and_store(
         panic!("{prepared:?}")
     };
     let evidence = onecharge::domain::GatewayCallRecord {
-        payment_attempt_id: claimed.payment_attempt_id,
+        payment_attempt_id: claimed.attempt.payment_attempt_id,
         operation: onecharge::domain::CallOperation::Prepare,
-        idempotency_key: onecharge::domain::IdempotencyKey::sent(create_key(
-            &claimed.idempotency_key,
-        )),
-        try_number: claimed.tries,
-        lease_token: Some(claimed.lease_token),
+        idempotency_key: claimed.attempt.idempotency_key.create_key(1),
+        try_number: claimed.attempt.tries,
+        lease_token: Some(claimed.attempt.lease_token),
         started_at: h.db_now().await,
         finished_at: h.db_now().await,
         http_status: prepared.http_status,
@@ -744,8 +741,8 @@ async fn prepare_and_store(
     };
     let stored = record_gateway_object(
         &h.store,
-        claimed.payment_attempt_id,
-        claimed.lease_token,
+        claimed.attempt.payment_attempt_id,
+        claimed.attempt.lease_token,
         &pi,
         &evidence,
         Duration::from_secs(1),
@@ -760,7 +757,7 @@ async fn an_executor_paused_between_storing_and_confirming_meets_a_canceled_inte
     let h = stripe_harness_with(|s| s.executor.max_tries = 1).await;
     let client = stripe_client(&h);
     let (claimed, pi) = paused_between_storing_and_confirming(&h, &client).await;
-    let id = claimed.payment_attempt_id;
+    let id = claimed.attempt.payment_attempt_id;
     // Past its lease and past gateway_max_processing_time the reconciler finds nothing
     // charged and the attempt past its retry limits: before telling a person "not charged"
     // it cancels the PaymentIntent.
@@ -812,7 +809,7 @@ async fn a_late_confirm_that_charged_before_the_cancel_is_adopted_not_called_not
 
     // A cancel now meets a PaymentIntent that succeeded: that is adopted.
     let cancel = client
-        .cancel_object(&claimed.idempotency_key, Some(&pi))
+        .cancel_object(&claimed.attempt.idempotency_key, Some(&pi))
         .await
         .expect("stripe cancels");
     assert_eq!(
@@ -822,7 +819,8 @@ async fn a_late_confirm_that_charged_before_the_cancel_is_adopted_not_called_not
         }
     );
     reconcile_one_to(&h, AttemptStatus::Succeeded).await;
-    h.assert_charged_once(claimed.payment_attempt_id).await;
+    h.assert_charged_once(claimed.attempt.payment_attempt_id)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -947,13 +945,11 @@ async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_t
     let evidence = |pi: &str| onecharge::domain::GatewayCallRecord {
         payment_attempt_id: id,
         operation: onecharge::domain::CallOperation::Prepare,
-        idempotency_key: onecharge::domain::IdempotencyKey::sent(create_key(
-            &claimed.idempotency_key,
-        )),
-        try_number: claimed.tries,
-        lease_token: Some(claimed.lease_token),
-        started_at: claimed.created_at,
-        finished_at: claimed.created_at,
+        idempotency_key: claimed.attempt.idempotency_key.create_key(1),
+        try_number: claimed.attempt.tries,
+        lease_token: Some(claimed.attempt.lease_token),
+        started_at: claimed.attempt.created_at,
+        finished_at: claimed.attempt.created_at,
         http_status: Some(200),
         outcome: "prepared".into(),
         gateway_charge_id: Some(pi.to_owned()),
@@ -973,7 +969,7 @@ async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_t
 
     // A call could outlast the lease: stored, not stamped.
     let longer_than_the_lease = h.settings.executor.lease * 2;
-    let answer = store(claimed.lease_token, "pi_1", longer_than_the_lease).await;
+    let answer = store(claimed.attempt.lease_token, "pi_1", longer_than_the_lease).await;
     assert_eq!(answer, ConfirmSend::LeaseTooShort);
     assert_eq!(
         gateway_object_id(&h.store, id).await.unwrap().as_deref(),
@@ -982,7 +978,7 @@ async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_t
     assert_eq!(h.attempt(id).await.dispatched_at, claimed_at, "not stamped");
 
     // The same id again, with the lease covering the call: stamped by the database's clock.
-    let answer = store(claimed.lease_token, "pi_1", Duration::from_secs(1)).await;
+    let answer = store(claimed.attempt.lease_token, "pi_1", Duration::from_secs(1)).await;
     assert_eq!(answer, ConfirmSend::Go);
     let stamped = h.attempt(id).await.dispatched_at.expect("stamped");
     assert!(
@@ -991,9 +987,9 @@ async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_t
     );
 
     // Another id, or a stale lease: nothing stored, nothing stamped.
-    let stale: LeaseToken = (claimed.lease_token.get() - 1).into();
+    let stale: LeaseToken = (claimed.attempt.lease_token.get() - 1).into();
     assert_eq!(
-        store(claimed.lease_token, "pi_2", Duration::from_secs(1)).await,
+        store(claimed.attempt.lease_token, "pi_2", Duration::from_secs(1)).await,
         ConfirmSend::Fenced
     );
     assert_eq!(
@@ -1028,34 +1024,31 @@ async fn a_batch_of_payment_intents_stored_at_once_answers_each_by_its_own_lease
     let executor = h.executor_with(stripe_client(&h));
     let claimed = executor.claim(3).await.unwrap();
     assert_eq!(claimed.len(), 3);
-    let write =
-        |c: &onecharge::store::attempts::ClaimedAttempt, token: LeaseToken, limit| ObjectWrite {
-            payment_attempt_id: c.payment_attempt_id,
-            lease_token: token,
-            object_id: format!("pi_{}", c.payment_attempt_id.into_uuid().simple()),
-            call: onecharge::domain::GatewayCallRecord {
-                payment_attempt_id: c.payment_attempt_id,
-                operation: onecharge::domain::CallOperation::Prepare,
-                idempotency_key: onecharge::domain::IdempotencyKey::sent(create_key(
-                    &c.idempotency_key,
-                )),
-                try_number: c.tries,
-                lease_token: Some(token),
-                started_at: c.created_at,
-                finished_at: c.created_at,
-                http_status: Some(200),
-                outcome: "prepared".into(),
-                gateway_charge_id: None,
-                error: None,
-            },
-            call_limit: limit,
-        };
+    let write = |c: &onecharge::domain::ChargeClaim, token: LeaseToken, limit| ObjectWrite {
+        payment_attempt_id: c.attempt.payment_attempt_id,
+        lease_token: token,
+        object_id: format!("pi_{}", c.attempt.payment_attempt_id.into_uuid().simple()),
+        call: onecharge::domain::GatewayCallRecord {
+            payment_attempt_id: c.attempt.payment_attempt_id,
+            operation: onecharge::domain::CallOperation::Prepare,
+            idempotency_key: c.attempt.idempotency_key.create_key(1),
+            try_number: c.attempt.tries,
+            lease_token: Some(token),
+            started_at: c.attempt.created_at,
+            finished_at: c.attempt.created_at,
+            http_status: Some(200),
+            outcome: "prepared".into(),
+            gateway_charge_id: None,
+            error: None,
+        },
+        call_limit: limit,
+    };
     let short = Duration::from_secs(1);
     let past_the_lease = h.settings.executor.lease * 2;
-    let stale: LeaseToken = (claimed[2].lease_token.get() - 1).into();
+    let stale: LeaseToken = (claimed[2].attempt.lease_token.get() - 1).into();
     let writes = [
-        write(&claimed[0], claimed[0].lease_token, past_the_lease),
-        write(&claimed[1], claimed[1].lease_token, short),
+        write(&claimed[0], claimed[0].attempt.lease_token, past_the_lease),
+        write(&claimed[1], claimed[1].attempt.lease_token, short),
         write(&claimed[2], stale, short),
     ];
     let answers = record_gateway_objects(&h.store, &writes).await.unwrap();
@@ -1068,7 +1061,7 @@ async fn a_batch_of_payment_intents_stored_at_once_answers_each_by_its_own_lease
         ]
     );
     for (c, stored) in claimed.iter().zip([true, true, false]) {
-        let id = gateway_object_id(&h.store, c.payment_attempt_id)
+        let id = gateway_object_id(&h.store, c.attempt.payment_attempt_id)
             .await
             .unwrap();
         assert_eq!(id.is_some(), stored, "{id:?}");
@@ -1076,7 +1069,7 @@ async fn a_batch_of_payment_intents_stored_at_once_answers_each_by_its_own_lease
     let recorded: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM gateway_calls WHERE payment_attempt_id = ANY($1) AND operation = 'prepare'",
     )
-    .bind(claimed.iter().map(|c| c.payment_attempt_id).collect::<Vec<_>>())
+    .bind(claimed.iter().map(|c| c.attempt.payment_attempt_id).collect::<Vec<_>>())
     .fetch_one(h.store.pool())
     .await
     .unwrap();
@@ -1163,7 +1156,7 @@ async fn a_recheck_never_cancels_and_leaves_the_proof_to_the_reconciler() {
     let h = stripe_harness_with(|s| s.executor.max_tries = 1).await;
     let client = stripe_client(&h);
     let (claimed, pi) = paused_between_storing_and_confirming(&h, &client).await;
-    let id = claimed.payment_attempt_id;
+    let id = claimed.attempt.payment_attempt_id;
     h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))
         .await;
     let expired = onecharge::store::reconciler::expire_leases(&h.store, "test", 10)

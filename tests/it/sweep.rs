@@ -67,10 +67,13 @@ async fn charge_outside(
     key: &str,
 ) -> String {
     let request = ChargeRequest::new(
-        onecharge::domain::IdempotencyKey::sent(key.to_owned()),
+        // Another integration's key: one onecharge never sends for any of its attempts.
+        onecharge::domain::IdempotencyKey::for_attempt(
+            onecharge::domain::PaymentAttemptId::random(),
+        )
+        .derived(key),
         &ChargeBody {
-            amount_minor,
-            currency: "EUR".into(),
+            money: onecharge::domain::Money::of(amount_minor, "EUR").unwrap(),
             customer_id: "cus_42".into(),
             payment_method: "pm_card_visa".into(),
             reference: reference.into(),

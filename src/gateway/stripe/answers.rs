@@ -7,11 +7,12 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::{is_intent_id, minor_amount};
+use super::is_intent_id;
 use crate::domain::bounded;
 use crate::domain::outcome::{
     ChargeStatus, GatewayCharge, GatewayOutcome, LookupOutcome, RetryAfter, MAX_REASON_CHARS,
 };
+use crate::domain::{Currency, Money};
 use crate::gateway::wire::{parse_retry_after, snippet, Answer, GatewayReply, Hints};
 use crate::gateway::{CancelOutcome, Prepared};
 
@@ -34,8 +35,13 @@ impl IntentFields {
     /// the amount converts) and its currency in upper case.
     pub(in crate::gateway) fn money(&self) -> (Option<i64>, Option<String>) {
         let currency = self.currency.as_deref().map(str::to_ascii_uppercase);
-        let amount_minor = match (self.amount, currency.as_deref()) {
-            (Some(amount), Some(currency)) => minor_amount(amount, currency),
+        let known = currency
+            .as_deref()
+            .and_then(|code| Currency::from_code(code).ok());
+        let amount_minor = match (self.amount, known) {
+            (Some(amount), Some(currency)) => {
+                Money::from_stripe(amount, currency).map(|m| m.amount_minor())
+            }
             _ => None,
         };
         (amount_minor, currency)

@@ -18,7 +18,6 @@ mod answers;
 
 use anyhow::Context as _;
 use secrecy::ExposeSecret as _;
-use sha2::{Digest as _, Sha256};
 
 pub(super) use answers::IntentFields;
 pub use answers::{classify_cancel, classify_confirm, classify_create, classify_retrieve};
@@ -30,20 +29,6 @@ use crate::domain::{bounded, CallOperation, IdempotencyKey};
 /// The API version every request pins (`Stripe-Version`), so that an account's default
 /// version moving on does not change what onecharge sends or reads.
 pub const STRIPE_VERSION: &str = "2024-06-20";
-
-/// Stripe's limit on an `Idempotency-Key`.
-const MAX_KEY_CHARS: usize = 255;
-
-/// Stripe's zero-decimal currencies (docs.stripe.com/currencies#zero-decimal): the amount
-/// is in whole units.
-const ZERO_DECIMAL: [&str; 16] = [
-    "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV",
-    "XAF", "XOF", "XPF",
-];
-
-/// Stripe's three-decimal currencies: the amount is in thousandths and its last digit must
-/// be 0 (docs.stripe.com/currencies#three-decimal).
-const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];
 
 /// The Stripe URLs under `gateway_url`.
 #[derive(Debug, Clone)]
@@ -97,14 +82,14 @@ pub fn is_intent_id(id: &str) -> bool {
 
 /// The keys Stripe's calls send, derived from the attempt's stored key: the same on every
 /// try, different per endpoint (Stripe refuses one key for two endpoints with
-/// `idempotency_error`), and within Stripe's 255 characters ([`derived_key`]).
+/// `idempotency_error`), and within Stripe's 255 characters ([`IdempotencyKey::derived`]).
 impl IdempotencyKey {
     /// The create key of sequence `seq` (`payment_attempts.create_key_seq`): `<key>-create`,
     /// then `<key>-create-2`, … The sequence moves on only after a create answered `5xx`:
     /// Stripe saves that answer under the key and replays it for 24 hours, while an
     /// unconfirmed PaymentIntent the failed create may have made can never charge.
     pub fn create_key(&self, seq: i32) -> IdempotencyKey {
-        IdempotencyKey::sent(derived_key(self, &step("create", seq)))
+        self.derived(&step("create", seq))
     }
 
     /// The confirm key of sequence `seq` (`payment_attempts.confirm_key_seq`):
@@ -113,26 +98,26 @@ impl IdempotencyKey {
     /// and a PaymentIntent succeeds at most once, so a confirm under the next key cannot
     /// charge twice.
     pub fn confirm_key(&self, seq: i32) -> IdempotencyKey {
-        IdempotencyKey::sent(derived_key(self, &step("confirm", seq)))
+        self.derived(&step("confirm", seq))
     }
 
     /// The key of the cancel call for the stored PaymentIntent: one per attempt, the same on
     /// every try.
     pub fn cancel_key(&self) -> IdempotencyKey {
-        IdempotencyKey::sent(derived_key(self, "cancel"))
+        self.derived("cancel")
     }
 }
 
 /// The text of the first create key for the stored key `stored` (what a request's header
 /// is compared with): [`IdempotencyKey::create_key`] with sequence 1.
-pub fn create_key(stored: &str) -> String {
-    derived_key(stored, &step("create", 1))
+pub fn create_key(stored: &IdempotencyKey) -> String {
+    stored.create_key(1).into()
 }
 
 /// The text of the first confirm key for the stored key `stored`:
 /// [`IdempotencyKey::confirm_key`] with sequence 1.
-pub fn confirm_key(stored: &str) -> String {
-    derived_key(stored, &step("confirm", 1))
+pub fn confirm_key(stored: &IdempotencyKey) -> String {
+    stored.confirm_key(1).into()
 }
 
 fn step(name: &str, seq: i32) -> String {
@@ -143,92 +128,18 @@ fn step(name: &str, seq: i32) -> String {
     }
 }
 
-/// `<stored>-<step>`, or, should that pass Stripe's 255 characters, the SHA-256 of the
-/// stored key in hex with the step: still deterministic and still unique per attempt.
-fn derived_key(stored: &str, step: &str) -> String {
-    let plain = format!("{stored}-{step}");
-    if plain.chars().count() <= MAX_KEY_CHARS {
-        return plain;
-    }
-    format!("{}-{step}", hex::encode(Sha256::digest(stored.as_bytes())))
-}
-
-/// The number of decimals Stripe's `amount` has in `currency` (upper case).
-fn stripe_decimals(currency: &str) -> u32 {
-    if ZERO_DECIMAL.contains(&currency) {
-        0
-    } else if THREE_DECIMAL.contains(&currency) {
-        3
-    } else {
-        // Every other currency is two-decimal in Stripe's API, ISK included (ISO 4217 gives
-        // it no decimals; Stripe keeps it two-decimal for backwards compatibility and wants
-        // the last two digits 00).
-        2
-    }
-}
-
-/// The ISO 4217 minor-unit exponent onecharge's `amount_minor` is counted in.
-fn iso_decimals(currency: &str) -> Result<u32, String> {
-    iso_currency::Currency::from_code(currency)
-        .and_then(|c| c.exponent())
-        .map(u32::from)
-        .ok_or_else(|| format!("currency {currency} has no ISO 4217 minor unit"))
-}
-
-/// Stripe's `amount` for `amount_minor` (ISO 4217 minor units) of `currency`. Where the two
-/// differ (ISK: ISO 0 decimals, Stripe 2 → ×100; MGA: ISO 2, Stripe 0 → ÷100 when whole)
-/// it converts exactly; an amount Stripe cannot take as it stands (a fraction of a unit
-/// Stripe does not count, a three-decimal amount whose last digit is not 0) is refused with
-/// the reason, never rounded: rounding would charge another amount than the command's.
-pub fn stripe_amount(amount_minor: i64, currency: &str) -> Result<i64, String> {
-    let iso = iso_decimals(currency)?;
-    let stripe = stripe_decimals(currency);
-    let amount = if stripe >= iso {
-        10_i64
-            .checked_pow(stripe - iso)
-            .and_then(|factor| amount_minor.checked_mul(factor))
-            .ok_or_else(|| format!("{amount_minor} {currency} is too large for Stripe"))?
-    } else {
-        let factor = 10_i64.pow(iso - stripe);
-        if amount_minor % factor != 0 {
-            return Err(format!(
-                "{amount_minor} {currency} (ISO 4217 minor units) is not a whole amount in Stripe's \
-                 unit for {currency} ({stripe} decimals): Stripe cannot charge it; publish a whole amount"
-            ));
-        }
-        amount_minor / factor
-    };
-    if stripe == 3 && amount % 10 != 0 {
-        return Err(format!(
-            "{amount_minor} {currency}: Stripe charges three-decimal currencies only in amounts \
-             whose last digit is 0; publish an amount rounded to the nearest ten"
-        ));
-    }
-    Ok(amount)
-}
-
-/// `amount_minor` (ISO 4217) for Stripe's `amount` of `currency`: the inverse of
-/// [`stripe_amount`], `None` when it has no exact inverse.
-pub fn minor_amount(amount: i64, currency: &str) -> Option<i64> {
-    let iso = iso_decimals(currency).ok()?;
-    let stripe = stripe_decimals(currency);
-    if stripe >= iso {
-        let factor = 10_i64.checked_pow(stripe - iso)?;
-        (amount % factor == 0).then(|| amount / factor)
-    } else {
-        amount.checked_mul(10_i64.checked_pow(iso - stripe)?)
-    }
-}
-
 /// The create call's form: the command's fields mapped as contract §3.1 says, unconfirmed.
 /// `automatic_payment_methods` without redirects: a confirmation off-session cannot follow a
 /// redirect, and without it Stripe asks a `return_url` of every confirmation.
 pub(super) fn create_form(request: &ChargeRequest) -> Result<Vec<(&'static str, String)>, String> {
     let charge = &request.charge;
-    let amount = stripe_amount(charge.amount_minor, &charge.currency)?;
+    let amount = charge.money.to_stripe()?;
     let mut form = vec![
         ("amount", amount.to_string()),
-        ("currency", charge.currency.to_ascii_lowercase()),
+        (
+            "currency",
+            charge.money.currency().code().to_ascii_lowercase(),
+        ),
         ("customer", charge.customer_id.clone()),
         ("payment_method", charge.payment_method.clone()),
         ("confirm", "false".into()),
@@ -420,45 +331,11 @@ mod tests {
     use crate::gateway::ChargeBody;
 
     #[test]
-    fn amounts_follow_stripes_decimals_not_only_iso_4217() {
-        // two-decimal, zero-decimal (same in both), three-decimal with a last digit of 0
-        assert_eq!(stripe_amount(1999, "EUR"), Ok(1999));
-        assert_eq!(stripe_amount(500, "JPY"), Ok(500));
-        assert_eq!(stripe_amount(5000, "UGX"), Ok(5000));
-        assert_eq!(stripe_amount(1230, "KWD"), Ok(1230));
-        assert!(stripe_amount(1235, "KWD")
-            .unwrap_err()
-            .contains("last digit is 0"));
-        // ISK: ISO has no decimals, Stripe counts it in hundredths
-        assert_eq!(stripe_amount(4000, "ISK"), Ok(400_000));
-        // HUF and TWD are two-decimal in both
-        assert_eq!(stripe_amount(150_000, "HUF"), Ok(150_000));
-        assert_eq!(stripe_amount(9_900, "TWD"), Ok(9_900));
-        // back again, for the reconciler's comparison
-        for (amount, currency) in [(1999, "EUR"), (500, "JPY"), (4000, "ISK"), (1230, "KWD")] {
-            let stripe = stripe_amount(amount, currency).unwrap();
-            assert_eq!(minor_amount(stripe, currency), Some(amount), "{currency}");
-        }
-        assert_eq!(minor_amount(400_050, "ISK"), None);
-    }
-
-    #[test]
-    fn a_currency_whose_iso_unit_stripe_does_not_count_is_refused_unless_whole() {
-        // MGA: ISO 4217 counts 1/100 ariary (exponent 2); Stripe is zero-decimal.
-        assert_eq!(stripe_amount(150_000, "MGA"), Ok(1_500));
-        assert!(stripe_amount(150_050, "MGA")
-            .unwrap_err()
-            .contains("not a whole amount"));
-        assert_eq!(minor_amount(1_500, "MGA"), Some(150_000));
-    }
-
-    #[test]
     fn the_create_form_maps_the_command_as_the_contract_says() {
         let request = ChargeRequest::new(
-            IdempotencyKey::sent("onecharge-6f1c2a9e".into()),
+            IdempotencyKey::for_test("onecharge-6f1c2a9e"),
             &ChargeBody {
-                amount_minor: 1999,
-                currency: "EUR".into(),
+                money: crate::domain::Money::of(1999, "EUR").unwrap(),
                 customer_id: "cus_42".into(),
                 payment_method: "pm_card_visa".into(),
                 reference: "6f1c2a9e".into(),
@@ -486,28 +363,32 @@ mod tests {
 
     #[test]
     fn derived_keys_are_stable_distinct_and_within_stripes_limit() {
-        let stored = "onecharge-6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11";
-        assert_eq!(create_key(stored), format!("{stored}-create"));
-        assert_eq!(confirm_key(stored), format!("{stored}-confirm"));
+        let text = "onecharge-6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11";
+        let stored = &IdempotencyKey::for_test(text);
+        assert_eq!(create_key(stored), format!("{text}-create"));
+        assert_eq!(confirm_key(stored), format!("{text}-confirm"));
         assert_ne!(create_key(stored), confirm_key(stored));
-        let long = "k".repeat(255);
+        let long = IdempotencyKey::for_test(&"k".repeat(255));
         for key in [create_key(&long), confirm_key(&long)] {
             assert!(key.chars().count() <= 255);
         }
         assert_eq!(create_key(&long), create_key(&long));
-        assert_ne!(create_key(&long), create_key(&"j".repeat(255)));
+        assert_ne!(
+            create_key(&long),
+            create_key(&IdempotencyKey::for_test(&"j".repeat(255)))
+        );
     }
 
     #[test]
     fn derived_keys_move_on_by_sequence_and_the_first_is_the_plain_one() {
         let stored = "onecharge-6f1c2a9e";
-        let key = IdempotencyKey::sent(stored.into());
-        assert_eq!(key.create_key(1), create_key(stored).as_str());
+        let key = IdempotencyKey::for_test(stored);
+        assert_eq!(key.create_key(1), create_key(&key).as_str());
         assert_eq!(key.create_key(2), format!("{stored}-create-2").as_str());
-        assert_eq!(key.confirm_key(1), confirm_key(stored).as_str());
+        assert_eq!(key.confirm_key(1), confirm_key(&key).as_str());
         assert_eq!(key.confirm_key(3), format!("{stored}-confirm-3").as_str());
         assert_eq!(key.cancel_key(), format!("{stored}-cancel").as_str());
-        let long = IdempotencyKey::sent("k".repeat(255));
+        let long = IdempotencyKey::for_test(&"k".repeat(255));
         assert!(long.confirm_key(7).chars().count() <= 255);
         assert_ne!(long.confirm_key(7), long.confirm_key(8));
     }

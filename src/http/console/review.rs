@@ -67,7 +67,7 @@ pub(super) async fn review(
                         tr data-testid="review-row" data-attempt-id=(a.payment_attempt_id) {
                             td { a .attempt-link href=(format!("/console/attempts/{}", a.payment_attempt_id)) { code { (a.payment_attempt_id) } } }
                             td { (a.order_id) }
-                            td { (format::amount(a.money.amount_minor, &a.money.currency)) }
+                            td { (a.money.to_string()) }
                             td { (format::short(now - a.updated_at)) }
                             td .review-reason { (a.review_reason.as_deref().unwrap_or("-")) }
                             td { a .resolve-link href=(format!("/console/attempts/{}#resolve-section", a.payment_attempt_id)) { "Resolve…" } }

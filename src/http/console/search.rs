@@ -150,7 +150,7 @@ fn attempts_table(views: &[AttemptView], now: OffsetDateTime) -> Markup {
                             td { (status_badge(a.status)) }
                             td .order-id { (a.order_id) }
                             td { (a.customer_id) }
-                            td .amount { (format::amount(a.money.amount_minor, &a.money.currency)) }
+                            td .amount { (a.money.to_string()) }
                             td { (a.tries) }
                             td { (a.gateway_charge_id.as_deref().unwrap_or("-")) }
                             td { (format::at_relative(a.created_at, now)) }

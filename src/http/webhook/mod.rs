@@ -338,7 +338,7 @@ mod tests {
         IntentAttempt {
             payment_attempt_id: PaymentAttemptId::random(),
             status,
-            money: crate::domain::Money::new(1999, "EUR"),
+            money: crate::domain::Money::of(1999, "EUR").unwrap(),
         }
     }
 

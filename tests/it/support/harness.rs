@@ -574,7 +574,7 @@ where
 /// The charge request the executor sends for `command` (same key, same bytes), for tests
 /// that play "an earlier try" against the gateway directly.
 pub fn charge_request(command: &ChargePayment) -> onecharge::gateway::ChargeRequest {
-    charge_request_with_amount(command, command.money.amount_minor)
+    charge_request_with_amount(command, command.money.amount_minor())
 }
 
 /// The same request with another amount: what a key reused with different parameters looks like.
@@ -585,8 +585,7 @@ pub fn charge_request_with_amount(
     onecharge::gateway::ChargeRequest::new(
         command.idempotency_key(),
         &onecharge::gateway::ChargeBody {
-            amount_minor,
-            currency: command.money.currency.clone(),
+            money: onecharge::domain::Money::new(amount_minor, command.money.currency()),
             customer_id: command.customer_id.clone(),
             payment_method: command.payment_method.clone(),
             reference: command.payment_attempt_id.to_string(),

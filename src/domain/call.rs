@@ -1,14 +1,16 @@
 //! What one gateway call came to: the classified outcome with the evidence
 //! `gateway_calls` records ([`GatewayCall`]), and the outcomes of the calls only a two-step
-//! connector makes ([`Prepared`], [`CancelOutcome`]).
+//! connector makes ([`Prepared`], [`CancelOutcome`]). Pure values: the connectors in
+//! `crate::gateway` make them, the roles decide on them, and the domain owns them so that
+//! neither has to know the other.
 
 use std::time::Duration;
 
-use crate::domain::outcome::GatewayOutcome;
-use crate::domain::{CallOperation, GatewayCallRecord, IdempotencyKey, PaymentAttemptId};
+use super::outcome::GatewayOutcome;
+use super::{CallOperation, IdempotencyKey};
 
 /// What cancelling the gateway object stored for an attempt came to
-/// ([`crate::gateway::GatewayClient::cancel_object`]): the proof behind every "not charged" a Stripe
+/// (the connector's `cancel_object`): the proof behind every "not charged" a Stripe
 /// attempt with a stored PaymentIntent may announce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelOutcome {
@@ -46,37 +48,17 @@ impl CancelOutcome {
 }
 
 impl GatewayCall<CancelOutcome> {
-    /// This cancel's `gateway_calls` row, for the attempt whose stored key is `stored_key`,
-    /// made on try `try_number` under `lease_token` (none for a person's), started at
-    /// `started_at` by the database's clock.
-    pub fn evidence(
-        &self,
-        payment_attempt_id: PaymentAttemptId,
-        stored_key: &IdempotencyKey,
-        try_number: i32,
-        lease_token: Option<crate::domain::LeaseToken>,
-        started_at: time::OffsetDateTime,
-    ) -> GatewayCallRecord {
-        GatewayCallRecord {
-            payment_attempt_id,
-            operation: self.operation,
-            idempotency_key: self.sent_key.clone().unwrap_or_else(|| stored_key.clone()),
-            try_number,
-            lease_token,
-            started_at,
-            finished_at: started_at + self.elapsed,
-            http_status: self.http_status,
-            outcome: self.outcome.label().to_owned(),
-            gateway_charge_id: self.outcome.charge_id().map(str::to_owned),
-            error: match &self.outcome {
-                CancelOutcome::Unproven { reason } => Some(reason.clone()),
-                _ => self.error.clone(),
-            },
+    /// What the cancel's `gateway_calls.error` says: why nothing was proven, else the
+    /// transport's error.
+    pub fn error_text(&self) -> Option<String> {
+        match &self.outcome {
+            CancelOutcome::Unproven { reason } => Some(reason.clone()),
+            _ => self.error.clone(),
         }
     }
 }
 
-/// What the first step of a two-step charge came to ([`crate::gateway::GatewayClient::prepare`]).
+/// What the first step of a two-step charge came to (the connector's `prepare`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prepared {
     /// The gateway holds an object that cannot charge until it is confirmed; its id must be
@@ -100,7 +82,7 @@ impl Prepared {
 impl<T> GatewayCall<T> {
     /// A call onecharge answered itself, sending nothing (`operation` under `sent_key`, had
     /// it been sent): it took no time and says nothing of the gateway.
-    pub(super) fn answered_locally(
+    pub fn answered_locally(
         outcome: T,
         operation: CallOperation,
         sent_key: Option<IdempotencyKey>,
@@ -119,7 +101,7 @@ impl<T> GatewayCall<T> {
 
     /// A call onecharge refused to send for `reason` (a request it cannot build): the
     /// outcome `refused` makes of the reason, with `not sent: <reason>` as the call's error.
-    pub(super) fn refused_locally(
+    pub fn refused_locally(
         refused: impl FnOnce(String) -> T,
         operation: CallOperation,
         sent_key: Option<IdempotencyKey>,
