@@ -373,11 +373,7 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
     }
     fact(
         "amount",
-        format!(
-            "{} ({} minor units)",
-            a.money,
-            a.money.amount_minor()
-        ),
+        format!("{} ({} minor units)", a.money, a.money.amount_minor()),
     );
     fact(
         "order / customer",

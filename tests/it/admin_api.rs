@@ -2,7 +2,7 @@
 //! the admin role, on a free port, against real PostgreSQL and NATS.
 
 use crate::support::api::{attempt_in_review, AdminApi};
-use crate::support::TestEnv;
+use crate::support::{Records, TestEnv};
 use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -32,9 +32,8 @@ impl World {
 }
 
 /// How many operator decisions the attempts' histories record.
-async fn decisions(env: &TestEnv) -> i64 {
-    env.scalar("SELECT count(*) FROM attempt_transitions WHERE cause = 'operator_resolved'")
-        .await
+async fn decisions(env: &TestEnv) -> usize {
+    env.transitions_caused_by("operator_resolved").await
 }
 
 #[tokio::test]
@@ -150,12 +149,7 @@ async fn resolve_through_the_api_is_the_cli_decision_recorded_as_admin_api() {
         "admin-api"
     );
     assert_eq!(body["attempt"]["events"][0]["status"], "succeeded");
-    let event: Value =
-        sqlx::query_scalar("SELECT payload FROM outbox WHERE payment_attempt_id = $1")
-            .bind(id)
-            .fetch_one(env.store.pool())
-            .await
-            .unwrap();
+    let event = env.last_event(id).await.payload;
     assert_eq!(event["gateway_charge_id"], "ch_api_1");
     assert_eq!(event["event_id"], body["resolution"]["event_id"]);
 
@@ -188,7 +182,7 @@ async fn resolve_through_the_api_is_the_cli_decision_recorded_as_admin_api() {
     for field in ["transitions", "gateway_calls", "events"] {
         assert!(shown[field].is_array(), "{field} in {shown}");
     }
-    assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(env.outbox().await.len(), 1);
     api.stop().await;
 }
 
@@ -309,7 +303,7 @@ async fn no_listing_answers_more_than_1000_rows_and_limit_0_or_past_1000_is_refu
     // 1,001 stuck attempts (1,000 pending for an hour, and the one in review): the whole
     // list no longer fits one answer, and says so rather than cut it; pages do
     env.record(&crate::support::orders(1000, "bounded")).await;
-    env.exec("UPDATE payment_attempts SET created_at = now() - interval '1 hour' WHERE status = 'pending'")
+    env.set_attempts_in("pending", "created_at = now() - interval '1 hour'")
         .await;
     let (status, refused, _) = listed(&api, "/api/attempts?stuck=15m").await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
@@ -339,11 +333,10 @@ async fn stuck_pages_oldest_first_with_after_and_x_next_cursor_and_refuses_bad_p
     env.record(&old).await;
     for (i, record) in old.iter().enumerate() {
         let at = if i < 4 { "10:00:00" } else { "09:00:00" };
-        env.exec(&format!(
-            "UPDATE payment_attempts SET created_at = '2026-12-01T{at}Z'
-             WHERE payment_attempt_id = '{}'",
-            record.command.payment_attempt_id
-        ))
+        env.set_attempt(
+            record.command.payment_attempt_id,
+            &format!("created_at = '2026-12-01T{at}Z'"),
+        )
         .await;
     }
     let ids = |body: &Value| -> Vec<String> {

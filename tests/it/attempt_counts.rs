@@ -14,7 +14,7 @@ use sqlx::migrate::{MigrateDatabase as _, Migrator};
 use sqlx::PgPool;
 
 use crate::support::throwaway::ThrowawayDatabase;
-use crate::support::{record, Harness};
+use crate::support::{record, Harness, Records};
 
 /// The migration that adds the kept counts.
 const COUNTS_MIGRATION: i64 = 20261201001600;
@@ -93,12 +93,11 @@ async fn counts_stay_exact_through_intake_settlement_reconciliation_resolve_and_
 
     h.executor().run_once().await.unwrap();
     assert_exact(&h.store, "the executor settled the batch").await;
-    let unknown: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM payment_attempts WHERE status = 'unknown'")
-            .fetch_one(h.store.pool())
-            .await
-            .unwrap();
-    assert_eq!(unknown, 1, "the fault left one attempt ambiguous");
+    assert_eq!(
+        h.attempts_in("unknown").await,
+        1,
+        "the fault left one attempt ambiguous"
+    );
 
     h.reconciler().run_once().await.unwrap();
     assert_exact(&h.store, "the reconciler adopted the charge").await;

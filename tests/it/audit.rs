@@ -2,6 +2,7 @@
 //! what, on which attempts (or dead letter), why and what came of it — and `audit list` /
 //! `GET /api/audit` read it back, newest first.
 
+use crate::support::Records;
 use crate::support::{command_file, TestEnv};
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::audit::{self, AuditFilter};

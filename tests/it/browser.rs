@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::support::browser::Browser;
-use crate::support::{command, TestEnv};
+use crate::support::{command, Records, TestEnv};
 use crate::support::{with_ada_and_vic, Served};
 use onecharge::config::Settings;
 use serde_json::json;
@@ -346,58 +346,43 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     );
 
     // the decision, as the database, the outbox and the audit trail record it
-    let (status, charge): (String, Option<String>) = sqlx::query_as(
-        "SELECT status, gateway_charge_id FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(seeded.in_review)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
+    let attempt = env.attempt(seeded.in_review).await;
     assert_eq!(
-        (status.as_str(), charge.as_deref()),
+        (
+            attempt.status.as_str(),
+            attempt.gateway_charge_id.as_deref()
+        ),
         ("succeeded", Some("ch_browser_1"))
     );
-    let (to_status, cause, actor, detail): (String, String, String, Option<String>) =
-        sqlx::query_as(
-            "SELECT to_status, cause, actor, detail FROM attempt_transitions
-             WHERE payment_attempt_id = $1 ORDER BY id DESC LIMIT 1",
-        )
-        .bind(seeded.in_review)
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
+    let decision = env.last_transition(seeded.in_review).await;
     assert_eq!(
-        (to_status.as_str(), cause.as_str(), actor.as_str()),
+        (
+            decision.to_status.as_str(),
+            decision.cause.as_str(),
+            decision.actor.as_str()
+        ),
         ("succeeded", "operator_resolved", "operator:ada")
     );
-    assert!(detail
+    assert!(decision
+        .detail
         .unwrap_or_default()
         .contains("seen in the gateway dashboard"));
-    let events: Vec<(String, serde_json::Value)> =
-        sqlx::query_as("SELECT status, payload FROM outbox WHERE payment_attempt_id = $1")
-            .bind(seeded.in_review)
-            .fetch_all(env.store.pool())
-            .await
-            .unwrap();
-    assert_eq!(events.len(), 1, "one event for the decision");
-    assert_eq!(events[0].0, "succeeded");
-    assert_eq!(events[0].1["gateway_charge_id"], "ch_browser_1");
-    let audit: Vec<(String, String, String, Option<String>, String)> = sqlx::query_as(
-        "SELECT actor, via, action, reason, outcome FROM operator_audit
-         WHERE $1 = ANY(payment_attempt_ids)",
-    )
-    .bind(seeded.in_review)
-    .fetch_all(env.store.pool())
-    .await
-    .unwrap();
+    let (status, payload, _) = env.only_event(seeded.in_review).await;
+    assert_eq!(status, "succeeded");
+    assert_eq!(payload["gateway_charge_id"], "ch_browser_1");
+    let audit = env.audit_entries_about(seeded.in_review).await;
     assert_eq!(audit.len(), 1, "one audit row for the decision: {audit:?}");
-    let (actor, via, action, reason, _) = &audit[0];
+    let entry = &audit[0];
     assert_eq!(
-        (actor.as_str(), via.as_str(), action.as_str()),
+        (
+            entry.actor.as_str(),
+            entry.via.as_str(),
+            entry.action.as_str()
+        ),
         ("operator:ada", "console", "resolve_succeeded")
     );
     assert_eq!(
-        reason.as_deref(),
+        entry.reason.as_deref(),
         Some("charge ch_browser_1 seen in the gateway dashboard")
     );
     browser.click_and_wait("#nav-audit").await;
@@ -453,22 +438,15 @@ async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_wi
     );
     assert!(refusal.contains("Nothing was changed"), "{refusal}");
     assert_eq!(env.status(seeded.in_review).await, "needs_review");
-    let transitions: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = $1 AND cause = 'operator_resolved'",
-    )
-    .bind(seeded.in_review)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
-    assert_eq!(transitions, 0, "no decision recorded");
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM outbox").await,
-        0,
-        "no event"
+    assert!(
+        !env.causes(seeded.in_review)
+            .await
+            .contains(&"operator_resolved".to_owned()),
+        "no decision recorded"
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM operator_audit").await,
-        0,
+    assert!(env.outbox().await.is_empty(), "no event");
+    assert!(
+        env.audit_entries().await.is_empty(),
         "nothing done, nothing audited"
     );
 
@@ -504,7 +482,7 @@ async fn a_name_rebound_to_the_admin_address_gets_421_in_the_browser_and_no_cook
 
     browser.goto(&console.url("/console/")).await;
     assert!(browser.has("#whoami").await, "the console at 127.0.0.1");
-    assert_eq!(env.scalar("SELECT count(*) FROM console_sessions").await, 0);
+    assert!(env.console_sessions().await.is_empty());
     browser.close().await;
     console.stop().await;
 }

@@ -3,7 +3,7 @@
 //! single-attempt path with its own audit row, plus one row for the bulk action.
 
 use crate::audit::{attempt_in_review, audit_rows};
-use crate::support::{orders, TestEnv};
+use crate::support::{orders, Records, TestEnv};
 use onecharge::config::Settings;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::bulk::{
@@ -233,10 +233,11 @@ async fn a_bulk_set_larger_than_the_callers_max_is_refused_whole() {
 async fn a_bulk_set_larger_than_the_cap_is_refused_even_without_a_max_and_even_as_a_preview() {
     let env = TestEnv::new().await;
     env.record(&orders(BULK_CAP + 1, "cap")).await;
-    sqlx::query("UPDATE payment_attempts SET status = 'needs_review', review_reason = 'outage'")
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+    env.set_attempts_in(
+        "pending",
+        "status = 'needs_review', review_reason = 'outage'",
+    )
+    .await;
 
     for preview in [true, false] {
         let err = bulk_as_alice(
@@ -260,11 +261,7 @@ async fn a_bulk_set_larger_than_the_cap_is_refused_even_without_a_max_and_even_a
         );
         assert!(err.to_string().contains("narrow the filter"), "{err}");
     }
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM payment_attempts WHERE status = 'needs_review'")
-            .await,
-        BULK_CAP as i64 + 1
-    );
+    assert_eq!(env.attempts_in("needs_review").await, BULK_CAP as i64 + 1);
     assert!(audit_rows(&env).await.is_empty());
 }
 
@@ -347,11 +344,12 @@ async fn a_bulk_recheck_settles_every_unknown_attempt_the_gateway_charged_and_au
         );
         assert_eq!(h.events(command.payment_attempt_id).await.len(), 1);
     }
-    let actions: Vec<(String, String)> =
-        sqlx::query_as("SELECT action, outcome FROM operator_audit ORDER BY id")
-            .fetch_all(h.store.pool())
-            .await
-            .unwrap();
+    let actions: Vec<(String, String)> = h
+        .audit_entries()
+        .await
+        .into_iter()
+        .map(|e| (e.action, e.outcome))
+        .collect();
     assert_eq!(
         actions,
         vec![

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::support::Harness;
+use crate::support::Records;
 use mock_gateway::{payment_methods as pm, MockConfig};
 use onecharge::domain::PaymentAttemptId;
 use tokio_util::sync::CancellationToken;

@@ -5,7 +5,7 @@
 
 use crate::support::api::{attempt, attempt_in_review, AdminApi};
 use crate::support::with_ada_and_vic;
-use crate::support::{command, TestEnv};
+use crate::support::{command, Records, TestEnv};
 use onecharge::config::Settings;
 use onecharge::http::access::token_sha256;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
@@ -405,31 +405,21 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains(r#"data-status="declined""#), "{page}");
     assert_eq!(env.status(id).await, "declined");
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{id}'
-               AND cause = 'operator_resolved' AND actor = 'operator:ada'"
-        ))
-        .await,
-        1
-    );
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM outbox WHERE payment_attempt_id = '{id}' AND status = 'declined'"
-        ))
-        .await,
-        1,
-        "one payment-declined event queued"
-    );
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM operator_audit WHERE '{id}' = ANY(payment_attempt_ids)
-               AND actor = 'operator:ada' AND via = 'console' AND reason = 'no charge at the gateway for this key'"
-        ))
-        .await,
-        1,
-        "one audit row: who, through what, why"
-    );
+    let history = env.history(id).await;
+    let decisions = history
+        .iter()
+        .filter(|t| t.cause == "operator_resolved" && t.actor == "operator:ada");
+    assert_eq!(decisions.count(), 1);
+    let events = env.events(id).await;
+    let declined = events.iter().filter(|(status, ..)| status == "declined");
+    assert_eq!(declined.count(), 1, "one payment-declined event queued");
+    let audit = env.audit_entries_about(id).await;
+    let by_ada = audit.iter().filter(|e| {
+        e.actor == "operator:ada"
+            && e.via == "console"
+            && e.reason.as_deref() == Some("no charge at the gateway for this key")
+    });
+    assert_eq!(by_ada.count(), 1, "one audit row: who, through what, why");
     let (_, page) = console.get(Some(&vic), "/console/audit").await;
     assert!(
         page.contains(r#"data-testid="audit-row""#)
@@ -458,16 +448,13 @@ fn title_of(page: &str) -> &str {
         .map_or(page, |(title, _)| title)
 }
 
-/// Whether finding `finding` is still open, and how many audit rows resolve a finding.
+/// Whether finding `finding` is still open (1) or not (0), and how many audit rows resolve
+/// a finding.
 async fn finding_and_audit(env: &TestEnv, finding: i64) -> (i64, i64) {
-    (
-        env.scalar(&format!(
-            "SELECT count(*) FROM reconciliation_findings WHERE id = {finding} AND state = 'open'"
-        ))
-        .await,
-        env.scalar("SELECT count(*) FROM operator_audit WHERE action = 'resolve_finding'")
-            .await,
-    )
+    let open = env.finding(finding).await.state == "open";
+    let audit = env.audit_entries().await;
+    let resolutions = audit.iter().filter(|e| e.action == "resolve_finding");
+    (i64::from(open), resolutions.count() as i64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -556,13 +543,13 @@ async fn resolving_a_finding_asks_for_a_confirmation_first_and_acts_only_once_co
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains(r#"id="result""#), "{page}");
     assert_eq!(finding_and_audit(&env, finding).await, (0, 1));
+    let resolved = env.finding(finding).await;
     assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM reconciliation_findings WHERE id = {finding}
-               AND resolved_by = 'operator:ada' AND resolution = '{reason}'"
-        ))
-        .await,
-        1
+        (
+            resolved.resolved_by.as_deref(),
+            resolved.resolution.as_deref()
+        ),
+        (Some("operator:ada"), Some(reason))
     );
 
     // confirming again (a second click) changes nothing and says who resolved it
@@ -630,12 +617,9 @@ async fn a_bulk_retry_previews_the_count_then_retries_each_attempt_once_confirme
         assert_eq!(env.status(id).await, "pending");
     }
     assert_eq!(env.status(untouched).await, "pending");
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM attempt_transitions WHERE actor = 'operator:ada'")
-            .await,
-        2,
-        "each attempt retried once, as ada"
-    );
+    let transitions = env.all_transitions().await;
+    let by_ada = transitions.iter().filter(|t| t.actor == "operator:ada");
+    assert_eq!(by_ada.count(), 2, "each attempt retried once, as ada");
     console.stop().await;
 }
 
@@ -668,14 +652,9 @@ async fn the_api_takes_a_named_operators_token_and_a_viewers_only_reads() {
     let (status, _) = resolve(OPERATOR_TOKEN).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(env.status(id).await, "pending");
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{id}' AND actor = 'operator:ada'"
-        ))
-        .await,
-        1,
-        "recorded as the named operator"
-    );
+    let history = env.history(id).await;
+    let by_ada = history.iter().filter(|t| t.actor == "operator:ada");
+    assert_eq!(by_ada.count(), 1, "recorded as the named operator");
     console.stop().await;
 }
 
@@ -761,21 +740,15 @@ async fn a_dead_letter_corrected_in_the_console_is_replayed_and_audited() {
         .process_batch(std::time::Duration::from_secs(2))
         .await
         .unwrap();
-    let currency: String =
-        sqlx::query_scalar("SELECT currency FROM payment_attempts WHERE payment_attempt_id = $1")
-            .bind(attempt)
-            .fetch_one(env.store.pool())
-            .await
-            .unwrap();
-    assert_eq!(currency, "EUR");
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM operator_audit WHERE dlq_sequence = {sequence}
-               AND actor = 'operator:ada' AND via = 'console' AND reason = 'currency typo fixed'"
-        ))
-        .await,
-        1
-    );
+    assert_eq!(env.attempt(attempt).await.currency, "EUR");
+    let audit = env.audit_entries().await;
+    let replay = audit.iter().filter(|e| {
+        e.dlq_sequence == Some(sequence as i64)
+            && e.actor == "operator:ada"
+            && e.via == "console"
+            && e.reason.as_deref() == Some("currency typo fixed")
+    });
+    assert_eq!(replay.count(), 1);
     console.stop().await;
 }
 
@@ -997,21 +970,17 @@ async fn recheck_now_settles_an_unknown_attempt_the_gateway_charged_and_audits_i
         row.status, "succeeded",
         "the charge the gateway made is adopted"
     );
-    let audited: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM operator_audit WHERE $1 = ANY(payment_attempt_ids)
-           AND actor = 'console' AND via = 'console' AND action = 'recheck'",
-    )
-    .bind(Uuid::from(id))
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
-    assert_eq!(audited, 1);
+    let audit = h.audit_entries_about(id).await;
+    let rechecks = audit
+        .iter()
+        .filter(|e| e.actor == "console" && e.via == "console" && e.action == "recheck");
+    assert_eq!(rechecks.count(), 1);
     admin.stop().await;
 }
 
 /// The rows of `console_sessions` (every instance's sessions).
-async fn sessions(env: &TestEnv) -> i64 {
-    env.scalar("SELECT count(*) FROM console_sessions").await
+async fn sessions(env: &TestEnv) -> usize {
+    env.console_sessions().await.len()
 }
 
 /// The id in a `onecharge_console=<id>` cookie.
@@ -1026,13 +995,9 @@ async fn a_session_from_one_instance_acts_at_another_and_signing_out_there_ends_
     let ada = a.browser(OPERATOR_TOKEN).await;
 
     // the database keeps the id's SHA-256 and the actor, never the id or a token
-    let stored: (String, String) =
-        sqlx::query_as("SELECT encode(id_sha256, 'hex'), actor FROM console_sessions")
-            .fetch_one(env.store.pool())
-            .await
-            .unwrap();
+    let stored = env.console_sessions().await;
     assert_eq!(
-        stored,
+        (stored[0].id_sha256_hex.clone(), stored[0].actor.clone()),
         (token_sha256(cookie_id(&ada)), "operator:ada".to_owned())
     );
     let stored_text = env
@@ -1153,20 +1118,12 @@ async fn an_expired_session_is_refused_and_deleted() {
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
     assert!(page.contains("sign in again"), "{page}");
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:ada'")
-            .await,
-        0
-    );
+    assert_eq!(env.sessions_of("operator:ada").await, 0);
 
     // never presented, vic's is deleted by the next sign-in (anyone's)
     assert_eq!(sessions(&env).await, 1);
     let ada = console.browser(OPERATOR_TOKEN).await;
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:vic'")
-            .await,
-        0
-    );
+    assert_eq!(env.sessions_of("operator:vic").await, 0);
     let (status, _) = console.get(Some(&vic), "/console/").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let (status, _) = console.get(Some(&ada), "/console/").await;
@@ -1207,8 +1164,7 @@ async fn an_operator_removed_from_the_configuration_is_refused_through_an_old_se
     assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
     assert_eq!(env.status(id).await, "needs_review");
     assert_eq!(
-        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:ada'")
-            .await,
+        env.sessions_of("operator:ada").await,
         0,
         "the session is deleted, so no instance honours it any more"
     );
@@ -1266,8 +1222,7 @@ async fn rotating_an_operators_token_ends_the_sessions_signed_in_with_the_old_on
         "the session signed in with ada's old token is sent to sign in"
     );
     assert_eq!(
-        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:ada'")
-            .await,
+        env.sessions_of("operator:ada").await,
         0,
         "and deleted, so no instance honours it any more"
     );
@@ -1298,9 +1253,8 @@ async fn sign_ins_past_the_bound_end_that_operators_oldest_sessions_only() {
         last = Some(console.browser(OPERATOR_TOKEN).await);
     }
     assert_eq!(
-        env.scalar("SELECT count(*) FROM console_sessions WHERE actor = 'operator:ada'")
-            .await,
-        MAX_SESSIONS_PER_ACTOR as i64
+        env.sessions_of("operator:ada").await,
+        MAX_SESSIONS_PER_ACTOR
     );
     let (status, _) = console.get(Some(&first), "/console/").await;
     assert_eq!(status, StatusCode::SEE_OTHER, "ada's oldest session ended");
@@ -1601,7 +1555,7 @@ async fn the_rebinding_probe_gets_a_4xx_on_every_route_and_changes_nothing() {
 
     assert_eq!(env.status(id).await, "needs_review");
     assert_eq!(sessions(&env).await, 0, "no session was started");
-    assert_eq!(env.scalar("SELECT count(*) FROM operator_audit").await, 0);
+    assert!(env.audit_entries().await.is_empty());
     assert_eq!(
         commands_published(&env).await,
         commands_before,

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use crate::support::harness::GatewayCallRow;
+use crate::support::records::Event;
 use crate::support::{
     self, charge_request, charge_request_with_amount, first_outcome, run_leaving_one_in, Harness,
-    API_KEY,
+    Records, API_KEY,
 };
 use mock_gateway::{
     payment_methods as pm, FaultConfig, FaultRule, Latency, MockConfig, ResponseClass,
@@ -486,8 +487,8 @@ async fn two_executors_on_one_database_never_call_the_gateway_concurrently_for_o
             "succeeded"
         );
     }
-    assert_eq!(h.scalar("SELECT count(*) FROM gateway_calls").await, 40);
-    assert_eq!(h.scalar("SELECT count(*) FROM outbox").await, 40);
+    assert_eq!(h.all_gateway_calls().await.len(), 40);
+    assert_eq!(h.outbox().await.len(), 40);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -917,26 +918,6 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
 }
 
 /// The outbox row of `id`'s one event: its id, subject, headers, payload and `created_at`.
-async fn the_outbox_row(
-    h: &Harness,
-    id: onecharge::domain::PaymentAttemptId,
-) -> (
-    uuid::Uuid,
-    String,
-    serde_json::Value,
-    serde_json::Value,
-    time::OffsetDateTime,
-) {
-    sqlx::query_as(
-        "SELECT event_id, subject, headers, payload, created_at FROM outbox
-         WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
     // The settlement statement builds its events in SQL (one round trip per batch); they
@@ -946,15 +927,12 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
     let claimed = h.executor().claim(4).await.unwrap();
     // One attempt with the provenance headers a command may carry, one with a reason
     // holding what JSON must escape.
-    sqlx::query(
-        "UPDATE payment_attempts SET correlation_id = 'corr-\"1\"',
-             traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
-         WHERE payment_attempt_id = $1",
+    h.set_attempt(
+        claimed[0].attempt.payment_attempt_id,
+        "correlation_id = 'corr-\"1\"',
+         traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'",
     )
-    .bind(claimed[0].attempt.payment_attempt_id)
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    .await;
     let now = h.now();
     let settlements = [
         Settlement::Succeeded {
@@ -981,7 +959,15 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
 
     for (attempt, settlement) in claimed.iter().zip(&settlements) {
         let id = attempt.attempt.payment_attempt_id;
-        let (event_id, subject, headers, payload, created_at) = the_outbox_row(&h, id).await;
+        let Event {
+            event_id,
+            subject,
+            headers,
+            payload,
+            created_at,
+            ..
+        } = h.last_event(id).await;
+        // The row the settlement statement read, as the domain reads it.
         let row: onecharge::domain::EventAttempt = sqlx::query_as(
             "SELECT payment_attempt_id, order_id, amount_minor, currency, correlation_id,
                     first_message_id, traceparent
@@ -1014,15 +1000,9 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
             .map(|(name, value)| (name, serde_json::Value::String(value)))
             .collect();
         assert_eq!(headers, serde_json::Value::Object(expected_headers));
-        let stored_at: time::OffsetDateTime = sqlx::query_scalar(
-            "SELECT updated_at FROM payment_attempts WHERE payment_attempt_id = $1",
-        )
-        .bind(id)
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap();
         assert_eq!(
-            created_at, stored_at,
+            created_at,
+            h.attempt(id).await.updated_at,
             "the event is dated like the move it announces"
         );
     }
@@ -1291,21 +1271,19 @@ async fn a_command_older_than_the_maximum_age_when_it_would_first_be_sent_is_exp
         .map(|c| c.payment_attempt_id)
         .collect();
     let (stale, young, resent) = (ids[0], ids[1], ids[2]);
+    let harness = &h;
     let age = |id, hours: i32, sent: bool| {
-        sqlx::query(
-            "UPDATE payment_attempts SET requested_at = now() - make_interval(hours => $2),
-                    first_dispatched_at = CASE WHEN $3 THEN now() END
-             WHERE payment_attempt_id = $1",
-        )
-        .bind(id)
-        .bind(hours)
-        .bind(sent)
-        .execute(h.store.pool())
+        let first_sent = if sent { "now()" } else { "NULL" };
+        let set = format!(
+            "requested_at = now() - make_interval(hours => {hours}),
+             first_dispatched_at = {first_sent}"
+        );
+        async move { harness.set_attempt(id, &set).await }
     };
-    age(stale, 25, false).await.unwrap();
-    age(young, 23, false).await.unwrap();
+    age(stale, 25, false).await;
+    age(young, 23, false).await;
     // already sent once: the gateway may have it, so only the key window decides
-    age(resent, 25, true).await.unwrap();
+    age(resent, 25, true).await;
 
     h.executor().run_once().await.unwrap();
 

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::pg_cluster::{Forwarder, PgNode};
 use crate::support::throwaway::{nats_url, ThrowawayNamespace};
-use crate::support::{self, command, commands_stream, eventually, stream, Harness, API_KEY};
+use crate::support::{
+    self, command, commands_stream, eventually, stream, Harness, Records, API_KEY,
+};
 use async_nats::HeaderMap;
 use mock_gateway::{MockConfig, MockGateway};
 use onecharge::app::{Application, Role};
@@ -217,13 +219,6 @@ fn body(attempt: Uuid) -> Vec<u8> {
     .unwrap()
 }
 
-async fn scalar(pool: &PgPool, sql: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>(sql)
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
 /// The drill. `synchronous`: every commit waits until the standby applied it.
 async fn drill(synchronous: bool, commands: usize) -> Figures {
     onecharge::tls::install_crypto_provider();
@@ -295,43 +290,37 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
 
     // Watches the old primary directly (not through the address).
     let old = PgPool::connect(&primary.url("onecharge")).await.unwrap();
-    let count = "SELECT count(*) FROM processed_messages";
     eventually(
         "a third of the commands are recorded",
         Duration::from_secs(60),
-        || async { scalar(&old, count).await >= (commands / 3) as i64 },
+        || async { old.dedupe_rows().await >= (commands / 3) as i64 },
     )
     .await;
 
     // A network partition between the nodes: the standby stops receiving WAL.
     link.point_at(None);
-    figures.recorded_before_the_cut = scalar(&old, count).await;
+    figures.recorded_before_the_cut = old.dedupe_rows().await;
     if synchronous {
         // Commits now wait for a standby that cannot answer: nothing more is acknowledged.
         eventually(
             "commits wait for the standby",
             Duration::from_secs(30),
             || async {
-                scalar(
-                    &old,
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
-                )
-                .await
+                old.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+                    .await
                     > 0
             },
         )
         .await;
-        figures.commit_waits_for_the_standby = scalar(
-            &old,
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
-        )
-        .await;
+        figures.commit_waits_for_the_standby = old
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+            .await;
     } else {
         let at_cut = figures.recorded_before_the_cut;
         eventually(
             "the primary records more commands alone",
             Duration::from_secs(30),
-            || async { scalar(&old, count).await >= at_cut + 20 },
+            || async { old.dedupe_rows().await >= at_cut + 20 },
         )
         .await;
     }
@@ -354,19 +343,17 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
     // but never put back behind the address, hold what it committed alone.
     primary.restart();
     let old = PgPool::connect(&primary.url("onecharge")).await.unwrap();
-    let message_ids = "SELECT message_id FROM processed_messages";
-    let on_new: HashSet<String> = sqlx::query_scalar(message_ids)
-        .fetch_all(&new)
+    let on_new: HashSet<String> = new
+        .processed_messages()
         .await
-        .unwrap()
         .into_iter()
+        .map(|row| row.message_id)
         .collect();
-    let on_old: Vec<String> = sqlx::query_scalar(message_ids)
-        .fetch_all(&old)
-        .await
-        .unwrap();
-    figures.recorded_only_on_the_old_primary =
-        on_old.iter().filter(|id| !on_new.contains(*id)).count();
+    let on_old = old.processed_messages().await;
+    figures.recorded_only_on_the_old_primary = on_old
+        .iter()
+        .filter(|row| !on_new.contains(&row.message_id))
+        .count();
     old.close().await;
 
     // The operator's comparison: the sequences the consumer acknowledged against dedupe rows
@@ -382,16 +369,13 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
         .await
         .ack_floor
         .stream_sequence;
-    let recorded: HashSet<u64> = sqlx::query_scalar::<_, i64>(
-        "SELECT stream_sequence FROM processed_messages WHERE consumer = $1",
-    )
-    .bind(&consumer)
-    .fetch_all(&new)
-    .await
-    .unwrap()
-    .into_iter()
-    .map(|s| s as u64)
-    .collect();
+    let recorded: HashSet<u64> = new
+        .processed_messages()
+        .await
+        .into_iter()
+        .filter(|row| row.consumer == consumer)
+        .map(|row| row.stream_sequence as u64)
+        .collect();
     figures.acked_sequences_without_dedupe_row =
         Sequences((1..=ack_floor).filter(|s| !recorded.contains(s)).collect());
 
@@ -450,19 +434,8 @@ async fn settle(broker: &Broker, consumer: &str, new: &PgPool) {
             let (pending, ack_pending) = backlog(broker, consumer).await;
             pending == 0
                 && ack_pending == 0
-                && scalar(
-                    new,
-                    "SELECT count(*) FROM payment_attempts \
-                     WHERE status NOT IN ('succeeded', 'declined', 'expired', 'needs_review')",
-                )
-                .await
-                    == 0
-                && scalar(
-                    new,
-                    "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-                )
-                .await
-                    == 0
+                && new.unsettled_attempts().await == 0
+                && new.unpublished_events().await == 0
         },
     )
     .await;
@@ -470,12 +443,7 @@ async fn settle(broker: &Broker, consumer: &str, new: &PgPool) {
 
 /// The business effects, on the new primary and at the gateway.
 async fn tally(figures: &mut Figures, attempts: &[Uuid], gateway: &MockGateway, new: &PgPool) {
-    let rows: Vec<(Uuid, String, Option<String>)> = sqlx::query_as(
-        "SELECT payment_attempt_id, status, gateway_charge_id FROM payment_attempts",
-    )
-    .fetch_all(new)
-    .await
-    .unwrap();
+    let rows = new.attempt_outcomes().await;
     let status: HashMap<Uuid, (String, Option<String>)> = rows
         .into_iter()
         .map(|(id, status, charge)| (id, (status, charge)))

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::support::{
     command, commands_stream, edit_stream, eventually, header, intake_record,
-    shrink_duplicate_window, TestEnv,
+    shrink_duplicate_window, Records, TestEnv,
 };
 use onecharge::intake::{DeliveryOutcome, DlqClass, Intake};
 use onecharge::store::intake::{record_batch, IntakeRecord};
@@ -23,9 +23,16 @@ async fn a_valid_command_becomes_one_pending_attempt_and_is_acknowledged() {
     let report = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(report.outcomes, vec![DeliveryOutcome::Processed]);
-    assert_eq!(env.scalar(&format!("SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}' AND status = 'pending' AND idempotency_key = 'onecharge-{attempt}' AND correlation_id = 'corr-test'")).await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'm-1' AND result = 'accepted'").await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM attempt_transitions WHERE to_status = 'pending' AND cause = 'command_accepted'").await, 1);
+    let row = env.attempt(attempt).await;
+    assert_eq!(row.status, "pending");
+    assert_eq!(row.idempotency_key, format!("onecharge-{attempt}"));
+    assert_eq!(row.correlation_id.as_deref(), Some("corr-test"));
+    assert_eq!(env.dedupe_result("m-1").await.as_deref(), Some("accepted"));
+    let accepted = env.all_transitions().await;
+    let accepted = accepted
+        .iter()
+        .filter(|t| t.to_status == "pending" && t.cause == "command_accepted");
+    assert_eq!(accepted.count(), 1);
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
@@ -103,10 +110,7 @@ async fn redelivery_after_commit_without_ack_is_a_duplicate_and_records_nothing_
     assert_eq!(report.outcomes, vec![DeliveryOutcome::Duplicate]);
     assert_eq!(env.attempt_rows().await, 1);
     assert_eq!(env.dedupe_rows().await, 1);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM attempt_transitions").await,
-        1
-    );
+    assert_eq!(env.all_transitions().await.len(), 1);
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 
@@ -134,11 +138,7 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
     let second = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(second.outcomes, vec![DeliveryOutcome::Processed]);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'm-rollback'")
-            .await,
-        1
-    );
+    assert!(env.dedupe_row("m-rollback").await.is_some());
     assert_eq!(env.attempt_rows().await, 1);
     assert!(env.dead_letters().await.is_empty());
 }
@@ -168,11 +168,7 @@ async fn one_message_the_database_rejects_does_not_poison_its_batch() {
     assert_eq!(report.count("processed"), 2);
     assert_eq!(report.count("permanent"), 1);
     assert_eq!(env.attempt_rows().await, 2);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'poison'")
-            .await,
-        0
-    );
+    assert!(env.dedupe_row("poison").await.is_none());
     let dlq = env.dead_letters().await;
     assert_eq!(dlq.len(), 1);
     assert_eq!(
@@ -303,20 +299,13 @@ async fn a_business_duplicate_is_one_attempt_and_conflicting_parameters_are_dead
     assert_eq!(report.outcomes[1], DeliveryOutcome::BusinessDuplicate);
     assert_eq!(report.outcomes[2].label(), "conflict");
     assert_eq!(report.dead_lettered, vec![DlqClass::Conflict]);
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT amount_minor FROM payment_attempts WHERE payment_attempt_id = '{attempt}'"
-        ))
-        .await,
-        1999
-    );
+    assert_eq!(env.attempt(attempt).await.amount_minor, 1999);
     assert_eq!(env.attempt_rows().await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'retry-new-id' AND result = 'business_duplicate'").await, 1);
     assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'conflict'")
-            .await,
-        0
+        env.dedupe_result("retry-new-id").await.as_deref(),
+        Some("business_duplicate")
     );
+    assert!(env.dedupe_row("conflict").await.is_none());
     let dlq = env.dead_letters().await;
     assert_eq!(header(&dlq[0], "Dlq-Class").as_deref(), Some("conflict"));
     assert!(header(&dlq[0], "Dlq-Reason")
@@ -445,14 +434,23 @@ async fn a_stale_command_is_recorded_expired_with_its_event_and_never_charged() 
     let report = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(report.outcomes, vec![DeliveryOutcome::Stale]);
-    assert_eq!(env.scalar(&format!("SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}' AND status = 'expired' AND tries = 0 AND dispatched_at IS NULL")).await, 1);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages WHERE result = 'stale'")
-            .await,
-        1
-    );
-    assert_eq!(env.scalar("SELECT count(*) FROM attempt_transitions WHERE to_status = 'expired' AND cause = 'stale_command'").await, 1);
-    assert_eq!(env.scalar("SELECT count(*) FROM outbox WHERE status = 'expired' AND subject = 'payments.events.payment-expired.v1' AND headers->>'Causation-Id' = 'm-old'").await, 1);
+    let row = env.attempt(attempt).await;
+    assert_eq!((row.status.as_str(), row.tries), ("expired", 0));
+    assert_eq!(row.dispatched_at, None, "never sent");
+    let dedupe = env.processed_messages().await;
+    assert_eq!(dedupe.iter().filter(|r| r.result == "stale").count(), 1);
+    let transitions = env.all_transitions().await;
+    let expired = transitions
+        .iter()
+        .filter(|t| t.to_status == "expired" && t.cause == "stale_command");
+    assert_eq!(expired.count(), 1);
+    let outbox = env.outbox().await;
+    let announced = outbox.iter().filter(|e| {
+        e.status == "expired"
+            && e.subject == "payments.events.payment-expired.v1"
+            && e.headers["Causation-Id"] == "m-old"
+    });
+    assert_eq!(announced.count(), 1);
     assert!(env.dead_letters().await.is_empty());
 }
 
@@ -693,13 +691,7 @@ async fn a_process_that_dies_holding_the_last_allowed_delivery_loses_nothing() {
 
     let report = intake.process_batch(Duration::from_secs(10)).await.unwrap();
     assert_eq!(report.outcomes, vec![DeliveryOutcome::Processed]);
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{attempt}'"
-        ))
-        .await,
-        1
-    );
+    assert!(env.attempt_exists(attempt).await);
     assert_eq!(env.consumer_backlog().await, (0, 0));
 }
 

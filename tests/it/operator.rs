@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    command, command_file, commands_stream, edit_stream, eventually, header, intake_record, Served,
-    TestEnv,
+    command, command_file, commands_stream, edit_stream, eventually, header, intake_record,
+    Records, Served, TestEnv,
 };
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::intake::{DeliveryOutcome, DlqClass};
@@ -49,13 +49,15 @@ async fn put_in_review(env: &TestEnv, id: PaymentAttemptId, first_sent: Option<&
     let first = first_sent
         .map(|ago| format!("now() - interval '{ago}'"))
         .unwrap_or_else(|| "NULL".into());
-    env.exec(&format!(
-        "UPDATE payment_attempts SET status = 'needs_review', tries = 3, reconcile_checks = 6,
-                 review_reason = 'cannot prove whether the customer was charged',
-                 last_error = 'lookup failed: 503', first_dispatched_at = {first},
-                 dispatched_at = {first}, created_at = now() - interval '{age}'
-             WHERE payment_attempt_id = '{id}'"
-    ))
+    env.set_attempt(
+        id,
+        &format!(
+            "status = 'needs_review', tries = 3, reconcile_checks = 6,
+             review_reason = 'cannot prove whether the customer was charged',
+             last_error = 'lookup failed: 503', first_dispatched_at = {first},
+             dispatched_at = {first}, created_at = now() - interval '{age}'"
+        ),
+    )
     .await;
 }
 
@@ -82,30 +84,6 @@ async fn resolve_fails(env: &TestEnv, id: PaymentAttemptId, as_: ResolveAs) -> R
         .expect_err("the resolve is refused")
 }
 
-async fn outbox(env: &TestEnv, id: PaymentAttemptId) -> Vec<(String, Value)> {
-    sqlx::query_as(
-        "SELECT status, payload FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at",
-    )
-    .bind(id)
-    .fetch_all(env.store.pool())
-    .await
-    .unwrap()
-}
-
-async fn last_transition(
-    env: &TestEnv,
-    id: PaymentAttemptId,
-) -> (Option<String>, String, String, String, Option<String>) {
-    sqlx::query_as(
-        "SELECT from_status, to_status, cause, actor, detail FROM attempt_transitions
-         WHERE payment_attempt_id = $1 ORDER BY id DESC LIMIT 1",
-    )
-    .bind(id)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap()
-}
-
 #[tokio::test]
 async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() {
     let env = TestEnv::new().await;
@@ -130,14 +108,8 @@ async fn resolve_refuses_an_attempt_that_is_not_in_review_and_changes_nothing() 
     );
 
     assert_eq!(env.status(pending).await, "pending");
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{pending}'"
-        ))
-        .await,
-        1
-    );
-    assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(env.history(pending).await.len(), 1);
+    assert!(env.outbox().await.is_empty());
 
     let unknown = PaymentAttemptId::random();
     let err = resolve_fails(&env, unknown, ResolveAs::Declined).await;
@@ -191,9 +163,14 @@ async fn resolving_as_succeeded_records_the_charge_the_reason_the_os_user_and_on
         (row.0.as_str(), row.1.as_deref()),
         ("succeeded", Some("ch_dash_1"))
     );
-    let (from, to, cause, actor, detail) = last_transition(&env, id).await;
+    let last = env.last_transition(id).await;
     assert_eq!(
-        (from.as_deref(), to.as_str(), cause.as_str(), actor.as_str()),
+        (
+            last.from_status.as_deref(),
+            last.to_status.as_str(),
+            last.cause.as_str(),
+            last.actor.as_str()
+        ),
         (
             Some("needs_review"),
             "succeeded",
@@ -201,8 +178,8 @@ async fn resolving_as_succeeded_records_the_charge_the_reason_the_os_user_and_on
             "operator:test-operator"
         )
     );
-    assert!(detail.unwrap().contains("seen in dashboard"));
-    let events = outbox(&env, id).await;
+    assert!(last.detail.unwrap().contains("seen in dashboard"));
+    let events = env.events(id).await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].0, "succeeded");
     assert_eq!(events[0].1["gateway_charge_id"], "ch_dash_1");
@@ -219,7 +196,7 @@ async fn resolving_as_succeeded_records_the_charge_the_reason_the_os_user_and_on
         stderr.contains("is succeeded, not needs_review") && stderr.contains("final"),
         "{stderr}"
     );
-    assert_eq!(outbox(&env, id).await.len(), 1);
+    assert_eq!(env.events(id).await.len(), 1);
 }
 
 #[tokio::test]
@@ -247,7 +224,7 @@ async fn resolving_as_declined_settles_the_attempt_with_a_declined_event() {
         (row.0.as_str(), row.1.as_deref()),
         ("declined", Some("card_declined"))
     );
-    let events = outbox(&env, id).await;
+    let events = env.events(id).await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].0, "declined");
     assert_eq!(events[0].1["decline_code"], "card_declined");
@@ -255,9 +232,9 @@ async fn resolving_as_declined_settles_the_attempt_with_a_declined_event() {
         events[0].1["event_id"],
         resolved.event_id.unwrap().to_string()
     );
-    let (_, to, _, actor, _) = last_transition(&env, id).await;
+    let last = env.last_transition(id).await;
     assert_eq!(
-        (to.as_str(), actor.as_str()),
+        (last.to_status.as_str(), last.actor.as_str()),
         ("declined", "operator:alice")
     );
 }
@@ -295,13 +272,17 @@ async fn a_retry_inside_the_key_window_requeues_the_attempt_with_the_same_key_an
             row,
             ("pending".into(), None, 0, format!("onecharge-{id}"), true)
         );
-        let (from, to, cause, _, _) = last_transition(&env, id).await;
+        let last = env.last_transition(id).await;
         assert_eq!(
-            (from.as_deref(), to.as_str(), cause.as_str()),
+            (
+                last.from_status.as_deref(),
+                last.to_status.as_str(),
+                last.cause.as_str()
+            ),
             (Some("needs_review"), "pending", "operator_resolved")
         );
     }
-    assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert!(env.outbox().await.is_empty());
 }
 
 #[tokio::test]
@@ -338,7 +319,7 @@ async fn a_retry_outside_the_key_window_is_refused_saying_it_could_charge_twice(
     for id in [forgotten, too_old] {
         assert_eq!(env.status(id).await, "needs_review");
         assert_eq!(
-            last_transition(&env, id).await.1,
+            env.last_transition(id).await.to_status,
             "pending",
             "only the seed's transition"
         );
@@ -363,12 +344,8 @@ async fn two_operators_resolving_one_attempt_at_once_settle_it_exactly_once() {
         other => panic!("exactly one decision must win: {other:?}"),
     };
     assert!(matches!(loser, ResolveError::Refused(_)), "{loser:?}");
-    assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 1);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM attempt_transitions WHERE cause = 'operator_resolved'")
-            .await,
-        1
-    );
+    assert_eq!(env.outbox().await.len(), 1);
+    assert_eq!(env.transitions_caused_by("operator_resolved").await, 1);
 }
 
 #[tokio::test]
@@ -468,13 +445,10 @@ async fn list_is_newest_first_filtered_by_status_and_limited() {
     let env = TestEnv::new().await;
     let ids = seed(&env, 4).await;
     for (i, id) in ids.iter().enumerate() {
-        env.exec(&format!("UPDATE payment_attempts SET created_at = now() - interval '{i} minutes' WHERE payment_attempt_id = '{id}'")).await;
+        let created_at = format!("created_at = now() - interval '{i} minutes'");
+        env.set_attempt(*id, &created_at).await;
     }
-    env.exec(&format!(
-        "UPDATE payment_attempts SET status = 'expired' WHERE payment_attempt_id = '{}'",
-        ids[0]
-    ))
-    .await;
+    env.set_attempt(ids[0], "status = 'expired'").await;
 
     let listed: Vec<Value> = env
         .cli_json(&[
@@ -671,11 +645,12 @@ async fn purge_deletes_rows_past_retention_in_batches_and_keeps_newer_ones_and_d
         (report.deleted, report.batches, report.kept, report.complete),
         (23, 3, 2, true)
     );
-    let left: Vec<String> =
-        sqlx::query_scalar("SELECT message_id FROM processed_messages ORDER BY message_id")
-            .fetch_all(env.store.pool())
-            .await
-            .unwrap();
+    let left: Vec<String> = env
+        .processed_messages()
+        .await
+        .into_iter()
+        .map(|row| row.message_id)
+        .collect();
     assert_eq!(left, vec!["purge-023".to_owned(), "purge-024".to_owned()]);
     assert_eq!(env.attempt_rows().await, 25, "attempts are never purged");
     drop(records);
@@ -694,10 +669,7 @@ async fn a_command_whose_dedupe_row_was_purged_is_stopped_by_the_attempts_table(
     // …but the attempt with the same payment_attempt_id makes it a business duplicate
     assert_eq!(again, vec![Recorded::BusinessDuplicate]);
     assert_eq!(env.attempt_rows().await, 1);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM attempt_transitions").await,
-        1
-    );
+    assert_eq!(env.all_transitions().await.len(), 1);
 }
 
 #[tokio::test]
@@ -864,11 +836,11 @@ async fn human_output_shows_control_characters_from_producers_escaped() {
     hostile.command.description = Some("desc\u{1b}[5m".into());
     env.record(&[hostile]).await;
     put_in_review(&env, id.into(), Some("10 minutes"), "20 minutes").await;
-    env.exec(&format!(
-        "UPDATE payment_attempts SET review_reason = E'gateway said \\x1b]0;owned\\x07',
-                 last_error = E'boom\\x1b[2J', gateway_charge_id = E'ch_\\x1b[31m'
-             WHERE payment_attempt_id = '{id}'"
-    ))
+    env.set_attempt(
+        id,
+        "review_reason = E'gateway said \\x1b]0;owned\\x07',
+         last_error = E'boom\\x1b[2J', gateway_charge_id = E'ch_\\x1b[31m'",
+    )
     .await;
 
     let order = r"ord\u{1b}]0;pwned\u{7}\u{1b}[2J";

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use crate::support::Records;
 use crate::support::{command, intake_record, Harness, Served};
 use onecharge::app::Role;
 use onecharge::domain::PaymentAttemptId;

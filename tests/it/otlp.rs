@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::Records;
 use crate::support::{self, assert_exited_ok, onecharge, sigterm, TestEnv};
 use uuid::Uuid;
 

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use crate::support::{orders, TestEnv};
+use crate::support::{orders, Records, TestEnv};
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::attempts::{self, AttemptFilter, StuckFilter};
 use onecharge::operator::RetryWindow;
@@ -16,10 +16,8 @@ use time::OffsetDateTime;
 async fn seed_at_one_instant(env: &TestEnv, n: usize) -> Vec<PaymentAttemptId> {
     let records = orders(n, "same");
     env.record(&records).await;
-    sqlx::query("UPDATE payment_attempts SET created_at = '2026-12-01T12:00:00Z'")
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+    env.set_attempts_in("pending", "created_at = '2026-12-01T12:00:00Z'")
+        .await;
     records
         .iter()
         .map(|r| r.command.payment_attempt_id)
@@ -94,13 +92,7 @@ async fn the_command_line_pages_with_before_and_keeps_the_json_array() {
     assert_eq!(all, ids.iter().map(|i| i.to_string()).collect());
 
     // Search by idempotency key and by time.
-    let key: String = sqlx::query_scalar(
-        "SELECT idempotency_key FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(ids[0])
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
+    let key = env.attempt(ids[0]).await.idempotency_key;
     let (_, stdout, _) = env
         .cli(
             &["attempts", "list", "--json", "--idempotency-key", &key],
@@ -135,23 +127,24 @@ async fn seed_stuck_with_ties(env: &TestEnv) -> HashSet<PaymentAttemptId> {
         .iter()
         .map(|r| r.command.payment_attempt_id)
         .collect();
-    let at = |i: usize, created_at: &str| {
-        format!(
-            "UPDATE payment_attempts SET created_at = '{created_at}' WHERE payment_attempt_id = '{}';",
-            ids[i]
-        )
-    };
-    let mut sql: String = (0..5).map(|i| at(i, "2026-12-01T10:00:00Z")).collect();
-    sql += &at(5, "2026-12-01T09:00:00Z");
-    sql += &at(6, "2026-12-01T09:30:00Z");
-    sql += &at(7, "2026-12-01T09:30:00Z");
-    sql += &format!(
-        "UPDATE payment_attempts SET status = 'succeeded', gateway_charge_id = 'ch_old',
-             created_at = '2026-12-01T08:00:00Z'
-         WHERE payment_attempt_id = '{}';",
-        ids[9]
-    );
-    env.exec(&sql).await; // ids[8] stays pending and young
+    let created = |at: &str| format!("created_at = '{at}'");
+    for (i, at) in [
+        (0, "2026-12-01T10:00:00Z"),
+        (1, "2026-12-01T10:00:00Z"),
+        (2, "2026-12-01T10:00:00Z"),
+        (3, "2026-12-01T10:00:00Z"),
+        (4, "2026-12-01T10:00:00Z"),
+        (5, "2026-12-01T09:00:00Z"),
+        (6, "2026-12-01T09:30:00Z"),
+        (7, "2026-12-01T09:30:00Z"),
+    ] {
+        env.set_attempt(ids[i], &created(at)).await;
+    }
+    env.set_attempt(
+        ids[9],
+        "status = 'succeeded', gateway_charge_id = 'ch_old', created_at = '2026-12-01T08:00:00Z'",
+    )
+    .await; // ids[8] stays pending and young
     ids[..8].iter().copied().collect()
 }
 

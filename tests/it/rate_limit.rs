@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 
 use crate::support::harness::Harness;
 use crate::support::throwaway::ThrowawayDatabase;
+use crate::support::Records;
 
 /// A small deterministic stream of numbers in [0, 1) (no dependency for a test's dice).
 struct Dice(u64);
@@ -289,16 +290,16 @@ async fn with_a_limit_of_five_a_second_one_executor_step_sends_at_most_five_of_t
         sent,
         "only attempts with a permit were claimed"
     );
-    let untouched = harness
-        .scalar("SELECT count(*) FROM payment_attempts WHERE status = 'pending' AND tries = 0")
-        .await;
+    let attempts = harness.all_attempts().await;
+    let untouched = attempts
+        .iter()
+        .filter(|a| a.status == "pending" && a.tries == 0);
     assert_eq!(
-        untouched as usize,
+        untouched.count(),
         20 - sent,
         "the rest wait pending, with no lease and no try spent"
     );
-    let calls = harness.scalar("SELECT count(*) FROM gateway_calls").await;
-    assert_eq!(calls as usize, sent);
+    assert_eq!(harness.all_gateway_calls().await.len(), sent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,20 +327,16 @@ async fn an_emptied_bucket_makes_the_executor_and_the_reconciler_wait_without_cl
     assert_eq!(second.claimed(), 0);
     assert_eq!(harness.gateway.ledger().len(), 1);
     // An unknown attempt due for lookup waits the same way, unclaimed.
-    sqlx::query(
-        "UPDATE payment_attempts SET status = 'unknown', next_run_at = now() - interval '1 s'
-          WHERE status = 'pending'",
-    )
-    .execute(harness.store.pool())
-    .await
-    .unwrap();
+    harness
+        .set_attempts_in(
+            "pending",
+            "status = 'unknown', next_run_at = now() - interval '1 s'",
+        )
+        .await;
     let pass = harness.reconciler().run_once().await.unwrap();
     assert!(pass.resolutions.is_empty());
     assert!(pass.rate_limited.is_some_and(|wait| wait > Duration::ZERO));
-    let lookups = harness
-        .scalar("SELECT count(*) FROM gateway_calls WHERE operation = 'lookup'")
-        .await;
-    assert_eq!(lookups, 0);
+    assert_eq!(harness.gateway_calls_of("lookup").await, 0);
 }
 
 /// A failover to a database host whose clock runs an hour behind: the bucket's last refill

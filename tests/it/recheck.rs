@@ -2,7 +2,7 @@
 //! attempt, now, on a person's request — settling what the answer settles, refusing states a
 //! lookup has nothing to say about, and auditing what it found and did.
 
-use crate::support::Harness;
+use crate::support::{Harness, Records};
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::operator::audit::{self, AuditFilter};
@@ -56,15 +56,9 @@ async fn a_recheck_of_an_unknown_attempt_the_gateway_charged_settles_it_with_its
         report.gateway_charge_id.as_deref(),
         Some(h.gateway.ledger()[0].id.as_str())
     );
-    let (actor, cause): (String, String) = sqlx::query_as(
-        "SELECT actor, cause FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id DESC LIMIT 1",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let last = h.last_transition(id).await;
     assert_eq!(
-        (actor.as_str(), cause.as_str()),
+        (last.actor.as_str(), last.cause.as_str()),
         ("operator:alice", "lookup_found_charge")
     );
     let calls = h.gateway_calls(id).await;
@@ -187,19 +181,15 @@ async fn recheck_from_the_command_line_refuses_a_pending_attempt_with_exit_2_and
         stderr.contains("is pending") && stderr.contains("only unknown and needs_review"),
         "{stderr}"
     );
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM operator_audit").await,
-        0,
+    assert!(
+        env.audit_entries().await.is_empty(),
         "a refusal is not audited"
     );
-    assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM payment_attempts WHERE status = 'pending' AND lease_token = 0"
-        )
-        .await,
-        1,
-        "the attempt was not touched"
-    );
+    let attempts = env.all_attempts().await;
+    let untouched = attempts
+        .iter()
+        .filter(|a| a.status == "pending" && a.lease_token == 0);
+    assert_eq!(untouched.count(), 1, "the attempt was not touched");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,8 +244,7 @@ async fn a_recheck_refused_rate_permits_gives_up_and_says_the_rate_limit_stopped
     assert!(err.to_string().contains("gateway_max_rate"), "{err}");
     assert_eq!(h.attempt(id).await.status, "unknown");
     assert_eq!(
-        h.scalar("SELECT count(*) FROM gateway_calls WHERE operation = 'lookup'")
-            .await,
+        h.gateway_calls_of("lookup").await,
         0,
         "nothing was asked of the gateway"
     );

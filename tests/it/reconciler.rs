@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use crate::support::{self, charge_request, eventually, run_leaving_one_in, Harness};
+use crate::support::{self, charge_request, eventually, run_leaving_one_in, Harness, Records};
 use mock_gateway::{payment_methods as pm, MockConfig};
 use onecharge::domain::outcome::LookupOutcome;
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::reconciler::{Reconciler, Resolution};
+use time::format_description::well_known::Rfc3339;
 
 /// Seeds an attempt and lets the executor take it to `unknown` through `payment_method`'s
 /// fault.
@@ -87,11 +88,11 @@ async fn a_decline_found_by_lookup_is_adopted_as_declined_with_its_code() {
     // An earlier try reached the gateway and was declined, but its answer was lost.
     let earlier = h.charge_directly(&charge_request(&command)).await;
     assert_eq!(earlier.http_status, Some(402));
-    sqlx::query("UPDATE payment_attempts SET status = 'unknown', tries = 1, first_dispatched_at = now(), next_run_at = now() WHERE payment_attempt_id = $1")
-        .bind(id)
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.set_attempt(
+        id,
+        "status = 'unknown', tries = 1, first_dispatched_at = now(), next_run_at = now()",
+    )
+    .await;
 
     let report = h.reconciler().run_once().await.unwrap();
 
@@ -285,30 +286,18 @@ async fn two_reconcilers_settle_each_attempt_once() {
     let commands = h.seed_many(&methods).await;
     let executor = h.executor();
     while executor.run_once().await.unwrap().claimed() > 0 {}
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM payment_attempts WHERE status = 'unknown'")
-            .await,
-        12
-    );
+    assert_eq!(h.attempts_in("unknown").await, 12);
 
     let (first, second) = (h.reconciler(), h.reconciler());
     let (a, b) = tokio::join!(first.run_once(), second.run_once());
     let (a, b) = (a.unwrap(), b.unwrap());
 
     assert_eq!(a.resolutions.len() + b.resolutions.len(), 12);
+    assert_eq!(h.attempts_in("succeeded").await, 12);
+    assert_eq!(h.gateway_calls_of("lookup").await, 12);
+    let outbox = h.outbox().await;
     assert_eq!(
-        h.scalar("SELECT count(*) FROM payment_attempts WHERE status = 'succeeded'")
-            .await,
-        12
-    );
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM gateway_calls WHERE operation = 'lookup'")
-            .await,
-        12
-    );
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM outbox WHERE status = 'succeeded'")
-            .await,
+        outbox.iter().filter(|e| e.status == "succeeded").count(),
         12
     );
     assert_eq!(h.gateway.ledger().len(), commands.len());
@@ -326,14 +315,8 @@ async fn a_lookup_answer_with_nul_characters_is_stored_escaped_and_settles_the_a
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     // The contract's answer for this attempt (a lookup is adopted only when it matches),
     // with NULs where the gateway's own text goes.
-    let (key, amount_minor, currency): (String, i64, String) = sqlx::query_as(
-        "SELECT idempotency_key, amount_minor, currency FROM payment_attempts
-         WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let row = h.attempt(id).await;
+    let (key, amount_minor, currency) = (row.idempotency_key, row.amount_minor, row.currency);
     let url = support::gateway_answering(serde_json::json!({
         "id": "ch_\u{0}nul", "status": "declined", "decline_code": "do_not\u{0}honor",
         "idempotency_key": key, "reference": id.to_string(),
@@ -479,12 +462,15 @@ async fn a_charge_found_under_the_key_for_another_amount_is_never_adopted() {
         .charge_directly(&support::charge_request_with_amount(&command, 5000))
         .await;
     assert_eq!(other.http_status, Some(201));
-    sqlx::query("UPDATE payment_attempts SET status = 'unknown', tries = 1, first_dispatched_at = $2, dispatched_at = $2, next_run_at = $2 WHERE payment_attempt_id = $1")
-        .bind(id)
-        .bind(h.now())
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    let now = h.now().format(&Rfc3339).unwrap();
+    h.set_attempt(
+        id,
+        &format!(
+            "status = 'unknown', tries = 1, first_dispatched_at = '{now}',
+             dispatched_at = '{now}', next_run_at = '{now}'"
+        ),
+    )
+    .await;
 
     let report = h.reconciler().run_once().await.unwrap();
 
@@ -511,10 +497,7 @@ async fn a_lookup_answered_404_by_a_wrong_url_is_checked_again_without_using_up_
     assert_eq!(row.status, "unknown");
     assert!(row.last_error.unwrap().contains("gateway_url"));
     assert_eq!(
-        h.scalar(&format!(
-            "SELECT reconcile_checks::int8 FROM payment_attempts WHERE payment_attempt_id = '{id}'"
-        ))
-        .await,
+        h.attempt(id).await.reconcile_checks,
         0,
         "a configuration fault is not the attempt's check"
     );

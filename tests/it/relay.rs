@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::support::nats::stream_messages;
-use crate::support::{eventually, take_in, Harness, Served};
+use crate::support::{eventually, take_in, Harness, Records, Served};
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentEvent;
 use onecharge::intake::Intake;
@@ -33,14 +33,13 @@ async fn the_relay_publishes_each_event_under_its_event_id_and_marks_it_publishe
         ),
         (3, 3, 0, 0)
     );
+    assert_eq!(h.unpublished_events().await, 0);
     assert_eq!(
-        h.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await,
-        0
-    );
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM outbox WHERE publish_attempts = 1")
-            .await,
+        h.outbox()
+            .await
+            .iter()
+            .filter(|e| e.publish_attempts == 1)
+            .count(),
         3
     );
 
@@ -102,11 +101,7 @@ async fn a_relay_that_crashes_after_publishing_is_followed_by_a_republish_that_j
         .filter_map(|m| header(m, "Nats-Msg-Id"))
         .collect();
     drop(claim);
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await,
-        2
-    );
+    assert_eq!(h.unpublished_events().await, 2);
 
     let restarted = h.relay().await;
     let report = restarted.run_once().await.unwrap();
@@ -115,11 +110,7 @@ async fn a_relay_that_crashes_after_publishing_is_followed_by_a_republish_that_j
         (2, 2),
         "the same ids again: JetStream dedupes"
     );
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await,
-        0
-    );
+    assert_eq!(h.unpublished_events().await, 0);
 
     let messages = h.event_messages().await;
     assert_eq!(messages.len(), 2, "each event once on the stream");
@@ -166,11 +157,7 @@ async fn several_relays_at_once_publish_each_event_exactly_once() {
         .filter_map(|m| header(m, "Nats-Msg-Id"))
         .collect();
     assert_eq!(ids.len(), 60);
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await,
-        0
-    );
+    assert_eq!(h.unpublished_events().await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,10 +217,7 @@ async fn end_to_end_n_commands_with_duplicates_make_exactly_n_charges_and_n_even
         .await
         .unwrap();
     take_in(&intake, published).await;
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM payment_attempts").await,
-        N as i64
-    );
+    assert_eq!(h.attempt_rows().await, N as i64);
 
     // Drive the executor (advancing past Retry-After) and the relay until nothing is left.
     let executor = h.executor();
@@ -291,8 +275,11 @@ async fn the_served_executor_and_relay_roles_charge_and_announce_recorded_attemp
     assert_eq!(h.gateway.ledger().len(), 3);
     assert_eq!(h.event_messages().await.len(), 3);
     assert_eq!(
-        h.scalar("SELECT count(*) FROM payment_attempts WHERE status IN ('succeeded', 'declined')")
-            .await,
+        h.all_attempts()
+            .await
+            .iter()
+            .filter(|a| a.status == "succeeded" || a.status == "declined")
+            .count(),
         3
     );
 }
@@ -321,14 +308,11 @@ async fn an_idle_executor_and_relay_wake_on_a_nudge_long_before_their_poll_inter
     let store = h.store.clone();
     let mut published = false;
     for _ in 0..100 {
-        published = sqlx::query_scalar::<_, bool>(
-            "SELECT EXISTS (SELECT 1 FROM outbox WHERE payment_attempt_id = $1
-                             AND published_at IS NOT NULL)",
-        )
-        .bind(id)
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
+        published = store
+            .outbox()
+            .await
+            .iter()
+            .any(|e| e.payment_attempt_id == uuid::Uuid::from(id) && e.published_at.is_some());
         if published {
             break;
         }

@@ -3,6 +3,7 @@
 //! without ever losing the history of an attempt that is not final or an unpublished event.
 //! The job takes its `now`, so a test looks at the same rows months later without waiting.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use mock_gateway::payment_methods as pm;
@@ -15,7 +16,7 @@ use onecharge::store::retention::{self, HistoryTable};
 use time::macros::datetime;
 use time::OffsetDateTime;
 
-use crate::support::{one_line_error, record, Harness, TestEnv};
+use crate::support::{one_line_error, record, Harness, Records, TestEnv};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -127,7 +128,7 @@ async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_
         unknown_before.0.len() as i64
     );
     // the attempts themselves are never touched
-    assert_eq!(h.scalar("SELECT count(*) FROM payment_attempts").await, 3);
+    assert_eq!(h.attempt_rows().await, 3);
 
     // `attempts show` still merges the kept history into one timeline
     let detail =
@@ -187,7 +188,7 @@ async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_publ
         assert_eq!(w.h.scalar(&kept_rows(table)).await, 0, "{table}");
     }
     assert_eq!(history(&w.h, w.unknown).await, (0, 0, 0));
-    assert_eq!(w.h.scalar("SELECT count(*) FROM payment_attempts").await, 3);
+    assert_eq!(w.h.attempt_rows().await, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,10 +209,7 @@ async fn a_dry_run_reports_the_months_it_would_drop_and_drops_nothing() {
     let transitions = &report.tables[0];
     assert_eq!(transitions.dropped.len(), 3);
     let rows: u64 = transitions.dropped.iter().map(|d| d.rows).sum();
-    assert_eq!(
-        rows,
-        h.scalar("SELECT count(*) FROM attempt_transitions").await as u64
-    );
+    assert_eq!(rows, h.all_transitions().await.len() as u64);
     assert!(transitions.created.is_empty(), "a dry run creates nothing");
     let summary = report.summary(30 * DAY);
     assert!(
@@ -312,8 +310,7 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
     .execute(env.store.pool())
     .await
     .unwrap();
-    let history = "SELECT count(*) FROM attempt_transitions";
-    let before = env.scalar(history).await;
+    let before = env.all_transitions().await.len();
     assert_eq!(before, 2);
 
     let (code, stdout, stderr) = env.cli(&["purge", "--dry-run"], &[]).await;
@@ -323,7 +320,7 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
             && stdout.contains("(attempt_transitions_p202501): 1 rows gone, 1 kept"),
         "{stdout}"
     );
-    assert_eq!(env.scalar(history).await, before);
+    assert_eq!(env.all_transitions().await.len(), before);
 
     let (code, stdout, stderr) = env.cli(&["purge"], &[]).await;
     assert_eq!(code, 0, "{stderr}");
@@ -340,17 +337,18 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
         .await,
         0
     );
-    let left: Vec<PaymentAttemptId> =
-        sqlx::query_scalar("SELECT payment_attempt_id FROM attempt_transitions")
-            .fetch_all(env.store.pool())
-            .await
-            .unwrap();
+    let left: Vec<PaymentAttemptId> = env
+        .all_transitions()
+        .await
+        .into_iter()
+        .map(|t| t.payment_attempt_id.into())
+        .collect();
     assert_eq!(
         left,
         vec![pending],
         "only the pending attempt keeps its history"
     );
-    assert_eq!(env.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert!(env.outbox().await.is_empty());
 }
 
 #[test]
@@ -450,16 +448,25 @@ async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_mus
             kept: 3
         }]
     );
+    let kept = env.causes(pending).await;
     assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{pending}' AND cause = 'test'"
-        ))
-        .await,
+        kept.iter().filter(|cause| *cause == "test").count(),
         3,
         "the pending attempt's old history is kept"
     );
+    let accepted: HashSet<uuid::Uuid> = env
+        .all_transitions()
+        .await
+        .into_iter()
+        .filter(|t| t.cause == "command_accepted")
+        .map(|t| t.payment_attempt_id)
+        .collect();
+    let attempts = env.all_attempts().await;
     assert_eq!(
-        env.scalar("SELECT count(*) FROM payment_attempts a WHERE NOT EXISTS (SELECT 1 FROM attempt_transitions t WHERE t.payment_attempt_id = a.payment_attempt_id AND t.cause = 'command_accepted')").await,
+        attempts
+            .iter()
+            .filter(|a| !accepted.contains(&a.payment_attempt_id))
+            .count(),
         0,
         "every attempt written during the drop has its first transition"
     );
@@ -494,10 +501,7 @@ async fn month_a_year_ago(
     env: &TestEnv,
     table: HistoryTable,
 ) -> (OffsetDateTime, String, OffsetDateTime) {
-    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
+    let now = env.db_now().await;
     let (from, to) = onecharge::purge::retention::months_ahead(now - 365 * DAY, 0)[0];
     let month = table.month_partition(from);
     retention::create_partition(&env.store, table, &month, from, to)

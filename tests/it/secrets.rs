@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::{command, onecharge, sigterm, TestEnv};
+use crate::support::{command, onecharge, sigterm, Records, TestEnv};
 use tokio::io::AsyncReadExt as _;
 use uuid::Uuid;
 
@@ -188,7 +188,7 @@ async fn serve_briefly(env: &TestEnv) -> Run {
         .await
         .unwrap();
     assert_eq!(response.status(), reqwest::StatusCode::OK, "{}", text());
-    while env.scalar("SELECT count(*) FROM gateway_calls").await == 0 {
+    while env.all_gateway_calls().await.is_empty() {
         assert!(
             Instant::now() < deadline,
             "the executor never called the gateway: {}",

@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::support::env::OPERATOR;
-use crate::support::{command, shrink_duplicate_window, TestEnv};
+use crate::support::{command, shrink_duplicate_window, Records, TestEnv};
 
 /// Intake settings for these tests: the audit judges a message as soon as intake's ack
 /// floor has passed it.
@@ -155,9 +155,8 @@ async fn the_audit_finds_exactly_the_commands_intake_never_recorded_and_a_replay
     assert_eq!(env.attempt_rows().await, attempts_before + 1);
     assert_eq!(env.status(never_seen).await, "pending");
     assert_eq!(
-        env.scalar("SELECT count(*) FROM processed_messages WHERE message_id = 'lost-record' AND result = 'business_duplicate'")
-            .await,
-        1
+        env.dedupe_result("lost-record").await.as_deref(),
+        Some("business_duplicate")
     );
     let pass = audit(&env).run_once().await.expect("a pass");
     assert_eq!(pass.resolved, 2, "{pass:?}");

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    charge_request_with_amount, command, count_about, first_outcome, intake_record,
-    run_leaving_one_in, Harness,
+    charge_request_with_amount, command, first_outcome, intake_record, run_leaving_one_in, Harness,
+    Records,
 };
 use mock_gateway::stripe::payment_methods as spm;
 use mock_gateway::{payment_methods as pm, Dialect, FaultConfig, FaultRule, MockConfig};
@@ -103,14 +103,12 @@ async fn calls(
     h: &Harness,
     id: onecharge::domain::PaymentAttemptId,
 ) -> Vec<(String, Option<i32>, String, Option<String>)> {
-    sqlx::query_as(
-        "SELECT operation, http_status, outcome, gateway_charge_id FROM gateway_calls
-         WHERE payment_attempt_id = $1 ORDER BY id",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap()
+    h.all_gateway_calls()
+        .await
+        .into_iter()
+        .filter(|c| onecharge::domain::PaymentAttemptId::from(c.payment_attempt_id) == id)
+        .map(|c| (c.operation, c.http_status, c.outcome, c.gateway_charge_id))
+        .collect()
 }
 
 fn call(
@@ -366,14 +364,7 @@ async fn a_payment_intent_processing_for_two_days_ends_succeeded_without_a_perso
     let pass = reconciler.run_once().await.unwrap();
     assert_eq!(pass.count(AttemptStatus::Succeeded), 1, "{pass:?}");
     h.assert_charged_once(id).await;
-    let reviewed = count_about(
-        h.store.pool(),
-        id,
-        "SELECT count(*) FROM attempt_transitions
-         WHERE payment_attempt_id = $1 AND to_status = 'needs_review'",
-    )
-    .await;
-    assert_eq!(reviewed, 0, "no person was asked");
+    assert_eq!(reviews(&h, id).await, 0, "no person was asked");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1003,13 +994,8 @@ async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_t
     assert_eq!(h.attempt(id).await.dispatched_at, Some(stamped));
 
     // Every create's evidence, fenced or not.
-    let recorded: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM gateway_calls WHERE payment_attempt_id = $1 AND operation = 'prepare'",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let operations = h.call_operations(id).await;
+    let recorded = operations.iter().filter(|op| *op == "prepare").count();
     assert_eq!(recorded, 4);
 }
 
@@ -1066,13 +1052,15 @@ async fn a_batch_of_payment_intents_stored_at_once_answers_each_by_its_own_lease
             .unwrap();
         assert_eq!(id.is_some(), stored, "{id:?}");
     }
-    let recorded: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM gateway_calls WHERE payment_attempt_id = ANY($1) AND operation = 'prepare'",
-    )
-    .bind(claimed.iter().map(|c| c.attempt.payment_attempt_id).collect::<Vec<_>>())
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let ids: Vec<onecharge::domain::PaymentAttemptId> = claimed
+        .iter()
+        .map(|c| c.attempt.payment_attempt_id)
+        .collect();
+    let calls = h.all_gateway_calls().await;
+    let recorded = calls
+        .iter()
+        .filter(|c| ids.contains(&c.payment_attempt_id.into()) && c.operation == "prepare")
+        .count();
     assert_eq!(recorded, 3);
 }
 
@@ -1236,14 +1224,9 @@ async fn follow_processing(h: &Harness, days: u64, fail_every: usize) {
 }
 
 /// Transitions of `id` into review.
-async fn reviews(h: &Harness, id: onecharge::domain::PaymentAttemptId) -> i64 {
-    count_about(
-        h.store.pool(),
-        id,
-        "SELECT count(*) FROM attempt_transitions
-         WHERE payment_attempt_id = $1 AND to_status = 'needs_review'",
-    )
-    .await
+async fn reviews(h: &Harness, id: onecharge::domain::PaymentAttemptId) -> usize {
+    let path = h.path(id).await;
+    path.iter().filter(|to| *to == "needs_review").count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

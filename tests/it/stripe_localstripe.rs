@@ -33,7 +33,7 @@ use crate::support::localstripe::{
     Localstripe, Shim, API_KEY, CONFIRM_PARAMS_LOCALSTRIPE_REFUSES,
     CREATE_PARAMS_LOCALSTRIPE_REFUSES,
 };
-use crate::support::{command, TestEnv};
+use crate::support::{command, Records, TestEnv};
 
 /// How long an attempt may take to settle through localstripe (a Python process on a
 /// loaded two-core machine) before a test fails.
@@ -108,13 +108,7 @@ impl World {
 
     /// The statuses the attempt went through, in order.
     async fn path(&self, attempt: Uuid) -> Vec<String> {
-        sqlx::query_scalar(
-            "SELECT to_status FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id",
-        )
-        .bind(attempt)
-        .fetch_all(self.env.store.pool())
-        .await
-        .expect("read transitions")
+        self.env.path(attempt).await
     }
 
     /// The bodies of the events published for this attempt, polled until `n` are there.
@@ -123,7 +117,7 @@ impl World {
         loop {
             let events: Vec<Value> = self
                 .env
-                .events()
+                .event_messages()
                 .await
                 .iter()
                 .map(|m| serde_json::from_slice::<Value>(&m.payload).expect("an event body"))
@@ -182,17 +176,17 @@ async fn settled(env: &TestEnv, shim: &Shim, attempt: Uuid) -> Attempt {
 
 /// The attempt's row, once intake has recorded it.
 async fn read_attempt(env: &TestEnv, attempt: Uuid) -> Option<Attempt> {
-    sqlx::query_as(
-        "SELECT payment_attempt_id AS id, status, gateway_charge_id, decline_code, review_reason
-         FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(attempt)
-    .fetch_optional(env.store.pool())
-    .await
-    .expect("read the attempt")
+    let row = env.find_attempt(attempt).await?;
+    Some(Attempt {
+        id: row.payment_attempt_id,
+        status: row.status,
+        gateway_charge_id: row.gateway_charge_id,
+        decline_code: row.decline_code,
+        review_reason: row.review_reason,
+    })
 }
 
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 struct Attempt {
     id: Uuid,
     status: String,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::{charge_request, Harness};
+use crate::support::{charge_request, Harness, Records};
 use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::gateway::list::ListWindow;
@@ -25,13 +25,12 @@ async fn window(h: &Harness) -> ListWindow {
 
 /// Open findings per class, and each finding's (class, attempt or reference, seen count).
 async fn findings(h: &Harness) -> (BTreeMap<String, i64>, Vec<(String, String, i32)>) {
-    let rows: Vec<(String, Option<uuid::Uuid>, Option<String>, i32)> = sqlx::query_as(
-        "SELECT class, payment_attempt_id, reference, seen_count FROM reconciliation_findings
-         WHERE state = 'open' ORDER BY class, id",
-    )
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap();
+    let mut open = h.open_findings().await;
+    open.sort_by(|a, b| (&a.class, a.id).cmp(&(&b.class, b.id)));
+    let rows: Vec<_> = open
+        .into_iter()
+        .map(|f| (f.class, f.payment_attempt_id, f.reference, f.seen_count))
+        .collect();
     let mut per_class = BTreeMap::new();
     for row in &rows {
         *per_class.entry(row.0.clone()).or_insert(0) += 1;
@@ -299,10 +298,11 @@ async fn a_sweep_pages_through_more_charges_than_one_page_and_reports_nothing_wh
     assert!(report.new_findings.is_empty(), "{:?}", report.new_findings);
     let (per_class, _) = findings(&h).await;
     assert!(per_class.is_empty());
-    let left: i64 = h
-        .scalar("SELECT count(*) FROM reconciliation_sweep_records")
-        .await;
-    assert_eq!(left, 0, "a finished sweep leaves none of its records");
+    assert_eq!(
+        h.sweep_records().await,
+        0,
+        "a finished sweep leaves none of its records"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -311,7 +311,7 @@ async fn resolving_a_finding_records_who_and_why_and_audits_it() {
     let client = h.client_with_key(crate::support::API_KEY);
     charge_outside(&client, &uuid::Uuid::new_v4().to_string(), 500, "someone").await;
     h.reconciler().sweep(window(&h).await).await.unwrap();
-    let id: i64 = h.scalar("SELECT id FROM reconciliation_findings").await;
+    let id = h.last_finding().await.id;
 
     let resolved = onecharge::operator::findings::resolve(
         &h.store,
@@ -341,19 +341,18 @@ async fn resolving_a_finding_records_who_and_why_and_audits_it() {
         again,
         onecharge::store::findings::Resolved::AlreadyResolved(_)
     ));
-    let audited: i64 = h
-        .scalar("SELECT count(*) FROM operator_audit WHERE action = 'resolve_finding' AND reason = 'refunded at the gateway'")
-        .await;
-    assert_eq!(audited, 1);
+    let audit = h.audit_entries().await;
+    let audited = audit.iter().filter(|e| {
+        e.action == "resolve_finding" && e.reason.as_deref() == Some("refunded at the gateway")
+    });
+    assert_eq!(audited.count(), 1);
     // Seen again by the next sweep, it stays resolved.
     h.reconciler().sweep(window(&h).await).await.unwrap();
-    let state: (String, i32) =
-        sqlx::query_as("SELECT state, seen_count FROM reconciliation_findings WHERE id = $1")
-            .bind(id)
-            .fetch_one(h.store.pool())
-            .await
-            .unwrap();
-    assert_eq!(state, ("resolved".to_owned(), 2));
+    let finding = h.finding(id).await;
+    assert_eq!(
+        (finding.state.as_str(), finding.seen_count),
+        ("resolved", 2)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -558,25 +557,18 @@ async fn at_the_gateway(h: &Harness, pi: &str, action: &str, body: &str) {
 
 /// The findings about `id`, oldest first, as (state, detail).
 async fn findings_about(h: &Harness, id: PaymentAttemptId) -> Vec<(String, String)> {
-    sqlx::query_as(
-        "SELECT state, detail FROM reconciliation_findings WHERE payment_attempt_id = $1 ORDER BY id",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap()
+    let findings = h.findings_about(id).await;
+    findings.into_iter().map(|f| (f.state, f.detail)).collect()
 }
 
 /// Finding events queued for publishing about `id`.
 async fn finding_events(h: &Harness, id: PaymentAttemptId) -> Vec<serde_json::Value> {
-    sqlx::query_scalar(
-        "SELECT payload FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'
-         ORDER BY created_at, event_id",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap()
+    let events = h.events(id).await;
+    events
+        .into_iter()
+        .filter(|(status, ..)| status == "finding")
+        .map(|(_, payload, _)| payload)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -591,9 +583,7 @@ async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_an
     at_the_gateway(&h, &pi, "refund", r#"{"amount": 500}"#).await;
     let refund = reconciler.sweep(window(&h).await).await.unwrap();
     assert_eq!(refund.new_findings.len(), 1, "{refund:?}");
-    let refund_id: i64 = h
-        .scalar("SELECT max(id) FROM reconciliation_findings")
-        .await;
+    let refund_id = h.last_finding().await.id;
     onecharge::operator::findings::resolve(
         &h.store,
         refund_id,
@@ -660,9 +650,7 @@ async fn sweeping(
         async move { reconciler.sweep(window).await }
     });
     crate::support::eventually("the sweep started", Duration::from_secs(10), || async {
-        h.scalar("SELECT count(*) FROM reconciliation_sweeps WHERE finished_at IS NULL")
-            .await
-            > 0
+        h.sweeps().await.iter().any(|sweep| !sweep.finished)
     })
     .await;
     sweep
@@ -673,23 +661,18 @@ async fn first_page_stored(h: &Harness) {
     crate::support::eventually(
         "a sweep stores its first page",
         Duration::from_secs(15),
-        || async {
-            h.scalar("SELECT count(*) FROM reconciliation_sweep_records")
-                .await
-                > 0
-        },
+        || async { h.sweep_records().await > 0 },
     )
     .await;
 }
 
 /// The sweeps' rows: (id, finished, error).
 async fn sweep_rows(h: &Harness) -> Vec<(i64, bool, Option<String>)> {
-    sqlx::query_as(
-        "SELECT id, finished_at IS NOT NULL, error FROM reconciliation_sweeps ORDER BY id",
-    )
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap()
+    let sweeps = h.sweeps().await;
+    sweeps
+        .into_iter()
+        .map(|s| (s.id, s.finished, s.error))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -737,10 +720,7 @@ async fn a_sweep_stopped_at_shutdown_ends_its_row_saying_so() {
         rows[0].2.as_deref().is_some_and(|e| e.contains("shutdown")),
         "{rows:?}"
     );
-    let left: i64 = h
-        .scalar("SELECT count(*) FROM reconciliation_sweep_records")
-        .await;
-    assert_eq!(left, 0, "its records are gone with it");
+    assert_eq!(h.sweep_records().await, 0, "its records are gone with it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::Harness;
+use crate::support::Records;
 use mock_gateway::payment_methods as pm;
 use onecharge::clock::ManualClock;
 use onecharge::domain::AttemptStatus;

@@ -16,6 +16,7 @@ use tempfile::TempDir;
 use uuid::Uuid;
 
 use crate::support::nats_server::{free_port, NatsServer};
+use crate::support::Records;
 use crate::support::{self, first_outcome, one_line_error, onecharge, Harness};
 
 /// A CA, a server certificate it signed for `IP:127.0.0.1` and `DNS:localhost`, and a

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::support::{eventually, Harness, Served};
+use crate::support::{eventually, Harness, Records, Served};
 use mock_gateway::payment_methods as pm;
 use mock_gateway::stripe::payment_methods as spm;
 use onecharge::app::Role;
@@ -51,8 +51,8 @@ fn now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
-async fn recorded_events(h: &Harness) -> i64 {
-    h.scalar("SELECT count(*) FROM stripe_webhook_events").await
+async fn recorded_events(h: &Harness) -> usize {
+    h.webhook_events().await.len()
 }
 
 /// A `processing` attempt (`unknown`, its PaymentIntent stored), the reconciler and the
@@ -71,13 +71,7 @@ async fn processing_then_succeeded(
     let id = h.seed(spm::FAULT_PROCESSING).await.payment_attempt_id;
     h.executor_with(client).run_once().await.unwrap();
     assert_eq!(h.attempt(id).await.status, "unknown");
-    let pi: String = sqlx::query_scalar(
-        "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let pi = h.attempt(id).await.gateway_object_id.unwrap();
     let app =
         onecharge::app::Application::build(h.settings.clone(), &[Role::Reconciler, Role::Webhook])
             .await
@@ -212,14 +206,11 @@ async fn findings_about(
     h: &Harness,
     id: onecharge::domain::PaymentAttemptId,
 ) -> Vec<(String, String, String)> {
-    sqlx::query_as(
-        "SELECT state, evidence, source FROM reconciliation_findings
-         WHERE payment_attempt_id = $1 ORDER BY id",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap()
+    let findings = h.findings_about(id).await;
+    findings
+        .into_iter()
+        .map(|f| (f.state, f.evidence, f.source))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,9 +259,7 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
         findings_about(&h, id).await,
         vec![("open".into(), "refunded:1999".into(), "webhook".into())]
     );
-    let refund_finding: i64 = h
-        .scalar("SELECT max(id) FROM reconciliation_findings")
-        .await;
+    let refund_finding = h.last_finding().await.id;
     onecharge::operator::findings::resolve(
         &h.store,
         refund_finding,
@@ -296,14 +285,13 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
             ),
         ]
     );
-    let published: Vec<(serde_json::Value, serde_json::Value)> = sqlx::query_as(
-        "SELECT headers, payload FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'
-         ORDER BY created_at, event_id",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap();
+    let published: Vec<(serde_json::Value, serde_json::Value)> = h
+        .events(id)
+        .await
+        .into_iter()
+        .filter(|(status, ..)| status == "finding")
+        .map(|(_, payload, headers)| (headers, payload))
+        .collect();
     assert_eq!(published.len(), 2, "{published:?}");
     assert_eq!(published[1].0["Causation-Id"], "evt_disputed");
     assert_eq!(published[1].1["stripe_event_id"], "evt_disputed");
@@ -335,13 +323,12 @@ async fn a_success_webhook_for_a_declined_attempt_is_read_again_and_found_as_mon
     assert_eq!(deliver_signed(addr, &succeeded).await["did"], "check");
     h.reconciler_with(client).run_checks().await.unwrap();
 
-    let classes: Vec<String> = sqlx::query_scalar(
-        "SELECT class FROM reconciliation_findings WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap();
+    let classes: Vec<String> = h
+        .findings_about(id)
+        .await
+        .into_iter()
+        .map(|f| f.class)
+        .collect();
     assert_eq!(classes, vec!["charged_not_recorded"]);
     assert_eq!(
         h.attempt(id).await.status,
@@ -512,9 +499,11 @@ async fn processed_event_ids_are_purged_once_past_the_tolerance_and_a_margin() {
         .unwrap();
 
     assert_eq!(deleted, 1);
-    let left: Vec<String> = sqlx::query_scalar("SELECT event_id FROM stripe_webhook_events")
-        .fetch_all(h.store.pool())
+    let left: Vec<String> = h
+        .webhook_events()
         .await
-        .unwrap();
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
     assert_eq!(left, vec!["evt_new"]);
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::localstripe::{Localstripe, Shim};
-use crate::support::{command, count_about, TestEnv};
+use crate::support::{command, Records, TestEnv};
 
 const SECRET: &str = "whsec_localstripe_test";
 
@@ -63,12 +63,7 @@ async fn localstripes_signed_webhook_wakes_a_processing_debit_far_sooner_than_th
     .await;
 
     let status = loop {
-        let status: Option<String> =
-            sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
-                .bind(attempt)
-                .fetch_optional(env.store.pool())
-                .await
-                .unwrap();
+        let status = env.find_attempt(attempt).await.map(|row| row.status);
         if matches!(
             status.as_deref(),
             Some("declined" | "succeeded" | "needs_review")
@@ -84,24 +79,18 @@ async fn localstripes_signed_webhook_wakes_a_processing_debit_far_sooner_than_th
     };
 
     assert_eq!(status, "declined");
-    let path: Vec<String> = sqlx::query_scalar(
-        "SELECT to_status FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id",
-    )
-    .bind(attempt)
-    .fetch_all(env.store.pool())
-    .await
-    .unwrap();
+    let path = env.path(attempt).await;
     assert!(
         path.contains(&"unknown".to_owned()),
         "went through processing: {path:?}"
     );
-    let woke = count_about(
-        env.store.pool(),
-        attempt,
-        "SELECT count(*) FROM stripe_webhook_events
-         WHERE payment_attempt_id = $1 AND event_type = 'payment_intent.payment_failed'",
-    )
-    .await;
+    let events = env.webhook_events().await;
+    let woke = events
+        .iter()
+        .filter(|e| {
+            e.payment_attempt_id == Some(attempt) && e.event_type == "payment_intent.payment_failed"
+        })
+        .count();
     assert_eq!(
         woke, 1,
         "localstripe's signed event was accepted and recorded"

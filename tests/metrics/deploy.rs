@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::support::nats_server::free_port;
-use crate::support::{command, onecharge, sigterm, TestEnv};
+use crate::support::{command, onecharge, sigterm, Records, TestEnv};
 
 const DASHBOARD: &str = include_str!("../../deploy/grafana/onecharge.json");
 const RULES: &str = include_str!("../../deploy/prometheus/onecharge-rules.yml");
@@ -119,10 +119,11 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     });
     let refused = publish(&env, "deploy-refused", pm::CARD_VISA).await;
     let deadline = Instant::now() + Duration::from_secs(30);
-    let in_flight = format!(
-        "SELECT count(*) FROM payment_attempts WHERE payment_attempt_id = '{refused}' AND status = 'in_flight'"
-    );
-    while env.scalar(&in_flight).await == 0 {
+    while env
+        .find_attempt(refused)
+        .await
+        .is_none_or(|row| row.status != "in_flight")
+    {
         assert!(
             Instant::now() < deadline,
             "the refused attempt was never claimed"
@@ -137,12 +138,13 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
         .await;
     // The count comes before the hand-over's own write: wait for the write, by its cause,
     // still without the outbox (the hand-over writes no event).
-    let handed_over = format!(
-        "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{refused}'
-           AND to_status = 'unknown' AND cause = 'settlement_refused'"
-    );
     let deadline = Instant::now() + Duration::from_secs(30);
-    while env.scalar(&handed_over).await == 0 {
+    while !env
+        .history(refused)
+        .await
+        .iter()
+        .any(|t| t.to_status == "unknown" && t.cause == "settlement_refused")
+    {
         assert!(
             Instant::now() < deadline,
             "the refused attempt was never handed to the reconciler (status {})",
@@ -186,8 +188,7 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     // reconciler runs too: the attempt run 1 left `unknown` is due now, and the scheduled
     // sweep (its turn taken from run 1's serve, which set it an hour ahead) falls due after
     // a second; the lookup and the sweep's list meet the 404 like the charges.
-    env.exec("UPDATE payment_attempts SET next_run_at = now() WHERE status = 'unknown'")
-        .await;
+    env.set_attempts_in("unknown", "next_run_at = now()").await;
     env.exec("DELETE FROM reconciliation_sweep_schedule").await;
     let wrong_url = format!("{url}/nowhere/");
     let mut third = Serve::start(

@@ -26,8 +26,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::support::{
-    self, command, eventually, onecharge, shrink_duplicate_window, sigterm, Harness, Served,
-    TestEnv,
+    self, command, eventually, onecharge, shrink_duplicate_window, sigterm, Harness, Records,
+    Served, TestEnv,
 };
 use crate::RECORDER;
 
@@ -231,8 +231,8 @@ async fn metrics_show_the_exact_deliveries_dead_letters_and_gateway_calls_of_a_s
         (stats.created, stats.declined, stats.rate_limited),
         (2, 1, 1)
     );
-    assert_eq!(h.scalar("SELECT count(*) FROM payment_attempts").await, 3);
-    assert_eq!(h.scalar("SELECT count(*) FROM processed_messages").await, 4);
+    assert_eq!(h.attempt_rows().await, 3);
+    assert_eq!(h.dedupe_rows().await, 4);
 
     // The database-backed gauges: 3 final attempts, 3 events waiting for a relay.
     let gauges = DatabaseGaugesRefresher::new(h.store.clone())

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::env::TestEnv;
+use super::records::Records;
 use super::served::Served;
 
 /// The admin role serving a test's settings, and an HTTP client of it; stopped (and awaited)

@@ -133,7 +133,7 @@ impl TestEnv {
     }
 
     /// Every message on this namespace's events stream, in order.
-    pub async fn events(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
+    pub async fn event_messages(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
         stream_messages(&self.broker.jetstream, &self.broker.names.events_stream()).await
     }
 
@@ -194,65 +194,6 @@ impl TestEnv {
         id
     }
 
-    /// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
-    /// database's clock), to arrange a past the test cannot wait for.
-    pub async fn set_attempt(&self, id: impl Into<PaymentAttemptId>, set: &str) {
-        set_attempt(&self.store, id.into(), set).await;
-    }
-
-    /// The status of one attempt, as stored.
-    pub async fn status(&self, id: impl Into<PaymentAttemptId>) -> String {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_scalar("SELECT status FROM payment_attempts WHERE payment_attempt_id = $1")
-            .bind(id)
-            .fetch_one(self.store.pool())
-            .await
-            .unwrap()
-    }
-
-    /// The `columns` (SQL, e.g. `"status, decline_code"`) of one attempt's row, read as `T`
-    /// (a tuple in their order).
-    pub async fn attempt_columns<T>(&self, id: impl Into<PaymentAttemptId>, columns: &str) -> T
-    where
-        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-    {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_as(&format!(
-            "SELECT {columns} FROM payment_attempts WHERE payment_attempt_id = $1"
-        ))
-        .bind(id)
-        .fetch_one(self.store.pool())
-        .await
-        .unwrap_or_else(|e| panic!("{columns} of {id}: {e}"))
-    }
-
-    /// Runs `sql` (one or more statements) on the test database: set-up that moves state
-    /// directly, or breaks the schema on purpose.
-    pub async fn exec(&self, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(self.store.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-
-    /// A scalar from the test database.
-    pub async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar::<_, i64>(sql)
-            .fetch_one(self.store.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
-
-    /// How many payment attempts are recorded.
-    pub async fn attempt_rows(&self) -> i64 {
-        self.scalar("SELECT count(*) FROM payment_attempts").await
-    }
-
-    /// How many dedupe rows (`processed_messages`) are recorded.
-    pub async fn dedupe_rows(&self) -> i64 {
-        self.scalar("SELECT count(*) FROM processed_messages").await
-    }
-
     /// Runs SQL as an administrator of the server (not inside the test database's pool).
     pub async fn admin(&self, sql: &str) {
         self.database.admin(sql).await;
@@ -303,18 +244,6 @@ impl TestEnv {
         let info = consumer.info().await.unwrap();
         (info.num_pending, info.num_ack_pending)
     }
-}
-
-/// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
-/// database's clock): [`TestEnv::set_attempt`] and `Harness::set_attempt`.
-pub async fn set_attempt(store: &Store, id: PaymentAttemptId, set: &str) {
-    sqlx::query(&format!(
-        "UPDATE payment_attempts SET {set} WHERE payment_attempt_id = $1"
-    ))
-    .bind(id)
-    .execute(store.pool())
-    .await
-    .unwrap_or_else(|e| panic!("SET {set}: {e}"));
 }
 
 /// Whether this run is CI's (`CI` set, and not `false` or `0`), where a tool a test needs

@@ -25,6 +25,7 @@ use time::OffsetDateTime;
 
 use super::command::record;
 use super::nats::stream_messages;
+use super::records::Records;
 use super::throwaway::{own_settings, ThrowawayDatabase, ThrowawayNamespace};
 
 /// The key the mock gateway accepts in these tests.
@@ -207,17 +208,9 @@ impl Harness {
     }
 
     /// The manual clock's time: what the breaker and the credentials pause read. Attempts'
-    /// times come from the database's clock; see [`Harness::db_now`] and [`Harness::advance`].
+    /// times come from the database's clock; see [`Records::db_now`] and [`Harness::advance`].
     pub fn now(&self) -> OffsetDateTime {
         onecharge::clock::Clock::now(&*self.clock)
-    }
-
-    /// The database's `now()`, the clock every lease, due time and key window is measured on.
-    pub async fn db_now(&self) -> OffsetDateTime {
-        sqlx::query_scalar("SELECT now()")
-            .fetch_one(self.store.pool())
-            .await
-            .unwrap()
     }
 
     /// Lets `by` pass for this test without waiting: every time stored on an attempt moves
@@ -325,28 +318,6 @@ impl Harness {
         records
     }
 
-    /// One attempt's row, for assertions.
-    pub async fn attempt(&self, id: impl Into<PaymentAttemptId>) -> AttemptRow {
-        let id: PaymentAttemptId = id.into();
-        sqlx::query_as(
-            "SELECT status, tries, lease_token, lease_owner, lease_expires_at, next_run_at,
-                    dispatched_at, first_dispatched_at, gateway_charge_id, decline_code,
-                    last_error, review_reason, idempotency_key, updated_at
-             FROM payment_attempts WHERE payment_attempt_id = $1",
-        )
-        .bind(id)
-        .fetch_one(self.store.pool())
-        .await
-        .expect("the attempt exists")
-    }
-
-    /// The review reason of an attempt that must be waiting for a person (`needs_review`).
-    pub async fn review_reason(&self, id: impl Into<PaymentAttemptId>) -> String {
-        let row = self.attempt(id).await;
-        assert_eq!(row.status, "needs_review");
-        row.review_reason.expect("a review reason")
-    }
-
     /// Makes the database refuse every gateway charge id (a CHECK constraint): an answer
     /// that names a charge can never be stored.
     pub async fn refuse_charge_ids(&self) {
@@ -357,96 +328,6 @@ impl Harness {
         .execute(self.store.pool())
         .await
         .unwrap();
-    }
-
-    /// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
-    /// database's clock), to arrange a past the test cannot wait for.
-    pub async fn set_attempt(&self, id: impl Into<PaymentAttemptId>, set: &str) {
-        super::env::set_attempt(&self.store, id.into(), set).await;
-    }
-
-    /// The attempt's transitions as (from, to, cause), in order.
-    pub async fn transitions(
-        &self,
-        id: impl Into<PaymentAttemptId>,
-    ) -> Vec<(Option<String>, String, String)> {
-        self.rows_about(
-            id.into(),
-            "SELECT from_status, to_status, cause FROM attempt_transitions
-             WHERE payment_attempt_id = $1 ORDER BY id",
-        )
-        .await
-    }
-
-    /// The causes of the attempt's transitions, in order: the path it took, in short.
-    pub async fn causes(&self, id: impl Into<PaymentAttemptId>) -> Vec<String> {
-        let transitions = self.transitions(id).await;
-        transitions.into_iter().map(|(_, _, cause)| cause).collect()
-    }
-
-    /// The attempt's gateway calls, in order.
-    pub async fn gateway_calls(&self, id: impl Into<PaymentAttemptId>) -> Vec<GatewayCallRow> {
-        self.rows_about(
-            id.into(),
-            "SELECT try_number, lease_token, http_status, outcome, gateway_charge_id FROM gateway_calls
-             WHERE payment_attempt_id = $1 ORDER BY id",
-        )
-        .await
-    }
-
-    /// The attempt's outbox events as (status, payload, headers).
-    pub async fn events(
-        &self,
-        id: impl Into<PaymentAttemptId>,
-    ) -> Vec<(String, serde_json::Value, serde_json::Value)> {
-        self.rows_about(
-            id.into(),
-            "SELECT status, payload, headers FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at",
-        )
-        .await
-    }
-
-    /// The attempt's one outbox event as (status, payload, headers): a settled attempt
-    /// announces itself exactly once.
-    pub async fn only_event(
-        &self,
-        id: impl Into<PaymentAttemptId>,
-    ) -> (String, serde_json::Value, serde_json::Value) {
-        let id: PaymentAttemptId = id.into();
-        let mut events = self.events(id).await;
-        assert_eq!(events.len(), 1, "one event for {id}: {events:?}");
-        events.remove(0)
-    }
-
-    /// The operations of the attempt's gateway calls (`prepare`, `charge`, `lookup`,
-    /// `list`, …), in order.
-    pub async fn call_operations(&self, id: impl Into<PaymentAttemptId>) -> Vec<String> {
-        let rows: Vec<(String,)> = self
-            .rows_about(
-                id.into(),
-                "SELECT operation FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
-            )
-            .await;
-        rows.into_iter().map(|(operation,)| operation).collect()
-    }
-
-    /// Every row `sql` returns about one attempt (its id bound as `$1`).
-    async fn rows_about<T>(&self, id: PaymentAttemptId, sql: &str) -> Vec<T>
-    where
-        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-    {
-        sqlx::query_as(sql)
-            .bind(id)
-            .fetch_all(self.store.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
-
-    pub async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar::<_, i64>(sql)
-            .fetch_one(self.store.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     /// Plays the reconciler's two steps at once, without the lookup: after an executor's
@@ -503,6 +384,7 @@ pub type GatewayCallRow = (i32, Option<i64>, Option<i32>, String, Option<String>
 /// An attempt row.
 #[derive(Debug, sqlx::FromRow)]
 pub struct AttemptRow {
+    pub payment_attempt_id: uuid::Uuid,
     pub status: String,
     pub tries: i32,
     pub lease_token: i64,
@@ -519,6 +401,14 @@ pub struct AttemptRow {
     /// When the attempt last changed (database clock): `next_run_at - updated_at` is the
     /// delay a write scheduled.
     pub updated_at: OffsetDateTime,
+    pub order_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub correlation_id: Option<String>,
+    /// How many times the reconciler looked the attempt up.
+    pub reconcile_checks: i32,
+    /// The gateway's own object for the attempt (Stripe's PaymentIntent), once prepared.
+    pub gateway_object_id: Option<String>,
 }
 
 /// Runs intake batches until `n` messages are settled (recorded, duplicates or dead
@@ -623,14 +513,4 @@ pub async fn gateway_answering(charge: serde_json::Value) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}")
-}
-
-/// How many rows `sql`, a `SELECT count(*) …` about one attempt (its id bound as `$1`),
-/// counts in `pool`.
-pub async fn count_about(pool: &sqlx::PgPool, id: impl Into<PaymentAttemptId>, sql: &str) -> i64 {
-    sqlx::query_scalar(sql)
-        .bind(id.into())
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }

@@ -5,7 +5,9 @@
 //!   (also used by the soak and the benchmarks in `examples/`);
 //! - [`env`]: [`TestEnv`], the intake-side world (database + namespace, connected at once);
 //! - [`harness`]: [`Harness`], the executor-side world (database, mock gateway, manual
-//!   clock, a namespace on demand) and its row readers;
+//!   clock, a namespace on demand);
+//! - [`records`]: [`Records`], what the database holds (an attempt, its transitions, gateway
+//!   calls and events, findings, audit, dedupe rows), read once for every test;
 //! - [`command`]: the one ChargePayment body, and the record intake makes of it;
 //! - [`nats`]: reading a stream's messages and their headers;
 //! - [`process`]: the `onecharge` binary, run the same way by every test;
@@ -29,16 +31,18 @@ pub mod nats;
 pub mod nats_server;
 pub mod pg_cluster;
 pub mod process;
+pub mod records;
 pub mod served;
 pub mod throwaway;
 
 pub use command::{command, command_file, intake_record, orders, record};
 pub use env::TestEnv;
 pub use harness::{
-    charge_request, charge_request_with_amount, count_about, eventually, first_outcome,
-    gateway_answering, refused_url, run_leaving_one_in, take_in, AttemptRow, Harness, API_KEY,
+    charge_request, charge_request_with_amount, eventually, first_outcome, gateway_answering,
+    refused_url, run_leaving_one_in, take_in, AttemptRow, Harness, API_KEY,
 };
 pub use nats::{commands_stream, edit_stream, header, shrink_duplicate_window, stream};
 pub use process::{assert_exited_ok, one_line_error, onecharge, sigterm};
+pub use records::Records;
 pub use served::{with_ada_and_vic, Served};
 pub use throwaway::server_url;

@@ -1,0 +1,632 @@
+//! What the database holds, read the way the contract talks about it: an attempt and its
+//! status, its transitions (its history), its gateway calls, its events in the outbox; the
+//! dedupe rows of intake, the reconciler's findings, the operators' audit, the console's
+//! sessions and the webhook events. Each reader holds its SQL once, so a test body asserts
+//! on `h.last_transition(id)` or `env.open_findings()`, not on a query.
+//!
+//! [`Records`] is implemented by every world a test holds ([`Harness`], [`TestEnv`], a
+//! [`Store`] or a bare pool): `use crate::support::Records;` and ask it.
+#![allow(dead_code, async_fn_in_trait)]
+
+use onecharge::domain::PaymentAttemptId;
+use onecharge::store::Store;
+use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgPool};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::env::TestEnv;
+use super::harness::{AttemptRow, GatewayCallRow, Harness};
+
+/// One transition of an attempt's history (`attempt_transitions`).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct Transition {
+    pub payment_attempt_id: Uuid,
+    pub from_status: Option<String>,
+    pub to_status: String,
+    pub cause: String,
+    pub actor: String,
+    pub detail: Option<String>,
+    pub at: OffsetDateTime,
+}
+
+/// One event in the outbox: what the relay publishes, once per settled attempt.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct Event {
+    pub event_id: Uuid,
+    pub payment_attempt_id: Uuid,
+    pub status: String,
+    pub subject: String,
+    pub headers: Value,
+    pub payload: Value,
+    pub created_at: OffsetDateTime,
+    pub published_at: Option<OffsetDateTime>,
+    pub publish_attempts: i32,
+}
+
+/// One gateway call of any attempt, as recorded (`gateway_calls`).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct GatewayCall {
+    pub payment_attempt_id: Uuid,
+    pub operation: String,
+    pub try_number: i32,
+    pub lease_token: Option<i64>,
+    pub http_status: Option<i32>,
+    pub outcome: String,
+    pub gateway_charge_id: Option<String>,
+}
+
+/// One finding of the reconciler (`reconciliation_findings`), sweep's or webhook's.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct Finding {
+    pub id: i64,
+    pub class: String,
+    pub payment_attempt_id: Option<Uuid>,
+    pub reference: Option<String>,
+    pub seen_count: i32,
+    pub state: String,
+    pub detail: String,
+    pub evidence: String,
+    pub source: String,
+    pub resolved_by: Option<String>,
+    pub resolution: Option<String>,
+}
+
+/// One sweep of the reconciler (`reconciliation_sweeps`).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct Sweep {
+    pub id: i64,
+    pub finished: bool,
+    pub error: Option<String>,
+}
+
+/// One entry of the operators' audit (`operator_audit`): who did what, through which face.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub actor: String,
+    pub via: String,
+    pub action: String,
+    pub payment_attempt_ids: Vec<Uuid>,
+    pub dlq_sequence: Option<i64>,
+    pub reason: Option<String>,
+    pub outcome: String,
+    pub detail: Value,
+}
+
+impl AuditEntry {
+    /// Whether the entry names `id` among the attempts it acted on.
+    pub fn names(&self, id: impl Into<Uuid>) -> bool {
+        self.payment_attempt_ids.contains(&id.into())
+    }
+}
+
+/// One dedupe row of intake (`processed_messages`): a message taken in, and what it became.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct DedupeRow {
+    pub consumer: String,
+    pub message_id: String,
+    pub payment_attempt_id: Uuid,
+    pub result: String,
+    pub stream_sequence: i64,
+    pub recorded_at: OffsetDateTime,
+}
+
+/// One console session (`console_sessions`): the id is stored only as its SHA-256.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct ConsoleSession {
+    pub id_sha256_hex: String,
+    pub actor: String,
+    pub created_at: OffsetDateTime,
+    pub expires_at: OffsetDateTime,
+}
+
+/// One Stripe webhook event taken in (`stripe_webhook_events`).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct WebhookEvent {
+    pub event_id: String,
+    pub event_type: String,
+    pub payment_attempt_id: Option<Uuid>,
+    pub outcome: String,
+}
+
+/// The readers of one test's database. Every method has its SQL here and nowhere else.
+pub trait Records {
+    /// The test database.
+    fn pool(&self) -> &PgPool;
+
+    // The attempt.
+
+    /// One attempt's row, for assertions.
+    async fn attempt(&self, id: impl Into<PaymentAttemptId>) -> AttemptRow {
+        let id: PaymentAttemptId = id.into();
+        self.find_attempt(id)
+            .await
+            .unwrap_or_else(|| panic!("the attempt {id} is not recorded"))
+    }
+
+    /// One attempt's row, if it is recorded (yet).
+    async fn find_attempt(&self, id: impl Into<PaymentAttemptId>) -> Option<AttemptRow> {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query_as(
+            "SELECT payment_attempt_id, status, tries, lease_token, lease_owner, lease_expires_at, next_run_at,
+                    dispatched_at, first_dispatched_at, gateway_charge_id, decline_code,
+                    last_error, review_reason, idempotency_key, updated_at, order_id,
+                    amount_minor, currency, correlation_id, reconcile_checks, gateway_object_id
+             FROM payment_attempts WHERE payment_attempt_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("the attempt {id}: {e}"))
+    }
+
+    /// The status of one attempt, as stored.
+    async fn status(&self, id: impl Into<PaymentAttemptId>) -> String {
+        self.attempt_columns::<(String,)>(id, "status").await.0
+    }
+
+    /// Every attempt's row, oldest first.
+    async fn all_attempts(&self) -> Vec<AttemptRow> {
+        sqlx::query_as(
+            "SELECT payment_attempt_id, status, tries, lease_token, lease_owner, lease_expires_at,
+                    next_run_at, dispatched_at, first_dispatched_at, gateway_charge_id,
+                    decline_code, last_error, review_reason, idempotency_key, updated_at, order_id,
+                    amount_minor, currency, correlation_id, reconcile_checks, gateway_object_id
+             FROM payment_attempts ORDER BY created_at, payment_attempt_id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// Whether the attempt is recorded at all.
+    async fn attempt_exists(&self, id: impl Into<PaymentAttemptId>) -> bool {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM payment_attempts WHERE payment_attempt_id = $1)",
+        )
+        .bind(id)
+        .fetch_one(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("whether {id} exists: {e}"))
+    }
+
+    /// The `columns` (SQL, e.g. `"status, decline_code"`) of one attempt's row, read as `T`
+    /// (a tuple in their order): for the columns [`AttemptRow`] leaves out.
+    async fn attempt_columns<T>(&self, id: impl Into<PaymentAttemptId>, columns: &str) -> T
+    where
+        T: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+    {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query_as(&format!(
+            "SELECT {columns} FROM payment_attempts WHERE payment_attempt_id = $1"
+        ))
+        .bind(id)
+        .fetch_one(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{columns} of {id}: {e}"))
+    }
+
+    /// The review reason of an attempt that must be waiting for a person (`needs_review`).
+    async fn review_reason(&self, id: impl Into<PaymentAttemptId>) -> String {
+        let row = self.attempt(id).await;
+        assert_eq!(row.status, "needs_review");
+        row.review_reason.expect("a review reason")
+    }
+
+    /// How many payment attempts are recorded.
+    async fn attempt_rows(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM payment_attempts").await
+    }
+
+    /// How many attempts are in `status`.
+    async fn attempts_in(&self, status: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM payment_attempts WHERE status = $1")
+            .bind(status)
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
+    }
+
+    /// How many attempts are not settled yet (not `succeeded`, `declined`, `expired` or
+    /// `needs_review`).
+    async fn unsettled_attempts(&self) -> i64 {
+        self.scalar(
+            "SELECT count(*) FROM payment_attempts
+             WHERE status NOT IN ('succeeded', 'declined', 'expired', 'needs_review')",
+        )
+        .await
+    }
+
+    /// Every attempt as (id, status, gateway charge id).
+    async fn attempt_outcomes(&self) -> Vec<(Uuid, String, Option<String>)> {
+        sqlx::query_as("SELECT payment_attempt_id, status, gateway_charge_id FROM payment_attempts")
+            .fetch_all(self.pool())
+            .await
+            .unwrap()
+    }
+
+    /// Rewrites columns of one attempt directly (`set`: the SQL after `SET`; times by the
+    /// database's clock), to arrange a past the test cannot wait for.
+    async fn set_attempt(&self, id: impl Into<PaymentAttemptId>, set: &str) {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query(&format!(
+            "UPDATE payment_attempts SET {set} WHERE payment_attempt_id = $1"
+        ))
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("SET {set}: {e}"));
+    }
+
+    /// Rewrites columns of every attempt in `status` directly, like [`Records::set_attempt`].
+    async fn set_attempts_in(&self, status: &str, set: &str) {
+        sqlx::query(&format!(
+            "UPDATE payment_attempts SET {set} WHERE status = $1"
+        ))
+        .bind(status)
+        .execute(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("SET {set} WHERE status = {status}: {e}"));
+    }
+
+    // The attempt's history.
+
+    /// The attempt's transitions as (from, to, cause), in order.
+    async fn transitions(
+        &self,
+        id: impl Into<PaymentAttemptId>,
+    ) -> Vec<(Option<String>, String, String)> {
+        let history = self.history(id).await;
+        history
+            .into_iter()
+            .map(|t| (t.from_status, t.to_status, t.cause))
+            .collect()
+    }
+
+    /// The causes of the attempt's transitions, in order: the path it took, in short.
+    async fn causes(&self, id: impl Into<PaymentAttemptId>) -> Vec<String> {
+        let history = self.history(id).await;
+        history.into_iter().map(|t| t.cause).collect()
+    }
+
+    /// The statuses the attempt went through, in order (each transition's `to`).
+    async fn path(&self, id: impl Into<PaymentAttemptId>) -> Vec<String> {
+        let history = self.history(id).await;
+        history.into_iter().map(|t| t.to_status).collect()
+    }
+
+    /// The attempt's transitions, whole (actor, detail, time), in order.
+    async fn history(&self, id: impl Into<PaymentAttemptId>) -> Vec<Transition> {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query_as(
+            "SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, at
+             FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("the history of {id}: {e}"))
+    }
+
+    /// The attempt's latest transition.
+    async fn last_transition(&self, id: impl Into<PaymentAttemptId>) -> Transition {
+        let id: PaymentAttemptId = id.into();
+        let mut history = self.history(id).await;
+        history
+            .pop()
+            .unwrap_or_else(|| panic!("{id} has no transition"))
+    }
+
+    /// Every transition of every attempt, in order.
+    async fn all_transitions(&self) -> Vec<Transition> {
+        sqlx::query_as(
+            "SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, at
+             FROM attempt_transitions ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// How many transitions of any attempt had `cause`.
+    async fn transitions_caused_by(&self, cause: &str) -> usize {
+        let all = self.all_transitions().await;
+        all.iter().filter(|t| t.cause == cause).count()
+    }
+
+    // Its gateway calls.
+
+    /// The attempt's gateway calls, in order.
+    async fn gateway_calls(&self, id: impl Into<PaymentAttemptId>) -> Vec<GatewayCallRow> {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query_as(
+            "SELECT try_number, lease_token, http_status, outcome, gateway_charge_id
+             FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("the gateway calls of {id}: {e}"))
+    }
+
+    /// The operations of the attempt's gateway calls (`prepare`, `charge`, `lookup`,
+    /// `list`, …), in order.
+    async fn call_operations(&self, id: impl Into<PaymentAttemptId>) -> Vec<String> {
+        let id: PaymentAttemptId = id.into();
+        self.all_gateway_calls()
+            .await
+            .into_iter()
+            .filter(|c| PaymentAttemptId::from(c.payment_attempt_id) == id)
+            .map(|c| c.operation)
+            .collect()
+    }
+
+    /// Every gateway call of every attempt, in order.
+    async fn all_gateway_calls(&self) -> Vec<GatewayCall> {
+        sqlx::query_as(
+            "SELECT payment_attempt_id, operation, try_number, lease_token, http_status, outcome,
+                    gateway_charge_id
+             FROM gateway_calls ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// How many gateway calls of any attempt were `operation`s (`charge`, `lookup`, …).
+    async fn gateway_calls_of(&self, operation: &str) -> usize {
+        let calls = self.all_gateway_calls().await;
+        calls.iter().filter(|c| c.operation == operation).count()
+    }
+
+    // Its events.
+
+    /// The attempt's outbox events as (status, payload, headers).
+    async fn events(&self, id: impl Into<PaymentAttemptId>) -> Vec<(String, Value, Value)> {
+        let id: PaymentAttemptId = id.into();
+        self.outbox()
+            .await
+            .into_iter()
+            .filter(|e| PaymentAttemptId::from(e.payment_attempt_id) == id)
+            .map(|e| (e.status, e.payload, e.headers))
+            .collect()
+    }
+
+    /// The attempt's one outbox event as (status, payload, headers): a settled attempt
+    /// announces itself exactly once.
+    async fn only_event(&self, id: impl Into<PaymentAttemptId>) -> (String, Value, Value) {
+        let id: PaymentAttemptId = id.into();
+        let mut events = self.events(id).await;
+        assert_eq!(events.len(), 1, "one event for {id}: {events:?}");
+        events.remove(0)
+    }
+
+    /// The attempt's latest event, whole.
+    async fn last_event(&self, id: impl Into<PaymentAttemptId>) -> Event {
+        let id: PaymentAttemptId = id.into();
+        let mut events: Vec<Event> = self
+            .outbox()
+            .await
+            .into_iter()
+            .filter(|e| PaymentAttemptId::from(e.payment_attempt_id) == id)
+            .collect();
+        events.pop().unwrap_or_else(|| panic!("{id} has no event"))
+    }
+
+    /// Every event in the outbox, oldest first.
+    async fn outbox(&self) -> Vec<Event> {
+        sqlx::query_as(
+            "SELECT event_id, payment_attempt_id, status, subject, headers, payload, created_at,
+                    published_at, publish_attempts
+             FROM outbox ORDER BY created_at, event_id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// How many events wait for the relay (never published).
+    async fn unpublished_events(&self) -> usize {
+        let outbox = self.outbox().await;
+        outbox.iter().filter(|e| e.published_at.is_none()).count()
+    }
+
+    // Intake's dedupe rows.
+
+    /// How many dedupe rows (`processed_messages`) are recorded.
+    async fn dedupe_rows(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM processed_messages").await
+    }
+
+    /// Every dedupe row, by message id.
+    async fn processed_messages(&self) -> Vec<DedupeRow> {
+        sqlx::query_as(
+            "SELECT consumer, message_id, payment_attempt_id, result, stream_sequence, recorded_at
+             FROM processed_messages ORDER BY message_id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// The dedupe row of the message `message_id`, if intake recorded one.
+    async fn dedupe_row(&self, message_id: &str) -> Option<DedupeRow> {
+        let rows = self.processed_messages().await;
+        rows.into_iter().find(|r| r.message_id == message_id)
+    }
+
+    /// What intake made of the message `message_id` (`accepted`, `business_duplicate`,
+    /// `stale`), if it recorded it.
+    async fn dedupe_result(&self, message_id: &str) -> Option<String> {
+        self.dedupe_row(message_id).await.map(|row| row.result)
+    }
+
+    // The reconciler's findings.
+
+    /// Every finding, oldest first.
+    async fn findings(&self) -> Vec<Finding> {
+        sqlx::query_as(
+            "SELECT id, class, payment_attempt_id, reference, seen_count, state, detail, evidence,
+                    source, resolved_by, resolution
+             FROM reconciliation_findings ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// The findings no one has resolved yet, oldest first.
+    async fn open_findings(&self) -> Vec<Finding> {
+        let findings = self.findings().await;
+        findings.into_iter().filter(|f| f.state == "open").collect()
+    }
+
+    /// The findings about one attempt, oldest first.
+    async fn findings_about(&self, id: impl Into<PaymentAttemptId>) -> Vec<Finding> {
+        let id: PaymentAttemptId = id.into();
+        let findings = self.findings().await;
+        findings
+            .into_iter()
+            .filter(|f| f.payment_attempt_id.map(PaymentAttemptId::from) == Some(id))
+            .collect()
+    }
+
+    /// The finding `id`.
+    async fn finding(&self, id: i64) -> Finding {
+        let findings = self.findings().await;
+        findings
+            .into_iter()
+            .find(|f| f.id == id)
+            .unwrap_or_else(|| panic!("no finding {id}"))
+    }
+
+    /// The newest finding.
+    async fn last_finding(&self) -> Finding {
+        let mut findings = self.findings().await;
+        findings.pop().expect("a finding")
+    }
+
+    // The sweeps.
+
+    /// Every sweep, oldest first.
+    async fn sweeps(&self) -> Vec<Sweep> {
+        sqlx::query_as(
+            "SELECT id, finished_at IS NOT NULL AS finished, error
+             FROM reconciliation_sweeps ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// How many listed charges the sweeps hold (none once every sweep finished).
+    async fn sweep_records(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM reconciliation_sweep_records")
+            .await
+    }
+
+    // The operators' audit.
+
+    /// Every audit entry, in order.
+    async fn audit_entries(&self) -> Vec<AuditEntry> {
+        sqlx::query_as(
+            "SELECT id, actor, via, action, payment_attempt_ids, dlq_sequence, reason, outcome,
+                    detail
+             FROM operator_audit ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// The audit entries that name the attempt `id`, in order.
+    async fn audit_entries_about(&self, id: impl Into<PaymentAttemptId>) -> Vec<AuditEntry> {
+        let id: Uuid = id.into().into();
+        let entries = self.audit_entries().await;
+        entries.into_iter().filter(|e| e.names(id)).collect()
+    }
+
+    // The console's sessions and the webhook events.
+
+    /// Every console session, oldest first.
+    async fn console_sessions(&self) -> Vec<ConsoleSession> {
+        sqlx::query_as(
+            "SELECT encode(id_sha256, 'hex') AS id_sha256_hex, actor, created_at, expires_at
+             FROM console_sessions ORDER BY created_at, id_sha256",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    /// How many console sessions `actor` holds.
+    async fn sessions_of(&self, actor: &str) -> usize {
+        let sessions = self.console_sessions().await;
+        sessions.iter().filter(|s| s.actor == actor).count()
+    }
+
+    /// Every Stripe webhook event taken in, by event id.
+    async fn webhook_events(&self) -> Vec<WebhookEvent> {
+        sqlx::query_as(
+            "SELECT event_id, event_type, payment_attempt_id, outcome
+             FROM stripe_webhook_events ORDER BY event_id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+
+    // Raw access, for what belongs to one test alone.
+
+    /// The database's `now()`, the clock every lease, due time and key window is measured on.
+    async fn db_now(&self) -> OffsetDateTime {
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
+    }
+
+    /// A scalar from the test database.
+    async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Runs `sql` (one or more statements) on the test database: set-up that moves state
+    /// directly, or breaks the schema on purpose.
+    async fn exec(&self, sql: &str) {
+        sqlx::raw_sql(sql)
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+impl Records for PgPool {
+    fn pool(&self) -> &PgPool {
+        self
+    }
+}
+
+impl Records for Store {
+    fn pool(&self) -> &PgPool {
+        Store::pool(self)
+    }
+}
+
+impl Records for Harness {
+    fn pool(&self) -> &PgPool {
+        self.store.pool()
+    }
+}
+
+impl Records for TestEnv {
+    fn pool(&self) -> &PgPool {
+        self.store.pool()
+    }
+}

@@ -1,0 +1,465 @@
+//! The layering of `src`, checked rather than only drawn (`docs/ARCHITECTURE.md`):
+//!
+//! - the **domain** (`src/domain`) is the pure core: it imports nothing from the crate outside
+//!   `crate::domain`;
+//! - the **store** (`src/store`) reads and writes the domain's nouns for the roles above it: it
+//!   imports no role (`intake`, `executor`, `reconciler`, `relay`, `operator`, `purge`) and no
+//!   face or assembly (`http`, `cli`, `demo`, `app`);
+//! - the two **faces**, `http` and `cli`, import nothing from each other.
+//!
+//! Every `src/**/*.rs` file is read as text: comments, strings and character literals are
+//! blanked, then every path that starts at `crate::` or `super::` (in a `use` or inline,
+//! grouped `use crate::{a, b::{c, d}}` included) is resolved to the top-level module it names.
+//! A broken rule fails the test with the file, the line and the import. No database, no
+//! broker: this binary needs only the sources.
+//!
+//! An import that breaks a rule today and is meant to go is listed in [`EXCEPTIONS`], with the
+//! reason; the test also fails when an exception no longer matches anything, so the list only
+//! shrinks.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The roles: each works on the domain's nouns through the store, so the store sits below them.
+const ROLES: &[&str] = &[
+    "intake",
+    "executor",
+    "reconciler",
+    "relay",
+    "operator",
+    "purge",
+];
+
+/// The faces and the assembly of the running service: on top of everything.
+const FACES_AND_ASSEMBLY: &[&str] = &["http", "cli", "demo", "app"];
+
+/// Imports that break a rule today, as (file under `src/`, top-level module imported, why it
+/// is still there). Each one is a debt: remove the line when the import goes.
+const EXCEPTIONS: &[(&str, &str, &str)] = &[(
+    "cli/console.rs",
+    "http",
+    "`onecharge operators new-token` mints with `http::access::mint_token`: minting an \
+     operator's token belongs below both faces (beside `config::OperatorRole`), not in HTTP",
+)];
+
+/// One layer's rule: which files it covers and which top-level modules they may not name.
+struct Rule {
+    /// The top-level module whose files the rule covers (`src/<layer>.rs`, `src/<layer>/**`).
+    layer: &'static str,
+    /// What the rule says, for the failure message.
+    says: &'static str,
+    /// Whether a path into the top-level module `target` breaks the rule.
+    forbids: fn(target: &str) -> bool,
+}
+
+const RULES: &[Rule] = &[
+    Rule {
+        layer: "domain",
+        says: "the domain imports nothing from the crate outside `crate::domain`",
+        forbids: |target| target != "domain",
+    },
+    Rule {
+        layer: "store",
+        says: "the store imports no role and no face",
+        forbids: |target| ROLES.contains(&target) || FACES_AND_ASSEMBLY.contains(&target),
+    },
+    Rule {
+        layer: "http",
+        says: "the HTTP face imports nothing from the command line",
+        forbids: |target| target == "cli",
+    },
+    Rule {
+        layer: "cli",
+        says: "the command line imports nothing from the HTTP face",
+        forbids: |target| target == "http",
+    },
+];
+
+#[test]
+fn the_domain_the_store_and_the_faces_import_only_downwards() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    let mut excused = vec![false; EXCEPTIONS.len()];
+    for file in rust_files(&src) {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let Some(module) = module_path(&relative) else {
+            continue; // a binary's own crate root (`main.rs`, `bin/`): `crate::` is not the library
+        };
+        let Some(rule) = RULES
+            .iter()
+            .find(|r| module.first().map(String::as_str) == Some(r.layer))
+        else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        for import in imports(&text, &module) {
+            let target = import.path.first().map(String::as_str).unwrap_or("");
+            if !(rule.forbids)(target) {
+                continue;
+            }
+            if let Some(i) = EXCEPTIONS
+                .iter()
+                .position(|(f, t, _)| *f == relative && *t == target)
+            {
+                excused[i] = true;
+                continue;
+            }
+            broken.push(format!(
+                "src/{relative}:{}: `{import}`: {}",
+                import.line, rule.says
+            ));
+        }
+    }
+    for ((file, target, _), used) in EXCEPTIONS.iter().zip(excused) {
+        if !used {
+            broken.push(format!(
+                "src/{file} no longer imports `crate::{target}`: remove its line from EXCEPTIONS"
+            ));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "the layering of src is broken ({} finding(s)):\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}
+
+/// The checker itself, on a snippet: grouped and nested `use`, `super::` from a file and from
+/// an inline module, inline paths; nothing from comments, strings, `$crate` or `pub(crate)`.
+#[test]
+fn the_checker_finds_every_crate_path_and_nothing_in_comments_or_strings() {
+    let snippet = r##"
+        use crate::domain::Money;
+        use crate::{config::Settings, store::{attempts, Store as S}};
+        use super::super::executor::Executor; // crate::cli in a comment
+        pub(crate) fn f() -> crate::gateway::Call { let _ = "crate::http"; let _ = r#"crate::app"#; }
+        /* crate::demo /* nested */ crate::relay */
+        macro_rules! m { () => { $crate::purge::run() } }
+        fn g<'a>(_: &'a str) -> char { let _c = '"'; crate::clock::now() }
+        mod tests {
+            use super::Thing;
+        }
+    "##;
+    let found: Vec<String> = imports(snippet, &["store".into(), "attempts".into()])
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "crate::domain::Money",
+            "crate::config::Settings",
+            "crate::store::attempts",
+            "crate::store::Store",
+            "crate::executor::Executor",
+            "crate::gateway::Call",
+            "crate::clock::now",
+            "crate::store::attempts::Thing",
+        ]
+    );
+}
+
+/// A path into the crate, resolved from the crate root, and the line it is on.
+struct Import {
+    path: Vec<String>,
+    line: usize,
+}
+
+impl fmt::Display for Import {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "crate::{}", self.path.join("::"))
+    }
+}
+
+/// Every `.rs` file under `dir`, sorted, so the failure lists them in a stable order.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The module a file under `src/` is (`store/attempts.rs` → `store::attempts`, `store/mod.rs`
+/// → `store`, `lib.rs` → the root); `None` for a binary's files.
+fn module_path(relative: &str) -> Option<Vec<String>> {
+    if relative == "main.rs" || relative.starts_with("bin/") {
+        return None;
+    }
+    let mut parts: Vec<String> = relative
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    Some(parts)
+}
+
+#[derive(Debug, PartialEq)]
+enum Token {
+    Ident(String),
+    PathSep,
+    Punct(char),
+}
+
+/// The crate paths in `text`, a file of module `module`.
+fn imports(text: &str, module: &[String]) -> Vec<Import> {
+    let tokens = tokens(&code_only(text));
+    let mut found = Vec::new();
+    // Inline modules (`mod tests { … }`) as (name, brace depth inside them).
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0;
+    let mut i = 0;
+    while i < tokens.len() {
+        let (token, line) = &tokens[i];
+        let after_path = i > 0 && matches!(tokens[i - 1].0, Token::PathSep | Token::Punct('$'));
+        match token {
+            Token::Punct('{') => depth += 1,
+            Token::Punct('}') => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth -= 1;
+            }
+            Token::Ident(word) if word == "mod" => {
+                if let (Some((Token::Ident(name), _)), Some((Token::Punct('{'), _))) =
+                    (tokens.get(i + 1), tokens.get(i + 2))
+                {
+                    inline.push((name.clone(), depth + 1));
+                }
+            }
+            Token::Ident(word) if (word == "crate" || word == "super") && !after_path => {
+                let mut base: Vec<String> = Vec::new();
+                let mut j = i;
+                if word == "super" {
+                    base = module.to_vec();
+                    base.extend(inline.iter().map(|(name, _)| name.clone()));
+                    while tokens.get(j).map(|t| &t.0) == Some(&Token::Ident("super".into()))
+                        && tokens.get(j + 1).map(|t| &t.0) == Some(&Token::PathSep)
+                    {
+                        base.pop();
+                        j += 2;
+                    }
+                    if j == i {
+                        i += 1;
+                        continue; // `pub(super)`
+                    }
+                } else if tokens.get(i + 1).map(|t| &t.0) == Some(&Token::PathSep) {
+                    j += 2;
+                } else {
+                    i += 1;
+                    continue; // `pub(crate)`
+                }
+                let (paths, next) = use_tree(&tokens, j);
+                for path in paths {
+                    let mut full = base.clone();
+                    full.extend(path);
+                    found.push(Import {
+                        path: full,
+                        line: *line,
+                    });
+                }
+                i = next;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    found
+}
+
+/// The paths of the use tree (or inline path) starting at `tokens[i]`, and the index after it.
+fn use_tree(tokens: &[(Token, usize)], mut i: usize) -> (Vec<Vec<String>>, usize) {
+    match tokens.get(i).map(|t| &t.0) {
+        Some(Token::Punct('{')) => {
+            let mut paths = Vec::new();
+            i += 1;
+            loop {
+                match tokens.get(i).map(|t| &t.0) {
+                    None => return (paths, i),
+                    Some(Token::Punct('}')) => return (paths, i + 1),
+                    Some(Token::Punct(',')) => i += 1,
+                    _ => {
+                        let (inner, next) = use_tree(tokens, i);
+                        paths.extend(inner);
+                        // Skip `as Name` and anything else up to the next item.
+                        i = next;
+                        while let Some((t, _)) = tokens.get(i) {
+                            if matches!(t, Token::Punct(',' | '}')) {
+                                break;
+                            }
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        }
+        Some(Token::Ident(name)) if name != "as" => {
+            let name = name.clone();
+            if tokens.get(i + 1).map(|t| &t.0) == Some(&Token::PathSep)
+                && matches!(
+                    tokens.get(i + 2).map(|t| &t.0),
+                    Some(Token::Ident(_) | Token::Punct('{' | '*'))
+                )
+            {
+                let (inner, next) = use_tree(tokens, i + 2);
+                let paths = inner
+                    .into_iter()
+                    .map(|mut p| {
+                        p.insert(0, name.clone());
+                        p
+                    })
+                    .collect();
+                (paths, next)
+            } else {
+                (vec![vec![name]], i + 1)
+            }
+        }
+        Some(Token::Punct('*')) => (vec![vec!["*".into()]], i + 1),
+        _ => (vec![vec![]], i),
+    }
+}
+
+/// Identifiers, `::` and single punctuation, each with its line.
+fn tokens(code: &str) -> Vec<(Token, usize)> {
+    let chars: Vec<char> = code.chars().collect();
+    let mut tokens = Vec::new();
+    let mut line = 1;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\n' {
+            line += 1;
+            i += 1;
+        } else if c.is_whitespace() {
+            i += 1;
+        } else if c.is_alphanumeric() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            tokens.push((Token::Ident(word.trim_start_matches("r#").to_owned()), line));
+        } else if c == ':' && chars.get(i + 1) == Some(&':') {
+            tokens.push((Token::PathSep, line));
+            i += 2;
+        } else {
+            tokens.push((Token::Punct(c), line));
+            i += 1;
+        }
+    }
+    tokens
+}
+
+/// `text` with comments, string literals and character literals blanked (newlines kept, so
+/// lines still count right).
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, chars: &[char]| {
+        for &c in chars {
+            out.push(if c == '\n' { '\n' } else { ' ' });
+        }
+    };
+    let mut i = 0;
+    while i < chars.len() {
+        let rest = &chars[i..];
+        let previous_is_ident = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
+        if rest.starts_with(&['/', '/']) {
+            let end = rest.iter().position(|&c| c == '\n').unwrap_or(rest.len());
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if rest.starts_with(&['/', '*']) {
+            let mut nesting = 0;
+            let mut end = 0;
+            while end < rest.len() {
+                if rest[end..].starts_with(&['/', '*']) {
+                    nesting += 1;
+                    end += 2;
+                } else if rest[end..].starts_with(&['*', '/']) {
+                    nesting -= 1;
+                    end += 2;
+                    if nesting == 0 {
+                        break;
+                    }
+                } else {
+                    end += 1;
+                }
+            }
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if !previous_is_ident && raw_string_start(rest).is_some() {
+            let (prefix, hashes) = raw_string_start(rest).unwrap();
+            let mut closing = vec!['"'];
+            closing.extend(std::iter::repeat_n('#', hashes));
+            let body = prefix + hashes + 1;
+            let end = (body..rest.len())
+                .find(|&k| rest[k..].starts_with(&closing))
+                .map_or(rest.len(), |k| k + closing.len());
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if c_is(rest, '"') || (!previous_is_ident && rest.starts_with(&['b', '"'])) {
+            let open = if rest[0] == 'b' { 2 } else { 1 };
+            let mut end = open;
+            while end < rest.len() && rest[end] != '"' {
+                end += if rest[end] == '\\' { 2 } else { 1 };
+            }
+            let end = (end + 1).min(rest.len());
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if c_is(rest, '\'') {
+            // A character literal ('x', '\n', '\u{1F600}'), or else a lifetime ('a), kept.
+            let end = if rest.get(1) == Some(&'\\') {
+                (2..rest.len())
+                    .find(|&k| rest[k] == '\'')
+                    .map_or(1, |k| k + 1)
+            } else if rest.get(2) == Some(&'\'') {
+                3
+            } else {
+                0
+            };
+            if end == 0 {
+                out.push('\'');
+                i += 1;
+            } else {
+                blank(&mut out, &rest[..end]);
+                i += end;
+            }
+        } else {
+            out.push(rest[0]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn c_is(rest: &[char], c: char) -> bool {
+    rest.first() == Some(&c)
+}
+
+/// At a raw string (`r"`, `r#"`, `br##"`, …): the prefix's length and the number of `#`.
+fn raw_string_start(rest: &[char]) -> Option<(usize, usize)> {
+    let prefix = if rest.starts_with(&['b', 'r']) {
+        2
+    } else if rest.starts_with(&['r']) {
+        1
+    } else {
+        return None;
+    };
+    let hashes = rest[prefix..].iter().take_while(|&&c| c == '#').count();
+    (rest.get(prefix + hashes) == Some(&'"')).then_some((prefix, hashes))
+}
