@@ -2,8 +2,8 @@
 
 use secrecy::ExposeSecret as _;
 
+use crate::config::mint_token;
 use crate::config::OperatorRole;
-use crate::http::access::mint_token;
 
 /// `onecharge operators …`
 #[derive(Debug, clap::Subcommand)]

@@ -18,6 +18,7 @@ mod duration;
 mod origin;
 mod redact;
 mod settings;
+mod tokens;
 mod validate;
 
 pub use duration::{parse_duration, MAX_DURATION};
@@ -28,6 +29,7 @@ pub use settings::{
     OperatorRole, OperatorSetting, PurgeSettings, ReconcilerSettings, RelaySettings,
     RequiresAction, Settings, StreamsSettings,
 };
+pub use tokens::{mint_token, token_sha256};
 
 /// The file read when `--config` is not given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "onecharge.toml";

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use rand::RngCore as _;
 use secrecy::{ExposeSecret as _, SecretString};
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
+#[cfg(test)]
+use crate::config::{mint_token, token_sha256};
 use crate::config::{OperatorRole, OperatorSetting};
 
 /// The actor of an action taken with the shared admin token (as before named operators).
@@ -155,22 +156,6 @@ impl Operators {
         binding.update(credential);
         Some((principal, binding.finalize().into()))
     }
-}
-
-/// A new operator token and the hex SHA-256 to put in `[[operators]]`: 32 random bytes
-/// from the operating system, as 64 hex digits after an `oc_` prefix that makes a leaked
-/// token easy to recognise.
-pub fn mint_token() -> (SecretString, String) {
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    let token = format!("oc_{}", hex::encode(bytes));
-    let hash = token_sha256(&token);
-    (SecretString::from(token), hash)
-}
-
-/// The hex SHA-256 of `token`, as `[[operators]] token_sha256` holds it.
-pub fn token_sha256(token: &str) -> String {
-    hex::encode(Sha256::digest(token.trim().as_bytes()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::support::api::{attempt, attempt_in_review, AdminApi};
 use crate::support::with_ada_and_vic;
 use crate::support::{command, Records, TestEnv};
 use onecharge::config::Settings;
-use onecharge::http::access::token_sha256;
+use onecharge::config::token_sha256;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::{RequestBuilder, StatusCode};
 use secrecy::SecretString;
@@ -1210,7 +1210,7 @@ async fn rotating_an_operators_token_ends_the_sessions_signed_in_with_the_old_on
     let mut settings = env.settings.clone();
     for o in &mut settings.operators {
         if o.name == "ada" {
-            o.token_sha256 = onecharge::http::access::token_sha256(NEW_ADA_TOKEN);
+            o.token_sha256 = onecharge::config::token_sha256(NEW_ADA_TOKEN);
         }
     }
     let rotated = Console::with_settings(&settings).await;

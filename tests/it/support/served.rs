@@ -54,7 +54,7 @@ pub fn with_ada_and_vic(
     vic_token: &str,
 ) {
     use onecharge::config::{OperatorRole, OperatorSetting};
-    use onecharge::http::access::token_sha256;
+    use onecharge::config::token_sha256;
     let operator = |name: &str, role, token| OperatorSetting {
         name: name.into(),
         role,
