@@ -1,5 +1,8 @@
 //! `onecharge attempts …`: list, stuck, stats, show, resolve, recheck and the bulk actions
 //! — their flags, their runners, and the tables, timelines and lines they print.
+//!
+//! Over 600 lines only with its tests: one subcommand family, whose flags, runners and
+//! printers are read together when a command's output changes.
 
 use std::time::Duration;
 

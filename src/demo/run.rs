@@ -1,5 +1,8 @@
 //! The demo's run: the mock gateway, the service, the published mix, the wait and the
 //! verdict.
+//!
+//! About 900 lines: the demo is one script a newcomer reads top to bottom (start, publish,
+//! wait, judge), and its verdict checks must sit next to what they check.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};

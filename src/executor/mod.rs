@@ -23,6 +23,10 @@
 //! - Nothing cuts a gateway call off unless `shutdown_timeout` passes: shutdown stops
 //!   claiming and waits for calls in hand; an attempt abandoned after the timeout stays
 //!   `in_flight`, and its expired lease hands it to the reconciler.
+//!
+//! About 800 lines: the executor's loop (claim ahead, send, settle, drain) is one story about
+//! the lease; the Stripe two-step is in `two_step`, the batched writes in `writer`, the queue
+//! in `ahead`, the rules in `policy`.
 
 mod ahead;
 mod in_hand;

@@ -1,5 +1,8 @@
 //! `attempts list | stuck | show`: where attempts stand, and — the question at 3 a.m. — what
 //! happens to each next, who does it and when.
+//!
+//! Over 600 lines only with its tests: the rules of "what happens next" read as one table, and
+//! their tests sit beside them.
 
 use std::time::Duration;
 

@@ -22,6 +22,11 @@
 //! - Every write is fenced by the claim's token, so two reconcilers, or a reconciler and an
 //!   operator, never both settle one attempt.
 //! - Every lookup is written to `gateway_calls`; every state change records its cause.
+//!
+//! About 700 lines: one claim's life (look up, prove "not charged", write, count a refusal)
+//! and a person's recheck, which is the same lookup under another claim. The pure rules are
+//! in `policy`, the sweep and the webhook checks in their own files; what is left is the one
+//! lookup and its two callers, kept in one room so they cannot drift apart.
 
 pub mod checks;
 pub mod policy;

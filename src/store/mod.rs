@@ -21,6 +21,7 @@ pub mod purge;
 pub mod rate_limit;
 pub mod reconciler;
 pub mod relay;
+pub mod resolve;
 pub mod retention;
 pub mod stream_audit;
 pub mod sweep;

@@ -6,8 +6,8 @@
 use crate::support::api::{attempt, attempt_in_review, AdminApi};
 use crate::support::with_ada_and_vic;
 use crate::support::{command, Records, TestEnv};
-use onecharge::config::Settings;
 use onecharge::config::token_sha256;
+use onecharge::config::Settings;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::{RequestBuilder, StatusCode};
 use secrecy::SecretString;

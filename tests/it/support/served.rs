@@ -53,8 +53,8 @@ pub fn with_ada_and_vic(
     ada_token: &str,
     vic_token: &str,
 ) {
-    use onecharge::config::{OperatorRole, OperatorSetting};
     use onecharge::config::token_sha256;
+    use onecharge::config::{OperatorRole, OperatorSetting};
     let operator = |name: &str, role, token| OperatorSetting {
         name: name.into(),
         role,
