@@ -73,19 +73,13 @@ impl HeldAttempt {
         }
     }
 
-    /// The `reference` every charge for this attempt carries: its id.
-    pub fn reference(&self) -> String {
-        self.payment_attempt_id.to_string()
-    }
-
     /// What a charge found under the key must match to be this attempt's: the key, the
-    /// reference (`reference`, from [`Self::reference`]) and the money.
-    pub fn expected<'a>(&'a self, reference: &'a str) -> ExpectedCharge<'a> {
+    /// attempt id as its reference, and the money.
+    pub fn expected(&self) -> ExpectedCharge<'_> {
         ExpectedCharge {
             idempotency_key: &self.idempotency_key,
-            reference,
-            amount_minor: self.money.amount_minor(),
-            currency: self.money.currency().code(),
+            payment_attempt_id: self.payment_attempt_id,
+            money: self.money,
         }
     }
 

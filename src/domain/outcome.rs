@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::bounded;
+use super::{bounded, IdempotencyKey, Money, PaymentAttemptId};
 
 /// Longest delay a `Retry-After` is honoured for. A gateway that asks for more (or sends a
 /// number too large for any clock) is asked again after this: a bounded wait, never a panic
@@ -247,11 +247,10 @@ impl LookupOutcome {
 /// What a charge found under an attempt's key must say to be that attempt's charge.
 #[derive(Debug, Clone, Copy)]
 pub struct ExpectedCharge<'a> {
-    pub idempotency_key: &'a str,
-    /// The `payment_attempt_id`, sent as the charge's `reference`.
-    pub reference: &'a str,
-    pub amount_minor: i64,
-    pub currency: &'a str,
+    pub idempotency_key: &'a IdempotencyKey,
+    /// Sent as the charge's `reference`.
+    pub payment_attempt_id: PaymentAttemptId,
+    pub money: Money,
 }
 
 /// What the charges a lookup found mean for one attempt.
@@ -331,39 +330,52 @@ fn mismatch(charge: &GatewayCharge, expected: &ExpectedCharge<'_>) -> Option<Str
             Some(_) => None,
         }
     }
+    // The gateway's words are text; the attempt's values are compared as the text they were
+    // sent as, so that a reference or key the gateway changed in any way is not adopted.
+    let reference = expected.payment_attempt_id.to_string();
     differs(
         "idempotency_key",
         charge.idempotency_key.as_deref(),
-        expected.idempotency_key,
+        expected.idempotency_key.as_str(),
     )
-    .or_else(|| differs("reference", charge.reference.as_deref(), expected.reference))
+    .or_else(|| differs("reference", charge.reference.as_deref(), reference.as_str()))
     .or_else(|| {
         differs(
             "amount_minor",
             charge.amount_minor.as_ref(),
-            &expected.amount_minor,
+            &expected.money.amount_minor(),
         )
     })
-    .or_else(|| differs("currency", charge.currency.as_deref(), expected.currency))
+    .or_else(|| {
+        differs(
+            "currency",
+            charge.currency.as_deref(),
+            expected.money.currency().code(),
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const ATTEMPT: &str = "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11";
+
     /// The attempt's own succeeded charge, as contract §3 describes it.
     fn succeeded() -> serde_json::Value {
         serde_json::json!({"id": "ch_1", "status": "succeeded", "amount_minor": 1999,
-            "currency": "EUR", "reference": "r", "idempotency_key": "k"})
+            "currency": "EUR", "reference": ATTEMPT,
+            "idempotency_key": format!("onecharge-{ATTEMPT}")})
     }
 
     #[test]
     fn only_the_contracts_lookup_answer_for_this_attempt_is_adopted() {
+        let id: PaymentAttemptId = ATTEMPT.parse().unwrap();
+        let key = IdempotencyKey::for_attempt(id);
         let expected = ExpectedCharge {
-            idempotency_key: "k",
-            reference: "r",
-            amount_minor: 1999,
-            currency: "EUR",
+            idempotency_key: &key,
+            payment_attempt_id: id,
+            money: Money::of(1999, "EUR").unwrap(),
         };
         let found = |overrides: serde_json::Value| -> GatewayCharge {
             let mut value = succeeded();

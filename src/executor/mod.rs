@@ -812,7 +812,7 @@ pub fn charge_request(claim: &ChargeClaim) -> ChargeRequest {
             money: claim.attempt.money,
             customer_id: claim.customer_id.clone(),
             payment_method: claim.payment_method.clone(),
-            reference: claim.attempt.payment_attempt_id.to_string(),
+            reference: claim.attempt.payment_attempt_id,
             description: claim.description.clone(),
         },
     )

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::domain::{IdempotencyKey, KeySeq, Money};
+use crate::domain::{IdempotencyKey, KeySeq, Money, PaymentAttemptId};
 
 /// The body of `POST /v1/charges`, in the contract's field order. Built from the stored
 /// attempt only, so every try serialises to the same bytes.
@@ -16,7 +16,7 @@ pub struct ChargeBody {
     pub customer_id: String,
     pub payment_method: String,
     /// The `payment_attempt_id`, which an operator searches the gateway for.
-    pub reference: String,
+    pub reference: PaymentAttemptId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 }
@@ -94,7 +94,7 @@ mod tests {
             money: Money::of(1999, "EUR").unwrap(),
             customer_id: "cus_42".into(),
             payment_method: "pm_card_visa".into(),
-            reference: "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11".into(),
+            reference: "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11".parse().unwrap(),
             description: Some("Order ord_1001".into()),
         };
         let request = ChargeRequest::new(IdempotencyKey::for_test("onecharge-x"), &body);

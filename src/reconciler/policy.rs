@@ -151,8 +151,7 @@ impl LookupPolicy {
         charges: &[GatewayCharge],
         now: OffsetDateTime,
     ) -> Decision {
-        let reference = attempt.reference();
-        let expected = attempt.expected(&reference);
+        let expected = attempt.expected();
         match read_lookup(charges, &expected) {
             LookupReading::Nothing => self.nothing_found(attempt, now),
             LookupReading::Succeeded(charge) => Decision::Settle {

@@ -576,7 +576,7 @@ async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_
             money: onecharge::domain::Money::of(1999, "EUR").unwrap(),
             customer_id: "cus_42".into(),
             payment_method: pm::FAULT_SLOW_CHARGE.into(),
-            reference: id.to_string(),
+            reference: id,
             description: None,
         },
     )

@@ -75,7 +75,7 @@ async fn charge_outside(
             money: onecharge::domain::Money::of(amount_minor, "EUR").unwrap(),
             customer_id: "cus_42".into(),
             payment_method: "pm_card_visa".into(),
-            reference: reference.into(),
+            reference: reference.parse().expect("an attempt id as the reference"),
             description: None,
         },
     )

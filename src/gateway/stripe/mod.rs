@@ -145,7 +145,7 @@ pub(super) fn create_form(request: &ChargeRequest) -> Result<Vec<(&'static str, 
         ("confirm", "false".into()),
         ("automatic_payment_methods[enabled]", "true".into()),
         ("automatic_payment_methods[allow_redirects]", "never".into()),
-        ("metadata[payment_attempt_id]", charge.reference.clone()),
+        ("metadata[payment_attempt_id]", charge.reference.to_string()),
     ];
     if let Some(order_id) = &request.order_id {
         form.push(("metadata[order_id]", order_id.clone()));
@@ -338,7 +338,7 @@ mod tests {
                 money: crate::domain::Money::of(1999, "EUR").unwrap(),
                 customer_id: "cus_42".into(),
                 payment_method: "pm_card_visa".into(),
-                reference: "6f1c2a9e".into(),
+                reference: "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11".parse().unwrap(),
                 description: Some("Order ord_1001".into()),
             },
         )
@@ -354,7 +354,10 @@ mod tests {
         assert_eq!(get("customer"), Some("cus_42"));
         assert_eq!(get("payment_method"), Some("pm_card_visa"));
         assert_eq!(get("confirm"), Some("false"));
-        assert_eq!(get("metadata[payment_attempt_id]"), Some("6f1c2a9e"));
+        assert_eq!(
+            get("metadata[payment_attempt_id]"),
+            Some("6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11")
+        );
         assert_eq!(get("metadata[order_id]"), Some("ord_1001"));
         assert_eq!(get("description"), Some("Order ord_1001"));
         assert_eq!(create_form(&request), create_form(&request.clone()));

@@ -478,7 +478,7 @@ pub fn charge_request_with_amount(
             money: onecharge::domain::Money::new(amount_minor, command.money.currency()),
             customer_id: command.customer_id.clone(),
             payment_method: command.payment_method.clone(),
-            reference: command.payment_attempt_id.to_string(),
+            reference: command.payment_attempt_id,
             description: command.description.clone(),
         },
     )
