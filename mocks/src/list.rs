@@ -17,10 +17,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
+use crate::answer::{pause, Answer, Outcome};
 use crate::charge::{Charge, InvalidRequest};
-use crate::http::{deliver, lookup_charges, Answer, LookupQuery, Outcome};
+use crate::charges::{lookup_charges, LookupQuery};
+use crate::paging::Page;
 use crate::record::ResponseClass;
-use crate::server::{ConnectionControl, Shared};
+use crate::respond::deliver;
+use crate::state::{ConnectionControl, Shared};
 
 /// The most charges one page holds.
 const MAX_LIMIT: usize = 100;
@@ -33,8 +36,9 @@ struct ListQuery {
     starting_after: Option<String>,
 }
 
+/// The §3 list's page: `{"data": [charge…], "has_more": …}`.
 #[derive(Serialize)]
-struct Page<'a> {
+struct ListPage<'a> {
     data: Vec<&'a Charge>,
     has_more: bool,
 }
@@ -64,7 +68,7 @@ pub(crate) async fn get_charges(
     } else {
         // The fault latency, like every other /v1 request: a slow list is how tests make a
         // sweep run long.
-        crate::http::pause(shared.request_latency()).await;
+        pause(shared.request_latency()).await;
         let started = Instant::now();
         match Query::<ListQuery>::try_from_uri(&uri)
             .map_err(|e| InvalidRequest(format!("bad list query: {e}")))
@@ -90,33 +94,43 @@ fn time_param(name: &str, value: Option<&str>) -> Result<OffsetDateTime, Invalid
         .map_err(|e| InvalidRequest(format!("{name} `{value}` is not RFC 3339: {e}")))
 }
 
-/// One page: the charges created in `[created_gte, created_lt)` after `starting_after`,
-/// oldest first by `(created_at, id)`: a range of the ledger's index, so a page costs the
-/// same at the end of a long listing as at its start.
-fn page(shared: &Shared, query: &ListQuery) -> Result<Value, InvalidRequest> {
-    let from = time_param("created_gte", query.created_gte.as_deref())?;
-    let to = time_param("created_lt", query.created_lt.as_deref())?;
-    let limit = query.limit.unwrap_or(10);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(InvalidRequest(format!("limit must be 1 to {MAX_LIMIT}")));
+/// A list query, checked: the window, the page size.
+struct Window {
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+    limit: usize,
+}
+
+impl Window {
+    fn of(query: &ListQuery) -> Result<Window, InvalidRequest> {
+        let from = time_param("created_gte", query.created_gte.as_deref())?;
+        let to = time_param("created_lt", query.created_lt.as_deref())?;
+        let limit = query.limit.unwrap_or(10);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(InvalidRequest(format!("limit must be 1 to {MAX_LIMIT}")));
+        }
+        Ok(Window { from, to, limit })
     }
+}
+
+fn unknown_cursor(id: &str) -> InvalidRequest {
+    InvalidRequest(format!("starting_after: no charge {id}"))
+}
+
+/// One page: the charges created in `[created_gte, created_lt)` after `starting_after`,
+/// oldest first by `(created_at, id)`, a range of the ledger's index.
+fn page(shared: &Shared, query: &ListQuery) -> Result<Value, InvalidRequest> {
+    let Window { from, to, limit } = Window::of(query)?;
     let ledger = shared.ledger.lock();
     let after = match &query.starting_after {
         Some(id) => {
-            let cursor = ledger
-                .first_with_id(id)
-                .ok_or_else(|| InvalidRequest(format!("starting_after: no charge {id}")))?;
+            let cursor = ledger.first_with_id(id).ok_or_else(|| unknown_cursor(id))?;
             Some((cursor.created_at, cursor.id.as_str()))
         }
         None => None,
     };
-    let mut data: Vec<&Charge> = ledger
-        .created_between(from, to, after)
-        .take(limit + 1)
-        .collect();
-    let has_more = data.len() > limit;
-    data.truncate(limit);
-    Ok(serde_json::to_value(Page { data, has_more }).expect("a page serializes"))
+    let Page { data, has_more } = ledger.page(from, to, after, limit);
+    Ok(serde_json::to_value(ListPage { data, has_more }).expect("a page serializes"))
 }
 
 #[derive(Deserialize)]
@@ -169,7 +183,6 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-    use crate::charge::ChargeStatus;
     use crate::config::MockConfig;
 
     const START: OffsetDateTime = datetime!(2026-12-01 00:00 UTC);
@@ -179,18 +192,7 @@ mod tests {
     }
 
     fn charge(id: &str, created_at: OffsetDateTime) -> Charge {
-        Charge {
-            id: id.to_owned(),
-            status: ChargeStatus::Succeeded,
-            amount_minor: 1000,
-            currency: "EUR".into(),
-            customer_id: "cus_1".into(),
-            payment_method: "pm_card_visa".into(),
-            reference: format!("ref-{id}"),
-            idempotency_key: format!("key-{id}"),
-            decline_code: None,
-            created_at,
-        }
+        Charge::sample(id, created_at)
     }
 
     fn query(from: i64, to: i64, limit: usize, after: Option<&str>) -> ListQuery {
@@ -205,18 +207,13 @@ mod tests {
     /// The page as the mock answered it before the ledger had an index: the whole ledger
     /// scanned and sorted for every page. The index must answer exactly this.
     fn scanned(ledger: &[Charge], query: &ListQuery) -> Result<Value, InvalidRequest> {
-        let from = time_param("created_gte", query.created_gte.as_deref())?;
-        let to = time_param("created_lt", query.created_lt.as_deref())?;
-        let limit = query.limit.unwrap_or(10);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(InvalidRequest(format!("limit must be 1 to {MAX_LIMIT}")));
-        }
+        let Window { from, to, limit } = Window::of(query)?;
         let after = match &query.starting_after {
             Some(id) => {
                 let cursor = ledger
                     .iter()
                     .find(|c| &c.id == id)
-                    .ok_or_else(|| InvalidRequest(format!("starting_after: no charge {id}")))?;
+                    .ok_or_else(|| unknown_cursor(id))?;
                 Some((cursor.created_at, cursor.id.as_str()))
             }
             None => None,
@@ -229,7 +226,7 @@ mod tests {
         matching.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         let has_more = matching.len() > limit;
         matching.truncate(limit);
-        Ok(serde_json::to_value(Page {
+        Ok(serde_json::to_value(ListPage {
             data: matching,
             has_more,
         })

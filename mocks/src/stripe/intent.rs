@@ -5,7 +5,6 @@
 //! keys) cannot both charge, the second finds it `processing` or `succeeded`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Bound;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
@@ -14,13 +13,16 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
+use super::aftermath::{Aftermath, Aftermaths};
 use super::error::StripeError;
+use super::events::Webhooks;
 use super::params::{ConfirmIntent, CreateIntent, Form};
+use crate::answer::Answer;
 use crate::charge::{Charge, ChargeStatus};
 use crate::clock::MockInstant;
-use crate::http::Answer;
 use crate::keys::Keys;
 use crate::ledger::Ledger;
+use crate::paging::{self, Order, Page};
 
 /// A PaymentIntent's `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -119,6 +121,23 @@ impl PaymentIntent {
         }
     }
 
+    /// The PaymentIntent's charge as `expand[]=data.latest_charge` (a list) or
+    /// `expand[]=latest_charge` (a retrieve) shows it, with what happened to it since.
+    pub(crate) fn charge_object(&self, aftermath: Aftermath) -> Option<Value> {
+        let id = self.latest_charge.as_ref()?;
+        Some(json!({
+            "id": id,
+            "object": "charge",
+            "amount": self.amount,
+            "amount_refunded": aftermath.amount_refunded,
+            "refunded": aftermath.amount_refunded >= self.amount,
+            "disputed": aftermath.disputed,
+            "payment_intent": self.id,
+            "status": "succeeded",
+            "currency": self.currency,
+        }))
+    }
+
     fn unexpected_state(&self, action: &str) -> StripeError {
         StripeError {
             payment_intent: Some(Box::new(self.to_json())),
@@ -193,30 +212,25 @@ impl Intents {
         self.by_id.values()
     }
 
-    /// The PaymentIntents created in `[gte, lt)` and before `before` (a `(created, id)`),
-    /// newest first by `(created, id)`: a walk of the index backwards from the newest of
-    /// them, so taking the first `limit` costs `O(log n + limit)`.
-    pub(super) fn created_between(
+    /// A page of the PaymentIntents created in `[gte, lt)` and before `before` (a
+    /// `(created, id)`), newest first by `(created, id)`: a range of the index walked
+    /// backwards ([`crate::paging::page`]).
+    pub(super) fn page(
         &self,
         gte: i64,
         lt: i64,
         before: Option<(i64, &str)>,
-    ) -> impl Iterator<Item = &PaymentIntent> + '_ {
-        let start = (gte, String::new());
-        let end = match before {
-            Some((created, id)) if (created, id) < (lt, "") => (created, id.to_owned()),
-            _ => (lt, String::new()),
-        };
-        // `BTreeSet::range` panics on a start past its end: such a window holds nothing.
-        let range = (start < end).then(|| {
-            self.by_created
-                .range((Bound::Included(start), Bound::Excluded(end)))
-        });
-        range
-            .into_iter()
-            .flatten()
-            .rev()
-            .map(|(_, id)| &self.by_id[id])
+        limit: usize,
+    ) -> Page<&PaymentIntent> {
+        paging::page(
+            &self.by_created,
+            (gte, String::new()),
+            (lt, String::new()),
+            before.map(|(created, id)| (created, id.to_owned())),
+            Order::Descending,
+            limit,
+            |(_, id)| &self.by_id[id],
+        )
     }
 }
 
@@ -225,10 +239,10 @@ pub(crate) struct Store {
     pub(crate) keys: Keys<KeyedRequest, Answer>,
     pub(super) intents: Mutex<Intents>,
     ledger: Arc<Ledger>,
-    /// Refunds and disputes made after a charge (`super::list`).
-    pub(super) aftermath: super::list::Aftermaths,
-    /// The webhook endpoint and the events sent to it (`super::webhooks`).
-    pub(super) webhooks: super::webhooks::Webhooks,
+    /// Refunds and disputes made after a charge (`super::aftermath`).
+    pub(super) aftermath: Aftermaths,
+    /// The webhook endpoint and the events sent to it (`super::events`).
+    pub(super) webhooks: Webhooks,
 }
 
 impl Store {

@@ -6,7 +6,6 @@
 //! A charge made "outside onecharge" needs no control: create and confirm a PaymentIntent
 //! with `metadata[payment_attempt_id]` through the ordinary API.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,49 +14,15 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use axum::Extension;
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use super::error::StripeError;
-use super::intent::{PaymentIntent, Status};
-use super::{refused, serve_get};
-use crate::http::{Answer, Outcome};
+use super::intent::{Intents, Status};
+use super::respond::{refused, serve_get};
+use crate::answer::{pause, Answer, Outcome};
+use crate::paging::Page;
 use crate::record::ResponseClass;
-use crate::server::{ConnectionControl, Shared};
-
-/// What happened to a PaymentIntent's charge after it succeeded.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Aftermath {
-    pub(crate) amount_refunded: i64,
-    pub(crate) disputed: bool,
-}
-
-/// The aftermath of each PaymentIntent, by id.
-#[derive(Default)]
-pub(crate) struct Aftermaths(Mutex<HashMap<String, Aftermath>>);
-
-impl Aftermaths {
-    pub(crate) fn get(&self, id: &str) -> Aftermath {
-        self.0.lock().get(id).copied().unwrap_or_default()
-    }
-}
-
-/// The PaymentIntent's charge as `expand[]=data.latest_charge` (a list) or
-/// `expand[]=latest_charge` (a retrieve) shows it.
-pub(crate) fn charge_object(intent: &PaymentIntent, aftermath: Aftermath) -> Option<Value> {
-    let id = intent.latest_charge.as_ref()?;
-    Some(json!({
-        "id": id,
-        "object": "charge",
-        "amount": intent.amount,
-        "amount_refunded": aftermath.amount_refunded,
-        "refunded": aftermath.amount_refunded >= intent.amount,
-        "disputed": aftermath.disputed,
-        "payment_intent": intent.id,
-        "status": "succeeded",
-        "currency": intent.currency,
-    }))
-}
+use crate::state::{ConnectionControl, Shared};
 
 /// `GET /v1/payment_intents`.
 pub(crate) async fn list_intents(
@@ -67,7 +32,7 @@ pub(crate) async fn list_intents(
     headers: HeaderMap,
 ) -> Response {
     serve_get(&shared, &connection, &uri, &headers, || async {
-        crate::http::pause(shared.request_latency()).await;
+        pause(shared.request_latency()).await;
         let started = Instant::now();
         match page(&shared, uri.query().unwrap_or_default()) {
             Ok(body) => {
@@ -84,61 +49,86 @@ fn invalid(message: String) -> StripeError {
     StripeError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
 }
 
-fn page(shared: &Shared, query: &str) -> Result<Value, StripeError> {
-    let mut gte = i64::MIN;
-    let mut lt = i64::MAX;
-    let mut limit = 10usize;
-    let mut starting_after = None;
-    let mut expand_charge = false;
-    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        let number = || {
-            value
-                .parse::<i64>()
-                .map_err(|_| invalid(format!("Invalid integer: {value}")))
+/// A list query, read: the window `created[gte]`/`created[lt]`, the page size, the cursor.
+struct ListQuery {
+    gte: i64,
+    lt: i64,
+    limit: usize,
+    starting_after: Option<String>,
+    expand_charge: bool,
+}
+
+impl ListQuery {
+    fn parse(query: &str) -> Result<ListQuery, StripeError> {
+        let mut list = ListQuery {
+            gte: i64::MIN,
+            lt: i64::MAX,
+            limit: 10,
+            starting_after: None,
+            expand_charge: false,
         };
-        match key.as_ref() {
-            "created[gte]" => gte = number()?,
-            "created[lt]" => lt = number()?,
-            "limit" => {
-                limit = usize::try_from(number()?)
-                    .ok()
-                    .filter(|l| (1..=100).contains(l))
-                    .ok_or_else(|| invalid("limit must be between 1 and 100".into()))?
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            let number = || {
+                value
+                    .parse::<i64>()
+                    .map_err(|_| invalid(format!("Invalid integer: {value}")))
+            };
+            match key.as_ref() {
+                "created[gte]" => list.gte = number()?,
+                "created[lt]" => list.lt = number()?,
+                "limit" => {
+                    list.limit = usize::try_from(number()?)
+                        .ok()
+                        .filter(|l| (1..=100).contains(l))
+                        .ok_or_else(|| invalid("limit must be between 1 and 100".into()))?
+                }
+                "starting_after" => list.starting_after = Some(value.into_owned()),
+                "expand[]" if value == "data.latest_charge" => list.expand_charge = true,
+                other => return Err(invalid(format!("Received unknown parameter: {other}"))),
             }
-            "starting_after" => starting_after = Some(value.into_owned()),
-            "expand[]" if value == "data.latest_charge" => expand_charge = true,
-            other => return Err(invalid(format!("Received unknown parameter: {other}"))),
         }
+        Ok(list)
     }
-    let intents = shared.stripe.intents.lock();
-    let before = match &starting_after {
-        Some(id) => {
-            let cursor = intents
-                .get(id)
-                .ok_or_else(|| invalid(format!("No such payment_intent: '{id}'")))?;
-            Some((cursor.created(), cursor.id.as_str()))
-        }
-        None => None,
+}
+
+/// The `(created, id)` of the PaymentIntent `starting_after` names.
+fn cursor<'a>(
+    intents: &'a Intents,
+    starting_after: Option<&str>,
+) -> Result<Option<(i64, &'a str)>, StripeError> {
+    let Some(id) = starting_after else {
+        return Ok(None);
     };
+    let intent = intents
+        .get(id)
+        .ok_or_else(|| invalid(format!("No such payment_intent: '{id}'")))?;
+    Ok(Some((intent.created(), intent.id.as_str())))
+}
+
+/// A Stripe list object of `data`.
+fn list_object(data: Vec<Value>, has_more: bool) -> Value {
+    json!({"object": "list", "url": "/v1/payment_intents", "has_more": has_more, "data": data})
+}
+
+fn page(shared: &Shared, query: &str) -> Result<Value, StripeError> {
+    let query = ListQuery::parse(query)?;
+    let intents = shared.stripe.intents.lock();
+    let before = cursor(&intents, query.starting_after.as_deref())?;
     // Newest first: "after" the cursor in the list is before it in (created, id).
-    let mut matching: Vec<&PaymentIntent> = intents
-        .created_between(gte, lt, before)
-        .take(limit + 1)
-        .collect();
-    let has_more = matching.len() > limit;
-    matching.truncate(limit);
-    let data: Vec<Value> = matching
+    let Page { data, has_more } = intents.page(query.gte, query.lt, before, query.limit);
+    let data: Vec<Value> = data
         .into_iter()
         .map(|pi| {
             let mut value = pi.to_json();
-            if expand_charge {
-                value["latest_charge"] =
-                    charge_object(pi, shared.stripe.aftermath.get(&pi.id)).unwrap_or(Value::Null);
+            if query.expand_charge {
+                value["latest_charge"] = pi
+                    .charge_object(shared.stripe.aftermath.get(&pi.id))
+                    .unwrap_or(Value::Null);
             }
             value
         })
         .collect();
-    Ok(json!({"object": "list", "url": "/v1/payment_intents", "has_more": has_more, "data": data}))
+    Ok(list_object(data, has_more))
 }
 
 /// `POST /__stripe/payment_intents/{id}/{refund|dispute|amount}`.
@@ -212,6 +202,7 @@ mod tests {
 
     use super::*;
     use crate::config::MockConfig;
+    use crate::stripe::intent::PaymentIntent;
     use crate::stripe::params::CreateIntent;
 
     const START: i64 = datetime!(2026-12-01 00:00 UTC).unix_timestamp();
@@ -254,48 +245,19 @@ mod tests {
     /// The page as the mock answered it before the PaymentIntents had an index: all of them
     /// scanned and sorted for every page. The index must answer exactly this.
     fn scanned(shared: &Shared, query: &str) -> Result<Value, StripeError> {
-        let (mut gte, mut lt, mut limit, mut starting_after) = (i64::MIN, i64::MAX, 10, None);
-        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-            let number = || {
-                value
-                    .parse::<i64>()
-                    .map_err(|_| invalid(format!("Invalid integer: {value}")))
-            };
-            match key.as_ref() {
-                "created[gte]" => gte = number()?,
-                "created[lt]" => lt = number()?,
-                "limit" => {
-                    limit = usize::try_from(number()?)
-                        .ok()
-                        .filter(|l| (1..=100).contains(l))
-                        .ok_or_else(|| invalid("limit must be between 1 and 100".into()))?
-                }
-                "starting_after" => starting_after = Some(value.into_owned()),
-                other => return Err(invalid(format!("Received unknown parameter: {other}"))),
-            }
-        }
+        let query = ListQuery::parse(query)?;
         let intents = shared.stripe.intents.lock();
-        let after = match &starting_after {
-            Some(id) => {
-                let cursor = intents
-                    .get(id)
-                    .ok_or_else(|| invalid(format!("No such payment_intent: '{id}'")))?;
-                Some((cursor.created(), cursor.id.as_str()))
-            }
-            None => None,
-        };
+        let after = cursor(&intents, query.starting_after.as_deref())?;
         let mut matching: Vec<&PaymentIntent> = intents
             .values()
-            .filter(|pi| pi.created() >= gte && pi.created() < lt)
+            .filter(|pi| pi.created() >= query.gte && pi.created() < query.lt)
             .filter(|pi| after.is_none_or(|after| (pi.created(), pi.id.as_str()) < after))
             .collect();
         matching.sort_by(|a, b| (b.created(), &b.id).cmp(&(a.created(), &a.id)));
-        let has_more = matching.len() > limit;
-        matching.truncate(limit);
+        let has_more = matching.len() > query.limit;
+        matching.truncate(query.limit);
         let data: Vec<Value> = matching.into_iter().map(PaymentIntent::to_json).collect();
-        Ok(
-            json!({"object": "list", "url": "/v1/payment_intents", "has_more": has_more, "data": data}),
-        )
+        Ok(list_object(data, has_more))
     }
 
     #[test]
