@@ -66,6 +66,9 @@ pub(crate) struct Charges {
     /// The place of the first charge committed with each id: a list's `starting_after`
     /// names it, and `POST /__charges/{id}` changes it.
     first_by_id: HashMap<Arc<str>, usize>,
+    /// Where the dispute of a disputed charge stands (`open`, `won`, `lost`), by charge id:
+    /// the §3 list shows the charge `disputed` with it (`POST /__charges/{id}`).
+    disputes: HashMap<String, &'static str>,
 }
 
 impl Charges {
@@ -105,6 +108,21 @@ impl Charges {
             limit,
             |(_, _, at)| &self.in_commit_order[*at],
         )
+    }
+
+    /// Disputes charge `id` (or moves its dispute) to `status`: `open`, `won` or `lost`.
+    /// `false` when there is no such charge.
+    pub(crate) fn dispute(&mut self, id: &str, status: &'static str) -> bool {
+        if !self.first_by_id.contains_key(id) {
+            return false;
+        }
+        self.disputes.insert(id.to_owned(), status);
+        true
+    }
+
+    /// Where charge `id`'s dispute stands, when it is disputed.
+    pub(crate) fn dispute_of(&self, id: &str) -> Option<&'static str> {
+        self.disputes.get(id).copied()
     }
 
     /// Changes the first charge committed with `id` (as someone editing it at the gateway),

@@ -1,8 +1,10 @@
 //! Listing what the gateway charged (docs/contract.md §3.2) for the onecharge dialect:
 //! `GET /v1/charges?created_gte&created_lt&limit&starting_after`, oldest first by
 //! `(created_at, id)`, served from the ledger; and the `POST /__charges/{id}` control that
-//! changes a ledger charge's amount, currency or customer (a charge "changed at the
-//! gateway", for reconciliation tests). `GET /v1/charges?idempotency_key=` stays the lookup.
+//! changes a ledger charge's amount, currency or customer, or disputes it (a charge "changed
+//! at the gateway", for reconciliation tests): a disputed charge is listed with `"status":
+//! "disputed"` and `"dispute_status": "open"|"won"|"lost"`. `GET /v1/charges?idempotency_key=`
+//! stays the lookup.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -38,9 +40,20 @@ struct ListQuery {
 
 /// The §3 list's page: `{"data": [charge…], "has_more": …}`.
 #[derive(Serialize)]
-struct ListPage<'a> {
-    data: Vec<&'a Charge>,
+struct ListPage {
+    data: Vec<Value>,
     has_more: bool,
+}
+
+/// A charge as the list shows it: its body, `disputed` with its dispute's status when it
+/// is.
+fn listed(charge: &Charge, dispute: Option<&str>) -> Value {
+    let mut record = serde_json::to_value(charge).expect("a charge serializes");
+    if let Some(status) = dispute {
+        record["status"] = json!("disputed");
+        record["dispute_status"] = json!(status);
+    }
+    record
 }
 
 /// `GET /v1/charges`: a lookup by `idempotency_key`, or a page of the list.
@@ -130,6 +143,10 @@ fn page(shared: &Shared, query: &ListQuery) -> Result<Value, InvalidRequest> {
         None => None,
     };
     let Page { data, has_more } = ledger.page(from, to, after, limit);
+    let data = data
+        .into_iter()
+        .map(|charge| listed(charge, ledger.dispute_of(&charge.id)))
+        .collect();
     Ok(serde_json::to_value(ListPage { data, has_more }).expect("a page serializes"))
 }
 
@@ -139,10 +156,13 @@ struct ChargeChange {
     amount_minor: Option<i64>,
     currency: Option<String>,
     customer_id: Option<String>,
+    /// `open`, `won` or `lost`: disputes the charge, or moves its dispute.
+    dispute: Option<String>,
 }
 
-/// `POST /__charges/{id}` `{"amount_minor": …, "currency": …, "customer_id": …}`: changes
-/// the ledger's charge (what the list serves), as if someone edited it at the gateway.
+/// `POST /__charges/{id}` `{"amount_minor": …, "currency": …, "customer_id": …, "dispute":
+/// "open"|"won"|"lost"}`: changes the ledger's charge (what the list serves), as if someone
+/// edited it at the gateway, or the customer's bank disputed it.
 pub(crate) async fn change_charge(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
@@ -155,7 +175,24 @@ pub(crate) async fn change_charge(
                 .into_response_plain()
         }
     };
+    let dispute = match change.dispute.as_deref() {
+        None => None,
+        Some("open") => Some("open"),
+        Some("won") => Some("won"),
+        Some("lost") => Some("lost"),
+        Some(other) => {
+            return Answer::json(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": format!("dispute `{other}`: open, won or lost")}),
+            )
+            .into_response_plain()
+        }
+    };
     let mut ledger = shared.ledger.lock();
+    if let Some(status) = dispute {
+        ledger.dispute(&id, status);
+    }
+    let dispute = ledger.dispute_of(&id);
     let changed = ledger.amend(&id, |charge| {
         if let Some(amount) = change.amount_minor {
             charge.amount_minor = amount;
@@ -168,7 +205,9 @@ pub(crate) async fn change_charge(
         }
     });
     match changed {
-        Some(charge) => Answer::json(StatusCode::OK, charge).into_response_plain(),
+        Some(charge) => {
+            Answer::json(StatusCode::OK, &listed(charge, dispute)).into_response_plain()
+        }
         None => Answer::json(StatusCode::NOT_FOUND, &json!({"error": "no such charge"}))
             .into_response_plain(),
     }
@@ -227,7 +266,7 @@ mod tests {
         let has_more = matching.len() > limit;
         matching.truncate(limit);
         Ok(serde_json::to_value(ListPage {
-            data: matching,
+            data: matching.into_iter().map(|c| listed(c, None)).collect(),
             has_more,
         })
         .unwrap())

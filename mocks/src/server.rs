@@ -30,7 +30,7 @@ use crate::controls::with_controls;
 use crate::latency::{LatencyDrawn, LatencySampler};
 use crate::record::{PageTimes, RecordedRequest, Stats};
 use crate::state::{ConnectionControl, Shared};
-use crate::stripe::{api, list as stripe_list, webhooks};
+use crate::stripe::{api, disputes, list as stripe_list, webhooks};
 use crate::{charges, list};
 
 /// The onecharge dialect: contract §3 and the test controls.
@@ -72,7 +72,9 @@ fn stripe_router(shared: Arc<Shared>) -> Router {
                 post(api::confirm_intent),
             )
             .route("/v1/payment_intents/{id}/cancel", post(api::cancel_intent))
-            .route("/v1/customers", post(api::create_customer)),
+            .route("/v1/customers", post(api::create_customer))
+            .route("/v1/disputes", get(disputes::list_disputes))
+            .route("/v1/disputes/{id}", get(disputes::retrieve_dispute)),
         api::unrecognized_url,
         shared,
     )

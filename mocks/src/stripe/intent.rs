@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
-use super::aftermath::{Aftermath, Aftermaths};
+use super::aftermath::{Aftermath, Aftermaths, Dispute};
 use super::error::StripeError;
 use super::events::Webhooks;
 use super::params::{ConfirmIntent, CreateIntent, Form};
@@ -131,11 +131,27 @@ impl PaymentIntent {
             "amount": self.amount,
             "amount_refunded": aftermath.amount_refunded,
             "refunded": aftermath.amount_refunded >= self.amount,
-            "disputed": aftermath.disputed,
+            "disputed": aftermath.dispute.is_some(),
             "payment_intent": self.id,
             "status": "succeeded",
             "currency": self.currency,
         }))
+    }
+
+    /// Its charge's `dispute`, as `GET /v1/disputes` answers it.
+    pub(crate) fn dispute_object(&self, dispute: &Dispute) -> Value {
+        json!({
+            "id": dispute.id,
+            "object": "dispute",
+            "amount": self.amount,
+            "currency": self.currency,
+            "charge": self.latest_charge,
+            "payment_intent": self.id,
+            "status": dispute.status,
+            "reason": "general",
+            "created": dispute.created,
+            "livemode": false,
+        })
     }
 
     fn unexpected_state(&self, action: &str) -> StripeError {

@@ -16,6 +16,7 @@ use axum::response::Response;
 use axum::Extension;
 use serde_json::{json, Value};
 
+use super::aftermath::{Dispute, DISPUTE_STATUSES};
 use super::error::StripeError;
 use super::intent::{Intents, Status};
 use super::respond::{refused, serve_get};
@@ -167,10 +168,34 @@ pub(crate) async fn control(
                 json!({"refunded": amount, "amount_refunded": aftermath.amount_refunded}),
             )
         }
+        // `{"status": "…"}` (one of Stripe's; `needs_response` without a body) opens the
+        // charge's dispute, or moves the one it has to that status.
         "dispute" => {
+            let status = match serde_json::from_slice::<Value>(&body) {
+                _ if body.is_empty() => "needs_response".to_owned(),
+                Ok(v) => v["status"].as_str().unwrap_or("needs_response").to_owned(),
+                Err(err) => {
+                    return answer(StatusCode::BAD_REQUEST, json!({"error": err.to_string()}))
+                }
+            };
+            if !DISPUTE_STATUSES.contains(&status.as_str()) {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": format!("status: one of {DISPUTE_STATUSES:?}")}),
+                );
+            }
             let mut all = shared.stripe.aftermath.0.lock();
-            all.entry(id).or_default().disputed = true;
-            answer(StatusCode::OK, json!({"disputed": true}))
+            let dispute = all
+                .entry(id)
+                .or_default()
+                .dispute
+                .get_or_insert_with(|| Dispute {
+                    id: shared.ids.next_with_prefix("dp"),
+                    status: status.clone(),
+                    created: shared.clock.wall_now().unix_timestamp(),
+                });
+            dispute.status = status;
+            answer(StatusCode::OK, intent.dispute_object(dispute))
         }
         "amount" => match serde_json::from_slice::<Value>(&body)
             .ok()

@@ -8,11 +8,12 @@
 //! Below the shared state: `intent` (the PaymentIntents and the dialect's `Store`),
 //! `aftermath` (refunds and disputes), `events` (webhook endpoints, signing, sending),
 //! `params`, `methods`, `currency`, `error`. Above it, the handlers: `api`, `list`,
-//! `webhooks`, through `respond`.
+//! `disputes`, `webhooks`, through `respond`.
 
 mod aftermath;
 pub(crate) mod api;
 mod currency;
+pub(crate) mod disputes;
 mod error;
 mod events;
 pub(crate) mod intent;

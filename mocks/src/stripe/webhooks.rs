@@ -77,8 +77,15 @@ pub(crate) async fn send(State(shared): State<Arc<Shared>>, body: Bytes) -> Resp
     let object = match request.kind.as_str() {
         "charge.refunded" => json!({"id": intent.latest_charge, "object": "charge",
                                      "payment_intent": intent.id, "refunded": true}),
-        "charge.dispute.created" => json!({"id": format!("dp_{}", intent.id), "object": "dispute",
-                                            "payment_intent": intent.id, "charge": intent.latest_charge}),
+        // The charge's dispute as it stands (a dispute event names it even before the
+        // control opened one, as a forger's would).
+        kind if kind.starts_with("charge.dispute.") => {
+            match shared.stripe.aftermath.get(&intent.id).dispute {
+                Some(dispute) => intent.dispute_object(&dispute),
+                None => json!({"id": format!("dp_{}", intent.id), "object": "dispute",
+                               "payment_intent": intent.id, "charge": intent.latest_charge}),
+            }
+        }
         _ => intent.to_json(),
     };
     let created = shared.clock.wall_now().unix_timestamp();
