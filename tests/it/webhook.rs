@@ -182,11 +182,17 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
 
 /// `POST /__stripe/payment_intents/{pi}/{action}` at the mock: money moving after the charge.
 async fn at_the_gateway(h: &Harness, pi: &str, action: &str) {
+    at_the_gateway_with(h, pi, action, "").await;
+}
+
+/// `POST /__stripe/payment_intents/{pi}/{action}` with `body`.
+async fn at_the_gateway_with(h: &Harness, pi: &str, action: &str, body: &str) {
     let answer = reqwest::Client::new()
         .post(format!(
             "{}/__stripe/payment_intents/{pi}/{action}",
             h.gateway.base_url()
         ))
+        .body(body.to_owned())
         .send()
         .await
         .unwrap();
@@ -291,7 +297,7 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
             ("resolved".into(), "refunded:1999".into(), "webhook".into()),
             (
                 "open".into(),
-                "disputed;refunded:1999".into(),
+                "dispute:open;refunded:1999".into(),
                 "webhook".into()
             ),
         ]
@@ -309,6 +315,80 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
     assert_eq!(published[1].1["stripe_event_id"], "evt_disputed");
     assert_eq!(published[1].1["earlier"][0]["state"], "resolved");
     assert_eq!(h.attempt(id).await.status, "succeeded", "never changed");
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispute_closed_webhook_for_a_won_dispute_reads_its_status_and_finds_the_money_reinstated(
+) {
+    let h = harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    h.executor_with(client.clone()).run_once().await.unwrap();
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
+        .await
+        .unwrap();
+    let addr = app.webhook_addr().unwrap();
+    let served = Served::from_app(app);
+    let reconciler = h.reconciler_with(client);
+    let dispute_event = |event_id: &str, kind: &str, status: &str| {
+        event(
+            event_id,
+            kind,
+            json!({"id": "dp_1", "object": "dispute", "payment_intent": pi, "charge": "ch_1",
+                   "status": status}),
+        )
+    };
+
+    at_the_gateway(&h, &pi, "dispute").await;
+    let opened = dispute_event("evt_opened", "charge.dispute.created", "needs_response");
+    assert_eq!(deliver_signed(addr, &opened).await["did"], "check");
+    reconciler.run_checks().await.unwrap();
+    // The bank decides for the merchant; the event says "won", and so does the read.
+    at_the_gateway_with(&h, &pi, "dispute", r#"{"status": "won"}"#).await;
+    let closed = dispute_event("evt_closed", "charge.dispute.closed", "won");
+    assert_eq!(deliver_signed(addr, &closed).await["did"], "check");
+    reconciler.run_checks().await.unwrap();
+
+    assert_eq!(
+        findings_about(&h, id).await,
+        vec![
+            ("open".into(), "dispute:open".into(), "webhook".into()),
+            ("open".into(), "dispute:won".into(), "webhook".into()),
+        ]
+    );
+    let (class, detail): (String, String) = sqlx::query_as(
+        "SELECT class, detail FROM reconciliation_findings WHERE payment_attempt_id = $1
+          ORDER BY id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(class, "disputed");
+    assert!(
+        detail.contains("reinstated and nothing is owed"),
+        "{detail}"
+    );
+    let published: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT payload FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'
+         ORDER BY created_at, event_id",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(published.len(), 2, "{published:?}");
+    assert_eq!(published[1]["evidence"], "dispute:won");
+    assert_eq!(published[1]["stripe_event_id"], "evt_closed");
+    assert_eq!(published[1]["earlier"][0]["evidence"], "dispute:open");
+
+    // A forged "lost" for the won dispute: the read says won, nothing new.
+    let forged = dispute_event("evt_forged_lost", "charge.dispute.closed", "lost");
+    assert_eq!(deliver_signed(addr, &forged).await["did"], "check");
+    reconciler.run_checks().await.unwrap();
+    assert_eq!(findings_about(&h, id).await.len(), 2);
     served.stop().await;
 }
 
