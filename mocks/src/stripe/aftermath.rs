@@ -18,6 +18,10 @@ pub(crate) const DISPUTE_STATUSES: [&str; 8] = [
     "prevented",
 ];
 
+/// The statuses a dispute ends in: moving to one is `charge.dispute.closed`.
+pub(crate) const CLOSED_DISPUTE_STATUSES: [&str; 4] =
+    ["won", "lost", "warning_closed", "prevented"];
+
 /// What happened to a PaymentIntent's charge after it succeeded.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Aftermath {

@@ -395,6 +395,12 @@ impl Store {
             .get_mut(id)
             .expect("a PaymentIntent being confirmed is never removed");
         intent.before_confirm = None;
+        let kind = match &settlement {
+            Settlement::Succeeded { .. } => "payment_intent.succeeded",
+            Settlement::Declined { .. } => "payment_intent.payment_failed",
+            Settlement::RequiresAction => "payment_intent.requires_action",
+            Settlement::Processing => "payment_intent.processing",
+        };
         match settlement {
             Settlement::Succeeded { charge_id } => {
                 intent.status = Status::Succeeded;
@@ -426,7 +432,11 @@ impl Store {
             }
             Settlement::Processing => intent.settles_later = true,
         }
-        intent.clone()
+        let settled = intent.clone();
+        drop(intents);
+        self.webhooks
+            .emit(kind, settled.to_json(), now.unix_timestamp());
+        settled
     }
 
     /// Finishes `processing` PaymentIntents that wait to succeed (`pm_fault_processing`):
@@ -459,6 +469,10 @@ impl Store {
             intent.amount_received = intent.amount;
             intent.latest_charge = Some(next_id());
             self.ledger.record(intent.ledger_entry(now));
+            let succeeded = intent.to_json();
+            drop(intents);
+            self.webhooks
+                .emit("payment_intent.succeeded", succeeded, now.unix_timestamp());
         }
     }
 
@@ -479,7 +493,14 @@ impl Store {
         intent.status = Status::Canceled;
         intent.canceled_at = Some(now.unix_timestamp());
         intent.next_action = None;
-        Ok(intent.clone())
+        let canceled = intent.clone();
+        drop(intents);
+        self.webhooks.emit(
+            "payment_intent.canceled",
+            canceled.to_json(),
+            now.unix_timestamp(),
+        );
+        Ok(canceled)
     }
 }
 

@@ -16,7 +16,7 @@ use axum::response::Response;
 use axum::Extension;
 use serde_json::{json, Value};
 
-use super::aftermath::{Dispute, DISPUTE_STATUSES};
+use super::aftermath::{Dispute, CLOSED_DISPUTE_STATUSES, DISPUTE_STATUSES};
 use super::error::StripeError;
 use super::intent::{Intents, Status};
 use super::respond::{refused, serve_get};
@@ -138,81 +138,96 @@ pub(crate) async fn control(
     Path((id, action)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let answer =
-        |status: StatusCode, body: Value| Answer::json(status, &body).into_response_plain();
+    let (status, answer, event) = change(&shared, id, &action, &body);
+    // Sent (when `auto`) after the change's locks are released.
+    if let Some((kind, object)) = event {
+        let now = shared.clock.wall_now().unix_timestamp();
+        shared.stripe.webhooks.emit(kind, object, now);
+    }
+    Answer::json(status, &answer).into_response_plain()
+}
+
+/// Makes the change a control asks for, under the PaymentIntents' lock: the control's
+/// answer, and the event the change makes, if any.
+fn change(
+    shared: &Shared,
+    id: String,
+    action: &str,
+    body: &[u8],
+) -> (StatusCode, Value, Option<(&'static str, Value)>) {
+    let refused = |status: StatusCode, message: Value| (status, json!({"error": message}), None);
     let mut intents = shared.stripe.intents.lock();
     let Some(intent) = intents.get_mut(&id) else {
-        return answer(
-            StatusCode::NOT_FOUND,
-            json!({"error": "no such payment_intent"}),
-        );
+        return refused(StatusCode::NOT_FOUND, json!("no such payment_intent"));
     };
-    match action.as_str() {
-        "refund" | "dispute" if intent.status != Status::Succeeded => answer(
+    match action {
+        "refund" | "dispute" if intent.status != Status::Succeeded => refused(
             StatusCode::BAD_REQUEST,
-            json!({"error": "only a succeeded PaymentIntent has a charge to refund or dispute"}),
+            json!("only a succeeded PaymentIntent has a charge to refund or dispute"),
         ),
         // `{"amount": N}` refunds N more (a partial refund; each one adds up), no body the rest.
         "refund" => {
             let mut all = shared.stripe.aftermath.0.lock();
             let aftermath = all.entry(id).or_default();
             let rest = intent.amount - aftermath.amount_refunded;
-            let amount = serde_json::from_slice::<Value>(&body)
+            let amount = serde_json::from_slice::<Value>(body)
                 .ok()
                 .and_then(|v| v["amount"].as_i64())
                 .unwrap_or(rest)
                 .clamp(0, rest);
             aftermath.amount_refunded += amount;
-            answer(
+            let charge = intent.charge_object(aftermath.clone());
+            (
                 StatusCode::OK,
                 json!({"refunded": amount, "amount_refunded": aftermath.amount_refunded}),
+                charge.map(|charge| ("charge.refunded", charge)),
             )
         }
         // `{"status": "…"}` (one of Stripe's; `needs_response` without a body) opens the
         // charge's dispute, or moves the one it has to that status.
         "dispute" => {
-            let status = match serde_json::from_slice::<Value>(&body) {
+            let status = match serde_json::from_slice::<Value>(body) {
                 _ if body.is_empty() => "needs_response".to_owned(),
                 Ok(v) => v["status"].as_str().unwrap_or("needs_response").to_owned(),
-                Err(err) => {
-                    return answer(StatusCode::BAD_REQUEST, json!({"error": err.to_string()}))
-                }
+                Err(err) => return refused(StatusCode::BAD_REQUEST, json!(err.to_string())),
             };
             if !DISPUTE_STATUSES.contains(&status.as_str()) {
-                return answer(
+                return refused(
                     StatusCode::BAD_REQUEST,
-                    json!({"error": format!("status: one of {DISPUTE_STATUSES:?}")}),
+                    json!(format!("status: one of {DISPUTE_STATUSES:?}")),
                 );
             }
             let mut all = shared.stripe.aftermath.0.lock();
-            let dispute = all
-                .entry(id)
-                .or_default()
-                .dispute
-                .get_or_insert_with(|| Dispute {
-                    id: shared.ids.next_with_prefix("dp"),
-                    status: status.clone(),
-                    created: shared.clock.wall_now().unix_timestamp(),
-                });
+            let aftermath = all.entry(id).or_default();
+            let kind = match &aftermath.dispute {
+                None => "charge.dispute.created",
+                Some(_) if CLOSED_DISPUTE_STATUSES.contains(&status.as_str()) => {
+                    "charge.dispute.closed"
+                }
+                Some(_) => "charge.dispute.updated",
+            };
+            let dispute = aftermath.dispute.get_or_insert_with(|| Dispute {
+                id: shared.ids.next_with_prefix("dp"),
+                status: status.clone(),
+                created: shared.clock.wall_now().unix_timestamp(),
+            });
             dispute.status = status;
-            answer(StatusCode::OK, intent.dispute_object(dispute))
+            let object = intent.dispute_object(dispute);
+            (StatusCode::OK, object.clone(), Some((kind, object)))
         }
-        "amount" => match serde_json::from_slice::<Value>(&body)
+        "amount" => match serde_json::from_slice::<Value>(body)
             .ok()
             .and_then(|v| v["amount"].as_i64())
         {
             Some(amount) => {
                 intent.amount = amount;
-                answer(StatusCode::OK, intent.to_json())
+                (StatusCode::OK, intent.to_json(), None)
             }
-            None => answer(
-                StatusCode::BAD_REQUEST,
-                json!({"error": "send {\"amount\": N}"}),
-            ),
+            None => refused(StatusCode::BAD_REQUEST, json!("send {\"amount\": N}")),
         },
-        _ => answer(
+        _ => refused(
             StatusCode::NOT_FOUND,
-            json!({"error": "actions: refund, dispute, amount"}),
+            json!("actions: refund, dispute, amount"),
         ),
     }
 }

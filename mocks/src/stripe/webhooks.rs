@@ -1,6 +1,8 @@
 //! The controls of the Stripe dialect's signed webhooks (`super::events` signs and sends
 //! them):
-//! - `POST /__stripe/webhooks` `{"url": "…", "secrets": ["whsec_…", …]}`: the endpoint.
+//! - `POST /__stripe/webhooks` `{"url": "…", "urls": ["…", …], "secrets": ["whsec_…", …],
+//!   "auto": true}`: the endpoints (every one gets every event); with `auto`, every state
+//!   change the mock makes sends its event by itself (`super::events`).
 //! - `POST /__stripe/webhooks/send` `{"type": "payment_intent.succeeded", "payment_intent":
 //!   "pi_…"}`: builds the event (the PaymentIntent, or for `charge.*` a charge or dispute
 //!   naming it), sends it, answers `{"event_id", "status"}` (the endpoint's HTTP status).
@@ -27,14 +29,31 @@ fn answer(status: StatusCode, body: Value) -> Response {
 /// Delivers event `event_id` and answers the control with what the endpoint said.
 async fn delivered(shared: &Shared, event_id: &str, body: Vec<u8>) -> Response {
     let now = shared.clock.wall_now().unix_timestamp();
-    match shared.stripe.webhooks.post(body, now).await {
+    let deliveries = match shared.stripe.webhooks.post(body, now).await {
+        Ok(deliveries) => deliveries,
+        Err(err) => {
+            return answer(
+                StatusCode::BAD_GATEWAY,
+                json!({"event_id": event_id, "error": err}),
+            )
+        }
+    };
+    let each: Vec<Value> = deliveries
+        .iter()
+        .map(|(url, answer)| match answer {
+            Ok(status) => json!({"url": url, "status": status}),
+            Err(err) => json!({"url": url, "error": err}),
+        })
+        .collect();
+    // The first endpoint's answer, as when there was only one.
+    match &deliveries[0].1 {
         Ok(status) => answer(
             StatusCode::OK,
-            json!({"event_id": event_id, "status": status}),
+            json!({"event_id": event_id, "status": status, "deliveries": each}),
         ),
         Err(err) => answer(
             StatusCode::BAD_GATEWAY,
-            json!({"event_id": event_id, "error": err}),
+            json!({"event_id": event_id, "error": err, "deliveries": each}),
         ),
     }
 }
@@ -42,10 +61,10 @@ async fn delivered(shared: &Shared, event_id: &str, body: Vec<u8>) -> Response {
 /// `POST /__stripe/webhooks`.
 pub(crate) async fn configure(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     match serde_json::from_slice::<Endpoint>(&body) {
-        Ok(endpoint) => {
-            shared.stripe.webhooks.configure(endpoint);
-            answer(StatusCode::OK, json!({"configured": true}))
-        }
+        Ok(endpoint) => match shared.stripe.webhooks.configure(endpoint) {
+            Ok(()) => answer(StatusCode::OK, json!({"configured": true})),
+            Err(err) => answer(StatusCode::BAD_REQUEST, json!({"error": err})),
+        },
         Err(err) => answer(StatusCode::BAD_REQUEST, json!({"error": err.to_string()})),
     }
 }
