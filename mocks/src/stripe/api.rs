@@ -9,14 +9,13 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 use serde_json::{json, Value};
 
 use super::error::StripeError;
 use super::intent::{self, KeyedRequest, PaymentIntent, Settlement};
 use super::methods::{card_outcome, CardOutcome};
 use super::params::{ConfirmIntent, CreateCustomer, CreateIntent, Form};
-use super::respond::{internal_error, refused, serve_get, unauthorized};
+use super::respond::{internal_error, refused, serve_get, unauthorized, Get};
 use crate::answer::{pause, Answer, Outcome};
 use crate::charge::{fault_trigger, validate_idempotency_key};
 use crate::config::FaultKind;
@@ -111,19 +110,15 @@ pub(crate) async fn create_customer(State(shared): State<Arc<Shared>>, post: Pos
     .await
 }
 
+/// `GET /v1/payment_intents/{id}`.
 pub(crate) async fn retrieve_intent(
     State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
     Path(id): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
+    get: Get,
 ) -> Response {
-    serve_get(&shared, &connection, &uri, &headers, || async {
-        pause(shared.request_latency()).await;
-        let expand_charge = uri.query().is_some_and(|query| {
-            form_urlencoded::parse(query.as_bytes())
-                .any(|(name, value)| name == "expand[]" && value == "latest_charge")
-        });
+    serve_get(&shared, &get, || async {
+        let expand_charge = form_urlencoded::parse(get.query().as_bytes())
+            .any(|(name, value)| name == "expand[]" && value == "latest_charge");
         match shared.stripe.get(&id) {
             Ok(intent) => {
                 let mut body = intent.to_json();

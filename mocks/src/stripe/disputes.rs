@@ -5,16 +5,15 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
-use axum::Extension;
 use serde_json::{json, Value};
 
 use super::error::StripeError;
-use super::respond::{refused, serve_get};
-use crate::answer::{pause, Answer, Outcome};
+use super::respond::{refused, serve_get, Get};
+use crate::answer::{Answer, Outcome};
 use crate::record::ResponseClass;
-use crate::state::{ConnectionControl, Shared};
+use crate::state::Shared;
 
 /// Which disputes a list asks for.
 #[derive(Default)]
@@ -64,15 +63,9 @@ fn dispute_objects(shared: &Shared, keep: impl Fn(&Value) -> bool) -> Vec<Value>
 }
 
 /// `GET /v1/disputes`.
-pub(crate) async fn list_disputes(
-    State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    serve_get(&shared, &connection, &uri, &headers, || async {
-        pause(shared.request_latency()).await;
-        let filter = match Filter::parse(uri.query().unwrap_or_default()) {
+pub(crate) async fn list_disputes(State(shared): State<Arc<Shared>>, get: Get) -> Response {
+    serve_get(&shared, &get, || async {
+        let filter = match Filter::parse(get.query()) {
             Ok(filter) => filter,
             Err(err) => return refused(ResponseClass::InvalidRequest, err),
         };
@@ -98,13 +91,10 @@ pub(crate) async fn list_disputes(
 /// `GET /v1/disputes/{id}`.
 pub(crate) async fn retrieve_dispute(
     State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
     Path(id): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
+    get: Get,
 ) -> Response {
-    serve_get(&shared, &connection, &uri, &headers, || async {
-        pause(shared.request_latency()).await;
+    serve_get(&shared, &get, || async {
         match dispute_objects(&shared, |object| object["id"] == id.as_str()).pop() {
             Some(dispute) => Outcome::now(
                 ResponseClass::Lookup,

@@ -11,31 +11,24 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
-use axum::Extension;
 use serde_json::{json, Value};
 
 use super::aftermath::{Dispute, CLOSED_DISPUTE_STATUSES, DISPUTE_STATUSES};
 use super::error::StripeError;
 use super::intent::{Intents, Status};
-use super::respond::{refused, serve_get};
-use crate::answer::{pause, Answer, Outcome};
+use super::respond::{refused, serve_get, Get};
+use crate::answer::{Answer, Outcome};
 use crate::paging::Page;
 use crate::record::ResponseClass;
-use crate::state::{ConnectionControl, Shared};
+use crate::state::Shared;
 
 /// `GET /v1/payment_intents`.
-pub(crate) async fn list_intents(
-    State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    serve_get(&shared, &connection, &uri, &headers, || async {
-        pause(shared.request_latency()).await;
+pub(crate) async fn list_intents(State(shared): State<Arc<Shared>>, get: Get) -> Response {
+    serve_get(&shared, &get, || async {
         let started = Instant::now();
-        match page(&shared, uri.query().unwrap_or_default()) {
+        match page(&shared, get.query()) {
             Ok(body) => {
                 shared.page_times.record(started.elapsed());
                 Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body))
