@@ -104,6 +104,26 @@ pub struct Charge {
     pub created_at: OffsetDateTime,
 }
 
+#[cfg(test)]
+impl Charge {
+    /// A succeeded charge `id` made at `created_at`, the one fixture the crate's unit tests
+    /// share (keys, ledger, the §3 list).
+    pub(crate) fn sample(id: &str, created_at: OffsetDateTime) -> Charge {
+        Charge {
+            id: id.to_owned(),
+            status: ChargeStatus::Succeeded,
+            amount_minor: 1000,
+            currency: "EUR".into(),
+            customer_id: "cus_1".into(),
+            payment_method: "pm_card_visa".into(),
+            reference: format!("ref-{id}"),
+            idempotency_key: format!("key-{id}"),
+            decline_code: None,
+            created_at,
+        }
+    }
+}
+
 /// A request body the gateway refuses with `400 invalid_request`; the message says why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

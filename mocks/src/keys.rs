@@ -218,7 +218,7 @@ impl<P, R> Entry<P, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::charge::{ChargeParams, ChargeStatus};
+    use crate::charge::ChargeParams;
 
     const RETENTION: Duration = Duration::from_secs(100);
 
@@ -238,18 +238,7 @@ mod tests {
     }
 
     fn charge(id: &str) -> Charge {
-        Charge {
-            id: id.into(),
-            status: ChargeStatus::Succeeded,
-            amount_minor: 1,
-            currency: "EUR".into(),
-            customer_id: "cus_1".into(),
-            payment_method: "pm_card_visa".into(),
-            reference: "ref".into(),
-            idempotency_key: "k".into(),
-            decline_code: None,
-            created_at: time::OffsetDateTime::UNIX_EPOCH,
-        }
+        Charge::sample(id, time::OffsetDateTime::UNIX_EPOCH)
     }
 
     type ChargeKeys = Keys<ChargeParams, Charge>;

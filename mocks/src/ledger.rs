@@ -8,13 +8,13 @@
 //! page made a sweep of 200,000 charges quadratic (786 s).
 
 use std::collections::{BTreeSet, HashMap};
-use std::ops::Bound;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 use time::OffsetDateTime;
 
 use crate::charge::Charge;
+use crate::paging::{self, Order, Page};
 
 /// Every charge the gateway committed, in commit order, with its list index.
 #[derive(Default)]
@@ -66,6 +66,9 @@ pub(crate) struct Charges {
     /// The place of the first charge committed with each id: a list's `starting_after`
     /// names it, and `POST /__charges/{id}` changes it.
     first_by_id: HashMap<Arc<str>, usize>,
+    /// Where the dispute of a disputed charge stands (`open`, `won`, `lost`), by charge id:
+    /// the §3 list shows the charge `disputed` with it (`POST /__charges/{id}`).
+    disputes: HashMap<String, &'static str>,
 }
 
 impl Charges {
@@ -83,34 +86,43 @@ impl Charges {
         Some(&self.in_commit_order[at])
     }
 
-    /// The charges created in `[from, to)` and after `after` (a `(created_at, id)`), oldest
-    /// first by `(created_at, id)`: a walk of the index from the first of them, so taking
-    /// the first `limit` costs `O(log n + limit)`.
-    pub(crate) fn created_between(
+    /// A page of the charges created in `[from, to)` and after `after` (a `(created_at,
+    /// id)`), oldest first by `(created_at, id)`: a range of the index
+    /// ([`crate::paging::page`]).
+    pub(crate) fn page(
         &self,
         from: OffsetDateTime,
         to: OffsetDateTime,
         after: Option<(OffsetDateTime, &str)>,
-    ) -> impl Iterator<Item = &Charge> + '_ {
-        let first: ListKey = (from, Arc::from(""), 0);
-        // Every charge of the cursor's (created_at, id) sorts before this, whatever its place.
-        let after: Option<ListKey> =
-            after.map(|(created_at, id)| (created_at, Arc::from(id), usize::MAX));
-        let end: ListKey = (to, Arc::from(""), 0);
-        let start = match after {
-            Some(after) if after >= first => Bound::Excluded(after),
-            _ => Bound::Included(first),
-        };
-        let empty = match &start {
-            Bound::Included(key) | Bound::Excluded(key) => *key >= end,
-            Bound::Unbounded => false,
-        };
-        // `BTreeSet::range` panics on a start past its end: such a window holds nothing.
-        let range = (!empty).then(|| self.by_created.range((start, Bound::Excluded(end))));
-        range
-            .into_iter()
-            .flatten()
-            .map(|(_, _, at)| &self.in_commit_order[*at])
+        limit: usize,
+    ) -> Page<&Charge> {
+        let key = |at: OffsetDateTime, id: &str, place: usize| (at, Arc::from(id), place);
+        // Every charge of the cursor's (created_at, id) sorts before it, whatever its place.
+        let cursor = after.map(|(created_at, id)| key(created_at, id, usize::MAX));
+        paging::page(
+            &self.by_created,
+            key(from, "", 0),
+            key(to, "", 0),
+            cursor,
+            Order::Ascending,
+            limit,
+            |(_, _, at)| &self.in_commit_order[*at],
+        )
+    }
+
+    /// Disputes charge `id` (or moves its dispute) to `status`: `open`, `won` or `lost`.
+    /// `false` when there is no such charge.
+    pub(crate) fn dispute(&mut self, id: &str, status: &'static str) -> bool {
+        if !self.first_by_id.contains_key(id) {
+            return false;
+        }
+        self.disputes.insert(id.to_owned(), status);
+        true
+    }
+
+    /// Where charge `id`'s dispute stands, when it is disputed.
+    pub(crate) fn dispute_of(&self, id: &str) -> Option<&'static str> {
+        self.disputes.get(id).copied()
     }
 
     /// Changes the first charge committed with `id` (as someone editing it at the gateway),
@@ -148,21 +160,12 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-    use crate::charge::ChargeStatus;
 
     fn charge(id: &str, second: i64) -> Charge {
-        Charge {
-            id: id.into(),
-            status: ChargeStatus::Succeeded,
-            amount_minor: 1,
-            currency: "EUR".into(),
-            customer_id: "cus_1".into(),
-            payment_method: "pm_card_visa".into(),
-            reference: "ref".into(),
-            idempotency_key: id.into(),
-            decline_code: None,
-            created_at: datetime!(2026-12-01 00:00 UTC) + time::Duration::seconds(second),
-        }
+        Charge::sample(
+            id,
+            datetime!(2026-12-01 00:00 UTC) + time::Duration::seconds(second),
+        )
     }
 
     fn listed(charges: &Charges) -> Vec<&str> {
@@ -170,10 +173,8 @@ mod tests {
             datetime!(2026-11-30 00:00 UTC),
             datetime!(2026-12-02 00:00 UTC),
         );
-        charges
-            .created_between(from, to, None)
-            .map(|c| c.id.as_str())
-            .collect()
+        let page = charges.page(from, to, None, 100);
+        page.data.into_iter().map(|c| c.id.as_str()).collect()
     }
 
     #[test]

@@ -27,18 +27,29 @@
 
 #![warn(missing_docs)]
 
+// Layered, and imports run only downward: the values (`charge`, `config`, `clock`,
+// `latency`, `record`, `faults`, `paging`, `keys`, `ledger`, `answer`) and the Stripe
+// dialect's own store under `stripe`; then `state`, the state every handler shares; then
+// `respond` and `controls`, the plumbing both dialects share; then each dialect's handlers
+// (`charges` and `list` for contract §3, the rest of `stripe`); on top `server`, which
+// assembles the routes and listens, and `cli`.
+mod answer;
 mod charge;
+mod charges;
 pub mod cli;
 mod clock;
 mod config;
+mod controls;
 mod faults;
-mod http;
 mod keys;
 mod latency;
 mod ledger;
 mod list;
+mod paging;
 mod record;
+mod respond;
 mod server;
+mod state;
 pub mod stripe;
 
 pub use charge::{

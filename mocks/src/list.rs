@@ -1,8 +1,10 @@
 //! Listing what the gateway charged (docs/contract.md §3.2) for the onecharge dialect:
 //! `GET /v1/charges?created_gte&created_lt&limit&starting_after`, oldest first by
 //! `(created_at, id)`, served from the ledger; and the `POST /__charges/{id}` control that
-//! changes a ledger charge's amount, currency or customer (a charge "changed at the
-//! gateway", for reconciliation tests). `GET /v1/charges?idempotency_key=` stays the lookup.
+//! changes a ledger charge's amount, currency or customer, or disputes it (a charge "changed
+//! at the gateway", for reconciliation tests): a disputed charge is listed with `"status":
+//! "disputed"` and `"dispute_status": "open"|"won"|"lost"`. `GET /v1/charges?idempotency_key=`
+//! stays the lookup.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,10 +19,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
+use crate::answer::{pause, Answer, Outcome};
 use crate::charge::{Charge, InvalidRequest};
-use crate::http::{deliver, lookup_charges, Answer, LookupQuery, Outcome};
+use crate::charges::{lookup_charges, LookupQuery};
+use crate::paging::Page;
 use crate::record::ResponseClass;
-use crate::server::{ConnectionControl, Shared};
+use crate::respond::deliver;
+use crate::state::{ConnectionControl, Shared};
 
 /// The most charges one page holds.
 const MAX_LIMIT: usize = 100;
@@ -33,10 +38,22 @@ struct ListQuery {
     starting_after: Option<String>,
 }
 
+/// The §3 list's page: `{"data": [charge…], "has_more": …}`.
 #[derive(Serialize)]
-struct Page<'a> {
-    data: Vec<&'a Charge>,
+struct ListPage {
+    data: Vec<Value>,
     has_more: bool,
+}
+
+/// A charge as the list shows it: its body, `disputed` with its dispute's status when it
+/// is.
+fn listed(charge: &Charge, dispute: Option<&str>) -> Value {
+    let mut record = serde_json::to_value(charge).expect("a charge serializes");
+    if let Some(status) = dispute {
+        record["status"] = json!("disputed");
+        record["dispute_status"] = json!(status);
+    }
+    record
 }
 
 /// `GET /v1/charges`: a lookup by `idempotency_key`, or a page of the list.
@@ -64,7 +81,7 @@ pub(crate) async fn get_charges(
     } else {
         // The fault latency, like every other /v1 request: a slow list is how tests make a
         // sweep run long.
-        crate::http::pause(shared.request_latency()).await;
+        pause(shared.request_latency()).await;
         let started = Instant::now();
         match Query::<ListQuery>::try_from_uri(&uri)
             .map_err(|e| InvalidRequest(format!("bad list query: {e}")))
@@ -90,33 +107,47 @@ fn time_param(name: &str, value: Option<&str>) -> Result<OffsetDateTime, Invalid
         .map_err(|e| InvalidRequest(format!("{name} `{value}` is not RFC 3339: {e}")))
 }
 
-/// One page: the charges created in `[created_gte, created_lt)` after `starting_after`,
-/// oldest first by `(created_at, id)`: a range of the ledger's index, so a page costs the
-/// same at the end of a long listing as at its start.
-fn page(shared: &Shared, query: &ListQuery) -> Result<Value, InvalidRequest> {
-    let from = time_param("created_gte", query.created_gte.as_deref())?;
-    let to = time_param("created_lt", query.created_lt.as_deref())?;
-    let limit = query.limit.unwrap_or(10);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(InvalidRequest(format!("limit must be 1 to {MAX_LIMIT}")));
+/// A list query, checked: the window, the page size.
+struct Window {
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+    limit: usize,
+}
+
+impl Window {
+    fn of(query: &ListQuery) -> Result<Window, InvalidRequest> {
+        let from = time_param("created_gte", query.created_gte.as_deref())?;
+        let to = time_param("created_lt", query.created_lt.as_deref())?;
+        let limit = query.limit.unwrap_or(10);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(InvalidRequest(format!("limit must be 1 to {MAX_LIMIT}")));
+        }
+        Ok(Window { from, to, limit })
     }
+}
+
+fn unknown_cursor(id: &str) -> InvalidRequest {
+    InvalidRequest(format!("starting_after: no charge {id}"))
+}
+
+/// One page: the charges created in `[created_gte, created_lt)` after `starting_after`,
+/// oldest first by `(created_at, id)`, a range of the ledger's index.
+fn page(shared: &Shared, query: &ListQuery) -> Result<Value, InvalidRequest> {
+    let Window { from, to, limit } = Window::of(query)?;
     let ledger = shared.ledger.lock();
     let after = match &query.starting_after {
         Some(id) => {
-            let cursor = ledger
-                .first_with_id(id)
-                .ok_or_else(|| InvalidRequest(format!("starting_after: no charge {id}")))?;
+            let cursor = ledger.first_with_id(id).ok_or_else(|| unknown_cursor(id))?;
             Some((cursor.created_at, cursor.id.as_str()))
         }
         None => None,
     };
-    let mut data: Vec<&Charge> = ledger
-        .created_between(from, to, after)
-        .take(limit + 1)
+    let Page { data, has_more } = ledger.page(from, to, after, limit);
+    let data = data
+        .into_iter()
+        .map(|charge| listed(charge, ledger.dispute_of(&charge.id)))
         .collect();
-    let has_more = data.len() > limit;
-    data.truncate(limit);
-    Ok(serde_json::to_value(Page { data, has_more }).expect("a page serializes"))
+    Ok(serde_json::to_value(ListPage { data, has_more }).expect("a page serializes"))
 }
 
 #[derive(Deserialize)]
@@ -125,10 +156,13 @@ struct ChargeChange {
     amount_minor: Option<i64>,
     currency: Option<String>,
     customer_id: Option<String>,
+    /// `open`, `won` or `lost`: disputes the charge, or moves its dispute.
+    dispute: Option<String>,
 }
 
-/// `POST /__charges/{id}` `{"amount_minor": …, "currency": …, "customer_id": …}`: changes
-/// the ledger's charge (what the list serves), as if someone edited it at the gateway.
+/// `POST /__charges/{id}` `{"amount_minor": …, "currency": …, "customer_id": …, "dispute":
+/// "open"|"won"|"lost"}`: changes the ledger's charge (what the list serves), as if someone
+/// edited it at the gateway, or the customer's bank disputed it.
 pub(crate) async fn change_charge(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
@@ -141,7 +175,24 @@ pub(crate) async fn change_charge(
                 .into_response_plain()
         }
     };
+    let dispute = match change.dispute.as_deref() {
+        None => None,
+        Some("open") => Some("open"),
+        Some("won") => Some("won"),
+        Some("lost") => Some("lost"),
+        Some(other) => {
+            return Answer::json(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": format!("dispute `{other}`: open, won or lost")}),
+            )
+            .into_response_plain()
+        }
+    };
     let mut ledger = shared.ledger.lock();
+    if let Some(status) = dispute {
+        ledger.dispute(&id, status);
+    }
+    let dispute = ledger.dispute_of(&id);
     let changed = ledger.amend(&id, |charge| {
         if let Some(amount) = change.amount_minor {
             charge.amount_minor = amount;
@@ -154,7 +205,9 @@ pub(crate) async fn change_charge(
         }
     });
     match changed {
-        Some(charge) => Answer::json(StatusCode::OK, charge).into_response_plain(),
+        Some(charge) => {
+            Answer::json(StatusCode::OK, &listed(charge, dispute)).into_response_plain()
+        }
         None => Answer::json(StatusCode::NOT_FOUND, &json!({"error": "no such charge"}))
             .into_response_plain(),
     }
@@ -169,7 +222,6 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-    use crate::charge::ChargeStatus;
     use crate::config::MockConfig;
 
     const START: OffsetDateTime = datetime!(2026-12-01 00:00 UTC);
@@ -179,18 +231,7 @@ mod tests {
     }
 
     fn charge(id: &str, created_at: OffsetDateTime) -> Charge {
-        Charge {
-            id: id.to_owned(),
-            status: ChargeStatus::Succeeded,
-            amount_minor: 1000,
-            currency: "EUR".into(),
-            customer_id: "cus_1".into(),
-            payment_method: "pm_card_visa".into(),
-            reference: format!("ref-{id}"),
-            idempotency_key: format!("key-{id}"),
-            decline_code: None,
-            created_at,
-        }
+        Charge::sample(id, created_at)
     }
 
     fn query(from: i64, to: i64, limit: usize, after: Option<&str>) -> ListQuery {
@@ -205,18 +246,13 @@ mod tests {
     /// The page as the mock answered it before the ledger had an index: the whole ledger
     /// scanned and sorted for every page. The index must answer exactly this.
     fn scanned(ledger: &[Charge], query: &ListQuery) -> Result<Value, InvalidRequest> {
-        let from = time_param("created_gte", query.created_gte.as_deref())?;
-        let to = time_param("created_lt", query.created_lt.as_deref())?;
-        let limit = query.limit.unwrap_or(10);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(InvalidRequest(format!("limit must be 1 to {MAX_LIMIT}")));
-        }
+        let Window { from, to, limit } = Window::of(query)?;
         let after = match &query.starting_after {
             Some(id) => {
                 let cursor = ledger
                     .iter()
                     .find(|c| &c.id == id)
-                    .ok_or_else(|| InvalidRequest(format!("starting_after: no charge {id}")))?;
+                    .ok_or_else(|| unknown_cursor(id))?;
                 Some((cursor.created_at, cursor.id.as_str()))
             }
             None => None,
@@ -229,8 +265,8 @@ mod tests {
         matching.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         let has_more = matching.len() > limit;
         matching.truncate(limit);
-        Ok(serde_json::to_value(Page {
-            data: matching,
+        Ok(serde_json::to_value(ListPage {
+            data: matching.into_iter().map(|c| listed(c, None)).collect(),
             has_more,
         })
         .unwrap())

@@ -1,4 +1,5 @@
-//! The running gateway: shared state, the accept loop, and per-connection serving.
+//! The running gateway, on top of everything else: each dialect's routes assembled with the
+//! test controls, the accept loop, and per-connection serving.
 //!
 //! Connections are served with hyper directly (not `axum::serve`) because the `drop_after`
 //! fault must close a connection with no HTTP response at all, which only the task that owns
@@ -10,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::http::{header, HeaderMap, Request, StatusCode, Uri};
-use axum::response::Response;
+use axum::http::Request;
+use axum::routing::{get, post};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -23,15 +24,61 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use crate::charge::ChargeParams;
-use crate::charge::{Charge, ChargeStatus};
-use crate::clock::MockClock;
+use crate::charge::Charge;
 use crate::config::{Dialect, FaultConfig, MockConfig, TlsFiles};
-use crate::faults::{ChargeIds, FaultInjector};
-use crate::keys::Keys;
+use crate::controls::with_controls;
 use crate::latency::{LatencyDrawn, LatencySampler};
-use crate::ledger::Ledger;
-use crate::record::{Counters, PageTimer, PageTimes, RecordedRequest, RequestLog, Stats};
+use crate::record::{PageTimes, RecordedRequest, Stats};
+use crate::state::{ConnectionControl, Shared};
+use crate::stripe::{api, disputes, list as stripe_list, webhooks};
+use crate::{charges, list};
+
+/// The onecharge dialect: contract §3 and the test controls.
+fn onecharge_router(shared: Arc<Shared>) -> Router {
+    with_controls(
+        Router::new()
+            .route(
+                "/v1/charges",
+                post(charges::create_charge).get(list::get_charges),
+            )
+            .route("/__charges/{id}", post(list::change_charge)),
+        charges::not_found,
+        shared,
+    )
+}
+
+/// Stripe's routes, the test controls, and Stripe's 404 for everything else (contract §3's
+/// `/v1/charges` included).
+fn stripe_router(shared: Arc<Shared>) -> Router {
+    with_controls(
+        Router::new()
+            .route(
+                "/v1/payment_intents",
+                post(api::create_intent).get(stripe_list::list_intents),
+            )
+            .route(
+                "/__stripe/payment_intents/{id}/{action}",
+                post(stripe_list::control),
+            )
+            .route("/__stripe/webhooks", post(webhooks::configure))
+            .route("/__stripe/webhooks/send", post(webhooks::send))
+            .route(
+                "/__stripe/webhooks/{event}/redeliver",
+                post(webhooks::redeliver),
+            )
+            .route("/v1/payment_intents/{id}", get(api::retrieve_intent))
+            .route(
+                "/v1/payment_intents/{id}/confirm",
+                post(api::confirm_intent),
+            )
+            .route("/v1/payment_intents/{id}/cancel", post(api::cancel_intent))
+            .route("/v1/customers", post(api::create_customer))
+            .route("/v1/disputes", get(disputes::list_disputes))
+            .route("/v1/disputes/{id}", get(disputes::retrieve_dispute)),
+        api::unrecognized_url,
+        shared,
+    )
+}
 
 /// Pending connections the kernel queues before `accept`; bursts of thousands of clients
 /// connecting at once must not be refused.
@@ -71,8 +118,8 @@ impl MockGateway {
             .context("reading the mock gateway's address")?;
         let shared = Arc::new(Shared::new(&config));
         let router = match config.dialect {
-            Dialect::Onecharge => crate::http::router(Arc::clone(&shared)),
-            Dialect::Stripe => crate::stripe::router(Arc::clone(&shared)),
+            Dialect::Onecharge => onecharge_router(Arc::clone(&shared)),
+            Dialect::Stripe => stripe_router(Arc::clone(&shared)),
         };
         let server = tokio::spawn(accept_connections(
             listener,
@@ -200,7 +247,7 @@ impl MockGateway {
     /// later are held as usual.
     pub fn finish_slow_charges(&self) {
         self.shared.finish_slow.notify_waiters();
-        crate::stripe::finish_processing(&self.shared, None);
+        api::finish_processing(&self.shared, None);
     }
 
     /// What the log-normal latency drew so far (all zero without one), so a benchmark can
@@ -236,155 +283,6 @@ impl MockGateway {
 impl Drop for MockGateway {
     fn drop(&mut self) {
         self.shared.shutdown.cancel();
-    }
-}
-
-/// Everything the handlers share; owned by the server and the [`MockGateway`] handle.
-pub(crate) struct Shared {
-    api_key: String,
-    pub(crate) clock: MockClock,
-    /// Every charge either dialect committed.
-    pub(crate) ledger: Arc<Ledger>,
-    /// The onecharge dialect's keys: each stores its charge.
-    pub(crate) keys: Keys<ChargeParams, Charge>,
-    /// The Stripe dialect's keys, PaymentIntents and customers.
-    pub(crate) stripe: crate::stripe::Store,
-    pub(crate) faults: FaultInjector,
-    /// The log-normal latency, when configured.
-    latency: Option<LatencySampler>,
-    pub(crate) ids: ChargeIds,
-    pub(crate) log: RequestLog,
-    pub(crate) counters: Counters,
-    /// How long list pages took to build (both dialects).
-    pub(crate) page_times: PageTimer,
-    pub(crate) hang_for: Duration,
-    pub(crate) slow_charge_for: Duration,
-    /// Woken by [`MockGateway::finish_slow_charges`]: every `slow_charge` held now charges.
-    pub(crate) finish_slow: tokio::sync::Notify,
-    replay_declined_with_200: bool,
-    pub(crate) shutdown: CancellationToken,
-}
-
-impl Shared {
-    pub(crate) fn new(config: &MockConfig) -> Shared {
-        let ledger = Arc::new(Ledger::default());
-        Shared {
-            api_key: config.api_key.clone(),
-            clock: MockClock::new(),
-            keys: Keys::new(config.key_retention, Arc::clone(&ledger)),
-            stripe: crate::stripe::Store::new(config.key_retention, Arc::clone(&ledger)),
-            ledger,
-            faults: FaultInjector::new(config.faults.clone(), config.seed),
-            latency: config
-                .latency_distribution
-                .as_ref()
-                .map(LatencySampler::new),
-            ids: ChargeIds::new(config.seed),
-            log: RequestLog::new(config.request_log_capacity),
-            counters: Counters::default(),
-            page_times: PageTimer::default(),
-            hang_for: config.hang_for,
-            slow_charge_for: config.slow_charge_for,
-            finish_slow: tokio::sync::Notify::new(),
-            replay_declined_with_200: config.replay_declined_with_200,
-            shutdown: CancellationToken::new(),
-        }
-    }
-
-    /// Compares the bearer token in constant time, so the mock is not a timing oracle for
-    /// anyone who reuses a real key with it.
-    pub(crate) fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(value) = headers.get(header::AUTHORIZATION) else {
-            return false;
-        };
-        let value = value.as_bytes();
-        let Some(token) = value
-            .get(..7)
-            .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
-            .map(|_| &value[7..])
-        else {
-            return false;
-        };
-        let expected = self.api_key.as_bytes();
-        token.len() == expected.len()
-            && token
-                .iter()
-                .zip(expected)
-                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-                == 0
-    }
-
-    /// Counts and logs an arriving `/v1` request; returns its sequence number.
-    pub(crate) fn begin(
-        &self,
-        method: &str,
-        uri: &Uri,
-        idempotency_key: Option<String>,
-        body: serde_json::Value,
-    ) -> u64 {
-        self.counters.received();
-        let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
-        self.log
-            .begin(method, path, idempotency_key, body, self.clock.wall_now())
-    }
-
-    /// A stored outcome answered again: `200` for a success; a decline keeps its `402`
-    /// unless `replay_declined_with_200` is set.
-    pub(crate) fn replay_status(&self, charge: &Charge) -> StatusCode {
-        match charge.status {
-            ChargeStatus::Declined if !self.replay_declined_with_200 => {
-                StatusCode::PAYMENT_REQUIRED
-            }
-            _ => StatusCode::OK,
-        }
-    }
-
-    /// The latency one charge or lookup waits: the fault latency (fixed plus jitter) plus
-    /// a draw from the log-normal distribution, if one is configured.
-    pub(crate) fn request_latency(&self) -> Duration {
-        let fault = self.faults.latency();
-        match &self.latency {
-            Some(sampler) => fault.saturating_add(sampler.draw()),
-            None => fault,
-        }
-    }
-
-    /// A `slow_charge` still processing: waits `slow_charge_for`, or until
-    /// [`MockGateway::finish_slow_charges`] or shutdown.
-    pub(crate) async fn hold_slow_charge(&self) {
-        tokio::select! {
-            () = tokio::time::sleep(self.slow_charge_for) => {}
-            () = self.finish_slow.notified() => {}
-            () = self.shutdown.cancelled() => {}
-        }
-    }
-
-    pub(crate) fn advance_clock(&self, by: Duration) {
-        self.clock.advance(by);
-        self.keys.purge_expired(self.clock.now());
-        self.stripe.purge_expired(self.clock.now());
-    }
-
-    pub(crate) fn stats(&self) -> Stats {
-        self.counters.snapshot(
-            self.ledger.len(),
-            self.keys.in_progress() + self.stripe.in_progress(),
-        )
-    }
-}
-
-/// Lets a handler close its own connection without answering (`drop_after`).
-#[derive(Clone, Default)]
-pub(crate) struct ConnectionControl {
-    dropped: CancellationToken,
-}
-
-impl ConnectionControl {
-    /// Tells the connection task to close the socket, then waits forever: the task drops
-    /// this handler together with the connection, so no response is ever written.
-    pub(crate) async fn drop_now(&self) -> Response {
-        self.dropped.cancel();
-        std::future::pending().await
     }
 }
 
@@ -520,38 +418,5 @@ where
                 draining = true;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Latency;
-    use crate::latency::LatencyDistribution;
-
-    #[test]
-    fn the_log_normal_latency_adds_to_the_fault_latency() {
-        let shared = Shared::new(&MockConfig {
-            faults: FaultConfig {
-                latency: Latency::fixed(100),
-                ..FaultConfig::default()
-            },
-            // A p99 equal to the median draws the median every time.
-            latency_distribution: Some(
-                LatencyDistribution::log_normal(
-                    Duration::from_millis(200),
-                    Duration::from_millis(200),
-                    7,
-                )
-                .unwrap(),
-            ),
-            ..MockConfig::default()
-        });
-
-        let latency = shared.request_latency();
-        let millis = latency.as_secs_f64() * 1000.0;
-        assert!((millis - 300.0).abs() < 1e-6, "waited {millis} ms");
-        let drawn = shared.latency.as_ref().map(LatencySampler::drawn).unwrap();
-        assert_eq!(drawn.draws, 1);
     }
 }

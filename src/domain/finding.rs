@@ -3,10 +3,11 @@
 //! sweep's comparison builds them, and the event published for each is built here.
 //!
 //! A finding is keyed by its **evidence**, not only by what it is about: each distinct
-//! aftermath of a charge (each refund, a dispute opened, a dispute lost, the charge missing
+//! aftermath of a charge (each refund, a dispute opened, won or lost, the charge missing
 //! from the listing) is a finding of its own, so evidence that changes after a person
 //! resolved the last one opens a new one, with the earlier ones as its history
-//! ([`NewFinding::subject_key`] groups them).
+//! ([`NewFinding::subject_key`] groups them). A dispute is its own class, `disputed`
+//! (decision 131), but the same charge's history as its refunds.
 
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -26,9 +27,14 @@ pub enum FindingClass {
     ChargedNotRecorded,
     /// More than one charge holding money names one attempt.
     ChargedTwice,
-    /// A succeeded attempt whose charge is missing, failed, cancelled, refunded or disputed
-    /// at the gateway.
+    /// A succeeded attempt whose charge is missing, failed, cancelled or refunded at the
+    /// gateway.
     RecordedNotCharged,
+    /// A succeeded attempt's charge the customer's bank disputes: evidence `dispute:open`
+    /// (the money is held back until the bank decides), `dispute:won` (decided for the
+    /// merchant: the money was reinstated and nothing is owed) or `dispute:lost` (the money
+    /// went back to the customer), with `;refunded:N` when part was refunded too.
+    Disputed,
     /// A charge for the attempt whose amount, currency or customer differ from it.
     Mismatch,
     /// A charge carrying onecharge's metadata for an attempt id onecharge does not know.
@@ -36,10 +42,11 @@ pub enum FindingClass {
 }
 
 impl FindingClass {
-    pub const ALL: [FindingClass; 5] = [
+    pub const ALL: [FindingClass; 6] = [
         Self::ChargedNotRecorded,
         Self::ChargedTwice,
         Self::RecordedNotCharged,
+        Self::Disputed,
         Self::Mismatch,
         Self::UnknownReference,
     ];
@@ -50,8 +57,21 @@ impl FindingClass {
             Self::ChargedNotRecorded => "charged_not_recorded",
             Self::ChargedTwice => "charged_twice",
             Self::RecordedNotCharged => "recorded_not_charged",
+            Self::Disputed => "disputed",
             Self::Mismatch => "mismatch",
             Self::UnknownReference => "unknown_reference",
+        }
+    }
+}
+
+impl FindingClass {
+    /// The word a finding's subject starts with: its class, except that a dispute shares
+    /// `recorded_not_charged`'s, so that a charge's refunds and its dispute (opened, then
+    /// won or lost) are one history whatever their class.
+    pub fn subject(self) -> &'static str {
+        match self {
+            Self::Disputed => Self::RecordedNotCharged.as_str(),
+            other => other.as_str(),
         }
     }
 }
@@ -97,15 +117,20 @@ pub struct NewFinding {
 }
 
 impl NewFinding {
-    /// What the finding is about, whatever the evidence: the class, the attempt (or the
-    /// reference) and the gateway's ids. Findings sharing it are one charge's history.
+    /// What the finding is about, whatever the evidence: the class (a dispute's is the
+    /// refund's, [`FindingClass::subject`]), the attempt (or the reference) and the
+    /// gateway's ids. Findings sharing it are one charge's history.
     pub fn subject_key(&self) -> String {
         let subject = match (&self.payment_attempt_id, &self.reference) {
             (Some(id), _) => id.to_string(),
             (None, Some(reference)) => reference.clone(),
             (None, None) => String::new(),
         };
-        format!("{}:{subject}:{}", self.class, self.gateway_ids.join(","))
+        format!(
+            "{}:{subject}:{}",
+            self.class.subject(),
+            self.gateway_ids.join(",")
+        )
     }
 
     /// The deduplication key: the subject and the evidence. A sweep or a webhook that sees
@@ -174,7 +199,11 @@ mod tests {
 
     fn refund(evidence: &str) -> NewFinding {
         NewFinding {
-            class: FindingClass::RecordedNotCharged,
+            class: if evidence.starts_with("dispute:") {
+                FindingClass::Disputed
+            } else {
+                FindingClass::RecordedNotCharged
+            },
             payment_attempt_id: Some("6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11".parse().unwrap()),
             reference: None,
             gateway_ids: vec!["pi_1".into()],
@@ -192,10 +221,14 @@ mod tests {
     fn new_evidence_about_one_charge_is_a_new_finding_with_the_same_subject() {
         let first = refund("refunded:500");
         let second = refund("refunded:800");
-        let dispute = refund("disputed");
+        let dispute = refund("dispute:open");
+        let lost = refund("dispute:lost");
+        assert_eq!(dispute.class, FindingClass::Disputed);
         assert_eq!(first.subject_key(), dispute.subject_key());
+        assert_eq!(dispute.subject_key(), lost.subject_key());
         assert_ne!(first.dedupe_key(), second.dedupe_key());
         assert_ne!(first.dedupe_key(), dispute.dedupe_key());
+        assert_ne!(dispute.dedupe_key(), lost.dedupe_key());
         assert_eq!(first.dedupe_key(), refund("refunded:500").dedupe_key());
     }
 }

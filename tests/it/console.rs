@@ -1878,8 +1878,8 @@ async fn a_findings_page_shows_the_earlier_findings_about_its_charge_and_what_be
             "INSERT INTO reconciliation_findings
                  (class, dedupe_key, subject_key, evidence, payment_attempt_id, gateway_ids, detail,
                   source)
-             VALUES ('recorded_not_charged', '{subject}|disputed;refunded:500', '{subject}',
-                     'disputed;refunded:500', '{id}', '{{pi_console}}', 'disputed at the gateway',
+             VALUES ('disputed', '{subject}|dispute:open;refunded:500', '{subject}',
+                     'dispute:open;refunded:500', '{id}', '{{pi_console}}', 'disputed at the gateway',
                      'webhook')
              RETURNING id"
         ))
@@ -1897,7 +1897,7 @@ async fn a_findings_page_shows_the_earlier_findings_about_its_charge_and_what_be
         .await;
     assert_eq!(status, StatusCode::OK, "{}", title_of(&page));
     assert!(
-        page.contains("disputed;refunded:500"),
+        page.contains("dispute:open;refunded:500"),
         "its evidence: {page}"
     );
     assert!(

@@ -259,19 +259,16 @@ async fn stripe_refunds_disputes_second_intents_and_changed_amounts_are_each_one
         per_class,
         BTreeMap::from([
             ("charged_twice".to_owned(), 1),
+            ("disputed".to_owned(), 1),
             ("mismatch".to_owned(), 1),
-            ("recorded_not_charged".to_owned(), 2),
+            ("recorded_not_charged".to_owned(), 1),
             ("unknown_reference".to_owned(), 1),
         ]),
         "{rows:?}"
     );
-    let not_charged: Vec<&String> = rows
-        .iter()
-        .filter(|r| r.0 == "recorded_not_charged")
-        .map(|r| &r.1)
-        .collect();
-    assert!(not_charged.contains(&&refunded.to_string()));
-    assert!(not_charged.contains(&&disputed.to_string()));
+    let about = |class: &str| rows.iter().find(|r| r.0 == class).unwrap().1.clone();
+    assert_eq!(about("recorded_not_charged"), refunded.to_string());
+    assert_eq!(about("disputed"), disputed.to_string());
     assert!(rows.iter().all(|r| r.2 == 2), "{rows:?}");
 }
 
@@ -607,8 +604,8 @@ async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_an
     let events = finding_events(&h, id).await;
     assert_eq!(events.len(), 2, "one event per finding: {events:?}");
     let last = &events[1];
-    assert_eq!(last["class"], "recorded_not_charged");
-    assert_eq!(last["evidence"], "disputed;refunded:500");
+    assert_eq!(last["class"], "disputed");
+    assert_eq!(last["evidence"], "dispute:open;refunded:500");
     assert_eq!(last["earlier"][0]["finding_id"], refund_id);
     assert_eq!(last["earlier"][0]["state"], "resolved");
     assert_eq!(
@@ -621,6 +618,132 @@ async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_an
     let again = reconciler.sweep(window(&h).await).await.unwrap();
     assert!(again.new_findings.is_empty(), "{again:?}");
     assert_eq!(finding_events(&h, id).await.len(), 2);
+}
+
+/// The findings about `id`, oldest first, as (class, evidence, state, detail).
+async fn findings_in_full(
+    h: &Harness,
+    id: PaymentAttemptId,
+) -> Vec<(String, String, String, String)> {
+    sqlx::query_as(
+        "SELECT class, evidence, state, detail FROM reconciliation_findings
+          WHERE payment_attempt_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispute_opened_then_lost_is_two_findings_of_one_history_and_each_publishes_its_event() {
+    let h = stripe_harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = executed(&h, &client, pm::CARD_VISA).await;
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    let reconciler = h.reconciler_with(client);
+
+    at_the_gateway(&h, &pi, "dispute", "").await;
+    let opened = reconciler.sweep(window(&h).await).await.unwrap();
+    assert_eq!(opened.new_findings.len(), 1, "{opened:?}");
+    let open_id: i64 = h
+        .scalar("SELECT max(id) FROM reconciliation_findings")
+        .await;
+    onecharge::operator::findings::resolve(
+        &h.store,
+        open_id,
+        "operator:alice",
+        onecharge::store::audit::Via::Cli,
+        "evidence sent to the bank",
+    )
+    .await
+    .unwrap();
+    at_the_gateway(&h, &pi, "dispute", r#"{"status": "under_review"}"#).await;
+    let reviewed = reconciler.sweep(window(&h).await).await.unwrap();
+    assert!(reviewed.new_findings.is_empty(), "still open: {reviewed:?}");
+    at_the_gateway(&h, &pi, "dispute", r#"{"status": "lost"}"#).await;
+    let lost = reconciler.sweep(window(&h).await).await.unwrap();
+
+    assert_eq!(lost.new_findings.len(), 1, "{lost:?}");
+    let found = findings_in_full(&h, id).await;
+    let said: Vec<(&str, &str, &str)> = found
+        .iter()
+        .map(|f| (f.0.as_str(), f.1.as_str(), f.2.as_str()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("disputed", "dispute:open", "resolved"),
+            ("disputed", "dispute:lost", "open"),
+        ]
+    );
+    assert!(
+        found[1].3.contains("went back to the customer"),
+        "{found:?}"
+    );
+    let events = finding_events(&h, id).await;
+    assert_eq!(events.len(), 2, "one event per finding: {events:?}");
+    assert_eq!(events[0]["class"], "disputed");
+    assert_eq!(events[0]["evidence"], "dispute:open");
+    assert_eq!(events[1]["evidence"], "dispute:lost");
+    assert_eq!(events[1]["earlier"][0]["finding_id"], open_id);
+    assert_eq!(events[1]["earlier"][0]["state"], "resolved");
+    assert_eq!(
+        h.attempt(id).await.status,
+        "succeeded",
+        "a final attempt stays"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_won_dispute_is_a_finding_saying_the_money_was_reinstated_in_both_dialects() {
+    // Stripe: the dispute's status is read from GET /v1/disputes.
+    let h = stripe_harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = executed(&h, &client, pm::CARD_VISA).await;
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    at_the_gateway(&h, &pi, "dispute", r#"{"status": "won"}"#).await;
+    let report = h
+        .reconciler_with(client)
+        .sweep(window(&h).await)
+        .await
+        .unwrap();
+    assert_eq!(report.new_findings.len(), 1, "{report:?}");
+    let found = findings_in_full(&h, id).await;
+    assert_eq!(
+        (found[0].0.as_str(), found[0].1.as_str()),
+        ("disputed", "dispute:won")
+    );
+    assert!(
+        found[0].3.contains("reinstated and nothing is owed"),
+        "{found:?}"
+    );
+    let disputes_read = h
+        .gateway
+        .requests()
+        .iter()
+        .filter(|r| r.path.starts_with("/v1/disputes"))
+        .count();
+    assert_eq!(disputes_read, 1, "one read, for the one disputed record");
+
+    // §3: the record says where its dispute stands.
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let id = executed(&h, &client, pm::CARD_VISA).await;
+    let charge = h.attempt(id).await.gateway_charge_id.unwrap();
+    let disputed = reqwest::Client::new()
+        .post(format!("{}/__charges/{charge}", h.gateway.base_url()))
+        .body(r#"{"dispute": "won"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert!(disputed.status().is_success());
+    h.reconciler().sweep(window(&h).await).await.unwrap();
+    let found = findings_in_full(&h, id).await;
+    assert_eq!(
+        (found[0].0.as_str(), found[0].1.as_str()),
+        ("disputed", "dispute:won")
+    );
 }
 
 /// A §3 harness holding `charges` succeeded attempts, every one agreeing with the gateway,

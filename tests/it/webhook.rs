@@ -176,11 +176,17 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
 
 /// `POST /__stripe/payment_intents/{pi}/{action}` at the mock: money moving after the charge.
 async fn at_the_gateway(h: &Harness, pi: &str, action: &str) {
+    at_the_gateway_with(h, pi, action, "").await;
+}
+
+/// `POST /__stripe/payment_intents/{pi}/{action}` with `body`.
+async fn at_the_gateway_with(h: &Harness, pi: &str, action: &str, body: &str) {
     let answer = reqwest::Client::new()
         .post(format!(
             "{}/__stripe/payment_intents/{pi}/{action}",
             h.gateway.base_url()
         ))
+        .body(body.to_owned())
         .send()
         .await
         .unwrap();
@@ -280,7 +286,7 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
             ("resolved".into(), "refunded:1999".into(), "webhook".into()),
             (
                 "open".into(),
-                "disputed;refunded:1999".into(),
+                "dispute:open;refunded:1999".into(),
                 "webhook".into()
             ),
         ]
@@ -297,6 +303,80 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
     assert_eq!(published[1].1["stripe_event_id"], "evt_disputed");
     assert_eq!(published[1].1["earlier"][0]["state"], "resolved");
     assert_eq!(h.attempt(id).await.status, "succeeded", "never changed");
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispute_closed_webhook_for_a_won_dispute_reads_its_status_and_finds_the_money_reinstated(
+) {
+    let h = harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
+    h.executor_with(client.clone()).run_once().await.unwrap();
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
+        .await
+        .unwrap();
+    let addr = app.webhook_addr().unwrap();
+    let served = Served::from_app(app);
+    let reconciler = h.reconciler_with(client);
+    let dispute_event = |event_id: &str, kind: &str, status: &str| {
+        event(
+            event_id,
+            kind,
+            json!({"id": "dp_1", "object": "dispute", "payment_intent": pi, "charge": "ch_1",
+                   "status": status}),
+        )
+    };
+
+    at_the_gateway(&h, &pi, "dispute").await;
+    let opened = dispute_event("evt_opened", "charge.dispute.created", "needs_response");
+    assert_eq!(deliver_signed(addr, &opened).await["did"], "check");
+    reconciler.run_checks().await.unwrap();
+    // The bank decides for the merchant; the event says "won", and so does the read.
+    at_the_gateway_with(&h, &pi, "dispute", r#"{"status": "won"}"#).await;
+    let closed = dispute_event("evt_closed", "charge.dispute.closed", "won");
+    assert_eq!(deliver_signed(addr, &closed).await["did"], "check");
+    reconciler.run_checks().await.unwrap();
+
+    assert_eq!(
+        findings_about(&h, id).await,
+        vec![
+            ("open".into(), "dispute:open".into(), "webhook".into()),
+            ("open".into(), "dispute:won".into(), "webhook".into()),
+        ]
+    );
+    let (class, detail): (String, String) = sqlx::query_as(
+        "SELECT class, detail FROM reconciliation_findings WHERE payment_attempt_id = $1
+          ORDER BY id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(class, "disputed");
+    assert!(
+        detail.contains("reinstated and nothing is owed"),
+        "{detail}"
+    );
+    let published: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT payload FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'
+         ORDER BY created_at, event_id",
+    )
+    .bind(id)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(published.len(), 2, "{published:?}");
+    assert_eq!(published[1]["evidence"], "dispute:won");
+    assert_eq!(published[1]["stripe_event_id"], "evt_closed");
+    assert_eq!(published[1]["earlier"][0]["evidence"], "dispute:open");
+
+    // A forged "lost" for the won dispute: the read says won, nothing new.
+    let forged = dispute_event("evt_forged_lost", "charge.dispute.closed", "lost");
+    assert_eq!(deliver_signed(addr, &forged).await["did"], "check");
+    reconciler.run_checks().await.unwrap();
+    assert_eq!(findings_about(&h, id).await.len(), 2);
     served.stop().await;
 }
 
@@ -506,4 +586,156 @@ async fn processed_event_ids_are_purged_once_past_the_tolerance_and_a_margin() {
         .map(|e| e.event_id)
         .collect();
     assert_eq!(left, vec!["evt_new"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_services_take_the_mocks_own_webhooks_during_real_charges_while_a_forger_posts_and_nothing_is_charged_twice_or_found_from_forged_words(
+) {
+    let h = harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let serve = || async {
+        let app = onecharge::app::Application::build(
+            h.settings.clone(),
+            &[Role::Reconciler, Role::Webhook],
+        )
+        .await
+        .unwrap();
+        let addr = app.webhook_addr().unwrap();
+        (addr, Served::from_app(app))
+    };
+    let ((first, first_served), (second, second_served)) = (serve().await, serve().await);
+    let endpoints: Vec<String> = [first, second]
+        .iter()
+        .map(|addr| format!("http://{addr}/webhooks/stripe"))
+        .collect();
+    let configured = reqwest::Client::new()
+        .post(format!("{}/__stripe/webhooks", h.gateway.base_url()))
+        .json(&json!({"urls": endpoints, "secrets": [NEW], "auto": true}))
+        .send()
+        .await
+        .unwrap();
+    assert!(configured.status().is_success());
+
+    // Real charges: some settle at once, some stay processing until the gateway decides.
+    let methods = [
+        pm::CARD_VISA,
+        spm::FAULT_PROCESSING,
+        pm::CARD_VISA,
+        spm::FAULT_PROCESSING,
+        pm::CARD_VISA,
+        spm::FAULT_PROCESSING,
+    ];
+    let ids: Vec<_> = h
+        .seed_many(&methods)
+        .await
+        .into_iter()
+        .map(|c| c.payment_attempt_id)
+        .collect();
+    let executor = h.executor_with(client);
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    let pis: Vec<String> = {
+        let mut pis = Vec::new();
+        for id in &ids {
+            pis.push(
+                sqlx::query_scalar::<_, String>(
+                    "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",
+                )
+                .bind(id)
+                .fetch_one(h.store.pool())
+                .await
+                .unwrap(),
+            );
+        }
+        pis
+    };
+
+    // A forger, meanwhile, posts badly signed words about every PaymentIntent to both.
+    let forger = {
+        let pis = pis.clone();
+        tokio::spawn(async move {
+            let mut refused = 0;
+            let mut sent = 0;
+            for (n, pi) in pis.iter().enumerate() {
+                for (kind, object) in [
+                    (
+                        "payment_intent.succeeded",
+                        json!({"id": pi, "object": "payment_intent", "status": "succeeded"}),
+                    ),
+                    (
+                        "charge.dispute.closed",
+                        json!({"id": "dp_forged", "object": "dispute", "payment_intent": pi,
+                               "status": "lost"}),
+                    ),
+                ] {
+                    let body = event(&format!("evt_forged_{n}_{kind}"), kind, object);
+                    for addr in [first, second] {
+                        let header = signature::header(&["whsec_forged"], now(), &body);
+                        sent += 1;
+                        if deliver(addr, &body, Some(header)).await == 400 {
+                            refused += 1;
+                        }
+                    }
+                }
+            }
+            (sent, refused)
+        })
+    };
+    // The gateway decides the processing ones, and a customer is refunded at the Dashboard:
+    // each change sends its own signed webhook to both services.
+    h.gateway.finish_slow_charges();
+    at_the_gateway(&h, &pis[0], "refund").await;
+    let (sent, refused) = forger.await.unwrap();
+
+    eventually(
+        "every processing attempt is settled, woken by the mock's own webhooks",
+        Duration::from_secs(20),
+        || async {
+            let mut all = true;
+            for id in &ids {
+                all &= h.attempt(*id).await.status == "succeeded";
+            }
+            all
+        },
+    )
+    .await;
+    eventually("the refund is found", Duration::from_secs(20), || async {
+        !findings_about(&h, ids[0]).await.is_empty()
+    })
+    .await;
+
+    let forged_sent = ids.len() * 2 * 2; // two kinds, two services
+    assert_eq!(
+        (sent, refused),
+        (forged_sent, forged_sent),
+        "every forged delivery refused"
+    );
+    let forged: i64 = h
+        .scalar("SELECT count(*) FROM stripe_webhook_events WHERE event_id LIKE 'evt_forged%'")
+        .await;
+    assert_eq!(forged, 0, "no forged event recorded");
+    let genuine: i64 = h
+        .scalar("SELECT count(*) FROM stripe_webhook_events WHERE event_id LIKE 'evt_mock_%'")
+        .await;
+    assert!(genuine > 0, "the mock's own webhooks were taken");
+    let mut per_reference = std::collections::HashMap::<String, usize>::new();
+    for charge in h.gateway.ledger() {
+        *per_reference.entry(charge.reference).or_default() += 1;
+    }
+    assert_eq!(per_reference.len(), ids.len());
+    assert!(per_reference.values().all(|n| *n == 1), "{per_reference:?}");
+    let findings: Vec<(String, String)> =
+        sqlx::query_as("SELECT class, evidence FROM reconciliation_findings ORDER BY id")
+            .fetch_all(h.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        findings,
+        [(
+            "recorded_not_charged".to_owned(),
+            "refunded:1999".to_owned()
+        )],
+        "only what the gateway shows; no dispute from forged words"
+    );
+    first_served.stop().await;
+    second_served.stop().await;
 }

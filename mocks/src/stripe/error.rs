@@ -4,7 +4,7 @@
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
 
-use crate::http::Answer;
+use crate::answer::Answer;
 
 /// One error answer, before it becomes a response.
 #[derive(Clone, Debug)]

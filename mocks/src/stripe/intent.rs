@@ -5,7 +5,6 @@
 //! keys) cannot both charge, the second finds it `processing` or `succeeded`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Bound;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
@@ -14,13 +13,16 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
+use super::aftermath::{Aftermath, Aftermaths, Dispute};
 use super::error::StripeError;
+use super::events::Webhooks;
 use super::params::{ConfirmIntent, CreateIntent, Form};
+use crate::answer::Answer;
 use crate::charge::{Charge, ChargeStatus};
 use crate::clock::MockInstant;
-use crate::http::Answer;
 use crate::keys::Keys;
 use crate::ledger::Ledger;
+use crate::paging::{self, Order, Page};
 
 /// A PaymentIntent's `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -119,6 +121,39 @@ impl PaymentIntent {
         }
     }
 
+    /// The PaymentIntent's charge as `expand[]=data.latest_charge` (a list) or
+    /// `expand[]=latest_charge` (a retrieve) shows it, with what happened to it since.
+    pub(crate) fn charge_object(&self, aftermath: Aftermath) -> Option<Value> {
+        let id = self.latest_charge.as_ref()?;
+        Some(json!({
+            "id": id,
+            "object": "charge",
+            "amount": self.amount,
+            "amount_refunded": aftermath.amount_refunded,
+            "refunded": aftermath.amount_refunded >= self.amount,
+            "disputed": aftermath.dispute.is_some(),
+            "payment_intent": self.id,
+            "status": "succeeded",
+            "currency": self.currency,
+        }))
+    }
+
+    /// Its charge's `dispute`, as `GET /v1/disputes` answers it.
+    pub(crate) fn dispute_object(&self, dispute: &Dispute) -> Value {
+        json!({
+            "id": dispute.id,
+            "object": "dispute",
+            "amount": self.amount,
+            "currency": self.currency,
+            "charge": self.latest_charge,
+            "payment_intent": self.id,
+            "status": dispute.status,
+            "reason": "general",
+            "created": dispute.created,
+            "livemode": false,
+        })
+    }
+
     fn unexpected_state(&self, action: &str) -> StripeError {
         StripeError {
             payment_intent: Some(Box::new(self.to_json())),
@@ -193,30 +228,25 @@ impl Intents {
         self.by_id.values()
     }
 
-    /// The PaymentIntents created in `[gte, lt)` and before `before` (a `(created, id)`),
-    /// newest first by `(created, id)`: a walk of the index backwards from the newest of
-    /// them, so taking the first `limit` costs `O(log n + limit)`.
-    pub(super) fn created_between(
+    /// A page of the PaymentIntents created in `[gte, lt)` and before `before` (a
+    /// `(created, id)`), newest first by `(created, id)`: a range of the index walked
+    /// backwards ([`crate::paging::page`]).
+    pub(super) fn page(
         &self,
         gte: i64,
         lt: i64,
         before: Option<(i64, &str)>,
-    ) -> impl Iterator<Item = &PaymentIntent> + '_ {
-        let start = (gte, String::new());
-        let end = match before {
-            Some((created, id)) if (created, id) < (lt, "") => (created, id.to_owned()),
-            _ => (lt, String::new()),
-        };
-        // `BTreeSet::range` panics on a start past its end: such a window holds nothing.
-        let range = (start < end).then(|| {
-            self.by_created
-                .range((Bound::Included(start), Bound::Excluded(end)))
-        });
-        range
-            .into_iter()
-            .flatten()
-            .rev()
-            .map(|(_, id)| &self.by_id[id])
+        limit: usize,
+    ) -> Page<&PaymentIntent> {
+        paging::page(
+            &self.by_created,
+            (gte, String::new()),
+            (lt, String::new()),
+            before.map(|(created, id)| (created, id.to_owned())),
+            Order::Descending,
+            limit,
+            |(_, id)| &self.by_id[id],
+        )
     }
 }
 
@@ -225,10 +255,10 @@ pub(crate) struct Store {
     pub(crate) keys: Keys<KeyedRequest, Answer>,
     pub(super) intents: Mutex<Intents>,
     ledger: Arc<Ledger>,
-    /// Refunds and disputes made after a charge (`super::list`).
-    pub(super) aftermath: super::list::Aftermaths,
-    /// The webhook endpoint and the events sent to it (`super::webhooks`).
-    pub(super) webhooks: super::webhooks::Webhooks,
+    /// Refunds and disputes made after a charge (`super::aftermath`).
+    pub(super) aftermath: Aftermaths,
+    /// The webhook endpoint and the events sent to it (`super::events`).
+    pub(super) webhooks: Webhooks,
 }
 
 impl Store {
@@ -365,6 +395,12 @@ impl Store {
             .get_mut(id)
             .expect("a PaymentIntent being confirmed is never removed");
         intent.before_confirm = None;
+        let kind = match &settlement {
+            Settlement::Succeeded { .. } => "payment_intent.succeeded",
+            Settlement::Declined { .. } => "payment_intent.payment_failed",
+            Settlement::RequiresAction => "payment_intent.requires_action",
+            Settlement::Processing => "payment_intent.processing",
+        };
         match settlement {
             Settlement::Succeeded { charge_id } => {
                 intent.status = Status::Succeeded;
@@ -396,7 +432,11 @@ impl Store {
             }
             Settlement::Processing => intent.settles_later = true,
         }
-        intent.clone()
+        let settled = intent.clone();
+        drop(intents);
+        self.webhooks
+            .emit(kind, settled.to_json(), now.unix_timestamp());
+        settled
     }
 
     /// Finishes `processing` PaymentIntents that wait to succeed (`pm_fault_processing`):
@@ -429,6 +469,10 @@ impl Store {
             intent.amount_received = intent.amount;
             intent.latest_charge = Some(next_id());
             self.ledger.record(intent.ledger_entry(now));
+            let succeeded = intent.to_json();
+            drop(intents);
+            self.webhooks
+                .emit("payment_intent.succeeded", succeeded, now.unix_timestamp());
         }
     }
 
@@ -449,7 +493,14 @@ impl Store {
         intent.status = Status::Canceled;
         intent.canceled_at = Some(now.unix_timestamp());
         intent.next_action = None;
-        Ok(intent.clone())
+        let canceled = intent.clone();
+        drop(intents);
+        self.webhooks.emit(
+            "payment_intent.canceled",
+            canceled.to_json(),
+            now.unix_timestamp(),
+        );
+        Ok(canceled)
     }
 }
 

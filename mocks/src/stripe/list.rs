@@ -6,70 +6,29 @@
 //! A charge made "outside onecharge" needs no control: create and confirm a PaymentIntent
 //! with `metadata[payment_attempt_id]` through the ordinary API.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
-use axum::Extension;
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 
+use super::aftermath::{Dispute, CLOSED_DISPUTE_STATUSES, DISPUTE_STATUSES};
 use super::error::StripeError;
-use super::intent::{PaymentIntent, Status};
-use super::{refused, serve_get};
-use crate::http::{Answer, Outcome};
+use super::intent::{Intents, Status};
+use super::respond::{refused, serve_get, Get};
+use crate::answer::{Answer, Outcome};
+use crate::paging::Page;
 use crate::record::ResponseClass;
-use crate::server::{ConnectionControl, Shared};
-
-/// What happened to a PaymentIntent's charge after it succeeded.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Aftermath {
-    pub(crate) amount_refunded: i64,
-    pub(crate) disputed: bool,
-}
-
-/// The aftermath of each PaymentIntent, by id.
-#[derive(Default)]
-pub(crate) struct Aftermaths(Mutex<HashMap<String, Aftermath>>);
-
-impl Aftermaths {
-    pub(crate) fn get(&self, id: &str) -> Aftermath {
-        self.0.lock().get(id).copied().unwrap_or_default()
-    }
-}
-
-/// The PaymentIntent's charge as `expand[]=data.latest_charge` (a list) or
-/// `expand[]=latest_charge` (a retrieve) shows it.
-pub(crate) fn charge_object(intent: &PaymentIntent, aftermath: Aftermath) -> Option<Value> {
-    let id = intent.latest_charge.as_ref()?;
-    Some(json!({
-        "id": id,
-        "object": "charge",
-        "amount": intent.amount,
-        "amount_refunded": aftermath.amount_refunded,
-        "refunded": aftermath.amount_refunded >= intent.amount,
-        "disputed": aftermath.disputed,
-        "payment_intent": intent.id,
-        "status": "succeeded",
-        "currency": intent.currency,
-    }))
-}
+use crate::state::Shared;
 
 /// `GET /v1/payment_intents`.
-pub(crate) async fn list_intents(
-    State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<ConnectionControl>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    serve_get(&shared, &connection, &uri, &headers, || async {
-        crate::http::pause(shared.request_latency()).await;
+pub(crate) async fn list_intents(State(shared): State<Arc<Shared>>, get: Get) -> Response {
+    serve_get(&shared, &get, || async {
         let started = Instant::now();
-        match page(&shared, uri.query().unwrap_or_default()) {
+        match page(&shared, get.query()) {
             Ok(body) => {
                 shared.page_times.record(started.elapsed());
                 Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body))
@@ -84,61 +43,86 @@ fn invalid(message: String) -> StripeError {
     StripeError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
 }
 
-fn page(shared: &Shared, query: &str) -> Result<Value, StripeError> {
-    let mut gte = i64::MIN;
-    let mut lt = i64::MAX;
-    let mut limit = 10usize;
-    let mut starting_after = None;
-    let mut expand_charge = false;
-    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        let number = || {
-            value
-                .parse::<i64>()
-                .map_err(|_| invalid(format!("Invalid integer: {value}")))
+/// A list query, read: the window `created[gte]`/`created[lt]`, the page size, the cursor.
+struct ListQuery {
+    gte: i64,
+    lt: i64,
+    limit: usize,
+    starting_after: Option<String>,
+    expand_charge: bool,
+}
+
+impl ListQuery {
+    fn parse(query: &str) -> Result<ListQuery, StripeError> {
+        let mut list = ListQuery {
+            gte: i64::MIN,
+            lt: i64::MAX,
+            limit: 10,
+            starting_after: None,
+            expand_charge: false,
         };
-        match key.as_ref() {
-            "created[gte]" => gte = number()?,
-            "created[lt]" => lt = number()?,
-            "limit" => {
-                limit = usize::try_from(number()?)
-                    .ok()
-                    .filter(|l| (1..=100).contains(l))
-                    .ok_or_else(|| invalid("limit must be between 1 and 100".into()))?
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            let number = || {
+                value
+                    .parse::<i64>()
+                    .map_err(|_| invalid(format!("Invalid integer: {value}")))
+            };
+            match key.as_ref() {
+                "created[gte]" => list.gte = number()?,
+                "created[lt]" => list.lt = number()?,
+                "limit" => {
+                    list.limit = usize::try_from(number()?)
+                        .ok()
+                        .filter(|l| (1..=100).contains(l))
+                        .ok_or_else(|| invalid("limit must be between 1 and 100".into()))?
+                }
+                "starting_after" => list.starting_after = Some(value.into_owned()),
+                "expand[]" if value == "data.latest_charge" => list.expand_charge = true,
+                other => return Err(invalid(format!("Received unknown parameter: {other}"))),
             }
-            "starting_after" => starting_after = Some(value.into_owned()),
-            "expand[]" if value == "data.latest_charge" => expand_charge = true,
-            other => return Err(invalid(format!("Received unknown parameter: {other}"))),
         }
+        Ok(list)
     }
-    let intents = shared.stripe.intents.lock();
-    let before = match &starting_after {
-        Some(id) => {
-            let cursor = intents
-                .get(id)
-                .ok_or_else(|| invalid(format!("No such payment_intent: '{id}'")))?;
-            Some((cursor.created(), cursor.id.as_str()))
-        }
-        None => None,
+}
+
+/// The `(created, id)` of the PaymentIntent `starting_after` names.
+fn cursor<'a>(
+    intents: &'a Intents,
+    starting_after: Option<&str>,
+) -> Result<Option<(i64, &'a str)>, StripeError> {
+    let Some(id) = starting_after else {
+        return Ok(None);
     };
+    let intent = intents
+        .get(id)
+        .ok_or_else(|| invalid(format!("No such payment_intent: '{id}'")))?;
+    Ok(Some((intent.created(), intent.id.as_str())))
+}
+
+/// A Stripe list object of `data`.
+fn list_object(data: Vec<Value>, has_more: bool) -> Value {
+    json!({"object": "list", "url": "/v1/payment_intents", "has_more": has_more, "data": data})
+}
+
+fn page(shared: &Shared, query: &str) -> Result<Value, StripeError> {
+    let query = ListQuery::parse(query)?;
+    let intents = shared.stripe.intents.lock();
+    let before = cursor(&intents, query.starting_after.as_deref())?;
     // Newest first: "after" the cursor in the list is before it in (created, id).
-    let mut matching: Vec<&PaymentIntent> = intents
-        .created_between(gte, lt, before)
-        .take(limit + 1)
-        .collect();
-    let has_more = matching.len() > limit;
-    matching.truncate(limit);
-    let data: Vec<Value> = matching
+    let Page { data, has_more } = intents.page(query.gte, query.lt, before, query.limit);
+    let data: Vec<Value> = data
         .into_iter()
         .map(|pi| {
             let mut value = pi.to_json();
-            if expand_charge {
-                value["latest_charge"] =
-                    charge_object(pi, shared.stripe.aftermath.get(&pi.id)).unwrap_or(Value::Null);
+            if query.expand_charge {
+                value["latest_charge"] = pi
+                    .charge_object(shared.stripe.aftermath.get(&pi.id))
+                    .unwrap_or(Value::Null);
             }
             value
         })
         .collect();
-    Ok(json!({"object": "list", "url": "/v1/payment_intents", "has_more": has_more, "data": data}))
+    Ok(list_object(data, has_more))
 }
 
 /// `POST /__stripe/payment_intents/{id}/{refund|dispute|amount}`.
@@ -147,57 +131,96 @@ pub(crate) async fn control(
     Path((id, action)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let answer =
-        |status: StatusCode, body: Value| Answer::json(status, &body).into_response_plain();
+    let (status, answer, event) = change(&shared, id, &action, &body);
+    // Sent (when `auto`) after the change's locks are released.
+    if let Some((kind, object)) = event {
+        let now = shared.clock.wall_now().unix_timestamp();
+        shared.stripe.webhooks.emit(kind, object, now);
+    }
+    Answer::json(status, &answer).into_response_plain()
+}
+
+/// Makes the change a control asks for, under the PaymentIntents' lock: the control's
+/// answer, and the event the change makes, if any.
+fn change(
+    shared: &Shared,
+    id: String,
+    action: &str,
+    body: &[u8],
+) -> (StatusCode, Value, Option<(&'static str, Value)>) {
+    let refused = |status: StatusCode, message: Value| (status, json!({"error": message}), None);
     let mut intents = shared.stripe.intents.lock();
     let Some(intent) = intents.get_mut(&id) else {
-        return answer(
-            StatusCode::NOT_FOUND,
-            json!({"error": "no such payment_intent"}),
-        );
+        return refused(StatusCode::NOT_FOUND, json!("no such payment_intent"));
     };
-    match action.as_str() {
-        "refund" | "dispute" if intent.status != Status::Succeeded => answer(
+    match action {
+        "refund" | "dispute" if intent.status != Status::Succeeded => refused(
             StatusCode::BAD_REQUEST,
-            json!({"error": "only a succeeded PaymentIntent has a charge to refund or dispute"}),
+            json!("only a succeeded PaymentIntent has a charge to refund or dispute"),
         ),
         // `{"amount": N}` refunds N more (a partial refund; each one adds up), no body the rest.
         "refund" => {
             let mut all = shared.stripe.aftermath.0.lock();
             let aftermath = all.entry(id).or_default();
             let rest = intent.amount - aftermath.amount_refunded;
-            let amount = serde_json::from_slice::<Value>(&body)
+            let amount = serde_json::from_slice::<Value>(body)
                 .ok()
                 .and_then(|v| v["amount"].as_i64())
                 .unwrap_or(rest)
                 .clamp(0, rest);
             aftermath.amount_refunded += amount;
-            answer(
+            let charge = intent.charge_object(aftermath.clone());
+            (
                 StatusCode::OK,
                 json!({"refunded": amount, "amount_refunded": aftermath.amount_refunded}),
+                charge.map(|charge| ("charge.refunded", charge)),
             )
         }
+        // `{"status": "…"}` (one of Stripe's; `needs_response` without a body) opens the
+        // charge's dispute, or moves the one it has to that status.
         "dispute" => {
+            let status = match serde_json::from_slice::<Value>(body) {
+                _ if body.is_empty() => "needs_response".to_owned(),
+                Ok(v) => v["status"].as_str().unwrap_or("needs_response").to_owned(),
+                Err(err) => return refused(StatusCode::BAD_REQUEST, json!(err.to_string())),
+            };
+            if !DISPUTE_STATUSES.contains(&status.as_str()) {
+                return refused(
+                    StatusCode::BAD_REQUEST,
+                    json!(format!("status: one of {DISPUTE_STATUSES:?}")),
+                );
+            }
             let mut all = shared.stripe.aftermath.0.lock();
-            all.entry(id).or_default().disputed = true;
-            answer(StatusCode::OK, json!({"disputed": true}))
+            let aftermath = all.entry(id).or_default();
+            let kind = match &aftermath.dispute {
+                None => "charge.dispute.created",
+                Some(_) if CLOSED_DISPUTE_STATUSES.contains(&status.as_str()) => {
+                    "charge.dispute.closed"
+                }
+                Some(_) => "charge.dispute.updated",
+            };
+            let dispute = aftermath.dispute.get_or_insert_with(|| Dispute {
+                id: shared.ids.next_with_prefix("dp"),
+                status: status.clone(),
+                created: shared.clock.wall_now().unix_timestamp(),
+            });
+            dispute.status = status;
+            let object = intent.dispute_object(dispute);
+            (StatusCode::OK, object.clone(), Some((kind, object)))
         }
-        "amount" => match serde_json::from_slice::<Value>(&body)
+        "amount" => match serde_json::from_slice::<Value>(body)
             .ok()
             .and_then(|v| v["amount"].as_i64())
         {
             Some(amount) => {
                 intent.amount = amount;
-                answer(StatusCode::OK, intent.to_json())
+                (StatusCode::OK, intent.to_json(), None)
             }
-            None => answer(
-                StatusCode::BAD_REQUEST,
-                json!({"error": "send {\"amount\": N}"}),
-            ),
+            None => refused(StatusCode::BAD_REQUEST, json!("send {\"amount\": N}")),
         },
-        _ => answer(
+        _ => refused(
             StatusCode::NOT_FOUND,
-            json!({"error": "actions: refund, dispute, amount"}),
+            json!("actions: refund, dispute, amount"),
         ),
     }
 }
@@ -212,6 +235,7 @@ mod tests {
 
     use super::*;
     use crate::config::MockConfig;
+    use crate::stripe::intent::PaymentIntent;
     use crate::stripe::params::CreateIntent;
 
     const START: i64 = datetime!(2026-12-01 00:00 UTC).unix_timestamp();
@@ -254,48 +278,19 @@ mod tests {
     /// The page as the mock answered it before the PaymentIntents had an index: all of them
     /// scanned and sorted for every page. The index must answer exactly this.
     fn scanned(shared: &Shared, query: &str) -> Result<Value, StripeError> {
-        let (mut gte, mut lt, mut limit, mut starting_after) = (i64::MIN, i64::MAX, 10, None);
-        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-            let number = || {
-                value
-                    .parse::<i64>()
-                    .map_err(|_| invalid(format!("Invalid integer: {value}")))
-            };
-            match key.as_ref() {
-                "created[gte]" => gte = number()?,
-                "created[lt]" => lt = number()?,
-                "limit" => {
-                    limit = usize::try_from(number()?)
-                        .ok()
-                        .filter(|l| (1..=100).contains(l))
-                        .ok_or_else(|| invalid("limit must be between 1 and 100".into()))?
-                }
-                "starting_after" => starting_after = Some(value.into_owned()),
-                other => return Err(invalid(format!("Received unknown parameter: {other}"))),
-            }
-        }
+        let query = ListQuery::parse(query)?;
         let intents = shared.stripe.intents.lock();
-        let after = match &starting_after {
-            Some(id) => {
-                let cursor = intents
-                    .get(id)
-                    .ok_or_else(|| invalid(format!("No such payment_intent: '{id}'")))?;
-                Some((cursor.created(), cursor.id.as_str()))
-            }
-            None => None,
-        };
+        let after = cursor(&intents, query.starting_after.as_deref())?;
         let mut matching: Vec<&PaymentIntent> = intents
             .values()
-            .filter(|pi| pi.created() >= gte && pi.created() < lt)
+            .filter(|pi| pi.created() >= query.gte && pi.created() < query.lt)
             .filter(|pi| after.is_none_or(|after| (pi.created(), pi.id.as_str()) < after))
             .collect();
         matching.sort_by(|a, b| (b.created(), &b.id).cmp(&(a.created(), &a.id)));
-        let has_more = matching.len() > limit;
-        matching.truncate(limit);
+        let has_more = matching.len() > query.limit;
+        matching.truncate(query.limit);
         let data: Vec<Value> = matching.into_iter().map(PaymentIntent::to_json).collect();
-        Ok(
-            json!({"object": "list", "url": "/v1/payment_intents", "has_more": has_more, "data": data}),
-        )
+        Ok(list_object(data, has_more))
     }
 
     #[test]

@@ -298,3 +298,48 @@ async fn lookup_without_an_idempotency_key_is_400() {
 
     assert_error(response, StatusCode::BAD_REQUEST, "invalid_request").await;
 }
+
+#[tokio::test]
+async fn a_disputed_charge_is_listed_disputed_with_where_its_dispute_stands() {
+    let app = spawn_gateway().await;
+    let charged: Value = app
+        .charge(
+            "key-d",
+            &charge_body("attempt-d", payment_methods::CARD_VISA),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = charged["id"].as_str().unwrap();
+    let listed = || async {
+        let page: Value = app
+            .authorized_get(
+                "/v1/charges?created_gte=2000-01-01T00:00:00Z&created_lt=2100-01-01T00:00:00Z",
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        page["data"][0].clone()
+    };
+    assert_eq!(listed().await["status"], "succeeded");
+    assert!(listed().await.get("dispute_status").is_none());
+
+    for status in ["open", "won", "lost"] {
+        let answer = app
+            .post_json(&format!("/__charges/{id}"), &json!({"dispute": status}))
+            .await;
+        assert_eq!(answer.status(), StatusCode::OK);
+        let record = listed().await;
+        assert_eq!(record["status"], "disputed");
+        assert_eq!(record["dispute_status"], status);
+    }
+    let refused = app
+        .post_json(&format!("/__charges/{id}"), &json!({"dispute": "settled"}))
+        .await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(app.gateway.ledger()[0].status, ChargeStatus::Succeeded);
+}

@@ -8,3 +8,4 @@ mod expiry;
 mod faults;
 mod helpers;
 mod stripe;
+mod webhooks;

@@ -860,3 +860,94 @@ async fn a_processing_payment_intent_succeeds_by_itself_after_slow_charge_for() 
     assert!(intent["latest_charge"].as_str().unwrap().starts_with("ch_"));
     assert_eq!(app.gateway.ledger()[0].id, id);
 }
+
+#[tokio::test]
+async fn a_dispute_opens_moves_to_won_or_lost_and_is_listed_by_payment_intent_charge_and_id() {
+    let app = spawn_stripe().await;
+    let intent = json(
+        app.create("key-d", &charge_form("attempt-d", pm::CARD_VISA))
+            .await,
+    )
+    .await;
+    let (pi, charge) = (
+        intent["id"].as_str().unwrap(),
+        intent["latest_charge"].as_str().unwrap(),
+    );
+
+    let opened = app
+        .post_json(
+            &format!("/__stripe/payment_intents/{pi}/dispute"),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(opened.status(), StatusCode::OK);
+    let opened = json(opened).await;
+    assert_eq!(opened["status"], "needs_response", "the default");
+    assert!(opened["id"].as_str().unwrap().starts_with("dp_"));
+    let lost = app
+        .post_json(
+            &format!("/__stripe/payment_intents/{pi}/dispute"),
+            &serde_json::json!({"status": "lost"}),
+        )
+        .await;
+    assert_eq!(json(lost).await["id"], opened["id"], "one dispute, moved");
+    let refused = app
+        .post_json(
+            &format!("/__stripe/payment_intents/{pi}/dispute"),
+            &serde_json::json!({"status": "settled"}),
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+
+    let listed = disputes_of(&app, format!("payment_intent={pi}")).await;
+    assert_eq!(listed["object"], "list");
+    assert_eq!(listed["url"], "/v1/disputes");
+    let data = listed["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1);
+    let dispute = &data[0];
+    assert_eq!(dispute["object"], "dispute");
+    assert_eq!(dispute["status"], "lost");
+    assert_eq!(dispute["payment_intent"], pi);
+    assert_eq!(dispute["charge"], charge);
+    assert_eq!(
+        (dispute["amount"].as_i64(), &dispute["currency"]),
+        (Some(1999), &serde_json::json!("eur"))
+    );
+    assert_eq!(
+        disputes_of(&app, format!("charge={charge}")).await["data"],
+        listed["data"]
+    );
+    assert_eq!(
+        disputes_of(&app, "payment_intent=pi_other".into()).await["data"],
+        serde_json::json!([])
+    );
+    let by_id = json(
+        app_get(
+            &app,
+            &format!("/v1/disputes/{}", opened["id"].as_str().unwrap()),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(&by_id, dispute);
+    let retrieved = json(
+        app.authorized_get(&format!("/v1/payment_intents/{pi}?expand[]=latest_charge"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(retrieved["latest_charge"]["disputed"], true);
+    let missing = app_get(&app, "/v1/disputes/dp_unknown").await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    let unauthorized = app.get("/v1/disputes").await;
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+}
+
+async fn app_get(app: &TestGateway, path: &str) -> Response {
+    app.authorized_get(path).send().await.unwrap()
+}
+
+async fn disputes_of(app: &TestGateway, query: String) -> Value {
+    json(app_get(app, &format!("/v1/disputes?{query}")).await).await
+}

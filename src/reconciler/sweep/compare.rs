@@ -10,7 +10,9 @@
 //! - `declined`/`expired` with money taken: `charged_not_recorded`. A final attempt is never
 //!   changed here.
 //! - `succeeded` whose own charge is missing (inside the window), or listed as declined,
-//!   cancelled, refunded, disputed or unsettled: `recorded_not_charged`.
+//!   cancelled, refunded or unsettled: `recorded_not_charged`; disputed: `disputed`, with
+//!   where the dispute stands (`dispute:open`, `dispute:won`, `dispute:lost`) as evidence,
+//!   one charge's history with its refunds (decision 131).
 //! - More than one charge holding money: `charged_twice`; a charge holding money whose
 //!   amount, currency or customer differ from the attempt's: `mismatch`.
 //! - Money taken for an attempt id onecharge does not know: `unknown_reference`.
@@ -18,7 +20,7 @@
 use crate::domain::finding::{FindingClass, NewFinding};
 use crate::domain::outcome::{ChargeStatus, GatewayCharge};
 use crate::domain::AttemptStatus;
-use crate::gateway::list::{ListedCharge, ListedStatus};
+use crate::gateway::list::{DisputeStatus, ListedCharge, ListedStatus};
 pub use crate::store::sweep::AttemptView;
 
 impl AttemptView {
@@ -50,11 +52,11 @@ pub struct Verdict {
 }
 
 /// Holds money: charged and not given back (a disputed charge is still taken until the
-/// bank decides).
+/// bank decides, and again once the dispute is won; a lost one went back).
 fn holds_money(record: &ListedCharge) -> bool {
     matches!(
         record.status,
-        ListedStatus::Succeeded | ListedStatus::Disputed
+        ListedStatus::Succeeded | ListedStatus::Disputed(DisputeStatus::Open | DisputeStatus::Won)
     )
 }
 
@@ -234,6 +236,9 @@ impl Case<'_> {
     fn succeeded(&self, held_ids: &mut Vec<String>) -> Option<NewFinding> {
         let own = self.records.iter().find(|r| self.attempt.owns(r));
         match (own, self.attempt.gateway_charge_id.as_deref()) {
+            (Some(own), _) if matches!(own.status, ListedStatus::Disputed(_)) => {
+                Some(self.disputed(own))
+            }
             (Some(own), _) if own.status != ListedStatus::Succeeded => Some(self.finding(
                 FindingClass::RecordedNotCharged,
                 vec![own.id.clone()],
@@ -261,6 +266,33 @@ impl Case<'_> {
             }
             _ => None,
         }
+    }
+
+    /// A succeeded attempt's own charge, disputed: the finding says where the dispute stands
+    /// and what it means for the money.
+    fn disputed(&self, own: &ListedCharge) -> NewFinding {
+        let id = &own.id;
+        let detail = match own.status {
+            ListedStatus::Disputed(DisputeStatus::Won) => format!(
+                "the dispute of charge {id} was decided for the merchant (or the inquiry \
+                 closed): the money was reinstated and nothing is owed"
+            ),
+            ListedStatus::Disputed(DisputeStatus::Lost) => format!(
+                "the dispute of charge {id} was lost: the money went back to the customer; \
+                 the attempt stays succeeded, so tell whoever owns the order"
+            ),
+            _ => format!(
+                "the customer's bank disputes charge {id} of this succeeded attempt: the money \
+                 is held back until the bank decides; answer the dispute at the gateway"
+            ),
+        };
+        self.finding(
+            FindingClass::Disputed,
+            vec![id.clone()],
+            own.evidence(),
+            detail,
+            Some(own),
+        )
     }
 
     /// More than one charge holding money for the attempt.
@@ -326,7 +358,7 @@ fn as_lookup(record: &ListedCharge, attempt: &AttemptView) -> GatewayCharge {
     GatewayCharge {
         id: record.id.clone(),
         status: match &record.status {
-            ListedStatus::Succeeded | ListedStatus::Disputed | ListedStatus::Refunded => {
+            ListedStatus::Succeeded | ListedStatus::Disputed(_) | ListedStatus::Refunded => {
                 ChargeStatus::Succeeded
             }
             ListedStatus::Declined | ListedStatus::Canceled => ChargeStatus::Declined,
@@ -423,8 +455,30 @@ mod tests {
             ),
             (
                 Succeeded,
-                vec![record("ch_own", L::Disputed)],
-                vec![RecordedNotCharged],
+                vec![record("ch_own", L::Disputed(DisputeStatus::Open))],
+                vec![Disputed],
+                none,
+            ),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Disputed(DisputeStatus::Won))],
+                vec![Disputed],
+                none,
+            ),
+            (
+                Succeeded,
+                vec![record("ch_own", L::Disputed(DisputeStatus::Lost))],
+                vec![Disputed],
+                none,
+            ),
+            // A lost dispute gave the money back: a second charge is not twice.
+            (
+                Succeeded,
+                vec![
+                    record("ch_own", L::Succeeded),
+                    record("ch_other", L::Disputed(DisputeStatus::Lost)),
+                ],
+                vec![],
                 none,
             ),
             (
@@ -492,7 +546,7 @@ mod tests {
             &[
                 record("ch_a", L::Succeeded),
                 record("ch_b", L::Declined),
-                record("ch_c", L::Disputed),
+                record("ch_c", L::Disputed(DisputeStatus::Open)),
             ],
         );
         assert_eq!(classes(&verdict), vec![UnknownReference, UnknownReference]);
@@ -533,7 +587,7 @@ mod tests {
     fn each_aftermath_of_one_charge_is_its_own_finding() {
         let evidence_of = |record: ListedCharge| {
             let verdict = compare(ATTEMPT, Some(&attempt(Succeeded)), &[record]);
-            assert_eq!(classes(&verdict), vec![RecordedNotCharged]);
+            assert_eq!(verdict.findings.len(), 1);
             (
                 verdict.findings[0].subject_key(),
                 verdict.findings[0].dedupe_key(),
@@ -543,19 +597,24 @@ mod tests {
             amount_refunded: Some(amount),
             ..record("ch_own", L::Refunded)
         };
-        let disputed = ListedCharge {
+        let disputed = |status| ListedCharge {
             amount_refunded: Some(500),
-            ..record("ch_own", L::Disputed)
+            ..record("ch_own", L::Disputed(status))
         };
         let (subject, first) = evidence_of(refunded(500));
         let (_, second) = evidence_of(refunded(800));
-        let (_, dispute) = evidence_of(disputed);
+        let (dispute_subject, dispute) = evidence_of(disputed(DisputeStatus::Open));
+        let (_, lost) = evidence_of(disputed(DisputeStatus::Lost));
+        let (_, won) = evidence_of(disputed(DisputeStatus::Won));
         let (missing_subject, missing) = evidence_of_missing();
         assert!(first.ends_with("|refunded:500"), "{first}");
         assert!(second.ends_with("|refunded:800"), "{second}");
-        assert!(dispute.ends_with("|disputed;refunded:500"), "{dispute}");
+        assert!(dispute.ends_with("|dispute:open;refunded:500"), "{dispute}");
+        assert!(lost.ends_with("|dispute:lost;refunded:500"), "{lost}");
+        assert!(won.ends_with("|dispute:won;refunded:500"), "{won}");
         assert!(missing.ends_with("|missing"), "{missing}");
         assert_eq!(subject, missing_subject, "one charge's history");
+        assert_eq!(subject, dispute_subject, "its dispute too");
         assert_eq!(
             evidence_of(refunded(500)).1,
             first,
@@ -569,6 +628,35 @@ mod tests {
                 verdict.findings[0].dedupe_key(),
             )
         }
+    }
+
+    #[test]
+    fn a_won_dispute_says_the_money_was_reinstated_and_a_lost_one_that_it_went_back() {
+        let said = |status| {
+            let verdict = compare(
+                ATTEMPT,
+                Some(&attempt(Succeeded)),
+                &[record("ch_own", L::Disputed(status))],
+            );
+            let finding = &verdict.findings[0];
+            assert_eq!(finding.class, Disputed);
+            (finding.evidence.clone(), finding.detail.clone())
+        };
+        let (evidence, detail) = said(DisputeStatus::Won);
+        assert_eq!(evidence, "dispute:won");
+        assert!(
+            detail.contains("reinstated and nothing is owed"),
+            "{detail}"
+        );
+        let (evidence, detail) = said(DisputeStatus::Lost);
+        assert_eq!(evidence, "dispute:lost");
+        assert!(detail.contains("went back to the customer"), "{detail}");
+        let (evidence, detail) = said(DisputeStatus::Open);
+        assert_eq!(evidence, "dispute:open");
+        assert!(
+            detail.contains("held back until the bank decides"),
+            "{detail}"
+        );
     }
 
     #[test]

@@ -1,0 +1,259 @@
+//! The Stripe dialect's automatic webhooks (`"auto": true`): every state change sends its
+//! signed event by itself, to every configured endpoint.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::Router;
+use hmac::{Hmac, Mac as _};
+use mock_gateway::stripe::payment_methods as pm;
+use mock_gateway::{Dialect, MockConfig};
+use parking_lot::Mutex;
+use reqwest::{header, StatusCode};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use crate::helpers::*;
+
+const SECRET: &str = "whsec_auto";
+
+/// An endpoint that answers `200` and keeps every event's `type` and whether its signature
+/// is `SECRET`'s.
+#[derive(Clone, Default)]
+struct Receiver(Arc<Mutex<Vec<(String, bool)>>>);
+
+impl Receiver {
+    async fn start(&self) -> String {
+        async fn receive(State(seen): State<Receiver>, headers: HeaderMap, body: Bytes) {
+            let event: Value = serde_json::from_slice(&body).unwrap();
+            let signed = headers
+                .get("stripe-signature")
+                .and_then(|h| h.to_str().ok())
+                .is_some_and(|h| signed_by_secret(h, &body));
+            let kind = event["type"].as_str().unwrap().to_owned();
+            seen.0.lock().push((kind, signed));
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let app = Router::new()
+            .route("/", post(receive))
+            .with_state(self.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    fn kinds(&self) -> Vec<String> {
+        let mut kinds: Vec<String> = self.0.lock().iter().map(|(k, _)| k.clone()).collect();
+        kinds.sort();
+        kinds
+    }
+
+    fn all_signed(&self) -> bool {
+        self.0.lock().iter().all(|(_, signed)| *signed)
+    }
+}
+
+/// Whether `header` (`t=…,v1=…`) is the HMAC-SHA256 of `<t>.<body>` under `SECRET`.
+fn signed_by_secret(header: &str, body: &[u8]) -> bool {
+    let field = |name: &str| {
+        header
+            .split(',')
+            .find_map(|part| part.strip_prefix(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (timestamp, v1) = (field("t="), field("v1="));
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(format!("{timestamp}.").as_bytes());
+    mac.update(body);
+    let expected: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    v1 == expected
+}
+
+fn intent_form(attempt: &str, payment_method: &str, confirm: bool) -> String {
+    let mut form = form_urlencoded::Serializer::new(String::new());
+    form.extend_pairs([
+        ("amount", "1999"),
+        ("currency", "eur"),
+        ("payment_method", payment_method),
+        ("metadata[payment_attempt_id]", attempt),
+    ]);
+    if confirm {
+        form.extend_pairs([("confirm", "true"), ("off_session", "true")]);
+    }
+    form.finish()
+}
+
+async fn stripe_post(app: &TestGateway, path: &str, key: &str, form: String) -> Value {
+    app.authorized_post(path)
+        .header("Idempotency-Key", key)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn with_auto_every_state_change_sends_its_signed_event_to_every_endpoint() {
+    let app = spawn_gateway_with(MockConfig {
+        dialect: Dialect::Stripe,
+        ..MockConfig::default()
+    })
+    .await;
+    let (first, second) = (Receiver::default(), Receiver::default());
+    let urls = [first.start().await, second.start().await];
+    let configured = app
+        .post_json(
+            "/__stripe/webhooks",
+            &json!({"urls": urls, "secrets": [SECRET], "auto": true}),
+        )
+        .await;
+    assert_eq!(configured.status(), StatusCode::OK);
+
+    // Charged, then partly refunded, disputed and the dispute won.
+    let charged = stripe_post(
+        &app,
+        "/v1/payment_intents",
+        "k1",
+        intent_form("a1", pm::CARD_VISA, true),
+    )
+    .await;
+    let pi = charged["id"].as_str().unwrap();
+    for (action, body) in [
+        ("refund", json!({"amount": 500})),
+        ("dispute", json!({})),
+        ("dispute", json!({"status": "under_review"})),
+        ("dispute", json!({"status": "won"})),
+    ] {
+        let changed = app
+            .post_json(&format!("/__stripe/payment_intents/{pi}/{action}"), &body)
+            .await;
+        assert_eq!(changed.status(), StatusCode::OK);
+    }
+    // Declined; and one cancelled before it was confirmed.
+    stripe_post(
+        &app,
+        "/v1/payment_intents",
+        "k2",
+        intent_form("a2", pm::CARD_CHARGE_DECLINED, true),
+    )
+    .await;
+    let waiting = stripe_post(
+        &app,
+        "/v1/payment_intents",
+        "k3",
+        intent_form("a3", pm::CARD_VISA, false),
+    )
+    .await;
+    let waiting = waiting["id"].as_str().unwrap();
+    stripe_post(
+        &app,
+        &format!("/v1/payment_intents/{waiting}/cancel"),
+        "k4",
+        String::new(),
+    )
+    .await;
+
+    let expected = [
+        "charge.dispute.closed",
+        "charge.dispute.created",
+        "charge.dispute.updated",
+        "charge.refunded",
+        "payment_intent.canceled",
+        "payment_intent.payment_failed",
+        "payment_intent.succeeded",
+    ];
+    within(
+        Duration::from_secs(10),
+        "every event reaches both endpoints",
+        async {
+            while first.kinds() != expected || second.kinds() != expected {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    assert!(first.all_signed() && second.all_signed());
+}
+
+#[tokio::test]
+async fn without_auto_nothing_is_sent_and_an_endpoint_that_never_answers_holds_nothing_up() {
+    let app = spawn_gateway_with(MockConfig {
+        dialect: Dialect::Stripe,
+        ..MockConfig::default()
+    })
+    .await;
+    let quiet = Receiver::default();
+    let url = quiet.start().await;
+    app.post_json(
+        "/__stripe/webhooks",
+        &json!({"url": url, "secrets": [SECRET]}),
+    )
+    .await;
+    stripe_post(
+        &app,
+        "/v1/payment_intents",
+        "k1",
+        intent_form("a1", pm::CARD_VISA, true),
+    )
+    .await;
+
+    // An endpoint that accepts the connection and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}/", silent.local_addr().unwrap());
+    app.post_json(
+        "/__stripe/webhooks",
+        &json!({"urls": [silent_url, url], "secrets": [SECRET], "auto": true}),
+    )
+    .await;
+    within(
+        Duration::from_secs(2),
+        "a charge while an endpoint hangs",
+        async {
+            stripe_post(
+                &app,
+                "/v1/payment_intents",
+                "k2",
+                intent_form("a2", pm::CARD_VISA, true),
+            )
+            .await
+        },
+    )
+    .await;
+    within(
+        Duration::from_secs(10),
+        "the other endpoint still gets it",
+        async {
+            while quiet.kinds().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        quiet.kinds(),
+        ["payment_intent.succeeded"],
+        "only since auto"
+    );
+    let refused = app
+        .post_json(
+            "/__stripe/webhooks",
+            &json!({"secrets": [SECRET], "auto": true}),
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "no endpoint");
+    drop(silent);
+}
