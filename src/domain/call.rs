@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::outcome::GatewayOutcome;
-use super::{CallOperation, IdempotencyKey};
+use super::{CallOperation, GatewayObjectId, IdempotencyKey};
 
 /// What cancelling the gateway object stored for an attempt came to
 /// (the connector's `cancel_object`): the proof behind every "not charged" a Stripe
@@ -63,7 +63,7 @@ impl GatewayCall<CancelOutcome> {
 pub enum Prepared {
     /// The gateway holds an object that cannot charge until it is confirmed; its id must be
     /// stored (fenced) before the charging call.
-    Object { id: String },
+    Object { id: GatewayObjectId },
     /// The object was not made; the outcome says what the attempt does next. None of these
     /// can have charged.
     Refused(GatewayOutcome),

@@ -11,8 +11,8 @@ use super::call::{CancelOutcome, GatewayCall};
 use super::outcome::ExpectedCharge;
 use super::retry::SendHistory;
 use super::{
-    Actor, AttemptStatus, CallOperation, Fence, GatewayCallRecord, IdempotencyKey, KeySeq,
-    LeaseToken, Money, PaymentAttemptId,
+    Actor, AttemptStatus, CallOperation, Fence, GatewayCallRecord, GatewayObjectId, IdempotencyKey,
+    KeySeq, LeaseToken, Money, PaymentAttemptId,
 };
 
 /// One attempt, claimed: the executor's `in_flight` lease, the reconciler's `unknown`
@@ -49,7 +49,7 @@ pub struct HeldAttempt {
     pub key_seq: KeySeq,
     /// The gateway object stored before the charging call (Stripe's PaymentIntent id),
     /// which a lookup asks about by id; `None` when none was made.
-    pub gateway_object_id: Option<String>,
+    pub gateway_object_id: Option<GatewayObjectId>,
 }
 
 impl HeldAttempt {

@@ -138,6 +138,43 @@ impl From<IdempotencyKey> for String {
     }
 }
 
+/// The id of the object a two-step gateway makes before anything can charge (Stripe's
+/// PaymentIntent, `pi_…`), as the gateway gave it: stored under the lease before the
+/// charging call, and what every later lookup, cancel and check asks about. A type of its
+/// own, end to end from the gateway's answer to the column, so that it is never taken for a
+/// charge id or a reference. Stored as text.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type, schemars::JsonSchema,
+)]
+#[serde(transparent)]
+#[sqlx(transparent)]
+pub struct GatewayObjectId(String);
+
+impl GatewayObjectId {
+    /// The id as the gateway's answer (or a webhook's event, or an operator) gave it.
+    pub fn from_gateway(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for GatewayObjectId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for GatewayObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The most characters a key may have at a gateway (Stripe's limit, and contract §3's).
 const MAX_KEY_CHARS: usize = 255;
 

@@ -22,7 +22,7 @@ pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::{Announced, EventAttempt, PaymentEvent};
 pub use held::{ChargeClaim, HeldAttempt};
-pub use ids::{IdempotencyKey, KeySeq, PaymentAttemptId};
+pub use ids::{GatewayObjectId, IdempotencyKey, KeySeq, PaymentAttemptId};
 pub use lease::LeaseToken;
 pub use money::{Currency, Money};
 pub use retry::RetryWindow;

@@ -23,7 +23,7 @@ use super::{Disposition, Executor};
 use crate::config::RequiresAction;
 use crate::domain::call::{CancelOutcome, GatewayCall, Prepared};
 use crate::domain::outcome::GatewayOutcome;
-use crate::domain::{ChargeClaim, GatewayCallRecord};
+use crate::domain::{ChargeClaim, GatewayCallRecord, GatewayObjectId};
 use crate::gateway::ChargeRequest;
 use crate::store::attempts as sql;
 use crate::store::gateway_objects::{
@@ -80,7 +80,7 @@ impl Executor {
             &prepared,
             prepared.outcome.label(),
             started_at,
-            Some(id.clone()),
+            Some(id.to_string()),
             None,
         );
         let stored =
@@ -229,7 +229,7 @@ fn confirm_send_answer(
 async fn store_gateway_object(
     objects: &GatewayObjectWriter,
     claim: &ChargeClaim,
-    object_id: &str,
+    object_id: &GatewayObjectId,
     evidence: &GatewayCallRecord,
     call_limit: Duration,
 ) -> Result<ConfirmSend, WriteError> {
@@ -238,7 +238,7 @@ async fn store_gateway_object(
         objects.write(ObjectWrite {
             payment_attempt_id: claim.attempt.payment_attempt_id,
             lease_token: claim.attempt.lease_token,
-            object_id: object_id.to_owned(),
+            object_id: object_id.clone(),
             call: evidence.clone(),
             call_limit,
         })

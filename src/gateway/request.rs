@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::domain::{IdempotencyKey, KeySeq, Money, PaymentAttemptId};
+use crate::domain::{GatewayObjectId, IdempotencyKey, KeySeq, Money, PaymentAttemptId};
 
 /// The body of `POST /v1/charges`, in the contract's field order. Built from the stored
 /// attempt only, so every try serialises to the same bytes.
@@ -29,7 +29,7 @@ pub struct ChargeRequest {
     body: Vec<u8>,
     pub(super) charge: ChargeBody,
     pub(super) order_id: Option<String>,
-    pub(super) gateway_object_id: Option<String>,
+    pub(super) gateway_object_id: Option<GatewayObjectId>,
     /// Which derived key each step sends (`payment_attempts.create_key_seq`,
     /// `confirm_key_seq`; Stripe): 1 is the first.
     pub(super) key_seq: KeySeq,
@@ -63,7 +63,7 @@ impl ChargeRequest {
 
     /// The gateway object stored for the attempt (`payment_attempts.gateway_object_id`,
     /// Stripe's PaymentIntent id), if one was: then nothing is prepared again.
-    pub fn with_gateway_object(mut self, id: Option<String>) -> Self {
+    pub fn with_gateway_object(mut self, id: Option<GatewayObjectId>) -> Self {
         self.gateway_object_id = id;
         self
     }

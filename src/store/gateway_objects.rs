@@ -20,7 +20,7 @@ use sqlx::postgres::PgArguments;
 use super::attempts::{add_call_columns, bind, calls_insert, LOCKED_IN_KEY_ORDER};
 use super::{column, Store};
 use crate::domain::GatewayCallRecord;
-use crate::domain::{LeaseToken, PaymentAttemptId};
+use crate::domain::{GatewayObjectId, LeaseToken, PaymentAttemptId};
 
 /// Stores `object_id` as the gateway object of the attempt held under `lease_token`, with
 /// the evidence of the call that made it, and stamps the confirm's send as
@@ -33,14 +33,14 @@ pub async fn record_gateway_object(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
     lease_token: LeaseToken,
-    object_id: &str,
+    object_id: &GatewayObjectId,
     call: &GatewayCallRecord,
     call_limit: std::time::Duration,
 ) -> Result<ConfirmSend, sqlx::Error> {
     let write = ObjectWrite {
         payment_attempt_id,
         lease_token,
-        object_id: object_id.to_owned(),
+        object_id: object_id.clone(),
         call: call.clone(),
         call_limit,
     };
@@ -53,7 +53,7 @@ pub async fn record_gateway_object(
 pub struct ObjectWrite {
     pub payment_attempt_id: PaymentAttemptId,
     pub lease_token: LeaseToken,
-    pub object_id: String,
+    pub object_id: GatewayObjectId,
     /// The evidence of the call that made the object.
     pub call: GatewayCallRecord,
     /// The longest the confirm may take: the send is stamped only if the lease covers it.

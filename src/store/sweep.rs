@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::Store;
-use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::domain::{AttemptStatus, GatewayObjectId, PaymentAttemptId};
 use crate::gateway::list::{ListWindow, ListedCharge, ListedStatus};
 
 /// How long a running sweep may go without a heartbeat (one per page read) before a new
@@ -192,7 +192,7 @@ pub struct AttemptView {
     pub idempotency_key: String,
     pub gateway_charge_id: Option<String>,
     /// Stripe's PaymentIntent id, stored before the charging call.
-    pub gateway_object_id: Option<String>,
+    pub gateway_object_id: Option<GatewayObjectId>,
     /// A succeeded attempt first sent and settled inside the swept window (with a margin
     /// for clock skew): its charge must be in the listing, so its absence is a finding.
     pub in_window: bool,

@@ -66,7 +66,8 @@ async fn late_confirm(
 ) -> GatewayOutcome {
     client
         .charge(
-            &onecharge::executor::charge_request(claimed).with_gateway_object(Some(pi.to_owned())),
+            &onecharge::executor::charge_request(claimed)
+                .with_gateway_object(Some(onecharge::domain::GatewayObjectId::from_gateway(pi))),
         )
         .await
         .outcome
@@ -459,11 +460,12 @@ async fn an_executor_that_died_between_storing_and_confirming_is_settled_by_retr
     // The first step ran and its id was stored; then the process died before the confirm.
     let (pi, evidence) = prepare_and_store(&h, &client, &claimed).await;
     // A stale worker cannot replace it.
+    let other = onecharge::domain::GatewayObjectId::from_gateway("pi_other");
     let stale = record_gateway_object(
         &h.store,
         id,
         (claimed.attempt.lease_token.get() - 1).into(),
-        "pi_other",
+        &other,
         &evidence,
         Duration::from_secs(1),
     );
@@ -580,7 +582,9 @@ async fn a_confirm_still_running_answers_409_to_a_resend_and_the_intent_is_read_
             description: None,
         },
     )
-    .with_gateway_object(Some(pi.clone()));
+    .with_gateway_object(Some(onecharge::domain::GatewayObjectId::from_gateway(
+        pi.clone(),
+    )));
     let resend = client.charge(&request).await;
     assert_eq!(resend.http_status, Some(409));
     assert!(
@@ -630,7 +634,9 @@ async fn a_payment_intent_canceled_before_its_confirm_is_declined_as_canceled() 
     // A confirm now meets payment_intent_unexpected_state carrying the canceled intent.
     let confirm = client
         .charge(
-            &onecharge::executor::charge_request(&claimed).with_gateway_object(Some(pi.clone())),
+            &onecharge::executor::charge_request(&claimed).with_gateway_object(Some(
+                onecharge::domain::GatewayObjectId::from_gateway(pi.clone()),
+            )),
         )
         .await;
     assert_eq!(confirm.http_status, Some(400));
@@ -727,7 +733,7 @@ async fn prepare_and_store(
         finished_at: h.db_now().await,
         http_status: prepared.http_status,
         outcome: "prepared".into(),
-        gateway_charge_id: Some(pi.clone()),
+        gateway_charge_id: Some(pi.to_string()),
         error: None,
     };
     let stored = record_gateway_object(
@@ -739,7 +745,7 @@ async fn prepare_and_store(
         Duration::from_secs(1),
     );
     assert_eq!(stored.await.unwrap(), ConfirmSend::Go);
-    (pi, evidence)
+    (pi.to_string(), evidence)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -949,9 +955,16 @@ async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_t
     let store = |token: LeaseToken, pi: &'static str, limit: Duration| {
         let (h, evidence) = (&h, evidence(pi));
         async move {
-            record_gateway_object(&h.store, id, token, pi, &evidence, limit)
-                .await
-                .unwrap()
+            record_gateway_object(
+                &h.store,
+                id,
+                token,
+                &onecharge::domain::GatewayObjectId::from_gateway(pi),
+                &evidence,
+                limit,
+            )
+            .await
+            .unwrap()
         }
     };
     // The create took five seconds (rows moved back by as much).
@@ -1013,7 +1026,10 @@ async fn a_batch_of_payment_intents_stored_at_once_answers_each_by_its_own_lease
     let write = |c: &onecharge::domain::ChargeClaim, token: LeaseToken, limit| ObjectWrite {
         payment_attempt_id: c.attempt.payment_attempt_id,
         lease_token: token,
-        object_id: format!("pi_{}", c.attempt.payment_attempt_id.into_uuid().simple()),
+        object_id: onecharge::domain::GatewayObjectId::from_gateway(format!(
+            "pi_{}",
+            c.attempt.payment_attempt_id.into_uuid().simple()
+        )),
         call: onecharge::domain::GatewayCallRecord {
             payment_attempt_id: c.attempt.payment_attempt_id,
             operation: onecharge::domain::CallOperation::Prepare,

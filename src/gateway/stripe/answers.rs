@@ -14,7 +14,7 @@ use crate::domain::bounded;
 use crate::domain::outcome::{
     ChargeStatus, GatewayCharge, GatewayOutcome, LookupOutcome, RetryAfter, MAX_REASON_CHARS,
 };
-use crate::domain::{Currency, Money};
+use crate::domain::{Currency, GatewayObjectId, Money};
 use crate::gateway::wire::{parse_retry_after, snippet, Answer, GatewayReply, Hints};
 use crate::gateway::{CancelOutcome, Prepared};
 
@@ -128,7 +128,7 @@ pub fn classify_create(reply: GatewayReply<'_>, hints: Hints) -> Prepared {
     match status {
         200..=299 => match serde_json::from_slice::<PaymentIntent>(body) {
             Ok(intent) if is_intent_id(&intent.id) => Prepared::Object {
-                id: intent.fields.id,
+                id: GatewayObjectId::from_gateway(intent.fields.id),
             },
             _ => Prepared::Refused(GatewayOutcome::NotSent {
                 reason: bounded(
@@ -932,7 +932,9 @@ mod tests {
                 answer(200, &intent("requires_confirmation").to_string()),
                 Hints::default()
             ),
-            Prepared::Object { id: PI.into() }
+            Prepared::Object {
+                id: GatewayObjectId::from_gateway(PI)
+            }
         );
         // Nothing can have charged: an unconfirmed PaymentIntent. Retried under the same key.
         for reply in [

@@ -567,7 +567,7 @@ mod tests {
     #[test]
     fn the_evidence_carries_the_key_only_for_the_attempts_own_charge() {
         let mut stripe = attempt(Unknown);
-        stripe.gateway_object_id = Some("pi_own".into());
+        stripe.gateway_object_id = Some(crate::domain::GatewayObjectId::from_gateway("pi_own"));
         let mut own = record("pi_own", L::Succeeded);
         own.idempotency_key = None;
         let mut foreign = record("pi_other", L::Succeeded);
