@@ -22,6 +22,7 @@ use super::error::ErrorBody;
         api::attempts::list_attempts,
         api::attempts::show_attempt,
         api::attempts::resolve_attempt,
+        api::attempts::cancel_attempt,
         api::attempts::recheck_attempt,
         api::bulk::bulk_action,
         api::audit::audit_list,

@@ -24,6 +24,7 @@
 pub mod attempts;
 pub mod audit;
 pub mod bulk;
+pub mod cancel;
 pub mod dlq;
 pub mod findings;
 pub mod intake_audit;

@@ -64,6 +64,12 @@ pub enum AuditAction {
     BulkRecheck,
     /// `findings resolve`: a reconciliation finding closed with what was done.
     ResolveFinding,
+    /// `attempts cancel`: a pending attempt never sent, cancelled (`expired`).
+    Cancel,
+    /// `fleet pause`: no executor claims a new attempt until resumed.
+    FleetPause,
+    /// `fleet resume`.
+    FleetResume,
 }
 
 impl AuditAction {
@@ -78,6 +84,9 @@ impl AuditAction {
             Self::BulkRetry => "bulk_retry",
             Self::BulkRecheck => "bulk_recheck",
             Self::ResolveFinding => "resolve_finding",
+            Self::Cancel => "cancel",
+            Self::FleetPause => "fleet_pause",
+            Self::FleetResume => "fleet_resume",
         }
     }
 }

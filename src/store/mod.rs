@@ -9,6 +9,7 @@
 pub mod attempt_counts;
 pub mod attempts;
 pub mod audit;
+pub mod cancel;
 pub mod charts;
 pub mod console;
 pub mod findings;

@@ -1970,3 +1970,62 @@ async fn a_findings_page_shows_the_earlier_findings_about_its_charge_and_what_be
     let (status, _) = console.get(Some(&ada), "/console/findings/999999").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_pending_attempt_asks_for_a_confirmation_then_expires_it_as_the_operator() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let id = crate::support::api::attempt(&env, "ord_cancel").await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let path = format!("/console/attempts/{id}/cancel");
+
+    // the pending attempt's page offers the cancel
+    let (_, page) = console
+        .get(Some(&ada), &format!("/console/attempts/{id}"))
+        .await;
+    assert!(page.contains(r#"id="cancel-form""#), "{page}");
+
+    let csrf: &'static str = console.csrf(&ada).await.leak();
+    let (status, page) = console
+        .post(
+            &ada,
+            &path,
+            &[("reason", "duplicate order"), ("csrf", csrf)],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="confirm-submit""#), "{page}");
+    assert_eq!(env.status(id).await, "pending", "not before confirming");
+
+    let confirmed = [
+        ("reason", "duplicate order"),
+        ("confirm", "yes"),
+        ("csrf", csrf),
+    ];
+    let (status, page) = console.post(&ada, &path, &confirmed).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"data-status="expired""#), "{page}");
+    assert_eq!(env.status(id).await, "expired");
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM operator_audit WHERE '{id}' = ANY(payment_attempt_ids)
+               AND actor = 'operator:ada' AND via = 'console' AND action = 'cancel'
+               AND reason = 'duplicate order'"
+        ))
+        .await,
+        1
+    );
+
+    // a second cancel is refused with why, and changes nothing
+    let (status, page) = console.post(&ada, &path, &confirmed).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(page.contains("it is expired"), "{page}");
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM outbox WHERE payment_attempt_id = '{id}'"
+        ))
+        .await,
+        1
+    );
+    console.stop().await;
+}

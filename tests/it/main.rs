@@ -13,6 +13,7 @@ mod attempt_counts;
 mod audit;
 mod browser;
 mod bulk;
+mod cancel;
 mod charts;
 mod claim_ahead;
 mod cli;

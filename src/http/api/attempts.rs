@@ -13,6 +13,7 @@ use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::http::access::Principal;
 use crate::http::error::{ErrorBody, QueryRefused};
 use crate::http::{AdminState, ApiError};
+use crate::operator::cancel::{self, CancelRequest, Cancelled};
 use crate::operator::recheck::{self, Recheck, RecheckError};
 use crate::operator::resolve::{self, ResolveError, ResolveRequest};
 use crate::operator::{attempts, Via};
@@ -236,6 +237,37 @@ pub(crate) async fn resolve_attempt(
     Ok(Json(
         serde_json::json!({"resolution": resolution, "attempt": attempt}),
     ))
+}
+
+/// `POST /api/attempts/{id}/cancel` with `{"reason": …}`: what `attempts cancel` does — a
+/// pending attempt never sent to the gateway becomes `expired`, with its event. 409 with
+/// why for any other attempt (claimed, sent before, final); the executor's claim and the
+/// cancel race on the row and exactly one wins.
+#[utoipa::path(post, path = "/api/attempts/{id}/cancel", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = CancelRequest, responses(
+    (status = 200, description = "The attempt is cancelled (`expired`) and its event queued", body = Cancelled),
+    (status = 400, description = "No reason, or the body is not understood", body = ErrorBody),
+    (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
+    (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),
+    (status = 404, description = "No such attempt", body = ErrorBody),
+    (status = 409, description = "Not a pending attempt never sent: claimed, sent before, in review or final", body = ErrorBody),
+))]
+pub(crate) async fn cancel_attempt(
+    State(state): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
+    body: Result<Json<CancelRequest>, JsonRejection>,
+) -> Result<Json<Cancelled>, ApiError> {
+    let id = attempt_id(id)?;
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let cancelled = cancel::cancel(
+        &state.store,
+        id,
+        &request.reason,
+        &principal.actor,
+        Via::Api,
+    )
+    .await?;
+    Ok(Json(cancelled))
 }
 
 /// The body of `POST /api/attempts/{id}/recheck`, optional.

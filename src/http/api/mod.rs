@@ -29,6 +29,7 @@ pub fn routes() -> Router<AdminState> {
             "/api/attempts/{id}/resolve",
             post(attempts::resolve_attempt),
         )
+        .route("/api/attempts/{id}/cancel", post(attempts::cancel_attempt))
         .route(
             "/api/attempts/{id}/recheck",
             post(attempts::recheck_attempt),

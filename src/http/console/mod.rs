@@ -20,6 +20,7 @@
 mod attempt;
 mod audit;
 mod bulk;
+mod cancel;
 mod charts;
 mod dead_letters;
 mod fields;
@@ -54,6 +55,7 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         .route("/console/attempts/{id}", get(attempt::attempt))
         .route("/console/attempts/{id}/resolve", post(resolve::resolve))
         .route("/console/attempts/{id}/recheck", post(recheck::recheck))
+        .route("/console/attempts/{id}/cancel", post(cancel::cancel))
         .route("/console/review", get(review::review))
         .route("/console/dead-letters", get(dead_letters::dead_letters))
         .route(
