@@ -281,3 +281,9 @@ pub fn intake_consumer_lag(consumer: &str, pending: u64, ack_pending: u64) {
     metrics::gauge!("onecharge_intake_consumer_ack_pending", "consumer" => consumer.to_owned())
         .set(ack_pending as f64);
 }
+
+/// Whether charging is paused across the fleet (1) or not (0), as the database said at the
+/// last refresh: every instance that serves `/metrics` says the same (decision 145).
+pub fn fleet_paused(paused: bool) {
+    metrics::gauge!("onecharge_fleet_paused").set(if paused { 1.0 } else { 0.0 });
+}

@@ -29,6 +29,9 @@ use super::error::ErrorBody;
         api::stats::stats,
         api::findings::list,
         api::findings::resolve_finding,
+        api::fleet::fleet_state,
+        api::fleet::pause_fleet,
+        api::fleet::resume_fleet,
         serve,
     ),
     components(schemas(ErrorBody)),
@@ -37,6 +40,7 @@ use super::error::ErrorBody;
         (name = "attempts", description = "Payment attempts and the decisions on them"),
         (name = "audit", description = "The trail of manual actions"),
         (name = "findings", description = "Discrepancies between the ledger and the gateway's own records (the reconciliation sweep, webhooks)"),
+        (name = "fleet", description = "Charging across every instance: paused or running"),
         (name = "meta", description = "This document"),
     )
 )]

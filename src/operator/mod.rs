@@ -27,6 +27,7 @@ pub mod bulk;
 pub mod cancel;
 pub mod dlq;
 pub mod findings;
+pub mod fleet;
 pub mod intake_audit;
 pub mod recheck;
 pub mod resolve;

@@ -13,6 +13,7 @@ pub mod cancel;
 pub mod charts;
 pub mod console;
 pub mod findings;
+pub mod fleet;
 pub mod gateway_objects;
 pub mod intake;
 pub mod metrics;

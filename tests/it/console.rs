@@ -2029,3 +2029,62 @@ async fn cancelling_a_pending_attempt_asks_for_a_confirmation_then_expires_it_as
     );
     console.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_the_fleet_in_the_console_is_confirmed_then_shown_on_every_page_until_resumed() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+    let csrf: &'static str = console.csrf(&ada).await.leak();
+    let pause = |confirm: &'static str| {
+        vec![
+            ("action", "pause"),
+            ("reason", "gateway incident INC-9"),
+            ("confirm", confirm),
+            ("csrf", csrf),
+        ]
+    };
+
+    let (status, page) = console.post(&ada, "/console/fleet", &pause("no")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="confirm-submit""#), "{page}");
+    assert_eq!(env.scalar("SELECT count(*) FROM fleet_pauses").await, 0);
+
+    let (status, page) = console.post(&ada, "/console/fleet", &pause("yes")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    for path in [
+        "/console/",
+        "/console/attempts",
+        "/console/review",
+        "/console/audit",
+    ] {
+        let (_, page) = console.get(Some(&vic), path).await;
+        assert!(
+            page.contains(r#"data-testid="fleet-paused" data-paused-by="operator:ada""#)
+                && page.contains("gateway incident INC-9"),
+            "{path}: {page}"
+        );
+    }
+
+    let vic_csrf: &'static str = console.csrf(&vic).await.leak();
+    let resume =
+        |csrf: &'static str| vec![("action", "resume"), ("confirm", "yes"), ("csrf", csrf)];
+    let (status, _) = console
+        .post(&vic, "/console/fleet", &resume(vic_csrf))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a viewer cannot resume");
+    let (status, page) = console.post(&ada, "/console/fleet", &resume(csrf)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let (_, page) = console.get(Some(&vic), "/console/").await;
+    assert!(!page.contains("fleet-paused"), "{page}");
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM operator_audit WHERE actor = 'operator:ada' AND via = 'console'
+               AND action IN ('fleet_pause', 'fleet_resume')"
+        )
+        .await,
+        2
+    );
+    console.stop().await;
+}

@@ -23,6 +23,7 @@ mod demo;
 mod dlq_replay;
 mod executor;
 mod failover;
+mod fleet;
 mod intake;
 mod openapi;
 mod operator;

@@ -6,6 +6,7 @@ pub(crate) mod attempts;
 pub(crate) mod audit;
 pub(crate) mod bulk;
 pub(crate) mod findings;
+pub(crate) mod fleet;
 pub(crate) mod stats;
 
 use axum::extract::{FromRequestParts, Query, Request, State};
@@ -38,6 +39,9 @@ pub fn routes() -> Router<AdminState> {
         .route("/api/audit", get(audit::audit_list))
         .route("/api/stats", get(stats::stats))
         .route("/api/findings", get(findings::list))
+        .route("/api/fleet", get(fleet::fleet_state))
+        .route("/api/fleet/pause", post(fleet::pause_fleet))
+        .route("/api/fleet/resume", post(fleet::resume_fleet))
         .route(
             "/api/findings/{id}/resolve",
             post(findings::resolve_finding),

@@ -25,6 +25,7 @@ mod charts;
 mod dead_letters;
 mod fields;
 mod findings;
+mod fleet;
 mod guard;
 mod layout;
 mod login;
@@ -72,6 +73,10 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         )
         .route("/console/audit", get(audit::audit))
         .route("/console/findings", get(findings::list))
+        .route(
+            "/console/fleet",
+            get(fleet::fleet_page).post(fleet::fleet_action),
+        )
         .route("/console/findings/{id}", get(findings::one))
         .route("/console/findings/{id}/resolve", post(findings::resolve))
         // Only console paths: the admin router's other paths keep their own 404.
