@@ -20,6 +20,7 @@ use super::error::ErrorBody;
     ),
     paths(
         api::attempts::list_attempts,
+        api::attempts::export_attempts,
         api::attempts::show_attempt,
         api::attempts::resolve_attempt,
         api::attempts::cancel_attempt,

@@ -26,6 +26,7 @@ pub mod audit;
 pub mod bulk;
 pub mod cancel;
 pub mod dlq;
+pub mod export;
 pub mod findings;
 pub mod fleet;
 pub mod intake_audit;

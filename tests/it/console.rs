@@ -2088,3 +2088,28 @@ async fn pausing_the_fleet_in_the_console_is_confirmed_then_shown_on_every_page_
     );
     console.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_offers_its_results_as_csv_and_a_viewer_downloads_them() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let id = attempt(&env, "ord_export").await;
+    attempt(&env, "ord_elsewhere").await;
+    let console = Console::start(&env).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+
+    let (_, page) = console
+        .get(Some(&vic), "/console/attempts?order_id=ord_export")
+        .await;
+    let link = "/console/attempts.csv?order_id=ord_export";
+    assert!(page.contains(&format!(r#"href="{link}""#)), "{page}");
+    let (status, csv) = console.get(Some(&vic), link).await;
+    assert_eq!(status, StatusCode::OK, "{csv}");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    assert!(lines[0].starts_with("payment_attempt_id,status,order_id"));
+    assert!(
+        lines[1].starts_with(&format!("{id},pending,ord_export,")),
+        "{csv}"
+    );
+    console.stop().await;
+}

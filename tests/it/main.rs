@@ -22,6 +22,7 @@ mod console;
 mod demo;
 mod dlq_replay;
 mod executor;
+mod export;
 mod failover;
 mod fleet;
 mod intake;

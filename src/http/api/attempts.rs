@@ -14,6 +14,7 @@ use crate::http::access::Principal;
 use crate::http::error::{ErrorBody, QueryRefused};
 use crate::http::{AdminState, ApiError};
 use crate::operator::cancel::{self, CancelRequest, Cancelled};
+use crate::operator::export::{self, ExportError};
 use crate::operator::recheck::{self, Recheck, RecheckError};
 use crate::operator::resolve::{self, ResolveError, ResolveRequest};
 use crate::operator::{attempts, Via};
@@ -143,6 +144,67 @@ pub(crate) async fn list_attempts(
         page.attempts,
         page.next.map(|c| c.to_string()),
     ))
+}
+
+/// `GET /api/attempts.csv` query: the filters of `GET /api/attempts` (without `stuck`, whose
+/// list is not a search, and without `limit`: an export holds everything it finds).
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExportQuery {
+    status: Option<String>,
+    order_id: Option<String>,
+    customer_id: Option<String>,
+    gateway_charge_id: Option<String>,
+    idempotency_key: Option<String>,
+    created_after: Option<String>,
+    created_before: Option<String>,
+    before: Option<String>,
+}
+
+/// `GET /api/attempts.csv`: every attempt the filters find, newest first, as CSV (one row
+/// each, header first); `422 too_many` when more than 10,000 match (decision 146).
+#[utoipa::path(get, path = "/api/attempts.csv", tag = "attempts", params(ExportQuery), responses(
+    (status = 200, description = "The attempts found, as CSV with a header row (RFC 4180)", content_type = "text/csv", body = String),
+    QueryRefused,
+    (status = 422, description = "More than 10,000 attempts match: narrow the search (`too_many`)", body = ErrorBody),
+))]
+pub(crate) async fn export_attempts(
+    State(state): State<AdminState>,
+    ApiQuery(query): ApiQuery<ExportQuery>,
+) -> Result<Response, ApiError> {
+    let status = query
+        .status
+        .as_deref()
+        .map(str::parse::<AttemptStatus>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let filter = attempts::AttemptFilter {
+        status,
+        order_id: query.order_id,
+        customer_id: query.customer_id,
+        gateway_charge_id: query.gateway_charge_id,
+        idempotency_key: query.idempotency_key,
+        created_after: time_param("created_after", query.created_after.as_deref())?,
+        created_before: time_param("created_before", query.created_before.as_deref())?,
+        before: cursor_param("before", query.before.as_deref())?,
+    };
+    let csv = export::attempts_csv(
+        &state.store,
+        &filter,
+        OffsetDateTime::now_utc(),
+        &state.retry_window,
+    )
+    .await
+    .map_err(|err| match err {
+        err @ ExportError::TooMany => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "too_many",
+            err.to_string(),
+        ),
+        err => ApiError::internal(err),
+    })?;
+    Ok(crate::http::csv_download(csv))
 }
 
 /// `stuck=` without a `limit`: every stuck attempt in one answer, as contract §6 promises

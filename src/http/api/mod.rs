@@ -25,6 +25,7 @@ use super::{is_open, AdminState, ApiError};
 pub fn routes() -> Router<AdminState> {
     Router::new()
         .route("/api/attempts", get(attempts::list_attempts))
+        .route("/api/attempts.csv", get(attempts::export_attempts))
         .route("/api/attempts/{id}", get(attempts::show_attempt))
         .route(
             "/api/attempts/{id}/resolve",

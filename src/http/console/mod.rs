@@ -53,6 +53,7 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         .route("/console/login", get(login::login_form).post(login::login))
         .route("/console/logout", post(login::logout))
         .route("/console/attempts", get(search::search))
+        .route("/console/attempts.csv", get(search::export))
         .route("/console/attempts/{id}", get(attempt::attempt))
         .route("/console/attempts/{id}/resolve", post(resolve::resolve))
         .route("/console/attempts/{id}/recheck", post(recheck::recheck))
