@@ -8,7 +8,16 @@ use serde::{Deserialize, Serialize};
 /// it is serialised or read from a row (`#[serde(flatten)]`, `#[sqlx(flatten)]`), so the
 /// JSON and the columns keep the two fields `amount_minor` and `currency` of the contract.
 #[derive(
-    Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::FromRow, schemars::JsonSchema,
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    sqlx::FromRow,
+    schemars::JsonSchema,
+    utoipa::ToSchema,
 )]
 pub struct Money {
     /// In the currency's minor unit.

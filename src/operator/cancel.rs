@@ -31,7 +31,6 @@ pub struct Cancelled {
     #[schema(value_type = uuid::Uuid)]
     pub payment_attempt_id: PaymentAttemptId,
     /// Always `expired`: final, never sent to the gateway
-    #[schema(value_type = String)]
     pub status: AttemptStatus,
     pub actor: String,
     /// The `payment-expired` event queued in the outbox (the relay publishes it)

@@ -80,8 +80,8 @@ fn cursor_param(
 
 /// `GET /api/attempts`: attempts newest first, narrowed by the query; with `stuck`, the
 /// unsettled attempts older than it, oldest first.
-#[utoipa::path(get, path = "/api/attempts", tag = "attempts", params(ListQuery), responses(
-    (status = 200, description = "The attempts, as `attempts list --json` (or `attempts stuck --json`) prints them (contract §5)", body = Vec<serde_json::Value>,
+#[utoipa::path(get, path = "/api/attempts", operation_id = "listAttempts", tag = "attempts", params(ListQuery), responses(
+    (status = 200, description = "The attempts, as `attempts list --json` (or `attempts stuck --json`) prints them (contract §5)", body = Vec<attempts::AttemptView>,
         headers(("x-next-cursor" = String, description = "The cursor of the next page (`before`, or `after` with `stuck`), when there is one"))),
     QueryRefused,
     (status = 422, description = "`stuck` without a `limit`, and more than 1000 attempts are stuck: ask for pages (`too_many`)", body = ErrorBody),
@@ -164,7 +164,7 @@ pub(crate) struct ExportQuery {
 
 /// `GET /api/attempts.csv`: every attempt the filters find, newest first, as CSV (one row
 /// each, header first); `422 too_many` when more than 10,000 match (decision 146).
-#[utoipa::path(get, path = "/api/attempts.csv", tag = "attempts", params(ExportQuery), responses(
+#[utoipa::path(get, path = "/api/attempts.csv", operation_id = "exportAttemptsCsv", tag = "attempts", params(ExportQuery), responses(
     (status = 200, description = "The attempts found, as CSV with a header row (RFC 4180)", content_type = "text/csv", body = String),
     QueryRefused,
     (status = 422, description = "More than 10,000 attempts match: narrow the search (`too_many`)", body = ErrorBody),
@@ -238,8 +238,8 @@ fn attempt_id(
         .map_err(|e| ApiError::bad_request(format!("not a payment_attempt_id: {}", e.body_text())))
 }
 
-#[utoipa::path(get, path = "/api/attempts/{id}", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), responses(
-    (status = 200, description = "The attempt with its transitions, gateway calls and events, as `attempts show --json` prints it (contract §5)", body = serde_json::Value),
+#[utoipa::path(get, path = "/api/attempts/{id}", operation_id = "showAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), responses(
+    (status = 200, description = "The attempt with its transitions, gateway calls and events, as `attempts show --json` prints it (contract §5)", body = attempts::AttemptDetail),
     (status = 400, description = "Not a payment_attempt_id", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
     (status = 404, description = "No such attempt", body = ErrorBody),
@@ -265,8 +265,8 @@ pub(crate) async fn show_attempt(
 /// `POST /api/attempts/{id}/resolve` with `{"as": "succeeded|declined|retry", "reason": …,
 /// "gateway_charge_id": …, "decline_code": …}`: the decision of `attempts resolve`. Answers
 /// `{"resolution": …, "attempt": <as GET /api/attempts/{id}>}`.
-#[utoipa::path(post, path = "/api/attempts/{id}/resolve", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = ResolveRequest, responses(
-    (status = 200, description = "`{\"resolution\": …, \"attempt\": <as GET /api/attempts/{id}>}`", body = serde_json::Value),
+#[utoipa::path(post, path = "/api/attempts/{id}/resolve", operation_id = "resolveAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = ResolveRequest, responses(
+    (status = 200, description = "What was decided, and the attempt as `GET /api/attempts/{id}` shows it now", body = ResolveAnswer),
     (status = 400, description = "The decision is incomplete or not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
     (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),
@@ -278,7 +278,7 @@ pub(crate) async fn resolve_attempt(
     Extension(principal): Extension<Principal>,
     id: Result<Path<PaymentAttemptId>, PathRejection>,
     body: Result<Json<ResolveRequest>, JsonRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ResolveAnswer>, ApiError> {
     let id = attempt_id(id)?;
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let now = OffsetDateTime::now_utc();
@@ -296,16 +296,24 @@ pub(crate) async fn resolve_attempt(
     let attempt = attempts::show(store, id, now, &state.retry_window)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(
-        serde_json::json!({"resolution": resolution, "attempt": attempt}),
-    ))
+    Ok(Json(ResolveAnswer {
+        resolution,
+        attempt,
+    }))
+}
+
+/// The answer to a resolution: what was decided, and the attempt after it.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ResolveAnswer {
+    resolution: resolve::Resolved,
+    attempt: Option<attempts::AttemptDetail>,
 }
 
 /// `POST /api/attempts/{id}/cancel` with `{"reason": …}`: what `attempts cancel` does — a
 /// pending attempt never sent to the gateway becomes `expired`, with its event. 409 with
 /// why for any other attempt (claimed, sent before, final); the executor's claim and the
 /// cancel race on the row and exactly one wins.
-#[utoipa::path(post, path = "/api/attempts/{id}/cancel", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = CancelRequest, responses(
+#[utoipa::path(post, path = "/api/attempts/{id}/cancel", operation_id = "cancelAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = CancelRequest, responses(
     (status = 200, description = "The attempt is cancelled (`expired`) and its event queued", body = Cancelled),
     (status = 400, description = "No reason, or the body is not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
@@ -362,8 +370,8 @@ fn no_gateway_client() -> ApiError {
 /// recheck` does — the reconciler's lookup now, applied when it settles the attempt.
 /// Answers the [`Recheck`] report; 409 for an attempt that is not `unknown` or
 /// `needs_review`.
-#[utoipa::path(post, path = "/api/attempts/{id}/recheck", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body(content = Option<RecheckBody>, description = "Optional: an empty body is no reason"), responses(
-    (status = 200, description = "What the lookup found and did, as `attempts recheck --json` prints it", body = serde_json::Value),
+#[utoipa::path(post, path = "/api/attempts/{id}/recheck", operation_id = "recheckAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body(content = Option<RecheckBody>, description = "Optional: an empty body is no reason"), responses(
+    (status = 200, description = "What the lookup found and did, as `attempts recheck --json` prints it", body = Recheck),
     (status = 400, description = "The body is not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
     (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),

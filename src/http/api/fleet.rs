@@ -31,7 +31,7 @@ pub(crate) struct FleetReason {
 }
 
 /// `GET /api/fleet`: whether charging is paused, by whom, since when and why.
-#[utoipa::path(get, path = "/api/fleet", tag = "fleet", responses(
+#[utoipa::path(get, path = "/api/fleet", operation_id = "getFleetState", tag = "fleet", responses(
     (status = 200, description = "Whether charging is paused", body = FleetState),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
 ))]
@@ -47,7 +47,7 @@ pub(crate) async fn fleet_state(
 
 /// `POST /api/fleet/pause` with `{"reason": …}`: no executor claims a new attempt until
 /// resumed; calls already out finish. 409 while a pause is open.
-#[utoipa::path(post, path = "/api/fleet/pause", tag = "fleet", request_body = FleetReason, responses(
+#[utoipa::path(post, path = "/api/fleet/pause", operation_id = "pauseFleet", tag = "fleet", request_body = FleetReason, responses(
     (status = 200, description = "Charging is paused", body = FleetPause),
     (status = 400, description = "No reason, or the body is not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
@@ -66,7 +66,7 @@ pub(crate) async fn pause_fleet(
 
 /// `POST /api/fleet/resume` (body optional: `{"reason": …}`): the executors claim again.
 /// 409 when charging is not paused.
-#[utoipa::path(post, path = "/api/fleet/resume", tag = "fleet", request_body(content = Option<FleetReason>, description = "Optional: an empty body is no reason"), responses(
+#[utoipa::path(post, path = "/api/fleet/resume", operation_id = "resumeFleet", tag = "fleet", request_body(content = Option<FleetReason>, description = "Optional: an empty body is no reason"), responses(
     (status = 200, description = "Charging is resumed: the pause that ended", body = Resumed),
     (status = 400, description = "The body is not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),

@@ -5,6 +5,7 @@
 pub(crate) mod attempts;
 pub(crate) mod audit;
 pub(crate) mod bulk;
+pub(crate) mod dlq;
 pub(crate) mod findings;
 pub(crate) mod fleet;
 pub(crate) mod stats;
@@ -38,6 +39,9 @@ pub fn routes() -> Router<AdminState> {
         )
         .route("/api/attempts/bulk", post(bulk::bulk_action))
         .route("/api/audit", get(audit::audit_list))
+        .route("/api/dlq", get(dlq::list_dead_letters))
+        .route("/api/dlq/{sequence}", get(dlq::show_dead_letter))
+        .route("/api/dlq/{sequence}/replay", post(dlq::replay_dead_letter))
         .route("/api/stats", get(stats::stats))
         .route("/api/findings", get(findings::list))
         .route("/api/fleet", get(fleet::fleet_state))
