@@ -157,3 +157,60 @@ async fn a_pause_through_the_api_keeps_readyz_ready_saying_who_paused_and_why() 
     assert_eq!(status, StatusCode::CONFLICT);
     api.stop().await;
 }
+
+/// The command line an operator types at night: pause, status, a refused second pause and
+/// a refused cancel each in one line with its exit code, resume; all under their own name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_pauses_cancels_and_resumes_saying_in_one_line_what_it_did_or_why_not() {
+    let env = TestEnv::new().await;
+    let pending = crate::support::api::attempt(&env, "ord_cli_cancel").await;
+
+    let (code, stdout, stderr) = env
+        .cli(
+            &["fleet", "pause", "--reason", "INC-70 gateway incident"],
+            &[],
+        )
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("charging paused by operator:") && stdout.contains("INC-70"),
+        "{stdout}"
+    );
+    let state: serde_json::Value = env.cli_json(&["fleet", "status", "--json"]).await;
+    assert_eq!(state["paused"], true);
+    let (code, _, stderr) = env.cli(&["fleet", "pause", "--reason", "again"], &[]).await;
+    assert_eq!(code, 1);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("refusing to pause"), "{stderr}");
+
+    let id = pending.to_string();
+    let (code, _, stderr) = env
+        .cli(&["attempts", "cancel", &id, "--reason", " "], &[])
+        .await;
+    assert_eq!(code, 2, "no reason is a usage error: {stderr}");
+    let (code, stdout, stderr) = env
+        .cli(
+            &["attempts", "cancel", &id, "--reason", "duplicate order"],
+            &[],
+        )
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("pending -> expired"), "{stdout}");
+    let (code, _, stderr) = env
+        .cli(&["attempts", "cancel", &id, "--reason", "again"], &[])
+        .await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("it is expired"), "{stderr}");
+
+    let (code, stdout, stderr) = env.cli(&["fleet", "resume"], &[]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("charging resumed by operator:"), "{stdout}");
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM operator_audit WHERE via = 'cli' AND actor LIKE 'operator:%'
+               AND action IN ('fleet_pause', 'fleet_resume', 'cancel')"
+        )
+        .await,
+        3
+    );
+}
