@@ -178,6 +178,7 @@ impl Application {
     /// stops the others.
     pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let metrics = crate::metrics::install();
+        crate::metrics::register_at_zero(&self.settings.intake.consumer);
         let mut roles = Roles::default();
         roles.spawn(
             "metrics upkeep",

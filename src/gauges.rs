@@ -76,6 +76,10 @@ impl DatabaseGaugesRefresher {
         };
         record(&gauges, now);
         crate::reconciler::sweep::refresh_findings_gauge(&self.store).await;
+        match store::fleet::current_pause(&self.store).await {
+            Ok(pause) => metrics::fleet_paused(pause.is_some()),
+            Err(err) => tracing::warn!(error = %err, "cannot read whether the fleet is paused"),
+        }
         Ok(gauges)
     }
 

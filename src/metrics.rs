@@ -14,7 +14,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use time::OffsetDateTime;
 
-use crate::domain::AttemptStatus;
+use crate::domain::{AttemptStatus, CallOperation};
 
 /// Installs the process-wide recorder once and returns the handle `/metrics` renders.
 pub fn install() -> PrometheusHandle {
@@ -35,6 +35,120 @@ pub fn install() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// Registers every series a rule or a panel names, at 0, before anything is recorded
+/// (decision 143): a fresh `serve` then shows 0 where a dashboard would show "no data", and
+/// `rate()`/`increase()` see the first increment as one. Each counter is registered with
+/// every value of its bounded labels that is a closed set; `consumer` is this process's
+/// intake consumer. Labels whose values are open (`sqlstate_class`) appear with their first
+/// increment. Gauges are not set here: each is set by whoever reads its value (the database
+/// gauges' refresher at start, the stream audit after its first pass), since a 0 there would
+/// be a claim. The names repeat those of the recording sites; `tests/metrics/deploy.rs`
+/// holds both to the rules and the dashboard.
+pub fn register_at_zero(consumer: &str) {
+    const GATEWAY_OUTCOMES: [&str; 11] = [
+        "succeeded",
+        "declined",
+        "processing",
+        "requires_action",
+        "in_progress",
+        "rate_limited",
+        "needs_review",
+        "credentials_fault",
+        "endpoint_fault",
+        "not_sent",
+        "ambiguous",
+    ];
+    const OPERATIONS: [CallOperation; 5] = [
+        CallOperation::Charge,
+        CallOperation::Lookup,
+        CallOperation::Prepare,
+        CallOperation::Cancel,
+        CallOperation::List,
+    ];
+    for operation in OPERATIONS.map(CallOperation::as_str) {
+        for outcome in GATEWAY_OUTCOMES {
+            metrics::counter!("onecharge_gateway_calls_total", "operation" => operation, "outcome" => outcome)
+                .absolute(0);
+        }
+        let _ = metrics::histogram!("onecharge_gateway_call_duration_seconds", "operation" => operation);
+    }
+    for operation in ["charge", "lookup"] {
+        metrics::counter!("onecharge_gateway_rate_limited_waits_total", "operation" => operation)
+            .absolute(0);
+        let _ = metrics::histogram!("onecharge_gateway_rate_limited_wait_seconds", "operation" => operation);
+    }
+    metrics::counter!("onecharge_gateway_rate_limit_takes_total").absolute(0);
+    metrics::counter!("onecharge_gateway_credentials_faults_total").absolute(0);
+    metrics::counter!("onecharge_gateway_endpoint_faults_total").absolute(0);
+
+    for result in [
+        "processed",
+        "duplicate",
+        "business_duplicate",
+        "stale",
+        "permanent",
+        "conflict",
+        "transient",
+    ] {
+        metrics::counter!("onecharge_intake_deliveries_total", "consumer" => consumer.to_owned(), "result" => result).absolute(0);
+    }
+    metrics::counter!("onecharge_intake_messages_lost_total", "consumer" => consumer.to_owned(), "reason" => "dead_letter_failed_on_last_delivery").absolute(0);
+    let _ = metrics::histogram!("onecharge_intake_batch_duration_seconds");
+    for class in ["invalid", "conflict", "exhausted"] {
+        metrics::counter!("onecharge_dead_letters_total", "class" => class).absolute(0);
+    }
+
+    for kind in ["dispatch", "hand_over"] {
+        metrics::counter!("onecharge_executor_claims_total", "kind" => kind).absolute(0);
+    }
+    for state in AttemptStatus::ALL
+        .into_iter()
+        .filter(|s| *s != AttemptStatus::InFlight)
+    {
+        metrics::counter!("onecharge_executor_settlements_total", "state" => state.as_str())
+            .absolute(0);
+    }
+    metrics::counter!("onecharge_executor_fenced_writes_total").absolute(0);
+    metrics::counter!("onecharge_executor_unrecorded_results_total").absolute(0);
+    metrics::counter!("onecharge_executor_handed_back_total").absolute(0);
+
+    for result in ["published", "duplicate", "failed", "refused"] {
+        metrics::counter!("onecharge_relay_events_total", "result" => result).absolute(0);
+    }
+    let _ = metrics::histogram!("onecharge_relay_batch_duration_seconds");
+
+    for result in [
+        "succeeded",
+        "declined",
+        "pending",
+        "needs_review",
+        "rescheduled",
+        "fenced",
+    ] {
+        metrics::counter!("onecharge_reconciliations_total", "result" => result).absolute(0);
+    }
+    for result in ["ok", "failed"] {
+        metrics::counter!("onecharge_reconciliation_sweeps_total", "result" => result).absolute(0);
+    }
+    let _ = metrics::histogram!("onecharge_reconciliation_sweep_duration_seconds");
+    metrics::counter!("onecharge_reconciliation_sweep_pages_total").absolute(0);
+    metrics::counter!("onecharge_reconciliation_sweep_records_total").absolute(0);
+
+    for result in [
+        "accepted",
+        "duplicate",
+        "failed",
+        "shed",
+        "unreadable",
+        "missing_signature",
+        "malformed_signature",
+        "stale",
+        "bad_signature",
+    ] {
+        metrics::counter!("onecharge_webhooks_total", "result" => result).absolute(0);
+    }
 }
 
 /// Drains the recorder's histogram samples into their buckets every few seconds until
@@ -166,4 +280,10 @@ pub fn intake_consumer_lag(consumer: &str, pending: u64, ack_pending: u64) {
         .set(pending as f64);
     metrics::gauge!("onecharge_intake_consumer_ack_pending", "consumer" => consumer.to_owned())
         .set(ack_pending as f64);
+}
+
+/// Whether charging is paused across the fleet (1) or not (0), as the database said at the
+/// last refresh: every instance that serves `/metrics` says the same (decision 145).
+pub fn fleet_paused(paused: bool) {
+    metrics::gauge!("onecharge_fleet_paused").set(if paused { 1.0 } else { 0.0 });
 }

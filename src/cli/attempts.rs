@@ -74,6 +74,18 @@ pub enum AttemptsCommand {
     },
     /// Decide a needs_review attempt: succeeded, declined, or retry with the same key
     Resolve(ResolveArgs),
+    /// Cancel a pending attempt never sent to the gateway, so that it is never charged: it
+    /// becomes expired, with its event. Refused, with why, once an executor has claimed it
+    Cancel {
+        /// The payment_attempt_id
+        id: PaymentAttemptId,
+        /// Why it must not be charged: recorded on the transition, the event and the audit trail
+        #[arg(long)]
+        reason: String,
+        /// One JSON document instead of a line
+        #[arg(long)]
+        json: bool,
+    },
     /// Ask the gateway now about one unknown or needs_review attempt, as the reconciler
     /// would, settle it if the answer does, and print what was found and done
     Recheck {
@@ -171,6 +183,7 @@ pub async fn run(settings: &Settings, command: AttemptsCommand) -> anyhow::Resul
         AttemptsCommand::Stats { json } => stats(&cx, json).await,
         AttemptsCommand::Show { id, json } => show(&cx, id, json).await,
         AttemptsCommand::Resolve(args) => resolve(&cx, args).await,
+        AttemptsCommand::Cancel { id, reason, json } => cancel(&cx, id, &reason, json).await,
         AttemptsCommand::Recheck { id, reason, json } => recheck(cx, id, reason, json).await,
         AttemptsCommand::BulkRetry(args) => bulk(cx, BulkAction::Retry, args).await,
         AttemptsCommand::BulkRecheck(args) => bulk(cx, BulkAction::Recheck, args).await,
@@ -276,6 +289,23 @@ async fn resolve(cx: &Context<'_>, args: ResolveArgs) -> anyhow::Result<()> {
         Err(ResolveError::Invalid(why)) => Err(UsageError(why).into()),
         Err(err @ ResolveError::Store(_)) => {
             Err(anyhow::Error::new(err).context("resolving the attempt"))
+        }
+        Err(err) => Err(anyhow::anyhow!("{err}")),
+    }
+}
+
+async fn cancel(
+    cx: &Context<'_>,
+    id: PaymentAttemptId,
+    reason: &str,
+    json: bool,
+) -> anyhow::Result<()> {
+    match crate::operator::cancel::cancel(&cx.store, id, reason, &operator_actor(), Via::Cli).await
+    {
+        Ok(cancelled) => print_as(json, &cancelled, |c| format!("{}\n", c.summary())),
+        Err(ResolveError::Invalid(why)) => Err(UsageError(why).into()),
+        Err(err @ ResolveError::Store(_)) => {
+            Err(anyhow::Error::new(err).context("cancelling the attempt"))
         }
         Err(err) => Err(anyhow::anyhow!("{err}")),
     }

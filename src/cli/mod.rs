@@ -13,6 +13,7 @@ pub mod console;
 pub mod demo;
 pub mod dlq;
 pub mod findings;
+pub mod fleet;
 pub mod intake;
 pub mod publish;
 pub mod purge;
@@ -126,6 +127,9 @@ pub enum Command {
     /// Discrepancies the reconciliation sweep and the gateway's webhooks found
     #[command(subcommand)]
     Findings(findings::FindingsCommand),
+    /// Pause or resume charging across every instance
+    #[command(subcommand)]
+    Fleet(fleet::FleetCommand),
 }
 
 impl GlobalArgs {
@@ -198,6 +202,7 @@ async fn dispatch(settings: Settings, command: Command) -> anyhow::Result<()> {
         Command::Completions { .. } => unreachable!("answered before the configuration"),
         Command::Reconcile { once, job } => reconcile::run(settings, once, job).await,
         Command::Findings(command) => findings::run(&settings, command).await,
+        Command::Fleet(command) => fleet::run(&settings, command).await,
     }
 }
 

@@ -17,7 +17,7 @@ use super::PaymentAttemptId;
 
 /// The kinds of discrepancy (docs/contract.md §5, `findings list`). Stored and serialised
 /// as its snake_case name.
-#[derive(Serialize, serde::Deserialize, sqlx::Type, schemars::JsonSchema)]
+#[derive(Serialize, serde::Deserialize, sqlx::Type, schemars::JsonSchema, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,7 +83,9 @@ impl std::fmt::Display for FindingClass {
 }
 
 /// What saw a finding first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::Type, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::Type, schemars::JsonSchema, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum FindingSource {
@@ -95,9 +97,10 @@ pub enum FindingSource {
 
 /// A finding to record (or, when its key is known, to see again): also what a stored
 /// finding says, besides its bookkeeping.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct NewFinding {
     pub class: FindingClass,
+    #[schema(value_type = Option<uuid::Uuid>)]
     pub payment_attempt_id: Option<PaymentAttemptId>,
     /// The attempt id the gateway's record names, as written there.
     pub reference: Option<String>,

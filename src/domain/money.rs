@@ -173,11 +173,13 @@ impl sqlx::postgres::PgHasArrayType for Currency {
     Deserialize,
     sqlx::FromRow,
     schemars::JsonSchema,
+    utoipa::ToSchema,
 )]
 pub struct Money {
     /// In the currency's minor unit.
     amount_minor: i64,
     /// ISO 4217 alphabetic code, as the command gave it.
+    #[schema(value_type = String)]
     currency: Currency,
 }
 

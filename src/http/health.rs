@@ -19,7 +19,7 @@ pub fn routes() -> Router<AdminState> {
 }
 
 /// Ready when the database and NATS answer and the gateway accepts the credentials; the
-/// body says what is wrong otherwise.
+/// body says what is wrong otherwise, and, when ready, whether charging is paused.
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     let (db, nats) = tokio::join!(state.store.ping(), state.broker.ping());
     let mut problems = Vec::new();
@@ -37,7 +37,17 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
         problems.push(problem);
     }
     if problems.is_empty() {
-        (StatusCode::OK, "ready\n".to_owned())
+        // A pause is an operator's decision, not a fault: the instance stays ready (a
+        // probe that failed would have every pod restarted), and the body says it.
+        let paused = crate::store::fleet::current_pause(&state.store)
+            .await
+            .ok()
+            .flatten();
+        let body = match paused {
+            Some(pause) => format!("ready\n{}\n", crate::operator::fleet::paused_line(&pause)),
+            None => "ready\n".to_owned(),
+        };
+        (StatusCode::OK, body)
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -66,3 +66,20 @@ pub async fn serve(
         .await?;
     Ok(())
 }
+
+/// A CSV download (an export of attempts, decision 146): its type, and a file name a
+/// browser saves it under. Shared by both faces, so it sits below them.
+pub(crate) fn csv_download(csv: Vec<u8>) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                "attachment; filename=\"onecharge-attempts.csv\"",
+            ),
+        ],
+        csv,
+    )
+        .into_response()
+}

@@ -16,26 +16,40 @@ use super::error::ErrorBody;
 #[openapi(
     info(
         title = "onecharge admin API",
-        description = "The operator API of onecharge's admin listener (docs/contract.md §6): find payment attempts, see why they are stuck, resolve or recheck them, read the audit trail. When an admin token or named operators are configured, every request needs `Authorization: Bearer <token>`; a viewer's token only reads. With neither configured the API is open on a loopback address."
+        description = "The operator API of onecharge's admin listener (docs/contract.md §6): find payment attempts, see why they are stuck, resolve, recheck or cancel them, export a search as CSV, pause charging across the fleet, list and replay dead letters, read the audit trail. When an admin token or named operators are configured, every request needs `Authorization: Bearer <token>`; a viewer's token only reads. With neither configured the API is open on a loopback address."
     ),
     paths(
         api::attempts::list_attempts,
+        api::attempts::export_attempts,
         api::attempts::show_attempt,
         api::attempts::resolve_attempt,
+        api::attempts::cancel_attempt,
         api::attempts::recheck_attempt,
         api::bulk::bulk_action,
         api::audit::audit_list,
+        api::dlq::list_dead_letters,
+        api::dlq::show_dead_letter,
+        api::dlq::replay_dead_letter,
         api::stats::stats,
         api::findings::list,
         api::findings::resolve_finding,
+        api::fleet::fleet_state,
+        api::fleet::pause_fleet,
+        api::fleet::resume_fleet,
         serve,
+    ),
+    servers(
+        (url = "/", description = "The admin listener that serves this document"),
+        (url = "http://127.0.0.1:9464", description = "The default admin address (admin_addr)"),
     ),
     components(schemas(ErrorBody)),
     modifiers(&BearerToken),
     tags(
         (name = "attempts", description = "Payment attempts and the decisions on them"),
         (name = "audit", description = "The trail of manual actions"),
+        (name = "dlq", description = "Dead-lettered commands and their replay"),
         (name = "findings", description = "Discrepancies between the ledger and the gateway's own records (the reconciliation sweep, webhooks)"),
+        (name = "fleet", description = "Charging across every instance: paused or running"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -73,8 +87,8 @@ pub fn document() -> serde_json::Value {
 static DOCUMENT: LazyLock<serde_json::Value> = LazyLock::new(document);
 
 /// `GET /api/openapi.json`: this document (OpenAPI 3.1).
-#[utoipa::path(get, path = "/api/openapi.json", tag = "meta", responses(
-    (status = 200, description = "The OpenAPI 3.1 document of /api/*", body = serde_json::Value),
+#[utoipa::path(get, path = "/api/openapi.json", operation_id = "getOpenApiDocument", tag = "meta", responses(
+    (status = 200, description = "The OpenAPI 3.1 document of /api/*", body = Object),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
 ))]
 pub(crate) async fn serve() -> Json<serde_json::Value> {

@@ -20,7 +20,7 @@ use crate::store::Store;
 
 /// One attempt in `--json` output and the admin API: the stored row (contract §5 fields and
 /// more), how old it is and what happens to it next.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     #[serde(flatten)]
     pub attempt: AttemptRecord,
@@ -35,7 +35,7 @@ pub struct AttemptView {
 }
 
 /// Who moves an attempt next, what they do and when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct NextAction {
     /// `executor`, `reconciler`, `operator`, or `none` for a final attempt.
     pub by: Actor,
@@ -49,7 +49,7 @@ pub struct NextAction {
 }
 
 /// The role that moves an attempt next; serialized as its lower-case name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Actor {
     Executor,
@@ -77,7 +77,7 @@ impl std::fmt::Display for Actor {
 }
 
 /// `attempts show`: one attempt with its whole history.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AttemptDetail {
     #[serde(flatten)]
     pub view: AttemptView,

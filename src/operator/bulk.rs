@@ -33,7 +33,9 @@ pub const BULK_CAP: usize = 500;
 pub const PREVIEW_IDS: usize = 20;
 
 /// What to do to each matching attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BulkAction {
     /// `attempts resolve --as retry` for each `needs_review` attempt.
@@ -120,8 +122,9 @@ pub struct BulkRequest {
 }
 
 /// What happened to one attempt.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BulkItem {
+    #[schema(value_type = uuid::Uuid)]
     pub payment_attempt_id: PaymentAttemptId,
     /// `retried`, `settled`, `unchanged`, `fenced`, `refused`, `failed`.
     pub outcome: String,
@@ -129,7 +132,7 @@ pub struct BulkItem {
 }
 
 /// What a bulk request came to.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BulkOutcome {
     pub action: BulkAction,
     pub preview: bool,
@@ -137,6 +140,7 @@ pub struct BulkOutcome {
     pub matched: usize,
     /// Every matching id (a preview: pass them back as `ids` to act on exactly these), or
     /// every one acted on.
+    #[schema(value_type = Vec<uuid::Uuid>)]
     pub ids: Vec<PaymentAttemptId>,
     /// Per attempt, when acted on.
     pub results: Vec<BulkItem>,

@@ -63,12 +63,13 @@ pub struct ReplayNotAudited {
 }
 
 /// One dead letter as `dlq list` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DeadLetter {
     /// Its sequence in the dead-letter stream: what `dlq replay` takes.
     pub sequence: u64,
     /// When it was dead-lettered.
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub time: OffsetDateTime,
     /// `invalid`, `conflict` or `exhausted`.
     pub class: Option<String>,
@@ -147,7 +148,7 @@ fn dead_letter(message: &async_nats::jetstream::message::StreamMessage) -> DeadL
 }
 
 /// What a replay published.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Replayed {
     pub dlq_sequence: u64,
     pub subject: String,
@@ -156,6 +157,8 @@ pub struct Replayed {
     pub stream_sequence: u64,
     /// Whether the body was replaced by the operator's correction.
     pub body_corrected: bool,
+    /// The published headers as `[name, value]` pairs
+    #[schema(value_type = Vec<Vec<String>>)]
     pub headers: Vec<(String, String)>,
     pub body: String,
 }

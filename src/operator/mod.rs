@@ -24,8 +24,11 @@
 pub mod attempts;
 pub mod audit;
 pub mod bulk;
+pub mod cancel;
 pub mod dlq;
+pub mod export;
 pub mod findings;
+pub mod fleet;
 pub mod intake_audit;
 pub mod recheck;
 pub mod resolve;

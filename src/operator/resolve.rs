@@ -63,8 +63,9 @@ pub enum ResolveError {
 }
 
 /// A decision that was applied.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Resolved {
+    #[schema(value_type = uuid::Uuid)]
     pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,
     pub actor: String,

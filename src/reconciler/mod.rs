@@ -695,8 +695,9 @@ impl WriteReports {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Recheck {
+    #[schema(value_type = uuid::Uuid)]
     pub payment_attempt_id: PaymentAttemptId,
     pub before: AttemptStatus,
     pub after: AttemptStatus,

@@ -124,6 +124,8 @@ pub async fn claim_due_attempts(
                AND NOT ($7::float8 > 0 AND first_dispatched_at IS NULL
                         AND requested_at IS NOT NULL
                         AND requested_at <= now() - make_interval(secs => $7::float8))
+               -- a paused fleet claims nothing (decision 145; one look, not one per row)
+               AND NOT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)
              ORDER BY next_run_at
              LIMIT $1
              FOR UPDATE SKIP LOCKED

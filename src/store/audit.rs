@@ -16,7 +16,18 @@ use crate::domain::PaymentAttemptId;
 /// Through what a person acted: the command line, the admin API or the console. Stored as
 /// text in `operator_audit.via` (its CHECK constraint lists the same values) and decoded
 /// straight into this type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, sqlx::Type)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    sqlx::Type,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum Via {
@@ -44,7 +55,7 @@ impl std::fmt::Display for Via {
 
 /// What a person did. Stored as text in `operator_audit.action` and decoded straight into
 /// this type, so the trail is read as the actions this code writes, not as strings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, sqlx::Type, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum AuditAction {
@@ -64,6 +75,12 @@ pub enum AuditAction {
     BulkRecheck,
     /// `findings resolve`: a reconciliation finding closed with what was done.
     ResolveFinding,
+    /// `attempts cancel`: a pending attempt never sent, cancelled (`expired`).
+    Cancel,
+    /// `fleet pause`: no executor claims a new attempt until resumed.
+    FleetPause,
+    /// `fleet resume`.
+    FleetResume,
 }
 
 impl AuditAction {
@@ -78,6 +95,9 @@ impl AuditAction {
             Self::BulkRetry => "bulk_retry",
             Self::BulkRecheck => "bulk_recheck",
             Self::ResolveFinding => "resolve_finding",
+            Self::Cancel => "cancel",
+            Self::FleetPause => "fleet_pause",
+            Self::FleetResume => "fleet_resume",
         }
     }
 }
@@ -107,7 +127,7 @@ pub struct NewAuditEntry {
 }
 
 /// One stored row, as `audit list` and `GET /api/audit` show it.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct AuditEntry {
     pub id: i64,
     #[serde(with = "time::serde::rfc3339")]
@@ -115,10 +135,12 @@ pub struct AuditEntry {
     pub actor: String,
     pub via: Via,
     pub action: AuditAction,
+    #[schema(value_type = Vec<uuid::Uuid>)]
     pub payment_attempt_ids: Vec<PaymentAttemptId>,
     pub dlq_sequence: Option<i64>,
     pub reason: Option<String>,
     pub outcome: String,
+    #[schema(value_type = Object)]
     pub detail: serde_json::Value,
 }
 

@@ -19,7 +19,7 @@ pub use crate::domain::finding::{
 /// A stored finding, as `findings list|show` and `GET /api/findings` show it: what was
 /// found (its fields flattened into the JSON, and read through `Deref`), where it came
 /// from, and what became of it.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Finding {
     pub id: i64,
     #[serde(flatten)]

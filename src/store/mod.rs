@@ -9,9 +9,11 @@
 pub mod attempt_counts;
 pub mod attempts;
 pub mod audit;
+pub mod cancel;
 pub mod charts;
 pub mod console;
 pub mod findings;
+pub mod fleet;
 pub mod gateway_objects;
 pub mod intake;
 pub mod metrics;

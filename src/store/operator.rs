@@ -17,8 +17,9 @@ use crate::domain::{AttemptStatus, IdempotencyKey, LeaseToken, Money, PaymentAtt
 /// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
 /// Serialised as is into `--json` output and the admin API (contract §5). Read from a row of
 /// `ATTEMPT_SELECT` through [`AttemptRow`].
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct AttemptRecord {
+    #[schema(value_type = uuid::Uuid)]
     pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,
     pub order_id: String,
@@ -31,6 +32,7 @@ pub struct AttemptRecord {
     #[serde(with = "time::serde::rfc3339::option")]
     pub requested_at: Option<OffsetDateTime>,
     /// The key every gateway try sends; what to search for in the gateway's dashboard.
+    #[schema(value_type = String)]
     pub idempotency_key: IdempotencyKey,
     pub tries: i32,
     #[serde(with = "time::serde::rfc3339")]
@@ -64,12 +66,13 @@ pub struct AttemptRecord {
 
 /// One recorded call to the gateway (`gateway_calls`): the evidence of what onecharge asked
 /// and what it was told.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct GatewayCall {
     pub id: i64,
     /// `charge` or `lookup`.
     pub operation: String,
     pub try_number: i32,
+    #[schema(value_type = Option<i64>)]
     pub lease_token: Option<LeaseToken>,
     #[serde(with = "time::serde::rfc3339")]
     pub started_at: OffsetDateTime,
@@ -85,7 +88,7 @@ pub struct GatewayCall {
 }
 
 /// One recorded state change (`attempt_transitions`).
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Transition {
     pub id: i64,
     /// `None` for the attempt's creation.
@@ -99,7 +102,7 @@ pub struct Transition {
 }
 
 /// One event of the attempt in the outbox, published or not.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct OutboxEvent {
     pub event_id: Uuid,
     pub status: String,
@@ -111,6 +114,8 @@ pub struct OutboxEvent {
     pub published_at: Option<OffsetDateTime>,
     pub publish_attempts: i32,
     pub last_error: Option<String>,
+    /// The event's body (contract §2.3)
+    #[schema(value_type = Object)]
     pub payload: serde_json::Value,
 }
 

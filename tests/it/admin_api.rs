@@ -477,3 +477,44 @@ async fn admin_public_origins_name_the_hosts_and_pages_a_proxy_brings_and_no_oth
     assert_eq!(env.status(id).await, "declined");
     api.stop().await;
 }
+
+#[tokio::test]
+async fn cancel_through_the_api_expires_a_pending_attempt_and_refuses_one_in_review() {
+    let World { env, id, api } = World::serve(Some(TOKEN)).await;
+    let pending = crate::support::api::attempt(&env, "ord_api_cancel").await;
+
+    let (status, body) = api
+        .post(
+            &format!("/api/attempts/{pending}/cancel"),
+            Some(TOKEN),
+            json!({"reason": "fraud suspected"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "expired");
+    assert_eq!(body["actor"], "admin-api");
+    assert_eq!(env.status(pending).await, "expired");
+
+    let (status, body) = api
+        .post(
+            &format!("/api/attempts/{id}/cancel"),
+            Some(TOKEN),
+            json!({"reason": "fraud suspected"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("is needs_review"));
+    let (status, _) = api
+        .post(
+            &format!("/api/attempts/{pending}/cancel"),
+            Some(TOKEN),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(env.status(id).await, "needs_review");
+    api.stop().await;
+}

@@ -1924,3 +1924,146 @@ async fn a_findings_page_shows_the_earlier_findings_about_its_charge_and_what_be
     let (status, _) = console.get(Some(&ada), "/console/findings/999999").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_pending_attempt_asks_for_a_confirmation_then_expires_it_as_the_operator() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let id = crate::support::api::attempt(&env, "ord_cancel").await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let path = format!("/console/attempts/{id}/cancel");
+
+    // the pending attempt's page offers the cancel
+    let (_, page) = console
+        .get(Some(&ada), &format!("/console/attempts/{id}"))
+        .await;
+    assert!(page.contains(r#"id="cancel-form""#), "{page}");
+
+    let csrf: &'static str = console.csrf(&ada).await.leak();
+    let (status, page) = console
+        .post(
+            &ada,
+            &path,
+            &[("reason", "duplicate order"), ("csrf", csrf)],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="confirm-submit""#), "{page}");
+    assert_eq!(env.status(id).await, "pending", "not before confirming");
+
+    let confirmed = [
+        ("reason", "duplicate order"),
+        ("confirm", "yes"),
+        ("csrf", csrf),
+    ];
+    let (status, page) = console.post(&ada, &path, &confirmed).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"data-status="expired""#), "{page}");
+    assert_eq!(env.status(id).await, "expired");
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM operator_audit WHERE '{id}' = ANY(payment_attempt_ids)
+               AND actor = 'operator:ada' AND via = 'console' AND action = 'cancel'
+               AND reason = 'duplicate order'"
+        ))
+        .await,
+        1
+    );
+
+    // a second cancel is refused with why, and changes nothing
+    let (status, page) = console.post(&ada, &path, &confirmed).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(page.contains("it is expired"), "{page}");
+    assert_eq!(
+        env.scalar(&format!(
+            "SELECT count(*) FROM outbox WHERE payment_attempt_id = '{id}'"
+        ))
+        .await,
+        1
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_the_fleet_in_the_console_is_confirmed_then_shown_on_every_page_until_resumed() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+    let csrf: &'static str = console.csrf(&ada).await.leak();
+    let pause = |confirm: &'static str| {
+        vec![
+            ("action", "pause"),
+            ("reason", "gateway incident INC-9"),
+            ("confirm", confirm),
+            ("csrf", csrf),
+        ]
+    };
+
+    let (status, page) = console.post(&ada, "/console/fleet", &pause("no")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="confirm-submit""#), "{page}");
+    assert_eq!(env.scalar("SELECT count(*) FROM fleet_pauses").await, 0);
+
+    let (status, page) = console.post(&ada, "/console/fleet", &pause("yes")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    for path in [
+        "/console/",
+        "/console/attempts",
+        "/console/review",
+        "/console/audit",
+    ] {
+        let (_, page) = console.get(Some(&vic), path).await;
+        assert!(
+            page.contains(r#"data-testid="fleet-paused" data-paused-by="operator:ada""#)
+                && page.contains("gateway incident INC-9"),
+            "{path}: {page}"
+        );
+    }
+
+    let vic_csrf: &'static str = console.csrf(&vic).await.leak();
+    let resume =
+        |csrf: &'static str| vec![("action", "resume"), ("confirm", "yes"), ("csrf", csrf)];
+    let (status, _) = console
+        .post(&vic, "/console/fleet", &resume(vic_csrf))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a viewer cannot resume");
+    let (status, page) = console.post(&ada, "/console/fleet", &resume(csrf)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let (_, page) = console.get(Some(&vic), "/console/").await;
+    assert!(!page.contains("fleet-paused"), "{page}");
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM operator_audit WHERE actor = 'operator:ada' AND via = 'console'
+               AND action IN ('fleet_pause', 'fleet_resume')"
+        )
+        .await,
+        2
+    );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_offers_its_results_as_csv_and_a_viewer_downloads_them() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let id = attempt(&env, "ord_export").await;
+    attempt(&env, "ord_elsewhere").await;
+    let console = Console::start(&env).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+
+    let (_, page) = console
+        .get(Some(&vic), "/console/attempts?order_id=ord_export")
+        .await;
+    let link = "/console/attempts.csv?order_id=ord_export";
+    assert!(page.contains(&format!(r#"href="{link}""#)), "{page}");
+    let (status, csv) = console.get(Some(&vic), link).await;
+    assert_eq!(status, StatusCode::OK, "{csv}");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    assert!(lines[0].starts_with("payment_attempt_id,status,order_id"));
+    assert!(
+        lines[1].starts_with(&format!("{id},pending,ord_export,")),
+        "{csv}"
+    );
+    console.stop().await;
+}

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::support::{command, command_file, commands_stream, TestEnv};
+use crate::support::{command, command_file, commands_stream, Records, TestEnv};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -116,4 +116,45 @@ async fn a_replay_with_no_dead_letter_stream_says_so_in_one_line() {
         )),
         "{stderr}"
     );
+}
+
+/// `/api/dlq…` (issue 39): the dead letters the CLI and the console list, one by its
+/// sequence, and a replay of its correction, audited as the API's caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_lists_shows_and_replays_a_corrected_dead_letter_audited() {
+    let env = TestEnv::new().await;
+    let attempt = Uuid::new_v4();
+    let sequence = one_dead_letter(&env, attempt).await;
+    let api = crate::support::api::AdminApi::start(&env.settings).await;
+
+    let (status, list) = api.get("/api/dlq", None).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{list}");
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["sequence"].to_string(), sequence);
+    let (status, one) = api.get(&format!("/api/dlq/{sequence}"), None).await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(one, list[0]);
+    let (status, _) = api.get("/api/dlq/999", None).await;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+
+    let before = commands_on_stream(&env).await;
+    let (status, replayed) = api
+        .post(
+            &format!("/api/dlq/{sequence}/replay"),
+            None,
+            json!({"reason": "fixed the amount", "body": command(attempt, json!({}))}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{replayed}");
+    assert_eq!(replayed["body_corrected"], true);
+    assert_eq!(commands_on_stream(&env).await, before + 1);
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM operator_audit WHERE action = 'dlq_replay' AND via = 'api'
+               AND reason = 'fixed the amount'"
+        )
+        .await,
+        1
+    );
+    api.stop().await;
 }

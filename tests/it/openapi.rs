@@ -3,7 +3,7 @@
 //! declares is documented with its methods, and every documented operation is answered by
 //! a handler (no 404 from the router, no 405).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::support::api::AdminApi;
@@ -119,4 +119,68 @@ async fn every_api_route_is_documented_and_every_documented_operation_is_answere
     let (status, _) = api.post("/api/stats", None, serde_json::json!({})).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     api.stop().await;
+}
+
+/// What a client generator needs of every operation (issue 39): a unique, descriptive
+/// `operationId`, a typed schema for every successful JSON answer (never the empty schema
+/// `serde_json::Value` gives), and `servers` to call; and the dead-letter operations the CLI
+/// and the console have.
+#[test]
+fn every_operation_has_a_unique_operation_id_a_typed_answer_and_servers() {
+    let document = onecharge::http::openapi::document();
+    let servers = document["servers"].as_array().expect("servers");
+    assert!(!servers.is_empty());
+    assert!(servers.iter().all(|s| s["url"].is_string()));
+
+    let mut ids: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut untyped = Vec::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let id = operation["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+            assert!(
+                id.len() > 6
+                    && id.chars().next().unwrap().is_ascii_lowercase()
+                    && !id.contains('_'),
+                "{method} {path}: operationId {id} is not a descriptive camelCase name"
+            );
+            if let Some(other) = ids.insert(id.to_owned(), (method.clone(), path.clone())) {
+                panic!("operationId {id} names both {other:?} and {method} {path}");
+            }
+            for (code, response) in operation["responses"].as_object().unwrap() {
+                if !code.starts_with('2') {
+                    continue;
+                }
+                let schema = &response["content"]["application/json"]["schema"];
+                let empty = |s: &Value| s.as_object().is_some_and(|o| o.is_empty());
+                if empty(schema) || empty(&schema["items"]) {
+                    untyped.push(format!("{method} {path} {code}"));
+                }
+            }
+        }
+    }
+    assert!(
+        untyped.is_empty(),
+        "answers without a typed schema: {untyped:?}"
+    );
+    for (method, path) in [
+        ("get", "/api/dlq"),
+        ("get", "/api/dlq/{sequence}"),
+        ("post", "/api/dlq/{sequence}/replay"),
+    ] {
+        assert!(
+            ids.values().any(|(m, p)| m == method && p == path),
+            "{method} {path} is not documented"
+        );
+    }
+    // A named schema is defined where it is referenced.
+    let text = document.to_string();
+    for reference in text.split("\"#/components/schemas/").skip(1) {
+        let name = &reference[..reference.find('"').unwrap()];
+        assert!(
+            document["components"]["schemas"][name].is_object(),
+            "{name} is referenced but not defined"
+        );
+    }
 }

@@ -295,6 +295,71 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     );
 }
 
+/// Metrics whose only label takes values no list holds (a SQLSTATE class): the series
+/// appears with its first increment (the rule's `or` term sees that one), so a fresh
+/// `serve` cannot show it at 0.
+const OPEN_LABELS: &[(&str, &str)] =
+    &[("onecharge_intake_database_faults_total", "sqlstate_class")];
+
+/// Issue 39: before anything is charged, dead-lettered, refused or swept, every metric,
+/// label and matched label value that a rule or a panel names is on `/metrics` already
+/// (counters at 0, decision 143), so a dashboard shows 0 where it showed "no data" and an
+/// `increase()` sees the first fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_idle_serve_already_exposes_every_series_a_rule_or_a_panel_names() {
+    let gateway = MockGateway::start(MockConfig::default()).await.unwrap();
+    let key = MockConfig::default().api_key;
+    let env = TestEnv::new().await;
+    let url = gateway.base_url();
+    let mut serve = Serve::start(
+        &env,
+        &[],
+        &[
+            ("ONECHARGE_GATEWAY_URL", &url),
+            ("ONECHARGE_GATEWAY_API_KEY", &key),
+        ],
+    );
+    let mut exposed = serve
+        .wait_until(
+            "the gauges' first refresh and the stream audit's first pass",
+            |m| {
+                m.metrics
+                    .contains_key("onecharge_database_gauges_refreshed_timestamp_seconds")
+                    && m.metrics.contains_key("onecharge_intake_consumer_pending")
+                    && m.metrics
+                        .contains_key("onecharge_intake_unrecorded_messages")
+            },
+        )
+        .await;
+    // Idle: the series are there because they were registered, not because anything ran.
+    assert_eq!(exposed.value("onecharge_intake_deliveries_total", &[]), 0.0);
+    assert_eq!(exposed.value("onecharge_dead_letters_total", &[]), 0.0);
+    assert_eq!(
+        exposed.value("onecharge_gateway_calls_total", &[("operation", "charge")]),
+        0.0
+    );
+    assert!(gateway.ledger().is_empty());
+
+    for (name, label) in OPEN_LABELS {
+        exposed.declare(name, &[label]);
+    }
+    let mut problems = Vec::new();
+    for (place, expr) in dashboard_expressions(DASHBOARD)
+        .into_iter()
+        .chain(rule_expressions(RULES))
+    {
+        for problem in exposed.unknown_names(&references(&expr)) {
+            problems.push(format!("{place}: {problem}\n    in: {expr}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "a fresh serve does not expose:\n{}",
+        problems.join("\n")
+    );
+    serve.stop().await;
+}
+
 #[test]
 fn the_checker_reports_a_misspelled_metric_label_or_value_and_accepts_the_real_ones() {
     let exposed = Exposed::parse(

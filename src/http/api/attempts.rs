@@ -13,6 +13,8 @@ use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::http::access::Principal;
 use crate::http::error::{ErrorBody, QueryRefused};
 use crate::http::{AdminState, ApiError};
+use crate::operator::cancel::{self, CancelRequest, Cancelled};
+use crate::operator::export::{self, ExportError};
 use crate::operator::recheck::{self, Recheck, RecheckError};
 use crate::operator::resolve::{self, ResolveError, ResolveRequest};
 use crate::operator::{attempts, Via};
@@ -78,8 +80,8 @@ fn cursor_param(
 
 /// `GET /api/attempts`: attempts newest first, narrowed by the query; with `stuck`, the
 /// unsettled attempts older than it, oldest first.
-#[utoipa::path(get, path = "/api/attempts", tag = "attempts", params(ListQuery), responses(
-    (status = 200, description = "The attempts, as `attempts list --json` (or `attempts stuck --json`) prints them (contract §5)", body = Vec<serde_json::Value>,
+#[utoipa::path(get, path = "/api/attempts", operation_id = "listAttempts", tag = "attempts", params(ListQuery), responses(
+    (status = 200, description = "The attempts, as `attempts list --json` (or `attempts stuck --json`) prints them (contract §5)", body = Vec<attempts::AttemptView>,
         headers(("x-next-cursor" = String, description = "The cursor of the next page (`before`, or `after` with `stuck`), when there is one"))),
     QueryRefused,
     (status = 422, description = "`stuck` without a `limit`, and more than 1000 attempts are stuck: ask for pages (`too_many`)", body = ErrorBody),
@@ -144,6 +146,67 @@ pub(crate) async fn list_attempts(
     ))
 }
 
+/// `GET /api/attempts.csv` query: the filters of `GET /api/attempts` (without `stuck`, whose
+/// list is not a search, and without `limit`: an export holds everything it finds).
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExportQuery {
+    status: Option<String>,
+    order_id: Option<String>,
+    customer_id: Option<String>,
+    gateway_charge_id: Option<String>,
+    idempotency_key: Option<String>,
+    created_after: Option<String>,
+    created_before: Option<String>,
+    before: Option<String>,
+}
+
+/// `GET /api/attempts.csv`: every attempt the filters find, newest first, as CSV (one row
+/// each, header first); `422 too_many` when more than 10,000 match (decision 146).
+#[utoipa::path(get, path = "/api/attempts.csv", operation_id = "exportAttemptsCsv", tag = "attempts", params(ExportQuery), responses(
+    (status = 200, description = "The attempts found, as CSV with a header row (RFC 4180)", content_type = "text/csv", body = String),
+    QueryRefused,
+    (status = 422, description = "More than 10,000 attempts match: narrow the search (`too_many`)", body = ErrorBody),
+))]
+pub(crate) async fn export_attempts(
+    State(state): State<AdminState>,
+    ApiQuery(query): ApiQuery<ExportQuery>,
+) -> Result<Response, ApiError> {
+    let status = query
+        .status
+        .as_deref()
+        .map(str::parse::<AttemptStatus>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let filter = attempts::AttemptFilter {
+        status,
+        order_id: query.order_id,
+        customer_id: query.customer_id,
+        gateway_charge_id: query.gateway_charge_id,
+        idempotency_key: query.idempotency_key,
+        created_after: time_param("created_after", query.created_after.as_deref())?,
+        created_before: time_param("created_before", query.created_before.as_deref())?,
+        before: cursor_param("before", query.before.as_deref())?,
+    };
+    let csv = export::attempts_csv(
+        &state.store,
+        &filter,
+        OffsetDateTime::now_utc(),
+        &state.retry_window,
+    )
+    .await
+    .map_err(|err| match err {
+        err @ ExportError::TooMany => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "too_many",
+            err.to_string(),
+        ),
+        err => ApiError::internal(err),
+    })?;
+    Ok(crate::http::csv_download(csv))
+}
+
 /// `stuck=` without a `limit`: every stuck attempt in one answer, as contract §6 promises
 /// (decision 93: a script counting the backlog must never get a silently cut list), or, when
 /// more than [`MAX_PAGE`] are stuck, `422 too_many` saying to page; never more than one
@@ -175,8 +238,8 @@ fn attempt_id(
         .map_err(|e| ApiError::bad_request(format!("not a payment_attempt_id: {}", e.body_text())))
 }
 
-#[utoipa::path(get, path = "/api/attempts/{id}", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), responses(
-    (status = 200, description = "The attempt with its transitions, gateway calls and events, as `attempts show --json` prints it (contract §5)", body = serde_json::Value),
+#[utoipa::path(get, path = "/api/attempts/{id}", operation_id = "showAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), responses(
+    (status = 200, description = "The attempt with its transitions, gateway calls and events, as `attempts show --json` prints it (contract §5)", body = attempts::AttemptDetail),
     (status = 400, description = "Not a payment_attempt_id", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
     (status = 404, description = "No such attempt", body = ErrorBody),
@@ -202,8 +265,8 @@ pub(crate) async fn show_attempt(
 /// `POST /api/attempts/{id}/resolve` with `{"as": "succeeded|declined|retry", "reason": …,
 /// "gateway_charge_id": …, "decline_code": …}`: the decision of `attempts resolve`. Answers
 /// `{"resolution": …, "attempt": <as GET /api/attempts/{id}>}`.
-#[utoipa::path(post, path = "/api/attempts/{id}/resolve", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = ResolveRequest, responses(
-    (status = 200, description = "`{\"resolution\": …, \"attempt\": <as GET /api/attempts/{id}>}`", body = serde_json::Value),
+#[utoipa::path(post, path = "/api/attempts/{id}/resolve", operation_id = "resolveAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = ResolveRequest, responses(
+    (status = 200, description = "What was decided, and the attempt as `GET /api/attempts/{id}` shows it now", body = ResolveAnswer),
     (status = 400, description = "The decision is incomplete or not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
     (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),
@@ -215,7 +278,7 @@ pub(crate) async fn resolve_attempt(
     Extension(principal): Extension<Principal>,
     id: Result<Path<PaymentAttemptId>, PathRejection>,
     body: Result<Json<ResolveRequest>, JsonRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ResolveAnswer>, ApiError> {
     let id = attempt_id(id)?;
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let now = OffsetDateTime::now_utc();
@@ -233,9 +296,48 @@ pub(crate) async fn resolve_attempt(
     let attempt = attempts::show(store, id, now, &state.retry_window)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(
-        serde_json::json!({"resolution": resolution, "attempt": attempt}),
-    ))
+    Ok(Json(ResolveAnswer {
+        resolution,
+        attempt,
+    }))
+}
+
+/// The answer to a resolution: what was decided, and the attempt after it.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ResolveAnswer {
+    resolution: resolve::Resolved,
+    attempt: Option<attempts::AttemptDetail>,
+}
+
+/// `POST /api/attempts/{id}/cancel` with `{"reason": …}`: what `attempts cancel` does — a
+/// pending attempt never sent to the gateway becomes `expired`, with its event. 409 with
+/// why for any other attempt (claimed, sent before, final); the executor's claim and the
+/// cancel race on the row and exactly one wins.
+#[utoipa::path(post, path = "/api/attempts/{id}/cancel", operation_id = "cancelAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = CancelRequest, responses(
+    (status = 200, description = "The attempt is cancelled (`expired`) and its event queued", body = Cancelled),
+    (status = 400, description = "No reason, or the body is not understood", body = ErrorBody),
+    (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
+    (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),
+    (status = 404, description = "No such attempt", body = ErrorBody),
+    (status = 409, description = "Not a pending attempt never sent: claimed, sent before, in review or final", body = ErrorBody),
+))]
+pub(crate) async fn cancel_attempt(
+    State(state): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    id: Result<Path<PaymentAttemptId>, PathRejection>,
+    body: Result<Json<CancelRequest>, JsonRejection>,
+) -> Result<Json<Cancelled>, ApiError> {
+    let id = attempt_id(id)?;
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let cancelled = cancel::cancel(
+        &state.store,
+        id,
+        &request.reason,
+        &principal.actor,
+        Via::Api,
+    )
+    .await?;
+    Ok(Json(cancelled))
 }
 
 /// The body of `POST /api/attempts/{id}/recheck`, optional.
@@ -268,8 +370,8 @@ fn no_gateway_client() -> ApiError {
 /// recheck` does — the reconciler's lookup now, applied when it settles the attempt.
 /// Answers the [`Recheck`] report; 409 for an attempt that is not `unknown` or
 /// `needs_review`.
-#[utoipa::path(post, path = "/api/attempts/{id}/recheck", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body(content = Option<RecheckBody>, description = "Optional: an empty body is no reason"), responses(
-    (status = 200, description = "What the lookup found and did, as `attempts recheck --json` prints it", body = serde_json::Value),
+#[utoipa::path(post, path = "/api/attempts/{id}/recheck", operation_id = "recheckAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body(content = Option<RecheckBody>, description = "Optional: an empty body is no reason"), responses(
+    (status = 200, description = "What the lookup found and did, as `attempts recheck --json` prints it", body = Recheck),
     (status = 400, description = "The body is not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
     (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),

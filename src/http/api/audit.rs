@@ -26,8 +26,8 @@ pub(crate) struct AuditQuery {
 }
 
 /// `GET /api/audit`: the audit trail, newest first, as `audit list --json` prints it.
-#[utoipa::path(get, path = "/api/audit", tag = "audit", params(AuditQuery), responses(
-    (status = 200, description = "Audit entries, newest first, as `audit list --json` prints them", body = Vec<serde_json::Value>,
+#[utoipa::path(get, path = "/api/audit", operation_id = "listAuditEntries", tag = "audit", params(AuditQuery), responses(
+    (status = 200, description = "Audit entries, newest first, as `audit list --json` prints them", body = Vec<crate::store::audit::AuditEntry>,
         headers(("x-next-cursor" = String, description = "The cursor of the next page (`before`), when there is one"))),
     QueryRefused,
 ))]

@@ -26,8 +26,8 @@ pub(crate) struct FindingsQuery {
     limit: Option<i64>,
 }
 
-#[utoipa::path(get, path = "/api/findings", tag = "findings", params(FindingsQuery), responses(
-    (status = 200, description = "The findings, newest first, as `findings list --json` prints them (contract §5)", body = Vec<serde_json::Value>),
+#[utoipa::path(get, path = "/api/findings", operation_id = "listFindings", tag = "findings", params(FindingsQuery), responses(
+    (status = 200, description = "The findings, newest first, as `findings list --json` prints them (contract §5)", body = Vec<crate::store::findings::Finding>),
     QueryRefused,
 ))]
 /// `GET /api/findings?state=open|resolved|all&limit=N`: newest first, 100 by default.
@@ -53,8 +53,8 @@ pub(crate) struct ResolveBody {
     reason: String,
 }
 
-#[utoipa::path(post, path = "/api/findings/{id}/resolve", tag = "findings", params(("id" = i64, Path, description = "The finding's id")), request_body = ResolveBody, responses(
-    (status = 200, description = "The finding, now resolved by the caller", body = serde_json::Value),
+#[utoipa::path(post, path = "/api/findings/{id}/resolve", operation_id = "resolveFinding", tag = "findings", params(("id" = i64, Path, description = "The finding's id")), request_body = ResolveBody, responses(
+    (status = 200, description = "The finding, now resolved by the caller", body = crate::store::findings::Finding),
     (status = 400, description = "No reason, or a malformed id or body", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
     (status = 403, description = "A viewer's token: only operators act", body = ErrorBody),

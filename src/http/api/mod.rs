@@ -5,7 +5,9 @@
 pub(crate) mod attempts;
 pub(crate) mod audit;
 pub(crate) mod bulk;
+pub(crate) mod dlq;
 pub(crate) mod findings;
+pub(crate) mod fleet;
 pub(crate) mod stats;
 
 use axum::extract::{FromRequestParts, Query, Request, State};
@@ -24,19 +26,27 @@ use super::{is_open, AdminState, ApiError};
 pub fn routes() -> Router<AdminState> {
     Router::new()
         .route("/api/attempts", get(attempts::list_attempts))
+        .route("/api/attempts.csv", get(attempts::export_attempts))
         .route("/api/attempts/{id}", get(attempts::show_attempt))
         .route(
             "/api/attempts/{id}/resolve",
             post(attempts::resolve_attempt),
         )
+        .route("/api/attempts/{id}/cancel", post(attempts::cancel_attempt))
         .route(
             "/api/attempts/{id}/recheck",
             post(attempts::recheck_attempt),
         )
         .route("/api/attempts/bulk", post(bulk::bulk_action))
         .route("/api/audit", get(audit::audit_list))
+        .route("/api/dlq", get(dlq::list_dead_letters))
+        .route("/api/dlq/{sequence}", get(dlq::show_dead_letter))
+        .route("/api/dlq/{sequence}/replay", post(dlq::replay_dead_letter))
         .route("/api/stats", get(stats::stats))
         .route("/api/findings", get(findings::list))
+        .route("/api/fleet", get(fleet::fleet_state))
+        .route("/api/fleet/pause", post(fleet::pause_fleet))
+        .route("/api/fleet/resume", post(fleet::resume_fleet))
         .route(
             "/api/findings/{id}/resolve",
             post(findings::resolve_finding),

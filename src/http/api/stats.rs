@@ -9,7 +9,7 @@ use crate::http::{AdminState, ApiError};
 use crate::operator::stats::Stats;
 
 /// `GET /api/stats`: what `onecharge attempts stats --json` prints.
-#[utoipa::path(get, path = "/api/stats", tag = "attempts", responses(
+#[utoipa::path(get, path = "/api/stats", operation_id = "getAttemptStats", tag = "attempts", responses(
     (status = 200, description = "Attempts per state, the oldest unsettled age, dead letters and the outbox backlog (contract §6)", body = Stats),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
 ))]

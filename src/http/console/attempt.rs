@@ -9,6 +9,7 @@ use maud::{html, Markup};
 use time::OffsetDateTime;
 
 use super::audit::audit_table;
+use super::cancel::cancel_form;
 use super::charts::{CallMark, TimelinePicture};
 use super::layout::{bad_request, failed, page, status_badge};
 use super::recheck::recheck_form;
@@ -59,6 +60,9 @@ pub(super) async fn attempt(
         (next_section(&detail, now))
         @if matches!(a.status, AttemptStatus::Unknown | AttemptStatus::NeedsReview) {
             (recheck_form(&session, id, state.reconciler.is_some()))
+        }
+        @if a.status == AttemptStatus::Pending && a.first_dispatched_at.is_none() {
+            (cancel_form(&session, id))
         }
         @if a.status == AttemptStatus::NeedsReview {
             (resolve_form(&session, a.payment_attempt_id, a.review_reason.as_deref()))

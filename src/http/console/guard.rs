@@ -75,10 +75,22 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
     }
     let live = live_session(state, session::cookie_id(request.headers())).await;
     match live {
-        Ok(Some(session)) => with_session(session, &path, request, next).await,
+        Ok(Some(mut session)) => {
+            session.fleet_pause = fleet_pause(state).await;
+            with_session(session, &path, request, next).await
+        }
         Ok(None) => not_signed_in(&request),
         Err(err) => sessions_unavailable(err),
     }
+}
+
+/// The fleet's open pause, for the banner of every page; a failed read shows none (the
+/// page itself will say what fails).
+async fn fleet_pause(state: &AdminState) -> Option<crate::store::fleet::FleetPause> {
+    crate::store::fleet::current_pause(&state.store)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// The sign-in page and an open console: a POST must carry the form token of the
@@ -86,10 +98,14 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
 /// [`Principal::open_console`]; the sign-in page gets the token to put in its form.
 async fn without_session(state: &AdminState, path: &str, request: Request, next: Next) -> Response {
     let (token, new_cookie) = browser_form_token(state, &request);
-    let opened = (path != "/console/login").then(|| Session {
+    let mut opened = (path != "/console/login").then(|| Session {
         principal: Principal::open_console(),
         csrf: token.clone(),
+        fleet_pause: None,
     });
+    if let Some(session) = opened.as_mut() {
+        session.fleet_pause = fleet_pause(state).await;
+    }
     let mut request = match checked_form(&token, opened.as_ref(), request).await {
         Ok(request) => request,
         Err(refusal) => return refusal,

@@ -45,6 +45,7 @@ fn layout(title: &str, session: Option<&Session>, body: Markup) -> Markup {
                         a #nav-dead-letters href="/console/dead-letters" { "Dead letters" }
                         a #nav-audit href="/console/audit" { "Audit" }
                         a #nav-findings href="/console/findings" { "Findings" }
+                        a #nav-fleet href="/console/fleet" { "Fleet" }
                         @if let Some(session) = session {
                             span #whoami data-testid="whoami" data-actor=(session.principal.actor) data-role=(session.principal.role.as_str()) {
                                 (session.principal.name) " (" (session.principal.role.as_str()) ")"
@@ -54,6 +55,14 @@ fn layout(title: &str, session: Option<&Session>, body: Markup) -> Markup {
                                 button #logout-button type="submit" { "Sign out" }
                             }
                         }
+                    }
+                }
+                @if let Some(pause) = session.and_then(|s| s.fleet_pause.as_ref()) {
+                    p #fleet-paused-banner .banner data-testid="fleet-paused" data-paused-by=(pause.paused_by) {
+                        strong { "Charging is paused across the fleet" }
+                        " by " (pause.paused_by) " since " (crate::format::at(pause.paused_at)) ": " (pause.reason)
+                        ". No executor claims a new attempt until it is resumed ("
+                        a href="/console/fleet" { "Fleet" } ")."
                     }
                 }
                 main #main { h1 #page-title { (title) } (body) }

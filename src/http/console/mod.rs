@@ -20,10 +20,12 @@
 mod attempt;
 mod audit;
 mod bulk;
+mod cancel;
 mod charts;
 mod dead_letters;
 mod fields;
 mod findings;
+mod fleet;
 mod guard;
 mod layout;
 mod login;
@@ -51,9 +53,11 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         .route("/console/login", get(login::login_form).post(login::login))
         .route("/console/logout", post(login::logout))
         .route("/console/attempts", get(search::search))
+        .route("/console/attempts.csv", get(search::export))
         .route("/console/attempts/{id}", get(attempt::attempt))
         .route("/console/attempts/{id}/resolve", post(resolve::resolve))
         .route("/console/attempts/{id}/recheck", post(recheck::recheck))
+        .route("/console/attempts/{id}/cancel", post(cancel::cancel))
         .route("/console/review", get(review::review))
         .route("/console/dead-letters", get(dead_letters::dead_letters))
         .route(
@@ -70,6 +74,10 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         )
         .route("/console/audit", get(audit::audit))
         .route("/console/findings", get(findings::list))
+        .route(
+            "/console/fleet",
+            get(fleet::fleet_page).post(fleet::fleet_action),
+        )
         .route("/console/findings/{id}", get(findings::one))
         .route("/console/findings/{id}/resolve", post(findings::resolve))
         // Only console paths: the admin router's other paths keep their own 404.

@@ -10,12 +10,13 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use super::fields::{console_time, parse_set, set};
-use super::layout::{bad_request, failed, page, status_badge, text_input, PAGE_SIZE};
+use super::layout::{bad_request, failed, page, refused, status_badge, text_input, PAGE_SIZE};
 use super::session::Session;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::format;
 use crate::http::AdminState;
 use crate::operator::attempts::{self, AttemptCursor, AttemptFilter, AttemptView};
+use crate::operator::export::{self, ExportError};
 
 /// The search form's fields; an empty field does not narrow.
 #[derive(Debug, Default, Deserialize)]
@@ -64,12 +65,47 @@ pub(super) async fn search(
     let next_page = page_of.next.map(|cursor| query.next_page(cursor));
     let body = html! {
         (query.form(filter.status))
+        @if !page_of.attempts.is_empty() {
+            p { a #export-csv href=(query.export_link()) download { "Download all found as CSV" } }
+        }
         (attempts_table(&page_of.attempts, now))
         @if let Some(next) = next_page {
             p { a #next-page href=(next) { "Older attempts →" } }
         }
     };
     page(StatusCode::OK, "Search attempts", Some(&session), body)
+}
+
+/// `/console/attempts.csv`: every attempt the search's fields find, as CSV; refused with
+/// why when more than one export holds.
+pub(super) async fn export(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    query: Result<Query<SearchQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return bad_request(&session, "The search parameters are not understood.");
+    };
+    let filter = match query.filter() {
+        Ok(filter) => filter,
+        Err(why) => return bad_request(&session, &why),
+    };
+    match export::attempts_csv(
+        &state.store,
+        &filter,
+        OffsetDateTime::now_utc(),
+        &state.retry_window,
+    )
+    .await
+    {
+        Ok(csv) => crate::http::csv_download(csv),
+        Err(err @ ExportError::TooMany) => refused(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(&session),
+            &err.to_string(),
+        ),
+        Err(err) => failed(&session, err),
+    }
 }
 
 impl SearchQuery {
@@ -89,7 +125,25 @@ impl SearchQuery {
 
     /// The link to the page after this one: the same fields, from `cursor` on.
     fn next_page(&self, cursor: AttemptCursor) -> String {
-        let mut params: Vec<(&str, String)> = [
+        let mut params = self.fields();
+        params.push(("before", cursor.to_string()));
+        format!(
+            "/console/attempts?{}",
+            serde_urlencoded::to_string(&params).unwrap_or_default()
+        )
+    }
+
+    /// The CSV of everything these fields find, from the newest on (decision 146).
+    fn export_link(&self) -> String {
+        format!(
+            "/console/attempts.csv?{}",
+            serde_urlencoded::to_string(self.fields()).unwrap_or_default()
+        )
+    }
+
+    /// The fields set, as query parameters.
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        [
             ("order_id", &self.order_id),
             ("customer_id", &self.customer_id),
             ("idempotency_key", &self.idempotency_key),
@@ -101,12 +155,7 @@ impl SearchQuery {
         .into_iter()
         .filter(|(_, v)| !v.trim().is_empty())
         .map(|(k, v)| (k, v.trim().to_owned()))
-        .collect();
-        params.push(("before", cursor.to_string()));
-        format!(
-            "/console/attempts?{}",
-            serde_urlencoded::to_string(&params).unwrap_or_default()
-        )
+        .collect()
     }
 
     /// The search form, filled in as asked.

@@ -59,6 +59,8 @@ pub struct Session {
     pub principal: Principal,
     /// The token every POST form of this session carries (hidden field `csrf`).
     pub csrf: String,
+    /// The fleet's open pause as the guard read it for this request: every page's banner.
+    pub fleet_pause: Option<crate::store::fleet::FleetPause>,
 }
 
 impl Session {
@@ -86,6 +88,7 @@ pub async fn start(
     let session = Session {
         csrf: random_hex(),
         principal,
+        fleet_pause: None,
     };
     let stored = StoredSession {
         actor: session.principal.actor.clone(),
@@ -112,6 +115,7 @@ pub async fn resume(
             return Ok(Some(Session {
                 principal,
                 csrf: stored.csrf,
+                fleet_pause: None,
             }))
         }
         Some(_) => "the credential it was signed in with has been replaced",
