@@ -10,12 +10,11 @@ use axum::{Extension, Form};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::layout::{bad_request, csrf_field, failed, page, refused};
+use super::layout::{bad_request, csrf_field, decision_page, page};
 use super::session::Session;
 use crate::domain::PaymentAttemptId;
 use crate::http::AdminState;
 use crate::operator::cancel;
-use crate::operator::resolve::ResolveError;
 use crate::operator::Via;
 
 /// The form on a pending attempt's page.
@@ -67,25 +66,10 @@ pub(super) async fn cancel(
         return page(StatusCode::OK, "Confirm the cancel", Some(&session), body);
     }
     let actor = session.principal.actor.clone();
-    match cancel::cancel(&state.store, id, &form.reason, &actor, Via::Console).await {
-        Ok(cancelled) => page(
-            StatusCode::OK,
-            "Cancelled",
-            Some(&session),
-            html! {
-                p #result .success data-status=(cancelled.status.as_str()) { (cancelled.summary()) }
-                p { a #back-to-attempt href=(format!("/console/attempts/{id}")) { "Back to the attempt" } }
-            },
-        ),
-        Err(ResolveError::Invalid(why)) => {
-            bad_request(&session, &format!("{why}. Nothing was changed."))
-        }
-        Err(err @ ResolveError::NotFound(_)) => {
-            refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
-        }
-        Err(ResolveError::Refused(why)) => refused(StatusCode::CONFLICT, Some(&session), &why),
-        Err(err @ ResolveError::Store(_)) => failed(&session, err),
-    }
+    let outcome = cancel::cancel(&state.store, id, &form.reason, &actor, Via::Console)
+        .await
+        .map(|cancelled| (cancelled.status, cancelled.summary()));
+    decision_page(&session, id, "Cancelled", outcome)
 }
 
 /// What the cancel would do, and the form that confirms it.

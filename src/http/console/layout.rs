@@ -107,6 +107,37 @@ pub(super) fn refused(status: StatusCode, session: Option<&Session>, why: &str) 
 /// A failure of the service itself (`500`): the page says only that, and the request id
 /// under which `err` is logged — never the error, whose words (a database's, NATS's) are
 /// the log's.
+/// The page after a person's decision about attempt `id` (a resolution, a cancel): the
+/// status it came to and its summary under `title`, or why it was refused, with nothing
+/// changed. One place, so every decision answers the same way for the same refusal.
+pub(super) fn decision_page(
+    session: &Session,
+    id: crate::domain::PaymentAttemptId,
+    title: &str,
+    outcome: Result<(AttemptStatus, String), crate::operator::resolve::ResolveError>,
+) -> Response {
+    use crate::operator::resolve::ResolveError;
+    match outcome {
+        Ok((status, summary)) => page(
+            StatusCode::OK,
+            title,
+            Some(session),
+            html! {
+                p #result .success data-status=(status.as_str()) { (summary) }
+                p { a #back-to-attempt href=(format!("/console/attempts/{id}")) { "Back to the attempt" } }
+            },
+        ),
+        Err(ResolveError::Invalid(why)) => {
+            bad_request(session, &format!("{why}. Nothing was changed."))
+        }
+        Err(err @ ResolveError::NotFound(_)) => {
+            refused(StatusCode::NOT_FOUND, Some(session), &err.to_string())
+        }
+        Err(ResolveError::Refused(why)) => refused(StatusCode::CONFLICT, Some(session), &why),
+        Err(err @ ResolveError::Store(_)) => failed(session, err),
+    }
+}
+
 pub(super) fn failed(session: &Session, err: impl std::fmt::Display) -> Response {
     failed_saying(session, err, "The request failed on the server.")
 }

@@ -9,11 +9,11 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::fields::set;
-use super::layout::{bad_request, csrf_field, failed, page, refused};
+use super::layout::{bad_request, csrf_field, decision_page, page};
 use super::session::Session;
 use crate::domain::PaymentAttemptId;
 use crate::http::AdminState;
-use crate::operator::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
+use crate::operator::resolve::{self, ResolveAs, ResolveRequest};
 use crate::operator::Via;
 
 pub(super) fn resolve_form(
@@ -106,7 +106,7 @@ pub(super) async fn resolve(
         return page(StatusCode::OK, "Confirm the decision", Some(&session), body);
     }
     let actor = session.principal.actor.clone();
-    match resolve::resolve(
+    let outcome = resolve::resolve(
         &state.store,
         state
             .reconciler
@@ -119,25 +119,8 @@ pub(super) async fn resolve(
         &state.retry_window,
     )
     .await
-    {
-        Ok(resolved) => page(
-            StatusCode::OK,
-            "Resolved",
-            Some(&session),
-            html! {
-                p #result .success data-status=(resolved.status.as_str()) { (resolved.summary()) }
-                p { a #back-to-attempt href=(format!("/console/attempts/{id}")) { "Back to the attempt" } }
-            },
-        ),
-        Err(ResolveError::Invalid(why)) => {
-            bad_request(&session, &format!("{why}. Nothing was changed."))
-        }
-        Err(err @ ResolveError::NotFound(_)) => {
-            refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
-        }
-        Err(ResolveError::Refused(why)) => refused(StatusCode::CONFLICT, Some(&session), &why),
-        Err(err @ ResolveError::Store(_)) => failed(&session, err),
-    }
+    .map(|resolved| (resolved.status, resolved.summary()));
+    decision_page(&session, id, "Resolved", outcome)
 }
 
 /// What the decision would do, and the form that confirms it.
