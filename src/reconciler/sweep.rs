@@ -25,7 +25,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-pub use compare::{compare, Action, AttemptView, Verdict};
+pub use compare::{compare, Action, SweptAttempt, Verdict};
 
 use super::policy::{claim_may_write, found_charge, Decision};
 use super::Reconciler;
@@ -343,7 +343,7 @@ impl Reconciler {
     /// `acted`: the sweep's step 3, and a webhook's check of one object.
     pub(super) async fn act(
         &self,
-        attempt: Option<&AttemptView>,
+        attempt: Option<&SweptAttempt>,
         verdict: Verdict,
         (source, stripe_event): (FindingSource, Option<&str>),
         acted: &mut Acted,

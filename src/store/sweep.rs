@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::Store;
-use crate::domain::{AttemptStatus, GatewayObjectId, PaymentAttemptId};
+use crate::domain::{AttemptStatus, GatewayObjectId, IdempotencyKey, Money, PaymentAttemptId};
 use crate::gateway::list::{ListWindow, ListedCharge, ListedStatus};
 
 /// How long a running sweep may go without a heartbeat (one per page read) before a new
@@ -176,20 +176,20 @@ pub async fn analyze_records(store: &Store) -> Result<(), sqlx::Error> {
 #[derive(Debug, Clone)]
 pub struct Named {
     pub reference: String,
-    pub attempt: Option<AttemptView>,
+    pub attempt: Option<SweptAttempt>,
     pub records: Vec<ListedCharge>,
 }
 
 /// What the sweep knows of one attempt: the row its comparison
 /// (`reconciler::sweep::compare`) reads.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct AttemptView {
+pub struct SweptAttempt {
     pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,
-    pub amount_minor: i64,
-    pub currency: String,
+    #[sqlx(flatten)]
+    pub money: Money,
     pub customer_id: String,
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
     pub gateway_charge_id: Option<String>,
     /// Stripe's PaymentIntent id, stored before the charging call.
     pub gateway_object_id: Option<GatewayObjectId>,
@@ -198,7 +198,7 @@ pub struct AttemptView {
     pub in_window: bool,
 }
 
-/// The attempt columns an [`AttemptView`] reads, with `in_window` computed for `$from`,
+/// The attempt columns an [`SweptAttempt`] reads, with `in_window` computed for `$from`,
 /// `$to` and the skew `$margin` (seconds).
 const VIEW: &str = "a.payment_attempt_id, a.status, a.amount_minor, a.currency, a.customer_id, \
      a.idempotency_key, a.gateway_charge_id, a.gateway_object_id, \
@@ -254,7 +254,7 @@ pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Name
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let attempts: Vec<AttemptView> = sqlx::query_as(&format!(
+    let attempts: Vec<SweptAttempt> = sqlx::query_as(&format!(
         "SELECT {VIEW} FROM payment_attempts a WHERE a.payment_attempt_id = ANY($1)"
     ))
     .bind(&ids)
@@ -294,12 +294,12 @@ pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Name
     Ok(named)
 }
 
-/// The next `limit` succeeded attempts inside the window (see [`AttemptView::in_window`])
+/// The next `limit` succeeded attempts inside the window (see [`SweptAttempt::in_window`])
 /// that no record of the sweep names, after `after`: their charge is missing.
 pub async fn unlisted_succeeded(
     store: &Store,
     page: ComparePage,
-) -> Result<Vec<AttemptView>, sqlx::Error> {
+) -> Result<Vec<SweptAttempt>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {VIEW} FROM payment_attempts a
          WHERE a.status = 'succeeded'
@@ -326,7 +326,7 @@ pub async fn unlisted_succeeded(
 pub async fn attempt_view(
     store: &Store,
     id: PaymentAttemptId,
-) -> Result<Option<AttemptView>, sqlx::Error> {
+) -> Result<Option<SweptAttempt>, sqlx::Error> {
     sqlx::query_as(
         "SELECT a.payment_attempt_id, a.status, a.amount_minor, a.currency, a.customer_id,
                 a.idempotency_key, a.gateway_charge_id, a.gateway_object_id, false AS in_window

@@ -21,9 +21,9 @@ use crate::domain::finding::{FindingClass, NewFinding};
 use crate::domain::outcome::{ChargeStatus, GatewayCharge};
 use crate::domain::AttemptStatus;
 use crate::gateway::list::{DisputeStatus, ListedCharge, ListedStatus};
-pub use crate::store::sweep::AttemptView;
+pub use crate::store::sweep::SweptAttempt;
 
-impl AttemptView {
+impl SweptAttempt {
     /// Whether `record` is this attempt's own charge: its stored charge or object id, or
     /// its key.
     fn owns(&self, record: &ListedCharge) -> bool {
@@ -65,7 +65,7 @@ fn holds_money(record: &ListedCharge) -> bool {
 /// attempt's status makes of the money, then a charge taken twice.
 pub fn compare(
     reference: &str,
-    attempt: Option<&AttemptView>,
+    attempt: Option<&SweptAttempt>,
     records: &[ListedCharge],
 ) -> Verdict {
     let held: Vec<&ListedCharge> = records.iter().filter(|r| holds_money(r)).collect();
@@ -115,7 +115,7 @@ fn unknown_reference(reference: &str, record: &ListedCharge) -> NewFinding {
 /// One known attempt and the records naming it, while they are compared.
 struct Case<'a> {
     reference: &'a str,
-    attempt: &'a AttemptView,
+    attempt: &'a SweptAttempt,
     records: &'a [ListedCharge],
     /// The records holding money.
     held: Vec<&'a ListedCharge>,
@@ -142,8 +142,8 @@ impl Case<'_> {
             gateway_ids: ids,
             evidence,
             attempt_status: Some(self.attempt.status.as_str().to_owned()),
-            attempt_amount_minor: Some(self.attempt.amount_minor),
-            attempt_currency: Some(self.attempt.currency.clone()),
+            attempt_amount_minor: Some(self.attempt.money.amount_minor()),
+            attempt_currency: Some(self.attempt.money.currency().code().to_owned()),
             gateway_amount_minor: gateway.and_then(|g| g.amount_minor),
             gateway_currency: gateway.and_then(|g| g.currency.clone()),
             detail,
@@ -318,23 +318,23 @@ impl Case<'_> {
 
 /// Why a charge holding money is not the attempt's amount, currency or customer, and the
 /// gateway's differing values as evidence (`amount_minor=2999;currency=USD`).
-fn differs(record: &ListedCharge, attempt: &AttemptView) -> Option<(String, String)> {
+fn differs(record: &ListedCharge, attempt: &SweptAttempt) -> Option<(String, String)> {
     let mut why = Vec::new();
     let mut evidence = Vec::new();
     if let Some(amount) = record.amount_minor {
-        if amount != attempt.amount_minor {
+        if amount != attempt.money.amount_minor() {
             why.push(format!(
                 "amount_minor {amount}, the attempt's is {}",
-                attempt.amount_minor
+                attempt.money.amount_minor()
             ));
             evidence.push(format!("amount_minor={amount}"));
         }
     }
     if let Some(currency) = &record.currency {
-        if !currency.eq_ignore_ascii_case(&attempt.currency) {
+        if !currency.eq_ignore_ascii_case(attempt.money.currency().code()) {
             why.push(format!(
                 "currency {currency}, the attempt's is {}",
-                attempt.currency
+                attempt.money.currency()
             ));
             evidence.push(format!("currency={currency}"));
         }
@@ -354,7 +354,7 @@ fn differs(record: &ListedCharge, attempt: &AttemptView) -> Option<(String, Stri
 /// A listed record as the reconciler's lookup answer: the attempt's own charge carries its
 /// key (the stored id is the link, as a lookup by id has it); any other carries what the
 /// gateway said, so the decision refuses to adopt it.
-fn as_lookup(record: &ListedCharge, attempt: &AttemptView) -> GatewayCharge {
+fn as_lookup(record: &ListedCharge, attempt: &SweptAttempt) -> GatewayCharge {
     GatewayCharge {
         id: record.id.clone(),
         status: match &record.status {
@@ -366,7 +366,7 @@ fn as_lookup(record: &ListedCharge, attempt: &AttemptView) -> GatewayCharge {
         },
         decline_code: None,
         idempotency_key: if attempt.owns(record) {
-            Some(attempt.idempotency_key.clone())
+            Some(attempt.idempotency_key.to_string())
         } else {
             record.idempotency_key.clone()
         },
@@ -382,14 +382,13 @@ mod tests {
 
     const ATTEMPT: &str = "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11";
 
-    fn attempt(status: AttemptStatus) -> AttemptView {
-        AttemptView {
+    fn attempt(status: AttemptStatus) -> SweptAttempt {
+        SweptAttempt {
             payment_attempt_id: ATTEMPT.parse::<uuid::Uuid>().unwrap().into(),
             status,
-            amount_minor: 1999,
-            currency: "EUR".into(),
+            money: crate::domain::Money::of(1999, "EUR").unwrap(),
             customer_id: "cus_42".into(),
-            idempotency_key: format!("onecharge-{ATTEMPT}"),
+            idempotency_key: crate::domain::IdempotencyKey::for_attempt(ATTEMPT.parse().unwrap()),
             gateway_charge_id: (status == AttemptStatus::Succeeded).then(|| "ch_own".into()),
             gateway_object_id: None,
             in_window: true,
