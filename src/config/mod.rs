@@ -1,6 +1,7 @@
 //! Typed settings: defaults < `onecharge.toml` (or `--config`) < `ONECHARGE_*` environment <
 //! command-line flags. A wrong value is a [`ConfigError`]: the process exits 2 with one line
-//! naming the setting and what to fix. Secrets are [`secrecy::SecretString`]s: they print as
+//! naming the setting and what to fix. Each secret setting may instead be read from a file
+//! (`<setting>_file`), and named operators from `operators_file` (`files`). Secrets are [`secrecy::SecretString`]s: they print as
 //! `[REDACTED]` in every `Debug` and never appear in `--help`.
 //!
 //! The lowest layer above the domain: it imports nothing of onecharge but the domain, so
@@ -15,6 +16,7 @@ use figment::Figment;
 use serde::Serialize;
 
 mod duration;
+mod files;
 mod origin;
 mod redact;
 mod settings;
@@ -22,6 +24,7 @@ mod tokens;
 mod validate;
 
 pub use duration::{parse_duration, MAX_DURATION};
+pub use files::SECRET_SETTINGS;
 pub use origin::WebOrigin;
 pub use redact::{redact_url, url_secrets, Redactor, REDACTED};
 pub use settings::{
@@ -101,13 +104,18 @@ impl Settings {
             }),
             _ => figment,
         };
-        let settings: Settings = figment.extract().map_err(|e| {
+        let mut settings: Settings = figment.extract().map_err(|e| {
             ConfigError(
                 Redactor::from_figment(&figment)
                     .scrub(&one_line(&e))
                     .into_owned(),
             )
         })?;
+        // What the file and the environment set, without defaults: where a secret given both
+        // as a value and as a file is found.
+        let given = Figment::from(Toml::file(&file)).merge(Env::prefixed("ONECHARGE_").split("__"));
+        files::read_secret_files(&mut settings, &given, overrides)?;
+        files::read_operators_file(&mut settings)?;
         settings.validate().map_err(|e| {
             ConfigError(Redactor::from_settings(&settings).scrub(&e.0).into_owned())
         })?;

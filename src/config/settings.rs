@@ -82,6 +82,32 @@ pub struct Settings {
     /// new-token` mints a pair), never the token.
     #[serde(default)]
     pub operators: Vec<OperatorSetting>,
+    /// A TOML file of more `[[operators]]` (name, role, token_sha256 and nothing else),
+    /// merged with those of the configuration: the file a Kubernetes Secret or ConfigMap
+    /// mounts, where the configuration itself is environment variables. An operator named
+    /// in both is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operators_file: Option<PathBuf>,
+    // The files secret settings are read from instead of their values (`<setting>_file`,
+    // `ONECHARGE_<SETTING>_FILE`): what a mounted Secret or a secret manager's agent gives,
+    // each holding the value (a trailing newline is not part of it). A setting is given as a
+    // value or as a file, never both: two sources would leave a reader guessing which one is
+    // live. `Settings::load` reads them (`config::files`).
+    /// `database_url` from a file: the URL holds the database password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_url_file: Option<PathBuf>,
+    /// `nats_url` from a file: the URL may hold the NATS user's password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_url_file: Option<PathBuf>,
+    /// `gateway_api_key` from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_api_key_file: Option<PathBuf>,
+    /// `admin_token` from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<PathBuf>,
+    /// `stripe_webhook_secrets` from a file (comma-separated, as the value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stripe_webhook_secrets_file: Option<PathBuf>,
     /// The operator console under `/console/` (sessions and their cookie).
     #[serde(default)]
     pub console: ConsoleSettings,
@@ -615,6 +641,12 @@ impl Default for Settings {
             webhook_tolerance: default_webhook_tolerance(),
             insecure_admin: false,
             operators: Vec::new(),
+            operators_file: None,
+            database_url_file: None,
+            nats_url_file: None,
+            gateway_api_key_file: None,
+            admin_token_file: None,
+            stripe_webhook_secrets_file: None,
             console: ConsoleSettings::default(),
             namespace: String::new(),
             log_format: LogFormat::Human,
@@ -689,7 +721,7 @@ impl Settings {
             .as_ref()
             .map(|key| key.expose_secret())
             .filter(|key| !key.is_empty())
-            .ok_or_else(|| ConfigError("gateway_api_key is not set: set ONECHARGE_GATEWAY_API_KEY (or gateway_api_key in onecharge.toml)".into()))
+            .ok_or_else(|| ConfigError("gateway_api_key is not set: set ONECHARGE_GATEWAY_API_KEY or ONECHARGE_GATEWAY_API_KEY_FILE (or gateway_api_key or gateway_api_key_file in onecharge.toml)".into()))
     }
 }
 

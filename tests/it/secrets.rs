@@ -346,3 +346,85 @@ async fn a_gateway_key_or_admin_token_of_digits_is_accepted_as_a_string() {
     .await;
     assert_eq!(from_env.code, Some(1), "{}", from_env.output);
 }
+
+/// Secrets read from files (`ONECHARGE_<SETTING>_FILE`, what the kustomize base mounts) are
+/// used like values and never printed, at trace level or in a refusal; a secret given both
+/// ways, or from a file that is not there, exits 2 with one line.
+#[tokio::test]
+async fn secrets_read_from_files_are_used_and_never_printed() {
+    let secrets = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let path = secrets.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let database_url = write(
+        "database-url",
+        format!(
+            "postgres://root:{DB_PASSWORD}@127.0.0.1:1/onecharge?password={DB_QUERY_PASSWORD}\n"
+        ),
+    );
+    let admin_token = write("admin-token", format!("{ADMIN_TOKEN}\n"));
+    let gateway_api_key = write("gateway-api-key", format!("{ENV_KEY}\n"));
+    let from_files = [
+        ("ONECHARGE_DATABASE_URL", UNSET.to_owned()),
+        ("ONECHARGE_DATABASE_URL_FILE", database_url.clone()),
+        ("ONECHARGE_ADMIN_TOKEN", UNSET.to_owned()),
+        ("ONECHARGE_ADMIN_TOKEN_FILE", admin_token),
+        ("ONECHARGE_GATEWAY_API_KEY", UNSET.to_owned()),
+        ("ONECHARGE_GATEWAY_API_KEY_FILE", gateway_api_key),
+    ];
+    let used = run("secrets from files", &["setup"], None, &from_files).await;
+    assert_eq!(used.code, Some(1), "{}", used.output);
+    assert!(
+        used.output.contains("cannot reach PostgreSQL") && used.output.contains("127.0.0.1:1"),
+        "the database URL came from its file: {}",
+        used.output
+    );
+    let both = run(
+        "a secret given as a value and as a file",
+        &["setup"],
+        None,
+        &[("ONECHARGE_DATABASE_URL_FILE", database_url)],
+    )
+    .await;
+    assert_eq!(both.code, Some(2), "{}", both.output);
+    assert!(
+        both.output
+            .contains("database_url and database_url_file are both set")
+            && both.output.trim().lines().count() == 1,
+        "{}",
+        both.output
+    );
+    let missing = run(
+        "a secret file that is not there",
+        &["setup"],
+        None,
+        &[
+            ("ONECHARGE_ADMIN_TOKEN", UNSET.to_owned()),
+            (
+                "ONECHARGE_ADMIN_TOKEN_FILE",
+                "/nonexistent/admin-token".into(),
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(missing.code, Some(2), "{}", missing.output);
+    assert!(
+        missing
+            .output
+            .contains("admin_token_file /nonexistent/admin-token: no such file"),
+        "{}",
+        missing.output
+    );
+    for run in [&used, &both, &missing] {
+        for secret in SECRETS {
+            assert!(
+                !run.output.contains(secret),
+                "{} printed the secret {secret}:\n{}",
+                run.label,
+                run.output
+            );
+        }
+    }
+}

@@ -941,3 +941,136 @@ fn rule_expressions(yaml: &str) -> Vec<(String, String)> {
     }
     out
 }
+
+/// The kustomize base's workloads, with the keys of the Secret `onecharge` each mounts and
+/// whether it serves the admin API (and so reads named operators).
+const WORKLOADS: [(&str, &str, &[&str], bool); 4] = [
+    (
+        "deployment-executor.yaml",
+        include_str!("../../deploy/kubernetes/base/deployment-executor.yaml"),
+        &["database-url", "gateway-api-key", "admin-token"],
+        true,
+    ),
+    (
+        "deployment-intake.yaml",
+        include_str!("../../deploy/kubernetes/base/deployment-intake.yaml"),
+        &["database-url", "admin-token"],
+        true,
+    ),
+    (
+        "deployment-maintenance.yaml",
+        include_str!("../../deploy/kubernetes/base/deployment-maintenance.yaml"),
+        &["database-url", "admin-token"],
+        true,
+    ),
+    (
+        "setup-job.yaml",
+        include_str!("../../deploy/kubernetes/base/setup-job.yaml"),
+        &["database-url"],
+        false,
+    ),
+];
+const SECRET_EXAMPLE: &str = include_str!("../../deploy/kubernetes/base/secret.example.yaml");
+const EXTERNAL_SECRETS: &str =
+    include_str!("../../deploy/kubernetes/examples/external-secrets.yaml");
+const CONFIGMAP: &str = include_str!("../../deploy/kubernetes/base/configmap.yaml");
+
+/// A manifest without its comments and with every run of whitespace one space, so that a
+/// test can look for a few lines of YAML whatever their indentation.
+fn flattened(yaml: &str) -> String {
+    yaml.lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Issue 39: secrets reach the pods as files, never as environment variables, and the named
+/// operators as a mounted operators.toml. Each workload mounts the Secret `onecharge` (only
+/// the keys it needs) and `onecharge-operators` read-only, points each
+/// `ONECHARGE_<SETTING>_FILE` at a file the mount holds, each a secret setting onecharge
+/// reads from a file, and sets none of them as a value; the example Secret and the External Secrets example
+/// produce every key a workload mounts.
+#[test]
+fn the_kustomize_base_mounts_secrets_and_operators_as_files_and_sets_the_file_variables() {
+    let setting = |key: &str| key.replace('-', "_");
+    let mut mounted = BTreeSet::new();
+    for (name, yaml, keys, operators) in WORKLOADS {
+        let flat = flattened(yaml);
+        assert!(
+            !flat.contains("secretKeyRef"),
+            "{name}: a secret is read from a variable"
+        );
+        assert!(
+            flat.contains("- name: secrets mountPath: /run/secrets/onecharge readOnly: true"),
+            "{name}: the Secret onecharge is not mounted read-only at /run/secrets/onecharge"
+        );
+        let items: String = keys
+            .iter()
+            .map(|key| format!(" - key: {key} path: {key}"))
+            .collect();
+        assert!(
+            flat.contains(&format!(
+                "- name: secrets secret: secretName: onecharge defaultMode: 0440 items:{items}"
+            )),
+            "{name}: the secrets volume does not hold exactly {keys:?}"
+        );
+        for key in keys {
+            let setting = setting(key);
+            assert!(
+                onecharge::config::SECRET_SETTINGS.contains(&setting.as_str()),
+                "{name}: {key} is not a secret setting onecharge reads from a file"
+            );
+            let variable = format!("ONECHARGE_{}", setting.to_ascii_uppercase());
+            assert!(
+                flat.contains(&format!(
+                    "- name: {variable}_FILE value: /run/secrets/onecharge/{key}"
+                )),
+                "{name}: {variable}_FILE does not name the mounted /run/secrets/onecharge/{key}"
+            );
+            assert!(
+                !flat.contains(&format!("name: {variable} ")),
+                "{name}: {variable} is set as well as its file (onecharge exits 2)"
+            );
+            mounted.insert(*key);
+        }
+        let operators_file = flat.contains(
+            "- name: ONECHARGE_OPERATORS_FILE value: /run/secrets/onecharge-operators/operators.toml",
+        ) && flat.contains(
+            "- name: operators mountPath: /run/secrets/onecharge-operators readOnly: true",
+        ) && flat.contains(
+            "- name: operators secret: secretName: onecharge-operators defaultMode: 0440 items: - key: operators.toml path: operators.toml",
+        );
+        assert_eq!(
+            operators_file, operators,
+            "{name}: operators.toml is mounted and named by ONECHARGE_OPERATORS_FILE where the admin API runs, and only there"
+        );
+    }
+    // The ConfigMap may hold a setting that carries no credential in the base (nats_url),
+    // never one a workload reads from a file: both set exits 2.
+    for key in &mounted {
+        let variable = format!("ONECHARGE_{}", setting(key).to_ascii_uppercase());
+        assert!(
+            !flattened(CONFIGMAP).contains(&format!("{variable}:")),
+            "the ConfigMap sets {variable}, which the workloads read from a file"
+        );
+    }
+    let example = flattened(SECRET_EXAMPLE);
+    let external = flattened(EXTERNAL_SECRETS);
+    for key in mounted.iter().copied().chain(["operators.toml"]) {
+        assert!(
+            example.contains(&format!(" {key}: ")),
+            "secret.example.yaml has no key {key}"
+        );
+        assert!(
+            external.contains(&format!("- secretKey: {key} ")),
+            "examples/external-secrets.yaml makes no key {key}"
+        );
+    }
+    for target in ["onecharge", "onecharge-operators"] {
+        assert!(
+            external.contains(&format!("target: name: {target} ")),
+            "examples/external-secrets.yaml makes no Secret {target}"
+        );
+    }
+}
