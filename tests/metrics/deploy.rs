@@ -152,8 +152,13 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    env.exec("ALTER TABLE outbox_away RENAME TO outbox").await;
+    // Stopped before the outbox comes back: this serve's own reconciler would otherwise look
+    // the attempt up at once and settle it (the gateway did charge it), and run 3 would find
+    // no `unknown` attempt to look up. Without the outbox its settlement is refused and the
+    // attempt stays `unknown` whatever the timing.
     let mut exposed = first.stop().await;
+    env.exec("ALTER TABLE outbox_away RENAME TO outbox").await;
+    assert_eq!(env.status(refused).await, "unknown");
     let charges = gateway.ledger().len();
 
     // Run 2: the gateway rejects the API key. One call at a time, still slow, so that the
