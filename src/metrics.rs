@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use time::OffsetDateTime;
 
 use crate::domain::{AttemptStatus, CallOperation};
@@ -27,6 +27,11 @@ pub fn install() -> PrometheusHandle {
                     30.0,
                 ])
                 .expect("static buckets are valid")
+                .set_buckets_for_metric(
+                    Matcher::Full(COMMAND_TO_OUTCOME.to_owned()),
+                    &COMMAND_TO_OUTCOME_BUCKETS,
+                )
+                .expect("static buckets are valid")
                 .build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (an embedding program); then ours
@@ -36,6 +41,26 @@ pub fn install() -> PrometheusHandle {
         })
         .clone()
 }
+
+/// The histogram a payments team's SLO is written on (decision 149).
+const COMMAND_TO_OUTCOME: &str = "onecharge_command_to_outcome_seconds";
+
+/// From a card charge's second to a debit's week: a card charge settles in one or two
+/// seconds, a retried or rate-limited one in minutes, one that waited for review or an outage
+/// in hours, and a bank debit in days. The SLO thresholds people write (1 s, 5 s, 30 s, 5 min,
+/// 1 h, 1 day) are bucket bounds, so `histogram_quantile` and `le` ratios are exact there.
+const COMMAND_TO_OUTCOME_BUCKETS: [f64; 18] = [
+    0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0,
+    43200.0, 86400.0, 259200.0, 604800.0,
+];
+
+/// The states an event announces, the `outcome` label of the command-to-outcome metrics.
+const ANNOUNCED_STATES: [AttemptStatus; 4] = [
+    AttemptStatus::Succeeded,
+    AttemptStatus::Declined,
+    AttemptStatus::Expired,
+    AttemptStatus::NeedsReview,
+];
 
 /// Registers every series a rule or a panel names, at 0, before anything is recorded
 /// (decision 143): a fresh `serve` then shows 0 where a dashboard would show "no data", and
@@ -118,6 +143,13 @@ pub fn register_at_zero(consumer: &str) {
         metrics::counter!("onecharge_relay_events_total", "result" => result).absolute(0);
     }
     let _ = metrics::histogram!("onecharge_relay_batch_duration_seconds");
+    for outcome in ANNOUNCED_STATES.map(AttemptStatus::as_str) {
+        let _ = metrics::histogram!(COMMAND_TO_OUTCOME, "outcome" => outcome);
+        metrics::counter!("onecharge_command_to_outcome_unmeasured_total", "outcome" => outcome)
+            .absolute(0);
+        metrics::counter!("onecharge_command_to_outcome_clamped_total", "outcome" => outcome)
+            .absolute(0);
+    }
 
     for result in [
         "succeeded",
@@ -172,6 +204,30 @@ pub async fn upkeep(
 /// reconnect), by what was published (the broker's `PublishKind`).
 pub fn publish_retry(kind: &'static str) {
     metrics::counter!("onecharge_publish_retries_total", "kind" => kind).increment(1);
+}
+
+/// An event announcing `outcome` was published at `published_at` (this host's clock, when
+/// JetStream acknowledged it) for a command the producer sent at `requested_at` (its
+/// clock): one observation of the command-to-outcome latency (decision 149). A command
+/// without `requested_at` is counted as unmeasured instead; a producer clock ahead of ours
+/// is observed as 0 and counted as clamped, so a skewed producer shows rather than hides.
+pub fn command_to_outcome(
+    outcome: AttemptStatus,
+    requested_at: Option<OffsetDateTime>,
+    published_at: OffsetDateTime,
+) {
+    let label = outcome.as_str();
+    let Some(requested_at) = requested_at else {
+        metrics::counter!("onecharge_command_to_outcome_unmeasured_total", "outcome" => label)
+            .increment(1);
+        return;
+    };
+    let seconds = (published_at - requested_at).as_seconds_f64();
+    if seconds < 0.0 {
+        metrics::counter!("onecharge_command_to_outcome_clamped_total", "outcome" => label)
+            .increment(1);
+    }
+    metrics::histogram!(COMMAND_TO_OUTCOME, "outcome" => label).record(seconds.max(0.0));
 }
 
 /// One delivery settled by intake, by result (`processed`, `duplicate`, …).

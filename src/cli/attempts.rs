@@ -545,13 +545,34 @@ pub fn render_stats(stats: &Stats) -> String {
         }
         seconds => format::short(time::Duration::seconds(seconds)),
     };
-    format!(
+    let mut out = format!(
         "{}oldest unsettled attempt: {oldest}\ndead letters: {}\noutbox backlog: {} event{}\n",
         t.render(),
         stats.dead_letters,
         stats.outbox_backlog,
         if stats.outbox_backlog == 1 { "" } else { "s" }
-    )
+    );
+    for (window, figures) in [
+        ("last hour", &stats.outcomes_last_hour),
+        ("last 24 h", &stats.outcomes_last_24h),
+    ] {
+        out.push_str(&format!(
+            "success rate, {window}: {}\n",
+            figures.success_rate_text()
+        ));
+        if !figures.top_decline_codes.is_empty() {
+            let codes: Vec<String> = figures
+                .top_decline_codes
+                .iter()
+                .map(|c| format!("{} {}", c.code_text(), c.count))
+                .collect();
+            out.push_str(&format!(
+                "top decline codes, {window}: {}\n",
+                codes.join(", ")
+            ));
+        }
+    }
+    out
 }
 
 /// What `attempts bulk-retry | bulk-recheck` prints.

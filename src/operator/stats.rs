@@ -1,8 +1,10 @@
 //! `attempts stats` and `GET /api/stats`: the whole picture in one look — attempts per
 //! state, how long the oldest unsettled attempt has waited, dead letters and the outbox
-//! backlog. The database figures are the ones `/metrics` reports (`store::metrics`).
+//! backlog, and how the attempts of the last hour and the last 24 hours ended (success rate,
+//! top decline codes: decision 149). The database figures are the ones `/metrics` reports (`store::metrics`).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use serde::Serialize;
@@ -10,11 +12,13 @@ use time::OffsetDateTime;
 
 use crate::broker::Broker;
 use crate::domain::AttemptStatus;
+use crate::store::charts::{outcome_figures, OutcomeFigures};
 use crate::store::Store;
 
 /// Contract §6: `{"by_status":{"pending":N,…},"oldest_unsettled_seconds":S,
 /// "dead_letters":N,"outbox_backlog":N}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+/// `outcomes_last_hour` and `outcomes_last_24h` were added after the contract's first four.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Stats {
     /// Attempts per state; every state is present, 0 when it has none.
     pub by_status: BTreeMap<&'static str, i64>,
@@ -25,9 +29,16 @@ pub struct Stats {
     pub dead_letters: u64,
     /// Events written but not yet acknowledged by JetStream.
     pub outbox_backlog: i64,
+    /// How the attempts that reached a final state in the last hour ended.
+    pub outcomes_last_hour: OutcomeFigures,
+    /// The same over the last 24 hours.
+    pub outcomes_last_24h: OutcomeFigures,
 }
 
-/// Reads the figures now: two round trips to the database, one to JetStream.
+/// The windows of [`Stats`]'s outcome figures: the last hour, the last 24 hours.
+const OUTCOME_WINDOWS: [Duration; 2] = [Duration::from_secs(3600), Duration::from_secs(86400)];
+
+/// Reads the figures now: seven round trips to the database, one to JetStream.
 pub async fn stats(store: &Store, broker: &Broker, now: OffsetDateTime) -> anyhow::Result<Stats> {
     let gauges = crate::store::metrics::database_gauges(store)
         .await
@@ -39,6 +50,12 @@ pub async fn stats(store: &Store, broker: &Broker, now: OffsetDateTime) -> anyho
     for (status, count) in gauges.attempts_by_status {
         by_status.insert(status.as_str(), count);
     }
+    let [outcomes_last_hour, outcomes_last_24h]: [OutcomeFigures; 2] =
+        outcome_figures(store, &OUTCOME_WINDOWS)
+            .await
+            .context("reading the outcomes of the last hours")?
+            .try_into()
+            .expect("one figure per window");
     let oldest_unsettled = gauges.oldest_non_final.iter().map(|(_, at)| *at).min();
     Ok(Stats {
         by_status,
@@ -47,6 +64,8 @@ pub async fn stats(store: &Store, broker: &Broker, now: OffsetDateTime) -> anyho
             .unwrap_or(0),
         dead_letters: dead_letter_count(broker).await?,
         outbox_backlog: gauges.outbox_pending,
+        outcomes_last_hour,
+        outcomes_last_24h,
     })
 }
 

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::{Broker, PublishKind};
 use crate::config::{RelaySettings, Settings};
 use crate::domain::retry::backoff;
-use crate::domain::PaymentEvent;
+use crate::domain::{AttemptStatus, PaymentEvent};
 use crate::nudge::Nudges;
 use crate::store::relay::{claim_unpublished, FailedPublish, OutboxRow};
 use crate::store::Store;
@@ -98,11 +98,13 @@ impl Relay {
             return Ok(RelayReport::default());
         }
         let results = self.publish_rows(&claim.rows).await;
+        let acked_at = time::OffsetDateTime::now_utc();
         let mut report = RelayReport {
             claimed: claim.rows.len(),
             ..Default::default()
         };
         let mut published = Vec::new();
+        let mut outcomes = Vec::new();
         let mut failed = Vec::new();
         for (row, result) in claim.rows.iter().zip(results) {
             match result {
@@ -113,6 +115,9 @@ impl Relay {
                         tracing::info!(event_id = %row.event_id, "event was already on the stream (relay restarted after publishing); marking it published");
                     }
                     published.push(row.event_id);
+                    if let Some(outcome) = announced_state(&row.status) {
+                        outcomes.push((outcome, row.requested_at));
+                    }
                 }
                 Err(err) if err.refused => {
                     report.refused += 1;
@@ -139,6 +144,11 @@ impl Relay {
             .finish(&published, &failed)
             .await
             .context("marking outbox rows published")?;
+        // Observed once the rows are marked, so an event is observed once: a relay that died
+        // before marking observed nothing, and its successor's duplicate is the one observation.
+        for (outcome, requested_at) in outcomes {
+            crate::metrics::command_to_outcome(outcome, requested_at, acked_at);
+        }
         metrics::counter!("onecharge_relay_events_total", "result" => "published")
             .increment((report.published - report.duplicates) as u64);
         metrics::counter!("onecharge_relay_events_total", "result" => "duplicate")
@@ -252,6 +262,15 @@ impl Relay {
     }
 }
 
+/// The attempt state an outbox row's event announces (`succeeded`, `declined`, `expired`,
+/// `needs_review`); `None` for anything else (a finding).
+fn announced_state(status: &str) -> Option<AttemptStatus> {
+    status
+        .parse::<AttemptStatus>()
+        .ok()
+        .filter(|s| s.event_name().is_some())
+}
+
 /// Refused (will be again) versus not answered (may succeed at the next step), by the
 /// error's kind, never its text.
 fn publish_failure(err: &PublishError, timeout: Duration) -> PublishFailure {
@@ -318,4 +337,23 @@ fn event_body(row: &OutboxRow) -> Vec<u8> {
         Err(_) => serde_json::to_vec(&row.payload),
     }
     .expect("JSON values always serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_states_an_event_announces_are_outcomes_and_a_finding_is_not() {
+        for (status, outcome) in [
+            ("succeeded", Some(AttemptStatus::Succeeded)),
+            ("declined", Some(AttemptStatus::Declined)),
+            ("expired", Some(AttemptStatus::Expired)),
+            ("needs_review", Some(AttemptStatus::NeedsReview)),
+            ("pending", None),
+            ("finding", None),
+        ] {
+            assert_eq!(announced_state(status), outcome, "{status}");
+        }
+    }
 }

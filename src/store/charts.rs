@@ -151,3 +151,118 @@ const REVIEW_QUEUE: &str = "WITH stays AS (
                     AND (stays.left_at IS NULL OR stays.left_at > ticks.at)
      GROUP BY ticks.at
      ORDER BY ticks.at";
+
+/// How the attempts that reached a final state in one window ended: the overview's and
+/// `GET /api/stats`'s success rate and top decline codes (decision 149).
+///
+/// An attempt counts in the window when its transition into `succeeded`, `declined` or
+/// `expired` is in it (`at` in `(now − window, now]`, the database's `now()`). A final state
+/// never changes and each is entered once, so each attempt counts at most once. `needs_review`
+/// is not an outcome: an attempt resolved from it counts when it is resolved.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct OutcomeFigures {
+    /// The window's length in seconds (3600: the last hour; 86400: the last 24 hours).
+    pub window_seconds: i64,
+    pub succeeded: i64,
+    pub declined: i64,
+    pub expired: i64,
+    /// `succeeded / (succeeded + declined + expired)`, from 0 to 1; `null` when no attempt
+    /// reached a final state in the window.
+    pub success_rate: Option<f64>,
+    /// The 5 most frequent decline codes among the window's declines, most frequent first
+    /// (ties by code); a decline the gateway gave no code for counts under `null`.
+    pub top_decline_codes: Vec<DeclineCodeCount>,
+}
+
+impl OutcomeFigures {
+    /// Attempts that reached a final state in the window.
+    pub fn finals(&self) -> i64 {
+        self.succeeded + self.declined + self.expired
+    }
+
+    /// The success rate as people read it: `97.5% (39 of 40)`, or `none final` when the
+    /// window holds no outcome (a rate of 0 would be a claim).
+    pub fn success_rate_text(&self) -> String {
+        match self.success_rate {
+            Some(rate) => format!(
+                "{:.1}% ({} of {})",
+                rate * 100.0,
+                self.succeeded,
+                self.finals()
+            ),
+            None => "none final".to_owned(),
+        }
+    }
+}
+
+impl DeclineCodeCount {
+    /// The code, or `(no code)` for declines the gateway gave none for.
+    pub fn code_text(&self) -> &str {
+        self.decline_code.as_deref().unwrap_or("(no code)")
+    }
+}
+
+/// Declines with one decline code.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct DeclineCodeCount {
+    /// The gateway's code (`insufficient_funds`, `card_declined`, …); `null`: none given.
+    pub decline_code: Option<String>,
+    pub count: i64,
+}
+
+/// How many decline codes the figures list.
+const TOP_DECLINE_CODES: i64 = 5;
+
+/// Reads the [`OutcomeFigures`] of each of `windows`, each ending at the same `now()`. The
+/// window's transitions are found by the BRIN index on `attempt_transitions.at`; the
+/// declines' codes by the attempts' primary key, one probe per decline in the window.
+pub async fn outcome_figures(
+    store: &Store,
+    windows: &[Duration],
+) -> Result<Vec<OutcomeFigures>, sqlx::Error> {
+    let now: OffsetDateTime = sqlx::query_scalar("SELECT now()")
+        .fetch_one(store.pool())
+        .await?;
+    let mut figures = Vec::with_capacity(windows.len());
+    for window in windows {
+        let (succeeded, declined, expired): (i64, i64, i64) = sqlx::query_as(FINAL_COUNTS)
+            .bind(window.as_secs_f64())
+            .bind(now)
+            .fetch_one(store.pool())
+            .await?;
+        let top_decline_codes = sqlx::query_as(TOP_DECLINE_CODES_SQL)
+            .bind(window.as_secs_f64())
+            .bind(now)
+            .bind(TOP_DECLINE_CODES)
+            .fetch_all(store.pool())
+            .await?;
+        let finals = succeeded + declined + expired;
+        figures.push(OutcomeFigures {
+            window_seconds: window.as_secs() as i64,
+            succeeded,
+            declined,
+            expired,
+            success_rate: (finals > 0).then(|| succeeded as f64 / finals as f64),
+            top_decline_codes,
+        });
+    }
+    Ok(figures)
+}
+
+/// Attempts that reached each final state in the window ($1 seconds ending at $2).
+const FINAL_COUNTS: &str = "SELECT count(*) FILTER (WHERE to_status = 'succeeded'),
+            count(*) FILTER (WHERE to_status = 'declined'),
+            count(*) FILTER (WHERE to_status = 'expired')
+     FROM attempt_transitions
+     WHERE at > $2 - make_interval(secs => $1) AND at <= $2
+       AND to_status IN ('succeeded', 'declined', 'expired')";
+
+/// The window's declines by the attempt's decline code, the $3 most frequent.
+const TOP_DECLINE_CODES_SQL: &str = "SELECT a.decline_code, count(*) AS count
+     FROM attempt_transitions t
+     JOIN payment_attempts a ON a.payment_attempt_id = t.payment_attempt_id
+     WHERE t.at > $2 - make_interval(secs => $1) AND t.at <= $2
+       AND t.to_status = 'declined'
+     GROUP BY a.decline_code
+     ORDER BY count DESC, a.decline_code NULLS LAST
+     LIMIT $3";

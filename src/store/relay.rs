@@ -7,6 +7,7 @@
 //! (`Nats-Msg-Id`), so an event is never published under two ids.
 
 use sqlx::{Postgres, Transaction};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{column, Store};
@@ -25,6 +26,13 @@ pub struct OutboxRow {
     pub headers: serde_json::Value,
     pub payload: serde_json::Value,
     pub publish_attempts: i32,
+    /// What the event announces: an attempt's state (`succeeded`, `declined`, `expired`,
+    /// `needs_review`) or `finding`.
+    pub status: String,
+    /// The command's `requested_at` (the producer's clock), read with the row so the relay
+    /// can observe command-to-outcome latency without a query per event (decision 149);
+    /// `None` when the command had none or the event names no attempt.
+    pub requested_at: Option<OffsetDateTime>,
 }
 
 /// A row whose publish was not acknowledged.
@@ -46,16 +54,20 @@ pub struct OutboxClaim {
 
 /// Claims up to `limit` unpublished rows that are due, oldest first, skipping rows another
 /// relay holds. A row JetStream refused waits until its `next_attempt_at`, so it cannot keep
-/// the rows behind it from being claimed.
+/// the rows behind it from being claimed. The attempt's `requested_at` comes along by its
+/// primary key; only the outbox rows are locked (`FOR UPDATE OF o`), never the attempts.
 pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClaim, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let rows = sqlx::query_as(
-        "SELECT event_id, payment_attempt_id, subject, headers, payload, publish_attempts
-         FROM outbox
-         WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-         ORDER BY created_at, event_id
+        "SELECT o.event_id, o.payment_attempt_id, o.subject, o.headers, o.payload,
+                o.publish_attempts, o.status, a.requested_at
+         FROM outbox o
+         LEFT JOIN payment_attempts a ON a.payment_attempt_id = o.payment_attempt_id
+         WHERE o.published_at IS NULL
+           AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
+         ORDER BY o.created_at, o.event_id
          LIMIT $1
-         FOR UPDATE SKIP LOCKED",
+         FOR UPDATE OF o SKIP LOCKED",
     )
     .bind(limit as i64)
     .fetch_all(&mut *tx)

@@ -89,3 +89,121 @@ async fn the_chart_series_count_each_settlement_its_charge_latency_and_the_revie
         .sum();
     assert_eq!(declined, 2, "the decision is a settlement too");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_success_rate_and_top_decline_codes_count_the_windows_outcomes_on_the_api_and_the_overview(
+) {
+    use onecharge::store::charts::{outcome_figures, DeclineCodeCount};
+    let mut h = Harness::new().await;
+    let none = outcome_figures(&h.store, &[Duration::from_secs(3600)])
+        .await
+        .unwrap();
+    assert_eq!(none[0].success_rate, None, "no outcome is no rate, not 0");
+    assert_eq!(none[0].success_rate_text(), "none final");
+
+    h.seed_many(&[
+        pm::CARD_VISA,
+        pm::CARD_VISA,
+        pm::INSUFFICIENT_FUNDS,
+        pm::INSUFFICIENT_FUNDS,
+        pm::CARD_DECLINED,
+        pm::FAULT_BAD_REQUEST,
+    ])
+    .await;
+    h.seed_expired(1).await;
+    h.executor().run_once().await.unwrap();
+
+    let figures = outcome_figures(
+        &h.store,
+        &[Duration::from_secs(3600), Duration::from_secs(86400)],
+    )
+    .await
+    .unwrap();
+    for window in &figures {
+        assert_eq!(
+            (window.succeeded, window.declined, window.expired),
+            (2, 3, 1),
+            "the one in review is no outcome yet"
+        );
+        assert_eq!(window.success_rate, Some(2.0 / 6.0));
+        assert_eq!(
+            window.top_decline_codes,
+            vec![
+                DeclineCodeCount {
+                    decline_code: Some("insufficient_funds".into()),
+                    count: 2
+                },
+                DeclineCodeCount {
+                    decline_code: Some("card_declined".into()),
+                    count: 1
+                },
+            ]
+        );
+    }
+    assert_eq!(figures[0].success_rate_text(), "33.3% (2 of 6)");
+    assert_eq!(
+        (figures[0].window_seconds, figures[1].window_seconds),
+        (3600, 86400)
+    );
+
+    let admin = h.serve_admin(None, None).await;
+    let addr = admin.addr;
+    let stats: serde_json::Value = reqwest::get(format!("http://{addr}/api/stats"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for window in ["outcomes_last_hour", "outcomes_last_24h"] {
+        let o = &stats[window];
+        assert_eq!(o["succeeded"], 2, "{stats}");
+        assert_eq!(o["declined"], 3);
+        assert_eq!(o["expired"], 1);
+        assert!((o["success_rate"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(
+            o["top_decline_codes"][0]["decline_code"],
+            "insufficient_funds"
+        );
+        assert_eq!(o["top_decline_codes"][0]["count"], 2);
+    }
+    let page = reqwest::get(format!("http://{addr}/console/"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(r#"id="success-rate""#), "{page}");
+    assert!(page.contains("33.3% (2 of 6)"), "{page}");
+    assert!(page.contains("succeeded ÷ (succeeded + declined + expired)"));
+    assert!(page.contains(r#"id="top-declines-1h""#));
+    assert!(page.contains("<code>insufficient_funds</code>"), "{page}");
+    admin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outcome_figures_read_the_window_by_the_time_index_not_a_scan() {
+    let h = Harness::new().await;
+    let mut conn = h.store.pool().acquire().await.unwrap().detach();
+    // With sequential scans priced out, the planner scans only when no index serves.
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT a.decline_code, count(*) FROM attempt_transitions t
+         JOIN payment_attempts a ON a.payment_attempt_id = t.payment_attempt_id
+         WHERE t.at > now() - interval '1 hour' AND t.at <= now() AND t.to_status = 'declined'
+         GROUP BY a.decline_code",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    // the BRIN index on `at` (declared on the parent, one per month partition)
+    assert!(
+        plan.contains("Bitmap Index Scan on attempt_transitions"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    sqlx::Connection::close(conn).await.unwrap();
+}

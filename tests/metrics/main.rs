@@ -11,6 +11,7 @@ mod support;
 mod deploy;
 mod lag;
 mod observability;
+mod outcome_latency;
 
 /// Held by every test of this binary that records or reads metrics.
 static RECORDER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -35,11 +35,11 @@ use crate::RECORDER;
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 /// A Prometheus text exposition.
-struct Scrape(String);
+pub(crate) struct Scrape(String);
 
 impl Scrape {
     /// The recorder's current exposition, as `/metrics` renders it.
-    fn now() -> Self {
+    pub(crate) fn now() -> Self {
         Self(onecharge::metrics::install().render())
     }
 
@@ -53,7 +53,7 @@ impl Scrape {
 
     /// The sum of the samples of `name` whose labels include `labels`; 0 when there is none
     /// (a counter never incremented).
-    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.0
             .lines()
             .filter(|line| !line.starts_with('#'))

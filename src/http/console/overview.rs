@@ -143,8 +143,56 @@ fn figures_section(figures: &anyhow::Result<Stats>) -> Markup {
                         dd #outbox-backlog { (s.outbox_backlog) }
                     }
                 }
+                (outcomes_section(s))
             }
             Err(err) => p #stats-error { (unreadable("The figures", &format!("{err:#}"))) }
+        }
+    }
+}
+
+/// How the attempts of the last hour and the last 24 hours ended: the success rate and the
+/// top decline codes, with the definition on the page (decision 149).
+fn outcomes_section(s: &Stats) -> Markup {
+    let windows = [
+        ("1h", "last hour", &s.outcomes_last_hour),
+        ("24h", "last 24 hours", &s.outcomes_last_24h),
+    ];
+    html! {
+        section #outcomes {
+            h2 { "Outcomes" }
+            p .definition {
+                "Success rate = succeeded ÷ (succeeded + declined + expired), over the attempts whose move into one of those final states falls in the window, by the database's clock. "
+                "needs_review is not an outcome: an attempt resolved from review counts when it is resolved."
+            }
+            table #success-rate {
+                thead { tr { th { "window" } th { "success rate" } th { "succeeded" } th { "declined" } th { "expired" } } }
+                tbody {
+                    @for (id, name, o) in windows {
+                        tr data-testid=(format!("outcomes-{id}")) {
+                            td { (name) }
+                            td .rate data-rate=(o.success_rate.map(|r| r.to_string()).unwrap_or_default()) { (o.success_rate_text()) }
+                            td .count { (o.succeeded) }
+                            td .count { (o.declined) }
+                            td .count { (o.expired) }
+                        }
+                    }
+                }
+            }
+            @for (id, name, o) in windows {
+                h3 { "Top decline codes, " (name) }
+                @if o.top_decline_codes.is_empty() {
+                    p id=(format!("top-declines-{id}")) { "No declines." }
+                } @else {
+                    table id=(format!("top-declines-{id}")) {
+                        thead { tr { th { "decline code" } th { "declines" } } }
+                        tbody {
+                            @for c in &o.top_decline_codes {
+                                tr { td { code { (c.code_text()) } } td .count { (c.count) } }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

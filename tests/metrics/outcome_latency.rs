@@ -1,0 +1,81 @@
+//! The command-to-outcome latency (decision 149): observed once per published event that
+//! announces an attempt's state, from the command's `requested_at` to the publish.
+
+use onecharge::store::intake::{record_batch, IntakeRecord};
+use serde_json::json;
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+use crate::observability::Scrape;
+use crate::support::{command, intake_record, Harness};
+use crate::RECORDER;
+
+/// A stale command (recorded `expired` with its event, no gateway) the producer sent at
+/// `requested_at`, or without one.
+fn expired_command(requested_at: Option<OffsetDateTime>) -> IntakeRecord {
+    let attempt = Uuid::new_v4();
+    let requested_at = requested_at.map(|at| {
+        at.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    });
+    let body = command(
+        attempt,
+        json!({
+            "order_id": format!("ord_{}", &attempt.simple().to_string()[..10]),
+            "requested_at": requested_at,
+        }),
+    );
+    IntakeRecord {
+        stale: true,
+        ..intake_record(&body, &format!("msg-{attempt}"), None)
+    }
+}
+
+#[tokio::test]
+async fn published_outcomes_are_timed_from_requested_at_and_a_missing_or_future_one_is_counted() {
+    let _recorder = RECORDER.lock().await;
+    let mut h = Harness::new().await;
+    let now = OffsetDateTime::now_utc();
+    let records = vec![
+        expired_command(Some(now - Duration::minutes(2))),
+        expired_command(Some(now - Duration::minutes(3))),
+        // the producer's clock an hour ahead of ours
+        expired_command(Some(now + Duration::hours(1))),
+        expired_command(None),
+    ];
+    record_batch(&h.store, "test-intake", &records)
+        .await
+        .expect("recorded");
+    let before = Scrape::now();
+
+    let report = h.relay().await.run_once().await.expect("a relay step");
+
+    assert_eq!((report.claimed, report.published), (4, 4));
+    let after = Scrape::now();
+    let delta = |name: &str| {
+        after.value(name, &[("outcome", "expired")]) - before.value(name, &[("outcome", "expired")])
+    };
+    assert_eq!(delta("onecharge_command_to_outcome_seconds_count"), 3.0);
+    let sum = delta("onecharge_command_to_outcome_seconds_sum");
+    assert!(
+        (300.0..360.0).contains(&sum),
+        "two commands of 2 and 3 minutes ago and one clamped to 0 sum to about 300 s, not {sum}"
+    );
+    assert_eq!(delta("onecharge_command_to_outcome_clamped_total"), 1.0);
+    assert_eq!(delta("onecharge_command_to_outcome_unmeasured_total"), 1.0);
+    // the events are on the stream, and a second step observes nothing again
+    assert_eq!(h.event_messages().await.len(), 4);
+    let report = h.relay().await.run_once().await.expect("a relay step");
+    assert_eq!(report.claimed, 0);
+    let again = Scrape::now();
+    assert_eq!(
+        again.value(
+            "onecharge_command_to_outcome_seconds_count",
+            &[("outcome", "expired")]
+        ),
+        after.value(
+            "onecharge_command_to_outcome_seconds_count",
+            &[("outcome", "expired")]
+        )
+    );
+}
