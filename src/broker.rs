@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use async_nats::jetstream::context::{
-    ConsumerInfoError, ConsumerInfoErrorKind, GetStreamError, GetStreamErrorKind,
+    ConsumerInfoError, ConsumerInfoErrorKind, CreateStreamError, CreateStreamErrorKind,
+    GetStreamError, GetStreamErrorKind,
 };
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
@@ -215,28 +216,51 @@ impl Broker {
                 check_stream_compatible(name, &existing.cached_info().config, required_subject)
             }
             Err(err) if is_not_found(&err) => {
-                self.jetstream
-                    .create_stream(stream::Config {
-                        name: name.to_owned(),
-                        subjects: vec![required_subject.to_owned()],
-                        storage: stream::StorageType::File,
-                        retention: stream::RetentionPolicy::Limits,
-                        // Producer retries carry the same Nats-Msg-Id; JetStream drops them
-                        // inside this window, the dedupe table catches the rest.
-                        duplicate_window: Duration::from_secs(120),
-                        max_age: Duration::from_secs(7 * 24 * 3600),
-                        num_replicas: self.replicas,
-                        ..Default::default()
-                    })
-                    .await
-                    .with_context(|| format!("creating stream {name} for {required_subject}"))?;
-                tracing::info!(
-                    stream = name,
-                    subjects = required_subject,
-                    replicas = self.replicas,
-                    "created stream"
-                );
-                Ok(())
+                let config = stream::Config {
+                    name: name.to_owned(),
+                    subjects: vec![required_subject.to_owned()],
+                    storage: stream::StorageType::File,
+                    retention: stream::RetentionPolicy::Limits,
+                    // Producer retries carry the same Nats-Msg-Id; JetStream drops them
+                    // inside this window, the dedupe table catches the rest.
+                    duplicate_window: Duration::from_secs(120),
+                    max_age: Duration::from_secs(7 * 24 * 3600),
+                    num_replicas: self.replicas,
+                    ..Default::default()
+                };
+                // Asked again while the cluster elects (a create that timed out may have
+                // landed: asking again with the same configuration is answered with the
+                // stream); one created meanwhile under another configuration is checked.
+                let created = ask_until_answered(
+                    &format!("creating stream {name}"),
+                    || self.jetstream.create_stream(config.clone()),
+                    stream_create_may_pass,
+                )
+                .await;
+                match created {
+                    Ok(_) => {
+                        tracing::info!(
+                            stream = name,
+                            subjects = required_subject,
+                            replicas = self.replicas,
+                            "created stream"
+                        );
+                        Ok(())
+                    }
+                    Err(err) if is_name_in_use(&err) => {
+                        let existing = self
+                            .lookup_stream(name)
+                            .await
+                            .with_context(|| format!("looking up stream {name}"))?;
+                        check_stream_compatible(
+                            name,
+                            &existing.cached_info().config,
+                            required_subject,
+                        )
+                    }
+                    Err(err) => Err(err)
+                        .with_context(|| format!("creating stream {name} for {required_subject}")),
+                }
             }
             Err(err) => Err(err).with_context(|| format!("looking up stream {name}")),
         }
@@ -509,6 +533,22 @@ fn stream_lookup_may_pass(err: &GetStreamError) -> bool {
     }
 }
 
+fn stream_create_may_pass(err: &CreateStreamError) -> bool {
+    match err.kind() {
+        CreateStreamErrorKind::TimedOut | CreateStreamErrorKind::JetStreamUnavailable => true,
+        CreateStreamErrorKind::JetStream(e) => api_error_may_pass(&e),
+        _ => false,
+    }
+}
+
+fn is_name_in_use(err: &CreateStreamError) -> bool {
+    matches!(
+        err.kind(),
+        CreateStreamErrorKind::JetStream(e)
+            if e.error_code() == jetstream::ErrorCode::STREAM_NAME_EXIST
+    )
+}
+
 fn consumer_info_may_pass(err: &ConsumerInfoError) -> bool {
     match err.kind() {
         ConsumerInfoErrorKind::TimedOut
@@ -647,6 +687,18 @@ mod tests {
         assert!(!is_not_found(&GetStreamError::new(
             GetStreamErrorKind::Request
         )));
+        let name_in_use = api(
+            r#"{"code":400,"err_code":10058,"description":"stream name already in use with a different configuration"}"#,
+        );
+        assert!(stream_create_may_pass(&CreateStreamError::new(
+            CreateStreamErrorKind::TimedOut
+        )));
+        assert!(stream_create_may_pass(&CreateStreamError::new(
+            CreateStreamErrorKind::JetStream(unavailable.clone())
+        )));
+        let in_use = CreateStreamError::new(CreateStreamErrorKind::JetStream(name_in_use));
+        assert!(!stream_create_may_pass(&in_use));
+        assert!(is_name_in_use(&in_use));
         for passes in [
             ConsumerInfoErrorKind::TimedOut,
             ConsumerInfoErrorKind::NoResponders,
