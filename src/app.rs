@@ -71,6 +71,9 @@ pub async fn setup(settings: &Settings) -> anyhow::Result<SetupDone> {
     let broker = Broker::connect(settings).await?;
     broker.ensure_streams().await?;
     broker.ensure_intake_consumer(settings).await?;
+    broker
+        .ensure_consumer(settings, crate::broker::CommandKind::Refund)
+        .await?;
     drop(store);
     Ok(SetupDone {
         streams: [
@@ -200,6 +203,15 @@ impl Application {
                 .await?
                 .with_nudges(nudges.clone());
             roles.spawn("intake", intake.run(shutdown.clone()));
+            let refund_intake = Intake::for_kind(
+                self.store.clone(),
+                self.broker.clone(),
+                &self.settings,
+                crate::broker::CommandKind::Refund,
+            )
+            .await?
+            .with_nudges(nudges.clone());
+            roles.spawn("refund intake", refund_intake.run(shutdown.clone()));
             let audit = crate::intake::audit::StreamAudit::new(
                 self.store.clone(),
                 self.broker.clone(),
@@ -209,6 +221,19 @@ impl Application {
         }
         if let Some(executor) = executor {
             roles.spawn("executor", executor.run(shutdown.clone()));
+        }
+        if let Some((client, health)) = gateway
+            .as_ref()
+            .filter(|_| self.roles.contains(&Role::Executor))
+        {
+            let refunds = crate::refunds::RefundWorker::new(
+                self.store.clone(),
+                client.clone(),
+                health.clone(),
+                &self.settings,
+            )
+            .with_nudges(nudges.clone());
+            roles.spawn("refunds", refunds.run(shutdown.clone()));
         }
         if self.roles.contains(&Role::Relay) {
             let relay =

@@ -63,7 +63,19 @@ impl Names {
     }
     /// `payments.dlq.charge-payment.v1`
     pub fn dlq_subject(&self) -> String {
-        format!("{}payments.dlq.charge-payment.v1", self.prefix_subject)
+        self.dlq_subject_for(CommandKind::Charge)
+    }
+    /// The subject of one command family: `payments.commands.<family>.v1`.
+    pub fn command_subject(&self, kind: CommandKind) -> String {
+        format!(
+            "{}payments.commands.{}.v1",
+            self.prefix_subject,
+            kind.family()
+        )
+    }
+    /// Where that family's dead letters go: `payments.dlq.<family>.v1`.
+    pub fn dlq_subject_for(&self, kind: CommandKind) -> String {
+        format!("{}payments.dlq.{}.v1", self.prefix_subject, kind.family())
     }
     /// Prefixes a contract subject (an event subject from the outbox) with the namespace.
     pub fn subject(&self, contract_subject: &str) -> String {
@@ -71,6 +83,43 @@ impl Names {
     }
     fn wildcard(&self, family: &str) -> String {
         format!("{}payments.{family}.>", self.prefix_subject)
+    }
+}
+
+/// The command families intake reads, each through a durable consumer of its own
+/// (contract §2): a deployment that never sends refunds loses nothing, and a backlog of one
+/// family never holds the other up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommandKind {
+    /// ChargePayment (§2.1).
+    Charge,
+    /// RefundPayment (§2.5).
+    Refund,
+}
+
+impl CommandKind {
+    /// The subject's family: `charge-payment`, `refund-payment`.
+    pub fn family(self) -> &'static str {
+        match self {
+            Self::Charge => "charge-payment",
+            Self::Refund => "refund-payment",
+        }
+    }
+
+    pub fn command_name(self) -> &'static str {
+        match self {
+            Self::Charge => "ChargePayment",
+            Self::Refund => "RefundPayment",
+        }
+    }
+
+    /// The durable consumer's name: `intake.consumer` for charges (as it always was),
+    /// `<intake.consumer>-refunds` for refunds.
+    pub fn consumer_name(self, intake: &IntakeSettings) -> String {
+        match self {
+            Self::Charge => intake.consumer.clone(),
+            Self::Refund => format!("{}-refunds", intake.consumer),
+        }
     }
 }
 
@@ -275,17 +324,24 @@ impl Broker {
         &self,
         settings: &Settings,
     ) -> anyhow::Result<consumer::PullConsumer> {
+        self.ensure_consumer(settings, CommandKind::Charge).await
+    }
+
+    /// [`Self::ensure_intake_consumer`] for the consumer of one command family: charges
+    /// (`intake.consumer`) or refunds (`<intake.consumer>-refunds`).
+    pub async fn ensure_consumer(
+        &self,
+        settings: &Settings,
+        kind: CommandKind,
+    ) -> anyhow::Result<consumer::PullConsumer> {
         let intake = &settings.intake;
+        let durable = kind.consumer_name(intake);
         let stream = self.command_stream().await?;
-        let config = intake_consumer_config(&self.names, intake);
-        let what = format!(
-            "consumer {} on {}",
-            intake.consumer,
-            self.names.commands_stream()
-        );
+        let config = intake_consumer_config(&self.names, intake, kind);
+        let what = format!("consumer {durable} on {}", self.names.commands_stream());
         let existing = ask_until_answered(
             &what,
-            || stream.consumer_info(&intake.consumer),
+            || stream.consumer_info(&durable),
             consumer_info_may_pass,
         )
         .await;
@@ -318,7 +374,7 @@ impl Broker {
             .await
             .context("updating the intake consumer's limits");
         }
-        bind_consumer(&stream, &intake.consumer, &what).await
+        bind_consumer(&stream, &durable, &what).await
     }
 
     /// The command stream, which `setup` creates: missing, it is the operator's to create.
@@ -473,11 +529,18 @@ where
 
 /// The durable intake consumer as this deployment wants it: explicit acks, the
 /// configured `ack_wait`, no `max_deliver`, and as many messages in hand as intake can hold.
-fn intake_consumer_config(names: &Names, intake: &IntakeSettings) -> consumer::pull::Config {
+fn intake_consumer_config(
+    names: &Names,
+    intake: &IntakeSettings,
+    kind: CommandKind,
+) -> consumer::pull::Config {
     consumer::pull::Config {
-        durable_name: Some(intake.consumer.clone()),
-        description: Some("onecharge intake: records ChargePayment commands".into()),
-        filter_subject: names.charge_subject(),
+        durable_name: Some(kind.consumer_name(intake)),
+        description: Some(format!(
+            "onecharge intake: records {} commands",
+            kind.command_name()
+        )),
+        filter_subject: names.command_subject(kind),
         ack_policy: consumer::AckPolicy::Explicit,
         ack_wait: intake.ack_wait,
         // Unlimited: JetStream never ends a message's life on its own (it would drop it

@@ -266,6 +266,12 @@ pub fn dead_letter(class: &'static str) {
     metrics::counter!("onecharge_dead_letters_total", "class" => class).increment(1);
 }
 
+/// A refund reaching a final state or a person (`succeeded`, `failed`, `refused`,
+/// `needs_review`).
+pub fn refund_settled(status: &'static str) {
+    metrics::counter!("onecharge_refunds_settled_total", "status" => status).increment(1);
+}
+
 /// One looked-up attempt, by where it went (`succeeded`, `declined`, `pending`,
 /// `needs_review`, `rescheduled`, `fenced`).
 pub fn reconciliation(result: &'static str) {

@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 #[derive(Clone, Default)]
 pub struct Nudges {
     attempts: Arc<Notify>,
+    refunds: Arc<Notify>,
     events: Arc<Notify>,
 }
 
@@ -25,6 +26,16 @@ impl Nudges {
     /// waited).
     pub async fn attempts_due(&self) {
         self.attempts.notified().await;
+    }
+
+    /// New refunds were committed: the refund worker should admit them now.
+    pub fn refunds_recorded(&self) {
+        self.refunds.notify_one();
+    }
+
+    /// Completes after [`Nudges::refunds_recorded`].
+    pub async fn refunds_due(&self) {
+        self.refunds.notified().await;
     }
 
     /// Events were committed to the outbox: an idle relay should publish now.

@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 use crate::domain::command::Wire;
 use crate::domain::event::EventHeaders;
 use crate::domain::finding::FindingEvent;
+use crate::domain::refund::Wire as RefundWire;
+use crate::domain::refund_event::{RefundEvent, REFUND_COMMAND_SUBJECT};
 use crate::domain::{AttemptStatus, PaymentEvent};
 use crate::intake::DeadLetterHeaders;
 
@@ -63,6 +65,24 @@ pub fn all() -> Vec<(String, Value)> {
         "reconciliation-finding.v1.json".to_owned(),
         with_subject(generate::<FindingEvent>(), FindingEvent::SUBJECT, "2.4"),
     ));
+    schemas.push((
+        "refund-payment.v1.json".to_owned(),
+        with_subject(generate::<RefundWire>(), REFUND_COMMAND_SUBJECT, "2.5"),
+    ));
+    for (name, statuses) in [
+        ("succeeded", json!({ "const": "succeeded" })),
+        ("failed", json!({ "enum": ["failed", "refused"] })),
+    ] {
+        let mut schema = generate::<RefundEvent>();
+        let description = schema["properties"]["status"]["description"].clone();
+        schema["properties"]["status"] = statuses;
+        schema["properties"]["status"]["description"] = description;
+        schema["title"] = json!(format!("Refund event v1: refund-{name}"));
+        schemas.push((
+            format!("refund-{name}.v1.json"),
+            with_subject(schema, &format!("payments.events.refund-{name}.v1"), "2.6"),
+        ));
+    }
     schemas.push((
         "dead-letter-headers.v1.json".to_owned(),
         with_subject(

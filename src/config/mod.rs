@@ -29,8 +29,8 @@ pub use origin::WebOrigin;
 pub use redact::{redact_url, url_secrets, Redactor, REDACTED};
 pub use settings::{
     ConsoleSettings, DatabaseSettings, ExecutorSettings, GatewayKind, IntakeSettings, LogFormat,
-    OperatorRole, OperatorSetting, PurgeSettings, ReconcilerSettings, RelaySettings,
-    RequiresAction, Settings, StreamsSettings,
+    OperatorRole, OperatorSetting, PurgeSettings, ReconcilerSettings, RefundSettings,
+    RelaySettings, RequiresAction, Settings, StreamsSettings,
 };
 pub use tokens::{mint_token, token_sha256};
 

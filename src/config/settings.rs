@@ -182,6 +182,8 @@ pub struct Settings {
     #[serde(default)]
     pub purge: PurgeSettings,
     #[serde(default)]
+    pub refunds: RefundSettings,
+    #[serde(default)]
     pub reconciler: ReconcilerSettings,
     #[serde(default)]
     pub database: DatabaseSettings,
@@ -533,6 +535,31 @@ pub struct PurgeSettings {
     pub batch_size: usize,
 }
 
+/// Refund settings (contract §2.5): the refund worker runs wherever the executor does.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RefundSettings {
+    /// How long a refund waits for its payment attempt to be recorded and final; past it
+    /// the refund is refused (and dead-lettered) with the attempt's state as the reason.
+    #[serde(with = "bounded_duration")]
+    pub max_wait: Duration,
+    /// How often a waiting refund asks again whether its attempt is final.
+    #[serde(with = "bounded_duration")]
+    pub recheck_interval: Duration,
+    /// Refunds admitted, sent or looked up per pass.
+    pub batch_size: usize,
+}
+
+impl Default for RefundSettings {
+    fn default() -> Self {
+        Self {
+            max_wait: Duration::from_secs(24 * 3600),
+            recheck_interval: Duration::from_secs(5),
+            batch_size: 32,
+        }
+    }
+}
+
 impl Default for PurgeSettings {
     fn default() -> Self {
         Self {
@@ -664,6 +691,7 @@ impl Default for Settings {
             executor: ExecutorSettings::default(),
             relay: RelaySettings::default(),
             purge: PurgeSettings::default(),
+            refunds: RefundSettings::default(),
             reconciler: ReconcilerSettings::default(),
             database: DatabaseSettings::default(),
             streams: StreamsSettings::default(),

@@ -98,7 +98,7 @@ pub struct ValidCommand {
 pub struct InvalidCommand(pub String);
 
 impl InvalidCommand {
-    fn new(reason: impl Into<String>) -> Self {
+    pub(crate) fn new(reason: impl Into<String>) -> Self {
         Self(super::bounded(&reason.into(), 512))
     }
 }

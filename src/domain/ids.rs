@@ -9,62 +9,79 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
-/// The producer's id of one payment attempt (contract §2): the unit of "exactly one
-/// charge". Stored as `uuid`; serialised as its hyphenated text.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    sqlx::Type,
-    schemars::JsonSchema,
-)]
-#[serde(transparent)]
-#[sqlx(transparent)]
-pub struct PaymentAttemptId(Uuid);
+/// A UUID id of its own type: stored as `uuid`, serialised as its hyphenated text.
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(
+            Debug,
+            Clone,
+            Copy,
+            PartialEq,
+            Eq,
+            PartialOrd,
+            Ord,
+            Hash,
+            Serialize,
+            Deserialize,
+            sqlx::Type,
+            schemars::JsonSchema,
+        )]
+        #[serde(transparent)]
+        #[sqlx(transparent)]
+        pub struct $name(Uuid);
 
-impl PaymentAttemptId {
-    /// A fresh random id (v4), as a producer would mint one.
-    pub fn random() -> Self {
-        Self(Uuid::new_v4())
-    }
+        impl $name {
+            /// A fresh random id (v4), as a producer would mint one.
+            pub fn random() -> Self {
+                Self(Uuid::new_v4())
+            }
 
-    pub fn into_uuid(self) -> Uuid {
-        self.0
-    }
+            pub fn into_uuid(self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl From<Uuid> for $name {
+            fn from(id: Uuid) -> Self {
+                Self(id)
+            }
+        }
+
+        impl From<$name> for Uuid {
+            fn from(id: $name) -> Self {
+                id.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = uuid::Error;
+
+            fn from_str(text: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(text).map(Self)
+            }
+        }
+    };
 }
 
-impl From<Uuid> for PaymentAttemptId {
-    fn from(id: Uuid) -> Self {
-        Self(id)
-    }
-}
+uuid_id!(
+    /// The producer's id of one payment attempt (contract §2): the unit of "exactly one
+    /// charge". Stored as `uuid`; serialised as its hyphenated text.
+    PaymentAttemptId
+);
 
-impl From<PaymentAttemptId> for Uuid {
-    fn from(id: PaymentAttemptId) -> Self {
-        id.0
-    }
-}
-
-impl fmt::Display for PaymentAttemptId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl FromStr for PaymentAttemptId {
-    type Err = uuid::Error;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Uuid::parse_str(text).map(Self)
-    }
-}
+uuid_id!(
+    /// The producer's id of one refund (contract §2.5): the unit of "at most one refund
+    /// movement", and the refund command's dedupe key. Stored as `uuid`; serialised as its
+    /// hyphenated text.
+    RefundId
+);
 
 /// The `Idempotency-Key` of one payment attempt (contract §3): the same for every try,
 /// derived from the attempt id alone, stored with the attempt and read back from the row
@@ -79,6 +96,12 @@ impl IdempotencyKey {
     /// the contract's 1–255.
     pub fn for_attempt(payment_attempt_id: PaymentAttemptId) -> Self {
         Self(format!("onecharge-{payment_attempt_id}"))
+    }
+
+    /// The key of the refund `refund_id`: `onecharge-refund-<id>`, 53 characters. Never an
+    /// attempt's key ([`Self::attempt_of`] reads it as none).
+    pub fn for_refund(refund_id: RefundId) -> Self {
+        Self(format!("onecharge-refund-{refund_id}"))
     }
 
     /// The attempt whose stored key is exactly `text`, if there is one: the inverse of

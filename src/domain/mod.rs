@@ -13,6 +13,9 @@ pub mod ids;
 pub mod lease;
 pub mod money;
 pub mod outcome;
+pub mod refund;
+pub mod refund_call;
+pub mod refund_event;
 pub mod retry;
 pub mod schema;
 pub mod settlement;
@@ -22,9 +25,10 @@ pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::{Announced, EventAttempt, PaymentEvent};
 pub use held::{ChargeClaim, HeldAttempt};
-pub use ids::{GatewayObjectId, IdempotencyKey, KeySeq, PaymentAttemptId};
+pub use ids::{GatewayObjectId, IdempotencyKey, KeySeq, PaymentAttemptId, RefundId};
 pub use lease::LeaseToken;
 pub use money::{Currency, Money};
+pub use refund::{HeldRefund, RefundPayment, RefundStatus, ValidRefund};
 pub use retry::RetryWindow;
 pub use settlement::{
     CallOperation, Fence, GatewayCallRecord, IllegalMove, SettleWrite, Settlement, TransitionCause,

@@ -173,6 +173,10 @@ pub enum CallOperation {
     /// A page of the gateway's own list of charges (the reconciliation sweep, contract
     /// §3.2); as an attempt's evidence, the listed record the sweep settled it by.
     List,
+    /// A refund's request (`POST /v1/refunds`), recorded on its attempt's timeline.
+    Refund,
+    /// A refund's lookup (§3 by its key; Stripe by listing the PaymentIntent's refunds).
+    RefundLookup,
 }
 
 impl CallOperation {
@@ -184,6 +188,8 @@ impl CallOperation {
             Self::Prepare => "prepare",
             Self::Cancel => "cancel",
             Self::List => "list",
+            Self::Refund => "refund",
+            Self::RefundLookup => "refund_lookup",
         }
     }
 }

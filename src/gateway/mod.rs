@@ -25,6 +25,7 @@
 mod health;
 pub mod list;
 pub mod onecharge;
+mod refund;
 mod request;
 pub mod stripe;
 pub mod wire;
@@ -40,6 +41,7 @@ use tracing::Instrument as _;
 pub use crate::domain::call::{CancelOutcome, GatewayCall, Prepared};
 pub use crate::domain::KeySeq;
 pub use health::{Admission, BreakerState, GatewayHealth, HealthSnapshot};
+pub use refund::RefundRequest;
 pub use request::{ChargeBody, ChargeRequest};
 pub use wire::Hints;
 

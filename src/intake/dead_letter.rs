@@ -128,6 +128,7 @@ fn option_as_text<S: serde::Serializer>(
 pub async fn publish(
     broker: &Broker,
     consumer: &str,
+    subject: &str,
     message: &jetstream::Message,
     class: DlqClass,
     reason: &str,
@@ -149,8 +150,7 @@ pub async fn publish(
         original_size: None,
     };
     dead.write_into(&mut headers);
-    let subject = broker.names.dlq_subject();
-    match try_publish(broker, &subject, headers.clone(), message.payload.clone()).await {
+    match try_publish(broker, subject, headers.clone(), message.payload.clone()).await {
         Err(err) if too_large(&err) => {
             // Stored truncated rather than never: the reason, the ids and the sequence in
             // the command stream (where the whole body still is) are what an operator needs.
@@ -169,7 +169,7 @@ pub async fn publish(
                 limit,
                 "dead letter larger than the dead-letter stream takes; storing it truncated"
             );
-            try_publish(broker, &subject, headers, message.payload.slice(..keep))
+            try_publish(broker, subject, headers, message.payload.slice(..keep))
                 .await
                 .with_context(|| format!("publishing the truncated dead letter to {subject}"))
         }

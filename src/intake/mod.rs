@@ -34,13 +34,15 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 pub use dead_letter::{DeadLetterHeaders, DlqClass};
 
-use crate::broker::Broker;
+use crate::broker::{Broker, CommandKind};
 use crate::config::{IntakeSettings, Settings};
 use crate::domain::command::{self, CommandHeaders};
+use crate::domain::refund;
 use crate::domain::PaymentAttemptId;
 use crate::metrics;
 use crate::nudge::Nudges;
 use crate::store::intake::{record_batch, IntakeRecord, Recorded};
+use crate::store::refunds::{RecordedRefund, RefundRecord};
 use crate::store::{self, Store};
 
 /// How one delivery ended. Each variant maps to exactly one way of settling the message
@@ -118,6 +120,8 @@ struct Inner {
     store: Store,
     broker: Broker,
     consumer: PullConsumer,
+    /// Which command family this consumer reads; `settings.consumer` is its durable name.
+    kind: CommandKind,
     settings: IntakeSettings,
     nudges: Nudges,
     /// The consumer's own `max_deliver` as the server reports it (≤ 0: unlimited). The
@@ -127,17 +131,32 @@ struct Inner {
 }
 
 impl Intake {
-    /// Binds to (creating or updating) the durable consumer.
+    /// Binds to (creating or updating) the durable consumer of ChargePayment commands.
     pub async fn new(store: Store, broker: Broker, settings: &Settings) -> anyhow::Result<Self> {
-        let consumer = broker.ensure_intake_consumer(settings).await?;
+        Self::for_kind(store, broker, settings, CommandKind::Charge).await
+    }
+
+    /// Binds to (creating or updating) the durable consumer of one command family.
+    pub async fn for_kind(
+        store: Store,
+        broker: Broker,
+        settings: &Settings,
+        kind: CommandKind,
+    ) -> anyhow::Result<Self> {
+        let consumer = broker.ensure_consumer(settings, kind).await?;
         let server_max_deliver =
             Arc::new(AtomicI64::new(consumer.cached_info().config.max_deliver));
+        let intake = IntakeSettings {
+            consumer: kind.consumer_name(&settings.intake),
+            ..settings.intake.clone()
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 store,
                 broker,
                 consumer,
-                settings: settings.intake.clone(),
+                kind,
+                settings: intake,
                 nudges: Nudges::default(),
                 server_max_deliver,
             }),
@@ -306,7 +325,10 @@ impl Intake {
             .with_progress_acks(&messages, self.record(&messages))
             .await;
         if outcomes.contains(&DeliveryOutcome::Processed) {
-            self.inner.nudges.attempts_recorded();
+            match self.inner.kind {
+                CommandKind::Charge => self.inner.nudges.attempts_recorded(),
+                CommandKind::Refund => self.inner.nudges.refunds_recorded(),
+            }
         }
         if outcomes.contains(&DeliveryOutcome::Stale) {
             self.inner.nudges.events_written();
@@ -331,6 +353,9 @@ impl Intake {
     /// Records the valid messages of a batch and classifies every message. Never fails:
     /// a failure becomes each message's outcome.
     pub async fn record(&self, messages: &[jetstream::Message]) -> Vec<DeliveryOutcome> {
+        if self.inner.kind == CommandKind::Refund {
+            return self.record_refunds(messages).await;
+        }
         let now = OffsetDateTime::now_utc();
         let mut outcomes: Vec<Option<DeliveryOutcome>> = vec![None; messages.len()];
         let mut records = Vec::new();
@@ -366,6 +391,41 @@ impl Intake {
             .into_iter()
             .map(|o| o.expect("every message classified"))
             .collect()
+    }
+
+    /// Records refund commands, each in a transaction of its own (refunds are few beside
+    /// charges): its dedupe row and its refund, or why it can never be recorded.
+    async fn record_refunds(&self, messages: &[jetstream::Message]) -> Vec<DeliveryOutcome> {
+        let consumer = &self.inner.settings.consumer;
+        let mut outcomes = Vec::with_capacity(messages.len());
+        for message in messages {
+            let headers = command_headers(message);
+            let valid = match refund::validate(&headers, &message.payload) {
+                Ok(valid) => valid,
+                Err(invalid) => {
+                    outcomes.push(DeliveryOutcome::Permanent(invalid.0));
+                    continue;
+                }
+            };
+            let record = RefundRecord {
+                message_id: valid.message_id,
+                stream_sequence: message.info().map(|info| info.stream_sequence).unwrap_or(0),
+                body_sha256: valid.body_sha256,
+                command: valid.command,
+                correlation_id: valid.correlation_id,
+                traceparent: valid.traceparent,
+            };
+            outcomes.push(
+                match store::refunds::record_refund(&self.inner.store, consumer, &record).await {
+                    Ok(RecordedRefund::Accepted) => DeliveryOutcome::Processed,
+                    Ok(RecordedRefund::Duplicate) => DeliveryOutcome::Duplicate,
+                    Ok(RecordedRefund::BusinessDuplicate) => DeliveryOutcome::BusinessDuplicate,
+                    Ok(RecordedRefund::Conflict(reason)) => DeliveryOutcome::Conflict(reason),
+                    Err(err) => classify_db_error(&err),
+                },
+            );
+        }
+        outcomes
     }
 
     /// Records the batch in one transaction. When the database rejects the batch for a
@@ -509,7 +569,17 @@ impl Intake {
         delivered: i64,
     ) -> Option<DlqClass> {
         let consumer = &self.inner.settings.consumer;
-        match dead_letter::publish(&self.inner.broker, consumer, message, class, reason).await {
+        let subject = self.inner.broker.names.dlq_subject_for(self.inner.kind);
+        match dead_letter::publish(
+            &self.inner.broker,
+            consumer,
+            &subject,
+            message,
+            class,
+            reason,
+        )
+        .await
+        {
             Ok(()) => {
                 tracing::info!(class = class.as_str(), reason, "dead-lettered");
                 metrics::dead_letter(class.as_str());

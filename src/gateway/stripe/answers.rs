@@ -76,9 +76,9 @@ struct ErrorBody {
 
 /// Stripe's error object (docs.stripe.com/api/errors).
 #[derive(Debug, Clone, Deserialize)]
-struct ErrorDetail {
+pub(super) struct ErrorDetail {
     #[serde(rename = "type", default)]
-    kind: Option<String>,
+    pub(super) kind: Option<String>,
     #[serde(default)]
     code: Option<String>,
     #[serde(default)]
@@ -437,7 +437,7 @@ fn read_retrieved(pi: &PaymentIntent, idempotency_key: &str) -> Option<GatewayCh
     })
 }
 
-fn error_of(body: &[u8]) -> Option<ErrorDetail> {
+pub(super) fn error_of(body: &[u8]) -> Option<ErrorDetail> {
     serde_json::from_slice::<ErrorBody>(body)
         .ok()
         .map(|b| b.error)
@@ -445,7 +445,7 @@ fn error_of(body: &[u8]) -> Option<ErrorDetail> {
 
 /// "HTTP 402 card_error/card_declined (insufficient_funds): <message>", with
 /// `Stripe-Should-Retry` when sent. Bounded.
-fn words(status: u16, body: &[u8], hints: Hints) -> String {
+pub(super) fn words(status: u16, body: &[u8], hints: Hints) -> String {
     let mut text = format!("HTTP {status}");
     match error_of(body) {
         Some(error) => {

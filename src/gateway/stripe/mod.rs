@@ -15,6 +15,7 @@
 //! table that reads every answer, one unit test per row; [`list`] the sweep's list page.
 
 mod answers;
+pub(super) mod refunds;
 
 use anyhow::Context as _;
 use secrecy::ExposeSecret as _;
@@ -314,7 +315,7 @@ fn post(
     transport: &Transport,
     url: reqwest::Url,
     key: &IdempotencyKey,
-    form: Vec<(&'static str, String)>,
+    form: impl serde::Serialize,
 ) -> reqwest::RequestBuilder {
     transport
         .http

@@ -14,6 +14,8 @@
 //! Only answers that prove nothing was charged (`409`, `429`, a refused connection) are
 //! retried with the same key.
 
+pub(super) mod refunds;
+
 use anyhow::Context as _;
 use secrecy::ExposeSecret as _;
 use serde::Deserialize;
@@ -29,6 +31,7 @@ use crate::domain::{bounded, CallOperation, IdempotencyKey};
 #[derive(Debug, Clone)]
 pub(super) struct Endpoints {
     pub(super) charges_url: reqwest::Url,
+    pub(super) refunds_url: reqwest::Url,
 }
 
 impl Endpoints {
@@ -37,7 +40,13 @@ impl Endpoints {
         let charges_url = base
             .join("v1/charges")
             .with_context(|| format!("gateway_url `{base}` cannot take the path /v1/charges"))?;
-        Ok(Self { charges_url })
+        let refunds_url = base
+            .join("v1/refunds")
+            .with_context(|| format!("gateway_url `{base}` cannot take the path /v1/refunds"))?;
+        Ok(Self {
+            charges_url,
+            refunds_url,
+        })
     }
 
     /// `POST /v1/charges` with the request's key and bytes, read by [`classify_charge`].
