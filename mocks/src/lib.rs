@@ -41,6 +41,7 @@ mod clock;
 mod config;
 mod controls;
 mod faults;
+mod keyed;
 mod keys;
 mod latency;
 mod ledger;
