@@ -8,7 +8,7 @@
 //! Below the shared state: `intent` (the PaymentIntents and the dialect's `Store`),
 //! `aftermath` (refunds and disputes), `events` (webhook endpoints, signing, sending),
 //! `params`, `methods`, `currency`, `error`. Above it, the handlers: `api`, `list`,
-//! `disputes`, `webhooks`, through `respond`.
+//! `disputes`, `webhooks`, through `respond` (every GET) and `post` (every POST).
 
 mod aftermath;
 pub(crate) mod api;
@@ -20,6 +20,7 @@ pub(crate) mod intent;
 pub(crate) mod list;
 mod methods;
 mod params;
+mod post;
 mod respond;
 pub(crate) mod webhooks;
 
