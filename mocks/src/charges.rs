@@ -10,19 +10,17 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use axum::Extension;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::answer::{pause, Answer, Outcome};
 use crate::charge::{
     decline_code, fault_trigger, Charge, ChargeParams, ChargeStatus, InvalidRequest,
-    MAX_IDEMPOTENCY_KEY_LEN,
 };
 use crate::config::FaultKind;
 use crate::keyed::{self, refused, server_error_after, Claimed, KeyedPost};
 use crate::keys::Keys;
 use crate::record::ResponseClass;
-use crate::respond::deliver;
 use crate::state::{ConnectionControl, Shared};
 
 /// `POST /v1/charges`.
@@ -51,6 +49,10 @@ impl KeyedPost for ChargeParams {
 
     fn replay(shared: &Shared, charge: Charge) -> Answer {
         Answer::json(shared.replay_status(&charge), &charge)
+    }
+
+    fn found(_shared: &Shared, charge: Charge) -> Option<Value> {
+        Some(serde_json::to_value(charge).expect("a charge serializes"))
     }
 
     async fn execute(self, claimed: Claimed<ChargeParams>) -> Outcome {
@@ -99,17 +101,12 @@ impl KeyedPost for ChargeParams {
     }
 }
 
-/// The lookup's `{"data":[charge…]}`.
-#[derive(Serialize)]
-struct ChargeList<'a> {
-    data: &'a [Charge],
-}
-
 #[derive(Deserialize)]
 pub(crate) struct LookupQuery {
     idempotency_key: Option<String>,
 }
 
+/// `GET /v1/charges?idempotency_key=K`.
 pub(crate) async fn lookup_charges(
     State(shared): State<Arc<Shared>>,
     Extension(connection): Extension<ConnectionControl>,
@@ -118,26 +115,7 @@ pub(crate) async fn lookup_charges(
     query: Result<Query<LookupQuery>, QueryRejection>,
 ) -> Response {
     let key = query.ok().and_then(|Query(query)| query.idempotency_key);
-    let seq = shared.begin("GET", &uri, key.clone(), Value::Null);
-    let outcome = if !shared.authorized(&headers) {
-        Outcome::unauthorized()
-    } else {
-        match key.as_deref() {
-            Some(key) if (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.chars().count()) => {
-                pause(shared.request_latency()).await;
-                let charges = Vec::from_iter(shared.keys.lookup(key, shared.clock.now()));
-                Outcome::now(
-                    ResponseClass::Lookup,
-                    Answer::json(StatusCode::OK, &ChargeList { data: &charges }),
-                )
-            }
-            _ => Outcome::invalid(InvalidRequest(format!(
-                "the idempotency_key query parameter is required (1 to \
-                 {MAX_IDEMPOTENCY_KEY_LEN} characters)"
-            ))),
-        }
-    };
-    deliver(&shared, &connection, seq, "/v1/charges", key, outcome).await
+    keyed::lookup::<ChargeParams>(shared, connection, uri, headers, key).await
 }
 
 /// The onecharge dialect's answer to a path it does not serve.

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, TlsFiles};
+use crate::config::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, RefundFaults, TlsFiles};
 use crate::latency::LatencyDistribution;
 use crate::MockGateway;
 
@@ -77,6 +77,12 @@ pub struct Cli {
     /// found by lookups) before it charges (real time).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub slow_charge_for: Duration,
+
+    /// How long a refund that settles later (pending, or a pm_card_refundFail refund that
+    /// succeeded) waits before it settles (real time); POST /__refunds/settle ends them all
+    /// at once.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub refund_settle_after: Duration,
 
     /// Seed for fault dice, latency jitter and charge ids; the same seed and the same
     /// sequence of requests give the same run. Default: random, and logged at start.
@@ -195,6 +201,14 @@ pub struct FaultArgs {
     /// Extra random latency, uniform in 0..=MS milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub latency_jitter_ms: u64,
+
+    /// The refunds' faults and starts, as the "refunds" object of PUT /__faults, e.g.
+    /// '{"error_after":{"count":1},"pending":{"probability":0.2}}'. Kinds: error_before,
+    /// error_after, hang_after, drop_after, rate_limit, slow_refund (POST /v1/refunds);
+    /// pending, requires_action, failed (how a new refund starts); lookup_error,
+    /// lookup_rate_limit, lookup_hang, lookup_drop (refund lookups).
+    #[arg(long, value_name = "JSON", value_parser = refund_faults)]
+    pub refund_faults: Option<RefundFaults>,
 }
 
 impl FaultArgs {
@@ -212,8 +226,18 @@ impl FaultArgs {
                 fixed_ms: self.latency_ms,
                 jitter_ms: self.latency_jitter_ms,
             },
+            refunds: self.refund_faults.clone().unwrap_or_default(),
         }
     }
+}
+
+fn refund_faults(text: &str) -> Result<RefundFaults, String> {
+    let faults = FaultConfig {
+        refunds: serde_json::from_str(text).map_err(|e| e.to_string())?,
+        ..FaultConfig::default()
+    };
+    faults.validate()?;
+    Ok(faults.refunds)
 }
 
 fn probability(text: &str) -> Result<f64, String> {
@@ -259,6 +283,7 @@ impl Cli {
                 }),
             latency_distribution,
             dialect: self.dialect.into(),
+            refund_settle_after: self.refund_settle_after,
         })
     }
 }

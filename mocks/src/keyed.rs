@@ -2,8 +2,8 @@
 //! (`POST /v1/charges` in `crate::charges`, `POST /v1/refunds` in `crate::refunds`):
 //! credentials, the `Idempotency-Key`, the body, then the key claimed — a replay, `409
 //! idempotency_in_progress` or `422 idempotency_key_reused` answered here, and a request
-//! that owns its key executed in a task of its own ([`KeyedPost::execute`]). Also the
-//! answers of the faults both POSTs share.
+//! that owns its key executed in a task of its own ([`KeyedPost::execute`]); and the
+//! lookup by key both have ([`lookup`]). Also the answers of the faults both share.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,9 +12,10 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
+use serde_json::{json, Value};
 
 use crate::answer::{pause, Answer, Outcome};
-use crate::charge::{validate_idempotency_key, Charge, InvalidRequest};
+use crate::charge::{validate_idempotency_key, Charge, InvalidRequest, MAX_IDEMPOTENCY_KEY_LEN};
 use crate::config::FaultKind;
 use crate::keys::{Claim, Keys};
 use crate::record::ResponseClass;
@@ -39,6 +40,16 @@ pub(crate) trait KeyedPost: Clone + PartialEq + Send + Sync + Sized + 'static {
 
     /// The answer to the same request again under a completed key.
     fn replay(shared: &Shared, saved: Self::Saved) -> Answer;
+
+    /// What the lookup `GET {PATH}?idempotency_key=` lists for a completed key, as it
+    /// stands now.
+    fn found(shared: &Shared, saved: Self::Saved) -> Option<Value>;
+
+    /// The fault a lookup that would answer `200` gets; none by default (the charges'
+    /// lookups are never faulted).
+    fn lookup_fault(_shared: &Shared) -> Option<FaultKind> {
+        None
+    }
 
     /// Executes a request that owns its key, and commits or releases the key.
     fn execute(self, claimed: Claimed<Self>) -> impl Future<Output = Outcome> + Send;
@@ -149,6 +160,40 @@ async fn decide<P: KeyedPost>(shared: &Arc<Shared>, headers: &HeaderMap, body: &
     };
     pause(latency).await;
     refusal
+}
+
+/// `GET {PATH}?idempotency_key=K`: `{"data":[…]}` with what completed under the live key
+/// `K` as it stands now, or `{"data":[]}` when nothing did (nothing executed, its first
+/// request still running, or the key expired).
+pub(crate) async fn lookup<P: KeyedPost>(
+    shared: Arc<Shared>,
+    connection: ConnectionControl,
+    uri: Uri,
+    headers: HeaderMap,
+    key: Option<String>,
+) -> Response {
+    let seq = shared.begin("GET", &uri, key.clone(), Value::Null);
+    let outcome = if !shared.authorized(&headers) {
+        Outcome::unauthorized()
+    } else {
+        match key.as_deref() {
+            Some(key) if (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.chars().count()) => {
+                pause(shared.request_latency()).await;
+                let data: Vec<Value> = P::keys(&shared)
+                    .lookup(key, shared.clock.now())
+                    .and_then(|saved| P::found(&shared, saved))
+                    .into_iter()
+                    .collect();
+                let answer = Answer::json(StatusCode::OK, &json!({ "data": data }));
+                Outcome::looked_up(answer, P::lookup_fault(&shared), shared.hang_for, refused)
+            }
+            _ => Outcome::invalid(InvalidRequest(format!(
+                "the idempotency_key query parameter is required (1 to \
+                 {MAX_IDEMPOTENCY_KEY_LEN} characters)"
+            ))),
+        }
+    };
+    deliver(&shared, &connection, seq, P::PATH, key, outcome).await
 }
 
 fn internal_error() -> Outcome {

@@ -48,6 +48,10 @@ mod ledger;
 mod list;
 mod paging;
 mod record;
+mod refund;
+mod refund_ledger;
+mod refunding;
+mod refunds;
 mod respond;
 mod server;
 mod state;
@@ -57,7 +61,10 @@ pub use charge::{
     decline_code, fault_trigger, payment_methods, validate_idempotency_key, Charge, ChargeParams,
     ChargeStatus, InvalidRequest, MAX_AMOUNT_MINOR, MAX_IDEMPOTENCY_KEY_LEN,
 };
-pub use config::{Dialect, FaultConfig, FaultKind, FaultRule, Latency, MockConfig, TlsFiles};
+pub use config::{
+    Dialect, FaultConfig, FaultKind, FaultRule, Latency, MockConfig, RefundFaults, TlsFiles,
+};
 pub use latency::{LatencyDistribution, LatencyDrawn};
 pub use record::{PageTimes, RecordedRequest, ResponseClass, Stats, PAGE_TIMES_KEPT};
+pub use refund::{Refund, RefundStatus};
 pub use server::MockGateway;

@@ -41,10 +41,12 @@ pub enum ResponseClass {
     /// Stripe dialect: a new `200` that charged nothing (a PaymentIntent created or left
     /// waiting, canceled, or processing; a customer created).
     Accepted,
+    /// A new refund recorded (whatever its status): `201` (onecharge) or `200` (Stripe).
+    Refunded,
 }
 
 impl ResponseClass {
-    const ALL: [ResponseClass; 13] = [
+    const ALL: [ResponseClass; 14] = [
         ResponseClass::Created,
         ResponseClass::Declined,
         ResponseClass::Replayed,
@@ -58,6 +60,7 @@ impl ResponseClass {
         ResponseClass::Dropped,
         ResponseClass::Lookup,
         ResponseClass::Accepted,
+        ResponseClass::Refunded,
     ];
 
     /// The snake_case name used in JSON and logs.
@@ -76,6 +79,7 @@ impl ResponseClass {
             ResponseClass::Dropped => "dropped",
             ResponseClass::Lookup => "lookup",
             ResponseClass::Accepted => "accepted",
+            ResponseClass::Refunded => "refunded",
         }
     }
 }
@@ -146,10 +150,16 @@ pub struct Stats {
     pub lookups: u64,
     /// Stripe dialect: new `200` answers that charged nothing.
     pub accepted: u64,
+    /// New refunds recorded by `POST /v1/refunds` (whatever their status; replays count
+    /// as `replayed`).
+    pub refunded: u64,
     /// Ledger entries: committed charges (onecharge: succeeded or declined; Stripe:
     /// PaymentIntents that succeeded).
     pub charges: u64,
-    /// Keys whose first request is running right now (a gauge, not a count).
+    /// Refund ledger entries: every refund recorded, by either dialect's API or a control.
+    pub refunds: u64,
+    /// Keys whose first request (a charge, or a refund) is running right now (a gauge, not
+    /// a count).
     pub charges_in_progress: u64,
 }
 
@@ -168,7 +178,12 @@ impl Counters {
         self.by_class[class as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, charges: usize, charges_in_progress: usize) -> Stats {
+    pub(crate) fn snapshot(
+        &self,
+        charges: usize,
+        refunds: usize,
+        charges_in_progress: usize,
+    ) -> Stats {
         let get = |class: ResponseClass| self.by_class[class as usize].load(Ordering::Relaxed);
         Stats {
             requests: self.received.load(Ordering::Relaxed),
@@ -185,7 +200,9 @@ impl Counters {
             dropped: get(ResponseClass::Dropped),
             lookups: get(ResponseClass::Lookup),
             accepted: get(ResponseClass::Accepted),
+            refunded: get(ResponseClass::Refunded),
             charges: charges as u64,
+            refunds: refunds as u64,
             charges_in_progress: charges_in_progress as u64,
         }
     }

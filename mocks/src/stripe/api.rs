@@ -30,8 +30,8 @@ pub(crate) async fn unrecognized_url(uri: Uri) -> Response {
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         format!(
-            "Unrecognized request URL ({}). The mock's Stripe dialect serves /v1/payment_intents \
-             and /v1/customers.",
+            "Unrecognized request URL ({}). The mock's Stripe dialect serves /v1/payment_intents, \
+             /v1/refunds, /v1/disputes and /v1/customers.",
             uri.path()
         ),
     );
@@ -93,7 +93,7 @@ pub(crate) async fn retrieve_intent(
                 let mut body = intent.to_json();
                 if expand_charge {
                     body["latest_charge"] = intent
-                        .charge_object(shared.stripe.aftermath.get(&intent.id))
+                        .charge_object(shared.stripe.aftermath(&intent.id))
                         .unwrap_or(Value::Null);
                 }
                 Outcome::now(ResponseClass::Lookup, Answer::json(StatusCode::OK, &body))

@@ -99,7 +99,7 @@ pub(crate) async fn send(State(shared): State<Arc<Shared>>, body: Bytes) -> Resp
         // The charge's dispute as it stands (a dispute event names it even before the
         // control opened one, as a forger's would).
         kind if kind.starts_with("charge.dispute.") => {
-            match shared.stripe.aftermath.get(&intent.id).dispute {
+            match shared.stripe.disputes.get(&intent.id) {
                 Some(dispute) => intent.dispute_object(&dispute),
                 None => json!({"id": format!("dp_{}", intent.id), "object": "dispute",
                                "payment_intent": intent.id, "charge": intent.latest_charge}),
