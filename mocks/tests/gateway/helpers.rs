@@ -217,6 +217,24 @@ impl TestGateway {
     }
 }
 
+/// A response's JSON body.
+pub async fn json(response: Response) -> Value {
+    response.json().await.expect("a JSON body")
+}
+
+/// Sends the requests at once, each from a task of its own, and returns their statuses.
+pub async fn send_all(requests: impl IntoIterator<Item = RequestBuilder>) -> Vec<StatusCode> {
+    let sends: Vec<_> = requests
+        .into_iter()
+        .map(|request| tokio::spawn(request.send()))
+        .collect();
+    let mut statuses = Vec::new();
+    for send in sends {
+        statuses.push(send.await.unwrap().unwrap().status());
+    }
+    statuses
+}
+
 /// Reads a JSON body and its error type, for the `{"error":{"type":…}}` answers.
 pub async fn error_type(response: Response) -> String {
     let body: Value = response.json().await.expect("a JSON error body");

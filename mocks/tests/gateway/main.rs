@@ -11,4 +11,5 @@ mod helpers;
 mod refund_faults;
 mod refunds;
 mod stripe;
+mod stripe_refunds;
 mod webhooks;

@@ -19,10 +19,6 @@ fn refund_faults(refunds: RefundFaults) -> FaultConfig {
     }
 }
 
-async fn json(response: reqwest::Response) -> Value {
-    response.json().await.expect("a JSON body")
-}
-
 #[tokio::test]
 async fn a_refund_of_a_succeeded_charge_is_201_succeeded_and_recorded_once() {
     let app = spawn_gateway().await;
@@ -122,13 +118,7 @@ async fn concurrent_duplicates_under_one_key_refund_once() {
     let charge = app.charged("charge-1", pm::CARD_VISA).await;
     let body = refund_body(&charge, 500, "rf-1");
 
-    let sends: Vec<_> = (0..8)
-        .map(|_| tokio::spawn(app.post_refund("rk-1", &body).send()))
-        .collect();
-    let mut statuses = Vec::new();
-    for send in sends {
-        statuses.push(send.await.unwrap().unwrap().status());
-    }
+    let statuses = send_all((0..8).map(|_| app.post_refund("rk-1", &body))).await;
 
     assert_eq!(
         statuses

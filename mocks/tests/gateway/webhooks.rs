@@ -257,3 +257,72 @@ async fn without_auto_nothing_is_sent_and_an_endpoint_that_never_answers_holds_n
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "no endpoint");
     drop(silent);
 }
+
+#[tokio::test]
+async fn with_auto_refunds_send_charge_refunded_when_they_succeed_and_refund_updated_when_they_move(
+) {
+    let app = spawn_gateway_with(MockConfig {
+        dialect: Dialect::Stripe,
+        ..MockConfig::default()
+    })
+    .await;
+    let receiver = Receiver::default();
+    let url = receiver.start().await;
+    app.post_json(
+        "/__stripe/webhooks",
+        &json!({"url": url, "secrets": [SECRET], "auto": true}),
+    )
+    .await;
+    let mut intents = Vec::new();
+    for (n, payment_method) in [
+        pm::CARD_VISA,
+        pm::CARD_PENDING_REFUND,
+        pm::CARD_PENDING_REFUND,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let form = intent_form(&format!("a{n}"), payment_method, true);
+        let charged = stripe_post(&app, "/v1/payment_intents", &format!("k{n}"), form).await;
+        intents.push(charged["id"].as_str().unwrap().to_owned());
+    }
+    let mut refunds = Vec::new();
+    for (n, pi) in intents.iter().enumerate() {
+        let form = format!("payment_intent={pi}&amount=500&metadata[refund_id]=rf-{n}");
+        refunds.push(stripe_post(&app, "/v1/refunds", &format!("r{n}"), form).await);
+    }
+    let statuses: Vec<&Value> = refunds.iter().map(|r| &r["status"]).collect();
+    assert_eq!(statuses, ["succeeded", "pending", "pending"]);
+
+    // One pending refund fails by a control, the other settles (succeeds).
+    let failing = refunds[2]["id"].as_str().unwrap();
+    let failed = app
+        .post_json(
+            &format!("/__refunds/{failing}"),
+            &json!({"status": "failed"}),
+        )
+        .await;
+    assert_eq!(failed.status(), StatusCode::OK);
+    assert_eq!(app.gateway.settle_refunds().len(), 1);
+
+    let expected = [
+        "charge.refund.updated",
+        "charge.refund.updated",
+        "charge.refunded",
+        "charge.refunded",
+        "payment_intent.succeeded",
+        "payment_intent.succeeded",
+        "payment_intent.succeeded",
+    ];
+    within(
+        Duration::from_secs(10),
+        "every refund event arrives",
+        async {
+            while receiver.kinds() != expected {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    assert!(receiver.all_signed());
+}
