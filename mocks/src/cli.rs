@@ -29,22 +29,31 @@ requests with that key behave normally and succeed):
   pm_fault_bad_request   400 invalid_request, nothing charged
   pm_fault_slow_charge   key in progress for --slow-charge-for (409, empty lookup), then charged
 
+Refunds (POST /v1/refunds, GET /v1/refunds?idempotency_key=): every refund of a charge paid
+with pm_card_pendingRefund starts pending and succeeds after --refund-settle-after; with
+pm_card_refundFail it succeeds, then fails after --refund-settle-after. POST /__refunds/{id}
+{\"status\": …} moves one, POST /__refunds/settle settles all that wait, GET /__ledger/refunds
+counts them by refund id, key and charge. Refund faults: --refund-faults.
+
 With --dialect stripe the gateway serves Stripe's PaymentIntents API instead
 (POST /v1/payment_intents, POST /v1/payment_intents/{id}/confirm|cancel,
-GET /v1/payment_intents/{id}, POST /v1/customers; form-encoded) with Stripe's test payment
-methods: pm_card_visa, pm_card_mastercard (succeed), pm_card_visa_chargeDeclined
-(generic_decline), pm_card_chargeDeclinedInsufficientFunds (insufficient_funds),
-pm_card_authenticationRequired (off-session: 402 authentication_required), the pm_fault_*
-triggers above on the call that charges, and pm_fault_processing (processing for
---slow-charge-for, then succeeded). See docs/mock-gateway.md.";
+GET /v1/payment_intents/{id}, POST|GET /v1/refunds, GET /v1/refunds/{id},
+POST /v1/customers; form-encoded) with Stripe's test payment methods: pm_card_visa,
+pm_card_mastercard (succeed), pm_card_visa_chargeDeclined (generic_decline),
+pm_card_chargeDeclinedInsufficientFunds (insufficient_funds), pm_card_authenticationRequired
+(off-session: 402 authentication_required), the refund cards above, the pm_fault_* triggers
+above on the call that charges, and pm_fault_processing (processing for --slow-charge-for,
+then succeeded). See docs/mock-gateway.md.";
 
-/// A payment gateway that speaks onecharge's gateway contract (POST/GET /v1/charges), with
-/// idempotency keys, a ledger, and injectable faults.
+/// A payment gateway that speaks onecharge's gateway contract (POST/GET /v1/charges,
+/// POST/GET /v1/refunds), with idempotency keys, ledgers of charges and refunds, and
+/// injectable faults.
 ///
 /// On start it prints its base URL as the only line on stdout; logs (one line per request)
 /// go to stderr, filtered by RUST_LOG (default "info"). Test controls, without auth:
-/// GET /__ledger, GET /__stats, GET /__requests, GET|PUT /__faults,
-/// POST /__clock/advance {"seconds":N}, GET /__health.
+/// GET /__ledger, GET /__ledger/refunds, GET /__stats, GET /__requests, GET|PUT /__faults,
+/// POST /__clock/advance {"seconds":N}, POST /__refunds/{id}, POST /__refunds/settle,
+/// GET /__health.
 ///
 /// Each fault kind fires on the next COUNT charging requests, and otherwise with
 /// PROBABILITY; faults touch only requests that would charge (never replays, 409 or 422).

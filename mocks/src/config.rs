@@ -139,7 +139,8 @@ impl fmt::Debug for MockConfig {
     }
 }
 
-/// Which faults are injected into charge requests, and how often.
+/// Which faults are injected into charge requests (and, in `refunds`, into refunds), and
+/// how often.
 ///
 /// This is also the JSON of `GET`/`PUT /__faults`; every field may be left out (it then
 /// means "off"), and unknown fields are rejected so that a typo does not silently disable

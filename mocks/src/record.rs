@@ -36,7 +36,8 @@ pub enum ResponseClass {
     Hung,
     /// Charged, connection closed by `drop_after`.
     Dropped,
-    /// `200` from `GET /v1/charges`, or a Stripe PaymentIntent retrieved.
+    /// `200` from `GET /v1/charges` or `GET /v1/refunds`, or a Stripe PaymentIntent,
+    /// refund or list retrieved.
     Lookup,
     /// Stripe dialect: a new `200` that charged nothing (a PaymentIntent created or left
     /// waiting, canceled, or processing; a customer created).
@@ -84,7 +85,8 @@ impl ResponseClass {
     }
 }
 
-/// One `POST /v1/charges` or `GET /v1/charges` as received, and how it ended.
+/// One `/v1` request (`POST /v1/charges`, `GET /v1/charges`, `POST /v1/refunds`, …) as
+/// received, and how it ended.
 ///
 /// Kept so that a test can assert what onecharge actually sent (same key on every try,
 /// same body) and when, not only what was charged.
@@ -92,7 +94,7 @@ impl ResponseClass {
 pub struct RecordedRequest {
     /// Arrival order, from 0.
     pub seq: u64,
-    /// `POST` (a charge) or `GET` (a lookup).
+    /// `POST` (a charge, a refund) or `GET` (a lookup).
     pub method: String,
     /// Path and query, e.g. `/v1/charges?idempotency_key=k`.
     pub path: String,
@@ -146,7 +148,8 @@ pub struct Stats {
     pub hung: u64,
     /// `drop_after` fired (charged, connection closed).
     pub dropped: u64,
-    /// `200` answers to `GET /v1/charges`.
+    /// `200` answers to lookups and lists (`GET /v1/charges`, `GET /v1/refunds`, Stripe's
+    /// GETs).
     pub lookups: u64,
     /// Stripe dialect: new `200` answers that charged nothing.
     pub accepted: u64,
