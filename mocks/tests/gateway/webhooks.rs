@@ -21,10 +21,10 @@ use crate::helpers::*;
 
 const SECRET: &str = "whsec_auto";
 
-/// An endpoint that answers `200` and keeps every event's `type` and whether its signature
-/// is `SECRET`'s.
+/// An endpoint that answers `200` and keeps every event's `type`, whether its signature is
+/// `SECRET`'s, and its object.
 #[derive(Clone, Default)]
-struct Receiver(Arc<Mutex<Vec<(String, bool)>>>);
+struct Receiver(Arc<Mutex<Vec<(String, bool, Value)>>>);
 
 impl Receiver {
     async fn start(&self) -> String {
@@ -35,7 +35,8 @@ impl Receiver {
                 .and_then(|h| h.to_str().ok())
                 .is_some_and(|h| signed_by_secret(h, &body));
             let kind = event["type"].as_str().unwrap().to_owned();
-            seen.0.lock().push((kind, signed));
+            let object = event["data"]["object"].clone();
+            seen.0.lock().push((kind, signed, object));
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
@@ -47,13 +48,22 @@ impl Receiver {
     }
 
     fn kinds(&self) -> Vec<String> {
-        let mut kinds: Vec<String> = self.0.lock().iter().map(|(k, _)| k.clone()).collect();
+        let mut kinds: Vec<String> = self.0.lock().iter().map(|(k, ..)| k.clone()).collect();
         kinds.sort();
         kinds
     }
 
     fn all_signed(&self) -> bool {
-        self.0.lock().iter().all(|(_, signed)| *signed)
+        self.0.lock().iter().all(|(_, signed, _)| *signed)
+    }
+
+    /// The objects of the events of `kind` received, in arrival order.
+    fn objects(&self, kind: &str) -> Vec<Value> {
+        let seen = self.0.lock();
+        seen.iter()
+            .filter(|(k, ..)| k == kind)
+            .map(|(.., object)| object.clone())
+            .collect()
     }
 }
 
@@ -325,4 +335,33 @@ async fn with_auto_refunds_send_charge_refunded_when_they_succeed_and_refund_upd
     )
     .await;
     assert!(receiver.all_signed());
+    let mut updated: Vec<Value> = receiver
+        .objects("charge.refund.updated")
+        .iter()
+        .map(|refund| json!([refund["id"], refund["status"]]))
+        .collect();
+    updated.sort_by_key(|pair| pair[1].as_str().unwrap().to_owned());
+    assert_eq!(
+        updated,
+        [
+            json!([refunds[2]["id"], "failed"]),
+            json!([refunds[1]["id"], "succeeded"])
+        ]
+    );
+    let refunded = receiver.objects("charge.refunded");
+    assert!(refunded
+        .iter()
+        .all(|charge| charge["amount_refunded"] == 500));
+
+    // Sent by hand, `charge.refund.updated` carries the PaymentIntent's newest refund.
+    let sent = app
+        .post_json(
+            "/__stripe/webhooks/send",
+            &json!({"type": "charge.refund.updated", "payment_intent": intents[2]}),
+        )
+        .await;
+    assert_eq!(sent.status(), StatusCode::OK);
+    let by_hand = receiver.objects("charge.refund.updated").pop().unwrap();
+    assert_eq!(by_hand["id"], refunds[2]["id"]);
+    assert_eq!(by_hand["status"], "failed");
 }
