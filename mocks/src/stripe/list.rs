@@ -163,7 +163,9 @@ fn change(
         // rest: a refund made outside onecharge (no `metadata[refund_id]`), succeeded at once,
         // in the refund ledger like any other.
         "refund" => {
-            let rest = shared.refunds.left(&id, intent.amount);
+            // Never below zero, even for a charge whose amount a control cut below what was
+            // refunded.
+            let rest = shared.refunds.left(&id, intent.amount).max(0);
             let amount = serde_json::from_slice::<Value>(body)
                 .ok()
                 .and_then(|v| v["amount"].as_i64())

@@ -108,7 +108,7 @@ fn refundable(shared: &Shared, create: &CreateRefund) -> Result<(PaymentIntent, 
     }
     let left = shared.refunds.left(&intent.id, intent.amount);
     let amount = create.amount.unwrap_or(left);
-    if amount > left || left == 0 {
+    if amount > left || left <= 0 {
         return Err(over_refund(&intent, amount, OverRefund { left }));
     }
     Ok((intent, amount))
@@ -122,7 +122,7 @@ fn over_refund(
     OverRefund { left }: OverRefund,
 ) -> StripeError {
     let charge = intent.latest_charge.as_deref().unwrap_or_default();
-    if left == 0 {
+    if left <= 0 {
         return StripeError::new(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",

@@ -557,3 +557,32 @@ async fn refund_lookups_fail_by_the_lookup_knobs_and_payment_intent_lookups_do_n
     let answered = json(app_get(&app, &format!("/v1/refunds/{id}")).await).await;
     assert_eq!(answered, refund);
 }
+
+#[tokio::test]
+async fn a_charge_whose_amount_was_cut_below_its_refunds_refunds_nothing_more() {
+    let app = spawn_stripe().await;
+    let pi = app.succeeded_intent("pay-1", pm::CARD_VISA).await;
+    app.stripe_refund("rk-1", &refund_form(&pi, Some(1500), "rf-1"))
+        .await;
+    let cut = app
+        .post_json(
+            &format!("/__stripe/payment_intents/{pi}/amount"),
+            &json!({"amount": 1000}),
+        )
+        .await;
+    assert_eq!(cut.status(), StatusCode::OK);
+
+    let rest = app
+        .stripe_refund("rk-2", &refund_form(&pi, None, "rf-2"))
+        .await;
+    let error = stripe_error(rest, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["code"], "charge_already_refunded");
+    let dashboard = app
+        .post_json(
+            &format!("/__stripe/payment_intents/{pi}/refund"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(json(dashboard).await["refunded"], 0);
+    assert_eq!(app.gateway.refunded(&pi), 1500);
+}
