@@ -123,12 +123,37 @@ impl Outcome {
         server_error: impl FnOnce() -> Answer,
     ) -> Outcome {
         let (class, answer, delivery) = match fault {
-            None | Some(FaultKind::SlowCharge) => (class, answer, Delivery::Now),
+            None | Some(FaultKind::SlowCharge | FaultKind::SlowRefund) => {
+                (class, answer, Delivery::Now)
+            }
             Some(FaultKind::ErrorAfter) => {
                 (ResponseClass::ServerError, server_error(), Delivery::Now)
             }
             Some(FaultKind::HangAfter) => (ResponseClass::Hung, answer, Delivery::Hold(hang_for)),
             Some(_) => (ResponseClass::Dropped, answer, Delivery::Drop),
+        };
+        Outcome {
+            class,
+            fault,
+            answer,
+            delivery,
+        }
+    }
+
+    /// The `200` of a lookup, spoiled by the lookup fault drawn for it: `hang_after` holds
+    /// it for `hang_for`, `drop_after` closes the connection instead, and `refused` answers
+    /// the faults that refuse it (`rate_limit`, `error_before`) in the dialect's words.
+    pub(crate) fn looked_up(
+        answer: Answer,
+        fault: Option<FaultKind>,
+        hang_for: Duration,
+        refused: impl FnOnce(FaultKind) -> Outcome,
+    ) -> Outcome {
+        let (class, delivery) = match fault {
+            Some(kind @ (FaultKind::RateLimit | FaultKind::ErrorBefore)) => return refused(kind),
+            Some(FaultKind::HangAfter) => (ResponseClass::Hung, Delivery::Hold(hang_for)),
+            Some(FaultKind::DropAfter) => (ResponseClass::Dropped, Delivery::Drop),
+            _ => (ResponseClass::Lookup, Delivery::Now),
         };
         Outcome {
             class,

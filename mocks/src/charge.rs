@@ -42,6 +42,16 @@ pub mod payment_methods {
     /// The key stays in progress for `slow_charge_for` (`409` to re-sends, nothing found by
     /// lookups), then the charge succeeds.
     pub const FAULT_SLOW_CHARGE: &str = "pm_fault_slow_charge";
+
+    // Refund behaviour, by the charge's card, as Stripe's test cards of the same names (the
+    // charge itself succeeds): every refund of a charge made with one of them.
+
+    /// Each refund starts `pending`, then succeeds after `refund_settle_after` (or when
+    /// settled sooner).
+    pub const PENDING_REFUND: &str = "pm_card_pendingRefund";
+    /// Each refund starts `succeeded`, then fails (`failure_reason:
+    /// "expired_or_canceled_card"`) after `refund_settle_after` (or when settled sooner).
+    pub const REFUND_FAIL: &str = "pm_card_refundFail";
 }
 
 /// The fault a payment method triggers on the first request under a key, if any.
@@ -153,43 +163,58 @@ pub struct ChargeParams {
 impl ChargeParams {
     /// Parses and validates a request body, naming the first field that is wrong.
     pub fn from_json(body: &[u8]) -> Result<ChargeParams, InvalidRequest> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| InvalidRequest(format!("the body is not valid JSON: {e}")))?;
-        let Value::Object(fields) = value else {
-            return Err(InvalidRequest("the body must be a JSON object".to_owned()));
-        };
-        let amount_minor = fields
-            .get("amount_minor")
-            .ok_or_else(|| InvalidRequest("amount_minor is required".to_owned()))?
-            .as_i64()
-            .filter(|amount| (1..=MAX_AMOUNT_MINOR).contains(amount))
-            .ok_or_else(|| {
-                InvalidRequest(format!(
-                    "amount_minor must be an integer from 1 to {MAX_AMOUNT_MINOR}"
-                ))
-            })?;
-        let currency = text_field(&fields, "currency", 3)?;
-        if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err(InvalidRequest(
-                "currency must be a three-letter upper-case ISO 4217 code".to_owned(),
-            ));
-        }
-        let description = match fields.get("description") {
-            None | Some(Value::Null) => None,
-            Some(_) => Some(text_field(&fields, "description", 500)?),
-        };
+        let fields = json_object(body)?;
+        let amount_minor = amount_field(&fields)?;
+        let currency = currency_field(&fields)?;
         Ok(ChargeParams {
             amount_minor,
             currency,
             customer_id: text_field(&fields, "customer_id", 128)?,
             payment_method: text_field(&fields, "payment_method", 255)?,
             reference: text_field(&fields, "reference", 255)?,
-            description,
+            description: optional_text_field(&fields, "description", 500)?,
         })
     }
 }
 
-fn text_field(
+/// A request body's JSON object, the one shape the dialect's POST bodies take.
+pub(crate) fn json_object(body: &[u8]) -> Result<Map<String, Value>, InvalidRequest> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| InvalidRequest(format!("the body is not valid JSON: {e}")))?;
+    match value {
+        Value::Object(fields) => Ok(fields),
+        _ => Err(InvalidRequest("the body must be a JSON object".to_owned())),
+    }
+}
+
+/// `amount_minor`: a JSON integer from 1 to [`MAX_AMOUNT_MINOR`], not a float or a string.
+pub(crate) fn amount_field(fields: &Map<String, Value>) -> Result<i64, InvalidRequest> {
+    fields
+        .get("amount_minor")
+        .ok_or_else(|| InvalidRequest("amount_minor is required".to_owned()))?
+        .as_i64()
+        .filter(|amount| (1..=MAX_AMOUNT_MINOR).contains(amount))
+        .ok_or_else(|| {
+            InvalidRequest(format!(
+                "amount_minor must be an integer from 1 to {MAX_AMOUNT_MINOR}"
+            ))
+        })
+}
+
+/// `currency`: three upper-case letters (the code list itself is onecharge's intake's to
+/// check).
+pub(crate) fn currency_field(fields: &Map<String, Value>) -> Result<String, InvalidRequest> {
+    let currency = text_field(fields, "currency", 3)?;
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(InvalidRequest(
+            "currency must be a three-letter upper-case ISO 4217 code".to_owned(),
+        ));
+    }
+    Ok(currency)
+}
+
+/// A required string field of 1 to `max_chars` characters.
+pub(crate) fn text_field(
     fields: &Map<String, Value>,
     name: &str,
     max_chars: usize,
@@ -206,6 +231,18 @@ fn text_field(
         )));
     }
     Ok(text.clone())
+}
+
+/// [`text_field`] that may be left out or `null`.
+pub(crate) fn optional_text_field(
+    fields: &Map<String, Value>,
+    name: &str,
+    max_chars: usize,
+) -> Result<Option<String>, InvalidRequest> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => text_field(fields, name, max_chars).map(Some),
+    }
 }
 
 /// Checks an `Idempotency-Key` header value: 1–255 printable ASCII characters.

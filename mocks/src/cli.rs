@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, TlsFiles};
+use crate::config::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, RefundFaults, TlsFiles};
 use crate::latency::LatencyDistribution;
 use crate::MockGateway;
 
@@ -29,22 +29,31 @@ requests with that key behave normally and succeed):
   pm_fault_bad_request   400 invalid_request, nothing charged
   pm_fault_slow_charge   key in progress for --slow-charge-for (409, empty lookup), then charged
 
+Refunds (POST /v1/refunds, GET /v1/refunds?idempotency_key=): every refund of a charge paid
+with pm_card_pendingRefund starts pending and succeeds after --refund-settle-after; with
+pm_card_refundFail it succeeds, then fails after --refund-settle-after. POST /__refunds/{id}
+{\"status\": …} moves one, POST /__refunds/settle settles all that wait, GET /__ledger/refunds
+counts them by refund id, key and charge. Refund faults: --refund-faults.
+
 With --dialect stripe the gateway serves Stripe's PaymentIntents API instead
 (POST /v1/payment_intents, POST /v1/payment_intents/{id}/confirm|cancel,
-GET /v1/payment_intents/{id}, POST /v1/customers; form-encoded) with Stripe's test payment
-methods: pm_card_visa, pm_card_mastercard (succeed), pm_card_visa_chargeDeclined
-(generic_decline), pm_card_chargeDeclinedInsufficientFunds (insufficient_funds),
-pm_card_authenticationRequired (off-session: 402 authentication_required), the pm_fault_*
-triggers above on the call that charges, and pm_fault_processing (processing for
---slow-charge-for, then succeeded). See docs/mock-gateway.md.";
+GET /v1/payment_intents/{id}, POST|GET /v1/refunds, GET /v1/refunds/{id},
+POST /v1/customers; form-encoded) with Stripe's test payment methods: pm_card_visa,
+pm_card_mastercard (succeed), pm_card_visa_chargeDeclined (generic_decline),
+pm_card_chargeDeclinedInsufficientFunds (insufficient_funds), pm_card_authenticationRequired
+(off-session: 402 authentication_required), the refund cards above, the pm_fault_* triggers
+above on the call that charges, and pm_fault_processing (processing for --slow-charge-for,
+then succeeded). See docs/mock-gateway.md.";
 
-/// A payment gateway that speaks onecharge's gateway contract (POST/GET /v1/charges), with
-/// idempotency keys, a ledger, and injectable faults.
+/// A payment gateway that speaks onecharge's gateway contract (POST/GET /v1/charges,
+/// POST/GET /v1/refunds), with idempotency keys, ledgers of charges and refunds, and
+/// injectable faults.
 ///
 /// On start it prints its base URL as the only line on stdout; logs (one line per request)
 /// go to stderr, filtered by RUST_LOG (default "info"). Test controls, without auth:
-/// GET /__ledger, GET /__stats, GET /__requests, GET|PUT /__faults,
-/// POST /__clock/advance {"seconds":N}, GET /__health.
+/// GET /__ledger, GET /__ledger/refunds, GET /__stats, GET /__requests, GET|PUT /__faults,
+/// POST /__clock/advance {"seconds":N}, POST /__refunds/{id}, POST /__refunds/settle,
+/// GET /__health.
 ///
 /// Each fault kind fires on the next COUNT charging requests, and otherwise with
 /// PROBABILITY; faults touch only requests that would charge (never replays, 409 or 422).
@@ -77,6 +86,12 @@ pub struct Cli {
     /// found by lookups) before it charges (real time).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub slow_charge_for: Duration,
+
+    /// How long a refund that settles later (pending, or a pm_card_refundFail refund that
+    /// succeeded) waits before it settles (real time); POST /__refunds/settle ends them all
+    /// at once.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub refund_settle_after: Duration,
 
     /// Seed for fault dice, latency jitter and charge ids; the same seed and the same
     /// sequence of requests give the same run. Default: random, and logged at start.
@@ -195,6 +210,14 @@ pub struct FaultArgs {
     /// Extra random latency, uniform in 0..=MS milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub latency_jitter_ms: u64,
+
+    /// The refunds' faults and starts, as the "refunds" object of PUT /__faults, e.g.
+    /// '{"error_after":{"count":1},"pending":{"probability":0.2}}'. Kinds: error_before,
+    /// error_after, hang_after, drop_after, rate_limit, slow_refund (POST /v1/refunds);
+    /// pending, requires_action, failed (how a new refund starts); lookup_error,
+    /// lookup_rate_limit, lookup_hang, lookup_drop (refund lookups).
+    #[arg(long, value_name = "JSON", value_parser = refund_faults)]
+    pub refund_faults: Option<RefundFaults>,
 }
 
 impl FaultArgs {
@@ -212,8 +235,18 @@ impl FaultArgs {
                 fixed_ms: self.latency_ms,
                 jitter_ms: self.latency_jitter_ms,
             },
+            refunds: self.refund_faults.clone().unwrap_or_default(),
         }
     }
+}
+
+fn refund_faults(text: &str) -> Result<RefundFaults, String> {
+    let faults = FaultConfig {
+        refunds: serde_json::from_str(text).map_err(|e| e.to_string())?,
+        ..FaultConfig::default()
+    };
+    faults.validate()?;
+    Ok(faults.refunds)
 }
 
 fn probability(text: &str) -> Result<f64, String> {
@@ -259,6 +292,7 @@ impl Cli {
                 }),
             latency_distribution,
             dialect: self.dialect.into(),
+            refund_settle_after: self.refund_settle_after,
         })
     }
 }

@@ -54,6 +54,11 @@ pub struct MockConfig {
     /// Which API the gateway speaks: onecharge's contract §3 (the default) or Stripe's
     /// PaymentIntents. The `/__*` test controls are the same in both.
     pub dialect: Dialect,
+    /// How long (real time) a refund that settles later (`pending` by `faults.refunds.pending`
+    /// or `pm_card_pendingRefund`; `succeeded` then `failed` by `pm_card_refundFail`) waits
+    /// before it settles, unless [`MockGateway::settle_refunds`](crate::MockGateway::settle_refunds)
+    /// or `POST /__refunds/{id}` settles it sooner.
+    pub refund_settle_after: Duration,
 }
 
 /// The wire protocol a mock gateway speaks.
@@ -108,6 +113,7 @@ impl Default for MockConfig {
             tls: None,
             latency_distribution: None,
             dialect: Dialect::Onecharge,
+            refund_settle_after: Duration::from_secs(60),
         }
     }
 }
@@ -128,11 +134,13 @@ impl fmt::Debug for MockConfig {
             .field("request_log_capacity", &self.request_log_capacity)
             .field("latency_distribution", &self.latency_distribution)
             .field("dialect", &self.dialect)
+            .field("refund_settle_after", &self.refund_settle_after)
             .finish()
     }
 }
 
-/// Which faults are injected into charge requests, and how often.
+/// Which faults are injected into charge requests (and, in `refunds`, into refunds), and
+/// how often.
 ///
 /// This is also the JSON of `GET`/`PUT /__faults`; every field may be left out (it then
 /// means "off"), and unknown fields are rejected so that a typo does not silently disable
@@ -159,13 +167,78 @@ pub struct FaultConfig {
     /// Delay added to every `/v1` request; for a new charge it is spent while the key is
     /// in progress, which is how tests make concurrent duplicates overlap.
     pub latency: Latency,
+    /// The faults of refunds (`POST /v1/refunds` and its lookups), apart from the charges'
+    /// so that a test can fail the next refund while charges go on, and how new refunds
+    /// start (`pending`, `requires_action`, `failed`).
+    pub refunds: RefundFaults,
+}
+
+/// Which faults are injected into refunds and their lookups, and how new refunds start.
+///
+/// The first six are the charges' faults on the call that refunds (a new key, or one whose
+/// earlier request refunded nothing), drawn by the same dice and in the same order; the
+/// `lookup_*` ones fault a refund lookup that would answer `200`; `pending`,
+/// `requires_action` and `failed` choose how a new refund starts when its charge's card
+/// does not (see `crate::refund::Start`). Every field may be left out (= off).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RefundFaults {
+    /// `500` before refunding: nothing recorded, the key is free for a retry.
+    pub error_before: FaultRule,
+    /// The refund is recorded, then the answer is a `500`.
+    pub error_after: FaultRule,
+    /// The refund is recorded, then the response is held for `hang_for`.
+    pub hang_after: FaultRule,
+    /// The refund is recorded, then the connection is closed with no response.
+    pub drop_after: FaultRule,
+    /// `429` with `Retry-After: 1`, nothing recorded.
+    pub rate_limit: FaultRule,
+    /// The key stays in progress for `slow_charge_for` (or until `finish_slow_charges`),
+    /// then the refund is recorded.
+    pub slow_refund: FaultRule,
+    /// The new refund starts `pending` and succeeds after `refund_settle_after`.
+    pub pending: FaultRule,
+    /// Stripe dialect: the new refund starts `requires_action` and stays so until a control
+    /// moves it (the onecharge dialect, whose refunds have no such status, never draws it).
+    pub requires_action: FaultRule,
+    /// The new refund is recorded `failed` at once (`failure_reason: "declined"`): nothing
+    /// refunded, and its amount stays refundable.
+    pub failed: FaultRule,
+    /// A refund lookup answers `500`.
+    pub lookup_error: FaultRule,
+    /// A refund lookup answers `429` with `Retry-After: 1`.
+    pub lookup_rate_limit: FaultRule,
+    /// A refund lookup's answer is held for `hang_for`.
+    pub lookup_hang: FaultRule,
+    /// A refund lookup's connection is closed with no response.
+    pub lookup_drop: FaultRule,
+}
+
+impl RefundFaults {
+    fn rules(&self) -> [(&'static str, &FaultRule); 13] {
+        [
+            ("refunds.error_before", &self.error_before),
+            ("refunds.error_after", &self.error_after),
+            ("refunds.hang_after", &self.hang_after),
+            ("refunds.drop_after", &self.drop_after),
+            ("refunds.rate_limit", &self.rate_limit),
+            ("refunds.slow_refund", &self.slow_refund),
+            ("refunds.pending", &self.pending),
+            ("refunds.requires_action", &self.requires_action),
+            ("refunds.failed", &self.failed),
+            ("refunds.lookup_error", &self.lookup_error),
+            ("refunds.lookup_rate_limit", &self.lookup_rate_limit),
+            ("refunds.lookup_hang", &self.lookup_hang),
+            ("refunds.lookup_drop", &self.lookup_drop),
+        ]
+    }
 }
 
 impl FaultConfig {
     /// Rejects probabilities outside `0..=1`, so that `PUT /__faults` and the command line
     /// say what is wrong instead of quietly treating `50` as "always".
     pub fn validate(&self) -> Result<(), String> {
-        for (name, rule) in self.rules() {
+        for (name, rule) in self.rules().into_iter().chain(self.refunds.rules()) {
             if !(0.0..=1.0).contains(&rule.probability) {
                 return Err(format!(
                     "{name}.probability must be between 0 and 1, got {}",
@@ -258,6 +331,8 @@ pub enum FaultKind {
     BadRequest,
     /// The key stays in progress for `slow_charge_for`, then the charge is committed.
     SlowCharge,
+    /// The key stays in progress for `slow_charge_for`, then the refund is recorded.
+    SlowRefund,
 }
 
 impl FaultKind {
@@ -271,10 +346,11 @@ impl FaultKind {
             FaultKind::RateLimit => "rate_limit",
             FaultKind::BadRequest => "bad_request",
             FaultKind::SlowCharge => "slow_charge",
+            FaultKind::SlowRefund => "slow_refund",
         }
     }
 
-    /// Whether the charge is committed before the fault shows.
+    /// Whether the charge (or refund) is committed before the fault shows.
     pub fn charges(self) -> bool {
         matches!(
             self,
@@ -282,6 +358,7 @@ impl FaultKind {
                 | FaultKind::HangAfter
                 | FaultKind::DropAfter
                 | FaultKind::SlowCharge
+                | FaultKind::SlowRefund
         )
     }
 }

@@ -6,11 +6,16 @@
 //!   atomically under concurrent requests; it replays stored outcomes, answers `409` while a
 //!   key is in progress and `422` when a key is reused with other parameters.
 //! - `GET /v1/charges?idempotency_key=K` looks outcomes up, as the reconciler does.
+//! - `POST /v1/refunds` refunds at most once per key and never over the charge (its
+//!   succeeded and pending refunds count), in both dialects; refunds may start `pending` and
+//!   settle later, or fail ([`MockGateway::settle_refunds`], `POST /__refunds/{id}`).
 //! - Faults (5xx before/after charging, hang, dropped connection, 429, latency) are injected
 //!   by seeded dice, by counts, or deterministically by payment method
-//!   ([`payment_methods`]), and can be changed at run time.
-//! - A ledger ([`MockGateway::ledger`], `GET /__ledger`) lets tests check "exactly one
-//!   charge" against what the gateway really committed.
+//!   ([`payment_methods`]), and can be changed at run time; refunds have their own
+//!   ([`RefundFaults`]).
+//! - Ledgers ([`MockGateway::ledger`], `GET /__ledger`; [`MockGateway::refunds`],
+//!   `GET /__ledger/refunds`) let tests check "exactly one charge", "never refunded twice,
+//!   never over the charge" against what the gateway really committed.
 //!
 //! Tests and `onecharge demo` start it in-process:
 //!
@@ -27,12 +32,14 @@
 
 #![warn(missing_docs)]
 
-// Layered, and imports run only downward: the values (`charge`, `config`, `clock`,
-// `latency`, `record`, `faults`, `paging`, `keys`, `ledger`, `answer`) and the Stripe
-// dialect's own store under `stripe`; then `state`, the state every handler shares; then
-// `respond` and `controls`, the plumbing both dialects share; then each dialect's handlers
-// (`charges` and `list` for contract §3, the rest of `stripe`); on top `server`, which
-// assembles the routes and listens, and `cli`.
+// Layered, and imports run only downward: the values (`charge`, `refund`, `config`,
+// `clock`, `latency`, `record`, `faults`, `paging`, `keys`, `ledger`, `refund_ledger`,
+// `answer`) and the Stripe dialect's own store under `stripe`; then `state`, the state
+// every handler shares; then the plumbing both dialects share: `respond`, `refunding` (how
+// a refund is made and settled) and `controls`, and `keyed`, the onecharge dialect's
+// idempotency layer; then each dialect's handlers (`charges`, `refunds` and `list` for
+// contract §3, the rest of `stripe`); on top `server`, which assembles the routes and
+// listens, and `cli`.
 mod answer;
 mod charge;
 mod charges;
@@ -41,12 +48,17 @@ mod clock;
 mod config;
 mod controls;
 mod faults;
+mod keyed;
 mod keys;
 mod latency;
 mod ledger;
 mod list;
 mod paging;
 mod record;
+mod refund;
+mod refund_ledger;
+mod refunding;
+mod refunds;
 mod respond;
 mod server;
 mod state;
@@ -56,7 +68,10 @@ pub use charge::{
     decline_code, fault_trigger, payment_methods, validate_idempotency_key, Charge, ChargeParams,
     ChargeStatus, InvalidRequest, MAX_AMOUNT_MINOR, MAX_IDEMPOTENCY_KEY_LEN,
 };
-pub use config::{Dialect, FaultConfig, FaultKind, FaultRule, Latency, MockConfig, TlsFiles};
+pub use config::{
+    Dialect, FaultConfig, FaultKind, FaultRule, Latency, MockConfig, RefundFaults, TlsFiles,
+};
 pub use latency::{LatencyDistribution, LatencyDrawn};
 pub use record::{PageTimes, RecordedRequest, ResponseClass, Stats, PAGE_TIMES_KEPT};
+pub use refund::{Refund, RefundStatus};
 pub use server::MockGateway;

@@ -4,7 +4,8 @@
 //! changes a ledger charge's amount, currency or customer, or disputes it (a charge "changed
 //! at the gateway", for reconciliation tests): a disputed charge is listed with `"status":
 //! "disputed"` and `"dispute_status": "open"|"won"|"lost"`. `GET /v1/charges?idempotency_key=`
-//! stays the lookup.
+//! stays the lookup. Each listed charge shows `amount_refunded`, what its `succeeded`
+//! refunds gave back (`POST /v1/refunds`), and is `refunded` once that is all of it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,6 +25,7 @@ use crate::charge::{Charge, InvalidRequest};
 use crate::charges::{lookup_charges, LookupQuery};
 use crate::paging::Page;
 use crate::record::ResponseClass;
+use crate::refund::RefundStatus;
 use crate::respond::deliver;
 use crate::state::{ConnectionControl, Shared};
 
@@ -45,15 +47,26 @@ struct ListPage {
     has_more: bool,
 }
 
-/// A charge as the list shows it: its body, `disputed` with its dispute's status when it
-/// is.
-fn listed(charge: &Charge, dispute: Option<&str>) -> Value {
+/// A charge as the list shows it: its body with `amount_refunded` (its `succeeded`
+/// refunds), `refunded` once that is the whole amount, and `disputed` with its dispute's
+/// status when it is (whatever was refunded).
+fn listed(charge: &Charge, dispute: Option<&str>, amount_refunded: i64) -> Value {
     let mut record = serde_json::to_value(charge).expect("a charge serializes");
+    record["amount_refunded"] = json!(amount_refunded);
     if let Some(status) = dispute {
         record["status"] = json!("disputed");
         record["dispute_status"] = json!(status);
+    } else if amount_refunded > 0 && amount_refunded >= charge.amount_minor {
+        record["status"] = json!("refunded");
     }
     record
+}
+
+/// What went back to the customer of charge `id`: its `succeeded` refunds.
+fn refunded(shared: &Shared, id: &str) -> i64 {
+    shared
+        .refunds
+        .sum(id, |status| status == RefundStatus::Succeeded)
 }
 
 /// `GET /v1/charges`: a lookup by `idempotency_key`, or a page of the list.
@@ -145,7 +158,10 @@ fn page(shared: &Shared, query: &ListQuery) -> Result<Value, InvalidRequest> {
     let Page { data, has_more } = ledger.page(from, to, after, limit);
     let data = data
         .into_iter()
-        .map(|charge| listed(charge, ledger.dispute_of(&charge.id)))
+        .map(|charge| {
+            let dispute = ledger.dispute_of(&charge.id);
+            listed(charge, dispute, refunded(shared, &charge.id))
+        })
         .collect();
     Ok(serde_json::to_value(ListPage { data, has_more }).expect("a page serializes"))
 }
@@ -206,7 +222,8 @@ pub(crate) async fn change_charge(
     });
     match changed {
         Some(charge) => {
-            Answer::json(StatusCode::OK, &listed(charge, dispute)).into_response_plain()
+            let record = listed(charge, dispute, refunded(&shared, &charge.id));
+            Answer::json(StatusCode::OK, &record).into_response_plain()
         }
         None => Answer::json(StatusCode::NOT_FOUND, &json!({"error": "no such charge"}))
             .into_response_plain(),
@@ -266,7 +283,7 @@ mod tests {
         let has_more = matching.len() > limit;
         matching.truncate(limit);
         Ok(serde_json::to_value(ListPage {
-            data: matching.into_iter().map(|c| listed(c, None)).collect(),
+            data: matching.into_iter().map(|c| listed(c, None, 0)).collect(),
             has_more,
         })
         .unwrap())

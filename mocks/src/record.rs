@@ -36,15 +36,18 @@ pub enum ResponseClass {
     Hung,
     /// Charged, connection closed by `drop_after`.
     Dropped,
-    /// `200` from `GET /v1/charges`, or a Stripe PaymentIntent retrieved.
+    /// `200` from `GET /v1/charges` or `GET /v1/refunds`, or a Stripe PaymentIntent,
+    /// refund or list retrieved.
     Lookup,
     /// Stripe dialect: a new `200` that charged nothing (a PaymentIntent created or left
     /// waiting, canceled, or processing; a customer created).
     Accepted,
+    /// A new refund recorded (whatever its status): `201` (onecharge) or `200` (Stripe).
+    Refunded,
 }
 
 impl ResponseClass {
-    const ALL: [ResponseClass; 13] = [
+    const ALL: [ResponseClass; 14] = [
         ResponseClass::Created,
         ResponseClass::Declined,
         ResponseClass::Replayed,
@@ -58,6 +61,7 @@ impl ResponseClass {
         ResponseClass::Dropped,
         ResponseClass::Lookup,
         ResponseClass::Accepted,
+        ResponseClass::Refunded,
     ];
 
     /// The snake_case name used in JSON and logs.
@@ -76,11 +80,13 @@ impl ResponseClass {
             ResponseClass::Dropped => "dropped",
             ResponseClass::Lookup => "lookup",
             ResponseClass::Accepted => "accepted",
+            ResponseClass::Refunded => "refunded",
         }
     }
 }
 
-/// One `POST /v1/charges` or `GET /v1/charges` as received, and how it ended.
+/// One `/v1` request (`POST /v1/charges`, `GET /v1/charges`, `POST /v1/refunds`, …) as
+/// received, and how it ended.
 ///
 /// Kept so that a test can assert what onecharge actually sent (same key on every try,
 /// same body) and when, not only what was charged.
@@ -88,7 +94,7 @@ impl ResponseClass {
 pub struct RecordedRequest {
     /// Arrival order, from 0.
     pub seq: u64,
-    /// `POST` (a charge) or `GET` (a lookup).
+    /// `POST` (a charge, a refund) or `GET` (a lookup).
     pub method: String,
     /// Path and query, e.g. `/v1/charges?idempotency_key=k`.
     pub path: String,
@@ -142,14 +148,21 @@ pub struct Stats {
     pub hung: u64,
     /// `drop_after` fired (charged, connection closed).
     pub dropped: u64,
-    /// `200` answers to `GET /v1/charges`.
+    /// `200` answers to lookups and lists (`GET /v1/charges`, `GET /v1/refunds`, Stripe's
+    /// GETs).
     pub lookups: u64,
     /// Stripe dialect: new `200` answers that charged nothing.
     pub accepted: u64,
+    /// New refunds recorded by `POST /v1/refunds` (whatever their status; replays count
+    /// as `replayed`).
+    pub refunded: u64,
     /// Ledger entries: committed charges (onecharge: succeeded or declined; Stripe:
     /// PaymentIntents that succeeded).
     pub charges: u64,
-    /// Keys whose first request is running right now (a gauge, not a count).
+    /// Refund ledger entries: every refund recorded, by either dialect's API or a control.
+    pub refunds: u64,
+    /// Keys whose first request (a charge, or a refund) is running right now (a gauge, not
+    /// a count).
     pub charges_in_progress: u64,
 }
 
@@ -168,7 +181,12 @@ impl Counters {
         self.by_class[class as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, charges: usize, charges_in_progress: usize) -> Stats {
+    pub(crate) fn snapshot(
+        &self,
+        charges: usize,
+        refunds: usize,
+        charges_in_progress: usize,
+    ) -> Stats {
         let get = |class: ResponseClass| self.by_class[class as usize].load(Ordering::Relaxed);
         Stats {
             requests: self.received.load(Ordering::Relaxed),
@@ -185,7 +203,9 @@ impl Counters {
             dropped: get(ResponseClass::Dropped),
             lookups: get(ResponseClass::Lookup),
             accepted: get(ResponseClass::Accepted),
+            refunded: get(ResponseClass::Refunded),
             charges: charges as u64,
+            refunds: refunds as u64,
             charges_in_progress: charges_in_progress as u64,
         }
     }

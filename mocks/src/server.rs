@@ -29,9 +29,10 @@ use crate::config::{Dialect, FaultConfig, MockConfig, TlsFiles};
 use crate::controls::with_controls;
 use crate::latency::{LatencyDrawn, LatencySampler};
 use crate::record::{PageTimes, RecordedRequest, Stats};
+use crate::refund::{Refund, RefundStatus};
 use crate::state::{ConnectionControl, Shared};
-use crate::stripe::{api, disputes, list as stripe_list, webhooks};
-use crate::{charges, list};
+use crate::stripe::{api, disputes, list as stripe_list, refunds as stripe_refunds, webhooks};
+use crate::{charges, list, refunding, refunds};
 
 /// The onecharge dialect: contract §3 and the test controls.
 fn onecharge_router(shared: Arc<Shared>) -> Router {
@@ -40,6 +41,10 @@ fn onecharge_router(shared: Arc<Shared>) -> Router {
             .route(
                 "/v1/charges",
                 post(charges::create_charge).get(list::get_charges),
+            )
+            .route(
+                "/v1/refunds",
+                post(refunds::create_refund).get(refunds::lookup_refunds),
             )
             .route("/__charges/{id}", post(list::change_charge)),
         charges::not_found,
@@ -73,6 +78,11 @@ fn stripe_router(shared: Arc<Shared>) -> Router {
             )
             .route("/v1/payment_intents/{id}/cancel", post(api::cancel_intent))
             .route("/v1/customers", post(api::create_customer))
+            .route(
+                "/v1/refunds",
+                post(stripe_refunds::create_refund).get(stripe_refunds::list_refunds),
+            )
+            .route("/v1/refunds/{id}", get(stripe_refunds::retrieve_refund))
             .route("/v1/disputes", get(disputes::list_disputes))
             .route("/v1/disputes/{id}", get(disputes::retrieve_dispute)),
         api::unrecognized_url,
@@ -167,6 +177,51 @@ impl MockGateway {
             .collect()
     }
 
+    /// Every refund recorded, by either dialect's `POST /v1/refunds` or a control, in
+    /// creation order and as it stands now: what "never refunded twice, never over the
+    /// charge" is checked against.
+    pub fn refunds(&self) -> Vec<Refund> {
+        self.shared.refunds.all()
+    }
+
+    /// The refunds recorded for one onecharge refund id (the body's `refund_id`, Stripe's
+    /// `metadata[refund_id]`), whatever their key.
+    pub fn refunds_for_refund_id(&self, refund_id: &str) -> Vec<Refund> {
+        self.refunds()
+            .into_iter()
+            .filter(|refund| refund.refund_id.as_deref() == Some(refund_id))
+            .collect()
+    }
+
+    /// The refunds recorded under one idempotency key, expired or not.
+    pub fn refunds_for_key(&self, idempotency_key: &str) -> Vec<Refund> {
+        self.refunds()
+            .into_iter()
+            .filter(|refund| refund.idempotency_key.as_deref() == Some(idempotency_key))
+            .collect()
+    }
+
+    /// How much of ledger entry `charge_id` (a `ch_…`, or in the Stripe dialect a
+    /// `pi_…`) went back to the customer: its `succeeded` refunds.
+    pub fn refunded(&self, charge_id: &str) -> i64 {
+        self.shared
+            .refunds
+            .sum(charge_id, |status| status == RefundStatus::Succeeded)
+    }
+
+    /// Settles at once every refund waiting to (`pending` ones succeed, a
+    /// `pm_card_refundFail` refund fails), without waiting out `refund_settle_after`;
+    /// returns them as they are now. Refunds made later wait as usual.
+    pub fn settle_refunds(&self) -> Vec<Refund> {
+        refunding::settle_waiting(&self.shared, None)
+    }
+
+    /// Moves refund `id` to `status` as the gateway would (`POST /__refunds/{id}`); the
+    /// error says why it cannot (no such refund, or a move its status does not allow).
+    pub fn move_refund(&self, id: &str, status: RefundStatus) -> Result<Refund, String> {
+        refunding::move_refund(&self.shared, id, status, None)
+    }
+
     /// The most recent `/v1` requests (up to `request_log_capacity`), oldest first.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.log.snapshot()
@@ -242,9 +297,9 @@ impl MockGateway {
         self.shared.faults.set(faults);
     }
 
-    /// Ends every `slow_charge` held now: each commits its charge at once (as the gateway
-    /// finishing its processing), without waiting out `slow_charge_for`. Charges that start
-    /// later are held as usual.
+    /// Ends every `slow_charge` (and `slow_refund`) held now: each commits its charge (or
+    /// refund) at once (as the gateway finishing its processing), without waiting out
+    /// `slow_charge_for`. Charges that start later are held as usual.
     pub fn finish_slow_charges(&self) {
         self.shared.finish_slow.notify_waiters();
         api::finish_processing(&self.shared, None);

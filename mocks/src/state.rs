@@ -1,5 +1,6 @@
-//! The state every handler shares ([`Shared`]): the ledger, both dialects' keys and
-//! stores, the faults, latency, request log and counters, and the clock; and the
+//! The state every handler shares ([`Shared`]): the ledgers of charges and refunds, both
+//! dialects' keys and stores, the faults, latency, request log and counters, and the clock;
+//! and the
 //! [`ConnectionControl`] a handler closes its own connection with. It sits below the
 //! handlers and the server, which own it.
 
@@ -12,22 +13,32 @@ use tokio_util::sync::CancellationToken;
 
 use crate::charge::{Charge, ChargeParams, ChargeStatus};
 use crate::clock::MockClock;
-use crate::config::MockConfig;
+use crate::config::{Dialect, MockConfig};
 use crate::faults::{ChargeIds, FaultInjector};
 use crate::keys::Keys;
 use crate::latency::LatencySampler;
 use crate::ledger::Ledger;
 use crate::record::{Counters, PageTimer, RequestLog, Stats};
+use crate::refund::RefundParams;
+use crate::refund_ledger::RefundLedger;
 use crate::stripe::intent::Store as StripeStore;
 
 /// Everything the handlers share; owned by the server and the `MockGateway` handle.
 pub(crate) struct Shared {
     api_key: String,
+    /// Which API the routes speak; the refund controls answer in its words.
+    pub(crate) dialect: Dialect,
     pub(crate) clock: MockClock,
     /// Every charge either dialect committed.
     pub(crate) ledger: Arc<Ledger>,
+    /// Every refund either dialect recorded; the Stripe store reads it too (a charge's
+    /// `amount_refunded`).
+    pub(crate) refunds: Arc<RefundLedger>,
     /// The onecharge dialect's keys: each stores its charge.
     pub(crate) keys: Keys<ChargeParams, Charge>,
+    /// The onecharge dialect's refund keys, a space of their own: each stores the id of
+    /// its refund, which replays and lookups show as it stands now.
+    pub(crate) refund_keys: Keys<RefundParams, String>,
     /// The Stripe dialect's keys, PaymentIntents and customers.
     pub(crate) stripe: StripeStore,
     pub(crate) faults: FaultInjector,
@@ -40,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) page_times: PageTimer,
     pub(crate) hang_for: Duration,
     pub(crate) slow_charge_for: Duration,
+    /// How long a refund that settles later waits before it does (real time).
+    pub(crate) refund_settle_after: Duration,
     /// Woken by `MockGateway::finish_slow_charges`: every `slow_charge` held now charges.
     pub(crate) finish_slow: tokio::sync::Notify,
     replay_declined_with_200: bool,
@@ -49,12 +62,20 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(config: &MockConfig) -> Shared {
         let ledger = Arc::new(Ledger::default());
+        let refunds = Arc::new(RefundLedger::default());
         Shared {
             api_key: config.api_key.clone(),
+            dialect: config.dialect,
             clock: MockClock::new(),
             keys: Keys::new(config.key_retention, Arc::clone(&ledger)),
-            stripe: StripeStore::new(config.key_retention, Arc::clone(&ledger)),
+            refund_keys: Keys::new(config.key_retention, Arc::clone(&ledger)),
+            stripe: StripeStore::new(
+                config.key_retention,
+                Arc::clone(&ledger),
+                Arc::clone(&refunds),
+            ),
             ledger,
+            refunds,
             faults: FaultInjector::new(config.faults.clone(), config.seed),
             latency: config
                 .latency_distribution
@@ -66,6 +87,7 @@ impl Shared {
             page_times: PageTimer::default(),
             hang_for: config.hang_for,
             slow_charge_for: config.slow_charge_for,
+            refund_settle_after: config.refund_settle_after,
             finish_slow: tokio::sync::Notify::new(),
             replay_declined_with_200: config.replay_declined_with_200,
             shutdown: CancellationToken::new(),
@@ -130,7 +152,7 @@ impl Shared {
         }
     }
 
-    /// A `slow_charge` still processing: waits `slow_charge_for`, or until
+    /// A `slow_charge` (or `slow_refund`) still processing: waits `slow_charge_for`, or until
     /// `MockGateway::finish_slow_charges` or shutdown.
     pub(crate) async fn hold_slow_charge(&self) {
         tokio::select! {
@@ -143,13 +165,15 @@ impl Shared {
     pub(crate) fn advance_clock(&self, by: Duration) {
         self.clock.advance(by);
         self.keys.purge_expired(self.clock.now());
+        self.refund_keys.purge_expired(self.clock.now());
         self.stripe.purge_expired(self.clock.now());
     }
 
     pub(crate) fn stats(&self) -> Stats {
         self.counters.snapshot(
             self.ledger.len(),
-            self.keys.in_progress() + self.stripe.in_progress(),
+            self.refunds.len(),
+            self.keys.in_progress() + self.refund_keys.in_progress() + self.stripe.in_progress(),
         )
     }
 }

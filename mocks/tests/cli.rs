@@ -95,6 +95,12 @@ async fn help_documents_every_flag_and_never_shows_the_api_key() {
         "--latency-p99",
         "--latency-seed",
         "--dialect",
+        "--refund-faults",
+        "--refund-settle-after",
+        "pm_card_pendingRefund",
+        "pm_card_refundFail",
+        "/__refunds/{id}",
+        "/__ledger/refunds",
         "pm_card_visa_chargeDeclined",
         "pm_fault_processing",
         "MOCK_GATEWAY_API_KEY",
@@ -109,6 +115,50 @@ async fn help_documents_every_flag_and_never_shows_the_api_key() {
 #[tokio::test]
 async fn a_probability_outside_zero_to_one_is_a_usage_error() {
     usage_error_after_the_key(&["--error-before-probability", "1.5"]).await;
+}
+
+#[tokio::test]
+async fn a_refund_fault_outside_zero_to_one_or_of_no_known_kind_is_a_usage_error() {
+    let stderr =
+        usage_error_after_the_key(&["--refund-faults", r#"{"failed":{"probability":2}}"#]).await;
+    assert!(
+        stderr.contains("refunds.failed.probability"),
+        "stderr: {stderr}"
+    );
+    let stderr = usage_error_after_the_key(&["--refund-faults", r#"{"fail":{"count":1}}"#]).await;
+    assert!(stderr.contains("unknown field `fail`"), "stderr: {stderr}");
+}
+
+#[tokio::test]
+async fn the_refund_flags_reach_the_running_gateways_faults() {
+    install_crypto_provider();
+    let (_child, url) = start_serving({
+        let mut command = Command::new(BINARY);
+        command.args([
+            "--port",
+            "0",
+            "--refund-settle-after",
+            "5s",
+            "--refund-faults",
+            r#"{"error_after":{"count":1},"pending":{"probability":0.25}}"#,
+        ]);
+        command
+    })
+    .await;
+
+    let faults: Value = reqwest::get(format!("{url}/__faults"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+
+    assert_eq!(faults["refunds"]["error_after"]["count"], 1);
+    assert_eq!(faults["refunds"]["pending"]["probability"], 0.25);
+    assert_eq!(
+        faults["error_after"]["count"], 0,
+        "the charges' own are untouched"
+    );
 }
 
 #[tokio::test]

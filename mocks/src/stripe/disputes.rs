@@ -53,7 +53,7 @@ impl Filter {
 
 /// Every dispute `keep` accepts (given the dispute object), newest first.
 fn dispute_objects(shared: &Shared, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
-    let disputes = shared.stripe.aftermath.disputes();
+    let disputes = shared.stripe.disputes.all();
     let intents = shared.stripe.intents.lock();
     disputes
         .iter()

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
-use super::aftermath::{Aftermath, Aftermaths, Dispute};
+use super::aftermath::{refund_object, Aftermath, Dispute, Disputes};
 use super::error::StripeError;
 use super::events::Webhooks;
 use super::params::{ConfirmIntent, CreateIntent, Form};
@@ -23,6 +23,8 @@ use crate::clock::MockInstant;
 use crate::keys::Keys;
 use crate::ledger::Ledger;
 use crate::paging::{self, Order, Page};
+use crate::refund::{Refund, RefundStatus};
+use crate::refund_ledger::RefundLedger;
 
 /// A PaymentIntent's `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -255,19 +257,26 @@ pub(crate) struct Store {
     pub(crate) keys: Keys<KeyedRequest, Answer>,
     pub(super) intents: Mutex<Intents>,
     ledger: Arc<Ledger>,
-    /// Refunds and disputes made after a charge (`super::aftermath`).
-    pub(super) aftermath: Aftermaths,
+    /// Every refund, the onecharge dialect's store too: a charge's `amount_refunded`.
+    refunds: Arc<RefundLedger>,
+    /// The disputes of charges (`super::aftermath`).
+    pub(super) disputes: Disputes,
     /// The webhook endpoint and the events sent to it (`super::events`).
     pub(super) webhooks: Webhooks,
 }
 
 impl Store {
-    pub(crate) fn new(retention: std::time::Duration, ledger: Arc<Ledger>) -> Store {
+    pub(crate) fn new(
+        retention: std::time::Duration,
+        ledger: Arc<Ledger>,
+        refunds: Arc<RefundLedger>,
+    ) -> Store {
         Store {
             keys: Keys::new(retention, Arc::clone(&ledger)),
             intents: Mutex::new(Intents::default()),
             ledger,
-            aftermath: Default::default(),
+            refunds,
+            disputes: Default::default(),
             webhooks: Default::default(),
         }
     }
@@ -278,6 +287,57 @@ impl Store {
 
     pub(crate) fn in_progress(&self) -> usize {
         self.keys.in_progress()
+    }
+
+    /// What happened to PaymentIntent `id`'s charge: its refunds `pending` or `succeeded`
+    /// (what Stripe counts in `amount_refunded`) and its dispute. Takes the refund ledger's
+    /// and the disputes' locks, so it may be called under the PaymentIntents' lock.
+    pub(crate) fn aftermath(&self, id: &str) -> Aftermath {
+        Aftermath {
+            amount_refunded: self.refunds.sum(id, |status| {
+                matches!(status, RefundStatus::Pending | RefundStatus::Succeeded)
+            }),
+            dispute: self.disputes.get(id),
+        }
+    }
+
+    /// `refund` as Stripe answers it, naming its PaymentIntent's charge. Takes the
+    /// PaymentIntents' lock: never call it under that lock.
+    pub(crate) fn refund_object(&self, refund: &Refund) -> Value {
+        let intents = self.intents.lock();
+        let charge = intents
+            .get(&refund.charge_id)
+            .and_then(|intent| intent.latest_charge.as_deref());
+        refund_object(refund, charge)
+    }
+
+    /// Sends (with `auto`) the events of a refund made (`from` is `None`) or moved from
+    /// `from`: `charge.refund.updated` when its status changed, then `charge.refunded`
+    /// when it is now `succeeded`. Nothing for a refund of no PaymentIntent (the onecharge
+    /// dialect's). Call it with no lock held.
+    pub(crate) fn announce_refund(
+        &self,
+        refund: &Refund,
+        from: Option<RefundStatus>,
+        now: OffsetDateTime,
+    ) {
+        let (object, charge) = {
+            let intents = self.intents.lock();
+            let Some(intent) = intents.get(&refund.charge_id) else {
+                return;
+            };
+            (
+                refund_object(refund, intent.latest_charge.as_deref()),
+                intent.charge_object(self.aftermath(&intent.id)),
+            )
+        };
+        let now = now.unix_timestamp();
+        if from.is_some_and(|from| from != refund.status) {
+            self.webhooks.emit("charge.refund.updated", object, now);
+        }
+        if let Some(charge) = charge.filter(|_| refund.status == RefundStatus::Succeeded) {
+            self.webhooks.emit("charge.refunded", charge, now);
+        }
     }
 
     /// A new PaymentIntent: `requires_confirmation` with a payment method, else

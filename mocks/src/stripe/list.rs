@@ -15,13 +15,14 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::aftermath::{Dispute, CLOSED_DISPUTE_STATUSES, DISPUTE_STATUSES};
+use super::aftermath::{refund_object, Dispute, CLOSED_DISPUTE_STATUSES, DISPUTE_STATUSES};
 use super::error::StripeError;
 use super::intent::{Intents, Status};
 use super::respond::{refused, serve_get, Get};
 use crate::answer::{Answer, Outcome};
 use crate::paging::Page;
 use crate::record::ResponseClass;
+use crate::refunding;
 use crate::state::Shared;
 
 /// `GET /v1/payment_intents`.
@@ -116,7 +117,7 @@ fn page(shared: &Shared, query: &str) -> Result<Value, StripeError> {
             let mut value = pi.to_json();
             if query.expand_charge {
                 value["latest_charge"] = pi
-                    .charge_object(shared.stripe.aftermath.get(&pi.id))
+                    .charge_object(shared.stripe.aftermath(&pi.id))
                     .unwrap_or(Value::Null);
             }
             value
@@ -158,21 +159,44 @@ fn change(
             StatusCode::BAD_REQUEST,
             json!("only a succeeded PaymentIntent has a charge to refund or dispute"),
         ),
-        // `{"amount": N}` refunds N more (a partial refund; each one adds up), no body the rest.
+        // `{"amount": N}` refunds N more (a partial refund; each one adds up), no body the
+        // rest: a refund made outside onecharge (no `metadata[refund_id]`), succeeded at once,
+        // in the refund ledger like any other.
         "refund" => {
-            let mut all = shared.stripe.aftermath.0.lock();
-            let aftermath = all.entry(id).or_default();
-            let rest = intent.amount - aftermath.amount_refunded;
+            // Never below zero, even for a charge whose amount a control cut below what was
+            // refunded.
+            let rest = shared.refunds.left(&id, intent.amount).max(0);
             let amount = serde_json::from_slice::<Value>(body)
                 .ok()
                 .and_then(|v| v["amount"].as_i64())
                 .unwrap_or(rest)
                 .clamp(0, rest);
-            aftermath.amount_refunded += amount;
-            let charge = intent.charge_object(aftermath.clone());
+            let refund = if amount > 0 {
+                let new = refunding::draft(shared, &id, amount, &intent.currency);
+                match shared.refunds.record(new, None, intent.amount) {
+                    Ok(refund) => Some(refund),
+                    Err(over) => {
+                        return refused(
+                            StatusCode::CONFLICT,
+                            json!(format!("only {} is left to refund", over.left)),
+                        )
+                    }
+                }
+            } else {
+                None
+            };
+            let aftermath = shared.stripe.aftermath(&id);
+            let refund =
+                refund.map(|refund| refund_object(&refund, intent.latest_charge.as_deref()));
+            let answer = json!({
+                "refunded": amount,
+                "amount_refunded": aftermath.amount_refunded,
+                "refund": refund,
+            });
+            let charge = intent.charge_object(aftermath);
             (
                 StatusCode::OK,
-                json!({"refunded": amount, "amount_refunded": aftermath.amount_refunded}),
+                answer,
                 charge.map(|charge| ("charge.refunded", charge)),
             )
         }
@@ -190,16 +214,15 @@ fn change(
                     json!(format!("status: one of {DISPUTE_STATUSES:?}")),
                 );
             }
-            let mut all = shared.stripe.aftermath.0.lock();
-            let aftermath = all.entry(id).or_default();
-            let kind = match &aftermath.dispute {
+            let mut all = shared.stripe.disputes.0.lock();
+            let kind = match all.get(&id) {
                 None => "charge.dispute.created",
                 Some(_) if CLOSED_DISPUTE_STATUSES.contains(&status.as_str()) => {
                     "charge.dispute.closed"
                 }
                 Some(_) => "charge.dispute.updated",
             };
-            let dispute = aftermath.dispute.get_or_insert_with(|| Dispute {
+            let dispute = all.entry(id).or_insert_with(|| Dispute {
                 id: shared.ids.next_with_prefix("dp"),
                 status: status.clone(),
                 created: shared.clock.wall_now().unix_timestamp(),

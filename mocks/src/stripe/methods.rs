@@ -39,6 +39,13 @@ pub mod payment_methods {
     pub const CARD_CHARGE_DECLINED_INCORRECT_CVC: &str = "pm_card_chargeDeclinedIncorrectCvc";
     /// Declined: code and `decline_code` `processing_error`.
     pub const CARD_CHARGE_DECLINED_PROCESSING_ERROR: &str = "pm_card_chargeDeclinedProcessingError";
+    /// Succeeds; each refund of it starts `pending`, then succeeds after
+    /// `refund_settle_after` (Stripe's test card of the same name).
+    pub const CARD_PENDING_REFUND: &str = crate::payment_methods::PENDING_REFUND;
+    /// Succeeds; each refund of it starts `succeeded`, then fails after
+    /// `refund_settle_after` with `failure_reason: "expired_or_canceled_card"` (Stripe's
+    /// test card of the same name).
+    pub const CARD_REFUND_FAIL: &str = crate::payment_methods::REFUND_FAIL;
     /// Needs 3D Secure on every payment: off-session a `402 authentication_required`
     /// decline, on-session `requires_action`.
     pub const CARD_AUTHENTICATION_REQUIRED: &str = "pm_card_authenticationRequired";
@@ -73,7 +80,8 @@ pub(crate) fn card_outcome(payment_method: &str) -> Option<CardOutcome> {
     use payment_methods::*;
     let declined = |code, decline_code| Some(CardOutcome::Declined { code, decline_code });
     match payment_method {
-        CARD_VISA | CARD_VISA_DEBIT | CARD_MASTERCARD | CARD_AMEX => Some(CardOutcome::Succeeds),
+        CARD_VISA | CARD_VISA_DEBIT | CARD_MASTERCARD | CARD_AMEX | CARD_PENDING_REFUND
+        | CARD_REFUND_FAIL => Some(CardOutcome::Succeeds),
         CARD_VISA_CHARGE_DECLINED | CARD_CHARGE_DECLINED => {
             declined("card_declined", "generic_decline")
         }

@@ -1,14 +1,15 @@
 //! The Stripe dialect (`--dialect stripe`): PaymentIntents create / confirm / retrieve /
-//! cancel and customers, form-encoded, with Stripe's idempotency semantics, errors and test
-//! payment methods, and every fault of the onecharge dialect applied to the call that
-//! charges. It shares the key store, fault dice, latency, request log, counters and ledger
-//! with the onecharge dialect; only the wire format and the PaymentIntent lifecycle are its
-//! own.
+//! cancel, refunds and customers, form-encoded, with Stripe's idempotency semantics, errors
+//! and test payment methods, and every fault of the onecharge dialect applied to the call
+//! that charges (and the refunds' to the call that refunds). It shares the key store, fault
+//! dice, latency, request log, counters and the ledgers of charges and refunds with the
+//! onecharge dialect; only the wire format and the PaymentIntent lifecycle are its own.
 //!
 //! Below the shared state: `intent` (the PaymentIntents and the dialect's `Store`),
-//! `aftermath` (refunds and disputes), `events` (webhook endpoints, signing, sending),
-//! `params`, `methods`, `currency`, `error`. Above it, the handlers: `api`, `list`,
-//! `disputes`, `webhooks`, through `respond`.
+//! `aftermath` (disputes, and refunds as Stripe shows them), `events` (webhook endpoints,
+//! signing, sending), `params`, `methods`, `currency`, `error`. Above it, the handlers:
+//! `api`, `refunds`, `list`, `disputes`, `webhooks`, through `respond` (every GET) and
+//! `post` (every POST).
 
 mod aftermath;
 pub(crate) mod api;
@@ -20,6 +21,8 @@ pub(crate) mod intent;
 pub(crate) mod list;
 mod methods;
 mod params;
+mod post;
+pub(crate) mod refunds;
 mod respond;
 pub(crate) mod webhooks;
 

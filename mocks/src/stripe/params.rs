@@ -89,6 +89,28 @@ impl Form {
         Ok(Some(id))
     }
 
+    /// `amount`, when given: an integer from 1 to Stripe's largest amount.
+    fn amount(&self) -> Result<Option<i64>, StripeError> {
+        let Some(text) = self.get("amount")? else {
+            return Ok(None);
+        };
+        let amount = text
+            .parse::<i64>()
+            .ok()
+            .filter(|amount| (1..=currency::MAX_AMOUNT).contains(amount))
+            .ok_or_else(|| {
+                StripeError::invalid(
+                    format!(
+                        "Invalid integer: {text}; amount must be from 1 to {}",
+                        currency::MAX_AMOUNT
+                    ),
+                    "amount",
+                )
+                .with_code("parameter_invalid_integer")
+            })?;
+        Ok(Some(amount))
+    }
+
     /// `metadata[key]=value` pairs; Stripe allows 50 keys of up to 40 characters with
     /// values of up to 500.
     fn metadata(&self) -> Result<BTreeMap<String, String>, StripeError> {
@@ -135,28 +157,10 @@ pub(crate) struct CreateIntent {
 
 impl CreateIntent {
     pub(crate) fn from_form(form: &Form) -> Result<CreateIntent, StripeError> {
-        let amount = match form.get("amount")? {
-            None => {
-                return Err(
-                    StripeError::invalid("Missing required param: amount.", "amount")
-                        .with_code("parameter_missing"),
-                )
-            }
-            Some(text) => text
-                .parse::<i64>()
-                .ok()
-                .filter(|amount| (1..=currency::MAX_AMOUNT).contains(amount))
-                .ok_or_else(|| {
-                    StripeError::invalid(
-                        format!(
-                            "Invalid integer: {text}; amount must be from 1 to {}",
-                            currency::MAX_AMOUNT
-                        ),
-                        "amount",
-                    )
-                    .with_code("parameter_invalid_integer")
-                })?,
-        };
+        let amount = form.amount()?.ok_or_else(|| {
+            StripeError::invalid("Missing required param: amount.", "amount")
+                .with_code("parameter_missing")
+        })?;
         let currency = form.get("currency")?.ok_or_else(|| {
             StripeError::invalid("Missing required param: currency.", "currency")
                 .with_code("parameter_missing")
@@ -226,6 +230,47 @@ impl CreateCustomer {
     }
 }
 
+/// The `reason`s Stripe accepts for a refund.
+const REFUND_REASONS: [&str; 3] = ["duplicate", "fraudulent", "requested_by_customer"];
+
+/// `POST /v1/refunds`: the PaymentIntent whose charge to refund (the mock does not take
+/// `charge` instead), how much (the rest of the charge when left out), why, and metadata
+/// (onecharge sends `metadata[refund_id]`, `metadata[payment_attempt_id]` and
+/// `metadata[reason]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CreateRefund {
+    pub(crate) payment_intent: String,
+    pub(crate) amount: Option<i64>,
+    /// One of `duplicate`, `fraudulent`, `requested_by_customer`.
+    pub(crate) reason: Option<String>,
+    pub(crate) metadata: BTreeMap<String, String>,
+}
+
+impl CreateRefund {
+    pub(crate) fn from_form(form: &Form) -> Result<CreateRefund, StripeError> {
+        let payment_intent = form.text("payment_intent", 255)?.ok_or_else(|| {
+            StripeError::invalid("Missing required param: payment_intent.", "payment_intent")
+                .with_code("parameter_missing")
+        })?;
+        let reason = form.text("reason", 64)?;
+        if let Some(reason) = reason.as_deref().filter(|r| !REFUND_REASONS.contains(r)) {
+            return Err(StripeError::invalid(
+                format!(
+                    "Invalid reason: {reason}; must be one of duplicate, fraudulent, or \
+                     requested_by_customer"
+                ),
+                "reason",
+            ));
+        }
+        Ok(CreateRefund {
+            payment_intent,
+            amount: form.amount()?,
+            reason,
+            metadata: form.metadata()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +299,28 @@ mod tests {
         assert!(create.confirm && create.off_session);
         assert_eq!(create.metadata["payment_attempt_id"], "a-1");
         assert_eq!(create.metadata["order_id"], "ord_1");
+    }
+
+    #[test]
+    fn a_refund_reads_its_payment_intent_amount_reason_and_metadata() {
+        let refund = CreateRefund::from_form(&Form::parse(
+            b"payment_intent=pi_1&amount=500&reason=requested_by_customer\
+              &metadata[refund_id]=rf-1&metadata[reason]=damaged",
+        ))
+        .unwrap();
+        assert_eq!(refund.amount, Some(500));
+        assert_eq!(refund.metadata["refund_id"], "rf-1");
+        let rest = CreateRefund::from_form(&Form::parse(b"payment_intent=pi_1")).unwrap();
+        assert_eq!((rest.amount, rest.reason), (None, None));
+
+        for (body, param) in [
+            ("amount=5", "payment_intent"),
+            ("payment_intent=pi_1&amount=0", "amount"),
+            ("payment_intent=pi_1&reason=damaged", "reason"),
+        ] {
+            let err = CreateRefund::from_form(&Form::parse(body.as_bytes())).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(param), "{body}");
+        }
     }
 
     #[test]

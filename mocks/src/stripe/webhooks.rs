@@ -4,8 +4,9 @@
 //!   "auto": true}`: the endpoints (every one gets every event); with `auto`, every state
 //!   change the mock makes sends its event by itself (`super::events`).
 //! - `POST /__stripe/webhooks/send` `{"type": "payment_intent.succeeded", "payment_intent":
-//!   "pi_…"}`: builds the event (the PaymentIntent, or for `charge.*` a charge or dispute
-//!   naming it), sends it, answers `{"event_id", "status"}` (the endpoint's HTTP status).
+//!   "pi_…"}`: builds the event (the PaymentIntent, or for `charge.*` a charge, refund or
+//!   dispute naming it), sends it, answers `{"event_id", "status"}` (the endpoint's HTTP
+//!   status).
 //! - `POST /__stripe/webhooks/{event_id}/redeliver`: the same body again, signed anew with
 //!   the secrets configured now — Stripe's redelivery.
 
@@ -96,10 +97,17 @@ pub(crate) async fn send(State(shared): State<Arc<Shared>>, body: Bytes) -> Resp
     let object = match request.kind.as_str() {
         "charge.refunded" => json!({"id": intent.latest_charge, "object": "charge",
                                      "payment_intent": intent.id, "refunded": true}),
+        // The PaymentIntent's newest refund as it stands (a stub naming the PaymentIntent
+        // when it has none, as a forger's would).
+        "charge.refund.updated" => match shared.refunds.page(Some(&intent.id), None, 1) {
+            Ok(page) if !page.data.is_empty() => shared.stripe.refund_object(&page.data[0]),
+            _ => json!({"id": format!("re_{}", intent.id), "object": "refund",
+                        "payment_intent": intent.id, "charge": intent.latest_charge}),
+        },
         // The charge's dispute as it stands (a dispute event names it even before the
         // control opened one, as a forger's would).
         kind if kind.starts_with("charge.dispute.") => {
-            match shared.stripe.aftermath.get(&intent.id).dispute {
+            match shared.stripe.disputes.get(&intent.id) {
                 Some(dispute) => intent.dispute_object(&dispute),
                 None => json!({"id": format!("dp_{}", intent.id), "object": "dispute",
                                "payment_intent": intent.id, "charge": intent.latest_charge}),

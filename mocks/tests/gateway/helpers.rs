@@ -51,6 +51,19 @@ pub fn charge_body(reference: &str, payment_method: &str) -> Value {
     })
 }
 
+/// A valid §3 refund body: `amount_minor` EUR of `charge_id`, for onecharge refund
+/// `refund_id` of attempt `attempt-1`.
+pub fn refund_body(charge_id: &str, amount_minor: i64, refund_id: &str) -> Value {
+    json!({
+        "charge_id": charge_id,
+        "amount_minor": amount_minor,
+        "currency": "EUR",
+        "reference": "attempt-1",
+        "refund_id": refund_id,
+        "reason": "requested by the customer",
+    })
+}
+
 impl TestGateway {
     /// `POST {path}` with the right API key, for the requests the named helpers do not build.
     pub fn authorized_post(&self, path: &str) -> RequestBuilder {
@@ -87,6 +100,62 @@ impl TestGateway {
             responses.push(self.charge(&format!("key-{n}"), &body).await);
         }
         responses
+    }
+
+    pub fn post_refund(&self, key: &str, body: &Value) -> RequestBuilder {
+        self.authorized_post("/v1/refunds")
+            .header("Idempotency-Key", key)
+            .json(body)
+    }
+
+    pub async fn refund(&self, key: &str, body: &Value) -> Response {
+        self.post_refund(key, body)
+            .send()
+            .await
+            .expect("the refund request gets a response")
+    }
+
+    /// Charges 1999 EUR with `payment_method` under `key` and returns the charge's id.
+    pub async fn charged(&self, key: &str, payment_method: &str) -> String {
+        let response = self.charge(key, &charge_body(key, payment_method)).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::CREATED,
+            "charging under {key}"
+        );
+        let charge: Value = response.json().await.unwrap();
+        charge["id"].as_str().unwrap().to_owned()
+    }
+
+    /// The §3 list (contract §3.2) of everything charged this century, one page of 100.
+    pub async fn listed_charges(&self) -> Vec<Value> {
+        let page: Value = self
+            .authorized_get("/v1/charges")
+            .query(&[
+                ("created_gte", "2000-01-01T00:00:00Z"),
+                ("created_lt", "2100-01-01T00:00:00Z"),
+                ("limit", "100"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        page["data"].as_array().expect("data is a list").clone()
+    }
+
+    /// `GET /v1/refunds?idempotency_key=K` answered `200`: its `data`.
+    pub async fn refund_lookup(&self, key: &str) -> Vec<Value> {
+        let response = self
+            .authorized_get("/v1/refunds")
+            .query(&[("idempotency_key", key)])
+            .send()
+            .await
+            .expect("the refund lookup gets a response");
+        assert_eq!(response.status(), StatusCode::OK);
+        let body: Value = response.json().await.unwrap();
+        body["data"].as_array().expect("data is a list").clone()
     }
 
     pub async fn lookup(&self, key: &str) -> Vec<Value> {
@@ -146,6 +215,24 @@ impl TestGateway {
         assert_eq!(response.status(), StatusCode::OK, "GET {path}");
         response.json().await.unwrap()
     }
+}
+
+/// A response's JSON body.
+pub async fn json(response: Response) -> Value {
+    response.json().await.expect("a JSON body")
+}
+
+/// Sends the requests at once, each from a task of its own, and returns their statuses.
+pub async fn send_all(requests: impl IntoIterator<Item = RequestBuilder>) -> Vec<StatusCode> {
+    let sends: Vec<_> = requests
+        .into_iter()
+        .map(|request| tokio::spawn(request.send()))
+        .collect();
+    let mut statuses = Vec::new();
+    for send in sends {
+        statuses.push(send.await.unwrap().unwrap().status());
+    }
+    statuses
 }
 
 /// Reads a JSON body and its error type, for the `{"error":{"type":…}}` answers.

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::helpers::*;
 
 /// A form-encoded body, as Stripe's clients send it.
-trait FormBody {
+pub(crate) trait FormBody {
     fn form_body(self, form: &[(&'static str, String)]) -> Self;
 }
 
@@ -27,11 +27,11 @@ impl FormBody for RequestBuilder {
     }
 }
 
-async fn spawn_stripe() -> TestGateway {
+pub(crate) async fn spawn_stripe() -> TestGateway {
     spawn_stripe_with(MockConfig::default()).await
 }
 
-async fn spawn_stripe_with(config: MockConfig) -> TestGateway {
+pub(crate) async fn spawn_stripe_with(config: MockConfig) -> TestGateway {
     spawn_gateway_with(MockConfig {
         dialect: Dialect::Stripe,
         ..config
@@ -40,7 +40,7 @@ async fn spawn_stripe_with(config: MockConfig) -> TestGateway {
 }
 
 /// What onecharge's connector sends to create and confirm at once, off-session.
-fn charge_form(attempt: &str, payment_method: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn charge_form(attempt: &str, payment_method: &str) -> Vec<(&'static str, String)> {
     vec![
         ("amount", "1999".into()),
         ("currency", "eur".into()),
@@ -63,7 +63,7 @@ fn create_form(attempt: &str, payment_method: &str) -> Vec<(&'static str, String
 }
 
 impl TestGateway {
-    fn stripe_request(
+    pub(crate) fn stripe_request(
         &self,
         path: &str,
         key: Option<&str>,
@@ -76,7 +76,7 @@ impl TestGateway {
         }
     }
 
-    async fn stripe_post(
+    pub(crate) async fn stripe_post(
         &self,
         path: &str,
         key: Option<&str>,
@@ -86,7 +86,7 @@ impl TestGateway {
         request.send().await.expect("the request gets a response")
     }
 
-    async fn create(&self, key: &str, form: &[(&'static str, String)]) -> Response {
+    pub(crate) async fn create(&self, key: &str, form: &[(&'static str, String)]) -> Response {
         self.stripe_post("/v1/payment_intents", Some(key), form)
             .await
     }
@@ -100,7 +100,7 @@ impl TestGateway {
         .await
     }
 
-    async fn retrieve(&self, id: &str) -> Response {
+    pub(crate) async fn retrieve(&self, id: &str) -> Response {
         self.authorized_get(&format!("/v1/payment_intents/{id}"))
             .send()
             .await
@@ -108,7 +108,12 @@ impl TestGateway {
     }
 
     /// Creates a PaymentIntent waiting for confirmation and returns its id.
-    async fn created_intent(&self, key: &str, attempt: &str, payment_method: &str) -> String {
+    pub(crate) async fn created_intent(
+        &self,
+        key: &str,
+        attempt: &str,
+        payment_method: &str,
+    ) -> String {
         let response = self
             .create(key, &create_form(attempt, payment_method))
             .await;
@@ -119,31 +124,14 @@ impl TestGateway {
     }
 }
 
-async fn json(response: Response) -> Value {
-    response.json().await.expect("a JSON body")
-}
-
 /// Checks the status of a Stripe error answer and returns its `error` object.
-async fn stripe_error(response: Response, status: StatusCode) -> Value {
+pub(crate) async fn stripe_error(response: Response, status: StatusCode) -> Value {
     assert_eq!(response.status(), status);
     json(response).await["error"].clone()
 }
 
 fn off_session() -> Vec<(&'static str, String)> {
     vec![("off_session", "true".into())]
-}
-
-/// Sends the requests at once, each from a task of its own, and returns their statuses.
-async fn send_all(requests: impl IntoIterator<Item = RequestBuilder>) -> Vec<StatusCode> {
-    let sends: Vec<_> = requests
-        .into_iter()
-        .map(|request| tokio::spawn(request.send()))
-        .collect();
-    let mut statuses = Vec::new();
-    for send in sends {
-        statuses.push(send.await.unwrap().unwrap().status());
-    }
-    statuses
 }
 
 #[tokio::test]
@@ -944,7 +932,7 @@ async fn a_dispute_opens_moves_to_won_or_lost_and_is_listed_by_payment_intent_ch
     assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
 }
 
-async fn app_get(app: &TestGateway, path: &str) -> Response {
+pub(crate) async fn app_get(app: &TestGateway, path: &str) -> Response {
     app.authorized_get(path).send().await.unwrap()
 }
 

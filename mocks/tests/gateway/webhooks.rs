@@ -21,10 +21,10 @@ use crate::helpers::*;
 
 const SECRET: &str = "whsec_auto";
 
-/// An endpoint that answers `200` and keeps every event's `type` and whether its signature
-/// is `SECRET`'s.
+/// An endpoint that answers `200` and keeps every event's `type`, whether its signature is
+/// `SECRET`'s, and its object.
 #[derive(Clone, Default)]
-struct Receiver(Arc<Mutex<Vec<(String, bool)>>>);
+struct Receiver(Arc<Mutex<Vec<(String, bool, Value)>>>);
 
 impl Receiver {
     async fn start(&self) -> String {
@@ -35,7 +35,8 @@ impl Receiver {
                 .and_then(|h| h.to_str().ok())
                 .is_some_and(|h| signed_by_secret(h, &body));
             let kind = event["type"].as_str().unwrap().to_owned();
-            seen.0.lock().push((kind, signed));
+            let object = event["data"]["object"].clone();
+            seen.0.lock().push((kind, signed, object));
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
@@ -47,13 +48,22 @@ impl Receiver {
     }
 
     fn kinds(&self) -> Vec<String> {
-        let mut kinds: Vec<String> = self.0.lock().iter().map(|(k, _)| k.clone()).collect();
+        let mut kinds: Vec<String> = self.0.lock().iter().map(|(k, ..)| k.clone()).collect();
         kinds.sort();
         kinds
     }
 
     fn all_signed(&self) -> bool {
-        self.0.lock().iter().all(|(_, signed)| *signed)
+        self.0.lock().iter().all(|(_, signed, _)| *signed)
+    }
+
+    /// The objects of the events of `kind` received, in arrival order.
+    fn objects(&self, kind: &str) -> Vec<Value> {
+        let seen = self.0.lock();
+        seen.iter()
+            .filter(|(k, ..)| k == kind)
+            .map(|(.., object)| object.clone())
+            .collect()
     }
 }
 
@@ -256,4 +266,102 @@ async fn without_auto_nothing_is_sent_and_an_endpoint_that_never_answers_holds_n
         .await;
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "no endpoint");
     drop(silent);
+}
+
+#[tokio::test]
+async fn with_auto_refunds_send_charge_refunded_when_they_succeed_and_refund_updated_when_they_move(
+) {
+    let app = spawn_gateway_with(MockConfig {
+        dialect: Dialect::Stripe,
+        ..MockConfig::default()
+    })
+    .await;
+    let receiver = Receiver::default();
+    let url = receiver.start().await;
+    app.post_json(
+        "/__stripe/webhooks",
+        &json!({"url": url, "secrets": [SECRET], "auto": true}),
+    )
+    .await;
+    let mut intents = Vec::new();
+    for (n, payment_method) in [
+        pm::CARD_VISA,
+        pm::CARD_PENDING_REFUND,
+        pm::CARD_PENDING_REFUND,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let form = intent_form(&format!("a{n}"), payment_method, true);
+        let charged = stripe_post(&app, "/v1/payment_intents", &format!("k{n}"), form).await;
+        intents.push(charged["id"].as_str().unwrap().to_owned());
+    }
+    let mut refunds = Vec::new();
+    for (n, pi) in intents.iter().enumerate() {
+        let form = format!("payment_intent={pi}&amount=500&metadata[refund_id]=rf-{n}");
+        refunds.push(stripe_post(&app, "/v1/refunds", &format!("r{n}"), form).await);
+    }
+    let statuses: Vec<&Value> = refunds.iter().map(|r| &r["status"]).collect();
+    assert_eq!(statuses, ["succeeded", "pending", "pending"]);
+
+    // One pending refund fails by a control, the other settles (succeeds).
+    let failing = refunds[2]["id"].as_str().unwrap();
+    let failed = app
+        .post_json(
+            &format!("/__refunds/{failing}"),
+            &json!({"status": "failed"}),
+        )
+        .await;
+    assert_eq!(failed.status(), StatusCode::OK);
+    assert_eq!(app.gateway.settle_refunds().len(), 1);
+
+    let expected = [
+        "charge.refund.updated",
+        "charge.refund.updated",
+        "charge.refunded",
+        "charge.refunded",
+        "payment_intent.succeeded",
+        "payment_intent.succeeded",
+        "payment_intent.succeeded",
+    ];
+    within(
+        Duration::from_secs(10),
+        "every refund event arrives",
+        async {
+            while receiver.kinds() != expected {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    assert!(receiver.all_signed());
+    let mut updated: Vec<Value> = receiver
+        .objects("charge.refund.updated")
+        .iter()
+        .map(|refund| json!([refund["id"], refund["status"]]))
+        .collect();
+    updated.sort_by_key(|pair| pair[1].as_str().unwrap().to_owned());
+    assert_eq!(
+        updated,
+        [
+            json!([refunds[2]["id"], "failed"]),
+            json!([refunds[1]["id"], "succeeded"])
+        ]
+    );
+    let refunded = receiver.objects("charge.refunded");
+    assert!(refunded
+        .iter()
+        .all(|charge| charge["amount_refunded"] == 500));
+
+    // Sent by hand, `charge.refund.updated` carries the PaymentIntent's newest refund.
+    let sent = app
+        .post_json(
+            "/__stripe/webhooks/send",
+            &json!({"type": "charge.refund.updated", "payment_intent": intents[2]}),
+        )
+        .await;
+    assert_eq!(sent.status(), StatusCode::OK);
+    let by_hand = receiver.objects("charge.refund.updated").pop().unwrap();
+    assert_eq!(by_hand["id"], refunds[2]["id"]);
+    assert_eq!(by_hand["status"], "failed");
 }
