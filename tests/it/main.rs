@@ -34,6 +34,7 @@ mod paging;
 mod rate_limit;
 mod recheck;
 mod reconciler;
+mod refunds;
 mod relay;
 mod retention;
 mod schemas;

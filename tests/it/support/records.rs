@@ -131,6 +131,20 @@ pub struct WebhookEvent {
     pub outcome: String,
 }
 
+/// One refund (`refunds`), as the contract's §4.1 speaks of it.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct RefundRow {
+    pub refund_id: Uuid,
+    pub payment_attempt_id: Uuid,
+    pub status: String,
+    pub amount_minor: Option<i64>,
+    pub gateway_refund_id: Option<String>,
+    pub failure_reason: Option<String>,
+    pub review_reason: Option<String>,
+    pub tries: i32,
+    pub lookups: i32,
+}
+
 /// The readers of one test's database. Every method has its SQL here and nowhere else.
 pub trait Records {
     /// The test database.
@@ -587,6 +601,71 @@ pub trait Records {
             .fetch_one(self.pool())
             .await
             .unwrap()
+    }
+
+    // Refunds.
+
+    /// One refund's row.
+    async fn refund(&self, id: impl Into<Uuid>) -> RefundRow {
+        sqlx::query_as(
+            "SELECT refund_id, payment_attempt_id, status, amount_minor, gateway_refund_id,
+                    failure_reason, review_reason, tries, lookups
+             FROM refunds WHERE refund_id = $1",
+        )
+        .bind(id.into())
+        .fetch_one(self.pool())
+        .await
+        .expect("the refund exists")
+    }
+
+    /// Every refund of one attempt, oldest first.
+    async fn refunds_of(&self, id: impl Into<PaymentAttemptId>) -> Vec<RefundRow> {
+        sqlx::query_as(
+            "SELECT refund_id, payment_attempt_id, status, amount_minor, gateway_refund_id,
+                    failure_reason, review_reason, tries, lookups
+             FROM refunds WHERE payment_attempt_id = $1 ORDER BY created_at, refund_id",
+        )
+        .bind(id.into())
+        .fetch_all(self.pool())
+        .await
+        .expect("refunds")
+    }
+
+    /// What the charge has promised back: `refund_totals.reserved_minor` (0 when none).
+    async fn reserved(&self, id: impl Into<PaymentAttemptId>) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COALESCE((SELECT reserved_minor FROM refund_totals
+                              WHERE payment_attempt_id = $1), 0)",
+        )
+        .bind(id.into())
+        .fetch_one(self.pool())
+        .await
+        .expect("reserved")
+    }
+
+    /// A refund's path through its states (`refund_transitions`).
+    async fn refund_path(&self, id: impl Into<Uuid>) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT to_status FROM refund_transitions WHERE refund_id = $1 ORDER BY id",
+        )
+        .bind(id.into())
+        .fetch_all(self.pool())
+        .await
+        .expect("refund transitions")
+    }
+
+    /// The outbox's rows about refunds of one attempt (events and dead letters), oldest first.
+    async fn refund_outbox(&self, id: impl Into<PaymentAttemptId>) -> Vec<Event> {
+        sqlx::query_as(
+            "SELECT event_id, payment_attempt_id, status, subject, headers, payload, created_at,
+                    published_at, publish_attempts
+             FROM outbox WHERE payment_attempt_id = $1 AND status LIKE 'refund%'
+             ORDER BY created_at, event_id",
+        )
+        .bind(id.into())
+        .fetch_all(self.pool())
+        .await
+        .expect("refund outbox")
     }
 
     /// A scalar from the test database.

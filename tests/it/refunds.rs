@@ -1,0 +1,486 @@
+//! Refunds as commands (contract §2.5, §4.1): recorded once per `refund_id`, admitted
+//! against what the charge has left, sent once under their own key, settled by the
+//! gateway's word or a lookup, and announced once — against the mock gateway in both
+//! dialects and through the refund intake's own consumer.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use mock_gateway::{payment_methods as pm, FaultConfig, FaultRule, MockConfig, RefundFaults};
+use onecharge::broker::CommandKind;
+use onecharge::domain::refund::{validate, RefundPayment};
+use onecharge::domain::{AttemptStatus, CommandHeaders, PaymentAttemptId, RefundId};
+use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
+use onecharge::intake::Intake;
+use onecharge::refunds::RefundWorker;
+use onecharge::store::refunds::{record_refund, RecordedRefund, RefundRecord};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::support::env::TestEnv;
+use crate::support::harness::{run_leaving_one_in, Harness};
+use crate::support::Records;
+
+/// Short waits everywhere a refund waits, so a test walks its whole life in seconds.
+fn quick(settings: &mut onecharge::config::Settings) {
+    settings.refunds.recheck_interval = Duration::from_millis(1);
+    settings.reconciler.schedule = vec![Duration::from_millis(1); 3];
+    settings.reconciler.processing_schedule = vec![Duration::from_millis(1)];
+}
+
+async fn harness(faults: RefundFaults) -> Harness {
+    Harness::with(
+        MockConfig {
+            faults: FaultConfig {
+                refunds: faults,
+                ..FaultConfig::default()
+            },
+            ..MockConfig::default()
+        },
+        quick,
+    )
+    .await
+}
+
+fn worker(h: &Harness) -> RefundWorker {
+    RefundWorker::new(
+        h.store.clone(),
+        client(h),
+        GatewayHealth::from_settings(&h.settings.executor),
+        &h.settings,
+    )
+}
+
+fn client(h: &Harness) -> GatewayClient {
+    GatewayClient::from_settings(&h.settings).expect("client")
+}
+
+/// Seeds one attempt with `payment_method` and runs the executor (speaking the test's
+/// dialect) until it is final.
+async fn charged(h: &Harness, payment_method: &str, ends: AttemptStatus) -> PaymentAttemptId {
+    let id = h.seed(payment_method).await.payment_attempt_id;
+    run_leaving_one_in(&h.executor_with(client(h)), ends).await;
+    id
+}
+
+/// A refund command for `attempt`, validated as intake validates it.
+fn refund(refund_id: RefundId, attempt: PaymentAttemptId, amount: Option<i64>) -> RefundPayment {
+    let mut body = json!({
+        "refund_id": refund_id,
+        "payment_attempt_id": attempt,
+        "reason": "item returned",
+        "metadata": {"return_id": "ret_1"},
+    });
+    if let Some(amount) = amount {
+        body["amount_minor"] = amount.into();
+    }
+    validate(
+        &CommandHeaders {
+            message_id: Some("m".into()),
+            ..Default::default()
+        },
+        body.to_string().as_bytes(),
+    )
+    .expect("a valid refund")
+    .command
+}
+
+async fn record(h: &Harness, command: &RefundPayment, message_id: &str) -> RecordedRefund {
+    let body = format!("{command:?}");
+    record_refund(
+        &h.store,
+        "test-refund-intake",
+        &RefundRecord {
+            message_id: message_id.to_owned(),
+            stream_sequence: 1,
+            body_sha256: onecharge::domain::command::body_sha256(body.as_bytes()),
+            command: command.clone(),
+            correlation_id: Some("corr-refund".into()),
+            traceparent: None,
+        },
+    )
+    .await
+    .expect("recorded")
+}
+
+/// Passes of the worker until nothing moves (at most 50).
+async fn settle(w: &RefundWorker) {
+    for _ in 0..50 {
+        let report = w.pass().await.expect("a refund pass");
+        if report == Default::default() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_refund_moves_money_once_whatever_its_command_is_delivered_as_with_one_event() {
+    let h = harness(RefundFaults::default()).await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let refund_id = RefundId::random();
+    let command = refund(refund_id, attempt, Some(500));
+
+    assert_eq!(record(&h, &command, "r-1").await, RecordedRefund::Accepted);
+    assert_eq!(record(&h, &command, "r-1").await, RecordedRefund::Duplicate);
+    assert_eq!(
+        record(&h, &command, "r-2").await,
+        RecordedRefund::BusinessDuplicate
+    );
+    let RecordedRefund::Conflict(reason) =
+        record(&h, &refund(refund_id, attempt, Some(501)), "r-3").await
+    else {
+        panic!("the same refund_id for another amount is a conflict")
+    };
+    assert!(reason.contains("another charge or amount"), "{reason}");
+
+    let w = worker(&h);
+    settle(&w).await;
+    settle(&w).await;
+
+    let row = h.refund(refund_id).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(row.tries, 1);
+    let at_gateway = h.gateway.refunds_for_refund_id(&refund_id.to_string());
+    assert_eq!(at_gateway.len(), 1, "one refund movement per refund_id");
+    assert_eq!(
+        row.gateway_refund_id.as_deref(),
+        Some(at_gateway[0].id.as_str())
+    );
+    assert_eq!(at_gateway[0].amount_minor, 500);
+    assert_eq!(
+        at_gateway[0].idempotency_key.as_deref(),
+        Some(format!("onecharge-refund-{refund_id}").as_str())
+    );
+    assert_eq!(h.reserved(attempt).await, 500);
+    assert_eq!(
+        h.refund_path(refund_id).await,
+        ["waiting", "pending", "in_flight", "succeeded"]
+    );
+    let outbox = h.refund_outbox(attempt).await;
+    assert_eq!(outbox.len(), 1, "{outbox:?}");
+    assert_eq!(outbox[0].subject, "payments.events.refund-succeeded.v1");
+    assert_eq!(outbox[0].payload["status"], "succeeded");
+    assert_eq!(outbox[0].payload["refund_id"], json!(refund_id));
+    assert_eq!(outbox[0].headers["Correlation-Id"], "corr-refund");
+    // The charge's own story is unchanged, and the refund call is on its timeline.
+    assert_eq!(h.status(attempt).await, "succeeded");
+    assert!(h
+        .call_operations(attempt)
+        .await
+        .contains(&"refund".to_owned()));
+}
+
+#[tokio::test]
+async fn refunds_racing_on_two_workers_never_refund_more_than_was_charged() {
+    let h = harness(RefundFaults::default()).await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let charged_minor = h.attempt(attempt).await.amount_minor;
+    let each = charged_minor / 2 + 1;
+    let ids: Vec<RefundId> = (0..3).map(|_| RefundId::random()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        record(&h, &refund(*id, attempt, Some(each)), &format!("race-{i}")).await;
+    }
+
+    let (a, b) = (worker(&h), worker(&h));
+    tokio::join!(settle(&a), settle(&b));
+
+    let rows = h.refunds_of(attempt).await;
+    let succeeded: Vec<_> = rows.iter().filter(|r| r.status == "succeeded").collect();
+    let refused: Vec<_> = rows.iter().filter(|r| r.status == "refused").collect();
+    assert_eq!((succeeded.len(), refused.len()), (1, 2), "{rows:?}");
+    let charge = &h.gateway.ledger()[0];
+    assert_eq!(h.gateway.refunded(&charge.id), each);
+    assert_eq!(h.reserved(attempt).await, each);
+    for row in refused {
+        let reason = row.failure_reason.as_deref().unwrap_or_default();
+        assert!(reason.contains("would pass what is left"), "{reason}");
+    }
+    // The database itself refuses a reservation past the charge.
+    let over = sqlx::query("UPDATE refund_totals SET reserved_minor = charged_minor + 1")
+        .execute(h.store.pool())
+        .await
+        .expect_err("the CHECK refuses an overdraw");
+    assert!(
+        over.to_string()
+            .contains("refund_totals_never_above_the_charge"),
+        "{over}"
+    );
+}
+
+#[tokio::test]
+async fn a_refund_waits_for_its_charge_and_is_refused_with_its_reason_when_the_charge_declines() {
+    let h = harness(RefundFaults::default()).await;
+    let command = h.seed(pm::CARD_DECLINED).await;
+    let attempt = command.payment_attempt_id;
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, None), "early").await;
+    let w = worker(&h);
+
+    w.pass().await.unwrap();
+    assert_eq!(
+        h.refund(refund_id).await.status,
+        "waiting",
+        "the charge is not final yet"
+    );
+
+    run_leaving_one_in(&h.executor(), AttemptStatus::Declined).await;
+    settle(&w).await;
+
+    let row = h.refund(refund_id).await;
+    assert_eq!(row.status, "refused");
+    assert!(
+        row.failure_reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("ended declined"),
+        "{row:?}"
+    );
+    assert!(h.gateway.refunds().is_empty(), "nothing was sent");
+    assert_eq!(h.reserved(attempt).await, 0);
+    let outbox = h.refund_outbox(attempt).await;
+    let mut subjects: Vec<&str> = outbox.iter().map(|e| e.subject.as_str()).collect();
+    subjects.sort_unstable();
+    assert_eq!(
+        subjects,
+        [
+            "payments.dlq.refund-payment.v1",
+            "payments.events.refund-failed.v1"
+        ]
+    );
+    let event = outbox.iter().find(|e| e.status == "refund_failed").unwrap();
+    assert_eq!(event.payload["status"], "refused");
+    let dead = outbox
+        .iter()
+        .find(|e| e.status == "refund_dead_letter")
+        .unwrap();
+    assert_eq!(dead.headers["Dlq-Class"], "refused");
+    assert_eq!(
+        dead.headers["Nats-Msg-Id"],
+        format!("dlq-refund-{refund_id}")
+    );
+    assert!(dead.headers["Dlq-Reason"]
+        .as_str()
+        .unwrap()
+        .contains("ended declined"));
+    assert_eq!(dead.payload["refund_id"], json!(refund_id));
+}
+
+#[tokio::test]
+async fn a_refund_whose_answer_was_lost_is_looked_up_and_never_sent_twice() {
+    let h = harness(RefundFaults {
+        error_after: FaultRule::times(1),
+        ..RefundFaults::default()
+    })
+    .await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, Some(300)), "lost").await;
+    let w = worker(&h);
+
+    settle(&w).await;
+
+    let row = h.refund(refund_id).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(
+        h.refund_path(refund_id).await,
+        ["waiting", "pending", "in_flight", "unknown", "succeeded"],
+        "a 500 after refunding is ambiguous: looked up, not sent again"
+    );
+    assert_eq!(row.tries, 1, "found by the lookup, not sent again");
+    assert_eq!(
+        h.gateway
+            .refunds_for_refund_id(&refund_id.to_string())
+            .len(),
+        1
+    );
+    assert!(h
+        .call_operations(attempt)
+        .await
+        .contains(&"refund_lookup".to_owned()));
+}
+
+#[tokio::test]
+async fn a_refund_the_gateway_keeps_pending_is_followed_until_it_settles() {
+    let h = harness(RefundFaults::default()).await;
+    let attempt = charged(&h, pm::PENDING_REFUND, AttemptStatus::Succeeded).await;
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, None), "slow").await;
+    let w = worker(&h);
+
+    w.pass().await.unwrap();
+    w.pass().await.unwrap();
+    assert_eq!(h.refund(refund_id).await.status, "processing");
+    assert!(
+        h.refund_outbox(attempt).await.is_empty(),
+        "nothing final yet"
+    );
+
+    h.gateway.settle_refunds();
+    settle(&w).await;
+    assert_eq!(h.refund(refund_id).await.status, "succeeded");
+    assert_eq!(h.refund_outbox(attempt).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_refund_the_gateway_fails_gives_its_amount_back_for_the_next() {
+    let h = harness(RefundFaults {
+        failed: FaultRule::times(1),
+        ..RefundFaults::default()
+    })
+    .await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let (first, second) = (RefundId::random(), RefundId::random());
+    record(&h, &refund(first, attempt, None), "whole-1").await;
+    let w = worker(&h);
+    settle(&w).await;
+    let row = h.refund(first).await;
+    assert_eq!(row.status, "failed");
+    assert!(row.failure_reason.unwrap().contains("declined"));
+    assert_eq!(
+        h.reserved(attempt).await,
+        0,
+        "a failed refund holds nothing"
+    );
+
+    record(&h, &refund(second, attempt, None), "whole-2").await;
+    settle(&w).await;
+    assert_eq!(h.refund(second).await.status, "succeeded");
+    let charged_minor = h.attempt(attempt).await.amount_minor;
+    assert_eq!(h.reserved(attempt).await, charged_minor);
+    let statuses: Vec<String> = h
+        .refund_outbox(attempt)
+        .await
+        .iter()
+        .map(|e| e.payload["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["failed", "succeeded"]);
+}
+
+#[tokio::test]
+async fn a_stripe_refund_carries_its_refund_id_and_is_found_by_listing_the_intents_refunds() {
+    let h = Harness::with(
+        MockConfig {
+            dialect: mock_gateway::Dialect::Stripe,
+            faults: FaultConfig {
+                refunds: RefundFaults {
+                    drop_after: FaultRule::times(1),
+                    ..RefundFaults::default()
+                },
+                ..FaultConfig::default()
+            },
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            quick(s);
+        },
+    )
+    .await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    // Someone refunds part of the charge from the Dashboard first: not onecharge's refund.
+    let intent = h.attempt(attempt).await.gateway_charge_id.unwrap();
+    let outside = reqwest::Client::new()
+        .post(format!(
+            "{}/__stripe/payment_intents/{intent}/refund",
+            h.gateway.base_url()
+        ))
+        .json(&json!({"amount": 100}))
+        .send()
+        .await
+        .unwrap();
+    assert!(outside.status().is_success());
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, Some(400)), "stripe").await;
+    let w = worker(&h);
+
+    settle(&w).await;
+
+    let row = h.refund(refund_id).await;
+    assert_eq!(row.status, "succeeded", "{row:?}");
+    assert_eq!(
+        h.refund_path(refund_id).await,
+        ["waiting", "pending", "in_flight", "unknown", "succeeded"],
+        "the connection dropped after the refund: looked up, not sent again"
+    );
+    let ours = h.gateway.refunds_for_refund_id(&refund_id.to_string());
+    assert_eq!(ours.len(), 1);
+    assert_eq!(row.gateway_refund_id.as_deref(), Some(ours[0].id.as_str()));
+    assert_eq!(ours[0].amount_minor, 400);
+    assert_eq!(
+        h.gateway.refunds().len(),
+        2,
+        "the Dashboard's and onecharge's"
+    );
+}
+
+#[tokio::test]
+async fn refund_commands_come_in_through_their_own_consumer_and_bad_ones_are_dead_lettered() {
+    let env = TestEnv::new().await;
+    let intake = Intake::for_kind(
+        env.store.clone(),
+        env.broker.clone(),
+        &env.settings,
+        CommandKind::Refund,
+    )
+    .await
+    .expect("the refund intake binds its consumer");
+    let subject = env.broker.names.command_subject(CommandKind::Refund);
+    let refund_id = Uuid::new_v4();
+    let body = json!({
+        "refund_id": refund_id,
+        "payment_attempt_id": Uuid::new_v4(),
+        "reason": "duplicate order",
+    });
+    for (message_id, body) in [
+        ("refund-ok", body.to_string()),
+        ("refund-ok", body.to_string()),
+        (
+            "refund-bad",
+            json!({"refund_id": "nope", "reason": "x"}).to_string(),
+        ),
+    ] {
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", message_id);
+        env.publish_to(subject.clone(), headers, body.as_bytes())
+            .await;
+    }
+    let mut outcomes = Vec::new();
+    while outcomes.len() < 2 {
+        let report = intake
+            .process_batch(Duration::from_secs(2))
+            .await
+            .expect("a batch");
+        outcomes.extend(report.outcomes.iter().map(|o| o.label()));
+        if report.outcomes.is_empty() {
+            break;
+        }
+    }
+    outcomes.sort_unstable();
+    assert_eq!(
+        outcomes,
+        ["permanent", "processed"],
+        "JetStream drops the same Nats-Msg-Id itself"
+    );
+    assert_eq!(env.refund(refund_id).await.status, "waiting");
+    let dead = crate::support::nats::stream_messages(
+        &env.broker.jetstream,
+        &env.broker.names.dlq_stream(),
+    )
+    .await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        dead[0].subject.as_str(),
+        env.broker.names.dlq_subject_for(CommandKind::Refund)
+    );
+    let reason = dead[0]
+        .headers
+        .get("Dlq-Reason")
+        .unwrap()
+        .as_str()
+        .to_owned();
+    assert!(
+        reason.contains("not a valid RefundPayment JSON"),
+        "{reason}"
+    );
+}
