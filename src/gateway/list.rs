@@ -464,6 +464,9 @@ struct OnechargeRecord {
     /// `open`, `won` or `lost` on a `disputed` record.
     #[serde(default)]
     dispute_status: Option<String>,
+    /// What the refunds of it gave back so far (contract §3.2).
+    #[serde(default)]
+    amount_refunded: Option<i64>,
 }
 
 /// Reads a §3 list page: each of onecharge's charges as it is, its status as said; a charge
@@ -501,7 +504,7 @@ pub fn read_onecharge_page(reply: GatewayReply<'_>) -> ListOutcome {
             currency: c.currency.map(|c| c.to_ascii_uppercase()),
             customer: c.customer_id,
             idempotency_key: c.idempotency_key,
-            amount_refunded: None,
+            amount_refunded: c.amount_refunded,
         })
         .collect();
     ListOutcome::Page(ListPage {

@@ -196,7 +196,31 @@ pub struct SweptAttempt {
     /// A succeeded attempt first sent and settled inside the swept window (with a margin
     /// for clock skew): its charge must be in the listing, so its absence is a finding.
     pub in_window: bool,
+    /// onecharge's own refunds of this charge: what they surely refunded (`succeeded`),
+    /// and what they may have (also those sent and not yet settled). A gateway's refunded
+    /// amount between the two is explained by them and is no finding.
+    #[sqlx(flatten)]
+    pub own_refunds: OwnRefunds,
 }
+
+/// The refunds onecharge itself made of one charge (contract §2.5), as the sweep weighs
+/// a refunded record against them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct OwnRefunds {
+    /// The sum of its `succeeded` refunds.
+    pub refunded_surely: i64,
+    /// Plus those that may be at the gateway: `in_flight`, `processing`, `unknown`,
+    /// `needs_review`.
+    pub refunded_at_most: i64,
+}
+
+/// The [`OwnRefunds`] columns of the attempt on the alias `a`.
+const OWN_REFUNDS: &str = "COALESCE((SELECT sum(r.amount_minor) FROM refunds r \
+     WHERE r.payment_attempt_id = a.payment_attempt_id AND r.status = 'succeeded'), 0)::int8 \
+     AS refunded_surely, \
+     COALESCE((SELECT sum(r.amount_minor) FROM refunds r \
+     WHERE r.payment_attempt_id = a.payment_attempt_id AND r.status IN ('succeeded', \
+     'in_flight', 'processing', 'unknown', 'needs_review')), 0)::int8 AS refunded_at_most";
 
 /// The attempt columns an [`SweptAttempt`] reads, with `in_window` computed for `$from`,
 /// `$to` and the skew `$margin` (seconds).
@@ -255,7 +279,7 @@ pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Name
         return Ok(Vec::new());
     }
     let attempts: Vec<SweptAttempt> = sqlx::query_as(&format!(
-        "SELECT {VIEW} FROM payment_attempts a WHERE a.payment_attempt_id = ANY($1)"
+        "SELECT {VIEW}, {OWN_REFUNDS} FROM payment_attempts a WHERE a.payment_attempt_id = ANY($1)"
     ))
     .bind(&ids)
     .bind(window.from)
@@ -301,7 +325,7 @@ pub async fn unlisted_succeeded(
     page: ComparePage,
 ) -> Result<Vec<SweptAttempt>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "SELECT {VIEW} FROM payment_attempts a
+        "SELECT {VIEW}, {OWN_REFUNDS} FROM payment_attempts a
          WHERE a.status = 'succeeded'
            AND a.first_dispatched_at >= $2::timestamptz + make_interval(secs => $4)
            AND a.updated_at < $3::timestamptz - make_interval(secs => $4)
@@ -327,11 +351,12 @@ pub async fn attempt_view(
     store: &Store,
     id: PaymentAttemptId,
 ) -> Result<Option<SweptAttempt>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "SELECT a.payment_attempt_id, a.status, a.amount_minor, a.currency, a.customer_id,
-                a.idempotency_key, a.gateway_charge_id, a.gateway_object_id, false AS in_window
-         FROM payment_attempts a WHERE a.payment_attempt_id = $1",
-    )
+                a.idempotency_key, a.gateway_charge_id, a.gateway_object_id, false AS in_window,
+                {OWN_REFUNDS}
+         FROM payment_attempts a WHERE a.payment_attempt_id = $1"
+    ))
     .bind(id)
     .fetch_optional(store.pool())
     .await

@@ -484,3 +484,86 @@ async fn refund_commands_come_in_through_their_own_consumer_and_bad_ones_are_dea
         "{reason}"
     );
 }
+
+async fn sweep(h: &Harness) -> onecharge::reconciler::sweep::SweepReport {
+    let now = h.db_now().await;
+    h.reconciler_with(client(h))
+        .sweep(onecharge::gateway::list::ListWindow {
+            from: now - Duration::from_secs(3600),
+            to: now + Duration::from_secs(3600),
+        })
+        .await
+        .expect("a sweep")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_expects_onecharges_own_refunds_and_finds_one_made_outside_it() {
+    let h = Harness::with(
+        MockConfig {
+            dialect: mock_gateway::Dialect::Stripe,
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            quick(s);
+        },
+    )
+    .await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, Some(700)), "ours").await;
+    settle(&worker(&h)).await;
+    assert_eq!(h.refund(refund_id).await.status, "succeeded");
+
+    let quiet = sweep(&h).await;
+    assert!(
+        quiet.new_findings.is_empty(),
+        "onecharge's own refund is expected: {quiet:?}"
+    );
+
+    let intent = h.attempt(attempt).await.gateway_charge_id.unwrap();
+    let outside = reqwest::Client::new()
+        .post(format!(
+            "{}/__stripe/payment_intents/{intent}/refund",
+            h.gateway.base_url()
+        ))
+        .json(&json!({"amount": 200}))
+        .send()
+        .await
+        .unwrap();
+    assert!(outside.status().is_success());
+    let found = sweep(&h).await;
+    assert_eq!(found.new_findings.len(), 1, "{found:?}");
+    let finding = h.last_finding().await;
+    assert_eq!(finding.class, "recorded_not_charged");
+    assert_eq!(finding.evidence, "refunded:900");
+    assert!(
+        finding.detail.contains("outside onecharge"),
+        "{}",
+        finding.detail
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_finds_a_refund_onecharge_recorded_that_the_gateway_does_not_show() {
+    let h = harness(RefundFaults::default()).await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, Some(400)), "ours").await;
+    settle(&worker(&h)).await;
+    assert!(
+        sweep(&h).await.new_findings.is_empty(),
+        "the §3 listing shows it refunded"
+    );
+
+    // The gateway loses it (a refund reversed on its side, say).
+    let gateway_refund = h.refund(refund_id).await.gateway_refund_id.unwrap();
+    h.gateway
+        .move_refund(&gateway_refund, mock_gateway::RefundStatus::Failed)
+        .expect("the mock moves it");
+    let found = sweep(&h).await;
+    assert_eq!(found.new_findings.len(), 1, "{found:?}");
+    let finding = h.last_finding().await;
+    assert_eq!(finding.class, "charged_not_recorded");
+    assert_eq!(finding.evidence, "refunds_unlisted:400");
+}

@@ -62,6 +62,16 @@ fn holds_money(record: &ListedCharge) -> bool {
     )
 }
 
+/// How much the gateway shows refunded of `record`, when it shows any: its
+/// `amount_refunded`, or the whole amount of a record listed `refunded` without one.
+fn refunded_of(record: &ListedCharge) -> Option<i64> {
+    match (record.amount_refunded.filter(|r| *r > 0), &record.status) {
+        (Some(refunded), ListedStatus::Succeeded | ListedStatus::Refunded) => Some(refunded),
+        (None, ListedStatus::Refunded) => Some(record.amount_minor.unwrap_or(i64::MAX)),
+        _ => None,
+    }
+}
+
 /// Compares the records naming `reference` with the attempt it names (`None`: onecharge
 /// knows no such attempt). Findings come in a fixed order: mismatches, then what the
 /// attempt's status makes of the money, then a charge taken twice.
@@ -241,6 +251,13 @@ impl Case<'_> {
             (Some(own), _) if matches!(own.status, ListedStatus::Disputed(_)) => {
                 Some(self.disputed(own))
             }
+            (Some(own), _)
+                if matches!(own.status, ListedStatus::Succeeded | ListedStatus::Refunded)
+                    && (refunded_of(own).is_some()
+                        || self.attempt.own_refunds.refunded_surely > 0) =>
+            {
+                self.refunded(own)
+            }
             (Some(own), _) if own.status != ListedStatus::Succeeded => Some(self.finding(
                 FindingClass::RecordedNotCharged,
                 vec![own.id.clone()],
@@ -268,6 +285,51 @@ impl Case<'_> {
             }
             _ => None,
         }
+    }
+
+    /// A succeeded attempt's own charge that the gateway shows (partly) refunded, weighed
+    /// against onecharge's own refunds of it (contract §2.5): what they explain is no
+    /// finding; more refunded than they can account for was refunded outside onecharge
+    /// (`recorded_not_charged`, evidence `refunded:<n>`); less than they surely refunded
+    /// means a refund onecharge recorded the gateway does not show: the customer may not
+    /// have their money (`charged_not_recorded`, evidence `refunds_unlisted:<n>`).
+    fn refunded(&self, own: &ListedCharge) -> Option<NewFinding> {
+        let listed = refunded_of(own).unwrap_or(0);
+        let ours = self.attempt.own_refunds;
+        let id = &own.id;
+        if listed > ours.refunded_at_most {
+            let detail = if ours.refunded_at_most == 0 {
+                format!(
+                    "the attempt is succeeded, but the gateway holds its charge {id} as {} ({listed} refunded), and onecharge made no refund of it",
+                    own.status.as_str()
+                )
+            } else {
+                format!(
+                    "the gateway shows {listed} refunded of charge {id}, more than onecharge's own refunds of it account for ({}): the rest was refunded outside onecharge",
+                    ours.refunded_at_most
+                )
+            };
+            return Some(self.finding(
+                FindingClass::RecordedNotCharged,
+                vec![id.clone()],
+                own.evidence(),
+                detail,
+                Some(own),
+            ));
+        }
+        if listed < ours.refunded_surely {
+            return Some(self.finding(
+                FindingClass::ChargedNotRecorded,
+                vec![id.clone()],
+                format!("refunds_unlisted:{}", ours.refunded_surely - listed),
+                format!(
+                    "onecharge's refunds of charge {id} succeeded for {} in all, but the gateway shows only {listed} refunded: a refund onecharge recorded is not at the gateway, and the customer may not have their money",
+                    ours.refunded_surely
+                ),
+                Some(own),
+            ));
+        }
+        None
     }
 
     /// A succeeded attempt's own charge, disputed: the finding says where the dispute stands
@@ -394,6 +456,7 @@ mod tests {
             gateway_charge_id: (status == AttemptStatus::Succeeded).then(|| "ch_own".into()),
             gateway_object_id: None,
             in_window: true,
+            own_refunds: Default::default(),
         }
     }
 
@@ -422,6 +485,61 @@ mod tests {
 
     use AttemptStatus::*;
     use FindingClass::*;
+
+    #[test]
+    fn onecharges_own_refunds_explain_what_the_gateway_shows_refunded_and_nothing_more() {
+        use crate::store::sweep::OwnRefunds;
+        let with_refunds = |surely, at_most| SweptAttempt {
+            own_refunds: OwnRefunds {
+                refunded_surely: surely,
+                refunded_at_most: at_most,
+            },
+            ..attempt(Succeeded)
+        };
+        let listed = |status, refunded| {
+            vec![ListedCharge {
+                amount_refunded: Some(refunded),
+                ..record("ch_own", status)
+            }]
+        };
+        let verdict = |attempt: &SweptAttempt, records: &[ListedCharge]| {
+            compare(ATTEMPT, Some(attempt), records)
+        };
+        // Exactly onecharge's succeeded refund, partly or wholly: no finding.
+        let ours = with_refunds(500, 500);
+        assert!(verdict(&ours, &listed(L::Succeeded, 500))
+            .findings
+            .is_empty());
+        assert!(
+            verdict(&with_refunds(1999, 1999), &listed(L::Refunded, 1999))
+                .findings
+                .is_empty()
+        );
+        // A refund of onecharge's still processing may or may not show yet.
+        let processing = with_refunds(0, 500);
+        assert!(verdict(&processing, &listed(L::Succeeded, 500))
+            .findings
+            .is_empty());
+        // More than onecharge refunded: the rest was refunded outside it.
+        let more = verdict(&ours, &listed(L::Refunded, 800));
+        assert_eq!(classes(&more), [RecordedNotCharged]);
+        assert_eq!(more.findings[0].evidence, "refunded:800");
+        assert!(
+            more.findings[0].detail.contains("outside onecharge"),
+            "{}",
+            more.findings[0].detail
+        );
+        // A partial refund outside onecharge, with none of its own: a finding too.
+        let outside = verdict(&attempt(Succeeded), &listed(L::Succeeded, 300));
+        assert_eq!(classes(&outside), [RecordedNotCharged]);
+        // Less than onecharge surely refunded: its refund is not at the gateway.
+        let missing = verdict(&ours, &listed(L::Succeeded, 0));
+        assert_eq!(classes(&missing), [ChargedNotRecorded]);
+        assert_eq!(missing.findings[0].evidence, "refunds_unlisted:500");
+        let short = verdict(&with_refunds(800, 800), &listed(L::Succeeded, 500));
+        assert_eq!(classes(&short), [ChargedNotRecorded]);
+        assert_eq!(short.findings[0].evidence, "refunds_unlisted:300");
+    }
     use ListedStatus as L;
 
     /// (attempt status, records, expected finding classes, expected action kind)
