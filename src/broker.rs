@@ -196,18 +196,43 @@ impl Broker {
         })
     }
 
-    /// Creates the three streams when missing. An existing stream is used as it is (its
-    /// settings are the operator's), unless it cannot serve: then a clear error says why.
+    /// Creates the three streams when missing (`setup`). An existing stream is used as it is
+    /// (its settings are the operator's), unless it cannot serve: then a clear error says why.
     pub async fn ensure_streams(&self) -> anyhow::Result<()> {
-        for (name, family) in [
-            (self.names.commands_stream(), "commands"),
-            (self.names.events_stream(), "events"),
-            (self.names.dlq_stream(), "dlq"),
-        ] {
-            let required = self.names.wildcard(family);
+        for (name, required) in self.streams() {
             self.ensure_stream(&name, &required).await?;
         }
         Ok(())
+    }
+
+    /// Checks that the three streams exist and can serve, creating nothing: what `serve` and
+    /// `setup --check` ask at start (only `setup` creates streams, docs/decisions.md 160). A
+    /// missing stream is an error that names `onecharge setup`.
+    pub async fn check_streams(&self) -> anyhow::Result<()> {
+        for (name, required) in self.streams() {
+            match self.lookup_stream(&name).await {
+                Ok(existing) => {
+                    check_stream_compatible(&name, &existing.cached_info().config, &required)?
+                }
+                Err(err) if is_not_found(&err) => {
+                    bail!("stream {name} is missing: run `onecharge setup`")
+                }
+                Err(err) => return Err(err).with_context(|| format!("looking up stream {name}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// The command, event and dead-letter streams, each with the subjects it must capture.
+    fn streams(&self) -> [(String, String); 3] {
+        [
+            (
+                self.names.commands_stream(),
+                self.names.wildcard("commands"),
+            ),
+            (self.names.events_stream(), self.names.wildcard("events")),
+            (self.names.dlq_stream(), self.names.wildcard("dlq")),
+        ]
     }
 
     async fn ensure_stream(&self, name: &str, required_subject: &str) -> anyhow::Result<()> {

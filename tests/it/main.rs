@@ -26,6 +26,7 @@ mod export;
 mod failover;
 mod fleet;
 mod intake;
+mod least_privilege;
 mod openapi;
 mod operator;
 mod operator_find;
