@@ -75,7 +75,7 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run migrations (creating the database if missing), create streams and the durable consumer
+    /// Run migrations (creating the database if missing), create streams and the durable consumer, as the schema's owner; or --check that it is done
     Setup(service::SetupArgs),
     /// Run the whole pipeline against a built-in mock gateway with faults and duplicates, then verify
     Demo(DemoArgs),
