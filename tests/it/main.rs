@@ -27,6 +27,7 @@ mod failover;
 mod fleet;
 mod intake;
 mod least_privilege;
+mod nats_permissions;
 mod openapi;
 mod operator;
 mod operator_find;
