@@ -999,7 +999,8 @@ const WORKLOADS: [(&str, &str, &[SecretFile], bool); 4] = [
 const SECRET_EXAMPLE: &str = include_str!("../../deploy/kubernetes/base/secret.example.yaml");
 const EXTERNAL_SECRETS: &str =
     include_str!("../../deploy/kubernetes/examples/external-secrets.yaml");
-const CONFIGMAP: &str = include_str!("../../deploy/kubernetes/base/configmap.yaml");
+/// The settings the base's ConfigMap is generated from (`KEY=VALUE` lines).
+const CONFIGMAP: &str = include_str!("../../deploy/kubernetes/base/onecharge.env");
 
 /// A manifest without its comments and with every run of whitespace one space, so that a
 /// test can look for a few lines of YAML whatever their indentation.
@@ -1076,7 +1077,9 @@ fn the_kustomize_base_mounts_secrets_and_operators_as_files_and_sets_the_file_va
     for setting in &settings {
         let variable = format!("ONECHARGE_{}", setting.to_ascii_uppercase());
         assert!(
-            !flattened(CONFIGMAP).contains(&format!("{variable}:")),
+            !CONFIGMAP
+                .lines()
+                .any(|line| line.trim_start().starts_with(&format!("{variable}="))),
             "the ConfigMap sets {variable}, which the workloads read from a file"
         );
     }
