@@ -87,7 +87,7 @@ pub async fn setup(settings: &Settings) -> anyhow::Result<SetupDone> {
 /// names. The same checks `serve` makes at start ([`Application::build`]), so a runtime
 /// role that may not change the schema (docs/decisions.md 160) can run it.
 pub async fn check(settings: &Settings) -> anyhow::Result<[String; 3]> {
-    let store = Store::connect_with(&settings.database_url, 1, &settings.database).await?;
+    let store = Store::connect_to_schema(&settings.database_url, 1, &settings.database).await?;
     store.check_schema().await?;
     let broker = Broker::connect(settings).await?;
     broker.check_streams().await?;
@@ -170,7 +170,7 @@ impl Application {
         if roles.contains(&Role::Admin) {
             settings.check_admin_exposure()?;
         }
-        let store = Store::connect_with(&settings.database_url, 4, &settings.database).await?;
+        let store = Store::connect_to_schema(&settings.database_url, 4, &settings.database).await?;
         store.check_schema().await?;
         if roles.contains(&Role::Executor) {
             store.warn_without_autovacuum().await;

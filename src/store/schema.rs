@@ -88,6 +88,35 @@ pub fn compare(
 }
 
 impl Store {
+    /// Connects to a database that `setup` made, as `serve` and `setup --check` do: one
+    /// that does not exist (SQLSTATE 3D000) is refused in a line naming `onecharge setup`,
+    /// like a schema that is not there.
+    pub async fn connect_to_schema(
+        database_url: &str,
+        max_connections: u32,
+        limits: &crate::config::DatabaseSettings,
+    ) -> anyhow::Result<Self> {
+        Self::connect_with(database_url, max_connections, limits)
+            .await
+            .map_err(|err| {
+                let missing = err.chain().any(|cause| {
+                    cause
+                        .downcast_ref::<sqlx::Error>()
+                        .and_then(|e| e.as_database_error())
+                        .and_then(|e| e.code())
+                        .is_some_and(|code| code == "3D000")
+                });
+                if missing {
+                    anyhow::anyhow!(
+                        "the database at {} does not exist: run `onecharge setup` as the schema's owner",
+                        super::redact_url(database_url)
+                    )
+                } else {
+                    err
+                }
+            })
+    }
+
     /// Checks that every migration this onecharge was built with is applied (see
     /// [`compare`]), reading `_sqlx_migrations` only; logs a warning naming the migrations
     /// of a newer release. A schema it cannot serve is a [`SchemaError`].

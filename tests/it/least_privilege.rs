@@ -478,6 +478,18 @@ async fn before_setup_serve_refuses_naming_it_and_a_waiting_check_passes_once_se
     let (database, settings) = own_settings("lp");
     let broker = onecharge::broker::Broker::connect(&settings).await.unwrap();
     let _streams = ThrowawayNamespace::new(&settings.nats_url, &broker.names);
+
+    let (code, _, stderr) = run_onecharge(&settings, &["setup", "--check"], &[]).await;
+    assert_eq!(
+        (code, stderr.trim()),
+        (
+            1,
+            &*format!(
+                "error: the database at {} does not exist: run `onecharge setup` as the schema's owner",
+                settings.database_url
+            )
+        )
+    );
     admin(
         &server_url(),
         &format!("CREATE DATABASE {}", database.name()),
