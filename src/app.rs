@@ -85,10 +85,59 @@ pub async fn setup(settings: &Settings) -> anyhow::Result<SetupDone> {
     })
 }
 
+/// `onecharge setup --check`: whether `setup` has made what this onecharge needs — every
+/// migration applied, the three streams there and usable — changing nothing; the streams'
+/// names. The same checks `serve` makes at start ([`Application::build`]), so a runtime
+/// role that may not change the schema (docs/decisions.md 160) can run it.
+pub async fn check(settings: &Settings) -> anyhow::Result<[String; 3]> {
+    let store = Store::connect_to_schema(&settings.database_url, 1, &settings.database).await?;
+    store.check_schema().await?;
+    let broker = Broker::connect(settings).await?;
+    broker.check_streams().await?;
+    Ok([
+        broker.names.commands_stream(),
+        broker.names.events_stream(),
+        broker.names.dlq_stream(),
+    ])
+}
+
+/// [`check`] again every `every` until it passes or `wait` has passed: an init container
+/// that holds a new pod back until the setup Job of its release has run. `waiting` hears
+/// each new reason to wait (the database not up yet, a migration missing). After `wait`,
+/// the last reason is the error.
+pub async fn check_until_ready(
+    settings: &Settings,
+    wait: Duration,
+    every: Duration,
+    mut waiting: impl FnMut(&anyhow::Error),
+) -> anyhow::Result<[String; 3]> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut last_reason = String::new();
+    loop {
+        match check(settings).await {
+            Ok(streams) => return Ok(streams),
+            Err(err) if tokio::time::Instant::now() + every < deadline => {
+                let reason = format!("{err:#}");
+                if reason != last_reason {
+                    waiting(&err);
+                    last_reason = reason;
+                }
+                tokio::time::sleep(every).await;
+            }
+            Err(err) => {
+                return Err(err.context(format!(
+                    "not ready after {}",
+                    humantime::format_duration(wait)
+                )))
+            }
+        }
+    }
+}
+
 /// `onecharge serve`: runs the roles until SIGTERM or Ctrl-C, then drains.
 pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
-    // Listen before building: a SIGTERM while connecting and migrating then ends the
-    // process cleanly as soon as it is built, instead of killing it mid-setup.
+    // Listen before building: a SIGTERM while connecting and checking then ends the
+    // process cleanly as soon as it is built, instead of killing it mid-start.
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     // Before connecting to anything: an exposed, open admin API is a configuration error.
@@ -99,7 +148,7 @@ pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
     app.run(shutdown).await
 }
 
-/// A built, not yet running, service: connections made, schema and streams ensured, the
+/// A built, not yet running, service: connections made, schema and streams checked, the
 /// admin listener bound (so its address is known before `run`).
 pub struct Application {
     settings: Settings,
@@ -112,8 +161,9 @@ pub struct Application {
 }
 
 impl Application {
-    /// Connects, migrates and ensures streams; binds the admin address when that role runs.
-    /// An empty `roles` means all of them.
+    /// Connects, checks that `setup` made the schema and the streams this onecharge needs
+    /// (it changes neither: it runs as a role that may not, docs/decisions.md 160), and
+    /// binds the admin address when that role runs. An empty `roles` means all of them.
     pub async fn build(settings: Settings, roles: &[Role]) -> anyhow::Result<Self> {
         let roles: Vec<Role> = if roles.is_empty() {
             Role::ALL.to_vec()
@@ -123,12 +173,13 @@ impl Application {
         if roles.contains(&Role::Admin) {
             settings.check_admin_exposure()?;
         }
-        let store = Store::setup_with(&settings.database_url, &settings.database).await?;
+        let store = Store::connect_to_schema(&settings.database_url, 4, &settings.database).await?;
+        store.check_schema().await?;
         if roles.contains(&Role::Executor) {
             store.warn_without_autovacuum().await;
         }
         let broker = Broker::connect(&settings).await?;
-        broker.ensure_streams().await?;
+        broker.check_streams().await?;
         let admin_listener = if roles.contains(&Role::Admin) {
             Some(
                 tokio::net::TcpListener::bind(settings.admin_addr)

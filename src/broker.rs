@@ -5,6 +5,8 @@
 //! stream's settings are never spread over files.
 
 use async_nats::header::NATS_MESSAGE_ID;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -180,6 +182,53 @@ pub struct ConsumerLag {
     pub ack_pending: u64,
 }
 
+/// What the NATS server refused this connection: its `-ERR` lines after the connection was
+/// accepted (`Permissions Violation for Publish to "$JS.API.STREAM.INFO.PAYMENTS_COMMANDS"`
+/// when the user lacks a permission, docs/operations.md §21). A refused request is dropped
+/// by the server without an answer, so the client would only see it time out: the
+/// start-up questions stop asking again once a refusal arrived while they asked, and say
+/// what the server said.
+#[derive(Clone, Debug, Default)]
+pub struct Refusals(Arc<RefusalsInner>);
+
+#[derive(Debug, Default)]
+struct RefusalsInner {
+    count: AtomicU64,
+    last: Mutex<Option<String>>,
+}
+
+impl Refusals {
+    fn note(&self, said: String) {
+        *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
+        self.0.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many refusals so far: compare with a later count to learn whether one came since.
+    pub fn count(&self) -> u64 {
+        self.0.count.load(Ordering::SeqCst)
+    }
+
+    /// The server's words for the last refusal.
+    pub fn last(&self) -> Option<String> {
+        self.0
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `err`, with what the server said when it refused something since `before` (a
+    /// [`Refusals::count`]): the reason a question went unanswered.
+    pub fn explain(&self, before: u64, err: anyhow::Error) -> anyhow::Error {
+        match self.last().filter(|_| self.count() > before) {
+            Some(said) => err.context(format!(
+                "the NATS server refused onecharge's user: {said} (grant the permissions of docs/operations.md §21)"
+            )),
+            None => err,
+        }
+    }
+}
+
 /// The one way onecharge connects to NATS (serve, setup, publish, dlq, purge, demo all come
 /// through here). The first connection is tried once and its failure returned as it is
 /// (refused, timed out, a certificate not trusted), so a wrong URL or CA fails the command
@@ -188,6 +237,14 @@ pub struct ConsumerLag {
 /// configured CA never silently falls back to plain text. An unusable CA file is a
 /// [`crate::config::ConfigError`].
 pub async fn connect_client(settings: &Settings) -> anyhow::Result<async_nats::Client> {
+    connect_noting_refusals(settings, Refusals::default()).await
+}
+
+/// [`connect_client`], noting in `refusals` (and logging) every request the server refuses.
+async fn connect_noting_refusals(
+    settings: &Settings,
+    refusals: Refusals,
+) -> anyhow::Result<async_nats::Client> {
     let extra_roots = match &settings.nats_ca_file {
         Some(path) => crate::tls::read_ca_file("nats_ca_file (ONECHARGE_NATS_CA_FILE)", path)?,
         None => Vec::new(),
@@ -207,10 +264,28 @@ pub async fn connect_client(settings: &Settings) -> anyhow::Result<async_nats::C
     let tls = crate::tls::client_config(extra_roots).map_err(|err| {
         crate::config::ConfigError(format!("nats_ca_file (ONECHARGE_NATS_CA_FILE): {err:#}"))
     })?;
-    let client = async_nats::ConnectOptions::new()
+    let mut options = async_nats::ConnectOptions::new();
+    match url_credentials(&servers)? {
+        Some(UrlCredentials::UserAndPassword(user, password)) => {
+            options = options.user_and_password(user, password)
+        }
+        Some(UrlCredentials::Token(token)) => options = options.token(token),
+        None => {}
+    }
+    let client = options
         .connection_timeout(Duration::from_secs(5))
         .max_reconnects(None)
         .name("onecharge")
+        .event_callback(move |event| {
+            let refusals = refusals.clone();
+            async move {
+                if let async_nats::Event::ServerError(async_nats::ServerError::Other(said)) = event
+                {
+                    tracing::error!(server_said = %said, "the NATS server refused a request of onecharge's (a missing permission: docs/operations.md §21)");
+                    refusals.note(said);
+                }
+            }
+        })
         .tls_client_config(tls)
         .require_tls(require_tls)
         .connect(servers);
@@ -223,6 +298,48 @@ pub async fn connect_client(settings: &Settings) -> anyhow::Result<async_nats::C
         .with_context(|| format!("cannot connect to NATS at {}", settings.nats_url))
 }
 
+/// The credentials a NATS URL carries: `nats://user:password@host` or `nats://token@host`,
+/// percent-decoded. The client library reads none from its URLs, so onecharge hands them to
+/// it itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum UrlCredentials {
+    UserAndPassword(String, String),
+    Token(String),
+}
+
+/// The one set of credentials `servers` carry; none when no URL has any. Servers of one
+/// cluster are one user: URLs that carry different credentials are a
+/// [`crate::config::ConfigError`], never one of them picked.
+fn url_credentials(servers: &[&str]) -> Result<Option<UrlCredentials>, crate::config::ConfigError> {
+    let decode = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let mut found: Option<UrlCredentials> = None;
+    for server in servers {
+        let Ok(address) = server.parse::<async_nats::ServerAddr>() else {
+            continue;
+        };
+        let credentials = match (address.username(), address.password()) {
+            (Some(user), Some(password)) => {
+                UrlCredentials::UserAndPassword(decode(user), decode(password))
+            }
+            (Some(token), None) => UrlCredentials::Token(decode(token)),
+            _ => continue,
+        };
+        match &found {
+            Some(other) if *other != credentials => {
+                return Err(crate::config::ConfigError(
+                    "nats_url (ONECHARGE_NATS_URL): its servers carry different credentials; one user connects to every server of a cluster".into(),
+                ))
+            }
+            _ => found = Some(credentials),
+        }
+    }
+    Ok(found)
+}
+
 /// A connected JetStream context with this deployment's names.
 #[derive(Clone)]
 pub struct Broker {
@@ -231,32 +348,68 @@ pub struct Broker {
     pub names: Names,
     /// Replicas of a stream that [`Broker::ensure_streams`] creates (`streams.replicas`).
     pub replicas: usize,
+    /// What the server refused this connection.
+    pub refusals: Refusals,
 }
 
 impl Broker {
     /// Connects to NATS (see [`connect_client`]) with this deployment's names.
     pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
-        let client = connect_client(settings).await?;
+        let refusals = Refusals::default();
+        let client = connect_noting_refusals(settings, refusals.clone()).await?;
         Ok(Self {
             jetstream: jetstream::new(client.clone()),
             client,
             names: Names::new(&settings.namespace),
             replicas: settings.streams.replicas,
+            refusals,
         })
     }
 
-    /// Creates the three streams when missing. An existing stream is used as it is (its
-    /// settings are the operator's), unless it cannot serve: then a clear error says why.
+    /// Creates the three streams when missing (`setup`). An existing stream is used as it is
+    /// (its settings are the operator's), unless it cannot serve: then a clear error says why.
     pub async fn ensure_streams(&self) -> anyhow::Result<()> {
-        for (name, family) in [
-            (self.names.commands_stream(), "commands"),
-            (self.names.events_stream(), "events"),
-            (self.names.dlq_stream(), "dlq"),
-        ] {
-            let required = self.names.wildcard(family);
-            self.ensure_stream(&name, &required).await?;
+        let before = self.refusals.count();
+        for (name, required) in self.streams() {
+            self.ensure_stream(&name, &required)
+                .await
+                .map_err(|err| self.refusals.explain(before, err))?;
         }
         Ok(())
+    }
+
+    /// Checks that the three streams exist and can serve, creating nothing: what `serve` and
+    /// `setup --check` ask at start (only `setup` creates streams, docs/decisions.md 160). A
+    /// missing stream is an error that names `onecharge setup`.
+    pub async fn check_streams(&self) -> anyhow::Result<()> {
+        let before = self.refusals.count();
+        for (name, required) in self.streams() {
+            match self.lookup_stream(&name).await {
+                Ok(existing) => {
+                    check_stream_compatible(&name, &existing.cached_info().config, &required)?
+                }
+                Err(err) if is_not_found(&err) => {
+                    bail!("stream {name} is missing: run `onecharge setup`")
+                }
+                Err(err) => {
+                    let err = anyhow::Error::new(err).context(format!("looking up stream {name}"));
+                    return Err(self.refusals.explain(before, err));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The command, event and dead-letter streams, each with the subjects it must capture.
+    fn streams(&self) -> [(String, String); 3] {
+        [
+            (
+                self.names.commands_stream(),
+                self.names.wildcard("commands"),
+            ),
+            (self.names.events_stream(), self.names.wildcard("events")),
+            (self.names.dlq_stream(), self.names.wildcard("dlq")),
+        ]
     }
 
     async fn ensure_stream(&self, name: &str, required_subject: &str) -> anyhow::Result<()> {
@@ -281,6 +434,7 @@ impl Broker {
                 // landed: asking again with the same configuration is answered with the
                 // stream); one created meanwhile under another configuration is checked.
                 let created = ask_until_answered(
+                    &self.refusals,
                     &format!("creating stream {name}"),
                     || self.jetstream.create_stream(config.clone()),
                     stream_create_may_pass,
@@ -328,8 +482,20 @@ impl Broker {
     }
 
     /// [`Self::ensure_intake_consumer`] for the consumer of one command family: charges
-    /// (`intake.consumer`) or refunds (`<intake.consumer>-refunds`).
+    /// (`intake.consumer`) or refunds (`<intake.consumer>-refunds`). A refusal by the
+    /// server's permissions is reported in its own words.
     pub async fn ensure_consumer(
+        &self,
+        settings: &Settings,
+        kind: CommandKind,
+    ) -> anyhow::Result<consumer::PullConsumer> {
+        let before = self.refusals.count();
+        self.ensure_consumer_once(settings, kind)
+            .await
+            .map_err(|err| self.refusals.explain(before, err))
+    }
+
+    async fn ensure_consumer_once(
         &self,
         settings: &Settings,
         kind: CommandKind,
@@ -340,6 +506,7 @@ impl Broker {
         let config = intake_consumer_config(&self.names, intake, kind);
         let what = format!("consumer {durable} on {}", self.names.commands_stream());
         let existing = ask_until_answered(
+            &self.refusals,
             &what,
             || stream.consumer_info(&durable),
             consumer_info_may_pass,
@@ -349,6 +516,7 @@ impl Broker {
             Ok(info) => info.config,
             Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => {
                 return ask_until_answered(
+                    &self.refusals,
                     &what,
                     || stream.create_consumer(config.clone()),
                     |err: &ConsumerError| consumer_write_may_pass(err.kind()),
@@ -367,6 +535,7 @@ impl Broker {
         }
         if limits_differ(&current, &config) {
             return ask_until_answered(
+                &self.refusals,
                 &what,
                 || stream.update_consumer(config.clone()),
                 consumer_update_may_pass,
@@ -374,7 +543,7 @@ impl Broker {
             .await
             .context("updating the intake consumer's limits");
         }
-        bind_consumer(&stream, &durable, &what).await
+        bind_consumer(&self.refusals, &stream, &durable, &what).await
     }
 
     /// The command stream, which `setup` creates: missing, it is the operator's to create.
@@ -393,6 +562,7 @@ impl Broker {
     /// any answer, "not found" included, is returned as it is.
     async fn lookup_stream(&self, name: &str) -> Result<stream::Stream, GetStreamError> {
         ask_until_answered(
+            &self.refusals,
             &format!("stream {name}"),
             || self.jetstream.get_stream(name),
             stream_lookup_may_pass,
@@ -505,8 +675,11 @@ pub const LOOKUP_RETRY_FOR: Duration = PUBLISH_RETRY_FOR;
 /// its error `may_pass` — no answer (a timeout, no responders: the stream or meta leader
 /// being elected, a reconnect) or JetStream's "temporarily unavailable" (503). An answer,
 /// such as "not found", is returned at once: only the server's word says something is
-/// missing, never a silence.
+/// missing, never a silence. So is a silence while the server refused something of this
+/// connection (`refusals`): a request the user may not make is never answered, and asking
+/// again would only wait longer.
 async fn ask_until_answered<T, E, Fut>(
+    refusals: &Refusals,
     what: &str,
     ask: impl FnMut() -> Fut,
     may_pass: impl Fn(&E) -> bool,
@@ -515,6 +688,8 @@ where
     Fut: std::future::Future<Output = Result<T, E>>,
     E: std::fmt::Display,
 {
+    let before = refusals.count();
+    let may_pass = |err: &E| may_pass(err) && refusals.count() == before;
     ask.retry(
         crate::domain::retry::exponential(Duration::from_millis(100), Duration::from_secs(2))
             .with_total_delay(Some(LOOKUP_RETRY_FOR)),
@@ -566,11 +741,13 @@ fn limits_differ(current: &consumer::Config, wanted: &consumer::pull::Config) ->
 
 /// Binds to the existing consumer `what`, whose configuration is already the wanted one.
 async fn bind_consumer(
+    refusals: &Refusals,
     stream: &stream::Stream,
     consumer: &str,
     what: &str,
 ) -> anyhow::Result<consumer::PullConsumer> {
     ask_until_answered(
+        refusals,
         what,
         || stream.get_consumer::<consumer::pull::Config>(consumer),
         |err: &async_nats::Error| {
@@ -688,6 +865,33 @@ fn subject_covers(pattern: &str, wanted: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nats_urls_credentials_are_read_decoded_and_must_agree_across_servers() {
+        let user = |u: &str, p: &str| Some(UrlCredentials::UserAndPassword(u.into(), p.into()));
+        for (servers, expected) in [
+            (vec!["nats://127.0.0.1:4222"], None),
+            (vec!["nats://app:s3cr%40t@n1:4222"], user("app", "s3cr@t")),
+            (
+                vec!["nats://tok3n@n1:4222"],
+                Some(UrlCredentials::Token("tok3n".into())),
+            ),
+            (
+                vec![
+                    "nats://n1:4222",
+                    "nats://app:pw@n2:4222",
+                    "nats://app:pw@n3:4222",
+                ],
+                user("app", "pw"),
+            ),
+        ] {
+            assert_eq!(url_credentials(&servers).unwrap(), expected, "{servers:?}");
+        }
+        let refused =
+            url_credentials(&["nats://app:pw@n1:4222", "nats://app:other@n2:4222"]).unwrap_err();
+        assert!(refused.0.contains("different credentials"), "{}", refused.0);
+        assert!(!refused.0.contains("other"), "{}", refused.0);
+    }
 
     #[test]
     fn without_a_namespace_the_contract_names_are_used() {

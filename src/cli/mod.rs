@@ -75,8 +75,8 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run migrations (creating the database if missing), create streams and the durable consumer
-    Setup,
+    /// Run migrations (creating the database if missing), create streams and the durable consumer, as the schema's owner; or --check that it is done
+    Setup(service::SetupArgs),
     /// Run the whole pipeline against a built-in mock gateway with faults and duplicates, then verify
     Demo(DemoArgs),
     /// Run the service roles until SIGTERM or Ctrl-C
@@ -189,7 +189,7 @@ pub fn run(cli: Cli) -> ExitCode {
 /// Hands the command to its runner.
 async fn dispatch(settings: Settings, command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Setup => service::setup(&settings).await,
+        Command::Setup(args) => service::setup(&settings, args).await,
         Command::Demo(args) => demo::run(&settings, args).await,
         Command::Serve { roles, .. } => crate::app::serve(settings, &roles).await,
         Command::Publish(command) => publish::run(&settings, command).await,

@@ -208,6 +208,9 @@ async fn run_in(
         })
         .await
         .context("creating the demo's command stream")?;
+    // What a deployment's `onecharge setup` does: the database and its schema, the other
+    // streams (the command stream above is used as it is), the intake consumer.
+    crate::app::setup(settings).await?;
 
     let app = Application::build(settings.clone(), &[]).await?;
     let store = app.store().clone();

@@ -26,6 +26,7 @@ pub mod refunds;
 pub mod relay;
 pub mod resolve;
 pub mod retention;
+pub mod schema;
 pub mod stream_audit;
 pub mod sweep;
 pub mod webhooks;
@@ -107,8 +108,10 @@ impl Store {
         &self.pool
     }
 
-    /// Creates the database when missing (if the user may), then applies pending migrations.
-    /// The pool has the default session limits; see [`Store::setup_with`].
+    /// Creates the database when missing (if the user may), then applies pending migrations:
+    /// `onecharge setup`, as the schema's owner. `serve` never migrates; it checks
+    /// ([`Store::check_schema`]). The pool has the default session limits; see
+    /// [`Store::setup_with`].
     pub async fn setup(database_url: &str) -> anyhow::Result<Self> {
         Self::setup_with(database_url, &DatabaseSettings::default()).await
     }

@@ -10,10 +10,15 @@
 //! commits leaves the month attached and whole. Rows in DEFAULT (kept ones, and
 //! rows written while no month covered them) are deleted row by row once they are no longer
 //! kept. DDL names come from the catalog or from [`HistoryTable`], never from input.
+//!
+//! Creating, attaching, detaching and dropping a month take the owner's rights, which the
+//! runtime role `serve` runs as does not have: each of those steps is a function of the
+//! schema that runs as its owner and refuses every table but a month of a history table
+//! (migration `…_owner_steps_for_the_runtime_role`, docs/decisions.md 160). Reading, counting
+//! and copying rows is done here, with the caller's own rights.
 
 use std::time::{Duration, Instant};
 
-use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::Store;
@@ -129,20 +134,17 @@ pub async fn ensure_default_partition(
     store: &Store,
     table: HistoryTable,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(&format!(
-        "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} DEFAULT",
-        table.default_partition(),
-        table.name()
-    ))
-    .execute(store.pool())
-    .await?;
+    sqlx::query("SELECT onecharge_history_ensure_default($1)")
+        .bind(table.name())
+        .execute(store.pool())
+        .await?;
     Ok(())
 }
 
 /// Creates the partition `[from, to)` named `name` and moves into it, in the same
-/// transaction, the rows DEFAULT holds for that range (written while no month covered them);
+/// statement, the rows DEFAULT holds for that range (written while no month covered them);
 /// says how many moved. The new table is filled before it is attached, so PostgreSQL never
-/// refuses the range because DEFAULT holds rows of it.
+/// refuses the range because DEFAULT holds rows of it, and it is granted what its table is.
 pub async fn create_partition(
     store: &Store,
     table: HistoryTable,
@@ -150,30 +152,14 @@ pub async fn create_partition(
     from: OffsetDateTime,
     to: OffsetDateTime,
 ) -> Result<u64, sqlx::Error> {
-    let (parent, default, key) = (table.name(), table.default_partition(), table.key());
-    let (name, from, to) = (quoted(name), rfc3339(from), rfc3339(to));
-    let mut tx = store.pool().begin().await?;
-    sqlx::query(&format!(
-        "CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-    ))
-    .execute(&mut *tx)
-    .await?;
-    let moved = sqlx::query(&format!(
-        "WITH moved AS (
-             DELETE FROM {default} WHERE {key} >= '{from}' AND {key} < '{to}' RETURNING *
-         )
-         INSERT INTO {name} SELECT * FROM moved"
-    ))
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    sqlx::query(&format!(
-        "ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES FROM ('{from}') TO ('{to}')"
-    ))
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(moved)
+    let moved: i64 = sqlx::query_scalar("SELECT onecharge_history_create_month($1, $2, $3, $4)")
+        .bind(table.name())
+        .bind(name)
+        .bind(from)
+        .bind(to)
+        .fetch_one(store.pool())
+        .await?;
+    Ok(moved as u64)
 }
 
 /// What dropping `partition` would do at `cutoff`: its rows and how many would be kept.
@@ -275,7 +261,7 @@ pub async fn drop_partition(
     let copied = loop {
         tries += 1;
         let started = Instant::now();
-        match detach_and_copy_kept(&mut conn, table, &quoted_partition, cutoff).await {
+        match detach_and_copy_kept(&mut conn, table, partition, cutoff).await {
             Ok(kept) => break Ok((kept, started.elapsed())),
             Err(err) if is_lock_not_available(&err) && tries < DROP_TRIES => {
                 tracing::debug!(
@@ -293,9 +279,7 @@ pub async fn drop_partition(
         .await;
     let (kept, held) = copied?;
     forgotten?;
-    sqlx::query(&format!("DROP TABLE {quoted_partition}"))
-        .execute(&mut *conn)
-        .await?;
+    drop_detached_month(&mut conn, table, partition).await?;
     Ok(Dropped {
         count: RowCount {
             rows: rows as u64,
@@ -324,11 +308,12 @@ async fn detach_and_copy_kept(
     ))
     .execute(&mut *tx)
     .await?;
-    sqlx::query(&format!(
-        "ALTER TABLE {parent} DETACH PARTITION {partition}"
-    ))
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query("SELECT onecharge_history_detach_month($1, $2)")
+        .bind(parent)
+        .bind(partition)
+        .execute(&mut *tx)
+        .await?;
+    let partition = quoted(partition);
     let kept = sqlx::query(&format!(
         "INSERT INTO {parent}
          SELECT t.* FROM pg_temp.retention_kept k
@@ -363,12 +348,25 @@ pub async fn drop_detached_months(
     .bind(table.name())
     .fetch_all(store.pool())
     .await?;
+    let mut conn = store.pool().acquire().await?;
     for name in &names {
-        sqlx::query(&format!("DROP TABLE {}", quoted(name)))
-            .execute(store.pool())
-            .await?;
+        drop_detached_month(&mut conn, table, name).await?;
     }
     Ok(names)
+}
+
+/// Drops `partition`, a month of `table` that is no longer attached.
+async fn drop_detached_month(
+    conn: &mut sqlx::PgConnection,
+    table: HistoryTable,
+    partition: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT onecharge_history_drop_month($1, $2)")
+        .bind(table.name())
+        .bind(partition)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// SQLSTATE 55P03: a lock not had within `lock_timeout`.
@@ -422,9 +420,4 @@ pub async fn delete_expired_default_rows(
 /// `name` as a quoted identifier: partition names are read from the catalog.
 fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-fn rfc3339(at: OffsetDateTime) -> String {
-    at.format(&Rfc3339)
-        .expect("a partition bound is a representable time")
 }

@@ -187,7 +187,7 @@ fn serve_refuses_console_cookies_without_secure_on_a_non_loopback_address_before
         let out = onecharge(&["serve"], &env);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{secure:?}: {err}");
-        assert!(err.contains("cannot reach PostgreSQL"), "{err}");
+        assert!(err.contains("cannot connect to PostgreSQL"), "{err}");
     }
 }
 
@@ -224,7 +224,7 @@ fn serve_refuses_an_open_admin_api_on_a_non_loopback_address_before_connecting()
         let out = onecharge(args, &[NO_DATABASE, exposed, env]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?} {env:?}: {err}");
-        assert!(err.contains("cannot reach PostgreSQL"), "{err}");
+        assert!(err.contains("cannot connect to PostgreSQL"), "{err}");
     }
 }
 

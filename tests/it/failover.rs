@@ -241,6 +241,7 @@ async fn drill(synchronous: bool, commands: usize) -> Figures {
     .await
     .expect("the mock gateway starts");
     let settings = settings(&address, &gateway);
+    crate::support::set_up(&settings).await;
     let app = Application::build(
         settings.clone(),
         &[Role::Intake, Role::Executor, Role::Reconciler, Role::Relay],

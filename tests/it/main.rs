@@ -26,6 +26,8 @@ mod export;
 mod failover;
 mod fleet;
 mod intake;
+mod least_privilege;
+mod nats_permissions;
 mod openapi;
 mod operator;
 mod operator_find;

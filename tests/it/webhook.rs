@@ -72,6 +72,7 @@ async fn processing_then_succeeded(
     h.executor_with(client).run_once().await.unwrap();
     assert_eq!(h.attempt(id).await.status, "unknown");
     let pi = h.attempt(id).await.gateway_object_id.unwrap();
+    crate::support::set_up(&h.settings).await;
     let app =
         onecharge::app::Application::build(h.settings.clone(), &[Role::Reconciler, Role::Webhook])
             .await
@@ -226,6 +227,7 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     h.executor_with(client.clone()).run_once().await.unwrap();
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    crate::support::set_up(&h.settings).await;
     let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
         .await
         .unwrap();
@@ -314,6 +316,7 @@ async fn a_dispute_closed_webhook_for_a_won_dispute_reads_its_status_and_finds_t
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     h.executor_with(client.clone()).run_once().await.unwrap();
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    crate::support::set_up(&h.settings).await;
     let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
         .await
         .unwrap();
@@ -389,6 +392,7 @@ async fn a_success_webhook_for_a_declined_attempt_is_read_again_and_found_as_mon
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
     // The ledger says declined (a person's mistaken decision, say); Stripe holds the money.
     h.set_attempt(id, "status = 'declined'").await;
+    crate::support::set_up(&h.settings).await;
     let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
         .await
         .unwrap();
@@ -474,6 +478,7 @@ async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliver
 
 /// The webhook listener of a `serve` that runs only it.
 async fn listener_only(h: &Harness) -> (std::net::SocketAddr, Served) {
+    crate::support::set_up(&h.settings).await;
     let app = onecharge::app::Application::build(h.settings.clone(), &[Role::Webhook])
         .await
         .unwrap();
@@ -594,6 +599,7 @@ async fn two_services_take_the_mocks_own_webhooks_during_real_charges_while_a_fo
     let h = harness().await;
     let client = GatewayClient::from_settings(&h.settings).unwrap();
     let serve = || async {
+        crate::support::set_up(&h.settings).await;
         let app = onecharge::app::Application::build(
             h.settings.clone(),
             &[Role::Reconciler, Role::Webhook],

@@ -947,38 +947,60 @@ fn rule_expressions(yaml: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The kustomize base's workloads, with the keys of the Secret `onecharge` each mounts and
-/// whether it serves the admin API (and so reads named operators).
-const WORKLOADS: [(&str, &str, &[&str], bool); 4] = [
+/// A key of the Secret `onecharge`, mounted as the file of that name, and the setting it is.
+type SecretFile = (&'static str, &'static str);
+
+/// The kustomize base's workloads, with the keys of the Secret `onecharge` each mounts (each
+/// as the file of that name) and the setting each is, and whether it serves the admin API
+/// (and so reads named operators). The setup Job's database URL is the schema owner's
+/// (docs/decisions.md 160), the Deployments' the runtime role's.
+const WORKLOADS: [(&str, &str, &[SecretFile], bool); 4] = [
     (
         "deployment-executor.yaml",
         include_str!("../../deploy/kubernetes/base/deployment-executor.yaml"),
-        &["database-url", "gateway-api-key", "admin-token"],
+        &[
+            ("database-url", "database_url"),
+            ("nats-url", "nats_url"),
+            ("gateway-api-key", "gateway_api_key"),
+            ("admin-token", "admin_token"),
+        ],
         true,
     ),
     (
         "deployment-intake.yaml",
         include_str!("../../deploy/kubernetes/base/deployment-intake.yaml"),
-        &["database-url", "admin-token"],
+        &[
+            ("database-url", "database_url"),
+            ("nats-url", "nats_url"),
+            ("admin-token", "admin_token"),
+        ],
         true,
     ),
     (
         "deployment-maintenance.yaml",
         include_str!("../../deploy/kubernetes/base/deployment-maintenance.yaml"),
-        &["database-url", "admin-token"],
+        &[
+            ("database-url", "database_url"),
+            ("nats-url", "nats_url"),
+            ("admin-token", "admin_token"),
+        ],
         true,
     ),
     (
         "setup-job.yaml",
         include_str!("../../deploy/kubernetes/base/setup-job.yaml"),
-        &["database-url"],
+        &[
+            ("database-owner-url", "database_url"),
+            ("nats-url", "nats_url"),
+        ],
         false,
     ),
 ];
 const SECRET_EXAMPLE: &str = include_str!("../../deploy/kubernetes/base/secret.example.yaml");
 const EXTERNAL_SECRETS: &str =
     include_str!("../../deploy/kubernetes/examples/external-secrets.yaml");
-const CONFIGMAP: &str = include_str!("../../deploy/kubernetes/base/configmap.yaml");
+/// The settings the base's ConfigMap is generated from (`KEY=VALUE` lines).
+const CONFIGMAP: &str = include_str!("../../deploy/kubernetes/base/onecharge.env");
 
 /// A manifest without its comments and with every run of whitespace one space, so that a
 /// test can look for a few lines of YAML whatever their indentation.
@@ -998,8 +1020,8 @@ fn flattened(yaml: &str) -> String {
 /// produce every key a workload mounts.
 #[test]
 fn the_kustomize_base_mounts_secrets_and_operators_as_files_and_sets_the_file_variables() {
-    let setting = |key: &str| key.replace('-', "_");
     let mut mounted = BTreeSet::new();
+    let mut settings = BTreeSet::new();
     for (name, yaml, keys, operators) in WORKLOADS {
         let flat = flattened(yaml);
         assert!(
@@ -1012,7 +1034,7 @@ fn the_kustomize_base_mounts_secrets_and_operators_as_files_and_sets_the_file_va
         );
         let items: String = keys
             .iter()
-            .map(|key| format!(" - key: {key} path: {key}"))
+            .map(|(key, _)| format!(" - key: {key} path: {key}"))
             .collect();
         assert!(
             flat.contains(&format!(
@@ -1020,10 +1042,9 @@ fn the_kustomize_base_mounts_secrets_and_operators_as_files_and_sets_the_file_va
             )),
             "{name}: the secrets volume does not hold exactly {keys:?}"
         );
-        for key in keys {
-            let setting = setting(key);
+        for (key, setting) in keys.iter().copied() {
             assert!(
-                onecharge::config::SECRET_SETTINGS.contains(&setting.as_str()),
+                onecharge::config::SECRET_SETTINGS.contains(&setting),
                 "{name}: {key} is not a secret setting onecharge reads from a file"
             );
             let variable = format!("ONECHARGE_{}", setting.to_ascii_uppercase());
@@ -1037,7 +1058,8 @@ fn the_kustomize_base_mounts_secrets_and_operators_as_files_and_sets_the_file_va
                 !flat.contains(&format!("name: {variable} ")),
                 "{name}: {variable} is set as well as its file (onecharge exits 2)"
             );
-            mounted.insert(*key);
+            mounted.insert(key);
+            settings.insert(setting);
         }
         let operators_file = flat.contains(
             "- name: ONECHARGE_OPERATORS_FILE value: /run/secrets/onecharge-operators/operators.toml",
@@ -1051,12 +1073,13 @@ fn the_kustomize_base_mounts_secrets_and_operators_as_files_and_sets_the_file_va
             "{name}: operators.toml is mounted and named by ONECHARGE_OPERATORS_FILE where the admin API runs, and only there"
         );
     }
-    // The ConfigMap may hold a setting that carries no credential in the base (nats_url),
-    // never one a workload reads from a file: both set exits 2.
-    for key in &mounted {
-        let variable = format!("ONECHARGE_{}", setting(key).to_ascii_uppercase());
+    // The ConfigMap never holds a setting a workload reads from a file: both set exits 2.
+    for setting in &settings {
+        let variable = format!("ONECHARGE_{}", setting.to_ascii_uppercase());
         assert!(
-            !flattened(CONFIGMAP).contains(&format!("{variable}:")),
+            !CONFIGMAP
+                .lines()
+                .any(|line| line.trim_start().starts_with(&format!("{variable}="))),
             "the ConfigMap sets {variable}, which the workloads read from a file"
         );
     }

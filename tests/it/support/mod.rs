@@ -44,5 +44,5 @@ pub use harness::{
 pub use nats::{commands_stream, edit_stream, header, shrink_duplicate_window, stream};
 pub use process::{assert_exited_ok, one_line_error, onecharge, sigterm};
 pub use records::Records;
-pub use served::{with_ada_and_vic, Served};
+pub use served::{set_up, with_ada_and_vic, Served};
 pub use throwaway::server_url;

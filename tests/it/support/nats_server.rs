@@ -147,6 +147,11 @@ impl NatsServer {
         self.wait_listening().await;
     }
 
+    /// What the server has logged so far (every run of it on this store).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
     /// Waits until the server accepts connections, failing the test after 15 s.
     pub async fn wait_listening(&self) {
         let deadline = Instant::now() + LISTEN_DEADLINE;

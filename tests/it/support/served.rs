@@ -18,8 +18,10 @@ pub struct Served {
 }
 
 impl Served {
-    /// Builds the service from `settings` with `roles` and runs it on a task of its own.
+    /// Builds the service from `settings` with `roles` and runs it on a task of its own,
+    /// after [`set_up`].
     pub async fn start(settings: &Settings, roles: &[Role]) -> Self {
+        set_up(settings).await;
         let app = Application::build(settings.clone(), roles)
             .await
             .expect("the service builds");
@@ -43,6 +45,23 @@ impl Served {
         self.stop.cancel();
         self.running.await.unwrap().expect("the roles stop cleanly");
     }
+}
+
+/// What `onecharge setup` makes before a service starts, and `serve` only checks (docs/
+/// decisions.md 160): the migrated database and the three streams of `settings`' namespace.
+/// Passes over what exists already.
+pub async fn set_up(settings: &Settings) {
+    drop(
+        onecharge::store::Store::setup(&settings.database_url)
+            .await
+            .expect("the database migrates"),
+    );
+    onecharge::broker::Broker::connect(settings)
+        .await
+        .expect("NATS")
+        .ensure_streams()
+        .await
+        .expect("the streams");
 }
 
 /// Two named operators — `ada` acts (`operator`), `vic` reads (`viewer`) — with these

@@ -1,0 +1,206 @@
+//! The NATS permissions of `deploy/nats/onecharge-permissions.conf`, tested with a user that
+//! has exactly them (docs/decisions.md 161): on a nats-server of the test's own, `setup`,
+//! `serve` with every role (a charge, a dead letter, the stream audit) and the operator
+//! commands that reach NATS run without the server refusing anything, and a user without
+//! them is refused in one line that says what the server said.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mock_gateway::{MockConfig, MockGateway};
+use onecharge::app::{Application, Role};
+use secrecy::SecretString;
+use uuid::Uuid;
+
+use crate::support::nats_server::{free_port, nats_server_bin, NatsServer};
+use crate::support::process::run_onecharge;
+use crate::support::throwaway::own_settings;
+use crate::support::{eventually, Records, Served};
+
+const API_KEY: &str = "sk_test_nats_permissions";
+
+/// The example server configuration, as a platform team would start from it, is one
+/// nats-server accepts.
+#[test]
+fn the_example_server_configuration_is_valid() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nats");
+    let checked = Command::new(nats_server_bin())
+        .args(["-t", "-c"])
+        .arg(deploy.join("nats-server.example.conf"))
+        .env(
+            "ONECHARGE_NATS_PASSWORD_BCRYPT",
+            "$2a$11$abcdefghijklmnopqrstuuYTYt0Ou5Tj3nRzkC8l8UVhqB3oVl5JW",
+        )
+        .output()
+        .expect("nats-server runs");
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
+/// A server whose account holds `onecharge` (the documented permissions) and `stranger`
+/// (allowed only subjects of its own), in `dir`.
+async fn server_with_users(dir: &Path) -> NatsServer {
+    let permissions =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nats/onecharge-permissions.conf");
+    std::fs::copy(&permissions, dir.join("onecharge-permissions.conf")).unwrap();
+    let config = dir.join("server.conf");
+    std::fs::write(
+        &config,
+        r#"include "onecharge-permissions.conf"
+accounts: {
+  PAYMENTS: {
+    jetstream: enabled
+    users: [
+      { user: onecharge, password: "onecharge-pw", permissions: $ONECHARGE_PERMISSIONS }
+      { user: stranger, password: "stranger-pw",
+        permissions: { publish: ["orders.>"], subscribe: ["_INBOX.>", "orders.>"] } }
+    ]
+  }
+}
+"#,
+    )
+    .unwrap();
+    let mut server = NatsServer::configured(
+        dir,
+        "nats",
+        free_port(),
+        vec!["-c".into(), config.into_os_string()],
+    );
+    server.start_again().await;
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_without_them_is_refused_saying_so(
+) {
+    onecharge::tls::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_users(dir.path()).await;
+    let gateway = MockGateway::start(MockConfig {
+        api_key: API_KEY.to_owned(),
+        ..MockConfig::default()
+    })
+    .await
+    .unwrap();
+    let (_database, mut settings) = own_settings("np");
+    // The contract's own names, as in production: the server is the test's alone.
+    settings.namespace = String::new();
+    settings.nats_url = format!("nats://onecharge:onecharge-pw@127.0.0.1:{}", server.port());
+    settings.gateway_url = gateway.base_url();
+    settings.gateway_api_key = Some(SecretString::from(API_KEY));
+    settings.admin_addr = "127.0.0.1:0".parse().unwrap();
+    settings.executor.poll_interval = Duration::from_millis(20);
+    settings.intake.audit_interval = Duration::from_millis(200);
+    settings.intake.audit_grace = Duration::ZERO;
+    settings.validate().unwrap();
+    let stranger = onecharge::config::Settings {
+        nats_url: format!("nats://stranger:stranger-pw@127.0.0.1:{}", server.port()),
+        ..settings.clone()
+    };
+
+    // A user without the permissions: refused at once, in a line that says why.
+    let started = Instant::now();
+    let (code, _, stderr) = run_onecharge(&stranger, &["setup"], &[]).await;
+    assert_eq!(code, 1, "{stderr}");
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: the NATS server refused onecharge's user: Permissions Violation for Publish to \"$JS.API.STREAM.INFO.PAYMENTS_COMMANDS\"")
+            && last.contains("docs/operations.md §21"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the refusal took {:?}: asked again while refused",
+        started.elapsed()
+    );
+    assert!(!stderr.contains("stranger-pw"), "{stderr}");
+
+    // With them: setup, the check, serve with every role.
+    let (code, stdout, stderr) = run_onecharge(&settings, &["setup"], &[]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("setup complete"), "{stdout}");
+    let (code, _, stderr) = run_onecharge(&settings, &["setup", "--check"], &[]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let served = Served::from_app(
+        Application::build(settings.clone(), &Role::ALL)
+            .await
+            .expect("serve builds"),
+    );
+
+    // A charge and a command intake must dead-letter, published by the command line.
+    let attempt = Uuid::new_v4();
+    for (currency, validate) in [("EUR", true), ("EURO", false)] {
+        let attempt_id = if validate {
+            attempt.to_string()
+        } else {
+            Uuid::new_v4().to_string()
+        };
+        let mut args = vec![
+            "publish",
+            "charge",
+            "--amount-minor",
+            "1250",
+            "--currency",
+            currency,
+            "--attempt-id",
+            &attempt_id,
+            "--payment-method",
+            mock_gateway::payment_methods::CARD_VISA,
+        ];
+        if !validate {
+            args.push("--no-validate");
+        }
+        let (code, _, stderr) = run_onecharge(&settings, &args, &[]).await;
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let db = sqlx::PgPool::connect(&settings.database_url).await.unwrap();
+    let broker = onecharge::broker::Broker::connect(&settings).await.unwrap();
+    let dead_letters = || async {
+        let mut stream = broker.jetstream.get_stream("PAYMENTS_DLQ").await.unwrap();
+        stream.info().await.unwrap().state.messages
+    };
+    eventually(
+        "the charge succeeded, its event is published, the dead letter is stored and the stream audit read both",
+        Duration::from_secs(30),
+        || async {
+            db.find_attempt(attempt)
+                .await
+                .is_some_and(|row| row.status == "succeeded")
+                && db.unpublished_events().await == 0
+                && dead_letters().await == 1
+                && db
+                    .scalar("SELECT coalesce(max(checked_through), 0) FROM stream_audit_watermarks")
+                    .await
+                    == 2
+        },
+    )
+    .await;
+
+    // The operator commands that read the streams.
+    let (code, stdout, stderr) = run_onecharge(&settings, &["dlq", "list", "--json"], &[]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let letters: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(letters.as_array().map(Vec::len), Some(1), "{letters}");
+    for args in [&["intake", "audit"][..], &["purge", "--dry-run"]] {
+        let (code, _, stderr) = run_onecharge(&settings, args, &[]).await;
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+    }
+    served.stop().await;
+
+    // The server refused the stranger and nothing of onecharge's.
+    let log = server.log();
+    let refused: Vec<&str> = log.lines().filter(|l| l.contains("Violation")).collect();
+    assert!(
+        refused.iter().any(|l| l.contains("/user:stranger\"")),
+        "{log}"
+    );
+    assert!(
+        !refused.iter().any(|l| l.contains("/user:onecharge\"")),
+        "the server refused onecharge: {refused:#?}"
+    );
+}
