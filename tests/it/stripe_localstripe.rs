@@ -494,3 +494,101 @@ async fn serve_configured_by_onecharge_gateway_kind_stripe_in_its_environment_ch
         .expect("serve's exit status");
     crate::support::assert_exited_ok(&stopped, "serve");
 }
+
+/// Polls a refund until it is final or in `needs_review`; its status.
+async fn refund_settled(env: &TestEnv, refund_id: Uuid) -> String {
+    let deadline = Instant::now() + SETTLE_DEADLINE;
+    loop {
+        let status = env.find_refund(refund_id).await.map(|row| row.status);
+        if let Some(status) = status.filter(|s| {
+            ["succeeded", "failed", "refused", "needs_review"].contains(&s.as_str())
+                || Instant::now() > deadline
+        }) {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "refund {refund_id} never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn refunds_published_as_commands_are_made_once_at_localstripe_with_their_refund_id() {
+    let Some(world) = World::start().await else {
+        return;
+    };
+    let row = world
+        .settles_as(
+            "ls-refund-charge",
+            json!({"order_id": "ord_ls_r", "amount_minor": 2500, "currency": "EUR",
+                   "payment_method": "pm_card_visa"}),
+            "succeeded",
+        )
+        .await;
+    let intent = row.intent();
+    let subject = world
+        .env
+        .broker
+        .names
+        .command_subject(onecharge::broker::CommandKind::Refund);
+    let publish = |message_id: &'static str, body: Value| {
+        let env = &world.env;
+        let subject = subject.clone();
+        async move {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", message_id);
+            env.publish_to(subject, headers, body.to_string().as_bytes())
+                .await;
+        }
+    };
+    let (partial, rest) = (Uuid::new_v4(), Uuid::new_v4());
+    let partial_body = json!({"refund_id": partial, "payment_attempt_id": row.id,
+                              "amount_minor": 1000, "reason": "one item returned"});
+    publish("ls-refund-1", partial_body.clone()).await;
+    // The same refund again under another message id: a business duplicate.
+    publish("ls-refund-1-again", partial_body).await;
+    assert_eq!(refund_settled(&world.env, partial).await, "succeeded");
+    publish(
+        "ls-refund-2",
+        json!({"refund_id": rest, "payment_attempt_id": row.id, "reason": "order cancelled"}),
+    )
+    .await;
+    assert_eq!(refund_settled(&world.env, rest).await, "succeeded");
+
+    // What Stripe's dashboard would show: two refunds of the PaymentIntent, each once,
+    // each carrying onecharge's refund_id, together the whole charge.
+    let (status, list) = world
+        .localstripe
+        .get(&format!("/v1/refunds?payment_intent={intent}&limit=100"))
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let refunds = list["data"].as_array().unwrap();
+    assert_eq!(refunds.len(), 2, "{list}");
+    for (id, amount) in [(partial, 1000), (rest, 1500)] {
+        let made: Vec<&Value> = refunds
+            .iter()
+            .filter(|r| r["metadata"]["refund_id"] == id.to_string())
+            .collect();
+        assert_eq!(made.len(), 1, "{list}");
+        assert_eq!(made[0]["amount"], amount);
+        assert_eq!(
+            world.env.refund(id).await.gateway_refund_id.as_deref(),
+            made[0]["id"].as_str()
+        );
+    }
+    let sent: Vec<_> = world
+        .shim
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "POST" && s.path == "/v1/refunds")
+        .collect();
+    assert_eq!(sent.len(), 2, "one refund request per refund_id");
+    assert_eq!(
+        sent[0].idempotency_key.as_deref(),
+        Some(format!("onecharge-refund-{partial}").as_str())
+    );
+    assert_eq!(sent[0].param("payment_intent"), Some(intent.as_str()));
+    world.stop().await;
+}

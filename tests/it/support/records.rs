@@ -607,15 +607,20 @@ pub trait Records {
 
     /// One refund's row.
     async fn refund(&self, id: impl Into<Uuid>) -> RefundRow {
+        self.find_refund(id).await.expect("the refund exists")
+    }
+
+    /// One refund's row, when intake has recorded it.
+    async fn find_refund(&self, id: impl Into<Uuid>) -> Option<RefundRow> {
         sqlx::query_as(
             "SELECT refund_id, payment_attempt_id, status, amount_minor, gateway_refund_id,
                     failure_reason, review_reason, tries, lookups
              FROM refunds WHERE refund_id = $1",
         )
         .bind(id.into())
-        .fetch_one(self.pool())
+        .fetch_optional(self.pool())
         .await
-        .expect("the refund exists")
+        .expect("refunds")
     }
 
     /// Every refund of one attempt, oldest first.
