@@ -11,7 +11,7 @@ use secrecy::ExposeSecret;
 
 use super::{
     redact_url, ConfigError, ConsoleSettings, DatabaseSettings, GatewayKind, IntakeSettings,
-    PurgeSettings, RelaySettings, Settings, StreamsSettings, WebOrigin,
+    PurgeSettings, RefundSettings, RelaySettings, Settings, StreamsSettings, WebOrigin,
 };
 
 impl Settings {
@@ -85,6 +85,7 @@ impl Settings {
         self.check_operators()?;
         self.console.check()?;
         self.purge.check()?;
+        self.refunds.check()?;
         self.check_reconciler()?;
         self.check_database()?;
         validate_max_lifetime(&self.database)?;
@@ -454,6 +455,22 @@ impl RelaySettings {
     }
 }
 
+impl RefundSettings {
+    fn check(&self) -> Result<(), ConfigError> {
+        require(
+            self.max_wait >= Duration::from_secs(60),
+            "refunds.max_wait",
+            "must be at least 1m (a refund waits that long for its charge to be final)",
+        )?;
+        require(
+            !self.recheck_interval.is_zero(),
+            "refunds.recheck_interval",
+            "must be above zero",
+        )?;
+        within("refunds.batch_size", self.batch_size, 1..=1000)
+    }
+}
+
 impl PurgeSettings {
     fn check(&self) -> Result<(), ConfigError> {
         require(
@@ -515,6 +532,20 @@ mod tests {
     use super::*;
     use crate::config::testing::{load, load_error};
     use crate::config::{OperatorRole, OperatorSetting, Overrides, RequiresAction};
+
+    #[test]
+    fn refund_settings_that_would_stop_refunds_are_refused_naming_the_key() {
+        let with = |adjust: fn(&mut RefundSettings)| {
+            let mut settings = Settings::default();
+            adjust(&mut settings.refunds);
+            settings.validate()
+        };
+        assert!(with(|_| {}).is_ok());
+        let err = with(|r| r.batch_size = 0).unwrap_err();
+        assert!(err.0.starts_with("refunds.batch_size"), "{}", err.0);
+        let err = with(|r| r.max_wait = Duration::from_secs(1)).unwrap_err();
+        assert!(err.0.starts_with("refunds.max_wait"), "{}", err.0);
+    }
 
     #[test]
     fn a_stripe_key_never_goes_over_plain_http_to_a_remote_host() {

@@ -567,3 +567,61 @@ async fn the_sweep_finds_a_refund_onecharge_recorded_that_the_gateway_does_not_s
     assert_eq!(finding.class, "charged_not_recorded");
     assert_eq!(finding.evidence, "refunds_unlisted:400");
 }
+
+#[tokio::test]
+async fn a_refund_whose_executor_died_goes_to_unknown_and_its_late_answer_is_refused() {
+    let h = harness(RefundFaults::default()).await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, Some(250)), "dies").await;
+    let w = worker(&h);
+    onecharge::store::refunds::admit_due(
+        &h.store,
+        &onecharge::domain::Actor::Executor("test".into()),
+        10,
+        Duration::from_secs(3600),
+        Duration::from_millis(1),
+    )
+    .await
+    .unwrap();
+    // An executor claims it and dies before writing anything.
+    let held = onecharge::store::refunds::claim_pending(
+        &h.store,
+        &onecharge::domain::Actor::Executor("doomed".into()),
+        Duration::from_secs(60),
+        10,
+    )
+    .await
+    .unwrap()
+    .remove(0);
+    h.exec(&format!(
+        "UPDATE refunds SET lease_expires_at = now() - interval '1 second' WHERE refund_id = '{refund_id}'"
+    ))
+    .await;
+
+    let report = w.pass().await.unwrap();
+    assert_eq!(report.leases_expired, 1);
+    let row = h.refund(refund_id).await;
+    assert_eq!(
+        row.status, "unknown",
+        "it may have been sent: only a lookup can tell"
+    );
+    assert!(h.gateway.refunds().is_empty());
+
+    // The dead executor's answer arrives late: its fence is gone, nothing is written.
+    let late = onecharge::store::refunds::settle(
+        &h.store,
+        &held,
+        &onecharge::domain::refund_call::RefundMove::Succeeded {
+            gateway_refund_id: "re_late".into(),
+        },
+        "refund_answer",
+        &onecharge::domain::Actor::Executor("doomed".into()),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(!late, "the fence refuses a late answer");
+    assert_eq!(h.refund(refund_id).await.status, "unknown");
+    assert!(h.refund_outbox(attempt).await.is_empty());
+}
