@@ -163,16 +163,7 @@ pub fn body_sha256(body: &[u8]) -> [u8; 32] {
 /// Validates one command message. Pure: the same input always gives the same answer.
 pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidCommand, InvalidCommand> {
     let message_id = validate_message_id(headers.message_id.as_deref())?;
-    if body.len() > MAX_BODY_BYTES {
-        return Err(InvalidCommand::new(format!(
-            "body is {} bytes, more than the {MAX_BODY_BYTES} allowed",
-            body.len()
-        )));
-    }
-    let text = std::str::from_utf8(body)
-        .map_err(|e| InvalidCommand::new(format!("body is not UTF-8: {e}")))?;
-    let wire: Wire = serde_json::from_str(text)
-        .map_err(|e| InvalidCommand::new(format!("body is not a valid ChargePayment JSON: {e}")))?;
+    let wire: Wire = decode(body, "ChargePayment")?;
 
     let payment_attempt_id: PaymentAttemptId = wire
         .payment_attempt_id
@@ -191,15 +182,7 @@ pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidCommand, I
         )));
     }
     let currency = validate_currency(&wire.currency)?;
-    let requested_at = wire
-        .requested_at
-        .as_deref()
-        .map(|raw| {
-            OffsetDateTime::parse(raw, &Rfc3339).map_err(|e| {
-                InvalidCommand::new(format!("requested_at `{raw}` is not RFC 3339: {e}"))
-            })
-        })
-        .transpose()?;
+    let requested_at = parse_requested_at(wire.requested_at.as_deref())?;
 
     Ok(ValidCommand {
         message_id,
@@ -219,6 +202,35 @@ pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidCommand, I
 }
 
 /// `Nats-Msg-Id`: required, 1–200 printable ASCII characters.
+/// Reads a command body of the wire type `W` (named `what` in the reasons): at most
+/// [`MAX_BODY_BYTES`], UTF-8, JSON of that shape.
+pub(crate) fn decode<W: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<W, InvalidCommand> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(InvalidCommand::new(format!(
+            "body is {} bytes, more than the {MAX_BODY_BYTES} allowed",
+            body.len()
+        )));
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|e| InvalidCommand::new(format!("body is not UTF-8: {e}")))?;
+    serde_json::from_str(text)
+        .map_err(|e| InvalidCommand::new(format!("body is not a valid {what} JSON: {e}")))
+}
+
+/// A command's optional `requested_at`: RFC 3339, or the command is invalid.
+pub(crate) fn parse_requested_at(
+    raw: Option<&str>,
+) -> Result<Option<OffsetDateTime>, InvalidCommand> {
+    raw.map(|raw| {
+        OffsetDateTime::parse(raw, &Rfc3339)
+            .map_err(|e| InvalidCommand::new(format!("requested_at `{raw}` is not RFC 3339: {e}")))
+    })
+    .transpose()
+}
+
 pub fn validate_message_id(id: Option<&str>) -> Result<String, InvalidCommand> {
     let id = id.ok_or_else(|| InvalidCommand::new("missing Nats-Msg-Id header"))?;
     if id.is_empty() || id.len() > MAX_MESSAGE_ID_CHARS {

@@ -13,12 +13,11 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::command::{
-    body_sha256, validate_message_id, CommandHeaders, InvalidCommand, MAX_AMOUNT_MINOR,
-    MAX_BODY_BYTES,
+    body_sha256, decode, parse_requested_at, validate_message_id, CommandHeaders, InvalidCommand,
+    MAX_AMOUNT_MINOR,
 };
 use super::ids::RefundId;
 use super::{IdempotencyKey, Money, PaymentAttemptId};
@@ -126,16 +125,7 @@ pub fn contract_example() -> serde_json::Value {
 /// Validates one refund command message, as `command::validate` does a charge.
 pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidRefund, InvalidCommand> {
     let message_id = validate_message_id(headers.message_id.as_deref())?;
-    if body.len() > MAX_BODY_BYTES {
-        return Err(InvalidCommand::new(format!(
-            "body is {} bytes, more than the {MAX_BODY_BYTES} allowed",
-            body.len()
-        )));
-    }
-    let text = std::str::from_utf8(body)
-        .map_err(|e| InvalidCommand::new(format!("body is not UTF-8: {e}")))?;
-    let wire: Wire = serde_json::from_str(text)
-        .map_err(|e| InvalidCommand::new(format!("body is not a valid RefundPayment JSON: {e}")))?;
+    let wire: Wire = decode(body, "RefundPayment")?;
     let refund_id: RefundId = wire
         .refund_id
         .parse()
@@ -157,15 +147,7 @@ pub fn validate(headers: &CommandHeaders, body: &[u8]) -> Result<ValidRefund, In
             "reason must be 1 to {MAX_REASON_CHARS} characters, got {reason_chars}"
         )));
     }
-    let requested_at = wire
-        .requested_at
-        .as_deref()
-        .map(|raw| {
-            OffsetDateTime::parse(raw, &Rfc3339).map_err(|e| {
-                InvalidCommand::new(format!("requested_at `{raw}` is not RFC 3339: {e}"))
-            })
-        })
-        .transpose()?;
+    let requested_at = parse_requested_at(wire.requested_at.as_deref())?;
     let metadata = wire.metadata.unwrap_or_default();
     check_metadata(&metadata)?;
     Ok(ValidRefund {

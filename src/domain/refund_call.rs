@@ -69,7 +69,7 @@ pub struct GatewayRefund {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundOutcome {
     /// The gateway answered with the refund (new or replayed under the key): its status says.
-    Answered(GatewayRefund),
+    Answered(Box<GatewayRefund>),
     /// Nothing was processed: send again under the same key.
     RetryLater { after: RetryAfter, reason: String },
     /// Nothing left this process, or nothing reached the gateway.
@@ -500,19 +500,34 @@ mod tests {
         let h = held();
         let p = policy();
         assert_eq!(
-            after_request(&h, &RefundOutcome::Answered(refund(&h, "succeeded")), &p).status(),
+            after_request(
+                &h,
+                &RefundOutcome::Answered(Box::new(refund(&h, "succeeded"))),
+                &p
+            )
+            .status(),
             RefundStatus::Succeeded
         );
         for processing in ["pending", "requires_action", "something_new"] {
             assert_eq!(
-                after_request(&h, &RefundOutcome::Answered(refund(&h, processing)), &p).status(),
+                after_request(
+                    &h,
+                    &RefundOutcome::Answered(Box::new(refund(&h, processing))),
+                    &p
+                )
+                .status(),
                 RefundStatus::Processing,
                 "{processing}"
             );
         }
         for failed in ["failed", "canceled"] {
             assert_eq!(
-                after_request(&h, &RefundOutcome::Answered(refund(&h, failed)), &p).status(),
+                after_request(
+                    &h,
+                    &RefundOutcome::Answered(Box::new(refund(&h, failed))),
+                    &p
+                )
+                .status(),
                 RefundStatus::Failed
             );
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::domain::bounded;
 use crate::domain::outcome::{GatewayOutcome, MAX_REASON_CHARS, MAX_RETRY_AFTER};
+use crate::domain::refund_call::RefundOutcome;
 
 /// What happened to one request on the wire, as the HTTP client saw it. Carries no I/O
 /// types so that classification stays pure and testable.
@@ -52,6 +53,35 @@ impl<'a> GatewayReply<'a> {
             GatewayReply::Lost { error } => Err(GatewayOutcome::Ambiguous {
                 reason: bounded(
                     &format!("no answer after {request} was sent: {error}"),
+                    MAX_REASON_CHARS,
+                ),
+            }),
+            GatewayReply::Answered {
+                status,
+                replayed,
+                retry_after,
+                body,
+            } => Ok(Answer {
+                status,
+                replayed,
+                retry_after,
+                body,
+            }),
+        }
+    }
+}
+
+impl<'a> GatewayReply<'a> {
+    /// The answer to a refund request, or, when none came, its outcome: `NotSent`, or
+    /// `Ambiguous` (it may have refunded). Both connectors read a missing answer this way.
+    pub fn refund_answer(self) -> Result<Answer<'a>, RefundOutcome> {
+        match self {
+            GatewayReply::NotSent { error } => Err(RefundOutcome::NotSent {
+                reason: bounded(error, MAX_REASON_CHARS),
+            }),
+            GatewayReply::Lost { error } => Err(RefundOutcome::Ambiguous {
+                reason: bounded(
+                    &format!("no answer after the refund was sent: {error}"),
                     MAX_REASON_CHARS,
                 ),
             }),

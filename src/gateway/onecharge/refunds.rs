@@ -10,7 +10,7 @@ use crate::domain::outcome::{RetryAfter, MAX_REASON_CHARS};
 use crate::domain::refund_call::{GatewayRefund, GatewayRefundStatus, RefundLookup, RefundOutcome};
 use crate::domain::{bounded, CallOperation, RefundId};
 use crate::gateway::refund::RefundRequest;
-use crate::gateway::wire::{parse_retry_after, snippet, GatewayReply};
+use crate::gateway::wire::{parse_retry_after, snippet, Answer, GatewayReply};
 use crate::gateway::{exchange, GatewayCall, Transport};
 
 /// The body of `POST /v1/refunds`.
@@ -109,31 +109,19 @@ fn error_type(body: &[u8]) -> Option<String> {
 
 /// Reads one answer to `POST /v1/refunds` as contract §3.4's table says.
 pub fn classify_refund(reply: GatewayReply<'_>) -> RefundOutcome {
-    let (status, retry_after, body) = match reply {
-        GatewayReply::NotSent { error } => {
-            return RefundOutcome::NotSent {
-                reason: bounded(error, MAX_REASON_CHARS),
-            }
-        }
-        GatewayReply::Lost { error } => {
-            return RefundOutcome::Ambiguous {
-                reason: bounded(
-                    &format!("no answer after the refund was sent: {error}"),
-                    MAX_REASON_CHARS,
-                ),
-            }
-        }
-        GatewayReply::Answered {
-            status,
-            retry_after,
-            body,
-            ..
-        } => (status, retry_after, body),
+    let Answer {
+        status,
+        retry_after,
+        body,
+        ..
+    } = match reply.refund_answer() {
+        Ok(answer) => answer,
+        Err(outcome) => return outcome,
     };
     let words = || gateway_words(status, body);
     match status {
         200..=299 => match serde_json::from_slice::<WireRefund>(body) {
-            Ok(refund) => RefundOutcome::Answered(refund.into()),
+            Ok(refund) => RefundOutcome::Answered(Box::new(refund.into())),
             Err(_) => RefundOutcome::Ambiguous {
                 reason: bounded(
                     &format!("HTTP {status} without a readable refund: {}", snippet(body)),

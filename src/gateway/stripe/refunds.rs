@@ -15,7 +15,7 @@ use crate::domain::outcome::{RetryAfter, MAX_REASON_CHARS};
 use crate::domain::refund_call::{GatewayRefund, GatewayRefundStatus, RefundLookup, RefundOutcome};
 use crate::domain::{bounded, CallOperation, Currency, Money, RefundId};
 use crate::gateway::refund::RefundRequest;
-use crate::gateway::wire::{parse_retry_after, snippet, GatewayReply, Hints};
+use crate::gateway::wire::{parse_retry_after, snippet, Answer, GatewayReply, Hints};
 use crate::gateway::{exchange, GatewayCall, Transport};
 
 /// A Stripe refund; only what onecharge reads.
@@ -167,32 +167,20 @@ impl Endpoints {
 
 /// Reads one answer to `POST /v1/refunds` (docs/stripe.md, "Refunds").
 pub fn classify_refund(reply: GatewayReply<'_>, hints: Hints) -> RefundOutcome {
-    let (status, retry_after, body) = match reply {
-        GatewayReply::NotSent { error } => {
-            return RefundOutcome::NotSent {
-                reason: bounded(error, MAX_REASON_CHARS),
-            }
-        }
-        GatewayReply::Lost { error } => {
-            return RefundOutcome::Ambiguous {
-                reason: bounded(
-                    &format!("no answer after the refund was sent: {error}"),
-                    MAX_REASON_CHARS,
-                ),
-            }
-        }
-        GatewayReply::Answered {
-            status,
-            retry_after,
-            body,
-            ..
-        } => (status, retry_after, body),
+    let Answer {
+        status,
+        retry_after,
+        body,
+        ..
+    } = match reply.refund_answer() {
+        Ok(answer) => answer,
+        Err(outcome) => return outcome,
     };
     let said = || words(status, body, hints);
     let error = error_of(body);
     match status {
         200..=299 => match serde_json::from_slice::<StripeRefund>(body) {
-            Ok(refund) => RefundOutcome::Answered(refund.into()),
+            Ok(refund) => RefundOutcome::Answered(Box::new(refund.into())),
             Err(_) => RefundOutcome::Ambiguous {
                 reason: bounded(
                     &format!("HTTP {status} without a readable refund: {}", snippet(body)),
