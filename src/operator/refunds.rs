@@ -620,7 +620,7 @@ pub fn decide(
         parts.join(", ")
     };
     match asked {
-        None if left == 0 => Err(RefundError::TooMuch(format!(
+        _ if left == 0 => Err(RefundError::TooMuch(format!(
             "refusing to refund attempt {payment_attempt_id}: nothing is left to refund ({}). Nothing was published",
             taken()
         ))),
