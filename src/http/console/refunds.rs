@@ -299,10 +299,16 @@ pub(super) async fn refund(
     State(state): State<AdminState>,
     Extension(session): Extension<Session>,
     Path(id): Path<String>,
-    Form(form): Form<RefundForm>,
+    form: Result<Form<RefundForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let Ok(id) = id.parse::<PaymentAttemptId>() else {
         return bad_request(&session, "not a payment_attempt_id");
+    };
+    let Ok(Form(form)) = form else {
+        return bad_request(
+            &session,
+            "The refund form is not understood. Nothing was done.",
+        );
     };
     let request = match form.request() {
         Ok(request) => request,
