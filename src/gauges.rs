@@ -1,5 +1,6 @@
 //! The gauges only the database and the broker can answer — attempts by status, the oldest
-//! waiting attempt, the outbox backlog, open findings, the intake consumer's lag — read
+//! waiting attempt, the refunds not settled yet and the oldest of each state, the outbox
+//! backlog, open findings, the intake consumer's lag — read
 //! every few seconds beside the admin role and set through `crate::metrics`. Above the
 //! store, the broker and the reconciler (whose sweep owns the findings gauge), so that
 //! `crate::metrics` stays a low module every role records through.
@@ -10,7 +11,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, ConsumerLag};
-use crate::domain::AttemptStatus;
+use crate::domain::{AttemptStatus, RefundStatus};
 use crate::metrics;
 use crate::store::metrics::DatabaseGauges;
 use crate::store::{self, Store};
@@ -119,6 +120,15 @@ fn record(gauges: &DatabaseGauges, now: OffsetDateTime) {
             .find(|(s, _)| *s == status)
             .map_or(0.0, |(_, at)| age(*at));
         metrics::attempts(status, count, oldest);
+    }
+    // Every unsettled refund status, so one whose last refund settled drops to 0.
+    for status in RefundStatus::ALL.into_iter().filter(|s| !s.is_final()) {
+        let (count, oldest) = gauges
+            .unsettled_refunds
+            .iter()
+            .find(|(s, _, _)| *s == status)
+            .map_or((0, 0.0), |(_, n, at)| (*n, age(*at)));
+        metrics::refunds(status, count, oldest);
     }
     metrics::outbox_backlog(
         gauges.outbox_pending,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use time::OffsetDateTime;
 
-use crate::domain::{AttemptStatus, CallOperation};
+use crate::domain::{AttemptStatus, CallOperation, RefundStatus};
 
 /// Installs the process-wide recorder once and returns the handle `/metrics` renders.
 pub fn install() -> PrometheusHandle {
@@ -95,6 +95,18 @@ pub fn register_at_zero(consumer: &str) {
     for operation in OPERATIONS.map(CallOperation::as_str) {
         for outcome in GATEWAY_OUTCOMES {
             metrics::counter!("onecharge_gateway_calls_total", "operation" => operation, "outcome" => outcome)
+                .absolute(0);
+        }
+        let _ = metrics::histogram!("onecharge_gateway_call_duration_seconds", "operation" => operation);
+    }
+    // A refund's calls read their answers as refunds (`RefundOutcome`, `RefundLookup`).
+    for (operation, outcomes) in [
+        (CallOperation::Refund, &REFUND_OUTCOMES[..]),
+        (CallOperation::RefundLookup, &REFUND_LOOKUP_OUTCOMES[..]),
+    ] {
+        let operation = operation.as_str();
+        for outcome in outcomes {
+            metrics::counter!("onecharge_gateway_calls_total", "operation" => operation, "outcome" => *outcome)
                 .absolute(0);
         }
         let _ = metrics::histogram!("onecharge_gateway_call_duration_seconds", "operation" => operation);
@@ -181,7 +193,30 @@ pub fn register_at_zero(consumer: &str) {
     ] {
         metrics::counter!("onecharge_webhooks_total", "result" => result).absolute(0);
     }
+
+    for status in REFUND_SETTLEMENTS {
+        metrics::counter!("onecharge_refunds_settled_total", "status" => status).absolute(0);
+    }
 }
+
+/// The outcomes of a refund's request (`RefundOutcome::label`) and of its lookup
+/// (`RefundLookup::label`), the `outcome` of their `onecharge_gateway_calls_total`.
+const REFUND_OUTCOMES: [&str; 9] = [
+    "succeeded",
+    "failed",
+    "processing",
+    "retry_later",
+    "not_sent",
+    "refused",
+    "needs_review",
+    "ambiguous",
+    "configuration_fault",
+];
+const REFUND_LOOKUP_OUTCOMES: [&str; 3] = ["found", "failed", "configuration_fault"];
+
+/// The `status` values of `onecharge_refunds_settled_total`: a refund's final states and a
+/// person's review.
+const REFUND_SETTLEMENTS: [&str; 4] = ["succeeded", "failed", "refused", "needs_review"];
 
 /// Drains the recorder's histogram samples into their buckets every few seconds until
 /// `shutdown`. The recorder keeps every sample until a render or an upkeep takes it: a
@@ -318,6 +353,15 @@ pub fn attempts(status: AttemptStatus, count: i64, oldest_age_seconds: f64) {
     }
 }
 
+/// Refunds not settled yet in `status` (a state that is not final), and how long the oldest
+/// of them has waited since it was recorded. Settled refunds are counted by
+/// `onecharge_refunds_settled_total`, not here.
+pub fn refunds(status: RefundStatus, count: i64, oldest_age_seconds: f64) {
+    metrics::gauge!("onecharge_refunds", "status" => status.as_str()).set(count as f64);
+    metrics::gauge!("onecharge_refunds_oldest_age_seconds", "status" => status.as_str())
+        .set(oldest_age_seconds);
+}
+
 /// Outbox rows not yet acknowledged by JetStream, and the age of the oldest.
 pub fn outbox_backlog(pending: i64, oldest_age_seconds: f64) {
     metrics::gauge!("onecharge_outbox_pending").set(pending as f64);
@@ -348,4 +392,61 @@ pub fn intake_consumer_lag(consumer: &str, pending: u64, ack_pending: u64) {
 /// last refresh: every instance that serves `/metrics` says the same (decision 145).
 pub fn fleet_paused(paused: bool) {
     metrics::gauge!("onecharge_fleet_paused").set(if paused { 1.0 } else { 0.0 });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::outcome::RetryAfter;
+    use crate::domain::refund_call::{
+        GatewayRefund, GatewayRefundStatus, RefundLookup, RefundOutcome,
+    };
+
+    #[test]
+    fn every_refund_call_outcome_is_registered_at_zero() {
+        let refund = |status| {
+            RefundOutcome::Answered(GatewayRefund {
+                id: "re_1".into(),
+                status,
+                amount_minor: None,
+                currency: None,
+                refund_id: None,
+                failure_reason: None,
+            })
+        };
+        let reason = || "why".to_owned();
+        let outcomes = [
+            refund(GatewayRefundStatus::Succeeded),
+            refund(GatewayRefundStatus::Failed),
+            refund(GatewayRefundStatus::Pending),
+            RefundOutcome::RetryLater {
+                after: RetryAfter::InProgress,
+                reason: reason(),
+            },
+            RefundOutcome::NotSent { reason: reason() },
+            RefundOutcome::Refused { reason: reason() },
+            RefundOutcome::NeedsReview { reason: reason() },
+            RefundOutcome::Ambiguous { reason: reason() },
+            RefundOutcome::ConfigurationFault { status: 401 },
+        ];
+        for outcome in &outcomes {
+            assert!(REFUND_OUTCOMES.contains(&outcome.label()), "{outcome:?}");
+        }
+        for lookup in [
+            RefundLookup::Found(vec![]),
+            RefundLookup::Failed { reason: reason() },
+            RefundLookup::ConfigurationFault { status: 401 },
+        ] {
+            assert!(
+                REFUND_LOOKUP_OUTCOMES.contains(&lookup.label()),
+                "{lookup:?}"
+            );
+        }
+        for status in RefundStatus::ALL
+            .into_iter()
+            .filter(|s| s.is_final() || *s == RefundStatus::NeedsReview)
+        {
+            assert!(REFUND_SETTLEMENTS.contains(&status.as_str()), "{status}");
+        }
+    }
 }

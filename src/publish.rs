@@ -1,6 +1,8 @@
-//! `onecharge publish charge`: one ChargePayment command onto the command subject.
-//! [`ChargeArgs`] are the command's fields as the command line and the tests give them;
-//! the runner that prints where it landed is `crate::cli::publish`.
+//! `onecharge publish charge | refund`: one ChargePayment or RefundPayment command onto its
+//! command subject, the path every producer's command takes. [`ChargeArgs`] and
+//! [`RefundArgs`] are the commands' fields as the command line, the tests and an operator's
+//! refund (`crate::operator::refunds`) give them; the runner that prints where a command
+//! landed is `crate::cli::publish`.
 
 use anyhow::Context as _;
 use async_nats::header::NATS_MESSAGE_ID;
@@ -10,10 +12,10 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::broker::{Broker, PublishKind};
+use crate::broker::{Broker, CommandKind, PublishKind};
 use crate::config::{Settings, UsageError};
 use crate::domain::command::{self, CommandHeaders};
-use crate::domain::PaymentAttemptId;
+use crate::domain::{refund, PaymentAttemptId, RefundId};
 
 /// The command's fields. Ids are generated where not given.
 #[derive(Debug, Clone, Args)]
@@ -51,11 +53,54 @@ pub struct ChargeArgs {
     pub no_validate: bool,
 }
 
+/// The fields of one RefundPayment command (contract §2.5). Ids are generated where not
+/// given.
+#[derive(Debug, Clone, Args)]
+pub struct RefundArgs {
+    /// Refund id (UUID), the refund's dedupe key [default: a new one]
+    #[arg(long)]
+    pub refund_id: Option<RefundId>,
+    /// The charge to refund: its payment_attempt_id
+    #[arg(long)]
+    pub attempt_id: PaymentAttemptId,
+    /// Amount in the charge's minor unit [default: whatever is left of the charge]
+    #[arg(long)]
+    pub amount_minor: Option<i64>,
+    /// Why, in words: stored, shown and sent to the gateway as metadata
+    #[arg(long)]
+    pub reason: String,
+    /// RFC 3339 request time [default: now]
+    #[arg(long)]
+    pub requested_at: Option<String>,
+    /// A metadata entry carried to the gateway's refund, KEY=VALUE (repeatable)
+    #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_metadata)]
+    pub metadata: Vec<(String, String)>,
+    /// Nats-Msg-Id [default: a new UUID]; reuse one to publish a producer retry
+    #[arg(long)]
+    pub message_id: Option<String>,
+    #[arg(long)]
+    pub correlation_id: Option<String>,
+    /// Publish even when the command is invalid (to exercise the dead-letter path)
+    #[arg(long)]
+    pub no_validate: bool,
+}
+
+/// `KEY=VALUE`, split at the first `=`.
+fn parse_metadata(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))
+}
+
 /// Where a published command landed.
 #[derive(Debug, Clone)]
 pub struct Published {
     pub message_id: String,
+    /// The subject it was published on (namespaced).
+    pub subject: String,
     pub payment_attempt_id: PaymentAttemptId,
+    /// The refund, for a RefundPayment command.
+    pub refund_id: Option<RefundId>,
     pub stream_sequence: u64,
     /// JetStream recognised the message id within its duplicate window and stored nothing.
     pub duplicate: bool,
@@ -74,12 +119,84 @@ pub async fn publish_charge(broker: &Broker, args: ChargeArgs) -> anyhow::Result
     publish_prepared(broker, prepare(args)?).await
 }
 
+/// Builds, validates and publishes one RefundPayment command, and says where it landed. An
+/// invalid command is refused before anything connects.
+pub async fn refund(settings: &Settings, args: RefundArgs) -> anyhow::Result<Published> {
+    let command = prepare_refund(args)?;
+    let broker = Broker::connect(settings).await?;
+    publish_prepared(&broker, command).await
+}
+
+/// Builds, validates and publishes one RefundPayment command on `broker`: the path an
+/// operator's refund takes, as a producer's would.
+pub async fn publish_refund(broker: &Broker, args: RefundArgs) -> anyhow::Result<Published> {
+    publish_prepared(broker, prepare_refund(args)?).await
+}
+
 /// A command ready to publish.
 struct Prepared {
+    kind: CommandKind,
     message_id: String,
     payment_attempt_id: PaymentAttemptId,
+    refund_id: Option<RefundId>,
     correlation_id: Option<String>,
     payload: Vec<u8>,
+}
+
+/// `requested_at` as given, or now.
+fn requested_at_or_now(requested_at: Option<String>) -> String {
+    requested_at.unwrap_or_else(|| {
+        OffsetDateTime::now_utc()
+            .format(&Rfc3339)
+            .expect("now formats")
+    })
+}
+
+/// The refund command's body with generated ids filled in, validated unless
+/// `--no-validate`.
+fn prepare_refund(args: RefundArgs) -> Result<Prepared, UsageError> {
+    let refund_id = args.refund_id.unwrap_or_else(RefundId::random);
+    let message_id = args
+        .message_id
+        .unwrap_or_else(|| Uuid::new_v4().to_string());
+    let mut body = serde_json::json!({
+        "refund_id": refund_id,
+        "payment_attempt_id": args.attempt_id,
+        "reason": args.reason,
+        "requested_at": requested_at_or_now(args.requested_at),
+    });
+    if let Some(amount) = args.amount_minor {
+        body["amount_minor"] = amount.into();
+    }
+    if !args.metadata.is_empty() {
+        body["metadata"] = serde_json::Value::Object(
+            args.metadata
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::Value::String(v)))
+                .collect(),
+        );
+    }
+    let payload = serde_json::to_vec(&body).expect("json serialises");
+    let headers = CommandHeaders {
+        message_id: Some(message_id.clone()),
+        correlation_id: args.correlation_id.clone(),
+        traceparent: None,
+    };
+    if !args.no_validate {
+        refund::validate(&headers, &payload).map_err(|invalid| {
+            UsageError(format!(
+                "the refund command is invalid: {invalid} (use --no-validate to publish it anyway)"
+            ))
+        })?;
+    }
+    Ok(Prepared {
+        kind: CommandKind::Refund,
+        message_id,
+        payment_attempt_id: args.attempt_id,
+        refund_id: Some(refund_id),
+        correlation_id: args.correlation_id,
+        payload,
+    })
 }
 
 /// The command's body with generated ids filled in, validated unless `--no-validate`.
@@ -88,12 +205,7 @@ fn prepare(args: ChargeArgs) -> Result<Prepared, UsageError> {
     let message_id = args
         .message_id
         .unwrap_or_else(|| Uuid::new_v4().to_string());
-    let requested_at = match args.requested_at {
-        Some(at) => at,
-        None => OffsetDateTime::now_utc()
-            .format(&Rfc3339)
-            .expect("now formats"),
-    };
+    let requested_at = requested_at_or_now(args.requested_at);
     let mut body = serde_json::json!({
         "payment_attempt_id": attempt,
         "order_id": args.order_id.unwrap_or_else(|| format!("ord_{}", &Uuid::new_v4().simple().to_string()[..12])),
@@ -120,8 +232,10 @@ fn prepare(args: ChargeArgs) -> Result<Prepared, UsageError> {
         })?;
     }
     Ok(Prepared {
+        kind: CommandKind::Charge,
         message_id,
         payment_attempt_id: attempt,
+        refund_id: None,
         correlation_id: args.correlation_id,
         payload,
     })
@@ -129,8 +243,10 @@ fn prepare(args: ChargeArgs) -> Result<Prepared, UsageError> {
 
 async fn publish_prepared(broker: &Broker, command: Prepared) -> anyhow::Result<Published> {
     let Prepared {
+        kind,
         message_id,
         payment_attempt_id,
+        refund_id,
         correlation_id,
         payload,
     } = command;
@@ -139,7 +255,7 @@ async fn publish_prepared(broker: &Broker, command: Prepared) -> anyhow::Result<
     if let Some(correlation) = &correlation_id {
         nats_headers.insert("Correlation-Id", correlation.as_str());
     }
-    let subject = broker.names.charge_subject();
+    let subject = broker.names.command_subject(kind);
     let ack = broker
         .publish_retrying(
             PublishKind::Command,
@@ -154,7 +270,9 @@ async fn publish_prepared(broker: &Broker, command: Prepared) -> anyhow::Result<
         })?;
     Ok(Published {
         message_id,
+        subject,
         payment_attempt_id,
+        refund_id,
         stream_sequence: ack.sequence,
         duplicate: ack.duplicate,
     })

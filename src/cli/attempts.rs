@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use time::OffsetDateTime;
 
 use super::table::Table;
-use super::{operator_actor, print_json};
+use super::{operator_actor, print_as, print_json};
 use crate::config::{Settings, UsageError};
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::format;
@@ -187,20 +187,6 @@ pub async fn run(settings: &Settings, command: AttemptsCommand) -> anyhow::Resul
         AttemptsCommand::Recheck { id, reason, json } => recheck(cx, id, reason, json).await,
         AttemptsCommand::BulkRetry(args) => bulk(cx, BulkAction::Retry, args).await,
         AttemptsCommand::BulkRecheck(args) => bulk(cx, BulkAction::Recheck, args).await,
-    }
-}
-
-/// Prints `value` as JSON, or as `human` renders it.
-fn print_as<T: serde::Serialize + ?Sized>(
-    json: bool,
-    value: &T,
-    human: impl FnOnce(&T) -> String,
-) -> anyhow::Result<()> {
-    if json {
-        print_json(value)
-    } else {
-        print!("{}", human(value));
-        Ok(())
     }
 }
 
@@ -493,36 +479,11 @@ pub fn render_stuck(page: &AttemptPage, filter: &StuckFilter, now: OffsetDateTim
 
 /// The human form of `attempts show`: the attempt's facts, then its history as one timeline.
 pub fn render_show(detail: &AttemptDetail, now: OffsetDateTime) -> String {
-    let mut out = facts(detail, now)
-        .render()
-        .lines()
-        .skip(1) // the facts table has no header
-        .fold(String::new(), |mut s, l| {
-            s.push_str(l);
-            s.push('\n');
-            s
-        });
-    out.push('\n');
-    out.push_str(&timeline(detail).render());
-    out
-}
-
-/// The facts of `attempts show` as a table without a header.
-fn facts(detail: &AttemptDetail, now: OffsetDateTime) -> Table {
-    let mut table = Table::new(&["", ""]);
-    for (name, value) in attempts::fact_rows(detail, now) {
-        table.push(vec![name.to_owned(), value]);
-    }
-    table
-}
-
-/// The timeline as a table.
-fn timeline(detail: &AttemptDetail) -> Table {
-    let mut timeline = Table::new(&["TIME (UTC)", "KIND", "WHAT", "DETAIL"]);
-    for row in attempts::timeline_rows(detail) {
-        timeline.push(vec![format::at_ms(row.at), row.kind, row.what, row.detail]);
-    }
-    timeline
+    format!(
+        "{}\n{}",
+        super::table::facts(attempts::fact_rows(detail, now)),
+        super::table::timeline(attempts::timeline_rows(detail))
+    )
 }
 
 /// The human form of `attempts stats`: one row per state in the order of contract §4, then
@@ -655,6 +616,9 @@ mod tests {
             gateway_calls: vec![GatewayCall {
                 id: 1,
                 operation: "charge".into(),
+                idempotency_key: crate::domain::IdempotencyKey::for_attempt(
+                    uuid::Uuid::nil().into(),
+                ),
                 try_number: 1,
                 lease_token: Some(1.into()),
                 started_at: t,
@@ -675,6 +639,7 @@ mod tests {
                 last_error: Some("timeout".into()),
                 payload: serde_json::json!({}),
             }],
+            refunds: vec![],
         };
         let shown = render_show(&detail, now);
         assert_eq!(shown, EXPECTED_SHOW);

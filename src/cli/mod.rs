@@ -18,6 +18,7 @@ pub mod intake;
 pub mod publish;
 pub mod purge;
 pub mod reconcile;
+pub mod refunds;
 pub mod service;
 pub mod table;
 
@@ -130,6 +131,9 @@ pub enum Command {
     /// Pause or resume charging across every instance
     #[command(subcommand)]
     Fleet(fleet::FleetCommand),
+    /// Inspect refunds, and refund a succeeded charge
+    #[command(subcommand)]
+    Refunds(refunds::RefundsCommand),
 }
 
 impl GlobalArgs {
@@ -203,6 +207,7 @@ async fn dispatch(settings: Settings, command: Command) -> anyhow::Result<()> {
         Command::Reconcile { once, job } => reconcile::run(settings, once, job).await,
         Command::Findings(command) => findings::run(&settings, command).await,
         Command::Fleet(command) => fleet::run(&settings, command).await,
+        Command::Refunds(command) => refunds::run(&settings, command).await,
     }
 }
 
@@ -225,6 +230,20 @@ fn exit_code(result: anyhow::Result<()>, redactor: &Redactor) -> ExitCode {
 fn config_failure(err: &ConfigError) -> ExitCode {
     eprintln!("{err}");
     ExitCode::from(2)
+}
+
+/// Prints `value` as JSON, or as `human` renders it.
+fn print_as<T: serde::Serialize + ?Sized>(
+    json: bool,
+    value: &T,
+    human: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    if json {
+        print_json(value)
+    } else {
+        print!("{}", human(value));
+        Ok(())
+    }
 }
 
 /// Prints `value` as one pretty JSON document: what every `--json` prints.

@@ -1,33 +1,39 @@
-//! `onecharge publish charge`: one command onto the command subject, for operators and
-//! tests.
+//! `onecharge publish charge | refund`: one command onto its command subject, for producers,
+//! operators and tests.
 
 use clap::Subcommand;
 
 use crate::config::Settings;
-use crate::publish::{ChargeArgs, Published};
+use crate::publish::{ChargeArgs, Published, RefundArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum PublishCommand {
     /// Publish one ChargePayment command and print its message id and stream sequence
     Charge(ChargeArgs),
+    /// Publish one RefundPayment command and print its message id, refund id and stream
+    /// sequence (an operator's refund, checked first: `onecharge refunds create`)
+    Refund(RefundArgs),
 }
 
 /// Runs `onecharge publish …`.
 pub async fn run(settings: &Settings, command: PublishCommand) -> anyhow::Result<()> {
-    match command {
-        PublishCommand::Charge(args) => {
-            let published = crate::publish::charge(settings, args).await?;
-            println!("{}", render(&published));
-            Ok(())
-        }
-    }
+    let published = match command {
+        PublishCommand::Charge(args) => crate::publish::charge(settings, args).await?,
+        PublishCommand::Refund(args) => crate::publish::refund(settings, args).await?,
+    };
+    println!("{}", render(&published));
+    Ok(())
 }
 
-/// `published message_id=… payment_attempt_id=… stream_sequence=…`
+/// `published message_id=… [refund_id=…] payment_attempt_id=… stream_sequence=…`
 fn render(published: &Published) -> String {
     format!(
-        "published message_id={} payment_attempt_id={} stream_sequence={}{}",
+        "published message_id={}{} payment_attempt_id={} stream_sequence={}{}",
         published.message_id,
+        published
+            .refund_id
+            .map(|id| format!(" refund_id={id}"))
+            .unwrap_or_default(),
         published.payment_attempt_id,
         published.stream_sequence,
         if published.duplicate {

@@ -1,6 +1,7 @@
 //! The aligned tables of the command line's human output (`--json` is the other form).
 
-use crate::format::printable;
+use crate::format::{self, printable};
+use crate::operator::attempts::TimelineRow;
 
 /// A table whose columns are as wide as their widest cell, two spaces apart.
 pub struct Table {
@@ -53,6 +54,33 @@ impl Table {
         }
         out
     }
+}
+
+/// Facts (name, value) as aligned lines: a table without its header, as `attempts show`
+/// and `refunds show` begin.
+pub fn facts(rows: Vec<(&'static str, String)>) -> String {
+    let mut table = Table::new(&["", ""]);
+    for (name, value) in rows {
+        table.push(vec![name.to_owned(), value]);
+    }
+    table
+        .render()
+        .lines()
+        .skip(1)
+        .fold(String::new(), |mut out, line| {
+            out.push_str(line);
+            out.push('\n');
+            out
+        })
+}
+
+/// A history as one table, oldest first: what `attempts show` and `refunds show` end with.
+pub fn timeline(rows: Vec<TimelineRow>) -> String {
+    let mut table = Table::new(&["TIME (UTC)", "KIND", "WHAT", "DETAIL"]);
+    for row in rows {
+        table.push(vec![format::at_ms(row.at), row.kind, row.what, row.detail]);
+    }
+    table.render()
 }
 
 #[cfg(test)]

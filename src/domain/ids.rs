@@ -104,6 +104,14 @@ impl IdempotencyKey {
         Self(format!("onecharge-refund-{refund_id}"))
     }
 
+    /// The refund this key was derived for, if it is a refund's key: the inverse of
+    /// [`Self::for_refund`], which tells a refund's gateway calls apart on its attempt's
+    /// timeline.
+    pub fn refund_of(&self) -> Option<RefundId> {
+        let id: RefundId = self.0.strip_prefix("onecharge-refund-")?.parse().ok()?;
+        (Self::for_refund(id) == *self).then_some(id)
+    }
+
     /// The attempt whose stored key is exactly `text`, if there is one: the inverse of
     /// [`Self::for_attempt`]. The database holds the key to the same rule
     /// (`payment_attempts_idempotency_key_derived`), so a search by key is a search by
@@ -251,5 +259,18 @@ mod tests {
         ] {
             assert_eq!(IdempotencyKey::attempt_of(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn a_refunds_key_names_its_refund_and_an_attempts_key_none() {
+        let refund = RefundId::random();
+        assert_eq!(IdempotencyKey::for_refund(refund).refund_of(), Some(refund));
+        let attempt = IdempotencyKey::for_attempt(PaymentAttemptId::random());
+        assert_eq!(attempt.refund_of(), None);
+        assert_eq!(attempt.derived("create").refund_of(), None);
+        assert_eq!(
+            IdempotencyKey::for_refund(refund).derived("x").refund_of(),
+            None
+        );
     }
 }

@@ -64,7 +64,7 @@ impl Principal {
     /// Why an action is refused to a viewer, in words the viewer can act on.
     pub fn refusal(&self) -> String {
         format!(
-            "{} signed in as a viewer: viewers read every page, but resolving, rechecking, replaying and bulk actions need the role `operator` (in onecharge's [[operators]] settings)",
+            "{} signed in as a viewer: viewers read every page, but resolving, rechecking, cancelling, refunding, replaying and bulk actions need the role `operator` (in onecharge's [[operators]] settings)",
             self.name
         )
     }

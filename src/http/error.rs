@@ -78,7 +78,8 @@ pub(crate) struct ErrorBody {
 #[allow(dead_code)]
 struct ErrorDetail {
     /// `invalid_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
-    /// `too_many`, `unavailable` or `internal`.
+    /// `too_many`, `exceeds_remaining`, `unavailable`, `internal`, or what a published
+    /// action could not audit (`replayed_not_audited`, `refund_not_audited`).
     #[serde(rename = "type")]
     kind: String,
     /// What went wrong, for a person.

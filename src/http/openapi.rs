@@ -16,7 +16,7 @@ use super::error::ErrorBody;
 #[openapi(
     info(
         title = "onecharge admin API",
-        description = "The operator API of onecharge's admin listener (docs/contract.md §6): find payment attempts, see why they are stuck, resolve, recheck or cancel them, export a search as CSV, pause charging across the fleet, list and replay dead letters, read the audit trail. When an admin token or named operators are configured, every request needs `Authorization: Bearer <token>`; a viewer's token only reads. With neither configured the API is open on a loopback address."
+        description = "The operator API of onecharge's admin listener (docs/contract.md §6): find payment attempts, see why they are stuck, resolve, recheck, cancel or refund them, follow refunds, export a search as CSV, pause charging across the fleet, list and replay dead letters, read the audit trail. When an admin token or named operators are configured, every request needs `Authorization: Bearer <token>`; a viewer's token only reads. With neither configured the API is open on a loopback address."
     ),
     paths(
         api::attempts::list_attempts,
@@ -25,6 +25,9 @@ use super::error::ErrorBody;
         api::attempts::resolve_attempt,
         api::attempts::cancel_attempt,
         api::attempts::recheck_attempt,
+        api::refunds::refund_attempt,
+        api::refunds::list_refunds,
+        api::refunds::show_refund,
         api::bulk::bulk_action,
         api::audit::audit_list,
         api::dlq::list_dead_letters,
@@ -50,6 +53,7 @@ use super::error::ErrorBody;
         (name = "dlq", description = "Dead-lettered commands and their replay"),
         (name = "findings", description = "Discrepancies between the ledger and the gateway's own records (the reconciliation sweep, webhooks)"),
         (name = "fleet", description = "Charging across every instance: paused or running"),
+        (name = "refunds", description = "Refunds of charges: where each stands, and a person's refund"),
         (name = "meta", description = "This document"),
     )
 )]

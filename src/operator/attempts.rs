@@ -11,11 +11,12 @@ use time::OffsetDateTime;
 
 use super::RetryWindow;
 use crate::domain::outcome::GatewayOutcome;
-use crate::domain::AttemptStatus;
 use crate::domain::PaymentAttemptId;
+use crate::domain::{AttemptStatus, RefundStatus};
 use crate::format;
 use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
 pub use crate::store::operator::{AttemptCursor, AttemptFilter};
+use crate::store::refund_reads::{self, RefundRecord};
 use crate::store::Store;
 
 /// One attempt in `--json` output and the admin API: the stored row (contract §5 fields and
@@ -83,8 +84,20 @@ pub struct AttemptDetail {
     pub view: AttemptView,
     pub transitions: Vec<Transition>,
     pub gateway_calls: Vec<GatewayCall>,
-    /// The attempt's events in the outbox, published or not.
+    /// The attempt's events in the outbox, published or not (its refunds' among them).
     pub events: Vec<OutboxEvent>,
+    /// The attempt's refunds, oldest first, each with its moves; their gateway calls are
+    /// among `gateway_calls` (operation `refund`, `refund_lookup`), sent under each
+    /// refund's own key.
+    pub refunds: Vec<AttemptRefund>,
+}
+
+/// One refund of an attempt, on the attempt's page: the refund and its moves.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct AttemptRefund {
+    #[serde(flatten)]
+    pub refund: RefundRecord,
+    pub transitions: Vec<Transition>,
 }
 
 /// Attempts matching `filter`, newest first; `limit` 0 means all.
@@ -190,16 +203,30 @@ pub async fn show(
     let Some(attempt) = sql::get_attempt(store, id).await? else {
         return Ok(None);
     };
-    let (transitions, gateway_calls, events) = tokio::try_join!(
+    let (transitions, gateway_calls, events, refunds, refund_moves) = tokio::try_join!(
         sql::transitions(store, id),
         sql::gateway_calls(store, id),
         sql::events(store, id),
+        refund_reads::refunds_of_attempt(store, id),
+        refund_reads::refund_transitions_of_attempt(store, id),
     )?;
+    let refunds = refunds
+        .into_iter()
+        .map(|refund| AttemptRefund {
+            transitions: refund_moves
+                .iter()
+                .filter(|(of, _)| *of == refund.refund_id)
+                .map(|(_, t)| t.clone())
+                .collect(),
+            refund,
+        })
+        .collect();
     Ok(Some(AttemptDetail {
         view: view(attempt, now, window),
         transitions,
         gateway_calls,
         events,
+        refunds,
     }))
 }
 
@@ -258,7 +285,12 @@ pub fn next_action(
 }
 
 /// "overdue by 4m10s: is the executor running…?" once `at` is more than [`OVERDUE`] past.
-fn overdue(now: OffsetDateTime, at: OffsetDateTime, role: Actor, hint: &str) -> Option<String> {
+pub(super) fn overdue(
+    now: OffsetDateTime,
+    at: OffsetDateTime,
+    role: Actor,
+    hint: &str,
+) -> Option<String> {
     (now - at > OVERDUE).then(|| {
         format!(
             "overdue by {}: is the {role} running{hint}?",
@@ -406,6 +438,9 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
             retry_window_text(detail.view.retry_window_closes_at, now),
         );
     }
+    if !detail.refunds.is_empty() {
+        fact("refunds", refunds_text(a.money, &detail.refunds));
+    }
     if let Some(expires) = a.lease_expires_at {
         fact(
             "lease",
@@ -425,6 +460,41 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
         ),
     );
     facts
+}
+
+/// `2 refunds: 5.00 EUR refunded, 3.00 EUR being refunded, 1 waiting; 11.99 EUR left`:
+/// what the attempt's refunds have taken of its charge, from the refunds themselves (what
+/// they hold is what the database reserved for them).
+fn refunds_text(charged: crate::domain::Money, refunds: &[AttemptRefund]) -> String {
+    let sum = |keep: &dyn Fn(&RefundRecord) -> bool| -> i64 {
+        refunds
+            .iter()
+            .map(|r| &r.refund)
+            .filter(|r| keep(r))
+            .filter_map(|r| r.amount_minor)
+            .sum()
+    };
+    let refunded = sum(&|r| r.status == RefundStatus::Succeeded);
+    let held = sum(&|r| r.status.holds_amount());
+    let waiting = refunds
+        .iter()
+        .filter(|r| r.refund.status == RefundStatus::Waiting)
+        .count();
+    let money = |minor| crate::domain::Money::new(minor, charged.currency());
+    let mut text = format!(
+        "{} refund{}: {} refunded",
+        refunds.len(),
+        if refunds.len() == 1 { "" } else { "s" },
+        money(refunded)
+    );
+    if held > refunded {
+        text.push_str(&format!(", {} being refunded", money(held - refunded)));
+    }
+    if waiting > 0 {
+        text.push_str(&format!(", {waiting} waiting"));
+    }
+    text.push_str(&format!("; {} left", money(charged.amount_minor() - held)));
+    text
 }
 
 /// `ch_1 (decline code insufficient_funds)`, `ch_1`, or `-`.
@@ -452,13 +522,13 @@ fn retry_window_text(closes_at: Option<OffsetDateTime>, now: OffsetDateTime) -> 
 }
 
 /// `label` + `value`, or nothing when there is no value.
-fn suffix(label: &str, value: Option<&str>) -> String {
+pub(super) fn suffix(label: &str, value: Option<&str>) -> String {
     value.map(|v| format!("{label}{v}")).unwrap_or_default()
 }
 
 /// One row of the timeline: when, a tie-breaker for rows at the same time (transitions,
 /// then gateway calls, then events), and the kind, what and detail columns.
-type TimelineEntry = (OffsetDateTime, u8, [String; 3]);
+pub(super) type TimelineEntry = (OffsetDateTime, u8, [String; 3]);
 
 /// One entry of an attempt's merged timeline: a transition, a gateway call or an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,15 +540,37 @@ pub struct TimelineRow {
     pub detail: String,
 }
 
-/// Transitions, gateway calls and events in the order they happened: what `attempts show`
-/// prints and the console's attempt page lists.
+/// Transitions, gateway calls and events in the order they happened, each refund's moves
+/// beside the attempt's own: what `attempts show` prints and the console's attempt page
+/// lists.
 pub fn timeline_rows(detail: &AttemptDetail) -> Vec<TimelineRow> {
-    let mut entries: Vec<TimelineEntry> = detail
-        .transitions
+    let refund_moves = detail.refunds.iter().flat_map(|r| {
+        r.transitions
+            .iter()
+            .map(|t| refund_transition_entry(r.refund.refund_id, t))
+    });
+    timeline(
+        &detail.transitions,
+        &detail.gateway_calls,
+        &detail.events,
+        refund_moves,
+    )
+}
+
+/// One timeline of `transitions` (kind `state`), `calls`, `events` and `more` (entries of
+/// another kind), in the order they happened: an attempt's and a refund's alike.
+pub(super) fn timeline(
+    transitions: &[Transition],
+    calls: &[GatewayCall],
+    events: &[OutboxEvent],
+    more: impl Iterator<Item = TimelineEntry>,
+) -> Vec<TimelineRow> {
+    let mut entries: Vec<TimelineEntry> = transitions
         .iter()
         .map(transition_entry)
-        .chain(detail.gateway_calls.iter().map(gateway_call_entry))
-        .chain(detail.events.iter().map(event_entry))
+        .chain(calls.iter().map(gateway_call_entry))
+        .chain(events.iter().map(event_entry))
+        .chain(more)
         .collect();
     entries.sort_by_key(|(at, order, _)| (*at, *order));
     entries
@@ -505,7 +597,23 @@ fn transition_entry(t: &Transition) -> TimelineEntry {
     (t.at, 0, ["state".to_owned(), what, by])
 }
 
-/// `charge try 1 -> HTTP 201 succeeded`, `312 ms, charge ch_…, <error>`
+/// `refund <refund_id>: waiting -> pending (admitted)`, `by executor:…: …`: a refund's move
+/// on its attempt's timeline, told apart from the attempt's own by its kind.
+fn refund_transition_entry(refund_id: crate::domain::RefundId, t: &Transition) -> TimelineEntry {
+    let (at, order, [_, what, by]) = transition_entry(t);
+    (
+        at,
+        order,
+        [
+            "refund".to_owned(),
+            format!("refund {refund_id}: {what}"),
+            by,
+        ],
+    )
+}
+
+/// `charge try 1 -> HTTP 201 succeeded`, `312 ms, charge ch_…, <error>`; a refund's call
+/// names its refund and the gateway's refund id.
 fn gateway_call_entry(c: &GatewayCall) -> TimelineEntry {
     let answer = c
         .http_status
@@ -516,10 +624,16 @@ fn gateway_call_entry(c: &GatewayCall) -> TimelineEntry {
         c.operation, c.try_number, c.outcome
     );
     let error = c.error.as_deref().map(|e| format::cell(e, 160));
+    let object = match c.idempotency_key.refund_of() {
+        Some(refund_id) => format!(
+            ", refund {refund_id}{}",
+            suffix(", gateway refund ", c.gateway_charge_id.as_deref())
+        ),
+        None => suffix(", charge ", c.gateway_charge_id.as_deref()),
+    };
     let detail = format!(
-        "{} ms{}{}",
+        "{} ms{object}{}",
         c.duration_ms,
-        suffix(", charge ", c.gateway_charge_id.as_deref()),
         suffix(", ", error.as_deref())
     );
     (c.started_at, 1, ["gateway".to_owned(), what, detail])

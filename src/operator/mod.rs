@@ -13,6 +13,8 @@
 //! - [`audit`]: `audit list` — every manual action, who, when, what, why.
 //! - [`intake_audit`]: `intake audit` — commands on the stream intake never recorded.
 //! - [`findings`]: `findings resolve` — closing what the sweep and the webhooks found.
+//! - [`refunds`]: `refunds list | show | create` — where refunds stand, and a person's
+//!   refund of a charge, published as a command like a producer's.
 //!
 //! Each is an action or a reading — data in, data out, audited — and prints nothing: the
 //! command line (`crate::cli`) prints what they return. Every SQL statement is in
@@ -31,6 +33,7 @@ pub mod findings;
 pub mod fleet;
 pub mod intake_audit;
 pub mod recheck;
+pub mod refunds;
 pub mod resolve;
 pub mod stats;
 

@@ -81,6 +81,8 @@ pub enum AuditAction {
     FleetPause,
     /// `fleet resume`.
     FleetResume,
+    /// `refunds create`: a person's refund of a charge, published as a RefundPayment.
+    Refund,
 }
 
 impl AuditAction {
@@ -98,6 +100,7 @@ impl AuditAction {
             Self::Cancel => "cancel",
             Self::FleetPause => "fleet_pause",
             Self::FleetResume => "fleet_resume",
+            Self::Refund => "refund",
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The SQL behind the database-backed gauges of `/metrics`: how many attempts are in each
-//! state, how long the oldest attempt of each non-final state has waited, and the outbox
-//! backlog. One short round trip per query, each served by an index
+//! state, how long the oldest attempt of each non-final state has waited, the refunds not
+//! settled yet (`refund_reads::unsettled_refunds`), and the outbox backlog. One short round trip per query, each served by an index
 //! (`payment_attempts_status_created_idx`, `outbox_unpublished_idx`), except the per-status
 //! counts, which come from the counts the database keeps (`store::attempt_counts`; reading
 //! them first folds the pending deltas, the refresher's only write).
@@ -8,7 +8,7 @@
 use time::OffsetDateTime;
 
 use super::Store;
-use crate::domain::AttemptStatus;
+use crate::domain::{AttemptStatus, RefundStatus};
 
 /// What the database says right now, for the gauges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -21,6 +21,8 @@ pub struct DatabaseGauges {
     pub outbox_pending: i64,
     /// The `created_at` of the oldest of them.
     pub outbox_oldest_pending: Option<OffsetDateTime>,
+    /// Refunds in each unsettled status that has any, with the `created_at` of the oldest.
+    pub unsettled_refunds: Vec<(RefundStatus, i64, OffsetDateTime)>,
 }
 
 /// Reads every database-backed gauge. Statuses the database holds but this build does not
@@ -39,11 +41,13 @@ pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Erro
         sqlx::query_as("SELECT count(*), min(created_at) FROM outbox WHERE published_at IS NULL")
             .fetch_one(pool)
             .await?;
+    let unsettled_refunds = super::refund_reads::unsettled_refunds(store).await?;
     Ok(DatabaseGauges {
         attempts_by_status: known_statuses(counts),
         oldest_non_final: known_statuses(oldest),
         outbox_pending,
         outbox_oldest_pending,
+        unsettled_refunds,
     })
 }
 

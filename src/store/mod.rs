@@ -22,6 +22,7 @@ pub mod outbox;
 pub mod purge;
 pub mod rate_limit;
 pub mod reconciler;
+pub mod refund_reads;
 pub mod refunds;
 pub mod relay;
 pub mod resolve;

@@ -69,8 +69,13 @@ pub struct AttemptRecord {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct GatewayCall {
     pub id: i64,
-    /// `charge` or `lookup`.
+    /// `charge`, `lookup`, `prepare`, `cancel`, `list`; a refund's `refund` or
+    /// `refund_lookup`.
     pub operation: String,
+    /// The key the call was sent under: the attempt's (`onecharge-<id>`, or one derived
+    /// from it), or for a refund's call the refund's (`onecharge-refund-<refund_id>`).
+    #[schema(value_type = String)]
+    pub idempotency_key: IdempotencyKey,
     pub try_number: i32,
     #[schema(value_type = Option<i64>)]
     pub lease_token: Option<LeaseToken>,
@@ -129,6 +134,7 @@ const ATTEMPT_SELECT: &str = "
            a.last_error, a.review_reason, a.first_message_id, a.correlation_id,
            a.created_at, a.updated_at,
            g.id AS g_id, g.operation AS g_operation, g.try_number AS g_try_number,
+           g.idempotency_key AS g_idempotency_key,
            g.lease_token AS g_lease_token, g.started_at AS g_started_at,
            g.finished_at AS g_finished_at, g.http_status AS g_http_status,
            g.outcome AS g_outcome, g.gateway_charge_id AS g_gateway_charge_id,
@@ -197,8 +203,10 @@ impl AttemptCursor {
 /// microseconds), URL-safe and opaque enough.
 impl std::fmt::Display for AttemptCursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let micros = self.created_at.unix_timestamp_nanos() / 1000;
-        write!(f, "{micros}_{}", self.payment_attempt_id)
+        f.write_str(&cursor_text(
+            self.created_at,
+            self.payment_attempt_id.into(),
+        ))
     }
 }
 
@@ -206,17 +214,29 @@ impl std::str::FromStr for AttemptCursor {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("`{text}` is not a cursor (the `next` of the previous page)");
-        let (micros, id) = text.trim().split_once('_').ok_or_else(bad)?;
-        let micros: i128 = micros.parse().map_err(|_| bad())?;
-        let created_at =
-            OffsetDateTime::from_unix_timestamp_nanos(micros * 1000).map_err(|_| bad())?;
-        let payment_attempt_id = id.parse().map_err(|_| bad())?;
+        let (created_at, id) = parse_cursor_text(text)?;
         Ok(Self {
             created_at,
-            payment_attempt_id,
+            payment_attempt_id: id.into(),
         })
     }
+}
+
+/// The text of a keyset cursor over (`created_at`, a UUID id), the one form every listing
+/// pages by (attempts, refunds): `<microseconds since the epoch>_<id>`.
+pub(super) fn cursor_text(created_at: OffsetDateTime, id: Uuid) -> String {
+    let micros = created_at.unix_timestamp_nanos() / 1000;
+    format!("{micros}_{id}")
+}
+
+/// The (`created_at`, id) of a cursor's text, or why it is not one.
+pub(super) fn parse_cursor_text(text: &str) -> Result<(OffsetDateTime, Uuid), String> {
+    let bad = || format!("`{text}` is not a cursor (the `next` of the previous page)");
+    let (micros, id) = text.trim().split_once('_').ok_or_else(bad)?;
+    let micros: i128 = micros.parse().map_err(|_| bad())?;
+    let created_at = OffsetDateTime::from_unix_timestamp_nanos(micros * 1000).map_err(|_| bad())?;
+    let id = id.parse().map_err(|_| bad())?;
+    Ok((created_at, id))
 }
 
 /// Attempts matching `filter`, newest first (after `filter.before`); `limit` `None` means
@@ -388,8 +408,8 @@ pub async fn gateway_calls(
     id: PaymentAttemptId,
 ) -> Result<Vec<GatewayCall>, sqlx::Error> {
     sqlx::query(
-        "SELECT id, operation, try_number, lease_token, started_at, finished_at, http_status,
-                outcome, gateway_charge_id, error
+        "SELECT id, operation, idempotency_key, try_number, lease_token, started_at,
+                finished_at, http_status, outcome, gateway_charge_id, error
          FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
     )
     .bind(id)
@@ -434,7 +454,10 @@ impl sqlx::FromRow<'_, PgRow> for AttemptRow {
 
 /// A gateway call from columns named `<prefix>id`, `<prefix>operation`, …; `None` when the
 /// (outer-joined) id is NULL.
-fn gateway_call_from_row(row: &PgRow, prefix: &str) -> Result<Option<GatewayCall>, sqlx::Error> {
+pub(super) fn gateway_call_from_row(
+    row: &PgRow,
+    prefix: &str,
+) -> Result<Option<GatewayCall>, sqlx::Error> {
     let column = |name: &str| format!("{prefix}{name}");
     let Some(id) = row.try_get::<Option<i64>, _>(column("id").as_str())? else {
         return Ok(None);
@@ -444,6 +467,7 @@ fn gateway_call_from_row(row: &PgRow, prefix: &str) -> Result<Option<GatewayCall
     Ok(Some(GatewayCall {
         id,
         operation: row.try_get(column("operation").as_str())?,
+        idempotency_key: row.try_get(column("idempotency_key").as_str())?,
         try_number: row.try_get(column("try_number").as_str())?,
         lease_token: row.try_get(column("lease_token").as_str())?,
         started_at,

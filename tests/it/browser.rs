@@ -402,6 +402,119 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     console.stop().await;
 }
 
+/// Issue 37: an operator refunds part of a succeeded charge from its page — the amount and
+/// the reason, a confirmation saying what is left, then the refund — and, once the refund
+/// intake recorded it and the refund worker admitted it, sees its moves on the attempt's
+/// timeline and the refund on the refunds page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_refunds_a_charge_in_the_browser_after_confirming_and_sees_it_on_the_timeline()
+{
+    let Some(Scenario {
+        env,
+        console,
+        browser,
+        ..
+    }) = Scenario::start(
+        "an_operator_refunds_a_charge_in_the_browser_after_confirming_and_sees_it_on_the_timeline",
+    )
+    .await
+    else {
+        return;
+    };
+    let charged = env
+        .succeeded_attempt("ord_browser_refund", "cus_browser")
+        .await;
+
+    sign_in(&browser, &console, OPERATOR_TOKEN).await;
+    browser
+        .goto(&console.url(&format!("/console/attempts/{charged}")))
+        .await;
+    assert!(browser.has("#no-refunds").await);
+    browser.fill("#refund-amount", "750").await;
+    browser
+        .fill("#refund-reason", "customer returned one of two items")
+        .await;
+    browser.click_and_wait("#refund-submit").await;
+
+    // the confirmation: what it refunds and what is left; nothing published yet
+    assert_eq!(browser.text("#preview-charged").await, "19.99 EUR");
+    assert_eq!(browser.text("#preview-left").await, "19.99 EUR");
+    assert_eq!(browser.text("#preview-left-after").await, "12.49 EUR");
+    assert_eq!(env.take_in_refunds().await, 0, "nothing before confirming");
+    browser.screenshot("refund-confirmation").await;
+    browser.click_and_wait("#confirm-submit").await;
+    let result = browser.find("#result").await;
+    let refund_id = result.attr("data-refund-id").await.unwrap().unwrap();
+    assert!(browser
+        .text("#result")
+        .await
+        .contains("published by operator:ada"));
+
+    // the refund intake records it and the refund worker admits it, as in production
+    assert_eq!(env.take_in_refunds().await, 1);
+    env.admit_refunds().await;
+    assert_eq!(
+        env.refund(refund_id.parse::<Uuid>().unwrap()).await.status,
+        "pending"
+    );
+    let audit = env.audit_entries_about(charged).await;
+    assert_eq!(
+        audit
+            .iter()
+            .map(|e| (e.action.as_str(), e.actor.as_str(), e.via.as_str()))
+            .collect::<Vec<_>>(),
+        [("refund", "operator:ada", "console")]
+    );
+
+    // back on the attempt: the refund, and its moves on the timeline
+    browser.click_and_wait("#back-to-attempt").await;
+    let row = browser
+        .find(&format!(
+            r#"tr[data-testid="attempt-refund"][data-refund-id="{refund_id}"]"#
+        ))
+        .await;
+    assert_eq!(
+        row.attr("data-status").await.unwrap().as_deref(),
+        Some("pending")
+    );
+    let moves = browser
+        .client()
+        .find_all(fantoccini::Locator::Css(r#"tr[data-kind="refund"]"#))
+        .await
+        .unwrap();
+    let mut shown = Vec::new();
+    for entry in moves {
+        shown.push(entry.text().await.unwrap());
+    }
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(
+        shown[0].contains("new -> waiting (command_accepted)"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1].contains("waiting -> pending (admitted)"),
+        "{shown:?}"
+    );
+    assert!(browser
+        .text("#fact-refunds")
+        .await
+        .contains("7.50 EUR being refunded; 12.49 EUR left"));
+    browser.screenshot("attempt-refunds").await;
+
+    // the refunds page lists it
+    browser.click_and_wait("#nav-refunds").await;
+    assert!(
+        browser
+            .has(&format!(
+                r#"tr[data-testid="refund-row"][data-refund-id="{refund_id}"]"#
+            ))
+            .await
+    );
+
+    browser.close().await;
+    console.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_in_the_browser_reads_the_attempt_but_its_resolve_is_refused_with_why_and_changes_nothing(
 ) {

@@ -2067,3 +2067,170 @@ async fn a_search_offers_its_results_as_csv_and_a_viewer_downloads_them() {
     );
     console.stop().await;
 }
+
+/// Issue 37: an operator refunds a succeeded charge from its page — a confirmation first,
+/// showing what is charged, refunded and left; then one RefundPayment command, however often
+/// the confirmation is sent, audited through the console; the refund then on the attempt's
+/// page and timeline, the refunds list and its own page. A viewer sees no form and is
+/// refused; a form without the session's CSRF token does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_from_the_console_is_confirmed_first_published_once_and_shows_on_the_attempt() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let charged = env
+        .succeeded_attempt("ord_console_refund", "cus_console_refund")
+        .await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let vic = console.browser(VIEWER_TOKEN).await;
+    let attempt_page = format!("/console/attempts/{charged}");
+    let path = format!("/console/attempts/{charged}/refunds");
+
+    // the attempt's refunds: none yet; the form for an operator, a hint for a viewer
+    let (status, page) = console.get(Some(&ada), &attempt_page).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"id="refund-form""#), "{page}");
+    assert!(page.contains(r#"id="no-refunds""#), "{page}");
+    let (_, page) = console.get(Some(&vic), &attempt_page).await;
+    assert!(!page.contains(r#"id="refund-form""#), "{page}");
+    assert!(page.contains(r#"id="refund-viewer""#), "{page}");
+
+    // a forged form and a viewer's change nothing
+    let asked = |csrf: String| {
+        vec![
+            ("csrf".to_owned(), csrf),
+            ("amount_minor".to_owned(), "500".to_owned()),
+            ("reason".to_owned(), "box arrived crushed".to_owned()),
+        ]
+    };
+    let (status, page) = console
+        .post(&ada, &path, &pairs(&asked("forged".into())))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    assert!(page.contains("CSRF"), "{page}");
+    let vic_form = asked(console.csrf(&vic).await);
+    let (status, page) = console.post(&vic, &path, &pairs(&vic_form)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(
+        page.contains("vic signed in as a viewer") && page.contains("refunding"),
+        "{page}"
+    );
+
+    // more than is left: refused with why, at the preview
+    let ada_csrf = console.csrf(&ada).await;
+    let mut too_much = asked(ada_csrf.clone());
+    too_much[1].1 = "2000".into();
+    let (status, page) = console.post(&ada, &path, &pairs(&too_much)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{page}");
+    assert!(page.contains("only 19.99 EUR is left"), "{page}");
+
+    // the confirmation: what it would do, nothing published yet
+    let (status, preview) = console.post(&ada, &path, &pairs(&asked(ada_csrf))).await;
+    assert_eq!(status, StatusCode::OK, "{preview}");
+    assert_eq!(title_of(&preview), "Confirm the refund · onecharge console");
+    for shown in [
+        r#"<dd id="preview-charged">19.99 EUR</dd>"#,
+        r#"<dd id="preview-refunded">0.00 EUR</dd>"#,
+        r#"<dd id="preview-left">19.99 EUR</dd>"#,
+        r#"<dd id="preview-left-after">14.99 EUR</dd>"#,
+        "box arrived crushed",
+    ] {
+        assert!(preview.contains(shown), "{shown} in {preview}");
+    }
+    assert_eq!(commands_published(&env).await, 0, "not before confirming");
+    let confirm = hidden_fields(&preview, "confirm-form");
+    let refund_id = confirm
+        .iter()
+        .find(|(name, _)| name == "refund_id")
+        .map(|(_, id)| id.clone())
+        .expect("the confirmation carries the refund id");
+
+    // confirmed: one command, however often the confirmation is sent
+    let (status, done) = console.post(&ada, &path, &pairs(&confirm)).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(
+        done.contains(&format!(r#"data-refund-id="{refund_id}""#))
+            && done.contains("published by operator:ada"),
+        "{done}"
+    );
+    let (status, again) = console.post(&ada, &path, &pairs(&confirm)).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert!(again.contains("was already published"), "{again}");
+    assert_eq!(commands_published(&env).await, 1);
+    let audit = env.audit_entries_about(charged).await;
+    let rows: Vec<(&str, &str, &str, &str)> = audit
+        .iter()
+        .map(|e| {
+            (
+                e.action.as_str(),
+                e.actor.as_str(),
+                e.via.as_str(),
+                e.outcome.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("refund", "operator:ada", "console", "published"),
+            ("refund", "operator:ada", "console", "duplicate"),
+        ]
+    );
+
+    // recorded and admitted, it is on the attempt's page and timeline, in the list, and
+    // on a page of its own
+    assert_eq!(env.take_in_refunds().await, 1);
+    env.admit_refunds().await;
+    let (_, page) = console.get(Some(&vic), &attempt_page).await;
+    assert!(
+        page.contains(&format!(
+            r#"data-testid="attempt-refund" data-refund-id="{refund_id}" data-status="pending""#
+        )),
+        "{page}"
+    );
+    assert_eq!(
+        page.matches(r#"data-kind="refund""#).count(),
+        2,
+        "its moves on the timeline: waiting, pending"
+    );
+    assert!(
+        page.contains("1 refund: 0.00 EUR refunded, 5.00 EUR being refunded; 14.99 EUR left"),
+        "{page}"
+    );
+    let (status, page) = console
+        .get(Some(&vic), "/console/refunds?status=pending")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains(&format!(
+            r#"data-testid="refund-row" data-refund-id="{refund_id}""#
+        )),
+        "{page}"
+    );
+    assert!(page.contains(r#"id="nav-refunds""#));
+    let (_, page) = console
+        .get(Some(&vic), "/console/refunds?status=succeeded")
+        .await;
+    assert!(page.contains(r#"data-count="0""#), "{page}");
+    let (status, _) = console
+        .get(Some(&vic), "/console/refunds?status=done")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, page) = console
+        .get(Some(&vic), &format!("/console/refunds/{refund_id}"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains(r#"<dd id="fact-status">pending</dd>"#),
+        "{page}"
+    );
+    assert!(page.contains("requested_by=operator:ada"), "{page}");
+    console.stop().await;
+}
+
+/// A form's fields as [`Console::post`] takes them.
+fn pairs(fields: &[(String, String)]) -> Vec<(&str, &str)> {
+    fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}

@@ -36,6 +36,7 @@ mod paging;
 mod rate_limit;
 mod recheck;
 mod reconciler;
+mod refund_ops;
 mod refunds;
 mod relay;
 mod retention;

@@ -344,6 +344,41 @@ async fn a_fresh_idle_serve_already_exposes_every_series_a_rule_or_a_panel_names
         0.0
     );
     assert!(gateway.ledger().is_empty());
+    // Refunds (issue 37): every unsettled state's gauges, the settled counter's statuses
+    // and the refund calls' outcomes, at 0 before any refund.
+    for status in [
+        "waiting",
+        "pending",
+        "in_flight",
+        "processing",
+        "unknown",
+        "needs_review",
+    ] {
+        for name in ["onecharge_refunds", "onecharge_refunds_oldest_age_seconds"] {
+            assert_eq!(
+                exposed.labelled(name, &[("status", status)]),
+                Some(0.0),
+                "{name} {status}"
+            );
+        }
+    }
+    for status in ["succeeded", "failed", "refused", "needs_review"] {
+        assert_eq!(
+            exposed.labelled("onecharge_refunds_settled_total", &[("status", status)]),
+            Some(0.0),
+            "{status}"
+        );
+    }
+    for (operation, outcome) in [("refund", "ambiguous"), ("refund_lookup", "found")] {
+        assert_eq!(
+            exposed.labelled(
+                "onecharge_gateway_calls_total",
+                &[("operation", operation), ("outcome", outcome)]
+            ),
+            Some(0.0),
+            "{operation} {outcome}"
+        );
+    }
 
     for (name, label) in OPEN_LABELS {
         exposed.declare(name, &[label]);
@@ -631,6 +666,23 @@ impl Exposed {
     }
 
     /// The sum of `name`'s samples whose labels include `labels`; 0 when there is none.
+    /// The value of the one series of `name` with `labels`, `None` when none is exposed
+    /// (where [`Exposed::value`] would say 0).
+    fn labelled(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let found: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|(n, found, _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| found.iter().any(|(fk, fv)| fk == k && fv == v))
+            })
+            .map(|(_, _, value)| *value)
+            .collect();
+        (found.len() == 1).then(|| found[0])
+    }
+
     fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.samples
             .iter()

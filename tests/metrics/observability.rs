@@ -327,6 +327,108 @@ async fn the_oldest_waiting_attempt_and_outbox_row_are_reported_by_age_at_refres
     );
 }
 
+/// Issue 37: the refund gauges cover every unsettled state, at 0 where no refund is (so a
+/// state emptied drops to 0), and age the oldest of each from when it was recorded; a
+/// settled refund is the counter's, never a gauge's.
+#[tokio::test]
+async fn refund_gauges_count_every_unsettled_state_and_age_the_oldest_at_refresh_time() {
+    let _recorder = RECORDER.lock().await;
+    let env = TestEnv::new().await;
+    onecharge::metrics::install();
+    let unsettled = [
+        "waiting",
+        "pending",
+        "in_flight",
+        "processing",
+        "unknown",
+        "needs_review",
+    ];
+
+    let refresher = DatabaseGaugesRefresher::new(env.store.clone());
+    let gauges = refresher.refresh_once(env.db_now().await).await.unwrap();
+    assert!(gauges.unsettled_refunds.is_empty());
+    let scraped = Scrape::now();
+    for status in unsettled {
+        for name in ["onecharge_refunds", "onecharge_refunds_oldest_age_seconds"] {
+            assert!(
+                scraped
+                    .0
+                    .contains(&format!("{name}{{status=\"{status}\"}} 0\n")),
+                "{name} {status} at 0 before any refund"
+            );
+        }
+    }
+    assert!(!scraped
+        .0
+        .contains(r#"onecharge_refunds{status="succeeded"}"#));
+
+    // one waiting for an attempt not recorded (10 minutes old), one admitted, one in review
+    let charged = env.succeeded_attempt("ord_gauges", "cus_gauges").await;
+    let waiting = env.record_refund(Uuid::new_v4(), None).await;
+    env.record_refund(charged, Some(100)).await;
+    let review = env.record_refund(charged, Some(200)).await;
+    env.admit_refunds().await;
+    env.set_refund(waiting, "created_at = now() - interval '10 minutes'")
+        .await;
+    env.set_refund(
+        review,
+        "status = 'needs_review', review_reason = 'the gateway lists two refunds under its key'",
+    )
+    .await;
+
+    let gauges = refresher.refresh_once(env.db_now().await).await.unwrap();
+    let mut counted: Vec<(&str, i64)> = gauges
+        .unsettled_refunds
+        .iter()
+        .map(|(status, n, _)| (status.as_str(), *n))
+        .collect();
+    counted.sort_unstable();
+    assert_eq!(
+        counted,
+        [("needs_review", 1), ("pending", 1), ("waiting", 1)]
+    );
+    let scraped = Scrape::now();
+    let count = |status: &str| scraped.value("onecharge_refunds", &[("status", status)]);
+    let age = |status: &str| {
+        scraped.value(
+            "onecharge_refunds_oldest_age_seconds",
+            &[("status", status)],
+        )
+    };
+    assert_eq!(
+        unsettled.map(count),
+        [1.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+        "{unsettled:?}"
+    );
+    assert!(
+        (599.0..=605.0).contains(&age("waiting")),
+        "{}",
+        age("waiting")
+    );
+    assert!((0.0..60.0).contains(&age("pending")), "{}", age("pending"));
+    assert_eq!(age("unknown"), 0.0);
+
+    // the review settled by hand: its state drops back to 0
+    env.set_refund(
+        review,
+        "status = 'succeeded', gateway_refund_id = 're_by_hand', settled_at = now()",
+    )
+    .await;
+    refresher.refresh_once(env.db_now().await).await.unwrap();
+    let scraped = Scrape::now();
+    assert_eq!(
+        scraped.value("onecharge_refunds", &[("status", "needs_review")]),
+        0.0
+    );
+    assert_eq!(
+        scraped.value(
+            "onecharge_refunds_oldest_age_seconds",
+            &[("status", "needs_review")]
+        ),
+        0.0
+    );
+}
+
 async fn readyz(admin: SocketAddr) -> (u16, String) {
     let response = reqwest::get(format!("http://{admin}/readyz"))
         .await

@@ -8,6 +8,7 @@ pub(crate) mod bulk;
 pub(crate) mod dlq;
 pub(crate) mod findings;
 pub(crate) mod fleet;
+pub(crate) mod refunds;
 pub(crate) mod stats;
 
 use axum::extract::{FromRequestParts, Query, Request, State};
@@ -37,7 +38,10 @@ pub fn routes() -> Router<AdminState> {
             "/api/attempts/{id}/recheck",
             post(attempts::recheck_attempt),
         )
+        .route("/api/attempts/{id}/refunds", post(refunds::refund_attempt))
         .route("/api/attempts/bulk", post(bulk::bulk_action))
+        .route("/api/refunds", get(refunds::list_refunds))
+        .route("/api/refunds/{refund_id}", get(refunds::show_refund))
         .route("/api/audit", get(audit::audit_list))
         .route("/api/dlq", get(dlq::list_dead_letters))
         .route("/api/dlq/{sequence}", get(dlq::show_dead_letter))

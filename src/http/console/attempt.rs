@@ -1,5 +1,7 @@
 //! One attempt (`/console/attempts/{id}`): what happens next, the recheck and resolve forms
-//! where they apply, its facts, its timeline (picture and table) and its manual actions.
+//! where they apply, its facts, its refunds (and the refund form of a succeeded charge), its
+//! timeline (picture and table, each refund's moves and calls beside the attempt's) and its
+//! manual actions.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -13,6 +15,7 @@ use super::cancel::cancel_form;
 use super::charts::{CallMark, TimelinePicture};
 use super::layout::{bad_request, failed, page, status_badge};
 use super::recheck::recheck_form;
+use super::refunds::attempt_refunds_section;
 use super::resolve::resolve_form;
 use super::session::Session;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
@@ -68,6 +71,7 @@ pub(super) async fn attempt(
             (resolve_form(&session, a.payment_attempt_id, a.review_reason.as_deref()))
         }
         (facts_section(&detail, now))
+        (attempt_refunds_section(&session, &detail))
         (timeline_section(&detail, now))
         section #attempt-audit {
             h2 { "Manual actions" }

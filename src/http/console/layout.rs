@@ -41,6 +41,7 @@ fn layout(title: &str, session: Option<&Session>, body: Markup) -> Markup {
                         a #nav-overview href="/console/" { "Overview" }
                         a #nav-search href="/console/attempts" { "Search" }
                         a #nav-review href="/console/review" { "Review queue" }
+                        a #nav-refunds href="/console/refunds" { "Refunds" }
                         a #nav-bulk href="/console/bulk" { "Bulk actions" }
                         a #nav-dead-letters href="/console/dead-letters" { "Dead letters" }
                         a #nav-audit href="/console/audit" { "Audit" }
@@ -215,4 +216,9 @@ pub(super) fn text_input(id: &str, name: &str, label: &str, value: &str) -> Mark
 
 pub(super) fn status_badge(status: AttemptStatus) -> Markup {
     html! { span class=(format!("status status-{}", status.as_str())) data-testid="status" { (status.as_str()) } }
+}
+
+/// A refund's state, drawn like an attempt's (the shared names share a colour).
+pub(super) fn refund_badge(status: crate::domain::RefundStatus) -> Markup {
+    html! { span class=(format!("status status-{}", status.as_str())) data-testid="refund-status" { (status.as_str()) } }
 }

@@ -31,6 +31,7 @@ mod layout;
 mod login;
 mod overview;
 mod recheck;
+mod refunds;
 mod request_id;
 mod resolve;
 mod review;
@@ -58,6 +59,9 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         .route("/console/attempts/{id}/resolve", post(resolve::resolve))
         .route("/console/attempts/{id}/recheck", post(recheck::recheck))
         .route("/console/attempts/{id}/cancel", post(cancel::cancel))
+        .route("/console/attempts/{id}/refunds", post(refunds::refund))
+        .route("/console/refunds", get(refunds::list))
+        .route("/console/refunds/{id}", get(refunds::one))
         .route("/console/review", get(review::review))
         .route("/console/dead-letters", get(dead_letters::dead_letters))
         .route(

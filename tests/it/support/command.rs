@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use onecharge::domain::command::{contract_example, validate, CommandHeaders};
+use onecharge::domain::RefundId;
 use onecharge::store::intake::IntakeRecord;
+use onecharge::store::refunds::RefundRecord;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -25,6 +27,42 @@ pub fn command(attempt: Uuid, patch: Value) -> Value {
         }
     }
     body
+}
+
+/// What the refund intake records of a RefundPayment for `attempt` (`amount_minor`, or the
+/// rest), reason "item returned", under the message id `m-<refund_id>`.
+pub fn refund_record(
+    refund_id: RefundId,
+    attempt: Uuid,
+    amount_minor: Option<i64>,
+) -> RefundRecord {
+    let mut body = json!({
+        "refund_id": refund_id,
+        "payment_attempt_id": attempt,
+        "reason": "item returned",
+        "metadata": {"return_id": "ret_1"},
+    });
+    if let Some(amount) = amount_minor {
+        body["amount_minor"] = amount.into();
+    }
+    let bytes = body.to_string().into_bytes();
+    let message_id = format!("m-{refund_id}");
+    let valid = onecharge::domain::refund::validate(
+        &CommandHeaders {
+            message_id: Some(message_id.clone()),
+            ..Default::default()
+        },
+        &bytes,
+    )
+    .expect("a valid refund command");
+    RefundRecord {
+        message_id,
+        stream_sequence: 1,
+        body_sha256: valid.body_sha256,
+        command: valid.command,
+        correlation_id: Some("corr-refund".into()),
+        traceparent: None,
+    }
 }
 
 /// What intake records of a fresh attempt's [`command`] with `payment_method` (an order of

@@ -9,8 +9,9 @@ use time::OffsetDateTime;
 
 use async_nats::HeaderMap;
 use onecharge::broker::Broker;
+use onecharge::broker::CommandKind;
 use onecharge::config::Settings;
-use onecharge::domain::PaymentAttemptId;
+use onecharge::domain::{Actor, PaymentAttemptId, RefundId};
 use onecharge::intake::{DlqClass, Intake};
 use onecharge::operator::resolve::{resolve, ResolveError, ResolveRequest, Resolved};
 use onecharge::operator::{RetryWindow, Via};
@@ -192,6 +193,88 @@ impl TestEnv {
         self.record(&[intake_record(&body, &format!("m-{id}"), correlation_id)])
             .await;
         id
+    }
+
+    /// A succeeded attempt of `order_id` and `customer_id` (19.99 EUR, charge `ch_<order>`),
+    /// recorded as intake records it and moved to `succeeded` as the executor would.
+    pub async fn succeeded_attempt(&self, order_id: &str, customer_id: &str) -> Uuid {
+        let id = self
+            .record_command(
+                serde_json::json!({"order_id": order_id, "customer_id": customer_id}),
+                None,
+            )
+            .await;
+        use super::records::Records as _;
+        self.set_attempt(
+            id,
+            &format!(
+                "status = 'succeeded', gateway_charge_id = 'ch_{order_id}', tries = 1,
+                 first_dispatched_at = now() - interval '1 hour'"
+            ),
+        )
+        .await;
+        id
+    }
+
+    /// Records a refund command of `attempt` (`amount_minor`, or the rest) as the refund
+    /// intake does, under the message id `m-<refund_id>`; returns the refund's id.
+    pub async fn record_refund(&self, attempt: Uuid, amount_minor: Option<i64>) -> RefundId {
+        let refund_id = RefundId::random();
+        let record = super::command::refund_record(refund_id, attempt, amount_minor);
+        let recorded = onecharge::store::refunds::record_refund(
+            &self.store,
+            &CommandKind::Refund.consumer_name(&self.settings.intake),
+            &record,
+        )
+        .await
+        .expect("the refund is recorded");
+        assert_eq!(
+            recorded,
+            onecharge::store::refunds::RecordedRefund::Accepted
+        );
+        refund_id
+    }
+
+    /// The refund intake of this namespace (its own consumer on the command stream).
+    pub async fn refund_intake(&self) -> Intake {
+        Intake::for_kind(
+            self.store.clone(),
+            self.broker.clone(),
+            &self.settings,
+            CommandKind::Refund,
+        )
+        .await
+        .expect("the refund intake binds its consumer")
+    }
+
+    /// Runs the refund intake until a batch brings nothing; how many it recorded.
+    pub async fn take_in_refunds(&self) -> usize {
+        let intake = self.refund_intake().await;
+        let mut processed = 0;
+        loop {
+            let report = intake
+                .process_batch(Duration::from_secs(1))
+                .await
+                .expect("a refund batch");
+            if report.outcomes.is_empty() {
+                return processed;
+            }
+            processed += report.count("processed");
+        }
+    }
+
+    /// The refund worker's first step: admits every due waiting refund whose attempt is
+    /// final, reserving its amount (or refuses it with its reason).
+    pub async fn admit_refunds(&self) -> Vec<(RefundId, onecharge::store::refunds::Admission)> {
+        onecharge::store::refunds::admit_due(
+            &self.store,
+            &Actor::Executor("test-refunds".into()),
+            100,
+            self.settings.refunds.max_wait,
+            self.settings.refunds.recheck_interval,
+        )
+        .await
+        .expect("refunds admitted")
     }
 
     /// Runs SQL as an administrator of the server (not inside the test database's pool).

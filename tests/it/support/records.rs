@@ -145,6 +145,16 @@ pub struct RefundRow {
     pub lookups: i32,
 }
 
+/// What a refund's command asked, as recorded: the amount (`None`: the rest), the reason,
+/// the metadata and the message that recorded it.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct RefundCommandRow {
+    pub requested_minor: Option<i64>,
+    pub reason: String,
+    pub metadata: Option<Value>,
+    pub first_message_id: String,
+}
+
 /// The readers of one test's database. Every method has its SQL here and nowhere else.
 pub trait Records {
     /// The test database.
@@ -634,6 +644,33 @@ pub trait Records {
         .fetch_all(self.pool())
         .await
         .expect("refunds")
+    }
+
+    /// What one refund's command asked, as recorded.
+    async fn refund_command(&self, id: impl Into<Uuid>) -> RefundCommandRow {
+        sqlx::query_as(
+            "SELECT requested_minor, reason, metadata, first_message_id
+             FROM refunds WHERE refund_id = $1",
+        )
+        .bind(id.into())
+        .fetch_one(self.pool())
+        .await
+        .expect("the refund exists")
+    }
+
+    /// Every refund recorded, any attempt's.
+    async fn refund_count(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM refunds").await
+    }
+
+    /// Rewrites columns of one refund directly (set-up of a state no test drives the
+    /// refund worker to), like [`Records::set_attempt`].
+    async fn set_refund(&self, id: impl Into<Uuid>, set: &str) {
+        sqlx::query(&format!("UPDATE refunds SET {set} WHERE refund_id = $1"))
+            .bind(id.into())
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("SET {set}: {e}"));
     }
 
     /// What the charge has promised back: `refund_totals.reserved_minor` (0 when none).
