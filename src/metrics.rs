@@ -405,14 +405,14 @@ mod tests {
     #[test]
     fn every_refund_call_outcome_is_registered_at_zero() {
         let refund = |status| {
-            RefundOutcome::Answered(GatewayRefund {
+            RefundOutcome::Answered(Box::new(GatewayRefund {
                 id: "re_1".into(),
                 status,
                 amount_minor: None,
                 currency: None,
                 refund_id: None,
                 failure_reason: None,
-            })
+            }))
         };
         let reason = || "why".to_owned();
         let outcomes = [
