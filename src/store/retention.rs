@@ -39,11 +39,14 @@ impl HistoryTable {
         }
     }
 
-    /// The column that identifies a row (unique within the table).
-    fn id(self) -> &'static str {
+    /// The columns that identify a row (unique within the table) and lead an index of it,
+    /// so that a kept row is found by one index probe: the attempt and the id from its
+    /// sequence (`…_attempt_idx`; these tables have no primary key, decision 170), the event
+    /// id (`outbox_pkey`).
+    fn row_key(self) -> &'static [&'static str] {
         match self {
-            Self::Transitions | Self::GatewayCalls => "id",
-            Self::Outbox => "event_id",
+            Self::Transitions | Self::GatewayCalls => &["payment_attempt_id", "id"],
+            Self::Outbox => &["event_id"],
         }
     }
 
@@ -228,13 +231,13 @@ const DROP_RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// one short transaction, and says how many rows it held and kept.
 ///
 /// 1. Under no lock a writer waits on (reads only): count its rows and note, in a temporary
-///    table, the ids of the rows that must be kept — the slow part, a scan of the whole
+///    table, the keys of the rows that must be kept — the slow part, a scan of the whole
 ///    month joined with the attempts.
 /// 2. One short transaction with `lock_timeout` = [`DROP_LOCK_TIMEOUT`]: detach the month
 ///    (ACCESS EXCLUSIVE on the history table, never a lock on `payment_attempts`: the
 ///    history has no foreign key to it, migration `…_history_without_attempt_foreign_keys`)
 ///    and copy the noted rows that are still kept back into the table, each looked up by its
-///    id (they land in DEFAULT). A failure leaves the month attached and whole; a lock not
+///    key (they land in DEFAULT). A failure leaves the month attached and whole; a lock not
 ///    had in time (55P03) rolls back and tries again after a pause.
 /// 3. Drop the detached month, which no one else uses. A month left detached by a crash
 ///    between 2 and 3 already had its kept rows copied: the next pass drops it
@@ -249,7 +252,13 @@ pub async fn drop_partition(
     partition: &str,
     cutoff: OffsetDateTime,
 ) -> Result<Dropped, sqlx::Error> {
-    let (id, quoted_partition) = (table.id(), quoted(partition));
+    let quoted_partition = quoted(partition);
+    let key = table
+        .row_key()
+        .iter()
+        .map(|column| format!("t.{column} AS kept_{column}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut conn = store.pool().acquire().await?;
     sqlx::query("DROP TABLE IF EXISTS pg_temp.retention_kept")
         .execute(&mut *conn)
@@ -259,7 +268,7 @@ pub async fn drop_partition(
         .await?;
     sqlx::query(&format!(
         "CREATE TEMPORARY TABLE retention_kept AS
-         SELECT t.{id} AS id FROM {quoted_partition} t JOIN payment_attempts a USING (payment_attempt_id)
+         SELECT {key} FROM {quoted_partition} t JOIN payment_attempts a USING (payment_attempt_id)
          WHERE {kept}",
         kept = table.kept()
     ))
@@ -307,16 +316,22 @@ pub async fn drop_partition(
 }
 
 /// Step 2 of [`drop_partition`]: one transaction, its locks had within
-/// [`DROP_LOCK_TIMEOUT`] or not at all. The noted rows are looked up one by one by id (the
-/// `OFFSET 0` keeps the planner from turning the lookups into a scan of the month while the
-/// table is locked).
+/// [`DROP_LOCK_TIMEOUT`] or not at all. The noted rows are looked up one by one by their key
+/// (the `OFFSET 0` keeps the planner from turning the lookups into a scan of the month while
+/// the table is locked).
 async fn detach_and_copy_kept(
     conn: &mut sqlx::PgConnection,
     table: HistoryTable,
     partition: &str,
     cutoff: OffsetDateTime,
 ) -> Result<u64, sqlx::Error> {
-    let (parent, id) = (table.name(), table.id());
+    let parent = table.name();
+    let found = table
+        .row_key()
+        .iter()
+        .map(|column| format!("p.{column} = k.kept_{column}"))
+        .collect::<Vec<_>>()
+        .join(" AND ");
     let mut tx = sqlx::Connection::begin(conn).await?;
     sqlx::query(&format!(
         "SET LOCAL lock_timeout = '{}ms'",
@@ -332,7 +347,7 @@ async fn detach_and_copy_kept(
     let kept = sqlx::query(&format!(
         "INSERT INTO {parent}
          SELECT t.* FROM pg_temp.retention_kept k
-         CROSS JOIN LATERAL (SELECT * FROM {partition} p WHERE p.{id} = k.id OFFSET 0) t
+         CROSS JOIN LATERAL (SELECT * FROM {partition} p WHERE {found} OFFSET 0) t
          JOIN payment_attempts a USING (payment_attempt_id)
          WHERE {kept}",
         kept = table.kept()
