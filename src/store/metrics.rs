@@ -1,9 +1,10 @@
 //! The SQL behind the database-backed gauges of `/metrics`: how many attempts are in each
 //! state, how long the oldest attempt of each non-final state has waited, and the outbox
 //! backlog. One short round trip per query, each served by an index
-//! (`payment_attempts_status_created_idx`, `outbox_unpublished_idx`), except the per-status
-//! counts, which come from the counts the database keeps (`store::attempt_counts`; reading
-//! them first folds the pending deltas, the refresher's only write).
+//! (`payment_attempts_status_created_idx`) or a small table (the relay's queue,
+//! `outbox_unpublished`), except the per-status counts, which come from the counts the
+//! database keeps (`store::attempt_counts`; reading them first folds the pending deltas, the
+//! refresher's only write).
 
 use time::OffsetDateTime;
 
@@ -36,9 +37,14 @@ pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Erro
     .fetch_all(pool)
     .await?;
     let (outbox_pending, outbox_oldest_pending): (i64, Option<OffsetDateTime>) =
-        sqlx::query_as("SELECT count(*), min(created_at) FROM outbox WHERE published_at IS NULL")
-            .fetch_one(pool)
-            .await?;
+        // The queue holds every unpublished event (decision 171); during a rolling upgrade
+        // it may also hold a few an older relay published, until the next claim drops them.
+        sqlx::query_as(
+            "SELECT coalesce(sum(cardinality(event_ids)), 0)::int8, min(created_ats[1])
+             FROM outbox_unpublished",
+        )
+        .fetch_one(pool)
+        .await?;
     Ok(DatabaseGauges {
         attempts_by_status: known_statuses(counts),
         oldest_non_final: known_statuses(oldest),

@@ -466,11 +466,18 @@ pub async fn count_by_status(store: &Store) -> Result<Vec<(String, i64)>, sqlx::
     super::attempt_counts::read(store).await
 }
 
-/// Outbox events the relay has not published yet.
+/// Outbox events the relay has not published yet, found through the relay's queue (every
+/// unpublished event is in it, decision 171) rather than a scan of the outbox.
 pub async fn unpublished_events(store: &Store) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-        .fetch_one(store.pool())
-        .await
+    sqlx::query_scalar(
+        "SELECT count(*)
+         FROM outbox_unpublished q
+         CROSS JOIN LATERAL unnest(q.event_ids, q.created_ats) AS e(event_id, created_at)
+         JOIN outbox o ON o.event_id = e.event_id AND o.created_at = e.created_at
+         WHERE o.published_at IS NULL",
+    )
+    .fetch_one(store.pool())
+    .await
 }
 
 /// Every published event as (event id, status).

@@ -4,8 +4,8 @@
 //!
 //! A row is *kept* — never dropped, whatever its age — while its attempt is not final or
 //! changed after the cutoff, and, in the outbox, while it is unpublished. Dropping a month
-//! detaches it, copies its kept rows back into the parent (their month is no longer
-//! covered, so they land in the DEFAULT partition) in one short transaction that locks only
+//! detaches it, copies its kept rows into the DEFAULT partition (their month is no longer
+//! covered) in one short transaction that locks only
 //! the history table, then drops it ([`drop_partition`]): a failure before the detach
 //! commits leaves the month attached and whole. Rows in DEFAULT (kept ones, and
 //! rows written while no month covered them) are deleted row by row once they are no longer
@@ -47,6 +47,16 @@ impl HistoryTable {
         match self {
             Self::Transitions | Self::GatewayCalls => &["payment_attempt_id", "id"],
             Self::Outbox => &["event_id"],
+        }
+    }
+
+    /// The storage parameters of a new month: the outbox's are half filled, so that
+    /// marking an event published finds room for the new row version on its page and is a
+    /// HOT update (decision 171); the other tables are never updated.
+    fn storage(self) -> &'static str {
+        match self {
+            Self::Outbox => " WITH (fillfactor = 50)",
+            Self::Transitions | Self::GatewayCalls => "",
         }
     }
 
@@ -133,9 +143,10 @@ pub async fn ensure_default_partition(
     table: HistoryTable,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
-        "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} DEFAULT",
+        "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} DEFAULT{}",
         table.default_partition(),
-        table.name()
+        table.name(),
+        table.storage()
     ))
     .execute(store.pool())
     .await?;
@@ -157,7 +168,8 @@ pub async fn create_partition(
     let (name, from, to) = (quoted(name), rfc3339(from), rfc3339(to));
     let mut tx = store.pool().begin().await?;
     sqlx::query(&format!(
-        "CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        "CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS){}",
+        table.storage()
     ))
     .execute(&mut *tx)
     .await?;
@@ -236,8 +248,8 @@ const DROP_RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// 2. One short transaction with `lock_timeout` = [`DROP_LOCK_TIMEOUT`]: detach the month
 ///    (ACCESS EXCLUSIVE on the history table, never a lock on `payment_attempts`: the
 ///    history has no foreign key to it, migration `…_history_without_attempt_foreign_keys`)
-///    and copy the noted rows that are still kept back into the table, each looked up by its
-///    key (they land in DEFAULT). A failure leaves the month attached and whole; a lock not
+///    and copy the noted rows that are still kept into DEFAULT, each looked up by its key.
+///    A failure leaves the month attached and whole; a lock not
 ///    had in time (55P03) rolls back and tries again after a pause.
 /// 3. Drop the detached month, which no one else uses. A month left detached by a crash
 ///    between 2 and 3 already had its kept rows copied: the next pass drops it
@@ -318,14 +330,17 @@ pub async fn drop_partition(
 /// Step 2 of [`drop_partition`]: one transaction, its locks had within
 /// [`DROP_LOCK_TIMEOUT`] or not at all. The noted rows are looked up one by one by their key
 /// (the `OFFSET 0` keeps the planner from turning the lookups into a scan of the month while
-/// the table is locked).
+/// the table is locked). They are written into the DEFAULT partition itself, not through
+/// the table: they are the same rows again, which the outbox's statement triggers must not
+/// take for new events (their final states are recorded, and their queue rows for the relay
+/// still name them by the same key, decision 171).
 async fn detach_and_copy_kept(
     conn: &mut sqlx::PgConnection,
     table: HistoryTable,
     partition: &str,
     cutoff: OffsetDateTime,
 ) -> Result<u64, sqlx::Error> {
-    let parent = table.name();
+    let (parent, default) = (table.name(), table.default_partition());
     let found = table
         .row_key()
         .iter()
@@ -345,7 +360,7 @@ async fn detach_and_copy_kept(
     .execute(&mut *tx)
     .await?;
     let kept = sqlx::query(&format!(
-        "INSERT INTO {parent}
+        "INSERT INTO {default}
          SELECT t.* FROM pg_temp.retention_kept k
          CROSS JOIN LATERAL (SELECT * FROM {partition} p WHERE {found} OFFSET 0) t
          JOIN payment_attempts a USING (payment_attempt_id)
