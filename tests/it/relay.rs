@@ -333,10 +333,11 @@ async fn an_idle_executor_and_relay_wake_on_a_nudge_long_before_their_poll_inter
 async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events_behind_it() {
     let mut h = Harness::with(Default::default(), |s| s.relay.batch_size = 1).await;
     h.seed_expired(3).await;
-    // The oldest event goes to a subject no stream stores: JetStream refuses it every time.
+    // The first event the relay meets (the first queued) goes to a subject no stream
+    // stores: JetStream refuses it every time.
     sqlx::query(
         "UPDATE outbox SET subject = 'payments.nowhere.v1'
-         WHERE event_id = (SELECT event_id FROM outbox ORDER BY created_at, event_id LIMIT 1)",
+         WHERE event_id = (SELECT event_ids[1] FROM outbox_unpublished ORDER BY id LIMIT 1)",
     )
     .execute(h.store.pool())
     .await
