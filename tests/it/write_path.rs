@@ -1,7 +1,7 @@
-//! The migrations of issue 38 (what a charge writes, decisions 170–173) on a database that
-//! holds attempts in every state and events published, waiting and refused: taken back
-//! (their down migrations), written to in the old shape, then applied again while intake
-//! writes, after which the roles carry on from where they were.
+//! The migrations of issue 38 (what a charge writes, decisions 170, 171 and 173) on a
+//! database that holds attempts in every state and events published, waiting and refused:
+//! taken back (their down migrations), written to in the old shape, then applied again while
+//! intake writes, after which the roles carry on from where they were.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -106,6 +106,8 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
     );
 
     take_back(&h.store).await;
+    assert!(has_index(&h, "payment_attempts_status_created_idx").await);
+    assert!(!has_index(&h, "payment_attempts_open_status_created_idx").await);
     assert!(has_index(&h, "outbox_unpublished_idx").await);
     assert!(has_index(&h, "attempt_transitions_pkey").await);
     assert!(has_index(&h, "gateway_calls_pkey").await);
@@ -160,7 +162,19 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
         .expect("no writer fails during the migrations");
     assert!(batches > 1, "{batches} batches written");
 
-    // The shape of decisions 170 and 171.
+    // The shape of decisions 170, 171 and 173.
+    assert!(!has_index(&h, "payment_attempts_status_created_idx").await);
+    assert!(has_index(&h, "payment_attempts_open_status_created_idx").await);
+    assert_eq!(
+        h.scalar(
+            "SELECT count(*) FROM pg_index
+             WHERE indexrelid = 'payment_attempts_open_status_created_idx'::regclass
+               AND indisvalid"
+        )
+        .await,
+        1,
+        "built concurrently while intake wrote, and valid"
+    );
     assert!(!has_index(&h, "outbox_unpublished_idx").await);
     assert_eq!(
         h.scalar(
