@@ -39,7 +39,10 @@
 //! after each measured phase, the database's work per settled charge
 //! (`support/db_work.rs`): statements sent (round trips), transactions, rows, WAL and
 //! flushes, statement time and CPU of the cluster, of the serve process and of the
-//! benchmark, and the top `--top-statements` statements by calls and by time. Statistics
+//! benchmark, and the top `--top-statements` statements by calls and by time; then what a
+//! charge wrote (`support/write_budget.rs`, issue 38): rows inserted, updated (HOT or not)
+//! and deleted by table, WAL records by kind and index entries by index, read back from the
+//! phase's WAL with `pg_waldump`, against the issue's target. Statistics
 //! are reset after the warm-up; each phase adds 11 s at its end for PostgreSQL's counters
 //! to settle.
 //!
@@ -95,6 +98,8 @@ mod own_postgres;
 use own_postgres::OwnPostgres;
 #[path = "support/db_work.rs"]
 mod db_work;
+#[path = "support/write_budget.rs"]
+mod write_budget;
 use db_work::{Observer, PhaseWork, Snapshot};
 
 /// Commands pushed through before the first measured phase: connections, pools and caches warm.
@@ -496,6 +501,7 @@ impl Run<'_> {
                 self.server,
                 database_name(self.settings),
                 cluster.postmaster_pid()?,
+                Some(cluster.wal_source()),
             )
             .await?;
             phases.count_work(observer).await?;

@@ -9,6 +9,9 @@
 //! phase's last event arrives; the counters PostgreSQL flushes lazily (transactions, rows,
 //! WAL: a backend reports at most once a second, an idle one after 10 s) are read after
 //! [`STATS_SETTLE`], so they include that quiet tail (its statements are printed).
+//!
+//! What the phase wrote — rows by table, HOT updates, WAL records by kind and index entries
+//! by index — is `write_budget.rs`'s, read from the same snapshots.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,6 +20,7 @@ use anyhow::Context as _;
 use sqlx::PgPool;
 
 use crate::support::thousands;
+use crate::write_budget::{self, RowCounts, WalSource, WriteBudget};
 
 /// Long enough for every backend, busy or idle, to have reported its counters.
 pub const STATS_SETTLE: Duration = Duration::from_secs(11);
@@ -25,7 +29,11 @@ pub const STATS_SETTLE: Duration = Duration::from_secs(11);
 /// about the benchmark's database, and which processes' CPU is counted.
 pub struct Observer {
     pool: PgPool,
+    /// A connection to the benchmark's database itself: its tables' counters and file nodes.
+    database_pool: PgPool,
     database: String,
+    /// Where the phase's WAL is read back from; `None`: the budget has no WAL records.
+    wal: Option<WalSource>,
     postmaster: u32,
     ticks_per_second: f64,
 }
@@ -43,6 +51,7 @@ struct StatementRow {
     calls: i64,
     rows: i64,
     millis: f64,
+    plan_millis: f64,
 }
 
 #[derive(Clone, Default)]
@@ -53,6 +62,8 @@ struct Statement {
     rows: i64,
     /// Execution plus planning time, in milliseconds.
     millis: f64,
+    /// Of it, planning.
+    plan_millis: f64,
 }
 
 /// `pg_stat_database` of the benchmark's database and `pg_stat_wal`.
@@ -88,24 +99,49 @@ pub struct Snapshot {
     cluster: ClusterCpu,
     serve: f64,
     benchmark: f64,
+    /// The WAL insert position.
+    wal_position: String,
+    /// Row counters by table.
+    rows: HashMap<String, RowCounts>,
 }
 
 impl Observer {
     /// Connects to `server`'s `postgres` database and creates `pg_stat_statements` there;
     /// `database` is the one whose work is counted.
-    pub async fn connect(server: &str, database: &str, postmaster: u32) -> anyhow::Result<Self> {
+    pub async fn connect(
+        server: &str,
+        database: &str,
+        postmaster: u32,
+        wal: Option<WalSource>,
+    ) -> anyhow::Result<Self> {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
             .connect(&format!("{server}/postgres"))
             .await
             .context("connecting to the benchmark's cluster for its statistics")?;
+        // Its own statements are not the service's: pg_stat_statements leaves them out.
+        let database_pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query("SET pg_stat_statements.track = 'none'")
+                        .execute(conn)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .connect(&format!("{server}/{database}"))
+            .await
+            .context("connecting to the benchmark's database for its tables' counters")?;
         sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             .execute(&pool)
             .await
             .context("pg_stat_statements (is it in shared_preload_libraries?)")?;
         Ok(Self {
             pool,
+            database_pool,
             database: database.to_owned(),
+            wal,
             postmaster,
             ticks_per_second: clock_ticks_per_second()?,
         })
@@ -133,12 +169,40 @@ impl Observer {
         let end = self.snapshot(serve_pid).await?;
         tokio::time::sleep(STATS_SETTLE).await;
         let settled = self.snapshot(serve_pid).await?;
+        let wal = match &self.wal {
+            Some(source) => {
+                let to = write_budget::flushed_wal_position(&self.pool).await?;
+                let read = write_budget::read_wal(
+                    &source.waldump,
+                    &source.wal_dir,
+                    &start.wal_position,
+                    &to,
+                    &self.database_pool,
+                )
+                .await?;
+                Some(read)
+            }
+            None => None,
+        };
+        let statements = statement_deltas(&start.statements, &end.statements);
+        let toplevel = statements.iter().filter(|s| s.toplevel);
+        let counters = settled.counters.minus(&start.counters);
+        let budget = WriteBudget {
+            charges,
+            rows: WriteBudget::rows_between(&start.rows, &settled.rows),
+            wal,
+            wal_records_counted: counters.wal_records,
+            wal_bytes_counted: counters.wal_bytes,
+            planning_millis: toplevel.clone().map(|s| s.plan_millis).sum(),
+            statement_millis: toplevel.map(|s| s.millis).sum(),
+        };
         let work = PhaseWork {
+            budget,
             charges,
             wall: end.taken - start.taken,
-            statements: statement_deltas(&start.statements, &end.statements),
+            statements,
             tail: statement_deltas(&end.statements, &settled.statements),
-            counters: settled.counters.minus(&start.counters),
+            counters,
             cpu: CpuDelta::between(start, &end),
         };
         Ok((work, settled))
@@ -156,13 +220,16 @@ impl Observer {
             cluster,
             serve,
             benchmark,
+            wal_position: write_budget::wal_position(&self.pool).await?,
+            rows: write_budget::row_counts(&self.database_pool).await?,
         })
     }
 
     async fn statements(&self) -> anyhow::Result<HashMap<StatementKey, Statement>> {
         let rows: Vec<StatementRow> = sqlx::query_as(
             "SELECT s.userid::oid::int8 AS userid, s.queryid, s.toplevel, s.query, s.calls,
-                    s.rows, s.total_exec_time + s.total_plan_time AS millis
+                    s.rows, s.total_exec_time + s.total_plan_time AS millis,
+                    s.total_plan_time AS plan_millis
              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
              WHERE d.datname = $1",
         )
@@ -180,6 +247,7 @@ impl Observer {
                     calls: row.calls,
                     rows: row.rows,
                     millis: row.millis,
+                    plan_millis: row.plan_millis,
                 };
                 (key, statement)
             })
@@ -296,6 +364,7 @@ fn statement_deltas(
                 calls: now.calls - was.calls,
                 rows: now.rows - was.rows,
                 millis: now.millis - was.millis,
+                plan_millis: now.plan_millis - was.plan_millis,
             })
         })
         .collect()
@@ -334,6 +403,8 @@ impl CpuDelta {
 
 /// What the database did for one phase's charges.
 pub struct PhaseWork {
+    /// What the phase wrote.
+    budget: WriteBudget,
     charges: usize,
     wall: Duration,
     statements: Vec<Statement>,
@@ -367,6 +438,7 @@ impl PhaseWork {
         );
         println!();
         self.print_totals();
+        self.budget.print(phase);
         println!();
         self.print_statements("by calls", top, |s| s.calls as f64);
         println!();
@@ -452,14 +524,15 @@ impl PhaseWork {
         let charges = self.charges as f64;
         println!("Top {top} statements {order} (nested: run by a trigger or function; its time is inside its caller's):");
         println!();
-        println!("| calls/charge | rows/call | ms/charge | share of top-level time | level | statement |");
-        println!("|---:|---:|---:|---:|---|---|");
+        println!("| calls/charge | rows/call | ms/charge | of it planning | share of top-level time | level | statement |");
+        println!("|---:|---:|---:|---:|---:|---|---|");
         for s in sorted.into_iter().take(top) {
             println!(
-                "| {:.3} | {:.1} | {:.4} | {:.1} % | {} | `{}` |",
+                "| {:.3} | {:.1} | {:.4} | {:.0} % | {:.1} % | {} | `{}` |",
                 s.calls as f64 / charges,
                 s.rows as f64 / s.calls as f64,
                 s.millis / charges,
+                100.0 * s.plan_millis / s.millis.max(f64::MIN_POSITIVE),
                 100.0 * s.millis / time,
                 if s.toplevel { "top" } else { "nested" },
                 normalised(&s.query),

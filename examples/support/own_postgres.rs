@@ -13,16 +13,20 @@ use std::process::Command;
 
 use anyhow::{ensure, Context as _};
 
+use crate::write_budget::WalSource;
+
 /// Settings of the benchmark's cluster beyond initdb's defaults: statements counted,
 /// top-level and nested (trigger and function bodies, told apart by `toplevel`), with their
-/// planning time; autovacuum on.
-const SERVER_SETTINGS: [&str; 6] = [
+/// planning time; autovacuum on; WAL kept for 4 GB, so that the write budget can read a
+/// whole phase's WAL back after a checkpoint (`write_budget.rs`).
+const SERVER_SETTINGS: [&str; 7] = [
     "shared_preload_libraries=pg_stat_statements",
     "pg_stat_statements.track=all",
     "pg_stat_statements.track_planning=on",
     "pg_stat_statements.max=10000",
     "autovacuum=on",
     "listen_addresses=127.0.0.1",
+    "wal_keep_size=4GB",
 ];
 
 /// A running cluster of the benchmark's own; dropping it stops the server and removes its
@@ -101,6 +105,16 @@ impl OwnPostgres {
             self.port,
             SERVER_SETTINGS[..5].join(", ")
         )
+    }
+
+    /// `pg_waldump` of the cluster's binaries and its `pg_wal` folder, where the write budget
+    /// reads each phase's WAL back (this process can read it: it made the cluster, or it is
+    /// root).
+    pub fn wal_source(&self) -> WalSource {
+        WalSource {
+            waldump: self.bin.join("pg_waldump"),
+            wal_dir: self.data().join("pg_wal"),
+        }
     }
 
     fn data(&self) -> PathBuf {

@@ -6,9 +6,10 @@
 //!   it, so every publish of one event is the same message and JetStream deduplicates a
 //!   republish (consumers past the duplicate window still see the same id).
 //! - A row is marked published only after JetStream acknowledged it.
-//! - Rows are claimed with `FOR UPDATE SKIP LOCKED` inside a transaction held while they
-//!   are published: several relays never publish one row at the same time, and a relay that
-//!   dies releases its rows unmarked for the next one.
+//! - Events are claimed through their queue rows (`outbox_unpublished`, decision 171) with
+//!   `FOR UPDATE SKIP LOCKED` inside a transaction held while they are published: several
+//!   relays never publish one event at the same time, and a relay that dies releases its
+//!   events unmarked for the next one.
 
 use async_nats::header::NATS_MESSAGE_ID;
 use std::future::IntoFuture as _;
@@ -87,14 +88,20 @@ impl Relay {
         Self { nudges, ..self }
     }
 
-    /// One step: claims up to `batch_size` unpublished rows, publishes them in order,
-    /// waits for every ack, and marks the acknowledged ones published.
+    /// One step: claims about `batch_size` unpublished events (whole queue rows: up to
+    /// `batch_size + 63`), publishes them in order, waits for every ack, and marks the
+    /// acknowledged ones published.
     pub async fn run_once(&self) -> anyhow::Result<RelayReport> {
         let started = Instant::now();
         let claim = claim_unpublished(&self.store, self.settings.batch_size)
             .await
             .context("claiming unpublished outbox rows")?;
         if claim.rows.is_empty() {
+            // Queue rows whose events were all published already are deleted all the same.
+            claim
+                .finish(&[], &[])
+                .await
+                .context("releasing an empty claim")?;
             return Ok(RelayReport::default());
         }
         let results = self.publish_rows(&claim.rows).await;
@@ -224,7 +231,7 @@ impl Relay {
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
             let wait = match self.run_once().await {
-                Ok(report) if report.claimed == self.settings.batch_size && report.failed == 0 => {
+                Ok(report) if report.claimed >= self.settings.batch_size && report.failed == 0 => {
                     failures = 0;
                     continue;
                 }

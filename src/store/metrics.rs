@@ -1,9 +1,11 @@
 //! The SQL behind the database-backed gauges of `/metrics`: how many attempts are in each
 //! state, how long the oldest attempt of each non-final state has waited, the refunds not
-//! settled yet (`refund_reads::unsettled_refunds`), and the outbox backlog. One short round trip per query, each served by an index
-//! (`payment_attempts_status_created_idx`, `outbox_unpublished_idx`), except the per-status
-//! counts, which come from the counts the database keeps (`store::attempt_counts`; reading
-//! them first folds the pending deltas, the refresher's only write).
+//! settled yet (`refund_reads::unsettled_refunds`), and the outbox backlog. One short round
+//! trip per query, each served by indexes (the open states'
+//! `payment_attempts_open_status_created_idx` and the in-flight lease index) or a small
+//! table (the relay's queue, `outbox_unpublished`), except the per-status counts, which
+//! come from the counts the database keeps (`store::attempt_counts`; reading them first
+//! folds the pending deltas, the refresher's only write).
 
 use time::OffsetDateTime;
 
@@ -31,16 +33,23 @@ pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Erro
     let pool = store.pool();
     let counts = super::operator::count_by_status(store).await?;
     let oldest: Vec<(String, OffsetDateTime)> = sqlx::query_as(
+        // `in_flight` apart: its attempts are in the lease index, the others in the open
+        // states' index (decision 173), and an `IN` list naming all four would scan.
         "SELECT status, min(created_at) FROM payment_attempts
-         WHERE status IN ('pending', 'in_flight', 'unknown', 'needs_review')
+         WHERE status IN ('pending', 'unknown', 'needs_review') OR status = 'in_flight'
          GROUP BY status",
     )
     .fetch_all(pool)
     .await?;
     let (outbox_pending, outbox_oldest_pending): (i64, Option<OffsetDateTime>) =
-        sqlx::query_as("SELECT count(*), min(created_at) FROM outbox WHERE published_at IS NULL")
-            .fetch_one(pool)
-            .await?;
+        // The queue holds every unpublished event (decision 171); during a rolling upgrade
+        // it may also hold a few an older relay published, until the next claim drops them.
+        sqlx::query_as(
+            "SELECT coalesce(sum(cardinality(event_ids)), 0)::int8, min(created_ats[1])
+             FROM outbox_unpublished",
+        )
+        .fetch_one(pool)
+        .await?;
     let unsettled_refunds = super::refund_reads::unsettled_refunds(store).await?;
     Ok(DatabaseGauges {
         attempts_by_status: known_statuses(counts),

@@ -338,7 +338,11 @@ pub async fn stuck_attempts(
     limit: Option<i64>,
 ) -> Result<Vec<AttemptRecord>, sqlx::Error> {
     // Listing the non-final states (rather than excluding the final ones) lets the planner
-    // use the (status, created_at) index instead of scanning every settled attempt. A page
+    // use the indexes of the open states instead of scanning every settled attempt: the
+    // partial (status, created_at) index of the states an attempt waits in, and the lease
+    // index for `in_flight`, which that index leaves out (decision 173) — hence `in_flight`
+    // as an arm of its own, so that the planner ORs the two indexes (an `IN` list naming it
+    // would imply neither index's predicate, and scan the table). A page
     // after a cursor is its own statement (not `$4 IS NULL OR …`, whose generic plan could
     // not use it), and `created_at >= $4` beside the row comparison is what starts each
     // status's index scan at the cursor, as `store::console::review_page` does.
@@ -348,9 +352,8 @@ pub async fn stuck_attempts(
     // which the planner cannot know, and for a small `LIMIT` it would walk
     // `payment_attempts_created_idx` from the oldest attempt past every settled one (10 rows
     // read 450,000 and took 122 ms at 2 million attempts). Now the plan reads only the stuck
-    // entries of the status index (after the cursor) and keeps the page with a top-N sort:
-    // bounded by the stuck attempts, never by the table. A partial index over the unsettled
-    // states would bound it by the page; that is a migration of its own.
+    // entries of those indexes (after the cursor) and keeps the page with a top-N sort:
+    // bounded by the stuck attempts, never by the table.
     let after_cursor = if after.is_some() {
         "AND a.created_at >= $4 AND (a.created_at, a.payment_attempt_id) > ($4, $5)"
     } else {
@@ -358,7 +361,7 @@ pub async fn stuck_attempts(
     };
     let sql = format!(
         "{ATTEMPT_SELECT}
-         WHERE a.status IN ('pending', 'in_flight', 'unknown', 'needs_review')
+         WHERE (a.status IN ('pending', 'unknown', 'needs_review') OR a.status = 'in_flight')
            AND (a.status = 'needs_review' OR a.created_at <= $1)
            AND ($2::text IS NULL OR a.status = $2)
            {after_cursor}
@@ -490,11 +493,18 @@ pub async fn count_by_status(store: &Store) -> Result<Vec<(String, i64)>, sqlx::
     super::attempt_counts::read(store).await
 }
 
-/// Outbox events the relay has not published yet.
+/// Outbox events the relay has not published yet, found through the relay's queue (every
+/// unpublished event is in it, decision 171) rather than a scan of the outbox.
 pub async fn unpublished_events(store: &Store) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-        .fetch_one(store.pool())
-        .await
+    sqlx::query_scalar(
+        "SELECT count(*)
+         FROM outbox_unpublished q
+         CROSS JOIN LATERAL unnest(q.event_ids, q.created_ats) AS e(event_id, created_at)
+         JOIN outbox o ON o.event_id = e.event_id AND o.created_at = e.created_at
+         WHERE o.published_at IS NULL",
+    )
+    .fetch_one(store.pool())
+    .await
 }
 
 /// Every published event as (event id, status).

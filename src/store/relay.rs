@@ -1,12 +1,19 @@
-//! The relay's SQL: claiming unpublished outbox rows and marking them published.
+//! The relay's SQL: claiming the queued events (`outbox_unpublished`, decision 171) and
+//! marking them published.
 //!
-//! A claim is an open transaction holding the rows' locks (`FOR UPDATE SKIP LOCKED`): while
-//! one relay publishes a row no other relay can take it, and when a relay dies its
+//! Every insert into the outbox queues its unpublished events in the same transaction (a
+//! statement trigger, at most 64 events a queue row). A claim is an open transaction
+//! holding the claimed queue rows' locks (`FOR UPDATE SKIP LOCKED`): while one relay
+//! publishes their events no other relay can take them, and when a relay dies its
 //! connection closes, the transaction rolls back and the rows are free again, unmarked. The
-//! next relay publishes them again under the same event id, which JetStream recognises
-//! (`Nats-Msg-Id`), so an event is never published under two ids.
+//! next relay publishes them again under the same event ids, which JetStream recognises
+//! (`Nats-Msg-Id`), so an event is never published under two ids. The outbox rows
+//! themselves are not locked: only the holder of its queue row publishes an event, and the
+//! mark is a HOT update (no index holds `published_at`).
 
-use sqlx::{Postgres, Transaction};
+use std::collections::HashMap;
+
+use sqlx::{FromRow as _, Postgres, Row as _, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -29,6 +36,8 @@ pub struct OutboxRow {
     /// What the event announces: an attempt's state (`succeeded`, `declined`, `expired`,
     /// `needs_review`) or `finding`.
     pub status: String,
+    /// With `event_id`, the row's key (the outbox is partitioned by it).
+    pub created_at: OffsetDateTime,
     /// The command's `requested_at` (the producer's clock), read with the row so the relay
     /// can observe command-to-outcome latency without a query per event (decision 149);
     /// `None` when the command had none or the event names no attempt.
@@ -45,63 +54,140 @@ pub struct FailedPublish {
     pub retry_in: Option<std::time::Duration>,
 }
 
-/// Rows claimed by one relay step. Dropping it without [`OutboxClaim::finish`] releases the
-/// rows unmarked (what a crash does).
+/// Events claimed by one relay step. Dropping it without [`OutboxClaim::finish`] releases
+/// them unmarked (what a crash does).
 pub struct OutboxClaim {
     tx: Transaction<'static, Postgres>,
     pub rows: Vec<OutboxRow>,
+    /// The queue rows claimed, deleted when the claim finishes (their events published or
+    /// queued again on their own).
+    queued: Vec<i64>,
 }
 
-/// Claims up to `limit` unpublished rows that are due, oldest first, skipping rows another
-/// relay holds. A row JetStream refused waits until its `next_attempt_at`, so it cannot keep
-/// the rows behind it from being claimed. The attempt's `requested_at` comes along by its
-/// primary key; only the outbox rows are locked (`FOR UPDATE OF o`), never the attempts.
+/// Claims the oldest due queue rows, skipping rows another relay holds, as many whole rows
+/// as begin within `limit` events (so a step holds at most `limit + 63` events), and
+/// returns their events that are not published yet, in queue order. A queue row whose
+/// events are all published already (an older relay marked them during a rolling upgrade)
+/// is claimed too, and deleted by [`OutboxClaim::finish`]. The rows are chosen before they
+/// are locked: a second relay at the same moment finds the same rows held and waits for
+/// its next step rather than claiming past them. The attempt's `requested_at` comes along
+/// by its primary key; neither outbox rows nor attempts are locked.
 pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClaim, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    let rows = sqlx::query_as(
-        "SELECT o.event_id, o.payment_attempt_id, o.subject, o.headers, o.payload,
-                o.publish_attempts, o.status, a.requested_at
-         FROM outbox o
-         LEFT JOIN payment_attempts a ON a.payment_attempt_id = o.payment_attempt_id
-         WHERE o.published_at IS NULL
-           AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
-         ORDER BY o.created_at, o.event_id
-         LIMIT $1
-         FOR UPDATE OF o SKIP LOCKED",
+    let found = sqlx::query(
+        "WITH head AS (
+             SELECT id, cardinality(event_ids) AS events
+             FROM outbox_unpublished
+             WHERE next_attempt_at IS NULL OR next_attempt_at <= now()
+             ORDER BY id
+             LIMIT $1
+         ),
+         taken AS (
+             SELECT id FROM (
+                 SELECT id, sum(events) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) - events AS before
+                 FROM head
+             ) h
+             WHERE before < $1
+         ),
+         claimed AS (
+             SELECT q.id, q.event_ids, q.created_ats
+             FROM outbox_unpublished q
+             WHERE q.id IN (SELECT id FROM taken)
+               AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now())
+             FOR UPDATE OF q SKIP LOCKED
+         )
+         SELECT c.id AS queue_id, x.*
+         FROM claimed c
+         CROSS JOIN LATERAL unnest(c.event_ids, c.created_ats) WITH ORDINALITY
+             AS e(event_id, created_at, n)
+         -- each event looked up by its key: one probe of the outbox's primary key (and of
+         -- the attempt's) per event, whatever the planner thinks of the tables' sizes (the
+         -- `OFFSET 0` keeps the lookup from being flattened into a join of whole tables)
+         LEFT JOIN LATERAL (
+             SELECT o.event_id, o.payment_attempt_id, o.subject, o.headers, o.payload,
+                    o.publish_attempts, o.status, o.created_at, a.requested_at
+             FROM outbox o
+             LEFT JOIN payment_attempts a ON a.payment_attempt_id = o.payment_attempt_id
+             WHERE o.event_id = e.event_id AND o.created_at = e.created_at
+               AND o.published_at IS NULL
+             OFFSET 0
+         ) x ON true
+         ORDER BY c.id, e.n",
     )
     .bind(limit as i64)
     .fetch_all(&mut *tx)
     .await?;
-    Ok(OutboxClaim { tx, rows })
+    let mut rows = Vec::with_capacity(found.len());
+    let mut queued: Vec<i64> = Vec::new();
+    for row in &found {
+        let queue_id: i64 = row.try_get("queue_id")?;
+        if queued.last() != Some(&queue_id) {
+            queued.push(queue_id);
+        }
+        if row.try_get::<Option<Uuid>, _>("event_id")?.is_some() {
+            rows.push(OutboxRow::from_row(row)?);
+        }
+    }
+    Ok(OutboxClaim { tx, rows, queued })
 }
 
 impl OutboxClaim {
     /// Marks `published` rows published (after their JetStream ack), records the error of
-    /// each `failed` row and when it may be tried next (`None`: at the next step; it stays
-    /// unpublished either way), and releases the claim. Both times are the database's
-    /// `now()`, like every time the other roles store, never this host's clock.
+    /// each `failed` row and queues it again, due when it may be tried next (`None`: at the
+    /// next step; it stays unpublished either way), deletes the claimed queue rows and
+    /// releases the claim, in one transaction. Both times are the database's `now()`, like
+    /// every time the other roles store, never this host's clock.
     pub async fn finish(
         mut self,
         published: &[Uuid],
         failed: &[FailedPublish],
     ) -> Result<(), sqlx::Error> {
-        if !published.is_empty() {
+        let created: HashMap<Uuid, OffsetDateTime> = self
+            .rows
+            .iter()
+            .map(|row| (row.event_id, row.created_at))
+            .collect();
+        let created_at = |id: &Uuid| created.get(id).copied();
+        if !published.is_empty() || !self.queued.is_empty() {
             sqlx::query(
-                "UPDATE outbox SET published_at = now(), publish_attempts = publish_attempts + 1, last_error = NULL
-                 WHERE event_id = ANY($1) AND published_at IS NULL",
+                // Both key columns as arrays: an index scan of each month's primary key that
+                // holds one of the times (event ids are unique, so the pairs match exactly).
+                "WITH marked AS (
+                 UPDATE outbox o
+                 SET published_at = now(), publish_attempts = o.publish_attempts + 1,
+                     last_error = NULL
+                 WHERE o.event_id = ANY($1) AND o.created_at = ANY($2)
+                   AND o.published_at IS NULL
+             )
+             DELETE FROM outbox_unpublished WHERE id = ANY($3)",
             )
             .bind(published)
+            .bind(column(published, created_at))
+            .bind(&self.queued)
             .execute(&mut *self.tx)
             .await?;
         }
         if !failed.is_empty() {
             sqlx::query(
-                "UPDATE outbox o SET publish_attempts = o.publish_attempts + 1, last_error = f.error,
-                     next_attempt_at = now() + make_interval(secs => f.retry_in)
-                 FROM UNNEST($1::uuid[], $2::text[], $3::float8[]) AS f(event_id, error, retry_in)
-                 WHERE o.event_id = f.event_id",
+                "WITH f AS (
+                     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::float8[])
+                         AS f(event_id, created_at, error, retry_in)
+                 ),
+                 noted AS (
+                     UPDATE outbox o
+                     SET publish_attempts = o.publish_attempts + 1, last_error = f.error,
+                         next_attempt_at = now() + make_interval(secs => f.retry_in)
+                     FROM f
+                     WHERE o.event_id = ANY($1) AND o.created_at = ANY($2)
+                       AND o.event_id = f.event_id
+                 )
+                 INSERT INTO outbox_unpublished (event_ids, created_ats, next_attempt_at)
+                 SELECT ARRAY[f.event_id], ARRAY[f.created_at],
+                        now() + make_interval(secs => f.retry_in)
+                 FROM f",
             )
             .bind(column(failed, |f| f.event_id))
+            .bind(column(failed, |f| created_at(&f.event_id)))
             .bind(column(failed, |f| crate::domain::bounded(&f.error, 1000)))
             .bind(column(failed, |f| f.retry_in.map(|d| d.as_secs_f64())))
             .execute(&mut *self.tx)

@@ -4,8 +4,8 @@
 //!
 //! A row is *kept* — never dropped, whatever its age — while its attempt is not final or
 //! changed after the cutoff, and, in the outbox, while it is unpublished. Dropping a month
-//! detaches it, copies its kept rows back into the parent (their month is no longer
-//! covered, so they land in the DEFAULT partition) in one short transaction that locks only
+//! detaches it, copies its kept rows into the DEFAULT partition (their month is no longer
+//! covered) in one short transaction that locks only
 //! the history table, then drops it ([`drop_partition`]): a failure before the detach
 //! commits leaves the month attached and whole. Rows in DEFAULT (kept ones, and
 //! rows written while no month covered them) are deleted row by row once they are no longer
@@ -44,11 +44,14 @@ impl HistoryTable {
         }
     }
 
-    /// The column that identifies a row (unique within the table).
-    fn id(self) -> &'static str {
+    /// The columns that identify a row (unique within the table) and lead an index of it,
+    /// so that a kept row is found by one index probe: the attempt and the id from its
+    /// sequence (`…_attempt_idx`; these tables have no primary key, decision 170), the event
+    /// id (`outbox_pkey`).
+    fn row_key(self) -> &'static [&'static str] {
         match self {
-            Self::Transitions | Self::GatewayCalls => "id",
-            Self::Outbox => "event_id",
+            Self::Transitions | Self::GatewayCalls => &["payment_attempt_id", "id"],
+            Self::Outbox => &["event_id"],
         }
     }
 
@@ -214,13 +217,13 @@ const DROP_RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// one short transaction, and says how many rows it held and kept.
 ///
 /// 1. Under no lock a writer waits on (reads only): count its rows and note, in a temporary
-///    table, the ids of the rows that must be kept — the slow part, a scan of the whole
+///    table, the keys of the rows that must be kept — the slow part, a scan of the whole
 ///    month joined with the attempts.
 /// 2. One short transaction with `lock_timeout` = [`DROP_LOCK_TIMEOUT`]: detach the month
 ///    (ACCESS EXCLUSIVE on the history table, never a lock on `payment_attempts`: the
 ///    history has no foreign key to it, migration `…_history_without_attempt_foreign_keys`)
-///    and copy the noted rows that are still kept back into the table, each looked up by its
-///    id (they land in DEFAULT). A failure leaves the month attached and whole; a lock not
+///    and copy the noted rows that are still kept into DEFAULT, each looked up by its key.
+///    A failure leaves the month attached and whole; a lock not
 ///    had in time (55P03) rolls back and tries again after a pause.
 /// 3. Drop the detached month, which no one else uses. A month left detached by a crash
 ///    between 2 and 3 already had its kept rows copied: the next pass drops it
@@ -235,7 +238,13 @@ pub async fn drop_partition(
     partition: &str,
     cutoff: OffsetDateTime,
 ) -> Result<Dropped, sqlx::Error> {
-    let (id, quoted_partition) = (table.id(), quoted(partition));
+    let quoted_partition = quoted(partition);
+    let key = table
+        .row_key()
+        .iter()
+        .map(|column| format!("t.{column} AS kept_{column}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut conn = store.pool().acquire().await?;
     sqlx::query("DROP TABLE IF EXISTS pg_temp.retention_kept")
         .execute(&mut *conn)
@@ -245,7 +254,7 @@ pub async fn drop_partition(
         .await?;
     sqlx::query(&format!(
         "CREATE TEMPORARY TABLE retention_kept AS
-         SELECT t.{id} AS id FROM {quoted_partition} t JOIN payment_attempts a USING (payment_attempt_id)
+         SELECT {key} FROM {quoted_partition} t JOIN payment_attempts a USING (payment_attempt_id)
          WHERE {kept}",
         kept = table.kept()
     ))
@@ -291,16 +300,25 @@ pub async fn drop_partition(
 }
 
 /// Step 2 of [`drop_partition`]: one transaction, its locks had within
-/// [`DROP_LOCK_TIMEOUT`] or not at all. The noted rows are looked up one by one by id (the
-/// `OFFSET 0` keeps the planner from turning the lookups into a scan of the month while the
-/// table is locked).
+/// [`DROP_LOCK_TIMEOUT`] or not at all. The noted rows are looked up one by one by their key
+/// (the `OFFSET 0` keeps the planner from turning the lookups into a scan of the month while
+/// the table is locked). They are written into the DEFAULT partition itself, not through
+/// the table: they are the same rows again, which the outbox's statement triggers must not
+/// take for new events (their final states are recorded, and their queue rows for the relay
+/// still name them by the same key, decision 171).
 async fn detach_and_copy_kept(
     conn: &mut sqlx::PgConnection,
     table: HistoryTable,
     partition: &str,
     cutoff: OffsetDateTime,
 ) -> Result<u64, sqlx::Error> {
-    let (parent, id) = (table.name(), table.id());
+    let (parent, default) = (table.name(), table.default_partition());
+    let found = table
+        .row_key()
+        .iter()
+        .map(|column| format!("p.{column} = k.kept_{column}"))
+        .collect::<Vec<_>>()
+        .join(" AND ");
     let mut tx = sqlx::Connection::begin(conn).await?;
     sqlx::query(&format!(
         "SET LOCAL lock_timeout = '{}ms'",
@@ -315,9 +333,9 @@ async fn detach_and_copy_kept(
         .await?;
     let partition = quoted(partition);
     let kept = sqlx::query(&format!(
-        "INSERT INTO {parent}
+        "INSERT INTO {default}
          SELECT t.* FROM pg_temp.retention_kept k
-         CROSS JOIN LATERAL (SELECT * FROM {partition} p WHERE p.{id} = k.id OFFSET 0) t
+         CROSS JOIN LATERAL (SELECT * FROM {partition} p WHERE {found} OFFSET 0) t
          JOIN payment_attempts a USING (payment_attempt_id)
          WHERE {kept}",
         kept = table.kept()

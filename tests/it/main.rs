@@ -51,3 +51,4 @@ mod tls;
 mod tracing;
 mod webhook;
 mod webhook_localstripe;
+mod write_path;

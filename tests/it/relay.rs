@@ -333,10 +333,11 @@ async fn an_idle_executor_and_relay_wake_on_a_nudge_long_before_their_poll_inter
 async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events_behind_it() {
     let mut h = Harness::with(Default::default(), |s| s.relay.batch_size = 1).await;
     h.seed_expired(3).await;
-    // The oldest event goes to a subject no stream stores: JetStream refuses it every time.
+    // The first event the relay meets (the first queued) goes to a subject no stream
+    // stores: JetStream refuses it every time.
     sqlx::query(
         "UPDATE outbox SET subject = 'payments.nowhere.v1'
-         WHERE event_id = (SELECT event_id FROM outbox ORDER BY created_at, event_id LIMIT 1)",
+         WHERE event_id = (SELECT event_ids[1] FROM outbox_unpublished ORDER BY id LIMIT 1)",
     )
     .execute(h.store.pool())
     .await
@@ -365,11 +366,21 @@ async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events
         "the poison row waits for its own next try"
     );
 
+    // It waits in the relay's queue on its own, due at its next try.
+    let poison: Vec<Uuid> = h.unpublished_event_ids().await;
+    assert_eq!(h.queued_events().await, (poison, 1));
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM outbox_unpublished WHERE next_attempt_at > now()")
+            .await,
+        1
+    );
+
     // When its time comes it is tried again (and refused again, waiting longer).
-    sqlx::query("UPDATE outbox SET next_attempt_at = now() - interval '1 second' WHERE published_at IS NULL")
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.exec(
+        "UPDATE outbox SET next_attempt_at = now() - interval '1 second' WHERE published_at IS NULL;
+         UPDATE outbox_unpublished SET next_attempt_at = now() - interval '1 second'",
+    )
+    .await;
     let again = relay.run_once().await.unwrap();
     assert_eq!((again.claimed, again.refused), (1, 1), "{again:?}");
     assert_eq!(
@@ -380,4 +391,73 @@ async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events
         .await,
         1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_unpublished_event_waits_in_the_relays_queue_once_until_it_is_published() {
+    let mut h = Harness::new().await;
+    // Events of a settlement (one insert of three) and of intake's stale births.
+    h.seed_many(&[pm::CARD_VISA; 3]).await;
+    h.executor().run_once().await.unwrap();
+    h.seed_expired(2).await;
+    let (queued, _) = h.queued_events().await;
+    assert_eq!(queued, h.unpublished_event_ids().await, "each event once");
+    assert_eq!(queued.len(), 5);
+
+    let report = h.relay().await.run_once().await.unwrap();
+
+    assert_eq!((report.claimed, report.published), (5, 5));
+    assert_eq!(h.unpublished_events().await, 0);
+    assert_eq!(h.queued_events().await, (vec![], 0), "the queue is empty");
+    assert_eq!(h.event_messages().await.len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_step_takes_whole_queue_rows_as_far_as_its_batch_reaches() {
+    let mut h = Harness::with(Default::default(), |s| s.relay.batch_size = 2).await;
+    // Nine events queued as three inserts of three would queue them.
+    h.seed_expired(9).await;
+    h.exec(
+        "DELETE FROM outbox_unpublished;
+         INSERT INTO outbox_unpublished (event_ids, created_ats)
+         SELECT array_agg(event_id ORDER BY n), array_agg(created_at ORDER BY n)
+         FROM (SELECT event_id, created_at,
+                      row_number() OVER (ORDER BY created_at, event_id) - 1 AS n
+               FROM outbox) e
+         GROUP BY n / 3 ORDER BY n / 3",
+    )
+    .await;
+    assert_eq!(h.queued_events().await.1, 3);
+    let relay = h.relay().await;
+
+    let first = relay.run_once().await.unwrap();
+
+    // The first row begins within the batch and is taken whole; the second would begin at
+    // the fourth event, past the batch of two.
+    assert_eq!((first.claimed, first.published), (3, 3), "{first:?}");
+    assert_eq!(h.queued_events().await.1, 2);
+    let (second, third) = (
+        relay.run_once().await.unwrap(),
+        relay.run_once().await.unwrap(),
+    );
+    assert_eq!((second.published, third.published), (3, 3));
+    assert_eq!(h.queued_events().await, (vec![], 0));
+    assert_eq!(h.event_messages().await.len(), 9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_events_another_relay_already_marked_published_are_dropped_from_the_queue() {
+    let mut h = Harness::new().await;
+    h.seed_expired(2).await;
+    // A relay of the build before the queue marks events without touching it (a rolling
+    // upgrade).
+    h.exec("UPDATE outbox SET published_at = now(), publish_attempts = 1")
+        .await;
+    assert_eq!(h.queued_events().await.0.len(), 2);
+
+    let report = h.relay().await.run_once().await.unwrap();
+
+    assert_eq!(report, Default::default(), "nothing is published again");
+    assert_eq!(h.queued_events().await, (vec![], 0));
+    assert!(h.event_messages().await.is_empty());
 }

@@ -151,12 +151,22 @@ async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_publ
         .await
         .unwrap();
     assert_eq!(history(&w.h, w.unpublished).await, (0, 0, 1));
+    // the copy of the kept event is the same event: still queued once, by the row that
+    // queued it with its settlement (decision 171)
+    let kept = w.h.last_event(w.unpublished).await.event_id;
+    let (queued, _) = w.h.queued_events().await;
+    assert_eq!(
+        queued.iter().filter(|e| **e == kept).count(),
+        1,
+        "{queued:?}"
+    );
 
     // the relay still finds the kept event and publishes it
     let report = w.h.relay().await.run_once().await.unwrap();
     assert_eq!(report.published, 1, "{report:?}");
     let events = w.h.event_messages().await;
     assert_eq!(events.len(), 1);
+    assert_eq!(w.h.queued_events().await, (vec![], 0));
 
     // the unknown attempt is settled, and a year later its kept history goes too
     w.h.set_attempt(
@@ -252,6 +262,17 @@ async fn a_row_no_month_covers_lands_in_the_default_partition_and_moves_into_its
         "the row is in its own month now"
     );
     assert_eq!(h.transitions(id).await.len(), 2);
+    // the outbox's months are made half filled, so that marking an event published is a
+    // HOT update (decision 171); the other tables' months are filled whole
+    let fillfactor = |table: HistoryTable| {
+        format!(
+            "SELECT count(*) FROM pg_class WHERE relname = '{}'
+             AND reloptions @> ARRAY['fillfactor=50']",
+            table.month_partition(ahead)
+        )
+    };
+    assert_eq!(h.scalar(&fillfactor(HistoryTable::Outbox)).await, 1);
+    assert_eq!(h.scalar(&fillfactor(HistoryTable::Transitions)).await, 0);
 }
 
 async fn test_broker(h: &Harness) -> onecharge::broker::Broker {

@@ -458,6 +458,32 @@ pub trait Records {
         outbox.iter().filter(|e| e.published_at.is_none()).count()
     }
 
+    /// The relay's queue (`outbox_unpublished`, decision 171): every event id it names, one
+    /// entry per time it is named, sorted; and how many queue rows name them.
+    async fn queued_events(&self) -> (Vec<Uuid>, i64) {
+        let mut events: Vec<Uuid> =
+            sqlx::query_scalar("SELECT unnest(event_ids) FROM outbox_unpublished")
+                .fetch_all(self.pool())
+                .await
+                .unwrap();
+        events.sort();
+        let rows = self.scalar("SELECT count(*) FROM outbox_unpublished").await;
+        (events, rows)
+    }
+
+    /// The ids of the events never published, sorted.
+    async fn unpublished_event_ids(&self) -> Vec<Uuid> {
+        let mut ids: Vec<Uuid> = self
+            .outbox()
+            .await
+            .into_iter()
+            .filter(|e| e.published_at.is_none())
+            .map(|e| e.event_id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
     // Intake's dedupe rows.
 
     /// How many dedupe rows (`processed_messages`) are recorded.

@@ -1,0 +1,3 @@
+-- no-transaction
+CREATE INDEX CONCURRENTLY IF NOT EXISTS payment_attempts_status_created_idx
+    ON payment_attempts (status, created_at DESC);
