@@ -18,6 +18,7 @@ mod broker;
 mod cluster;
 mod fleet;
 mod mix;
+mod refunds;
 mod runner;
 mod verify;
 

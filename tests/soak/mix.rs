@@ -5,7 +5,9 @@
 //! duplicate (new message id, same attempt and parameters) or a conflict (new message id,
 //! same attempt, another amount). Some attempts are stale (`requested_at` two days ago).
 //! Invalid messages are sprinkled in. A conflict is published only after its original was
-//! recorded, so which of the two is dead-lettered is not a race.
+//! recorded, so which of the two is dead-lettered is not a race. About one charge in seven
+//! also gets refunds (`crate::refunds`), on the refund subject, in the charge's round (before
+//! it) or the next two.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -21,6 +23,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::refunds::{self, PlannedRefund};
 use crate::support::command;
 
 /// What one valid attempt should end as.
@@ -48,11 +51,28 @@ pub enum Kind {
     /// Published once the original with this message id is recorded.
     Conflict,
     Invalid,
+    /// A RefundPayment's first publish (`crate::refunds`).
+    Refund,
+    /// A refund published again under the same message id, past the duplicate window.
+    RefundRetry,
+    /// The same refund under a new message id.
+    RefundDuplicate,
+}
+
+impl Kind {
+    /// Whether it goes on the refund commands' subject.
+    pub fn is_refund(self) -> bool {
+        matches!(
+            self,
+            Self::Refund | Self::RefundRetry | Self::RefundDuplicate
+        )
+    }
 }
 
 /// The whole seeded mix, in publishing rounds.
 #[derive(Debug, Default)]
 pub struct Plan {
+    pub seed: u64,
     pub attempts: HashMap<Uuid, PlannedAttempt>,
     /// Round 0 is published before any fault: it holds the messages without a
     /// `Nats-Msg-Id`, which a producer cannot retry safely.
@@ -63,15 +83,23 @@ pub struct Plan {
     pub dead_letter_ids: HashMap<String, &'static str>,
     /// Invalid messages without a message id (dead-lettered too, identified by sequence).
     pub invalid_without_id: usize,
-    /// Every message id that must be recorded as processed.
+    /// Every charge message id that must be recorded as processed.
     pub valid_message_ids: HashSet<String>,
+    /// The refunds asked for, by `refund_id`.
+    pub refunds: HashMap<Uuid, PlannedRefund>,
+    /// Every refund message id, each of which must be recorded as processed.
+    pub refund_message_ids: HashSet<String>,
 }
 
 impl Plan {
     /// About `commands` messages in rounds of about `round_size` originals.
     pub fn new(seed: u64, commands: usize, round_size: usize, gateway: GatewayKind) -> Plan {
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut plan = Plan::default();
+        let mut refund_dice = refunds::dice(seed);
+        let mut plan = Plan {
+            seed,
+            ..Plan::default()
+        };
         // ~1.22 messages per attempt: 10 % retries, 8 % duplicates, 3 % conflicts, 1.5 % invalid.
         let originals = (commands * 100 / 122).max(1);
         let now = OffsetDateTime::now_utc();
@@ -94,9 +122,13 @@ impl Plan {
         plan.rounds.push(round0);
 
         let mut pending_followups: Vec<Message> = Vec::new();
+        // Refunds a round after their charge's followups (their own duplicates, the rest
+        // after a partial refund).
+        let mut later_followups: Vec<Message> = Vec::new();
         let mut invalid_n = 0;
         for start in (0..originals).step_by(round_size) {
             let mut round = std::mem::take(&mut pending_followups);
+            pending_followups = std::mem::take(&mut later_followups);
             for i in start..(start + round_size).min(originals) {
                 let attempt = Uuid::from_u128(rng.gen());
                 let payment_method = payment_method(&mut rng, gateway);
@@ -109,15 +141,25 @@ impl Plan {
                 };
                 let message_id = format!("soak-{seed}-{i}");
                 let body = command_body(attempt, i, amount_minor, payment_method, requested_at);
-                plan.attempts.insert(
+                let planned = PlannedAttempt {
+                    amount_minor,
+                    payment_method,
+                    stale,
+                    original_message_id: message_id.clone(),
+                };
+                let mut placed = refunds::Placed::default();
+                refunds::plan_for(
+                    &mut refund_dice,
+                    i,
                     attempt,
-                    PlannedAttempt {
-                        amount_minor,
-                        payment_method,
-                        stale,
-                        original_message_id: message_id.clone(),
-                    },
+                    &planned,
+                    &mut plan,
+                    &mut placed,
                 );
+                round.append(&mut placed.before_charge);
+                pending_followups.append(&mut placed.next);
+                later_followups.append(&mut placed.after_next);
+                plan.attempts.insert(attempt, planned);
                 plan.valid_message_ids.insert(message_id.clone());
                 round.push(Message {
                     message_id: Some(message_id.clone()),
@@ -167,6 +209,7 @@ impl Plan {
             plan.rounds.push(round);
         }
         plan.rounds.push(pending_followups);
+        plan.rounds.push(later_followups);
         plan
     }
 }
@@ -290,15 +333,33 @@ impl Published {
     }
 }
 
+/// The subjects a producer publishes commands on.
+#[derive(Debug, Clone)]
+pub struct Subjects {
+    pub charge: String,
+    pub refund: String,
+}
+
+impl Subjects {
+    fn of(&self, kind: Kind) -> &str {
+        if kind.is_refund() {
+            &self.refund
+        } else {
+            &self.charge
+        }
+    }
+}
+
 /// Publishes the plan's rounds `interval` apart (round 0 at once), retrying a failed publish
 /// with the same message id until JetStream acknowledges it, as a producer does.
 pub async fn publish(
     plan: &Plan,
     jetstream: jetstream::Context,
-    subject: String,
+    subjects: Subjects,
     pool: PgPool,
     interval: Duration,
 ) -> Published {
+    let subject = &subjects.charge;
     let started = Instant::now();
     let mut published = Published::default();
     let mut waiting: Vec<&Message> = Vec::new();
@@ -308,10 +369,16 @@ pub async fn publish(
         }
         waiting.extend(round.iter().filter(|m| m.kind == Kind::Conflict));
         for message in round.iter().filter(|m| m.kind != Kind::Conflict) {
-            publish_one(&jetstream, &subject, message, &mut published).await;
+            publish_one(
+                &jetstream,
+                subjects.of(message.kind),
+                message,
+                &mut published,
+            )
+            .await;
         }
         waiting =
-            publish_recorded_conflicts(plan, &jetstream, &subject, &pool, waiting, &mut published)
+            publish_recorded_conflicts(plan, &jetstream, subject, &pool, waiting, &mut published)
                 .await;
     }
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -323,7 +390,7 @@ pub async fn publish(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
         waiting =
-            publish_recorded_conflicts(plan, &jetstream, &subject, &pool, waiting, &mut published)
+            publish_recorded_conflicts(plan, &jetstream, subject, &pool, waiting, &mut published)
                 .await;
     }
     published.duration = started.elapsed();

@@ -8,8 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mock_gateway::{Dialect, FaultConfig, FaultRule, Latency, MockConfig, MockGateway};
-use onecharge::broker::Names;
+use mock_gateway::{
+    Dialect, FaultConfig, FaultRule, Latency, MockConfig, MockGateway, RefundFaults,
+};
+use onecharge::broker::{CommandKind, Names};
+use onecharge::config::IntakeSettings;
 use onecharge::gateway::GatewayKind;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
@@ -19,7 +22,9 @@ use uuid::Uuid;
 use crate::broker::{SoakBroker, Topology};
 use crate::fleet::{self, onecharge, Fleet};
 use crate::mix::{self, Kind, Plan};
+use crate::refunds::{self, RefundsSeen};
 use crate::support::throwaway::{server_url, ThrowawayDatabase};
+use crate::support::Records as _;
 use crate::verify::{self, Observed};
 
 /// How big and how rough one soak run is.
@@ -88,7 +93,8 @@ impl Drop for Workspace {
 }
 
 /// The gateway's faults: every kind, by seeded chance, on top of the payment methods that
-/// trigger one on their first try.
+/// trigger one on their first try; and the refunds' own: every fault of a refund call and
+/// of a refund lookup, and refunds that start `pending` (settling 2 s later) or `failed`.
 fn soak_faults(server_errors: f64) -> FaultConfig {
     FaultConfig {
         error_before: FaultRule::probability(server_errors),
@@ -101,6 +107,21 @@ fn soak_faults(server_errors: f64) -> FaultConfig {
             jitter_ms: 15,
         },
         // no slow_charge: a key held in progress for a minute would only stall the run
+        refunds: RefundFaults {
+            error_before: FaultRule::probability(0.02),
+            error_after: FaultRule::probability(0.03),
+            hang_after: FaultRule::probability(0.02),
+            drop_after: FaultRule::probability(0.03),
+            rate_limit: FaultRule::probability(0.03),
+            pending: FaultRule::probability(0.15),
+            failed: FaultRule::probability(0.03),
+            lookup_error: FaultRule::probability(0.03),
+            lookup_hang: FaultRule::probability(0.01),
+            lookup_drop: FaultRule::probability(0.02),
+            // no requires_action: it waits for a person's control at the gateway, and would
+            // end in review after reconciler.processing_max
+            ..RefundFaults::default()
+        },
         ..FaultConfig::default()
     }
 }
@@ -128,6 +149,11 @@ admin_addr = "127.0.0.1:0"
 namespace = "{namespace}"
 gateway_connect_timeout = "500ms"
 gateway_request_timeout = "1s"
+# The mock finishes every request within 1.5 s (a held answer): a lookup that finds nothing
+# 5 s after the last send (the least the settings allow: lease + both timeouts) proves
+# nothing was done, so a refund whose send never reached the gateway (a 500 before it, a
+# kill between its claim and its call) is sent again within the run, not 10 minutes later.
+gateway_max_processing_time = "5s"
 
 [intake]
 ack_wait = "2s"
@@ -158,8 +184,16 @@ replicas = {replicas}
 poll_interval = "50ms"
 publish_timeout = "2s"
 
+[refunds]
+# A refund published before its charge asks again this often whether the charge is final,
+# and gives up (refused, with the charge's state as the reason) after max_wait.
+recheck_interval = "300ms"
+max_wait = "1m"
+
 [reconciler]
 schedule = ["1s", "2s", "4s"]
+# A refund the gateway holds `pending` settles there 2 s later.
+processing_schedule = ["1s", "2s"]
 poll_interval = "200ms"
 claim_hold = "3s"
 "#,
@@ -218,6 +252,8 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         // A PaymentIntent left `processing` (Stripe dialect) succeeds 2 s later, inside the
         // reconciler's schedule (1 s, 2 s, 4 s).
         slow_charge_for: Duration::from_secs(2),
+        // A refund that starts `pending` succeeds 2 s later, inside the processing schedule.
+        refund_settle_after: Duration::from_secs(2),
         dialect: match config.gateway {
             GatewayKind::Onecharge => Dialect::Onecharge,
             GatewayKind::Stripe => Dialect::Stripe,
@@ -277,10 +313,13 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     let publisher = tokio::spawn({
         let plan = plan.clone();
         let jetstream = jetstream.clone();
-        let subject = names.charge_subject();
+        let subjects = mix::Subjects {
+            charge: names.charge_subject(),
+            refund: names.command_subject(CommandKind::Refund),
+        };
         let pool = pool.clone();
         let interval = config.round_interval;
-        async move { mix::publish(&plan, jetstream, subject, pool, interval).await }
+        async move { mix::publish(&plan, jetstream, subjects, pool, interval).await }
     });
 
     let chaos_started = Instant::now();
@@ -377,10 +416,21 @@ pub async fn run(config: SoakConfig) -> SoakReport {
             .iter()
             .map(|id| show_attempt(&config_path, *id))
             .collect();
+        let unsettled_refunds: Vec<String> = pool
+            .all_refunds()
+            .await
+            .into_iter()
+            .filter(|r| {
+                !["succeeded", "failed", "refused", "needs_review"].contains(&r.status.as_str())
+            })
+            .take(5)
+            .map(|r| format!("{r:?}"))
+            .collect();
         panic!(
-            "the soak did not settle within {:?}: {state}\nunsettled attempts (first 5):\n{}",
+            "the soak did not settle within {:?}: {state}\nunsettled attempts (first 5):\n{}\nunsettled refunds (first 5):\n{}",
             config.settle_timeout,
-            shown.join("\n")
+            shown.join("\n"),
+            unsettled_refunds.join("\n")
         );
     }
     for (status, log) in &exits {
@@ -394,6 +444,9 @@ pub async fn run(config: SoakConfig) -> SoakReport {
 
     let observed = Observed::read(&pool, &jetstream, &names, gateway.ledger()).await;
     let mut problems = verify::check(&plan, &observed);
+    let refunds_seen = RefundsSeen::read(&pool, gateway.refunds()).await;
+    let (refund_problems, refund_figures) = refunds::check(&plan, &observed, &refunds_seen);
+    problems.extend(refund_problems);
     let audited = audit_findings(&config_path);
     problems.extend(verify::check_audit(&plan, &observed, &audited));
     for panic in fleet::panics(&dir) {
@@ -462,9 +515,14 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         "  killed mid-charge         {} attempts whose lease expired",
         observed.lease_expired
     );
+    refunds::print(&plan, &published, &refund_figures);
     println!(
         "  events on the stream      {event_copies} messages for {} outbox events",
-        observed.outbox.len()
+        observed
+            .outbox
+            .iter()
+            .filter(|row| row.status != "refund_dead_letter")
+            .count()
     );
     println!(
         "  dead letters              {}",
@@ -563,9 +621,9 @@ fn show_attempt(config: &Path, id: Uuid) -> String {
     }
 }
 
-/// Waits until every attempt is recorded and settled, every event published, every dead
-/// letter written and the intake consumer has nothing left; restarts processes that end by
-/// themselves meanwhile. `Err` carries the last state seen.
+/// Waits until every attempt and every refund is recorded and settled, every event
+/// published, every dead letter written and both intake consumers have nothing left;
+/// restarts processes that end by themselves meanwhile. `Err` carries the last state seen.
 async fn wait_for_quiescence(
     pool: &PgPool,
     jetstream: &async_nats::jetstream::Context,
@@ -585,6 +643,7 @@ async fn wait_for_quiescence(
             jetstream,
             names,
             plan.attempts.len() as i64,
+            plan.refunds.len() as i64,
             expected_dead,
         )
         .await
@@ -612,6 +671,7 @@ async fn quiescence_state(
     jetstream: &async_nats::jetstream::Context,
     names: &Names,
     expected_attempts: i64,
+    expected_refunds: i64,
     expected_dead: u64,
 ) -> anyhow::Result<(bool, String)> {
     let (attempts, open, unpublished): (i64, i64, i64) = sqlx::query_as(
@@ -621,23 +681,32 @@ async fn quiescence_state(
     )
     .fetch_one(pool)
     .await?;
+    let (refunds, open_refunds) = pool.refund_counts().await;
     let mut dlq = jetstream.get_stream(names.dlq_stream()).await?;
     let dead = dlq.info().await?.state.messages;
     let commands = jetstream.get_stream(names.commands_stream()).await?;
-    let mut consumer: async_nats::jetstream::consumer::PullConsumer = commands
-        .get_consumer("onecharge-intake")
-        .await
-        .map_err(|e| anyhow::anyhow!("intake consumer: {e}"))?;
-    let info = consumer.info().await?;
+    let intake = IntakeSettings::default();
+    let mut backlog = Vec::new();
+    for kind in [CommandKind::Charge, CommandKind::Refund] {
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = commands
+            .get_consumer(&kind.consumer_name(&intake))
+            .await
+            .map_err(|e| anyhow::anyhow!("{} intake consumer: {e}", kind.command_name()))?;
+        let info = consumer.info().await?;
+        backlog.push((info.num_pending, info.num_ack_pending));
+    }
     let state = format!(
-        "attempts {attempts}/{expected_attempts}, open {open}, unpublished events {unpublished}, dead letters {dead}/{expected_dead}, intake backlog {} pending + {} unacknowledged",
-        info.num_pending, info.num_ack_pending
+        "attempts {attempts}/{expected_attempts}, open {open}, refunds {refunds}/{expected_refunds}, open {open_refunds}, unpublished events {unpublished}, dead letters {dead}/{expected_dead}+, intake backlog {} pending + {} unacknowledged, refund intake backlog {} + {}",
+        backlog[0].0, backlog[0].1, backlog[1].0, backlog[1].1
     );
     let quiet = attempts == expected_attempts
         && open == 0
+        && refunds == expected_refunds
+        && open_refunds == 0
         && unpublished == 0
         && dead >= expected_dead
-        && info.num_pending == 0
-        && info.num_ack_pending == 0;
+        && backlog
+            .iter()
+            .all(|&(pending, unacked)| pending == 0 && unacked == 0);
     Ok((quiet, state))
 }

@@ -1,5 +1,6 @@
 //! The one ChargePayment v1 of the tests: a valid body as a producer publishes it, and the
-//! record intake makes of such a body, for tests that seed attempts without a broker.
+//! record intake makes of such a body, for tests that seed attempts without a broker; and the
+//! one RefundPayment v1 body.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -63,6 +64,37 @@ pub fn refund_record(
         correlation_id: Some("corr-refund".into()),
         traceparent: None,
     }
+}
+
+/// A valid RefundPayment body (contract §2.5) refunding `amount_minor` of `attempt`'s charge
+/// (`None`: whatever is left), from the contract's example, with fields overridden by
+/// `patch` (a `null` removes the field).
+pub fn refund_command(
+    refund_id: Uuid,
+    attempt: Uuid,
+    amount_minor: Option<i64>,
+    patch: Value,
+) -> Value {
+    let mut body = onecharge::domain::refund::contract_example();
+    body["refund_id"] = json!(refund_id);
+    body["payment_attempt_id"] = json!(attempt);
+    body["requested_at"] = json!(time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap());
+    match amount_minor {
+        Some(amount) => body["amount_minor"] = json!(amount),
+        None => {
+            body.as_object_mut().unwrap().remove("amount_minor");
+        }
+    }
+    for (k, v) in patch.as_object().unwrap() {
+        if v.is_null() {
+            body.as_object_mut().unwrap().remove(k);
+        } else {
+            body[k] = v.clone();
+        }
+    }
+    body
 }
 
 /// What intake records of a fresh attempt's [`command`] with `payment_method` (an order of

@@ -137,12 +137,32 @@ pub struct RefundRow {
     pub refund_id: Uuid,
     pub payment_attempt_id: Uuid,
     pub status: String,
+    /// As the command asked; `None` asked for what is left of the charge.
+    pub requested_minor: Option<i64>,
+    /// Fixed on admission.
     pub amount_minor: Option<i64>,
     pub gateway_refund_id: Option<String>,
     pub failure_reason: Option<String>,
     pub review_reason: Option<String>,
     pub tries: i32,
     pub lookups: i32,
+    pub created_at: OffsetDateTime,
+    /// When it reached `succeeded`, `failed` or `refused`.
+    pub settled_at: Option<OffsetDateTime>,
+}
+
+/// The columns of a [`RefundRow`].
+const REFUND_COLUMNS: &str = "refund_id, payment_attempt_id, status, requested_minor, \
+     amount_minor, gateway_refund_id, failure_reason, review_reason, tries, lookups, created_at, \
+     settled_at";
+
+/// What one charge has promised back (`refund_totals`).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct RefundTotal {
+    pub payment_attempt_id: Uuid,
+    pub charged_minor: i64,
+    /// Every admitted refund's amount until it fails: never above `charged_minor`.
+    pub reserved_minor: i64,
 }
 
 /// What a refund's command asked, as recorded: the amount (`None`: the rest), the reason,
@@ -648,11 +668,9 @@ pub trait Records {
 
     /// One refund's row, when intake has recorded it.
     async fn find_refund(&self, id: impl Into<Uuid>) -> Option<RefundRow> {
-        sqlx::query_as(
-            "SELECT refund_id, payment_attempt_id, status, amount_minor, gateway_refund_id,
-                    failure_reason, review_reason, tries, lookups
-             FROM refunds WHERE refund_id = $1",
-        )
+        sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM refunds WHERE refund_id = $1"
+        ))
         .bind(id.into())
         .fetch_optional(self.pool())
         .await
@@ -661,11 +679,10 @@ pub trait Records {
 
     /// Every refund of one attempt, oldest first.
     async fn refunds_of(&self, id: impl Into<PaymentAttemptId>) -> Vec<RefundRow> {
-        sqlx::query_as(
-            "SELECT refund_id, payment_attempt_id, status, amount_minor, gateway_refund_id,
-                    failure_reason, review_reason, tries, lookups
-             FROM refunds WHERE payment_attempt_id = $1 ORDER BY created_at, refund_id",
-        )
+        sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM refunds WHERE payment_attempt_id = $1
+             ORDER BY created_at, refund_id"
+        ))
         .bind(id.into())
         .fetch_all(self.pool())
         .await
@@ -697,6 +714,39 @@ pub trait Records {
             .execute(self.pool())
             .await
             .unwrap_or_else(|e| panic!("SET {set}: {e}"));
+    }
+
+    /// Every refund, oldest first (the soak's verdict reads them all at once).
+    async fn all_refunds(&self) -> Vec<RefundRow> {
+        sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM refunds ORDER BY created_at, refund_id"
+        ))
+        .fetch_all(self.pool())
+        .await
+        .expect("refunds")
+    }
+
+    /// Refunds recorded, and of them those not settled yet: neither final nor in review.
+    async fn refund_counts(&self) -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT count(*),
+                    count(*) FILTER (WHERE status NOT IN ('succeeded', 'failed', 'refused',
+                                                          'needs_review'))
+             FROM refunds",
+        )
+        .fetch_one(self.pool())
+        .await
+        .expect("refund counts")
+    }
+
+    /// Every charge's `refund_totals` row.
+    async fn refund_totals(&self) -> Vec<RefundTotal> {
+        sqlx::query_as(
+            "SELECT payment_attempt_id, charged_minor, reserved_minor FROM refund_totals",
+        )
+        .fetch_all(self.pool())
+        .await
+        .expect("refund totals")
     }
 
     /// What the charge has promised back: `refund_totals.reserved_minor` (0 when none).
@@ -731,6 +781,19 @@ pub trait Records {
              ORDER BY created_at, event_id",
         )
         .bind(id.into())
+        .fetch_all(self.pool())
+        .await
+        .expect("refund outbox")
+    }
+
+    /// The outbox's rows about every refund (events and dead letters), oldest first.
+    async fn all_refund_outbox(&self) -> Vec<Event> {
+        sqlx::query_as(
+            "SELECT event_id, payment_attempt_id, status, subject, headers, payload, created_at,
+                    published_at, publish_attempts
+             FROM outbox WHERE status LIKE 'refund%'
+             ORDER BY created_at, event_id",
+        )
         .fetch_all(self.pool())
         .await
         .expect("refund outbox")
