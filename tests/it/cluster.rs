@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::cluster::NatsCluster;
+use crate::support::nats_server::current_server_or_skip;
 use crate::support::throwaway::{server_url, ThrowawayDatabase};
 
 fn settings(nats_url: String, database_url: String) -> Settings {
@@ -48,6 +49,9 @@ fn charge_args(attempt: Uuid) -> ChargeArgs {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_with_three_replicas_creates_every_stream_on_three_servers_of_the_cluster() {
+    if !current_server_or_skip("the cluster test") {
+        return;
+    }
     let cluster = NatsCluster::start().await;
     let database = ThrowawayDatabase::new();
     let settings = settings(cluster.url(0), database.url());
@@ -216,17 +220,26 @@ async fn assert_each_stored_once_through_an_election(count: usize, kill_the_lead
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_published_while_the_command_streams_leader_steps_down_are_each_stored_once() {
+    if !current_server_or_skip("the cluster test") {
+        return;
+    }
     assert_each_stored_once_through_an_election(300, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_published_while_the_command_streams_leader_is_killed_are_each_stored_once() {
+    if !current_server_or_skip("the cluster test") {
+        return;
+    }
     assert_each_stored_once_through_an_election(200, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_given_all_three_urls_creates_the_replicated_streams_while_the_first_server_is_down()
 {
+    if !current_server_or_skip("the cluster test") {
+        return;
+    }
     let mut cluster = NatsCluster::start().await;
     let database = ThrowawayDatabase::new();
     // `nats_url` lists every server; the first one is down, as it may be when a process
@@ -262,6 +275,9 @@ async fn recorded(database_url: &str, attempt: Uuid) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_started_while_the_command_streams_leader_is_killed_waits_out_the_election_and_records_commands(
 ) {
+    if !current_server_or_skip("the cluster test") {
+        return;
+    }
     let mut cluster = NatsCluster::start().await;
     let database = ThrowawayDatabase::new();
     let settings = settings(cluster.urls(), database.url());

@@ -78,6 +78,11 @@ accounts: {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_without_them_is_refused_saying_so(
 ) {
+    // The permissions are written for the server clusters run on (2.15), and 2.9 logs a
+    // violation in other words.
+    if !crate::support::nats_server::current_server_or_skip("the NATS permissions test") {
+        return;
+    }
     onecharge::tls::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let server = server_with_users(dir.path()).await;
