@@ -464,13 +464,16 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         config.topology
     );
     println!(
-        "  messages published        {} ({} originals, {} producer retries, {} business duplicates, {} conflicts, {} invalid); {} publishes retried after a broker error",
+        "  messages published        {} ({} originals, {} producer retries, {} business duplicates, {} conflicts, {} invalid, {} refund messages); {} publishes retried after a broker error",
         published.messages,
         published.of_kind(Kind::Original),
         published.of_kind(Kind::ProducerRetry),
         published.of_kind(Kind::BusinessDuplicate),
         published.of_kind(Kind::Conflict),
         published.of_kind(Kind::Invalid),
+        published.of_kind(Kind::Refund)
+            + published.of_kind(Kind::RefundRetry)
+            + published.of_kind(Kind::RefundDuplicate),
         published.retried_after_error,
     );
     println!(
