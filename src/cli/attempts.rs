@@ -74,8 +74,9 @@ pub enum AttemptsCommand {
     },
     /// Decide a needs_review attempt: succeeded, declined, or retry with the same key
     Resolve(ResolveArgs),
-    /// Cancel a pending attempt never sent to the gateway, so that it is never charged: it
-    /// becomes expired, with its event. Refused, with why, once an executor has claimed it
+    /// Cancel a pending attempt so that it is never charged: never sent, it becomes expired;
+    /// holding a Stripe PaymentIntent, declined once the gateway has cancelled that. Refused,
+    /// with why, once an executor has claimed it or when nothing proves it cannot charge
     Cancel {
         /// The payment_attempt_id
         id: PaymentAttemptId,
@@ -286,8 +287,19 @@ async fn cancel(
     reason: &str,
     json: bool,
 ) -> anyhow::Result<()> {
-    match crate::operator::cancel::cancel(&cx.store, id, reason, &operator_actor(), Via::Cli).await
-    {
+    // A pending attempt holding a Stripe PaymentIntent is cancelled at the gateway first (a
+    // client needs the gateway settings; without them such a cancel is refused).
+    let gateway = crate::gateway::GatewayClient::from_settings(cx.settings).ok();
+    let cancelled = crate::operator::cancel::cancel(
+        &cx.store,
+        gateway.as_ref(),
+        id,
+        reason,
+        &operator_actor(),
+        Via::Cli,
+    )
+    .await;
+    match cancelled {
         Ok(cancelled) => print_as(json, &cancelled, |c| format!("{}\n", c.summary())),
         Err(ResolveError::Invalid(why)) => Err(UsageError(why).into()),
         Err(err @ ResolveError::Store(_)) => {

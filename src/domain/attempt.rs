@@ -87,8 +87,10 @@ impl AttemptStatus {
         use AttemptStatus::*;
         match from {
             None => matches!(to, Pending | Expired),
-            // expired: the command grew too old before it was ever sent
-            Some(Pending) => matches!(to, InFlight | Expired),
+            // expired: the command grew too old before it was ever sent, or a person
+            // cancelled it unsent; declined: a person cancelled it after its Stripe
+            // PaymentIntent was cancelled at the gateway (proof it can never charge)
+            Some(Pending) => matches!(to, InFlight | Expired | Declined),
             Some(InFlight) => matches!(to, Succeeded | Declined | Pending | Unknown | NeedsReview),
             Some(Unknown) => matches!(to, Succeeded | Declined | Pending | NeedsReview),
             Some(NeedsReview) => matches!(to, Succeeded | Declined | Pending),
@@ -147,6 +149,7 @@ mod tests {
         assert!(!AttemptStatus::allows(Some(Unknown), InFlight));
         assert!(AttemptStatus::allows(Some(NeedsReview), Succeeded));
         assert!(!AttemptStatus::allows(Some(Pending), Succeeded));
+        assert!(AttemptStatus::allows(Some(Pending), Declined));
     }
 
     /// The moves the store writes with a fixed statement rather than a checked write: the

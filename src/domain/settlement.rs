@@ -109,6 +109,8 @@ pub enum TransitionCause {
     ReconciliationScheduleExhausted,
     /// A person resolved a `needs_review` attempt (`attempts resolve`).
     OperatorResolved,
+    /// A person cancelled a `pending` attempt (`attempts cancel`).
+    OperatorCancelled,
 }
 
 impl TransitionCause {
@@ -134,6 +136,7 @@ impl TransitionCause {
             Self::LookupFoundNothingRetriesExhausted => "lookup_found_nothing_retries_exhausted",
             Self::ReconciliationScheduleExhausted => "reconciliation_schedule_exhausted",
             Self::OperatorResolved => "operator_resolved",
+            Self::OperatorCancelled => "operator_cancelled",
         }
     }
 }

@@ -27,9 +27,16 @@ async fn a_cancelled_pending_attempt_expires_with_its_event_and_is_never_charged
     let h = Harness::new().await;
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
 
-    let cancelled = cancel(&h.store, id, " customer asked ", "operator:ana", Via::Cli)
-        .await
-        .unwrap();
+    let cancelled = cancel(
+        &h.store,
+        None,
+        id,
+        " customer asked ",
+        "operator:ana",
+        Via::Cli,
+    )
+    .await
+    .unwrap();
     assert_eq!(cancelled.status, AttemptStatus::Expired);
     assert_eq!(cancelled.actor, "operator:ana");
 
@@ -76,9 +83,16 @@ async fn a_cancel_is_refused_with_why_once_an_attempt_was_claimed_sent_or_settle
     let h = Harness::new().await;
     let charged = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     run_leaving_one_in(&h.executor(), AttemptStatus::Succeeded).await;
-    let err = cancel(&h.store, charged, "too late", "operator:ana", Via::Api)
-        .await
-        .unwrap_err();
+    let err = cancel(
+        &h.store,
+        None,
+        charged,
+        "too late",
+        "operator:ana",
+        Via::Api,
+    )
+    .await
+    .unwrap_err();
     let ResolveError::Refused(why) = err else {
         panic!("{err:?}")
     };
@@ -91,7 +105,7 @@ async fn a_cancel_is_refused_with_why_once_an_attempt_was_claimed_sent_or_settle
         "first_dispatched_at = now() - interval '1 minute', tries = 1",
     )
     .await;
-    let err = cancel(&h.store, retried, "stop it", "operator:ana", Via::Api)
+    let err = cancel(&h.store, None, retried, "stop it", "operator:ana", Via::Api)
         .await
         .unwrap_err();
     let ResolveError::Refused(why) = err else {
@@ -102,11 +116,11 @@ async fn a_cancel_is_refused_with_why_once_an_attempt_was_claimed_sent_or_settle
 
     let missing = PaymentAttemptId::from(uuid::Uuid::new_v4());
     assert!(matches!(
-        cancel(&h.store, missing, "why", "operator:ana", Via::Api).await,
+        cancel(&h.store, None, missing, "why", "operator:ana", Via::Api).await,
         Err(ResolveError::NotFound(_))
     ));
     assert!(matches!(
-        cancel(&h.store, retried, "  ", "operator:ana", Via::Api).await,
+        cancel(&h.store, None, retried, "  ", "operator:ana", Via::Api).await,
         Err(ResolveError::Invalid(_))
     ));
 
@@ -132,8 +146,9 @@ async fn a_cancel_waiting_on_a_claim_in_progress_loses_to_it_and_says_so() {
         .await
         .unwrap();
     let store = h.store.clone();
-    let cancelling =
-        tokio::spawn(async move { cancel(&store, id, "stop", "operator:ana", Via::Console).await });
+    let cancelling = tokio::spawn(async move {
+        cancel(&store, None, id, "stop", "operator:ana", Via::Console).await
+    });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(
         !cancelling.is_finished(),
@@ -186,7 +201,7 @@ async fn cancel_against_claim_each_attempt_is_cancelled_or_charged_exactly_once(
         cancels.push(tokio::spawn(async move {
             (
                 id,
-                cancel(&store, id, "race", "operator:ana", Via::Api).await,
+                cancel(&store, None, id, "race", "operator:ana", Via::Api).await,
             )
         }));
     }

@@ -837,6 +837,151 @@ async fn requires_action_off_session_is_cancelled_and_declined_authentication_re
     assert!(h.gateway.ledger().is_empty());
 }
 
+/// A pending attempt that holds a PaymentIntent (its confirm met a 429; a retry is due) is
+/// cancelled only once its PaymentIntent is: held from the executor, cancelled at the
+/// gateway and seen `canceled`, then declined under the hold. Without a client that can
+/// cancel it, refused with nothing changed (issue 39, decision 163).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_pending_attempt_that_holds_a_payment_intent_cancels_the_intent_first() {
+    use onecharge::operator::cancel::cancel;
+    use onecharge::operator::resolve::ResolveError;
+    use onecharge::store::audit::Via;
+
+    let h = stripe_harness().await;
+    let id = h.seed(pm::FAULT_RATE_LIMIT).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let executor = h.executor_with(client.clone());
+    run_leaving_one_in(&executor, AttemptStatus::Pending).await;
+    let pi = gateway_object_id(&h.store, id)
+        .await
+        .unwrap()
+        .expect("the PaymentIntent was created before the confirm met the 429");
+
+    let mut section3 = h.settings.clone();
+    section3.gateway_kind = GatewayKind::Onecharge;
+    let wrong_kind = GatewayClient::from_settings(&section3).expect("a §3 client");
+    for unable in [None, Some(&wrong_kind)] {
+        let refused = cancel(
+            &h.store,
+            unable,
+            id,
+            "fraud suspected",
+            "operator:ana",
+            Via::Cli,
+        )
+        .await;
+        assert!(
+            matches!(refused, Err(ResolveError::Refused(ref why)) if why.contains("cancelled at the gateway first")),
+            "{refused:?}"
+        );
+        assert_eq!(h.attempt(id).await.status, "pending");
+    }
+    // Each refusal gave the attempt back at once: its retry goes on.
+    h.advance(Duration::from_secs(2)).await;
+    let due: bool = sqlx::query_scalar(
+        "SELECT next_run_at <= now() FROM payment_attempts WHERE payment_attempt_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert!(due, "a refused cancel holds nothing back");
+
+    let cancelled = cancel(
+        &h.store,
+        Some(&client),
+        id,
+        "fraud suspected",
+        "operator:ana",
+        Via::Cli,
+    )
+    .await
+    .unwrap();
+    assert_eq!(cancelled.status, AttemptStatus::Declined);
+    assert_eq!(
+        cancelled.gateway_object_cancelled.as_deref(),
+        Some(pi.as_str())
+    );
+    assert!(calls(&h, id)
+        .await
+        .contains(&call("cancel", Some(200), "canceled", Some(&pi))));
+    let row = h.attempt(id).await;
+    assert_eq!(row.status, "declined");
+    assert_eq!(row.decline_code.as_deref(), Some("operator_cancelled"));
+    assert_eq!(
+        h.transitions(id).await.last().unwrap(),
+        &(
+            Some("pending".to_owned()),
+            "declined".to_owned(),
+            "operator_cancelled".to_owned()
+        )
+    );
+    let (status, payload, _) = h.only_event(id).await;
+    assert_eq!(status, "declined");
+    let reason = payload["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&pi) && reason.contains("fraud suspected"),
+        "{reason}"
+    );
+
+    // Never confirmed again, however long one waits.
+    h.advance(Duration::from_secs(3600)).await;
+    assert_eq!(executor.run_once().await.unwrap().claimed(), 0);
+    assert!(h.gateway.ledger().is_empty());
+}
+
+/// The hold keeps the executor off the attempt while the gateway is asked, and a write
+/// under a hold someone else overtook is refused with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancels_hold_keeps_the_executor_off_and_a_stale_hold_writes_nothing() {
+    use onecharge::store::cancel::{
+        decline_held_attempt, hold_for_gateway_cancel, release_hold, CancelHold, CancelOutcome,
+        Cancellation,
+    };
+
+    let h = stripe_harness().await;
+    let id = h.seed(pm::FAULT_RATE_LIMIT).await.payment_attempt_id;
+    let client = stripe_client(&h);
+    let executor = h.executor_with(client.clone());
+    run_leaving_one_in(&executor, AttemptStatus::Pending).await;
+    h.advance(Duration::from_secs(60)).await;
+
+    let CancelHold::Held(held) = hold_for_gateway_cancel(&h.store, id, Duration::from_secs(120))
+        .await
+        .unwrap()
+    else {
+        panic!("a pending attempt with a PaymentIntent is held")
+    };
+    assert_eq!(
+        executor.run_once().await.unwrap().claimed(),
+        0,
+        "held: not claimed"
+    );
+    release_hold(&h.store, id, held.lease_token).await.unwrap();
+    h.advance(Duration::from_secs(1)).await;
+    // Released: the executor takes it again and its retry charges.
+    run_leaving_one_in(&executor, AttemptStatus::Succeeded).await;
+
+    // A hold overtaken (here: the attempt moved on by the executor) writes nothing.
+    let cancellation = Cancellation {
+        payment_attempt_id: id,
+        reason: "too late",
+        actor: "operator:ana",
+        via: onecharge::store::audit::Via::Api,
+    };
+    let outcome = decline_held_attempt(&h.store, &cancellation, held.lease_token, "pi_x")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        CancelOutcome::NotPending {
+            status: AttemptStatus::Succeeded
+        }
+    );
+    assert_eq!(h.attempt(id).await.status, "succeeded");
+    h.assert_charged_once(id).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolving_as_declined_cancels_the_payment_intent_first() {
     let h = stripe_harness_with(|s| {

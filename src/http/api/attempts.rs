@@ -310,16 +310,18 @@ pub(crate) struct ResolveAnswer {
 }
 
 /// `POST /api/attempts/{id}/cancel` with `{"reason": …}`: what `attempts cancel` does — a
-/// pending attempt never sent to the gateway becomes `expired`, with its event. 409 with
-/// why for any other attempt (claimed, sent before, final); the executor's claim and the
-/// cancel race on the row and exactly one wins.
+/// pending attempt never sent to the gateway becomes `expired`, one holding a Stripe
+/// PaymentIntent `declined` once the gateway cancelled it (with this process's
+/// reconciler's client), with its event. 409 with why for any other attempt (claimed, sent
+/// before with nothing to cancel, final); the executor's claim and the cancel race on the
+/// row and exactly one wins.
 #[utoipa::path(post, path = "/api/attempts/{id}/cancel", operation_id = "cancelAttempt", tag = "attempts", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id")), request_body = CancelRequest, responses(
-    (status = 200, description = "The attempt is cancelled (`expired`) and its event queued", body = Cancelled),
+    (status = 200, description = "The attempt is cancelled (`expired`, or `declined` after its PaymentIntent was cancelled) and its event queued", body = Cancelled),
     (status = 400, description = "No reason, or the body is not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
     (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),
     (status = 404, description = "No such attempt", body = ErrorBody),
-    (status = 409, description = "Not a pending attempt never sent: claimed, sent before, in review or final", body = ErrorBody),
+    (status = 409, description = "Not cancellable: claimed, sent before with nothing to cancel first, its PaymentIntent not cancelled, in review or final", body = ErrorBody),
 ))]
 pub(crate) async fn cancel_attempt(
     State(state): State<AdminState>,
@@ -331,6 +333,7 @@ pub(crate) async fn cancel_attempt(
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let cancelled = cancel::cancel(
         &state.store,
+        state.reconciler.as_ref().map(Reconciler::gateway),
         id,
         &request.reason,
         &principal.actor,

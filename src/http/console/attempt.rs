@@ -64,7 +64,9 @@ pub(super) async fn attempt(
         @if matches!(a.status, AttemptStatus::Unknown | AttemptStatus::NeedsReview) {
             (recheck_form(&session, id, state.reconciler.is_some()))
         }
-        @if a.status == AttemptStatus::Pending && a.first_dispatched_at.is_none() {
+        // Never sent, or holding a PaymentIntent the cancel cancels first (decision 163); a
+        // §3 attempt sent before is refused with why.
+        @if a.status == AttemptStatus::Pending {
             (cancel_form(&session, id))
         }
         @if a.status == AttemptStatus::NeedsReview {

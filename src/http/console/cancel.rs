@@ -22,7 +22,7 @@ pub(super) fn cancel_form(session: &Session, id: PaymentAttemptId) -> Markup {
     html! {
         section #cancel-section {
             h2 { "Cancel" }
-            p .hint { "An attempt never sent to the gateway can be cancelled so that it is never charged. Once an executor has claimed it, its outcome decides." }
+            p .hint { "An attempt never sent to the gateway can be cancelled so that it is never charged. One that holds a Stripe PaymentIntent is cancelled only once the gateway has cancelled the PaymentIntent (proof it can never charge). Once an executor has claimed it, its outcome decides." }
             form #cancel-form method="post" action=(format!("/console/attempts/{id}/cancel")) {
                 (csrf_field(session))
                 label for="cancel-reason" { "Reason (recorded with the cancel and in its event)" }
@@ -66,9 +66,17 @@ pub(super) async fn cancel(
         return page(StatusCode::OK, "Confirm the cancel", Some(&session), body);
     }
     let actor = session.principal.actor.clone();
-    let outcome = cancel::cancel(&state.store, id, &form.reason, &actor, Via::Console)
-        .await
-        .map(|cancelled| (cancelled.status, cancelled.summary()));
+    let gateway = state.reconciler.as_ref().map(|r| r.gateway());
+    let outcome = cancel::cancel(
+        &state.store,
+        gateway,
+        id,
+        &form.reason,
+        &actor,
+        Via::Console,
+    )
+    .await
+    .map(|cancelled| (cancelled.status, cancelled.summary()));
     decision_page(&session, id, "Cancelled", outcome)
 }
 
