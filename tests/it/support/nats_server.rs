@@ -67,7 +67,10 @@ pub fn current_server_or_skip(test: &str) -> bool {
     // Straight to the process's stderr: libtest captures `eprintln!`, and a skip must not be
     // silent.
     use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "SKIPPED (not in CI): {why}; {HOW_TO_INSTALL}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED (not in CI): {why}; {HOW_TO_INSTALL}"
+    );
     false
 }
 
