@@ -140,12 +140,11 @@ fn config_file(
     gateway: &MockGateway,
     api_key: &str,
     namespace: &str,
-    gateway_kind: GatewayKind,
-    webhooks: bool,
+    config: &SoakConfig,
 ) -> PathBuf {
     let path = dir.join("onecharge.toml");
     // Each process's webhook_addr is its own (ONECHARGE_WEBHOOK_ADDR); the secret is one.
-    let webhook_secrets = if webhooks {
+    let webhook_secrets = if config.webhooks {
         format!("stripe_webhook_secrets = \"{}\"\n", crate::webhooks::SECRET)
     } else {
         String::new()
@@ -213,7 +212,7 @@ claim_hold = "3s"
         nats_url = broker.url(),
         replicas = broker.replicas(),
         gateway_url = gateway.base_url(),
-        gateway_kind = gateway_kind.as_str(),
+        gateway_kind = config.gateway.as_str(),
     );
     std::fs::write(&path, text).expect("write config");
     path
@@ -282,8 +281,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         &gateway,
         &api_key,
         &namespace,
-        config.gateway,
-        config.webhooks,
+        &config,
     );
 
     // The soak's producer. A short duplicate window on the command stream lets producer
