@@ -31,7 +31,9 @@ use crate::latency::{LatencyDrawn, LatencySampler};
 use crate::record::{PageTimes, RecordedRequest, Stats};
 use crate::refund::{Refund, RefundStatus};
 use crate::state::{ConnectionControl, Shared};
-use crate::stripe::{api, disputes, list as stripe_list, refunds as stripe_refunds, webhooks};
+use crate::stripe::{
+    api, disputes, list as stripe_list, refunds as stripe_refunds, webhooks, WebhookDeliveries,
+};
 use crate::{charges, list, refunding, refunds};
 
 /// The onecharge dialect: contract §3 and the test controls.
@@ -234,6 +236,12 @@ impl MockGateway {
             .into_iter()
             .map(|request| request.idempotency_key)
             .collect()
+    }
+
+    /// How the Stripe dialect's signed webhooks went so far, one delivery per event and
+    /// endpoint: begun, answered `2xx`, answered otherwise, not answered.
+    pub fn webhook_deliveries(&self) -> WebhookDeliveries {
+        self.shared.stripe.webhook_deliveries()
     }
 
     /// Counts by response class.

@@ -23,9 +23,6 @@ use crate::store::webhooks::{self, ObjectCheck};
 /// Checks claimed per pass.
 const CHECKS_PER_PASS: usize = 32;
 
-/// How long a claimed check is held before another reconciler may take it.
-const CHECK_HOLD: Duration = Duration::from_secs(120);
-
 /// What one round of checks did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckReport {
@@ -41,7 +38,9 @@ impl Reconciler {
     /// permit each, and records what each shows.
     pub async fn run_checks(&self) -> anyhow::Result<CheckReport> {
         let inner = &self.inner;
-        let due = webhooks::claim_checks(&inner.store, CHECKS_PER_PASS, CHECK_HOLD)
+        // Held as long as an `unknown` attempt's claim (`reconciler.claim_hold`, decision
+        // 200): a reconciler killed mid-batch leaves its checks to another after that.
+        let due = webhooks::claim_checks(&inner.store, CHECKS_PER_PASS, inner.settings.claim_hold)
             .await
             .context("claiming webhook checks")?;
         let mut report = CheckReport::default();

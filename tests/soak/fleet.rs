@@ -3,6 +3,7 @@
 //! Dropping the fleet SIGKILLs whatever still runs.
 
 use std::fs::File;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -26,6 +27,8 @@ pub fn onecharge(config: &Path) -> Command {
 
 struct ServeProcess {
     child: Option<Child>,
+    /// Where its webhook listener binds, every generation (`ONECHARGE_WEBHOOK_ADDR`).
+    webhook_addr: Option<SocketAddr>,
     generation: u32,
     log: PathBuf,
 }
@@ -43,8 +46,14 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Starts `count` processes running every role.
-    pub fn start(config: &Path, log_dir: &Path, count: usize) -> Self {
+    /// Starts `count` processes running every role; process `i` listens for webhooks on
+    /// `webhook_addrs[i]` when there is one.
+    pub fn start(
+        config: &Path,
+        log_dir: &Path,
+        count: usize,
+        webhook_addrs: &[SocketAddr],
+    ) -> Self {
         let mut fleet = Self {
             config: config.to_owned(),
             log_dir: log_dir.to_owned(),
@@ -55,6 +64,7 @@ impl Fleet {
         for index in 0..count {
             fleet.processes.push(ServeProcess {
                 child: None,
+                webhook_addr: webhook_addrs.get(index).copied(),
                 generation: 0,
                 log: PathBuf::new(),
             });
@@ -74,7 +84,11 @@ impl Fleet {
             .log_dir
             .join(format!("serve-{index}.{}.log", process.generation));
         let log = File::create(&process.log).expect("serve log file");
-        let child = onecharge(&self.config)
+        let mut command = onecharge(&self.config);
+        if let Some(addr) = process.webhook_addr {
+            command.env("ONECHARGE_WEBHOOK_ADDR", addr.to_string());
+        }
+        let child = command
             .args(["serve", "--admin-addr", "127.0.0.1:0"])
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
@@ -235,4 +249,12 @@ pub fn count_lines(dir: &Path, text: &str) -> usize {
         .iter()
         .map(|(_, log)| log.lines().filter(|l| l.contains(text)).count())
         .sum()
+}
+
+/// The lines of the serve logs in `dir` that contain `text`.
+pub fn lines_with(dir: &Path, text: &str) -> Vec<String> {
+    serve_logs(dir)
+        .iter()
+        .flat_map(|(_, log)| log.lines().filter(|l| l.contains(text)).map(str::to_owned))
+        .collect()
 }

@@ -6,7 +6,9 @@
 //! `cargo test --release --test soak -- --ignored --nocapture` and reads
 //! `SOAK_COMMANDS` and `SOAK_SEED`. The Stripe variant (the `stripe`
 //! connector against the mock's Stripe dialect, same faults and kills) is ignored too:
-//! `cargo test --release --test soak stripe -- --ignored --nocapture`. The cluster variants
+//! `cargo test --release --test soak stripe -- --ignored --nocapture`; its short version
+//! with signed webhooks to every instance and a forger (`webhooks.rs`) is a default test.
+//! The cluster variants
 //! (`cluster.rs`: three `nats-server` 2.15s, R3 streams, stream leaders killed): the short one
 //! is a default test, the long one runs with
 //! `cargo test --release --test soak cluster::a_long -- --ignored --nocapture` (docs/soak.md).
@@ -21,6 +23,7 @@ mod mix;
 mod refunds;
 mod runner;
 mod verify;
+mod webhooks;
 
 use std::time::Duration;
 
@@ -76,6 +79,7 @@ pub(crate) fn short_soak() -> SoakConfig {
         gateway: GatewayKind::Onecharge,
         topology: Topology::Single,
         server_errors: 0.03,
+        webhooks: false,
     }
 }
 
@@ -109,6 +113,7 @@ pub(crate) fn long_soak(
         gateway: GatewayKind::Onecharge,
         topology,
         server_errors: 0.03,
+        webhooks: false,
     }
 }
 
@@ -136,6 +141,28 @@ async fn the_stripe_connector_keeps_the_promise_through_crashes_broker_restarts_
         broker_restarts: 2,
         settle_timeout: Duration::from_secs(180),
         gateway: GatewayKind::Stripe,
+        ..short_soak()
+    })
+    .await;
+}
+
+/// The short Stripe soak of the default `cargo test` (issue 35): the Stripe soak's faults,
+/// kills and broker restart at the short soak's pace, ~1,000 commands, with every serve
+/// process also listening for webhooks on a port of its own, the mock sending its signed
+/// events to all of them, and a forger posting forged, stale and unsigned events about
+/// real attempts throughout (`webhooks.rs`). Nothing forged may be believed, and no
+/// attempt may end other than as the gateway's ledger says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_webhooks_to_every_instance_and_a_forger_through_crashes_charge_nothing_twice_and_believe_nothing_forged(
+) {
+    soak(SoakConfig {
+        seed: seed(35),
+        commands: commands(800),
+        min_kills: 6,
+        broker_restarts: 1,
+        settle_timeout: Duration::from_secs(120),
+        gateway: GatewayKind::Stripe,
+        webhooks: true,
         ..short_soak()
     })
     .await;

@@ -26,6 +26,7 @@ use crate::refunds::{self, RefundsSeen};
 use crate::support::throwaway::{server_url, ThrowawayDatabase};
 use crate::support::Records as _;
 use crate::verify::{self, Observed};
+use crate::webhooks;
 
 /// How big and how rough one soak run is.
 #[derive(Debug, Clone)]
@@ -59,6 +60,10 @@ pub struct SoakConfig {
     /// (`error_before`). The Stripe dialect saves it under the key and replays it to every
     /// request with that key, as Stripe does, on the create and on the confirm.
     pub server_errors: f64,
+    /// Stripe only: every serve process also listens for webhooks on a port of its own,
+    /// the mock sends its signed events to all of them, and a forger posts forged, stale
+    /// and unsigned ones about real attempts throughout the chaos (`crate::webhooks`).
+    pub webhooks: bool,
 }
 
 /// The figures of one run.
@@ -135,11 +140,18 @@ fn config_file(
     gateway: &MockGateway,
     api_key: &str,
     namespace: &str,
-    gateway_kind: GatewayKind,
+    config: &SoakConfig,
 ) -> PathBuf {
     let path = dir.join("onecharge.toml");
+    // Each process's webhook_addr is its own (ONECHARGE_WEBHOOK_ADDR); the secret is one.
+    let webhook_secrets = if config.webhooks {
+        format!("stripe_webhook_secrets = \"{}\"\n", crate::webhooks::SECRET)
+    } else {
+        String::new()
+    };
     let text = format!(
         r#"# written by tests/soak.rs
+{webhook_secrets}
 database_url = "{database_url}"
 nats_url = "{nats_url}"
 gateway_url = "{gateway_url}"
@@ -200,7 +212,7 @@ claim_hold = "3s"
         nats_url = broker.url(),
         replicas = broker.replicas(),
         gateway_url = gateway.base_url(),
-        gateway_kind = gateway_kind.as_str(),
+        gateway_kind = config.gateway.as_str(),
     );
     std::fs::write(&path, text).expect("write config");
     path
@@ -269,7 +281,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         &gateway,
         &api_key,
         &namespace,
-        config.gateway,
+        &config,
     );
 
     // The soak's producer. A short duplicate window on the command stream lets producer
@@ -306,7 +318,24 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         config.round_size,
         config.gateway,
     ));
-    let mut fleet = Fleet::start(&config_path, &dir, config.processes);
+    let webhook_addrs = if config.webhooks {
+        assert_eq!(config.gateway, GatewayKind::Stripe, "webhooks are Stripe's");
+        let addrs = webhooks::free_addrs(config.processes);
+        webhooks::register(&gateway.base_url(), &addrs).await;
+        addrs
+    } else {
+        Vec::new()
+    };
+    let mut fleet = Fleet::start(&config_path, &dir, config.processes, &webhook_addrs);
+    let stop_forging = tokio_util::sync::CancellationToken::new();
+    let forger = config.webhooks.then(|| {
+        tokio::spawn(webhooks::forge(
+            pool.clone(),
+            webhook_addrs.clone(),
+            config.seed,
+            stop_forging.clone(),
+        ))
+    });
 
     // Round 0 (the messages without an id) goes out before the first fault; the rest while
     // processes and the broker are being killed.
@@ -383,6 +412,11 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     }
     let published = publisher.await.expect("publisher");
     let chaos_time = chaos_started.elapsed();
+    stop_forging.cancel();
+    let forged = match forger {
+        Some(forger) => Some(forger.await.expect("forger")),
+        None => None,
+    };
     println!(
         "  {:>5.1}s chaos over: {} kills ({} whole-fleet crashes), {} broker restarts; waiting for quiescence",
         started.elapsed().as_secs_f64(),
@@ -449,6 +483,16 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     problems.extend(refund_problems);
     let audited = audit_findings(&config_path);
     problems.extend(verify::check_audit(&plan, &observed, &audited));
+    let webhooks_seen = match &forged {
+        Some(forged) => {
+            let seen =
+                webhooks::WebhooksSeen::read(&pool, gateway.webhook_deliveries(), &dir).await;
+            let (webhook_problems, figures) = webhooks::check(&observed, forged, &seen);
+            problems.extend(webhook_problems);
+            Some((seen, figures))
+        }
+        None => None,
+    };
     for panic in fleet::panics(&dir) {
         problems.push(verify::Problem {
             attempt: None,
@@ -531,6 +575,9 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         "  dead letters              {}",
         observed.dead_letters.len()
     );
+    if let (Some(forged), Some((seen, figures))) = (&forged, &webhooks_seen) {
+        webhooks::print(forged, seen, figures);
+    }
     println!(
         "  time                      {:.1?} total: publishing {:.1?}, chaos {:.1?}, settling {:.1?}",
         started.elapsed(),
@@ -677,10 +724,13 @@ async fn quiescence_state(
     expected_refunds: i64,
     expected_dead: u64,
 ) -> anyhow::Result<(bool, String)> {
-    let (attempts, open, unpublished): (i64, i64, i64) = sqlx::query_as(
+    // A webhook's check (a PaymentIntent to read again) must be done too: what it finds is
+    // checked at the end.
+    let (attempts, open, unpublished, checks): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM payment_attempts),
                 (SELECT count(*) FROM payment_attempts WHERE status IN ('pending', 'in_flight', 'unknown')),
-                (SELECT count(*) FROM outbox WHERE published_at IS NULL)",
+                (SELECT count(*) FROM outbox WHERE published_at IS NULL),
+                (SELECT count(*) FROM gateway_object_checks)",
     )
     .fetch_one(pool)
     .await?;
@@ -699,7 +749,7 @@ async fn quiescence_state(
         backlog.push((info.num_pending, info.num_ack_pending));
     }
     let state = format!(
-        "attempts {attempts}/{expected_attempts}, open {open}, refunds {refunds}/{expected_refunds}, open {open_refunds}, unpublished events {unpublished}, dead letters {dead}/{expected_dead}+, intake backlog {} pending + {} unacknowledged, refund intake backlog {} + {}",
+        "attempts {attempts}/{expected_attempts}, open {open}, refunds {refunds}/{expected_refunds}, open {open_refunds}, unpublished events {unpublished}, webhook checks {checks}, dead letters {dead}/{expected_dead}+, intake backlog {} pending + {} unacknowledged, refund intake backlog {} + {}",
         backlog[0].0, backlog[0].1, backlog[1].0, backlog[1].1
     );
     let quiet = attempts == expected_attempts
@@ -707,6 +757,7 @@ async fn quiescence_state(
         && refunds == expected_refunds
         && open_refunds == 0
         && unpublished == 0
+        && checks == 0
         && dead >= expected_dead
         && backlog
             .iter()

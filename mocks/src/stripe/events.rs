@@ -8,9 +8,9 @@
 //! emit`]): in a task of its own, after the change's locks are released, each post bounded
 //! by [`AUTO_SEND_TIMEOUT`], so an endpoint that hangs delays nothing of the mock's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use hmac::{Hmac, Mac as _};
@@ -32,6 +32,55 @@ pub(crate) struct Webhooks {
     next: AtomicU64,
     /// One client for every delivery, made at the first.
     client: OnceLock<reqwest::Client>,
+    /// What every delivery came to, counted as it ends.
+    tally: Arc<Tally>,
+}
+
+/// Deliveries by how they ended: a soak checks that the endpoints took the genuine events
+/// while they were being killed. The mock does not deliver a failed event again (Stripe
+/// retries for days; onecharge's sweep is what catches an event never taken).
+#[derive(Default)]
+struct Tally {
+    sent: AtomicU64,
+    accepted: AtomicU64,
+    refused: Mutex<BTreeMap<u16, u64>>,
+    failed: AtomicU64,
+}
+
+/// How the webhook deliveries the Stripe dialect made so far ended, one per event and
+/// endpoint ([`crate::MockGateway::webhook_deliveries`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebhookDeliveries {
+    /// Posts begun.
+    pub sent: u64,
+    /// Answered `2xx`.
+    pub accepted: u64,
+    /// Answered with another status, by status: a refusal (`400`) is not a listener that
+    /// sheds (`503`).
+    pub refused: BTreeMap<u16, u64>,
+    /// No answer: refused connection, reset, timed out (an endpoint that is down).
+    pub failed: u64,
+}
+
+impl WebhookDeliveries {
+    /// Answered with a status other than `2xx`, whatever it was.
+    pub fn refused_in_all(&self) -> u64 {
+        self.refused.values().sum()
+    }
+}
+
+impl Tally {
+    fn count(&self, answer: &Result<u16, String>) {
+        match answer {
+            Ok(status) if (200..300).contains(status) => {
+                self.accepted.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(status) => *self.refused.lock().entry(*status).or_default() += 1,
+            Err(_) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Where webhooks go: `url` and every one of `urls` (each gets every event, as Stripe sends
@@ -81,6 +130,17 @@ impl Webhooks {
         (event_id, body)
     }
 
+    /// How the deliveries made so far ended.
+    pub(crate) fn deliveries(&self) -> WebhookDeliveries {
+        let tally = &self.tally;
+        WebhookDeliveries {
+            sent: tally.sent.load(Ordering::Relaxed),
+            accepted: tally.accepted.load(Ordering::Relaxed),
+            refused: tally.refused.lock().clone(),
+            failed: tally.failed.load(Ordering::Relaxed),
+        }
+    }
+
     /// The body of event `event_id`, as first sent.
     pub(crate) fn sent(&self, event_id: &str) -> Option<Vec<u8>> {
         self.sent.lock().get(event_id).cloned()
@@ -107,7 +167,8 @@ impl Webhooks {
             .lock()
             .clone()
             .ok_or("no webhook endpoint configured (POST /__stripe/webhooks)")?;
-        Ok(post_all(self.client(), endpoint, body, timestamp, None).await)
+        let tally = Arc::clone(&self.tally);
+        Ok(post_all(self.client(), &tally, endpoint, body, timestamp, None).await)
     }
 
     /// With `auto` configured, sends a new event of `kind` about `object` to every endpoint
@@ -119,9 +180,10 @@ impl Webhooks {
         };
         let (event_id, body) = self.event(kind, object, now);
         let client = self.client();
+        let tally = Arc::clone(&self.tally);
         tokio::spawn(async move {
             for (url, answer) in
-                post_all(client, endpoint, body, now, Some(AUTO_SEND_TIMEOUT)).await
+                post_all(client, &tally, endpoint, body, now, Some(AUTO_SEND_TIMEOUT)).await
             {
                 if let Err(err) = answer {
                     tracing::debug!(event_id, url, err, "an automatic webhook was not delivered");
@@ -132,9 +194,10 @@ impl Webhooks {
 }
 
 /// Posts `body`, signed at `timestamp`, to every endpoint at once: what each answered, in
-/// the order configured.
+/// the order configured, each counted in `tally`.
 async fn post_all(
     client: reqwest::Client,
+    tally: &Arc<Tally>,
     endpoint: Endpoint,
     body: Vec<u8>,
     timestamp: i64,
@@ -152,12 +215,15 @@ async fn post_all(
             request = request.timeout(timeout);
         }
         let url = url.clone();
+        let tally = Arc::clone(tally);
+        tally.sent.fetch_add(1, Ordering::Relaxed);
         posts.spawn(async move {
             let answer = request
                 .send()
                 .await
                 .map(|r| r.status().as_u16())
                 .map_err(|e| e.to_string());
+            tally.count(&answer);
             (place, (url, answer))
         });
     }

@@ -281,6 +281,11 @@ impl Store {
         }
     }
 
+    /// How the webhook deliveries made so far ended.
+    pub(crate) fn webhook_deliveries(&self) -> super::events::WebhookDeliveries {
+        self.webhooks.deliveries()
+    }
+
     pub(crate) fn purge_expired(&self, now: MockInstant) {
         self.keys.purge_expired(now);
     }

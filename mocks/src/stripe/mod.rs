@@ -26,4 +26,5 @@ pub(crate) mod refunds;
 mod respond;
 pub(crate) mod webhooks;
 
+pub use events::WebhookDeliveries;
 pub use methods::payment_methods;

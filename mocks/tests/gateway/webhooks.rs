@@ -365,3 +365,58 @@ async fn with_auto_refunds_send_charge_refunded_when_they_succeed_and_refund_upd
     assert_eq!(by_hand["id"], refunds[2]["id"]);
     assert_eq!(by_hand["status"], "failed");
 }
+
+#[tokio::test]
+async fn every_delivery_is_counted_by_how_it_ended_accepted_refused_or_unanswered() {
+    let app = spawn_gateway_with(MockConfig {
+        dialect: Dialect::Stripe,
+        ..MockConfig::default()
+    })
+    .await;
+    let taking = Receiver::default();
+    let taking_url = taking.start().await;
+    // An endpoint that refuses everything, as onecharge refuses a bad signature.
+    let refusing = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refusing_url = format!("http://{}/", refusing.local_addr().unwrap());
+    let refuse = Router::new().route("/", post(|| async { StatusCode::BAD_REQUEST }));
+    tokio::spawn(async move { axum::serve(refusing, refuse).await });
+    // An endpoint that is down: a port nothing listens on any more.
+    let down = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down_url = format!("http://{}/", down.local_addr().unwrap());
+    drop(down);
+    app.post_json(
+        "/__stripe/webhooks",
+        &json!({"urls": [taking_url, refusing_url, down_url], "secrets": [SECRET], "auto": true}),
+    )
+    .await;
+    assert_eq!(
+        app.gateway.webhook_deliveries(),
+        mock_gateway::stripe::WebhookDeliveries::default()
+    );
+
+    // Two state changes (a success, a decline), each to three endpoints.
+    for (n, payment_method) in [pm::CARD_VISA, pm::CARD_CHARGE_DECLINED]
+        .into_iter()
+        .enumerate()
+    {
+        let form = intent_form(&format!("a{n}"), payment_method, true);
+        stripe_post(&app, "/v1/payment_intents", &format!("k{n}"), form).await;
+    }
+    let expected = mock_gateway::stripe::WebhookDeliveries {
+        sent: 6,
+        accepted: 2,
+        refused: [(400, 2)].into(),
+        failed: 2,
+    };
+    within(
+        Duration::from_secs(10),
+        "every delivery ends and is counted",
+        async {
+            while app.gateway.webhook_deliveries() != expected {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(taking.kinds().len(), 2, "the live endpoint took both");
+}
