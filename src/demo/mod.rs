@@ -5,8 +5,12 @@
 //! settled, and checks the promise against the gateway's own ledger. Exit 0 only when it held.
 //!
 //! The demo runs in its own database and stream namespace and removes both afterwards
-//! (unless `--keep`), so it never touches a real deployment on the same servers.
+//! (unless `--keep`), so it never touches a real deployment on the same servers. Where no
+//! PostgreSQL or no NATS listens at the configured address, it starts private ones in a
+//! temporary directory and stops them at exit (`private`).
 
+#[cfg(feature = "demo")]
+mod private;
 #[cfg(feature = "demo")]
 mod run;
 

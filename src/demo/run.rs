@@ -25,6 +25,7 @@ use crate::gateway::GatewayKind;
 use crate::store::operator::AttemptRecord;
 use crate::store::Store;
 
+use super::private;
 use super::DemoArgs;
 
 /// What the demo published, to check the outcome against.
@@ -84,15 +85,55 @@ impl ReviewCase {
     }
 }
 
-/// Runs the demo; `Err` when the servers are unreachable, the run did not settle in time,
-/// or the promise did not hold.
+/// Runs the demo; `Err` when the servers are unreachable and cannot be started, the run
+/// did not settle in time, or the promise did not hold.
 pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    let tag = &Uuid::new_v4().simple().to_string()[..8];
-    let database_url = sibling_database(&settings.database_url, &format!("onecharge_demo_{tag}"))?;
     if args.console {
         check_console_address(settings)?;
     }
+    // A signal before the summary ends the run as an error does: the demo's data is
+    // removed and its private servers are stopped by their guards, instead of the process
+    // dying with them running.
+    let interrupted = CancellationToken::new();
+    let listener = tokio::spawn(crate::shutdown::cancel_on_signal(interrupted.clone()));
+    let mut servers = until_interrupted(&interrupted, private::servers(settings)).await?;
+    if let Some(private) = &servers.private {
+        println!("{}", private.describe());
+    }
+    let outcome = run_on(&servers.settings, &args, started, &interrupted, listener).await;
+    if let (true, Some(private)) = (args.keep, servers.private.as_mut()) {
+        println!(
+            "kept: the private servers' data and logs in {} (they are stopped)",
+            private.keep().display()
+        );
+    }
+    // `servers` drops here: the private servers stop.
+    outcome
+}
+
+/// `work`, unless a signal comes first.
+async fn until_interrupted<T>(
+    interrupted: &CancellationToken,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        outcome = work => outcome,
+        () = interrupted.cancelled() => bail!("demo: interrupted; its data is removed and any private server stopped"),
+    }
+}
+
+/// The demo on `settings`' servers: its database and namespace, the mock gateway, the run,
+/// the console if asked, and the clean-up.
+async fn run_on(
+    settings: &Settings,
+    args: &DemoArgs,
+    started: Instant,
+    interrupted: &CancellationToken,
+    listener: tokio::task::JoinHandle<()>,
+) -> anyhow::Result<()> {
+    let tag = &Uuid::new_v4().simple().to_string()[..8];
+    let database_url = sibling_database(&settings.database_url, &format!("onecharge_demo_{tag}"))?;
     check_servers(settings).await?;
 
     let api_key = format!("sk_demo_{}", Uuid::new_v4().simple());
@@ -120,7 +161,12 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
         gateway.base_url(),
         kind.as_str()
     );
-    let outcome = match run_in(&demo, &gateway, &args, kind, started).await {
+    let outcome =
+        until_interrupted(interrupted, run_in(&demo, &gateway, args, kind, started)).await;
+    // From here a signal is the console's to answer (it stops serving, then the data is
+    // removed as after any run).
+    listener.abort();
+    let outcome = match outcome {
         Ok(()) if args.console => serve_console(&demo, settings.admin_addr).await,
         outcome => outcome,
     };
@@ -859,21 +905,30 @@ async fn serve_console(demo: &Settings, admin_addr: std::net::SocketAddr) -> any
     app.run(shutdown).await
 }
 
+/// The servers listen (or are the demo's private ones): whether they let the demo in. One
+/// that refuses is a configuration to fix, which a private server would only hide.
 async fn check_servers(settings: &Settings) -> anyhow::Result<()> {
     let server = sibling_database(&settings.database_url, "postgres")?;
-    if Store::connect(&server, 1).await.is_err() {
+    if let Err(err) = Store::connect(&server, 1).await {
         bail!(
-            "PostgreSQL is not reachable at {}: start it (see README, \"Getting PostgreSQL and NATS JetStream\") or set ONECHARGE_DATABASE_URL",
-            redact(&settings.database_url)
+            "PostgreSQL at {} refuses the demo ({}): check ONECHARGE_DATABASE_URL or --database-url",
+            redact(&settings.database_url),
+            one_line(&err)
         );
     }
-    if Broker::connect(settings).await.is_err() {
+    if let Err(err) = Broker::connect(settings).await {
         bail!(
-            "NATS is not reachable at {}: start `nats-server -js` (see README) or set ONECHARGE_NATS_URL",
-            settings.nats_url
+            "NATS at {} refuses the demo ({}): check ONECHARGE_NATS_URL or --nats-url",
+            settings.nats_url,
+            one_line(&err)
         );
     }
     Ok(())
+}
+
+/// An error and its causes on one line.
+fn one_line(err: &anyhow::Error) -> String {
+    format!("{err:#}").replace('\n', " ")
 }
 
 /// The URL of another database on the same server.
