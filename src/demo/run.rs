@@ -1,8 +1,9 @@
-//! The demo's run: the mock gateway, the service, the published mix, the wait and the
-//! verdict.
+//! The demo's run: the servers (`super::private`), the mock gateway, the service, the
+//! published mix, the wait, the refunds (`super::refunds`) and the verdict.
 //!
-//! About 900 lines: the demo is one script a newcomer reads top to bottom (start, publish,
-//! wait, judge), and its verdict checks must sit next to what they check.
+//! About 1,000 lines: the demo is one script a newcomer reads top to bottom (start, publish,
+//! wait, judge), and its verdict checks must sit next to what they check; what the refunds
+//! ask and check, and how private servers start, are files of their own.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -26,6 +27,7 @@ use crate::store::operator::AttemptRecord;
 use crate::store::Store;
 
 use super::private;
+use super::refunds::{self, PublishedRefund, RefundFindings};
 use super::DemoArgs;
 
 /// What the demo published, to check the outcome against.
@@ -40,6 +42,8 @@ struct Published {
     attempts: HashMap<PaymentAttemptId, String>,
     /// The attempts published to be left for a person ([`ReviewCase`]), each with its case.
     for_review: Vec<(PaymentAttemptId, ReviewCase)>,
+    /// The refunds asked for once the charges settled.
+    refunds: Vec<PublishedRefund>,
 }
 
 /// A case the gateway leaves for a person, which the demo makes on purpose after the main
@@ -59,6 +63,13 @@ enum ReviewCase {
 }
 
 impl Published {
+    /// The dead letters the run must end with: every conflict and invalid command, and
+    /// every refund onecharge must refuse (dead-lettered after the fact, contract §2.5).
+    fn expected_dead_letters(&self) -> u64 {
+        let refused = self.refunds.iter().filter(|r| r.case.refused()).count();
+        (self.conflicts + self.invalid + refused) as u64
+    }
+
     /// The cases left for a person, in words, comma-separated.
     fn describe_review_cases(&self) -> String {
         describe_all(self.for_review.iter().map(|(_, case)| *case))
@@ -222,6 +233,8 @@ fn demo_settings(
         Duration::from_secs(8),
     ];
     demo.relay.poll_interval = Duration::from_millis(50);
+    // A refund waiting for its charge asks again this often.
+    demo.refunds.recheck_interval = Duration::from_millis(300);
     // The mock answers in milliseconds (it holds a hung response 3 s, after charging): an
     // empty lookup past the shortest processing time the configuration accepts (a send
     // can outlive neither its lease nor its timeouts: lease + connect + request) proves
@@ -280,6 +293,9 @@ async fn run_in(
 
     let mut settled = wait_until_settled(&store, &broker, &published, args.timeout).await;
     if settled.is_ok() {
+        settled = refund_some(&store, &broker, &mut published, args.timeout).await;
+    }
+    if settled.is_ok() {
         settled = leave_for_review(settings, &store, &broker, gateway, kind, &mut published).await;
         if settled.is_ok() {
             settled = wait_until_settled(&store, &broker, &published, args.timeout).await;
@@ -292,6 +308,28 @@ async fn run_in(
     }
     settled?;
     verify(&store, &broker, gateway, &published, started.elapsed()).await
+}
+
+/// Refunds a few of the settled charges and waits until each refund is final.
+async fn refund_some(
+    store: &Store,
+    broker: &Broker,
+    published: &mut Published,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    published.refunds =
+        refunds::publish_and_settle(store, broker, &published.attempts, timeout).await?;
+    println!(
+        "asked for {} refunds of settled charges: {}",
+        published.refunds.len(),
+        published
+            .refunds
+            .iter()
+            .map(|r| r.case.describe())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
 }
 
 fn demo_faults() -> FaultConfig {
@@ -599,7 +637,7 @@ async fn wait_until_settled(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
-    let expected_dead = (published.conflicts + published.invalid) as u64;
+    let expected_dead = published.expected_dead_letters();
     let mut last_line = String::new();
     loop {
         let counts = status_counts(store).await?;
@@ -660,13 +698,15 @@ async fn verify(
     let events = crate::store::operator::published_event_ids(store).await?;
     let on_stream = stream_count(broker, &broker.names.events_stream()).await?;
     let dead = stream_count(broker, &broker.names.dlq_stream()).await?;
+    let refunds = refunds::verify(store, gateway, &published.refunds).await?;
     let mut problems = attempt_problems(&attempts, published, &charges_per_attempt);
-    problems.extend(event_problems(&attempts, &events, on_stream));
-    let expected_dead = (published.conflicts + published.invalid) as u64;
+    problems.extend(event_problems(&attempts, &refunds, &events, on_stream));
+    let expected_dead = published.expected_dead_letters();
     if dead != expected_dead {
         problems.push(format!("{dead} dead letters, expected {expected_dead}"));
     }
     problems.extend(review_problems(&attempts, published));
+    problems.extend(refunds.problems.iter().cloned());
     let succeeded_charges: usize = charges_per_attempt.values().sum();
     let stats = gateway.stats();
     let summary = Summary {
@@ -679,6 +719,7 @@ async fn verify(
         double_charges: charges_per_attempt.values().filter(|n| **n > 1).count(),
         events_published: on_stream,
         dead_letters: dead,
+        refunds: &refunds,
         elapsed,
         problems: &problems,
     };
@@ -749,24 +790,56 @@ fn attempt_problems(
     problems
 }
 
-/// One event per final state, published under one id each.
+/// One event per final state of an attempt and of a refund, published under one id each;
+/// a refused refund's dead letter goes out through the outbox too, to the dead-letter
+/// stream.
 fn event_problems(
     attempts: &[AttemptRecord],
+    refunds: &RefundFindings,
     events: &[(Uuid, String)],
     on_stream: u64,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let final_attempts = attempts.iter().filter(|a| a.status.is_final()).count();
+    let is_refunds = |status: &str| status.starts_with("refund_");
     let final_events = events
         .iter()
-        .filter(|(_, status)| status != "needs_review")
+        .filter(|(_, status)| status != "needs_review" && !is_refunds(status))
         .count();
     if final_events != final_attempts {
         problems.push(format!(
             "{final_events} final-state events for {final_attempts} final attempts"
         ));
     }
-    let ids: HashSet<&Uuid> = events.iter().map(|(id, _)| id).collect();
+    let final_refunds = refunds
+        .refunds
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_some_and(|r| r.status.is_final()))
+        .count();
+    let refund_events = events
+        .iter()
+        .filter(|(_, s)| s == "refund_succeeded" || s == "refund_failed")
+        .count();
+    if refund_events != final_refunds {
+        problems.push(format!(
+            "{refund_events} refund events for {final_refunds} final refunds"
+        ));
+    }
+    let refund_dead_letters = events
+        .iter()
+        .filter(|(_, s)| s == "refund_dead_letter")
+        .count();
+    if refund_dead_letters != refunds.refused() {
+        problems.push(format!(
+            "{refund_dead_letters} refund dead letters for {} refused refunds",
+            refunds.refused()
+        ));
+    }
+    let ids: HashSet<&Uuid> = events
+        .iter()
+        .filter(|(_, s)| s != "refund_dead_letter")
+        .map(|(id, _)| id)
+        .collect();
     if on_stream as usize != ids.len() {
         problems.push(format!(
             "{on_stream} events on the stream for {} event ids",
@@ -806,6 +879,7 @@ struct Summary<'a> {
     double_charges: usize,
     events_published: u64,
     dead_letters: u64,
+    refunds: &'a RefundFindings,
     elapsed: Duration,
     problems: &'a [String],
 }
@@ -845,9 +919,15 @@ impl Summary<'_> {
             self.events_published
         ));
         line(format!(
-            "  dead letters             {} ({} conflicts, {} invalid)",
-            self.dead_letters, published.conflicts, published.invalid
+            "  dead letters             {} ({} conflicts, {} invalid, {} refused refunds)",
+            self.dead_letters,
+            published.conflicts,
+            published.invalid,
+            self.refunds.refused()
         ));
+        for refund_line in self.refunds.lines() {
+            line(refund_line);
+        }
         if !published.for_review.is_empty() {
             line(format!(
                 "  left for a person        {} in needs_review, each with its reason ({})",
@@ -861,7 +941,7 @@ impl Summary<'_> {
                 line(format!("  PROBLEM: {problem}"));
             }
         } else {
-            line("the promise held: every attempt charged at most once, every outcome settled and announced once".to_owned());
+            line("the promise held: every attempt charged at most once, every refund made at most once and never past its charge, every outcome settled and announced once".to_owned());
         }
         out
     }

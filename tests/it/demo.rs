@@ -84,7 +84,7 @@ fn the_demo_without_postgres_or_nats_binaries_says_how_to_get_them_in_one_line()
 }
 
 /// Nothing listens at the configured addresses: the demo starts its own PostgreSQL and NATS
-/// in a temporary directory, says so in one line, runs and finds the
+/// in a temporary directory, says so in one line, runs (refunds included) and finds the
 /// promise held, and leaves neither process nor directory behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_them_at_exit() {
@@ -123,6 +123,7 @@ async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_t
         .and_then(|rest| rest.strip_suffix(", stopped at exit"))
         .expect("the line names the directory");
     assert!(dir.contains("onecharge-demo-"), "{line}");
+    assert_refund_lines(&stdout);
     assert!(stdout.contains("\nthe promise held"), "{stdout}");
 
     assert!(!std::path::Path::new(dir).exists(), "{dir} is removed");
@@ -139,6 +140,36 @@ async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_t
             "nothing listens on {port} any more"
         );
     }
+}
+
+/// The summary's refund lines: each case asked, what became of it, and the gateway's
+/// refunds checked against onecharge's.
+fn assert_refund_lines(stdout: &str) {
+    let has = |start: &str, part: &str| {
+        stdout
+            .lines()
+            .any(|l| l.starts_with(start) && l.contains(part))
+    };
+    assert!(has("  refunds asked ", "messages"), "{stdout}");
+    for (case, outcome) in [
+        ("    whole ", ": succeeded, "),
+        ("    partial ", ": succeeded, "),
+        ("    the rest of it ", "asked what is left: succeeded, "),
+        (
+            "    published 3 times ",
+            "(3 messages, one refund): succeeded, ",
+        ),
+        ("    past what is left ", ": refused, "),
+    ] {
+        assert!(has(case, outcome), "{case}{outcome} in {stdout}");
+    }
+    assert!(
+        has(
+            "  refunds at the gateway ",
+            "; 0 refund_id(s) refunded twice, 0 charge(s) refunded past their amount"
+        ),
+        "{stdout}"
+    );
 }
 
 /// The `PATH` without the directories that hold any of `programs`.
@@ -204,6 +235,7 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
         printed.iter().any(|l| l.starts_with("the promise held")),
         "served after the verified summary: {printed:?}"
     );
+    assert_refund_lines(&printed.join("\n"));
     let database = printed[0]
         .split("database ")
         .nth(1)
