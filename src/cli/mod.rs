@@ -78,7 +78,7 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Run migrations (creating the database if missing), create streams and the durable consumer, as the schema's owner; or --check that it is done
     Setup(service::SetupArgs),
-    /// Run the whole pipeline against a built-in mock gateway with faults and duplicates, then verify
+    /// Run the whole pipeline, charges then refunds, against a built-in mock gateway with faults and duplicates, then verify; starts private PostgreSQL and NATS where none listen
     Demo(DemoArgs),
     /// Run the service roles until SIGTERM or Ctrl-C
     Serve {

@@ -67,6 +67,11 @@ pub struct Overrides {
     pub log_format: Option<LogFormat>,
 }
 
+/// `ONECHARGE_` variables that are not settings, which the settings' `deny_unknown_fields`
+/// would refuse: where `onecharge demo` finds the binaries of its private PostgreSQL and
+/// NATS (`crate::demo::private`, decision 197), read by the demo alone.
+const NOT_SETTINGS: [&str; 2] = ["demo_pg_bin", "demo_nats_server"];
+
 impl Settings {
     /// Loads settings from, in rising precedence: defaults, the config file, the
     /// environment, `overrides`. An explicitly named file that does not exist is an error;
@@ -86,10 +91,15 @@ impl Settings {
         // Secrets from the environment are taken as the raw text: figment would read
         // `ONECHARGE_GATEWAY_API_KEY=0042` as the number 42.
         let secret_keys = ["gateway_api_key", "admin_token", "stripe_webhook_secrets"];
+        let not_settings: Vec<&str> = secret_keys.iter().chain(&NOT_SETTINGS).copied().collect();
         let layered = |defaults: Settings| {
             let mut figment = Figment::from(Serialized::defaults(defaults))
                 .merge(Toml::file(&file))
-                .merge(Env::prefixed("ONECHARGE_").ignore(&secret_keys).split("__"));
+                .merge(
+                    Env::prefixed("ONECHARGE_")
+                        .ignore(&not_settings)
+                        .split("__"),
+                );
             for (key, value) in Env::prefixed("ONECHARGE_").only(&secret_keys).iter() {
                 figment = figment.merge(Serialized::default(key.as_str(), value));
             }
@@ -113,7 +123,11 @@ impl Settings {
         })?;
         // What the file and the environment set, without defaults: where a secret given both
         // as a value and as a file is found.
-        let given = Figment::from(Toml::file(&file)).merge(Env::prefixed("ONECHARGE_").split("__"));
+        let given = Figment::from(Toml::file(&file)).merge(
+            Env::prefixed("ONECHARGE_")
+                .ignore(&NOT_SETTINGS)
+                .split("__"),
+        );
         files::read_secret_files(&mut settings, &given, overrides)?;
         files::read_operators_file(&mut settings)?;
         settings.validate().map_err(|e| {

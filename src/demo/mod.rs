@@ -4,9 +4,19 @@
 //! retries, business duplicates, conflicts and invalid messages, waits until everything
 //! settled, and checks the promise against the gateway's own ledger. Exit 0 only when it held.
 //!
+//! Once the charges settled it refunds a few of them (whole, partial then the rest, one
+//! published three times, one past what is left, one of a declined charge) and checks the
+//! refunds against the gateway's refund ledger too.
+//!
 //! The demo runs in its own database and stream namespace and removes both afterwards
-//! (unless `--keep`), so it never touches a real deployment on the same servers.
+//! (unless `--keep`), so it never touches a real deployment on the same servers. Where no
+//! PostgreSQL or no NATS listens at the configured address, it starts private ones in a
+//! temporary directory and stops them at exit (`private`).
 
+#[cfg(feature = "demo")]
+mod private;
+#[cfg(feature = "demo")]
+mod refunds;
 #[cfg(feature = "demo")]
 mod run;
 

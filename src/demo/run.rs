@@ -1,8 +1,9 @@
-//! The demo's run: the mock gateway, the service, the published mix, the wait and the
-//! verdict.
+//! The demo's run: the servers (`super::private`), the mock gateway, the service, the
+//! published mix, the wait, the refunds (`super::refunds`) and the verdict.
 //!
-//! About 900 lines: the demo is one script a newcomer reads top to bottom (start, publish,
-//! wait, judge), and its verdict checks must sit next to what they check.
+//! About 1,000 lines: the demo is one script a newcomer reads top to bottom (start, publish,
+//! wait, judge), and its verdict checks must sit next to what they check; what the refunds
+//! ask and check, and how private servers start, are files of their own.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -25,6 +26,8 @@ use crate::gateway::GatewayKind;
 use crate::store::operator::AttemptRecord;
 use crate::store::Store;
 
+use super::private;
+use super::refunds::{self, PublishedRefund, RefundFindings};
 use super::DemoArgs;
 
 /// What the demo published, to check the outcome against.
@@ -39,6 +42,8 @@ struct Published {
     attempts: HashMap<PaymentAttemptId, String>,
     /// The attempts published to be left for a person ([`ReviewCase`]), each with its case.
     for_review: Vec<(PaymentAttemptId, ReviewCase)>,
+    /// The refunds asked for once the charges settled.
+    refunds: Vec<PublishedRefund>,
 }
 
 /// A case the gateway leaves for a person, which the demo makes on purpose after the main
@@ -58,6 +63,13 @@ enum ReviewCase {
 }
 
 impl Published {
+    /// The dead letters the run must end with: every conflict and invalid command, and
+    /// every refund onecharge must refuse (dead-lettered after the fact, contract §2.5).
+    fn expected_dead_letters(&self) -> u64 {
+        let refused = self.refunds.iter().filter(|r| r.case.refused()).count();
+        (self.conflicts + self.invalid + refused) as u64
+    }
+
     /// The cases left for a person, in words, comma-separated.
     fn describe_review_cases(&self) -> String {
         describe_all(self.for_review.iter().map(|(_, case)| *case))
@@ -84,15 +96,55 @@ impl ReviewCase {
     }
 }
 
-/// Runs the demo; `Err` when the servers are unreachable, the run did not settle in time,
-/// or the promise did not hold.
+/// Runs the demo; `Err` when the servers are unreachable and cannot be started, the run
+/// did not settle in time, or the promise did not hold.
 pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    let tag = &Uuid::new_v4().simple().to_string()[..8];
-    let database_url = sibling_database(&settings.database_url, &format!("onecharge_demo_{tag}"))?;
     if args.console {
         check_console_address(settings)?;
     }
+    // A signal before the summary ends the run as an error does: the demo's data is
+    // removed and its private servers are stopped by their guards, instead of the process
+    // dying with them running.
+    let interrupted = CancellationToken::new();
+    let listener = tokio::spawn(crate::shutdown::cancel_on_signal(interrupted.clone()));
+    let mut servers = until_interrupted(&interrupted, private::servers(settings)).await?;
+    if let Some(private) = &servers.private {
+        println!("{}", private.describe());
+    }
+    let outcome = run_on(&servers.settings, &args, started, &interrupted, listener).await;
+    if let (true, Some(private)) = (args.keep, servers.private.as_mut()) {
+        println!(
+            "kept: the private servers' data and logs in {} (they are stopped)",
+            private.keep().display()
+        );
+    }
+    // `servers` drops here: the private servers stop.
+    outcome
+}
+
+/// `work`, unless a signal comes first.
+async fn until_interrupted<T>(
+    interrupted: &CancellationToken,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        outcome = work => outcome,
+        () = interrupted.cancelled() => bail!("demo: interrupted; its data is removed and any private server stopped"),
+    }
+}
+
+/// The demo on `settings`' servers: its database and namespace, the mock gateway, the run,
+/// the console if asked, and the clean-up.
+async fn run_on(
+    settings: &Settings,
+    args: &DemoArgs,
+    started: Instant,
+    interrupted: &CancellationToken,
+    listener: tokio::task::JoinHandle<()>,
+) -> anyhow::Result<()> {
+    let tag = &Uuid::new_v4().simple().to_string()[..8];
+    let database_url = sibling_database(&settings.database_url, &format!("onecharge_demo_{tag}"))?;
     check_servers(settings).await?;
 
     let api_key = format!("sk_demo_{}", Uuid::new_v4().simple());
@@ -120,7 +172,12 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
         gateway.base_url(),
         kind.as_str()
     );
-    let outcome = match run_in(&demo, &gateway, &args, kind, started).await {
+    let outcome =
+        until_interrupted(interrupted, run_in(&demo, &gateway, args, kind, started)).await;
+    // From here a signal is the console's to answer (it stops serving, then the data is
+    // removed as after any run).
+    listener.abort();
+    let outcome = match outcome {
         Ok(()) if args.console => serve_console(&demo, settings.admin_addr).await,
         outcome => outcome,
     };
@@ -176,6 +233,8 @@ fn demo_settings(
         Duration::from_secs(8),
     ];
     demo.relay.poll_interval = Duration::from_millis(50);
+    // A refund waiting for its charge asks again this often.
+    demo.refunds.recheck_interval = Duration::from_millis(300);
     // The mock answers in milliseconds (it holds a hung response 3 s, after charging): an
     // empty lookup past the shortest processing time the configuration accepts (a send
     // can outlive neither its lease nor its timeouts: lease + connect + request) proves
@@ -234,6 +293,9 @@ async fn run_in(
 
     let mut settled = wait_until_settled(&store, &broker, &published, args.timeout).await;
     if settled.is_ok() {
+        settled = refund_some(&store, &broker, &mut published, args.timeout).await;
+    }
+    if settled.is_ok() {
         settled = leave_for_review(settings, &store, &broker, gateway, kind, &mut published).await;
         if settled.is_ok() {
             settled = wait_until_settled(&store, &broker, &published, args.timeout).await;
@@ -246,6 +308,28 @@ async fn run_in(
     }
     settled?;
     verify(&store, &broker, gateway, &published, started.elapsed()).await
+}
+
+/// Refunds a few of the settled charges and waits until each refund is final.
+async fn refund_some(
+    store: &Store,
+    broker: &Broker,
+    published: &mut Published,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    published.refunds =
+        refunds::publish_and_settle(store, broker, &published.attempts, timeout).await?;
+    println!(
+        "asked for {} refunds of settled charges: {}",
+        published.refunds.len(),
+        published
+            .refunds
+            .iter()
+            .map(|r| r.case.describe())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
 }
 
 fn demo_faults() -> FaultConfig {
@@ -553,7 +637,7 @@ async fn wait_until_settled(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
-    let expected_dead = (published.conflicts + published.invalid) as u64;
+    let expected_dead = published.expected_dead_letters();
     let mut last_line = String::new();
     loop {
         let counts = status_counts(store).await?;
@@ -614,13 +698,15 @@ async fn verify(
     let events = crate::store::operator::published_event_ids(store).await?;
     let on_stream = stream_count(broker, &broker.names.events_stream()).await?;
     let dead = stream_count(broker, &broker.names.dlq_stream()).await?;
+    let refunds = refunds::verify(store, gateway, &published.refunds).await?;
     let mut problems = attempt_problems(&attempts, published, &charges_per_attempt);
-    problems.extend(event_problems(&attempts, &events, on_stream));
-    let expected_dead = (published.conflicts + published.invalid) as u64;
+    problems.extend(event_problems(&attempts, &refunds, &events, on_stream));
+    let expected_dead = published.expected_dead_letters();
     if dead != expected_dead {
         problems.push(format!("{dead} dead letters, expected {expected_dead}"));
     }
     problems.extend(review_problems(&attempts, published));
+    problems.extend(refunds.problems.iter().cloned());
     let succeeded_charges: usize = charges_per_attempt.values().sum();
     let stats = gateway.stats();
     let summary = Summary {
@@ -633,6 +719,7 @@ async fn verify(
         double_charges: charges_per_attempt.values().filter(|n| **n > 1).count(),
         events_published: on_stream,
         dead_letters: dead,
+        refunds: &refunds,
         elapsed,
         problems: &problems,
     };
@@ -703,24 +790,56 @@ fn attempt_problems(
     problems
 }
 
-/// One event per final state, published under one id each.
+/// One event per final state of an attempt and of a refund, published under one id each;
+/// a refused refund's dead letter goes out through the outbox too, to the dead-letter
+/// stream.
 fn event_problems(
     attempts: &[AttemptRecord],
+    refunds: &RefundFindings,
     events: &[(Uuid, String)],
     on_stream: u64,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let final_attempts = attempts.iter().filter(|a| a.status.is_final()).count();
+    let is_refunds = |status: &str| status.starts_with("refund_");
     let final_events = events
         .iter()
-        .filter(|(_, status)| status != "needs_review")
+        .filter(|(_, status)| status != "needs_review" && !is_refunds(status))
         .count();
     if final_events != final_attempts {
         problems.push(format!(
             "{final_events} final-state events for {final_attempts} final attempts"
         ));
     }
-    let ids: HashSet<&Uuid> = events.iter().map(|(id, _)| id).collect();
+    let final_refunds = refunds
+        .refunds
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_some_and(|r| r.status.is_final()))
+        .count();
+    let refund_events = events
+        .iter()
+        .filter(|(_, s)| s == "refund_succeeded" || s == "refund_failed")
+        .count();
+    if refund_events != final_refunds {
+        problems.push(format!(
+            "{refund_events} refund events for {final_refunds} final refunds"
+        ));
+    }
+    let refund_dead_letters = events
+        .iter()
+        .filter(|(_, s)| s == "refund_dead_letter")
+        .count();
+    if refund_dead_letters != refunds.refused() {
+        problems.push(format!(
+            "{refund_dead_letters} refund dead letters for {} refused refunds",
+            refunds.refused()
+        ));
+    }
+    let ids: HashSet<&Uuid> = events
+        .iter()
+        .filter(|(_, s)| s != "refund_dead_letter")
+        .map(|(id, _)| id)
+        .collect();
     if on_stream as usize != ids.len() {
         problems.push(format!(
             "{on_stream} events on the stream for {} event ids",
@@ -760,6 +879,7 @@ struct Summary<'a> {
     double_charges: usize,
     events_published: u64,
     dead_letters: u64,
+    refunds: &'a RefundFindings,
     elapsed: Duration,
     problems: &'a [String],
 }
@@ -799,9 +919,15 @@ impl Summary<'_> {
             self.events_published
         ));
         line(format!(
-            "  dead letters             {} ({} conflicts, {} invalid)",
-            self.dead_letters, published.conflicts, published.invalid
+            "  dead letters             {} ({} conflicts, {} invalid, {} refused refunds)",
+            self.dead_letters,
+            published.conflicts,
+            published.invalid,
+            self.refunds.refused()
         ));
+        for refund_line in self.refunds.lines() {
+            line(refund_line);
+        }
         if !published.for_review.is_empty() {
             line(format!(
                 "  left for a person        {} in needs_review, each with its reason ({})",
@@ -815,7 +941,7 @@ impl Summary<'_> {
                 line(format!("  PROBLEM: {problem}"));
             }
         } else {
-            line("the promise held: every attempt charged at most once, every outcome settled and announced once".to_owned());
+            line("the promise held: every attempt charged at most once, every refund made at most once and never past its charge, every outcome settled and announced once".to_owned());
         }
         out
     }
@@ -859,21 +985,30 @@ async fn serve_console(demo: &Settings, admin_addr: std::net::SocketAddr) -> any
     app.run(shutdown).await
 }
 
+/// The servers listen (or are the demo's private ones): whether they let the demo in. One
+/// that refuses is a configuration to fix, which a private server would only hide.
 async fn check_servers(settings: &Settings) -> anyhow::Result<()> {
     let server = sibling_database(&settings.database_url, "postgres")?;
-    if Store::connect(&server, 1).await.is_err() {
+    if let Err(err) = Store::connect(&server, 1).await {
         bail!(
-            "PostgreSQL is not reachable at {}: start it (see README, \"Getting PostgreSQL and NATS JetStream\") or set ONECHARGE_DATABASE_URL",
-            redact(&settings.database_url)
+            "PostgreSQL at {} refuses the demo ({}): check ONECHARGE_DATABASE_URL or --database-url",
+            redact(&settings.database_url),
+            one_line(&err)
         );
     }
-    if Broker::connect(settings).await.is_err() {
+    if let Err(err) = Broker::connect(settings).await {
         bail!(
-            "NATS is not reachable at {}: start `nats-server -js` (see README) or set ONECHARGE_NATS_URL",
-            settings.nats_url
+            "NATS at {} refuses the demo ({}): check ONECHARGE_NATS_URL or --nats-url",
+            settings.nats_url,
+            one_line(&err)
         );
     }
     Ok(())
+}
+
+/// An error and its causes on one line.
+fn one_line(err: &anyhow::Error) -> String {
+    format!("{err:#}").replace('\n', " ")
 }
 
 /// The URL of another database on the same server.

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::support::nats_server::free_port;
 use crate::support::one_line_error;
 use onecharge::config::Settings;
 use onecharge::demo::{run, DemoArgs};
@@ -38,18 +39,146 @@ async fn run_demo(seed: u64, gateway: Option<onecharge::gateway::GatewayKind>) {
     run(&settings, args).await.expect("the promise held");
 }
 
+/// A server that is there but refuses the demo is a configuration to fix: the demo says so
+/// and starts nothing of its own.
 #[test]
-fn the_demo_says_how_to_fix_an_unreachable_database_in_one_line() {
-    let (code, err) = one_line_error(crate::support::onecharge().args([
-        "demo",
-        "--database-url",
-        "postgres://127.0.0.1:1/onecharge",
-    ]));
+fn the_demo_says_how_to_fix_a_database_that_refuses_it_in_one_line() {
+    let mut url = reqwest::Url::parse(&crate::support::server_url()).unwrap();
+    url.set_username("no_such_demo_role").unwrap();
+    url.set_path("/onecharge");
+    let (code, err) =
+        one_line_error(crate::support::onecharge().args(["demo", "--database-url", url.as_str()]));
     assert_eq!(code, Some(1));
+    assert!(err.contains("refuses the demo ("), "{err}");
     assert!(
-        err.contains("PostgreSQL is not reachable at postgres://127.0.0.1:1/onecharge: start it"),
+        err.contains("check ONECHARGE_DATABASE_URL or --database-url"),
         "{err}"
     );
+}
+
+/// Nothing listens at either address and neither binary is to be found (the variables
+/// name nothing, the PATH holds none): one line says how to get them, exit 2.
+#[test]
+fn the_demo_without_postgres_or_nats_binaries_says_how_to_get_them_in_one_line() {
+    let (pg, nats) = (free_port(), free_port());
+    let (code, err) = one_line_error(
+        crate::support::onecharge()
+            .args(["demo", "--database-url"])
+            .arg(format!("postgres://127.0.0.1:{pg}/onecharge"))
+            .arg("--nats-url")
+            .arg(format!("nats://127.0.0.1:{nats}"))
+            .env("PATH", path_without(&["initdb", "postgres", "nats-server"]))
+            .env("ONECHARGE_DEMO_PG_BIN", "/nonexistent/pg/bin")
+            .env("ONECHARGE_DEMO_NATS_SERVER", "/nonexistent/nats-server"),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    for part in [
+        &format!("demo: no PostgreSQL at 127.0.0.1:{pg} and no NATS at 127.0.0.1:{nats}, and cannot start its own: "),
+        "ONECHARGE_DEMO_PG_BIN=/nonexistent/pg/bin holds no initdb and postgres",
+        "ONECHARGE_DEMO_NATS_SERVER=/nonexistent/nats-server is no file",
+        "Debian: `apt-get install postgresql nats-server`",
+        "ONECHARGE_DEMO_PG_BIN=/usr/lib/postgresql/<version>/bin",
+    ] {
+        assert!(err.contains(part), "{part} in {err}");
+    }
+}
+
+/// Nothing listens at the configured addresses: the demo starts its own PostgreSQL and NATS
+/// in a temporary directory, says so in one line, runs (refunds included) and finds the
+/// promise held, and leaves neither process nor directory behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_them_at_exit() {
+    let (pg, nats) = (free_port(), free_port());
+    let mut command = tokio::process::Command::from(crate::support::onecharge());
+    command
+        .args([
+            "demo",
+            "--attempts",
+            "20",
+            "--timeout",
+            "60s",
+            "--database-url",
+        ])
+        .arg(format!("postgres://127.0.0.1:{pg}/onecharge"))
+        .arg("--nats-url")
+        .arg(format!("nats://127.0.0.1:{nats}"))
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the demo ends within 2 minutes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    crate::support::assert_exited_ok(&output, "demo on private servers");
+    let prefix = format!(
+        "demo: no PostgreSQL at 127.0.0.1:{pg} and no NATS at 127.0.0.1:{nats}; started private ones (PostgreSQL on 127.0.0.1:"
+    );
+    let line = stdout
+        .lines()
+        .next()
+        .filter(|l| l.starts_with(&prefix) && l.ends_with(", stopped at exit"))
+        .unwrap_or_else(|| panic!("the first line says what was started: {stdout}"));
+    let dir = line
+        .split(" in ")
+        .last()
+        .and_then(|rest| rest.strip_suffix(", stopped at exit"))
+        .expect("the line names the directory");
+    assert!(dir.contains("onecharge-demo-"), "{line}");
+    assert_refund_lines(&stdout);
+    assert!(stdout.contains("\nthe promise held"), "{stdout}");
+
+    assert!(!std::path::Path::new(dir).exists(), "{dir} is removed");
+    let running: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        .filter(|cmdline| cmdline.contains(dir))
+        .collect();
+    assert!(running.is_empty(), "still running: {running:?}");
+    for port in [pg, nats] {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "nothing listens on {port} any more"
+        );
+    }
+}
+
+/// The summary's refund lines: each case asked, what became of it, and the gateway's
+/// refunds checked against onecharge's.
+fn assert_refund_lines(stdout: &str) {
+    let has = |start: &str, part: &str| {
+        stdout
+            .lines()
+            .any(|l| l.starts_with(start) && l.contains(part))
+    };
+    assert!(has("  refunds asked ", "messages"), "{stdout}");
+    for (case, outcome) in [
+        ("    whole ", ": succeeded, "),
+        ("    partial ", ": succeeded, "),
+        ("    the rest of it ", "asked what is left: succeeded, "),
+        (
+            "    published 3 times ",
+            "(3 messages, one refund): succeeded, ",
+        ),
+        ("    past what is left ", ": refused, "),
+    ] {
+        assert!(has(case, outcome), "{case}{outcome} in {stdout}");
+    }
+    assert!(
+        has(
+            "  refunds at the gateway ",
+            "; 0 refund_id(s) refunded twice, 0 charge(s) refunded past their amount"
+        ),
+        "{stdout}"
+    );
+}
+
+/// The `PATH` without the directories that hold any of `programs`.
+fn path_without(programs: &[&str]) -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept = std::env::split_paths(&path)
+        .filter(|dir| !programs.iter().any(|p| dir.join(p).exists()))
+        .collect::<Vec<_>>();
+    std::env::join_paths(kept).unwrap()
 }
 
 /// `demo --console`: after the verified summary the demo's data stays and the console
@@ -106,6 +235,7 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
         printed.iter().any(|l| l.starts_with("the promise held")),
         "served after the verified summary: {printed:?}"
     );
+    assert_refund_lines(&printed.join("\n"));
     let database = printed[0]
         .split("database ")
         .nth(1)
