@@ -398,6 +398,12 @@ async fn an_operator_finds_an_order_in_the_browser_and_resolves_its_attempt_in_r
     );
     browser.screenshot("dead-letters").await;
 
+    // the findings page lists what the sweep found, each with its history one click away
+    env.plant_finding(seeded.declined).await;
+    browser.click_and_wait("#nav-findings").await;
+    assert!(browser.has("tr[data-finding-id]").await, "a finding row");
+    browser.screenshot("findings").await;
+
     browser.close().await;
     console.stop().await;
 }

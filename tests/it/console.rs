@@ -429,18 +429,6 @@ async fn a_resolve_needs_the_csrf_token_an_operator_and_a_confirmation() {
     console.stop().await;
 }
 
-/// An open finding about attempt `id`, as the sweep records one: its id.
-async fn open_finding(env: &TestEnv, id: Uuid) -> i64 {
-    env.scalar(&format!(
-        "INSERT INTO reconciliation_findings
-             (class, dedupe_key, payment_attempt_id, gateway_ids, detail, source)
-         VALUES ('recorded_not_charged', 'recorded_not_charged:{id}:ch_console', '{id}',
-                 '{{ch_console}}', 'the charge was refunded at the gateway', 'sweep')
-         RETURNING id"
-    ))
-    .await
-}
-
 /// A page's `<title>`: what a failed assertion prints instead of the whole page.
 fn title_of(page: &str) -> &str {
     page.split_once("<title>")
@@ -460,7 +448,7 @@ async fn finding_and_audit(env: &TestEnv, finding: i64) -> (i64, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finding_reason_the_database_cannot_take_is_refused_with_the_form_and_changes_nothing() {
     let (env, id, console) = one_in_review().await;
-    let finding = open_finding(&env, id).await;
+    let finding = env.plant_finding(id).await;
     let ada = console.browser(OPERATOR_TOKEN).await;
     let csrf = console.csrf(&ada).await;
     let path = format!("/console/findings/{finding}/resolve");
@@ -504,7 +492,7 @@ async fn a_finding_reason_the_database_cannot_take_is_refused_with_the_form_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolving_a_finding_asks_for_a_confirmation_first_and_acts_only_once_confirmed() {
     let (env, id, console) = one_in_review().await;
-    let finding = open_finding(&env, id).await;
+    let finding = env.plant_finding(id).await;
     let ada = console.browser(OPERATOR_TOKEN).await;
     let csrf = console.csrf(&ada).await;
     let path = format!("/console/findings/{finding}/resolve");

@@ -65,7 +65,7 @@ pub(super) async fn list(
                             }
                             td { code { (f.gateway_ids.join(", ")) } }
                             td { (f.detail) }
-                            td { (f.seen_count) "× (last " (f.last_seen_at) ")" }
+                            td { (f.seen_count) "× (last " (crate::format::at(f.last_seen_at)) ")" }
                             td {
                                 @if f.state == "open" {
                                     (resolve_form(&session, f.id, ""))
@@ -109,7 +109,7 @@ pub(super) async fn one(
             tr { th { "gateway ids" } td { code { (f.gateway_ids.join(", ")) } } }
             tr { th { "detail" } td { (f.detail) } }
             tr { th { "source" } td { (format!("{:?}", f.source).to_lowercase()) } }
-            tr { th { "seen" } td { (f.seen_count) "× (first " (f.first_seen_at) ", last " (f.last_seen_at) ")" } }
+            tr { th { "seen" } td { (f.seen_count) "× (first " (crate::format::at(f.first_seen_at)) ", last " (crate::format::at(f.last_seen_at)) ")" } }
             tr { th { "state" } td #finding-state {
                 @if f.state == "open" { (resolve_form(&session, f.id, "")) }
                 @else { "resolved by " (f.resolved_by.clone().unwrap_or_default()) " at " (f.resolved_at.map(|t| t.to_string()).unwrap_or_default()) ": " (f.resolution.clone().unwrap_or_default()) }
@@ -141,7 +141,7 @@ fn history_table(history: &[EarlierFinding]) -> Markup {
                         tr data-finding-id=(h.finding_id) {
                             td { a href=(format!("/console/findings/{}", h.finding_id)) { (h.finding_id) } }
                             td { code { (h.evidence) } }
-                            td { (h.first_seen_at) }
+                            td { (crate::format::at(h.first_seen_at)) }
                             td {
                                 (h.state)
                                 @if let (Some(by), Some(why)) = (&h.resolved_by, &h.resolution) {

@@ -548,6 +548,22 @@ pub trait Records {
         .unwrap()
     }
 
+    /// Plants an open finding about attempt `id`, as the sweep records one (a refund at the
+    /// gateway), for the faces that show findings: its id.
+    async fn plant_finding(&self, id: impl Into<PaymentAttemptId>) -> i64 {
+        sqlx::query_scalar(
+            "INSERT INTO reconciliation_findings
+                 (class, dedupe_key, payment_attempt_id, gateway_ids, detail, source)
+             VALUES ('recorded_not_charged', 'recorded_not_charged:' || $1 || ':ch_console', $1,
+                     '{ch_console}', 'the charge was refunded at the gateway', 'sweep')
+             RETURNING id",
+        )
+        .bind(id.into())
+        .fetch_one(self.pool())
+        .await
+        .expect("a planted finding")
+    }
+
     /// The findings no one has resolved yet, oldest first.
     async fn open_findings(&self) -> Vec<Finding> {
         let findings = self.findings().await;
