@@ -11,6 +11,11 @@
 //!   `max_deliver` of its own, and a message whose dead letter cannot be stored is Nak'd
 //!   until it is. Only an operator-set `max_deliver` can end a message unrecorded, and that
 //!   is counted (`onecharge_intake_messages_lost_total`).
+//!
+//! About 670 lines: one consumer loop for both command families (fetch, validate, record,
+//! then ack, nak or dead-letter), kept in one room because every acknowledgement must read
+//! next to the commit it follows; validation is `domain::command` and `domain::refund`, the
+//! SQL `store::intake` and `store::refunds`.
 
 pub mod audit;
 mod dead_letter;

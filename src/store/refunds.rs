@@ -12,6 +12,10 @@
 //!   refund in review keeps it (the gateway may have refunded).
 //! - Every write after a claim names the lease token it holds; a final state, its
 //!   transition and its one event (`refund_final_events`) commit together.
+//!
+//! About 780 lines: every statement of a refund's life in the order it lives it (record,
+//! admit or refuse, claim, write a send's outcome, expire a lease, look up, settle), so that
+//! each guard sits beside the moves it races; what operators read is `refund_reads`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
