@@ -194,8 +194,10 @@ fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), InvalidComm
     Ok(())
 }
 
-/// The states of a refund (contract §4.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The states of a refund (contract §4.1). Read and bound as the text the database holds
+/// (`sqlx::Type`, as `AttemptStatus`), so no stored status is parsed by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum RefundStatus {
     /// Recorded; its attempt is not final yet (or not recorded yet).
     Waiting,

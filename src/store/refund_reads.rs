@@ -110,16 +110,12 @@ const REFUND_SELECT: &str = "
 
 impl sqlx::FromRow<'_, PgRow> for RefundRecord {
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
-        let status: String = row.try_get("status")?;
         let metadata: Option<sqlx::types::Json<BTreeMap<String, String>>> =
             row.try_get("metadata")?;
         Ok(Self {
             refund_id: row.try_get("refund_id")?,
             payment_attempt_id: row.try_get("payment_attempt_id")?,
-            status: RefundStatus::parse(&status).ok_or_else(|| sqlx::Error::ColumnDecode {
-                index: "status".into(),
-                source: format!("unknown refund status `{status}`").into(),
-            })?,
+            status: row.try_get("status")?,
             requested_minor: row.try_get("requested_minor")?,
             amount_minor: row.try_get("amount_minor")?,
             currency: row.try_get("currency")?,
@@ -404,18 +400,12 @@ pub async fn refund_totals(
 pub async fn unsettled_refunds(
     store: &Store,
 ) -> Result<Vec<(RefundStatus, i64, OffsetDateTime)>, sqlx::Error> {
-    let rows: Vec<(String, i64, OffsetDateTime)> = sqlx::query_as(
+    sqlx::query_as(
         "SELECT status, count(*), min(created_at) FROM refunds
          WHERE status IN ('waiting', 'pending', 'in_flight', 'processing', 'unknown',
                           'needs_review')
          GROUP BY status",
     )
     .fetch_all(store.pool())
-    .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|(status, count, oldest)| {
-            RefundStatus::parse(&status).map(|s| (s, count, oldest))
-        })
-        .collect())
+    .await
 }

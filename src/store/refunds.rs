@@ -403,7 +403,6 @@ const HELD_REFUND_COLUMNS: &str = "r.refund_id, r.payment_attempt_id, r.idempote
 
 impl sqlx::FromRow<'_, PgRow> for HeldRefund {
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
-        let status: String = row.try_get("status")?;
         let metadata: Option<sqlx::types::Json<BTreeMap<String, String>>> =
             row.try_get("metadata")?;
         Ok(Self {
@@ -415,10 +414,7 @@ impl sqlx::FromRow<'_, PgRow> for HeldRefund {
             metadata: metadata.map(|m| m.0).unwrap_or_default(),
             gateway_charge_id: row.try_get("gateway_charge_id")?,
             gateway_refund_id: row.try_get("gateway_refund_id")?,
-            status: RefundStatus::parse(&status).ok_or_else(|| sqlx::Error::ColumnDecode {
-                index: "status".into(),
-                source: format!("unknown refund status `{status}`").into(),
-            })?,
+            status: row.try_get("status")?,
             lease_token: row.try_get("lease_token")?,
             tries: row.try_get("tries")?,
             lookups: row.try_get("lookups")?,
@@ -647,8 +643,7 @@ async fn announce_final(tx: &mut PgConnection, refund_id: RefundId) -> Result<()
     .bind(refund_id)
     .fetch_one(&mut *tx)
     .await?;
-    let status_text: String = row.try_get("status")?;
-    let status = RefundStatus::parse(&status_text).unwrap_or(RefundStatus::Failed);
+    let status: RefundStatus = row.try_get("status")?;
     let Some(subject) = RefundEvent::subject_of(status) else {
         return Ok(());
     };
@@ -656,7 +651,7 @@ async fn announce_final(tx: &mut PgConnection, refund_id: RefundId) -> Result<()
         event_id: Uuid::new_v4(),
         refund_id,
         payment_attempt_id: row.try_get("payment_attempt_id")?,
-        status: status_text,
+        status: status.as_str().to_owned(),
         amount_minor: row.try_get("amount_minor")?,
         currency: row.try_get("currency")?,
         gateway_refund_id: row.try_get("gateway_refund_id")?,
