@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use crate::domain::bounded;
-use crate::domain::outcome::{GatewayOutcome, MAX_REASON_CHARS, MAX_RETRY_AFTER};
-use crate::domain::refund_call::RefundOutcome;
+use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_REASON_CHARS, MAX_RETRY_AFTER};
+use crate::domain::refund_call::{GatewayRefund, RefundOutcome};
 
 /// What happened to one request on the wire, as the HTTP client saw it. Carries no I/O
 /// types so that classification stays pure and testable.
@@ -68,6 +68,45 @@ impl<'a> GatewayReply<'a> {
                 body,
             }),
         }
+    }
+}
+
+impl Answer<'_> {
+    /// What both dialects read alike in an answer to a refund request: a 2xx carrying the
+    /// refund (`R`, the dialect's body; unreadable, it may have refunded), 409 (the key is
+    /// in progress) and 429 (retry after the gateway's wait), each 4xx with the gateway's
+    /// words from `said`. `None` for every other status: the dialect's own table decides.
+    pub fn common_refund_outcome<R>(&self, said: impl FnOnce() -> String) -> Option<RefundOutcome>
+    where
+        R: serde::de::DeserializeOwned + Into<GatewayRefund>,
+    {
+        let status = self.status;
+        Some(match status {
+            200..=299 => match serde_json::from_slice::<R>(self.body) {
+                Ok(refund) => RefundOutcome::Answered(Box::new(refund.into())),
+                Err(_) => RefundOutcome::Ambiguous {
+                    reason: bounded(
+                        &format!(
+                            "HTTP {status} without a readable refund: {}",
+                            snippet(self.body)
+                        ),
+                        MAX_REASON_CHARS,
+                    ),
+                },
+            },
+            409 => RefundOutcome::RetryLater {
+                after: RetryAfter::InProgress,
+                reason: said(),
+            },
+            429 => RefundOutcome::RetryLater {
+                after: self
+                    .retry_after
+                    .and_then(parse_retry_after)
+                    .map_or(RetryAfter::Backoff, RetryAfter::Delay),
+                reason: said(),
+            },
+            _ => return None,
+        })
     }
 }
 

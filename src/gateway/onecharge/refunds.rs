@@ -6,11 +6,11 @@ use secrecy::ExposeSecret as _;
 use serde::{Deserialize, Serialize};
 
 use super::{gateway_words, Endpoints, ErrorBody};
-use crate::domain::outcome::{RetryAfter, MAX_REASON_CHARS};
+use crate::domain::outcome::MAX_REASON_CHARS;
 use crate::domain::refund_call::{GatewayRefund, GatewayRefundStatus, RefundLookup, RefundOutcome};
 use crate::domain::{bounded, CallOperation, RefundId};
 use crate::gateway::refund::RefundRequest;
-use crate::gateway::wire::{parse_retry_after, snippet, Answer, GatewayReply};
+use crate::gateway::wire::{snippet, Answer, GatewayReply};
 use crate::gateway::{exchange, GatewayCall, Transport};
 
 /// The body of `POST /v1/refunds`.
@@ -109,36 +109,16 @@ fn error_type(body: &[u8]) -> Option<String> {
 
 /// Reads one answer to `POST /v1/refunds` as contract §3.4's table says.
 pub fn classify_refund(reply: GatewayReply<'_>) -> RefundOutcome {
-    let Answer {
-        status,
-        retry_after,
-        body,
-        ..
-    } = match reply.refund_answer() {
+    let answer = match reply.refund_answer() {
         Ok(answer) => answer,
         Err(outcome) => return outcome,
     };
+    let Answer { status, body, .. } = answer;
     let words = || gateway_words(status, body);
+    if let Some(outcome) = answer.common_refund_outcome::<WireRefund>(words) {
+        return outcome;
+    }
     match status {
-        200..=299 => match serde_json::from_slice::<WireRefund>(body) {
-            Ok(refund) => RefundOutcome::Answered(Box::new(refund.into())),
-            Err(_) => RefundOutcome::Ambiguous {
-                reason: bounded(
-                    &format!("HTTP {status} without a readable refund: {}", snippet(body)),
-                    MAX_REASON_CHARS,
-                ),
-            },
-        },
-        409 => RefundOutcome::RetryLater {
-            after: RetryAfter::InProgress,
-            reason: words(),
-        },
-        429 => RefundOutcome::RetryLater {
-            after: retry_after
-                .and_then(parse_retry_after)
-                .map_or(RetryAfter::Backoff, RetryAfter::Delay),
-            reason: words(),
-        },
         404 if error_type(body).as_deref() == Some("charge_not_found") => {
             RefundOutcome::Refused { reason: words() }
         }

@@ -15,7 +15,7 @@ use crate::domain::outcome::{RetryAfter, MAX_REASON_CHARS};
 use crate::domain::refund_call::{GatewayRefund, GatewayRefundStatus, RefundLookup, RefundOutcome};
 use crate::domain::{bounded, CallOperation, Currency, Money, RefundId};
 use crate::gateway::refund::RefundRequest;
-use crate::gateway::wire::{parse_retry_after, snippet, Answer, GatewayReply, Hints};
+use crate::gateway::wire::{snippet, Answer, GatewayReply, Hints};
 use crate::gateway::{exchange, GatewayCall, Transport};
 
 /// A Stripe refund; only what onecharge reads.
@@ -167,37 +167,17 @@ impl Endpoints {
 
 /// Reads one answer to `POST /v1/refunds` (docs/stripe.md, "Refunds").
 pub fn classify_refund(reply: GatewayReply<'_>, hints: Hints) -> RefundOutcome {
-    let Answer {
-        status,
-        retry_after,
-        body,
-        ..
-    } = match reply.refund_answer() {
+    let answer = match reply.refund_answer() {
         Ok(answer) => answer,
         Err(outcome) => return outcome,
     };
+    let Answer { status, body, .. } = answer;
     let said = || words(status, body, hints);
+    if let Some(outcome) = answer.common_refund_outcome::<StripeRefund>(said) {
+        return outcome;
+    }
     let error = error_of(body);
     match status {
-        200..=299 => match serde_json::from_slice::<StripeRefund>(body) {
-            Ok(refund) => RefundOutcome::Answered(Box::new(refund.into())),
-            Err(_) => RefundOutcome::Ambiguous {
-                reason: bounded(
-                    &format!("HTTP {status} without a readable refund: {}", snippet(body)),
-                    MAX_REASON_CHARS,
-                ),
-            },
-        },
-        409 => RefundOutcome::RetryLater {
-            after: RetryAfter::InProgress,
-            reason: said(),
-        },
-        429 => RefundOutcome::RetryLater {
-            after: retry_after
-                .and_then(parse_retry_after)
-                .map_or(RetryAfter::Backoff, RetryAfter::Delay),
-            reason: said(),
-        },
         401 | 403 => RefundOutcome::ConfigurationFault { status },
         _ if error.as_ref().and_then(|e| e.kind.as_deref()) == Some("idempotency_error") => {
             RefundOutcome::NeedsReview { reason: said() }
