@@ -596,6 +596,7 @@ pub fn render_bulk(outcome: &BulkOutcome) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::GatewayChargeId;
     use time::macros::datetime;
 
     use super::*;
@@ -606,7 +607,7 @@ mod tests {
     fn show_prints_the_facts_then_one_timeline_of_transitions_calls_and_events() {
         let t = datetime!(2026-11-29 10:00:00 UTC);
         let mut a = attempt(AttemptStatus::Unknown);
-        a.gateway_charge_id = Some("ch_1".into());
+        a.gateway_charge_id = Some(GatewayChargeId::from_gateway("ch_1"));
         a.decline_code = Some("do_not_honor".into());
         a.last_error = Some("HTTP 503".into());
         a.lease_owner = Some("reconciler:host-1".into());

@@ -4,6 +4,7 @@
 //! `crate::gateway` make them, the roles decide on them, and the domain owns them so that
 //! neither has to know the other.
 
+use super::GatewayChargeId;
 use std::time::Duration;
 
 use super::outcome::GatewayOutcome;
@@ -15,11 +16,11 @@ use super::{CallOperation, GatewayObjectId, IdempotencyKey};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelOutcome {
     /// The object is canceled and can never charge: "not charged" is proven.
-    Canceled { charge_id: String },
+    Canceled { charge_id: GatewayChargeId },
     /// It had already charged: adopt that.
-    Succeeded { charge_id: String },
+    Succeeded { charge_id: GatewayChargeId },
     /// It is processing at the gateway and may still charge: the attempt stays `unknown`.
-    Processing { charge_id: String },
+    Processing { charge_id: GatewayChargeId },
     /// No proof either way (no answer, an error, another state): the attempt stays where it
     /// is and the cancel is tried again; nothing is announced.
     Unproven { reason: String },
@@ -37,7 +38,7 @@ impl CancelOutcome {
     }
 
     /// The object's id, when the gateway named it.
-    pub fn charge_id(&self) -> Option<&str> {
+    pub fn charge_id(&self) -> Option<&GatewayChargeId> {
         match self {
             Self::Canceled { charge_id }
             | Self::Succeeded { charge_id }

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
-use super::{Currency, IdempotencyKey, Money};
+use super::{Currency, IdempotencyKey, MessageId, Money};
 use crate::domain::PaymentAttemptId;
 
 /// Largest accepted body. Bigger messages are dead-lettered unread.
@@ -85,7 +85,7 @@ impl ChargePayment {
 /// A command that passed validation, with what intake needs to record it.
 #[derive(Debug, Clone)]
 pub struct ValidCommand {
-    pub message_id: String,
+    pub message_id: MessageId,
     pub body_sha256: [u8; 32],
     pub correlation_id: Option<String>,
     pub traceparent: Option<String>,
@@ -231,7 +231,9 @@ pub(crate) fn parse_requested_at(
     .transpose()
 }
 
-pub fn validate_message_id(id: Option<&str>) -> Result<String, InvalidCommand> {
+/// The message id of a delivered command, checked against contract §2.1: the only way one
+/// is read from a delivery.
+pub fn validate_message_id(id: Option<&str>) -> Result<MessageId, InvalidCommand> {
     let id = id.ok_or_else(|| InvalidCommand::new("missing Nats-Msg-Id header"))?;
     if id.is_empty() || id.len() > MAX_MESSAGE_ID_CHARS {
         return Err(InvalidCommand::new(format!(
@@ -242,7 +244,7 @@ pub fn validate_message_id(id: Option<&str>) -> Result<String, InvalidCommand> {
     if !id.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
         return Err(InvalidCommand::new("Nats-Msg-Id must be printable ASCII"));
     }
-    Ok(id.to_owned())
+    Ok(MessageId::checked(id))
 }
 
 fn check_length(field: &str, value: &str, min: usize, max: usize) -> Result<(), InvalidCommand> {
@@ -274,6 +276,22 @@ fn validate_currency(code: &str) -> Result<Currency, InvalidCommand> {
     Ok(currency)
 }
 
+/// `base` with `patch`'s fields set, a null removing one, as bytes: a test's command that
+/// differs from the contract's example in what the test is about.
+#[cfg(test)]
+pub(crate) fn patched_body(mut base: serde_json::Value, patch: &serde_json::Value) -> Vec<u8> {
+    for (k, v) in patch.as_object().expect("a patch is an object") {
+        if v.is_null() {
+            base.as_object_mut()
+                .expect("a command is an object")
+                .remove(k);
+        } else {
+            base[k] = v.clone();
+        }
+    }
+    serde_json::to_vec(&base).expect("json serialises")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,15 +305,7 @@ mod tests {
     }
 
     fn body(patch: serde_json::Value) -> Vec<u8> {
-        let mut base = contract_example();
-        for (k, v) in patch.as_object().unwrap() {
-            if v.is_null() {
-                base.as_object_mut().unwrap().remove(k);
-            } else {
-                base[k] = v.clone();
-            }
-        }
-        serde_json::to_vec(&base).unwrap()
+        patched_body(contract_example(), &patch)
     }
 
     fn reason(patch: serde_json::Value) -> String {

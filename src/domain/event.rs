@@ -2,6 +2,7 @@
 //! entry into `needs_review`). Built here, stored in the outbox in the same transaction as
 //! the state it announces, and published later by the relay.
 
+use super::{GatewayChargeId, MessageId};
 use serde::Serialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -27,7 +28,7 @@ pub struct PaymentEvent {
     #[serde(flatten)]
     pub money: Money,
     /// The gateway's charge id: set when succeeded.
-    pub gateway_charge_id: Option<String>,
+    pub gateway_charge_id: Option<GatewayChargeId>,
     /// The gateway's decline code, when declined and the gateway gave one.
     pub decline_code: Option<String>,
     /// Why, for expired and needs_review.
@@ -40,13 +41,13 @@ pub struct PaymentEvent {
 
 /// The provenance headers an event carries besides its `Nats-Msg-Id`. Read from the
 /// attempt's row, where the causation is the `first_message_id` column.
-#[derive(Debug, Clone, Default, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct EventProvenance {
     /// The command's `Correlation-Id`, when it had one.
     pub correlation_id: Option<String>,
     /// The `Nats-Msg-Id` of the command that created the attempt.
     #[sqlx(rename = "first_message_id")]
-    pub causation_id: String,
+    pub causation_id: MessageId,
     /// W3C trace context to continue, when the command carried one.
     pub traceparent: Option<String>,
 }
@@ -94,7 +95,7 @@ pub struct EventAttempt {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Announced {
     pub status: AttemptStatus,
-    pub gateway_charge_id: Option<String>,
+    pub gateway_charge_id: Option<GatewayChargeId>,
     pub decline_code: Option<String>,
     pub reason: Option<String>,
 }
@@ -181,7 +182,7 @@ impl PaymentEvent {
     pub fn headers(&self, provenance: &EventProvenance) -> Vec<(String, String)> {
         let headers = EventHeaders {
             message_id: self.event_id.to_string(),
-            causation_id: provenance.causation_id.clone(),
+            causation_id: provenance.causation_id.to_string(),
             correlation_id: provenance.correlation_id.clone(),
             traceparent: provenance.traceparent.clone(),
         };
@@ -221,8 +222,9 @@ mod tests {
         assert_eq!(json["gateway_charge_id"], serde_json::Value::Null);
         assert_eq!(event.subject(), "payments.events.payment-needs-review.v1");
         let headers = event.headers(&EventProvenance {
-            causation_id: "msg-1".into(),
-            ..Default::default()
+            causation_id: MessageId::checked("msg-1"),
+            correlation_id: None,
+            traceparent: None,
         });
         assert_eq!(
             headers,
@@ -239,7 +241,11 @@ mod tests {
             payment_attempt_id: PaymentAttemptId::from(Uuid::nil()),
             order_id: "ord_1001".into(),
             money: Money::of(1999, "EUR").unwrap(),
-            provenance: EventProvenance::default(),
+            provenance: EventProvenance {
+                causation_id: MessageId::checked("msg-1"),
+                correlation_id: None,
+                traceparent: None,
+            },
         }
     }
 
@@ -258,7 +264,7 @@ mod tests {
     fn an_event_for_a_settlement_says_what_the_settlement_says() {
         let at = datetime!(2026-11-29 10:15 UTC);
         let declined = Settlement::Declined {
-            charge_id: "ch_1".into(),
+            charge_id: GatewayChargeId::from_gateway("ch_1"),
             decline_code: Some("card_declined".into()),
         };
         let event =

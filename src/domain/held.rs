@@ -5,6 +5,7 @@
 //! of a write, the charge a lookup must find, the evidence of a call, the send history the
 //! retry rules weigh.
 
+use super::{GatewayChargeId, MessageId};
 use time::OffsetDateTime;
 
 use super::call::{CancelOutcome, GatewayCall};
@@ -91,7 +92,7 @@ impl HeldAttempt {
         call: &GatewayCall<T>,
         outcome: &str,
         started_at: OffsetDateTime,
-        gateway_charge_id: Option<String>,
+        gateway_charge_id: Option<GatewayChargeId>,
         error: Option<String>,
     ) -> GatewayCallRecord {
         GatewayCallRecord {
@@ -122,7 +123,7 @@ impl HeldAttempt {
             cancel,
             cancel.outcome.label(),
             started_at,
-            cancel.outcome.charge_id().map(str::to_owned),
+            cancel.outcome.charge_id().cloned(),
             cancel.error_text(),
         )
     }
@@ -132,7 +133,7 @@ impl HeldAttempt {
     pub fn listed_evidence(
         &self,
         at: OffsetDateTime,
-        gateway_charge_id: Option<String>,
+        gateway_charge_id: Option<GatewayChargeId>,
         why: &str,
     ) -> GatewayCallRecord {
         GatewayCallRecord {
@@ -167,7 +168,7 @@ pub struct ChargeClaim {
     /// margin), so it must not be sent again and goes to `unknown`.
     pub dispatch: bool,
     /// The `Nats-Msg-Id` of the command that created the attempt (causation of its events).
-    pub first_message_id: String,
+    pub first_message_id: MessageId,
     pub correlation_id: Option<String>,
 }
 

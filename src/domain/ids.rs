@@ -169,42 +169,119 @@ impl From<IdempotencyKey> for String {
     }
 }
 
-/// The id of the object a two-step gateway makes before anything can charge (Stripe's
-/// PaymentIntent, `pi_…`), as the gateway gave it: stored under the lease before the
-/// charging call, and what every later lookup, cancel and check asks about. A type of its
-/// own, end to end from the gateway's answer to the column, so that it is never taken for a
-/// charge id or a reference. Stored as text.
-#[derive(
-    Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type, schemars::JsonSchema,
-)]
-#[serde(transparent)]
-#[sqlx(transparent)]
-pub struct GatewayObjectId(String);
+/// A text id of its own type, as another system gave it: stored as `text`, serialised as
+/// the text itself, read as `&str` wherever text is wanted. Made only by the constructor its
+/// invocation names, so that where one comes from is said where it is made.
+macro_rules! text_id {
+    ($(#[$doc:meta])* $name:ident, $(#[$ctor_doc:meta])* $ctor:ident) => {
+        $(#[$doc])*
+        #[derive(
+            Debug,
+            Clone,
+            PartialEq,
+            Eq,
+            PartialOrd,
+            Ord,
+            Hash,
+            Serialize,
+            Deserialize,
+            sqlx::Type,
+            schemars::JsonSchema,
+        )]
+        #[serde(transparent)]
+        #[sqlx(transparent)]
+        #[schemars(inline)]
+        pub struct $name(String);
 
-impl GatewayObjectId {
+        impl $name {
+            $(#[$ctor_doc])*
+            pub fn $ctor(id: impl Into<String>) -> Self {
+                Self(id.into())
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> Self {
+                id.0
+            }
+        }
+
+        /// An id compares equal to the same text (a gateway's answer, a header, a test's).
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+    };
+}
+
+text_id!(
+    /// The id of the object a two-step gateway makes before anything can charge (Stripe's
+    /// PaymentIntent, `pi_…`), as the gateway gave it: stored under the lease before the
+    /// charging call, and what every later lookup, cancel and check asks about. A type of
+    /// its own, end to end from the gateway's answer to the column, so that it is never
+    /// taken for a charge id or a reference. Stored as text.
+    GatewayObjectId,
     /// The id as the gateway's answer (or a webhook's event, or an operator) gave it.
-    pub fn from_gateway(id: impl Into<String>) -> Self {
-        Self(id.into())
-    }
+    from_gateway
+);
 
-    pub fn as_str(&self) -> &str {
-        &self.0
+text_id!(
+    /// The id by which the gateway names the charge it made or declined (§3's `ch_…`; for
+    /// Stripe the PaymentIntent's own `pi_…`, decision 123), as the gateway gave it:
+    /// recorded with the outcome, what a refund is made against and what the sweep and an
+    /// operator find an attempt by. A type of its own so that it is never taken for a
+    /// message id, a key or a reference. Stored as text.
+    GatewayChargeId,
+    /// The id as the gateway's answer, a listing, a webhook or an operator's resolution
+    /// gave it.
+    from_gateway
+);
+
+/// An operator's typed charge id (a CLI flag, a form): taken as the gateway's, which it
+/// is meant to be; the resolution that records it says who gave it.
+impl FromStr for GatewayChargeId {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(Self::from_gateway(text))
     }
 }
 
-impl Deref for GatewayObjectId {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for GatewayObjectId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+text_id!(
+    /// A command's message id (the `Nats-Msg-Id` header, contract §2.1): the broker's
+    /// dedupe key and intake's, made only by validating a delivered header
+    /// ([`super::command::validate_message_id`]), by a publisher minting one, or by reading a
+    /// recorded one back. Stored as text.
+    MessageId,
+    /// A message id that has passed, or is known to pass, the contract's rules (1–200
+    /// printable characters): a validated header, a minted one, a stored one.
+    checked
+);
 
 /// The most characters a key may have at a gateway (Stripe's limit, and contract §3's).
 const MAX_KEY_CHARS: usize = 255;

@@ -25,7 +25,9 @@ pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
 pub use event::{Announced, EventAttempt, PaymentEvent};
 pub use held::{ChargeClaim, HeldAttempt};
-pub use ids::{GatewayObjectId, IdempotencyKey, KeySeq, PaymentAttemptId, RefundId};
+pub use ids::{
+    GatewayChargeId, GatewayObjectId, IdempotencyKey, KeySeq, MessageId, PaymentAttemptId, RefundId,
+};
 pub use lease::LeaseToken;
 pub use money::{Currency, Money};
 pub use refund::{HeldRefund, RefundPayment, RefundStatus, ValidRefund};

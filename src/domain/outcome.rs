@@ -11,6 +11,7 @@
 //! does not prove what happened, the outcome is [`GatewayOutcome::Ambiguous`]: the attempt
 //! goes to `unknown` and only a lookup settles it.
 
+use super::GatewayChargeId;
 use std::fmt;
 use std::time::Duration;
 
@@ -45,11 +46,14 @@ pub enum RetryAfter {
 pub enum GatewayOutcome {
     /// Charged (now, or earlier under the same key and replayed). Final.
     #[error("succeeded: charge {charge_id}{}", if *replayed { " (replayed)" } else { "" })]
-    Succeeded { charge_id: String, replayed: bool },
+    Succeeded {
+        charge_id: GatewayChargeId,
+        replayed: bool,
+    },
     /// Declined by the gateway; the decline is stored under the key too. Final.
     #[error("declined: {}", decline_code.as_deref().unwrap_or("no decline code"))]
     Declined {
-        charge_id: String,
+        charge_id: GatewayChargeId,
         decline_code: Option<String>,
         replayed: bool,
     },
@@ -57,13 +61,13 @@ pub enum GatewayOutcome {
     /// (Stripe's `processing`, e.g. a bank debit). Not final and not a failure: the attempt
     /// goes to `unknown` and the reconciler reads the charge by id until it settles.
     #[error("processing: charge {charge_id} is not final yet")]
-    Processing { charge_id: String },
+    Processing { charge_id: GatewayChargeId },
     /// Stripe's `requires_action` after an off-session confirm: PaymentIntent `charge_id`
     /// waits for a customer who is not there to authenticate. Not charged yet, but it could
     /// be if the customer acted: the executor cancels it (then it is a decline,
     /// `authentication_required`) or leaves it for a person (`stripe_requires_action`).
     #[error("requires action: PaymentIntent {charge_id} waits for the customer to authenticate")]
-    RequiresAction { charge_id: String },
+    RequiresAction { charge_id: GatewayChargeId },
     /// Not processed; send the same request again later.
     #[error("retry later: {reason}")]
     RetryLater { after: RetryAfter, reason: String },
@@ -116,7 +120,7 @@ impl GatewayOutcome {
     }
 
     /// The gateway's charge id, when the answer carried one.
-    pub fn charge_id(&self) -> Option<&str> {
+    pub fn charge_id(&self) -> Option<&GatewayChargeId> {
         match self {
             Self::Succeeded { charge_id, .. }
             | Self::Declined { charge_id, .. }
@@ -138,7 +142,7 @@ impl GatewayOutcome {
 /// are required; the rest are kept when present for evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct GatewayCharge {
-    pub id: String,
+    pub id: GatewayChargeId,
     /// `succeeded` or `declined`; anything else is kept as said, and adopted never.
     pub status: ChargeStatus,
     #[serde(default)]
@@ -264,7 +268,7 @@ pub enum LookupReading {
     /// Only declines, matching the attempt: the first one.
     Declined(GatewayCharge),
     /// Several successful charges under one key: money taken more than once.
-    SeveralSucceeded(Vec<String>),
+    SeveralSucceeded(Vec<GatewayChargeId>),
     /// A charge whose status is neither `succeeded` nor `declined`: not the contract's
     /// answer, and maybe not final. Never adopted; look again later.
     Unsettled { reason: String },
@@ -406,7 +410,10 @@ mod tests {
         );
         assert_eq!(
             read(&[ok.clone(), found(serde_json::json!({"id": "ch_2"}))]),
-            LookupReading::SeveralSucceeded(vec!["ch_1".into(), "ch_2".into()])
+            LookupReading::SeveralSucceeded(vec![
+                GatewayChargeId::from_gateway("ch_1"),
+                GatewayChargeId::from_gateway("ch_2")
+            ])
         );
         for status in [
             "pending",

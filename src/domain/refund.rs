@@ -9,6 +9,7 @@
 //!   so every instance and every try sends the same one.
 //! - A final state (`succeeded`, `failed`, `refused`) never changes.
 
+use super::GatewayChargeId;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
@@ -20,7 +21,7 @@ use super::command::{
     MAX_AMOUNT_MINOR,
 };
 use super::ids::RefundId;
-use super::{IdempotencyKey, Money, PaymentAttemptId};
+use super::{IdempotencyKey, MessageId, Money, PaymentAttemptId};
 
 /// Longest `reason`.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -71,7 +72,7 @@ impl RefundPayment {
 /// A refund command that passed validation, with what intake records with it.
 #[derive(Debug, Clone)]
 pub struct ValidRefund {
-    pub message_id: String,
+    pub message_id: MessageId,
     pub body_sha256: [u8; 32],
     pub correlation_id: Option<String>,
     pub traceparent: Option<String>,
@@ -297,7 +298,7 @@ pub struct HeldRefund {
     pub reason: String,
     pub metadata: BTreeMap<String, String>,
     /// The charge being refunded, as the gateway names it (§3 `ch_…`, Stripe `pi_…`).
-    pub gateway_charge_id: String,
+    pub gateway_charge_id: GatewayChargeId,
     pub gateway_refund_id: Option<String>,
     pub status: RefundStatus,
     pub lease_token: i64,
@@ -322,15 +323,7 @@ mod tests {
     }
 
     fn body(patch: serde_json::Value) -> Vec<u8> {
-        let mut base = contract_example();
-        for (k, v) in patch.as_object().unwrap() {
-            if v.is_null() {
-                base.as_object_mut().unwrap().remove(k);
-            } else {
-                base[k] = v.clone();
-            }
-        }
-        serde_json::to_vec(&base).unwrap()
+        super::super::command::patched_body(contract_example(), &patch)
     }
 
     fn reason(patch: serde_json::Value) -> String {

@@ -448,6 +448,7 @@ fn lookup_failed(held: &HeldRefund, reason: &str, policy: &RefundPolicy) -> Refu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::GatewayChargeId;
     use crate::domain::{IdempotencyKey, Money, PaymentAttemptId};
     use time::macros::datetime;
 
@@ -474,7 +475,7 @@ mod tests {
             money: Money::of(500, "EUR").unwrap(),
             reason: "returned".into(),
             metadata: Default::default(),
-            gateway_charge_id: "ch_1".into(),
+            gateway_charge_id: GatewayChargeId::from_gateway("ch_1"),
             gateway_refund_id: None,
             status: RefundStatus::InFlight,
             lease_token: 1,

@@ -3,6 +3,7 @@
 //! one to the store. Pure: the store turns a [`SettleWrite`] into one statement, and
 //! nothing here knows SQL.
 
+use super::GatewayChargeId;
 use std::fmt;
 
 use time::OffsetDateTime;
@@ -14,10 +15,10 @@ use crate::domain::PaymentAttemptId;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
     /// Final, with the gateway's charge id.
-    Succeeded { charge_id: String },
+    Succeeded { charge_id: GatewayChargeId },
     /// Final.
     Declined {
-        charge_id: String,
+        charge_id: GatewayChargeId,
         decline_code: Option<String>,
     },
     /// A person decides; the reason is the gateway's words.
@@ -210,7 +211,9 @@ pub struct GatewayCallRecord {
     pub http_status: Option<u16>,
     /// The classified outcome's label.
     pub outcome: String,
-    pub gateway_charge_id: Option<String>,
+    /// The id the answer named: the charge's (for Stripe, its PaymentIntent's); a refund
+    /// call's is the gateway's refund id, in the same column.
+    pub gateway_charge_id: Option<GatewayChargeId>,
     /// Made storable (control characters escaped, 1000 characters) when written.
     pub error: Option<String>,
 }
@@ -302,10 +305,10 @@ mod tests {
         let now = OffsetDateTime::UNIX_EPOCH;
         for settlement in [
             Settlement::Succeeded {
-                charge_id: "ch".into(),
+                charge_id: GatewayChargeId::from_gateway("ch"),
             },
             Settlement::Declined {
-                charge_id: "ch".into(),
+                charge_id: GatewayChargeId::from_gateway("ch"),
                 decline_code: None,
             },
             Settlement::NeedsReview { reason: "r".into() },
@@ -337,7 +340,7 @@ mod tests {
         let from_final = write(
             AttemptStatus::Succeeded,
             Settlement::Succeeded {
-                charge_id: "ch".into(),
+                charge_id: GatewayChargeId::from_gateway("ch"),
             },
         );
         assert!(from_final.check_move().is_err());

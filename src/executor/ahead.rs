@@ -149,6 +149,7 @@ impl ClaimAhead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::MessageId;
 
     #[test]
     fn the_target_is_what_the_calls_consume_during_two_claims_within_one_and_the_maximum() {
@@ -177,7 +178,7 @@ mod tests {
             description: None,
             lease_owner: "executor".into(),
             dispatch: true,
-            first_message_id: "m-1".into(),
+            first_message_id: MessageId::checked("m-1"),
             correlation_id: None,
         }
     }

@@ -632,7 +632,7 @@ impl Executor {
             &call,
             call.outcome.label(),
             started_at,
-            call.outcome.charge_id().map(str::to_owned),
+            call.outcome.charge_id().cloned(),
             call.error.clone().or_else(|| match &call.outcome {
                 GatewayOutcome::Succeeded { .. } | GatewayOutcome::Declined { .. } => None,
                 other => Some(other.to_string()),

@@ -230,6 +230,7 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::GatewayChargeId;
     use time::macros::datetime;
 
     const NOW: OffsetDateTime = datetime!(2026-11-29 10:00 UTC);
@@ -409,13 +410,13 @@ mod tests {
     fn final_answers_and_refusals_settle_at_once() {
         let p = policy();
         let ok = GatewayOutcome::Succeeded {
-            charge_id: "ch_1".into(),
+            charge_id: GatewayChargeId::from_gateway("ch_1"),
             replayed: true,
         };
         assert_eq!(
             p.settle(&attempt(1), &ok, NOW).0,
             Settlement::Succeeded {
-                charge_id: "ch_1".into()
+                charge_id: GatewayChargeId::from_gateway("ch_1")
             }
         );
         let review = GatewayOutcome::NeedsReview {

@@ -23,7 +23,7 @@ use super::{Disposition, Executor};
 use crate::config::RequiresAction;
 use crate::domain::call::{CancelOutcome, GatewayCall, Prepared};
 use crate::domain::outcome::GatewayOutcome;
-use crate::domain::{ChargeClaim, GatewayCallRecord, GatewayObjectId};
+use crate::domain::{ChargeClaim, GatewayCallRecord, GatewayChargeId, GatewayObjectId};
 use crate::gateway::ChargeRequest;
 use crate::store::attempts as sql;
 use crate::store::gateway_objects::{
@@ -80,7 +80,7 @@ impl Executor {
             &prepared,
             prepared.outcome.label(),
             started_at,
-            Some(id.to_string()),
+            Some(GatewayChargeId::from_gateway(id.as_str())),
             None,
         );
         let stored =

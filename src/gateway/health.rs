@@ -355,6 +355,7 @@ fn is_credentials(status: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::GatewayChargeId;
     use time::macros::datetime;
 
     const T0: OffsetDateTime = datetime!(2026-11-29 10:00 UTC);
@@ -371,7 +372,7 @@ mod tests {
 
     fn success() -> GatewayOutcome {
         GatewayOutcome::Succeeded {
-            charge_id: "ch_1".into(),
+            charge_id: GatewayChargeId::from_gateway("ch_1"),
             replayed: false,
         }
     }
@@ -435,7 +436,7 @@ mod tests {
         assert!(h.credentials_rejected());
         h.record(
             &GatewayOutcome::Declined {
-                charge_id: "ch".into(),
+                charge_id: GatewayChargeId::from_gateway("ch"),
                 decline_code: None,
                 replayed: false,
             },

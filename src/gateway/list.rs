@@ -26,7 +26,7 @@ use super::stripe::IntentFields;
 use super::wire::GatewayReply;
 use super::{exchange, Connector, GatewayCall, GatewayClient};
 use crate::domain::outcome::MAX_REASON_CHARS;
-use crate::domain::{bounded, CallOperation, PaymentAttemptId};
+use crate::domain::{bounded, CallOperation, GatewayChargeId, PaymentAttemptId};
 
 /// The most records one page may ask for (both dialects cap `limit` at 100).
 pub const MAX_PAGE: usize = 100;
@@ -136,7 +136,7 @@ impl DisputeStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedCharge {
     /// `ch_…` (§3) or `pi_…` (Stripe): the id onecharge stores as `gateway_charge_id`.
-    pub id: String,
+    pub id: GatewayChargeId,
     pub status: ListedStatus,
     /// The attempt id the record names (§3 `reference`, Stripe
     /// `metadata.payment_attempt_id`), as the gateway holds it.
@@ -338,7 +338,7 @@ impl GatewayClient {
             };
             match (read, &mut call.outcome) {
                 (Ok(status), ListOutcome::Page(page)) => {
-                    for record in page.records.iter_mut().filter(|r| r.id == id) {
+                    for record in page.records.iter_mut().filter(|r| r.id == id.as_str()) {
                         record.status = ListedStatus::Disputed(status);
                     }
                 }
@@ -498,7 +498,7 @@ pub fn read_onecharge_page(reply: GatewayReply<'_>) -> ListOutcome {
                 )),
                 other => ListedStatus::parse(other),
             },
-            id: c.id,
+            id: GatewayChargeId::from_gateway(c.id),
             reference: c.reference,
             amount_minor: c.amount_minor,
             currency: c.currency.map(|c| c.to_ascii_uppercase()),
@@ -603,7 +603,7 @@ fn disputed(records: &[ListedCharge]) -> Vec<String> {
     records
         .iter()
         .filter(|r| matches!(r.status, ListedStatus::Disputed(_)))
-        .map(|r| r.id.clone())
+        .map(|r| r.id.to_string())
         .collect()
 }
 
@@ -675,7 +675,7 @@ fn listed_intent(pi: StripeIntent) -> Option<ListedCharge> {
             Some(Expandable::Object(charge)) => Some(charge.amount_refunded),
             _ => None,
         },
-        id: pi.fields.id,
+        id: GatewayChargeId::from_gateway(pi.fields.id),
     })
 }
 

@@ -2,6 +2,7 @@
 //! refund held under a lease, the refunding call and its lookup. Each connector's wire and
 //! answer table sit in its own room (`onecharge::refunds`, `stripe::refunds`).
 
+use crate::domain::GatewayChargeId;
 use std::collections::BTreeMap;
 
 use super::{Connector, GatewayCall, GatewayClient};
@@ -15,7 +16,7 @@ pub struct RefundRequest {
     pub refund_id: RefundId,
     pub payment_attempt_id: PaymentAttemptId,
     /// The charge to refund as the gateway names it (§3 `ch_…`, Stripe `pi_…`).
-    pub gateway_charge_id: String,
+    pub gateway_charge_id: GatewayChargeId,
     pub money: Money,
     pub reason: String,
     pub metadata: BTreeMap<String, String>,

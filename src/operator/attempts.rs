@@ -501,7 +501,7 @@ fn refunds_text(charged: crate::domain::Money, refunds: &[AttemptRefund]) -> Str
 fn gateway_charge_text(a: &AttemptRecord) -> String {
     match (&a.gateway_charge_id, &a.decline_code) {
         (Some(charge), Some(code)) => format!("{charge} (decline code {code})"),
-        (Some(charge), None) => charge.clone(),
+        (Some(charge), None) => charge.to_string(),
         (None, Some(code)) => format!("- (decline code {code})"),
         (None, None) => "-".to_owned(),
     }

@@ -12,6 +12,7 @@
 //! guard, transaction and audit row; one more audit row records the bulk action itself,
 //! its filter and every attempt's outcome.
 
+use crate::domain::GatewayChargeId;
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -66,7 +67,7 @@ pub struct BulkFilter {
     /// Only the attempt the gateway recorded under this charge id
     #[serde(default)]
     #[arg(long, value_name = "CHARGE_ID")]
-    pub gateway_charge_id: Option<String>,
+    pub gateway_charge_id: Option<GatewayChargeId>,
     /// Only the attempt with this idempotency key
     #[serde(default)]
     #[arg(long, value_name = "KEY")]

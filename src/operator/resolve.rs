@@ -6,6 +6,7 @@
 //! the customer a second time, so onecharge refuses and says why. Both rules are in the one
 //! guarded SQL statement that makes the change (`crate::store::operator::resolve_attempt`).
 
+use crate::domain::GatewayChargeId;
 use std::fmt;
 
 use serde::Deserialize;
@@ -262,7 +263,7 @@ fn validate(request: &ResolveRequest) -> Result<ResolveTarget, ResolveError> {
         Some(id) if id.chars().count() > 255 => {
             return invalid("--gateway-charge-id is longer than 255 characters")
         }
-        other => other.map(str::to_owned),
+        other => other.map(GatewayChargeId::from_gateway),
     };
     let decline_code = match request.decline_code.as_deref().map(str::trim) {
         Some("") => return invalid("--decline-code is empty"),
@@ -339,7 +340,7 @@ mod tests {
         assert_eq!(
             ok,
             ResolveTarget::Succeeded {
-                gateway_charge_id: "ch_1".into()
+                gateway_charge_id: GatewayChargeId::from_gateway("ch_1")
             }
         );
     }

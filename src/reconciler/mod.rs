@@ -32,6 +32,7 @@ pub mod checks;
 pub mod policy;
 pub mod sweep;
 
+use crate::domain::GatewayChargeId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -705,7 +706,8 @@ pub struct Recheck {
     pub lookup: String,
     pub http_status: Option<u16>,
     /// The charge the lookup found, if any.
-    pub gateway_charge_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub gateway_charge_id: Option<GatewayChargeId>,
     /// What the answer means, in the reconciler's words.
     pub found: String,
     /// What the recheck did about it.

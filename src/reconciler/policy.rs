@@ -25,7 +25,9 @@ use crate::domain::call::CancelOutcome;
 use crate::domain::outcome::{
     read_lookup, ChargeStatus, FailedLookups, GatewayCharge, LookupOutcome, LookupReading,
 };
-use crate::domain::{AttemptStatus, HeldAttempt, RetryWindow, Settlement, TransitionCause};
+use crate::domain::{
+    AttemptStatus, GatewayChargeId, HeldAttempt, RetryWindow, Settlement, TransitionCause,
+};
 
 /// The rules, from the configuration.
 #[derive(Debug, Clone)]
@@ -172,7 +174,7 @@ impl LookupPolicy {
                     reason: format!(
                         "the gateway holds {} successful charges under one key ({}): refund all but one",
                         ids.len(),
-                        ids.join(", ")
+                        ids.iter().map(GatewayChargeId::as_str).collect::<Vec<_>>().join(", ")
                     ),
                 },
                 cause: TransitionCause::LookupFoundSeveralCharges,
@@ -543,7 +545,7 @@ mod tests {
     fn charge(status: &str) -> GatewayCharge {
         let facts = attempt();
         GatewayCharge {
-            id: "ch_1".into(),
+            id: GatewayChargeId::from_gateway("ch_1"),
             status: ChargeStatus::from(status.to_owned()),
             decline_code: (status == "declined").then(|| "card_declined".into()),
             idempotency_key: Some(facts.idempotency_key.to_string()),
@@ -574,7 +576,7 @@ mod tests {
     #[test]
     fn every_lookup_answer_decides_as_the_table_says() {
         let mut other = charge("succeeded");
-        other.id = "ch_2".into();
+        other.id = GatewayChargeId::from_gateway("ch_2");
         let mut wrong_amount = charge("succeeded");
         wrong_amount.amount_minor = Some(1);
         let rows: Vec<(&str, HeldAttempt, LookupOutcome, Came)> = vec![
@@ -774,21 +776,21 @@ mod tests {
             (
                 "canceled proves it",
                 CancelOutcome::Canceled {
-                    charge_id: "pi_1".into(),
+                    charge_id: GatewayChargeId::from_gateway("pi_1"),
                 },
                 Came::Settled(NeedsReview, LookupFoundNothingRetriesExhausted),
             ),
             (
                 "succeeded is adopted",
                 CancelOutcome::Succeeded {
-                    charge_id: "pi_1".into(),
+                    charge_id: GatewayChargeId::from_gateway("pi_1"),
                 },
                 Came::Settled(Succeeded, LookupFoundCharge),
             ),
             (
                 "processing is followed",
                 CancelOutcome::Processing {
-                    charge_id: "pi_1".into(),
+                    charge_id: GatewayChargeId::from_gateway("pi_1"),
                 },
                 Came::Again(NOW + 30 * MINUTE, FailedLookups::Restart),
             ),
@@ -812,7 +814,7 @@ mod tests {
             &attempt(),
             "nothing charged",
             CancelOutcome::Canceled {
-                charge_id: "pi_1".into(),
+                charge_id: GatewayChargeId::from_gateway("pi_1"),
             },
             NOW,
         )
@@ -878,7 +880,7 @@ mod tests {
     #[test]
     fn a_recheck_of_needs_review_writes_only_a_found_charge() {
         let succeeded = Settlement::Succeeded {
-            charge_id: "ch_1".into(),
+            charge_id: GatewayChargeId::from_gateway("ch_1"),
         };
         let retry = Settlement::Retry {
             next_run_at: NOW,
@@ -903,7 +905,7 @@ mod tests {
     fn the_deciding_charge_is_a_success_over_declines() {
         let declined = charge("declined");
         let mut succeeded = charge("succeeded");
-        succeeded.id = "ch_2".into();
+        succeeded.id = GatewayChargeId::from_gateway("ch_2");
         let found = LookupOutcome::Found(vec![declined.clone(), succeeded]);
         assert_eq!(found_charge(&found).map(|c| c.id.as_str()), Some("ch_2"));
         let only_declined = LookupOutcome::Found(vec![declined]);

@@ -22,7 +22,7 @@ use tracing::Instrument as _;
 
 use crate::config::Settings;
 use crate::domain::refund_call::{after_lookup, after_request, RefundMove, RefundPolicy};
-use crate::domain::{Actor, GatewayCallRecord, HeldRefund};
+use crate::domain::{Actor, GatewayCallRecord, GatewayChargeId, HeldRefund};
 use crate::gateway::{GatewayCall, GatewayClient, GatewayHealth, RefundRequest};
 use crate::nudge::Nudges;
 use crate::store::refunds::{self, Admission};
@@ -257,7 +257,8 @@ fn evidence<T>(
         finished_at: started_at + call.elapsed,
         http_status: call.http_status,
         outcome: outcome.to_owned(),
-        gateway_charge_id: gateway_refund_id,
+        // `gateway_calls` has one id column: a refund call's is the refund's id.
+        gateway_charge_id: gateway_refund_id.map(GatewayChargeId::from_gateway),
         error: call.error.clone(),
     }
 }

@@ -26,8 +26,8 @@ use uuid::Uuid;
 use super::{column, outbox, Store};
 use crate::domain::event::PaymentEvent;
 use crate::domain::{
-    Actor, Announced, ChargeClaim, EventAttempt, GatewayCallRecord, HeldAttempt, KeySeq, Money,
-    PaymentAttemptId, SettleWrite, Settlement,
+    Actor, Announced, ChargeClaim, EventAttempt, GatewayCallRecord, GatewayChargeId, HeldAttempt,
+    KeySeq, Money, PaymentAttemptId, SettleWrite, Settlement,
 };
 
 /// The columns of a [`HeldAttempt`], as every claim's `RETURNING` (or `SELECT`) names
@@ -432,13 +432,13 @@ impl Settlement {
         let reason = |text: &str| gateway_text(text, 1024);
         match self {
             Self::Succeeded { charge_id } => Self::Succeeded {
-                charge_id: id(charge_id),
+                charge_id: GatewayChargeId::from_gateway(id(charge_id)),
             },
             Self::Declined {
                 charge_id,
                 decline_code,
             } => Self::Declined {
-                charge_id: id(charge_id),
+                charge_id: GatewayChargeId::from_gateway(id(charge_id)),
                 decline_code: decline_code.as_deref().map(id),
             },
             Self::NeedsReview { reason: r } => Self::NeedsReview { reason: reason(r) },

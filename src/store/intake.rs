@@ -33,7 +33,7 @@ impl IntakeRecord {
             money: self.command.money,
             provenance: EventProvenance {
                 correlation_id: self.correlation_id.clone(),
-                causation_id: self.message_id.clone(),
+                causation_id: crate::domain::MessageId::checked(self.message_id.as_str()),
                 traceparent: self.traceparent.clone(),
             },
         }

@@ -2,6 +2,7 @@
 //! and, re-exported from [`super::resolve`], the one write an operator makes: resolving a
 //! `needs_review` attempt.
 
+use crate::domain::GatewayChargeId;
 use serde::Serialize;
 use sqlx::postgres::PgRow;
 use sqlx::Row as _;
@@ -46,7 +47,8 @@ pub struct AttemptRecord {
     #[serde(with = "time::serde::rfc3339::option")]
     pub first_dispatched_at: Option<OffsetDateTime>,
     pub reconcile_checks: i32,
-    pub gateway_charge_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub gateway_charge_id: Option<GatewayChargeId>,
     pub decline_code: Option<String>,
     pub last_error: Option<String>,
     /// Why the attempt needs a person (set while `needs_review`).
@@ -88,7 +90,8 @@ pub struct GatewayCall {
     pub http_status: Option<i32>,
     /// The classified outcome (`succeeded`, `ambiguous`, `not_found`, …).
     pub outcome: String,
-    pub gateway_charge_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub gateway_charge_id: Option<GatewayChargeId>,
     pub error: Option<String>,
 }
 
@@ -155,7 +158,7 @@ pub struct AttemptFilter {
     pub status: Option<AttemptStatus>,
     pub order_id: Option<String>,
     pub customer_id: Option<String>,
-    pub gateway_charge_id: Option<String>,
+    pub gateway_charge_id: Option<GatewayChargeId>,
     pub idempotency_key: Option<String>,
     /// Only attempts recorded at or after this.
     pub created_after: Option<OffsetDateTime>,

@@ -6,6 +6,7 @@
 //! enter the SQL only when set, each served by an index of the refunds migration (decision
 //! 54's rule for attempts); an order or a customer is found through the refund's attempt.
 
+use crate::domain::GatewayChargeId;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -48,7 +49,8 @@ pub struct RefundRecord {
     #[schema(value_type = String)]
     pub idempotency_key: IdempotencyKey,
     /// The charge being refunded, as the gateway names it.
-    pub gateway_charge_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub gateway_charge_id: Option<GatewayChargeId>,
     /// The gateway's refund, once it made one.
     pub gateway_refund_id: Option<String>,
     /// Why it failed, or why onecharge refused it (set when `failed` or `refused`).

@@ -17,6 +17,7 @@
 //! admit or refuse, claim, write a send's outcome, expire a lease, look up, settle), so that
 //! each guard sits beside the moves it races; what operators read is `refund_reads`.
 
+use crate::domain::{GatewayChargeId, MessageId};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ use crate::domain::{
 /// A validated refund command with what intake records with it.
 #[derive(Debug, Clone)]
 pub struct RefundRecord {
-    pub message_id: String,
+    pub message_id: MessageId,
     pub stream_sequence: u64,
     pub body_sha256: [u8; 32],
     pub command: RefundPayment,
@@ -184,7 +185,7 @@ struct WaitingRefund {
     now: OffsetDateTime,
     attempt_status: Option<AttemptStatus>,
     attempt_money: Option<Money>,
-    gateway_charge_id: Option<String>,
+    gateway_charge_id: Option<GatewayChargeId>,
 }
 
 /// Admits up to `limit` due waiting refunds, each in its own transaction. A refund whose

@@ -8,6 +8,7 @@
 //!   on one attempt: exactly one wins.
 //! - The resolution, its transition, its event and its audit row commit in one transaction.
 
+use crate::domain::GatewayChargeId;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -25,10 +26,10 @@ use crate::domain::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResolveTarget {
     /// The operator established that the gateway charged the customer, under this charge.
-    Succeeded { gateway_charge_id: String },
+    Succeeded { gateway_charge_id: GatewayChargeId },
     /// The operator established that the customer was not charged.
     Declined {
-        gateway_charge_id: Option<String>,
+        gateway_charge_id: Option<GatewayChargeId>,
         decline_code: Option<String>,
     },
     /// Back to `pending` for the executor to send again with the same key.
@@ -155,7 +156,7 @@ impl Resolution<'_> {
         let (charge_id, decline_code) = self.target.gateway_ids();
         Announced {
             status: self.target.status(),
-            gateway_charge_id: charge_id.map(str::to_owned),
+            gateway_charge_id: charge_id.map(GatewayChargeId::from_gateway),
             decline_code: decline_code.map(str::to_owned),
             reason: Some(format!("resolved by {}: {}", self.actor, self.reason)),
         }

@@ -3,6 +3,7 @@
 //! the process holds one page), the attempts those records name, the succeeded attempts
 //! they do not, and the schedule `serve` claims so a fleet sweeps once per interval.
 
+use crate::domain::GatewayChargeId;
 use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -127,7 +128,7 @@ pub async fn add_records(
         return Ok(());
     }
     let column = |f: fn(&ListedCharge) -> Option<String>| records.iter().map(f).collect::<Vec<_>>();
-    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    let ids: Vec<String> = records.iter().map(|r| r.id.to_string()).collect();
     let attempt_ids: Vec<Option<Uuid>> = records
         .iter()
         .map(|r| r.reference.as_deref().and_then(|r| r.parse::<Uuid>().ok()))
@@ -192,7 +193,7 @@ pub struct SweptAttempt {
     pub money: Money,
     pub customer_id: String,
     pub idempotency_key: IdempotencyKey,
-    pub gateway_charge_id: Option<String>,
+    pub gateway_charge_id: Option<GatewayChargeId>,
     /// Stripe's PaymentIntent id, stored before the charging call.
     pub gateway_object_id: Option<GatewayObjectId>,
     /// A succeeded attempt first sent and settled inside the swept window (with a margin

@@ -142,7 +142,7 @@ async fn a_stored_outcome_replayed_with_200_settles_as_its_body_says() {
     let succeeded = h.attempt(commands[0].payment_attempt_id).await;
     assert_eq!(
         succeeded.gateway_charge_id,
-        first.outcome.charge_id().map(str::to_owned)
+        first.outcome.charge_id().map(ToString::to_string)
     );
     let declined = h.attempt(commands[1].payment_attempt_id).await;
     assert_eq!(declined.status, "declined");
@@ -845,7 +845,7 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
     assert_eq!(claimed.len(), 4);
     let now = h.now();
     let succeeded = |n: usize| Settlement::Succeeded {
-        charge_id: format!("ch_batch_{n}"),
+        charge_id: onecharge::domain::GatewayChargeId::from_gateway(format!("ch_batch_{n}")),
     };
     let mut stale = claimed[2].clone();
     stale.attempt.lease_token = (stale.attempt.lease_token.get() - 1).into();
@@ -856,7 +856,7 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
         settled_write(
             &claimed[3],
             Settlement::Declined {
-                charge_id: "ch_batch_3".into(),
+                charge_id: onecharge::domain::GatewayChargeId::from_gateway("ch_batch_3"),
                 decline_code: Some("insufficient_funds".into()),
             },
             now,
@@ -936,14 +936,14 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
     let now = h.now();
     let settlements = [
         Settlement::Succeeded {
-            charge_id: "ch_equal_0".into(),
+            charge_id: onecharge::domain::GatewayChargeId::from_gateway("ch_equal_0"),
         },
         Settlement::Declined {
-            charge_id: "ch_equal_1".into(),
+            charge_id: onecharge::domain::GatewayChargeId::from_gateway("ch_equal_1"),
             decline_code: Some("card_declined".into()),
         },
         Settlement::Declined {
-            charge_id: "ch_equal_2".into(),
+            charge_id: onecharge::domain::GatewayChargeId::from_gateway("ch_equal_2"),
             decline_code: None,
         },
         Settlement::NeedsReview {
@@ -1072,7 +1072,9 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
             settled_write(
                 attempt,
                 Settlement::Succeeded {
-                    charge_id: format!("ch_poison_{n}"),
+                    charge_id: onecharge::domain::GatewayChargeId::from_gateway(format!(
+                        "ch_poison_{n}"
+                    )),
                 },
                 now,
             )

@@ -109,7 +109,9 @@ async fn the_list_narrows_to_one_order_one_customer_or_one_gateway_charge() {
         .gateway_charge_id
         .expect("the first attempt was charged");
     let by_charge = list(AttemptFilter {
-        gateway_charge_id: Some(charge.clone()),
+        gateway_charge_id: Some(onecharge::domain::GatewayChargeId::from_gateway(
+            charge.clone(),
+        )),
         ..Default::default()
     })
     .await;

@@ -91,7 +91,7 @@ async fn record(h: &Harness, command: &RefundPayment, message_id: &str) -> Recor
         &h.store,
         "test-refund-intake",
         &RefundRecord {
-            message_id: message_id.to_owned(),
+            message_id: onecharge::domain::MessageId::checked(message_id),
             stream_sequence: 1,
             body_sha256: onecharge::domain::command::body_sha256(body.as_bytes()),
             command: command.clone(),

@@ -643,7 +643,7 @@ async fn a_payment_intent_canceled_before_its_confirm_is_declined_as_canceled() 
     assert_eq!(
         confirm.outcome,
         GatewayOutcome::Declined {
-            charge_id: pi.clone(),
+            charge_id: onecharge::domain::GatewayChargeId::from_gateway(pi.clone()),
             decline_code: Some("canceled".into()),
             replayed: false
         }
@@ -733,7 +733,9 @@ async fn prepare_and_store(
         finished_at: h.db_now().await,
         http_status: prepared.http_status,
         outcome: "prepared".into(),
-        gateway_charge_id: Some(pi.to_string()),
+        gateway_charge_id: Some(onecharge::domain::GatewayChargeId::from_gateway(
+            pi.to_string(),
+        )),
         error: None,
     };
     let stored = record_gateway_object(
@@ -812,7 +814,7 @@ async fn a_late_confirm_that_charged_before_the_cancel_is_adopted_not_called_not
     assert_eq!(
         cancel.outcome,
         onecharge::gateway::CancelOutcome::Succeeded {
-            charge_id: pi.clone()
+            charge_id: onecharge::domain::GatewayChargeId::from_gateway(pi.clone())
         }
     );
     reconcile_one_to(&h, AttemptStatus::Succeeded).await;
@@ -1094,7 +1096,7 @@ async fn storing_the_payment_intent_stamps_the_send_only_when_the_lease_covers_t
         finished_at: claimed.attempt.created_at,
         http_status: Some(200),
         outcome: "prepared".into(),
-        gateway_charge_id: Some(pi.to_owned()),
+        gateway_charge_id: Some(onecharge::domain::GatewayChargeId::from_gateway(pi)),
         error: None,
     };
     let store = |token: LeaseToken, pi: &'static str, limit: Duration| {

@@ -88,7 +88,9 @@ async fn charge_outside(
         },
     };
     match client.charge(&request).await.outcome {
-        onecharge::domain::outcome::GatewayOutcome::Succeeded { charge_id, .. } => charge_id,
+        onecharge::domain::outcome::GatewayOutcome::Succeeded { charge_id, .. } => {
+            charge_id.to_string()
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -625,14 +627,11 @@ async fn findings_in_full(
     h: &Harness,
     id: PaymentAttemptId,
 ) -> Vec<(String, String, String, String)> {
-    sqlx::query_as(
-        "SELECT class, evidence, state, detail FROM reconciliation_findings
-          WHERE payment_attempt_id = $1 ORDER BY id",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap()
+    h.findings_about(id)
+        .await
+        .into_iter()
+        .map(|f| (f.class, f.evidence, f.state, f.detail))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

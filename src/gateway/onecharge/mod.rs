@@ -25,7 +25,7 @@ use super::{exchange, ChargeRequest, GatewayCall, Transport};
 use crate::domain::outcome::{
     ChargeStatus, GatewayCharge, GatewayOutcome, LookupOutcome, RetryAfter, MAX_REASON_CHARS,
 };
-use crate::domain::{bounded, CallOperation, IdempotencyKey};
+use crate::domain::{bounded, CallOperation, GatewayChargeId, IdempotencyKey};
 
 /// The §3 URLs under `gateway_url`.
 #[derive(Debug, Clone)]
@@ -123,12 +123,12 @@ pub fn classify_charge(reply: GatewayReply<'_>) -> GatewayOutcome {
         200..=299 | 402 => match serde_json::from_slice::<GatewayCharge>(body) {
             Ok(charge) if charge.status == ChargeStatus::Succeeded && status != 402 => {
                 GatewayOutcome::Succeeded {
-                    charge_id: charge.id,
+                    charge_id: GatewayChargeId::from_gateway(charge.id),
                     replayed,
                 }
             }
             Ok(charge) if charge.status == ChargeStatus::Declined => GatewayOutcome::Declined {
-                charge_id: charge.id,
+                charge_id: GatewayChargeId::from_gateway(charge.id),
                 decline_code: charge.decline_code,
                 replayed,
             },
@@ -252,7 +252,7 @@ mod tests {
         assert_eq!(
             answered(201, &charge("succeeded", None)),
             GatewayOutcome::Succeeded {
-                charge_id: "ch_1".into(),
+                charge_id: GatewayChargeId::from_gateway("ch_1"),
                 replayed: false
             }
         );
@@ -271,12 +271,12 @@ mod tests {
         assert_eq!(
             replay(200, &charge("succeeded", None)),
             GatewayOutcome::Succeeded {
-                charge_id: "ch_1".into(),
+                charge_id: GatewayChargeId::from_gateway("ch_1"),
                 replayed: true
             }
         );
         let declined = GatewayOutcome::Declined {
-            charge_id: "ch_1".into(),
+            charge_id: GatewayChargeId::from_gateway("ch_1"),
             decline_code: Some("card_declined".into()),
             replayed: true,
         };
@@ -295,7 +295,7 @@ mod tests {
         assert_eq!(
             answered(402, &charge("declined", Some("insufficient_funds"))),
             GatewayOutcome::Declined {
-                charge_id: "ch_1".into(),
+                charge_id: GatewayChargeId::from_gateway("ch_1"),
                 decline_code: Some("insufficient_funds".into()),
                 replayed: false
             }

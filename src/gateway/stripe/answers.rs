@@ -14,7 +14,7 @@ use crate::domain::bounded;
 use crate::domain::outcome::{
     ChargeStatus, GatewayCharge, GatewayOutcome, LookupOutcome, RetryAfter, MAX_REASON_CHARS,
 };
-use crate::domain::{Currency, GatewayObjectId, Money};
+use crate::domain::{Currency, GatewayChargeId, GatewayObjectId, Money};
 use crate::gateway::wire::{parse_retry_after, snippet, Answer, GatewayReply, Hints};
 use crate::gateway::{CancelOutcome, Prepared};
 
@@ -47,6 +47,12 @@ impl IntentFields {
             _ => None,
         };
         (amount_minor, currency)
+    }
+
+    /// What onecharge records as the charge of this PaymentIntent: the intent's own id,
+    /// which every later lookup, refund and check asks Stripe about (decision 123).
+    pub(in crate::gateway) fn charge_id(&self) -> GatewayChargeId {
+        GatewayChargeId::from_gateway(self.id.clone())
     }
 }
 
@@ -188,7 +194,10 @@ pub fn classify_confirm(reply: GatewayReply<'_>, hints: Hints, intent: &str) -> 
                     charge_id: error
                         .payment_intent
                         .as_ref()
-                        .map_or_else(|| intent.to_owned(), |pi| pi.id.clone()),
+                        .map_or_else(
+                            || GatewayChargeId::from_gateway(intent),
+                            |pi| pi.charge_id(),
+                        ),
                     decline_code: error.decline_code(),
                     replayed,
                 }
@@ -226,14 +235,14 @@ pub fn classify_confirm(reply: GatewayReply<'_>, hints: Hints, intent: &str) -> 
 fn read_confirmed(pi: &PaymentIntent, replayed: bool) -> GatewayOutcome {
     match pi.status.as_str() {
         "succeeded" => GatewayOutcome::Succeeded {
-            charge_id: pi.id.clone(),
+            charge_id: pi.charge_id(),
             replayed,
         },
         "processing" => GatewayOutcome::Processing {
-            charge_id: pi.id.clone(),
+            charge_id: pi.charge_id(),
         },
         "requires_payment_method" if pi.last_payment_error.is_some() => GatewayOutcome::Declined {
-            charge_id: pi.id.clone(),
+            charge_id: pi.charge_id(),
             decline_code: pi
                 .last_payment_error
                 .as_ref()
@@ -241,7 +250,7 @@ fn read_confirmed(pi: &PaymentIntent, replayed: bool) -> GatewayOutcome {
             replayed,
         },
         "canceled" => GatewayOutcome::Declined {
-            charge_id: pi.id.clone(),
+            charge_id: pi.charge_id(),
             decline_code: Some(canceled_code(pi)),
             replayed,
         },
@@ -249,7 +258,7 @@ fn read_confirmed(pi: &PaymentIntent, replayed: bool) -> GatewayOutcome {
         // left waiting for the customer is not something onecharge can finish: the executor
         // cancels it or leaves it for a person (`stripe_requires_action`).
         "requires_action" => GatewayOutcome::RequiresAction {
-            charge_id: pi.id.clone(),
+            charge_id: pi.charge_id(),
         },
         other => GatewayOutcome::Ambiguous {
             reason: bounded(
@@ -289,13 +298,13 @@ pub fn classify_cancel(reply: GatewayReply<'_>, intent: &str) -> CancelOutcome {
     };
     match pi {
         Some(pi) if pi.status == "canceled" => CancelOutcome::Canceled {
-            charge_id: pi.fields.id,
+            charge_id: pi.charge_id(),
         },
         Some(pi) if pi.status == "succeeded" => CancelOutcome::Succeeded {
-            charge_id: pi.fields.id,
+            charge_id: pi.charge_id(),
         },
         Some(pi) if pi.status == "processing" => CancelOutcome::Processing {
-            charge_id: pi.fields.id,
+            charge_id: pi.charge_id(),
         },
         Some(pi) => CancelOutcome::Unproven {
             reason: format!(
@@ -427,7 +436,7 @@ fn read_retrieved(pi: &PaymentIntent, idempotency_key: &str) -> Option<GatewayCh
     };
     let (amount_minor, currency) = pi.money();
     Some(GatewayCharge {
-        id: pi.id.clone(),
+        id: pi.charge_id(),
         status,
         decline_code,
         idempotency_key: Some(idempotency_key.to_owned()),
@@ -539,7 +548,7 @@ mod tests {
         assert_eq!(
             confirm(200, &intent("succeeded").to_string()),
             GatewayOutcome::Succeeded {
-                charge_id: PI.into(),
+                charge_id: GatewayChargeId::from_gateway(PI),
                 replayed: false
             }
         );
@@ -556,7 +565,7 @@ mod tests {
         assert_eq!(
             replayed,
             GatewayOutcome::Succeeded {
-                charge_id: PI.into(),
+                charge_id: GatewayChargeId::from_gateway(PI),
                 replayed: true
             }
         );
@@ -576,7 +585,7 @@ mod tests {
             assert_eq!(
                 confirm(402, &card_error(code, decline)),
                 GatewayOutcome::Declined {
-                    charge_id: PI.into(),
+                    charge_id: GatewayChargeId::from_gateway(PI),
                     decline_code: Some(expected.into()),
                     replayed: false
                 },
@@ -593,7 +602,7 @@ mod tests {
                 &card_error("authentication_required", Some("authentication_required"))
             ),
             GatewayOutcome::Declined {
-                charge_id: PI.into(),
+                charge_id: GatewayChargeId::from_gateway(PI),
                 decline_code: Some("authentication_required".into()),
                 replayed: false
             }
@@ -611,7 +620,7 @@ mod tests {
         assert_eq!(
             confirm(200, &intent("requires_action").to_string()),
             GatewayOutcome::RequiresAction {
-                charge_id: PI.into()
+                charge_id: GatewayChargeId::from_gateway(PI)
             }
         );
     }
@@ -642,7 +651,7 @@ mod tests {
         assert_eq!(
             cancel(200, &intent("canceled").to_string()),
             CancelOutcome::Canceled {
-                charge_id: PI.into()
+                charge_id: GatewayChargeId::from_gateway(PI)
             }
         );
         let unexpected = |pi: serde_json::Value| {
@@ -655,13 +664,13 @@ mod tests {
         assert_eq!(
             cancel(400, &unexpected(intent("succeeded"))),
             CancelOutcome::Succeeded {
-                charge_id: PI.into()
+                charge_id: GatewayChargeId::from_gateway(PI)
             }
         );
         assert_eq!(
             cancel(400, &unexpected(intent("processing"))),
             CancelOutcome::Processing {
-                charge_id: PI.into()
+                charge_id: GatewayChargeId::from_gateway(PI)
             }
         );
         // Already canceled under another key: still the proof.
@@ -694,7 +703,7 @@ mod tests {
                 &declined_intent("card_declined", Some("do_not_honor")).to_string()
             ),
             GatewayOutcome::Declined {
-                charge_id: PI.into(),
+                charge_id: GatewayChargeId::from_gateway(PI),
                 decline_code: Some("do_not_honor".into()),
                 replayed: false
             }
@@ -707,7 +716,7 @@ mod tests {
         assert_eq!(
             outcome,
             GatewayOutcome::Processing {
-                charge_id: PI.into()
+                charge_id: GatewayChargeId::from_gateway(PI)
             }
         );
         assert!(!outcome.is_gateway_failure());
@@ -720,7 +729,7 @@ mod tests {
         assert_eq!(
             confirm(200, &pi.to_string()),
             GatewayOutcome::Declined {
-                charge_id: PI.into(),
+                charge_id: GatewayChargeId::from_gateway(PI),
                 decline_code: Some("canceled".into()),
                 replayed: false
             }
@@ -971,7 +980,7 @@ mod tests {
         assert_eq!(
             found,
             vec![GatewayCharge {
-                id: PI.into(),
+                id: GatewayChargeId::from_gateway(PI),
                 status: ChargeStatus::Succeeded,
                 decline_code: None,
                 idempotency_key: Some("onecharge-x".into()),

@@ -75,7 +75,7 @@ fn refund_form(request: &RefundRequest) -> Result<Vec<(String, String)>, String>
     let mut form = vec![
         (
             "payment_intent".to_owned(),
-            request.gateway_charge_id.clone(),
+            request.gateway_charge_id.to_string(),
         ),
         ("amount".to_owned(), amount.to_string()),
         (
@@ -245,6 +245,7 @@ pub fn classify_refund_list(reply: GatewayReply<'_>, refund_id: RefundId) -> Ref
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::GatewayChargeId;
 
     fn answered(status: u16, body: &str) -> RefundOutcome {
         classify_refund(
@@ -323,7 +324,7 @@ mod tests {
             idempotency_key: crate::domain::IdempotencyKey::for_refund(refund_id),
             refund_id,
             payment_attempt_id: crate::domain::PaymentAttemptId::random(),
-            gateway_charge_id: "pi_1".into(),
+            gateway_charge_id: GatewayChargeId::from_gateway("pi_1"),
             money: Money::of(1000, "JPY").unwrap(),
             reason: "returned".into(),
             metadata: [("return_id".to_owned(), "ret_1".to_owned())].into(),

@@ -1,6 +1,7 @@
 //! `/api/attempts…` (contract §6): list and find attempts, show one, and the decisions on
 //! one — resolve and recheck — through the same functions as `onecharge attempts …`.
 
+use crate::domain::GatewayChargeId;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
@@ -46,7 +47,8 @@ pub(crate) struct ListQuery {
     stuck: Option<String>,
     order_id: Option<String>,
     customer_id: Option<String>,
-    gateway_charge_id: Option<String>,
+    #[param(value_type = Option<String>)]
+    gateway_charge_id: Option<GatewayChargeId>,
     idempotency_key: Option<String>,
     created_after: Option<String>,
     created_before: Option<String>,
@@ -155,7 +157,8 @@ pub(crate) struct ExportQuery {
     status: Option<String>,
     order_id: Option<String>,
     customer_id: Option<String>,
-    gateway_charge_id: Option<String>,
+    #[param(value_type = Option<String>)]
+    gateway_charge_id: Option<GatewayChargeId>,
     idempotency_key: Option<String>,
     created_after: Option<String>,
     created_before: Option<String>,

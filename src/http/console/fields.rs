@@ -30,3 +30,31 @@ pub(super) fn console_time(what: &str, text: &str) -> Result<Option<OffsetDateTi
         format!("{what}: `{text}` is not a time such as 2026-12-01T13:00:00Z or 2026-12-01")
     })
 }
+
+/// The fields a person set (trimmed; blank ones left out), as query parameters: what a
+/// page's links carry so that the next page, or an export, finds the same.
+pub(super) fn set_fields(fields: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    fields
+        .iter()
+        .filter_map(|&(name, value)| set(value).map(|value| (name, value)))
+        .collect()
+}
+
+/// `path?<params>`: a link that carries `params` as the query.
+pub(super) fn link(path: &str, params: &[(&'static str, String)]) -> String {
+    format!(
+        "{path}?{}",
+        serde_urlencoded::to_string(params).unwrap_or_default()
+    )
+}
+
+/// The link to the page after this one: `fields` as they were set, from `cursor` on.
+pub(super) fn next_page(
+    path: &str,
+    fields: &[(&'static str, &str)],
+    cursor: impl std::fmt::Display,
+) -> String {
+    let mut params = set_fields(fields);
+    params.push(("before", cursor.to_string()));
+    link(path, &params)
+}

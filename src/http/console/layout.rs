@@ -214,6 +214,24 @@ pub(super) fn text_input(id: &str, name: &str, label: &str, value: &str) -> Mark
     }
 }
 
+/// A select of states, "any" first, `selected` chosen: the search forms' State field.
+pub(super) fn state_select<S: Copy + PartialEq>(
+    id: &str,
+    states: &[S],
+    selected: Option<S>,
+    name: impl Fn(S) -> &'static str,
+) -> Markup {
+    html! {
+        label for=(id) { "State" }
+        select id=(id) name="status" {
+            option value="" { "any" }
+            @for &s in states {
+                option value=(name(s)) selected[selected == Some(s)] { (name(s)) }
+            }
+        }
+    }
+}
+
 pub(super) fn status_badge(status: AttemptStatus) -> Markup {
     html! { span class=(format!("status status-{}", status.as_str())) data-testid="status" { (status.as_str()) } }
 }

@@ -14,10 +14,10 @@ use maud::{html, Markup};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use super::fields::{console_time, parse_set, set};
+use super::fields::{self, console_time, parse_set, set};
 use super::layout::{
-    bad_request, csrf_field, failed, failed_saying, page, refund_badge, refused, text_input,
-    PAGE_SIZE,
+    bad_request, csrf_field, failed, failed_saying, page, refund_badge, refused, state_select,
+    text_input, PAGE_SIZE,
 };
 use super::session::Session;
 use crate::domain::{Money, PaymentAttemptId, RefundId, RefundStatus};
@@ -67,36 +67,22 @@ impl RefundsQuery {
 
     /// The link to the page after this one: the same fields, from `cursor` on.
     fn next_page(&self, cursor: RefundCursor) -> String {
-        let mut params: Vec<(&str, String)> = [
-            ("payment_attempt_id", &self.payment_attempt_id),
+        let fields = [
+            ("payment_attempt_id", self.payment_attempt_id.as_str()),
             ("status", &self.status),
             ("order_id", &self.order_id),
             ("customer_id", &self.customer_id),
             ("created_after", &self.created_after),
             ("created_before", &self.created_before),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.trim().is_empty())
-        .map(|(k, v)| (k, v.trim().to_owned()))
-        .collect();
-        params.push(("before", cursor.to_string()));
-        format!(
-            "/console/refunds?{}",
-            serde_urlencoded::to_string(&params).unwrap_or_default()
-        )
+        ];
+        fields::next_page("/console/refunds", &fields, cursor)
     }
 
     fn form(&self, status: Option<RefundStatus>) -> Markup {
         html! {
             form #refunds-form method="get" action="/console/refunds" {
                 (text_input("r-attempt-id", "payment_attempt_id", "Payment attempt id", &self.payment_attempt_id))
-                label for="r-status" { "State" }
-                select #r-status name="status" {
-                    option value="" { "any" }
-                    @for s in RefundStatus::ALL {
-                        option value=(s.as_str()) selected[status == Some(s)] { (s.as_str()) }
-                    }
-                }
+                (state_select("r-status", &RefundStatus::ALL, status, RefundStatus::as_str))
                 (text_input("r-order-id", "order_id", "Order id", &self.order_id))
                 (text_input("r-customer-id", "customer_id", "Customer id", &self.customer_id))
                 (text_input("r-created-after", "created_after", "Created at or after (UTC)", &self.created_after))

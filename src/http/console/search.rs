@@ -9,10 +9,12 @@ use maud::{html, Markup};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use super::fields::{console_time, parse_set, set};
-use super::layout::{bad_request, failed, page, refused, status_badge, text_input, PAGE_SIZE};
+use super::fields::{self, console_time, parse_set, set};
+use super::layout::{
+    bad_request, failed, page, refused, state_select, status_badge, text_input, PAGE_SIZE,
+};
 use super::session::Session;
-use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::domain::{AttemptStatus, GatewayChargeId, PaymentAttemptId};
 use crate::format;
 use crate::http::AdminState;
 use crate::operator::attempts::{self, AttemptCursor, AttemptFilter, AttemptView};
@@ -115,7 +117,7 @@ impl SearchQuery {
             status: parse_set::<AttemptStatus>(&self.status).map_err(|err| err.to_string())?,
             order_id: set(&self.order_id),
             customer_id: set(&self.customer_id),
-            gateway_charge_id: set(&self.gateway_charge_id),
+            gateway_charge_id: set(&self.gateway_charge_id).map(GatewayChargeId::from_gateway),
             idempotency_key: set(&self.idempotency_key),
             created_after: console_time("created after", &self.created_after)?,
             created_before: console_time("created before", &self.created_before)?,
@@ -125,24 +127,16 @@ impl SearchQuery {
 
     /// The link to the page after this one: the same fields, from `cursor` on.
     fn next_page(&self, cursor: AttemptCursor) -> String {
-        let mut params = self.fields();
-        params.push(("before", cursor.to_string()));
-        format!(
-            "/console/attempts?{}",
-            serde_urlencoded::to_string(&params).unwrap_or_default()
-        )
+        fields::next_page("/console/attempts", &self.fields(), cursor)
     }
 
     /// The CSV of everything these fields find, from the newest on (decision 146).
     fn export_link(&self) -> String {
-        format!(
-            "/console/attempts.csv?{}",
-            serde_urlencoded::to_string(self.fields()).unwrap_or_default()
-        )
+        fields::link("/console/attempts.csv", &fields::set_fields(&self.fields()))
     }
 
-    /// The fields set, as query parameters.
-    fn fields(&self) -> Vec<(&'static str, String)> {
+    /// The fields as typed, by their query names.
+    fn fields(&self) -> [(&'static str, &str); 7] {
         [
             ("order_id", &self.order_id),
             ("customer_id", &self.customer_id),
@@ -152,10 +146,6 @@ impl SearchQuery {
             ("created_after", &self.created_after),
             ("created_before", &self.created_before),
         ]
-        .into_iter()
-        .filter(|(_, v)| !v.trim().is_empty())
-        .map(|(k, v)| (k, v.trim().to_owned()))
-        .collect()
     }
 
     /// The search form, filled in as asked.
@@ -167,13 +157,7 @@ impl SearchQuery {
                 (text_input("q-customer-id", "customer_id", "Customer id", &self.customer_id))
                 (text_input("q-idempotency-key", "idempotency_key", "Idempotency key", &self.idempotency_key))
                 (text_input("q-gateway-charge-id", "gateway_charge_id", "Gateway charge id", &self.gateway_charge_id))
-                label for="q-status" { "State" }
-                select #q-status name="status" {
-                    option value="" { "any" }
-                    @for s in AttemptStatus::ALL {
-                        option value=(s.as_str()) selected[status == Some(s)] { (s.as_str()) }
-                    }
-                }
+                (state_select("q-status", &AttemptStatus::ALL, status, AttemptStatus::as_str))
                 (text_input("q-created-after", "created_after", "Created at or after (UTC)", &self.created_after))
                 (text_input("q-created-before", "created_before", "Created before (UTC)", &self.created_before))
                 button #search-submit type="submit" { "Search" }

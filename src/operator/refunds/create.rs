@@ -11,6 +11,7 @@
 //! by its confirmation, so a confirmation sent twice is one refund (JetStream's duplicate
 //! window, then intake's `refund_id` key).
 
+use crate::domain::GatewayChargeId;
 use serde::Serialize;
 
 use super::suffix;
@@ -88,7 +89,8 @@ pub struct RefundPreview {
     pub order_id: String,
     pub customer_id: String,
     /// The charge's gateway id.
-    pub gateway_charge_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub gateway_charge_id: Option<GatewayChargeId>,
     #[schema(value_type = String)]
     pub currency: Currency,
     pub charged_minor: i64,

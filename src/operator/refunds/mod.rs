@@ -320,6 +320,7 @@ pub fn timeline_rows(detail: &RefundDetail) -> Vec<TimelineRow> {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::GatewayChargeId;
     use std::collections::BTreeMap;
 
     use super::*;
@@ -361,7 +362,7 @@ mod tests {
             reason: "item returned".into(),
             metadata: BTreeMap::from([("return_id".to_owned(), "ret_77".to_owned())]),
             idempotency_key: crate::domain::IdempotencyKey::for_refund(refund_id),
-            gateway_charge_id: Some("ch_1".into()),
+            gateway_charge_id: Some(GatewayChargeId::from_gateway("ch_1")),
             gateway_refund_id: None,
             failure_reason: None,
             review_reason: None,

@@ -97,7 +97,7 @@ pub fn compare(
         held,
     };
     let mut findings = case.mismatches();
-    let mut held_ids: Vec<String> = case.held.iter().map(|r| r.id.clone()).collect();
+    let mut held_ids: Vec<String> = case.held.iter().map(|r| r.id.to_string()).collect();
     let action = case.by_status(&mut held_ids, &mut findings);
     findings.extend(case.charged_twice(&held_ids));
     Verdict { findings, action }
@@ -109,7 +109,7 @@ fn unknown_reference(reference: &str, record: &ListedCharge) -> NewFinding {
         class: FindingClass::UnknownReference,
         payment_attempt_id: None,
         reference: Some(reference.to_owned()),
-        gateway_ids: vec![record.id.clone()],
+        gateway_ids: vec![record.id.to_string()],
         evidence: record.evidence(),
         attempt_status: None,
         attempt_amount_minor: None,
@@ -181,7 +181,7 @@ impl Case<'_> {
                 let (why, evidence) = differs(record, self.attempt)?;
                 Some(self.finding(
                     FindingClass::Mismatch,
-                    vec![record.id.clone()],
+                    vec![record.id.to_string()],
                     evidence,
                     format!(
                         "the gateway's charge {} differs from the attempt: {why}",
@@ -260,7 +260,7 @@ impl Case<'_> {
             }
             (Some(own), _) if own.status != ListedStatus::Succeeded => Some(self.finding(
                 FindingClass::RecordedNotCharged,
-                vec![own.id.clone()],
+                vec![own.id.to_string()],
                 own.evidence(),
                 format!(
                     "the attempt is succeeded, but the gateway holds its charge {} as {}",
@@ -311,7 +311,7 @@ impl Case<'_> {
             };
             return Some(self.finding(
                 FindingClass::RecordedNotCharged,
-                vec![id.clone()],
+                vec![id.to_string()],
                 own.evidence(),
                 detail,
                 Some(own),
@@ -320,7 +320,7 @@ impl Case<'_> {
         if listed < ours.refunded_surely {
             return Some(self.finding(
                 FindingClass::ChargedNotRecorded,
-                vec![id.clone()],
+                vec![id.to_string()],
                 format!("refunds_unlisted:{}", ours.refunded_surely - listed),
                 format!(
                     "onecharge's refunds of charge {id} succeeded for {} in all, but the gateway shows only {listed} refunded: a refund onecharge recorded is not at the gateway, and the customer may not have their money",
@@ -352,7 +352,7 @@ impl Case<'_> {
         };
         self.finding(
             FindingClass::Disputed,
-            vec![id.clone()],
+            vec![id.to_string()],
             own.evidence(),
             detail,
             Some(own),
@@ -443,6 +443,7 @@ fn as_lookup(record: &ListedCharge, attempt: &SweptAttempt) -> GatewayCharge {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::GatewayChargeId;
 
     const ATTEMPT: &str = "6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11";
 
@@ -453,7 +454,8 @@ mod tests {
             money: crate::domain::Money::of(1999, "EUR").unwrap(),
             customer_id: "cus_42".into(),
             idempotency_key: crate::domain::IdempotencyKey::for_attempt(ATTEMPT.parse().unwrap()),
-            gateway_charge_id: (status == AttemptStatus::Succeeded).then(|| "ch_own".into()),
+            gateway_charge_id: (status == AttemptStatus::Succeeded)
+                .then(|| GatewayChargeId::from_gateway("ch_own")),
             gateway_object_id: None,
             in_window: true,
             own_refunds: Default::default(),
@@ -462,7 +464,7 @@ mod tests {
 
     fn record(id: &str, status: ListedStatus) -> ListedCharge {
         ListedCharge {
-            id: id.into(),
+            id: GatewayChargeId::from_gateway(id),
             status,
             reference: Some(ATTEMPT.into()),
             amount_minor: Some(1999),
