@@ -156,9 +156,6 @@ fn requested_at_or_now(requested_at: Option<String>) -> String {
 /// `--no-validate`.
 fn prepare_refund(args: RefundArgs) -> Result<Prepared, UsageError> {
     let refund_id = args.refund_id.unwrap_or_else(RefundId::random);
-    let message_id = args
-        .message_id
-        .unwrap_or_else(|| Uuid::new_v4().to_string());
     let mut body = serde_json::json!({
         "refund_id": refund_id,
         "payment_attempt_id": args.attempt_id,
@@ -176,36 +173,19 @@ fn prepare_refund(args: RefundArgs) -> Result<Prepared, UsageError> {
                 .collect(),
         );
     }
-    let payload = serde_json::to_vec(&body).expect("json serialises");
-    let headers = CommandHeaders {
-        message_id: Some(message_id.clone()),
-        correlation_id: args.correlation_id.clone(),
-        traceparent: None,
-    };
-    if !args.no_validate {
-        refund::validate(&headers, &payload).map_err(|invalid| {
-            UsageError(format!(
-                "the refund command is invalid: {invalid} (use --no-validate to publish it anyway)"
-            ))
-        })?;
-    }
-    Ok(Prepared {
-        kind: CommandKind::Refund,
-        message_id,
-        payment_attempt_id: args.attempt_id,
-        refund_id: Some(refund_id),
-        correlation_id: args.correlation_id,
-        payload,
-    })
+    Prepared::checked(
+        CommandKind::Refund,
+        &body,
+        args.message_id,
+        args.correlation_id,
+        args.no_validate,
+        (args.attempt_id, Some(refund_id)),
+    )
 }
 
 /// The command's body with generated ids filled in, validated unless `--no-validate`.
 fn prepare(args: ChargeArgs) -> Result<Prepared, UsageError> {
     let attempt = args.attempt_id.unwrap_or_else(PaymentAttemptId::random);
-    let message_id = args
-        .message_id
-        .unwrap_or_else(|| Uuid::new_v4().to_string());
-    let requested_at = requested_at_or_now(args.requested_at);
     let mut body = serde_json::json!({
         "payment_attempt_id": attempt,
         "order_id": args.order_id.unwrap_or_else(|| format!("ord_{}", &Uuid::new_v4().simple().to_string()[..12])),
@@ -213,32 +193,62 @@ fn prepare(args: ChargeArgs) -> Result<Prepared, UsageError> {
         "amount_minor": args.amount_minor,
         "currency": args.currency,
         "payment_method": args.payment_method,
-        "requested_at": requested_at,
+        "requested_at": requested_at_or_now(args.requested_at),
     });
     if let Some(description) = args.description {
         body["description"] = description.into();
     }
-    let payload = serde_json::to_vec(&body).expect("json serialises");
-    let headers = CommandHeaders {
-        message_id: Some(message_id.clone()),
-        correlation_id: args.correlation_id.clone(),
-        traceparent: None,
-    };
-    if !args.no_validate {
-        command::validate(&headers, &payload).map_err(|invalid| {
-            UsageError(format!(
-                "the command is invalid: {invalid} (use --no-validate to publish it anyway)"
-            ))
-        })?;
+    Prepared::checked(
+        CommandKind::Charge,
+        &body,
+        args.message_id,
+        args.correlation_id,
+        args.no_validate,
+        (attempt, None),
+    )
+}
+
+impl Prepared {
+    /// `body` as the command of `kind`, under `message_id` (a new UUID when not given),
+    /// validated as intake will validate it unless `no_validate`: an invalid command is
+    /// refused here, with why, before anything connects.
+    fn checked(
+        kind: CommandKind,
+        body: &serde_json::Value,
+        message_id: Option<String>,
+        correlation_id: Option<String>,
+        no_validate: bool,
+        (payment_attempt_id, refund_id): (PaymentAttemptId, Option<RefundId>),
+    ) -> Result<Self, UsageError> {
+        let message_id = message_id.unwrap_or_else(|| Uuid::new_v4().to_string());
+        let payload = serde_json::to_vec(body).expect("json serialises");
+        let headers = CommandHeaders {
+            message_id: Some(message_id.clone()),
+            correlation_id: correlation_id.clone(),
+            traceparent: None,
+        };
+        if !no_validate {
+            let (what, invalid) = match kind {
+                CommandKind::Charge => ("command", command::validate(&headers, &payload).err()),
+                CommandKind::Refund => {
+                    ("refund command", refund::validate(&headers, &payload).err())
+                }
+            };
+            if let Some(invalid) = invalid {
+                return Err(UsageError(format!(
+                    "the {what} is invalid: {invalid} (use --no-validate to publish it anyway)"
+                )));
+            }
+        }
+        Ok(Self {
+            kind,
+            message_id,
+            payment_attempt_id,
+            refund_id,
+            correlation_id,
+            payload,
+        })
     }
-    Ok(Prepared {
-        kind: CommandKind::Charge,
-        message_id,
-        payment_attempt_id: attempt,
-        refund_id: None,
-        correlation_id: args.correlation_id,
-        payload,
-    })
 }
 
 async fn publish_prepared(broker: &Broker, command: Prepared) -> anyhow::Result<Published> {

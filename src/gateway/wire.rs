@@ -46,16 +46,38 @@ impl<'a> GatewayReply<'a> {
     /// reason naming `request` ("the request", "the confirm of pi_…"). Every connector reads
     /// the missing answer of a charging call this one way.
     pub fn charge_answer(self, request: &str) -> Result<Answer<'a>, GatewayOutcome> {
+        self.answer_or(
+            request,
+            |reason| GatewayOutcome::NotSent { reason },
+            |reason| GatewayOutcome::Ambiguous { reason },
+        )
+    }
+
+    /// The answer to a refund request, or, when none came, its outcome: `NotSent`, or
+    /// `Ambiguous` (it may have refunded). Both connectors read a missing answer this way.
+    pub fn refund_answer(self) -> Result<Answer<'a>, RefundOutcome> {
+        self.answer_or(
+            "the refund",
+            |reason| RefundOutcome::NotSent { reason },
+            |reason| RefundOutcome::Ambiguous { reason },
+        )
+    }
+
+    /// The answer, or what its absence means for a call that can move money: `not_sent`
+    /// when nothing reached the gateway, `lost` when `request` was sent and no answer came
+    /// (it may have moved the money); each with its reason, bounded.
+    fn answer_or<O>(
+        self,
+        request: &str,
+        not_sent: impl FnOnce(String) -> O,
+        lost: impl FnOnce(String) -> O,
+    ) -> Result<Answer<'a>, O> {
         match self {
-            GatewayReply::NotSent { error } => Err(GatewayOutcome::NotSent {
-                reason: bounded(error, MAX_REASON_CHARS),
-            }),
-            GatewayReply::Lost { error } => Err(GatewayOutcome::Ambiguous {
-                reason: bounded(
-                    &format!("no answer after {request} was sent: {error}"),
-                    MAX_REASON_CHARS,
-                ),
-            }),
+            GatewayReply::NotSent { error } => Err(not_sent(bounded(error, MAX_REASON_CHARS))),
+            GatewayReply::Lost { error } => Err(lost(bounded(
+                &format!("no answer after {request} was sent: {error}"),
+                MAX_REASON_CHARS,
+            ))),
             GatewayReply::Answered {
                 status,
                 replayed,
@@ -107,35 +129,6 @@ impl Answer<'_> {
             },
             _ => return None,
         })
-    }
-}
-
-impl<'a> GatewayReply<'a> {
-    /// The answer to a refund request, or, when none came, its outcome: `NotSent`, or
-    /// `Ambiguous` (it may have refunded). Both connectors read a missing answer this way.
-    pub fn refund_answer(self) -> Result<Answer<'a>, RefundOutcome> {
-        match self {
-            GatewayReply::NotSent { error } => Err(RefundOutcome::NotSent {
-                reason: bounded(error, MAX_REASON_CHARS),
-            }),
-            GatewayReply::Lost { error } => Err(RefundOutcome::Ambiguous {
-                reason: bounded(
-                    &format!("no answer after the refund was sent: {error}"),
-                    MAX_REASON_CHARS,
-                ),
-            }),
-            GatewayReply::Answered {
-                status,
-                replayed,
-                retry_after,
-                body,
-            } => Ok(Answer {
-                status,
-                replayed,
-                retry_after,
-                body,
-            }),
-        }
     }
 }
 

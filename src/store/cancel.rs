@@ -224,32 +224,13 @@ pub async fn decline_held_attempt(
         },
         row.updated_at,
     );
-    outbox::insert_event(&mut tx, &event, &row.attempt.provenance).await?;
-    audit::insert(
-        &mut tx,
-        &NewAuditEntry {
-            actor: cancellation.actor.to_owned(),
-            via: cancellation.via,
-            action: AuditAction::Cancel,
-            payment_attempt_ids: vec![id],
-            dlq_sequence: None,
-            reason: Some(cancellation.reason.to_owned()),
-            outcome: "applied",
-            detail: serde_json::json!({
-                "from": AttemptStatus::Pending,
-                "to": AttemptStatus::Declined,
-                "gateway_object_id": gateway_object_id,
-                "decline_code": OPERATOR_CANCELLED,
-                "event_id": event.event_id,
-            }),
-        },
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(CancelOutcome::Cancelled {
-        event_id: event.event_id,
-        at: row.updated_at,
-    })
+    let detail = serde_json::json!({
+        "from": AttemptStatus::Pending,
+        "to": AttemptStatus::Declined,
+        "gateway_object_id": gateway_object_id,
+        "decline_code": OPERATOR_CANCELLED,
+    });
+    announce_cancel(tx, cancellation, &row, &event, detail).await
 }
 
 /// Cancels a pending attempt never sent to the gateway: the guarded move, its transition,
@@ -297,7 +278,24 @@ pub async fn cancel_pending_attempt(
         return Ok(outcome);
     };
     let event = PaymentEvent::expired(&row.attempt, &reason, row.updated_at);
-    outbox::insert_event(&mut tx, &event, &row.attempt.provenance).await?;
+    let detail = serde_json::json!({
+        "from": AttemptStatus::Pending,
+        "to": AttemptStatus::Expired,
+    });
+    announce_cancel(tx, cancellation, &row, &event, detail).await
+}
+
+/// What every cancel writes once its guarded move went through, and the commit: the
+/// attempt's event, and the audit row whose `detail` names the event.
+async fn announce_cancel(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    cancellation: &Cancellation<'_>,
+    row: &CancelledRow,
+    event: &PaymentEvent,
+    mut detail: serde_json::Value,
+) -> Result<CancelOutcome, sqlx::Error> {
+    outbox::insert_event(&mut tx, event, &row.attempt.provenance).await?;
+    detail["event_id"] = serde_json::json!(event.event_id);
     audit::insert(
         &mut tx,
         &NewAuditEntry {
@@ -308,11 +306,7 @@ pub async fn cancel_pending_attempt(
             dlq_sequence: None,
             reason: Some(cancellation.reason.to_owned()),
             outcome: "applied",
-            detail: serde_json::json!({
-                "from": AttemptStatus::Pending,
-                "to": AttemptStatus::Expired,
-                "event_id": event.event_id,
-            }),
+            detail,
         },
     )
     .await?;

@@ -13,13 +13,11 @@ use onecharge::operator::Via;
 use crate::support::{run_leaving_one_in, Harness, Records};
 
 async fn audit_rows(h: &Harness, id: PaymentAttemptId) -> Vec<(String, String, String)> {
-    sqlx::query_as(
-        "SELECT actor, action, reason FROM operator_audit WHERE $1 = ANY(payment_attempt_ids)",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap()
+    h.audit_entries_about(id)
+        .await
+        .into_iter()
+        .map(|e| (e.actor, e.action, e.reason.unwrap_or_default()))
+        .collect()
 }
 
 #[tokio::test]

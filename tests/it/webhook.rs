@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::support::records::Finding;
 use crate::support::{eventually, Harness, Records, Served};
 use mock_gateway::payment_methods as pm;
 use mock_gateway::stripe::payment_methods as spm;
@@ -23,6 +24,10 @@ async fn harness() -> Harness {
         s.webhook_addr = Some("127.0.0.1:0".parse().unwrap());
         s.stripe_webhook_secrets = Some(format!("{NEW},{OLD}").into());
         s.reconciler.schedule = vec![Duration::from_secs(60), Duration::from_secs(300)];
+        // The next look at a processing PaymentIntent is far beyond any test here, even on a
+        // loaded machine: what settles an attempt sooner is a webhook (at 1 minute, the
+        // default, a slow run saw the scheduled look settle it first).
+        s.reconciler.processing_schedule = vec![Duration::from_secs(900)];
     })
     .await;
     h.broker().await;
@@ -349,14 +354,7 @@ async fn a_dispute_closed_webhook_for_a_won_dispute_reads_its_status_and_finds_t
             ("open".into(), "dispute:won".into(), "webhook".into()),
         ]
     );
-    let (class, detail): (String, String) = sqlx::query_as(
-        "SELECT class, detail FROM reconciliation_findings WHERE payment_attempt_id = $1
-          ORDER BY id DESC LIMIT 1",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let Finding { class, detail, .. } = h.findings_about(id).await.pop().expect("a finding");
     assert_eq!(class, "disputed");
     assert!(
         detail.contains("reinstated and nothing is owed"),
@@ -642,15 +640,8 @@ async fn two_services_take_the_mocks_own_webhooks_during_real_charges_while_a_fo
     let pis: Vec<String> = {
         let mut pis = Vec::new();
         for id in &ids {
-            pis.push(
-                sqlx::query_scalar::<_, String>(
-                    "SELECT gateway_object_id FROM payment_attempts WHERE payment_attempt_id = $1",
-                )
-                .bind(id)
-                .fetch_one(h.store.pool())
-                .await
-                .unwrap(),
-            );
+            let (pi,): (String,) = h.attempt_columns(*id, "gateway_object_id").await;
+            pis.push(pi);
         }
         pis
     };
@@ -729,11 +720,12 @@ async fn two_services_take_the_mocks_own_webhooks_during_real_charges_while_a_fo
     }
     assert_eq!(per_reference.len(), ids.len());
     assert!(per_reference.values().all(|n| *n == 1), "{per_reference:?}");
-    let findings: Vec<(String, String)> =
-        sqlx::query_as("SELECT class, evidence FROM reconciliation_findings ORDER BY id")
-            .fetch_all(h.store.pool())
-            .await
-            .unwrap();
+    let findings: Vec<(String, String)> = h
+        .findings()
+        .await
+        .into_iter()
+        .map(|f| (f.class, f.evidence))
+        .collect();
     assert_eq!(
         findings,
         [(
