@@ -444,8 +444,13 @@ impl Intake {
         match record_batch(&self.inner.store, consumer, records).await {
             Ok(recorded) => recorded.into_iter().map(DeliveryOutcome::from).collect(),
             // Only a refusal of the data can be one message's fault; anything else (an
-            // outage, a missing grant or table) fails the whole batch alike.
-            Err(err) if !store::blames_the_data(&err) || records.len() == 1 => {
+            // outage, a missing grant or table, a race lost more often than the store
+            // records a batch again) fails the whole batch alike.
+            Err(err)
+                if !store::blames_the_data(&err)
+                    || store::intake::lost_a_race(&err)
+                    || records.len() == 1 =>
+            {
                 vec![classify_db_error(&err); records.len()]
             }
             Err(err) => {
@@ -626,7 +631,11 @@ impl Intake {
 /// so that someone fixes the deployment (docs/operations.md).
 fn classify_db_error(err: &sqlx::Error) -> DeliveryOutcome {
     let text = crate::domain::bounded(&err.to_string(), 400);
-    if store::blames_the_data(err) {
+    if store::intake::lost_a_race(err) {
+        // Another instance committed the same key each time this batch was recorded: no
+        // message is at fault, and the redelivery finds the committed rows.
+        DeliveryOutcome::Transient(format!("lost a race on a unique key: {text}"))
+    } else if store::blames_the_data(err) {
         DeliveryOutcome::Permanent(format!("rejected by the database: {text}"))
     } else if store::is_transient(err) {
         DeliveryOutcome::Transient(format!("database unavailable: {text}"))

@@ -3,6 +3,7 @@
 //! unrecording a conflict, announcing a stale birth) in the same transaction.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use time::OffsetDateTime;
 
@@ -56,17 +57,72 @@ pub enum Recorded {
     Conflict(String),
 }
 
+/// How many times a batch may lose a race on a unique key and be recorded again. Each retry
+/// follows a commit of the other instance's (the insert waited for it), so the retry sees
+/// what it lost to; more than a few in a row means something else is wrong.
+const RACE_RETRIES: u32 = 8;
+
+/// Batches recorded again after losing a race on a unique key, since the process started
+/// (for tests and the benchmark: the race path is rare and must be seen to run).
+static RACES_LOST: AtomicU64 = AtomicU64::new(0);
+
+/// How many batches have been recorded again after losing a race with another intake
+/// transaction (see [`record_batch`]), in this process.
+pub fn races_lost() -> u64 {
+    RACES_LOST.load(Ordering::Relaxed)
+}
+
+/// Whether `error` is a batch losing a race on a key intake inserts: another transaction
+/// committed the same message id or attempt id while this one waited on it (SQLSTATE 23505
+/// on `processed_messages_pkey` or `payment_attempts_pkey`). Recording the batch again is
+/// right: it then finds the committed row and classifies against it. No message is to blame.
+pub fn lost_a_race(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => {
+            db.code().as_deref() == Some("23505")
+                && matches!(
+                    db.constraint(),
+                    Some("processed_messages_pkey" | "payment_attempts_pkey")
+                )
+        }
+        _ => false,
+    }
+}
+
 /// Records `records` (already validated) for `consumer` in one transaction and says what
 /// each one turned out to be, in input order.
 ///
-/// Duplicates are recognised by the unique keys (`ON CONFLICT DO NOTHING … RETURNING`), never
-/// by reading first. Rows are inserted in key order so that two instances recording
-/// overlapping batches lock in the same order and cannot deadlock each other.
+/// Duplicates are recognised by the unique keys, never by a read the insert trusts: the
+/// insert skips keys that exist (`NOT EXISTS`, plain inserts and no speculative ones, which
+/// cost a WAL record of their own per row, decision 201), and a key another transaction
+/// inserts concurrently makes the insert wait for it and, once it commits, fail with a
+/// unique violation; the whole transaction is then recorded again, and sees that row. Rows
+/// are inserted in key order so that two instances recording overlapping batches lock in
+/// the same order and cannot deadlock each other.
 ///
 /// Times are the transaction's `now()`, the database's clock, never the intake host's: an
 /// attempt's `created_at` starts its maximum age and its `next_run_at` places it in the
 /// executor's queue, both compared with the database's clock later.
 pub async fn record_batch(
+    store: &Store,
+    consumer: &str,
+    records: &[IntakeRecord],
+) -> Result<Vec<Recorded>, sqlx::Error> {
+    let mut retries = 0;
+    loop {
+        match record_batch_once(store, consumer, records).await {
+            Err(err) if lost_a_race(&err) && retries < RACE_RETRIES => {
+                retries += 1;
+                RACES_LOST.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %err, retries, batch = records.len(), "intake batch lost a race on a unique key; recording it again");
+            }
+            result => return result,
+        }
+    }
+}
+
+/// One try of [`record_batch`]: its transaction, committed, or an error that rolled it back.
+async fn record_batch_once(
     store: &Store,
     consumer: &str,
     records: &[IntakeRecord],
@@ -147,6 +203,11 @@ struct Written {
 /// inserted in attempt id order — and the first transition of each attempt created. A
 /// message id seen before creates nothing; an attempt id that exists is left as it is.
 /// Says which message ids were new and which attempts were created.
+///
+/// Existing keys are skipped by `NOT EXISTS` against the statement's snapshot; a key that
+/// another transaction has inserted and not yet committed is not in it, so the insert
+/// waits on that row and fails with a unique violation if the other commits
+/// ([`lost_a_race`]; [`record_batch`] records the batch again).
 async fn insert_messages_and_attempts(
     tx: &mut sqlx::PgConnection,
     consumer: &str,
@@ -174,8 +235,10 @@ async fn insert_messages_and_attempts(
                       stream_sequence)
                  SELECT $1, message_id, body_sha256, payment_attempt_id, result,
                         stream_sequence
-                 FROM input ORDER BY message_id
-                 ON CONFLICT (consumer, message_id) DO NOTHING
+                 FROM input
+                 WHERE NOT EXISTS (SELECT FROM processed_messages p
+                                   WHERE p.consumer = $1 AND p.message_id = input.message_id)
+                 ORDER BY message_id
                  RETURNING message_id
              ),
              leads AS (
@@ -193,8 +256,10 @@ async fn insert_messages_and_attempts(
                         payment_method, description, requested_at, fingerprint,
                         idempotency_key, status, message_id, correlation_id, traceparent,
                         now(), now(), now()
-                 FROM leads ORDER BY payment_attempt_id
-                 ON CONFLICT (payment_attempt_id) DO NOTHING
+                 FROM leads
+                 WHERE NOT EXISTS (SELECT FROM payment_attempts a
+                                   WHERE a.payment_attempt_id = leads.payment_attempt_id)
+                 ORDER BY payment_attempt_id
                  RETURNING payment_attempt_id, status
              ),
              births AS (

@@ -715,10 +715,10 @@ async fn set_consumer_max_deliver(env: &TestEnv, intake: &Intake, max_deliver: i
 
 /// A business duplicate published right behind its original, and the original redelivered
 /// to another instance, race to insert the same attempt in three transactions at once. The
-/// database must decide every race as one attempt and two duplicates: a unique violation on
-/// a key the `ON CONFLICT` arbiter does not cover would fail the batch, and intake would
-/// dead-letter a valid duplicate. Thousands of races, four lanes at a time, so that the
-/// transactions really meet.
+/// database must decide every race as one attempt and two duplicates: a unique violation
+/// that escaped `record_batch` (a key other than the two it records again on, decision 201)
+/// would fail the batch, and intake would dead-letter a valid duplicate. Thousands of races,
+/// four lanes at a time, so that the transactions really meet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_inserts_racing_in_concurrent_batches_are_always_one_attempt_and_duplicates() {
     const RACES: usize = 3_000;

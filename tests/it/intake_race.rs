@@ -1,0 +1,249 @@
+//! Intake's plain inserts racing (decision 201): a batch skips the keys that exist with
+//! `NOT EXISTS` and inserts the rest plainly, so two intakes inserting the same key at once
+//! meet on the unique index — the second waits for the first and, once it commits, fails
+//! with a unique violation; the whole batch is then recorded again and finds the committed
+//! row. These tests make that happen, on purpose and by the thousand, and check that every
+//! record is classified as it would have been without the race and nothing is lost.
+
+use std::time::Duration;
+
+use crate::support::{command, eventually, intake_record, Records, TestEnv};
+use onecharge::store::intake::{races_lost, record_batch, IntakeRecord, Recorded};
+use onecharge::store::Store;
+use serde_json::json;
+use uuid::Uuid;
+
+const CONSUMER: &str = "onecharge-intake";
+
+/// Two intakes record overlapping batches at the same moment, round after round: eight
+/// message ids in both batches (a redelivery in the other instance's hands), and four
+/// attempts in each batch whose business duplicate (same body, new message id) is in the
+/// other's. Every attempt must end as one `Accepted` and one `Duplicate` or
+/// `BusinessDuplicate`, whichever intake won; no batch may fail; every message and attempt
+/// is recorded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_batches_recorded_by_two_intakes_at_once_classify_every_record_and_lose_nothing(
+) {
+    const ROUNDS: usize = 150;
+    const ATTEMPTS: usize = 16;
+    let env = TestEnv::new().await;
+    let store = Store::connect(&env.settings.database_url, 4).await.unwrap();
+    let races_before = races_lost();
+    let mut wrong = Vec::new();
+    for round in 0..ROUNDS {
+        let attempts: Vec<Uuid> = (0..ATTEMPTS).map(|_| Uuid::new_v4()).collect();
+        let bodies: Vec<_> = attempts.iter().map(|&a| command(a, json!({}))).collect();
+        let original = |i: usize| intake_record(&bodies[i], &format!("m-{}", attempts[i]), None);
+        let again = |i: usize| intake_record(&bodies[i], &format!("m-{}-again", attempts[i]), None);
+        // A: originals 0..12, business duplicates of 12..16; B: originals 4..16, business
+        // duplicates of 0..4. Delivery order differs between the two and from round to round.
+        let mut a: Vec<(usize, IntakeRecord)> = (0..12).map(|i| (i, original(i))).collect();
+        a.extend((12..16).map(|i| (i, again(i))));
+        let mut b: Vec<(usize, IntakeRecord)> = (4..16).map(|i| (i, original(i))).collect();
+        b.extend((0..4).map(|i| (i, again(i))));
+        a.rotate_left(round % 16);
+        b.reverse();
+        b.rotate_left((round * 7) % 16);
+
+        let run = |batch: Vec<(usize, IntakeRecord)>| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let records: Vec<IntakeRecord> = batch.iter().map(|(_, r)| r.clone()).collect();
+                let outcomes = record_batch(&store, CONSUMER, &records).await;
+                (
+                    batch.into_iter().map(|(i, _)| i).collect::<Vec<_>>(),
+                    outcomes,
+                )
+            })
+        };
+        let (ra, rb) = tokio::join!(run(a), run(b));
+        let mut by_attempt: Vec<Vec<String>> = vec![Vec::new(); ATTEMPTS];
+        for (indices, outcomes) in [ra.unwrap(), rb.unwrap()] {
+            match outcomes {
+                Ok(outcomes) => {
+                    for (i, outcome) in indices.into_iter().zip(outcomes) {
+                        by_attempt[i].push(format!("{outcome:?}"));
+                    }
+                }
+                Err(err) => wrong.push(format!("round {round}: a batch failed: {err}")),
+            }
+        }
+        for (i, mut outcomes) in by_attempt.into_iter().enumerate() {
+            outcomes.sort();
+            let other = if (4..12).contains(&i) {
+                "Duplicate"
+            } else {
+                "BusinessDuplicate"
+            };
+            let mut expected = vec!["Accepted".to_owned(), other.to_owned()];
+            expected.sort();
+            if outcomes != expected {
+                wrong.push(format!("round {round}, attempt {i}: {outcomes:?}"));
+            }
+        }
+    }
+    let races = races_lost() - races_before;
+    eprintln!("{ROUNDS} rounds of two overlapping batches: {races} batches lost a race and were recorded again");
+
+    assert!(
+        wrong.is_empty(),
+        "{} records misclassified, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    let rounds = ROUNDS as i64;
+    assert_eq!(env.attempt_rows().await, 16 * rounds);
+    // Every original and every business duplicate keeps its dedupe row.
+    assert_eq!(env.dedupe_rows().await, 24 * rounds);
+    let births: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM attempt_transitions WHERE from_status IS NULL")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(births, 16 * rounds, "one birth per attempt");
+    let business: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM processed_messages WHERE result = 'business_duplicate'",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(business, 8 * rounds);
+    assert!(
+        races > 0,
+        "no batch met the other on a key: the race path was not exercised"
+    );
+}
+
+/// The race forced: another transaction holds an uncommitted dedupe row for the batch's
+/// first message. The batch's insert waits on it; when the other commits, the insert fails
+/// with a unique violation, and the batch is recorded again — the redelivered message is a
+/// duplicate and the other message in the batch is accepted, nothing failed or lost.
+#[tokio::test]
+async fn a_batch_that_waited_on_a_dedupe_row_another_intake_committed_is_recorded_again_as_a_duplicate(
+) {
+    let env = TestEnv::new().await;
+    let (first, second) = (Uuid::new_v4(), Uuid::new_v4());
+    let held = intake_record(&command(first, json!({})), "m-held", None);
+    let other = intake_record(&command(second, json!({})), "m-other", None);
+
+    let mut holder = env.store.pool().begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO processed_messages
+             (consumer, message_id, body_sha256, payment_attempt_id, result, stream_sequence)
+         VALUES ($1, $2, $3, $4, 'accepted', 1)",
+    )
+    .bind(CONSUMER)
+    .bind(&held.message_id)
+    .bind(held.body_sha256.to_vec())
+    .bind(first)
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+
+    let races_before = races_lost();
+    let store = env.store.clone();
+    let batch = vec![held.clone(), other.clone()];
+    let recording =
+        tokio::spawn(async move { record_batch(&store, CONSUMER, &batch).await.unwrap() });
+    wait_until_an_insert_waits_on_a_lock(&env).await;
+    holder.commit().await.unwrap();
+
+    let outcomes = tokio::time::timeout(Duration::from_secs(10), recording)
+        .await
+        .expect("the batch is recorded once the other transaction commits")
+        .unwrap();
+    assert_eq!(outcomes, vec![Recorded::Duplicate, Recorded::Accepted]);
+    assert!(races_lost() > races_before, "the batch was recorded again");
+    assert!(
+        !env.attempt_exists(first).await,
+        "the held message created nothing here"
+    );
+    assert!(env.attempt_exists(second).await);
+    assert_eq!(env.dedupe_rows().await, 2);
+    assert_eq!(
+        env.dedupe_result("m-other").await.as_deref(),
+        Some("accepted")
+    );
+}
+
+/// The same for the attempt's key: another intake holds an uncommitted attempt (created by
+/// another message id with the same parameters). The batch waits on it, fails when it
+/// commits, and is recorded again: a business duplicate, its dedupe row marked so.
+#[tokio::test]
+async fn a_batch_that_waited_on_an_attempt_another_intake_committed_is_recorded_again_as_a_business_duplicate(
+) {
+    let env = TestEnv::new().await;
+    let attempt = Uuid::new_v4();
+    let record = intake_record(&command(attempt, json!({})), "m-second", None);
+    let c = &record.command;
+
+    let mut holder = env.store.pool().begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO payment_attempts
+             (payment_attempt_id, order_id, customer_id, amount_minor, currency, payment_method,
+              fingerprint, idempotency_key, status, first_message_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 'm-first')",
+    )
+    .bind(attempt)
+    .bind(&c.order_id)
+    .bind(&c.customer_id)
+    .bind(c.money.amount_minor())
+    .bind(c.money.currency())
+    .bind(&c.payment_method)
+    .bind(c.fingerprint().to_vec())
+    .bind(format!("onecharge-{attempt}"))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+
+    let races_before = races_lost();
+    let store = env.store.clone();
+    let batch = vec![record.clone()];
+    let recording =
+        tokio::spawn(async move { record_batch(&store, CONSUMER, &batch).await.unwrap() });
+    wait_until_an_insert_waits_on_a_lock(&env).await;
+    holder.commit().await.unwrap();
+
+    let outcomes = tokio::time::timeout(Duration::from_secs(10), recording)
+        .await
+        .expect("the batch is recorded once the other transaction commits")
+        .unwrap();
+    assert_eq!(outcomes, vec![Recorded::BusinessDuplicate]);
+    assert!(races_lost() > races_before, "the batch was recorded again");
+    assert_eq!(env.attempt_rows().await, 1);
+    assert_eq!(
+        env.dedupe_result("m-second").await.as_deref(),
+        Some("business_duplicate")
+    );
+    let births: i64 = sqlx::query_scalar("SELECT count(*) FROM attempt_transitions")
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(births, 0, "the batch created no attempt, so no birth");
+}
+
+/// Until a statement of this database waits for a lock another transaction holds.
+async fn wait_until_an_insert_waits_on_a_lock(env: &TestEnv) {
+    let pool = env.store.pool().clone();
+    let database = env.db_name.clone();
+    eventually(
+        "the batch's insert waits on the held row",
+        Duration::from_secs(10),
+        || {
+            let pool = pool.clone();
+            let database = database.clone();
+            async move {
+                sqlx::query_scalar::<_, bool>(
+                    "SELECT EXISTS (SELECT FROM pg_stat_activity
+                                    WHERE datname = $1 AND wait_event_type = 'Lock'
+                                      AND query LIKE '%INSERT INTO processed_messages%')",
+                )
+                .bind(database)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+            }
+        },
+    )
+    .await;
+}
