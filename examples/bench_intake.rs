@@ -262,7 +262,7 @@ async fn run_direct(
             };
             let valid = command::validate(&headers, &body(i)).expect("valid");
             IntakeRecord {
-                message_id: valid.message_id.into(),
+                message_id: valid.message_id,
                 stream_sequence: i as u64 + 1,
                 body_sha256: valid.body_sha256,
                 command: valid.command,

@@ -133,6 +133,7 @@ pub fn register_at_zero(consumer: &str) {
     }
     metrics::counter!("onecharge_intake_messages_lost_total", "consumer" => consumer.to_owned(), "reason" => "dead_letter_failed_on_last_delivery").absolute(0);
     let _ = metrics::histogram!("onecharge_intake_batch_duration_seconds");
+    metrics::counter!("onecharge_intake_races_lost_total").absolute(0);
     for class in ["invalid", "conflict", "exhausted"] {
         metrics::counter!("onecharge_dead_letters_total", "class" => class).absolute(0);
     }
@@ -280,6 +281,13 @@ pub fn batch_duration(elapsed: Duration) {
 pub fn deployment_fault(sqlstate_class: String) {
     metrics::counter!("onecharge_intake_database_faults_total", "sqlstate_class" => sqlstate_class)
         .increment(1);
+}
+
+/// An intake batch recorded again after another instance committed one of its keys first
+/// (decision 201): harmless and rare; a steady rate says two instances keep receiving the
+/// same messages (an ack wait shorter than a batch's commit).
+pub fn intake_race_lost() {
+    metrics::counter!("onecharge_intake_races_lost_total").increment(1);
 }
 
 /// A command that ended without being recorded or dead-lettered, by why (bounded: a

@@ -31,7 +31,7 @@ pub fn charge_record(message_id: &str, order_id: &str, stream_sequence: u64) -> 
     let message_id = format!("{message_id}-{id}");
     IntakeRecord {
         body_sha256: onecharge::domain::command::body_sha256(message_id.as_bytes()),
-        message_id,
+        message_id: onecharge::domain::MessageId::checked(message_id),
         stream_sequence,
         command: ChargePayment {
             payment_attempt_id: id.into(),

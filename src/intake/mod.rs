@@ -373,7 +373,7 @@ impl Intake {
                         .command
                         .is_stale(now, self.inner.settings.max_command_age);
                     records.push(IntakeRecord {
-                        message_id: valid.message_id.into(),
+                        message_id: valid.message_id,
                         stream_sequence: message
                             .info()
                             .map(|info| info.stream_sequence)

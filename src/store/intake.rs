@@ -9,12 +9,12 @@ use time::OffsetDateTime;
 
 use super::{column, outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
-use crate::domain::{AttemptStatus, ChargePayment, EventAttempt, PaymentAttemptId};
+use crate::domain::{AttemptStatus, ChargePayment, EventAttempt, MessageId, PaymentAttemptId};
 
 /// One valid command to record, as intake read it from the broker.
 #[derive(Debug, Clone)]
 pub struct IntakeRecord {
-    pub message_id: String,
+    pub message_id: MessageId,
     pub stream_sequence: u64,
     pub body_sha256: [u8; 32],
     pub command: ChargePayment,
@@ -34,7 +34,7 @@ impl IntakeRecord {
             money: self.command.money,
             provenance: EventProvenance {
                 correlation_id: self.correlation_id.clone(),
-                causation_id: crate::domain::MessageId::checked(self.message_id.as_str()),
+                causation_id: self.message_id.clone(),
                 traceparent: self.traceparent.clone(),
             },
         }
@@ -114,6 +114,7 @@ pub async fn record_batch(
             Err(err) if lost_a_race(&err) && retries < RACE_RETRIES => {
                 retries += 1;
                 RACES_LOST.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::intake_race_lost();
                 tracing::debug!(error = %err, retries, batch = records.len(), "intake batch lost a race on a unique key; recording it again");
             }
             result => return result,
@@ -135,7 +136,7 @@ async fn record_batch_once(
     let (mut fresh, seen): (Vec<usize>, Vec<usize>) = leads
         .iter()
         .copied()
-        .partition(|&i| written.fresh.contains(&records[i].message_id));
+        .partition(|&i| written.fresh.contains(records[i].message_id.as_str()));
     classify_seen_messages(&mut tx, consumer, records, &seen, &mut outcomes).await?;
 
     // New message ids created the attempts, one per attempt id, in delivery order: the
@@ -281,7 +282,7 @@ async fn insert_messages_and_attempts(
         .bind(consumer)
         .bind(crate::domain::Actor::Intake(consumer.to_owned()).to_string())
         .bind(column(leads, |&i| i32::try_from(i).unwrap_or(i32::MAX)))
-        .bind(column(leads, |&i| records[i].message_id.clone()))
+        .bind(column(leads, |&i| records[i].message_id.to_string()))
         .bind(column(leads, |&i| records[i].body_sha256.to_vec()))
         .bind(column(leads, |&i| command(i).payment_attempt_id))
         .bind(column(leads, |&i| result(&records[i])))
@@ -326,13 +327,13 @@ async fn classify_seen_messages(
          WHERE consumer = $1 AND message_id = ANY($2)",
     )
     .bind(consumer)
-    .bind(column(seen, |&i| records[i].message_id.clone()))
+    .bind(column(seen, |&i| records[i].message_id.to_string()))
     .fetch_all(tx)
     .await?
     .into_iter()
     .collect();
     for &i in seen {
-        outcomes[i] = Some(match stored.get(&records[i].message_id) {
+        outcomes[i] = Some(match stored.get(records[i].message_id.as_str()) {
             Some(hash) if hash.as_slice() != records[i].body_sha256 => {
                 reused_message_id(&records[i])
             }
@@ -416,7 +417,7 @@ async fn settle_processed_messages(
         fresh
             .iter()
             .filter(|&&i| outcomes[i].as_ref().is_some_and(wanted))
-            .map(|&i| records[i].message_id.clone())
+            .map(|&i| records[i].message_id.to_string())
             .collect()
     };
     let unrecord = message_ids(|o| matches!(o, Recorded::Conflict(_)));

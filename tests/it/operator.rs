@@ -550,7 +550,7 @@ async fn seed_dedupe_rows(env: &TestEnv, n: usize, aged: usize) -> Vec<IntakeRec
     env.record(&records).await;
     let old: Vec<String> = records[..aged]
         .iter()
-        .map(|r| r.message_id.clone())
+        .map(|r| r.message_id.to_string())
         .collect();
     sqlx::query("UPDATE processed_messages SET recorded_at = now() - interval '15 days' WHERE message_id = ANY($1)")
         .bind(&old)

@@ -127,7 +127,7 @@ pub fn intake_record(body: &Value, message_id: &str, correlation_id: Option<&str
     };
     let valid = validate(&headers, &serde_json::to_vec(body).unwrap()).expect("a valid command");
     IntakeRecord {
-        message_id: valid.message_id.into(),
+        message_id: valid.message_id,
         stream_sequence: 1,
         body_sha256: valid.body_sha256,
         command: valid.command,
