@@ -141,17 +141,7 @@ async fn a_batch_that_waited_on_a_dedupe_row_another_intake_committed_is_recorde
     .unwrap();
 
     let races_before = races_lost();
-    let store = env.store.clone();
-    let batch = vec![held.clone(), other.clone()];
-    let recording =
-        tokio::spawn(async move { record_batch(&store, CONSUMER, &batch).await.unwrap() });
-    wait_until_an_insert_waits_on_a_lock(&env).await;
-    holder.commit().await.unwrap();
-
-    let outcomes = tokio::time::timeout(Duration::from_secs(10), recording)
-        .await
-        .expect("the batch is recorded once the other transaction commits")
-        .unwrap();
+    let outcomes = record_once_committed(&env, holder, vec![held.clone(), other.clone()]).await;
     assert_eq!(outcomes, vec![Recorded::Duplicate, Recorded::Accepted]);
     assert!(races_lost() > races_before, "the batch was recorded again");
     assert!(
@@ -197,17 +187,7 @@ async fn a_batch_that_waited_on_an_attempt_another_intake_committed_is_recorded_
     .unwrap();
 
     let races_before = races_lost();
-    let store = env.store.clone();
-    let batch = vec![record.clone()];
-    let recording =
-        tokio::spawn(async move { record_batch(&store, CONSUMER, &batch).await.unwrap() });
-    wait_until_an_insert_waits_on_a_lock(&env).await;
-    holder.commit().await.unwrap();
-
-    let outcomes = tokio::time::timeout(Duration::from_secs(10), recording)
-        .await
-        .expect("the batch is recorded once the other transaction commits")
-        .unwrap();
+    let outcomes = record_once_committed(&env, holder, vec![record.clone()]).await;
     assert_eq!(outcomes, vec![Recorded::BusinessDuplicate]);
     assert!(races_lost() > races_before, "the batch was recorded again");
     assert_eq!(env.attempt_rows().await, 1);
@@ -220,6 +200,24 @@ async fn a_batch_that_waited_on_an_attempt_another_intake_committed_is_recorded_
         .await
         .unwrap();
     assert_eq!(births, 0, "the batch created no attempt, so no birth");
+}
+
+/// Records `batch` while `holder` holds a key of it uncommitted: the batch's insert waits
+/// on the lock, `holder` commits, and the batch is recorded (again, after losing the race).
+async fn record_once_committed(
+    env: &TestEnv,
+    holder: sqlx::Transaction<'static, sqlx::Postgres>,
+    batch: Vec<IntakeRecord>,
+) -> Vec<Recorded> {
+    let store = env.store.clone();
+    let recording =
+        tokio::spawn(async move { record_batch(&store, CONSUMER, &batch).await.unwrap() });
+    wait_until_an_insert_waits_on_a_lock(env).await;
+    holder.commit().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), recording)
+        .await
+        .expect("the batch is recorded once the other transaction commits")
+        .unwrap()
 }
 
 /// Until a statement of this database waits for a lock another transaction holds.
