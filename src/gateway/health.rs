@@ -12,6 +12,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::domain::outcome::{GatewayOutcome, LookupOutcome};
+use crate::domain::refund_call::RefundOutcome;
 
 /// The circuit breaker's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,6 +265,28 @@ impl GatewayHealth {
         }
     }
 
+    /// Learns from one refund request's answer: a refund moves money like a charge, so its
+    /// answers open and close the same breaker and pause the same calls (decision 208). A
+    /// refund sent as the breaker's probe closes it when the gateway answers.
+    pub fn record_refund(&self, outcome: &RefundOutcome, now: OffsetDateTime) {
+        match outcome {
+            RefundOutcome::ConfigurationFault { status } => self.credentials_fault(*status, now),
+            RefundOutcome::NotSent { .. } | RefundOutcome::Ambiguous { .. } => self.failure(now),
+            _ => self.success(),
+        }
+    }
+
+    /// Gives back a probe [`GatewayHealth::admit`] handed out and the caller did not use (it
+    /// had nothing to send): the next caller may probe at once instead of a cooldown later.
+    pub fn return_probe(&self, now: OffsetDateTime) {
+        let mut state = self.state();
+        if state.breaker == BreakerState::HalfOpen {
+            state.breaker_probe_at = now;
+        } else if let Some(pause) = &mut state.credentials {
+            pause.next_probe_at = now;
+        }
+    }
+
     /// Learns from one lookup answer (the reconciler's calls), for readiness only. Lookup
     /// health is kept apart from charge health: a lookup is a different request (some keys
     /// may read and not charge), so a failed lookup never opens the charges' breaker, and
@@ -375,6 +398,39 @@ mod tests {
             charge_id: GatewayChargeId::from_gateway("ch_1"),
             replayed: false,
         }
+    }
+
+    #[test]
+    fn refund_answers_open_and_close_the_breaker_and_an_unused_probe_is_given_back() {
+        let h = health();
+        let lost = RefundOutcome::Ambiguous {
+            reason: "no answer after the refund was sent".into(),
+        };
+        for _ in 0..3 {
+            h.record_refund(&lost, T0);
+        }
+        assert_eq!(h.snapshot().breaker, BreakerState::Open);
+        let after = T0 + Duration::from_secs(30);
+        assert_eq!(h.admit(after), Admission::Probe);
+        assert!(matches!(h.admit(after), Admission::Wait { .. }));
+        h.return_probe(after);
+        assert_eq!(
+            h.admit(after),
+            Admission::Probe,
+            "the probe is handed out again"
+        );
+        h.record_refund(
+            &RefundOutcome::Refused {
+                reason: "over what is left".into(),
+            },
+            after,
+        );
+        assert_eq!(
+            h.snapshot().breaker,
+            BreakerState::Closed,
+            "the gateway answered"
+        );
+        assert_eq!(h.admit(after), Admission::Open);
     }
 
     #[test]

@@ -23,7 +23,9 @@ use tracing::Instrument as _;
 use crate::config::Settings;
 use crate::domain::refund_call::{after_lookup, after_request, RefundMove, RefundPolicy};
 use crate::domain::{Actor, GatewayCallRecord, GatewayChargeId, HeldRefund};
-use crate::gateway::{GatewayCall, GatewayClient, GatewayHealth, RefundRequest};
+use crate::gateway::{
+    Admission as Calls, GatewayCall, GatewayClient, GatewayHealth, RefundRequest,
+};
 use crate::nudge::Nudges;
 use crate::store::refunds::{self, Admission};
 use crate::store::Store;
@@ -149,12 +151,25 @@ impl RefundWorker {
             self.nudges.events_written();
         }
         report.leases_expired = refunds::expire_leases(&self.store, &self.actor).await?;
-        if self.health.holding_calls().is_none() {
+        // Refunds go out as the charges do: all of a batch while the breaker is closed, one
+        // as its probe once an open breaker's cooldown has passed (nothing else may be left
+        // to probe with), none while it waits.
+        let now = OffsetDateTime::now_utc();
+        let limit = match self.health.admit(now) {
+            Calls::Open => Some(self.batch_size),
+            Calls::Probe => Some(1),
+            Calls::Wait { .. } => None,
+        };
+        if let Some(limit) = limit {
             let claimed =
-                refunds::claim_pending(&self.store, &self.actor, self.lease, self.batch_size)
-                    .await?;
+                refunds::claim_pending(&self.store, &self.actor, self.lease, limit).await?;
+            if claimed.is_empty() && limit == 1 {
+                self.health.return_probe(now);
+            }
             report.sent = claimed.len();
             futures::future::join_all(claimed.iter().map(|held| self.send(held))).await;
+        }
+        if self.health.holding_calls().is_none() {
             let due =
                 refunds::claim_lookups(&self.store, self.lookup_hold, self.batch_size).await?;
             report.looked_up = due.len();
@@ -174,6 +189,8 @@ impl RefundWorker {
         async {
             let started = OffsetDateTime::now_utc();
             let call = self.gateway.refund(&RefundRequest::from(held)).await;
+            self.health
+                .record_refund(&call.outcome, OffsetDateTime::now_utc());
             let next = after_request(held, &call.outcome, &self.policy);
             let evidence = evidence(held, &call, call.outcome.label(), started, &next);
             self.write(held, &next, "refund_answer", &evidence).await;

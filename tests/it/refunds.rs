@@ -625,3 +625,63 @@ async fn a_refund_whose_executor_died_goes_to_unknown_and_its_late_answer_is_ref
     assert_eq!(h.refund(refund_id).await.status, "unknown");
     assert!(h.refund_outbox(attempt).await.is_empty());
 }
+
+/// The breaker opened on the charges' failures, and then the charges stopped: nothing but
+/// refunds is left to send. A refund is held while the breaker is open, and once its
+/// cooldown has passed one refund is the probe that closes it again; the rest follow. A
+/// breaker only a charge could close would hold refunds until the next charge arrived
+/// (seen in the Stripe demo: three refunds pending for its whole 90 s).
+#[tokio::test]
+async fn an_open_breaker_holds_refunds_until_a_refund_probes_the_gateway_and_closes_it() {
+    let h = Harness::with(MockConfig::default(), |s| {
+        quick(s);
+        s.executor.breaker_failure_threshold = 1;
+        s.executor.breaker_cooldown = Duration::from_millis(300);
+    })
+    .await;
+    let first = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let second = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let health = GatewayHealth::from_settings(&h.settings.executor);
+    let w = RefundWorker::new(h.store.clone(), client(&h), health.clone(), &h.settings);
+    let refunds = [RefundId::random(), RefundId::random()];
+    for (refund_id, attempt) in refunds.iter().zip([first, second]) {
+        let command = refund(*refund_id, attempt, Some(500));
+        assert_eq!(
+            record(&h, &command, &format!("r-{refund_id}")).await,
+            RecordedRefund::Accepted
+        );
+    }
+
+    health.record(
+        &onecharge::domain::outcome::GatewayOutcome::NotSent {
+            reason: "connection refused".into(),
+        },
+        time::OffsetDateTime::now_utc(),
+    );
+    assert_eq!(health.holding_calls(), Some("circuit breaker open"));
+    let held = w.pass().await.unwrap();
+    assert_eq!(held.sent, 0, "nothing is sent while the breaker is open");
+    assert!(h
+        .gateway
+        .refunds_for_refund_id(&refunds[0].to_string())
+        .is_empty());
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let probe = w.pass().await.unwrap();
+    assert_eq!(probe.sent, 1, "one refund is the probe");
+    assert_eq!(
+        health.holding_calls(),
+        None,
+        "its answer closed the breaker"
+    );
+    settle(&w).await;
+    for refund_id in refunds {
+        assert_eq!(h.refund(refund_id).await.status, "succeeded");
+        assert_eq!(
+            h.gateway
+                .refunds_for_refund_id(&refund_id.to_string())
+                .len(),
+            1
+        );
+    }
+}
