@@ -178,25 +178,34 @@ async fn publish_through_an_election(
             Err(err) => panic!("an ephemeral consumer within 30 s: {err:#}"),
         }
     };
+    // A fresh consumer on a cluster that has just elected a leader may deliver nothing to
+    // its first fetch (a loaded CI run saw 0 of 200 in 2 s): fetch again until every stored
+    // message is read or the deadline passes.
     let mut seen = HashSet::new();
-    let mut batch = consumer
-        .fetch()
-        .max_messages(count + 10)
-        .expires(Duration::from_secs(2))
-        .messages()
-        .await
-        .expect("fetch");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     use futures::StreamExt as _;
-    while let Some(Ok(message)) = batch.next().await {
-        let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
-        let attempt: Uuid = body["payment_attempt_id"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(seen.insert(attempt), "attempt {attempt} stored twice");
-        if seen.len() == messages as usize {
-            break;
+    while seen.len() < messages as usize && tokio::time::Instant::now() < deadline {
+        let Ok(mut batch) = consumer
+            .fetch()
+            .max_messages(count + 10)
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await
+        else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        while let Some(Ok(message)) = batch.next().await {
+            let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+            let attempt: Uuid = body["payment_attempt_id"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(seen.insert(attempt), "attempt {attempt} stored twice");
+            if seen.len() == messages as usize {
+                break;
+            }
         }
     }
     (failures, messages, seen)
