@@ -155,7 +155,8 @@ impl RefundWorker {
         // as its probe once an open breaker's cooldown has passed (nothing else may be left
         // to probe with), none while it waits.
         let now = OffsetDateTime::now_utc();
-        let limit = match self.health.admit(now) {
+        let calls = self.health.admit(now);
+        let limit = match calls {
             Calls::Open => Some(self.batch_size),
             Calls::Probe => Some(1),
             Calls::Wait { .. } => None,
@@ -163,7 +164,7 @@ impl RefundWorker {
         if let Some(limit) = limit {
             let claimed =
                 refunds::claim_pending(&self.store, &self.actor, self.lease, limit).await?;
-            if claimed.is_empty() && limit == 1 {
+            if claimed.is_empty() && calls == Calls::Probe {
                 self.health.return_probe(now);
             }
             report.sent = claimed.len();

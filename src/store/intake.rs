@@ -79,7 +79,7 @@ pub fn races_lost() -> u64 {
 pub fn lost_a_race(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Database(db) => {
-            db.code().as_deref() == Some("23505")
+            db.is_unique_violation()
                 && matches!(
                     db.constraint(),
                     Some("processed_messages_pkey" | "payment_attempts_pkey")
