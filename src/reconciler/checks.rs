@@ -55,12 +55,10 @@ impl Reconciler {
     #[tracing::instrument(skip_all, fields(payment_attempt_id = %check.payment_attempt_id, object = check.gateway_object_id))]
     async fn check(&self, check: &ObjectCheck, report: &mut CheckReport) -> anyhow::Result<()> {
         let inner = &self.inner;
-        let Some(attempt) =
-            sweep_store::attempt_view(&inner.store, check.payment_attempt_id).await?
-        else {
-            webhooks::finish_check(&inner.store, check).await?;
-            return Ok(());
-        };
+        // The attempt and its own refunds are read after the gateway's answer, and weighed
+        // against when the read began (`OwnRefunds`): read before it, a refund onecharge
+        // sent meanwhile would look like one made outside it.
+        let read_began = sweep_store::now(&inner.store).await?;
         inner.gateway.lookup_permit().await.spend(1);
         let Some(call) = inner
             .gateway
@@ -89,6 +87,12 @@ impl Reconciler {
                 report.retried += 1;
                 return Ok(());
             }
+        };
+        let Some(attempt) =
+            sweep_store::attempt_view(&inner.store, check.payment_attempt_id, read_began).await?
+        else {
+            webhooks::finish_check(&inner.store, check).await?;
+            return Ok(());
         };
         let reference = attempt.payment_attempt_id.to_string();
         let verdict = compare(&reference, Some(&attempt), &page.records);

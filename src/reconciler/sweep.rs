@@ -162,12 +162,16 @@ impl Reconciler {
         };
         let finished = tokio::select! {
             result = async {
+                // The attempts' own refunds are weighed against pages read from now on.
+                let read_began = sweep_store::now(&inner.store)
+                    .await
+                    .context("reading the database's clock")?;
                 self.read_pages(sweep_id, window, &mut report).await?;
                 report.read_seconds = started.elapsed().as_secs_f64();
                 sweep_store::analyze_records(&inner.store)
                     .await
                     .context("analyzing the sweep's records")?;
-                self.compare_all(sweep_id, window, &mut report).await
+                self.compare_all(sweep_id, window, read_began, &mut report).await
             } => Some(result),
             _ = stop.cancelled() => None,
         };
@@ -275,12 +279,15 @@ impl Reconciler {
         &self,
         sweep_id: i64,
         window: ListWindow,
+        read_began: OffsetDateTime,
         report: &mut SweepReport,
     ) -> anyhow::Result<()> {
         for part in [Part::Named, Part::Unlisted] {
             let mut after: Option<String> = None;
             loop {
-                let batch = self.batch(part, sweep_id, window, after.as_deref()).await?;
+                let batch = self
+                    .batch(part, sweep_id, window, read_began, after.as_deref())
+                    .await?;
                 let Some(last) = batch.last() else { break };
                 after = Some(last.reference.clone());
                 let mut acted = Acted::default();
@@ -307,6 +314,7 @@ impl Reconciler {
         part: Part,
         sweep_id: i64,
         window: ListWindow,
+        read_began: OffsetDateTime,
         after: Option<&str>,
     ) -> anyhow::Result<Vec<Named>> {
         let store = &self.inner.store;
@@ -314,6 +322,7 @@ impl Reconciler {
             Ok(ComparePage {
                 sweep: sweep_id,
                 window,
+                read_began,
                 margin: CLOCK_MARGIN,
                 after: after
                     .map(|id| id.parse().context("a named attempt id"))

@@ -199,31 +199,46 @@ pub struct SweptAttempt {
     /// A succeeded attempt first sent and settled inside the swept window (with a margin
     /// for clock skew): its charge must be in the listing, so its absence is a finding.
     pub in_window: bool,
-    /// onecharge's own refunds of this charge: what they surely refunded (`succeeded`),
-    /// and what they may have (also those sent and not yet settled). A gateway's refunded
-    /// amount between the two is explained by them and is no finding.
+    /// onecharge's own refunds of this charge, weighed against a read of the gateway: what
+    /// they surely refunded before the read began, and what they may have by the time it
+    /// ended. A gateway's refunded amount between the two is explained by them and is no
+    /// finding.
     #[sqlx(flatten)]
     pub own_refunds: OwnRefunds,
 }
 
-/// The refunds onecharge itself made of one charge (contract §2.5), as the sweep weighs
-/// a refunded record against them.
+/// The refunds onecharge itself made of one charge (contract §2.5), as a comparison weighs
+/// what one read of the gateway showed refunded against them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct OwnRefunds {
-    /// The sum of its `succeeded` refunds.
+    /// The sum of the refunds recorded `succeeded` before the gateway's read began: the
+    /// gateway had said so before then, so what it showed includes them.
     pub refunded_surely: i64,
-    /// Plus those that may be at the gateway: `in_flight`, `processing`, `unknown`,
-    /// `needs_review`.
+    /// The sum of those that may have been at the gateway when its read ended: sent and
+    /// not settled (`in_flight`, `processing`, `unknown`, `needs_review`), `succeeded`
+    /// whenever, and `failed` since the read began (the gateway may still have shown it
+    /// pending).
     pub refunded_at_most: i64,
 }
 
-/// The [`OwnRefunds`] columns of the attempt on the alias `a`.
-const OWN_REFUNDS: &str = "COALESCE((SELECT sum(r.amount_minor) FROM refunds r \
-     WHERE r.payment_attempt_id = a.payment_attempt_id AND r.status = 'succeeded'), 0)::int8 \
-     AS refunded_surely, \
-     COALESCE((SELECT sum(r.amount_minor) FROM refunds r \
-     WHERE r.payment_attempt_id = a.payment_attempt_id AND r.status IN ('succeeded', \
-     'in_flight', 'processing', 'unknown', 'needs_review')), 0)::int8 AS refunded_at_most";
+/// The [`OwnRefunds`] columns of the attempt on the alias `a`, for a read of the gateway
+/// that began at the timestamp parameter `read_began` (the database's clock). Correct only
+/// when the rows are read after the gateway's answer came: a refund is `in_flight`, committed,
+/// before it is sent, so every refund of onecharge's the answer can show is counted in
+/// `refunded_at_most`; and `succeeded` before the read began, never after it, in
+/// `refunded_surely` (a refund that succeeds while the read runs may or may not be in it).
+fn own_refunds(read_began: &str) -> String {
+    format!(
+        "COALESCE((SELECT sum(r.amount_minor) FROM refunds r \
+         WHERE r.payment_attempt_id = a.payment_attempt_id AND r.status = 'succeeded' \
+           AND r.settled_at < {read_began}::timestamptz), 0)::int8 AS refunded_surely, \
+         COALESCE((SELECT sum(r.amount_minor) FROM refunds r \
+         WHERE r.payment_attempt_id = a.payment_attempt_id \
+           AND (r.status IN ('succeeded', 'in_flight', 'processing', 'unknown', 'needs_review') \
+                OR (r.status = 'failed' AND r.settled_at >= {read_began}::timestamptz))), 0)::int8 \
+         AS refunded_at_most"
+    )
+}
 
 /// The attempt columns an [`SweptAttempt`] reads, with `in_window` computed for `$from`,
 /// `$to` and the skew `$margin` (seconds).
@@ -252,6 +267,9 @@ fn record(row: &sqlx::postgres::PgRow) -> Result<ListedCharge, sqlx::Error> {
 pub struct ComparePage {
     pub sweep: i64,
     pub window: ListWindow,
+    /// When the sweep began reading the gateway's pages (the database's clock): what the
+    /// attempts' own refunds are weighed against ([`OwnRefunds`]).
+    pub read_began: OffsetDateTime,
     pub margin: std::time::Duration,
     pub after: Option<Uuid>,
     pub limit: usize,
@@ -264,6 +282,7 @@ pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Name
         sweep,
         window,
         margin,
+        read_began,
         after,
         limit,
     } = page;
@@ -282,12 +301,14 @@ pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Name
         return Ok(Vec::new());
     }
     let attempts: Vec<SweptAttempt> = sqlx::query_as(&format!(
-        "SELECT {VIEW}, {OWN_REFUNDS} FROM payment_attempts a WHERE a.payment_attempt_id = ANY($1)"
+        "SELECT {VIEW}, {} FROM payment_attempts a WHERE a.payment_attempt_id = ANY($1)",
+        own_refunds("$5")
     ))
     .bind(&ids)
     .bind(window.from)
     .bind(window.to)
     .bind(margin.as_secs_f64())
+    .bind(read_began)
     .fetch_all(store.pool())
     .await?;
     let rows = sqlx::query(
@@ -328,14 +349,15 @@ pub async fn unlisted_succeeded(
     page: ComparePage,
 ) -> Result<Vec<SweptAttempt>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "SELECT {VIEW}, {OWN_REFUNDS} FROM payment_attempts a
+        "SELECT {VIEW}, {} FROM payment_attempts a
          WHERE a.status = 'succeeded'
            AND a.first_dispatched_at >= $2::timestamptz + make_interval(secs => $4)
            AND a.updated_at < $3::timestamptz - make_interval(secs => $4)
            AND ($5::uuid IS NULL OR a.payment_attempt_id > $5)
            AND NOT EXISTS (SELECT 1 FROM reconciliation_sweep_records r
                            WHERE r.sweep_id = $1 AND r.payment_attempt_id = a.payment_attempt_id)
-         ORDER BY a.payment_attempt_id LIMIT $6"
+         ORDER BY a.payment_attempt_id LIMIT $6",
+        own_refunds("$7")
     ))
     .bind(page.sweep)
     .bind(page.window.from)
@@ -343,24 +365,29 @@ pub async fn unlisted_succeeded(
     .bind(page.margin.as_secs_f64())
     .bind(page.after)
     .bind(page.limit as i64)
+    .bind(page.read_began)
     .fetch_all(store.pool())
     .await
 }
 
 /// What the sweep's comparison reads of one attempt, outside any window (`in_window`
 /// false: a single object read by id proves nothing about what a listing left out), for a
-/// webhook's check of its PaymentIntent.
+/// webhook's check of its PaymentIntent: read after the gateway answered a read that began
+/// at `read_began` ([`OwnRefunds`]).
 pub async fn attempt_view(
     store: &Store,
     id: PaymentAttemptId,
+    read_began: OffsetDateTime,
 ) -> Result<Option<SweptAttempt>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT a.payment_attempt_id, a.status, a.amount_minor, a.currency, a.customer_id,
                 a.idempotency_key, a.gateway_charge_id, a.gateway_object_id, false AS in_window,
-                {OWN_REFUNDS}
-         FROM payment_attempts a WHERE a.payment_attempt_id = $1"
+                {}
+         FROM payment_attempts a WHERE a.payment_attempt_id = $1",
+        own_refunds("$2")
     ))
     .bind(id)
+    .bind(read_began)
     .fetch_optional(store.pool())
     .await
 }

@@ -685,3 +685,134 @@ async fn an_open_breaker_holds_refunds_until_a_refund_probes_the_gateway_and_clo
         );
     }
 }
+
+/// A Stripe harness with short waits, whose gateway calls may take 5 s and whose database
+/// lets a statement wait a minute for a lock (the tests below hold a read at the gateway or
+/// a lock on purpose).
+async fn stripe_harness() -> Harness {
+    Harness::with(
+        MockConfig {
+            dialect: mock_gateway::Dialect::Stripe,
+            ..MockConfig::default()
+        },
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            s.gateway_request_timeout = Duration::from_secs(5);
+            s.database.lock_timeout = Duration::from_secs(60);
+            s.database.statement_timeout =
+                s.database.statement_timeout.max(Duration::from_secs(60));
+            quick(s);
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_onecharge_sends_while_a_webhook_check_reads_the_intent_is_its_own_and_no_finding()
+{
+    let h = stripe_harness().await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let intent = h.attempt(attempt).await.gateway_charge_id.unwrap();
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, None), "whole").await;
+    // A webhook about the intent (another refund's update, a dispute…) asks for a check.
+    onecharge::store::webhooks::record_event(
+        &h.store,
+        &onecharge::store::webhooks::Event {
+            id: "evt_race",
+            kind: "charge.refund.updated",
+            payment_intent_id: Some(&intent),
+        },
+        |held| onecharge::store::webhooks::Effect::Check(held.unwrap().payment_attempt_id),
+    )
+    .await
+    .unwrap();
+
+    // The check's read of the intent takes two seconds at the gateway…
+    h.gateway.set_faults(FaultConfig {
+        latency: mock_gateway::Latency::fixed(2_000),
+        ..FaultConfig::default()
+    });
+    let reconciler = h.reconciler_with(client(&h));
+    let check = tokio::spawn(async move { reconciler.run_checks().await });
+    let read_path = format!("/v1/payment_intents/{intent}");
+    crate::support::eventually(
+        "the check's read reaches the gateway",
+        Duration::from_secs(30),
+        || async {
+            h.gateway
+                .requests()
+                .iter()
+                .any(|r| r.method == "GET" && r.path.starts_with(&read_path))
+        },
+    )
+    .await;
+    // …and meanwhile onecharge refunds the whole charge, at once.
+    h.gateway.set_faults(FaultConfig::default());
+    settle(&worker(&h)).await;
+    assert_eq!(h.refund(refund_id).await.status, "succeeded");
+
+    let report = check.await.unwrap().expect("the check");
+    assert_eq!(report.checked, 1, "{report:?}");
+    assert_eq!(
+        h.findings_about(attempt).await,
+        vec![],
+        "the gateway's refund is onecharge's own, sent before the check's answer came"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_that_succeeds_after_the_sweep_read_its_charge_is_no_finding() {
+    let h = stripe_harness().await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, None), "whole").await;
+    // The sweep reads its pages, then stops before its comparison (its ANALYZE waits for
+    // this lock) while the refund is made and recorded: the page it read shows nothing
+    // refunded, and the ledger, by then, a refund that succeeded.
+    let mut blocker = h.store.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE reconciliation_sweep_records IN SHARE UPDATE EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let sweeping = {
+        let reconciler = h.reconciler_with(client(&h));
+        let now = h.db_now().await;
+        tokio::spawn(async move {
+            reconciler
+                .sweep(onecharge::gateway::list::ListWindow {
+                    from: now - Duration::from_secs(3600),
+                    to: now + Duration::from_secs(3600),
+                })
+                .await
+        })
+    };
+    crate::support::eventually(
+        "the sweep has read its pages and waits to compare",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%onecharge_analyze_sweep_records%'",
+            )
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap()
+                == 1
+        },
+    )
+    .await;
+    settle(&worker(&h)).await;
+    assert_eq!(h.refund(refund_id).await.status, "succeeded");
+    blocker.commit().await.unwrap();
+
+    let report = sweeping.await.unwrap().expect("the sweep");
+    assert!(
+        report.new_findings.is_empty(),
+        "the refund succeeded after the page was read: {report:?}"
+    );
+    assert!(
+        sweep(&h).await.new_findings.is_empty(),
+        "and the next sweep sees it"
+    );
+}
