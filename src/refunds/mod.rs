@@ -170,12 +170,13 @@ impl RefundWorker {
             report.sent = claimed.len();
             futures::future::join_all(claimed.iter().map(|held| self.send(held))).await;
         }
-        if self.health.holding_calls().is_none() {
-            let due =
-                refunds::claim_lookups(&self.store, self.lookup_hold, self.batch_size).await?;
-            report.looked_up = due.len();
-            futures::future::join_all(due.iter().map(|held| self.look_up(held))).await;
-        }
+        // Lookups go out whatever the breaker says, as the reconciler's lookups of charges
+        // do (decision 19): a lookup moves no money, and held behind an open breaker, a
+        // refund left `unknown` by the failures that opened it would wait for a send that
+        // may never come to close it (decision 210).
+        let due = refunds::claim_lookups(&self.store, self.lookup_hold, self.batch_size).await?;
+        report.looked_up = due.len();
+        futures::future::join_all(due.iter().map(|held| self.look_up(held))).await;
         Ok(report)
     }
 

@@ -686,6 +686,54 @@ async fn an_open_breaker_holds_refunds_until_a_refund_probes_the_gateway_and_clo
     }
 }
 
+/// A refund whose answer was lost is looked up while the breaker is open: a lookup sends no
+/// money and is kept out of the breaker, as the reconciler's lookups of charges are
+/// (decision 19). Held behind it, a refund left `unknown` when the last sends failed waited
+/// for a send to close the breaker, and none came: the Stripe webhook soak ended with three
+/// refunds `unknown` for its whole two minutes.
+#[tokio::test]
+async fn a_refund_left_unknown_is_looked_up_while_the_breaker_is_open() {
+    let h = Harness::with(
+        MockConfig {
+            faults: FaultConfig {
+                refunds: RefundFaults {
+                    error_after: FaultRule::times(1),
+                    ..RefundFaults::default()
+                },
+                ..FaultConfig::default()
+            },
+            ..MockConfig::default()
+        },
+        |s| {
+            quick(s);
+            s.executor.breaker_failure_threshold = 1;
+            // No probe comes during the test: nothing else would close the breaker.
+            s.executor.breaker_cooldown = Duration::from_secs(3600);
+        },
+    )
+    .await;
+    let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let health = GatewayHealth::from_settings(&h.settings.executor);
+    let w = RefundWorker::new(h.store.clone(), client(&h), health.clone(), &h.settings);
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, attempt, Some(300)), "lost").await;
+
+    settle(&w).await;
+
+    assert_eq!(
+        health.holding_calls(),
+        Some("circuit breaker open"),
+        "the lost answer opened the breaker, and no lookup closes it"
+    );
+    let row = h.refund(refund_id).await;
+    assert_eq!(row.status, "succeeded", "{row:?}");
+    assert_eq!(
+        h.refund_path(refund_id).await,
+        ["waiting", "pending", "in_flight", "unknown", "succeeded"]
+    );
+    assert_eq!(row.tries, 1, "found by a lookup, not sent again");
+}
+
 /// A Stripe harness with short waits, whose gateway calls may take 5 s and whose database
 /// lets a statement wait a minute for a lock (the tests below hold a read at the gateway or
 /// a lock on purpose).
