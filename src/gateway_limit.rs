@@ -163,6 +163,8 @@ impl Lease {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
     Charge,
+    /// A refund request: one request, whatever the connector.
+    Refund,
     Lookup,
 }
 
@@ -170,6 +172,7 @@ impl Operation {
     fn as_str(self) -> &'static str {
         match self {
             Self::Charge => "charge",
+            Self::Refund => "refund",
             Self::Lookup => "lookup",
         }
     }
@@ -323,6 +326,11 @@ impl GatewayRateLimit {
         self.take(charges, Operation::Charge).await
     }
 
+    /// Permits for up to `refunds` refund requests (at least one, or a wait).
+    pub async fn for_refunds(&self, refunds: usize) -> Take {
+        self.take(refunds, Operation::Refund).await
+    }
+
     /// Permits for up to `lookups` lookups (at least one, or a wait).
     pub async fn for_lookups(&self, lookups: usize) -> Take {
         self.take(lookups, Operation::Lookup).await
@@ -339,7 +347,7 @@ impl GatewayRateLimit {
         };
         let cost = match operation {
             Operation::Charge => limiter.charge_cost,
-            Operation::Lookup => 1,
+            Operation::Refund | Operation::Lookup => 1,
         };
         let need = u32::try_from(calls)
             .unwrap_or(u32::MAX)

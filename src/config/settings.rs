@@ -158,8 +158,9 @@ pub struct Settings {
     /// leaves it for a person.
     #[serde(default)]
     pub stripe_requires_action: RequiresAction,
-    /// Requests per second the whole fleet may send to the gateway (charges and lookups
-    /// together, as a gateway counts them against one API key; a `stripe` charge is two).
+    /// Requests per second the whole fleet may send to the gateway (charges, refunds and
+    /// lookups together, as a gateway counts them against one API key; a `stripe` charge is
+    /// two).
     /// Enforced through a token bucket in the database that every instance shares. 0 (the
     /// default): unlimited.
     #[serde(default)]

@@ -1,11 +1,12 @@
 //! The refund worker: everything that moves a refund after intake recorded it (contract
 //! §2.5, §4.1). It runs wherever the executor runs, on the executor's gateway client and
-//! health, and each pass:
+//! health and under the fleet's `gateway_max_rate` (a permit per request), and each pass:
 //! 1. admits waiting refunds whose attempt is final (reserving their amount), and refuses
 //!    those that can never be sent, with their reason;
 //! 2. claims due `pending` refunds under a fenced lease and sends each under its own key;
 //! 3. moves refunds whose executor's lease ran out to `unknown`;
-//! 4. looks up `unknown` and `processing` refunds and settles them by what the gateway holds.
+//! 4. looks up `unknown` and `processing` refunds and settles them by what the gateway holds,
+//!    whatever the breaker says.
 //!
 //! Invariants:
 //! - A refund is sent only under a lease whose claim committed first, and every result is
@@ -26,6 +27,8 @@ use crate::domain::{Actor, GatewayCallRecord, GatewayChargeId, HeldRefund};
 use crate::gateway::{
     Admission as Calls, GatewayCall, GatewayClient, GatewayHealth, RefundRequest,
 };
+use crate::gateway_access::GatewayAccess;
+use crate::gateway_limit::Take;
 use crate::nudge::Nudges;
 use crate::store::refunds::{self, Admission};
 use crate::store::Store;
@@ -34,13 +37,14 @@ use crate::store::Store;
 #[derive(Clone)]
 pub struct RefundWorker {
     store: Store,
-    gateway: GatewayClient,
-    health: GatewayHealth,
+    /// The executor's client and health, and a lease of its own on the fleet's rate limit:
+    /// a refund and a refund's lookup are one request each under `gateway_max_rate`.
+    gateway: GatewayAccess,
     policy: RefundPolicy,
     actor: Actor,
     lease: Duration,
     lookup_hold: Duration,
-    batch_size: i64,
+    batch_size: usize,
     max_wait: Duration,
     recheck: Duration,
     poll_interval: Duration,
@@ -67,9 +71,8 @@ impl RefundWorker {
         let executor = &settings.executor;
         let reconciler = &settings.reconciler;
         Self {
+            gateway: GatewayAccess::new(store.clone(), gateway, health, settings),
             store,
-            gateway,
-            health,
             policy: RefundPolicy {
                 retry_min_delay: executor.retry_min_delay,
                 retry_max_delay: executor.retry_max_delay,
@@ -86,7 +89,7 @@ impl RefundWorker {
             actor: Actor::Executor(crate::identity::default_owner()),
             lease: executor.lease,
             lookup_hold: reconciler.claim_hold,
-            batch_size: i64::try_from(settings.refunds.batch_size).unwrap_or(32),
+            batch_size: settings.refunds.batch_size,
             max_wait: settings.refunds.max_wait,
             recheck: settings.refunds.recheck_interval,
             poll_interval: executor.poll_interval.max(Duration::from_millis(200)),
@@ -131,7 +134,7 @@ impl RefundWorker {
         for (refund_id, admission) in refunds::admit_due(
             &self.store,
             &self.actor,
-            self.batch_size,
+            self.batch_size as i64,
             self.max_wait,
             self.recheck,
         )
@@ -155,28 +158,58 @@ impl RefundWorker {
         // as its probe once an open breaker's cooldown has passed (nothing else may be left
         // to probe with), none while it waits.
         let now = OffsetDateTime::now_utc();
-        let calls = self.health.admit(now);
-        let limit = match calls {
-            Calls::Open => Some(self.batch_size),
-            Calls::Probe => Some(1),
-            Calls::Wait { .. } => None,
-        };
-        if let Some(limit) = limit {
-            let claimed =
-                refunds::claim_pending(&self.store, &self.actor, self.lease, limit).await?;
-            if claimed.is_empty() && calls == Calls::Probe {
-                self.health.return_probe(now);
+        let calls = self.gateway.health.admit(now);
+        // Under `gateway_max_rate`, permits are asked for what is due, never for a whole
+        // batch: an idle pass every poll would otherwise take tokens from the fleet's bucket
+        // and let them expire unspent (decision 211).
+        let due = if self.gateway.rate_limit.is_limited() {
+            refunds::due(&self.store, self.batch_size as i64).await?
+        } else {
+            refunds::Due {
+                sends: self.batch_size as i64,
+                lookups: self.batch_size as i64,
             }
-            report.sent = claimed.len();
-            futures::future::join_all(claimed.iter().map(|held| self.send(held))).await;
+        };
+        let limit = match calls {
+            Calls::Open => due.sends,
+            Calls::Probe => due.sends.min(1),
+            Calls::Wait { .. } => 0,
+        } as usize;
+        // Claimed only with a permit of the fleet's rate limit each, as charges are.
+        let mut probe_used = false;
+        if limit > 0 {
+            if let Take::Granted(permits) = self.gateway.rate_limit.for_refunds(limit).await {
+                let claimed = refunds::claim_pending(
+                    &self.store,
+                    &self.actor,
+                    self.lease,
+                    permits.count() as i64,
+                )
+                .await?;
+                permits.spend(claimed.len());
+                probe_used = !claimed.is_empty();
+                report.sent = claimed.len();
+                futures::future::join_all(claimed.iter().map(|held| self.send(held))).await;
+            }
+        }
+        if calls == Calls::Probe && !probe_used {
+            self.gateway.health.return_probe(now);
         }
         // Lookups go out whatever the breaker says, as the reconciler's lookups of charges
         // do (decision 19): a lookup moves no money, and held behind an open breaker, a
         // refund left `unknown` by the failures that opened it would wait for a send that
         // may never come to close it (decision 210).
-        let due = refunds::claim_lookups(&self.store, self.lookup_hold, self.batch_size).await?;
-        report.looked_up = due.len();
-        futures::future::join_all(due.iter().map(|held| self.look_up(held))).await;
+        let lookups = due.lookups as usize;
+        if lookups == 0 {
+            return Ok(report);
+        }
+        if let Take::Granted(permits) = self.gateway.rate_limit.for_lookups(lookups).await {
+            let due = refunds::claim_lookups(&self.store, self.lookup_hold, permits.count() as i64)
+                .await?;
+            permits.spend(due.len());
+            report.looked_up = due.len();
+            futures::future::join_all(due.iter().map(|held| self.look_up(held))).await;
+        }
         Ok(report)
     }
 
@@ -190,8 +223,9 @@ impl RefundWorker {
         );
         async {
             let started = OffsetDateTime::now_utc();
-            let call = self.gateway.refund(&RefundRequest::from(held)).await;
-            self.health
+            let call = self.gateway.client.refund(&RefundRequest::from(held)).await;
+            self.gateway
+                .health
                 .record_refund(&call.outcome, OffsetDateTime::now_utc());
             let next = after_request(held, &call.outcome, &self.policy);
             let evidence = evidence(held, &call, call.outcome.label(), started, &next);
@@ -210,7 +244,11 @@ impl RefundWorker {
         );
         async {
             let started = OffsetDateTime::now_utc();
-            let call = self.gateway.lookup_refund(&RefundRequest::from(held)).await;
+            let call = self
+                .gateway
+                .client
+                .lookup_refund(&RefundRequest::from(held))
+                .await;
             let next = after_lookup(held, &call.outcome, &self.policy);
             let evidence = evidence(held, &call, call.outcome.label(), started, &next);
             self.write(held, &next, "refund_lookup", &evidence).await;

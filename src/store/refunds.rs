@@ -427,6 +427,28 @@ impl sqlx::FromRow<'_, PgRow> for HeldRefund {
     }
 }
 
+/// How many refunds are due now, each count up to `limit`: to be sent (`pending`) and to
+/// be looked up (`unknown`, `processing`). What a worker under `gateway_max_rate` asks
+/// permits for, so that an idle pass takes no token from the fleet's bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct Due {
+    pub sends: i64,
+    pub lookups: i64,
+}
+
+pub async fn due(store: &Store, limit: i64) -> Result<Due, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM (SELECT 1 FROM refunds
+                 WHERE status = 'pending' AND next_run_at <= now() LIMIT $1) s) AS sends,
+                (SELECT count(*) FROM (SELECT 1 FROM refunds
+                 WHERE status IN ('unknown', 'processing') AND next_run_at <= now() LIMIT $1) l)
+                 AS lookups",
+    )
+    .bind(limit)
+    .fetch_one(store.pool())
+    .await
+}
+
 /// Claims up to `limit` due `pending` refunds for the gateway: `in_flight` under a lease,
 /// fencing token + 1, try + 1, send times stamped; with each claim's transition, committed
 /// before any call. Nothing is claimed while the fleet is paused.

@@ -734,6 +734,59 @@ async fn a_refund_left_unknown_is_looked_up_while_the_breaker_is_open() {
     assert_eq!(row.tries, 1, "found by a lookup, not sent again");
 }
 
+/// The tokens in the fleet's one rate bucket.
+async fn bucket_tokens(h: &Harness) -> f64 {
+    sqlx::query_scalar("SELECT tokens FROM gateway_rate_buckets")
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap()
+}
+
+/// Fills the fleet's one rate bucket with `tokens`, as of now.
+async fn set_bucket_tokens(h: &Harness, tokens: f64) {
+    sqlx::query("UPDATE gateway_rate_buckets SET tokens = $1, refilled_at = now()")
+        .bind(tokens)
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+}
+
+/// A refund is a request under `gateway_max_rate` as a charge is: with the fleet's bucket
+/// empty, a refund pass claims and sends nothing; given a token, it sends one;
+/// and a pass with nothing due takes no token from the bucket.
+#[tokio::test]
+async fn refunds_wait_for_the_fleets_rate_limit_and_an_idle_pass_takes_no_token() {
+    let h = Harness::with(MockConfig::default(), |s| {
+        quick(s);
+        // One token every 100 s.
+        s.gateway_max_rate = 0.01;
+        s.gateway_rate_burst = 2;
+    })
+    .await;
+    let first = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+    let refund_id = RefundId::random();
+    record(&h, &refund(refund_id, first, Some(300)), "limited").await;
+    let w = worker(&h);
+    // Other instances' charges took what was left.
+    set_bucket_tokens(&h, 0.0).await;
+    let held = w.pass().await.unwrap();
+    assert_eq!(held.sent, 0, "the bucket is empty: {held:?}");
+    assert_eq!(h.refund(refund_id).await.status, "pending");
+    assert!(h.gateway.refunds().is_empty());
+
+    set_bucket_tokens(&h, 1.0).await;
+    settle(&w).await;
+    assert_eq!(h.refund(refund_id).await.status, "succeeded");
+    assert_eq!(h.gateway.refunds().len(), 1);
+
+    set_bucket_tokens(&h, 1.0).await;
+    w.pass().await.unwrap();
+    assert!(
+        bucket_tokens(&h).await >= 1.0,
+        "a pass with nothing due left the token"
+    );
+}
+
 /// A Stripe harness with short waits, whose gateway calls may take 5 s and whose database
 /// lets a statement wait a minute for a lock (the tests below hold a read at the gateway or
 /// a lock on purpose).
