@@ -7,6 +7,8 @@
 #   bench/e2e_against.sh <old-commit> [rounds] -- <bench_e2e arguments>
 #   e.g. bench/e2e_against.sh 11ab359 2 -- --own-postgres --max-commands 20000 \
 #            --latency-commands 0 --latency-median 300ms --latency-p99 350ms
+#   intake alone: bench/e2e_against.sh ca574e6 2 -- --own-postgres --intake-commands 100000
+#   (the events/s column is then commands recorded per second; the others stay empty)
 #
 # The old commit's `onecharge` is built once into target/against/<commit> (a git worktree
 # and a target folder of its own, seeded from target/release so that only onecharge itself

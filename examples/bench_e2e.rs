@@ -30,6 +30,10 @@
 //! latency on top of `--latency-ms`; the header prints the distribution (and its mean,
 //! exp(mu + sigma²/2)), the final check the mean the mock really drew.
 //!
+//! `--intake-commands N` measures intake alone (issue 38): N commands published while no
+//! serve process runs, then `serve --roles intake,admin` records the backlog; it prints the
+//! commands recorded per second by the database's clock and ends.
+//!
 //! `--gateway stripe` charges through the Stripe connector (PaymentIntent create + confirm)
 //! against the mock's Stripe dialect instead of the §3 API.
 //!
@@ -136,6 +140,11 @@ struct Args {
     /// Commands of the resident-memory phase, paced at --rate (0 skips it; the long run uses 1000000)
     #[arg(long, default_value_t = 0)]
     memory_commands: usize,
+    /// Intake alone (issue 38): this many commands published while no serve process runs,
+    /// then `serve --roles intake,admin` records them; prints commands recorded per second
+    /// and ends (no charges, no other phase)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    intake_commands: usize,
     /// Commands per second of the latency and memory phases [default: half the measured maximum rate]
     #[arg(long)]
     rate: Option<f64>,
@@ -192,7 +201,7 @@ async fn main() -> anyhow::Result<()> {
         ensure!(rate > 0.0, "--rate must be above zero");
     }
     ensure!(
-        args.max_commands > 0 || args.rate.is_some(),
+        args.max_commands > 0 || args.rate.is_some() || args.intake_commands > 0,
         "--max-commands 0 needs --rate: the paced phases default to half the maximum rate"
     );
     let binary = match &args.service {
@@ -483,9 +492,12 @@ impl Run<'_> {
         let broker = Broker::connect(self.settings).await?;
         self.print_header(&broker).await?;
         self.setup().await?;
+        if self.args.intake_commands > 0 {
+            return self.intake_only(&broker, service).await;
+        }
         let tracker = subscribe_events(&broker).await?;
         let service =
-            service.insert(Service::start(self.binary, self.settings, self.workdir).await?);
+            service.insert(Service::start(self.binary, self.settings, self.workdir, None).await?);
         service.wait_until_ready().await?;
         let mut phases = Phases {
             rss_after: vec![("start (idle)", service.memory()?)],
@@ -516,6 +528,74 @@ impl Run<'_> {
             self.args.latency_ms,
         )
         .await
+    }
+
+    /// `--intake-commands`: the commands published first, as a backlog on the stream, then
+    /// a serve process that only records them (`--roles intake,admin`). The rate is taken
+    /// from the database's own clock, from the first batch's `recorded_at` to the last's
+    /// (each a batch transaction's start), so the process's start-up is not in it. Printed in
+    /// the maximum-rate table's shape, so `bench/e2e_against.sh` reads it the same way.
+    async fn intake_only(
+        &self,
+        broker: &Broker,
+        service: &mut Option<Service>,
+    ) -> anyhow::Result<()> {
+        let commands = self.args.intake_commands;
+        let tracker = Arc::new(Mutex::new(Tracker::default()));
+        let (published_in, _) =
+            publish_commands(broker.clone(), tracker, "intake", commands, None).await?;
+        let db = sqlx::PgPool::connect(&self.settings.database_url).await?;
+        let service = service.insert(
+            Service::start(
+                self.binary,
+                self.settings,
+                self.workdir,
+                Some("intake,admin"),
+            )
+            .await?,
+        );
+        let mut last = (0_i64, Instant::now());
+        loop {
+            service.check_alive()?;
+            let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM processed_messages")
+                .fetch_one(&db)
+                .await?;
+            if recorded as usize >= commands {
+                break;
+            }
+            if recorded > last.0 {
+                last = (recorded, Instant::now());
+            }
+            ensure!(
+                last.1.elapsed() < STALL_TIMEOUT,
+                "intake stalled at {recorded} of {commands} commands recorded"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let span: f64 = sqlx::query_scalar(
+            "SELECT extract(epoch FROM max(recorded_at) - min(recorded_at))::float8
+             FROM processed_messages",
+        )
+        .fetch_one(&db)
+        .await?;
+        db.close().await;
+        print_table(
+            "## Intake alone",
+            "commands | published in | publish rate | first batch → last batch recorded | commands/s",
+            "rrrrr",
+            &[
+                thousands(commands as f64),
+                format!("{:.2} s", published_in.as_secs_f64()),
+                format!("{}/s", thousands(commands as f64 / published_in.as_secs_f64())),
+                format!("{span:.2} s"),
+                thousands(commands as f64 / span.max(1e-3)),
+            ],
+        );
+        println!(
+            "\nRecorded by `serve --roles intake,admin` from a backlog of {} commands published before it started; the time is the database's, from the first batch's transaction to the last's.",
+            thousands(commands as f64)
+        );
+        Ok(())
     }
 
     /// The measured phases the flags ask for, each printed as it ends.
@@ -793,6 +873,13 @@ fn print_phases_line(args: &Args) {
         Ok(Some(distribution)) => format!(" + {distribution}"),
         _ => String::new(),
     };
+    if args.intake_commands > 0 {
+        println!(
+            "phases: intake alone, {} commands published before `serve --roles intake,admin` starts",
+            args.intake_commands
+        );
+        return;
+    }
     println!(
         "phases: warm-up {WARM_UP_COMMANDS}, maximum rate {}, latency {}, memory {} commands; paced at {}; mock gateway latency {} ms{distribution}, no faults",
         args.max_commands,
@@ -893,10 +980,20 @@ struct Memory {
 }
 
 impl Service {
-    async fn start(binary: &Path, settings: &Settings, workdir: &Path) -> anyhow::Result<Self> {
+    /// `serve` with all roles, or with `roles` (`--roles`).
+    async fn start(
+        binary: &Path,
+        settings: &Settings,
+        workdir: &Path,
+        roles: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let log = std::fs::File::create(workdir.join("serve.log"))?;
-        let child = service_command(binary, settings, workdir)
-            .arg("serve")
+        let mut command = service_command(binary, settings, workdir);
+        command.arg("serve");
+        if let Some(roles) = roles {
+            command.arg("--roles").arg(roles);
+        }
+        let child = command
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
