@@ -203,7 +203,7 @@ struct Written {
 /// an anti-join: it stays one probe of the primary key per command. As an anti-join it was
 /// planned as a scan of the whole table while the table had no statistics (a new
 /// installation, or autovacuum off): 10.7 million rows read to record 100,000 commands, and
-/// intake at two thirds of its rate before decision 201 (decision 213).
+/// intake at two thirds of the rate it had before decision 201 (decision 213).
 pub const RECORD_BATCH: &str = "WITH input AS (
                  SELECT * FROM UNNEST($3::int4[], $4::text[], $5::bytea[], $6::uuid[],
                                       $7::text[], $8::int8[], $9::text[], $10::text[],
