@@ -437,17 +437,24 @@ pub struct Due {
 }
 
 pub async fn due(store: &Store, limit: i64) -> Result<Due, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT (SELECT count(*) FROM (SELECT 1 FROM refunds
-                 WHERE status = 'pending' AND next_run_at <= now() LIMIT $1) s) AS sends,
-                (SELECT count(*) FROM (SELECT 1 FROM refunds
-                 WHERE status IN ('unknown', 'processing') AND next_run_at <= now() LIMIT $1) l)
-                 AS lookups",
-    )
+    sqlx::query_as(&format!(
+        "SELECT (SELECT count(*) FROM (SELECT 1 FROM refunds WHERE {SENDABLE} LIMIT $1) s)
+                    AS sends,
+                (SELECT count(*) FROM (SELECT 1 FROM refunds WHERE {LOOKUP_DUE} LIMIT $1) l)
+                    AS lookups"
+    ))
     .bind(limit)
     .fetch_one(store.pool())
     .await
 }
+
+/// A refund [`claim_pending`] may claim now (and [`due`] counts): `pending`, due, and the
+/// fleet not paused.
+const SENDABLE: &str = "status = 'pending' AND next_run_at <= now()
+    AND NOT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)";
+
+/// A refund [`claim_lookups`] may claim now (and [`due`] counts).
+const LOOKUP_DUE: &str = "status IN ('unknown', 'processing') AND next_run_at <= now()";
 
 /// Claims up to `limit` due `pending` refunds for the gateway: `in_flight` under a lease,
 /// fencing token + 1, try + 1, send times stamped; with each claim's transition, committed
@@ -461,8 +468,7 @@ pub async fn claim_pending(
     let sql = format!(
         "WITH due AS (
              SELECT refund_id FROM refunds
-             WHERE status = 'pending' AND next_run_at <= now()
-               AND NOT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)
+             WHERE {SENDABLE}
              ORDER BY next_run_at
              LIMIT $1
              FOR UPDATE SKIP LOCKED
@@ -503,7 +509,7 @@ pub async fn claim_lookups(
     let sql = format!(
         "WITH due AS (
              SELECT refund_id FROM refunds
-             WHERE status IN ('unknown', 'processing') AND next_run_at <= now()
+             WHERE {LOOKUP_DUE}
              ORDER BY next_run_at
              LIMIT $1
              FOR UPDATE SKIP LOCKED
