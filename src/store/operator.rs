@@ -127,28 +127,44 @@ pub struct OutboxEvent {
     pub payload: serde_json::Value,
 }
 
-/// The attempt columns plus its latest gateway call (`LEFT JOIN LATERAL`), shared by every
-/// attempt query so that each returns the same shape.
-const ATTEMPT_SELECT: &str = "
-    SELECT a.payment_attempt_id, a.status, a.order_id, a.customer_id, a.amount_minor,
-           a.currency, a.payment_method, a.description, a.requested_at, a.idempotency_key,
-           a.tries, a.next_run_at, a.lease_owner, a.lease_expires_at, a.dispatched_at,
-           a.first_dispatched_at, a.reconcile_checks, a.gateway_charge_id, a.decline_code,
-           a.last_error, a.review_reason, a.first_message_id, a.correlation_id,
-           a.created_at, a.updated_at,
-           g.id AS g_id, g.operation AS g_operation, g.try_number AS g_try_number,
-           g.idempotency_key AS g_idempotency_key,
-           g.lease_token AS g_lease_token, g.started_at AS g_started_at,
-           g.finished_at AS g_finished_at, g.http_status AS g_http_status,
-           g.outcome AS g_outcome, g.gateway_charge_id AS g_gateway_charge_id,
-           g.error AS g_error
-    FROM payment_attempts a
-    LEFT JOIN LATERAL (
-        SELECT * FROM gateway_calls c
-        WHERE c.payment_attempt_id = a.payment_attempt_id
-        ORDER BY c.id DESC
-        LIMIT 1
-    ) g ON true";
+/// The attempt columns of `payment_attempts a` plus its latest gateway call (`LEFT JOIN
+/// LATERAL`) from `$from`, so that every attempt query returns the same shape.
+macro_rules! attempt_select {
+    ($from:literal) => {
+        concat!(
+            "SELECT a.payment_attempt_id, a.status, a.order_id, a.customer_id, a.amount_minor,
+                    a.currency, a.payment_method, a.description, a.requested_at,
+                    a.idempotency_key, a.tries, a.next_run_at, a.lease_owner,
+                    a.lease_expires_at, a.dispatched_at, a.first_dispatched_at,
+                    a.reconcile_checks, a.gateway_charge_id, a.decline_code, a.last_error,
+                    a.review_reason, a.first_message_id, a.correlation_id, a.created_at,
+                    a.updated_at,
+                    g.id AS g_id, g.operation AS g_operation, g.try_number AS g_try_number,
+                    g.idempotency_key AS g_idempotency_key,
+                    g.lease_token AS g_lease_token, g.started_at AS g_started_at,
+                    g.finished_at AS g_finished_at, g.http_status AS g_http_status,
+                    g.outcome AS g_outcome, g.gateway_charge_id AS g_gateway_charge_id,
+                    g.error AS g_error
+             FROM ",
+            $from,
+            "
+             LEFT JOIN LATERAL (
+                 SELECT * FROM gateway_calls c
+                 WHERE c.payment_attempt_id = a.payment_attempt_id
+                 ORDER BY c.id DESC
+                 LIMIT 1
+             ) g ON true"
+        )
+    };
+}
+
+/// Attempts read from `payment_attempts` itself: by id, by state, the stuck list.
+const ATTEMPT_SELECT: &str = attempt_select!("payment_attempts a");
+
+/// Attempts found by their time, order or customer in `attempt_search s`, whose indexes
+/// take one entry per attempt (decision 214), each then read by its key.
+const SEARCH_SELECT: &str =
+    attempt_select!("attempt_search s JOIN payment_attempts a USING (payment_attempt_id)");
 
 /// What `attempts list` and `GET /api/attempts` narrow the list to; a field left `None`
 /// does not narrow it. Each filter is answered from its own index (migrations
@@ -252,9 +268,11 @@ pub async fn list_attempts(
     filter: &AttemptFilter,
     limit: Option<i64>,
 ) -> Result<Vec<AttemptRecord>, sqlx::Error> {
-    let mut query = matching(filter);
+    let (mut query, by) = matching(filter, false);
     query
-        .push(" ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT ")
+        .push(format_args!(
+            " ORDER BY {by}.created_at DESC, {by}.payment_attempt_id DESC LIMIT "
+        ))
         .push_bind(limit);
     query
         .build_query_as()
@@ -271,11 +289,13 @@ pub async fn list_attempts_among(
     filter: &AttemptFilter,
     ids: &[PaymentAttemptId],
 ) -> Result<Vec<AttemptRecord>, sqlx::Error> {
-    let mut query = matching(filter);
+    let (mut query, by) = matching(filter, true);
     query
         .push(" AND a.payment_attempt_id = ANY(")
         .push_bind(ids.to_vec())
-        .push(") ORDER BY a.created_at DESC, a.payment_attempt_id DESC");
+        .push(format_args!(
+            ") ORDER BY {by}.created_at DESC, {by}.payment_attempt_id DESC"
+        ));
     query
         .build_query_as()
         .fetch_all(store.pool())
@@ -283,15 +303,41 @@ pub async fn list_attempts_among(
         .map(AttemptRow::records)
 }
 
-/// The attempts `filter` matches, unordered: `SELECT … WHERE …` with only the filters set.
-fn matching(filter: &AttemptFilter) -> sqlx::QueryBuilder<'_, sqlx::Postgres> {
+/// The attempts `filter` matches, unordered: `SELECT … WHERE …` with only the filters set,
+/// and the alias (`s` or `a`) whose `created_at` and id the listing is ordered and paged by.
+/// `among_ids`: the caller narrows the statement to a list of attempt ids.
+///
+/// The time, order and customer of an attempt are searched in `attempt_search` (`s`), whose
+/// indexes take one entry per attempt, not one per version (decision 214); each attempt
+/// found is then read by its key. The attempts that something narrower finds are read from
+/// `payment_attempts` (`a`) alone, which holds the same three columns: by charge id, by key
+/// or among ids (an attempt or a few, by their own indexes), and by one of the states the
+/// open states' index holds, in that index's order.
+fn matching(
+    filter: &AttemptFilter,
+    among_ids: bool,
+) -> (sqlx::QueryBuilder<'_, sqlx::Postgres>, &'static str) {
+    let few = filter.gateway_charge_id.is_some() || filter.idempotency_key.is_some() || among_ids;
+    let searched = filter.order_id.is_some() || filter.customer_id.is_some();
+    let open_state = filter.status.is_some_and(in_open_states_index);
+    let (select, by) = if few || (open_state && !searched) {
+        (ATTEMPT_SELECT, "a")
+    } else {
+        (SEARCH_SELECT, "s")
+    };
     let conditions = [
-        ("a.status", filter.status.map(AttemptStatus::as_str)),
-        ("a.order_id", filter.order_id.as_deref()),
-        ("a.customer_id", filter.customer_id.as_deref()),
-        ("a.gateway_charge_id", filter.gateway_charge_id.as_deref()),
+        (
+            "a.status".to_owned(),
+            filter.status.map(AttemptStatus::as_str),
+        ),
+        (format!("{by}.order_id"), filter.order_id.as_deref()),
+        (format!("{by}.customer_id"), filter.customer_id.as_deref()),
+        (
+            "a.gateway_charge_id".to_owned(),
+            filter.gateway_charge_id.as_deref(),
+        ),
     ];
-    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(ATTEMPT_SELECT);
+    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(select);
     query.push(" WHERE true");
     let set = conditions
         .into_iter()
@@ -313,20 +359,35 @@ fn matching(filter: &AttemptFilter) -> sqlx::QueryBuilder<'_, sqlx::Postgres> {
         };
     }
     if let Some(after) = filter.created_after {
-        query.push(" AND a.created_at >= ").push_bind(after);
+        query
+            .push(format_args!(" AND {by}.created_at >= "))
+            .push_bind(after);
     }
     if let Some(before) = filter.created_before {
-        query.push(" AND a.created_at < ").push_bind(before);
+        query
+            .push(format_args!(" AND {by}.created_at < "))
+            .push_bind(before);
     }
     if let Some(cursor) = filter.before {
         query
-            .push(" AND (a.created_at, a.payment_attempt_id) < (")
+            .push(format_args!(
+                " AND ({by}.created_at, {by}.payment_attempt_id) < ("
+            ))
             .push_bind(cursor.created_at)
             .push(", ")
             .push_bind(cursor.payment_attempt_id)
             .push(")");
     }
-    query
+    (query, by)
+}
+
+/// Whether `payment_attempts_open_status_created_idx` holds attempts in `status`: every
+/// state but `in_flight` (in the lease index) and the two outcomes (decision 173).
+fn in_open_states_index(status: AttemptStatus) -> bool {
+    !matches!(
+        status,
+        AttemptStatus::InFlight | AttemptStatus::Succeeded | AttemptStatus::Declined
+    )
 }
 
 /// Attempts that should have settled by now: every non-final attempt recorded at or before

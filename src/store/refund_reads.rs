@@ -216,13 +216,22 @@ pub async fn list_refunds(
     if let Some(status) = filter.status {
         query.push(" AND r.status = ").push_bind(status.as_str());
     }
-    if let Some(order) = &filter.order_id {
-        query.push(" AND a.order_id = ").push_bind(order.clone());
-    }
-    if let Some(customer) = &filter.customer_id {
-        query
-            .push(" AND a.customer_id = ")
-            .push_bind(customer.clone());
+    // An order's or a customer's attempts are found in `attempt_search`'s indexes
+    // (decision 214), their refunds by `refunds_attempt_idx`.
+    let searches = [
+        ("order_id", filter.order_id.as_ref()),
+        ("customer_id", filter.customer_id.as_ref()),
+    ];
+    for (column, value) in searches {
+        if let Some(value) = value {
+            query
+                .push(format_args!(
+                    " AND r.payment_attempt_id IN (SELECT s.payment_attempt_id \
+                     FROM attempt_search s WHERE s.{column} = "
+                ))
+                .push_bind(value.clone())
+                .push(")");
+        }
     }
     if let Some(after) = filter.created_after {
         query.push(" AND r.created_at >= ").push_bind(after);

@@ -269,24 +269,54 @@ async fn each_filter_is_answered_from_an_index_not_a_scan() {
         .execute(&mut conn)
         .await
         .unwrap();
+    // The order and the customer are searched in attempt_search (decision 214), each attempt
+    // found then read by its key; the charge id in payment_attempts itself.
     for (column, index) in [
-        ("order_id", "payment_attempts_order_created_idx"),
-        ("customer_id", "payment_attempts_customer_created_idx"),
-        ("gateway_charge_id", "payment_attempts_gateway_charge_idx"),
+        ("s.order_id", "attempt_search_order_idx"),
+        ("s.customer_id", "attempt_search_customer_idx"),
+        ("a.gateway_charge_id", "payment_attempts_gateway_charge_idx"),
     ] {
-        let plan: Vec<String> = sqlx::query_scalar(&format!(
-            "EXPLAIN SELECT payment_attempt_id FROM payment_attempts
-             WHERE {column} = 'x' ORDER BY created_at DESC, payment_attempt_id DESC LIMIT 100"
-        ))
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-        let plan = plan.join("\n");
+        let plan = explain(
+            &mut conn,
+            &format!(
+                "SELECT a.payment_attempt_id
+                 FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
+                 WHERE {column} = 'x' ORDER BY s.created_at DESC, s.payment_attempt_id DESC
+                 LIMIT 100"
+            ),
+        )
+        .await;
         assert!(
             plan.contains(index),
             "{column} is looked up by {index}:\n{plan}"
         );
         assert!(!plan.contains("Seq Scan"), "{column} scans:\n{plan}");
+    }
+    // Every attempt, newest first, is read from the time index of attempt_search.
+    let newest = explain(
+        &mut conn,
+        "SELECT a.payment_attempt_id
+         FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
+         ORDER BY s.created_at DESC, s.payment_attempt_id DESC LIMIT 100",
+    )
+    .await;
+    assert!(newest.contains("attempt_search_created_idx"), "{newest}");
+    assert!(
+        !newest.contains("Seq Scan"),
+        "every attempt scans:\n{newest}"
+    );
+    // The indexes that took an entry for each version are gone.
+    for index in [
+        "payment_attempts_created_idx",
+        "payment_attempts_order_created_idx",
+        "payment_attempts_customer_created_idx",
+    ] {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_class WHERE relname = $1")
+            .bind(index)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "{index} is dropped");
     }
     sqlx::Connection::close(conn).await.unwrap();
 }
@@ -302,7 +332,8 @@ async fn explain(conn: &mut sqlx::PgConnection, sql: &str) -> String {
 
 /// The search by state, the stuck list and the gauges after decision 173: the open states
 /// are in `payment_attempts_open_status_created_idx`, in-flight attempts in their lease
-/// index, settled outcomes are found through the time index; nothing scans the table.
+/// index, settled outcomes are found through the time index (of `attempt_search` since
+/// decision 214); nothing scans the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_a_scan() {
     let h = Harness::new().await;
@@ -321,20 +352,27 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
         .execute(&mut conn)
         .await
         .unwrap();
-    for status in [
-        "pending",
-        "in_flight",
-        "succeeded",
-        "declined",
-        "unknown",
-        "needs_review",
-        "expired",
-    ] {
+    // As store::operator::list_attempts asks: the open states by their index, the others
+    // through attempt_search's time index (decision 214).
+    for status in ["pending", "unknown", "needs_review", "expired"] {
         let plan = explain(
             &mut conn,
             &format!(
-                "SELECT payment_attempt_id FROM payment_attempts WHERE status = '{status}'
-                 ORDER BY created_at DESC, payment_attempt_id DESC LIMIT 100"
+                "SELECT payment_attempt_id FROM payment_attempts a WHERE status = '{status}'
+                 ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT 100"
+            ),
+        )
+        .await;
+        assert!(!plan.contains("Seq Scan"), "{status} scans:\n{plan}");
+    }
+    for status in ["in_flight", "succeeded", "declined"] {
+        let plan = explain(
+            &mut conn,
+            &format!(
+                "SELECT a.payment_attempt_id
+                 FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
+                 WHERE a.status = '{status}'
+                 ORDER BY s.created_at DESC, s.payment_attempt_id DESC LIMIT 100"
             ),
         )
         .await;

@@ -1,4 +1,4 @@
-//! The migrations of issue 38 (what a charge writes, decisions 170, 171 and 173) on a
+//! The migrations of issue 38 (what a charge writes, decisions 170, 171, 173 and 214) on a
 //! database that holds attempts in every state and events published, waiting and refused:
 //! taken back (their down migrations), written to in the old shape, then applied again while
 //! intake writes, after which the roles carry on from where they were.
@@ -8,21 +8,23 @@ use std::sync::Arc;
 
 use mock_gateway::payment_methods as pm;
 use onecharge::store::intake::record_batch;
+use onecharge::store::operator::{list_attempts, AttemptFilter};
 use onecharge::store::{Store, MIGRATOR};
 use uuid::Uuid;
 
 use crate::support::{record, Harness, Records};
 
-/// This issue's migrations: from the first of them on.
-const FIRST: i64 = 20261203001500;
-const LAST: i64 = 20261203001999;
+/// The migrations of decisions 170, 171 and 173.
+const WRITE_PATH: std::ops::RangeInclusive<i64> = 20261203001500..=20261203001999;
+/// The migrations of decision 214 (the search columns in `attempt_search`).
+const SEARCH: std::ops::RangeInclusive<i64> = 20261204002000..=20261204002099;
 
-/// Runs the down migrations of this issue, newest first, and forgets them, so that
+/// Runs the down migrations in `versions`, newest first, and forgets them, so that
 /// `Store::migrate` applies them again.
-async fn take_back(store: &Store) {
+async fn take_back(store: &Store, versions: std::ops::RangeInclusive<i64>) {
     let mut downs: Vec<_> = MIGRATOR
         .iter()
-        .filter(|m| m.migration_type.is_down_migration() && (FIRST..=LAST).contains(&m.version))
+        .filter(|m| m.migration_type.is_down_migration() && versions.contains(&m.version))
         .collect();
     downs.sort_by_key(|m| std::cmp::Reverse(m.version));
     assert!(!downs.is_empty());
@@ -47,6 +49,54 @@ async fn has_index(h: &Harness, index: &str) -> bool {
     .await
         == 1
 }
+
+/// Applies the migrations not yet applied while intake records one batch after another (a
+/// command and a stale one, so an event too), and says how many batches it recorded meanwhile.
+async fn migrate_while_intake_writes(store: &Store) -> i64 {
+    let writing = Arc::new(AtomicBool::new(true));
+    let writer = tokio::spawn({
+        let (store, writing) = (store.clone(), writing.clone());
+        async move {
+            let mut written = 0;
+            while writing.load(Ordering::Relaxed) {
+                let batch = [record(pm::CARD_VISA, false), record(pm::CARD_VISA, true)];
+                record_batch(&store, "test-intake", &batch).await?;
+                written += 1;
+            }
+            anyhow::Ok(written)
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    store.migrate().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    writing.store(false, Ordering::Relaxed);
+    let batches = writer
+        .await
+        .unwrap()
+        .expect("no writer fails during the migrations");
+    assert!(batches > 1, "{batches} batches written");
+    batches
+}
+
+/// The attempts' states of this file's databases, sorted.
+async fn states(h: &Harness) -> Vec<String> {
+    let mut s: Vec<String> = sqlx::query_scalar("SELECT DISTINCT status FROM payment_attempts")
+        .fetch_all(h.store.pool())
+        .await
+        .unwrap();
+    s.sort();
+    s
+}
+
+const EVERY_STATE: [&str; 7] = [
+    "declined",
+    "expired",
+    "in_flight",
+    "needs_review",
+    "pending",
+    "succeeded",
+    "unknown",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_write_path_migrations_apply_online_to_a_database_holding_every_state() {
@@ -84,28 +134,9 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
     )
     .await;
     h.seed_expired(1).await;
-    let statuses: Vec<String> = {
-        let mut s: Vec<String> = sqlx::query_scalar("SELECT DISTINCT status FROM payment_attempts")
-            .fetch_all(h.store.pool())
-            .await
-            .unwrap();
-        s.sort();
-        s
-    };
-    assert_eq!(
-        statuses,
-        [
-            "declined",
-            "expired",
-            "in_flight",
-            "needs_review",
-            "pending",
-            "succeeded",
-            "unknown"
-        ]
-    );
+    assert_eq!(states(&h).await, EVERY_STATE);
 
-    take_back(&h.store).await;
+    take_back(&h.store, WRITE_PATH).await;
     assert!(has_index(&h, "payment_attempts_status_created_idx").await);
     assert!(!has_index(&h, "payment_attempts_open_status_created_idx").await);
     assert!(has_index(&h, "outbox_unpublished_idx").await);
@@ -139,28 +170,7 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
 
     // Applied again while intake records a batch (with a stale command, so an event too)
     // after another.
-    let writing = Arc::new(AtomicBool::new(true));
-    let writer = tokio::spawn({
-        let (store, writing) = (h.store.clone(), writing.clone());
-        async move {
-            let mut written = 0;
-            while writing.load(Ordering::Relaxed) {
-                let batch = [record(pm::CARD_VISA, false), record(pm::CARD_VISA, true)];
-                record_batch(&store, "test-intake", &batch).await?;
-                written += 1;
-            }
-            anyhow::Ok(written)
-        }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    h.store.migrate().await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    writing.store(false, Ordering::Relaxed);
-    let batches = writer
-        .await
-        .unwrap()
-        .expect("no writer fails during the migrations");
-    assert!(batches > 1, "{batches} batches written");
+    let batches = migrate_while_intake_writes(&h.store).await;
 
     // The shape of decisions 170, 171 and 173.
     assert!(!has_index(&h, "payment_attempts_status_created_idx").await);
@@ -241,4 +251,138 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
     );
     assert_eq!(h.attempt(in_flight).await.status, "in_flight");
     assert_eq!(h.attempt(review).await.status, "needs_review");
+}
+
+/// Decision 214's migrations on a database holding every state, its attempts written
+/// without `attempt_search`: applied while intake writes, every attempt (old, new and
+/// written meanwhile) has exactly one search row equal to its own columns, the searches by
+/// order, customer and time find the old attempts, the attempts' own search indexes are
+/// gone, and the row follows an attempt whose columns a person changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_table_migrations_apply_online_to_a_database_holding_every_state() {
+    let h = Harness::new().await;
+    let first = h
+        .seed_many(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::FAULT_ERROR_AFTER])
+        .await;
+    h.executor().run_once().await.unwrap();
+    let second = h
+        .seed_many(&[pm::CARD_VISA, pm::CARD_VISA, pm::CARD_VISA])
+        .await;
+    h.set_attempt(
+        second[1].payment_attempt_id,
+        "status = 'in_flight', lease_owner = 'elsewhere', lease_token = lease_token + 1,
+         lease_expires_at = now() + interval '1 hour', dispatched_at = now(),
+         first_dispatched_at = now(), tries = 1",
+    )
+    .await;
+    h.set_attempt(
+        second[2].payment_attempt_id,
+        "status = 'needs_review', review_reason = 'a person looks'",
+    )
+    .await;
+    h.seed_expired(1).await;
+    assert_eq!(states(&h).await, EVERY_STATE);
+
+    take_back(&h.store, SEARCH).await;
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM pg_class WHERE relname = 'attempt_search'")
+            .await,
+        0
+    );
+    for index in [
+        "payment_attempts_created_idx",
+        "payment_attempts_order_created_idx",
+        "payment_attempts_customer_created_idx",
+    ] {
+        assert!(has_index(&h, index).await, "{index} is back");
+    }
+    // Written in the old shape.
+    let old_shape = h.seed_many(&[pm::CARD_VISA, pm::CARD_VISA]).await;
+
+    let batches = migrate_while_intake_writes(&h.store).await;
+
+    for index in [
+        "payment_attempts_created_idx",
+        "payment_attempts_order_created_idx",
+        "payment_attempts_customer_created_idx",
+    ] {
+        assert!(!has_index(&h, index).await, "{index} is dropped");
+    }
+    let attempts = h.attempt_rows().await;
+    assert!(attempts >= 9 + 2 * batches, "{attempts} attempts");
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_search").await,
+        attempts,
+        "one search row per attempt"
+    );
+    assert_eq!(
+        h.scalar(
+            "SELECT count(*) FROM payment_attempts a JOIN attempt_search s
+             ON s.payment_attempt_id = a.payment_attempt_id AND s.created_at = a.created_at
+                AND s.order_id = a.order_id AND s.customer_id = a.customer_id"
+        )
+        .await,
+        attempts,
+        "each equal to its attempt's columns"
+    );
+
+    // The searches find attempts of every age and state.
+    for attempt in first.iter().chain(&second).chain(&old_shape) {
+        let id = attempt.payment_attempt_id;
+        let by_order = AttemptFilter {
+            order_id: Some(attempt.order_id.clone()),
+            ..Default::default()
+        };
+        let by_customer = AttemptFilter {
+            customer_id: Some(attempt.customer_id.clone()),
+            ..Default::default()
+        };
+        for filter in [by_order, by_customer] {
+            let found = list_attempts(&h.store, &filter, None).await.unwrap();
+            assert!(
+                found.iter().any(|a| a.payment_attempt_id == id),
+                "{id} by {filter:?}"
+            );
+        }
+    }
+    let everything = list_attempts(&h.store, &AttemptFilter::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(everything.len() as i64, attempts);
+    assert!(everything
+        .windows(2)
+        .all(|w| (w[0].created_at, w[0].payment_attempt_id)
+            >= (w[1].created_at, w[1].payment_attempt_id)));
+
+    // A person moves an attempt's order: its search row follows, in the same transaction.
+    let moved = old_shape[0].payment_attempt_id;
+    h.set_attempt(
+        moved,
+        "order_id = 'ord_moved', created_at = created_at - interval '1 day'",
+    )
+    .await;
+    let found = list_attempts(
+        &h.store,
+        &AttemptFilter {
+            order_id: Some("ord_moved".into()),
+            ..Default::default()
+        },
+        Some(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].payment_attempt_id, moved);
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_search").await,
+        attempts,
+        "moved, not copied"
+    );
+
+    // The executor goes on with the pending attempts, which need nothing of the search.
+    h.executor().run_once().await.unwrap();
+    assert_eq!(
+        h.attempt(old_shape[1].payment_attempt_id).await.status,
+        "succeeded"
+    );
 }
