@@ -1,8 +1,8 @@
 //! The SQL behind the database-backed gauges of `/metrics`: how many attempts are in each
 //! state, how long the oldest attempt of each non-final state has waited, the refunds not
 //! settled yet (`refund_reads::unsettled_refunds`), and the outbox backlog. One short round
-//! trip per query, each served by indexes (the open states'
-//! `payment_attempts_open_status_created_idx` and the in-flight lease index) or a small
+//! trip per query, each served by indexes (each open state's own: the due indexes, the
+//! lease index, `payment_attempts_review_expired_created_idx`) or a small
 //! table (the relay's queue, `outbox_unpublished`), except the per-status counts, which
 //! come from the counts the database keeps (`store::attempt_counts`; reading them first
 //! folds the pending deltas, the refresher's only write).
@@ -33,10 +33,11 @@ pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Erro
     let pool = store.pool();
     let counts = super::operator::count_by_status(store).await?;
     let oldest: Vec<(String, OffsetDateTime)> = sqlx::query_as(
-        // `in_flight` apart: its attempts are in the lease index, the others in the open
-        // states' index (decision 173), and an `IN` list naming all four would scan.
+        // One arm per state, each its own index's predicate (decisions 173, 215): an `IN`
+        // list naming all four would imply none of them, and scan.
         "SELECT status, min(created_at) FROM payment_attempts
-         WHERE status IN ('pending', 'unknown', 'needs_review') OR status = 'in_flight'
+         WHERE status = 'pending' OR status = 'unknown' OR status = 'in_flight'
+            OR status = 'needs_review'
          GROUP BY status",
     )
     .fetch_all(pool)

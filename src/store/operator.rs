@@ -311,16 +311,16 @@ pub async fn list_attempts_among(
 /// indexes take one entry per attempt, not one per version (decision 214); each attempt
 /// found is then read by its key. The attempts that something narrower finds are read from
 /// `payment_attempts` (`a`) alone, which holds the same three columns: by charge id, by key
-/// or among ids (an attempt or a few, by their own indexes), and by one of the states the
-/// open states' index holds, in that index's order.
+/// or among ids (an attempt or a few, by their own indexes), and by a state that is not an
+/// outcome (its own index's entries, sorted: bounded by the attempts in that state).
 fn matching(
     filter: &AttemptFilter,
     among_ids: bool,
 ) -> (sqlx::QueryBuilder<'_, sqlx::Postgres>, &'static str) {
     let few = filter.gateway_charge_id.is_some() || filter.idempotency_key.is_some() || among_ids;
     let searched = filter.order_id.is_some() || filter.customer_id.is_some();
-    let open_state = filter.status.is_some_and(in_open_states_index);
-    let (select, by) = if few || (open_state && !searched) {
+    let by_state = filter.status.is_some_and(has_a_state_index);
+    let (select, by) = if few || (by_state && !searched) {
         (ATTEMPT_SELECT, "a")
     } else {
         (SEARCH_SELECT, "s")
@@ -381,13 +381,13 @@ fn matching(
     (query, by)
 }
 
-/// Whether `payment_attempts_open_status_created_idx` holds attempts in `status`: every
-/// state but `in_flight` (in the lease index) and the two outcomes (decision 173).
-fn in_open_states_index(status: AttemptStatus) -> bool {
-    !matches!(
-        status,
-        AttemptStatus::InFlight | AttemptStatus::Succeeded | AttemptStatus::Declined
-    )
+/// Whether an index of `payment_attempts` holds exactly the attempts in `status`, so that a
+/// search by it reads those entries only: `pending` and `unknown` (their due indexes),
+/// `in_flight` (the lease index), `needs_review` and `expired`
+/// (`payment_attempts_review_expired_created_idx`, decision 215). Not the two outcomes,
+/// which hold nearly every attempt.
+fn has_a_state_index(status: AttemptStatus) -> bool {
+    !matches!(status, AttemptStatus::Succeeded | AttemptStatus::Declined)
 }
 
 /// Attempts that should have settled by now: every non-final attempt recorded at or before
@@ -402,22 +402,21 @@ pub async fn stuck_attempts(
     limit: Option<i64>,
 ) -> Result<Vec<AttemptRecord>, sqlx::Error> {
     // Listing the non-final states (rather than excluding the final ones) lets the planner
-    // use the indexes of the open states instead of scanning every settled attempt: the
-    // partial (status, created_at) index of the states an attempt waits in, and the lease
-    // index for `in_flight`, which that index leaves out (decision 173) — hence `in_flight`
-    // as an arm of its own, so that the planner ORs the two indexes (an `IN` list naming it
-    // would imply neither index's predicate, and scan the table). A page
-    // after a cursor is its own statement (not `$4 IS NULL OR …`, whose generic plan could
-    // not use it), and `created_at >= $4` beside the row comparison is what starts each
-    // status's index scan at the cursor, as `store::console::review_page` does.
+    // read each state's own index instead of scanning every settled attempt: the due
+    // indexes of `pending` and `unknown`, the lease index of `in_flight` and the index of
+    // `needs_review` (decisions 173, 215) — one arm per state, so that the planner ORs the
+    // four indexes (an `IN` list would imply no index's predicate, and scan the table). A
+    // page after a cursor is its own statement (not `$4 IS NULL OR …`, whose generic plan
+    // could not use it), and `created_at >= $4` beside the row comparison is what starts
+    // the review index's scan at the cursor, as `store::console::review_page` does.
     //
     // Ordered by `created_at + interval '0 seconds'` (the same order) rather than the bare
     // column, so that no index provides the order: stuck attempts cluster among the newest,
-    // which the planner cannot know, and for a small `LIMIT` it would walk
-    // `payment_attempts_created_idx` from the oldest attempt past every settled one (10 rows
-    // read 450,000 and took 122 ms at 2 million attempts). Now the plan reads only the stuck
-    // entries of those indexes (after the cursor) and keeps the page with a top-N sort:
-    // bounded by the stuck attempts, never by the table.
+    // which the planner cannot know, and for a small `LIMIT` it would walk a time index
+    // from the oldest attempt past every settled one (10 rows read 450,000 and took 122 ms
+    // at 2 million attempts). Now the plan reads only the stuck entries of those indexes
+    // and keeps the page with a top-N sort: bounded by the stuck attempts, never by the
+    // table.
     let after_cursor = if after.is_some() {
         "AND a.created_at >= $4 AND (a.created_at, a.payment_attempt_id) > ($4, $5)"
     } else {
@@ -425,7 +424,8 @@ pub async fn stuck_attempts(
     };
     let sql = format!(
         "{ATTEMPT_SELECT}
-         WHERE (a.status IN ('pending', 'unknown', 'needs_review') OR a.status = 'in_flight')
+         WHERE (a.status = 'pending' OR a.status = 'unknown' OR a.status = 'in_flight'
+                OR a.status = 'needs_review')
            AND (a.status = 'needs_review' OR a.created_at <= $1)
            AND ($2::text IS NULL OR a.status = $2)
            {after_cursor}

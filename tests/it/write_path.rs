@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use mock_gateway::payment_methods as pm;
 use onecharge::store::intake::record_batch;
-use onecharge::store::operator::{list_attempts, AttemptFilter};
+use onecharge::store::operator::{list_attempts, stuck_attempts, AttemptFilter};
 use onecharge::store::{Store, MIGRATOR};
 use uuid::Uuid;
 
@@ -16,8 +16,9 @@ use crate::support::{record, Harness, Records};
 
 /// The migrations of decisions 170, 171 and 173.
 const WRITE_PATH: std::ops::RangeInclusive<i64> = 20261203001500..=20261203001999;
-/// The migrations of decision 214 (the search columns in `attempt_search`).
-const SEARCH: std::ops::RangeInclusive<i64> = 20261204002000..=20261204002099;
+/// The migrations of decisions 214 and 215 (the search columns in `attempt_search`, the
+/// index of `needs_review` and `expired`).
+const SEARCH: std::ops::RangeInclusive<i64> = 20261204002000..=20261204002199;
 
 /// Runs the down migrations in `versions`, newest first, and forgets them, so that
 /// `Store::migrate` applies them again.
@@ -253,13 +254,13 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
     assert_eq!(h.attempt(review).await.status, "needs_review");
 }
 
-/// Decision 214's migrations on a database holding every state, its attempts written
-/// without `attempt_search`: applied while intake writes, every attempt (old, new and
-/// written meanwhile) has exactly one search row equal to its own columns, the searches by
-/// order, customer and time find the old attempts, the attempts' own search indexes are
-/// gone, and the row follows an attempt whose columns a person changes.
+/// Decisions 214 and 215's migrations on a database holding every state, its attempts
+/// written without `attempt_search`: applied while intake writes, every attempt (old, new
+/// and written meanwhile) has exactly one search row equal to its own columns, the searches
+/// by order, customer, time and state and the stuck list find the old attempts, the indexes
+/// they replace are gone, and the row follows an attempt whose columns a person changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_search_table_migrations_apply_online_to_a_database_holding_every_state() {
+async fn the_search_and_state_index_migrations_apply_online_to_a_database_holding_every_state() {
     let h = Harness::new().await;
     let first = h
         .seed_many(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::FAULT_ERROR_AFTER])
@@ -293,9 +294,11 @@ async fn the_search_table_migrations_apply_online_to_a_database_holding_every_st
         "payment_attempts_created_idx",
         "payment_attempts_order_created_idx",
         "payment_attempts_customer_created_idx",
+        "payment_attempts_open_status_created_idx",
     ] {
         assert!(has_index(&h, index).await, "{index} is back");
     }
+    assert!(!has_index(&h, "payment_attempts_review_expired_created_idx").await);
     // Written in the old shape.
     let old_shape = h.seed_many(&[pm::CARD_VISA, pm::CARD_VISA]).await;
 
@@ -305,9 +308,20 @@ async fn the_search_table_migrations_apply_online_to_a_database_holding_every_st
         "payment_attempts_created_idx",
         "payment_attempts_order_created_idx",
         "payment_attempts_customer_created_idx",
+        "payment_attempts_open_status_created_idx",
     ] {
         assert!(!has_index(&h, index).await, "{index} is dropped");
     }
+    assert_eq!(
+        h.scalar(
+            "SELECT count(*) FROM pg_index
+             WHERE indexrelid = 'payment_attempts_review_expired_created_idx'::regclass
+               AND indisvalid"
+        )
+        .await,
+        1,
+        "built concurrently while intake wrote, and valid"
+    );
     let attempts = h.attempt_rows().await;
     assert!(attempts >= 9 + 2 * batches, "{attempts} attempts");
     assert_eq!(
@@ -353,6 +367,42 @@ async fn the_search_table_migrations_apply_online_to_a_database_holding_every_st
         .windows(2)
         .all(|w| (w[0].created_at, w[0].payment_attempt_id)
             >= (w[1].created_at, w[1].payment_attempt_id)));
+
+    // A search by each state finds exactly the attempts in it, and the stuck list every
+    // attempt that is not settled.
+    for status in EVERY_STATE {
+        let filter = AttemptFilter {
+            status: Some(status.parse().unwrap()),
+            ..Default::default()
+        };
+        let mut found: Vec<Uuid> = list_attempts(&h.store, &filter, None)
+            .await
+            .unwrap()
+            .iter()
+            .map(|a| a.payment_attempt_id.into())
+            .collect();
+        let mut stored: Vec<Uuid> =
+            sqlx::query_scalar("SELECT payment_attempt_id FROM payment_attempts WHERE status = $1")
+                .bind(status)
+                .fetch_all(h.store.pool())
+                .await
+                .unwrap();
+        found.sort();
+        stored.sort();
+        assert!(!stored.is_empty(), "{status}");
+        assert_eq!(found, stored, "{status}");
+    }
+    let stuck = stuck_attempts(&h.store, time::OffsetDateTime::now_utc(), None, None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        stuck.len() as i64,
+        h.scalar(
+            "SELECT count(*) FROM payment_attempts
+             WHERE status IN ('pending', 'unknown', 'in_flight', 'needs_review')"
+        )
+        .await
+    );
 
     // A person moves an attempt's order: its search row follows, in the same transaction.
     let moved = old_shape[0].payment_attempt_id;
