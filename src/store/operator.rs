@@ -488,16 +488,33 @@ pub async fn gateway_calls(
     .map(|calls| calls.into_iter().flatten().collect())
 }
 
-/// The attempt's outbox events, oldest first.
+/// The statement of [`events`], public for its plan's test: `$1` is the attempt id.
+pub const ATTEMPT_EVENTS: &str =
+    "SELECT o.event_id, o.status, o.subject, o.created_at, o.published_at,
+                o.publish_attempts, o.last_error, o.payload
+         FROM (SELECT event_id, NULL::timestamptz AS created_at
+               FROM outbox_final_states WHERE payment_attempt_id = $1
+               UNION ALL
+               SELECT event_id, created_at
+               FROM outbox_attempt_events WHERE payment_attempt_id = $1) e
+         CROSS JOIN LATERAL (
+             SELECT * FROM outbox o
+             WHERE o.event_id = e.event_id
+               AND (e.created_at IS NULL OR o.created_at = e.created_at)
+             OFFSET 0
+         ) o
+         WHERE o.payment_attempt_id = $1
+         ORDER BY o.created_at, o.event_id";
+
+/// The attempt's outbox events, oldest first: its final state's from
+/// `outbox_final_states`, the others from `outbox_attempt_events` (decision 216), each read
+/// by the outbox's key (the final state's by its event id in every month). No index of the
+/// outbox holds the attempt id.
 pub async fn events(store: &Store, id: PaymentAttemptId) -> Result<Vec<OutboxEvent>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT event_id, status, subject, created_at, published_at, publish_attempts,
-                last_error, payload
-         FROM outbox WHERE payment_attempt_id = $1 ORDER BY created_at, event_id",
-    )
-    .bind(id)
-    .fetch_all(store.pool())
-    .await
+    sqlx::query_as(ATTEMPT_EVENTS)
+        .bind(id)
+        .fetch_all(store.pool())
+        .await
 }
 
 /// A row of `ATTEMPT_SELECT`: the attempt's columns ([`AttemptRecord`]'s `FromRow`) and its

@@ -344,14 +344,21 @@ pub async fn refund_events(
     store: &Store,
     refund: &RefundRecord,
 ) -> Result<Vec<OutboxEvent>, sqlx::Error> {
+    // Found among the attempt's events that are not a final state's
+    // (`outbox_attempt_events`, decision 216), each by the outbox's key.
     sqlx::query_as(
-        "SELECT event_id, status, subject, created_at, published_at, publish_attempts,
-                last_error, payload
-         FROM outbox
-         WHERE payment_attempt_id = $1
-           AND status IN ('refund_succeeded', 'refund_failed', 'refund_dead_letter')
-           AND payload->>'refund_id' = $2
-         ORDER BY created_at, event_id",
+        "SELECT o.event_id, o.status, o.subject, o.created_at, o.published_at,
+                o.publish_attempts, o.last_error, o.payload
+         FROM outbox_attempt_events e
+         CROSS JOIN LATERAL (
+             SELECT * FROM outbox o
+             WHERE o.event_id = e.event_id AND o.created_at = e.created_at
+             OFFSET 0
+         ) o
+         WHERE e.payment_attempt_id = $1
+           AND o.status IN ('refund_succeeded', 'refund_failed', 'refund_dead_letter')
+           AND o.payload->>'refund_id' = $2
+         ORDER BY o.created_at, o.event_id",
     )
     .bind(refund.payment_attempt_id)
     .bind(refund.refund_id.to_string())

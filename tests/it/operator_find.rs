@@ -428,3 +428,33 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
     }
     sqlx::Connection::close(conn).await.unwrap();
 }
+
+/// An attempt's events are read by the outbox's key (decision 216): the outbox keeps no
+/// index of the attempt id, and a statement filtering the outbox by it would read every
+/// month. 20,000 events of other attempts, unanalyzed, and sequential scans priced out: the
+/// plan probes each month's primary key and scans no month.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempts_events_are_read_by_the_outbox_key_not_a_scan_of_the_months() {
+    let h = Harness::new().await;
+    h.exec(
+        "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload)
+         SELECT gen_random_uuid(), gen_random_uuid(), 'needs_review', 'payments.events.x',
+                '{}', '{}'
+         FROM generate_series(1, 20000)",
+    )
+    .await;
+    let mut conn = h.store.pool().acquire().await.unwrap().detach();
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let sql = onecharge::store::operator::ATTEMPT_EVENTS
+        .replace("$1", &format!("'{}'::uuid", uuid::Uuid::new_v4()));
+    let plan = explain(&mut conn, &sql).await;
+    assert!(
+        !plan.contains("Seq Scan"),
+        "an attempt's events scan:\n{plan}"
+    );
+    assert!(plan.contains("outbox_p"), "{plan}");
+    sqlx::Connection::close(conn).await.unwrap();
+}

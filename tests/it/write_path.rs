@@ -16,9 +16,10 @@ use crate::support::{record, Harness, Records};
 
 /// The migrations of decisions 170, 171 and 173.
 const WRITE_PATH: std::ops::RangeInclusive<i64> = 20261203001500..=20261203001999;
-/// The migrations of decisions 214 and 215 (the search columns in `attempt_search`, the
-/// index of `needs_review` and `expired`).
-const SEARCH: std::ops::RangeInclusive<i64> = 20261204002000..=20261204002199;
+/// The migrations of decisions 214–216 (the search columns in `attempt_search`, the index
+/// of `needs_review` and `expired`, an attempt's events found without an index of the
+/// outbox).
+const SEARCH: std::ops::RangeInclusive<i64> = 20261204002000..=20261204002299;
 
 /// Runs the down migrations in `versions`, newest first, and forgets them, so that
 /// `Store::migrate` applies them again.
@@ -254,13 +255,15 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
     assert_eq!(h.attempt(review).await.status, "needs_review");
 }
 
-/// Decisions 214 and 215's migrations on a database holding every state, its attempts
-/// written without `attempt_search`: applied while intake writes, every attempt (old, new
-/// and written meanwhile) has exactly one search row equal to its own columns, the searches
-/// by order, customer, time and state and the stuck list find the old attempts, the indexes
-/// they replace are gone, and the row follows an attempt whose columns a person changes.
+/// Decisions 214–216's migrations on a database holding every state, its attempts written
+/// without `attempt_search` and its events with `outbox_attempt_idx`: applied while intake
+/// writes, every attempt (old, new and written meanwhile) has exactly one search row equal
+/// to its own columns, the searches by order, customer, time and state and the stuck list
+/// find the old attempts, an attempt's events (final and not) are listed as before, the
+/// indexes they replace are gone, and the row follows an attempt whose columns a person
+/// changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_search_and_state_index_migrations_apply_online_to_a_database_holding_every_state() {
+async fn the_migrations_of_what_searches_read_apply_online_to_a_database_holding_every_state() {
     let h = Harness::new().await;
     let first = h
         .seed_many(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::FAULT_ERROR_AFTER])
@@ -299,8 +302,41 @@ async fn the_search_and_state_index_migrations_apply_online_to_a_database_holdin
         assert!(has_index(&h, index).await, "{index} is back");
     }
     assert!(!has_index(&h, "payment_attempts_review_expired_created_idx").await);
-    // Written in the old shape.
+    assert!(has_index(&h, "outbox_attempt_idx").await);
+    // Written in the old shape, and an event that is not a final state's (a move into review).
     let old_shape = h.seed_many(&[pm::CARD_VISA, pm::CARD_VISA]).await;
+    let review = second[2].payment_attempt_id;
+    let review_event = |event: Uuid| {
+        format!(
+            "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload)
+             VALUES ('{event}', '{review}', 'needs_review', 'payments.events.review', '{{}}',
+                     '{{}}')"
+        )
+    };
+    let (before, after) = (Uuid::new_v4(), Uuid::new_v4());
+    h.exec(&review_event(before)).await;
+    let succeeded = first[0].payment_attempt_id;
+    let events_of = |id| {
+        let store = h.store.clone();
+        async move {
+            onecharge::store::operator::events(&store, id)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.event_id, e.status))
+                .collect::<Vec<_>>()
+        }
+    };
+    // What the old shape lists, by outbox_attempt_idx.
+    let succeeded_events: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT event_id, status FROM outbox WHERE payment_attempt_id = $1
+         ORDER BY created_at, event_id",
+    )
+    .bind(succeeded)
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(succeeded_events.len(), 1, "{succeeded_events:?}");
 
     let batches = migrate_while_intake_writes(&h.store).await;
 
@@ -339,6 +375,14 @@ async fn the_search_and_state_index_migrations_apply_online_to_a_database_holdin
         attempts,
         "each equal to its attempt's columns"
     );
+
+    // An attempt's events are listed as before: the final state's, and the others, written
+    // before the migrations and after.
+    assert!(!has_index(&h, "outbox_attempt_idx").await);
+    assert_eq!(events_of(succeeded).await, succeeded_events);
+    h.exec(&review_event(after)).await;
+    let review_events: Vec<Uuid> = events_of(review).await.into_iter().map(|e| e.0).collect();
+    assert_eq!(review_events, [before, after]);
 
     // The searches find attempts of every age and state.
     for attempt in first.iter().chain(&second).chain(&old_shape) {
