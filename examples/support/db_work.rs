@@ -179,8 +179,20 @@ impl Observer {
                     &to,
                     &self.database_pool,
                 )
-                .await?;
-                Some(read)
+                .await;
+                // A phase that wrote more WAL than the cluster keeps (`wal_keep_size`, a
+                // million-command run) has lost its first segments: its rates, CPU and
+                // pg_stat_wal's counts are still the phase's, so they are printed without
+                // the read-back rather than lost with it.
+                match read {
+                    Ok(read) => Some(read),
+                    Err(err) => {
+                        println!(
+                            "\nthe phase's WAL was not read back ({err:#}); its records and bytes below are pg_stat_wal's"
+                        );
+                        None
+                    }
+                }
             }
             None => None,
         };
