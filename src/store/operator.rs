@@ -167,8 +167,9 @@ const SEARCH_SELECT: &str =
     attempt_select!("attempt_search s JOIN payment_attempts a USING (payment_attempt_id)");
 
 /// What `attempts list` and `GET /api/attempts` narrow the list to; a field left `None`
-/// does not narrow it. Each filter is answered from its own index (migrations
-/// `…_attempt_lookup_indexes`, `…_operator_audit`), and so is the paging cursor.
+/// does not narrow it. Each filter is answered from its own index — time, order and
+/// customer from `attempt_search`'s (decision 214), a state from its own (decision 215), a
+/// charge id and a key from `payment_attempts`' — and so is the paging cursor.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AttemptFilter {
     pub status: Option<AttemptStatus>,
