@@ -339,31 +339,24 @@ pub async fn refund_gateway_calls(
 }
 
 /// One refund's events and dead letter in the outbox (stored under its attempt), oldest
-/// first.
+/// first: those of its attempt's events ([`super::operator::events`]) that are a refund's
+/// and name this refund.
 pub async fn refund_events(
     store: &Store,
     refund: &RefundRecord,
 ) -> Result<Vec<OutboxEvent>, sqlx::Error> {
-    // Found among the attempt's events that are not a final state's
-    // (`outbox_attempt_events`, decision 216), each by the outbox's key.
-    sqlx::query_as(
-        "SELECT o.event_id, o.status, o.subject, o.created_at, o.published_at,
-                o.publish_attempts, o.last_error, o.payload
-         FROM outbox_attempt_events e
-         CROSS JOIN LATERAL (
-             SELECT * FROM outbox o
-             WHERE o.event_id = e.event_id AND o.created_at = e.created_at
-             OFFSET 0
-         ) o
-         WHERE e.payment_attempt_id = $1
-           AND o.status IN ('refund_succeeded', 'refund_failed', 'refund_dead_letter')
-           AND o.payload->>'refund_id' = $2
-         ORDER BY o.created_at, o.event_id",
-    )
-    .bind(refund.payment_attempt_id)
-    .bind(refund.refund_id.to_string())
-    .fetch_all(store.pool())
-    .await
+    let refund_id = refund.refund_id.to_string();
+    let events = super::operator::events(store, refund.payment_attempt_id).await?;
+    Ok(events
+        .into_iter()
+        .filter(|event| {
+            matches!(
+                event.status.as_str(),
+                "refund_succeeded" | "refund_failed" | "refund_dead_letter"
+            ) && event.payload.get("refund_id").and_then(|id| id.as_str())
+                == Some(refund_id.as_str())
+        })
+        .collect())
 }
 
 /// What an attempt's refunds have taken of its charge, as the database holds it now.
