@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use mock_gateway::payment_methods as pm;
+use onecharge::domain::ChargePayment;
 use onecharge::store::intake::record_batch;
 use onecharge::store::operator::{list_attempts, stuck_attempts, AttemptFilter};
 use onecharge::store::{Store, MIGRATOR};
@@ -20,6 +21,14 @@ const WRITE_PATH: std::ops::RangeInclusive<i64> = 20261203001500..=2026120300199
 /// of `needs_review` and `expired`, an attempt's events found without an index of the
 /// outbox).
 const SEARCH: std::ops::RangeInclusive<i64> = 20261204002000..=20261204002299;
+
+/// The indexes of `payment_attempts` that decisions 214 and 215 replace.
+const REPLACED_BY_SEARCH: [&str; 4] = [
+    "payment_attempts_created_idx",
+    "payment_attempts_order_created_idx",
+    "payment_attempts_customer_created_idx",
+    "payment_attempts_open_status_created_idx",
+];
 
 /// Runs the down migrations in `versions`, newest first, and forgets them, so that
 /// `Store::migrate` applies them again.
@@ -110,10 +119,11 @@ async fn is_valid(h: &Harness, index: &str) -> bool {
         == 1
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_write_path_migrations_apply_online_to_a_database_holding_every_state() {
-    let mut h = Harness::new().await;
-    // Settled (two succeeded, one declined) and unknown, their events published.
+/// Attempts in every state: two succeeded, one declined and one unknown, settled and their
+/// events published; then one pending, one in flight under another owner's lease and one in
+/// review; and one expired whose event waits. Returns the four settled first and the three
+/// after them, in that order.
+async fn seed_every_state(h: &mut Harness) -> (Vec<ChargePayment>, Vec<ChargePayment>) {
     let first = h
         .seed_many(&[
             pm::CARD_VISA,
@@ -124,29 +134,35 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
         .await;
     h.executor().run_once().await.unwrap();
     h.relay().await.run_once().await.unwrap();
-    // Pending, in flight under a lease, and in review; an expired attempt whose event waits.
     let second = h
         .seed_many(&[pm::CARD_VISA, pm::CARD_VISA, pm::CARD_VISA])
         .await;
-    let (pending, in_flight, review) = (
-        second[0].payment_attempt_id,
-        second[1].payment_attempt_id,
-        second[2].payment_attempt_id,
-    );
     h.set_attempt(
-        in_flight,
+        second[1].payment_attempt_id,
         "status = 'in_flight', lease_owner = 'elsewhere', lease_token = lease_token + 1,
          lease_expires_at = now() + interval '1 hour', dispatched_at = now(),
          first_dispatched_at = now(), tries = 1",
     )
     .await;
     h.set_attempt(
-        review,
+        second[2].payment_attempt_id,
         "status = 'needs_review', review_reason = 'a person looks'",
     )
     .await;
     h.seed_expired(1).await;
-    assert_eq!(states(&h).await, EVERY_STATE);
+    assert_eq!(states(h).await, EVERY_STATE);
+    (first, second)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_path_migrations_apply_online_to_a_database_holding_every_state() {
+    let mut h = Harness::new().await;
+    let (first, second) = seed_every_state(&mut h).await;
+    let (pending, in_flight, review) = (
+        second[0].payment_attempt_id,
+        second[1].payment_attempt_id,
+        second[2].payment_attempt_id,
+    );
 
     take_back(&h.store, WRITE_PATH).await;
     assert!(has_index(&h, "payment_attempts_status_created_idx").await);
@@ -268,28 +284,8 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
 /// changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_migrations_of_what_searches_read_apply_online_to_a_database_holding_every_state() {
-    let h = Harness::new().await;
-    let first = h
-        .seed_many(&[pm::CARD_VISA, pm::CARD_DECLINED, pm::FAULT_ERROR_AFTER])
-        .await;
-    h.executor().run_once().await.unwrap();
-    let second = h
-        .seed_many(&[pm::CARD_VISA, pm::CARD_VISA, pm::CARD_VISA])
-        .await;
-    h.set_attempt(
-        second[1].payment_attempt_id,
-        "status = 'in_flight', lease_owner = 'elsewhere', lease_token = lease_token + 1,
-         lease_expires_at = now() + interval '1 hour', dispatched_at = now(),
-         first_dispatched_at = now(), tries = 1",
-    )
-    .await;
-    h.set_attempt(
-        second[2].payment_attempt_id,
-        "status = 'needs_review', review_reason = 'a person looks'",
-    )
-    .await;
-    h.seed_expired(1).await;
-    assert_eq!(states(&h).await, EVERY_STATE);
+    let mut h = Harness::new().await;
+    let (first, second) = seed_every_state(&mut h).await;
 
     take_back(&h.store, SEARCH).await;
     assert_eq!(
@@ -297,12 +293,7 @@ async fn the_migrations_of_what_searches_read_apply_online_to_a_database_holding
             .await,
         0
     );
-    for index in [
-        "payment_attempts_created_idx",
-        "payment_attempts_order_created_idx",
-        "payment_attempts_customer_created_idx",
-        "payment_attempts_open_status_created_idx",
-    ] {
+    for index in REPLACED_BY_SEARCH {
         assert!(has_index(&h, index).await, "{index} is back");
     }
     assert!(!has_index(&h, "payment_attempts_review_expired_created_idx").await);
@@ -344,12 +335,7 @@ async fn the_migrations_of_what_searches_read_apply_online_to_a_database_holding
 
     let batches = migrate_while_intake_writes(&h.store).await;
 
-    for index in [
-        "payment_attempts_created_idx",
-        "payment_attempts_order_created_idx",
-        "payment_attempts_customer_created_idx",
-        "payment_attempts_open_status_created_idx",
-    ] {
+    for index in REPLACED_BY_SEARCH {
         assert!(!has_index(&h, index).await, "{index} is dropped");
     }
     assert!(
@@ -357,7 +343,7 @@ async fn the_migrations_of_what_searches_read_apply_online_to_a_database_holding
         "built concurrently while intake wrote, and valid"
     );
     let attempts = h.attempt_rows().await;
-    assert!(attempts >= 9 + 2 * batches, "{attempts} attempts");
+    assert!(attempts >= 10 + 2 * batches, "{attempts} attempts");
     assert_eq!(
         h.scalar("SELECT count(*) FROM attempt_search").await,
         attempts,
