@@ -354,12 +354,12 @@ impl Executor {
                     Err(wait) => next = wait,
                 }
             }
-            let no_slot = in_hand.free(usize::MAX) == 0;
+            let wakes = Wakes::of(&next, claiming.is_some(), in_hand.free(usize::MAX));
             let woke = tokio::select! {
                 _ = shutdown.cancelled() => Woke::Shutdown,
-                claimed = async { (&mut claiming.as_mut().expect("claiming").handle).await }, if claiming.is_some() => Woke::Claimed(claimed),
-                _ = in_hand.wait_for_room(), if no_slot => Woke::Room,
-                _ = self.wait(&next), if claiming.is_none() && next.waits() => Woke::Waited,
+                claimed = async { (&mut claiming.as_mut().expect("claiming").handle).await }, if wakes.claim => Woke::Claimed(claimed),
+                _ = in_hand.wait_for_room(), if wakes.room => Woke::Room,
+                _ = self.wait(&next), if wakes.timer => Woke::Waited,
             };
             match woke {
                 Woke::Shutdown => break,
@@ -745,6 +745,7 @@ impl Executor {
 }
 
 /// What the run loop does when no claim is running.
+#[derive(Debug)]
 enum Next {
     /// Claim again at once: the last claim was full.
     Claim,
@@ -761,6 +762,32 @@ impl Next {
     /// Whether this waits on a timer ([`Executor::wait`]).
     fn waits(&self) -> bool {
         matches!(self, Self::Idle | Self::RetryAfter(_))
+    }
+}
+
+/// What the run loop's `select!` waits on besides the shutdown.
+struct Wakes {
+    /// The claim running beside the calls.
+    claim: bool,
+    /// A call slot freeing, or a task finishing ([`InHand::wait_for_room`]).
+    room: bool,
+    /// `poll_interval`, a nudge, or the wait after a failure ([`Executor::wait`]).
+    timer: bool,
+}
+
+impl Wakes {
+    /// The wakes for `next`, with `claiming` running and `free_slots` free when read.
+    ///
+    /// `WaitForRoom` always waits for room: [`Executor::start_claim`] decided it on its own
+    /// reading of the free slots, and a call finishing on another worker may free one before
+    /// `free_slots` is read. Waiting for room then returns at once and the loop sends its
+    /// queue; waiting for `free_slots == 0` alone would wait on nothing (decision 217).
+    fn of(next: &Next, claiming: bool, free_slots: usize) -> Self {
+        Self {
+            claim: claiming,
+            room: free_slots == 0 || matches!(next, Next::WaitForRoom),
+            timer: !claiming && next.waits(),
+        }
     }
 }
 
@@ -832,5 +859,33 @@ fn report(
         lease_token: claim.attempt.lease_token,
         outcome,
         disposition,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every state the run loop can wait in has something besides the shutdown to wake it,
+    /// whatever the free slots read: they are read again after `start_claim` decided, and
+    /// calls on the other workers free slots in between. A loop that waits on the shutdown
+    /// alone holds its claim-ahead queue and claims nothing more, for good (decision 217).
+    #[test]
+    fn the_run_loop_never_waits_on_the_shutdown_alone() {
+        let states = [
+            (Next::Claim, true),
+            (Next::WaitForRoom, false),
+            (Next::Idle, false),
+            (Next::RetryAfter(Duration::from_millis(5)), false),
+        ];
+        for (next, claiming) in &states {
+            for free_slots in [0, 1, 64] {
+                let wakes = Wakes::of(next, *claiming, free_slots);
+                assert!(
+                    wakes.claim || wakes.room || wakes.timer,
+                    "{next:?} with a claim running: {claiming}, free slots read: {free_slots}: waits on the shutdown alone"
+                );
+            }
+        }
     }
 }
