@@ -3,8 +3,9 @@
 //! left, and hands back (to `pending`, no try used, no gateway call) what may not go — and
 //! everything still queued when it stops.
 //!
-//! Each test runs the real `run` loop with one call slot: the first attempt takes the slot
-//! and the second is claimed ahead into the queue.
+//! Each test runs the real `run` loop. Most have one call slot: the first attempt takes the
+//! slot and the second is claimed ahead into the queue. The last drives eight slots hard, to
+//! show that the loop never stops claiming while calls end under it.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -187,4 +188,49 @@ async fn shutdown_hands_the_queue_back_and_finishes_the_call_in_hand() {
 
     assert_handed_back_unsent(&h, queued).await;
     h.assert_charged_once(slow).await;
+}
+
+/// Calls that end while the run loop decides what to wait on never leave it waiting on the
+/// shutdown alone (decision 217): with eight slots and a gateway that answers at once, slots
+/// free on the other worker thousands of times a second while the queue is full. On the old
+/// rule the loop stopped claiming in each of four runs, after 662 to 11,430 of the 20,000,
+/// with its queue claimed and unsent and nothing logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_loop_keeps_claiming_while_calls_free_slots_under_it() {
+    const ATTEMPTS: i64 = 20_000;
+    let h = Harness::with(MockConfig::default(), |s| {
+        s.executor.concurrency = 8;
+        s.executor.claim_ahead = 16;
+        s.executor.batch_size = 16;
+    })
+    .await;
+    let methods = vec![pm::CARD_VISA; 500];
+    for _ in 0..ATTEMPTS / 500 {
+        h.seed_many(&methods).await;
+    }
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(h.executor().run(shutdown.clone()));
+
+    let settled = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM payment_attempts WHERE status = 'succeeded'",
+        )
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap()
+    };
+    let (mut last, mut moved_at) = (0, Instant::now());
+    while last < ATTEMPTS {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = settled().await;
+        if now > last {
+            (last, moved_at) = (now, Instant::now());
+        }
+        assert!(
+            moved_at.elapsed() < Duration::from_secs(10),
+            "the executor stopped settling at {last} of {ATTEMPTS}, with attempts still pending"
+        );
+    }
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
 }
