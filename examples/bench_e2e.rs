@@ -4,7 +4,10 @@
 //! in phases, against the same serve process:
 //!
 //! 1. **maximum rate**: `--max-commands` commands published as fast as JetStream acknowledges
-//!    them; events/s from the first publish to the last event received (one per attempt);
+//!    them; events/s from the first publish to the last event received (one per attempt),
+//!    and by 10 s window with the serve process's RSS at each window's end; over two minutes
+//!    or more, the last minute's rate against the first's and RSS after the first minute
+//!    (the growth run: `--max-commands 1000000`);
 //! 2. **latency**: `--latency-commands` commands paced at half that rate (or `--rate`);
 //!    publish-to-event latency per attempt (p50, p90, p99, max), matched by
 //!    `payment_attempt_id`;
@@ -780,11 +783,14 @@ fn print_rate_by_window(max: &PhaseReport) {
         RATE_WINDOW.as_secs()
     );
     println!();
-    table_head("window | events | events/s", "rrr");
+    table_head("window | events | events/s | RSS MiB at its end", "rrrr");
     for (i, (count, rate)) in counts.iter().zip(&rates).enumerate() {
         let from = i as f64 * window;
+        let rss = max
+            .rss_at(from + window)
+            .map_or_else(|| "–".to_owned(), |mib| format!("{mib:.1}"));
         println!(
-            "| {:.0}–{:.0} s | {} | {} |",
+            "| {:.0}–{:.0} s | {} | {} | {rss} |",
             from,
             from + window,
             thousands(*count as f64),
@@ -796,6 +802,34 @@ fn print_rate_by_window(max: &PhaseReport) {
         "last window / first window: {:.2}",
         rates[full - 1] / rates[0]
     );
+    let per_minute = (60.0 / window) as usize;
+    if full >= 2 * per_minute {
+        let minute = |windows: &[usize]| windows.iter().sum::<usize>() as f64;
+        let first = minute(&counts[..per_minute]);
+        let last = minute(&counts[full - per_minute..]);
+        println!(
+            "last minute / first minute: {:.2} ({} against {} events)",
+            last / first,
+            thousands(last),
+            thousands(first)
+        );
+    }
+    let after_first_minute: Vec<f64> = max
+        .rss_trail
+        .iter()
+        .filter(|(at, _)| (*at - max.first_publish).as_secs_f64() >= 60.0)
+        .map(|(_, mib)| *mib)
+        .collect();
+    if let (Some(low), Some(high), Some(end)) = (
+        after_first_minute.iter().copied().reduce(f64::min),
+        after_first_minute.iter().copied().reduce(f64::max),
+        after_first_minute.last(),
+    ) {
+        println!(
+            "RSS after the first minute: {low:.1}–{high:.1} MiB over {} readings, {end:.1} at the end",
+            after_first_minute.len()
+        );
+    }
 }
 
 /// The width of the windows of [`print_rate_by_window`].
@@ -1186,6 +1220,8 @@ struct PhaseReport {
     arrivals: Vec<Instant>,
     rss_at_warm_up: Option<Memory>,
     rss_at_end: Option<Memory>,
+    /// `serve`'s RSS in MiB, read every [`RATE_WINDOW`] through the phase and once at its end.
+    rss_trail: Vec<(Instant, f64)>,
     /// The database's work for the phase, when the run counts it.
     work: Option<PhaseWork>,
 }
@@ -1198,6 +1234,19 @@ struct Percentiles {
 }
 
 impl PhaseReport {
+    /// `serve`'s RSS as last read at `seconds` after the first publish, if it was read by then.
+    fn rss_at(&self, seconds: f64) -> Option<f64> {
+        self.rss_trail
+            .iter()
+            .take_while(|(at, _)| {
+                at.saturating_duration_since(self.first_publish)
+                    .as_secs_f64()
+                    <= seconds
+            })
+            .last()
+            .map(|(_, mib)| *mib)
+    }
+
     /// First publish to last event.
     fn span(&self) -> Duration {
         self.last_event - self.first_publish
@@ -1340,9 +1389,15 @@ async fn run_phase(
     let mut memory = phase
         .sample_memory
         .then(|| MemorySampler::new(phase.commands));
+    let mut rss_trail = Vec::new();
+    let mut next_rss = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     loop {
         tick.tick().await;
+        if Instant::now() >= next_rss {
+            rss_trail.push((Instant::now(), service.memory()?.rss_mib));
+            next_rss += RATE_WINDOW;
+        }
         if publisher.as_ref().is_some_and(|p| p.is_finished()) {
             let finished = publisher.take().expect("checked above");
             published_in = Some(finished.await.context("the publisher panicked")??);
@@ -1362,7 +1417,8 @@ async fn run_phase(
         }
     }
     let published_in = published_in.expect("the publisher finished");
-    finish_phase(tracker, phase.name, published_in, memory)
+    rss_trail.push((Instant::now(), service.memory()?.rss_mib));
+    finish_phase(tracker, phase.name, published_in, memory, rss_trail)
 }
 
 /// Fails a phase in which no event arrived for [`STALL_TIMEOUT`] while commands are
@@ -1466,6 +1522,7 @@ fn finish_phase(
     name: &str,
     (publish_elapsed, behind_schedule): (Duration, Duration),
     memory: Option<MemorySampler>,
+    rss_trail: Vec<(Instant, f64)>,
 ) -> anyhow::Result<PhaseReport> {
     let stats = std::mem::take(&mut lock(tracker).phase);
     if stats.not_succeeded > 0 {
@@ -1485,6 +1542,7 @@ fn finish_phase(
         arrivals: stats.arrivals,
         rss_at_warm_up: memory.as_ref().and_then(|m| m.at_warm_up),
         rss_at_end: memory.as_ref().and_then(|m| m.at_end),
+        rss_trail,
         work: None,
     })
 }
