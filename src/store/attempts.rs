@@ -185,11 +185,13 @@ pub async fn hand_back(
     let Some(first) = attempts.first() else {
         return Ok(0);
     };
-    let handed: i64 = sqlx::query_scalar(
-        "WITH input AS (
+    static STATEMENT: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int4[])
                  AS i(payment_attempt_id, lease_token, refund)
          ),
+         {LOCKED_IN_KEY_ORDER},
          back AS (
              UPDATE payment_attempts a SET
                  status = 'pending',
@@ -201,7 +203,7 @@ pub async fn hand_back(
                  dispatched_at = CASE WHEN i.refund = 1 AND a.first_dispatched_at = a.dispatched_at
                                       THEN NULL ELSE a.dispatched_at END,
                  updated_at = now()
-             FROM input i
+             FROM input i JOIN locked USING (payment_attempt_id)
              WHERE a.payment_attempt_id = i.payment_attempt_id
                AND a.lease_token = i.lease_token
                AND a.status = 'in_flight'
@@ -214,15 +216,17 @@ pub async fn hand_back(
                     $5 || '; lease token ' || lease_token || ', never sent, no try used', now()
              FROM back
          )
-         SELECT count(*) FROM back",
-    )
-    .bind(column(attempts, |a| a.attempt.payment_attempt_id))
-    .bind(column(attempts, |a| a.attempt.lease_token))
-    .bind(column(attempts, |a| i32::from(a.dispatch)))
-    .bind(Actor::Executor(first.lease_owner.clone()).to_string())
-    .bind(gateway_text(why, 1900))
-    .fetch_one(store.pool())
-    .await?;
+         SELECT count(*) FROM back"
+        )
+    });
+    let handed: i64 = sqlx::query_scalar(&STATEMENT)
+        .bind(column(attempts, |a| a.attempt.payment_attempt_id))
+        .bind(column(attempts, |a| a.attempt.lease_token))
+        .bind(column(attempts, |a| i32::from(a.dispatch)))
+        .bind(Actor::Executor(first.lease_owner.clone()).to_string())
+        .bind(gateway_text(why, 1900))
+        .fetch_one(store.pool())
+        .await?;
     Ok(usize::try_from(handed).unwrap_or(0))
 }
 
@@ -539,7 +543,8 @@ pub async fn settle(store: &Store, write: &SettleWrite) -> Result<bool, sqlx::Er
 /// contract §4 does not allow ([`SettleWrite::check_move`]) fails the call before anything
 /// is written. Every write keeps its
 /// own fence, transition and event; if any statement fails, none of them is written. The
-/// rows are locked in key order, so two batches cannot deadlock on each other.
+/// rows are taken in one global order ([`LOCKED_IN_KEY_ORDER`]), so two batches cannot
+/// deadlock on each other.
 pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<bool>, sqlx::Error> {
     if writes.is_empty() {
         return Ok(Vec::new());
@@ -586,9 +591,9 @@ async fn settle_all_in(
 }
 
 /// The one statement of a batch of fenced writes (one round trip, so a batch outside a
-/// caller's transaction needs no BEGIN and COMMIT of its own): each row locked in key
-/// order, moved when its own fence holds, and given its transition; every call's evidence,
-/// fenced or not; and, for each write let through whose state has one, its event in the
+/// caller's transaction needs no BEGIN and COMMIT of its own): each row taken under its
+/// advisory lock in one global order ([`LOCKED_IN_KEY_ORDER`]), moved when its own fence
+/// holds, and given its transition; every call's evidence, fenced or not; and, for each write let through whose state has one, its event in the
 /// outbox. Returns the `ord` (from 1) of the writes let through.
 ///
 /// The event is built here from the settled row, field for field what
@@ -702,14 +707,25 @@ fn settle_sql(with_calls: bool, with_events: bool) -> String {
     )
 }
 
-/// The CTE `locked`: the attempts named by `$1` (a `uuid[]`), locked in key order before a
-/// batch updates them, so that two batches of fenced writes cannot deadlock on each other.
-pub(super) const LOCKED_IN_KEY_ORDER: &str = "locked AS (
-             SELECT a.payment_attempt_id
-             FROM payment_attempts a
-             WHERE a.payment_attempt_id = ANY($1::uuid[])
-             ORDER BY a.payment_attempt_id
-             FOR UPDATE
+/// The CTE `locked`: the attempts named by `$1` (a `uuid[]`), each taken under a
+/// transaction-level advisory lock in one global order before a batch updates them, so
+/// that two batches of fenced writes cannot deadlock on each other (decision 218).
+///
+/// The order is the lock key's (class `hashtext('onecharge.payment_attempts')`, object the
+/// attempt id's `hashtext`), not the attempt id's, so two attempts whose keys collide are
+/// still taken in one order; a collision only makes one batch wait for the other. An
+/// advisory lock writes no WAL: the row lock this replaced was a `Heap/LOCK` record per
+/// attempt per batch, and the `UPDATE` that follows locks each row itself. The subquery's
+/// `ORDER BY` keeps it from being pulled up, so the locks are taken in its order; whatever
+/// the join's plan, the update reaches a row only through its lock. Every writer that
+/// updates several attempts in one statement takes this CTE first; one that updates a
+/// single attempt, or skips locked rows, never waits holding a second one.
+pub(super) const LOCKED_IN_KEY_ORDER: &str = "locked AS MATERIALIZED (
+             SELECT k.payment_attempt_id, pg_advisory_xact_lock(k.class, k.object)
+             FROM (SELECT u.payment_attempt_id, hashtext('onecharge.payment_attempts') AS class,
+                          hashtext(u.payment_attempt_id::text) AS object
+                   FROM unnest($1::uuid[]) AS u(payment_attempt_id)
+                   ORDER BY object, u.payment_attempt_id) k
          )";
 
 /// The events of the writes let through, built from the settled rows (decision 118).

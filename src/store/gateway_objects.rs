@@ -62,7 +62,8 @@ pub struct ObjectWrite {
 
 /// [`record_gateway_object`] for several attempts in one statement (one commit for all):
 /// element `i` of the answer is `writes[i]`'s. Each write keeps its own fence; the rows are
-/// locked in key order, so two batches cannot deadlock on each other.
+/// taken in one global order ([`LOCKED_IN_KEY_ORDER`]), so two batches cannot deadlock on
+/// each other.
 pub async fn record_gateway_objects(
     store: &Store,
     writes: &[ObjectWrite],

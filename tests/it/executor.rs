@@ -917,6 +917,99 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
     );
 }
 
+/// A batch of settlements takes its attempts in one global order by advisory locks, the
+/// lower lock key first, whatever the batch's own order (decision 218): with the higher
+/// key's lock held elsewhere, a batch naming both attempts, in either order, holds the
+/// lower one's lock and waits for the higher one's, and finishes once it is free. (Before,
+/// the order came from row locks, which PostgreSQL writes to the WAL.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_batch_takes_its_attempts_by_advisory_locks_in_key_order() {
+    let h = Harness::new().await;
+    h.seed_many(&[pm::CARD_VISA; 4]).await;
+    let claimed = h.executor().claim(4).await.unwrap();
+    let key = |i: usize| {
+        let id = claimed[i].attempt.payment_attempt_id;
+        let pool = h.store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i32>("SELECT hashtext($1::text)")
+                .bind(id.to_string())
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let now = h.now();
+    let succeeded = || Settlement::Succeeded {
+        charge_id: onecharge::domain::GatewayChargeId::from_gateway("ch_ordered"),
+    };
+    for (low, high, batch_order) in [(0, 1, "low first"), (2, 3, "high first")] {
+        let (mut low, mut high) = (low, high);
+        if key(low).await > key(high).await {
+            std::mem::swap(&mut low, &mut high);
+        }
+        let (low_key, high_key) = (key(low).await, key(high).await);
+        let mut holder = h.store.pool().begin().await.unwrap();
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('onecharge.payment_attempts'), $1)")
+            .bind(high_key)
+            .execute(&mut *holder)
+            .await
+            .unwrap();
+        let mut writes = vec![
+            settled_write(&claimed[low], succeeded(), now),
+            settled_write(&claimed[high], succeeded(), now),
+        ];
+        if batch_order == "high first" {
+            writes.reverse();
+        }
+        let store = h.store.clone();
+        let batch = tokio::spawn(async move { settle_all(&store, &writes).await });
+
+        // The batch's backend: holding the low key's lock, waiting for the high key's.
+        let mut seen = None;
+        for _ in 0..200 {
+            assert!(
+                !batch.is_finished(),
+                "{batch_order}: the batch did not wait for the held lock"
+            );
+            // `objid` is the key as an unsigned oid: back to the signed `hashtext`.
+            let locks: Vec<(i64, bool)> = sqlx::query_as(
+                "SELECT objid::int8 - CASE WHEN objid::int8 > 2147483647 THEN 4294967296 ELSE 0 END,
+                        granted
+                 FROM pg_locks
+                 WHERE locktype = 'advisory' AND objsubid = 2
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND classid = hashtext('onecharge.payment_attempts')::oid
+                   AND pid <> pg_backend_pid()
+                   AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)
+                 ORDER BY granted DESC",
+            )
+            .fetch_all(h.store.pool())
+            .await
+            .unwrap();
+            if !locks.is_empty() {
+                seen = Some(locks);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            seen,
+            Some(vec![
+                (i64::from(low_key), true),
+                (i64::from(high_key), false)
+            ]),
+            "{batch_order}: the batch holds the lower key and waits for the higher"
+        );
+        holder.commit().await.unwrap();
+        let settled = batch.await.unwrap().unwrap();
+        assert_eq!(settled, vec![true, true], "{batch_order}");
+        for i in [low, high] {
+            let id = claimed[i].attempt.payment_attempt_id;
+            assert_eq!(h.attempt(id).await.status, "succeeded", "{batch_order}");
+        }
+    }
+}
+
 /// The outbox row of `id`'s one event: its id, subject, headers, payload and `created_at`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
