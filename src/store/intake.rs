@@ -1,6 +1,7 @@
-//! Recording a batch of commands: the dedupe rows, the attempts and their births in one
-//! statement, and what a batch rarely needs besides (classifying what was seen before,
-//! unrecording a conflict, announcing a stale birth) in the same transaction.
+//! Recording a batch of commands: the dedupe rows, the attempts (each the record of its
+//! creation) and a stale one's first transition in one statement, and what a batch rarely
+//! needs besides (classifying what was seen before, unrecording a conflict, announcing a
+//! stale birth) in the same transaction.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,7 +193,7 @@ fn first_of_each_message_id(
 struct Written {
     /// Message ids that were new (their dedupe row is now written).
     fresh: HashSet<String>,
-    /// Attempts that were created (with their first transition).
+    /// Attempts that were created (a stale one with its first transition).
     created: HashSet<PaymentAttemptId>,
     /// The transaction's `now()`: every row of the batch carries it.
     now: OffsetDateTime,
@@ -237,12 +238,13 @@ pub const RECORD_BATCH: &str = "WITH input AS (
                  INSERT INTO payment_attempts
                      (payment_attempt_id, order_id, customer_id, amount_minor, currency,
                       payment_method, description, requested_at, fingerprint, idempotency_key,
-                      status, first_message_id, correlation_id, traceparent, next_run_at,
-                      created_at, updated_at)
+                      status, first_message_id, first_stream_sequence, accepted_by,
+                      correlation_id, traceparent, next_run_at, created_at, updated_at)
                  SELECT payment_attempt_id, order_id, customer_id, amount_minor, currency,
                         payment_method, description, requested_at, fingerprint,
-                        idempotency_key, status, message_id, correlation_id, traceparent,
-                        now(), now(), now()
+                        idempotency_key, status, message_id, stream_sequence,
+                        CASE WHEN status = 'pending' THEN $2 END,
+                        correlation_id, traceparent, now(), now(), now()
                  FROM leads
                  WHERE NOT EXISTS (SELECT FROM payment_attempts a
                                    WHERE a.payment_attempt_id = leads.payment_attempt_id
@@ -250,17 +252,17 @@ pub const RECORD_BATCH: &str = "WITH input AS (
                  ORDER BY payment_attempt_id
                  RETURNING payment_attempt_id, status
              ),
-             births AS (
+             -- An accepted attempt's creation is read from its row (`accepted_by`, the view
+             -- `attempt_history`); a stale one's is a transition, which the charts count.
+             stale_births AS (
                  INSERT INTO attempt_transitions
                      (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-                 SELECT payment_attempt_id, NULL, created.status,
-                        CASE WHEN created.status = 'expired' THEN 'stale_command'
-                             ELSE 'command_accepted' END,
-                        $2,
+                 SELECT payment_attempt_id, NULL, created.status, 'stale_command', $2,
                         'message ' || message_id || ' (stream sequence ' || stream_sequence
                             || ')',
                         now()
                  FROM created JOIN leads USING (payment_attempt_id)
+                 WHERE created.status = 'expired'
              )
              SELECT ARRAY(SELECT message_id FROM fresh),
                     ARRAY(SELECT payment_attempt_id FROM created),
@@ -269,9 +271,10 @@ pub const RECORD_BATCH: &str = "WITH input AS (
 /// The one statement of a batch (one round trip): the dedupe rows of `leads` (the first
 /// record of each message id, in message id order), then, for the message ids that were
 /// new, the attempts — one per attempt id, from its earliest command in delivery order,
-/// inserted in attempt id order — and the first transition of each attempt created. A
-/// message id seen before creates nothing; an attempt id that exists is left as it is.
-/// Says which message ids were new and which attempts were created.
+/// inserted in attempt id order, each the record of its own creation (decision 219) — and
+/// the first transition of each stale one. A message id seen before creates nothing; an
+/// attempt id that exists is left as it is. Says which message ids were new and which
+/// attempts were created.
 ///
 /// Existing keys are skipped by `NOT EXISTS` against the statement's snapshot; a key that
 /// another transaction has inserted and not yet committed is not in it, so the insert

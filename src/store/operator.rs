@@ -95,9 +95,12 @@ pub struct GatewayCall {
     pub error: Option<String>,
 }
 
-/// One recorded state change (`attempt_transitions`).
+/// One recorded state change (`attempt_history`: an accepted attempt's creation, read
+/// from its row, then its `attempt_transitions`).
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Transition {
+    /// In the order the moves were recorded; 0 for an attempt's creation that its own row
+    /// records (decision 219).
     pub id: i64,
     /// `None` for the attempt's creation.
     pub from_status: Option<String>,
@@ -463,7 +466,7 @@ pub async fn transitions(
 ) -> Result<Vec<Transition>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, from_status, to_status, cause, actor, detail, at
-         FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id",
+         FROM attempt_history WHERE payment_attempt_id = $1 ORDER BY id",
     )
     .bind(id)
     .fetch_all(store.pool())

@@ -262,19 +262,20 @@ async fn the_migration_counts_the_attempts_written_before_it() {
     };
     let store = Store::connect(&url, 4).await.unwrap();
     before.run(store.pool()).await.unwrap();
-    let old: Vec<_> = (0..30).map(|i| record(pm::CARD_VISA, i % 4 == 0)).collect();
-    record_batch(&store, "before-the-counts", &old)
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE payment_attempts SET status = 'unknown'
-         WHERE status = 'pending' AND payment_attempt_id = ANY($1)",
-    )
-    .bind(
-        old[..10]
-            .iter()
-            .map(|r| r.command.payment_attempt_id)
-            .collect::<Vec<_>>(),
+    // Written in the shape of that schema (today's intake writes columns it did not have):
+    // thirty attempts, one in four expired, seven of the pending ones then unknown.
+    sqlx::raw_sql(
+        "INSERT INTO payment_attempts
+             (payment_attempt_id, order_id, customer_id, amount_minor, currency, payment_method,
+              fingerprint, idempotency_key, status, first_message_id)
+         SELECT id, 'order-' || i, 'customer-' || i, 100, 'EUR', 'pm_card_visa',
+                decode(repeat('00', 32), 'hex'), 'onecharge-' || id,
+                CASE WHEN i % 4 = 0 THEN 'expired' ELSE 'pending' END, 'm-' || i
+         FROM (SELECT i, gen_random_uuid() AS id FROM generate_series(0, 29) AS i) s;
+         UPDATE payment_attempts SET status = 'unknown'
+         WHERE payment_attempt_id IN (SELECT payment_attempt_id FROM payment_attempts
+                                      WHERE status = 'pending'
+                                      ORDER BY payment_attempt_id LIMIT 7)",
     )
     .execute(store.pool())
     .await

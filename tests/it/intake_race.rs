@@ -96,7 +96,7 @@ async fn overlapping_batches_recorded_by_two_intakes_at_once_classify_every_reco
     // Every original and every business duplicate keeps its dedupe row.
     assert_eq!(env.dedupe_rows().await, 24 * rounds);
     let births: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM attempt_transitions WHERE from_status IS NULL")
+        sqlx::query_scalar("SELECT count(*) FROM attempt_history WHERE from_status IS NULL")
             .fetch_one(env.store.pool())
             .await
             .unwrap();
@@ -195,7 +195,7 @@ async fn a_batch_that_waited_on_an_attempt_another_intake_committed_is_recorded_
         env.dedupe_result("m-second").await.as_deref(),
         Some("business_duplicate")
     );
-    let births: i64 = sqlx::query_scalar("SELECT count(*) FROM attempt_transitions")
+    let births: i64 = sqlx::query_scalar("SELECT count(*) FROM attempt_history")
         .fetch_one(env.store.pool())
         .await
         .unwrap();

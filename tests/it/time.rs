@@ -205,7 +205,7 @@ async fn intake_on_a_host_an_hour_behind_stamps_attempts_by_the_database_clock()
         "SELECT greatest(abs(extract(epoch FROM now() - created_at)),
                          abs(extract(epoch FROM now() - next_run_at)),
                          abs(extract(epoch FROM now() - t.at)))::float8
-         FROM payment_attempts a JOIN attempt_transitions t USING (payment_attempt_id)
+         FROM payment_attempts a JOIN attempt_history t USING (payment_attempt_id)
          WHERE payment_attempt_id = $1",
     )
     .bind(id)

@@ -1,4 +1,4 @@
-//! The migrations of issue 38 (what a charge writes, decisions 170, 171, 173 and 214) on a
+//! The migrations of issue 38 (what a charge writes, decisions 170, 171, 173, 214 and 219) on a
 //! database that holds attempts in every state and events published, waiting and refused:
 //! taken back (their down migrations), written to in the old shape, then applied again while
 //! intake writes, after which the roles carry on from where they were.
@@ -21,6 +21,9 @@ const WRITE_PATH: std::ops::RangeInclusive<i64> = 20261203001500..=2026120300199
 /// of `needs_review` and `expired`, an attempt's events found without an index of the
 /// outbox).
 const SEARCH: std::ops::RangeInclusive<i64> = 20261204002000..=20261204002299;
+
+/// The migration of decision 219 (an accepted attempt's creation recorded by its row).
+const ACCEPTED: std::ops::RangeInclusive<i64> = 20261204002300..=20261204002300;
 
 /// The indexes of `payment_attempts` that decisions 214 and 215 replace.
 const REPLACED_BY_SEARCH: [&str; 4] = [
@@ -191,7 +194,7 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
     let waiting = h.unpublished_event_ids().await;
     assert_eq!(waiting.len(), 3);
     let history_before = (
-        h.scalar("SELECT count(*) FROM attempt_transitions").await,
+        h.scalar("SELECT count(*) FROM attempt_history").await,
         h.scalar("SELECT count(*) FROM gateway_calls").await,
         h.scalar("SELECT count(*) FROM outbox").await,
     );
@@ -222,8 +225,7 @@ async fn the_write_path_migrations_apply_online_to_a_database_holding_every_stat
     assert!(!has_index(&h, "gateway_calls_pkey").await);
     // Nothing of the history is lost, and the writers' rows are there too.
     assert!(
-        h.scalar("SELECT count(*) FROM attempt_transitions").await
-            >= history_before.0 + 2 * batches
+        h.scalar("SELECT count(*) FROM attempt_history").await >= history_before.0 + 2 * batches
     );
     assert!(h.scalar("SELECT count(*) FROM gateway_calls").await == history_before.1);
     assert!(h.scalar("SELECT count(*) FROM outbox").await == history_before.2 + batches);
@@ -462,5 +464,143 @@ async fn the_migrations_of_what_searches_read_apply_online_to_a_database_holding
     assert_eq!(
         h.attempt(old_shape[1].payment_attempt_id).await.status,
         "succeeded"
+    );
+}
+
+/// One move as a reader sees it: from, to, cause, actor, detail, time.
+type Move = (
+    Option<String>,
+    String,
+    String,
+    String,
+    Option<String>,
+    String,
+);
+
+/// Every attempt's history as `sql` lists it (`$1`: the attempt), without ids: what a reader
+/// sees of it.
+async fn histories(h: &Harness, sql: &str) -> Vec<Vec<Move>> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT payment_attempt_id FROM payment_attempts ORDER BY payment_attempt_id",
+    )
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    let mut all = Vec::new();
+    for id in ids {
+        let rows: Vec<Move> = sqlx::query_as(sql)
+            .bind(id)
+            .fetch_all(h.store.pool())
+            .await
+            .unwrap();
+        assert!(!rows.is_empty(), "{id} has a history");
+        all.push(rows);
+    }
+    all
+}
+
+const FROM_THE_VIEW: &str = "SELECT from_status, to_status, cause, actor, detail, at::text
+     FROM attempt_history WHERE payment_attempt_id = $1 ORDER BY id";
+const FROM_THE_TABLE: &str = "SELECT from_status, to_status, cause, actor, detail, at::text
+     FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id";
+
+/// Decision 219's migration on a database holding every state: taken back, each creation
+/// its attempt's row recorded becomes a transition row again, first in its attempt's
+/// order, and every history reads as it did; an attempt then written in the old shape (its
+/// creation a transition row) and the ones written after the migration applies again show
+/// their creation once each, and the roles carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_creation_on_the_attempts_row_migrates_both_ways_keeping_every_history() {
+    let mut h = Harness::new().await;
+    let (_, second) = seed_every_state(&mut h).await;
+    let pending = second[0].payment_attempt_id;
+    let before = histories(&h, FROM_THE_VIEW).await;
+    let accepted = h
+        .scalar("SELECT count(*) FROM payment_attempts WHERE accepted_by IS NOT NULL")
+        .await;
+    assert_eq!(accepted, 7, "every attempt but the stale one");
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_transitions WHERE cause = 'command_accepted'")
+            .await,
+        0,
+        "no creation of an accepted attempt is a transition row"
+    );
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_transitions WHERE cause = 'stale_command'")
+            .await,
+        1,
+        "a stale command's creation still is"
+    );
+
+    take_back(&h.store, ACCEPTED).await;
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM pg_class WHERE relname = 'attempt_history'")
+            .await,
+        0
+    );
+    assert_eq!(
+        histories(&h, FROM_THE_TABLE).await,
+        before,
+        "every history, from the table alone"
+    );
+    // Written in the old shape: the creation a transition row, no `accepted_by`.
+    let old_shape = Uuid::new_v4();
+    h.exec(&format!(
+        "INSERT INTO payment_attempts
+             (payment_attempt_id, order_id, customer_id, amount_minor, currency, payment_method,
+              fingerprint, idempotency_key, status, first_message_id)
+         VALUES ('{old_shape}', 'order-old', 'customer-old', 100, 'EUR', 'pm_card_visa',
+                 decode(repeat('00', 32), 'hex'), 'onecharge-{old_shape}', 'pending', 'm-old');
+         INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+         VALUES ('{old_shape}', NULL, 'pending', 'command_accepted', 'intake:old',
+                 'message m-old (stream sequence 9)', now())"
+    ))
+    .await;
+
+    h.store.migrate().await.unwrap();
+
+    let mut expected = before;
+    let after = histories(&h, FROM_THE_VIEW).await;
+    let old_history: Vec<_> = after
+        .iter()
+        .filter(|history| history[0].4.as_deref() == Some("message m-old (stream sequence 9)"))
+        .cloned()
+        .collect();
+    assert_eq!(old_history.len(), 1, "the old shape's creation, once");
+    assert_eq!(old_history[0].len(), 1);
+    let without_old: Vec<_> = after.into_iter().filter(|x| x != &old_history[0]).collect();
+    expected.sort();
+    let mut without_old_sorted = without_old;
+    without_old_sorted.sort();
+    assert_eq!(
+        without_old_sorted, expected,
+        "every history as before the round trip"
+    );
+
+    // The roles carry on: intake writes the new shape, the executor charges.
+    let written = h.seed_many(&[pm::CARD_VISA]).await[0].payment_attempt_id;
+    for _ in 0..20 {
+        if h.attempt(pending).await.status == "succeeded"
+            && h.attempt(written).await.status == "succeeded"
+        {
+            break;
+        }
+        h.executor().run_once().await.unwrap();
+    }
+    for id in [pending, written] {
+        let causes: Vec<String> = h.history(id).await.into_iter().map(|t| t.cause).collect();
+        assert_eq!(
+            causes,
+            ["command_accepted", "dispatched", "gateway_succeeded"],
+            "{id}"
+        );
+    }
+    assert_eq!(
+        h.scalar(&format!(
+            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{written}'"
+        ))
+        .await,
+        2,
+        "the claim and the outcome; the creation is the row's"
     );
 }

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::env::TestEnv;
 use super::harness::{AttemptRow, GatewayCallRow, Harness};
 
-/// One transition of an attempt's history (`attempt_transitions`).
+/// One transition of an attempt's history (`attempt_history`).
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct Transition {
     pub payment_attempt_id: Uuid,
@@ -347,7 +347,7 @@ pub trait Records {
         let id: PaymentAttemptId = id.into();
         sqlx::query_as(
             "SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, at
-             FROM attempt_transitions WHERE payment_attempt_id = $1 ORDER BY id",
+             FROM attempt_history WHERE payment_attempt_id = $1 ORDER BY id",
         )
         .bind(id)
         .fetch_all(self.pool())
@@ -368,7 +368,7 @@ pub trait Records {
     async fn all_transitions(&self) -> Vec<Transition> {
         sqlx::query_as(
             "SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, at
-             FROM attempt_transitions ORDER BY id",
+             FROM attempt_history ORDER BY id",
         )
         .fetch_all(self.pool())
         .await
