@@ -593,8 +593,9 @@ async fn settle_all_in(
 /// The one statement of a batch of fenced writes (one round trip, so a batch outside a
 /// caller's transaction needs no BEGIN and COMMIT of its own): each row taken under its
 /// advisory lock in one global order ([`LOCKED_IN_KEY_ORDER`]), moved when its own fence
-/// holds, and given its transition; every call's evidence, fenced or not; and, for each write let through whose state has one, its event in the
-/// outbox. Returns the `ord` (from 1) of the writes let through.
+/// holds, and given its transition; every call's evidence, fenced or not; and, for each
+/// write let through whose state has one, its event in the outbox. Returns the `ord` (from
+/// 1) of the writes let through.
 ///
 /// The event is built here from the settled row, field for field what
 /// [`PaymentEvent::for_settlement`] and [`PaymentEvent::headers`] build in Rust (the
