@@ -942,12 +942,13 @@ async fn a_settlement_batch_takes_its_attempts_by_advisory_locks_in_key_order() 
     let succeeded = || Settlement::Succeeded {
         charge_id: onecharge::domain::GatewayChargeId::from_gateway("ch_ordered"),
     };
-    for (low, high, batch_order) in [(0, 1, "low first"), (2, 3, "high first")] {
-        let (mut low, mut high) = (low, high);
-        if key(low).await > key(high).await {
-            std::mem::swap(&mut low, &mut high);
-        }
-        let (low_key, high_key) = (key(low).await, key(high).await);
+    for (a, b, batch_order) in [(0, 1, "low first"), (2, 3, "high first")] {
+        let (a_key, b_key) = (key(a).await, key(b).await);
+        let ((low, low_key), (high, high_key)) = if a_key <= b_key {
+            ((a, a_key), (b, b_key))
+        } else {
+            ((b, b_key), (a, a_key))
+        };
         let mut holder = h.store.pool().begin().await.unwrap();
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('onecharge.payment_attempts'), $1)")
             .bind(high_key)
