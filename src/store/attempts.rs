@@ -3,8 +3,12 @@
 //! transition, its event and the gateway-call evidence.
 //!
 //! Invariants kept here:
-//! - A claim and its `pending → in_flight` transition commit, with the dispatch stamp,
-//!   before any gateway call (the claim is one statement).
+//! - A claim commits, with the dispatch stamp and the claim's history id and time on the
+//!   attempt's row, before any gateway call (the claim is one statement). The claim's
+//!   history entry (`pending → in_flight`) is written with the move that ends the flight:
+//!   the settlement's history row records both moves; any other move out of `in_flight`
+//!   gets the claim written as a row of its own by the trigger `attempt_claim_written`
+//!   (decision 220).
 //! - Every later write names the lease token it holds: `WHERE lease_token = $n AND status =
 //!   'in_flight'`. A worker whose lease was taken over writes nothing (it only adds its
 //!   gateway call to the evidence).
@@ -100,7 +104,9 @@ pub struct ClaimLimits {
 /// Claims up to `limits.limit` due `pending` attempts, oldest due first, skipping rows other
 /// executors hold (`FOR UPDATE SKIP LOCKED`). In one statement it moves them to `in_flight`
 /// under a lease owned by `owner`, increments each fencing token, stamps `dispatched_at`
-/// (and `first_dispatched_at` when unset), counts the try, and records the transition.
+/// (and `first_dispatched_at` when unset), counts the try, and records the claim on the row
+/// (its history id, time and kind: the history shows it from there, and the move that ends
+/// the flight writes it; decision 220).
 /// Attempts past their retry window are claimed as hand-overs: no stamp, no try.
 ///
 /// Every time here is the database's `now()` — due times, the lease, the dispatch stamps,
@@ -121,9 +127,9 @@ pub async fn claim_due_attempts(
              -- `IS TRUE`: due is a filter of the scan in next_run_at order, not a range
              -- the planner sizes from statistics (decision 121)
              WHERE status = 'pending' AND (next_run_at <= now()) IS TRUE
-               AND NOT ($7::float8 > 0 AND first_dispatched_at IS NULL
+               AND NOT ($6::float8 > 0 AND first_dispatched_at IS NULL
                         AND requested_at IS NOT NULL
-                        AND requested_at <= now() - make_interval(secs => $7::float8))
+                        AND requested_at <= now() - make_interval(secs => $6::float8))
                -- a paused fleet claims nothing (decision 145; one look, not one per row)
                AND NOT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)
              ORDER BY next_run_at
@@ -139,23 +145,18 @@ pub async fn claim_due_attempts(
                  tries = a.tries + CASE WHEN due.hand_over THEN 0 ELSE 1 END,
                  dispatched_at = CASE WHEN due.hand_over THEN a.dispatched_at ELSE now() END,
                  first_dispatched_at = COALESCE(a.first_dispatched_at, now()),
+                 -- the claim's history entry, written with the move that ends the flight
+                 -- (decision 220): its id, in the order of every other move, its time and
+                 -- its kind
+                 claim_id = nextval('attempt_transitions_id_seq'),
+                 claim_at = now(),
+                 claim_hand_over = due.hand_over,
                  updated_at = now()
              FROM due
              WHERE a.payment_attempt_id = due.payment_attempt_id
              RETURNING {HELD_COLUMNS}, a.order_id, a.customer_id, a.payment_method,
                        a.description, a.lease_owner, a.next_run_at, a.first_message_id,
                        a.correlation_id, due.hand_over
-         ),
-         transitions AS (
-             INSERT INTO attempt_transitions
-                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, 'pending', 'in_flight',
-                    CASE WHEN hand_over THEN 'claimed_for_hand_over' ELSE 'dispatched' END,
-                    $6,
-                    CASE WHEN hand_over THEN 'past its retry window; lease token ' || lease_token
-                         ELSE 'try ' || tries || ', lease token ' || lease_token END,
-                    now()
-             FROM claimed
          )
          SELECT *, NOT hand_over AS dispatch FROM claimed ORDER BY next_run_at"
     ))
@@ -164,7 +165,6 @@ pub async fn claim_due_attempts(
     .bind(limits.lease.as_secs_f64())
     .bind(limits.key_window.as_secs_f64())
     .bind(limits.max_age.as_secs_f64())
-    .bind(Actor::Executor(owner.to_owned()).to_string())
     .bind(limits.max_command_age.as_secs_f64())
     .fetch_all(store.pool())
     .await
@@ -175,7 +175,8 @@ pub async fn claim_due_attempts(
 /// for the lease to expire: the lease is released, the try the claim counted is un-counted,
 /// a first dispatch stamp that this claim set is cleared (no gateway has seen the key), and
 /// `next_run_at` is left as it was, so the attempt keeps its place in the queue. Each gets
-/// an `in_flight → pending` transition (`handed_back`, with `why`). Only for attempts no
+/// an `in_flight → pending` transition (`handed_back`, with `why`), after its claim's own
+/// row (written by the trigger `attempt_claim_written`). Only for attempts no
 /// call was made for. Returns how many the fences let through.
 pub async fn hand_back(
     store: &Store,
@@ -530,7 +531,8 @@ struct SettleColumns<'a> {
     event: Option<(Uuid, String)>,
 }
 
-/// Moves a fenced attempt to where the write says, in one transaction with its transition,
+/// Moves a fenced attempt to where the write says, in one transaction with its transition
+/// (which, for a move out of `in_flight`, also records the flight's claim),
 /// its event (final states and `needs_review`) and the call's evidence. Returns false when
 /// the fence refused the write; only the call's evidence is then stored.
 pub async fn settle(store: &Store, write: &SettleWrite) -> Result<bool, sqlx::Error> {
@@ -678,6 +680,7 @@ fn settle_sql(with_calls: bool, with_events: bool) -> String {
                       actor, detail, event_id, subject, ord)
          ),
          {LOCKED_IN_KEY_ORDER},
+         {OPEN_CLAIMS},
          settled AS (
              UPDATE payment_attempts a SET
                  status = i.to_status,
@@ -689,19 +692,23 @@ fn settle_sql(with_calls: bool, with_events: bool) -> String {
                  last_error = COALESCE(i.last_error, a.last_error),
                  next_run_at = COALESCE(now() + (i.next_run_at - i.at), a.next_run_at),
                  tries = GREATEST(a.tries - i.refund, 0),
+                 {CLAIM_CARRIED},
                  updated_at = now()
              FROM input i JOIN locked USING (payment_attempt_id)
+                  LEFT JOIN claims c USING (payment_attempt_id)
              WHERE a.payment_attempt_id = ANY($1::uuid[])
                AND a.payment_attempt_id = i.payment_attempt_id
                AND a.lease_token = i.lease_token
                AND a.status = i.from_status
              RETURNING i.*, a.order_id, a.amount_minor, a.currency, a.first_message_id,
-                       a.correlation_id, a.traceparent
+                       a.correlation_id, a.traceparent, {CLAIM_RETURNED}
          ),
          transitions AS (
              INSERT INTO attempt_transitions
-                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, now()
+                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at,
+                  {CLAIM_COLUMNS})
+             SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, now(),
+                    {CLAIM_COLUMNS}
              FROM settled ORDER BY ord
          ){calls}{events}
          SELECT ord FROM settled"
@@ -728,6 +735,36 @@ pub(super) const LOCKED_IN_KEY_ORDER: &str = "locked AS MATERIALIZED (
                    FROM unnest($1::uuid[]) AS u(payment_attempt_id)
                    ORDER BY object, u.payment_attempt_id) k
          )";
+
+/// The CTE `claims`: the open claims ([`CLAIM_CARRIED`]) of the attempts named by `$1`, as
+/// the statement's snapshot has them. For an attempt in flight whose fence holds, that is
+/// its claim: the claim committed before its holder could write again, and nothing else
+/// changes a claim while the attempt is in flight.
+const OPEN_CLAIMS: &str = "claims AS (
+             SELECT payment_attempt_id, id, cause, actor, detail, at
+             FROM attempt_open_claims WHERE payment_attempt_id = ANY($1::uuid[])
+         )";
+
+/// The `SET` of a move out of `in_flight` that carries its claim into its own history row
+/// (decision 220): the attempt's open claim, read as `c` ([`OPEN_CLAIMS`]), is cleared from
+/// the row when it is the one the row still holds; its row of `attempt_transitions` then
+/// records both moves ([`CLAIM_RETURNED`], [`CLAIM_COLUMNS`]). A claim the row holds and the
+/// write does not carry is written as a row of its own by the trigger
+/// `attempt_claim_written`, so none is ever lost or written twice.
+const CLAIM_CARRIED: &str = "claim_id = CASE WHEN c.id = a.claim_id THEN NULL ELSE a.claim_id END,
+                 claim_at = CASE WHEN c.id = a.claim_id THEN NULL ELSE a.claim_at END,
+                 claim_hand_over = CASE WHEN c.id = a.claim_id THEN NULL ELSE a.claim_hand_over END";
+
+/// What `RETURNING` says of the claim [`CLAIM_CARRIED`] carried: nothing when it did not
+/// clear it.
+const CLAIM_RETURNED: &str = "CASE WHEN a.claim_id IS NULL THEN c.id END AS claim_id,
+                       CASE WHEN a.claim_id IS NULL THEN c.at END AS claim_at,
+                       CASE WHEN a.claim_id IS NULL THEN c.cause END AS claim_cause,
+                       CASE WHEN a.claim_id IS NULL THEN c.actor END AS claim_actor,
+                       CASE WHEN a.claim_id IS NULL THEN c.detail END AS claim_detail";
+
+/// The columns of `attempt_transitions` that record a carried claim.
+const CLAIM_COLUMNS: &str = "claim_id, claim_at, claim_cause, claim_actor, claim_detail";
 
 /// The events of the writes let through, built from the settled rows (decision 118).
 const SETTLE_EVENTS: &str = ",

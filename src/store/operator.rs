@@ -96,11 +96,14 @@ pub struct GatewayCall {
 }
 
 /// One recorded state change (`attempt_history`: an accepted attempt's creation, read
-/// from its row, then its `attempt_transitions`).
+/// from its row, then its `attempt_transitions`, a flight's claim listed from the row of
+/// the move that ended it, and an open claim from the attempt's row).
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Transition {
-    /// In the order the moves were recorded; 0 for an attempt's creation that its own row
-    /// records (decision 219).
+    /// In the order the moves were made; 0 for an attempt's creation that its own row
+    /// records (decision 219); a claim's is the id it took when it was made, whether the
+    /// attempt's row, the row of the move that ended its flight or a row of its own records
+    /// it (decision 220).
     pub id: i64,
     /// `None` for the attempt's creation.
     pub from_status: Option<String>,

@@ -14,7 +14,9 @@ use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemp
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
 /// `lease_expired`), due for a lookup now. Their executor may have died mid-call: only the
 /// gateway can say whether it charged, so they are never re-sent blindly. The fencing token
-/// is incremented, so the old executor's late result is refused. Returns the attempt ids.
+/// is incremented, so the old executor's late result is refused. The flight's claim gets
+/// its own history row first (the trigger `attempt_claim_written`, decision 220): this rare
+/// move does not carry it. Returns the attempt ids.
 /// A lease has expired by the database's clock (`now()`), the one that set it, so a
 /// reconciler whose host clock is off expires leases neither early nor late.
 pub async fn expire_leases(

@@ -153,6 +153,22 @@ async fn a_succeeded_payment_intent_is_created_unconfirmed_stored_then_confirmed
             call("charge", Some(200), "succeeded", Some(&pi)),
         ]
     );
+    // The history reads as contract §4 says: the claim (carried by the outcome's row since
+    // decision 220) is the dispatch it was, though the confirm stamped its own send time.
+    let moves: Vec<(String, Option<String>)> = h
+        .history(id)
+        .await
+        .into_iter()
+        .map(|t| (t.cause, t.detail))
+        .collect();
+    assert_eq!(
+        moves[1],
+        ("dispatched".into(), Some("try 1, lease token 1".into()))
+    );
+    assert_eq!(
+        moves.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(),
+        ["command_accepted", "dispatched", "gateway_succeeded"]
+    );
 
     // What went on the wire: the contract's mapping, two derived keys.
     let requests = h.gateway.requests();

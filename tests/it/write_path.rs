@@ -1,4 +1,5 @@
-//! The migrations of issue 38 (what a charge writes, decisions 170, 171, 173, 214 and 219) on a
+//! The migrations of issue 38 (what a charge writes, decisions 170, 171, 173, 214, 219 and
+//! 220) on a
 //! database that holds attempts in every state and events published, waiting and refused:
 //! taken back (their down migrations), written to in the old shape, then applied again while
 //! intake writes, after which the roles carry on from where they were.
@@ -24,6 +25,9 @@ const SEARCH: std::ops::RangeInclusive<i64> = 20261204002000..=20261204002299;
 
 /// The migration of decision 219 (an accepted attempt's creation recorded by its row).
 const ACCEPTED: std::ops::RangeInclusive<i64> = 20261204002300..=20261204002300;
+
+/// The migration of decision 220 (a flight's claim recorded with the move that ends it).
+const CLAIMS: std::ops::RangeInclusive<i64> = 20261204002400..=20261204002400;
 
 /// The indexes of `payment_attempts` that decisions 214 and 215 replace.
 const REPLACED_BY_SEARCH: [&str; 4] = [
@@ -532,7 +536,8 @@ async fn the_creation_on_the_attempts_row_migrates_both_ways_keeping_every_histo
         "a stale command's creation still is"
     );
 
-    take_back(&h.store, ACCEPTED).await;
+    // Decision 220's migration reads what 219's adds: it goes back first.
+    take_back(&h.store, *ACCEPTED.start()..=*CLAIMS.end()).await;
     assert_eq!(
         h.scalar("SELECT count(*) FROM pg_class WHERE relname = 'attempt_history'")
             .await,
@@ -592,7 +597,132 @@ async fn the_creation_on_the_attempts_row_migrates_both_ways_keeping_every_histo
             "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{written}'"
         ))
         .await,
-        2,
-        "the claim and the outcome; the creation is the row's"
+        1,
+        "the outcome, which carries the claim (decision 220); the creation is the row's"
+    );
+}
+
+/// Decision 220's migration on a database holding every state, one attempt in flight under
+/// a claim its row records: taken back, every claim (carried by the row of the move that
+/// ended its flight, or open) becomes a row of its own under the id it took, and every
+/// history reads as it did; applied again, an attempt claimed in the old shape (its claim a
+/// row) shows its claim once when its lease expires. Then the roles carry on: a charge writes
+/// one history row for its flight, and a flight this build claimed and the previous build
+/// ends (which does not carry the claim) gets its claim written by the trigger, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_carried_by_its_flights_end_migrates_both_ways_keeping_every_history() {
+    let mut h = Harness::new().await;
+    seed_every_state(&mut h).await;
+    let claimed = h.executor().claim(1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let open = claimed[0].attempt.payment_attempt_id;
+    let before = histories(&h, FROM_THE_VIEW).await;
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_transitions WHERE to_status = 'in_flight'")
+            .await,
+        0,
+        "no claim is a row of its own"
+    );
+    let carried = h
+        .scalar("SELECT count(*) FROM attempt_transitions WHERE claim_id IS NOT NULL")
+        .await;
+    assert_eq!(
+        carried, 4,
+        "the first run's four flights, each with its end"
+    );
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_open_claims").await,
+        1
+    );
+    let claims_listed = h
+        .scalar("SELECT count(*) FROM attempt_history WHERE cause = 'dispatched'")
+        .await;
+    assert_eq!(claims_listed, carried + 1);
+
+    take_back(&h.store, CLAIMS).await;
+    assert_eq!(
+        histories(&h, FROM_THE_VIEW).await,
+        before,
+        "every history, each claim a row of its own"
+    );
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_transitions WHERE cause = 'dispatched'")
+            .await,
+        claims_listed
+    );
+
+    h.store.migrate().await.unwrap();
+    assert_eq!(histories(&h, FROM_THE_VIEW).await, before, "and again");
+    // The open claim is a row now (the old shape): its lease expires, and the claim is listed
+    // once, before the expiry.
+    h.set_attempt(open, "lease_expires_at = now() - interval '1 second'")
+        .await;
+    let expired = onecharge::store::reconciler::expire_leases(&h.store, "reconciler:test", 10)
+        .await
+        .unwrap();
+    assert_eq!(expired, vec![open]);
+    let causes = |history: Vec<crate::support::records::Transition>| -> Vec<String> {
+        history.into_iter().map(|t| t.cause).collect()
+    };
+    assert_eq!(
+        causes(h.history(open).await),
+        ["command_accepted", "dispatched", "lease_expired"]
+    );
+
+    // This build claims and charges: one history row for the flight.
+    let written = h.seed_many(&[pm::CARD_VISA]).await[0].payment_attempt_id;
+    for _ in 0..20 {
+        if h.attempt(written).await.status == "succeeded" {
+            break;
+        }
+        h.executor().run_once().await.unwrap();
+    }
+    assert_eq!(
+        causes(h.history(written).await),
+        ["command_accepted", "dispatched", "gateway_succeeded"]
+    );
+    assert_eq!(
+        h.scalar(&format!(
+            "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{written}'"
+        ))
+        .await,
+        1,
+        "the claim and the outcome, one row"
+    );
+
+    // This build claims, the previous one ends the flight (its settlement carries no claim,
+    // and writes its own row): the trigger writes the claim, under the id it took.
+    let ended_by_old = h.seed_many(&[pm::CARD_VISA]).await[0].payment_attempt_id;
+    let claimed = h.executor().claim(10).await.unwrap();
+    assert!(claimed
+        .iter()
+        .any(|c| c.attempt.payment_attempt_id == ended_by_old));
+    h.exec(&format!(
+        "WITH settled AS (
+             UPDATE payment_attempts SET status = 'succeeded', lease_owner = NULL,
+                 lease_expires_at = NULL, gateway_charge_id = 'ch_old', updated_at = now()
+             WHERE payment_attempt_id = '{ended_by_old}' AND status = 'in_flight'
+             RETURNING payment_attempt_id
+         )
+         INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, detail)
+         SELECT payment_attempt_id, 'in_flight', 'succeeded', 'gateway_succeeded',
+                'executor:old', 'charge ch_old'
+         FROM settled"
+    ))
+    .await;
+    let history = h.history(ended_by_old).await;
+    assert_eq!(
+        causes(history.clone()),
+        ["command_accepted", "dispatched", "gateway_succeeded"]
+    );
+    assert!(history[1].actor.starts_with("executor:"), "{history:?}");
+    assert_eq!(
+        h.scalar(&format!(
+            "SELECT count(*) FROM payment_attempts
+             WHERE payment_attempt_id = '{ended_by_old}' AND claim_id IS NULL"
+        ))
+        .await,
+        1,
+        "the claim left the row when it was written"
     );
 }

@@ -223,6 +223,7 @@ impl Harness {
                  lease_expires_at = lease_expires_at - make_interval(secs => $1),
                  dispatched_at = dispatched_at - make_interval(secs => $1),
                  first_dispatched_at = first_dispatched_at - make_interval(secs => $1),
+                 claim_at = claim_at - make_interval(secs => $1),
                  requested_at = requested_at - make_interval(secs => $1),
                  created_at = created_at - make_interval(secs => $1),
                  updated_at = updated_at - make_interval(secs => $1)",
