@@ -16,7 +16,7 @@
 //!   settlements is one round trip); the key `outbox_one_event_per_final_state` of
 //!   `outbox_final_states` refuses a second event.
 //!
-//! About 700 lines: every statement that writes an attempt in motion (claim, hand back,
+//! About 800 lines: every statement that writes an attempt in motion (claim, hand back,
 //! expire, the settlement batches, the call evidence), because they share one fence, one
 //! column list and one way of making gateway text storable.
 
