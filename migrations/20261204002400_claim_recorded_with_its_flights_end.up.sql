@@ -3,13 +3,13 @@
 -- that ended it, each a heap record and an index entry: after decision 219, four of a §3
 -- charge's 29.9 WAL records. The claim now records itself on the attempt's row (the history
 -- id it takes from the history's sequence, its time and whether it was a hand-over; who
--- claimed, the try and the lease token are on the row already), and the settlement that ends the flight writes one history
--- row holding both moves (the claim_* columns). Every other move out of `in_flight` (a hand
--- back, an expired lease, a person's or the previous build's write) gets the claim written
--- as a row of its own by the trigger below, from the row it leaves, so no claim is ever
--- lost whoever ends the flight. The view attempt_history lists every move as before, in the
--- order of its id: a carried claim under the id it took when it was made, an open claim
--- (the attempt is in flight now) from the attempt's row.
+-- claimed, the try and the lease token are on the row already), and the settlement that
+-- ends the flight writes one history row holding both moves (the claim_* columns). Every
+-- other move out of `in_flight` (a hand back, an expired lease, a person's or the previous
+-- build's write) gets the claim written as a row of its own by the trigger below, from the
+-- row it left, so no claim is ever lost whoever ends the flight. The view attempt_history
+-- lists every move as before, in the order of its id: a carried claim under the id it took
+-- when it was made, an open claim (the attempt is in flight now) from the attempt's row.
 --
 -- Online, with attempts in flight: the new columns are nullable without a default, a
 -- change of the catalogue only (ACCESS EXCLUSIVE on payment_attempts and on each month of
