@@ -1,8 +1,7 @@
 //! The migrations of issue 38 (what a charge writes, decisions 170, 171, 173, 214, 219 and
-//! 220) on a
-//! database that holds attempts in every state and events published, waiting and refused:
-//! taken back (their down migrations), written to in the old shape, then applied again while
-//! intake writes, after which the roles carry on from where they were.
+//! 220) on a database that holds attempts in every state and events published, waiting and
+//! refused: taken back (their down migrations), written to in the old shape, then applied
+//! again while intake writes, after which the roles carry on from where they were.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
