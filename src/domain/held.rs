@@ -84,9 +84,9 @@ impl HeldAttempt {
         }
     }
 
-    /// The evidence of one call made under this claim: its `gateway_calls` row, with the
-    /// key the call actually sent (a connector's derived key, else the stored one),
-    /// `outcome` its label, started at `started_at` by the database's clock.
+    /// The evidence of one call made under this claim, as `gateway_call_records` lists it,
+    /// with the key the call actually sent (a connector's derived key, else the stored
+    /// one), `outcome` its label, started at `started_at` by the database's clock.
     pub fn evidence<T>(
         &self,
         call: &GatewayCall<T>,

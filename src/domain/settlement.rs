@@ -198,7 +198,8 @@ impl CallOperation {
     }
 }
 
-/// The evidence of one gateway call, appended to `gateway_calls`.
+/// The evidence of one gateway call: carried by the history row of the move it caused, else
+/// appended to `gateway_calls` (decision 221).
 #[derive(Debug, Clone)]
 pub struct GatewayCallRecord {
     pub payment_attempt_id: PaymentAttemptId,

@@ -21,7 +21,8 @@
 //!   stored key, and only inside the key window.
 //! - Every write is fenced by the claim's token, so two reconcilers, or a reconciler and an
 //!   operator, never both settle one attempt.
-//! - Every lookup is written to `gateway_calls`; every state change records its cause.
+//! - Every lookup is recorded as a call (`gateway_call_records`: carried by the move it
+//!   caused, else a row of `gateway_calls`); every state change records its cause.
 //!
 //! About 700 lines: one claim's life (look up, prove "not charged", write, count a refusal)
 //! and a person's recheck, which is the same lookup under another claim. The pure rules are

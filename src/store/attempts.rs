@@ -11,7 +11,9 @@
 //!   (decision 220).
 //! - Every later write names the lease token it holds: `WHERE lease_token = $n AND status =
 //!   'in_flight'`. A worker whose lease was taken over writes nothing (it only adds its
-//!   gateway call to the evidence).
+//!   gateway call to the evidence, as a `gateway_calls` row).
+//! - A settlement's call is carried by the history row of the move it caused (its id from
+//!   `gateway_calls_id_seq`); `gateway_call_records` lists both kinds (decision 221).
 //! - A final state, its transition and its outbox event commit in one statement (a batch of
 //!   settlements is one round trip); the key `outbox_one_event_per_final_state` of
 //!   `outbox_final_states` refuses a second event.
@@ -359,8 +361,9 @@ pub async fn record_gateway_calls(
     if calls.is_empty() {
         return Ok(());
     }
+    let calls: Vec<Option<&GatewayCallRecord>> = calls.iter().copied().map(Some).collect();
     let mut args = PgArguments::default();
-    add_call_columns(&mut args, calls)?;
+    add_call_columns(&mut args, &calls)?;
     sqlx::query_with(&calls_insert(1), args)
         .execute(conn)
         .await?;
@@ -383,13 +386,19 @@ const GATEWAY_CALL_COLUMNS: &str = "(payment_attempt_id, operation, idempotency_
 
 /// `unnest(…)` of the arrays [`add_call_columns`] binds, the first at `$first`.
 fn unnest_calls(first: usize) -> String {
+    format!("unnest({})", call_arrays(first))
+}
+
+/// The eleven arrays [`add_call_columns`] binds, the first at `$first`, typed, for an
+/// `unnest(…)`.
+fn call_arrays(first: usize) -> String {
     let types = "uuid text text int4 int8 timestamptz timestamptz int4 text text text";
     let arrays: Vec<String> = types
         .split(' ')
         .enumerate()
         .map(|(i, ty)| format!("${}::{ty}[]", first + i))
         .collect();
-    format!("unnest({})", arrays.join(", "))
+    arrays.join(", ")
 }
 
 /// Binds `value` as the next parameter of a statement built with [`PgArguments`].
@@ -401,30 +410,36 @@ where
 }
 
 /// Binds the calls as eleven arrays, one per column of [`GATEWAY_CALL_COLUMNS`], each
-/// gateway-provided text made storable.
+/// gateway-provided text made storable; a `None` is a row of NULLs (a settlement's write
+/// that no call caused, in the arrays aligned with its writes).
 pub(super) fn add_call_columns(
     args: &mut PgArguments,
-    calls: &[&GatewayCallRecord],
+    calls: &[Option<&GatewayCallRecord>],
 ) -> Result<(), sqlx::Error> {
-    bind(args, column(calls, |c| c.payment_attempt_id))?;
-    bind(args, column(calls, |c| c.operation))?;
+    bind(args, column(calls, |c| c.map(|c| c.payment_attempt_id)))?;
+    bind(args, column(calls, |c| c.map(|c| c.operation)))?;
     bind(
         args,
-        column(calls, |c| c.idempotency_key.as_str().to_owned()),
+        column(calls, |c| c.map(|c| c.idempotency_key.as_str().to_owned())),
     )?;
-    bind(args, column(calls, |c| c.try_number.max(0)))?;
-    bind(args, column(calls, |c| c.lease_token))?;
-    bind(args, column(calls, |c| c.started_at))?;
-    bind(args, column(calls, |c| c.finished_at))?;
-    bind(args, column(calls, |c| c.http_status.map(i32::from)))?;
-    bind(args, column(calls, |c| c.outcome.clone()))?;
-    let charge_id = |c: &&GatewayCallRecord| {
-        c.gateway_charge_id
-            .as_deref()
+    bind(args, column(calls, |c| c.map(|c| c.try_number.max(0))))?;
+    bind(args, column(calls, |c| c.and_then(|c| c.lease_token)))?;
+    bind(args, column(calls, |c| c.map(|c| c.started_at)))?;
+    bind(args, column(calls, |c| c.map(|c| c.finished_at)))?;
+    bind(
+        args,
+        column(calls, |c| c.and_then(|c| c.http_status.map(i32::from))),
+    )?;
+    bind(args, column(calls, |c| c.map(|c| c.outcome.clone())))?;
+    let charge_id = |c: &Option<&GatewayCallRecord>| {
+        c.and_then(|c| c.gateway_charge_id.as_deref())
             .map(|id| gateway_text(id, GATEWAY_ID_MAX_CHARS))
     };
     bind(args, column(calls, charge_id))?;
-    let error = |c: &&GatewayCallRecord| c.error.as_deref().map(|e| gateway_text(e, 1000));
+    let error = |c: &Option<&GatewayCallRecord>| {
+        c.and_then(|c| c.error.as_deref())
+            .map(|e| gateway_text(e, 1000))
+    };
     bind(args, column(calls, error))
 }
 
@@ -582,6 +597,18 @@ async fn settle_all_in(
         write
             .check_move()
             .map_err(|illegal| sqlx::Error::Encode(Box::new(illegal)))?;
+        if let Some(call) = write.call.as_ref() {
+            if call.payment_attempt_id != write.fence.payment_attempt_id {
+                // The move's row carries the call (decision 221): it must be this attempt's.
+                return Err(sqlx::Error::Encode(
+                    format!(
+                        "attempt {}: the write's call evidence names attempt {}",
+                        write.fence.payment_attempt_id, call.payment_attempt_id
+                    )
+                    .into(),
+                ));
+            }
+        }
     }
     let writes: Vec<SettleWrite> = writes.iter().map(SettleWrite::storable).collect();
     let mut settled = vec![false; writes.len()];
@@ -608,7 +635,7 @@ async fn write_settlements(
     writes: &[SettleWrite],
 ) -> Result<Vec<i64>, sqlx::Error> {
     let columns: Vec<SettleColumns<'_>> = writes.iter().map(SettleWrite::columns).collect();
-    let calls: Vec<&GatewayCallRecord> = writes.iter().filter_map(|w| w.call.as_ref()).collect();
+    let calls: Vec<Option<&GatewayCallRecord>> = writes.iter().map(|w| w.call.as_ref()).collect();
     let mut args = PgArguments::default();
     bind(&mut args, column(writes, |w| w.fence.payment_attempt_id))?;
     bind(&mut args, column(writes, |w| w.fence.lease_token))?;
@@ -638,7 +665,8 @@ async fn write_settlements(
     bind(&mut args, column(&columns, subject))?;
     add_call_columns(&mut args, &calls)?;
     let with_events = columns.iter().any(|c| c.event.is_some());
-    sqlx::query_scalar_with(settle_statement(!calls.is_empty(), with_events), args)
+    let with_calls = calls.iter().any(Option::is_some);
+    sqlx::query_scalar_with(settle_statement(with_calls, with_events), args)
         .fetch_all(&mut *tx)
         .await
 }
@@ -656,28 +684,36 @@ fn settle_statement(with_calls: bool, with_events: bool) -> &'static str {
     &STATEMENTS[usize::from(with_calls) * 2 + usize::from(with_events)]
 }
 
-/// The text of [`settle_statement`]: sixteen arrays of writes, then the calls' eleven.
+/// The text of [`settle_statement`]: sixteen arrays of writes, then eleven of their calls,
+/// aligned with them (NULL where a write has none). A write let through carries its call
+/// on its transition row ([`CARRIED_CALL_COLUMNS`], decision 221); a fenced write's call is
+/// a `gateway_calls` row of its own.
 fn settle_sql(with_calls: bool, with_events: bool) -> String {
     let calls = if with_calls {
         format!(
             ",
-         calls AS ({})",
-            calls_insert(17)
+         calls AS (
+             INSERT INTO gateway_calls {GATEWAY_CALL_COLUMNS}
+             SELECT {CALL_INPUT} FROM input i
+             WHERE i.call_operation IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM settled s WHERE s.ord = i.ord)
+         )"
         )
     } else {
         String::new()
     };
+    let call_arrays = call_arrays(17);
     let events = if with_events { SETTLE_EVENTS } else { "" };
     format!(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[],
                                   $6::text[], $7::text[], $8::text[], $9::timestamptz[],
                                   $10::int4[], $11::timestamptz[], $12::text[], $13::text[],
-                                  $14::text[], $15::uuid[], $16::text[])
+                                  $14::text[], $15::uuid[], $16::text[], {call_arrays})
                  WITH ORDINALITY
                  AS i(payment_attempt_id, lease_token, from_status, to_status, charge_id,
                       decline_code, review_reason, last_error, next_run_at, refund, at, cause,
-                      actor, detail, event_id, subject, ord)
+                      actor, detail, event_id, subject, {CALL_INPUT}, ord)
          ),
          {LOCKED_IN_KEY_ORDER},
          {OPEN_CLAIMS},
@@ -706,9 +742,9 @@ fn settle_sql(with_calls: bool, with_events: bool) -> String {
          transitions AS (
              INSERT INTO attempt_transitions
                  (payment_attempt_id, from_status, to_status, cause, actor, detail, at,
-                  {CLAIM_COLUMNS})
+                  {CLAIM_COLUMNS}, {CARRIED_CALL_COLUMNS})
              SELECT payment_attempt_id, from_status, to_status, cause, actor, detail, now(),
-                    {CLAIM_COLUMNS}
+                    {CLAIM_COLUMNS}, {CARRIED_CALL_VALUES}
              FROM settled ORDER BY ord
          ){calls}{events}
          SELECT ord FROM settled"
@@ -765,6 +801,25 @@ const CLAIM_RETURNED: &str = "CASE WHEN a.claim_id IS NULL THEN c.id END AS clai
 
 /// The columns of `attempt_transitions` that record a carried claim.
 const CLAIM_COLUMNS: &str = "claim_id, claim_at, claim_cause, claim_actor, claim_detail";
+
+/// The input's names of a write's call, in the order of [`GATEWAY_CALL_COLUMNS`]: a fenced
+/// write's call is inserted from them as a `gateway_calls` row.
+const CALL_INPUT: &str = "call_attempt_id, call_operation, call_idempotency_key, \
+     call_try_number, call_lease_token, call_started_at, call_finished_at, call_http_status, \
+     call_outcome, call_gateway_charge_id, call_error";
+
+/// The columns of `attempt_transitions` that record the call that caused the row's move
+/// (decision 221), as `gateway_call_records` lists them.
+const CARRIED_CALL_COLUMNS: &str = "call_id, call_operation, call_idempotency_key, \
+     call_try_number, call_lease_token, call_started_at, call_finished_at, call_http_status, \
+     call_outcome, call_gateway_charge_id, call_error";
+
+/// A settled write's call, for [`CARRIED_CALL_COLUMNS`]: its id from `gateway_calls`' own
+/// sequence, so that an attempt's calls keep their order whichever table holds them.
+const CARRIED_CALL_VALUES: &str = "CASE WHEN call_operation IS NOT NULL \
+     THEN nextval('gateway_calls_id_seq') END, call_operation, call_idempotency_key, \
+     call_try_number, call_lease_token, call_started_at, call_finished_at, call_http_status, \
+     call_outcome, call_gateway_charge_id, call_error";
 
 /// The events of the writes let through, built from the settled rows (decision 118).
 const SETTLE_EVENTS: &str = ",

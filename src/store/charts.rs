@@ -1,6 +1,7 @@
 //! What the console overview's charts show, read from the history the service already
-//! keeps: settlements from `attempt_transitions`, gateway latency from `gateway_calls`, the
-//! review queue from both. Every window ends at the database's `now()`, so hosts whose
+//! keeps: settlements from `attempt_transitions`, gateway latency from `gateway_calls` and
+//! from the calls the moves in `attempt_transitions` carry (decision 221), the review queue
+//! from both. Every window ends at the database's `now()`, so hosts whose
 //! clocks disagree draw the same picture.
 //!
 //! Each query reads only the window's rows: the BRIN indexes of migration
@@ -102,14 +103,26 @@ const SETTLEMENTS: &str =
      GROUP BY 1, 2
      ORDER BY 1, 2";
 
-/// Percentiles of the charge calls' durations per bucket.
-const CHARGE_LATENCY: &str = "SELECT date_bin(make_interval(secs => $2), started_at, timestamptz 'epoch') AS bucket,
+/// Percentiles of the charge calls' durations per bucket: the calls recorded as rows of
+/// their own and those carried by the move they caused (decision 221), each found by its
+/// table's time index: a move is written after the call that caused it started (both
+/// times by the database's clock), so the window's carried calls are on moves written
+/// since the window began.
+const CHARGE_LATENCY: &str = "WITH calls AS (
+         SELECT started_at, finished_at FROM gateway_calls
+         WHERE started_at > $3 - make_interval(secs => $1) AND started_at <= $3
+           AND operation = 'charge'
+         UNION ALL
+         SELECT call_started_at, call_finished_at FROM attempt_transitions
+         WHERE at > $3 - make_interval(secs => $1)
+           AND call_started_at > $3 - make_interval(secs => $1) AND call_started_at <= $3
+           AND call_operation = 'charge'
+     )
+     SELECT date_bin(make_interval(secs => $2), started_at, timestamptz 'epoch') AS bucket,
             percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))::float8 AS p50_seconds,
             percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))::float8 AS p99_seconds,
             count(*) AS calls
-     FROM gateway_calls
-     WHERE started_at > $3 - make_interval(secs => $1) AND started_at <= $3
-       AND operation = 'charge'
+     FROM calls
      GROUP BY 1
      ORDER BY 1";
 

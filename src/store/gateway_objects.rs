@@ -100,7 +100,7 @@ pub async fn record_gateway_objects(
     bind(&mut args, column(writes, |w| w.lease_token))?;
     bind(&mut args, column(writes, |w| w.object_id.clone()))?;
     bind(&mut args, column(writes, |w| w.call_limit.as_secs_f64()))?;
-    let calls = column(writes, |w| &w.call);
+    let calls = column(writes, |w| Some(&w.call));
     add_call_columns(&mut args, &calls)?;
     let stored: Vec<(i64, bool)> = sqlx::query_as_with(&STATEMENT, args)
         .fetch_all(store.pool())

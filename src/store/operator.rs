@@ -66,7 +66,8 @@ pub struct AttemptRecord {
     pub last_gateway_call: Option<GatewayCall>,
 }
 
-/// One recorded call to the gateway (`gateway_calls`): the evidence of what onecharge asked
+/// One recorded call to the gateway (`gateway_call_records`: a row of `gateway_calls`, or
+/// carried by the move it caused, decision 221): the evidence of what onecharge asked
 /// and what it was told.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct GatewayCall {
@@ -155,7 +156,7 @@ macro_rules! attempt_select {
             $from,
             "
              LEFT JOIN LATERAL (
-                 SELECT * FROM gateway_calls c
+                 SELECT * FROM gateway_call_records c
                  WHERE c.payment_attempt_id = a.payment_attempt_id
                  ORDER BY c.id DESC
                  LIMIT 1
@@ -484,7 +485,7 @@ pub async fn gateway_calls(
     sqlx::query(
         "SELECT id, operation, idempotency_key, try_number, lease_token, started_at,
                 finished_at, http_status, outcome, gateway_charge_id, error
-         FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
+         FROM gateway_call_records WHERE payment_attempt_id = $1 ORDER BY id",
     )
     .bind(id)
     .fetch_all(store.pool())

@@ -323,7 +323,7 @@ pub async fn refund_gateway_calls(
     sqlx::query(
         "SELECT id, operation, idempotency_key, try_number, lease_token, started_at,
                 finished_at, http_status, outcome, gateway_charge_id, error
-         FROM gateway_calls
+         FROM gateway_call_records
          WHERE payment_attempt_id = $1 AND idempotency_key = $2
            AND operation IN ('refund', 'refund_lookup')
          ORDER BY id",

@@ -902,6 +902,17 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
         );
     }
     assert_eq!(
+        h.scalar("SELECT count(*) FROM gateway_calls").await,
+        1,
+        "the fenced write's call, a row of its own (decision 221)"
+    );
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_transitions WHERE call_id IS NOT NULL")
+            .await,
+        3,
+        "each call let through, carried by the move it caused"
+    );
+    assert_eq!(
         h.attempt(claimed[1].attempt.payment_attempt_id)
             .await
             .gateway_charge_id

@@ -1,5 +1,5 @@
-//! The migrations of issue 38 (what a charge writes, decisions 170, 171, 173, 214, 219 and
-//! 220) on a database that holds attempts in every state and events published, waiting and
+//! The migrations of issue 38 (what a charge writes, decisions 170, 171, 173, 214, 219, 220
+//! and 221) on a database that holds attempts in every state and events published, waiting and
 //! refused: taken back (their down migrations), written to in the old shape, then applied
 //! again while intake writes, after which the roles carry on from where they were.
 
@@ -27,6 +27,9 @@ const ACCEPTED: std::ops::RangeInclusive<i64> = 20261204002300..=20261204002300;
 
 /// The migration of decision 220 (a flight's claim recorded with the move that ends it).
 const CLAIMS: std::ops::RangeInclusive<i64> = 20261204002400..=20261204002400;
+
+/// The migration of decision 221 (a call's evidence recorded with the move it caused).
+const CALLS: std::ops::RangeInclusive<i64> = 20261204002500..=20261204002500;
 
 /// The indexes of `payment_attempts` that decisions 214 and 215 replace.
 const REPLACED_BY_SEARCH: [&str; 4] = [
@@ -723,5 +726,114 @@ async fn the_claim_carried_by_its_flights_end_migrates_both_ways_keeping_every_h
         .await,
         1,
         "the claim left the row when it was written"
+    );
+}
+
+/// One call as a reader sees it, with its id: `(id, attempt, operation, key, try, lease
+/// token, started, finished, HTTP status, outcome, charge id, error)`.
+type Call = (
+    i64,
+    String,
+    String,
+    String,
+    i32,
+    Option<i64>,
+    String,
+    String,
+    Option<i32>,
+    String,
+    Option<String>,
+    Option<String>,
+);
+
+/// Every call `relation` lists (`gateway_call_records`, or `gateway_calls` alone), in the
+/// order of their ids.
+async fn calls(h: &Harness, relation: &str) -> Vec<Call> {
+    sqlx::query_as(&format!(
+        "SELECT id, payment_attempt_id::text, operation, idempotency_key, try_number,
+                lease_token, started_at::text, finished_at::text, http_status, outcome,
+                gateway_charge_id, error
+         FROM {relation} ORDER BY id"
+    ))
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap()
+}
+
+/// Decision 221's migration on a database holding every state: every call a settlement
+/// caused is carried by its move's row; taken back, each becomes a `gateway_calls` row of
+/// its own under the id it took, and the calls read as they did; a call then written in the
+/// old shape (a row) and the carried ones are all listed once when it applies again. Then
+/// the roles carry on: a charge writes no `gateway_calls` row (a fenced write's call is one:
+/// `executor::settlements_written_together_keep_each_fence_transition_event_and_call`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_carried_by_the_move_it_caused_migrates_both_ways_keeping_every_call() {
+    let mut h = Harness::new().await;
+    let (first, _) = seed_every_state(&mut h).await;
+    let before = calls(&h, "gateway_call_records").await;
+    assert_eq!(before.len(), 4, "the first run's four charge calls");
+    assert!(
+        calls(&h, "gateway_calls").await.is_empty(),
+        "each carried by the move it caused"
+    );
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_transitions WHERE call_id IS NOT NULL")
+            .await,
+        4
+    );
+
+    take_back(&h.store, CALLS).await;
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM pg_class WHERE relname = 'gateway_call_records'")
+            .await,
+        0
+    );
+    assert_eq!(
+        calls(&h, "gateway_calls").await,
+        before,
+        "every call a row of its own, under its id"
+    );
+    // Written in the old shape: a lookup's call as a row.
+    let looked_up = first[3].payment_attempt_id;
+    h.exec(&format!(
+        "INSERT INTO gateway_calls (payment_attempt_id, operation, idempotency_key, try_number,
+                                    started_at, finished_at, http_status, outcome)
+         VALUES ('{looked_up}', 'lookup', 'onecharge-{looked_up}', 1, now(), now(), 200,
+                 'not_found')"
+    ))
+    .await;
+    let with_old = calls(&h, "gateway_calls").await;
+    assert_eq!(with_old.len(), 5);
+
+    h.store.migrate().await.unwrap();
+    assert_eq!(
+        calls(&h, "gateway_call_records").await,
+        with_old,
+        "every call once, in the order of its id"
+    );
+
+    // The roles carry on: this build's charge carries its call on its move.
+    let written = h.seed_many(&[pm::CARD_VISA]).await[0].payment_attempt_id;
+    for _ in 0..20 {
+        if h.attempt(written).await.status == "succeeded" {
+            break;
+        }
+        h.executor().run_once().await.unwrap();
+    }
+    let charged = h.gateway_calls(written).await;
+    assert_eq!(charged.len(), 1, "{charged:?}");
+    assert_eq!(
+        h.scalar(&format!(
+            "SELECT count(*) FROM attempt_transitions
+             WHERE payment_attempt_id = '{written}' AND call_operation = 'charge'"
+        ))
+        .await,
+        1,
+        "the claim, the outcome and the call: one row"
+    );
+    assert_eq!(
+        calls(&h, "gateway_calls").await,
+        with_old,
+        "no row of its own"
     );
 }

@@ -45,7 +45,7 @@ pub struct Event {
     pub publish_attempts: i32,
 }
 
-/// One gateway call of any attempt, as recorded (`gateway_calls`).
+/// One gateway call of any attempt, as recorded (`gateway_call_records`).
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct GatewayCall {
     pub payment_attempt_id: Uuid,
@@ -388,7 +388,7 @@ pub trait Records {
         let id: PaymentAttemptId = id.into();
         sqlx::query_as(
             "SELECT try_number, lease_token, http_status, outcome, gateway_charge_id
-             FROM gateway_calls WHERE payment_attempt_id = $1 ORDER BY id",
+             FROM gateway_call_records WHERE payment_attempt_id = $1 ORDER BY id",
         )
         .bind(id)
         .fetch_all(self.pool())
@@ -413,7 +413,7 @@ pub trait Records {
         sqlx::query_as(
             "SELECT payment_attempt_id, operation, try_number, lease_token, http_status, outcome,
                     gateway_charge_id
-             FROM gateway_calls ORDER BY id",
+             FROM gateway_call_records ORDER BY id",
         )
         .fetch_all(self.pool())
         .await
