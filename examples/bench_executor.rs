@@ -81,7 +81,7 @@ struct Args {
     #[arg(long, default_value = "postgres://127.0.0.1:5432")]
     server: String,
     /// Keep each run's database, to see where time went (`payment_attempts.dispatched_at`,
-    /// `gateway_calls.started_at` / `finished_at`, `attempt_transitions.at`)
+    /// `gateway_call_records.started_at` / `finished_at`, `attempt_transitions.at`)
     #[arg(long)]
     keep_database: bool,
 }

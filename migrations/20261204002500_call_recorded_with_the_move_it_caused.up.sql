@@ -14,8 +14,8 @@
 -- that time the migration fails and `onecharge setup` can simply run again). Nothing is
 -- copied: every call written before stays a row of gateway_calls, listed by the view. During
 -- a rolling upgrade an instance of the previous build keeps writing its calls as rows, and
--- reads its attempts' calls from gateway_calls alone: until it is replaced, its `attempts
--- show` does not list the calls this build carried on moves (the attempt's state, its
+-- reads calls from gateway_calls alone: until it is replaced, its `attempts show` and its
+-- latency chart miss the calls this build carried on moves (the attempt's state, its
 -- history and its events are whole).
 SET LOCAL lock_timeout = '5s';
 

@@ -397,7 +397,8 @@ impl Reconciler {
     /// reconciler's own decision as the answer of a lookup: claimed like a recheck (the
     /// fencing token moves, so a pass or a person looking at the same moment is fenced
     /// out), decided by the reconciler's own [`LookupPolicy::decide`](super::policy::LookupPolicy::decide), written by the one `settle`, with the listed
-    /// record as the evidence (`gateway_calls.operation = list`). A `needs_review` attempt
+    /// record as the evidence (a call with operation `list`, carried by the move it caused,
+    /// decision 221). A `needs_review` attempt
     /// moves only to a found charge's outcome, as a recheck's does. Returns where the attempt
     /// went, if anywhere.
     #[tracing::instrument(skip_all, fields(payment_attempt_id = %id))]
