@@ -802,24 +802,31 @@ const CLAIM_RETURNED: &str = "CASE WHEN a.claim_id IS NULL THEN c.id END AS clai
 /// The columns of `attempt_transitions` that record a carried claim.
 const CLAIM_COLUMNS: &str = "claim_id, claim_at, claim_cause, claim_actor, claim_detail";
 
+/// A call's evidence after its id and its attempt, in the order of [`GATEWAY_CALL_COLUMNS`],
+/// as the settle statement's input and `attempt_transitions` both name it: the one list
+/// the three below are made from.
+macro_rules! call_evidence {
+    () => {
+        "call_operation, call_idempotency_key, call_try_number, call_lease_token, \
+         call_started_at, call_finished_at, call_http_status, call_outcome, \
+         call_gateway_charge_id, call_error"
+    };
+}
+
 /// The input's names of a write's call, in the order of [`GATEWAY_CALL_COLUMNS`]: a fenced
 /// write's call is inserted from them as a `gateway_calls` row.
-const CALL_INPUT: &str = "call_attempt_id, call_operation, call_idempotency_key, \
-     call_try_number, call_lease_token, call_started_at, call_finished_at, call_http_status, \
-     call_outcome, call_gateway_charge_id, call_error";
+const CALL_INPUT: &str = concat!("call_attempt_id, ", call_evidence!());
 
 /// The columns of `attempt_transitions` that record the call that caused the row's move
 /// (decision 221), as `gateway_call_records` lists them.
-const CARRIED_CALL_COLUMNS: &str = "call_id, call_operation, call_idempotency_key, \
-     call_try_number, call_lease_token, call_started_at, call_finished_at, call_http_status, \
-     call_outcome, call_gateway_charge_id, call_error";
+const CARRIED_CALL_COLUMNS: &str = concat!("call_id, ", call_evidence!());
 
 /// A settled write's call, for [`CARRIED_CALL_COLUMNS`]: its id from `gateway_calls`' own
 /// sequence, so that an attempt's calls keep their order whichever table holds them.
-const CARRIED_CALL_VALUES: &str = "CASE WHEN call_operation IS NOT NULL \
-     THEN nextval('gateway_calls_id_seq') END, call_operation, call_idempotency_key, \
-     call_try_number, call_lease_token, call_started_at, call_finished_at, call_http_status, \
-     call_outcome, call_gateway_charge_id, call_error";
+const CARRIED_CALL_VALUES: &str = concat!(
+    "CASE WHEN call_operation IS NOT NULL THEN nextval('gateway_calls_id_seq') END, ",
+    call_evidence!()
+);
 
 /// The events of the writes let through, built from the settled rows (decision 118).
 const SETTLE_EVENTS: &str = ",
