@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, CommandKind};
 use crate::config::Settings;
 use crate::domain::RetryWindow;
 use crate::executor::Executor;
@@ -88,7 +88,7 @@ pub async fn setup(settings: &Settings) -> anyhow::Result<SetupDone> {
 /// `onecharge setup --check`: whether `setup` has made what this onecharge needs — every
 /// migration applied, the three streams there and usable — changing nothing; the streams'
 /// names. The same checks `serve` makes at start ([`Application::build`]), so a runtime
-/// role that may not change the schema (docs/decisions.md 160) can run it.
+/// role that may not change the schema (docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md) can run it.
 pub async fn check(settings: &Settings) -> anyhow::Result<[String; 3]> {
     let store = Store::connect_to_schema(&settings.database_url, 1, &settings.database).await?;
     store.check_schema().await?;
@@ -162,7 +162,7 @@ pub struct Application {
 
 impl Application {
     /// Connects, checks that `setup` made the schema and the streams this onecharge needs
-    /// (it changes neither: it runs as a role that may not, docs/decisions.md 160), and
+    /// (it changes neither: it runs as a role that may not, docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md), and
     /// binds the admin address when that role runs. An empty `roles` means all of them.
     pub async fn build(settings: Settings, roles: &[Role]) -> anyhow::Result<Self> {
         let roles: Vec<Role> = if roles.is_empty() {
@@ -232,7 +232,10 @@ impl Application {
     /// stops the others.
     pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let metrics = crate::metrics::install();
-        crate::metrics::register_at_zero(&self.settings.intake.consumer);
+        crate::metrics::register_at_zero(
+            &[CommandKind::Charge, CommandKind::Refund]
+                .map(|kind| kind.consumer_name(&self.settings.intake)),
+        );
         let mut roles = Roles::default();
         roles.spawn(
             "metrics upkeep",
@@ -258,17 +261,23 @@ impl Application {
                 self.store.clone(),
                 self.broker.clone(),
                 &self.settings,
-                crate::broker::CommandKind::Refund,
+                CommandKind::Refund,
             )
             .await?
             .with_nudges(nudges.clone());
             roles.spawn("refund intake", refund_intake.run(shutdown.clone()));
-            let audit = crate::intake::audit::StreamAudit::new(
-                self.store.clone(),
-                self.broker.clone(),
-                &self.settings,
-            );
-            roles.spawn("stream audit", audit.run(shutdown.clone()));
+            for (kind, name) in [
+                (CommandKind::Charge, "stream audit"),
+                (CommandKind::Refund, "refund stream audit"),
+            ] {
+                let audit = crate::intake::audit::StreamAudit::new(
+                    self.store.clone(),
+                    self.broker.clone(),
+                    &self.settings,
+                    kind,
+                );
+                roles.spawn(name, audit.run(shutdown.clone()));
+            }
         }
         if let Some(executor) = executor {
             roles.spawn("executor", executor.run(shutdown.clone()));

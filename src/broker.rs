@@ -173,6 +173,44 @@ pub fn publish_may_pass(err: &PublishError) -> bool {
     }
 }
 
+/// Whether JetStream answered a publish with a refusal of this very message, one that no
+/// retry of the same message can pass: too large (after whatever the caller cut), a failed
+/// `Nats-Expected-*` expectation, or any other JetStream error but "temporarily unavailable"
+/// (503). No answer, no responders or a missing stream are never this message's fault: they
+/// are the deployment's, and pass when it is mended.
+pub fn publish_refused_for_good(err: &PublishError) -> bool {
+    match err.kind() {
+        PublishErrorKind::MaxPayloadExceeded
+        | PublishErrorKind::WrongLastMessageId
+        | PublishErrorKind::WrongLastSequence => true,
+        PublishErrorKind::Other => std::error::Error::source(err)
+            .and_then(|source| source.downcast_ref::<jetstream::Error>())
+            .is_some_and(|e| e.code() != 503),
+        _ => false,
+    }
+}
+
+/// A message's headers that are its producer's own: every one but the NATS control headers
+/// (`Nats-*`: a message id, an expected stream or last sequence, a rollup, a TTL) and
+/// onecharge's dead-letter headers (`Dlq-*`). Whatever republishes a message elsewhere (a
+/// dead letter, a replay) starts from these: a control header meant for the command stream
+/// makes any other stream refuse the message, for ever (an expected stream that is not the
+/// dead-letter stream).
+pub fn producer_headers(original: &HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for (name, values) in original.iter() {
+        let name = name.to_string();
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("nats-") || lower.starts_with("dlq-") {
+            continue;
+        }
+        for value in values {
+            kept.append(name.as_str(), value.as_str());
+        }
+    }
+    kept
+}
+
 /// A durable consumer's backlog, from JetStream consumer info.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerLag {
@@ -184,7 +222,7 @@ pub struct ConsumerLag {
 
 /// What the NATS server refused this connection: its `-ERR` lines after the connection was
 /// accepted (`Permissions Violation for Publish to "$JS.API.STREAM.INFO.PAYMENTS_COMMANDS"`
-/// when the user lacks a permission, docs/operations.md §21). A refused request is dropped
+/// when the user lacks a permission, docs/operations.md §24). A refused request is dropped
 /// by the server without an answer, so the client would only see it time out: the
 /// start-up questions stop asking again once a refusal arrived while they asked, and say
 /// what the server said.
@@ -222,7 +260,7 @@ impl Refusals {
     pub fn explain(&self, before: u64, err: anyhow::Error) -> anyhow::Error {
         match self.last().filter(|_| self.count() > before) {
             Some(said) => err.context(format!(
-                "the NATS server refused onecharge's user: {said} (grant the permissions of docs/operations.md §21)"
+                "the NATS server refused onecharge's user: {said} (grant the permissions of docs/operations.md §24)"
             )),
             None => err,
         }
@@ -281,7 +319,7 @@ async fn connect_noting_refusals(
             async move {
                 if let async_nats::Event::ServerError(async_nats::ServerError::Other(said)) = event
                 {
-                    tracing::error!(server_said = %said, "the NATS server refused a request of onecharge's (a missing permission: docs/operations.md §21)");
+                    tracing::error!(server_said = %said, "the NATS server refused a request of onecharge's (a missing permission: docs/operations.md §24)");
                     refusals.note(said);
                 }
             }
@@ -379,7 +417,7 @@ impl Broker {
     }
 
     /// Checks that the three streams exist and can serve, creating nothing: what `serve` and
-    /// `setup --check` ask at start (only `setup` creates streams, docs/decisions.md 160). A
+    /// `setup --check` ask at start (only `setup` creates streams, docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md). A
     /// missing stream is an error that names `onecharge setup`.
     pub async fn check_streams(&self) -> anyhow::Result<()> {
         let before = self.refusals.count();
@@ -721,7 +759,7 @@ fn intake_consumer_config(
         // Unlimited: JetStream never ends a message's life on its own (it would drop it
         // silently when the dead-letter publish failed on the last delivery). Intake
         // decides when a message is exhausted and keeps it until its dead letter is
-        // stored (docs/decisions.md 28).
+        // stored (docs/decisions/028-the-application-not-jetstream-ends-a-commands.md).
         max_deliver: -1,
         // Bounded by what this deployment can have in hand at once.
         max_ack_pending: (intake.batch_size * intake.concurrency) as i64,

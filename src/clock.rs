@@ -3,7 +3,7 @@
 //! the reconciler, which share one health), so tests move it instead of sleeping. Nothing stored is timed
 //! by it: claims, leases, due times, dispatch stamps and transitions use the database's
 //! `now()`, and the executor's and reconciler's retry-window decisions are measured from
-//! the time of their claim as the database gave it (see docs/decisions.md, 24).
+//! the time of their claim as the database gave it (see docs/decisions/024-time-comes-from-the-databases-clock-not-each.md).
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -65,13 +65,13 @@ const ANNOUNCED_STATES: [AttemptStatus; 4] = [
 /// Registers every series a rule or a panel names, at 0, before anything is recorded
 /// (decision 143): a fresh `serve` then shows 0 where a dashboard would show "no data", and
 /// `rate()`/`increase()` see the first increment as one. Each counter is registered with
-/// every value of its bounded labels that is a closed set; `consumer` is this process's
-/// intake consumer. Labels whose values are open (`sqlstate_class`) appear with their first
+/// every value of its bounded labels that is a closed set; `consumers` are this process's
+/// intake consumers (charges, refunds). Labels whose values are open (`sqlstate_class`) appear with their first
 /// increment. Gauges are not set here: each is set by whoever reads its value (the database
 /// gauges' refresher at start, the stream audit after its first pass), since a 0 there would
 /// be a claim. The names repeat those of the recording sites; `tests/metrics/deploy.rs`
 /// holds both to the rules and the dashboard.
-pub fn register_at_zero(consumer: &str) {
+pub fn register_at_zero(consumers: &[String]) {
     const GATEWAY_OUTCOMES: [&str; 11] = [
         "succeeded",
         "declined",
@@ -120,18 +120,21 @@ pub fn register_at_zero(consumer: &str) {
     metrics::counter!("onecharge_gateway_credentials_faults_total").absolute(0);
     metrics::counter!("onecharge_gateway_endpoint_faults_total").absolute(0);
 
-    for result in [
-        "processed",
-        "duplicate",
-        "business_duplicate",
-        "stale",
-        "permanent",
-        "conflict",
-        "transient",
-    ] {
-        metrics::counter!("onecharge_intake_deliveries_total", "consumer" => consumer.to_owned(), "result" => result).absolute(0);
+    for consumer in consumers {
+        for result in [
+            "processed",
+            "duplicate",
+            "business_duplicate",
+            "stale",
+            "permanent",
+            "conflict",
+            "transient",
+        ] {
+            metrics::counter!("onecharge_intake_deliveries_total", "consumer" => consumer.clone(), "result" => result).absolute(0);
+        }
+        metrics::counter!("onecharge_intake_messages_lost_total", "consumer" => consumer.clone(), "reason" => "dead_letter_failed_on_last_delivery").absolute(0);
+        metrics::counter!("onecharge_intake_dead_letters_refused_total", "consumer" => consumer.clone()).absolute(0);
     }
-    metrics::counter!("onecharge_intake_messages_lost_total", "consumer" => consumer.to_owned(), "reason" => "dead_letter_failed_on_last_delivery").absolute(0);
     let _ = metrics::histogram!("onecharge_intake_batch_duration_seconds");
     metrics::counter!("onecharge_intake_races_lost_total").absolute(0);
     for class in ["invalid", "conflict", "exhausted"] {
@@ -296,8 +299,15 @@ pub fn message_lost(consumer: &str, reason: &'static str) {
     metrics::counter!("onecharge_intake_messages_lost_total", "consumer" => consumer.to_owned(), "reason" => reason).increment(1);
 }
 
+/// A command whose dead letter the dead-letter stream refuses for good (its headers alone
+/// too large, a JetStream refusal of something it carries): terminated, kept in the command
+/// stream, named by the stream audit. Every increment is a command to look at by hand.
+pub fn dead_letter_refused(consumer: &str) {
+    metrics::counter!("onecharge_intake_dead_letters_refused_total", "consumer" => consumer.to_owned()).increment(1);
+}
+
 /// Messages the command stream holds that intake never recorded nor dead-lettered, as the
-/// stream audit last counted its open findings (docs/operations.md §13). Anything above 0 is
+/// stream audit last counted its open findings (docs/operations.md §16). Anything above 0 is
 /// a command to look at: `onecharge intake audit`.
 pub fn unrecorded_messages(consumer: &str, open: i64) {
     metrics::gauge!("onecharge_intake_unrecorded_messages", "consumer" => consumer.to_owned())

@@ -1,5 +1,5 @@
 //! TLS as every onecharge client uses it: one rustls, with the ring crypto provider (never
-//! aws-lc-rs, see docs/decisions.md), the system's roots, and extra CA certificates read from
+//! aws-lc-rs, see docs/decisions/034-tls-with-rustls-and-ring-never-aws-lc-rs-the.md), the system's roots, and extra CA certificates read from
 //! PEM files named in the settings (`gateway_ca_file`, `nats_ca_file`).
 //!
 //! PostgreSQL's TLS is sqlx's own: it reads `sslmode` and `sslrootcert` from the URL.

@@ -1,8 +1,8 @@
 -- The runtime role of onecharge: every right that `onecharge serve` (all its roles), the
 -- operator commands (`attempts`, `dlq`, `audit`, `findings`, `fleet`, `intake audit`,
 -- `purge`, `reconcile`, `publish`) and the console need, and no right to change the schema.
--- Only `onecharge setup`, run as the schema's owner, migrates (docs/decisions.md 160;
--- docs/operations.md §20).
+-- Only `onecharge setup`, run as the schema's owner, migrates (docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md;
+-- docs/operations.md §23).
 --
 -- Run as the owner (or a superuser), once the role exists and the first `onecharge setup`
 -- has made the tables:

@@ -6,6 +6,7 @@ use time::OffsetDateTime;
 
 use super::table::Table;
 use super::{operator_actor, print_json};
+use crate::broker::CommandKind;
 use crate::config::Settings;
 use crate::format;
 use crate::intake::audit::StreamAudit;
@@ -31,12 +32,14 @@ pub enum IntakeCommand {
 pub async fn run(settings: &Settings, command: IntakeCommand) -> anyhow::Result<()> {
     let store = super::connect_store(settings).await?;
     let broker = crate::broker::Broker::connect(settings).await?;
-    let audit = StreamAudit::new(store, broker, settings);
+    let audits = [CommandKind::Charge, CommandKind::Refund]
+        .map(|kind| StreamAudit::new(store.clone(), broker.clone(), settings, kind));
     match command {
         IntakeCommand::Audit {
             replay: Some(sequence),
             ..
         } => {
+            let audit = find_audit(&audits, sequence).await?;
             let replayed = audit.replay(sequence, &operator_actor()).await?;
             println!(
                 "replayed sequence {sequence} ({}) as sequence {}: intake records it like any delivery",
@@ -46,7 +49,7 @@ pub async fn run(settings: &Settings, command: IntakeCommand) -> anyhow::Result<
             Ok(())
         }
         IntakeCommand::Audit { json, .. } => {
-            let report = intake_audit::audit(&audit).await?;
+            let report = intake_audit::audit(&audits).await?;
             if json {
                 print_json(&report)
             } else {
@@ -57,18 +60,48 @@ pub async fn run(settings: &Settings, command: IntakeCommand) -> anyhow::Result<
     }
 }
 
+/// The audit whose open finding is at `sequence` (the charge audit when none has one: its
+/// replay then says there is no such finding).
+async fn find_audit(audits: &[StreamAudit], sequence: u64) -> anyhow::Result<&StreamAudit> {
+    for audit in audits {
+        if audit
+            .open_findings()
+            .await?
+            .iter()
+            .any(|m| m.stream_sequence as u64 == sequence)
+        {
+            return Ok(audit);
+        }
+    }
+    Ok(&audits[0])
+}
+
 /// The aligned table of `intake audit`.
 pub fn render(report: &AuditReport, now: OffsetDateTime) -> String {
-    let checked = if report.pass_ran {
-        format!("checked through sequence {}", report.checked_through)
-    } else {
-        "a serve process is auditing now; showing its last findings".to_owned()
-    };
+    let checked = report
+        .passes
+        .iter()
+        .map(|pass| {
+            if pass.pass_ran {
+                format!(
+                    "{} checked through sequence {}",
+                    pass.consumer, pass.checked_through
+                )
+            } else {
+                format!(
+                    "{}: a serve process is auditing now; showing its last findings",
+                    pass.consumer
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     if report.unrecorded.is_empty() {
         return format!("no unrecorded commands on the stream ({checked})\n");
     }
     let mut t = Table::new(&[
         "SEQUENCE",
+        "CONSUMER",
         "STORED",
         "MESSAGE ID",
         "ATTEMPT",
@@ -78,6 +111,7 @@ pub fn render(report: &AuditReport, now: OffsetDateTime) -> String {
     for m in &report.unrecorded {
         t.push(vec![
             m.stream_sequence.to_string(),
+            m.consumer.clone(),
             format::at_relative(m.stored_at, now),
             format::cell(m.message_id.as_deref().unwrap_or("-"), 48),
             m.payment_attempt_id

@@ -608,7 +608,7 @@ fn default_gateway_max_processing_time() -> Duration {
 pub struct IntakeSettings {
     /// Durable consumer name, also the first half of the dedupe key. Changing it makes every
     /// message the stream still holds look new to the dedupe table (the attempts table
-    /// still stops a second charge); see docs/decisions.md.
+    /// still stops a second charge); see docs/decisions/004-the-consumer-name-is-part-of-the-dedupe-key.md.
     pub consumer: String,
     /// Messages fetched and recorded per database transaction. 1 is single-message mode.
     pub batch_size: usize,
@@ -631,7 +631,7 @@ pub struct IntakeSettings {
     #[serde(with = "bounded_duration")]
     pub retry_max_delay: Duration,
     /// How often `serve` audits the command stream against what intake recorded
-    /// (docs/operations.md §13: a command the broker stored and never delivered, or whose
+    /// (docs/operations.md §16: a command the broker stored and never delivered, or whose
     /// record a failover lost). 0 turns the audit off.
     #[serde(with = "bounded_duration")]
     pub audit_interval: Duration,

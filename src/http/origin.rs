@@ -165,7 +165,7 @@ pub async fn guard(State(public): State<PublicOrigins>, request: Request, next: 
         return ApiError::new(
             StatusCode::MISDIRECTED_REQUEST,
             "misdirected_request",
-            "this admin listener answers only requests addressed to a loopback name (localhost, 127.0.0.1, [::1]) or to the host of one of admin_public_origins (ONECHARGE_ADMIN_PUBLIC_ORIGINS); this request's Host is neither: a page whose name was rebound to this address, or a proxy or tunnel whose name must be added there (docs/operations.md §8)",
+            "this admin listener answers only requests addressed to a loopback name (localhost, 127.0.0.1, [::1]) or to the host of one of admin_public_origins (ONECHARGE_ADMIN_PUBLIC_ORIGINS); this request's Host is neither: a page whose name was rebound to this address, or a proxy or tunnel whose name must be added there (docs/operations.md §11)",
         )
         .into_response();
     }

@@ -1,4 +1,4 @@
-//! The stream audit (docs/operations.md §13): a command the broker stored and acknowledged
+//! The stream audit (docs/operations.md §16): a command the broker stored and acknowledged
 //! to its producer but never delivered to intake — nats-server 2.9's R3 replicas diverging
 //! (docs/soak.md) — or whose record an asynchronous PostgreSQL failover lost (decision 55),
 //! is invisible to intake. The audit makes it visible: it walks the command stream behind
@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::header;
-use crate::broker::{Broker, PublishKind};
+use crate::broker::{Broker, CommandKind, PublishKind};
 use crate::config::{Settings, UsageError};
 use crate::store::stream_audit::{self, NewFinding};
 use crate::store::Store;
@@ -61,11 +61,13 @@ pub struct Replayed {
     pub message_id: Option<String>,
 }
 
-/// The audit of one deployment's command stream against its intake consumer's records.
+/// The audit of one kind of command (charges or refunds) on a deployment's command stream,
+/// against that kind's intake consumer's records.
 #[derive(Clone)]
 pub struct StreamAudit {
     store: Store,
     broker: Broker,
+    kind: CommandKind,
     consumer: String,
     interval: Duration,
     grace: Duration,
@@ -74,11 +76,12 @@ pub struct StreamAudit {
 }
 
 impl StreamAudit {
-    pub fn new(store: Store, broker: Broker, settings: &Settings) -> Self {
+    pub fn new(store: Store, broker: Broker, settings: &Settings, kind: CommandKind) -> Self {
         Self {
             store,
             broker,
-            consumer: settings.intake.consumer.clone(),
+            kind,
+            consumer: kind.consumer_name(&settings.intake),
             interval: settings.intake.audit_interval,
             grace: settings.intake.audit_grace,
             batch_size: settings.intake.audit_batch_size,
@@ -162,7 +165,7 @@ impl StreamAudit {
         Ok(pass)
     }
 
-    /// Reads the charge commands from `start` through `upto`, at most one batch, and returns
+    /// Reads this kind's commands from `start` through `upto`, at most one batch, and returns
     /// those to judge; moves `pass.checked_through` over everything it read and decided.
     async fn read(
         &self,
@@ -174,7 +177,7 @@ impl StreamAudit {
     ) -> anyhow::Result<Vec<NewFinding>> {
         let reader = stream
             .create_consumer(consumer::pull::Config {
-                filter_subject: self.broker.names.charge_subject(),
+                filter_subject: self.broker.names.command_subject(self.kind),
                 ..reader(DeliverPolicy::ByStartSequence {
                     start_sequence: start,
                 })
@@ -358,7 +361,11 @@ impl StreamAudit {
             let ack = self
                 .broker
                 .jetstream
-                .publish_with_headers(self.broker.names.charge_subject(), headers, stored.payload)
+                .publish_with_headers(
+                    self.broker.names.command_subject(self.kind),
+                    headers,
+                    stored.payload,
+                )
                 .await?
                 .await?;
             stream_audit::mark_replayed(&self.store, &self.consumer, sequence, actor, true).await?;
@@ -371,7 +378,7 @@ impl StreamAudit {
             .broker
             .publish_retrying(
                 PublishKind::Replay,
-                self.broker.names.charge_subject(),
+                self.broker.names.command_subject(self.kind),
                 headers,
                 stored.payload,
                 None,
@@ -397,6 +404,11 @@ impl StreamAudit {
             .get_stream(name)
             .await
             .with_context(|| format!("reading stream {name}"))
+    }
+
+    /// The durable consumer whose records this audit checks.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
     }
 
     /// The open findings, oldest sequence first.

@@ -1,13 +1,12 @@
 //! Dead-lettering (contract §2.2): the original body and headers, plus why, republished to
 //! the dead-letter stream under an id that makes a retried publish a no-op.
 
-use anyhow::Context as _;
 use async_nats::header::NATS_MESSAGE_ID;
 use async_nats::jetstream;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::HeaderMap;
 
-use crate::broker::{Broker, PublishKind};
+use crate::broker::{producer_headers, publish_refused_for_good, Broker, PublishKind};
 use crate::domain::bounded;
 
 /// Why a message was dead-lettered; `Dlq-Class` on the wire.
@@ -123,8 +122,24 @@ fn option_as_text<S: serde::Serializer>(
     }
 }
 
+/// Why a dead letter was not stored: what intake does next depends on it.
+#[derive(Debug, thiserror::Error)]
+pub enum DeadLetterError {
+    /// The dead-letter stream refused this letter, and would refuse it on every try: its
+    /// headers alone are larger than the stream takes, or JetStream refused it for something
+    /// it carries. Intake terminates the command, which stays in the command stream where
+    /// the stream audit names it; keeping it would hold a delivery slot for ever.
+    #[error("the dead-letter stream refuses this message for good: {0:#}")]
+    Refused(anyhow::Error),
+    /// Not stored this time (no answer, no dead-letter stream, an election): the delivery is
+    /// Nak'd and the next one tries again.
+    #[error("{0:#}")]
+    NotStored(anyhow::Error),
+}
+
 /// Publishes the dead letter and waits for JetStream's acknowledgement. Only after this
-/// returns `Ok` may the original be terminated.
+/// returns `Ok` may the original be terminated. The letter carries the producer's own
+/// headers ([`crate::broker::producer_headers`]), never the command's NATS control headers.
 pub async fn publish(
     broker: &Broker,
     consumer: &str,
@@ -132,11 +147,12 @@ pub async fn publish(
     message: &jetstream::Message,
     class: DlqClass,
     reason: &str,
-) -> anyhow::Result<()> {
-    let info = message
-        .info()
-        .map_err(|e| anyhow::anyhow!("message has no JetStream metadata: {e}"))?;
-    let mut headers = message.headers.clone().unwrap_or_default();
+) -> Result<(), DeadLetterError> {
+    let info = message.info().map_err(|e| {
+        DeadLetterError::NotStored(anyhow::anyhow!("message has no JetStream metadata: {e}"))
+    })?;
+    let original = message.headers.clone().unwrap_or_default();
+    let mut headers = producer_headers(&original);
     let mut dead = DeadLetterHeaders {
         message_id: format!("dlq-{consumer}-{}", info.stream_sequence),
         reason: bounded(reason, MAX_REASON_CHARS),
@@ -145,12 +161,13 @@ pub async fn publish(
         stream_sequence: info.stream_sequence,
         delivery_count: info.delivered.try_into().unwrap_or_default(),
         consumer: consumer.to_owned(),
-        original_message_id: headers.get(NATS_MESSAGE_ID).map(|v| v.as_str().to_owned()),
+        original_message_id: original.get(NATS_MESSAGE_ID).map(|v| v.as_str().to_owned()),
         truncated: None,
         original_size: None,
     };
     dead.write_into(&mut headers);
-    match try_publish(broker, subject, headers.clone(), message.payload.clone()).await {
+    let stored = match try_publish(broker, subject, headers.clone(), message.payload.clone()).await
+    {
         Err(err) if too_large(&err) => {
             // Stored truncated rather than never: the reason, the ids and the sequence in
             // the command stream (where the whole body still is) are what an operator needs.
@@ -171,10 +188,19 @@ pub async fn publish(
             );
             try_publish(broker, subject, headers, message.payload.slice(..keep))
                 .await
-                .with_context(|| format!("publishing the truncated dead letter to {subject}"))
+                .map_err(|err| (err, "the truncated dead letter"))
         }
-        other => other.with_context(|| format!("publishing the dead letter to {subject}")),
-    }
+        other => other.map_err(|err| (err, "the dead letter")),
+    };
+    stored.map_err(|(err, what)| {
+        let refused = publish_refused_for_good(&err);
+        let err = anyhow::Error::new(err).context(format!("publishing {what} to {subject}"));
+        if refused {
+            DeadLetterError::Refused(err)
+        } else {
+            DeadLetterError::NotStored(err)
+        }
+    })
 }
 
 /// Room left for what the size arithmetic below does not see (the server's own accounting).

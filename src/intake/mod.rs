@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-pub use dead_letter::{DeadLetterHeaders, DlqClass};
+pub use dead_letter::{DeadLetterError, DeadLetterHeaders, DlqClass};
 
 use crate::broker::{Broker, CommandKind};
 use crate::config::{IntakeSettings, Settings};
@@ -106,6 +106,18 @@ pub struct BatchReport {
     pub outcomes: Vec<DeliveryOutcome>,
     /// Messages that went to the dead-letter stream, by class.
     pub dead_lettered: Vec<DlqClass>,
+    /// Command-stream sequences of messages the dead-letter stream refused for good:
+    /// terminated, kept in the command stream, named by the stream audit.
+    pub dead_letter_refused: Vec<u64>,
+}
+
+/// What settling one delivery did with the broker, beyond acking or Nak'ing it.
+enum Settled {
+    Done,
+    DeadLettered(DlqClass),
+    /// Terminated at this command-stream sequence without a dead letter, which the
+    /// dead-letter stream refuses for good.
+    DeadLetterRefused(u64),
 }
 
 impl BatchReport {
@@ -346,9 +358,13 @@ impl Intake {
                 .map(|(message, outcome)| self.settle(message, outcome)),
         )
         .await;
-        for (outcome, dead_letter) in outcomes.into_iter().zip(settled) {
+        for (outcome, settled) in outcomes.into_iter().zip(settled) {
             metrics::delivery(&self.inner.settings.consumer, outcome.label());
-            report.dead_lettered.extend(dead_letter);
+            match settled {
+                Settled::Done => {}
+                Settled::DeadLettered(class) => report.dead_lettered.push(class),
+                Settled::DeadLetterRefused(sequence) => report.dead_letter_refused.push(sequence),
+            }
             report.outcomes.push(outcome);
         }
         metrics::batch_duration(started.elapsed());
@@ -499,13 +515,8 @@ impl Intake {
         }
     }
 
-    /// Settles one message with the broker according to its outcome. Returns the dead-letter
-    /// class when it was dead-lettered.
-    async fn settle(
-        &self,
-        message: &jetstream::Message,
-        outcome: &DeliveryOutcome,
-    ) -> Option<DlqClass> {
+    /// Settles one message with the broker according to its outcome.
+    async fn settle(&self, message: &jetstream::Message, outcome: &DeliveryOutcome) -> Settled {
         let headers = command_headers(message);
         // One span per delivery, with the OpenTelemetry messaging attribute names. The
         // producer's `traceparent` is the span's parent, and is kept as a field for the logs.
@@ -549,7 +560,7 @@ impl Intake {
                     if let Err(err) = message.ack().await {
                         tracing::warn!(error = %err, "ack after commit failed; the redelivery will be a duplicate");
                     }
-                    None
+                    Settled::Done
                 }
                 DeliveryOutcome::Permanent(reason) => self.dead_letter(message, DlqClass::Invalid, reason, delivered).await,
                 DeliveryOutcome::Conflict(reason) => self.dead_letter(message, DlqClass::Conflict, reason, delivered).await,
@@ -563,7 +574,7 @@ impl Intake {
                     if let Err(err) = message.ack_with(AckKind::Nak(Some(delay))).await {
                         tracing::warn!(error = %err, "nak failed; the message will be redelivered after ack_wait");
                     }
-                    None
+                    Settled::Done
                 }
             }
         }
@@ -577,7 +588,7 @@ impl Intake {
         class: DlqClass,
         reason: &str,
         delivered: i64,
-    ) -> Option<DlqClass> {
+    ) -> Settled {
         let consumer = &self.inner.settings.consumer;
         let subject = self.inner.broker.names.dlq_subject_for(self.inner.kind);
         match dead_letter::publish(
@@ -596,23 +607,37 @@ impl Intake {
                 if let Err(err) = message.double_ack_with(AckKind::Term).await {
                     tracing::warn!(error = %err, "term after dead-letter failed; the redelivery will be dead-lettered again under the same id");
                 }
-                Some(class)
+                Settled::DeadLettered(class)
             }
-            Err(err) if self.server_limit().is_some_and(|limit| delivered >= limit) => {
+            Err(DeadLetterError::Refused(err)) => {
+                // No try will ever store it: kept, it would hold one of the consumer's
+                // `max_ack_pending` slots for ever, and enough of them stop intake. It ends
+                // here, still in the command stream, where the stream audit names it.
+                let sequence = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+                metrics::dead_letter_refused(consumer);
+                tracing::error!(error = %format!("{err:#}"), stream_sequence = sequence, class = class.as_str(), reason, "NOT DEAD-LETTERED: the dead-letter stream refuses this command for good; it is terminated and stays in the command stream at this sequence, where `onecharge intake audit` names it");
+                if let Err(err) = message.double_ack_with(AckKind::Term).await {
+                    tracing::warn!(error = %err, "term after a refused dead letter failed; the redelivery is refused again");
+                }
+                Settled::DeadLetterRefused(sequence)
+            }
+            Err(DeadLetterError::NotStored(err))
+                if self.server_limit().is_some_and(|limit| delivered >= limit) =>
+            {
                 // The server will not deliver it again: nothing onecharge can do keeps it.
                 let sequence = message.info().map(|i| i.stream_sequence).unwrap_or(0);
                 metrics::message_lost(consumer, "dead_letter_failed_on_last_delivery");
                 tracing::error!(error = %format!("{err:#}"), stream_sequence = sequence, class = class.as_str(), reason, "LOST: the dead-letter publish failed on the consumer's last delivery (its max_deliver on the server); the command stays in the command stream at this sequence — republish it by hand");
-                None
+                Settled::Done
             }
-            Err(err) => {
+            Err(DeadLetterError::NotStored(err)) => {
                 // Kept, never given up: the redelivery tries the dead letter again.
                 let delay = self.retry_delay(delivered);
                 tracing::error!(error = %format!("{err:#}"), "dead-letter publish failed; nak so that it is retried");
                 if let Err(err) = message.ack_with(AckKind::Nak(Some(delay))).await {
                     tracing::warn!(error = %err, "nak failed; the message will be redelivered after ack_wait");
                 }
-                None
+                Settled::Done
             }
         }
     }

@@ -32,7 +32,7 @@ use futures::StreamExt as _;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::broker::Broker;
+use crate::broker::{producer_headers, Broker};
 use crate::config::UsageError;
 use crate::domain::command::{self, CommandHeaders, MAX_MESSAGE_ID_CHARS};
 use crate::domain::PaymentAttemptId;
@@ -275,19 +275,15 @@ fn replay_headers(
     sequence: u64,
     actor: &str,
 ) -> (HeaderMap, Vec<(String, String)>) {
-    let mut headers = HeaderMap::new();
-    let mut shown = Vec::new();
-    for (name, values) in original.iter() {
-        let name = name.to_string();
-        let lower = name.to_ascii_lowercase();
-        if lower.starts_with("dlq-") || lower.starts_with("nats-") {
-            continue;
-        }
-        for value in values {
-            headers.append(name.as_str(), value.as_str());
-            shown.push((name.clone(), value.as_str().to_owned()));
-        }
-    }
+    let mut headers = producer_headers(original);
+    let mut shown: Vec<(String, String)> = headers
+        .iter()
+        .flat_map(|(name, values)| {
+            values
+                .iter()
+                .map(move |value| (name.to_string(), value.as_str().to_owned()))
+        })
+        .collect();
     let ours = [
         (NATS_MESSAGE_ID, message_id.to_owned()),
         (

@@ -6,26 +6,44 @@ use serde::Serialize;
 use crate::intake::audit::{AuditPass, StreamAudit};
 use crate::store::stream_audit::UnrecordedMessage;
 
-/// What `intake audit` found: the pass it ran now and every open finding.
+/// What `intake audit` found: the pass it ran now for each intake consumer (charges,
+/// refunds) and every open finding of both, oldest sequence first.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditReport {
-    /// The last command-stream sequence the audit has judged.
-    pub checked_through: u64,
-    /// False when a `serve` was auditing at that moment: the list is as it left it.
-    pub pass_ran: bool,
+    pub passes: Vec<ConsumerPass>,
     pub unrecorded: Vec<UnrecordedMessage>,
 }
 
-/// Runs one pass (unless a `serve` holds the audit at that moment) and lists what is open.
-pub async fn audit(audit: &StreamAudit) -> anyhow::Result<AuditReport> {
-    let AuditPass {
-        ran,
-        checked_through,
-        ..
-    } = audit.run_once().await?;
-    Ok(AuditReport {
-        checked_through,
-        pass_ran: ran,
-        unrecorded: audit.open_findings().await?,
-    })
+/// One intake consumer's pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerPass {
+    pub consumer: String,
+    /// The last command-stream sequence the audit has judged for this consumer.
+    pub checked_through: u64,
+    /// False when a `serve` was auditing at that moment: the list is as it left it.
+    pub pass_ran: bool,
+}
+
+/// Runs one pass of each audit (unless a `serve` holds it at that moment) and lists what is
+/// open.
+pub async fn audit(audits: &[StreamAudit]) -> anyhow::Result<AuditReport> {
+    let mut report = AuditReport {
+        passes: Vec::new(),
+        unrecorded: Vec::new(),
+    };
+    for audit in audits {
+        let AuditPass {
+            ran,
+            checked_through,
+            ..
+        } = audit.run_once().await?;
+        report.passes.push(ConsumerPass {
+            consumer: audit.consumer().to_owned(),
+            checked_through,
+            pass_ran: ran,
+        });
+        report.unrecorded.extend(audit.open_findings().await?);
+    }
+    report.unrecorded.sort_by_key(|m| m.stream_sequence);
+    Ok(report)
 }

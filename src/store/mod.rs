@@ -4,7 +4,7 @@
 //! followed by a write in the application.
 //!
 //! Queries are checked at run time (`sqlx::query`), not with the compile-time macros; every
-//! query is exercised by the test suite. See docs/decisions.md for why.
+//! query is exercised by the test suite. See docs/decisions/001-runtime-checked-sql-instead-of-sqlx-query-macros.md for why.
 
 pub mod attempt_counts;
 pub mod attempts;

@@ -14,7 +14,7 @@
 //! Creating, attaching, detaching and dropping a month take the owner's rights, which the
 //! runtime role `serve` runs as does not have: each of those steps is a function of the
 //! schema that runs as its owner and refuses every table but a month of a history table
-//! (migration `…_owner_steps_for_the_runtime_role`, docs/decisions.md 160). Reading, counting
+//! (migration `…_owner_steps_for_the_runtime_role`, docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md). Reading, counting
 //! and copying rows is done here, with the caller's own rights.
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! Whether the database's schema is the one this onecharge was built with: what `serve` and
 //! `setup --check` ask before anything else. Only `onecharge setup`, as the schema's owner,
-//! migrates; `serve` runs as a role that may not change the schema (docs/decisions.md 160),
+//! migrates; `serve` runs as a role that may not change the schema (docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md),
 //! so it reads `_sqlx_migrations` and refuses, naming the command to run, when a migration
 //! it needs is missing.
 

@@ -1,6 +1,6 @@
 //! The stream audit's SQL (`stream_audit_watermarks`, `intake_unrecorded_messages`): how far
 //! the audit has walked the command stream, which stored messages intake recorded, and what
-//! it found unrecorded (docs/operations.md §13).
+//! it found unrecorded (docs/operations.md §16).
 //!
 //! A pass runs in one transaction that holds its consumer's watermark row `FOR UPDATE SKIP
 //! LOCKED`: the row is the lock that makes the `serve` processes audit one at a time, and the
@@ -18,6 +18,9 @@ use super::{column, Store};
 /// A message the command stream holds that intake never recorded nor dead-lettered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct UnrecordedMessage {
+    /// The intake consumer that never recorded it: which kind of command it is (the
+    /// refund consumer's name ends in `-refunds`).
+    pub consumer: String,
     /// Its sequence in the command stream: what `intake audit --replay` takes.
     pub stream_sequence: i64,
     /// Its `Nats-Msg-Id`, when it has one.
@@ -38,7 +41,8 @@ pub struct UnrecordedMessage {
 }
 
 /// Every column of [`UnrecordedMessage`], for the readers below to narrow.
-const SELECT_FINDINGS: &str = "SELECT stream_sequence, message_id, payment_attempt_id, stored_at,
+const SELECT_FINDINGS: &str =
+    "SELECT consumer, stream_sequence, message_id, payment_attempt_id, stored_at,
         found_at, replayed_at, replayed_by, resolved_at
     FROM intake_unrecorded_messages";
 

@@ -166,7 +166,7 @@ pub async fn add_records(
 /// page: without them (a table that was empty a moment ago) each batch of the comparison
 /// is planned as a scan of all the sweep's records instead of a walk of its index. Through
 /// a function that runs as the table's owner: PostgreSQL skips an ANALYZE by anyone else
-/// (the runtime role, docs/decisions.md 160) with only a warning.
+/// (the runtime role, docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md) with only a warning.
 pub async fn analyze_records(store: &Store) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT onecharge_analyze_sweep_records()")
         .execute(store.pool())

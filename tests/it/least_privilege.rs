@@ -1,5 +1,5 @@
 //! The database grants of `deploy/postgres/runtime-grants.sql`, tested with the role they
-//! make (docs/decisions.md 160): the schema migrated by its owner with `onecharge setup`,
+//! make (docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md): the schema migrated by its owner with `onecharge setup`,
 //! everything else — `serve` with all its roles, the operator commands, the console, the
 //! sweep and the purge — run as a runtime role that cannot change the schema. And `serve`
 //! and `setup --check` refuse before `setup`, naming it.

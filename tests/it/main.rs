@@ -26,6 +26,7 @@ mod export;
 mod failover;
 mod fleet;
 mod intake;
+mod intake_hostile;
 mod intake_race;
 mod least_privilege;
 mod nats_permissions;

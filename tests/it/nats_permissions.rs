@@ -1,5 +1,5 @@
 //! The NATS permissions of `deploy/nats/onecharge-permissions.conf`, tested with a user that
-//! has exactly them (docs/decisions.md 161): on a nats-server of the test's own, `setup`,
+//! has exactly them (docs/decisions/161-onecharges-nats-user-each-message-family-by.md): on a nats-server of the test's own, `setup`,
 //! `serve` with every role (a charge, a dead letter, the stream audit) and the operator
 //! commands that reach NATS run without the server refusing anything, and a user without
 //! them is refused in one line that says what the server said.
@@ -115,7 +115,7 @@ async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_with
     let last = stderr.trim().lines().last().unwrap_or_default();
     assert!(
         last.starts_with("error: the NATS server refused onecharge's user: Permissions Violation for Publish to \"$JS.API.STREAM.INFO.PAYMENTS_COMMANDS\"")
-            && last.contains("docs/operations.md §21"),
+            && last.contains("docs/operations.md §24"),
         "{stderr}"
     );
     assert!(

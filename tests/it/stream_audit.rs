@@ -1,4 +1,4 @@
-//! The stream audit (issue 25, docs/operations.md §13): a command the command stream holds
+//! The stream audit (issue 25, docs/operations.md §16): a command the command stream holds
 //! that intake never recorded nor dead-lettered is found, listed and replayed through
 //! intake; a clean stream and a purged dedupe row find nothing.
 
@@ -22,7 +22,12 @@ async fn env() -> TestEnv {
 }
 
 fn audit(env: &TestEnv) -> StreamAudit {
-    StreamAudit::new(env.store.clone(), env.broker.clone(), &env.settings)
+    StreamAudit::new(
+        env.store.clone(),
+        env.broker.clone(),
+        &env.settings,
+        onecharge::broker::CommandKind::Charge,
+    )
 }
 
 /// Runs intake until the consumer has nothing pending or unacknowledged.

@@ -414,7 +414,7 @@ async fn an_unreadable_nats_ca_file_is_a_configuration_error() {
 // ---------------------------------------------------------------------------------------
 // Dependency hygiene
 
-/// One reqwest, one rustls, ring and never aws-lc-rs (docs/decisions.md 34, 35): a feature
+/// One reqwest, one rustls, ring and never aws-lc-rs (docs/decisions/034-tls-with-rustls-and-ring-never-aws-lc-rs-the.md, docs/decisions/035-one-reqwest-the-one-opentelemetry-otlp-links.md): a feature
 /// default switched on anywhere (reqwest's `rustls`, tokio-rustls' defaults) would pull in
 /// aws-lc-rs and its C build, or a second HTTP stack.
 #[test]

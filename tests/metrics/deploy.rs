@@ -1005,7 +1005,7 @@ type SecretFile = (&'static str, &'static str);
 /// The kustomize base's workloads, with the keys of the Secret `onecharge` each mounts (each
 /// as the file of that name) and the setting each is, and whether it serves the admin API
 /// (and so reads named operators). The setup Job's database URL is the schema owner's
-/// (docs/decisions.md 160), the Deployments' the runtime role's.
+/// (docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md), the Deployments' the runtime role's.
 const WORKLOADS: [(&str, &str, &[SecretFile], bool); 4] = [
     (
         "deployment-executor.yaml",

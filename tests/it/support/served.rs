@@ -48,7 +48,7 @@ impl Served {
 }
 
 /// What `onecharge setup` makes before a service starts, and `serve` only checks (docs/
-/// decisions.md 160): the migrated database and the three streams of `settings`' namespace.
+/// docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md): the migrated database and the three streams of `settings`' namespace.
 /// Passes over what exists already.
 pub async fn set_up(settings: &Settings) {
     drop(
