@@ -306,17 +306,6 @@ impl Application {
                 crate::purge::Purger::new(self.store.clone(), self.broker.clone(), &self.settings);
             roles.spawn("purge", purger.run(shutdown.clone()));
         }
-        // The admin API's recheck runs the reconciler's lookup on this process's gateway
-        // client and health, whichever role built them.
-        let recheck = gateway.as_ref().map(|(client, health)| {
-            Reconciler::new(
-                self.store.clone(),
-                client.clone(),
-                health.clone(),
-                &self.settings,
-            )
-        });
-        let gateway_health = gateway.map(|(_, health)| health);
         if let Some(listener) = self.webhook_listener.take() {
             // Its own small pool: a redelivery burst waits on these connections, never on
             // the ones intake, the relay and the executor use.
@@ -336,7 +325,8 @@ impl Application {
         }
         let timeout = self.settings.shutdown_timeout;
         tracing::info!(roles = ?self.roles, "onecharge serving");
-        self.spawn_admin(&mut roles, metrics, gateway_health, recheck, &shutdown);
+        self.spawn_admin(&mut roles, metrics, gateway, &shutdown)
+            .await?;
         roles.supervise(shutdown, timeout).await
     }
 
@@ -387,27 +377,45 @@ impl Application {
     }
 
     /// The admin HTTP, when it runs here, and the refresher of the database-backed gauges:
-    /// whoever serves /metrics keeps them fresh.
-    fn spawn_admin(
+    /// whoever serves /metrics keeps them fresh. The admin face has a pool of its own
+    /// ([`crate::http::DATABASE_CONNECTIONS`]): a flood of its requests waits on those
+    /// connections, never on the ones intake, the relay and the reconciler use. Its
+    /// recheck runs the reconciler's lookup on this process's gateway client and health,
+    /// whichever role built them, over that pool.
+    async fn spawn_admin(
         self,
         roles: &mut Roles,
         metrics: metrics_exporter_prometheus::PrometheusHandle,
-        gateway_health: Option<GatewayHealth>,
-        reconciler: Option<Reconciler>,
+        gateway: Option<(GatewayClient, GatewayHealth)>,
         shutdown: &CancellationToken,
-    ) {
+    ) -> anyhow::Result<()> {
         let Some(listener) = self.admin_listener else {
-            return;
+            return Ok(());
         };
+        let admin_store = Store::connect_with(
+            &self.settings.database_url,
+            crate::http::DATABASE_CONNECTIONS,
+            &self.settings.database,
+        )
+        .await
+        .context("connecting the admin listener's pool")?;
+        let recheck = gateway.as_ref().map(|(client, health)| {
+            Reconciler::new(
+                admin_store.clone(),
+                client.clone(),
+                health.clone(),
+                &self.settings,
+            )
+        });
         let state = crate::http::AdminState {
-            store: self.store.clone(),
+            store: admin_store,
             broker: self.broker.clone(),
             metrics,
             admin_token: self.settings.admin_token.clone(),
-            gateway_health,
+            gateway_health: gateway.map(|(_, health)| health),
             retry_window: RetryWindow::from_settings(&self.settings),
             console: crate::http::Console::from_settings(&self.settings),
-            reconciler,
+            reconciler: recheck,
         };
         roles.spawn(
             "admin",
@@ -416,6 +424,7 @@ impl Application {
         let refresher = crate::gauges::DatabaseGaugesRefresher::new(self.store.clone())
             .with_intake_consumer(self.broker.clone(), &self.settings.intake.consumer);
         roles.spawn("metrics refresher", refresher.run(shutdown.clone()));
+        Ok(())
     }
 }
 

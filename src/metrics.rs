@@ -198,6 +198,8 @@ pub fn register_at_zero(consumers: &[String]) {
         metrics::counter!("onecharge_webhooks_total", "result" => result).absolute(0);
     }
 
+    metrics::counter!("onecharge_admin_requests_shed_total").absolute(0);
+
     for status in REFUND_SETTLEMENTS {
         metrics::counter!("onecharge_refunds_settled_total", "status" => status).absolute(0);
     }

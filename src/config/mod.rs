@@ -34,6 +34,17 @@ pub use settings::{
 };
 pub use tokens::{mint_token, token_sha256};
 
+/// One of `admin_trusted_proxies` read: a network (`10.0.0.0/8`), or an address as the
+/// network of that address alone.
+pub fn trusted_proxy(text: &str) -> Option<ipnet::IpNet> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>().ok().or_else(|| {
+        text.parse::<std::net::IpAddr>()
+            .ok()
+            .map(ipnet::IpNet::from)
+    })
+}
+
 /// The file read when `--config` is not given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "onecharge.toml";
 

@@ -71,6 +71,13 @@ pub struct Settings {
     /// origin or of one of these (contract §6; DNS rebinding, `crate::http::origin`).
     #[serde(deserialize_with = "comma_separated", default)]
     pub admin_public_origins: Vec<String>,
+    /// The reverse proxies in front of the admin listener, as addresses or networks
+    /// (`127.0.0.1`, `10.0.0.0/8`), comma separated in `ONECHARGE_ADMIN_TRUSTED_PROXIES`. A
+    /// request from one of them is counted by the console's sign-in throttle under the client
+    /// address its `X-Forwarded-For` names (the rightmost one that is not itself a trusted
+    /// proxy); anyone else's `X-Forwarded-For` is ignored. Empty: the TCP peer is the client.
+    #[serde(deserialize_with = "comma_separated", default)]
+    pub admin_trusted_proxies: Vec<String>,
     /// Lets `serve` run the admin API on a non-loopback `admin_addr` without an
     /// `admin_token` (`--insecure-admin`). Off: such a `serve` refuses to start, because
     /// anyone who reaches the address could read attempts and resolve them.
@@ -266,7 +273,8 @@ pub struct ConsoleSettings {
     pub session_ttl: Duration,
     /// Marks the console's cookies `Secure`, so a browser sends them over https only (and
     /// to `http://localhost`, which browsers count as secure). Unset: on when `admin_addr`
-    /// is not a loopback address, off on loopback; `false` off loopback is refused
+    /// is not a loopback address or any of `admin_public_origins` is https (a proxy on the
+    /// same host), off otherwise; `false` off loopback is refused
     /// (`Settings::check_admin_exposure`).
     pub secure_cookie: Option<bool>,
 }
@@ -282,9 +290,16 @@ impl Default for ConsoleSettings {
 
 impl ConsoleSettings {
     /// Whether the console's cookies are `Secure` when the admin listener binds
-    /// `admin_addr`: as configured, else off loopback only.
-    pub fn secure_cookie_on(&self, admin_addr: SocketAddr) -> bool {
-        self.secure_cookie.unwrap_or(!admin_addr.ip().is_loopback())
+    /// `admin_addr` and is reached under `public_origins`: as configured, else off loopback
+    /// or behind an https origin.
+    pub fn secure_cookie_on(&self, admin_addr: SocketAddr, public_origins: &[String]) -> bool {
+        // Behind an https proxy on the same host the bind is loopback, yet browsers reach
+        // the console by https only: the cookie follows the public origin's scheme.
+        let behind_https = public_origins
+            .iter()
+            .any(|origin| origin.to_ascii_lowercase().starts_with("https://"));
+        self.secure_cookie
+            .unwrap_or(!admin_addr.ip().is_loopback() || behind_https)
     }
 }
 
@@ -664,6 +679,7 @@ impl Default for Settings {
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             admin_token: None,
             admin_public_origins: Vec::new(),
+            admin_trusted_proxies: Vec::new(),
             webhook_addr: None,
             stripe_webhook_secrets: None,
             webhook_tolerance: default_webhook_tolerance(),
@@ -786,14 +802,23 @@ mod tests {
     #[test]
     fn console_cookies_are_secure_by_default_off_loopback_only() {
         let console = ConsoleSettings::default();
-        assert!(!console.secure_cookie_on("127.0.0.1:9464".parse().unwrap()));
-        assert!(!console.secure_cookie_on("[::1]:9464".parse().unwrap()));
-        assert!(console.secure_cookie_on("0.0.0.0:9464".parse().unwrap()));
+        assert!(!console.secure_cookie_on("127.0.0.1:9464".parse().unwrap(), &[]));
+        assert!(!console.secure_cookie_on("[::1]:9464".parse().unwrap(), &[]));
+        assert!(console.secure_cookie_on("0.0.0.0:9464".parse().unwrap(), &[]));
         let forced = ConsoleSettings {
             secure_cookie: Some(true),
             ..ConsoleSettings::default()
         };
-        assert!(forced.secure_cookie_on("127.0.0.1:9464".parse().unwrap()));
+        assert!(forced.secure_cookie_on("127.0.0.1:9464".parse().unwrap(), &[]));
+    }
+
+    #[test]
+    fn console_cookies_are_secure_behind_an_https_public_origin_on_a_loopback_bind() {
+        let console = ConsoleSettings::default();
+        let behind_https = ["https://ops.example.com".to_owned()];
+        assert!(console.secure_cookie_on("127.0.0.1:9464".parse().unwrap(), &behind_https));
+        let behind_http = ["http://ops.internal:8080".to_owned()];
+        assert!(!console.secure_cookie_on("127.0.0.1:9464".parse().unwrap(), &behind_http));
     }
 
     #[test]

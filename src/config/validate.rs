@@ -53,11 +53,19 @@ impl Settings {
                 self.admin_addr
             )));
         }
-        if self.admin_addr.ip().is_loopback()
-            || self.admin_token.is_some()
-            || !self.operators.is_empty()
-            || self.insecure_admin
-        {
+        let credentials =
+            self.admin_token.is_some() || !self.operators.is_empty() || self.insecure_admin;
+        if credentials {
+            return Ok(());
+        }
+        if let Some(origin) = self.admin_public_origins.first() {
+            // A loopback bind is private only while nothing forwards to it: a public
+            // origin says a proxy or a tunnel does, and it would give anyone operator rights.
+            return Err(ConfigError(format!(
+                "admin_public_origins (ONECHARGE_ADMIN_PUBLIC_ORIGINS) names {origin}, so the admin listener is reached through a proxy or tunnel, but no admin token and no operators are set, so anyone reaching {origin} could read and resolve attempts: set ONECHARGE_ADMIN_TOKEN (admin_token) or [[operators]], or pass --insecure-admin (ONECHARGE_INSECURE_ADMIN=true) if an open admin API is intended"
+            )));
+        }
+        if self.admin_addr.ip().is_loopback() {
             return Ok(());
         }
         Err(ConfigError(format!(
@@ -81,6 +89,7 @@ impl Settings {
         self.relay.check()?;
         self.check_admin_token()?;
         self.check_admin_public_origins()?;
+        self.check_admin_trusted_proxies()?;
         self.check_webhooks()?;
         self.check_operators()?;
         self.console.check()?;
@@ -275,6 +284,18 @@ impl Settings {
             "admin_token (ONECHARGE_ADMIN_TOKEN)",
             "is set but empty: set a token, or unset it to leave /api open on loopback",
         )
+    }
+
+    /// Each of `admin_trusted_proxies` is an IP address or network.
+    fn check_admin_trusted_proxies(&self) -> Result<(), ConfigError> {
+        for proxy in &self.admin_trusted_proxies {
+            if crate::config::trusted_proxy(proxy).is_none() {
+                return Err(ConfigError(format!(
+                    "admin_trusted_proxies (ONECHARGE_ADMIN_TRUSTED_PROXIES): {proxy:?} is neither an IP address nor a network such as 10.0.0.0/8"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Each of `admin_public_origins` is an origin a browser would send: `http(s)://host[:port]`.
@@ -661,6 +682,26 @@ mod tests {
             token_sha256: "ab".repeat(32),
         });
         assert!(s.check_admin_exposure().is_ok());
+    }
+
+    #[test]
+    fn an_open_admin_behind_a_public_origin_is_refused_on_a_loopback_bind() {
+        let mut s = Settings {
+            admin_addr: "127.0.0.1:9464".parse().unwrap(),
+            admin_public_origins: vec!["https://ops.example.com".into()],
+            ..Settings::default()
+        };
+        let err = s.check_admin_exposure().unwrap_err().to_string();
+        assert!(
+            err.contains("admin_public_origins") && err.contains("ONECHARGE_ADMIN_TOKEN"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "one line: {err}");
+        s.admin_token = Some("tok-admin-0123456789".to_owned().into());
+        assert!(s.check_admin_exposure().is_ok());
+        s.admin_token = None;
+        s.insecure_admin = true;
+        assert!(s.check_admin_exposure().is_ok(), "an open admin on purpose");
     }
 
     #[test]

@@ -118,6 +118,21 @@ impl Operators {
         found
     }
 
+    /// Every binding a console session may hold under the configuration in force now, one
+    /// per principal that can sign in ([`Operators::session_principal`]): what a session
+    /// cookie's tag is checked against before the database is asked anything.
+    pub fn session_bindings(&self, admin_token: Option<&SecretString>) -> Vec<[u8; 32]> {
+        let actors = self
+            .named
+            .iter()
+            .map(|(name, role, _)| Principal::named(name, *role).actor)
+            .chain([ADMIN_TOKEN_ACTOR.to_owned(), OPEN_CONSOLE_ACTOR.to_owned()]);
+        actors
+            .filter_map(|actor| self.session_principal(admin_token, &actor))
+            .map(|(_, binding)| binding)
+            .collect()
+    }
+
     /// Who `actor` (as a console session recorded it) is under the configuration in force
     /// now — the named operator with its current role, the admin token while one is
     /// configured, the open console while nothing is; `None` when that principal no longer

@@ -12,9 +12,11 @@
 
 pub mod access;
 pub mod api;
+pub mod client;
 pub mod console;
 pub mod error;
 pub mod health;
+pub mod listener;
 pub mod openapi;
 pub mod origin;
 pub mod state;
@@ -51,7 +53,28 @@ pub fn router(state: AdminState) -> Router {
         .with_state(state)
 }
 
-/// Serves [`router`] on `listener` until `shutdown` fires.
+/// The admin listener's own database connections (`AdminState::store` in `serve`): a flood
+/// of admin requests waits on these, never on the pool intake, the relay and the reconciler
+/// share.
+pub const DATABASE_CONNECTIONS: u32 = 3;
+
+/// Admin requests handled at once (`/healthz` and `/metrics` aside, which touch no
+/// database); one more is answered `503` with `Retry-After` at once.
+pub const MAX_IN_FLIGHT: usize = 32;
+
+/// Connections open at once; at the cap the listener accepts no more until one closes.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send a request's headers (and may idle between
+/// requests), and a request's body to arrive: an operator's browser or a probe sends both
+/// at once.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves [`router`] on `listener` until `shutdown` fires, bounded as [`listener::serve`]
+/// says: at most [`MAX_CONNECTIONS`], headers within [`HEADER_READ_TIMEOUT`], bodies within
+/// [`BODY_READ_TIMEOUT`], and [`MAX_IN_FLIGHT`] requests that may touch the database. Each
+/// request carries its peer address (the console's sign-in throttle reads it).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AdminState,
@@ -59,12 +82,51 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "admin HTTP listening");
-    // With each connection's peer address: the console's sign-in throttle counts by it.
-    let service = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await?;
-    Ok(())
+    // A cookie whose credential is gone is refused without asking the database, so its row
+    // is deleted here, for every instance that shares the database.
+    let bindings = state
+        .console
+        .operators
+        .session_bindings(state.admin_token.as_ref());
+    match crate::store::console::end_sessions_bound_elsewhere(&state.store, &bindings).await {
+        Ok(0) => {}
+        Ok(ended) => tracing::info!(
+            ended,
+            "console sessions of credentials no longer configured ended"
+        ),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot end the console sessions of credentials no longer configured; they are refused all the same")
+        }
+    }
+    let in_flight = listener::InFlight::new("admin", MAX_IN_FLIGHT, || {
+        metrics::counter!("onecharge_admin_requests_shed_total").increment(1)
+    });
+    let app = router(state).layer(middleware::from_fn_with_state(in_flight, shed_unless_free));
+    listener::serve(
+        listener,
+        app,
+        listener::Limits {
+            name: "admin",
+            max_connections: MAX_CONNECTIONS,
+            header_read: HEADER_READ_TIMEOUT,
+            body_read: BODY_READ_TIMEOUT,
+        },
+        shutdown,
+    )
+    .await
+}
+
+/// `/healthz` and `/metrics` answer from memory, so a flood of the rest never keeps a
+/// liveness probe or a scrape out; every other route counts against the in-flight cap.
+async fn shed_unless_free(
+    in_flight: axum::extract::State<listener::InFlight>,
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    if matches!(request.uri().path(), "/healthz" | "/metrics") {
+        return next.run(request).await;
+    }
+    listener::within(in_flight, request, next).await
 }
 
 /// A CSV download (an export of attempts, decision 146): its type, and a file name a

@@ -52,6 +52,9 @@ pub struct Console {
     pub intake_consumer: Option<String>,
     /// Failed sign-ins per client address and in all, shared by this instance's requests.
     pub sign_in_throttle: SignInThrottle,
+    /// `admin_trusted_proxies`: whose `X-Forwarded-For` names the client
+    /// (`crate::http::client`).
+    pub trusted_proxies: std::sync::Arc<[ipnet::IpNet]>,
 }
 
 impl Console {
@@ -60,10 +63,17 @@ impl Console {
         Self {
             operators: Operators::new(&settings.operators),
             settings: settings.console.clone(),
-            secure_cookie: settings.console.secure_cookie_on(settings.admin_addr),
+            secure_cookie: settings
+                .console
+                .secure_cookie_on(settings.admin_addr, &settings.admin_public_origins),
             public_origins: PublicOrigins::new(&settings.admin_public_origins),
             intake_consumer: Some(settings.intake.consumer.clone()),
             sign_in_throttle: SignInThrottle::default(),
+            trusted_proxies: settings
+                .admin_trusted_proxies
+                .iter()
+                .filter_map(|proxy| crate::config::trusted_proxy(proxy))
+                .collect(),
         }
     }
 }

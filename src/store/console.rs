@@ -118,6 +118,23 @@ pub async fn live_session(
     }))
 }
 
+/// Deletes every session bound to none of `bindings` (those the configuration in force
+/// lets sign in): an operator removed, or a token replaced, ends its sessions on every
+/// instance as soon as one admin instance starts with the new configuration, presented or
+/// not. Returns how many.
+pub async fn end_sessions_bound_elsewhere(
+    store: &Store,
+    bindings: &[[u8; 32]],
+) -> Result<u64, sqlx::Error> {
+    let bindings: Vec<&[u8]> = bindings.iter().map(|b| &b[..]).collect();
+    let deleted =
+        sqlx::query("DELETE FROM console_sessions WHERE NOT (binding_sha256 = ANY($1::bytea[]))")
+            .bind(&bindings)
+            .execute(store.pool())
+            .await?;
+    Ok(deleted.rows_affected())
+}
+
 /// Deletes the session whose id hashes to `id_sha256` (sign out, or a principal that no
 /// longer exists); says whether there was one.
 pub async fn end_session(store: &Store, id_sha256: &[u8; 32]) -> Result<bool, sqlx::Error> {

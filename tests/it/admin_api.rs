@@ -420,6 +420,8 @@ async fn admin_public_origins_name_the_hosts_and_pages_a_proxy_brings_and_no_oth
     use reqwest::header::HOST;
     let env = TestEnv::with_settings(|s| {
         s.admin_public_origins = vec!["https://ops.example.com".into()];
+        // Open on purpose: without it, an open admin behind a public origin refuses to start.
+        s.insecure_admin = true;
     })
     .await;
     let id = attempt_in_review(&env, "ord_proxy").await;

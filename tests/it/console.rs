@@ -60,6 +60,11 @@ impl Console {
     /// Signs in with `token` as a browser does: the sign-in page first (its cookie and form
     /// token), then its form.
     async fn sign_in(&self, token: &str) -> reqwest::Response {
+        self.sign_in_from(token, None).await
+    }
+
+    /// [`Console::sign_in`] through a proxy that says the browser is `forwarded_for`.
+    async fn sign_in_from(&self, token: &str, forwarded_for: Option<&str>) -> reqwest::Response {
         let form_page = self
             .http()
             .get(self.url("/console/login"))
@@ -68,9 +73,12 @@ impl Console {
             .unwrap();
         let cookie = cookies_set(&form_page).expect("the sign-in page sets its cookie");
         let csrf = csrf_of(&form_page.text().await.unwrap());
-        self.http()
-            .post(self.url("/console/login"))
-            .header(COOKIE, cookie)
+        let post = self.http().post(self.url("/console/login"));
+        let post = match forwarded_for {
+            Some(client) => post.header("x-forwarded-for", client),
+            None => post,
+        };
+        post.header(COOKIE, cookie)
             .form(&[
                 ("token", token),
                 ("next", "/console/review"),
@@ -280,6 +288,82 @@ async fn failed_sign_ins_past_the_limit_are_refused_with_429_and_retry_after_wha
             .any(|line| line.contains("console sign-in throttled") && line.contains("127.0.0.1")),
         "the refusal is logged with the client's address: {logged}"
     );
+    console.stop().await;
+}
+
+/// Behind a proxy every TCP peer is the proxy: the throttle counts the client a trusted
+/// proxy names, so one guesser locks out only itself (issue 52, item 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_one_guesser_locks_out_only_itself() {
+    let env = TestEnv::with_settings(|s| {
+        with_operators(s);
+        s.admin_trusted_proxies = vec!["127.0.0.1".into()];
+    })
+    .await;
+    let console = Console::start(&env).await;
+    for i in 0..11 {
+        let wrong = console
+            .sign_in_from(&format!("oc_guess-{i}"), Some("203.0.113.5"))
+            .await;
+        let expected = if i < 10 {
+            StatusCode::UNAUTHORIZED
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        assert_eq!(wrong.status(), expected, "guess {i}");
+    }
+    // another browser behind the same proxy signs in
+    let ada = console
+        .sign_in_from(OPERATOR_TOKEN, Some("198.51.100.7"))
+        .await;
+    assert_eq!(ada.status(), StatusCode::SEE_OTHER);
+    assert!(session_cookie(&ada).is_some());
+    // the guesser cannot claim to be someone else through its own header: the proxy
+    // appends the address it received from, and only the rightmost one counts
+    let spoofed = console
+        .sign_in_from("oc_guess-spoofed", Some("198.51.100.7, 203.0.113.5"))
+        .await;
+    assert_eq!(spoofed.status(), StatusCode::TOO_MANY_REQUESTS);
+    console.stop().await;
+}
+
+/// A made-up session cookie is no session, and finding so asks nothing of the database:
+/// with the database away the console still sends it to sign in (issue 52, item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_up_session_cookie_is_no_session_and_asks_nothing_of_the_database() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let id = session_id(&ada).to_owned();
+    env.stop_database().await;
+    for made_up in [
+        format!("onecharge_console={}", "a".repeat(64)),
+        format!("onecharge_console={}.{}", "a".repeat(64), "b".repeat(64)),
+        // a real session's id under a tag of another key
+        format!("onecharge_console={id}.{}", "0".repeat(64)),
+        "onecharge_console=x".to_owned(),
+    ] {
+        let response = console
+            .http()
+            .get(console.url("/console/"))
+            .header(COOKIE, &made_up)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{made_up}");
+        let to = response.headers()[LOCATION].to_str().unwrap().to_owned();
+        assert!(to.starts_with("/console/login"), "{made_up}: {to}");
+    }
+    env.start_database().await;
+    let mut status = StatusCode::SERVICE_UNAVAILABLE;
+    for _ in 0..50 {
+        status = console.get(Some(&ada), "/console/").await.0;
+        if status == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(status, StatusCode::OK, "the real session works again");
     console.stop().await;
 }
 
@@ -971,9 +1055,15 @@ async fn sessions(env: &TestEnv) -> usize {
     env.console_sessions().await.len()
 }
 
-/// The id in a `onecharge_console=<id>` cookie.
+/// The value of a `onecharge_console=<id>.<tag>` cookie.
 fn cookie_id(browser: &Browser) -> &str {
     browser.cookie.split_once('=').unwrap().1
+}
+
+/// The session id of a `onecharge_console=<id>.<tag>` cookie: what the database keeps the
+/// SHA-256 of.
+fn session_id(browser: &Browser) -> &str {
+    cookie_id(browser).split_once('.').unwrap().0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -986,14 +1076,14 @@ async fn a_session_from_one_instance_acts_at_another_and_signing_out_there_ends_
     let stored = env.console_sessions().await;
     assert_eq!(
         (stored[0].id_sha256_hex.clone(), stored[0].actor.clone()),
-        (token_sha256(cookie_id(&ada)), "operator:ada".to_owned())
+        (token_sha256(session_id(&ada)), "operator:ada".to_owned())
     );
     let stored_text = env
         .scalar(&format!(
             "SELECT count(*) FROM console_sessions
               WHERE position('{}' IN row(console_sessions)::text) > 0
                  OR position('{}' IN row(console_sessions)::text) > 0",
-            cookie_id(&ada),
+            session_id(&ada),
             token_sha256(OPERATOR_TOKEN)
         ))
         .await;

@@ -9,6 +9,7 @@
 mod support;
 
 mod admin_api;
+mod admin_hostile;
 mod attempt_counts;
 mod audit;
 mod browser;

@@ -508,17 +508,61 @@ async fn a_connection_that_trickles_its_headers_is_closed() {
     served.stop().await;
 }
 
+/// Anonymous slow bodies (issue 52, item 8): a request without a `Stripe-Signature` of the
+/// right shape is refused before it takes a slot, so any number of them leave every slot to
+/// Stripe's deliveries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_slow_bodies_take_no_slot_and_a_signed_delivery_is_accepted_beside_them() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let h = harness().await;
+    let (addr, served) = listener_only(&h).await;
+    let mut unsigned = Vec::new();
+    for i in 0..onecharge::http::webhook::MAX_IN_FLIGHT * 2 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let signature = if i % 2 == 0 {
+            ""
+        } else {
+            "Stripe-Signature: v1=zz\r\n"
+        };
+        stream
+            .write_all(format!("POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\n{signature}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{").as_bytes())
+            .await
+            .unwrap();
+        unsigned.push(stream);
+    }
+    let body = event(
+        "evt_beside_slow",
+        "payment_intent.succeeded",
+        json!({"id": "pi_1", "object": "payment_intent"}),
+    );
+    let status = deliver(addr, &body, Some(signature::header(&[NEW], now(), &body))).await;
+    assert_eq!(
+        status, 200,
+        "a signed delivery beside the slow unsigned ones"
+    );
+    for stream in &mut unsigned {
+        let mut answer = [0u8; 12];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut answer))
+            .await
+            .expect("refused at once, not held")
+            .unwrap();
+        assert_eq!(&answer[..read], b"HTTP/1.1 400");
+    }
+    served.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_in_flight_limit_a_delivery_is_shed_with_retry_after_at_once() {
     use tokio::io::AsyncWriteExt as _;
     let h = harness().await;
     let (addr, served) = listener_only(&h).await;
-    // Every slot held by a request whose body has not arrived yet.
+    // Every slot held by a request whose body has not arrived yet (signed in shape: an
+    // unsigned one is refused before it takes a slot).
     let mut held = Vec::new();
     for _ in 0..onecharge::http::webhook::MAX_IN_FLIGHT {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         stream
-            .write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            .write_all(format!("POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nStripe-Signature: t={},v1={}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{", now(), "ab".repeat(32)).as_bytes())
             .await
             .unwrap();
         held.push(stream);

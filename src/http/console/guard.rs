@@ -148,7 +148,11 @@ async fn live_session(
     let Some(id) = cookie_id else {
         return Ok(None);
     };
-    session::resume(&state.store, &id, |actor| {
+    let bindings = state
+        .console
+        .operators
+        .session_bindings(state.admin_token.as_ref());
+    session::resume(&state.store, &id, &bindings, |actor| {
         state
             .console
             .operators

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::layout::{page, sessions_unavailable};
 use super::session::{self, FormToken};
+use crate::http::client::client_address;
 use crate::http::throttle::{Scope, Throttled};
 use crate::http::{is_open, AdminState};
 
@@ -87,9 +88,12 @@ pub(super) async fn login(
     State(state): State<AdminState>,
     Extension(form_token): Extension<FormToken>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    let client = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    let client = peer.map(|Extension(ConnectInfo(addr))| {
+        client_address(addr.ip(), &headers, &state.console.trusted_proxies)
+    });
     let throttle = &state.console.sign_in_throttle;
     if let Err(throttled) = throttle.check(client) {
         return throttled_page(&state, &form_token, form.next.as_deref(), client, throttled);
@@ -171,7 +175,11 @@ fn client_name(client: Option<IpAddr>) -> String {
 
 pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) -> Response {
     if let Some(id) = session::cookie_id(&headers) {
-        if let Err(err) = session::end(&state.store, &id).await {
+        let bindings = state
+            .console
+            .operators
+            .session_bindings(state.admin_token.as_ref());
+        if let Err(err) = session::end(&state.store, &id, &bindings).await {
             return sessions_unavailable(err);
         }
     }

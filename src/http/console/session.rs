@@ -8,6 +8,12 @@
 //! at once everywhere, and no signing key has to be configured, rotated and shared. Nothing
 //! about the operator travels in the cookie.
 //!
+//! The cookie is `<id>.<tag>`: the tag is an HMAC-SHA256 of the id keyed by the session's
+//! binding (a digest of the credential it was signed in with, which only the configuration
+//! holds). A cookie whose tag verifies under no binding in force is no session, and is
+//! found so without asking the database: a flood of made-up cookies costs hashing, never a
+//! connection.
+//!
 //! Invariants:
 //! - A session stores who signed in (the actor) and a labelled digest of the credential they
 //!   signed in with (`Operators::session_principal`), never a token nor a token's hash; the
@@ -26,6 +32,7 @@
 use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderValue};
+use hmac::{Hmac, Mac};
 use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
@@ -96,17 +103,50 @@ pub async fn start(
         binding,
     };
     sql::start_session(store, &key(&id), &stored, ttl, MAX_SESSIONS_PER_ACTOR).await?;
-    Ok((id, session))
+    let cookie = format!("{id}.{}", hex::encode(tag(&binding, &id)));
+    Ok((cookie, session))
 }
 
-/// The live session with this id, its principal as `session_principal` finds the stored
-/// actor now. A session whose principal no longer exists, or was signed in with a
-/// credential since replaced, is deleted and is no session.
+/// The session cookie's tag of `id` under `binding`.
+fn tag(binding: &[u8; 32], id: &str) -> [u8; 32] {
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(binding).expect("HMAC takes a key of any length");
+    mac.update(b"onecharge console session cookie\0");
+    mac.update(id.as_bytes());
+    mac.finalize().into_bytes().into()
+}
+
+/// The id of a session cookie `<64 hex>.<64 hex>` whose tag verifies under one of
+/// `bindings` (constant time, every binding compared); `None` for anything else.
+fn verified_id<'a>(cookie: &'a str, bindings: &[[u8; 32]]) -> Option<&'a str> {
+    let (id, presented) = cookie.split_once('.')?;
+    let is_hex64 = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !is_hex64(id) || !is_hex64(presented) {
+        return None;
+    }
+    let mut presented_tag = [0u8; 32];
+    hex::decode_to_slice(presented, &mut presented_tag).ok()?;
+    let mut matched = subtle::Choice::from(0);
+    for binding in bindings {
+        matched |= tag(binding, id).ct_eq(&presented_tag);
+    }
+    bool::from(matched).then_some(id)
+}
+
+/// The live session of this cookie, its principal as `session_principal` finds the stored
+/// actor now. A cookie whose tag verifies under none of `bindings` (those in force now,
+/// `Operators::session_bindings`) is no session, and the database is not asked. A session
+/// whose principal no longer exists, or was signed in with a credential since replaced, is
+/// deleted and is no session.
 pub async fn resume(
     store: &Store,
-    id: &str,
+    cookie: &str,
+    bindings: &[[u8; 32]],
     session_principal: impl FnOnce(&str) -> Option<(Principal, [u8; 32])>,
 ) -> Result<Option<Session>, sqlx::Error> {
+    let Some(id) = verified_id(cookie, bindings) else {
+        return Ok(None);
+    };
     let Some(stored) = sql::live_session(store, &key(id)).await? else {
         return Ok(None);
     };
@@ -126,9 +166,13 @@ pub async fn resume(
     Ok(None)
 }
 
-/// Ends the session (sign out), on every instance at once.
-pub async fn end(store: &Store, id: &str) -> Result<(), sqlx::Error> {
-    sql::end_session(store, &key(id)).await.map(|_| ())
+/// Ends the session of this cookie (sign out), on every instance at once; a cookie that is
+/// no session of ours ends nothing.
+pub async fn end(store: &Store, cookie: &str, bindings: &[[u8; 32]]) -> Result<(), sqlx::Error> {
+    match verified_id(cookie, bindings) {
+        Some(id) => sql::end_session(store, &key(id)).await.map(|_| ()),
+        None => Ok(()),
+    }
 }
 
 fn key(id: &str) -> [u8; 32] {
@@ -181,7 +225,7 @@ pub fn set_form_cookie(token: &str, secure: bool) -> HeaderValue {
     HeaderValue::from_str(&value).expect("a hex token and fixed attributes are a valid header")
 }
 
-/// The `Set-Cookie` value for session `id`: HttpOnly (no script reads it), SameSite=Strict
+/// The `Set-Cookie` value for session cookie `id` (`<id>.<tag>`): HttpOnly (no script reads it), SameSite=Strict
 /// (no other site's page sends it), Path=/console, and Secure when configured.
 pub fn set_cookie(id: &str, ttl: Duration, secure: bool) -> HeaderValue {
     let value = format!(

@@ -37,6 +37,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use super::listener::{self, InFlight};
 use crate::config::Settings;
 use crate::domain::AttemptStatus;
 use crate::store::webhooks::{self, Effect, Event, IntentAttempt, Recorded};
@@ -53,9 +54,14 @@ pub const MAX_BODY: usize = 256 * 1024;
 pub const MAX_IN_FLIGHT: usize = 32;
 
 /// How long a connection may take to send a request's headers (a slow-header sender is
-/// cut off), and how long a request's body may take to arrive.
+/// cut off, and so is a connection idle that long), and how long a request's body may take
+/// to arrive: Stripe sends a few KiB at once, so a body that trickles is a slow client
+/// holding a permit.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Connections open at once; at the cap the listener accepts no more until one closes.
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// The listener's own database connections: a burst of webhooks waits on these, never on
 /// the pool intake, the relay and the executor share.
@@ -67,7 +73,7 @@ pub struct WebhookState {
     store: Store,
     secrets: std::sync::Arc<Vec<SecretString>>,
     tolerance: Duration,
-    in_flight: std::sync::Arc<tokio::sync::Semaphore>,
+    in_flight: InFlight,
 }
 
 impl WebhookState {
@@ -75,7 +81,7 @@ impl WebhookState {
     /// listener's own pool ([`DATABASE_CONNECTIONS`]).
     pub fn from_settings(store: Store, settings: &Settings) -> Self {
         Self {
-            in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            in_flight: InFlight::new("webhook", MAX_IN_FLIGHT, || count("shed")),
             store,
             secrets: std::sync::Arc::new(
                 settings
@@ -89,47 +95,38 @@ impl WebhookState {
     }
 }
 
-/// Only `POST /webhooks/stripe`; everything else 404 (405 for another method). At most
-/// [`MAX_IN_FLIGHT`] requests at once, each body read within [`BODY_READ_TIMEOUT`].
+/// Only `POST /webhooks/stripe`; everything else 404 (405 for another method). A request
+/// without a `Stripe-Signature` of the right shape is refused before anything else; at most
+/// [`MAX_IN_FLIGHT`] others at once, each body read within [`BODY_READ_TIMEOUT`].
 pub fn router(state: WebhookState) -> Router {
     Router::new()
         .route("/webhooks/stripe", post(receive))
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            BODY_READ_TIMEOUT,
-        ))
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            within_limit,
+            state.in_flight.clone(),
+            listener::within,
         ))
+        .layer(axum::middleware::from_fn(signed_shape))
         .with_state(state)
 }
 
-/// Lets a request in while fewer than [`MAX_IN_FLIGHT`] are; sheds it with `503` and
-/// `Retry-After` otherwise. Its permit is held until the answer, body read included.
-async fn within_limit(
-    State(state): State<WebhookState>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let Ok(_permit) = state.in_flight.clone().try_acquire_owned() else {
-        count("shed");
-        tracing::warn!(
-            limit = MAX_IN_FLIGHT,
-            "webhook shed: too many in flight; Stripe delivers it again"
-        );
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(axum::http::header::RETRY_AFTER, "1")],
-        )
-            .into_response();
-    };
-    next.run(request).await
+/// Refuses, before a permit is taken or a byte of the body read, a request whose
+/// `Stripe-Signature` is missing or not `t=<unix>,v1=<hex>`: an anonymous sender cannot
+/// hold the listener's permits with slow bodies it never signed.
+async fn signed_shape(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let header = request
+        .headers()
+        .get("stripe-signature")
+        .and_then(|v| v.to_str().ok());
+    match signature::parse(header) {
+        Ok(_) => next.run(request).await,
+        Err(err) => refuse(err.label(), &err.to_string()),
+    }
 }
 
-/// Serves [`router`] on `listener` until `shutdown`, over HTTP/1 with a
-/// [`HEADER_READ_TIMEOUT`] (which `axum::serve` cannot set): a connection that trickles its
-/// headers is closed. At shutdown it stops accepting and lets requests in flight finish.
+/// Serves [`router`] on `listener` until `shutdown`, bounded as
+/// [`listener::serve`] says (at most [`MAX_CONNECTIONS`], headers within
+/// [`HEADER_READ_TIMEOUT`], bodies within [`BODY_READ_TIMEOUT`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: WebhookState,
@@ -137,35 +134,18 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(?addr, "webhook listener serving POST /webhooks/stripe");
-    let app = router(state);
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(err) => {
-                    // Out of file descriptors, say: pause instead of spinning.
-                    tracing::warn!(error = %err, "webhook listener cannot accept; pausing");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let connection =
-            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "a webhook connection ended with an error");
-            }
-        });
-    }
-    graceful.shutdown().await;
-    Ok(())
+    listener::serve(
+        listener,
+        router(state),
+        listener::Limits {
+            name: "webhook",
+            max_connections: MAX_CONNECTIONS,
+            header_read: HEADER_READ_TIMEOUT,
+            body_read: BODY_READ_TIMEOUT,
+        },
+        shutdown,
+    )
+    .await
 }
 
 fn count(result: &'static str) {

@@ -69,6 +69,36 @@ pub fn verify(
     now: i64,
     tolerance: i64,
 ) -> Result<(), SignatureError> {
+    let Signed {
+        timestamp,
+        signatures,
+    } = parse(header)?;
+    let mut matched = subtle::Choice::from(0);
+    for secret in secrets {
+        let expected = sign(secret.expose_secret(), timestamp, body);
+        for signature in &signatures {
+            // Constant time in the content; lengths are public (32 bytes).
+            matched |= expected.as_slice().ct_eq(signature.as_slice());
+        }
+    }
+    if !bool::from(matched) {
+        return Err(SignatureError::NoMatch);
+    }
+    if (now - timestamp).abs() > tolerance {
+        return Err(SignatureError::Stale);
+    }
+    Ok(())
+}
+
+/// A `Stripe-Signature` header read: its timestamp and its `v1` signatures.
+pub struct Signed {
+    pub timestamp: i64,
+    pub signatures: Vec<Vec<u8>>,
+}
+
+/// Reads `header` (the `Stripe-Signature` value, if any) without a body or a secret: what
+/// the listener checks before it spends a permit on reading the body.
+pub fn parse(header: Option<&str>) -> Result<Signed, SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
     let mut timestamp = None;
     let mut signatures = Vec::new();
@@ -94,21 +124,10 @@ pub fn verify(
     if signatures.is_empty() {
         return Err(SignatureError::Malformed);
     }
-    let mut matched = subtle::Choice::from(0);
-    for secret in secrets {
-        let expected = sign(secret.expose_secret(), timestamp, body);
-        for signature in &signatures {
-            // Constant time in the content; lengths are public (32 bytes).
-            matched |= expected.as_slice().ct_eq(signature.as_slice());
-        }
-    }
-    if !bool::from(matched) {
-        return Err(SignatureError::NoMatch);
-    }
-    if (now - timestamp).abs() > tolerance {
-        return Err(SignatureError::Stale);
-    }
-    Ok(())
+    Ok(Signed {
+        timestamp,
+        signatures,
+    })
 }
 
 /// The secrets of `stripe_webhook_secrets` (comma-separated, for rotation).
