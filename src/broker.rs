@@ -50,6 +50,14 @@ impl Names {
         }
     }
 
+    /// The kind of command whose dead letters `subject` holds (the dead-letter subject a
+    /// letter was published to), if it is one of ours.
+    pub fn kind_of_dead_letter(&self, subject: &str) -> Option<CommandKind> {
+        [CommandKind::Charge, CommandKind::Refund]
+            .into_iter()
+            .find(|kind| self.dlq_subject_for(*kind) == subject)
+    }
+
     pub fn commands_stream(&self) -> String {
         format!("{}PAYMENTS_COMMANDS", self.prefix_stream)
     }

@@ -31,6 +31,7 @@
 mod ahead;
 mod in_hand;
 mod metrics;
+pub mod pause;
 mod policy;
 mod two_step;
 mod writer;
@@ -61,6 +62,7 @@ use crate::store::attempts::{self as sql, ClaimLimits};
 use crate::store::Store;
 use ahead::{ClaimAhead, Queued};
 use in_hand::InHand;
+use pause::{Known, PauseWatch};
 
 /// Database connections one executor needs: its one claim at a time, the settlement
 /// batches being written, the batches of writes before a confirm (Stripe's; a §3 gateway
@@ -158,6 +160,8 @@ struct Inner {
     requires_action: RequiresAction,
     /// When this executor last looked for stale commands to expire (`None`: not yet).
     last_expiry: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// What this executor knows of the fleet's pause, kept current while `run` runs.
+    pause: PauseWatch,
 }
 
 /// How often the executor looks for due commands grown too old to send. The claim itself
@@ -194,6 +198,7 @@ impl Executor {
                 call_limit: settings.gateway_call_limit(),
                 requires_action: settings.stripe_requires_action,
                 last_expiry: Arc::default(),
+                pause: PauseWatch::default(),
             }),
         }
     }
@@ -227,6 +232,11 @@ impl Executor {
     /// The shared gateway health this executor obeys and updates.
     pub fn health(&self) -> &GatewayHealth {
         &self.inner.gateway.health
+    }
+
+    /// What this executor knows of the fleet's pause (current while [`Executor::run`] runs).
+    pub fn pause_watch(&self) -> &PauseWatch {
+        &self.inner.pause
     }
 
     /// Claims up to `limit` due attempts (see [`sql::claim_due_attempts`]). The claim is
@@ -342,6 +352,14 @@ impl Executor {
         let mut next = Next::Claim;
         let mut failures = 0u32;
         tracing::info!(owner = %self.inner.owner, concurrency = settings.concurrency, claim_ahead = settings.claim_ahead, "executor started");
+        let following = shutdown.child_token();
+        let _following = following.clone().drop_guard();
+        tokio::spawn(
+            self.inner
+                .pause
+                .clone()
+                .follow(self.inner.store.clone(), following),
+        );
         loop {
             in_hand.reap();
             if shutdown.is_cancelled() {
@@ -468,7 +486,8 @@ impl Executor {
     /// Starts a call for each queued attempt a free slot can take, after checking that the
     /// call may still go ([`Executor::why_not_send`]); hands back what may not. While the
     /// gateway health holds calls back, the whole queue goes back at once (but for a probe,
-    /// which is what tests the gateway again).
+    /// which is what tests the gateway again); so does it while the fleet is paused, as the
+    /// [`pause::PauseWatch`] knows it (or, when it does not know, as the database says now).
     async fn send_queued(&self, ahead: &mut ClaimAhead, in_hand: &mut InHand) {
         let inner = &self.inner;
         if let Some(reason) = inner.gateway.health.holding_calls() {
@@ -478,6 +497,29 @@ impl Executor {
             let held = held.into_iter().map(|q| q.claim).collect();
             self.hand_back(held, &format!("claimed ahead, not sent: {reason}"))
                 .await;
+        }
+        if ahead.len() > 0 && in_hand.free(usize::MAX) > 0 {
+            let paused = match inner.pause.known() {
+                Known::Running => Ok(false),
+                Known::Paused => Ok(true),
+                Known::Unknown => crate::store::fleet::is_paused(&inner.store).await,
+            };
+            match paused {
+                Ok(false) => {}
+                Ok(true) => {
+                    let held = ahead.take_all().into_iter().map(|q| q.claim).collect();
+                    self.hand_back(
+                        held,
+                        "claimed ahead, not sent: charging is paused across the fleet",
+                    )
+                    .await;
+                }
+                Err(err) => {
+                    // Unknown is not "not paused": nothing queued goes until a look answers.
+                    tracing::warn!(error = %err, "cannot read the fleet's pause; holding the attempts claimed ahead");
+                    return;
+                }
+            }
         }
         let mut short = Vec::new();
         while in_hand.free(usize::MAX) > 0 {

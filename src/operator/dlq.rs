@@ -32,10 +32,10 @@ use futures::StreamExt as _;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::broker::{producer_headers, Broker};
+use crate::broker::{producer_headers, Broker, CommandKind};
 use crate::config::UsageError;
 use crate::domain::command::{self, CommandHeaders, MAX_MESSAGE_ID_CHARS};
-use crate::domain::PaymentAttemptId;
+use crate::domain::{refund, PaymentAttemptId};
 use crate::format;
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
 use crate::store::Store;
@@ -219,9 +219,21 @@ pub async fn replay(
     };
     let message_id = replay_message_id(original_id.as_deref(), body_corrected, sequence);
     let (headers, shown) = replay_headers(&letter.headers, &message_id, sequence, actor);
-    check_replayable(&headers, &payload, &message_id, body_corrected, sequence)?;
+    // A letter goes back to the kind of command it was: its dead-letter subject says which.
+    let kind = broker
+        .names
+        .kind_of_dead_letter(letter.subject.as_str())
+        .unwrap_or(CommandKind::Charge);
+    check_replayable(
+        kind,
+        &headers,
+        &payload,
+        &message_id,
+        body_corrected,
+        sequence,
+    )?;
 
-    let subject = broker.names.charge_subject();
+    let subject = broker.names.command_subject(kind);
     let ack = publish_replay(broker, &subject, headers, payload.clone(), &message_id).await?;
     let replayed = Replayed {
         dlq_sequence: sequence,
@@ -301,8 +313,9 @@ fn replay_headers(
 }
 
 /// Refuses a replay that would only be dead-lettered again: a body with a NUL, or one that
-/// is not a valid command under these headers.
+/// is not a valid command of `kind` under these headers.
 fn check_replayable(
+    kind: CommandKind,
     headers: &HeaderMap,
     payload: &[u8],
     message_id: &str,
@@ -320,7 +333,11 @@ fn check_replayable(
             if body_corrected { "corrected" } else { "dead letter's" }
         )));
     }
-    if let Err(invalid) = command::validate(&command_headers, payload) {
+    let validated = match kind {
+        CommandKind::Charge => command::validate(&command_headers, payload).map(|_| ()),
+        CommandKind::Refund => refund::validate(&command_headers, payload).map(|_| ()),
+    };
+    if let Err(invalid) = validated {
         return Err(UsageError(if body_corrected {
             format!("the corrected body is not a valid command: {invalid}; nothing was published")
         } else {

@@ -10,6 +10,10 @@
 //!   `FOR UPDATE SKIP LOCKED` inside a transaction held while they are published: several
 //!   relays never publish one event at the same time, and a relay that dies releases its
 //!   events unmarked for the next one.
+//! - A step's publishing ends within [`step_budget`] of `database.
+//!   idle_in_transaction_session_timeout`, however long the broker stays away: PostgreSQL
+//!   never ends the claim's session under it, so no other relay claims and publishes the
+//!   same events while this step still holds them (decision 224).
 
 use async_nats::header::NATS_MESSAGE_ID;
 use std::future::IntoFuture as _;
@@ -69,7 +73,16 @@ pub struct Relay {
     store: Store,
     broker: Broker,
     settings: RelaySettings,
+    /// How long one step may publish while its claim's transaction waits ([`step_budget`]).
+    step_budget: Duration,
     nudges: Nudges,
+}
+
+/// How long a step may spend publishing inside its claim's transaction: three quarters of
+/// `idle_in_transaction_session_timeout`, after which PostgreSQL would end the session (the
+/// rest is for the marking statement and the round trips around it).
+pub fn step_budget(idle_in_transaction_session_timeout: Duration) -> Duration {
+    idle_in_transaction_session_timeout.mul_f64(0.75)
 }
 
 impl Relay {
@@ -78,6 +91,7 @@ impl Relay {
             store,
             broker,
             settings: settings.relay.clone(),
+            step_budget: step_budget(settings.database.idle_in_transaction_session_timeout),
             nudges: Nudges::default(),
         }
     }
@@ -172,28 +186,37 @@ impl Relay {
     /// Publishes `rows` in order (sent back to back, then every ack awaited) and returns each
     /// row's ack or error. A row whose publish failed in a way that may pass (a stream-leader
     /// election) is then retried on its own, in order, under its same `Nats-Msg-Id`
-    /// ([`Broker::publish_retrying`]). Does not mark anything: [`Relay::run_once`] does,
-    /// after this.
+    /// ([`Broker::publish_retrying`]). Everything ends by the step's budget
+    /// ([`step_budget`]): a row not acknowledged by then is not acknowledged (it waits for
+    /// the next step). Does not mark anything: [`Relay::run_once`] does, after this.
     pub async fn publish_rows(
         &self,
         rows: &[OutboxRow],
     ) -> Vec<Result<PublishAck, PublishFailure>> {
+        let deadline = tokio::time::Instant::now() + self.step_budget;
+        let timed_out = || PublishError::new(PublishErrorKind::TimedOut);
         let mut pending: Vec<Result<PublishAckFuture, PublishError>> =
             Vec::with_capacity(rows.len());
         for row in rows {
             let subject = self.broker.names.subject(&row.subject);
-            let sent = self
-                .broker
-                .jetstream
-                .publish_with_headers(subject, headers(row), event_body(row).into())
-                .await;
+            let sent = tokio::time::timeout_at(
+                deadline,
+                self.broker.jetstream.publish_with_headers(
+                    subject,
+                    headers(row),
+                    event_body(row).into(),
+                ),
+            )
+            .await
+            .unwrap_or_else(|_| Err(timed_out()));
             pending.push(sent);
         }
         let timeout = self.settings.publish_timeout;
         let first = futures::future::join_all(pending.into_iter().map(|sent| async move {
-            match tokio::time::timeout(timeout, sent?.into_future()).await {
+            let by = deadline.min(tokio::time::Instant::now() + timeout);
+            match tokio::time::timeout_at(by, sent?.into_future()).await {
                 Ok(acked) => acked,
-                Err(_) => Err(PublishError::new(PublishErrorKind::TimedOut)),
+                Err(_) => Err(timed_out()),
             }
         }))
         .await;
@@ -204,16 +227,18 @@ impl Relay {
         for (row, result) in rows.iter().zip(first) {
             let result = match result {
                 Err(err) if !gave_up && crate::broker::publish_may_pass(&err) => {
-                    let retried = self
-                        .broker
-                        .publish_retrying(
+                    let retried = tokio::time::timeout_at(
+                        deadline,
+                        self.broker.publish_retrying(
                             PublishKind::Event,
                             self.broker.names.subject(&row.subject),
                             headers(row),
                             event_body(row).into(),
                             Some(timeout),
-                        )
-                        .await;
+                        ),
+                    )
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out()));
                     gave_up = retried.is_err();
                     retried
                 }

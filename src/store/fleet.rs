@@ -10,6 +10,7 @@
 //!   its own statement, so nothing is claimed once a pause has committed.
 
 use serde::Serialize;
+use sqlx::postgres::PgListener;
 use time::OffsetDateTime;
 
 use super::audit::{self, AuditAction, NewAuditEntry, Via};
@@ -55,6 +56,34 @@ pub async fn current_pause(store: &Store) -> Result<Option<FleetPause>, sqlx::Er
     .await
 }
 
+/// The channel a pause and a resume notify at their commit: each executor listens on it
+/// ([`listen_for_pauses`]), so an attempt it claimed ahead before a pause is not sent after
+/// the pause committed.
+pub const PAUSE_CHANNEL: &str = "onecharge_fleet_pause";
+
+/// A connection of its own that listens on [`PAUSE_CHANNEL`].
+pub async fn listen_for_pauses(store: &Store) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(store.pool()).await?;
+    listener.listen(PAUSE_CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Tells every listener, when `tx` commits, that the pause changed.
+async fn notify_pause_changed(tx: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(PAUSE_CHANNEL)
+        .execute(tx)
+        .await?;
+    Ok(())
+}
+
+/// Whether a pause is open now.
+pub async fn is_paused(store: &Store) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)")
+        .fetch_one(store.pool())
+        .await
+}
+
 /// Opens a pause by `actor` with `reason`, audited in the same transaction; refused (and
 /// nothing written) while another is open.
 pub async fn pause(
@@ -92,6 +121,7 @@ pub async fn pause(
         },
     )
     .await?;
+    notify_pause_changed(&mut tx).await?;
     tx.commit().await?;
     Ok(PauseOutcome::Paused(pause))
 }
@@ -131,6 +161,7 @@ pub async fn resume(
         },
     )
     .await?;
+    notify_pause_changed(&mut tx).await?;
     tx.commit().await?;
     Ok(ResumeOutcome::Resumed {
         pause: FleetPause {

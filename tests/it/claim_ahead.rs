@@ -170,6 +170,57 @@ async fn when_the_breaker_opens_the_queue_is_handed_back_without_a_gateway_call(
     assert!(h.gateway.ledger().is_empty(), "nothing charged");
 }
 
+/// A pause means no new charge leaves after it commits (issue 52, item 6): the attempt
+/// claimed ahead before the pause is handed back unsent when its slot frees, and only the
+/// call already out finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_pause_hands_the_queue_back_and_only_the_call_already_out_finishes() {
+    use onecharge::executor::pause::Known;
+    let h = one_slot_harness().await;
+    let (slow, queued) = seed_in_order(&h, pm::FAULT_SLOW_CHARGE, pm::CARD_VISA).await;
+    let executor = h.executor();
+    let watch = executor.pause_watch().clone();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(executor.run(shutdown.clone()));
+    until_one_sent_and_one_queued(&h, slow, queued).await;
+    until("the executor listens for pauses", || async {
+        watch.known() == Known::Running
+    })
+    .await;
+
+    onecharge::operator::fleet::pause(
+        &h.store,
+        "incident 42",
+        "operator:ada",
+        onecharge::store::audit::Via::Cli,
+    )
+    .await
+    .expect("the pause commits");
+    // PostgreSQL tells the executor at the commit; only then may the slot free.
+    until("the executor has heard of the pause", || async {
+        watch.known() == Known::Paused
+    })
+    .await;
+    h.gateway.finish_slow_charges();
+    until("the queued attempt is handed back", || async {
+        causes(h.transitions(queued).await).contains(&"handed_back".to_owned())
+    })
+    .await;
+    until("the call already out is settled", || async {
+        h.attempt(slow).await.status == "succeeded"
+    })
+    .await;
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+
+    assert_handed_back_unsent(&h, queued).await;
+    assert_eq!(
+        h.gateway.ledger().len(),
+        1,
+        "only the call already out charged"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_hands_the_queue_back_and_finishes_the_call_in_hand() {
     let h = one_slot_harness().await;

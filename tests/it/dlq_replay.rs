@@ -158,3 +158,54 @@ async fn the_api_lists_shows_and_replays_a_corrected_dead_letter_audited() {
     );
     api.stop().await;
 }
+
+/// A refund's dead letter is replayed as a refund (issue 52, item 8): its body is checked as
+/// a RefundPayment and published to the refund subject, where the refund intake records it.
+#[tokio::test]
+async fn a_refunds_dead_letter_is_replayed_as_a_refund_and_recorded_by_the_refund_intake() {
+    use onecharge::broker::CommandKind;
+    let env = TestEnv::new().await;
+    let intake = env.refund_intake().await;
+    let refund_id = Uuid::new_v4();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", "m-refund-typo");
+    env.publish_to(
+        env.broker.names.command_subject(CommandKind::Refund),
+        headers,
+        json!({"refund_id": "not-a-uuid", "payment_attempt_id": Uuid::new_v4(), "reason": "returned"})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    let report = intake
+        .process_batch(std::time::Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(report.dead_lettered.len(), 1, "{report:?}");
+    let letter = env.dead_letters().await.remove(0);
+
+    let corrected =
+        json!({"refund_id": refund_id, "payment_attempt_id": Uuid::new_v4(), "reason": "returned"});
+    let replayed = onecharge::operator::dlq::replay(
+        &env.broker,
+        &env.store,
+        letter.sequence,
+        Some(corrected.to_string().into_bytes()),
+        "operator:test",
+        onecharge::store::audit::Via::Cli,
+        Some("refund id mistyped by the producer"),
+    )
+    .await
+    .expect("a refund's dead letter is replayed as a refund");
+
+    assert_eq!(
+        replayed.subject,
+        env.broker.names.command_subject(CommandKind::Refund)
+    );
+    let report = intake
+        .process_batch(std::time::Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(report.count("processed"), 1, "{report:?}");
+    assert_eq!(env.refund(refund_id).await.status, "waiting");
+}

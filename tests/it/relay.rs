@@ -513,3 +513,37 @@ async fn the_relays_mark_probes_each_event_by_its_key_not_a_scan_of_the_month() 
     );
     assert!(plan.contains("_pkey"), "each event by its key:\n{plan}");
 }
+
+/// A relay step holds its claim's transaction open while it publishes (issue 52, item 7):
+/// however long the broker stays away, the step ends before PostgreSQL's
+/// `idle_in_transaction_session_timeout` would end its session, so the claim is released
+/// and the events are left for the next step, never published again by a successor while
+/// their first step still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_step_ends_before_the_idle_transaction_timeout_however_long_the_broker_is_away() {
+    let h = Harness::with(mock_gateway::MockConfig::default(), |s| {
+        s.database.idle_in_transaction_session_timeout = Duration::from_secs(2);
+        s.relay.publish_timeout = Duration::from_millis(500);
+    })
+    .await;
+    h.seed_expired(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = crate::support::nats_server::NatsServer::start(dir.path()).await;
+    let mut settings = h.settings.clone();
+    settings.nats_url = server.url();
+    let broker = onecharge::broker::Broker::connect(&settings).await.unwrap();
+    broker.ensure_streams().await.unwrap();
+    let relay = onecharge::relay::Relay::new(h.store.clone(), broker, &settings);
+    server.kill();
+
+    let started = std::time::Instant::now();
+    let report = relay
+        .run_once()
+        .await
+        .expect("the step ends by itself, its transaction still alive");
+    let took = started.elapsed();
+
+    assert_eq!((report.claimed, report.published, report.failed), (3, 0, 3));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(h.unpublished_events().await, 3, "left for the next step");
+}
