@@ -19,6 +19,7 @@ mod support;
 mod broker;
 mod cluster;
 mod fleet;
+mod hostile;
 mod mix;
 mod refunds;
 mod runner;
