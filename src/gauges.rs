@@ -77,6 +77,11 @@ impl DatabaseGaugesRefresher {
         };
         record(&gauges, now);
         crate::reconciler::sweep::refresh_findings_gauge(&self.store).await;
+        match store::metrics::last_sweep_succeeded(&self.store).await {
+            Ok(Some(at)) => metrics::last_sweep_succeeded(at),
+            Ok(None) => {}
+            Err(err) => tracing::warn!(error = %err, "cannot read when the last sweep succeeded"),
+        }
         match store::fleet::current_pause(&self.store).await {
             Ok(pause) => metrics::fleet_paused(pause.is_some()),
             Err(err) => tracing::warn!(error = %err, "cannot read whether the fleet is paused"),

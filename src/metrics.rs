@@ -137,6 +137,12 @@ pub fn register_at_zero(consumers: &[String]) {
     }
     let _ = metrics::histogram!("onecharge_intake_batch_duration_seconds");
     metrics::counter!("onecharge_intake_races_lost_total").absolute(0);
+    // The deployment faults' classes (`classify_db_error`) are open; these are the ones a
+    // broken deployment gives (a missing grant or table, an internal error, no server).
+    for class in ["42", "XX", "none"] {
+        metrics::counter!("onecharge_intake_database_faults_total", "sqlstate_class" => class)
+            .absolute(0);
+    }
     for class in ["invalid", "conflict", "exhausted"] {
         metrics::counter!("onecharge_dead_letters_total", "class" => class).absolute(0);
     }
@@ -199,6 +205,7 @@ pub fn register_at_zero(consumers: &[String]) {
     }
 
     metrics::counter!("onecharge_admin_requests_shed_total").absolute(0);
+    build_info();
 
     for status in REFUND_SETTLEMENTS {
         metrics::counter!("onecharge_refunds_settled_total", "status" => status).absolute(0);
@@ -412,6 +419,33 @@ pub fn intake_consumer_lag(consumer: &str, pending: u64, ack_pending: u64) {
 /// last refresh: every instance that serves `/metrics` says the same (decision 145).
 pub fn fleet_paused(paused: bool) {
     metrics::gauge!("onecharge_fleet_paused").set(if paused { 1.0 } else { 0.0 });
+}
+
+/// When the fleet's last reconciliation sweep that read and compared everything finished
+/// (unix seconds), as the database says; unset until one has. With
+/// `onecharge_reconciliation_sweep_interval_seconds` it makes the alert for sweeps that
+/// stopped happening.
+pub fn last_sweep_succeeded(at: OffsetDateTime) {
+    metrics::gauge!("onecharge_reconciliation_last_sweep_succeeded_timestamp_seconds")
+        .set(at.unix_timestamp() as f64);
+}
+
+/// `reconciler.sweep_interval` of a process that runs the reconciler (0: it sweeps never).
+pub fn sweep_interval(interval: std::time::Duration) {
+    metrics::gauge!("onecharge_reconciliation_sweep_interval_seconds").set(interval.as_secs_f64());
+}
+
+/// When this process's webhook listener started (unix seconds): with
+/// `onecharge_webhooks_total{result="accepted"}` it makes the alert for webhooks that
+/// stopped arriving (Stripe disables an endpoint that keeps failing).
+pub fn webhook_listener_started(at: OffsetDateTime) {
+    metrics::gauge!("onecharge_webhook_listener_started_timestamp_seconds")
+        .set(at.unix_timestamp() as f64);
+}
+
+/// This build's version, as a constant 1 with labels: which build each instance runs.
+pub fn build_info() {
+    metrics::gauge!("onecharge_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
 
 #[cfg(test)]

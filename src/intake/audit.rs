@@ -96,6 +96,14 @@ impl StreamAudit {
         if self.interval.is_zero() {
             return Ok(());
         }
+        // What the database holds until the first pass: a dashboard shows the open
+        // findings from the start, not "no data" for an interval.
+        match stream_audit::count_open_findings(&self.store, &self.consumer).await {
+            Ok(open) => crate::metrics::unrecorded_messages(&self.consumer, open),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot count the stream audit's open findings")
+            }
+        }
         // The first pass one interval after start: starting is busy enough.
         let mut every =
             tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);

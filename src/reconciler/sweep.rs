@@ -455,6 +455,7 @@ impl Reconciler {
     /// A failed sweep is logged and waits for the next interval; it never stops the role.
     pub async fn run_sweeps(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let settings = self.inner.settings.clone();
+        crate::metrics::sweep_interval(settings.sweep_interval);
         if settings.sweep_interval.is_zero() {
             return Ok(());
         }

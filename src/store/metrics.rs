@@ -61,6 +61,16 @@ pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Erro
     })
 }
 
+/// When the last sweep that read and compared everything finished, if one has.
+pub async fn last_sweep_succeeded(store: &Store) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT max(finished_at) FROM reconciliation_sweeps
+         WHERE finished_at IS NOT NULL AND error IS NULL",
+    )
+    .fetch_one(store.pool())
+    .await
+}
+
 fn known_statuses<T>(rows: Vec<(String, T)>) -> Vec<(AttemptStatus, T)> {
     rows.into_iter()
         .filter_map(|(status, value)| status.parse().ok().map(|s| (s, value)))

@@ -134,6 +134,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(?addr, "webhook listener serving POST /webhooks/stripe");
+    crate::metrics::webhook_listener_started(time::OffsetDateTime::now_utc());
     listener::serve(
         listener,
         router(state),
