@@ -129,9 +129,14 @@ async fn not_granted_exactly(pool: &PgPool, role: &str) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT 'table ' || c.relname FROM pg_class c
          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
-           AND c.relname <> '_sqlx_migrations'
+           AND c.relname <> '_sqlx_migrations' AND NOT (c.relname = ANY($2))
            AND NOT (has_table_privilege($1, c.oid, 'SELECT') AND has_table_privilege($1, c.oid, 'INSERT')
                 AND has_table_privilege($1, c.oid, 'UPDATE') AND has_table_privilege($1, c.oid, 'DELETE'))
+         UNION ALL
+         SELECT 'append-only table ' || c.relname FROM pg_class c
+         WHERE c.relnamespace = 'public'::regnamespace AND c.relname = ANY($2)
+           AND NOT (has_table_privilege($1, c.oid, 'SELECT') AND has_table_privilege($1, c.oid, 'INSERT')
+                AND NOT has_table_privilege($1, c.oid, 'UPDATE') AND NOT has_table_privilege($1, c.oid, 'DELETE'))
          UNION ALL
          SELECT 'table ' || c.relname || ' beyond rows' FROM pg_class c
          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
@@ -155,10 +160,15 @@ async fn not_granted_exactly(pool: &PgPool, role: &str) -> Vec<String> {
          SELECT 'owns ' || c.relname FROM pg_class c WHERE c.relowner = $1::regrole",
     )
     .bind(role)
+    .bind(APPEND_ONLY)
     .fetch_all(pool)
     .await
     .unwrap()
 }
+
+/// Tables the runtime role may add to and read, never change: the audit trail of every
+/// person's action (issue 54: a compromised pod must not rewrite who did what).
+const APPEND_ONLY: &[&str] = &["operator_audit"];
 
 /// Each statement fails for want of a right (SQLSTATE 42501), as `role` on `pool`.
 async fn refused(pool: &PgPool, statements: &[&str]) {
@@ -290,6 +300,8 @@ async fn the_runtime_role_charges_serves_operators_sweeps_and_purges_but_cannot_
             "CREATE INDEX runtime_probe ON payment_attempts (created_at)",
             "TRUNCATE outbox",
             "DELETE FROM _sqlx_migrations",
+            "UPDATE operator_audit SET reason = 'rewritten'",
+            "DELETE FROM operator_audit",
             "CREATE FUNCTION runtime_probe() RETURNS int LANGUAGE sql AS 'SELECT 1'",
             // The owner's steps refuse anything but a month of a history table.
             "SELECT onecharge_history_drop_month('payment_attempts', 'payment_attempts')",
