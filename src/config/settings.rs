@@ -1,10 +1,8 @@
 //! What can be set: [`Settings`] and one struct per section (`[intake]`, `[executor]`, …),
 //! each with its defaults and the serde rules that read it. The checks serde cannot make are
-//! in `validate`; how secrets are read and kept out of print, in `redact`.
-//!
-//! About 700 lines: one struct per configuration section with its defaults and its
-//! documentation, which the man pages and `config check` read; a reader looks a setting up
-//! here by its section.
+//! in `validate`; how secrets are read and kept out of print, in `redact`. One struct per
+//! configuration section with its defaults and its documentation: a reader looks a setting
+//! up here by its section.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
