@@ -3,10 +3,10 @@
 //! When nothing listens where the configuration points (`database_url`, `nats_url`), the
 //! demo starts what is missing from binaries it finds, in one temporary directory, on free
 //! loopback ports, and stops them at exit — on an error or a signal too, through the
-//! guards below. A server that is there but refuses the demo (a wrong password, an unknown
-//! role) is a configuration error, not an absence: it is reported as before and nothing is
-//! started (decision 195). Where the binaries are missing, the error says in one line how
-//! to get them.
+//! guards below. A PostgreSQL that is there but refuses the demo's login (a password
+//! wanted, as Debian's own cluster wants for TCP logins; an unknown role) is treated as
+//! absent too, and the first line says why (issue 54; this replaces decision 195's rule).
+//! Where the binaries are missing, the error says in one line how to get them.
 //!
 //! The binaries: `ONECHARGE_DEMO_PG_BIN` (a directory holding `initdb` and `postgres`) and
 //! `ONECHARGE_DEMO_NATS_SERVER` (the `nats-server` file) when set, else the `PATH`, else
@@ -146,7 +146,18 @@ pub async fn servers(settings: &Settings) -> anyhow::Result<Servers> {
             missing.push(format!("no PostgreSQL at {address}"));
             true
         }
-        _ => false,
+        // A fresh Debian's own cluster listens on :5432 and takes TCP logins with a
+        // password only: to the demo, that is no PostgreSQL it can use either.
+        Some(address) => match refuses_login(&settings.database_url).await {
+            Some(why) => {
+                missing.push(format!(
+                    "PostgreSQL at {address} refuses the demo's login ({why})"
+                ));
+                true
+            }
+            None => false,
+        },
+        None => false,
     };
     let nats_addresses = nats_addresses(&settings.nats_url);
     let mut nats_absent = !nats_addresses.is_empty();
@@ -262,6 +273,30 @@ fn nats_addresses(nats_url: &str) -> Vec<String> {
             Some(format!("{host}:{}", url.port().unwrap_or(4222)))
         })
         .collect()
+}
+
+/// Why the PostgreSQL at `database_url` refuses the demo's login, when it does: an
+/// authentication failure (SQLSTATE class 28: no such role, a password wanted or wrong).
+/// Anything else (the database not made yet, a slow server) is for the demo to meet as
+/// before.
+async fn refuses_login(database_url: &str) -> Option<String> {
+    use sqlx::Connection as _;
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(5),
+        sqlx::PgConnection::connect(database_url),
+    )
+    .await
+    .ok()?;
+    match attempt {
+        Ok(connection) => {
+            let _ = connection.close().await;
+            None
+        }
+        Err(err) => err
+            .as_database_error()
+            .filter(|e| e.code().is_some_and(|code| code.starts_with("28")))
+            .map(|e| e.message().to_owned()),
+    }
 }
 
 /// Whether something accepts a TCP connection at `address` within two seconds.

@@ -39,23 +39,6 @@ async fn run_demo(seed: u64, gateway: Option<onecharge::gateway::GatewayKind>) {
     run(&settings, args).await.expect("the promise held");
 }
 
-/// A server that is there but refuses the demo is a configuration to fix: the demo says so
-/// and starts nothing of its own.
-#[test]
-fn the_demo_says_how_to_fix_a_database_that_refuses_it_in_one_line() {
-    let mut url = reqwest::Url::parse(&crate::support::server_url()).unwrap();
-    url.set_username("no_such_demo_role").unwrap();
-    url.set_path("/onecharge");
-    let (code, err) =
-        one_line_error(crate::support::onecharge().args(["demo", "--database-url", url.as_str()]));
-    assert_eq!(code, Some(1));
-    assert!(err.contains("refuses the demo ("), "{err}");
-    assert!(
-        err.contains("check ONECHARGE_DATABASE_URL or --database-url"),
-        "{err}"
-    );
-}
-
 /// Nothing listens at either address and neither binary is to be found (the variables
 /// name nothing, the PATH holds none): one line says how to get them, exit 2.
 #[test]
@@ -140,6 +123,48 @@ async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_t
             "nothing listens on {port} any more"
         );
     }
+}
+
+/// A fresh Debian machine (issue 54): `apt-get install postgresql` leaves a server on the
+/// configured address that takes TCP logins with a password only (`scram-sha-256`). The
+/// demo, refused, starts its private PostgreSQL as where none runs, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_starts_its_own_postgres_where_the_configured_one_refuses_its_login() {
+    let server = crate::support::pg_cluster::PgNode::start_primary("scram");
+    server.require_passwords("not-the-demos").await;
+    let nats = free_port();
+    let mut command = tokio::process::Command::from(crate::support::onecharge());
+    command
+        .args([
+            "demo",
+            "--attempts",
+            "20",
+            "--timeout",
+            "60s",
+            "--database-url",
+        ])
+        .arg(format!(
+            "postgres://postgres@127.0.0.1:{}/onecharge",
+            server.port
+        ))
+        .arg("--nats-url")
+        .arg(format!("nats://127.0.0.1:{nats}"))
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the demo ends within 2 minutes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    crate::support::assert_exited_ok(&output, "demo beside a PostgreSQL that wants a password");
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!(
+            "demo: PostgreSQL at 127.0.0.1:{} refuses the demo's login (",
+            server.port
+        )) && first.contains("started private ones (PostgreSQL on 127.0.0.1:"),
+        "the first line says why a private PostgreSQL was started: {stdout}"
+    );
+    assert!(stdout.contains("\nthe promise held"), "{stdout}");
 }
 
 /// The summary's refund lines: each case asked, what became of it, and the gateway's

@@ -229,6 +229,19 @@ impl PgNode {
         pool.close().await;
     }
 
+    /// Makes this server refuse TCP logins without the password `password`, as Debian's
+    /// own cluster does (`scram-sha-256` for `host` lines); sockets stay `trust`.
+    pub async fn require_passwords(&self, password: &str) {
+        self.execute(&format!("ALTER ROLE postgres PASSWORD '{password}'"))
+            .await;
+        std::fs::write(
+            self.data_dir.join("pg_hba.conf"),
+            "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .expect("write pg_hba.conf");
+        self.execute("SELECT pg_reload_conf()").await;
+    }
+
     /// Waits until `standby` streams from this primary (`pg_stat_replication`) in `state`
     /// (`async` or `sync`).
     pub async fn wait_for_standby(&self, standby: &str, sync_state: &str) {
