@@ -72,26 +72,12 @@ fn the_demo_without_postgres_or_nats_binaries_says_how_to_get_them_in_one_line()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_them_at_exit() {
     let (pg, nats) = (free_port(), free_port());
-    let mut command = tokio::process::Command::from(crate::support::onecharge());
-    command
-        .args([
-            "demo",
-            "--attempts",
-            "20",
-            "--timeout",
-            "60s",
-            "--database-url",
-        ])
-        .arg(format!("postgres://127.0.0.1:{pg}/onecharge"))
-        .arg("--nats-url")
-        .arg(format!("nats://127.0.0.1:{nats}"))
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
-        .await
-        .expect("the demo ends within 2 minutes")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    crate::support::assert_exited_ok(&output, "demo on private servers");
+    let stdout = small_demo(
+        &format!("postgres://127.0.0.1:{pg}/onecharge"),
+        nats,
+        "demo on private servers",
+    )
+    .await;
     let prefix = format!(
         "demo: no PostgreSQL at 127.0.0.1:{pg} and no NATS at 127.0.0.1:{nats}; started private ones (PostgreSQL on 127.0.0.1:"
     );
@@ -132,30 +118,12 @@ async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_t
 async fn the_demo_starts_its_own_postgres_where_the_configured_one_refuses_its_login() {
     let server = crate::support::pg_cluster::PgNode::start_primary("scram");
     server.require_passwords("not-the-demos").await;
-    let nats = free_port();
-    let mut command = tokio::process::Command::from(crate::support::onecharge());
-    command
-        .args([
-            "demo",
-            "--attempts",
-            "20",
-            "--timeout",
-            "60s",
-            "--database-url",
-        ])
-        .arg(format!(
-            "postgres://postgres@127.0.0.1:{}/onecharge",
-            server.port
-        ))
-        .arg("--nats-url")
-        .arg(format!("nats://127.0.0.1:{nats}"))
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
-        .await
-        .expect("the demo ends within 2 minutes")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    crate::support::assert_exited_ok(&output, "demo beside a PostgreSQL that wants a password");
+    let stdout = small_demo(
+        &format!("postgres://postgres@127.0.0.1:{}/onecharge", server.port),
+        free_port(),
+        "demo beside a PostgreSQL that wants a password",
+    )
+    .await;
     let first = stdout.lines().next().unwrap_or_default();
     assert!(
         first.starts_with(&format!(
@@ -165,6 +133,24 @@ async fn the_demo_starts_its_own_postgres_where_the_configured_one_refuses_its_l
         "the first line says why a private PostgreSQL was started: {stdout}"
     );
     assert!(stdout.contains("\nthe promise held"), "{stdout}");
+}
+
+/// Runs `onecharge demo` with 20 attempts against `database_url` and a NATS URL on
+/// `nats_port`, for at most 2 minutes; its stdout, once it exited 0 (`what` names it if not).
+async fn small_demo(database_url: &str, nats_port: u16, what: &str) -> String {
+    let mut command = tokio::process::Command::from(crate::support::onecharge());
+    command
+        .args(["demo", "--attempts", "20", "--timeout", "60s"])
+        .args(["--database-url", database_url])
+        .arg("--nats-url")
+        .arg(format!("nats://127.0.0.1:{nats_port}"))
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the demo ends within 2 minutes")
+        .unwrap();
+    crate::support::assert_exited_ok(&output, what);
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// The summary's refund lines: each case asked, what became of it, and the gateway's
