@@ -148,8 +148,9 @@ pub struct ListedCharge {
     pub customer: Option<String>,
     /// The key it was charged under, when the gateway says (§3 does; Stripe's list does not).
     pub idempotency_key: Option<String>,
-    /// How much of it was given back, in minor units, when the gateway says (Stripe's
-    /// expanded charge does): each refund changes it, so each refund is new evidence.
+    /// How much of it was given back, in ISO 4217 minor units (Stripe's `amount_refunded`
+    /// converted back like its amount), when the gateway says (Stripe's expanded charge
+    /// does): each refund changes it, so each refund is new evidence.
     pub amount_refunded: Option<i64>,
 }
 
@@ -671,8 +672,10 @@ fn listed_intent(pi: StripeIntent) -> Option<ListedCharge> {
             Expandable::Object(o) => o.id,
         }),
         idempotency_key: None,
+        // Stripe's unit, like its `amount`: read back into ISO minor units the same way,
+        // so that it weighs against onecharge's own refunds (which are in ISO's).
         amount_refunded: match &pi.latest_charge {
-            Some(Expandable::Object(charge)) => Some(charge.amount_refunded),
+            Some(Expandable::Object(charge)) => pi.fields.reported_minor(charge.amount_refunded),
             _ => None,
         },
         id: GatewayChargeId::from_gateway(pi.fields.id),
@@ -891,6 +894,41 @@ mod tests {
         assert_eq!(first.reference.as_deref(), Some(ATTEMPT));
         assert_eq!(first.customer.as_deref(), Some("cus_42"));
         assert_eq!(first.idempotency_key, None);
+    }
+
+    #[test]
+    fn stripe_amounts_and_refunded_amounts_are_read_in_iso_minor_units_whatever_the_currency() {
+        // (currency, Stripe's amount, Stripe's amount_refunded, ISO amount, ISO refunded)
+        for (currency, amount, refunded, minor, refunded_minor) in [
+            // ISK: ISO has no decimals, Stripe counts hundredths (the last two digits 00).
+            ("isk", 50_000, 20_000, 500, 200),
+            // UGX: the same special case at Stripe.
+            ("ugx", 1_000_000, 250_000, 10_000, 2_500),
+            // MGA: ISO counts hundredths, Stripe whole ariary.
+            ("mga", 1_500, 500, 150_000, 50_000),
+            ("jpy", 500, 200, 500, 200),
+            ("kwd", 1_230, 1_000, 1_230, 1_000),
+            ("eur", 1_999, 500, 1_999, 500),
+        ] {
+            let charge = json!({"id": "ch_1", "object": "charge", "refunded": false,
+                                "disputed": false, "amount_refunded": refunded});
+            let mut pi = intent("succeeded", charge);
+            pi["amount"] = json!(amount);
+            pi["currency"] = json!(currency);
+            let body = ok(json!({"object": "list", "has_more": false, "data": [pi.clone()]}));
+            let ListOutcome::Page(page) = read_stripe_page(answered(200, &body)) else {
+                panic!()
+            };
+            let record = &page.records[0];
+            assert_eq!(record.amount_minor, Some(minor), "{currency}");
+            assert_eq!(record.amount_refunded, Some(refunded_minor), "{currency}");
+            assert_eq!(record.evidence(), format!("refunded:{refunded_minor}"));
+            // A webhook's check reads the PaymentIntent by id the same way.
+            let ListOutcome::Page(page) = read_stripe_intent(answered(200, &ok(pi))) else {
+                panic!()
+            };
+            assert_eq!(page.records[0].amount_refunded, Some(refunded_minor), "{currency}");
+        }
     }
 
     #[test]
