@@ -64,6 +64,7 @@ impl ListedStatus {
             Self::Declined => "declined",
             Self::Canceled => "canceled",
             Self::Refunded => "refunded",
+            Self::Disputed(DisputeStatus::Inquiry) => "disputed:inquiry",
             Self::Disputed(DisputeStatus::Open) => "disputed:open",
             Self::Disputed(DisputeStatus::Won) => "disputed:won",
             Self::Disputed(DisputeStatus::Lost) => "disputed:lost",
@@ -80,6 +81,7 @@ impl ListedStatus {
             "refunded" => Self::Refunded,
             // `disputed`: stored by a sweep from before disputes had a status.
             "disputed" | "disputed:open" => Self::Disputed(DisputeStatus::Open),
+            "disputed:inquiry" => Self::Disputed(DisputeStatus::Inquiry),
             "disputed:won" => Self::Disputed(DisputeStatus::Won),
             "disputed:lost" => Self::Disputed(DisputeStatus::Lost),
             other => Self::Other(other.to_owned()),
@@ -87,11 +89,16 @@ impl ListedStatus {
     }
 }
 
-/// Where a dispute stands, read the same for every dialect (decision 131).
+/// Where a dispute stands, read the same for every dialect (decisions 131, 240).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DisputeStatus {
-    /// Not decided: the bank holds the money back while the merchant answers (Stripe's
-    /// `warning_needs_response`, `warning_under_review`, `needs_response`, `under_review`).
+    /// An inquiry (a retrieval request): the customer's bank asks about the charge and no
+    /// money has moved (Stripe's `warning_needs_response`, `warning_under_review`). Its own
+    /// evidence, so that the chargeback it may escalate to is new evidence even after a
+    /// person resolved the inquiry's finding (decision 240).
+    Inquiry,
+    /// A chargeback not decided: the bank has withdrawn the money while the merchant
+    /// answers (Stripe's `needs_response`, `under_review`).
     Open,
     /// Decided for the merchant (`won`), or an inquiry closed without a chargeback
     /// (`warning_closed`, `prevented`): the money stays, reinstated if it was withdrawn.
@@ -101,9 +108,10 @@ pub enum DisputeStatus {
 }
 
 impl DisputeStatus {
-    /// `open`, `won` or `lost`: §3's spelling, and the finding's evidence word.
+    /// `inquiry`, `open`, `won` or `lost`: §3's spelling, and the finding's evidence word.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Inquiry => "inquiry",
             Self::Open => "open",
             Self::Won => "won",
             Self::Lost => "lost",
@@ -114,6 +122,7 @@ impl DisputeStatus {
     /// onecharge knows: open, for a person to look at.
     pub fn from_stripe(status: &str) -> Self {
         match status {
+            "warning_needs_response" | "warning_under_review" => Self::Inquiry,
             "won" | "warning_closed" | "prevented" => Self::Won,
             // `charge_refunded`: an older API's "the merchant refunded the disputed charge".
             "lost" | "charge_refunded" => Self::Lost,
@@ -121,10 +130,11 @@ impl DisputeStatus {
         }
     }
 
-    /// A §3 record's `dispute_status`: `open`, `won` or `lost`; absent (a gateway from
-    /// before the field) or anything else is open.
+    /// A §3 record's `dispute_status`: `inquiry`, `open`, `won` or `lost`; absent (a
+    /// gateway from before the field) or anything else is open.
     pub fn from_onecharge(status: Option<&str>) -> Self {
         match status {
+            Some("inquiry") => Self::Inquiry,
             Some("won") => Self::Won,
             Some("lost") => Self::Lost,
             _ => Self::Open,
@@ -156,7 +166,7 @@ pub struct ListedCharge {
 
 impl ListedCharge {
     /// What this record shows, as a finding's evidence: its status (a dispute's as
-    /// `dispute:open|won|lost`), and what was refunded when anything was (`refunded:500`,
+    /// `dispute:inquiry|open|won|lost`), and what was refunded when anything was (`refunded:500`,
     /// `dispute:open;refunded:500`, `canceled`).
     pub fn evidence(&self) -> String {
         let status = match &self.status {
@@ -927,7 +937,11 @@ mod tests {
             let ListOutcome::Page(page) = read_stripe_intent(answered(200, &ok(pi))) else {
                 panic!()
             };
-            assert_eq!(page.records[0].amount_refunded, Some(refunded_minor), "{currency}");
+            assert_eq!(
+                page.records[0].amount_refunded,
+                Some(refunded_minor),
+                "{currency}"
+            );
         }
     }
 
@@ -938,6 +952,7 @@ mod tests {
             ListedStatus::Declined,
             ListedStatus::Canceled,
             ListedStatus::Refunded,
+            ListedStatus::Disputed(DisputeStatus::Inquiry),
             ListedStatus::Disputed(DisputeStatus::Open),
             ListedStatus::Disputed(DisputeStatus::Won),
             ListedStatus::Disputed(DisputeStatus::Lost),
@@ -955,8 +970,9 @@ mod tests {
     #[test]
     fn a_stripe_dispute_status_reads_as_open_won_or_lost() {
         for (status, expected) in [
-            ("warning_needs_response", DisputeStatus::Open),
-            ("warning_under_review", DisputeStatus::Open),
+            // An inquiry: the bank asks, no money has moved; a chargeback is another thing.
+            ("warning_needs_response", DisputeStatus::Inquiry),
+            ("warning_under_review", DisputeStatus::Inquiry),
             ("needs_response", DisputeStatus::Open),
             ("under_review", DisputeStatus::Open),
             ("won", DisputeStatus::Won),

@@ -695,6 +695,80 @@ async fn a_dispute_opened_then_lost_is_two_findings_of_one_history_and_each_publ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inquiry_that_escalates_to_a_chargeback_opens_a_new_finding_after_the_inquiry_was_resolved(
+) {
+    let h = stripe_harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = executed(&h, &client, pm::CARD_VISA).await;
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    let reconciler = h.reconciler_with(client);
+
+    at_the_gateway(
+        &h,
+        &pi,
+        "dispute",
+        r#"{"status": "warning_needs_response"}"#,
+    )
+    .await;
+    let inquiry = reconciler.sweep(window(&h).await).await.unwrap();
+    assert_eq!(inquiry.new_findings.len(), 1, "{inquiry:?}");
+    let inquiry_id = h.last_finding().await.id;
+    onecharge::operator::findings::resolve(
+        &h.store,
+        inquiry_id,
+        "operator:alice",
+        onecharge::store::audit::Via::Cli,
+        "inquiry answered",
+    )
+    .await
+    .unwrap();
+    // The bank escalates it: a chargeback, the funds withdrawn.
+    at_the_gateway(&h, &pi, "dispute", r#"{"status": "needs_response"}"#).await;
+    let chargeback = reconciler.sweep(window(&h).await).await.unwrap();
+
+    assert_eq!(chargeback.new_findings.len(), 1, "{chargeback:?}");
+    let found = findings_in_full(&h, id).await;
+    let said: Vec<(&str, &str, &str)> = found
+        .iter()
+        .map(|f| (f.0.as_str(), f.1.as_str(), f.2.as_str()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("disputed", "dispute:inquiry", "resolved"),
+            ("disputed", "dispute:open", "open"),
+        ]
+    );
+    let events = finding_events(&h, id).await;
+    assert_eq!(events.len(), 2, "one event per finding: {events:?}");
+    assert_eq!(events[1]["earlier"][0]["finding_id"], inquiry_id);
+
+    // §3: the record says `inquiry` itself, and the escalation is new evidence there too.
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let id = executed(&h, &client, pm::CARD_VISA).await;
+    let charge = h.attempt(id).await.gateway_charge_id.unwrap();
+    let reconciler = h.reconciler();
+    for status in ["inquiry", "open"] {
+        let disputed = reqwest::Client::new()
+            .post(format!("{}/__charges/{charge}", h.gateway.base_url()))
+            .body(format!(r#"{{"dispute": "{status}"}}"#))
+            .send()
+            .await
+            .unwrap();
+        assert!(disputed.status().is_success(), "{status}");
+        let report = reconciler.sweep(window(&h).await).await.unwrap();
+        assert_eq!(report.new_findings.len(), 1, "{status}: {report:?}");
+    }
+    let evidence: Vec<String> = findings_in_full(&h, id)
+        .await
+        .into_iter()
+        .map(|f| f.1)
+        .collect();
+    assert_eq!(evidence, ["dispute:inquiry", "dispute:open"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_won_dispute_is_a_finding_saying_the_money_was_reinstated_in_both_dialects() {
     // Stripe: the dispute's status is read from GET /v1/disputes.
     let h = stripe_harness().await;
