@@ -215,9 +215,10 @@ pub struct OwnRefunds {
     /// gateway had said so before then, so what it showed includes them.
     pub refunded_surely: i64,
     /// The sum of those that may have been at the gateway when its read ended: sent and
-    /// not settled (`in_flight`, `processing`, `unknown`, `needs_review`), `succeeded`
-    /// whenever, and `failed` since the read began (the gateway may still have shown it
-    /// pending).
+    /// not settled (`in_flight`, `processing`, `unknown`, `needs_review`, and `pending`
+    /// once sent: a send answered `409` or handed back, held while the fleet is paused,
+    /// may have refunded), `succeeded` whenever, and `failed` since the read began (the
+    /// gateway may still have shown it pending).
     pub refunded_at_most: i64,
 }
 
@@ -235,6 +236,7 @@ fn own_refunds(read_began: &str) -> String {
          COALESCE((SELECT sum(r.amount_minor) FROM refunds r \
          WHERE r.payment_attempt_id = a.payment_attempt_id \
            AND (r.status IN ('succeeded', 'in_flight', 'processing', 'unknown', 'needs_review') \
+                OR (r.status = 'pending' AND r.first_sent_at IS NOT NULL) \
                 OR (r.status = 'failed' AND r.settled_at >= {read_began}::timestamptz))), 0)::int8 \
          AS refunded_at_most"
     )
