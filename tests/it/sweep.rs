@@ -945,6 +945,82 @@ async fn a_sweep_whose_instance_died_is_finished_by_the_next_one() {
     );
 }
 
+/// A sweep of `window` in the background that has read its pages and stalls before its
+/// comparison (its ANALYZE waits on the lock `blocker` holds), and what it came to.
+async fn stalled_before_comparing(
+    h: &Harness,
+    reconciler: &Reconciler,
+    window: ListWindow,
+) -> (
+    sqlx::Transaction<'static, sqlx::Postgres>,
+    tokio::task::JoinHandle<anyhow::Result<SweepReport>>,
+) {
+    let mut blocker = h.store.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE reconciliation_sweep_records IN SHARE UPDATE EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let sweep = tokio::spawn({
+        let reconciler = reconciler.clone();
+        async move { reconciler.sweep(window).await }
+    });
+    crate::support::eventually(
+        "the sweep has read its pages and waits to compare",
+        Duration::from_secs(30),
+        || async {
+            h.scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%onecharge_analyze_sweep_records%'",
+            )
+            .await
+                == 1
+        },
+    )
+    .await;
+    (blocker, sweep)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_ended_as_abandoned_while_it_stalled_writes_no_finding_and_keeps_its_end() {
+    let h = Harness::new().await;
+    let executor = h.executor_with(h.client_with_key(crate::support::API_KEY));
+    h.seed_many(&[pm::CARD_VISA; 5]).await;
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    let reconciler = h.reconciler();
+    let whole = window(&h).await;
+    let (blocker, stalled) = stalled_before_comparing(&h, &reconciler, whole).await;
+    // It stalls past ABANDONED_AFTER (a lock wait, a paused VM): the next sweep's start ends
+    // it as abandoned and removes its records.
+    h.exec("UPDATE reconciliation_sweeps SET heartbeat_at = now() - interval '11 minutes'")
+        .await;
+    let elsewhere = ListWindow {
+        from: whole.from - Duration::from_secs(30 * 86_400),
+        to: whole.from - Duration::from_secs(29 * 86_400),
+    };
+    let next = onecharge::store::sweep::start(&h.store, elsewhere, "reconciler:next")
+        .await
+        .unwrap();
+    onecharge::store::sweep::finish(&h.store, next, Default::default(), None)
+        .await
+        .unwrap();
+    blocker.commit().await.unwrap();
+
+    let result = stalled.await.unwrap();
+
+    let err = result.expect_err("an abandoned sweep ends in an error");
+    assert!(format!("{err:#}").contains("abandoned"), "{err:#}");
+    let (per_class, rows) = findings(&h).await;
+    assert!(per_class.is_empty(), "no false `missing`: {rows:?}");
+    let rows = sweep_rows(&h).await;
+    assert!(
+        rows[0]
+            .2
+            .as_deref()
+            .is_some_and(|e| e.contains("abandoned")),
+        "its end is not overwritten: {rows:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_never_sweep_overlapping_windows_at_once() {
     let h = slow_listing(30, 1500).await;
