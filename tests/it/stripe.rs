@@ -855,6 +855,72 @@ async fn requires_action_off_session_is_cancelled_and_declined_authentication_re
     assert!(h.gateway.ledger().is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_names_the_configured_stripe_api_version() {
+    let h = stripe_harness_with(|s| s.stripe_api_version = "2024-09-30.acacia".into()).await;
+    // A charge (create, confirm), a cancel after requires_action, a lookup by id after an
+    // ambiguous confirm, a refund and its lookup, a sweep's list and its dispute read.
+    let charged = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    h.seed(spm::FAULT_REQUIRES_ACTION).await;
+    h.seed(pm::FAULT_ERROR_AFTER).await;
+    let executor = h.executor_with(stripe_client(&h));
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    reconcile_one_to(&h, AttemptStatus::Succeeded).await;
+    let pi = h.attempt(charged).await.gateway_charge_id.unwrap();
+    let request = onecharge::gateway::RefundRequest {
+        idempotency_key: onecharge::domain::IdempotencyKey::for_refund(
+            onecharge::domain::RefundId::random(),
+        ),
+        refund_id: onecharge::domain::RefundId::random(),
+        payment_attempt_id: charged,
+        gateway_charge_id: onecharge::domain::GatewayChargeId::from_gateway(pi.clone()),
+        money: onecharge::domain::Money::of(100, "EUR").unwrap(),
+        reason: "returned".into(),
+        metadata: Default::default(),
+    };
+    stripe_client(&h).refund(&request).await;
+    stripe_client(&h).lookup_refund(&request).await;
+    let disputed = reqwest::Client::new()
+        .post(format!(
+            "{}/__stripe/payment_intents/{pi}/dispute",
+            h.gateway.base_url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert!(disputed.status().is_success());
+    let now = h.db_now().await;
+    h.reconciler_with(stripe_client(&h))
+        .sweep(onecharge::gateway::list::ListWindow {
+            from: now - Duration::from_secs(3600),
+            to: now + Duration::from_secs(3600),
+        })
+        .await
+        .unwrap();
+
+    let seen = h.gateway.stripe_versions();
+    for path in [
+        "/v1/payment_intents",
+        "/confirm",
+        "/cancel",
+        "/v1/refunds",
+        "/v1/disputes",
+    ] {
+        assert!(
+            seen.iter().any(|(_, p, _)| p.contains(path)),
+            "{path} was asked: {seen:?}"
+        );
+    }
+    let other: Vec<_> = seen
+        .iter()
+        .filter(|(_, _, version)| version.as_deref() != Some("2024-09-30.acacia"))
+        .collect();
+    assert!(
+        other.is_empty(),
+        "every request names the setting: {other:?}"
+    );
+}
+
 /// A pending attempt that holds a PaymentIntent (its confirm met a 429; a retry is due) is
 /// cancelled only once its PaymentIntent is: held from the executor, cancelled at the
 /// gateway and seen `canceled`, then declined under the hold. Without a client that can

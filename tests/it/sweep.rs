@@ -819,6 +819,77 @@ async fn a_won_dispute_is_a_finding_saying_the_money_was_reinstated_in_both_dial
     );
 }
 
+/// A harness speaking `dialect` as the deployment named `name`, charging through `account`
+/// (another harness's mock) when given: siblings sharing one gateway account.
+async fn deployment(
+    dialect: mock_gateway::Dialect,
+    name: &str,
+    account: Option<&Harness>,
+) -> Harness {
+    let mut h = Harness::with(
+        MockConfig {
+            dialect,
+            ..MockConfig::default()
+        },
+        |s| {
+            if dialect == mock_gateway::Dialect::Stripe {
+                s.gateway_kind = GatewayKind::Stripe;
+            }
+            s.deployment = Some(name.to_owned());
+        },
+    )
+    .await;
+    if let Some(account) = account {
+        h.settings.gateway_url = account.gateway.base_url();
+    }
+    h
+}
+
+/// Charges `n` attempts of `h`'s through its own settings' client, until none is due.
+async fn charge_all(h: &Harness, n: usize) {
+    let executor = h.executor_with(GatewayClient::from_settings(&h.settings).unwrap());
+    h.seed_many(&vec![pm::CARD_VISA; n]).await;
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sibling_deployments_charges_in_a_shared_account_are_skipped_never_unknown_references() {
+    for dialect in [
+        mock_gateway::Dialect::Onecharge,
+        mock_gateway::Dialect::Stripe,
+    ] {
+        let eu = deployment(dialect, "eu", None).await;
+        let us = deployment(dialect, "us", Some(&eu)).await;
+        charge_all(&eu, 6).await;
+        charge_all(&us, 6).await;
+        assert_eq!(eu.gateway.ledger().len(), 12, "{dialect:?}: one account");
+
+        for h in [&eu, &us] {
+            let report = h
+                .reconciler_with(GatewayClient::from_settings(&h.settings).unwrap())
+                .sweep(window(h).await)
+                .await
+                .unwrap();
+            assert!(
+                report.new_findings.is_empty(),
+                "{dialect:?} {:?}: a sibling's charges are not unknown references: {:?}",
+                h.settings.deployment,
+                report.new_findings
+            );
+            assert_eq!(
+                (
+                    report.records_seen,
+                    report.records_kept,
+                    report.records_skipped
+                ),
+                (12, 6, 6),
+                "{dialect:?} {:?}: the sibling's six counted and skipped",
+                h.settings.deployment
+            );
+        }
+    }
+}
+
 /// A §3 harness holding `charges` succeeded attempts, every one agreeing with the gateway,
 /// whose mock then answers every request after `latency_ms`: a sweep of them takes a page
 /// per `latency_ms`.
