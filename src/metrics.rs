@@ -194,6 +194,7 @@ pub fn register_at_zero(consumers: &[String]) {
         "malformed_signature",
         "stale",
         "bad_signature",
+        "wrong_mode",
     ] {
         metrics::counter!("onecharge_webhooks_total", "result" => result).absolute(0);
     }

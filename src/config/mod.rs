@@ -24,6 +24,7 @@ mod settings;
 mod tokens;
 mod validate;
 
+pub use account::StripeMode;
 pub use duration::{parse_duration, MAX_DURATION};
 pub use files::SECRET_SETTINGS;
 pub use origin::WebOrigin;

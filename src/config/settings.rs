@@ -43,6 +43,12 @@ pub struct Settings {
     /// roots (a private CA, or a test gateway's own).
     #[serde(default)]
     pub gateway_ca_file: Option<PathBuf>,
+    /// Whether this deployment moves real money: a Stripe key must then be live
+    /// (`sk_live_…`, `rk_live_…`), and otherwise must not be (a test key, `sk_test_…`,
+    /// `rk_test_…`): a key of the other mode refuses to start. Webhook events whose
+    /// `livemode` differs are refused. Off by default: a deployment says it is production.
+    #[serde(default)]
+    pub production: bool,
     /// This deployment's name among the onecharge deployments that share one gateway
     /// account (`eu`, `us`: 1–64 letters, digits, `_`, `-`, `.`), sent as the metadata
     /// `onecharge_deployment` of every charge and refund. The sweep and the webhooks' checks
@@ -684,6 +690,7 @@ impl Default for Settings {
             gateway_kind: GatewayKind::default(),
             gateway_ca_file: None,
             gateway_api_key: None,
+            production: false,
             deployment: None,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             admin_token: None,
