@@ -280,6 +280,18 @@ impl GatewayClient {
         )
     }
 
+    /// The charge (`ch_…`) of the PaymentIntent `intent` (Stripe), read by id: `None` for a
+    /// connector without PaymentIntents. Never charges.
+    pub async fn latest_charge_of(
+        &self,
+        intent: &str,
+    ) -> Option<GatewayCall<Result<Option<String>, String>>> {
+        match &self.connector {
+            Connector::Stripe(stripe) => Some(stripe.latest_charge(&self.transport, intent).await),
+            Connector::Onecharge(_) => None,
+        }
+    }
+
     /// `GET /v1/charges?idempotency_key=…` at a §3 gateway: the outcomes recorded under the
     /// key. Safe to repeat; never charges. For a Stripe client this is
     /// [`GatewayClient::lookup_attempt`] with no stored object.

@@ -1067,6 +1067,79 @@ async fn a_cancels_hold_keeps_the_executor_off_and_a_stale_hold_writes_nothing()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolving_as_succeeded_takes_only_the_attempts_own_payment_intent_or_its_charge() {
+    let h = stripe_harness().await;
+    let client = stripe_client(&h);
+    // Charged, but the answer was lost: `unknown`, its PaymentIntent stored.
+    let ours = h.seed(pm::FAULT_ERROR_AFTER).await.payment_attempt_id;
+    let other = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let executor = h.executor_with(client.clone());
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    assert_eq!(h.attempt(ours).await.status, "unknown");
+    let pi = gateway_object_id(&h.store, ours)
+        .await
+        .unwrap()
+        .unwrap()
+        .to_string();
+    let others_pi = h.attempt(other).await.gateway_charge_id.unwrap();
+    let intent: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/payment_intents/{pi}", h.gateway.base_url()))
+        .bearer_auth(crate::support::API_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let its_charge = intent["latest_charge"].as_str().unwrap().to_owned();
+    // A person is asked about it (the reconciler's lookups failed, say).
+    h.set_attempt(
+        ours,
+        "status = 'needs_review', review_reason = 'lookups failed'",
+    )
+    .await;
+    let window = onecharge::domain::RetryWindow::from_settings(&h.settings);
+    let resolve = |charge: String| {
+        let (store, client, window) = (h.store.clone(), client.clone(), window);
+        async move {
+            onecharge::operator::resolve::resolve(
+                &store,
+                Some(&client),
+                ours,
+                &onecharge::operator::resolve::ResolveRequest {
+                    as_: onecharge::operator::resolve::ResolveAs::Succeeded,
+                    reason: "found it in the Dashboard".into(),
+                    gateway_charge_id: Some(charge),
+                    decline_code: None,
+                },
+                "ops@example.com",
+                onecharge::store::audit::Via::Cli,
+                &window,
+            )
+            .await
+        }
+    };
+
+    // Another customer's payment: a later refund would go to it.
+    for wrong in [others_pi.clone(), "ch_someone_elses".to_owned()] {
+        let refused = resolve(wrong.clone()).await;
+        assert!(
+            matches!(&refused, Err(onecharge::operator::resolve::ResolveError::Refused(why))
+                if why.contains(&pi) && why.contains(&wrong)),
+            "{wrong}: {refused:?}"
+        );
+        assert_eq!(h.attempt(ours).await.status, "needs_review");
+    }
+    // Its PaymentIntent's charge is its own: recorded as the PaymentIntent, as ever.
+    let resolved = resolve(its_charge).await.unwrap();
+    assert_eq!(resolved.status, AttemptStatus::Succeeded);
+    assert_eq!(
+        h.attempt(ours).await.gateway_charge_id.as_deref(),
+        Some(pi.as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolving_as_declined_cancels_the_payment_intent_first() {
     let h = stripe_harness_with(|s| {
         s.stripe_requires_action = onecharge::config::RequiresAction::Review;

@@ -318,6 +318,72 @@ impl Endpoints {
     }
 }
 
+impl Endpoints {
+    /// `GET /v1/payment_intents/{id}`: the id of the PaymentIntent's latest charge (`ch_…`),
+    /// `None` when it has none; what a person's `--gateway-charge-id ch_…` is checked
+    /// against. Never charges.
+    pub(super) async fn latest_charge(
+        &self,
+        transport: &Transport,
+        intent: &str,
+    ) -> GatewayCall<Result<Option<String>, String>> {
+        let url = match self.intent_url(intent) {
+            Ok(url) => url,
+            Err(reason) => {
+                return GatewayCall::answered_locally(
+                    Err(reason.clone()),
+                    CallOperation::Lookup,
+                    None,
+                    Some(reason),
+                )
+            }
+        };
+        exchange(
+            transport
+                .http
+                .get(url)
+                .bearer_auth(transport.api_key.expose_secret())
+                .header("Stripe-Version", &*transport.stripe_version),
+            CallOperation::Lookup,
+            None,
+            |reply, _| read_latest_charge(reply),
+            |read| if read.is_ok() { "found" } else { "failed" },
+        )
+        .await
+    }
+}
+
+/// Reads a retrieved PaymentIntent's `latest_charge` (an id, or the object when expanded).
+fn read_latest_charge(reply: super::wire::GatewayReply<'_>) -> Result<Option<String>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Charge {
+        Id(String),
+        Object { id: String },
+    }
+    #[derive(serde::Deserialize)]
+    struct Intent {
+        #[serde(default)]
+        latest_charge: Option<Charge>,
+    }
+    match reply {
+        super::wire::GatewayReply::Answered {
+            status: 200, body, ..
+        } => serde_json::from_slice::<Intent>(body)
+            .map(|intent| {
+                intent.latest_charge.map(|charge| match charge {
+                    Charge::Id(id) | Charge::Object { id } => id,
+                })
+            })
+            .map_err(|err| format!("an unreadable PaymentIntent: {err}")),
+        super::wire::GatewayReply::Answered { status, .. } => {
+            Err(format!("Stripe answered HTTP {status}"))
+        }
+        super::wire::GatewayReply::NotSent { error }
+        | super::wire::GatewayReply::Lost { error } => Err(bounded(error, MAX_REASON_CHARS)),
+    }
+}
+
 /// A form-encoded Stripe POST under `key`, with the configured `Stripe-Version`.
 fn post(
     transport: &Transport,
