@@ -350,6 +350,7 @@ async fn ledger_of(
             idempotency_key: row.try_get("idempotency_key")?,
             decline_code: None,
             created_at: now - Duration::from_secs(600),
+            metadata: Default::default(),
         });
     }
     Ok(ledger)

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::config::Settings;
 use crate::gateway::{GatewayClient, GatewayHealth};
-use crate::gateway_limit::{GatewayRateLimit, Permits, Take};
+use crate::gateway_limit::{GatewayRateLimit, Operation, Permits, Take};
 use crate::store::Store;
 
 /// The gateway as one role of one instance may call it. Cheap to clone: clones share the
@@ -58,9 +58,28 @@ impl GatewayAccess {
     /// bucket empty, or the database not answering), in one sentence for a person: what a
     /// request someone waits on inside one HTTP call or command uses.
     pub async fn lookup_permit_within(&self, patience: Duration) -> Result<Permits, String> {
+        self.permit_within(Operation::Lookup, patience).await
+    }
+
+    /// A permit for one cancel (Stripe's, after a confirm left a PaymentIntent
+    /// `requires_action`) within `patience`, or why none came: the executor holds a lease
+    /// meanwhile, so it waits no longer than a call may take.
+    pub async fn cancel_permit_within(&self, patience: Duration) -> Result<Permits, String> {
+        self.permit_within(Operation::Cancel, patience).await
+    }
+
+    async fn permit_within(
+        &self,
+        operation: Operation,
+        patience: Duration,
+    ) -> Result<Permits, String> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
-            match self.rate_limit.for_lookups(1).await {
+            let take = match operation {
+                Operation::Cancel => self.rate_limit.for_cancels(1).await,
+                _ => self.rate_limit.for_lookups(1).await,
+            };
+            match take {
                 Take::Granted(permits) => return Ok(permits),
                 Take::Wait(wait) if tokio::time::Instant::now() + wait <= deadline => {
                     tokio::time::sleep(wait).await

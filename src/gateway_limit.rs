@@ -166,6 +166,9 @@ pub enum Operation {
     /// A refund request: one request, whatever the connector.
     Refund,
     Lookup,
+    /// Stripe's cancel of a PaymentIntent a confirm left `requires_action`: a third
+    /// request after the charge's two, one permit of its own.
+    Cancel,
 }
 
 impl Operation {
@@ -174,6 +177,7 @@ impl Operation {
             Self::Charge => "charge",
             Self::Refund => "refund",
             Self::Lookup => "lookup",
+            Self::Cancel => "cancel",
         }
     }
 }
@@ -336,6 +340,11 @@ impl GatewayRateLimit {
         self.take(lookups, Operation::Lookup).await
     }
 
+    /// Permits for up to `cancels` cancels of a PaymentIntent (at least one, or a wait).
+    pub async fn for_cancels(&self, cancels: usize) -> Take {
+        self.take(cancels, Operation::Cancel).await
+    }
+
     async fn take(&self, calls: usize, operation: Operation) -> Take {
         let Some(limiter) = self.limiter.as_ref().filter(|_| calls > 0) else {
             return Take::Granted(Permits {
@@ -347,7 +356,7 @@ impl GatewayRateLimit {
         };
         let cost = match operation {
             Operation::Charge => limiter.charge_cost,
-            Operation::Refund | Operation::Lookup => 1,
+            Operation::Refund | Operation::Lookup | Operation::Cancel => 1,
         };
         let need = u32::try_from(calls)
             .unwrap_or(u32::MAX)

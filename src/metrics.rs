@@ -111,7 +111,7 @@ pub fn register_at_zero(consumers: &[String]) {
         }
         let _ = metrics::histogram!("onecharge_gateway_call_duration_seconds", "operation" => operation);
     }
-    for operation in ["charge", "lookup"] {
+    for operation in ["charge", "lookup", "refund", "cancel"] {
         metrics::counter!("onecharge_gateway_rate_limited_waits_total", "operation" => operation)
             .absolute(0);
         let _ = metrics::histogram!("onecharge_gateway_rate_limited_wait_seconds", "operation" => operation);
@@ -200,6 +200,7 @@ pub fn register_at_zero(consumers: &[String]) {
         "malformed_signature",
         "stale",
         "bad_signature",
+        "wrong_mode",
     ] {
         metrics::counter!("onecharge_webhooks_total", "result" => result).absolute(0);
     }

@@ -80,6 +80,7 @@ async fn run(charges: usize, rounds: usize) -> anyhow::Result<String> {
             idempotency_key: format!("onecharge:{:032x}", rng.gen::<u128>()),
             decline_code: None,
             created_at,
+            metadata: Default::default(),
         })
         .collect();
     let mut ids: Vec<String> = ledger.iter().map(|charge| charge.id.clone()).collect();

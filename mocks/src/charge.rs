@@ -1,6 +1,8 @@
 //! The charge: its wire body, the request parameters that identify it, and the
 //! deterministic outcomes that tests select by payment method.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
@@ -112,6 +114,10 @@ pub struct Charge {
     /// On the mock's clock, so it jumps with `advance_clock`.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+    /// The request's `metadata` as sent (onecharge's `onecharge_deployment`), echoed by the
+    /// charge and the list; left out when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 #[cfg(test)]
@@ -130,6 +136,7 @@ impl Charge {
             idempotency_key: format!("key-{id}"),
             decline_code: None,
             created_at,
+            metadata: BTreeMap::new(),
         }
     }
 }
@@ -158,6 +165,9 @@ pub struct ChargeParams {
     pub reference: String,
     /// Optional, at most 500 characters; part of the comparison like every other field.
     pub description: Option<String>,
+    /// Optional string pairs (Stripe's limits: 50 keys of 40 characters, values of 500);
+    /// part of the comparison.
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl ChargeParams {
@@ -173,8 +183,38 @@ impl ChargeParams {
             payment_method: text_field(&fields, "payment_method", 255)?,
             reference: text_field(&fields, "reference", 255)?,
             description: optional_text_field(&fields, "description", 500)?,
+            metadata: metadata_field(&fields)?,
         })
     }
+}
+
+/// `metadata`: left out, `null`, or an object of at most 50 string values, keys of 1 to 40
+/// characters and values of at most 500 (Stripe's limits).
+pub(crate) fn metadata_field(
+    fields: &Map<String, Value>,
+) -> Result<BTreeMap<String, String>, InvalidRequest> {
+    let object = match fields.get("metadata") {
+        None | Some(Value::Null) => return Ok(BTreeMap::new()),
+        Some(Value::Object(object)) if object.len() <= 50 => object,
+        Some(_) => {
+            return Err(InvalidRequest(
+                "metadata must be an object of at most 50 string values".to_owned(),
+            ))
+        }
+    };
+    object
+        .iter()
+        .map(|(key, value)| match value {
+            Value::String(text)
+                if (1..=40).contains(&key.chars().count()) && text.chars().count() <= 500 =>
+            {
+                Ok((key.clone(), text.clone()))
+            }
+            _ => Err(InvalidRequest(format!(
+                "metadata `{key}`: keys are 1 to 40 characters, values strings of at most 500"
+            ))),
+        })
+        .collect()
 }
 
 /// A request body's JSON object, the one shape the dialect's POST bodies take.

@@ -89,6 +89,7 @@ impl KeyedPost for ChargeParams {
             idempotency_key: claimed.key.clone(),
             decline_code: decline.map(str::to_owned),
             created_at: shared.clock.wall_now(),
+            metadata: params.metadata,
         };
         claimed.commit(charge.clone(), Some(charge.clone()));
 

@@ -234,6 +234,7 @@ mod tests {
             payment_method: "pm_card_visa".into(),
             reference: "ref".into(),
             description: None,
+            metadata: Default::default(),
         }
     }
 

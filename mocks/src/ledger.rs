@@ -66,7 +66,7 @@ pub(crate) struct Charges {
     /// The place of the first charge committed with each id: a list's `starting_after`
     /// names it, and `POST /__charges/{id}` changes it.
     first_by_id: HashMap<Arc<str>, usize>,
-    /// Where the dispute of a disputed charge stands (`open`, `won`, `lost`), by charge id:
+    /// Where the dispute of a disputed charge stands (`inquiry`, `open`, `won`, `lost`), by charge id:
     /// the §3 list shows the charge `disputed` with it (`POST /__charges/{id}`).
     disputes: HashMap<String, &'static str>,
 }
@@ -110,7 +110,7 @@ impl Charges {
         )
     }
 
-    /// Disputes charge `id` (or moves its dispute) to `status`: `open`, `won` or `lost`.
+    /// Disputes charge `id` (or moves its dispute) to `status`: `inquiry`, `open`, `won` or `lost`.
     /// `false` when there is no such charge.
     pub(crate) fn dispute(&mut self, id: &str, status: &'static str) -> bool {
         if !self.first_by_id.contains_key(id) {

@@ -3,7 +3,7 @@
 //! `(created_at, id)`, served from the ledger; and the `POST /__charges/{id}` control that
 //! changes a ledger charge's amount, currency or customer, or disputes it (a charge "changed
 //! at the gateway", for reconciliation tests): a disputed charge is listed with `"status":
-//! "disputed"` and `"dispute_status": "open"|"won"|"lost"`. `GET /v1/charges?idempotency_key=`
+//! "disputed"` and `"dispute_status": "inquiry"|"open"|"won"|"lost"`. `GET /v1/charges?idempotency_key=`
 //! stays the lookup. Each listed charge shows `amount_refunded`, what its `succeeded`
 //! refunds gave back (`POST /v1/refunds`), and is `refunded` once that is all of it.
 
@@ -172,7 +172,7 @@ struct ChargeChange {
     amount_minor: Option<i64>,
     currency: Option<String>,
     customer_id: Option<String>,
-    /// `open`, `won` or `lost`: disputes the charge, or moves its dispute.
+    /// `inquiry`, `open`, `won` or `lost`: disputes the charge, or moves its dispute.
     dispute: Option<String>,
 }
 
@@ -193,13 +193,14 @@ pub(crate) async fn change_charge(
     };
     let dispute = match change.dispute.as_deref() {
         None => None,
+        Some("inquiry") => Some("inquiry"),
         Some("open") => Some("open"),
         Some("won") => Some("won"),
         Some("lost") => Some("lost"),
         Some(other) => {
             return Answer::json(
                 StatusCode::BAD_REQUEST,
-                &json!({"error": format!("dispute `{other}`: open, won or lost")}),
+                &json!({"error": format!("dispute `{other}`: inquiry, open, won or lost")}),
             )
             .into_response_plain()
         }

@@ -107,7 +107,8 @@ pub struct Refund {
     /// Why a `failed` refund failed (Stripe's words: `declined`,
     /// `expired_or_canceled_card`, …).
     pub failure_reason: Option<String>,
-    /// Stripe's `metadata[…]` as sent; empty in the onecharge dialect.
+    /// The request's metadata as sent: Stripe's `metadata[…]`, or the onecharge dialect's
+    /// `metadata` object.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
     /// On the mock's clock.
@@ -130,6 +131,7 @@ impl Refund {
             idempotency_key: self.idempotency_key.as_deref(),
             reason: self.reason.as_deref(),
             failure_reason: self.failure_reason.as_deref(),
+            metadata: &self.metadata,
             created_at: self.created_at,
         }
     }
@@ -149,6 +151,8 @@ pub(crate) struct RefundBody<'a> {
     idempotency_key: Option<&'a str>,
     reason: Option<&'a str>,
     failure_reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: &'a BTreeMap<String, String>,
     #[serde(with = "time::serde::rfc3339")]
     created_at: OffsetDateTime,
 }
@@ -255,6 +259,8 @@ pub(crate) struct RefundParams {
     pub(crate) refund_id: String,
     /// Optional, at most 500 characters.
     pub(crate) reason: Option<String>,
+    /// Optional string pairs, as a charge's (onecharge's `onecharge_deployment`).
+    pub(crate) metadata: BTreeMap<String, String>,
 }
 
 impl RefundParams {
@@ -268,6 +274,7 @@ impl RefundParams {
             reference: text_field(&fields, "reference", 255)?,
             refund_id: text_field(&fields, "refund_id", 255)?,
             reason: optional_text_field(&fields, "reason", 500)?,
+            metadata: crate::charge::metadata_field(&fields)?,
         })
     }
 }

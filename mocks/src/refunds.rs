@@ -111,6 +111,7 @@ impl KeyedPost for RefundParams {
             reference: Some(params.reference.clone()),
             idempotency_key: Some(claimed.key.clone()),
             reason: params.reason.clone(),
+            metadata: params.metadata.clone(),
             ..refunding::draft(
                 shared,
                 &params.charge_id,

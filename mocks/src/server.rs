@@ -32,7 +32,8 @@ use crate::record::{PageTimes, RecordedRequest, Stats};
 use crate::refund::{Refund, RefundStatus};
 use crate::state::{ConnectionControl, Shared};
 use crate::stripe::{
-    api, disputes, list as stripe_list, refunds as stripe_refunds, webhooks, WebhookDeliveries,
+    access, api, disputes, list as stripe_list, refunds as stripe_refunds, webhooks,
+    WebhookDeliveries,
 };
 use crate::{charges, list, refunding, refunds};
 
@@ -86,7 +87,11 @@ fn stripe_router(shared: Arc<Shared>) -> Router {
             )
             .route("/v1/refunds/{id}", get(stripe_refunds::retrieve_refund))
             .route("/v1/disputes", get(disputes::list_disputes))
-            .route("/v1/disputes/{id}", get(disputes::retrieve_dispute)),
+            .route("/v1/disputes/{id}", get(disputes::retrieve_dispute))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&shared),
+                access::check,
+            )),
         api::unrecognized_url,
         shared,
     )
@@ -222,6 +227,20 @@ impl MockGateway {
     /// error says why it cannot (no such refund, or a move its status does not allow).
     pub fn move_refund(&self, id: &str, status: RefundStatus) -> Result<Refund, String> {
         refunding::move_refund(&self.shared, id, status, None)
+    }
+
+    /// Stripe dialect: every `/v1` request's method, path and `Stripe-Version` header (`None`
+    /// when it sent none), oldest first.
+    pub fn stripe_versions(&self) -> Vec<(String, String, Option<String>)> {
+        self.shared.stripe_access.versions()
+    }
+
+    /// Stripe dialect: the key is a restricted key lacking `permissions` (as
+    /// `payment_intents:write`, `refunds:write`, `payment_intents:read`, `disputes:read`):
+    /// a request that needs one is answered `403` naming it, before anything is read.
+    /// Empty: the key may do everything again.
+    pub fn set_missing_permissions(&self, permissions: &[&str]) {
+        self.shared.stripe_access.set_missing(permissions);
     }
 
     /// The most recent `/v1` requests (up to `request_log_capacity`), oldest first.

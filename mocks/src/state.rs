@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) refund_keys: Keys<RefundParams, String>,
     /// The Stripe dialect's keys, PaymentIntents and customers.
     pub(crate) stripe: StripeStore,
+    /// The versions Stripe requests named, and the permissions its key lacks.
+    pub(crate) stripe_access: crate::stripe::access::Access,
     pub(crate) faults: FaultInjector,
     /// The log-normal latency, when configured.
     pub(crate) latency: Option<LatencySampler>,
@@ -74,6 +76,7 @@ impl Shared {
                 Arc::clone(&ledger),
                 Arc::clone(&refunds),
             ),
+            stripe_access: Default::default(),
             ledger,
             refunds,
             faults: FaultInjector::new(config.faults.clone(), config.seed),

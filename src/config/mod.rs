@@ -15,6 +15,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::Serialize;
 
+mod account;
 mod duration;
 mod files;
 mod origin;
@@ -23,6 +24,7 @@ mod settings;
 mod tokens;
 mod validate;
 
+pub use account::StripeMode;
 pub use duration::{parse_duration, MAX_DURATION};
 pub use files::SECRET_SETTINGS;
 pub use origin::WebOrigin;
@@ -30,7 +32,7 @@ pub use redact::{redact_url, url_secrets, Redactor, REDACTED};
 pub use settings::{
     ConsoleSettings, DatabaseSettings, ExecutorSettings, GatewayKind, IntakeSettings, LogFormat,
     OperatorRole, OperatorSetting, PurgeSettings, ReconcilerSettings, RefundSettings,
-    RelaySettings, RequiresAction, Settings, StreamsSettings,
+    RelaySettings, RequiresAction, Settings, StreamsSettings, DEFAULT_STRIPE_API_VERSION,
 };
 pub use tokens::{mint_token, token_sha256};
 

@@ -324,6 +324,7 @@ mod tests {
     fn secrets_never_show_in_debug_or_serialised_settings() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("ONECHARGE_GATEWAY_API_KEY", "sk_live_very_secret");
+            jail.set_env("ONECHARGE_PRODUCTION", "true");
             let s = load();
             assert_eq!(s.require_gateway_api_key().unwrap(), "sk_live_very_secret");
             assert!(!format!("{s:?}").contains("very_secret"));

@@ -41,6 +41,20 @@ pub struct Settings {
     /// roots (a private CA, or a test gateway's own).
     #[serde(default)]
     pub gateway_ca_file: Option<PathBuf>,
+    /// Whether this deployment moves real money: a Stripe key must then be live
+    /// (`sk_live_…`, `rk_live_…`), and otherwise must not be (a test key, `sk_test_…`,
+    /// `rk_test_…`): a key of the other mode refuses to start. Webhook events whose
+    /// `livemode` differs are refused. Off by default: a deployment says it is production.
+    #[serde(default)]
+    pub production: bool,
+    /// This deployment's name among the onecharge deployments that share one gateway
+    /// account (`eu`, `us`: 1–64 letters, digits, `_`, `-`, `.`), sent as the metadata
+    /// `onecharge_deployment` of every charge and refund. The sweep and the webhooks' checks
+    /// skip a record naming another deployment (counted like another integration's,
+    /// never a finding). Unset: nothing is sent, and only records naming no deployment
+    /// are this one's. Every sibling must set its own (decision 242).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
     /// Bearer key for the gateway. Needed by the executor and reconciler only. Always a
     /// string, whatever it looks like (`424242` is the key "424242").
     #[serde(serialize_with = "redact", deserialize_with = "secret", default)]
@@ -157,6 +171,14 @@ pub struct Settings {
         default = "default_gateway_max_processing_time"
     )]
     pub gateway_max_processing_time: Duration,
+    /// The Stripe API version every request names (`Stripe-Version`), as Stripe's own
+    /// libraries pin one: an account's default version moving on then changes nothing
+    /// onecharge sends or reads. `YYYY-MM-DD`, with Stripe's release name after a dot from
+    /// 2024-09-30 on (`2024-09-30.acacia`); no earlier than 2022-11-15, the first version
+    /// with a PaymentIntent's `latest_charge`, which onecharge reads. Upgrade it only to a
+    /// version whose changes docs/stripe.md was checked against.
+    #[serde(default = "default_stripe_api_version")]
+    pub stripe_api_version: String,
     /// What a Stripe PaymentIntent left `requires_action` by an off-session confirm comes
     /// to: `cancel` (the default) cancels it and declines the attempt
     /// `authentication_required` (the customer is not there to authenticate); `review`
@@ -585,6 +607,13 @@ impl Default for PurgeSettings {
     }
 }
 
+/// The Stripe API version onecharge was written and tested against.
+pub const DEFAULT_STRIPE_API_VERSION: &str = "2024-06-20";
+
+fn default_stripe_api_version() -> String {
+    DEFAULT_STRIPE_API_VERSION.to_owned()
+}
+
 fn default_webhook_tolerance() -> Duration {
     Duration::from_secs(300)
 }
@@ -674,6 +703,8 @@ impl Default for Settings {
             gateway_kind: GatewayKind::default(),
             gateway_ca_file: None,
             gateway_api_key: None,
+            production: false,
+            deployment: None,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             admin_token: None,
             admin_public_origins: Vec::new(),
@@ -701,6 +732,7 @@ impl Default for Settings {
             gateway_max_processing_time: default_gateway_max_processing_time(),
             gateway_max_rate: 0.0,
             stripe_requires_action: RequiresAction::default(),
+            stripe_api_version: default_stripe_api_version(),
             gateway_rate_burst: 0,
             shutdown_timeout: default_shutdown_timeout(),
             executor: ExecutorSettings::default(),

@@ -80,6 +80,7 @@ impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.check_urls()?;
         self.validate_gateway_kind()?;
+        self.check_account()?;
         self.check_namespace()?;
         self.streams.check()?;
         self.intake.check()?;

@@ -6,6 +6,7 @@ pub mod actor;
 pub mod attempt;
 pub mod call;
 pub mod command;
+pub mod deployment;
 pub mod event;
 pub mod finding;
 pub mod held;
@@ -23,6 +24,7 @@ pub mod settlement;
 pub use actor::Actor;
 pub use attempt::AttemptStatus;
 pub use command::{ChargePayment, CommandHeaders, InvalidCommand, ValidCommand};
+pub use deployment::Deployment;
 pub use event::{Announced, EventAttempt, PaymentEvent};
 pub use held::{ChargeClaim, HeldAttempt};
 pub use ids::{

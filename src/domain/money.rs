@@ -19,10 +19,15 @@ pub struct Currency(iso_currency::Currency);
 pub struct UnknownCurrency(pub String);
 
 /// Stripe's zero-decimal currencies (docs.stripe.com/currencies#zero-decimal): the amount
-/// is in whole units.
-const STRIPE_ZERO_DECIMAL: [&str; 16] = [
-    "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV",
-    "XAF", "XOF", "XPF",
+/// is in whole units. UGX is on Stripe's list too, but its special case governs a charge:
+/// like ISK (docs.stripe.com/currencies#special-cases) it "transitioned to a zero-decimal
+/// currency, but backwards compatibility requires you to represent it as a two-decimal
+/// value, where the decimal amount is always 00", so both are left out here and count as
+/// two-decimal. HUF and TWD, the other special cases, are zero-decimal for payouts only:
+/// a charge is two-decimal, as ISO counts them.
+const STRIPE_ZERO_DECIMAL: [&str; 15] = [
+    "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "VND", "VUV", "XAF",
+    "XOF", "XPF",
 ];
 
 /// Stripe's three-decimal currencies: the amount is in thousandths and its last digit must
@@ -59,9 +64,12 @@ impl Currency {
         self.0.exponent().map_or(0, u32::from)
     }
 
-    /// How many decimals Stripe's `amount` has in this currency, which is not always ISO's:
-    /// ISK is two-decimal at Stripe (for backwards compatibility, last two digits 00),
-    /// MGA zero-decimal.
+    /// How many decimals Stripe's `amount` has in this currency (its exponent at Stripe),
+    /// which is not always ISO's: ISK and UGX are two-decimal at Stripe (for backwards
+    /// compatibility, last two digits 00), MGA zero-decimal. Every amount onecharge sends
+    /// to Stripe or reads from it (a charge, a refund, a listed or retrieved
+    /// PaymentIntent's `amount` and its charge's `amount_refunded`) goes through
+    /// [`Money::to_stripe`] and [`Money::from_stripe`], which read it here.
     pub fn stripe_decimals(self) -> u32 {
         let code = self.code();
         if STRIPE_ZERO_DECIMAL.contains(&code) {
@@ -253,6 +261,25 @@ impl Money {
     }
 }
 
+impl Money {
+    /// [`Money::from_stripe`] for an amount Stripe reports (a charge's `amount_refunded`),
+    /// rounded up to ISO's minor unit when it has no exact inverse: Stripe never reports a
+    /// fraction of a unit it refuses to charge, and were it to, an amount given back is
+    /// never understated, so a refund the ledger cannot explain is never hidden.
+    pub fn from_stripe_reported(amount: i64, currency: Currency) -> Option<Self> {
+        let iso = currency.exponent();
+        let stripe = currency.stripe_decimals();
+        if stripe > iso {
+            let factor = 10_i64.checked_pow(stripe - iso)?;
+            return Some(Self::new(
+                amount.div_euclid(factor) + i64::from(amount.rem_euclid(factor) != 0),
+                currency,
+            ));
+        }
+        Self::from_stripe(amount, currency)
+    }
+}
+
 /// `19.99 EUR`: major units with the currency's decimals, then the code (`500 JPY`).
 impl fmt::Display for Money {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -325,7 +352,11 @@ mod tests {
         // two-decimal, zero-decimal (same in both), three-decimal with a last digit of 0
         assert_eq!(stripe(1999, "EUR"), Ok(1999));
         assert_eq!(stripe(500, "JPY"), Ok(500));
-        assert_eq!(stripe(5000, "UGX"), Ok(5000));
+        // UGX: zero-decimal in ISO and on Stripe's list, but one of its special cases: like
+        // ISK, two-decimal on the wire with the last two digits 00.
+        assert_eq!(stripe(5000, "UGX"), Ok(500_000));
+        assert_eq!(back(500_000, "UGX"), Some(5000));
+        assert_eq!(back(500_050, "UGX"), None);
         assert_eq!(stripe(1230, "KWD"), Ok(1230));
         assert!(stripe(1235, "KWD").unwrap_err().contains("last digit is 0"));
         // ISK: ISO has no decimals, Stripe counts it in hundredths
@@ -339,6 +370,14 @@ mod tests {
             assert_eq!(back(sent, code), Some(amount), "{code}");
         }
         assert_eq!(back(400_050, "ISK"), None);
+        let reported = |amount, code| {
+            Money::from_stripe_reported(amount, Currency::from_code(code).unwrap())
+                .map(|m| m.amount_minor())
+        };
+        assert_eq!(reported(20_000, "ISK"), Some(200));
+        assert_eq!(reported(20_050, "ISK"), Some(201), "never understated");
+        assert_eq!(reported(500, "MGA"), Some(50_000));
+        assert_eq!(reported(1_000, "KWD"), Some(1_000));
     }
 
     #[test]

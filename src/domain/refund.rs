@@ -30,8 +30,14 @@ pub const MAX_REASON_CHARS: usize = 500;
 pub const MAX_METADATA_KEYS: usize = 40;
 pub const MAX_METADATA_KEY_CHARS: usize = 40;
 pub const MAX_METADATA_VALUE_CHARS: usize = 500;
-/// Metadata keys onecharge writes on a Stripe refund itself; a producer may not use them.
-pub const RESERVED_METADATA_KEYS: [&str; 3] = ["refund_id", "payment_attempt_id", "reason"];
+/// Metadata keys onecharge writes on a refund itself; a producer may not use them (a
+/// producer's `onecharge_deployment` would make the refund look like a sibling's).
+pub const RESERVED_METADATA_KEYS: [&str; 4] = [
+    "refund_id",
+    "payment_attempt_id",
+    "reason",
+    super::deployment::METADATA_KEY,
+];
 
 /// A validated RefundPayment command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +112,8 @@ pub(crate) struct Wire {
     #[schemars(extend("format" = "date-time"))]
     requested_at: Option<String>,
     /// At most 40 string entries (keys up to 40 characters, values up to 500), carried to
-    /// the gateway's refund. `refund_id`, `payment_attempt_id` and `reason` are onecharge's.
+    /// the gateway's refund. `refund_id`, `payment_attempt_id`, `reason` and
+    /// `onecharge_deployment` are onecharge's.
     #[serde(default)]
     metadata: Option<BTreeMap<String, String>>,
 }

@@ -139,8 +139,9 @@ impl Executor {
     }
 
     /// A confirm that left the PaymentIntent waiting for an absent customer
-    /// (`requires_action`): with `stripe_requires_action = cancel`, cancels it first and
-    /// reads the answer — `canceled` is a decline `authentication_required` (it can never
+    /// (`requires_action`): with `stripe_requires_action = cancel`, cancels it first (one
+    /// permit of `gateway_max_rate`, or, when none comes within a call's time, no cancel and
+    /// a person decides) and reads the answer — `canceled` is a decline `authentication_required` (it can never
     /// charge), `succeeded` or `processing` is adopted, no proof leaves it for a person.
     /// The cancel's evidence is stored on its own.
     pub(super) async fn cancel_if_action_required(
@@ -156,6 +157,16 @@ impl Executor {
         if inner.requires_action != RequiresAction::Cancel {
             return call;
         }
+        // A third request after the charge's two: it takes a permit of the fleet's rate
+        // like any other, waiting no longer than a call may take (the lease runs). None in
+        // time: the PaymentIntent is left for a person, as `review` would leave it.
+        let permit = match inner.gateway.cancel_permit_within(inner.call_limit).await {
+            Ok(permit) => permit,
+            Err(why) => {
+                tracing::warn!(why, "no gateway rate permit for the cancel after requires_action: left for a person");
+                return call;
+            }
+        };
         let started_at = now();
         let Some(cancel) = inner
             .gateway
@@ -165,6 +176,7 @@ impl Executor {
         else {
             return call;
         };
+        permit.spend(1);
         let evidence = claim.attempt.cancel_evidence(&cancel, started_at);
         if let Err(err) = sql::record_gateway_call_alone(&inner.store, &evidence).await {
             tracing::warn!(error = %err, "cannot store the cancel's evidence");

@@ -18,6 +18,8 @@
 //! that complete a Stripe page share one `ListedCharge` shape and one table of tests, so a
 //! reader compares the dialects in one place; each row of that table is a test below.
 
+use std::collections::HashMap;
+
 use secrecy::ExposeSecret as _;
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -26,7 +28,9 @@ use super::stripe::IntentFields;
 use super::wire::GatewayReply;
 use super::{exchange, Connector, GatewayCall, GatewayClient};
 use crate::domain::outcome::MAX_REASON_CHARS;
-use crate::domain::{bounded, CallOperation, GatewayChargeId, PaymentAttemptId};
+use crate::domain::{
+    bounded, deployment, CallOperation, Deployment, GatewayChargeId, PaymentAttemptId,
+};
 
 /// The most records one page may ask for (both dialects cap `limit` at 100).
 pub const MAX_PAGE: usize = 100;
@@ -64,6 +68,7 @@ impl ListedStatus {
             Self::Declined => "declined",
             Self::Canceled => "canceled",
             Self::Refunded => "refunded",
+            Self::Disputed(DisputeStatus::Inquiry) => "disputed:inquiry",
             Self::Disputed(DisputeStatus::Open) => "disputed:open",
             Self::Disputed(DisputeStatus::Won) => "disputed:won",
             Self::Disputed(DisputeStatus::Lost) => "disputed:lost",
@@ -80,6 +85,7 @@ impl ListedStatus {
             "refunded" => Self::Refunded,
             // `disputed`: stored by a sweep from before disputes had a status.
             "disputed" | "disputed:open" => Self::Disputed(DisputeStatus::Open),
+            "disputed:inquiry" => Self::Disputed(DisputeStatus::Inquiry),
             "disputed:won" => Self::Disputed(DisputeStatus::Won),
             "disputed:lost" => Self::Disputed(DisputeStatus::Lost),
             other => Self::Other(other.to_owned()),
@@ -87,11 +93,16 @@ impl ListedStatus {
     }
 }
 
-/// Where a dispute stands, read the same for every dialect (decision 131).
+/// Where a dispute stands, read the same for every dialect (decisions 131, 240).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DisputeStatus {
-    /// Not decided: the bank holds the money back while the merchant answers (Stripe's
-    /// `warning_needs_response`, `warning_under_review`, `needs_response`, `under_review`).
+    /// An inquiry (a retrieval request): the customer's bank asks about the charge and no
+    /// money has moved (Stripe's `warning_needs_response`, `warning_under_review`). Its own
+    /// evidence, so that the chargeback it may escalate to is new evidence even after a
+    /// person resolved the inquiry's finding (decision 240).
+    Inquiry,
+    /// A chargeback not decided: the bank has withdrawn the money while the merchant
+    /// answers (Stripe's `needs_response`, `under_review`).
     Open,
     /// Decided for the merchant (`won`), or an inquiry closed without a chargeback
     /// (`warning_closed`, `prevented`): the money stays, reinstated if it was withdrawn.
@@ -101,9 +112,10 @@ pub enum DisputeStatus {
 }
 
 impl DisputeStatus {
-    /// `open`, `won` or `lost`: §3's spelling, and the finding's evidence word.
+    /// `inquiry`, `open`, `won` or `lost`: §3's spelling, and the finding's evidence word.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Inquiry => "inquiry",
             Self::Open => "open",
             Self::Won => "won",
             Self::Lost => "lost",
@@ -114,6 +126,7 @@ impl DisputeStatus {
     /// onecharge knows: open, for a person to look at.
     pub fn from_stripe(status: &str) -> Self {
         match status {
+            "warning_needs_response" | "warning_under_review" => Self::Inquiry,
             "won" | "warning_closed" | "prevented" => Self::Won,
             // `charge_refunded`: an older API's "the merchant refunded the disputed charge".
             "lost" | "charge_refunded" => Self::Lost,
@@ -121,10 +134,11 @@ impl DisputeStatus {
         }
     }
 
-    /// A §3 record's `dispute_status`: `open`, `won` or `lost`; absent (a gateway from
-    /// before the field) or anything else is open.
+    /// A §3 record's `dispute_status`: `inquiry`, `open`, `won` or `lost`; absent (a
+    /// gateway from before the field) or anything else is open.
     pub fn from_onecharge(status: Option<&str>) -> Self {
         match status {
+            Some("inquiry") => Self::Inquiry,
             Some("won") => Self::Won,
             Some("lost") => Self::Lost,
             _ => Self::Open,
@@ -148,14 +162,15 @@ pub struct ListedCharge {
     pub customer: Option<String>,
     /// The key it was charged under, when the gateway says (§3 does; Stripe's list does not).
     pub idempotency_key: Option<String>,
-    /// How much of it was given back, in minor units, when the gateway says (Stripe's
-    /// expanded charge does): each refund changes it, so each refund is new evidence.
+    /// How much of it was given back, in ISO 4217 minor units (Stripe's `amount_refunded`
+    /// converted back like its amount), when the gateway says (Stripe's expanded charge
+    /// does): each refund changes it, so each refund is new evidence.
     pub amount_refunded: Option<i64>,
 }
 
 impl ListedCharge {
     /// What this record shows, as a finding's evidence: its status (a dispute's as
-    /// `dispute:open|won|lost`), and what was refunded when anything was (`refunded:500`,
+    /// `dispute:inquiry|open|won|lost`), and what was refunded when anything was (`refunded:500`,
     /// `dispute:open;refunded:500`, `canceled`).
     pub fn evidence(&self) -> String {
         let status = match &self.status {
@@ -180,8 +195,9 @@ pub struct ListPage {
     pub records: Vec<ListedCharge>,
     /// Every record the page held, kept or not.
     pub seen: u32,
-    /// Records that are not onecharge's: no attempt id, or one that is not an attempt id's
-    /// shape (another integration sharing the account). Never a finding.
+    /// Records that are not this deployment's: no attempt id, or one that is not an
+    /// attempt id's shape (another integration sharing the account), or one naming another
+    /// deployment (a sibling sharing it, decision 242). Never a finding.
     pub not_ours: u32,
     /// `starting_after` for the next page; `None` on the last. Taken from the page's last
     /// record whatever was kept of it: a page of someone else's records still leads on.
@@ -192,10 +208,20 @@ pub struct ListPage {
     pub unread_disputes: Vec<String>,
 }
 
-/// Whether a record's reference (§3 `reference`, Stripe `metadata.payment_attempt_id`) makes
-/// it onecharge's: it has the shape of an attempt id.
-fn is_ours(reference: Option<&str>) -> bool {
+/// Whether a record is this deployment's: its reference (§3 `reference`, Stripe
+/// `metadata.payment_attempt_id`) has the shape of an attempt id, and the deployment its
+/// metadata names (`onecharge_deployment`), if any, is `ours` (decision 242). Anything
+/// else is another integration's, or a sibling deployment's sharing the account.
+fn is_ours(
+    reference: Option<&str>,
+    metadata: &HashMap<String, String>,
+    ours: Option<&Deployment>,
+) -> bool {
     reference.is_some_and(|r| r.parse::<PaymentAttemptId>().is_ok())
+        && deployment::made_by(
+            ours,
+            metadata.get(deployment::METADATA_KEY).map(String::as_str),
+        )
 }
 
 /// The cursor of the page after one that held `last` (its last record's id), when the
@@ -282,18 +308,19 @@ impl GatewayClient {
                     .http
                     .get(endpoints.create_url.clone())
                     .query(&query)
-                    .header("Stripe-Version", super::stripe::STRIPE_VERSION)
+                    .header("Stripe-Version", &*self.transport.stripe_version)
             }
         };
-        let read: fn(GatewayReply<'_>) -> ListOutcome = match self.connector {
+        let read: fn(GatewayReply<'_>, Option<&Deployment>) -> ListOutcome = match self.connector {
             Connector::Onecharge(_) => read_onecharge_page,
             Connector::Stripe(_) => read_stripe_page,
         };
+        let ours = self.transport.deployment.as_ref();
         let call = exchange(
             request.bearer_auth(self.transport.api_key.expose_secret()),
             CallOperation::List,
             None,
-            |reply, _| read(reply),
+            |reply, _| read(reply, ours),
             ListOutcome::label,
         )
         .await;
@@ -320,7 +347,7 @@ impl GatewayClient {
                         .http
                         .get(url)
                         .query(&[("payment_intent", id.as_str())])
-                        .header("Stripe-Version", super::stripe::STRIPE_VERSION)
+                        .header("Stripe-Version", &*self.transport.stripe_version)
                         .bearer_auth(self.transport.api_key.expose_secret());
                     exchange(
                         request,
@@ -380,13 +407,13 @@ impl GatewayClient {
             .http
             .get(url)
             .query(&[("expand[]", "latest_charge")])
-            .header("Stripe-Version", super::stripe::STRIPE_VERSION)
+            .header("Stripe-Version", &*self.transport.stripe_version)
             .bearer_auth(self.transport.api_key.expose_secret());
         let call = exchange(
             request,
             CallOperation::Lookup,
             None,
-            |reply, _| read_stripe_intent(reply),
+            |reply, _| read_stripe_intent(reply, self.transport.deployment.as_ref()),
             ListOutcome::label,
         )
         .await;
@@ -467,11 +494,15 @@ struct OnechargeRecord {
     /// What the refunds of it gave back so far (contract §3.2).
     #[serde(default)]
     amount_refunded: Option<i64>,
+    /// What the charge request's `metadata` held (the deployment that made it).
+    #[serde(default)]
+    metadata: HashMap<String, String>,
 }
 
-/// Reads a §3 list page: each of onecharge's charges as it is, its status as said; a charge
-/// whose reference is no attempt id is someone else's and is only counted.
-pub fn read_onecharge_page(reply: GatewayReply<'_>) -> ListOutcome {
+/// Reads a §3 list page: each of this deployment's charges (`ours`) as it is, its status as
+/// said; a charge whose reference is no attempt id, or that names another deployment, is
+/// someone else's and is only counted.
+pub fn read_onecharge_page(reply: GatewayReply<'_>, ours: Option<&Deployment>) -> ListOutcome {
     let body = match common(reply) {
         Ok(body) => body,
         Err(outcome) => return outcome,
@@ -488,7 +519,7 @@ pub fn read_onecharge_page(reply: GatewayReply<'_>) -> ListOutcome {
     let (ours, not_ours): (Vec<_>, Vec<_>) = list
         .data
         .into_iter()
-        .partition(|c| is_ours(c.reference.as_deref()));
+        .partition(|c| is_ours(c.reference.as_deref(), &c.metadata, ours));
     let records = ours
         .into_iter()
         .map(|c| ListedCharge {
@@ -558,12 +589,12 @@ struct StripeCharge {
     disputed: bool,
 }
 
-/// Reads a Stripe PaymentIntent list page. One whose metadata names no attempt id is
-/// someone else's and is only counted. One of onecharge's that was never confirmed
+/// Reads a Stripe PaymentIntent list page. One whose metadata names no attempt id, or names
+/// another deployment than `ours`, is someone else's and is only counted. One of onecharge's that was never confirmed
 /// (`requires_confirmation`, or `requires_payment_method` without an error) never charged
 /// and is left out; a succeeded one is `refunded` or `disputed` when its latest charge
 /// says so.
-pub fn read_stripe_page(reply: GatewayReply<'_>) -> ListOutcome {
+pub fn read_stripe_page(reply: GatewayReply<'_>, ours: Option<&Deployment>) -> ListOutcome {
     let body = match common(reply) {
         Ok(body) => body,
         Err(outcome) => return outcome,
@@ -580,15 +611,17 @@ pub fn read_stripe_page(reply: GatewayReply<'_>) -> ListOutcome {
         Err(outcome) => return outcome,
     };
     let seen = list.data.len() as u32;
-    let (ours, not_ours): (Vec<_>, Vec<_>) = list.data.into_iter().partition(|pi| {
+    let (kept, not_ours): (Vec<_>, Vec<_>) = list.data.into_iter().partition(|pi| {
         is_ours(
             pi.fields
                 .metadata
                 .get("payment_attempt_id")
                 .map(String::as_str),
+            &pi.fields.metadata,
+            ours,
         )
     });
-    let records: Vec<ListedCharge> = ours.into_iter().filter_map(listed_intent).collect();
+    let records: Vec<ListedCharge> = kept.into_iter().filter_map(listed_intent).collect();
     ListOutcome::Page(ListPage {
         unread_disputes: disputed(&records),
         records,
@@ -671,8 +704,10 @@ fn listed_intent(pi: StripeIntent) -> Option<ListedCharge> {
             Expandable::Object(o) => o.id,
         }),
         idempotency_key: None,
+        // Stripe's unit, like its `amount`: read back into ISO minor units the same way,
+        // so that it weighs against onecharge's own refunds (which are in ISO's).
         amount_refunded: match &pi.latest_charge {
-            Some(Expandable::Object(charge)) => Some(charge.amount_refunded),
+            Some(Expandable::Object(charge)) => pi.fields.reported_minor(charge.amount_refunded),
             _ => None,
         },
         id: GatewayChargeId::from_gateway(pi.fields.id),
@@ -682,7 +717,7 @@ fn listed_intent(pi: StripeIntent) -> Option<ListedCharge> {
 /// Reads a retrieved PaymentIntent (`GET /v1/payment_intents/{id}?expand[]=latest_charge`)
 /// as a page of at most one record, the way [`read_stripe_page`] reads a list: what a
 /// webhook's check reads again by id before anything is made of the event.
-pub fn read_stripe_intent(reply: GatewayReply<'_>) -> ListOutcome {
+pub fn read_stripe_intent(reply: GatewayReply<'_>, ours: Option<&Deployment>) -> ListOutcome {
     let body = match common(reply) {
         Ok(body) => body,
         Err(outcome) => return outcome,
@@ -691,13 +726,15 @@ pub fn read_stripe_intent(reply: GatewayReply<'_>) -> ListOutcome {
         Ok(pi) => pi,
         Err(err) => return unreadable(err),
     };
-    let ours = is_ours(
+    let kept = is_ours(
         pi.fields
             .metadata
             .get("payment_attempt_id")
             .map(String::as_str),
+        &pi.fields.metadata,
+        ours,
     );
-    let records: Vec<ListedCharge> = if ours {
+    let records: Vec<ListedCharge> = if kept {
         listed_intent(pi).into_iter().collect()
     } else {
         Vec::new()
@@ -706,7 +743,7 @@ pub fn read_stripe_intent(reply: GatewayReply<'_>) -> ListOutcome {
         unread_disputes: disputed(&records),
         records,
         seen: 1,
-        not_ours: u32::from(!ours),
+        not_ours: u32::from(!kept),
         next: None,
     })
 }
@@ -742,7 +779,7 @@ mod tests {
              "reference": ATTEMPT, "idempotency_key": "k2", "decline_code": "card_declined",
              "created_at": "2026-12-01T10:00:01Z"}
         ], "has_more": true}));
-        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body)) else {
+        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body), None) else {
             panic!()
         };
         assert_eq!(page.next.as_deref(), Some("ch_2"));
@@ -760,7 +797,7 @@ mod tests {
             {"id": "ch_2", "status": "succeeded", "reference": ""},
             {"id": "ch_3", "status": "succeeded"},
         ], "has_more": true}));
-        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body)) else {
+        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body), None) else {
             panic!()
         };
         assert!(page.records.is_empty());
@@ -774,7 +811,7 @@ mod tests {
         shaped_otherwise["metadata"] = json!({"payment_attempt_id": "6f1c"});
         let body =
             ok(json!({"object": "list", "has_more": true, "data": [foreign, shaped_otherwise]}));
-        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body)) else {
+        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body), None) else {
             panic!()
         };
         assert!(page.records.is_empty());
@@ -783,18 +820,63 @@ mod tests {
     }
 
     #[test]
+    fn a_record_naming_another_deployment_is_a_siblings_counted_not_kept_in_both_dialects() {
+        let eu = Deployment::parse("eu").unwrap();
+        let onecharge = ok(json!({"data": [
+            {"id": "ch_eu", "status": "succeeded", "reference": ATTEMPT,
+             "metadata": {"onecharge_deployment": "eu"}},
+            {"id": "ch_us", "status": "succeeded", "reference": ATTEMPT,
+             "metadata": {"onecharge_deployment": "us"}},
+            {"id": "ch_before", "status": "succeeded", "reference": ATTEMPT},
+        ], "has_more": false}));
+        let mut ours = intent("succeeded", json!(null));
+        ours["id"] = json!("pi_eu");
+        ours["metadata"]["onecharge_deployment"] = json!("eu");
+        let mut sibling = intent("succeeded", json!(null));
+        sibling["id"] = json!("pi_us");
+        sibling["metadata"]["onecharge_deployment"] = json!("us");
+        let mut before = intent("succeeded", json!(null));
+        before["id"] = json!("pi_before");
+        let stripe = ok(json!({"object": "list", "has_more": false,
+                               "data": [ours, sibling.clone(), before]}));
+        for page in [
+            read_onecharge_page(answered(200, &onecharge), Some(&eu)),
+            read_stripe_page(answered(200, &stripe), Some(&eu)),
+        ] {
+            let ListOutcome::Page(page) = page else {
+                panic!()
+            };
+            let kept: Vec<&str> = page.records.iter().map(|r| r.id.as_str()).collect();
+            assert_eq!(kept.len(), 2, "{kept:?}");
+            assert!(kept.iter().all(|id| !id.ends_with("_us")), "{kept:?}");
+            assert_eq!((page.seen, page.not_ours), (3, 1));
+        }
+        // A deployment without a name keeps only what names none.
+        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &onecharge), None) else {
+            panic!()
+        };
+        assert_eq!(page.records.len(), 1);
+        // A webhook's read by id of a sibling's PaymentIntent holds nothing of ours.
+        let ListOutcome::Page(page) = read_stripe_intent(answered(200, &ok(sibling)), Some(&eu))
+        else {
+            panic!()
+        };
+        assert_eq!((page.records.len(), page.not_ours), (0, 1));
+    }
+
+    #[test]
     fn a_page_that_says_more_but_holds_nothing_to_continue_after_is_a_failure() {
         let body = ok(json!({"data": [], "has_more": true}));
         assert!(matches!(
-            read_onecharge_page(answered(200, &body)),
+            read_onecharge_page(answered(200, &body), None),
             ListOutcome::Failed { .. }
         ));
         assert!(matches!(
-            read_stripe_page(answered(200, &body)),
+            read_stripe_page(answered(200, &body), None),
             ListOutcome::Failed { .. }
         ));
         let body = ok(json!({"data": [], "has_more": false}));
-        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body)) else {
+        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body), None) else {
             panic!()
         };
         assert_eq!((page.seen, page.next), (0, None));
@@ -803,7 +885,7 @@ mod tests {
     #[test]
     fn the_last_page_has_no_cursor() {
         let body = ok(json!({"data": [{"id": "ch_1", "status": "succeeded"}], "has_more": false}));
-        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body)) else {
+        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body), None) else {
             panic!()
         };
         assert_eq!(page.next, None);
@@ -812,23 +894,23 @@ mod tests {
     #[test]
     fn refusals_and_faults_are_not_pages() {
         assert_eq!(
-            read_onecharge_page(answered(401, b"")),
+            read_onecharge_page(answered(401, b""), None),
             ListOutcome::CredentialsFault { status: 401 }
         );
         assert_eq!(
-            read_stripe_page(answered(404, b"")),
+            read_stripe_page(answered(404, b""), None),
             ListOutcome::EndpointFault { status: 404 }
         );
         assert!(matches!(
-            read_onecharge_page(answered(500, b"oops")),
+            read_onecharge_page(answered(500, b"oops"), None),
             ListOutcome::Failed { .. }
         ));
         assert!(matches!(
-            read_stripe_page(answered(200, b"{not json")),
+            read_stripe_page(answered(200, b"{not json"), None),
             ListOutcome::Failed { .. }
         ));
         assert!(matches!(
-            read_stripe_page(GatewayReply::Lost { error: "reset" }),
+            read_stripe_page(GatewayReply::Lost { error: "reset" }, None),
             ListOutcome::Failed { .. }
         ));
     }
@@ -863,7 +945,7 @@ mod tests {
             intent("requires_payment_method", json!(null)),
             intent("processing", json!(null)),
         ]}));
-        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body)) else {
+        let ListOutcome::Page(page) = read_stripe_page(answered(200, &body), None) else {
             panic!()
         };
         let statuses: Vec<_> = page.records.iter().map(|r| r.status.clone()).collect();
@@ -894,12 +976,52 @@ mod tests {
     }
 
     #[test]
+    fn stripe_amounts_and_refunded_amounts_are_read_in_iso_minor_units_whatever_the_currency() {
+        // (currency, Stripe's amount, Stripe's amount_refunded, ISO amount, ISO refunded)
+        for (currency, amount, refunded, minor, refunded_minor) in [
+            // ISK: ISO has no decimals, Stripe counts hundredths (the last two digits 00).
+            ("isk", 50_000, 20_000, 500, 200),
+            // UGX: the same special case at Stripe.
+            ("ugx", 1_000_000, 250_000, 10_000, 2_500),
+            // MGA: ISO counts hundredths, Stripe whole ariary.
+            ("mga", 1_500, 500, 150_000, 50_000),
+            ("jpy", 500, 200, 500, 200),
+            ("kwd", 1_230, 1_000, 1_230, 1_000),
+            ("eur", 1_999, 500, 1_999, 500),
+        ] {
+            let charge = json!({"id": "ch_1", "object": "charge", "refunded": false,
+                                "disputed": false, "amount_refunded": refunded});
+            let mut pi = intent("succeeded", charge);
+            pi["amount"] = json!(amount);
+            pi["currency"] = json!(currency);
+            let body = ok(json!({"object": "list", "has_more": false, "data": [pi.clone()]}));
+            let ListOutcome::Page(page) = read_stripe_page(answered(200, &body), None) else {
+                panic!()
+            };
+            let record = &page.records[0];
+            assert_eq!(record.amount_minor, Some(minor), "{currency}");
+            assert_eq!(record.amount_refunded, Some(refunded_minor), "{currency}");
+            assert_eq!(record.evidence(), format!("refunded:{refunded_minor}"));
+            // A webhook's check reads the PaymentIntent by id the same way.
+            let ListOutcome::Page(page) = read_stripe_intent(answered(200, &ok(pi)), None) else {
+                panic!()
+            };
+            assert_eq!(
+                page.records[0].amount_refunded,
+                Some(refunded_minor),
+                "{currency}"
+            );
+        }
+    }
+
+    #[test]
     fn a_listed_status_round_trips_through_its_stored_spelling() {
         for status in [
             ListedStatus::Succeeded,
             ListedStatus::Declined,
             ListedStatus::Canceled,
             ListedStatus::Refunded,
+            ListedStatus::Disputed(DisputeStatus::Inquiry),
             ListedStatus::Disputed(DisputeStatus::Open),
             ListedStatus::Disputed(DisputeStatus::Won),
             ListedStatus::Disputed(DisputeStatus::Lost),
@@ -917,8 +1039,9 @@ mod tests {
     #[test]
     fn a_stripe_dispute_status_reads_as_open_won_or_lost() {
         for (status, expected) in [
-            ("warning_needs_response", DisputeStatus::Open),
-            ("warning_under_review", DisputeStatus::Open),
+            // An inquiry: the bank asks, no money has moved; a chargeback is another thing.
+            ("warning_needs_response", DisputeStatus::Inquiry),
+            ("warning_under_review", DisputeStatus::Inquiry),
             ("needs_response", DisputeStatus::Open),
             ("under_review", DisputeStatus::Open),
             ("won", DisputeStatus::Won),
@@ -967,7 +1090,7 @@ mod tests {
             {"id": "ch_3", "status": "disputed", "dispute_status": "open", "reference": ATTEMPT},
             {"id": "ch_4", "status": "disputed", "reference": ATTEMPT},
         ], "has_more": false}));
-        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body)) else {
+        let ListOutcome::Page(page) = read_onecharge_page(answered(200, &body), None) else {
             panic!()
         };
         let statuses: Vec<_> = page.records.iter().map(|r| r.status.clone()).collect();

@@ -47,7 +47,7 @@ pub use wire::Hints;
 
 use crate::config::Settings;
 use crate::domain::outcome::{GatewayOutcome, LookupOutcome};
-use crate::domain::{bounded, CallOperation, IdempotencyKey};
+use crate::domain::{bounded, CallOperation, Deployment, IdempotencyKey};
 use wire::GatewayReply;
 
 /// Longest transport error text kept (it goes to `gateway_calls.error`, bounded at 1024).
@@ -63,11 +63,16 @@ pub struct GatewayClient {
 }
 
 /// What every connector sends through: the pooled HTTP client (timeouts, TLS, no
-/// redirects) and the bearer key.
+/// redirects), the bearer key, and the name of the deployment the calls are made for
+/// (decision 242), which every charge and refund carries in its metadata and by which a
+/// listed record is told from a sibling deployment's.
 #[derive(Clone)]
 struct Transport {
     http: reqwest::Client,
     api_key: SecretString,
+    deployment: Option<Deployment>,
+    /// What every Stripe request names as `Stripe-Version` (`stripe_api_version`).
+    stripe_version: std::sync::Arc<str>,
 }
 
 /// The connector `gateway_kind` chose, with its resolved URLs.
@@ -168,13 +173,38 @@ impl GatewayClient {
             .build()
             .context("building the gateway HTTP client")?;
         Ok(Self {
-            transport: Transport { http, api_key },
+            transport: Transport {
+                http,
+                api_key,
+                deployment: None,
+                stripe_version: std::sync::Arc::from(stripe::STRIPE_VERSION),
+            },
             connector,
         })
     }
 
+    /// The same client, making its calls for the deployment `deployment` (the
+    /// `deployment` setting): its charges and refunds carry it, and a listed record naming
+    /// another deployment is not this one's.
+    pub fn for_deployment(mut self, deployment: Option<Deployment>) -> Self {
+        self.transport.deployment = deployment;
+        self
+    }
+
+    /// The same client, naming `version` as the `Stripe-Version` of every Stripe request
+    /// (`stripe_api_version`, checked at start).
+    pub fn with_stripe_version(mut self, version: &str) -> Self {
+        self.transport.stripe_version = std::sync::Arc::from(version);
+        self
+    }
+
+    /// The deployment this client's calls are made for.
+    pub fn deployment(&self) -> Option<&Deployment> {
+        self.transport.deployment.as_ref()
+    }
+
     /// The client configured by `gateway_kind`, `gateway_url`, `gateway_api_key`,
-    /// `gateway_ca_file` and the gateway timeouts. A missing key or an unusable CA file is
+    /// `gateway_ca_file`, `deployment`, `stripe_api_version` and the gateway timeouts. A missing key or an unusable CA file is
     /// a [`crate::config::ConfigError`] (exit 2).
     pub fn from_settings(settings: &Settings) -> anyhow::Result<Self> {
         let key = SecretString::from(settings.require_gateway_api_key()?.to_owned());
@@ -184,14 +214,16 @@ impl GatewayClient {
             }
             None => Vec::new(),
         };
-        Self::for_kind(
+        Ok(Self::for_kind(
             settings.gateway_kind,
             &settings.gateway_url,
             key,
             settings.gateway_connect_timeout,
             settings.gateway_request_timeout,
             extra_roots,
-        )
+        )?
+        .for_deployment(settings.deployment_name()?)
+        .with_stripe_version(&settings.stripe_api_version))
     }
 
     /// The protocol this client speaks.
@@ -246,6 +278,18 @@ impl GatewayClient {
                 .cancel(&self.transport, idempotency_key, intent)
                 .await,
         )
+    }
+
+    /// The charge (`ch_…`) of the PaymentIntent `intent` (Stripe), read by id: `None` for a
+    /// connector without PaymentIntents. Never charges.
+    pub async fn latest_charge_of(
+        &self,
+        intent: &str,
+    ) -> Option<GatewayCall<Result<Option<String>, String>>> {
+        match &self.connector {
+            Connector::Stripe(stripe) => Some(stripe.latest_charge(&self.transport, intent).await),
+            Connector::Onecharge(_) => None,
+        }
     }
 
     /// `GET /v1/charges?idempotency_key=…` at a §3 gateway: the outcomes recorded under the

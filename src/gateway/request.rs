@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use crate::domain::{GatewayObjectId, IdempotencyKey, KeySeq, Money, PaymentAttemptId};
+use crate::domain::{
+    deployment, Deployment, GatewayObjectId, IdempotencyKey, KeySeq, Money, PaymentAttemptId,
+};
 
 /// The body of `POST /v1/charges`, in the contract's field order. Built from the stored
 /// attempt only, so every try serialises to the same bytes.
@@ -68,9 +70,29 @@ impl ChargeRequest {
         self
     }
 
-    /// The exact bytes sent to a §3 gateway.
+    /// The exact bytes sent to a §3 gateway by a client with no deployment name.
     pub fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The exact bytes sent to a §3 gateway by a client making its calls for `deployment`:
+    /// the body, then `"metadata": {"onecharge_deployment": …}` (decision 242). The same
+    /// bytes on every try, as long as the setting is the same.
+    pub fn body_for(&self, deployment: Option<&Deployment>) -> std::borrow::Cow<'_, [u8]> {
+        let Some(deployment) = deployment else {
+            return std::borrow::Cow::Borrowed(&self.body);
+        };
+        #[derive(Serialize)]
+        struct WithMetadata<'a> {
+            #[serde(flatten)]
+            charge: &'a ChargeBody,
+            metadata: std::collections::BTreeMap<&'static str, &'a str>,
+        }
+        let body = WithMetadata {
+            charge: &self.charge,
+            metadata: [(deployment::METADATA_KEY, deployment.as_str())].into(),
+        };
+        std::borrow::Cow::Owned(serde_json::to_vec(&body).expect("a charge body always serialises"))
     }
 
     /// The charge's fields.
@@ -105,6 +127,12 @@ mod tests {
         assert_eq!(
             ChargeRequest::new(IdempotencyKey::for_test("onecharge-x"), &body),
             request
+        );
+        assert_eq!(&*request.body_for(None), request.body());
+        let eu = Deployment::parse("eu").unwrap();
+        assert_eq!(
+            std::str::from_utf8(&request.body_for(Some(&eu))).unwrap(),
+            r#"{"amount_minor":1999,"currency":"EUR","customer_id":"cus_42","payment_method":"pm_card_visa","reference":"6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11","description":"Order ord_1001","metadata":{"onecharge_deployment":"eu"}}"#
         );
     }
 }

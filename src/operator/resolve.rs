@@ -115,7 +115,12 @@ pub async fn resolve(
     via: Via,
     window: &RetryWindow,
 ) -> Result<Resolved, ResolveError> {
-    let target = validate(request)?;
+    let target = match validate(request)? {
+        ResolveTarget::Succeeded { gateway_charge_id } => ResolveTarget::Succeeded {
+            gateway_charge_id: own_charge(store, gateway, id, gateway_charge_id).await?,
+        },
+        other => other,
+    };
     let reason = request.reason.trim();
     let claim = match target {
         ResolveTarget::Declined { .. } => Some(cancel_before_declining(store, gateway, id).await?),
@@ -162,6 +167,12 @@ pub async fn resolve(
             format::setting(window.key_retention),
             format::setting(window.key_retention_margin),
         ))),
+        ResolveOutcome::NotItsPaymentIntent { payment_intent } => Err(not_its_charge(
+            id,
+            request.gateway_charge_id.as_deref().unwrap_or_default(),
+            &payment_intent,
+            "",
+        )),
         ResolveOutcome::TooOldToRetry { created_at, now } => Err(ResolveError::Refused(format!(
             "refusing to retry attempt {id}: it was recorded at {} ({}), past executor.max_age ({}), so the executor would hand it back to the reconciler without sending it. Look the charge up at the gateway (reference {id}) and resolve --as succeeded or --as declined, or raise executor.max_age",
             format::at(created_at),
@@ -169,6 +180,72 @@ pub async fn resolve(
             format::setting(window.max_age),
         ))),
     }
+}
+
+/// The charge a person's `--as succeeded` names, checked against the gateway object
+/// onecharge created for the attempt (Stripe's PaymentIntent, when one is stored): that
+/// PaymentIntent, or its charge (`ch_…`, read from Stripe, and recorded as the
+/// PaymentIntent, as every Stripe attempt's charge is). Anything else is another payment, to
+/// which a later refund would go: refused with why. An attempt without a stored object (a
+/// §3 gateway's) takes the charge as given; the write checks the same again.
+async fn own_charge(
+    store: &Store,
+    gateway: Option<&GatewayClient>,
+    id: PaymentAttemptId,
+    named: GatewayChargeId,
+) -> Result<GatewayChargeId, ResolveError> {
+    let Some(intent) = crate::store::gateway_objects::gateway_object_id(store, id).await? else {
+        return Ok(named);
+    };
+    if named.as_str() == intent {
+        return Ok(named);
+    }
+    if !named.as_str().starts_with("ch_") {
+        return Err(not_its_charge(id, &named, &intent, ""));
+    }
+    let Some(read) = (match gateway {
+        Some(gateway) => gateway.latest_charge_of(&intent).await,
+        None => None,
+    }) else {
+        return Err(ResolveError::Refused(format!(
+            "refusing to resolve attempt {id} as succeeded with charge {named}: onecharge created PaymentIntent {intent} for it, \
+             and this process cannot ask Stripe whether {named} is that PaymentIntent's charge (no stripe client): \
+             resolve with --gateway-charge-id {intent}, or with the gateway settings (gateway_kind = stripe)"
+        )));
+    };
+    match read.outcome {
+        Ok(Some(charge)) if charge == named.as_str() => {
+            Ok(GatewayChargeId::from_gateway(intent))
+        }
+        Ok(charge) => Err(not_its_charge(
+            id,
+            &named,
+            &intent,
+            &format!(
+                " (its charge is {})",
+                charge.as_deref().unwrap_or("none yet")
+            ),
+        )),
+        Err(why) => Err(ResolveError::Refused(format!(
+            "refusing to resolve attempt {id} as succeeded with charge {named}: Stripe could not be asked whether it is the charge of \
+             PaymentIntent {intent}, which onecharge created for it ({why}); nothing changed: try again, or resolve with --gateway-charge-id {intent}"
+        ))),
+    }
+}
+
+/// The refusal of a success under a charge that is not the attempt's own PaymentIntent.
+fn not_its_charge(
+    id: PaymentAttemptId,
+    named: &str,
+    intent: &str,
+    its_charge: &str,
+) -> ResolveError {
+    ResolveError::Refused(format!(
+        "refusing to resolve attempt {id} as succeeded with charge {named}: onecharge created PaymentIntent {intent} for this attempt{its_charge}, \
+         and {named} is neither it nor its charge; a later refund would be sent to {named}, another payment. If the customer paid \
+         through {intent}, resolve with --gateway-charge-id {intent}; if through another payment, resolve --as declined and handle \
+         that payment outside onecharge"
+    ))
 }
 
 /// The refusal of a decision about an attempt that is not in review.

@@ -14,7 +14,10 @@
 //!    recheck; a `pending` attempt whose charge is held under its key is made due.
 //!
 //! Invariants: a sweep never changes a final attempt; it never charges; it never settles
-//! anything the reconciler's decision would not settle from the same answer.
+//! anything the reconciler's decision would not settle from the same answer; a sweep ended
+//! as abandoned (stalled past `ABANDONED_AFTER`) writes nothing more, its row keeps that
+//! end: each batch of the comparison is fenced by a heartbeat between its read and its
+//! writes (decision 241).
 
 pub mod compare;
 
@@ -184,9 +187,15 @@ impl Reconciler {
         });
         report.duration_seconds = started.elapsed().as_secs_f64();
         let error = result.as_ref().err().map(|e| format!("{e:#}"));
-        sweep_store::finish(&inner.store, sweep_id, report.counts(), error.as_deref())
+        let ended = sweep_store::finish(&inner.store, sweep_id, report.counts(), error.as_deref())
             .await
             .context("ending the sweep")?;
+        // Ended by another (as abandoned) while it ran: its row keeps that end, and it did
+        // not finish whatever it thinks it did.
+        let result = match result {
+            Ok(()) if !ended => Err(abandoned(sweep_id)),
+            other => other,
+        };
         if !stopped {
             crate::metrics::sweep(report.duration_seconds, result.is_ok());
         }
@@ -228,9 +237,7 @@ impl Reconciler {
             sweep_store::add_records(&inner.store, sweep_id, &page.records)
                 .await
                 .context("storing a page of the gateway's records")?;
-            sweep_store::heartbeat(&inner.store, sweep_id, report.counts())
-                .await
-                .context("recording the sweep's progress")?;
+            self.beat(sweep_id, report).await?;
             let Some(next) = page.next else {
                 return Ok(());
             };
@@ -241,6 +248,19 @@ impl Reconciler {
                 );
             }
             cursor = Some(next);
+        }
+    }
+
+    /// The sweep's heartbeat and fence ([`sweep_store::heartbeat`]): an error once another
+    /// sweep ended this one as abandoned.
+    async fn beat(&self, sweep_id: i64, report: &SweepReport) -> anyhow::Result<()> {
+        let running = sweep_store::heartbeat(&self.inner.store, sweep_id, report.counts())
+            .await
+            .context("recording the sweep's progress")?;
+        if running {
+            Ok(())
+        } else {
+            Err(abandoned(sweep_id))
         }
     }
 
@@ -288,6 +308,11 @@ impl Reconciler {
                 let batch = self
                     .batch(part, sweep_id, window, read_began, after.as_deref())
                     .await?;
+                // The fence, after the read and before anything is written: a sweep ended
+                // as abandoned while it stalled lost its records, and what it read may be
+                // missing them (every charge would look missing). Still running here, it
+                // read them whole; and the heartbeat keeps a long comparison alive.
+                self.beat(sweep_id, report).await?;
                 let Some(last) = batch.last() else { break };
                 after = Some(last.reference.clone());
                 let mut acted = Acted::default();
@@ -514,6 +539,16 @@ pub async fn refresh_findings_gauge(store: &crate::store::Store) {
         ),
         Err(err) => tracing::warn!(error = %err, "cannot count open findings"),
     }
+}
+
+/// Why a sweep another ended as abandoned stops: nothing more is read, compared or written.
+fn abandoned(sweep_id: i64) -> anyhow::Error {
+    anyhow::anyhow!(
+        "sweep {sweep_id} was ended as abandoned by the next sweep's start while it stalled \
+         (no heartbeat for {} s) and its records were removed: it stops without writing a \
+         finding; the next sweep reads the window again",
+        sweep_store::ABANDONED_AFTER.as_secs()
+    )
 }
 
 fn summary(finding: &NewFinding) -> NewFindingSummary {

@@ -2,8 +2,9 @@
 //! before anything is asked of the gateway on the decision's behalf, and the guarded write.
 //!
 //! Invariants kept here:
-//! - A resolution is one guarded statement (`UPDATE … WHERE status = 'needs_review'`, and for
-//!   a retry also the gateway key window), judged by the rows it touched; what the attempt
+//! - A resolution is one guarded statement (`UPDATE … WHERE status = 'needs_review'`, for a
+//!   retry also the gateway key window, and for a success the stored PaymentIntent, when
+//!   there is one, as the charge), judged by the rows it touched; what the attempt
 //!   looked like before is read only afterwards, to explain a refusal. Two operators racing
 //!   on one attempt: exactly one wins.
 //! - The resolution, its transition, its event and its audit row commit in one transaction.
@@ -97,6 +98,9 @@ pub enum ResolveOutcome {
         created_at: OffsetDateTime,
         now: OffsetDateTime,
     },
+    /// A success under a charge that is not the gateway object onecharge created for the
+    /// attempt (its stored PaymentIntent): a later refund would go to another payment.
+    NotItsPaymentIntent { payment_intent: String },
 }
 
 impl ResolveTarget {
@@ -223,6 +227,7 @@ async fn write_resolution(
                AND ($2 <> 'pending'
                     OR first_dispatched_at IS NULL
                     OR (first_dispatched_at > $6 AND created_at > $7))
+               AND ($2 <> 'succeeded' OR gateway_object_id IS NULL OR gateway_object_id = $3)
              RETURNING payment_attempt_id, order_id, amount_minor, currency, first_message_id,
                        correlation_id, traceparent
          ),
@@ -278,7 +283,8 @@ async fn explain_refusal(
     key_window_cutoff: OffsetDateTime,
 ) -> Result<ResolveOutcome, sqlx::Error> {
     let attempt: Option<RefusedAttempt> = sqlx::query_as(
-        "SELECT status, first_dispatched_at, created_at, idempotency_key, lease_token
+        "SELECT status, first_dispatched_at, created_at, idempotency_key, lease_token,
+                gateway_object_id
          FROM payment_attempts WHERE payment_attempt_id = $1",
     )
     .bind(resolution.payment_attempt_id)
@@ -297,6 +303,11 @@ async fn explain_refusal(
         .is_some_and(|claim| claim != attempt.lease_token)
     {
         return Ok(ResolveOutcome::ClaimedMeanwhile);
+    }
+    if let (ResolveTarget::Succeeded { .. }, Some(payment_intent)) =
+        (&resolution.target, attempt.gateway_object_id)
+    {
+        return Ok(ResolveOutcome::NotItsPaymentIntent { payment_intent });
     }
     Ok(match attempt.first_dispatched_at {
         Some(first) if first <= key_window_cutoff => ResolveOutcome::KeyWindowClosed {
@@ -319,6 +330,7 @@ struct RefusedAttempt {
     created_at: OffsetDateTime,
     idempotency_key: String,
     lease_token: LeaseToken,
+    gateway_object_id: Option<String>,
 }
 
 /// What an operator's decision that asks the gateway first holds: the attempt claimed in

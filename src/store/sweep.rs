@@ -12,9 +12,10 @@ use super::Store;
 use crate::domain::{AttemptStatus, GatewayObjectId, IdempotencyKey, Money, PaymentAttemptId};
 use crate::gateway::list::{ListWindow, ListedCharge, ListedStatus};
 
-/// How long a running sweep may go without a heartbeat (one per page read) before a new
-/// sweep takes its instance for dead and ends its row as abandoned. Far longer than a page
-/// takes, retries and rate-limit waits included.
+/// How long a running sweep may go without a heartbeat (one per page read, and one per
+/// batch compared) before a new sweep takes its instance for dead and ends its row as
+/// abandoned. Far longer than a page or a batch takes, retries and rate-limit waits
+/// included. A sweep that was only stalled finds out at its next heartbeat, which fences it.
 pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Why a sweep could not start.
@@ -101,9 +102,16 @@ pub async fn start(store: &Store, window: ListWindow, actor: &str) -> Result<i64
 }
 
 /// A running sweep's heartbeat, with its progress so far: it is alive (see
-/// [`ABANDONED_AFTER`]), and `reconciliation_sweeps` shows how far it has read.
-pub async fn heartbeat(store: &Store, sweep: i64, counts: SweepCounts) -> Result<(), sqlx::Error> {
-    sqlx::query(
+/// [`ABANDONED_AFTER`]), and `reconciliation_sweeps` shows how far it has read. Also its
+/// fence: `false` when its row was ended meanwhile (by the next sweep's start, as
+/// abandoned), and its records with it: nothing read before this answer may then be
+/// trusted, nor anything written on it.
+pub async fn heartbeat(
+    store: &Store,
+    sweep: i64,
+    counts: SweepCounts,
+) -> Result<bool, sqlx::Error> {
+    let beat = sqlx::query(
         "UPDATE reconciliation_sweeps SET heartbeat_at = now(), pages = $2, records = $3,
              records_seen = $4, records_skipped = $5
          WHERE id = $1 AND finished_at IS NULL",
@@ -115,7 +123,7 @@ pub async fn heartbeat(store: &Store, sweep: i64, counts: SweepCounts) -> Result
     .bind(counts.records_skipped as i64)
     .execute(store.pool())
     .await?;
-    Ok(())
+    Ok(beat.rows_affected() == 1)
 }
 
 /// Stores one page's records for `sweep` (a record listed twice is kept once).
@@ -215,9 +223,10 @@ pub struct OwnRefunds {
     /// gateway had said so before then, so what it showed includes them.
     pub refunded_surely: i64,
     /// The sum of those that may have been at the gateway when its read ended: sent and
-    /// not settled (`in_flight`, `processing`, `unknown`, `needs_review`), `succeeded`
-    /// whenever, and `failed` since the read began (the gateway may still have shown it
-    /// pending).
+    /// not settled (`in_flight`, `processing`, `unknown`, `needs_review`, and `pending`
+    /// once sent: a send answered `409` or handed back, held while the fleet is paused,
+    /// may have refunded), `succeeded` whenever, and `failed` since the read began (the
+    /// gateway may still have shown it pending).
     pub refunded_at_most: i64,
 }
 
@@ -235,6 +244,7 @@ fn own_refunds(read_began: &str) -> String {
          COALESCE((SELECT sum(r.amount_minor) FROM refunds r \
          WHERE r.payment_attempt_id = a.payment_attempt_id \
            AND (r.status IN ('succeeded', 'in_flight', 'processing', 'unknown', 'needs_review') \
+                OR (r.status = 'pending' AND r.first_sent_at IS NOT NULL) \
                 OR (r.status = 'failed' AND r.settled_at >= {read_began}::timestamptz))), 0)::int8 \
          AS refunded_at_most"
     )
@@ -417,18 +427,19 @@ pub struct SweepCounts {
     pub settled: u32,
 }
 
-/// Ends `sweep` with its counts (and error, if it failed) and removes its records.
+/// Ends `sweep` with its counts (and error, if it failed) and removes its records. A row
+/// another sweep already ended (as abandoned) keeps the end it was given: `false` then.
 pub async fn finish(
     store: &Store,
     sweep: i64,
     counts: SweepCounts,
     error: Option<&str>,
-) -> Result<(), sqlx::Error> {
+) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
-    sqlx::query(
+    let ended = sqlx::query(
         "UPDATE reconciliation_sweeps SET finished_at = now(), pages = $2, records = $3,
              findings = $4, settled = $5, error = $6, records_seen = $7, records_skipped = $8
-         WHERE id = $1",
+         WHERE id = $1 AND finished_at IS NULL",
     )
     .bind(sweep)
     .bind(counts.pages as i32)
@@ -439,12 +450,15 @@ pub async fn finish(
     .bind(counts.records_seen as i64)
     .bind(counts.records_skipped as i64)
     .execute(&mut *tx)
-    .await?;
+    .await?
+    .rows_affected()
+        == 1;
     sqlx::query("DELETE FROM reconciliation_sweep_records WHERE sweep_id = $1")
         .bind(sweep)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await
+    tx.commit().await?;
+    Ok(ended)
 }
 
 /// Claims the fleet's next scheduled sweep: true for exactly one caller once `next_at` has

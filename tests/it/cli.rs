@@ -37,6 +37,51 @@ fn a_wrong_setting_exits_2_with_one_line_naming_it() {
 }
 
 #[test]
+fn a_live_stripe_key_in_a_deployment_that_is_not_production_refuses_to_start_in_one_line() {
+    for key in ["sk_live_do_not_print_me", "rk_live_do_not_print_me"] {
+        let (code, err) = one_line(
+            &[
+                "serve",
+                "--database-url",
+                "postgres://127.0.0.1:1/onecharge",
+            ],
+            &[
+                ("ONECHARGE_GATEWAY_KIND", "stripe"),
+                ("ONECHARGE_GATEWAY_API_KEY", key),
+            ],
+        );
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("gateway_api_key") && err.contains("production"),
+            "{err}"
+        );
+        assert!(!err.contains("do_not_print_me"), "{err}");
+    }
+}
+
+#[test]
+fn a_stripe_test_key_in_a_production_deployment_refuses_to_start_in_one_line() {
+    let (code, err) = one_line(
+        &[
+            "serve",
+            "--database-url",
+            "postgres://127.0.0.1:1/onecharge",
+        ],
+        &[
+            ("ONECHARGE_GATEWAY_KIND", "stripe"),
+            ("ONECHARGE_GATEWAY_API_KEY", "sk_test_do_not_print_me"),
+            ("ONECHARGE_PRODUCTION", "true"),
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("gateway_api_key") && err.contains("test key"),
+        "{err}"
+    );
+    assert!(!err.contains("do_not_print_me"), "{err}");
+}
+
+#[test]
 fn an_unknown_flag_is_a_usage_error() {
     let out = onecharge(&["serve", "--roles", "juggler"], &[]);
     assert_eq!(out.status.code(), Some(2));

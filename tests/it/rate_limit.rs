@@ -339,6 +339,44 @@ async fn an_emptied_bucket_makes_the_executor_and_the_reconciler_wait_without_cl
     assert_eq!(harness.gateway_calls_of("lookup").await, 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stripe_cancel_after_requires_action_takes_a_permit_and_without_one_is_not_sent() {
+    // One charge's worth in the bucket (a Stripe charge is two requests), refilled one
+    // token a hundred seconds: the create and the confirm spend it all.
+    let harness = Harness::with(
+        mock_gateway::MockConfig {
+            dialect: mock_gateway::Dialect::Stripe,
+            ..mock_gateway::MockConfig::default()
+        },
+        |s| {
+            s.gateway_kind = GatewayKind::Stripe;
+            s.gateway_max_rate = 0.01;
+            s.gateway_rate_burst = 2;
+        },
+    )
+    .await;
+    let id = harness
+        .seed(mock_gateway::stripe::payment_methods::FAULT_REQUIRES_ACTION)
+        .await
+        .payment_attempt_id;
+    let client = onecharge::gateway::GatewayClient::from_settings(&harness.settings).unwrap();
+
+    harness.executor_with(client).run_once().await.unwrap();
+
+    let cancels = harness
+        .gateway
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/cancel"))
+        .count();
+    assert_eq!(cancels, 0, "a third request with two tokens taken");
+    let row = harness.attempt(id).await;
+    assert_eq!(
+        row.status, "needs_review",
+        "left for a person, who cancels it at Stripe"
+    );
+}
+
 /// A failover to a database host whose clock runs an hour behind: the bucket's last refill
 /// is an hour "in the future" for every take after it. The refill stops for at most
 /// a second (`store::rate_limit::MAX_CLOCK_STEP_BACK`), not for the hour.

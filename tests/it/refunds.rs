@@ -545,6 +545,99 @@ async fn the_sweep_expects_onecharges_own_refunds_and_finds_one_made_outside_it(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sent_refund_held_pending_is_onecharges_own_and_no_finding_in_either_dialect() {
+    for stripe in [false, true] {
+        let h = Harness::with(
+            MockConfig {
+                dialect: if stripe {
+                    mock_gateway::Dialect::Stripe
+                } else {
+                    mock_gateway::Dialect::Onecharge
+                },
+                ..MockConfig::default()
+            },
+            |s| {
+                if stripe {
+                    s.gateway_kind = GatewayKind::Stripe;
+                }
+                quick(s);
+            },
+        )
+        .await;
+        let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+        let refund_id = RefundId::random();
+        record(&h, &refund(refund_id, attempt, Some(600)), "held").await;
+        settle(&worker(&h)).await;
+        assert_eq!(h.refund(refund_id).await.status, "succeeded");
+        // What a `409` (an earlier send under its key still running at the gateway) leaves,
+        // with the fleet paused so that nothing sends it again: the refund is back to
+        // `pending`, sent, while the gateway has refunded it.
+        h.exec(&format!(
+            "UPDATE refunds SET status = 'pending', settled_at = NULL, next_run_at = now()
+             WHERE refund_id = '{refund_id}'"
+        ))
+        .await;
+        h.exec("INSERT INTO fleet_pauses (paused_by, reason) VALUES ('operator:alice', 'held')")
+            .await;
+
+        let report = sweep(&h).await;
+
+        assert!(
+            report.new_findings.is_empty(),
+            "{}: onecharge's own refund, held pending, is no finding: {:?}",
+            if stripe { "stripe" } else { "§3" },
+            report.new_findings
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_charge_and_refund_carries_the_deployments_name_in_both_dialects() {
+    for stripe in [false, true] {
+        let h = Harness::with(
+            MockConfig {
+                dialect: if stripe {
+                    mock_gateway::Dialect::Stripe
+                } else {
+                    mock_gateway::Dialect::Onecharge
+                },
+                ..MockConfig::default()
+            },
+            |s| {
+                if stripe {
+                    s.gateway_kind = GatewayKind::Stripe;
+                }
+                s.deployment = Some("eu-1".into());
+                quick(s);
+            },
+        )
+        .await;
+        let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
+        let refund_id = RefundId::random();
+        record(&h, &refund(refund_id, attempt, Some(300)), "named").await;
+        settle(&worker(&h)).await;
+
+        let charges = h.gateway.ledger();
+        let refunds = h.gateway.refunds();
+        let named = |metadata: &std::collections::BTreeMap<String, String>| {
+            metadata.get("onecharge_deployment").cloned()
+        };
+        assert_eq!(charges.len(), 1);
+        assert_eq!(
+            named(&charges[0].metadata).as_deref(),
+            Some("eu-1"),
+            "stripe {stripe}"
+        );
+        assert_eq!(refunds.len(), 1);
+        assert_eq!(
+            named(&refunds[0].metadata).as_deref(),
+            Some("eu-1"),
+            "stripe {stripe}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_finds_a_refund_onecharge_recorded_that_the_gateway_does_not_show() {
     let h = harness(RefundFaults::default()).await;
     let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;

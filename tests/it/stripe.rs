@@ -855,6 +855,72 @@ async fn requires_action_off_session_is_cancelled_and_declined_authentication_re
     assert!(h.gateway.ledger().is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_names_the_configured_stripe_api_version() {
+    let h = stripe_harness_with(|s| s.stripe_api_version = "2024-09-30.acacia".into()).await;
+    // A charge (create, confirm), a cancel after requires_action, a lookup by id after an
+    // ambiguous confirm, a refund and its lookup, a sweep's list and its dispute read.
+    let charged = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    h.seed(spm::FAULT_REQUIRES_ACTION).await;
+    h.seed(pm::FAULT_ERROR_AFTER).await;
+    let executor = h.executor_with(stripe_client(&h));
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    reconcile_one_to(&h, AttemptStatus::Succeeded).await;
+    let pi = h.attempt(charged).await.gateway_charge_id.unwrap();
+    let request = onecharge::gateway::RefundRequest {
+        idempotency_key: onecharge::domain::IdempotencyKey::for_refund(
+            onecharge::domain::RefundId::random(),
+        ),
+        refund_id: onecharge::domain::RefundId::random(),
+        payment_attempt_id: charged,
+        gateway_charge_id: onecharge::domain::GatewayChargeId::from_gateway(pi.clone()),
+        money: onecharge::domain::Money::of(100, "EUR").unwrap(),
+        reason: "returned".into(),
+        metadata: Default::default(),
+    };
+    stripe_client(&h).refund(&request).await;
+    stripe_client(&h).lookup_refund(&request).await;
+    let disputed = reqwest::Client::new()
+        .post(format!(
+            "{}/__stripe/payment_intents/{pi}/dispute",
+            h.gateway.base_url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert!(disputed.status().is_success());
+    let now = h.db_now().await;
+    h.reconciler_with(stripe_client(&h))
+        .sweep(onecharge::gateway::list::ListWindow {
+            from: now - Duration::from_secs(3600),
+            to: now + Duration::from_secs(3600),
+        })
+        .await
+        .unwrap();
+
+    let seen = h.gateway.stripe_versions();
+    for path in [
+        "/v1/payment_intents",
+        "/confirm",
+        "/cancel",
+        "/v1/refunds",
+        "/v1/disputes",
+    ] {
+        assert!(
+            seen.iter().any(|(_, p, _)| p.contains(path)),
+            "{path} was asked: {seen:?}"
+        );
+    }
+    let other: Vec<_> = seen
+        .iter()
+        .filter(|(_, _, version)| version.as_deref() != Some("2024-09-30.acacia"))
+        .collect();
+    assert!(
+        other.is_empty(),
+        "every request names the setting: {other:?}"
+    );
+}
+
 /// A pending attempt that holds a PaymentIntent (its confirm met a 429; a retry is due) is
 /// cancelled only once its PaymentIntent is: held from the executor, cancelled at the
 /// gateway and seen `canceled`, then declined under the hold. Without a client that can
@@ -998,6 +1064,79 @@ async fn a_cancels_hold_keeps_the_executor_off_and_a_stale_hold_writes_nothing()
     );
     assert_eq!(h.attempt(id).await.status, "succeeded");
     h.assert_charged_once(id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolving_as_succeeded_takes_only_the_attempts_own_payment_intent_or_its_charge() {
+    let h = stripe_harness().await;
+    let client = stripe_client(&h);
+    // Charged, but the answer was lost: `unknown`, its PaymentIntent stored.
+    let ours = h.seed(pm::FAULT_ERROR_AFTER).await.payment_attempt_id;
+    let other = h.seed(spm::CARD_VISA).await.payment_attempt_id;
+    let executor = h.executor_with(client.clone());
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    assert_eq!(h.attempt(ours).await.status, "unknown");
+    let pi = gateway_object_id(&h.store, ours)
+        .await
+        .unwrap()
+        .unwrap()
+        .to_string();
+    let others_pi = h.attempt(other).await.gateway_charge_id.unwrap();
+    let intent: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/payment_intents/{pi}", h.gateway.base_url()))
+        .bearer_auth(crate::support::API_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let its_charge = intent["latest_charge"].as_str().unwrap().to_owned();
+    // A person is asked about it (the reconciler's lookups failed, say).
+    h.set_attempt(
+        ours,
+        "status = 'needs_review', review_reason = 'lookups failed'",
+    )
+    .await;
+    let window = onecharge::domain::RetryWindow::from_settings(&h.settings);
+    let resolve = |charge: String| {
+        let (store, client, window) = (h.store.clone(), client.clone(), window);
+        async move {
+            onecharge::operator::resolve::resolve(
+                &store,
+                Some(&client),
+                ours,
+                &onecharge::operator::resolve::ResolveRequest {
+                    as_: onecharge::operator::resolve::ResolveAs::Succeeded,
+                    reason: "found it in the Dashboard".into(),
+                    gateway_charge_id: Some(charge),
+                    decline_code: None,
+                },
+                "ops@example.com",
+                onecharge::store::audit::Via::Cli,
+                &window,
+            )
+            .await
+        }
+    };
+
+    // Another customer's payment: a later refund would go to it.
+    for wrong in [others_pi.clone(), "ch_someone_elses".to_owned()] {
+        let refused = resolve(wrong.clone()).await;
+        assert!(
+            matches!(&refused, Err(onecharge::operator::resolve::ResolveError::Refused(why))
+                if why.contains(&pi) && why.contains(&wrong)),
+            "{wrong}: {refused:?}"
+        );
+        assert_eq!(h.attempt(ours).await.status, "needs_review");
+    }
+    // Its PaymentIntent's charge is its own: recorded as the PaymentIntent, as ever.
+    let resolved = resolve(its_charge).await.unwrap();
+    assert_eq!(resolved.status, AttemptStatus::Succeeded);
+    assert_eq!(
+        h.attempt(ours).await.gateway_charge_id.as_deref(),
+        Some(pi.as_str())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

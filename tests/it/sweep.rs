@@ -695,6 +695,80 @@ async fn a_dispute_opened_then_lost_is_two_findings_of_one_history_and_each_publ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inquiry_that_escalates_to_a_chargeback_opens_a_new_finding_after_the_inquiry_was_resolved(
+) {
+    let h = stripe_harness().await;
+    let client = GatewayClient::from_settings(&h.settings).unwrap();
+    let id = executed(&h, &client, pm::CARD_VISA).await;
+    let pi = h.attempt(id).await.gateway_charge_id.unwrap();
+    let reconciler = h.reconciler_with(client);
+
+    at_the_gateway(
+        &h,
+        &pi,
+        "dispute",
+        r#"{"status": "warning_needs_response"}"#,
+    )
+    .await;
+    let inquiry = reconciler.sweep(window(&h).await).await.unwrap();
+    assert_eq!(inquiry.new_findings.len(), 1, "{inquiry:?}");
+    let inquiry_id = h.last_finding().await.id;
+    onecharge::operator::findings::resolve(
+        &h.store,
+        inquiry_id,
+        "operator:alice",
+        onecharge::store::audit::Via::Cli,
+        "inquiry answered",
+    )
+    .await
+    .unwrap();
+    // The bank escalates it: a chargeback, the funds withdrawn.
+    at_the_gateway(&h, &pi, "dispute", r#"{"status": "needs_response"}"#).await;
+    let chargeback = reconciler.sweep(window(&h).await).await.unwrap();
+
+    assert_eq!(chargeback.new_findings.len(), 1, "{chargeback:?}");
+    let found = findings_in_full(&h, id).await;
+    let said: Vec<(&str, &str, &str)> = found
+        .iter()
+        .map(|f| (f.0.as_str(), f.1.as_str(), f.2.as_str()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("disputed", "dispute:inquiry", "resolved"),
+            ("disputed", "dispute:open", "open"),
+        ]
+    );
+    let events = finding_events(&h, id).await;
+    assert_eq!(events.len(), 2, "one event per finding: {events:?}");
+    assert_eq!(events[1]["earlier"][0]["finding_id"], inquiry_id);
+
+    // §3: the record says `inquiry` itself, and the escalation is new evidence there too.
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let id = executed(&h, &client, pm::CARD_VISA).await;
+    let charge = h.attempt(id).await.gateway_charge_id.unwrap();
+    let reconciler = h.reconciler();
+    for status in ["inquiry", "open"] {
+        let disputed = reqwest::Client::new()
+            .post(format!("{}/__charges/{charge}", h.gateway.base_url()))
+            .body(format!(r#"{{"dispute": "{status}"}}"#))
+            .send()
+            .await
+            .unwrap();
+        assert!(disputed.status().is_success(), "{status}");
+        let report = reconciler.sweep(window(&h).await).await.unwrap();
+        assert_eq!(report.new_findings.len(), 1, "{status}: {report:?}");
+    }
+    let evidence: Vec<String> = findings_in_full(&h, id)
+        .await
+        .into_iter()
+        .map(|f| f.1)
+        .collect();
+    assert_eq!(evidence, ["dispute:inquiry", "dispute:open"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_won_dispute_is_a_finding_saying_the_money_was_reinstated_in_both_dialects() {
     // Stripe: the dispute's status is read from GET /v1/disputes.
     let h = stripe_harness().await;
@@ -743,6 +817,77 @@ async fn a_won_dispute_is_a_finding_saying_the_money_was_reinstated_in_both_dial
         (found[0].0.as_str(), found[0].1.as_str()),
         ("disputed", "dispute:won")
     );
+}
+
+/// A harness speaking `dialect` as the deployment named `name`, charging through `account`
+/// (another harness's mock) when given: siblings sharing one gateway account.
+async fn deployment(
+    dialect: mock_gateway::Dialect,
+    name: &str,
+    account: Option<&Harness>,
+) -> Harness {
+    let mut h = Harness::with(
+        MockConfig {
+            dialect,
+            ..MockConfig::default()
+        },
+        |s| {
+            if dialect == mock_gateway::Dialect::Stripe {
+                s.gateway_kind = GatewayKind::Stripe;
+            }
+            s.deployment = Some(name.to_owned());
+        },
+    )
+    .await;
+    if let Some(account) = account {
+        h.settings.gateway_url = account.gateway.base_url();
+    }
+    h
+}
+
+/// Charges `n` attempts of `h`'s through its own settings' client, until none is due.
+async fn charge_all(h: &Harness, n: usize) {
+    let executor = h.executor_with(GatewayClient::from_settings(&h.settings).unwrap());
+    h.seed_many(&vec![pm::CARD_VISA; n]).await;
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sibling_deployments_charges_in_a_shared_account_are_skipped_never_unknown_references() {
+    for dialect in [
+        mock_gateway::Dialect::Onecharge,
+        mock_gateway::Dialect::Stripe,
+    ] {
+        let eu = deployment(dialect, "eu", None).await;
+        let us = deployment(dialect, "us", Some(&eu)).await;
+        charge_all(&eu, 6).await;
+        charge_all(&us, 6).await;
+        assert_eq!(eu.gateway.ledger().len(), 12, "{dialect:?}: one account");
+
+        for h in [&eu, &us] {
+            let report = h
+                .reconciler_with(GatewayClient::from_settings(&h.settings).unwrap())
+                .sweep(window(h).await)
+                .await
+                .unwrap();
+            assert!(
+                report.new_findings.is_empty(),
+                "{dialect:?} {:?}: a sibling's charges are not unknown references: {:?}",
+                h.settings.deployment,
+                report.new_findings
+            );
+            assert_eq!(
+                (
+                    report.records_seen,
+                    report.records_kept,
+                    report.records_skipped
+                ),
+                (12, 6, 6),
+                "{dialect:?} {:?}: the sibling's six counted and skipped",
+                h.settings.deployment
+            );
+        }
+    }
 }
 
 /// A §3 harness holding `charges` succeeded attempts, every one agreeing with the gateway,
@@ -868,6 +1013,82 @@ async fn a_sweep_whose_instance_died_is_finished_by_the_next_one() {
             .as_deref()
             .is_some_and(|e| e.contains("abandoned")),
         "{rows:?}"
+    );
+}
+
+/// A sweep of `window` in the background that has read its pages and stalls before its
+/// comparison (its ANALYZE waits on the lock `blocker` holds), and what it came to.
+async fn stalled_before_comparing(
+    h: &Harness,
+    reconciler: &Reconciler,
+    window: ListWindow,
+) -> (
+    sqlx::Transaction<'static, sqlx::Postgres>,
+    tokio::task::JoinHandle<anyhow::Result<SweepReport>>,
+) {
+    let mut blocker = h.store.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE reconciliation_sweep_records IN SHARE UPDATE EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let sweep = tokio::spawn({
+        let reconciler = reconciler.clone();
+        async move { reconciler.sweep(window).await }
+    });
+    crate::support::eventually(
+        "the sweep has read its pages and waits to compare",
+        Duration::from_secs(30),
+        || async {
+            h.scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%onecharge_analyze_sweep_records%'",
+            )
+            .await
+                == 1
+        },
+    )
+    .await;
+    (blocker, sweep)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_ended_as_abandoned_while_it_stalled_writes_no_finding_and_keeps_its_end() {
+    let h = Harness::new().await;
+    let executor = h.executor_with(h.client_with_key(crate::support::API_KEY));
+    h.seed_many(&[pm::CARD_VISA; 5]).await;
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    let reconciler = h.reconciler();
+    let whole = window(&h).await;
+    let (blocker, stalled) = stalled_before_comparing(&h, &reconciler, whole).await;
+    // It stalls past ABANDONED_AFTER (a lock wait, a paused VM): the next sweep's start ends
+    // it as abandoned and removes its records.
+    h.exec("UPDATE reconciliation_sweeps SET heartbeat_at = now() - interval '11 minutes'")
+        .await;
+    let elsewhere = ListWindow {
+        from: whole.from - Duration::from_secs(30 * 86_400),
+        to: whole.from - Duration::from_secs(29 * 86_400),
+    };
+    let next = onecharge::store::sweep::start(&h.store, elsewhere, "reconciler:next")
+        .await
+        .unwrap();
+    onecharge::store::sweep::finish(&h.store, next, Default::default(), None)
+        .await
+        .unwrap();
+    blocker.commit().await.unwrap();
+
+    let result = stalled.await.unwrap();
+
+    let err = result.expect_err("an abandoned sweep ends in an error");
+    assert!(format!("{err:#}").contains("abandoned"), "{err:#}");
+    let (per_class, rows) = findings(&h).await;
+    assert!(per_class.is_empty(), "no false `missing`: {rows:?}");
+    let rows = sweep_rows(&h).await;
+    assert!(
+        rows[0]
+            .2
+            .as_deref()
+            .is_some_and(|e| e.contains("abandoned")),
+        "its end is not overwritten: {rows:?}"
     );
 }
 

@@ -220,7 +220,7 @@ fn an_unreadable_gateway_ca_file_exits_2_with_one_line_and_no_secret() {
         onecharge()
             .args(["reconcile", "--once"])
             .env_remove("RUST_LOG")
-            .env("ONECHARGE_GATEWAY_API_KEY", "sk_live_do_not_print_me")
+            .env("ONECHARGE_GATEWAY_API_KEY", "sk_test_do_not_print_me")
             .env("ONECHARGE_GATEWAY_URL", "https://127.0.0.1:9")
             .env("ONECHARGE_GATEWAY_CA_FILE", "/nonexistent/gateway-ca.pem"),
     );
@@ -229,7 +229,7 @@ fn an_unreadable_gateway_ca_file_exits_2_with_one_line_and_no_secret() {
         stderr.contains("gateway_ca_file (ONECHARGE_GATEWAY_CA_FILE): /nonexistent/gateway-ca.pem cannot be read"),
         "{stderr}"
     );
-    assert!(!stderr.contains("sk_live_do_not_print_me"), "{stderr}");
+    assert!(!stderr.contains("sk_test_do_not_print_me"), "{stderr}");
 }
 
 // ---------------------------------------------------------------------------------------

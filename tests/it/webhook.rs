@@ -485,6 +485,35 @@ async fn listener_only(h: &Harness) -> (std::net::SocketAddr, Served) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_of_the_other_mode_than_the_keys_is_refused_and_records_nothing() {
+    // A test-mode deployment (a test key, `production` false) and a live event signed
+    // with its secret: a live endpoint's deliveries sent here, or a replay from another
+    // account. Refused, counted, recorded nowhere; the same event in test mode is taken.
+    let h = harness().await;
+    let (addr, served) = listener_only(&h).await;
+    let about = json!({"id": "pi_1", "object": "payment_intent", "status": "succeeded"});
+    let with_mode = |id: &str, livemode: bool| {
+        json!({"id": id, "object": "event", "type": "payment_intent.succeeded",
+               "livemode": livemode, "data": {"object": about.clone()}})
+        .to_string()
+        .into_bytes()
+    };
+    let live = with_mode("evt_live", true);
+
+    let status = deliver(addr, &live, Some(signature::header(&[NEW], now(), &live))).await;
+
+    assert_eq!(status, 400, "a live event to a test-mode deployment");
+    assert_eq!(recorded_events(&h).await, 0);
+    let test = with_mode("evt_test", false);
+    assert_eq!(
+        deliver(addr, &test, Some(signature::header(&[NEW], now(), &test))).await,
+        200
+    );
+    assert_eq!(recorded_events(&h).await, 1);
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_trickles_its_headers_is_closed() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let h = harness().await;

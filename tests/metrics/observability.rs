@@ -610,7 +610,7 @@ fn collect_lines(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_served_run_whose_api_key_is_rejected_logs_json_with_ids_and_never_the_secrets() {
-    const API_KEY: &str = "sk_live_obs_never_print_me_7f3a";
+    const API_KEY: &str = "sk_test_obs_never_print_me_7f3a";
     const ADMIN_TOKEN: &str = "admin_obs_never_print_me_91c2";
     let gateway = MockGateway::start(MockConfig {
         api_key: "sk_the_gateway_expects_another_key".into(),

@@ -120,6 +120,7 @@ impl PaymentIntent {
             idempotency_key: self.charging_key.clone().unwrap_or_default(),
             decline_code: None,
             created_at,
+            metadata: self.metadata.clone(),
         }
     }
 

@@ -11,6 +11,7 @@
 //! `api`, `refunds`, `list`, `disputes`, `webhooks`, through `respond` (every GET) and
 //! `post` (every POST).
 
+pub(crate) mod access;
 mod aftermath;
 pub(crate) mod api;
 mod currency;

@@ -62,7 +62,7 @@ impl Endpoints {
                 .bearer_auth(transport.api_key.expose_secret())
                 .header("Idempotency-Key", request.idempotency_key.as_str())
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(request.body().to_vec()),
+                .body(request.body_for(transport.deployment.as_ref()).into_owned()),
             CallOperation::Charge,
             None,
             |reply, _| classify_charge(reply),

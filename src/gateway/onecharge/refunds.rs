@@ -22,6 +22,9 @@ struct RefundBody<'a> {
     reference: String,
     refund_id: String,
     reason: &'a str,
+    /// `{"onecharge_deployment": …}` when the client has a deployment name (decision 242).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<std::collections::BTreeMap<&'static str, &'a str>>,
 }
 
 /// A refund as a §3 gateway returns it.
@@ -65,6 +68,10 @@ impl Endpoints {
             reference: request.payment_attempt_id.to_string(),
             refund_id: request.refund_id.to_string(),
             reason: &request.reason,
+            metadata: transport
+                .deployment
+                .as_ref()
+                .map(|d| [(crate::domain::deployment::METADATA_KEY, d.as_str())].into()),
         };
         exchange(
             transport

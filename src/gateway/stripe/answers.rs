@@ -37,16 +37,29 @@ impl IntentFields {
     /// the amount converts) and its currency in upper case.
     pub(in crate::gateway) fn money(&self) -> (Option<i64>, Option<String>) {
         let currency = self.currency.as_deref().map(str::to_ascii_uppercase);
-        let known = currency
-            .as_deref()
-            .and_then(|code| Currency::from_code(code).ok());
-        let amount_minor = match (self.amount, known) {
+        let amount_minor = match (self.amount, self.known_currency()) {
             (Some(amount), Some(currency)) => {
                 Money::from_stripe(amount, currency).map(|m| m.amount_minor())
             }
             _ => None,
         };
         (amount_minor, currency)
+    }
+
+    /// Another amount Stripe reports about this PaymentIntent (its charge's
+    /// `amount_refunded`), in the PaymentIntent's currency, read back into ISO 4217 minor
+    /// units by the one conversion ([`Money::from_stripe_reported`]); `None` when Stripe
+    /// names no currency onecharge knows.
+    pub(in crate::gateway) fn reported_minor(&self, amount: i64) -> Option<i64> {
+        self.known_currency()
+            .and_then(|currency| Money::from_stripe_reported(amount, currency))
+            .map(|m| m.amount_minor())
+    }
+
+    fn known_currency(&self) -> Option<Currency> {
+        self.currency
+            .as_deref()
+            .and_then(|code| Currency::from_any_case(code).ok())
     }
 
     /// What onecharge records as the charge of this PaymentIntent: the intent's own id,

@@ -25,11 +25,12 @@ pub use answers::{classify_cancel, classify_confirm, classify_create, classify_r
 
 use super::{exchange, CancelOutcome, ChargeRequest, GatewayCall, Prepared, Transport};
 use crate::domain::outcome::{GatewayOutcome, LookupOutcome, MAX_REASON_CHARS};
-use crate::domain::{bounded, CallOperation, IdempotencyKey};
+use crate::domain::{bounded, CallOperation, Deployment, IdempotencyKey};
 
-/// The API version every request pins (`Stripe-Version`), so that an account's default
-/// version moving on does not change what onecharge sends or reads.
-pub const STRIPE_VERSION: &str = "2024-06-20";
+/// The API version a client names when it is given none (`stripe_api_version`'s default):
+/// every request pins one (`Stripe-Version`), so that an account's default version moving
+/// on does not change what onecharge sends or reads.
+pub const STRIPE_VERSION: &str = crate::config::DEFAULT_STRIPE_API_VERSION;
 
 /// The Stripe URLs under `gateway_url`.
 #[derive(Debug, Clone)]
@@ -129,10 +130,14 @@ fn step(name: &str, seq: i32) -> String {
     }
 }
 
-/// The create call's form: the command's fields mapped as contract §3.1 says, unconfirmed.
+/// The create call's form: the command's fields mapped as contract §3.1 says, unconfirmed,
+/// with the deployment's name when it has one (`metadata[onecharge_deployment]`).
 /// `automatic_payment_methods` without redirects: a confirmation off-session cannot follow a
 /// redirect, and without it Stripe asks a `return_url` of every confirmation.
-pub(super) fn create_form(request: &ChargeRequest) -> Result<Vec<(&'static str, String)>, String> {
+pub(super) fn create_form(
+    request: &ChargeRequest,
+    deployment: Option<&Deployment>,
+) -> Result<Vec<(&'static str, String)>, String> {
     let charge = &request.charge;
     let amount = charge.money.to_stripe()?;
     let mut form = vec![
@@ -150,6 +155,9 @@ pub(super) fn create_form(request: &ChargeRequest) -> Result<Vec<(&'static str, 
     ];
     if let Some(order_id) = &request.order_id {
         form.push(("metadata[order_id]", order_id.clone()));
+    }
+    if let Some(deployment) = deployment {
+        form.push(("metadata[onecharge_deployment]", deployment.to_string()));
     }
     if let Some(description) = &charge.description {
         form.push(("description", description.clone()));
@@ -178,7 +186,7 @@ impl Endpoints {
         request: &ChargeRequest,
     ) -> GatewayCall<Prepared> {
         let key = request.idempotency_key.create_key(request.key_seq.create);
-        let form = match create_form(request) {
+        let form = match create_form(request, transport.deployment.as_ref()) {
             Ok(form) => form,
             // Refused before sending: nothing left this process.
             Err(reason) => {
@@ -300,7 +308,7 @@ impl Endpoints {
                 .http
                 .get(url)
                 .bearer_auth(transport.api_key.expose_secret())
-                .header("Stripe-Version", STRIPE_VERSION),
+                .header("Stripe-Version", &*transport.stripe_version),
             CallOperation::Lookup,
             None,
             |reply, _| classify_retrieve(reply, idempotency_key),
@@ -310,7 +318,73 @@ impl Endpoints {
     }
 }
 
-/// A form-encoded Stripe POST under `key`, with the pinned `Stripe-Version`.
+impl Endpoints {
+    /// `GET /v1/payment_intents/{id}`: the id of the PaymentIntent's latest charge (`ch_…`),
+    /// `None` when it has none; what a person's `--gateway-charge-id ch_…` is checked
+    /// against. Never charges.
+    pub(super) async fn latest_charge(
+        &self,
+        transport: &Transport,
+        intent: &str,
+    ) -> GatewayCall<Result<Option<String>, String>> {
+        let url = match self.intent_url(intent) {
+            Ok(url) => url,
+            Err(reason) => {
+                return GatewayCall::answered_locally(
+                    Err(reason.clone()),
+                    CallOperation::Lookup,
+                    None,
+                    Some(reason),
+                )
+            }
+        };
+        exchange(
+            transport
+                .http
+                .get(url)
+                .bearer_auth(transport.api_key.expose_secret())
+                .header("Stripe-Version", &*transport.stripe_version),
+            CallOperation::Lookup,
+            None,
+            |reply, _| read_latest_charge(reply),
+            |read| if read.is_ok() { "found" } else { "failed" },
+        )
+        .await
+    }
+}
+
+/// Reads a retrieved PaymentIntent's `latest_charge` (an id, or the object when expanded).
+fn read_latest_charge(reply: super::wire::GatewayReply<'_>) -> Result<Option<String>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Charge {
+        Id(String),
+        Object { id: String },
+    }
+    #[derive(serde::Deserialize)]
+    struct Intent {
+        #[serde(default)]
+        latest_charge: Option<Charge>,
+    }
+    match reply {
+        super::wire::GatewayReply::Answered {
+            status: 200, body, ..
+        } => serde_json::from_slice::<Intent>(body)
+            .map(|intent| {
+                intent.latest_charge.map(|charge| match charge {
+                    Charge::Id(id) | Charge::Object { id } => id,
+                })
+            })
+            .map_err(|err| format!("an unreadable PaymentIntent: {err}")),
+        super::wire::GatewayReply::Answered { status, .. } => {
+            Err(format!("Stripe answered HTTP {status}"))
+        }
+        super::wire::GatewayReply::NotSent { error }
+        | super::wire::GatewayReply::Lost { error } => Err(bounded(error, MAX_REASON_CHARS)),
+    }
+}
+
+/// A form-encoded Stripe POST under `key`, with the configured `Stripe-Version`.
 fn post(
     transport: &Transport,
     url: reqwest::Url,
@@ -322,7 +396,7 @@ fn post(
         .post(url)
         .bearer_auth(transport.api_key.expose_secret())
         .header("Idempotency-Key", key.as_str())
-        .header("Stripe-Version", STRIPE_VERSION)
+        .header("Stripe-Version", &*transport.stripe_version)
         .form(&form)
 }
 
@@ -344,7 +418,7 @@ mod tests {
             },
         )
         .for_order("ord_1001");
-        let form = create_form(&request).unwrap();
+        let form = create_form(&request, None).unwrap();
         let get = |k: &str| {
             form.iter()
                 .find(|(key, _)| *key == k)
@@ -361,7 +435,14 @@ mod tests {
         );
         assert_eq!(get("metadata[order_id]"), Some("ord_1001"));
         assert_eq!(get("description"), Some("Order ord_1001"));
-        assert_eq!(create_form(&request), create_form(&request.clone()));
+        assert_eq!(get("metadata[onecharge_deployment]"), None);
+        assert_eq!(
+            create_form(&request, None),
+            create_form(&request.clone(), None)
+        );
+        let eu = Deployment::parse("eu").unwrap();
+        let form = create_form(&request, Some(&eu)).unwrap();
+        assert!(form.contains(&("metadata[onecharge_deployment]", "eu".to_owned())));
         assert_eq!(confirm_form(), vec![("off_session", "true".to_string())]);
     }
 

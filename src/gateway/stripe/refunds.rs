@@ -10,10 +10,10 @@ use secrecy::ExposeSecret as _;
 use serde::Deserialize;
 
 use super::answers::{error_of, words};
-use super::{post, Endpoints, STRIPE_VERSION};
+use super::{post, Endpoints};
 use crate::domain::outcome::{RetryAfter, MAX_REASON_CHARS};
 use crate::domain::refund_call::{GatewayRefund, GatewayRefundStatus, RefundLookup, RefundOutcome};
-use crate::domain::{bounded, CallOperation, Currency, Money, RefundId};
+use crate::domain::{bounded, deployment, CallOperation, Currency, Deployment, Money, RefundId};
 use crate::gateway::refund::RefundRequest;
 use crate::gateway::wire::{snippet, Answer, GatewayReply, Hints};
 use crate::gateway::{exchange, GatewayCall, Transport};
@@ -70,7 +70,10 @@ struct RefundList {
 
 /// The refund's form: the PaymentIntent, the amount in Stripe's unit, onecharge's own
 /// metadata and the producer's.
-fn refund_form(request: &RefundRequest) -> Result<Vec<(String, String)>, String> {
+fn refund_form(
+    request: &RefundRequest,
+    deployment: Option<&Deployment>,
+) -> Result<Vec<(String, String)>, String> {
     let amount = request.money.to_stripe()?;
     let mut form = vec![
         (
@@ -88,6 +91,12 @@ fn refund_form(request: &RefundRequest) -> Result<Vec<(String, String)>, String>
         ),
         ("metadata[reason]".to_owned(), request.reason.clone()),
     ];
+    if let Some(deployment) = deployment {
+        form.push((
+            format!("metadata[{}]", deployment::METADATA_KEY),
+            deployment.to_string(),
+        ));
+    }
     for (key, value) in &request.metadata {
         form.push((format!("metadata[{key}]"), value.clone()));
     }
@@ -101,7 +110,10 @@ impl Endpoints {
         request: &RefundRequest,
     ) -> GatewayCall<RefundOutcome> {
         let key = request.idempotency_key.clone();
-        let (form, url) = match (refund_form(request), self.base.join("v1/refunds")) {
+        let (form, url) = match (
+            refund_form(request, transport.deployment.as_ref()),
+            self.base.join("v1/refunds"),
+        ) {
             (Ok(form), Ok(url)) => (form, url),
             (Err(reason), _) => {
                 return GatewayCall::refused_locally(
@@ -155,7 +167,7 @@ impl Endpoints {
                     ("limit", "100"),
                 ])
                 .bearer_auth(transport.api_key.expose_secret())
-                .header("Stripe-Version", STRIPE_VERSION),
+                .header("Stripe-Version", &*transport.stripe_version),
             CallOperation::RefundLookup,
             None,
             move |reply, _| classify_refund_list(reply, request.refund_id),
@@ -329,7 +341,7 @@ mod tests {
             reason: "returned".into(),
             metadata: [("return_id".to_owned(), "ret_1".to_owned())].into(),
         };
-        let form = refund_form(&request).unwrap();
+        let form = refund_form(&request, Deployment::parse("eu").ok().as_ref()).unwrap();
         let get = |k: &str| {
             form.iter()
                 .find(|(key, _)| key == k)
@@ -342,5 +354,6 @@ mod tests {
             Some(refund_id.to_string().as_str())
         );
         assert_eq!(get("metadata[return_id]"), Some("ret_1"));
+        assert_eq!(get("metadata[onecharge_deployment]"), Some("eu"));
     }
 }

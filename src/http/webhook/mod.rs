@@ -6,6 +6,8 @@
 //! `v1` under any configured secret, within `webhook_tolerance`), a body within
 //! [`MAX_BODY`] and an event it can read; anything else is 400 (413 for a body too large),
 //! counted in `onecharge_webhooks_total{result}`, with neither the body nor a secret logged.
+//! A signed event whose `livemode` is not this deployment's mode (`production`) is refused
+//! too (`wrong_mode`): a live event is never acted on by a test deployment, nor the reverse.
 //! An accepted event is recorded by its id before the answer (a redelivery is a no-op) and
 //! **never settles nor finds anything by itself**: events arrive out of order and a leaked
 //! secret could forge them. Every reaction has the object read again by id. What it does
@@ -38,7 +40,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::listener::{self, InFlight};
-use crate::config::Settings;
+use crate::config::{Settings, StripeMode};
 use crate::domain::AttemptStatus;
 use crate::store::webhooks::{self, Effect, Event, IntentAttempt, Recorded};
 use crate::store::Store;
@@ -74,6 +76,9 @@ pub struct WebhookState {
     secrets: std::sync::Arc<Vec<SecretString>>,
     tolerance: Duration,
     in_flight: InFlight,
+    /// The mode this deployment's key is for (`production`): an event of the other mode is
+    /// not this account's, whatever its signature.
+    mode: StripeMode,
 }
 
 impl WebhookState {
@@ -91,6 +96,7 @@ impl WebhookState {
                     .unwrap_or_default(),
             ),
             tolerance: settings.webhook_tolerance,
+            mode: settings.stripe_mode(),
         }
     }
 }
@@ -169,6 +175,9 @@ struct StripeEvent {
     #[serde(rename = "type")]
     kind: String,
     data: EventData,
+    /// Live or test mode; Stripe says it on every event.
+    #[serde(default)]
+    livemode: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -224,6 +233,25 @@ async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: By
     };
     if event.id.is_empty() || event.id.len() > 255 || event.kind.is_empty() {
         return refuse("unreadable", "an event without an id or a type");
+    }
+    if let Some(livemode) = event.livemode {
+        if StripeMode::of_livemode(livemode) != state.mode {
+            return refuse(
+                "wrong_mode",
+                &format!(
+                    "a {} event, but this deployment's key is a {} key (production = {}): \
+                     an endpoint of the other mode sends here, or the event was replayed \
+                     from elsewhere; recorded nowhere",
+                    if livemode { "live-mode" } else { "test-mode" },
+                    if state.mode == StripeMode::Live {
+                        "live"
+                    } else {
+                        "test"
+                    },
+                    state.mode == StripeMode::Live,
+                ),
+            );
+        }
     }
     let intent = event.payment_intent();
     let recorded = webhooks::record_event(

@@ -11,8 +11,9 @@
 //!   changed here.
 //! - `succeeded` whose own charge is missing (inside the window), or listed as declined,
 //!   cancelled, refunded or unsettled: `recorded_not_charged`; disputed: `disputed`, with
-//!   where the dispute stands (`dispute:open`, `dispute:won`, `dispute:lost`) as evidence,
-//!   one charge's history with its refunds (decision 131).
+//!   where the dispute stands (`dispute:inquiry`, `dispute:open`, `dispute:won`,
+//!   `dispute:lost`) as evidence, one charge's history with its refunds (decisions 131,
+//!   240).
 //! - More than one charge holding money: `charged_twice`; a charge holding money whose
 //!   amount, currency or customer differ from the attempt's: `mismatch`.
 //! - Money taken for an attempt id onecharge does not know: `unknown_reference`.
@@ -53,12 +54,16 @@ pub struct Verdict {
     pub action: Action,
 }
 
-/// Holds money: charged and not given back (a disputed charge is still taken until the
-/// bank decides, and again once the dispute is won; a lost one went back).
+/// Holds money: charged and not given back (an inquiry moves no money; a disputed charge
+/// is still taken until the bank decides, and again once the dispute is won; a lost one
+/// went back).
 fn holds_money(record: &ListedCharge) -> bool {
     matches!(
         record.status,
-        ListedStatus::Succeeded | ListedStatus::Disputed(DisputeStatus::Open | DisputeStatus::Won)
+        ListedStatus::Succeeded
+            | ListedStatus::Disputed(
+                DisputeStatus::Inquiry | DisputeStatus::Open | DisputeStatus::Won
+            )
     )
 }
 
@@ -344,6 +349,11 @@ impl Case<'_> {
             ListedStatus::Disputed(DisputeStatus::Lost) => format!(
                 "the dispute of charge {id} was lost: the money went back to the customer; \
                  the attempt stays succeeded, so tell whoever owns the order"
+            ),
+            ListedStatus::Disputed(DisputeStatus::Inquiry) => format!(
+                "the customer's bank opened an inquiry about charge {id} of this succeeded \
+                 attempt: no money has moved yet; answer it at the gateway before it \
+                 escalates to a chargeback (which would be a finding of its own)"
             ),
             _ => format!(
                 "the customer's bank disputes charge {id} of this succeeded attempt: the money \
@@ -749,6 +759,41 @@ mod tests {
                 verdict.findings[0].dedupe_key(),
             )
         }
+    }
+
+    #[test]
+    fn an_inquiry_and_the_chargeback_it_escalates_to_are_different_evidence() {
+        let finding = |status| {
+            let verdict = compare(
+                ATTEMPT,
+                Some(&attempt(Succeeded)),
+                &[record("ch_own", L::Disputed(status))],
+            );
+            assert_eq!(classes(&verdict), [Disputed]);
+            verdict.findings[0].clone()
+        };
+        let inquiry = finding(DisputeStatus::Inquiry);
+        let chargeback = finding(DisputeStatus::Open);
+        assert_eq!(inquiry.evidence, "dispute:inquiry");
+        assert_eq!(chargeback.evidence, "dispute:open");
+        assert_ne!(
+            inquiry.dedupe_key(),
+            chargeback.dedupe_key(),
+            "a resolved inquiry must not swallow the chargeback"
+        );
+        assert_eq!(
+            inquiry.subject_key(),
+            chargeback.subject_key(),
+            "one history"
+        );
+        assert!(inquiry.detail.contains("inquiry"), "{}", inquiry.detail);
+        assert!(
+            chargeback
+                .detail
+                .contains("held back until the bank decides"),
+            "{}",
+            chargeback.detail
+        );
     }
 
     #[test]
