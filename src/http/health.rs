@@ -22,19 +22,19 @@ pub fn routes() -> Router<AdminState> {
 /// body says what is wrong otherwise, and, when ready, whether charging is paused.
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     let (db, nats) = tokio::join!(state.store.ping(), state.broker.ping());
-    let mut problems = Vec::new();
-    if !db {
-        problems.push("database unreachable");
+    let mut problems: Vec<String> = Vec::new();
+    if let Err(why) = db {
+        problems.push(why.to_string());
     }
     if !nats {
-        problems.push("NATS unreachable");
+        problems.push("NATS unreachable".to_owned());
     }
     if let Some(problem) = state
         .gateway_health
         .as_ref()
         .and_then(|h| h.pause_problem())
     {
-        problems.push(problem);
+        problems.push(problem.to_owned());
     }
     if problems.is_empty() {
         // A pause is an operator's decision, not a fault: the instance stays ready (a
