@@ -20,6 +20,7 @@ mod broker;
 mod cluster;
 mod fleet;
 mod mix;
+mod patroni;
 mod refunds;
 mod runner;
 mod verify;
@@ -80,6 +81,8 @@ pub(crate) fn short_soak() -> SoakConfig {
         topology: Topology::Single,
         server_errors: 0.03,
         webhooks: false,
+        spared: 0,
+        database: None,
     }
 }
 
@@ -114,6 +117,8 @@ pub(crate) fn long_soak(
         topology,
         server_errors: 0.03,
         webhooks: false,
+        spared: 0,
+        database: None,
     }
 }
 
