@@ -134,6 +134,41 @@ pub async fn check_until_ready(
     }
 }
 
+/// Connects `serve` to its database, asking again for up to `database.startup_wait` while
+/// no writable primary answers (a failover: connections cut, refused or read-only); any
+/// other error, and the last one after the wait, ends the start (decision 251).
+async fn connect_waiting_for_a_primary(settings: &Settings) -> anyhow::Result<Store> {
+    let deadline = tokio::time::Instant::now() + settings.database.startup_wait;
+    let mut pause = Duration::from_millis(250);
+    let mut said = false;
+    loop {
+        let err =
+            match Store::connect_to_schema(&settings.database_url, 4, &settings.database).await {
+                Ok(store) => return Ok(store),
+                Err(err) => err,
+            };
+        let no_primary_yet = err.chain().any(|cause| {
+            cause.downcast_ref::<sqlx::Error>().is_some_and(|e| {
+                matches!(e, sqlx::Error::PoolTimedOut)
+                    || crate::store::availability::means_no_primary(e)
+            })
+        });
+        if !no_primary_yet || tokio::time::Instant::now() + pause > deadline {
+            return Err(err);
+        }
+        if !said {
+            tracing::warn!(
+                error = %format!("{err:#}"),
+                wait_s = settings.database.startup_wait.as_secs(),
+                "no writable PostgreSQL primary answers yet (a failover?); asking again until database.startup_wait has passed"
+            );
+            said = true;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// `onecharge serve`: runs the roles until SIGTERM or Ctrl-C, then drains.
 pub async fn serve(settings: Settings, roles: &[Role]) -> anyhow::Result<()> {
     // Listen before building: a SIGTERM while connecting and checking then ends the
@@ -173,7 +208,7 @@ impl Application {
         if roles.contains(&Role::Admin) {
             settings.check_admin_exposure()?;
         }
-        let store = Store::connect_to_schema(&settings.database_url, 4, &settings.database).await?;
+        let store = connect_waiting_for_a_primary(&settings).await?;
         store.check_schema().await?;
         if roles.contains(&Role::Executor) {
             store.warn_without_autovacuum().await;

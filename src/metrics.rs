@@ -211,6 +211,7 @@ pub fn register_at_zero(consumers: &[String]) {
     for status in REFUND_SETTLEMENTS {
         metrics::counter!("onecharge_refunds_settled_total", "status" => status).absolute(0);
     }
+    metrics::counter!("onecharge_database_failovers_total").absolute(0);
 }
 
 /// The outcomes of a refund's request (`RefundOutcome::label`) and of its lookup
@@ -414,6 +415,19 @@ pub fn intake_consumer_lag(consumer: &str, pending: u64, ack_pending: u64) {
         .set(pending as f64);
     metrics::gauge!("onecharge_intake_consumer_ack_pending", "consumer" => consumer.to_owned())
         .set(ack_pending as f64);
+}
+
+/// This process lost its writable PostgreSQL primary: a database failover began for it
+/// (`crate::store::availability`, decision 250).
+pub fn database_failover_began() {
+    metrics::counter!("onecharge_database_failovers_total").increment(1);
+    database_failover(true);
+}
+
+/// Whether this process is without a writable PostgreSQL primary (1) or reached one (0):
+/// set by the database's own answers, so it appears with the first connection.
+pub fn database_failover(on: bool) {
+    metrics::gauge!("onecharge_database_failover").set(if on { 1.0 } else { 0.0 });
 }
 
 /// Whether charging is paused across the fleet (1) or not (0), as the database said at the

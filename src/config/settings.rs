@@ -364,6 +364,13 @@ pub struct DatabaseSettings {
     /// open to the old node are replaced within this time even if that node stays up.
     #[serde(with = "bounded_duration")]
     pub max_lifetime: Duration,
+    /// How long `serve` keeps asking at start for a writable primary while the database is
+    /// out of reach or read-only (a failover: Patroni electing a leader, CloudNativePG
+    /// promoting a replica), before it exits with the error. A supervisor restarting a
+    /// process that exited at once would back off for longer than the failover lasts.
+    /// `0s` exits at once.
+    #[serde(with = "bounded_duration")]
+    pub startup_wait: Duration,
 }
 
 impl Default for DatabaseSettings {
@@ -373,6 +380,7 @@ impl Default for DatabaseSettings {
             lock_timeout: Duration::from_secs(5),
             idle_in_transaction_session_timeout: Duration::from_secs(60),
             max_lifetime: Duration::from_secs(300),
+            startup_wait: Duration::from_secs(60),
         }
     }
 }

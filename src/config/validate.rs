@@ -399,6 +399,11 @@ impl Settings {
                 && database.idle_in_transaction_session_timeout <= hour,
             "database.idle_in_transaction_session_timeout",
             "must be longer than relay.publish_timeout (the relay waits for acks inside its transaction) and at most 1h",
+        )?;
+        require(
+            database.startup_wait <= Duration::from_secs(600),
+            "database.startup_wait",
+            "must be at most 10m (0s: no wait)",
         )
     }
 }
@@ -825,6 +830,22 @@ mod tests {
                 Duration::from_secs(15 * 24 * 3600)
             );
             assert_eq!(s.stripe_requires_action, RequiresAction::Cancel);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn serve_waits_a_minute_at_start_for_a_writable_primary_and_at_most_ten() {
+        figment::Jail::expect_with(|jail| {
+            assert_eq!(load().database.startup_wait, Duration::from_secs(60));
+            jail.set_env("ONECHARGE_DATABASE__STARTUP_WAIT", "0s");
+            assert_eq!(load().database.startup_wait, Duration::ZERO);
+            jail.set_env("ONECHARGE_DATABASE__STARTUP_WAIT", "11m");
+            let err = load_error();
+            assert!(
+                err.contains("database.startup_wait: must be at most 10m"),
+                "{err}"
+            );
             Ok(())
         });
     }

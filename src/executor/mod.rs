@@ -479,7 +479,13 @@ impl Executor {
             .policy
             .backoff(*failures as i32)
             .min(Duration::from_secs(30));
-        tracing::error!(error = %error, retry_in_ms = wait.as_millis() as u64, "claiming failed");
+        step_failed!(
+            crate::store::availability::in_failover(),
+            error,
+            error = %error,
+            retry_in_ms = wait.as_millis() as u64,
+            "claiming failed"
+        );
         Next::RetryAfter(wait)
     }
 
@@ -722,7 +728,7 @@ impl Executor {
                         && write.now + waited + delay < claim.lease_ends()
                         && delay < Duration::from_secs(2) =>
                 {
-                    tracing::warn!(error = %err.message, retry_in_ms = delay.as_millis() as u64, "writing the result failed; retrying");
+                    step_failed!(crate::store::availability::in_failover(), warn, error = %err.message, retry_in_ms = delay.as_millis() as u64, "writing the result failed; retrying");
                     tokio::time::sleep(delay).await;
                     waited += delay;
                     delay *= 4;
@@ -730,7 +736,9 @@ impl Executor {
                 Err(err) if !err.transient => return self.hand_over_unstorable(write, &err).await,
                 Err(err) => {
                     metrics::unrecorded();
-                    tracing::error!(
+                    step_failed!(
+                        crate::store::availability::in_failover(),
+                        error,
                         error = %err.message,
                         "cannot write the result: the attempt stays in_flight until its lease expires and the reconciler settles it"
                     );

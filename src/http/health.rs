@@ -27,19 +27,19 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
         crate::store::fleet::current_pause(&state.store),
         state.broker.ping()
     );
-    let mut problems = Vec::new();
-    if pause.is_err() {
-        problems.push("database unreachable");
+    let mut problems: Vec<String> = Vec::new();
+    if let Err(err) = &pause {
+        problems.push(crate::store::Unreachable::of(err).to_string());
     }
     if !nats {
-        problems.push("NATS unreachable");
+        problems.push("NATS unreachable".to_owned());
     }
     if let Some(problem) = state
         .gateway_health
         .as_ref()
         .and_then(|h| h.pause_problem())
     {
-        problems.push(problem);
+        problems.push(problem.to_owned());
     }
     if problems.is_empty() {
         // A pause is an operator's decision, not a fault: the instance stays ready (a

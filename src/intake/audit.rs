@@ -114,7 +114,8 @@ impl StreamAudit {
                 _ = every.tick() => {}
             }
             if let Err(err) = self.run_once().await {
-                tracing::warn!(error = %format!("{err:#}"), "stream audit pass failed; trying again at the next interval");
+                let quiet = crate::store::notice_failure(&err);
+                step_failed!(quiet, warn, error = %format!("{err:#}"), "stream audit pass failed; trying again at the next interval");
             }
         }
     }

@@ -350,6 +350,27 @@ impl Intake {
         if outcomes.contains(&DeliveryOutcome::Stale) {
             self.inner.nudges.events_written();
         }
+        // One line per batch, not per message: a database that fails every statement for a
+        // while (a failover, commits waiting for a synchronous standby) fails every message
+        // of every batch alike (decision 250). Each message's own line is at debug.
+        let transient: Vec<&str> = outcomes
+            .iter()
+            .filter_map(|outcome| match outcome {
+                DeliveryOutcome::Transient(reason) => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect();
+        if let Some(reason) = transient.first() {
+            step_failed!(
+                store::availability::in_failover(),
+                warn,
+                consumer = %self.inner.settings.consumer,
+                failed = transient.len(),
+                batch = messages.len(),
+                reason,
+                "deliveries failed transiently; each is redelivered after its backoff"
+            );
+        }
         let mut report = BatchReport::default();
         let settled = futures::future::join_all(
             messages
@@ -570,7 +591,7 @@ impl Intake {
                 }
                 DeliveryOutcome::Transient(reason) => {
                     let delay = self.retry_delay(delivered);
-                    tracing::warn!(delivered, delay_ms = delay.as_millis() as u64, reason, "transient failure; will be redelivered");
+                    tracing::debug!(delivered, delay_ms = delay.as_millis() as u64, reason, "transient failure; will be redelivered");
                     if let Err(err) = message.ack_with(AckKind::Nak(Some(delay))).await {
                         tracing::warn!(error = %err, "nak failed; the message will be redelivered after ack_wait");
                     }

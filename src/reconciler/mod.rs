@@ -193,7 +193,7 @@ impl Reconciler {
             match self.reconcile(attempt).await {
                 Ok(resolution) => Some((id, resolution)),
                 Err(err) => {
-                    tracing::error!(payment_attempt_id = %id, error = %format!("{err:#}"), "reconciling failed; the claim lapses and it is retried");
+                    step_failed!(crate::store::notice_failure(&err), error, payment_attempt_id = %id, error = %format!("{err:#}"), "reconciling failed; the claim lapses and it is retried");
                     None
                 }
             }
@@ -214,8 +214,8 @@ impl Reconciler {
         tracing::info!(actor = %self.inner.actor, "reconciler started");
         while !shutdown.is_cancelled() {
             if let Err(err) = self.run_checks().await {
-                crate::store::notice_failure(&err);
-                tracing::error!(error = %format!("{err:#}"), "webhook checks failed; their claims lapse and they are checked again");
+                let quiet = crate::store::notice_failure(&err);
+                step_failed!(quiet, error, error = %format!("{err:#}"), "webhook checks failed; their claims lapse and they are checked again");
             }
             let next_pass_in = match self.run_once().await {
                 Ok(report) if report.resolutions.len() == self.inner.settings.batch_size => {
@@ -225,8 +225,8 @@ impl Reconciler {
                     .rate_limited
                     .unwrap_or(self.inner.settings.poll_interval),
                 Err(err) => {
-                    crate::store::notice_failure(&err);
-                    tracing::error!(error = %format!("{err:#}"), "reconciliation pass failed");
+                    let quiet = crate::store::notice_failure(&err);
+                    step_failed!(quiet, error, error = %format!("{err:#}"), "reconciliation pass failed");
                     self.inner.settings.poll_interval
                 }
             };

@@ -110,8 +110,8 @@ impl RefundWorker {
             let busy = match self.pass().await {
                 Ok(report) => report != PassReport::default(),
                 Err(err) => {
-                    crate::store::notice_failure(&err);
-                    tracing::warn!(error = %format!("{err:#}"), "refund pass failed; trying again");
+                    let quiet = crate::store::notice_failure(&err);
+                    step_failed!(quiet, warn, error = %format!("{err:#}"), "refund pass failed; trying again");
                     false
                 }
             };

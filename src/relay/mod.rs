@@ -269,9 +269,9 @@ impl Relay {
                     failed_step_wait(self.settings.poll_interval, failures)
                 }
                 Err(err) => {
-                    crate::store::notice_failure(&err);
+                    let quiet = crate::store::notice_failure(&err);
                     failures = failures.saturating_add(1);
-                    tracing::error!(error = %format!("{err:#}"), "relay step failed");
+                    step_failed!(quiet, error, error = %format!("{err:#}"), "relay step failed");
                     failed_step_wait(self.settings.poll_interval, failures)
                 }
             };

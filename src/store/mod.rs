@@ -9,6 +9,7 @@
 pub mod attempt_counts;
 pub mod attempts;
 pub mod audit;
+pub mod availability;
 pub mod cancel;
 pub mod charts;
 pub mod console;
@@ -188,10 +189,45 @@ impl Store {
             .await
     }
 
-    /// True when the database answers a trivial query (readiness).
-    pub async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    /// Whether the database answers a trivial query (readiness), and why not.
+    pub async fn ping(&self) -> Result<(), Unreachable> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(|err| Unreachable::of(&err))
     }
+}
+
+impl Unreachable {
+    /// Why a statement of readiness's failed, as `/readyz` says it (and noted for the
+    /// failover state).
+    pub fn of(err: &sqlx::Error) -> Self {
+        availability::failed(err);
+        if availability::in_failover() {
+            Unreachable::NoWritablePrimary
+        } else if matches!(err, sqlx::Error::PoolTimedOut) {
+            Unreachable::Busy
+        } else {
+            Unreachable::Other
+        }
+    }
+}
+
+/// Why the database did not answer readiness's query, as `/readyz` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unreachable {
+    /// This process is in a database failover (no writable primary reached).
+    #[error("database unreachable: no writable primary (a failover in progress?)")]
+    NoWritablePrimary,
+    /// No pooled connection came free in time: every one is busy, as when commits wait for
+    /// a synchronous standby that is gone.
+    #[error(
+        "database busy: no connection free in time (commits waiting for a synchronous standby?)"
+    )]
+    Busy,
+    #[error("database unreachable")]
+    Other,
 }
 
 /// One column of a batch statement: `f` of each item, as the array that one `$n::type[]`
@@ -247,7 +283,11 @@ async fn still_writable(
         return Ok(false);
     }
     if meta.idle_for >= ASK_AGAIN_AFTER_IDLE {
-        return Ok(!is_read_only(conn).await?);
+        let writable = !is_read_only(conn).await?;
+        if writable {
+            availability::reached();
+        }
+        return Ok(writable);
     }
     Ok(true)
 }
@@ -292,11 +332,13 @@ mod read_only {
 /// leads to a writable primary or the acquire times out (a transient error).
 async fn refuse_read_only(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     if is_read_only(conn).await? {
+        availability::refused_read_only();
         return Err(sqlx::Error::Configuration(
             "the PostgreSQL server is read-only (a standby, or a primary that was demoted): onecharge needs the primary; point database_url at it"
                 .into(),
         ));
     }
+    availability::reached();
     Ok(())
 }
 
@@ -314,6 +356,7 @@ pub fn redact_url(url: &str) -> String {
 /// instead of handed out again, so the retry runs on a new connection to wherever the
 /// address now points.
 pub fn is_transient(error: &sqlx::Error) -> bool {
+    availability::failed(error);
     match error {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
@@ -340,13 +383,16 @@ pub fn is_transient(error: &sqlx::Error) -> bool {
 
 /// For a role whose failed step arrives as an error chain: records a read-only refusal
 /// (25006) anywhere in it, as [`is_transient`] does, so the pool drops its connections to
-/// the demoted node before the next step.
-pub fn notice_failure(error: &anyhow::Error) {
+/// the demoted node before the next step, and a lost primary, which begins this process's
+/// database failover. True when the failover explains the failure
+/// ([`availability::explains`]): the role logs the step at debug.
+pub fn notice_failure(error: &anyhow::Error) -> bool {
     for cause in error.chain() {
         if let Some(db) = cause.downcast_ref::<sqlx::Error>() {
             is_transient(db);
         }
     }
+    availability::explains(error)
 }
 
 /// Whether the database refused the statement because of the data it carried: SQLSTATE class

@@ -111,9 +111,11 @@ async fn requests_past_the_in_flight_cap_are_shed_and_probes_and_scrapes_still_a
         .expect("answered at once, not queued")
         .unwrap()
     };
-    // The slow requests reach the cap as their headers are read: wait for it.
+    // The slow requests reach the cap as their headers are read: wait for it (on a loaded
+    // machine the listener may take seconds to read them all).
     let mut shed = None;
-    for _ in 0..50 {
+    let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
+    while tokio::time::Instant::now() < deadline {
         let response = readyz().await;
         if response.status() == StatusCode::SERVICE_UNAVAILABLE {
             shed = Some(response);

@@ -152,6 +152,9 @@ fn error_lines(out: &Output) -> Vec<String> {
 /// No command below may reach a database: this one refuses connections at once.
 const NO_DATABASE: (&str, &str) = ("ONECHARGE_DATABASE_URL", "postgres://127.0.0.1:1/onecharge");
 
+/// `serve` exits at once when no database answers, instead of waiting for a failover to end.
+const NO_WAIT: (&str, &str) = ("ONECHARGE_DATABASE__STARTUP_WAIT", "0s");
+
 #[test]
 fn a_huge_threshold_or_limit_is_a_one_line_usage_error_never_a_panic() {
     for (args, what) in [
@@ -228,6 +231,7 @@ fn serve_refuses_console_cookies_without_secure_on_a_non_loopback_address_before
     // unset (Secure by default off loopback) or true, serve goes on to the database
     for secure in [None, Some("true")] {
         let mut env = exposed.to_vec();
+        env.push(NO_WAIT);
         env.extend(secure.map(|v| ("ONECHARGE_CONSOLE__SECURE_COOKIE", v)));
         let out = onecharge(&["serve"], &env);
         let err = stderr(&out);
@@ -266,7 +270,7 @@ fn serve_refuses_an_open_admin_api_on_a_non_loopback_address_before_connecting()
             ("ONECHARGE_NAMESPACE", ""),
         ),
     ] {
-        let out = onecharge(args, &[NO_DATABASE, exposed, env]);
+        let out = onecharge(args, &[NO_DATABASE, NO_WAIT, exposed, env]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?} {env:?}: {err}");
         assert!(err.contains("cannot connect to PostgreSQL"), "{err}");

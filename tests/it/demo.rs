@@ -116,8 +116,7 @@ async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_t
 /// demo, refused, starts its private PostgreSQL as where none runs, and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_starts_its_own_postgres_where_the_configured_one_refuses_its_login() {
-    let server = crate::support::pg_cluster::PgNode::start_primary("scram");
-    server.require_passwords("not-the-demos").await;
+    let server = crate::support::pg_cluster::PasswordServer::start("not-the-demos");
     let stdout = small_demo(
         &format!("postgres://postgres@127.0.0.1:{}/onecharge", server.port),
         free_port(),

@@ -447,7 +447,11 @@ async fn readiness_names_the_database_while_it_refuses_connections_and_recovers_
     env.stop_database().await;
     let (status, body) = readyz(admin).await;
     assert_eq!(status, 503);
-    assert_eq!(body, "not ready: database unreachable\n");
+    // Why, when the cut connection told this process its primary is gone (decision 250).
+    assert!(
+        body.starts_with("not ready: database unreachable"),
+        "{body}"
+    );
     let healthz = reqwest::get(format!("http://{admin}/healthz"))
         .await
         .unwrap();
@@ -458,6 +462,64 @@ async fn readiness_names_the_database_while_it_refuses_connections_and_recovers_
         readyz(admin).await == (200, "ready\n".to_owned())
     })
     .await;
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_primary_is_one_failover_on_metrics_and_readiness_until_a_writable_one_answers() {
+    let _recorder = RECORDER.lock().await;
+    let env = TestEnv::new().await;
+    // The one address onecharge has, in front of the database: moved to nowhere, it cuts
+    // every connection and refuses new ones, as a failover's proxy with no leader does.
+    let server: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+    let address = support::pg_cluster::Forwarder::start(server).await;
+    let mut settings = env.settings.clone();
+    settings.database_url =
+        settings
+            .database_url
+            .replacen(":5432/", &format!(":{}/", address.port()), 1);
+    assert_ne!(settings.database_url, env.settings.database_url);
+    let served = Served::start(&settings, &[Role::Admin]).await;
+    let admin = served.admin.unwrap();
+    assert_eq!(readyz(admin).await, (200, "ready\n".to_owned()));
+    let before = Scrape::from(admin).await;
+    assert_eq!(before.value("onecharge_database_failover", &[]), 0.0);
+    let failovers = before.value("onecharge_database_failovers_total", &[]);
+
+    address.point_at(None);
+    eventually(
+        "readiness names the failover",
+        Duration::from_secs(30),
+        || async {
+            readyz(admin).await
+            == (
+                503,
+                "not ready: database unreachable: no writable primary (a failover in progress?)\n"
+                    .to_owned(),
+            )
+        },
+    )
+    .await;
+    // The state is the process's: another test of this binary connecting meanwhile ends it
+    // for a moment (this one's next failed step begins it again), so it is waited for.
+    eventually(
+        "/metrics says failover",
+        Duration::from_secs(30),
+        || async {
+            let during = Scrape::from(admin).await;
+            during.value("onecharge_database_failover", &[]) == 1.0
+                && during.value("onecharge_database_failovers_total", &[]) > failovers
+        },
+    )
+    .await;
+
+    address.point_at(Some(server));
+    eventually("readiness recovers", Duration::from_secs(30), || async {
+        readyz(admin).await == (200, "ready\n".to_owned())
+    })
+    .await;
+    let after = Scrape::from(admin).await;
+    assert_eq!(after.value("onecharge_database_failover", &[]), 0.0);
     served.stop().await;
 }
 

@@ -29,6 +29,8 @@ struct ServeProcess {
     child: Option<Child>,
     /// Where its webhook listener binds, every generation (`ONECHARGE_WEBHOOK_ADDR`).
     webhook_addr: Option<SocketAddr>,
+    /// Where its admin listener binds (`/readyz`, `/metrics`); a free port when `None`.
+    admin_addr: Option<SocketAddr>,
     generation: u32,
     log: PathBuf,
 }
@@ -47,12 +49,13 @@ pub struct Fleet {
 
 impl Fleet {
     /// Starts `count` processes running every role; process `i` listens for webhooks on
-    /// `webhook_addrs[i]` when there is one.
+    /// `webhook_addrs[i]` and for the admin API on `admin_addrs[i]` when there is one.
     pub fn start(
         config: &Path,
         log_dir: &Path,
         count: usize,
         webhook_addrs: &[SocketAddr],
+        admin_addrs: &[SocketAddr],
     ) -> Self {
         let mut fleet = Self {
             config: config.to_owned(),
@@ -65,6 +68,7 @@ impl Fleet {
             fleet.processes.push(ServeProcess {
                 child: None,
                 webhook_addr: webhook_addrs.get(index).copied(),
+                admin_addr: admin_addrs.get(index).copied(),
                 generation: 0,
                 log: PathBuf::new(),
             });
@@ -88,8 +92,11 @@ impl Fleet {
         if let Some(addr) = process.webhook_addr {
             command.env("ONECHARGE_WEBHOOK_ADDR", addr.to_string());
         }
+        let admin = process
+            .admin_addr
+            .map_or_else(|| "127.0.0.1:0".to_owned(), |addr| addr.to_string());
         let child = command
-            .args(["serve", "--admin-addr", "127.0.0.1:0"])
+            .args(["serve", "--admin-addr", &admin])
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
             .spawn()

@@ -21,6 +21,7 @@ mod cluster;
 mod fleet;
 mod hostile;
 mod mix;
+mod patroni;
 mod refunds;
 mod runner;
 mod verify;
@@ -81,6 +82,8 @@ pub(crate) fn short_soak() -> SoakConfig {
         topology: Topology::Single,
         server_errors: 0.03,
         webhooks: false,
+        spared: 0,
+        database: None,
     }
 }
 
@@ -115,6 +118,8 @@ pub(crate) fn long_soak(
         topology,
         server_errors: 0.03,
         webhooks: false,
+        spared: 0,
+        database: None,
     }
 }
 

@@ -22,6 +22,7 @@ use uuid::Uuid;
 use crate::broker::{SoakBroker, Topology};
 use crate::fleet::{self, onecharge, Fleet};
 use crate::mix::{self, Kind, Plan};
+use crate::patroni::{self, Drill, FailoverReport};
 use crate::refunds::{self, RefundsSeen};
 use crate::support::throwaway::{server_url, ThrowawayDatabase};
 use crate::support::Records as _;
@@ -64,12 +65,19 @@ pub struct SoakConfig {
     /// the mock sends its signed events to all of them, and a forger posts forged, stale
     /// and unsigned ones about real attempts throughout the chaos (`crate::webhooks`).
     pub webhooks: bool,
+    /// The first `spared` serve processes are never killed (a drill watches serve 0).
+    pub spared: usize,
+    /// A PostgreSQL failover drill (`crate::patroni`): the soak's database is a Patroni
+    /// cluster's, reached through HAProxy, and the drill's fault comes mid-run.
+    pub database: Option<Drill>,
 }
 
 /// The figures of one run.
 #[derive(Debug)]
 pub struct SoakReport {
     pub problems: Vec<verify::Problem>,
+    /// What the failover drill saw, when the run was one.
+    pub failover: Option<FailoverReport>,
 }
 
 /// The soak's database and work directory: removed at the end, kept when the run panicked
@@ -227,6 +235,11 @@ fn between(rng: &mut StdRng, range: (Duration, Duration)) -> Duration {
 pub async fn run(config: SoakConfig) -> SoakReport {
     let started = Instant::now();
     let tag = Uuid::new_v4().simple().to_string();
+    // A drill's database is its Patroni cluster's (through HAProxy); `setup` creates it.
+    let mut cluster = match &config.database {
+        Some(drill) => Some(patroni::start_cluster(drill).await),
+        None => None,
+    };
     let workspace = Workspace {
         dir: Some(
             tempfile::Builder::new()
@@ -234,13 +247,16 @@ pub async fn run(config: SoakConfig) -> SoakReport {
                 .tempdir()
                 .expect("tempdir"),
         ),
-        database: Some(
-            ThrowawayDatabase::named(&server_url(), "onecharge_test_soak").kept_if_failing(),
-        ),
+        database: cluster.is_none().then(|| {
+            ThrowawayDatabase::named(&server_url(), "onecharge_test_soak").kept_if_failing()
+        }),
         keep: false,
     };
     let dir = workspace.path().to_owned();
-    let database_url = workspace.database.as_ref().expect("database").url();
+    let database_url = match &cluster {
+        Some(cluster) => cluster.database_url("onecharge"),
+        None => workspace.database.as_ref().expect("database").url(),
+    };
     let namespace = format!("soak-{}", &tag[..8]);
     let names = Names::new(&namespace);
     let mut rng = StdRng::seed_from_u64(config.seed);
@@ -326,7 +342,20 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     } else {
         Vec::new()
     };
-    let mut fleet = Fleet::start(&config_path, &dir, config.processes, &webhook_addrs);
+    // A drill watches serve 0's `/readyz` and `/metrics` on an address it knows.
+    let admin_addrs = if config.database.is_some() {
+        webhooks::free_addrs(1)
+    } else {
+        Vec::new()
+    };
+    let mut fleet = Fleet::start(
+        &config_path,
+        &dir,
+        config.processes,
+        &webhook_addrs,
+        &admin_addrs,
+    );
+    let mut failover = None;
     let stop_forging = tokio_util::sync::CancellationToken::new();
     let forger = config.webhooks.then(|| {
         tokio::spawn(webhooks::forge(
@@ -353,6 +382,10 @@ pub async fn run(config: SoakConfig) -> SoakReport {
 
     let chaos_started = Instant::now();
     let expected_publishing = config.round_interval * plan.rounds.len() as u32;
+    let fault_at = config
+        .database
+        .as_ref()
+        .map(|drill| expected_publishing.mul_f64(drill.at));
     let restart_at: Vec<Duration> = (1..=config.broker_restarts)
         .map(|k| expected_publishing * k as u32 / (config.broker_restarts as u32 + 1))
         .collect();
@@ -362,9 +395,28 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     tokio::time::sleep(Duration::from_millis(500)).await;
     loop {
         fleet.supervise();
+        if let (Some(at), Some(drill)) = (fault_at, &config.database) {
+            if failover.is_none() && chaos_started.elapsed() >= at {
+                println!(
+                    "  {:>5.1}s database fault: {:?}",
+                    started.elapsed().as_secs_f64(),
+                    drill.fault
+                );
+                let watch = patroni::Watch {
+                    admin: format!("http://{}", admin_addrs[0]),
+                    log_dir: dir.clone(),
+                };
+                failover = Some(tokio::spawn(patroni::make_fault(
+                    cluster.take().expect("the cluster"),
+                    drill.fault,
+                    watch,
+                )));
+            }
+        }
         let done = publisher.is_finished()
             && fleet.kills >= config.min_kills.min(config.max_kills)
-            && broker_restarts >= config.broker_restarts;
+            && broker_restarts >= config.broker_restarts
+            && (fault_at.is_none() || failover.is_some());
         if done || Instant::now() > chaos_deadline {
             break;
         }
@@ -393,9 +445,9 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         // Now and then the whole fleet crashes at once (a host going down); otherwise one.
         let victims: Vec<usize> = if rng.gen_range(0..100) < 15 {
             fleet_crashes += 1;
-            (0..fleet.len()).collect()
+            (config.spared..fleet.len()).collect()
         } else {
-            vec![rng.gen_range(0..fleet.len())]
+            vec![rng.gen_range(config.spared..fleet.len())]
         };
         for &victim in &victims {
             fleet.kill(victim);
@@ -412,6 +464,22 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     }
     let published = publisher.await.expect("publisher");
     let chaos_time = chaos_started.elapsed();
+    let mut failover_report = None;
+    if let Some(failover) = failover {
+        let (back, mut report) = failover.await.expect("the database fault");
+        cluster = Some(back);
+        if config
+            .database
+            .as_ref()
+            .is_some_and(|drill| drill.fault == patroni::Fault::LeaderLostAheadOfItsReplicas)
+        {
+            fleet.supervise();
+            report.loss = Some(
+                patroni::account_for_loss(&pool, &jetstream, &names, &plan, &config_path).await,
+            );
+        }
+        failover_report = Some(report);
+    }
     stop_forging.cancel();
     let forged = match forger {
         Some(forger) => Some(forger.await.expect("forger")),
@@ -493,6 +561,16 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         }
         None => None,
     };
+    if let (Some(report), Some(drill)) = (&failover_report, &config.database) {
+        problems.extend(patroni::gates(
+            report,
+            drill.fault,
+            &plan,
+            &observed,
+            &refund_figures.review_reasons,
+            &fleet.unexpected_exits,
+        ));
+    }
     for panic in fleet::panics(&dir) {
         problems.push(verify::Problem {
             attempt: None,
@@ -585,7 +663,14 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         chaos_time,
         settle_time
     );
+    if let Some(report) = &failover_report {
+        report.print();
+    }
     if !problems.is_empty() {
+        println!("PROBLEMS ({}), by kind:", problems.len());
+        for (count, kind) in problem_kinds(&problems) {
+            println!("  {count:>5} × {kind}");
+        }
         println!("PROBLEMS ({}):", problems.len());
         for problem in problems.iter().take(50) {
             println!("  {}", problem.text);
@@ -604,10 +689,44 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     drop(fleet);
     gateway.shutdown().await;
     drop(nats);
+    if let Some(cluster) = &mut cluster {
+        if !problems.is_empty() {
+            cluster.keep_logs();
+        }
+    }
+    drop(cluster);
     let mut workspace = workspace;
     workspace.keep = !problems.is_empty();
     drop(workspace);
-    SoakReport { problems }
+    SoakReport {
+        problems,
+        failover: failover_report,
+    }
+}
+
+/// The problems by kind: each text with every word that holds a digit (ids, amounts,
+/// sequences) as `#`, cut at 90 characters, counted, most first.
+fn problem_kinds(problems: &[verify::Problem]) -> Vec<(usize, String)> {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for problem in problems {
+        let kind: Vec<&str> = problem
+            .text
+            .split(' ')
+            .map(|word| {
+                if word.chars().any(|c| c.is_ascii_digit()) {
+                    "#"
+                } else {
+                    word
+                }
+            })
+            .collect();
+        *counts
+            .entry(kind.join(" ").chars().take(90).collect())
+            .or_default() += 1;
+    }
+    let mut out: Vec<(usize, String)> = counts.into_iter().map(|(k, n)| (n, k)).collect();
+    out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    out
 }
 
 /// For each valid message never recorded as processed, the command stream's sequences that

@@ -17,7 +17,8 @@
 //! - [`api`]: [`api::AdminApi`], the admin API client of the API and console tests, and the
 //!   set-up of an attempt in review they share;
 //! - [`localstripe`], [`pg_cluster`]: a localstripe process and PostgreSQL clusters (a primary
-//!   and a standby) of a test's own.
+//!   and a standby) of a test's own;
+//! - [`patroni`]: a Patroni cluster of a test's own (etcd, three PostgreSQL nodes, HAProxy).
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
@@ -29,6 +30,7 @@ pub mod harness;
 pub mod localstripe;
 pub mod nats;
 pub mod nats_server;
+pub mod patroni;
 pub mod pg_cluster;
 pub mod process;
 pub mod records;
