@@ -35,6 +35,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO :"runtime
 -- written.
 REVOKE INSERT, UPDATE, DELETE ON TABLE public._sqlx_migrations FROM :"runtime_role";
 
+-- The audit trail of every person's action is append-only: a compromised runtime can add
+-- to it and read it, never rewrite or delete who did what.
+REVOKE UPDATE, DELETE ON TABLE public.operator_audit FROM :"runtime_role";
+
 -- Ids from sequences (nextval), never setval.
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO :"runtime_role";
 
