@@ -8,6 +8,11 @@ use crate::support::one_line_error;
 use onecharge::config::Settings;
 use onecharge::demo::{run, DemoArgs};
 
+/// Held by the tests that give the demo addresses where a server must not (or must) listen:
+/// one's "free" port must not be another's running server (a port freed by `free_port` can
+/// be handed out again at once).
+static ADDRESSES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_settles_every_attempt_without_a_double_charge() {
     run_demo(11, None).await;
@@ -71,6 +76,7 @@ fn the_demo_without_postgres_or_nats_binaries_says_how_to_get_them_in_one_line()
 /// promise held, and leaves neither process nor directory behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_them_at_exit() {
+    let _addresses = ADDRESSES.lock().await;
     let (pg, nats) = (free_port(), free_port());
     let stdout = small_demo(
         &format!("postgres://127.0.0.1:{pg}/onecharge"),
@@ -116,6 +122,7 @@ async fn the_demo_starts_private_postgres_and_nats_where_none_listen_and_stops_t
 /// demo, refused, starts its private PostgreSQL as where none runs, and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_starts_its_own_postgres_where_the_configured_one_refuses_its_login() {
+    let _addresses = ADDRESSES.lock().await;
     let server = crate::support::pg_cluster::PasswordServer::start("not-the-demos");
     let stdout = small_demo(
         &format!("postgres://postgres@127.0.0.1:{}/onecharge", server.port),
