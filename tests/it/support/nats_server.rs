@@ -77,12 +77,41 @@ pub fn current_server_or_skip(test: &str) -> bool {
 /// Longest wait for a started server to accept connections.
 const LISTEN_DEADLINE: Duration = Duration::from_secs(15);
 
-/// Free loopback port: bind port 0, read it, let it go.
+/// A loopback port for a server a test starts a moment later.
+///
+/// Never one of the kernel's ephemeral ports (`net.ipv4.ip_local_port_range`): binding port 0
+/// hands out exactly those, and so does every outgoing connection. A test opening hundreds of
+/// connections (the hostile soak) would take the port as a source port between this call and
+/// the server's bind, and the server would die of "address already in use" (seen in CI: an
+/// etcd member of the Patroni drill that never became healthy). Below that range only
+/// listeners bind; a port is handed out once per test process and only while it binds.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low = 10_000u16.min(first_ephemeral / 2);
+    let span = u32::from(first_ephemeral - low);
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    for _ in 0..1000 {
+        let draw = u32::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..4].try_into().unwrap());
+        let port = low + (draw % span) as u16;
+        if handed_out.contains(&port) {
+            continue;
+        }
+        // Free on every address a test server binds: loopback and the wildcard.
+        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::TcpListener::bind(("0.0.0.0", port)).is_ok();
+        if free {
+            handed_out.insert(port);
+            return port;
+        }
+    }
+    panic!("no free port below {first_ephemeral}");
 }
 
 /// A running (or, between `kill` and `start_again`, stopped) nats-server.

@@ -702,11 +702,12 @@ impl PatroniCluster {
         self.haproxy = Some(child);
     }
 
-    async fn wait_for_etcd(&self) {
+    async fn wait_for_etcd(&mut self) {
         let started = Instant::now();
-        for member in &self.etcd {
-            let host = self.netns.as_ref().map_or(Ipv4Addr::LOCALHOST, |n| n.etcd);
-            let url = format!("http://{host}:{}/health", member.client_port);
+        let dir = self.dir().display().to_string();
+        let host = self.netns.as_ref().map_or(Ipv4Addr::LOCALHOST, |n| n.etcd);
+        for i in 0..self.etcd.len() {
+            let url = format!("http://{host}:{}/health", self.etcd[i].client_port);
             loop {
                 let healthy = match self.http.get(&url).send().await {
                     Ok(response) => response.text().await.unwrap_or_default().contains("true"),
@@ -715,11 +716,21 @@ impl PatroniCluster {
                 if healthy {
                     break;
                 }
+                let member = &mut self.etcd[i];
+                // One that died (its port taken, say) is named with its last words at once.
+                if let Some(Ok(Some(status))) = member.child.as_mut().map(Child::try_wait) {
+                    let log =
+                        std::fs::read_to_string(member.dir.join("etcd.log")).unwrap_or_default();
+                    let last: Vec<&str> = log.lines().rev().take(5).collect();
+                    panic!(
+                        "etcd {} exited ({status}); logs in {dir}; its last lines: {last:?}",
+                        member.name
+                    );
+                }
                 assert!(
                     started.elapsed() < DEADLINE,
-                    "etcd {} is not healthy; logs in {}",
-                    member.name,
-                    self.dir().display()
+                    "etcd {} is not healthy; logs in {dir}",
+                    member.name
                 );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
