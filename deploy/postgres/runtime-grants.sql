@@ -43,7 +43,7 @@ REVOKE UPDATE, DELETE ON TABLE public.operator_audit FROM :"runtime_role";
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO :"runtime_role";
 
 -- The functions onecharge calls: the owner's steps of history retention and the sweep's
--- ANALYZE (migration …_owner_steps_for_the_runtime_role), which PUBLIC may not call.
+-- ANALYZE (the baseline migration's owner steps, decision 160), which PUBLIC may not call.
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO :"runtime_role";
 
 -- What later migrations (run by owner_role) create gets the same rights.

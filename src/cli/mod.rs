@@ -4,7 +4,8 @@
 //! prints; a runner calls it and prints the answer, a table for people or `--json`.
 //!
 //! Exit codes: 0 success, 1 runtime failure, 2 usage or configuration (`ConfigError`,
-//! `UsageError`); every error line is printed without the configuration's secrets.
+//! `UsageError`, a database that must be made again: `SchemaError::PreRelease`); every
+//! error line is printed without the configuration's secrets.
 
 pub mod attempts;
 pub mod audit;
@@ -30,6 +31,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::app::Role;
 use crate::config::{ConfigError, LogFormat, Overrides, Redactor, Settings, UsageError};
+use crate::store::schema::SchemaError;
 
 pub use completions::{man_page, subcommand_pages, MAN_DIRECTORY};
 pub use demo::DemoArgs;
@@ -218,6 +220,17 @@ fn exit_code(result: anyhow::Result<()>, redactor: &Redactor) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.is::<ConfigError>() || err.is::<UsageError>() => {
             eprintln!("{}", redactor.scrub(&err.to_string()));
+            ExitCode::from(2)
+        }
+        // A database this onecharge cannot migrate (made by a pre-release build) is a wrong
+        // database to point it at: said in its own line, whatever context wraps it.
+        Err(err)
+            if err
+                .downcast_ref::<SchemaError>()
+                .is_some_and(SchemaError::needs_a_new_database) =>
+        {
+            let schema = err.downcast_ref::<SchemaError>().expect("matched above");
+            eprintln!("{}", redactor.scrub(&schema.to_string()));
             ExitCode::from(2)
         }
         Err(err) => {

@@ -1,5 +1,5 @@
-//! Attempts per status, kept by the database instead of counted (decision 91; migration
-//! `…_attempt_status_counts`). Triggers on `payment_attempts` append, in the writer's own
+//! Attempts per status, kept by the database instead of counted (decision 91; the
+//! baseline migration's `attempt_status_count_*`). Triggers on `payment_attempts` append, in the writer's own
 //! transaction, one delta per status a statement changed to `attempt_status_count_deltas`;
 //! [`fold`] moves the deltas into `attempt_status_counts`; [`read`] adds both.
 //!

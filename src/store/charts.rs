@@ -4,9 +4,9 @@
 //! from both. Every window ends at the database's `now()`, so hosts whose
 //! clocks disagree draw the same picture.
 //!
-//! Each query reads only the window's rows: the BRIN indexes of migration
-//! `20261202000600_history_time_brin` let a scan of `at` / `started_at` skip every block of
-//! a month partition outside it, at almost no cost to the writers.
+//! Each query reads only the window's rows: the BRIN indexes of `at` / `started_at`
+//! (decision 98) let a scan skip every block of a month partition outside it, at almost no
+//! cost to the writers.
 
 use std::time::Duration;
 

@@ -141,7 +141,9 @@ impl Store {
 
     /// Applies pending migrations, on a connection of its own without the session limits:
     /// a migration may rewrite a large table, and one instance waits on the migration lock
-    /// while another migrates. That connection is closed afterwards, never pooled.
+    /// while another migrates. That connection is closed afterwards, never pooled. A
+    /// database of the pre-release migrations is refused first
+    /// ([`schema::SchemaError::PreRelease`]).
     pub async fn migrate(&self) -> anyhow::Result<()> {
         let mut conn = self
             .pool
@@ -156,6 +158,7 @@ impl Store {
         .execute(&mut conn)
         .await
         .context("lifting the session limits for migrations")?;
+        schema::check_before_migrating(&mut conn).await?;
         MIGRATOR
             .run(&mut conn)
             .await

@@ -3,7 +3,7 @@
 //! what a charge has refunded and has left, and the counts behind the refund gauges.
 //!
 //! Nothing here writes: every move of a refund is `super::refunds`'. The listing's filters
-//! enter the SQL only when set, each served by an index of the refunds migration (decision
+//! enter the SQL only when set, each served by an index of `refunds` (decision
 //! 54's rule for attempts); an order or a customer is found through the refund's attempt.
 
 use crate::domain::GatewayChargeId;

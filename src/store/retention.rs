@@ -1,5 +1,5 @@
 //! The history retention's SQL: the month partitions of `attempt_transitions`,
-//! `gateway_calls` and `outbox` (migration `…_partitioned_history`), created ahead and
+//! `gateway_calls` and `outbox` (decision 85), created ahead and
 //! dropped whole once past `purge.history_retention`.
 //!
 //! A row is *kept* — never dropped, whatever its age — while its attempt is not final or
@@ -14,7 +14,7 @@
 //! Creating, attaching, detaching and dropping a month take the owner's rights, which the
 //! runtime role `serve` runs as does not have: each of those steps is a function of the
 //! schema that runs as its owner and refuses every table but a month of a history table
-//! (migration `…_owner_steps_for_the_runtime_role`, docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md). Reading, counting
+//! (the `onecharge_history_*` functions of the baseline migration, docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md). Reading, counting
 //! and copying rows is done here, with the caller's own rights.
 
 use std::time::{Duration, Instant};
@@ -221,7 +221,7 @@ const DROP_RETRY_PAUSE: Duration = Duration::from_millis(100);
 ///    month joined with the attempts.
 /// 2. One short transaction with `lock_timeout` = [`DROP_LOCK_TIMEOUT`]: detach the month
 ///    (ACCESS EXCLUSIVE on the history table, never a lock on `payment_attempts`: the
-///    history has no foreign key to it, migration `…_history_without_attempt_foreign_keys`)
+///    history has no foreign key to it, decision 101)
 ///    and copy the noted rows that are still kept into DEFAULT, each looked up by its key.
 ///    A failure leaves the month attached and whole; a lock not
 ///    had in time (55P03) rolls back and tries again after a pause.

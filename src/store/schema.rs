@@ -3,6 +3,12 @@
 //! migrates; `serve` runs as a role that may not change the schema (docs/decisions/160-setup-migrates-as-the-owner-serve-only-checks.md),
 //! so it reads `_sqlx_migrations` and refuses, naming the command to run, when a migration
 //! it needs is missing.
+//!
+//! The first migration is the baseline of the first release (docs/decisions/260-the-schema-starts-from-one-baseline-migration.md).
+//! A database migrated before it, by the pre-release chain of migrations it replaced, records
+//! the baseline's version with another text: `setup` and `serve` refuse it in one line
+//! ([`SchemaError::PreRelease`]) instead of sqlx's "previously applied but has been
+//! modified", since no migration leads from that chain to the baseline.
 
 use super::{Store, MIGRATOR};
 
@@ -22,6 +28,16 @@ pub enum SchemaError {
     Failed { version: i64, description: String },
     #[error("migration {version} ({description}) was applied from another text than this onecharge's: the database was migrated by a different build of onecharge")]
     Changed { version: i64, description: String },
+    #[error("the database was made by a pre-release build of onecharge (before the baseline migration {baseline}) and cannot be upgraded: drop it and run `onecharge setup` to make it again")]
+    PreRelease { baseline: i64 },
+}
+
+impl SchemaError {
+    /// Whether the database must be recreated rather than migrated: a wrong database for
+    /// this onecharge, which the command line reports like a wrong setting (exit 2).
+    pub fn needs_a_new_database(&self) -> bool {
+        matches!(self, Self::PreRelease { .. })
+    }
 }
 
 fn more_text(more: usize) -> String {
@@ -54,6 +70,7 @@ pub fn compare(
     if applied.is_empty() {
         return Err(SchemaError::NoSchema);
     }
+    refuse_pre_release(known, applied)?;
     let mut missing = Vec::new();
     for &(version, description, checksum) in known {
         match applied.iter().find(|a| a.version == version) {
@@ -85,6 +102,60 @@ pub fn compare(
         .map(|a| a.version)
         .filter(|v| !known.iter().any(|k| k.0 == *v))
         .collect())
+}
+
+/// Refuses a database whose first migration, the baseline, was applied from another text:
+/// the pre-release chain recorded its first migration under the baseline's version. Every
+/// other difference is left to [`compare`] (and to sqlx when `setup` migrates).
+pub fn refuse_pre_release(
+    known: &[KnownMigration<'_>],
+    applied: &[AppliedMigration],
+) -> Result<(), SchemaError> {
+    let Some(&(baseline, _, checksum)) = known.first() else {
+        return Ok(());
+    };
+    match applied.iter().find(|a| a.version == baseline) {
+        Some(a) if a.checksum != checksum => Err(SchemaError::PreRelease { baseline }),
+        _ => Ok(()),
+    }
+}
+
+/// The migrations this onecharge was built with, oldest first.
+fn known_migrations() -> Vec<KnownMigration<'static>> {
+    MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .map(|m| (m.version, m.description.as_ref(), m.checksum.as_ref()))
+        .collect()
+}
+
+/// The migrations `_sqlx_migrations` records on `conn`, oldest first; none when the table is
+/// not there (nothing was ever migrated).
+async fn applied_migrations(
+    conn: impl sqlx::PgExecutor<'_>,
+) -> Result<Vec<AppliedMigration>, sqlx::Error> {
+    match sqlx::query_as::<_, AppliedMigration>(
+        "SELECT version, checksum, success FROM _sqlx_migrations ORDER BY version",
+    )
+    .fetch_all(conn)
+    .await
+    {
+        Ok(applied) => Ok(applied),
+        // undefined_table: nothing was ever migrated here.
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => Ok(Vec::new()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Before `setup` migrates: a database of the pre-release chain is refused
+/// ([`SchemaError::PreRelease`]); anything else is for the migrator.
+pub(super) async fn check_before_migrating(conn: &mut sqlx::PgConnection) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let applied = applied_migrations(conn)
+        .await
+        .context("reading the applied migrations (_sqlx_migrations)")?;
+    refuse_pre_release(&known_migrations(), &applied)?;
+    Ok(())
 }
 
 impl Store {
@@ -121,27 +192,12 @@ impl Store {
     /// [`compare`]), reading `_sqlx_migrations` only; logs a warning naming the migrations
     /// of a newer release. A schema it cannot serve is a [`SchemaError`].
     pub async fn check_schema(&self) -> anyhow::Result<()> {
-        let applied = match sqlx::query_as::<_, AppliedMigration>(
-            "SELECT version, checksum, success FROM _sqlx_migrations ORDER BY version",
-        )
-        .fetch_all(self.pool())
-        .await
-        {
-            Ok(applied) => applied,
-            // undefined_table: nothing was ever migrated here.
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => Vec::new(),
-            Err(err) => {
-                return Err(anyhow::Error::new(err).context(
-                    "cannot read the applied migrations (_sqlx_migrations; the runtime role needs SELECT on it: deploy/postgres/runtime-grants.sql)",
-                ))
-            }
-        };
-        let known: Vec<KnownMigration<'_>> = MIGRATOR
-            .iter()
-            .filter(|m| !m.migration_type.is_down_migration())
-            .map(|m| (m.version, m.description.as_ref(), m.checksum.as_ref()))
-            .collect();
-        let newer = compare(&known, &applied)?;
+        let applied = applied_migrations(self.pool()).await.map_err(|err| {
+            anyhow::Error::new(err).context(
+                "cannot read the applied migrations (_sqlx_migrations; the runtime role needs SELECT on it: deploy/postgres/runtime-grants.sql)",
+            )
+        })?;
+        let newer = compare(&known_migrations(), &applied)?;
         if !newer.is_empty() {
             tracing::warn!(
                 ?newer,
@@ -165,7 +221,7 @@ mod tests {
     }
 
     const KNOWN: [KnownMigration<'static>; 3] = [
-        (1, "initial schema", b"a"),
+        (1, "baseline", b"a"),
         (2, "outbox backoff", b"b"),
         (3, "fleet pause", b"c"),
     ];
@@ -216,14 +272,28 @@ mod tests {
             ),
             (
                 vec![
+                    applied(1, b"a", true),
+                    applied(2, b"x", true),
+                    applied(3, b"c", true),
+                ],
+                SchemaError::Changed {
+                    version: 2,
+                    description: "outbox backoff".into(),
+                },
+            ),
+            // The first migration (the baseline) from another text: the pre-release chain,
+            // whatever else it recorded, newer versions or none of the known ones.
+            (
+                vec![applied(1, b"x", true), applied(5, b"e", true)],
+                SchemaError::PreRelease { baseline: 1 },
+            ),
+            (
+                vec![
                     applied(1, b"x", true),
                     applied(2, b"b", true),
                     applied(3, b"c", true),
                 ],
-                SchemaError::Changed {
-                    version: 1,
-                    description: "initial schema".into(),
-                },
+                SchemaError::PreRelease { baseline: 1 },
             ),
         ];
         for (rows, expected) in table {
@@ -238,5 +308,7 @@ mod tests {
             .to_string(),
             "the database schema lacks migration 2 (outbox backoff) and 1 more: run `onecharge setup` as the schema's owner"
         );
+        assert!(SchemaError::PreRelease { baseline: 1 }.needs_a_new_database());
+        assert!(!SchemaError::NoSchema.needs_a_new_database());
     }
 }

@@ -1,23 +1,16 @@
 //! The attempt counts the database keeps (`store::attempt_counts`, decision 91) against a
 //! count of the table itself: after the real roles' writes, under concurrent writers and
-//! folds, and for rows written before the migration that keeps them.
-
-use std::borrow::Cow;
+//! folds.
 
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::resolve::{resolve, ResolveAs, ResolveRequest};
 use onecharge::operator::{RetryWindow, Via};
 use onecharge::store::intake::record_batch;
-use onecharge::store::{attempt_counts, operator, Store, MIGRATOR};
-use sqlx::migrate::{MigrateDatabase as _, Migrator};
+use onecharge::store::{attempt_counts, operator, Store};
 use sqlx::PgPool;
 
-use crate::support::throwaway::ThrowawayDatabase;
 use crate::support::{record, Harness, Records};
-
-/// The migration that adds the kept counts.
-const COUNTS_MIGRATION: i64 = 20261201001600;
 
 /// Attempts per status counted from the table, as `count_by_status` did before.
 async fn scanned(pool: &PgPool) -> Vec<(String, i64)> {
@@ -241,66 +234,6 @@ async fn concurrent_writers_and_folds_keep_the_counts_exact_without_deadlock() {
         .map(|(_, n)| n)
         .sum();
     assert_eq!(total as usize, WRITERS * PER_WRITER + ROUNDS * 20);
-}
-
-/// Attempts written before the migration existed are counted by its backfill, and later
-/// writes by its triggers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_migration_counts_the_attempts_written_before_it() {
-    let database = ThrowawayDatabase::new();
-    let url = database.url();
-    sqlx::Postgres::create_database(&url).await.unwrap();
-    let before = Migrator {
-        migrations: Cow::Owned(
-            MIGRATOR
-                .iter()
-                .filter(|m| m.version < COUNTS_MIGRATION)
-                .cloned()
-                .collect(),
-        ),
-        ..Migrator::DEFAULT
-    };
-    let store = Store::connect(&url, 4).await.unwrap();
-    before.run(store.pool()).await.unwrap();
-    // Written in the shape of that schema (today's intake writes columns it did not have):
-    // thirty attempts, one in four expired, seven of the pending ones then unknown.
-    sqlx::raw_sql(
-        "INSERT INTO payment_attempts
-             (payment_attempt_id, order_id, customer_id, amount_minor, currency, payment_method,
-              fingerprint, idempotency_key, status, first_message_id)
-         SELECT id, 'order-' || i, 'customer-' || i, 100, 'EUR', 'pm_card_visa',
-                decode(repeat('00', 32), 'hex'), 'onecharge-' || id,
-                CASE WHEN i % 4 = 0 THEN 'expired' ELSE 'pending' END, 'm-' || i
-         FROM (SELECT i, gen_random_uuid() AS id FROM generate_series(0, 29) AS i) s;
-         UPDATE payment_attempts SET status = 'unknown'
-         WHERE payment_attempt_id IN (SELECT payment_attempt_id FROM payment_attempts
-                                      WHERE status = 'pending'
-                                      ORDER BY payment_attempt_id LIMIT 7)",
-    )
-    .execute(store.pool())
-    .await
-    .unwrap();
-    let expected = scanned(store.pool()).await;
-    assert_eq!(
-        expected.len(),
-        3,
-        "pending, expired and unknown: {expected:?}"
-    );
-
-    store.migrate().await.unwrap();
-    let counted: Vec<(String, i64)> =
-        sqlx::query_as("SELECT status, n FROM attempt_status_counts ORDER BY status")
-            .fetch_all(store.pool())
-            .await
-            .unwrap();
-    assert_eq!(counted, expected, "the backfill");
-    assert_exact(&store, "the migration").await;
-
-    let new: Vec<_> = (0..5).map(|_| record(pm::CARD_VISA, false)).collect();
-    record_batch(&store, "after-the-counts", &new)
-        .await
-        .unwrap();
-    assert_exact(&store, "a batch after the migration").await;
 }
 
 /// `TRUNCATE` fires no DELETE trigger: its own trigger empties the counts and the deltas

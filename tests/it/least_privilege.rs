@@ -464,18 +464,36 @@ async fn the_runtime_role_charges_serves_operators_sweeps_and_purges_but_cannot_
     served.stop().await;
 
     // A release whose migration has not run: serve and setup --check refuse in one line that
-    // names the command, and start nothing.
+    // names the command, and start nothing. Without the newest migration's record the schema
+    // lacks that migration, or has none at all when it was the only one (the baseline).
+    let (newest, description): (i64, String) = sqlx::query_as(
+        "SELECT version, description FROM _sqlx_migrations ORDER BY version DESC LIMIT 1",
+    )
+    .fetch_one(&as_owner)
+    .await
+    .unwrap();
+    let only_one = as_owner
+        .scalar("SELECT count(*) FROM _sqlx_migrations")
+        .await
+        == 1;
     as_owner
-        .exec("DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)")
+        .exec(&format!(
+            "DELETE FROM _sqlx_migrations WHERE version = {newest}"
+        ))
         .await;
+    let refusal = if only_one {
+        "the database has no onecharge schema: run `onecharge setup` as the schema's owner"
+            .to_owned()
+    } else {
+        format!("the database schema lacks migration {newest} ({description}): run `onecharge setup` as the schema's owner")
+    };
     for args in [&["serve"][..], &["setup", "--check"]] {
         let (code, stdout, stderr) = run_onecharge(&runtime, args, &gateway_env).await;
         assert_eq!(code, 1, "{args:?}: {stdout}{stderr}");
         let line = stderr.trim();
         assert_eq!(line.lines().count(), 1, "{line}");
         assert!(
-            line.contains("the database schema lacks migration")
-                && line.ends_with("run `onecharge setup` as the schema's owner"),
+            line.starts_with("error: ") && line.ends_with(&refusal),
             "{line}"
         );
     }

@@ -458,3 +458,64 @@ async fn an_attempts_events_are_read_by_the_outbox_key_not_a_scan_of_the_months(
     assert!(plan.contains("outbox_p"), "{plan}");
     sqlx::Connection::close(conn).await.unwrap();
 }
+
+/// The search columns live in `attempt_search`, written with the attempt (decision 214): a
+/// person's change of an attempt's order and creation time moves its search row in the same
+/// statement, and deleting the attempt deletes it, so a search never shows a stale or a
+/// missing attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempts_search_row_follows_a_change_of_its_columns_and_its_deletion() {
+    let h = Harness::new().await;
+    let moved = ordered("ord_search_before", "cus_search");
+    let kept = ordered("ord_search_kept", "cus_search");
+    seed(&h, &[moved.clone(), kept.clone()]).await;
+    let moved_id = moved.command.payment_attempt_id;
+    let by_order = |order: &str| AttemptFilter {
+        order_id: Some(order.into()),
+        ..Default::default()
+    };
+    let found = |order: &'static str| {
+        let h = &h;
+        async move {
+            let rows = onecharge::store::operator::list_attempts(&h.store, &by_order(order), None)
+                .await
+                .unwrap();
+            rows.iter()
+                .map(|a| a.payment_attempt_id)
+                .collect::<Vec<PaymentAttemptId>>()
+        }
+    };
+    assert_eq!(found("ord_search_before").await, vec![moved_id]);
+
+    h.set_attempt(
+        moved_id,
+        "order_id = 'ord_search_moved', created_at = created_at - interval '1 day'",
+    )
+    .await;
+    assert_eq!(found("ord_search_moved").await, vec![moved_id]);
+    assert!(found("ord_search_before").await.is_empty());
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM attempt_search").await,
+        2,
+        "moved, not copied"
+    );
+    assert_eq!(
+        h.scalar(
+            "SELECT count(*) FROM attempt_search s JOIN payment_attempts a
+             ON s.payment_attempt_id = a.payment_attempt_id AND s.created_at = a.created_at
+                AND s.order_id = a.order_id AND s.customer_id = a.customer_id"
+        )
+        .await,
+        2,
+        "each equal to its attempt's columns"
+    );
+
+    h.exec(&format!(
+        "DELETE FROM payment_attempts WHERE payment_attempt_id = '{}'",
+        uuid::Uuid::from(moved_id)
+    ))
+    .await;
+    assert!(found("ord_search_moved").await.is_empty());
+    assert_eq!(found("ord_search_kept").await.len(), 1);
+    assert_eq!(h.scalar("SELECT count(*) FROM attempt_search").await, 1);
+}

@@ -1,2 +1,0 @@
--- Dropping the sessions signs every operator out of the console; nothing else is lost.
-DROP TABLE IF EXISTS console_sessions;

@@ -1,2 +1,0 @@
-DROP TABLE intake_unrecorded_messages;
-DROP TABLE stream_audit_watermarks;

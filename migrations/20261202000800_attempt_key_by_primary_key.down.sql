@@ -1,1 +1,0 @@
-CREATE INDEX payment_attempts_idempotency_key_idx ON payment_attempts (idempotency_key);

@@ -1,2 +1,0 @@
-ALTER TABLE reconciliation_sweeps DROP CONSTRAINT reconciliation_sweeps_one_running_per_window;
-ALTER TABLE reconciliation_sweeps DROP COLUMN heartbeat_at;

@@ -1,1 +1,0 @@
-DROP TABLE fleet_pauses;

@@ -1,2 +1,0 @@
--- Nothing to take back: the up migration only checks.
-SELECT 1;

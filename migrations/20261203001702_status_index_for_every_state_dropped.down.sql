@@ -1,3 +1,0 @@
--- no-transaction
-CREATE INDEX CONCURRENTLY IF NOT EXISTS payment_attempts_status_created_idx
-    ON payment_attempts (status, created_at DESC);
