@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn the_stripe_api_version_is_a_dated_version_onecharge_can_read() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             assert_eq!(
                 load().stripe_api_version,
                 "2024-06-20",
@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn a_stripe_keys_mode_must_agree_with_production() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.set_env("ONECHARGE_GATEWAY_KIND", "stripe");
             for (key, production, ok) in [
                 ("sk_test_1", "false", true),
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn a_malformed_deployment_name_is_refused_in_one_line_naming_the_setting() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             assert_eq!(load().deployment, None);
             jail.set_env("ONECHARGE_DEPLOYMENT", "eu-west");
             assert_eq!(

@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn every_secret_setting_is_read_from_its_file_without_the_final_newline() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.create_file("db", "postgres://app:pw-from-file@db:5432/onecharge\n")?;
             jail.create_file("nats", "nats://app:nats-pw@nats:4222")?;
             jail.create_file("key", "0042\r\n")?;
@@ -191,7 +191,7 @@ mod tests {
 
     #[test]
     fn a_secret_given_as_a_value_and_as_a_file_is_refused_without_either() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.create_file("key", "key-from-file\n")?;
             jail.set_env("ONECHARGE_GATEWAY_API_KEY_FILE", "key");
             jail.set_env("ONECHARGE_GATEWAY_API_KEY", "key-from-env");
@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_flag_wins_over_a_secret_file_as_over_every_layer() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.create_file("db", "postgres://from-file/db\n")?;
             jail.set_env("ONECHARGE_DATABASE_URL_FILE", "db");
             let overrides = crate::config::Overrides {
@@ -237,7 +237,7 @@ mod tests {
 
     #[test]
     fn a_missing_empty_or_unreadable_secret_file_is_one_line_naming_it_never_its_content() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.set_env("ONECHARGE_ADMIN_TOKEN_FILE", "absent");
             let err = load_error();
             assert!(
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn operators_from_the_operators_file_join_those_of_the_configuration() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.create_file(
                 "onecharge.toml",
                 &format!(
@@ -303,7 +303,7 @@ mod tests {
 
     #[test]
     fn an_operator_named_in_the_configuration_and_the_operators_file_is_refused() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             let entry = |name: &str, hash: &str| {
                 format!("[[operators]]\nname = \"{name}\"\nrole = \"viewer\"\ntoken_sha256 = \"{hash}\"\n")
             };
@@ -323,7 +323,7 @@ mod tests {
 
     #[test]
     fn a_missing_or_malformed_operators_file_is_one_line_naming_it() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.set_env("ONECHARGE_OPERATORS_FILE", "absent.toml");
             let err = load_error();
             assert!(

@@ -196,6 +196,22 @@ mod testing {
         Settings::load(None, &Overrides::default()).unwrap()
     }
 
+    /// `figment::Jail::expect_with` without the `ONECHARGE_*` variables of the shell that runs
+    /// the tests: the README's set-up exports `ONECHARGE_DATABASE_URL`, which would meet a
+    /// test's own `ONECHARGE_DATABASE_URL_FILE` ("both set"). The jail restores them after.
+    pub(crate) fn jail(f: impl FnOnce(&mut figment::Jail) -> figment::error::Result<()>) {
+        figment::Jail::expect_with(|jail| {
+            let kept: Vec<(String, String)> = std::env::vars()
+                .filter(|(name, _)| !name.starts_with("ONECHARGE_"))
+                .collect();
+            jail.clear_env();
+            for (name, value) in kept {
+                jail.set_env(name, value);
+            }
+            f(jail)
+        });
+    }
+
     /// The one-line error a jail's files and environment give, with no overrides.
     pub(super) fn load_error() -> String {
         Settings::load(None, &Overrides::default())
@@ -225,7 +241,7 @@ mod tests {
 
     #[test]
     fn the_gateway_kind_chooses_the_default_gateway_url_and_an_explicit_url_wins() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             let s = load();
             assert_eq!(s.gateway_kind, GatewayKind::Onecharge);
             assert_eq!(s.gateway_url, "http://127.0.0.1:8080");
@@ -249,7 +265,7 @@ mod tests {
 
     #[test]
     fn file_then_environment_then_flags_take_precedence() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.create_file("c.toml", "nats_url = \"nats://file:1\"\ndatabase_url = \"postgres://file/db\"\n[intake]\nbatch_size = 7\n")?;
             jail.set_env("ONECHARGE_DATABASE_URL", "postgres://env/db");
             jail.set_env("ONECHARGE_INTAKE__MAX_COMMAND_AGE", "2h");
@@ -268,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_bad_value_is_one_line_naming_the_setting() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.set_env("ONECHARGE_INTAKE__BATCH_SIZE", "lots");
             let err = load_error();
             assert!(err.contains("batch_size"), "{err}");

@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn a_secret_written_as_a_number_is_that_string_and_a_float_is_refused_unshown() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.create_file("onecharge.toml", "gateway_api_key = 424242\n")?;
             jail.set_env("ONECHARGE_ADMIN_TOKEN", "0042");
             let s = load();
@@ -322,7 +322,7 @@ mod tests {
 
     #[test]
     fn secrets_never_show_in_debug_or_serialised_settings() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.set_env("ONECHARGE_GATEWAY_API_KEY", "sk_live_very_secret");
             jail.set_env("ONECHARGE_PRODUCTION", "true");
             let s = load();

@@ -861,7 +861,7 @@ mod tests {
 
     #[test]
     fn admin_public_origins_are_a_comma_separated_list_of_plain_origins() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             assert!(load().admin_public_origins.is_empty());
             jail.create_file(
                 "onecharge.toml",

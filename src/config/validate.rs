@@ -602,7 +602,7 @@ mod tests {
                 "[[operators]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\n"
             )
         };
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             let load = |jail: &mut figment::Jail, text: String| {
                 jail.create_file("ops.toml", &text).unwrap();
                 Settings::load(Some(Path::new("ops.toml")), &Overrides::default())
@@ -659,7 +659,7 @@ mod tests {
 
     #[test]
     fn a_session_cookie_without_secure_is_refused_on_an_admin_address_off_loopback() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.set_env("ONECHARGE_ADMIN_ADDR", "0.0.0.0:9464");
             jail.set_env("ONECHARGE_ADMIN_TOKEN", "tok-admin-0123456789");
             jail.set_env("ONECHARGE_CONSOLE__SECURE_COOKIE", "false");
@@ -712,7 +712,7 @@ mod tests {
 
     #[test]
     fn stream_replicas_default_to_one_and_outside_one_to_five_are_refused_by_name() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             let s = load();
             assert_eq!(s.streams.replicas, 1);
             jail.set_env("ONECHARGE_STREAMS__REPLICAS", "3");
@@ -732,7 +732,7 @@ mod tests {
 
     #[test]
     fn the_otlp_endpoint_is_off_by_default_and_must_be_an_http_url() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             let s = load();
             assert_eq!(s.otlp_endpoint, None);
             jail.set_env("ONECHARGE_OTLP_ENDPOINT", "http://127.0.0.1:4318");
@@ -751,7 +751,7 @@ mod tests {
 
     #[test]
     fn database_timeouts_have_defaults_and_a_bad_one_is_one_line_naming_it() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             let s = load();
             assert_eq!(s.database.statement_timeout, Duration::from_secs(30));
             assert_eq!(s.database.lock_timeout, Duration::from_secs(5));
@@ -793,7 +793,7 @@ mod tests {
 
     #[test]
     fn the_gateways_maximum_processing_time_must_fit_inside_the_key_window() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             let s = load();
             assert_eq!(s.gateway_max_processing_time, Duration::from_secs(600));
             jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "23h");
@@ -814,7 +814,7 @@ mod tests {
 
     #[test]
     fn a_processing_time_shorter_than_the_lease_plus_a_whole_call_is_refused() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             jail.set_env("ONECHARGE_EXECUTOR__LEASE", "5m");
             jail.set_env("ONECHARGE_GATEWAY_MAX_PROCESSING_TIME", "5m");
             let err = load_error();
@@ -836,7 +836,7 @@ mod tests {
 
     #[test]
     fn serve_waits_a_minute_at_start_for_a_writable_primary_and_at_most_ten() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             assert_eq!(load().database.startup_wait, Duration::from_secs(60));
             jail.set_env("ONECHARGE_DATABASE__STARTUP_WAIT", "0s");
             assert_eq!(load().database.startup_wait, Duration::ZERO);
@@ -852,7 +852,7 @@ mod tests {
 
     #[test]
     fn database_max_lifetime_defaults_to_five_minutes_and_more_than_an_hour_is_refused() {
-        figment::Jail::expect_with(|jail| {
+        crate::config::testing::jail(|jail| {
             let s = load();
             assert_eq!(s.database.max_lifetime, Duration::from_secs(300));
             jail.set_env("ONECHARGE_DATABASE__MAX_LIFETIME", "2h");
