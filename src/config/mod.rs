@@ -199,6 +199,8 @@ mod testing {
     /// `figment::Jail::expect_with` without the `ONECHARGE_*` variables of the shell that runs
     /// the tests: the README's set-up exports `ONECHARGE_DATABASE_URL`, which would meet a
     /// test's own `ONECHARGE_DATABASE_URL_FILE` ("both set"). The jail restores them after.
+    // figment::Jail's closures return figment::Error, which is large; that is its API.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn jail(f: impl FnOnce(&mut figment::Jail) -> figment::error::Result<()>) {
         figment::Jail::expect_with(|jail| {
             let kept: Vec<(String, String)> = std::env::vars()
