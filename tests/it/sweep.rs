@@ -634,6 +634,21 @@ async fn findings_in_full(
         .collect()
 }
 
+/// Resolves the newest finding as alice would from the command line, saying `why`; its id.
+async fn resolve_the_last_finding(h: &Harness, why: &str) -> i64 {
+    let id = h.last_finding().await.id;
+    onecharge::operator::findings::resolve(
+        &h.store,
+        id,
+        "operator:alice",
+        onecharge::store::audit::Via::Cli,
+        why,
+    )
+    .await
+    .unwrap();
+    id
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispute_opened_then_lost_is_two_findings_of_one_history_and_each_publishes_its_event() {
     let h = stripe_harness().await;
@@ -645,18 +660,7 @@ async fn a_dispute_opened_then_lost_is_two_findings_of_one_history_and_each_publ
     at_the_gateway(&h, &pi, "dispute", "").await;
     let opened = reconciler.sweep(window(&h).await).await.unwrap();
     assert_eq!(opened.new_findings.len(), 1, "{opened:?}");
-    let open_id: i64 = h
-        .scalar("SELECT max(id) FROM reconciliation_findings")
-        .await;
-    onecharge::operator::findings::resolve(
-        &h.store,
-        open_id,
-        "operator:alice",
-        onecharge::store::audit::Via::Cli,
-        "evidence sent to the bank",
-    )
-    .await
-    .unwrap();
+    let open_id = resolve_the_last_finding(&h, "evidence sent to the bank").await;
     at_the_gateway(&h, &pi, "dispute", r#"{"status": "under_review"}"#).await;
     let reviewed = reconciler.sweep(window(&h).await).await.unwrap();
     assert!(reviewed.new_findings.is_empty(), "still open: {reviewed:?}");
@@ -712,16 +716,7 @@ async fn an_inquiry_that_escalates_to_a_chargeback_opens_a_new_finding_after_the
     .await;
     let inquiry = reconciler.sweep(window(&h).await).await.unwrap();
     assert_eq!(inquiry.new_findings.len(), 1, "{inquiry:?}");
-    let inquiry_id = h.last_finding().await.id;
-    onecharge::operator::findings::resolve(
-        &h.store,
-        inquiry_id,
-        "operator:alice",
-        onecharge::store::audit::Via::Cli,
-        "inquiry answered",
-    )
-    .await
-    .unwrap();
+    let inquiry_id = resolve_the_last_finding(&h, "inquiry answered").await;
     // The bank escalates it: a chargeback, the funds withdrawn.
     at_the_gateway(&h, &pi, "dispute", r#"{"status": "needs_response"}"#).await;
     let chargeback = reconciler.sweep(window(&h).await).await.unwrap();
@@ -1110,4 +1105,76 @@ async fn two_instances_never_sweep_overlapping_windows_at_once() {
     first.await.unwrap().unwrap();
     let rows = sweep_rows(&h).await;
     assert_eq!(rows.len(), 1, "the refused sweep left no row: {rows:?}");
+}
+
+/// The sweep's last step, the succeeded attempts of the window that no record names, reads
+/// the window's part of `payment_attempts_succeeded_dispatched_idx` and never the whole ledger
+/// (decision 244): 30,000 succeeded attempts over a month, analyzed, and an hour's window a
+/// week ago; the plan of the very statement the step runs, on its first page and on a later
+/// one, is that index's and scans nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index_not_the_ledger() {
+    use onecharge::store::sweep::{unlisted_succeeded, unlisted_succeeded_plan, ComparePage};
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let first = executed(&h, &client, pm::CARD_VISA).await;
+    // Copies of it, one every 90 seconds back over a month.
+    h.exec(&format!(
+        "INSERT INTO payment_attempts
+         SELECT (jsonb_populate_record(a, jsonb_build_object(
+                    'payment_attempt_id', n.id, 'idempotency_key', 'onecharge-' || n.id,
+                    'first_message_id', 'm-' || n.id, 'gateway_charge_id', 'ch_' || n.id,
+                    'first_dispatched_at', n.at, 'dispatched_at', n.at,
+                    'updated_at', n.at, 'created_at', n.at))).*
+         FROM payment_attempts a,
+              (SELECT gen_random_uuid() AS id, now() - i * interval '90 seconds' AS at
+               FROM generate_series(1, 30000) i) n
+         WHERE a.payment_attempt_id = '{first}'"
+    ))
+    .await;
+    h.exec("ANALYZE payment_attempts").await;
+    let week_ago = h.db_now().await - Duration::from_secs(7 * 86400);
+    let page = ComparePage {
+        sweep: 1,
+        window: ListWindow {
+            from: week_ago,
+            to: week_ago + Duration::from_secs(3600),
+        },
+        read_began: week_ago,
+        margin: Duration::from_secs(60),
+        after: None,
+        limit: 20,
+    };
+
+    let first_page = unlisted_succeeded(&h.store, page).await.unwrap();
+    let later = ComparePage {
+        after: Some(first_page.last().unwrap().payment_attempt_id.into()),
+        ..page
+    };
+
+    assert_eq!(first_page.len(), 20);
+    let second_page = unlisted_succeeded(&h.store, later).await.unwrap();
+    // About 39 were first sent inside the window less its margins: 20, then the rest.
+    let inside: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM payment_attempts
+         WHERE status = 'succeeded' AND first_dispatched_at >= $1 AND updated_at < $2",
+    )
+    .bind(page.window.from + page.margin)
+    .bind(page.window.to - page.margin)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert!(inside > 20 && inside <= 40, "{inside}");
+    assert_eq!(second_page.len() as i64, inside - 20);
+    assert!(second_page
+        .iter()
+        .all(|a| !first_page.contains(a) && a.in_window));
+    for page in [page, later] {
+        let plan = unlisted_succeeded_plan(&h.store, page).await.unwrap();
+        assert!(
+            plan.contains("payment_attempts_succeeded_dispatched_idx"),
+            "{plan}"
+        );
+        assert!(!plan.contains("Seq Scan on payment_attempts"), "{plan}");
+    }
 }
