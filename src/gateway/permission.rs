@@ -95,12 +95,7 @@ impl Permission {
 
 /// Counts and logs a `403`: the operation it stopped and the permission it needed.
 pub(super) fn record_denied(operation: &'static str, permission: Permission) {
-    metrics::counter!(
-        "onecharge_gateway_permission_denied_total",
-        "operation" => operation,
-        "permission" => permission.as_str()
-    )
-    .increment(1);
+    crate::metrics::gateway_permission_denied(operation, permission.as_str());
     tracing::error!(
         operation,
         permission = permission.as_str(),
@@ -218,6 +213,31 @@ mod tests {
                 Permission::of(&method, path).as_str(),
                 permission,
                 "{method} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_denial_a_connector_can_meet_is_registered_at_zero() {
+        // Each request either connector sends, by operation: what its 403 is counted as.
+        let sent = [
+            ("prepare", Method::POST, "/v1/payment_intents"),
+            ("charge", Method::POST, "/v1/payment_intents/pi_1/confirm"),
+            ("cancel", Method::POST, "/v1/payment_intents/pi_1/cancel"),
+            ("lookup", Method::GET, "/v1/payment_intents/pi_1"),
+            ("lookup", Method::GET, "/v1/disputes"),
+            ("list", Method::GET, "/v1/payment_intents"),
+            ("refund", Method::POST, "/v1/refunds"),
+            ("refund_lookup", Method::GET, "/v1/refunds"),
+            ("charge", Method::POST, "/v1/charges"),
+            ("lookup", Method::GET, "/v1/charges"),
+            ("list", Method::GET, "/v1/charges"),
+        ];
+        for (operation, method, path) in sent {
+            let pair = (operation, Permission::of(&method, path).as_str());
+            assert!(
+                crate::metrics::PERMISSION_DENIALS.contains(&pair),
+                "{pair:?} is not registered at 0"
             );
         }
     }
