@@ -159,6 +159,8 @@ async fn a_revoked_key_answered_401_on_a_refund_still_pauses_every_call() {
     )
     .unwrap();
     let (executor, worker, health) = roles(&h, revoked);
+    // The key is unknown as well as short of a permission: Stripe says 401 first.
+    h.gateway.set_missing_permissions(&["refunds:write"]);
     let refund_id = RefundId::random();
     record(&h, &refund(refund_id, charged, Some(400)), "revoked").await;
 

@@ -1178,3 +1178,197 @@ async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index
         assert!(!plan.contains("Seq Scan on payment_attempts"), "{plan}");
     }
 }
+
+/// Issue 55's whole account, in the mock's Stripe dialect: one account shared by two
+/// sibling deployments (eu, us); eu's charges in ISK, JPY, KWD and MGA (whose Stripe units
+/// differ from ISO 4217's both ways), each partly refunded by a RefundPayment onecharge sent;
+/// an inquiry on another charge that the bank escalates to a chargeback; and a sweep whose
+/// comparison stalled until a later sweep ended it as abandoned. The whole list of findings,
+/// after each sweep, is exactly the true one: the inquiry, then the chargeback — nothing
+/// about the currencies' refunds, the sibling's charges, or the stalled sweep's half-read
+/// table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_a_stalled_sweep_gives_exactly_the_true_findings(
+) {
+    use crate::refunds::{record, refund, settle};
+    use crate::support::{command, intake_record};
+    use onecharge::domain::RefundId;
+    use onecharge::refunds::RefundWorker;
+
+    let sibling = |name: &'static str| {
+        move |s: &mut onecharge::config::Settings| {
+            s.gateway_kind = GatewayKind::Stripe;
+            s.deployment = Some(name.to_owned());
+            s.refunds.recheck_interval = Duration::from_millis(1);
+        }
+    };
+    let stripe = || MockConfig {
+        dialect: Dialect::Stripe,
+        ..MockConfig::default()
+    };
+    let eu = Harness::with(stripe(), sibling("eu")).await;
+    let mut us = Harness::with(stripe(), sibling("us")).await;
+    us.settings.gateway_url = eu.gateway.base_url();
+    let eu_client = GatewayClient::from_settings(&eu.settings).unwrap();
+
+    // eu: four currencies whose Stripe unit is not ISO's (ISK ×100, MGA ÷100, KWD's last
+    // digit 0, JPY none), each refunded in part by onecharge; and one EUR charge.
+    let charges = [
+        ("ISK", 4000, 1500),
+        ("JPY", 500, 200),
+        ("KWD", 1230, 500),
+        ("MGA", 5000, 2000),
+    ];
+    let records: Vec<_> = charges
+        .iter()
+        .map(|(currency, amount, _)| {
+            let body = command(
+                uuid::Uuid::new_v4(),
+                serde_json::json!({"payment_method": pm::CARD_VISA, "currency": currency, "amount_minor": amount}),
+            );
+            intake_record(&body, &format!("msg-{}", uuid::Uuid::new_v4()), None)
+        })
+        .collect();
+    onecharge::store::intake::record_batch(&eu.store, "test-intake", &records)
+        .await
+        .unwrap();
+    let disputed = eu.seed(pm::CARD_VISA).await.payment_attempt_id;
+    let executor = eu.executor_with(eu_client.clone());
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    let worker = RefundWorker::new(
+        eu.store.clone(),
+        eu_client.clone(),
+        onecharge::gateway::GatewayHealth::from_settings(&eu.settings.executor),
+        &eu.settings,
+    );
+    for (record_, (currency, _, refunded)) in records.iter().zip(charges) {
+        let attempt = record_.command.payment_attempt_id;
+        assert_eq!(eu.attempt(attempt).await.status, "succeeded", "{currency}");
+        let refund_id = RefundId::random();
+        record(&eu, &refund(refund_id, attempt, Some(refunded)), currency).await;
+        settle(&worker).await;
+        assert_eq!(eu.refund(refund_id).await.status, "succeeded", "{currency}");
+    }
+    // us: three charges of its own in the same account.
+    let us_executor = us.executor_with(GatewayClient::from_settings(&us.settings).unwrap());
+    us.seed_many(&[pm::CARD_VISA; 3]).await;
+    while us_executor.run_once().await.unwrap().claimed() > 0 {}
+    assert_eq!(
+        eu.gateway.ledger().len(),
+        8,
+        "one account: 5 of eu's, 3 of us's"
+    );
+    // The bank opens an inquiry on eu's EUR charge.
+    let pi = eu.attempt(disputed).await.gateway_charge_id.unwrap();
+    at_the_gateway(
+        &eu,
+        &pi,
+        "dispute",
+        r#"{"status": "warning_needs_response"}"#,
+    )
+    .await;
+
+    // A sweep of eu's whose comparison stalls, ended as abandoned by a later sweep's start.
+    let reconciler = eu.reconciler_with(eu_client.clone());
+    let whole = window(&eu).await;
+    let (blocker, stalled) = stalled_before_comparing(&eu, &reconciler, whole).await;
+    eu.exec("UPDATE reconciliation_sweeps SET heartbeat_at = now() - interval '11 minutes'")
+        .await;
+    let elsewhere = ListWindow {
+        from: whole.from - Duration::from_secs(30 * 86_400),
+        to: whole.from - Duration::from_secs(29 * 86_400),
+    };
+    let next = onecharge::store::sweep::start(&eu.store, elsewhere, "reconciler:next")
+        .await
+        .unwrap();
+    onecharge::store::sweep::finish(&eu.store, next, Default::default(), None)
+        .await
+        .unwrap();
+    blocker.commit().await.unwrap();
+    let abandoned = stalled.await.unwrap();
+    assert!(format!("{:#}", abandoned.unwrap_err()).contains("abandoned"));
+    assert!(
+        eu.findings().await.is_empty(),
+        "the stalled sweep wrote nothing"
+    );
+
+    // The next sweeps, each deployment of its own window of the shared account.
+    let all = |h: &Harness| {
+        let store = h.store.clone();
+        async move {
+            let mut found: Vec<(String, Option<uuid::Uuid>, String, String)> = Vec::new();
+            for f in crate::support::Records::findings(&store).await {
+                found.push((f.class, f.payment_attempt_id, f.evidence, f.state));
+            }
+            found
+        }
+    };
+    let report = reconciler.sweep(window(&eu).await).await.unwrap();
+    assert_eq!(
+        (
+            report.records_seen,
+            report.records_kept,
+            report.records_skipped
+        ),
+        (8, 5, 3),
+        "us's three counted and skipped"
+    );
+    let inquiry = (
+        "disputed".to_owned(),
+        Some(disputed.into()),
+        "dispute:inquiry".to_owned(),
+    );
+    assert_eq!(
+        all(&eu).await,
+        [(
+            inquiry.0.clone(),
+            inquiry.1,
+            inquiry.2.clone(),
+            "open".to_owned()
+        )],
+        "only the inquiry"
+    );
+    let us_report = us
+        .reconciler_with(GatewayClient::from_settings(&us.settings).unwrap())
+        .sweep(window(&us).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            us_report.records_seen,
+            us_report.records_kept,
+            us_report.records_skipped
+        ),
+        (8, 3, 5)
+    );
+    assert!(
+        all(&us).await.is_empty(),
+        "us: nothing of eu's is a finding"
+    );
+
+    // The inquiry answered; the bank escalates it to a chargeback.
+    resolve_the_last_finding(&eu, "inquiry answered").await;
+    at_the_gateway(&eu, &pi, "dispute", r#"{"status": "needs_response"}"#).await;
+    reconciler.sweep(window(&eu).await).await.unwrap();
+    let again = reconciler.sweep(window(&eu).await).await.unwrap();
+
+    assert!(again.new_findings.is_empty(), "{again:?}");
+    assert_eq!(
+        all(&eu).await,
+        [
+            (
+                inquiry.0.clone(),
+                inquiry.1,
+                inquiry.2,
+                "resolved".to_owned()
+            ),
+            (
+                "disputed".to_owned(),
+                Some(disputed.into()),
+                "dispute:open".to_owned(),
+                "open".to_owned()
+            ),
+        ],
+        "the inquiry, resolved, and the chargeback it became: nothing else"
+    );
+}
