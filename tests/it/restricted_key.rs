@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
+use mock_gateway::payment_methods as pm;
 use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome};
 use onecharge::domain::{AttemptStatus, RefundId};
 use onecharge::executor::Executor;
@@ -20,17 +20,10 @@ use crate::support::process::run_onecharge;
 use crate::support::Records;
 
 async fn stripe(adjust: impl FnOnce(&mut onecharge::config::Settings)) -> Harness {
-    Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_kind = GatewayKind::Stripe;
-            s.refunds.recheck_interval = Duration::from_millis(1);
-            adjust(s);
-        },
-    )
+    Harness::stripe(|s| {
+        s.refunds.recheck_interval = Duration::from_millis(1);
+        adjust(s);
+    })
     .await
 }
 
@@ -149,15 +142,7 @@ async fn a_revoked_key_answered_401_on_a_refund_still_pauses_every_call() {
     let good = GatewayClient::from_settings(&h.settings).unwrap();
     let charged = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     run_leaving_one_in(&h.executor_with(good), AttemptStatus::Succeeded).await;
-    let revoked = GatewayClient::for_kind(
-        GatewayKind::Stripe,
-        &h.settings.gateway_url,
-        secrecy::SecretString::from("rk_test_revoked"),
-        Duration::from_secs(1),
-        Duration::from_secs(2),
-        Vec::new(),
-    )
-    .unwrap();
+    let revoked = h.client_of_kind_with_key(GatewayKind::Stripe, "rk_test_revoked");
     let (executor, worker, health) = roles(&h, revoked);
     // The key is unknown as well as short of a permission: Stripe says 401 first.
     h.gateway.set_missing_permissions(&["refunds:write"]);

@@ -1046,17 +1046,14 @@ async fn stalled_before_comparing(
     (blocker, sweep)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sweep_ended_as_abandoned_while_it_stalled_writes_no_finding_and_keeps_its_end() {
-    let h = Harness::new().await;
-    let executor = h.executor_with(h.client_with_key(crate::support::API_KEY));
-    h.seed_many(&[pm::CARD_VISA; 5]).await;
-    while executor.run_once().await.unwrap().claimed() > 0 {}
-    let reconciler = h.reconciler();
-    let whole = window(&h).await;
-    let (blocker, stalled) = stalled_before_comparing(&h, &reconciler, whole).await;
-    // It stalls past ABANDONED_AFTER (a lock wait, a paused VM): the next sweep's start ends
-    // it as abandoned and removes its records.
+/// The sweep that `blocker` stalls past ABANDONED_AFTER (a lock wait, a paused VM) is ended
+/// as abandoned by the next sweep's start (of a window a month before `whole`), which
+/// removes its records; then the stall ends.
+async fn abandoned_by_the_next_start(
+    h: &Harness,
+    whole: ListWindow,
+    blocker: sqlx::Transaction<'static, sqlx::Postgres>,
+) {
     h.exec("UPDATE reconciliation_sweeps SET heartbeat_at = now() - interval '11 minutes'")
         .await;
     let elsewhere = ListWindow {
@@ -1070,6 +1067,18 @@ async fn a_sweep_ended_as_abandoned_while_it_stalled_writes_no_finding_and_keeps
         .await
         .unwrap();
     blocker.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_ended_as_abandoned_while_it_stalled_writes_no_finding_and_keeps_its_end() {
+    let h = Harness::new().await;
+    let executor = h.executor_with(h.client_with_key(crate::support::API_KEY));
+    h.seed_many(&[pm::CARD_VISA; 5]).await;
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    let reconciler = h.reconciler();
+    let whole = window(&h).await;
+    let (blocker, stalled) = stalled_before_comparing(&h, &reconciler, whole).await;
+    abandoned_by_the_next_start(&h, whole, blocker).await;
 
     let result = stalled.await.unwrap();
 
@@ -1272,19 +1281,7 @@ async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_
     let reconciler = eu.reconciler_with(eu_client.clone());
     let whole = window(&eu).await;
     let (blocker, stalled) = stalled_before_comparing(&eu, &reconciler, whole).await;
-    eu.exec("UPDATE reconciliation_sweeps SET heartbeat_at = now() - interval '11 minutes'")
-        .await;
-    let elsewhere = ListWindow {
-        from: whole.from - Duration::from_secs(30 * 86_400),
-        to: whole.from - Duration::from_secs(29 * 86_400),
-    };
-    let next = onecharge::store::sweep::start(&eu.store, elsewhere, "reconciler:next")
-        .await
-        .unwrap();
-    onecharge::store::sweep::finish(&eu.store, next, Default::default(), None)
-        .await
-        .unwrap();
-    blocker.commit().await.unwrap();
+    abandoned_by_the_next_start(&eu, whole, blocker).await;
     let abandoned = stalled.await.unwrap();
     assert!(format!("{:#}", abandoned.unwrap_err()).contains("abandoned"));
     assert!(
