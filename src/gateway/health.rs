@@ -82,7 +82,8 @@ pub enum Work {
 }
 
 impl Work {
-    fn what(self) -> &'static str {
+    /// Why this work is stopped, for readiness-like status lines.
+    pub fn what(self) -> &'static str {
         match self {
             Self::Charges => "gateway key lacks the permission to charge",
             Self::Refunds => "gateway key lacks the permission to refund",
