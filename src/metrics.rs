@@ -119,6 +119,10 @@ pub fn register_at_zero(consumers: &[String]) {
     metrics::counter!("onecharge_gateway_rate_limit_takes_total").absolute(0);
     metrics::counter!("onecharge_gateway_credentials_faults_total").absolute(0);
     metrics::counter!("onecharge_gateway_endpoint_faults_total").absolute(0);
+    for (operation, permission) in PERMISSION_DENIALS {
+        metrics::counter!("onecharge_gateway_permission_denied_total", "operation" => operation, "permission" => permission)
+            .absolute(0);
+    }
 
     for consumer in consumers {
         for result in [
@@ -252,6 +256,32 @@ pub async fn upkeep(
 
 /// One publish retried after an error that may pass (a stream-leader election, a
 /// reconnect), by what was published (the broker's `PublishKind`).
+/// Every (operation, permission) a `403` can be counted under: the calls each connector
+/// makes and the permission each needs (`gateway::permission`, decision 245).
+pub const PERMISSION_DENIALS: [(&str, &str); 11] = [
+    ("prepare", "payment_intents:write"),
+    ("charge", "payment_intents:write"),
+    ("cancel", "payment_intents:write"),
+    ("lookup", "payment_intents:read"),
+    ("lookup", "disputes:read"),
+    ("list", "payment_intents:read"),
+    ("refund", "refunds:write"),
+    ("refund_lookup", "refunds:read"),
+    ("charge", "charges:write"),
+    ("lookup", "charges:read"),
+    ("list", "charges:read"),
+];
+
+/// A gateway call refused `403`: the key lacks `permission` for `operation` (decision 245).
+pub fn gateway_permission_denied(operation: &'static str, permission: &'static str) {
+    metrics::counter!(
+        "onecharge_gateway_permission_denied_total",
+        "operation" => operation,
+        "permission" => permission
+    )
+    .increment(1);
+}
+
 pub fn publish_retry(kind: &'static str) {
     metrics::counter!("onecharge_publish_retries_total", "kind" => kind).increment(1);
 }

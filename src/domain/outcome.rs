@@ -28,6 +28,17 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// `review_reason`, `last_error` and `gateway_calls.error` to 1024 characters).
 pub const MAX_REASON_CHARS: usize = 1000;
 
+/// What a configuration fault's status says, for a reason a person reads: `403` is a
+/// permission the key lacks for this request (a restricted key, decision 245), anything
+/// else the key itself.
+pub fn refused_key_words(status: u16) -> &'static str {
+    if status == 403 {
+        "the gateway refused onecharge's key the permission for this request"
+    } else {
+        "the gateway rejected onecharge's credentials"
+    }
+}
+
 /// When to try a request again that the gateway refused without charging.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryAfter {

@@ -234,7 +234,10 @@ pub fn after_request(
             policy,
         ),
         RefundOutcome::ConfigurationFault { status } => RefundMove::Pending {
-            reason: format!("HTTP {status}: onecharge's gateway credentials or gateway_url are wrong; nothing was processed"),
+            reason: match status {
+                403 => format!("HTTP 403: {}; nothing was processed", super::outcome::refused_key_words(*status)),
+                _ => format!("HTTP {status}: onecharge's gateway credentials or gateway_url are wrong; nothing was processed"),
+            },
             next: later(now, policy.in_progress_delay.max(Duration::from_secs(30))),
             count_try: false,
         },

@@ -104,7 +104,7 @@ impl RetryPolicy {
             }
             GatewayOutcome::CredentialsFault { status } => configuration_fault(
                 now,
-                format!("the gateway rejected onecharge's credentials (HTTP {status}); not counted as a try"),
+                format!("{} (HTTP {status}); not counted as a try", crate::domain::outcome::refused_key_words(*status)),
                 TransitionCause::CredentialsFault,
             ),
             GatewayOutcome::EndpointFault { status } => configuration_fault(

@@ -1,6 +1,8 @@
 //! What onecharge currently believes about the gateway, shared by every task that calls it
 //! and by readiness and metrics: whether its credentials were rejected (then all calls
-//! pause) and the circuit breaker's state (then calls stop for a cooldown).
+//! pause), whether the key lacks the permission for one kind of work (a restricted key
+//! refused `403`: then that work alone stops, decision 245), and the circuit breaker's
+//! state (then calls stop for a cooldown).
 //!
 //! Time comes from the caller (the executor's clock), so tests drive it without sleeping.
 //! Probes are rationed by time rather than by an "outstanding" flag: a probe admission that
@@ -69,6 +71,26 @@ impl Admission {
     }
 }
 
+/// The kinds of work that move money, each stopped on its own when the key lacks its
+/// permission (`403`): a restricted key that may charge and not refund still charges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// Charges: the executor's prepare, charge and cancel.
+    Charges,
+    /// Refunds: the refund worker's sends.
+    Refunds,
+}
+
+impl Work {
+    /// Why this work is stopped, for readiness-like status lines.
+    pub fn what(self) -> &'static str {
+        match self {
+            Self::Charges => "gateway key lacks the permission to charge",
+            Self::Refunds => "gateway key lacks the permission to refund",
+        }
+    }
+}
+
 /// A copy of the health state, for readiness, status output and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthSnapshot {
@@ -82,6 +104,9 @@ pub struct HealthSnapshot {
     /// succeeds. Lookups keep their own health: they never pause charges, open or close the
     /// breaker, or end a pause.
     pub lookup_fault: Option<u16>,
+    /// The kinds of work stopped because the key lacks their permission (`403`); the
+    /// rest goes on.
+    pub forbidden: Vec<Work>,
     pub breaker: BreakerState,
     pub consecutive_failures: u32,
 }
@@ -97,8 +122,14 @@ pub struct GatewayHealth {
 
 #[derive(Debug)]
 struct State {
-    /// A configuration fault seen by a charge: credentials (401/403) or the URL (404/405/3xx).
+    /// A configuration fault that stops every call: the key rejected (401) or the URL
+    /// (404/405/3xx).
     credentials: Option<CredentialsPause>,
+    /// When the next charge may probe whether the key was granted the permission to charge
+    /// (set by a charge's `403`).
+    charges_forbidden: Option<OffsetDateTime>,
+    /// The same for refunds (set by a refund's `403`).
+    refunds_forbidden: Option<OffsetDateTime>,
     /// The configuration fault the reconciler's last lookup met (readiness only).
     lookup_fault: Option<u16>,
     breaker: BreakerState,
@@ -122,6 +153,8 @@ impl GatewayHealth {
         Self {
             inner: Arc::new(Mutex::new(State {
                 credentials: None,
+                charges_forbidden: None,
+                refunds_forbidden: None,
                 lookup_fault: None,
                 breaker: BreakerState::Closed,
                 consecutive_failures: 0,
@@ -149,9 +182,19 @@ impl GatewayHealth {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Asks whether calls may start now. A `Probe` answer is handed out at most once per
-    /// probe interval (credentials) or cooldown (breaker).
+    /// Asks whether charges may start now. A `Probe` answer is handed out at most once per
+    /// probe interval (credentials, a missing permission) or cooldown (breaker).
     pub fn admit(&self, now: OffsetDateTime) -> Admission {
+        self.admit_for(Work::Charges, now)
+    }
+
+    /// Asks whether refunds may start now: as [`GatewayHealth::admit`], but a charge's
+    /// missing permission does not hold them, and a refund's holds only them.
+    pub fn admit_refunds(&self, now: OffsetDateTime) -> Admission {
+        self.admit_for(Work::Refunds, now)
+    }
+
+    fn admit_for(&self, work: Work, now: OffsetDateTime) -> Admission {
         let mut state = self.state();
         if let Some(pause) = &mut state.credentials {
             if now >= pause.next_probe_at {
@@ -165,6 +208,20 @@ impl GatewayHealth {
                 } else {
                     "gateway URL misconfigured"
                 },
+            };
+        }
+        let forbidden = match work {
+            Work::Charges => &mut state.charges_forbidden,
+            Work::Refunds => &mut state.refunds_forbidden,
+        };
+        if let Some(next_probe_at) = forbidden {
+            if now >= *next_probe_at {
+                *next_probe_at = now + self.probe_interval;
+                return Admission::Probe;
+            }
+            return Admission::Wait {
+                until: *next_probe_at,
+                reason: work.what(),
             };
         }
         match state.breaker {
@@ -186,8 +243,9 @@ impl GatewayHealth {
         }
     }
 
-    /// Why calls are held back now, if they are: the credentials or the URL are rejected,
-    /// or the breaker is open or half-open (its probe already handed out). Unlike
+    /// Why charges are held back now, if they are: the credentials or the URL are rejected,
+    /// the key lacks the permission to charge, or the breaker is open or half-open (its
+    /// probe already handed out). Unlike
     /// [`GatewayHealth::admit`] it hands out no probe: an attempt claimed ahead asks this
     /// just before it would be sent.
     pub fn holding_calls(&self) -> Option<&'static str> {
@@ -197,12 +255,13 @@ impl GatewayHealth {
                 Some("gateway credentials rejected")
             }
             (Some(_), _) => Some("gateway URL misconfigured"),
+            (None, _) if state.charges_forbidden.is_some() => Some(Work::Charges.what()),
             (None, BreakerState::Closed) => None,
             (None, BreakerState::Open | BreakerState::HalfOpen) => Some("circuit breaker open"),
         }
     }
 
-    /// Whether the credentials are currently rejected, by a charge or a lookup.
+    /// Whether the credentials are currently rejected, by a charge, a refund or a lookup.
     pub fn credentials_rejected(&self) -> bool {
         let state = self.state();
         state
@@ -212,7 +271,9 @@ impl GatewayHealth {
             || state.lookup_fault.is_some_and(is_credentials)
     }
 
-    /// What readiness reports while a configuration fault stands, if one does.
+    /// What readiness reports while a configuration fault that stops every call stands, if
+    /// one does. A missing permission (`403`) is not one: the rest of the work goes on, and
+    /// the alert `OnechargeGatewayPermissionMissing` names the permission.
     pub fn pause_problem(&self) -> Option<&'static str> {
         let state = self.state();
         match (state.credentials.as_ref().map(|p| p.status), state.lookup_fault) {
@@ -236,22 +297,34 @@ impl GatewayHealth {
     pub fn snapshot(&self) -> HealthSnapshot {
         let state = self.state();
         let paused = state.credentials.as_ref().map(|p| p.status);
+        let forbidden = [
+            (Work::Charges, state.charges_forbidden.is_some()),
+            (Work::Refunds, state.refunds_forbidden.is_some()),
+        ];
         HealthSnapshot {
             credentials_rejected: paused.filter(|s| is_credentials(*s)),
             endpoint_fault: paused.filter(|s| !is_credentials(*s)),
             lookup_fault: state.lookup_fault,
+            forbidden: forbidden
+                .into_iter()
+                .filter_map(|(work, stopped)| stopped.then_some(work))
+                .collect(),
             breaker: state.breaker,
             consecutive_failures: state.consecutive_failures,
         }
     }
 
-    /// Learns from one charge answer.
+    /// Learns from one charge answer. A `403` (the key lacks the permission to charge)
+    /// stops charges alone; a `401` or a wrong URL stops every call.
     pub fn record(&self, outcome: &GatewayOutcome, now: OffsetDateTime) {
         match outcome {
+            GatewayOutcome::CredentialsFault { status: FORBIDDEN } => {
+                self.forbidden(Work::Charges, now)
+            }
             GatewayOutcome::CredentialsFault { status }
             | GatewayOutcome::EndpointFault { status } => self.credentials_fault(*status, now),
             outcome if outcome.is_gateway_failure() => self.failure(now),
-            _ => self.success(),
+            _ => self.success(Work::Charges),
         }
     }
 
@@ -260,40 +333,55 @@ impl GatewayHealth {
     /// working gateway and working credentials.
     pub fn record_prepared(&self, prepared: &super::Prepared, now: OffsetDateTime) {
         match prepared {
-            super::Prepared::Object { .. } => self.success(),
+            super::Prepared::Object { .. } => self.success(Work::Charges),
             super::Prepared::Refused(outcome) => self.record(outcome, now),
         }
     }
 
     /// Learns from one refund request's answer: a refund moves money like a charge, so its
     /// answers open and close the same breaker and pause the same calls (decision 208). A
-    /// refund sent as the breaker's probe closes it when the gateway answers.
+    /// refund sent as the breaker's probe closes it when the gateway answers. A `403` (the
+    /// key lacks the permission to refund) stops refunds alone, never charges (decision 245).
     pub fn record_refund(&self, outcome: &RefundOutcome, now: OffsetDateTime) {
         match outcome {
+            RefundOutcome::ConfigurationFault { status: FORBIDDEN } => {
+                self.forbidden(Work::Refunds, now)
+            }
             RefundOutcome::ConfigurationFault { status } => self.credentials_fault(*status, now),
             RefundOutcome::NotSent { .. } | RefundOutcome::Ambiguous { .. } => self.failure(now),
-            _ => self.success(),
+            _ => self.success(Work::Refunds),
         }
     }
 
     /// Gives back a probe [`GatewayHealth::admit`] handed out and the caller did not use (it
     /// had nothing to send): the next caller may probe at once instead of a cooldown later.
+    /// Every gate that rations probes is opened: at worst another kind of work probes early.
     pub fn return_probe(&self, now: OffsetDateTime) {
-        let mut state = self.state();
+        let mut guard = self.state();
+        let state = &mut *guard;
         if state.breaker == BreakerState::HalfOpen {
             state.breaker_probe_at = now;
         } else if let Some(pause) = &mut state.credentials {
             pause.next_probe_at = now;
+        }
+        for gate in [&mut state.charges_forbidden, &mut state.refunds_forbidden]
+            .into_iter()
+            .flatten()
+        {
+            *gate = now;
         }
     }
 
     /// Learns from one lookup answer (the reconciler's calls), for readiness only. Lookup
     /// health is kept apart from charge health: a lookup is a different request (some keys
     /// may read and not charge), so a failed lookup never opens the charges' breaker, and
-    /// an answered one never closes it nor ends a pause that charges still hit.
+    /// an answered one never closes it nor ends a pause that charges still hit. A `403`
+    /// (the key lacks the permission to read) is not a readiness fault: the lookups that
+    /// need it wait, counted and alerted by the permission they lack (decision 245).
     pub fn record_lookup(&self, outcome: &LookupOutcome, _now: OffsetDateTime) {
         let mut state = self.state();
         match outcome {
+            LookupOutcome::CredentialsFault { status: FORBIDDEN } => {}
             LookupOutcome::CredentialsFault { status }
             | LookupOutcome::EndpointFault { status } => {
                 if state.lookup_fault.is_none() {
@@ -333,6 +421,27 @@ impl GatewayHealth {
         metrics::gauge!("onecharge_gateway_paused").set(1.0);
     }
 
+    /// The key lacks the permission for `work`: that work alone stops, one probe per
+    /// `credentials_probe_interval` asking whether it was granted.
+    fn forbidden(&self, work: Work, now: OffsetDateTime) {
+        let mut state = self.state();
+        let gate = match work {
+            Work::Charges => &mut state.charges_forbidden,
+            Work::Refunds => &mut state.refunds_forbidden,
+        };
+        if gate.is_none() {
+            tracing::error!(
+                http_status = FORBIDDEN,
+                "the gateway refused onecharge's key a permission: {} stop until it is granted (the rest goes on); see onecharge_gateway_permission_denied_total for the permission",
+                match work {
+                    Work::Charges => "charges",
+                    Work::Refunds => "refunds",
+                }
+            );
+        }
+        *gate = Some(now + self.probe_interval);
+    }
+
     fn failure(&self, now: OffsetDateTime) {
         let mut state = self.state();
         state.consecutive_failures = state.consecutive_failures.saturating_add(1);
@@ -352,8 +461,16 @@ impl GatewayHealth {
         }
     }
 
-    fn success(&self) {
+    /// An answer for `work` that shows a working gateway and a key that may do it.
+    fn success(&self, work: Work) {
         let mut state = self.state();
+        let gate = match work {
+            Work::Charges => &mut state.charges_forbidden,
+            Work::Refunds => &mut state.refunds_forbidden,
+        };
+        if gate.take().is_some() {
+            tracing::info!("the gateway grants the key's missing permission now: resuming");
+        }
         if let Some(pause) = state.credentials.take() {
             tracing::info!(
                 was = pause.status,
@@ -370,9 +487,13 @@ impl GatewayHealth {
     }
 }
 
+/// `403`: the key is known and lacks a permission for this request (Stripe since its API
+/// version 2016-10-19; a restricted key `rk_…`).
+const FORBIDDEN: u16 = 403;
+
 /// 401/403: the credentials; anything else that pauses (404/405/3xx) is the URL.
 fn is_credentials(status: u16) -> bool {
-    matches!(status, 401 | 403)
+    matches!(status, 401 | FORBIDDEN)
 }
 
 #[cfg(test)]
@@ -562,5 +683,62 @@ mod tests {
         h.record(&success(), T0 + Duration::from_secs(10));
         assert_eq!(h.admit(T0 + Duration::from_secs(10)), Admission::Open);
         assert_eq!(h.pause_problem(), None);
+    }
+
+    #[test]
+    fn a_403_stops_only_the_work_that_needs_the_permission() {
+        let h = health();
+        h.record_refund(&RefundOutcome::ConfigurationFault { status: 403 }, T0);
+        assert_eq!(h.admit(T0), Admission::Open, "charges go on");
+        assert!(matches!(
+            h.admit_refunds(T0),
+            Admission::Wait {
+                reason: "gateway key lacks the permission to refund",
+                ..
+            }
+        ));
+        assert_eq!(h.pause_problem(), None, "no readiness fault");
+        assert_eq!(h.snapshot().forbidden, vec![Work::Refunds]);
+
+        h.record(&GatewayOutcome::CredentialsFault { status: 403 }, T0);
+        assert_eq!(
+            h.holding_calls(),
+            Some("gateway key lacks the permission to charge")
+        );
+        let later = T0 + Duration::from_secs(10);
+        assert_eq!(h.admit(later), Admission::Probe);
+        h.record(&success(), later);
+        assert_eq!(h.admit(later), Admission::Open, "granted: charges again");
+        assert_eq!(
+            h.admit_refunds(later),
+            Admission::Probe,
+            "a charge proves nothing about refunds"
+        );
+        h.record_refund(
+            &RefundOutcome::Refused {
+                reason: "over what is left".into(),
+            },
+            later,
+        );
+        assert_eq!(h.admit_refunds(later), Admission::Open);
+        assert!(h.snapshot().forbidden.is_empty());
+    }
+
+    #[test]
+    fn a_401_on_a_refund_pauses_every_call_and_a_403_on_a_lookup_is_no_readiness_fault() {
+        let h = health();
+        h.record_lookup(&LookupOutcome::CredentialsFault { status: 403 }, T0);
+        assert_eq!(h.pause_problem(), None);
+        assert_eq!(h.admit(T0), Admission::Open);
+        h.record_refund(&RefundOutcome::ConfigurationFault { status: 401 }, T0);
+        assert!(matches!(
+            h.admit(T0),
+            Admission::Wait {
+                reason: "gateway credentials rejected",
+                ..
+            }
+        ));
+        assert!(matches!(h.admit_refunds(T0), Admission::Wait { .. }));
+        assert!(h.pause_problem().is_some());
     }
 }

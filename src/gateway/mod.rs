@@ -25,6 +25,7 @@
 mod health;
 pub mod list;
 pub mod onecharge;
+pub mod permission;
 mod refund;
 mod request;
 pub mod stripe;
@@ -40,7 +41,8 @@ use tracing::Instrument as _;
 
 pub use crate::domain::call::{CancelOutcome, GatewayCall, Prepared};
 pub use crate::domain::KeySeq;
-pub use health::{Admission, BreakerState, GatewayHealth, HealthSnapshot};
+pub use health::{Admission, BreakerState, GatewayHealth, HealthSnapshot, Work};
+pub use permission::Permission;
 pub use refund::RefundRequest;
 pub use request::{ChargeBody, ChargeRequest};
 pub use wire::Hints;
@@ -73,6 +75,17 @@ struct Transport {
     deployment: Option<Deployment>,
     /// What every Stripe request names as `Stripe-Version` (`stripe_api_version`).
     stripe_version: std::sync::Arc<str>,
+}
+
+impl Transport {
+    /// A Stripe `GET` of `url`: the bearer key and the configured `Stripe-Version`.
+    fn stripe_get(&self, url: reqwest::Url) -> reqwest::RequestBuilder {
+        use secrecy::ExposeSecret as _;
+        self.http
+            .get(url)
+            .bearer_auth(self.api_key.expose_secret())
+            .header("Stripe-Version", &*self.stripe_version)
+    }
 }
 
 /// The connector `gateway_kind` chose, with its resolved URLs.
@@ -359,6 +372,10 @@ async fn exchanged<T>(
     label: impl Fn(&T) -> &'static str,
 ) -> GatewayCall<T> {
     let started = Instant::now();
+    let permission = request
+        .as_ref()
+        .ok()
+        .map(|r| Permission::of(r.method(), r.url().path()));
     let sent = match request {
         Ok(request) => http.execute(request).await,
         Err(err) => Err(err),
@@ -390,6 +407,9 @@ async fn exchanged<T>(
     };
     let elapsed = started.elapsed();
     record_metrics(operation.as_str(), label(&outcome), elapsed);
+    if http_status == Some(403) {
+        permission::record_denied(operation.as_str(), permission.unwrap_or(Permission::Other));
+    }
     record_span(http_status, label(&outcome), elapsed);
     GatewayCall {
         outcome,

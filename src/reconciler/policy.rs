@@ -133,7 +133,8 @@ impl LookupPolicy {
             LookupOutcome::CredentialsFault { status } => Decision::CheckAgain {
                 at: now + self.first_delay(),
                 reason: format!(
-                    "lookup refused: the gateway rejected onecharge's credentials (HTTP {status})"
+                    "lookup refused: {} (HTTP {status})",
+                    crate::domain::outcome::refused_key_words(*status)
                 ),
                 checks: FailedLookups::Keep,
             },

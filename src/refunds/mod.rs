@@ -158,7 +158,7 @@ impl RefundWorker {
         // as its probe once an open breaker's cooldown has passed (nothing else may be left
         // to probe with), none while it waits.
         let now = OffsetDateTime::now_utc();
-        let calls = self.gateway.health.admit(now);
+        let calls = self.gateway.health.admit_refunds(now);
         // Under `gateway_max_rate`, permits are asked for what is due, never for a whole
         // batch: an idle pass every poll would otherwise take tokens from the fleet's bucket
         // and let them expire unspent (decision 211).

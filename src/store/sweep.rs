@@ -4,7 +4,7 @@
 //! they do not, and the schedule `serve` claims so a fleet sweeps once per interval.
 
 use crate::domain::GatewayChargeId;
-use sqlx::Row as _;
+use sqlx::{FromRow as _, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -353,31 +353,96 @@ pub async fn named_attempts(store: &Store, page: ComparePage) -> Result<Vec<Name
 }
 
 /// The next `limit` succeeded attempts inside the window (see [`SweptAttempt::in_window`])
-/// that no record of the sweep names, after `after`: their charge is missing.
+/// that no record of the sweep names, after the attempt `after`: their charge is missing.
+///
+/// Paged in the order of `payment_attempts_succeeded_dispatched_idx` (when first sent, then
+/// the id; decision 244), so that a page reads the window's part of that index and never the
+/// whole ledger: the cursor is `after`'s own first send, read by its key. The range is
+/// bounded above as well: an attempt is first sent before its last change
+/// (`first_dispatched_at <= updated_at`, both stamped `now()` by the statement that sends), so
+/// one changed before the window's end was first sent before it.
 pub async fn unlisted_succeeded(
     store: &Store,
     page: ComparePage,
 ) -> Result<Vec<SweptAttempt>, sqlx::Error> {
-    sqlx::query_as(&format!(
+    let Some(cursor) = unlisted_cursor(store, page).await? else {
+        return Ok(Vec::new());
+    };
+    let sql = unlisted_sql();
+    bind_unlisted(sqlx::query(&sql), page, cursor)
+        .try_map(|row: sqlx::postgres::PgRow| SweptAttempt::from_row(&row))
+        .fetch_all(store.pool())
+        .await
+}
+
+/// The plan PostgreSQL makes of the statement [`unlisted_succeeded`] runs for `page`, as
+/// `EXPLAIN` prints it: what the test holding that step to its index reads (decision 244).
+pub async fn unlisted_succeeded_plan(
+    store: &Store,
+    page: ComparePage,
+) -> Result<String, sqlx::Error> {
+    let Some(cursor) = unlisted_cursor(store, page).await? else {
+        return Ok(String::new());
+    };
+    let sql = format!("EXPLAIN {}", unlisted_sql());
+    let lines = bind_unlisted(sqlx::query(&sql), page, cursor)
+        .try_map(|row: sqlx::postgres::PgRow| row.try_get::<String, _>(0))
+        .fetch_all(store.pool())
+        .await?;
+    Ok(lines.join("\n"))
+}
+
+/// Where the page after `page.after` begins in the index's order: that attempt's first send
+/// and id (none before the first page). `None` when there is nothing after it to place:
+/// the attempt the previous page ended at is gone from the order (never, for a succeeded
+/// attempt, whose first send is stamped once), and the next sweep of the window reads it.
+async fn unlisted_cursor(
+    store: &Store,
+    page: ComparePage,
+) -> Result<Option<(Option<OffsetDateTime>, Uuid)>, sqlx::Error> {
+    let Some(after) = page.after else {
+        return Ok(Some((None, Uuid::nil())));
+    };
+    let sent: Option<OffsetDateTime> = sqlx::query_scalar(
+        "SELECT first_dispatched_at FROM payment_attempts
+         WHERE payment_attempt_id = $1 AND first_dispatched_at IS NOT NULL",
+    )
+    .bind(after)
+    .fetch_optional(store.pool())
+    .await?;
+    Ok(sent.map(|sent| (Some(sent), after)))
+}
+
+fn unlisted_sql() -> String {
+    format!(
         "SELECT {VIEW}, {} FROM payment_attempts a
          WHERE a.status = 'succeeded'
            AND a.first_dispatched_at >= $2::timestamptz + make_interval(secs => $4)
+           AND a.first_dispatched_at < $3::timestamptz - make_interval(secs => $4)
            AND a.updated_at < $3::timestamptz - make_interval(secs => $4)
-           AND ($5::uuid IS NULL OR a.payment_attempt_id > $5)
+           AND (a.first_dispatched_at, a.payment_attempt_id)
+               > (COALESCE($5::timestamptz, '-infinity'::timestamptz), $8::uuid)
            AND NOT EXISTS (SELECT 1 FROM reconciliation_sweep_records r
                            WHERE r.sweep_id = $1 AND r.payment_attempt_id = a.payment_attempt_id)
-         ORDER BY a.payment_attempt_id LIMIT $6",
+         ORDER BY a.first_dispatched_at, a.payment_attempt_id LIMIT $6",
         own_refunds("$7")
-    ))
-    .bind(page.sweep)
-    .bind(page.window.from)
-    .bind(page.window.to)
-    .bind(page.margin.as_secs_f64())
-    .bind(page.after)
-    .bind(page.limit as i64)
-    .bind(page.read_began)
-    .fetch_all(store.pool())
-    .await
+    )
+}
+
+fn bind_unlisted<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    page: ComparePage,
+    (cursor_sent, cursor_id): (Option<OffsetDateTime>, Uuid),
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(page.sweep)
+        .bind(page.window.from)
+        .bind(page.window.to)
+        .bind(page.margin.as_secs_f64())
+        .bind(cursor_sent)
+        .bind(page.limit as i64)
+        .bind(page.read_began)
+        .bind(cursor_id)
 }
 
 /// What the sweep's comparison reads of one attempt, outside any window (`in_window`

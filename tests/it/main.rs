@@ -43,6 +43,7 @@ mod reconciler;
 mod refund_ops;
 mod refunds;
 mod relay;
+mod restricted_key;
 mod retention;
 mod schemas;
 mod secrets;

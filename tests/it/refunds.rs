@@ -64,7 +64,11 @@ async fn charged(h: &Harness, payment_method: &str, ends: AttemptStatus) -> Paym
 }
 
 /// A refund command for `attempt`, validated as intake validates it.
-fn refund(refund_id: RefundId, attempt: PaymentAttemptId, amount: Option<i64>) -> RefundPayment {
+pub(crate) fn refund(
+    refund_id: RefundId,
+    attempt: PaymentAttemptId,
+    amount: Option<i64>,
+) -> RefundPayment {
     let mut body = json!({
         "refund_id": refund_id,
         "payment_attempt_id": attempt,
@@ -85,7 +89,11 @@ fn refund(refund_id: RefundId, attempt: PaymentAttemptId, amount: Option<i64>) -
     .command
 }
 
-async fn record(h: &Harness, command: &RefundPayment, message_id: &str) -> RecordedRefund {
+pub(crate) async fn record(
+    h: &Harness,
+    command: &RefundPayment,
+    message_id: &str,
+) -> RecordedRefund {
     let body = format!("{command:?}");
     record_refund(
         &h.store,
@@ -104,7 +112,7 @@ async fn record(h: &Harness, command: &RefundPayment, message_id: &str) -> Recor
 }
 
 /// Passes of the worker until nothing moves (at most 50).
-async fn settle(w: &RefundWorker) {
+pub(crate) async fn settle(w: &RefundWorker) {
     for _ in 0..50 {
         let report = w.pass().await.expect("a refund pass");
         if report == Default::default() {
@@ -544,26 +552,36 @@ async fn the_sweep_expects_onecharges_own_refunds_and_finds_one_made_outside_it(
     );
 }
 
+/// A harness whose mock and connector speak Stripe (`stripe`) or §3, with short waits and
+/// then `adjust`.
+async fn in_dialect(
+    stripe: bool,
+    adjust: impl FnOnce(&mut onecharge::config::Settings),
+) -> Harness {
+    Harness::with(
+        MockConfig {
+            dialect: if stripe {
+                mock_gateway::Dialect::Stripe
+            } else {
+                mock_gateway::Dialect::Onecharge
+            },
+            ..MockConfig::default()
+        },
+        |s| {
+            if stripe {
+                s.gateway_kind = GatewayKind::Stripe;
+            }
+            quick(s);
+            adjust(s);
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sent_refund_held_pending_is_onecharges_own_and_no_finding_in_either_dialect() {
     for stripe in [false, true] {
-        let h = Harness::with(
-            MockConfig {
-                dialect: if stripe {
-                    mock_gateway::Dialect::Stripe
-                } else {
-                    mock_gateway::Dialect::Onecharge
-                },
-                ..MockConfig::default()
-            },
-            |s| {
-                if stripe {
-                    s.gateway_kind = GatewayKind::Stripe;
-                }
-                quick(s);
-            },
-        )
-        .await;
+        let h = in_dialect(stripe, |_| {}).await;
         let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
         let refund_id = RefundId::random();
         record(&h, &refund(refund_id, attempt, Some(600)), "held").await;
@@ -594,24 +612,7 @@ async fn a_sent_refund_held_pending_is_onecharges_own_and_no_finding_in_either_d
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_charge_and_refund_carries_the_deployments_name_in_both_dialects() {
     for stripe in [false, true] {
-        let h = Harness::with(
-            MockConfig {
-                dialect: if stripe {
-                    mock_gateway::Dialect::Stripe
-                } else {
-                    mock_gateway::Dialect::Onecharge
-                },
-                ..MockConfig::default()
-            },
-            |s| {
-                if stripe {
-                    s.gateway_kind = GatewayKind::Stripe;
-                }
-                s.deployment = Some("eu-1".into());
-                quick(s);
-            },
-        )
-        .await;
+        let h = in_dialect(stripe, |s| s.deployment = Some("eu-1".into())).await;
         let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
         let refund_id = RefundId::random();
         record(&h, &refund(refund_id, attempt, Some(300)), "named").await;

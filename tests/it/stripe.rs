@@ -30,17 +30,7 @@ async fn stripe_harness() -> Harness {
 
 /// [`stripe_harness`] with its settings adjusted.
 async fn stripe_harness_with(adjust: impl FnOnce(&mut onecharge::config::Settings)) -> Harness {
-    Harness::with(
-        MockConfig {
-            dialect: Dialect::Stripe,
-            ..MockConfig::default()
-        },
-        |s| {
-            s.gateway_kind = GatewayKind::Stripe;
-            adjust(s);
-        },
-    )
-    .await
+    Harness::stripe(adjust).await
 }
 
 /// A claimed attempt whose PaymentIntent was created and stored, and whose executor then
@@ -402,15 +392,7 @@ async fn a_429_is_retried_later_with_the_same_keys() {
 async fn rejected_credentials_pause_before_anything_is_created_and_cost_no_try() {
     let h = stripe_harness().await;
     let id = h.seed(spm::CARD_VISA).await.payment_attempt_id;
-    let wrong = GatewayClient::for_kind(
-        GatewayKind::Stripe,
-        &h.settings.gateway_url,
-        secrecy::SecretString::from("sk_test_wrong"),
-        Duration::from_secs(1),
-        Duration::from_secs(2),
-        Vec::new(),
-    )
-    .unwrap();
+    let wrong = h.client_of_kind_with_key(GatewayKind::Stripe, "sk_test_wrong");
     let executor = h.executor_with(wrong);
 
     let report = executor.run_once().await.unwrap();

@@ -634,6 +634,21 @@ async fn findings_in_full(
         .collect()
 }
 
+/// Resolves the newest finding as alice would from the command line, saying `why`; its id.
+async fn resolve_the_last_finding(h: &Harness, why: &str) -> i64 {
+    let id = h.last_finding().await.id;
+    onecharge::operator::findings::resolve(
+        &h.store,
+        id,
+        "operator:alice",
+        onecharge::store::audit::Via::Cli,
+        why,
+    )
+    .await
+    .unwrap();
+    id
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispute_opened_then_lost_is_two_findings_of_one_history_and_each_publishes_its_event() {
     let h = stripe_harness().await;
@@ -645,18 +660,7 @@ async fn a_dispute_opened_then_lost_is_two_findings_of_one_history_and_each_publ
     at_the_gateway(&h, &pi, "dispute", "").await;
     let opened = reconciler.sweep(window(&h).await).await.unwrap();
     assert_eq!(opened.new_findings.len(), 1, "{opened:?}");
-    let open_id: i64 = h
-        .scalar("SELECT max(id) FROM reconciliation_findings")
-        .await;
-    onecharge::operator::findings::resolve(
-        &h.store,
-        open_id,
-        "operator:alice",
-        onecharge::store::audit::Via::Cli,
-        "evidence sent to the bank",
-    )
-    .await
-    .unwrap();
+    let open_id = resolve_the_last_finding(&h, "evidence sent to the bank").await;
     at_the_gateway(&h, &pi, "dispute", r#"{"status": "under_review"}"#).await;
     let reviewed = reconciler.sweep(window(&h).await).await.unwrap();
     assert!(reviewed.new_findings.is_empty(), "still open: {reviewed:?}");
@@ -712,16 +716,7 @@ async fn an_inquiry_that_escalates_to_a_chargeback_opens_a_new_finding_after_the
     .await;
     let inquiry = reconciler.sweep(window(&h).await).await.unwrap();
     assert_eq!(inquiry.new_findings.len(), 1, "{inquiry:?}");
-    let inquiry_id = h.last_finding().await.id;
-    onecharge::operator::findings::resolve(
-        &h.store,
-        inquiry_id,
-        "operator:alice",
-        onecharge::store::audit::Via::Cli,
-        "inquiry answered",
-    )
-    .await
-    .unwrap();
+    let inquiry_id = resolve_the_last_finding(&h, "inquiry answered").await;
     // The bank escalates it: a chargeback, the funds withdrawn.
     at_the_gateway(&h, &pi, "dispute", r#"{"status": "needs_response"}"#).await;
     let chargeback = reconciler.sweep(window(&h).await).await.unwrap();
@@ -1051,17 +1046,14 @@ async fn stalled_before_comparing(
     (blocker, sweep)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sweep_ended_as_abandoned_while_it_stalled_writes_no_finding_and_keeps_its_end() {
-    let h = Harness::new().await;
-    let executor = h.executor_with(h.client_with_key(crate::support::API_KEY));
-    h.seed_many(&[pm::CARD_VISA; 5]).await;
-    while executor.run_once().await.unwrap().claimed() > 0 {}
-    let reconciler = h.reconciler();
-    let whole = window(&h).await;
-    let (blocker, stalled) = stalled_before_comparing(&h, &reconciler, whole).await;
-    // It stalls past ABANDONED_AFTER (a lock wait, a paused VM): the next sweep's start ends
-    // it as abandoned and removes its records.
+/// The sweep that `blocker` stalls past ABANDONED_AFTER (a lock wait, a paused VM) is ended
+/// as abandoned by the next sweep's start (of a window a month before `whole`), which
+/// removes its records; then the stall ends.
+async fn abandoned_by_the_next_start(
+    h: &Harness,
+    whole: ListWindow,
+    blocker: sqlx::Transaction<'static, sqlx::Postgres>,
+) {
     h.exec("UPDATE reconciliation_sweeps SET heartbeat_at = now() - interval '11 minutes'")
         .await;
     let elsewhere = ListWindow {
@@ -1075,6 +1067,18 @@ async fn a_sweep_ended_as_abandoned_while_it_stalled_writes_no_finding_and_keeps
         .await
         .unwrap();
     blocker.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_ended_as_abandoned_while_it_stalled_writes_no_finding_and_keeps_its_end() {
+    let h = Harness::new().await;
+    let executor = h.executor_with(h.client_with_key(crate::support::API_KEY));
+    h.seed_many(&[pm::CARD_VISA; 5]).await;
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    let reconciler = h.reconciler();
+    let whole = window(&h).await;
+    let (blocker, stalled) = stalled_before_comparing(&h, &reconciler, whole).await;
+    abandoned_by_the_next_start(&h, whole, blocker).await;
 
     let result = stalled.await.unwrap();
 
@@ -1110,4 +1114,258 @@ async fn two_instances_never_sweep_overlapping_windows_at_once() {
     first.await.unwrap().unwrap();
     let rows = sweep_rows(&h).await;
     assert_eq!(rows.len(), 1, "the refused sweep left no row: {rows:?}");
+}
+
+/// The sweep's last step, the succeeded attempts of the window that no record names, reads
+/// the window's part of `payment_attempts_succeeded_dispatched_idx` and never the whole ledger
+/// (decision 244): 30,000 succeeded attempts over a month, analyzed, and an hour's window a
+/// week ago; the plan of the very statement the step runs, on its first page and on a later
+/// one, is that index's and scans nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index_not_the_ledger() {
+    use onecharge::store::sweep::{unlisted_succeeded, unlisted_succeeded_plan, ComparePage};
+    let h = Harness::new().await;
+    let client = h.client_with_key(crate::support::API_KEY);
+    let first = executed(&h, &client, pm::CARD_VISA).await;
+    // Copies of it, one every 90 seconds back over a month.
+    h.exec(&format!(
+        "INSERT INTO payment_attempts
+         SELECT (jsonb_populate_record(a, jsonb_build_object(
+                    'payment_attempt_id', n.id, 'idempotency_key', 'onecharge-' || n.id,
+                    'first_message_id', 'm-' || n.id, 'gateway_charge_id', 'ch_' || n.id,
+                    'first_dispatched_at', n.at, 'dispatched_at', n.at,
+                    'updated_at', n.at, 'created_at', n.at))).*
+         FROM payment_attempts a,
+              (SELECT gen_random_uuid() AS id, now() - i * interval '90 seconds' AS at
+               FROM generate_series(1, 30000) i) n
+         WHERE a.payment_attempt_id = '{first}'"
+    ))
+    .await;
+    h.exec("ANALYZE payment_attempts").await;
+    let week_ago = h.db_now().await - Duration::from_secs(7 * 86400);
+    let page = ComparePage {
+        sweep: 1,
+        window: ListWindow {
+            from: week_ago,
+            to: week_ago + Duration::from_secs(3600),
+        },
+        read_began: week_ago,
+        margin: Duration::from_secs(60),
+        after: None,
+        limit: 20,
+    };
+
+    let first_page = unlisted_succeeded(&h.store, page).await.unwrap();
+    let later = ComparePage {
+        after: Some(first_page.last().unwrap().payment_attempt_id.into()),
+        ..page
+    };
+
+    assert_eq!(first_page.len(), 20);
+    let second_page = unlisted_succeeded(&h.store, later).await.unwrap();
+    // About 39 were first sent inside the window less its margins: 20, then the rest.
+    let inside: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM payment_attempts
+         WHERE status = 'succeeded' AND first_dispatched_at >= $1 AND updated_at < $2",
+    )
+    .bind(page.window.from + page.margin)
+    .bind(page.window.to - page.margin)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert!(inside > 20 && inside <= 40, "{inside}");
+    assert_eq!(second_page.len() as i64, inside - 20);
+    assert!(second_page
+        .iter()
+        .all(|a| !first_page.contains(a) && a.in_window));
+    for page in [page, later] {
+        let plan = unlisted_succeeded_plan(&h.store, page).await.unwrap();
+        assert!(
+            plan.contains("payment_attempts_succeeded_dispatched_idx"),
+            "{plan}"
+        );
+        assert!(!plan.contains("Seq Scan on payment_attempts"), "{plan}");
+    }
+}
+
+/// Issue 55's whole account, in the mock's Stripe dialect: one account shared by two
+/// sibling deployments (eu, us); eu's charges in ISK, JPY, KWD and MGA (whose Stripe units
+/// differ from ISO 4217's both ways), each partly refunded by a RefundPayment onecharge sent;
+/// an inquiry on another charge that the bank escalates to a chargeback; and a sweep whose
+/// comparison stalled until a later sweep ended it as abandoned. The whole list of findings,
+/// after each sweep, is exactly the true one: the inquiry, then the chargeback — nothing
+/// about the currencies' refunds, the sibling's charges, or the stalled sweep's half-read
+/// table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_a_stalled_sweep_gives_exactly_the_true_findings(
+) {
+    use crate::refunds::{record, refund, settle};
+    use crate::support::{command, intake_record};
+    use onecharge::domain::RefundId;
+    use onecharge::refunds::RefundWorker;
+
+    let sibling = |name: &'static str| {
+        move |s: &mut onecharge::config::Settings| {
+            s.gateway_kind = GatewayKind::Stripe;
+            s.deployment = Some(name.to_owned());
+            s.refunds.recheck_interval = Duration::from_millis(1);
+        }
+    };
+    let stripe = || MockConfig {
+        dialect: Dialect::Stripe,
+        ..MockConfig::default()
+    };
+    let eu = Harness::with(stripe(), sibling("eu")).await;
+    let mut us = Harness::with(stripe(), sibling("us")).await;
+    us.settings.gateway_url = eu.gateway.base_url();
+    let eu_client = GatewayClient::from_settings(&eu.settings).unwrap();
+
+    // eu: four currencies whose Stripe unit is not ISO's (ISK ×100, MGA ÷100, KWD's last
+    // digit 0, JPY none), each refunded in part by onecharge; and one EUR charge.
+    let charges = [
+        ("ISK", 4000, 1500),
+        ("JPY", 500, 200),
+        ("KWD", 1230, 500),
+        ("MGA", 5000, 2000),
+    ];
+    let records: Vec<_> = charges
+        .iter()
+        .map(|(currency, amount, _)| {
+            let body = command(
+                uuid::Uuid::new_v4(),
+                serde_json::json!({"payment_method": pm::CARD_VISA, "currency": currency, "amount_minor": amount}),
+            );
+            intake_record(&body, &format!("msg-{}", uuid::Uuid::new_v4()), None)
+        })
+        .collect();
+    onecharge::store::intake::record_batch(&eu.store, "test-intake", &records)
+        .await
+        .unwrap();
+    let disputed = eu.seed(pm::CARD_VISA).await.payment_attempt_id;
+    let executor = eu.executor_with(eu_client.clone());
+    while executor.run_once().await.unwrap().claimed() > 0 {}
+    let worker = RefundWorker::new(
+        eu.store.clone(),
+        eu_client.clone(),
+        onecharge::gateway::GatewayHealth::from_settings(&eu.settings.executor),
+        &eu.settings,
+    );
+    for (record_, (currency, _, refunded)) in records.iter().zip(charges) {
+        let attempt = record_.command.payment_attempt_id;
+        assert_eq!(eu.attempt(attempt).await.status, "succeeded", "{currency}");
+        let refund_id = RefundId::random();
+        record(&eu, &refund(refund_id, attempt, Some(refunded)), currency).await;
+        settle(&worker).await;
+        assert_eq!(eu.refund(refund_id).await.status, "succeeded", "{currency}");
+    }
+    // us: three charges of its own in the same account.
+    let us_executor = us.executor_with(GatewayClient::from_settings(&us.settings).unwrap());
+    us.seed_many(&[pm::CARD_VISA; 3]).await;
+    while us_executor.run_once().await.unwrap().claimed() > 0 {}
+    assert_eq!(
+        eu.gateway.ledger().len(),
+        8,
+        "one account: 5 of eu's, 3 of us's"
+    );
+    // The bank opens an inquiry on eu's EUR charge.
+    let pi = eu.attempt(disputed).await.gateway_charge_id.unwrap();
+    at_the_gateway(
+        &eu,
+        &pi,
+        "dispute",
+        r#"{"status": "warning_needs_response"}"#,
+    )
+    .await;
+
+    // A sweep of eu's whose comparison stalls, ended as abandoned by a later sweep's start.
+    let reconciler = eu.reconciler_with(eu_client.clone());
+    let whole = window(&eu).await;
+    let (blocker, stalled) = stalled_before_comparing(&eu, &reconciler, whole).await;
+    abandoned_by_the_next_start(&eu, whole, blocker).await;
+    let abandoned = stalled.await.unwrap();
+    assert!(format!("{:#}", abandoned.unwrap_err()).contains("abandoned"));
+    assert!(
+        eu.findings().await.is_empty(),
+        "the stalled sweep wrote nothing"
+    );
+
+    // The next sweeps, each deployment of its own window of the shared account.
+    let all = |h: &Harness| {
+        let store = h.store.clone();
+        async move {
+            let mut found: Vec<(String, Option<uuid::Uuid>, String, String)> = Vec::new();
+            for f in crate::support::Records::findings(&store).await {
+                found.push((f.class, f.payment_attempt_id, f.evidence, f.state));
+            }
+            found
+        }
+    };
+    let report = reconciler.sweep(window(&eu).await).await.unwrap();
+    assert_eq!(
+        (
+            report.records_seen,
+            report.records_kept,
+            report.records_skipped
+        ),
+        (8, 5, 3),
+        "us's three counted and skipped"
+    );
+    let inquiry = (
+        "disputed".to_owned(),
+        Some(disputed.into()),
+        "dispute:inquiry".to_owned(),
+    );
+    assert_eq!(
+        all(&eu).await,
+        [(
+            inquiry.0.clone(),
+            inquiry.1,
+            inquiry.2.clone(),
+            "open".to_owned()
+        )],
+        "only the inquiry"
+    );
+    let us_report = us
+        .reconciler_with(GatewayClient::from_settings(&us.settings).unwrap())
+        .sweep(window(&us).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            us_report.records_seen,
+            us_report.records_kept,
+            us_report.records_skipped
+        ),
+        (8, 3, 5)
+    );
+    assert!(
+        all(&us).await.is_empty(),
+        "us: nothing of eu's is a finding"
+    );
+
+    // The inquiry answered; the bank escalates it to a chargeback.
+    resolve_the_last_finding(&eu, "inquiry answered").await;
+    at_the_gateway(&eu, &pi, "dispute", r#"{"status": "needs_response"}"#).await;
+    reconciler.sweep(window(&eu).await).await.unwrap();
+    let again = reconciler.sweep(window(&eu).await).await.unwrap();
+
+    assert!(again.new_findings.is_empty(), "{again:?}");
+    assert_eq!(
+        all(&eu).await,
+        [
+            (
+                inquiry.0.clone(),
+                inquiry.1,
+                inquiry.2,
+                "resolved".to_owned()
+            ),
+            (
+                "disputed".to_owned(),
+                Some(disputed.into()),
+                "dispute:open".to_owned(),
+                "open".to_owned()
+            ),
+        ],
+        "the inquiry, resolved, and the chargeback it became: nothing else"
+    );
 }

@@ -2,7 +2,8 @@
 //! needs it: the API version the request names (`Stripe-Version`, recorded for the test to
 //! read), and a restricted key's permissions: a request whose resource and access the key
 //! lacks is answered `403` with Stripe's words, naming the permission, before anything else
-//! is read (set with `MockGateway::set_missing_permissions`).
+//! is read but the key (a key Stripe does not know is `401`, as ever), set with
+//! `MockGateway::set_missing_permissions`.
 
 use std::sync::Arc;
 
@@ -64,7 +65,10 @@ pub(crate) async fn check(
             path.clone(),
             version,
         ));
-        if let Some(needed) = permission(request.method(), &path) {
+        // A key Stripe does not know is `401` before any permission is weighed: the
+        // handler answers it.
+        let known_key = shared.authorized(request.headers());
+        if let Some(needed) = permission(request.method(), &path).filter(|_| known_key) {
             if shared.stripe_access.missing.lock().contains(&needed) {
                 let (resource, access) = needed.split_once(':').unwrap_or((&needed, ""));
                 let error = StripeError::new(

@@ -292,33 +292,24 @@ impl Endpoints {
         idempotency_key: &IdempotencyKey,
         intent: &str,
     ) -> GatewayCall<LookupOutcome> {
-        let url = match self.intent_url(intent) {
-            Ok(url) => url,
-            Err(reason) => {
-                return GatewayCall::refused_locally(
-                    |reason| LookupOutcome::Failed { reason },
-                    CallOperation::Lookup,
-                    None,
-                    reason,
-                )
-            }
+        let refused = |reason| {
+            GatewayCall::refused_locally(
+                |reason| LookupOutcome::Failed { reason },
+                CallOperation::Lookup,
+                None,
+                reason,
+            )
         };
-        exchange(
-            transport
-                .http
-                .get(url)
-                .bearer_auth(transport.api_key.expose_secret())
-                .header("Stripe-Version", &*transport.stripe_version),
-            CallOperation::Lookup,
-            None,
-            |reply, _| classify_retrieve(reply, idempotency_key),
+        self.get_intent(
+            transport,
+            intent,
+            refused,
+            |reply| classify_retrieve(reply, idempotency_key),
             LookupOutcome::label,
         )
         .await
     }
-}
 
-impl Endpoints {
     /// `GET /v1/payment_intents/{id}`: the id of the PaymentIntent's latest charge (`ch_…`),
     /// `None` when it has none; what a person's `--gateway-charge-id ch_…` is checked
     /// against. Never charges.
@@ -327,27 +318,44 @@ impl Endpoints {
         transport: &Transport,
         intent: &str,
     ) -> GatewayCall<Result<Option<String>, String>> {
+        let refused = |reason: String| {
+            GatewayCall::answered_locally(
+                Err(reason.clone()),
+                CallOperation::Lookup,
+                None,
+                Some(reason),
+            )
+        };
+        self.get_intent(transport, intent, refused, read_latest_charge, |read| {
+            if read.is_ok() {
+                "found"
+            } else {
+                "failed"
+            }
+        })
+        .await
+    }
+
+    /// `GET /v1/payment_intents/{id}`, its answer read by `read`; an id that cannot be a
+    /// path segment is answered by `refused` without a call.
+    async fn get_intent<T>(
+        &self,
+        transport: &Transport,
+        intent: &str,
+        refused: impl FnOnce(String) -> GatewayCall<T>,
+        read: impl FnOnce(super::wire::GatewayReply<'_>) -> T,
+        label: impl Fn(&T) -> &'static str,
+    ) -> GatewayCall<T> {
         let url = match self.intent_url(intent) {
             Ok(url) => url,
-            Err(reason) => {
-                return GatewayCall::answered_locally(
-                    Err(reason.clone()),
-                    CallOperation::Lookup,
-                    None,
-                    Some(reason),
-                )
-            }
+            Err(reason) => return refused(reason),
         };
         exchange(
-            transport
-                .http
-                .get(url)
-                .bearer_auth(transport.api_key.expose_secret())
-                .header("Stripe-Version", &*transport.stripe_version),
+            transport.stripe_get(url),
             CallOperation::Lookup,
             None,
-            |reply, _| read_latest_charge(reply),
-            |read| if read.is_ok() { "found" } else { "failed" },
+            |reply, _| read(reply),
+            label,
         )
         .await
     }

@@ -224,11 +224,38 @@ fn health_section(
                             " · breaker "
                             span #breaker-state { (snapshot.breaker.as_str()) }
                             " (" (snapshot.consecutive_failures) " consecutive failures)"
+                            @for work in &snapshot.forbidden {
+                                " · " span .gateway-forbidden { "STOPPED: " (work.what()) }
+                            }
                         }
                         None => "this process runs no executor: see the executor's /readyz and /metrics"
                     }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::{BreakerState, Work};
+
+    #[test]
+    fn the_gateway_line_names_each_kind_of_work_a_missing_permission_stopped() {
+        let snapshot = HealthSnapshot {
+            credentials_rejected: None,
+            endpoint_fault: None,
+            lookup_fault: None,
+            forbidden: vec![Work::Refunds],
+            breaker: BreakerState::Closed,
+            consecutive_failures: 0,
+        };
+        let html = health_section(None, Some(&(snapshot, None))).into_string();
+        assert!(html.contains("calls flowing"), "{html}");
+        assert!(
+            html.contains("STOPPED: gateway key lacks the permission to refund"),
+            "{html}"
+        );
     }
 }

@@ -15,7 +15,7 @@ use onecharge::domain::outcome::GatewayOutcome;
 use onecharge::domain::ChargePayment;
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::executor::{Executor, ExecutorReport};
-use onecharge::gateway::{GatewayClient, GatewayHealth};
+use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
 use onecharge::reconciler::Reconciler;
 use onecharge::relay::Relay;
 use onecharge::store::intake::{record_batch, IntakeRecord};
@@ -107,6 +107,22 @@ impl Harness {
                 ..MockConfig::default()
             },
             |_| {},
+        )
+        .await
+    }
+
+    /// A harness whose mock speaks Stripe and whose settings choose the stripe connector,
+    /// adjusted by `adjust`.
+    pub async fn stripe(adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::with(
+            MockConfig {
+                dialect: mock_gateway::Dialect::Stripe,
+                ..MockConfig::default()
+            },
+            |s| {
+                s.gateway_kind = GatewayKind::Stripe;
+                adjust(s);
+            },
         )
         .await
     }
@@ -253,6 +269,19 @@ impl Harness {
         request: &onecharge::gateway::ChargeRequest,
     ) -> onecharge::gateway::GatewayCall<GatewayOutcome> {
         self.client_with_key(API_KEY).charge(request).await
+    }
+
+    /// A client speaking `kind` to this test's mock with `api_key` (a wrong or revoked key).
+    pub fn client_of_kind_with_key(&self, kind: GatewayKind, api_key: &str) -> GatewayClient {
+        GatewayClient::for_kind(
+            kind,
+            &self.settings.gateway_url,
+            SecretString::from(api_key.to_owned()),
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            Vec::new(),
+        )
+        .expect("a gateway client")
     }
 
     /// A client with the right key for a gateway at `url` (a closed port).

@@ -1,0 +1,2 @@
+-- no-transaction
+DROP INDEX CONCURRENTLY IF EXISTS payment_attempts_succeeded_dispatched_idx;
