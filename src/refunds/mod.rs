@@ -15,12 +15,14 @@
 //!   anything ambiguous is looked up, and a lookup adopts only a refund carrying this
 //!   `refund_id`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
 use crate::domain::refund_call::{after_lookup, after_request, RefundMove, RefundPolicy};
 use crate::domain::{Actor, GatewayCallRecord, GatewayChargeId, HeldRefund};
@@ -49,6 +51,8 @@ pub struct RefundWorker {
     recheck: Duration,
     poll_interval: Duration,
     nudges: Nudges,
+    /// The host's clock: the gateway health's breaker reads it.
+    clock: Arc<dyn Clock>,
 }
 
 /// What one pass did, for tests and logs.
@@ -94,7 +98,14 @@ impl RefundWorker {
             recheck: settings.refunds.recheck_interval,
             poll_interval: executor.poll_interval.max(Duration::from_millis(200)),
             nudges: Nudges::default(),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same worker on `clock` (a test's host clock, skewed).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The same worker, woken by this process's intake when it records refunds.
@@ -157,7 +168,7 @@ impl RefundWorker {
         // Refunds go out as the charges do: all of a batch while the breaker is closed, one
         // as its probe once an open breaker's cooldown has passed (nothing else may be left
         // to probe with), none while it waits.
-        let now = OffsetDateTime::now_utc();
+        let now = self.clock.now();
         let calls = self.gateway.health.admit(now);
         // Under `gateway_max_rate`, permits are asked for what is due, never for a whole
         // batch: an idle pass every poll would otherwise take tokens from the fleet's bucket
@@ -222,11 +233,11 @@ impl RefundWorker {
             try_number = held.tries
         );
         async {
-            let started = OffsetDateTime::now_utc();
+            let started = self.clock.now();
             let call = self.gateway.client.refund(&RefundRequest::from(held)).await;
             self.gateway
                 .health
-                .record_refund(&call.outcome, OffsetDateTime::now_utc());
+                .record_refund(&call.outcome, self.clock.now());
             let next = after_request(held, &call.outcome, &self.policy);
             let evidence = evidence(held, &call, call.outcome.label(), started, &next);
             self.write(held, &next, "refund_answer", &evidence).await;
@@ -243,7 +254,7 @@ impl RefundWorker {
             payment_attempt_id = %held.payment_attempt_id
         );
         async {
-            let started = OffsetDateTime::now_utc();
+            let started = self.clock.now();
             let call = self
                 .gateway
                 .client
