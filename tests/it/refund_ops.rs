@@ -766,7 +766,11 @@ async fn a_full_refund_confirmed_twice_is_one_refund_and_the_second_answer_says_
     assert_eq!(refund_commands(&env).await.len(), 1, "one refund");
     // Another refund of the same charge is still refused: nothing is left.
     let (status, other) = api
-        .post(&refund_path, Some(ADA), json!({"reason": "again", "refund_id": RefundId::random()}))
+        .post(
+            &refund_path,
+            Some(ADA),
+            json!({"reason": "again", "refund_id": RefundId::random()}),
+        )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{other}");
 }
