@@ -21,7 +21,7 @@ use super::command::{
     MAX_AMOUNT_MINOR,
 };
 use super::ids::RefundId;
-use super::{IdempotencyKey, MessageId, Money, PaymentAttemptId};
+use super::{IdempotencyKey, LeaseToken, MessageId, Money, PaymentAttemptId};
 
 /// Longest `reason`.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -308,14 +308,29 @@ pub struct HeldRefund {
     pub gateway_charge_id: GatewayChargeId,
     pub gateway_refund_id: Option<String>,
     pub status: RefundStatus,
-    pub lease_token: i64,
+    /// The fence every write after the claim names.
+    pub lease_token: LeaseToken,
     pub tries: i32,
     pub lookups: i32,
+    /// Lookups in a row that the gateway did not answer: the position on
+    /// `reconciler.schedule`. An answer that the refund is still processing restarts it.
+    pub failed_lookups: i32,
     pub first_sent_at: Option<OffsetDateTime>,
     pub last_sent_at: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
     /// The database's clock when the claim was made.
     pub now: OffsetDateTime,
+}
+
+impl HeldRefund {
+    /// The database's time while this refund is in hand: its claim's `now()` plus the time
+    /// elapsed here since. Every time a role writes about it (a call's `started_at` and
+    /// `finished_at`, the next due time) is read from this, never from the host's clock.
+    pub fn database_time(&self) -> impl Fn() -> OffsetDateTime {
+        let claimed_at = self.now;
+        let since = std::time::Instant::now();
+        move || claimed_at + since.elapsed()
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 
 pub mod checks;
 pub mod policy;
+pub mod refunds;
 pub mod sweep;
 
 use crate::domain::GatewayChargeId;

@@ -314,26 +314,7 @@ struct ExpiredRow {
     updated_at: OffsetDateTime,
 }
 
-/// Longest charge id or decline code stored; no real gateway comes near it.
-const GATEWAY_ID_MAX_CHARS: usize = 255;
-
-/// Text a gateway sent (a charge id, a decline code, an error message, a reason quoting
-/// it), made storable: every control character — NUL above all, which PostgreSQL refuses
-/// in `text` and `jsonb` — is written as its escape (`\u{0}`), and the length is bounded
-/// (an over-long value ends with `…`). The one function every gateway-provided string goes
-/// through before it reaches the database, so that an answer can always be stored and an
-/// attempt can always settle or escalate.
-pub fn gateway_text(text: &str, max_chars: usize) -> String {
-    let mut clean = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            clean.extend(c.escape_unicode());
-        } else {
-            clean.push(c);
-        }
-    }
-    crate::domain::bounded(&clean, max_chars)
-}
+pub use crate::domain::lookup::{gateway_text, GATEWAY_ID_MAX_CHARS};
 
 /// Stores one call's evidence in a transaction of its own: for a result whose settlement
 /// the database refused, so that the call is on record whatever became of the write.

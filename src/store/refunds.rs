@@ -27,8 +27,9 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::Store;
+use crate::domain::lookup::{gateway_text, GATEWAY_ID_MAX_CHARS};
 use crate::domain::refund::RefundPayment;
-use crate::domain::refund_call::RefundMove;
+use crate::domain::refund_call::{unstored, RefundMove, RefundPolicy};
 use crate::domain::refund_event::{RefundEvent, REFUND_COMMAND_SUBJECT, REFUND_DLQ_SUBJECT};
 use crate::domain::{
     bounded, Actor, AttemptStatus, GatewayCallRecord, HeldRefund, Money, PaymentAttemptId,
@@ -399,8 +400,8 @@ async fn refuse_waiting(
 /// The columns of a [`HeldRefund`] on the alias `r`.
 const HELD_REFUND_COLUMNS: &str = "r.refund_id, r.payment_attempt_id, r.idempotency_key, \
      r.amount_minor, r.currency, r.reason, r.metadata, r.gateway_charge_id, \
-     r.gateway_refund_id, r.status, r.lease_token, r.tries, r.lookups, r.first_sent_at, \
-     r.last_sent_at, r.created_at, now() AS now";
+     r.gateway_refund_id, r.status, r.lease_token, r.tries, r.lookups, r.failed_lookups, \
+     r.first_sent_at, r.last_sent_at, r.created_at, now() AS now";
 
 impl sqlx::FromRow<'_, PgRow> for HeldRefund {
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
@@ -419,6 +420,7 @@ impl sqlx::FromRow<'_, PgRow> for HeldRefund {
             lease_token: row.try_get("lease_token")?,
             tries: row.try_get("tries")?,
             lookups: row.try_get("lookups")?,
+            failed_lookups: row.try_get("failed_lookups")?,
             first_sent_at: row.try_get("first_sent_at")?,
             last_sent_at: row.try_get("last_sent_at")?,
             created_at: row.try_get("created_at")?,
@@ -549,6 +551,56 @@ pub async fn expire_leases(store: &Store, actor: &Actor) -> Result<u64, sqlx::Er
     Ok(moved.rows_affected())
 }
 
+/// What writing a refund's move came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Moved to this status.
+    Moved(RefundStatus),
+    /// The fence refused it: someone else holds the refund now (only the call is on record).
+    Fenced,
+}
+
+/// Writes where a call moved `held` ([`settle`], with the call's evidence). When the
+/// database refuses the move for its data (SQLSTATE class 22 or 23: a value it will not
+/// keep), the call's evidence is stored alone and the failure is counted like a failed
+/// lookup (`refund_call::unstored`): checked again along `reconciler.schedule`, and once it
+/// is used up a person is told why and what the gateway answered. So no answer, however
+/// malformed, keeps a refund cycling.
+#[allow(clippy::too_many_arguments)]
+pub async fn write(
+    store: &Store,
+    held: &HeldRefund,
+    next: RefundMove,
+    cause: &str,
+    actor: &Actor,
+    call: &GatewayCallRecord,
+    policy: &RefundPolicy,
+    answer: &str,
+    now: OffsetDateTime,
+) -> Result<Written, sqlx::Error> {
+    let written = |moved: bool, to: RefundStatus| {
+        if moved {
+            Written::Moved(to)
+        } else {
+            Written::Fenced
+        }
+    };
+    match settle(store, held, &next, cause, actor, Some(call)).await {
+        Ok(moved) => Ok(written(moved, next.status())),
+        Err(err) if super::blames_the_data(&err) => {
+            tracing::error!(error = %err, answer, "the database refused the refund's move; counting it like a failed lookup");
+            if let Err(evidence_err) = super::attempts::record_gateway_call_alone(store, call).await
+            {
+                tracing::error!(error = %evidence_err, "cannot store the call's evidence either");
+            }
+            let instead = unstored(held, &err.to_string(), answer, policy, now);
+            let moved = settle(store, held, &instead, "settlement_refused", actor, None).await?;
+            Ok(written(moved, instead.status()))
+        }
+        Err(err) => Err(err),
+    }
+}
+
 /// Writes `next` for `held`, fenced by the lease token (and, for an executor's refund,
 /// its `in_flight` status), with its transition, its gateway call, and for a final state
 /// its event; a failed refund gives its amount back. `false` when the fence refused it:
@@ -578,7 +630,7 @@ pub async fn settle(
             gateway_refund_id,
             next,
         } => (Some(gateway_refund_id.clone()), None, Some(*next), true),
-        RefundMove::Unknown { reason, next } => (None, Some(reason.clone()), Some(*next), true),
+        RefundMove::Unknown { reason, next, .. } => (None, Some(reason.clone()), Some(*next), true),
         RefundMove::Pending {
             reason,
             next,
@@ -586,7 +638,8 @@ pub async fn settle(
         } => (None, Some(reason.clone()), Some(*next), *count_try),
         RefundMove::NeedsReview { reason } => (None, Some(reason.clone()), None, true),
     };
-    let reason = reason.map(|r| bounded(&r, 1000));
+    let reason = reason.map(|r| gateway_text(&r, 1000));
+    let gateway_refund_id = gateway_refund_id.map(|id| gateway_text(&id, GATEWAY_ID_MAX_CHARS));
     let looked_up = held.status != RefundStatus::InFlight;
     let moved: Option<(String,)> = sqlx::query_as(
         "WITH before AS (
@@ -604,6 +657,9 @@ pub async fn settle(
                     next_run_at = COALESCE($7, r.next_run_at),
                     tries = CASE WHEN $8 THEN r.tries ELSE GREATEST(r.tries - 1, 0) END,
                     lookups = CASE WHEN $9 THEN r.lookups + 1 ELSE r.lookups END,
+                    failed_lookups = CASE $12::text WHEN 'count' THEN r.failed_lookups + 1
+                                                    WHEN 'restart' THEN 0
+                                                    ELSE r.failed_lookups END,
                     settled_at = CASE WHEN $4 IN ('succeeded', 'failed') THEN now() ELSE NULL END,
                     updated_at = now()
              FROM before WHERE r.refund_id = before.refund_id
@@ -627,6 +683,7 @@ pub async fn settle(
     .bind(looked_up)
     .bind(cause)
     .bind(actor.to_string())
+    .bind(next.failed_lookups().as_str())
     .fetch_optional(&mut *tx)
     .await?;
     if moved.is_none() {

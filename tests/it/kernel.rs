@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::refund_roles::RefundRoles;
 use mock_gateway::{
     payment_methods as pm, Dialect, FaultConfig, FaultRule, MockConfig, RefundFaults,
 };
@@ -22,7 +23,6 @@ use onecharge::clock::ManualClock;
 use onecharge::domain::refund::validate;
 use onecharge::domain::{Actor, CommandHeaders, PaymentAttemptId, RefundId};
 use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
-use onecharge::refunds::RefundWorker;
 use onecharge::store::refunds::{record_refund, RefundRecord};
 use serde_json::json;
 
@@ -173,8 +173,8 @@ async fn advance_refunds(h: &Harness, by: Duration) {
     .unwrap();
 }
 
-fn worker(h: &Harness, client: GatewayClient) -> RefundWorker {
-    RefundWorker::new(
+fn worker(h: &Harness, client: GatewayClient) -> RefundRoles {
+    RefundRoles::new(
         h.store.clone(),
         client,
         GatewayHealth::from_settings(&h.settings.executor),

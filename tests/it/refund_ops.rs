@@ -7,10 +7,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::refund_roles::RefundRoles;
 use mock_gateway::{payment_methods as pm, MockConfig};
 use onecharge::domain::{AttemptStatus, PaymentAttemptId, RefundId};
 use onecharge::gateway::{GatewayClient, GatewayHealth};
-use onecharge::refunds::RefundWorker;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt as _;
@@ -263,7 +263,7 @@ fn quick(settings: &mut onecharge::config::Settings) {
 /// Passes of a refund worker against `h`'s mock gateway until nothing moves.
 async fn settle_refunds(h: &Harness) {
     let client = GatewayClient::from_settings(&h.settings).expect("client");
-    let worker = RefundWorker::new(
+    let worker = RefundRoles::new(
         h.store.clone(),
         client,
         GatewayHealth::from_settings(&h.settings.executor),

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::support::refund_roles::RefundRoles;
 use async_nats::HeaderMap;
 use mock_gateway::{payment_methods as pm, FaultConfig, FaultRule, MockConfig, RefundFaults};
 use onecharge::broker::CommandKind;
@@ -12,7 +13,6 @@ use onecharge::domain::refund::{validate, RefundPayment};
 use onecharge::domain::{AttemptStatus, CommandHeaders, PaymentAttemptId, RefundId};
 use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
 use onecharge::intake::Intake;
-use onecharge::refunds::RefundWorker;
 use onecharge::store::refunds::{record_refund, RecordedRefund, RefundRecord};
 use serde_json::json;
 use uuid::Uuid;
@@ -42,8 +42,8 @@ async fn harness(faults: RefundFaults) -> Harness {
     .await
 }
 
-fn worker(h: &Harness) -> RefundWorker {
-    RefundWorker::new(
+fn worker(h: &Harness) -> RefundRoles {
+    RefundRoles::new(
         h.store.clone(),
         client(h),
         GatewayHealth::from_settings(&h.settings.executor),
@@ -104,7 +104,7 @@ async fn record(h: &Harness, command: &RefundPayment, message_id: &str) -> Recor
 }
 
 /// Passes of the worker until nothing moves (at most 50).
-async fn settle(w: &RefundWorker) {
+async fn settle(w: &RefundRoles) {
     for _ in 0..50 {
         let report = w.pass().await.expect("a refund pass");
         if report == Default::default() {
@@ -735,7 +735,7 @@ async fn an_open_breaker_holds_refunds_until_a_refund_probes_the_gateway_and_clo
     let first = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
     let second = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
     let health = GatewayHealth::from_settings(&h.settings.executor);
-    let w = RefundWorker::new(h.store.clone(), client(&h), health.clone(), &h.settings);
+    let w = RefundRoles::new(h.store.clone(), client(&h), health.clone(), &h.settings);
     let refunds = [RefundId::random(), RefundId::random()];
     for (refund_id, attempt) in refunds.iter().zip([first, second]) {
         let command = refund(*refund_id, attempt, Some(500));
@@ -807,7 +807,7 @@ async fn a_refund_left_unknown_is_looked_up_while_the_breaker_is_open() {
     .await;
     let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
     let health = GatewayHealth::from_settings(&h.settings.executor);
-    let w = RefundWorker::new(h.store.clone(), client(&h), health.clone(), &h.settings);
+    let w = RefundRoles::new(h.store.clone(), client(&h), health.clone(), &h.settings);
     let refund_id = RefundId::random();
     record(&h, &refund(refund_id, attempt, Some(300)), "lost").await;
 
