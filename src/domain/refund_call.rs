@@ -529,6 +529,117 @@ pub fn unstored(
     )
 }
 
+/// What a person established about a refund (`refunds resolve --as`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundResolution {
+    /// The gateway refunded it.
+    Succeeded,
+    /// The gateway did not refund it (or its refund failed): the amount goes back to the
+    /// charge, for a refund under a new `refund_id`.
+    Failed,
+}
+
+/// A person's resolution of `held` (in `needs_review`, or `succeeded` when the gateway
+/// later failed it), checked against what the gateway shows for its `refund_id` now:
+/// the move to write, or why the gateway's word refuses it. Check, then act: nothing a
+/// person says overrules what the gateway holds.
+pub fn resolve(
+    held: &HeldRefund,
+    resolution: RefundResolution,
+    lookup: &RefundLookup,
+    reason: &str,
+) -> Result<RefundMove, String> {
+    let found = match lookup {
+        RefundLookup::Found(found) => found,
+        RefundLookup::Failed { reason } => {
+            return Err(format!(
+                "the gateway could not be read ({}): nothing was changed; try again",
+                gateway_text(reason, 300)
+            ))
+        }
+        RefundLookup::ConfigurationFault { status } => {
+            return Err(format!(
+                "the gateway refused onecharge's lookup (HTTP {status}: credentials or gateway_url): nothing was changed"
+            ))
+        }
+    };
+    let ours: Vec<&GatewayRefund> = found
+        .iter()
+        .filter(|r| r.refund_id == Some(held.refund_id))
+        .collect();
+    let moved: Vec<&&GatewayRefund> = ours
+        .iter()
+        .filter(|r| {
+            !matches!(
+                r.status,
+                GatewayRefundStatus::Failed | GatewayRefundStatus::Canceled
+            )
+        })
+        .collect();
+    let ids = |list: &[&&GatewayRefund]| {
+        gateway_text(
+            &list
+                .iter()
+                .map(|r| format!("{} ({})", r.id, r.status.as_str()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            400,
+        )
+    };
+    let said = gateway_text(reason, 900);
+    match (resolution, moved.as_slice()) {
+        (RefundResolution::Succeeded, [one]) if one.status == GatewayRefundStatus::Succeeded => {
+            if held.status == RefundStatus::Succeeded {
+                return Err("it is already succeeded".into());
+            }
+            match unstorable_gateway_id(&one.id) {
+                Some(why) => Err(format!("{why}: onecharge cannot record it")),
+                None => Ok(RefundMove::Succeeded {
+                    gateway_refund_id: one.id.clone(),
+                }),
+            }
+        }
+        (RefundResolution::Succeeded, [_]) => Err(format!(
+            "the gateway's refund {} has not succeeded yet: wait until it settles (the refund is looked up again once resolved as neither)",
+            ids(&moved)
+        )),
+        (RefundResolution::Succeeded, []) => Err(if ours.is_empty() {
+            "the gateway holds no refund for this refund_id: nothing was refunded; resolve it as failed".to_owned()
+        } else {
+            format!(
+                "the gateway's refund {} did not move money: resolve it as failed",
+                ids(&ours.iter().collect::<Vec<_>>())
+            )
+        }),
+        (_, [_, _, ..]) => Err(format!(
+            "the gateway holds {} refunds that moved or may move money for this refund_id ({}): recover the extra ones at the gateway first",
+            moved.len(),
+            ids(&moved)
+        )),
+        (RefundResolution::Failed, [one]) => Err(format!(
+            "the gateway's refund {} is {}: money moved or may still move, so it cannot be called failed",
+            gateway_text(&one.id, 255),
+            gateway_text(one.status.as_str(), 40)
+        )),
+        (RefundResolution::Failed, []) => Ok(RefundMove::Failed {
+            gateway_refund_id: ours
+                .first()
+                .filter(|r| unstorable_gateway_id(&r.id).is_none())
+                .map(|r| r.id.clone()),
+            reason: match ours.first() {
+                Some(failed) => format!(
+                    "resolved failed by a person: the gateway's refund {} is {}; {said}",
+                    gateway_text(&failed.id, 255),
+                    failed.status.as_str()
+                ),
+                None => format!(
+                    "resolved failed by a person: the gateway holds no refund for it; {said}"
+                ),
+            },
+        }),
+    }
+}
+
 /// The evidence of one refund call, on its attempt's timeline: started at `started_at` by
 /// the database's clock, finished that plus the call's own elapsed time.
 pub fn evidence<T>(

@@ -613,10 +613,25 @@ pub async fn settle(
     actor: &Actor,
     call: Option<&GatewayCallRecord>,
 ) -> Result<bool, sqlx::Error> {
-    let to = next.status();
     let mut tx = store.pool().begin().await?;
+    let moved = settle_in(&mut tx, held, next, cause, actor, call).await?;
+    tx.commit().await?;
+    Ok(moved)
+}
+
+/// [`settle`] inside the caller's transaction (a person's resolution writes its audit row
+/// in the same one).
+async fn settle_in(
+    tx: &mut PgConnection,
+    held: &HeldRefund,
+    next: &RefundMove,
+    cause: &str,
+    actor: &Actor,
+    call: Option<&GatewayCallRecord>,
+) -> Result<bool, sqlx::Error> {
+    let to = next.status();
     if let Some(call) = call {
-        super::attempts::record_gateway_call(&mut tx, call).await?;
+        super::attempts::record_gateway_call(&mut *tx, call).await?;
     }
     let (gateway_refund_id, reason, next_run_at, count_try) = match next {
         RefundMove::Succeeded { gateway_refund_id } => {
@@ -687,17 +702,53 @@ pub async fn settle(
     .fetch_optional(&mut *tx)
     .await?;
     if moved.is_none() {
-        tx.commit().await?;
         return Ok(false);
     }
     if to == RefundStatus::Failed {
-        release(&mut tx, held.payment_attempt_id, held.money.amount_minor()).await?;
+        release(&mut *tx, held.payment_attempt_id, held.money.amount_minor()).await?;
     }
     if to.is_final() {
-        announce_final(&mut tx, held.refund_id).await?;
+        announce_final(&mut *tx, held.refund_id).await?;
     }
-    tx.commit().await?;
     Ok(true)
+}
+
+/// Claims refund `refund_id` for a person's resolution: in `needs_review`, or `succeeded`
+/// (a refund the gateway failed after it succeeded), its fence moves on so that whatever
+/// held it before writes nothing after; `None` when it is in another state or absent.
+pub async fn claim_for_resolution(
+    store: &Store,
+    refund_id: RefundId,
+) -> Result<Option<HeldRefund>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE refunds r SET lease_token = r.lease_token + 1, updated_at = now()
+         WHERE r.refund_id = $1 AND r.status IN ('needs_review', 'succeeded')
+         RETURNING {HELD_REFUND_COLUMNS}"
+    ))
+    .bind(refund_id)
+    .fetch_optional(store.pool())
+    .await
+}
+
+/// Writes a person's resolution of `held` (fenced by its claim) with the lookup that
+/// checked it and the person's audit row, in one transaction: the move, its transition,
+/// the amount given back for `failed`, and the refund's one event of that state. The audit
+/// row's id, or `None` when the fence refused it (someone else moved the refund meanwhile).
+pub async fn resolve(
+    store: &Store,
+    held: &HeldRefund,
+    next: &RefundMove,
+    actor: &Actor,
+    call: &GatewayCallRecord,
+    audit: &super::audit::NewAuditEntry,
+) -> Result<Option<i64>, sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    if !settle_in(&mut tx, held, next, "operator_resolved", actor, Some(call)).await? {
+        return Ok(None);
+    }
+    let audit_id = super::audit::insert(&mut tx, audit).await?;
+    tx.commit().await?;
+    Ok(Some(audit_id))
 }
 
 /// Gives a failed refund's amount back to its charge.

@@ -1010,3 +1010,145 @@ async fn a_refund_that_succeeds_after_the_sweep_read_its_charge_is_no_finding() 
         "and the next sweep sees it"
     );
 }
+
+/// Issue 51: a refund in review is not a dead end. A person resolves it after the gateway is
+/// read: a choice the gateway contradicts is refused with why and changes nothing; `failed`
+/// gives the amount back (a new refund_id can refund it), publishes the refund's event once
+/// and is audited with the person's name.
+#[tokio::test]
+async fn a_refund_in_review_is_resolved_by_a_person_after_the_gateway_is_read() {
+    use onecharge::operator::refunds::{
+        resolve, RefundResolveAs, RefundResolveError, RefundResolveRequest,
+    };
+    use onecharge::operator::Via;
+    let h = harness(RefundFaults::default()).await;
+    let attempt = charged(&h, pm::PENDING_REFUND, AttemptStatus::Succeeded).await;
+    let charged_minor = h.attempt(attempt).await.amount_minor;
+    let stuck = RefundId::random();
+    record(&h, &refund(stuck, attempt, None), "stuck").await;
+    worker(&h).sender.pass().await.unwrap();
+    assert_eq!(h.refund(stuck).await.status, "processing");
+    // Sent, the gateway still processing it; its lookups then failed until a person was asked.
+    h.set_refund(
+        stuck,
+        "status = 'needs_review', lease_expires_at = NULL,
+         review_reason = 'the gateway did not answer 7 lookups in a row'",
+    )
+    .await;
+    h.gateway.settle_refunds();
+    let gateway = client(&h);
+    let ask = |as_, reason: &str| RefundResolveRequest {
+        as_,
+        reason: reason.into(),
+    };
+
+    // The gateway holds its refund, succeeded: "failed" is refused, nothing changes.
+    let Err(RefundResolveError::Refused(why)) = resolve(
+        &h.store,
+        Some(&gateway),
+        stuck,
+        &ask(RefundResolveAs::Failed, "customer says no money came"),
+        "operator:ada",
+        Via::Cli,
+    )
+    .await
+    else {
+        panic!("the gateway refunded it: failed is refused")
+    };
+    assert!(why.contains("cannot be called failed"), "{why}");
+    assert_eq!(h.refund(stuck).await.status, "needs_review");
+    assert!(h.refund_outbox(attempt).await.is_empty());
+
+    let resolved = resolve(
+        &h.store,
+        Some(&gateway),
+        stuck,
+        &ask(RefundResolveAs::Succeeded, "seen refunded at the gateway"),
+        "operator:ada",
+        Via::Cli,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resolved.status, "succeeded");
+    let row = h.refund(stuck).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(
+        row.gateway_refund_id.as_deref(),
+        Some(
+            h.gateway.refunds_for_refund_id(&stuck.to_string())[0]
+                .id
+                .as_str()
+        )
+    );
+    assert_eq!(h.refund_outbox(attempt).await.len(), 1, "one event");
+    let audit = h.audit_entries().await;
+    assert_eq!(audit.len(), 1);
+    assert_eq!(
+        (audit[0].action.as_str(), audit[0].actor.as_str()),
+        ("resolve_refund", "operator:ada")
+    );
+    assert_eq!(
+        h.refund_path(stuck).await.last().map(String::as_str),
+        Some("succeeded")
+    );
+
+    // Later the gateway fails it (a closed card): the amount must not stay trapped. A person
+    // resolves it failed once the gateway shows it so; its amount is back for a new refund.
+    let at_gateway = row.gateway_refund_id.unwrap();
+    h.gateway
+        .move_refund(&at_gateway, mock_gateway::RefundStatus::Failed)
+        .expect("the mock moves it");
+    let resolved = resolve(
+        &h.store,
+        Some(&gateway),
+        stuck,
+        &ask(RefundResolveAs::Failed, "the bank returned it"),
+        "operator:ada",
+        Via::Api,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (resolved.from.as_str(), resolved.status.as_str()),
+        ("succeeded", "failed")
+    );
+    assert_eq!(
+        h.reserved(attempt).await,
+        0,
+        "the amount is back on the charge"
+    );
+    let statuses: Vec<String> = h
+        .refund_outbox(attempt)
+        .await
+        .iter()
+        .map(|e| e.payload["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["succeeded", "failed"],
+        "each state announced once"
+    );
+
+    let again = RefundId::random();
+    record(&h, &refund(again, attempt, None), "again").await;
+    settle(&worker(&h)).await;
+    h.gateway.settle_refunds();
+    settle(&worker(&h)).await;
+    assert_eq!(h.refund(again).await.status, "succeeded");
+    assert_eq!(h.reserved(attempt).await, charged_minor);
+
+    // Nothing else is resolved by a person: a succeeded refund the gateway shows succeeded.
+    let Err(RefundResolveError::Refused(why)) = resolve(
+        &h.store,
+        Some(&gateway),
+        again,
+        &ask(RefundResolveAs::Failed, "why not"),
+        "operator:ada",
+        Via::Cli,
+    )
+    .await
+    else {
+        panic!("refused")
+    };
+    assert!(why.contains("cannot be called failed"), "{why}");
+}

@@ -3,6 +3,7 @@
 //! who does it, and its history. A person's refund of a charge is [`create`]'s.
 
 mod create;
+mod resolve;
 
 use std::collections::BTreeMap;
 
@@ -20,6 +21,9 @@ pub use crate::store::refund_reads::{RefundCursor, RefundFilter};
 use crate::store::Store;
 pub use create::{
     create, decide, message_id, preview, RefundError, RefundPreview, RefundPublished, RefundRequest,
+};
+pub use resolve::{
+    resolve, RefundResolveAs, RefundResolveError, RefundResolveRequest, RefundResolved,
 };
 
 /// One refund in `--json` output and the admin API: the stored refund, how old it is and
@@ -177,9 +181,10 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
         RefundStatus::NeedsReview => NextAction {
             by: Actor::Operator,
             action: format!(
-                "a person finds the refund at the gateway (key {}{}) and settles it with the gateway's owner; its amount stays reserved meanwhile",
+                "a person reads why above, finds the refund at the gateway (key {}{}) and settles it with `onecharge refunds resolve {} --as succeeded|failed --reason …` (the gateway is read first; failed gives the amount back for a new refund_id); its amount stays reserved meanwhile",
                 refund.idempotency_key,
-                suffix(", gateway refund ", refund.gateway_refund_id.as_deref())
+                suffix(", gateway refund ", refund.gateway_refund_id.as_deref()),
+                refund.refund_id
             ),
             at: None,
             warning: None,
