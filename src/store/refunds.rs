@@ -26,6 +26,7 @@ use sqlx::{FromRow as _, PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::kernel::{lock_due, Claim, REFUNDS};
 use super::Store;
 use crate::domain::lookup::{gateway_text, GATEWAY_ID_MAX_CHARS};
 use crate::domain::refund::RefundPayment;
@@ -204,17 +205,16 @@ pub async fn admit_due(
     let mut done = Vec::new();
     for _ in 0..limit {
         let mut tx = store.pool().begin().await?;
-        let row = sqlx::query(
-            "SELECT r.refund_id, r.payment_attempt_id, r.requested_minor, r.created_at,
-                    now() AS now, a.status AS attempt_status, a.amount_minor, a.currency,
-                    a.gateway_charge_id
-             FROM refunds r
-             LEFT JOIN payment_attempts a USING (payment_attempt_id)
-             WHERE r.status = 'waiting' AND r.next_run_at <= now()
-             ORDER BY r.next_run_at
-             LIMIT 1
-             FOR UPDATE OF r SKIP LOCKED",
-        )
+        let row = sqlx::query(&lock_due(
+            REFUNDS,
+            "r.refund_id, r.payment_attempt_id, r.requested_minor, r.created_at,
+             now() AS now, a.status AS attempt_status, a.amount_minor, a.currency,
+             a.gateway_charge_id",
+            "LEFT JOIN payment_attempts a USING (payment_attempt_id)",
+            "r.status = 'waiting' AND r.next_run_at <= now()",
+            "r.next_run_at",
+            "1",
+        ))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else { break };
@@ -467,22 +467,20 @@ pub async fn claim_pending(
     lease: Duration,
     limit: i64,
 ) -> Result<Vec<HeldRefund>, sqlx::Error> {
-    let sql = format!(
-        "WITH due AS (
-             SELECT refund_id FROM refunds
-             WHERE {SENDABLE}
-             ORDER BY next_run_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-         ),
-         claimed AS (
-             UPDATE refunds r SET status = 'in_flight', lease_owner = $2,
-                    lease_token = r.lease_token + 1, lease_expires_at = now() + $3,
-                    tries = r.tries + 1, first_sent_at = COALESCE(r.first_sent_at, now()),
-                    last_sent_at = now(), updated_at = now()
-             FROM due WHERE r.refund_id = due.refund_id
-             RETURNING {HELD_REFUND_COLUMNS}
-         ),
+    let sql = Claim {
+        queue: REFUNDS,
+        due_columns: "",
+        due: SENDABLE,
+        order: "next_run_at",
+        limit: "$1",
+        set: "status = 'in_flight', lease_owner = $2,
+            lease_token = r.lease_token + 1, lease_expires_at = now() + $3,
+            tries = r.tries + 1, first_sent_at = COALESCE(r.first_sent_at, now()),
+            last_sent_at = now(), updated_at = now()",
+        returning: HELD_REFUND_COLUMNS,
+    }
+    .sql(
+        ",
          moved AS (
              INSERT INTO refund_transitions
                  (refund_id, payment_attempt_id, from_status, to_status, cause, actor, detail)
@@ -490,7 +488,7 @@ pub async fn claim_pending(
                     'try ' || tries || ', lease token ' || lease_token
              FROM claimed
          )
-         SELECT * FROM claimed"
+         SELECT * FROM claimed",
     );
     sqlx::query_as(&sql)
         .bind(limit)
@@ -508,19 +506,16 @@ pub async fn claim_lookups(
     lease: Duration,
     limit: i64,
 ) -> Result<Vec<HeldRefund>, sqlx::Error> {
-    let sql = format!(
-        "WITH due AS (
-             SELECT refund_id FROM refunds
-             WHERE {LOOKUP_DUE}
-             ORDER BY next_run_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-         )
-         UPDATE refunds r SET lease_token = r.lease_token + 1, next_run_at = now() + $2,
-                updated_at = now()
-         FROM due WHERE r.refund_id = due.refund_id
-         RETURNING {HELD_REFUND_COLUMNS}"
-    );
+    let sql = Claim {
+        queue: REFUNDS,
+        due_columns: "",
+        due: LOOKUP_DUE,
+        order: "next_run_at",
+        limit: "$1",
+        set: "lease_token = r.lease_token + 1, next_run_at = now() + $2, updated_at = now()",
+        returning: HELD_REFUND_COLUMNS,
+    }
+    .sql(" SELECT * FROM claimed");
     sqlx::query_as(&sql)
         .bind(limit)
         .bind(lease)
