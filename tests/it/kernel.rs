@@ -214,7 +214,7 @@ async fn record(h: &Harness, attempt: PaymentAttemptId, amount: i64) -> RefundId
         &h.store,
         "test-refund-intake",
         &RefundRecord {
-            message_id: onecharge::domain::MessageId::checked(&format!("kernel-{refund_id}")),
+            message_id: onecharge::domain::MessageId::checked(format!("kernel-{refund_id}")),
             stream_sequence: 1,
             body_sha256: onecharge::domain::command::body_sha256(body.as_bytes()),
             command,
