@@ -317,18 +317,29 @@ impl Application {
         if let Some(executor) = executor {
             roles.spawn("executor", executor.run(shutdown.clone()));
         }
-        if let Some((client, health)) = gateway
-            .as_ref()
-            .filter(|_| self.roles.contains(&Role::Executor))
-        {
-            let refunds = crate::refunds::RefundWorker::new(
-                self.store.clone(),
-                client.clone(),
-                health.clone(),
-                &self.settings,
-            )
-            .with_nudges(nudges.clone());
-            roles.spawn("refunds", refunds.run(shutdown.clone()));
+        // Refunds along the charge's seam: sent where the executor runs, looked up (and
+        // their expired leases taken back) where the reconciler runs.
+        if let Some((client, health)) = gateway.as_ref() {
+            if self.roles.contains(&Role::Executor) {
+                let sender = crate::executor::refunds::RefundSender::new(
+                    self.store.clone(),
+                    client.clone(),
+                    health.clone(),
+                    &self.settings,
+                )
+                .with_nudges(nudges.clone());
+                roles.spawn("refund sender", sender.run(shutdown.clone()));
+            }
+            if self.roles.contains(&Role::Reconciler) {
+                let lookups = crate::reconciler::refunds::RefundLookups::new(
+                    self.store.clone(),
+                    client.clone(),
+                    health.clone(),
+                    &self.settings,
+                )
+                .with_nudges(nudges.clone());
+                roles.spawn("refund lookups", lookups.run(shutdown.clone()));
+            }
         }
         if self.roles.contains(&Role::Relay) {
             let relay =

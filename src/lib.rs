@@ -37,7 +37,6 @@ pub mod operator;
 pub mod publish;
 pub mod purge;
 pub mod reconciler;
-pub mod refunds;
 pub mod relay;
 pub mod schemas;
 pub mod shutdown;

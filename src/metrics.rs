@@ -366,6 +366,14 @@ pub fn refund_settled(status: &'static str) {
     metrics::counter!("onecharge_refunds_settled_total", "status" => status).increment(1);
 }
 
+/// A refund moved to `to` by a send or a lookup: counted when it reached a final state or
+/// review.
+pub fn refund_moved(to: crate::domain::RefundStatus) {
+    if to.is_final() || to == crate::domain::RefundStatus::NeedsReview {
+        refund_settled(to.as_str());
+    }
+}
+
 /// One looked-up attempt, by where it went (`succeeded`, `declined`, `pending`,
 /// `needs_review`, `rescheduled`, `fenced`).
 pub fn reconciliation(result: &'static str) {

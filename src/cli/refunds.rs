@@ -14,7 +14,7 @@ use crate::domain::{PaymentAttemptId, RefundId, RefundStatus};
 use crate::format;
 use crate::operator::refunds::{
     self, RefundCursor, RefundDetail, RefundError, RefundFilter, RefundPreview, RefundRequest,
-    RefundView,
+    RefundResolveAs, RefundResolveError, RefundResolveRequest, RefundView,
 };
 use crate::operator::{parse_limit, parse_time, Via};
 use crate::store::Store;
@@ -49,6 +49,27 @@ pub enum RefundsCommand {
     /// for confirmation, then publishes a RefundPayment command as a producer would (the
     /// refund worker sends it). Audited with your name
     Create(CreateArgs),
+    /// Settle a refund in review (or a succeeded one the gateway has since failed): the
+    /// gateway is read first and a choice it contradicts is refused with why; failed gives
+    /// the reserved amount back for a refund under a new refund_id. Audited with your name
+    Resolve(ResolveArgs),
+}
+
+/// `onecharge refunds resolve …`
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// The refund_id
+    pub refund_id: RefundId,
+    /// What you established at the gateway: succeeded (it refunded) or failed (it did not,
+    /// or its refund failed)
+    #[arg(long = "as", value_enum)]
+    pub as_: RefundResolveAs,
+    /// Why (1 to 1000 characters): stored with the refund and in the audit trail
+    #[arg(long)]
+    pub reason: String,
+    /// The result as one JSON document
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which refunds: the filters of `refunds list`.
@@ -139,6 +160,39 @@ pub async fn run(settings: &Settings, command: RefundsCommand) -> anyhow::Result
             print_as(json, &detail, |detail| render_show(detail, now))
         }
         RefundsCommand::Create(args) => create(settings, &store, args).await,
+        RefundsCommand::Resolve(args) => resolve(settings, &store, args).await,
+    }
+}
+
+/// Resolves one refund after reading the gateway, and prints what changed.
+async fn resolve(settings: &Settings, store: &Store, args: ResolveArgs) -> anyhow::Result<()> {
+    let request = RefundResolveRequest {
+        as_: args.as_,
+        reason: args.reason,
+    };
+    let gateway = crate::gateway::GatewayClient::from_settings(settings).ok();
+    match refunds::resolve(
+        store,
+        gateway.as_ref(),
+        args.refund_id,
+        &request,
+        &operator_actor(),
+        Via::Cli,
+    )
+    .await
+    {
+        Ok(resolved) if args.json => print_json(&resolved),
+        Ok(resolved) => {
+            println!("{}", resolved.summary());
+            Ok(())
+        }
+        // A request that can never pass is a usage error (exit 2); a refusal for the
+        // refund's state or the gateway's word is a runtime refusal (exit 1), one line.
+        Err(RefundResolveError::Invalid(why)) => Err(UsageError(why).into()),
+        Err(err @ RefundResolveError::Store(_)) => {
+            Err(anyhow::Error::new(err).context("resolving the refund"))
+        }
+        Err(err) => Err(anyhow::anyhow!("{err}")),
     }
 }
 

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use super::duration::{bounded_duration, duration_list};
 use super::redact::{redact, secret};
 use super::ConfigError;
+use crate::domain::lookup::{LookupSchedule, ResendLimits};
+use crate::domain::refund_call::RefundPolicy;
 use crate::domain::RetryWindow;
 
 /// Everything onecharge can be told. Field names are the TOML keys; the environment
@@ -820,6 +822,38 @@ impl RetryWindow {
             settings.gateway_key_retention_margin,
             settings.executor.max_age,
         )
+    }
+}
+
+// The one lookup schedule, and a refund's policy, as the configuration describes them.
+impl LookupSchedule {
+    /// `reconciler.schedule`, `reconciler.processing_schedule`, `reconciler.processing_max`.
+    pub fn from_settings(settings: &Settings) -> Self {
+        let reconciler = &settings.reconciler;
+        Self {
+            schedule: reconciler.schedule.clone(),
+            processing_schedule: reconciler.processing_schedule.clone(),
+            processing_max: reconciler.processing_max,
+        }
+    }
+}
+
+impl RefundPolicy {
+    /// The executor's retry delays and limits, the gateway's processing time and key
+    /// window, and the reconciler's lookup schedule: a refund is held to what a charge is.
+    pub fn from_settings(settings: &Settings) -> Self {
+        let executor = &settings.executor;
+        Self {
+            retry_min_delay: executor.retry_min_delay,
+            retry_max_delay: executor.retry_max_delay,
+            in_progress_delay: executor.in_progress_delay,
+            limits: ResendLimits {
+                max_tries: executor.max_tries,
+                window: RetryWindow::from_settings(settings),
+            },
+            max_processing_time: settings.gateway_max_processing_time,
+            lookups: LookupSchedule::from_settings(settings),
+        }
     }
 }
 

@@ -37,6 +37,16 @@ impl Actor {
         Self::Operator(super::bounded(name.trim(), 64))
     }
 
+    /// The person a face recorded as `text` (`operator:<name>`, `admin-api`, `console`), as
+    /// the actor of what they do: spelled back exactly as the audit trail reads it.
+    pub fn person(text: &str) -> Self {
+        match text {
+            ADMIN_API => Self::AdminApi,
+            OPEN_CONSOLE => Self::OpenConsole,
+            _ => Self::operator(Self::operator_name(text).unwrap_or(text)),
+        }
+    }
+
     /// The name of the operator this actor is, if it is one.
     pub fn operator_name(text: &str) -> Option<&str> {
         text.strip_prefix(OPERATOR)

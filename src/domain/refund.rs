@@ -21,7 +21,7 @@ use super::command::{
     MAX_AMOUNT_MINOR,
 };
 use super::ids::RefundId;
-use super::{IdempotencyKey, MessageId, Money, PaymentAttemptId};
+use super::{IdempotencyKey, LeaseToken, MessageId, Money, PaymentAttemptId};
 
 /// Longest `reason`.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -257,6 +257,7 @@ impl RefundStatus {
         Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 
+    /// Final for the roles: nothing but a person's resolution (decision 234) moves it on.
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed | Self::Refused)
     }
@@ -268,7 +269,9 @@ impl RefundStatus {
         !matches!(self, Self::Waiting | Self::Failed | Self::Refused)
     }
 
-    /// The moves the contract allows (§4.1); everything else is refused before it is written.
+    /// The moves the contract allows (§4.1). The one move out of a final state is a
+    /// person's: a `succeeded` refund the gateway has since failed, resolved `failed`
+    /// (decision 234).
     pub fn allows(self, to: Self) -> bool {
         use RefundStatus::*;
         matches!(
@@ -284,6 +287,7 @@ impl RefundStatus {
                     Pending | Processing | Unknown | Succeeded | Failed | NeedsReview
                 )
                 | (NeedsReview, Succeeded | Failed | Pending)
+                | (Succeeded, Failed)
         )
     }
 }
@@ -308,14 +312,29 @@ pub struct HeldRefund {
     pub gateway_charge_id: GatewayChargeId,
     pub gateway_refund_id: Option<String>,
     pub status: RefundStatus,
-    pub lease_token: i64,
+    /// The fence every write after the claim names.
+    pub lease_token: LeaseToken,
     pub tries: i32,
     pub lookups: i32,
+    /// Lookups in a row that the gateway did not answer: the position on
+    /// `reconciler.schedule`. An answer that the refund is still processing restarts it.
+    pub failed_lookups: i32,
     pub first_sent_at: Option<OffsetDateTime>,
     pub last_sent_at: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
     /// The database's clock when the claim was made.
     pub now: OffsetDateTime,
+}
+
+impl HeldRefund {
+    /// The database's time while this refund is in hand: its claim's `now()` plus the time
+    /// elapsed here since. Every time a role writes about it (a call's `started_at` and
+    /// `finished_at`, the next due time) is read from this, never from the host's clock.
+    pub fn database_time(&self) -> impl Fn() -> OffsetDateTime {
+        let claimed_at = self.now;
+        let since = std::time::Instant::now();
+        move || claimed_at + since.elapsed()
+    }
 }
 
 #[cfg(test)]
@@ -387,10 +406,11 @@ mod tests {
     }
 
     #[test]
-    fn final_states_never_move_and_only_listed_moves_are_allowed() {
+    fn final_states_move_only_by_a_persons_resolution_and_only_listed_moves_are_allowed() {
         for from in RefundStatus::ALL.into_iter().filter(|s| s.is_final()) {
             for to in RefundStatus::ALL {
-                assert!(!from.allows(to), "{from} -> {to}");
+                let a_person_s = (from, to) == (RefundStatus::Succeeded, RefundStatus::Failed);
+                assert_eq!(from.allows(to), a_person_s, "{from} -> {to}");
             }
         }
         assert!(RefundStatus::Waiting.allows(RefundStatus::Pending));

@@ -33,6 +33,7 @@ mod in_hand;
 mod metrics;
 pub mod pause;
 mod policy;
+pub mod refunds;
 mod two_step;
 mod writer;
 

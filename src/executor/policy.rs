@@ -18,6 +18,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::config::Settings;
+use crate::domain::lookup::{unstorable_gateway_id, ResendClosed, ResendLimits};
 use crate::domain::outcome::{GatewayOutcome, RetryAfter, MAX_RETRY_AFTER};
 use crate::domain::retry::{backoff, later, SendHistory};
 use crate::domain::{RetryWindow, Settlement, TransitionCause};
@@ -81,6 +82,22 @@ impl RetryPolicy {
         outcome: &GatewayOutcome,
         now: OffsetDateTime,
     ) -> (Settlement, TransitionCause) {
+        // An id the database would refuse is never adopted nor cut to fit: a person is
+        // told why (decision 232), as for every kind of work.
+        if let Some(why) = outcome
+            .charge_id()
+            .and_then(|id| unstorable_gateway_id(id.as_str()))
+        {
+            return (
+                Settlement::NeedsReview {
+                    reason: format!(
+                        "{why} for a charge it calls {}: onecharge cannot keep that answer; find the charge at the gateway and resolve the attempt",
+                        outcome.label()
+                    ),
+                },
+                TransitionCause::SettlementRefused,
+            );
+        }
         match outcome {
             GatewayOutcome::Succeeded { charge_id, .. } => {
                 (Settlement::Succeeded { charge_id: charge_id.clone() }, TransitionCause::GatewaySucceeded)
@@ -150,8 +167,15 @@ impl RetryPolicy {
         delay: Duration,
         reason: &str,
     ) -> (Settlement, TransitionCause) {
-        if attempt.tries.max(0) as u32 >= self.max_tries {
-            return (
+        let next_run_at = later(now, delay.min(MAX_RETRY_AFTER.max(self.retry_max_delay)));
+        match self.limits().closed(
+            attempt.tries,
+            true,
+            attempt.created_at,
+            attempt.first_dispatched_at,
+            next_run_at,
+        ) {
+            Some(ResendClosed::Tries(_)) => (
                 Settlement::Unknown {
                     reason: format!(
                         "retries exhausted after {} tries; last: {reason}",
@@ -159,25 +183,30 @@ impl RetryPolicy {
                     ),
                 },
                 TransitionCause::RetriesExhausted,
-            );
-        }
-        let next_run_at = later(now, delay.min(MAX_RETRY_AFTER.max(self.retry_max_delay)));
-        if let Some(closed) = self.window_closed_by(attempt, next_run_at) {
-            return (
+            ),
+            Some(ResendClosed::Window(closed)) => (
                 Settlement::Unknown {
                     reason: format!("{closed}; last: {reason}"),
                 },
                 TransitionCause::RetryWindowClosed,
-            );
+            ),
+            None => (
+                Settlement::Retry {
+                    next_run_at,
+                    reason: reason.to_owned(),
+                    refund_try: false,
+                },
+                TransitionCause::RetryScheduled,
+            ),
         }
-        (
-            Settlement::Retry {
-                next_run_at,
-                reason: reason.to_owned(),
-                refund_try: false,
-            },
-            TransitionCause::RetryScheduled,
-        )
+    }
+
+    /// The resend limits every kind of work shares (`domain::lookup`).
+    fn limits(&self) -> ResendLimits {
+        ResendLimits {
+            max_tries: self.max_tries,
+            window: self.window,
+        }
     }
 
     /// `409`: the same request again after `in_progress_delay`, the try refunded. Only the
@@ -190,7 +219,17 @@ impl RetryPolicy {
         reason: &str,
     ) -> (Settlement, TransitionCause) {
         let next_run_at = later(now, self.in_progress_delay);
-        if let Some(closed) = self.window_closed_by(attempt, next_run_at) {
+        if let Some(closed) = self
+            .limits()
+            .closed(
+                attempt.tries,
+                false,
+                attempt.created_at,
+                attempt.first_dispatched_at,
+                next_run_at,
+            )
+            .map(|closed| closed.reason().to_owned())
+        {
             return (
                 Settlement::Unknown {
                     reason: format!(

@@ -28,6 +28,7 @@ use super::error::ErrorBody;
         api::refunds::refund_attempt,
         api::refunds::list_refunds,
         api::refunds::show_refund,
+        api::refunds::resolve_refund,
         api::bulk::bulk_action,
         api::audit::audit_list,
         api::dlq::list_dead_letters,
@@ -53,7 +54,7 @@ use super::error::ErrorBody;
         (name = "dlq", description = "Dead-lettered commands and their replay"),
         (name = "findings", description = "Discrepancies between the ledger and the gateway's own records (the reconciliation sweep, webhooks)"),
         (name = "fleet", description = "Charging across every instance: paused or running"),
-        (name = "refunds", description = "Refunds of charges: where each stands, and a person's refund"),
+        (name = "refunds", description = "Refunds of charges: where each stands, a person's refund, and a person's resolution of one in review"),
         (name = "meta", description = "This document"),
     )
 )]

@@ -76,9 +76,10 @@ impl Reconciler {
                 let tries = check.tries.max(1) as usize;
                 let delay = inner
                     .policy
+                    .lookups
                     .schedule
                     .get(tries - 1)
-                    .or(inner.policy.schedule.last())
+                    .or(inner.policy.lookups.schedule.last())
                     .copied()
                     .unwrap_or(Duration::from_secs(60));
                 tracing::warn!(outcome = ?other, tries, "a webhook's PaymentIntent could not be read; asking again later");

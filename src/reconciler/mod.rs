@@ -3,7 +3,7 @@
 //!
 //! One pass ([`Reconciler::run_once`]):
 //! 1. moves `in_flight` attempts whose lease expired to `unknown` (cause `lease_expired`);
-//! 2. claims due `unknown` attempts (SKIP LOCKED, fencing token) and looks each up:
+//! 2. claims due `unknown` attempts (the kernel's claim, `store::kernel`: skipping held rows, fencing token) and looks each up:
 //!    - a charge found → adopt its outcome (`succeeded` / `declined`) with its event;
 //!    - nothing found, inside the key window → back to `pending`: the executor re-sends with
 //!      the **same key**, so even a charge the gateway is still processing is not doubled;
@@ -31,6 +31,7 @@
 
 pub mod checks;
 pub mod policy;
+pub mod refunds;
 pub mod sweep;
 
 use crate::domain::GatewayChargeId;

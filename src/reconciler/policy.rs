@@ -22,6 +22,7 @@ use time::OffsetDateTime;
 
 use crate::config::Settings;
 use crate::domain::call::CancelOutcome;
+use crate::domain::lookup::{unstorable_gateway_id, LookupSchedule, StillProcessing};
 use crate::domain::outcome::{
     read_lookup, ChargeStatus, FailedLookups, GatewayCharge, LookupOutcome, LookupReading,
 };
@@ -32,15 +33,9 @@ use crate::domain::{
 /// The rules, from the configuration.
 #[derive(Debug, Clone)]
 pub struct LookupPolicy {
-    /// `reconciler.schedule`: the delays between failed (or unsettled) lookups; used up, a
-    /// person decides.
-    pub schedule: Vec<Duration>,
-    /// `reconciler.processing_schedule`: the delays between lookups of a charge still
-    /// processing at the gateway, its last delay repeating.
-    pub processing_schedule: Vec<Duration>,
-    /// `reconciler.processing_max`: past this since the last send, a charge still
-    /// processing goes to a person.
-    pub processing_max: Duration,
+    /// `reconciler.schedule`, `reconciler.processing_schedule`, `reconciler.processing_max`:
+    /// the one lookup schedule charges and refunds share (`domain::lookup`).
+    pub lookups: LookupSchedule,
     /// The key window and the maximum age, as the executor's claim applies them.
     pub window: RetryWindow,
     /// The executor's limit on tries: with the maximum age, re-pending an attempt past it
@@ -112,9 +107,7 @@ impl Decision {
 impl LookupPolicy {
     pub fn from_settings(settings: &Settings) -> Self {
         Self {
-            schedule: settings.reconciler.schedule.clone(),
-            processing_schedule: settings.reconciler.processing_schedule.clone(),
-            processing_max: settings.reconciler.processing_max,
+            lookups: LookupSchedule::from_settings(settings),
             window: RetryWindow::from_settings(settings),
             max_tries: settings.executor.max_tries,
             max_processing_time: settings.gateway_max_processing_time,
@@ -155,6 +148,21 @@ impl LookupPolicy {
         now: OffsetDateTime,
     ) -> Decision {
         let expected = attempt.expected();
+        // An id the database would refuse is never adopted nor cut to fit: a person is
+        // told why (decision 232), as for every kind of work.
+        if let Some(why) = charges
+            .iter()
+            .find_map(|charge| unstorable_gateway_id(charge.id.as_str()))
+        {
+            return Decision::Settle {
+                settlement: Settlement::NeedsReview {
+                    reason: format!(
+                        "{why}: onecharge cannot keep that answer; find the charge at the gateway and resolve the attempt"
+                    ),
+                },
+                cause: TransitionCause::LookupFoundAnotherCharge,
+            };
+        }
         match read_lookup(charges, &expected) {
             LookupReading::Nothing => self.nothing_found(attempt, now),
             LookupReading::Succeeded(charge) => Decision::Settle {
@@ -198,13 +206,10 @@ impl LookupPolicy {
         }
     }
 
-    /// The schedule's first delay (a minute when it is empty): when a lookup refused for
-    /// onecharge's configuration is asked again.
+    /// The schedule's first delay: when a lookup refused for onecharge's configuration is
+    /// asked again.
     fn first_delay(&self) -> Duration {
-        self.schedule
-            .first()
-            .copied()
-            .unwrap_or(Duration::from_secs(60))
+        self.lookups.first_delay()
     }
 
     /// A lookup that settled nothing: look again after the schedule's next delay; when the
@@ -216,9 +221,9 @@ impl LookupPolicy {
         reason: &str,
     ) -> Decision {
         let checks = attempt.reconcile_checks.max(0) as usize;
-        match self.schedule.get(checks) {
+        match self.lookups.after_failure(attempt.reconcile_checks) {
             Some(delay) => Decision::CheckAgain {
-                at: now + *delay,
+                at: now + delay,
                 reason: format!("lookup {} failed: {reason}", checks + 1),
                 checks: FailedLookups::Count,
             },
@@ -246,9 +251,9 @@ impl LookupPolicy {
         now: OffsetDateTime,
     ) -> Decision {
         let checks = attempt.reconcile_checks.max(0) as usize;
-        match self.schedule.get(checks) {
+        match self.lookups.after_failure(attempt.reconcile_checks) {
             Some(delay) => Decision::CheckAgain {
-                at: now + *delay,
+                at: now + delay,
                 reason: format!(
                     "the gateway's answer could not be stored (failure {}): {why}; the gateway answered: {answer}",
                     checks + 1
@@ -283,46 +288,28 @@ impl LookupPolicy {
             .find(|c| c.status == ChargeStatus::Other("processing".into()))
             .map_or("?", |c| c.id.as_str());
         let since = attempt.dispatched_at.unwrap_or(attempt.created_at);
-        let max = time::Duration::try_from(self.processing_max).unwrap_or(time::Duration::MAX);
-        let processing_for = now - since;
-        if processing_for >= max {
-            return Decision::Settle {
+        match self.lookups.still_processing(since, now) {
+            StillProcessing::TooLong => Decision::Settle {
                 settlement: Settlement::NeedsReview {
                     reason: format!(
                         "{id} is still processing at the gateway, {} after the last send at {since} \
                          (reconciler.processing_max): check it at the gateway and resolve",
-                        humantime::format_duration(self.processing_max)
+                        humantime::format_duration(self.lookups.processing_max)
                     ),
                 },
                 cause: TransitionCause::ReconciliationScheduleExhausted,
-            };
-        }
-        let at = now + self.processing_delay(processing_for.unsigned_abs());
-        Decision::CheckAgain {
-            at,
-            reason: format!(
-                "processing at the gateway: {id} is not final yet; looking again at {at}"
-            ),
-            checks: FailedLookups::Restart,
-        }
-    }
-
-    /// The delay before the next look at a payment processing for `processing_for` since its
-    /// last send: the step of `reconciler.processing_schedule` that much time has reached
-    /// (the schedule's delays added up), its last delay repeating. Derived from the time, not
-    /// from a count, so that failed lookups on the way neither use it up nor push it back.
-    fn processing_delay(&self, processing_for: Duration) -> Duration {
-        let mut reached = Duration::ZERO;
-        for delay in &self.processing_schedule {
-            reached += *delay;
-            if processing_for < reached {
-                return *delay;
+            },
+            StillProcessing::LookAgain(delay) => {
+                let at = now + delay;
+                Decision::CheckAgain {
+                    at,
+                    reason: format!(
+                        "processing at the gateway: {id} is not final yet; looking again at {at}"
+                    ),
+                    checks: FailedLookups::Restart,
+                }
             }
         }
-        self.processing_schedule
-            .last()
-            .copied()
-            .unwrap_or(Duration::from_secs(6 * 3600))
     }
 
     /// What the cancel of the attempt's gateway object ([`Proof::Cancel`]) makes of a
@@ -514,9 +501,11 @@ mod tests {
 
     fn policy() -> LookupPolicy {
         LookupPolicy {
-            schedule: vec![MINUTE, 5 * MINUTE],
-            processing_schedule: vec![30 * MINUTE, 60 * MINUTE],
-            processing_max: Duration::from_secs(3 * 24 * 3600),
+            lookups: LookupSchedule {
+                schedule: vec![MINUTE, 5 * MINUTE],
+                processing_schedule: vec![30 * MINUTE, 60 * MINUTE],
+                processing_max: Duration::from_secs(3 * 24 * 3600),
+            },
             window: RetryWindow {
                 key_window: Duration::from_secs(23 * 3600),
                 max_age: Duration::from_secs(3600),

@@ -7,7 +7,7 @@
 //!   republish (consumers past the duplicate window still see the same id).
 //! - A row is marked published only after JetStream acknowledged it.
 //! - Events are claimed through their queue rows (`outbox_unpublished`, decision 171) with
-//!   `FOR UPDATE SKIP LOCKED` inside a transaction held while they are published: several
+//!   row locks that skip what another relay holds, inside a transaction held while they are published: several
 //!   relays never publish one event at the same time, and a relay that dies releases its
 //!   events unmarked for the next one.
 //! - A step's publishing ends within [`step_budget`] of `database.

@@ -29,6 +29,7 @@ use sqlx::{Arguments as _, PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::kernel::{Claim, ATTEMPTS};
 use super::{column, outbox, Store};
 use crate::domain::event::PaymentEvent;
 use crate::domain::{
@@ -104,7 +105,7 @@ pub struct ClaimLimits {
 }
 
 /// Claims up to `limits.limit` due `pending` attempts, oldest due first, skipping rows other
-/// executors hold (`FOR UPDATE SKIP LOCKED`). In one statement it moves them to `in_flight`
+/// executors hold (the kernel's claim, `super::kernel`). In one statement it moves them to `in_flight`
 /// under a lease owned by `owner`, increments each fencing token, stamps `dispatched_at`
 /// (and `first_dispatched_at` when unset), counts the try, and records the claim on the row
 /// (its history id, time and kind: the history shows it from there, and the move that ends
@@ -119,49 +120,44 @@ pub async fn claim_due_attempts(
     owner: &str,
     limits: ClaimLimits,
 ) -> Result<Vec<ChargeClaim>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "WITH due AS (
-             SELECT payment_attempt_id,
-                    (first_dispatched_at IS NOT NULL
-                     AND (first_dispatched_at <= now() - make_interval(secs => $4::float8)
-                          OR created_at <= now() - make_interval(secs => $5::float8))) AS hand_over
-             FROM payment_attempts
-             -- `IS TRUE`: due is a filter of the scan in next_run_at order, not a range
-             -- the planner sizes from statistics (decision 121)
-             WHERE status = 'pending' AND (next_run_at <= now()) IS TRUE
-               AND NOT ($6::float8 > 0 AND first_dispatched_at IS NULL
-                        AND requested_at IS NOT NULL
-                        AND requested_at <= now() - make_interval(secs => $6::float8))
-               -- a paused fleet claims nothing (decision 145; one look, not one per row)
-               AND NOT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)
-             ORDER BY next_run_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-         ),
-         claimed AS (
-             UPDATE payment_attempts a SET
-                 status = 'in_flight',
-                 lease_owner = $2,
-                 lease_token = a.lease_token + 1,
-                 lease_expires_at = now() + make_interval(secs => $3::float8),
-                 tries = a.tries + CASE WHEN due.hand_over THEN 0 ELSE 1 END,
-                 dispatched_at = CASE WHEN due.hand_over THEN a.dispatched_at ELSE now() END,
-                 first_dispatched_at = COALESCE(a.first_dispatched_at, now()),
-                 -- the claim's history entry, written with the move that ends the flight
-                 -- (decision 220): its id, in the order of every other move, its time and
-                 -- its kind
-                 claim_id = nextval('attempt_transitions_id_seq'),
-                 claim_at = now(),
-                 claim_hand_over = due.hand_over,
-                 updated_at = now()
-             FROM due
-             WHERE a.payment_attempt_id = due.payment_attempt_id
-             RETURNING {HELD_COLUMNS}, a.order_id, a.customer_id, a.payment_method,
-                       a.description, a.lease_owner, a.next_run_at, a.first_message_id,
-                       a.correlation_id, due.hand_over
-         )
-         SELECT *, NOT hand_over AS dispatch FROM claimed ORDER BY next_run_at"
-    ))
+    let returning = format!(
+        "{HELD_COLUMNS}, a.order_id, a.customer_id, a.payment_method, a.description,
+         a.lease_owner, a.next_run_at, a.first_message_id, a.correlation_id, due.hand_over"
+    );
+    sqlx::query_as(
+        &Claim {
+            queue: ATTEMPTS,
+            due_columns: ",
+                (first_dispatched_at IS NOT NULL
+                 AND (first_dispatched_at <= now() - make_interval(secs => $4::float8)
+                      OR created_at <= now() - make_interval(secs => $5::float8))) AS hand_over",
+            // `IS TRUE`: due is a filter of the scan in next_run_at order, not a range the
+            // planner sizes from statistics (decision 121); a paused fleet claims nothing
+            // (decision 145; one look, not one per row)
+            due: "status = 'pending' AND (next_run_at <= now()) IS TRUE
+                AND NOT ($6::float8 > 0 AND first_dispatched_at IS NULL
+                         AND requested_at IS NOT NULL
+                         AND requested_at <= now() - make_interval(secs => $6::float8))
+                AND NOT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)",
+            order: "next_run_at",
+            limit: "$1",
+            // the claim's history entry is written with the move that ends the flight
+            // (decision 220): its id, in the order of every other move, its time and kind
+            set: "status = 'in_flight',
+                lease_owner = $2,
+                lease_token = a.lease_token + 1,
+                lease_expires_at = now() + make_interval(secs => $3::float8),
+                tries = a.tries + CASE WHEN due.hand_over THEN 0 ELSE 1 END,
+                dispatched_at = CASE WHEN due.hand_over THEN a.dispatched_at ELSE now() END,
+                first_dispatched_at = COALESCE(a.first_dispatched_at, now()),
+                claim_id = nextval('attempt_transitions_id_seq'),
+                claim_at = now(),
+                claim_hand_over = due.hand_over,
+                updated_at = now()",
+            returning: &returning,
+        }
+        .sql(" SELECT *, NOT hand_over AS dispatch FROM claimed ORDER BY next_run_at"),
+    )
     .bind(limits.limit as i64)
     .bind(owner)
     .bind(limits.lease.as_secs_f64())
@@ -254,34 +250,30 @@ pub async fn expire_stale_commands(
     );
     let mut tx = store.pool().begin().await?;
     let rows: Vec<ExpiredRow> = sqlx::query_as(
-        "WITH stale AS (
-             SELECT payment_attempt_id FROM payment_attempts
-             WHERE status = 'pending' AND next_run_at <= now()
-               AND first_dispatched_at IS NULL
-               AND requested_at <= now() - make_interval(secs => $1::float8)
-             ORDER BY next_run_at
-             LIMIT $2
-             FOR UPDATE SKIP LOCKED
-         ),
-         moved AS (
-             UPDATE payment_attempts a SET
-                 status = 'expired',
-                 last_error = $3,
-                 updated_at = now()
-             FROM stale
-             WHERE a.payment_attempt_id = stale.payment_attempt_id
-             RETURNING a.payment_attempt_id, a.order_id, a.amount_minor, a.currency,
-                       a.requested_at, a.first_message_id, a.correlation_id, a.traceparent,
-                       a.updated_at
-         ),
-         transitions AS (
-             INSERT INTO attempt_transitions
-                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, 'pending', 'expired', 'stale_at_dispatch', $4,
-                    'requested at ' || requested_at || ': ' || $3, updated_at
-             FROM moved
-         )
-         SELECT * FROM moved ORDER BY payment_attempt_id",
+        &Claim {
+            queue: ATTEMPTS,
+            due_columns: "",
+            due: "status = 'pending' AND next_run_at <= now()
+                AND first_dispatched_at IS NULL
+                AND requested_at <= now() - make_interval(secs => $1::float8)",
+            order: "next_run_at",
+            limit: "$2",
+            set: "status = 'expired', last_error = $3, updated_at = now()",
+            returning: "a.payment_attempt_id, a.order_id, a.amount_minor, a.currency,
+                a.requested_at, a.first_message_id, a.correlation_id, a.traceparent,
+                a.updated_at",
+        }
+        .sql(
+            ",
+             transitions AS (
+                 INSERT INTO attempt_transitions
+                     (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+                 SELECT payment_attempt_id, 'pending', 'expired', 'stale_at_dispatch', $4,
+                        'requested at ' || requested_at || ': ' || $3, updated_at
+                 FROM claimed
+             )
+             SELECT * FROM claimed ORDER BY payment_attempt_id",
+        ),
     )
     .bind(max_command_age.as_secs_f64())
     .bind(limit as i64)
@@ -314,26 +306,7 @@ struct ExpiredRow {
     updated_at: OffsetDateTime,
 }
 
-/// Longest charge id or decline code stored; no real gateway comes near it.
-const GATEWAY_ID_MAX_CHARS: usize = 255;
-
-/// Text a gateway sent (a charge id, a decline code, an error message, a reason quoting
-/// it), made storable: every control character — NUL above all, which PostgreSQL refuses
-/// in `text` and `jsonb` — is written as its escape (`\u{0}`), and the length is bounded
-/// (an over-long value ends with `…`). The one function every gateway-provided string goes
-/// through before it reaches the database, so that an answer can always be stored and an
-/// attempt can always settle or escalate.
-pub fn gateway_text(text: &str, max_chars: usize) -> String {
-    let mut clean = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            clean.extend(c.escape_unicode());
-        } else {
-            clean.push(c);
-        }
-    }
-    crate::domain::bounded(&clean, max_chars)
-}
+pub use crate::domain::lookup::{gateway_text, GATEWAY_ID_MAX_CHARS};
 
 /// Stores one call's evidence in a transaction of its own: for a result whose settlement
 /// the database refused, so that the call is on record whatever became of the write.

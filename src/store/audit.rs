@@ -83,6 +83,9 @@ pub enum AuditAction {
     FleetResume,
     /// `refunds create`: a person's refund of a charge, published as a RefundPayment.
     Refund,
+    /// `refunds resolve`: a person's settlement of a refund in review (or of one the
+    /// gateway failed after it succeeded), checked against the gateway first.
+    ResolveRefund,
 }
 
 impl AuditAction {
@@ -101,6 +104,7 @@ impl AuditAction {
             Self::FleetPause => "fleet_pause",
             Self::FleetResume => "fleet_resume",
             Self::Refund => "refund",
+            Self::ResolveRefund => "resolve_refund",
         }
     }
 }

@@ -3,7 +3,7 @@
 //! Invariants kept here:
 //! - The cancel is one guarded statement: `UPDATE … WHERE status = 'pending' AND
 //!   first_dispatched_at IS NULL AND gateway_object_id IS NULL`, which moves the fencing
-//!   token on. The executor's claim takes due rows `FOR UPDATE SKIP LOCKED` and moves them to
+//!   token on. The executor's claim (`super::kernel`) locks due rows, skipping held ones, and moves them to
 //!   `in_flight` in the same statement, so the row lock decides: a claim that locked the row
 //!   first makes the cancel find it `in_flight` and touch nothing; a cancel that locked it
 //!   first is skipped by the claim and leaves nothing to claim. Never read-then-write.

@@ -1,6 +1,6 @@
 //! The store layer owns every SQL statement of onecharge. Roles call typed functions here;
 //! no other module writes SQL. Concurrency is resolved by the database — unique keys,
-//! `ON CONFLICT DO NOTHING`, `FOR UPDATE SKIP LOCKED`, fencing tokens — never by a read
+//! `ON CONFLICT DO NOTHING`, row locks that skip what another holds (`kernel`), fencing tokens — never by a read
 //! followed by a write in the application.
 //!
 //! Queries are checked at run time (`sqlx::query`), not with the compile-time macros; every
@@ -17,6 +17,7 @@ pub mod findings;
 pub mod fleet;
 pub mod gateway_objects;
 pub mod intake;
+pub mod kernel;
 pub mod metrics;
 pub mod operator;
 pub mod outbox;

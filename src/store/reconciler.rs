@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 
 use super::attempts::{gateway_text, record_gateway_call, HELD_COLUMNS};
 use super::audit::NewAuditEntry;
+use super::kernel::{Claim, ATTEMPTS};
 use super::Store;
 use crate::domain::outcome::FailedLookups;
 use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId};
@@ -25,37 +26,34 @@ pub async fn expire_leases(
     limit: usize,
 ) -> Result<Vec<PaymentAttemptId>, sqlx::Error> {
     sqlx::query_scalar(
-        "WITH expired AS (
-             SELECT payment_attempt_id, lease_owner, lease_expires_at
-             FROM payment_attempts
-             WHERE status = 'in_flight' AND lease_expires_at <= now()
-             ORDER BY lease_expires_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-         ),
-         moved AS (
-             UPDATE payment_attempts a SET
-                 status = 'unknown',
-                 lease_token = a.lease_token + 1,
-                 lease_owner = NULL,
-                 lease_expires_at = NULL,
-                 next_run_at = now(),
-                 last_error = 'lease of ' || COALESCE(expired.lease_owner, '?')
-                              || ' expired while in flight: the gateway may have charged',
-                 updated_at = now()
-             FROM expired
-             WHERE a.payment_attempt_id = expired.payment_attempt_id
-             RETURNING a.payment_attempt_id, expired.lease_owner, expired.lease_expires_at
-         ),
-         transitions AS (
-             INSERT INTO attempt_transitions
-                 (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
-             SELECT payment_attempt_id, 'in_flight', 'unknown', 'lease_expired', $2,
-                    'lease of ' || COALESCE(lease_owner, '?') || ' expired at ' || lease_expires_at,
-                    now()
-             FROM moved
-         )
-         SELECT payment_attempt_id FROM moved",
+        &Claim {
+            queue: ATTEMPTS,
+            due_columns: ", lease_owner, lease_expires_at",
+            due: "status = 'in_flight' AND lease_expires_at <= now()",
+            order: "lease_expires_at",
+            limit: "$1",
+            set: "status = 'unknown',
+                lease_token = a.lease_token + 1,
+                lease_owner = NULL,
+                lease_expires_at = NULL,
+                next_run_at = now(),
+                last_error = 'lease of ' || COALESCE(due.lease_owner, '?')
+                             || ' expired while in flight: the gateway may have charged',
+                updated_at = now()",
+            returning: "a.payment_attempt_id, due.lease_owner, due.lease_expires_at",
+        }
+        .sql(
+            ",
+             transitions AS (
+                 INSERT INTO attempt_transitions
+                     (payment_attempt_id, from_status, to_status, cause, actor, detail, at)
+                 SELECT payment_attempt_id, 'in_flight', 'unknown', 'lease_expired', $2,
+                        'lease of ' || COALESCE(lease_owner, '?') || ' expired at ' || lease_expires_at,
+                        now()
+                 FROM claimed
+             )
+             SELECT payment_attempt_id FROM claimed",
+        ),
     )
     .bind(limit as i64)
     .bind(actor)
@@ -72,22 +70,20 @@ pub async fn claim_unknown(
     hold: std::time::Duration,
     limit: usize,
 ) -> Result<Vec<HeldAttempt>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "WITH due AS (
-             SELECT payment_attempt_id FROM payment_attempts
-             WHERE status = 'unknown' AND next_run_at <= now()
-             ORDER BY next_run_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-         )
-         UPDATE payment_attempts a SET
-             lease_token = a.lease_token + 1,
-             next_run_at = now() + make_interval(secs => $2::float8),
-             updated_at = now()
-         FROM due
-         WHERE a.payment_attempt_id = due.payment_attempt_id
-         RETURNING {HELD_COLUMNS}"
-    ))
+    sqlx::query_as(
+        &Claim {
+            queue: ATTEMPTS,
+            due_columns: "",
+            due: "status = 'unknown' AND next_run_at <= now()",
+            order: "next_run_at",
+            limit: "$1",
+            set: "lease_token = a.lease_token + 1,
+                next_run_at = now() + make_interval(secs => $2::float8),
+                updated_at = now()",
+            returning: HELD_COLUMNS,
+        }
+        .sql(" SELECT * FROM claimed"),
+    )
     .bind(limit as i64)
     .bind(hold.as_secs_f64())
     .fetch_all(store.pool())

@@ -26,9 +26,11 @@ use sqlx::{FromRow as _, PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::kernel::{lock_due, Claim, REFUNDS};
 use super::Store;
+use crate::domain::lookup::{gateway_text, GATEWAY_ID_MAX_CHARS};
 use crate::domain::refund::RefundPayment;
-use crate::domain::refund_call::RefundMove;
+use crate::domain::refund_call::{unstored, RefundMove, RefundPolicy};
 use crate::domain::refund_event::{RefundEvent, REFUND_COMMAND_SUBJECT, REFUND_DLQ_SUBJECT};
 use crate::domain::{
     bounded, Actor, AttemptStatus, GatewayCallRecord, HeldRefund, Money, PaymentAttemptId,
@@ -203,17 +205,16 @@ pub async fn admit_due(
     let mut done = Vec::new();
     for _ in 0..limit {
         let mut tx = store.pool().begin().await?;
-        let row = sqlx::query(
-            "SELECT r.refund_id, r.payment_attempt_id, r.requested_minor, r.created_at,
-                    now() AS now, a.status AS attempt_status, a.amount_minor, a.currency,
-                    a.gateway_charge_id
-             FROM refunds r
-             LEFT JOIN payment_attempts a USING (payment_attempt_id)
-             WHERE r.status = 'waiting' AND r.next_run_at <= now()
-             ORDER BY r.next_run_at
-             LIMIT 1
-             FOR UPDATE OF r SKIP LOCKED",
-        )
+        let row = sqlx::query(&lock_due(
+            REFUNDS,
+            "r.refund_id, r.payment_attempt_id, r.requested_minor, r.created_at,
+             now() AS now, a.status AS attempt_status, a.amount_minor, a.currency,
+             a.gateway_charge_id",
+            "LEFT JOIN payment_attempts a USING (payment_attempt_id)",
+            "r.status = 'waiting' AND r.next_run_at <= now()",
+            "r.next_run_at",
+            "1",
+        ))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else { break };
@@ -399,8 +400,8 @@ async fn refuse_waiting(
 /// The columns of a [`HeldRefund`] on the alias `r`.
 const HELD_REFUND_COLUMNS: &str = "r.refund_id, r.payment_attempt_id, r.idempotency_key, \
      r.amount_minor, r.currency, r.reason, r.metadata, r.gateway_charge_id, \
-     r.gateway_refund_id, r.status, r.lease_token, r.tries, r.lookups, r.first_sent_at, \
-     r.last_sent_at, r.created_at, now() AS now";
+     r.gateway_refund_id, r.status, r.lease_token, r.tries, r.lookups, r.failed_lookups, \
+     r.first_sent_at, r.last_sent_at, r.created_at, now() AS now";
 
 impl sqlx::FromRow<'_, PgRow> for HeldRefund {
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
@@ -419,6 +420,7 @@ impl sqlx::FromRow<'_, PgRow> for HeldRefund {
             lease_token: row.try_get("lease_token")?,
             tries: row.try_get("tries")?,
             lookups: row.try_get("lookups")?,
+            failed_lookups: row.try_get("failed_lookups")?,
             first_sent_at: row.try_get("first_sent_at")?,
             last_sent_at: row.try_get("last_sent_at")?,
             created_at: row.try_get("created_at")?,
@@ -465,22 +467,20 @@ pub async fn claim_pending(
     lease: Duration,
     limit: i64,
 ) -> Result<Vec<HeldRefund>, sqlx::Error> {
-    let sql = format!(
-        "WITH due AS (
-             SELECT refund_id FROM refunds
-             WHERE {SENDABLE}
-             ORDER BY next_run_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-         ),
-         claimed AS (
-             UPDATE refunds r SET status = 'in_flight', lease_owner = $2,
-                    lease_token = r.lease_token + 1, lease_expires_at = now() + $3,
-                    tries = r.tries + 1, first_sent_at = COALESCE(r.first_sent_at, now()),
-                    last_sent_at = now(), updated_at = now()
-             FROM due WHERE r.refund_id = due.refund_id
-             RETURNING {HELD_REFUND_COLUMNS}
-         ),
+    let sql = Claim {
+        queue: REFUNDS,
+        due_columns: "",
+        due: SENDABLE,
+        order: "next_run_at",
+        limit: "$1",
+        set: "status = 'in_flight', lease_owner = $2,
+            lease_token = r.lease_token + 1, lease_expires_at = now() + $3,
+            tries = r.tries + 1, first_sent_at = COALESCE(r.first_sent_at, now()),
+            last_sent_at = now(), updated_at = now()",
+        returning: HELD_REFUND_COLUMNS,
+    }
+    .sql(
+        ",
          moved AS (
              INSERT INTO refund_transitions
                  (refund_id, payment_attempt_id, from_status, to_status, cause, actor, detail)
@@ -488,7 +488,7 @@ pub async fn claim_pending(
                     'try ' || tries || ', lease token ' || lease_token
              FROM claimed
          )
-         SELECT * FROM claimed"
+         SELECT * FROM claimed",
     );
     sqlx::query_as(&sql)
         .bind(limit)
@@ -506,19 +506,16 @@ pub async fn claim_lookups(
     lease: Duration,
     limit: i64,
 ) -> Result<Vec<HeldRefund>, sqlx::Error> {
-    let sql = format!(
-        "WITH due AS (
-             SELECT refund_id FROM refunds
-             WHERE {LOOKUP_DUE}
-             ORDER BY next_run_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-         )
-         UPDATE refunds r SET lease_token = r.lease_token + 1, next_run_at = now() + $2,
-                updated_at = now()
-         FROM due WHERE r.refund_id = due.refund_id
-         RETURNING {HELD_REFUND_COLUMNS}"
-    );
+    let sql = Claim {
+        queue: REFUNDS,
+        due_columns: "",
+        due: LOOKUP_DUE,
+        order: "next_run_at",
+        limit: "$1",
+        set: "lease_token = r.lease_token + 1, next_run_at = now() + $2, updated_at = now()",
+        returning: HELD_REFUND_COLUMNS,
+    }
+    .sql(" SELECT * FROM claimed");
     sqlx::query_as(&sql)
         .bind(limit)
         .bind(lease)
@@ -549,6 +546,56 @@ pub async fn expire_leases(store: &Store, actor: &Actor) -> Result<u64, sqlx::Er
     Ok(moved.rows_affected())
 }
 
+/// What writing a refund's move came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Moved to this status.
+    Moved(RefundStatus),
+    /// The fence refused it: someone else holds the refund now (only the call is on record).
+    Fenced,
+}
+
+/// Writes where a call moved `held` ([`settle`], with the call's evidence). When the
+/// database refuses the move for its data (SQLSTATE class 22 or 23: a value it will not
+/// keep), the call's evidence is stored alone and the failure is counted like a failed
+/// lookup (`refund_call::unstored`): checked again along `reconciler.schedule`, and once it
+/// is used up a person is told why and what the gateway answered. So no answer, however
+/// malformed, keeps a refund cycling.
+#[allow(clippy::too_many_arguments)]
+pub async fn write(
+    store: &Store,
+    held: &HeldRefund,
+    next: RefundMove,
+    cause: &str,
+    actor: &Actor,
+    call: &GatewayCallRecord,
+    policy: &RefundPolicy,
+    answer: &str,
+    now: OffsetDateTime,
+) -> Result<Written, sqlx::Error> {
+    let written = |moved: bool, to: RefundStatus| {
+        if moved {
+            Written::Moved(to)
+        } else {
+            Written::Fenced
+        }
+    };
+    match settle(store, held, &next, cause, actor, Some(call)).await {
+        Ok(moved) => Ok(written(moved, next.status())),
+        Err(err) if super::blames_the_data(&err) => {
+            tracing::error!(error = %err, answer, "the database refused the refund's move; counting it like a failed lookup");
+            if let Err(evidence_err) = super::attempts::record_gateway_call_alone(store, call).await
+            {
+                tracing::error!(error = %evidence_err, "cannot store the call's evidence either");
+            }
+            let instead = unstored(held, &err.to_string(), answer, policy, now);
+            let moved = settle(store, held, &instead, "settlement_refused", actor, None).await?;
+            Ok(written(moved, instead.status()))
+        }
+        Err(err) => Err(err),
+    }
+}
+
 /// Writes `next` for `held`, fenced by the lease token (and, for an executor's refund,
 /// its `in_flight` status), with its transition, its gateway call, and for a final state
 /// its event; a failed refund gives its amount back. `false` when the fence refused it:
@@ -561,10 +608,25 @@ pub async fn settle(
     actor: &Actor,
     call: Option<&GatewayCallRecord>,
 ) -> Result<bool, sqlx::Error> {
-    let to = next.status();
     let mut tx = store.pool().begin().await?;
+    let moved = settle_in(&mut tx, held, next, cause, actor, call).await?;
+    tx.commit().await?;
+    Ok(moved)
+}
+
+/// [`settle`] inside the caller's transaction (a person's resolution writes its audit row
+/// in the same one).
+async fn settle_in(
+    tx: &mut PgConnection,
+    held: &HeldRefund,
+    next: &RefundMove,
+    cause: &str,
+    actor: &Actor,
+    call: Option<&GatewayCallRecord>,
+) -> Result<bool, sqlx::Error> {
+    let to = next.status();
     if let Some(call) = call {
-        super::attempts::record_gateway_call(&mut tx, call).await?;
+        super::attempts::record_gateway_call(&mut *tx, call).await?;
     }
     let (gateway_refund_id, reason, next_run_at, count_try) = match next {
         RefundMove::Succeeded { gateway_refund_id } => {
@@ -578,7 +640,7 @@ pub async fn settle(
             gateway_refund_id,
             next,
         } => (Some(gateway_refund_id.clone()), None, Some(*next), true),
-        RefundMove::Unknown { reason, next } => (None, Some(reason.clone()), Some(*next), true),
+        RefundMove::Unknown { reason, next, .. } => (None, Some(reason.clone()), Some(*next), true),
         RefundMove::Pending {
             reason,
             next,
@@ -586,7 +648,8 @@ pub async fn settle(
         } => (None, Some(reason.clone()), Some(*next), *count_try),
         RefundMove::NeedsReview { reason } => (None, Some(reason.clone()), None, true),
     };
-    let reason = reason.map(|r| bounded(&r, 1000));
+    let reason = reason.map(|r| gateway_text(&r, 1000));
+    let gateway_refund_id = gateway_refund_id.map(|id| gateway_text(&id, GATEWAY_ID_MAX_CHARS));
     let looked_up = held.status != RefundStatus::InFlight;
     let moved: Option<(String,)> = sqlx::query_as(
         "WITH before AS (
@@ -604,6 +667,9 @@ pub async fn settle(
                     next_run_at = COALESCE($7, r.next_run_at),
                     tries = CASE WHEN $8 THEN r.tries ELSE GREATEST(r.tries - 1, 0) END,
                     lookups = CASE WHEN $9 THEN r.lookups + 1 ELSE r.lookups END,
+                    failed_lookups = CASE $12::text WHEN 'count' THEN r.failed_lookups + 1
+                                                    WHEN 'restart' THEN 0
+                                                    ELSE r.failed_lookups END,
                     settled_at = CASE WHEN $4 IN ('succeeded', 'failed') THEN now() ELSE NULL END,
                     updated_at = now()
              FROM before WHERE r.refund_id = before.refund_id
@@ -627,20 +693,57 @@ pub async fn settle(
     .bind(looked_up)
     .bind(cause)
     .bind(actor.to_string())
+    .bind(next.failed_lookups().as_str())
     .fetch_optional(&mut *tx)
     .await?;
     if moved.is_none() {
-        tx.commit().await?;
         return Ok(false);
     }
     if to == RefundStatus::Failed {
-        release(&mut tx, held.payment_attempt_id, held.money.amount_minor()).await?;
+        release(&mut *tx, held.payment_attempt_id, held.money.amount_minor()).await?;
     }
     if to.is_final() {
-        announce_final(&mut tx, held.refund_id).await?;
+        announce_final(&mut *tx, held.refund_id).await?;
     }
-    tx.commit().await?;
     Ok(true)
+}
+
+/// Claims refund `refund_id` for a person's resolution: in `needs_review`, or `succeeded`
+/// (a refund the gateway failed after it succeeded), its fence moves on so that whatever
+/// held it before writes nothing after; `None` when it is in another state or absent.
+pub async fn claim_for_resolution(
+    store: &Store,
+    refund_id: RefundId,
+) -> Result<Option<HeldRefund>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE refunds r SET lease_token = r.lease_token + 1, updated_at = now()
+         WHERE r.refund_id = $1 AND r.status IN ('needs_review', 'succeeded')
+         RETURNING {HELD_REFUND_COLUMNS}"
+    ))
+    .bind(refund_id)
+    .fetch_optional(store.pool())
+    .await
+}
+
+/// Writes a person's resolution of `held` (fenced by its claim) with the lookup that
+/// checked it and the person's audit row, in one transaction: the move, its transition,
+/// the amount given back for `failed`, and the refund's one event of that state. The audit
+/// row's id, or `None` when the fence refused it (someone else moved the refund meanwhile).
+pub async fn resolve(
+    store: &Store,
+    held: &HeldRefund,
+    next: &RefundMove,
+    actor: &Actor,
+    call: &GatewayCallRecord,
+    audit: &super::audit::NewAuditEntry,
+) -> Result<Option<i64>, sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    if !settle_in(&mut tx, held, next, "operator_resolved", actor, Some(call)).await? {
+        return Ok(None);
+    }
+    let audit_id = super::audit::insert(&mut tx, audit).await?;
+    tx.commit().await?;
+    Ok(Some(audit_id))
 }
 
 /// Gives a failed refund's amount back to its charge.

@@ -29,6 +29,7 @@ mod fleet;
 mod intake;
 mod intake_hostile;
 mod intake_race;
+mod kernel;
 mod least_privilege;
 mod migrations;
 mod nats_permissions;

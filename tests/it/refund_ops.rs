@@ -7,10 +7,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::refund_roles::RefundRoles;
 use mock_gateway::{payment_methods as pm, MockConfig};
 use onecharge::domain::{AttemptStatus, PaymentAttemptId, RefundId};
 use onecharge::gateway::{GatewayClient, GatewayHealth};
-use onecharge::refunds::RefundWorker;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt as _;
@@ -263,7 +263,7 @@ fn quick(settings: &mut onecharge::config::Settings) {
 /// Passes of a refund worker against `h`'s mock gateway until nothing moves.
 async fn settle_refunds(h: &Harness) {
     let client = GatewayClient::from_settings(&h.settings).expect("client");
-    let worker = RefundWorker::new(
+    let worker = RefundRoles::new(
         h.store.clone(),
         client,
         GatewayHealth::from_settings(&h.settings.executor),
@@ -734,4 +734,43 @@ async fn the_api_lists_shows_and_takes_an_operators_refund_audited_and_refuses_a
         2
     );
     api.stop().await;
+}
+
+/// Decision 181: a confirmation sent twice is one refund, and its second answer says so —
+/// also when the refund took all that was left, and also once intake recorded and admitted
+/// it (nothing is left then, but this refund is the one that took it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_refund_confirmed_twice_is_one_refund_and_the_second_answer_says_duplicate() {
+    let env =
+        TestEnv::with_settings(|s| with_ada_and_vic(s, "refund-admin-token-0123456789", ADA, VIC))
+            .await;
+    let charged = env.succeeded_attempt("ord_twice", "cus_twice").await;
+    let api = AdminApi::start(&env.settings).await;
+    let refund_path = format!("/api/attempts/{charged}/refunds");
+    let asked = json!({"reason": "order cancelled", "refund_id": RefundId::random()});
+
+    let (status, first) = api.post(&refund_path, Some(ADA), asked.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["amount_minor"], 1999, "all that was left");
+    assert_eq!(env.take_in_refunds().await, 1);
+    let (status, recorded) = api.post(&refund_path, Some(ADA), asked.clone()).await;
+    env.admit_refunds().await;
+    let (status_admitted, admitted) = api.post(&refund_path, Some(ADA), asked.clone()).await;
+
+    for (status, again) in [(status, recorded), (status_admitted, admitted)] {
+        assert_eq!(status, StatusCode::OK, "{again}");
+        assert_eq!(again["duplicate"], true, "{again}");
+        assert_eq!(again["refund_id"], first["refund_id"]);
+        assert_eq!(again["amount_minor"], 1999);
+    }
+    assert_eq!(refund_commands(&env).await.len(), 1, "one refund");
+    // Another refund of the same charge is still refused: nothing is left.
+    let (status, other) = api
+        .post(
+            &refund_path,
+            Some(ADA),
+            json!({"reason": "again", "refund_id": RefundId::random()}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{other}");
 }

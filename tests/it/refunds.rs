@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::support::refund_roles::RefundRoles;
 use async_nats::HeaderMap;
 use mock_gateway::{payment_methods as pm, FaultConfig, FaultRule, MockConfig, RefundFaults};
 use onecharge::broker::CommandKind;
@@ -12,7 +13,6 @@ use onecharge::domain::refund::{validate, RefundPayment};
 use onecharge::domain::{AttemptStatus, CommandHeaders, PaymentAttemptId, RefundId};
 use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
 use onecharge::intake::Intake;
-use onecharge::refunds::RefundWorker;
 use onecharge::store::refunds::{record_refund, RecordedRefund, RefundRecord};
 use serde_json::json;
 use uuid::Uuid;
@@ -42,8 +42,8 @@ async fn harness(faults: RefundFaults) -> Harness {
     .await
 }
 
-fn worker(h: &Harness) -> RefundWorker {
-    RefundWorker::new(
+fn worker(h: &Harness) -> RefundRoles {
+    RefundRoles::new(
         h.store.clone(),
         client(h),
         GatewayHealth::from_settings(&h.settings.executor),
@@ -112,7 +112,7 @@ pub(crate) async fn record(
 }
 
 /// Passes of the worker until nothing moves (at most 50).
-pub(crate) async fn settle(w: &RefundWorker) {
+pub(crate) async fn settle(w: &RefundRoles) {
     for _ in 0..50 {
         let report = w.pass().await.expect("a refund pass");
         if report == Default::default() {
@@ -736,7 +736,7 @@ async fn an_open_breaker_holds_refunds_until_a_refund_probes_the_gateway_and_clo
     let first = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
     let second = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
     let health = GatewayHealth::from_settings(&h.settings.executor);
-    let w = RefundWorker::new(h.store.clone(), client(&h), health.clone(), &h.settings);
+    let w = RefundRoles::new(h.store.clone(), client(&h), health.clone(), &h.settings);
     let refunds = [RefundId::random(), RefundId::random()];
     for (refund_id, attempt) in refunds.iter().zip([first, second]) {
         let command = refund(*refund_id, attempt, Some(500));
@@ -808,7 +808,7 @@ async fn a_refund_left_unknown_is_looked_up_while_the_breaker_is_open() {
     .await;
     let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
     let health = GatewayHealth::from_settings(&h.settings.executor);
-    let w = RefundWorker::new(h.store.clone(), client(&h), health.clone(), &h.settings);
+    let w = RefundRoles::new(h.store.clone(), client(&h), health.clone(), &h.settings);
     let refund_id = RefundId::random();
     record(&h, &refund(refund_id, attempt, Some(300)), "lost").await;
 
@@ -1010,4 +1010,146 @@ async fn a_refund_that_succeeds_after_the_sweep_read_its_charge_is_no_finding() 
         sweep(&h).await.new_findings.is_empty(),
         "and the next sweep sees it"
     );
+}
+
+/// Issue 51: a refund in review is not a dead end. A person resolves it after the gateway is
+/// read: a choice the gateway contradicts is refused with why and changes nothing; `failed`
+/// gives the amount back (a new refund_id can refund it), publishes the refund's event once
+/// and is audited with the person's name.
+#[tokio::test]
+async fn a_refund_in_review_is_resolved_by_a_person_after_the_gateway_is_read() {
+    use onecharge::operator::refunds::{
+        resolve, RefundResolveAs, RefundResolveError, RefundResolveRequest,
+    };
+    use onecharge::operator::Via;
+    let h = harness(RefundFaults::default()).await;
+    let attempt = charged(&h, pm::PENDING_REFUND, AttemptStatus::Succeeded).await;
+    let charged_minor = h.attempt(attempt).await.amount_minor;
+    let stuck = RefundId::random();
+    record(&h, &refund(stuck, attempt, None), "stuck").await;
+    worker(&h).sender.pass().await.unwrap();
+    assert_eq!(h.refund(stuck).await.status, "processing");
+    // Sent, the gateway still processing it; its lookups then failed until a person was asked.
+    h.set_refund(
+        stuck,
+        "status = 'needs_review', lease_expires_at = NULL,
+         review_reason = 'the gateway did not answer 7 lookups in a row'",
+    )
+    .await;
+    h.gateway.settle_refunds();
+    let gateway = client(&h);
+    let ask = |as_, reason: &str| RefundResolveRequest {
+        as_,
+        reason: reason.into(),
+    };
+
+    // The gateway holds its refund, succeeded: "failed" is refused, nothing changes.
+    let Err(RefundResolveError::Refused(why)) = resolve(
+        &h.store,
+        Some(&gateway),
+        stuck,
+        &ask(RefundResolveAs::Failed, "customer says no money came"),
+        "operator:ada",
+        Via::Cli,
+    )
+    .await
+    else {
+        panic!("the gateway refunded it: failed is refused")
+    };
+    assert!(why.contains("cannot be called failed"), "{why}");
+    assert_eq!(h.refund(stuck).await.status, "needs_review");
+    assert!(h.refund_outbox(attempt).await.is_empty());
+
+    let resolved = resolve(
+        &h.store,
+        Some(&gateway),
+        stuck,
+        &ask(RefundResolveAs::Succeeded, "seen refunded at the gateway"),
+        "operator:ada",
+        Via::Cli,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resolved.status, "succeeded");
+    let row = h.refund(stuck).await;
+    assert_eq!(row.status, "succeeded");
+    assert_eq!(
+        row.gateway_refund_id.as_deref(),
+        Some(
+            h.gateway.refunds_for_refund_id(&stuck.to_string())[0]
+                .id
+                .as_str()
+        )
+    );
+    assert_eq!(h.refund_outbox(attempt).await.len(), 1, "one event");
+    let audit = h.audit_entries().await;
+    assert_eq!(audit.len(), 1);
+    assert_eq!(
+        (audit[0].action.as_str(), audit[0].actor.as_str()),
+        ("resolve_refund", "operator:ada")
+    );
+    assert_eq!(
+        h.refund_path(stuck).await.last().map(String::as_str),
+        Some("succeeded")
+    );
+
+    // Later the gateway fails it (a closed card): the amount must not stay trapped. A person
+    // resolves it failed once the gateway shows it so; its amount is back for a new refund.
+    let at_gateway = row.gateway_refund_id.unwrap();
+    h.gateway
+        .move_refund(&at_gateway, mock_gateway::RefundStatus::Failed)
+        .expect("the mock moves it");
+    let resolved = resolve(
+        &h.store,
+        Some(&gateway),
+        stuck,
+        &ask(RefundResolveAs::Failed, "the bank returned it"),
+        "operator:ada",
+        Via::Api,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (resolved.from.as_str(), resolved.status.as_str()),
+        ("succeeded", "failed")
+    );
+    assert_eq!(
+        h.reserved(attempt).await,
+        0,
+        "the amount is back on the charge"
+    );
+    let statuses: Vec<String> = h
+        .refund_outbox(attempt)
+        .await
+        .iter()
+        .map(|e| e.payload["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["succeeded", "failed"],
+        "each state announced once"
+    );
+
+    let again = RefundId::random();
+    record(&h, &refund(again, attempt, None), "again").await;
+    settle(&worker(&h)).await;
+    h.gateway.settle_refunds();
+    settle(&worker(&h)).await;
+    assert_eq!(h.refund(again).await.status, "succeeded");
+    assert_eq!(h.reserved(attempt).await, charged_minor);
+
+    // Nothing else is resolved by a person: a succeeded refund the gateway shows succeeded.
+    let Err(RefundResolveError::Refused(why)) = resolve(
+        &h.store,
+        Some(&gateway),
+        again,
+        &ask(RefundResolveAs::Failed, "why not"),
+        "operator:ada",
+        Via::Cli,
+    )
+    .await
+    else {
+        panic!("refused")
+    };
+    assert!(why.contains("cannot be called failed"), "{why}");
 }

@@ -12,7 +12,7 @@ use onecharge::domain::{AttemptStatus, RefundId};
 use onecharge::executor::Executor;
 use onecharge::gateway::permission::{self, Grant, Permission};
 use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
-use onecharge::refunds::RefundWorker;
+use crate::support::refund_roles::RefundRoles;
 
 use crate::refunds::{record, refund, settle};
 use crate::support::harness::{run_leaving_one_in, Harness};
@@ -28,10 +28,10 @@ async fn stripe(adjust: impl FnOnce(&mut onecharge::config::Settings)) -> Harnes
 }
 
 /// An executor and a refund worker sharing one health, as `serve` builds them.
-fn roles(h: &Harness, client: GatewayClient) -> (Executor, RefundWorker, GatewayHealth) {
+fn roles(h: &Harness, client: GatewayClient) -> (Executor, RefundRoles, GatewayHealth) {
     let health = GatewayHealth::from_settings(&h.settings.executor);
     let executor = Executor::new(h.store.clone(), client.clone(), health.clone(), &h.settings);
-    let worker = RefundWorker::new(h.store.clone(), client, health.clone(), &h.settings);
+    let worker = RefundRoles::new(h.store.clone(), client, health.clone(), &h.settings);
     (executor, worker, health)
 }
 

@@ -1202,7 +1202,7 @@ async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_
     use crate::refunds::{record, refund, settle};
     use crate::support::{command, intake_record};
     use onecharge::domain::RefundId;
-    use onecharge::refunds::RefundWorker;
+    use crate::support::refund_roles::RefundRoles;
 
     let sibling = |name: &'static str| {
         move |s: &mut onecharge::config::Settings| {
@@ -1244,7 +1244,7 @@ async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_
     let disputed = eu.seed(pm::CARD_VISA).await.payment_attempt_id;
     let executor = eu.executor_with(eu_client.clone());
     while executor.run_once().await.unwrap().claimed() > 0 {}
-    let worker = RefundWorker::new(
+    let worker = RefundRoles::new(
         eu.store.clone(),
         eu_client.clone(),
         onecharge::gateway::GatewayHealth::from_settings(&eu.settings.executor),

@@ -42,6 +42,10 @@ pub fn routes() -> Router<AdminState> {
         .route("/api/attempts/bulk", post(bulk::bulk_action))
         .route("/api/refunds", get(refunds::list_refunds))
         .route("/api/refunds/{refund_id}", get(refunds::show_refund))
+        .route(
+            "/api/refunds/{refund_id}/resolve",
+            post(refunds::resolve_refund),
+        )
         .route("/api/audit", get(audit::audit_list))
         .route("/api/dlq", get(dlq::list_dead_letters))
         .route("/api/dlq/{sequence}", get(dlq::show_dead_letter))

@@ -16,7 +16,7 @@ use crate::http::error::{ErrorBody, QueryRefused};
 use crate::http::{AdminState, ApiError};
 use crate::operator::refunds::{
     self, RefundCursor, RefundDetail, RefundError, RefundFilter, RefundPublished, RefundRequest,
-    RefundView,
+    RefundResolveError, RefundResolveRequest, RefundResolved, RefundView,
 };
 use crate::operator::Via;
 
@@ -176,4 +176,52 @@ pub(crate) async fn refund_attempt(
     )
     .await?;
     Ok(Json(published))
+}
+
+impl From<RefundResolveError> for ApiError {
+    fn from(err: RefundResolveError) -> Self {
+        match err {
+            RefundResolveError::Invalid(why) => Self::bad_request(why),
+            err @ RefundResolveError::NotFound(_) => Self::not_found(err.to_string()),
+            RefundResolveError::Refused(why) => Self::conflict(why),
+            RefundResolveError::Unavailable(why) => Self::unavailable(why),
+            err @ RefundResolveError::Store(_) => Self::internal(err),
+        }
+    }
+}
+
+/// `POST /api/refunds/{refund_id}/resolve` with `{"as": "succeeded|failed", "reason": …}`:
+/// what `refunds resolve` does — the gateway is read first, a choice it contradicts is
+/// refused with why, and the resolution is audited as the caller.
+#[utoipa::path(post, path = "/api/refunds/{refund_id}/resolve", operation_id = "resolveRefund", tag = "refunds", params(("refund_id" = uuid::Uuid, Path, description = "The refund_id")), request_body = RefundResolveRequest, responses(
+    (status = 200, description = "Resolved: the refund's move, its event queued for publishing (`failed` gives its amount back)", body = RefundResolved),
+    (status = 400, description = "No reason, or a body not understood", body = ErrorBody),
+    (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
+    (status = 403, description = "A viewer's token: it only reads", body = ErrorBody),
+    (status = 404, description = "No such refund", body = ErrorBody),
+    (status = 409, description = "The refund's state, or the gateway's answer, refuses the choice (with why); nothing was changed", body = ErrorBody),
+    (status = 503, description = "This process has no gateway client to check with", body = ErrorBody),
+))]
+pub(crate) async fn resolve_refund(
+    State(state): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    id: Result<Path<RefundId>, PathRejection>,
+    body: Result<Json<RefundResolveRequest>, JsonRejection>,
+) -> Result<Json<RefundResolved>, ApiError> {
+    let Path(id) =
+        id.map_err(|e| ApiError::bad_request(format!("not a refund_id: {}", e.body_text())))?;
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let resolved = refunds::resolve(
+        &state.store,
+        state
+            .reconciler
+            .as_ref()
+            .map(crate::reconciler::Reconciler::gateway),
+        id,
+        &request,
+        &principal.actor,
+        Via::Api,
+    )
+    .await?;
+    Ok(Json(resolved))
 }

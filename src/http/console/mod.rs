@@ -62,6 +62,7 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         .route("/console/attempts/{id}/refunds", post(refunds::refund))
         .route("/console/refunds", get(refunds::list))
         .route("/console/refunds/{id}", get(refunds::one))
+        .route("/console/refunds/{id}/resolve", post(refunds::resolve))
         .route("/console/review", get(review::review))
         .route("/console/dead-letters", get(dead_letters::dead_letters))
         .route(

@@ -25,7 +25,8 @@ use crate::format;
 use crate::http::AdminState;
 use crate::operator::attempts::{AttemptDetail, AttemptRefund};
 use crate::operator::refunds::{
-    self, RefundCursor, RefundError, RefundFilter, RefundPreview, RefundRequest, RefundView,
+    self, RefundCursor, RefundError, RefundFilter, RefundPreview, RefundRequest, RefundResolveAs,
+    RefundResolveError, RefundResolveRequest, RefundView,
 };
 use crate::operator::Via;
 
@@ -186,6 +187,9 @@ pub(super) async fn one(
                 }
             }
         }
+        @if matches!(r.status, RefundStatus::NeedsReview | RefundStatus::Succeeded) && session.principal.may_act() {
+            (resolve_form(&session, r.refund_id, r.status))
+        }
         section #history {
             h2 { "Timeline" }
             table #timeline {
@@ -235,6 +239,106 @@ pub(super) fn attempt_refunds_section(session: &Session, detail: &AttemptDetail)
                 p #refund-viewer .hint { "Refunding needs the role operator; you are signed in as a viewer." }
             }
         }
+    }
+}
+
+/// The form that settles a refund in review (or a succeeded one the gateway has since
+/// failed): `refunds resolve`'s, the gateway read first.
+fn resolve_form(session: &Session, id: RefundId, status: RefundStatus) -> Markup {
+    html! {
+        section #resolve {
+            h2 { "Resolve" }
+            @if status == RefundStatus::Succeeded {
+                p .hint { "Only when the gateway shows this refund failed (a closed card, a bank that returned it): resolving it failed gives its amount back to the charge and announces it failed." }
+            } @else {
+                p .hint { "The gateway is read first: a choice it contradicts is refused, with why, and nothing changes. Failed gives the amount back, so the charge can be refunded under a new refund id." }
+            }
+            form #resolve-form method="post" action=(format!("/console/refunds/{id}/resolve")) {
+                (csrf_field(session))
+                label for="resolve-as" { "The gateway " }
+                select #resolve-as name="as" {
+                    @if status == RefundStatus::NeedsReview {
+                        option value="succeeded" { "refunded it (succeeded)" }
+                    }
+                    option value="failed" { "did not refund it, or its refund failed (failed)" }
+                }
+                (text_input("resolve-reason", "reason", "Why", ""))
+                button #resolve-submit type="submit" { "Resolve" }
+            }
+        }
+    }
+}
+
+/// The resolve form as posted.
+#[derive(Debug, Deserialize)]
+pub(super) struct ResolveForm {
+    #[serde(rename = "as")]
+    as_: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /console/refunds/{id}/resolve`: `refunds resolve`, through the function the CLI
+/// and the API call.
+pub(super) async fn resolve(
+    State(state): State<AdminState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+    form: Result<Form<ResolveForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let Ok(id) = id.parse::<RefundId>() else {
+        return bad_request(&session, &format!("`{id}` is not a refund_id (a UUID)."));
+    };
+    let Ok(Form(form)) = form else {
+        return bad_request(
+            &session,
+            "The resolve form is not understood. Nothing was done.",
+        );
+    };
+    let as_ = match form.as_.as_str() {
+        "succeeded" => RefundResolveAs::Succeeded,
+        "failed" => RefundResolveAs::Failed,
+        other => {
+            return bad_request(
+                &session,
+                &format!("`{other}` is not succeeded or failed. Nothing was done."),
+            )
+        }
+    };
+    let request = RefundResolveRequest {
+        as_,
+        reason: form.reason,
+    };
+    let gateway = state
+        .reconciler
+        .as_ref()
+        .map(crate::reconciler::Reconciler::gateway);
+    let actor = session.principal.actor.clone();
+    match refunds::resolve(&state.store, gateway, id, &request, &actor, Via::Console).await {
+        Ok(resolved) => page(
+            StatusCode::OK,
+            "Refund resolved",
+            Some(&session),
+            html! {
+                p #result .success data-status=(resolved.status) { (resolved.summary()) }
+                p { a #to-refund href=(format!("/console/refunds/{id}")) { "The refund" } }
+            },
+        ),
+        Err(RefundResolveError::Invalid(why)) => {
+            bad_request(&session, &format!("{why}. Nothing was done."))
+        }
+        Err(err @ RefundResolveError::NotFound(_)) => {
+            refused(StatusCode::NOT_FOUND, Some(&session), &err.to_string())
+        }
+        Err(RefundResolveError::Refused(why)) => refused(
+            StatusCode::CONFLICT,
+            Some(&session),
+            &format!("{why}. Nothing was changed."),
+        ),
+        Err(RefundResolveError::Unavailable(why)) => {
+            refused(StatusCode::SERVICE_UNAVAILABLE, Some(&session), &why)
+        }
+        Err(err @ RefundResolveError::Store(_)) => failed(&session, err),
     }
 }
 

@@ -213,13 +213,19 @@ pub async fn preview(
         return Err(RefundError::NotFound(payment_attempt_id));
     };
     let totals = sql::refund_totals(store, payment_attempt_id).await?;
-    let amount = decide(
-        payment_attempt_id,
-        attempt.status,
-        attempt.money,
-        &totals,
-        request.amount_minor,
-    )?;
+    let amount = match recorded_amount(store, payment_attempt_id, request).await? {
+        // The same refund confirmed again (decision 181): it is already counted in what is
+        // taken, so what is left says nothing about it; it is published again under its
+        // own message id and is one refund.
+        Some(amount) => Money::new(amount, attempt.money.currency()),
+        None => decide(
+            payment_attempt_id,
+            attempt.status,
+            attempt.money,
+            &totals,
+            request.amount_minor,
+        )?,
+    };
     Ok(RefundPreview {
         refund_id: request.refund_id.unwrap_or_else(RefundId::random),
         payment_attempt_id,
@@ -236,6 +242,36 @@ pub async fn preview(
         amount_minor: amount.amount_minor(),
         reason,
     })
+}
+
+/// The amount of the refund `request` names, when intake already recorded it for this
+/// attempt: a confirmation sent again. The same `refund_id` for another attempt or another
+/// amount is refused, with why.
+async fn recorded_amount(
+    store: &Store,
+    payment_attempt_id: PaymentAttemptId,
+    request: &RefundRequest,
+) -> Result<Option<i64>, RefundError> {
+    let Some(refund_id) = request.refund_id else {
+        return Ok(None);
+    };
+    let Some(recorded) = sql::get_refund(store, refund_id).await? else {
+        return Ok(None);
+    };
+    let amount = recorded.requested_minor.or(recorded.amount_minor);
+    if recorded.payment_attempt_id != payment_attempt_id
+        || amount.is_none()
+        || request
+            .amount_minor
+            .is_some_and(|asked| Some(asked) != amount)
+    {
+        return Err(RefundError::Invalid(format!(
+            "refund_id {refund_id} is already a refund of {} of attempt {}: preview again for a new refund id. Nothing was published",
+            amount.map_or_else(|| "the rest".to_owned(), |a| format!("{a} minor units")),
+            recorded.payment_attempt_id
+        )));
+    }
+    Ok(amount)
 }
 
 /// The reason, trimmed, or why it cannot be recorded.
@@ -352,6 +388,9 @@ pub async fn create(
     via: Via,
 ) -> Result<RefundPublished, RefundError> {
     let checked = preview(store, payment_attempt_id, request).await?;
+    let was_recorded = recorded_amount(store, payment_attempt_id, request)
+        .await?
+        .is_some();
     let refund_id = checked.refund_id;
     let message_id = message_id(refund_id);
     let published = publish::publish_refund(
@@ -370,11 +409,9 @@ pub async fn create(
     )
     .await
     .map_err(RefundError::Publish)?;
-    let outcome = if published.duplicate {
-        "duplicate"
-    } else {
-        "published"
-    };
+    // Recorded before this request: the same refund, whatever JetStream's window says.
+    let duplicate = published.duplicate || was_recorded;
+    let outcome = if duplicate { "duplicate" } else { "published" };
     let audit_id = audit::insert_alone(
         store,
         &NewAuditEntry {
@@ -408,7 +445,7 @@ pub async fn create(
         %payment_attempt_id,
         amount_minor = checked.amount_minor,
         actor,
-        duplicate = published.duplicate,
+        duplicate,
         "a person's refund was published"
     );
     Ok(RefundPublished {
@@ -419,7 +456,7 @@ pub async fn create(
         message_id: published.message_id,
         subject: published.subject,
         stream_sequence: published.stream_sequence,
-        duplicate: published.duplicate,
+        duplicate,
         actor: actor.to_owned(),
         audit_id,
     })

@@ -3,6 +3,7 @@
 //! who does it, and its history. A person's refund of a charge is [`create`]'s.
 
 mod create;
+mod resolve;
 
 use std::collections::BTreeMap;
 
@@ -20,6 +21,9 @@ pub use crate::store::refund_reads::{RefundCursor, RefundFilter};
 use crate::store::Store;
 pub use create::{
     create, decide, message_id, preview, RefundError, RefundPreview, RefundPublished, RefundRequest,
+};
+pub use resolve::{
+    resolve, RefundResolveAs, RefundResolveError, RefundResolveRequest, RefundResolved,
 };
 
 /// One refund in `--json` output and the admin API: the stored refund, how old it is and
@@ -112,7 +116,8 @@ pub fn view(refund: RefundRecord, now: OffsetDateTime) -> RefundView {
 }
 
 /// Who moves `refund` next, what they do and when, judged from its row alone. The refund
-/// worker runs in the executor role: it admits, sends and looks refunds up.
+/// sender runs in the executor role (it admits and sends), the refund lookups in the
+/// reconciler role (they take back expired leases and look refunds up).
 pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
     let worker = |action: String, at: OffsetDateTime| NextAction {
         by: Actor::Executor,
@@ -122,7 +127,18 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
             now,
             at,
             Actor::Executor,
-            " (the refund worker runs with it)",
+            " (the refund sender runs with it)",
+        ),
+    };
+    let lookups = |action: String, at: OffsetDateTime| NextAction {
+        by: Actor::Reconciler,
+        action,
+        at: Some(at),
+        warning: overdue(
+            now,
+            at,
+            Actor::Reconciler,
+            " (the refund lookups run with it)",
         ),
     };
     match refund.status {
@@ -152,24 +168,24 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
                 warning: None,
             },
             expires => NextAction {
-                by: Actor::Executor,
-                action: "lease expired: the refund worker moves it to unknown and looks it up"
+                by: Actor::Reconciler,
+                action: "lease expired: the refund lookups move it to unknown and look it up"
                     .to_owned(),
                 at: expires,
-                warning: expires.and_then(|e| overdue(now, e, Actor::Executor, "")),
+                warning: expires.and_then(|e| overdue(now, e, Actor::Reconciler, "")),
             },
         },
-        RefundStatus::Processing => worker(
+        RefundStatus::Processing => lookups(
             format!(
-                "the gateway is still processing {}; refund worker looks it up (lookup {})",
+                "the gateway is still processing {}; the refund lookups look it up (lookup {})",
                 refund.gateway_refund_id.as_deref().unwrap_or("it"),
                 refund.lookups + 1
             ),
             refund.next_run_at,
         ),
-        RefundStatus::Unknown => worker(
+        RefundStatus::Unknown => lookups(
             format!(
-                "refund worker looks the refund up at the gateway (lookup {})",
+                "the refund lookups look the refund up at the gateway (lookup {})",
                 refund.lookups + 1
             ),
             refund.next_run_at,
@@ -177,9 +193,10 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
         RefundStatus::NeedsReview => NextAction {
             by: Actor::Operator,
             action: format!(
-                "a person finds the refund at the gateway (key {}{}) and settles it with the gateway's owner; its amount stays reserved meanwhile",
+                "a person reads why above, finds the refund at the gateway (key {}{}) and settles it with `onecharge refunds resolve {} --as succeeded|failed --reason …` (the gateway is read first; failed gives the amount back for a new refund_id); its amount stays reserved meanwhile",
                 refund.idempotency_key,
-                suffix(", gateway refund ", refund.gateway_refund_id.as_deref())
+                suffix(", gateway refund ", refund.gateway_refund_id.as_deref()),
+                refund.refund_id
             ),
             at: None,
             warning: None,

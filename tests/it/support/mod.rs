@@ -34,6 +34,7 @@ pub mod patroni;
 pub mod pg_cluster;
 pub mod process;
 pub mod records;
+pub mod refund_roles;
 pub mod served;
 pub mod throwaway;
 
