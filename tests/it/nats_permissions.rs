@@ -259,7 +259,10 @@ async fn setup_and_runtime_users_each_run_on_their_own_permissions_and_the_runti
         commands.delete_consumer("onecharge-intake"),
     )
     .await;
-    assert!(!matches!(deleted, Ok(Ok(_))), "{deleted:?}");
+    assert!(
+        !matches!(deleted, Ok(Ok(_))),
+        "the runtime user deleted the intake consumer"
+    );
     let created = tokio::time::timeout(
         Duration::from_secs(5),
         broker
