@@ -73,6 +73,14 @@ pub fn router(state: AdminState) -> Router<AdminState> {
             post(dead_letters::replay),
         )
         .route(
+            "/console/dead-letters/{sequence}/discard",
+            post(dead_letters::discard),
+        )
+        .route(
+            "/console/dead-letters/bulk-replay",
+            post(dead_letters::bulk_replay),
+        )
+        .route(
             "/console/bulk",
             get(bulk::bulk_page).post(bulk::bulk_action),
         )
