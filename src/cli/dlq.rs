@@ -127,9 +127,15 @@ pub async fn run(settings: &Settings, command: DlqCommand) -> anyhow::Result<()>
             Ok(())
         }
         DlqCommand::Discard { sequence, reason } => {
-            let discarded =
-                dlq::discard(&broker, &store, sequence, &operator_actor(), Via::Cli, &reason)
-                    .await?;
+            let discarded = dlq::discard(
+                &broker,
+                &store,
+                sequence,
+                &operator_actor(),
+                Via::Cli,
+                &reason,
+            )
+            .await?;
             println!(
                 "discarded dead letter {} ({}): it is never replayed and left out of `dlq list`",
                 discarded.dlq_sequence,
@@ -184,7 +190,11 @@ fn render_bulk(outcome: &dlq::BulkReplayOutcome) -> String {
             format::cell(&item.detail, 200)
         ));
     }
-    let replayed = outcome.items.iter().filter(|i| i.outcome == "replayed").count();
+    let replayed = outcome
+        .items
+        .iter()
+        .filter(|i| i.outcome == "replayed")
+        .count();
     out.push_str(&format!(
         "{replayed} of {} dead letter{} replayed\n",
         outcome.matched,

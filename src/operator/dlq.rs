@@ -147,7 +147,9 @@ impl From<CommandKind> for LetterKind {
 
 /// Which dead letters: the filter `dlq list`, `GET /api/dlq` and the bulk replay share (one
 /// type, so a filter added to one is a filter of each). Times are RFC 3339.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, clap::Args, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Deserialize, Serialize, clap::Args, utoipa::ToSchema,
+)]
 #[serde(deny_unknown_fields)]
 pub struct DeadLetterFilter {
     /// Only letters of this class
@@ -258,11 +260,16 @@ pub async fn page_dead_letters(
 
 /// Every dead letter the dead-letter stream still holds and no one discarded, oldest first.
 pub async fn list_dead_letters(broker: &Broker, store: &Store) -> anyhow::Result<Vec<DeadLetter>> {
-    Ok(
-        page_dead_letters(broker, store, &DeadLetterFilter::default(), false, None, None)
-            .await?
-            .letters,
+    Ok(page_dead_letters(
+        broker,
+        store,
+        &DeadLetterFilter::default(),
+        false,
+        None,
+        None,
     )
+    .await?
+    .letters)
 }
 
 /// Dead letter `sequence` as listings show it (discarded or not), or `None` when the stream
@@ -391,7 +398,7 @@ pub async fn discard(
         .into());
     };
     if let Some(before) = &letter.discarded {
-        return Err(already_discarded(sequence, before).into());
+        return Err(already_discarded(sequence, before, "nothing was done").into());
     }
     let stream = broker.names.dlq_stream();
     let mut tx = store.pool().begin().await?;
@@ -440,9 +447,9 @@ pub async fn discard(
     })
 }
 
-fn already_discarded(sequence: u64, before: &Discard) -> AlreadyDiscarded {
+fn already_discarded(sequence: u64, before: &Discard, so: &str) -> AlreadyDiscarded {
     AlreadyDiscarded(format!(
-        "dead letter {sequence} was discarded by {} at {} ({}); nothing was done",
+        "dead letter {sequence} was discarded by {} at {} ({}): {so}",
         before.actor,
         format::at(before.discarded_at),
         before.reason
@@ -514,10 +521,9 @@ pub async fn bulk_replay(
         .into());
     }
     let cap = request.max.unwrap_or(BULK_REPLAY_CAP).min(BULK_REPLAY_CAP);
-    let mut letters =
-        page_dead_letters(broker, store, &request.filter, false, None, None)
-            .await?
-            .letters;
+    let mut letters = page_dead_letters(broker, store, &request.filter, false, None, None)
+        .await?
+        .letters;
     if let Some(wanted) = &request.sequences {
         letters.retain(|l| wanted.contains(&l.sequence));
     }
@@ -548,11 +554,17 @@ pub async fn bulk_replay(
                     replayed.stream_sequence, replayed.message_id
                 ),
             },
-            Err(err) if err.is::<UsageError>() || err.is::<DuplicateReplay>() => BulkReplayItem {
-                dlq_sequence: sequence,
-                outcome: "refused".into(),
-                detail: err.to_string(),
-            },
+            Err(err)
+                if err.is::<UsageError>()
+                    || err.is::<DuplicateReplay>()
+                    || err.is::<AlreadyDiscarded>() =>
+            {
+                BulkReplayItem {
+                    dlq_sequence: sequence,
+                    outcome: "refused".into(),
+                    detail: err.to_string(),
+                }
+            }
             Err(err) => BulkReplayItem {
                 dlq_sequence: sequence,
                 outcome: "failed".into(),
@@ -654,10 +666,11 @@ pub async fn replay(
         .context("reading the discarded dead letters")?
         .remove(&sequence)
     {
-        return Err(UsageError(format!(
-            "{}: a discarded letter is not replayed",
-            already_discarded(sequence, &before)
-        ))
+        return Err(already_discarded(
+            sequence,
+            &before,
+            "a discarded letter is not replayed; nothing was published",
+        )
         .into());
     }
     let original_id = letter

@@ -41,7 +41,11 @@ impl ListQuery {
             Some("invalid") => Some(dlq::LetterClass::Invalid),
             Some("conflict") => Some(dlq::LetterClass::Conflict),
             Some("exhausted") => Some(dlq::LetterClass::Exhausted),
-            Some(other) => return Err(format!("No class `{other}`: invalid, conflict or exhausted.")),
+            Some(other) => {
+                return Err(format!(
+                    "No class `{other}`: invalid, conflict or exhausted."
+                ))
+            }
         };
         let kind = match set(self.kind.as_deref().unwrap_or_default()).as_deref() {
             None => None,
@@ -63,7 +67,11 @@ impl ListQuery {
     /// This query's link with `after` moved on.
     fn link(&self, after: u64) -> String {
         let mut link = format!("/console/dead-letters?after={after}");
-        for (name, value) in [("class", &self.class), ("kind", &self.kind), ("discarded", &self.discarded)] {
+        for (name, value) in [
+            ("class", &self.class),
+            ("kind", &self.kind),
+            ("discarded", &self.discarded),
+        ] {
             if let Some(value) = value.as_deref().and_then(set) {
                 link.push_str(&format!("&{name}={}", urlencoding(&value)));
             }
@@ -257,7 +265,12 @@ pub(super) async fn bulk_replay(
                 }
             }
         };
-        return page(StatusCode::OK, "Confirm the bulk replay", Some(&session), body);
+        return page(
+            StatusCode::OK,
+            "Confirm the bulk replay",
+            Some(&session),
+            body,
+        );
     }
     let body = html! {
         p #bulk-result data-count=(outcome.items.len()) { (outcome.items.len()) " dead letter" @if outcome.items.len() != 1 { "s" } " taken:" }
