@@ -2312,3 +2312,168 @@ fn pairs(fields: &[(String, String)]) -> Vec<(&str, &str)> {
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect()
 }
+
+/// Stores a dead letter of `class` whose body is a valid charge command, as intake writes
+/// one; its sequence.
+async fn stored_dead_letter(env: &TestEnv, class: &str, message_id: &str) -> u64 {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Dlq-Class", class);
+    headers.insert("Dlq-Reason", "the database did not answer");
+    headers.insert("Dlq-Original-Msg-Id", message_id);
+    headers.insert("Nats-Msg-Id", format!("dlq-console-{message_id}").as_str());
+    let body = serde_json::to_vec(&command(Uuid::new_v4(), json!({}))).unwrap();
+    env.publish_to(env.broker.names.dlq_subject(), headers, &body)
+        .await
+}
+
+/// Issue 54: the dead-letter list a page at a time and by class, a discard after a
+/// confirmation (audited, shown on the letter, out of the list), and a bulk replay that
+/// previews and replays only what it previewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_paged_discarded_and_replayed_in_bulk_in_the_console() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let discarded = stored_dead_letter(&env, "exhausted", "m-c-0").await;
+    let mut exhausted = Vec::new();
+    for i in 1..3 {
+        exhausted.push(stored_dead_letter(&env, "exhausted", &format!("m-c-{i}")).await);
+    }
+    for i in 3..101 {
+        stored_dead_letter(&env, "invalid", &format!("m-c-{i}")).await;
+    }
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+
+    let (status, first) = console.get(Some(&ada), "/console/dead-letters").await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert!(first.contains(r#"data-count="100""#), "{first}");
+    assert!(
+        first.contains(r#"id="next-page" href="/console/dead-letters?after=100""#),
+        "{first}"
+    );
+    let (_, second) = console
+        .get(Some(&ada), "/console/dead-letters?after=100")
+        .await;
+    assert!(
+        second.contains(r#"data-count="1""#) && !second.contains("next-page"),
+        "{second}"
+    );
+    let (_, by_class) = console
+        .get(Some(&ada), "/console/dead-letters?class=exhausted")
+        .await;
+    assert!(by_class.contains(r#"data-count="3""#), "{by_class}");
+    let (status, _) = console
+        .get(Some(&ada), "/console/dead-letters?class=lost")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // The discard: a reason, a confirmation, then the letter is set aside.
+    let path = format!("/console/dead-letters/{discarded}/discard");
+    let (_, letter) = console
+        .get(Some(&ada), &format!("/console/dead-letters/{discarded}"))
+        .await;
+    assert!(letter.contains(r#"id="discard-form""#), "{letter}");
+    let csrf = csrf_of(&letter);
+    let (status, confirm) = console
+        .post(
+            &ada,
+            &path,
+            &[("csrf", &csrf), ("reason", "a test message")],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{confirm}");
+    assert!(confirm.contains(r#"id="confirm-form""#), "{confirm}");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM dead_letter_discards")
+            .await,
+        0
+    );
+    let (status, done) = console
+        .post(
+            &ada,
+            &path,
+            &[
+                ("csrf", &csrf),
+                ("reason", "a test message"),
+                ("confirm", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM operator_audit WHERE action = 'dlq_discard'
+               AND actor = 'operator:ada' AND via = 'console' AND reason = 'a test message'"
+        )
+        .await,
+        1
+    );
+    let (_, letter) = console
+        .get(Some(&ada), &format!("/console/dead-letters/{discarded}"))
+        .await;
+    assert!(
+        letter.contains(r#"id="dl-discarded""#) && !letter.contains(r#"id="discard-form""#),
+        "{letter}"
+    );
+    let (_, first) = console.get(Some(&ada), "/console/dead-letters").await;
+    assert!(
+        !first.contains(&format!(r#"data-sequence="{discarded}""#)),
+        "a discarded letter is listed"
+    );
+
+    // The bulk replay of the exhausted letters: a preview of the two left, then those two.
+    let (status, preview) = console
+        .post(
+            &ada,
+            "/console/dead-letters/bulk-replay",
+            &[
+                ("csrf", &csrf),
+                ("class", "exhausted"),
+                ("kind", ""),
+                ("reason", "database back"),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{preview}");
+    assert!(
+        preview.contains(r#"id="bulk-summary" data-count="2""#),
+        "{preview}"
+    );
+    let listed = format!("{},{}", exhausted[0], exhausted[1]);
+    assert!(
+        preview.contains(&format!(r#"name="sequences" value="{listed}""#)),
+        "{preview}"
+    );
+    let (status, done) = console
+        .post(
+            &ada,
+            "/console/dead-letters/bulk-replay",
+            &[
+                ("csrf", &csrf),
+                ("class", "exhausted"),
+                ("kind", ""),
+                ("reason", "database back"),
+                ("sequences", &listed),
+                ("confirm", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(
+        done.contains(r#"id="bulk-result" data-count="2""#),
+        "{done}"
+    );
+    assert_eq!(
+        done.matches(r#"<td class="outcome">replayed</td>"#).count(),
+        2,
+        "{done}"
+    );
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM operator_audit WHERE actor = 'operator:ada' AND via = 'console'
+               AND action IN ('dlq_replay', 'dlq_bulk_replay') AND reason = 'database back'"
+        )
+        .await,
+        3
+    );
+    console.stop().await;
+}
