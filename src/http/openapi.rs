@@ -47,7 +47,7 @@ use super::error::ErrorBody;
         (url = "/", description = "The admin listener that serves this document"),
         (url = "http://127.0.0.1:9464", description = "The default admin address (admin_addr)"),
     ),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, crate::store::findings::FindingState)),
     modifiers(&BearerToken),
     tags(
         (name = "attempts", description = "Payment attempts and the decisions on them"),
