@@ -743,6 +743,8 @@ async fn no_console_page_shows_a_configured_secret() {
         format!("/console/attempts/{id}"),
         "/console/review".to_owned(),
         "/console/dead-letters".to_owned(),
+        "/console/sweeps".to_owned(),
+        "/console/webhooks".to_owned(),
         "/console/bulk".to_owned(),
         "/console/audit".to_owned(),
         "/console/login".to_owned(),
@@ -2474,6 +2476,94 @@ async fn dead_letters_are_paged_discarded_and_replayed_in_bulk_in_the_console() 
         )
         .await,
         3
+    );
+    console.stop().await;
+}
+
+/// Issue 54: the overview loads itself again (a meta refresh: the CSP forbids scripts) and
+/// links the sweeps and the webhook events; each page shows what the database holds — a
+/// sweep with its window, pages and findings, a failed one with why, a running one; an
+/// accepted event with its attempt and outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_refreshes_itself_and_links_the_sweeps_and_the_webhook_events() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let attempt = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO reconciliation_sweeps
+             (window_from, window_to, actor, started_at, finished_at, pages, records_seen,
+              records, records_skipped, findings, settled, error)
+         VALUES (now() - interval '25 hours', now(), 'schedule', now() - interval '2 hours',
+                 now() - interval '2 hours' + interval '40 seconds', 7, 1400, 1350, 50, 2, 1, NULL),
+                (now() - interval '26 hours', now() - interval '1 hour', 'operator:ada',
+                 now() - interval '3 hours', now() - interval '3 hours', 1, 0, 0, 0, 0, 0,
+                 'the gateway answered 401'),
+                (now() - interval '24 hours', now() - interval '1 minute', 'schedule', now(),
+                 NULL, 3, 300, 290, 10, 0, 0, NULL)",
+    )
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO stripe_webhook_events
+             (event_id, event_type, payment_intent_id, payment_attempt_id, outcome)
+         VALUES ('evt_console_1', 'payment_intent.succeeded', 'pi_console_1', '{attempt}', 'woke')"
+    ))
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+
+    let (status, overview) = console.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::OK, "{overview}");
+    assert!(
+        overview.contains(r#"<meta id="refresh" http-equiv="refresh" content="30">"#),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(r#"id="overview-sweeps" href="/console/sweeps""#),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(r#"id="overview-webhooks" href="/console/webhooks""#),
+        "{overview}"
+    );
+    let (_, other) = console.get(Some(&ada), "/console/audit").await;
+    assert!(
+        !other.contains("http-equiv"),
+        "only the overview refreshes itself"
+    );
+
+    let (status, sweeps) = console.get(Some(&ada), "/console/sweeps").await;
+    assert_eq!(status, StatusCode::OK, "{sweeps}");
+    assert_eq!(
+        sweeps.matches(r#"data-testid="sweep-row""#).count(),
+        3,
+        "{sweeps}"
+    );
+    assert!(sweeps.contains(r#"<td class="pages">7</td>"#), "{sweeps}");
+    assert!(
+        sweeps.contains(r#"<a href="/console/findings">2</a>"#),
+        "{sweeps}"
+    );
+    assert!(sweeps.contains("the gateway answered 401"), "{sweeps}");
+    assert!(sweeps.contains(">running"), "{sweeps}");
+    // Newest first: the running one leads.
+    assert!(sweeps.find(">running") < sweeps.find("the gateway answered 401"));
+
+    let (status, webhooks) = console.get(Some(&ada), "/console/webhooks").await;
+    assert_eq!(status, StatusCode::OK, "{webhooks}");
+    assert!(
+        webhooks.contains("evt_console_1") && webhooks.contains("pi_console_1"),
+        "{webhooks}"
+    );
+    assert!(
+        webhooks.contains(&format!(r#"href="/console/attempts/{attempt}""#)),
+        "{webhooks}"
+    );
+    assert!(
+        webhooks.contains(r#"<td class="outcome">woke</td>"#),
+        "{webhooks}"
     );
     console.stop().await;
 }

@@ -31,6 +31,7 @@ mod layout;
 mod login;
 mod overview;
 mod recheck;
+mod reconciliation;
 mod refunds;
 mod request_id;
 mod resolve;
@@ -86,6 +87,8 @@ pub fn router(state: AdminState) -> Router<AdminState> {
         )
         .route("/console/audit", get(audit::audit))
         .route("/console/findings", get(findings::list))
+        .route("/console/sweeps", get(reconciliation::sweeps))
+        .route("/console/webhooks", get(reconciliation::webhooks))
         .route(
             "/console/fleet",
             get(fleet::fleet_page).post(fleet::fleet_action),
