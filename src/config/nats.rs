@@ -238,6 +238,8 @@ fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
 }
 
 #[cfg(test)]
+// figment::Jail's closures return figment::Error, which is large; that is its API.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::super::testing::{load, load_error};
     use super::*;

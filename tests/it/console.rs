@@ -2511,6 +2511,13 @@ async fn the_overview_refreshes_itself_and_links_the_sweeps_and_the_webhook_even
     .execute(env.store.pool())
     .await
     .unwrap();
+    sqlx::query(
+        "INSERT INTO webhook_refusals (result, refused, last_why)
+         VALUES ('bad_signature', 12, 'no v1 signature matches any configured secret')",
+    )
+    .execute(env.store.pool())
+    .await
+    .unwrap();
     let console = Console::start(&env).await;
     let ada = console.browser(OPERATOR_TOKEN).await;
 

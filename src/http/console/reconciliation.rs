@@ -1,7 +1,7 @@
 //! The sweeps (`/console/sweeps`: when each ran, the window it compared, the pages and
 //! records it read, what it found and settled, how it ended) and the Stripe webhook events
-//! received (`/console/webhooks`: each accepted event and what it made happen), linked from
-//! the overview. Both read the newest rows only: the sweeps' table holds every run, the
+//! received (`/console/webhooks`: what was refused and why, by reason, and each accepted
+//! event and what it made happen), linked from the overview. Both read the newest rows only: the sweeps' table holds every run, the
 //! events' table the ids kept for redeliveries.
 
 use axum::extract::{Extension, State};
@@ -73,14 +73,37 @@ pub(super) async fn webhooks(
         Ok(events) => events,
         Err(err) => return failed(&session, err),
     };
+    let refused = match crate::store::webhooks::refusals(&state.store).await {
+        Ok(refused) => refused,
+        Err(err) => return failed(&session, err),
+    };
     let now = OffsetDateTime::now_utc();
     let body = html! {
         p .hint {
             "Stripe's webhook events the listener accepted (signed, of this account's mode), newest " (SHOWN) " first, with what each made happen: "
             code { "woke" } " (its attempt is looked up now), " code { "finding" } ", " code { "ignored" } ". A webhook is a reason to look, never evidence (docs/operations.md §22). "
-            "Refused requests are not stored (anyone may send them): they are counted by reason in "
-            code { "onecharge_webhooks_total{result}" } " and logged as " code { "webhook refused" } "."
+            "Refused requests are tallied by reason below (written every few seconds; each is logged as "
+            code { "webhook refused" } " and counted in " code { "onecharge_webhooks_total{result}" } ")."
         }
+        h2 { "Refused" }
+        @if refused.is_empty() { p #refusals-empty { "Nothing refused." } }
+        @else {
+            table #refusals-table {
+                thead { tr { th { "why" } th { "refused" } th { "first" } th { "last" } th { "the last one's words" } } }
+                tbody {
+                    @for r in &refused {
+                        tr data-testid="refusal-row" data-result=(r.result) {
+                            td .result { code { (r.result) } }
+                            td .refused { (r.refused) }
+                            td { (format::at_relative(r.first_at, now)) }
+                            td { (format::at_relative(r.last_at, now)) }
+                            td .why { (r.last_why) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Accepted" }
         @if events.is_empty() { p #webhooks-empty { "No webhook event accepted yet." } }
         @else {
             table #webhooks-table {
