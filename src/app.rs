@@ -68,7 +68,7 @@ pub struct SetupDone {
 /// `onecharge setup`: database (created if missing), migrations, streams, durable consumer.
 pub async fn setup(settings: &Settings) -> anyhow::Result<SetupDone> {
     let store = Store::setup_with(&settings.database_url, &settings.database).await?;
-    let broker = Broker::connect(settings).await?;
+    let broker = Broker::connect_as(settings, crate::config::NatsUser::Setup).await?;
     broker.ensure_streams().await?;
     broker.ensure_intake_consumer(settings).await?;
     broker

@@ -24,7 +24,7 @@ use async_nats::HeaderMap;
 use backon::Retryable as _;
 use bytes::Bytes;
 
-use crate::config::{IntakeSettings, Settings};
+use crate::config::{IntakeSettings, NatsAuth, NatsUser, Settings};
 
 /// Stream names and subjects for one deployment. With an empty namespace these are exactly
 /// the contract's names; a namespace prefixes every stream and subject so that several
@@ -276,29 +276,36 @@ impl Refusals {
 }
 
 /// The one way onecharge connects to NATS (serve, setup, publish, dlq, purge, demo all come
-/// through here). The first connection is tried once and its failure returned as it is
-/// (refused, timed out, a certificate not trusted), so a wrong URL or CA fails the command
-/// within seconds with the reason; once connected, the client reconnects for ever. `tls://` URLs require
-/// TLS; `nats_ca_file` adds a CA to the system's roots and also requires TLS, so a
-/// configured CA never silently falls back to plain text. An unusable CA file is a
+/// through here), signed in as `user` (`crate::config::NatsUser`: `setup` as the setup user,
+/// everything else as the runtime user) with its replies under `nats_inbox_prefix`. The
+/// first connection is tried once and its failure returned as it is (refused, timed out, a
+/// certificate not trusted), so a wrong URL or CA fails the command within seconds with the
+/// reason; once connected, the client reconnects for ever. `tls://` URLs require TLS;
+/// `nats_ca_file` adds a CA to the system's roots and also requires TLS, so a configured CA
+/// never silently falls back to plain text. An unusable CA or credentials file is a
 /// [`crate::config::ConfigError`].
-pub async fn connect_client(settings: &Settings) -> anyhow::Result<async_nats::Client> {
-    connect_noting_refusals(settings, Refusals::default()).await
+pub async fn connect_client(
+    settings: &Settings,
+    user: NatsUser,
+) -> anyhow::Result<async_nats::Client> {
+    connect_noting_refusals(settings, user, Refusals::default()).await
 }
 
 /// [`connect_client`], noting in `refusals` (and logging) every request the server refuses.
 async fn connect_noting_refusals(
     settings: &Settings,
+    user: NatsUser,
     refusals: Refusals,
 ) -> anyhow::Result<async_nats::Client> {
     let extra_roots = match &settings.nats_ca_file {
         Some(path) => crate::tls::read_ca_file("nats_ca_file (ONECHARGE_NATS_CA_FILE)", path)?,
         None => Vec::new(),
     };
+    let sign_in = settings.nats_sign_in(user);
     // A comma-separated list names several servers of one cluster: the client tries them in
     // turn, so a process that starts while one is down connects to another.
-    let servers: Vec<&str> = settings
-        .nats_url
+    let servers: Vec<&str> = sign_in
+        .url
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -311,17 +318,42 @@ async fn connect_noting_refusals(
         crate::config::ConfigError(format!("nats_ca_file (ONECHARGE_NATS_CA_FILE): {err:#}"))
     })?;
     let mut options = async_nats::ConnectOptions::new();
-    match url_credentials(&servers)? {
-        Some(UrlCredentials::UserAndPassword(user, password)) => {
-            options = options.user_and_password(user, password)
+    match &sign_in.auth {
+        NatsAuth::Url => match url_credentials(&servers, sign_in.url_setting)? {
+            Some(UrlCredentials::UserAndPassword(user, password)) => {
+                options = options.user_and_password(user, password)
+            }
+            Some(UrlCredentials::Token(token)) => options = options.token(token),
+            None => {}
+        },
+        // The URL's own credentials, if any, are not sent: the file is the user.
+        NatsAuth::CredentialsFile(path) => {
+            let setting = match user {
+                NatsUser::Runtime => "nats_credentials_file (ONECHARGE_NATS_CREDENTIALS_FILE)",
+                NatsUser::Setup => {
+                    "nats_setup_credentials_file (ONECHARGE_NATS_SETUP_CREDENTIALS_FILE)"
+                }
+            };
+            options = options.credentials_file(path).await.map_err(|_| {
+                crate::config::ConfigError(format!(
+                    "{setting} {}: cannot be read as a NATS credentials file (its content is not shown)",
+                    path.display()
+                ))
+            })?;
         }
-        Some(UrlCredentials::Token(token)) => options = options.token(token),
-        None => {}
+        NatsAuth::NKeyFile(path) => {
+            let setting = match user {
+                NatsUser::Runtime => "nats_nkey_file (ONECHARGE_NATS_NKEY_FILE)",
+                NatsUser::Setup => "nats_setup_nkey_file (ONECHARGE_NATS_SETUP_NKEY_FILE)",
+            };
+            options = options.nkey(crate::config::read_nkey_seed(setting, path)?);
+        }
     }
     let client = options
         .connection_timeout(Duration::from_secs(5))
         .max_reconnects(None)
         .name("onecharge")
+        .custom_inbox_prefix(&settings.nats_inbox_prefix)
         .event_callback(move |event| {
             let refusals = refusals.clone();
             async move {
@@ -341,7 +373,7 @@ async fn connect_noting_refusals(
         // A ConnectError's Display already ends with its source: keep it as one message so
         // the reason is not printed twice.
         .and_then(|r| r.map_err(|err| anyhow::anyhow!("{err}")))
-        .with_context(|| format!("cannot connect to NATS at {}", settings.nats_url))
+        .with_context(|| format!("cannot connect to NATS at {}", sign_in.url))
 }
 
 /// The credentials a NATS URL carries: `nats://user:password@host` or `nats://token@host`,
@@ -356,7 +388,10 @@ enum UrlCredentials {
 /// The one set of credentials `servers` carry; none when no URL has any. Servers of one
 /// cluster are one user: URLs that carry different credentials are a
 /// [`crate::config::ConfigError`], never one of them picked.
-fn url_credentials(servers: &[&str]) -> Result<Option<UrlCredentials>, crate::config::ConfigError> {
+fn url_credentials(
+    servers: &[&str],
+    url_setting: &str,
+) -> Result<Option<UrlCredentials>, crate::config::ConfigError> {
     let decode = |text: &str| {
         percent_encoding::percent_decode_str(text)
             .decode_utf8_lossy()
@@ -376,9 +411,9 @@ fn url_credentials(servers: &[&str]) -> Result<Option<UrlCredentials>, crate::co
         };
         match &found {
             Some(other) if *other != credentials => {
-                return Err(crate::config::ConfigError(
-                    "nats_url (ONECHARGE_NATS_URL): its servers carry different credentials; one user connects to every server of a cluster".into(),
-                ))
+                return Err(crate::config::ConfigError(format!(
+                    "{url_setting}: its servers carry different credentials; one user connects to every server of a cluster"
+                )))
             }
             _ => found = Some(credentials),
         }
@@ -399,10 +434,16 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Connects to NATS (see [`connect_client`]) with this deployment's names.
+    /// Connects to NATS as the runtime user (see [`connect_client`]) with this deployment's
+    /// names.
     pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
+        Self::connect_as(settings, NatsUser::Runtime).await
+    }
+
+    /// [`Broker::connect`] as `user`: `setup` connects as the setup user.
+    pub async fn connect_as(settings: &Settings, user: NatsUser) -> anyhow::Result<Self> {
         let refusals = Refusals::default();
-        let client = connect_noting_refusals(settings, refusals.clone()).await?;
+        let client = connect_noting_refusals(settings, user, refusals.clone()).await?;
         Ok(Self {
             jetstream: jetstream::new(client.clone()),
             client,
@@ -931,10 +972,17 @@ mod tests {
                 user("app", "pw"),
             ),
         ] {
-            assert_eq!(url_credentials(&servers).unwrap(), expected, "{servers:?}");
+            assert_eq!(
+                url_credentials(&servers, "nats_url").unwrap(),
+                expected,
+                "{servers:?}"
+            );
         }
-        let refused =
-            url_credentials(&["nats://app:pw@n1:4222", "nats://app:other@n2:4222"]).unwrap_err();
+        let refused = url_credentials(
+            &["nats://app:pw@n1:4222", "nats://app:other@n2:4222"],
+            "nats_url",
+        )
+        .unwrap_err();
         assert!(refused.0.contains("different credentials"), "{}", refused.0);
         assert!(!refused.0.contains("other"), "{}", refused.0);
     }

@@ -14,9 +14,10 @@ use super::{ConfigError, OperatorSetting, Overrides, Settings};
 
 /// The settings that hold a secret, or a URL that may carry one, in the order they are
 /// documented. Each can be given as a value or, with `_file` appended, as a file.
-pub const SECRET_SETTINGS: [&str; 5] = [
+pub const SECRET_SETTINGS: [&str; 6] = [
     "database_url",
     "nats_url",
+    "nats_setup_url",
     "gateway_api_key",
     "admin_token",
     "stripe_webhook_secrets",
@@ -36,6 +37,7 @@ pub(super) fn read_secret_files(
         let path = match setting {
             "database_url" => settings.database_url_file.clone(),
             "nats_url" => settings.nats_url_file.clone(),
+            "nats_setup_url" => settings.nats_setup_url_file.clone(),
             "gateway_api_key" => settings.gateway_api_key_file.clone(),
             "admin_token" => settings.admin_token_file.clone(),
             _ => settings.stripe_webhook_secrets_file.clone(),
@@ -60,6 +62,7 @@ pub(super) fn read_secret_files(
         match setting {
             "database_url" => settings.database_url = value,
             "nats_url" => settings.nats_url = value,
+            "nats_setup_url" => settings.nats_setup_url = Some(value),
             "gateway_api_key" => settings.gateway_api_key = Some(value.into()),
             "admin_token" => settings.admin_token = Some(value.into()),
             _ => settings.stripe_webhook_secrets = Some(value.into()),

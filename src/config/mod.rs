@@ -18,6 +18,7 @@ use serde::Serialize;
 mod account;
 mod duration;
 mod files;
+mod nats;
 mod origin;
 mod redact;
 mod settings;
@@ -27,6 +28,7 @@ mod validate;
 pub use account::StripeMode;
 pub use duration::{parse_duration, MAX_DURATION};
 pub use files::SECRET_SETTINGS;
+pub use nats::{read_nkey_seed, NatsAuth, NatsSignIn, NatsUser};
 pub use origin::WebOrigin;
 pub use redact::{redact_url, url_secrets, Redactor, REDACTED};
 pub use settings::{

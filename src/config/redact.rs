@@ -114,6 +114,7 @@ impl Redactor {
         for url in [
             Some(&settings.database_url),
             Some(&settings.nats_url),
+            settings.nats_setup_url.as_ref(),
             Some(&settings.gateway_url),
             settings.otlp_endpoint.as_ref(),
         ]
@@ -141,7 +142,13 @@ impl Redactor {
                 redactor.add(&secret);
             }
         }
-        for key in ["database_url", "nats_url", "gateway_url", "otlp_endpoint"] {
+        for key in [
+            "database_url",
+            "nats_url",
+            "nats_setup_url",
+            "gateway_url",
+            "otlp_endpoint",
+        ] {
             if let Some(url) = text(key) {
                 redactor.add_url(&url);
             }

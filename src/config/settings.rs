@@ -33,6 +33,35 @@ pub struct Settings {
     /// (a private CA). Setting it also requires TLS, whatever the URL's scheme.
     #[serde(default)]
     pub nats_ca_file: Option<PathBuf>,
+    /// A NATS credentials file (`.creds`: a user JWT and its NKey seed, as `nsc generate
+    /// creds` writes it) that the runtime user (`serve`, the operator commands) signs in
+    /// with, instead of a user and password in `nats_url`. Read at start; never printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_credentials_file: Option<PathBuf>,
+    /// A file holding the runtime user's NKey seed (`SU…`, one line, as `nk -gen user`
+    /// writes it), for a server that lists the user by its public key (`nkey: U…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_nkey_file: Option<PathBuf>,
+    /// The subject prefix of every reply onecharge's connections wait on (JetStream API
+    /// answers, publish acknowledgements, pulled messages). The client's default `_INBOX`
+    /// is shared with every other user of the account that may subscribe to `_INBOX.>`,
+    /// and so could read onecharge's replies; a prefix of its own (`_INBOX_onecharge`, as
+    /// deploy/nats grants) keeps them onecharge's. Subject tokens without wildcards.
+    #[serde(default = "default_nats_inbox_prefix")]
+    pub nats_inbox_prefix: String,
+    /// The URL `setup` connects with, carrying the setup user's credentials
+    /// (`nats://onecharge-setup:<password>@nats:4222`): the only user that may create
+    /// streams. Unset, `setup` connects to `nats_url`'s servers, as the setup user when
+    /// `nats_setup_credentials_file` or `nats_setup_nkey_file` names one, else as the
+    /// runtime user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_setup_url: Option<String>,
+    /// The setup user's `.creds` file (see `nats_credentials_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_setup_credentials_file: Option<PathBuf>,
+    /// The setup user's NKey seed file (see `nats_nkey_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_setup_nkey_file: Option<PathBuf>,
     /// Base URL of the payment gateway (contract §3). Its default follows `gateway_kind`
     /// (`https://api.stripe.com` for `stripe`).
     pub gateway_url: String,
@@ -120,6 +149,9 @@ pub struct Settings {
     /// `nats_url` from a file: the URL may hold the NATS user's password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nats_url_file: Option<PathBuf>,
+    /// `nats_setup_url` from a file: the URL holds the setup user's password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_setup_url_file: Option<PathBuf>,
     /// `gateway_api_key` from a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_api_key_file: Option<PathBuf>,
@@ -624,6 +656,14 @@ fn default_stripe_api_version() -> String {
     DEFAULT_STRIPE_API_VERSION.to_owned()
 }
 
+/// The async-nats client's own inbox prefix: what a server configured by an earlier release
+/// (subscribe `_INBOX.>`) grants.
+pub const DEFAULT_NATS_INBOX_PREFIX: &str = "_INBOX";
+
+fn default_nats_inbox_prefix() -> String {
+    DEFAULT_NATS_INBOX_PREFIX.into()
+}
+
 fn default_webhook_tolerance() -> Duration {
     Duration::from_secs(300)
 }
@@ -709,6 +749,12 @@ impl Default for Settings {
             database_url: "postgres://127.0.0.1:5432/onecharge".into(),
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_ca_file: None,
+            nats_credentials_file: None,
+            nats_nkey_file: None,
+            nats_inbox_prefix: default_nats_inbox_prefix(),
+            nats_setup_url: None,
+            nats_setup_credentials_file: None,
+            nats_setup_nkey_file: None,
             gateway_url: GatewayKind::default().default_url().into(),
             gateway_kind: GatewayKind::default(),
             gateway_ca_file: None,
@@ -727,6 +773,7 @@ impl Default for Settings {
             operators_file: None,
             database_url_file: None,
             nats_url_file: None,
+            nats_setup_url_file: None,
             gateway_api_key_file: None,
             admin_token_file: None,
             stripe_webhook_secrets_file: None,

@@ -79,6 +79,7 @@ impl Settings {
     /// covers one section (or the settings of one concern); a new setting adds its own.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.check_urls()?;
+        self.check_nats()?;
         self.validate_gateway_kind()?;
         self.check_account()?;
         self.check_namespace()?;

@@ -16,7 +16,7 @@ use super::error::ErrorBody;
 #[openapi(
     info(
         title = "onecharge admin API",
-        description = "The operator API of onecharge's admin listener (docs/contract.md §6): find payment attempts, see why they are stuck, resolve, recheck, cancel or refund them, follow refunds, export a search as CSV, pause charging across the fleet, list and replay dead letters, read the audit trail. When an admin token or named operators are configured, every request needs `Authorization: Bearer <token>`; a viewer's token only reads. With neither configured the API is open on a loopback address."
+        description = "The operator API of onecharge's admin listener (docs/contract.md §6): find payment attempts, see why they are stuck, resolve, recheck, cancel or refund them, follow refunds, export a search as CSV, pause charging across the fleet, list, page, replay (one or by filter) and discard dead letters, read the audit trail. When an admin token or named operators are configured, every request needs `Authorization: Bearer <token>`; a viewer's token only reads. With neither configured the API is open on a loopback address."
     ),
     paths(
         api::attempts::list_attempts,
@@ -34,6 +34,8 @@ use super::error::ErrorBody;
         api::dlq::list_dead_letters,
         api::dlq::show_dead_letter,
         api::dlq::replay_dead_letter,
+        api::dlq::discard_dead_letter,
+        api::dlq::bulk_replay,
         api::stats::stats,
         api::findings::list,
         api::findings::resolve_finding,
@@ -46,12 +48,12 @@ use super::error::ErrorBody;
         (url = "/", description = "The admin listener that serves this document"),
         (url = "http://127.0.0.1:9464", description = "The default admin address (admin_addr)"),
     ),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, crate::store::findings::FindingState)),
     modifiers(&BearerToken),
     tags(
         (name = "attempts", description = "Payment attempts and the decisions on them"),
         (name = "audit", description = "The trail of manual actions"),
-        (name = "dlq", description = "Dead-lettered commands and their replay"),
+        (name = "dlq", description = "Dead-lettered commands: a page at a time, replayed one by one or by filter, discarded"),
         (name = "findings", description = "Discrepancies between the ledger and the gateway's own records (the reconciliation sweep, webhooks)"),
         (name = "fleet", description = "Charging across every instance: paused or running"),
         (name = "refunds", description = "Refunds of charges: where each stands, a person's refund, and a person's resolution of one in review"),

@@ -193,12 +193,9 @@ impl StreamAudit {
             })
             .await
             .context("creating the audit's reader")?;
-        let name = reader.cached_info().name.clone();
-        let judged = self.read_with(&reader, upto, now, pass).await;
-        if let Err(err) = stream.delete_consumer(&name).await {
-            tracing::debug!(error = %err, "deleting the audit's reader; it expires by itself");
-        }
-        judged
+        // Never deleted: it expires by itself (`reader`), so the runtime user needs no right
+        // to delete consumers.
+        self.read_with(&reader, upto, now, pass).await
     }
 
     async fn read_with(
@@ -287,7 +284,6 @@ impl StreamAudit {
             })
             .await
             .context("creating the audit's dead-letter reader")?;
-        let reader_name = reader.cached_info().name.clone();
         let mut sequences = HashSet::new();
         let read = async {
             let mut read_through = 0;
@@ -329,9 +325,6 @@ impl StreamAudit {
             Ok::<_, async_nats::Error>(())
         }
         .await;
-        if let Err(err) = stream.delete_consumer(&reader_name).await {
-            tracing::debug!(error = %err, "deleting the audit's dead-letter reader; it expires by itself");
-        }
         read.map_err(|e| anyhow::anyhow!("reading the dead letters: {e}"))?;
         Ok(sequences)
     }
@@ -426,14 +419,21 @@ impl StreamAudit {
     }
 }
 
+/// How long an audit reader outlives its last pull: well past the longest a pull waits
+/// (2 s), and short, so that at the default `intake.audit_interval` (60 s) a pass's readers
+/// are gone before the next pass begins.
+const READER_IDLE_EXPIRY: Duration = Duration::from_secs(15);
+
 /// An ephemeral reader of a stream for one pass: delivers from `deliver_policy` on, wants no
-/// acks, lives in memory on one server, and is gone by itself a minute after a process that
-/// died before deleting it.
+/// acks, lives in memory on one server, and is gone by itself once nobody has pulled from
+/// it for [`READER_IDLE_EXPIRY`]. Nothing deletes it: the runtime user may not delete
+/// consumers (docs/operations.md §24), so that a leaked credential cannot delete the intake
+/// consumers.
 fn reader(deliver_policy: DeliverPolicy) -> consumer::pull::Config {
     consumer::pull::Config {
         deliver_policy,
         ack_policy: consumer::AckPolicy::None,
-        inactive_threshold: Duration::from_secs(60),
+        inactive_threshold: READER_IDLE_EXPIRY,
         memory_storage: true,
         num_replicas: 1,
         description: Some("onecharge stream audit (ephemeral)".into()),

@@ -48,7 +48,7 @@ pub enum BulkAction {
 /// Which attempts: the filters `attempts list` and the bulk actions share, as the CLI flags,
 /// the API's query and its bulk filter name them (one type for all three, so a filter added
 /// to one is a filter of each). Times are RFC 3339.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, clap::Args)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, clap::Args, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkFilter {
     /// Only attempts in this state (pending, in_flight, succeeded, declined, unknown,
@@ -67,6 +67,7 @@ pub struct BulkFilter {
     /// Only the attempt the gateway recorded under this charge id
     #[serde(default)]
     #[arg(long, value_name = "CHARGE_ID")]
+    #[schema(value_type = Option<String>)]
     pub gateway_charge_id: Option<GatewayChargeId>,
     /// Only the attempt with this idempotency key
     #[serde(default)]
@@ -75,10 +76,12 @@ pub struct BulkFilter {
     /// Only attempts recorded at or after this time (RFC 3339)
     #[serde(default, with = "time::serde::rfc3339::option")]
     #[arg(long, value_name = "TIME", value_parser = super::parse_time)]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub created_after: Option<OffsetDateTime>,
     /// Only attempts recorded before this time (RFC 3339)
     #[serde(default, with = "time::serde::rfc3339::option")]
     #[arg(long, value_name = "TIME", value_parser = super::parse_time)]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub created_before: Option<OffsetDateTime>,
 }
 
@@ -100,7 +103,7 @@ impl BulkFilter {
 }
 
 /// One bulk request as the CLI or the API received it (`POST /api/attempts/bulk`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
     pub action: BulkAction,
@@ -119,6 +122,7 @@ pub struct BulkRequest {
     /// began to match after the preview is not acted on. `None`: every attempt the filter
     /// matches now.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<uuid::Uuid>>)]
     pub ids: Option<Vec<PaymentAttemptId>>,
 }
 

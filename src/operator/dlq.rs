@@ -1,4 +1,14 @@
-//! `dlq list` and `dlq replay`: the dead letters (contract §2.2) and putting one back.
+//! `dlq list`, `dlq replay`, `dlq discard` and `dlq bulk-replay`: the dead letters
+//! (contract §2.2), a page at a time and by filter, putting one or many back, and setting
+//! one aside.
+//!
+//! ## Discarding
+//!
+//! A discarded letter stays in the dead-letter stream until its `max_age` takes it — the
+//! stream audit reads the dead letters to know which commands were dead-lettered, and the
+//! runtime NATS user may not delete messages — but it is recorded in `dead_letter_discards`
+//! with who, when and why (and audited in the same transaction), listings leave it out unless
+//! asked, and a replay of it is refused.
 //!
 //! ## Which `Nats-Msg-Id` a replay carries
 //!
@@ -29,7 +39,7 @@ use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::HeaderMap;
 use futures::StreamExt as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::broker::{producer_headers, Broker, CommandKind};
@@ -38,6 +48,7 @@ use crate::domain::command::{self, CommandHeaders, MAX_MESSAGE_ID_CHARS};
 use crate::domain::{refund, PaymentAttemptId};
 use crate::format;
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
+use crate::store::dead_letters::{self, Discard};
 use crate::store::Store;
 
 /// A replay JetStream dropped as a duplicate of a message it holds (within its duplicate
@@ -71,6 +82,8 @@ pub struct DeadLetter {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub time: OffsetDateTime,
+    /// The command family, from the dead-letter subject.
+    pub kind: Option<LetterKind>,
     /// `invalid`, `conflict` or `exhausted`.
     pub class: Option<String>,
     pub reason: Option<String>,
@@ -87,10 +100,112 @@ pub struct DeadLetter {
     pub payment_attempt_id: Option<String>,
     /// The original body (lossy UTF-8).
     pub body: String,
+    /// Who set it aside, when and why; absent while it awaits a decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discarded: Option<Discard>,
 }
 
-/// Every dead letter the dead-letter stream still holds, oldest first.
-pub async fn list_dead_letters(broker: &Broker) -> anyhow::Result<Vec<DeadLetter>> {
+/// A dead letter's class, as its `Dlq-Class` header names it (contract §2.2).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LetterClass {
+    Invalid,
+    Conflict,
+    Exhausted,
+}
+
+impl LetterClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Invalid => "invalid",
+            Self::Conflict => "conflict",
+            Self::Exhausted => "exhausted",
+        }
+    }
+}
+
+/// The command family a dead letter came from: its dead-letter subject says which.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LetterKind {
+    Charge,
+    Refund,
+}
+
+impl From<CommandKind> for LetterKind {
+    fn from(kind: CommandKind) -> Self {
+        match kind {
+            CommandKind::Charge => Self::Charge,
+            CommandKind::Refund => Self::Refund,
+        }
+    }
+}
+
+/// Which dead letters: the filter `dlq list`, `GET /api/dlq` and the bulk replay share (one
+/// type, so a filter added to one is a filter of each). Times are RFC 3339.
+#[derive(
+    Debug, Clone, Default, PartialEq, Deserialize, Serialize, clap::Args, utoipa::ToSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterFilter {
+    /// Only letters of this class
+    #[serde(default)]
+    #[arg(long)]
+    pub class: Option<LetterClass>,
+    /// Only letters of this kind of command
+    #[serde(default)]
+    #[arg(long)]
+    pub kind: Option<LetterKind>,
+    /// Only letters dead-lettered at or after this time (RFC 3339)
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[arg(long, value_name = "TIME", value_parser = super::parse_time)]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub since: Option<OffsetDateTime>,
+    /// Only letters dead-lettered before this time (RFC 3339)
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[arg(long, value_name = "TIME", value_parser = super::parse_time)]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub until: Option<OffsetDateTime>,
+}
+
+impl DeadLetterFilter {
+    /// Whether `letter` is one of these.
+    pub fn matches(&self, letter: &DeadLetter) -> bool {
+        self.class
+            .is_none_or(|class| letter.class.as_deref() == Some(class.as_str()))
+            && self.kind.is_none_or(|kind| letter.kind == Some(kind))
+            && self.since.is_none_or(|since| letter.time >= since)
+            && self.until.is_none_or(|until| letter.time < until)
+    }
+}
+
+/// One page of dead letters, oldest first.
+#[derive(Debug, Clone)]
+pub struct DeadLetterPage {
+    pub letters: Vec<DeadLetter>,
+    /// The sequence to read after for the next page, when the stream holds letters past
+    /// this page's last.
+    pub next: Option<u64>,
+}
+
+/// How many sequences one read of the stream asks for at once.
+const READ_CHUNK: u64 = 64;
+
+/// The dead letters after sequence `after` (from the first when `None`), oldest first, that
+/// `filter` matches — the discarded ones only with `include_discarded` — at most `limit`
+/// (`None`: every one). A page reads only as far into the stream as it must.
+pub async fn page_dead_letters(
+    broker: &Broker,
+    store: &Store,
+    filter: &DeadLetterFilter,
+    include_discarded: bool,
+    after: Option<u64>,
+    limit: Option<usize>,
+) -> anyhow::Result<DeadLetterPage> {
     let name = broker.names.dlq_stream();
     let mut stream = broker
         .jetstream
@@ -103,35 +218,125 @@ pub async fn list_dead_letters(broker: &Broker) -> anyhow::Result<Vec<DeadLetter
         .with_context(|| format!("reading stream {name}"))?
         .state
         .clone();
+    let mut letters = Vec::new();
     if state.messages == 0 {
-        return Ok(Vec::new());
+        return Ok(DeadLetterPage {
+            letters,
+            next: None,
+        });
     }
-    let (stream, name) = (&stream, &name);
-    let letters: Vec<Option<DeadLetter>> =
-        futures::stream::iter(state.first_sequence..=state.last_sequence)
-            .map(|sequence| async move {
-                match stream.get_raw_message(sequence).await {
-                    Ok(message) => Ok(Some(dead_letter(&message))),
-                    // Deleted or aged out between the info and the read: nothing to show.
-                    Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
-                    Err(err) => Err(anyhow::Error::new(err)
-                        .context(format!("reading dead letter {sequence} of {name}"))),
-                }
-            })
-            .buffered(32)
-            .collect::<Vec<anyhow::Result<Option<DeadLetter>>>>()
+    let last = state.last_sequence;
+    let mut from = state
+        .first_sequence
+        .max(after.map_or(0, |a| a.saturating_add(1)));
+    while from <= last {
+        let through = last.min(from + READ_CHUNK - 1);
+        let read = read_range(broker, &stream, &name, from, through).await?;
+        let sequences: Vec<u64> = read.iter().map(|l| l.sequence).collect();
+        let mut discards = dead_letters::discards(store, &name, &sequences)
             .await
-            .into_iter()
-            .collect::<anyhow::Result<_>>()?;
+            .context("reading the discarded dead letters")?;
+        for mut letter in read {
+            letter.discarded = discards.remove(&letter.sequence);
+            if (letter.discarded.is_some() && !include_discarded) || !filter.matches(&letter) {
+                continue;
+            }
+            let sequence = letter.sequence;
+            letters.push(letter);
+            if limit.is_some_and(|limit| letters.len() >= limit) {
+                return Ok(DeadLetterPage {
+                    letters,
+                    next: (sequence < last).then_some(sequence),
+                });
+            }
+        }
+        from = through + 1;
+    }
+    Ok(DeadLetterPage {
+        letters,
+        next: None,
+    })
+}
+
+/// Every dead letter the dead-letter stream still holds and no one discarded, oldest first.
+pub async fn list_dead_letters(broker: &Broker, store: &Store) -> anyhow::Result<Vec<DeadLetter>> {
+    Ok(page_dead_letters(
+        broker,
+        store,
+        &DeadLetterFilter::default(),
+        false,
+        None,
+        None,
+    )
+    .await?
+    .letters)
+}
+
+/// Dead letter `sequence` as listings show it (discarded or not), or `None` when the stream
+/// does not hold it.
+pub async fn find_dead_letter(
+    broker: &Broker,
+    store: &Store,
+    sequence: u64,
+) -> anyhow::Result<Option<DeadLetter>> {
+    let name = broker.names.dlq_stream();
+    let stream = broker
+        .jetstream
+        .get_stream(&name)
+        .await
+        .with_context(|| format!("reading stream {name}: is `onecharge setup` done?"))?;
+    let Some(mut letter) = read_range(broker, &stream, &name, sequence, sequence)
+        .await?
+        .pop()
+    else {
+        return Ok(None);
+    };
+    letter.discarded = dead_letters::discards(store, &name, &[sequence])
+        .await
+        .context("reading the discarded dead letters")?
+        .remove(&sequence);
+    Ok(Some(letter))
+}
+
+/// The letters at `from..=through`, skipping sequences the stream no longer holds.
+async fn read_range(
+    broker: &Broker,
+    stream: &async_nats::jetstream::stream::Stream,
+    name: &str,
+    from: u64,
+    through: u64,
+) -> anyhow::Result<Vec<DeadLetter>> {
+    let letters: Vec<Option<DeadLetter>> = futures::stream::iter(from..=through)
+        .map(|sequence| async move {
+            match stream.get_raw_message(sequence).await {
+                Ok(message) => Ok(Some(dead_letter(broker, &message))),
+                // Deleted or aged out between the info and the read: nothing to show.
+                Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                Err(err) => Err(anyhow::Error::new(err)
+                    .context(format!("reading dead letter {sequence} of {name}"))),
+            }
+        })
+        .buffered(32)
+        .collect::<Vec<anyhow::Result<Option<DeadLetter>>>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<_>>()?;
     Ok(letters.into_iter().flatten().collect())
 }
 
-fn dead_letter(message: &async_nats::jetstream::message::StreamMessage) -> DeadLetter {
+fn dead_letter(
+    broker: &Broker,
+    message: &async_nats::jetstream::message::StreamMessage,
+) -> DeadLetter {
     let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned());
     let number = |name: &str| header(name).and_then(|v| v.parse().ok());
     DeadLetter {
         sequence: message.sequence,
         time: message.time,
+        kind: broker
+            .names
+            .kind_of_dead_letter(message.subject.as_str())
+            .map(LetterKind::from),
         class: header("Dlq-Class"),
         reason: header("Dlq-Reason"),
         original_msg_id: header("Dlq-Original-Msg-Id"),
@@ -144,7 +349,258 @@ fn dead_letter(message: &async_nats::jetstream::message::StreamMessage) -> DeadL
             .ok()
             .and_then(|body| body.get("payment_attempt_id")?.as_str().map(str::to_owned)),
         body: String::from_utf8_lossy(&message.payload).into_owned(),
+        discarded: None,
     }
+}
+
+/// A discard refused because the letter is discarded already: nothing was written. A face
+/// answers it as a conflict.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AlreadyDiscarded(String);
+
+/// No dead letter at that sequence: a face answers 404.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoSuchDeadLetter(String);
+
+/// What a discard recorded.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Discarded {
+    pub dlq_sequence: u64,
+    #[serde(flatten)]
+    pub discard: Discard,
+}
+
+/// Sets dead letter `sequence` aside for `reason` (required: the trail must say why a
+/// command was given up), recorded and audited in one transaction. Refused, with nothing
+/// written, when the stream does not hold it or it was discarded before.
+pub async fn discard(
+    broker: &Broker,
+    store: &Store,
+    sequence: u64,
+    actor: &str,
+    via: Via,
+    reason: &str,
+) -> anyhow::Result<Discarded> {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(UsageError(
+            "a discard needs a reason (--reason): the audit trail says why a command was given up; nothing was discarded".into(),
+        )
+        .into());
+    }
+    let Some(letter) = find_dead_letter(broker, store, sequence).await? else {
+        return Err(NoSuchDeadLetter(format!(
+            "no dead letter with sequence {sequence} in {} (`onecharge dlq list` shows what there is); nothing was discarded",
+            broker.names.dlq_stream()
+        ))
+        .into());
+    };
+    if let Some(before) = &letter.discarded {
+        return Err(already_discarded(sequence, before, "nothing was done").into());
+    }
+    let stream = broker.names.dlq_stream();
+    let mut tx = store.pool().begin().await?;
+    if !dead_letters::insert_discard(&mut tx, &stream, sequence, actor, reason).await? {
+        return Err(AlreadyDiscarded(format!(
+            "dead letter {sequence} was discarded meanwhile; nothing was discarded"
+        ))
+        .into());
+    }
+    let payment_attempt_ids: Vec<PaymentAttemptId> = letter
+        .payment_attempt_id
+        .as_deref()
+        .and_then(|id| id.parse().ok())
+        .into_iter()
+        .collect();
+    audit::insert(
+        &mut tx,
+        &NewAuditEntry {
+            actor: actor.to_owned(),
+            via,
+            action: AuditAction::DlqDiscard,
+            payment_attempt_ids,
+            dlq_sequence: Some(sequence),
+            reason: Some(reason.to_owned()),
+            outcome: "discarded",
+            detail: serde_json::json!({
+                "stream": stream,
+                "class": letter.class,
+                "dlq_reason": letter.reason,
+                "original_msg_id": letter.original_msg_id,
+                "original_subject": letter.original_subject,
+                "original_stream_sequence": letter.original_stream_sequence,
+            }),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    let discard = dead_letters::discards(store, &stream, &[sequence])
+        .await?
+        .remove(&sequence)
+        .context("the discard just committed is not there")?;
+    tracing::info!(dlq_sequence = sequence, actor, "dead letter discarded");
+    Ok(Discarded {
+        dlq_sequence: sequence,
+        discard,
+    })
+}
+
+fn already_discarded(sequence: u64, before: &Discard, so: &str) -> AlreadyDiscarded {
+    AlreadyDiscarded(format!(
+        "dead letter {sequence} was discarded by {} at {} ({}): {so}",
+        before.actor,
+        format::at(before.discarded_at),
+        before.reason
+    ))
+}
+
+/// The most dead letters one bulk replay publishes; a larger set is refused whole (narrow
+/// the filter), as the attempts' bulk actions are.
+pub const BULK_REPLAY_CAP: usize = super::bulk::BULK_CAP;
+
+/// A bulk replay as the CLI or the API received it (`POST /api/dlq/bulk-replay`).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkReplayRequest {
+    /// Which letters (never discarded ones)
+    #[serde(default)]
+    pub filter: DeadLetterFilter,
+    /// Why: recorded in the audit trail, on each replay and on the bulk action
+    pub reason: String,
+    /// Count and list, publish nothing
+    #[serde(default)]
+    pub preview: bool,
+    /// Refuse when more than this many match (at most 500): the caller's expectation from a
+    /// preview
+    #[serde(default)]
+    pub max: Option<usize>,
+    /// Replay only these (a preview's `sequences`), those of them the filter still matches
+    #[serde(default)]
+    pub sequences: Option<Vec<u64>>,
+}
+
+/// What happened to one letter of a bulk replay.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct BulkReplayItem {
+    pub dlq_sequence: u64,
+    /// `replayed`, `refused` (not a valid command, or JetStream's duplicate), `failed`.
+    pub outcome: String,
+    pub detail: String,
+}
+
+/// What a bulk replay came to.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct BulkReplayOutcome {
+    pub preview: bool,
+    /// How many letters the filter matched (among the request's `sequences`, when given).
+    pub matched: usize,
+    /// Their sequences, oldest first: what a confirmation passes back.
+    pub sequences: Vec<u64>,
+    /// Each letter's outcome (empty for a preview).
+    pub items: Vec<BulkReplayItem>,
+}
+
+/// Replays every dead letter `request.filter` matches, each through [`replay`] (its own
+/// checks and audit row), then audits the bulk action itself with its filter and every
+/// letter's outcome. A preview publishes nothing. More than `max` (or
+/// [`BULK_REPLAY_CAP`]) matching letters is refused whole, never cut.
+pub async fn bulk_replay(
+    broker: &Broker,
+    store: &Store,
+    request: &BulkReplayRequest,
+    actor: &str,
+    via: Via,
+) -> anyhow::Result<BulkReplayOutcome> {
+    let reason = request.reason.trim();
+    if reason.is_empty() {
+        return Err(UsageError(
+            "a bulk replay needs a reason: the audit trail says why; nothing was published".into(),
+        )
+        .into());
+    }
+    let cap = request.max.unwrap_or(BULK_REPLAY_CAP).min(BULK_REPLAY_CAP);
+    let mut letters = page_dead_letters(broker, store, &request.filter, false, None, None)
+        .await?
+        .letters;
+    if let Some(wanted) = &request.sequences {
+        letters.retain(|l| wanted.contains(&l.sequence));
+    }
+    if letters.len() > cap {
+        return Err(UsageError(format!(
+            "{} dead letters match, more than {cap} (--max, at most {BULK_REPLAY_CAP}): narrow the filter (--class, --kind, --since, --until); nothing was published",
+            letters.len()
+        ))
+        .into());
+    }
+    let sequences: Vec<u64> = letters.iter().map(|l| l.sequence).collect();
+    let mut outcome = BulkReplayOutcome {
+        preview: request.preview,
+        matched: letters.len(),
+        sequences: sequences.clone(),
+        items: Vec::new(),
+    };
+    if request.preview {
+        return Ok(outcome);
+    }
+    for sequence in sequences {
+        let item = match replay(broker, store, sequence, None, actor, via, Some(reason)).await {
+            Ok(replayed) => BulkReplayItem {
+                dlq_sequence: sequence,
+                outcome: "replayed".into(),
+                detail: format!(
+                    "stream sequence {} with Nats-Msg-Id {}",
+                    replayed.stream_sequence, replayed.message_id
+                ),
+            },
+            Err(err)
+                if err.is::<UsageError>()
+                    || err.is::<DuplicateReplay>()
+                    || err.is::<AlreadyDiscarded>() =>
+            {
+                BulkReplayItem {
+                    dlq_sequence: sequence,
+                    outcome: "refused".into(),
+                    detail: err.to_string(),
+                }
+            }
+            Err(err) => BulkReplayItem {
+                dlq_sequence: sequence,
+                outcome: "failed".into(),
+                detail: format!("{err:#}"),
+            },
+        };
+        outcome.items.push(item);
+    }
+    let payment_attempt_ids: Vec<PaymentAttemptId> = letters
+        .iter()
+        .filter_map(|l| l.payment_attempt_id.as_deref()?.parse().ok())
+        .collect();
+    audit::insert_alone(
+        store,
+        &NewAuditEntry {
+            actor: actor.to_owned(),
+            via,
+            action: AuditAction::DlqBulkReplay,
+            payment_attempt_ids,
+            dlq_sequence: None,
+            reason: Some(reason.to_owned()),
+            outcome: if outcome.items.iter().all(|i| i.outcome == "replayed") {
+                "published"
+            } else {
+                "partly_published"
+            },
+            detail: serde_json::json!({
+                "filter": request.filter,
+                "matched": outcome.matched,
+                "items": outcome.items,
+            }),
+        },
+    )
+    .await
+    .context("the letters were replayed (each audited) but the bulk action's own audit row could not be written")?;
+    Ok(outcome)
 }
 
 /// What a replay published.
@@ -205,6 +661,18 @@ pub async fn replay(
     reason: Option<&str>,
 ) -> anyhow::Result<Replayed> {
     let letter = read_dead_letter(broker, sequence).await?;
+    if let Some(before) = dead_letters::discards(store, &broker.names.dlq_stream(), &[sequence])
+        .await
+        .context("reading the discarded dead letters")?
+        .remove(&sequence)
+    {
+        return Err(already_discarded(
+            sequence,
+            &before,
+            "a discarded letter is not replayed; nothing was published",
+        )
+        .into());
+    }
     let original_id = letter
         .headers
         .get("Dlq-Original-Msg-Id")

@@ -69,6 +69,10 @@ pub enum AuditAction {
     Recheck,
     /// `dlq replay`.
     DlqReplay,
+    /// `dlq discard`: a dead letter set aside, with the person's reason.
+    DlqDiscard,
+    /// `dlq bulk-replay`: every dead letter a filter matched, replayed.
+    DlqBulkReplay,
     /// A retry of every `needs_review` attempt a filter matched.
     BulkRetry,
     /// A recheck of every attempt a filter matched.
@@ -97,6 +101,8 @@ impl AuditAction {
             Self::ResolveRetry => "resolve_retry",
             Self::Recheck => "recheck",
             Self::DlqReplay => "dlq_replay",
+            Self::DlqDiscard => "dlq_discard",
+            Self::DlqBulkReplay => "dlq_bulk_replay",
             Self::BulkRetry => "bulk_retry",
             Self::BulkRecheck => "bulk_recheck",
             Self::ResolveFinding => "resolve_finding",

@@ -205,3 +205,64 @@ pub async fn count_in_review(store: &Store) -> Result<i64, sqlx::Error> {
         .fetch_one(store.pool())
         .await
 }
+
+/// One reconciliation sweep as the console's sweeps page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SweepRow {
+    pub id: i64,
+    pub window_from: OffsetDateTime,
+    pub window_to: OffsetDateTime,
+    pub actor: String,
+    pub started_at: OffsetDateTime,
+    pub finished_at: Option<OffsetDateTime>,
+    pub heartbeat_at: Option<OffsetDateTime>,
+    pub pages: i32,
+    pub records_seen: i64,
+    pub records: i64,
+    pub records_skipped: i64,
+    pub findings: i32,
+    pub settled: i32,
+    pub error: Option<String>,
+}
+
+/// The newest `limit` sweeps, newest first.
+pub async fn recent_sweeps(store: &Store, limit: i64) -> Result<Vec<SweepRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, window_from, window_to, actor, started_at, finished_at, heartbeat_at, pages,
+                records_seen, records, records_skipped, findings, settled, error
+           FROM reconciliation_sweeps
+          ORDER BY started_at DESC, id DESC
+          LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(store.pool())
+    .await
+}
+
+/// One accepted Stripe webhook event as the console's webhooks page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct WebhookEventRow {
+    pub event_id: String,
+    pub event_type: String,
+    pub payment_intent_id: Option<String>,
+    pub payment_attempt_id: Option<uuid::Uuid>,
+    pub outcome: String,
+    pub received_at: OffsetDateTime,
+}
+
+/// The newest `limit` accepted webhook events (their ids are kept for the dedupe window),
+/// newest first.
+pub async fn recent_webhook_events(
+    store: &Store,
+    limit: i64,
+) -> Result<Vec<WebhookEventRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT event_id, event_type, payment_intent_id, payment_attempt_id, outcome, received_at
+           FROM stripe_webhook_events
+          ORDER BY received_at DESC, event_id
+          LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(store.pool())
+    .await
+}

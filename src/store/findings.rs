@@ -161,7 +161,17 @@ pub async fn history(store: &Store, finding: &Finding) -> Result<Vec<EarlierFind
 }
 
 /// Which findings to list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Deserialize,
+    clap::ValueEnum,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FindingState {
     Open,

@@ -13,6 +13,7 @@ pub mod availability;
 pub mod cancel;
 pub mod charts;
 pub mod console;
+pub mod dead_letters;
 pub mod findings;
 pub mod fleet;
 pub mod gateway_objects;

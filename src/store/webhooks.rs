@@ -210,3 +210,45 @@ pub async fn purge_events(store: &Store, kept: std::time::Duration) -> Result<u6
         }
     }
 }
+
+/// Adds `refused` refusals for `result` (the last one's words `why`) to its row.
+pub async fn add_refusals(
+    store: &Store,
+    result: &str,
+    refused: u64,
+    why: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO webhook_refusals (result, refused, last_why) VALUES ($1, $2, $3)
+         ON CONFLICT (result) DO UPDATE
+            SET refused = webhook_refusals.refused + EXCLUDED.refused,
+                last_at = now(),
+                last_why = EXCLUDED.last_why",
+    )
+    .bind(result)
+    .bind(i64::try_from(refused).unwrap_or(i64::MAX))
+    .bind(crate::domain::bounded(why, 500))
+    .execute(store.pool())
+    .await?;
+    Ok(())
+}
+
+/// What the listener refused, by reason, the most recent first.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Refusals {
+    pub result: String,
+    pub refused: i64,
+    pub first_at: time::OffsetDateTime,
+    pub last_at: time::OffsetDateTime,
+    pub last_why: String,
+}
+
+/// Every reason's tally, the most recently refused first.
+pub async fn refusals(store: &Store) -> Result<Vec<Refusals>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT result, refused, first_at, last_at, last_why FROM webhook_refusals
+          ORDER BY last_at DESC, result",
+    )
+    .fetch_all(store.pool())
+    .await
+}

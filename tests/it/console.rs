@@ -743,6 +743,8 @@ async fn no_console_page_shows_a_configured_secret() {
         format!("/console/attempts/{id}"),
         "/console/review".to_owned(),
         "/console/dead-letters".to_owned(),
+        "/console/sweeps".to_owned(),
+        "/console/webhooks".to_owned(),
         "/console/bulk".to_owned(),
         "/console/audit".to_owned(),
         "/console/login".to_owned(),
@@ -2311,4 +2313,264 @@ fn pairs(fields: &[(String, String)]) -> Vec<(&str, &str)> {
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect()
+}
+
+/// Stores a dead letter of `class` whose body is a valid charge command, as intake writes
+/// one; its sequence.
+async fn stored_dead_letter(env: &TestEnv, class: &str, message_id: &str) -> u64 {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Dlq-Class", class);
+    headers.insert("Dlq-Reason", "the database did not answer");
+    headers.insert("Dlq-Original-Msg-Id", message_id);
+    headers.insert("Nats-Msg-Id", format!("dlq-console-{message_id}").as_str());
+    let body = serde_json::to_vec(&command(Uuid::new_v4(), json!({}))).unwrap();
+    env.publish_to(env.broker.names.dlq_subject(), headers, &body)
+        .await
+}
+
+/// Issue 54: the dead-letter list a page at a time and by class, a discard after a
+/// confirmation (audited, shown on the letter, out of the list), and a bulk replay that
+/// previews and replays only what it previewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_paged_discarded_and_replayed_in_bulk_in_the_console() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let discarded = stored_dead_letter(&env, "exhausted", "m-c-0").await;
+    let mut exhausted = Vec::new();
+    for i in 1..3 {
+        exhausted.push(stored_dead_letter(&env, "exhausted", &format!("m-c-{i}")).await);
+    }
+    for i in 3..101 {
+        stored_dead_letter(&env, "invalid", &format!("m-c-{i}")).await;
+    }
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+
+    let (status, first) = console.get(Some(&ada), "/console/dead-letters").await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert!(first.contains(r#"data-count="100""#), "{first}");
+    assert!(
+        first.contains(r#"id="next-page" href="/console/dead-letters?after=100""#),
+        "{first}"
+    );
+    let (_, second) = console
+        .get(Some(&ada), "/console/dead-letters?after=100")
+        .await;
+    assert!(
+        second.contains(r#"data-count="1""#) && !second.contains("next-page"),
+        "{second}"
+    );
+    let (_, by_class) = console
+        .get(Some(&ada), "/console/dead-letters?class=exhausted")
+        .await;
+    assert!(by_class.contains(r#"data-count="3""#), "{by_class}");
+    let (status, _) = console
+        .get(Some(&ada), "/console/dead-letters?class=lost")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // The discard: a reason, a confirmation, then the letter is set aside.
+    let path = format!("/console/dead-letters/{discarded}/discard");
+    let (_, letter) = console
+        .get(Some(&ada), &format!("/console/dead-letters/{discarded}"))
+        .await;
+    assert!(letter.contains(r#"id="discard-form""#), "{letter}");
+    let csrf = csrf_of(&letter);
+    let (status, confirm) = console
+        .post(
+            &ada,
+            &path,
+            &[("csrf", &csrf), ("reason", "a test message")],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{confirm}");
+    assert!(confirm.contains(r#"id="confirm-form""#), "{confirm}");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM dead_letter_discards")
+            .await,
+        0
+    );
+    let (status, done) = console
+        .post(
+            &ada,
+            &path,
+            &[
+                ("csrf", &csrf),
+                ("reason", "a test message"),
+                ("confirm", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM operator_audit WHERE action = 'dlq_discard'
+               AND actor = 'operator:ada' AND via = 'console' AND reason = 'a test message'"
+        )
+        .await,
+        1
+    );
+    let (_, letter) = console
+        .get(Some(&ada), &format!("/console/dead-letters/{discarded}"))
+        .await;
+    assert!(
+        letter.contains(r#"id="dl-discarded""#) && !letter.contains(r#"id="discard-form""#),
+        "{letter}"
+    );
+    let (_, first) = console.get(Some(&ada), "/console/dead-letters").await;
+    assert!(
+        !first.contains(&format!(r#"data-sequence="{discarded}""#)),
+        "a discarded letter is listed"
+    );
+
+    // The bulk replay of the exhausted letters: a preview of the two left, then those two.
+    let (status, preview) = console
+        .post(
+            &ada,
+            "/console/dead-letters/bulk-replay",
+            &[
+                ("csrf", &csrf),
+                ("class", "exhausted"),
+                ("kind", ""),
+                ("reason", "database back"),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{preview}");
+    assert!(
+        preview.contains(r#"id="bulk-summary" data-count="2""#),
+        "{preview}"
+    );
+    let listed = format!("{},{}", exhausted[0], exhausted[1]);
+    assert!(
+        preview.contains(&format!(r#"name="sequences" value="{listed}""#)),
+        "{preview}"
+    );
+    let (status, done) = console
+        .post(
+            &ada,
+            "/console/dead-letters/bulk-replay",
+            &[
+                ("csrf", &csrf),
+                ("class", "exhausted"),
+                ("kind", ""),
+                ("reason", "database back"),
+                ("sequences", &listed),
+                ("confirm", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(
+        done.contains(r#"id="bulk-result" data-count="2""#),
+        "{done}"
+    );
+    assert_eq!(
+        done.matches(r#"<td class="outcome">replayed</td>"#).count(),
+        2,
+        "{done}"
+    );
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM operator_audit WHERE actor = 'operator:ada' AND via = 'console'
+               AND action IN ('dlq_replay', 'dlq_bulk_replay') AND reason = 'database back'"
+        )
+        .await,
+        3
+    );
+    console.stop().await;
+}
+
+/// Issue 54: the overview loads itself again (a meta refresh: the CSP forbids scripts) and
+/// links the sweeps and the webhook events; each page shows what the database holds — a
+/// sweep with its window, pages and findings, a failed one with why, a running one; an
+/// accepted event with its attempt and outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_refreshes_itself_and_links_the_sweeps_and_the_webhook_events() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let attempt = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO reconciliation_sweeps
+             (window_from, window_to, actor, started_at, finished_at, pages, records_seen,
+              records, records_skipped, findings, settled, error)
+         VALUES (now() - interval '25 hours', now(), 'schedule', now() - interval '2 hours',
+                 now() - interval '2 hours' + interval '40 seconds', 7, 1400, 1350, 50, 2, 1, NULL),
+                (now() - interval '26 hours', now() - interval '1 hour', 'operator:ada',
+                 now() - interval '3 hours', now() - interval '3 hours', 1, 0, 0, 0, 0, 0,
+                 'the gateway answered 401'),
+                (now() - interval '24 hours', now() - interval '1 minute', 'schedule', now(),
+                 NULL, 3, 300, 290, 10, 0, 0, NULL)",
+    )
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO stripe_webhook_events
+             (event_id, event_type, payment_intent_id, payment_attempt_id, outcome)
+         VALUES ('evt_console_1', 'payment_intent.succeeded', 'pi_console_1', '{attempt}', 'woke')"
+    ))
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO webhook_refusals (result, refused, last_why)
+         VALUES ('bad_signature', 12, 'no v1 signature matches any configured secret')",
+    )
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+
+    let (status, overview) = console.get(Some(&ada), "/console/").await;
+    assert_eq!(status, StatusCode::OK, "{overview}");
+    assert!(
+        overview.contains(r#"<meta id="refresh" http-equiv="refresh" content="30">"#),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(r#"id="overview-sweeps" href="/console/sweeps""#),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(r#"id="overview-webhooks" href="/console/webhooks""#),
+        "{overview}"
+    );
+    let (_, other) = console.get(Some(&ada), "/console/audit").await;
+    assert!(
+        !other.contains("http-equiv"),
+        "only the overview refreshes itself"
+    );
+
+    let (status, sweeps) = console.get(Some(&ada), "/console/sweeps").await;
+    assert_eq!(status, StatusCode::OK, "{sweeps}");
+    assert_eq!(
+        sweeps.matches(r#"data-testid="sweep-row""#).count(),
+        3,
+        "{sweeps}"
+    );
+    assert!(sweeps.contains(r#"<td class="pages">7</td>"#), "{sweeps}");
+    assert!(
+        sweeps.contains(r#"<a href="/console/findings">2</a>"#),
+        "{sweeps}"
+    );
+    assert!(sweeps.contains("the gateway answered 401"), "{sweeps}");
+    assert!(sweeps.contains(">running"), "{sweeps}");
+    // Newest first: the running one leads.
+    assert!(sweeps.find(">running") < sweeps.find("the gateway answered 401"));
+
+    let (status, webhooks) = console.get(Some(&ada), "/console/webhooks").await;
+    assert_eq!(status, StatusCode::OK, "{webhooks}");
+    assert!(
+        webhooks.contains("evt_console_1") && webhooks.contains("pi_console_1"),
+        "{webhooks}"
+    );
+    assert!(
+        webhooks.contains(&format!(r#"href="/console/attempts/{attempt}""#)),
+        "{webhooks}"
+    );
+    assert!(
+        webhooks.contains(r#"<td class="outcome">woke</td>"#),
+        "{webhooks}"
+    );
+    console.stop().await;
 }

@@ -21,6 +21,7 @@ mod cli;
 mod cluster;
 mod console;
 mod demo;
+mod dlq_operations;
 mod dlq_replay;
 mod executor;
 mod export;

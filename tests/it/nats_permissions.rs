@@ -1,13 +1,19 @@
-//! The NATS permissions of `deploy/nats/onecharge-permissions.conf`, tested with a user that
-//! has exactly them (docs/decisions/161-onecharges-nats-user-each-message-family-by.md): on a nats-server of the test's own, `setup`,
-//! `serve` with every role (a charge, a dead letter, the stream audit) and the operator
-//! commands that reach NATS run without the server refusing anything, and a user without
-//! them is refused in one line that says what the server said.
+//! The NATS permissions of `deploy/nats/onecharge-permissions.conf`, tested with users that
+//! have exactly them (docs/decisions/161-onecharges-nats-user-each-message-family-by.md,
+//! docs/decisions/226-a-runtime-nats-user-that-cannot-create-streams-or.md): on a nats-server
+//! of the test's own, `setup` as the setup user (signed in with an NKey seed file), then
+//! `setup --check`, `serve` with every role (a charge, a dead letter, the stream audit) and
+//! the operator commands that reach NATS as the runtime user, with replies under
+//! onecharge's own inbox prefix, run without the server refusing anything; the runtime user
+//! is refused creating a stream and deleting a consumer; another user of the account that
+//! may read `_INBOX.>` sees none of onecharge's replies; and a user without the permissions
+//! is refused in one line that says what the server said.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt as _;
 use mock_gateway::{MockConfig, MockGateway};
 use onecharge::app::{Application, Role};
 use secrecy::SecretString;
@@ -32,6 +38,10 @@ fn the_example_server_configuration_is_valid() {
             "ONECHARGE_NATS_PASSWORD_BCRYPT",
             "$2a$11$abcdefghijklmnopqrstuuYTYt0Ou5Tj3nRzkC8l8UVhqB3oVl5JW",
         )
+        .env(
+            "ONECHARGE_SETUP_NATS_PASSWORD_BCRYPT",
+            "$2a$11$bcdefghijklmnopqrstuvuYTYt0Ou5Tj3nRzkC8l8UVhqB3oVl5JW",
+        )
         .output()
         .expect("nats-server runs");
     assert!(
@@ -42,27 +52,34 @@ fn the_example_server_configuration_is_valid() {
     );
 }
 
-/// A server whose account holds `onecharge` (the documented permissions) and `stranger`
-/// (allowed only subjects of its own), in `dir`.
-async fn server_with_users(dir: &Path) -> NatsServer {
+/// The inbox prefix the permissions grant.
+const INBOX_PREFIX: &str = "_INBOX_onecharge";
+
+/// A server whose account holds `onecharge` (the runtime permissions, by password), the
+/// setup user (the setup permissions, by the NKey `setup_public_key`) and `stranger`
+/// (allowed only subjects of its own, and every `_INBOX.>`), in `dir`.
+async fn server_with_users(dir: &Path, setup_public_key: &str) -> NatsServer {
     let permissions =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nats/onecharge-permissions.conf");
     std::fs::copy(&permissions, dir.join("onecharge-permissions.conf")).unwrap();
     let config = dir.join("server.conf");
     std::fs::write(
         &config,
-        r#"include "onecharge-permissions.conf"
-accounts: {
-  PAYMENTS: {
+        format!(
+            r#"include "onecharge-permissions.conf"
+accounts: {{
+  PAYMENTS: {{
     jetstream: enabled
     users: [
-      { user: onecharge, password: "onecharge-pw", permissions: $ONECHARGE_PERMISSIONS }
-      { user: stranger, password: "stranger-pw",
-        permissions: { publish: ["orders.>"], subscribe: ["_INBOX.>", "orders.>"] } }
+      {{ user: onecharge, password: "onecharge-pw", permissions: $ONECHARGE_PERMISSIONS }}
+      {{ nkey: {setup_public_key}, permissions: $ONECHARGE_SETUP_PERMISSIONS }}
+      {{ user: stranger, password: "stranger-pw",
+        permissions: {{ publish: ["orders.>"], subscribe: ["_INBOX.>", "orders.>"] }} }}
     ]
-  }
-}
-"#,
+  }}
+}}
+"#
+        ),
     )
     .unwrap();
     let mut server = NatsServer::configured(
@@ -76,7 +93,7 @@ accounts: {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_without_them_is_refused_saying_so(
+async fn setup_and_runtime_users_each_run_on_their_own_permissions_and_the_runtime_one_cannot_create_streams_or_delete_consumers(
 ) {
     // The permissions are written for the server clusters run on (2.15), and 2.9 logs a
     // violation in other words.
@@ -85,7 +102,10 @@ async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_with
     }
     onecharge::tls::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
-    let server = server_with_users(dir.path()).await;
+    let setup_key = nkeys::KeyPair::new_user();
+    let seed_file = dir.path().join("setup.nk");
+    std::fs::write(&seed_file, format!("{}\n", setup_key.seed().unwrap())).unwrap();
+    let server = server_with_users(dir.path(), &setup_key.public_key()).await;
     let gateway = MockGateway::start(MockConfig {
         api_key: API_KEY.to_owned(),
         ..MockConfig::default()
@@ -96,6 +116,7 @@ async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_with
     // The contract's own names, as in production: the server is the test's alone.
     settings.namespace = String::new();
     settings.nats_url = format!("nats://onecharge:onecharge-pw@127.0.0.1:{}", server.port());
+    settings.nats_inbox_prefix = INBOX_PREFIX.into();
     settings.gateway_url = gateway.base_url();
     settings.gateway_api_key = Some(SecretString::from(API_KEY));
     settings.admin_addr = "127.0.0.1:0".parse().unwrap();
@@ -103,6 +124,12 @@ async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_with
     settings.intake.audit_interval = Duration::from_millis(200);
     settings.intake.audit_grace = Duration::ZERO;
     settings.validate().unwrap();
+    let inbox = [("ONECHARGE_NATS_INBOX_PREFIX", INBOX_PREFIX)];
+    let seed_path = seed_file.to_str().unwrap();
+    let as_setup = [
+        ("ONECHARGE_NATS_INBOX_PREFIX", INBOX_PREFIX),
+        ("ONECHARGE_NATS_SETUP_NKEY_FILE", seed_path),
+    ];
     let stranger = onecharge::config::Settings {
         nats_url: format!("nats://stranger:stranger-pw@127.0.0.1:{}", server.port()),
         ..settings.clone()
@@ -125,11 +152,34 @@ async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_with
     );
     assert!(!stderr.contains("stranger-pw"), "{stderr}");
 
-    // With them: setup, the check, serve with every role.
-    let (code, stdout, stderr) = run_onecharge(&settings, &["setup"], &[]).await;
+    // Another user of the account that may read every `_INBOX.>`: onecharge's replies are
+    // under a prefix of its own, so it hears none of them.
+    let snoop =
+        async_nats::ConnectOptions::with_user_and_password("stranger".into(), "stranger-pw".into())
+            .connect(server.url())
+            .await
+            .unwrap();
+    let mut overheard = snoop.subscribe("_INBOX.>").await.unwrap();
+    snoop.flush().await.unwrap();
+
+    // `setup` as the runtime user (no setup user configured): it may look the streams up
+    // but not create them.
+    let (code, _, stderr) = run_onecharge(&settings, &["setup"], &inbox).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(
+            "Permissions Violation for Publish to \"$JS.API.STREAM.CREATE.PAYMENTS_COMMANDS\""
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("onecharge-pw"), "{stderr}");
+
+    // As the setup user: the streams and consumers; then the runtime user's check and
+    // serve with every role.
+    let (code, stdout, stderr) = run_onecharge(&settings, &["setup"], &as_setup).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.starts_with("setup complete"), "{stdout}");
-    let (code, _, stderr) = run_onecharge(&settings, &["setup", "--check"], &[]).await;
+    let (code, _, stderr) = run_onecharge(&settings, &["setup", "--check"], &inbox).await;
     assert_eq!(code, 0, "{stderr}");
     let served = Served::from_app(
         Application::build(settings.clone(), &Role::ALL)
@@ -160,7 +210,7 @@ async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_with
         if !validate {
             args.push("--no-validate");
         }
-        let (code, _, stderr) = run_onecharge(&settings, &args, &[]).await;
+        let (code, _, stderr) = run_onecharge(&settings, &args, &inbox).await;
         assert_eq!(code, 0, "{stderr}");
     }
     let db = sqlx::PgPool::connect(&settings.database_url).await.unwrap();
@@ -187,25 +237,93 @@ async fn onecharge_runs_end_to_end_on_the_documented_permissions_and_a_user_with
     .await;
 
     // The operator commands that read the streams.
-    let (code, stdout, stderr) = run_onecharge(&settings, &["dlq", "list", "--json"], &[]).await;
+    let (code, stdout, stderr) = run_onecharge(&settings, &["dlq", "list", "--json"], &inbox).await;
     assert_eq!(code, 0, "{stderr}");
     let letters: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(letters.as_array().map(Vec::len), Some(1), "{letters}");
     for args in [&["intake", "audit"][..], &["purge", "--dry-run"]] {
-        let (code, _, stderr) = run_onecharge(&settings, args, &[]).await;
+        let (code, _, stderr) = run_onecharge(&settings, args, &inbox).await;
         assert_eq!(code, 0, "{args:?}: {stderr}");
     }
     served.stop().await;
 
-    // The server refused the stranger and nothing of onecharge's.
+    // What a leaked runtime credential cannot do: delete the intake consumer, create a
+    // stream. The server drops both (no answer) and says why.
+    let commands = broker
+        .jetstream
+        .get_stream("PAYMENTS_COMMANDS")
+        .await
+        .unwrap();
+    let deleted = tokio::time::timeout(
+        Duration::from_secs(5),
+        commands.delete_consumer("onecharge-intake"),
+    )
+    .await;
+    assert!(
+        !matches!(deleted, Ok(Ok(_))),
+        "the runtime user deleted the intake consumer"
+    );
+    let created = tokio::time::timeout(
+        Duration::from_secs(5),
+        broker
+            .jetstream
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: "PAYMENTS_COMMANDS_COPY".into(),
+                subjects: vec!["copy.>".into()],
+                ..Default::default()
+            }),
+    )
+    .await;
+    assert!(!matches!(created, Ok(Ok(_))), "{created:?}");
+    eventually(
+        "the server's refusals reached the runtime user",
+        Duration::from_secs(5),
+        || async { broker.refusals.count() >= 2 },
+    )
+    .await;
+    let intake = commands.consumer_info("onecharge-intake").await;
+    assert!(intake.is_ok(), "the intake consumer is gone: {intake:?}");
+
+    // The server refused the stranger, and of onecharge's only what it was asked to refuse.
     let log = server.log();
     let refused: Vec<&str> = log.lines().filter(|l| l.contains("Violation")).collect();
     assert!(
         refused.iter().any(|l| l.contains("/user:stranger\"")),
         "{log}"
     );
+    let deliberate = [
+        "$JS.API.STREAM.CREATE.PAYMENTS_COMMANDS",
+        "$JS.API.CONSUMER.DELETE.PAYMENTS_COMMANDS.onecharge-intake",
+        "$JS.API.STREAM.CREATE.PAYMENTS_COMMANDS_COPY",
+    ];
+    let unexpected: Vec<&&str> = refused
+        .iter()
+        .filter(|l| !l.contains("/user:stranger\""))
+        .filter(|l| {
+            !deliberate
+                .iter()
+                .any(|subject| l.contains(&format!("\"{subject}\"")))
+        })
+        .collect();
     assert!(
-        !refused.iter().any(|l| l.contains("/user:onecharge\"")),
-        "the server refused onecharge: {refused:#?}"
+        unexpected.is_empty(),
+        "the server refused onecharge: {unexpected:#?}"
+    );
+    for subject in deliberate {
+        assert!(
+            refused
+                .iter()
+                .any(|l| l.contains("/user:onecharge\"") && l.contains(&format!("\"{subject}\""))),
+            "the runtime user was not refused {subject}: {refused:#?}"
+        );
+    }
+
+    // Nothing of onecharge's went to `_INBOX.>`.
+    snoop.flush().await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_millis(200), overheard.next()).await;
+    assert!(
+        heard.is_err(),
+        "another user of the account overheard a reply of onecharge's: {:?}",
+        heard.map(|m| m.map(|m| m.subject))
     );
 }

@@ -184,3 +184,69 @@ fn every_operation_has_a_unique_operation_id_a_typed_answer_and_servers() {
         );
     }
 }
+
+/// Issue 54: a client generated from the document sends what the API understands. Every
+/// query parameter says its type: a state as its enum (`status`, `state`, `class`, `kind`),
+/// a time as `date-time`, an id as `uuid`, a page size with its bounds; the free-text ones
+/// (an order id, a cursor, a duration) are named here. And every request body has a schema.
+#[test]
+fn every_query_parameter_and_request_body_is_typed() {
+    let document = onecharge::http::openapi::document();
+    let resolve = |schema: &Value| -> Value {
+        match schema["$ref"].as_str() {
+            Some(reference) => {
+                let name = reference.rsplit('/').next().unwrap();
+                document["components"]["schemas"][name].clone()
+            }
+            None => schema.clone(),
+        }
+    };
+    let free_text = [
+        "order_id",
+        "customer_id",
+        "gateway_charge_id",
+        "idempotency_key",
+        "actor",
+        "before",
+        "stuck",
+    ];
+    let mut untyped = Vec::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                if parameter["in"] != "query" {
+                    continue;
+                }
+                let name = parameter["name"].as_str().unwrap();
+                let schema = resolve(&parameter["schema"]);
+                let typed = match name {
+                    "status" | "state" | "class" | "kind" => schema["enum"].is_array(),
+                    "created_after" | "created_before" | "since" | "until" => {
+                        schema["format"] == "date-time"
+                    }
+                    "attempt" | "payment_attempt_id" => schema["format"] == "uuid",
+                    "limit" => schema["type"] == "integer" && schema["maximum"].is_number(),
+                    "discarded" => schema["type"] == "boolean",
+                    // A cursor: an attempt's (text) or a dead letter's sequence.
+                    "after" => schema["type"] == "string" || schema["type"] == "integer",
+                    _ if free_text.contains(&name) => schema["type"] == "string",
+                    _ => false,
+                };
+                if !typed {
+                    untyped.push(format!("{method} {path} ?{name}: {schema}"));
+                }
+            }
+            if let Some(body) = operation.get("requestBody") {
+                let schema = &body["content"]["application/json"]["schema"];
+                if schema.as_object().is_none_or(|o| o.is_empty()) {
+                    untyped.push(format!("{method} {path} body: {schema}"));
+                }
+            }
+        }
+    }
+    assert!(
+        untyped.is_empty(),
+        "parameters and bodies without their type:\n{}",
+        untyped.join("\n")
+    );
+}

@@ -810,3 +810,42 @@ async fn two_services_take_the_mocks_own_webhooks_during_real_charges_while_a_fo
     first_served.stop().await;
     second_served.stop().await;
 }
+
+/// Issue 54: what the listener refused is tallied by reason, with the last one's words, for
+/// the console's webhook page — written every few seconds and when the listener stops,
+/// never once per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_tallied_by_reason_with_their_words() {
+    let h = harness().await;
+    let (addr, served) = listener_only(&h).await;
+    let body = event(
+        "evt_refused",
+        "payment_intent.succeeded",
+        json!({"id": "pi_1", "object": "payment_intent"}),
+    );
+    assert_eq!(deliver(addr, &body, None).await, 400);
+    assert_eq!(deliver(addr, &body, None).await, 400);
+    let forged = signature::header(&["whsec_not_ours"], now(), &body);
+    assert_eq!(deliver(addr, &body, Some(forged)).await, 400);
+    served.stop().await;
+
+    let db = sqlx::PgPool::connect(&h.settings.database_url)
+        .await
+        .unwrap();
+    let rows: Vec<(String, i64, String)> =
+        sqlx::query_as("SELECT result, refused, last_why FROM webhook_refusals ORDER BY result")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    let tallied: Vec<(&str, i64)> = rows.iter().map(|(r, n, _)| (r.as_str(), *n)).collect();
+    assert_eq!(
+        tallied,
+        [("bad_signature", 1), ("missing_signature", 2)],
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter()
+            .all(|(_, _, why)| !why.is_empty() && !why.contains("whsec")),
+        "{rows:?}"
+    );
+}

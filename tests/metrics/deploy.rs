@@ -1063,7 +1063,7 @@ const WORKLOADS: [(&str, &str, &[SecretFile], bool); 4] = [
         include_str!("../../deploy/kubernetes/base/setup-job.yaml"),
         &[
             ("database-owner-url", "database_url"),
-            ("nats-url", "nats_url"),
+            ("nats-setup-url", "nats_setup_url"),
         ],
         false,
     ),

@@ -43,6 +43,8 @@ impl From<ResolveError> for ApiError {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
+    /// Only attempts in this state
+    #[param(value_type = Option<crate::domain::AttemptStatus>)]
     status: Option<String>,
     stuck: Option<String>,
     order_id: Option<String>,
@@ -50,7 +52,11 @@ pub(crate) struct ListQuery {
     #[param(value_type = Option<String>)]
     gateway_charge_id: Option<GatewayChargeId>,
     idempotency_key: Option<String>,
+    /// Only attempts recorded at or after this time (RFC 3339)
+    #[param(value_type = Option<String>, format = DateTime)]
     created_after: Option<String>,
+    /// Only attempts recorded before this time (RFC 3339)
+    #[param(value_type = Option<String>, format = DateTime)]
     created_before: Option<String>,
     before: Option<String>,
     after: Option<String>,
@@ -154,13 +160,19 @@ pub(crate) async fn list_attempts(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExportQuery {
+    /// Only attempts in this state
+    #[param(value_type = Option<crate::domain::AttemptStatus>)]
     status: Option<String>,
     order_id: Option<String>,
     customer_id: Option<String>,
     #[param(value_type = Option<String>)]
     gateway_charge_id: Option<GatewayChargeId>,
     idempotency_key: Option<String>,
+    /// Only attempts recorded at or after this time (RFC 3339)
+    #[param(value_type = Option<String>, format = DateTime)]
     created_after: Option<String>,
+    /// Only attempts recorded before this time (RFC 3339)
+    #[param(value_type = Option<String>, format = DateTime)]
     created_before: Option<String>,
     before: Option<String>,
 }

@@ -30,7 +30,7 @@ impl From<BulkError> for ApiError {
 /// `POST /api/attempts/bulk` with `{"action": "retry|recheck", "filter": {…}, "reason": …,
 /// "preview": bool, "max": N}`: see [`crate::operator::bulk`]. 422 when more attempts match
 /// than the cap (or `max`).
-#[utoipa::path(post, path = "/api/attempts/bulk", operation_id = "actOnAttemptsInBulk", tag = "attempts", request_body(content = serde_json::Value, description = "`{\"action\": \"retry|recheck\", \"filter\": {…}, \"reason\": …, \"preview\": bool, \"max\": N}`, the filter as `attempts bulk` takes it"), responses(
+#[utoipa::path(post, path = "/api/attempts/bulk", operation_id = "actOnAttemptsInBulk", tag = "attempts", request_body(content = crate::operator::bulk::BulkRequest, description = "The action, the filter as `attempts bulk-*` takes it, the reason; `preview` to count and list only, `max` to refuse a larger set, `ids` to act on a preview's attempts alone"), responses(
     (status = 200, description = "What was (or, with preview, would be) done, per attempt", body = crate::operator::bulk::BulkOutcome),
     (status = 400, description = "The request is not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),

@@ -20,9 +20,10 @@ use crate::store::findings::{self, Finding, FindingState, Resolved};
 #[into_params(parameter_in = Query)]
 pub(crate) struct FindingsQuery {
     /// `open` (the default), `resolved` or `all`
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<FindingState>)]
     state: Option<FindingState>,
     /// At most this many, newest first (default 100, at most 10,000)
+    #[param(minimum = 0, maximum = 10000)]
     limit: Option<i64>,
 }
 

@@ -49,7 +49,12 @@ pub fn routes() -> Router<AdminState> {
         .route("/api/audit", get(audit::audit_list))
         .route("/api/dlq", get(dlq::list_dead_letters))
         .route("/api/dlq/{sequence}", get(dlq::show_dead_letter))
+        .route("/api/dlq/bulk-replay", post(dlq::bulk_replay))
         .route("/api/dlq/{sequence}/replay", post(dlq::replay_dead_letter))
+        .route(
+            "/api/dlq/{sequence}/discard",
+            post(dlq::discard_dead_letter),
+        )
         .route("/api/stats", get(stats::stats))
         .route("/api/findings", get(findings::list))
         .route("/api/fleet", get(fleet::fleet_state))

@@ -55,18 +55,34 @@ impl From<RefundError> for ApiError {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RefundsQuery {
+    /// Only the refunds of this charge
+    #[param(value_type = Option<uuid::Uuid>)]
     payment_attempt_id: Option<String>,
-    /// waiting, pending, in_flight, processing, unknown, succeeded, failed, refused or
-    /// needs_review
+    /// Only refunds in this state
+    #[param(schema_with = refund_status_schema)]
     status: Option<String>,
     order_id: Option<String>,
     customer_id: Option<String>,
+    /// Only refunds recorded at or after this time (RFC 3339)
+    #[param(value_type = Option<String>, format = DateTime)]
     created_after: Option<String>,
+    /// Only refunds recorded before this time (RFC 3339)
+    #[param(value_type = Option<String>, format = DateTime)]
     created_before: Option<String>,
     before: Option<String>,
     /// At most this many, 1 to 1000, the rest behind `X-Next-Cursor` (default 100)
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
+}
+
+/// A refund's states as the query's `status` takes them (contract §4.1).
+fn refund_status_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(
+            crate::domain::RefundStatus::ALL.map(crate::domain::RefundStatus::as_str),
+        ))
+        .build()
 }
 
 impl RefundsQuery {

@@ -23,13 +23,18 @@ pub(super) async fn stylesheet() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
 }
 
-/// The frame of every page: navigation, who is signed in, sign out.
-fn layout(title: &str, session: Option<&Session>, body: Markup) -> Markup {
+/// The frame of every page: navigation, who is signed in, sign out. With `refresh`, the
+/// browser loads the page again every that many seconds (a meta refresh: the CSP allows no
+/// script).
+fn layout(title: &str, session: Option<&Session>, body: Markup, refresh: Option<u32>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
+                @if let Some(seconds) = refresh {
+                    meta #refresh http-equiv="refresh" content=(seconds);
+                }
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · onecharge console" }
                 link rel="stylesheet" href="/console/style.css";
@@ -82,7 +87,21 @@ pub(super) fn page(
     session: Option<&Session>,
     body: Markup,
 ) -> Response {
-    (status, layout(title, session, body)).into_response()
+    (status, layout(title, session, body, None)).into_response()
+}
+
+/// [`page`] that the browser loads again every `seconds`: a page a person leaves open.
+pub(super) fn refreshing_page(
+    title: &str,
+    session: &Session,
+    body: Markup,
+    seconds: u32,
+) -> Response {
+    (
+        StatusCode::OK,
+        layout(title, Some(session), body, Some(seconds)),
+    )
+        .into_response()
 }
 
 /// A refusal page: why, and nothing changed.

@@ -31,6 +31,7 @@ mod layout;
 mod login;
 mod overview;
 mod recheck;
+mod reconciliation;
 mod refunds;
 mod request_id;
 mod resolve;
@@ -74,11 +75,21 @@ pub fn router(state: AdminState) -> Router<AdminState> {
             post(dead_letters::replay),
         )
         .route(
+            "/console/dead-letters/{sequence}/discard",
+            post(dead_letters::discard),
+        )
+        .route(
+            "/console/dead-letters/bulk-replay",
+            post(dead_letters::bulk_replay),
+        )
+        .route(
             "/console/bulk",
             get(bulk::bulk_page).post(bulk::bulk_action),
         )
         .route("/console/audit", get(audit::audit))
         .route("/console/findings", get(findings::list))
+        .route("/console/sweeps", get(reconciliation::sweeps))
+        .route("/console/webhooks", get(reconciliation::webhooks))
         .route(
             "/console/fleet",
             get(fleet::fleet_page).post(fleet::fleet_action),

@@ -1,8 +1,9 @@
 //! The overview (`/console/`): the charts of the last hour(s), attempts per state, what is
-//! waiting, and the health of intake and the gateway.
+//! waiting, and the health of intake and the gateway, with links to the sweeps and the
+//! webhook events. It loads itself again every [`OVERVIEW_REFRESH_SECONDS`] (a meta
+//! refresh: the console's CSP allows no script), so a screen left open stays current.
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
 use maud::{html, Markup};
@@ -10,7 +11,7 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use super::charts;
-use super::layout::{page, unreadable};
+use super::layout::{refreshing_page, unreadable};
 use super::session::Session;
 use crate::broker::ConsumerLag;
 use crate::domain::AttemptStatus;
@@ -20,6 +21,9 @@ use crate::http::AdminState;
 use crate::operator::stats;
 use crate::operator::stats::Stats;
 use crate::store::charts::{OverviewSeries, Window};
+
+/// How often an open overview loads itself again.
+pub(super) const OVERVIEW_REFRESH_SECONDS: u32 = 30;
 
 /// The span the overview's charts cover (`?window=`): 1 hour by the minute (the default),
 /// 6 hours by 5 minutes, 24 hours by 20 minutes.
@@ -79,7 +83,7 @@ pub(super) async fn overview(
         (figures_section(&figures))
         (health_section(lag.as_ref(), health.as_ref()))
     };
-    page(StatusCode::OK, "Overview", Some(&session), body)
+    refreshing_page("Overview", &session, body, OVERVIEW_REFRESH_SECONDS)
 }
 
 /// The charts of the chosen window, and the choice of window.
@@ -139,6 +143,8 @@ fn figures_section(figures: &anyhow::Result<Stats>) -> Markup {
                         dd #needs-review-count { a href="/console/review" { (s.by_status.get("needs_review").copied().unwrap_or(0)) } }
                         dt { "Dead letters" }
                         dd #dead-letters-count { a href="/console/dead-letters" { (s.dead_letters) } }
+                        dt { "Reconciliation" }
+                        dd { a #overview-sweeps href="/console/sweeps" { "Sweeps" } " · " a #overview-webhooks href="/console/webhooks" { "Webhook events" } }
                         dt { "Outbox backlog (events not yet published)" }
                         dd #outbox-backlog { (s.outbox_backlog) }
                     }

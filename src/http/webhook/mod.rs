@@ -24,6 +24,7 @@
 //!   event), or evidence that settles a `needs_review` attempt.
 //! - anything else → recorded only. Missed webhooks are the sweep's to catch.
 
+mod refusals;
 pub mod signature;
 
 use std::net::SocketAddr;
@@ -79,6 +80,8 @@ pub struct WebhookState {
     /// The mode this deployment's key is for (`production`): an event of the other mode is
     /// not this account's, whatever its signature.
     mode: StripeMode,
+    /// What was refused and why, written to the database every few seconds.
+    refused: refusals::Tally,
 }
 
 impl WebhookState {
@@ -97,6 +100,7 @@ impl WebhookState {
             ),
             tolerance: settings.webhook_tolerance,
             mode: settings.stripe_mode(),
+            refused: refusals::Tally::default(),
         }
     }
 }
@@ -112,21 +116,28 @@ pub fn router(state: WebhookState) -> Router {
             state.in_flight.clone(),
             listener::within,
         ))
-        .layer(axum::middleware::from_fn(signed_shape))
+        .layer(axum::middleware::from_fn_with_state(
+            state.refused.clone(),
+            signed_shape,
+        ))
         .with_state(state)
 }
 
 /// Refuses, before a permit is taken or a byte of the body read, a request whose
 /// `Stripe-Signature` is missing or not `t=<unix>,v1=<hex>`: an anonymous sender cannot
 /// hold the listener's permits with slow bodies it never signed.
-async fn signed_shape(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+async fn signed_shape(
+    State(refused): State<refusals::Tally>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     let header = request
         .headers()
         .get("stripe-signature")
         .and_then(|v| v.to_str().ok());
     match signature::parse(header) {
         Ok(_) => next.run(request).await,
-        Err(err) => refuse(err.label(), &err.to_string()),
+        Err(err) => refuse(&refused, err.label(), &err.to_string()),
     }
 }
 
@@ -141,7 +152,15 @@ pub async fn serve(
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(?addr, "webhook listener serving POST /webhooks/stripe");
     crate::metrics::webhook_listener_started(time::OffsetDateTime::now_utc());
-    listener::serve(
+    // Stops with the listener, whether it stops for the shutdown or for a failure.
+    let stop_writing = shutdown.child_token();
+    let writing = tokio::spawn(
+        state
+            .refused
+            .clone()
+            .keep_writing(state.store.clone(), stop_writing.clone()),
+    );
+    let served = listener::serve(
         listener,
         router(state),
         listener::Limits {
@@ -152,15 +171,19 @@ pub async fn serve(
         },
         shutdown,
     )
-    .await
+    .await;
+    stop_writing.cancel();
+    let _ = writing.await;
+    served
 }
 
 fn count(result: &'static str) {
     metrics::counter!("onecharge_webhooks_total", "result" => result).increment(1);
 }
 
-fn refuse(result: &'static str, why: &str) -> Response {
+fn refuse(refused: &refusals::Tally, result: &'static str, why: &str) -> Response {
     count(result);
+    refused.note(result, why);
     tracing::warn!(result, "webhook refused: {why}");
     (
         StatusCode::BAD_REQUEST,
@@ -226,17 +249,26 @@ async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: By
         now,
         state.tolerance.as_secs() as i64,
     ) {
-        return refuse(err.label(), &err.to_string());
+        return refuse(&state.refused, err.label(), &err.to_string());
     }
     let Ok(event) = serde_json::from_slice::<StripeEvent>(&body) else {
-        return refuse("unreadable", "a signed body that is not a Stripe event");
+        return refuse(
+            &state.refused,
+            "unreadable",
+            "a signed body that is not a Stripe event",
+        );
     };
     if event.id.is_empty() || event.id.len() > 255 || event.kind.is_empty() {
-        return refuse("unreadable", "an event without an id or a type");
+        return refuse(
+            &state.refused,
+            "unreadable",
+            "an event without an id or a type",
+        );
     }
     if let Some(livemode) = event.livemode {
         if StripeMode::of_livemode(livemode) != state.mode {
             return refuse(
+                &state.refused,
                 "wrong_mode",
                 &format!(
                     "a {} event, but this deployment's key is a {} key (production = {}): \
