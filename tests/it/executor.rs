@@ -161,8 +161,11 @@ async fn a_stored_outcome_replayed_with_200_settles_as_its_body_says() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_409_in_progress_is_retried_soon_with_the_same_key_and_charges_once() {
+    // Long enough that the executor's claim and send land while the earlier request runs,
+    // on a machine busy enough to take most of a second over them (400 ms did not), and
+    // short of the 2 s request timeout, which the executor's own request also waits out.
     let h = Harness::with_faults(FaultConfig {
-        latency: Latency::fixed(400),
+        latency: Latency::fixed(1500),
         ..FaultConfig::default()
     })
     .await;

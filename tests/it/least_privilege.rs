@@ -516,7 +516,8 @@ async fn before_setup_serve_refuses_naming_it_and_a_waiting_check_passes_once_se
             1,
             &*format!(
                 "error: the database at {} does not exist: run `onecharge setup` as the schema's owner",
-                settings.database_url
+                // Named without its password, if the URL has one (the README's set-up).
+                onecharge::config::redact_url(&settings.database_url)
             )
         )
     );

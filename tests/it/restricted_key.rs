@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
+use crate::support::refund_roles::RefundRoles;
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::outcome::{GatewayOutcome, LookupOutcome};
 use onecharge::domain::{AttemptStatus, RefundId};
 use onecharge::executor::Executor;
 use onecharge::gateway::permission::{self, Grant, Permission};
 use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
-use crate::support::refund_roles::RefundRoles;
 
 use crate::refunds::{record, refund, settle};
 use crate::support::harness::{run_leaving_one_in, Harness};

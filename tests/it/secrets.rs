@@ -121,11 +121,22 @@ async fn run(label: &str, args: &[&str], config: Option<&str>, env: &[(&str, Str
 /// the (unreachable) gateway once for a published command and the admin API has answered
 /// an authenticated request; then SIGTERM.
 async fn serve_briefly(env: &TestEnv) -> Run {
-    let database_url = env.settings.database_url.replacen(
-        "postgres://",
-        &format!("postgres://root:{DB_PASSWORD}@"),
-        1,
-    ) + &format!("?password={DB_QUERY_PASSWORD}");
+    // A role of its own whose password is the query's, the one PostgreSQL is given (sqlx
+    // reads `?password=` after the URL's userinfo): the run signs in on a server that asks
+    // for passwords (the README's Debian set-up) as on one that trusts loopback.
+    let role = format!(
+        "oc_secrets_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    env.admin(&format!(
+        "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{DB_QUERY_PASSWORD}'"
+    ))
+    .await;
+    let mut url = reqwest::Url::parse(&env.settings.database_url).unwrap();
+    url.set_username(&role).unwrap();
+    url.set_password(Some(DB_PASSWORD)).unwrap();
+    url.set_query(Some(&format!("password={DB_QUERY_PASSWORD}")));
+    let database_url = url.to_string();
     let nats_url =
         env.settings
             .nats_url
@@ -201,6 +212,7 @@ async fn serve_briefly(env: &TestEnv) -> Run {
     for reader in readers {
         reader.await.unwrap();
     }
+    env.admin(&format!("DROP ROLE {role}")).await;
     Run {
         label: "serve with RUST_LOG=trace".into(),
         code: status.code(),

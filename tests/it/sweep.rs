@@ -1200,9 +1200,9 @@ async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index
 async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_a_stalled_sweep_gives_exactly_the_true_findings(
 ) {
     use crate::refunds::{record, refund, settle};
+    use crate::support::refund_roles::RefundRoles;
     use crate::support::{command, intake_record};
     use onecharge::domain::RefundId;
-    use crate::support::refund_roles::RefundRoles;
 
     let sibling = |name: &'static str| {
         move |s: &mut onecharge::config::Settings| {
