@@ -19,6 +19,7 @@ mod private;
 mod refunds;
 #[cfg(feature = "demo")]
 mod run;
+#[cfg(feature = "demo")]
 mod verdict;
 
 use std::time::Duration;
