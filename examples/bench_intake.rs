@@ -268,7 +268,6 @@ async fn run_direct(
                 command: valid.command,
                 correlation_id: None,
                 traceparent: None,
-                stale: false,
             }
         })
         .collect();
@@ -280,7 +279,13 @@ async fn run_direct(
         let permit = permits.clone().acquire_owned().await?;
         let store = store.clone();
         tasks.spawn(async move {
-            let result = record_batch(&store, "onecharge-intake", &chunk).await;
+            let result = record_batch(
+                &store,
+                "onecharge-intake",
+                &chunk,
+                onecharge::config::IntakeSettings::default().max_command_age,
+            )
+            .await;
             drop(permit);
             result
         });

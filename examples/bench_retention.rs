@@ -198,9 +198,14 @@ async fn write_until_stopped(
         let records = records(w, batch);
         let in_drop = during.load(Ordering::Relaxed);
         let started = Instant::now();
-        if onecharge::store::intake::record_batch(&store, "bench", &records)
-            .await
-            .is_err()
+        if onecharge::store::intake::record_batch(
+            &store,
+            "bench",
+            &records,
+            onecharge::config::IntakeSettings::default().max_command_age,
+        )
+        .await
+        .is_err()
         {
             times.errors += 1;
         }

@@ -11,7 +11,9 @@
 //! - **no working role imports another** (`intake`, `executor`, `reconciler`, `relay`,
 //!   `purge`), nor the operators' faces (`operator`, `http`, `cli`) or the assembly: what
 //!   two roles share sits below them (the domain, the store, the gateway). A refund's two
-//!   halves live in `executor::refunds` and `reconciler::refunds` under the same rule.
+//!   halves live in `executor::refunds` and `reconciler::refunds` under the same rule;
+//! - **what is stored is timed by the database**: the domain, the store, intake's recording,
+//!   the executor and the reconciler never read the host's wall clock.
 //!
 //! Every `src/**/*.rs` file is read as text: comments, strings and character literals are
 //! blanked, then every path that starts at `crate::` or `super::` (in a `use` or inline,
@@ -175,6 +177,53 @@ fn the_domain_the_store_and_the_faces_import_only_downwards() {
         broken.is_empty(),
         "the layering of src is broken ({} finding(s)):\n{}",
         broken.len(),
+        broken.join("\n")
+    );
+}
+
+/// Where what is stored is timed: by the database's `now()`, never by the host's wall clock
+/// (decision 024). The domain, the store, intake's recording, the executor and the
+/// reconciler never read the wall clock themselves; the executor and the reconciler read
+/// `crate::clock` for in-memory timing only (the gateway's health), which a test moves.
+const TIMED_BY_THE_DATABASE: &[&str] = &[
+    "domain/",
+    "store/",
+    "intake/mod.rs",
+    "executor/",
+    "reconciler/",
+];
+
+/// The wall clock, read directly.
+const WALL_CLOCK: &[&str] = &["now_utc(", "SystemTime::now(", "Utc::now("];
+
+#[test]
+fn what_is_stored_is_never_timed_by_the_hosts_clock() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for file in rust_files(&src) {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let covered = TIMED_BY_THE_DATABASE
+            .iter()
+            .any(|prefix| relative.starts_with(prefix));
+        if !covered || relative.ends_with("tests.rs") || relative.contains("/tests/") {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        // A unit test's module is the last thing in a file; tests may read any clock.
+        let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            if WALL_CLOCK.iter().any(|call| line.contains(call)) {
+                broken.push(format!("src/{relative}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "the host's clock is read where the database's must be (decision 024):\n{}",
         broken.join("\n")
     );
 }

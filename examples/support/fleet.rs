@@ -14,11 +14,12 @@ use uuid::Uuid;
 /// just before it is recorded, so a million attempts never sit in memory at once.
 pub async fn seed(store: &Store, charges: usize) -> anyhow::Result<()> {
     const BATCH: usize = 500;
+    let max_command_age = onecharge::config::IntakeSettings::default().max_command_age;
     for first in (0..charges).step_by(BATCH) {
         let batch: Vec<IntakeRecord> = (first..charges.min(first + BATCH))
             .map(|i| charge_record(&format!("bench-{i}"), &format!("ord_{i}"), i as u64))
             .collect();
-        record_batch(store, "bench", &batch).await?;
+        record_batch(store, "bench", &batch, max_command_age).await?;
     }
     Ok(())
 }
@@ -44,7 +45,6 @@ pub fn charge_record(message_id: &str, order_id: &str, stream_sequence: u64) -> 
         },
         correlation_id: None,
         traceparent: None,
-        stale: false,
     }
 }
 

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
-use time::{Duration, OffsetDateTime};
+use time::OffsetDateTime;
 
 use super::{Currency, IdempotencyKey, MessageId, Money};
 use crate::domain::PaymentAttemptId;
@@ -68,17 +68,6 @@ impl ChargePayment {
     /// also stored with the attempt, and the stored value is what the executor sends.
     pub fn idempotency_key(&self) -> IdempotencyKey {
         IdempotencyKey::for_attempt(self.payment_attempt_id)
-    }
-
-    /// A command is stale when its `requested_at` is older than `max_age` at `now`.
-    /// `max_age` of zero disables the check; a command without `requested_at` is never stale.
-    pub fn is_stale(&self, now: OffsetDateTime, max_age: std::time::Duration) -> bool {
-        if max_age.is_zero() {
-            return false;
-        }
-        let max_age = Duration::try_from(max_age).unwrap_or(Duration::MAX);
-        self.requested_at
-            .is_some_and(|requested| now - requested > max_age)
     }
 }
 
@@ -390,19 +379,5 @@ mod tests {
             a.idempotency_key(),
             "onecharge-6f1c2a9e-3d4b-4f7a-9c1e-2b8d5e7f0a11"
         );
-    }
-
-    #[test]
-    fn staleness_uses_the_configured_age_and_zero_disables_it() {
-        let cmd = validate(&headers(), &body(serde_json::json!({})))
-            .unwrap()
-            .command;
-        let day = std::time::Duration::from_secs(86_400);
-        assert!(!cmd.is_stale(datetime!(2026-11-30 10:00:00 UTC), day));
-        assert!(cmd.is_stale(datetime!(2026-11-30 10:16:00 UTC), day));
-        assert!(!cmd.is_stale(
-            datetime!(2030-01-01 00:00:00 UTC),
-            std::time::Duration::ZERO
-        ));
     }
 }

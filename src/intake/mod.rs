@@ -31,7 +31,6 @@ use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use futures::StreamExt as _;
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use time::OffsetDateTime;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -398,7 +397,6 @@ impl Intake {
         if self.inner.kind == CommandKind::Refund {
             return self.record_refunds(messages).await;
         }
-        let now = OffsetDateTime::now_utc();
         let mut outcomes: Vec<Option<DeliveryOutcome>> = vec![None; messages.len()];
         let mut records = Vec::new();
         let mut positions = Vec::new();
@@ -406,9 +404,6 @@ impl Intake {
             let headers = command_headers(message);
             match command::validate(&headers, &message.payload) {
                 Ok(valid) => {
-                    let stale = valid
-                        .command
-                        .is_stale(now, self.inner.settings.max_command_age);
                     records.push(IntakeRecord {
                         message_id: valid.message_id,
                         stream_sequence: message
@@ -419,7 +414,6 @@ impl Intake {
                         command: valid.command,
                         correlation_id: valid.correlation_id,
                         traceparent: valid.traceparent,
-                        stale,
                     });
                     positions.push(i);
                 }
@@ -478,7 +472,8 @@ impl Intake {
             return Vec::new();
         }
         let consumer = &self.inner.settings.consumer;
-        match record_batch(&self.inner.store, consumer, records).await {
+        let max_age = self.inner.settings.max_command_age;
+        match record_batch(&self.inner.store, consumer, records, max_age).await {
             Ok(recorded) => recorded.into_iter().map(DeliveryOutcome::from).collect(),
             // Only a refusal of the data can be one message's fault; anything else (an
             // outage, a missing grant or table, a race lost more often than the store
@@ -499,6 +494,7 @@ impl Intake {
                             &self.inner.store,
                             consumer,
                             std::slice::from_ref(record),
+                            max_age,
                         )
                         .await
                         {

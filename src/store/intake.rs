@@ -5,12 +5,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use time::OffsetDateTime;
 
 use super::{column, outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
-use crate::domain::{AttemptStatus, ChargePayment, EventAttempt, MessageId, PaymentAttemptId};
+use crate::domain::{ChargePayment, EventAttempt, MessageId, PaymentAttemptId};
 
 /// One valid command to record, as intake read it from the broker.
 #[derive(Debug, Clone)]
@@ -21,8 +22,6 @@ pub struct IntakeRecord {
     pub command: ChargePayment,
     pub correlation_id: Option<String>,
     pub traceparent: Option<String>,
-    /// Older than the maximum command age: recorded as `expired`, never charged.
-    pub stale: bool,
 }
 
 impl IntakeRecord {
@@ -103,15 +102,18 @@ pub fn lost_a_race(error: &sqlx::Error) -> bool {
 ///
 /// Times are the transaction's `now()`, the database's clock, never the intake host's: an
 /// attempt's `created_at` starts its maximum age and its `next_run_at` places it in the
-/// executor's queue, both compared with the database's clock later.
+/// executor's queue, both compared with the database's clock later, and a command is
+/// stale when its `requested_at` is more than `max_command_age` (zero: never) before that
+/// `now()`.
 pub async fn record_batch(
     store: &Store,
     consumer: &str,
     records: &[IntakeRecord],
+    max_command_age: Duration,
 ) -> Result<Vec<Recorded>, sqlx::Error> {
     let mut retries = 0;
     loop {
-        match record_batch_once(store, consumer, records).await {
+        match record_batch_once(store, consumer, records, max_command_age).await {
             Err(err) if lost_a_race(&err) && retries < RACE_RETRIES => {
                 retries += 1;
                 RACES_LOST.fetch_add(1, Ordering::Relaxed);
@@ -128,12 +130,14 @@ async fn record_batch_once(
     store: &Store,
     consumer: &str,
     records: &[IntakeRecord],
+    max_command_age: Duration,
 ) -> Result<Vec<Recorded>, sqlx::Error> {
     let mut outcomes: Vec<Option<Recorded>> = vec![None; records.len()];
     let leads = first_of_each_message_id(records, &mut outcomes);
 
     let mut tx = store.pool().begin().await?;
-    let written = insert_messages_and_attempts(&mut tx, consumer, records, &leads).await?;
+    let written =
+        insert_messages_and_attempts(&mut tx, consumer, records, &leads, max_command_age).await?;
     let (mut fresh, seen): (Vec<usize>, Vec<usize>) = leads
         .iter()
         .copied()
@@ -153,15 +157,20 @@ async fn record_batch_once(
         });
     classify_existing_attempts(&mut tx, records, &existing, &mut outcomes).await?;
     for &i in &born {
-        outcomes[i] = Some(if records[i].stale {
-            Recorded::Stale
-        } else {
-            Recorded::Accepted
-        });
+        outcomes[i] = Some(
+            if written
+                .expired
+                .contains(&records[i].command.payment_attempt_id)
+            {
+                Recorded::Stale
+            } else {
+                Recorded::Accepted
+            },
+        );
     }
 
     settle_processed_messages(&mut tx, consumer, records, &fresh, &outcomes).await?;
-    announce_stale_births(&mut tx, &born, records, written.now).await?;
+    announce_stale_births(&mut tx, &born, records, &written).await?;
     tx.commit().await?;
     Ok(outcomes
         .into_iter()
@@ -195,6 +204,8 @@ struct Written {
     fresh: HashSet<String>,
     /// Attempts that were created (a stale one with its first transition).
     created: HashSet<PaymentAttemptId>,
+    /// Those of them created `expired`: their command was stale by the database's clock.
+    expired: HashSet<PaymentAttemptId>,
     /// The transaction's `now()`: every row of the batch carries it.
     now: OffsetDateTime,
 }
@@ -206,15 +217,24 @@ struct Written {
 /// installation, or autovacuum off): 10.7 million rows read to record 100,000 commands, and
 /// intake at two thirds of the rate it had before decision 201 (decision 213).
 pub const RECORD_BATCH: &str = "WITH input AS (
-                 SELECT * FROM UNNEST($3::int4[], $4::text[], $5::bytea[], $6::uuid[],
-                                      $7::text[], $8::int8[], $9::text[], $10::text[],
-                                      $11::int8[], $12::text[], $13::text[], $14::text[],
-                                      $15::timestamptz[], $16::bytea[], $17::text[],
-                                      $18::text[], $19::text[], $20::text[])
-                     AS m(delivered, message_id, body_sha256, payment_attempt_id, result,
+                 SELECT m.*,
+                        CASE WHEN stale THEN 'stale' ELSE 'accepted' END AS result,
+                        CASE WHEN stale THEN 'expired' ELSE 'pending' END AS status
+                 FROM UNNEST($3::int4[], $4::text[], $5::bytea[], $6::uuid[],
+                             $7::int8[], $8::text[], $9::text[], $10::int8[],
+                             $11::text[], $12::text[], $13::text[], $14::timestamptz[],
+                             $15::bytea[], $16::text[], $17::text[], $18::text[])
+                     AS m(delivered, message_id, body_sha256, payment_attempt_id,
                           stream_sequence, order_id, customer_id, amount_minor, currency,
                           payment_method, description, requested_at, fingerprint,
-                          idempotency_key, status, correlation_id, traceparent)
+                          idempotency_key, correlation_id, traceparent)
+                 -- Stale by the database's clock, never the intake host's (decision 263):
+                 -- requested longer than the maximum command age ($19 seconds, 0: off) ago.
+                 CROSS JOIN LATERAL (
+                     SELECT $19::float8 > 0
+                            AND (m.requested_at < now() - make_interval(secs => $19::float8))
+                                IS TRUE AS stale
+                 ) AS judged
              ),
              fresh AS (
                  INSERT INTO processed_messages
@@ -266,6 +286,7 @@ pub const RECORD_BATCH: &str = "WITH input AS (
              )
              SELECT ARRAY(SELECT message_id FROM fresh),
                     ARRAY(SELECT payment_attempt_id FROM created),
+                    ARRAY(SELECT payment_attempt_id FROM created WHERE status = 'expired'),
                     now()";
 
 /// The one statement of a batch (one round trip): the dedupe rows of `leads` (the first
@@ -285,38 +306,43 @@ async fn insert_messages_and_attempts(
     consumer: &str,
     records: &[IntakeRecord],
     leads: &[usize],
+    max_command_age: Duration,
 ) -> Result<Written, sqlx::Error> {
-    let result = |record: &IntakeRecord| if record.stale { "stale" } else { "accepted" };
     let command = |i: usize| &records[i].command;
-    let (fresh, created, now): (Vec<String>, Vec<PaymentAttemptId>, OffsetDateTime) =
-        sqlx::query_as(RECORD_BATCH)
-            .bind(consumer)
-            .bind(crate::domain::Actor::Intake(consumer.to_owned()).to_string())
-            .bind(column(leads, |&i| i32::try_from(i).unwrap_or(i32::MAX)))
-            .bind(column(leads, |&i| records[i].message_id.to_string()))
-            .bind(column(leads, |&i| records[i].body_sha256.to_vec()))
-            .bind(column(leads, |&i| command(i).payment_attempt_id))
-            .bind(column(leads, |&i| result(&records[i])))
-            .bind(column(leads, |&i| records[i].stream_sequence as i64))
-            .bind(column(leads, |&i| command(i).order_id.clone()))
-            .bind(column(leads, |&i| command(i).customer_id.clone()))
-            .bind(column(leads, |&i| command(i).money.amount_minor()))
-            .bind(column(leads, |&i| command(i).money.currency()))
-            .bind(column(leads, |&i| command(i).payment_method.clone()))
-            .bind(column(leads, |&i| command(i).description.clone()))
-            .bind(column(leads, |&i| command(i).requested_at))
-            .bind(column(leads, |&i| command(i).fingerprint().to_vec()))
-            .bind(column(leads, |&i| {
-                String::from(command(i).idempotency_key())
-            }))
-            .bind(column(leads, |&i| initial_status(&records[i]).as_str()))
-            .bind(column(leads, |&i| records[i].correlation_id.clone()))
-            .bind(column(leads, |&i| records[i].traceparent.clone()))
-            .fetch_one(tx)
-            .await?;
+    type Row = (
+        Vec<String>,
+        Vec<PaymentAttemptId>,
+        Vec<PaymentAttemptId>,
+        OffsetDateTime,
+    );
+    let (fresh, created, expired, now): Row = sqlx::query_as(RECORD_BATCH)
+        .bind(consumer)
+        .bind(crate::domain::Actor::Intake(consumer.to_owned()).to_string())
+        .bind(column(leads, |&i| i32::try_from(i).unwrap_or(i32::MAX)))
+        .bind(column(leads, |&i| records[i].message_id.to_string()))
+        .bind(column(leads, |&i| records[i].body_sha256.to_vec()))
+        .bind(column(leads, |&i| command(i).payment_attempt_id))
+        .bind(column(leads, |&i| records[i].stream_sequence as i64))
+        .bind(column(leads, |&i| command(i).order_id.clone()))
+        .bind(column(leads, |&i| command(i).customer_id.clone()))
+        .bind(column(leads, |&i| command(i).money.amount_minor()))
+        .bind(column(leads, |&i| command(i).money.currency()))
+        .bind(column(leads, |&i| command(i).payment_method.clone()))
+        .bind(column(leads, |&i| command(i).description.clone()))
+        .bind(column(leads, |&i| command(i).requested_at))
+        .bind(column(leads, |&i| command(i).fingerprint().to_vec()))
+        .bind(column(leads, |&i| {
+            String::from(command(i).idempotency_key())
+        }))
+        .bind(column(leads, |&i| records[i].correlation_id.clone()))
+        .bind(column(leads, |&i| records[i].traceparent.clone()))
+        .bind(max_command_age.as_secs_f64())
+        .fetch_one(tx)
+        .await?;
     Ok(Written {
         fresh: fresh.into_iter().collect(),
         created: created.into_iter().collect(),
+        expired: expired.into_iter().collect(),
         now,
     })
 }
@@ -453,27 +479,24 @@ async fn settle_processed_messages(
     Ok(())
 }
 
-fn initial_status(record: &IntakeRecord) -> AttemptStatus {
-    if record.stale {
-        AttemptStatus::Expired
-    } else {
-        AttemptStatus::Pending
-    }
-}
-
 /// The `payment-expired` event of each attempt created stale (never charged).
 async fn announce_stale_births(
     tx: &mut sqlx::PgConnection,
     born: &[usize],
     records: &[IntakeRecord],
-    now: OffsetDateTime,
+    written: &Written,
 ) -> Result<(), sqlx::Error> {
-    for &i in born.iter().filter(|&&i| records[i].stale) {
+    let stale = |i: usize| {
+        written
+            .expired
+            .contains(&records[i].command.payment_attempt_id)
+    };
+    for &i in born.iter().filter(|&&i| stale(i)) {
         let attempt = records[i].event_attempt();
         let event = PaymentEvent::expired(
             &attempt,
             "command older than the maximum command age; never sent to the gateway",
-            now,
+            written.now,
         );
         outbox::insert_event(tx, &event, &attempt.provenance).await?;
     }

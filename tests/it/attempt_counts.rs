@@ -2,11 +2,11 @@
 //! count of the table itself: after the real roles' writes, under concurrent writers and
 //! folds.
 
+use crate::support::record_batch;
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::resolve::{resolve, ResolveAs, ResolveRequest};
 use onecharge::operator::{RetryWindow, Via};
-use onecharge::store::intake::record_batch;
 use onecharge::store::{attempt_counts, operator, Store};
 use sqlx::PgPool;
 

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use crate::support::pg_cluster::Forwarder;
+use crate::support::record_batch;
 use crate::support::{self, eventually, Harness, Records};
 use onecharge::config::DatabaseSettings;
-use onecharge::store::intake::record_batch;
 use onecharge::store::{is_transient, Store};
 use sqlx::PgPool;
 

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
+use crate::support::record_batch;
 use crate::support::{
     command, commands_stream, edit_stream, eventually, header, intake_record,
     shrink_duplicate_window, Records, TestEnv,
 };
 use onecharge::intake::{DeliveryOutcome, DlqClass, Intake};
-use onecharge::store::intake::{record_batch, IntakeRecord};
+use onecharge::store::intake::IntakeRecord;
 use serde_json::json;
 use uuid::Uuid;
 

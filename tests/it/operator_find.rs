@@ -5,13 +5,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use crate::support::record_batch;
 use crate::support::Records;
 use crate::support::{command, intake_record, Harness, Served};
 use onecharge::app::Role;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::attempts::{self, AttemptFilter};
 use onecharge::operator::RetryWindow;
-use onecharge::store::intake::record_batch;
 use onecharge::store::intake::IntakeRecord;
 use serde_json::json;
 use serde_json::Value;

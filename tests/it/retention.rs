@@ -6,12 +6,12 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use crate::support::record_batch;
 use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::RetryWindow;
 use onecharge::purge::retention::retain_history;
 use onecharge::purge::Purger;
-use onecharge::store::intake::record_batch;
 use onecharge::store::retention::{self, HistoryTable};
 use time::macros::datetime;
 use time::OffsetDateTime;

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::support::record_batch;
 use crate::support::{
     charge_request_with_amount, command, first_outcome, intake_record, run_leaving_one_in, Harness,
     Records,
@@ -19,7 +20,6 @@ use onecharge::reconciler::Resolution;
 use onecharge::store::gateway_objects::{
     gateway_object_id, record_gateway_object, record_gateway_objects, ConfirmSend, ObjectWrite,
 };
-use onecharge::store::intake::record_batch;
 use serde_json::json;
 use uuid::Uuid;
 

@@ -1238,7 +1238,7 @@ async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_
             intake_record(&body, &format!("msg-{}", uuid::Uuid::new_v4()), None)
         })
         .collect();
-    onecharge::store::intake::record_batch(&eu.store, "test-intake", &records)
+    crate::support::record_batch(&eu.store, "test-intake", &records)
         .await
         .unwrap();
     let disputed = eu.seed(pm::CARD_VISA).await.payment_attempt_id;

@@ -197,7 +197,7 @@ async fn intake_on_a_host_an_hour_behind_stamps_attempts_by_the_database_clock()
     let record = crate::support::record(pm::CARD_VISA, false);
     let id = record.command.payment_attempt_id;
 
-    onecharge::store::intake::record_batch(&h.store, "test-intake", &[record])
+    crate::support::record_batch(&h.store, "test-intake", &[record])
         .await
         .unwrap();
 
@@ -216,4 +216,64 @@ async fn intake_on_a_host_an_hour_behind_stamps_attempts_by_the_database_clock()
         off_by < 60.0,
         "stamped {off_by} s away from the database's now()"
     );
+}
+
+/// A command is stale by the database's clock: intake reads no clock of its own, so an
+/// intake host a day off neither expires a fresh command nor charges a stale one. Judged
+/// against the database's `now()`, a command requested a minute inside the maximum age is
+/// recorded `pending`, one a minute past it `expired` (with its event), and a maximum age
+/// of zero expires nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_is_stale_by_the_database_clock_and_a_zero_age_expires_nothing() {
+    use onecharge::store::intake::Recorded;
+    let h = Harness::new().await;
+    let db_now: time::OffsetDateTime = sqlx::query_scalar("SELECT now()")
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+    let day = Duration::from_secs(24 * 3600);
+    let requested = |ago: time::Duration| {
+        let attempt = uuid::Uuid::new_v4();
+        let at = (db_now - ago)
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap();
+        let body = crate::support::command(attempt, serde_json::json!({"requested_at": at}));
+        crate::support::intake_record(&body, &format!("msg-{attempt}"), None)
+    };
+    let minute = time::Duration::minutes(1);
+    let inside = requested(time::Duration::DAY - minute);
+    let past = requested(time::Duration::DAY + minute);
+    let a_year = requested(time::Duration::days(365));
+
+    let recorded =
+        onecharge::store::intake::record_batch(&h.store, "test-intake", &[inside, past], day)
+            .await
+            .unwrap();
+    assert_eq!(recorded, [Recorded::Accepted, Recorded::Stale]);
+    let never = onecharge::store::intake::record_batch(
+        &h.store,
+        "test-intake",
+        std::slice::from_ref(&a_year),
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    assert_eq!(never, [Recorded::Accepted]);
+
+    let statuses: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT status, count(*) FROM payment_attempts GROUP BY status ORDER BY status",
+    )
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        statuses,
+        [("expired".to_owned(), 1), ("pending".to_owned(), 2)]
+    );
+    let expired_events: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'expired'")
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(expired_events, 1, "the stale one is announced, once");
 }

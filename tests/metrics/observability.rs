@@ -13,6 +13,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::record_batch;
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::HeaderMap;
 use mock_gateway::{payment_methods as pm, MockConfig, MockGateway};
@@ -20,7 +21,6 @@ use onecharge::app::Role;
 use onecharge::broker::Broker;
 use onecharge::domain::AttemptStatus;
 use onecharge::gauges::DatabaseGaugesRefresher;
-use onecharge::store::intake::record_batch;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;

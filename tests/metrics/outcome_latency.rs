@@ -1,18 +1,20 @@
 //! The command-to-outcome latency (decision 149): observed once per published event that
 //! announces an attempt's state, from the command's `requested_at` to the publish.
 
-use onecharge::store::intake::{record_batch, IntakeRecord};
+use mock_gateway::payment_methods as pm;
+use onecharge::domain::AttemptStatus;
+use onecharge::store::intake::IntakeRecord;
 use serde_json::json;
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::observability::Scrape;
-use crate::support::{command, intake_record, Harness};
+use crate::support::{command, intake_record, record_batch, Harness};
 use crate::RECORDER;
 
-/// A stale command (recorded `expired` with its event, no gateway) the producer sent at
-/// `requested_at`, or without one.
-fn expired_command(requested_at: Option<OffsetDateTime>) -> IntakeRecord {
+/// A command the gateway declines, which the producer sent at `requested_at`, or without
+/// one.
+fn declined_command(requested_at: Option<OffsetDateTime>) -> IntakeRecord {
     let attempt = Uuid::new_v4();
     let requested_at = requested_at.map(|at| {
         at.format(&time::format_description::well_known::Rfc3339)
@@ -22,13 +24,11 @@ fn expired_command(requested_at: Option<OffsetDateTime>) -> IntakeRecord {
         attempt,
         json!({
             "order_id": format!("ord_{}", &attempt.simple().to_string()[..10]),
+            "payment_method": pm::CARD_DECLINED,
             "requested_at": requested_at,
         }),
     );
-    IntakeRecord {
-        stale: true,
-        ..intake_record(&body, &format!("msg-{attempt}"), None)
-    }
+    intake_record(&body, &format!("msg-{attempt}"), None)
 }
 
 #[tokio::test]
@@ -37,15 +37,17 @@ async fn published_outcomes_are_timed_from_requested_at_and_a_missing_or_future_
     let mut h = Harness::new().await;
     let now = OffsetDateTime::now_utc();
     let records = vec![
-        expired_command(Some(now - Duration::minutes(2))),
-        expired_command(Some(now - Duration::minutes(3))),
+        declined_command(Some(now - Duration::minutes(2))),
+        declined_command(Some(now - Duration::minutes(3))),
         // the producer's clock an hour ahead of ours
-        expired_command(Some(now + Duration::hours(1))),
-        expired_command(None),
+        declined_command(Some(now + Duration::hours(1))),
+        declined_command(None),
     ];
     record_batch(&h.store, "test-intake", &records)
         .await
         .expect("recorded");
+    let charged = h.executor().run_once().await.expect("an executor pass");
+    assert_eq!(charged.count(AttemptStatus::Declined), 4, "{charged:?}");
     let before = Scrape::now();
 
     let report = h.relay().await.run_once().await.expect("a relay step");
@@ -53,7 +55,8 @@ async fn published_outcomes_are_timed_from_requested_at_and_a_missing_or_future_
     assert_eq!((report.claimed, report.published), (4, 4));
     let after = Scrape::now();
     let delta = |name: &str| {
-        after.value(name, &[("outcome", "expired")]) - before.value(name, &[("outcome", "expired")])
+        after.value(name, &[("outcome", "declined")])
+            - before.value(name, &[("outcome", "declined")])
     };
     assert_eq!(delta("onecharge_command_to_outcome_seconds_count"), 3.0);
     let sum = delta("onecharge_command_to_outcome_seconds_sum");
@@ -71,11 +74,11 @@ async fn published_outcomes_are_timed_from_requested_at_and_a_missing_or_future_
     assert_eq!(
         again.value(
             "onecharge_command_to_outcome_seconds_count",
-            &[("outcome", "expired")]
+            &[("outcome", "declined")]
         ),
         after.value(
             "onecharge_command_to_outcome_seconds_count",
-            &[("outcome", "expired")]
+            &[("outcome", "declined")]
         )
     );
 }

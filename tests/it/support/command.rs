@@ -97,24 +97,37 @@ pub fn refund_command(
     body
 }
 
+/// [`onecharge::store::intake::record_batch`] as intake records with the default
+/// `intake.max_command_age` (24 h).
+pub async fn record_batch(
+    store: &onecharge::store::Store,
+    consumer: &str,
+    records: &[IntakeRecord],
+) -> Result<Vec<onecharge::store::intake::Recorded>, sqlx::Error> {
+    let max_command_age = onecharge::config::IntakeSettings::default().max_command_age;
+    onecharge::store::intake::record_batch(store, consumer, records, max_command_age).await
+}
+
 /// What intake records of a fresh attempt's [`command`] with `payment_method` (an order of
-/// its own, no `requested_at`) under a fresh message id; `stale` records it as too old to
-/// charge.
+/// its own) under a fresh message id: without a `requested_at`, or, when `stale`, requested
+/// two days ago, which [`record_batch`] records as too old to charge.
 pub fn record(payment_method: &str, stale: bool) -> IntakeRecord {
     let attempt = Uuid::new_v4();
+    let requested_at = stale.then(|| {
+        (time::OffsetDateTime::now_utc() - time::Duration::days(2))
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    });
     let body = command(
         attempt,
         json!({
             "order_id": format!("ord_{}", &attempt.simple().to_string()[..10]),
             "payment_method": payment_method,
             "description": "Order for a test",
-            "requested_at": null,
+            "requested_at": requested_at,
         }),
     );
-    IntakeRecord {
-        stale,
-        ..intake_record(&body, &format!("msg-{}", Uuid::new_v4()), Some("corr-test"))
-    }
+    intake_record(&body, &format!("msg-{}", Uuid::new_v4()), Some("corr-test"))
 }
 
 /// What intake records of `body` delivered first (stream sequence 1) under `message_id` with
@@ -133,7 +146,6 @@ pub fn intake_record(body: &Value, message_id: &str, correlation_id: Option<&str
         command: valid.command,
         correlation_id: valid.correlation_id,
         traceparent: valid.traceparent,
-        stale: false,
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use super::record_batch;
 use async_nats::HeaderMap;
 use onecharge::broker::Broker;
 use onecharge::broker::CommandKind;
@@ -15,7 +16,7 @@ use onecharge::domain::{Actor, PaymentAttemptId, RefundId};
 use onecharge::intake::{DlqClass, Intake};
 use onecharge::operator::resolve::{resolve, ResolveError, ResolveRequest, Resolved};
 use onecharge::operator::{RetryWindow, Via};
-use onecharge::store::intake::{record_batch, IntakeRecord, Recorded};
+use onecharge::store::intake::{IntakeRecord, Recorded};
 use onecharge::store::Store;
 use serde_json::Value;
 use uuid::Uuid;

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::record_batch;
 use mock_gateway::{MockConfig, MockGateway};
 use onecharge::broker::Broker;
 use onecharge::clock::ManualClock;
@@ -18,7 +19,7 @@ use onecharge::executor::{Executor, ExecutorReport};
 use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
 use onecharge::reconciler::Reconciler;
 use onecharge::relay::Relay;
-use onecharge::store::intake::{record_batch, IntakeRecord};
+use onecharge::store::intake::IntakeRecord;
 use onecharge::store::Store;
 use secrecy::SecretString;
 use time::OffsetDateTime;

@@ -38,7 +38,9 @@ pub mod refund_roles;
 pub mod served;
 pub mod throwaway;
 
-pub use command::{command, command_file, intake_record, orders, record, refund_command};
+pub use command::{
+    command, command_file, intake_record, orders, record, record_batch, refund_command,
+};
 pub use env::TestEnv;
 pub use harness::{
     charge_request, charge_request_with_amount, eventually, first_outcome, gateway_answering,
