@@ -28,7 +28,12 @@ pub fn install() -> PrometheusHandle {
                 ])
                 .expect("static buckets are valid")
                 .set_buckets_for_metric(
-                    Matcher::Full(COMMAND_TO_OUTCOME.to_owned()),
+                    Matcher::Full(CHARGE_LATENCY.histogram.to_owned()),
+                    &COMMAND_TO_OUTCOME_BUCKETS,
+                )
+                .expect("static buckets are valid")
+                .set_buckets_for_metric(
+                    Matcher::Full(REFUND_LATENCY.histogram.to_owned()),
                     &COMMAND_TO_OUTCOME_BUCKETS,
                 )
                 .expect("static buckets are valid")
@@ -42,8 +47,55 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
-/// The histogram a payments team's SLO is written on (decision 149).
-const COMMAND_TO_OUTCOME: &str = "onecharge_command_to_outcome_seconds";
+/// The command-to-outcome metrics of one kind of command: the histogram a payments team's
+/// SLO is written on (decision 149), and the counts of commands it could not measure.
+struct OutcomeLatency {
+    histogram: &'static str,
+    unmeasured: &'static str,
+    clamped: &'static str,
+}
+
+/// A ChargePayment's, to the event of the attempt's state.
+const CHARGE_LATENCY: OutcomeLatency = OutcomeLatency {
+    histogram: "onecharge_command_to_outcome_seconds",
+    unmeasured: "onecharge_command_to_outcome_unmeasured_total",
+    clamped: "onecharge_command_to_outcome_clamped_total",
+};
+
+/// A RefundPayment's, to the refund's final event (decision 264).
+const REFUND_LATENCY: OutcomeLatency = OutcomeLatency {
+    histogram: "onecharge_refund_command_to_outcome_seconds",
+    unmeasured: "onecharge_refund_command_to_outcome_unmeasured_total",
+    clamped: "onecharge_refund_command_to_outcome_clamped_total",
+};
+
+impl OutcomeLatency {
+    /// Registers `outcome`'s series at 0.
+    fn register(&self, outcome: &'static str) {
+        let _ = metrics::histogram!(self.histogram, "outcome" => outcome);
+        metrics::counter!(self.unmeasured, "outcome" => outcome).absolute(0);
+        metrics::counter!(self.clamped, "outcome" => outcome).absolute(0);
+    }
+
+    /// One observation: a command without `requested_at` is counted as unmeasured; a
+    /// producer's clock ahead of ours is observed as 0 and counted as clamped.
+    fn observe(
+        &self,
+        outcome: &'static str,
+        requested_at: Option<OffsetDateTime>,
+        published_at: OffsetDateTime,
+    ) {
+        let Some(requested_at) = requested_at else {
+            metrics::counter!(self.unmeasured, "outcome" => outcome).increment(1);
+            return;
+        };
+        let seconds = (published_at - requested_at).as_seconds_f64();
+        if seconds < 0.0 {
+            metrics::counter!(self.clamped, "outcome" => outcome).increment(1);
+        }
+        metrics::histogram!(self.histogram, "outcome" => outcome).record(seconds.max(0.0));
+    }
+}
 
 /// From a card charge's second to a debit's week: a card charge settles in one or two
 /// seconds, a retried or rate-limited one in minutes, one that waited for review or an outage
@@ -60,6 +112,65 @@ const ANNOUNCED_STATES: [AttemptStatus; 4] = [
     AttemptStatus::Declined,
     AttemptStatus::Expired,
     AttemptStatus::NeedsReview,
+];
+
+/// The final states a refund's event announces, the `outcome` label of its metrics.
+const ANNOUNCED_REFUND_STATES: [RefundStatus; 3] = [
+    RefundStatus::Succeeded,
+    RefundStatus::Failed,
+    RefundStatus::Refused,
+];
+
+/// The `code` label of `onecharge_declines_total`: Stripe's documented decline codes and
+/// the generic one of onecharge's own protocol, a closed set so that a gateway cannot grow
+/// the series; any other code is `other`, a decline without one `none`.
+const DECLINE_CODES: [&str; 46] = [
+    "approve_with_id",
+    "authentication_required",
+    "call_issuer",
+    "card_declined",
+    "card_not_supported",
+    "card_velocity_exceeded",
+    "currency_not_supported",
+    "do_not_honor",
+    "do_not_try_again",
+    "duplicate_transaction",
+    "expired_card",
+    "fraudulent",
+    "generic_decline",
+    "incorrect_cvc",
+    "incorrect_number",
+    "incorrect_pin",
+    "incorrect_zip",
+    "insufficient_funds",
+    "invalid_account",
+    "invalid_amount",
+    "invalid_cvc",
+    "invalid_expiry_month",
+    "invalid_expiry_year",
+    "invalid_number",
+    "invalid_pin",
+    "issuer_not_available",
+    "lost_card",
+    "merchant_blacklist",
+    "new_account_information_available",
+    "no_action_taken",
+    "not_permitted",
+    "offline_pin_required",
+    "online_or_offline_pin_required",
+    "pickup_card",
+    "pin_try_exceeded",
+    "processing_error",
+    "reenter_transaction",
+    "restricted_card",
+    "revocation_of_all_authorizations",
+    "revocation_of_authorization",
+    "security_violation",
+    "service_not_allowed",
+    "stolen_card",
+    "stop_payment_order",
+    "testmode_decline",
+    "transaction_not_allowed",
 ];
 
 /// Registers every series a rule or a panel names, at 0, before anything is recorded
@@ -170,11 +281,13 @@ pub fn register_at_zero(consumers: &[String]) {
     }
     let _ = metrics::histogram!("onecharge_relay_batch_duration_seconds");
     for outcome in ANNOUNCED_STATES.map(AttemptStatus::as_str) {
-        let _ = metrics::histogram!(COMMAND_TO_OUTCOME, "outcome" => outcome);
-        metrics::counter!("onecharge_command_to_outcome_unmeasured_total", "outcome" => outcome)
-            .absolute(0);
-        metrics::counter!("onecharge_command_to_outcome_clamped_total", "outcome" => outcome)
-            .absolute(0);
+        CHARGE_LATENCY.register(outcome);
+    }
+    for outcome in ANNOUNCED_REFUND_STATES.map(RefundStatus::as_str) {
+        REFUND_LATENCY.register(outcome);
+    }
+    for code in DECLINE_CODES.into_iter().chain(["other", "none"]) {
+        metrics::counter!("onecharge_declines_total", "code" => code).absolute(0);
     }
 
     for result in [
@@ -296,18 +409,31 @@ pub fn command_to_outcome(
     requested_at: Option<OffsetDateTime>,
     published_at: OffsetDateTime,
 ) {
-    let label = outcome.as_str();
-    let Some(requested_at) = requested_at else {
-        metrics::counter!("onecharge_command_to_outcome_unmeasured_total", "outcome" => label)
-            .increment(1);
-        return;
+    CHARGE_LATENCY.observe(outcome.as_str(), requested_at, published_at);
+}
+
+/// The same for a refund: its final event (`succeeded`, `failed`, `refused`) published at
+/// `published_at` for a RefundPayment sent at `requested_at` (decision 264).
+pub fn refund_command_to_outcome(
+    outcome: RefundStatus,
+    requested_at: Option<OffsetDateTime>,
+    published_at: OffsetDateTime,
+) {
+    REFUND_LATENCY.observe(outcome.as_str(), requested_at, published_at);
+}
+
+/// A `payment-declined` event published, by the gateway's decline code: one of
+/// [`DECLINE_CODES`], `other`, or `none` when the gateway gave none.
+pub fn declined(code: Option<&str>) {
+    let code = match code {
+        None => "none",
+        Some(code) => DECLINE_CODES
+            .iter()
+            .copied()
+            .find(|known| *known == code)
+            .unwrap_or("other"),
     };
-    let seconds = (published_at - requested_at).as_seconds_f64();
-    if seconds < 0.0 {
-        metrics::counter!("onecharge_command_to_outcome_clamped_total", "outcome" => label)
-            .increment(1);
-    }
-    metrics::histogram!(COMMAND_TO_OUTCOME, "outcome" => label).record(seconds.max(0.0));
+    metrics::counter!("onecharge_declines_total", "code" => code).increment(1);
 }
 
 /// One delivery settled by intake, by result (`processed`, `duplicate`, …).

@@ -24,12 +24,13 @@ use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErro
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::HeaderMap;
 
+use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, PublishKind};
 use crate::config::{RelaySettings, Settings};
 use crate::domain::retry::backoff;
-use crate::domain::{AttemptStatus, PaymentEvent};
+use crate::domain::{AttemptStatus, PaymentEvent, RefundStatus};
 use crate::nudge::Nudges;
 use crate::store::relay::{claim_unpublished, FailedPublish, OutboxRow};
 use crate::store::Store;
@@ -119,7 +120,7 @@ impl Relay {
             return Ok(RelayReport::default());
         }
         let results = self.publish_rows(&claim.rows).await;
-        let acked_at = time::OffsetDateTime::now_utc();
+        let acked_at = OffsetDateTime::now_utc();
         let mut report = RelayReport {
             claimed: claim.rows.len(),
             ..Default::default()
@@ -136,9 +137,7 @@ impl Relay {
                         tracing::info!(event_id = %row.event_id, "event was already on the stream (relay restarted after publishing); marking it published");
                     }
                     published.push(row.event_id);
-                    if let Some(outcome) = announced_state(&row.status) {
-                        outcomes.push((outcome, row.requested_at));
-                    }
+                    outcomes.extend(Announced::of(row));
                 }
                 Err(err) if err.refused => {
                     report.refused += 1;
@@ -167,8 +166,8 @@ impl Relay {
             .context("marking outbox rows published")?;
         // Observed once the rows are marked, so an event is observed once: a relay that died
         // before marking observed nothing, and its successor's duplicate is the one observation.
-        for (outcome, requested_at) in outcomes {
-            crate::metrics::command_to_outcome(outcome, requested_at, acked_at);
+        for announced in outcomes {
+            announced.observe(acked_at);
         }
         metrics::counter!("onecharge_relay_events_total", "result" => "published")
             .increment((report.published - report.duplicates) as u64);
@@ -295,12 +294,72 @@ impl Relay {
 }
 
 /// The attempt state an outbox row's event announces (`succeeded`, `declined`, `expired`,
-/// `needs_review`); `None` for anything else (a finding).
+/// `needs_review`); `None` for anything else (a finding, a refund's event).
 fn announced_state(status: &str) -> Option<AttemptStatus> {
     status
         .parse::<AttemptStatus>()
         .ok()
         .filter(|s| s.event_name().is_some())
+}
+
+/// What a published event announces, observed in the metrics once its row is marked
+/// published: an attempt's state (with its decline code) or a refund's final state, each
+/// with its command's `requested_at`.
+#[derive(Debug, PartialEq)]
+enum Announced {
+    Attempt {
+        state: AttemptStatus,
+        decline_code: Option<String>,
+        requested_at: Option<OffsetDateTime>,
+    },
+    Refund {
+        state: RefundStatus,
+        requested_at: Option<OffsetDateTime>,
+    },
+}
+
+impl Announced {
+    /// What `row`'s event announces; `None` for a finding or a refund's dead letter.
+    fn of(row: &OutboxRow) -> Option<Self> {
+        let requested_at = row.requested_at;
+        if let Some(state) = announced_state(&row.status) {
+            let decline_code = (state == AttemptStatus::Declined)
+                .then(|| row.payload.get("decline_code")?.as_str().map(str::to_owned))
+                .flatten();
+            return Some(Self::Attempt {
+                state,
+                decline_code,
+                requested_at,
+            });
+        }
+        if !matches!(row.status.as_str(), "refund_succeeded" | "refund_failed") {
+            return None;
+        }
+        let state = RefundStatus::parse(row.payload.get("status")?.as_str()?)?;
+        Some(Self::Refund {
+            state,
+            requested_at,
+        })
+    }
+
+    fn observe(self, published_at: OffsetDateTime) {
+        match self {
+            Self::Attempt {
+                state,
+                decline_code,
+                requested_at,
+            } => {
+                crate::metrics::command_to_outcome(state, requested_at, published_at);
+                if state == AttemptStatus::Declined {
+                    crate::metrics::declined(decline_code.as_deref());
+                }
+            }
+            Self::Refund {
+                state,
+                requested_at,
+            } => crate::metrics::refund_command_to_outcome(state, requested_at, published_at),
+        }
+    }
 }
 
 /// Refused (will be again) versus not answered (may succeed at the next step), by the
@@ -387,5 +446,60 @@ mod tests {
         ] {
             assert_eq!(announced_state(status), outcome, "{status}");
         }
+    }
+
+    fn row(status: &str, payload: serde_json::Value) -> OutboxRow {
+        OutboxRow {
+            event_id: uuid::Uuid::nil(),
+            payment_attempt_id: None,
+            subject: String::new(),
+            headers: serde_json::json!({}),
+            payload,
+            publish_attempts: 0,
+            status: status.to_owned(),
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            requested_at: None,
+        }
+    }
+
+    #[test]
+    fn a_decline_carries_its_code_a_refund_its_final_state_and_a_dead_letter_nothing() {
+        let declined = row("declined", serde_json::json!({"decline_code": "lost_card"}));
+        assert_eq!(
+            Announced::of(&declined),
+            Some(Announced::Attempt {
+                state: AttemptStatus::Declined,
+                decline_code: Some("lost_card".into()),
+                requested_at: None
+            })
+        );
+        let succeeded = row("succeeded", serde_json::json!({"decline_code": null}));
+        assert!(matches!(
+            Announced::of(&succeeded),
+            Some(Announced::Attempt {
+                decline_code: None,
+                ..
+            })
+        ));
+        for (status, payload, state) in [
+            ("refund_succeeded", "succeeded", RefundStatus::Succeeded),
+            ("refund_failed", "failed", RefundStatus::Failed),
+            ("refund_failed", "refused", RefundStatus::Refused),
+        ] {
+            let refund = row(status, serde_json::json!({"status": payload}));
+            assert_eq!(
+                Announced::of(&refund),
+                Some(Announced::Refund {
+                    state,
+                    requested_at: None
+                }),
+                "{status} {payload}"
+            );
+        }
+        assert_eq!(
+            Announced::of(&row("refund_dead_letter", serde_json::json!({}))),
+            None
+        );
+        assert_eq!(Announced::of(&row("finding", serde_json::json!({}))), None);
     }
 }

@@ -39,8 +39,9 @@ pub struct OutboxRow {
     /// With `event_id`, the row's key (the outbox is partitioned by it).
     pub created_at: OffsetDateTime,
     /// The command's `requested_at` (the producer's clock), read with the row so the relay
-    /// can observe command-to-outcome latency without a query per event (decision 149);
-    /// `None` when the command had none or the event names no attempt.
+    /// can observe command-to-outcome latency without a query per event (decision 149): the
+    /// ChargePayment's for an attempt's event, the RefundPayment's for a refund's final
+    /// event; `None` when the command had none or the event names neither.
     pub requested_at: Option<OffsetDateTime>,
 }
 
@@ -70,8 +71,8 @@ pub struct OutboxClaim {
 /// events are all published already (an older relay marked them during a rolling upgrade)
 /// is claimed too, and deleted by [`OutboxClaim::finish`]. The rows are chosen before they
 /// are locked: a second relay at the same moment finds the same rows held and waits for
-/// its next step rather than claiming past them. The attempt's `requested_at` comes along
-/// by its primary key; neither outbox rows nor attempts are locked.
+/// its next step rather than claiming past them. The attempt's (or the refund's)
+/// `requested_at` comes along by its primary key; neither outbox rows nor attempts are locked.
 pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClaim, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let found = sqlx::query(
@@ -105,9 +106,13 @@ pub async fn claim_unpublished(store: &Store, limit: usize) -> Result<OutboxClai
          -- `OFFSET 0` keeps the lookup from being flattened into a join of whole tables)
          LEFT JOIN LATERAL (
              SELECT o.event_id, o.payment_attempt_id, o.subject, o.headers, o.payload,
-                    o.publish_attempts, o.status, o.created_at, a.requested_at
+                    o.publish_attempts, o.status, o.created_at,
+                    CASE WHEN o.status IN ('refund_succeeded', 'refund_failed')
+                         THEN r.requested_at ELSE a.requested_at END AS requested_at
              FROM outbox o
              LEFT JOIN payment_attempts a ON a.payment_attempt_id = o.payment_attempt_id
+             LEFT JOIN refunds r ON o.status IN ('refund_succeeded', 'refund_failed')
+                                AND r.refund_id = (o.payload->>'refund_id')::uuid
              WHERE o.event_id = e.event_id AND o.created_at = e.created_at
                AND o.published_at IS NULL
              OFFSET 0
