@@ -13,7 +13,8 @@
 //!   two roles share sits below them (the domain, the store, the gateway). A refund's two
 //!   halves live in `executor::refunds` and `reconciler::refunds` under the same rule;
 //! - **what is stored is timed by the database**: the domain, the store, intake's recording,
-//!   the executor and the reconciler never read the host's wall clock.
+//!   the executor and the reconciler never read the host's wall clock;
+//! - **one name for one thing**: no public type name is defined twice in `src`.
 //!
 //! Every `src/**/*.rs` file is read as text: comments, strings and character literals are
 //! blanked, then every path that starts at `crate::` or `super::` (in a `use` or inline,
@@ -225,6 +226,48 @@ fn what_is_stored_is_never_timed_by_the_hosts_clock() {
         broken.is_empty(),
         "the host's clock is read where the database's must be (decision 024):\n{}",
         broken.join("\n")
+    );
+}
+
+/// One name for one thing: a public type's name is defined once in `src`, so a reader (and
+/// `use`) never has to ask which `Resolution` is meant.
+#[test]
+fn no_public_type_name_is_defined_twice() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut defined: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for file in rust_files(&src) {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        for (n, line) in code.lines().enumerate() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let ["pub", "struct" | "enum" | "type" | "trait", name, ..] = words[..] {
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if name.is_empty() {
+                    continue; // a macro's `pub struct $name`
+                }
+                defined
+                    .entry(name)
+                    .or_default()
+                    .push(format!("src/{relative}:{}", n + 1));
+            }
+        }
+    }
+    let twice: Vec<String> = defined
+        .into_iter()
+        .filter(|(_, places)| places.len() > 1)
+        .map(|(name, places)| format!("{name}: {}", places.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "public type names defined more than once:\n{}",
+        twice.join("\n")
     );
 }
 

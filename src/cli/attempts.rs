@@ -22,7 +22,7 @@ use crate::operator::recheck::{self, RecheckError};
 use crate::operator::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
 use crate::operator::stats::{self, Stats};
 use crate::operator::{parse_limit, RetryWindow, Via};
-use crate::store::operator::GatewayCall;
+use crate::store::operator::CallRecord;
 use crate::store::Store;
 
 /// `onecharge attempts …`
@@ -379,7 +379,7 @@ async fn bulk(cx: Context<'_>, action: BulkAction, args: BulkArgs) -> anyhow::Re
 }
 
 /// `charge 503 ambiguous (4m ago)`, or `-` when the gateway was never called.
-fn last_response(call: Option<&GatewayCall>, now: OffsetDateTime) -> String {
+fn last_response(call: Option<&CallRecord>, now: OffsetDateTime) -> String {
     match call {
         None => "-".to_owned(),
         Some(call) => format!(
@@ -626,7 +626,7 @@ mod tests {
                 detail: Some("message m-1 (stream sequence 1)".into()),
                 at: t,
             }],
-            gateway_calls: vec![GatewayCall {
+            gateway_calls: vec![CallRecord {
                 id: 1,
                 operation: "charge".into(),
                 idempotency_key: crate::domain::IdempotencyKey::for_attempt(

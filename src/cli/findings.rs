@@ -9,7 +9,7 @@ use crate::config::{Settings, UsageError};
 use crate::format;
 use crate::operator::findings::{self, FindingDetail};
 use crate::operator::Via;
-use crate::store::findings::{self as store_findings, Finding, FindingState, Resolved};
+use crate::store::findings::{self as store_findings, Finding, FindingResolved, FindingState};
 
 /// `onecharge findings …`.
 #[derive(Debug, Subcommand)]
@@ -69,15 +69,15 @@ pub async fn run(settings: &Settings, command: FindingsCommand) -> anyhow::Resul
         },
         FindingsCommand::Resolve { id, reason } => {
             match findings::resolve(&store, id, &operator_actor(), Via::Cli, &reason).await? {
-                Resolved::Done(finding) => {
+                FindingResolved::Done(finding) => {
                     println!(
                         "finding {} ({}) resolved: {reason}",
                         finding.id, finding.class
                     );
                     Ok(())
                 }
-                Resolved::NotFound => Err(UsageError(format!("no finding {id}")).into()),
-                Resolved::AlreadyResolved(finding) => Err(UsageError(format!(
+                FindingResolved::NotFound => Err(UsageError(format!("no finding {id}")).into()),
+                FindingResolved::AlreadyResolved(finding) => Err(UsageError(format!(
                     "finding {id} was already resolved by {} at {}: {}",
                     finding.resolved_by.unwrap_or_default(),
                     finding

@@ -13,7 +13,7 @@ use crate::config::{Settings, UsageError};
 use crate::domain::{PaymentAttemptId, RefundId, RefundStatus};
 use crate::format;
 use crate::operator::refunds::{
-    self, RefundCursor, RefundDetail, RefundError, RefundFilter, RefundPreview, RefundRequest,
+    self, NewRefund, RefundCursor, RefundDetail, RefundError, RefundFilter, RefundPreview,
     RefundResolveAs, RefundResolveError, RefundResolveRequest, RefundView,
 };
 use crate::operator::{parse_limit, parse_time, Via};
@@ -52,12 +52,12 @@ pub enum RefundsCommand {
     /// Settle a refund in review (or a succeeded one the gateway has since failed): the
     /// gateway is read first and a choice it contradicts is refused with why; failed gives
     /// the reserved amount back for a refund under a new refund_id. Audited with your name
-    Resolve(ResolveArgs),
+    Resolve(ResolveRefundArgs),
 }
 
 /// `onecharge refunds resolve …`
 #[derive(Debug, Args)]
-pub struct ResolveArgs {
+pub struct ResolveRefundArgs {
     /// The refund_id
     pub refund_id: RefundId,
     /// What you established at the gateway: succeeded (it refunded) or failed (it did not,
@@ -165,7 +165,11 @@ pub async fn run(settings: &Settings, command: RefundsCommand) -> anyhow::Result
 }
 
 /// Resolves one refund after reading the gateway, and prints what changed.
-async fn resolve(settings: &Settings, store: &Store, args: ResolveArgs) -> anyhow::Result<()> {
+async fn resolve(
+    settings: &Settings,
+    store: &Store,
+    args: ResolveRefundArgs,
+) -> anyhow::Result<()> {
     let request = RefundResolveRequest {
         as_: args.as_,
         reason: args.reason,
@@ -198,7 +202,7 @@ async fn resolve(settings: &Settings, store: &Store, args: ResolveArgs) -> anyho
 
 /// Previews the refund, asks unless `--yes`, publishes it and prints what was done.
 async fn create(settings: &Settings, store: &Store, args: CreateArgs) -> anyhow::Result<()> {
-    let request = RefundRequest {
+    let request = NewRefund {
         amount_minor: args.amount,
         reason: args.reason,
         refund_id: None,
@@ -217,7 +221,7 @@ async fn create(settings: &Settings, store: &Store, args: CreateArgs) -> anyhow:
     }
     let broker = crate::broker::Broker::connect(settings).await?;
     // What was shown is what is published: the amount checked, under the id shown.
-    let confirmed = RefundRequest {
+    let confirmed = NewRefund {
         amount_minor: Some(preview.amount_minor),
         reason: preview.reason.clone(),
         refund_id: Some(preview.refund_id),

@@ -18,7 +18,7 @@ use crate::broker::Broker;
 use crate::domain::{Currency, Money, PaymentAttemptId, RefundId, RefundStatus};
 use crate::publish::{publish_refund, RefundArgs};
 use crate::store::operator::AttemptRecord;
-use crate::store::refund_reads::{self, RefundRecord};
+use crate::store::refund_reads::{self, StoredRefund};
 use crate::store::Store;
 
 /// What a refund of the demo shows, in the summary's order.
@@ -253,7 +253,7 @@ async fn wait_until_final(
 /// What became of the demo's refunds, onecharge's and the gateway's, for the summary.
 pub struct RefundFindings {
     /// Each refund asked for, with onecharge's record of it and what it should have been.
-    pub refunds: Vec<(PublishedRefund, Option<RefundRecord>)>,
+    pub refunds: Vec<(PublishedRefund, Option<StoredRefund>)>,
     /// The gateway's refunds, every one of them.
     pub at_gateway: Vec<GatewayRefund>,
     /// `refund_id`s the gateway holds more than one money-moving refund of.
@@ -364,7 +364,7 @@ fn expected_amount(
 /// gateway's refunds carrying its `refund_id`.
 fn refund_problems(
     refund: &PublishedRefund,
-    record: Option<&RefundRecord>,
+    record: Option<&StoredRefund>,
     at_gateway: &[&GatewayRefund],
     expected: Option<i64>,
 ) -> Vec<String> {
@@ -460,7 +460,7 @@ impl RefundFindings {
 
 /// What was asked and what happened, in words: `asked €4.00 of €12.00: succeeded €4.00,
 /// re_…`.
-fn outcome(refund: &PublishedRefund, record: Option<&RefundRecord>) -> String {
+fn outcome(refund: &PublishedRefund, record: Option<&StoredRefund>) -> String {
     let Some(record) = record else {
         return "never recorded".into();
     };

@@ -28,11 +28,11 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
 use crate::domain::refund_call::{after_request, evidence, RefundPolicy};
 use crate::domain::{Actor, HeldRefund};
-use crate::gateway::{Admission as Calls, GatewayClient, GatewayHealth, RefundRequest};
+use crate::gateway::{Admission, GatewayClient, GatewayHealth, RefundRequest};
 use crate::gateway_access::GatewayAccess;
 use crate::gateway_limit::Take;
 use crate::nudge::Nudges;
-use crate::store::refunds::{self, Admission, Written};
+use crate::store::refunds::{self, RefundAdmission, Written};
 use crate::store::Store;
 
 /// The refund sender of one process.
@@ -135,13 +135,13 @@ impl RefundSender {
         .await?
         {
             match admission {
-                Admission::Admitted => report.admitted += 1,
-                Admission::Refused(reason) => {
+                RefundAdmission::Admitted => report.admitted += 1,
+                RefundAdmission::Refused(reason) => {
                     report.refused += 1;
                     crate::metrics::refund_settled("refused");
                     tracing::info!(%refund_id, reason, "refund refused");
                 }
-                Admission::StillWaiting => {}
+                RefundAdmission::StillWaiting => {}
             }
         }
         if report.refused > 0 {
@@ -163,9 +163,9 @@ impl RefundSender {
             self.batch_size as i64
         };
         let limit = match calls {
-            Calls::Open => due,
-            Calls::Probe => due.min(1),
-            Calls::Wait { .. } => 0,
+            Admission::Open => due,
+            Admission::Probe => due.min(1),
+            Admission::Wait { .. } => 0,
         } as usize;
         let mut probe_used = false;
         if limit > 0 {
@@ -183,7 +183,7 @@ impl RefundSender {
                 futures::future::join_all(claimed.iter().map(|held| self.send(held))).await;
             }
         }
-        if calls == Calls::Probe && !probe_used {
+        if calls == Admission::Probe && !probe_used {
             self.gateway.health.return_probe(now);
         }
         Ok(report)

@@ -33,7 +33,7 @@ use uuid::Uuid;
 use super::header;
 use crate::broker::{Broker, CommandKind, PublishKind};
 use crate::config::{Settings, UsageError};
-use crate::store::stream_audit::{self, NewFinding};
+use crate::store::stream_audit::{self, AuditFinding};
 use crate::store::Store;
 
 /// What one pass did.
@@ -55,7 +55,7 @@ pub struct AuditPass {
 
 /// A replayed finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Replayed {
+pub struct ReplayedFinding {
     /// The replay's sequence in the command stream.
     pub sequence: u64,
     pub message_id: Option<String>,
@@ -183,7 +183,7 @@ impl StreamAudit {
         upto: u64,
         now: OffsetDateTime,
         pass: &mut AuditPass,
-    ) -> anyhow::Result<Vec<NewFinding>> {
+    ) -> anyhow::Result<Vec<AuditFinding>> {
         let reader = stream
             .create_consumer(consumer::pull::Config {
                 filter_subject: self.broker.names.command_subject(self.kind),
@@ -204,7 +204,7 @@ impl StreamAudit {
         upto: u64,
         now: OffsetDateTime,
         pass: &mut AuditPass,
-    ) -> anyhow::Result<Vec<NewFinding>> {
+    ) -> anyhow::Result<Vec<AuditFinding>> {
         let judged_after = now - self.grace;
         let retention = self.dedupe_retention - self.dedupe_retention / 10;
         let mut messages = reader
@@ -230,7 +230,7 @@ impl StreamAudit {
                 pass.beyond_retention += 1;
                 continue;
             }
-            judged.push(NewFinding {
+            judged.push(AuditFinding {
                 stream_sequence: sequence,
                 message_id: header(&message, NATS_MESSAGE_ID.as_ref()),
                 payment_attempt_id: super::attempt_id(&message.payload).map(Uuid::from),
@@ -244,11 +244,11 @@ impl StreamAudit {
     async fn unrecorded(
         &self,
         tx: &mut sqlx::PgConnection,
-        judged: Vec<NewFinding>,
-    ) -> anyhow::Result<Vec<NewFinding>> {
+        judged: Vec<AuditFinding>,
+    ) -> anyhow::Result<Vec<AuditFinding>> {
         let ids: Vec<String> = judged.iter().filter_map(|m| m.message_id.clone()).collect();
         let recorded = stream_audit::recorded_message_ids(tx, &self.consumer, &ids).await?;
-        let candidates: Vec<NewFinding> = judged
+        let candidates: Vec<AuditFinding> = judged
             .into_iter()
             .filter(|m| {
                 !m.message_id
@@ -334,7 +334,7 @@ impl StreamAudit {
     /// `Replayed-From-Stream-Sequence`. The finding closes when intake records the message
     /// id (the next pass sees it); a message without an id can only be dead-lettered again,
     /// so its finding closes now.
-    pub async fn replay(&self, sequence: u64, actor: &str) -> anyhow::Result<Replayed> {
+    pub async fn replay(&self, sequence: u64, actor: &str) -> anyhow::Result<ReplayedFinding> {
         let Some(finding) =
             stream_audit::open_finding(&self.store, &self.consumer, sequence).await?
         else {
@@ -351,10 +351,10 @@ impl StreamAudit {
             .with_context(|| format!("reading sequence {sequence} of {stream_name}"))?;
         let mut headers = stored.headers.clone();
         headers.insert(
-            "Replayed-From-Stream-Sequence",
+            "ReplayedFinding-From-Stream-Sequence",
             sequence.to_string().as_str(),
         );
-        headers.insert("Replayed-By", actor);
+        headers.insert("ReplayedFinding-By", actor);
         let message_id = finding.message_id.clone();
         if message_id.is_none() {
             // Without a message id a retried publish could store it twice, so it is published
@@ -371,7 +371,7 @@ impl StreamAudit {
                 .await?
                 .await?;
             stream_audit::mark_replayed(&self.store, &self.consumer, sequence, actor, true).await?;
-            return Ok(Replayed {
+            return Ok(ReplayedFinding {
                 sequence: ack.sequence,
                 message_id,
             });
@@ -394,7 +394,7 @@ impl StreamAudit {
             );
         }
         stream_audit::mark_replayed(&self.store, &self.consumer, sequence, actor, false).await?;
-        Ok(Replayed {
+        Ok(ReplayedFinding {
             sequence: ack.sequence,
             message_id,
         })

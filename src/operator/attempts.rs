@@ -14,9 +14,9 @@ use crate::domain::outcome::GatewayOutcome;
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, RefundStatus};
 use crate::format;
-use crate::store::operator::{self as sql, AttemptRecord, GatewayCall, OutboxEvent, Transition};
+use crate::store::operator::{self as sql, AttemptRecord, CallRecord, OutboxEvent, Transition};
 pub use crate::store::operator::{AttemptCursor, AttemptFilter};
-use crate::store::refund_reads::{self, RefundRecord};
+use crate::store::refund_reads::{self, StoredRefund};
 use crate::store::Store;
 
 /// One attempt in `--json` output and the admin API: the stored row (contract §5 fields and
@@ -39,7 +39,7 @@ pub struct AttemptView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct NextAction {
     /// `executor`, `reconciler`, `operator`, or `none` for a final attempt.
-    pub by: Actor,
+    pub by: NextActor,
     /// In words, e.g. "executor retries (try 3)".
     pub action: String,
     /// When, if it is scheduled.
@@ -52,7 +52,7 @@ pub struct NextAction {
 /// The role that moves an attempt next; serialized as its lower-case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Actor {
+pub enum NextActor {
     Executor,
     Reconciler,
     Operator,
@@ -60,7 +60,7 @@ pub enum Actor {
     None,
 }
 
-impl Actor {
+impl NextActor {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Executor => "executor",
@@ -71,7 +71,7 @@ impl Actor {
     }
 }
 
-impl std::fmt::Display for Actor {
+impl std::fmt::Display for NextActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -83,7 +83,7 @@ pub struct AttemptDetail {
     #[serde(flatten)]
     pub view: AttemptView,
     pub transitions: Vec<Transition>,
-    pub gateway_calls: Vec<GatewayCall>,
+    pub gateway_calls: Vec<CallRecord>,
     /// The attempt's events in the outbox, published or not (its refunds' among them).
     pub events: Vec<OutboxEvent>,
     /// The attempt's refunds, oldest first, each with its moves; their gateway calls are
@@ -96,7 +96,7 @@ pub struct AttemptDetail {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AttemptRefund {
     #[serde(flatten)]
-    pub refund: RefundRecord,
+    pub refund: StoredRefund,
     pub transitions: Vec<Transition>,
 }
 
@@ -256,16 +256,16 @@ pub fn next_action(
         AttemptStatus::Pending => pending_next(attempt, now, window),
         AttemptStatus::InFlight => in_flight_next(attempt, now),
         AttemptStatus::Unknown => NextAction {
-            by: Actor::Reconciler,
+            by: NextActor::Reconciler,
             action: format!(
                 "reconciler looks the charge up at the gateway (check {})",
                 attempt.reconcile_checks + 1
             ),
             at: Some(attempt.next_run_at),
-            warning: overdue(now, attempt.next_run_at, Actor::Reconciler, ""),
+            warning: overdue(now, attempt.next_run_at, NextActor::Reconciler, ""),
         },
         AttemptStatus::NeedsReview => NextAction {
-            by: Actor::Operator,
+            by: NextActor::Operator,
             action: format!(
                 "operator must resolve: onecharge attempts resolve {} --as succeeded|declined|retry --reason \"…\"",
                 attempt.payment_attempt_id
@@ -275,7 +275,7 @@ pub fn next_action(
         },
         AttemptStatus::Succeeded | AttemptStatus::Declined | AttemptStatus::Expired => {
             NextAction {
-                by: Actor::None,
+                by: NextActor::None,
                 action: "nothing: final".to_owned(),
                 at: None,
                 warning: None,
@@ -288,7 +288,7 @@ pub fn next_action(
 pub(super) fn overdue(
     now: OffsetDateTime,
     at: OffsetDateTime,
-    role: Actor,
+    role: NextActor,
     hint: &str,
 ) -> Option<String> {
     (now - at > OVERDUE).then(|| {
@@ -317,12 +317,12 @@ fn pending_next(attempt: &AttemptRecord, now: OffsetDateTime, window: &RetryWind
         None => overdue(
             now,
             attempt.next_run_at,
-            Actor::Executor,
+            NextActor::Executor,
             ", or paused because the gateway rejects its API key (401), or its breaker open",
         ),
     };
     NextAction {
-        by: Actor::Executor,
+        by: NextActor::Executor,
         action: what,
         at: Some(attempt.next_run_at),
         warning,
@@ -344,7 +344,7 @@ fn paused_by(attempt: &AttemptRecord) -> Option<&'static str> {
 fn in_flight_next(attempt: &AttemptRecord, now: OffsetDateTime) -> NextAction {
     match attempt.lease_expires_at {
         Some(expires) if expires > now => NextAction {
-            by: Actor::Executor,
+            by: NextActor::Executor,
             action: format!(
                 "gateway call in progress ({}); lease expires",
                 attempt.lease_owner.as_deref().unwrap_or("unknown executor")
@@ -353,17 +353,17 @@ fn in_flight_next(attempt: &AttemptRecord, now: OffsetDateTime) -> NextAction {
             warning: None,
         },
         expires => NextAction {
-            by: Actor::Reconciler,
+            by: NextActor::Reconciler,
             action: "lease expired: reconciler takes it over and looks it up".to_owned(),
             at: expires,
-            warning: expires.and_then(|e| overdue(now, e, Actor::Reconciler, "")),
+            warning: expires.and_then(|e| overdue(now, e, NextActor::Reconciler, "")),
         },
     }
 }
 
 /// Whether the attempt's PaymentIntent was cancelled (Stripe), from its last `cancel`
 /// call: what a person deciding "not charged" needs to know. `None` without a cancel.
-fn cancel_fact(calls: &[GatewayCall]) -> Option<String> {
+fn cancel_fact(calls: &[CallRecord]) -> Option<String> {
     let cancel = calls.iter().rev().find(|c| c.operation == "cancel")?;
     let id = cancel
         .gateway_charge_id
@@ -466,7 +466,7 @@ pub fn fact_rows(detail: &AttemptDetail, now: OffsetDateTime) -> Vec<(&'static s
 /// what the attempt's refunds have taken of its charge, from the refunds themselves (what
 /// they hold is what the database reserved for them).
 fn refunds_text(charged: crate::domain::Money, refunds: &[AttemptRefund]) -> String {
-    let sum = |keep: &dyn Fn(&RefundRecord) -> bool| -> i64 {
+    let sum = |keep: &dyn Fn(&StoredRefund) -> bool| -> i64 {
         refunds
             .iter()
             .map(|r| &r.refund)
@@ -561,7 +561,7 @@ pub fn timeline_rows(detail: &AttemptDetail) -> Vec<TimelineRow> {
 /// another kind), in the order they happened: an attempt's and a refund's alike.
 pub(super) fn timeline(
     transitions: &[Transition],
-    calls: &[GatewayCall],
+    calls: &[CallRecord],
     events: &[OutboxEvent],
     more: impl Iterator<Item = TimelineEntry>,
 ) -> Vec<TimelineRow> {
@@ -614,7 +614,7 @@ fn refund_transition_entry(refund_id: crate::domain::RefundId, t: &Transition) -
 
 /// `charge try 1 -> HTTP 201 succeeded`, `312 ms, charge ch_…, <error>`; a refund's call
 /// names its refund and the gateway's refund id.
-fn gateway_call_entry(c: &GatewayCall) -> TimelineEntry {
+fn gateway_call_entry(c: &CallRecord) -> TimelineEntry {
     let answer = c
         .http_status
         .map(|s| format!("HTTP {s}"))
@@ -702,7 +702,7 @@ pub(crate) mod tests {
         let window = RetryWindow::default();
         let now = datetime!(2026-11-29 10:01:00 UTC);
         let pending = next_action(&attempt(AttemptStatus::Pending), now, &window);
-        assert_eq!(pending.by, Actor::Executor);
+        assert_eq!(pending.by, NextActor::Executor);
         assert_eq!(pending.action, "executor retries (try 3)");
         assert_eq!(pending.at, Some(datetime!(2026-11-29 10:05:00 UTC)));
         assert_eq!(pending.warning, None);
@@ -711,7 +711,7 @@ pub(crate) mod tests {
         assert_eq!(
             (unknown.by, unknown.action.as_str()),
             (
-                Actor::Reconciler,
+                NextActor::Reconciler,
                 "reconciler looks the charge up at the gateway (check 2)"
             )
         );
@@ -719,7 +719,7 @@ pub(crate) mod tests {
         let mut in_flight = attempt(AttemptStatus::InFlight);
         in_flight.lease_expires_at = Some(datetime!(2026-11-29 10:00:30 UTC));
         let expired = next_action(&in_flight, now, &window);
-        assert_eq!(expired.by, Actor::Reconciler);
+        assert_eq!(expired.by, NextActor::Reconciler);
         assert!(
             expired.action.starts_with("lease expired"),
             "{}",
@@ -727,10 +727,10 @@ pub(crate) mod tests {
         );
 
         let review = next_action(&attempt(AttemptStatus::NeedsReview), now, &window);
-        assert_eq!((review.by, review.at), (Actor::Operator, None));
+        assert_eq!((review.by, review.at), (NextActor::Operator, None));
         assert_eq!(
             next_action(&attempt(AttemptStatus::Succeeded), now, &window).by,
-            Actor::None
+            NextActor::None
         );
     }
 

@@ -18,10 +18,10 @@ use uuid::Uuid;
 use super::resolve::ResolveError;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::format;
-use crate::gateway::{CancelOutcome as GatewayCancel, GatewayClient};
+use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::record_gateway_call_alone;
 use crate::store::audit::Via;
-use crate::store::cancel::{self as sql, CancelHold, CancelOutcome, Cancellation, CANCEL_HOLD};
+use crate::store::cancel::{self as sql, CancelHold, CancelRecorded, Cancellation, CANCEL_HOLD};
 use crate::store::Store;
 
 /// The body of `POST /api/attempts/{id}/cancel`.
@@ -102,7 +102,7 @@ pub async fn cancel(
         via,
     };
     match sql::cancel_pending_attempt(store, &cancellation).await? {
-        CancelOutcome::Cancelled { event_id, at } => {
+        CancelRecorded::Cancelled { event_id, at } => {
             tracing::info!(payment_attempt_id = %id, actor, reason, "pending attempt cancelled by an operator");
             Ok(Cancelled {
                 payment_attempt_id: id,
@@ -113,10 +113,10 @@ pub async fn cancel(
                 cancelled_at: at,
             })
         }
-        CancelOutcome::NotFound => Err(ResolveError::NotFound(id)),
-        CancelOutcome::NotPending { status } => Err(ResolveError::Refused(refusal(id, status))),
-        CancelOutcome::ClaimedMeanwhile => Err(claimed_meanwhile(id)),
-        CancelOutcome::SentBefore { first_dispatched_at } => {
+        CancelRecorded::NotFound => Err(ResolveError::NotFound(id)),
+        CancelRecorded::NotPending { status } => Err(ResolveError::Refused(refusal(id, status))),
+        CancelRecorded::ClaimedMeanwhile => Err(claimed_meanwhile(id)),
+        CancelRecorded::SentBefore { first_dispatched_at } => {
             cancel_at_the_gateway_first(store, gateway, &cancellation)
                 .await?
                 .ok_or_else(|| ResolveError::Refused(format!(
@@ -126,7 +126,7 @@ pub async fn cancel(
                     format::at(first_dispatched_at)
                 )))
         }
-        CancelOutcome::HasGatewayObject { .. } => {
+        CancelRecorded::HasGatewayObject { .. } => {
             cancel_at_the_gateway_first(store, gateway, &cancellation)
                 .await?
                 .ok_or_else(|| ResolveError::Refused(format!(
@@ -191,22 +191,22 @@ async fn cancel_at_the_gateway_first(
         }
     };
     match cancel {
-        GatewayCancel::Canceled { .. } => {}
-        GatewayCancel::Succeeded { charge_id } => {
+        CancelOutcome::Canceled { .. } => {}
+        CancelOutcome::Succeeded { charge_id } => {
             return refuse(format!(
                 "refusing to cancel attempt {id}: PaymentIntent {charge_id} has succeeded at the gateway, so the customer was \
                  charged; its next try adopts that charge (given back to the executor now)"
             ))
             .await
         }
-        GatewayCancel::Processing { charge_id } => {
+        CancelOutcome::Processing { charge_id } => {
             return refuse(format!(
                 "refusing to cancel attempt {id}: PaymentIntent {charge_id} is processing at the gateway and may still charge; \
                  nothing changed: let it settle"
             ))
             .await
         }
-        GatewayCancel::Unproven { reason } => {
+        CancelOutcome::Unproven { reason } => {
             return refuse(format!(
                 "refusing to cancel attempt {id}: PaymentIntent {intent} could not be cancelled, so it could still charge \
                  ({reason}); nothing changed: try again"
@@ -215,7 +215,7 @@ async fn cancel_at_the_gateway_first(
         }
     }
     match sql::decline_held_attempt(store, cancellation, token, &intent).await? {
-        CancelOutcome::Cancelled { event_id, at } => {
+        CancelRecorded::Cancelled { event_id, at } => {
             tracing::info!(payment_attempt_id = %id, actor = cancellation.actor, reason = cancellation.reason,
                 payment_intent = %intent, "pending attempt cancelled by an operator after its PaymentIntent was cancelled");
             Ok(Some(Cancelled {
@@ -227,8 +227,8 @@ async fn cancel_at_the_gateway_first(
                 cancelled_at: at,
             }))
         }
-        CancelOutcome::NotFound => Err(ResolveError::NotFound(id)),
-        CancelOutcome::NotPending { status } => Err(ResolveError::Refused(refusal(id, status))),
+        CancelRecorded::NotFound => Err(ResolveError::NotFound(id)),
+        CancelRecorded::NotPending { status } => Err(ResolveError::Refused(refusal(id, status))),
         _ => Err(claimed_meanwhile(id)),
     }
 }

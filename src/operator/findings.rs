@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::config::UsageError;
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
-use crate::store::findings::{self, EarlierFinding, Finding, Resolved};
+use crate::store::findings::{self, EarlierFinding, Finding, FindingResolved};
 use crate::store::Store;
 
 /// One finding with its history: the other findings about the same charge (earlier
@@ -54,7 +54,7 @@ pub async fn resolve(
     actor: &str,
     via: Via,
     reason: &str,
-) -> anyhow::Result<Resolved> {
+) -> anyhow::Result<FindingResolved> {
     let reason = checked_reason(reason)?;
     let resolved = findings::resolve(store, id, actor, reason, |finding| NewAuditEntry {
         actor: actor.to_owned(),

@@ -19,7 +19,7 @@ use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::record_gateway_call_alone;
 use crate::store::audit::Via;
 use crate::store::operator::{
-    self as sql, claim_for_decision, DecisionClaim, Resolution, ResolveOutcome, ResolveTarget,
+    self as sql, claim_for_decision, DecisionClaim, OperatorDecision, ResolveOutcome, ResolveTarget,
 };
 use crate::store::Store;
 
@@ -128,7 +128,7 @@ pub async fn resolve(
     };
     let outcome = sql::resolve_attempt(
         store,
-        &Resolution {
+        &OperatorDecision {
             payment_attempt_id: id,
             target,
             reason,

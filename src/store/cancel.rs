@@ -55,7 +55,7 @@ pub struct Cancellation<'a> {
 
 /// What a cancel came to. Every refusal says what the attempt looked like.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CancelOutcome {
+pub enum CancelRecorded {
     /// Now `expired`; `event_id` is its `payment-expired` event, queued in the outbox.
     Cancelled {
         event_id: Uuid,
@@ -158,7 +158,7 @@ pub async fn decline_held_attempt(
     cancellation: &Cancellation<'_>,
     token: LeaseToken,
     gateway_object_id: &str,
-) -> Result<CancelOutcome, sqlx::Error> {
+) -> Result<CancelRecorded, sqlx::Error> {
     let id = cancellation.payment_attempt_id;
     IllegalMove::check(
         id,
@@ -209,9 +209,9 @@ pub async fn decline_held_attempt(
                 .await?;
         tx.rollback().await?;
         return Ok(match status {
-            None => CancelOutcome::NotFound,
-            Some(AttemptStatus::Pending) => CancelOutcome::ClaimedMeanwhile,
-            Some(status) => CancelOutcome::NotPending { status },
+            None => CancelRecorded::NotFound,
+            Some(AttemptStatus::Pending) => CancelRecorded::ClaimedMeanwhile,
+            Some(status) => CancelRecorded::NotPending { status },
         });
     };
     let event = PaymentEvent::for_settlement(
@@ -238,7 +238,7 @@ pub async fn decline_held_attempt(
 pub async fn cancel_pending_attempt(
     store: &Store,
     cancellation: &Cancellation<'_>,
-) -> Result<CancelOutcome, sqlx::Error> {
+) -> Result<CancelRecorded, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let reason = format!(
         "cancelled by {} before it was sent to the gateway: {}",
@@ -293,7 +293,7 @@ async fn announce_cancel(
     row: &CancelledRow,
     event: &PaymentEvent,
     mut detail: serde_json::Value,
-) -> Result<CancelOutcome, sqlx::Error> {
+) -> Result<CancelRecorded, sqlx::Error> {
     outbox::insert_event(&mut tx, event, &row.attempt.provenance).await?;
     detail["event_id"] = serde_json::json!(event.event_id);
     audit::insert(
@@ -311,7 +311,7 @@ async fn announce_cancel(
     )
     .await?;
     tx.commit().await?;
-    Ok(CancelOutcome::Cancelled {
+    Ok(CancelRecorded::Cancelled {
         event_id: event.event_id,
         at: row.updated_at,
     })
@@ -329,7 +329,7 @@ struct CancelledRow {
 async fn explain_refusal(
     conn: &mut sqlx::PgConnection,
     id: PaymentAttemptId,
-) -> Result<CancelOutcome, sqlx::Error> {
+) -> Result<CancelRecorded, sqlx::Error> {
     let row: Option<(AttemptStatus, Option<OffsetDateTime>, Option<String>)> = sqlx::query_as(
         "SELECT status, first_dispatched_at, gateway_object_id
          FROM payment_attempts WHERE payment_attempt_id = $1",
@@ -338,18 +338,18 @@ async fn explain_refusal(
     .fetch_optional(conn)
     .await?;
     Ok(match row {
-        None => CancelOutcome::NotFound,
+        None => CancelRecorded::NotFound,
         Some((status, _, _)) if status != AttemptStatus::Pending => {
-            CancelOutcome::NotPending { status }
+            CancelRecorded::NotPending { status }
         }
-        Some((_, Some(first_dispatched_at), _)) => CancelOutcome::SentBefore {
+        Some((_, Some(first_dispatched_at), _)) => CancelRecorded::SentBefore {
             first_dispatched_at,
         },
         Some((_, None, Some(gateway_object_id))) => {
-            CancelOutcome::HasGatewayObject { gateway_object_id }
+            CancelRecorded::HasGatewayObject { gateway_object_id }
         }
         // Pending and unsent now: it moved between the update and this read (handed back
         // by an executor), so it was not cancellable when the update looked.
-        Some((status, None, None)) => CancelOutcome::NotPending { status },
+        Some((status, None, None)) => CancelRecorded::NotPending { status },
     })
 }

@@ -213,7 +213,7 @@ pub async fn get(store: &Store, id: i64) -> Result<Option<Finding>, sqlx::Error>
 
 /// What a resolution came to.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Resolved {
+pub enum FindingResolved {
     Done(Finding),
     NotFound,
     /// Resolved before (by whom, when): nothing changed.
@@ -229,7 +229,7 @@ pub async fn resolve(
     actor: &str,
     reason: &str,
     audit: impl FnOnce(&Finding) -> NewAuditEntry,
-) -> Result<Resolved, sqlx::Error> {
+) -> Result<FindingResolved, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let resolved: Option<Finding> = sqlx::query_as(&format!(
         "UPDATE reconciliation_findings SET
@@ -245,13 +245,13 @@ pub async fn resolve(
     let Some(finding) = resolved else {
         tx.rollback().await?;
         return Ok(match get(store, id).await? {
-            Some(finding) => Resolved::AlreadyResolved(finding),
-            None => Resolved::NotFound,
+            Some(finding) => FindingResolved::AlreadyResolved(finding),
+            None => FindingResolved::NotFound,
         });
     };
     super::audit::insert(&mut tx, &audit(&finding)).await?;
     tx.commit().await?;
-    Ok(Resolved::Done(finding))
+    Ok(FindingResolved::Done(finding))
 }
 
 /// Open findings per class, for `onecharge_reconciliation_findings_open{class}`.

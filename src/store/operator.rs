@@ -10,7 +10,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 pub use super::resolve::{
-    claim_for_decision, resolve_attempt, DecisionClaim, Resolution, ResolveOutcome, ResolveTarget,
+    claim_for_decision, resolve_attempt, DecisionClaim, OperatorDecision, ResolveOutcome,
+    ResolveTarget,
 };
 use super::Store;
 use crate::domain::{AttemptStatus, IdempotencyKey, LeaseToken, Money, PaymentAttemptId};
@@ -63,14 +64,14 @@ pub struct AttemptRecord {
     /// The most recent call to the gateway (charge or lookup), if any was made; read from
     /// the `g_` columns by [`AttemptRow`].
     #[sqlx(skip)]
-    pub last_gateway_call: Option<GatewayCall>,
+    pub last_gateway_call: Option<CallRecord>,
 }
 
 /// One recorded call to the gateway (`gateway_call_records`: a row of `gateway_calls`, or
 /// carried by the move it caused, decision 221): the evidence of what onecharge asked
 /// and what it was told.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct GatewayCall {
+pub struct CallRecord {
     pub id: i64,
     /// `charge`, `lookup`, `prepare`, `cancel`, `list`; a refund's `refund` or
     /// `refund_lookup`.
@@ -481,7 +482,7 @@ pub async fn transitions(
 pub async fn gateway_calls(
     store: &Store,
     id: PaymentAttemptId,
-) -> Result<Vec<GatewayCall>, sqlx::Error> {
+) -> Result<Vec<CallRecord>, sqlx::Error> {
     sqlx::query(
         "SELECT id, operation, idempotency_key, try_number, lease_token, started_at,
                 finished_at, http_status, outcome, gateway_charge_id, error
@@ -549,14 +550,14 @@ impl sqlx::FromRow<'_, PgRow> for AttemptRow {
 pub(super) fn gateway_call_from_row(
     row: &PgRow,
     prefix: &str,
-) -> Result<Option<GatewayCall>, sqlx::Error> {
+) -> Result<Option<CallRecord>, sqlx::Error> {
     let column = |name: &str| format!("{prefix}{name}");
     let Some(id) = row.try_get::<Option<i64>, _>(column("id").as_str())? else {
         return Ok(None);
     };
     let started_at: OffsetDateTime = row.try_get(column("started_at").as_str())?;
     let finished_at: OffsetDateTime = row.try_get(column("finished_at").as_str())?;
-    Ok(Some(GatewayCall {
+    Ok(Some(CallRecord {
         id,
         operation: row.try_get(column("operation").as_str())?,
         idempotency_key: row.try_get(column("idempotency_key").as_str())?,

@@ -15,7 +15,7 @@ use sqlx::Row as _;
 use time::OffsetDateTime;
 
 use super::operator::{
-    cursor_text, gateway_call_from_row, parse_cursor_text, GatewayCall, OutboxEvent, Transition,
+    cursor_text, gateway_call_from_row, parse_cursor_text, CallRecord, OutboxEvent, Transition,
 };
 use super::Store;
 use crate::domain::{Currency, IdempotencyKey, Money, PaymentAttemptId, RefundId, RefundStatus};
@@ -24,7 +24,7 @@ use crate::domain::{Currency, IdempotencyKey, Money, PaymentAttemptId, RefundId,
 /// attempt (absent while the attempt is not recorded). Serialised as is into `--json`
 /// output and the admin API.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct RefundRecord {
+pub struct StoredRefund {
     #[schema(value_type = uuid::Uuid)]
     pub refund_id: RefundId,
     /// The charge it refunds.
@@ -88,7 +88,7 @@ pub struct RefundRecord {
     pub settled_at: Option<OffsetDateTime>,
 }
 
-impl RefundRecord {
+impl StoredRefund {
     /// What it refunds, once admitted.
     pub fn money(&self) -> Option<Money> {
         Some(Money::new(self.amount_minor?, self.currency?))
@@ -99,7 +99,7 @@ fn status_text<S: serde::Serializer>(status: &RefundStatus, s: S) -> Result<S::O
     s.serialize_str(status.as_str())
 }
 
-/// The columns of a [`RefundRecord`]: the refund on the alias `r`, its attempt on `a`.
+/// The columns of a [`StoredRefund`]: the refund on the alias `r`, its attempt on `a`.
 const REFUND_SELECT: &str = "
     SELECT r.refund_id, r.payment_attempt_id, r.status, r.requested_minor, r.amount_minor,
            r.currency, r.reason, r.metadata, r.idempotency_key, r.gateway_charge_id,
@@ -110,7 +110,7 @@ const REFUND_SELECT: &str = "
     FROM refunds r
     LEFT JOIN payment_attempts a ON a.payment_attempt_id = r.payment_attempt_id";
 
-impl sqlx::FromRow<'_, PgRow> for RefundRecord {
+impl sqlx::FromRow<'_, PgRow> for StoredRefund {
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
         let metadata: Option<sqlx::types::Json<BTreeMap<String, String>>> =
             row.try_get("metadata")?;
@@ -176,7 +176,7 @@ pub struct RefundCursor {
 
 impl RefundCursor {
     /// The cursor of the page that ends with `refund`.
-    pub fn after(refund: &RefundRecord) -> Self {
+    pub fn after(refund: &StoredRefund) -> Self {
         Self {
             created_at: refund.created_at,
             refund_id: refund.refund_id,
@@ -207,7 +207,7 @@ pub async fn list_refunds(
     store: &Store,
     filter: &RefundFilter,
     limit: Option<i64>,
-) -> Result<Vec<RefundRecord>, sqlx::Error> {
+) -> Result<Vec<StoredRefund>, sqlx::Error> {
     let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(REFUND_SELECT);
     query.push(" WHERE true");
     if let Some(id) = filter.payment_attempt_id {
@@ -257,7 +257,7 @@ pub async fn list_refunds(
 pub async fn get_refund(
     store: &Store,
     refund_id: RefundId,
-) -> Result<Option<RefundRecord>, sqlx::Error> {
+) -> Result<Option<StoredRefund>, sqlx::Error> {
     sqlx::query_as(&format!("{REFUND_SELECT} WHERE r.refund_id = $1"))
         .bind(refund_id)
         .fetch_optional(store.pool())
@@ -268,7 +268,7 @@ pub async fn get_refund(
 pub async fn refunds_of_attempt(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
-) -> Result<Vec<RefundRecord>, sqlx::Error> {
+) -> Result<Vec<StoredRefund>, sqlx::Error> {
     sqlx::query_as(&format!(
         "{REFUND_SELECT} WHERE r.payment_attempt_id = $1 ORDER BY r.created_at, r.refund_id"
     ))
@@ -318,8 +318,8 @@ pub async fn refund_transitions_of_attempt(
 /// the order they were made.
 pub async fn refund_gateway_calls(
     store: &Store,
-    refund: &RefundRecord,
-) -> Result<Vec<GatewayCall>, sqlx::Error> {
+    refund: &StoredRefund,
+) -> Result<Vec<CallRecord>, sqlx::Error> {
     sqlx::query(
         "SELECT id, operation, idempotency_key, try_number, lease_token, started_at,
                 finished_at, http_status, outcome, gateway_charge_id, error
@@ -343,7 +343,7 @@ pub async fn refund_gateway_calls(
 /// and name this refund.
 pub async fn refund_events(
     store: &Store,
-    refund: &RefundRecord,
+    refund: &StoredRefund,
 ) -> Result<Vec<OutboxEvent>, sqlx::Error> {
     let refund_id = refund.refund_id.to_string();
     let events = super::operator::events(store, refund.payment_attempt_id).await?;

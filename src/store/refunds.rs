@@ -169,7 +169,7 @@ fn metadata_json(metadata: &BTreeMap<String, String>) -> Option<serde_json::Valu
 
 /// How admitting one waiting refund ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admission {
+pub enum RefundAdmission {
     /// Reserved and due for the gateway.
     Admitted,
     /// Its attempt is not final yet (or not recorded): asked again later.
@@ -201,7 +201,7 @@ pub async fn admit_due(
     limit: i64,
     max_wait: Duration,
     recheck: Duration,
-) -> Result<Vec<(RefundId, Admission)>, sqlx::Error> {
+) -> Result<Vec<(RefundId, RefundAdmission)>, sqlx::Error> {
     let mut done = Vec::new();
     for _ in 0..limit {
         let mut tx = store.pool().begin().await?;
@@ -246,10 +246,10 @@ async fn admit_one(
     waiting: &WaitingRefund,
     max_wait: Duration,
     recheck: Duration,
-) -> Result<Admission, sqlx::Error> {
+) -> Result<RefundAdmission, sqlx::Error> {
     let waited_too_long = waiting.now - waiting.created_at
         > time::Duration::try_from(max_wait).unwrap_or(time::Duration::MAX);
-    let refuse = |reason: String| Admission::Refused(reason);
+    let refuse = |reason: String| RefundAdmission::Refused(reason);
     let decision = match (waiting.attempt_status, waiting.attempt_money) {
         (Some(AttemptStatus::Succeeded), Some(money)) => {
             return reserve(tx, actor, waiting, money).await;
@@ -268,10 +268,12 @@ async fn admit_one(
             waiting.payment_attempt_id,
             humantime::format_duration(max_wait)
         )),
-        _ => Admission::StillWaiting,
+        _ => RefundAdmission::StillWaiting,
     };
     match &decision {
-        Admission::Refused(reason) => refuse_waiting(tx, actor, waiting.refund_id, reason).await?,
+        RefundAdmission::Refused(reason) => {
+            refuse_waiting(tx, actor, waiting.refund_id, reason).await?
+        }
         _ => {
             sqlx::query(
                 "UPDATE refunds SET next_run_at = now() + $2, updated_at = now()
@@ -293,7 +295,7 @@ async fn reserve(
     actor: &Actor,
     waiting: &WaitingRefund,
     charged: Money,
-) -> Result<Admission, sqlx::Error> {
+) -> Result<RefundAdmission, sqlx::Error> {
     sqlx::query(
         "INSERT INTO refund_totals (payment_attempt_id, charged_minor) VALUES ($1, $2)
          ON CONFLICT (payment_attempt_id) DO NOTHING",
@@ -328,7 +330,7 @@ async fn reserve(
             )
         };
         refuse_waiting(tx, actor, waiting.refund_id, &reason).await?;
-        return Ok(Admission::Refused(reason));
+        return Ok(RefundAdmission::Refused(reason));
     }
     // The CHECK `refund_totals_never_above_the_charge` holds this even if the arithmetic
     // above were wrong.
@@ -365,7 +367,7 @@ async fn reserve(
     ))
     .execute(&mut *tx)
     .await?;
-    Ok(Admission::Admitted)
+    Ok(RefundAdmission::Admitted)
 }
 
 /// `waiting → refused`, with its event and its dead letter.

@@ -50,7 +50,7 @@ impl ResolveTarget {
 
 /// One operator decision, with the boundaries a retry must stay inside.
 #[derive(Debug, Clone)]
-pub struct Resolution<'a> {
+pub struct OperatorDecision<'a> {
     pub payment_attempt_id: PaymentAttemptId,
     pub target: ResolveTarget,
     /// The operator's words, recorded on the transition and the event.
@@ -126,7 +126,7 @@ impl ResolveTarget {
     }
 }
 
-impl Resolution<'_> {
+impl OperatorDecision<'_> {
     /// The transition's detail: what the operator established, and their words.
     fn detail(&self) -> String {
         let detail = match &self.target {
@@ -173,7 +173,7 @@ impl Resolution<'_> {
 /// guard refuses.
 pub async fn resolve_attempt(
     store: &Store,
-    resolution: &Resolution<'_>,
+    resolution: &OperatorDecision<'_>,
 ) -> Result<ResolveOutcome, sqlx::Error> {
     resolution.check_move()?;
     let mut tx = store.pool().begin().await?;
@@ -205,7 +205,7 @@ pub async fn resolve_attempt(
 /// what its event repeats, or `None` when the guard refused.
 async fn write_resolution(
     conn: &mut PgConnection,
-    resolution: &Resolution<'_>,
+    resolution: &OperatorDecision<'_>,
     now: OffsetDateTime,
 ) -> Result<Option<EventAttempt>, sqlx::Error> {
     let (charge_id, decline_code) = resolution.target.gateway_ids();
@@ -255,7 +255,7 @@ async fn write_resolution(
 }
 
 /// The audit row of an applied resolution.
-fn resolution_audit(resolution: &Resolution<'_>, event_id: Option<Uuid>) -> NewAuditEntry {
+fn resolution_audit(resolution: &OperatorDecision<'_>, event_id: Option<Uuid>) -> NewAuditEntry {
     let (charge_id, decline_code) = resolution.target.gateway_ids();
     NewAuditEntry {
         actor: resolution.actor.to_owned(),
@@ -278,7 +278,7 @@ fn resolution_audit(resolution: &Resolution<'_>, event_id: Option<Uuid>) -> NewA
 /// Why the guarded update touched nothing. Read after the write, only to explain it.
 async fn explain_refusal(
     conn: &mut PgConnection,
-    resolution: &Resolution<'_>,
+    resolution: &OperatorDecision<'_>,
     now: OffsetDateTime,
     key_window_cutoff: OffsetDateTime,
 ) -> Result<ResolveOutcome, sqlx::Error> {

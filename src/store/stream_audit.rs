@@ -48,7 +48,7 @@ const SELECT_FINDINGS: &str =
 
 /// What a pass found, before it is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewFinding {
+pub struct AuditFinding {
     pub stream_sequence: u64,
     pub message_id: Option<String>,
     pub payment_attempt_id: Option<Uuid>,
@@ -128,7 +128,7 @@ pub async fn recorded_message_ids(
 pub async fn insert_findings(
     tx: &mut PgConnection,
     consumer: &str,
-    findings: &[NewFinding],
+    findings: &[AuditFinding],
 ) -> Result<Vec<u64>, sqlx::Error> {
     if findings.is_empty() {
         return Ok(Vec::new());

@@ -41,7 +41,7 @@ pub struct Event<'a> {
 
 /// What recording an event came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Recorded {
+pub enum EventRecorded {
     /// Seen before: nothing done.
     Duplicate,
     /// Recorded; the label of what it did (`woke`, `finding`, `ignored`).
@@ -54,7 +54,7 @@ pub async fn record_event(
     store: &Store,
     event: &Event<'_>,
     decide: impl FnOnce(Option<&IntentAttempt>) -> Effect,
-) -> Result<Recorded, sqlx::Error> {
+) -> Result<EventRecorded, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let attempt =
         match event.payment_intent_id {
@@ -89,7 +89,7 @@ pub async fn record_event(
         == 1;
     if !inserted {
         tx.rollback().await?;
-        return Ok(Recorded::Duplicate);
+        return Ok(EventRecorded::Duplicate);
     }
     match effect {
         Effect::Wake(id) => {
@@ -124,7 +124,7 @@ pub async fn record_event(
         Effect::Ignore => {}
     }
     tx.commit().await?;
-    Ok(Recorded::New(label))
+    Ok(EventRecorded::New(label))
 }
 
 /// A PaymentIntent a webhook asked to be read again, claimed by one reconciler.
@@ -235,7 +235,7 @@ pub async fn add_refusals(
 
 /// What the listener refused, by reason, the most recent first.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct Refusals {
+pub struct WebhookRefusals {
     pub result: String,
     pub refused: i64,
     pub first_at: time::OffsetDateTime,
@@ -244,7 +244,7 @@ pub struct Refusals {
 }
 
 /// Every reason's tally, the most recently refused first.
-pub async fn refusals(store: &Store) -> Result<Vec<Refusals>, sqlx::Error> {
+pub async fn refusals(store: &Store) -> Result<Vec<WebhookRefusals>, sqlx::Error> {
     sqlx::query_as(
         "SELECT result, refused, first_at, last_at, last_why FROM webhook_refusals
           ORDER BY last_at DESC, result",

@@ -1001,7 +1001,7 @@ async fn cancelling_a_pending_attempt_that_holds_a_payment_intent_cancels_the_in
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancels_hold_keeps_the_executor_off_and_a_stale_hold_writes_nothing() {
     use onecharge::store::cancel::{
-        decline_held_attempt, hold_for_gateway_cancel, release_hold, CancelHold, CancelOutcome,
+        decline_held_attempt, hold_for_gateway_cancel, release_hold, CancelHold, CancelRecorded,
         Cancellation,
     };
 
@@ -1040,7 +1040,7 @@ async fn a_cancels_hold_keeps_the_executor_off_and_a_stale_hold_writes_nothing()
         .unwrap();
     assert_eq!(
         outcome,
-        CancelOutcome::NotPending {
+        CancelRecorded::NotPending {
             status: AttemptStatus::Succeeded
         }
     );

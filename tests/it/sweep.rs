@@ -331,14 +331,14 @@ async fn resolving_a_finding_records_who_and_why_and_audits_it() {
     .await
     .unwrap();
 
-    let onecharge::store::findings::Resolved::Done(finding) = resolved else {
+    let onecharge::store::findings::FindingResolved::Done(finding) = resolved else {
         panic!("{resolved:?}")
     };
     assert_eq!(finding.state, "resolved");
     assert_eq!(finding.resolved_by.as_deref(), Some("operator:alice"));
     assert!(matches!(
         again,
-        onecharge::store::findings::Resolved::AlreadyResolved(_)
+        onecharge::store::findings::FindingResolved::AlreadyResolved(_)
     ));
     let audit = h.audit_entries().await;
     let audited = audit.iter().filter(|e| {

@@ -12,7 +12,7 @@ use crate::http::error::{ErrorBody, QueryRefused};
 use crate::http::{AdminState, ApiError};
 use crate::operator::findings::resolve;
 use crate::operator::Via;
-use crate::store::findings::{self, Finding, FindingState, Resolved};
+use crate::store::findings::{self, Finding, FindingResolved, FindingState};
 
 /// `GET /api/findings` query.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
@@ -74,9 +74,9 @@ pub(crate) async fn resolve_finding(
     let Path(id) = id.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     match resolve(&state.store, id, &principal.actor, Via::Api, &body.reason).await {
-        Ok(Resolved::Done(finding)) => Ok(Json(finding)),
-        Ok(Resolved::NotFound) => Err(ApiError::not_found(format!("no finding {id}"))),
-        Ok(Resolved::AlreadyResolved(finding)) => Err(ApiError::conflict(format!(
+        Ok(FindingResolved::Done(finding)) => Ok(Json(finding)),
+        Ok(FindingResolved::NotFound) => Err(ApiError::not_found(format!("no finding {id}"))),
+        Ok(FindingResolved::AlreadyResolved(finding)) => Err(ApiError::conflict(format!(
             "finding {id} was already resolved by {}",
             finding.resolved_by.unwrap_or_default()
         ))),

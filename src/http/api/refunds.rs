@@ -15,7 +15,7 @@ use crate::http::access::Principal;
 use crate::http::error::{ErrorBody, QueryRefused};
 use crate::http::{AdminState, ApiError};
 use crate::operator::refunds::{
-    self, RefundCursor, RefundDetail, RefundError, RefundFilter, RefundPublished, RefundRequest,
+    self, NewRefund, RefundCursor, RefundDetail, RefundError, RefundFilter, RefundPublished,
     RefundResolveError, RefundResolveRequest, RefundResolved, RefundView,
 };
 use crate::operator::Via;
@@ -161,7 +161,7 @@ pub(crate) async fn show_refund(
 /// `POST /api/attempts/{id}/refunds` with `{"amount_minor": …, "reason": …, "refund_id":
 /// …}`: what `refunds create --yes` does — checked against the attempt and its refunds,
 /// published as a RefundPayment command, audited as the caller.
-#[utoipa::path(post, path = "/api/attempts/{id}/refunds", operation_id = "refundAttempt", tag = "refunds", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id of the charge to refund")), request_body = RefundRequest, responses(
+#[utoipa::path(post, path = "/api/attempts/{id}/refunds", operation_id = "refundAttempt", tag = "refunds", params(("id" = uuid::Uuid, Path, description = "The payment_attempt_id of the charge to refund")), request_body = NewRefund, responses(
     (status = 200, description = "The refund command was published (or, `duplicate`, already had been: the same refund); the refund worker sends it. Follow it at `GET /api/refunds/{refund_id}`", body = RefundPublished),
     (status = 400, description = "No reason, an amount that is no amount, or a body not understood", body = ErrorBody),
     (status = 401, description = "No or an unknown bearer token", body = ErrorBody),
@@ -176,7 +176,7 @@ pub(crate) async fn refund_attempt(
     State(state): State<AdminState>,
     Extension(principal): Extension<Principal>,
     id: Result<Path<PaymentAttemptId>, PathRejection>,
-    body: Result<Json<RefundRequest>, JsonRejection>,
+    body: Result<Json<NewRefund>, JsonRejection>,
 ) -> Result<Json<RefundPublished>, ApiError> {
     let Path(id) = id.map_err(|e| {
         ApiError::bad_request(format!("not a payment_attempt_id: {}", e.body_text()))

@@ -19,7 +19,7 @@ use crate::operator::findings::{
     checked_reason, resolve as resolve_finding, show, FindingDetail, MAX_REASON_CHARS,
 };
 use crate::operator::Via;
-use crate::store::findings::{self, EarlierFinding, Finding, FindingState, Resolved};
+use crate::store::findings::{self, EarlierFinding, Finding, FindingResolved, FindingState};
 
 /// `?state=open|resolved|all` (open by default).
 #[derive(Debug, Default, serde::Deserialize)]
@@ -45,7 +45,7 @@ pub(super) async fn list(
         p .hint { "Discrepancies between onecharge's ledger and the gateway's own records, found by the reconciliation sweep and the gateway's webhooks. docs/operations.md says what each class means and what to do." }
         p {
             a #findings-open href="/console/findings?state=open" { "Open" } " · "
-            a #findings-resolved href="/console/findings?state=resolved" { "Resolved" } " · "
+            a #findings-resolved href="/console/findings?state=resolved" { "FindingResolved" } " · "
             a #findings-all href="/console/findings?state=all" { "All" }
         }
         @if list.is_empty() { p #findings-empty { "No findings." } }
@@ -244,9 +244,9 @@ pub(super) async fn resolve(
     )
     .await
     {
-        Ok(Resolved::Done(finding)) => page(
+        Ok(FindingResolved::Done(finding)) => page(
             StatusCode::OK,
-            "Resolved",
+            "FindingResolved",
             Some(&session),
             html! {
                 p #result .success data-state=(finding.state) {
@@ -256,10 +256,10 @@ pub(super) async fn resolve(
                 p { a #back-to-findings href="/console/findings" { "Back to the findings" } }
             },
         ),
-        Ok(Resolved::NotFound) => {
+        Ok(FindingResolved::NotFound) => {
             refused(StatusCode::NOT_FOUND, Some(&session), "No such finding.")
         }
-        Ok(Resolved::AlreadyResolved(finding)) => already_resolved(&session, &finding),
+        Ok(FindingResolved::AlreadyResolved(finding)) => already_resolved(&session, &finding),
         Err(err) if err.is::<UsageError>() => refused_with_form(
             &session,
             id,

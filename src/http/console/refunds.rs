@@ -25,7 +25,7 @@ use crate::format;
 use crate::http::AdminState;
 use crate::operator::attempts::{AttemptDetail, AttemptRefund};
 use crate::operator::refunds::{
-    self, RefundCursor, RefundError, RefundFilter, RefundPreview, RefundRequest, RefundResolveAs,
+    self, NewRefund, RefundCursor, RefundError, RefundFilter, RefundPreview, RefundResolveAs,
     RefundResolveError, RefundResolveRequest, RefundView,
 };
 use crate::operator::Via;
@@ -368,8 +368,8 @@ pub(super) struct RefundForm {
 }
 
 impl RefundForm {
-    fn request(&self) -> Result<RefundRequest, String> {
-        Ok(RefundRequest {
+    fn request(&self) -> Result<NewRefund, String> {
+        Ok(NewRefund {
             amount_minor: parse_set::<i64>(&self.amount_minor).map_err(|_| {
                 format!(
                     "`{}` is not an amount: a whole number of minor units (cents for EUR). Nothing was done.",

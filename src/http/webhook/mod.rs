@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use super::listener::{self, InFlight};
 use crate::config::{Settings, StripeMode};
 use crate::domain::AttemptStatus;
-use crate::store::webhooks::{self, Effect, Event, IntentAttempt, Recorded};
+use crate::store::webhooks::{self, Effect, Event, EventRecorded, IntentAttempt};
 use crate::store::Store;
 
 /// The largest body accepted: Stripe's events are a few KiB; 256 KiB leaves room and
@@ -297,7 +297,7 @@ async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: By
     )
     .await;
     match recorded {
-        Ok(Recorded::Duplicate) => {
+        Ok(EventRecorded::Duplicate) => {
             count("duplicate");
             (
                 StatusCode::OK,
@@ -305,7 +305,7 @@ async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: By
             )
                 .into_response()
         }
-        Ok(Recorded::New(did)) => {
+        Ok(EventRecorded::New(did)) => {
             count("accepted");
             tracing::info!(
                 event_id = event.id,

@@ -30,7 +30,7 @@ use crate::store::Store;
 /// form. The body of the API's request.
 #[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RefundRequest {
+pub struct NewRefund {
     /// In the charge's minor unit, 1 to what is left; omitted: all that is left now (the
     /// refund carries that amount, not "the rest")
     #[serde(default)]
@@ -199,7 +199,7 @@ impl RefundPublished {
 pub async fn preview(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
-    request: &RefundRequest,
+    request: &NewRefund,
 ) -> Result<RefundPreview, RefundError> {
     let reason = checked_reason(&request.reason)?;
     if let Some(amount) = request.amount_minor {
@@ -250,7 +250,7 @@ pub async fn preview(
 async fn recorded_amount(
     store: &Store,
     payment_attempt_id: PaymentAttemptId,
-    request: &RefundRequest,
+    request: &NewRefund,
 ) -> Result<Option<i64>, RefundError> {
     let Some(refund_id) = request.refund_id else {
         return Ok(None);
@@ -383,7 +383,7 @@ pub async fn create(
     store: &Store,
     broker: &Broker,
     payment_attempt_id: PaymentAttemptId,
-    request: &RefundRequest,
+    request: &NewRefund,
     actor: &str,
     via: Via,
 ) -> Result<RefundPublished, RefundError> {

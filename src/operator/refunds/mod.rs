@@ -11,16 +11,16 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::attempts::{
-    next_action_text, overdue, suffix, timeline, Actor, NextAction, TimelineRow,
+    next_action_text, overdue, suffix, timeline, NextAction, NextActor, TimelineRow,
 };
 use crate::domain::{RefundId, RefundStatus};
 use crate::format;
-use crate::store::operator::{GatewayCall, OutboxEvent, Transition};
-use crate::store::refund_reads::{self as sql, RefundRecord};
+use crate::store::operator::{CallRecord, OutboxEvent, Transition};
+use crate::store::refund_reads::{self as sql, StoredRefund};
 pub use crate::store::refund_reads::{RefundCursor, RefundFilter};
 use crate::store::Store;
 pub use create::{
-    create, decide, message_id, preview, RefundError, RefundPreview, RefundPublished, RefundRequest,
+    create, decide, message_id, preview, NewRefund, RefundError, RefundPreview, RefundPublished,
 };
 pub use resolve::{
     resolve, RefundResolveAs, RefundResolveError, RefundResolveRequest, RefundResolved,
@@ -31,7 +31,7 @@ pub use resolve::{
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct RefundView {
     #[serde(flatten)]
-    pub refund: RefundRecord,
+    pub refund: StoredRefund,
     /// Seconds since the refund was recorded.
     pub age_seconds: i64,
     pub next_action: NextAction,
@@ -45,7 +45,7 @@ pub struct RefundDetail {
     /// Its moves (`refund_transitions`), each with its cause and actor.
     pub transitions: Vec<Transition>,
     /// Its gateway calls (`refund`, `refund_lookup`), sent under its own key.
-    pub gateway_calls: Vec<GatewayCall>,
+    pub gateway_calls: Vec<CallRecord>,
     /// Its event (`refund-succeeded`, `refund-failed`) and dead letter in the outbox.
     pub events: Vec<OutboxEvent>,
 }
@@ -107,7 +107,7 @@ pub fn parse_status(text: &str) -> Result<RefundStatus, String> {
     })
 }
 
-pub fn view(refund: RefundRecord, now: OffsetDateTime) -> RefundView {
+pub fn view(refund: StoredRefund, now: OffsetDateTime) -> RefundView {
     RefundView {
         age_seconds: (now - refund.created_at).whole_seconds().max(0),
         next_action: next_action(&refund, now),
@@ -118,26 +118,26 @@ pub fn view(refund: RefundRecord, now: OffsetDateTime) -> RefundView {
 /// Who moves `refund` next, what they do and when, judged from its row alone. The refund
 /// sender runs in the executor role (it admits and sends), the refund lookups in the
 /// reconciler role (they take back expired leases and look refunds up).
-pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
+pub fn next_action(refund: &StoredRefund, now: OffsetDateTime) -> NextAction {
     let worker = |action: String, at: OffsetDateTime| NextAction {
-        by: Actor::Executor,
+        by: NextActor::Executor,
         action,
         at: Some(at),
         warning: overdue(
             now,
             at,
-            Actor::Executor,
+            NextActor::Executor,
             " (the refund sender runs with it)",
         ),
     };
     let lookups = |action: String, at: OffsetDateTime| NextAction {
-        by: Actor::Reconciler,
+        by: NextActor::Reconciler,
         action,
         at: Some(at),
         warning: overdue(
             now,
             at,
-            Actor::Reconciler,
+            NextActor::Reconciler,
             " (the refund lookups run with it)",
         ),
     };
@@ -159,7 +159,7 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
         ),
         RefundStatus::InFlight => match refund.lease_expires_at {
             Some(expires) if expires > now => NextAction {
-                by: Actor::Executor,
+                by: NextActor::Executor,
                 action: format!(
                     "gateway call in progress ({}); lease expires",
                     refund.lease_owner.as_deref().unwrap_or("unknown executor")
@@ -168,11 +168,11 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
                 warning: None,
             },
             expires => NextAction {
-                by: Actor::Reconciler,
+                by: NextActor::Reconciler,
                 action: "lease expired: the refund lookups move it to unknown and look it up"
                     .to_owned(),
                 at: expires,
-                warning: expires.and_then(|e| overdue(now, e, Actor::Reconciler, "")),
+                warning: expires.and_then(|e| overdue(now, e, NextActor::Reconciler, "")),
             },
         },
         RefundStatus::Processing => lookups(
@@ -191,7 +191,7 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
             refund.next_run_at,
         ),
         RefundStatus::NeedsReview => NextAction {
-            by: Actor::Operator,
+            by: NextActor::Operator,
             action: format!(
                 "a person reads why above, finds the refund at the gateway (key {}{}) and settles it with `onecharge refunds resolve {} --as succeeded|failed --reason …` (the gateway is read first; failed gives the amount back for a new refund_id); its amount stays reserved meanwhile",
                 refund.idempotency_key,
@@ -202,7 +202,7 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
             warning: None,
         },
         RefundStatus::Succeeded | RefundStatus::Failed | RefundStatus::Refused => NextAction {
-            by: Actor::None,
+            by: NextActor::None,
             action: "nothing: final".to_owned(),
             at: None,
             warning: None,
@@ -211,7 +211,7 @@ pub fn next_action(refund: &RefundRecord, now: OffsetDateTime) -> NextAction {
 }
 
 /// `5.00 EUR`, or what was asked while it waits: `5.00 EUR asked` / `the rest of the charge`.
-pub fn amount_text(refund: &RefundRecord) -> String {
+pub fn amount_text(refund: &StoredRefund) -> String {
     match (refund.money(), refund.requested_minor) {
         (Some(money), _) => money.to_string(),
         (None, Some(minor)) => format!("{minor} minor units asked"),
@@ -220,7 +220,7 @@ pub fn amount_text(refund: &RefundRecord) -> String {
 }
 
 /// Why a refund stands where it does: its review reason, failure reason or last error.
-pub fn why(refund: &RefundRecord) -> Option<&str> {
+pub fn why(refund: &StoredRefund) -> Option<&str> {
     match refund.status {
         RefundStatus::NeedsReview => refund.review_reason.as_deref(),
         RefundStatus::Failed | RefundStatus::Refused => refund.failure_reason.as_deref(),
@@ -350,26 +350,26 @@ mod tests {
         let next = next_action(&refund, now);
         assert_eq!(
             (next.by, next.action.as_str()),
-            (Actor::Executor, "refund worker sends it to the gateway")
+            (NextActor::Executor, "refund worker sends it to the gateway")
         );
         refund.next_run_at = now - time::Duration::minutes(5);
         let late = next_action(&refund, now);
         assert!(late.warning.unwrap().contains("overdue by 5m00s"));
         refund.status = RefundStatus::NeedsReview;
         let review = next_action(&refund, now);
-        assert_eq!(review.by, Actor::Operator);
+        assert_eq!(review.by, NextActor::Operator);
         assert!(
             review.action.contains("onecharge-refund-"),
             "{}",
             review.action
         );
         refund.status = RefundStatus::Refused;
-        assert_eq!(next_action(&refund, now).by, Actor::None);
+        assert_eq!(next_action(&refund, now).by, NextActor::None);
     }
 
-    pub(crate) fn record(status: RefundStatus, now: OffsetDateTime) -> RefundRecord {
+    pub(crate) fn record(status: RefundStatus, now: OffsetDateTime) -> StoredRefund {
         let refund_id = RefundId::from(uuid::Uuid::nil());
-        RefundRecord {
+        StoredRefund {
             refund_id,
             payment_attempt_id: PaymentAttemptId::from(uuid::Uuid::nil()),
             status,

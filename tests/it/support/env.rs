@@ -266,7 +266,9 @@ impl TestEnv {
 
     /// The refund worker's first step: admits every due waiting refund whose attempt is
     /// final, reserving its amount (or refuses it with its reason).
-    pub async fn admit_refunds(&self) -> Vec<(RefundId, onecharge::store::refunds::Admission)> {
+    pub async fn admit_refunds(
+        &self,
+    ) -> Vec<(RefundId, onecharge::store::refunds::RefundAdmission)> {
         onecharge::store::refunds::admit_due(
             &self.store,
             &Actor::Executor("test-refunds".into()),
