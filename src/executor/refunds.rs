@@ -100,24 +100,14 @@ impl RefundSender {
     /// Works until `shutdown`; a pass in hand is finished first.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         tracing::info!("refund sender started");
-        while !shutdown.is_cancelled() {
-            let busy = match self.pass().await {
-                Ok(report) => report != SendReport::default(),
-                Err(err) => {
-                    let quiet = crate::store::notice_failure(&err);
-                    step_failed!(quiet, warn, error = %format!("{err:#}"), "refund pass failed; trying again");
-                    false
-                }
-            };
-            if busy {
-                continue;
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = self.nudges.refunds_due() => {}
-                _ = tokio::time::sleep(self.poll_interval) => {}
-            }
-        }
+        crate::nudge::work_until(
+            &shutdown,
+            "refund pass",
+            self.poll_interval,
+            || async { Ok(self.pass().await? != SendReport::default()) },
+            || self.nudges.refunds_due(),
+        )
+        .await;
         tracing::info!("refund sender stopped");
         Ok(())
     }

@@ -75,23 +75,14 @@ impl RefundLookups {
     /// Works until `shutdown`; a pass in hand is finished first.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         tracing::info!("refund lookups started");
-        while !shutdown.is_cancelled() {
-            let busy = match self.pass().await {
-                Ok(report) => report != LookupReport::default(),
-                Err(err) => {
-                    let quiet = crate::store::notice_failure(&err);
-                    step_failed!(quiet, warn, error = %format!("{err:#}"), "refund lookup pass failed; trying again");
-                    false
-                }
-            };
-            if busy {
-                continue;
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(self.poll_interval) => {}
-            }
-        }
+        crate::nudge::work_until(
+            &shutdown,
+            "refund lookup pass",
+            self.poll_interval,
+            || async { Ok(self.pass().await? != LookupReport::default()) },
+            std::future::pending,
+        )
+        .await;
         tracing::info!("refund lookups stopped");
         Ok(())
     }
