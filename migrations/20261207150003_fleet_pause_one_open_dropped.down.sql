@@ -1,0 +1,5 @@
+-- no-transaction
+-- Fails while more than one pause is open: resume all but one first (`onecharge fleet
+-- status`, `onecharge fleet resume --id N`).
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS fleet_pauses_one_open
+    ON fleet_pauses ((true)) WHERE resumed_at IS NULL;
