@@ -82,8 +82,10 @@ impl DatabaseGaugesRefresher {
             Ok(None) => {}
             Err(err) => tracing::warn!(error = %err, "cannot read when the last sweep succeeded"),
         }
-        match store::fleet::current_pause(&self.store).await {
-            Ok(pause) => metrics::fleet_paused(pause.is_some()),
+        match store::fleet::open_pauses(&self.store).await {
+            Ok(pauses) => {
+                metrics::fleet_paused(&pauses.iter().map(|p| p.scope).collect::<Vec<_>>())
+            }
             Err(err) => tracing::warn!(error = %err, "cannot read whether the fleet is paused"),
         }
         Ok(gauges)

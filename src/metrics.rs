@@ -594,10 +594,17 @@ pub fn database_failover(on: bool) {
     metrics::gauge!("onecharge_database_failover").set(if on { 1.0 } else { 0.0 });
 }
 
-/// Whether charging is paused across the fleet (1) or not (0), as the database said at the
-/// last refresh: every instance that serves `/metrics` says the same (decision 145).
-pub fn fleet_paused(paused: bool) {
-    metrics::gauge!("onecharge_fleet_paused").set(if paused { 1.0 } else { 0.0 });
+/// Whether any pause is open across the fleet (1) or none (0), and how many are open of
+/// each scope (`all`, `charges`, `refunds`; every scope always set, so a resumed one reads
+/// 0), given the scope of each open pause as the database said at the last refresh: every
+/// instance that serves `/metrics` says the same (decisions 145 and 265). The currency of a
+/// pause is not a label: `fleet status` names it.
+pub fn fleet_paused(open: &[crate::domain::PauseScope]) {
+    metrics::gauge!("onecharge_fleet_paused").set(if open.is_empty() { 0.0 } else { 1.0 });
+    for scope in crate::domain::PauseScope::ALL {
+        let count = open.iter().filter(|s| **s == scope).count();
+        metrics::gauge!("onecharge_fleet_pauses_open", "scope" => scope.as_str()).set(count as f64);
+    }
 }
 
 /// When the fleet's last reconciliation sweep that read and compared everything finished

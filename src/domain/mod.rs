@@ -15,6 +15,7 @@ pub mod lease;
 pub mod lookup;
 pub mod money;
 pub mod outcome;
+pub mod pause;
 pub mod refund;
 pub mod refund_call;
 pub mod refund_event;
@@ -33,6 +34,7 @@ pub use ids::{
 };
 pub use lease::LeaseToken;
 pub use money::{Currency, Money};
+pub use pause::{Movement, PauseCover, PauseScope};
 pub use refund::{HeldRefund, RefundPayment, RefundStatus, ValidRefund};
 pub use retry::RetryWindow;
 pub use settlement::{

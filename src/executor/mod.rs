@@ -493,8 +493,9 @@ impl Executor {
     /// Starts a call for each queued attempt a free slot can take, after checking that the
     /// call may still go ([`Executor::why_not_send`]); hands back what may not. While the
     /// gateway health holds calls back, the whole queue goes back at once (but for a probe,
-    /// which is what tests the gateway again); so does it while the fleet is paused, as the
-    /// [`pause::PauseWatch`] knows it (or, when it does not know, as the database says now).
+    /// which is what tests the gateway again); so does every attempt an open fleet pause
+    /// covers, as the [`pause::PauseWatch`] knows them (or, when it does not know, as the
+    /// database says now).
     async fn send_queued(&self, ahead: &mut ClaimAhead, in_hand: &mut InHand) {
         let inner = &self.inner;
         if let Some(reason) = inner.gateway.health.holding_calls() {
@@ -506,20 +507,22 @@ impl Executor {
                 .await;
         }
         if ahead.len() > 0 && in_hand.free(usize::MAX) > 0 {
-            let paused = match inner.pause.known() {
-                Known::Running => Ok(false),
-                Known::Paused => Ok(true),
-                Known::Unknown => crate::store::fleet::is_paused(&inner.store).await,
+            let covers = match inner.pause.known() {
+                Known::Open(covers) => Ok(covers),
+                Known::Unknown => crate::store::fleet::open_covers(&inner.store).await,
             };
-            match paused {
-                Ok(false) => {}
-                Ok(true) => {
-                    let held = ahead.take_all().into_iter().map(|q| q.claim).collect();
-                    self.hand_back(
-                        held,
-                        "claimed ahead, not sent: charging is paused across the fleet",
-                    )
-                    .await;
+            match covers {
+                Ok(covers) if covers.is_empty() => {}
+                Ok(covers) => {
+                    // Only what a pause covers goes back; the rest keeps its place.
+                    let (held, free): (Vec<_>, Vec<_>) =
+                        ahead.take_all().into_iter().partition(|q| {
+                            pause::holds_charge(&covers, q.claim.attempt.money.currency())
+                        });
+                    ahead.put_back(free);
+                    let held = held.into_iter().map(|q| q.claim).collect();
+                    self.hand_back(held, "claimed ahead, not sent: a fleet pause holds it back")
+                        .await;
                 }
                 Err(err) => {
                     // Unknown is not "not paused": nothing queued goes until a look answers.

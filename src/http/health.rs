@@ -19,12 +19,12 @@ pub fn routes() -> Router<AdminState> {
 }
 
 /// Ready when the database and NATS answer and the gateway accepts the credentials; the
-/// body says what is wrong otherwise, and, when ready, whether charging is paused. One
+/// body says what is wrong otherwise, and, when ready, each open pause on a line. One
 /// statement asks the database both things: a probe anyone may send costs one query on
 /// the admin listener's own pool.
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     let (pause, nats) = tokio::join!(
-        crate::store::fleet::current_pause(&state.store),
+        crate::store::fleet::open_pauses(&state.store),
         state.broker.ping()
     );
     let mut problems: Vec<String> = Vec::new();
@@ -44,10 +44,11 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     if problems.is_empty() {
         // A pause is an operator's decision, not a fault: the instance stays ready (a
         // probe that failed would have every pod restarted), and the body says it.
-        let body = match pause.ok().flatten() {
-            Some(pause) => format!("ready\n{}\n", crate::operator::fleet::paused_line(&pause)),
-            None => "ready\n".to_owned(),
-        };
+        let mut body = "ready\n".to_owned();
+        for pause in pause.unwrap_or_default() {
+            body.push_str(&crate::operator::fleet::paused_line(&pause));
+            body.push('\n');
+        }
         (StatusCode::OK, body)
     } else {
         (

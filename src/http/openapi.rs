@@ -16,7 +16,7 @@ use super::error::ErrorBody;
 #[openapi(
     info(
         title = "onecharge admin API",
-        description = "The operator API of onecharge's admin listener (docs/contract.md §6): find payment attempts, see why they are stuck, resolve, recheck, cancel or refund them, follow refunds, export a search as CSV, pause charging across the fleet, list, page, replay (one or by filter) and discard dead letters, read the audit trail. When an admin token or named operators are configured, every request needs `Authorization: Bearer <token>`; a viewer's token only reads. With neither configured the API is open on a loopback address."
+        description = "The operator API of onecharge's admin listener (docs/contract.md §6): find payment attempts, see why they are stuck, resolve, recheck, cancel or refund them, follow refunds, export a search as CSV, pause charges and refunds across the fleet (or only some of them), list, page, replay (one or by filter) and discard dead letters, read the audit trail. When an admin token or named operators are configured, every request needs `Authorization: Bearer <token>`; a viewer's token only reads. With neither configured the API is open on a loopback address."
     ),
     paths(
         api::attempts::list_attempts,
@@ -55,7 +55,7 @@ use super::error::ErrorBody;
         (name = "audit", description = "The trail of manual actions"),
         (name = "dlq", description = "Dead-lettered commands: a page at a time, replayed one by one or by filter, discarded"),
         (name = "findings", description = "Discrepancies between the ledger and the gateway's own records (the reconciliation sweep, webhooks)"),
-        (name = "fleet", description = "Charging across every instance: paused or running"),
+        (name = "fleet", description = "Charges and refunds across every instance: running, or paused (all of them, charges or refunds only, optionally in one currency)"),
         (name = "refunds", description = "Refunds of charges: where each stands, a person's refund, and a person's resolution of one in review"),
         (name = "meta", description = "This document"),
     )

@@ -124,6 +124,18 @@ pub async fn claim_due_attempts(
         "{HELD_COLUMNS}, a.order_id, a.customer_id, a.payment_method, a.description,
          a.lease_owner, a.next_run_at, a.first_message_id, a.correlation_id, due.hand_over"
     );
+    // `IS TRUE`: due is a filter of the scan in next_run_at order, not a range the planner
+    // sizes from statistics (decision 121); an attempt an open pause covers is not claimed
+    // (decisions 145 and 265: its scope takes charges, its currency is none or the
+    // attempt's), asked in this statement so that nothing is claimed once a pause commits
+    let due = format!(
+        "status = 'pending' AND (next_run_at <= now()) IS TRUE
+         AND NOT ($6::float8 > 0 AND first_dispatched_at IS NULL
+                  AND requested_at IS NOT NULL
+                  AND requested_at <= now() - make_interval(secs => $6::float8))
+         AND NOT {}",
+        super::fleet::HELD_CHARGE
+    );
     sqlx::query_as(
         &Claim {
             queue: ATTEMPTS,
@@ -131,14 +143,7 @@ pub async fn claim_due_attempts(
                 (first_dispatched_at IS NOT NULL
                  AND (first_dispatched_at <= now() - make_interval(secs => $4::float8)
                       OR created_at <= now() - make_interval(secs => $5::float8))) AS hand_over",
-            // `IS TRUE`: due is a filter of the scan in next_run_at order, not a range the
-            // planner sizes from statistics (decision 121); a paused fleet claims nothing
-            // (decision 145; one look, not one per row)
-            due: "status = 'pending' AND (next_run_at <= now()) IS TRUE
-                AND NOT ($6::float8 > 0 AND first_dispatched_at IS NULL
-                         AND requested_at IS NOT NULL
-                         AND requested_at <= now() - make_interval(secs => $6::float8))
-                AND NOT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)",
+            due: &due,
             order: "next_run_at",
             limit: "$1",
             // the claim's history entry is written with the move that ends the flight

@@ -19,6 +19,7 @@
 
 use crate::domain::{GatewayChargeId, MessageId};
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use sqlx::postgres::PgRow;
@@ -442,27 +443,33 @@ pub struct Due {
 
 pub async fn due(store: &Store, limit: i64) -> Result<Due, sqlx::Error> {
     sqlx::query_as(&format!(
-        "SELECT (SELECT count(*) FROM (SELECT 1 FROM refunds WHERE {SENDABLE} LIMIT $1) s)
+        "SELECT (SELECT count(*) FROM (SELECT 1 FROM refunds WHERE {sendable} LIMIT $1) s)
                     AS sends,
                 (SELECT count(*) FROM (SELECT 1 FROM refunds WHERE {LOOKUP_DUE} LIMIT $1) l)
-                    AS lookups"
+                    AS lookups",
+        sendable = SENDABLE.as_str()
     ))
     .bind(limit)
     .fetch_one(store.pool())
     .await
 }
 
-/// A refund [`claim_pending`] may claim now (and [`due`] counts): `pending`, due, and the
-/// fleet not paused.
-const SENDABLE: &str = "status = 'pending' AND next_run_at <= now()
-    AND NOT EXISTS (SELECT 1 FROM fleet_pauses WHERE resumed_at IS NULL)";
+/// A refund [`claim_pending`] may claim now (and [`due`] counts): `pending`, due, and no
+/// open pause covering it (its scope takes refunds, its currency is none or the refund's;
+/// decisions 145 and 265).
+static SENDABLE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "status = 'pending' AND next_run_at <= now() AND NOT {}",
+        super::fleet::HELD_REFUND
+    )
+});
 
 /// A refund [`claim_lookups`] may claim now (and [`due`] counts).
 const LOOKUP_DUE: &str = "status IN ('unknown', 'processing') AND next_run_at <= now()";
 
 /// Claims up to `limit` due `pending` refunds for the gateway: `in_flight` under a lease,
 /// fencing token + 1, try + 1, send times stamped; with each claim's transition, committed
-/// before any call. Nothing is claimed while the fleet is paused.
+/// before any call. Nothing an open pause covers is claimed.
 pub async fn claim_pending(
     store: &Store,
     actor: &Actor,
@@ -472,7 +479,7 @@ pub async fn claim_pending(
     let sql = Claim {
         queue: REFUNDS,
         due_columns: "",
-        due: SENDABLE,
+        due: &SENDABLE,
         order: "next_run_at",
         limit: "$1",
         set: "status = 'in_flight', lease_owner = $2,

@@ -184,13 +184,14 @@ async fn a_fleet_pause_hands_the_queue_back_and_only_the_call_already_out_finish
     let run = tokio::spawn(executor.run(shutdown.clone()));
     until_one_sent_and_one_queued(&h, slow, queued).await;
     until("the executor listens for pauses", || async {
-        watch.known() == Known::Running
+        watch.known() == Known::Open(Vec::new())
     })
     .await;
 
     onecharge::operator::fleet::pause(
         &h.store,
         "incident 42",
+        onecharge::domain::PauseCover::EVERYTHING,
         "operator:ada",
         onecharge::store::audit::Via::Cli,
     )
@@ -198,7 +199,7 @@ async fn a_fleet_pause_hands_the_queue_back_and_only_the_call_already_out_finish
     .expect("the pause commits");
     // PostgreSQL tells the executor at the commit; only then may the slot free.
     until("the executor has heard of the pause", || async {
-        watch.known() == Known::Paused
+        watch.known() == Known::Open(vec![onecharge::domain::PauseCover::EVERYTHING])
     })
     .await;
     h.gateway.finish_slow_charges();
@@ -219,6 +220,66 @@ async fn a_fleet_pause_hands_the_queue_back_and_only_the_call_already_out_finish
         1,
         "only the call already out charged"
     );
+}
+
+/// A pause holds back only what it covers (issue 54): pauses of refunds and of charges in
+/// another currency, heard while an attempt (EUR) waits claimed ahead, leave it to be sent
+/// when its slot frees; nothing is handed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_that_does_not_cover_an_attempt_claimed_ahead_leaves_it_to_be_sent() {
+    use onecharge::domain::{Currency, PauseCover, PauseScope};
+    use onecharge::executor::pause::Known;
+    let h = one_slot_harness().await;
+    let (slow, queued) = seed_in_order(&h, pm::FAULT_SLOW_CHARGE, pm::CARD_VISA).await;
+    let executor = h.executor();
+    let watch = executor.pause_watch().clone();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(executor.run(shutdown.clone()));
+    until_one_sent_and_one_queued(&h, slow, queued).await;
+    until("the executor listens for pauses", || async {
+        watch.known() == Known::Open(Vec::new())
+    })
+    .await;
+
+    let others = [
+        PauseCover {
+            scope: PauseScope::Charges,
+            currency: Some(Currency::from_code("ISK").unwrap()),
+        },
+        PauseCover {
+            scope: PauseScope::Refunds,
+            currency: None,
+        },
+    ];
+    for cover in others {
+        onecharge::operator::fleet::pause(
+            &h.store,
+            "not this one",
+            cover,
+            "operator:ada",
+            onecharge::store::audit::Via::Cli,
+        )
+        .await
+        .expect("the pause commits");
+    }
+    until("the executor has heard of both pauses", || async {
+        watch.known() == Known::Open(others.to_vec())
+    })
+    .await;
+    h.gateway.finish_slow_charges();
+    until("both attempts are charged", || async {
+        h.attempt(slow).await.status == "succeeded" && h.attempt(queued).await.status == "succeeded"
+    })
+    .await;
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+
+    assert!(
+        !causes(h.transitions(queued).await).contains(&"handed_back".to_owned()),
+        "{:?}",
+        h.transitions(queued).await
+    );
+    assert_eq!(h.gateway.ledger().len(), 2, "both charged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2123,6 +2123,96 @@ async fn pausing_the_fleet_in_the_console_is_confirmed_then_shown_on_every_page_
     console.stop().await;
 }
 
+/// The console pauses one scope in one currency beside another pause; the banner shows each
+/// with its scope, and the fleet page resumes the one whose form was posted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_pauses_a_scope_in_a_currency_and_resumes_each_pause_by_its_own_form() {
+    let env = TestEnv::with_settings(with_operators).await;
+    let console = Console::start(&env).await;
+    let ada = console.browser(OPERATOR_TOKEN).await;
+    let csrf: &'static str = console.csrf(&ada).await.leak();
+    let pause = |scope: &'static str, currency: &'static str, reason: &'static str| {
+        vec![
+            ("action", "pause"),
+            ("scope", scope),
+            ("currency", currency),
+            ("reason", reason),
+            ("confirm", "yes"),
+            ("csrf", csrf),
+        ]
+    };
+
+    let (status, page) = console
+        .post(
+            &ada,
+            "/console/fleet",
+            &pause("charges", "isk", "lower case"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+    let (status, page) = console
+        .post(
+            &ada,
+            "/console/fleet",
+            &pause("charges", "ISK", "ISK acquirer down"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("charging in ISK paused by operator:ada"),
+        "{page}"
+    );
+    let (status, page) = console
+        .post(
+            &ada,
+            "/console/fleet",
+            &pause("refunds", "", "refund API degraded"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let (status, page) = console
+        .post(&ada, "/console/fleet", &pause("charges", "ISK", "again"))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{page}");
+
+    let (_, page) = console.get(Some(&ada), "/console/attempts").await;
+    assert!(
+        page.contains(r#"data-scope="charges" data-currency="ISK""#)
+            && page.contains("Charging in ISK paused across the fleet")
+            && page.contains(r#"data-scope="refunds">"#)
+            && page.contains("Refunds paused across the fleet"),
+        "{page}"
+    );
+    let (_, page) = console.get(Some(&ada), "/console/fleet").await;
+    assert_eq!(page.matches("fleet-resume-form").count(), 2, "{page}");
+
+    let refunds: i64 = env
+        .scalar("SELECT id FROM fleet_pauses WHERE scope = 'refunds'")
+        .await;
+    let id: &'static str = refunds.to_string().leak();
+    let (status, page) = console
+        .post(
+            &ada,
+            "/console/fleet",
+            &[
+                ("action", "resume"),
+                ("id", id),
+                ("confirm", "yes"),
+                ("csrf", csrf),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("refunds resumed by operator:ada"), "{page}");
+    assert!(!page.contains("Refunds paused across the fleet"), "{page}");
+    assert_eq!(
+        env.scalar("SELECT count(*) FROM fleet_pauses WHERE resumed_at IS NULL AND scope = 'charges' AND currency = 'ISK'")
+            .await,
+        1
+    );
+    console.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_search_offers_its_results_as_csv_and_a_viewer_downloads_them() {
     let env = TestEnv::with_settings(with_operators).await;

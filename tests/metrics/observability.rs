@@ -330,6 +330,65 @@ async fn the_oldest_waiting_attempt_and_outbox_row_are_reported_by_age_at_refres
 /// Issue 37: the refund gauges cover every unsettled state, at 0 where no refund is (so a
 /// state emptied drops to 0), and age the oldest of each from when it was recorded; a
 /// settled refund is the counter's, never a gauge's.
+/// Every open fleet pause counts under its scope, whatever its currency (issue 54):
+/// `onecharge_fleet_paused` is 1 while any is open, and every scope reads 0 once resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_pause_gauges_count_the_open_pauses_of_each_scope_at_refresh_time() {
+    use onecharge::domain::{Currency, PauseCover, PauseScope};
+    use onecharge::operator::{fleet, Via};
+    let _recorder = RECORDER.lock().await;
+    let env = TestEnv::new().await;
+    onecharge::metrics::install();
+    let refresher = DatabaseGaugesRefresher::new(env.store.clone());
+    let mut opened = Vec::new();
+    for (scope, currency) in [
+        (PauseScope::Charges, Some("ISK")),
+        (PauseScope::Charges, Some("EUR")),
+        (PauseScope::Refunds, None),
+    ] {
+        let cover = PauseCover {
+            scope,
+            currency: currency.map(|c| Currency::from_code(c).unwrap()),
+        };
+        let pause = fleet::pause(&env.store, "drill", cover, "operator:ana", Via::Cli)
+            .await
+            .unwrap();
+        opened.push(pause.id);
+    }
+
+    refresher.refresh_once(env.db_now().await).await.unwrap();
+    let scraped = Scrape::now();
+    assert_eq!(scraped.value("onecharge_fleet_paused", &[]), 1.0);
+    for (scope, open) in [("all", 0.0), ("charges", 2.0), ("refunds", 1.0)] {
+        assert_eq!(
+            scraped.value("onecharge_fleet_pauses_open", &[("scope", scope)]),
+            open,
+            "{scope}"
+        );
+    }
+
+    for id in opened {
+        let which = onecharge::store::fleet::PauseSelector {
+            id: Some(id),
+            ..Default::default()
+        };
+        fleet::resume(&env.store, "", which, "operator:ana", Via::Cli)
+            .await
+            .unwrap();
+    }
+    refresher.refresh_once(env.db_now().await).await.unwrap();
+    let scraped = Scrape::now();
+    assert_eq!(scraped.value("onecharge_fleet_paused", &[]), 0.0);
+    for scope in ["all", "charges", "refunds"] {
+        assert!(
+            scraped.0.contains(&format!(
+                "onecharge_fleet_pauses_open{{scope=\"{scope}\"}} 0\n"
+            )),
+            "{scope} reads 0 once resumed"
+        );
+    }
+}
+
 #[tokio::test]
 async fn refund_gauges_count_every_unsettled_state_and_age_the_oldest_at_refresh_time() {
     let _recorder = RECORDER.lock().await;

@@ -76,7 +76,7 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
     let live = live_session(state, session::cookie_id(request.headers())).await;
     match live {
         Ok(Some(mut session)) => {
-            session.fleet_pause = fleet_pause(state).await;
+            session.fleet_pauses = fleet_pauses(state).await;
             with_session(session, &path, request, next).await
         }
         Ok(None) => not_signed_in(&request),
@@ -84,13 +84,12 @@ async fn check(state: &AdminState, request: Request, next: Next) -> Response {
     }
 }
 
-/// The fleet's open pause, for the banner of every page; a failed read shows none (the
+/// The fleet's open pauses, for the banner of every page; a failed read shows none (the
 /// page itself will say what fails).
-async fn fleet_pause(state: &AdminState) -> Option<crate::store::fleet::FleetPause> {
-    crate::store::fleet::current_pause(&state.store)
+async fn fleet_pauses(state: &AdminState) -> Vec<crate::store::fleet::FleetPause> {
+    crate::store::fleet::open_pauses(&state.store)
         .await
-        .ok()
-        .flatten()
+        .unwrap_or_default()
 }
 
 /// The sign-in page and an open console: a POST must carry the form token of the
@@ -101,10 +100,10 @@ async fn without_session(state: &AdminState, path: &str, request: Request, next:
     let mut opened = (path != "/console/login").then(|| Session {
         principal: Principal::open_console(),
         csrf: token.clone(),
-        fleet_pause: None,
+        fleet_pauses: Vec::new(),
     });
     if let Some(session) = opened.as_mut() {
-        session.fleet_pause = fleet_pause(state).await;
+        session.fleet_pauses = fleet_pauses(state).await;
     }
     let mut request = match checked_form(&token, opened.as_ref(), request).await {
         Ok(request) => request,

@@ -63,11 +63,11 @@ fn layout(title: &str, session: Option<&Session>, body: Markup, refresh: Option<
                         }
                     }
                 }
-                @if let Some(pause) = session.and_then(|s| s.fleet_pause.as_ref()) {
-                    p #fleet-paused-banner .banner data-testid="fleet-paused" data-paused-by=(pause.paused_by) {
-                        strong { "Charging is paused across the fleet" }
+                @for pause in session.map(|s| s.fleet_pauses.as_slice()).unwrap_or_default() {
+                    p .banner data-testid="fleet-paused" data-paused-by=(pause.paused_by) data-scope=(pause.scope.as_str()) data-currency=[pause.currency.map(|c| c.code())] {
+                        strong { (capitalised(&pause.cover().to_string())) " paused across the fleet" }
                         " by " (pause.paused_by) " since " (crate::format::at(pause.paused_at)) ": " (pause.reason)
-                        ". No executor claims a new attempt until it is resumed ("
+                        ". No executor claims what it holds back until it is resumed ("
                         a href="/console/fleet" { "Fleet" } ")."
                     }
                 }
@@ -75,6 +75,15 @@ fn layout(title: &str, session: Option<&Session>, body: Markup, refresh: Option<
             }
         }
     }
+}
+
+/// `Charging in ISK`: a phrase that starts a sentence.
+fn capitalised(phrase: &str) -> String {
+    let mut chars = phrase.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 pub(super) fn csrf_field(session: &Session) -> Markup {

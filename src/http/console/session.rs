@@ -66,8 +66,8 @@ pub struct Session {
     pub principal: Principal,
     /// The token every POST form of this session carries (hidden field `csrf`).
     pub csrf: String,
-    /// The fleet's open pause as the guard read it for this request: every page's banner.
-    pub fleet_pause: Option<crate::store::fleet::FleetPause>,
+    /// The fleet's open pauses as the guard read them for this request: every page's banner.
+    pub fleet_pauses: Vec<crate::store::fleet::FleetPause>,
 }
 
 impl Session {
@@ -95,7 +95,7 @@ pub async fn start(
     let session = Session {
         csrf: random_hex(),
         principal,
-        fleet_pause: None,
+        fleet_pauses: Vec::new(),
     };
     let stored = StoredSession {
         actor: session.principal.actor.clone(),
@@ -155,7 +155,7 @@ pub async fn resume(
             return Ok(Some(Session {
                 principal,
                 csrf: stored.csrf,
-                fleet_pause: None,
+                fleet_pauses: Vec::new(),
             }))
         }
         Some(_) => "the credential it was signed in with has been replaced",

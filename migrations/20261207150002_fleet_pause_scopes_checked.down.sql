@@ -1,0 +1,2 @@
+-- Nothing to take back: the up migration only checks and validates.
+SELECT 1;
