@@ -12,12 +12,14 @@ use serde_json::json;
 use crate::support::api::AdminApi;
 use crate::support::{Harness, Records, TestEnv};
 
+/// Who took `action`, and why, in order.
 async fn audited(h: &Harness, action: &str) -> Vec<(String, Option<String>)> {
-    sqlx::query_as("SELECT actor, reason FROM operator_audit WHERE action = $1 ORDER BY id")
-        .bind(action)
-        .fetch_all(h.store.pool())
-        .await
-        .unwrap()
+    let entries = h.audit_entries().await;
+    entries
+        .into_iter()
+        .filter(|e| e.action == action)
+        .map(|e| (e.actor, e.reason))
+        .collect()
 }
 
 #[tokio::test]
@@ -99,11 +101,7 @@ async fn a_second_pause_and_a_resume_of_a_running_fleet_are_refused_with_why() {
         1,
         "a refusal is not audited"
     );
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM fleet_pauses WHERE resumed_at IS NULL")
-            .await,
-        1
-    );
+    assert_eq!(h.pauses_in_force().await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,11 +204,10 @@ async fn the_cli_pauses_cancels_and_resumes_saying_in_one_line_what_it_did_or_wh
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("charging resumed by operator:"), "{stdout}");
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE via = 'cli' AND actor LIKE 'operator:%'
-               AND action IN ('fleet_pause', 'fleet_resume', 'cancel')"
-        )
-        .await,
+        env.audit_count(|e| e.via == "cli"
+            && e.actor.starts_with("operator:")
+            && ["fleet_pause", "fleet_resume", "cancel"].contains(&e.action.as_str()))
+            .await,
         3
     );
 }
