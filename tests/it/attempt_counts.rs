@@ -14,10 +14,7 @@ use crate::support::{record, Harness, Records};
 
 /// Attempts per status counted from the table, as `count_by_status` did before.
 async fn scanned(pool: &PgPool) -> Vec<(String, i64)> {
-    sqlx::query_as("SELECT status, count(*) FROM payment_attempts GROUP BY status ORDER BY status")
-        .fetch_all(pool)
-        .await
-        .unwrap()
+    pool.attempts_by_status().await
 }
 
 /// The kept counts (folded and not) equal the table's, before a fold and after it; after
@@ -30,10 +27,7 @@ async fn assert_exact(store: &Store, after: &str) {
         "before folding, after {after}"
     );
     attempt_counts::fold(store).await.unwrap();
-    let deltas: i64 = sqlx::query_scalar("SELECT count(*) FROM attempt_status_count_deltas")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
+    let deltas = store.rows_in("attempt_status_count_deltas").await;
     assert_eq!(deltas, 0, "a fold leaves no delta, after {after}");
     let folded: Vec<(String, i64)> =
         sqlx::query_as("SELECT status, n FROM attempt_status_counts WHERE n <> 0 ORDER BY status")
@@ -122,13 +116,7 @@ async fn counts_stay_exact_through_intake_settlement_reconciliation_resolve_and_
 
     let removed: PaymentAttemptId = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     h.seed(pm::CARD_VISA).await;
-    sqlx::raw_sql(&format!(
-        "DELETE FROM attempt_transitions WHERE payment_attempt_id = '{removed}';
-         DELETE FROM payment_attempts WHERE payment_attempt_id = '{removed}';"
-    ))
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.delete_attempt(removed).await;
     assert_exact(&h.store, "a manual DELETE").await;
     let expected: Vec<(String, i64)> = [("declined", 2), ("expired", 2), ("pending", 1)]
         .into_iter()

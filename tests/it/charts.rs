@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::Harness;
+use crate::support::{Harness, Records};
 use mock_gateway::payment_methods as pm;
 use onecharge::operator::resolve::{ResolveAs, ResolveRequest};
 use onecharge::operator::Via;
@@ -183,27 +183,18 @@ async fn the_success_rate_and_top_decline_codes_count_the_windows_outcomes_on_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outcome_figures_read_the_window_by_the_time_index_not_a_scan() {
     let h = Harness::new().await;
-    let mut conn = h.store.pool().acquire().await.unwrap().detach();
-    // With sequential scans priced out, the planner scans only when no index serves.
-    sqlx::query("SET enable_seqscan = off")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let plan: Vec<String> = sqlx::query_scalar(
-        "EXPLAIN SELECT a.decline_code, count(*) FROM attempt_transitions t
+    let plan = h
+        .plan_without_seq_scans(
+            "SELECT a.decline_code, count(*) FROM attempt_transitions t
          JOIN payment_attempts a ON a.payment_attempt_id = t.payment_attempt_id
          WHERE t.at > now() - interval '1 hour' AND t.at <= now() AND t.to_status = 'declined'
          GROUP BY a.decline_code",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .unwrap();
-    let plan = plan.join("\n");
+        )
+        .await;
     // the BRIN index on `at` (declared on the parent, one per month partition)
     assert!(
         plan.contains("Bitmap Index Scan on attempt_transitions"),
         "{plan}"
     );
     assert!(!plan.contains("Seq Scan"), "{plan}");
-    sqlx::Connection::close(conn).await.unwrap();
 }

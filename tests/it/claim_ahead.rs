@@ -323,14 +323,7 @@ async fn the_run_loop_keeps_claiming_while_calls_free_slots_under_it() {
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(h.executor().run(shutdown.clone()));
 
-    let settled = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM payment_attempts WHERE status = 'succeeded'",
-        )
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap()
-    };
+    let settled = || async { h.attempts_in("succeeded").await };
     let (mut last, mut moved_at) = (0, Instant::now());
     while last < ATTEMPTS {
         tokio::time::sleep(Duration::from_millis(100)).await;

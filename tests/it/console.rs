@@ -919,7 +919,7 @@ async fn a_console_failure_shows_a_request_id_and_leaves_database_and_nats_error
     };
 
     // the overview: a table the charts read is gone, and the intake consumer whose lag it shows
-    env.exec("ALTER TABLE gateway_calls RENAME TO gateway_calls_moved")
+    env.rename_table("gateway_calls", "gateway_calls_moved")
         .await;
     crate::support::commands_stream(&env.broker)
         .await
@@ -953,7 +953,9 @@ async fn a_console_failure_shows_a_request_id_and_leaves_database_and_nats_error
         "the page names its request id: {page}"
     );
 
-    env.exec("ALTER TABLE operator_audit RENAME TO operator_audit_moved; ALTER TABLE reconciliation_findings RENAME TO reconciliation_findings_moved")
+    env.rename_table("operator_audit", "operator_audit_moved")
+        .await;
+    env.rename_table("reconciliation_findings", "reconciliation_findings_moved")
         .await;
     let (status, replay_id, page) = request(replay).await;
     leaves_out(&leaks, "the replay", &page);
@@ -1173,20 +1175,7 @@ async fn an_expired_session_is_refused_and_deleted() {
     let ada = console.browser(OPERATOR_TOKEN).await;
     let vic = console.browser(VIEWER_TOKEN).await;
     let csrf = console.csrf(&ada).await;
-    let expire = |actor: &'static str| {
-        let pool = env.store.pool().clone();
-        async move {
-            sqlx::query(
-                "UPDATE console_sessions SET created_at = now() - interval '9 hours',
-                        expires_at = now() - interval '1 second' WHERE actor = $1",
-            )
-            .bind(actor)
-            .execute(&pool)
-            .await
-            .unwrap()
-            .rows_affected()
-        }
-    };
+    let expire = |actor: &'static str| env.expire_sessions_of(actor);
     assert_eq!(expire("operator:ada").await, 1);
     assert_eq!(expire("operator:vic").await, 1);
 
@@ -2041,12 +2030,12 @@ async fn cancelling_a_pending_attempt_asks_for_a_confirmation_then_expires_it_as
     assert!(page.contains(r#"data-status="expired""#), "{page}");
     assert_eq!(env.status(id).await, "expired");
     assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM operator_audit WHERE '{id}' = ANY(payment_attempt_ids)
-               AND actor = 'operator:ada' AND via = 'console' AND action = 'cancel'
-               AND reason = 'duplicate order'"
-        ))
-        .await,
+        env.audit_count(|e| e.names(id)
+            && e.actor == "operator:ada"
+            && e.via == "console"
+            && e.action == "cancel"
+            && e.reason.as_deref() == Some("duplicate order"))
+            .await,
         1
     );
 
@@ -2054,13 +2043,7 @@ async fn cancelling_a_pending_attempt_asks_for_a_confirmation_then_expires_it_as
     let (status, page) = console.post(&ada, &path, &confirmed).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert!(page.contains("it is expired"), "{page}");
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM outbox WHERE payment_attempt_id = '{id}'"
-        ))
-        .await,
-        1
-    );
+    assert_eq!(env.events(id).await.len(), 1);
     console.stop().await;
 }
 
@@ -2083,7 +2066,7 @@ async fn pausing_the_fleet_in_the_console_is_confirmed_then_shown_on_every_page_
     let (status, page) = console.post(&ada, "/console/fleet", &pause("no")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains(r#"id="confirm-submit""#), "{page}");
-    assert_eq!(env.scalar("SELECT count(*) FROM fleet_pauses").await, 0);
+    assert_eq!(env.rows_in("fleet_pauses").await, 0);
 
     let (status, page) = console.post(&ada, "/console/fleet", &pause("yes")).await;
     assert_eq!(status, StatusCode::OK, "{page}");
@@ -2113,11 +2096,10 @@ async fn pausing_the_fleet_in_the_console_is_confirmed_then_shown_on_every_page_
     let (_, page) = console.get(Some(&vic), "/console/").await;
     assert!(!page.contains("fleet-paused"), "{page}");
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE actor = 'operator:ada' AND via = 'console'
-               AND action IN ('fleet_pause', 'fleet_resume')"
-        )
-        .await,
+        env.audit_count(|e| e.actor == "operator:ada"
+            && e.via == "console"
+            && ["fleet_pause", "fleet_resume"].contains(&e.action.as_str()))
+            .await,
         2
     );
     console.stop().await;
@@ -2186,9 +2168,9 @@ async fn the_console_pauses_a_scope_in_a_currency_and_resumes_each_pause_by_its_
     let (_, page) = console.get(Some(&ada), "/console/fleet").await;
     assert_eq!(page.matches("fleet-resume-form").count(), 2, "{page}");
 
-    let refunds: i64 = env
-        .scalar("SELECT id FROM fleet_pauses WHERE scope = 'refunds'")
-        .await;
+    let open = env.open_pauses().await;
+    let of = |wanted: &str| open.iter().find(|(_, scope, _)| scope == wanted).unwrap().0;
+    let (refunds, charges) = (of("refunds"), of("charges"));
     let id: &'static str = refunds.to_string().leak();
     let (status, page) = console
         .post(
@@ -2206,9 +2188,9 @@ async fn the_console_pauses_a_scope_in_a_currency_and_resumes_each_pause_by_its_
     assert!(page.contains("refunds resumed by operator:ada"), "{page}");
     assert!(!page.contains("Refunds paused across the fleet"), "{page}");
     assert_eq!(
-        env.scalar("SELECT count(*) FROM fleet_pauses WHERE resumed_at IS NULL AND scope = 'charges' AND currency = 'ISK'")
-            .await,
-        1
+        env.open_pauses().await,
+        [(charges, "charges".to_owned(), Some("ISK".to_owned()))],
+        "the other pause stays"
     );
     console.stop().await;
 }
@@ -2474,11 +2456,7 @@ async fn dead_letters_are_paged_discarded_and_replayed_in_bulk_in_the_console() 
         .await;
     assert_eq!(status, StatusCode::OK, "{confirm}");
     assert!(confirm.contains(r#"id="confirm-form""#), "{confirm}");
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM dead_letter_discards")
-            .await,
-        0
-    );
+    assert_eq!(env.rows_in("dead_letter_discards").await, 0);
     let (status, done) = console
         .post(
             &ada,
@@ -2492,11 +2470,11 @@ async fn dead_letters_are_paged_discarded_and_replayed_in_bulk_in_the_console() 
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE action = 'dlq_discard'
-               AND actor = 'operator:ada' AND via = 'console' AND reason = 'a test message'"
-        )
-        .await,
+        env.audit_count(|e| e.action == "dlq_discard"
+            && e.actor == "operator:ada"
+            && e.via == "console"
+            && e.reason.as_deref() == Some("a test message"))
+            .await,
         1
     );
     let (_, letter) = console
@@ -2560,11 +2538,11 @@ async fn dead_letters_are_paged_discarded_and_replayed_in_bulk_in_the_console() 
         "{done}"
     );
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE actor = 'operator:ada' AND via = 'console'
-               AND action IN ('dlq_replay', 'dlq_bulk_replay') AND reason = 'database back'"
-        )
-        .await,
+        env.audit_count(|e| e.actor == "operator:ada"
+            && e.via == "console"
+            && ["dlq_replay", "dlq_bulk_replay"].contains(&e.action.as_str())
+            && e.reason.as_deref() == Some("database back"))
+            .await,
         3
     );
     console.stop().await;

@@ -126,11 +126,11 @@ async fn a_discarded_dead_letter_is_audited_left_out_of_the_list_and_never_repla
         "{stdout}"
     );
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE action = 'dlq_discard' AND via = 'cli'
-               AND reason = 'producer resent it' AND outcome = 'discarded'"
-        )
-        .await,
+        env.audit_count(|e| e.action == "dlq_discard"
+            && e.via == "cli"
+            && e.reason.as_deref() == Some("producer resent it")
+            && e.outcome == "discarded")
+            .await,
         1
     );
 
@@ -171,11 +171,7 @@ async fn a_discarded_dead_letter_is_audited_left_out_of_the_list_and_never_repla
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(commands_on_stream(&env).await, before);
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM dead_letter_discards")
-            .await,
-        1
-    );
+    assert_eq!(env.rows_in("dead_letter_discards").await, 1);
 
     // Through the API: a reason is required, an unknown letter is 404, and the discard of
     // the other letter is audited as the API's.
@@ -297,19 +293,17 @@ async fn a_bulk_replay_previews_then_publishes_only_what_it_previewed_each_audit
     );
     assert_eq!(commands_on_stream(&env).await, before + 3);
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE action = 'dlq_replay' AND via = 'api'
-               AND reason = 'database back'"
-        )
-        .await,
+        env.audit_count(|e| e.action == "dlq_replay"
+            && e.via == "api"
+            && e.reason.as_deref() == Some("database back"))
+            .await,
         3
     );
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE action = 'dlq_bulk_replay'
-               AND outcome = 'published' AND jsonb_array_length(detail->'items') = 3"
-        )
-        .await,
+        env.audit_count(|e| e.action == "dlq_bulk_replay"
+            && e.outcome == "published"
+            && e.detail["items"].as_array().map(Vec::len) == Some(3))
+            .await,
         1
     );
     let (status, body) = api

@@ -149,11 +149,10 @@ async fn the_api_lists_shows_and_replays_a_corrected_dead_letter_audited() {
     assert_eq!(replayed["body_corrected"], true);
     assert_eq!(commands_on_stream(&env).await, before + 1);
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE action = 'dlq_replay' AND via = 'api'
-               AND reason = 'fixed the amount'"
-        )
-        .await,
+        env.audit_count(|e| e.action == "dlq_replay"
+            && e.via == "api"
+            && e.reason.as_deref() == Some("fixed the amount"))
+            .await,
         1
     );
     api.stop().await;

@@ -905,7 +905,7 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
         );
     }
     assert_eq!(
-        h.scalar("SELECT count(*) FROM gateway_calls").await,
+        h.rows_in("gateway_calls").await,
         1,
         "the fenced write's call, a row of its own (decision 221)"
     );
@@ -1076,15 +1076,13 @@ async fn the_event_a_settlement_writes_is_the_event_the_domain_builds() {
             ..
         } = h.last_event(id).await;
         // The row the settlement statement read, as the domain reads it.
-        let row: onecharge::domain::EventAttempt = sqlx::query_as(
-            "SELECT payment_attempt_id, order_id, amount_minor, currency, correlation_id,
-                    first_message_id, traceparent
-             FROM payment_attempts WHERE payment_attempt_id = $1",
-        )
-        .bind(id)
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap();
+        let row: onecharge::domain::EventAttempt = h
+            .attempt_columns(
+                id,
+                "payment_attempt_id, order_id, amount_minor, currency, correlation_id,
+                 first_message_id, traceparent",
+            )
+            .await;
         let storable = match settlement {
             Settlement::NeedsReview { reason } => Settlement::NeedsReview {
                 reason: onecharge::store::attempts::gateway_text(reason, 1024),

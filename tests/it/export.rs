@@ -123,10 +123,7 @@ async fn a_search_finding_more_than_one_export_holds_is_refused_whole() {
         .contains("narrow"));
 
     // One fewer fits.
-    env.exec(&format!(
-        "DELETE FROM payment_attempts WHERE payment_attempt_id = '{first}'"
-    ))
-    .await;
+    env.delete_attempt(first).await;
     let body = api
         .http()
         .get(api.url("/api/attempts.csv?order_id=ord_many"))

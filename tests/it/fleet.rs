@@ -44,12 +44,14 @@ const ONLY_OPEN: PauseSelector = PauseSelector {
     currency: None,
 };
 
+/// Who took `action`, and why, in order.
 async fn audited(h: &Harness, action: &str) -> Vec<(String, Option<String>)> {
-    sqlx::query_as("SELECT actor, reason FROM operator_audit WHERE action = $1 ORDER BY id")
-        .bind(action)
-        .fetch_all(h.store.pool())
-        .await
-        .unwrap()
+    let entries = h.audit_entries().await;
+    entries
+        .into_iter()
+        .filter(|e| e.action == action)
+        .map(|e| (e.actor, e.reason))
+        .collect()
 }
 
 #[tokio::test]
@@ -137,11 +139,7 @@ async fn a_second_pause_and_a_resume_of_a_running_fleet_are_refused_with_why() {
         1,
         "a refusal is not audited"
     );
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM fleet_pauses WHERE resumed_at IS NULL")
-            .await,
-        1
-    );
+    assert_eq!(h.pauses_in_force().await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,11 +245,10 @@ async fn the_cli_pauses_cancels_and_resumes_saying_in_one_line_what_it_did_or_wh
         "{stdout}"
     );
     assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM operator_audit WHERE via = 'cli' AND actor LIKE 'operator:%'
-               AND action IN ('fleet_pause', 'fleet_resume', 'cancel')"
-        )
-        .await,
+        env.audit_count(|e| e.via == "cli"
+            && e.actor.starts_with("operator:")
+            && ["fleet_pause", "fleet_resume", "cancel"].contains(&e.action.as_str()))
+            .await,
         3
     );
 }
@@ -487,8 +484,7 @@ async fn pauses_of_different_scopes_open_together_one_each_and_a_resume_names_wh
         "{err}"
     );
     assert_eq!(
-        h.scalar("SELECT count(*) FROM fleet_pauses WHERE resumed_at IS NULL")
-            .await,
+        h.pauses_in_force().await,
         2,
         "a refused resume closes nothing"
     );
@@ -511,13 +507,13 @@ async fn pauses_of_different_scopes_open_together_one_each_and_a_resume_names_wh
         .unwrap();
     assert!(!fleet::state(&h.store).await.unwrap().paused);
 
-    let details: Vec<(String, serde_json::Value)> = sqlx::query_as(
-        "SELECT action, detail FROM operator_audit
-         WHERE action IN ('fleet_pause', 'fleet_resume') ORDER BY id",
-    )
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap();
+    let details: Vec<(String, serde_json::Value)> = h
+        .audit_entries()
+        .await
+        .into_iter()
+        .filter(|e| e.action == "fleet_pause" || e.action == "fleet_resume")
+        .map(|e| (e.action, e.detail))
+        .collect();
     let audited: Vec<(&str, &serde_json::Value, &serde_json::Value)> = details
         .iter()
         .map(|(action, d)| (action.as_str(), &d["scope"], &d["currency"]))
@@ -551,7 +547,7 @@ async fn the_api_pauses_a_scope_in_a_currency_and_readyz_shows_each_open_pause()
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{wrong}: {body}");
     }
-    assert_eq!(env.scalar("SELECT count(*) FROM fleet_pauses").await, 0);
+    assert_eq!(env.rows_in("fleet_pauses").await, 0);
 
     let (status, isk) = api
         .post(
@@ -726,9 +722,5 @@ async fn the_cli_pauses_a_scope_in_a_currency_and_resumes_the_one_it_names() {
         .await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.starts_with("charging in ISK resumed by"), "{stdout}");
-    assert_eq!(
-        env.scalar("SELECT count(*) FROM fleet_pauses WHERE resumed_at IS NULL")
-            .await,
-        0
-    );
+    assert_eq!(env.pauses_in_force().await, 0);
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::support::privileges::RestrictedRole;
 use crate::support::record_batch;
 use crate::support::{
     command, commands_stream, edit_stream, eventually, header, intake_record,
@@ -120,12 +121,7 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
     let env = TestEnv::new().await;
     let intake = env.intake().await;
     // A failure injected after the dedupe insert, inside the same transaction.
-    env.exec(
-        "CREATE FUNCTION fail_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN RAISE EXCEPTION 'injected failure' USING ERRCODE = 'serialization_failure'; END $$;
-         CREATE TRIGGER fail_attempts BEFORE INSERT ON payment_attempts FOR EACH ROW EXECUTE FUNCTION fail_insert();",
-    )
-    .await;
+    env.refuse_attempts("true", "serialization_failure").await;
     env.publish_new("m-rollback").await;
 
     let first = intake.process_batch(WAIT).await.unwrap();
@@ -134,8 +130,7 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
     assert_eq!(env.dedupe_rows().await, 0);
     assert_eq!(env.attempt_rows().await, 0);
 
-    env.exec("DROP TRIGGER fail_attempts ON payment_attempts")
-        .await;
+    env.accept_attempts().await;
     let second = intake.process_batch(WAIT).await.unwrap();
 
     assert_eq!(second.outcomes, vec![DeliveryOutcome::Processed]);
@@ -148,14 +143,8 @@ async fn a_rolled_back_transaction_leaves_no_dedupe_row_and_the_redelivery_is_pr
 async fn one_message_the_database_rejects_does_not_poison_its_batch() {
     let env = TestEnv::new().await;
     let intake = env.intake().await;
-    env.exec(
-        "CREATE FUNCTION reject_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN IF NEW.order_id = 'ord_poison' THEN
-           RAISE EXCEPTION 'order refused' USING ERRCODE = 'check_violation'; END IF;
-         RETURN NEW; END $$;
-         CREATE TRIGGER reject_poison BEFORE INSERT ON payment_attempts FOR EACH ROW EXECUTE FUNCTION reject_poison();",
-    )
-    .await;
+    env.refuse_attempts("NEW.order_id = 'ord_poison'", "check_violation")
+        .await;
     env.publish_new("good-1").await;
     env.publish(
         "poison",
@@ -489,7 +478,7 @@ async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as
     env.publish_new("m-deploy-1").await;
     env.publish_new("m-deploy-2").await;
     // A migration gone wrong: the table intake writes to is not there (SQLSTATE 42P01).
-    env.exec("ALTER TABLE payment_attempts RENAME TO payment_attempts_moved")
+    env.rename_table("payment_attempts", "payment_attempts_moved")
         .await;
 
     let during = intake.process_batch(WAIT).await.unwrap();
@@ -498,7 +487,7 @@ async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as
     assert!(during.dead_lettered.is_empty(), "{during:?}");
     assert!(env.dead_letters().await.is_empty());
 
-    env.exec("ALTER TABLE payment_attempts_moved RENAME TO payment_attempts")
+    env.rename_table("payment_attempts_moved", "payment_attempts")
         .await;
     let mut processed = 0;
     while processed < 2 {
@@ -514,22 +503,8 @@ async fn a_broken_deployment_is_retried_and_never_dead_letters_valid_commands_as
 async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message() {
     let env = TestEnv::with_settings(|s| s.intake.max_deliver = 5).await;
     // intake runs as a role that lost INSERT on payment_attempts (SQLSTATE 42501)
-    let role = format!("r_{}", &env.db_name[15..27]);
-    let password = uuid::Uuid::new_v4().simple().to_string();
-    env.admin(&format!("CREATE ROLE {role} LOGIN PASSWORD '{password}'"))
-        .await;
-    env.exec(&format!(
-        "GRANT ALL ON ALL TABLES IN SCHEMA public TO {role};
-         GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};
-         REVOKE INSERT ON payment_attempts FROM {role};"
-    ))
-    .await;
-    // The same server as the role: with a password, which a server that takes TCP logins
-    // only with one (Debian's scram-sha-256, the README's set-up) asks of every role.
-    let mut url = reqwest::Url::parse(&env.settings.database_url).unwrap();
-    url.set_username(&role).unwrap();
-    url.set_password(Some(&password)).unwrap();
-    let restricted = onecharge::store::Store::connect(url.as_str(), 2)
+    let role = RestrictedRole::create(&env, "INSERT ON payment_attempts").await;
+    let restricted = onecharge::store::Store::connect(&role.url(&env.settings.database_url), 2)
         .await
         .unwrap();
     let intake =
@@ -542,14 +517,12 @@ async fn a_permission_the_deployment_lacks_is_retried_not_blamed_on_the_message(
 
     assert_eq!(during.count("transient"), 1, "{during:?}");
     assert!(env.dead_letters().await.is_empty());
-    env.exec(&format!("GRANT INSERT ON payment_attempts TO {role}"))
-        .await;
+    role.give_back(&env).await;
     let after = intake.process_batch(WAIT).await.unwrap();
     assert_eq!(after.outcomes, vec![DeliveryOutcome::Processed]);
     assert_eq!(env.attempt_rows().await, 1);
     restricted.pool().close().await;
-    env.exec(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role};")).await;
-    env.admin(&format!("DROP ROLE {role}")).await;
+    role.drop_role(&env).await;
 }
 
 #[tokio::test]

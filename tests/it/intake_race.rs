@@ -96,18 +96,14 @@ async fn overlapping_batches_recorded_by_two_intakes_at_once_classify_every_reco
     assert_eq!(env.attempt_rows().await, 16 * rounds);
     // Every original and every business duplicate keeps its dedupe row.
     assert_eq!(env.dedupe_rows().await, 24 * rounds);
-    let births: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM attempt_history WHERE from_status IS NULL")
-            .fetch_one(env.store.pool())
-            .await
-            .unwrap();
+    let history = env.all_transitions().await;
+    let births = history.iter().filter(|t| t.from_status.is_none()).count() as i64;
     assert_eq!(births, 16 * rounds, "one birth per attempt");
-    let business: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM processed_messages WHERE result = 'business_duplicate'",
-    )
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
+    let dedupe = env.processed_messages().await;
+    let business = dedupe
+        .iter()
+        .filter(|m| m.result == "business_duplicate")
+        .count() as i64;
     assert_eq!(business, 8 * rounds);
     assert!(
         races > 0,
@@ -196,10 +192,7 @@ async fn a_batch_that_waited_on_an_attempt_another_intake_committed_is_recorded_
         env.dedupe_result("m-second").await.as_deref(),
         Some("business_duplicate")
     );
-    let births: i64 = sqlx::query_scalar("SELECT count(*) FROM attempt_history")
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
+    let births = env.all_transitions().await.len();
     assert_eq!(births, 0, "the batch created no attempt, so no birth");
 }
 

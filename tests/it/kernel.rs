@@ -97,7 +97,7 @@ impl Work {
     /// mock's clock forward.
     async fn advance(&self, by: Duration) {
         self.h.advance(by).await;
-        advance_refunds(&self.h, by).await;
+        self.h.advance_refunds(by).await;
         self.h.gateway.advance_clock(by);
     }
 
@@ -153,24 +153,6 @@ impl Work {
     fn succeeded(&self) -> &'static str {
         "succeeded"
     }
-}
-
-/// Moves every stored time of the refunds back by `by`, as `Harness::advance` does for
-/// attempts.
-async fn advance_refunds(h: &Harness, by: Duration) {
-    sqlx::query(
-        "UPDATE refunds SET
-             next_run_at = next_run_at - make_interval(secs => $1),
-             lease_expires_at = lease_expires_at - make_interval(secs => $1),
-             first_sent_at = first_sent_at - make_interval(secs => $1),
-             last_sent_at = last_sent_at - make_interval(secs => $1),
-             created_at = created_at - make_interval(secs => $1),
-             updated_at = updated_at - make_interval(secs => $1)",
-    )
-    .bind(by.as_secs_f64())
-    .execute(h.store.pool())
-    .await
-    .unwrap();
 }
 
 fn worker(h: &Harness, client: GatewayClient) -> RefundRoles {

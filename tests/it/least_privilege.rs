@@ -17,88 +17,13 @@ use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use uuid::Uuid;
 
+use crate::support::privileges::ThrowawayRoles;
 use crate::support::process::{onecharge, run_onecharge};
-use crate::support::throwaway::{
-    nats_url, on_own_thread, own_settings, ThrowawayDatabase, ThrowawayNamespace,
-};
+use crate::support::throwaway::{nats_url, own_settings, ThrowawayDatabase, ThrowawayNamespace};
 use crate::support::{eventually, server_url, Records, Served};
 
 const API_KEY: &str = "sk_test_least_privilege";
 const ADMIN_TOKEN: &str = "admin-token-least-privilege";
-
-/// Two login roles of the test's own, an owner and a runtime role, dropped when the guard
-/// drops (after the database, which must go first: the roles hold its objects and grants).
-struct ThrowawayRoles {
-    server: String,
-    owner: String,
-    runtime: String,
-    password: String,
-}
-
-impl ThrowawayRoles {
-    async fn create(server: &str) -> Self {
-        let id = Uuid::new_v4().simple().to_string();
-        let roles = Self {
-            server: server.to_owned(),
-            owner: format!("oc_owner_{}", &id[..12]),
-            runtime: format!("oc_runtime_{}", &id[..12]),
-            password: Uuid::new_v4().simple().to_string(),
-        };
-        for role in [&roles.owner, &roles.runtime] {
-            admin(
-                server,
-                &format!(
-                    "CREATE ROLE {role} LOGIN PASSWORD '{}' NOSUPERUSER NOCREATEDB NOCREATEROLE",
-                    roles.password
-                ),
-            )
-            .await;
-        }
-        roles
-    }
-
-    /// The URL of `database` as `role`.
-    fn url(&self, role: &str, database: &str) -> String {
-        let rest = self
-            .server
-            .split_once("://")
-            .map_or(&*self.server, |(_, r)| r);
-        let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-        format!(
-            "postgres://{role}:{}@{}/{database}",
-            self.password,
-            host.trim_end_matches('/')
-        )
-    }
-}
-
-impl Drop for ThrowawayRoles {
-    fn drop(&mut self) {
-        let server = self.server.clone();
-        let roles = [self.owner.clone(), self.runtime.clone()];
-        on_own_thread(async move {
-            for role in roles {
-                let sql = format!("DROP ROLE IF EXISTS {role}");
-                if let Err(err) = try_admin(&server, &sql).await {
-                    eprintln!("warning: {sql}: {err}");
-                }
-            }
-        });
-    }
-}
-
-async fn try_admin(server: &str, sql: &str) -> Result<(), sqlx::Error> {
-    let pool = PgPool::connect(&format!("{server}/postgres")).await?;
-    let result = sqlx::query(sql).execute(&pool).await;
-    pool.close().await;
-    result.map(drop)
-}
-
-async fn admin(server: &str, sql: &str) {
-    try_admin(server, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 /// `deploy/postgres/runtime-grants.sql` with its psql variables set, as
 /// `psql -v database=… -v owner_role=… -v runtime_role=… -f` would run it.
@@ -223,11 +148,7 @@ async fn the_runtime_role_charges_serves_operators_sweeps_and_purges_but_cannot_
     // Declared first, dropped last: after the database and its grants.
     let roles = ThrowawayRoles::create(&server).await;
     let database = ThrowawayDatabase::new();
-    admin(
-        &server,
-        &format!("CREATE DATABASE {} OWNER {}", database.name(), roles.owner),
-    )
-    .await;
+    database.create(Some(&roles.owner)).await;
     let gateway = MockGateway::start(MockConfig {
         api_key: API_KEY.to_owned(),
         ..MockConfig::default()
@@ -399,14 +320,11 @@ async fn the_runtime_role_charges_serves_operators_sweeps_and_purges_but_cannot_
     // 2020, holding a transition of the attempt, which is kept), a month an interrupted pass
     // left detached — each an owner's step, which the runtime role takes through the
     // schema's functions.
-    let ahead: String = sqlx::query_scalar(
-        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent = 'outbox'::regclass AND c.relname <> 'outbox_default'
-         ORDER BY c.relname DESC LIMIT 1",
-    )
-    .fetch_one(&as_owner)
-    .await
-    .unwrap();
+    let ahead = as_owner
+        .months_of("outbox")
+        .await
+        .pop()
+        .expect("a month of the outbox");
     as_owner
         .exec(&format!(
             "ALTER TABLE outbox DETACH PARTITION {ahead}; DROP TABLE {ahead};
@@ -429,22 +347,11 @@ async fn the_runtime_role_charges_serves_operators_sweeps_and_purges_but_cannot_
         stdout.contains("(attempt_transitions_p202001): 0 rows gone, 1 kept"),
         "{stdout}"
     );
-    let left: Vec<String> = sqlx::query_scalar(
-        "SELECT relname::text FROM pg_class
-         WHERE relname IN ('attempt_transitions_p202001', 'gateway_calls_p201901')",
-    )
-    .fetch_all(&as_owner)
-    .await
-    .unwrap();
-    assert_eq!(left, Vec::<String>::new());
-    assert_eq!(
-        as_owner
-            .scalar(&format!(
-                "SELECT count(*) FROM pg_inherits WHERE inhrelid = '{ahead}'::regclass
-                 AND inhparent = 'outbox'::regclass"
-            ))
-            .await,
-        1,
+    for gone in ["attempt_transitions_p202001", "gateway_calls_p201901"] {
+        assert!(!as_owner.relation_exists(gone).await, "{gone} is dropped");
+    }
+    assert!(
+        as_owner.months_of("outbox").await.contains(&ahead),
         "{ahead} is created and attached"
     );
     assert_eq!(
@@ -466,21 +373,9 @@ async fn the_runtime_role_charges_serves_operators_sweeps_and_purges_but_cannot_
     // A release whose migration has not run: serve and setup --check refuse in one line that
     // names the command, and start nothing. Without the newest migration's record the schema
     // lacks that migration, or has none at all when it was the only one (the baseline).
-    let (newest, description): (i64, String) = sqlx::query_as(
-        "SELECT version, description FROM _sqlx_migrations ORDER BY version DESC LIMIT 1",
-    )
-    .fetch_one(&as_owner)
-    .await
-    .unwrap();
-    let only_one = as_owner
-        .scalar("SELECT count(*) FROM _sqlx_migrations")
-        .await
-        == 1;
-    as_owner
-        .exec(&format!(
-            "DELETE FROM _sqlx_migrations WHERE version = {newest}"
-        ))
-        .await;
+    let (newest, description) = as_owner.newest_migration().await;
+    let only_one = as_owner.rows_in("_sqlx_migrations").await == 1;
+    as_owner.forget_migration(newest).await;
     let refusal = if only_one {
         "the database has no onecharge schema: run `onecharge setup` as the schema's owner"
             .to_owned()
@@ -521,11 +416,7 @@ async fn before_setup_serve_refuses_naming_it_and_a_waiting_check_passes_once_se
             )
         )
     );
-    admin(
-        &server_url(),
-        &format!("CREATE DATABASE {}", database.name()),
-    )
-    .await;
+    database.create(None).await;
 
     let (code, _, stderr) = run_onecharge(&settings, &["serve", "--roles", "intake"], &[]).await;
     assert_eq!((code, stderr.trim()), (1, "error: the database has no onecharge schema: run `onecharge setup` as the schema's owner"));

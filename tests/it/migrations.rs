@@ -10,6 +10,7 @@ use sqlx::migrate::{MigrateDatabase as _, Migrator};
 
 use crate::support::process::run_onecharge;
 use crate::support::throwaway::{own_settings, ThrowawayDatabase, ThrowawayNamespace};
+use crate::support::Records;
 
 /// The catalogue query: one line per object of the schema, month partitions named relative
 /// to the current month.
@@ -105,12 +106,7 @@ async fn a_database_of_the_pre_release_migrations_is_refused_in_one_line() {
     .execute(store.pool())
     .await
     .unwrap();
-    let recorded = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM _sqlx_migrations")
-            .fetch_one(store.pool())
-            .await
-            .unwrap()
-    };
+    let recorded = || store.rows_in("_sqlx_migrations");
     let before = recorded().await;
 
     let gateway = [

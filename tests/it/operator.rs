@@ -552,11 +552,10 @@ async fn seed_dedupe_rows(env: &TestEnv, n: usize, aged: usize) -> Vec<IntakeRec
         .iter()
         .map(|r| r.message_id.to_string())
         .collect();
-    sqlx::query("UPDATE processed_messages SET recorded_at = now() - interval '15 days' WHERE message_id = ANY($1)")
-        .bind(&old)
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+    for message_id in &old {
+        env.set_dedupe_row(message_id, "recorded_at = now() - interval '15 days'")
+            .await;
+    }
     records
 }
 

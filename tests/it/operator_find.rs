@@ -262,13 +262,6 @@ async fn the_admin_api_finds_attempts_by_order_customer_and_charge_and_reports_s
 async fn each_filter_is_answered_from_an_index_not_a_scan() {
     let h = Harness::new().await;
     seed(&h, &[ordered("ord_plan", "cus_plan")]).await;
-    // A connection of its own, closed at the end: the harness closes the pool when dropped.
-    let mut conn = h.store.pool().acquire().await.unwrap().detach();
-    // With sequential scans priced out, the planner scans only when no index serves.
-    sqlx::query("SET enable_seqscan = off")
-        .execute(&mut conn)
-        .await
-        .unwrap();
     // The order and the customer are searched in attempt_search (decision 214), each attempt
     // found then read by its key; the charge id in payment_attempts itself.
     for (column, index) in [
@@ -276,16 +269,14 @@ async fn each_filter_is_answered_from_an_index_not_a_scan() {
         ("s.customer_id", "attempt_search_customer_idx"),
         ("a.gateway_charge_id", "payment_attempts_gateway_charge_idx"),
     ] {
-        let plan = explain(
-            &mut conn,
-            &format!(
+        let plan = h
+            .plan_without_seq_scans(&format!(
                 "SELECT a.payment_attempt_id
                  FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
                  WHERE {column} = 'x' ORDER BY s.created_at DESC, s.payment_attempt_id DESC
                  LIMIT 100"
-            ),
-        )
-        .await;
+            ))
+            .await;
         assert!(
             plan.contains(index),
             "{column} is looked up by {index}:\n{plan}"
@@ -293,13 +284,13 @@ async fn each_filter_is_answered_from_an_index_not_a_scan() {
         assert!(!plan.contains("Seq Scan"), "{column} scans:\n{plan}");
     }
     // Every attempt, newest first, is read from the time index of attempt_search.
-    let newest = explain(
-        &mut conn,
-        "SELECT a.payment_attempt_id
+    let newest = h
+        .plan_without_seq_scans(
+            "SELECT a.payment_attempt_id
          FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
          ORDER BY s.created_at DESC, s.payment_attempt_id DESC LIMIT 100",
-    )
-    .await;
+        )
+        .await;
     assert!(newest.contains("attempt_search_created_idx"), "{newest}");
     assert!(
         !newest.contains("Seq Scan"),
@@ -311,23 +302,8 @@ async fn each_filter_is_answered_from_an_index_not_a_scan() {
         "payment_attempts_order_created_idx",
         "payment_attempts_customer_created_idx",
     ] {
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_class WHERE relname = $1")
-            .bind(index)
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(left, 0, "{index} is dropped");
+        assert!(!h.relation_exists(index).await, "{index} is dropped");
     }
-    sqlx::Connection::close(conn).await.unwrap();
-}
-
-/// The plan PostgreSQL makes for `sql` on `conn`, one line per node.
-async fn explain(conn: &mut sqlx::PgConnection, sql: &str) -> String {
-    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {sql}"))
-        .fetch_all(conn)
-        .await
-        .unwrap();
-    plan.join("\n")
 }
 
 /// The search by state, the stuck list and the gauges after decisions 173, 214 and 215:
@@ -342,21 +318,11 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
         "payment_attempts_status_created_idx",
         "payment_attempts_open_status_created_idx",
     ] {
-        assert_eq!(
-            h.scalar(&format!(
-                "SELECT count(*) FROM pg_class WHERE relname = '{gone}'"
-            ))
-            .await,
-            0,
+        assert!(
+            !h.relation_exists(gone).await,
             "{gone}, which took an entry for every attempt intake wrote, is gone"
         );
     }
-    let mut conn = h.store.pool().acquire().await.unwrap().detach();
-    // With sequential scans priced out, the planner scans only when no index serves.
-    sqlx::query("SET enable_seqscan = off")
-        .execute(&mut conn)
-        .await
-        .unwrap();
     // As store::operator::list_attempts asks: a state that is not an outcome by its own
     // index, the outcomes through attempt_search's time index.
     for (status, index) in [
@@ -369,28 +335,24 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
         ),
         ("expired", "payment_attempts_review_expired_created_idx"),
     ] {
-        let plan = explain(
-            &mut conn,
-            &format!(
+        let plan = h
+            .plan_without_seq_scans(&format!(
                 "SELECT payment_attempt_id FROM payment_attempts a WHERE status = '{status}'
                  ORDER BY a.created_at DESC, a.payment_attempt_id DESC LIMIT 100"
-            ),
-        )
-        .await;
+            ))
+            .await;
         assert!(plan.contains(index), "{status} without {index}:\n{plan}");
         assert!(!plan.contains("Seq Scan"), "{status} scans:\n{plan}");
     }
     for status in ["succeeded", "declined"] {
-        let plan = explain(
-            &mut conn,
-            &format!(
+        let plan = h
+            .plan_without_seq_scans(&format!(
                 "SELECT a.payment_attempt_id
                  FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
                  WHERE a.status = '{status}'
                  ORDER BY s.created_at DESC, s.payment_attempt_id DESC LIMIT 100"
-            ),
-        )
-        .await;
+            ))
+            .await;
         // Which index drives the join depends on the estimates; on a table this small it
         // may be the primary key. At a million attempts it is the time index
         // (bench_search's plans, docs/performance.md).
@@ -398,23 +360,23 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
     }
     // The stuck list's condition and the gauges' (store::operator::stuck_attempts,
     // store::metrics): the four states' indexes, ORed.
-    let stuck = explain(
-        &mut conn,
-        "SELECT payment_attempt_id FROM payment_attempts
+    let stuck = h
+        .plan_without_seq_scans(
+            "SELECT payment_attempt_id FROM payment_attempts
          WHERE (status = 'pending' OR status = 'unknown' OR status = 'in_flight'
                 OR status = 'needs_review')
            AND (status = 'needs_review' OR created_at <= now())
          ORDER BY created_at + interval '0 seconds', payment_attempt_id LIMIT 100",
-    )
-    .await;
-    let gauges = explain(
-        &mut conn,
-        "SELECT status, min(created_at) FROM payment_attempts
+        )
+        .await;
+    let gauges = h
+        .plan_without_seq_scans(
+            "SELECT status, min(created_at) FROM payment_attempts
          WHERE status = 'pending' OR status = 'unknown' OR status = 'in_flight'
             OR status = 'needs_review'
          GROUP BY status",
-    )
-    .await;
+        )
+        .await;
     for (what, plan) in [("the stuck list", &stuck), ("the gauges", &gauges)] {
         for index in [
             "payment_attempts_pending_due_idx",
@@ -426,7 +388,6 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
         }
         assert!(!plan.contains("Seq Scan"), "{what} scans:\n{plan}");
     }
-    sqlx::Connection::close(conn).await.unwrap();
 }
 
 /// An attempt's events are read by the outbox's key (decision 216): the outbox keeps no
@@ -443,20 +404,14 @@ async fn an_attempts_events_are_read_by_the_outbox_key_not_a_scan_of_the_months(
          FROM generate_series(1, 20000)",
     )
     .await;
-    let mut conn = h.store.pool().acquire().await.unwrap().detach();
-    sqlx::query("SET enable_seqscan = off")
-        .execute(&mut conn)
-        .await
-        .unwrap();
     let sql = onecharge::store::operator::ATTEMPT_EVENTS
         .replace("$1", &format!("'{}'::uuid", uuid::Uuid::new_v4()));
-    let plan = explain(&mut conn, &sql).await;
+    let plan = h.plan_without_seq_scans(&sql).await;
     assert!(
         !plan.contains("Seq Scan"),
         "an attempt's events scan:\n{plan}"
     );
     assert!(plan.contains("outbox_p"), "{plan}");
-    sqlx::Connection::close(conn).await.unwrap();
 }
 
 /// The search columns live in `attempt_search`, written with the attempt (decision 214): a
@@ -494,11 +449,7 @@ async fn an_attempts_search_row_follows_a_change_of_its_columns_and_its_deletion
     .await;
     assert_eq!(found("ord_search_moved").await, vec![moved_id]);
     assert!(found("ord_search_before").await.is_empty());
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM attempt_search").await,
-        2,
-        "moved, not copied"
-    );
+    assert_eq!(h.rows_in("attempt_search").await, 2, "moved, not copied");
     assert_eq!(
         h.scalar(
             "SELECT count(*) FROM attempt_search s JOIN payment_attempts a
@@ -510,12 +461,8 @@ async fn an_attempts_search_row_follows_a_change_of_its_columns_and_its_deletion
         "each equal to its attempt's columns"
     );
 
-    h.exec(&format!(
-        "DELETE FROM payment_attempts WHERE payment_attempt_id = '{}'",
-        uuid::Uuid::from(moved_id)
-    ))
-    .await;
+    h.delete_attempt(moved_id).await;
     assert!(found("ord_search_moved").await.is_empty());
     assert_eq!(found("ord_search_kept").await.len(), 1);
-    assert_eq!(h.scalar("SELECT count(*) FROM attempt_search").await, 1);
+    assert_eq!(h.rows_in("attempt_search").await, 1);
 }

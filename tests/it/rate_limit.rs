@@ -207,10 +207,7 @@ async fn the_database_bucket_hands_out_what_the_pure_bucket_computes() {
         total += taken.granted;
     }
     assert!(total > 0);
-    let left: f64 = sqlx::query_scalar("SELECT tokens FROM gateway_rate_buckets")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
+    let left = store.bucket_tokens().await;
     assert!(
         (left - model.tokens).abs() < 1e-6,
         "the row holds what the model holds"
@@ -309,9 +306,7 @@ async fn an_executor_without_a_limit_never_touches_the_bucket_table() {
     let report = harness.executor().run_once().await.unwrap();
     assert_eq!(report.claimed(), 3);
     assert_eq!(harness.gateway.ledger().len(), 3);
-    let buckets = harness
-        .scalar("SELECT count(*) FROM gateway_rate_buckets")
-        .await;
+    let buckets = harness.rows_in("gateway_rate_buckets").await;
     assert_eq!(buckets, 0);
 }
 

@@ -212,10 +212,7 @@ async fn a_recheck_takes_its_lookup_from_the_fleet_wide_gateway_rate_limit() {
 
 /// When the fleet's bucket was last taken from (every take moves it, by the database clock).
 async fn last_take(h: &Harness) -> time::OffsetDateTime {
-    sqlx::query_scalar("SELECT max(refilled_at) FROM gateway_rate_buckets")
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap()
+    h.bucket_last_take().await
 }
 
 /// Runs a recheck of `id` with a deadline far past the recheck's own bound: a recheck that
@@ -255,10 +252,8 @@ async fn a_recheck_whose_rate_bucket_the_database_cannot_answer_gives_up_and_say
     let h = Harness::with_rate_limit(1000.0, 10).await;
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     // Every take from the bucket now fails in the database.
-    sqlx::query("ALTER TABLE gateway_rate_buckets RENAME TO gateway_rate_buckets_gone")
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.rename_table("gateway_rate_buckets", "gateway_rate_buckets_gone")
+        .await;
 
     let err = bounded_recheck(&h, id).await.unwrap_err();
 

@@ -590,13 +590,12 @@ async fn a_sent_refund_held_pending_is_onecharges_own_and_no_finding_in_either_d
         // What a `409` (an earlier send under its key still running at the gateway) leaves,
         // with the fleet paused so that nothing sends it again: the refund is back to
         // `pending`, sent, while the gateway has refunded it.
-        h.exec(&format!(
-            "UPDATE refunds SET status = 'pending', settled_at = NULL, next_run_at = now()
-             WHERE refund_id = '{refund_id}'"
-        ))
+        h.set_refund(
+            refund_id,
+            "status = 'pending', settled_at = NULL, next_run_at = now()",
+        )
         .await;
-        h.exec("INSERT INTO fleet_pauses (paused_by, reason) VALUES ('operator:alice', 'held')")
-            .await;
+        h.pause_fleet("operator:alice", "held").await;
 
         let report = sweep(&h).await;
 
@@ -688,10 +687,8 @@ async fn a_refund_whose_executor_died_goes_to_unknown_and_its_late_answer_is_ref
     .await
     .unwrap()
     .remove(0);
-    h.exec(&format!(
-        "UPDATE refunds SET lease_expires_at = now() - interval '1 second' WHERE refund_id = '{refund_id}'"
-    ))
-    .await;
+    h.set_refund(refund_id, "lease_expires_at = now() - interval '1 second'")
+        .await;
 
     let report = w.pass().await.unwrap();
     assert_eq!(report.leases_expired, 1);
@@ -830,19 +827,12 @@ async fn a_refund_left_unknown_is_looked_up_while_the_breaker_is_open() {
 
 /// The tokens in the fleet's one rate bucket.
 async fn bucket_tokens(h: &Harness) -> f64 {
-    sqlx::query_scalar("SELECT tokens FROM gateway_rate_buckets")
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap()
+    h.bucket_tokens().await
 }
 
 /// Fills the fleet's one rate bucket with `tokens`, as of now.
 async fn set_bucket_tokens(h: &Harness, tokens: f64) {
-    sqlx::query("UPDATE gateway_rate_buckets SET tokens = $1, refilled_at = now()")
-        .bind(tokens)
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.fill_bucket(tokens).await;
 }
 
 /// A refund is a request under `gateway_max_rate` as a charge is: with the fleet's bucket
@@ -965,11 +955,7 @@ async fn a_refund_that_succeeds_after_the_sweep_read_its_charge_is_no_finding() 
     // The sweep reads its pages, then stops before its comparison (its ANALYZE waits for
     // this lock) while the refund is made and recorded: the page it read shows nothing
     // refunded, and the ledger, by then, a refund that succeeded.
-    let mut blocker = h.store.pool().begin().await.unwrap();
-    sqlx::query("LOCK TABLE reconciliation_sweep_records IN SHARE UPDATE EXCLUSIVE MODE")
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+    let blocker = h.hold_sweep_records().await;
     let sweeping = {
         let reconciler = h.reconciler_with(client(&h));
         let now = h.db_now().await;
@@ -985,16 +971,7 @@ async fn a_refund_that_succeeds_after_the_sweep_read_its_charge_is_no_finding() 
     crate::support::eventually(
         "the sweep has read its pages and waits to compare",
         Duration::from_secs(30),
-        || async {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%onecharge_analyze_sweep_records%'",
-            )
-            .fetch_one(h.store.pool())
-            .await
-            .unwrap()
-                == 1
-        },
+        || h.sweep_waits_to_compare(),
     )
     .await;
     settle(&worker(&h)).await;

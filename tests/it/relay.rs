@@ -451,7 +451,7 @@ async fn queued_events_another_relay_already_marked_published_are_dropped_from_t
     h.seed_expired(2).await;
     // A relay of the build before the queue marks events without touching it (a rolling
     // upgrade).
-    h.exec("UPDATE outbox SET published_at = now(), publish_attempts = 1")
+    h.set_events("published_at = now(), publish_attempts = 1")
         .await;
     assert_eq!(h.queued_events().await.0.len(), 2);
 

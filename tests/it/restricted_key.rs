@@ -71,10 +71,7 @@ async fn a_key_that_may_not_refund_stops_refunds_alone_and_charges_go_on() {
     // The permission is granted: the next probe refunds.
     h.gateway.set_missing_permissions(&[]);
     tokio::time::sleep(Duration::from_millis(250)).await;
-    h.exec(&format!(
-        "UPDATE refunds SET next_run_at = now() WHERE refund_id = '{refund_id}'"
-    ))
-    .await;
+    h.set_refund(refund_id, "next_run_at = now()").await;
     assert_eq!(worker.pass().await.unwrap().sent, 1, "the probe");
     assert_eq!(h.refund(refund_id).await.status, "succeeded");
     assert_eq!(h.gateway.refunds().len(), 1);

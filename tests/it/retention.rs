@@ -36,18 +36,10 @@ async fn months(store: &onecharge::store::Store, table: HistoryTable) -> Vec<Str
 /// 219), so it is not among them.
 async fn history(h: &Harness, id: PaymentAttemptId) -> (usize, usize, usize) {
     (
-        transition_rows(h, id).await as usize,
+        h.transition_rows(id).await as usize,
         h.gateway_calls(id).await.len(),
         h.events(id).await.len(),
     )
-}
-
-/// The rows of `attempt_transitions` (every month and the default) for one attempt.
-async fn transition_rows(h: &Harness, id: PaymentAttemptId) -> i64 {
-    h.scalar(&format!(
-        "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '{id}'"
-    ))
-    .await
 }
 
 /// Three attempts through the real executor: `settled` succeeded with its event published,
@@ -69,11 +61,7 @@ async fn world() -> World {
     let [settled, unpublished, unknown] = [0, 1, 2].map(|i| commands[i].payment_attempt_id);
     assert_eq!(h.attempt(settled).await.status, "succeeded");
     assert_eq!(h.attempt(unknown).await.status, "unknown");
-    sqlx::query("UPDATE outbox SET published_at = now() WHERE payment_attempt_id = $1")
-        .bind(settled)
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.mark_published(settled).await;
     World {
         h,
         settled,
@@ -92,7 +80,7 @@ async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_
         h.gateway_calls(w.unknown).await,
     );
     assert!(!unknown_before.0.is_empty() && !unknown_before.1.is_empty());
-    let unknown_rows = transition_rows(h, w.unknown).await;
+    let unknown_rows = h.transition_rows(w.unknown).await;
     assert_eq!(
         unknown_rows as usize,
         unknown_before.0.len() - 2,
@@ -138,11 +126,7 @@ async fn months_past_retention_are_dropped_but_a_non_final_attempts_history_and_
     // ... and the attempt that is not final keeps all of it, in the default partition
     assert_eq!(h.transitions(w.unknown).await, unknown_before.0);
     assert_eq!(h.gateway_calls(w.unknown).await, unknown_before.1);
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM attempt_transitions_default")
-            .await,
-        unknown_rows
-    );
+    assert_eq!(h.rows_in("attempt_transitions_default").await, unknown_rows);
     // the attempts themselves are never touched
     assert_eq!(h.attempt_rows().await, 3);
 
@@ -193,16 +177,16 @@ async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_publ
     let dry = retain_history(&w.h.store, 30 * DAY, true, later + 365 * DAY)
         .await
         .unwrap();
-    let kept_rows = |table: &str| format!("SELECT count(*) FROM {table}_default");
+    let kept_rows = |table: &str| format!("{table}_default");
     let before = (
-        w.h.scalar(&kept_rows("attempt_transitions")).await,
-        w.h.scalar(&kept_rows("outbox")).await,
+        w.h.rows_in(&kept_rows("attempt_transitions")).await,
+        w.h.rows_in(&kept_rows("outbox")).await,
     );
     assert!(before.0 > 0 && before.1 == 1);
     assert_eq!(dry.tables[0].deleted_from_default, before.0 as u64);
     assert_eq!(dry.tables[2].deleted_from_default, 1);
     assert_eq!(
-        w.h.scalar(&kept_rows("attempt_transitions")).await,
+        w.h.rows_in(&kept_rows("attempt_transitions")).await,
         before.0
     );
 
@@ -211,7 +195,7 @@ async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_publ
         .unwrap();
     assert_eq!(report.tables[0].deleted_from_default, before.0 as u64);
     for table in ["attempt_transitions", "gateway_calls", "outbox"] {
-        assert_eq!(w.h.scalar(&kept_rows(table)).await, 0, "{table}");
+        assert_eq!(w.h.rows_in(&kept_rows(table)).await, 0, "{table}");
     }
     assert_eq!(history(&w.h, w.unknown).await, (0, 0, 0));
     assert_eq!(w.h.attempt_rows().await, 3);
@@ -221,10 +205,20 @@ async fn kept_rows_go_once_their_attempt_is_final_and_an_unpublished_one_is_publ
 async fn a_dry_run_reports_the_months_it_would_drop_and_drops_nothing() {
     let w = world().await;
     let h = &w.h;
-    let count =
-        "SELECT (SELECT count(*) FROM attempt_transitions) + (SELECT count(*) FROM gateway_calls)
-                      + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM pg_inherits)";
-    let before = h.scalar(count).await;
+    // Every history row, and every partition.
+    let count = || async {
+        let mut rows = 0;
+        for table in [
+            "attempt_transitions",
+            "gateway_calls",
+            "outbox",
+            "pg_inherits",
+        ] {
+            rows += h.rows_in(table).await;
+        }
+        rows
+    };
+    let before = count().await;
 
     let later = h.db_now().await + 200 * DAY;
     let report = retain_history(&h.store, 30 * DAY, true, later)
@@ -235,17 +229,14 @@ async fn a_dry_run_reports_the_months_it_would_drop_and_drops_nothing() {
     let transitions = &report.tables[0];
     assert_eq!(transitions.dropped.len(), 3);
     let rows: u64 = transitions.dropped.iter().map(|d| d.rows).sum();
-    assert_eq!(
-        rows as i64,
-        h.scalar("SELECT count(*) FROM attempt_transitions").await
-    );
+    assert_eq!(rows as i64, h.rows_in("attempt_transitions").await);
     assert!(transitions.created.is_empty(), "a dry run creates nothing");
     let summary = report.summary(30 * DAY);
     assert!(
         summary.starts_with("dry run: history attempt_transitions: would drop 3 month partitions"),
         "{summary}"
     );
-    assert_eq!(h.scalar(count).await, before);
+    assert_eq!(count().await, before);
     assert_eq!(history(h, w.settled).await, (1, 1, 1));
 }
 
@@ -255,17 +246,9 @@ async fn a_row_no_month_covers_lands_in_the_default_partition_and_moves_into_its
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
     // written a year ahead: no month covers it yet, and the insert does not fail
     let ahead = h.db_now().await + 365 * DAY;
-    sqlx::query(
-        "INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at)
-         VALUES ($1, 'pending', 'pending', 'test', 'test', $2)",
-    )
-    .bind(id)
-    .bind(ahead)
-    .execute(h.store.pool())
-    .await
-    .unwrap();
-    let partition_of_row = "SELECT count(*) FROM attempt_transitions_default";
-    assert_eq!(h.scalar(partition_of_row).await, 1);
+    h.add_transitions(id, Some(ahead), 1).await;
+    let partition_of_row = "attempt_transitions_default";
+    assert_eq!(h.rows_in(partition_of_row).await, 1);
 
     let report = Purger::new(h.store.clone(), test_broker(&h).await, &h.settings)
         .retain_history_once(ahead)
@@ -273,10 +256,10 @@ async fn a_row_no_month_covers_lands_in_the_default_partition_and_moves_into_its
         .unwrap();
 
     assert_eq!(report.tables[0].moved_from_default, 1);
-    assert_eq!(h.scalar(partition_of_row).await, 0);
+    assert_eq!(h.rows_in(partition_of_row).await, 0);
     let month = HistoryTable::Transitions.month_partition(ahead);
     assert_eq!(
-        h.scalar(&format!("SELECT count(*) FROM {month}")).await,
+        h.rows_in(&month).await,
         1,
         "the row is in its own month now"
     );
@@ -330,14 +313,7 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
         .unwrap();
     let [pending, expired] = [0, 1].map(|i| records[i].command.payment_attempt_id);
     // The pending attempt's creation is its row (decision 219); a move of its own is history.
-    sqlx::query(
-        "INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor)
-         VALUES ($1, 'pending', 'pending', 'test', 'test')",
-    )
-    .bind(pending)
-    .execute(env.store.pool())
-    .await
-    .unwrap();
+    env.add_transitions(pending, None, 1).await;
     // the history of both, and the expired one's published event, moved to January 2025
     let january = datetime!(2025-01-01 0:00 UTC);
     for table in HistoryTable::ALL {
@@ -382,13 +358,10 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
         ) && stdout.contains("(purge.history_retention 400d)"),
         "{stdout}"
     );
-    assert_eq!(
-        env.scalar(
-            "SELECT count(*) FROM pg_inherits WHERE inhrelid::regclass::text LIKE '%p202501'"
-        )
-        .await,
-        0
-    );
+    for table in HistoryTable::ALL {
+        let months = env.months_of(table.name()).await;
+        assert!(!months.iter().any(|m| m.ends_with("p202501")), "{months:?}");
+    }
     let mut left: Vec<PaymentAttemptId> = env
         .all_transitions()
         .await
@@ -442,16 +415,7 @@ async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_mus
     )
     .await;
     for (id, rows) in [(declined, 500), (pending, 3)] {
-        sqlx::query(
-            "INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at)
-             SELECT $1, 'pending', 'pending', 'test', 'test', $2 FROM generate_series(1, $3)",
-        )
-        .bind(id)
-        .bind(from + DAY)
-        .bind(rows)
-        .execute(env.store.pool())
-        .await
-        .unwrap();
+        env.add_transitions(id, Some(from + DAY), rows).await;
     }
 
     let writers_store = onecharge::store::Store::connect(&env.settings.database_url, 8)
@@ -539,13 +503,7 @@ async fn a_month_left_detached_by_an_interrupted_pass_is_dropped_by_the_next() {
         .await
         .unwrap();
 
-    assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM pg_class WHERE relname = '{month}'"
-        ))
-        .await,
-        0
-    );
+    assert!(!env.relation_exists(&month).await, "{month} is dropped");
 }
 
 /// Creates `table`'s month partition of a year before the database's now; (that now, the

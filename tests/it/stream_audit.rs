@@ -101,8 +101,7 @@ async fn the_audit_finds_exactly_the_commands_intake_never_recorded_and_a_replay
         .publish("lost-record", &command(lost_record, json!({})))
         .await;
     drain(&env).await;
-    env.exec("DELETE FROM processed_messages WHERE message_id = 'lost-record'")
-        .await;
+    env.forget_dedupe_row("lost-record").await;
     // A command the consumer acknowledged that intake never saw (what the diverged 2.9
     // replicas did): taken off the intake consumer and acknowledged without recording.
     let never_seen = Uuid::new_v4();

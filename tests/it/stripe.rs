@@ -944,13 +944,7 @@ async fn cancelling_a_pending_attempt_that_holds_a_payment_intent_cancels_the_in
     }
     // Each refusal gave the attempt back at once: its retry goes on.
     h.advance(Duration::from_secs(2)).await;
-    let due: bool = sqlx::query_scalar(
-        "SELECT next_run_at <= now() FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(id)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let due = h.attempt(id).await.next_run_at <= h.db_now().await;
     assert!(due, "a refused cancel holds nothing back");
 
     let cancelled = cancel(

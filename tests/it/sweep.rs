@@ -945,10 +945,7 @@ async fn a_long_running_sweep_keeps_its_records_when_another_sweep_starts_a_day_
     let long = sweeping(&h, &reconciler, whole).await;
     first_page_stored(&h).await;
     // It has been running for two days (a huge window, a slow gateway).
-    sqlx::query("UPDATE reconciliation_sweeps SET started_at = now() - interval '2 days'")
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    h.set_sweeps("started_at = now() - interval '2 days'").await;
     let elsewhere = ListWindow {
         from: whole.from - Duration::from_secs(30 * 86_400),
         to: whole.from - Duration::from_secs(29 * 86_400),
@@ -1021,11 +1018,7 @@ async fn stalled_before_comparing(
     sqlx::Transaction<'static, sqlx::Postgres>,
     tokio::task::JoinHandle<anyhow::Result<SweepReport>>,
 ) {
-    let mut blocker = h.store.pool().begin().await.unwrap();
-    sqlx::query("LOCK TABLE reconciliation_sweep_records IN SHARE UPDATE EXCLUSIVE MODE")
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+    let blocker = h.hold_sweep_records().await;
     let sweep = tokio::spawn({
         let reconciler = reconciler.clone();
         async move { reconciler.sweep(window).await }
@@ -1033,14 +1026,7 @@ async fn stalled_before_comparing(
     crate::support::eventually(
         "the sweep has read its pages and waits to compare",
         Duration::from_secs(30),
-        || async {
-            h.scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%onecharge_analyze_sweep_records%'",
-            )
-            .await
-                == 1
-        },
+        || h.sweep_waits_to_compare(),
     )
     .await;
     (blocker, sweep)
@@ -1054,7 +1040,7 @@ async fn abandoned_by_the_next_start(
     whole: ListWindow,
     blocker: sqlx::Transaction<'static, sqlx::Postgres>,
 ) {
-    h.exec("UPDATE reconciliation_sweeps SET heartbeat_at = now() - interval '11 minutes'")
+    h.set_sweeps("heartbeat_at = now() - interval '11 minutes'")
         .await;
     let elsewhere = ListWindow {
         from: whole.from - Duration::from_secs(30 * 86_400),

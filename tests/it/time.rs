@@ -227,10 +227,7 @@ async fn intake_on_a_host_an_hour_behind_stamps_attempts_by_the_database_clock()
 async fn a_command_is_stale_by_the_database_clock_and_a_zero_age_expires_nothing() {
     use onecharge::store::intake::Recorded;
     let h = Harness::new().await;
-    let db_now: time::OffsetDateTime = sqlx::query_scalar("SELECT now()")
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap();
+    let db_now = h.db_now().await;
     let day = Duration::from_secs(24 * 3600);
     let requested = |ago: time::Duration| {
         let attempt = uuid::Uuid::new_v4();
@@ -260,20 +257,12 @@ async fn a_command_is_stale_by_the_database_clock_and_a_zero_age_expires_nothing
     .unwrap();
     assert_eq!(never, [Recorded::Accepted]);
 
-    let statuses: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT status, count(*) FROM payment_attempts GROUP BY status ORDER BY status",
-    )
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap();
+    let statuses = h.attempts_by_status().await;
     assert_eq!(
         statuses,
         [("expired".to_owned(), 1), ("pending".to_owned(), 2)]
     );
-    let expired_events: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'expired'")
-            .fetch_one(h.store.pool())
-            .await
-            .unwrap();
+    let outbox = h.outbox().await;
+    let expired_events = outbox.iter().filter(|e| e.status == "expired").count();
     assert_eq!(expired_events, 1, "the stale one is announced, once");
 }

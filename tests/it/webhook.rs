@@ -360,14 +360,13 @@ async fn a_dispute_closed_webhook_for_a_won_dispute_reads_its_status_and_finds_t
         detail.contains("reinstated and nothing is owed"),
         "{detail}"
     );
-    let published: Vec<serde_json::Value> = sqlx::query_scalar(
-        "SELECT payload FROM outbox WHERE payment_attempt_id = $1 AND status = 'finding'
-         ORDER BY created_at, event_id",
-    )
-    .bind(id)
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap();
+    let published: Vec<serde_json::Value> = h
+        .events(id)
+        .await
+        .into_iter()
+        .filter(|(status, _, _)| status == "finding")
+        .map(|(_, payload, _)| payload)
+        .collect();
     assert_eq!(published.len(), 2, "{published:?}");
     assert_eq!(published[1]["evidence"], "dispute:won");
     assert_eq!(published[1]["stripe_event_id"], "evt_closed");
@@ -779,13 +778,16 @@ async fn two_services_take_the_mocks_own_webhooks_during_real_charges_while_a_fo
         (forged_sent, forged_sent),
         "every forged delivery refused"
     );
-    let forged: i64 = h
-        .scalar("SELECT count(*) FROM stripe_webhook_events WHERE event_id LIKE 'evt_forged%'")
-        .await;
+    let taken = h.webhook_events().await;
+    let forged = taken
+        .iter()
+        .filter(|e| e.event_id.starts_with("evt_forged"))
+        .count();
     assert_eq!(forged, 0, "no forged event recorded");
-    let genuine: i64 = h
-        .scalar("SELECT count(*) FROM stripe_webhook_events WHERE event_id LIKE 'evt_mock_%'")
-        .await;
+    let genuine = taken
+        .iter()
+        .filter(|e| e.event_id.starts_with("evt_mock_"))
+        .count();
     assert!(genuine > 0, "the mock's own webhooks were taken");
     let mut per_reference = std::collections::HashMap::<String, usize>::new();
     for charge in h.gateway.ledger() {
@@ -829,14 +831,11 @@ async fn refusals_are_tallied_by_reason_with_their_words() {
     assert_eq!(deliver(addr, &body, Some(forged)).await, 400);
     served.stop().await;
 
+    // A pool of its own: stopping the listener closed the store's.
     let db = sqlx::PgPool::connect(&h.settings.database_url)
         .await
         .unwrap();
-    let rows: Vec<(String, i64, String)> =
-        sqlx::query_as("SELECT result, refused, last_why FROM webhook_refusals ORDER BY result")
-            .fetch_all(&db)
-            .await
-            .unwrap();
+    let rows = db.webhook_refusals().await;
     let tallied: Vec<(&str, i64)> = rows.iter().map(|(r, n, _)| (r.as_str(), *n)).collect();
     assert_eq!(
         tallied,

@@ -90,7 +90,7 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     assert_eq!(env.status(declined).await, "declined");
     assert_eq!(env.dead_letters().await.len(), 1);
 
-    env.exec("ALTER TABLE processed_messages RENAME TO processed_messages_away")
+    env.rename_table("processed_messages", "processed_messages_away")
         .await;
     let late = publish(&env, "deploy-late", pm::CARD_VISA).await;
     first
@@ -101,7 +101,7 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
             ) >= 1.0
         })
         .await;
-    env.exec("ALTER TABLE processed_messages_away RENAME TO processed_messages")
+    env.rename_table("processed_messages_away", "processed_messages")
         .await;
     first
         .wait_until("the late command is charged once the table is back", |m| {
@@ -130,7 +130,7 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    env.exec("ALTER TABLE outbox RENAME TO outbox_away").await;
+    env.rename_table("outbox", "outbox_away").await;
     first
         .wait_until("the executor counts the refused result", |m| {
             m.value("onecharge_executor_unrecorded_results_total", &[]) >= 1.0
@@ -157,7 +157,7 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     // no `unknown` attempt to look up. Without the outbox its settlement is refused and the
     // attempt stays `unknown` whatever the timing.
     let mut exposed = first.stop().await;
-    env.exec("ALTER TABLE outbox_away RENAME TO outbox").await;
+    env.rename_table("outbox_away", "outbox").await;
     assert_eq!(env.status(refused).await, "unknown");
     let charges = gateway.ledger().len();
 
@@ -194,7 +194,7 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     // sweep (its turn taken from run 1's serve, which set it an hour ahead) falls due after
     // a second; the lookup and the sweep's list meet the 404 like the charges.
     env.set_attempts_in("unknown", "next_run_at = now()").await;
-    env.exec("DELETE FROM reconciliation_sweep_schedule").await;
+    env.clear_sweep_schedule().await;
     let wrong_url = format!("{url}/nowhere/");
     let mut third = Serve::start(
         &env,
@@ -234,7 +234,7 @@ async fn the_dashboard_and_the_alert_rules_name_only_metrics_and_labels_a_live_s
     })
     .await
     .unwrap();
-    env.exec("DELETE FROM reconciliation_sweep_schedule").await;
+    env.clear_sweep_schedule().await;
     let webhook_addr = format!("127.0.0.1:{}", free_port());
     let mut fourth = Serve::start(
         &env,

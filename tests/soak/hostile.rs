@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 use tokio::io::AsyncWriteExt as _;
 use uuid::Uuid;
 
-use crate::support::{command, edit_stream, Harness, Served};
+use crate::support::{command, edit_stream, Harness, Records, Served};
 
 /// Commands that can never be dead-lettered, published during the attack.
 const UNDELIVERABLE: usize = 600;
@@ -82,10 +82,7 @@ async fn slowloris_a_readyz_flood_and_undeliverable_commands_leave_every_valid_c
     }
     assert_eq!(charges.len(), 2 * per_phase, "every valid command charged");
     assert!(charges.values().all(|n| *n == 1), "a command charged twice");
-    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts")
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap();
+    let attempts = h.attempt_rows().await;
     assert_eq!(
         attempts,
         (2 * per_phase) as i64,

@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::mix::Plan;
+use crate::support::Records as _;
 
 #[derive(Debug, sqlx::FromRow)]
 pub struct AttemptRow {
@@ -72,13 +73,18 @@ impl Observed {
         names: &onecharge::broker::Names,
         ledger: Vec<Charge>,
     ) -> Observed {
-        let attempts = sqlx::query_as(
-            "SELECT payment_attempt_id, status, amount_minor, gateway_charge_id, review_reason
-             FROM payment_attempts",
-        )
-        .fetch_all(pool)
-        .await
-        .expect("attempts");
+        let attempts = pool
+            .all_attempts()
+            .await
+            .into_iter()
+            .map(|a| AttemptRow {
+                payment_attempt_id: a.payment_attempt_id,
+                status: a.status,
+                amount_minor: a.amount_minor,
+                gateway_charge_id: a.gateway_charge_id,
+                review_reason: a.review_reason,
+            })
+            .collect();
         let outbox = sqlx::query_as(
             "SELECT event_id, payment_attempt_id, status, published_at IS NOT NULL AS published
              FROM outbox",
@@ -86,11 +92,16 @@ impl Observed {
         .fetch_all(pool)
         .await
         .expect("outbox");
-        let processed =
-            sqlx::query_as("SELECT message_id, payment_attempt_id, result FROM processed_messages")
-                .fetch_all(pool)
-                .await
-                .expect("processed messages");
+        let processed = pool
+            .processed_messages()
+            .await
+            .into_iter()
+            .map(|m| ProcessedRow {
+                message_id: m.message_id,
+                payment_attempt_id: m.payment_attempt_id,
+                result: m.result,
+            })
+            .collect();
         let orphan_processed = sqlx::query_scalar(
             "SELECT count(*) FROM processed_messages p
              WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a
@@ -99,12 +110,7 @@ impl Observed {
         .fetch_one(pool)
         .await
         .expect("orphans");
-        let lease_expired = sqlx::query_scalar(
-            "SELECT count(*) FROM attempt_transitions WHERE cause = 'lease_expired'",
-        )
-        .fetch_one(pool)
-        .await
-        .expect("transitions");
+        let lease_expired = pool.transitions_caused_by("lease_expired").await as i64;
         Observed {
             attempts,
             outbox,

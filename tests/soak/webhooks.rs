@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::fleet;
+use crate::support::Records as _;
 use crate::verify::{Observed, Problem};
 
 /// The secret the mock signs with and every serve process verifies with.
@@ -263,24 +264,22 @@ pub struct WebhooksSeen {
 
 impl WebhooksSeen {
     pub async fn read(pool: &PgPool, deliveries: WebhookDeliveries, dir: &Path) -> Self {
-        let events = sqlx::query_as::<_, (String, String)>(
-            "SELECT event_id, outcome FROM stripe_webhook_events",
-        )
-        .fetch_all(pool)
-        .await
-        .expect("read stripe_webhook_events")
-        .into_iter()
-        .collect();
+        let events = pool
+            .webhook_events()
+            .await
+            .into_iter()
+            .map(|e| (e.event_id, e.outcome))
+            .collect();
         let checks = sqlx::query_scalar("SELECT webhook_event_id FROM gateway_object_checks")
             .fetch_all(pool)
             .await
             .expect("read gateway_object_checks");
-        let findings = sqlx::query_as(
-            "SELECT class, evidence, source, payment_attempt_id FROM reconciliation_findings",
-        )
-        .fetch_all(pool)
-        .await
-        .expect("read reconciliation_findings");
+        let findings = pool
+            .findings()
+            .await
+            .into_iter()
+            .map(|f| (f.class, f.evidence, f.source, f.payment_attempt_id))
+            .collect();
         let forged_accepted_lines = fleet::lines_with(dir, "webhook accepted")
             .iter()
             .filter(|l| l.contains(FORGED_PREFIX))

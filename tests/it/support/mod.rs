@@ -7,7 +7,8 @@
 //! - [`harness`]: [`Harness`], the executor-side world (database, mock gateway, manual
 //!   clock, a namespace on demand);
 //! - [`records`]: [`Records`], what the database holds (an attempt, its transitions, gateway
-//!   calls and events, findings, audit, dedupe rows), read once for every test;
+//!   calls and events, findings, audit, dedupe rows), read once for every test, and the few
+//!   writes that arrange a past or break the schema on purpose, each named once;
 //! - [`command`]: the one ChargePayment body, and the record intake makes of it;
 //! - [`nats`]: reading a stream's messages and their headers;
 //! - [`process`]: the `onecharge` binary, run the same way by every test;
@@ -18,7 +19,9 @@
 //!   set-up of an attempt in review they share;
 //! - [`localstripe`], [`pg_cluster`]: a localstripe process and PostgreSQL clusters (a primary
 //!   and a standby) of a test's own;
-//! - [`patroni`]: a Patroni cluster of a test's own (etcd, three PostgreSQL nodes, HAProxy).
+//! - [`patroni`]: a Patroni cluster of a test's own (etcd, three PostgreSQL nodes, HAProxy);
+//! - [`privileges`]: login roles of a test's own, an owner and a runtime role (the grants'
+//!   tests).
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
@@ -32,6 +35,7 @@ pub mod nats;
 pub mod nats_server;
 pub mod patroni;
 pub mod pg_cluster;
+pub mod privileges;
 pub mod process;
 pub mod records;
 pub mod refund_roles;

@@ -4,6 +4,11 @@
 //! sessions and the webhook events. Each reader holds its SQL once, so a test body asserts
 //! on `h.last_transition(id)` or `env.open_findings()`, not on a query.
 //!
+//! Beside the readers, the few writes a test makes behind the service's back, each named for
+//! what it arranges: a past the test cannot wait for (`h.add_transitions(id, at, n)`,
+//! `h.set_sweeps(..)`), or a database that fails on purpose (`env.rename_table(..)`,
+//! `env.refuse_attempts(..)`). `tests/test_sql.rs` counts the SQL left in test bodies.
+//!
 //! [`Records`] is implemented by every world a test holds ([`Harness`], [`TestEnv`], a
 //! [`Store`] or a bare pool): `use crate::support::Records;` and ask it.
 #![allow(dead_code, async_fn_in_trait)]
@@ -12,7 +17,7 @@ use onecharge::domain::PaymentAttemptId;
 use onecharge::store::Store;
 use serde_json::Value;
 use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgPool};
+use sqlx::{FromRow, PgPool, Postgres, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -663,6 +668,339 @@ pub trait Records {
         .fetch_all(self.pool())
         .await
         .unwrap()
+    }
+
+    /// How many audit entries `matches`: who did what through which face, and why.
+    async fn audit_count(&self, matches: impl Fn(&AuditEntry) -> bool) -> usize {
+        let entries = self.audit_entries().await;
+        entries.iter().filter(|e| matches(e)).count()
+    }
+
+    /// Attempts per status, counted from the table, by status.
+    async fn attempts_by_status(&self) -> Vec<(String, i64)> {
+        sqlx::query_as(
+            "SELECT status, count(*) FROM payment_attempts GROUP BY status ORDER BY status",
+        )
+        .fetch_all(self.pool())
+        .await
+        .expect("attempts by status")
+    }
+
+    /// Rewrites columns of every event in the outbox directly (`set`: the SQL after `SET`),
+    /// like [`Records::set_attempt`]: events the relay published, or failed to, long ago.
+    async fn set_events(&self, set: &str) {
+        sqlx::query(&format!("UPDATE outbox SET {set}"))
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("SET {set}: {e}"));
+    }
+
+    // The rate bucket and the fleet's pause.
+
+    /// The tokens left in the fleet's one rate bucket.
+    async fn bucket_tokens(&self) -> f64 {
+        sqlx::query_scalar("SELECT tokens FROM gateway_rate_buckets")
+            .fetch_one(self.pool())
+            .await
+            .expect("the fleet's rate bucket")
+    }
+
+    /// When the fleet's bucket was last taken from (every take moves it, by the database
+    /// clock).
+    async fn bucket_last_take(&self) -> OffsetDateTime {
+        sqlx::query_scalar("SELECT max(refilled_at) FROM gateway_rate_buckets")
+            .fetch_one(self.pool())
+            .await
+            .expect("the fleet's rate bucket")
+    }
+
+    /// Fills the fleet's one rate bucket with `tokens`, as of now.
+    async fn fill_bucket(&self, tokens: f64) {
+        sqlx::query("UPDATE gateway_rate_buckets SET tokens = $1, refilled_at = now()")
+            .bind(tokens)
+            .execute(self.pool())
+            .await
+            .expect("the fleet's rate bucket");
+    }
+
+    /// Pauses the fleet as `by` would, for `reason`, without the audit a face writes: set-up
+    /// that holds every worker still.
+    async fn pause_fleet(&self, by: &str, reason: &str) {
+        sqlx::query("INSERT INTO fleet_pauses (paused_by, reason) VALUES ($1, $2)")
+            .bind(by)
+            .bind(reason)
+            .execute(self.pool())
+            .await
+            .expect("a pause");
+    }
+
+    /// How many pauses of the fleet are in force (not resumed).
+    async fn pauses_in_force(&self) -> i64 {
+        self.open_pauses().await.len() as i64
+    }
+
+    /// The pauses in force, oldest first: (id, scope, currency).
+    async fn open_pauses(&self) -> Vec<(i64, String, Option<String>)> {
+        sqlx::query_as(
+            "SELECT id, scope, currency FROM fleet_pauses WHERE resumed_at IS NULL ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .expect("the open pauses")
+    }
+
+    // Arranging a past the test cannot wait for.
+
+    /// Adds `n` transitions of attempt `id` from `pending` to `pending` (cause and actor
+    /// `test`), at `at` (`None`: now): history of a month retention must drop or keep.
+    async fn add_transitions(
+        &self,
+        id: impl Into<PaymentAttemptId>,
+        at: Option<OffsetDateTime>,
+        n: i64,
+    ) {
+        sqlx::query(
+            "INSERT INTO attempt_transitions (payment_attempt_id, from_status, to_status, cause, actor, at)
+             SELECT $1, 'pending', 'pending', 'test', 'test', coalesce($2, now())
+             FROM generate_series(1, $3)",
+        )
+        .bind(id.into())
+        .bind(at)
+        .bind(n)
+        .execute(self.pool())
+        .await
+        .expect("transitions added");
+    }
+
+    /// How many rows of `attempt_transitions` (every month and the default) are attempt
+    /// `id`'s: its moves, not its creation, which is its own row (decision 219).
+    async fn transition_rows(&self, id: impl Into<PaymentAttemptId>) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = $1")
+            .bind(id.into())
+            .fetch_one(self.pool())
+            .await
+            .expect("transition rows")
+    }
+
+    /// Marks attempt `id`'s events published now, as the relay would have.
+    async fn mark_published(&self, id: impl Into<PaymentAttemptId>) {
+        sqlx::query("UPDATE outbox SET published_at = now() WHERE payment_attempt_id = $1")
+            .bind(id.into())
+            .execute(self.pool())
+            .await
+            .expect("events marked published");
+    }
+
+    /// Deletes attempt `id` and its transitions, as a person with the database could.
+    async fn delete_attempt(&self, id: impl Into<PaymentAttemptId>) {
+        let id: PaymentAttemptId = id.into();
+        sqlx::query("DELETE FROM attempt_transitions WHERE payment_attempt_id = $1")
+            .bind(id)
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("the transitions of {id}: {e}"));
+        sqlx::query("DELETE FROM payment_attempts WHERE payment_attempt_id = $1")
+            .bind(id)
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("the attempt {id}: {e}"));
+    }
+
+    /// Rewrites columns of every sweep directly (`set`: the SQL after `SET`), like
+    /// [`Records::set_attempt`]: a sweep that stalled or started long ago.
+    async fn set_sweeps(&self, set: &str) {
+        sqlx::query(&format!("UPDATE reconciliation_sweeps SET {set}"))
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("SET {set}: {e}"));
+    }
+
+    /// Moves every stored time of the refunds back by `by`, as [`Harness::advance`] does
+    /// for attempts.
+    async fn advance_refunds(&self, by: std::time::Duration) {
+        sqlx::query(
+            "UPDATE refunds SET
+                 next_run_at = next_run_at - make_interval(secs => $1),
+                 lease_expires_at = lease_expires_at - make_interval(secs => $1),
+                 first_sent_at = first_sent_at - make_interval(secs => $1),
+                 last_sent_at = last_sent_at - make_interval(secs => $1),
+                 created_at = created_at - make_interval(secs => $1),
+                 updated_at = updated_at - make_interval(secs => $1)",
+        )
+        .bind(by.as_secs_f64())
+        .execute(self.pool())
+        .await
+        .expect("refunds moved back");
+    }
+
+    /// Rewrites columns of the dedupe row of `message_id` directly (`set`: the SQL after
+    /// `SET`), like [`Records::set_attempt`]: a message recorded long ago.
+    async fn set_dedupe_row(&self, message_id: &str, set: &str) {
+        sqlx::query(&format!(
+            "UPDATE processed_messages SET {set} WHERE message_id = $1"
+        ))
+        .bind(message_id)
+        .execute(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("SET {set}: {e}"));
+    }
+
+    /// Deletes the dedupe row of `message_id`: a message acknowledged that intake has no
+    /// record of.
+    async fn forget_dedupe_row(&self, message_id: &str) {
+        sqlx::query("DELETE FROM processed_messages WHERE message_id = $1")
+            .bind(message_id)
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("the dedupe row of {message_id}: {e}"));
+    }
+
+    /// Expires `actor`'s console sessions, as if signed in nine hours ago: how many.
+    async fn expire_sessions_of(&self, actor: &str) -> u64 {
+        sqlx::query(
+            "UPDATE console_sessions SET created_at = now() - interval '9 hours',
+                    expires_at = now() - interval '1 second' WHERE actor = $1",
+        )
+        .bind(actor)
+        .execute(self.pool())
+        .await
+        .expect("sessions expired")
+        .rows_affected()
+    }
+
+    /// Forgets when the sweep last ran and is next due: the schedule's next sweep falls due
+    /// at once.
+    async fn clear_sweep_schedule(&self) {
+        sqlx::query("DELETE FROM reconciliation_sweep_schedule")
+            .execute(self.pool())
+            .await
+            .expect("the sweep schedule");
+    }
+
+    /// The webhook deliveries refused before they were read, tallied by result:
+    /// (result, how many, the last reason), by result.
+    async fn webhook_refusals(&self) -> Vec<(String, i64, String)> {
+        sqlx::query_as("SELECT result, refused, last_why FROM webhook_refusals ORDER BY result")
+            .fetch_all(self.pool())
+            .await
+            .expect("webhook refusals")
+    }
+
+    // The schema, broken or read on purpose.
+
+    /// How many rows `table` holds (a table, a view, or one partition of a table).
+    async fn rows_in(&self, table: &str) -> i64 {
+        self.scalar(&format!("SELECT count(*) FROM {table}")).await
+    }
+
+    /// Whether a table, index or other relation named `name` exists.
+    async fn relation_exists(&self, name: &str) -> bool {
+        sqlx::query_scalar("SELECT EXISTS (SELECT FROM pg_class WHERE relname = $1)")
+            .bind(name)
+            .fetch_one(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("whether {name} exists: {e}"))
+    }
+
+    /// The month partitions of the history table `table`, by name (so oldest first): every
+    /// partition but the default.
+    async fn months_of(&self, table: &str) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = to_regclass($1) AND c.relname <> $1 || '_default'
+             ORDER BY c.relname",
+        )
+        .bind(table)
+        .fetch_all(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("the months of {table}: {e}"))
+    }
+
+    /// The newest migration recorded as applied: (version, description).
+    async fn newest_migration(&self) -> (i64, String) {
+        sqlx::query_as(
+            "SELECT version, description FROM _sqlx_migrations ORDER BY version DESC LIMIT 1",
+        )
+        .fetch_one(self.pool())
+        .await
+        .expect("a migration applied")
+    }
+
+    /// Forgets that migration `version` was applied: the schema of a release whose
+    /// migration has not run.
+    async fn forget_migration(&self, version: i64) {
+        sqlx::query("DELETE FROM _sqlx_migrations WHERE version = $1")
+            .bind(version)
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("forget migration {version}: {e}"));
+    }
+
+    /// Makes the insert of every new attempt whose row meets `condition` (SQL on `NEW`;
+    /// `true` for all) fail with the SQLSTATE named `errcode` (`serialization_failure`, a
+    /// transient failure; `check_violation`, the message's own), inside the transaction that
+    /// records it, until [`Records::accept_attempts`].
+    async fn refuse_attempts(&self, condition: &str, errcode: &str) {
+        self.exec(&format!(
+            "CREATE OR REPLACE FUNCTION refuse_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF {condition} THEN
+               RAISE EXCEPTION 'attempt refused' USING ERRCODE = '{errcode}'; END IF;
+             RETURN NEW; END $$;
+             CREATE TRIGGER refuse_attempt BEFORE INSERT ON payment_attempts
+                 FOR EACH ROW EXECUTE FUNCTION refuse_attempt();"
+        ))
+        .await;
+    }
+
+    /// Ends [`Records::refuse_attempts`].
+    async fn accept_attempts(&self) {
+        self.exec("DROP TRIGGER refuse_attempt ON payment_attempts")
+            .await;
+    }
+
+    /// Renames the table `from` to `to`: what the code asks for is gone until it is renamed
+    /// back (a database failure of one table, without stopping the database).
+    async fn rename_table(&self, from: &str, to: &str) {
+        self.exec(&format!("ALTER TABLE {from} RENAME TO {to}"))
+            .await;
+    }
+
+    /// The plan PostgreSQL makes for `sql` with sequential scans priced out, one line per
+    /// node: the planner scans only when no index serves.
+    async fn plan_without_seq_scans(&self, sql: &str) -> String {
+        let mut conn = self.pool().acquire().await.unwrap().detach();
+        sqlx::query("SET enable_seqscan = off")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {sql}"))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e}"));
+        sqlx::Connection::close(conn).await.unwrap();
+        plan.join("\n")
+    }
+
+    /// Takes the lock that stops a sweep before its comparison (its ANALYZE of the records
+    /// it read waits for it) until the returned transaction ends.
+    async fn hold_sweep_records(&self) -> Transaction<'static, Postgres> {
+        let mut blocker = self.pool().begin().await.unwrap();
+        sqlx::query("LOCK TABLE reconciliation_sweep_records IN SHARE UPDATE EXCLUSIVE MODE")
+            .execute(&mut *blocker)
+            .await
+            .unwrap();
+        blocker
+    }
+
+    /// Whether a sweep has read its pages and waits on [`Records::hold_sweep_records`] to
+    /// compare them.
+    async fn sweep_waits_to_compare(&self) -> bool {
+        self.scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE '%onecharge_analyze_sweep_records%'",
+        )
+        .await
+            == 1
     }
 
     // Raw access, for what belongs to one test alone.

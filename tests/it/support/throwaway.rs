@@ -93,6 +93,14 @@ impl ThrowawayDatabase {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    /// Creates the database, empty, owned by `owner` (`None`: the administrator): for a test
+    /// of what `setup` does to a database someone else created.
+    pub async fn create(&self, owner: Option<&str>) {
+        let owned_by = owner.map_or(String::new(), |role| format!(" OWNER {role}"));
+        self.admin(&format!("CREATE DATABASE {}{owned_by}", self.name))
+            .await;
+    }
+
     /// Refuses new connections and cuts the open ones: an outage of this database.
     pub async fn refuse_connections(&self) {
         self.admin(&format!(
