@@ -27,7 +27,12 @@
 //! shrinks.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+#[path = "rust_source/mod.rs"]
+mod rust_source;
+
+use rust_source::{code_only, rust_files};
 
 /// The roles: each works on the domain's nouns through the store, so the store sits below them.
 const ROLES: &[&str] = &[
@@ -130,11 +135,7 @@ fn the_domain_the_store_and_the_faces_import_only_downwards() {
     let mut broken = Vec::new();
     let mut excused = vec![false; EXCEPTIONS.len()];
     for file in rust_files(&src) {
-        let relative = file
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let relative = relative_to(&src, &file);
         let Some(module) = module_path(&relative) else {
             continue; // a binary's own crate root (`main.rs`, `bin/`): `crate::` is not the library
         };
@@ -202,11 +203,7 @@ fn what_is_stored_is_never_timed_by_the_hosts_clock() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut broken = Vec::new();
     for file in rust_files(&src) {
-        let relative = file
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let relative = relative_to(&src, &file);
         let covered = TIMED_BY_THE_DATABASE
             .iter()
             .any(|prefix| relative.starts_with(prefix));
@@ -236,11 +233,7 @@ fn no_public_type_name_is_defined_twice() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut defined: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for file in rust_files(&src) {
-        let relative = file
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let relative = relative_to(&src, &file);
         let code = code_only(&std::fs::read_to_string(&file).unwrap());
         for (n, line) in code.lines().enumerate() {
             let words: Vec<&str> = line.split_whitespace().collect();
@@ -269,6 +262,14 @@ fn no_public_type_name_is_defined_twice() {
         "public type names defined more than once:\n{}",
         twice.join("\n")
     );
+}
+
+/// `file`'s path under `src`, with `/` between its parts.
+fn relative_to(src: &Path, file: &Path) -> String {
+    file.strip_prefix(src)
+        .unwrap()
+        .to_string_lossy()
+        .replace('\\', "/")
 }
 
 /// The checker itself, on a snippet: grouped and nested `use`, `super::` from a file and from
@@ -317,21 +318,6 @@ impl fmt::Display for Import {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "crate::{}", self.path.join("::"))
     }
-}
-
-/// Every `.rs` file under `dir`, sorted, so the failure lists them in a stable order.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
 }
 
 /// The module a file under `src/` is (`store/attempts.rs` → `store::attempts`, `store/mod.rs`
@@ -506,103 +492,4 @@ fn tokens(code: &str) -> Vec<(Token, usize)> {
         }
     }
     tokens
-}
-
-/// `text` with comments, string literals and character literals blanked (newlines kept, so
-/// lines still count right).
-fn code_only(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let blank = |out: &mut String, chars: &[char]| {
-        for &c in chars {
-            out.push(if c == '\n' { '\n' } else { ' ' });
-        }
-    };
-    let mut i = 0;
-    while i < chars.len() {
-        let rest = &chars[i..];
-        let previous_is_ident = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
-        if rest.starts_with(&['/', '/']) {
-            let end = rest.iter().position(|&c| c == '\n').unwrap_or(rest.len());
-            blank(&mut out, &rest[..end]);
-            i += end;
-        } else if rest.starts_with(&['/', '*']) {
-            let mut nesting = 0;
-            let mut end = 0;
-            while end < rest.len() {
-                if rest[end..].starts_with(&['/', '*']) {
-                    nesting += 1;
-                    end += 2;
-                } else if rest[end..].starts_with(&['*', '/']) {
-                    nesting -= 1;
-                    end += 2;
-                    if nesting == 0 {
-                        break;
-                    }
-                } else {
-                    end += 1;
-                }
-            }
-            blank(&mut out, &rest[..end]);
-            i += end;
-        } else if !previous_is_ident && raw_string_start(rest).is_some() {
-            let (prefix, hashes) = raw_string_start(rest).unwrap();
-            let mut closing = vec!['"'];
-            closing.extend(std::iter::repeat_n('#', hashes));
-            let body = prefix + hashes + 1;
-            let end = (body..rest.len())
-                .find(|&k| rest[k..].starts_with(&closing))
-                .map_or(rest.len(), |k| k + closing.len());
-            blank(&mut out, &rest[..end]);
-            i += end;
-        } else if c_is(rest, '"') || (!previous_is_ident && rest.starts_with(&['b', '"'])) {
-            let open = if rest[0] == 'b' { 2 } else { 1 };
-            let mut end = open;
-            while end < rest.len() && rest[end] != '"' {
-                end += if rest[end] == '\\' { 2 } else { 1 };
-            }
-            let end = (end + 1).min(rest.len());
-            blank(&mut out, &rest[..end]);
-            i += end;
-        } else if c_is(rest, '\'') {
-            // A character literal ('x', '\n', '\u{1F600}'), or else a lifetime ('a), kept.
-            let end = if rest.get(1) == Some(&'\\') {
-                (2..rest.len())
-                    .find(|&k| rest[k] == '\'')
-                    .map_or(1, |k| k + 1)
-            } else if rest.get(2) == Some(&'\'') {
-                3
-            } else {
-                0
-            };
-            if end == 0 {
-                out.push('\'');
-                i += 1;
-            } else {
-                blank(&mut out, &rest[..end]);
-                i += end;
-            }
-        } else {
-            out.push(rest[0]);
-            i += 1;
-        }
-    }
-    out
-}
-
-fn c_is(rest: &[char], c: char) -> bool {
-    rest.first() == Some(&c)
-}
-
-/// At a raw string (`r"`, `r#"`, `br##"`, …): the prefix's length and the number of `#`.
-fn raw_string_start(rest: &[char]) -> Option<(usize, usize)> {
-    let prefix = if rest.starts_with(&['b', 'r']) {
-        2
-    } else if rest.starts_with(&['r']) {
-        1
-    } else {
-        return None;
-    };
-    let hashes = rest[prefix..].iter().take_while(|&&c| c == '#').count();
-    (rest.get(prefix + hashes) == Some(&'"')).then_some((prefix, hashes))
 }

@@ -16,7 +16,12 @@
 //! statement starts on the next line, which a grep of one line misses and this counts.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+#[path = "rust_source/mod.rs"]
+mod rust_source;
+
+use rust_source::rust_files;
 
 /// How many SQL string literals the test bodies may hold. Lower it when the count falls;
 /// never raise it without a reason written beside it (a new test whose subject is SQL).
@@ -87,7 +92,8 @@ fn the_checker_counts_sql_literals_and_nothing_in_comments() {
 
 /// How many string literals of `text`, a Rust file, start with an SQL keyword.
 fn sql_literals(text: &str) -> usize {
-    string_literals(text)
+    rust_source::lex(text)
+        .literals
         .iter()
         .filter(|literal| starts_with_keyword(literal))
         .count()
@@ -106,101 +112,4 @@ fn starts_with_keyword(literal: &str) -> bool {
                 .is_some_and(|c| c.is_alphanumeric() || c == '_')
         })
     })
-}
-
-/// Every `.rs` file under `dir`, sorted, so the listing is in a stable order.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
-}
-
-/// The text of every string literal of `text` (plain, byte or raw), in order; comments and
-/// character literals are passed over.
-fn string_literals(text: &str) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut literals = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let rest = &chars[i..];
-        let previous_is_ident = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
-        if rest.starts_with(&['/', '/']) {
-            i += rest.iter().position(|&c| c == '\n').unwrap_or(rest.len());
-        } else if rest.starts_with(&['/', '*']) {
-            let mut nesting = 0;
-            let mut end = 0;
-            while end < rest.len() {
-                if rest[end..].starts_with(&['/', '*']) {
-                    nesting += 1;
-                    end += 2;
-                } else if rest[end..].starts_with(&['*', '/']) {
-                    nesting -= 1;
-                    end += 2;
-                    if nesting == 0 {
-                        break;
-                    }
-                } else {
-                    end += 1;
-                }
-            }
-            i += end;
-        } else if !previous_is_ident && raw_string_start(rest).is_some() {
-            let (prefix, hashes) = raw_string_start(rest).unwrap();
-            let mut closing = vec!['"'];
-            closing.extend(std::iter::repeat_n('#', hashes));
-            let body = prefix + hashes + 1;
-            let close = (body..rest.len())
-                .find(|&k| rest[k..].starts_with(&closing))
-                .unwrap_or(rest.len());
-            literals.push(rest[body..close].iter().collect());
-            i += (close + closing.len()).min(rest.len());
-        } else if rest.first() == Some(&'"')
-            || (!previous_is_ident && rest.starts_with(&['b', '"']))
-        {
-            let open = if rest[0] == 'b' { 2 } else { 1 };
-            let mut end = open;
-            while end < rest.len() && rest[end] != '"' {
-                end += if rest[end] == '\\' { 2 } else { 1 };
-            }
-            let end = end.min(rest.len());
-            literals.push(rest[open..end].iter().collect());
-            i += (end + 1).min(rest.len());
-        } else if rest.first() == Some(&'\'') {
-            // A character literal ('x', '\n', '\u{1F600}'), or else a lifetime ('a), kept.
-            let end = if rest.get(1) == Some(&'\\') {
-                (2..rest.len())
-                    .find(|&k| rest[k] == '\'')
-                    .map_or(1, |k| k + 1)
-            } else if rest.get(2) == Some(&'\'') {
-                3
-            } else {
-                1
-            };
-            i += end;
-        } else {
-            i += 1;
-        }
-    }
-    literals
-}
-
-/// At a raw string (`r"`, `r#"`, `br##"`, …): the prefix's length and the number of `#`.
-fn raw_string_start(rest: &[char]) -> Option<(usize, usize)> {
-    let prefix = if rest.starts_with(&['b', 'r']) {
-        2
-    } else if rest.starts_with(&['r']) {
-        1
-    } else {
-        return None;
-    };
-    let hashes = rest[prefix..].iter().take_while(|&&c| c == '#').count();
-    (rest.get(prefix + hashes) == Some(&'"')).then_some((prefix, hashes))
 }
