@@ -1,5 +1,5 @@
 //! The `/__*` test controls both dialects serve (faults, ledger, stats, requests, clock,
-//! health, and the refunds' controls of `crate::refunding`), and how a dialect's routes get
+//! health, and the refunds' controls of `crate::refund::settle`), and how a dialect's routes get
 //! them.
 
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::answer::Answer;
 use crate::config::FaultConfig;
-use crate::refunding;
+use crate::refund::settle;
 use crate::respond::log_request;
 use crate::state::Shared;
 
@@ -38,9 +38,9 @@ where
     routes
         .route("/__faults", get(get_faults).put(put_faults))
         .route("/__ledger", get(get_ledger))
-        .route("/__ledger/refunds", get(refunding::refund_ledger))
-        .route("/__refunds/settle", post(refunding::settle_refunds))
-        .route("/__refunds/{id}", post(refunding::change_refund))
+        .route("/__ledger/refunds", get(settle::refund_ledger))
+        .route("/__refunds/settle", post(settle::settle_refunds))
+        .route("/__refunds/{id}", post(settle::change_refund))
         .route("/__stats", get(get_stats))
         .route("/__requests", get(get_requests))
         .route("/__clock/advance", post(advance_clock))

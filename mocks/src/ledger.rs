@@ -1,6 +1,6 @@
 //! The ledger: every charge the gateway committed, whichever dialect made it, in commit
 //! order (what tests check "charged at most once" against), indexed by `(created_at, id)`
-//! for the §3 list (`crate::list`).
+//! for the §3 list (`crate::onecharge::list`).
 //!
 //! The index is kept under the same lock as the charges and changed by every method that
 //! adds a charge or could move one, so a list page is a range query: its cost is

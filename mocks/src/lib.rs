@@ -33,32 +33,26 @@
 #![warn(missing_docs)]
 
 // Layered, and imports run only downward: the values (`charge`, `refund`, `config`,
-// `clock`, `latency`, `record`, `faults`, `paging`, `keys`, `ledger`, `refund_ledger`,
-// `answer`) and the Stripe dialect's own store under `stripe`; then `state`, the state
-// every handler shares; then the plumbing both dialects share: `respond`, `refunding` (how
-// a refund is made and settled) and `controls`, and `keyed`, the onecharge dialect's
-// idempotency layer; then each dialect's handlers (`charges`, `refunds` and `list` for
-// contract §3, the rest of `stripe`); on top `server`, which assembles the routes and
-// listens, and `cli`.
+// `clock`, `latency`, `record`, `faults`, `paging`, `keys`, `ledger`, the refund ledger
+// `refund::ledger`, `answer`) and the Stripe dialect's own store under `stripe`; then
+// `state`, the state every handler shares; then the plumbing both dialects share:
+// `respond`, `refund::settle` (how a refund is made and settled) and `controls`; then each
+// dialect's handlers (`onecharge` for contract §3 with its idempotency layer, `stripe`); on
+// top `server`, which assembles the routes and listens, and `cli`.
 mod answer;
 mod charge;
-mod charges;
 pub mod cli;
 mod clock;
 mod config;
 mod controls;
 mod faults;
-mod keyed;
 mod keys;
 mod latency;
 mod ledger;
-mod list;
+mod onecharge;
 mod paging;
 mod record;
 mod refund;
-mod refund_ledger;
-mod refunding;
-mod refunds;
 mod respond;
 mod server;
 mod state;

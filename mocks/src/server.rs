@@ -28,14 +28,14 @@ use crate::charge::Charge;
 use crate::config::{Dialect, FaultConfig, MockConfig, TlsFiles};
 use crate::controls::with_controls;
 use crate::latency::{LatencyDrawn, LatencySampler};
+use crate::onecharge::{charges, list, refunds};
 use crate::record::{PageTimes, RecordedRequest, Stats};
+use crate::refund::settle;
 use crate::refund::{Refund, RefundStatus};
 use crate::state::{ConnectionControl, Shared};
 use crate::stripe::{
-    access, api, disputes, list as stripe_list, refunds as stripe_refunds, webhooks,
-    WebhookDeliveries,
+    api, disputes, list as stripe_list, refunds as stripe_refunds, webhooks, WebhookDeliveries,
 };
-use crate::{charges, list, refunding, refunds};
 
 /// The onecharge dialect: contract §3 and the test controls.
 fn onecharge_router(shared: Arc<Shared>) -> Router {
@@ -90,11 +90,36 @@ fn stripe_router(shared: Arc<Shared>) -> Router {
             .route("/v1/disputes/{id}", get(disputes::retrieve_dispute))
             .layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&shared),
-                access::check,
+                check_stripe_access,
             )),
         api::unrecognized_url,
         shared,
     )
+}
+
+/// Stripe's checks of every `/v1` request before its handler (`stripe::access`): its
+/// version recorded, and a known key that lacks the request's permission refused `403`.
+async fn check_stripe_access(
+    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = request.uri().path().to_owned();
+    if path.starts_with("/v1/") {
+        let version = request
+            .headers()
+            .get("stripe-version")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let known_key = shared.authorized(request.headers());
+        let admitted = shared
+            .stripe_access
+            .admit(request.method(), &path, version, known_key);
+        if let Err(refused) = admitted {
+            return refused.answer().into_response_plain();
+        }
+    }
+    next.run(request).await
 }
 
 /// Pending connections the kernel queues before `accept`; bursts of thousands of clients
@@ -220,13 +245,13 @@ impl MockGateway {
     /// `pm_card_refundFail` refund fails), without waiting out `refund_settle_after`;
     /// returns them as they are now. Refunds made later wait as usual.
     pub fn settle_refunds(&self) -> Vec<Refund> {
-        refunding::settle_waiting(&self.shared, None)
+        settle::settle_waiting(&self.shared, None)
     }
 
     /// Moves refund `id` to `status` as the gateway would (`POST /__refunds/{id}`); the
     /// error says why it cannot (no such refund, or a move its status does not allow).
     pub fn move_refund(&self, id: &str, status: RefundStatus) -> Result<Refund, String> {
-        refunding::move_refund(&self.shared, id, status, None)
+        settle::move_refund(&self.shared, id, status, None)
     }
 
     /// Stripe dialect: every `/v1` request's method, path and `Stripe-Version` header (`None`

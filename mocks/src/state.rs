@@ -19,8 +19,8 @@ use crate::keys::Keys;
 use crate::latency::LatencySampler;
 use crate::ledger::Ledger;
 use crate::record::{Counters, PageTimer, RequestLog, Stats};
+use crate::refund::ledger::RefundLedger;
 use crate::refund::RefundParams;
-use crate::refund_ledger::RefundLedger;
 use crate::stripe::intent::Store as StripeStore;
 
 /// Everything the handlers share; owned by the server and the `MockGateway` handle.

@@ -16,6 +16,8 @@
 #[cfg(feature = "demo")]
 mod private;
 #[cfg(feature = "demo")]
+mod published;
+#[cfg(feature = "demo")]
 mod refunds;
 #[cfg(feature = "demo")]
 mod run;

@@ -23,74 +23,9 @@ use crate::gateway::GatewayKind;
 use crate::store::Store;
 
 use super::private;
+use super::published::{Published, ReviewCase};
 use super::refunds::{self, PublishedRefund};
 use super::DemoArgs;
-
-/// What the demo published, to check the outcome against.
-#[derive(Debug, Default)]
-pub(super) struct Published {
-    pub(super) messages: usize,
-    pub(super) producer_retries: usize,
-    pub(super) business_duplicates: usize,
-    pub(super) conflicts: usize,
-    pub(super) invalid: usize,
-    /// Every valid attempt, with its payment method.
-    pub(super) attempts: HashMap<PaymentAttemptId, String>,
-    /// The attempts published to be left for a person ([`ReviewCase`]), each with its case.
-    pub(super) for_review: Vec<(PaymentAttemptId, ReviewCase)>,
-    /// The refunds asked for once the charges settled.
-    pub(super) refunds: Vec<PublishedRefund>,
-}
-
-/// A case the gateway leaves for a person, which the demo makes on purpose after the main
-/// run so that the console's review queue shows what it is for. Each goes through the
-/// whole pipeline like any command; only the gateway is told what to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ReviewCase {
-    /// The gateway answers 400 `invalid_request` to a valid charge.
-    GatewayRejected,
-    /// Another system already used the attempt's idempotency key with other parameters:
-    /// the gateway answers 422 `idempotency_key_reused`.
-    ParameterMismatch,
-    /// Every send fails with a 500 and every lookup finds nothing; once the attempt is past
-    /// its retry limits and the last send past the gateway's processing time, only a person
-    /// can say what to do with it.
-    NothingFoundPastProcessingTime,
-}
-
-impl Published {
-    /// The dead letters the run must end with: every conflict and invalid command, and
-    /// every refund onecharge must refuse (dead-lettered after the fact, contract §2.5).
-    pub(super) fn expected_dead_letters(&self) -> u64 {
-        let refused = self.refunds.iter().filter(|r| r.case.refused()).count();
-        (self.conflicts + self.invalid + refused) as u64
-    }
-
-    /// The cases left for a person, in words, comma-separated.
-    pub(super) fn describe_review_cases(&self) -> String {
-        describe_all(self.for_review.iter().map(|(_, case)| *case))
-    }
-}
-
-/// `cases` in words, comma-separated.
-fn describe_all(cases: impl Iterator<Item = ReviewCase>) -> String {
-    cases
-        .map(ReviewCase::describe)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-impl ReviewCase {
-    pub(super) fn describe(self) -> &'static str {
-        match self {
-            Self::GatewayRejected => "a gateway 400",
-            Self::ParameterMismatch => "a parameter mismatch under the key",
-            Self::NothingFoundPastProcessingTime => {
-                "a lookup that found nothing past the processing time"
-            }
-        }
-    }
-}
 
 /// Runs the demo; `Err` when the servers are unreachable and cannot be started, the run
 /// did not settle in time, or the promise did not hold.
@@ -641,7 +576,7 @@ async fn wait_until_settled(
         let get = |s: &str| counts.get(s).copied().unwrap_or(0);
         let open = get("pending") + get("in_flight") + get("unknown");
         let unpublished = crate::store::operator::unpublished_events(store).await?;
-        let dead = stream_count(broker, &broker.names.dlq_stream()).await?;
+        let dead = broker.stream_messages(&broker.names.dlq_stream()).await?;
         let line = format!(
             "  attempts {total:>4}/{} | succeeded {:>4} declined {:>3} needs_review {:>2} | in progress {:>3} (unknown {:>2}) | events unpublished {:>3} | dead letters {dead}/{expected_dead}",
             published.attempts.len(),
@@ -674,10 +609,6 @@ async fn wait_until_settled(
     }
 }
 
-pub(super) async fn stream_count(broker: &Broker, name: &str) -> anyhow::Result<u64> {
-    let mut stream = broker.jetstream.get_stream(name).await?;
-    Ok(stream.info().await?.state.messages)
-}
 
 /// `--console`, before anything runs: an exposed, open admin address is a configuration
 /// error, and a taken one is found now rather than after the whole run.

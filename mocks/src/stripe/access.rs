@@ -5,16 +5,10 @@
 //! is read but the key (a key Stripe does not know is `401`, as ever), set with
 //! `MockGateway::set_missing_permissions`.
 
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::Response;
 use parking_lot::Mutex;
 
 use super::error::StripeError;
-use crate::state::Shared;
 
 /// What the Stripe dialect knows of the requests' headers and of its key's permissions.
 #[derive(Default)]
@@ -47,43 +41,36 @@ pub(crate) fn permission(method: &Method, path: &str) -> Option<String> {
     Some(format!("{resource}:{access}"))
 }
 
-/// Records the request's version, and refuses it `403` when the key lacks its permission.
-pub(crate) async fn check(
-    State(shared): State<Arc<Shared>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let path = request.uri().path().to_owned();
-    if path.starts_with("/v1/") {
-        let version = request
-            .headers()
-            .get("stripe-version")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        shared.stripe_access.versions.lock().push((
-            request.method().to_string(),
-            path.clone(),
-            version,
-        ));
-        // A key Stripe does not know is `401` before any permission is weighed: the
-        // handler answers it.
-        let known_key = shared.authorized(request.headers());
-        if let Some(needed) = permission(request.method(), &path).filter(|_| known_key) {
-            if shared.stripe_access.missing.lock().contains(&needed) {
-                let (resource, access) = needed.split_once(':').unwrap_or((&needed, ""));
-                let error = StripeError::new(
-                    StatusCode::FORBIDDEN,
-                    "invalid_request_error",
-                    format!(
-                        "The provided key 'rk_test_***' does not have the required permissions for this endpoint on account 'acct_mock'. Having the 'rak_{}_{access}' permission would allow this request to continue.",
-                        resource.trim_end_matches('s')
-                    ),
-                );
-                return error.answer().into_response_plain();
-            }
+/// Records a `/v1` request's method, path and version, and refuses it with Stripe's `403`
+/// when the key is known (`known_key`: a key Stripe does not know is `401` before any
+/// permission is weighed, and its handler answers that) but lacks the request's permission.
+impl Access {
+    pub(crate) fn admit(
+        &self,
+        method: &Method,
+        path: &str,
+        version: Option<String>,
+        known_key: bool,
+    ) -> Result<(), StripeError> {
+        self.versions
+            .lock()
+            .push((method.to_string(), path.to_owned(), version));
+        let Some(needed) = permission(method, path).filter(|_| known_key) else {
+            return Ok(());
+        };
+        if !self.missing.lock().contains(&needed) {
+            return Ok(());
         }
+        let (resource, access) = needed.split_once(':').unwrap_or((&needed, ""));
+        Err(StripeError::new(
+            StatusCode::FORBIDDEN,
+            "invalid_request_error",
+            format!(
+                "The provided key 'rk_test_***' does not have the required permissions for this endpoint on account 'acct_mock'. Having the 'rak_{}_{access}' permission would allow this request to continue.",
+                resource.trim_end_matches('s')
+            ),
+        ))
     }
-    next.run(request).await
 }
 
 #[cfg(test)]

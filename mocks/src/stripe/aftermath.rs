@@ -1,7 +1,7 @@
 //! What happens to a PaymentIntent's charge after it succeeded: its dispute, as the
 //! Dashboard's control (`POST /__stripe/payment_intents/{id}/dispute`) makes it, and its
 //! refunds as Stripe shows them (the refunds themselves are in the refund ledger,
-//! `crate::refund_ledger`, whichever way they were made).
+//! `crate::refund::ledger`, whichever way they were made).
 
 use std::collections::HashMap;
 

@@ -23,8 +23,8 @@ use crate::clock::MockInstant;
 use crate::keys::Keys;
 use crate::ledger::Ledger;
 use crate::paging::{self, Order, Page};
+use crate::refund::ledger::RefundLedger;
 use crate::refund::{Refund, RefundStatus};
-use crate::refund_ledger::RefundLedger;
 
 /// A PaymentIntent's `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -22,7 +22,7 @@ use super::respond::{refused, serve_get, Get};
 use crate::answer::{Answer, Outcome};
 use crate::paging::Page;
 use crate::record::ResponseClass;
-use crate::refunding;
+use crate::refund::settle;
 use crate::state::Shared;
 
 /// `GET /v1/payment_intents`.
@@ -172,7 +172,7 @@ fn change(
                 .unwrap_or(rest)
                 .clamp(0, rest);
             let refund = if amount > 0 {
-                let new = refunding::draft(shared, &id, amount, &intent.currency);
+                let new = settle::draft(shared, &id, amount, &intent.currency);
                 match shared.refunds.record(new, None, intent.amount) {
                     Ok(refund) => Some(refund),
                     Err(over) => {

@@ -2,7 +2,7 @@
 //! in `super::post`, the refund faults on the call that refunds), `GET /v1/refunds`
 //! (`payment_intent`, `limit`, `starting_after`; newest first) and `GET /v1/refunds/{id}`,
 //! the refund lookups faulted by the `lookup_*` knobs. A refund is recorded in the refund
-//! ledger both dialects share (`crate::refunding`), against what is left to refund of its
+//! ledger both dialects share (`crate::refund::settle`), against what is left to refund of its
 //! PaymentIntent's charge.
 
 use std::sync::Arc;
@@ -24,9 +24,9 @@ use crate::answer::{Answer, Outcome};
 use crate::config::FaultKind;
 use crate::paging::Page;
 use crate::record::ResponseClass;
+use crate::refund::ledger::OverRefund;
+use crate::refund::settle;
 use crate::refund::Refund;
-use crate::refund_ledger::OverRefund;
-use crate::refunding;
 use crate::state::Shared;
 
 /// `POST /v1/refunds`.
@@ -59,12 +59,12 @@ impl Execute for CreateRefund {
             idempotency_key: request.key.clone(),
             reason,
             metadata,
-            ..refunding::draft(shared, &intent.id, amount, &intent.currency)
+            ..settle::draft(shared, &intent.id, amount, &intent.currency)
         };
         let payment_method = intent.payment_method.as_deref().unwrap_or_default();
         // Checked again as it is recorded: another refund may have taken the room while
         // this one was held.
-        let refund = match refunding::record(shared, refund, payment_method, intent.amount) {
+        let refund = match settle::record(shared, refund, payment_method, intent.amount) {
             Ok(refund) => refund,
             Err(over) => {
                 let err = over_refund(&intent, amount, over);

@@ -1,6 +1,9 @@
 //! The refund: its status and how it may move, the record both dialects keep of it (one
-//! entry of the refund ledger, `crate::refund_ledger`), how a new one starts (by its
+//! entry of the refund ledger, `crate::refund::ledger`), how a new one starts (by its
 //! charge's card, or by the dice), and onecharge's `POST /v1/refunds` parameters and body.
+
+pub(crate) mod ledger;
+pub(crate) mod settle;
 
 use std::collections::BTreeMap;
 

@@ -22,7 +22,7 @@ use time::OffsetDateTime;
 
 use crate::answer::{pause, Answer, Outcome};
 use crate::charge::{Charge, InvalidRequest};
-use crate::charges::{lookup_charges, LookupQuery};
+use crate::onecharge::charges::{lookup_charges, LookupQuery};
 use crate::paging::Page;
 use crate::record::ResponseClass;
 use crate::refund::RefundStatus;

@@ -1,6 +1,6 @@
 //! The onecharge dialect's refunds: `POST /v1/refunds`, refunding at most once per
-//! idempotency key through the dialect's idempotency layer (`crate::keyed`, the charges'
-//! own) and never over the charge (`crate::refunding`, `crate::refund_ledger`), and the
+//! idempotency key through the dialect's idempotency layer (`crate::onecharge::keyed`, the charges'
+//! own) and never over the charge (`crate::refund::settle`, `crate::refund::ledger`), and the
 //! lookup `GET /v1/refunds?idempotency_key=`. A replay and a lookup show the refund as it
 //! stands now (a `pending` one may have settled since).
 
@@ -18,12 +18,12 @@ use serde_json::Value;
 use crate::answer::{pause, Answer, Outcome};
 use crate::charge::{ChargeStatus, InvalidRequest};
 use crate::config::FaultKind;
-use crate::keyed::{self, refused, server_error_after, Claimed, KeyedPost};
 use crate::keys::Keys;
+use crate::onecharge::keyed::{self, refused, server_error_after, Claimed, KeyedPost};
 use crate::record::ResponseClass;
+use crate::refund::ledger::OverRefund;
+use crate::refund::settle;
 use crate::refund::{Refund, RefundParams};
-use crate::refund_ledger::OverRefund;
-use crate::refunding;
 use crate::state::{ConnectionControl, Shared};
 
 /// `POST /v1/refunds`.
@@ -112,7 +112,7 @@ impl KeyedPost for RefundParams {
             idempotency_key: Some(claimed.key.clone()),
             reason: params.reason.clone(),
             metadata: params.metadata.clone(),
-            ..refunding::draft(
+            ..settle::draft(
                 shared,
                 &params.charge_id,
                 params.amount_minor,
@@ -121,8 +121,7 @@ impl KeyedPost for RefundParams {
         };
         // Checked again as it is recorded: another refund may have taken the room while
         // this one was held.
-        let refund = match refunding::record(shared, refund, &charge.payment_method, charge.amount)
-        {
+        let refund = match settle::record(shared, refund, &charge.payment_method, charge.amount) {
             Ok(refund) => refund,
             Err(over) => return claimed.refuse(exceeds(&params, over)),
         };

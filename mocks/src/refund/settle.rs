@@ -1,5 +1,5 @@
 //! How either dialect makes and settles a refund, between its handlers and the refund
-//! ledger (`crate::refund_ledger`):
+//! ledger (`crate::refund::ledger`):
 //! - [`record`]: a new refund starts as its charge's card says (`pm_card_pendingRefund`,
 //!   `pm_card_refundFail`) or else as the dice draw (`faults.refunds.pending`,
 //!   `requires_action`, `failed`), is recorded against what is left to refund of its
@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 
 use crate::answer::Answer;
 use crate::config::Dialect;
+use crate::refund::ledger::{Moved, OverRefund};
 use crate::refund::{Refund, RefundStatus, Start};
-use crate::refund_ledger::{Moved, OverRefund};
 use crate::state::Shared;
 
 /// A new refund of `amount_minor` of ledger entry `charge_id`, `succeeded`, made now, with

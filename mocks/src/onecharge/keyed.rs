@@ -1,5 +1,5 @@
 //! The onecharge dialect's idempotency layer, the one both of its POSTs go through
-//! (`POST /v1/charges` in `crate::charges`, `POST /v1/refunds` in `crate::refunds`):
+//! (`POST /v1/charges` in `crate::onecharge::charges`, `POST /v1/refunds` in `crate::onecharge::refunds`):
 //! credentials, the `Idempotency-Key`, the body, then the key claimed — a replay, `409
 //! idempotency_in_progress` or `422 idempotency_key_reused` answered here, and a request
 //! that owns its key executed in a task of its own ([`KeyedPost::execute`]); and the

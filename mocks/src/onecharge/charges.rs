@@ -1,5 +1,5 @@
 //! The onecharge dialect's charges (contract §3): `POST /v1/charges`, charging at most once
-//! per idempotency key through the dialect's idempotency layer (`crate::keyed`), and the
+//! per idempotency key through the dialect's idempotency layer (`crate::onecharge::keyed`), and the
 //! lookup `GET /v1/charges?idempotency_key=`.
 
 use std::sync::Arc;
@@ -18,8 +18,8 @@ use crate::charge::{
     decline_code, fault_trigger, Charge, ChargeParams, ChargeStatus, InvalidRequest,
 };
 use crate::config::FaultKind;
-use crate::keyed::{self, refused, server_error_after, Claimed, KeyedPost};
 use crate::keys::Keys;
+use crate::onecharge::keyed::{self, refused, server_error_after, Claimed, KeyedPost};
 use crate::record::ResponseClass;
 use crate::state::{ConnectionControl, Shared};
 
