@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
         args.commands > 0 && args.batch_size > 0,
         "nothing to measure"
     );
-    onecharge::tls::install_crypto_provider();
+    onecharge::config::tls::install_crypto_provider();
     let gateway = bench_gateway::start(0, None, 0).await?;
     println!(
         "{} commands per database, intake batches of 500, executor batches of {}",

@@ -194,7 +194,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     // reqwest is built without a bundled provider: the readiness probe's client needs ring.
-    onecharge::tls::install_crypto_provider();
+    onecharge::config::tls::install_crypto_provider();
     let distribution = args.distribution.distribution().unwrap_or_else(|message| {
         Args::command()
             .error(clap::error::ErrorKind::ValueValidation, message)

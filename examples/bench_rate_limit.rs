@@ -89,7 +89,7 @@ async fn main() -> anyhow::Result<()> {
                 let mean = (measured.requests - 1) as f64 / measured.span.as_secs_f64();
                 let (most, opened) = measured.max_in_one_second;
                 let burst = match burst {
-                    0 => onecharge::gateway_limit::default_burst(rate),
+                    0 => onecharge::gateway_access::limit::default_burst(rate),
                     burst => burst,
                 };
                 println!(

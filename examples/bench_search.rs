@@ -81,7 +81,7 @@ const CHUNK: i64 = 1_000_000;
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ensure!(args.rows >= 100_000, "--rows must be at least 100000");
-    onecharge::tls::install_crypto_provider();
+    onecharge::config::tls::install_crypto_provider();
     let plans = Plans::default();
     tracing_subscriber::registry()
         .with(

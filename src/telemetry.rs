@@ -102,7 +102,7 @@ impl Drop for RedactedLine {
 fn otlp_span_exporter(endpoint: &str) -> Result<opentelemetry_otlp::SpanExporter, ConfigError> {
     use opentelemetry_otlp::{Protocol, WithExportConfig as _};
     // Its reqwest client takes the process's rustls provider.
-    crate::tls::install_crypto_provider();
+    crate::config::tls::install_crypto_provider();
     opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)

@@ -298,7 +298,9 @@ async fn connect_noting_refusals(
     refusals: Refusals,
 ) -> anyhow::Result<async_nats::Client> {
     let extra_roots = match &settings.nats_ca_file {
-        Some(path) => crate::tls::read_ca_file("nats_ca_file (ONECHARGE_NATS_CA_FILE)", path)?,
+        Some(path) => {
+            crate::config::tls::read_ca_file("nats_ca_file (ONECHARGE_NATS_CA_FILE)", path)?
+        }
         None => Vec::new(),
     };
     let sign_in = settings.nats_sign_in(user);
@@ -314,7 +316,7 @@ async fn connect_noting_refusals(
         || servers
             .iter()
             .any(|s| s.to_ascii_lowercase().starts_with("tls://"));
-    let tls = crate::tls::client_config(extra_roots).map_err(|err| {
+    let tls = crate::config::tls::client_config(extra_roots).map_err(|err| {
         crate::config::ConfigError(format!("nats_ca_file (ONECHARGE_NATS_CA_FILE): {err:#}"))
     })?;
     let mut options = async_nats::ConnectOptions::new();
@@ -657,6 +659,24 @@ impl Broker {
         .await
     }
 
+    /// What JetStream says about stream `name` now, or an error an operator can act on.
+    pub async fn stream_info(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<async_nats::jetstream::stream::Info> {
+        let stream = self
+            .jetstream
+            .get_stream(name)
+            .await
+            .with_context(|| format!("reading stream {name}: is `onecharge setup` done?"))?;
+        Ok(stream.cached_info().clone())
+    }
+
+    /// How many messages stream `name` holds now.
+    pub async fn stream_messages(&self, name: &str) -> anyhow::Result<u64> {
+        Ok(self.stream_info(name).await?.state.messages)
+    }
+
     /// How far `consumer` on the command stream is behind: messages not yet delivered and
     /// messages delivered but not yet acknowledged, as the server counts them.
     pub async fn intake_consumer_lag(&self, consumer: &str) -> anyhow::Result<ConsumerLag> {
@@ -949,5 +969,6 @@ fn subject_covers(pattern: &str, wanted: &str) -> bool {
     }
 }
 
+pub mod publish;
 #[cfg(test)]
 mod tests;

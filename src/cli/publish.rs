@@ -3,8 +3,8 @@
 
 use clap::Subcommand;
 
+use crate::broker::publish::{ChargeArgs, Published, RefundArgs};
 use crate::config::Settings;
-use crate::publish::{ChargeArgs, Published, RefundArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum PublishCommand {
@@ -18,8 +18,8 @@ pub enum PublishCommand {
 /// Runs `onecharge publish …`.
 pub async fn run(settings: &Settings, command: PublishCommand) -> anyhow::Result<()> {
     let published = match command {
-        PublishCommand::Charge(args) => crate::publish::charge(settings, args).await?,
-        PublishCommand::Refund(args) => crate::publish::refund(settings, args).await?,
+        PublishCommand::Charge(args) => crate::broker::publish::charge(settings, args).await?,
+        PublishCommand::Refund(args) => crate::broker::publish::refund(settings, args).await?,
     };
     println!("{}", render(&published));
     Ok(())

@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::print_json;
 use crate::config::{Settings, UsageError};
+use crate::domain::listing::ListWindow;
 use crate::domain::AttemptStatus;
 use crate::format;
-use crate::gateway::list::ListWindow;
 use crate::reconciler::sweep::SweepReport;
 use crate::reconciler::{ReconcileReport, Reconciler};
 use crate::store::Store;

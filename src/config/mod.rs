@@ -22,6 +22,7 @@ mod nats;
 mod origin;
 mod redact;
 mod settings;
+pub mod tls;
 mod tokens;
 mod validate;
 

@@ -54,7 +54,7 @@ impl Published {
 }
 
 /// `cases` in words, comma-separated.
-fn describe_all(cases: impl Iterator<Item = ReviewCase>) -> String {
+pub(super) fn describe_all(cases: impl Iterator<Item = ReviewCase>) -> String {
     cases
         .map(ReviewCase::describe)
         .collect::<Vec<_>>()

@@ -14,9 +14,9 @@ use anyhow::bail;
 use mock_gateway::{ChargeStatus, MockGateway, Refund as GatewayRefund};
 use uuid::Uuid;
 
+use crate::broker::publish::{publish_refund, RefundArgs};
 use crate::broker::Broker;
 use crate::domain::{Currency, Money, PaymentAttemptId, RefundId, RefundStatus};
-use crate::publish::{publish_refund, RefundArgs};
 use crate::store::operator::AttemptRecord;
 use crate::store::refund_reads::{self, StoredRefund};
 use crate::store::Store;

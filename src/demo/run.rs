@@ -2,7 +2,7 @@
 //! published mix, the wait and the refunds (`super::refunds`), read top to bottom (start,
 //! publish, wait); what it left is judged by `super::verdict`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -23,8 +23,8 @@ use crate::gateway::GatewayKind;
 use crate::store::Store;
 
 use super::private;
-use super::published::{Published, ReviewCase};
-use super::refunds::{self, PublishedRefund};
+use super::published::{describe_all, Published, ReviewCase};
+use super::refunds;
 use super::DemoArgs;
 
 /// Runs the demo; `Err` when the servers are unreachable and cannot be started, the run
@@ -608,7 +608,6 @@ async fn wait_until_settled(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
-
 
 /// `--console`, before anything runs: an exposed, open admin address is a configuration
 /// error, and a taken one is found now rather than after the whole run.

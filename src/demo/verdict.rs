@@ -13,8 +13,8 @@ use crate::broker::Broker;
 use crate::store::operator::AttemptRecord;
 use crate::store::Store;
 
-use super::refunds::{self, RefundFindings};
 use super::published::Published;
+use super::refunds::{self, RefundFindings};
 
 /// Checks the promise against the gateway's ledger, the database and the streams, and
 /// prints the summary; `Err` when it did not hold.
@@ -29,7 +29,9 @@ pub(super) async fn verify(
     let charges_per_attempt = succeeded_charges_per_attempt(&ledger);
     let attempts = crate::store::operator::list_attempts(store, &Default::default(), None).await?;
     let events = crate::store::operator::published_event_ids(store).await?;
-    let on_stream = broker.stream_messages(&broker.names.events_stream()).await?;
+    let on_stream = broker
+        .stream_messages(&broker.names.events_stream())
+        .await?;
     let dead = broker.stream_messages(&broker.names.dlq_stream()).await?;
     let refunds = refunds::verify(store, gateway, &published.refunds).await?;
     let mut problems = attempt_problems(&attempts, published, &charges_per_attempt);

@@ -12,6 +12,7 @@ pub mod finding;
 pub mod held;
 pub mod ids;
 pub mod lease;
+pub mod listing;
 pub mod lookup;
 pub mod money;
 pub mod outcome;

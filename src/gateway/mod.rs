@@ -174,7 +174,7 @@ impl GatewayClient {
             .map(|der| reqwest::Certificate::from_der(der))
             .collect::<Result<Vec<_>, _>>()
             .context("reading the gateway's CA certificates")?;
-        crate::tls::install_crypto_provider();
+        crate::config::tls::install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .timeout(request_timeout)
@@ -222,9 +222,10 @@ impl GatewayClient {
     pub fn from_settings(settings: &Settings) -> anyhow::Result<Self> {
         let key = SecretString::from(settings.require_gateway_api_key()?.to_owned());
         let extra_roots = match &settings.gateway_ca_file {
-            Some(path) => {
-                crate::tls::read_ca_file("gateway_ca_file (ONECHARGE_GATEWAY_CA_FILE)", path)?
-            }
+            Some(path) => crate::config::tls::read_ca_file(
+                "gateway_ca_file (ONECHARGE_GATEWAY_CA_FILE)",
+                path,
+            )?,
             None => Vec::new(),
         };
         Ok(Self::for_kind(

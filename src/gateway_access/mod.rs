@@ -3,15 +3,17 @@
 //! limit whose permits come before a claim (decision 62). The executor and the reconciler
 //! each hold one [`GatewayAccess`]; the permit waits they share are its methods.
 //!
-//! It sits beside `src/gateway/`, not inside it, for the reason `gateway_limit` does: the
+//! It sits beside `src/gateway/`, not inside it, for the reason its `limit` does: the
 //! rate limit takes its tokens from the database, and the gateway client never touches the
 //! database.
+
+pub mod limit;
 
 use std::time::Duration;
 
 use crate::config::Settings;
 use crate::gateway::{GatewayClient, GatewayHealth};
-use crate::gateway_limit::{GatewayRateLimit, Operation, Permits, Take};
+use crate::gateway_access::limit::{GatewayRateLimit, Operation, Permits, Take};
 use crate::store::Store;
 
 /// The gateway as one role of one instance may call it. Cheap to clone: clones share the

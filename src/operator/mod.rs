@@ -37,7 +37,6 @@ pub mod refunds;
 pub mod resolve;
 pub mod stats;
 
-use anyhow::Context as _;
 use time::OffsetDateTime;
 
 use crate::domain::AttemptStatus;
@@ -48,19 +47,6 @@ pub use resolve::{ResolveAs, ResolveError, ResolveRequest};
 /// How far an operator's retry may reach: the same window the executor's claim applies, so
 /// that a retry the operator is allowed is one the executor will really send.
 pub use crate::domain::RetryWindow;
-
-/// What JetStream says about stream `name` now, or the error an operator can act on.
-pub(crate) async fn stream_info(
-    broker: &crate::broker::Broker,
-    name: &str,
-) -> anyhow::Result<async_nats::jetstream::stream::Info> {
-    let stream = broker
-        .jetstream
-        .get_stream(name)
-        .await
-        .with_context(|| format!("reading stream {name}: is `onecharge setup` done?"))?;
-    Ok(stream.cached_info().clone())
-}
 
 /// The largest `--limit` (and `limit=`): what PostgreSQL's `LIMIT` takes.
 pub const MAX_LIMIT: usize = i64::MAX as usize;

@@ -70,6 +70,6 @@ pub async fn stats(store: &Store, broker: &Broker, now: OffsetDateTime) -> anyho
 }
 
 async fn dead_letter_count(broker: &Broker) -> anyhow::Result<u64> {
-    let info = super::stream_info(broker, &broker.names.dlq_stream()).await?;
+    let info = broker.stream_info(&broker.names.dlq_stream()).await?;
     Ok(info.state.messages)
 }

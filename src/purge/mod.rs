@@ -77,7 +77,7 @@ pub fn check_retention(
 
 /// The command stream's `max_age`, read from JetStream.
 pub async fn command_stream_max_age(broker: &Broker) -> anyhow::Result<Duration> {
-    let info = crate::operator::stream_info(broker, &broker.names.commands_stream()).await?;
+    let info = broker.stream_info(&broker.names.commands_stream()).await?;
     Ok(info.config.max_age)
 }
 

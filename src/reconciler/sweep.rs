@@ -32,10 +32,11 @@ pub use compare::{compare, Action, SweptAttempt, Verdict};
 
 use super::policy::{claim_may_write, found_charge, Decision};
 use super::Reconciler;
+use crate::domain::listing::ListWindow;
 use crate::domain::outcome::{GatewayCharge, LookupOutcome};
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, SettleWrite};
-use crate::gateway::list::{ListOutcome, ListPage, ListWindow, MAX_PAGE};
+use crate::gateway::list::{ListOutcome, ListPage, MAX_PAGE};
 use crate::store::attempts::settle;
 use crate::store::findings::{self, FindingSource, NewFinding};
 use crate::store::reconciler::{claim_for_recheck, RecheckClaim};

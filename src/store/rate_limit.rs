@@ -1,5 +1,5 @@
 //! The fleet-wide gateway token bucket (`gateway_rate_buckets`): one row per gateway, shared
-//! by every instance. See `crate::gateway_limit` for who takes tokens and why.
+//! by every instance. See `crate::gateway_access::limit` for who takes tokens and why.
 //!
 //! Invariants kept here:
 //! - A take is one `UPDATE … RETURNING`: the refill, the grant and the new balance are

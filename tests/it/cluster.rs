@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use onecharge::app::{Application, Role};
+use onecharge::broker::publish::{publish_charge, ChargeArgs};
 use onecharge::broker::{Broker, Names};
 use onecharge::config::Settings;
-use onecharge::publish::{publish_charge, ChargeArgs};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 

@@ -206,7 +206,7 @@ fn path_without(programs: &[&str]) -> std::ffi::OsString {
 async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them() {
     use tokio::io::AsyncBufReadExt as _;
 
-    onecharge::tls::install_crypto_provider();
+    onecharge::config::tls::install_crypto_provider();
     let port = crate::support::nats_server::free_port();
     let server = crate::support::server_url();
     let mut child = tokio::process::Command::from(crate::support::onecharge())

@@ -143,7 +143,7 @@ async fn console_overview(served: &Served, token: &str) -> (StatusCode, String) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_role_charges_serves_operators_sweeps_and_purges_but_cannot_change_the_schema()
 {
-    onecharge::tls::install_crypto_provider();
+    onecharge::config::tls::install_crypto_provider();
     let server = server_url();
     // Declared first, dropped last: after the database and its grants.
     let roles = ThrowawayRoles::create(&server).await;

@@ -100,7 +100,7 @@ async fn setup_and_runtime_users_each_run_on_their_own_permissions_and_the_runti
     if !crate::support::nats_server::current_server_or_skip("the NATS permissions test") {
         return;
     }
-    onecharge::tls::install_crypto_provider();
+    onecharge::config::tls::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let setup_key = nkeys::KeyPair::new_user();
     let seed_file = dir.path().join("setup.nk");

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use onecharge::config::Settings;
 use onecharge::gateway::GatewayKind;
-use onecharge::gateway_limit::{
+use onecharge::gateway_access::limit::{
     bucket_name, default_burst, lease_size, requests_per_charge, time_until, wait_target, Bucket,
     GatewayRateLimit, Lease, Take,
 };

@@ -496,7 +496,7 @@ async fn refund_commands_come_in_through_their_own_consumer_and_bad_ones_are_dea
 async fn sweep(h: &Harness) -> onecharge::reconciler::sweep::SweepReport {
     let now = h.db_now().await;
     h.reconciler_with(client(h))
-        .sweep(onecharge::gateway::list::ListWindow {
+        .sweep(onecharge::domain::listing::ListWindow {
             from: now - Duration::from_secs(3600),
             to: now + Duration::from_secs(3600),
         })
@@ -961,7 +961,7 @@ async fn a_refund_that_succeeds_after_the_sweep_read_its_charge_is_no_finding() 
         let now = h.db_now().await;
         tokio::spawn(async move {
             reconciler
-                .sweep(onecharge::gateway::list::ListWindow {
+                .sweep(onecharge::domain::listing::ListWindow {
                     from: now - Duration::from_secs(3600),
                     to: now + Duration::from_secs(3600),
                 })

@@ -7,9 +7,9 @@ use std::time::Duration;
 use crate::support::nats::stream_messages;
 use crate::support::{eventually, take_in, Harness, Records, Served};
 use mock_gateway::payment_methods as pm;
+use onecharge::broker::publish::{publish_charge, ChargeArgs};
 use onecharge::domain::PaymentEvent;
 use onecharge::intake::Intake;
-use onecharge::publish::{publish_charge, ChargeArgs};
 use onecharge::store::relay::claim_unpublished;
 use uuid::Uuid;
 

@@ -10,8 +10,8 @@ use crate::support::nats::stream_messages;
 use crate::support::{take_in, Harness};
 use async_nats::jetstream::message::StreamMessage;
 use mock_gateway::payment_methods as pm;
+use onecharge::broker::publish::{publish_charge, ChargeArgs};
 use onecharge::intake::Intake;
-use onecharge::publish::{publish_charge, ChargeArgs};
 use serde_json::Value;
 use uuid::Uuid;
 

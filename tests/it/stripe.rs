@@ -873,7 +873,7 @@ async fn every_request_names_the_configured_stripe_api_version() {
     assert!(disputed.status().is_success());
     let now = h.db_now().await;
     h.reconciler_with(stripe_client(&h))
-        .sweep(onecharge::gateway::list::ListWindow {
+        .sweep(onecharge::domain::listing::ListWindow {
             from: now - Duration::from_secs(3600),
             to: now + Duration::from_secs(3600),
         })

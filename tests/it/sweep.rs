@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::support::{charge_request, Harness, Records};
 use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
+use onecharge::domain::listing::ListWindow;
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
-use onecharge::gateway::list::ListWindow;
 use onecharge::gateway::{ChargeBody, ChargeRequest, GatewayClient, GatewayKind, Prepared};
 use onecharge::reconciler::sweep::SweepReport;
 use onecharge::reconciler::Reconciler;

@@ -126,7 +126,7 @@ pub fn free_addrs(count: usize) -> Vec<SocketAddr> {
 /// Registers every listener with the mock gateway, with `SECRET`, and has it send each
 /// state change's event by itself (`auto`).
 pub async fn register(gateway_url: &str, addrs: &[SocketAddr]) {
-    onecharge::tls::install_crypto_provider();
+    onecharge::config::tls::install_crypto_provider();
     let urls: Vec<String> = addrs.iter().map(|a| endpoint(*a)).collect();
     let answer = reqwest::Client::new()
         .post(format!("{gateway_url}/__stripe/webhooks"))

@@ -4,7 +4,7 @@
 //! **A command like any other.** [`create`] checks what can never pass (the attempt did not
 //! succeed, the amount is more than is left: a courtesy, the refund worker and the
 //! database's CHECK still decide), then publishes a RefundPayment on the refund command
-//! subject through `crate::publish`, the path producers use, under `Nats-Msg-Id`
+//! subject through `crate::broker::publish`, the path producers use, under `Nats-Msg-Id`
 //! `operator-refund-<refund_id>`, and audits it with the person's name. The amount is
 //! always the one the person was shown: an omitted amount becomes what was left then, never
 //! "the rest" at admission. The refund id is minted when the refund is previewed and carried
@@ -15,12 +15,12 @@ use crate::domain::GatewayChargeId;
 use serde::Serialize;
 
 use super::suffix;
+use crate::broker::publish::{self, RefundArgs};
 use crate::broker::Broker;
 use crate::domain::command::MAX_AMOUNT_MINOR;
 use crate::domain::refund::MAX_REASON_CHARS;
 use crate::domain::{AttemptStatus, Currency, Money, PaymentAttemptId, RefundId};
 use crate::format;
-use crate::publish::{self, RefundArgs};
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
 use crate::store::operator as attempts_sql;
 use crate::store::refund_reads::{self as sql, RefundTotals};

@@ -21,9 +21,9 @@
 //! Over 600 lines only with its tests: each rule above is a test below.
 
 use crate::domain::finding::{FindingClass, NewFinding};
+use crate::domain::listing::{DisputeStatus, ListedCharge, ListedStatus};
 use crate::domain::outcome::{ChargeStatus, GatewayCharge};
 use crate::domain::AttemptStatus;
-use crate::gateway::list::{DisputeStatus, ListedCharge, ListedStatus};
 pub use crate::store::sweep::SweptAttempt;
 
 impl SweptAttempt {

@@ -48,7 +48,7 @@ impl TestEnv {
     /// A fresh database and namespace; `adjust` may change settings before anything connects.
     pub async fn with_settings(adjust: impl FnOnce(&mut Settings)) -> Self {
         // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
-        onecharge::tls::install_crypto_provider();
+        onecharge::config::tls::install_crypto_provider();
         let (database, mut settings) = own_settings("t");
         settings.admin_addr = "127.0.0.1:0".parse().unwrap();
         settings.intake.batch_size = 64;

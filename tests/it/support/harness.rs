@@ -149,7 +149,7 @@ impl Harness {
     /// (after the test defaults: short gateway timeouts, a 10 s lease).
     pub async fn with(mock: MockConfig, adjust: impl FnOnce(&mut Settings)) -> Self {
         // The tests' own reqwest clients need the process's rustls provider, as onecharge's do.
-        onecharge::tls::install_crypto_provider();
+        onecharge::config::tls::install_crypto_provider();
         let gateway = MockGateway::start(MockConfig {
             api_key: API_KEY.to_owned(),
             ..mock

@@ -108,7 +108,7 @@ impl Localstripe {
     /// Starts localstripe and waits until it answers. `None` only outside CI when it is not
     /// installed (the reason is printed); in CI that panics with how to install it.
     pub async fn start() -> Option<Self> {
-        onecharge::tls::install_crypto_provider();
+        onecharge::config::tls::install_crypto_provider();
         let program = match executable() {
             Ok(program) => program,
             Err(why) if in_ci() => panic!("{why}: {HOW_TO_INSTALL}"),

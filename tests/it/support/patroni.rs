@@ -604,7 +604,7 @@ impl PatroniCluster {
 
         let haproxy_port = free_port();
         // reqwest's client needs the process's rustls provider, as onecharge's do.
-        onecharge::tls::install_crypto_provider();
+        onecharge::config::tls::install_crypto_provider();
         let mut cluster = Self {
             scope,
             options,
