@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::fleet;
-use crate::support::Records as _;
+use crate::support::{MockControl, Records as _};
 use crate::verify::{Observed, Problem};
 
 /// The secret the mock signs with and every serve process verifies with.
@@ -126,18 +126,10 @@ pub fn free_addrs(count: usize) -> Vec<SocketAddr> {
 /// Registers every listener with the mock gateway, with `SECRET`, and has it send each
 /// state change's event by itself (`auto`).
 pub async fn register(gateway_url: &str, addrs: &[SocketAddr]) {
-    onecharge::tls::install_crypto_provider();
     let urls: Vec<String> = addrs.iter().map(|a| endpoint(*a)).collect();
-    let answer = reqwest::Client::new()
-        .post(format!("{gateway_url}/__stripe/webhooks"))
-        .json(&json!({"urls": urls, "secrets": [SECRET], "auto": true}))
-        .send()
-        .await
-        .expect("configure the mock's webhooks");
-    assert!(
-        answer.status().is_success(),
-        "the mock took the webhook endpoints"
-    );
+    MockControl::new(gateway_url)
+        .send_every_change_to(&urls, &[SECRET])
+        .await;
 }
 
 /// An event as Stripe writes it, about PaymentIntent `pi` of attempt `attempt`.
