@@ -942,13 +942,8 @@ async fn a_sweep_stopped_at_shutdown_ends_its_row_saying_so() {
 async fn a_sweep_whose_instance_died_is_finished_by_the_next_one() {
     let h = Harness::new().await;
     // An instance died twenty minutes into a sweep: its row never ended.
-    sqlx::query(
-        "INSERT INTO reconciliation_sweeps (window_from, window_to, actor, started_at)
-         VALUES (now() - interval '1 day', now(), 'reconciler:gone', now() - interval '20 minutes')",
-    )
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.plant_sweep_left_running("reconciler:gone", Duration::from_secs(20 * 60))
+        .await;
 
     h.reconciler().sweep(window(&h).await).await.unwrap();
 
@@ -1070,19 +1065,8 @@ async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index
     let client = h.client_with_key(crate::support::API_KEY);
     let first = executed(&h, &client, pm::CARD_VISA).await;
     // Copies of it, one every 90 seconds back over a month.
-    h.exec(&format!(
-        "INSERT INTO payment_attempts
-         SELECT (jsonb_populate_record(a, jsonb_build_object(
-                    'payment_attempt_id', n.id, 'idempotency_key', 'onecharge-' || n.id,
-                    'first_message_id', 'm-' || n.id, 'gateway_charge_id', 'ch_' || n.id,
-                    'first_dispatched_at', n.at, 'dispatched_at', n.at,
-                    'updated_at', n.at, 'created_at', n.at))).*
-         FROM payment_attempts a,
-              (SELECT gen_random_uuid() AS id, now() - i * interval '90 seconds' AS at
-               FROM generate_series(1, 30000) i) n
-         WHERE a.payment_attempt_id = '{first}'"
-    ))
-    .await;
+    h.copy_attempt_back_in_time(first, 30_000, Duration::from_secs(90))
+        .await;
     h.exec("ANALYZE payment_attempts").await;
     let week_ago = h.db_now().await - Duration::from_secs(7 * 86400);
     let page = ComparePage {
@@ -1106,15 +1090,9 @@ async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index
     assert_eq!(first_page.len(), 20);
     let second_page = unlisted_succeeded(&h.store, later).await.unwrap();
     // About 39 were first sent inside the window less its margins: 20, then the rest.
-    let inside: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM payment_attempts
-         WHERE status = 'succeeded' AND first_dispatched_at >= $1 AND updated_at < $2",
-    )
-    .bind(page.window.from + page.margin)
-    .bind(page.window.to - page.margin)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let inside = h
+        .succeeded_first_sent_between(page.window.from + page.margin, page.window.to - page.margin)
+        .await;
     assert!(inside > 20 && inside <= 40, "{inside}");
     assert_eq!(second_page.len() as i64, inside - 20);
     assert!(second_page
