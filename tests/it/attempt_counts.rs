@@ -29,11 +29,7 @@ async fn assert_exact(store: &Store, after: &str) {
     attempt_counts::fold(store).await.unwrap();
     let deltas = store.rows_in("attempt_status_count_deltas").await;
     assert_eq!(deltas, 0, "a fold leaves no delta, after {after}");
-    let folded: Vec<(String, i64)> =
-        sqlx::query_as("SELECT status, n FROM attempt_status_counts WHERE n <> 0 ORDER BY status")
-            .fetch_all(store.pool())
-            .await
-            .unwrap();
+    let folded = store.folded_attempt_counts().await;
     assert_eq!(folded, expected, "folded, after {after}");
     assert_eq!(
         operator::count_by_status(store).await.unwrap(),

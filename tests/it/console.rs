@@ -1083,13 +1083,7 @@ async fn a_session_from_one_instance_acts_at_another_and_signing_out_there_ends_
         (token_sha256(session_id(&ada)), "operator:ada".to_owned())
     );
     let stored_text = env
-        .scalar(&format!(
-            "SELECT count(*) FROM console_sessions
-              WHERE position('{}' IN row(console_sessions)::text) > 0
-                 OR position('{}' IN row(console_sessions)::text) > 0",
-            session_id(&ada),
-            token_sha256(OPERATOR_TOKEN)
-        ))
+        .sessions_holding_any(&[session_id(&ada), &token_sha256(OPERATOR_TOKEN)])
         .await;
     assert_eq!(
         stored_text, 0,
@@ -1930,29 +1924,7 @@ async fn a_bulk_confirm_acts_on_exactly_the_previewed_attempts_never_one_that_ma
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_findings_page_shows_the_earlier_findings_about_its_charge_and_what_became_of_them() {
     let (env, id, console) = one_in_review().await;
-    let subject = format!("recorded_not_charged:{id}:pi_console");
-    let refund: i64 = env
-        .scalar(&format!(
-            "INSERT INTO reconciliation_findings
-                 (class, dedupe_key, subject_key, evidence, payment_attempt_id, gateway_ids, detail,
-                  source, state, resolved_at, resolved_by, resolution)
-             VALUES ('recorded_not_charged', '{subject}|refunded:500', '{subject}', 'refunded:500',
-                     '{id}', '{{pi_console}}', 'refunded at the gateway', 'sweep', 'resolved', now(),
-                     'operator:ada', 'partial refund agreed with the customer')
-             RETURNING id"
-        ))
-        .await;
-    let dispute: i64 = env
-        .scalar(&format!(
-            "INSERT INTO reconciliation_findings
-                 (class, dedupe_key, subject_key, evidence, payment_attempt_id, gateway_ids, detail,
-                  source)
-             VALUES ('disputed', '{subject}|dispute:open;refunded:500', '{subject}',
-                     'dispute:open;refunded:500', '{id}', '{{pi_console}}', 'disputed at the gateway',
-                     'webhook')
-             RETURNING id"
-        ))
-        .await;
+    let (refund, dispute) = env.plant_earlier_findings(id).await;
     let ada = console.browser(OPERATOR_TOKEN).await;
 
     let (status, list) = console.get(Some(&ada), "/console/findings").await;
@@ -2556,36 +2528,21 @@ async fn dead_letters_are_paged_discarded_and_replayed_in_bulk_in_the_console() 
 async fn the_overview_refreshes_itself_and_links_the_sweeps_and_the_webhook_events() {
     let env = TestEnv::with_settings(with_operators).await;
     let attempt = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO reconciliation_sweeps
-             (window_from, window_to, actor, started_at, finished_at, pages, records_seen,
-              records, records_skipped, findings, settled, error)
-         VALUES (now() - interval '25 hours', now(), 'schedule', now() - interval '2 hours',
-                 now() - interval '2 hours' + interval '40 seconds', 7, 1400, 1350, 50, 2, 1, NULL),
-                (now() - interval '26 hours', now() - interval '1 hour', 'operator:ada',
-                 now() - interval '3 hours', now() - interval '3 hours', 1, 0, 0, 0, 0, 0,
-                 'the gateway answered 401'),
-                (now() - interval '24 hours', now() - interval '1 minute', 'schedule', now(),
-                 NULL, 3, 300, 290, 10, 0, 0, NULL)",
+    env.plant_finished_failed_and_running_sweeps().await;
+    env.plant_webhook_event(
+        "evt_console_1",
+        "payment_intent.succeeded",
+        "pi_console_1",
+        attempt,
+        "woke",
     )
-    .execute(env.store.pool())
-    .await
-    .unwrap();
-    sqlx::query(&format!(
-        "INSERT INTO stripe_webhook_events
-             (event_id, event_type, payment_intent_id, payment_attempt_id, outcome)
-         VALUES ('evt_console_1', 'payment_intent.succeeded', 'pi_console_1', '{attempt}', 'woke')"
-    ))
-    .execute(env.store.pool())
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO webhook_refusals (result, refused, last_why)
-         VALUES ('bad_signature', 12, 'no v1 signature matches any configured secret')",
+    .await;
+    env.plant_webhook_refusals(
+        "bad_signature",
+        12,
+        "no v1 signature matches any configured secret",
     )
-    .execute(env.store.pool())
-    .await
-    .unwrap();
+    .await;
     let console = Console::start(&env).await;
     let ada = console.browser(OPERATOR_TOKEN).await;
 

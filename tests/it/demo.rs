@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::nats_server::free_port;
-use crate::support::one_line_error;
+use crate::support::{one_line_error, Records};
 use onecharge::config::Settings;
 use onecharge::demo::{run, DemoArgs};
 
@@ -314,10 +314,6 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
     let pool = sqlx::PgPool::connect(&format!("{server}/postgres"))
         .await
         .unwrap();
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
-        .bind(&database)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let left = pool.databases_named(&database).await;
     assert_eq!(left, 0, "{database} is removed after the console stops");
 }

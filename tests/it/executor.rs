@@ -910,8 +910,7 @@ async fn settlements_written_together_keep_each_fence_transition_event_and_call(
         "the fenced write's call, a row of its own (decision 221)"
     );
     assert_eq!(
-        h.scalar("SELECT count(*) FROM attempt_transitions WHERE call_id IS NOT NULL")
-            .await,
+        h.moves_carrying_a_call().await,
         3,
         "each call let through, carried by the move it caused"
     );
@@ -1161,15 +1160,7 @@ async fn a_settlement_the_database_refuses_fails_alone_and_its_batch_mates_are_w
     let poisoned = claimed[1].attempt.payment_attempt_id;
     // An event for the final state already exists: a second one breaks the outbox's unique
     // index, as a double settlement would.
-    sqlx::query(
-        "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload)
-         VALUES ($1, $2, 'succeeded', 'payments.events.succeeded', '{}', '{}')",
-    )
-    .bind(uuid::Uuid::new_v4())
-    .bind(poisoned)
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.plant_event(poisoned, "succeeded").await;
     let now = h.now();
     let writes: Vec<SettleWrite> = claimed
         .iter()

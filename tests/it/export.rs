@@ -103,16 +103,7 @@ async fn a_search_finding_more_than_one_export_holds_is_refused_whole() {
         .record_command(json!({"order_id": "ord_many"}), None)
         .await;
     // 10,000 copies of it under new ids: more than one export holds.
-    env.exec(&format!(
-        "INSERT INTO payment_attempts
-         SELECT (jsonb_populate_record(a, jsonb_build_object(
-                    'payment_attempt_id', n.id, 'idempotency_key', 'onecharge-' || n.id,
-                    'first_message_id', 'm-' || n.id))).*
-         FROM payment_attempts a,
-              (SELECT gen_random_uuid() AS id FROM generate_series(1, 10000)) n
-         WHERE a.payment_attempt_id = '{first}'"
-    ))
-    .await;
+    env.copy_attempt(first, 10_000).await;
     let api = AdminApi::start(&env.settings).await;
     let (status, body) = api.get("/api/attempts.csv?order_id=ord_many", None).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");

@@ -253,16 +253,7 @@ async fn intakes_statement_probes_each_key_not_a_scan_of_the_dedupe_table() {
     let h = crate::support::Harness::new().await;
     // 50,000 recorded messages and no statistics yet: a new installation's first hour, or a
     // cluster without autovacuum.
-    sqlx::query(
-        "INSERT INTO processed_messages
-             (consumer, message_id, body_sha256, payment_attempt_id, result, stream_sequence)
-         SELECT 'onecharge-intake', 'm-' || g, sha256(g::text::bytea), gen_random_uuid(),
-                'accepted', g
-         FROM generate_series(1, 50000) g",
-    )
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.add_dedupe_rows(50_000).await;
 
     // A full batch (intake.batch_size, 256) of new commands.
     const BATCH: usize = 256;

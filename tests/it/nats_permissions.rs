@@ -228,10 +228,7 @@ async fn setup_and_runtime_users_each_run_on_their_own_permissions_and_the_runti
                 .is_some_and(|row| row.status == "succeeded")
                 && db.unpublished_events().await == 0
                 && dead_letters().await == 1
-                && db
-                    .scalar("SELECT coalesce(max(checked_through), 0) FROM stream_audit_watermarks")
-                    .await
-                    == 2
+                && db.audited_through().await == 2
         },
     )
     .await;

@@ -270,12 +270,7 @@ async fn each_filter_is_answered_from_an_index_not_a_scan() {
         ("a.gateway_charge_id", "payment_attempts_gateway_charge_idx"),
     ] {
         let plan = h
-            .plan_without_seq_scans(&format!(
-                "SELECT a.payment_attempt_id
-                 FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
-                 WHERE {column} = 'x' ORDER BY s.created_at DESC, s.payment_attempt_id DESC
-                 LIMIT 100"
-            ))
+            .plan_without_seq_scans(&search(&format!("WHERE {column} = 'x'")))
             .await;
         assert!(
             plan.contains(index),
@@ -284,13 +279,7 @@ async fn each_filter_is_answered_from_an_index_not_a_scan() {
         assert!(!plan.contains("Seq Scan"), "{column} scans:\n{plan}");
     }
     // Every attempt, newest first, is read from the time index of attempt_search.
-    let newest = h
-        .plan_without_seq_scans(
-            "SELECT a.payment_attempt_id
-         FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
-         ORDER BY s.created_at DESC, s.payment_attempt_id DESC LIMIT 100",
-        )
-        .await;
+    let newest = h.plan_without_seq_scans(&search("")).await;
     assert!(newest.contains("attempt_search_created_idx"), "{newest}");
     assert!(
         !newest.contains("Seq Scan"),
@@ -304,6 +293,16 @@ async fn each_filter_is_answered_from_an_index_not_a_scan() {
     ] {
         assert!(!h.relation_exists(index).await, "{index} is dropped");
     }
+}
+
+/// The search as store::operator::list_attempts makes it: the attempts of `filter` (`WHERE
+/// …`, or nothing for every attempt), through `attempt_search`, newest first, a page of 100.
+fn search(filter: &str) -> String {
+    format!(
+        "SELECT a.payment_attempt_id
+         FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
+         {filter} ORDER BY s.created_at DESC, s.payment_attempt_id DESC LIMIT 100"
+    )
 }
 
 /// The search by state, the stuck list and the gauges after decisions 173, 214 and 215:
@@ -346,12 +345,7 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
     }
     for status in ["succeeded", "declined"] {
         let plan = h
-            .plan_without_seq_scans(&format!(
-                "SELECT a.payment_attempt_id
-                 FROM attempt_search s JOIN payment_attempts a USING (payment_attempt_id)
-                 WHERE a.status = '{status}'
-                 ORDER BY s.created_at DESC, s.payment_attempt_id DESC LIMIT 100"
-            ))
+            .plan_without_seq_scans(&search(&format!("WHERE a.status = '{status}'")))
             .await;
         // Which index drives the join depends on the estimates; on a table this small it
         // may be the primary key. At a million attempts it is the time index
@@ -397,13 +391,7 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempts_events_are_read_by_the_outbox_key_not_a_scan_of_the_months() {
     let h = Harness::new().await;
-    h.exec(
-        "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload)
-         SELECT gen_random_uuid(), gen_random_uuid(), 'needs_review', 'payments.events.x',
-                '{}', '{}'
-         FROM generate_series(1, 20000)",
-    )
-    .await;
+    h.add_events_of_other_attempts(20_000).await;
     let sql = onecharge::store::operator::ATTEMPT_EVENTS
         .replace("$1", &format!("'{}'::uuid", uuid::Uuid::new_v4()));
     let plan = h.plan_without_seq_scans(&sql).await;
@@ -451,12 +439,7 @@ async fn an_attempts_search_row_follows_a_change_of_its_columns_and_its_deletion
     assert!(found("ord_search_before").await.is_empty());
     assert_eq!(h.rows_in("attempt_search").await, 2, "moved, not copied");
     assert_eq!(
-        h.scalar(
-            "SELECT count(*) FROM attempt_search s JOIN payment_attempts a
-             ON s.payment_attempt_id = a.payment_attempt_id AND s.created_at = a.created_at
-                AND s.order_id = a.order_id AND s.customer_id = a.customer_id"
-        )
-        .await,
+        h.search_rows_equal_to_their_attempts().await,
         2,
         "each equal to its attempt's columns"
     );

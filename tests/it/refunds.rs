@@ -388,16 +388,7 @@ async fn a_stripe_refund_carries_its_refund_id_and_is_found_by_listing_the_inten
     let attempt = charged(&h, pm::CARD_VISA, AttemptStatus::Succeeded).await;
     // Someone refunds part of the charge from the Dashboard first: not onecharge's refund.
     let intent = h.attempt(attempt).await.gateway_charge_id.unwrap();
-    let outside = reqwest::Client::new()
-        .post(format!(
-            "{}/__stripe/payment_intents/{intent}/refund",
-            h.gateway.base_url()
-        ))
-        .json(&json!({"amount": 100}))
-        .send()
-        .await
-        .unwrap();
-    assert!(outside.status().is_success());
+    h.mock_control().refund_outside(&intent, Some(100)).await;
     let refund_id = RefundId::random();
     record(&h, &refund(refund_id, attempt, Some(400)), "stripe").await;
     let w = worker(&h);
@@ -530,16 +521,7 @@ async fn the_sweep_expects_onecharges_own_refunds_and_finds_one_made_outside_it(
     );
 
     let intent = h.attempt(attempt).await.gateway_charge_id.unwrap();
-    let outside = reqwest::Client::new()
-        .post(format!(
-            "{}/__stripe/payment_intents/{intent}/refund",
-            h.gateway.base_url()
-        ))
-        .json(&json!({"amount": 200}))
-        .send()
-        .await
-        .unwrap();
-    assert!(outside.status().is_success());
+    h.mock_control().refund_outside(&intent, Some(200)).await;
     let found = sweep(&h).await;
     assert_eq!(found.new_findings.len(), 1, "{found:?}");
     let finding = h.last_finding().await;

@@ -335,13 +335,7 @@ async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events
     h.seed_expired(3).await;
     // The first event the relay meets (the first queued) goes to a subject no stream
     // stores: JetStream refuses it every time.
-    sqlx::query(
-        "UPDATE outbox SET subject = 'payments.nowhere.v1'
-         WHERE event_id = (SELECT event_ids[1] FROM outbox_unpublished ORDER BY id LIMIT 1)",
-    )
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.send_first_queued_event_to("payments.nowhere.v1").await;
     let relay = h.relay().await;
 
     let mut reports = Vec::new();
@@ -356,12 +350,18 @@ async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events
         "the healthy events behind the poison one are published: {reports:?}"
     );
     assert_eq!(h.event_messages().await.len(), 2);
+    let tries = h.event_tries().await;
     assert_eq!(
-        h.scalar(
-            "SELECT count(*) FROM outbox WHERE subject = 'payments.nowhere.v1' AND published_at IS NULL
-             AND publish_attempts = 1 AND next_attempt_at > now() AND last_error LIKE '%no stream%'"
-        )
-        .await,
+        tries
+            .iter()
+            .filter(|e| e.subject == "payments.nowhere.v1"
+                && !e.published
+                && e.publish_attempts == 1
+                && e.next_try_in_secs.is_some_and(|s| s > 0.0)
+                && e.last_error
+                    .as_deref()
+                    .is_some_and(|m| m.contains("no stream")))
+            .count(),
         1,
         "the poison row waits for its own next try"
     );
@@ -369,26 +369,18 @@ async fn an_event_jetstream_refuses_is_backed_off_and_does_not_starve_the_events
     // It waits in the relay's queue on its own, due at its next try.
     let poison: Vec<Uuid> = h.unpublished_event_ids().await;
     assert_eq!(h.queued_events().await, (poison, 1));
-    assert_eq!(
-        h.scalar("SELECT count(*) FROM outbox_unpublished WHERE next_attempt_at > now()")
-            .await,
-        1
-    );
+    assert_eq!(h.queue_rows_not_due().await, 1);
 
     // When its time comes it is tried again (and refused again, waiting longer).
-    h.exec(
-        "UPDATE outbox SET next_attempt_at = now() - interval '1 second' WHERE published_at IS NULL;
-         UPDATE outbox_unpublished SET next_attempt_at = now() - interval '1 second'",
-    )
-    .await;
+    h.make_unpublished_events_due().await;
     let again = relay.run_once().await.unwrap();
     assert_eq!((again.claimed, again.refused), (1, 1), "{again:?}");
+    let tries = h.event_tries().await;
     assert_eq!(
-        h.scalar(
-            "SELECT count(*) FROM outbox WHERE publish_attempts = 2
-             AND next_attempt_at > now() + interval '1 second'"
-        )
-        .await,
+        tries
+            .iter()
+            .filter(|e| e.publish_attempts == 2 && e.next_try_in_secs.is_some_and(|s| s > 1.0))
+            .count(),
         1
     );
 }
@@ -417,16 +409,7 @@ async fn a_relay_step_takes_whole_queue_rows_as_far_as_its_batch_reaches() {
     let mut h = Harness::with(Default::default(), |s| s.relay.batch_size = 2).await;
     // Nine events queued as three inserts of three would queue them.
     h.seed_expired(9).await;
-    h.exec(
-        "DELETE FROM outbox_unpublished;
-         INSERT INTO outbox_unpublished (event_ids, created_ats)
-         SELECT array_agg(event_id ORDER BY n), array_agg(created_at ORDER BY n)
-         FROM (SELECT event_id, created_at,
-                      row_number() OVER (ORDER BY created_at, event_id) - 1 AS n
-               FROM outbox) e
-         GROUP BY n / 3 ORDER BY n / 3",
-    )
-    .await;
+    h.queue_events_in_rows_of(3).await;
     assert_eq!(h.queued_events().await.1, 3);
     let relay = h.relay().await;
 
@@ -473,24 +456,10 @@ async fn the_relays_mark_probes_each_event_by_its_key_not_a_scan_of_the_month() 
     // 50,000 published events of this month, 30 to a settlement's time, as settlements write
     // them (status `finding`: no attempt and no final state needed), and no statistics yet:
     // a month's partition before autovacuum analyzes it, or where autovacuum is off.
-    sqlx::query(
-        "INSERT INTO outbox (event_id, status, subject, headers, payload, created_at, published_at)
-         SELECT gen_random_uuid(), 'finding', 'payments.events.test', '{}', '{}',
-                now() - (g / 30) * interval '1 ms', now()
-         FROM generate_series(1, 50000) g",
-    )
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.add_published_events(50_000, 30).await;
     // A relay step's worth: 143 events, oldest first.
-    let (ids, times): (Vec<Uuid>, Vec<time::OffsetDateTime>) = sqlx::query_as::<_, (Uuid, time::OffsetDateTime)>(
-        "SELECT event_id, created_at FROM outbox ORDER BY created_at, event_id LIMIT 143 OFFSET 25000",
-    )
-    .fetch_all(h.store.pool())
-    .await
-    .unwrap()
-    .into_iter()
-    .unzip();
+    let (ids, times): (Vec<Uuid>, Vec<time::OffsetDateTime>) =
+        h.event_keys(143, 25_000).await.into_iter().unzip();
 
     let plan: Vec<String> = sqlx::query_scalar(&format!(
         "EXPLAIN {}",

@@ -266,15 +266,13 @@ async fn a_row_no_month_covers_lands_in_the_default_partition_and_moves_into_its
     assert_eq!(h.transitions(id).await.len(), 2);
     // the outbox's months are made half filled, so that marking an event published is a
     // HOT update (decision 171); the other tables' months are filled whole
-    let fillfactor = |table: HistoryTable| {
-        format!(
-            "SELECT count(*) FROM pg_class WHERE relname = '{}'
-             AND reloptions @> ARRAY['fillfactor=50']",
-            table.month_partition(ahead)
-        )
+    let half_filled = |table: HistoryTable| {
+        let month = table.month_partition(ahead);
+        let h = &h;
+        async move { h.relations_with_option(&month, "fillfactor=50").await }
     };
-    assert_eq!(h.scalar(&fillfactor(HistoryTable::Outbox)).await, 1);
-    assert_eq!(h.scalar(&fillfactor(HistoryTable::Transitions)).await, 0);
+    assert_eq!(half_filled(HistoryTable::Outbox).await, 1);
+    assert_eq!(half_filled(HistoryTable::Transitions).await, 0);
 }
 
 async fn test_broker(h: &Harness) -> onecharge::broker::Broker {
@@ -327,14 +325,8 @@ async fn purge_on_the_command_line_reports_old_history_dry_then_drops_it() {
         .await
         .unwrap();
     }
-    sqlx::raw_sql(&format!(
-        "UPDATE attempt_transitions SET at = '2025-01-15Z';
-         UPDATE outbox SET created_at = '2025-01-15Z', published_at = '2025-01-15Z';
-         UPDATE payment_attempts SET updated_at = '2025-01-15Z' WHERE payment_attempt_id = '{expired}';"
-    ))
-    .execute(env.store.pool())
-    .await
-    .unwrap();
+    env.move_history_to(datetime!(2025-01-15 0:00 UTC), expired)
+        .await;
     let before = env.all_transitions().await.len();
     assert_eq!(
         before, 3,
@@ -496,8 +488,7 @@ async fn dropping_a_month_while_writers_write_fails_no_writer_and_keeps_what_mus
 async fn a_month_left_detached_by_an_interrupted_pass_is_dropped_by_the_next() {
     let env = TestEnv::new().await;
     let (now, month, _) = month_a_year_ago(&env, HistoryTable::Outbox).await;
-    env.exec(&format!("ALTER TABLE outbox DETACH PARTITION {month}"))
-        .await;
+    env.detach_partition("outbox", &month).await;
 
     retain_history(&env.store, 30 * DAY, false, now)
         .await

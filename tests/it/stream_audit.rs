@@ -170,10 +170,8 @@ async fn the_audit_finds_exactly_the_commands_intake_never_recorded_and_a_replay
         .unwrap()
         .is_empty());
     assert_eq!(
-        env.scalar(&format!(
-            "SELECT count(*) FROM intake_unrecorded_messages WHERE replayed_by = 'operator:{OPERATOR}'"
-        ))
-        .await,
+        env.unrecorded_replayed_by(&format!("operator:{OPERATOR}"))
+            .await,
         2
     );
 }

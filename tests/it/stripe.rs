@@ -862,15 +862,7 @@ async fn every_request_names_the_configured_stripe_api_version() {
     };
     stripe_client(&h).refund(&request).await;
     stripe_client(&h).lookup_refund(&request).await;
-    let disputed = reqwest::Client::new()
-        .post(format!(
-            "{}/__stripe/payment_intents/{pi}/dispute",
-            h.gateway.base_url()
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert!(disputed.status().is_success());
+    h.mock_control().open_dispute(&pi).await;
     let now = h.db_now().await;
     h.reconciler_with(stripe_client(&h))
         .sweep(onecharge::domain::listing::ListWindow {

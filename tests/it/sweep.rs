@@ -133,16 +133,9 @@ async fn each_planted_discrepancy_is_one_finding_across_sweeps_and_found_money_s
     // A charge whose amount was changed at the gateway.
     let changed = executed(&h, &client, pm::CARD_VISA).await;
     let changed_charge = h.attempt(changed).await.gateway_charge_id.unwrap();
-    let edited = reqwest::Client::new()
-        .post(format!(
-            "{}/__charges/{changed_charge}",
-            h.gateway.base_url()
-        ))
-        .body(r#"{"amount_minor": 2999}"#)
-        .send()
-        .await
-        .unwrap();
-    assert!(edited.status().is_success());
+    h.mock_control()
+        .change_charge_amount(&changed_charge, 2999)
+        .await;
     // A charge made outside onecharge for an attempt id onecharge never saw.
     let stranger = uuid::Uuid::new_v4().to_string();
     charge_outside(&client, &stranger, 500, "someone-else").await;
@@ -240,14 +233,13 @@ async fn stripe_refunds_disputes_second_intents_and_changed_amounts_are_each_one
     let twice = executed(&h, &client, pm::CARD_VISA).await;
     let unknown = executed(&h, &client, pm::FAULT_ERROR_AFTER).await;
     assert_eq!(h.attempt(unknown).await.status, "unknown");
-    for (id, action, body) in [
-        (refunded, "refund", ""),
-        (disputed, "dispute", ""),
-        (changed, "amount", r#"{"amount": 2999}"#),
-    ] {
-        let pi = h.attempt(id).await.gateway_charge_id.unwrap();
-        at_the_gateway(&h, &pi, action, body).await;
-    }
+    let mock = h.mock_control();
+    let pi = h.attempt(refunded).await.gateway_charge_id.unwrap();
+    mock.refund_outside(&pi, None).await;
+    let pi = h.attempt(disputed).await.gateway_charge_id.unwrap();
+    mock.open_dispute(&pi).await;
+    let pi = h.attempt(changed).await.gateway_charge_id.unwrap();
+    mock.change_intent_amount(&pi, 2999).await;
     charge_outside(&client, &twice.to_string(), 1999, "second-intent").await;
     let stranger = uuid::Uuid::new_v4().to_string();
     charge_outside(&client, &stranger, 700, "outside-intent").await;
@@ -503,13 +495,11 @@ async fn pages_holding_only_someone_elses_unconfirmed_intents_do_not_end_the_swe
     let refunded = executed(&h, &client, pm::CARD_VISA).await;
     let changed = executed(&h, &client, pm::CARD_VISA).await;
     let fine = executed(&h, &client, pm::CARD_VISA).await;
-    for (id, action, body) in [
-        (refunded, "refund", ""),
-        (changed, "amount", r#"{"amount": 2999}"#),
-    ] {
-        let pi = h.attempt(id).await.gateway_charge_id.unwrap();
-        at_the_gateway(&h, &pi, action, body).await;
-    }
+    let mock = h.mock_control();
+    let pi = h.attempt(refunded).await.gateway_charge_id.unwrap();
+    mock.refund_outside(&pi, None).await;
+    let pi = h.attempt(changed).await.gateway_charge_id.unwrap();
+    mock.change_intent_amount(&pi, 2999).await;
     let stranger = uuid::Uuid::new_v4().to_string();
     charge_outside(&client, &stranger, 700, "outside-intent").await;
     // Newest first, Stripe lists these before any of the above: the first two pages hold
@@ -534,24 +524,6 @@ async fn pages_holding_only_someone_elses_unconfirmed_intents_do_not_end_the_swe
         "{rows:?}"
     );
     assert!(rows.iter().all(|r| r.1 != fine.to_string()), "{rows:?}");
-}
-
-/// `POST /__stripe/payment_intents/{pi}/{action}` at the mock, with `body`.
-async fn at_the_gateway(h: &Harness, pi: &str, action: &str, body: &str) {
-    let answer = reqwest::Client::new()
-        .post(format!(
-            "{}/__stripe/payment_intents/{pi}/{action}",
-            h.gateway.base_url()
-        ))
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        answer.status().is_success(),
-        "{}",
-        answer.text().await.unwrap()
-    );
 }
 
 /// The findings about `id`, oldest first, as (state, detail).
@@ -579,7 +551,7 @@ async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_an
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
     let reconciler = h.reconciler_with(client);
 
-    at_the_gateway(&h, &pi, "refund", r#"{"amount": 500}"#).await;
+    h.mock_control().refund_outside(&pi, Some(500)).await;
     let refund = reconciler.sweep(window(&h).await).await.unwrap();
     assert_eq!(refund.new_findings.len(), 1, "{refund:?}");
     let refund_id = h.last_finding().await.id;
@@ -593,7 +565,7 @@ async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_an
     .await
     .unwrap();
     // Weeks later the customer's bank disputes the rest.
-    at_the_gateway(&h, &pi, "dispute", "").await;
+    h.mock_control().open_dispute(&pi).await;
     let dispute = reconciler.sweep(window(&h).await).await.unwrap();
 
     assert_eq!(dispute.new_findings.len(), 1, "{dispute:?}");
@@ -657,14 +629,14 @@ async fn a_dispute_opened_then_lost_is_two_findings_of_one_history_and_each_publ
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
     let reconciler = h.reconciler_with(client);
 
-    at_the_gateway(&h, &pi, "dispute", "").await;
+    h.mock_control().open_dispute(&pi).await;
     let opened = reconciler.sweep(window(&h).await).await.unwrap();
     assert_eq!(opened.new_findings.len(), 1, "{opened:?}");
     let open_id = resolve_the_last_finding(&h, "evidence sent to the bank").await;
-    at_the_gateway(&h, &pi, "dispute", r#"{"status": "under_review"}"#).await;
+    h.mock_control().set_dispute(&pi, "under_review").await;
     let reviewed = reconciler.sweep(window(&h).await).await.unwrap();
     assert!(reviewed.new_findings.is_empty(), "still open: {reviewed:?}");
-    at_the_gateway(&h, &pi, "dispute", r#"{"status": "lost"}"#).await;
+    h.mock_control().set_dispute(&pi, "lost").await;
     let lost = reconciler.sweep(window(&h).await).await.unwrap();
 
     assert_eq!(lost.new_findings.len(), 1, "{lost:?}");
@@ -707,18 +679,14 @@ async fn an_inquiry_that_escalates_to_a_chargeback_opens_a_new_finding_after_the
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
     let reconciler = h.reconciler_with(client);
 
-    at_the_gateway(
-        &h,
-        &pi,
-        "dispute",
-        r#"{"status": "warning_needs_response"}"#,
-    )
-    .await;
+    h.mock_control()
+        .set_dispute(&pi, "warning_needs_response")
+        .await;
     let inquiry = reconciler.sweep(window(&h).await).await.unwrap();
     assert_eq!(inquiry.new_findings.len(), 1, "{inquiry:?}");
     let inquiry_id = resolve_the_last_finding(&h, "inquiry answered").await;
     // The bank escalates it: a chargeback, the funds withdrawn.
-    at_the_gateway(&h, &pi, "dispute", r#"{"status": "needs_response"}"#).await;
+    h.mock_control().set_dispute(&pi, "needs_response").await;
     let chargeback = reconciler.sweep(window(&h).await).await.unwrap();
 
     assert_eq!(chargeback.new_findings.len(), 1, "{chargeback:?}");
@@ -745,13 +713,7 @@ async fn an_inquiry_that_escalates_to_a_chargeback_opens_a_new_finding_after_the
     let charge = h.attempt(id).await.gateway_charge_id.unwrap();
     let reconciler = h.reconciler();
     for status in ["inquiry", "open"] {
-        let disputed = reqwest::Client::new()
-            .post(format!("{}/__charges/{charge}", h.gateway.base_url()))
-            .body(format!(r#"{{"dispute": "{status}"}}"#))
-            .send()
-            .await
-            .unwrap();
-        assert!(disputed.status().is_success(), "{status}");
+        h.mock_control().dispute_charge(&charge, status).await;
         let report = reconciler.sweep(window(&h).await).await.unwrap();
         assert_eq!(report.new_findings.len(), 1, "{status}: {report:?}");
     }
@@ -770,7 +732,7 @@ async fn a_won_dispute_is_a_finding_saying_the_money_was_reinstated_in_both_dial
     let client = GatewayClient::from_settings(&h.settings).unwrap();
     let id = executed(&h, &client, pm::CARD_VISA).await;
     let pi = h.attempt(id).await.gateway_charge_id.unwrap();
-    at_the_gateway(&h, &pi, "dispute", r#"{"status": "won"}"#).await;
+    h.mock_control().set_dispute(&pi, "won").await;
     let report = h
         .reconciler_with(client)
         .sweep(window(&h).await)
@@ -799,13 +761,7 @@ async fn a_won_dispute_is_a_finding_saying_the_money_was_reinstated_in_both_dial
     let client = h.client_with_key(crate::support::API_KEY);
     let id = executed(&h, &client, pm::CARD_VISA).await;
     let charge = h.attempt(id).await.gateway_charge_id.unwrap();
-    let disputed = reqwest::Client::new()
-        .post(format!("{}/__charges/{charge}", h.gateway.base_url()))
-        .body(r#"{"dispute": "won"}"#)
-        .send()
-        .await
-        .unwrap();
-    assert!(disputed.status().is_success());
+    h.mock_control().dispute_charge(&charge, "won").await;
     h.reconciler().sweep(window(&h).await).await.unwrap();
     let found = findings_in_full(&h, id).await;
     assert_eq!(
@@ -986,13 +942,8 @@ async fn a_sweep_stopped_at_shutdown_ends_its_row_saying_so() {
 async fn a_sweep_whose_instance_died_is_finished_by_the_next_one() {
     let h = Harness::new().await;
     // An instance died twenty minutes into a sweep: its row never ended.
-    sqlx::query(
-        "INSERT INTO reconciliation_sweeps (window_from, window_to, actor, started_at)
-         VALUES (now() - interval '1 day', now(), 'reconciler:gone', now() - interval '20 minutes')",
-    )
-    .execute(h.store.pool())
-    .await
-    .unwrap();
+    h.plant_sweep_left_running("reconciler:gone", Duration::from_secs(20 * 60))
+        .await;
 
     h.reconciler().sweep(window(&h).await).await.unwrap();
 
@@ -1114,19 +1065,8 @@ async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index
     let client = h.client_with_key(crate::support::API_KEY);
     let first = executed(&h, &client, pm::CARD_VISA).await;
     // Copies of it, one every 90 seconds back over a month.
-    h.exec(&format!(
-        "INSERT INTO payment_attempts
-         SELECT (jsonb_populate_record(a, jsonb_build_object(
-                    'payment_attempt_id', n.id, 'idempotency_key', 'onecharge-' || n.id,
-                    'first_message_id', 'm-' || n.id, 'gateway_charge_id', 'ch_' || n.id,
-                    'first_dispatched_at', n.at, 'dispatched_at', n.at,
-                    'updated_at', n.at, 'created_at', n.at))).*
-         FROM payment_attempts a,
-              (SELECT gen_random_uuid() AS id, now() - i * interval '90 seconds' AS at
-               FROM generate_series(1, 30000) i) n
-         WHERE a.payment_attempt_id = '{first}'"
-    ))
-    .await;
+    h.copy_attempt_back_in_time(first, 30_000, Duration::from_secs(90))
+        .await;
     h.exec("ANALYZE payment_attempts").await;
     let week_ago = h.db_now().await - Duration::from_secs(7 * 86400);
     let page = ComparePage {
@@ -1150,15 +1090,9 @@ async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index
     assert_eq!(first_page.len(), 20);
     let second_page = unlisted_succeeded(&h.store, later).await.unwrap();
     // About 39 were first sent inside the window less its margins: 20, then the rest.
-    let inside: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM payment_attempts
-         WHERE status = 'succeeded' AND first_dispatched_at >= $1 AND updated_at < $2",
-    )
-    .bind(page.window.from + page.margin)
-    .bind(page.window.to - page.margin)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let inside = h
+        .succeeded_first_sent_between(page.window.from + page.margin, page.window.to - page.margin)
+        .await;
     assert!(inside > 20 && inside <= 40, "{inside}");
     assert_eq!(second_page.len() as i64, inside - 20);
     assert!(second_page
@@ -1255,13 +1189,9 @@ async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_
     );
     // The bank opens an inquiry on eu's EUR charge.
     let pi = eu.attempt(disputed).await.gateway_charge_id.unwrap();
-    at_the_gateway(
-        &eu,
-        &pi,
-        "dispute",
-        r#"{"status": "warning_needs_response"}"#,
-    )
-    .await;
+    eu.mock_control()
+        .set_dispute(&pi, "warning_needs_response")
+        .await;
 
     // A sweep of eu's whose comparison stalls, ended as abandoned by a later sweep's start.
     let reconciler = eu.reconciler_with(eu_client.clone());
@@ -1331,7 +1261,7 @@ async fn a_shared_account_with_siblings_odd_currencies_an_escalated_inquiry_and_
 
     // The inquiry answered; the bank escalates it to a chargeback.
     resolve_the_last_finding(&eu, "inquiry answered").await;
-    at_the_gateway(&eu, &pi, "dispute", r#"{"status": "needs_response"}"#).await;
+    eu.mock_control().set_dispute(&pi, "needs_response").await;
     reconciler.sweep(window(&eu).await).await.unwrap();
     let again = reconciler.sweep(window(&eu).await).await.unwrap();
 

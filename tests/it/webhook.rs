@@ -180,25 +180,6 @@ async fn a_signed_webhook_wakes_a_processing_attempt_well_before_the_schedule_an
     served.stop().await;
 }
 
-/// `POST /__stripe/payment_intents/{pi}/{action}` at the mock: money moving after the charge.
-async fn at_the_gateway(h: &Harness, pi: &str, action: &str) {
-    at_the_gateway_with(h, pi, action, "").await;
-}
-
-/// `POST /__stripe/payment_intents/{pi}/{action}` with `body`.
-async fn at_the_gateway_with(h: &Harness, pi: &str, action: &str, body: &str) {
-    let answer = reqwest::Client::new()
-        .post(format!(
-            "{}/__stripe/payment_intents/{pi}/{action}",
-            h.gateway.base_url()
-        ))
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap();
-    assert!(answer.status().is_success());
-}
-
 /// POSTs a signed `body` and returns what the listener said it did.
 async fn deliver_signed(addr: std::net::SocketAddr, body: &[u8]) -> serde_json::Value {
     let answer = reqwest::Client::new()
@@ -259,7 +240,7 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
         "a claim no read backs"
     );
 
-    at_the_gateway(&h, &pi, "refund").await;
+    h.mock_control().refund_outside(&pi, None).await;
     let redelivered = event(
         "evt_refunded_again",
         "charge.refunded",
@@ -284,7 +265,7 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
     .unwrap();
 
     // After the resolution the bank disputes the charge: a new finding and a new event.
-    at_the_gateway(&h, &pi, "dispute").await;
+    h.mock_control().open_dispute(&pi).await;
     assert_eq!(deliver_signed(addr, &disputed).await["did"], "check");
     reconciler.run_checks().await.unwrap();
     assert_eq!(
@@ -337,12 +318,12 @@ async fn a_dispute_closed_webhook_for_a_won_dispute_reads_its_status_and_finds_t
         )
     };
 
-    at_the_gateway(&h, &pi, "dispute").await;
+    h.mock_control().open_dispute(&pi).await;
     let opened = dispute_event("evt_opened", "charge.dispute.created", "needs_response");
     assert_eq!(deliver_signed(addr, &opened).await["did"], "check");
     reconciler.run_checks().await.unwrap();
     // The bank decides for the merchant; the event says "won", and so does the read.
-    at_the_gateway_with(&h, &pi, "dispute", r#"{"status": "won"}"#).await;
+    h.mock_control().set_dispute(&pi, "won").await;
     let closed = dispute_event("evt_closed", "charge.dispute.closed", "won");
     assert_eq!(deliver_signed(addr, &closed).await["did"], "check");
     reconciler.run_checks().await.unwrap();
@@ -424,25 +405,13 @@ async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliver
 ) {
     let h = harness().await;
     let (id, pi, addr, served) = processing_then_succeeded(&h).await;
-    let control = |path: &str, body: serde_json::Value| {
-        let url = format!("{}{path}", h.gateway.base_url());
-        async move {
-            crate::support::api::json_answer(reqwest::Client::new().post(url).json(&body)).await
-        }
-    };
+    let mock = h.mock_control();
     let endpoint = format!("http://{addr}/webhooks/stripe");
     // Stripe rolling the secret: every event carries the new one and the one onecharge has.
-    control(
-        "/__stripe/webhooks",
-        json!({"url": endpoint, "secrets": ["whsec_rolled_in", NEW]}),
-    )
-    .await;
+    mock.set_webhook_endpoints(std::slice::from_ref(&endpoint), &["whsec_rolled_in", NEW])
+        .await;
 
-    let sent = control(
-        "/__stripe/webhooks/send",
-        json!({"type": "payment_intent.succeeded", "payment_intent": pi}),
-    )
-    .await;
+    let sent = mock.send_webhook("payment_intent.succeeded", &pi).await;
     assert_eq!(sent["status"], 200, "{sent}");
     eventually(
         "the woken attempt is settled",
@@ -451,23 +420,16 @@ async fn the_stripe_mocks_own_signed_webhooks_wake_the_attempt_and_its_redeliver
     )
     .await;
     let event = sent["event_id"].as_str().unwrap().to_owned();
-    let again = control(&format!("/__stripe/webhooks/{event}/redeliver"), json!({})).await;
+    let again = mock.redeliver(&event).await;
     assert_eq!(
         again["status"], 200,
         "a redelivery is answered 2xx: {again}"
     );
     assert_eq!(recorded_events(&h).await, 1, "and does nothing");
     // An endpoint secret onecharge was never given: refused, recorded nothing.
-    control(
-        "/__stripe/webhooks",
-        json!({"url": endpoint, "secrets": ["whsec_not_given_to_onecharge"]}),
-    )
-    .await;
-    let forged = control(
-        "/__stripe/webhooks/send",
-        json!({"type": "payment_intent.canceled", "payment_intent": pi}),
-    )
-    .await;
+    mock.set_webhook_endpoints(&[endpoint], &["whsec_not_given_to_onecharge"])
+        .await;
+    let forged = mock.send_webhook("payment_intent.canceled", &pi).await;
     assert_eq!(forged["status"], 400, "{forged}");
     assert_eq!(recorded_events(&h).await, 1);
     served.stop().await;
@@ -684,13 +646,9 @@ async fn two_services_take_the_mocks_own_webhooks_during_real_charges_while_a_fo
         .iter()
         .map(|addr| format!("http://{addr}/webhooks/stripe"))
         .collect();
-    let configured = reqwest::Client::new()
-        .post(format!("{}/__stripe/webhooks", h.gateway.base_url()))
-        .json(&json!({"urls": endpoints, "secrets": [NEW], "auto": true}))
-        .send()
-        .await
-        .unwrap();
-    assert!(configured.status().is_success());
+    h.mock_control()
+        .send_every_change_to(&endpoints, &[NEW])
+        .await;
 
     // Real charges: some settle at once, some stay processing until the gateway decides.
     let methods = [
@@ -752,7 +710,7 @@ async fn two_services_take_the_mocks_own_webhooks_during_real_charges_while_a_fo
     // The gateway decides the processing ones, and a customer is refunded at the Dashboard:
     // each change sends its own signed webhook to both services.
     h.gateway.finish_slow_charges();
-    at_the_gateway(&h, &pis[0], "refund").await;
+    h.mock_control().refund_outside(&pis[0], None).await;
     let (sent, refused) = forger.await.unwrap();
 
     eventually(

@@ -281,11 +281,7 @@ async fn the_oldest_waiting_attempt_and_outbox_row_are_reported_by_age_at_refres
         .await
         .unwrap();
     // Recorded by the database's clock.
-    let recorded_at: OffsetDateTime =
-        sqlx::query_scalar("SELECT max(created_at) FROM payment_attempts")
-            .fetch_one(env.store.pool())
-            .await
-            .unwrap();
+    let recorded_at = env.newest_attempt_created_at().await;
     onecharge::metrics::install();
 
     let gauges = DatabaseGaugesRefresher::new(env.store.clone())
@@ -670,13 +666,7 @@ async fn a_commands_traceparent_is_on_its_delivery_span_and_reaches_the_publishe
         support::header(event, "Causation-Id").as_deref(),
         Some("obs-traced")
     );
-    let stored: Option<String> = sqlx::query_scalar(
-        "SELECT traceparent FROM payment_attempts WHERE payment_attempt_id = $1",
-    )
-    .bind(attempt)
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let (stored,): (Option<String>,) = h.attempt_columns(attempt, "traceparent").await;
     assert_eq!(stored.as_deref(), Some(TRACEPARENT));
 
     let lines = logs.lines();

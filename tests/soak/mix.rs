@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use crate::refunds::{self, PlannedRefund};
 use crate::support::command;
+use crate::support::Records as _;
 
 /// What one valid attempt should end as.
 #[derive(Debug, Clone)]
@@ -415,13 +416,7 @@ async fn publish_recorded_conflicts<'a>(
             plan.conflict_waits_for[m.message_id.as_deref().expect("conflicts have ids")].clone()
         })
         .collect();
-    let recorded: HashSet<String> = match sqlx::query_scalar(
-        "SELECT message_id FROM processed_messages WHERE message_id = ANY($1)",
-    )
-    .bind(&originals)
-    .fetch_all(pool)
-    .await
-    {
+    let recorded: HashSet<String> = match pool.try_recorded_message_ids(&originals).await {
         Ok(ids) => ids.into_iter().collect(),
         Err(_) => return waiting,
     };

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::mix::Plan;
 use crate::runner::SoakConfig;
 use crate::support::patroni::{tools_or_skip, PatroniCluster, PatroniOptions};
+use crate::support::Records as _;
 use crate::verify::{Observed, Problem};
 use crate::{seed, short_soak};
 
@@ -339,15 +340,7 @@ async fn first_settled(url: &str, after: OffsetDateTime, started: Instant) -> Op
         .ok()?;
     let waited_since = OffsetDateTime::now_utc() - started.elapsed();
     while Instant::now() < deadline {
-        let first: Option<OffsetDateTime> = sqlx::query_scalar(
-            "SELECT min(updated_at) FROM payment_attempts
-             WHERE status = 'succeeded' AND updated_at > $1",
-        )
-        .bind(after)
-        .fetch_one(&pool)
-        .await
-        .ok()
-        .flatten();
+        let first = pool.try_first_success_after(after).await.ok().flatten();
         if let Some(at) = first {
             pool.close().await;
             return Some((at - waited_since).as_seconds_f64());
@@ -421,12 +414,7 @@ async fn watch_sync_waits(url: String, stop: CancellationToken) -> i64 {
     };
     let mut most = 0;
     loop {
-        if let Ok(n) = sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
-        )
-        .fetch_one(&pool)
-        .await
-        {
+        if let Ok(n) = pool.try_sync_rep_waits().await {
             most = most.max(n);
         }
         tokio::select! {
@@ -524,13 +512,12 @@ pub async fn account_for_loss(
         assert!(Instant::now() < deadline, "intake did not drain the stream");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let recorded: std::collections::HashSet<String> =
-        sqlx::query_scalar("SELECT message_id FROM processed_messages")
-            .fetch_all(pool)
-            .await
-            .expect("dedupe rows on the new leader")
-            .into_iter()
-            .collect();
+    let recorded: std::collections::HashSet<String> = pool
+        .processed_messages()
+        .await
+        .into_iter()
+        .map(|row| row.message_id)
+        .collect();
     let mut lacking: Vec<String> = plan
         .valid_message_ids
         .iter()

@@ -507,13 +507,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     fleet.wait_until_serving(Duration::from_secs(30)).await;
     let exits = fleet.terminate(Duration::from_secs(30)).await;
     if let Err(state) = settled {
-        let stuck: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT payment_attempt_id FROM payment_attempts
-             WHERE status IN ('pending', 'in_flight', 'unknown') LIMIT 5",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap_or_default();
+        let stuck: Vec<Uuid> = pool.try_open_attempt_ids(5).await.unwrap_or_default();
         let shown: Vec<String> = stuck
             .iter()
             .map(|id| show_attempt(&config_path, *id))
@@ -845,14 +839,7 @@ async fn quiescence_state(
 ) -> anyhow::Result<(bool, String)> {
     // A webhook's check (a PaymentIntent to read again) must be done too: what it finds is
     // checked at the end.
-    let (attempts, open, unpublished, checks): (i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM payment_attempts),
-                (SELECT count(*) FROM payment_attempts WHERE status IN ('pending', 'in_flight', 'unknown')),
-                (SELECT count(*) FROM outbox WHERE published_at IS NULL),
-                (SELECT count(*) FROM gateway_object_checks)",
-    )
-    .fetch_one(pool)
-    .await?;
+    let (attempts, open, unpublished, checks) = pool.try_drain_counts().await?;
     let (refunds, open_refunds) = pool.refund_counts().await;
     let mut dlq = jetstream.get_stream(names.dlq_stream()).await?;
     let dead = dlq.info().await?.state.messages;

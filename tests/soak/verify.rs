@@ -85,13 +85,17 @@ impl Observed {
                 review_reason: a.review_reason,
             })
             .collect();
-        let outbox = sqlx::query_as(
-            "SELECT event_id, payment_attempt_id, status, published_at IS NOT NULL AS published
-             FROM outbox",
-        )
-        .fetch_all(pool)
-        .await
-        .expect("outbox");
+        let outbox = pool
+            .outbox()
+            .await
+            .into_iter()
+            .map(|e| OutboxRow {
+                event_id: e.event_id,
+                payment_attempt_id: e.payment_attempt_id,
+                status: e.status,
+                published: e.published_at.is_some(),
+            })
+            .collect();
         let processed = pool
             .processed_messages()
             .await
@@ -102,14 +106,7 @@ impl Observed {
                 result: m.result,
             })
             .collect();
-        let orphan_processed = sqlx::query_scalar(
-            "SELECT count(*) FROM processed_messages p
-             WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a
-                               WHERE a.payment_attempt_id = p.payment_attempt_id)",
-        )
-        .fetch_one(pool)
-        .await
-        .expect("orphans");
+        let orphan_processed = pool.orphan_dedupe_rows().await;
         let lease_expired = pool.transitions_caused_by("lease_expired").await as i64;
         Observed {
             attempts,

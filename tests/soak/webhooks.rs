@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::fleet;
-use crate::support::Records as _;
+use crate::support::{MockControl, Records as _};
 use crate::verify::{Observed, Problem};
 
 /// The secret the mock signs with and every serve process verifies with.
@@ -126,18 +126,10 @@ pub fn free_addrs(count: usize) -> Vec<SocketAddr> {
 /// Registers every listener with the mock gateway, with `SECRET`, and has it send each
 /// state change's event by itself (`auto`).
 pub async fn register(gateway_url: &str, addrs: &[SocketAddr]) {
-    onecharge::config::tls::install_crypto_provider();
     let urls: Vec<String> = addrs.iter().map(|a| endpoint(*a)).collect();
-    let answer = reqwest::Client::new()
-        .post(format!("{gateway_url}/__stripe/webhooks"))
-        .json(&json!({"urls": urls, "secrets": [SECRET], "auto": true}))
-        .send()
-        .await
-        .expect("configure the mock's webhooks");
-    assert!(
-        answer.status().is_success(),
-        "the mock took the webhook endpoints"
-    );
+    MockControl::new(gateway_url)
+        .send_every_change_to(&urls, &[SECRET])
+        .await;
 }
 
 /// An event as Stripe writes it, about PaymentIntent `pi` of attempt `attempt`.
@@ -184,30 +176,22 @@ pub async fn forge(
     let mut report = ForgerReport::default();
     let mut n = 0u64;
     while !stop.is_cancelled() {
-        let mut targets: Vec<(Uuid, String, Forgery)> = sqlx::query_as::<_, (Uuid, String)>(
-            "SELECT payment_attempt_id, gateway_object_id FROM payment_attempts
-             WHERE gateway_object_id IS NOT NULL ORDER BY random() LIMIT 3",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(id, pi)| {
-            let forgery = Forgery::ALL[rng.gen_range(0..3)];
-            (id, pi, forgery)
-        })
-        .collect();
-        targets.extend(
-            sqlx::query_as::<_, (Uuid, String)>(
-                "SELECT payment_attempt_id, gateway_object_id FROM payment_attempts
-                 WHERE status = 'declined' AND gateway_object_id IS NOT NULL
-                 ORDER BY random() LIMIT 1",
-            )
-            .fetch_all(&pool)
+        let mut targets: Vec<(Uuid, String, Forgery)> = pool
+            .try_random_intents(None, 3)
             .await
             .unwrap_or_default()
             .into_iter()
-            .map(|(id, pi)| (id, pi, Forgery::SuccessForDeclined)),
+            .map(|(id, pi)| {
+                let forgery = Forgery::ALL[rng.gen_range(0..3)];
+                (id, pi, forgery)
+            })
+            .collect();
+        targets.extend(
+            pool.try_random_intents(Some("declined"), 1)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(id, pi)| (id, pi, Forgery::SuccessForDeclined)),
         );
         for (attempt, pi, forgery) in targets {
             n += 1;
@@ -270,10 +254,7 @@ impl WebhooksSeen {
             .into_iter()
             .map(|e| (e.event_id, e.outcome))
             .collect();
-        let checks = sqlx::query_scalar("SELECT webhook_event_id FROM gateway_object_checks")
-            .fetch_all(pool)
-            .await
-            .expect("read gateway_object_checks");
+        let checks = pool.gateway_object_check_events().await;
         let findings = pool
             .findings()
             .await

@@ -25,6 +25,7 @@ use secrecy::SecretString;
 use time::OffsetDateTime;
 
 use super::command::record;
+use super::mock_control::MockControl;
 use super::nats::stream_messages;
 use super::records::Records;
 use super::throwaway::{own_settings, ThrowawayDatabase, ThrowawayNamespace};
@@ -45,6 +46,11 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// The test controls of this harness's mock gateway.
+    pub fn mock_control(&self) -> MockControl {
+        MockControl::new(self.gateway.base_url())
+    }
+
     /// Lets the mock's slow charge finish (it charges) and waits until it is in the ledger.
     pub async fn finish_slow_charge(&self) {
         self.gateway.finish_slow_charges();

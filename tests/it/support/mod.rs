@@ -15,6 +15,8 @@
 //! - [`served`]: [`Served`], the service running in the test's process with some roles;
 //! - [`nats_server`], [`cluster`]: `nats-server` processes of a test's own;
 //! - [`browser`]: a headless chromium driven over WebDriver (the console's browser tests).
+//! - [`mock_control`]: [`MockControl`], the mock gateway's `/__*` test controls, by what they
+//!   do (a refund or dispute made outside onecharge, a webhook sent or redelivered);
 //! - [`api`]: [`api::AdminApi`], the admin API client of the API and console tests, and the
 //!   set-up of an attempt in review they share;
 //! - [`localstripe`], [`pg_cluster`]: a localstripe process and PostgreSQL clusters (a primary
@@ -31,6 +33,7 @@ pub mod command;
 pub mod env;
 pub mod harness;
 pub mod localstripe;
+pub mod mock_control;
 pub mod nats;
 pub mod nats_server;
 pub mod patroni;
@@ -50,6 +53,7 @@ pub use harness::{
     charge_request, charge_request_with_amount, eventually, first_outcome, gateway_answering,
     refused_url, run_leaving_one_in, take_in, AttemptRow, Harness, API_KEY,
 };
+pub use mock_control::MockControl;
 pub use nats::{commands_stream, edit_stream, header, shrink_duplicate_window, stream};
 pub use process::{assert_exited_ok, one_line_error, onecharge, sigterm};
 pub use records::Records;

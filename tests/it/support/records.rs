@@ -180,6 +180,19 @@ pub struct RefundCommandRow {
     pub first_message_id: String,
 }
 
+/// One event's publishing, as the relay left it: whether it is published, how often it was
+/// tried, when it is tried next (seconds from the database's now; negative when due) and why
+/// its last try failed.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct EventTries {
+    pub event_id: Uuid,
+    pub subject: String,
+    pub published: bool,
+    pub publish_attempts: i32,
+    pub next_try_in_secs: Option<f64>,
+    pub last_error: Option<String>,
+}
+
 /// The readers of one test's database. Every method has its SQL here and nowhere else.
 pub trait Records {
     /// The test database.
@@ -1001,6 +1014,513 @@ pub trait Records {
         )
         .await
             == 1
+    }
+
+    // The relay's retries and queue.
+
+    /// Every event's publishing (published or not), oldest first.
+    async fn event_tries(&self) -> Vec<EventTries> {
+        sqlx::query_as(
+            "SELECT event_id, subject, published_at IS NOT NULL AS published, publish_attempts,
+                    extract(epoch FROM next_attempt_at - now())::float8 AS next_try_in_secs,
+                    last_error
+             FROM outbox ORDER BY created_at, event_id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .expect("the events' tries")
+    }
+
+    /// How many rows of the relay's queue are not due yet (they wait for their next try).
+    async fn queue_rows_not_due(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM outbox_unpublished WHERE next_attempt_at > now()")
+            .await
+    }
+
+    /// Sends the event the relay meets first (the first of the oldest queue row) to
+    /// `subject`: one no stream stores is refused by JetStream every time.
+    async fn send_first_queued_event_to(&self, subject: &str) {
+        sqlx::query(
+            "UPDATE outbox SET subject = $1
+             WHERE event_id = (SELECT event_ids[1] FROM outbox_unpublished ORDER BY id LIMIT 1)",
+        )
+        .bind(subject)
+        .execute(self.pool())
+        .await
+        .expect("the first queued event moved");
+    }
+
+    /// Makes every unpublished event and queue row due now, as if its next try had come.
+    async fn make_unpublished_events_due(&self) {
+        self.exec(
+            "UPDATE outbox SET next_attempt_at = now() - interval '1 second' WHERE published_at IS NULL;
+             UPDATE outbox_unpublished SET next_attempt_at = now() - interval '1 second'",
+        )
+        .await;
+    }
+
+    /// Queues the events again `per_row` to a queue row, oldest first, as inserts of
+    /// `per_row` events each would have queued them.
+    async fn queue_events_in_rows_of(&self, per_row: usize) {
+        self.exec(&format!(
+            "DELETE FROM outbox_unpublished;
+             INSERT INTO outbox_unpublished (event_ids, created_ats)
+             SELECT array_agg(event_id ORDER BY n), array_agg(created_at ORDER BY n)
+             FROM (SELECT event_id, created_at,
+                          row_number() OVER (ORDER BY created_at, event_id) - 1 AS n
+                   FROM outbox) e
+             GROUP BY n / {per_row} ORDER BY n / {per_row}"
+        ))
+        .await;
+    }
+
+    /// Adds `count` published events of no attempt (status `finding`), `per_millisecond` to
+    /// each millisecond back from now, as settlements write them: a month's bulk.
+    async fn add_published_events(&self, count: i64, per_millisecond: i64) {
+        sqlx::query(
+            "INSERT INTO outbox (event_id, status, subject, headers, payload, created_at, published_at)
+             SELECT gen_random_uuid(), 'finding', 'payments.events.test', '{}', '{}',
+                    now() - (g / $2) * interval '1 ms', now()
+             FROM generate_series(1, $1) g",
+        )
+        .bind(count)
+        .bind(per_millisecond)
+        .execute(self.pool())
+        .await
+        .expect("published events added");
+    }
+
+    /// Adds `count` unpublished `needs_review` events, each of an attempt of its own that is
+    /// not recorded: other attempts' events.
+    async fn add_events_of_other_attempts(&self, count: i64) {
+        sqlx::query(
+            "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload)
+             SELECT gen_random_uuid(), gen_random_uuid(), 'needs_review', 'payments.events.x',
+                    '{}', '{}'
+             FROM generate_series(1, $1)",
+        )
+        .bind(count)
+        .execute(self.pool())
+        .await
+        .expect("other attempts' events added");
+    }
+
+    /// Plants an event of attempt `id` in `status` (subject `payments.events.<status>`),
+    /// empty, as a settlement would have written it.
+    async fn plant_event(&self, id: impl Into<PaymentAttemptId>, status: &str) {
+        sqlx::query(
+            "INSERT INTO outbox (event_id, payment_attempt_id, status, subject, headers, payload)
+             VALUES ($1, $2, $3, 'payments.events.' || $3, '{}', '{}')",
+        )
+        .bind(Uuid::new_v4())
+        .bind(id.into())
+        .bind(status)
+        .execute(self.pool())
+        .await
+        .expect("an event planted");
+    }
+
+    /// The keys (event id, creation time) of `limit` events after the first `offset`,
+    /// oldest first: what one relay step marks.
+    async fn event_keys(&self, limit: i64, offset: i64) -> Vec<(Uuid, OffsetDateTime)> {
+        sqlx::query_as(
+            "SELECT event_id, created_at FROM outbox ORDER BY created_at, event_id
+             LIMIT $1 OFFSET $2",
+        )
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(self.pool())
+        .await
+        .expect("event keys")
+    }
+
+    // Copies and bulk, for the plans and limits of large tables.
+
+    /// Adds `count` copies of attempt `id` under new ids (and keys and message ids).
+    async fn copy_attempt(&self, id: impl Into<PaymentAttemptId>, count: i64) {
+        sqlx::query(
+            "INSERT INTO payment_attempts
+             SELECT (jsonb_populate_record(a, jsonb_build_object(
+                        'payment_attempt_id', n.id, 'idempotency_key', 'onecharge-' || n.id,
+                        'first_message_id', 'm-' || n.id))).*
+             FROM payment_attempts a,
+                  (SELECT gen_random_uuid() AS id FROM generate_series(1, $2)) n
+             WHERE a.payment_attempt_id = $1",
+        )
+        .bind(id.into())
+        .bind(count)
+        .execute(self.pool())
+        .await
+        .expect("copies of the attempt");
+    }
+
+    /// Adds `count` copies of the charged attempt `id`, each with a charge of its own, one
+    /// every `every` back from now (sent, updated and created then).
+    async fn copy_attempt_back_in_time(
+        &self,
+        id: impl Into<PaymentAttemptId>,
+        count: i64,
+        every: std::time::Duration,
+    ) {
+        sqlx::query(
+            "INSERT INTO payment_attempts
+             SELECT (jsonb_populate_record(a, jsonb_build_object(
+                        'payment_attempt_id', n.id, 'idempotency_key', 'onecharge-' || n.id,
+                        'first_message_id', 'm-' || n.id, 'gateway_charge_id', 'ch_' || n.id,
+                        'first_dispatched_at', n.at, 'dispatched_at', n.at,
+                        'updated_at', n.at, 'created_at', n.at))).*
+             FROM payment_attempts a,
+                  (SELECT gen_random_uuid() AS id,
+                          now() - i * make_interval(secs => $3) AS at
+                   FROM generate_series(1, $2) i) n
+             WHERE a.payment_attempt_id = $1",
+        )
+        .bind(id.into())
+        .bind(count)
+        .bind(every.as_secs_f64())
+        .execute(self.pool())
+        .await
+        .expect("copies of the attempt back in time");
+    }
+
+    /// Adds `count` dedupe rows of messages `m-1`… accepted by `onecharge-intake`, each for
+    /// an attempt of its own.
+    async fn add_dedupe_rows(&self, count: i64) {
+        sqlx::query(
+            "INSERT INTO processed_messages
+                 (consumer, message_id, body_sha256, payment_attempt_id, result, stream_sequence)
+             SELECT 'onecharge-intake', 'm-' || g, sha256(g::text::bytea), gen_random_uuid(),
+                    'accepted', g
+             FROM generate_series(1, $1) g",
+        )
+        .bind(count)
+        .execute(self.pool())
+        .await
+        .expect("dedupe rows added");
+    }
+
+    /// How many succeeded attempts were first sent at or after `from` and last changed
+    /// before `to`: what a sweep's window, less its margins, holds.
+    async fn succeeded_first_sent_between(&self, from: OffsetDateTime, to: OffsetDateTime) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM payment_attempts
+             WHERE status = 'succeeded' AND first_dispatched_at >= $1 AND updated_at < $2",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_one(self.pool())
+        .await
+        .expect("succeeded attempts in the window")
+    }
+
+    /// How many search rows (`attempt_search`) equal their attempt's columns (id, creation
+    /// time, order, customer).
+    async fn search_rows_equal_to_their_attempts(&self) -> i64 {
+        self.scalar(
+            "SELECT count(*) FROM attempt_search s JOIN payment_attempts a
+             ON s.payment_attempt_id = a.payment_attempt_id AND s.created_at = a.created_at
+                AND s.order_id = a.order_id AND s.customer_id = a.customer_id",
+        )
+        .await
+    }
+
+    /// How many moves of any attempt carry the gateway call that caused them.
+    async fn moves_carrying_a_call(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM attempt_transitions WHERE call_id IS NOT NULL")
+            .await
+    }
+
+    /// The attempt counts as folded (`attempt_status_counts`), the nonzero ones, by status.
+    async fn folded_attempt_counts(&self) -> Vec<(String, i64)> {
+        sqlx::query_as("SELECT status, n FROM attempt_status_counts WHERE n <> 0 ORDER BY status")
+            .fetch_all(self.pool())
+            .await
+            .expect("the folded counts")
+    }
+
+    /// When the newest attempt was created, by the database's clock.
+    async fn newest_attempt_created_at(&self) -> OffsetDateTime {
+        sqlx::query_scalar("SELECT max(created_at) FROM payment_attempts")
+            .fetch_one(self.pool())
+            .await
+            .expect("an attempt")
+    }
+
+    // The console's planted rows: what other roles would have written, for its pages.
+
+    /// How many console sessions hold any of `texts` anywhere in their row.
+    async fn sessions_holding_any(&self, texts: &[&str]) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM console_sessions
+             WHERE EXISTS (SELECT FROM unnest($1::text[]) t
+                           WHERE position(t IN row(console_sessions)::text) > 0)",
+        )
+        .bind(texts)
+        .fetch_one(self.pool())
+        .await
+        .expect("console sessions")
+    }
+
+    /// Plants two findings about attempt `id`'s charge `pi_console`: a refund at the
+    /// gateway, resolved by `operator:ada`, and a dispute after it, open (the webhook's):
+    /// their ids.
+    async fn plant_earlier_findings(&self, id: impl Into<PaymentAttemptId>) -> (i64, i64) {
+        let id: PaymentAttemptId = id.into();
+        let subject = format!("recorded_not_charged:{id}:pi_console");
+        let refund = self
+            .scalar(&format!(
+                "INSERT INTO reconciliation_findings
+                     (class, dedupe_key, subject_key, evidence, payment_attempt_id, gateway_ids, detail,
+                      source, state, resolved_at, resolved_by, resolution)
+                 VALUES ('recorded_not_charged', '{subject}|refunded:500', '{subject}', 'refunded:500',
+                         '{id}', '{{pi_console}}', 'refunded at the gateway', 'sweep', 'resolved', now(),
+                         'operator:ada', 'partial refund agreed with the customer')
+                 RETURNING id"
+            ))
+            .await;
+        let dispute = self
+            .scalar(&format!(
+                "INSERT INTO reconciliation_findings
+                     (class, dedupe_key, subject_key, evidence, payment_attempt_id, gateway_ids, detail,
+                      source)
+                 VALUES ('disputed', '{subject}|dispute:open;refunded:500', '{subject}',
+                         'dispute:open;refunded:500', '{id}', '{{pi_console}}', 'disputed at the gateway',
+                         'webhook')
+                 RETURNING id"
+            ))
+            .await;
+        (refund, dispute)
+    }
+
+    /// Plants three sweeps: one by the schedule, finished two hours ago (7 pages, 2
+    /// findings); one by `operator:ada` that failed (`the gateway answered 401`); one
+    /// running since now.
+    async fn plant_finished_failed_and_running_sweeps(&self) {
+        self.exec(
+            "INSERT INTO reconciliation_sweeps
+                 (window_from, window_to, actor, started_at, finished_at, pages, records_seen,
+                  records, records_skipped, findings, settled, error)
+             VALUES (now() - interval '25 hours', now(), 'schedule', now() - interval '2 hours',
+                     now() - interval '2 hours' + interval '40 seconds', 7, 1400, 1350, 50, 2, 1, NULL),
+                    (now() - interval '26 hours', now() - interval '1 hour', 'operator:ada',
+                     now() - interval '3 hours', now() - interval '3 hours', 1, 0, 0, 0, 0, 0,
+                     'the gateway answered 401'),
+                    (now() - interval '24 hours', now() - interval '1 minute', 'schedule', now(),
+                     NULL, 3, 300, 290, 10, 0, 0, NULL)",
+        )
+        .await;
+    }
+
+    /// Plants a sweep by `actor` that started `ago` over a window of the last day and never
+    /// ended: its instance died.
+    async fn plant_sweep_left_running(&self, actor: &str, ago: std::time::Duration) {
+        sqlx::query(
+            "INSERT INTO reconciliation_sweeps (window_from, window_to, actor, started_at)
+             VALUES (now() - interval '1 day', now(), $1, now() - make_interval(secs => $2))",
+        )
+        .bind(actor)
+        .bind(ago.as_secs_f64())
+        .execute(self.pool())
+        .await
+        .expect("a sweep left running");
+    }
+
+    /// Plants a Stripe webhook event taken in: `event_id` of `event_type` about PaymentIntent
+    /// `pi` of `attempt`, which came to `outcome`.
+    async fn plant_webhook_event(
+        &self,
+        event_id: &str,
+        event_type: &str,
+        pi: &str,
+        attempt: impl Into<Uuid>,
+        outcome: &str,
+    ) {
+        sqlx::query(
+            "INSERT INTO stripe_webhook_events
+                 (event_id, event_type, payment_intent_id, payment_attempt_id, outcome)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(event_id)
+        .bind(event_type)
+        .bind(pi)
+        .bind(attempt.into())
+        .bind(outcome)
+        .execute(self.pool())
+        .await
+        .expect("a webhook event planted");
+    }
+
+    /// Plants the tally of webhook deliveries refused as `result`: `refused` of them, the
+    /// last for `why`.
+    async fn plant_webhook_refusals(&self, result: &str, refused: i64, why: &str) {
+        sqlx::query("INSERT INTO webhook_refusals (result, refused, last_why) VALUES ($1, $2, $3)")
+            .bind(result)
+            .bind(refused)
+            .bind(why)
+            .execute(self.pool())
+            .await
+            .expect("webhook refusals planted");
+    }
+
+    // The stream audit and the history's months.
+
+    /// How far the stream audit has checked the commands stream (0 before it has).
+    async fn audited_through(&self) -> i64 {
+        self.scalar("SELECT coalesce(max(checked_through), 0) FROM stream_audit_watermarks")
+            .await
+    }
+
+    /// How many messages intake did not record were replayed by `actor`.
+    async fn unrecorded_replayed_by(&self, actor: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM intake_unrecorded_messages WHERE replayed_by = $1")
+            .bind(actor)
+            .fetch_one(self.pool())
+            .await
+            .expect("unrecorded messages")
+    }
+
+    /// How many relations named `name` have the storage option `option` (`fillfactor=50`).
+    async fn relations_with_option(&self, name: &str, option: &str) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_class WHERE relname = $1 AND reloptions @> ARRAY[$2]",
+        )
+        .bind(name)
+        .bind(option)
+        .fetch_one(self.pool())
+        .await
+        .unwrap_or_else(|e| panic!("the options of {name}: {e}"))
+    }
+
+    /// Moves every transition, every event (created and published) and attempt `id`'s last
+    /// change to `at`: history of a month long past.
+    async fn move_history_to(&self, at: OffsetDateTime, id: impl Into<PaymentAttemptId>) {
+        let id: PaymentAttemptId = id.into();
+        let mut tx = self.pool().begin().await.unwrap();
+        for sql in [
+            "UPDATE attempt_transitions SET at = $1",
+            "UPDATE outbox SET created_at = $1, published_at = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(at)
+                .execute(&mut *tx)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        sqlx::query("UPDATE payment_attempts SET updated_at = $1 WHERE payment_attempt_id = $2")
+            .bind(at)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .expect("the attempt's last change moved");
+        tx.commit().await.unwrap();
+    }
+
+    /// Detaches the month `partition` from `table`, as a retention pass interrupted between
+    /// its detach and its drop leaves it.
+    async fn detach_partition(&self, table: &str, partition: &str) {
+        self.exec(&format!("ALTER TABLE {table} DETACH PARTITION {partition}"))
+            .await;
+    }
+
+    /// How many databases of this server are named `name`.
+    async fn databases_named(&self, name: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
+            .bind(name)
+            .fetch_one(self.pool())
+            .await
+            .expect("pg_database")
+    }
+
+    // For the soak: readers that may fail (a failover under way), and its verdict's.
+
+    /// When the first attempt that succeeded after `after` did, if one has.
+    async fn try_first_success_after(
+        &self,
+        after: OffsetDateTime,
+    ) -> sqlx::Result<Option<OffsetDateTime>> {
+        sqlx::query_scalar(
+            "SELECT min(updated_at) FROM payment_attempts
+             WHERE status = 'succeeded' AND updated_at > $1",
+        )
+        .bind(after)
+        .fetch_one(self.pool())
+        .await
+    }
+
+    /// How many backends wait for a synchronous standby now.
+    async fn try_sync_rep_waits(&self) -> sqlx::Result<i64> {
+        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+            .fetch_one(self.pool())
+            .await
+    }
+
+    /// Up to `limit` attempts with a PaymentIntent, at random, as (id, PaymentIntent id); only
+    /// those in `status` if one is given.
+    async fn try_random_intents(
+        &self,
+        status: Option<&str>,
+        limit: i64,
+    ) -> sqlx::Result<Vec<(Uuid, String)>> {
+        sqlx::query_as(
+            "SELECT payment_attempt_id, gateway_object_id FROM payment_attempts
+             WHERE ($1::text IS NULL OR status = $1) AND gateway_object_id IS NOT NULL
+             ORDER BY random() LIMIT $2",
+        )
+        .bind(status)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+    }
+
+    /// The ids of up to `limit` attempts not settled and not in review (`pending`,
+    /// `in_flight`, `unknown`).
+    async fn try_open_attempt_ids(&self, limit: i64) -> sqlx::Result<Vec<Uuid>> {
+        sqlx::query_scalar(
+            "SELECT payment_attempt_id FROM payment_attempts
+             WHERE status IN ('pending', 'in_flight', 'unknown') LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+    }
+
+    /// What is left to drain, at once: (attempts, of them open, unpublished events,
+    /// webhook checks to do).
+    async fn try_drain_counts(&self) -> sqlx::Result<(i64, i64, i64, i64)> {
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM payment_attempts),
+                    (SELECT count(*) FROM payment_attempts WHERE status IN ('pending', 'in_flight', 'unknown')),
+                    (SELECT count(*) FROM outbox WHERE published_at IS NULL),
+                    (SELECT count(*) FROM gateway_object_checks)",
+        )
+        .fetch_one(self.pool())
+        .await
+    }
+
+    /// Which of `message_ids` intake has recorded.
+    async fn try_recorded_message_ids(&self, message_ids: &[String]) -> sqlx::Result<Vec<String>> {
+        sqlx::query_scalar("SELECT message_id FROM processed_messages WHERE message_id = ANY($1)")
+            .bind(message_ids)
+            .fetch_all(self.pool())
+            .await
+    }
+
+    /// How many dedupe rows name an attempt that is not recorded.
+    async fn orphan_dedupe_rows(&self) -> i64 {
+        self.scalar(
+            "SELECT count(*) FROM processed_messages p
+             WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a
+                               WHERE a.payment_attempt_id = p.payment_attempt_id)",
+        )
+        .await
+    }
+
+    /// The webhook events whose PaymentIntent is still to be read again (`gateway_object_checks`).
+    async fn gateway_object_check_events(&self) -> Vec<String> {
+        sqlx::query_scalar("SELECT webhook_event_id FROM gateway_object_checks")
+            .fetch_all(self.pool())
+            .await
+            .expect("read gateway_object_checks")
     }
 
     // Raw access, for what belongs to one test alone.
