@@ -152,7 +152,7 @@ async fn measure(args: &Args, gateway_url: &str, counted: bool) -> anyhow::Resul
         "every attempt succeeded: {counts:?}"
     );
     if counted {
-        let kept = onecharge::store::operator::count_by_status(&store).await?;
+        let kept = onecharge::store::reads::attempts::count_by_status(&store).await?;
         ensure!(kept == counts, "kept {kept:?} ≠ counted {counts:?}");
     }
     store.pool().close().await;

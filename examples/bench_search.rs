@@ -317,7 +317,7 @@ async fn compare_counts(url: &str, conn: &mut PgConnection) -> anyhow::Result<()
         scan.push(begun.elapsed());
 
         let begun = Instant::now();
-        let counted = onecharge::store::operator::count_by_status(&store).await?;
+        let counted = onecharge::store::reads::attempts::count_by_status(&store).await?;
         kept.push(begun.elapsed());
         ensure!(counted == scanned, "kept {counted:?} ≠ scanned {scanned:?}");
 
@@ -330,10 +330,10 @@ async fn compare_counts(url: &str, conn: &mut PgConnection) -> anyhow::Result<()
         .execute(&mut *conn)
         .await?;
         let begun = Instant::now();
-        let read = onecharge::store::attempt_counts::read(&store).await?;
+        let read = onecharge::store::attempts::counts::read(&store).await?;
         waiting.push(begun.elapsed());
         ensure!(read == scanned, "read {read:?} ≠ scanned {scanned:?}");
-        onecharge::store::attempt_counts::fold(&store).await?;
+        onecharge::store::attempts::counts::fold(&store).await?;
     }
     store.pool().close().await;
     for times in [&mut scan, &mut kept, &mut waiting] {

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::{Broker, ConsumerLag};
 use crate::domain::{AttemptStatus, RefundStatus};
 use crate::metrics;
-use crate::store::metrics::DatabaseGauges;
+use crate::store::reads::gauges::DatabaseGauges;
 use crate::store::{self, Store};
 
 /// How often `serve` (with the admin role) refreshes the database-backed gauges.
@@ -68,7 +68,7 @@ impl DatabaseGaugesRefresher {
     /// status is set, so a status whose last attempt moved on drops to 0 instead of keeping
     /// its old value.
     pub async fn refresh_once(&self, now: OffsetDateTime) -> Result<DatabaseGauges, sqlx::Error> {
-        let gauges = match store::metrics::database_gauges(&self.store).await {
+        let gauges = match store::reads::gauges::database_gauges(&self.store).await {
             Ok(gauges) => gauges,
             Err(err) => {
                 metrics::database_gauges_refresh_failed();
@@ -77,7 +77,7 @@ impl DatabaseGaugesRefresher {
         };
         record(&gauges, now);
         crate::reconciler::sweep::refresh_findings_gauge(&self.store).await;
-        match store::metrics::last_sweep_succeeded(&self.store).await {
+        match store::reads::gauges::last_sweep_succeeded(&self.store).await {
             Ok(Some(at)) => metrics::last_sweep_succeeded(at),
             Ok(None) => {}
             Err(err) => tracing::warn!(error = %err, "cannot read when the last sweep succeeded"),

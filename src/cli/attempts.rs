@@ -22,7 +22,7 @@ use crate::operator::recheck::{self, RecheckError};
 use crate::operator::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
 use crate::operator::stats::{self, Stats};
 use crate::operator::{parse_limit, RetryWindow, Via};
-use crate::store::operator::CallRecord;
+use crate::store::reads::attempts::CallRecord;
 use crate::store::Store;
 
 /// `onecharge attempts …`
@@ -601,7 +601,7 @@ mod tests {
 
     use super::*;
     use crate::operator::attempts::tests::attempt;
-    use crate::store::operator::{OutboxEvent, Transition};
+    use crate::store::reads::attempts::{OutboxEvent, Transition};
 
     #[test]
     fn show_prints_the_facts_then_one_timeline_of_transitions_calls_and_events() {

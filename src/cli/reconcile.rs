@@ -115,7 +115,7 @@ async fn sweep(settings: Settings, args: SweepArgs) -> anyhow::Result<()> {
             return Err(UsageError("--from must be before --to".into()).into());
         }
         _ => {
-            let now = crate::store::sweep::now(&store).await?;
+            let now = crate::store::findings::sweep::now(&store).await?;
             ListWindow {
                 from: now - args.since.unwrap_or(Duration::from_secs(24 * 3600)),
                 to: now,

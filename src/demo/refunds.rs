@@ -17,8 +17,8 @@ use uuid::Uuid;
 use crate::broker::publish::{publish_refund, RefundArgs};
 use crate::broker::Broker;
 use crate::domain::{Currency, Money, PaymentAttemptId, RefundId, RefundStatus};
-use crate::store::operator::AttemptRecord;
-use crate::store::refund_reads::{self, StoredRefund};
+use crate::store::reads::attempts::AttemptRecord;
+use crate::store::refunds::reads::{self as refund_reads, StoredRefund};
 use crate::store::Store;
 
 /// What a refund of the demo shows, in the summary's order.
@@ -105,7 +105,8 @@ pub async fn publish_and_settle(
     methods: &HashMap<PaymentAttemptId, String>,
     timeout: Duration,
 ) -> anyhow::Result<Vec<PublishedRefund>> {
-    let attempts = crate::store::operator::list_attempts(store, &Default::default(), None).await?;
+    let attempts =
+        crate::store::reads::attempts::list_attempts(store, &Default::default(), None).await?;
     let (succeeded, declined) = candidates(&attempts, methods);
     let mut refunds = Vec::new();
     let mut first_round = Vec::new();

@@ -536,7 +536,7 @@ async fn wait_for_review(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let status = crate::store::operator::get_attempt(store, attempt)
+        let status = crate::store::reads::attempts::get_attempt(store, attempt)
             .await?
             .map(|a| a.status.as_str());
         match status {
@@ -555,7 +555,7 @@ async fn wait_for_review(
 
 /// Counts by status, for progress and the summary.
 async fn status_counts(store: &Store) -> anyhow::Result<BTreeMap<String, i64>> {
-    Ok(crate::store::operator::count_by_status(store)
+    Ok(crate::store::reads::attempts::count_by_status(store)
         .await?
         .into_iter()
         .collect())
@@ -575,7 +575,7 @@ async fn wait_until_settled(
         let total: i64 = counts.values().sum();
         let get = |s: &str| counts.get(s).copied().unwrap_or(0);
         let open = get("pending") + get("in_flight") + get("unknown");
-        let unpublished = crate::store::operator::unpublished_events(store).await?;
+        let unpublished = crate::store::reads::attempts::unpublished_events(store).await?;
         let dead = broker.stream_messages(&broker.names.dlq_stream()).await?;
         let line = format!(
             "  attempts {total:>4}/{} | succeeded {:>4} declined {:>3} needs_review {:>2} | in progress {:>3} (unknown {:>2}) | events unpublished {:>3} | dead letters {dead}/{expected_dead}",

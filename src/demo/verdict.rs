@@ -10,7 +10,7 @@ use mock_gateway::MockGateway;
 use uuid::Uuid;
 
 use crate::broker::Broker;
-use crate::store::operator::AttemptRecord;
+use crate::store::reads::attempts::AttemptRecord;
 use crate::store::Store;
 
 use super::published::Published;
@@ -27,8 +27,9 @@ pub(super) async fn verify(
 ) -> anyhow::Result<()> {
     let ledger = gateway.ledger();
     let charges_per_attempt = succeeded_charges_per_attempt(&ledger);
-    let attempts = crate::store::operator::list_attempts(store, &Default::default(), None).await?;
-    let events = crate::store::operator::published_event_ids(store).await?;
+    let attempts =
+        crate::store::reads::attempts::list_attempts(store, &Default::default(), None).await?;
+    let events = crate::store::reads::attempts::published_event_ids(store).await?;
     let on_stream = broker
         .stream_messages(&broker.names.events_stream())
         .await?;

@@ -26,7 +26,7 @@ use crate::domain::outcome::GatewayOutcome;
 use crate::domain::{ChargeClaim, GatewayCallRecord, GatewayChargeId, GatewayObjectId};
 use crate::gateway::ChargeRequest;
 use crate::store::attempts as sql;
-use crate::store::gateway_objects::{
+use crate::store::attempts::gateway_objects::{
     advance_key, stamp_confirm_send, ConfirmSend, KeyStep, ObjectWrite,
 };
 

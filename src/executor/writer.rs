@@ -19,7 +19,7 @@ use futures::StreamExt as _;
 
 use crate::domain::SettleWrite;
 use crate::store::attempts as sql;
-use crate::store::gateway_objects::{self, ConfirmSend, ObjectWrite};
+use crate::store::attempts::gateway_objects::{self, ConfirmSend, ObjectWrite};
 use crate::store::{self, Store};
 
 /// Batches written at once. Two lets one batch be built and sent while the previous one

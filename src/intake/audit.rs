@@ -33,7 +33,7 @@ use uuid::Uuid;
 use super::header;
 use crate::broker::{Broker, CommandKind, PublishKind};
 use crate::config::{Settings, UsageError};
-use crate::store::stream_audit::{self, AuditFinding};
+use crate::store::findings::stream_audit::{self, AuditFinding};
 use crate::store::Store;
 
 /// What one pass did.

@@ -14,9 +14,11 @@ use crate::domain::outcome::GatewayOutcome;
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, RefundStatus};
 use crate::format;
-use crate::store::operator::{self as sql, AttemptRecord, CallRecord, OutboxEvent, Transition};
-pub use crate::store::operator::{AttemptCursor, AttemptFilter};
-use crate::store::refund_reads::{self, StoredRefund};
+use crate::store::reads::attempts::{
+    self as sql, AttemptRecord, CallRecord, OutboxEvent, Transition,
+};
+pub use crate::store::reads::attempts::{AttemptCursor, AttemptFilter};
+use crate::store::refunds::reads::{self as refund_reads, StoredRefund};
 use crate::store::Store;
 
 /// One attempt in `--json` output and the admin API: the stored row (contract §5 fields and

@@ -23,7 +23,7 @@ use super::RetryWindow;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::reconciler::{RecheckOutcome, Reconciler};
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
-use crate::store::operator as sql;
+use crate::store::reads::attempts as sql;
 use crate::store::Store;
 
 /// The most attempts one bulk action touches. Larger sets are refused; narrow the filter

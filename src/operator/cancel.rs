@@ -2,7 +2,7 @@
 //! stops a pending attempt that must not be charged (issue 39, decision 144).
 //!
 //! An attempt the gateway has never seen is cancelled by one guarded statement
-//! (`crate::store::cancel`): a cancel and an executor's claim race on the row's lock, and
+//! (`crate::store::attempts::cancel`): a cancel and an executor's claim race on the row's lock, and
 //! exactly one wins. It becomes `expired` (never sent to the gateway, final), announced by
 //! its `payment-expired` event with who cancelled it and why.
 //!
@@ -19,9 +19,11 @@ use super::resolve::ResolveError;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::format;
 use crate::gateway::{CancelOutcome, GatewayClient};
+use crate::store::attempts::cancel::{
+    self as sql, CancelHold, CancelRecorded, Cancellation, CANCEL_HOLD,
+};
 use crate::store::attempts::record_gateway_call_alone;
 use crate::store::audit::Via;
-use crate::store::cancel::{self as sql, CancelHold, CancelRecorded, Cancellation, CANCEL_HOLD};
 use crate::store::Store;
 
 /// The body of `POST /api/attempts/{id}/cancel`.

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::intake::audit::{AuditPass, StreamAudit};
-use crate::store::stream_audit::UnrecordedMessage;
+use crate::store::findings::stream_audit::UnrecordedMessage;
 
 /// What `intake audit` found: the pass it ran now for each intake consumer (charges,
 /// refunds) and every open finding of both, oldest sequence first.

@@ -18,7 +18,7 @@
 //!
 //! Each is an action or a reading — data in, data out, audited — and prints nothing: the
 //! command line (`crate::cli`) prints what they return. Every SQL statement is in
-//! `crate::store::operator` and `crate::store::audit`; the CLI, the admin API and the
+//! `crate::store::reads::attempts` and `crate::store::audit`; the CLI, the admin API and the
 //! console call the same functions here, each passing who acts (`actor`: `operator:<name>`,
 //! `admin-api`) and through what ([`Via`]), so a decision taken over HTTP is the decision
 //! taken on the command line, and the audit trail records it the same way.

@@ -4,7 +4,7 @@
 //! Only `needs_review` attempts can be resolved, and a retry only inside the gateway's key
 //! window: once the gateway may have forgotten the key, sending the charge again could charge
 //! the customer a second time, so onecharge refuses and says why. Both rules are in the one
-//! guarded SQL statement that makes the change (`crate::store::operator::resolve_attempt`).
+//! guarded SQL statement that makes the change (`crate::store::reads::attempts::resolve_attempt`).
 
 use crate::domain::GatewayChargeId;
 use std::fmt;
@@ -18,7 +18,7 @@ use crate::format;
 use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::record_gateway_call_alone;
 use crate::store::audit::Via;
-use crate::store::operator::{
+use crate::store::reads::attempts::{
     self as sql, claim_for_decision, DecisionClaim, OperatorDecision, ResolveOutcome, ResolveTarget,
 };
 use crate::store::Store;
@@ -194,7 +194,9 @@ async fn own_charge(
     id: PaymentAttemptId,
     named: GatewayChargeId,
 ) -> Result<GatewayChargeId, ResolveError> {
-    let Some(intent) = crate::store::gateway_objects::gateway_object_id(store, id).await? else {
+    let Some(intent) =
+        crate::store::attempts::gateway_objects::gateway_object_id(store, id).await?
+    else {
         return Ok(named);
     };
     if named.as_str() == intent {

@@ -1,7 +1,7 @@
 //! `attempts stats` and `GET /api/stats`: the whole picture in one look — attempts per
 //! state, how long the oldest unsettled attempt has waited, dead letters and the outbox
 //! backlog, and how the attempts of the last hour and the last 24 hours ended (success rate,
-//! top decline codes: decision 149). The database figures are the ones `/metrics` reports (`store::metrics`).
+//! top decline codes: decision 149). The database figures are the ones `/metrics` reports (`store::reads::gauges`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 use crate::broker::Broker;
 use crate::domain::AttemptStatus;
-use crate::store::charts::{outcome_figures, OutcomeFigures};
+use crate::store::reads::charts::{outcome_figures, OutcomeFigures};
 use crate::store::Store;
 
 /// Contract §6: `{"by_status":{"pending":N,…},"oldest_unsettled_seconds":S,
@@ -40,7 +40,7 @@ const OUTCOME_WINDOWS: [Duration; 2] = [Duration::from_secs(3600), Duration::fro
 
 /// Reads the figures now: seven round trips to the database, one to JetStream.
 pub async fn stats(store: &Store, broker: &Broker, now: OffsetDateTime) -> anyhow::Result<Stats> {
-    let gauges = crate::store::metrics::database_gauges(store)
+    let gauges = crate::store::reads::gauges::database_gauges(store)
         .await
         .context("reading attempt counts")?;
     let mut by_status: BTreeMap<&'static str, i64> = AttemptStatus::ALL

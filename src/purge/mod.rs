@@ -247,7 +247,9 @@ impl Purger {
             if shutdown.is_cancelled() {
                 break;
             }
-            match crate::store::webhooks::purge_events(&self.store, self.webhook_ids_kept).await {
+            match crate::store::findings::webhooks::purge_events(&self.store, self.webhook_ids_kept)
+                .await
+            {
                 Ok(0) => {}
                 Ok(deleted) => tracing::info!(deleted, "processed webhook event ids purged"),
                 Err(err) => {

@@ -17,8 +17,8 @@ use super::sweep::{compare, Acted};
 use super::Reconciler;
 use crate::domain::finding::FindingSource;
 use crate::gateway::list::ListOutcome;
-use crate::store::sweep as sweep_store;
-use crate::store::webhooks::{self, ObjectCheck};
+use crate::store::findings::sweep as sweep_store;
+use crate::store::findings::webhooks::{self, ObjectCheck};
 
 /// Checks claimed per pass.
 const CHECKS_PER_PASS: usize = 32;

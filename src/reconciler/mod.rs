@@ -49,13 +49,13 @@ use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemp
 use crate::gateway::{CancelOutcome, GatewayClient, GatewayHealth};
 use crate::gateway_access::limit::Take;
 use crate::gateway_access::GatewayAccess;
-use crate::store::attempts::{record_gateway_call_alone, settle, settle_audited};
-use crate::store::audit::{AuditAction, NewAuditEntry, Via};
-use crate::store::gateway_objects::{advance_key, KeyStep};
-use crate::store::reconciler::{
+use crate::store::attempts::gateway_objects::{advance_key, KeyStep};
+use crate::store::attempts::lookups::{
     claim_for_recheck, claim_unknown, expire_leases, record_unchanged_recheck, reschedule_lookup,
     reschedule_lookup_audited, RecheckClaim,
 };
+use crate::store::attempts::{record_gateway_call_alone, settle, settle_audited};
+use crate::store::audit::{AuditAction, NewAuditEntry, Via};
 use crate::store::Store;
 use policy::{claim_may_write, found_charge, Decision, LookupPolicy, Proof};
 

@@ -37,10 +37,10 @@ use crate::domain::outcome::{GatewayCharge, LookupOutcome};
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, SettleWrite};
 use crate::gateway::list::{ListOutcome, ListPage, MAX_PAGE};
+use crate::store::attempts::lookups::{claim_for_recheck, RecheckClaim};
 use crate::store::attempts::settle;
+use crate::store::findings::sweep::{self as sweep_store, ComparePage, Named, SweepCounts};
 use crate::store::findings::{self, FindingSource, NewFinding};
-use crate::store::reconciler::{claim_for_recheck, RecheckClaim};
-use crate::store::sweep::{self as sweep_store, ComparePage, Named, SweepCounts};
 
 /// Attempts compared per database round trip.
 const COMPARE_BATCH: usize = 500;

@@ -10,8 +10,8 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::Store;
 use crate::domain::PaymentAttemptId;
+use crate::store::Store;
 
 /// Through what a person acted: the command line, the admin API or the console. Stored as
 /// text in `operator_audit.via` (its CHECK constraint lists the same values) and decoded

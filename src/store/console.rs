@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::operator::AttemptCursor;
-use super::Store;
 use crate::domain::{Money, PaymentAttemptId};
+use crate::store::reads::attempts::AttemptCursor;
+use crate::store::Store;
 
 /// Most expired rows one sign-in deletes, so that a sign-in after a long quiet spell stays a
 /// short statement; the rest go with the next sign-ins.

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use super::Store;
+use crate::store::Store;
 
 /// Who discarded a dead letter, when and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]

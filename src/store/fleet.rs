@@ -15,9 +15,9 @@ use serde::Serialize;
 use sqlx::postgres::PgListener;
 use time::OffsetDateTime;
 
-use super::audit::{self, AuditAction, NewAuditEntry, Via};
-use super::Store;
 use crate::domain::{Currency, PauseCover, PauseScope};
+use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
+use crate::store::Store;
 
 /// Whether an open pause holds back the charge of the row being claimed
 /// (`payment_attempts`, unaliased): one of scope `all` or `charges`, in every currency or in

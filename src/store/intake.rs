@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::{column, outbox, Store};
 use crate::domain::event::{EventProvenance, PaymentEvent};
 use crate::domain::{ChargePayment, EventAttempt, MessageId, PaymentAttemptId};
+use crate::store::{column, outbox, Store};
 
 /// One valid command to record, as intake read it from the broker.
 #[derive(Debug, Clone)]

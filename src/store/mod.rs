@@ -5,35 +5,32 @@
 //!
 //! Queries are checked at run time (`sqlx::query`), not with the compile-time macros; every
 //! query is exercised by the test suite. See docs/decisions/001-runtime-checked-sql-instead-of-sqlx-query-macros.md for why.
+//!
+//! Grouped by what it holds: `attempts` (in motion, and a folder for each other write of
+//! an attempt: its counts, the gateway objects, lookups, cancels, resolutions), `refunds`
+//! (and what a person reads of them), `findings` (the sweep's, the webhooks', the stream
+//! audit's), `reads` (what people and dashboards read of attempts), and `kernel`, the one
+//! claim of queued work. Beside them what the fleet shares: intake's batch, the outbox and
+//! its relay, the audit trail, pauses, the rate limit, console sessions, dead-letter
+//! discards, the purge and the history's retention, and the schema check.
 
-pub mod attempt_counts;
 pub mod attempts;
 pub mod audit;
 pub mod availability;
-pub mod cancel;
-pub mod charts;
 pub mod console;
 pub mod dead_letters;
 pub mod findings;
 pub mod fleet;
-pub mod gateway_objects;
 pub mod intake;
 pub mod kernel;
-pub mod metrics;
-pub mod operator;
 pub mod outbox;
 pub mod purge;
 pub mod rate_limit;
-pub mod reconciler;
-pub mod refund_reads;
+pub mod reads;
 pub mod refunds;
 pub mod relay;
-pub mod resolve;
 pub mod retention;
 pub mod schema;
-pub mod stream_audit;
-pub mod sweep;
-pub mod webhooks;
 
 use std::time::Duration;
 

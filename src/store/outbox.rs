@@ -3,8 +3,8 @@
 
 use sqlx::PgConnection;
 
-use super::column;
 use crate::domain::event::{EventProvenance, PaymentEvent};
+use crate::store::column;
 
 /// Adds one event to the outbox inside the caller's transaction. The key
 /// `outbox_one_event_per_final_state` of `outbox_final_states` (kept by the outbox's

@@ -4,7 +4,7 @@
 
 use time::OffsetDateTime;
 
-use super::Store;
+use crate::store::Store;
 
 /// Dedupe rows recorded before `cutoff` (what a purge would delete).
 pub async fn count_expired_dedupe_rows(

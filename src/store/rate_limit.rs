@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::Store;
+use crate::store::Store;
 
 /// How far behind the last take a clock reading may be and still be taken for a take that
 /// waited for the row lock; further behind, the clock stepped back. Lock waits on the

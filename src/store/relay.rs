@@ -17,8 +17,8 @@ use sqlx::{FromRow as _, Postgres, Row as _, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{column, Store};
 use crate::domain::PaymentAttemptId;
+use crate::store::{column, Store};
 
 /// One outbox row to publish.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use time::OffsetDateTime;
 
-use super::Store;
 use crate::domain::AttemptStatus;
+use crate::store::Store;
 
 /// A table whose history is partitioned by month and retained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

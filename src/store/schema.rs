@@ -10,7 +10,7 @@
 //! ([`SchemaError::PreRelease`]) instead of sqlx's "previously applied but has been
 //! modified", since no migration leads from that chain to the baseline.
 
-use super::{Store, MIGRATOR};
+use crate::store::{Store, MIGRATOR};
 
 /// A schema `serve` cannot run on, in one line that names what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -180,7 +180,7 @@ impl Store {
                 if missing {
                     anyhow::anyhow!(
                         "the database at {} does not exist: run `onecharge setup` as the schema's owner",
-                        super::redact_url(database_url)
+                        crate::store::redact_url(database_url)
                     )
                 } else {
                     err

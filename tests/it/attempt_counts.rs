@@ -1,4 +1,4 @@
-//! The attempt counts the database keeps (`store::attempt_counts`, decision 91) against a
+//! The attempt counts the database keeps (`store::attempts::counts`, decision 91) against a
 //! count of the table itself: after the real roles' writes, under concurrent writers and
 //! folds.
 
@@ -7,7 +7,9 @@ use mock_gateway::payment_methods as pm;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::resolve::{resolve, ResolveAs, ResolveRequest};
 use onecharge::operator::{RetryWindow, Via};
-use onecharge::store::{attempt_counts, operator, Store};
+use onecharge::store::attempts::counts as attempt_counts;
+use onecharge::store::reads::attempts as operator;
+use onecharge::store::Store;
 use sqlx::PgPool;
 
 use crate::support::{record, Harness, Records};

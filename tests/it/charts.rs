@@ -1,4 +1,4 @@
-//! The overview's chart series (`store::charts`) read from the history a real executor
+//! The overview's chart series (`store::reads::charts`) read from the history a real executor
 //! writes: each settlement in its bucket by outcome, the charge calls' latency, and the
 //! review queue's size and longest wait at each instant, ending at the database's now.
 
@@ -8,7 +8,7 @@ use crate::support::{Harness, Records};
 use mock_gateway::payment_methods as pm;
 use onecharge::operator::resolve::{ResolveAs, ResolveRequest};
 use onecharge::operator::Via;
-use onecharge::store::charts::{overview_series, Window};
+use onecharge::store::reads::charts::{overview_series, Window};
 
 const HOUR: Window = Window {
     span: Duration::from_secs(3600),
@@ -93,7 +93,7 @@ async fn the_chart_series_count_each_settlement_its_charge_latency_and_the_revie
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_success_rate_and_top_decline_codes_count_the_windows_outcomes_on_the_api_and_the_overview(
 ) {
-    use onecharge::store::charts::{outcome_figures, DeclineCodeCount};
+    use onecharge::store::reads::charts::{outcome_figures, DeclineCodeCount};
     let mut h = Harness::new().await;
     let none = outcome_figures(&h.store, &[Duration::from_secs(3600)])
         .await

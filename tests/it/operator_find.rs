@@ -295,7 +295,7 @@ async fn each_filter_is_answered_from_an_index_not_a_scan() {
     }
 }
 
-/// The search as store::operator::list_attempts makes it: the attempts of `filter` (`WHERE
+/// The search as store::reads::attempts::list_attempts makes it: the attempts of `filter` (`WHERE
 /// …`, or nothing for every attempt), through `attempt_search`, newest first, a page of 100.
 fn search(filter: &str) -> String {
     format!(
@@ -322,7 +322,7 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
             "{gone}, which took an entry for every attempt intake wrote, is gone"
         );
     }
-    // As store::operator::list_attempts asks: a state that is not an outcome by its own
+    // As store::reads::attempts::list_attempts asks: a state that is not an outcome by its own
     // index, the outcomes through attempt_search's time index.
     for (status, index) in [
         ("pending", "payment_attempts_pending_due_idx"),
@@ -352,8 +352,8 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
         // (bench_search's plans, docs/performance.md).
         assert!(!plan.contains("Seq Scan"), "{status} scans:\n{plan}");
     }
-    // The stuck list's condition and the gauges' (store::operator::stuck_attempts,
-    // store::metrics): the four states' indexes, ORed.
+    // The stuck list's condition and the gauges' (store::reads::attempts::stuck_attempts,
+    // store::reads::gauges): the four states' indexes, ORed.
     let stuck = h
         .plan_without_seq_scans(
             "SELECT payment_attempt_id FROM payment_attempts
@@ -392,7 +392,7 @@ async fn each_state_the_stuck_list_and_the_gauges_are_answered_from_indexes_not_
 async fn an_attempts_events_are_read_by_the_outbox_key_not_a_scan_of_the_months() {
     let h = Harness::new().await;
     h.add_events_of_other_attempts(20_000).await;
-    let sql = onecharge::store::operator::ATTEMPT_EVENTS
+    let sql = onecharge::store::reads::attempts::ATTEMPT_EVENTS
         .replace("$1", &format!("'{}'::uuid", uuid::Uuid::new_v4()));
     let plan = h.plan_without_seq_scans(&sql).await;
     assert!(
@@ -420,9 +420,10 @@ async fn an_attempts_search_row_follows_a_change_of_its_columns_and_its_deletion
     let found = |order: &'static str| {
         let h = &h;
         async move {
-            let rows = onecharge::store::operator::list_attempts(&h.store, &by_order(order), None)
-                .await
-                .unwrap();
+            let rows =
+                onecharge::store::reads::attempts::list_attempts(&h.store, &by_order(order), None)
+                    .await
+                    .unwrap();
             rows.iter()
                 .map(|a| a.payment_attempt_id)
                 .collect::<Vec<PaymentAttemptId>>()

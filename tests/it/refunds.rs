@@ -883,14 +883,16 @@ async fn a_refund_onecharge_sends_while_a_webhook_check_reads_the_intent_is_its_
     let refund_id = RefundId::random();
     record(&h, &refund(refund_id, attempt, None), "whole").await;
     // A webhook about the intent (another refund's update, a dispute…) asks for a check.
-    onecharge::store::webhooks::record_event(
+    onecharge::store::findings::webhooks::record_event(
         &h.store,
-        &onecharge::store::webhooks::Event {
+        &onecharge::store::findings::webhooks::Event {
             id: "evt_race",
             kind: "charge.refund.updated",
             payment_intent_id: Some(&intent),
         },
-        |held| onecharge::store::webhooks::Effect::Check(held.unwrap().payment_attempt_id),
+        |held| {
+            onecharge::store::findings::webhooks::Effect::Check(held.unwrap().payment_attempt_id)
+        },
     )
     .await
     .unwrap();

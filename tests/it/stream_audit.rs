@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 use onecharge::intake::audit::StreamAudit;
+use onecharge::store::findings::stream_audit::open_findings;
 use onecharge::store::purge::delete_expired_dedupe_rows;
-use onecharge::store::stream_audit::open_findings;
 use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -227,7 +227,7 @@ async fn a_pass_while_another_holds_the_audit_skips_at_once_instead_of_waiting_f
     // The first pass makes the watermark row; then another process's pass holds it.
     assert!(audit(&env).run_once().await.unwrap().ran);
     let mut other = env.store.pool().begin().await.unwrap();
-    let held = onecharge::store::stream_audit::lock_watermark(&mut other, &consumer)
+    let held = onecharge::store::findings::stream_audit::lock_watermark(&mut other, &consumer)
         .await
         .unwrap();
     assert_eq!(held, Some(7));

@@ -17,7 +17,7 @@ use onecharge::domain::{AttemptStatus, LeaseToken};
 use onecharge::gateway::stripe::{confirm_key, create_key};
 use onecharge::gateway::{GatewayClient, GatewayKind, Prepared};
 use onecharge::reconciler::Resolution;
-use onecharge::store::gateway_objects::{
+use onecharge::store::attempts::gateway_objects::{
     gateway_object_id, record_gateway_object, record_gateway_objects, ConfirmSend, ObjectWrite,
 };
 use serde_json::json;
@@ -986,7 +986,7 @@ async fn cancelling_a_pending_attempt_that_holds_a_payment_intent_cancels_the_in
 /// under a hold someone else overtook is refused with nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancels_hold_keeps_the_executor_off_and_a_stale_hold_writes_nothing() {
-    use onecharge::store::cancel::{
+    use onecharge::store::attempts::cancel::{
         decline_held_attempt, hold_for_gateway_cancel, release_hold, CancelHold, CancelRecorded,
         Cancellation,
     };
@@ -1433,7 +1433,7 @@ async fn a_recheck_never_cancels_and_leaves_the_proof_to_the_reconciler() {
     let id = claimed.attempt.payment_attempt_id;
     h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))
         .await;
-    let expired = onecharge::store::reconciler::expire_leases(&h.store, "test", 10)
+    let expired = onecharge::store::attempts::lookups::expire_leases(&h.store, "test", 10)
         .await
         .unwrap();
     assert_eq!(expired, vec![id]);

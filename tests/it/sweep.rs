@@ -997,10 +997,10 @@ async fn abandoned_by_the_next_start(
         from: whole.from - Duration::from_secs(30 * 86_400),
         to: whole.from - Duration::from_secs(29 * 86_400),
     };
-    let next = onecharge::store::sweep::start(&h.store, elsewhere, "reconciler:next")
+    let next = onecharge::store::findings::sweep::start(&h.store, elsewhere, "reconciler:next")
         .await
         .unwrap();
-    onecharge::store::sweep::finish(&h.store, next, Default::default(), None)
+    onecharge::store::findings::sweep::finish(&h.store, next, Default::default(), None)
         .await
         .unwrap();
     blocker.commit().await.unwrap();
@@ -1060,7 +1060,9 @@ async fn two_instances_never_sweep_overlapping_windows_at_once() {
 /// one, is that index's and scans nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_search_for_unlisted_succeeded_attempts_reads_its_window_by_an_index_not_the_ledger() {
-    use onecharge::store::sweep::{unlisted_succeeded, unlisted_succeeded_plan, ComparePage};
+    use onecharge::store::findings::sweep::{
+        unlisted_succeeded, unlisted_succeeded_plan, ComparePage,
+    };
     let h = Harness::new().await;
     let client = h.client_with_key(crate::support::API_KEY);
     let first = executed(&h, &client, pm::CARD_VISA).await;

@@ -611,7 +611,7 @@ async fn processed_event_ids_are_purged_once_past_the_tolerance_and_a_margin() {
     .unwrap();
     let kept = h.settings.webhook_tolerance + onecharge::purge::WEBHOOK_ID_MARGIN;
 
-    let deleted = onecharge::store::webhooks::purge_events(&h.store, kept)
+    let deleted = onecharge::store::findings::webhooks::purge_events(&h.store, kept)
         .await
         .unwrap();
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use maud::{html, Markup};
 use time::{OffsetDateTime, UtcOffset};
 
-use crate::store::charts::{LatencyPercentiles, OverviewSeries, SettlementCount, Window};
+use crate::store::reads::charts::{LatencyPercentiles, OverviewSeries, SettlementCount, Window};
 
 /// The size of a chart's drawing, in SVG user units (it scales with the page).
 const WIDTH: f64 = 560.0;
@@ -582,7 +582,7 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-    use crate::store::charts::ReviewQueueSample;
+    use crate::store::reads::charts::ReviewQueueSample;
 
     const NOW: OffsetDateTime = datetime!(2026-12-01 12:00:30 UTC);
 

@@ -11,7 +11,7 @@
 //!   script), framed by [`layout`] (the one stylesheet is embedded there); [`fields`] reads
 //!   what a form carries.
 //! - [`charts`]: the overview's charts and the attempt's timeline picture, SVG drawn on
-//!   the server from what `store::charts` and `operator::attempts` read.
+//!   the server from what `store::reads::charts` and `operator::attempts` read.
 //!
 //! Every page reads through `crate::operator` and every action calls the same function the
 //! CLI and `/api/*` call, with the signed-in operator as the actor: a decision taken in the

@@ -20,7 +20,7 @@ use crate::gateway::HealthSnapshot;
 use crate::http::AdminState;
 use crate::operator::stats;
 use crate::operator::stats::Stats;
-use crate::store::charts::{OverviewSeries, Window};
+use crate::store::reads::charts::{OverviewSeries, Window};
 
 /// How often an open overview loads itself again.
 pub(super) const OVERVIEW_REFRESH_SECONDS: u32 = 30;
@@ -69,7 +69,7 @@ pub(super) async fn overview(
         .copied()
         .unwrap_or(CHART_WINDOWS[0]);
     let figures = stats::stats(&state.store, &state.broker, now).await;
-    let series = crate::store::charts::overview_series(&state.store, window).await;
+    let series = crate::store::reads::charts::overview_series(&state.store, window).await;
     let lag = match &state.console.intake_consumer {
         Some(consumer) => Some(state.broker.intake_consumer_lag(consumer).await),
         None => None,

@@ -73,7 +73,7 @@ pub(super) async fn webhooks(
         Ok(events) => events,
         Err(err) => return failed(&session, err),
     };
-    let refused = match crate::store::webhooks::refusals(&state.store).await {
+    let refused = match crate::store::findings::webhooks::refusals(&state.store).await {
         Ok(refused) => refused,
         Err(err) => return failed(&session, err),
     };

@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use super::listener::{self, InFlight};
 use crate::config::{Settings, StripeMode};
 use crate::domain::AttemptStatus;
-use crate::store::webhooks::{self, Effect, Event, EventRecorded, IntentAttempt};
+use crate::store::findings::webhooks::{self, Effect, Event, EventRecorded, IntentAttempt};
 use crate::store::Store;
 
 /// The largest body accepted: Stripe's events are a few KiB; 256 KiB leaves room and

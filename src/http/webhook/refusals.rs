@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{webhooks, Store};
+use crate::store::findings::webhooks;
+use crate::store::Store;
 
 /// How often the tally is written.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(5);

@@ -22,8 +22,8 @@ use crate::domain::refund::MAX_REASON_CHARS;
 use crate::domain::{AttemptStatus, Currency, Money, PaymentAttemptId, RefundId};
 use crate::format;
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
-use crate::store::operator as attempts_sql;
-use crate::store::refund_reads::{self as sql, RefundTotals};
+use crate::store::reads::attempts as attempts_sql;
+use crate::store::refunds::reads::{self as sql, RefundTotals};
 use crate::store::Store;
 
 /// A person's refund: `refunds create`, `POST /api/attempts/{id}/refunds`, the console's

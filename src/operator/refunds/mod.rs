@@ -15,9 +15,9 @@ use super::attempts::{
 };
 use crate::domain::{RefundId, RefundStatus};
 use crate::format;
-use crate::store::operator::{CallRecord, OutboxEvent, Transition};
-use crate::store::refund_reads::{self as sql, StoredRefund};
-pub use crate::store::refund_reads::{RefundCursor, RefundFilter};
+use crate::store::reads::attempts::{CallRecord, OutboxEvent, Transition};
+use crate::store::refunds::reads::{self as sql, StoredRefund};
+pub use crate::store::refunds::reads::{RefundCursor, RefundFilter};
 use crate::store::Store;
 pub use create::{
     create, decide, message_id, preview, NewRefund, RefundError, RefundPreview, RefundPublished,

@@ -15,8 +15,8 @@ use crate::domain::refund_call::{self, evidence, RefundResolution};
 use crate::domain::{Actor, RefundId, RefundStatus};
 use crate::gateway::{GatewayClient, RefundRequest};
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
-use crate::store::refund_reads as reads;
 use crate::store::refunds as sql;
+use crate::store::refunds::reads;
 use crate::store::Store;
 
 /// What the person established (`--as`; `"as"` in the API body).

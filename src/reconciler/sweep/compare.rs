@@ -24,7 +24,7 @@ use crate::domain::finding::{FindingClass, NewFinding};
 use crate::domain::listing::{DisputeStatus, ListedCharge, ListedStatus};
 use crate::domain::outcome::{ChargeStatus, GatewayCharge};
 use crate::domain::AttemptStatus;
-pub use crate::store::sweep::SweptAttempt;
+pub use crate::store::findings::sweep::SweptAttempt;
 
 impl SweptAttempt {
     /// Whether `record` is this attempt's own charge: its stored charge or object id, or
@@ -500,7 +500,7 @@ mod tests {
 
     #[test]
     fn onecharges_own_refunds_explain_what_the_gateway_shows_refunded_and_nothing_more() {
-        use crate::store::sweep::OwnRefunds;
+        use crate::store::findings::sweep::OwnRefunds;
         let with_refunds = |surely, at_most| SweptAttempt {
             own_refunds: OwnRefunds {
                 refunded_surely: surely,

@@ -3,7 +3,7 @@
 //! Invariants kept here:
 //! - The cancel is one guarded statement: `UPDATE … WHERE status = 'pending' AND
 //!   first_dispatched_at IS NULL AND gateway_object_id IS NULL`, which moves the fencing
-//!   token on. The executor's claim (`super::kernel`) locks due rows, skipping held ones, and moves them to
+//!   token on. The executor's claim (`crate::store::kernel`) locks due rows, skipping held ones, and moves them to
 //!   `in_flight` in the same statement, so the row lock decides: a claim that locked the row
 //!   first makes the cancel find it `in_flight` and touch nothing; a cancel that locked it
 //!   first is skipped by the claim and leaves nothing to claim. Never read-then-write.
@@ -24,14 +24,14 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::attempts::HELD_COLUMNS;
-use super::audit::{self, AuditAction, NewAuditEntry, Via};
-use super::{outbox, Store};
 use crate::domain::event::{Announced, PaymentEvent};
 use crate::domain::{
     bounded, AttemptStatus, EventAttempt, HeldAttempt, IllegalMove, LeaseToken, PaymentAttemptId,
     TransitionCause,
 };
+use crate::store::attempts::HELD_COLUMNS;
+use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
+use crate::store::{outbox, Store};
 
 /// How long a person's cancel keeps a pending attempt from the executor's claim while it
 /// cancels the attempt's PaymentIntent at the gateway: longer than one gateway request can

@@ -17,6 +17,8 @@
 //! admit or refuse, claim, write a send's outcome, expire a lease, look up, settle), so that
 //! each guard sits beside the moves it races; what operators read is `refund_reads`.
 
+pub mod reads;
+
 use crate::domain::{GatewayChargeId, MessageId};
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -27,8 +29,6 @@ use sqlx::{FromRow as _, PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::kernel::{lock_due, Claim, REFUNDS};
-use super::Store;
 use crate::domain::lookup::{gateway_text, GATEWAY_ID_MAX_CHARS};
 use crate::domain::refund::RefundPayment;
 use crate::domain::refund_call::{unstored, RefundMove, RefundPolicy};
@@ -37,6 +37,8 @@ use crate::domain::{
     bounded, Actor, AttemptStatus, GatewayCallRecord, HeldRefund, Money, PaymentAttemptId,
     RefundId, RefundStatus,
 };
+use crate::store::kernel::{lock_due, Claim, REFUNDS};
+use crate::store::Store;
 
 /// A validated refund command with what intake records with it.
 #[derive(Debug, Clone)]
@@ -460,7 +462,7 @@ pub async fn due(store: &Store, limit: i64) -> Result<Due, sqlx::Error> {
 static SENDABLE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "status = 'pending' AND next_run_at <= now() AND NOT {}",
-        super::fleet::HELD_REFUND
+        crate::store::fleet::HELD_REFUND
     )
 });
 
@@ -591,9 +593,10 @@ pub async fn write(
     };
     match settle(store, held, &next, cause, actor, Some(call)).await {
         Ok(moved) => Ok(written(moved, next.status())),
-        Err(err) if super::blames_the_data(&err) => {
+        Err(err) if crate::store::blames_the_data(&err) => {
             tracing::error!(error = %err, answer, "the database refused the refund's move; counting it like a failed lookup");
-            if let Err(evidence_err) = super::attempts::record_gateway_call_alone(store, call).await
+            if let Err(evidence_err) =
+                crate::store::attempts::record_gateway_call_alone(store, call).await
             {
                 tracing::error!(error = %evidence_err, "cannot store the call's evidence either");
             }
@@ -635,7 +638,7 @@ async fn settle_in(
 ) -> Result<bool, sqlx::Error> {
     let to = next.status();
     if let Some(call) = call {
-        super::attempts::record_gateway_call(&mut *tx, call).await?;
+        crate::store::attempts::record_gateway_call(&mut *tx, call).await?;
     }
     let (gateway_refund_id, reason, next_run_at, count_try) = match next {
         RefundMove::Succeeded { gateway_refund_id } => {
@@ -744,13 +747,13 @@ pub async fn resolve(
     next: &RefundMove,
     actor: &Actor,
     call: &GatewayCallRecord,
-    audit: &super::audit::NewAuditEntry,
+    audit: &crate::store::audit::NewAuditEntry,
 ) -> Result<Option<i64>, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     if !settle_in(&mut tx, held, next, "operator_resolved", actor, Some(call)).await? {
         return Ok(None);
     }
-    let audit_id = super::audit::insert(&mut tx, audit).await?;
+    let audit_id = crate::store::audit::insert(&mut tx, audit).await?;
     tx.commit().await?;
     Ok(Some(audit_id))
 }

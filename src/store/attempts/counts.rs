@@ -12,10 +12,10 @@
 //!   transaction-level advisory lock, tried, not awaited), and a fold adds to the counts
 //!   exactly the deltas it deleted, with `ON CONFLICT DO UPDATE`, in one transaction.
 
-use super::Store;
+use crate::store::Store;
 
 /// Moves every committed delta into the folded counts, in one transaction. Readers call it
-/// before they read (`store::operator::count_by_status`), so the deltas stay as few as the
+/// before they read (`store::reads::attempts::count_by_status`), so the deltas stay as few as the
 /// last few seconds' writes and a read stays one small scan, whichever roles a deployment
 /// runs. One fold at a time: a fold that finds another running (every admin instance's
 /// gauges fold every few seconds) leaves the deltas to it instead of queueing behind its row

@@ -1,5 +1,5 @@
 //! The operator's SQL: reading attempts with their history (list, stuck, show, the counts),
-//! and, re-exported from [`super::resolve`], the one write an operator makes: resolving a
+//! and, re-exported from [`crate::store::attempts::resolve`], the one write an operator makes: resolving a
 //! `needs_review` attempt.
 
 use crate::domain::GatewayChargeId;
@@ -9,12 +9,12 @@ use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-pub use super::resolve::{
+use crate::domain::{AttemptStatus, IdempotencyKey, LeaseToken, Money, PaymentAttemptId};
+pub use crate::store::attempts::resolve::{
     claim_for_decision, resolve_attempt, DecisionClaim, OperatorDecision, ResolveOutcome,
     ResolveTarget,
 };
-use super::Store;
-use crate::domain::{AttemptStatus, IdempotencyKey, LeaseToken, Money, PaymentAttemptId};
+use crate::store::Store;
 
 /// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
 /// Serialised as is into `--json` output and the admin API (contract §5). Read from a row of
@@ -206,7 +206,7 @@ pub struct AttemptCursor {
 impl AttemptCursor {
     /// `query` with this cursor's (`created_at`, id) bound as its next two parameters, when
     /// there is a cursor: a page after (or before) it, written as its own statement.
-    pub(super) fn bind_to<'q, O>(
+    pub(in crate::store) fn bind_to<'q, O>(
         cursor: Option<Self>,
         query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
@@ -252,13 +252,13 @@ impl std::str::FromStr for AttemptCursor {
 
 /// The text of a keyset cursor over (`created_at`, a UUID id), the one form every listing
 /// pages by (attempts, refunds): `<microseconds since the epoch>_<id>`.
-pub(super) fn cursor_text(created_at: OffsetDateTime, id: Uuid) -> String {
+pub(in crate::store) fn cursor_text(created_at: OffsetDateTime, id: Uuid) -> String {
     let micros = created_at.unix_timestamp_nanos() / 1000;
     format!("{micros}_{id}")
 }
 
 /// The (`created_at`, id) of a cursor's text, or why it is not one.
-pub(super) fn parse_cursor_text(text: &str) -> Result<(OffsetDateTime, Uuid), String> {
+pub(in crate::store) fn parse_cursor_text(text: &str) -> Result<(OffsetDateTime, Uuid), String> {
     let bad = || format!("`{text}` is not a cursor (the `next` of the previous page)");
     let (micros, id) = text.trim().split_once('_').ok_or_else(bad)?;
     let micros: i128 = micros.parse().map_err(|_| bad())?;
@@ -547,7 +547,7 @@ impl sqlx::FromRow<'_, PgRow> for AttemptRow {
 
 /// A gateway call from columns named `<prefix>id`, `<prefix>operation`, …; `None` when the
 /// (outer-joined) id is NULL.
-pub(super) fn gateway_call_from_row(
+pub(in crate::store) fn gateway_call_from_row(
     row: &PgRow,
     prefix: &str,
 ) -> Result<Option<CallRecord>, sqlx::Error> {
@@ -575,12 +575,12 @@ pub(super) fn gateway_call_from_row(
 
 /// How many attempts are in each state that has any, ordered by status: what the overview,
 /// `GET /api/stats`, `attempts stats`, the `onecharge_attempts` gauge and the demo show.
-/// Exact, from the counts the database keeps (`store::attempt_counts`) instead of a scan of
+/// Exact, from the counts the database keeps (`store::attempts::counts`) instead of a scan of
 /// every attempt. Folding first (one short transaction) keeps the deltas to the last few
 /// seconds' writes, so the read stays small whichever roles a deployment runs.
 pub async fn count_by_status(store: &Store) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    super::attempt_counts::fold(store).await?;
-    super::attempt_counts::read(store).await
+    crate::store::attempts::counts::fold(store).await?;
+    crate::store::attempts::counts::read(store).await
 }
 
 /// Outbox events the relay has not published yet, found through the relay's queue (every

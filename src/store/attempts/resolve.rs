@@ -14,14 +14,14 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::attempts::HELD_COLUMNS;
-use super::audit::{self, AuditAction, NewAuditEntry, Via};
-use super::{outbox, Store};
 use crate::domain::event::PaymentEvent;
 use crate::domain::{
     bounded, Announced, AttemptStatus, EventAttempt, HeldAttempt, IllegalMove, LeaseToken,
     PaymentAttemptId, RetryWindow, TransitionCause,
 };
+use crate::store::attempts::HELD_COLUMNS;
+use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
+use crate::store::{outbox, Store};
 
 /// Where an operator sends a `needs_review` attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]

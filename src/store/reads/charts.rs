@@ -13,7 +13,7 @@ use std::time::Duration;
 use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
 
-use super::Store;
+use crate::store::Store;
 
 /// The span a chart covers and the width of one of its buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

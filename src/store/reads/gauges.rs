@@ -4,13 +4,13 @@
 //! trip per query, each served by indexes (each open state's own: the due indexes, the
 //! lease index, `payment_attempts_review_expired_created_idx`) or a small
 //! table (the relay's queue, `outbox_unpublished`), except the per-status counts, which
-//! come from the counts the database keeps (`store::attempt_counts`; reading them first
+//! come from the counts the database keeps (`store::attempts::counts`; reading them first
 //! folds the pending deltas, the refresher's only write).
 
 use time::OffsetDateTime;
 
-use super::Store;
 use crate::domain::{AttemptStatus, RefundStatus};
+use crate::store::Store;
 
 /// What the database says right now, for the gauges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct DatabaseGauges {
 /// know are skipped (a newer schema), never an error.
 pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Error> {
     let pool = store.pool();
-    let counts = super::operator::count_by_status(store).await?;
+    let counts = crate::store::reads::attempts::count_by_status(store).await?;
     let oldest: Vec<(String, OffsetDateTime)> = sqlx::query_as(
         // One arm per state, each its own index's predicate (decisions 173, 215): an `IN`
         // list naming all four would imply none of them, and scan.
@@ -51,7 +51,7 @@ pub async fn database_gauges(store: &Store) -> Result<DatabaseGauges, sqlx::Erro
         )
         .fetch_one(pool)
         .await?;
-    let unsettled_refunds = super::refund_reads::unsettled_refunds(store).await?;
+    let unsettled_refunds = crate::store::refunds::reads::unsettled_refunds(store).await?;
     Ok(DatabaseGauges {
         attempts_by_status: known_statuses(counts),
         oldest_non_final: known_statuses(oldest),

@@ -17,10 +17,10 @@ use std::sync::LazyLock;
 
 use sqlx::postgres::PgArguments;
 
-use super::attempts::{add_call_columns, bind, calls_insert, LOCKED_IN_KEY_ORDER};
-use super::{column, Store};
 use crate::domain::GatewayCallRecord;
 use crate::domain::{GatewayObjectId, LeaseToken, PaymentAttemptId};
+use crate::store::attempts::{add_call_columns, bind, calls_insert, LOCKED_IN_KEY_ORDER};
+use crate::store::{column, Store};
 
 /// Stores `object_id` as the gateway object of the attempt held under `lease_token`, with
 /// the evidence of the call that made it, and stamps the confirm's send as

@@ -2,7 +2,7 @@
 //! and its filters, one refund's history (its transitions, its gateway calls, its events),
 //! what a charge has refunded and has left, and the counts behind the refund gauges.
 //!
-//! Nothing here writes: every move of a refund is `super::refunds`'. The listing's filters
+//! Nothing here writes: every move of a refund is `crate::store::refunds`'. The listing's filters
 //! enter the SQL only when set, each served by an index of `refunds` (decision
 //! 54's rule for attempts); an order or a customer is found through the refund's attempt.
 
@@ -14,11 +14,11 @@ use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use time::OffsetDateTime;
 
-use super::operator::{
+use crate::domain::{Currency, IdempotencyKey, Money, PaymentAttemptId, RefundId, RefundStatus};
+use crate::store::reads::attempts::{
     cursor_text, gateway_call_from_row, parse_cursor_text, CallRecord, OutboxEvent, Transition,
 };
-use super::Store;
-use crate::domain::{Currency, IdempotencyKey, Money, PaymentAttemptId, RefundId, RefundStatus};
+use crate::store::Store;
 
 /// One refund as an operator sees it: the stored row, and the order and customer of its
 /// attempt (absent while the attempt is not recorded). Serialised as is into `--json`
@@ -339,14 +339,14 @@ pub async fn refund_gateway_calls(
 }
 
 /// One refund's events and dead letter in the outbox (stored under its attempt), oldest
-/// first: those of its attempt's events ([`super::operator::events`]) that are a refund's
+/// first: those of its attempt's events ([`crate::store::reads::attempts::events`]) that are a refund's
 /// and name this refund.
 pub async fn refund_events(
     store: &Store,
     refund: &StoredRefund,
 ) -> Result<Vec<OutboxEvent>, sqlx::Error> {
     let refund_id = refund.refund_id.to_string();
-    let events = super::operator::events(store, refund.payment_attempt_id).await?;
+    let events = crate::store::reads::attempts::events(store, refund.payment_attempt_id).await?;
     Ok(events
         .into_iter()
         .filter(|event| {

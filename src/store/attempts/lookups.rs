@@ -1,16 +1,16 @@
 //! The reconciler's SQL: turning expired leases into `unknown`, claiming due `unknown`
 //! attempts under a fencing token, and rescheduling a lookup that settled nothing.
-//! Resolutions go through [`super::attempts::settle`] with an `unknown` fence.
+//! Resolutions go through [`crate::store::attempts::settle`] with an `unknown` fence.
 
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use super::attempts::{gateway_text, record_gateway_call, HELD_COLUMNS};
-use super::audit::NewAuditEntry;
-use super::kernel::{Claim, ATTEMPTS};
-use super::Store;
 use crate::domain::outcome::FailedLookups;
 use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId};
+use crate::store::attempts::{gateway_text, record_gateway_call, HELD_COLUMNS};
+use crate::store::audit::NewAuditEntry;
+use crate::store::kernel::{Claim, ATTEMPTS};
+use crate::store::Store;
 
 /// Moves up to `limit` `in_flight` attempts whose lease expired to `unknown` (cause
 /// `lease_expired`), due for a lookup now. Their executor may have died mid-call: only the
@@ -136,7 +136,7 @@ pub async fn reschedule_lookup_audited(
     )
     .await?;
     record_gateway_call(&mut tx, call).await?;
-    super::audit::insert(&mut tx, &audit(updated)).await?;
+    crate::store::audit::insert(&mut tx, &audit(updated)).await?;
     tx.commit().await?;
     Ok(updated)
 }
@@ -150,7 +150,7 @@ pub async fn record_unchanged_recheck(
 ) -> Result<(), sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     record_gateway_call(&mut tx, call).await?;
-    super::audit::insert(&mut tx, audit).await?;
+    crate::store::audit::insert(&mut tx, audit).await?;
     tx.commit().await
 }
 

@@ -8,9 +8,9 @@ use sqlx::{FromRow as _, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::Store;
 use crate::domain::listing::{ListWindow, ListedCharge, ListedStatus};
 use crate::domain::{AttemptStatus, GatewayObjectId, IdempotencyKey, Money, PaymentAttemptId};
+use crate::store::Store;
 
 /// How long a running sweep may go without a heartbeat (one per page read, and one per
 /// batch compared) before a new sweep takes its instance for dead and ends its row as

@@ -7,8 +7,8 @@
 
 use time::OffsetDateTime;
 
-use super::Store;
 use crate::domain::{AttemptStatus, Money, PaymentAttemptId};
+use crate::store::Store;
 
 /// The attempt a PaymentIntent belongs to, as the webhook's decision needs it.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]

@@ -13,7 +13,7 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{column, Store};
+use crate::store::{column, Store};
 
 /// A message the command stream holds that intake never recorded nor dead-lettered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]

@@ -22,6 +22,12 @@
 //! expire, the settlement batches, the call evidence), because they share one fence, one
 //! column list and one way of making gateway text storable.
 
+pub mod cancel;
+pub mod counts;
+pub mod gateway_objects;
+pub mod lookups;
+pub mod resolve;
+
 use std::sync::LazyLock;
 
 use sqlx::postgres::{PgArguments, PgRow};
@@ -29,13 +35,13 @@ use sqlx::{Arguments as _, PgConnection, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::kernel::{Claim, ATTEMPTS};
-use super::{column, outbox, Store};
 use crate::domain::event::PaymentEvent;
 use crate::domain::{
     Actor, Announced, ChargeClaim, EventAttempt, GatewayCallRecord, GatewayChargeId, HeldAttempt,
     KeySeq, Money, PaymentAttemptId, SettleWrite, Settlement,
 };
+use crate::store::kernel::{Claim, ATTEMPTS};
+use crate::store::{column, outbox, Store};
 
 /// The columns of a [`HeldAttempt`], as every claim's `RETURNING` (or `SELECT`) names
 /// them, on the alias `a`: the one place a held attempt is read.
@@ -105,7 +111,7 @@ pub struct ClaimLimits {
 }
 
 /// Claims up to `limits.limit` due `pending` attempts, oldest due first, skipping rows other
-/// executors hold (the kernel's claim, `super::kernel`). In one statement it moves them to `in_flight`
+/// executors hold (the kernel's claim, `crate::store::kernel`). In one statement it moves them to `in_flight`
 /// under a lease owned by `owner`, increments each fencing token, stamps `dispatched_at`
 /// (and `first_dispatched_at` when unset), counts the try, and records the claim on the row
 /// (its history id, time and kind: the history shows it from there, and the move that ends
@@ -134,7 +140,7 @@ pub async fn claim_due_attempts(
                   AND requested_at IS NOT NULL
                   AND requested_at <= now() - make_interval(secs => $6::float8))
          AND NOT {}",
-        super::fleet::HELD_CHARGE
+        crate::store::fleet::HELD_CHARGE
     );
     sqlx::query_as(
         &Claim {
@@ -555,11 +561,11 @@ pub async fn settle_all(store: &Store, writes: &[SettleWrite]) -> Result<Vec<boo
 pub async fn settle_audited(
     store: &Store,
     write: &SettleWrite,
-    audit: impl FnOnce(bool) -> super::audit::NewAuditEntry,
+    audit: impl FnOnce(bool) -> crate::store::audit::NewAuditEntry,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = store.pool().begin().await?;
     let settled = settle_all_in(&mut tx, std::slice::from_ref(write)).await?[0];
-    super::audit::insert(&mut tx, &audit(settled)).await?;
+    crate::store::audit::insert(&mut tx, &audit(settled)).await?;
     tx.commit().await?;
     Ok(settled)
 }

@@ -5,16 +5,20 @@
 //! evidence about the same charge is a new row, its event published in the same
 //! transaction; resolved with a reason and audited in the same transaction.
 
+pub mod stream_audit;
+pub mod sweep;
+pub mod webhooks;
+
 use serde::Serialize;
 use sqlx::Acquire as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::audit::NewAuditEntry;
-use super::Store;
 pub use crate::domain::finding::{
     EarlierFinding, FindingClass, FindingEvent, FindingSource, NewFinding,
 };
+use crate::store::audit::NewAuditEntry;
+use crate::store::Store;
 
 /// A stored finding, as `findings list|show` and `GET /api/findings` show it: what was
 /// found (its fields flattened into the JSON, and read through `Deref`), where it came
@@ -249,7 +253,7 @@ pub async fn resolve(
             None => FindingResolved::NotFound,
         });
     };
-    super::audit::insert(&mut tx, &audit(&finding)).await?;
+    crate::store::audit::insert(&mut tx, &audit(&finding)).await?;
     tx.commit().await?;
     Ok(FindingResolved::Done(finding))
 }
