@@ -14,10 +14,11 @@ use crate::domain::outcome::GatewayOutcome;
 use crate::domain::PaymentAttemptId;
 use crate::domain::{AttemptStatus, RefundStatus};
 use crate::format;
+pub use crate::store::reads::attempts::AttemptFilter;
 use crate::store::reads::attempts::{
     self as sql, AttemptRecord, CallRecord, OutboxEvent, Transition,
 };
-pub use crate::store::reads::attempts::{AttemptCursor, AttemptFilter};
+pub use crate::store::reads::cursor::AttemptCursor;
 use crate::store::refunds::reads::{self as refund_reads, StoredRefund};
 use crate::store::Store;
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::domain::{Money, PaymentAttemptId};
-use crate::store::reads::attempts::AttemptCursor;
+use crate::store::reads::cursor::AttemptCursor;
 use crate::store::Store;
 
 /// Most expired rows one sign-in deletes, so that a sign-in after a long quiet spell stays a
@@ -164,7 +164,7 @@ impl ReviewEntry {
     pub fn cursor(&self) -> AttemptCursor {
         AttemptCursor {
             created_at: self.created_at,
-            payment_attempt_id: self.payment_attempt_id,
+            id: self.payment_attempt_id,
         }
     }
 }

@@ -16,8 +16,9 @@ use super::attempts::{
 use crate::domain::{RefundId, RefundStatus};
 use crate::format;
 use crate::store::reads::attempts::{CallRecord, OutboxEvent, Transition};
+pub use crate::store::reads::cursor::RefundCursor;
+pub use crate::store::refunds::reads::RefundFilter;
 use crate::store::refunds::reads::{self as sql, StoredRefund};
-pub use crate::store::refunds::reads::{RefundCursor, RefundFilter};
 use crate::store::Store;
 pub use create::{
     create, decide, message_id, preview, NewRefund, RefundError, RefundPreview, RefundPublished,

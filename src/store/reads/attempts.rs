@@ -2,18 +2,20 @@
 //! and, re-exported from [`crate::store::attempts::resolve`], the one write an operator makes: resolving a
 //! `needs_review` attempt.
 
-use crate::domain::GatewayChargeId;
 use serde::Serialize;
 use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::domain::{AttemptStatus, IdempotencyKey, LeaseToken, Money, PaymentAttemptId};
+use crate::domain::{
+    AttemptStatus, GatewayChargeId, IdempotencyKey, LeaseToken, Money, PaymentAttemptId,
+};
 pub use crate::store::attempts::resolve::{
     claim_for_decision, resolve_attempt, DecisionClaim, OperatorDecision, ResolveOutcome,
     ResolveTarget,
 };
+use crate::store::reads::cursor::AttemptCursor;
 use crate::store::Store;
 
 /// One payment attempt as an operator sees it: the stored row plus its latest gateway call.
@@ -193,16 +195,6 @@ pub struct AttemptFilter {
     pub before: Option<AttemptCursor>,
 }
 
-/// A position in a paged listing: the last attempt of a page, by (`created_at`, id) — the
-/// newest-first listing continues before it, the oldest-first stuck list and review queue
-/// after it. The attempt id breaks ties between equal `created_at`, so a page boundary that
-/// falls among attempts recorded in the same microsecond neither skips nor repeats one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttemptCursor {
-    pub created_at: OffsetDateTime,
-    pub payment_attempt_id: PaymentAttemptId,
-}
-
 impl AttemptCursor {
     /// `query` with this cursor's (`created_at`, id) bound as its next two parameters, when
     /// there is a cursor: a page after (or before) it, written as its own statement.
@@ -211,9 +203,7 @@ impl AttemptCursor {
         query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
         match cursor {
-            Some(cursor) => query
-                .bind(cursor.created_at)
-                .bind(cursor.payment_attempt_id),
+            Some(cursor) => query.bind(cursor.created_at).bind(cursor.id),
             None => query,
         }
     }
@@ -222,49 +212,9 @@ impl AttemptCursor {
     pub fn after(attempt: &AttemptRecord) -> Self {
         Self {
             created_at: attempt.created_at,
-            payment_attempt_id: attempt.payment_attempt_id,
+            id: attempt.payment_attempt_id,
         }
     }
-}
-
-/// `<microseconds since the epoch>_<payment_attempt_id>`: exact (PostgreSQL keeps
-/// microseconds), URL-safe and opaque enough.
-impl std::fmt::Display for AttemptCursor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&cursor_text(
-            self.created_at,
-            self.payment_attempt_id.into(),
-        ))
-    }
-}
-
-impl std::str::FromStr for AttemptCursor {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let (created_at, id) = parse_cursor_text(text)?;
-        Ok(Self {
-            created_at,
-            payment_attempt_id: id.into(),
-        })
-    }
-}
-
-/// The text of a keyset cursor over (`created_at`, a UUID id), the one form every listing
-/// pages by (attempts, refunds): `<microseconds since the epoch>_<id>`.
-pub(in crate::store) fn cursor_text(created_at: OffsetDateTime, id: Uuid) -> String {
-    let micros = created_at.unix_timestamp_nanos() / 1000;
-    format!("{micros}_{id}")
-}
-
-/// The (`created_at`, id) of a cursor's text, or why it is not one.
-pub(in crate::store) fn parse_cursor_text(text: &str) -> Result<(OffsetDateTime, Uuid), String> {
-    let bad = || format!("`{text}` is not a cursor (the `next` of the previous page)");
-    let (micros, id) = text.trim().split_once('_').ok_or_else(bad)?;
-    let micros: i128 = micros.parse().map_err(|_| bad())?;
-    let created_at = OffsetDateTime::from_unix_timestamp_nanos(micros * 1000).map_err(|_| bad())?;
-    let id = id.parse().map_err(|_| bad())?;
-    Ok((created_at, id))
 }
 
 /// Attempts matching `filter`, newest first (after `filter.before`); `limit` `None` means
@@ -384,7 +334,7 @@ fn matching(
             ))
             .push_bind(cursor.created_at)
             .push(", ")
-            .push_bind(cursor.payment_attempt_id)
+            .push_bind(cursor.id)
             .push(")");
     }
     (query, by)

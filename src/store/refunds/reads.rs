@@ -6,7 +6,6 @@
 //! enter the SQL only when set, each served by an index of `refunds` (decision
 //! 54's rule for attempts); an order or a customer is found through the refund's attempt.
 
-use crate::domain::GatewayChargeId;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -14,10 +13,11 @@ use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use time::OffsetDateTime;
 
-use crate::domain::{Currency, IdempotencyKey, Money, PaymentAttemptId, RefundId, RefundStatus};
-use crate::store::reads::attempts::{
-    cursor_text, gateway_call_from_row, parse_cursor_text, CallRecord, OutboxEvent, Transition,
+use crate::domain::{
+    Currency, GatewayChargeId, IdempotencyKey, Money, PaymentAttemptId, RefundId, RefundStatus,
 };
+use crate::store::reads::attempts::{gateway_call_from_row, CallRecord, OutboxEvent, Transition};
+use crate::store::reads::cursor::RefundCursor;
 use crate::store::Store;
 
 /// One refund as an operator sees it: the stored row, and the order and customer of its
@@ -166,39 +166,13 @@ pub struct RefundFilter {
     pub before: Option<RefundCursor>,
 }
 
-/// A position in the refunds listing: its last refund by (`created_at`, `refund_id`),
-/// written as the attempts' cursors are (`<microseconds since the epoch>_<refund_id>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RefundCursor {
-    pub created_at: OffsetDateTime,
-    pub refund_id: RefundId,
-}
-
 impl RefundCursor {
     /// The cursor of the page that ends with `refund`.
     pub fn after(refund: &StoredRefund) -> Self {
         Self {
             created_at: refund.created_at,
-            refund_id: refund.refund_id,
+            id: refund.refund_id,
         }
-    }
-}
-
-impl std::fmt::Display for RefundCursor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&cursor_text(self.created_at, self.refund_id.into()))
-    }
-}
-
-impl std::str::FromStr for RefundCursor {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let (created_at, id) = parse_cursor_text(text)?;
-        Ok(Self {
-            created_at,
-            refund_id: id.into(),
-        })
     }
 }
 
@@ -244,7 +218,7 @@ pub async fn list_refunds(
             .push(" AND (r.created_at, r.refund_id) < (")
             .push_bind(cursor.created_at)
             .push(", ")
-            .push_bind(cursor.refund_id)
+            .push_bind(cursor.id)
             .push(")");
     }
     query
