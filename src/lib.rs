@@ -36,7 +36,7 @@ pub mod operator;
 pub mod purge;
 pub mod reconciler;
 pub mod relay;
-pub mod schemas;
+
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;

@@ -31,7 +31,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::app::Role;
 use crate::config::{ConfigError, LogFormat, Overrides, Redactor, Settings, UsageError};
-use crate::store::schema::SchemaError;
+use crate::store::migrations::SchemaError;
 
 pub use completions::{man_page, subcommand_pages, MAN_DIRECTORY};
 pub use demo::DemoArgs;

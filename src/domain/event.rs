@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::{bounded, AttemptStatus, Money, PaymentAttemptId, Settlement};
 
 /// The body of `payments.events.payment-<state>.v1`, and its published JSON Schema
-/// (`docs/schemas/payment-*.v1.json`, `crate::schemas`, which narrows `status` per subject).
+/// (`docs/schemas/payment-*.v1.json`, `crate::generated::schemas`, which narrows `status` per subject).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[schemars(
     title = "Payment event v1",
@@ -54,13 +54,13 @@ pub struct EventProvenance {
 
 /// The headers of an event (contract §2.3), one field each: `PaymentEvent::headers` writes
 /// exactly these, and they are the published schema
-/// `docs/schemas/payment-event-headers.v1.json` (`crate::schemas`).
+/// `docs/schemas/payment-event-headers.v1.json` (`crate::generated::schemas`).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[schemars(
     title = "Payment event headers v1",
     description = "The headers of an event on payments.events.payment-<state>.v1 (contract §2.3), as name -> value.",
     extend("additionalProperties" = {"type": "string"}),
-    transform = crate::domain::schema::headers_are_strings
+    transform = crate::domain::json_schema::headers_are_strings
 )]
 pub struct EventHeaders {
     /// The event's `event_id`: a relay retry is deduplicated by JetStream.

@@ -11,6 +11,7 @@ pub mod event;
 pub mod finding;
 pub mod held;
 pub mod ids;
+pub mod json_schema;
 pub mod lease;
 pub mod listing;
 pub mod lookup;
@@ -21,7 +22,6 @@ pub mod refund;
 pub mod refund_call;
 pub mod refund_event;
 pub mod retry;
-pub mod schema;
 pub mod settlement;
 
 pub use actor::Actor;

@@ -38,13 +38,13 @@ const MAX_REASON_CHARS_U32: u32 = 512;
 
 /// The headers a dead letter carries on top of the original's (contract §2.2), one field
 /// each. `publish` writes exactly these, and they are the published JSON Schema
-/// `docs/schemas/dead-letter-headers.v1.json` (`crate::schemas`), so the two cannot drift.
+/// `docs/schemas/dead-letter-headers.v1.json` (`crate::generated::schemas`), so the two cannot drift.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 #[schemars(
     title = "Dead-letter headers v1",
     description = "The headers of a dead letter on payments.dlq.charge-payment.v1 (contract §2.2), as name -> value. The body is the original command's, unchanged (or cut short, with Dlq-Truncated), and the original's headers (Correlation-Id, traceparent, ...) are kept beside these.",
     extend("additionalProperties" = {"type": "string"}),
-    transform = crate::domain::schema::headers_are_strings
+    transform = crate::domain::json_schema::headers_are_strings
 )]
 pub struct DeadLetterHeaders {
     /// `dlq-<consumer>-<stream sequence>`: a retried dead-letter publish is deduplicated,

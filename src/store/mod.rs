@@ -12,7 +12,8 @@
 //! audit's), `reads` (what people and dashboards read of attempts), and `kernel`, the one
 //! claim of queued work. Beside them what the fleet shares: intake's batch, the outbox and
 //! its relay, the audit trail, pauses, the rate limit, console sessions, dead-letter
-//! discards, the purge and the history's retention, and the schema check.
+//! discards, the purge and the history's retention, and `migrations`: whether the
+//! database's schema is the one this build carries.
 
 pub mod attempts;
 pub mod audit;
@@ -23,6 +24,7 @@ pub mod findings;
 pub mod fleet;
 pub mod intake;
 pub mod kernel;
+pub mod migrations;
 pub mod outbox;
 pub mod purge;
 pub mod rate_limit;
@@ -30,7 +32,6 @@ pub mod reads;
 pub mod refunds;
 pub mod relay;
 pub mod retention;
-pub mod schema;
 
 use std::time::Duration;
 
@@ -142,7 +143,7 @@ impl Store {
     /// a migration may rewrite a large table, and one instance waits on the migration lock
     /// while another migrates. That connection is closed afterwards, never pooled. A
     /// database of the pre-release migrations is refused first
-    /// ([`schema::SchemaError::PreRelease`]).
+    /// ([`migrations::SchemaError::PreRelease`]).
     pub async fn migrate(&self) -> anyhow::Result<()> {
         let mut conn = self
             .pool
@@ -157,7 +158,7 @@ impl Store {
         .execute(&mut conn)
         .await
         .context("lifting the session limits for migrations")?;
-        schema::check_before_migrating(&mut conn).await?;
+        migrations::check_before_migrating(&mut conn).await?;
         MIGRATOR
             .run(&mut conn)
             .await
