@@ -26,7 +26,7 @@ pub mod format;
 pub mod gateway;
 pub mod gateway_access;
 pub mod gauges;
-pub mod generated;
+pub mod documents;
 pub mod http;
 pub mod identity;
 pub mod intake;

@@ -29,7 +29,7 @@ fn documented() -> clap::Command {
 }
 
 /// The man page `onecharge.1` (roff), generated from these definitions; committed as
-/// `docs/onecharge.1` (see `crate::generated`). Its SEE ALSO names a page per subcommand,
+/// `docs/onecharge.1` (see `crate::documents`). Its SEE ALSO names a page per subcommand,
 /// each in [`subcommand_pages`].
 pub fn man_page() -> Vec<u8> {
     render(documented())

@@ -94,7 +94,7 @@ impl InvalidCommand {
 
 /// The wire shape. Field types are the loosest that still let serde report precise errors;
 /// unknown fields are ignored (tolerant reader). It is also the published JSON Schema of
-/// the command (`docs/schemas/charge-payment.v1.json`, `crate::generated::schemas`): the bounds below
+/// the command (`docs/schemas/charge-payment.v1.json`, `crate::documents::schemas`): the bounds below
 /// are the ones `validate` checks, written once more for the schema's reader.
 #[derive(Deserialize, schemars::JsonSchema)]
 #[schemars(

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::{bounded, AttemptStatus, Money, PaymentAttemptId, Settlement};
 
 /// The body of `payments.events.payment-<state>.v1`, and its published JSON Schema
-/// (`docs/schemas/payment-*.v1.json`, `crate::generated::schemas`, which narrows `status` per subject).
+/// (`docs/schemas/payment-*.v1.json`, `crate::documents::schemas`, which narrows `status` per subject).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[schemars(
     title = "Payment event v1",
@@ -54,7 +54,7 @@ pub struct EventProvenance {
 
 /// The headers of an event (contract §2.3), one field each: `PaymentEvent::headers` writes
 /// exactly these, and they are the published schema
-/// `docs/schemas/payment-event-headers.v1.json` (`crate::generated::schemas`).
+/// `docs/schemas/payment-event-headers.v1.json` (`crate::documents::schemas`).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[schemars(
     title = "Payment event headers v1",

@@ -1,4 +1,4 @@
-//! What the published JSON Schemas of contract §2 (`crate::generated::schemas`) need from the message
+//! What the published JSON Schemas of contract §2 (`crate::documents::schemas`) need from the message
 //! types that derive them, kept beside those types so that the domain imports nothing from
 //! above it.
 

@@ -38,7 +38,7 @@ const MAX_REASON_CHARS_U32: u32 = 512;
 
 /// The headers a dead letter carries on top of the original's (contract §2.2), one field
 /// each. `publish` writes exactly these, and they are the published JSON Schema
-/// `docs/schemas/dead-letter-headers.v1.json` (`crate::generated::schemas`), so the two cannot drift.
+/// `docs/schemas/dead-letter-headers.v1.json` (`crate::documents::schemas`), so the two cannot drift.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 #[schemars(
     title = "Dead-letter headers v1",

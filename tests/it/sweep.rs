@@ -586,7 +586,7 @@ async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_an
         last["earlier"][0]["resolution"],
         "partial refund agreed with the customer"
     );
-    onecharge::generated::schemas::named("reconciliation-finding.v1.json");
+    onecharge::documents::schemas::named("reconciliation-finding.v1.json");
 
     // Seen again, nothing new.
     let again = reconciler.sweep(window(&h).await).await.unwrap();

@@ -1,9 +1,9 @@
 //! The documents generated from the code and committed beside it, so that a reader (and a
 //! platform team's tooling) has them without building onecharge: the message schemas
-//! (`docs/schemas/*.json`, `crate::generated::schemas`), the admin API's OpenAPI document
+//! (`docs/schemas/*.json`, `crate::documents::schemas`), the admin API's OpenAPI document
 //! (`docs/openapi.json`, `crate::http::openapi`) and the man pages (`docs/onecharge.1` and
 //! one per subcommand under `docs/man/`, from the clap definitions). A unit test fails when a committed file is not what the code
-//! generates; `UPDATE_DOCS=1 cargo test --lib generated` rewrites them all.
+//! generates; `UPDATE_DOCS=1 cargo test --lib documents` rewrites them all.
 
 pub mod schemas;
 
@@ -11,11 +11,11 @@ use std::path::PathBuf;
 
 /// Every generated document, as (path from the repository's root, contents).
 pub fn documents() -> Vec<(PathBuf, Vec<u8>)> {
-    let mut documents: Vec<(PathBuf, Vec<u8>)> = crate::generated::schemas::all()
+    let mut documents: Vec<(PathBuf, Vec<u8>)> = crate::documents::schemas::all()
         .into_iter()
         .map(|(name, schema)| {
             (
-                PathBuf::from(crate::generated::schemas::DIRECTORY).join(name),
+                PathBuf::from(crate::documents::schemas::DIRECTORY).join(name),
                 pretty(&schema),
             )
         })
@@ -68,7 +68,7 @@ mod tests {
         // A schema or a man page the code no longer generates must not stay published.
         let expected: Vec<_> = documents.iter().map(|(path, _)| root.join(path)).collect();
         let folders = [
-            crate::generated::schemas::DIRECTORY,
+            crate::documents::schemas::DIRECTORY,
             crate::cli::MAN_DIRECTORY,
         ];
         for entry in folders
@@ -86,7 +86,7 @@ mod tests {
         }
         assert!(
             stale.is_empty(),
-            "not as the code generates them: {stale:?}; regenerate with `UPDATE_DOCS=1 cargo test --lib generated` and commit the result"
+            "not as the code generates them: {stale:?}; regenerate with `UPDATE_DOCS=1 cargo test --lib documents` and commit the result"
         );
     }
 }

@@ -2,8 +2,8 @@
 //! (contract §2), for the teams on the other side of the streams: generated from the very
 //! types that read and write them (`domain::command::Wire`, `domain::PaymentEvent`,
 //! `intake::dead_letter::DeadLetterHeaders`) and committed under `docs/schemas/`.
-//! `crate::generated` checks that the committed files are these, and
-//! `UPDATE_DOCS=1 cargo test --lib generated` rewrites them.
+//! `crate::documents` checks that the committed files are these, and
+//! `UPDATE_DOCS=1 cargo test --lib documents` rewrites them.
 
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema};
@@ -134,7 +134,7 @@ fn event_statuses() -> Vec<&'static str> {
 /// Says where the message travels, for a reader who finds the file alone.
 fn with_subject(mut schema: Value, subject: &str, section: &str) -> Value {
     schema["$comment"] = json!(format!(
-        "Subject {subject} (docs/contract.md §{section}). Generated from onecharge's types: do not edit; regenerate with UPDATE_DOCS=1 cargo test --lib generated."
+        "Subject {subject} (docs/contract.md §{section}). Generated from onecharge's types: do not edit; regenerate with UPDATE_DOCS=1 cargo test --lib documents."
     ));
     schema
 }
