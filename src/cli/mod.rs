@@ -268,13 +268,13 @@ fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
 
 /// The actor recorded for a decision taken on this machine's command line:
 /// `operator:<user>`. Under `sudo` the person who ran sudo, not `root`.
-pub fn operator_actor() -> String {
+pub fn operator_actor() -> crate::domain::Actor {
     let from_env = ["SUDO_USER", "USER", "LOGNAME"]
         .iter()
         .filter_map(|name| std::env::var(name).ok())
         .find(|user| !user.trim().is_empty());
     let user = from_env.unwrap_or_else(whoami::username);
-    crate::domain::Actor::operator(&user).to_string()
+    crate::domain::Actor::operator(&user)
 }
 
 /// The database for one command (a pool of two connections).

@@ -72,6 +72,39 @@ impl From<Actor> for String {
     }
 }
 
+impl From<&Actor> for String {
+    fn from(actor: &Actor) -> Self {
+        actor.to_string()
+    }
+}
+
+/// Stored as the text the audit trail reads (`executor:<owner>`, `operator:<name>`…).
+impl sqlx::Type<sqlx::Postgres> for Actor {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <String as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <String as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for Actor {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <String as sqlx::Encode<sqlx::Postgres>>::encode(self.to_string(), buf)
+    }
+}
+
+/// Serialised as the text the audit trail reads.
+impl serde::Serialize for Actor {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ use subtle::ConstantTimeEq as _;
 #[cfg(test)]
 use crate::config::{mint_token, token_sha256};
 use crate::config::{OperatorRole, OperatorSetting};
+use crate::domain::Actor;
 
 /// The actor of an action taken with the shared admin token (as before named operators).
 pub const ADMIN_TOKEN_ACTOR: &str = crate::domain::actor::ADMIN_API;
@@ -25,7 +26,7 @@ pub struct Principal {
     /// Shown on every page: the operator's name, `admin token` or `open console`.
     pub name: String,
     /// Recorded on every action: `operator:<name>`, `admin-api` or `console`.
-    pub actor: String,
+    pub actor: Actor,
     pub role: OperatorRole,
 }
 
@@ -34,7 +35,7 @@ impl Principal {
     pub fn admin_token() -> Self {
         Self {
             name: "admin token".to_owned(),
-            actor: ADMIN_TOKEN_ACTOR.to_owned(),
+            actor: Actor::AdminApi,
             role: OperatorRole::Operator,
         }
     }
@@ -43,7 +44,7 @@ impl Principal {
     pub fn open_console() -> Self {
         Self {
             name: "open console".to_owned(),
-            actor: OPEN_CONSOLE_ACTOR.to_owned(),
+            actor: Actor::OpenConsole,
             role: OperatorRole::Operator,
         }
     }
@@ -51,7 +52,7 @@ impl Principal {
     fn named(name: &str, role: OperatorRole) -> Self {
         Self {
             name: name.to_owned(),
-            actor: crate::domain::Actor::Operator(name.to_owned()).to_string(),
+            actor: Actor::Operator(name.to_owned()),
             role,
         }
     }
@@ -125,7 +126,7 @@ impl Operators {
         let actors = self
             .named
             .iter()
-            .map(|(name, role, _)| Principal::named(name, *role).actor)
+            .map(|(name, role, _)| Principal::named(name, *role).actor.to_string())
             .chain([ADMIN_TOKEN_ACTOR.to_owned(), OPEN_CONSOLE_ACTOR.to_owned()]);
         actors
             .filter_map(|actor| self.session_principal(admin_token, &actor))
@@ -193,9 +194,12 @@ mod tests {
         ]);
         let admin = SecretString::from("tok-admin");
         let who = |token| operators.authenticate(Some(&admin), token);
-        assert_eq!(who("tok-ada").unwrap().actor, "operator:ada");
+        assert_eq!(who("tok-ada").unwrap().actor.to_string(), "operator:ada");
         assert_eq!(who("tok-vic").unwrap().role, OperatorRole::Viewer);
-        assert_eq!(who("tok-admin").unwrap().actor, ADMIN_TOKEN_ACTOR);
+        assert_eq!(
+            who("tok-admin").unwrap().actor.to_string(),
+            ADMIN_TOKEN_ACTOR
+        );
         assert_eq!(who("tok-eve"), None);
         assert_eq!(who(""), None);
     }
@@ -262,7 +266,7 @@ mod tests {
         ]);
         let ada = configured.authenticate(Some(&admin), "tok-ada").unwrap();
         assert_eq!(
-            principal_of(&configured, Some(&admin), &ada.actor),
+            principal_of(&configured, Some(&admin), &ada.actor.to_string()),
             Some(ada.clone())
         );
         assert_eq!(
@@ -285,7 +289,7 @@ mod tests {
 
         // ada removed, vic made an operator, the admin token gone
         let changed = Operators::new(&[operator("vic", OperatorRole::Operator, "tok-vic")]);
-        assert_eq!(principal_of(&changed, None, &ada.actor), None);
+        assert_eq!(principal_of(&changed, None, &ada.actor.to_string()), None);
         assert_eq!(
             principal_of(&changed, None, "operator:vic").map(|p| p.role),
             Some(OperatorRole::Operator)

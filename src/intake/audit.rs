@@ -33,6 +33,7 @@ use uuid::Uuid;
 use super::header;
 use crate::broker::{Broker, CommandKind, PublishKind};
 use crate::config::{Settings, UsageError};
+use crate::domain::Actor;
 use crate::store::findings::stream_audit::{self, AuditFinding};
 use crate::store::Store;
 
@@ -334,7 +335,7 @@ impl StreamAudit {
     /// `Replayed-From-Stream-Sequence`. The finding closes when intake records the message
     /// id (the next pass sees it); a message without an id can only be dead-lettered again,
     /// so its finding closes now.
-    pub async fn replay(&self, sequence: u64, actor: &str) -> anyhow::Result<ReplayedFinding> {
+    pub async fn replay(&self, sequence: u64, actor: &Actor) -> anyhow::Result<ReplayedFinding> {
         let Some(finding) =
             stream_audit::open_finding(&self.store, &self.consumer, sequence).await?
         else {
@@ -354,7 +355,7 @@ impl StreamAudit {
             "ReplayedFinding-From-Stream-Sequence",
             sequence.to_string().as_str(),
         );
-        headers.insert("ReplayedFinding-By", actor);
+        headers.insert("ReplayedFinding-By", actor.to_string());
         let message_id = finding.message_id.clone();
         if message_id.is_none() {
             // Without a message id a retried publish could store it twice, so it is published

@@ -12,6 +12,7 @@
 //! guard, transaction and audit row; one more audit row records the bulk action itself,
 //! its filter and every attempt's outcome.
 
+use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
@@ -184,7 +185,7 @@ pub async fn bulk(
     store: &Store,
     reconciler: Option<&Reconciler>,
     request: &BulkRequest,
-    actor: &str,
+    actor: &Actor,
     via: Via,
     window: &RetryWindow,
 ) -> Result<BulkOutcome, BulkError> {
@@ -308,7 +309,7 @@ async fn audit_bulk(
     ids: &[PaymentAttemptId],
     results: &[BulkItem],
     reason: &str,
-    actor: &str,
+    actor: &Actor,
     via: Via,
 ) -> Result<i64, BulkError> {
     let mut conn = store.pool().acquire().await?;
@@ -360,7 +361,7 @@ async fn retry_each(
     store: &Store,
     ids: &[PaymentAttemptId],
     reason: &str,
-    actor: &str,
+    actor: &Actor,
     via: Via,
     window: &RetryWindow,
 ) -> Vec<BulkItem> {
@@ -398,7 +399,7 @@ async fn recheck_each(
     reconciler: &Reconciler,
     ids: &[PaymentAttemptId],
     reason: &str,
-    actor: &str,
+    actor: &Actor,
     via: Via,
 ) -> Vec<BulkItem> {
     futures::stream::iter(ids.iter().copied())

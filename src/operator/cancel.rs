@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::resolve::ResolveError;
+use crate::domain::Actor;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::format;
 use crate::gateway::{CancelOutcome, GatewayClient};
@@ -45,7 +46,8 @@ pub struct Cancelled {
     /// The PaymentIntent cancelled at the gateway before the attempt was declined
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway_object_cancelled: Option<String>,
-    pub actor: String,
+    #[schema(value_type = String)]
+    pub actor: Actor,
     /// The `payment-expired` or `payment-declined` event queued in the outbox (the relay
     /// publishes it)
     pub event_id: Uuid,
@@ -82,7 +84,7 @@ pub async fn cancel(
     gateway: Option<&GatewayClient>,
     id: PaymentAttemptId,
     reason: &str,
-    actor: &str,
+    actor: &Actor,
     via: Via,
 ) -> Result<Cancelled, ResolveError> {
     super::recordable("--reason", reason).map_err(ResolveError::Invalid)?;
@@ -105,7 +107,7 @@ pub async fn cancel(
     };
     match sql::cancel_pending_attempt(store, &cancellation).await? {
         CancelRecorded::Cancelled { event_id, at } => {
-            tracing::info!(payment_attempt_id = %id, actor, reason, "pending attempt cancelled by an operator");
+            tracing::info!(payment_attempt_id = %id, actor = %actor, reason, "pending attempt cancelled by an operator");
             Ok(Cancelled {
                 payment_attempt_id: id,
                 status: AttemptStatus::Expired,
@@ -218,7 +220,7 @@ async fn cancel_at_the_gateway_first(
     }
     match sql::decline_held_attempt(store, cancellation, token, &intent).await? {
         CancelRecorded::Cancelled { event_id, at } => {
-            tracing::info!(payment_attempt_id = %id, actor = cancellation.actor, reason = cancellation.reason,
+            tracing::info!(payment_attempt_id = %id, actor = %cancellation.actor, reason = cancellation.reason,
                 payment_intent = %intent, "pending attempt cancelled by an operator after its PaymentIntent was cancelled");
             Ok(Some(Cancelled {
                 payment_attempt_id: id,

@@ -45,6 +45,7 @@ use time::OffsetDateTime;
 use crate::broker::{producer_headers, Broker, CommandKind};
 use crate::config::UsageError;
 use crate::domain::command::{self, CommandHeaders, MAX_MESSAGE_ID_CHARS};
+use crate::domain::Actor;
 use crate::domain::{refund, PaymentAttemptId};
 use crate::format;
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
@@ -379,7 +380,7 @@ pub async fn discard(
     broker: &Broker,
     store: &Store,
     sequence: u64,
-    actor: &str,
+    actor: &Actor,
     via: Via,
     reason: &str,
 ) -> anyhow::Result<Discarded> {
@@ -440,7 +441,7 @@ pub async fn discard(
         .await?
         .remove(&sequence)
         .context("the discard just committed is not there")?;
-    tracing::info!(dlq_sequence = sequence, actor, "dead letter discarded");
+    tracing::info!(dlq_sequence = sequence, actor = %actor, "dead letter discarded");
     Ok(Discarded {
         dlq_sequence: sequence,
         discard,
@@ -510,7 +511,7 @@ pub async fn bulk_replay(
     broker: &Broker,
     store: &Store,
     request: &BulkReplayRequest,
-    actor: &str,
+    actor: &Actor,
     via: Via,
 ) -> anyhow::Result<BulkReplayOutcome> {
     let reason = request.reason.trim();
@@ -656,7 +657,7 @@ pub async fn replay(
     store: &Store,
     sequence: u64,
     corrected: Option<Vec<u8>>,
-    actor: &str,
+    actor: &Actor,
     via: Via,
     reason: Option<&str>,
 ) -> anyhow::Result<Replayed> {
@@ -717,7 +718,7 @@ pub async fn replay(
         dlq_sequence = sequence,
         message_id = replayed.message_id,
         stream_sequence = ack.sequence,
-        actor,
+        actor = %actor,
         body_corrected,
         "dead letter replayed"
     );
@@ -753,7 +754,7 @@ fn replay_headers(
     original: &HeaderMap,
     message_id: &str,
     sequence: u64,
-    actor: &str,
+    actor: &Actor,
 ) -> (HeaderMap, Vec<(String, String)>) {
     let mut headers = producer_headers(original);
     let mut shown: Vec<(String, String)> = headers
@@ -770,7 +771,7 @@ fn replay_headers(
             HeaderName::from_static("Replayed-From-Dlq-Sequence"),
             sequence.to_string(),
         ),
-        (HeaderName::from_static("Replayed-By"), actor.to_owned()),
+        (HeaderName::from_static("Replayed-By"), actor.to_string()),
     ];
     for (name, value) in &ours {
         headers.insert(name.clone(), value.as_str());
@@ -853,7 +854,7 @@ async fn audit_replay(
     store: &Store,
     replayed: &Replayed,
     payload: &[u8],
-    actor: &str,
+    actor: &Actor,
     via: Via,
     reason: Option<&str>,
 ) -> anyhow::Result<()> {

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use crate::config::UsageError;
+use crate::domain::Actor;
 use crate::store::audit::{AuditAction, NewAuditEntry, Via};
 use crate::store::findings::{self, EarlierFinding, Finding, FindingResolved};
 use crate::store::Store;
@@ -51,7 +52,7 @@ pub fn checked_reason(reason: &str) -> Result<&str, UsageError> {
 pub async fn resolve(
     store: &Store,
     id: i64,
-    actor: &str,
+    actor: &Actor,
     via: Via,
     reason: &str,
 ) -> anyhow::Result<FindingResolved> {

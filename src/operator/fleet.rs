@@ -8,6 +8,7 @@
 //! written, intake keeps recording commands and the reconciler keeps looking up. Every
 //! pause and resume is one audited row, with who, why, when and what it held back.
 
+use crate::domain::Actor;
 use crate::domain::{Currency, PauseCover, PauseScope};
 use crate::format;
 use crate::store::audit::Via;
@@ -127,13 +128,13 @@ pub async fn pause(
     store: &Store,
     reason: &str,
     cover: PauseCover,
-    actor: &str,
+    actor: &Actor,
     via: Via,
 ) -> Result<FleetPause, FleetError> {
     let reason = checked_reason(reason, true)?.unwrap_or_default();
     match sql::pause(store, actor, reason, cover, via).await? {
         PauseOutcome::Paused(pause) => {
-            tracing::warn!(actor, reason, scope = cover.scope.as_str(), currency = ?cover.currency.map(Currency::code), "{cover} paused across the fleet");
+            tracing::warn!(actor = %actor, reason, scope = cover.scope.as_str(), currency = ?cover.currency.map(Currency::code), "{cover} paused across the fleet");
             Ok(pause)
         }
         PauseOutcome::AlreadyPaused(Some(open)) => Err(FleetError::Refused(format!(
@@ -176,16 +177,16 @@ pub async fn resume(
     store: &Store,
     reason: &str,
     which: PauseSelector,
-    actor: &str,
+    actor: &Actor,
     via: Via,
 ) -> Result<Resumed, FleetError> {
     let reason = checked_reason(reason, false)?;
     match sql::resume(store, actor, reason, which, via).await? {
         ResumeOutcome::Resumed { pause, resumed_at } => {
-            tracing::warn!(actor, paused_by = %pause.paused_by, pause_id = pause.id, "{} resumed across the fleet", pause.cover());
+            tracing::warn!(actor = %actor, paused_by = %pause.paused_by, pause_id = pause.id, "{} resumed across the fleet", pause.cover());
             Ok(Resumed {
                 pause,
-                resumed_by: actor.to_owned(),
+                resumed_by: actor.to_string(),
                 resumed_at,
             })
         }

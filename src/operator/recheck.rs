@@ -3,6 +3,7 @@
 //! and the write are the reconciler's own ([`Reconciler::recheck`]); this module turns its
 //! answer into what the CLI prints and the API returns.
 
+use crate::domain::Actor;
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 pub use crate::reconciler::Recheck;
 use crate::reconciler::{RecheckOutcome, Reconciler};
@@ -30,7 +31,7 @@ pub enum RecheckError {
 pub async fn recheck(
     reconciler: &Reconciler,
     id: PaymentAttemptId,
-    actor: &str,
+    actor: &Actor,
     via: Via,
     reason: Option<&str>,
 ) -> Result<Recheck, RecheckError> {

@@ -6,6 +6,7 @@
 //! the customer a second time, so onecharge refuses and says why. Both rules are in the one
 //! guarded SQL statement that makes the change (`crate::store::reads::attempts::resolve_attempt`).
 
+use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use std::fmt;
 
@@ -69,7 +70,8 @@ pub struct Resolved {
     #[schema(value_type = uuid::Uuid)]
     pub payment_attempt_id: PaymentAttemptId,
     pub status: AttemptStatus,
-    pub actor: String,
+    #[schema(value_type = String)]
+    pub actor: Actor,
     /// The event queued in the outbox for a final state (the relay publishes it).
     pub event_id: Option<Uuid>,
 }
@@ -111,7 +113,7 @@ pub async fn resolve(
     gateway: Option<&GatewayClient>,
     id: PaymentAttemptId,
     request: &ResolveRequest,
-    actor: &str,
+    actor: &Actor,
     via: Via,
     window: &RetryWindow,
 ) -> Result<Resolved, ResolveError> {
@@ -141,7 +143,7 @@ pub async fn resolve(
     .await?;
     match outcome {
         ResolveOutcome::Resolved { status, event_id } => {
-            tracing::info!(payment_attempt_id = %id, %status, actor, reason, "attempt resolved by an operator");
+            tracing::info!(payment_attempt_id = %id, %status, actor = %actor, reason, "attempt resolved by an operator");
             Ok(Resolved {
                 payment_attempt_id: id,
                 status,

@@ -34,6 +34,7 @@ pub mod policy;
 pub mod refunds;
 pub mod sweep;
 
+use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,7 +120,7 @@ struct Inner {
     settings: ReconcilerSettings,
     /// What a lookup's answer means (the schedules, the key window, the retry limits).
     policy: LookupPolicy,
-    actor: String,
+    actor: Actor,
     clock: Arc<dyn Clock>,
 }
 
@@ -136,8 +137,7 @@ impl Reconciler {
                 store,
                 settings: settings.reconciler.clone(),
                 policy: LookupPolicy::from_settings(settings),
-                actor: crate::domain::Actor::Reconciler(crate::identity::default_owner())
-                    .to_string(),
+                actor: crate::domain::Actor::Reconciler(crate::identity::default_owner()),
                 clock: Arc::new(SystemClock),
             }),
         }
@@ -361,7 +361,7 @@ impl Reconciler {
     pub async fn recheck(
         &self,
         id: PaymentAttemptId,
-        actor: &str,
+        actor: &Actor,
         via: Via,
         reason: Option<&str>,
     ) -> anyhow::Result<RecheckOutcome> {
@@ -612,7 +612,7 @@ fn rescheduled_or_fenced(rescheduled: bool, at: OffsetDateTime) -> Resolution {
 
 /// Who asked for a recheck, how and why: what its audit row says.
 struct Person<'a> {
-    actor: &'a str,
+    actor: &'a Actor,
     via: Via,
     reason: Option<&'a str>,
 }

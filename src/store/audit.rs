@@ -10,6 +10,7 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::domain::Actor;
 use crate::domain::PaymentAttemptId;
 use crate::store::Store;
 
@@ -125,7 +126,7 @@ impl std::fmt::Display for AuditAction {
 #[derive(Debug, Clone)]
 pub struct NewAuditEntry {
     /// `operator:<name>`, `admin-api`, …
-    pub actor: String,
+    pub actor: Actor,
     pub via: Via,
     pub action: AuditAction,
     pub payment_attempt_ids: Vec<PaymentAttemptId>,
@@ -166,7 +167,7 @@ pub async fn insert(conn: &mut PgConnection, entry: &NewAuditEntry) -> Result<i6
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          RETURNING id",
     )
-    .bind(crate::domain::bounded(&entry.actor, 255))
+    .bind(crate::domain::bounded(&entry.actor.to_string(), 255))
     .bind(entry.via)
     .bind(entry.action)
     .bind(&entry.payment_attempt_ids)

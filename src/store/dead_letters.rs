@@ -7,6 +7,7 @@ use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
+use crate::domain::Actor;
 use crate::store::Store;
 
 /// Who discarded a dead letter, when and why.
@@ -29,7 +30,7 @@ pub async fn insert_discard(
     conn: &mut PgConnection,
     stream: &str,
     sequence: u64,
-    actor: &str,
+    actor: &Actor,
     reason: &str,
 ) -> Result<bool, sqlx::Error> {
     let inserted = sqlx::query(
@@ -39,7 +40,7 @@ pub async fn insert_discard(
     )
     .bind(stream)
     .bind(as_i64(sequence))
-    .bind(crate::domain::bounded(actor, 255))
+    .bind(crate::domain::bounded(&actor.to_string(), 255))
     .bind(crate::domain::bounded(reason, 2048))
     .execute(conn)
     .await?;

@@ -15,6 +15,7 @@ use serde::Serialize;
 use sqlx::postgres::PgListener;
 use time::OffsetDateTime;
 
+use crate::domain::Actor;
 use crate::domain::{Currency, PauseCover, PauseScope};
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
 use crate::store::Store;
@@ -138,7 +139,7 @@ async fn notify_pause_changed(tx: &mut sqlx::PgConnection) -> Result<(), sqlx::E
 /// refused (and nothing written) while a pause of the same scope and currency is open.
 pub async fn pause(
     store: &Store,
-    actor: &str,
+    actor: &Actor,
     reason: &str,
     cover: PauseCover,
     via: Via,
@@ -207,7 +208,7 @@ struct Closed {
 /// closes none when no open pause, or more than one, matches.
 pub async fn resume(
     store: &Store,
-    actor: &str,
+    actor: &Actor,
     reason: Option<&str>,
     which: PauseSelector,
     via: Via,

@@ -4,6 +4,7 @@
 
 use crate::support::record_batch;
 use mock_gateway::payment_methods as pm;
+use onecharge::domain::Actor;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::resolve::{resolve, ResolveAs, ResolveRequest};
 use onecharge::operator::{RetryWindow, Via};
@@ -104,7 +105,7 @@ async fn counts_stay_exact_through_intake_settlement_reconciliation_resolve_and_
             gateway_charge_id: None,
             decline_code: Some("card_declined".into()),
         },
-        "operator:counts",
+        &Actor::operator("counts"),
         Via::Cli,
         &RetryWindow::from_settings(&h.settings),
     )

@@ -5,6 +5,7 @@
 use crate::audit::{attempt_in_review, audit_rows};
 use crate::support::{orders, Records, TestEnv};
 use onecharge::config::Settings;
+use onecharge::domain::Actor;
 use onecharge::domain::PaymentAttemptId;
 use onecharge::operator::bulk::{
     bulk, BulkAction, BulkError, BulkFilter, BulkOutcome, BulkRequest, BULK_CAP,
@@ -36,7 +37,15 @@ async fn bulk_as_alice(
     via: Via,
 ) -> Result<BulkOutcome, BulkError> {
     let window = RetryWindow::from_settings(settings);
-    bulk(store, reconciler, request, "operator:alice", via, &window).await
+    bulk(
+        store,
+        reconciler,
+        request,
+        &Actor::operator("alice"),
+        via,
+        &window,
+    )
+    .await
 }
 
 /// Asserts that the bulk action matched `matched` attempts and each came out as `outcome`.

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use mock_gateway::payment_methods as pm;
+use onecharge::domain::Actor;
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::operator::cancel::cancel;
 use onecharge::operator::resolve::ResolveError;
@@ -30,13 +31,13 @@ async fn a_cancelled_pending_attempt_expires_with_its_event_and_is_never_charged
         None,
         id,
         " customer asked ",
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Cli,
     )
     .await
     .unwrap();
     assert_eq!(cancelled.status, AttemptStatus::Expired);
-    assert_eq!(cancelled.actor, "operator:ana");
+    assert_eq!(cancelled.actor.to_string(), "operator:ana");
 
     let report = h.executor().run_once().await.unwrap();
     assert_eq!(report.claimed(), 0, "a cancelled attempt is not claimed");
@@ -86,7 +87,7 @@ async fn a_cancel_is_refused_with_why_once_an_attempt_was_claimed_sent_or_settle
         None,
         charged,
         "too late",
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Api,
     )
     .await
@@ -103,9 +104,16 @@ async fn a_cancel_is_refused_with_why_once_an_attempt_was_claimed_sent_or_settle
         "first_dispatched_at = now() - interval '1 minute', tries = 1",
     )
     .await;
-    let err = cancel(&h.store, None, retried, "stop it", "operator:ana", Via::Api)
-        .await
-        .unwrap_err();
+    let err = cancel(
+        &h.store,
+        None,
+        retried,
+        "stop it",
+        &Actor::operator("ana"),
+        Via::Api,
+    )
+    .await
+    .unwrap_err();
     let ResolveError::Refused(why) = err else {
         panic!("{err:?}")
     };
@@ -114,11 +122,27 @@ async fn a_cancel_is_refused_with_why_once_an_attempt_was_claimed_sent_or_settle
 
     let missing = PaymentAttemptId::from(uuid::Uuid::new_v4());
     assert!(matches!(
-        cancel(&h.store, None, missing, "why", "operator:ana", Via::Api).await,
+        cancel(
+            &h.store,
+            None,
+            missing,
+            "why",
+            &Actor::operator("ana"),
+            Via::Api
+        )
+        .await,
         Err(ResolveError::NotFound(_))
     ));
     assert!(matches!(
-        cancel(&h.store, None, retried, "  ", "operator:ana", Via::Api).await,
+        cancel(
+            &h.store,
+            None,
+            retried,
+            "  ",
+            &Actor::operator("ana"),
+            Via::Api
+        )
+        .await,
         Err(ResolveError::Invalid(_))
     ));
 
@@ -145,7 +169,15 @@ async fn a_cancel_waiting_on_a_claim_in_progress_loses_to_it_and_says_so() {
         .unwrap();
     let store = h.store.clone();
     let cancelling = tokio::spawn(async move {
-        cancel(&store, None, id, "stop", "operator:ana", Via::Console).await
+        cancel(
+            &store,
+            None,
+            id,
+            "stop",
+            &Actor::operator("ana"),
+            Via::Console,
+        )
+        .await
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(
@@ -199,7 +231,7 @@ async fn cancel_against_claim_each_attempt_is_cancelled_or_charged_exactly_once(
         cancels.push(tokio::spawn(async move {
             (
                 id,
-                cancel(&store, None, id, "race", "operator:ana", Via::Api).await,
+                cancel(&store, None, id, "race", &Actor::operator("ana"), Via::Api).await,
             )
         }));
     }

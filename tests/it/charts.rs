@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::support::{Harness, Records};
 use mock_gateway::payment_methods as pm;
+use onecharge::domain::Actor;
 use onecharge::operator::resolve::{ResolveAs, ResolveRequest};
 use onecharge::operator::Via;
 use onecharge::store::reads::charts::{overview_series, Window};
@@ -73,7 +74,7 @@ async fn the_chart_series_count_each_settlement_its_charge_latency_and_the_revie
             gateway_charge_id: None,
             decline_code: None,
         },
-        "operator:test",
+        &Actor::operator("test"),
         Via::Cli,
         &onecharge::operator::RetryWindow::from_settings(&h.settings),
     )

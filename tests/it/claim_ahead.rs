@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::support::Harness;
 use crate::support::Records;
 use mock_gateway::{payment_methods as pm, MockConfig};
+use onecharge::domain::Actor;
 use onecharge::domain::PaymentAttemptId;
 use tokio_util::sync::CancellationToken;
 
@@ -192,7 +193,7 @@ async fn a_fleet_pause_hands_the_queue_back_and_only_the_call_already_out_finish
         &h.store,
         "incident 42",
         onecharge::domain::PauseCover::EVERYTHING,
-        "operator:ada",
+        &Actor::operator("ada"),
         onecharge::store::audit::Via::Cli,
     )
     .await
@@ -256,7 +257,7 @@ async fn a_pause_that_does_not_cover_an_attempt_claimed_ahead_leaves_it_to_be_se
             &h.store,
             "not this one",
             cover,
-            "operator:ada",
+            &Actor::operator("ada"),
             onecharge::store::audit::Via::Cli,
         )
         .await

@@ -1,6 +1,7 @@
 //! `dlq replay` refuses what it must not publish and says in one line what went wrong,
 //! through the built binary exactly as an operator types it.
 
+use onecharge::domain::Actor;
 use std::path::Path;
 
 use crate::support::{command, command_file, commands_stream, Records, TestEnv};
@@ -190,7 +191,7 @@ async fn a_refunds_dead_letter_is_replayed_as_a_refund_and_recorded_by_the_refun
         &env.store,
         letter.sequence,
         Some(corrected.to_string().into_bytes()),
-        "operator:test",
+        &Actor::operator("test"),
         onecharge::store::audit::Via::Cli,
         Some("refund id mistyped by the producer"),
     )

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mock_gateway::payment_methods as pm;
 use mock_gateway::MockConfig;
+use onecharge::domain::Actor;
 use onecharge::domain::{
     AttemptStatus, Currency, PauseCover, PauseScope, PaymentAttemptId, RefundId,
 };
@@ -62,7 +63,7 @@ async fn a_paused_fleet_records_commands_but_charges_nothing_until_resumed() {
         &h.store,
         "gateway incident INC-7",
         EVERYTHING,
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Cli,
     )
     .await
@@ -86,9 +87,15 @@ async fn a_paused_fleet_records_commands_but_charges_nothing_until_resumed() {
     }
     assert!(fleet::state(&h.store).await.unwrap().paused);
 
-    let resumed = fleet::resume(&h.store, "INC-7 closed", ONLY_OPEN, "operator:bo", Via::Api)
-        .await
-        .unwrap();
+    let resumed = fleet::resume(
+        &h.store,
+        "INC-7 closed",
+        ONLY_OPEN,
+        &Actor::operator("bo"),
+        Via::Api,
+    )
+    .await
+    .unwrap();
     assert_eq!(resumed.pause.paused_by, "operator:ana");
     assert_eq!(resumed.resumed_by, "operator:bo");
     assert_eq!(executor.run_once().await.unwrap().claimed(), 2);
@@ -109,7 +116,7 @@ async fn a_paused_fleet_records_commands_but_charges_nothing_until_resumed() {
 #[tokio::test]
 async fn a_second_pause_and_a_resume_of_a_running_fleet_are_refused_with_why() {
     let h = Harness::new().await;
-    let err = fleet::resume(&h.store, "", ONLY_OPEN, "operator:ana", Via::Cli)
+    let err = fleet::resume(&h.store, "", ONLY_OPEN, &Actor::operator("ana"), Via::Cli)
         .await
         .unwrap_err();
     assert!(
@@ -117,16 +124,35 @@ async fn a_second_pause_and_a_resume_of_a_running_fleet_are_refused_with_why() {
         "{err}"
     );
     assert!(matches!(
-        fleet::pause(&h.store, "  ", EVERYTHING, "operator:ana", Via::Cli).await,
+        fleet::pause(
+            &h.store,
+            "  ",
+            EVERYTHING,
+            &Actor::operator("ana"),
+            Via::Cli
+        )
+        .await,
         Err(FleetError::Invalid(_))
     ));
 
-    fleet::pause(&h.store, "bad deploy", EVERYTHING, "operator:ana", Via::Cli)
-        .await
-        .unwrap();
-    let err = fleet::pause(&h.store, "me too", EVERYTHING, "operator:bo", Via::Console)
-        .await
-        .unwrap_err();
+    fleet::pause(
+        &h.store,
+        "bad deploy",
+        EVERYTHING,
+        &Actor::operator("ana"),
+        Via::Cli,
+    )
+    .await
+    .unwrap();
+    let err = fleet::pause(
+        &h.store,
+        "me too",
+        EVERYTHING,
+        &Actor::operator("bo"),
+        Via::Console,
+    )
+    .await
+    .unwrap_err();
     let FleetError::Refused(why) = err else {
         panic!("{err:?}")
     };
@@ -309,7 +335,7 @@ async fn a_pause_of_charges_leaves_refunds_moving_and_holds_new_charges_until_re
         &h.store,
         "acquirer incident",
         cover(PauseScope::Charges, None),
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Cli,
     )
     .await
@@ -331,7 +357,7 @@ async fn a_pause_of_charges_leaves_refunds_moving_and_holds_new_charges_until_re
         id: Some(pause.id),
         ..ONLY_OPEN
     };
-    fleet::resume(&h.store, "", by_id, "operator:ana", Via::Cli)
+    fleet::resume(&h.store, "", by_id, &Actor::operator("ana"), Via::Cli)
         .await
         .unwrap();
     assert_eq!(h.executor().run_once().await.unwrap().claimed(), 1);
@@ -346,7 +372,7 @@ async fn a_pause_of_refunds_leaves_charges_moving_and_holds_refunds_until_resume
         &h.store,
         "refund API degraded",
         cover(PauseScope::Refunds, None),
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Cli,
     )
     .await
@@ -369,7 +395,7 @@ async fn a_pause_of_refunds_leaves_charges_moving_and_holds_refunds_until_resume
         scope: Some(PauseScope::Refunds),
         ..ONLY_OPEN
     };
-    fleet::resume(&h.store, "", by_scope, "operator:ana", Via::Cli)
+    fleet::resume(&h.store, "", by_scope, &Actor::operator("ana"), Via::Cli)
         .await
         .unwrap();
     settle(&roles).await;
@@ -383,7 +409,7 @@ async fn a_pause_of_one_currency_holds_its_charges_and_leaves_the_others_moving(
         &h.store,
         "ISK acquirer down",
         cover(PauseScope::Charges, Some("ISK")),
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Cli,
     )
     .await
@@ -407,7 +433,7 @@ async fn a_pause_of_one_currency_holds_its_charges_and_leaves_the_others_moving(
         &h.store,
         "acquirer back",
         by_currency,
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Cli,
     )
     .await
@@ -423,7 +449,7 @@ async fn pauses_of_different_scopes_open_together_one_each_and_a_resume_names_wh
         &h.store,
         "ISK acquirer down",
         cover(PauseScope::Charges, Some("ISK")),
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Cli,
     )
     .await
@@ -432,7 +458,7 @@ async fn pauses_of_different_scopes_open_together_one_each_and_a_resume_names_wh
         &h.store,
         "refund API degraded",
         cover(PauseScope::Refunds, None),
-        "operator:bo",
+        &Actor::operator("bo"),
         Via::Api,
     )
     .await
@@ -442,7 +468,7 @@ async fn pauses_of_different_scopes_open_together_one_each_and_a_resume_names_wh
         &h.store,
         "me too",
         cover(PauseScope::Charges, Some("ISK")),
-        "operator:cy",
+        &Actor::operator("cy"),
         Via::Console,
     )
     .await
@@ -463,7 +489,7 @@ async fn pauses_of_different_scopes_open_together_one_each_and_a_resume_names_wh
     assert_eq!(state.summary().lines().count(), 2, "{}", state.summary());
 
     // Several match: the resume asks for an id, and closes nothing.
-    let err = fleet::resume(&h.store, "", ONLY_OPEN, "operator:ana", Via::Cli)
+    let err = fleet::resume(&h.store, "", ONLY_OPEN, &Actor::operator("ana"), Via::Cli)
         .await
         .unwrap_err();
     assert!(
@@ -476,9 +502,15 @@ async fn pauses_of_different_scopes_open_together_one_each_and_a_resume_names_wh
         currency: Some(Currency::from_code("EUR").unwrap()),
         id: None,
     };
-    let err = fleet::resume(&h.store, "", charges_in_eur, "operator:ana", Via::Cli)
-        .await
-        .unwrap_err();
+    let err = fleet::resume(
+        &h.store,
+        "",
+        charges_in_eur,
+        &Actor::operator("ana"),
+        Via::Cli,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(&err, FleetError::Refused(why) if why.contains("no open pause is of scope charges in EUR") && why.contains(&format!("pause {}", refunds.id))),
         "{err}"
@@ -493,16 +525,22 @@ async fn pauses_of_different_scopes_open_together_one_each_and_a_resume_names_wh
         id: Some(refunds.id),
         ..ONLY_OPEN
     };
-    let resumed = fleet::resume(&h.store, "API back", by_id, "operator:ana", Via::Cli)
-        .await
-        .unwrap();
+    let resumed = fleet::resume(
+        &h.store,
+        "API back",
+        by_id,
+        &Actor::operator("ana"),
+        Via::Cli,
+    )
+    .await
+    .unwrap();
     assert_eq!(resumed.pause.id, refunds.id);
     assert_eq!(
         fleet::state(&h.store).await.unwrap().pauses,
         vec![isk.clone()]
     );
     // One open now: a resume that names nothing closes it.
-    fleet::resume(&h.store, "", ONLY_OPEN, "operator:ana", Via::Cli)
+    fleet::resume(&h.store, "", ONLY_OPEN, &Actor::operator("ana"), Via::Cli)
         .await
         .unwrap();
     assert!(!fleet::state(&h.store).await.unwrap().paused);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use onecharge::broker::CommandKind;
+use onecharge::domain::Actor;
 use onecharge::intake::audit::StreamAudit;
 use onecharge::intake::{DlqClass, Intake};
 use serde_json::json;
@@ -189,7 +190,7 @@ async fn a_refund_command_the_stream_holds_but_intake_never_recorded_is_found_an
     assert_eq!(pass.found, vec![sequence], "{pass:?}");
     tokio::time::sleep(Duration::from_millis(150)).await; // past the 100 ms window
     audit
-        .replay(sequence, "test-operator")
+        .replay(sequence, &Actor::operator("test"))
         .await
         .expect("a replay");
     let report = drain(&intake).await;

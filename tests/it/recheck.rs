@@ -4,6 +4,7 @@
 
 use crate::support::{Harness, Records};
 use mock_gateway::payment_methods as pm;
+use onecharge::domain::Actor;
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::operator::audit::{self, AuditFilter};
 use onecharge::operator::recheck::{recheck, RecheckError};
@@ -41,7 +42,7 @@ async fn a_recheck_of_an_unknown_attempt_the_gateway_charged_settles_it_with_its
     let report = recheck(
         &h.reconciler(),
         id,
-        "operator:alice",
+        &Actor::operator("alice"),
         Via::Cli,
         Some("customer says they were charged"),
     )
@@ -80,9 +81,15 @@ async fn a_recheck_of_a_pending_attempt_is_refused_and_asks_the_gateway_nothing(
     let h = Harness::new().await;
     let id = h.seed(pm::CARD_VISA).await.payment_attempt_id;
 
-    let err = recheck(&h.reconciler(), id, "operator:alice", Via::Cli, None)
-        .await
-        .unwrap_err();
+    let err = recheck(
+        &h.reconciler(),
+        id,
+        &Actor::operator("alice"),
+        Via::Cli,
+        None,
+    )
+    .await
+    .unwrap_err();
 
     match err {
         RecheckError::Refused(why) => {
@@ -110,7 +117,7 @@ async fn a_recheck_of_a_needs_review_attempt_that_finds_nothing_leaves_it_in_rev
     .await;
     let charges_before = h.gateway.ledger().len();
 
-    let report = recheck(&h.reconciler(), id, "admin-api", Via::Api, None)
+    let report = recheck(&h.reconciler(), id, &Actor::AdminApi, Via::Api, None)
         .await
         .unwrap();
 
@@ -198,9 +205,15 @@ async fn a_recheck_takes_its_lookup_from_the_fleet_wide_gateway_rate_limit() {
     let id = unknown_attempt(&h, pm::FAULT_ERROR_AFTER).await;
     let taken_before = last_take(&h).await;
 
-    let report = recheck(&h.reconciler(), id, "operator:alice", Via::Cli, None)
-        .await
-        .unwrap();
+    let report = recheck(
+        &h.reconciler(),
+        id,
+        &Actor::operator("alice"),
+        Via::Cli,
+        None,
+    )
+    .await
+    .unwrap();
 
     assert_eq!(report.after, AttemptStatus::Succeeded);
     let taken_after = last_take(&h).await;
@@ -223,7 +236,13 @@ async fn bounded_recheck(
 ) -> Result<onecharge::operator::recheck::Recheck, RecheckError> {
     tokio::time::timeout(
         std::time::Duration::from_secs(60),
-        recheck(&h.reconciler(), id, "operator:alice", Via::Cli, None),
+        recheck(
+            &h.reconciler(),
+            id,
+            &Actor::operator("alice"),
+            Via::Cli,
+            None,
+        ),
     )
     .await
     .expect("the recheck returned within a minute instead of waiting for permits forever")

@@ -10,6 +10,7 @@ use async_nats::HeaderMap;
 use mock_gateway::{payment_methods as pm, FaultConfig, FaultRule, MockConfig, RefundFaults};
 use onecharge::broker::CommandKind;
 use onecharge::domain::refund::{validate, RefundPayment};
+use onecharge::domain::Actor;
 use onecharge::domain::{AttemptStatus, CommandHeaders, PaymentAttemptId, RefundId};
 use onecharge::gateway::{GatewayClient, GatewayHealth, GatewayKind};
 use onecharge::intake::Intake;
@@ -652,7 +653,7 @@ async fn a_refund_whose_executor_died_goes_to_unknown_and_its_late_answer_is_ref
     let w = worker(&h);
     onecharge::store::refunds::admit_due(
         &h.store,
-        &onecharge::domain::Actor::Executor("test".into()),
+        &Actor::Executor("test".into()),
         10,
         Duration::from_secs(3600),
         Duration::from_millis(1),
@@ -662,7 +663,7 @@ async fn a_refund_whose_executor_died_goes_to_unknown_and_its_late_answer_is_ref
     // An executor claims it and dies before writing anything.
     let held = onecharge::store::refunds::claim_pending(
         &h.store,
-        &onecharge::domain::Actor::Executor("doomed".into()),
+        &Actor::Executor("doomed".into()),
         Duration::from_secs(60),
         10,
     )
@@ -689,7 +690,7 @@ async fn a_refund_whose_executor_died_goes_to_unknown_and_its_late_answer_is_ref
             gateway_refund_id: "re_late".into(),
         },
         "refund_answer",
-        &onecharge::domain::Actor::Executor("doomed".into()),
+        &Actor::Executor("doomed".into()),
         None,
     )
     .await
@@ -1010,7 +1011,7 @@ async fn a_refund_in_review_is_resolved_by_a_person_after_the_gateway_is_read() 
         Some(&gateway),
         stuck,
         &ask(RefundResolveAs::Failed, "customer says no money came"),
-        "operator:ada",
+        &Actor::operator("ada"),
         Via::Cli,
     )
     .await
@@ -1026,7 +1027,7 @@ async fn a_refund_in_review_is_resolved_by_a_person_after_the_gateway_is_read() 
         Some(&gateway),
         stuck,
         &ask(RefundResolveAs::Succeeded, "seen refunded at the gateway"),
-        "operator:ada",
+        &Actor::operator("ada"),
         Via::Cli,
     )
     .await
@@ -1065,7 +1066,7 @@ async fn a_refund_in_review_is_resolved_by_a_person_after_the_gateway_is_read() 
         Some(&gateway),
         stuck,
         &ask(RefundResolveAs::Failed, "the bank returned it"),
-        "operator:ada",
+        &Actor::operator("ada"),
         Via::Api,
     )
     .await
@@ -1105,7 +1106,7 @@ async fn a_refund_in_review_is_resolved_by_a_person_after_the_gateway_is_read() 
         Some(&gateway),
         again,
         &ask(RefundResolveAs::Failed, "why not"),
-        "operator:ada",
+        &Actor::operator("ada"),
         Via::Cli,
     )
     .await

@@ -13,6 +13,7 @@ use crate::support::{
 use mock_gateway::stripe::payment_methods as spm;
 use mock_gateway::{payment_methods as pm, Dialect, FaultConfig, FaultRule, MockConfig};
 use onecharge::domain::outcome::GatewayOutcome;
+use onecharge::domain::Actor;
 use onecharge::domain::{AttemptStatus, LeaseToken};
 use onecharge::gateway::stripe::{confirm_key, create_key};
 use onecharge::gateway::{GatewayClient, GatewayKind, Prepared};
@@ -924,7 +925,7 @@ async fn cancelling_a_pending_attempt_that_holds_a_payment_intent_cancels_the_in
             unable,
             id,
             "fraud suspected",
-            "operator:ana",
+            &Actor::operator("ana"),
             Via::Cli,
         )
         .await;
@@ -944,7 +945,7 @@ async fn cancelling_a_pending_attempt_that_holds_a_payment_intent_cancels_the_in
         Some(&client),
         id,
         "fraud suspected",
-        "operator:ana",
+        &Actor::operator("ana"),
         Via::Cli,
     )
     .await
@@ -1018,7 +1019,7 @@ async fn a_cancels_hold_keeps_the_executor_off_and_a_stale_hold_writes_nothing()
     let cancellation = Cancellation {
         payment_attempt_id: id,
         reason: "too late",
-        actor: "operator:ana",
+        actor: &Actor::operator("ana"),
         via: onecharge::store::audit::Via::Api,
     };
     let outcome = decline_held_attempt(&h.store, &cancellation, held.lease_token, "pi_x")
@@ -1080,7 +1081,7 @@ async fn resolving_as_succeeded_takes_only_the_attempts_own_payment_intent_or_it
                     gateway_charge_id: Some(charge),
                     decline_code: None,
                 },
-                "ops@example.com",
+                &Actor::operator("ops@example.com"),
                 onecharge::store::audit::Via::Cli,
                 &window,
             )
@@ -1138,7 +1139,7 @@ async fn resolving_as_declined_cancels_the_payment_intent_first() {
             unable,
             id,
             &request,
-            "ops@example.com",
+            &Actor::operator("ops@example.com"),
             onecharge::store::audit::Via::Cli,
             &window,
         )
@@ -1155,7 +1156,7 @@ async fn resolving_as_declined_cancels_the_payment_intent_first() {
         Some(&client),
         id,
         &request,
-        "ops@example.com",
+        &Actor::operator("ops@example.com"),
         onecharge::store::audit::Via::Cli,
         &window,
     )
@@ -1409,7 +1410,7 @@ async fn a_decline_refused_because_the_attempt_left_review_cancels_nothing_at_th
             gateway_charge_id: None,
             decline_code: None,
         },
-        "ops@example.com",
+        &Actor::operator("ops@example.com"),
         onecharge::store::audit::Via::Cli,
         &onecharge::domain::RetryWindow::from_settings(&h.settings),
     )
@@ -1433,9 +1434,13 @@ async fn a_recheck_never_cancels_and_leaves_the_proof_to_the_reconciler() {
     let id = claimed.attempt.payment_attempt_id;
     h.advance(h.settings.gateway_max_processing_time + Duration::from_secs(60))
         .await;
-    let expired = onecharge::store::attempts::lookups::expire_leases(&h.store, "test", 10)
-        .await
-        .unwrap();
+    let expired = onecharge::store::attempts::lookups::expire_leases(
+        &h.store,
+        &Actor::Reconciler("test".into()),
+        10,
+    )
+    .await
+    .unwrap();
     assert_eq!(expired, vec![id]);
 
     // Nothing charged and past its retry limits: a pass would cancel before saying so; a
@@ -1444,7 +1449,7 @@ async fn a_recheck_never_cancels_and_leaves_the_proof_to_the_reconciler() {
     let outcome = reconciler
         .recheck(
             id,
-            "ops@example.com",
+            &Actor::operator("ops@example.com"),
             onecharge::store::audit::Via::Cli,
             None,
         )

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::support::{charge_request, Harness, Records};
 use mock_gateway::{payment_methods as pm, Dialect, MockConfig};
 use onecharge::domain::listing::ListWindow;
+use onecharge::domain::Actor;
 use onecharge::domain::{AttemptStatus, PaymentAttemptId};
 use onecharge::gateway::{ChargeBody, ChargeRequest, GatewayClient, GatewayKind, Prepared};
 use onecharge::reconciler::sweep::SweepReport;
@@ -307,7 +308,7 @@ async fn resolving_a_finding_records_who_and_why_and_audits_it() {
     let resolved = onecharge::operator::findings::resolve(
         &h.store,
         id,
-        "operator:alice",
+        &Actor::operator("alice"),
         onecharge::store::audit::Via::Cli,
         "refunded at the gateway",
     )
@@ -316,7 +317,7 @@ async fn resolving_a_finding_records_who_and_why_and_audits_it() {
     let again = onecharge::operator::findings::resolve(
         &h.store,
         id,
-        "operator:bob",
+        &Actor::operator("bob"),
         onecharge::store::audit::Via::Cli,
         "twice",
     )
@@ -558,7 +559,7 @@ async fn a_dispute_after_a_resolved_refund_opens_a_new_finding_with_its_event_an
     onecharge::operator::findings::resolve(
         &h.store,
         refund_id,
-        "operator:alice",
+        &Actor::operator("alice"),
         onecharge::store::audit::Via::Cli,
         "partial refund agreed with the customer",
     )
@@ -612,7 +613,7 @@ async fn resolve_the_last_finding(h: &Harness, why: &str) -> i64 {
     onecharge::operator::findings::resolve(
         &h.store,
         id,
-        "operator:alice",
+        &Actor::operator("alice"),
         onecharge::store::audit::Via::Cli,
         why,
     )
@@ -997,9 +998,13 @@ async fn abandoned_by_the_next_start(
         from: whole.from - Duration::from_secs(30 * 86_400),
         to: whole.from - Duration::from_secs(29 * 86_400),
     };
-    let next = onecharge::store::findings::sweep::start(&h.store, elsewhere, "reconciler:next")
-        .await
-        .unwrap();
+    let next = onecharge::store::findings::sweep::start(
+        &h.store,
+        elsewhere,
+        &Actor::Reconciler("next".into()),
+    )
+    .await
+    .unwrap();
     onecharge::store::findings::sweep::finish(&h.store, next, Default::default(), None)
         .await
         .unwrap();

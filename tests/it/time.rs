@@ -11,6 +11,7 @@ use crate::support::Harness;
 use crate::support::Records;
 use mock_gateway::payment_methods as pm;
 use onecharge::clock::ManualClock;
+use onecharge::domain::Actor;
 use onecharge::domain::AttemptStatus;
 use onecharge::reconciler::ReconcileReport;
 
@@ -174,7 +175,7 @@ async fn an_operator_on_a_host_an_hour_behind_cannot_retry_past_the_key_window()
             gateway_charge_id: None,
             decline_code: None,
         },
-        "operator:alice",
+        &Actor::operator("alice"),
         Via::Console,
         &RetryWindow::from_settings(&h.settings),
     )

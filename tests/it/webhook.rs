@@ -10,6 +10,7 @@ use crate::support::{eventually, Harness, Records, Served};
 use mock_gateway::payment_methods as pm;
 use mock_gateway::stripe::payment_methods as spm;
 use onecharge::app::Role;
+use onecharge::domain::Actor;
 use onecharge::gateway::GatewayClient;
 use onecharge::http::webhook::signature;
 use serde_json::json;
@@ -257,7 +258,7 @@ async fn refund_and_dispute_webhooks_are_read_again_by_id_and_each_aftermath_is_
     onecharge::operator::findings::resolve(
         &h.store,
         refund_finding,
-        "operator:alice",
+        &Actor::operator("alice"),
         onecharge::store::audit::Via::Cli,
         "refunded on the customer's request",
     )

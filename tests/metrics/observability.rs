@@ -19,6 +19,7 @@ use async_nats::HeaderMap;
 use mock_gateway::{payment_methods as pm, MockConfig, MockGateway};
 use onecharge::app::Role;
 use onecharge::broker::Broker;
+use onecharge::domain::Actor;
 use onecharge::domain::AttemptStatus;
 use onecharge::gauges::DatabaseGaugesRefresher;
 use serde_json::{json, Value};
@@ -346,9 +347,15 @@ async fn the_fleet_pause_gauges_count_the_open_pauses_of_each_scope_at_refresh_t
             scope,
             currency: currency.map(|c| Currency::from_code(c).unwrap()),
         };
-        let pause = fleet::pause(&env.store, "drill", cover, "operator:ana", Via::Cli)
-            .await
-            .unwrap();
+        let pause = fleet::pause(
+            &env.store,
+            "drill",
+            cover,
+            &Actor::operator("ana"),
+            Via::Cli,
+        )
+        .await
+        .unwrap();
         opened.push(pause.id);
     }
 
@@ -368,7 +375,7 @@ async fn the_fleet_pause_gauges_count_the_open_pauses_of_each_scope_at_refresh_t
             id: Some(id),
             ..Default::default()
         };
-        fleet::resume(&env.store, "", which, "operator:ana", Via::Cli)
+        fleet::resume(&env.store, "", which, &Actor::operator("ana"), Via::Cli)
             .await
             .unwrap();
     }

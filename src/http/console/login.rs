@@ -103,7 +103,9 @@ pub(super) async fn login(
     // The credential just presented is the one in force, so its actor has a binding.
     let signed_in = operators
         .authenticate(admin_token, &form.token)
-        .and_then(|principal| operators.session_principal(admin_token, &principal.actor));
+        .and_then(|principal| {
+            operators.session_principal(admin_token, &principal.actor.to_string())
+        });
     let Some((principal, binding)) = signed_in else {
         throttle.record_failure(client);
         tracing::warn!(

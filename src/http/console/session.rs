@@ -98,7 +98,7 @@ pub async fn start(
         fleet_pauses: Vec::new(),
     };
     let stored = StoredSession {
-        actor: session.principal.actor.clone(),
+        actor: session.principal.actor.to_string(),
         csrf: session.csrf.clone(),
         binding,
     };

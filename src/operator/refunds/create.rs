@@ -11,6 +11,7 @@
 //! by its confirmation, so a confirmation sent twice is one refund (JetStream's duplicate
 //! window, then intake's `refund_id` key).
 
+use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use serde::Serialize;
 
@@ -168,7 +169,8 @@ pub struct RefundPublished {
     /// JetStream already held this refund's message (the same confirmation sent again):
     /// nothing new was published, and it is one refund.
     pub duplicate: bool,
-    pub actor: String,
+    #[schema(value_type = String)]
+    pub actor: Actor,
     /// The audit row of this request.
     pub audit_id: i64,
 }
@@ -384,7 +386,7 @@ pub async fn create(
     broker: &Broker,
     payment_attempt_id: PaymentAttemptId,
     request: &NewRefund,
-    actor: &str,
+    actor: &Actor,
     via: Via,
 ) -> Result<RefundPublished, RefundError> {
     let checked = preview(store, payment_attempt_id, request).await?;
@@ -401,7 +403,7 @@ pub async fn create(
             amount_minor: Some(checked.amount_minor),
             reason: checked.reason.clone(),
             requested_at: None,
-            metadata: vec![("requested_by".to_owned(), actor.to_owned())],
+            metadata: vec![("requested_by".to_owned(), actor.to_string())],
             message_id: Some(message_id.clone()),
             correlation_id: None,
             no_validate: false,
@@ -444,7 +446,7 @@ pub async fn create(
         %refund_id,
         %payment_attempt_id,
         amount_minor = checked.amount_minor,
-        actor,
+        actor = %actor,
         duplicate,
         "a person's refund was published"
     );

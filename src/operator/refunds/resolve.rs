@@ -70,7 +70,8 @@ pub struct RefundResolved {
     pub status: String,
     /// The gateway's refund, when it names one.
     pub gateway_refund_id: Option<String>,
-    pub actor: String,
+    #[schema(value_type = String)]
+    pub actor: Actor,
     /// The audit row of this decision.
     pub audit_id: i64,
 }
@@ -105,7 +106,7 @@ pub async fn resolve(
     gateway: Option<&GatewayClient>,
     refund_id: RefundId,
     request: &RefundResolveRequest,
-    actor: &str,
+    actor: &Actor,
     via: Via,
 ) -> Result<RefundResolved, RefundResolveError> {
     crate::operator::recordable("reason", &request.reason).map_err(RefundResolveError::Invalid)?;
@@ -183,21 +184,12 @@ pub async fn resolve(
             "gateway_answer": call.outcome.label(),
         }),
     };
-    let Some(audit_id) = sql::resolve(
-        store,
-        &held,
-        &next,
-        &Actor::person(actor),
-        &evidence,
-        &audit,
-    )
-    .await?
-    else {
+    let Some(audit_id) = sql::resolve(store, &held, &next, actor, &evidence, &audit).await? else {
         return Err(RefundResolveError::Refused(format!(
             "refund {refund_id} was moved by someone else while the gateway was read: nothing was changed; look at it again"
         )));
     };
-    tracing::info!(%refund_id, to = to.as_str(), actor, "a person resolved a refund");
+    tracing::info!(%refund_id, to = to.as_str(), actor = %actor, "a person resolved a refund");
     crate::metrics::refund_moved(to);
     Ok(RefundResolved {
         refund_id,

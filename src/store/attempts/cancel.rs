@@ -25,6 +25,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::domain::event::{Announced, PaymentEvent};
+use crate::domain::Actor;
 use crate::domain::{
     bounded, AttemptStatus, EventAttempt, HeldAttempt, IllegalMove, LeaseToken, PaymentAttemptId,
     TransitionCause,
@@ -49,7 +50,7 @@ pub struct Cancellation<'a> {
     /// The operator's words, recorded on the transition, the event and the audit row.
     pub reason: &'a str,
     /// `operator:<name>`, `admin-api`, `console`.
-    pub actor: &'a str,
+    pub actor: &'a Actor,
     pub via: Via,
 }
 

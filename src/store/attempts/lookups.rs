@@ -6,6 +6,7 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 
 use crate::domain::outcome::FailedLookups;
+use crate::domain::Actor;
 use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId};
 use crate::store::attempts::{gateway_text, record_gateway_call, HELD_COLUMNS};
 use crate::store::audit::NewAuditEntry;
@@ -22,7 +23,7 @@ use crate::store::Store;
 /// reconciler whose host clock is off expires leases neither early nor late.
 pub async fn expire_leases(
     store: &Store,
-    actor: &str,
+    actor: &Actor,
     limit: usize,
 ) -> Result<Vec<PaymentAttemptId>, sqlx::Error> {
     sqlx::query_scalar(

@@ -9,6 +9,7 @@
 //!   on one attempt: exactly one wins.
 //! - The resolution, its transition, its event and its audit row commit in one transaction.
 
+use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
@@ -56,7 +57,7 @@ pub struct OperatorDecision<'a> {
     /// The operator's words, recorded on the transition and the event.
     pub reason: &'a str,
     /// `operator:<user>` or `admin-api`.
-    pub actor: &'a str,
+    pub actor: &'a Actor,
     /// Through what the operator acted: recorded in the audit row.
     pub via: Via,
     /// How far a retry may reach, measured back from the database's `now()` when the

@@ -17,6 +17,7 @@ use uuid::Uuid;
 pub use crate::domain::finding::{
     EarlierFinding, FindingClass, FindingEvent, FindingSource, NewFinding,
 };
+use crate::domain::Actor;
 use crate::store::audit::NewAuditEntry;
 use crate::store::Store;
 
@@ -230,7 +231,7 @@ pub enum FindingResolved {
 pub async fn resolve(
     store: &Store,
     id: i64,
-    actor: &str,
+    actor: &Actor,
     reason: &str,
     audit: impl FnOnce(&Finding) -> NewAuditEntry,
 ) -> Result<FindingResolved, sqlx::Error> {

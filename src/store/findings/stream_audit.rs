@@ -13,6 +13,7 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::domain::Actor;
 use crate::store::{column, Store};
 
 /// A message the command stream holds that intake never recorded nor dead-lettered.
@@ -214,7 +215,7 @@ pub async fn mark_replayed(
     store: &Store,
     consumer: &str,
     stream_sequence: u64,
-    actor: &str,
+    actor: &Actor,
     resolve: bool,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(

@@ -3,6 +3,7 @@
 //! the process holds one page), the attempts those records name, the succeeded attempts
 //! they do not, and the schedule `serve` claims so a fleet sweeps once per interval.
 
+use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use sqlx::{FromRow as _, Row as _};
 use time::OffsetDateTime;
@@ -42,7 +43,7 @@ pub enum StartError {
 /// ended sweeps (never a running one's, however long it has run), then inserts its row,
 /// which the database refuses while a sweep of an overlapping window runs. Returns the
 /// sweep's id.
-pub async fn start(store: &Store, window: ListWindow, actor: &str) -> Result<i64, StartError> {
+pub async fn start(store: &Store, window: ListWindow, actor: &Actor) -> Result<i64, StartError> {
     sqlx::query(
         "UPDATE reconciliation_sweeps SET finished_at = now(),
              error = 'abandoned: no heartbeat since '

@@ -154,7 +154,7 @@ impl TestEnv {
             None,
             id.into(),
             request,
-            actor,
+            &Actor::person(actor),
             via,
             &RetryWindow::from_settings(&self.settings),
         )
