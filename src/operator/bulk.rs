@@ -12,7 +12,6 @@
 //! guard, transaction and audit row; one more audit row records the bulk action itself,
 //! its filter and every attempt's outcome.
 
-use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
@@ -21,7 +20,7 @@ use time::OffsetDateTime;
 use super::attempts::{AttemptCursor, AttemptFilter};
 use super::resolve::{self, ResolveAs, ResolveError, ResolveRequest};
 use super::RetryWindow;
-use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::domain::{Actor, AttemptStatus, PaymentAttemptId};
 use crate::reconciler::{RecheckOutcome, Reconciler};
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
 use crate::store::reads::attempts as sql;

@@ -16,8 +16,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::resolve::ResolveError;
-use crate::domain::Actor;
-use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::domain::{Actor, AttemptStatus, PaymentAttemptId};
 use crate::format;
 use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::cancel::{

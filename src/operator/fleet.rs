@@ -8,8 +8,7 @@
 //! written, intake keeps recording commands and the reconciler keeps looking up. Every
 //! pause and resume is one audited row, with who, why, when and what it held back.
 
-use crate::domain::Actor;
-use crate::domain::{Currency, PauseCover, PauseScope};
+use crate::domain::{Actor, Currency, PauseCover, PauseScope};
 use crate::format;
 use crate::store::audit::Via;
 use crate::store::fleet::{self as sql, FleetPause, PauseOutcome, PauseSelector, ResumeOutcome};

@@ -3,8 +3,7 @@
 //! and the write are the reconciler's own ([`Reconciler::recheck`]); this module turns its
 //! answer into what the CLI prints and the API returns.
 
-use crate::domain::Actor;
-use crate::domain::{AttemptStatus, PaymentAttemptId};
+use crate::domain::{Actor, AttemptStatus, PaymentAttemptId};
 pub use crate::reconciler::Recheck;
 use crate::reconciler::{RecheckOutcome, Reconciler};
 use crate::store::audit::Via;

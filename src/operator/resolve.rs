@@ -6,7 +6,6 @@
 //! the customer a second time, so onecharge refuses and says why. Both rules are in the one
 //! guarded SQL statement that makes the change (`crate::store::reads::attempts::resolve_attempt`).
 
-use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use std::fmt;
 
@@ -14,7 +13,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::RetryWindow;
-use crate::domain::{AttemptStatus, LeaseToken, PaymentAttemptId};
+use crate::domain::{Actor, AttemptStatus, LeaseToken, PaymentAttemptId};
 use crate::format;
 use crate::gateway::{CancelOutcome, GatewayClient};
 use crate::store::attempts::record_gateway_call_alone;

@@ -34,7 +34,6 @@ pub mod policy;
 pub mod refunds;
 pub mod sweep;
 
-use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +45,9 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ReconcilerSettings, Settings};
 use crate::domain::outcome::{FailedLookups, LookupOutcome};
-use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId, SettleWrite};
+use crate::domain::{
+    Actor, AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId, SettleWrite,
+};
 use crate::gateway::{CancelOutcome, GatewayClient, GatewayHealth};
 use crate::gateway_access::limit::Take;
 use crate::gateway_access::GatewayAccess;

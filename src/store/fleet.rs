@@ -15,8 +15,7 @@ use serde::Serialize;
 use sqlx::postgres::PgListener;
 use time::OffsetDateTime;
 
-use crate::domain::Actor;
-use crate::domain::{Currency, PauseCover, PauseScope};
+use crate::domain::{Actor, Currency, PauseCover, PauseScope};
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
 use crate::store::Store;
 

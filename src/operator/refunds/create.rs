@@ -11,7 +11,6 @@
 //! by its confirmation, so a confirmation sent twice is one refund (JetStream's duplicate
 //! window, then intake's `refund_id` key).
 
-use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use serde::Serialize;
 
@@ -20,7 +19,7 @@ use crate::broker::publish::{self, RefundArgs};
 use crate::broker::Broker;
 use crate::domain::command::MAX_AMOUNT_MINOR;
 use crate::domain::refund::MAX_REASON_CHARS;
-use crate::domain::{AttemptStatus, Currency, Money, PaymentAttemptId, RefundId};
+use crate::domain::{Actor, AttemptStatus, Currency, Money, PaymentAttemptId, RefundId};
 use crate::format;
 use crate::store::audit::{self, AuditAction, NewAuditEntry, Via};
 use crate::store::reads::attempts as attempts_sql;

@@ -6,8 +6,7 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 
 use crate::domain::outcome::FailedLookups;
-use crate::domain::Actor;
-use crate::domain::{AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId};
+use crate::domain::{Actor, AttemptStatus, GatewayCallRecord, HeldAttempt, PaymentAttemptId};
 use crate::store::attempts::{gateway_text, record_gateway_call, HELD_COLUMNS};
 use crate::store::audit::NewAuditEntry;
 use crate::store::kernel::{Claim, ATTEMPTS};

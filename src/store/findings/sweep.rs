@@ -3,14 +3,15 @@
 //! the process holds one page), the attempts those records name, the succeeded attempts
 //! they do not, and the schedule `serve` claims so a fleet sweeps once per interval.
 
-use crate::domain::Actor;
 use crate::domain::GatewayChargeId;
 use sqlx::{FromRow as _, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::domain::listing::{ListWindow, ListedCharge, ListedStatus};
-use crate::domain::{AttemptStatus, GatewayObjectId, IdempotencyKey, Money, PaymentAttemptId};
+use crate::domain::{
+    Actor, AttemptStatus, GatewayObjectId, IdempotencyKey, Money, PaymentAttemptId,
+};
 use crate::store::Store;
 
 /// How long a running sweep may go without a heartbeat (one per page read, and one per
