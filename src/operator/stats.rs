@@ -62,14 +62,9 @@ pub async fn stats(store: &Store, broker: &Broker, now: OffsetDateTime) -> anyho
         oldest_unsettled_seconds: oldest_unsettled
             .map(|at| (now - at).whole_seconds().max(0))
             .unwrap_or(0),
-        dead_letters: dead_letter_count(broker).await?,
+        dead_letters: broker.stream_messages(&broker.names.dlq_stream()).await?,
         outbox_backlog: gauges.outbox_pending,
         outcomes_last_hour,
         outcomes_last_24h,
     })
-}
-
-async fn dead_letter_count(broker: &Broker) -> anyhow::Result<u64> {
-    let info = broker.stream_info(&broker.names.dlq_stream()).await?;
-    Ok(info.state.messages)
 }
