@@ -12,6 +12,7 @@ mod deploy;
 mod lag;
 mod observability;
 mod outcome_latency;
+mod serve;
 
 /// Held by every test of this binary that records or reads metrics.
 static RECORDER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

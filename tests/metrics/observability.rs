@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::serve::Serve;
 use crate::support::{
     self, command, eventually, onecharge, shrink_duplicate_window, sigterm, Harness, Records,
     Served, TestEnv,
@@ -529,60 +530,55 @@ async fn readiness_names_the_database_while_it_refuses_connections_and_recovers_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_primary_is_one_failover_on_metrics_and_readiness_until_a_writable_one_answers() {
-    let _recorder = RECORDER.lock().await;
     let env = TestEnv::new().await;
     // The one address onecharge has, in front of the database: moved to nowhere, it cuts
     // every connection and refuses new ones, as a failover's proxy with no leader does.
-    let server: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+    let server: SocketAddr = "127.0.0.1:5432".parse().unwrap();
     let address = support::pg_cluster::Forwarder::start(server).await;
-    let mut settings = env.settings.clone();
-    settings.database_url =
-        settings
-            .database_url
-            .replacen(":5432/", &format!(":{}/", address.port()), 1);
-    assert_ne!(settings.database_url, env.settings.database_url);
-    let served = Served::start(&settings, &[Role::Admin]).await;
-    let admin = served.admin.unwrap();
-    assert_eq!(readyz(admin).await, (200, "ready\n".to_owned()));
-    let before = Scrape::from(admin).await;
+    let behind = env
+        .settings
+        .database_url
+        .replacen(":5432/", &format!(":{}/", address.port()), 1);
+    assert_ne!(behind, env.settings.database_url);
+    // A process of its own: the failover is the process's, and any pool of this test
+    // binary reaching the database meanwhile would end it here.
+    let mut serve = Serve::start(
+        &env,
+        &["admin"],
+        &[("ONECHARGE_DATABASE_URL", behind.as_str())],
+    );
+    let before = serve.wait_until("the admin role answers", |_| true).await;
+    assert_eq!(serve.readyz().await, (200, "ready\n".to_owned()));
     assert_eq!(before.value("onecharge_database_failover", &[]), 0.0);
     let failovers = before.value("onecharge_database_failovers_total", &[]);
 
     address.point_at(None);
+    let failover =
+        "not ready: database unreachable: no writable primary (a failover in progress?)\n";
     eventually(
         "readiness names the failover",
         Duration::from_secs(30),
-        || async {
-            readyz(admin).await
-            == (
-                503,
-                "not ready: database unreachable: no writable primary (a failover in progress?)\n"
-                    .to_owned(),
-            )
-        },
+        || async { serve.readyz().await == (503, failover.to_owned()) },
     )
     .await;
-    // The state is the process's: another test of this binary connecting meanwhile ends it
-    // for a moment (this one's next failed step begins it again), so it is waited for.
-    eventually(
-        "/metrics says failover",
-        Duration::from_secs(30),
-        || async {
-            let during = Scrape::from(admin).await;
-            during.value("onecharge_database_failover", &[]) == 1.0
-                && during.value("onecharge_database_failovers_total", &[]) > failovers
-        },
-    )
-    .await;
+    let during = serve
+        .scrape()
+        .await
+        .expect("/metrics answers in a failover");
+    assert_eq!(during.value("onecharge_database_failover", &[]), 1.0);
+    assert_eq!(
+        during.value("onecharge_database_failovers_total", &[]),
+        failovers + 1.0,
+        "one failover, however many steps failed"
+    );
 
     address.point_at(Some(server));
     eventually("readiness recovers", Duration::from_secs(30), || async {
-        readyz(admin).await == (200, "ready\n".to_owned())
+        serve.readyz().await == (200, "ready\n".to_owned())
     })
     .await;
-    let after = Scrape::from(admin).await;
+    let after = serve.stop().await;
     assert_eq!(after.value("onecharge_database_failover", &[]), 0.0);
-    served.stop().await;
 }
 
 /// Log lines written to memory, for a test-local subscriber.
