@@ -200,7 +200,7 @@ async fn list(
 ) -> anyhow::Result<()> {
     let filter = filter.listing(before);
     let page = attempts::page(&cx.store, &filter, limit, cx.now, &cx.window).await?;
-    print_as(json, &page.attempts, |views| render_list(views, cx.now))?;
+    print_as(json, &page.items, |views| render_list(views, cx.now))?;
     // The JSON document stays the array of contract §5; the cursor goes to stderr.
     if let Some(next) = page.next {
         eprintln!("next page: --before {next}");
@@ -222,7 +222,7 @@ async fn stuck(
     };
     let page = attempts::stuck(&cx.store, &filter, limit, cx.now, &cx.window).await?;
     if json {
-        print_json(&page.attempts)?;
+        print_json(&page.items)?;
     } else {
         print!("{}", render_stuck(&page, &filter, cx.now));
     }
@@ -434,7 +434,7 @@ pub fn render_list(views: &[AttemptView], now: OffsetDateTime) -> String {
 /// list (`filter.after` set, or more to follow) says that its counts are the page's, not
 /// the whole list's.
 pub fn render_stuck(page: &AttemptPage, filter: &StuckFilter, now: OffsetDateTime) -> String {
-    let views = &page.attempts;
+    let views = &page.items;
     let threshold = format::setting(filter.older_than);
     if views.is_empty() {
         return match filter.after {

@@ -53,7 +53,7 @@ pub async fn run(settings: &Settings, command: AuditCommand) -> anyhow::Result<(
             let page = audit::list(&store, &filter, limit).await?;
             if json {
                 // One array, like `attempts list --json`; the cursor goes to stderr.
-                print_json(&page.entries)?;
+                print_json(&page.items)?;
                 if let Some(next) = &page.next {
                     eprintln!("next page: --before {next}");
                 }
@@ -67,13 +67,13 @@ pub async fn run(settings: &Settings, command: AuditCommand) -> anyhow::Result<(
 
 /// The aligned table of `audit list`.
 pub fn render_list(page: &AuditPage, now: OffsetDateTime) -> String {
-    if page.entries.is_empty() {
+    if page.items.is_empty() {
         return "no manual actions recorded\n".to_owned();
     }
     let mut t = Table::new(&[
         "ID", "AT", "ACTOR", "VIA", "ACTION", "ATTEMPTS", "OUTCOME", "REASON",
     ]);
-    for e in &page.entries {
+    for e in &page.items {
         let attempts = match (e.payment_attempt_ids.as_slice(), e.dlq_sequence) {
             ([], Some(seq)) => format!("dlq #{seq}"),
             ([one], Some(seq)) => format!("{one} (dlq #{seq})"),
@@ -95,8 +95,8 @@ pub fn render_list(page: &AuditPage, now: OffsetDateTime) -> String {
     let mut out = format!(
         "{}{} action{} (newest first; details: audit list --json)\n",
         t.render(),
-        page.entries.len(),
-        if page.entries.len() == 1 { "" } else { "s" }
+        page.items.len(),
+        if page.items.len() == 1 { "" } else { "s" }
     );
     if let Some(next) = &page.next {
         out.push_str(&format!("older: audit list --before {next}\n"));

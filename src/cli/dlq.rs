@@ -95,11 +95,11 @@ pub async fn run(settings: &Settings, command: DlqCommand) -> anyhow::Result<()>
             )
             .await?;
             if json {
-                print_json(&page.letters)
+                print_json(&page.items)
             } else {
                 print!(
                     "{}",
-                    render_list(&page.letters, &broker.names.dlq_stream(), page.next)
+                    render_list(&page.items, &broker.names.dlq_stream(), page.next)
                 );
                 Ok(())
             }

@@ -147,7 +147,7 @@ pub async fn run(settings: &Settings, command: RefundsCommand) -> anyhow::Result
             json,
         } => {
             let page = refunds::page(&store, &filter.filter(before), limit, now).await?;
-            print_as(json, &page.refunds, |views| render_list(views, now))?;
+            print_as(json, &page.items, |views| render_list(views, now))?;
             if let Some(next) = page.next {
                 eprintln!("next page: --before {next}");
             }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use super::page::{sql_limit, Page};
 use super::RetryWindow;
 use crate::domain::outcome::GatewayOutcome;
 use crate::domain::PaymentAttemptId;
@@ -111,30 +112,12 @@ pub async fn list(
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<Vec<AttemptView>, sqlx::Error> {
-    Ok(page(store, filter, limit, now, window).await?.attempts)
+    Ok(page(store, filter, limit, now, window).await?.items)
 }
 
-/// One page of [`list`], and the cursor of the next.
-#[derive(Debug, Clone, Serialize)]
-pub struct AttemptPage {
-    pub attempts: Vec<AttemptView>,
-    /// The cursor of the next page: pass it as `before` (`--before`, `filter.before`) for
-    /// the listing's next, older page, as `after` (`--after`, [`StuckFilter::after`]) for
-    /// the stuck list's next, younger one; `None` when this page is the last (it held fewer
-    /// than `limit` attempts).
-    #[serde(serialize_with = "display_option")]
-    pub next: Option<AttemptCursor>,
-}
-
-fn display_option<S: serde::Serializer>(
-    cursor: &Option<AttemptCursor>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match cursor {
-        Some(c) => serializer.collect_str(c),
-        None => serializer.serialize_none(),
-    }
-}
+/// One page of [`list`] or of the stuck list: the next is `before` the listing's last
+/// attempt (newest first), `after` the stuck list's (oldest first).
+pub type AttemptPage = Page<AttemptView, AttemptCursor>;
 
 /// Attempts matching `filter` (after `filter.before`), newest first, at most `limit` (0 =
 /// all), with the cursor of the next page.
@@ -145,13 +128,11 @@ pub async fn page(
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<AttemptPage, sqlx::Error> {
-    let limit = super::sql_limit(limit);
+    let limit = sql_limit(limit);
     let rows = sql::list_attempts(store, filter, limit).await?;
-    let next = super::next_cursor(&rows, limit, AttemptCursor::after);
-    Ok(AttemptPage {
-        attempts: rows.into_iter().map(|a| view(a, now, window)).collect(),
-        next,
-    })
+    Ok(Page::of_rows(rows, limit, AttemptCursor::after, |a| {
+        view(a, now, window)
+    }))
 }
 
 /// What `attempts stuck` and `GET /api/attempts?stuck=` ask for.
@@ -180,7 +161,7 @@ pub async fn stuck(
     now: OffsetDateTime,
     window: &RetryWindow,
 ) -> Result<AttemptPage, sqlx::Error> {
-    let limit = super::sql_limit(limit);
+    let limit = sql_limit(limit);
     let rows = sql::stuck_attempts(
         store,
         now - filter.older_than,
@@ -189,11 +170,9 @@ pub async fn stuck(
         limit,
     )
     .await?;
-    let next = super::next_cursor(&rows, limit, AttemptCursor::after);
-    Ok(AttemptPage {
-        attempts: rows.into_iter().map(|a| view(a, now, window)).collect(),
-        next,
-    })
+    Ok(Page::of_rows(rows, limit, AttemptCursor::after, |a| {
+        view(a, now, window)
+    }))
 }
 
 /// One attempt with its transitions, gateway calls and events; `None` for an unknown id.

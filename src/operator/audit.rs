@@ -4,18 +4,13 @@
 //! The rows are written by the actions themselves (`resolve`, `recheck`, `dlq replay`,
 //! `bulk`), in the same transaction as their database write; this module only reads them.
 
-use serde::Serialize;
-
+use super::page::{sql_limit, Page};
 pub use crate::store::audit::{AuditAction, AuditEntry, AuditFilter, Via};
 use crate::store::Store;
 
-/// One page of the trail, and the cursor of the next (`None` on the last page).
-#[derive(Debug, Clone, Serialize)]
-pub struct AuditPage {
-    pub entries: Vec<AuditEntry>,
-    /// Pass as `before` (`--before`) for the next, older page.
-    pub next: Option<String>,
-}
+/// One page of the trail, newest first: the next is `before` (`--before`) the id of its
+/// last row.
+pub type AuditPage = Page<AuditEntry, i64>;
 
 /// Rows matching `filter` (its `before_id` is the cursor), newest first, at most `limit`
 /// (0: all).
@@ -24,10 +19,9 @@ pub async fn list(
     filter: &AuditFilter,
     limit: usize,
 ) -> Result<AuditPage, sqlx::Error> {
-    let limit = super::sql_limit(limit);
+    let limit = sql_limit(limit);
     let entries = crate::store::audit::list(store, filter, limit).await?;
-    let next = super::next_cursor(&entries, limit, |last| last.id.to_string());
-    Ok(AuditPage { entries, next })
+    Ok(Page::of_rows(entries, limit, |last| last.id, |entry| entry))
 }
 
 /// An audit cursor (`before`): the id of the last row of the previous page.

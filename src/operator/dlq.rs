@@ -42,6 +42,7 @@ use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use super::page::Page;
 use crate::broker::{producer_headers, Broker, CommandKind};
 use crate::config::UsageError;
 use crate::domain::command::{self, CommandHeaders, MAX_MESSAGE_ID_CHARS};
@@ -183,14 +184,9 @@ impl DeadLetterFilter {
     }
 }
 
-/// One page of dead letters, oldest first.
-#[derive(Debug, Clone)]
-pub struct DeadLetterPage {
-    pub letters: Vec<DeadLetter>,
-    /// The sequence to read after for the next page, when the stream holds letters past
-    /// this page's last.
-    pub next: Option<u64>,
-}
+/// One page of dead letters, oldest first: the next is `after` (`--after`) the sequence of
+/// its last letter, when the stream holds letters past it.
+pub type DeadLetterPage = Page<DeadLetter, u64>;
 
 /// How many sequences one read of the stream asks for at once.
 const READ_CHUNK: u64 = 64;
@@ -220,8 +216,8 @@ pub async fn page_dead_letters(
         .clone();
     let mut letters = Vec::new();
     if state.messages == 0 {
-        return Ok(DeadLetterPage {
-            letters,
+        return Ok(Page {
+            items: letters,
             next: None,
         });
     }
@@ -244,16 +240,16 @@ pub async fn page_dead_letters(
             let sequence = letter.sequence;
             letters.push(letter);
             if limit.is_some_and(|limit| letters.len() >= limit) {
-                return Ok(DeadLetterPage {
-                    letters,
+                return Ok(Page {
+                    items: letters,
                     next: (sequence < last).then_some(sequence),
                 });
             }
         }
         from = through + 1;
     }
-    Ok(DeadLetterPage {
-        letters,
+    Ok(Page {
+        items: letters,
         next: None,
     })
 }
@@ -269,7 +265,7 @@ pub async fn list_dead_letters(broker: &Broker, store: &Store) -> anyhow::Result
         None,
     )
     .await?
-    .letters)
+    .items)
 }
 
 /// Dead letter `sequence` as listings show it (discarded or not), or `None` when the stream
@@ -523,7 +519,7 @@ pub async fn bulk_replay(
     let cap = request.max.unwrap_or(BULK_REPLAY_CAP).min(BULK_REPLAY_CAP);
     let mut letters = page_dead_letters(broker, store, &request.filter, false, None, None)
         .await?
-        .letters;
+        .items;
     if let Some(wanted) = &request.sequences {
         letters.retain(|l| wanted.contains(&l.sequence));
     }

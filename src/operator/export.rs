@@ -67,7 +67,7 @@ pub async fn attempts_csv(
     let mut filter = filter.clone();
     loop {
         let page = attempts::page(store, &filter, READ_PAGE, now, window).await?;
-        found.extend(page.attempts);
+        found.extend(page.items);
         if found.len() > EXPORT_CAP {
             return Err(ExportError::TooMany);
         }

@@ -32,6 +32,7 @@ pub mod export;
 pub mod findings;
 pub mod fleet;
 pub mod intake_audit;
+pub mod page;
 pub mod recheck;
 pub mod refunds;
 pub mod resolve;
@@ -42,6 +43,7 @@ use time::OffsetDateTime;
 use crate::domain::AttemptStatus;
 
 pub use crate::store::audit::Via;
+pub use page::Page;
 pub use resolve::{ResolveAs, ResolveError, ResolveRequest};
 
 /// How far an operator's retry may reach: the same window the executor's claim applies, so
@@ -73,21 +75,6 @@ fn recordable(name: &str, value: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// A listing's `limit` as SQL's `LIMIT` takes it: 0 means all (`None`), and past `i64::MAX`
-/// a limit leaves nothing out.
-fn sql_limit(limit: usize) -> Option<i64> {
-    (limit > 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX))
-}
-
-/// The cursor of the page after `rows`, which were read with `limit` ([`sql_limit`]): only a
-/// full page can have one after it, so a shorter page (or an unlimited one) is the last.
-fn next_cursor<T, C>(rows: &[T], limit: Option<i64>, cursor: impl FnOnce(&T) -> C) -> Option<C> {
-    match (limit, rows.last()) {
-        (Some(limit), Some(last)) if rows.len() as i64 == limit => Some(cursor(last)),
-        _ => None,
-    }
 }
 
 /// An RFC 3339 time, e.g. `2026-12-01T13:00:00Z`.

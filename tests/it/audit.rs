@@ -30,7 +30,7 @@ pub async fn audit_rows(env: &TestEnv) -> Vec<Value> {
         .await
         .unwrap();
     let mut rows: Vec<Value> = page
-        .entries
+        .items
         .iter()
         .map(|e| serde_json::to_value(e).unwrap())
         .collect();
@@ -187,9 +187,9 @@ async fn audit_pages_walk_the_trail_newest_first_without_repeating_a_row() {
     let mut filter = AuditFilter::default();
     loop {
         let page = audit::list(&env.store, &filter, 2).await.unwrap();
-        seen.extend(page.entries.iter().map(|e| e.payment_attempt_ids[0]));
+        seen.extend(page.items.iter().map(|e| e.payment_attempt_ids[0]));
         match page.next {
-            Some(next) => filter.before_id = Some(audit::parse_cursor(&next).unwrap()),
+            Some(next) => filter.before_id = Some(next),
             None => break,
         }
     }

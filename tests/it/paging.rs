@@ -39,7 +39,7 @@ async fn paging_through_attempts_with_equal_timestamps_returns_every_attempt_exa
             .await
             .unwrap();
         pages += 1;
-        seen.extend(page.attempts.iter().map(|v| v.attempt.payment_attempt_id));
+        seen.extend(page.items.iter().map(|v| v.attempt.payment_attempt_id));
         match page.next {
             Some(next) => filter.before = Some(next.to_string().parse().unwrap()),
             None => break,
@@ -165,7 +165,7 @@ async fn paging_through_stuck_attempts_visits_each_once_oldest_first_as_the_unpa
         .await
         .unwrap();
     assert!(unpaged.next.is_none(), "an unlimited list is one page");
-    let unpaged: Vec<_> = unpaged.attempts.iter().map(key).collect();
+    let unpaged: Vec<_> = unpaged.items.iter().map(key).collect();
     assert_eq!(
         unpaged.iter().map(|k| k.1).collect::<HashSet<_>>(),
         stuck_ids,
@@ -184,8 +184,8 @@ async fn paging_through_stuck_attempts_visits_each_once_oldest_first_as_the_unpa
                 .unwrap();
             read += 1;
             assert!(read <= 9, "limit {limit}: a cursor that does not move on");
-            assert!(page.attempts.len() <= limit, "limit {limit}");
-            seen.extend(page.attempts.iter().map(key));
+            assert!(page.items.len() <= limit, "limit {limit}");
+            seen.extend(page.items.iter().map(key));
             match page.next {
                 Some(next) => filter.after = Some(next.to_string().parse().unwrap()),
                 None => break,

@@ -24,7 +24,7 @@ async fn audit_rows(h: &Harness) -> Vec<Value> {
     audit::list(&h.store, &AuditFilter::default(), 0)
         .await
         .unwrap()
-        .entries
+        .items
         .iter()
         .map(|e| serde_json::to_value(e).unwrap())
         .collect()

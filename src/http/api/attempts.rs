@@ -9,7 +9,7 @@ use axum::response::Response;
 use axum::Json;
 use time::OffsetDateTime;
 
-use super::{page_limit, with_next_cursor, ApiQuery, MAX_PAGE};
+use super::{page_limit, page_response, ApiQuery, MAX_PAGE};
 use crate::domain::{AttemptStatus, PaymentAttemptId};
 use crate::http::access::Principal;
 use crate::http::error::{ErrorBody, QueryRefused};
@@ -18,7 +18,7 @@ use crate::operator::cancel::{self, CancelRequest, Cancelled};
 use crate::operator::export::{self, ExportError};
 use crate::operator::recheck::{self, Recheck, RecheckError};
 use crate::operator::resolve::{self, ResolveError, ResolveRequest};
-use crate::operator::{attempts, Via};
+use crate::operator::{attempts, Page, Via};
 use crate::reconciler::Reconciler;
 
 impl From<ResolveError> for ApiError {
@@ -148,10 +148,7 @@ pub(crate) async fn list_attempts(
         }
     }
     .map_err(ApiError::internal)?;
-    Ok(with_next_cursor(
-        page.attempts,
-        page.next.map(|c| c.to_string()),
-    ))
+    Ok(page_response(page))
 }
 
 /// `GET /api/attempts.csv` query: the filters of `GET /api/attempts` (without `stuck`, whose
@@ -234,7 +231,7 @@ async fn stuck_whole(
     let page = attempts::stuck(&state.store, filter, MAX_PAGE + 1, now, &state.retry_window)
         .await
         .map_err(ApiError::internal)?;
-    if page.attempts.len() > MAX_PAGE {
+    if page.items.len() > MAX_PAGE {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "too_many",
@@ -243,7 +240,7 @@ async fn stuck_whole(
             ),
         ));
     }
-    Ok(with_next_cursor(page.attempts, None))
+    Ok(page_response(Page { next: None, ..page }))
 }
 
 fn attempt_id(

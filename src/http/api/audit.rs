@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::response::Response;
 
-use super::{page_limit, with_next_cursor, ApiQuery};
+use super::{page_limit, page_response, ApiQuery};
 use crate::domain::PaymentAttemptId;
 use crate::http::error::QueryRefused;
 use crate::http::{AdminState, ApiError};
@@ -50,5 +50,5 @@ pub(crate) async fn audit_list(
     let page = audit::list(&state.store, &filter, limit)
         .await
         .map_err(ApiError::internal)?;
-    Ok(with_next_cursor(page.entries, page.next))
+    Ok(page_response(page))
 }

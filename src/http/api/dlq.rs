@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::Json;
 use time::OffsetDateTime;
 
-use super::{page_limit, with_next_cursor, ApiQuery};
+use super::{page_limit, page_response, ApiQuery};
 use crate::http::access::Principal;
 use crate::http::error::{ErrorBody, QueryRefused};
 use crate::http::{AdminState, ApiError};
@@ -75,10 +75,7 @@ pub(crate) async fn list_dead_letters(
     )
     .await
     .map_err(|err| ApiError::internal(format!("{err:#}")))?;
-    Ok(with_next_cursor(
-        page.letters,
-        page.next.map(|n| n.to_string()),
-    ))
+    Ok(page_response(page))
 }
 
 /// Dead letter `sequence`, or the 404 that says there is none.

@@ -21,6 +21,7 @@ use axum::{Json, Router};
 
 use super::access::Principal;
 use super::{is_open, AdminState, ApiError};
+use crate::operator::Page;
 
 /// The API's routes, without their authorisation: the admin router adds the OpenAPI
 /// document's route beside them and then [`authorize`] over all of them.
@@ -128,9 +129,11 @@ fn bearer_token(authorization: &str) -> Option<&str> {
 /// contract §6.
 pub const NEXT_CURSOR_HEADER: &str = "x-next-cursor";
 
-/// A listing's page: the JSON array, and the cursor of the next page in [`NEXT_CURSOR_HEADER`].
-fn with_next_cursor<T: serde::Serialize>(body: T, next: Option<String>) -> Response {
-    let mut response = Json(body).into_response();
+/// A listing's page: its items as the JSON array, and the cursor of the next page in
+/// [`NEXT_CURSOR_HEADER`].
+fn page_response<T: serde::Serialize, C: std::fmt::Display>(page: Page<T, C>) -> Response {
+    let mut response = Json(page.items).into_response();
+    let next = page.next.map(|cursor| cursor.to_string());
     if let Some(value) = next.and_then(|n| header::HeaderValue::from_str(&n).ok()) {
         response.headers_mut().insert(NEXT_CURSOR_HEADER, value);
     }

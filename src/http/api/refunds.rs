@@ -9,7 +9,7 @@ use axum::response::Response;
 use axum::Json;
 use time::OffsetDateTime;
 
-use super::{page_limit, with_next_cursor, ApiQuery};
+use super::{page_limit, page_response, ApiQuery};
 use crate::domain::{PaymentAttemptId, RefundId};
 use crate::http::access::Principal;
 use crate::http::error::{ErrorBody, QueryRefused};
@@ -132,10 +132,7 @@ pub(crate) async fn list_refunds(
     let page = refunds::page(&state.store, &filter, limit, OffsetDateTime::now_utc())
         .await
         .map_err(ApiError::internal)?;
-    Ok(with_next_cursor(
-        page.refunds,
-        page.next.map(|c| c.to_string()),
-    ))
+    Ok(page_response(page))
 }
 
 /// `GET /api/refunds/{refund_id}`: one refund, as `refunds show --json` prints it.

@@ -78,7 +78,7 @@ pub(super) async fn attempt(
         section #attempt-audit {
             h2 { "Manual actions" }
             @match &trail {
-                Ok(page) => (audit_table(&page.entries, now)),
+                Ok(page) => (audit_table(&page.items, now)),
                 Err(_) => p .error { "The audit trail could not be read." }
             }
         }

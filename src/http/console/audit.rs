@@ -85,7 +85,8 @@ pub(super) async fn audit(
         Err(err) => return failed(&session, err),
     };
     let now = OffsetDateTime::now_utc();
-    let next = trail.next.as_ref().map(|cursor| {
+    let next = trail.next.map(|cursor| {
+        let cursor = cursor.to_string();
         let params = [
             ("actor", query.actor.trim()),
             ("attempt", query.attempt.trim()),
@@ -104,7 +105,7 @@ pub(super) async fn audit(
             (text_input("audit-attempt", "attempt", "Payment attempt id", &query.attempt))
             button #audit-submit type="submit" { "Filter" }
         }
-        (audit_table(&trail.entries, now))
+        (audit_table(&trail.items, now))
         @if let Some(next) = next { p { a #audit-next-page href=(next) { "Older entries →" } } }
     };
     page(StatusCode::OK, "Audit", Some(&session), body)

@@ -115,7 +115,7 @@ pub(super) async fn dead_letters(
         Ok(page_of) => page_of,
         Err(err) => return failed(&session, format!("{err:#}")),
     };
-    let letters = page_of.letters;
+    let letters = page_of.items;
     let now = OffsetDateTime::now_utc();
     let chosen = |value: &Option<String>, option: &str| value.as_deref() == Some(option);
     let body = html! {

@@ -115,7 +115,7 @@ pub(super) async fn list(
     let next_page = found.next.map(|cursor| query.next_page(cursor));
     let body = html! {
         (query.form(filter.status))
-        (refunds_table(&found.refunds, now))
+        (refunds_table(&found.items, now))
         @if let Some(next) = next_page {
             p { a #next-page href=(next) { "Older refunds →" } }
         }

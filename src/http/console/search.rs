@@ -67,10 +67,10 @@ pub(super) async fn search(
     let next_page = page_of.next.map(|cursor| query.next_page(cursor));
     let body = html! {
         (query.form(filter.status))
-        @if !page_of.attempts.is_empty() {
+        @if !page_of.items.is_empty() {
             p { a #export-csv href=(query.export_link()) download { "Download all found as CSV" } }
         }
-        (attempts_table(&page_of.attempts, now))
+        (attempts_table(&page_of.items, now))
         @if let Some(next) = next_page {
             p { a #next-page href=(next) { "Older attempts →" } }
         }

@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 use super::attempts::{
     next_action_text, overdue, suffix, timeline, NextAction, NextActor, TimelineRow,
 };
+use super::page::{sql_limit, Page};
 use crate::domain::{RefundId, RefundStatus};
 use crate::format;
 use crate::store::reads::attempts::{CallRecord, OutboxEvent, Transition};
@@ -51,13 +52,8 @@ pub struct RefundDetail {
     pub events: Vec<OutboxEvent>,
 }
 
-/// One page of the listing, and the cursor of the next.
-#[derive(Debug, Clone)]
-pub struct RefundPage {
-    pub refunds: Vec<RefundView>,
-    /// Pass it as `before` for the next, older page; `None` when this page is the last.
-    pub next: Option<RefundCursor>,
-}
+/// One page of the listing, newest first: the next is `before` its last refund.
+pub type RefundPage = Page<RefundView, RefundCursor>;
 
 /// Refunds matching `filter` (after `filter.before`), newest first, at most `limit` (0 =
 /// all), with the cursor of the next page.
@@ -67,13 +63,11 @@ pub async fn page(
     limit: usize,
     now: OffsetDateTime,
 ) -> Result<RefundPage, sqlx::Error> {
-    let limit = super::sql_limit(limit);
+    let limit = sql_limit(limit);
     let rows = sql::list_refunds(store, filter, limit).await?;
-    let next = super::next_cursor(&rows, limit, RefundCursor::after);
-    Ok(RefundPage {
-        refunds: rows.into_iter().map(|r| view(r, now)).collect(),
-        next,
-    })
+    Ok(Page::of_rows(rows, limit, RefundCursor::after, |r| {
+        view(r, now)
+    }))
 }
 
 /// One refund with its moves, gateway calls and events; `None` for an unknown id.
