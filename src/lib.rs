@@ -19,7 +19,6 @@ pub mod broker;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod demo;
 pub mod documents;
 pub mod domain;
 pub mod executor;

@@ -4,7 +4,7 @@
 //!   `crate::domain`;
 //! - the **store** (`src/store`) reads and writes the domain's nouns for the roles above it: it
 //!   imports no role (`intake`, `executor`, `reconciler`, `relay`, `operator`, `purge`) and no
-//!   face or assembly (`http`, `cli`, `demo`, `app`);
+//!   face or assembly (`http`, `cli`, `app`);
 //! - the two **faces**, `http` and `cli`, import nothing from each other;
 //! - the **gateway** and the **broker** (`src/gateway`, `src/broker`) never import the
 //!   store: a client of the outside world never touches the database;
@@ -14,7 +14,9 @@
 //!   halves live in `executor::refunds` and `reconciler::refunds` under the same rule;
 //! - **what is stored is timed by the database**: the domain, the store, intake's recording,
 //!   the executor and the reconciler never read the host's wall clock;
-//! - **one name for one thing**: no public type name is defined twice in `src`.
+//! - **one name for one thing**: no public type name is defined twice in `src`;
+//! - **the service links no test double**: the mock gateway is the demo's (`demo/`) and the
+//!   tests', never a dependency of the library `serve` runs, and no feature brings it in.
 //!
 //! Every `src/**/*.rs` file is read as text: comments, strings and character literals are
 //! blanked, then every path that starts at `crate::` or `super::` (in a `use` or inline,
@@ -45,7 +47,7 @@ const ROLES: &[&str] = &[
 ];
 
 /// The faces and the assembly of the running service: on top of everything.
-const FACES_AND_ASSEMBLY: &[&str] = &["http", "cli", "demo", "app"];
+const FACES_AND_ASSEMBLY: &[&str] = &["http", "cli", "app"];
 
 /// Imports that break a rule today, as (file under `src/`, top-level module imported, why it
 /// is still there). Each one is a debt: remove the line when the import goes.
@@ -488,4 +490,40 @@ fn tokens(code: &str) -> Vec<(Token, usize)> {
         }
     }
     tokens
+}
+
+/// The service's manifest depends on the mock gateway (or the demo) only for its tests, and
+/// has no features that could bring either into a build; no `src` file names them.
+#[test]
+fn the_service_links_neither_the_mock_gateway_nor_the_demo() {
+    let manifest: toml::Table = std::fs::read_to_string("Cargo.toml")
+        .expect("Cargo.toml")
+        .parse()
+        .expect("Cargo.toml is TOML");
+    let package = |section: &str| -> Vec<String> {
+        manifest
+            .get(section)
+            .and_then(toml::Value::as_table)
+            .map(|table| table.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    for double in ["mock-gateway", "onecharge-demo"] {
+        assert!(
+            !package("dependencies").iter().any(|name| name == double),
+            "{double} is a dependency of the service library"
+        );
+    }
+    assert!(
+        package("features").is_empty(),
+        "the service has features: {:?}",
+        package("features")
+    );
+    let mut naming = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        if code.contains("mock_gateway") || code.contains("onecharge_demo") {
+            naming.push(file.display().to_string());
+        }
+    }
+    assert!(naming.is_empty(), "src files naming a double: {naming:?}");
 }

@@ -80,7 +80,7 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Run migrations (creating the database if missing), create streams and the durable consumer, as the schema's owner; or --check that it is done
     Setup(service::SetupArgs),
-    /// Run the whole pipeline, charges then refunds, against a built-in mock gateway with faults and duplicates, then verify; starts private PostgreSQL and NATS where none listen
+    /// Run the whole pipeline, charges then refunds, against a mock gateway with faults and duplicates, then verify; starts private PostgreSQL and NATS where none listen (runs onecharge-demo, beside this binary)
     Demo(DemoArgs),
     /// Run the service roles until SIGTERM or Ctrl-C
     Serve {
@@ -154,28 +154,35 @@ impl GlobalArgs {
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    // Needs no configuration: a completion script is installed before there is any.
-    if let Command::Completions { shell } = cli.command {
-        completions::print(shell);
-        return ExitCode::SUCCESS;
+    match cli.command {
+        // Needs no configuration: a completion script is installed before there is any.
+        Command::Completions { shell } => {
+            completions::print(shell);
+            ExitCode::SUCCESS
+        }
+        // The demo's own binary reads the configuration itself.
+        Command::Demo(args) => demo::run(&cli.global, args),
+        command => run_with(&cli.global, false, |settings| dispatch(settings, command)),
     }
-    let mut settings = match Settings::load(cli.global.config.as_deref(), &cli.global.overrides()) {
+}
+
+/// Runs `job` as every onecharge command runs: on the settings `global` names (file,
+/// environment, flags), with logging started (`quiet`: the service's logs only when
+/// `RUST_LOG` asks, for a program that talks to a person through its own lines), on a
+/// runtime of its own. Returns the exit code; a failure is printed in one line without the
+/// configuration's secrets. `onecharge-demo` runs by it too.
+pub fn run_with<F, Fut>(global: &GlobalArgs, quiet: bool, job: F) -> ExitCode
+where
+    F: FnOnce(Settings) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let settings = match Settings::load(global.config.as_deref(), &global.overrides()) {
         Ok(settings) => settings,
         Err(err) => return config_failure(&err),
     };
-    if let Command::Serve {
-        insecure_admin: true,
-        ..
-    } = cli.command
-    {
-        settings.insecure_admin = true;
-    }
     // Whatever fails below, its message is printed without the configuration's secrets
     // (a library may quote a URL with its password, or its connection options).
     let redactor = Redactor::from_settings(&settings);
-    // The demo talks to a person through its progress lines; its service logs stay quiet
-    // unless RUST_LOG asks for them.
-    let quiet = matches!(cli.command, Command::Demo(_));
     // Dropped last, after the runtime: flushes the spans of the whole run.
     let _telemetry = match crate::telemetry::init_logging(&settings, quiet) {
         Ok(telemetry) => telemetry,
@@ -188,16 +195,21 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(dispatch(settings, cli.command));
+    let result = runtime.block_on(job(settings));
     exit_code(result, &redactor)
 }
 
 /// Hands the command to its runner.
-async fn dispatch(settings: Settings, command: Command) -> anyhow::Result<()> {
+async fn dispatch(mut settings: Settings, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Setup(args) => service::setup(&settings, args).await,
-        Command::Demo(args) => demo::run(&settings, args).await,
-        Command::Serve { roles, .. } => crate::app::serve(settings, &roles).await,
+        Command::Serve {
+            roles,
+            insecure_admin,
+        } => {
+            settings.insecure_admin |= insecure_admin;
+            crate::app::serve(settings, &roles).await
+        }
         Command::Publish(command) => publish::run(&settings, command).await,
         Command::Attempts(command) => attempts::run(&settings, command).await,
         Command::Dlq(command) => dlq::run(&settings, command).await,
@@ -205,7 +217,9 @@ async fn dispatch(settings: Settings, command: Command) -> anyhow::Result<()> {
         Command::Intake(command) => intake::run(&settings, command).await,
         Command::Purge(args) => purge::run(&settings, args).await,
         Command::Operators(command) => console::run(command),
-        Command::Completions { .. } => unreachable!("answered before the configuration"),
+        Command::Completions { .. } | Command::Demo(_) => {
+            unreachable!("answered before the configuration")
+        }
         Command::Reconcile { once, job } => reconcile::run(settings, once, job).await,
         Command::Findings(command) => findings::run(&settings, command).await,
         Command::Fleet(command) => fleet::run(&settings, command).await,

@@ -85,7 +85,7 @@ pub struct Overrides {
 
 /// `ONECHARGE_` variables that are not settings, which the settings' `deny_unknown_fields`
 /// would refuse: where `onecharge demo` finds the binaries of its private PostgreSQL and
-/// NATS (`crate::demo::private`, decision 197), read by the demo alone.
+/// NATS (`onecharge-demo`'s `private`, decision 197), read by the demo alone.
 const NOT_SETTINGS: [&str; 2] = ["demo_pg_bin", "demo_nats_server"];
 
 impl Settings {

@@ -21,6 +21,65 @@ fn one_line(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     support::one_line_error(support::onecharge().args(args).envs(env.iter().copied()))
 }
 
+/// `onecharge demo` runs `onecharge-demo` from beside the binary, in its place (the same
+/// process, its exit code), with the settings given before or after `demo` and the demo's
+/// options; where there is none, one line says how to get it, exit 2.
+#[test]
+fn demo_runs_the_demo_binary_beside_it_in_its_place_with_the_rest_of_the_line() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("onecharge");
+    std::fs::copy(env!("CARGO_BIN_EXE_onecharge"), &binary).unwrap();
+    let line = [
+        "--namespace",
+        "demo",
+        "demo",
+        "--database-url",
+        "postgres://127.0.0.1:1/x",
+        "--seed",
+        "3",
+        "--timeout",
+        "90s",
+        "--gateway",
+        "stripe",
+        "--keep",
+    ];
+    let run = || {
+        std::process::Command::new(&binary)
+            .args(line)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    let out = run().wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("onecharge demo: onecharge-demo is not beside this binary")
+            && err.contains("`cargo run --release -p onecharge-demo`"),
+        "{err}"
+    );
+
+    let stand_in = dir.path().join("onecharge-demo");
+    std::fs::write(&stand_in, "#!/bin/sh\necho \"$$ $*\"\nexit 7\n").unwrap();
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let child = run();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{pid} --database-url postgres://127.0.0.1:1/x --namespace demo --attempts 300 --seed 3 --timeout 1m 30s --gateway stripe --keep\n"),
+        "the settings as flags, then the demo's own"
+    );
+}
+
 #[test]
 fn a_wrong_setting_exits_2_with_one_line_naming_it() {
     let (code, err) = one_line(&["setup"], &[("ONECHARGE_INTAKE__MAX_DELIVER", "1")]);

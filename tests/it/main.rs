@@ -20,7 +20,6 @@ mod claim_ahead;
 mod cli;
 mod cluster;
 mod console;
-mod demo;
 mod dlq_operations;
 mod dlq_replay;
 mod executor;

@@ -1,5 +1,5 @@
-//! The one test harness of the suite, shared by the three test binaries (`tests/it`, and
-//! with `#[path]` `tests/metrics` and `tests/soak`):
+//! The one test harness of the suite, shared by the test binaries (`tests/it`, and with
+//! `#[path]` `tests/metrics`, `tests/soak` and the demo's `demo/tests`):
 //!
 //! - [`throwaway`]: a database and a JetStream namespace of a test's own, removed on drop
 //!   (also used by the soak and the benchmarks in `examples/`);
@@ -11,7 +11,7 @@
 //!   writes that arrange a past or break the schema on purpose, each named once;
 //! - [`command`]: the one ChargePayment body, and the record intake makes of it;
 //! - [`nats`]: reading a stream's messages and their headers;
-//! - [`process`]: the `onecharge` binary, run the same way by every test;
+//! - [`process`]: the `onecharge` and `onecharge-demo` binaries, run the same way by every test;
 //! - [`served`]: [`Served`], the service running in the test's process with some roles;
 //! - [`nats_server`], [`cluster`]: `nats-server` processes of a test's own;
 //! - [`browser`]: a headless chromium driven over WebDriver (the console's browser tests).
@@ -55,7 +55,7 @@ pub use harness::{
 };
 pub use mock_control::MockControl;
 pub use nats::{commands_stream, edit_stream, header, shrink_duplicate_window, stream};
-pub use process::{assert_exited_ok, one_line_error, onecharge, sigterm};
+pub use process::{assert_exited_ok, one_line_error, onecharge, onecharge_demo, sigterm};
 pub use records::Records;
 pub use served::{set_up, with_ada_and_vic, Served};
 pub use throwaway::server_url;

@@ -1,4 +1,4 @@
-//! The `onecharge` binary cargo built, run by every test the same way.
+//! The `onecharge` (and `onecharge-demo`) binary cargo built, run by every test the same way.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -14,7 +14,24 @@ use onecharge::config::Settings;
 ///
 /// For a `tokio::process::Command`, use `tokio::process::Command::from(onecharge())`.
 pub fn onecharge() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_onecharge"));
+    // Built for the tests of the onecharge package only: the demo's tests include this
+    // harness too, and run `onecharge-demo` instead.
+    let Some(path) = option_env!("CARGO_BIN_EXE_onecharge") else {
+        panic!("no onecharge binary: this is a test of another package")
+    };
+    program(path)
+}
+
+/// The `onecharge-demo` binary, run as [`onecharge`] is.
+pub fn onecharge_demo() -> Command {
+    let Some(path) = option_env!("CARGO_BIN_EXE_onecharge-demo") else {
+        panic!("no onecharge-demo binary: this is a test of another package")
+    };
+    program(path)
+}
+
+fn program(path: &str) -> Command {
+    let mut command = Command::new(path);
     command
         .current_dir(empty_dir())
         .env_clear()

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use tempfile::TempDir;
 
-use crate::config::{Settings, UsageError};
-use crate::store::Store;
+use onecharge::config::{Settings, UsageError};
+use onecharge::store::Store;
 
 /// Where the PostgreSQL binaries are, when set: a directory holding `initdb` and `postgres`.
 pub const PG_BIN_VAR: &str = "ONECHARGE_DEMO_PG_BIN";
@@ -239,7 +239,7 @@ fn postgres_address(database_url: &str) -> anyhow::Result<Option<String>> {
     let url = reqwest::Url::parse(database_url).with_context(|| {
         format!(
             "database_url {} is not a URL",
-            crate::store::redact_url(database_url)
+            onecharge::store::redact_url(database_url)
         )
     })?;
     let socket = url

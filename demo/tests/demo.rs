@@ -1,12 +1,15 @@
 //! The demo is the README's first command: it must run the whole pipeline and find the
 //! promise held. A short run of it, with every fault kind, is part of the default suite.
 
+#[path = "../../tests/it/support/mod.rs"]
+mod support;
+
 use std::time::Duration;
 
 use crate::support::nats_server::free_port;
-use crate::support::{one_line_error, Records};
+use crate::support::{one_line_error, onecharge_demo, Records};
 use onecharge::config::Settings;
-use onecharge::demo::{run, DemoArgs};
+use onecharge_demo::{run, DemoArgs};
 
 /// Held by the tests that give the demo addresses where a server must not (or must) listen:
 /// one's "free" port must not be another's running server (a port freed by `free_port` can
@@ -50,8 +53,8 @@ async fn run_demo(seed: u64, gateway: Option<onecharge::gateway::GatewayKind>) {
 fn the_demo_without_postgres_or_nats_binaries_says_how_to_get_them_in_one_line() {
     let (pg, nats) = (free_port(), free_port());
     let (code, err) = one_line_error(
-        crate::support::onecharge()
-            .args(["demo", "--database-url"])
+        onecharge_demo()
+            .arg("--database-url")
             .arg(format!("postgres://127.0.0.1:{pg}/onecharge"))
             .arg("--nats-url")
             .arg(format!("nats://127.0.0.1:{nats}"))
@@ -141,12 +144,12 @@ async fn the_demo_starts_its_own_postgres_where_the_configured_one_refuses_its_l
     assert!(stdout.contains("\nthe promise held"), "{stdout}");
 }
 
-/// Runs `onecharge demo` with 20 attempts against `database_url` and a NATS URL on
+/// Runs `onecharge-demo` with 20 attempts against `database_url` and a NATS URL on
 /// `nats_port`, for at most 2 minutes; its stdout, once it exited 0 (`what` names it if not).
 async fn small_demo(database_url: &str, nats_port: u16, what: &str) -> String {
-    let mut command = tokio::process::Command::from(crate::support::onecharge());
+    let mut command = tokio::process::Command::from(onecharge_demo());
     command
-        .args(["demo", "--attempts", "20", "--timeout", "60s"])
+        .args(["--attempts", "20", "--timeout", "60s"])
         .args(["--database-url", database_url])
         .arg("--nats-url")
         .arg(format!("nats://127.0.0.1:{nats_port}"))
@@ -209,8 +212,8 @@ async fn demo_console_serves_the_demos_attempts_until_sigterm_then_removes_them(
     onecharge::config::tls::install_crypto_provider();
     let port = crate::support::nats_server::free_port();
     let server = crate::support::server_url();
-    let mut child = tokio::process::Command::from(crate::support::onecharge())
-        .args(["demo", "--console", "--attempts", "20", "--admin-addr"])
+    let mut child = tokio::process::Command::from(onecharge_demo())
+        .args(["--console", "--attempts", "20", "--admin-addr"])
         .arg(format!("127.0.0.1:{port}"))
         .env("ONECHARGE_DATABASE_URL", format!("{server}/onecharge"))
         .stdout(std::process::Stdio::piped())

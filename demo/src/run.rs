@@ -15,12 +15,12 @@ use sqlx::migrate::MigrateDatabase as _;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::app::Application;
-use crate::broker::Broker;
-use crate::config::{ExecutorSettings, Settings};
-use crate::domain::PaymentAttemptId;
-use crate::gateway::GatewayKind;
-use crate::store::Store;
+use onecharge::app::Application;
+use onecharge::broker::Broker;
+use onecharge::config::{ExecutorSettings, Settings};
+use onecharge::domain::PaymentAttemptId;
+use onecharge::gateway::GatewayKind;
+use onecharge::store::Store;
 
 use super::private;
 use super::published::{describe_all, Published, ReviewCase};
@@ -38,7 +38,7 @@ pub async fn run(settings: &Settings, args: DemoArgs) -> anyhow::Result<()> {
     // removed and its private servers are stopped by their guards, instead of the process
     // dying with them running.
     let interrupted = CancellationToken::new();
-    let listener = tokio::spawn(crate::shutdown::cancel_on_signal(interrupted.clone()));
+    let listener = tokio::spawn(onecharge::shutdown::cancel_on_signal(interrupted.clone()));
     let mut servers = until_interrupted(&interrupted, private::servers(settings)).await?;
     if let Some(private) = &servers.private {
         println!("{}", private.describe());
@@ -200,7 +200,7 @@ async fn run_in(
         .context("creating the demo's command stream")?;
     // What a deployment's `onecharge setup` does: the database and its schema, the other
     // streams (the command stream above is used as it is), the intake consumer.
-    crate::app::setup(settings).await?;
+    onecharge::app::setup(settings).await?;
 
     let app = Application::build(settings.clone(), &[]).await?;
     let store = app.store().clone();
@@ -502,7 +502,7 @@ async fn charge_key_elsewhere(
         .as_ref()
         .map(|k| k.expose_secret().to_owned())
         .unwrap_or_default();
-    let key = crate::domain::IdempotencyKey::for_attempt(attempt);
+    let key = onecharge::domain::IdempotencyKey::for_attempt(attempt);
     let response = reqwest::Client::new()
         .post(format!("{}/v1/charges", gateway.base_url()))
         .bearer_auth(api_key)
@@ -536,7 +536,7 @@ async fn wait_for_review(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let status = crate::store::reads::attempts::get_attempt(store, attempt)
+        let status = onecharge::store::reads::attempts::get_attempt(store, attempt)
             .await?
             .map(|a| a.status.as_str());
         match status {
@@ -555,7 +555,7 @@ async fn wait_for_review(
 
 /// Counts by status, for progress and the summary.
 async fn status_counts(store: &Store) -> anyhow::Result<BTreeMap<String, i64>> {
-    Ok(crate::store::reads::attempts::count_by_status(store)
+    Ok(onecharge::store::reads::attempts::count_by_status(store)
         .await?
         .into_iter()
         .collect())
@@ -575,7 +575,7 @@ async fn wait_until_settled(
         let total: i64 = counts.values().sum();
         let get = |s: &str| counts.get(s).copied().unwrap_or(0);
         let open = get("pending") + get("in_flight") + get("unknown");
-        let unpublished = crate::store::reads::attempts::unpublished_events(store).await?;
+        let unpublished = onecharge::store::reads::attempts::unpublished_events(store).await?;
         let dead = broker.stream_messages(&broker.names.dlq_stream()).await?;
         let line = format!(
             "  attempts {total:>4}/{} | succeeded {:>4} declined {:>3} needs_review {:>2} | in progress {:>3} (unknown {:>2}) | events unpublished {:>3} | dead letters {dead}/{expected_dead}",
@@ -614,7 +614,7 @@ async fn wait_until_settled(
 fn check_console_address(settings: &Settings) -> anyhow::Result<()> {
     settings.check_admin_exposure()?;
     std::net::TcpListener::bind(settings.admin_addr).map_err(|err| {
-        anyhow::Error::from(crate::config::UsageError(format!(
+        anyhow::Error::from(onecharge::config::UsageError(format!(
             "cannot serve the console on {}: {err}; choose another address with --admin-addr",
             settings.admin_addr
         )))
@@ -628,7 +628,7 @@ async fn serve_console(demo: &Settings, admin_addr: std::net::SocketAddr) -> any
     let mut console = demo.clone();
     console.admin_addr = admin_addr;
     let shutdown = CancellationToken::new();
-    tokio::spawn(crate::shutdown::cancel_on_signal(shutdown.clone()));
+    tokio::spawn(onecharge::shutdown::cancel_on_signal(shutdown.clone()));
     let sign_in = match (console.operators.is_empty(), console.admin_token.is_some()) {
         (true, false) => {
             "no sign-in: with no admin token or operators configured it is open on this loopback address"
@@ -636,9 +636,9 @@ async fn serve_console(demo: &Settings, admin_addr: std::net::SocketAddr) -> any
         (true, true) => "sign in with the admin token of your configuration",
         (false, _) => "sign in with a token of your [[operators]] or the admin token",
     };
-    let app = Application::build(console, &[crate::app::Role::Admin]).await?;
+    let app = Application::build(console, &[onecharge::app::Role::Admin]).await?;
     let addr = app.admin_addr().context("the admin role listens")?;
-    let in_review = crate::store::console::count_in_review(app.store()).await?;
+    let in_review = onecharge::store::console::count_in_review(app.store()).await?;
     println!();
     println!("operator console: http://{addr}/console/ ({sign_in})");
     println!(
@@ -682,7 +682,7 @@ fn sibling_database(database_url: &str, name: &str) -> anyhow::Result<String> {
 }
 
 fn redact(url: &str) -> String {
-    crate::store::redact_url(url)
+    onecharge::store::redact_url(url)
 }
 
 async fn clean_up(settings: &Settings) {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::domain::PaymentAttemptId;
+use onecharge::domain::PaymentAttemptId;
 
 use super::refunds::PublishedRefund;
 

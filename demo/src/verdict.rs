@@ -9,9 +9,9 @@ use anyhow::bail;
 use mock_gateway::MockGateway;
 use uuid::Uuid;
 
-use crate::broker::Broker;
-use crate::store::reads::attempts::AttemptRecord;
-use crate::store::Store;
+use onecharge::broker::Broker;
+use onecharge::store::reads::attempts::AttemptRecord;
+use onecharge::store::Store;
 
 use super::published::Published;
 use super::refunds::{self, RefundFindings};
@@ -28,8 +28,8 @@ pub(super) async fn verify(
     let ledger = gateway.ledger();
     let charges_per_attempt = succeeded_charges_per_attempt(&ledger);
     let attempts =
-        crate::store::reads::attempts::list_attempts(store, &Default::default(), None).await?;
-    let events = crate::store::reads::attempts::published_event_ids(store).await?;
+        onecharge::store::reads::attempts::list_attempts(store, &Default::default(), None).await?;
+    let events = onecharge::store::reads::attempts::published_event_ids(store).await?;
     let on_stream = broker
         .stream_messages(&broker.names.events_stream())
         .await?;

@@ -14,12 +14,12 @@ use anyhow::bail;
 use mock_gateway::{ChargeStatus, MockGateway, Refund as GatewayRefund};
 use uuid::Uuid;
 
-use crate::broker::publish::{publish_refund, RefundArgs};
-use crate::broker::Broker;
-use crate::domain::{Currency, Money, PaymentAttemptId, RefundId, RefundStatus};
-use crate::store::reads::attempts::AttemptRecord;
-use crate::store::refunds::reads::{self as refund_reads, StoredRefund};
-use crate::store::Store;
+use onecharge::broker::publish::{publish_refund, RefundArgs};
+use onecharge::broker::Broker;
+use onecharge::domain::{Currency, Money, PaymentAttemptId, RefundId, RefundStatus};
+use onecharge::store::reads::attempts::AttemptRecord;
+use onecharge::store::refunds::reads::{self as refund_reads, StoredRefund};
+use onecharge::store::Store;
 
 /// What a refund of the demo shows, in the summary's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -106,7 +106,7 @@ pub async fn publish_and_settle(
     timeout: Duration,
 ) -> anyhow::Result<Vec<PublishedRefund>> {
     let attempts =
-        crate::store::reads::attempts::list_attempts(store, &Default::default(), None).await?;
+        onecharge::store::reads::attempts::list_attempts(store, &Default::default(), None).await?;
     let (succeeded, declined) = candidates(&attempts, methods);
     let mut refunds = Vec::new();
     let mut first_round = Vec::new();
