@@ -167,32 +167,30 @@ impl Exposed {
     /// The value of the one series of `name` with `labels`, `None` when none is exposed
     /// (where [`Exposed::value`] would say 0).
     pub(crate) fn labelled(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let found: Vec<f64> = self
-            .samples
+        let found: Vec<f64> = self.matching(name, labels).collect();
+        (found.len() == 1).then(|| found[0])
+    }
+
+    /// The sum of `name`'s samples whose labels include `labels`; 0 when there is none.
+    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.matching(name, labels).sum()
+    }
+
+    /// The values of `name`'s samples whose labels include `labels`.
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&str, &str)],
+    ) -> impl Iterator<Item = f64> + 'a {
+        self.samples
             .iter()
-            .filter(|(n, found, _)| {
+            .filter(move |(n, found, _)| {
                 n == name
                     && labels
                         .iter()
                         .all(|(k, v)| found.iter().any(|(fk, fv)| fk == k && fv == v))
             })
             .map(|(_, _, value)| *value)
-            .collect();
-        (found.len() == 1).then(|| found[0])
-    }
-
-    /// The sum of `name`'s samples whose labels include `labels`; 0 when there is none.
-    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.samples
-            .iter()
-            .filter(|(n, found, _)| {
-                n == name
-                    && labels
-                        .iter()
-                        .all(|(k, v)| found.iter().any(|(fk, fv)| fk == k && fv == v))
-            })
-            .map(|(_, _, value)| value)
-            .sum()
     }
 }
 
