@@ -79,14 +79,9 @@ async fn a_client_that_trickles_its_headers_or_idles_is_cut_off() {
     api.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_past_the_in_flight_cap_are_shed_and_probes_and_scrapes_still_answer() {
-    // Open on loopback: a resolve needs no token, so its body is read by the handler.
-    let env = TestEnv::new().await;
-    let api = AdminApi::start(&env.settings).await;
-    let at = addr(&api);
-
-    // Every permit held by a request whose body never finishes arriving.
+/// [`MAX_IN_FLIGHT`] requests whose bodies never finish arriving: each holds a permit of
+/// the in-flight cap from when its headers are read until its body timeout.
+async fn hold_every_permit(at: SocketAddr) -> Vec<TcpStream> {
     let mut slow = Vec::new();
     for _ in 0..MAX_IN_FLIGHT {
         let mut stream = TcpStream::connect(at).await.unwrap();
@@ -102,6 +97,16 @@ async fn requests_past_the_in_flight_cap_are_shed_and_probes_and_scrapes_still_a
             .unwrap();
         slow.push(stream);
     }
+    slow
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_the_in_flight_cap_are_shed_and_probes_and_scrapes_still_answer() {
+    // Open on loopback: a resolve needs no token, so its body is read by the handler.
+    let env = TestEnv::new().await;
+    let api = AdminApi::start(&env.settings).await;
+    let at = addr(&api);
+
     let readyz = || async {
         tokio::time::timeout(
             Duration::from_secs(5),
@@ -111,15 +116,23 @@ async fn requests_past_the_in_flight_cap_are_shed_and_probes_and_scrapes_still_a
         .expect("answered at once, not queued")
         .unwrap()
     };
-    // The slow requests reach the cap as their headers are read: wait for it (on a loaded
-    // machine the listener may take seconds to read them all).
+    // The slow requests reach the cap as their headers are read: wait for it. On a loaded
+    // machine the listener may take seconds to read them all, and the first may reach
+    // their body timeout (and give their permits back) before the last is read: then the
+    // permits are taken again, all at once.
+    let mut slow = hold_every_permit(at).await;
     let mut shed = None;
-    let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
+    let deadline = tokio::time::Instant::now() + 6 * BODY_READ_TIMEOUT;
+    let mut again_at = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
     while tokio::time::Instant::now() < deadline {
         let response = readyz().await;
         if response.status() == StatusCode::SERVICE_UNAVAILABLE {
             shed = Some(response);
             break;
+        }
+        if tokio::time::Instant::now() >= again_at {
+            slow = hold_every_permit(at).await;
+            again_at = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
