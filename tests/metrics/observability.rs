@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::serve::Serve;
+use crate::serve::{Exposed, Serve};
 use crate::support::{
     self, command, eventually, onecharge, shrink_duplicate_window, sigterm, Harness, Records,
     Served, TestEnv,
@@ -36,13 +36,21 @@ use crate::RECORDER;
 /// A W3C trace context as a producer would send it.
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
-/// A Prometheus text exposition.
-pub(crate) struct Scrape(String);
+/// A Prometheus text exposition: its text, and its samples read by [`Exposed`].
+pub(crate) struct Scrape {
+    text: String,
+    exposed: Exposed,
+}
 
 impl Scrape {
+    fn of(text: String) -> Self {
+        let exposed = Exposed::parse(&text);
+        Self { text, exposed }
+    }
+
     /// The recorder's current exposition, as `/metrics` renders it.
     pub(crate) fn now() -> Self {
-        Self(onecharge::metrics::install().render())
+        Self::of(onecharge::metrics::install().render())
     }
 
     async fn from(admin: SocketAddr) -> Self {
@@ -50,30 +58,13 @@ impl Scrape {
             .await
             .expect("GET /metrics");
         assert_eq!(response.status(), 200);
-        Self(response.text().await.unwrap())
+        Self::of(response.text().await.unwrap())
     }
 
     /// The sum of the samples of `name` whose labels include `labels`; 0 when there is none
     /// (a counter never incremented).
     pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.0
-            .lines()
-            .filter(|line| !line.starts_with('#'))
-            .filter_map(|line| line.rsplit_once(' '))
-            .filter_map(|(series, value)| {
-                let (metric, label_text) = match series.split_once('{') {
-                    Some((metric, rest)) => (metric, rest.trim_end_matches('}')),
-                    None => (series, ""),
-                };
-                let found: Vec<(&str, &str)> = label_text
-                    .split(',')
-                    .filter_map(|pair| pair.split_once('='))
-                    .map(|(k, v)| (k, v.trim_matches('"')))
-                    .collect();
-                (metric == name && labels.iter().all(|l| found.contains(l)))
-                    .then(|| value.parse::<f64>().expect("a sample value"))
-            })
-            .sum()
+        self.exposed.value(name, labels)
     }
 }
 
@@ -385,7 +376,7 @@ async fn the_fleet_pause_gauges_count_the_open_pauses_of_each_scope_at_refresh_t
     assert_eq!(scraped.value("onecharge_fleet_paused", &[]), 0.0);
     for scope in ["all", "charges", "refunds"] {
         assert!(
-            scraped.0.contains(&format!(
+            scraped.text.contains(&format!(
                 "onecharge_fleet_pauses_open{{scope=\"{scope}\"}} 0\n"
             )),
             "{scope} reads 0 once resumed"
@@ -415,14 +406,14 @@ async fn refund_gauges_count_every_unsettled_state_and_age_the_oldest_at_refresh
         for name in ["onecharge_refunds", "onecharge_refunds_oldest_age_seconds"] {
             assert!(
                 scraped
-                    .0
+                    .text
                     .contains(&format!("{name}{{status=\"{status}\"}} 0\n")),
                 "{name} {status} at 0 before any refund"
             );
         }
     }
     assert!(!scraped
-        .0
+        .text
         .contains(r#"onecharge_refunds{status="succeeded"}"#));
 
     // one waiting for an attempt not recorded (10 minutes old), one admitted, one in review
